@@ -1,0 +1,20 @@
+"""`python -m bench`: the Hydra entry point. Thin on purpose: compose, then hand over to bench.app."""
+
+import hydra
+from omegaconf import DictConfig
+
+from bench import config_dir
+from bench.schema import register_configs
+
+register_configs()
+
+
+@hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
+def main(cfg: DictConfig) -> None:
+    from bench.app import run_from_hydra  # heavy imports (torch, mlflow) start here
+
+    run_from_hydra(cfg)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,36 @@
+"""Device policy: CUDA when present; the CPU only when the user says so (allow_cpu=true)."""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+
+class DeviceError(RuntimeError):
+    """No usable device for the requested run; str() is the message shown to the user."""
+
+
+def resolve_device(allow_cpu: bool) -> torch.device:
+    if torch.cuda.is_available():
+        # One GPU per process: LOCAL_RANK is set by torchrun / the DDP launcher, 0 otherwise.
+        index = int(os.environ.get("LOCAL_RANK", "0"))
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
+    if not allow_cpu:
+        raise DeviceError(
+            "CUDA not available and allow_cpu=false: pass allow_cpu=true "
+            "(or use +experiment=cpu_smoke) to run on the CPU."
+        )
+    return torch.device("cpu")
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return "cpu"
+
+
+def synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)

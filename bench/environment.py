@@ -1,0 +1,95 @@
+"""What the run ran on: host, CPU, Python and library versions, GPU (via NVML when present)
+and the environment variables that change speed. Every field that cannot be read is
+left out, quietly: a CPU-only machine has no NVML and that is not an error."""
+
+from __future__ import annotations
+
+import os
+import platform
+import socket
+from typing import Any, Dict
+
+import torch
+import torchvision
+
+SPEED_ENV_PREFIXES = ("NCCL_", "CUDA_", "OMP_", "MKL_", "TORCH_", "PYTORCH_", "CUBLAS_", "CUDNN_")
+SECRET_MARKERS = ("KEY", "SECRET", "TOKEN", "PASSWORD", "CREDENTIAL")
+
+
+def _cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as fh:
+            for line in fh:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _speed_env() -> Dict[str, str]:
+    found = {}
+    for name, value in sorted(os.environ.items()):
+        if name.startswith(SPEED_ENV_PREFIXES) and not any(m in name for m in SECRET_MARKERS):
+            found[name] = value
+    return found
+
+
+def nvml_devices() -> list:
+    """Name, memory and driver of each visible GPU, or [] when NVML is missing (no GPU, no driver)."""
+    try:
+        import pynvml
+
+        pynvml.nvmlInit()
+    except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound and friends: no GPU info
+        return []
+    try:
+        driver = pynvml.nvmlSystemGetDriverVersion()
+        devices = []
+        for index in range(pynvml.nvmlDeviceGetCount()):
+            handle = pynvml.nvmlDeviceGetHandleByIndex(index)
+            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
+            devices.append({"index": index, "name": pynvml.nvmlDeviceGetName(handle),
+                            "memory_total_mb": memory.total // 2**20, "driver": driver})
+        return devices
+    except Exception:  # noqa: BLE001
+        return []
+    finally:
+        try:
+            pynvml.nvmlShutdown()
+        except Exception:  # noqa: BLE001
+            pass
+
+
+def collect_environment() -> Dict[str, Any]:
+    env: Dict[str, Any] = {
+        "host": socket.gethostname(),
+        "os": platform.platform(),
+        "cpu_model": _cpu_model(),
+        "cpu_cores": os.cpu_count(),
+        "cpu_affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torchvision": torchvision.__version__,
+        "cuda_available": torch.cuda.is_available(),
+    }
+    if torch.version.cuda:
+        env["cuda"] = torch.version.cuda
+    if torch.backends.cudnn.is_available():
+        env["cudnn"] = str(torch.backends.cudnn.version())
+    if torch.cuda.is_available():
+        env["gpu_count"] = torch.cuda.device_count()
+        env["gpu_name"] = torch.cuda.get_device_name(0)
+        env["gpu_capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
+        try:
+            env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001
+            pass
+    gpus = nvml_devices()
+    if gpus:
+        env["gpu_driver"] = gpus[0]["driver"]
+        env["gpu_memory_mb"] = gpus[0]["memory_total_mb"]
+        env["gpus"] = gpus
+    env["env_vars"] = _speed_env()
+    return env

@@ -1,0 +1,118 @@
+"""Turn a TrainResult into the reported numbers and the files of the output directory.
+
+Files: metrics_epoch.jsonl (a line per epoch), step_times.csv (a row per measured step),
+run_summary.json (config + environment + results) and summary.csv (one row). The last
+stdout line of a run is `{"radix_metrics": {...}}` (the original Radix contract, extended).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Sequence
+
+UNSTABLE_CV = 0.2  # step-time coefficient of variation above which a result is flagged
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """Linear-interpolated percentile (numpy's default method); q in [0, 100]."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100.0
+    low, high = math.floor(rank), math.ceil(rank)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def step_time_stats(times_ms: Sequence[float]) -> Dict[str, float]:
+    if not times_ms:
+        return {}
+    mean = sum(times_ms) / len(times_ms)
+    std = math.sqrt(sum((t - mean) ** 2 for t in times_ms) / len(times_ms))
+    return {
+        "step_time_ms_mean": mean,
+        "step_time_ms_p50": percentile(times_ms, 50),
+        "step_time_ms_p95": percentile(times_ms, 95),
+        "step_time_ms_p99": percentile(times_ms, 99),
+        "step_time_ms_min": min(times_ms),
+        "step_time_ms_max": max(times_ms),
+        "step_time_ms_std": std,
+        "step_time_cv": std / mean if mean else 0.0,
+    }
+
+
+def summarize(result: Any, cfg: Mapping[str, Any], device: str, device_name: str, world_size: int) -> Dict[str, Any]:
+    """The radix_metrics dict: every number a run reports, plus the settings that change speed."""
+    seconds = result.window_seconds
+    images = result.images * world_size
+    data_wait_s = sum(result.data_wait_ms) / 1000.0
+    stats = step_time_stats(result.step_times_ms)
+    metrics: Dict[str, Any] = {
+        "images_per_second": images / seconds if seconds > 0 else 0.0,
+        "total_images": images,
+        "elapsed_seconds": seconds,
+        "lr": result.base_lr,
+        "batch_size": result.batch_size,
+        "global_batch_size": result.batch_size * world_size,
+        "epochs": cfg["train"]["epochs"],
+        "steps_per_epoch": cfg["train"]["steps_per_epoch"],
+        "measured_steps": result.measured_steps,
+        "warmup_steps": result.warmup_steps,
+        "world_size": world_size,
+        "images_per_second_per_device": images / seconds / world_size if seconds > 0 else 0.0,
+        **stats,
+        "unstable": stats.get("step_time_cv", 0.0) > UNSTABLE_CV,
+        "data_wait_seconds": data_wait_s,
+        "data_wait_fraction": data_wait_s / seconds if seconds > 0 else 0.0,
+        "peak_memory_mb": result.peak_memory_bytes / 2**20,
+        "final_loss": result.final_loss,
+        "final_lr": result.final_lr,
+        "parameters": result.parameters,
+        "model": cfg["model"]["arch"],
+        "data": cfg["data"]["name"],
+        "image_size": cfg["data"]["image_size"],
+        "optimizer": cfg["optimizer"]["name"],
+        **result.precision,
+        "compile": bool(result.compile.get("active")),
+        "cudnn_benchmark": bool(cfg["cudnn_benchmark"]),
+        "device": device,
+        "device_name": device_name,
+    }
+    if result.compile.get("fallback_reason"):
+        metrics["compile_fallback"] = result.compile["fallback_reason"]
+    return metrics
+
+
+def write_outputs(out_dir: Path, cfg: Mapping[str, Any], environment: Mapping[str, Any],
+                  metrics: Mapping[str, Any], result: Any, extra: Mapping[str, Any] | None = None) -> List[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    epochs_path = out_dir / "metrics_epoch.jsonl"
+    with epochs_path.open("w") as fh:
+        for record in result.epochs:
+            fh.write(json.dumps(asdict(record)) + "\n")
+
+    steps_path = out_dir / "step_times.csv"
+    with steps_path.open("w", newline="") as fh:
+        writer = csv.writer(fh)
+        writer.writerow(["step", "step_time_ms", "data_wait_ms"])
+        for index, (step_ms, wait_ms) in enumerate(zip(result.step_times_ms, result.data_wait_ms), start=1):
+            writer.writerow([index, f"{step_ms:.4f}", f"{wait_ms:.4f}"])
+
+    summary_path = out_dir / "run_summary.json"
+    summary = {"results": dict(metrics), "epochs": [asdict(e) for e in result.epochs],
+               "compile": result.compile, "environment": dict(environment), "config": dict(cfg), **(extra or {})}
+    summary_path.write_text(json.dumps(summary, indent=2, default=str) + "\n")
+
+    csv_path = out_dir / "summary.csv"
+    with csv_path.open("w", newline="") as fh:
+        writer = csv.DictWriter(fh, fieldnames=list(metrics))
+        writer.writeheader()
+        writer.writerow(dict(metrics))
+    return [epochs_path, steps_path, summary_path, csv_path]
+
+
+def final_line(metrics: Mapping[str, Any]) -> str:
+    return json.dumps({"radix_metrics": dict(metrics)}, default=str)

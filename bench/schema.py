@@ -1,0 +1,135 @@
+"""Typed schema of a run: one dataclass per config group, registered in Hydra's ConfigStore.
+
+Hydra merges the YAML files under conf/ into these dataclasses, so a wrong type or an
+unknown key fails at composition time with the key named. Semantic checks (positive
+sizes, known names) live in ``bench.validate``. This module must not import torch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+
+@dataclass
+class ModelConfig:
+    arch: str = "resnet50"  # see bench.validate.MODEL_ARCHS
+    num_classes: int = "${data.num_classes}"  # type: ignore[assignment]
+    image_size: int = "${data.image_size}"  # type: ignore[assignment]
+
+
+@dataclass
+class DataConfig:
+    name: str = "synthetic"
+    batch_size: int = 128  # per process
+    image_size: int = 224
+    num_classes: int = 1000
+
+
+@dataclass
+class PrecisionConfig:
+    name: str = "fp32"  # fp32 | tf32 | amp_fp16 | bf16
+    autocast_dtype: Optional[str] = None  # None | float16 | bfloat16
+    grad_scaler: bool = False
+    tf32: bool = False
+    channels_last: bool = False
+
+
+@dataclass
+class OptimizerConfig:
+    name: str = "sgd"  # sgd | adam | adamw | adagrad | adadelta
+    lr: float = 0.1
+    weight_decay: float = 1e-4
+    momentum: float = 0.9
+    nesterov: bool = False
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])
+    eps: float = 1e-8
+    exclude_bn_bias_from_wd: bool = False
+    # fused/foreach kernels: null lets bench pick (fused on CUDA where torch has it)
+    fused: Optional[bool] = None
+
+
+@dataclass
+class SchedulerConfig:
+    name: str = "constant"  # constant | multistep | cosine | onecycle
+    warmup_steps: int = 0  # linear warm-up from warmup_start_factor x lr
+    warmup_start_factor: float = 0.01
+    milestones: List[int] = field(default_factory=list)  # multistep, in optimizer steps
+    gamma: float = 0.1
+    min_lr: float = 0.0  # cosine floor
+    pct_start: float = 0.3  # onecycle
+    # the linear scaling rule: lr x global_batch / 256
+    scale_lr: bool = False
+
+
+@dataclass
+class DistributedConfig:
+    name: str = "single"
+    nproc_per_node: int = 1
+    nnodes: int = 1
+    backend: str = "auto"
+
+
+@dataclass
+class StorageConfig:
+    name: str = "local"
+    # null: the run's Hydra output directory
+    root: Optional[str] = None
+    save_checkpoint: bool = False
+    checkpoint_name: str = "checkpoint.pt"
+    fsync: bool = True
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 1
+    steps_per_epoch: int = 200
+
+
+@dataclass
+class BenchmarkConfig:
+    warmup_steps: int = 10  # run before the measured window, never counted
+    measure_steps: Optional[int] = None  # cap on measured steps (default: epochs x steps_per_epoch)
+    measure_seconds: Optional[float] = None  # end the measured window after this long
+    sync: bool = False  # synchronise the device after every step (strict, slower)
+    log_every: int = 50  # steps between progress lines (the only host syncs)
+    progress: bool = True  # tqdm bar on a terminal; silent otherwise
+
+
+@dataclass
+class TrackingConfig:
+    enabled: bool = True
+    experiment: str = "bench"
+    uri: Optional[str] = None  # MLFLOW_TRACKING_URI wins; default sqlite:///<launch dir>/mlflow.db
+    run_name: Optional[str] = None
+    log_step_metrics: bool = True
+
+
+@dataclass
+class BenchConfig:
+    defaults: List[Any] = field(default_factory=list)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    mode: str = "train"
+    allow_cpu: bool = False
+    seed: int = 0
+    cudnn_benchmark: bool = True
+    compile: bool = False
+    compile_mode: Optional[str] = None  # passed to torch.compile(mode=...)
+    cpu_threads: Optional[int] = None  # torch.set_num_threads; null keeps torch's default
+
+
+def register_configs() -> None:
+    """Store the schema; conf/config.yaml lists it first in its defaults so every group
+    option below is merged into (and type-checked by) these dataclasses."""
+    ConfigStore.instance().store(name="bench_schema", node=BenchConfig)

@@ -1,0 +1,160 @@
+"""MLflow tracking for one run, through MlflowClient (no global fluent state).
+
+Where: MLFLOW_TRACKING_URI if set, else tracking.uri, else sqlite:///<launch dir>/mlflow.db.
+What: params = the flattened resolved config (secrets dropped), metrics = per-epoch and
+per-step figures plus the final summary, tags = the environment, artifacts = the output
+files and the composed config. A run always ends: FINISHED, FAILED (error as a tag) or
+KILLED. If the tracking server cannot be reached the run goes on without it: results stay
+in the output directory and a warning names the URI.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
+
+log = logging.getLogger(__name__)
+
+SECRET_MARKERS = ("secret", "password", "token", "access_key", "credential", "api_key")
+MAX_PARAM_CHARS = 6000
+
+
+def resolve_tracking_uri(configured: Optional[str], launch_dir: Path) -> str:
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    if configured:
+        return configured
+    return f"sqlite:///{(launch_dir / 'mlflow.db').resolve()}"
+
+
+def is_secret(key: str) -> bool:
+    lowered = key.lower()
+    return any(marker in lowered for marker in SECRET_MARKERS)
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay whole; keys that look secret are dropped."""
+    flat: Dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if is_secret(name):
+            continue
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _sqlite_artifact_root(uri: str) -> Optional[str]:
+    """For sqlite stores keep artifacts next to the database, not in whatever the cwd is."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
+
+
+def ensure_experiment(client: Any, name: str, uri: str) -> str:
+    """Experiment id for `name`, created if missing (tolerates a concurrent creator)."""
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=_sqlite_artifact_root(uri))
+    except Exception:  # noqa: BLE001 - another process created it first
+        existing = client.get_experiment_by_name(name)
+        if existing is None:
+            raise
+        return existing.experiment_id
+
+
+class Tracker:
+    """One MLflow run. Methods never raise: a tracking failure is a warning, not a lost result."""
+
+    def __init__(self, client: Any = None, run_id: Optional[str] = None, uri: str = ""):
+        self.client, self.run_id, self.uri = client, run_id, uri
+
+    @property
+    def active(self) -> bool:
+        return self.client is not None and self.run_id is not None
+
+    @classmethod
+    def start(cls, uri: str, experiment: str, run_name: Optional[str], tags: Mapping[str, Any],
+              parent_run_id: Optional[str] = None) -> "Tracker":
+        try:
+            from mlflow import MlflowClient
+
+            logging.getLogger("mlflow").setLevel(logging.WARNING)  # mlflow resets it to INFO on import
+            client = MlflowClient(tracking_uri=uri)
+            experiment_id = ensure_experiment(client, experiment, uri)
+            run_tags = {k: str(v)[:5000] for k, v in tags.items()}
+            if parent_run_id:
+                run_tags["mlflow.parentRunId"] = parent_run_id
+            run = client.create_run(experiment_id, run_name=run_name, tags=run_tags)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("MLflow tracking at %s failed (%s: %s); results are kept in the output directory only",
+                        redact_uri(uri), type(exc).__name__, exc)
+            return cls(uri=uri)
+        log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact_uri(uri))
+        return cls(client, run.info.run_id, uri)
+
+    def _guard(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+        if not self.active:
+            return
+        try:
+            fn(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001
+            log.warning("MLflow %s failed at %s (%s: %s)", what, redact_uri(self.uri), type(exc).__name__, exc)
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        from mlflow.entities import Param
+
+        items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in flatten(params).items()]
+        for i in range(0, len(items), 100):
+            self._guard("log params", self.client.log_batch, self.run_id, params=items[i:i + 100])
+
+    def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        # numbers only (bools become 0/1); strings such as the model name are params/tags
+        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if isinstance(v, (int, float))]
+        for i in range(0, len(items), 1000):
+            self._guard("log metrics", self.client.log_batch, self.run_id, metrics=items[i:i + 1000])
+
+    def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        items = [Metric(name, float(v), now, first_step + i) for i, v in enumerate(values)]
+        for i in range(0, len(items), 1000):
+            self._guard("log metrics", self.client.log_batch, self.run_id, metrics=items[i:i + 1000])
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        from mlflow.entities import RunTag
+
+        items = [RunTag(k, str(v)[:5000]) for k, v in tags.items()]
+        self._guard("set tags", self.client.log_batch, self.run_id, tags=items)
+
+    def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
+        for path in paths:
+            if path.is_dir():
+                self._guard("log artifacts", self.client.log_artifacts, self.run_id, str(path), path.name)
+            elif path.is_file():
+                self._guard("log artifact", self.client.log_artifact, self.run_id, str(path), artifact_path)
+
+    def finish(self, status: str = "FINISHED", error: Optional[str] = None) -> None:
+        if error:
+            self.set_tags({"error": error})
+        self._guard("end run", self.client.set_terminated, self.run_id, status)
+
+
+def redact_uri(uri: str) -> str:
+    """http://user:password@host -> http://***@host: a URI may carry credentials."""
+    if "@" in uri and "://" in uri:
+        scheme, rest = uri.split("://", 1)
+        return f"{scheme}://***@{rest.split('@', 1)[1]}"
+    return uri

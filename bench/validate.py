@@ -1,0 +1,114 @@
+"""Semantic checks on a composed config, run before any model, process or MLflow run exists.
+
+Hydra and the schema already reject unknown groups, unknown keys and wrong types; this
+module rejects values of the right type that cannot work (a zero batch size, an unknown
+architecture). Each failure is one sentence: the key, the value, what is accepted.
+No torch import here: errors must come back fast.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+MODEL_ARCHS = (
+    "resnet18",
+    "resnet34",
+    "resnet50",
+    "resnet101",
+    "efficientnet_b0",
+    "vit_b_16",
+    "cifar_resnet18",
+)
+DATA_NAMES = ("synthetic",)
+PRECISIONS = ("fp32", "tf32", "amp_fp16", "bf16")
+AUTOCAST_DTYPES = (None, "float16", "bfloat16")
+OPTIMIZERS = ("sgd", "adam", "adamw", "adagrad", "adadelta")
+SCHEDULERS = ("constant", "multistep", "cosine", "onecycle")
+DISTRIBUTED = ("single",)
+STORAGES = ("local",)
+MODES = ("train",)
+VIT_PATCH = 16
+
+
+class ConfigError(ValueError):
+    """A config value that cannot work; str() is the one sentence shown to the user."""
+
+    def __init__(self, key: str, value: Any, accepted: str):
+        self.key, self.value, self.accepted = key, value, accepted
+        super().__init__(f"{key}={value!r} is not valid: accepted {accepted}.")
+
+
+def _get(cfg: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = cfg
+    for part in dotted.split("."):
+        node = node[part]
+    return node
+
+
+def _one_of(cfg: Mapping[str, Any], key: str, options: Iterable[Any]) -> None:
+    options = tuple(options)
+    value = _get(cfg, key)
+    if value not in options:
+        shown = ", ".join("null" if o is None else str(o) for o in options)
+        raise ConfigError(key, value, f"one of {shown}")
+
+
+def _positive(cfg: Mapping[str, Any], key: str, *, optional: bool = False, integer: bool = True) -> None:
+    value = _get(cfg, key)
+    if optional and value is None:
+        return
+    if value is None or value <= 0:
+        kind = "a positive integer" if integer else "a positive number"
+        raise ConfigError(key, value, kind + (" or null" if optional else ""))
+
+
+def _non_negative(cfg: Mapping[str, Any], key: str) -> None:
+    value = _get(cfg, key)
+    if value < 0:
+        raise ConfigError(key, value, "an integer >= 0")
+
+
+def validate(cfg: Mapping[str, Any]) -> None:
+    """Raise ConfigError for the first value that cannot work. `cfg` is the resolved plain dict."""
+    _one_of(cfg, "mode", MODES)
+    _one_of(cfg, "model.arch", MODEL_ARCHS)
+    _one_of(cfg, "data.name", DATA_NAMES)
+    _one_of(cfg, "precision.name", PRECISIONS)
+    _one_of(cfg, "precision.autocast_dtype", AUTOCAST_DTYPES)
+    _one_of(cfg, "optimizer.name", OPTIMIZERS)
+    _one_of(cfg, "scheduler.name", SCHEDULERS)
+    _one_of(cfg, "distributed.name", DISTRIBUTED)
+    _one_of(cfg, "storage.name", STORAGES)
+
+    for key in ("data.batch_size", "data.image_size", "data.num_classes",
+                "train.epochs", "train.steps_per_epoch", "benchmark.log_every",
+                "distributed.nproc_per_node", "distributed.nnodes"):
+        _positive(cfg, key)
+    _positive(cfg, "benchmark.measure_steps", optional=True)
+    _positive(cfg, "benchmark.measure_seconds", optional=True, integer=False)
+    _positive(cfg, "cpu_threads", optional=True)
+    _positive(cfg, "optimizer.lr", integer=False)
+    _non_negative(cfg, "benchmark.warmup_steps")
+    _non_negative(cfg, "scheduler.warmup_steps")
+    if cfg["optimizer"]["weight_decay"] < 0:
+        raise ConfigError("optimizer.weight_decay", cfg["optimizer"]["weight_decay"], "a number >= 0")
+
+    if cfg["distributed"]["name"] == "single" and cfg["distributed"]["nproc_per_node"] * cfg["distributed"]["nnodes"] != 1:
+        raise ConfigError("distributed.nproc_per_node", cfg["distributed"]["nproc_per_node"],
+                          "1 with distributed=single (multi-process runs need distributed=ddp)")
+
+    if cfg["model"]["arch"] == "vit_b_16" and cfg["data"]["image_size"] % VIT_PATCH:
+        raise ConfigError("data.image_size", cfg["data"]["image_size"],
+                          f"a multiple of {VIT_PATCH} for model=vit_b_16 (its patch size)")
+
+    precision = cfg["precision"]
+    if precision["grad_scaler"] and precision["autocast_dtype"] != "float16":
+        raise ConfigError("precision.grad_scaler", True, "true only with precision.autocast_dtype=float16")
+
+    scheduler = cfg["scheduler"]
+    milestones = scheduler["milestones"]
+    if scheduler["name"] == "multistep" and (not milestones or any(m <= 0 for m in milestones)
+                                              or list(milestones) != sorted(milestones)):
+        raise ConfigError("scheduler.milestones", list(milestones), "a non-empty increasing list of positive step numbers")
+    if scheduler["name"] == "onecycle" and not 0 < scheduler["pct_start"] < 1:
+        raise ConfigError("scheduler.pct_start", scheduler["pct_start"], "a number between 0 and 1")
