@@ -101,11 +101,11 @@ class Tracker:
         log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact_uri(uri))
         return cls(client, run.info.run_id, uri)
 
-    def _guard(self, what: str, fn: Any, *args: Any, **kwargs: Any) -> None:
+    def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> None:
         if not self.active:
             return
         try:
-            fn(*args, **kwargs)
+            getattr(self.client, method)(self.run_id, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001
             log.warning("MLflow %s failed at %s (%s: %s)", what, redact_uri(self.uri), type(exc).__name__, exc)
 
@@ -114,7 +114,7 @@ class Tracker:
 
         items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in flatten(params).items()]
         for i in range(0, len(items), 100):
-            self._guard("log params", self.client.log_batch, self.run_id, params=items[i:i + 100])
+            self._call("log params", "log_batch", params=items[i:i + 100])
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> None:
         from mlflow.entities import Metric
@@ -123,7 +123,7 @@ class Tracker:
         # numbers only (bools become 0/1); strings such as the model name are params/tags
         items = [Metric(k, float(v), now, step) for k, v in metrics.items() if isinstance(v, (int, float))]
         for i in range(0, len(items), 1000):
-            self._guard("log metrics", self.client.log_batch, self.run_id, metrics=items[i:i + 1000])
+            self._call("log metrics", "log_batch", metrics=items[i:i + 1000])
 
     def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
         from mlflow.entities import Metric
@@ -131,25 +131,25 @@ class Tracker:
         now = int(time.time() * 1000)
         items = [Metric(name, float(v), now, first_step + i) for i, v in enumerate(values)]
         for i in range(0, len(items), 1000):
-            self._guard("log metrics", self.client.log_batch, self.run_id, metrics=items[i:i + 1000])
+            self._call("log metrics", "log_batch", metrics=items[i:i + 1000])
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
         items = [RunTag(k, str(v)[:5000]) for k, v in tags.items()]
-        self._guard("set tags", self.client.log_batch, self.run_id, tags=items)
+        self._call("set tags", "log_batch", tags=items)
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
         for path in paths:
             if path.is_dir():
-                self._guard("log artifacts", self.client.log_artifacts, self.run_id, str(path), path.name)
+                self._call("log artifacts", "log_artifacts", str(path), path.name)
             elif path.is_file():
-                self._guard("log artifact", self.client.log_artifact, self.run_id, str(path), artifact_path)
+                self._call("log artifact", "log_artifact", str(path), artifact_path)
 
     def finish(self, status: str = "FINISHED", error: Optional[str] = None) -> None:
         if error:
             self.set_tags({"error": error})
-        self._guard("end run", self.client.set_terminated, self.run_id, status)
+        self._call("end run", "set_terminated", status)
 
 
 def redact_uri(uri: str) -> str:

@@ -1,0 +1,77 @@
+"""The original Radix CLI, and a non-editable install that finds its configs from anywhere."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO, all_runs, bench_env, radix_metrics, run_bench, sqlite_uri
+from bench.radix import hydra_overrides, parse
+
+
+def test_radix_defaults_match_the_original_cli():
+    args, extra = parse([])
+    assert (args.lr, args.batch_size, args.epochs, args.steps_per_epoch, args.allow_cpu) == (0.1, 128, 1, 200, False)
+    assert extra == []
+    overrides = hydra_overrides(args, ["precision=bf16"])
+    assert "model=resnet50" in overrides and "data=synthetic" in overrides
+    assert "optimizer.lr=0.1" in overrides and "allow_cpu=false" in overrides
+    assert overrides[-1] == "precision=bf16"  # pass-through overrides come last and win
+
+
+def test_radix_cli_runs_resnet50_with_the_same_contract(tmp_path):
+    db = tmp_path / "mlflow.db"
+    proc = run_bench(tmp_path, ["--lr", "0.05", "--batch-size", "2", "--epochs", "1", "--steps-per-epoch", "2",
+                                "--allow-cpu", "benchmark.warmup_steps=1", "data.image_size=64",
+                                f"hydra.run.dir={tmp_path}/run"],
+                     module="bench.radix", env=bench_env(sqlite_uri(db)))
+    metrics = radix_metrics(proc)
+    assert metrics["model"] == "resnet50" and metrics["data"] == "synthetic"
+    assert (metrics["lr"], metrics["batch_size"], metrics["epochs"], metrics["steps_per_epoch"]) == (0.05, 2, 1, 2)
+    assert metrics["total_images"] == 4
+    assert metrics["images_per_second"] == pytest.approx(4 / metrics["elapsed_seconds"])
+    (run,) = all_runs(sqlite_uri(db))
+    assert run.info.status == "FINISHED" and run.data.params["optimizer.lr"] == "0.05"
+
+
+def test_radix_cli_rejects_unknown_flags_in_one_line(tmp_path):
+    proc = run_bench(tmp_path, ["--batchsize", "3"], module="bench.radix")
+    assert proc.returncode == 2
+    assert "--batchsize" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the no-CUDA refusal")
+def test_radix_cli_without_allow_cpu_refuses_the_cpu(tmp_path):
+    proc = run_bench(tmp_path, [f"hydra.run.dir={tmp_path}/run"], module="bench.radix")
+    assert proc.returncode == 2
+    assert "[ERROR] CUDA not available and allow_cpu=false" in proc.stderr
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_non_editable_install_finds_its_configs_from_another_directory(tmp_path):
+    """Build a real wheel, install it into a plain target dir, run it from an unrelated cwd."""
+    wheel_dir, site, elsewhere = tmp_path / "wheel", tmp_path / "site", tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(wheel_dir), str(REPO)], check=True, capture_output=True, timeout=300)
+    (wheel,) = wheel_dir.glob("bench-*.whl")
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(site), str(wheel)],
+                   check=True, capture_output=True, timeout=300)
+    assert (site / "bench" / "conf" / "config.yaml").is_file()
+    assert (site / "bench" / "conf" / "experiment" / "cpu_smoke.yaml").is_file()
+
+    env = bench_env(PYTHONPATH=str(site))
+    where = subprocess.run([sys.executable, "-c", "import bench; print(bench.__file__); print(bench.config_dir())"],
+                           cwd=elsewhere, env=env, capture_output=True, text=True, check=True)
+    assert all(line.startswith(str(site)) for line in where.stdout.split())
+
+    composed = run_bench(elsewhere, ["+experiment=cpu_smoke", "--cfg", "job"], env=env)
+    assert composed.returncode == 0, composed.stderr
+    assert "arch: resnet18" in composed.stdout and "allow_cpu: true" in composed.stdout
+
+    metrics = radix_metrics(run_bench(elsewhere, ["+experiment=cpu_smoke", "train.epochs=1",
+                                                  "train.steps_per_epoch=2", "tracking.enabled=false"], env=env))
+    assert metrics["model"] == "resnet18" and metrics["total_images"] == 32
+    assert list(elsewhere.glob("outputs/*/*/run_summary.json"))
