@@ -1,0 +1,338 @@
+"""Unit tests of bench.optim (optimizers, lr schedules) and bench.precision (on the CPU,
+plus GPU-less tests of the CUDA branches with torch.cuda mocked: named `__mocked_gpu`)."""
+
+from __future__ import annotations
+
+import logging
+import math
+from pathlib import Path
+
+import pytest
+import torch
+import torchvision
+from omegaconf import OmegaConf
+
+from bench import config_dir
+from bench.optim import build_optimizer, build_scheduler, effective_lr, lr_factor_fn
+from bench.precision import build_precision
+from bench.schema import OptimizerConfig, PrecisionConfig, SchedulerConfig
+from bench.validate import ConfigError
+
+CONF = Path(config_dir())
+CPU = torch.device("cpu")
+
+
+def group_cfg(schema, group: str, option: str, **overrides) -> dict:
+    """conf/<group>/<option>.yaml merged over the schema defaults, as bench sees it."""
+    merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(CONF / group / f"{option}.yaml"),
+                             overrides)
+    return OmegaConf.to_container(merged, resolve=True)
+
+
+def sched(option: str, **overrides) -> dict:
+    return group_cfg(SchedulerConfig, "scheduler", option, **overrides)
+
+
+def optim(option: str, **overrides) -> dict:
+    return group_cfg(OptimizerConfig, "optimizer", option, **overrides)
+
+
+def precision(option: str, **overrides) -> dict:
+    return group_cfg(PrecisionConfig, "precision", option, **overrides)
+
+
+@pytest.fixture(scope="module")
+def model() -> torch.nn.Module:
+    torch.manual_seed(0)
+    return torchvision.models.resnet18(num_classes=10)
+
+
+# --- lr_factor_fn ---------------------------------------------------------------------------
+
+def test_warmup_is_linear_from_start_factor_to_one():
+    cfg = sched("constant", warmup_steps=10, warmup_start_factor=0.1)
+    f = lr_factor_fn(cfg, total_steps=100, base_lr=0.5)
+    assert f(0) == pytest.approx(0.1)
+    for step in range(10):
+        assert f(step) == pytest.approx(0.1 + 0.9 * step / 10)
+    assert f(5) == pytest.approx(0.55)
+    assert f(10) == pytest.approx(1.0)
+    # strictly increasing during warm-up
+    assert all(f(s) < f(s + 1) for s in range(10))
+
+
+def test_constant_stays_one():
+    f = lr_factor_fn(sched("constant"), total_steps=50, base_lr=0.1)
+    assert [f(s) for s in (0, 1, 25, 50, 500)] == [1.0] * 5
+
+
+def test_multistep_multiplies_by_gamma_at_each_milestone():
+    cfg = sched("multistep", milestones=[10, 20], gamma=0.5)
+    f = lr_factor_fn(cfg, total_steps=30, base_lr=0.1)
+    assert f(0) == pytest.approx(1.0)
+    assert f(9) == pytest.approx(1.0)
+    assert f(10) == pytest.approx(0.5)
+    assert f(19) == pytest.approx(0.5)
+    assert f(20) == pytest.approx(0.25)
+    assert f(29) == pytest.approx(0.25)
+
+
+def test_multistep_yaml_defaults():
+    cfg = sched("multistep")
+    assert cfg["milestones"] == [100, 150] and cfg["gamma"] == pytest.approx(0.1)
+    f = lr_factor_fn(cfg, total_steps=200, base_lr=0.1)
+    assert (f(99), f(100), f(150)) == pytest.approx((1.0, 0.1, 0.01))
+
+
+def test_multistep_after_warmup():
+    cfg = sched("multistep", warmup_steps=5, warmup_start_factor=0.0, milestones=[10], gamma=0.1)
+    f = lr_factor_fn(cfg, total_steps=20, base_lr=1.0)
+    assert f(0) == pytest.approx(0.0)
+    assert f(5) == pytest.approx(1.0)
+    assert f(10) == pytest.approx(0.1)
+
+
+def test_cosine_goes_from_one_to_min_lr_ratio():
+    base_lr, min_lr, total = 0.2, 0.002, 100
+    f = lr_factor_fn(sched("cosine", min_lr=min_lr), total_steps=total, base_lr=base_lr)
+    floor = min_lr / base_lr
+    assert f(0) == pytest.approx(1.0)
+    assert f(total // 2) == pytest.approx(floor + (1 - floor) * 0.5)
+    assert f(total) == pytest.approx(floor)
+    assert f(total + 10) == pytest.approx(floor)  # clamped past the end
+    values = [f(s) for s in range(total + 1)]
+    assert all(a >= b for a, b in zip(values, values[1:]))
+
+
+def test_cosine_with_warmup_starts_decay_after_warmup():
+    f = lr_factor_fn(sched("cosine", warmup_steps=10, min_lr=0.0), total_steps=110, base_lr=1.0)
+    assert f(0) == pytest.approx(0.01)  # schema default warmup_start_factor
+    assert f(10) == pytest.approx(1.0)
+    assert f(60) == pytest.approx(0.5)
+    assert f(110) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_lambda_scheduler_applies_factor_to_optimizer_lr(model):
+    opt = build_optimizer(model, optim("sgd"), lr=0.1, device=CPU)
+    scheduler = build_scheduler(opt, sched("multistep", milestones=[2], gamma=0.1), total_steps=4, base_lr=0.1)
+    lrs = []
+    for _ in range(4):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        scheduler.step()
+    assert lrs == pytest.approx([0.1, 0.1, 0.01, 0.01])
+
+
+# --- build_optimizer ------------------------------------------------------------------------
+
+OPTIMIZER_CLASSES = {
+    "sgd": torch.optim.SGD,
+    "adam": torch.optim.Adam,
+    "adamw": torch.optim.AdamW,
+    "adagrad": torch.optim.Adagrad,
+    "adadelta": torch.optim.Adadelta,
+}
+
+
+def test_every_optimizer_option_is_tested():
+    assert {p.stem for p in (CONF / "optimizer").glob("*.yaml")} == set(OPTIMIZER_CLASSES)
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZER_CLASSES))
+def test_build_optimizer_class_and_lr(model, name):
+    cfg = optim(name)
+    opt = build_optimizer(model, cfg, lr=0.037, device=CPU)
+    assert type(opt) is OPTIMIZER_CLASSES[name]
+    assert opt.defaults["lr"] == pytest.approx(0.037)
+    assert all(g["lr"] == pytest.approx(0.037) for g in opt.param_groups)
+    if name != "sgd":
+        assert opt.defaults["eps"] == pytest.approx(cfg["eps"])
+    n_params = sum(len(g["params"]) for g in opt.param_groups)
+    assert n_params == len(list(model.parameters()))
+    assert not opt.defaults.get("fused")  # never fused on the CPU
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZER_CLASSES))
+def test_exclude_bn_bias_from_weight_decay(model, name):
+    cfg = optim(name, weight_decay=0.01, exclude_bn_bias_from_wd=True)
+    opt = build_optimizer(model, cfg, lr=0.01, device=CPU)
+    assert len(opt.param_groups) == 2
+    by_decay = {g["weight_decay"]: g["params"] for g in opt.param_groups}
+    assert set(by_decay) == {0.0, 0.01}
+    one_d = {id(p) for p in model.parameters() if p.ndim == 1}
+    multi_d = {id(p) for p in model.parameters() if p.ndim > 1}
+    assert one_d and multi_d
+    assert {id(p) for p in by_decay[0.0]} == one_d
+    assert {id(p) for p in by_decay[0.01]} == multi_d
+
+
+@pytest.mark.parametrize("name", sorted(OPTIMIZER_CLASSES))
+def test_without_exclusion_one_group_with_the_decay(model, name):
+    opt = build_optimizer(model, optim(name, weight_decay=0.01, exclude_bn_bias_from_wd=False), lr=0.01, device=CPU)
+    assert len(opt.param_groups) == 1
+    assert opt.param_groups[0]["weight_decay"] == pytest.approx(0.01)
+
+
+def test_adamw_yaml_excludes_bn_and_bias(model):
+    cfg = optim("adamw")
+    assert cfg["exclude_bn_bias_from_wd"] is True and cfg["weight_decay"] == pytest.approx(0.05)
+    opt = build_optimizer(model, cfg, lr=1e-3, device=CPU)
+    assert sorted(g["weight_decay"] for g in opt.param_groups) == pytest.approx([0.0, 0.05])
+
+
+def test_sgd_momentum_and_nesterov_passed_through(model):
+    opt = build_optimizer(model, optim("sgd", momentum=0.8, nesterov=True), lr=0.1, device=CPU)
+    assert opt.defaults["momentum"] == pytest.approx(0.8)
+    assert opt.defaults["nesterov"] is True
+
+
+def test_adam_betas_passed_through(model):
+    opt = build_optimizer(model, optim("adam", betas=[0.8, 0.99]), lr=1e-3, device=CPU)
+    assert tuple(opt.defaults["betas"]) == pytest.approx((0.8, 0.99))
+
+
+def test_optimizer_step_decays_weights_but_not_bn_or_bias():
+    # zero gradients: AdamW then changes a parameter only through its decoupled weight decay
+    torch.manual_seed(0)
+    local = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.BatchNorm1d(4))
+    with torch.no_grad():
+        local[1].weight.fill_(2.0)
+        local[1].bias.fill_(1.0)
+    opt = build_optimizer(local, optim("adamw", weight_decay=0.5), lr=0.1, device=CPU)
+    before = {name: p.detach().clone() for name, p in local.named_parameters()}
+    for p in local.parameters():
+        p.grad = torch.zeros_like(p)
+    opt.step()
+    after = dict(local.named_parameters())
+    assert torch.allclose(after["0.weight"], before["0.weight"] * (1 - 0.1 * 0.5))
+    for name in ("0.bias", "1.weight", "1.bias"):
+        assert torch.equal(after[name], before[name]), name
+
+
+# --- effective_lr ---------------------------------------------------------------------------
+
+def test_effective_lr_linear_scaling_rule():
+    assert effective_lr({"lr": 0.1}, sched("constant", scale_lr=True), global_batch=1024) == pytest.approx(0.4)
+    assert effective_lr({"lr": 0.1}, sched("constant", scale_lr=True), global_batch=128) == pytest.approx(0.05)
+    assert effective_lr({"lr": 0.1}, sched("constant", scale_lr=False), global_batch=1024) == pytest.approx(0.1)
+
+
+# --- onecycle ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("name", ["sgd", "adagrad", "adam", "adadelta"])
+def test_onecycle_runs_total_steps(model, name):
+    total = 20
+    opt = build_optimizer(model, optim(name), lr=0.05, device=CPU)
+    scheduler = build_scheduler(opt, sched("onecycle"), total_steps=total, base_lr=0.05)
+    assert isinstance(scheduler, torch.optim.lr_scheduler.OneCycleLR)
+    lrs = []
+    for _ in range(total):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        scheduler.step()
+    assert max(lrs) == pytest.approx(0.05, rel=0.05)  # peaks at base_lr
+    assert lrs[0] < 0.05 / 10 and lrs[-1] < 0.05 / 10  # rises from and falls back to small values
+    peak = lrs.index(max(lrs))
+    assert peak == pytest.approx(0.3 * total, abs=1.5)  # pct_start=0.3
+
+
+def test_onecycle_warmup_steps_sets_the_rising_phase(model):
+    total = 40
+    opt = build_optimizer(model, optim("sgd"), lr=0.1, device=CPU)
+    scheduler = build_scheduler(opt, sched("onecycle", warmup_steps=10), total_steps=total, base_lr=0.1)
+    lrs = []
+    for _ in range(total):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        scheduler.step()
+    assert lrs.index(max(lrs)) == 10
+
+
+# --- build_precision on the CPU -------------------------------------------------------------
+
+def test_fp32_on_cpu_has_no_autocast():
+    policy = build_precision(precision("fp32"), CPU)
+    assert policy.autocast_dtype is None
+    assert policy.scaler is None
+    assert policy.memory_format == torch.contiguous_format
+    assert policy.tf32 is False
+    with policy.autocast():
+        assert not torch.is_autocast_enabled("cpu")
+        out = torch.nn.Conv2d(3, 4, 3)(torch.randn(1, 3, 8, 8))
+    assert out.dtype == torch.float32
+    assert policy.describe() == {"precision": "fp32", "autocast_dtype": "none", "grad_scaler": False,
+                                 "tf32": False, "channels_last": False}
+
+
+def test_bf16_on_cpu_autocasts_conv_to_bfloat16():
+    policy = build_precision(precision("bf16"), CPU)
+    assert policy.autocast_dtype == torch.bfloat16
+    assert policy.scaler is None
+    assert policy.tf32 is False  # no TF32 on a CPU
+    conv = torch.nn.Conv2d(3, 4, 3)
+    x = torch.randn(1, 3, 8, 8)
+    with policy.autocast():
+        assert torch.is_autocast_enabled("cpu")
+        out = conv(x)
+    assert out.dtype == torch.bfloat16
+    assert conv(x).dtype == torch.float32  # autocast ends with the context
+    assert policy.describe()["autocast_dtype"] == "bfloat16"
+
+
+def test_amp_fp16_on_cpu_raises_config_error():
+    with pytest.raises(ConfigError) as info:
+        build_precision(precision("amp_fp16"), CPU)
+    assert info.value.key == "precision"
+    assert "amp_fp16" in str(info.value)
+    assert "CUDA" in str(info.value)
+
+
+def test_tf32_on_cpu_warns_and_computes_fp32(caplog):
+    with caplog.at_level(logging.WARNING, logger="bench.precision"):
+        policy = build_precision(precision("tf32"), CPU)
+    assert policy.tf32 is False
+    assert policy.autocast_dtype is None
+    assert "no effect on a CPU" in caplog.text
+
+
+@pytest.mark.parametrize("option", ["fp32", "bf16"])
+def test_channels_last_memory_format(option):
+    policy = build_precision(precision(option, channels_last=True), CPU)
+    assert policy.memory_format == torch.channels_last
+    assert policy.describe()["channels_last"] is True
+    x = torch.randn(2, 3, 8, 8).to(memory_format=policy.memory_format)
+    assert x.is_contiguous(memory_format=torch.channels_last)
+
+
+# --- CUDA branches with torch.cuda mocked (no GPU needed) -----------------------------------
+
+def test_bf16_refused_on_gpu_without_bf16__mocked_gpu(monkeypatch):
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *args, **kwargs: "Tesla V100-SXM2-16GB")
+    with pytest.raises(ConfigError) as info:
+        build_precision(precision("bf16"), torch.device("cuda", 0))
+    assert info.value.key == "precision"
+    assert "Tesla V100-SXM2-16GB" in str(info.value)
+    assert "bfloat16" in str(info.value)
+
+
+def test_tf32_off_on_pre_ampere_gpu__mocked_gpu(monkeypatch, caplog):
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args, **kwargs: (7, 0))
+    # build_precision writes these global flags: restore them after the test
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    with caplog.at_level(logging.WARNING, logger="bench.precision"):
+        policy = build_precision(precision("tf32"), torch.device("cuda", 0))
+    assert policy.tf32 is False
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.allow_tf32 is False
+    assert "Ampere" in caplog.text
+
+
+def test_fp32_switches_tf32_off_on_gpu__mocked_gpu(monkeypatch):
+    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
+    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+    policy = build_precision(precision("fp32"), torch.device("cuda", 0))
+    assert policy.tf32 is False
+    assert torch.backends.cuda.matmul.allow_tf32 is False
+    assert torch.backends.cudnn.allow_tf32 is False  # PyTorch's default is True for cuDNN
