@@ -73,7 +73,8 @@ def build_scheduler(optimizer: torch.optim.Optimizer, cfg: Mapping[str, Any], to
     """A scheduler stepped once per optimizer step, over `total_steps` steps (warm-up steps included)."""
     if cfg["name"] == "onecycle":
         pct = cfg["warmup_steps"] / total_steps if cfg["warmup_steps"] else cfg["pct_start"]
-        cycle_momentum = "momentum" in optimizer.defaults or "betas" in optimizer.defaults
+        # cycle momentum only where the optimizer has some: sgd with momentum=0 must stay at 0
+        cycle_momentum = optimizer.defaults.get("momentum", 0) > 0 or "betas" in optimizer.defaults
         return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=base_lr, total_steps=total_steps + 1,
                                                    pct_start=min(max(pct, 1e-3), 0.999),
                                                    cycle_momentum=cycle_momentum)

@@ -8,7 +8,12 @@ No torch import here: errors must come back fast.
 
 from __future__ import annotations
 
+import dataclasses
+import difflib
 from typing import Any, Iterable, Mapping
+
+from bench import schema as schema_module
+from bench.schema import BenchConfig
 
 MODEL_ARCHS = (
     "resnet18",
@@ -68,8 +73,29 @@ def _non_negative(cfg: Mapping[str, Any], key: str) -> None:
         raise ConfigError(key, value, "an integer >= 0")
 
 
+def _unknown_keys(cfg: Mapping[str, Any], schema: type, prefix: str = "") -> None:
+    """Hydra lets `+key=value` add keys the schema does not know: a typo would pass silently."""
+    fields = {f.name: _dataclass_of(f.type) for f in dataclasses.fields(schema)}
+    for key, value in cfg.items():
+        if key == "defaults":
+            continue
+        if key not in fields:
+            close = difflib.get_close_matches(key, list(fields), n=1)
+            hint = f"a key of {prefix.rstrip('.') or 'the config'}"
+            raise ConfigError(prefix + key, value, hint + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+        if fields[key] is not None and isinstance(value, Mapping):
+            _unknown_keys(value, fields[key], prefix + key + ".")
+
+
+def _dataclass_of(annotation: Any) -> Any:
+    """The schema dataclass a field holds, or None (schema.py's annotations are strings)."""
+    found = getattr(schema_module, annotation, None) if isinstance(annotation, str) else annotation
+    return found if dataclasses.is_dataclass(found) else None
+
+
 def validate(cfg: Mapping[str, Any]) -> None:
     """Raise ConfigError for the first value that cannot work. `cfg` is the resolved plain dict."""
+    _unknown_keys(cfg, BenchConfig)
     _one_of(cfg, "mode", MODES)
     _one_of(cfg, "model.arch", MODEL_ARCHS)
     _one_of(cfg, "data.name", DATA_NAMES)

@@ -178,3 +178,15 @@ def test_unreachable_tracking_server_keeps_results(tmp_path):
     assert metrics["total_images"] == 12
     assert "http://127.0.0.1:9" in proc.stderr
     assert (tmp_path / "run" / "run_summary.json").is_file()
+
+
+def test_compile_failure_falls_back_to_eager_and_says_so(tmp_path):
+    """torch.compile rejects an unknown mode for real; the run goes on eager and records why."""
+    proc = run_bench(tmp_path, [*TINY, "compile=true", "compile_mode=no-such-mode", "tracking.enabled=false",
+                                f"hydra.run.dir={tmp_path}/run"])
+    metrics = radix_metrics(proc)
+    assert metrics["compile"] is False
+    assert "no-such-mode" in metrics["compile_fallback"]
+    assert "torch.compile failed" in proc.stderr
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert summary["compile"]["requested"] is True and summary["compile"]["active"] is False

@@ -236,6 +236,14 @@ def test_onecycle_runs_total_steps(model, name):
     assert peak == pytest.approx(0.3 * total, abs=1.5)  # pct_start=0.3
 
 
+def test_onecycle_leaves_zero_momentum_alone(model):
+    opt = build_optimizer(model, optim("sgd", momentum=0.0), lr=0.1, device=CPU)
+    scheduler = build_scheduler(opt, sched("onecycle"), total_steps=10, base_lr=0.1)
+    opt.step()
+    scheduler.step()
+    assert opt.param_groups[0]["momentum"] == 0.0
+
+
 def test_onecycle_warmup_steps_sets_the_rising_phase(model):
     total = 40
     opt = build_optimizer(model, optim("sgd"), lr=0.1, device=CPU)
