@@ -63,3 +63,15 @@ def all_runs(tracking_uri: str) -> list:
 @pytest.fixture
 def tiny_args():
     return list(TINY)
+
+
+def pytest_collection_modifyitems(config, items):
+    """Tests marked `gpu` need a real CUDA device: skipped (not failed) without one."""
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
