@@ -7,13 +7,25 @@ beyond one NVML call per interval.
 
 from __future__ import annotations
 
+import os
 import threading
-from typing import Dict, List, Optional
+from typing import Any, Dict, List, Optional
+
+
+def nvml_handle(nvml: Any, cuda_index: int) -> Any:
+    """NVML numbers all GPUs; CUDA numbers the visible ones: map through CUDA_VISIBLE_DEVICES."""
+    visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
+    if cuda_index < len(visible):
+        entry = visible[cuda_index]
+        if entry.isdigit():
+            return nvml.nvmlDeviceGetHandleByIndex(int(entry))
+        return nvml.nvmlDeviceGetHandleByUUID(entry)  # GPU-xxxx or MIG-xxxx
+    return nvml.nvmlDeviceGetHandleByIndex(cuda_index)
 
 
 class GpuMonitor:
-    def __init__(self, device_index: int = 0, interval_s: float = 0.5):
-        self.device_index = device_index
+    def __init__(self, cuda_index: int = 0, interval_s: float = 0.5):
+        self.cuda_index = cuda_index
         self.interval_s = interval_s
         self._samples: List[tuple] = []
         self._stop = threading.Event()
@@ -25,7 +37,7 @@ class GpuMonitor:
             import pynvml
 
             pynvml.nvmlInit()
-            self._handle = pynvml.nvmlDeviceGetHandleByIndex(self.device_index)
+            self._handle = nvml_handle(pynvml, self.cuda_index)
             self._nvml = pynvml
         except Exception:  # noqa: BLE001 - no GPU / no driver: nothing to sample
             return self

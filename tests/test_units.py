@@ -1,0 +1,80 @@
+"""Small pieces with exact answers: percentiles, flattening and redaction, environment capture,
+NVML degradation on this GPU-less machine."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from bench.environment import collect_environment, nvml_devices
+from bench.gpu_monitor import GpuMonitor, nvml_handle
+from bench.results import percentile, step_time_stats
+from bench.tracking import flatten, redact_uri, resolve_tracking_uri
+
+
+@pytest.mark.parametrize("q", [0, 1, 50, 90, 95, 99, 100])
+def test_percentile_matches_numpy(q):
+    values = list(np.random.default_rng(0).exponential(10.0, size=257))
+    assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+
+
+def test_step_time_stats_flags_spread():
+    steady = step_time_stats([10.0] * 50)
+    assert steady["step_time_cv"] == 0 and steady["step_time_ms_p99"] == 10.0
+    noisy = step_time_stats([10.0, 30.0] * 25)
+    assert noisy["step_time_ms_mean"] == 20.0 and noisy["step_time_cv"] == pytest.approx(0.5)
+
+
+def test_flatten_drops_secret_looking_keys():
+    flat = flatten({"storage": {"endpoint": "http://x", "secret_access_key": "s3cr3t", "aws_access_key_id": "AKIA"},
+                    "tracking": {"token": "t", "uri": "u"}, "data": {"batch_size": 8, "sizes": [1, 2]}})
+    assert flat == {"storage.endpoint": "http://x", "tracking.uri": "u", "data.batch_size": 8, "data.sizes": [1, 2]}
+
+
+def test_redact_uri_hides_credentials():
+    assert redact_uri("http://user:pw@mlflow.example:5000") == "http://***@mlflow.example:5000"
+    assert redact_uri("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
+
+
+def test_tracking_uri_precedence(tmp_path, monkeypatch):
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    assert resolve_tracking_uri(None, tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"
+    assert resolve_tracking_uri("http://a:1", tmp_path) == "http://a:1"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", "http://b:2")
+    assert resolve_tracking_uri("http://a:1", tmp_path) == "http://b:2"
+
+
+def test_environment_records_versions_and_speed_env_but_no_secrets(monkeypatch):
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")
+    monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
+    monkeypatch.setenv("CUDA_API_TOKEN", "do-not-log")
+    env = collect_environment()
+    assert env["python"] and env["torch"] and env["torchvision"] and env["cpu_cores"] >= 1
+    assert env["env_vars"]["OMP_NUM_THREADS"] == "2" and env["env_vars"]["NCCL_SOCKET_IFNAME"] == "lo"
+    assert "CUDA_API_TOKEN" not in env["env_vars"]
+    assert "do-not-log" not in repr(env)
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the GPU-less degradation")
+def test_nvml_missing_degrades_quietly():
+    assert nvml_devices() == []
+    monitor = GpuMonitor(0, interval_s=0.01).start()
+    assert monitor.stop() == {}
+
+
+class _FakeNvml:
+    def nvmlDeviceGetHandleByIndex(self, index):
+        return ("index", index)
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        return ("uuid", uuid)
+
+
+def test_nvml_handle_follows_cuda_visible_devices__mocked_nvml(monkeypatch):
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "3,1")
+    assert nvml_handle(_FakeNvml(), 0) == ("index", 3)
+    assert nvml_handle(_FakeNvml(), 1) == ("index", 1)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-abc")
+    assert nvml_handle(_FakeNvml(), 0) == ("uuid", "GPU-abc")
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    assert nvml_handle(_FakeNvml(), 2) == ("index", 2)
