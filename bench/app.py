@@ -102,7 +102,7 @@ def run(cfg: Dict[str, Any], out_dir: Path, launch_dir: Path, overrides: Optiona
         tracker.finish("KILLED", error=str(exc) or "interrupted (KeyboardInterrupt)")
         error(f"run interrupted: {str(exc) or 'KeyboardInterrupt'}")
         return 130 if isinstance(exc, KeyboardInterrupt) else 143
-    except torch.OutOfMemoryError as exc:
+    except torch.cuda.OutOfMemoryError as exc:
         batch = cfg["data"]["batch_size"]
         message = (f"out of memory at data.batch_size={batch} on {device_name(device)}: "
                    f"try data.batch_size={max(1, batch // 2)}")

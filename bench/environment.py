@@ -83,7 +83,8 @@ def collect_environment() -> Dict[str, Any]:
         env["gpu_name"] = torch.cuda.get_device_name(0)
         env["gpu_capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
         try:
-            env["nccl"] = ".".join(map(str, torch.cuda.nccl.version()))
+            version = torch.cuda.nccl.version()  # a tuple in recent torch, an int in older ones
+            env["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
         except Exception:  # noqa: BLE001
             pass
     gpus = nvml_devices()

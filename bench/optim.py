@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any, Callable, Mapping
 
 import torch
 import torch.nn as nn
 
+log = logging.getLogger(__name__)
 
 def effective_lr(optimizer_cfg: Mapping[str, Any], scheduler_cfg: Mapping[str, Any], global_batch: int) -> float:
     """The base lr, after the linear scaling rule (lr x global_batch / 256) when asked for."""
@@ -32,7 +34,15 @@ def build_optimizer(model: nn.Module, cfg: Mapping[str, Any], lr: float, device:
     fused = cfg["fused"]
     if fused is None:
         fused = device.type == "cuda" and name in ("sgd", "adam", "adamw")
-    speed = {"fused": True} if fused else {}
+    if fused and name in ("sgd", "adam", "adamw"):
+        try:
+            return _build(name, groups, lr, cfg, {"fused": True})
+        except (TypeError, RuntimeError) as exc:  # an older torch, or params it cannot fuse
+            log.info("fused %s unavailable (%s); using the default kernels", name, exc)
+    return _build(name, groups, lr, cfg, {})
+
+
+def _build(name: str, groups: list, lr: float, cfg: Mapping[str, Any], speed: dict) -> torch.optim.Optimizer:
     if name == "sgd":
         return torch.optim.SGD(groups, lr=lr, momentum=cfg["momentum"], nesterov=cfg["nesterov"], **speed)
     if name == "adam":

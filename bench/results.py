@@ -75,6 +75,7 @@ def summarize(result: Any, cfg: Mapping[str, Any], device: str, device_name: str
         "data": cfg["data"]["name"],
         "image_size": cfg["data"]["image_size"],
         "optimizer": cfg["optimizer"]["name"],
+        "fused_optimizer": result.fused_optimizer,
         **result.precision,
         "compile": bool(result.compile.get("active")),
         "cudnn_benchmark": bool(cfg["cudnn_benchmark"]),

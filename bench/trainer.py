@@ -57,6 +57,7 @@ class TrainResult:
     parameters: int
     precision: Dict[str, Any]
     compile: Dict[str, Any] = field(default_factory=dict)
+    fused_optimizer: bool = False
     gpu: Dict[str, float] = field(default_factory=dict)  # NVML samples from the window
     extra: Dict[str, Any] = field(default_factory=dict)  # e.g. checkpoint write figures
 
@@ -165,6 +166,7 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
         parameters=count_parameters(eager),
         precision=policy.describe(),
         compile=compile_info,
+        fused_optimizer=bool(optimizer.defaults.get("fused")),
         **result,
     )
 
