@@ -54,80 +54,105 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
 
 def run(cfg: Dict[str, Any], out_dir: Path, launch_dir: Path, overrides: Optional[List[str]] = None) -> int:
     """Run one benchmark; returns the process exit code."""
-    try:
-        validate(cfg)
-    except ConfigError as exc:
-        error(str(exc))
-        return EXIT_CONFIG
-
-    import torch  # heavy imports start here, after the cheap checks
-
-    from bench.device import DeviceError, device_name, resolve_device
-    from bench.precision import build_precision
-
-    try:
-        device = resolve_device(cfg["allow_cpu"])
-        build_precision(cfg["precision"], device)  # checks the precision against the device
-    except (DeviceError, ConfigError) as exc:
-        error(str(exc))
+    device = _checked_device(cfg)
+    if device is None:
         return EXIT_CONFIG
 
     from bench.environment import collect_environment
-    from bench.gpu_monitor import GpuMonitor
-    from bench.results import final_line, summarize, write_outputs
-    from bench.storage import build_storage
-    from bench.tracking import Tracker, resolve_tracking_uri
-    from bench.trainer import train
+    from bench.results import final_line, headline
 
     environment = collect_environment()
     tracker = _open_tracker(cfg, launch_dir, environment, overrides or [])
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
-    storage = build_storage(cfg["storage"], out_dir)
     try:
-        on_finish = None
-        if cfg["storage"]["save_checkpoint"]:
-            def on_finish(model: Any, optimizer: Any) -> Dict[str, Any]:
-                state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-                return storage.save_checkpoint(state, cfg["storage"]["checkpoint_name"])
-
-        monitor = GpuMonitor(device.index or 0) if device.type == "cuda" else None
-        result = train(cfg, device, monitor=monitor, on_finish=on_finish)
-        metrics = summarize(result, cfg, device.type, device_name(device), world_size=1)
-        metrics.update(result.gpu)
-        metrics.update({k: v for k, v in result.extra.items() if k != "checkpoint_path"})
-        files = write_outputs(out_dir, cfg, environment, metrics, result)
-        _log_results(tracker, metrics, result, files, out_dir, cfg["tracking"]["log_step_metrics"])
+        metrics = _benchmark(cfg, device, out_dir, environment, tracker)
         tracker.finish("FINISHED")
-    except (KeyboardInterrupt, _Terminated) as exc:
-        tracker.finish("KILLED", error=str(exc) or "interrupted (KeyboardInterrupt)")
-        error(f"run interrupted: {str(exc) or 'KeyboardInterrupt'}")
+    except BaseException as exc:  # noqa: BLE001 - every way out ends the MLflow run with a status
+        return _fail(exc, cfg, device, out_dir, tracker)
+    finally:
+        signal.signal(signal.SIGTERM, previous_sigterm)
+
+    log.info(headline(metrics))
+    log.info("results in %s", out_dir)
+    print(final_line(metrics), flush=True)
+    return 0
+
+
+def _checked_device(cfg: Dict[str, Any]) -> Any:
+    """Validate the config, pick the device, check the precision against it: None (and a
+    printed [ERROR]) when the run cannot start. No MLflow run exists yet."""
+    try:
+        validate(cfg)
+    except ConfigError as exc:
+        error(str(exc))
+        return None
+
+    from bench.device import DeviceError, resolve_device  # torch is imported from here on
+    from bench.precision import build_precision
+
+    try:
+        device = resolve_device(cfg["allow_cpu"])
+        build_precision(cfg["precision"], device)
+    except (DeviceError, ConfigError) as exc:
+        error(str(exc))
+        return None
+    return device
+
+
+def _benchmark(cfg: Dict[str, Any], device: Any, out_dir: Path, environment: Mapping[str, Any],
+               tracker: Any) -> Dict[str, Any]:
+    from bench.device import device_name
+    from bench.gpu_monitor import GpuMonitor
+    from bench.results import summarize, write_outputs
+    from bench.storage import build_storage
+    from bench.trainer import train
+
+    on_finish = None
+    if cfg["storage"]["save_checkpoint"]:
+        storage = build_storage(cfg["storage"], out_dir)
+
+        def on_finish(model: Any, optimizer: Any) -> Dict[str, Any]:
+            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+            return storage.save_checkpoint(state, cfg["storage"]["checkpoint_name"])
+
+    monitor = GpuMonitor(device.index or 0) if device.type == "cuda" else None
+    result = train(cfg, device, monitor=monitor, on_finish=on_finish)
+    metrics = summarize(result, cfg, device.type, device_name(device), world_size=1)
+    metrics.update(result.gpu)
+    metrics.update({k: v for k, v in result.extra.items() if k != "checkpoint_path"})
+    files = write_outputs(out_dir, cfg, environment, metrics, result)
+    _log_results(tracker, metrics, result, files, out_dir, cfg["tracking"]["log_step_metrics"])
+    return metrics
+
+
+def _fail(exc: BaseException, cfg: Mapping[str, Any], device: Any, out_dir: Path, tracker: Any) -> int:
+    """End the MLflow run with the right status, say what happened in one line, pick the exit code."""
+    import torch
+
+    from bench.device import device_name
+
+    if isinstance(exc, (KeyboardInterrupt, _Terminated)):
+        reason = str(exc) or "KeyboardInterrupt"
+        tracker.finish("KILLED", error=reason)
+        error(f"run interrupted: {reason}")
         return 130 if isinstance(exc, KeyboardInterrupt) else 143
-    except torch.cuda.OutOfMemoryError as exc:
+    if isinstance(exc, torch.cuda.OutOfMemoryError):
         batch = cfg["data"]["batch_size"]
         message = (f"out of memory at data.batch_size={batch} on {device_name(device)}: "
                    f"try data.batch_size={max(1, batch // 2)}")
         tracker.finish("FAILED", error=f"OutOfMemoryError: {message}")
         error(message)
-        log.debug("out of memory: %s", exc)
         return EXIT_FAILED
-    except Exception as exc:  # noqa: BLE001 - any crash ends the MLflow run FAILED with its reason
-        reason = f"{type(exc).__name__}: {exc}"
-        out_dir.mkdir(parents=True, exist_ok=True)
-        (out_dir / "error.txt").write_text(traceback.format_exc())
-        tracker.log_artifacts([out_dir / "error.txt"])
-        tracker.finish("FAILED", error=reason)
-        error(f"run failed: {reason} (traceback in {out_dir / 'error.txt'})")
-        return EXIT_FAILED
-    finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
-
-    log.info("%s %s bs=%d on %s: %.1f images/s, step p50 %.2f ms, p99 %.2f ms (%d steps, %.2f s)",
-             metrics["model"], metrics["precision"], metrics["batch_size"], metrics["device_name"],
-             metrics["images_per_second"], metrics["step_time_ms_p50"], metrics["step_time_ms_p99"],
-             metrics["measured_steps"], metrics["elapsed_seconds"])
-    log.info("results in %s", out_dir)
-    print(final_line(metrics), flush=True)
-    return 0
+    if not isinstance(exc, Exception):  # SystemExit and friends: not ours to swallow
+        tracker.finish("FAILED", error=f"{type(exc).__name__}: {exc}")
+        raise exc
+    reason = f"{type(exc).__name__}: {exc}"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "error.txt").write_text("".join(traceback.format_exception(exc)))
+    tracker.log_artifacts([out_dir / "error.txt"])
+    tracker.finish("FAILED", error=reason)
+    error(f"run failed: {reason} (traceback in {out_dir / 'error.txt'})")
+    return EXIT_FAILED
 
 
 def _open_tracker(cfg: Mapping[str, Any], launch_dir: Path, environment: Mapping[str, Any],

@@ -115,5 +115,11 @@ def write_outputs(out_dir: Path, cfg: Mapping[str, Any], environment: Mapping[st
     return [epochs_path, steps_path, summary_path, csv_path]
 
 
+def headline(metrics: Mapping[str, Any]) -> str:
+    return ("{model} {precision} bs={batch_size} x{world_size} on {device_name}: {images_per_second:.1f} images/s, "
+            "step p50 {step_time_ms_p50:.2f} ms, p99 {step_time_ms_p99:.2f} ms ({measured_steps} steps, "
+            "{elapsed_seconds:.2f} s)").format(**metrics)
+
+
 def final_line(metrics: Mapping[str, Any]) -> str:
     return json.dumps({"radix_metrics": dict(metrics)}, default=str)

@@ -4,7 +4,6 @@ plus GPU-less tests of the CUDA branches with torch.cuda mocked: named `__mocked
 from __future__ import annotations
 
 import logging
-import math
 from pathlib import Path
 
 import pytest
