@@ -1,8 +1,9 @@
 """Typed schema of a run: one dataclass per config group, registered in Hydra's ConfigStore.
 
 Hydra merges the YAML files under conf/ into these dataclasses, so a wrong type or an
-unknown key fails at composition time with the key named. Semantic checks (positive
-sizes, known names) live in ``bench.validate``. This module must not import torch.
+unknown key fails at composition time with the key named (keys added with `+key=...` get
+past Hydra and are caught by ``bench.validate``, as are values that cannot work: zero
+sizes, unknown names). This module must not import torch.
 """
 
 from __future__ import annotations

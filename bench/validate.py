@@ -1,8 +1,8 @@
 """Semantic checks on a composed config, run before any model, process or MLflow run exists.
 
 Hydra and the schema already reject unknown groups, unknown keys and wrong types; this
-module rejects values of the right type that cannot work (a zero batch size, an unknown
-architecture). Each failure is one sentence: the key, the value, what is accepted.
+module rejects keys added past the schema with `+key=...`, and values of the right type
+that cannot work (a zero batch size, an unknown architecture). Each failure is one sentence: the key, the value, what is accepted.
 No torch import here: errors must come back fast.
 """
 
