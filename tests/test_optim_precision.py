@@ -323,11 +323,18 @@ def test_bf16_refused_on_gpu_without_bf16__mocked_gpu(monkeypatch):
     assert "bfloat16" in str(info.value)
 
 
-def test_tf32_off_on_pre_ampere_gpu__mocked_gpu(monkeypatch, caplog):
+@pytest.fixture
+def tf32_flags_on():
+    """build_precision writes torch's global TF32 flags: start from True, restore afterwards.
+    (Not monkeypatch: cuBLAS's flag is a computed attribute that newer pytest cannot undo.)"""
+    saved = (torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32)
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = True
+    yield
+    torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32 = saved
+
+
+def test_tf32_off_on_pre_ampere_gpu__mocked_gpu(monkeypatch, caplog, tf32_flags_on):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args, **kwargs: (7, 0))
-    # build_precision writes these global flags: restore them after the test
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
     with caplog.at_level(logging.WARNING, logger="bench.precision"):
         policy = build_precision(precision("tf32"), torch.device("cuda", 0))
     assert policy.tf32 is False
@@ -336,9 +343,7 @@ def test_tf32_off_on_pre_ampere_gpu__mocked_gpu(monkeypatch, caplog):
     assert "Ampere" in caplog.text
 
 
-def test_fp32_switches_tf32_off_on_gpu__mocked_gpu(monkeypatch):
-    monkeypatch.setattr(torch.backends.cuda.matmul, "allow_tf32", True)
-    monkeypatch.setattr(torch.backends.cudnn, "allow_tf32", True)
+def test_fp32_switches_tf32_off_on_gpu__mocked_gpu(tf32_flags_on):
     policy = build_precision(precision("fp32"), torch.device("cuda", 0))
     assert policy.tf32 is False
     assert torch.backends.cuda.matmul.allow_tf32 is False
