@@ -107,7 +107,11 @@ class Tracker:
         try:
             getattr(self.client, method)(self.run_id, *args, **kwargs)
         except Exception as exc:  # noqa: BLE001
-            log.warning("MLflow %s failed at %s (%s: %s)", what, redact_uri(self.uri), type(exc).__name__, exc)
+            # One warning, then stop: a server that went away would cost each later call its
+            # full retry back-off, and the results are safe in the output directory anyway.
+            log.warning("MLflow %s failed at %s (%s: %s); no further tracking for this run",
+                        what, redact_uri(self.uri), type(exc).__name__, exc)
+            self.client = None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
@@ -121,16 +125,17 @@ class Tracker:
 
         now = int(time.time() * 1000)
         # numbers only (bools become 0/1); strings such as the model name are params/tags
-        items = [Metric(k, float(v), now, step) for k, v in metrics.items() if isinstance(v, (int, float))]
-        for i in range(0, len(items), 1000):
-            self._call("log metrics", "log_batch", metrics=items[i:i + 1000])
+        self._log_metric_items([Metric(k, float(v), now, step) for k, v in metrics.items()
+                                if isinstance(v, (int, float))])
 
     def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        items = [Metric(name, float(v), now, first_step + i) for i, v in enumerate(values)]
-        for i in range(0, len(items), 1000):
+        self._log_metric_items([Metric(name, float(v), now, first_step + i) for i, v in enumerate(values)])
+
+    def _log_metric_items(self, items: list) -> None:
+        for i in range(0, len(items), 1000):  # MLflow's log_batch takes at most 1000 metrics
             self._call("log metrics", "log_batch", metrics=items[i:i + 1000])
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:

@@ -24,6 +24,7 @@ from bench.data import build_batches
 from bench.models import build_model, count_parameters
 from bench.optim import build_optimizer, build_scheduler, effective_lr
 from bench.precision import PrecisionPolicy, build_precision
+from bench.results import percentile
 from bench.timing import StepClock
 
 log = logging.getLogger(__name__)
@@ -211,11 +212,10 @@ def _measure(step: Callable, batches: Any, clock: StepClock, cfg: Mapping[str, A
     epochs, first = [], 0
     for number, (last, epoch_loss, lr) in enumerate(epoch_ends, start=1):
         seconds = clock.seconds_between(first, last)
-        times = sorted(step_times[first:last])
         epochs.append(EpochRecord(epoch=number, steps=last - first, images=(last - first) * batch_size,
                                   seconds=seconds, images_per_second=(last - first) * batch_size / seconds,
                                   loss=float(epoch_loss.item()), lr=float(lr),
-                                  step_time_ms_p50=times[len(times) // 2]))
+                                  step_time_ms_p50=percentile(step_times[first:last], 50)))
         first = last
     return {
         "measured_steps": done,

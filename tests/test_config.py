@@ -88,26 +88,26 @@ def test_every_experiment_composes_and_validates(experiment):
     validate(_resolved(cfg))
 
 
-@pytest.mark.parametrize("experiment", ["a100_bf16", "h100_bf16"])
-def test_bf16_experiments(experiment):
+GPU_PRESETS = {
+    # preset: (precision, autocast dtype, grad scaler)
+    "a100_bf16": ("bf16", "bfloat16", False),
+    "h100_bf16": ("bf16", "bfloat16", False),
+    "v100_amp": ("amp_fp16", "float16", True),
+    "t4_amp": ("amp_fp16", "float16", True),
+}
+
+
+@pytest.mark.parametrize("experiment", sorted(GPU_PRESETS))
+def test_gpu_presets(experiment):
     plain = _resolved(_compose([f"+experiment={experiment}"]))
-    assert plain["precision"]["name"] == "bf16"
-    assert plain["precision"]["autocast_dtype"] == "bfloat16"
-    assert plain["precision"]["grad_scaler"] is False
+    name, dtype, scaler = GPU_PRESETS[experiment]
+    assert plain["precision"]["name"] == name
+    assert plain["precision"]["autocast_dtype"] == dtype
+    assert plain["precision"]["grad_scaler"] is scaler
     assert plain["precision"]["channels_last"] is True
     assert plain["model"]["arch"] == "resnet50"
     assert plain["data"]["batch_size"] == 256
     assert plain["allow_cpu"] is False
-
-
-@pytest.mark.parametrize("experiment", ["v100_amp", "t4_amp"])
-def test_amp_fp16_experiments(experiment):
-    plain = _resolved(_compose([f"+experiment={experiment}"]))
-    assert plain["precision"]["name"] == "amp_fp16"
-    assert plain["precision"]["autocast_dtype"] == "float16"
-    assert plain["precision"]["grad_scaler"] is True
-    assert plain["precision"]["channels_last"] is True
-    assert plain["model"]["arch"] == "resnet50"
 
 
 def test_cpu_smoke_experiment():

@@ -78,3 +78,22 @@ def test_nvml_handle_follows_cuda_visible_devices__mocked_nvml(monkeypatch):
     assert nvml_handle(_FakeNvml(), 0) == ("uuid", "GPU-abc")
     monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
     assert nvml_handle(_FakeNvml(), 2) == ("index", 2)
+
+
+def test_tracker_stops_after_first_failure_with_one_warning(tmp_path, caplog):
+    """A real sqlite store and a run id it does not have: MLflow raises for real."""
+    import logging
+
+    from mlflow import MlflowClient
+
+    from bench.tracking import Tracker
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracker = Tracker(MlflowClient(tracking_uri=uri), "0" * 32, uri)
+    with caplog.at_level(logging.WARNING, logger="bench.tracking"):
+        tracker.log_metrics({"images_per_second": 1.0})
+        tracker.log_series("step_time_ms", [1.0, 2.0])
+        tracker.finish("FINISHED")
+    assert not tracker.active
+    assert caplog.text.count("no further tracking") == 1
+    assert uri in caplog.text
