@@ -87,6 +87,10 @@ def _checked_device(cfg: Dict[str, Any]) -> Any:
         error(str(exc))
         return None
 
+    if cfg["mode"] == "storage":  # the storage benchmark emulates the accelerators: no device needed
+        import torch
+
+        return torch.device("cpu")
     from bench.device import DeviceError, resolve_device  # torch is imported from here on
     from bench.precision import build_precision
 
@@ -101,6 +105,10 @@ def _checked_device(cfg: Dict[str, Any]) -> Any:
 
 def _benchmark(cfg: Dict[str, Any], device: Any, out_dir: Path, environment: Mapping[str, Any],
                tracker: Any) -> Dict[str, Any]:
+    if cfg["mode"] == "storage":
+        from bench.iobench import run_storage_benchmark
+
+        return run_storage_benchmark(cfg, out_dir, environment, tracker)
     from bench.device import device_name
     from bench.gpu_monitor import GpuMonitor
     from bench.results import summarize, write_outputs

@@ -67,10 +67,20 @@ class SchedulerConfig:
 
 @dataclass
 class DistributedConfig:
-    name: str = "single"
-    nproc_per_node: int = 1
+    name: str = "single"  # single | ddp
+    nproc_per_node: int = 1  # processes (one GPU each) on this node
     nnodes: int = 1
-    backend: str = "auto"
+    node_rank: int = 0
+    # host:port of the c10d rendezvous; null: a free port on 127.0.0.1 (single node)
+    rdzv_endpoint: Optional[str] = None
+    backend: str = "auto"  # auto (nccl with CUDA, gloo otherwise) | nccl | gloo
+    timeout_s: float = 300.0  # a dead or hung rank ends the job within this
+    # weak: data.batch_size is per process; strong: data.batch_size is the global batch
+    scaling: str = "weak"
+    gradient_as_bucket_view: bool = True
+    static_graph: bool = True
+    bucket_cap_mb: int = 25
+
 
 
 @dataclass

@@ -24,14 +24,16 @@ MODEL_ARCHS = (
     "vit_b_16",
     "cifar_resnet18",
 )
-DATA_NAMES = ("synthetic",)
+DATA_NAMES = ("synthetic", "imagefolder", "cifar100", "shards")
 PRECISIONS = ("fp32", "tf32", "amp_fp16", "bf16")
 AUTOCAST_DTYPES = (None, "float16", "bfloat16")
 OPTIMIZERS = ("sgd", "adam", "adamw", "adagrad", "adadelta")
 SCHEDULERS = ("constant", "multistep", "cosine", "onecycle")
-DISTRIBUTED = ("single",)
-STORAGES = ("local",)
-MODES = ("train",)
+DISTRIBUTED = ("single", "ddp")
+BACKENDS = ("auto", "nccl", "gloo")
+SCALING = ("weak", "strong")
+STORAGES = ("local", "s3")
+MODES = ("train", "storage")
 VIT_PATCH = 16
 
 
@@ -119,9 +121,9 @@ def validate(cfg: Mapping[str, Any]) -> None:
     if cfg["optimizer"]["weight_decay"] < 0:
         raise ConfigError("optimizer.weight_decay", cfg["optimizer"]["weight_decay"], "a number >= 0")
 
-    if cfg["distributed"]["name"] == "single" and cfg["distributed"]["nproc_per_node"] * cfg["distributed"]["nnodes"] != 1:
-        raise ConfigError("distributed.nproc_per_node", cfg["distributed"]["nproc_per_node"],
-                          "1 with distributed=single (multi-process runs need distributed=ddp)")
+    _validate_distributed(cfg)
+    _validate_data(cfg)
+    _validate_storage(cfg)
 
     if cfg["model"]["arch"] == "vit_b_16" and cfg["data"]["image_size"] % VIT_PATCH:
         raise ConfigError("data.image_size", cfg["data"]["image_size"],
@@ -138,3 +140,24 @@ def validate(cfg: Mapping[str, Any]) -> None:
         raise ConfigError("scheduler.milestones", list(milestones), "a non-empty increasing list of positive step numbers")
     if scheduler["name"] == "onecycle" and not 0 < scheduler["pct_start"] < 1:
         raise ConfigError("scheduler.pct_start", scheduler["pct_start"], "a number between 0 and 1")
+
+
+def _validate_distributed(cfg: Mapping[str, Any]) -> None:
+    dist = cfg["distributed"]
+    if dist["name"] == "single" and dist["nproc_per_node"] * dist["nnodes"] != 1:
+        raise ConfigError("distributed.nproc_per_node", dist["nproc_per_node"],
+                          "1 with distributed=single (multi-process runs need distributed=ddp)")
+
+
+# ---- data options (bench/data/) ------------------------------------------------------------
+
+
+def _validate_data(cfg: Mapping[str, Any]) -> None:
+    pass
+
+
+# ---- storage options and the storage benchmark (bench/storage/, bench/iobench/) ------------
+
+
+def _validate_storage(cfg: Mapping[str, Any]) -> None:
+    pass

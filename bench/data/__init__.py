@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Tuple
+from typing import Any, Iterator, Mapping, Optional, Tuple
 
 import torch
 
@@ -10,7 +10,10 @@ Batch = Tuple[torch.Tensor, torch.Tensor]
 
 
 def build_batches(cfg: Mapping[str, Any], device: torch.device, memory_format: torch.memory_format,
-                  seed: int) -> Iterator[Batch]:
+                  seed: int, rank: int = 0, world_size: int = 1,
+                  storage: Optional[Mapping[str, Any]] = None) -> Iterator[Batch]:
+    """`cfg` is the data group; `rank`/`world_size` shard real datasets (DistributedSampler);
+    `storage` is the storage group, for datasets read through it (s3:// roots)."""
     if cfg["name"] == "synthetic":
         from bench.data.synthetic import synthetic_batches
 
