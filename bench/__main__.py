@@ -1,5 +1,7 @@
 """`python -m bench`: the Hydra entry point. Thin on purpose: compose, then hand over to bench.app."""
 
+import sys
+
 import hydra
 from omegaconf import DictConfig
 
@@ -16,5 +18,14 @@ def main(cfg: DictConfig) -> None:
     run_from_hydra(cfg)
 
 
-if __name__ == "__main__":
+def cli() -> None:
+    """The console script: a multirun exits with the number of jobs that failed."""
     main()
+    from bench.sweep import failed_jobs
+
+    if failed_jobs():
+        sys.exit(min(failed_jobs(), 100))
+
+
+if __name__ == "__main__":
+    cli()

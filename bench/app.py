@@ -28,20 +28,31 @@ def error(message: str) -> None:
     print(f"[ERROR] {message}", file=sys.stderr, flush=True)
 
 
-def run_from_hydra(cfg: DictConfig) -> None:
+def run_from_hydra(cfg: DictConfig) -> int:
+    """The Hydra task. A single run exits with its code; a multirun job returns it instead
+    (an exit would end the whole sweep), and bench.sweep counts the failures."""
     from hydra.core.hydra_config import HydraConfig
+    from hydra.types import RunMode
+
+    from bench import sweep
 
     hydra_cfg = HydraConfig.get()
+    in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     try:
         plain = OmegaConf.to_container(cfg, resolve=True)
     except Exception as exc:  # noqa: BLE001 - a broken ${...} interpolation in user overrides
         error(f"the config could not be resolved: {exc}")
-        sys.exit(EXIT_CONFIG)
-    plain.pop("defaults", None)
-    code = run(plain, Path(hydra_cfg.runtime.output_dir), Path(hydra_cfg.runtime.cwd),
-               overrides=list(hydra_cfg.overrides.task))
+        code = EXIT_CONFIG
+    else:
+        plain.pop("defaults", None)
+        code = run(plain, Path(hydra_cfg.runtime.output_dir), Path(hydra_cfg.runtime.cwd),
+                   overrides=list(hydra_cfg.overrides.task),
+                   sweep_job=sweep.current_job(hydra_cfg) if in_sweep else None)
+    if in_sweep and code not in (130, 143):  # Ctrl-C / SIGTERM still stop the whole sweep
+        return code
     if code:
         sys.exit(code)
+    return code
 
 
 class _Terminated(BaseException):
@@ -52,20 +63,30 @@ def _raise_terminated(signum: int, _frame: Any) -> None:
     raise _Terminated(f"terminated by signal {signal.Signals(signum).name}")
 
 
-def run(cfg: Dict[str, Any], out_dir: Path, launch_dir: Path, overrides: Optional[List[str]] = None) -> int:
-    """Run one benchmark; returns the process exit code."""
-    device = _checked_device(cfg)
+def run(cfg: Dict[str, Any], out_dir: Path, launch_dir: Path, overrides: Optional[List[str]] = None,
+        sweep_job: Optional[Mapping[str, Any]] = None) -> int:
+    """Run one benchmark; returns the process exit code. `sweep_job` (parent run id, job
+    number) is set for the jobs of a multirun: they run in processes of their own and a job
+    that cannot start still leaves a FAILED child run with the reason."""
+    device, problem = _checked_device(cfg)
     if device is None:
+        if sweep_job and sweep_job.get("parent_run_id"):
+            _open_tracker(cfg, launch_dir, {}, overrides or [], sweep_job).finish("FAILED", error=problem)
         return EXIT_CONFIG
 
+    from bench.distributed import outside_launcher_context
     from bench.environment import collect_environment
     from bench.results import final_line, headline
 
+    joined = outside_launcher_context(cfg)
+    if joined is not None and not joined.is_reporter:
+        return _run_joined_rank(cfg, joined, out_dir)
+
     environment = collect_environment()
-    tracker = _open_tracker(cfg, launch_dir, environment, overrides or [])
+    tracker = _open_tracker(cfg, launch_dir, environment, overrides or [], sweep_job)
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_terminated)
     try:
-        metrics = _benchmark(cfg, device, out_dir, environment, tracker)
+        metrics = _benchmark(cfg, device, out_dir, environment, tracker, launched=sweep_job is not None)
         tracker.finish("FINISHED")
     except BaseException as exc:  # noqa: BLE001 - every way out ends the MLflow run with a status
         return _fail(exc, cfg, device, out_dir, tracker)
@@ -78,57 +99,84 @@ def run(cfg: Dict[str, Any], out_dir: Path, launch_dir: Path, overrides: Optiona
     return 0
 
 
-def _checked_device(cfg: Dict[str, Any]) -> Any:
-    """Validate the config, pick the device, check the precision against it: None (and a
-    printed [ERROR]) when the run cannot start. No MLflow run exists yet."""
+def _run_joined_rank(cfg: Dict[str, Any], ctx: Any, out_dir: Path) -> int:
+    """A rank other than 0 under torchrun/Slurm: train, hand the timing to rank 0, report nothing."""
+    from bench.distributed import run_rank, setup_rank_logging
+
+    setup_rank_logging(out_dir, ctx.rank)
+    try:
+        run_rank(cfg, ctx, out_dir)
+    except Exception as exc:  # noqa: BLE001 - one line here; rank 0 reports the run
+        error(f"rank {ctx.rank} failed: {type(exc).__name__}: {exc}")
+        return EXIT_FAILED
+    return 0
+
+
+def _checked_device(cfg: Dict[str, Any]) -> tuple:
+    """Validate the config, pick the device, check the precision against it: (device, None),
+    or (None, the one-line problem, also printed as [ERROR]) when the run cannot start.
+    No MLflow run exists yet."""
     try:
         validate(cfg)
     except ConfigError as exc:
         error(str(exc))
-        return None
+        return None, str(exc)
 
     if cfg["mode"] == "storage":  # the storage benchmark emulates the accelerators: no device needed
         import torch
 
-        return torch.device("cpu")
+        return torch.device("cpu"), None
     from bench.device import DeviceError, resolve_device  # torch is imported from here on
     from bench.precision import build_precision
 
     try:
         device = resolve_device(cfg["allow_cpu"])
         build_precision(cfg["precision"], device)
+        _check_gpu_count(cfg, device)
     except (DeviceError, ConfigError) as exc:
         error(str(exc))
-        return None
-    return device
+        return None, str(exc)
+    return device, None
+
+
+def _check_gpu_count(cfg: Mapping[str, Any], device: Any) -> None:
+    import torch
+
+    nproc = cfg["distributed"]["nproc_per_node"]
+    if device.type == "cuda" and nproc > torch.cuda.device_count():
+        raise ConfigError("distributed.nproc_per_node", nproc,
+                          f"at most {torch.cuda.device_count()} (the GPUs visible on this node; one per process)")
 
 
 def _benchmark(cfg: Dict[str, Any], device: Any, out_dir: Path, environment: Mapping[str, Any],
-               tracker: Any) -> Dict[str, Any]:
+               tracker: Any, launched: bool = False) -> Dict[str, Any]:
     if cfg["mode"] == "storage":
         from bench.iobench import run_storage_benchmark
 
         return run_storage_benchmark(cfg, out_dir, environment, tracker)
+
     from bench.device import device_name
-    from bench.gpu_monitor import GpuMonitor
-    from bench.results import summarize, write_outputs
-    from bench.storage import build_storage
-    from bench.trainer import train
+    from bench.distributed import RankContext, launch, outside_launcher_context, run_rank, world_size
+    from bench.results import merge_ranks, summarize, write_outputs
 
-    on_finish = None
-    if cfg["storage"]["save_checkpoint"]:
-        storage = build_storage(cfg["storage"], out_dir)
+    joined = outside_launcher_context(cfg)
+    if joined is not None:  # rank 0 under torchrun/Slurm
+        from bench.distributed import setup_rank_logging
 
-        def on_finish(model: Any, optimizer: Any) -> Dict[str, Any]:
-            state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
-            return storage.save_checkpoint(state, cfg["storage"]["checkpoint_name"])
-
-    monitor = GpuMonitor(device.index or 0) if device.type == "cuda" else None
-    result = train(cfg, device, monitor=monitor, on_finish=on_finish)
-    metrics = summarize(result, cfg, device.type, device_name(device), world_size=1)
+        setup_rank_logging(out_dir, 0)
+        outcome = run_rank(cfg, joined, out_dir)
+    elif launched or world_size(cfg) > 1:  # workers in processes of their own
+        outcome = launch(cfg, out_dir)
+    else:
+        outcome = run_rank(cfg, RankContext(), out_dir)
+    if outcome is None:  # a node of a multi-node launch that does not hold rank 0
+        return {}
+    result, ranks = merge_ranks(outcome["result"], outcome["ranks"])
+    metrics = summarize(result, cfg, device.type, device_name(device), world_size=len(ranks), ranks=ranks)
     metrics.update(result.gpu)
     metrics.update({k: v for k, v in result.extra.items() if k != "checkpoint_path"})
-    files = write_outputs(out_dir, cfg, environment, metrics, result)
+    files = write_outputs(out_dir, cfg, environment, metrics, result, extra={"ranks": [
+        {k: v for k, v in r.items() if k not in ("step_times_ms", "data_wait_ms")} for r in ranks]})
     _log_results(tracker, metrics, result, files, out_dir, cfg["tracking"]["log_step_metrics"])
     return metrics
 
@@ -139,12 +187,14 @@ def _fail(exc: BaseException, cfg: Mapping[str, Any], device: Any, out_dir: Path
 
     from bench.device import device_name
 
-    if isinstance(exc, (KeyboardInterrupt, _Terminated)):
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+
+    if isinstance(exc, (KeyboardInterrupt, _Terminated, SignalException)):
         reason = str(exc) or "KeyboardInterrupt"
         tracker.finish("KILLED", error=reason)
         error(f"run interrupted: {reason}")
-        return 130 if isinstance(exc, KeyboardInterrupt) else 143
-    if isinstance(exc, torch.cuda.OutOfMemoryError):
+        return 130 if isinstance(exc, KeyboardInterrupt) or "SIGINT" in reason else 143
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "OutOfMemoryError" in str(exc):
         batch = cfg["data"]["batch_size"]
         message = (f"out of memory at data.batch_size={batch} on {device_name(device)}: "
                    f"try data.batch_size={max(1, batch // 2)}")
@@ -164,7 +214,7 @@ def _fail(exc: BaseException, cfg: Mapping[str, Any], device: Any, out_dir: Path
 
 
 def _open_tracker(cfg: Mapping[str, Any], launch_dir: Path, environment: Mapping[str, Any],
-                  overrides: List[str]) -> Any:
+                  overrides: List[str], sweep_job: Optional[Mapping[str, Any]] = None) -> Any:
     from bench.tracking import Tracker, flatten, resolve_tracking_uri
 
     tracking = cfg["tracking"]
@@ -175,8 +225,13 @@ def _open_tracker(cfg: Mapping[str, Any], launch_dir: Path, environment: Mapping
     )
     tags = {f"env.{k}": v for k, v in flatten(environment).items()}
     tags["overrides"] = " ".join(overrides)
+    parent = None
+    if sweep_job:
+        parent = sweep_job.get("parent_run_id")
+        tags.update({"sweep.job": str(sweep_job["job"]), "sweep.dir": str(sweep_job["dir"])})
+        run_name = f"{run_name}-x{cfg['distributed']['nproc_per_node'] * cfg['distributed']['nnodes']}-job{sweep_job['job']}"
     tracker = Tracker.start(resolve_tracking_uri(tracking["uri"], launch_dir), tracking["experiment"],
-                            run_name, tags, parent_run_id=tracking.get("parent_run_id"))
+                            run_name, tags, parent_run_id=parent)
     tracker.log_params(cfg)
     return tracker
 

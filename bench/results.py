@@ -10,7 +10,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence
 
@@ -44,14 +44,48 @@ def step_time_stats(times_ms: Sequence[float]) -> Dict[str, float]:
     }
 
 
-def summarize(result: Any, cfg: Mapping[str, Any], device: str, device_name: str, world_size: int) -> Dict[str, Any]:
+def merge_ranks(result: Any, ranks: Sequence[Mapping[str, Any]]) -> tuple:
+    """Rank 0's TrainResult, with the step timeline of the whole job: a DDP step is as slow
+    as its slowest rank, so step i's time (and data wait) is the max over ranks."""
+    if len(ranks) <= 1:
+        return result, list(ranks)
+    steps = min(len(r["step_times_ms"]) for r in ranks)
+    waits = min(len(r["data_wait_ms"]) for r in ranks)
+    merged = replace(
+        result,
+        step_times_ms=[max(r["step_times_ms"][i] for r in ranks) for i in range(steps)],
+        data_wait_ms=[max(r["data_wait_ms"][i] for r in ranks) for i in range(waits)],
+        window_seconds=max(r["window_seconds"] for r in ranks),
+        peak_memory_bytes=max(r["peak_memory_bytes"] for r in ranks),
+    )
+    return merged, list(ranks)
+
+
+def rank_figures(ranks: Sequence[Mapping[str, Any]]) -> Dict[str, Any]:
+    """Per-rank throughput, so a straggler shows, and whether DDP kept the weights identical."""
+    throughputs = [r["images"] / r["window_seconds"] if r["window_seconds"] > 0 else 0.0 for r in ranks]
+    checksums = {r["param_checksum"] for r in ranks}
+    return {
+        "images_per_second": sum(throughputs),  # global: the sum over ranks
+        "rank_images_per_second_min": min(throughputs),
+        "rank_images_per_second_max": max(throughputs),
+        "rank_slowest": min(range(len(ranks)), key=lambda i: throughputs[i]),
+        "rank_spread": 1.0 - min(throughputs) / max(throughputs) if max(throughputs) > 0 else 0.0,
+        "params_in_sync": len(checksums) == 1,
+    }
+
+
+def summarize(result: Any, cfg: Mapping[str, Any], device: str, device_name: str, world_size: int,
+              ranks: Sequence[Mapping[str, Any]] = ()) -> Dict[str, Any]:
     """The radix_metrics dict: every number a run reports, plus the settings that change speed."""
     seconds = result.window_seconds
     images = result.images * world_size
     data_wait_s = sum(result.data_wait_ms) / 1000.0
     stats = step_time_stats(result.step_times_ms)
+    per_rank = rank_figures(ranks) if len(ranks) > 1 else {}
+    throughput = per_rank.get("images_per_second", images / seconds if seconds > 0 else 0.0)
     metrics: Dict[str, Any] = {
-        "images_per_second": images / seconds if seconds > 0 else 0.0,
+        "images_per_second": throughput,
         "total_images": images,
         "elapsed_seconds": seconds,
         "lr": result.base_lr,
@@ -62,7 +96,10 @@ def summarize(result: Any, cfg: Mapping[str, Any], device: str, device_name: str
         "measured_steps": result.measured_steps,
         "warmup_steps": result.warmup_steps,
         "world_size": world_size,
-        "images_per_second_per_device": images / seconds / world_size if seconds > 0 else 0.0,
+        "images_per_second_per_device": throughput / world_size,
+        "distributed": cfg["distributed"]["name"],
+        "scaling": cfg["distributed"]["scaling"],
+        **{k: v for k, v in per_rank.items() if k != "images_per_second"},
         **stats,
         "unstable": stats.get("step_time_cv", 0.0) > UNSTABLE_CV,
         "data_wait_seconds": data_wait_s,

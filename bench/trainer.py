@@ -21,6 +21,7 @@ import torch.nn as nn
 from tqdm import tqdm
 
 from bench.data import build_batches
+from bench.distributed import RankContext, per_rank_batch_size
 from bench.models import build_model, count_parameters
 from bench.optim import build_optimizer, build_scheduler, effective_lr
 from bench.precision import PrecisionPolicy, build_precision
@@ -59,6 +60,7 @@ class TrainResult:
     precision: Dict[str, Any]
     compile: Dict[str, Any] = field(default_factory=dict)
     fused_optimizer: bool = False
+    param_checksum: float = 0.0  # sum of all weights after training: equal on every rank when DDP synced them
     gpu: Dict[str, float] = field(default_factory=dict)  # NVML samples from the window
     extra: Dict[str, Any] = field(default_factory=dict)  # e.g. checkpoint write figures
 
@@ -108,12 +110,16 @@ def _maybe_compile(model: nn.Module, enabled: bool, mode: Optional[str]) -> tupl
 
 
 def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
-          on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]] = None) -> TrainResult:
+          on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]] = None,
+          ctx: Optional[RankContext] = None) -> TrainResult:
     """Build model, data, precision, optimizer and scheduler from `cfg` (a resolved plain dict) and run.
 
     `monitor` (start()/stop() -> dict) samples the device during the measured window only;
-    `on_finish(model, optimizer)` runs after the window (a checkpoint write, say).
+    `on_finish(model, optimizer)` runs after the window (a checkpoint write, say);
+    `ctx` is this process's rank: with world_size > 1 the model is wrapped in DDP (the
+    process group must exist) and each rank reads its own data.
     """
+    ctx = ctx or RankContext()
     torch.manual_seed(cfg["seed"])
     if cfg.get("cpu_threads"):
         torch.set_num_threads(cfg["cpu_threads"])
@@ -122,8 +128,7 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
         torch.cuda.reset_peak_memory_stats(device)
 
     bench_cfg, train_cfg = cfg["benchmark"], cfg["train"]
-    batch_size = cfg["data"]["batch_size"]
-    world_size = cfg["distributed"]["nproc_per_node"] * cfg["distributed"]["nnodes"]
+    batch_size = per_rank_batch_size(cfg, ctx.world_size)
     planned = train_cfg["epochs"] * train_cfg["steps_per_epoch"]
     if bench_cfg["measure_steps"]:
         planned = min(planned, bench_cfg["measure_steps"])
@@ -131,11 +136,13 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
 
     policy = build_precision(cfg["precision"], device)
     eager = build_model(cfg["model"]).to(device=device, memory_format=policy.memory_format)
-    base_lr = effective_lr(cfg["optimizer"], cfg["scheduler"], batch_size * world_size)
+    base_lr = effective_lr(cfg["optimizer"], cfg["scheduler"], batch_size * ctx.world_size)
     optimizer = build_optimizer(eager, cfg["optimizer"], base_lr, device)
     scheduler = build_scheduler(optimizer, cfg["scheduler"], warmup + planned, base_lr)
-    batches = build_batches(cfg["data"], device, policy.memory_format, cfg["seed"])
-    model, compile_info = _maybe_compile(eager, cfg["compile"], cfg.get("compile_mode"))
+    batches = build_batches(dict(cfg["data"], batch_size=batch_size), device, policy.memory_format,
+                            cfg["seed"] + ctx.rank, rank=ctx.rank, world_size=ctx.world_size, storage=cfg["storage"])
+    wrapped = _wrap_ddp(eager, cfg["distributed"], device) if ctx.distributed else eager
+    model, compile_info = _maybe_compile(wrapped, cfg["compile"], cfg.get("compile_mode"))
     model.train()
     step = make_step(model, optimizer, scheduler, policy)
 
@@ -146,7 +153,7 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
         except Exception as exc:  # noqa: BLE001
             log.warning("torch.compile failed at the first step (%s: %s); running eager", type(exc).__name__, exc)
             compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
-            step = make_step(eager, optimizer, scheduler, policy)
+            step = make_step(wrapped, optimizer, scheduler, policy)
 
     for _ in range(warmup):
         step(*next(batches))
@@ -154,7 +161,7 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
     clock.sync()
     if monitor is not None:
         monitor.start()
-    result = _measure(step, batches, clock, cfg, planned, batch_size, optimizer)
+    result = _measure(step, batches, clock, cfg, planned, batch_size, optimizer, ctx)
     gpu = monitor.stop() if monitor is not None else {}
     extra = on_finish(eager, optimizer) if on_finish is not None else {}
     return TrainResult(
@@ -168,18 +175,52 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
         precision=policy.describe(),
         compile=compile_info,
         fused_optimizer=bool(optimizer.defaults.get("fused")),
+        param_checksum=_param_checksum(eager),
         **result,
     )
 
 
+def _wrap_ddp(model: nn.Module, dist_cfg: Mapping[str, Any], device: torch.device) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel
+
+    return DistributedDataParallel(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        gradient_as_bucket_view=dist_cfg["gradient_as_bucket_view"],  # no copy between grads and buckets
+        static_graph=dist_cfg["static_graph"],  # same graph every step: lets DDP skip per-step bookkeeping
+        bucket_cap_mb=dist_cfg["bucket_cap_mb"],
+    )
+
+
+def _param_checksum(model: nn.Module) -> float:
+    with torch.no_grad():
+        return float(sum(p.detach().double().sum().item() for p in model.parameters()))
+
+
+def _deadline_passed(deadline: Optional[float], ctx: RankContext) -> bool:
+    """measure_seconds: with several ranks the decision is all-reduced (any rank out of time
+    stops all), or a rank that stopped alone would leave the others waiting in an all-reduce."""
+    if deadline is None:
+        return False
+    passed = time.perf_counter() >= deadline
+    if not ctx.distributed:
+        return passed
+    import torch.distributed as dist
+
+    flag = torch.tensor([1.0 if passed else 0.0], device="cuda" if torch.cuda.is_available() and
+                        dist.get_backend() == "nccl" else "cpu")
+    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+    return bool(flag.item())
+
+
 def _measure(step: Callable, batches: Any, clock: StepClock, cfg: Mapping[str, Any], planned: int,
-             batch_size: int, optimizer: torch.optim.Optimizer) -> Dict[str, Any]:
+             batch_size: int, optimizer: torch.optim.Optimizer, ctx: RankContext) -> Dict[str, Any]:
     bench_cfg = cfg["benchmark"]
     steps_per_epoch = cfg["train"]["steps_per_epoch"]
     log_every = bench_cfg["log_every"]
     deadline = time.perf_counter() + bench_cfg["measure_seconds"] if bench_cfg["measure_seconds"] else None
     progress = tqdm(total=planned, unit="step", file=sys.stderr, mininterval=1.0, leave=False,
-                    disable=None if bench_cfg["progress"] else True)  # None: off when not a TTY
+                    disable=None if bench_cfg["progress"] and ctx.is_reporter else True)  # None: off when not a TTY
 
     data_wait: List[float] = []
     epoch_ends: List[tuple] = []  # (index of the epoch's last mark, its last loss, lr after it)
@@ -194,7 +235,9 @@ def _measure(step: Callable, batches: Any, clock: StepClock, cfg: Mapping[str, A
         clock.mark()
         done += 1
         progress.update()
-        timed_out = deadline is not None and time.perf_counter() >= deadline
+        # several ranks decide together, at log intervals only (a collective is a sync point)
+        timed_out = (done % log_every == 0 or done == planned) and _deadline_passed(deadline, ctx) \
+            if ctx.distributed else _deadline_passed(deadline, ctx)
         if done % steps_per_epoch == 0 or done == planned or timed_out:
             epoch_ends.append((len(clock) - 1, loss, optimizer.param_groups[0]["lr"]))
         if done % log_every == 0:

@@ -1,0 +1,254 @@
+"""The distributed group: who runs the training loop, and how per-rank results become one.
+
+Three ways a run executes (bench.app picks):
+- in process: distributed=single, or a 1-process ddp run outside a sweep;
+- launched: the Hydra job starts its workers with torch.distributed's elastic launcher
+  (c10d rendezvous, max_restarts=0) and reports what rank 0 hands back. Used for
+  nproc_per_node x nnodes > 1 and for every job of a multirun, so each configuration runs
+  in processes of its own;
+- joined: under torchrun / Slurm / Kubernetes (RANK, WORLD_SIZE, LOCAL_RANK set) every
+  process is a rank already; rank 0 reports.
+
+A 1-process run never builds a process group or a DDP wrapper: it is the plain loop, the
+baseline that scaling efficiency divides by.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+import socket
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional
+
+from torch.distributed.elastic.multiprocessing.errors import record  # a worker's exception reaches the launcher
+
+log = logging.getLogger("bench")
+
+RANK_LOG_FORMAT = "[%(asctime)s][rank{rank}][%(name)s][%(levelname)s] %(message)s"
+
+
+@dataclass(frozen=True)
+class RankContext:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+
+    @property
+    def is_reporter(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+
+def outside_launcher_context(cfg: Mapping[str, Any]) -> Optional[RankContext]:
+    """The rank of this process when an outside launcher (torchrun, srun) started it."""
+    if cfg["distributed"]["name"] != "ddp":
+        return None
+    if not all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        return None
+    return RankContext(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
+
+
+def world_size(cfg: Mapping[str, Any]) -> int:
+    return cfg["distributed"]["nproc_per_node"] * cfg["distributed"]["nnodes"]
+
+
+def per_rank_batch_size(cfg: Mapping[str, Any], world: int) -> int:
+    """weak scaling: data.batch_size per process; strong: data.batch_size split over the ranks."""
+    batch = cfg["data"]["batch_size"]
+    return batch // world if cfg["distributed"]["scaling"] == "strong" else batch
+
+
+def resolve_backend(requested: str, device_type: str) -> str:
+    if requested != "auto":
+        return requested
+    return "nccl" if device_type == "cuda" else "gloo"
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+# ---- workers ------------------------------------------------------------------------------
+
+
+def setup_rank_logging(out_dir: Path, rank: int) -> None:
+    """Every rank logs to <job dir>/rank<N>.log; rank 0 also to stderr. Worker stdout is
+    pointed at stderr so the job's stdout keeps only the final line."""
+    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+    out_dir.mkdir(parents=True, exist_ok=True)
+    formatter = logging.Formatter(RANK_LOG_FORMAT.format(rank=rank))
+    root = logging.getLogger()
+    for handler in list(root.handlers):
+        root.removeHandler(handler)
+    handlers: List[logging.Handler] = [logging.FileHandler(out_dir / f"rank{rank}.log")]
+    if rank == 0:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    for noisy in ("mlflow", "urllib3", "alembic", "matplotlib"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+def init_process_group(cfg: Mapping[str, Any], ctx: RankContext, device: Any) -> None:
+    import torch.distributed as dist
+
+    backend = resolve_backend(cfg["distributed"]["backend"], device.type)
+    timeout = datetime.timedelta(seconds=float(cfg["distributed"]["timeout_s"]))
+    kwargs: Dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
+    dist.init_process_group(backend=backend, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout, **kwargs)
+    log.info("rank %d/%d joined the process group (%s, timeout %ss)", ctx.rank, ctx.world_size, backend,
+             cfg["distributed"]["timeout_s"])
+
+
+def destroy_process_group() -> None:
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.destroy_process_group()
+
+
+def run_rank(cfg: Dict[str, Any], ctx: RankContext, out_dir: Path) -> Optional[Dict[str, Any]]:
+    """Train as one rank; rank 0 returns {"result": TrainResult, "ranks": [...]}, others None."""
+    from bench.device import resolve_device
+    from bench.trainer import train
+
+    device = resolve_device(cfg["allow_cpu"])
+    if device.type == "cpu" and not cfg.get("cpu_threads") and ctx.world_size > 1:
+        # CPU ranks share the cores: without this each would start one thread per core and
+        # oversubscribe (torchrun sets OMP_NUM_THREADS=1 for the same reason).
+        cfg = dict(cfg, cpu_threads=max(1, (os.cpu_count() or 1) // cfg["distributed"]["nproc_per_node"]))
+    if ctx.distributed:
+        init_process_group(cfg, ctx, device)
+    try:
+        result = train(cfg, device, monitor=_monitor(device, ctx), on_finish=_checkpoint_writer(cfg, out_dir, ctx),
+                       ctx=ctx)
+        ranks = gather_rank_summaries(result, ctx)
+    finally:
+        destroy_process_group()
+    return {"result": result, "ranks": ranks} if ctx.is_reporter else None
+
+
+def _monitor(device: Any, ctx: RankContext) -> Any:
+    if device.type != "cuda" or not ctx.is_reporter:
+        return None
+    from bench.gpu_monitor import GpuMonitor
+
+    return GpuMonitor(device.index or 0)
+
+
+def _checkpoint_writer(cfg: Mapping[str, Any], out_dir: Path, ctx: RankContext) -> Any:
+    """Rank 0 writes the checkpoint after the measured window (all ranks hold the same weights)."""
+    if not cfg["storage"]["save_checkpoint"] or not ctx.is_reporter:
+        return None
+    from bench.storage import build_storage
+
+    storage = build_storage(cfg["storage"], out_dir)
+
+    def write(model: Any, optimizer: Any) -> Dict[str, Any]:
+        state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+        return storage.save_checkpoint(state, cfg["storage"]["checkpoint_name"])
+
+    return write
+
+
+def gather_rank_summaries(result: Any, ctx: RankContext) -> List[Dict[str, Any]]:
+    """Every rank's timing, collected on all ranks (one all_gather_object, after the window)."""
+    mine = {
+        "rank": ctx.rank,
+        "host": socket.gethostname(),
+        "images": result.images,
+        "window_seconds": result.window_seconds,
+        "step_times_ms": result.step_times_ms,
+        "data_wait_ms": result.data_wait_ms,
+        "peak_memory_bytes": result.peak_memory_bytes,
+        "param_checksum": result.param_checksum,
+    }
+    if not ctx.distributed:
+        return [mine]
+    import torch.distributed as dist
+
+    gathered: List[Any] = [None] * ctx.world_size
+    dist.all_gather_object(gathered, mine)
+    return gathered
+
+
+@record
+def worker_entry(cfg: Dict[str, Any], out_dir: str) -> Optional[Dict[str, Any]]:
+    """What each launched worker process runs (module level: the spawn start method pickles it)."""
+    ctx = RankContext(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
+    setup_rank_logging(Path(out_dir), ctx.rank)
+    return run_rank(cfg, ctx, Path(out_dir))
+
+
+# ---- the launcher ---------------------------------------------------------------------------
+
+
+class WorkerFailure(RuntimeError):
+    """A launched worker died, hung past the timeout, or raised; str() names the rank and why."""
+
+
+def launch(cfg: Dict[str, Any], out_dir: Path) -> Optional[Dict[str, Any]]:
+    """Start nproc_per_node workers on this node (elastic launch, c10d rendezvous, no restarts)
+    and return what rank 0 hands back (None on a node that does not hold rank 0)."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+    dist_cfg = cfg["distributed"]
+    endpoint = dist_cfg["rdzv_endpoint"] or f"127.0.0.1:{free_port()}"
+    rdzv_configs: Dict[str, Any] = {"timeout": int(dist_cfg["timeout_s"])}
+    if dist_cfg["nnodes"] > 1:
+        rdzv_configs["is_host"] = dist_cfg["node_rank"] == 0
+    config = LaunchConfig(
+        min_nodes=dist_cfg["nnodes"],
+        max_nodes=dist_cfg["nnodes"],
+        nproc_per_node=dist_cfg["nproc_per_node"],
+        run_id=f"bench-{uuid.uuid4().hex[:12]}",
+        rdzv_backend="c10d",
+        rdzv_endpoint=endpoint,
+        rdzv_configs=rdzv_configs,
+        max_restarts=0,
+        monitor_interval=0.2,
+        start_method="spawn",
+        logs_specs=DefaultLogsSpecs(log_dir=str(out_dir / "workers")),
+    )
+    # The elastic agent logs its whole launch config at INFO; keep stderr for our own lines.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
+    try:
+        returns = elastic_launch(config, worker_entry)(cfg, str(out_dir))
+    except ChildFailedError as exc:
+        raise WorkerFailure(describe_failure(exc)) from None
+    return returns.get(0)
+
+
+def describe_failure(exc: Any) -> str:
+    """One line from a ChildFailedError: the first failed rank, its exit code or signal, its error."""
+    rank, failure = min(exc.failures.items())
+    if failure.exitcode < 0:
+        import signal
+
+        try:
+            name = signal.Signals(-failure.exitcode).name
+        except ValueError:
+            name = f"signal {-failure.exitcode}"
+        return f"worker rank {rank} (pid {failure.pid}) was killed by {name}"
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    message = str(message or "").strip().splitlines()
+    detail = message[0] if message else "no error message"
+    if detail.startswith("Process failed with exitcode"):
+        detail = "see its log in the job dir"
+    return f"worker rank {rank} (pid {failure.pid}) exited with code {failure.exitcode}: {detail}"

@@ -1,0 +1,87 @@
+"""Sweeps: one MLflow parent run per Hydra multirun, every job of it a child run.
+
+Hydra calls the callback around the sweep (configured under hydra.callbacks in
+conf/config.yaml). Jobs read the parent run id from here (same process: Hydra's basic
+launcher runs the job functions one after another, and each job starts its training in
+processes of its own). A failed job is a FAILED child and the sweep goes on; the multirun
+exits with the number of failed jobs. At the end the sweep report (bench.report) is
+written into the sweep dir and logged to the parent run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from hydra.experimental.callback import Callback
+
+log = logging.getLogger("bench")
+
+_state: Dict[str, Any] = {"tracker": None, "jobs": 0, "failed": 0}
+
+
+def current_job(hydra_cfg: Any) -> Dict[str, Any]:
+    """What a sweep job needs to log as a child of the sweep."""
+    tracker = _state["tracker"]
+    return {"parent_run_id": tracker.run_id if tracker is not None and tracker.active else None,
+            "job": hydra_cfg.job.num, "dir": hydra_cfg.sweep.dir}
+
+
+def failed_jobs() -> int:
+    return _state["failed"]
+
+
+def _sweep_params(overrides: Any) -> Dict[str, str]:
+    """['data.batch_size=16,32', 'precision=fp32,bf16'] -> {'data.batch_size': '16,32', ...}"""
+    params = {}
+    for override in overrides:
+        key, _, value = str(override).partition("=")
+        params[key.lstrip("+~")] = value
+    return params
+
+
+class MlflowSweepCallback(Callback):
+    def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        _state.update(tracker=None, jobs=0, failed=0)
+        if not config.tracking.enabled:
+            return
+        from bench.tracking import Tracker, resolve_tracking_uri
+
+        sweep_dir = Path(config.hydra.sweep.dir).resolve()
+        overrides = list(config.hydra.overrides.task)
+        uri = resolve_tracking_uri(config.tracking.uri, Path(os.getcwd()))
+        name = config.tracking.run_name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+        tracker = Tracker.start(uri, config.tracking.experiment, name,
+                                {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides)})
+        tracker.log_params(_sweep_params(overrides))
+        _state["tracker"] = tracker
+
+    def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
+        from hydra.core.utils import JobStatus
+
+        _state["jobs"] += 1
+        failed = job_return.status != JobStatus.COMPLETED or bool(job_return._return_value)
+        if failed:
+            _state["failed"] += 1
+            log.warning("sweep job %s failed; going on with the next one", config.hydra.job.num)
+
+    def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        tracker: Optional[Any] = _state["tracker"]
+        sweep_dir = Path(config.hydra.sweep.dir)
+        files = []
+        try:
+            from bench.report import build_report
+
+            files = build_report(sweep_dir, sweep_dir / "report")
+        except Exception as exc:  # noqa: BLE001 - a report problem must not hide the sweep's results
+            log.warning("the sweep report could not be built (%s: %s); run python -m bench.report --sweep %s",
+                        type(exc).__name__, exc, sweep_dir)
+        jobs, failed = _state["jobs"], _state["failed"]
+        log.info("sweep done: %d jobs, %d failed; report in %s", jobs, failed, sweep_dir / "report")
+        if tracker is not None:
+            tracker.set_tags({"sweep.jobs": jobs, "sweep.failed_jobs": failed})
+            tracker.log_artifacts(files, artifact_path="report")
+            tracker.finish("FINISHED")
