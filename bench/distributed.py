@@ -20,6 +20,7 @@ import logging
 import os
 import socket
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,6 +30,7 @@ from torch.distributed.elastic.multiprocessing.errors import record  # a worker'
 
 log = logging.getLogger("bench")
 
+EXIT_HUNG = 124  # a rank whose steps stopped (the exit code `timeout` uses)
 RANK_LOG_FORMAT = "[%(asctime)s][rank{rank}][%(name)s][%(levelname)s] %(message)s"
 
 
@@ -108,8 +110,8 @@ def init_process_group(cfg: Mapping[str, Any], ctx: RankContext, device: Any) ->
     timeout = datetime.timedelta(seconds=float(cfg["distributed"]["timeout_s"]))
     kwargs: Dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
     dist.init_process_group(backend=backend, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout, **kwargs)
-    log.info("rank %d/%d joined the process group (%s, timeout %ss)", ctx.rank, ctx.world_size, backend,
-             cfg["distributed"]["timeout_s"])
+    log.info("rank %d/%d (pid %d) joined the process group (%s, timeout %ss)", ctx.rank, ctx.world_size,
+             os.getpid(), backend, cfg["distributed"]["timeout_s"])
 
 
 def destroy_process_group() -> None:
@@ -119,8 +121,40 @@ def destroy_process_group() -> None:
         dist.destroy_process_group()
 
 
-def run_rank(cfg: Dict[str, Any], ctx: RankContext, out_dir: Path) -> Optional[Dict[str, Any]]:
-    """Train as one rank; rank 0 returns {"result": TrainResult, "ranks": [...]}, others None."""
+class StepWatchdog:
+    """Ends this rank when no training step has finished for `timeout_s`.
+
+    A peer that died or hung leaves the others blocked inside an all-reduce, and not every
+    backend honours its timeout there (gloo inside DDP's backward does not); a rank that
+    exits is something the launcher sees, and it then stops the rest. Armed at the first
+    step, so model building and data start-up are not counted.
+    """
+
+    def __init__(self, timeout_s: float, rank: int):
+        import threading
+
+        self.timeout_s, self.rank = float(timeout_s), rank
+        self._last: Optional[float] = None
+        self._thread = threading.Thread(target=self._watch, name="bench-step-watchdog", daemon=True)
+        self._thread.start()
+
+    def beat(self) -> None:
+        self._last = time.monotonic()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.timeout_s / 4))
+            if self._last is not None and time.monotonic() - self._last > self.timeout_s:
+                log.error("rank %d: no training step finished for %.0f s (distributed.timeout_s): a peer died or hung; "
+                          "ending this rank", self.rank, self.timeout_s)
+                logging.shutdown()
+                os._exit(EXIT_HUNG)
+
+
+def run_rank(cfg: Dict[str, Any], ctx: RankContext, out_dir: Path,
+             watchdog: bool = False) -> Optional[Dict[str, Any]]:
+    """Train as one rank; rank 0 returns {"result": TrainResult, "ranks": [...]}, others None.
+    `watchdog`: end this process if steps stop for distributed.timeout_s (launched workers)."""
     from bench.device import resolve_device
     from bench.trainer import train
 
@@ -132,8 +166,9 @@ def run_rank(cfg: Dict[str, Any], ctx: RankContext, out_dir: Path) -> Optional[D
     if ctx.distributed:
         init_process_group(cfg, ctx, device)
     try:
+        on_step = StepWatchdog(cfg["distributed"]["timeout_s"], ctx.rank).beat if watchdog else None
         result = train(cfg, device, monitor=_monitor(device, ctx), on_finish=_checkpoint_writer(cfg, out_dir, ctx),
-                       ctx=ctx)
+                       ctx=ctx, on_step=on_step)
         ranks = gather_rank_summaries(result, ctx)
     finally:
         destroy_process_group()
@@ -189,7 +224,7 @@ def worker_entry(cfg: Dict[str, Any], out_dir: str) -> Optional[Dict[str, Any]]:
     """What each launched worker process runs (module level: the spawn start method pickles it)."""
     ctx = RankContext(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
     setup_rank_logging(Path(out_dir), ctx.rank)
-    return run_rank(cfg, ctx, Path(out_dir))
+    return run_rank(cfg, ctx, Path(out_dir), watchdog=True)
 
 
 # ---- the launcher ---------------------------------------------------------------------------
@@ -222,20 +257,83 @@ def launch(cfg: Dict[str, Any], out_dir: Path) -> Optional[Dict[str, Any]]:
         max_restarts=0,
         monitor_interval=0.2,
         start_method="spawn",
+        shutdown_timeout=5,  # seconds between SIGTERM and SIGKILL for the survivors of a failed rank
         logs_specs=DefaultLogsSpecs(log_dir=str(out_dir / "workers")),
     )
-    # The elastic agent logs its whole launch config at INFO; keep stderr for our own lines.
-    logging.getLogger("torch.distributed.elastic").setLevel(logging.WARNING)
+    # The elastic agent logs its launch config and every failure at length; we report a failure in one line.
+    logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+    logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
+    reaper = SurvivorReaper(dist_cfg["nproc_per_node"])
     try:
         returns = elastic_launch(config, worker_entry)(cfg, str(out_dir))
     except ChildFailedError as exc:
         raise WorkerFailure(describe_failure(exc)) from None
+    finally:
+        reaper.stop()
     return returns.get(0)
+
+
+class SurvivorReaper:
+    """Once one worker has ended, SIGKILL the ones still there after a short grace period.
+
+    The elastic launcher gives survivors 30 s after SIGTERM, and a stopped (or wedged)
+    process never acts on SIGTERM: without this a failed job could outlive its timeout.
+    """
+
+    GRACE_S = 2.0
+
+    def __init__(self, expected: int):
+        import threading
+
+        self.expected = expected
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="bench-reaper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        import psutil
+
+        me, workers = psutil.Process(), {}
+        first_exit: Optional[float] = None
+        while not self._stop.wait(0.5):
+            for child in me.children():
+                try:
+                    if child.pid not in workers and "--multiprocessing-fork" in child.cmdline():
+                        workers[child.pid] = child
+                except psutil.Error:
+                    pass
+            alive = [w for w in workers.values() if _running(w)]
+            if len(workers) < self.expected or len(alive) == len(workers):
+                continue
+            first_exit = first_exit or time.monotonic()
+            if alive and time.monotonic() - first_exit > self.GRACE_S:
+                for worker in alive:
+                    log.warning("a worker ended; killing pid %d, still running after %.0f s", worker.pid, self.GRACE_S)
+                    try:
+                        worker.kill()
+                    except psutil.Error:
+                        pass
+
+
+def _running(process: Any) -> bool:
+    import psutil
+
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
 
 
 def describe_failure(exc: Any) -> str:
     """One line from a ChildFailedError: the first failed rank, its exit code or signal, its error."""
-    rank, failure = min(exc.failures.items())
+    # the root cause is the rank that failed first; the others were stopped because of it
+    rank, failure = min(exc.failures.items(), key=lambda item: (item[1].timestamp, item[0]))
+    if failure.exitcode == EXIT_HUNG:
+        return f"worker rank {rank} (pid {failure.pid}) saw no training step finish for distributed.timeout_s: a rank died or hung"
     if failure.exitcode < 0:
         import signal
 

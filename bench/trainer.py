@@ -111,13 +111,14 @@ def _maybe_compile(model: nn.Module, enabled: bool, mode: Optional[str]) -> tupl
 
 def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
           on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]] = None,
-          ctx: Optional[RankContext] = None) -> TrainResult:
+          ctx: Optional[RankContext] = None, on_step: Optional[Callable[[], None]] = None) -> TrainResult:
     """Build model, data, precision, optimizer and scheduler from `cfg` (a resolved plain dict) and run.
 
     `monitor` (start()/stop() -> dict) samples the device during the measured window only;
     `on_finish(model, optimizer)` runs after the window (a checkpoint write, say);
     `ctx` is this process's rank: with world_size > 1 the model is wrapped in DDP (the
-    process group must exist) and each rank reads its own data.
+    process group must exist) and each rank reads its own data; `on_step()` is called after
+    every step (the launched workers' hang watchdog).
     """
     ctx = ctx or RankContext()
     torch.manual_seed(cfg["seed"])
@@ -145,6 +146,8 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
     model, compile_info = _maybe_compile(wrapped, cfg["compile"], cfg.get("compile_mode"))
     model.train()
     step = make_step(model, optimizer, scheduler, policy)
+    if on_step is not None:
+        step = _calling_after(step, on_step)
 
     if compile_info["active"]:
         # torch.compile fails lazily, at the first call: try it once, outside the window.
@@ -154,6 +157,8 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
             log.warning("torch.compile failed at the first step (%s: %s); running eager", type(exc).__name__, exc)
             compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
             step = make_step(wrapped, optimizer, scheduler, policy)
+            if on_step is not None:
+                step = _calling_after(step, on_step)
 
     for _ in range(warmup):
         step(*next(batches))
@@ -178,6 +183,15 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
         param_checksum=_param_checksum(eager),
         **result,
     )
+
+
+def _calling_after(step: Callable, hook: Callable[[], None]) -> Callable:
+    def stepped(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        loss = step(images, labels)
+        hook()
+        return loss
+
+    return stepped
 
 
 def _wrap_ddp(model: nn.Module, dist_cfg: Mapping[str, Any], device: torch.device) -> nn.Module:

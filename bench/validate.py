@@ -144,9 +144,27 @@ def validate(cfg: Mapping[str, Any]) -> None:
 
 def _validate_distributed(cfg: Mapping[str, Any]) -> None:
     dist = cfg["distributed"]
-    if dist["name"] == "single" and dist["nproc_per_node"] * dist["nnodes"] != 1:
+    _one_of(cfg, "distributed.backend", BACKENDS)
+    _one_of(cfg, "distributed.scaling", SCALING)
+    _positive(cfg, "distributed.timeout_s", integer=False)
+    _positive(cfg, "distributed.bucket_cap_mb")
+    world = dist["nproc_per_node"] * dist["nnodes"]
+    if dist["name"] == "single" and world != 1:
         raise ConfigError("distributed.nproc_per_node", dist["nproc_per_node"],
                           "1 with distributed=single (multi-process runs need distributed=ddp)")
+    if not 0 <= dist["node_rank"] < dist["nnodes"]:
+        raise ConfigError("distributed.node_rank", dist["node_rank"], f"0 to {dist['nnodes'] - 1} (distributed.nnodes - 1)")
+    if dist["nnodes"] > 1 and not dist["rdzv_endpoint"]:
+        raise ConfigError("distributed.rdzv_endpoint", None,
+                          "host:port of the rendezvous (node 0's address) when distributed.nnodes > 1")
+    endpoint = dist["rdzv_endpoint"]
+    if endpoint and (":" not in endpoint or not endpoint.rsplit(":", 1)[1].isdigit()):
+        raise ConfigError("distributed.rdzv_endpoint", endpoint, "host:port, e.g. node0:29500")
+    batch = cfg["data"]["batch_size"]
+    if dist["scaling"] == "strong" and batch % world:
+        raise ConfigError("data.batch_size", batch,
+                          f"a multiple of the process count ({world}) with distributed.scaling=strong "
+                          f"(it is the global batch, split evenly over the processes)")
 
 
 # ---- data options (bench/data/) ------------------------------------------------------------
