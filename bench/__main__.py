@@ -12,10 +12,10 @@ register_configs()
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> int:
     from bench.app import run_from_hydra  # heavy imports (torch, mlflow) start here
 
-    run_from_hydra(cfg)
+    return run_from_hydra(cfg)  # a multirun job's exit code reaches bench.sweep's on_job_end
 
 
 def cli() -> None:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import multiprocessing
 import os
 import socket
 import sys
@@ -224,6 +225,7 @@ def worker_entry(cfg: Dict[str, Any], out_dir: str) -> Optional[Dict[str, Any]]:
     """What each launched worker process runs (module level: the spawn start method pickles it)."""
     ctx = RankContext(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
     setup_rank_logging(Path(out_dir), ctx.rank)
+    log.info("worker for rank %d/%d started (pid %d)", ctx.rank, ctx.world_size, os.getpid())
     return run_rank(cfg, ctx, Path(out_dir), watchdog=True)
 
 
@@ -256,13 +258,17 @@ def launch(cfg: Dict[str, Any], out_dir: Path) -> Optional[Dict[str, Any]]:
         rdzv_configs=rdzv_configs,
         max_restarts=0,
         monitor_interval=0.2,
-        start_method="spawn",
+        start_method="forkserver",
         shutdown_timeout=5,  # seconds between SIGTERM and SIGKILL for the survivors of a failed rank
         logs_specs=DefaultLogsSpecs(log_dir=str(out_dir / "workers")),
     )
     # The elastic agent logs its launch config and every failure at length; we report a failure in one line.
     logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
     logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
+    # Workers fork from one server process that has torch imported already: a job's workers
+    # start in well under a second instead of paying torch's import each (spawn). The server
+    # is a fresh interpreter, so forking from it is safe with CUDA; later sweep jobs reuse it.
+    multiprocessing.set_forkserver_preload(["torch", "torchvision", "bench.trainer", "bench.distributed"])
     reaper = SurvivorReaper(dist_cfg["nproc_per_node"])
     try:
         returns = elastic_launch(config, worker_entry)(cfg, str(out_dir))
@@ -300,12 +306,8 @@ class SurvivorReaper:
         me, workers = psutil.Process(), {}
         first_exit: Optional[float] = None
         while not self._stop.wait(0.5):
-            for child in me.children():
-                try:
-                    if child.pid not in workers and "--multiprocessing-fork" in child.cmdline():
-                        workers[child.pid] = child
-                except psutil.Error:
-                    pass
+            for child in _worker_processes(me):
+                workers.setdefault(child.pid, child)
             alive = [w for w in workers.values() if _running(w)]
             if len(workers) < self.expected or len(alive) == len(workers):
                 continue
@@ -317,6 +319,23 @@ class SurvivorReaper:
                         worker.kill()
                     except psutil.Error:
                         pass
+
+
+def _worker_processes(me: Any) -> List[Any]:
+    """This launcher's workers: children of its forkserver (or spawned children of its own)."""
+    import psutil
+
+    found = []
+    for child in me.children():
+        try:
+            command = " ".join(child.cmdline())
+            if "forkserver" in command:
+                found.extend(child.children())
+            elif "--multiprocessing-fork" in command:
+                found.append(child)
+        except psutil.Error:
+            pass
+    return found
 
 
 def _running(process: Any) -> bool:

@@ -1,0 +1,17 @@
+#!/bin/bash
+# DDP over several nodes without a scheduler: run this on every node with the same HEAD.
+#   HEAD=node0 NNODES=2 GPUS=8 launchers/torchrun_multinode.sh +experiment=h100_bf16
+# (Alternatively let bench launch per node itself:
+#   python -m bench distributed=ddp distributed.nnodes=2 distributed.node_rank=<0|1> \
+#       distributed.nproc_per_node=8 distributed.rdzv_endpoint=node0:29500 ...)
+set -euo pipefail
+: "${HEAD:?set HEAD to the hostname of the first node}"
+NNODES=${NNODES:-2}
+GPUS=${GPUS:-8}
+PORT=${PORT:-29500}
+RUN_DIR=${RUN_DIR:-outputs/torchrun-$(date +%Y%m%d-%H%M)}
+
+exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS" \
+    --rdzv-backend c10d --rdzv-endpoint "$HEAD:$PORT" --rdzv-id "bench-$RUN_DIR" \
+    -m bench distributed=ddp distributed.nproc_per_node="$GPUS" distributed.nnodes="$NNODES" \
+    hydra.run.dir="$RUN_DIR" "$@"

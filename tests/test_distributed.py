@@ -1,0 +1,234 @@
+"""DDP on the CPU (gloo) in real processes: a 2-process run end to end, strong scaling, a
+killed and a hung worker, torchrun joining, and the distributed config errors."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from conftest import TINY, all_runs, bench_env, radix_metrics, run_bench, sqlite_uri
+
+QUIET = [*TINY, "benchmark.progress=false"]
+DDP2 = ["distributed=ddp", "distributed.nproc_per_node=2"]
+JOINED = re.compile(r"rank (\d+)/(\d+) \(pid (\d+)\) joined the process group")
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _error_lines(stderr: str) -> list:
+    return [line for line in stderr.splitlines() if line.startswith("[ERROR]")]
+
+
+# ---- a 2-process run -------------------------------------------------------------------------
+
+
+def test_two_process_ddp_end_to_end_with_strong_scaling(tmp_path):
+    """One run checks both: DDP end to end, and strong scaling (data.batch_size=8 is the
+    global batch, split into 4 per process)."""
+    db = tmp_path / "mlflow.db"
+    run_dir = tmp_path / "run"
+    proc = run_bench(tmp_path, [*QUIET, *DDP2, "distributed.scaling=strong", "data.batch_size=8",
+                                f"hydra.run.dir={run_dir}"], env=bench_env(sqlite_uri(db)), timeout=240)
+    metrics = radix_metrics(proc)
+
+    assert proc.stdout.strip().splitlines() == [proc.stdout.strip()], proc.stdout  # the final line only
+    assert metrics["world_size"] == 2
+    assert metrics["batch_size"] == 4 and metrics["global_batch_size"] == 8
+    assert metrics["scaling"] == "strong" and metrics["distributed"] == "ddp"
+    assert metrics["total_images"] == 2 * 4 * 3
+    assert metrics["params_in_sync"] is True
+    assert 0 < metrics["rank_images_per_second_min"] <= metrics["rank_images_per_second_max"]
+    assert metrics["images_per_second"] == pytest.approx(
+        sum(json.loads((run_dir / "run_summary.json").read_text())["results"][k]
+            for k in ("rank_images_per_second_min", "rank_images_per_second_max")))
+
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    ranks = summary["ranks"]
+    assert sorted(r["rank"] for r in ranks) == [0, 1]
+    checksums = [r["param_checksum"] for r in ranks]
+    assert checksums[0] == checksums[1] and checksums[0] != 0  # gradients were all-reduced
+    assert summary["results"]["world_size"] == 2
+
+    logs = {rank: (run_dir / f"rank{rank}.log").read_text() for rank in (0, 1)}
+    for rank, text in logs.items():
+        match = JOINED.search(text)
+        assert match and match.group(1) == str(rank) and match.group(2) == "2", text
+    assert JOINED.search(logs[0]).group(3) != JOINED.search(logs[1]).group(3)  # two processes
+
+    (run,) = all_runs(sqlite_uri(db))
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["world_size"] == 2
+    assert run.data.metrics["global_batch_size"] == 8
+    assert run.data.params["distributed.scaling"] == "strong"
+
+
+# ---- failing workers ---------------------------------------------------------------------------
+
+
+def _start_long_run(tmp_path: Path, timeout_s: int) -> tuple:
+    db = tmp_path / "mlflow.db"
+    run_dir = tmp_path / "run"
+    args = [*QUIET, *DDP2, "train.steps_per_epoch=100000", "benchmark.log_every=1",
+            f"distributed.timeout_s={timeout_s}", f"hydra.run.dir={run_dir}"]
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=tmp_path, env=bench_env(sqlite_uri(db)),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    return proc, db, run_dir
+
+
+def _wait_for_rank1_steps(proc: subprocess.Popen, run_dir: Path) -> int:
+    """rank 1's pid, once its log shows it joined and trained a couple of steps."""
+    log = run_dir / "rank1.log"
+    deadline = time.time() + 150
+    while time.time() < deadline and proc.poll() is None:
+        text = log.read_text() if log.exists() else ""
+        match = JOINED.search(text)
+        if match and "step 2/" in text:
+            return int(match.group(3))
+        time.sleep(0.3)
+    proc.kill()
+    out, err = proc.communicate(timeout=30)
+    pytest.fail(f"rank 1 never trained 2 steps (exit {proc.returncode})\n{out}\n{err}")
+
+
+def _tree(proc: subprocess.Popen) -> list:
+    return psutil.Process(proc.pid).children(recursive=True)
+
+
+def _left_alive(processes: list, wait_s: float = 5.0) -> list:
+    deadline = time.time() + wait_s
+    while True:
+        alive = []
+        for p in processes:
+            try:
+                if p.is_running() and p.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(p)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.time() > deadline:
+            return alive
+        time.sleep(0.2)
+
+
+def _cleanup(proc: subprocess.Popen, tree: list) -> None:
+    for p in tree:
+        try:
+            p.send_signal(signal.SIGCONT)
+            p.kill()
+        except psutil.Error:
+            pass
+    if proc.poll() is None:
+        proc.kill()
+        proc.communicate(timeout=30)
+
+
+def test_killed_worker_ends_the_job_failed(tmp_path):
+    proc, db, run_dir = _start_long_run(tmp_path, timeout_s=30)
+    tree: list = []
+    try:
+        rank1 = _wait_for_rank1_steps(proc, run_dir)
+        tree = _tree(proc)
+        assert rank1 in {p.pid for p in tree}
+        t0 = time.monotonic()
+        psutil.Process(rank1).send_signal(signal.SIGKILL)
+        out, err = proc.communicate(timeout=30 + 30)
+        elapsed = time.monotonic() - t0
+
+        assert proc.returncode == 1, err
+        assert elapsed < 30, elapsed  # within distributed.timeout_s
+        assert "radix_metrics" not in out
+        errors = _error_lines(err)
+        assert len(errors) == 1, err
+        assert "rank 1" in errors[0] and "SIGKILL" in errors[0], errors
+        assert "Traceback" not in err
+        (run,) = all_runs(sqlite_uri(db))
+        assert run.info.status == "FAILED"
+        assert "rank 1" in run.data.tags["error"]
+        assert _left_alive(tree) == []
+    finally:
+        _cleanup(proc, tree)
+
+
+def test_hung_worker_ends_the_job_within_the_timeout(tmp_path):
+    timeout_s = 8
+    proc, db, run_dir = _start_long_run(tmp_path, timeout_s=timeout_s)
+    tree: list = []
+    try:
+        rank1 = _wait_for_rank1_steps(proc, run_dir)
+        tree = _tree(proc)
+        t0 = time.monotonic()
+        psutil.Process(rank1).send_signal(signal.SIGSTOP)
+        try:
+            out, err = proc.communicate(timeout=timeout_s + 45)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the job was still running {timeout_s + 45} s after rank 1 was stopped")
+        elapsed = time.monotonic() - t0
+
+        assert proc.returncode == 1, err
+        assert elapsed < timeout_s + 15, elapsed
+        errors = _error_lines(err)
+        assert len(errors) == 1 and "rank" in errors[0], err
+        assert "Traceback" not in err
+        (run,) = all_runs(sqlite_uri(db))
+        assert run.info.status == "FAILED"
+        assert run.data.tags["error"]
+        assert _left_alive(tree) == []
+    finally:
+        _cleanup(proc, tree)
+
+
+# ---- torchrun ----------------------------------------------------------------------------------
+
+
+def test_torchrun_ranks_join_and_rank0_reports(tmp_path):
+    db = tmp_path / "mlflow.db"
+    run_dir = tmp_path / "run"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+           "-m", "bench", *DDP2, f"hydra.run.dir={run_dir}", *QUIET]
+    proc = subprocess.run(cmd, cwd=tmp_path, env=bench_env(sqlite_uri(db)), capture_output=True, text=True,
+                          timeout=240)
+    assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
+    # rank 0's final line belongs on stdout (as with the launcher), not on stderr
+    assert "radix_metrics" not in proc.stderr, "rank 0 printed its final line to stderr, not stdout"
+    assert proc.stdout.count("radix_metrics") == 1, proc.stdout  # rank 0 only
+    metrics = radix_metrics(proc)  # the last stdout line
+    assert metrics["world_size"] == 2 and metrics["global_batch_size"] == 8
+    assert metrics["params_in_sync"] is True
+    assert (run_dir / "rank0.log").is_file() and (run_dir / "rank1.log").is_file()
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    assert len({r["param_checksum"] for r in summary["ranks"]}) == 1
+    (run,) = all_runs(sqlite_uri(db))  # one MLflow run, not one per rank
+    assert run.info.status == "FINISHED" and run.data.metrics["world_size"] == 2
+
+
+# ---- config errors -----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides,key", [
+    (["distributed=single", "distributed.nproc_per_node=2"], "distributed.nproc_per_node"),
+    ([*DDP2, "distributed.scaling=strong", "data.batch_size=5"], "data.batch_size"),
+    (["distributed=ddp", "distributed.nnodes=2"], "distributed.rdzv_endpoint"),
+    (["distributed=ddp", "distributed.backend=mpi"], "distributed.backend"),
+])
+def test_distributed_config_errors(tmp_path, overrides, key):
+    db = tmp_path / "mlflow.db"
+    proc = run_bench(tmp_path, [*QUIET, *overrides, f"hydra.run.dir={tmp_path}/run"],
+                     env=bench_env(sqlite_uri(db)), timeout=120)
+    assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr}"
+    errors = _error_lines(proc.stderr)
+    assert len(errors) == 1 and key in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr + proc.stdout
+    assert proc.stdout.strip() == ""
+    assert not db.exists() or all_runs(sqlite_uri(db)) == []

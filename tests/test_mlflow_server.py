@@ -1,0 +1,119 @@
+"""Tracking over HTTP against a real `mlflow server` on 127.0.0.1: a DDP sweep lands as a
+parent run with its children and the report; an unreachable server costs no results."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from conftest import TINY, all_runs, bench_env, radix_metrics, run_bench
+
+QUIET = [*TINY, "benchmark.progress=false"]
+REPORT_FILES = {"report.csv", "report.md", "report.html", "throughput_vs_gpus.png", "scaling_efficiency.png",
+                "throughput_vs_batch.png", "step_time_distribution.png"}
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory):
+    root = tmp_path_factory.mktemp("mlflow-server")
+    port = _free_port()
+    url = f"http://127.0.0.1:{port}"
+    mlflow_cli = shutil.which("mlflow")
+    assert mlflow_cli, "the mlflow command is not on PATH"
+    log = (root / "server.log").open("w")
+    server = subprocess.Popen([mlflow_cli, "server", "--backend-store-uri", f"sqlite:///{root}/srv.db",
+                               "--artifacts-destination", str(root / "art"), "--host", "127.0.0.1",
+                               "--port", str(port), "--workers", "1"],
+                              cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.time() + 90
+        while not _healthy(url):
+            if server.poll() is not None or time.time() > deadline:
+                pytest.fail(f"mlflow server did not come up (exit {server.poll()}):\n"
+                            f"{(root / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        yield url
+    finally:
+        for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+            try:
+                os.killpg(server.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                server.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        log.close()
+
+
+def test_ddp_sweep_lands_on_the_tracking_server(mlflow_server, tmp_path):
+    proc = run_bench(tmp_path, ["-m", *QUIET, "distributed=ddp", "distributed.nproc_per_node=1,2",
+                                f"hydra.sweep.dir={tmp_path}/sweep"],
+                     env=bench_env(mlflow_server), timeout=400)
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    assert proc.stdout.count('{"radix_metrics"') == 2
+    assert mlflow_server in proc.stderr  # the runs name the server they went to
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+    runs = all_runs(mlflow_server)
+    parents = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 2 and len(runs) == 3
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["distributed.nproc_per_node"] == "1,2"
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.info.status == "FINISHED"
+    assert sorted(c.data.metrics["world_size"] for c in children) == [1.0, 2.0]
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    logged = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert logged >= REPORT_FILES
+    # the artifacts really went through the server (proxied to --artifacts-destination)
+    local = client.download_artifacts(parent.info.run_id, "report/report.csv", str(tmp_path))
+    assert Path(local).read_text().count("\n") == 3  # header + 2 rows
+    child_artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
+    assert "run_summary.json" in child_artifacts
+
+
+def test_unreachable_server_keeps_ddp_results(tmp_path):
+    uri = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    run_dir = tmp_path / "run"
+    t0 = time.monotonic()
+    proc = run_bench(tmp_path, [*QUIET, "distributed=ddp", "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}"],
+                     env=bench_env(uri, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="5"),
+                     timeout=300)
+    elapsed = time.monotonic() - t0
+    metrics = radix_metrics(proc)
+    assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
+    assert uri in proc.stderr
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    assert summary["results"]["world_size"] == 2
+    assert not (tmp_path / "mlflow.db").exists()
+    assert elapsed < 150, elapsed  # no long retry back-offs

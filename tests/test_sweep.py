@@ -1,0 +1,220 @@
+"""Sweeps (`python -m bench -m ...`): one MLflow parent run, a child per job, a failing job
+that does not stop the sweep, and the report (at the end of the sweep and standalone)."""
+
+from __future__ import annotations
+
+import csv
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from mlflow import MlflowClient
+
+from bench.report import RunRow, add_scaling, configuration_key
+from conftest import TINY, all_runs, bench_env, run_bench, sqlite_uri
+
+QUIET = [*TINY, "benchmark.progress=false"]
+REPORT_FILES = {"report.csv", "report.md", "report.html", "throughput_vs_gpus.png", "scaling_efficiency.png",
+                "throughput_vs_batch.png", "step_time_distribution.png"}
+
+
+def _split(runs: list) -> tuple:
+    parents = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    return parents, children
+
+
+def _csv_rows(path: Path) -> list:
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def _error_lines(stderr: str) -> list:
+    return [line for line in stderr.splitlines() if line.startswith("[ERROR]")]
+
+
+def _check_scaling(rows: list) -> None:
+    """2-process rows: speedup and efficiency from the 1-process row of the same precision."""
+    by_key = {(r["precision"], int(float(r["world_size"]))): r for r in rows}
+    assert set(by_key) == {("fp32", 1), ("fp32", 2), ("bf16", 1), ("bf16", 2)}, rows
+    for precision in ("fp32", "bf16"):
+        one, two = by_key[(precision, 1)], by_key[(precision, 2)]
+        speedup = float(two["images_per_second"]) / float(one["images_per_second"])
+        assert float(two["speedup"]) == pytest.approx(speedup, rel=1e-6)
+        assert float(two["scaling_efficiency"]) == pytest.approx(speedup / 2, rel=1e-6)
+        assert float(one["speedup"]) == pytest.approx(1.0)
+
+
+# ---- a 4-job sweep into an sqlite store, shared by the tests below ----------------------------
+
+
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sweep")
+    uri = sqlite_uri(root / "mlflow.db")
+    proc = run_bench(root, ["-m", *QUIET, "distributed=ddp", "distributed.nproc_per_node=1,2",
+                            "precision=fp32,bf16", f"hydra.sweep.dir={root}/sweep"],
+                     env=bench_env(uri), timeout=600)
+    runs = all_runs(uri)
+    parents, children = _split(runs)
+    return SimpleNamespace(root=root, uri=uri, proc=proc, dir=root / "sweep", runs=runs, parents=parents,
+                           children=children)
+
+
+def test_sweep_is_one_parent_with_a_child_per_job(sweep):
+    proc = sweep.proc
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    finals = [line for line in proc.stdout.splitlines() if line.startswith('{"radix_metrics"')]
+    assert len(finals) == 4, proc.stdout
+
+    assert len(sweep.parents) == 1 and len(sweep.children) == 4 and len(sweep.runs) == 5
+    parent = sweep.parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["distributed.nproc_per_node"] == "1,2"
+    assert parent.data.params["precision"] == "fp32,bf16"
+    assert parent.data.tags["sweep.jobs"] == "4" and parent.data.tags["sweep.failed_jobs"] == "0"
+    for child in sweep.children:
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.info.status == "FINISHED"
+        assert "error" not in child.data.tags
+        assert child.data.metrics["world_size"] == float(child.data.params["distributed.nproc_per_node"])
+    assert sorted(c.data.tags["sweep.job"] for c in sweep.children) == ["0", "1", "2", "3"]
+    combos = {(c.data.params["precision.name"], c.data.params["distributed.nproc_per_node"]) for c in sweep.children}
+    assert combos == {("fp32", "1"), ("fp32", "2"), ("bf16", "1"), ("bf16", "2")}
+
+
+def test_sweep_report_matches_mlflow(sweep):
+    report = sweep.dir / "report"
+    assert {p.name for p in report.iterdir()} >= REPORT_FILES
+    for name in REPORT_FILES:
+        assert (report / name).stat().st_size > 0, name
+    rows = _csv_rows(report / "report.csv")
+    assert len(rows) == 4
+    assert all(r["status"] == "FINISHED" for r in rows)
+    children = {c.data.tags["sweep.job"]: c for c in sweep.children}
+    for row in rows:
+        child = children[row["job"]]
+        assert float(row["images_per_second"]) == pytest.approx(child.data.metrics["images_per_second"], rel=1e-6)
+    _check_scaling(rows)
+
+    page = (report / "report.html").read_text()
+    assert page.count("data:image/png;base64,") == 4
+    assert "<img" in page and 'src="throughput' not in page  # embedded, not linked
+    assert "images/s" in (report / "report.md").read_text()
+    assert "images/s" in sweep.proc.stdout or "images/s" in sweep.proc.stderr  # the table was printed
+
+    client = MlflowClient(tracking_uri=sweep.uri)
+    logged = {Path(a.path).name for a in client.list_artifacts(sweep.parents[0].info.run_id, "report")}
+    assert logged >= REPORT_FILES
+
+
+def test_report_cli_rebuilds_the_table_from_mlflow(sweep, tmp_path):
+    parent_id = sweep.parents[0].info.run_id
+    out = tmp_path / "from-mlflow"
+    proc = subprocess.run([sys.executable, "-m", "bench.report", "--sweep", parent_id, "--tracking-uri", sweep.uri,
+                           "--out", str(out)], cwd=tmp_path, env=bench_env(), capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert {p.name for p in out.iterdir()} >= REPORT_FILES
+    rows = _csv_rows(out / "report.csv")
+    assert len(rows) == 4 and all(r["status"] == "FINISHED" for r in rows)
+    children = {c.data.tags["sweep.job"]: c for c in sweep.children}
+    for row in rows:
+        assert float(row["images_per_second"]) == pytest.approx(
+            children[row["job"]].data.metrics["images_per_second"], rel=1e-6)
+    _check_scaling(rows)
+    assert "images/s" in proc.stdout and "speedup" in proc.stdout  # the table on stdout
+    assert not (tmp_path / "mlflow.db").exists()  # --tracking-uri was used, no default store created
+
+
+@pytest.mark.parametrize("target", ["/nonexistent/sweep", "0123456789abcdef0123456789abcdef"])
+def test_report_cli_rejects_an_unknown_sweep(tmp_path, target):
+    uri = sqlite_uri(tmp_path / "empty.db")
+    proc = subprocess.run([sys.executable, "-m", "bench.report", "--sweep", target, "--tracking-uri", uri],
+                          cwd=tmp_path, env=bench_env(), capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr}"
+    errors = _error_lines(proc.stderr)
+    assert len(errors) == 1 and target in errors[0], proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not list(tmp_path.glob("report*"))
+
+
+# ---- a sweep with a failing job ------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def failing_sweep(tmp_path_factory):
+    root = tmp_path_factory.mktemp("failing")
+    uri = sqlite_uri(root / "mlflow.db")
+    proc = run_bench(root, ["-m", *QUIET, "precision=fp32,amp_fp16", f"hydra.sweep.dir={root}/sweep"],
+                     env=bench_env(uri), timeout=300)
+    return SimpleNamespace(uri=uri, proc=proc, dir=root / "sweep")
+
+
+def test_failing_job_does_not_stop_the_sweep(failing_sweep):
+    proc = failing_sweep.proc
+    assert proc.returncode == 1, f"{proc.stdout}\n{proc.stderr}"  # one failed job
+    assert proc.stdout.count('{"radix_metrics"') == 1
+    parents, children = _split(all_runs(failing_sweep.uri))
+    assert len(parents) == 1 and len(children) == 2
+    assert parents[0].data.tags["sweep.failed_jobs"] == "1"
+    by_precision = {c.data.params["precision.name"]: c for c in children}
+    assert by_precision["fp32"].info.status == "FINISHED"
+    failed = by_precision["amp_fp16"]
+    assert failed.info.status == "FAILED"
+    assert "amp" in failed.data.tags["error"] and "CPU" in failed.data.tags["error"]
+    assert failed.data.tags["mlflow.parentRunId"] == parents[0].info.run_id
+
+    rows = {r["job"]: r for r in _csv_rows(failing_sweep.dir / "report" / "report.csv")}
+    assert len(rows) == 2
+    assert rows["0"]["status"] == "FINISHED" and float(rows["0"]["images_per_second"]) > 0
+    assert rows["1"]["status"] == "FAILED"
+    assert "FAILED" in (failing_sweep.dir / "report" / "report.md").read_text()
+
+
+def test_sweep_report_gives_the_failed_jobs_reason(failing_sweep):
+    """The report built at the end of the sweep says why a job failed (as its MLflow run does)."""
+    rows = {r["job"]: r for r in _csv_rows(failing_sweep.dir / "report" / "report.csv")}
+    assert "amp_fp16" in rows["1"]["error"], rows["1"]
+
+
+# ---- scaling arithmetic (no processes) ---------------------------------------------------------
+
+
+def _row(job: str, procs: int, ips: float, batch: int = 4, precision: str = "fp32", status: str = "FINISHED",
+         **config: str) -> RunRow:
+    cfg = {"data.batch_size": str(batch), "precision.name": precision, "distributed.name": "ddp",
+           "distributed.nproc_per_node": str(procs), "distributed.nnodes": "1", "distributed.scaling": "weak",
+           "tracking.uri": f"sqlite:///job{job}.db", "storage.root": f"/tmp/{job}", **config}
+    metrics = {"world_size": procs, "images_per_second": ips} if status == "FINISHED" else {}
+    return RunRow(job, status, "", cfg, metrics)
+
+
+def test_configuration_key_ignores_process_count_and_locations():
+    assert configuration_key(_row("0", 1, 10.0)) == configuration_key(_row("1", 4, 30.0))
+    assert configuration_key(_row("0", 1, 10.0)) != configuration_key(_row("1", 1, 10.0, batch=8))
+    assert configuration_key(_row("0", 1, 10.0)) != configuration_key(_row("1", 1, 10.0, precision="bf16"))
+
+
+def test_add_scaling_efficiency_is_throughput_over_n_times_baseline():
+    rows = [_row("0", 1, 100.0), _row("1", 2, 180.0), _row("2", 4, 300.0),
+            _row("3", 2, 150.0, batch=8),            # no 1-process run at batch 8
+            _row("4", 2, 170.0, precision="bf16"),   # nor in bf16
+            _row("5", 1, 0.0, batch=16, status="FAILED"), _row("6", 2, 90.0, batch=16)]  # the baseline failed
+    add_scaling(rows)
+    assert rows[0].metrics["speedup"] == pytest.approx(1.0)
+    assert rows[1].metrics["speedup"] == pytest.approx(1.8)
+    assert rows[1].metrics["scaling_efficiency"] == pytest.approx(180.0 / (2 * 100.0))
+    assert rows[1].metrics["scaling_efficiency_percent"] == pytest.approx(90.0)
+    assert rows[2].metrics["scaling_efficiency"] == pytest.approx(300.0 / (4 * 100.0))
+    for row in rows[3:]:
+        assert "speedup" not in row.metrics and "scaling_efficiency" not in row.metrics, row.job
+
+
+def test_add_scaling_without_a_one_process_run_gives_no_speedup():
+    rows = [_row("0", 2, 100.0), _row("1", 4, 180.0)]
+    add_scaling(rows)
+    assert all("speedup" not in r.metrics for r in rows)
+    assert rows[0].metrics["data_wait_percent"] == 0.0
