@@ -175,8 +175,9 @@ def _benchmark(cfg: Dict[str, Any], device: Any, out_dir: Path, environment: Map
     metrics = summarize(result, cfg, device.type, device_name(device), world_size=len(ranks), ranks=ranks)
     metrics.update(result.gpu)
     metrics.update({k: v for k, v in result.extra.items() if k != "checkpoint_path"})
-    files = write_outputs(out_dir, cfg, environment, metrics, result, extra={"ranks": [
-        {k: v for k, v in r.items() if k not in ("step_times_ms", "data_wait_ms")} for r in ranks]})
+    files = write_outputs(out_dir, cfg, environment, metrics, result, extra={
+        "mlflow_run_id": tracker.run_id,
+        "ranks": [{k: v for k, v in r.items() if k not in ("step_times_ms", "data_wait_ms")} for r in ranks]})
     _log_results(tracker, metrics, result, files, out_dir, cfg["tracking"]["log_step_metrics"])
     return metrics
 

@@ -67,6 +67,7 @@ class RunRow:
     metrics: Dict[str, Any]
     step_times_ms: List[float] = field(default_factory=list)
     error: str = ""
+    run_id: Optional[str] = None  # its MLflow run, when known
 
     def value(self, name: str) -> Any:
         if name in ("job", "status", "overrides", "error"):
@@ -98,7 +99,8 @@ def rows_from_sweep_dir(sweep_dir: Path) -> List[RunRow]:
         if summary_path.is_file():
             summary = json.loads(summary_path.read_text())
             rows.append(RunRow(job_dir.name, "FINISHED", " ".join(overrides), _flatten(summary["config"]),
-                               dict(summary["results"]), _read_step_times(job_dir / "step_times.csv")))
+                               dict(summary["results"]), _read_step_times(job_dir / "step_times.csv"),
+                               run_id=summary.get("mlflow_run_id")))
         else:
             config = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
             rows.append(RunRow(job_dir.name, "FAILED", " ".join(overrides), _flatten(config), {},
@@ -154,7 +156,7 @@ def rows_from_mlflow(parent_run_id: str, tracking_uri: str) -> tuple:
         rows.append(RunRow(run.data.tags.get("sweep.job", run.info.run_name), run.info.status,
                            run.data.tags.get("overrides", ""), params, metrics,
                            [m.value for m in sorted(history, key=lambda m: m.step)],
-                           error=run.data.tags.get("error", "")))
+                           error=run.data.tags.get("error", ""), run_id=run.info.run_id))
     return rows, client
 
 
@@ -361,8 +363,20 @@ def write_report(rows: List[RunRow], out: Path, title: str) -> List[Path]:
     return [csv_path, md_path, html_path, *images]
 
 
-def build_report(sweep_dir: Path, out: Path) -> List[Path]:
-    return write_report(rows_from_sweep_dir(sweep_dir), out, f"sweep {sweep_dir}")
+def build_report(sweep_dir: Path, out: Path) -> tuple:
+    """The report of a sweep dir: (files written, rows)."""
+    rows = rows_from_sweep_dir(sweep_dir)
+    return write_report(rows, out, f"sweep {sweep_dir}"), rows
+
+
+def log_scaling_to_runs(rows: Sequence[RunRow], client: Any) -> None:
+    """speedup / scaling_efficiency become metrics of the child runs too (comparable in mlflow ui)."""
+    for row in rows:
+        if row.run_id and "speedup" in row.metrics:
+            from bench.tracking import Tracker
+
+            Tracker(client, row.run_id, "").log_metrics(
+                {"speedup": row.metrics["speedup"], "scaling_efficiency": row.metrics["scaling_efficiency"]})
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -374,7 +388,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     try:
         if Path(args.sweep).exists():
-            files = build_report(Path(args.sweep), args.out or Path(args.sweep) / "report")
+            files, _ = build_report(Path(args.sweep), args.out or Path(args.sweep) / "report")
         else:
             from bench.tracking import Tracker, resolve_tracking_uri
 

@@ -10,6 +10,7 @@ written into the sweep dir and logged to the parent run.
 
 from __future__ import annotations
 
+import atexit
 import logging
 import os
 import time
@@ -58,6 +59,7 @@ class MlflowSweepCallback(Callback):
                                 {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides)})
         tracker.log_params(_sweep_params(overrides))
         _state["tracker"] = tracker
+        atexit.register(_end_interrupted_sweep, tracker)
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
         from hydra.core.utils import JobStatus
@@ -73,9 +75,11 @@ class MlflowSweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         files = []
         try:
-            from bench.report import build_report
+            from bench.report import build_report, log_scaling_to_runs
 
-            files = build_report(sweep_dir, sweep_dir / "report")
+            files, rows = build_report(sweep_dir, sweep_dir / "report")
+            if tracker is not None and tracker.active:
+                log_scaling_to_runs(rows, tracker.client)
         except Exception as exc:  # noqa: BLE001 - a report problem must not hide the sweep's results
             log.warning("the sweep report could not be built (%s: %s); run python -m bench.report --sweep %s",
                         type(exc).__name__, exc, sweep_dir)
@@ -85,3 +89,10 @@ class MlflowSweepCallback(Callback):
             tracker.set_tags({"sweep.jobs": jobs, "sweep.failed_jobs": failed})
             tracker.log_artifacts(files, artifact_path="report")
             tracker.finish("FINISHED")
+            _state["tracker"] = None
+
+
+def _end_interrupted_sweep(tracker: Any) -> None:
+    """A sweep stopped by Ctrl-C/SIGTERM never reaches on_multirun_end: end its parent KILLED."""
+    if _state["tracker"] is tracker and tracker.active:
+        tracker.finish("KILLED", error="the sweep was interrupted")

@@ -58,7 +58,7 @@ def mlflow_server(tmp_path_factory):
             time.sleep(0.5)
         yield url
     finally:
-        for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 15)):
+        for sig, wait in ((signal.SIGTERM, 3), (signal.SIGKILL, 15)):
             try:
                 os.killpg(server.pid, sig)
             except ProcessLookupError:

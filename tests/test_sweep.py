@@ -130,9 +130,9 @@ def test_report_cli_rebuilds_the_table_from_mlflow(sweep, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["/nonexistent/sweep", "0123456789abcdef0123456789abcdef"])
-def test_report_cli_rejects_an_unknown_sweep(tmp_path, target):
-    uri = sqlite_uri(tmp_path / "empty.db")
-    proc = subprocess.run([sys.executable, "-m", "bench.report", "--sweep", target, "--tracking-uri", uri],
+def test_report_cli_rejects_an_unknown_sweep(sweep, tmp_path, target):
+    """Neither a directory nor a run of the (real, populated) store: exit 2, one line."""
+    proc = subprocess.run([sys.executable, "-m", "bench.report", "--sweep", target, "--tracking-uri", sweep.uri],
                           cwd=tmp_path, env=bench_env(), capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr}"
     errors = _error_lines(proc.stderr)
