@@ -195,7 +195,8 @@ def _fail(exc: BaseException, cfg: Mapping[str, Any], device: Any, out_dir: Path
         tracker.finish("KILLED", error=reason)
         error(f"run interrupted: {reason}")
         return 130 if isinstance(exc, KeyboardInterrupt) or "SIGINT" in reason else 143
-    if isinstance(exc, torch.cuda.OutOfMemoryError) or "OutOfMemoryError" in str(exc):
+    if isinstance(exc, torch.cuda.OutOfMemoryError) or "out of memory" in str(exc).lower() \
+            or "OutOfMemoryError" in str(exc):  # a worker's OOM arrives as a WorkerFailure
         batch = cfg["data"]["batch_size"]
         message = (f"out of memory at data.batch_size={batch} on {device_name(device)}: "
                    f"try data.batch_size={max(1, batch // 2)}")

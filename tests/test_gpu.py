@@ -36,3 +36,17 @@ def test_gpu_events_agree_with_strict_sync_and_nvml_samples(tmp_path):
     assert figures["true"]["images_per_second"] == pytest.approx(figures["false"]["images_per_second"], rel=0.15)
     assert figures["false"]["gpu_samples"] >= 1 and figures["false"]["gpu_util_mean_pct"] > 0
     assert figures["false"]["device_name"] != "cpu"
+
+
+def test_gpu_ddp_nccl_two_gpus(tmp_path):
+    """2 ranks on 2 GPUs with NCCL: one GPU per rank, weights in sync, global throughput summed."""
+    import torch
+
+    if torch.cuda.device_count() < 2:
+        pytest.skip("needs 2 CUDA GPUs")
+    proc = run_bench(tmp_path, [*GPU_TINY, "distributed=ddp", "distributed.nproc_per_node=2", "tracking.enabled=false",
+                                f"hydra.run.dir={tmp_path}/run"])
+    metrics = radix_metrics(proc)
+    assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
+    assert metrics["images_per_second"] == pytest.approx(
+        metrics["rank_images_per_second_min"] + metrics["rank_images_per_second_max"])
