@@ -17,6 +17,7 @@ the endpoint and the bucket.
 
 from __future__ import annotations
 
+import logging
 import os
 from dataclasses import dataclass
 from datetime import timedelta
@@ -24,14 +25,15 @@ from typing import Any, Callable, Iterator, List, Mapping, Optional, Tuple, Type
 
 T = TypeVar("T")
 
+NO_BUCKET = "the bucket does not exist"
 # Phrases in the clients' error texts, mapped to what the user should hear.
 _REASONS = (
-    (("NoSuchBucket", "bucket does not exist"), "the bucket does not exist"),
+    (("NoSuchBucket", "bucket does not exist"), NO_BUCKET),
     (("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden", "ExpiredToken",
       "Unauthenticated", "PermissionDenied", "credentials"),
      "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE"),
     (("error sending request", "CONNECTION_REFUSED", "Connection refused", "Could not connect",
-      "timed out", "Timeout", "dns error", "Name or service not known", "HOST_NOT_FOUND"),
+      "timed out", "dns error", "Name or service not known", "HOST_NOT_FOUND"),
      "the endpoint cannot be reached"),
 )
 
@@ -82,7 +84,7 @@ class S3Settings:
 
 
 def _reason(exc: BaseException) -> Optional[str]:
-    text = str(exc)
+    text = str(exc).split("Debug source:")[0]  # obstore appends its config (retry_timeout: ...)
     for phrases, reason in _REASONS:
         if any(p.lower() in text.lower() for p in phrases):
             return reason
@@ -112,7 +114,7 @@ class _S3Store:
             raise
         except Exception as exc:  # noqa: BLE001 - each client has its own exception tree
             reason = _reason(exc)
-            if reason is None and missing_key(exc):
+            if reason != NO_BUCKET and missing_key(exc):
                 raise FileNotFoundError(f"{self.settings.url}/{key}: no such object") from exc
             raise StorageError(f"S3 {operation} of {self.settings.key(key) or '/'!r} failed for {self.settings.where} "
                                f"with client {self.client_name}: {reason or 'request failed'} "
@@ -346,6 +348,7 @@ def require_credentials(settings: S3Settings) -> None:
     instance-metadata probe and a cryptic signing error later."""
     import boto3
 
+    logging.getLogger("botocore.credentials").setLevel(logging.WARNING)  # "Found credentials in ..." each time
     if boto3.Session().get_credentials() is None:
         raise StorageError(f"no AWS credentials found for {settings.where}: set AWS_ACCESS_KEY_ID and "
                            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment")
