@@ -190,16 +190,17 @@ def _validate_storage(cfg: Mapping[str, Any]) -> None:
                           "(each client reads its own files)")
     if not storage["dataset_dir"].strip("/"):
         raise ConfigError("storage.dataset_dir", storage["dataset_dir"], "a non-empty relative path")
-    if storage["name"] == "s3":
-        _validate_s3(storage)
-
-
-def _validate_s3(storage: Mapping[str, Any]) -> None:
+    if storage["name"] != "s3":
+        return
+    _validate_endpoint(storage["endpoint"])
+    # storage=s3 with nothing to store (a training run without checkpoints) needs no bucket
     bucket = storage["bucket"]
-    if not bucket or not BUCKET_NAME.match(bucket):
+    if (cfg["mode"] == "storage" or storage["save_checkpoint"]) and not BUCKET_NAME.match(bucket or ""):
         raise ConfigError("storage.bucket", bucket, "an S3 bucket name (3-63 lowercase letters, digits, '.', '-') "
-                          "with storage=s3")
-    endpoint = storage["endpoint"]
+                          "with storage=s3 (mode=storage or storage.save_checkpoint=true)")
+
+
+def _validate_endpoint(endpoint: Any) -> None:
     if endpoint is None:
         return
     parsed = urlparse(endpoint)

@@ -297,7 +297,7 @@ class S3TorchConnectorStore(_S3Store):
 
     @staticmethod
     def _missing(exc: BaseException) -> bool:
-        return "object was not found" in str(exc) or "NoSuchKey" in str(exc)
+        return any(phrase in str(exc) for phrase in ("object was not found", "key does not exist", "NoSuchKey"))
 
     def get(self, key: str) -> bytes:
         return self._call("GET", key, lambda: self._client.get_object(self.settings.bucket,
