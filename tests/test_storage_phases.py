@@ -3,6 +3,7 @@ accounting (steps, warm-up, AU under slow storage) and how clients are merged.""
 
 from __future__ import annotations
 
+import os
 import time
 
 import pytest
@@ -119,3 +120,16 @@ def test_clients_merge_sums_throughput_and_pools_latencies():
     assert merged["client_cpu_seconds"] == 1.0
     # computation_time=0 is an I/O ceiling: AU is not a pass
     assert read_metrics(results, workload())["au_pass"] is False
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_compare_command_alternates_and_reports_a_ratio(capsys, backend):
+    from bench.iobench.compare import main
+
+    code = main([backend, "--files", "8", "--file-kb", "64", "--threads", "2", "--rounds", "1", "--min-ratio", "1000"])
+    out = capsys.readouterr().out
+    assert code == 1  # nothing is 1000x its baseline: the --min-ratio gate works
+    assert "round 1: ours" in out and "| baseline" in out
+    ratio = float(out.split("ratio ours/baseline:")[1].split()[0])
+    assert ratio > 0
+    assert os.environ.get("AWS_SECRET_ACCESS_KEY") != "loopback"  # its throw-away credentials do not leak out

@@ -117,9 +117,10 @@ class _Pipeline:
 
 
 def files_in_flight(workload: Mapping[str, Any]) -> int:
-    """Reader threads plus the files that hold `prefetch` batches."""
+    """Files that hold `prefetch` batches, plus two per reader thread: one being read and one
+    queued behind it, so a thread never idles while the loop waits on an earlier, slower file."""
     ahead = math.ceil(workload["prefetch"] * workload["batch_size"] / workload["samples_per_file"])
-    return workload["read_threads"] + ahead
+    return 2 * workload["read_threads"] + ahead
 
 
 def epoch_order(files: Sequence[FileSpec], workload: Mapping[str, Any], client: int, epoch: int) -> List[FileSpec]:
