@@ -25,11 +25,12 @@ import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, List
+from typing import Callable, Dict, List, Sequence
 
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
-from bench.storage.objects import LocalStore, open_store
+from bench.iobench.workload import FileSpec
+from bench.storage.objects import LocalStore, ObjectStore, open_store
 
 SAMPLES_PER_FILE = 16
 # Only for the throw-away loopback server this command starts; real credentials are never needed.
@@ -71,26 +72,38 @@ def report(found: Dict[str, List[float]], ours_name: str, baseline_name: str) ->
     return ratio
 
 
+def read_phase(store: ObjectStore, files: Sequence[FileSpec], workload: Dict) -> Callable[[], int]:
+    """Ours: one pass of the storage benchmark's read phase; returns the bytes it covered."""
+    total = sum(f.size for f in files)
+
+    def run() -> int:
+        run_reader(store, files, workload)
+        return total
+
+    return run
+
+
+def thread_pool(read: Callable[[str], int], files: Sequence[FileSpec], threads: int) -> Callable[[], int]:
+    """The baseline: `read` every key from a plain ThreadPoolExecutor."""
+
+    def run() -> int:
+        with ThreadPoolExecutor(threads) as pool:
+            return sum(pool.map(read, [f.key for f in files]))
+
+    return run
+
+
 def compare_local(args: argparse.Namespace, root: Path) -> float:
     workload = workload_for(args)
     store = LocalStore(root)
     files = prepare_dataset(store, workload, "auto", workers=4).files
-    total = sum(f.size for f in files)
 
-    def ours() -> int:
-        run_reader(store, files, workload)
-        return total
-
-    def baseline() -> int:
-        def read(key: str) -> int:
-            with open(root / key, "rb") as fh:
-                return len(fh.read())
-
-        with ThreadPoolExecutor(args.threads) as pool:
-            return sum(pool.map(read, [f.key for f in files]))
+    def read(key: str) -> int:
+        with open(root / key, "rb") as fh:
+            return len(fh.read())
 
     print(f"local: {len(files)} files x {args.file_kb} KiB in {root}, {args.threads} threads (page cache warm)")
-    found = alternate(ours, baseline, args.rounds)
+    found = alternate(read_phase(store, files, workload), thread_pool(read, files, args.threads), args.rounds)
     return report(found, "storage read phase, computation_time=0", "open/read in a ThreadPoolExecutor")
 
 
@@ -116,21 +129,12 @@ def compare_s3(args: argparse.Namespace) -> float:
         workload = workload_for(args)
         files = prepare_dataset(open_store(location, {**storage, "client": "obstore"}), workload, "auto", 4).files
         store = open_store(location, storage)
-        total = sum(f.size for f in files)
 
-        def ours() -> int:
-            run_reader(store, files, workload)
-            return total
-
-        def baseline() -> int:
-            def read(key: str) -> int:
-                return len(admin.get_object(Bucket=settings.bucket, Key=f"{settings.prefix}/{key}")["Body"].read())
-
-            with ThreadPoolExecutor(args.threads) as pool:
-                return sum(pool.map(read, [f.key for f in files]))
+        def read(key: str) -> int:
+            return len(admin.get_object(Bucket=settings.bucket, Key=f"{settings.prefix}/{key}")["Body"].read())
 
         print(f"s3: {len(files)} objects x {args.file_kb} KiB on moto at {endpoint}, {args.threads} threads")
-        found = alternate(ours, baseline, args.rounds)
+        found = alternate(read_phase(store, files, workload), thread_pool(read, files, args.threads), args.rounds)
         return report(found, f"storage read phase via {args.client}", "boto3 get_object in a ThreadPoolExecutor")
     finally:
         server.stop()
