@@ -41,7 +41,7 @@ def workload_for(args: argparse.Namespace) -> Dict:
     record = max(1, args.file_kb * 1024 // SAMPLES_PER_FILE)
     return {"name": "compare", "num_files": args.files, "samples_per_file": SAMPLES_PER_FILE, "record_size": record,
             "record_size_stdev": 0, "format": "raw", "batch_size": SAMPLES_PER_FILE, "read_threads": args.threads,
-            "prefetch": 1, "computation_time": 0.0, "epochs": 1, "max_steps": None, "shuffle": False, "seed": 0,
+            "prefetch": args.prefetch, "computation_time": 0.0, "epochs": 1, "max_steps": None, "shuffle": False, "seed": 0,
             "au_threshold": 0.9, "checkpoint_size_mb": 0}
 
 
@@ -149,6 +149,8 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--file-kb", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5, help="A-B-B-A rounds")
+    parser.add_argument("--prefetch", type=int, default=8,
+                        help="ours: batches (= files here) read ahead; the baseline queues every file at once")
     parser.add_argument("--client", default="obstore", choices=("obstore", "boto3", "s3torchconnector"))
     parser.add_argument("--root", type=Path, help="local: dataset directory (default: a temporary one)")
     parser.add_argument("--min-ratio", type=float, help="exit 1 when ours/baseline is below this")

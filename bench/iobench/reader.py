@@ -12,12 +12,13 @@ AU (accelerator utilization) = emulated compute time / wall time of the measured
 from __future__ import annotations
 
 import math
+import queue
 import random
+import threading
 import time
-from collections import deque
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from typing import Any, Deque, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
@@ -72,15 +73,34 @@ class ReaderResult:
 
 
 class _Pipeline:
-    """Files read by a thread pool, handed over in order; batches cut from the sample stream."""
+    """Reader threads that pull the next file themselves (the loop never has to wake up to hand
+    out work) and deliver files as they finish; a semaphore bounds the files read but not yet
+    consumed to `depth`, which is what prefetching means. Batches are cut from that stream."""
 
-    def __init__(self, pool: ThreadPoolExecutor, store: ObjectStore, files: Sequence[FileSpec], fmt: str,
-                 depth: int, epoch: int, requests: List[Request]):
-        self.pool, self.store, self.fmt, self.depth, self.epoch = pool, store, fmt, depth, epoch
-        self.requests = requests
+    def __init__(self, pool: ThreadPoolExecutor, threads: int, store: ObjectStore, files: Sequence[FileSpec],
+                 fmt: str, depth: int, epoch: int, requests: List[Request]):
+        self.store, self.fmt, self.epoch, self.requests, self.threads = store, fmt, epoch, requests, threads
         self._todo: Iterator[FileSpec] = iter(files)
-        self._pending: Deque[Future] = deque()
-        self._top_up()
+        self._todo_lock = threading.Lock()
+        self._slots = threading.Semaphore(depth)
+        self._done: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._stopped = False
+        for _ in range(threads):
+            pool.submit(self._worker)
+
+    def _worker(self) -> None:
+        while True:
+            self._slots.acquire()  # a place in the read-ahead window
+            with self._todo_lock:
+                spec = None if self._stopped else next(self._todo, None)
+            if spec is None:
+                self._done.put(_WORKER_DONE)
+                return
+            try:
+                self._done.put(self._read(spec))
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop, which raises it
+                self._done.put(exc)
+                return
 
     def _read(self, spec: FileSpec) -> Tuple[int, int]:
         start = time.perf_counter()
@@ -89,21 +109,21 @@ class _Pipeline:
         self.requests.append(Request(spec.key, self.epoch, len(data), (end - start) * 1000.0, end))
         return decode_samples(data, spec, self.fmt), len(data)
 
-    def _top_up(self) -> None:
-        while len(self._pending) < self.depth:
-            spec = next(self._todo, None)
-            if spec is None:
-                return
-            self._pending.append(self.pool.submit(self._read, spec))
-
     def batches(self, batch_size: int) -> Iterator[Tuple[int, float]]:
         """(samples, bytes) of successive batches, the last one may be short. A batch's bytes
         are its share of the files it came from (headers included), so they add up to the files'."""
         samples = size = 0.0
-        while self._pending:
-            file_samples, file_size = self._pending.popleft().result()
-            self._top_up()
-            samples, size = samples + file_samples, size + file_size
+        running = self.threads
+        while running:
+            item = self._done.get()
+            if item is _WORKER_DONE:
+                running -= 1
+                continue
+            if isinstance(item, BaseException):
+                self.stop()
+                raise item
+            self._slots.release()
+            samples, size = samples + item[0], size + item[1]
             while samples >= batch_size:
                 share = size * batch_size / samples
                 samples, size = samples - batch_size, size - share
@@ -111,14 +131,21 @@ class _Pipeline:
         if samples:
             yield int(samples), size
 
-    def cancel(self) -> None:
-        for future in self._pending:
-            future.cancel()
+    def stop(self) -> None:
+        """Let every reader thread finish its current file and exit (a run cut short by max_steps)."""
+        with self._todo_lock:
+            self._stopped = True
+        for _ in range(self.threads):
+            self._slots.release()
+
+
+_WORKER_DONE = object()
 
 
 def files_in_flight(workload: Mapping[str, Any]) -> int:
-    """Files that hold `prefetch` batches, plus two per reader thread: one being read and one
-    queued behind it, so a thread never idles while the loop waits on an earlier, slower file."""
+    """The files that hold `prefetch` batches, plus two per reader thread (the one it reads and
+    one it finished that the loop has not picked up yet), so a thread does not stall on the
+    loop's wake-up latency when files are small and fast."""
     ahead = math.ceil(workload["prefetch"] * workload["batch_size"] / workload["samples_per_file"])
     return 2 * workload["read_threads"] + ahead
 
@@ -146,8 +173,8 @@ def run_reader(store: ObjectStore, files: Sequence[FileSpec], workload: Mapping[
         for epoch in range(1, workload["epochs"] + 1):
             stats = EpochStats(epoch)
             result.epochs.append(stats)
-            pipeline = _Pipeline(pool, store, epoch_order(files, workload, client, epoch), workload["format"],
-                                 files_in_flight(workload), epoch, requests)
+            pipeline = _Pipeline(pool, workload["read_threads"], store, epoch_order(files, workload, client, epoch),
+                                 workload["format"], files_in_flight(workload), epoch, requests)
             batches = pipeline.batches(workload["batch_size"])
             epoch_clock = time.perf_counter()
             while max_steps is None or step < max_steps:
@@ -171,7 +198,7 @@ def run_reader(store: ObjectStore, files: Sequence[FileSpec], workload: Mapping[
                 stats.compute_s += compute
                 result.step_times_ms.append((ended - started) * 1000.0)
             stats.wall_s = time.perf_counter() - epoch_clock
-            pipeline.cancel()
+            pipeline.stop()
             if max_steps is not None and step >= max_steps:
                 break
     result.cpu_s = _cpu_seconds(me) - cpu_at_start
