@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import json
+import logging
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Sequence
 
@@ -17,6 +18,8 @@ import psutil
 
 from bench.iobench.reader import ReaderResult
 from bench.results import percentile
+
+log = logging.getLogger(__name__)
 
 # MLPerf Storage asks for a dataset of at least 5x the client's RAM so the page cache cannot hold it.
 CACHE_SAFE_RAM_MULTIPLE = 5
@@ -58,6 +61,9 @@ def read_metrics(results: Sequence[ReaderResult], workload: Mapping[str, Any]) -
         "client_cpu_seconds_per_gb": cpu_s / (read_bytes / 1e9) if read_bytes else 0.0,
     }
     metrics["au_pass"] = bool(computing and epoch_aus and metrics["au_percent_min"] >= metrics["au_threshold_percent"])
+    if not latencies or metrics["read_steps"] < 2 * len(results):
+        log.warning("read: only %d measured steps and %d requests after the warm-up step: too few for stable "
+                    "figures (raise storage.workload.num_files or epochs)", metrics["read_steps"], len(latencies))
     return metrics
 
 
