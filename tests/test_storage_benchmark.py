@@ -209,3 +209,34 @@ def test_endpoint_with_credentials_is_refused_without_echoing_them(tmp_path):
     assert "storage.endpoint" in line and "AWS_ACCESS_KEY_ID" in line
     assert SECRET not in proc.stdout + proc.stderr
     assert not Path(tmp_path / "run" / "run_summary.json").exists()
+
+
+def test_sigterm_during_the_read_phase_ends_the_run_and_its_clients(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    db = sqlite_uri(tmp_path / "mlflow.db")
+    args = [*TINY, "storage.clients=2", "storage.workload.epochs=1000", "storage.workload.computation_time=0.05",
+            "storage.workload.checkpoint_size_mb=0", f"hydra.run.dir={tmp_path}/run"]
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=tmp_path, env=bench_env(db),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "run" / "bench.log"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and "read:" in log.read_text() and len(psutil.Process(proc.pid).children()) >= 2:
+            break
+        time.sleep(0.2)
+    clients = psutil.Process(proc.pid).children(recursive=True)
+    time.sleep(0.5)  # the clients are starting or reading
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    assert "[ERROR] run interrupted" in stderr and "Traceback" not in stderr
+    gone, alive = psutil.wait_procs(clients, timeout=15)
+    assert not alive  # no orphaned reader process
+    (run,) = all_runs(db)
+    assert run.info.status == "KILLED"

@@ -177,28 +177,30 @@ def run_reader(store: ObjectStore, files: Sequence[FileSpec], workload: Mapping[
                                  workload["format"], files_in_flight(workload), epoch, requests)
             batches = pipeline.batches(workload["batch_size"])
             epoch_clock = time.perf_counter()
-            while max_steps is None or step < max_steps:
-                started = time.perf_counter()
-                batch = next(batches, None)
-                if batch is None:
-                    break
-                fetched = time.perf_counter()
-                if compute > 0:
-                    time.sleep(compute)
-                ended = time.perf_counter()
-                step += 1
-                if step == 1:  # warm-up: the measured window opens when the first step ends
-                    result.window_start = epoch_clock = ended
-                    cpu_at_start = _cpu_seconds(me)
-                    continue
-                stats.steps += 1
-                stats.samples += batch[0]
-                stats.bytes += batch[1]
-                stats.wait_s += fetched - started
-                stats.compute_s += compute
-                result.step_times_ms.append((ended - started) * 1000.0)
+            try:
+                while max_steps is None or step < max_steps:
+                    started = time.perf_counter()
+                    batch = next(batches, None)
+                    if batch is None:
+                        break
+                    fetched = time.perf_counter()
+                    if compute > 0:
+                        time.sleep(compute)
+                    ended = time.perf_counter()
+                    step += 1
+                    if step == 1:  # warm-up: the measured window opens when the first step ends
+                        result.window_start = epoch_clock = ended
+                        cpu_at_start = _cpu_seconds(me)
+                        continue
+                    stats.steps += 1
+                    stats.samples += batch[0]
+                    stats.bytes += batch[1]
+                    stats.wait_s += fetched - started
+                    stats.compute_s += compute
+                    result.step_times_ms.append((ended - started) * 1000.0)
+            finally:  # also on Ctrl-C / SIGTERM: readers blocked on the window must exit, or the pool waits forever
+                pipeline.stop()
             stats.wall_s = time.perf_counter() - epoch_clock
-            pipeline.stop()
             if max_steps is not None and step >= max_steps:
                 break
     result.cpu_s = _cpu_seconds(me) - cpu_at_start
