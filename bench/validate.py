@@ -164,7 +164,9 @@ def _validate_data(cfg: Mapping[str, Any]) -> None:
 S3_CLIENTS = ("obstore", "s3torchconnector", "boto3")
 PREPARE = ("auto", "always", "never")
 RECORD_FORMATS = ("raw", "npz")
-BUCKET_NAME = re.compile(r"^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$")
+# Loose on purpose: AWS wants 3-63 lowercase characters, but some S3-compatible stores take
+# other names; the server has the last word (and its refusal is one clear line too).
+BUCKET_NAME = re.compile(r"^[^/\s]+$")
 
 
 def _validate_storage(cfg: Mapping[str, Any]) -> None:
@@ -196,7 +198,7 @@ def _validate_storage(cfg: Mapping[str, Any]) -> None:
     # storage=s3 with nothing to store (a training run without checkpoints) needs no bucket
     bucket = storage["bucket"]
     if (cfg["mode"] == "storage" or storage["save_checkpoint"]) and not BUCKET_NAME.match(bucket or ""):
-        raise ConfigError("storage.bucket", bucket, "an S3 bucket name (3-63 lowercase letters, digits, '.', '-') "
+        raise ConfigError("storage.bucket", bucket, "a bucket name (no '/': put paths in storage.prefix) "
                           "with storage=s3 (mode=storage or storage.save_checkpoint=true)")
 
 

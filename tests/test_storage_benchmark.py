@@ -188,12 +188,13 @@ def test_prepare_never_without_a_dataset_fails_with_one_line(tmp_path):
 
 @pytest.mark.parametrize("overrides,expected", [
     (["storage=s3"], "storage.bucket=None is not valid"),
+    (["storage=s3", "storage.bucket=b/data"], "storage.bucket='b/data' is not valid: accepted a bucket name (no '/'"),
     (["storage=s3", "storage.bucket=b", "storage.endpoint=minio:9000"], "storage.endpoint='minio:9000'"),
     (["storage.client=s3fs"], "storage.client='s3fs' is not valid: accepted one of obstore, s3torchconnector, boto3"),
     (["storage.clients=9"], "at most storage.workload.num_files=8"),
     (["storage.workload.au_threshold=90"], "storage.workload.au_threshold=90.0"),
     (["+storage.secret_access_key=abc"], "storage.secret_access_key"),
-], ids=["s3-needs-bucket", "endpoint-url", "client", "clients-vs-files", "au-fraction", "no-credential-keys"])
+], ids=["s3-needs-bucket", "bucket-not-a-path", "endpoint-url", "client", "clients-vs-files", "au-fraction", "no-credential-keys"])
 def test_bad_storage_config_is_refused_before_anything_runs(tmp_path, overrides, expected):
     proc = run_bench(tmp_path, [*TINY, *overrides, f"hydra.run.dir={tmp_path}/run"],
                      env=bench_env(sqlite_uri(tmp_path / "mlflow.db")))

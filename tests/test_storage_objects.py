@@ -217,3 +217,21 @@ def test_local_checkpoint_storage_unchanged(tmp_path: Path):
     assert isinstance(storage, LocalStorage)
     result = storage.save_checkpoint({"w": torch.ones(3)}, "c.pt")
     assert Path(result["checkpoint_path"]) == tmp_path / "c.pt" and result["checkpoint_bytes"] > 0
+
+
+@pytest.mark.parametrize("client", ["obstore", "boto3"])
+def test_credentials_from_a_profile_file(s3_server, monkeypatch, tmp_path, client):  # noqa: F811
+    """No AWS_* keys in the environment: the shared credentials file's profile is used."""
+    for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    credentials = tmp_path / "credentials"
+    credentials.write_text(f"[bench]\naws_access_key_id = {CREDENTIALS['AWS_ACCESS_KEY_ID']}\n"
+                           f"aws_secret_access_key = {CREDENTIALS['AWS_SECRET_ACCESS_KEY']}\n")
+    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
+    monkeypatch.setenv("AWS_PROFILE", "bench")
+    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
+    bucket = s3_server.new_bucket()
+    store = open_store(f"s3://{bucket}/p", s3_config(s3_server.endpoint, client))
+    store.put("k", b"from a profile")
+    assert store.get("k") == b"from a profile"
