@@ -21,9 +21,10 @@ class S3Server:
     def admin(self):
         import boto3
 
-        return boto3.client("s3", endpoint_url=self.endpoint, region_name="us-east-1",
-                            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                            aws_secret_access_key=SECRET)
+        # a session of its own: boto3's default one caches whatever environment it first saw
+        session = boto3.session.Session(aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                                        aws_secret_access_key=SECRET, region_name="us-east-1")
+        return session.client("s3", endpoint_url=self.endpoint)
 
     def new_bucket(self) -> str:
         name = f"bench-{uuid.uuid4().hex[:12]}"

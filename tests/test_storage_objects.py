@@ -222,6 +222,7 @@ def test_local_checkpoint_storage_unchanged(tmp_path: Path):
 @pytest.mark.parametrize("client", ["obstore", "boto3"])
 def test_credentials_from_a_profile_file(s3_server, monkeypatch, tmp_path, client):  # noqa: F811
     """No AWS_* keys in the environment: the shared credentials file's profile is used."""
+    bucket = s3_server.new_bucket()  # before the environment changes under boto3's default session
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     credentials = tmp_path / "credentials"
@@ -231,7 +232,6 @@ def test_credentials_from_a_profile_file(s3_server, monkeypatch, tmp_path, clien
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_PROFILE", "bench")
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    bucket = s3_server.new_bucket()
     store = open_store(f"s3://{bucket}/p", s3_config(s3_server.endpoint, client))
     store.put("k", b"from a profile")
     assert store.get("k") == b"from a profile"
