@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from bench.iobench.prepare import DatasetMissing, prepare_dataset
+from bench.iobench.prepare import DatasetMissing, prepare_dataset, prepare_summary
 from bench.iobench.reader import EpochStats, ReaderResult, Request, run_reader
 from bench.iobench.report import read_metrics
 from bench.iobench.workload import decode_samples, encode, plan_files
@@ -40,6 +40,9 @@ def test_prepare_auto_reuses_then_rewrites_what_changed(tmp_path):
     store = LocalStore(tmp_path)
     first = prepare_dataset(store, WORKLOAD, "auto", workers=2)
     assert not first.skipped and first.total_bytes == 6 * 4 * 1000
+    summary = prepare_summary(first)
+    assert len(first.put_latencies_ms) == 6 and 0 < summary["prepare_put_latency_ms_p50"] <= \
+        summary["prepare_put_latency_ms_p99"]
     assert prepare_dataset(store, WORKLOAD, "auto", workers=2).skipped
     assert prepare_dataset(store, WORKLOAD, "never", workers=2).skipped
 

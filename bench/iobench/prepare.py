@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Dict, List, Mapping, Optional
 
 from bench.iobench.workload import FileSpec, dataset_spec, encode, plan_files
+from bench.results import percentile
 from bench.storage.objects import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,9 @@ def prepare_dataset(store: ObjectStore, workload: Mapping[str, Any], mode: str, 
 
 
 def prepare_summary(prepared: Prepared) -> Dict[str, Any]:
-    seconds = prepared.seconds
+    seconds, puts = prepared.seconds, prepared.put_latencies_ms
     return {"prepare_skipped": prepared.skipped, "prepare_seconds": seconds,
             "prepare_written_bytes": prepared.written_bytes,
-            "prepare_mb_per_second": prepared.written_bytes / seconds / 1e6 if seconds > 0 else 0.0}
+            "prepare_mb_per_second": prepared.written_bytes / seconds / 1e6 if seconds > 0 else 0.0,
+            "prepare_put_latency_ms_p50": percentile(puts, 50) if puts else 0.0,
+            "prepare_put_latency_ms_p99": percentile(puts, 99) if puts else 0.0}
