@@ -153,6 +153,10 @@ def write_outputs(out_dir: Path, cfg: Mapping[str, Any], environment: Mapping[st
 
 
 def headline(metrics: Mapping[str, Any]) -> str:
+    if metrics.get("mode") == "storage":  # the storage benchmark has no model or steps of its own
+        from bench.iobench.report import headline as storage_headline
+
+        return storage_headline(metrics)
     return ("{model} {precision} bs={batch_size} x{world_size} on {device_name}: {images_per_second:.1f} images/s, "
             "step p50 {step_time_ms_p50:.2f} ms, p99 {step_time_ms_p99:.2f} ms ({measured_steps} steps, "
             "{elapsed_seconds:.2f} s)").format(**metrics)

@@ -84,13 +84,51 @@ class DistributedConfig:
 
 
 @dataclass
+class StorageWorkloadConfig:
+    """What the storage benchmark (mode=storage) emulates: MLPerf Storage / DLIO terms."""
+    name: str = "custom"  # a label for reports (the presets name their workload)
+    num_files: int = 16
+    samples_per_file: int = 8
+    record_size: int = 65536  # bytes per sample
+    record_size_stdev: int = 0  # per-file record sizes drawn from N(record_size, stdev)
+    format: str = "raw"  # raw (records back to back) | npz (numpy archive, decoded on read)
+    batch_size: int = 4  # samples per step of one simulated accelerator
+    read_threads: int = 4  # reader threads per simulated accelerator
+    prefetch: int = 2  # batches read ahead of the emulated compute
+    computation_time: float = 0.0  # seconds of emulated compute per batch; 0 = I/O ceiling
+    epochs: int = 1
+    max_steps: Optional[int] = None  # stop each accelerator after this many steps
+    shuffle: bool = True  # file order shuffled per epoch (seeded)
+    seed: int = 0
+    au_threshold: float = 0.9  # accelerator-utilization pass mark
+    checkpoint_size_mb: float = 16.0  # checkpoint phase size; 0 skips the phase
+
+
+@dataclass
 class StorageConfig:
-    name: str = "local"
-    # null: the run's Hydra output directory
+    name: str = "local"  # local | s3
+    # local: a directory (null: the run's Hydra output directory); s3: unused
     root: Optional[str] = None
     save_checkpoint: bool = False
     checkpoint_name: str = "checkpoint.pt"
     fsync: bool = True
+    # local reads bypass the page cache (O_DIRECT, or fadvise DONTNEED where O_DIRECT is refused)
+    direct_io: bool = False
+    # s3: credentials come from the AWS environment variables / profile only, never from here
+    endpoint: Optional[str] = None  # null: AWS; http(s)://host:port for MinIO, Ceph, moto ...
+    bucket: Optional[str] = None
+    prefix: str = ""
+    region: str = "us-east-1"
+    client: str = "obstore"  # obstore | s3torchconnector | boto3
+    max_attempts: int = 5  # tries per request (5xx, throttling, timeouts retried with backoff)
+    timeout_s: float = 60.0  # per request
+    connect_timeout_s: float = 5.0
+    # storage benchmark (mode=storage)
+    dataset_dir: str = "iobench-dataset"  # under root (local) or prefix (s3)
+    prepare: str = "auto"  # auto: write the dataset unless it is there and matches | always | never
+    prepare_workers: int = 4
+    clients: int = 1  # reader processes (simulated accelerators), each on its own files
+    workload: StorageWorkloadConfig = field(default_factory=StorageWorkloadConfig)
 
 
 @dataclass

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import re
 from typing import Any, Iterable, Mapping
+from urllib.parse import urlparse
 
 from bench import schema as schema_module
 from bench.schema import BenchConfig
@@ -177,5 +179,56 @@ def _validate_data(cfg: Mapping[str, Any]) -> None:
 # ---- storage options and the storage benchmark (bench/storage/, bench/iobench/) ------------
 
 
+S3_CLIENTS = ("obstore", "s3torchconnector", "boto3")
+PREPARE = ("auto", "always", "never")
+RECORD_FORMATS = ("raw", "npz")
+# Loose on purpose: AWS wants 3-63 lowercase characters, but some S3-compatible stores take
+# other names; the server has the last word (and its refusal is one clear line too).
+BUCKET_NAME = re.compile(r"^[^/\s]+$")
+
+
 def _validate_storage(cfg: Mapping[str, Any]) -> None:
-    pass
+    storage = cfg["storage"]
+    _one_of(cfg, "storage.client", S3_CLIENTS)
+    _one_of(cfg, "storage.prepare", PREPARE)
+    _one_of(cfg, "storage.workload.format", RECORD_FORMATS)
+    for key in ("clients", "prepare_workers", "max_attempts", "workload.num_files", "workload.samples_per_file",
+                "workload.record_size", "workload.batch_size", "workload.read_threads", "workload.epochs"):
+        _positive(cfg, "storage." + key)
+    _positive(cfg, "storage.workload.max_steps", optional=True)
+    for key in ("timeout_s", "connect_timeout_s"):
+        _positive(cfg, "storage." + key, integer=False)
+    for key in ("record_size_stdev", "prefetch", "computation_time", "checkpoint_size_mb"):
+        if _get(cfg, "storage.workload." + key) < 0:
+            raise ConfigError("storage.workload." + key, _get(cfg, "storage.workload." + key), "a number >= 0")
+    threshold = storage["workload"]["au_threshold"]
+    if not 0 < threshold <= 1:
+        raise ConfigError("storage.workload.au_threshold", threshold, "a fraction in (0, 1], e.g. 0.9 for 90%")
+    if storage["clients"] > storage["workload"]["num_files"]:
+        raise ConfigError("storage.clients", storage["clients"],
+                          f"at most storage.workload.num_files={storage['workload']['num_files']} "
+                          "(each client reads its own files)")
+    if not storage["dataset_dir"].strip("/"):
+        raise ConfigError("storage.dataset_dir", storage["dataset_dir"], "a non-empty relative path")
+    if storage["name"] != "s3":
+        return
+    _validate_endpoint(storage["endpoint"])
+    # storage=s3 with nothing to store (a training run without checkpoints) needs no bucket
+    bucket = storage["bucket"]
+    if (cfg["mode"] == "storage" or storage["save_checkpoint"]) and not BUCKET_NAME.match(bucket or ""):
+        raise ConfigError("storage.bucket", bucket, "a bucket name (no '/': put paths in storage.prefix) "
+                          "with storage=s3 (mode=storage or storage.save_checkpoint=true)")
+
+
+def _validate_endpoint(endpoint: Any) -> None:
+    if endpoint is None:
+        return
+    parsed = urlparse(endpoint)
+    if parsed.scheme not in ("http", "https") or not parsed.hostname:
+        raise ConfigError("storage.endpoint", endpoint, "an http:// or https:// URL such as http://minio:9000, "
+                          "or null for AWS")
+    if parsed.username or parsed.password:
+        # the config is logged to MLflow and saved in .hydra/: credentials come from AWS_* / the profile
+        raise ConfigError("storage.endpoint", "<hidden: it carries credentials>",
+                          "a URL without user:password (set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+                          "or AWS_PROFILE instead)")

@@ -73,7 +73,11 @@ def open_store(location: str, storage: Optional[Mapping[str, Any]] = None) -> Ob
     """`location` is a local directory or s3://bucket/prefix; `storage` is the storage group
     (endpoint, region, client, retries) used for S3."""
     if location.startswith("s3://"):
-        from bench.storage.s3 import open_s3_store  # noqa: F401 - written with the storage benchmark
+        from bench.storage.s3 import open_s3_store
 
         return open_s3_store(location, storage or {})
+    if storage and storage.get("direct_io"):
+        from bench.storage.direct import DirectReadStore
+
+        return DirectReadStore(Path(location))
     return LocalStore(Path(location))

@@ -1,0 +1,243 @@
+"""The storage benchmark end to end: `python -m bench mode=storage ...` in real subprocesses, on
+local files and on S3 (moto on 127.0.0.1, real HTTP), checked through the final line, the output
+files, the objects on the store and the MLflow run."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from conftest import all_runs, bench_env, radix_metrics, run_bench, sqlite_uri
+from s3_server import SECRET, s3_env, s3_server  # noqa: F401 - the module's S3 endpoint fixture
+
+FILES, SAMPLES, RECORD, BATCH, EPOCHS = 8, 4, 4096, 4, 2
+TINY = [
+    "mode=storage",
+    f"storage.workload.num_files={FILES}",
+    f"storage.workload.samples_per_file={SAMPLES}",
+    f"storage.workload.record_size={RECORD}",
+    f"storage.workload.batch_size={BATCH}",
+    f"storage.workload.epochs={EPOCHS}",
+    "storage.workload.read_threads=2",
+    "storage.workload.computation_time=0.005",
+    "storage.workload.checkpoint_size_mb=1",
+    "storage.prepare_workers=2",
+]
+REPORTED = ["samples_per_second", "read_mb_per_second", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
+            "latency_ms_max", "au_percent_mean", "au_percent_min", "au_pass", "potential_caching",
+            "client_cpu_percent", "prepare_skipped", "dataset_bytes", "checkpoint_write_gbps",
+            "checkpoint_read_gbps"]
+
+
+def measured_steps(files_per_client: int, clients: int = 1) -> int:
+    """Steps each client runs, minus its warm-up step, summed over clients."""
+    steps = EPOCHS * files_per_client * SAMPLES // BATCH
+    return clients * (steps - 1)
+
+
+def assert_consistent(metrics: dict) -> None:
+    for key in REPORTED:
+        assert key in metrics, key
+    assert 0 < metrics["latency_ms_p50"] <= metrics["latency_ms_p90"] <= metrics["latency_ms_p99"] \
+        <= metrics["latency_ms_max"]
+    assert 0 < metrics["au_percent_min"] <= metrics["au_percent_mean"] <= 100
+    assert metrics["au_pass"] is (metrics["au_percent_min"] >= 90.0)
+    assert metrics["samples_per_second"] > 0 and metrics["read_mb_per_second"] > 0
+    assert metrics["potential_caching"] is True  # a few KB against this machine's RAM
+    assert metrics["read_samples"] == metrics["read_steps"] * BATCH
+
+
+def test_local_storage_benchmark_end_to_end(tmp_path):
+    db = sqlite_uri(tmp_path / "mlflow.db")
+    root = tmp_path / "data"
+    proc = run_bench(tmp_path, [*TINY, f"storage.root={root}", f"hydra.run.dir={tmp_path}/run"], env=bench_env(db))
+    metrics = radix_metrics(proc)
+    assert_consistent(metrics)
+    assert metrics["mode"] == "storage" and metrics["storage"] == "local" and metrics["storage_client"] == "posix"
+    assert metrics["prepare_skipped"] is False
+    assert metrics["prepare_written_bytes"] == metrics["dataset_bytes"] == FILES * SAMPLES * RECORD
+    assert metrics["read_steps"] == measured_steps(FILES)
+    assert metrics["checkpoint_bytes"] >= 2**20 and metrics["checkpoint_write_gbps"] > 0
+
+    dataset = root / "iobench-dataset"
+    assert sorted(p.name for p in dataset.iterdir()) == ["_manifest.json"] + [f"file_{i:05d}.bin" for i in range(FILES)]
+    assert all((dataset / f"file_{i:05d}.bin").stat().st_size == SAMPLES * RECORD for i in range(FILES))
+    assert (root / "iobench-checkpoints" / "checkpoint.pt").stat().st_size == metrics["checkpoint_bytes"]
+
+    run_dir = tmp_path / "run"
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    assert summary["results"]["samples_per_second"] == pytest.approx(metrics["samples_per_second"])
+    assert summary["config"]["storage"]["workload"]["num_files"] == FILES
+    epochs = list(csv.DictReader((run_dir / "epochs.csv").open()))
+    assert [int(e["steps"]) for e in epochs] == [FILES * SAMPLES // BATCH - 1, FILES * SAMPLES // BATCH]
+    assert sum(float(e["compute_s"]) for e in epochs) == pytest.approx(0.005 * metrics["read_steps"])
+    latencies = list(csv.DictReader((run_dir / "read_latency.csv").open()))
+    assert len(latencies) == metrics["read_requests"] > 0
+    assert max(float(r["latency_ms"]) for r in latencies) == pytest.approx(metrics["latency_ms_max"], abs=1e-3)
+    (row,) = csv.DictReader((run_dir / "summary.csv").open())
+    assert float(row["samples_per_second"]) == pytest.approx(metrics["samples_per_second"])
+
+    (run,) = all_runs(db)
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["samples_per_second"] == pytest.approx(metrics["samples_per_second"])
+    assert run.data.params["storage.workload.num_files"] == str(FILES) and run.data.params["mode"] == "storage"
+    assert run.data.tags["mode"] == "storage" and run.data.tags["storage_client"] == "posix"
+    client = MlflowClient(db)
+    assert len(client.get_metric_history(run.info.run_id, "epoch_au_percent")) == EPOCHS
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"run_summary.json", "summary.csv", "epochs.csv", "read_latency.csv", ".hydra"} <= artifacts
+
+
+def test_multirun_sweeps_clients_and_reuses_the_dataset(tmp_path):
+    """The second job finds the first one's dataset (prepare=auto); direct_io keeps the page cache out."""
+    root = tmp_path / "data"
+    proc = run_bench(tmp_path, ["-m", *TINY, "storage.clients=1,2", f"storage.root={root}", "storage.direct_io=true",
+                                "tracking.enabled=false", f"hydra.sweep.dir={tmp_path}/multi"])
+    assert proc.returncode == 0, proc.stderr
+    lines = [json.loads(line)["radix_metrics"] for line in proc.stdout.splitlines() if "radix_metrics" in line]
+    assert [m["clients"] for m in lines] == [1, 2]
+    assert [m["prepare_skipped"] for m in lines] == [False, True]
+    assert [m["prepare_written_bytes"] for m in lines] == [FILES * SAMPLES * RECORD, 0]
+    for m in lines:
+        assert_consistent(m)
+        assert m["storage_client"] == "o_direct"
+        assert m["read_steps"] == measured_steps(FILES // m["clients"], m["clients"])
+    assert (tmp_path / "multi" / "1" / "run_summary.json").is_file()
+    two = list(csv.DictReader((tmp_path / "multi" / "1" / "read_latency.csv").open()))
+    assert {r["client"] for r in two} == {"0", "1"}  # requests of both clients, merged
+    keys = [{r["key"] for r in two if r["client"] == c} for c in ("0", "1")]
+    assert keys[0] and keys[1] and not keys[0] & keys[1]  # disjoint shards
+
+
+def test_s3_storage_benchmark_two_clients_and_no_secret_anywhere(tmp_path, s3_server):  # noqa: F811
+    bucket = s3_server.new_bucket()
+    db = sqlite_uri(tmp_path / "mlflow.db")
+    env = bench_env(db, **s3_env())
+    args = [*TINY, *s3_server.overrides(bucket, "storage.prefix=bench/run"), "storage.workload.format=npz",
+            "storage.workload.record_size_stdev=512"]
+    proc = run_bench(tmp_path, [*args, "storage.clients=2", f"hydra.run.dir={tmp_path}/run"], env=env)
+    metrics = radix_metrics(proc)
+    assert_consistent(metrics)
+    assert metrics["storage_client"] == "obstore" and metrics["clients"] == 2
+    assert metrics["storage_url"] == f"s3://{bucket}/bench/run/iobench-dataset"
+    assert metrics["read_steps"] == measured_steps(FILES // 2, 2)
+    assert metrics["checkpoint_read_gbps"] > 0
+
+    objects = {o["Key"]: o["Size"] for o in s3_server.admin().list_objects_v2(Bucket=bucket)["Contents"]}
+    data = {k: v for k, v in objects.items() if k.startswith("bench/run/iobench-dataset/file_")}
+    assert len(data) == FILES and sum(data.values()) == metrics["dataset_bytes"]
+    assert len(set(data.values())) > 1  # record sizes drawn per file (stdev)
+    assert objects["bench/run/iobench-checkpoints/checkpoint.pt"] == metrics["checkpoint_bytes"]
+
+    (run,) = all_runs(db)
+    assert run.info.status == "FINISHED" and run.data.params["storage.endpoint"] == s3_server.endpoint
+    for value in [*run.data.params.values(), *run.data.tags.values(), proc.stdout, proc.stderr]:
+        assert SECRET not in value
+    for path in tmp_path.rglob("*"):  # outputs, .hydra/, the MLflow database and its artifacts
+        if path.is_file():
+            assert SECRET.encode() not in path.read_bytes(), path
+
+    # The AWS PyTorch client reads the same dataset (prepared above: moto cannot take its writes).
+    proc = run_bench(tmp_path, [*args, "storage.client=s3torchconnector", "storage.workload.checkpoint_size_mb=0",
+                                "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run2"], env=env)
+    torch_client = radix_metrics(proc)
+    assert torch_client["storage_client"] == "s3torchconnector" and torch_client["prepare_skipped"] is True
+    assert torch_client["read_steps"] == measured_steps(FILES)
+    assert "checkpoint_bytes" not in torch_client
+
+
+def single_error(proc) -> str:
+    assert proc.returncode not in (0, None), proc.stdout + proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    assert "radix_metrics" not in proc.stdout
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("[ERROR]")]
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+def test_missing_bucket_fails_the_run_with_one_line(tmp_path, s3_server):  # noqa: F811
+    db = sqlite_uri(tmp_path / "mlflow.db")
+    proc = run_bench(tmp_path, [*TINY, *s3_server.overrides("no-such-bucket"), f"hydra.run.dir={tmp_path}/run"],
+                     env=bench_env(db, **s3_env()))
+    line = single_error(proc)
+    assert "the bucket does not exist" in line and "'no-such-bucket'" in line and s3_server.endpoint in line
+    (run,) = all_runs(db)
+    assert run.info.status == "FAILED" and "bucket does not exist" in run.data.tags["error"]
+
+
+def test_unreachable_endpoint_fails_with_one_line(tmp_path):
+    endpoint = "http://127.0.0.1:9"  # discard port: nothing listens
+    proc = run_bench(tmp_path, [*TINY, "storage=s3", f"storage.endpoint={endpoint}", "storage.bucket=some-bucket",
+                                "storage.max_attempts=1", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run"],
+                     env=bench_env(**s3_env()))
+    line = single_error(proc)
+    assert "the endpoint cannot be reached" in line and endpoint in line and "'some-bucket'" in line
+
+
+def test_prepare_never_without_a_dataset_fails_with_one_line(tmp_path):
+    proc = run_bench(tmp_path, [*TINY, "storage.prepare=never", f"storage.root={tmp_path}/empty",
+                                "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run"])
+    line = single_error(proc)
+    assert "storage.prepare=never" in line and f"{tmp_path}/empty/iobench-dataset" in line
+    assert "storage.prepare=auto" in line
+
+
+@pytest.mark.parametrize("overrides,expected", [
+    (["storage=s3"], "storage.bucket=None is not valid"),
+    (["storage=s3", "storage.bucket=b/data"], "storage.bucket='b/data' is not valid: accepted a bucket name (no '/'"),
+    (["storage=s3", "storage.bucket=b", "storage.endpoint=minio:9000"], "storage.endpoint='minio:9000'"),
+    (["storage.client=s3fs"], "storage.client='s3fs' is not valid: accepted one of obstore, s3torchconnector, boto3"),
+    (["storage.clients=9"], "at most storage.workload.num_files=8"),
+    (["storage.workload.au_threshold=90"], "storage.workload.au_threshold=90.0"),
+    (["+storage.secret_access_key=abc"], "storage.secret_access_key"),
+], ids=["s3-needs-bucket", "bucket-not-a-path", "endpoint-url", "client", "clients-vs-files", "au-fraction", "no-credential-keys"])
+def test_bad_storage_config_is_refused_before_anything_runs(tmp_path, overrides, expected):
+    proc = run_bench(tmp_path, [*TINY, *overrides, f"hydra.run.dir={tmp_path}/run"],
+                     env=bench_env(sqlite_uri(tmp_path / "mlflow.db")))
+    assert proc.returncode == 2
+    assert expected in single_error(proc)
+    assert not (tmp_path / "mlflow.db").exists()
+
+
+def test_endpoint_with_credentials_is_refused_without_echoing_them(tmp_path):
+    proc = run_bench(tmp_path, [*TINY, "storage=s3", "storage.bucket=b-1",
+                                f"storage.endpoint=http://user:{SECRET}@minio:9000", f"hydra.run.dir={tmp_path}/run"])
+    line = single_error(proc)
+    assert "storage.endpoint" in line and "AWS_ACCESS_KEY_ID" in line
+    assert SECRET not in proc.stdout + proc.stderr
+    assert not Path(tmp_path / "run" / "run_summary.json").exists()
+
+
+def test_sigterm_during_the_read_phase_ends_the_run_and_its_clients(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    db = sqlite_uri(tmp_path / "mlflow.db")
+    args = [*TINY, "storage.clients=2", "storage.workload.epochs=1000", "storage.workload.computation_time=0.05",
+            "storage.workload.checkpoint_size_mb=0", f"hydra.run.dir={tmp_path}/run"]
+    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=tmp_path, env=bench_env(db),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = tmp_path / "run" / "bench.log"
+    deadline = time.time() + 120
+    while time.time() < deadline and proc.poll() is None:
+        if log.exists() and "read:" in log.read_text() and len(psutil.Process(proc.pid).children()) >= 2:
+            break
+        time.sleep(0.2)
+    clients = psutil.Process(proc.pid).children(recursive=True)
+    time.sleep(0.5)  # the clients are starting or reading
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 143, stderr
+    assert "[ERROR] run interrupted" in stderr and "Traceback" not in stderr
+    gone, alive = psutil.wait_procs(clients, timeout=15)
+    assert not alive  # no orphaned reader process
+    (run,) = all_runs(db)
+    assert run.info.status == "KILLED"

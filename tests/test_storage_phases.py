@@ -1,0 +1,138 @@
+"""The storage benchmark's phases in-process: prepare reuse rules, the emulated training loop's
+accounting (steps, warm-up, AU under slow storage) and how clients are merged."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import pytest
+
+from bench.iobench.prepare import DatasetMissing, prepare_dataset, prepare_summary
+from bench.iobench.reader import EpochStats, ReaderResult, Request, run_reader
+from bench.iobench.report import read_metrics
+from bench.iobench.workload import decode_samples, encode, plan_files
+from bench.storage.objects import LocalStore
+
+WORKLOAD = {"name": "t", "num_files": 6, "samples_per_file": 4, "record_size": 1000, "record_size_stdev": 0,
+            "format": "raw", "batch_size": 4, "read_threads": 2, "prefetch": 1, "computation_time": 0.0,
+            "epochs": 1, "max_steps": None, "shuffle": True, "seed": 0, "au_threshold": 0.9,
+            "checkpoint_size_mb": 0}
+
+
+def workload(**changes):
+    return {**WORKLOAD, **changes}
+
+
+class SlowStore(LocalStore):
+    """Every read takes at least `delay` seconds: storage that cannot keep up."""
+
+    def __init__(self, root, delay):
+        super().__init__(root)
+        self.delay = delay
+
+    def get(self, key):
+        time.sleep(self.delay)
+        return super().get(key)
+
+
+def test_prepare_auto_reuses_then_rewrites_what_changed(tmp_path):
+    store = LocalStore(tmp_path)
+    first = prepare_dataset(store, WORKLOAD, "auto", workers=2)
+    assert not first.skipped and first.total_bytes == 6 * 4 * 1000
+    summary = prepare_summary(first)
+    assert len(first.put_latencies_ms) == 6 and 0 < summary["prepare_put_latency_ms_p50"] <= \
+        summary["prepare_put_latency_ms_p99"]
+    assert prepare_dataset(store, WORKLOAD, "auto", workers=2).skipped
+    assert prepare_dataset(store, WORKLOAD, "never", workers=2).skipped
+
+    (tmp_path / first.files[2].key).write_bytes(b"short")  # a damaged file is noticed
+    redo = prepare_dataset(store, WORKLOAD, "auto", workers=2)
+    assert not redo.skipped and "file_00002.bin" in redo.reason
+    assert (tmp_path / first.files[2].key).stat().st_size == 4000
+
+    bigger = workload(record_size=2000)  # another workload: not the same dataset
+    with pytest.raises(DatasetMissing, match="storage.prepare=never but the dataset at .* was made for"):
+        prepare_dataset(store, bigger, "never", workers=2)
+    assert not prepare_dataset(store, bigger, "auto", workers=2).skipped
+    assert not prepare_dataset(store, bigger, "always", workers=2).skipped
+
+
+def test_prepare_never_on_an_empty_store(tmp_path):
+    with pytest.raises(DatasetMissing, match="no dataset manifest"):
+        prepare_dataset(LocalStore(tmp_path / "nothing"), WORKLOAD, "never", workers=1)
+
+
+@pytest.mark.parametrize("fmt", ["raw", "npz"])
+def test_formats_round_trip_and_catch_short_files(fmt):
+    (spec,) = plan_files(workload(num_files=1, format=fmt))
+    data = encode(spec, fmt, seed=0)
+    assert decode_samples(data, spec, fmt) == 4
+    with pytest.raises(Exception):
+        decode_samples(data[:-10], spec, fmt)
+
+
+def test_record_size_stdev_varies_per_file_and_is_reproducible():
+    sizes = [f.record_size for f in plan_files(workload(num_files=20, record_size_stdev=300))]
+    assert len(set(sizes)) > 10 and sizes == [f.record_size for f in plan_files(workload(num_files=20,
+                                                                                         record_size_stdev=300))]
+    assert 500 < sum(sizes) / len(sizes) < 1500
+
+
+def test_reader_counts_steps_without_the_warm_up_one(tmp_path):
+    store = LocalStore(tmp_path)
+    files = prepare_dataset(store, WORKLOAD, "auto", workers=2).files
+    result = run_reader(store, files, workload(epochs=2, computation_time=0.002))
+    assert [e.steps for e in result.epochs] == [5, 6]  # 6 steps per epoch, the very first is warm-up
+    assert result.total("samples") == 11 * 4 and result.total("bytes") == pytest.approx(11 * 4 * 1000)
+    assert result.total("compute_s") == pytest.approx(11 * 0.002)
+    capped = run_reader(store, files, workload(epochs=3, max_steps=4))
+    assert capped.total("steps") == 3 and len(capped.epochs) == 1
+
+
+def test_au_drops_when_storage_cannot_keep_up(tmp_path):
+    files = prepare_dataset(LocalStore(tmp_path), workload(num_files=8), "auto", workers=2).files
+    fast = read_metrics([run_reader(LocalStore(tmp_path), files, workload(num_files=8, computation_time=0.02))],
+                        workload(computation_time=0.02))
+    # one file per step, 2 reader threads at 80 ms each: at most one file per 40 ms for 20 ms of compute
+    slow = read_metrics([run_reader(SlowStore(tmp_path, 0.08), files, workload(num_files=8, computation_time=0.02))],
+                        workload(computation_time=0.02))
+    assert fast["au_percent_mean"] > 90 and fast["au_pass"] is True
+    assert slow["au_percent_mean"] < 70 and slow["au_pass"] is False
+    assert slow["data_wait_fraction"] > 0.3 > fast["data_wait_fraction"]
+    assert slow["latency_ms_p50"] >= 80
+
+
+def fake_client(client, latencies, samples, wall):
+    epoch = EpochStats(1, steps=samples // 4, samples=samples, bytes=samples * 1000.0, wall_s=wall,
+                       compute_s=wall * 0.95)
+    requests = [Request(f"k{i}", 1, 4000, ms, 0.0) for i, ms in enumerate(latencies)]
+    return ReaderResult(client, [epoch], requests, cpu_s=0.5)
+
+
+def test_clients_merge_sums_throughput_and_pools_latencies():
+    results = [fake_client(0, [1.0] * 100, samples=400, wall=2.0),
+               fake_client(1, [3.0] * 99 + [100.0], samples=200, wall=1.0)]
+    merged = read_metrics(results, workload(computation_time=0.1))
+    assert merged["samples_per_second"] == pytest.approx(200 + 200)
+    assert merged["read_mb_per_second"] == pytest.approx((400_000 / 2 + 200_000 / 1) / 1e6)
+    assert merged["read_requests"] == 200
+    assert merged["latency_ms_p50"] == pytest.approx(2.0)  # halfway between the two clients' pools
+    assert merged["latency_ms_max"] == 100.0
+    assert merged["au_percent_mean"] == pytest.approx(95.0) and merged["au_pass"] is True
+    assert merged["client_cpu_seconds"] == 1.0
+    # computation_time=0 is an I/O ceiling: AU is not a pass
+    assert read_metrics(results, workload())["au_pass"] is False
+
+
+@pytest.mark.parametrize("backend", ["local", "s3"])
+def test_compare_command_alternates_and_reports_a_ratio(capsys, backend):
+    from bench.iobench.compare import main
+
+    code = main([backend, "--files", "8", "--file-kb", "64", "--threads", "2", "--rounds", "1", "--min-ratio", "1000"])
+    out = capsys.readouterr().out
+    assert code == 1  # nothing is 1000x its baseline: the --min-ratio gate works
+    assert "round 1: ours" in out and "| baseline" in out
+    ratio = float(out.split("ratio ours/baseline:")[1].split()[0])
+    assert ratio > 0
+    assert os.environ.get("AWS_SECRET_ACCESS_KEY") != "loopback"  # its throw-away credentials do not leak out
