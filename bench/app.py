@@ -222,16 +222,20 @@ def _open_tracker(cfg: Mapping[str, Any], launch_dir: Path, environment: Mapping
     tracking = cfg["tracking"]
     if not tracking["enabled"]:
         return Tracker()
-    run_name = tracking["run_name"] or (
-        f"{cfg['model']['arch']}-{cfg['precision']['name']}-bs{cfg['data']['batch_size']}"
-    )
+    if cfg["mode"] == "storage":
+        default_name = f"storage-{cfg['storage']['workload']['name']}-{cfg['storage']['name']}-c{cfg['storage']['clients']}"
+    else:
+        world = cfg["distributed"]["nproc_per_node"] * cfg["distributed"]["nnodes"]
+        default_name = f"{cfg['model']['arch']}-{cfg['precision']['name']}-bs{cfg['data']['batch_size']}" + (
+            f"-x{world}" if world > 1 else "")
+    run_name = tracking["run_name"] or default_name
     tags = {f"env.{k}": v for k, v in flatten(environment).items()}
     tags["overrides"] = " ".join(overrides)
     parent = None
     if sweep_job:
         parent = sweep_job.get("parent_run_id")
         tags.update({"sweep.job": str(sweep_job["job"]), "sweep.dir": str(sweep_job["dir"])})
-        run_name = f"{run_name}-x{cfg['distributed']['nproc_per_node'] * cfg['distributed']['nnodes']}-job{sweep_job['job']}"
+        run_name = f"{run_name}-job{sweep_job['job']}"
     tracker = Tracker.start(resolve_tracking_uri(tracking["uri"], launch_dir), tracking["experiment"],
                             run_name, tags, parent_run_id=parent)
     tracker.log_params(cfg)
