@@ -70,8 +70,11 @@ def run(cfg: Dict[str, Any], out_dir: Path, launch_dir: Path, overrides: Optiona
     that cannot start still leaves a FAILED child run with the reason."""
     device, problem = _checked_device(cfg)
     if device is None:
-        if sweep_job and sweep_job.get("parent_run_id"):
-            _open_tracker(cfg, launch_dir, {}, overrides or [], sweep_job).finish("FAILED", error=problem)
+        if sweep_job:  # a job of a sweep that cannot run: its reason goes to the report and the child run
+            out_dir.mkdir(parents=True, exist_ok=True)
+            (out_dir / "error.txt").write_text(problem + "\n")
+            if sweep_job.get("parent_run_id"):
+                _open_tracker(cfg, launch_dir, {}, overrides or [], sweep_job).finish("FAILED", error=problem)
         return EXIT_CONFIG
 
     from bench.distributed import outside_launcher_context
@@ -163,7 +166,7 @@ def _benchmark(cfg: Dict[str, Any], device: Any, out_dir: Path, environment: Map
     if joined is not None:  # rank 0 under torchrun/Slurm
         from bench.distributed import setup_rank_logging
 
-        setup_rank_logging(out_dir, 0)
+        setup_rank_logging(out_dir, 0, own_process=False)  # this process prints the final line
         outcome = run_rank(cfg, joined, out_dir)
     elif launched or world_size(cfg) > 1:  # workers in processes of their own
         outcome = launch(cfg, out_dir)

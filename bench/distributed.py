@@ -84,18 +84,20 @@ def free_port() -> int:
 # ---- workers ------------------------------------------------------------------------------
 
 
-def setup_rank_logging(out_dir: Path, rank: int) -> None:
-    """Every rank logs to <job dir>/rank<N>.log; rank 0 also to stderr. Worker stdout is
-    pointed at stderr so the job's stdout keeps only the final line."""
-    os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+def setup_rank_logging(out_dir: Path, rank: int, own_process: bool = True) -> None:
+    """Every rank logs to <job dir>/rank<N>.log; rank 0 also to stderr. A worker's stdout is
+    pointed at stderr so the job's stdout keeps only the final line. `own_process=False`: this
+    process also reports (rank 0 under torchrun): keep its streams and Hydra's handlers."""
     out_dir.mkdir(parents=True, exist_ok=True)
     formatter = logging.Formatter(RANK_LOG_FORMAT.format(rank=rank))
     root = logging.getLogger()
-    for handler in list(root.handlers):
-        root.removeHandler(handler)
     handlers: List[logging.Handler] = [logging.FileHandler(out_dir / f"rank{rank}.log")]
-    if rank == 0:
-        handlers.append(logging.StreamHandler(sys.stderr))
+    if own_process:
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        if rank == 0:
+            handlers.append(logging.StreamHandler(sys.stderr))
     for handler in handlers:
         handler.setFormatter(formatter)
         root.addHandler(handler)
@@ -226,6 +228,10 @@ def worker_entry(cfg: Dict[str, Any], out_dir: str) -> Optional[Dict[str, Any]]:
     ctx = RankContext(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
     setup_rank_logging(Path(out_dir), ctx.rank)
     log.info("worker for rank %d/%d started (pid %d)", ctx.rank, ctx.world_size, os.getpid())
+    # lets the launcher name a rank that died without a word (SIGKILL, the OOM killer)
+    pid_file = Path(out_dir) / "workers" / f"rank{ctx.rank}.pid"
+    pid_file.parent.mkdir(parents=True, exist_ok=True)
+    pid_file.write_text(f"{os.getpid()} {ctx.local_rank}")
     return run_rank(cfg, ctx, Path(out_dir), watchdog=True)
 
 
@@ -273,10 +279,24 @@ def launch(cfg: Dict[str, Any], out_dir: Path) -> Optional[Dict[str, Any]]:
     try:
         returns = elastic_launch(config, worker_entry)(cfg, str(out_dir))
     except ChildFailedError as exc:
-        raise WorkerFailure(describe_failure(exc)) from None
+        reaper.stop()
+        raise WorkerFailure(describe_failure(exc, first_to_die(reaper.first_gone, out_dir / "workers"))) from None
     finally:
         reaper.stop()
     return returns.get(0)
+
+
+def first_to_die(pids: List[int], workers_dir: Path) -> Optional[tuple]:
+    """(rank, pid) of the worker that ended first without an error of its own, if any.
+
+    `pids` are the workers the reaper saw gone at its first sighting of a death (several when
+    they went within one poll); a rank that raised left an error.json (torch's @record), a
+    rank killed by a signal left none, and that one is the root cause."""
+    for pid_file in sorted(workers_dir.glob("rank*.pid"), key=lambda p: int(p.stem[len("rank"):])):
+        pid, local_rank = pid_file.read_text().split()
+        if int(pid) in pids and not list(workers_dir.glob(f"*/attempt_*/{local_rank}/error.json")):
+            return int(pid_file.stem[len("rank"):]), int(pid)
+    return None
 
 
 class SurvivorReaper:
@@ -292,23 +312,29 @@ class SurvivorReaper:
         import threading
 
         self.expected = expected
+        self.first_gone: List[int] = []  # pids of the first worker(s) seen to end
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="bench-reaper", daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
         self._stop.set()
-        self._thread.join(timeout=5)
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
 
     def _watch(self) -> None:
         import psutil
 
         me, workers = psutil.Process(), {}
         first_exit: Optional[float] = None
-        while not self._stop.wait(0.5):
+        # Polled often: which worker ends first tells the root cause from the ranks that failed
+        # because of it (the launcher reports only one failure, often a peer's).
+        while not self._stop.wait(0.05):
             for child in _worker_processes(me):
                 workers.setdefault(child.pid, child)
             alive = [w for w in workers.values() if _running(w)]
+            if not self.first_gone and len(alive) < len(workers):
+                self.first_gone = [pid for pid, w in workers.items() if w not in alive]
             if len(workers) < self.expected or len(alive) == len(workers):
                 continue
             first_exit = first_exit or time.monotonic()
@@ -347,10 +373,13 @@ def _running(process: Any) -> bool:
         return False
 
 
-def describe_failure(exc: Any) -> str:
-    """One line from a ChildFailedError: the first failed rank, its exit code or signal, its error."""
-    # the root cause is the rank that failed first; the others were stopped because of it
-    rank, failure = min(exc.failures.items(), key=lambda item: (item[1].timestamp, item[0]))
+def describe_failure(exc: Any, first: Optional[tuple] = None) -> str:
+    """One line from a ChildFailedError: the rank that failed first, its exit code or signal, its
+    error. `first` is (rank, pid) of the worker seen to end first, if the launcher blamed another."""
+    rank, failure = min(exc.failures.items(), key=lambda item: (item[1].exitcode >= 0, item[1].timestamp, item[0]))
+    if first is not None and first[0] != rank and failure.exitcode >= 0 and failure.exitcode != EXIT_HUNG:
+        return (f"worker rank {first[0]} (pid {first[1]}) died first, without an error of its own (killed by a "
+                f"signal such as SIGKILL, or by the OOM killer); rank {rank} then failed: {_failure_detail(failure)}")
     if failure.exitcode == EXIT_HUNG:
         return f"worker rank {rank} (pid {failure.pid}) saw no training step finish for distributed.timeout_s: a rank died or hung"
     if failure.exitcode < 0:
@@ -361,11 +390,13 @@ def describe_failure(exc: Any) -> str:
         except ValueError:
             name = f"signal {-failure.exitcode}"
         return f"worker rank {rank} (pid {failure.pid}) was killed by {name}"
+    return f"worker rank {rank} (pid {failure.pid}) exited with code {failure.exitcode}: {_failure_detail(failure)}"
+
+
+def _failure_detail(failure: Any) -> str:
     message = failure.message
     if isinstance(message, dict):
         message = message.get("message", "")
-    message = str(message or "").strip().splitlines()
-    detail = message[0] if message else "no error message"
-    if detail.startswith("Process failed with exitcode"):
-        detail = "see its log in the job dir"
-    return f"worker rank {rank} (pid {failure.pid}) exited with code {failure.exitcode}: {detail}"
+    lines = str(message or "").strip().splitlines()
+    detail = lines[0] if lines else "no error message"
+    return "see its log in the job dir" if detail.startswith("Process failed with exitcode") else detail

@@ -123,7 +123,7 @@ def _failure_reason(job_dir: Path) -> str:
         return lines[-1] if lines else "failed"
     log_file = job_dir / "bench.log"
     if log_file.is_file():
-        errors = [line for line in log_file.read_text().splitlines() if "ERROR" in line or "failed" in line]
+        errors = [line for line in log_file.read_text().splitlines() if "][ERROR]" in line]
         if errors:
             return errors[-1].split("] ", 3)[-1]
     return "failed before writing results"
