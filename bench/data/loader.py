@@ -1,0 +1,180 @@
+"""What the real data options share: batch-fetching datasets, the DataLoader around them, and
+the endless device-side iterator that the trainer times.
+
+Workers return whole batches (uint8 NHWC images, int64 labels, failures) built in place by
+the dataset's __getitems__, so there is no per-sample collate. A sample that fails to decode is
+replaced by the next one in the worker and reported back as a failure; the main process
+counts it, or stops the run when data.strict=true. Errors are raised in the main process as
+one-sentence DataErrors, never as a worker's wrapped traceback.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import random
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+
+import numpy as np
+import torch
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, get_worker_info
+
+from bench.data.layout import DataError
+from bench.data.transforms import normalize_on_device
+
+log = logging.getLogger(__name__)
+
+Failure = Tuple[str, str, bool]  # (path, reason, fatal): fatal = unreadable, else a corrupt image skipped
+HostBatch = Tuple[torch.Tensor, torch.Tensor, List[Failure]]
+MAX_REPLACEMENTS = 16  # consecutive undecodable samples tolerated before giving up on a batch slot
+MAX_WARNINGS = 10  # skipped-image warnings logged per run (all are counted)
+
+_last_facts: Dict[str, Any] = {}
+
+
+def last_facts() -> Dict[str, Any]:
+    return dict(_last_facts)
+
+
+def resolve_workers(cfg: Mapping[str, Any]) -> int:
+    return min(8, os.cpu_count() or 1) if cfg["num_workers"] is None else int(cfg["num_workers"])
+
+
+def empty_batch(count: int, size: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    return torch.empty((count, size, size, 3), dtype=torch.uint8), torch.empty(count, dtype=torch.int64)
+
+
+class BatchDataset(Dataset):
+    """A map-style dataset the DataLoader asks for whole batches (torch calls __getitems__)."""
+
+    def __init__(self, size: int, train: bool, seed: int, rank: int):
+        self.size, self.train, self.rank = size, train, rank
+        self.rng = random.Random(seed + rank)
+
+    def reseed(self, worker_seed: int) -> None:
+        self.rng.seed(worker_seed + 7919 * self.rank)
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __getitems__(self, indices: List[int]) -> HostBatch:
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> HostBatch:
+        return self.__getitems__([index])
+
+
+def _seed_worker(_worker_id: int) -> None:
+    info = get_worker_info()
+    if hasattr(info.dataset, "reseed"):
+        info.dataset.reseed(torch.initial_seed() % 2**32)  # torch gives each worker its own base seed + id
+
+
+def _as_is(batch: HostBatch) -> HostBatch:  # the dataset already returns a collated batch
+    return batch
+
+
+def make_loader(dataset: Any, cfg: Mapping[str, Any], device: torch.device,
+                batch_sampler: Optional[BatchSampler] = None) -> DataLoader:
+    """batch_sampler for map-style datasets; None for iterable ones that yield whole batches."""
+    workers = resolve_workers(cfg)
+    options: Dict[str, Any] = {"num_workers": workers, "collate_fn": _as_is, "worker_init_fn": _seed_worker,
+                               "pin_memory": bool(cfg["pin_memory"]) and device.type == "cuda"}
+    if batch_sampler is not None:
+        options["batch_sampler"] = batch_sampler
+    else:
+        options["batch_size"] = None
+    if workers:
+        options.update(prefetch_factor=cfg["prefetch_factor"], persistent_workers=bool(cfg["persistent_workers"]))
+    return DataLoader(dataset, **options)
+
+
+def epoch_batch_sampler(dataset_len: int, cfg: Mapping[str, Any], train: bool, seed: int, rank: int,
+                        world_size: int, where: str) -> BatchSampler:
+    """DistributedSampler (also at world size 1: one code path) under full batches only, so every
+    batch has data.batch_size images; set_epoch reshuffles each pass."""
+    sampler = DistributedSampler(range(dataset_len), num_replicas=world_size, rank=rank, shuffle=train,
+                                 seed=seed, drop_last=True)
+    batches = BatchSampler(sampler, cfg["batch_size"], drop_last=True)
+    if len(batches) == 0:
+        raise DataError(f"{where} has {dataset_len} images, fewer than one batch per process "
+                        f"(data.batch_size={cfg['batch_size']} x {world_size} processes)")
+    return batches
+
+
+def map_style_passes(loader: DataLoader, batch_sampler: BatchSampler) -> Callable[[int], Iterable[HostBatch]]:
+    def one_pass(epoch: int) -> Iterable[HostBatch]:
+        batch_sampler.sampler.set_epoch(epoch)
+        return loader
+
+    return one_pass
+
+
+class DeviceBatches(Iterator):
+    """Endless (images, labels) on the device: cycles passes over the dataset, copies each
+    uint8 batch to the device and normalises it there, and keeps the dataset's facts."""
+
+    def __init__(self, passes: Callable[[int], Iterable[HostBatch]], facts: Dict[str, Any], cfg: Mapping[str, Any],
+                 device: torch.device, memory_format: torch.memory_format):
+        global _last_facts
+        self.facts = _last_facts = {**facts, "corrupt_skipped": 0}
+        self._passes, self._strict = passes, bool(cfg["strict"])
+        self._device, self._memory_format = device, memory_format
+        self._non_blocking = bool(cfg["pin_memory"]) and device.type == "cuda"
+        self._skipped: set = set()
+        self._host = self._host_batches()
+
+    def _host_batches(self) -> Iterator[HostBatch]:
+        for epoch in itertools.count():
+            yield from self._passes(epoch)
+
+    def __next__(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        try:
+            images, labels, failures = next(self._host)
+        except DataError:
+            raise
+        except Exception as exc:  # a worker's wrapped traceback: keep its last line, the error itself
+            lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+            raise DataError(f"the data loader failed: {lines[-1] if lines else type(exc).__name__}") from exc
+        if failures:
+            self._note(failures)
+        images = normalize_on_device(images, self._device, self._memory_format, self._non_blocking)
+        return images, labels.to(self._device, non_blocking=self._non_blocking)
+
+    def _note(self, failures: List[Failure]) -> None:
+        for path, reason, fatal in failures:
+            if fatal:
+                raise DataError(f"cannot read {path}: {reason}")
+            if self._strict:
+                raise DataError(f"corrupt image {path} ({reason}); data.strict=true stops at the first one")
+            if path not in self._skipped:
+                self._skipped.add(path)
+                if len(self._skipped) <= MAX_WARNINGS:
+                    log.warning("skipped corrupt image %s (%s)", path, reason)
+        self.facts["corrupt_skipped"] = len(self._skipped)
+
+
+def fill_batch(count: int, size: int, load: Callable[[np.ndarray, int], int], first_indices: List[int],
+               dataset_len: int, describe: Callable[[int], str]) -> HostBatch:
+    """Fill a uint8 batch slot by slot with load(slot, index) -> label; a CorruptImage moves on to the
+    next index (reported as a skipped failure), an OSError is reported as fatal."""
+    from bench.data.transforms import CorruptImage
+
+    images, labels = empty_batch(count, size)
+    slots, failures = images.numpy(), []
+    for slot, index in enumerate(first_indices):
+        for attempt in range(MAX_REPLACEMENTS):
+            candidate = (index + attempt) % dataset_len
+            try:
+                labels[slot] = load(slots[slot], candidate)
+                break
+            except CorruptImage as exc:
+                failures.append((describe(candidate), str(exc), False))
+            except OSError as exc:
+                failures.append((describe(candidate), exc.strerror or str(exc), True))
+                return images, labels, failures
+        else:
+            failures.append((describe(index), f"{MAX_REPLACEMENTS} undecodable images in a row from here", True))
+            return images, labels, failures
+    return images, labels, failures

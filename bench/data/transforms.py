@@ -1,0 +1,156 @@
+"""Decode + crop + resize one image into a uint8 HWC slot of a batch, and normalise a batch on the device.
+
+Workers never make float tensors: a 224x224 image travels as 150 KB of uint8 (not 600 KB of
+float32), and the float conversion + ImageNet normalisation is one fused op on the device.
+JPEGs are decoded at 1/2, 1/4 or 1/8 scale (DCT-domain, nearly free) when the crop still
+covers the output size at that scale.
+"""
+
+from __future__ import annotations
+
+import io
+import math
+import random
+from typing import Tuple
+
+import numpy as np
+import simplejpeg
+import torch
+import torch.nn.functional as F
+from PIL import Image
+
+IMAGENET_MEAN = (0.485, 0.456, 0.406)
+IMAGENET_STD = (0.229, 0.224, 0.225)
+RRC_SCALE = (0.08, 1.0)  # torchvision RandomResizedCrop defaults
+RRC_RATIO = (3 / 4, 4 / 3)
+VAL_RESIZE_RATIO = 256 / 224  # val: resize the short side to 256/224 x size, then center-crop size
+DCT_SCALES = (8, 4, 2)  # libjpeg-turbo's fast scaled IDCTs (1/8, 1/4, 1/2); others are slower than full size
+
+Box = Tuple[float, float, float, float]  # left, top, width, height in source pixels
+
+
+class CorruptImage(Exception):
+    """The bytes are not a decodable image."""
+
+
+def random_resized_crop_box(width: int, height: int, rng: random.Random) -> Box:
+    """torchvision's RandomResizedCrop.get_params on a plain RNG (same distribution)."""
+    area = width * height
+    log_ratio = (math.log(RRC_RATIO[0]), math.log(RRC_RATIO[1]))
+    for _ in range(10):
+        target_area = area * rng.uniform(*RRC_SCALE)
+        aspect = math.exp(rng.uniform(*log_ratio))
+        w = int(round(math.sqrt(target_area * aspect)))
+        h = int(round(math.sqrt(target_area / aspect)))
+        if 0 < w <= width and 0 < h <= height:
+            return rng.randint(0, width - w), rng.randint(0, height - h), w, h
+    # fallback: the whole image, its aspect clamped to the ratio range
+    in_ratio = width / height
+    if in_ratio < RRC_RATIO[0]:
+        w, h = width, int(round(width / RRC_RATIO[0]))
+    elif in_ratio > RRC_RATIO[1]:
+        w, h = int(round(height * RRC_RATIO[1])), height
+    else:
+        w, h = width, height
+    return (width - w) // 2, (height - h) // 2, w, h
+
+
+def center_crop_box(width: int, height: int) -> Box:
+    side = min(width, height) / VAL_RESIZE_RATIO
+    return (width - side) / 2, (height - side) / 2, side, side
+
+
+def crop_box(width: int, height: int, train: bool, rng: random.Random) -> Box:
+    return random_resized_crop_box(width, height, rng) if train else center_crop_box(width, height)
+
+
+def _dct_scale(box: Box, size: int) -> int:
+    """The largest fast DCT downscale (8, 4, 2 or 1) that keeps the crop at least `size` pixels."""
+    shortest = min(box[2], box[3])
+    return next((s for s in DCT_SCALES if shortest / s >= size), 1)
+
+
+Decoded = Tuple[np.ndarray, Box, int, int]  # pixels (maybe DCT-downscaled), crop box and size of the source
+
+
+def _decode_simplejpeg(data: bytes, train: bool, size: int, rng: random.Random) -> Decoded:
+    width, height, _, _ = simplejpeg.decode_jpeg_header(data)
+    box = crop_box(width, height, train, rng)
+    scale = _dct_scale(box, size)
+    pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=True, fastupsample=True,
+                                    min_width=math.ceil(width / scale), min_height=math.ceil(height / scale))
+    return pixels, box, width, height
+
+
+def _decode_pil(data: bytes, train: bool, size: int, rng: random.Random) -> Decoded:
+    image = Image.open(io.BytesIO(data))
+    width, height = image.size
+    box = crop_box(width, height, train, rng)
+    scale = _dct_scale(box, size)
+    if scale > 1:
+        image.draft("RGB", (math.ceil(width / scale), math.ceil(height / scale)))  # JPEG only; else a no-op
+    return np.array(image.convert("RGB")), box, width, height
+
+
+def decode_crop(data: bytes, train: bool, size: int, rng: random.Random, decoder: str = "simplejpeg") -> np.ndarray:
+    """Decode `data` and return the crop (train: random-resized, val: center) as an HWC uint8
+    view, not yet resized. What simplejpeg cannot read (PNG, CMYK) goes through PIL; raises CorruptImage."""
+    try:
+        if decoder == "simplejpeg" and simplejpeg.is_jpeg(data):
+            try:
+                pixels, box, width, height = _decode_simplejpeg(data, train, size, rng)
+            except ValueError:  # e.g. CMYK: let PIL try before calling it corrupt
+                pixels, box, width, height = _decode_pil(data, train, size, rng)
+        else:
+            pixels, box, width, height = _decode_pil(data, train, size, rng)
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
+        raise CorruptImage(f"{type(exc).__name__}: {exc}") from None
+    sx, sy = pixels.shape[1] / width, pixels.shape[0] / height  # < 1 after a DCT downscale
+    left, top = int(box[0] * sx), int(box[1] * sy)
+    right = max(left + 1, min(pixels.shape[1], int(round((box[0] + box[2]) * sx))))
+    bottom = max(top + 1, min(pixels.shape[0], int(round((box[1] + box[3]) * sy))))
+    return pixels[top:bottom, left:right]
+
+
+def resize_into(slot: np.ndarray, crop: np.ndarray, flip: bool) -> None:
+    """Bilinear (antialiased) resize of an HWC uint8 crop into `slot` (size x size x 3), flipped
+    left-right if asked. torch's uint8 channels_last kernel is ~2x faster than PIL's resize."""
+    size = slot.shape[0]
+    if crop.shape[0] != size or crop.shape[1] != size:
+        nchw = torch.from_numpy(crop).permute(2, 0, 1).unsqueeze(0)  # a channels_last view, no copy
+        crop = F.interpolate(nchw, size=(size, size), mode="bilinear", antialias=True,
+                             align_corners=False)[0].permute(1, 2, 0).numpy()
+    np.copyto(slot, crop[:, ::-1] if flip else crop)
+
+
+def normalize_on_device(images: torch.Tensor, device: torch.device, memory_format: torch.memory_format,
+                        non_blocking: bool) -> torch.Tensor:
+    """uint8 NHWC batch -> float32 NCHW on `device`, ImageNet-normalised, in `memory_format`.
+
+    NHWC is channels_last already: one float conversion + one multiply-add over rows of
+    (R, G, B, R, G, B, ...) against a per-row pattern (broadcasting a size-3 dim is ~2x slower).
+    For contiguous NCHW each channel plane is written directly (no extra transpose pass)."""
+    pixels = images.to(device, non_blocking=non_blocking)
+    n, h, w, c = pixels.shape
+    scale, shift = _normalisation(device)
+    if memory_format == torch.channels_last:
+        rows = pixels.view(n * h, w * c).to(torch.float32)
+        torch.addcmul(shift.repeat(w), rows, scale.repeat(w), out=rows)
+        return rows.view(n, h, w, c).permute(0, 3, 1, 2)
+    out = torch.empty((n, c, h, w), dtype=torch.float32, device=device)
+    for channel in range(c):
+        torch.mul(pixels[..., channel], scale[channel], out=out[:, channel]).add_(shift[channel])
+    return out.contiguous(memory_format=memory_format)
+
+
+_NORMALISATION: dict = {}
+
+
+def _normalisation(device: torch.device) -> Tuple[torch.Tensor, torch.Tensor]:
+    """(x - 255 mean) / (255 std) as x * scale + shift, per channel, cached per device."""
+    key = str(device)
+    if key not in _NORMALISATION:
+        mean = torch.tensor(IMAGENET_MEAN) * 255
+        std = torch.tensor(IMAGENET_STD) * 255
+        _NORMALISATION[key] = ((1 / std).to(device), (-mean / std).to(device))
+    return _NORMALISATION[key]
