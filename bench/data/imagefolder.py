@@ -3,34 +3,16 @@ label order), decoded and augmented in DataLoader workers straight into uint8 ba
 
 from __future__ import annotations
 
-import os
-from typing import Any, Iterator, List, Mapping, Tuple
+from typing import Any, Iterator, List, Mapping
 
 import numpy as np
 import torch
 
 from bench.data import Batch
-from bench.data.layout import IMAGE_EXTENSIONS, DataError, check_class_count, class_folders, imagefolder_base
+from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder
 from bench.data.loader import (BatchDataset, DeviceBatches, HostBatch, epoch_batch_sampler, fill_batch, make_loader,
                                map_style_passes, resolve_workers)
 from bench.data.transforms import decode_crop, resize_into
-
-
-def scan_image_folder(base: str) -> Tuple[List[str], List[str], np.ndarray]:
-    """(class names, image paths, labels), sorted like torchvision's ImageFolder."""
-    classes = class_folders(base)
-    paths: List[str] = []
-    labels: List[int] = []
-    for label, name in enumerate(classes):
-        for folder, _dirs, files in sorted(os.walk(os.path.join(base, name), followlinks=True)):
-            for file in sorted(files):
-                if file.lower().endswith(IMAGE_EXTENSIONS):
-                    paths.append(os.path.join(folder, file))
-                    labels.append(label)
-    if not paths:
-        raise DataError(f"{base} holds no images: expected files ending in "
-                        f"{', '.join(IMAGE_EXTENSIONS)} inside its class folders")
-    return classes, paths, np.asarray(labels, dtype=np.int64)
 
 
 class ImageFolderBatches(BatchDataset):
@@ -59,7 +41,7 @@ def imagefolder_batches(cfg: Mapping[str, Any], device: torch.device, memory_for
     classes, paths, labels = scan_image_folder(base)
     check_class_count(len(classes), base, cfg["num_classes"])
     train = cfg["split"] == "train"
-    dataset = ImageFolderBatches(paths, labels, cfg["image_size"], train, cfg["decoder"], seed, rank)
+    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg["image_size"], train, cfg["decoder"], seed, rank)
     batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, seed, rank, world_size, base)
     loader = make_loader(dataset, cfg, device, batch_sampler)
     facts = {"dataset_size": len(paths), "dataset_classes": len(classes), "data_workers": resolve_workers(cfg)}

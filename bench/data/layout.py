@@ -7,7 +7,7 @@ loaders call them again (they can be used without the app, e.g. by `python -m be
 from __future__ import annotations
 
 import os
-from typing import List, Mapping, Any
+from typing import Any, List, Mapping, Tuple
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".ppm", ".tif", ".tiff")
 CIFAR_SPLIT_FILES = {"train": "train", "val": "test"}
@@ -37,6 +37,23 @@ def class_folders(base: str) -> List[str]:
     if not names:
         raise DataError(f"{base} is empty: expected one sub-folder per class holding images")
     return names
+
+
+def scan_image_folder(base: str) -> Tuple[List[str], List[str], List[int]]:
+    """(class names, image paths, labels), ordered like torchvision's ImageFolder."""
+    classes = class_folders(base)
+    paths: List[str] = []
+    labels: List[int] = []
+    for label, name in enumerate(classes):
+        for folder, _dirs, files in sorted(os.walk(os.path.join(base, name), followlinks=True)):
+            for file in sorted(files):
+                if file.lower().endswith(IMAGE_EXTENSIONS):
+                    paths.append(os.path.join(folder, file))
+                    labels.append(label)
+    if not paths:
+        raise DataError(f"{base} holds no images: expected files ending in "
+                        f"{', '.join(IMAGE_EXTENSIONS)} inside its class folders")
+    return classes, paths, labels
 
 
 def check_class_count(found: int, where: str, num_classes: int) -> None:

@@ -21,7 +21,7 @@ import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, get_worker_info
 
 from bench.data.layout import DataError
-from bench.data.transforms import normalize_on_device
+from bench.data.transforms import normalize_into
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +29,7 @@ Failure = Tuple[str, str, bool]  # (path, reason, fatal): fatal = unreadable, el
 HostBatch = Tuple[torch.Tensor, torch.Tensor, List[Failure]]
 MAX_REPLACEMENTS = 16  # consecutive undecodable samples tolerated before giving up on a batch slot
 MAX_WARNINGS = 10  # skipped-image warnings logged per run (all are counted)
+OUTPUT_RING = 3  # float32 output batches kept for reuse on the CPU
 
 _last_facts: Dict[str, Any] = {}
 
@@ -42,7 +43,15 @@ def resolve_workers(cfg: Mapping[str, Any]) -> int:
 
 
 def empty_batch(count: int, size: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    return torch.empty((count, size, size, 3), dtype=torch.uint8), torch.empty(count, dtype=torch.int64)
+    """A uint8 NHWC batch to fill in place; in a worker, allocated in shared memory (as torch's
+    default_collate does) so handing it to the main process copies nothing."""
+    shape = (count, size, size, 3)
+    if get_worker_info() is None:
+        images = torch.empty(shape, dtype=torch.uint8)
+    else:
+        shared = torch.UntypedStorage._new_shared(count * size * size * 3)
+        images = torch.tensor([], dtype=torch.uint8).set_(shared, 0, shape)
+    return images, torch.empty(count, dtype=torch.int64)
 
 
 class BatchDataset(Dataset):
@@ -111,6 +120,22 @@ def map_style_passes(loader: DataLoader, batch_sampler: BatchSampler) -> Callabl
     return one_pass
 
 
+def _storage_users(tensor: torch.Tensor) -> int:
+    """Tensors sharing `tensor`'s storage, itself included (the temporary storage handle is not counted)."""
+    count = getattr(torch._C, "_storage_Use_Count", None)  # private: without it, never reuse
+    return count(tensor.untyped_storage()._cdata) - 1 if count else 2
+
+
+def _cycle(passes: Callable[[int], Iterable[HostBatch]]) -> Iterator[HostBatch]:
+    for epoch in itertools.count():
+        batches = 0
+        for batches, batch in enumerate(passes(epoch), start=1):
+            yield batch
+        if not batches:
+            raise DataError("the dataset yielded no batch in a whole pass: too few images for "
+                            "data.batch_size, data.num_workers and the number of processes")
+
+
 class DeviceBatches(Iterator):
     """Endless (images, labels) on the device: cycles passes over the dataset, copies each
     uint8 batch to the device and normalises it there, and keeps the dataset's facts."""
@@ -119,15 +144,16 @@ class DeviceBatches(Iterator):
                  device: torch.device, memory_format: torch.memory_format):
         global _last_facts
         self.facts = _last_facts = {**facts, "corrupt_skipped": 0}
-        self._passes, self._strict = passes, bool(cfg["strict"])
+        self._strict = bool(cfg["strict"])
         self._device, self._memory_format = device, memory_format
         self._non_blocking = bool(cfg["pin_memory"]) and device.type == "cuda"
         self._skipped: set = set()
-        self._host = self._host_batches()
+        self._buffers: List[torch.Tensor] = []
+        self._host = _cycle(passes)  # holds no reference to self: dropping the iterator stops its workers
 
-    def _host_batches(self) -> Iterator[HostBatch]:
-        for epoch in itertools.count():
-            yield from self._passes(epoch)
+    def close(self) -> None:
+        """Stop the workers now (they also stop when the iterator is garbage-collected)."""
+        self._host.close()
 
     def __next__(self) -> Tuple[torch.Tensor, torch.Tensor]:
         try:
@@ -139,8 +165,25 @@ class DeviceBatches(Iterator):
             raise DataError(f"the data loader failed: {lines[-1] if lines else type(exc).__name__}") from exc
         if failures:
             self._note(failures)
-        images = normalize_on_device(images, self._device, self._memory_format, self._non_blocking)
-        return images, labels.to(self._device, non_blocking=self._non_blocking)
+        pixels = images.to(self._device, non_blocking=self._non_blocking)
+        normalized = normalize_into(self._output(pixels.shape), pixels)
+        return normalized, labels.to(self._device, non_blocking=self._non_blocking)
+
+    def _output(self, nhwc: torch.Size) -> torch.Tensor:
+        """A float32 batch to normalise into. On the CPU a freed one is reused: a fresh 38 MB
+        tensor costs more in page faults than the normalisation itself. A buffer counts as freed
+        when nothing outside this ring holds its storage (not the trainer, not autograd)."""
+        n, h, w, c = nhwc
+        shape = (n, c, h, w)
+        if self._device.type != "cpu":  # the caching allocator already reuses device memory
+            return torch.empty(shape, dtype=torch.float32, device=self._device, memory_format=self._memory_format)
+        for buffer in self._buffers:
+            if buffer.shape == shape and _storage_users(buffer) == 1:
+                return buffer
+        buffer = torch.empty(shape, dtype=torch.float32, memory_format=self._memory_format)
+        if len(self._buffers) < OUTPUT_RING:
+            self._buffers.append(buffer)
+        return buffer
 
     def _note(self, failures: List[Failure]) -> None:
         for path, reason, fatal in failures:
