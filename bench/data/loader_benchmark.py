@@ -4,8 +4,9 @@ PIL pipeline, on the same generated JPEGs, workers and batch size.
 Loaders alternate within each round and the order flips every round (A-B-C, C-B-A, ...), since
 a shared machine drifts. Each measurement starts a fresh loader, discards warm-up batches
 (worker start-up, first decode), then times `--batches` batches including our device step
-(uint8 -> normalised float32 NCHW on the CPU). Result per loader: median images/s and its
-ratio to the baseline's median.
+(uint8 -> normalised float32 NCHW on the CPU, one thread). Result per loader: median images/s and its
+ratio to the baseline's median, plus CPU time per image (main process + workers), which other load on a
+shared machine barely moves.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import os
 import statistics
 import time
-from typing import Any, Callable, Dict, Iterator, List
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+import psutil
 
 from bench.data.sample_images import write_image_folder
 
@@ -68,21 +71,40 @@ def our_batches(name: str, root: str, workers: int, batch_size: int, image_size:
     return build_batches(cfg, torch.device("cpu"), torch.contiguous_format, seed=0)
 
 
-def measure(make: Callable[[], Iterator[Any]], warmup: int, batches: int, batch_size: int) -> float:
+def _cpu_seconds() -> float:
+    """CPU time of this process and its live children (the loader's workers)."""
+    me = psutil.Process()
+    total = 0.0
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def measure(make: Callable[[], Iterator[Any]], warmup: int, batches: int, batch_size: int) -> Tuple[float, float]:
+    """(images/s, CPU milliseconds per image) over `batches` batches after `warmup` discarded ones."""
     iterator = make()
     for _ in range(warmup):
         next(iterator)
-    started = time.perf_counter()
+    cpu, started = _cpu_seconds(), time.perf_counter()
     for _ in range(batches):
         images, _labels = next(iterator)
-    seconds = time.perf_counter() - started
+    seconds, cpu = time.perf_counter() - started, _cpu_seconds() - cpu
     assert images.shape[0] == batch_size
     iterator.close()  # stops its workers before the next loader starts
-    return batches * batch_size / seconds
+    return batches * batch_size / seconds, cpu * 1000 / (batches * batch_size)
 
 
 def run(images: int, classes: int, workers: int, batch_size: int, rounds: int, batches: int, warmup: int,
         image_size: int, shard_image_size: int, directory: str, loaders: List[str]) -> Dict[str, List[float]]:
+    import torch
+
+    # The device step (normalising on the CPU) stands in for a GPU: one intra-op thread, since
+    # idle OpenMP threads spin and take CPU from the workers of every loader alike.
+    torch.set_num_threads(1)
     images_root = ensure_images(os.path.join(directory, f"images-{images}-{classes}"), images, classes)
     makers: Dict[str, Callable[[], Iterator[Any]]] = {
         BASELINE: lambda: baseline_batches(images_root, workers, batch_size, image_size)}
@@ -93,21 +115,28 @@ def run(images: int, classes: int, workers: int, batch_size: int, rounds: int, b
         shards_root = ensure_shards(images_root, os.path.join(directory, f"shards-{images}-{classes}"),
                                     shard_image_size, shard_size=1000, workers=max(1, workers))
         makers["shards"] = lambda: our_batches("shards", shards_root, workers, batch_size, image_size, classes)
-    rates: Dict[str, List[float]] = {name: [] for name in makers}
+    rates: Dict[str, List[Tuple[float, float]]] = {name: [] for name in makers}
     for round_number in range(rounds):
         order = list(makers) if round_number % 2 == 0 else list(reversed(makers))
         for name in order:
             rates[name].append(measure(makers[name], warmup, batches, batch_size))
-        print(f"round {round_number + 1}/{rounds}: " + ", ".join(f"{n} {rates[n][-1]:.0f}" for n in order)
+        print(f"round {round_number + 1}/{rounds}: " + ", ".join(f"{n} {rates[n][-1][0]:.0f}" for n in order)
               + " images/s", flush=True)
     return rates
 
 
-def report(rates: Dict[str, List[float]]) -> str:
-    base = statistics.median(rates[BASELINE])
-    lines = [f"{'loader':<22} {'median img/s':>12} {'vs baseline':>11}   per round"]
+def report(rates: Dict[str, List[Tuple[float, float]]]) -> str:
+    """Median images/s and its ratio to the baseline's; the median of the per-round ratios (each
+    round runs every loader back to back, so it cancels slow drifts of a shared machine); CPU
+    milliseconds per image summed over the main process and the workers (robust to other load)."""
+    base = rates[BASELINE]
+    lines = [f"{'loader':<22}{'img/s':>8}{'ratio':>8}{'round ratio':>13}{'CPU ms/img':>12}{'CPU ratio':>11}   img/s per round"]
     for name, values in rates.items():
-        median = statistics.median(values)
-        lines.append(f"{name:<22} {median:>12.0f} {median / base:>10.2f}x   "
-                     + " ".join(f"{v:.0f}" for v in values))
+        speed = statistics.median(v[0] for v in values)
+        cpu = statistics.median(v[1] for v in values)
+        paired = statistics.median(v[0] / b[0] for v, b in zip(values, base))
+        base_cpu = statistics.median(b[1] for b in base)
+        lines.append(f"{name:<22}{speed:>8.0f}{speed / statistics.median(b[0] for b in base):>7.2f}x"
+                     f"{paired:>12.2f}x{cpu:>12.2f}{base_cpu / cpu:>10.2f}x   "
+                     + " ".join(f"{v[0]:.0f}" for v in values))
     return "\n".join(lines)
