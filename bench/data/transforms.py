@@ -103,6 +103,8 @@ def decode_crop(data: bytes, train: bool, size: int, rng: random.Random, decoder
                 pixels, box, width, height = _decode_pil(data, train, size, rng)
         else:
             pixels, box, width, height = _decode_pil(data, train, size, rng)
+    except Image.UnidentifiedImageError:
+        raise CorruptImage("not an image format PIL or libjpeg-turbo can decode") from None
     except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:
         raise CorruptImage(f"{type(exc).__name__}: {exc}") from None
     sx, sy = pixels.shape[1] / width, pixels.shape[0] / height  # < 1 after a DCT downscale
