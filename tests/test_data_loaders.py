@@ -35,10 +35,11 @@ def to_uint8(images: torch.Tensor) -> np.ndarray:
     return (images * std + mean).permute(0, 2, 3, 1).numpy()
 
 
-@pytest.mark.parametrize("split,memory_format", [("train", torch.contiguous_format), ("val", torch.channels_last)])
-def test_imagefolder_batches_follow_the_contract(tmp_path, split, memory_format):
+@pytest.mark.parametrize("split,memory_format,decoder", [("train", torch.contiguous_format, "simplejpeg"),
+                                                           ("val", torch.channels_last, "pil")])
+def test_imagefolder_batches_follow_the_contract(tmp_path, split, memory_format, decoder):
     layout = imagenet_layout(tmp_path / "imagenet")
-    cfg = data_cfg("imagefolder", tmp_path / "imagenet", split=split, batch_size=4, num_workers=2)
+    cfg = data_cfg("imagefolder", tmp_path / "imagenet", split=split, batch_size=4, num_workers=2, decoder=decoder)
     batches = take(cfg, 6, memory_format)  # more than one pass over val (8 images): the iterator cycles
     for images, labels in batches:
         assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32

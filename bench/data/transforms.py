@@ -11,7 +11,7 @@ from __future__ import annotations
 import io
 import math
 import random
-from typing import Tuple
+from typing import List, Tuple
 
 import numpy as np
 import simplejpeg
@@ -136,7 +136,7 @@ def normalize_into(out: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
 
     channels_last `out` is NHWC in memory: copy + one multiply-add over rows of (R, G, B, R, ...)
     against a per-row pattern (broadcasting a size-3 dim is ~2x slower). Contiguous `out`: one
-    strided convert-copy, then an in-place multiply-add per channel plane with Python scalars."""
+    strided convert-copy, then one in-place multiply-add pass per channel plane."""
     n, h, w, c = pixels.shape
     if out.is_contiguous(memory_format=torch.channels_last) and not out.is_contiguous():
         rows = out.permute(0, 2, 3, 1).view(n * h, w * c)
@@ -144,8 +144,9 @@ def normalize_into(out: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
         scale, shift = _row_pattern(out.device, w)
         return torch.addcmul(shift, rows, scale, out=rows).view(n, h, w, c).permute(0, 3, 1, 2)
     out.copy_(pixels.permute(0, 3, 1, 2))
-    for channel in range(c):
-        out[:, channel].mul_(SCALE[channel]).add_(SHIFT[channel])
+    shifts = _channel_shifts(out.device)
+    for channel in range(c):  # plane = shift + scale * plane, one pass
+        torch.add(shifts[channel], out[:, channel], alpha=SCALE[channel], out=out[:, channel])
     return out
 
 
@@ -153,6 +154,13 @@ def normalize_into(out: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
 SCALE = tuple(1 / (255 * s) for s in IMAGENET_STD)
 SHIFT = tuple(-m / s for m, s in zip(IMAGENET_MEAN, IMAGENET_STD))
 _ROW_PATTERNS: dict = {}
+_SHIFTS: dict = {}
+
+
+def _channel_shifts(device: torch.device) -> List[torch.Tensor]:
+    if str(device) not in _SHIFTS:
+        _SHIFTS[str(device)] = [torch.tensor(shift, device=device) for shift in SHIFT]
+    return _SHIFTS[str(device)]
 
 
 def _row_pattern(device: torch.device, width: int) -> Tuple[torch.Tensor, torch.Tensor]:
