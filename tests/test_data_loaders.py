@@ -10,12 +10,13 @@ import sys
 import numpy as np
 import pytest
 import torch
+from PIL import Image
 
 from bench.data import build_batches, dataset_facts
 from bench.data.layout import DataError
 from bench.data.loader import epoch_batch_sampler
 from bench.data.shards import consumer_plan
-from bench.data.transforms import IMAGENET_MEAN, IMAGENET_STD, decode_crop, resize_into
+from bench.data.transforms import IMAGENET_MEAN, IMAGENET_STD, center_crop_box, decode_crop, resize_into
 from data_builders import CLASSES, cifar100, data_cfg, image_folder, imagenet_layout
 
 CPU = torch.device("cpu")
@@ -59,10 +60,11 @@ def test_val_pass_is_the_folder_in_order_with_center_crops(tmp_path):
     (images, labels), = take(cfg, 1)
     ordered = sorted(paths)  # ImageFolder order: class folders, then file names
     assert labels.tolist() == [int(os.path.basename(os.path.dirname(p))[-3:]) for p in ordered]
-    expected = np.empty((32, 32, 3), np.uint8)
-    crop = decode_crop(open(ordered[3], "rb").read(), False, 32, None)
-    resize_into(expected, crop, flip=False)
-    assert np.abs(to_uint8(images)[3] - expected).max() < 1.0
+    # an independent reference: PIL's antialiased bilinear resize of the center crop (64x48 -> 42x42 -> 32x32)
+    left, top, side, _ = center_crop_box(64, 48)
+    reference = np.asarray(Image.open(ordered[3]).convert("RGB").resize(
+        (32, 32), Image.BILINEAR, box=(left, top, left + side, top + side)))
+    assert np.abs(to_uint8(images)[3] - reference).mean() < 3.0
 
 
 def test_held_batches_are_never_overwritten(tmp_path):
@@ -173,3 +175,21 @@ def test_more_classes_than_the_head(tmp_path):
     image_folder(tmp_path / "flat", images=8)
     with pytest.raises(DataError, match="has 4 classes but data.num_classes=3"):
         build_batches(data_cfg("imagefolder", tmp_path / "flat", num_classes=3), CPU, torch.contiguous_format, 0)
+
+
+def test_dct_downscaled_decode_matches_a_full_decode():
+    """A crop far larger than the output is decoded at 1/8 scale: same picture, a fraction of the pixels."""
+    import io
+    import random
+
+    from bench.data.sample_images import synthetic_jpeg
+
+    data = synthetic_jpeg(np.random.default_rng(0), 500, 375)
+    crop = decode_crop(data, False, 32, random.Random(0))
+    assert max(crop.shape[:2]) < 375 / 7  # decoded at 1/8 scale (375 / 1.14 / 8 = 41 pixels)
+    fast = np.empty((32, 32, 3), np.uint8)
+    resize_into(fast, crop, flip=False)
+    left, top, side, _ = center_crop_box(500, 375)
+    full = Image.open(io.BytesIO(data)).convert("RGB")
+    reference = np.asarray(full.resize((32, 32), Image.BILINEAR, box=(left, top, left + side, top + side)))
+    assert np.abs(fast.astype(np.float32) - reference).mean() < 8.0

@@ -74,7 +74,7 @@ Decoded = Tuple[np.ndarray, Box, int, int]  # pixels (maybe DCT-downscaled), cro
 
 
 def _decode_simplejpeg(data: bytes, train: bool, size: int, rng: random.Random) -> Decoded:
-    width, height, _, _ = simplejpeg.decode_jpeg_header(data)
+    height, width, _, _ = simplejpeg.decode_jpeg_header(data)
     box = crop_box(width, height, train, rng)
     scale = _dct_scale(box, size)
     pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=True, fastupsample=True,
