@@ -8,6 +8,8 @@ import sys
 import tempfile
 from typing import List, Optional
 
+import yaml
+
 from bench.data.layout import DataError
 
 
@@ -17,7 +19,7 @@ def _storage_options(pairs: List[str]) -> dict:
         key, sep, value = pair.partition("=")
         if not sep:
             raise DataError(f"--storage {pair!r} is not KEY=VALUE")
-        options[key] = value
+        options[key] = yaml.safe_load(value)  # numbers, booleans and null as in a config file
     return options
 
 

@@ -22,6 +22,7 @@ from bench.data.shardformat import encode_shard, make_meta, shard_key
 from bench.storage.objects import open_store
 
 SPLITS = ("train", "val")
+_stores: Dict[str, Any] = {}
 
 
 def resized_jpeg(path: str, size: int, quality: int) -> bytes:
@@ -50,7 +51,9 @@ def _write_shard(task: Tuple[str, Dict[str, Any], str, List[Tuple[str, int]], in
         except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
             skipped.append(path)
     blob = encode_shard(records)
-    open_store(location, storage).put(key, blob)
+    if location not in _stores:  # one store per pool process (an S3 store checks access when opened)
+        _stores[location] = open_store(location, storage)
+    _stores[location].put(key, blob)
     return {"key": key, "count": len(records), "bytes": len(blob)}, skipped
 
 

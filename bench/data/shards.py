@@ -89,8 +89,8 @@ class ShardStream(IterableDataset):
         try:
             blob = store.get(self.keys[shard])
             index = decode_shard_index(blob, where)
-        except (OSError, DataError) as exc:
-            failures.append((where, getattr(exc, "strerror", None) or str(exc), True))
+        except Exception as exc:  # noqa: BLE001 - any backend's read error: name the shard, stop the run
+            failures.append((where, getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}", True))
             return
         rows = list(range(len(index)))
         if record_filter is not None:
