@@ -193,3 +193,17 @@ def test_dct_downscaled_decode_matches_a_full_decode():
     full = Image.open(io.BytesIO(data)).convert("RGB")
     reference = np.asarray(full.resize((32, 32), Image.BILINEAR, box=(left, top, left + side, top + side)))
     assert np.abs(fast.astype(np.float32) - reference).mean() < 8.0
+
+
+def test_bench_loader_command_compares_against_the_baseline(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "bench.data", "bench-loader", "--images", "16", "--classes", "2",
+                           "--workers", "0", "--batch-size", "4", "--rounds", "2", "--batches", "2", "--warmup", "1",
+                           "--image-size", "32", "--shard-image-size", "64", "--shard-size", "5",
+                           "--dir", str(tmp_path)], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("round 1/2: torchvision-baseline") and lines[1].startswith("round 2/2: shards")
+    table = {line.split()[0]: line.split() for line in lines[3:]}
+    assert set(table) == {"torchvision-baseline", "imagefolder", "shards"}
+    assert table["torchvision-baseline"][2] == "1.00x" and float(table["shards"][1]) > 0
+    assert (tmp_path / "shards-16-2-64-5" / "train" / "meta.json").is_file()

@@ -48,6 +48,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     bench.add_argument("--warmup", type=int, default=4, help="discarded batches per measurement")
     bench.add_argument("--image-size", type=int, default=224)
     bench.add_argument("--shard-image-size", type=int, default=256, help="prepare --size of the shards")
+    bench.add_argument("--shard-size", type=int, default=100, help="prepare --shard-size of the shards")
     bench.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "bench-loader"),
                        help="where the generated dataset and shards live (reused between runs)")
     bench.add_argument("--loaders", default="imagefolder,shards")
@@ -69,7 +70,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             from bench.data.loader_benchmark import report, run
 
             rates = run(args.images, args.classes, args.workers, args.batch_size, args.rounds, args.batches,
-                        args.warmup, args.image_size, args.shard_image_size, args.dir, args.loaders.split(","))
+                        args.warmup, args.image_size, args.shard_image_size, args.shard_size, args.dir,
+                        args.loaders.split(","))
             print(report(rates), flush=True)
     except DataError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr, flush=True)

@@ -36,10 +36,9 @@ def ensure_images(root: str, images: int, classes: int) -> str:
 def ensure_shards(images_root: str, shards_root: str, size: int, shard_size: int, workers: int) -> str:
     from bench.data.prepare import prepare
 
-    stamp = os.path.join(shards_root, f".prepared-{size}-{shard_size}")
-    if not os.path.isfile(stamp) or os.path.getmtime(stamp) < os.path.getmtime(images_root):
+    meta = os.path.join(shards_root, "train", "meta.json")  # written last: its presence means complete
+    if not os.path.isfile(meta) or os.path.getmtime(meta) < os.path.getmtime(images_root):
         prepare(images_root, shards_root, size=size, shard_size=shard_size, workers=workers, progress=False)
-        open(stamp, "w").close()
     return shards_root
 
 
@@ -99,7 +98,8 @@ def measure(make: Callable[[], Iterator[Any]], warmup: int, batches: int, batch_
 
 
 def run(images: int, classes: int, workers: int, batch_size: int, rounds: int, batches: int, warmup: int,
-        image_size: int, shard_image_size: int, directory: str, loaders: List[str]) -> Dict[str, List[float]]:
+        image_size: int, shard_image_size: int, shard_size: int, directory: str,
+        loaders: List[str]) -> Dict[str, List[Tuple[float, float]]]:
     import torch
 
     # The device step (normalising on the CPU) stands in for a GPU: one intra-op thread, since
@@ -112,8 +112,8 @@ def run(images: int, classes: int, workers: int, batch_size: int, rounds: int, b
         makers["imagefolder"] = lambda: our_batches("imagefolder", images_root, workers, batch_size, image_size,
                                                     classes)
     if "shards" in loaders:
-        shards_root = ensure_shards(images_root, os.path.join(directory, f"shards-{images}-{classes}"),
-                                    shard_image_size, shard_size=1000, workers=max(1, workers))
+        shards_dir = os.path.join(directory, f"shards-{images}-{classes}-{shard_image_size}-{shard_size}")
+        shards_root = ensure_shards(images_root, shards_dir, shard_image_size, shard_size, workers=max(1, workers))
         makers["shards"] = lambda: our_batches("shards", shards_root, workers, batch_size, image_size, classes)
     rates: Dict[str, List[Tuple[float, float]]] = {name: [] for name in makers}
     for round_number in range(rounds):
