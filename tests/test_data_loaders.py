@@ -123,13 +123,14 @@ def test_shards_round_trip_labels_and_pixels(tmp_path):
 
 
 def test_ranks_read_disjoint_samples(tmp_path):
-    """DistributedSampler: rank 0 and 1 of 2 split the dataset, reshuffled each epoch."""
+    """DistributedSampler: rank 0 and 1 of 2 split the dataset, reshuffled each epoch. Its seed comes
+    from the dataset, not the run seed, which the trainer may vary per rank."""
     cfg = data_cfg("imagefolder", tmp_path, batch_size=4)
-    per_rank = [[i for batch in epoch_batch_sampler(40, cfg, True, 0, rank, 2, "x") for i in batch]
-                for rank in (0, 1)]
+    per_rank = [[i for batch in epoch_batch_sampler(40, cfg, True, rank, 2, "x") for i in batch] for rank in (0, 1)]
     assert len(per_rank[0]) == len(per_rank[1]) == 20
     assert set(per_rank[0]).isdisjoint(per_rank[1]) and set(per_rank[0]) | set(per_rank[1]) == set(range(40))
-    sampler = epoch_batch_sampler(40, cfg, True, 0, 0, 2, "x")
+    assert per_rank[0] != sorted(per_rank[0])  # shuffled
+    sampler = epoch_batch_sampler(40, cfg, True, 0, 2, "x")
     sampler.sampler.set_epoch(1)
     assert [i for batch in sampler for i in batch] != per_rank[0]
 

@@ -85,7 +85,7 @@ def cifar100_batches(cfg: Mapping[str, Any], device: torch.device, memory_format
     check_class_count(classes, cfg["root"], cfg["num_classes"])
     train = cfg["split"] == "train"
     dataset = Cifar100Batches(images, labels, cfg["image_size"], train, seed, rank)
-    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, seed, rank, world_size, cfg["root"])
+    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, cfg["root"])
     loader = make_loader(dataset, cfg, device, batch_sampler)
     facts = {"dataset_size": len(images), "dataset_classes": classes, "data_workers": resolve_workers(cfg)}
     return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)

@@ -10,8 +10,8 @@ import torch
 
 from bench.data import Batch
 from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder
-from bench.data.loader import (BatchDataset, DeviceBatches, HostBatch, epoch_batch_sampler, fill_batch, make_loader,
-                               map_style_passes, resolve_workers)
+from bench.data.loader import (BatchDataset, DeviceBatches, HostBatch, epoch_batch_sampler, fill_batch,
+                               make_loader, map_style_passes, resolve_workers)
 from bench.data.transforms import decode_crop, resize_into
 
 
@@ -41,8 +41,9 @@ def imagefolder_batches(cfg: Mapping[str, Any], device: torch.device, memory_for
     classes, paths, labels = scan_image_folder(base)
     check_class_count(len(classes), base, cfg["num_classes"])
     train = cfg["split"] == "train"
-    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg["image_size"], train, cfg["decoder"], seed, rank)
-    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, seed, rank, world_size, base)
+    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg["image_size"], train, cfg["decoder"],
+                                 seed, rank)
+    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, base)
     loader = make_loader(dataset, cfg, device, batch_sampler)
     facts = {"dataset_size": len(paths), "dataset_classes": len(classes), "data_workers": resolve_workers(cfg)}
     return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)

@@ -14,6 +14,7 @@ import itertools
 import logging
 import os
 import random
+import zlib
 from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
 
 import numpy as np
@@ -99,12 +100,18 @@ def make_loader(dataset: Any, cfg: Mapping[str, Any], device: torch.device,
     return DataLoader(dataset, **options)
 
 
-def epoch_batch_sampler(dataset_len: int, cfg: Mapping[str, Any], train: bool, seed: int, rank: int,
-                        world_size: int, where: str) -> BatchSampler:
+def order_seed(cfg: Mapping[str, Any]) -> int:
+    """The seed of the epoch order, identical on every rank by construction: ranks are free to get
+    different run seeds (for their augmentations), but samplers seeded differently would overlap."""
+    return zlib.crc32(f"{cfg['name']}|{cfg['root']}|{cfg['split']}".encode())
+
+
+def epoch_batch_sampler(dataset_len: int, cfg: Mapping[str, Any], train: bool, rank: int, world_size: int,
+                        where: str) -> BatchSampler:
     """DistributedSampler (also at world size 1: one code path) under full batches only, so every
     batch has data.batch_size images; set_epoch reshuffles each pass."""
     sampler = DistributedSampler(range(dataset_len), num_replicas=world_size, rank=rank, shuffle=train,
-                                 seed=seed, drop_last=True)
+                                 seed=order_seed(cfg), drop_last=True)
     batches = BatchSampler(sampler, cfg["batch_size"], drop_last=True)
     if len(batches) == 0:
         raise DataError(f"{where} has {dataset_len} images, fewer than one batch per process "

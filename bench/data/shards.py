@@ -19,7 +19,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from bench.data import Batch
 from bench.data.layout import DataError, check_class_count
-from bench.data.loader import DeviceBatches, Failure, HostBatch, empty_batch, make_loader, resolve_workers
+from bench.data.loader import (DeviceBatches, Failure, HostBatch, empty_batch, make_loader, order_seed,
+                               resolve_workers)
 from bench.data.shardformat import decode_shard_index, read_meta
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
 from bench.storage.objects import open_store
@@ -38,14 +39,16 @@ def consumer_plan(shard_counts: List[int], epoch: int, seed: int, shuffle: bool,
 
 
 class ShardStream(IterableDataset):
-    def __init__(self, location: str, storage: Optional[Mapping[str, Any]], meta: Dict[str, Any], size: int,
-                 batch_size: int, train: bool, decoder: str, seed: int, rank: int, world_size: int):
-        self.location, self.storage = location, dict(storage or {})
+    def __init__(self, cfg: Mapping[str, Any], storage: Optional[Mapping[str, Any]], meta: Dict[str, Any], seed: int,
+                 rank: int, world_size: int):
+        self.location, self.storage = cfg["root"], dict(storage or {})
         self.keys = [s["key"] for s in meta["shards"]]
         self.counts = [int(s["count"]) for s in meta["shards"]]
         self.starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(int).tolist()
-        self.size, self.batch_size, self.train, self.decoder = size, batch_size, train, decoder
+        self.size, self.batch_size, self.decoder = cfg["image_size"], cfg["batch_size"], cfg["decoder"]
+        self.train = cfg["split"] == "train"
         self.seed, self.rank, self.world_size = seed, rank, world_size
+        self.order_seed = order_seed(cfg)
 
     def __iter__(self) -> Iterator[HostBatch]:
         info = get_worker_info()
@@ -57,7 +60,8 @@ class ShardStream(IterableDataset):
         filled, failures = 0, []
         for epoch in itertools.count():
             seen = decoded = 0
-            for shard, record_filter in consumer_plan(self.counts, epoch, self.seed, self.train, consumer, consumers):
+            plan = consumer_plan(self.counts, epoch, self.order_seed, self.train, consumer, consumers)
+            for shard, record_filter in plan:
                 for data, label, where in self._records(store, shard, record_filter, rng, failures):
                     seen += 1
                     try:
@@ -109,9 +113,7 @@ def shard_batches(cfg: Mapping[str, Any], device: torch.device, memory_format: t
     store = open_store(cfg["root"], storage)
     meta = read_meta(store, cfg["split"])
     check_class_count(len(meta["classes"]), f"{store.url}/{cfg['split']}", cfg["num_classes"])
-    train = cfg["split"] == "train"
-    stream = ShardStream(cfg["root"], storage, meta, cfg["image_size"], cfg["batch_size"], train, cfg["decoder"],
-                         seed, rank, world_size)
+    stream = ShardStream(cfg, storage, meta, seed, rank, world_size)
     loader = make_loader(stream, cfg, device)
     facts = {"dataset_size": int(meta["count"]), "dataset_classes": len(meta["classes"]),
              "dataset_shards": len(meta["shards"]), "shard_image_size": int(meta["size"]),
