@@ -180,7 +180,10 @@ def _validate_data(cfg: Mapping[str, Any]) -> None:
         _non_negative(cfg, "data.num_workers")
     _positive(cfg, "data.prefetch_factor")
 
-    from bench.data.layout import DataError, check_dataset_location  # torch-free: listings only
+    from bench.data.layout import (  # torch-free: listings only
+        DataError,
+        check_dataset_location,
+    )
 
     try:
         check_dataset_location(data)

@@ -7,7 +7,6 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import TINY, all_runs, bench_env, radix_metrics, run_bench, sqlite_uri
 from data_builders import CLASSES, cifar100, image_folder, imagenet_layout
 

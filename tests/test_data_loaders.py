@@ -6,18 +6,25 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from data_builders import CLASSES, cifar100, data_cfg, image_folder, imagenet_layout
 from PIL import Image
 
 from bench.data import build_batches, dataset_facts
 from bench.data.layout import DataError
 from bench.data.loader import epoch_batch_sampler
 from bench.data.shards import consumer_plan
-from bench.data.transforms import IMAGENET_MEAN, IMAGENET_STD, center_crop_box, decode_crop, resize_into
-from data_builders import CLASSES, cifar100, data_cfg, image_folder, imagenet_layout
+from bench.data.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    center_crop_box,
+    decode_crop,
+    resize_into,
+)
 
 CPU = torch.device("cpu")
 
@@ -108,7 +115,7 @@ def test_shards_round_trip_labels_and_pixels(tmp_path):
     got = to_uint8(images)
     expected = np.empty((len(layout["val"]), 32, 32, 3), np.uint8)
     for slot, path in enumerate(layout["val"]):
-        resize_into(expected[slot], decode_crop(open(path, "rb").read(), False, 32, None), flip=False)
+        resize_into(expected[slot], decode_crop(Path(path).read_bytes(), False, 32, None), flip=False)
     source_labels = [int(os.path.basename(os.path.dirname(p))[-3:]) for p in layout["val"]]
     matched = []
     for image, label in zip(got, labels.tolist()):
@@ -158,6 +165,8 @@ def test_corrupt_image_is_skipped_and_counted_unless_strict(tmp_path):
     cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=13, num_workers=1)
     (images, labels), = take(cfg, 1)
     assert images.shape[0] == 13 and dataset_facts()["corrupt_skipped"] == 1
+    # broken.jpg sorts first in class001: its slot holds the next image, of the same class
+    assert labels.tolist() == [0] * 3 + [1] * 4 + [2] * 3 + [3] * 3
 
     with pytest.raises(DataError, match=f"corrupt image {bad}"):
         take({**cfg, "strict": True}, 1)

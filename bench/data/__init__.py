@@ -8,12 +8,15 @@ This module imports torch lazily: bench.validate uses bench.data.layout without 
 
 from __future__ import annotations
 
-from typing import Any, Iterator, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, Optional, Tuple
 
-Batch = Tuple["torch.Tensor", "torch.Tensor"]  # noqa: F821 - a string, so importing bench.data needs no torch
+if TYPE_CHECKING:
+    import torch
+
+Batch = Tuple["torch.Tensor", "torch.Tensor"]  # forward references: importing bench.data needs no torch
 
 
-def build_batches(cfg: Mapping[str, Any], device: "torch.device", memory_format: "torch.memory_format",  # noqa: F821
+def build_batches(cfg: Mapping[str, Any], device: torch.device, memory_format: torch.memory_format,
                   seed: int, rank: int = 0, world_size: int = 1,
                   storage: Optional[Mapping[str, Any]] = None) -> Iterator[Batch]:
     """`cfg` is the data group; `rank`/`world_size` shard real datasets (DistributedSampler);

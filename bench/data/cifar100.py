@@ -17,8 +17,15 @@ import torch.nn.functional as F
 
 from bench.data import Batch
 from bench.data.layout import DataError, check_class_count, cifar_file
-from bench.data.loader import (BatchDataset, DeviceBatches, HostBatch, epoch_batch_sampler, make_loader,
-                               map_style_passes, resolve_workers)
+from bench.data.loader import (
+    BatchDataset,
+    DeviceBatches,
+    HostBatch,
+    epoch_batch_sampler,
+    make_loader,
+    map_style_passes,
+    resolve_workers,
+)
 
 NATIVE = 32
 PAD = 4

@@ -10,8 +10,16 @@ import torch
 
 from bench.data import Batch
 from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder
-from bench.data.loader import (BatchDataset, DeviceBatches, HostBatch, epoch_batch_sampler, fill_batch,
-                               make_loader, map_style_passes, resolve_workers)
+from bench.data.loader import (
+    BatchDataset,
+    DeviceBatches,
+    HostBatch,
+    epoch_batch_sampler,
+    fill_batch,
+    make_loader,
+    map_style_passes,
+    resolve_workers,
+)
 from bench.data.transforms import decode_crop, resize_into
 
 

@@ -15,11 +15,27 @@ import logging
 import os
 import random
 import zlib
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Tuple
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+)
 
 import numpy as np
 import torch
-from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, get_worker_info
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    get_worker_info,
+)
 
 from bench.data.layout import DataError
 from bench.data.transforms import normalize_into

@@ -18,9 +18,16 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from bench.data import Batch
-from bench.data.layout import DataError, check_class_count
-from bench.data.loader import (DeviceBatches, Failure, HostBatch, empty_batch, make_loader, order_seed,
-                               resolve_workers)
+from bench.data.layout import check_class_count
+from bench.data.loader import (
+    DeviceBatches,
+    Failure,
+    HostBatch,
+    empty_batch,
+    make_loader,
+    order_seed,
+    resolve_workers,
+)
 from bench.data.shardformat import decode_shard_index, read_meta
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
 from bench.storage.objects import open_store

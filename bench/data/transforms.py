@@ -16,7 +16,6 @@ from typing import List, Tuple
 import numpy as np
 import simplejpeg
 import torch
-import torch.nn.functional as F
 from PIL import Image
 
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
@@ -40,16 +39,16 @@ def random_resized_crop_box(width: int, height: int, rng: random.Random) -> Box:
     for _ in range(10):
         target_area = area * rng.uniform(*RRC_SCALE)
         aspect = math.exp(rng.uniform(*log_ratio))
-        w = int(round(math.sqrt(target_area * aspect)))
-        h = int(round(math.sqrt(target_area / aspect)))
+        w = round(math.sqrt(target_area * aspect))
+        h = round(math.sqrt(target_area / aspect))
         if 0 < w <= width and 0 < h <= height:
             return rng.randint(0, width - w), rng.randint(0, height - h), w, h
     # fallback: the whole image, its aspect clamped to the ratio range
     in_ratio = width / height
     if in_ratio < RRC_RATIO[0]:
-        w, h = width, int(round(width / RRC_RATIO[0]))
+        w, h = width, round(width / RRC_RATIO[0])
     elif in_ratio > RRC_RATIO[1]:
-        w, h = int(round(height * RRC_RATIO[1])), height
+        w, h = round(height * RRC_RATIO[1]), height
     else:
         w, h = width, height
     return (width - w) // 2, (height - h) // 2, w, h
@@ -109,8 +108,8 @@ def decode_crop(data: bytes, train: bool, size: int, rng: random.Random, decoder
         raise CorruptImage(f"{type(exc).__name__}: {exc}") from None
     sx, sy = pixels.shape[1] / width, pixels.shape[0] / height  # < 1 after a DCT downscale
     left, top = int(box[0] * sx), int(box[1] * sy)
-    right = max(left + 1, min(pixels.shape[1], int(round((box[0] + box[2]) * sx))))
-    bottom = max(top + 1, min(pixels.shape[0], int(round((box[1] + box[3]) * sy))))
+    right = max(left + 1, min(pixels.shape[1], round((box[0] + box[2]) * sx)))
+    bottom = max(top + 1, min(pixels.shape[0], round((box[1] + box[3]) * sy)))
     return pixels[top:bottom, left:right]
 
 
