@@ -11,6 +11,7 @@ shared machine barely moves.
 
 from __future__ import annotations
 
+import math
 import os
 import statistics
 import time
@@ -71,7 +72,8 @@ def our_batches(name: str, root: str, workers: int, batch_size: int, image_size:
 
 
 def _cpu_seconds() -> float:
-    """CPU time of this process and its live children (the loader's workers)."""
+    """CPU time of this process and its live children (the loader's workers); clock-tick
+    resolution (10 ms), so it needs a few hundred milliseconds of work to mean anything."""
     me = psutil.Process()
     total = 0.0
     for process in [me, *me.children(recursive=True)]:
@@ -137,6 +139,6 @@ def report(rates: Dict[str, List[Tuple[float, float]]]) -> str:
         paired = statistics.median(v[0] / b[0] for v, b in zip(values, base))
         base_cpu = statistics.median(b[1] for b in base)
         lines.append(f"{name:<22}{speed:>8.0f}{speed / statistics.median(b[0] for b in base):>7.2f}x"
-                     f"{paired:>12.2f}x{cpu:>12.2f}{base_cpu / cpu:>10.2f}x   "
+                     f"{paired:>12.2f}x{cpu:>12.2f}{base_cpu / cpu if cpu else math.nan:>10.2f}x   "
                      + " ".join(f"{v[0]:.0f}" for v in values))
     return "\n".join(lines)
