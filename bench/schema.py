@@ -30,7 +30,7 @@ class DataConfig:
     # real data (ignored by synthetic): a directory, or s3://bucket/prefix for shards
     root: Optional[str] = None
     split: str = "train"  # train (random-resized crop + flip) | val (resize + center crop)
-    num_workers: Optional[int] = None  # DataLoader worker processes; null: min(8, CPU count)
+    num_workers: Optional[int] = None  # DataLoader worker processes; null: this rank's share of the CPUs, <= 8
     pin_memory: bool = True  # page-locked batches for async host-to-GPU copies (CUDA only)
     persistent_workers: bool = True  # keep workers between epochs (map-style datasets)
     prefetch_factor: int = 4  # batches each worker prepares ahead

@@ -29,8 +29,10 @@ from bench.data.transforms import (
 CPU = torch.device("cpu")
 
 
-def take(cfg: dict, count: int, memory_format=torch.contiguous_format, **kwargs) -> list:
-    batches = build_batches(cfg, CPU, memory_format, seed=0, **kwargs)
+def take(cfg: dict, count: int, memory_format=torch.contiguous_format, seed_rank=None) -> list:
+    """`count` batches; seed_rank=r: as rank r of 2, with run seed r."""
+    ranks = {} if seed_rank is None else {"rank": seed_rank, "world_size": 2}
+    batches = build_batches(cfg, CPU, memory_format, seed=seed_rank or 0, **ranks)
     taken = [next(batches) for _ in range(count)]
     batches.close()
     return taken
@@ -217,3 +219,32 @@ def test_bench_loader_command_compares_against_the_baseline(tmp_path):
     assert set(table) == {"torchvision-baseline", "imagefolder", "shards"}
     assert table["torchvision-baseline"][2] == "1.00x" and float(table["shards"][1]) > 0
     assert (tmp_path / "shards-16-2-64-5" / "train" / "meta.json").is_file()
+
+
+def test_default_worker_count_shares_the_cpus_between_local_ranks(monkeypatch):
+    from bench.data.loader import resolve_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert resolve_workers({"num_workers": None}) == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert resolve_workers({"num_workers": None}) == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
+    assert resolve_workers({"num_workers": None}) == 1
+    assert resolve_workers({"num_workers": 0}) == 0
+
+
+@pytest.mark.parametrize("name", ["imagefolder", "shards"])
+def test_two_ranks_with_their_own_seeds_train_on_disjoint_halves(tmp_path, name):
+    """One image per class, so a label names its image: ranks 0 and 1 of 2, given different run
+    seeds (as the trainer does), each read one half of the shuffled training set."""
+    image_folder(tmp_path / "flat", images=8, classes=8)
+    root = tmp_path / "flat"
+    if name == "shards":
+        from bench.data.prepare import prepare
+
+        prepare(str(root), str(tmp_path / "shards"), size=48, shard_size=2, workers=1, progress=False)
+        root = tmp_path / "shards"
+    cfg = data_cfg(name, root, batch_size=4)
+    halves = [take(cfg, 1, seed_rank=rank)[0][1].tolist() for rank in (0, 1)]
+    assert set(halves[0]).isdisjoint(halves[1]) and set(halves[0]) | set(halves[1]) == set(range(8))

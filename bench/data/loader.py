@@ -56,7 +56,12 @@ def last_facts() -> Dict[str, Any]:
 
 
 def resolve_workers(cfg: Mapping[str, Any]) -> int:
-    return min(8, os.cpu_count() or 1) if cfg["num_workers"] is None else int(cfg["num_workers"])
+    """data.num_workers, or (null) this process's share of the CPUs it may run on, at most 8:
+    the CPUs are split between the ranks of this node (LOCAL_WORLD_SIZE, set by torch's launcher)."""
+    if cfg["num_workers"] is not None:
+        return int(cfg["num_workers"])
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))))
 
 
 def empty_batch(count: int, size: int) -> Tuple[torch.Tensor, torch.Tensor]:
