@@ -248,3 +248,15 @@ def test_two_ranks_with_their_own_seeds_train_on_disjoint_halves(tmp_path, name)
     cfg = data_cfg(name, root, batch_size=4)
     halves = [take(cfg, 1, seed_rank=rank)[0][1].tolist() for rank in (0, 1)]
     assert set(halves[0]).isdisjoint(halves[1]) and set(halves[0]) | set(halves[1]) == set(range(8))
+
+
+def test_au_and_input_bound_from_the_data_wait(tmp_path):
+    from bench.results import input_pipeline
+
+    assert input_pipeline(0.25, "synthetic") == {"au": 0.75, "input_bound": True}
+    assert input_pipeline(0.05, "synthetic") == {"au": 0.95, "input_bound": False}
+    assert input_pipeline(0.10000001, "synthetic")["input_bound"] is True  # au just under 0.90
+    image_folder(tmp_path / "flat", images=8)
+    take(data_cfg("imagefolder", tmp_path / "flat", batch_size=4), 1)
+    block = input_pipeline(0.0, "imagefolder")
+    assert block["au"] == 1.0 and block["dataset_size"] == 8 and block["corrupt_skipped"] == 0
