@@ -104,7 +104,14 @@ def test_strict_stops_at_a_corrupt_image_naming_it(tmp_path):
     assert run.info.status == "FAILED"
 
 
+def prepare(src, dst) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "bench.data", "prepare", "--src", str(src), "--dst", str(dst),
+                           "--workers", "1"], capture_output=True, text=True, timeout=60)
+
+
 def test_prepare_errors_are_one_line(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "bench.data", "prepare", "--src", str(tmp_path / "nope"),
-                           "--dst", str(tmp_path / "out")], capture_output=True, text=True, timeout=60)
-    assert f"--src '{tmp_path / 'nope'}' does not exist" in one_error_line(proc, 2)
+    assert f"--src '{tmp_path / 'nope'}' does not exist" in one_error_line(prepare(tmp_path / "nope", tmp_path), 2)
+    image_folder(tmp_path / "flat", images=4)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")  # the destination cannot be a directory
+    assert "[ERROR] prepare failed: " in one_error_line(prepare(tmp_path / "flat", blocker), 1)

@@ -76,6 +76,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     except DataError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
         return 2
+    except Exception as exc:  # noqa: BLE001 - e.g. an S3 store that cannot be opened: one line, no traceback
+        print(f"[ERROR] {args.command} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 
