@@ -1,7 +1,7 @@
 """Decode + crop + resize one image into a uint8 HWC slot of a batch, and normalise a batch on the device.
 
 Workers never make float tensors: a 224x224 image travels as 150 KB of uint8 (not 600 KB of
-float32), and the float conversion + ImageNet normalisation is one fused op on the device.
+float32), and the float conversion + ImageNet normalisation happen once per batch, on the device.
 JPEGs are decoded at 1/2, 1/4 or 1/8 scale (DCT-domain, nearly free) when the crop still
 covers the output size at that scale.
 """
