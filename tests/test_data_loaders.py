@@ -260,3 +260,29 @@ def test_au_and_input_bound_from_the_data_wait(tmp_path):
     take(data_cfg("imagefolder", tmp_path / "flat", batch_size=4), 1)
     block = input_pipeline(0.0, "imagefolder")
     assert block["au"] == 1.0 and block["dataset_size"] == 8 and block["corrupt_skipped"] == 0
+
+
+def test_worker_batch_slots_are_reused_only_after_release():
+    from bench.data.loader import RING_SLOTS, _SharedBatchRing, release_batch
+
+    ring = _SharedBatchRing((2, 4, 4, 3))
+    first, first_release = ring.take()
+    second, second_release = ring.take()
+    assert first.data_ptr() != second.data_ptr() and first.is_shared()
+    release_batch(first_release)
+    again, _ = ring.take()
+    assert again.data_ptr() == first.data_ptr()  # released: reused
+    taken = [ring.take() for _ in range(RING_SLOTS)]  # more than the ring holds: fresh, untracked batches
+    assert taken[-1][1] is None and len({t.data_ptr() for t, _ in taken} | {first.data_ptr(), second.data_ptr()}) \
+        == RING_SLOTS + 2
+
+
+def test_worker_slot_reuse_never_changes_a_batch(tmp_path):
+    """A val pass cycled 6 times through 2 workers (slots reused) equals the same pass in-process."""
+    image_folder(tmp_path / "flat", images=16)
+    cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=4, prefetch_factor=2)
+    in_process = take(cfg, 4)
+    through_workers = take({**cfg, "num_workers": 2}, 24)
+    for number, (images, labels) in enumerate(through_workers):
+        expected_images, expected_labels = in_process[number % 4]
+        assert torch.equal(labels, expected_labels) and torch.equal(images, expected_images), number

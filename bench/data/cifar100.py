@@ -82,7 +82,7 @@ class Cifar100Batches(BatchDataset):
         if self.size != NATIVE:  # NHWC permuted is channels_last: torch's fast uint8 resize path
             images = F.interpolate(images.permute(0, 3, 1, 2), size=(self.size, self.size), mode="bilinear",
                                    antialias=True, align_corners=False).permute(0, 2, 3, 1).contiguous()
-        return images, torch.from_numpy(self.labels[indices]), []
+        return images, torch.from_numpy(self.labels[indices]), [], None
 
 
 def cifar100_batches(cfg: Mapping[str, Any], device: torch.device, memory_format: torch.memory_format,

@@ -43,7 +43,8 @@ from bench.data.transforms import normalize_into
 log = logging.getLogger(__name__)
 
 Failure = Tuple[str, str, bool]  # (path, reason, fatal): fatal = unreadable, else a corrupt image skipped
-HostBatch = Tuple[torch.Tensor, torch.Tensor, List[Failure]]
+Release = Optional[Tuple[torch.Tensor, int]]  # (a worker's shared slot flags, slot) to clear once consumed
+HostBatch = Tuple[torch.Tensor, torch.Tensor, List[Failure], Release]
 MAX_REPLACEMENTS = 16  # consecutive undecodable samples tolerated before giving up on a batch slot
 MAX_WARNINGS = 10  # skipped-image warnings logged per run (all are counted)
 OUTPUT_RING = 3  # float32 output batches kept for reuse on the CPU
@@ -64,16 +65,61 @@ def resolve_workers(cfg: Mapping[str, Any]) -> int:
     return max(1, min(8, cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))))
 
 
-def empty_batch(count: int, size: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """A uint8 NHWC batch to fill in place; in a worker, allocated in shared memory (as torch's
-    default_collate does) so handing it to the main process copies nothing."""
+RING_SLOTS = 8  # shared-memory batches one worker may have in flight before it allocates untracked ones
+
+
+def _shared_uint8(shape: Tuple[int, ...]) -> torch.Tensor:
+    """A uint8 tensor in shared memory (as torch's default_collate allocates in a worker), so
+    handing it to the main process copies nothing."""
+    storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))
+    return torch.tensor([], dtype=torch.uint8).set_(storage, 0, shape)
+
+
+class _SharedBatchRing:
+    """A worker's uint8 batches in shared memory, reused once the main process has consumed them:
+    a fresh 9.6 MB shared batch costs ~5 ms of page faults, a reused one none. The main process
+    clears a slot's flag (shared too) after normalising the batch: an explicit release, so reuse
+    does not depend on how the DataLoader schedules; with no free slot, a fresh batch is used."""
+
+    def __init__(self, shape: Tuple[int, ...]):
+        self.shape = shape
+        self.flags = _shared_uint8((RING_SLOTS,))
+        self.flags.zero_()
+        self.busy = self.flags.numpy()  # the same shared bytes, read without making tensors
+        self.slots: List[torch.Tensor] = []
+
+    def take(self) -> Tuple[torch.Tensor, Release]:
+        for slot, buffer in enumerate(self.slots):
+            if not self.busy[slot]:
+                self.busy[slot] = 1
+                return buffer, (self.flags, slot)
+        if len(self.slots) < RING_SLOTS:
+            self.slots.append(_shared_uint8(self.shape))
+            self.busy[len(self.slots) - 1] = 1
+            return self.slots[-1], (self.flags, len(self.slots) - 1)
+        return _shared_uint8(self.shape), None
+
+
+_rings: Dict[Tuple[int, ...], _SharedBatchRing] = {}  # per process: only workers create them
+
+
+def empty_batch(count: int, size: int) -> Tuple[torch.Tensor, torch.Tensor, Release]:
+    """A uint8 NHWC batch to fill in place, its int64 labels, and its release handle: in a
+    worker, a reused shared-memory slot; in the main process (num_workers=0), plain memory."""
     shape = (count, size, size, 3)
+    labels = torch.empty(count, dtype=torch.int64)
     if get_worker_info() is None:
-        images = torch.empty(shape, dtype=torch.uint8)
-    else:
-        shared = torch.UntypedStorage._new_shared(count * size * size * 3)
-        images = torch.tensor([], dtype=torch.uint8).set_(shared, 0, shape)
-    return images, torch.empty(count, dtype=torch.int64)
+        return torch.empty(shape, dtype=torch.uint8), labels, None
+    if shape not in _rings:
+        _rings[shape] = _SharedBatchRing(shape)
+    images, release = _rings[shape].take()
+    return images, labels, release
+
+
+def release_batch(release: Release) -> None:
+    if release is not None:
+        flags, slot = release
+        flags[slot] = 0
 
 
 class BatchDataset(Dataset):
@@ -185,7 +231,7 @@ class DeviceBatches(Iterator):
 
     def __next__(self) -> Tuple[torch.Tensor, torch.Tensor]:
         try:
-            images, labels, failures = next(self._host)
+            images, labels, failures, release = next(self._host)
         except DataError:
             raise
         except Exception as exc:  # a worker's wrapped traceback: keep its last line, the error itself
@@ -195,6 +241,10 @@ class DeviceBatches(Iterator):
             self._note(failures)
         pixels = images.to(self._device, non_blocking=self._non_blocking)
         normalized = normalize_into(self._output(pixels.shape), pixels)
+        # The worker's slot has been read by now, so it may refill it: on the CPU normalize_into read
+        # it synchronously; a blocking copy to the GPU has finished; with pin_memory the DataLoader
+        # had already copied it to pinned memory before handing it over.
+        release_batch(release)
         return normalized, labels.to(self._device, non_blocking=self._non_blocking)
 
     def _output(self, nhwc: torch.Size) -> torch.Tensor:
@@ -232,7 +282,7 @@ def fill_batch(count: int, size: int, load: Callable[[np.ndarray, int], int], fi
     next index (reported as a skipped failure), an OSError is reported as fatal."""
     from bench.data.transforms import CorruptImage
 
-    images, labels = empty_batch(count, size)
+    images, labels, release = empty_batch(count, size)
     slots, failures = images.numpy(), []
     for slot, index in enumerate(first_indices):
         for attempt in range(MAX_REPLACEMENTS):
@@ -244,8 +294,8 @@ def fill_batch(count: int, size: int, load: Callable[[np.ndarray, int], int], fi
                 failures.append((describe(candidate), str(exc), False))
             except OSError as exc:
                 failures.append((describe(candidate), exc.strerror or str(exc), True))
-                return images, labels, failures
+                return images, labels, failures, release
         else:
             failures.append((describe(index), f"{MAX_REPLACEMENTS} undecodable images in a row from here", True))
-            return images, labels, failures
-    return images, labels, failures
+            return images, labels, failures, release
+    return images, labels, failures, release

@@ -63,7 +63,7 @@ class ShardStream(IterableDataset):
         consumer, consumers = self.rank * workers + worker, self.world_size * workers
         rng = random.Random((info.seed if info else self.seed) + 7919 * consumer)
         store = open_store(self.location, self.storage)  # opened in the worker: S3 clients do not survive fork
-        images, labels = empty_batch(self.batch_size, self.size)
+        images, labels, release = empty_batch(self.batch_size, self.size)
         filled, failures = 0, []
         for epoch in itertools.count():
             seen = decoded = 0
@@ -81,17 +81,17 @@ class ShardStream(IterableDataset):
                     labels[filled] = label
                     filled += 1
                     if filled == self.batch_size:
-                        yield images, labels, failures
-                        images, labels = empty_batch(self.batch_size, self.size)
+                        yield images, labels, failures, release
+                        images, labels, release = empty_batch(self.batch_size, self.size)
                         filled, failures = 0, []
                 if failures and failures[-1][2]:  # unreadable shard: hand it to the main process now
-                    yield images, labels, failures
+                    yield images, labels, failures, release
                     return
             if not seen:  # more consumers than records: this one has nothing to read
                 return
             if not decoded:
                 failures.append((self.location, f"none of the {seen} images this worker read could be decoded", True))
-                yield images, labels, failures
+                yield images, labels, failures, release
                 return
 
     def _records(self, store: Any, shard: int, record_filter: Optional[Tuple[int, int]], rng: random.Random,
