@@ -267,7 +267,7 @@ def test_worker_batch_slots_are_reused_only_after_release():
 
     ring = _SharedBatchRing((2, 4, 4, 3))
     first, first_release = ring.take()
-    second, second_release = ring.take()
+    second, _ = ring.take()
     assert first.data_ptr() != second.data_ptr() and first.is_shared()
     release_batch(first_release)
     again, _ = ring.take()
