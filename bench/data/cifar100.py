@@ -13,7 +13,6 @@ from typing import Any, Iterator, List, Mapping, Tuple
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
 from bench.data import Batch
 from bench.data.layout import DataError, check_class_count, cifar_file
@@ -21,11 +20,13 @@ from bench.data.loader import (
     BatchDataset,
     DeviceBatches,
     HostBatch,
+    empty_batch,
     epoch_batch_sampler,
     make_loader,
     map_style_passes,
     resolve_workers,
 )
+from bench.data.transforms import resize_batch_into
 
 NATIVE = 32
 PAD = 4
@@ -78,11 +79,10 @@ class Cifar100Batches(BatchDataset):
                 top, left = self.rng.randint(0, 2 * PAD), self.rng.randint(0, 2 * PAD)
                 crop = padded[slot, top:top + NATIVE, left:left + NATIVE]
                 picked[slot] = crop[:, ::-1] if self.rng.random() < 0.5 else crop
-        images = torch.from_numpy(picked)
-        if self.size != NATIVE:  # NHWC permuted is channels_last: torch's fast uint8 resize path
-            images = F.interpolate(images.permute(0, 3, 1, 2), size=(self.size, self.size), mode="bilinear",
-                                   antialias=True, align_corners=False).permute(0, 2, 3, 1).contiguous()
-        return images, torch.from_numpy(self.labels[indices]), [], None
+        images, labels, release = empty_batch(len(indices), self.size)
+        resize_batch_into(images, torch.from_numpy(picked))
+        labels.copy_(torch.from_numpy(self.labels[indices]))
+        return images, labels, [], release
 
 
 def cifar100_batches(cfg: Mapping[str, Any], device: torch.device, memory_format: torch.memory_format,

@@ -113,18 +113,21 @@ def decode_crop(data: bytes, train: bool, size: int, rng: random.Random, decoder
     return pixels[top:bottom, left:right]
 
 
+def resize_batch_into(target: torch.Tensor, source: torch.Tensor) -> None:
+    """Bilinear (antialiased) resize of uint8 NHWC `source` straight into uint8 NHWC `target`.
+    NHWC permuted to NCHW is a channels_last view: torch's uint8 channels_last kernel is ~2x
+    faster than PIL's resize, and its out= form writes into the batch without a temporary."""
+    if source.shape[1:3] == target.shape[1:3]:
+        target.copy_(source)
+        return
+    torch._C._nn._upsample_bilinear2d_aa(source.permute(0, 3, 1, 2), list(target.shape[1:3]), False, None, None,
+                                         out=target.permute(0, 3, 1, 2))
+
+
 def resize_into(slot: np.ndarray, crop: np.ndarray, flip: bool) -> None:
-    """Bilinear (antialiased) resize of an HWC uint8 crop straight into `slot` (size x size x 3),
-    flipped left-right if asked. torch's uint8 channels_last kernel is ~2x faster than PIL's
-    resize; its out= form writes into the batch without a temporary."""
-    size = slot.shape[0]
+    """Resize an HWC uint8 crop into `slot` (size x size x 3), flipped left-right if asked."""
     target = torch.from_numpy(slot)
-    if crop.shape[0] != size or crop.shape[1] != size:
-        source = torch.from_numpy(crop).permute(2, 0, 1).unsqueeze(0)  # channels_last views, no copies
-        torch._C._nn._upsample_bilinear2d_aa(source, [size, size], False, None, None,
-                                             out=target.permute(2, 0, 1).unsqueeze(0))
-    else:
-        target.copy_(torch.from_numpy(crop))
+    resize_batch_into(target.unsqueeze(0), torch.from_numpy(crop).unsqueeze(0))
     if flip:
         target.copy_(target.flip(1))  # torch's flip is ~10x faster than a strided numpy copy
 
