@@ -23,7 +23,9 @@ def check_input_pipeline_fields(metrics: dict) -> None:
 
 def run_ok(tmp_path, args) -> dict:
     db = sqlite_uri(tmp_path / "mlflow.db")
-    metrics = radix_metrics(run_bench(tmp_path, [*BASE, *args, f"hydra.run.dir={tmp_path}/run"],
+    replaced = {arg.split("=")[0] for arg in args}
+    base = [arg for arg in BASE if arg.split("=")[0] not in replaced]
+    metrics = radix_metrics(run_bench(tmp_path, [*base, *args, f"hydra.run.dir={tmp_path}/run"],
                                       env=bench_env(tracking_uri=db)))
     (run,) = all_runs(db)
     assert run.info.status == "FINISHED"
@@ -34,9 +36,11 @@ def run_ok(tmp_path, args) -> dict:
 def test_imagefolder_run_reports_data_wait_au_and_skips_a_corrupt_image(tmp_path):
     imagenet_layout(tmp_path / "imagenet", train=20, val=4)
     (tmp_path / "imagenet" / "train" / "class002" / "broken.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
-    metrics = run_ok(tmp_path, ["data=imagefolder", f"data.root={tmp_path / 'imagenet'}", "data.num_classes=10"])
+    # one batch is the whole shuffled epoch, so the broken file is met whatever the order
+    metrics = run_ok(tmp_path, ["data=imagefolder", f"data.root={tmp_path / 'imagenet'}", "data.num_classes=10",
+                                "data.batch_size=21"])
     check_input_pipeline_fields(metrics)
-    assert metrics["data"] == "imagefolder" and metrics["measured_steps"] == 3
+    assert metrics["data"] == "imagefolder" and metrics["measured_steps"] == 3 and metrics["batch_size"] == 21
     assert metrics["dataset_size"] == 21 and metrics["dataset_classes"] == CLASSES
     assert metrics["corrupt_skipped"] == 1
 
