@@ -23,10 +23,19 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    name: str = "synthetic"
+    name: str = "synthetic"  # synthetic | imagefolder | cifar100 | shards
     batch_size: int = 128  # per process
     image_size: int = 224
     num_classes: int = 1000
+    # real data (ignored by synthetic): a directory, or s3://bucket/prefix for shards
+    root: Optional[str] = None
+    split: str = "train"  # train (random-resized crop + flip) | val (resize + center crop)
+    num_workers: Optional[int] = None  # DataLoader worker processes; null: this rank's share of the CPUs, <= 8
+    pin_memory: bool = True  # page-locked batches for async host-to-GPU copies (CUDA only)
+    persistent_workers: bool = True  # keep workers between epochs (map-style datasets)
+    prefetch_factor: int = 4  # batches each worker prepares ahead
+    strict: bool = False  # a corrupt image stops the run (false: skipped and counted)
+    decoder: str = "simplejpeg"  # simplejpeg (libjpeg-turbo, DCT-domain downscale) | pil
 
 
 @dataclass

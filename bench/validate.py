@@ -172,8 +172,43 @@ def _validate_distributed(cfg: Mapping[str, Any]) -> None:
 # ---- data options (bench/data/) ------------------------------------------------------------
 
 
+DATA_SPLITS = ("train", "val")
+DECODERS = ("simplejpeg", "pil")
+
+
+class DatasetLocationError(ConfigError):
+    """data.root does not hold the dataset the option expects; str() says what was expected there."""
+
+    def __init__(self, key: str, value: Any, message: str):
+        self.key, self.value, self.accepted = key, value, message
+        ValueError.__init__(self, message)
+
+
 def _validate_data(cfg: Mapping[str, Any]) -> None:
-    pass
+    data = cfg["data"]
+    if data["name"] == "synthetic":
+        return
+    root = data["root"]
+    if not root:
+        where = "a directory or s3://bucket/prefix" if data["name"] == "shards" else "a directory"
+        raise ConfigError("data.root", root, f"{where} holding the {data['name']} dataset")
+    if root.startswith("s3://") and data["name"] != "shards":
+        raise ConfigError("data.root", root, "a local directory for data=" + data["name"] + " (s3:// is read by data=shards)")
+    _one_of(cfg, "data.split", DATA_SPLITS)
+    _one_of(cfg, "data.decoder", DECODERS)
+    if data["num_workers"] is not None:
+        _non_negative(cfg, "data.num_workers")
+    _positive(cfg, "data.prefetch_factor")
+
+    from bench.data.layout import (  # torch-free: listings only
+        DataError,
+        check_dataset_location,
+    )
+
+    try:
+        check_dataset_location(data)
+    except DataError as exc:
+        raise DatasetLocationError("data.root", root, str(exc)) from None
 
 
 # ---- storage options and the storage benchmark (bench/storage/, bench/iobench/) ------------

@@ -64,9 +64,19 @@ def test_default_config_composes_and_validates():
     validate(_resolved(cfg))
 
 
+# data options validate only with data.root pointing at their layout (validation lists, never reads)
+DATASET_LAYOUTS = {"imagefolder": "class0/", "cifar100": "train", "shards": "train/meta.json"}
+
+
 @pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
-def test_every_group_option_composes_and_validates(group, option):
-    cfg = _compose([f"{group}={option}"])
+def test_every_group_option_composes_and_validates(group, option, tmp_path):
+    overrides = [f"{group}={option}"]
+    layout = DATASET_LAYOUTS.get(option) if group == "data" else None
+    if layout:
+        (tmp_path / layout).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / layout).mkdir() if layout.endswith("/") else (tmp_path / layout).write_text("{}")
+        overrides.append(f"data.root={tmp_path}")
+    cfg = _compose(overrides)
     node = cfg[group]
     if group == "model":
         assert node.arch == option
@@ -77,7 +87,7 @@ def test_every_group_option_composes_and_validates(group, option):
     # the option's YAML values made it into the composed config, typed by the schema
     raw = OmegaConf.load(CONF / group / f"{option}.yaml")
     for key, value in OmegaConf.to_container(raw, resolve=False).items():
-        if isinstance(value, str) and value.startswith("${"):
+        if isinstance(value, str) and value.startswith("${") or (layout and key == "root"):
             continue
         assert plain[group][key] == value, f"{group}.{key}"
 

@@ -1,0 +1,98 @@
+"""data=cifar100: the official python-pickle files (train, test, meta), held in memory as uint8.
+
+Train: 4-pixel padded random crop + flip at the native 32x32 (the standard CIFAR recipe);
+val reads the test file unaugmented. Both then resize to data.image_size (224 makes the
+inputs ResNet-50-sized; 32 keeps them native).
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from typing import Any, Iterator, List, Mapping, Tuple
+
+import numpy as np
+import torch
+
+from bench.data import Batch
+from bench.data.layout import DataError, check_class_count, cifar_file
+from bench.data.loader import (
+    BatchDataset,
+    DeviceBatches,
+    HostBatch,
+    empty_batch,
+    epoch_batch_sampler,
+    make_loader,
+    map_style_passes,
+    resolve_workers,
+)
+from bench.data.transforms import resize_batch_into
+
+NATIVE = 32
+PAD = 4
+
+
+def _unpickle(path: str) -> dict:
+    try:
+        with open(path, "rb") as fh:
+            return pickle.load(fh, encoding="bytes")
+    except OSError as exc:
+        raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except Exception as exc:  # noqa: BLE001 - any unpickling failure means: not a CIFAR file
+        raise DataError(f"{path} is not a CIFAR-100 python pickle ({type(exc).__name__}: {exc})") from None
+
+
+def load_cifar100(root: str, split: str) -> Tuple[np.ndarray, np.ndarray, List[str]]:
+    """(images N x 32 x 32 x 3 uint8, fine labels int64, fine label names)."""
+    path = cifar_file(root, split)
+    batch = _unpickle(path)
+    if not isinstance(batch, dict) or b"data" not in batch or b"fine_labels" not in batch:
+        raise DataError(f"{path} is not a CIFAR-100 python pickle (no b'data' / b'fine_labels')")
+    data = np.asarray(batch[b"data"], dtype=np.uint8)
+    labels = np.asarray(batch[b"fine_labels"], dtype=np.int64)
+    if data.ndim != 2 or data.shape[1] != 3 * NATIVE * NATIVE or len(labels) != len(data):
+        raise DataError(f"{path} holds data of shape {data.shape} with {len(labels)} labels: "
+                        f"expected N x {3 * NATIVE * NATIVE} uint8 and N labels")
+    if not len(data):
+        raise DataError(f"{path} holds no images")
+    meta_path = os.path.join(root, "meta")
+    names = ([n.decode() for n in _unpickle(meta_path)[b"fine_label_names"]] if os.path.isfile(meta_path)
+             else [str(i) for i in range(int(labels.max()) + 1)])
+    # stored as rows of R plane, G plane, B plane: make it NHWC once
+    images = np.ascontiguousarray(data.reshape(-1, 3, NATIVE, NATIVE).transpose(0, 2, 3, 1))
+    return images, labels, names
+
+
+class Cifar100Batches(BatchDataset):
+    def __init__(self, images: np.ndarray, labels: np.ndarray, size: int, train: bool, seed: int, rank: int):
+        super().__init__(size, train, seed, rank)
+        self.images, self.labels = images, labels
+
+    def __len__(self) -> int:
+        return len(self.images)
+
+    def __getitems__(self, indices: List[int]) -> HostBatch:
+        picked = self.images[indices]
+        if self.train:
+            padded = np.pad(picked, ((0, 0), (PAD, PAD), (PAD, PAD), (0, 0)))
+            for slot in range(len(indices)):
+                top, left = self.rng.randint(0, 2 * PAD), self.rng.randint(0, 2 * PAD)
+                crop = padded[slot, top:top + NATIVE, left:left + NATIVE]
+                picked[slot] = crop[:, ::-1] if self.rng.random() < 0.5 else crop
+        images, labels, release = empty_batch(len(indices), self.size)
+        resize_batch_into(images, torch.from_numpy(picked))
+        labels.copy_(torch.from_numpy(self.labels[indices]))
+        return images, labels, [], release
+
+
+def cifar100_batches(cfg: Mapping[str, Any], device: torch.device, memory_format: torch.memory_format,
+                     seed: int, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
+    images, labels, names = load_cifar100(cfg["root"], cfg["split"])
+    classes = max(len(names), int(labels.max()) + 1)
+    check_class_count(classes, cfg["root"], cfg["num_classes"])
+    train = cfg["split"] == "train"
+    dataset = Cifar100Batches(images, labels, cfg["image_size"], train, seed, rank)
+    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, cfg["root"])
+    loader = make_loader(dataset, cfg, device, batch_sampler)
+    facts = {"dataset_size": len(images), "dataset_classes": classes, "data_workers": resolve_workers(cfg)}
+    return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)

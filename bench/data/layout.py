@@ -1,0 +1,98 @@
+"""Where each data option finds its files, and the one-sentence error when they are not there.
+
+Torch-free: bench.validate calls these checks before any model or MLflow run exists, and the
+loaders call them again (they can be used without the app, e.g. by `python -m bench.data`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, List, Mapping, Tuple
+
+IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".ppm", ".tif", ".tiff")
+CIFAR_SPLIT_FILES = {"train": "train", "val": "test"}
+SHARD_META = "meta.json"
+
+
+class DataError(Exception):
+    """A dataset that cannot be read as configured; str() is the one sentence shown to the user."""
+
+
+def imagefolder_base(root: str, split: str) -> str:
+    """ImageNet layout (root/train, root/val, one folder per class) or a flat class-folder root."""
+    if not os.path.isdir(root):
+        raise DataError(f"data.root={root!r} does not exist or is not a directory: expected an image folder "
+                        "with one sub-folder per class (or train/ and val/ holding them)")
+    split_dir = os.path.join(root, split)
+    has_splits = os.path.isdir(os.path.join(root, "train")) or os.path.isdir(os.path.join(root, "val"))
+    if has_splits:
+        if not os.path.isdir(split_dir):
+            raise DataError(f"{root} has no {split}/ folder for data.split={split}")
+        return split_dir
+    return root
+
+
+def class_folders(base: str) -> List[str]:
+    names = sorted(entry.name for entry in os.scandir(base) if entry.is_dir() and not entry.name.startswith("."))
+    if not names:
+        raise DataError(f"{base} is empty: expected one sub-folder per class holding images")
+    return names
+
+
+def scan_image_folder(base: str) -> Tuple[List[str], List[str], List[int]]:
+    """(class names, image paths, labels), ordered like torchvision's ImageFolder."""
+    classes = class_folders(base)
+    paths: List[str] = []
+    labels: List[int] = []
+    for label, name in enumerate(classes):
+        for folder, _dirs, files in sorted(os.walk(os.path.join(base, name), followlinks=True)):
+            for file in sorted(files):
+                if file.lower().endswith(IMAGE_EXTENSIONS):
+                    paths.append(os.path.join(folder, file))
+                    labels.append(label)
+    if not paths:
+        raise DataError(f"{base} holds no images: expected files ending in "
+                        f"{', '.join(IMAGE_EXTENSIONS)} inside its class folders")
+    return classes, paths, labels
+
+
+def check_class_count(found: int, where: str, num_classes: int) -> None:
+    if found > num_classes:
+        raise DataError(f"{where} has {found} classes but data.num_classes={num_classes}: "
+                        f"set data.num_classes={found} (or more)")
+
+
+def cifar_file(root: str, split: str) -> str:
+    path = os.path.join(root, CIFAR_SPLIT_FILES[split])
+    if not os.path.isdir(root):
+        raise DataError(f"data.root={root!r} does not exist: expected the CIFAR-100 python folder "
+                        "(cifar-100-python/ with train, test and meta)")
+    if not os.path.isfile(path):
+        raise DataError(f"{path} not found: expected the CIFAR-100 python files train, test and meta in {root}")
+    return path
+
+
+def shard_split_key(split: str) -> str:
+    return f"{split}/{SHARD_META}"
+
+
+def check_local_shards(root: str, split: str) -> None:
+    """Local shard roots only (s3:// ones are checked when opened, through the object store)."""
+    if not os.path.isdir(root):
+        raise DataError(f"data.root={root!r} does not exist: expected shards written by "
+                        "`python -m bench.data prepare --src <image folder> --dst <dir>`")
+    if not os.path.isfile(os.path.join(root, shard_split_key(split))):
+        raise DataError(f"{root} holds no {shard_split_key(split)}: expected shards written by "
+                        "`python -m bench.data prepare` (is data.split right?)")
+
+
+def check_dataset_location(data: Mapping[str, Any]) -> None:
+    """The cheap filesystem checks of a data group (listing directories, no file reads)."""
+    name, root, split = data["name"], data["root"], data["split"]
+    if name == "imagefolder":
+        base = imagefolder_base(root, split)
+        check_class_count(len(class_folders(base)), base, data["num_classes"])
+    elif name == "cifar100":
+        cifar_file(root, split)
+    elif name == "shards" and not root.startswith("s3://"):
+        check_local_shards(root, split)

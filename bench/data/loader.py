@@ -1,0 +1,301 @@
+"""What the real data options share: batch-fetching datasets, the DataLoader around them, and
+the endless device-side iterator that the trainer times.
+
+Workers return whole batches (uint8 NHWC images, int64 labels, failures) built in place by
+the dataset's __getitems__, so there is no per-sample collate. A sample that fails to decode is
+replaced by the next one in the worker and reported back as a failure; the main process
+counts it, or stops the run when data.strict=true. Errors are raised in the main process as
+one-sentence DataErrors, never as a worker's wrapped traceback.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import os
+import random
+import zlib
+from typing import (
+    Any,
+    Callable,
+    Dict,
+    Iterable,
+    Iterator,
+    List,
+    Mapping,
+    Optional,
+    Tuple,
+)
+
+import numpy as np
+import torch
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    get_worker_info,
+)
+
+from bench.data.layout import DataError
+from bench.data.transforms import normalize_into
+
+log = logging.getLogger(__name__)
+
+Failure = Tuple[str, str, bool]  # (path, reason, fatal): fatal = unreadable, else a corrupt image skipped
+Release = Optional[Tuple[torch.Tensor, int]]  # (a worker's shared slot flags, slot) to clear once consumed
+HostBatch = Tuple[torch.Tensor, torch.Tensor, List[Failure], Release]
+MAX_REPLACEMENTS = 16  # consecutive undecodable samples tolerated before giving up on a batch slot
+MAX_WARNINGS = 10  # skipped-image warnings logged per run (all are counted)
+OUTPUT_RING = 3  # float32 output batches kept for reuse on the CPU
+
+_last_facts: Dict[str, Any] = {}
+
+
+def last_facts() -> Dict[str, Any]:
+    return dict(_last_facts)
+
+
+def resolve_workers(cfg: Mapping[str, Any]) -> int:
+    """data.num_workers, or (null) this process's share of the CPUs it may run on, at most 8:
+    the CPUs are split between the ranks of this node (LOCAL_WORLD_SIZE, set by torch's launcher)."""
+    if cfg["num_workers"] is not None:
+        return int(cfg["num_workers"])
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(8, cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))))
+
+
+RING_SLOTS = 8  # shared-memory batches one worker may have in flight before it allocates untracked ones
+
+
+def _shared_uint8(shape: Tuple[int, ...]) -> torch.Tensor:
+    """A uint8 tensor in shared memory (as torch's default_collate allocates in a worker), so
+    handing it to the main process copies nothing."""
+    storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))
+    return torch.tensor([], dtype=torch.uint8).set_(storage, 0, shape)
+
+
+class _SharedBatchRing:
+    """A worker's uint8 batches in shared memory, reused once the main process has consumed them:
+    a fresh 9.6 MB shared batch costs ~5 ms of page faults, a reused one none. The main process
+    clears a slot's flag (shared too) after normalising the batch: an explicit release, so reuse
+    does not depend on how the DataLoader schedules; with no free slot, a fresh batch is used."""
+
+    def __init__(self, shape: Tuple[int, ...]):
+        self.shape = shape
+        self.flags = _shared_uint8((RING_SLOTS,))
+        self.flags.zero_()
+        self.busy = self.flags.numpy()  # the same shared bytes, read without making tensors
+        self.slots: List[torch.Tensor] = []
+
+    def take(self) -> Tuple[torch.Tensor, Release]:
+        for slot, buffer in enumerate(self.slots):
+            if not self.busy[slot]:
+                self.busy[slot] = 1
+                return buffer, (self.flags, slot)
+        if len(self.slots) < RING_SLOTS:
+            self.slots.append(_shared_uint8(self.shape))
+            self.busy[len(self.slots) - 1] = 1
+            return self.slots[-1], (self.flags, len(self.slots) - 1)
+        return _shared_uint8(self.shape), None
+
+
+_rings: Dict[Tuple[int, ...], _SharedBatchRing] = {}  # per process: only workers create them
+
+
+def empty_batch(count: int, size: int) -> Tuple[torch.Tensor, torch.Tensor, Release]:
+    """A uint8 NHWC batch to fill in place, its int64 labels, and its release handle: in a
+    worker, a reused shared-memory slot; in the main process (num_workers=0), plain memory."""
+    shape = (count, size, size, 3)
+    labels = torch.empty(count, dtype=torch.int64)
+    if get_worker_info() is None:
+        return torch.empty(shape, dtype=torch.uint8), labels, None
+    if shape not in _rings:
+        _rings[shape] = _SharedBatchRing(shape)
+    images, release = _rings[shape].take()
+    return images, labels, release
+
+
+def release_batch(release: Release) -> None:
+    if release is not None:
+        flags, slot = release
+        flags[slot] = 0
+
+
+class BatchDataset(Dataset):
+    """A map-style dataset the DataLoader asks for whole batches (torch calls __getitems__)."""
+
+    def __init__(self, size: int, train: bool, seed: int, rank: int):
+        self.size, self.train, self.rank = size, train, rank
+        self.rng = random.Random(seed + rank)
+
+    def reseed(self, worker_seed: int) -> None:
+        self.rng.seed(worker_seed + 7919 * self.rank)
+
+    def __len__(self) -> int:
+        raise NotImplementedError
+
+    def __getitems__(self, indices: List[int]) -> HostBatch:
+        raise NotImplementedError
+
+    def __getitem__(self, index: int) -> HostBatch:
+        return self.__getitems__([index])
+
+
+def _seed_worker(_worker_id: int) -> None:
+    info = get_worker_info()
+    if hasattr(info.dataset, "reseed"):
+        info.dataset.reseed(torch.initial_seed() % 2**32)  # torch gives each worker its own base seed + id
+
+
+def _as_is(batch: HostBatch) -> HostBatch:  # the dataset already returns a collated batch
+    return batch
+
+
+def make_loader(dataset: Any, cfg: Mapping[str, Any], device: torch.device,
+                batch_sampler: Optional[BatchSampler] = None) -> DataLoader:
+    """batch_sampler for map-style datasets; None for iterable ones that yield whole batches."""
+    workers = resolve_workers(cfg)
+    options: Dict[str, Any] = {"num_workers": workers, "collate_fn": _as_is, "worker_init_fn": _seed_worker,
+                               "pin_memory": bool(cfg["pin_memory"]) and device.type == "cuda"}
+    if batch_sampler is not None:
+        options["batch_sampler"] = batch_sampler
+    else:
+        options["batch_size"] = None
+    if workers:
+        options.update(prefetch_factor=cfg["prefetch_factor"], persistent_workers=bool(cfg["persistent_workers"]))
+    return DataLoader(dataset, **options)
+
+
+def order_seed(cfg: Mapping[str, Any]) -> int:
+    """The seed of the epoch order, identical on every rank by construction: ranks are free to get
+    different run seeds (for their augmentations), but samplers seeded differently would overlap."""
+    return zlib.crc32(f"{cfg['name']}|{cfg['root']}|{cfg['split']}".encode())
+
+
+def epoch_batch_sampler(dataset_len: int, cfg: Mapping[str, Any], train: bool, rank: int, world_size: int,
+                        where: str) -> BatchSampler:
+    """DistributedSampler (also at world size 1: one code path) under full batches only, so every
+    batch has data.batch_size images; set_epoch reshuffles each pass."""
+    sampler = DistributedSampler(range(dataset_len), num_replicas=world_size, rank=rank, shuffle=train,
+                                 seed=order_seed(cfg), drop_last=True)
+    batches = BatchSampler(sampler, cfg["batch_size"], drop_last=True)
+    if len(batches) == 0:
+        raise DataError(f"{where} has {dataset_len} images, fewer than one batch per process "
+                        f"(data.batch_size={cfg['batch_size']} x {world_size} processes)")
+    return batches
+
+
+def map_style_passes(loader: DataLoader, batch_sampler: BatchSampler) -> Callable[[int], Iterable[HostBatch]]:
+    def one_pass(epoch: int) -> Iterable[HostBatch]:
+        batch_sampler.sampler.set_epoch(epoch)
+        return loader
+
+    return one_pass
+
+
+def _storage_users(tensor: torch.Tensor) -> int:
+    """Tensors sharing `tensor`'s storage, itself included (the temporary storage handle is not counted)."""
+    count = getattr(torch._C, "_storage_Use_Count", None)  # private: without it, never reuse
+    return count(tensor.untyped_storage()._cdata) - 1 if count else 2
+
+
+def _cycle(passes: Callable[[int], Iterable[HostBatch]]) -> Iterator[HostBatch]:
+    for epoch in itertools.count():
+        batches = 0
+        for batches, batch in enumerate(passes(epoch), start=1):
+            yield batch
+        if not batches:
+            raise DataError("the dataset yielded no batch in a whole pass: too few images for "
+                            "data.batch_size, data.num_workers and the number of processes")
+
+
+class DeviceBatches(Iterator):
+    """Endless (images, labels) on the device: cycles passes over the dataset, copies each
+    uint8 batch to the device and normalises it there, and keeps the dataset's facts."""
+
+    def __init__(self, passes: Callable[[int], Iterable[HostBatch]], facts: Dict[str, Any], cfg: Mapping[str, Any],
+                 device: torch.device, memory_format: torch.memory_format):
+        global _last_facts
+        self.facts = _last_facts = {**facts, "corrupt_skipped": 0}
+        self._strict = bool(cfg["strict"])
+        self._device, self._memory_format = device, memory_format
+        self._non_blocking = bool(cfg["pin_memory"]) and device.type == "cuda"
+        self._skipped: set = set()
+        self._buffers: List[torch.Tensor] = []
+        self._host = _cycle(passes)  # holds no reference to self: dropping the iterator stops its workers
+
+    def close(self) -> None:
+        """Stop the workers now (they also stop when the iterator is garbage-collected)."""
+        self._host.close()
+
+    def __next__(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        try:
+            images, labels, failures, release = next(self._host)
+        except DataError:
+            raise
+        except Exception as exc:  # a worker's wrapped traceback: keep its last line, the error itself
+            lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+            raise DataError(f"the data loader failed: {lines[-1] if lines else type(exc).__name__}") from exc
+        if failures:
+            self._note(failures)
+        pixels = images.to(self._device, non_blocking=self._non_blocking)
+        normalized = normalize_into(self._output(pixels.shape), pixels)
+        # The worker's slot has been read by now, so it may refill it: on the CPU normalize_into read
+        # it synchronously; a blocking copy to the GPU has finished; with pin_memory the DataLoader
+        # had already copied it to pinned memory before handing it over.
+        release_batch(release)
+        return normalized, labels.to(self._device, non_blocking=self._non_blocking)
+
+    def _output(self, nhwc: torch.Size) -> torch.Tensor:
+        """A float32 batch to normalise into. On the CPU a freed one is reused: a fresh 38 MB
+        tensor costs more in page faults than the normalisation itself. A buffer counts as freed
+        when nothing outside this ring holds its storage (not the trainer, not autograd)."""
+        n, h, w, c = nhwc
+        shape = (n, c, h, w)
+        if self._device.type != "cpu":  # the caching allocator already reuses device memory
+            return torch.empty(shape, dtype=torch.float32, device=self._device, memory_format=self._memory_format)
+        for buffer in self._buffers:
+            if buffer.shape == shape and _storage_users(buffer) == 1:
+                return buffer
+        buffer = torch.empty(shape, dtype=torch.float32, memory_format=self._memory_format)
+        if len(self._buffers) < OUTPUT_RING:
+            self._buffers.append(buffer)
+        return buffer
+
+    def _note(self, failures: List[Failure]) -> None:
+        for path, reason, fatal in failures:
+            if fatal:
+                raise DataError(f"cannot read {path}: {reason}")
+            if self._strict:
+                raise DataError(f"corrupt image {path} ({reason}); data.strict=true stops at the first one")
+            if path not in self._skipped:
+                self._skipped.add(path)
+                if len(self._skipped) <= MAX_WARNINGS:
+                    log.warning("skipped corrupt image %s (%s)", path, reason)
+        self.facts["corrupt_skipped"] = len(self._skipped)
+
+
+def fill_batch(count: int, size: int, load: Callable[[np.ndarray, int], int], first_indices: List[int],
+               dataset_len: int, describe: Callable[[int], str]) -> HostBatch:
+    """Fill a uint8 batch slot by slot with load(slot, index) -> label; a CorruptImage moves on to the
+    next index (reported as a skipped failure), an OSError is reported as fatal."""
+    from bench.data.transforms import CorruptImage
+
+    images, labels, release = empty_batch(count, size)
+    slots, failures = images.numpy(), []
+    for slot, index in enumerate(first_indices):
+        for attempt in range(MAX_REPLACEMENTS):
+            candidate = (index + attempt) % dataset_len
+            try:
+                labels[slot] = load(slots[slot], candidate)
+                break
+            except CorruptImage as exc:
+                failures.append((describe(candidate), str(exc), False))
+            except OSError as exc:
+                failures.append((describe(candidate), exc.strerror or str(exc), True))
+                return images, labels, failures, release
+        else:
+            failures.append((describe(index), f"{MAX_REPLACEMENTS} undecodable images in a row from here", True))
+            return images, labels, failures, release
+    return images, labels, failures, release

@@ -1,0 +1,144 @@
+"""`python -m bench.data bench-loader`: our loaders against a hand-written torchvision ImageFolder +
+PIL pipeline, on the same generated JPEGs, workers and batch size.
+
+Loaders alternate within each round and the order flips every round (A-B-C, C-B-A, ...), since
+a shared machine drifts. Each measurement starts a fresh loader, discards warm-up batches
+(worker start-up, first decode), then times `--batches` batches including our device step
+(uint8 -> normalised float32 NCHW on the CPU, one thread). Result per loader: median images/s and its
+ratio to the baseline's median, plus CPU time per image (main process + workers), which other load on a
+shared machine barely moves.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from typing import Any, Callable, Dict, Iterator, List, Tuple
+
+import psutil
+
+from bench.data.sample_images import write_image_folder
+
+BASELINE = "torchvision-baseline"
+
+
+def ensure_images(root: str, images: int, classes: int) -> str:
+    existing = sum(len(files) for _, _, files in os.walk(root)) if os.path.isdir(root) else 0
+    if existing != images:
+        import shutil
+
+        shutil.rmtree(root, ignore_errors=True)
+        write_image_folder(root, images, classes)
+    return root
+
+
+def ensure_shards(images_root: str, shards_root: str, size: int, shard_size: int, workers: int) -> str:
+    from bench.data.prepare import prepare
+
+    meta = os.path.join(shards_root, "train", "meta.json")  # written last: its presence means complete
+    if not os.path.isfile(meta) or os.path.getmtime(meta) < os.path.getmtime(images_root):
+        prepare(images_root, shards_root, size=size, shard_size=shard_size, workers=workers, progress=False)
+    return shards_root
+
+
+def baseline_batches(root: str, workers: int, batch_size: int, image_size: int) -> Iterator[Any]:
+    """What people write by hand: ImageFolder + PIL + RandomResizedCrop + flip + ToTensor + Normalize."""
+    import itertools
+
+    import torch
+    from torchvision import datasets, transforms
+
+    transform = transforms.Compose([transforms.RandomResizedCrop(image_size), transforms.RandomHorizontalFlip(),
+                                    transforms.ToTensor(),
+                                    transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
+    loader = torch.utils.data.DataLoader(datasets.ImageFolder(root, transform), batch_size=batch_size, shuffle=True,
+                                         num_workers=workers, drop_last=True, persistent_workers=workers > 0,
+                                         prefetch_factor=4 if workers else None)
+    for _ in itertools.count():
+        yield from loader
+
+
+def our_batches(name: str, root: str, workers: int, batch_size: int, image_size: int, classes: int) -> Iterator[Any]:
+    import torch
+
+    from bench.data import build_batches
+
+    cfg = {"name": name, "root": root, "split": "train", "batch_size": batch_size, "image_size": image_size,
+           "num_classes": classes, "num_workers": workers, "pin_memory": False, "persistent_workers": True,
+           "prefetch_factor": 4, "strict": False, "decoder": "simplejpeg"}
+    return build_batches(cfg, torch.device("cpu"), torch.contiguous_format, seed=0)
+
+
+def _cpu_seconds() -> float:
+    """CPU time of this process and its live children (the loader's workers); clock-tick
+    resolution (10 ms), so it needs a few hundred milliseconds of work to mean anything."""
+    me = psutil.Process()
+    total = 0.0
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
+def measure(make: Callable[[], Iterator[Any]], warmup: int, batches: int, batch_size: int) -> Tuple[float, float]:
+    """(images/s, CPU milliseconds per image) over `batches` batches after `warmup` discarded ones."""
+    iterator = make()
+    for _ in range(warmup):
+        next(iterator)
+    cpu, started = _cpu_seconds(), time.perf_counter()
+    for _ in range(batches):
+        images, _labels = next(iterator)
+    seconds, cpu = time.perf_counter() - started, _cpu_seconds() - cpu
+    assert images.shape[0] == batch_size
+    iterator.close()  # stops its workers before the next loader starts
+    return batches * batch_size / seconds, cpu * 1000 / (batches * batch_size)
+
+
+def run(images: int, classes: int, workers: int, batch_size: int, rounds: int, batches: int, warmup: int,
+        image_size: int, shard_image_size: int, shard_size: int, directory: str,
+        loaders: List[str]) -> Dict[str, List[Tuple[float, float]]]:
+    import torch
+
+    # The device step (normalising on the CPU) stands in for a GPU: one intra-op thread, since
+    # idle OpenMP threads spin and take CPU from the workers of every loader alike.
+    torch.set_num_threads(1)
+    images_root = ensure_images(os.path.join(directory, f"images-{images}-{classes}"), images, classes)
+    makers: Dict[str, Callable[[], Iterator[Any]]] = {
+        BASELINE: lambda: baseline_batches(images_root, workers, batch_size, image_size)}
+    if "imagefolder" in loaders:
+        makers["imagefolder"] = lambda: our_batches("imagefolder", images_root, workers, batch_size, image_size,
+                                                    classes)
+    if "shards" in loaders:
+        shards_dir = os.path.join(directory, f"shards-{images}-{classes}-{shard_image_size}-{shard_size}")
+        shards_root = ensure_shards(images_root, shards_dir, shard_image_size, shard_size, workers=max(1, workers))
+        makers["shards"] = lambda: our_batches("shards", shards_root, workers, batch_size, image_size, classes)
+    rates: Dict[str, List[Tuple[float, float]]] = {name: [] for name in makers}
+    for round_number in range(rounds):
+        order = list(makers) if round_number % 2 == 0 else list(reversed(makers))
+        for name in order:
+            rates[name].append(measure(makers[name], warmup, batches, batch_size))
+        print(f"round {round_number + 1}/{rounds}: " + ", ".join(f"{n} {rates[n][-1][0]:.0f}" for n in order)
+              + " images/s", flush=True)
+    return rates
+
+
+def report(rates: Dict[str, List[Tuple[float, float]]]) -> str:
+    """Median images/s and its ratio to the baseline's; the median of the per-round ratios (each
+    round runs every loader back to back, so it cancels slow drifts of a shared machine); CPU
+    milliseconds per image summed over the main process and the workers (robust to other load)."""
+    base = rates[BASELINE]
+    lines = [f"{'loader':<22}{'img/s':>8}{'ratio':>8}{'round ratio':>13}{'CPU ms/img':>12}{'CPU ratio':>11}   img/s per round"]
+    for name, values in rates.items():
+        speed = statistics.median(v[0] for v in values)
+        cpu = statistics.median(v[1] for v in values)
+        paired = statistics.median(v[0] / b[0] for v, b in zip(values, base))
+        base_cpu = statistics.median(b[1] for b in base)
+        lines.append(f"{name:<22}{speed:>8.0f}{speed / statistics.median(b[0] for b in base):>7.2f}x"
+                     f"{paired:>12.2f}x{cpu:>12.2f}{base_cpu / cpu if cpu else math.nan:>10.2f}x   "
+                     + " ".join(f"{v[0]:.0f}" for v in values))
+    return "\n".join(lines)

@@ -1,0 +1,104 @@
+"""`python -m bench.data prepare`: an image folder -> pre-resized JPEG shards in a directory or S3.
+
+Images are shuffled once (so every shard mixes classes), cut into shards of --shard-size, and
+each shard is encoded and written by one process of a pool; meta.json is written last.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import random
+import sys
+import time
+from multiprocessing import Pool
+from typing import Any, Dict, List, Mapping, Optional, Tuple
+
+from PIL import Image
+from tqdm import tqdm
+
+from bench.data.layout import DataError, imagefolder_base, scan_image_folder
+from bench.data.shardformat import encode_shard, make_meta, shard_key
+from bench.storage.objects import open_store
+
+SPLITS = ("train", "val")
+_stores: Dict[str, Any] = {}
+
+
+def resized_jpeg(path: str, size: int, quality: int) -> bytes:
+    """The image with its short side brought down to `size` (never up), as a baseline JPEG."""
+    with Image.open(path) as image:
+        width, height = image.size
+        scale = min(1.0, size / min(width, height))
+        target = (max(1, round(width * scale)), max(1, round(height * scale)))
+        if scale < 1:
+            image.draft("RGB", target)  # DCT-domain downscale to at least `target` (JPEG only)
+        rgb = image.convert("RGB")
+        if rgb.size != target:
+            rgb = rgb.resize(target, Image.BICUBIC, reducing_gap=3.0)
+        out = io.BytesIO()
+        rgb.save(out, "JPEG", quality=quality)
+        return out.getvalue()
+
+
+def _write_shard(task: Tuple[str, Dict[str, Any], str, List[Tuple[str, int]], int, int]
+                 ) -> Tuple[Dict[str, Any], List[str]]:
+    location, storage, key, items, size, quality = task
+    records, skipped = [], []
+    for path, label in items:
+        try:
+            records.append((resized_jpeg(path, size, quality), label))
+        except (OSError, ValueError, SyntaxError, Image.DecompressionBombError):
+            skipped.append(path)
+    blob = encode_shard(records)
+    if location not in _stores:  # one store per pool process (an S3 store checks access when opened)
+        _stores[location] = open_store(location, storage)
+    _stores[location].put(key, blob)
+    return {"key": key, "count": len(records), "bytes": len(blob)}, skipped
+
+
+def source_splits(src: str) -> List[str]:
+    """train/ and val/ of an ImageNet layout, or "train" for a flat class-folder root."""
+    if not os.path.isdir(src):
+        raise DataError(f"--src {src!r} does not exist: expected an image folder with one sub-folder per class "
+                        "(or train/ and val/ holding them)")
+    found = [split for split in SPLITS if os.path.isdir(os.path.join(src, split))]
+    return found or ["train"]
+
+
+def prepare(src: str, dst: str, size: int = 256, quality: int = 90, shard_size: int = 1000,
+            workers: Optional[int] = None, storage: Optional[Mapping[str, Any]] = None, seed: int = 0,
+            progress: Optional[bool] = None) -> Dict[str, Any]:
+    """Write every split of `src` to `dst`; returns a summary per split. progress None: a bar on a TTY."""
+    workers = workers or os.cpu_count() or 1
+    summary: Dict[str, Any] = {}
+    for split in source_splits(src):
+        base = imagefolder_base(src, split)
+        classes, paths, labels = scan_image_folder(base)
+        items = list(zip(paths, labels))
+        random.Random(seed).shuffle(items)  # every shard mixes classes
+        tasks = [(dst, dict(storage or {}), shard_key(split, number), items[start:start + shard_size], size, quality)
+                 for number, start in enumerate(range(0, len(items), shard_size))]
+        started = time.perf_counter()
+        shards, skipped = [], []
+        bar = tqdm(total=len(items), unit="img", desc=f"prepare {split}", file=sys.stderr,
+                   disable=None if progress is None else not progress)
+        with Pool(min(workers, len(tasks))) as pool:
+            for shard, bad in pool.imap_unordered(_write_shard, tasks):
+                shards.append(shard)
+                skipped.extend(bad)
+                bar.update(shard["count"] + len(bad))
+        bar.close()
+        shards.sort(key=lambda s: s["key"])
+        open_store(dst, storage).put(f"{split}/meta.json", make_meta(split, classes, shards, size, quality, skipped))
+        seconds = time.perf_counter() - started
+        written = sum(s["count"] for s in shards)
+        summary[split] = {"images": written, "shards": len(shards), "bytes": sum(s["bytes"] for s in shards),
+                          "skipped": len(skipped), "seconds": seconds, "images_per_second": written / seconds}
+    return summary
+
+
+def describe(dst: str, summary: Mapping[str, Any]) -> str:
+    return "; ".join(f"{split}: {s['images']} images in {s['shards']} shards ({s['bytes'] / 2**20:.1f} MiB) "
+                     f"to {dst} in {s['seconds']:.1f} s ({s['images_per_second']:.0f} images/s), "
+                     f"{s['skipped']} unreadable skipped" for split, s in summary.items())

@@ -1,0 +1,288 @@
+"""The real data options in-process, on tiny datasets written in the test: batch contract,
+labels, pixels through shards, sharding across ranks and workers, corrupt and unreadable files."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from data_builders import CLASSES, cifar100, data_cfg, image_folder, imagenet_layout
+from PIL import Image
+
+from bench.data import build_batches, dataset_facts
+from bench.data.layout import DataError
+from bench.data.loader import epoch_batch_sampler
+from bench.data.shards import consumer_plan
+from bench.data.transforms import (
+    IMAGENET_MEAN,
+    IMAGENET_STD,
+    center_crop_box,
+    decode_crop,
+    resize_into,
+)
+
+CPU = torch.device("cpu")
+
+
+def take(cfg: dict, count: int, memory_format=torch.contiguous_format, seed_rank=None) -> list:
+    """`count` batches; seed_rank=r: as rank r of 2, with run seed r."""
+    ranks = {} if seed_rank is None else {"rank": seed_rank, "world_size": 2}
+    batches = build_batches(cfg, CPU, memory_format, seed=seed_rank or 0, **ranks)
+    taken = [next(batches) for _ in range(count)]
+    batches.close()
+    return taken
+
+
+def to_uint8(images: torch.Tensor) -> np.ndarray:
+    """Undo the ImageNet normalisation: NHWC uint8-valued floats."""
+    mean = torch.tensor(IMAGENET_MEAN).view(1, 3, 1, 1) * 255
+    std = torch.tensor(IMAGENET_STD).view(1, 3, 1, 1) * 255
+    return (images * std + mean).permute(0, 2, 3, 1).numpy()
+
+
+@pytest.mark.parametrize("split,memory_format,decoder", [("train", torch.contiguous_format, "simplejpeg"),
+                                                           ("val", torch.channels_last, "pil")])
+def test_imagefolder_batches_follow_the_contract(tmp_path, split, memory_format, decoder):
+    layout = imagenet_layout(tmp_path / "imagenet")
+    cfg = data_cfg("imagefolder", tmp_path / "imagenet", split=split, batch_size=4, num_workers=2, decoder=decoder)
+    batches = take(cfg, 6, memory_format)  # more than one pass over val (8 images): the iterator cycles
+    for images, labels in batches:
+        assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32
+        assert images.is_contiguous(memory_format=memory_format)
+        assert labels.dtype == torch.int64 and labels.min() >= 0 and labels.max() < CLASSES
+        assert -2.2 < images.min() and images.max() < 2.7  # ImageNet-normalised 0..255 pixels
+    labels = torch.cat([labels for _, labels in batches])
+    assert set(labels.tolist()) == set(range(CLASSES))
+    facts = dataset_facts()
+    assert facts["dataset_size"] == len(layout[split]) and facts["dataset_classes"] == CLASSES
+    assert facts["corrupt_skipped"] == 0
+
+
+def test_val_pass_is_the_folder_in_order_with_center_crops(tmp_path):
+    paths = image_folder(tmp_path / "flat", images=8)
+    cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=8)
+    (images, labels), = take(cfg, 1)
+    ordered = sorted(paths)  # ImageFolder order: class folders, then file names
+    assert labels.tolist() == [int(os.path.basename(os.path.dirname(p))[-3:]) for p in ordered]
+    # an independent reference: PIL's antialiased bilinear resize of the center crop (64x48 -> 42x42 -> 32x32)
+    left, top, side, _ = center_crop_box(64, 48)
+    reference = np.asarray(Image.open(ordered[3]).convert("RGB").resize(
+        (32, 32), Image.BILINEAR, box=(left, top, left + side, top + side)))
+    assert np.abs(to_uint8(images)[3] - reference).mean() < 3.0
+
+
+def test_held_batches_are_never_overwritten(tmp_path):
+    """Output buffers are reused on the CPU only when nobody holds them."""
+    image_folder(tmp_path / "flat", images=16)
+    cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=4)
+    batches = build_batches(cfg, CPU, torch.contiguous_format, seed=0)
+    held = [next(batches) for _ in range(4)]
+    copies = [images.clone() for images, _ in held]
+    more = [next(batches)[0] for _ in range(8)]
+    assert all(torch.equal(images, copy) for (images, _), copy in zip(held, copies))
+    assert len({t.data_ptr() for t in more}) < len(more)  # ...and reused when they are free
+    batches.close()
+
+
+def test_cifar100_reads_the_python_format(tmp_path):
+    written = cifar100(tmp_path / "cifar-100-python")
+    cfg = data_cfg("cifar100", tmp_path / "cifar-100-python", split="val", batch_size=12)
+    (images, labels), = take(cfg, 1)
+    assert labels.tolist() == written["test"][b"fine_labels"]
+    native = written["test"][b"data"].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
+    assert np.abs(to_uint8(images) - native).max() < 0.01  # val at 32: the pixels themselves
+    assert dataset_facts()["dataset_size"] == 12 and dataset_facts()["dataset_classes"] == 100
+
+    (resized, _), = take({**cfg, "image_size": 64, "split": "train", "num_workers": 1}, 1)
+    assert resized.shape == (12, 3, 64, 64)
+
+
+def test_shards_round_trip_labels_and_pixels(tmp_path):
+    """prepare -> read (val: no augmentation): every source image comes back once, with its label
+    and its pixels within JPEG re-encoding tolerance."""
+    layout = imagenet_layout(tmp_path / "imagenet", train=16, val=8)
+    proc = subprocess.run([sys.executable, "-m", "bench.data", "prepare", "--src", str(tmp_path / "imagenet"),
+                           "--dst", str(tmp_path / "shards"), "--size", "48", "--shard-size", "3", "--workers", "2"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "train: 16 images in 6 shards" in proc.stdout and "val: 8 images in 3 shards" in proc.stdout
+
+    cfg = data_cfg("shards", tmp_path / "shards", split="val", batch_size=8)
+    (images, labels), = take(cfg, 1)
+    got = to_uint8(images)
+    expected = np.empty((len(layout["val"]), 32, 32, 3), np.uint8)
+    for slot, path in enumerate(layout["val"]):
+        resize_into(expected[slot], decode_crop(Path(path).read_bytes(), False, 32, None), flip=False)
+    source_labels = [int(os.path.basename(os.path.dirname(p))[-3:]) for p in layout["val"]]
+    matched = []
+    for image, label in zip(got, labels.tolist()):
+        errors = np.abs(expected.astype(np.float32) - image).mean(axis=(1, 2, 3))
+        best = int(errors.argmin())
+        assert errors[best] < 6.0, errors[best]  # JPEG re-encoding at quality 90
+        assert source_labels[best] == label
+        matched.append(best)
+    assert sorted(matched) == list(range(len(layout["val"])))
+    facts = dataset_facts()
+    assert facts["dataset_size"] == 8 and facts["dataset_shards"] == 3
+
+
+def test_ranks_read_disjoint_samples(tmp_path):
+    """DistributedSampler: rank 0 and 1 of 2 split the dataset, reshuffled each epoch. Its seed comes
+    from the dataset, not the run seed, which the trainer may vary per rank."""
+    cfg = data_cfg("imagefolder", tmp_path, batch_size=4)
+    per_rank = [[i for batch in epoch_batch_sampler(40, cfg, True, rank, 2, "x") for i in batch] for rank in (0, 1)]
+    assert len(per_rank[0]) == len(per_rank[1]) == 20
+    assert set(per_rank[0]).isdisjoint(per_rank[1]) and set(per_rank[0]) | set(per_rank[1]) == set(range(40))
+    assert per_rank[0] != sorted(per_rank[0])  # shuffled
+    sampler = epoch_batch_sampler(40, cfg, True, 0, 2, "x")
+    sampler.sampler.set_epoch(1)
+    assert [i for batch in sampler for i in batch] != per_rank[0]
+
+
+@pytest.mark.parametrize("shards", [7, 2])
+def test_shard_consumers_read_disjoint_records(shards):
+    """Whole shards per consumer when there are enough, else every consumer strides the records."""
+    counts = [5] * shards
+    starts = np.cumsum([0] + counts[:-1])
+    seen = []
+    for consumer in range(4):
+        for shard, record_filter in consumer_plan(counts, epoch=3, seed=0, shuffle=True, consumer=consumer,
+                                                  consumers=4):
+            rows = range(counts[shard])
+            if record_filter:
+                rows = [r for r in rows if (starts[shard] + r) % record_filter[0] == record_filter[1]]
+            seen += [int(starts[shard]) + r for r in rows]
+    assert sorted(seen) == list(range(sum(counts)))
+
+
+def test_corrupt_image_is_skipped_and_counted_unless_strict(tmp_path):
+    image_folder(tmp_path / "flat", images=12)
+    bad = tmp_path / "flat" / "class001" / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG")
+    cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=13, num_workers=1)
+    (images, labels), = take(cfg, 1)
+    assert images.shape[0] == 13 and dataset_facts()["corrupt_skipped"] == 1
+    # broken.jpg sorts first in class001: its slot holds the next image, of the same class
+    assert labels.tolist() == [0] * 3 + [1] * 4 + [2] * 3 + [3] * 3
+
+    with pytest.raises(DataError, match=f"corrupt image {bad}"):
+        take({**cfg, "strict": True}, 1)
+
+
+def test_unreadable_file_names_its_path(tmp_path):
+    image_folder(tmp_path / "flat", images=8)
+    dangling = tmp_path / "flat" / "class000" / "gone.jpg"
+    dangling.symlink_to(tmp_path / "nowhere.jpg")
+    cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=9, num_workers=1)
+    with pytest.raises(DataError, match=f"cannot read {dangling}: No such file"):
+        take(cfg, 1)
+
+
+def test_more_classes_than_the_head(tmp_path):
+    image_folder(tmp_path / "flat", images=8)
+    with pytest.raises(DataError, match="has 4 classes but data.num_classes=3"):
+        build_batches(data_cfg("imagefolder", tmp_path / "flat", num_classes=3), CPU, torch.contiguous_format, 0)
+
+
+def test_dct_downscaled_decode_matches_a_full_decode():
+    """A crop far larger than the output is decoded at 1/8 scale: same picture, a fraction of the pixels."""
+    import io
+    import random
+
+    from bench.data.sample_images import synthetic_jpeg
+
+    data = synthetic_jpeg(np.random.default_rng(0), 500, 375)
+    crop = decode_crop(data, False, 32, random.Random(0))
+    assert max(crop.shape[:2]) < 375 / 7  # decoded at 1/8 scale (375 / 1.14 / 8 = 41 pixels)
+    fast = np.empty((32, 32, 3), np.uint8)
+    resize_into(fast, crop, flip=False)
+    left, top, side, _ = center_crop_box(500, 375)
+    full = Image.open(io.BytesIO(data)).convert("RGB")
+    reference = np.asarray(full.resize((32, 32), Image.BILINEAR, box=(left, top, left + side, top + side)))
+    assert np.abs(fast.astype(np.float32) - reference).mean() < 8.0
+
+
+def test_bench_loader_command_compares_against_the_baseline(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "bench.data", "bench-loader", "--images", "16", "--classes", "2",
+                           "--workers", "0", "--batch-size", "4", "--rounds", "2", "--batches", "2", "--warmup", "1",
+                           "--image-size", "32", "--shard-image-size", "64", "--shard-size", "5",
+                           "--dir", str(tmp_path)], capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("round 1/2: torchvision-baseline") and lines[1].startswith("round 2/2: shards")
+    table = {line.split()[0]: line.split() for line in lines[3:]}
+    assert set(table) == {"torchvision-baseline", "imagefolder", "shards"}
+    assert table["torchvision-baseline"][2] == "1.00x" and float(table["shards"][1]) > 0
+    assert (tmp_path / "shards-16-2-64-5" / "train" / "meta.json").is_file()
+
+
+def test_default_worker_count_shares_the_cpus_between_local_ranks(monkeypatch):
+    from bench.data.loader import resolve_workers
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
+    assert resolve_workers({"num_workers": None}) == 4
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
+    assert resolve_workers({"num_workers": None}) == 8
+    monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
+    assert resolve_workers({"num_workers": None}) == 1
+    assert resolve_workers({"num_workers": 0}) == 0
+
+
+@pytest.mark.parametrize("name", ["imagefolder", "shards"])
+def test_two_ranks_with_their_own_seeds_train_on_disjoint_halves(tmp_path, name):
+    """One image per class, so a label names its image: ranks 0 and 1 of 2, given different run
+    seeds (as the trainer does), each read one half of the shuffled training set."""
+    image_folder(tmp_path / "flat", images=8, classes=8)
+    root = tmp_path / "flat"
+    if name == "shards":
+        from bench.data.prepare import prepare
+
+        prepare(str(root), str(tmp_path / "shards"), size=48, shard_size=2, workers=1, progress=False)
+        root = tmp_path / "shards"
+    cfg = data_cfg(name, root, batch_size=4)
+    halves = [take(cfg, 1, seed_rank=rank)[0][1].tolist() for rank in (0, 1)]
+    assert set(halves[0]).isdisjoint(halves[1]) and set(halves[0]) | set(halves[1]) == set(range(8))
+
+
+def test_au_and_input_bound_from_the_data_wait(tmp_path):
+    from bench.results import input_pipeline
+
+    assert input_pipeline(0.25, "synthetic") == {"au": 0.75, "input_bound": True}
+    assert input_pipeline(0.05, "synthetic") == {"au": 0.95, "input_bound": False}
+    assert input_pipeline(0.10000001, "synthetic")["input_bound"] is True  # au just under 0.90
+    image_folder(tmp_path / "flat", images=8)
+    take(data_cfg("imagefolder", tmp_path / "flat", batch_size=4), 1)
+    block = input_pipeline(0.0, "imagefolder")
+    assert block["au"] == 1.0 and block["dataset_size"] == 8 and block["corrupt_skipped"] == 0
+
+
+def test_worker_batch_slots_are_reused_only_after_release():
+    from bench.data.loader import RING_SLOTS, _SharedBatchRing, release_batch
+
+    ring = _SharedBatchRing((2, 4, 4, 3))
+    first, first_release = ring.take()
+    second, _ = ring.take()
+    assert first.data_ptr() != second.data_ptr() and first.is_shared()
+    release_batch(first_release)
+    again, _ = ring.take()
+    assert again.data_ptr() == first.data_ptr()  # released: reused
+    taken = [ring.take() for _ in range(RING_SLOTS)]  # more than the ring holds: fresh, untracked batches
+    assert taken[-1][1] is None and len({t.data_ptr() for t, _ in taken} | {first.data_ptr(), second.data_ptr()}) \
+        == RING_SLOTS + 2
+
+
+def test_worker_slot_reuse_never_changes_a_batch(tmp_path):
+    """A val pass cycled 6 times through 2 workers (slots reused) equals the same pass in-process."""
+    image_folder(tmp_path / "flat", images=16)
+    cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=4, prefetch_factor=2)
+    in_process = take(cfg, 4)
+    through_workers = take({**cfg, "num_workers": 2}, 24)
+    for number, (images, labels) in enumerate(through_workers):
+        expected_images, expected_labels = in_process[number % 4]
+        assert torch.equal(labels, expected_labels) and torch.equal(images, expected_images), number
