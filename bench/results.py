@@ -120,23 +120,18 @@ def summarize(result: Any, cfg: Mapping[str, Any], device: str, device_name: str
         "device": device,
         "device_name": device_name,
     }
-    metrics.update(input_pipeline(metrics["data_wait_fraction"], cfg["data"]["name"]))
+    metrics.update(input_pipeline(metrics["data_wait_fraction"]))
     if result.compile.get("fallback_reason"):
         metrics["compile_fallback"] = result.compile["fallback_reason"]
     return metrics
 
 
-def input_pipeline(data_wait_fraction: float, data_name: str) -> Dict[str, Any]:
+def input_pipeline(data_wait_fraction: float) -> Dict[str, Any]:
     """Accelerator utilization au = the share of the measured window not spent waiting for data
     (compute time / wall time, as MLPerf Storage defines AU); input_bound when au < 0.90.
-    Real data options add their dataset facts (dataset_size, corrupt_skipped, ...)."""
+    Real data options' dataset facts (dataset_size, corrupt_skipped, ...) come in TrainResult.extra."""
     au = min(1.0, max(0.0, 1.0 - data_wait_fraction))
-    block: Dict[str, Any] = {"au": au, "input_bound": au < AU_THRESHOLD}
-    if data_name != "synthetic":
-        from bench.data import dataset_facts
-
-        block.update(dataset_facts())
-    return block
+    return {"au": au, "input_bound": au < AU_THRESHOLD}
 
 
 def write_outputs(out_dir: Path, cfg: Mapping[str, Any], environment: Mapping[str, Any],

@@ -168,7 +168,9 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
         monitor.start()
     result = _measure(step, batches, clock, cfg, planned, batch_size, optimizer, ctx)
     gpu = monitor.stop() if monitor is not None else {}
-    extra = on_finish(eager, optimizer) if on_finish is not None else {}
+    extra = dict(getattr(batches, "facts", {}))  # real data: dataset_size, corrupt_skipped, ...
+    if on_finish is not None:
+        extra.update(on_finish(eager, optimizer))
     return TrainResult(
         gpu=gpu,
         extra=extra,

@@ -39,11 +39,3 @@ def build_batches(cfg: Mapping[str, Any], device: torch.device, memory_format: t
 
         return shard_batches(cfg, device, memory_format, seed, rank, world_size, storage)
     raise ValueError(f"unknown data option {name!r}")  # bench.validate rejects this first
-
-
-def dataset_facts() -> dict:
-    """Facts about the dataset of the last real-data iterator built in this process
-    (dataset_size, num_classes_found, corrupt_skipped, ...); {} for synthetic data."""
-    from bench.data.loader import last_facts
-
-    return last_facts()

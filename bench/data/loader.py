@@ -49,12 +49,6 @@ MAX_REPLACEMENTS = 16  # consecutive undecodable samples tolerated before giving
 MAX_WARNINGS = 10  # skipped-image warnings logged per run (all are counted)
 OUTPUT_RING = 3  # float32 output batches kept for reuse on the CPU
 
-_last_facts: Dict[str, Any] = {}
-
-
-def last_facts() -> Dict[str, Any]:
-    return dict(_last_facts)
-
 
 def resolve_workers(cfg: Mapping[str, Any]) -> int:
     """data.num_workers, or (null) this process's share of the CPUs it may run on, at most 8:
@@ -216,8 +210,7 @@ class DeviceBatches(Iterator):
 
     def __init__(self, passes: Callable[[int], Iterable[HostBatch]], facts: Dict[str, Any], cfg: Mapping[str, Any],
                  device: torch.device, memory_format: torch.memory_format):
-        global _last_facts
-        self.facts = _last_facts = {**facts, "corrupt_skipped": 0}
+        self.facts = {**facts, "corrupt_skipped": 0}  # the trainer reports these with the run
         self._strict = bool(cfg["strict"])
         self._device, self._memory_format = device, memory_format
         self._non_blocking = bool(cfg["pin_memory"]) and device.type == "cuda"
