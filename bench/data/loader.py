@@ -147,8 +147,11 @@ def _as_is(batch: HostBatch) -> HostBatch:  # the dataset already returns a coll
 
 
 def make_loader(dataset: Any, cfg: Mapping[str, Any], device: torch.device,
-                batch_sampler: Optional[BatchSampler] = None) -> DataLoader:
-    """batch_sampler for map-style datasets; None for iterable ones that yield whole batches."""
+                batch_sampler: Optional[BatchSampler] = None, fork_safe: bool = True) -> DataLoader:
+    """batch_sampler for map-style datasets; None for iterable ones that yield whole batches.
+    fork_safe=False: this process holds state a forked worker cannot use (an S3 client's async
+    runtime: its threads do not survive fork and the worker would hang), so workers start from
+    a fresh interpreter (forkserver) instead."""
     workers = resolve_workers(cfg)
     options: Dict[str, Any] = {"num_workers": workers, "collate_fn": _as_is, "worker_init_fn": _seed_worker,
                                "pin_memory": bool(cfg["pin_memory"]) and device.type == "cuda"}
@@ -158,6 +161,8 @@ def make_loader(dataset: Any, cfg: Mapping[str, Any], device: torch.device,
         options["batch_size"] = None
     if workers:
         options.update(prefetch_factor=cfg["prefetch_factor"], persistent_workers=bool(cfg["persistent_workers"]))
+        if not fork_safe:
+            options["multiprocessing_context"] = "forkserver"
     return DataLoader(dataset, **options)
 
 

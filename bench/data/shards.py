@@ -121,7 +121,7 @@ def shard_batches(cfg: Mapping[str, Any], device: torch.device, memory_format: t
     meta = read_meta(store, cfg["split"])
     check_class_count(len(meta["classes"]), f"{store.url}/{cfg['split']}", cfg["num_classes"])
     stream = ShardStream(cfg, storage, meta, seed, rank, world_size)
-    loader = make_loader(stream, cfg, device)
+    loader = make_loader(stream, cfg, device, fork_safe=not cfg["root"].startswith("s3://"))
     facts = {"dataset_size": int(meta["count"]), "dataset_classes": len(meta["classes"]),
              "dataset_shards": len(meta["shards"]), "shard_image_size": int(meta["size"]),
              "data_workers": resolve_workers(cfg)}
