@@ -54,6 +54,31 @@ COLUMNS = [  # (header, row field, format)
 ]
 
 
+STORAGE_COLUMNS = [  # a sweep of mode=storage runs (the storage benchmark)
+    ("job", "job", "{}"),
+    ("status", "status", "{}"),
+    ("overrides", "overrides", "{}"),
+    ("workload", "workload", "{}"),
+    ("storage", "storage", "{}"),
+    ("client", "storage_client", "{}"),
+    ("clients", "clients", "{}"),
+    ("samples/s", "samples_per_second", "{:.1f}"),
+    ("read MB/s", "read_mb_per_second", "{:.1f}"),
+    ("latency p50 ms", "latency_ms_p50", "{:.2f}"),
+    ("latency p99 ms", "latency_ms_p99", "{:.2f}"),
+    ("AU mean %", "au_percent_mean", "{:.1f}"),
+    ("AU min %", "au_percent_min", "{:.1f}"),
+    ("AU pass", "au_pass", "{}"),
+    ("caching?", "potential_caching", "{}"),
+    ("ckpt write GB/s", "checkpoint_write_gbps", "{:.2f}"),
+    ("error", "error", "{}"),
+]
+
+
+def is_storage_sweep(rows: Sequence["RunRow"]) -> bool:
+    return bool(rows) and all(r.config.get("mode") == "storage" for r in rows)
+
+
 class ReportError(ValueError):
     """The sweep cannot be read; str() is the one sentence shown to the user."""
 
@@ -98,9 +123,10 @@ def rows_from_sweep_dir(sweep_dir: Path) -> List[RunRow]:
         summary_path = job_dir / "run_summary.json"
         if summary_path.is_file():
             summary = json.loads(summary_path.read_text())
+            timeline = (_read_step_times(job_dir / "step_times.csv") if (job_dir / "step_times.csv").is_file()
+                        else _read_step_times(job_dir / "read_latency.csv", "latency_ms"))  # storage runs
             rows.append(RunRow(job_dir.name, "FINISHED", " ".join(overrides), _flatten(summary["config"]),
-                               dict(summary["results"]), _read_step_times(job_dir / "step_times.csv"),
-                               run_id=summary.get("mlflow_run_id")))
+                               dict(summary["results"]), timeline, run_id=summary.get("mlflow_run_id")))
         else:
             config = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
             rows.append(RunRow(job_dir.name, "FAILED", " ".join(overrides), _flatten(config), {},
@@ -108,11 +134,11 @@ def rows_from_sweep_dir(sweep_dir: Path) -> List[RunRow]:
     return rows
 
 
-def _read_step_times(path: Path) -> List[float]:
+def _read_step_times(path: Path, column: str = "step_time_ms") -> List[float]:
     if not path.is_file():
         return []
     with path.open() as fh:
-        return [float(row["step_time_ms"]) for row in csv.DictReader(fh)]
+        return [float(row[column]) for row in csv.DictReader(fh)]
 
 
 def _failure_reason(job_dir: Path) -> str:
@@ -200,7 +226,8 @@ def _cell(row: RunRow, name: str, fmt: str) -> str:
 
 
 def table(rows: Sequence[RunRow]) -> List[List[str]]:
-    return [[header for header, _, _ in COLUMNS]] + [[_cell(r, name, fmt) for _, name, fmt in COLUMNS] for r in rows]
+    columns = STORAGE_COLUMNS if is_storage_sweep(rows) else COLUMNS
+    return [[header for header, _, _ in columns]] + [[_cell(r, name, fmt) for _, name, fmt in columns] for r in rows]
 
 
 def render_text(cells: List[List[str]]) -> str:
@@ -248,14 +275,17 @@ def _count_word(unit: str) -> str:
     return "GPU" if unit == "GPUs" else "process"
 
 
-def plot_all(rows: Sequence[RunRow], out: Path, title: str) -> List[Path]:
+def _pyplot() -> Any:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    unit = _unit(rows)
-    written = []
+    return plt
+
+
+def _saver(out: Path, written: List[Path]) -> Any:
+    plt = _pyplot()
 
     def save(fig: Any, name: str) -> None:
         fig.tight_layout()
@@ -263,6 +293,63 @@ def plot_all(rows: Sequence[RunRow], out: Path, title: str) -> List[Path]:
         fig.savefig(path, dpi=110)
         plt.close(fig)
         written.append(path)
+
+    return save
+
+
+def plot_storage(rows: Sequence[RunRow], out: Path, title: str) -> List[Path]:
+    """A storage sweep: throughput and AU vs client count, and per-request read latency."""
+    plt = _pyplot()
+    written: List[Path] = []
+    save = _saver(out, written)
+    series = _series(rows, "clients", ["workload", "storage"])
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, points in series.items():
+        ax.plot([p[0] for p in points], [p[1].metrics["samples_per_second"] for p in points], marker="o", label=label)
+    ax.set(title=f"Read throughput vs clients ({title})", xlabel="Clients (simulated accelerators)",
+           ylabel="Samples/s (all clients)")
+    _finish_axes(ax)
+    save(fig, "throughput_vs_clients.png")
+
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    for label, points in series.items():
+        ax.plot([p[0] for p in points], [p[1].metrics["au_percent_min"] for p in points], marker="o", label=f"{label} (min)")
+    thresholds = {r.metrics.get("au_threshold_percent") for r in rows if r.metrics.get("au_threshold_percent")}
+    for threshold in sorted(thresholds):
+        ax.axhline(float(threshold), color="grey", linestyle="--", linewidth=1, label=f"pass threshold ({threshold:g}%)")
+    ax.set(title=f"Accelerator utilization vs clients ({title})", xlabel="Clients (simulated accelerators)",
+           ylabel="AU (%) = compute time / wall time")
+    _finish_axes(ax)
+    save(fig, "au_vs_clients.png")
+
+    _distribution(rows, f"Read latency per request ({title})", "Latency (ms)", save, "read_latency_distribution.png",
+                  lambda r: f"job {r.job}\n{r.metrics.get('clients', '')} clients")
+    return written
+
+
+def _distribution(rows: Sequence[RunRow], what: str, ylabel: str, save: Any, name: str, label: Any) -> None:
+    plt = _pyplot()
+    with_values = [r for r in rows if r.step_times_ms]
+    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(with_values) + 2), 4.5))
+    if with_values:
+        ax.boxplot([r.step_times_ms for r in with_values], showfliers=True)
+        ax.set_xticks(range(1, len(with_values) + 1))
+        ax.set_xticklabels([label(r) for r in with_values], fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no per-step figures in this sweep", transform=ax.transAxes, ha="center", va="center")
+    ax.set(title=what, xlabel="Run", ylabel=ylabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    save(fig, name)
+
+
+def plot_all(rows: Sequence[RunRow], out: Path, title: str) -> List[Path]:
+    if is_storage_sweep(rows):
+        return plot_storage(rows, out, title)
+    plt = _pyplot()
+    unit = _unit(rows)
+    written: List[Path] = []
+    save = _saver(out, written)
 
     fig, ax = plt.subplots(figsize=(7, 4.5))
     for label, points in _series(rows, "world_size", ["precision", "batch_size"]).items():
@@ -297,17 +384,9 @@ def plot_all(rows: Sequence[RunRow], out: Path, title: str) -> List[Path]:
     _finish_axes(ax)
     save(fig, "throughput_vs_batch.png")
 
-    with_steps = [r for r in rows if r.step_times_ms]
-    fig, ax = plt.subplots(figsize=(max(7, 0.9 * len(with_steps) + 2), 4.5))
-    if with_steps:
-        ax.boxplot([r.step_times_ms for r in with_steps], showfliers=True)
-        ax.set_xticks(range(1, len(with_steps) + 1))
-        ax.set_xticklabels([f"job {r.job}\n{r.metrics.get('precision', '')} x{r.metrics.get('world_size', '')}"
-                            f"\nbs {r.metrics.get('batch_size', '')}" for r in with_steps], fontsize=8)
-    ax.set(title=f"Step-time distribution per run ({title})", xlabel="Run (job, precision x processes, batch)",
-           ylabel="Step time (ms)")
-    ax.grid(True, axis="y", alpha=0.3)
-    save(fig, "step_time_distribution.png")
+    _distribution(rows, f"Step-time distribution per run ({title})", "Step time (ms)", save, "step_time_distribution.png",
+                  lambda r: f"job {r.job}\n{r.metrics.get('precision', '')} x{r.metrics.get('world_size', '')}"
+                            f"\nbs {r.metrics.get('batch_size', '')}")
     return written
 
 

@@ -111,6 +111,14 @@ def test_multirun_sweeps_clients_and_reuses_the_dataset(tmp_path):
     assert {r["client"] for r in two} == {"0", "1"}  # requests of both clients, merged
     keys = [{r["key"] for r in two if r["client"] == c} for c in ("0", "1")]
     assert keys[0] and keys[1] and not keys[0] & keys[1]  # disjoint shards
+    # the sweep report of a storage sweep: its own columns and plots, the runs' numbers
+    report = tmp_path / "multi" / "report"
+    for name in ("report.csv", "report.md", "report.html", "throughput_vs_clients.png", "au_vs_clients.png",
+                 "read_latency_distribution.png"):
+        assert (report / name).is_file(), name
+    rows = list(csv.DictReader((report / "report.csv").open()))
+    assert [float(r["samples_per_second"]) for r in rows] == pytest.approx([m["samples_per_second"] for m in lines])
+    assert "AU min %" in (report / "report.md").read_text()
 
 
 def test_s3_storage_benchmark_two_clients_and_no_secret_anywhere(tmp_path, s3_server):  # noqa: F811
