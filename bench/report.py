@@ -321,6 +321,7 @@ def plot_storage(rows: Sequence[RunRow], out: Path, title: str) -> List[Path]:
     ax.set(title=f"Accelerator utilization vs clients ({title})", xlabel="Clients (simulated accelerators)",
            ylabel="AU (%) = compute time / wall time")
     _finish_axes(ax)
+    ax.set_ylim(0, 105)  # a percentage: keep the top (and the threshold) in view
     save(fig, "au_vs_clients.png")
 
     _distribution(rows, f"Read latency per request ({title})", "Latency (ms)", save, "read_latency_distribution.png",
