@@ -84,6 +84,8 @@ def run(cfg: Dict[str, Any], out_dir: Path, launch_dir: Path, overrides: Optiona
     joined = outside_launcher_context(cfg)
     if joined is not None and not joined.is_reporter:
         return _run_joined_rank(cfg, joined, out_dir)
+    if joined is None and cfg["mode"] == "train" and cfg["distributed"]["node_rank"] > 0:
+        return _run_follower_node(cfg, out_dir)
 
     environment = collect_environment()
     tracker = _open_tracker(cfg, launch_dir, environment, overrides or [], sweep_job)
@@ -112,6 +114,21 @@ def _run_joined_rank(cfg: Dict[str, Any], ctx: Any, out_dir: Path) -> int:
     except Exception as exc:  # noqa: BLE001 - one line here; rank 0 reports the run
         error(f"rank {ctx.rank} failed: {type(exc).__name__}: {exc}")
         return EXIT_FAILED
+    return 0
+
+
+def _run_follower_node(cfg: Dict[str, Any], out_dir: Path) -> int:
+    """Node 1.. of a multi-node run bench launches itself: start this node's workers; node 0
+    (which holds rank 0) reports the run."""
+    from bench.distributed import WorkerFailure, launch
+
+    try:
+        launch(cfg, out_dir)
+    except Exception as exc:  # noqa: BLE001 - a worker failure, or a rendezvous that never completed
+        reason = str(exc) if isinstance(exc, WorkerFailure) else f"{type(exc).__name__}: {exc}"
+        error(f"node {cfg['distributed']['node_rank']} failed: {reason}")
+        return EXIT_FAILED
+    log.info("node %d done; node 0 reports the run", cfg["distributed"]["node_rank"])
     return 0
 
 

@@ -252,14 +252,19 @@ def launch(cfg: Dict[str, Any], out_dir: Path) -> Optional[Dict[str, Any]]:
     dist_cfg = cfg["distributed"]
     endpoint = dist_cfg["rdzv_endpoint"] or f"127.0.0.1:{free_port()}"
     rdzv_configs: Dict[str, Any] = {"timeout": int(dist_cfg["timeout_s"])}
+    backend = "c10d"
     if dist_cfg["nnodes"] > 1:
-        rdzv_configs["is_host"] = dist_cfg["node_rank"] == 0
+        # static rendezvous: node_rank fixes the global ranks, so rank 0 (the reporter) is on
+        # node 0, whose agent hosts the store at rdzv_endpoint
+        backend = "static"
+        rdzv_configs["rank"] = dist_cfg["node_rank"]
     config = LaunchConfig(
         min_nodes=dist_cfg["nnodes"],
         max_nodes=dist_cfg["nnodes"],
         nproc_per_node=dist_cfg["nproc_per_node"],
-        run_id=f"bench-{uuid.uuid4().hex[:12]}",
-        rdzv_backend="c10d",
+        # every node of one run must name the same run: derived from the shared endpoint
+        run_id=f"bench-{endpoint.replace(':', '-')}" if dist_cfg["nnodes"] > 1 else f"bench-{uuid.uuid4().hex[:12]}",
+        rdzv_backend=backend,
         rdzv_endpoint=endpoint,
         rdzv_configs=rdzv_configs,
         max_restarts=0,

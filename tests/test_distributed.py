@@ -213,6 +213,32 @@ def test_torchrun_ranks_join_and_rank0_reports(tmp_path):
     assert run.info.status == "FINISHED" and run.data.metrics["world_size"] == 2
 
 
+def test_two_nodes_launched_by_bench_on_loopback(tmp_path):
+    """Multi-node without torchrun: two `python -m bench` processes (node_rank 0 and 1), one
+    worker each, meet at rdzv_endpoint; node 0 holds rank 0 and alone reports and logs."""
+    db = tmp_path / "mlflow.db"
+    common = [*QUIET, "distributed=ddp", "distributed.nnodes=2", "distributed.nproc_per_node=1",
+              f"distributed.rdzv_endpoint=127.0.0.1:{_free_port()}", "distributed.timeout_s=60"]
+    env = bench_env(sqlite_uri(db))
+    follower = subprocess.Popen([sys.executable, "-m", "bench", *common, "distributed.node_rank=1",
+                                 f"hydra.run.dir={tmp_path}/node1"], cwd=tmp_path, env=env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        leader = run_bench(tmp_path, [*common, "distributed.node_rank=0", f"hydra.run.dir={tmp_path}/node0"],
+                           env=env, timeout=240)
+        follower_out, follower_err = follower.communicate(timeout=60)
+    finally:
+        follower.kill()
+    metrics = radix_metrics(leader)
+    assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
+    assert follower.returncode == 0, follower_err
+    assert follower_out == ""  # node 1 neither prints a final line nor writes results
+    assert not (tmp_path / "node1" / "run_summary.json").exists()
+    assert (tmp_path / "node1" / "rank1.log").is_file()
+    (run,) = all_runs(sqlite_uri(db))
+    assert run.info.status == "FINISHED"
+
+
 # ---- config errors -----------------------------------------------------------------------------
 
 
