@@ -11,6 +11,8 @@ from typing import Dict, Optional, Sequence
 
 import pytest
 
+from s3_server import s3_server  # noqa: F401 - the S3-on-loopback fixture (one server per test module)
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Small, fast, CPU: every e2e run in the suite builds on this.

@@ -8,10 +8,10 @@ import sys
 
 from conftest import TINY, all_runs, bench_env, radix_metrics, run_bench, sqlite_uri
 from data_builders import image_folder
-from s3_server import SECRET, s3_env, s3_server  # noqa: F401 - s3_server is a fixture
+from s3_server import SECRET, s3_env
 
 
-def test_shards_prepared_to_s3_train_through_storage_s3(tmp_path, s3_server):  # noqa: F811
+def test_shards_prepared_to_s3_train_through_storage_s3(tmp_path, s3_server):
     bucket = s3_server.new_bucket()
     image_folder(tmp_path / "flat", images=24)
     env = bench_env(tracking_uri=sqlite_uri(tmp_path / "mlflow.db"), **s3_env())

@@ -12,7 +12,7 @@ import pytest
 from mlflow import MlflowClient
 
 from conftest import all_runs, bench_env, radix_metrics, run_bench, sqlite_uri
-from s3_server import SECRET, s3_env, s3_server  # noqa: F401 - the module's S3 endpoint fixture
+from s3_server import SECRET, s3_env
 
 FILES, SAMPLES, RECORD, BATCH, EPOCHS = 8, 4, 4096, 4, 2
 TINY = [
@@ -121,7 +121,7 @@ def test_multirun_sweeps_clients_and_reuses_the_dataset(tmp_path):
     assert "AU min %" in (report / "report.md").read_text()
 
 
-def test_s3_storage_benchmark_two_clients_and_no_secret_anywhere(tmp_path, s3_server):  # noqa: F811
+def test_s3_storage_benchmark_two_clients_and_no_secret_anywhere(tmp_path, s3_server):
     bucket = s3_server.new_bucket()
     db = sqlite_uri(tmp_path / "mlflow.db")
     env = bench_env(db, **s3_env())
@@ -167,7 +167,7 @@ def single_error(proc) -> str:
     return errors[0]
 
 
-def test_missing_bucket_fails_the_run_with_one_line(tmp_path, s3_server):  # noqa: F811
+def test_missing_bucket_fails_the_run_with_one_line(tmp_path, s3_server):
     db = sqlite_uri(tmp_path / "mlflow.db")
     proc = run_bench(tmp_path, [*TINY, *s3_server.overrides("no-such-bucket"), f"hydra.run.dir={tmp_path}/run"],
                      env=bench_env(db, **s3_env()))

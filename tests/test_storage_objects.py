@@ -15,7 +15,7 @@ import pytest
 from bench.storage.direct import DirectReadStore
 from bench.storage.objects import LocalStore, open_store
 from bench.storage.s3 import StorageError
-from s3_server import CREDENTIALS, s3_server  # noqa: F401 - the module's S3 endpoint fixture
+from s3_server import CREDENTIALS
 
 S3_CLIENTS = ["obstore", "boto3", "s3torchconnector"]
 
@@ -67,7 +67,7 @@ def test_direct_io_reads_unaligned_ranges_of_large_files(tmp_path):
 
 
 @pytest.mark.parametrize("client", S3_CLIENTS)
-def test_s3_store_round_trip(s3_server, aws_env, client):  # noqa: F811
+def test_s3_store_round_trip(s3_server, aws_env, client):
     bucket = s3_server.new_bucket()
     store = open_store(f"s3://{bucket}/run/data/", s3_config(s3_server.endpoint, client))
     assert store.url == f"s3://{bucket}/run/data"
@@ -85,7 +85,7 @@ def test_s3_store_round_trip(s3_server, aws_env, client):  # noqa: F811
     assert sorted(keys) == ["run/data/a/one.bin", "run/data/a/two.bin", "run/data/b/three.bin"]
 
 
-def test_s3_list_pages_past_a_thousand_keys(s3_server, aws_env):  # noqa: F811
+def test_s3_list_pages_past_a_thousand_keys(s3_server, aws_env):
     bucket = s3_server.new_bucket()
     admin = s3_server.admin()
     with ThreadPoolExecutor(8) as pool:
@@ -96,7 +96,7 @@ def test_s3_list_pages_past_a_thousand_keys(s3_server, aws_env):  # noqa: F811
 
 
 @pytest.mark.parametrize("client", S3_CLIENTS)
-def test_missing_bucket_is_one_clear_error(s3_server, aws_env, client):  # noqa: F811
+def test_missing_bucket_is_one_clear_error(s3_server, aws_env, client):
     with pytest.raises(StorageError) as info:
         open_store("s3://no-such-bucket-here/x", s3_config(s3_server.endpoint, client))
     message = str(info.value)
@@ -113,7 +113,7 @@ def test_unreachable_endpoint_is_one_clear_error(aws_env, client):
     assert "the endpoint cannot be reached" in str(info.value) and endpoint in str(info.value)
 
 
-def test_no_credentials_anywhere_is_one_clear_error(s3_server, monkeypatch, tmp_path):  # noqa: F811
+def test_no_credentials_anywhere_is_one_clear_error(s3_server, monkeypatch, tmp_path):
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_PROFILE"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
@@ -176,7 +176,7 @@ class FlakyProxy:
 
 
 @pytest.mark.parametrize("client", S3_CLIENTS)
-def test_transient_5xx_is_retried(s3_server, aws_env, client):  # noqa: F811
+def test_transient_5xx_is_retried(s3_server, aws_env, client):
     bucket = s3_server.new_bucket()
     s3_server.admin().put_object(Bucket=bucket, Key="k/obj.bin", Body=b"payload")
     proxy = FlakyProxy(s3_server.endpoint)
@@ -189,7 +189,7 @@ def test_transient_5xx_is_retried(s3_server, aws_env, client):  # noqa: F811
         proxy.close()
 
 
-def test_s3_checkpoint_storage_for_training(s3_server, aws_env, tmp_path):  # noqa: F811
+def test_s3_checkpoint_storage_for_training(s3_server, aws_env, tmp_path):
     import io
 
     import torch
@@ -220,7 +220,7 @@ def test_local_checkpoint_storage_unchanged(tmp_path: Path):
 
 
 @pytest.mark.parametrize("client", ["obstore", "boto3"])
-def test_credentials_from_a_profile_file(s3_server, monkeypatch, tmp_path, client):  # noqa: F811
+def test_credentials_from_a_profile_file(s3_server, monkeypatch, tmp_path, client):
     """No AWS_* keys in the environment: the shared credentials file's profile is used."""
     bucket = s3_server.new_bucket()  # before the environment changes under boto3's default session
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
