@@ -280,7 +280,7 @@ def launch(cfg: Dict[str, Any], out_dir: Path) -> Optional[Dict[str, Any]]:
     # start in well under a second instead of paying torch's import each (spawn). The server
     # is a fresh interpreter, so forking from it is safe with CUDA; later sweep jobs reuse it.
     multiprocessing.set_forkserver_preload(["torch", "torchvision", "bench.trainer", "bench.distributed"])
-    reaper = SurvivorReaper(dist_cfg["nproc_per_node"])
+    reaper = SurvivorReaper(dist_cfg["nproc_per_node"], out_dir / "workers")
     try:
         returns = elastic_launch(config, worker_entry)(cfg, str(out_dir))
     except ChildFailedError as exc:
@@ -309,14 +309,17 @@ class SurvivorReaper:
 
     The elastic launcher gives survivors 30 s after SIGTERM, and a stopped (or wedged)
     process never acts on SIGTERM: without this a failed job could outlive its timeout.
+    Workers are known by the pid files they write (workers/rank<N>.pid), never by scanning
+    processes: a short-lived helper process must not count as a worker that ended.
     """
 
     GRACE_S = 2.0
 
-    def __init__(self, expected: int):
+    def __init__(self, expected: int, workers_dir: Path):
         import threading
 
-        self.expected = expected
+        self.expected, self.workers_dir = expected, workers_dir
+        self.started = time.time()
         self.first_gone: List[int] = []  # pids of the first worker(s) seen to end
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="bench-reaper", daemon=True)
@@ -330,17 +333,22 @@ class SurvivorReaper:
     def _watch(self) -> None:
         import psutil
 
-        me, workers = psutil.Process(), {}
+        workers: Dict[int, Any] = {}  # pid -> psutil.Process, or None when it was gone at first sight
         first_exit: Optional[float] = None
         # Polled often: which worker ends first tells the root cause from the ranks that failed
         # because of it (the launcher reports only one failure, often a peer's).
         while not self._stop.wait(0.05):
-            for child in _worker_processes(me):
-                workers.setdefault(child.pid, child)
-            alive = [w for w in workers.values() if _running(w)]
-            if not self.first_gone and len(alive) < len(workers):
-                self.first_gone = [pid for pid, w in workers.items() if w not in alive]
-            if len(workers) < self.expected or len(alive) == len(workers):
+            for pid in _fresh_worker_pids(self.workers_dir, self.started):
+                if pid not in workers:
+                    try:
+                        workers[pid] = psutil.Process(pid)
+                    except psutil.Error:
+                        workers[pid] = None
+            alive = [w for w in workers.values() if w is not None and _running(w)]
+            gone = [pid for pid, w in workers.items() if w is None or w not in alive]
+            if gone and not self.first_gone:
+                self.first_gone = gone
+            if len(workers) < self.expected or not gone:
                 continue
             first_exit = first_exit or time.monotonic()
             if alive and time.monotonic() - first_exit > self.GRACE_S:
@@ -352,21 +360,16 @@ class SurvivorReaper:
                         pass
 
 
-def _worker_processes(me: Any) -> List[Any]:
-    """This launcher's workers: children of its forkserver (or spawned children of its own)."""
-    import psutil
-
-    found = []
-    for child in me.children():
+def _fresh_worker_pids(workers_dir: Path, since: float) -> List[int]:
+    """Pids from this launch's pid files (older files are from an earlier run in the same dir)."""
+    pids = []
+    for pid_file in workers_dir.glob("rank*.pid"):
         try:
-            command = " ".join(child.cmdline())
-            if "forkserver" in command:
-                found.extend(child.children())
-            elif "--multiprocessing-fork" in command:
-                found.append(child)
-        except psutil.Error:
-            pass
-    return found
+            if pid_file.stat().st_mtime >= since - 1.0:
+                pids.append(int(pid_file.read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            pass  # being written right now: read on the next poll
+    return pids
 
 
 def _running(process: Any) -> bool:

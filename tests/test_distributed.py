@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -15,17 +14,13 @@ from pathlib import Path
 import psutil
 import pytest
 
+from bench.distributed import free_port
 from conftest import TINY, all_runs, bench_env, radix_metrics, run_bench, sqlite_uri
 
 QUIET = [*TINY, "benchmark.progress=false"]
 DDP2 = ["distributed=ddp", "distributed.nproc_per_node=2"]
 JOINED = re.compile(r"rank (\d+)/(\d+) \(pid (\d+)\) joined the process group")
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _error_lines(stderr: str) -> list:
@@ -195,7 +190,7 @@ def test_hung_worker_ends_the_job_within_the_timeout(tmp_path):
 def test_torchrun_ranks_join_and_rank0_reports(tmp_path):
     db = tmp_path / "mlflow.db"
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(_free_port()),
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
            "-m", "bench", *DDP2, f"hydra.run.dir={run_dir}", *QUIET]
     proc = subprocess.run(cmd, cwd=tmp_path, env=bench_env(sqlite_uri(db)), capture_output=True, text=True,
                           timeout=240)
@@ -218,7 +213,7 @@ def test_two_nodes_launched_by_bench_on_loopback(tmp_path):
     worker each, meet at rdzv_endpoint; node 0 holds rank 0 and alone reports and logs."""
     db = tmp_path / "mlflow.db"
     common = [*QUIET, "distributed=ddp", "distributed.nnodes=2", "distributed.nproc_per_node=1",
-              f"distributed.rdzv_endpoint=127.0.0.1:{_free_port()}", "distributed.timeout_s=60"]
+              f"distributed.rdzv_endpoint=127.0.0.1:{free_port()}", "distributed.timeout_s=60"]
     env = bench_env(sqlite_uri(db))
     follower = subprocess.Popen([sys.executable, "-m", "bench", *common, "distributed.node_rank=1",
                                  f"hydra.run.dir={tmp_path}/node1"], cwd=tmp_path, env=env,

@@ -7,7 +7,6 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import time
 import urllib.request
@@ -16,17 +15,13 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
+from bench.distributed import free_port
 from conftest import TINY, all_runs, bench_env, radix_metrics, run_bench
 
 QUIET = [*TINY, "benchmark.progress=false"]
 REPORT_FILES = {"report.csv", "report.md", "report.html", "throughput_vs_gpus.png", "scaling_efficiency.png",
                 "throughput_vs_batch.png", "step_time_distribution.png"}
 
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def _healthy(url: str) -> bool:
@@ -40,7 +35,7 @@ def _healthy(url: str) -> bool:
 @pytest.fixture(scope="module")
 def mlflow_server(tmp_path_factory):
     root = tmp_path_factory.mktemp("mlflow-server")
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     mlflow_cli = shutil.which("mlflow")
     assert mlflow_cli, "the mlflow command is not on PATH"
@@ -103,7 +98,7 @@ def test_ddp_sweep_lands_on_the_tracking_server(mlflow_server, tmp_path):
 
 
 def test_unreachable_server_keeps_ddp_results(tmp_path):
-    uri = f"http://127.0.0.1:{_free_port()}"  # nothing listens there
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     run_dir = tmp_path / "run"
     t0 = time.monotonic()
     proc = run_bench(tmp_path, [*QUIET, "distributed=ddp", "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}"],
