@@ -145,9 +145,12 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
     wrapped = _wrap_ddp(eager, cfg["distributed"], device) if ctx.distributed else eager
     model, compile_info = _maybe_compile(wrapped, cfg["compile"], cfg.get("compile_mode"))
     model.train()
-    step = make_step(model, optimizer, scheduler, policy)
-    if on_step is not None:
-        step = _calling_after(step, on_step)
+
+    def step_of(module: nn.Module) -> Callable:
+        step = make_step(module, optimizer, scheduler, policy)
+        return _calling_after(step, on_step) if on_step is not None else step
+
+    step = step_of(model)
 
     if compile_info["active"]:
         # torch.compile fails lazily, at the first call: try it once, outside the window.
@@ -156,9 +159,7 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
         except Exception as exc:  # noqa: BLE001
             log.warning("torch.compile failed at the first step (%s: %s); running eager", type(exc).__name__, exc)
             compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
-            step = make_step(wrapped, optimizer, scheduler, policy)
-            if on_step is not None:
-                step = _calling_after(step, on_step)
+            step = step_of(wrapped)
 
     for _ in range(warmup):
         step(*next(batches))
@@ -210,7 +211,8 @@ def _wrap_ddp(model: nn.Module, dist_cfg: Mapping[str, Any], device: torch.devic
 
 def _param_checksum(model: nn.Module) -> float:
     with torch.no_grad():
-        return float(sum(p.detach().double().sum().item() for p in model.parameters()))
+        # one device-to-host read, not one per tensor
+        return float(torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().item())
 
 
 def _deadline_passed(deadline: Optional[float], ctx: RankContext) -> bool:
@@ -252,8 +254,8 @@ def _measure(step: Callable, batches: Any, clock: StepClock, cfg: Mapping[str, A
         done += 1
         progress.update()
         # several ranks decide together, at log intervals only (a collective is a sync point)
-        timed_out = (done % log_every == 0 or done == planned) and _deadline_passed(deadline, ctx) \
-            if ctx.distributed else _deadline_passed(deadline, ctx)
+        at_sync_point = not ctx.distributed or done % log_every == 0 or done == planned
+        timed_out = at_sync_point and _deadline_passed(deadline, ctx)
         if done % steps_per_epoch == 0 or done == planned or timed_out:
             epoch_ends.append((len(clock) - 1, loss, optimizer.param_groups[0]["lr"]))
         if done % log_every == 0:
