@@ -1,0 +1,1 @@
+"""Reading results back and comparing runs: statistics, sweep tables, scaling, plots."""

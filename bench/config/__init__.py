@@ -1,0 +1,65 @@
+"""The config layer: the schema (one dataclass per group), loading a composed config into it,
+and composing one outside `python -m bench` (tools, tests). Torch-free.
+
+    config = load(cfg)            # a composed DictConfig -> a checked BenchConfig
+    config = compose("model=resnet18", "data.batch_size=8")   # the same, from overrides
+    as_plain(config)              # nested dict of plain values: files, MLflow params
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from enum import Enum
+from typing import Any, Dict
+
+from omegaconf import DictConfig, OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from bench.config.preflight import reject_unknown_keys
+from bench.config.schema import BenchConfig, Mode, register_configs
+from bench.errors import ConfigProblem
+
+__all__ = ["BenchConfig", "Mode", "as_plain", "compose", "load", "register_configs"]
+
+
+def load(cfg: DictConfig) -> BenchConfig:
+    """Check the keys, resolve every interpolation and build the typed config (each group's
+    __post_init__ runs here). Raises ConfigError / ConfigProblem: one sentence, exit 2."""
+    reject_unknown_keys(cfg, BenchConfig)
+    try:
+        config = OmegaConf.to_object(cfg)
+    except OmegaConfBaseException as exc:  # e.g. a ${...} that points nowhere
+        from bench.config.hydra_errors import one_line
+
+        raise ConfigProblem(one_line(exc)) from None
+    assert isinstance(config, BenchConfig)
+    return config
+
+
+def compose(*overrides: str) -> BenchConfig:
+    """The config `python -m bench <overrides>` would run (no Hydra run dir, no job)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    from bench import config_dir
+
+    register_configs()
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        return load(hydra_compose(config_name="config", overrides=list(overrides)))
+
+
+def as_plain(config: Any) -> Dict[str, Any]:
+    """A config object (or one group of it) as nested dicts of plain values, choices as strings."""
+
+    def plain(value: Any) -> Any:
+        if isinstance(value, Enum):
+            return value.value
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    tree = plain(dataclasses.asdict(config))
+    tree.pop("defaults", None)
+    return tree

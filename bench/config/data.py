@@ -1,0 +1,58 @@
+"""The `data` group: what the training loop reads (synthetic batches or a real dataset)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from bench.config.fields import Checks, Choice
+
+
+class DataName(Choice):
+    synthetic = "synthetic"  # one batch made once on the device
+    imagefolder = "imagefolder"  # JPEG/PNG files, one folder per class
+    cifar100 = "cifar100"  # the official CIFAR-100 python files
+    shards = "shards"  # pre-resized JPEG shards (python -m bench.data prepare)
+
+
+class Split(Choice):
+    train = "train"  # random-resized crop + flip
+    val = "val"  # resize + center crop
+
+
+class Decoder(Choice):
+    simplejpeg = "simplejpeg"  # libjpeg-turbo with DCT-domain downscaling
+    pil = "pil"
+
+
+@dataclass
+class DataConfig(Checks):
+    KEY = "data"
+    name: DataName = DataName.synthetic
+    batch_size: int = 128  # per process (the global batch with distributed.scaling=strong)
+    image_size: int = 224
+    num_classes: int = 1000
+    # real data (ignored by synthetic): a directory, or s3://bucket/prefix for shards
+    root: Optional[str] = None
+    split: Split = Split.train
+    num_workers: Optional[int] = None  # DataLoader workers; null: this rank's share of the CPUs, <= 8
+    pin_memory: bool = True  # page-locked batches for async host-to-GPU copies (CUDA only)
+    persistent_workers: bool = True  # keep workers between epochs (map-style datasets)
+    prefetch_factor: int = 4  # batches each worker prepares ahead
+    strict: bool = False  # a corrupt image stops the run (false: skipped and counted)
+    decoder: Decoder = Decoder.simplejpeg
+
+    @property
+    def synthetic(self) -> bool:
+        return self.name == DataName.synthetic
+
+    def __post_init__(self) -> None:
+        self.positive("batch_size", "image_size", "num_classes", "prefetch_factor")
+        self.non_negative("num_workers", optional=True)
+        if self.synthetic:
+            return
+        if not self.root:
+            where = "a directory or s3://bucket/prefix" if self.name == DataName.shards else "a directory"
+            self._fail("root", f"{where} holding the {self.name} dataset")
+        if self.root.startswith("s3://") and self.name != DataName.shards:
+            self._fail("root", f"a local directory for data={self.name} (s3:// is read by data=shards)")

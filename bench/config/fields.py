@@ -1,0 +1,72 @@
+"""Building blocks of the schema: closed choices as Enums, and the range checks that each
+group's `__post_init__` runs on its own fields.
+
+OmegaConf types a field with an Enum (it refuses `Literal`), so a value outside the choices
+fails when it is set, naming the key and the choices. `Choice` members are also strings, so
+code compares them with plain names (`cfg.data.name == "synthetic"`) and they print as their
+value. Checks raise `ConfigError(key, value, accepted)`; the key is the full dotted path,
+taken from the group's `KEY` class attribute.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+from typing import Any, Iterable, Optional
+
+from bench.errors import ConfigError
+
+
+class Choice(str, Enum):
+    """A closed set of option names; a member is equal to, and prints as, its name."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def names(cls) -> list:
+        return [member.value for member in cls]
+
+
+def accepted_choices(options: Iterable[Any], optional: bool = False) -> str:
+    shown = [str(o) for o in options] + (["null"] if optional else [])
+    return "one of " + ", ".join(shown)
+
+
+class Checks:
+    """Mixin for a group's dataclass: `KEY` is the group's dotted path ("data", "storage.workload")."""
+
+    KEY = ""
+
+    def _key(self, name: str) -> str:
+        return f"{self.KEY}.{name}" if self.KEY else name
+
+    def _error(self, name: str, accepted: str, value: Any = ...) -> ConfigError:
+        return ConfigError(self._key(name), getattr(self, name) if value is ... else value, accepted)
+
+    def _fail(self, name: str, accepted: str, value: Any = ...) -> None:
+        raise self._error(name, accepted, value)
+
+    def positive(self, *names: str, optional: bool = False, integer: bool = True) -> None:
+        for name in names:
+            value: Optional[float] = getattr(self, name)
+            if isinstance(value, str) or (optional and value is None):  # str: an unresolved ${...} default
+                continue
+            if value is None or value <= 0:
+                kind = "a positive integer" if integer else "a positive number"
+                self._fail(name, kind + (" or null" if optional else ""))
+
+    def non_negative(self, *names: str, optional: bool = False) -> None:
+        for name in names:
+            value = getattr(self, name)
+            if isinstance(value, str) or (optional and value is None):
+                continue
+            if value is None or value < 0:
+                self._fail(name, "a number >= 0" + (" or null" if optional else ""))
+
+    def between(self, name: str, low: float, high: float, accepted: str, *, include_low: bool = False,
+                include_high: bool = False) -> None:
+        value = getattr(self, name)
+        above = value >= low if include_low else value > low
+        below = value <= high if include_high else value < high
+        if not (above and below):
+            self._fail(name, accepted)

@@ -1,0 +1,92 @@
+"""Hydra's and OmegaConf's composition errors, reworded into bench's one sentence.
+
+Hydra reports a bad override over several lines (the message, then OmegaConf's cause with
+`full_key`, `reference_type`, ...). bench says the same in one line, in the form of every
+other config error: `<key>=<value> is not valid: accepted <what>.`
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import re
+import typing
+from typing import Any, List, Optional
+
+from bench.errors import ConfigError
+
+_MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
+_AVAILABLE = re.compile(r"Available options in '[^']+':\n((?:\t.*\n?)+)")
+_FULL_KEY = re.compile(r"full_key: (\S+)")
+_ENUM = re.compile(r"Invalid value '(.*)', expected one of \[(.*)\]")
+_CONVERT = re.compile(r"Value '(.*?)' (?:of type '\w+' )?could not be converted to (\w+)")
+_BOOL = re.compile(r"Value '(.*)' is not a valid bool")
+_NOT_A_KEY = re.compile(r"Key '([^']+)' not in")
+_APPEND_HINT = re.compile(r"use \+(\S+?)=(.*)$", re.MULTILINE)
+_TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "String": "a string"}
+
+
+def one_line(exc: BaseException) -> str:
+    """The sentence to show for a composition or resolution error."""
+    text = str(exc)
+    cause = str(exc.__cause__) if exc.__cause__ is not None else ""
+    missing = _MISSING_OPTION.search(text)
+    if missing:
+        group, option = missing.groups()
+        choices = _AVAILABLE.search(text)
+        names = [n.strip() for n in choices.group(1).splitlines() if n.strip()] if choices else []
+        key = f"+{group}" if group == "experiment" else group
+        return str(ConfigError(key, option, "one of " + ", ".join(names) if names else f"an option in conf/{group}/"))
+    appended = _APPEND_HINT.search(text)  # "Could not override 'data.x'. To append ... use +data.x=8"
+    reworded = _value_error(cause or text, appended.group(2) if appended else None)
+    if reworded:
+        return reworded
+    if "Interpolation" in text or "Interpolation" in cause:
+        where = _FULL_KEY.search(text + cause)
+        return f"the config could not be resolved: {_first_line(text)}" + (f" (at {where.group(1)})" if where else "")
+    if text.startswith("Ambiguous value"):
+        return f"{_first_line(text)}: to sweep over it add -m (--multirun); for a list write key=[a,b]"
+    if "no viable alternative" in text or "mismatched input" in text or "extraneous input" in text:
+        return f"a command-line override could not be parsed ({_first_line(text)}): see " \
+               "https://hydra.cc/docs/advanced/override_grammar/basic"
+    detail = _first_line(text) + (f" ({_first_line(cause)})" if cause else "")
+    return f"the config could not be composed: {detail}"
+
+
+def _value_error(text: str, given: Optional[str]) -> Optional[str]:
+    key_match = _FULL_KEY.search(text)
+    key = key_match.group(1) if key_match else None
+    if key is None:
+        return None
+    enum = _ENUM.search(text)
+    if enum:
+        return str(ConfigError(key, enum.group(1), "one of " + enum.group(2)))
+    converted = _CONVERT.search(text)
+    if converted:
+        return str(ConfigError(key, converted.group(1), _TYPE_WORDS.get(converted.group(2), converted.group(2))))
+    boolean = _BOOL.search(text)
+    if boolean:
+        return str(ConfigError(key, boolean.group(1), "true or false"))
+    if _NOT_A_KEY.search(text):
+        return str(unknown_key(key, given))
+    return None
+
+
+def unknown_key(dotted: str, value: Any = None) -> ConfigError:
+    """`data.batch_sise` -> the ConfigError naming the group's keys and the closest one."""
+    from bench.config.schema import BenchConfig
+
+    *path, leaf = dotted.split(".")
+    schema: Any = BenchConfig
+    for part in path:
+        hint = typing.get_type_hints(schema).get(part) if dataclasses.is_dataclass(schema) else None
+        schema = hint if dataclasses.is_dataclass(hint) else None
+    names: List[str] = [f.name for f in dataclasses.fields(schema)] if schema else []
+    close = difflib.get_close_matches(leaf, names, n=1)
+    group = ".".join(path) or "the config"
+    prefix = ".".join(path) + "." if path else ""
+    return ConfigError(dotted, value, f"a key of {group}" + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+
+
+def _first_line(text: str) -> str:
+    return next((line.strip() for line in text.splitlines() if line.strip()), "")

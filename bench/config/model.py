@@ -1,0 +1,22 @@
+"""The `model` group: which architecture, sized by the data group (interpolated)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from bench.config.fields import Checks
+
+
+@dataclass
+class ModelConfig(Checks):
+    KEY = "model"
+    # A torchvision classification model (torchvision.models.list_models()) or one of bench's
+    # own (bench.train.models): checked against that registry before the run starts.
+    arch: str = "resnet50"
+    num_classes: int = "${data.num_classes}"  # type: ignore[assignment]
+    image_size: int = "${data.image_size}"  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if not self.arch:
+            self._fail("arch", "a model name such as resnet50")
+        self.positive("num_classes", "image_size")

@@ -1,0 +1,38 @@
+"""The `optimizer` group: which torch optimizer and its hyper-parameters (bench.train.optim)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from bench.config.fields import Checks, Choice
+
+
+class OptimizerName(Choice):
+    sgd = "sgd"
+    adam = "adam"
+    adamw = "adamw"
+    adagrad = "adagrad"
+    adadelta = "adadelta"
+
+
+@dataclass
+class OptimizerConfig(Checks):
+    KEY = "optimizer"
+    name: OptimizerName = OptimizerName.sgd
+    lr: float = 0.1
+    weight_decay: float = 1e-4
+    momentum: float = 0.9  # sgd
+    nesterov: bool = False  # sgd
+    betas: List[float] = field(default_factory=lambda: [0.9, 0.999])  # adam, adamw
+    eps: float = 1e-8
+    # no weight decay on 1-D parameters (biases, normalisation scales and shifts)
+    exclude_bn_bias_from_wd: bool = False
+    # fused/foreach kernels: null lets bench pick (fused on CUDA where torch has them)
+    fused: Optional[bool] = None
+
+    def __post_init__(self) -> None:
+        self.positive("lr", integer=False)
+        self.non_negative("weight_decay", "momentum")
+        if len(self.betas) != 2:
+            self._fail("betas", "a list of two numbers, e.g. [0.9, 0.999]", list(self.betas))

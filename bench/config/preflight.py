@@ -1,0 +1,36 @@
+"""What the schema cannot check on its own, before any run state exists.
+
+Hydra lets `+key=value` add keys the schema does not have (and `OmegaConf.to_object` drops
+them without a word), so a typo like `+benchmark.warmup_step=5` would pass silently: this
+walks the composed config against the schema first. The checks that need the world outside
+the config (the dataset on disk, the device, the model registry) belong to the scenario
+that needs them: see `Scenario.preflight` (bench.scenarios).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import typing
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf
+
+from bench.errors import ConfigError
+
+
+def reject_unknown_keys(cfg: DictConfig, schema: type, prefix: str = "") -> None:
+    hints = typing.get_type_hints(schema)
+    names = [f.name for f in dataclasses.fields(schema)]
+    for key in cfg.keys():
+        key = str(key)
+        if key == "defaults":
+            continue
+        if key not in names:
+            close = difflib.get_close_matches(key, names, n=1)
+            where = f"a key of {prefix.rstrip('.') or 'the config'}"
+            value = OmegaConf.to_container(cfg, resolve=False).get(key)
+            raise ConfigError(prefix + key, value, where + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+        child: Any = cfg._get_node(key)
+        if dataclasses.is_dataclass(hints.get(key)) and isinstance(child, DictConfig):
+            reject_unknown_keys(child, hints[key], f"{prefix}{key}.")

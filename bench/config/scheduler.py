@@ -1,0 +1,48 @@
+"""The `scheduler` group: the learning-rate schedule, stepped once per optimizer step
+(bench.train.schedules)."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+from bench.config.fields import Checks, Choice
+
+log = logging.getLogger("bench")
+
+
+class SchedulerName(Choice):
+    constant = "constant"
+    multistep = "multistep"  # x gamma at each milestone
+    cosine = "cosine"  # cosine decay to min_lr
+    onecycle = "onecycle"  # torch OneCycleLR
+
+
+@dataclass
+class SchedulerConfig(Checks):
+    KEY = "scheduler"
+    name: SchedulerName = SchedulerName.constant
+    lr_warmup_steps: int = 0  # linear warm-up from warmup_start_factor x lr, in optimizer steps
+    warmup_start_factor: float = 0.01
+    milestones: List[int] = field(default_factory=list)  # multistep, in optimizer steps
+    gamma: float = 0.1  # multistep
+    min_lr: float = 0.0  # cosine floor
+    pct_start: float = 0.3  # onecycle: share of the run spent rising
+    scale_lr: bool = False  # the linear scaling rule: lr x global_batch / 256
+    # Deprecated spelling of lr_warmup_steps (it read like benchmark.warmup_steps); kept one release.
+    warmup_steps: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps is not None:
+            log.warning("scheduler.warmup_steps is deprecated: use scheduler.lr_warmup_steps (same meaning; "
+                        "benchmark.warmup_steps is the unmeasured steps before the window)")
+            self.lr_warmup_steps, self.warmup_steps = self.warmup_steps, None
+        self.non_negative("lr_warmup_steps", "min_lr")
+        self.between("warmup_start_factor", 0, 1, "a number in [0, 1]", include_low=True, include_high=True)
+        if self.name == SchedulerName.multistep:
+            milestones = list(self.milestones)
+            if not milestones or any(m <= 0 for m in milestones) or milestones != sorted(milestones):
+                self._fail("milestones", "a non-empty increasing list of positive step numbers", milestones)
+        if self.name == SchedulerName.onecycle:
+            self.between("pct_start", 0, 1, "a number between 0 and 1")

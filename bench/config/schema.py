@@ -1,0 +1,68 @@
+"""The whole config of a run: one typed field per group, the top-level keys, the rules that
+span groups, and its registration in Hydra's ConfigStore.
+
+This schema is the one source of every key's type, choices, range and default: conf/*.yaml
+hold only what an option changes, and `OmegaConf.to_object` builds these dataclasses once
+per run, running each group's `__post_init__` checks. Torch-free.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+
+from bench.config.data import DataConfig
+from bench.config.distributed import DistributedConfig, Scaling
+from bench.config.fields import Checks, Choice
+from bench.config.model import ModelConfig
+from bench.config.optimizer import OptimizerConfig
+from bench.config.precision import PrecisionConfig
+from bench.config.run import BenchmarkConfig, TrackingConfig, TrainConfig
+from bench.config.scheduler import SchedulerConfig
+from bench.config.storage import StorageConfig
+
+
+class Mode(Choice):
+    """The scenario a run measures (bench.scenarios)."""
+
+    train = "train"  # training throughput
+    storage = "storage"  # the storage benchmark: emulated accelerators read a dataset
+
+
+@dataclass
+class BenchConfig(Checks):
+    defaults: List[Any] = field(default_factory=list)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    precision: PrecisionConfig = field(default_factory=PrecisionConfig)
+    optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
+    scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)
+    storage: StorageConfig = field(default_factory=StorageConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
+    tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    mode: Mode = Mode.train
+    allow_cpu: bool = False  # refuse to "benchmark" a CPU by accident
+    seed: int = 0
+    cudnn_benchmark: bool = True
+    compile: bool = False  # torch.compile; falls back to eager (and says so) if it fails
+    compile_mode: Optional[str] = None  # passed to torch.compile(mode=...)
+    cpu_threads: Optional[int] = None  # torch.set_num_threads; null keeps torch's default
+
+    def __post_init__(self) -> None:
+        self.positive("cpu_threads", optional=True)
+        world = self.distributed.world_size
+        if self.distributed.scaling == Scaling.strong and self.data.batch_size % world:
+            raise self.data._error("batch_size", f"a multiple of the process count ({world}) with "
+                                   "distributed.scaling=strong (it is the global batch, split evenly over the processes)")
+        if self.mode == Mode.storage or self.storage.save_checkpoint:
+            self.storage.check_bucket()
+
+
+def register_configs() -> None:
+    """Store the schema; conf/config.yaml lists it first in its defaults, so every group option
+    is merged into (and type-checked by) these dataclasses."""
+    ConfigStore.instance().store(name="bench_schema", node=BenchConfig)

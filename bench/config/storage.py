@@ -1,0 +1,134 @@
+"""The `storage` group: where checkpoints, shards and the storage benchmark's dataset live
+(bench.storage), and the workload the storage benchmark emulates (bench.iobench).
+
+S3 credentials have no key here on purpose: they come from the AWS environment or profile
+only, since the config is saved in .hydra/ and logged to MLflow."""
+
+from __future__ import annotations
+
+import logging
+import re
+from dataclasses import dataclass, field
+from typing import Optional
+from urllib.parse import urlparse
+
+from bench.config.fields import Checks, Choice
+
+log = logging.getLogger("bench")
+
+# Loose on purpose: AWS wants 3-63 lowercase characters, but some S3-compatible stores take
+# other names; the server has the last word (and its refusal is one clear line too).
+BUCKET_NAME = re.compile(r"^[^/\s]+$")
+
+
+class StorageName(Choice):
+    local = "local"  # a local directory
+    s3 = "s3"  # an S3 bucket (AWS, MinIO, Ceph, ...)
+
+
+class S3Client(Choice):
+    obstore = "obstore"  # Rust object_store: the fastest and leanest here
+    s3torchconnector = "s3torchconnector"  # the AWS CRT client (pip install 'bench[s3torch]')
+    boto3 = "boto3"
+
+
+class PrepareMode(Choice):
+    auto = "auto"  # reuse a dataset whose manifest matches the workload, else write it
+    always = "always"
+    never = "never"  # a missing or different dataset is an error
+
+
+class RecordFormat(Choice):
+    raw = "raw"  # records back to back (TFRecord-like)
+    npz = "npz"  # a numpy archive, decoded with np.load on read
+
+
+@dataclass
+class StorageWorkloadConfig(Checks):
+    """What the storage benchmark (mode=storage) emulates, in MLPerf Storage / DLIO terms."""
+
+    KEY = "storage.workload"
+    name: str = "custom"  # a label for reports (the presets name their workload)
+    num_files: int = 16
+    samples_per_file: int = 8
+    record_size: int = 65536  # bytes per sample
+    record_size_stdev: int = 0  # per-file record sizes drawn from N(record_size, stdev)
+    format: RecordFormat = RecordFormat.raw
+    batch_size: int = 4  # samples per step of one simulated accelerator
+    read_threads: int = 4  # reader threads per simulated accelerator
+    prefetch: int = 2  # batches read ahead of the emulated compute
+    computation_time: float = 0.0  # seconds of emulated compute per batch; 0 = the I/O ceiling
+    epochs: int = 1
+    max_steps: Optional[int] = None  # stop each accelerator after this many steps
+    shuffle: bool = True  # file order shuffled per epoch (seeded)
+    seed: int = 0
+    au_threshold: float = 0.9  # accelerator-utilization pass mark
+    checkpoint_size_mb: float = 16.0  # checkpoint phase size; 0 skips the phase
+
+    def __post_init__(self) -> None:
+        self.positive("num_files", "samples_per_file", "record_size", "batch_size", "read_threads", "epochs")
+        self.positive("max_steps", optional=True)
+        self.non_negative("record_size_stdev", "prefetch", "computation_time", "checkpoint_size_mb")
+        self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", include_high=True)
+
+
+@dataclass
+class StorageConfig(Checks):
+    KEY = "storage"
+    name: StorageName = StorageName.local
+    # local: a directory (null: the run's output directory)
+    root: Optional[str] = None
+    save_checkpoint: bool = False  # training: write a checkpoint after the measured window
+    checkpoint_name: str = "checkpoint.pt"
+    fsync: bool = True
+    # local reads bypass the page cache (O_DIRECT, or fadvise DONTNEED where O_DIRECT is refused)
+    direct_io: bool = False
+    # s3: null endpoint = AWS; http(s)://host:port for MinIO, Ceph, moto ...
+    endpoint: Optional[str] = None
+    bucket: Optional[str] = None
+    prefix: str = ""
+    region: str = "us-east-1"
+    client: S3Client = S3Client.obstore
+    max_attempts: int = 5  # tries per request (5xx, throttling, timeouts retried with backoff)
+    timeout_s: float = 60.0  # per request
+    connect_timeout_s: float = 5.0
+    # the storage benchmark (mode=storage)
+    dataset_dir: str = "iobench-dataset"  # under root (local) or prefix (s3)
+    prepare: PrepareMode = PrepareMode.auto
+    prepare_workers: int = 4
+    accelerators: int = 1  # simulated accelerators: one reader process each, on its own files
+    workload: StorageWorkloadConfig = field(default_factory=StorageWorkloadConfig)
+    # Deprecated spelling of accelerators (it read like storage.client, the S3 library); kept one release.
+    clients: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        if self.clients is not None:
+            log.warning("storage.clients is deprecated: use storage.accelerators (same meaning: simulated "
+                        "accelerators; storage.client is the S3 library)")
+            self.accelerators, self.clients = self.clients, None
+        self.positive("accelerators", "prepare_workers", "max_attempts")
+        self.positive("timeout_s", "connect_timeout_s", integer=False)
+        if self.accelerators > self.workload.num_files:
+            self._fail("accelerators", f"at most storage.workload.num_files={self.workload.num_files} "
+                                       "(each simulated accelerator reads its own files)")
+        if not self.dataset_dir.strip("/"):
+            self._fail("dataset_dir", "a non-empty relative path")
+        if self.name == StorageName.s3:
+            self._check_endpoint()
+
+    def _check_endpoint(self) -> None:
+        if self.endpoint is None:
+            return
+        parsed = urlparse(self.endpoint)
+        if parsed.username or parsed.password:
+            # the config is logged to MLflow and saved in .hydra/: credentials come from AWS_* / the profile
+            self._fail("endpoint", "a URL without user:password (set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
+                                   "or AWS_PROFILE instead)", "<hidden: it carries credentials>")
+        if parsed.scheme not in ("http", "https") or not parsed.hostname:
+            self._fail("endpoint", "an http:// or https:// URL such as http://minio:9000, or null for AWS")
+
+    def check_bucket(self) -> None:
+        """storage=s3 with something to store (the storage benchmark, or checkpoints) needs a bucket."""
+        if self.name == StorageName.s3 and not BUCKET_NAME.match(self.bucket or ""):
+            self._fail("bucket", "a bucket name (no '/': put paths in storage.prefix) with storage=s3 "
+                                 "(mode=storage or storage.save_checkpoint=true)")

@@ -1,0 +1,84 @@
+"""Every error bench tells a user about, and the exit code it ends with.
+
+One hierarchy: the app catches `BenchError` once, prints `[ERROR] <str(exc)>` (one sentence,
+no traceback) and exits with `exc.exit_code`. Anything else that escapes a run is a bug or an
+environment failure and ends as "run failed" (exit 1) with the traceback in error.txt.
+Torch-free and import-free: every layer may raise these.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+EXIT_FAILED = 1  # the run started and failed
+EXIT_CONFIG = 2  # the config, the data location or the device cannot run this
+EXIT_SIGINT = 130  # Ctrl-C (128 + SIGINT)
+EXIT_SIGTERM = 143  # terminated (128 + SIGTERM)
+
+SECRET_MARKERS = ("secret", "password", "token", "access_key", "credential", "api_key")
+
+
+def looks_secret(key: str) -> bool:
+    """A config key or environment variable whose value must never be shown or logged."""
+    lowered = key.lower()
+    return any(marker in lowered for marker in SECRET_MARKERS)
+
+
+class BenchError(Exception):
+    """An error with one sentence for the user (str()) and the exit code it ends the run with."""
+
+    exit_code = EXIT_FAILED
+
+
+class ConfigError(BenchError, ValueError):
+    """A config value that cannot work: names the key, the value and what is accepted."""
+
+    exit_code = EXIT_CONFIG
+
+    def __init__(self, key: str, value: Any, accepted: str):
+        self.key, self.value, self.accepted = key, value, accepted
+        shown = "<hidden>" if looks_secret(key) else repr(value)
+        super().__init__(f"{key}={shown} is not valid: accepted {accepted}.")
+
+
+class ConfigProblem(BenchError, ValueError):
+    """A config that cannot be used for a reason that is not one key's value (a file that is
+    not there, a syntax error in an override); str() is the sentence shown."""
+
+    exit_code = EXIT_CONFIG
+
+
+class DeviceError(BenchError):
+    """No usable device for the requested run (no CUDA and allow_cpu=false, too few GPUs)."""
+
+    exit_code = EXIT_CONFIG
+
+
+class DataError(BenchError):
+    """A dataset that cannot be read as configured; names the path and what was expected."""
+
+
+class StorageError(BenchError):
+    """An object store that cannot be used: names the endpoint, the bucket and the reason."""
+
+
+class WorkerFailure(BenchError):
+    """A launched worker died, hung past the timeout, or raised; names the rank and why."""
+
+
+class ReportError(BenchError):
+    """A sweep that cannot be read by the report."""
+
+    exit_code = EXIT_CONFIG
+
+
+class Interrupted(BaseException):
+    """SIGTERM/SIGINT during a run: raised in the main thread so the run ends KILLED."""
+
+    def __init__(self, signal_name: str):
+        self.signal_name = signal_name
+        super().__init__(f"terminated by signal {signal_name}")
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_SIGINT if self.signal_name == "SIGINT" else EXIT_SIGTERM
