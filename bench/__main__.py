@@ -1,4 +1,5 @@
-"""`python -m bench`: the Hydra entry point. Thin on purpose: compose, then hand over to bench.app."""
+"""`python -m bench`: the Hydra entry point. Thin on purpose: compose, then hand over to
+bench.app. Import-light: `--cfg job` and `--help` load neither torch nor mlflow."""
 
 import sys
 
@@ -6,7 +7,8 @@ import hydra
 from omegaconf import DictConfig
 
 from bench import config_dir
-from bench.schema import register_configs
+from bench.config.hydra_errors import reporting_one_line
+from bench.config.schema import register_configs
 
 register_configs()
 
@@ -15,13 +17,14 @@ register_configs()
 def main(cfg: DictConfig) -> int:
     from bench.app import run_from_hydra  # heavy imports (torch, mlflow) start here
 
-    return run_from_hydra(cfg)  # a multirun job's exit code reaches bench.sweep's on_job_end
+    return run_from_hydra(cfg)  # a multirun job's exit code reaches the sweep callback
 
 
 def cli() -> None:
-    """The console script: a multirun exits with the number of jobs that failed."""
-    main()
-    from bench.sweep import failed_jobs
+    """The console script: a bad override is one [ERROR] line (exit 2); a multirun exits with
+    the number of jobs that failed."""
+    reporting_one_line(main)
+    from bench.tracking.sweep import failed_jobs
 
     if failed_jobs():
         sys.exit(min(failed_jobs(), 100))

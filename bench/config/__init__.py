@@ -43,9 +43,17 @@ def compose(*overrides: str) -> BenchConfig:
 
     from bench import config_dir
 
+    from hydra.errors import HydraException
+
+    from bench.config.hydra_errors import one_line
+
     register_configs()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        return load(hydra_compose(config_name="config", overrides=list(overrides)))
+        try:
+            composed = hydra_compose(config_name="config", overrides=list(overrides))
+        except (HydraException, OmegaConfBaseException) as exc:
+            raise ConfigProblem(one_line(exc)) from None
+        return load(composed)
 
 
 def as_plain(config: Any) -> Dict[str, Any]:

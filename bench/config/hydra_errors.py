@@ -9,11 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import os
 import re
+import sys
 import typing
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
-from bench.errors import ConfigError
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from bench.errors import EXIT_CONFIG, ConfigError
 
 _MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
 _AVAILABLE = re.compile(r"Available options in '[^']+':\n((?:\t.*\n?)+)")
@@ -90,3 +95,21 @@ def unknown_key(dotted: str, value: Any = None) -> ConfigError:
 
 def _first_line(text: str) -> str:
     return next((line.strip() for line in text.splitlines() if line.strip()), "")
+
+
+def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
+    """Run a @hydra.main function; a composition error (bad override, unknown option, wrong
+    type) becomes one `[ERROR]` line and exit 2 instead of Hydra's multi-line report.
+
+    Hydra raises such errors instead of printing them when HYDRA_FULL_ERROR=1; a user who
+    sets it gets Hydra's own full report, as documented."""
+    if os.environ.get("HYDRA_FULL_ERROR") == "1":
+        return hydra_main()
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        return hydra_main()
+    except (HydraException, OmegaConfBaseException) as exc:
+        print(f"[ERROR] {one_line(exc)}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_CONFIG)
+    finally:
+        os.environ.pop("HYDRA_FULL_ERROR", None)

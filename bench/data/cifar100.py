@@ -9,13 +9,15 @@ from __future__ import annotations
 
 import os
 import pickle
-from typing import Any, Iterator, List, Mapping, Tuple
+from typing import Iterator, List, Tuple
 
 import numpy as np
 import torch
 
-from bench.data import Batch
-from bench.data.layout import DataError, check_class_count, cifar_file
+from bench.data.registry import Batch
+from bench.config.data import DataConfig
+from bench.config.storage import StorageConfig
+from bench.data.layout import check_class_count, cifar_file
 from bench.data.loader import (
     BatchDataset,
     DeviceBatches,
@@ -27,6 +29,7 @@ from bench.data.loader import (
     resolve_workers,
 )
 from bench.data.transforms import resize_batch_into
+from bench.errors import DataError
 
 NATIVE = 32
 PAD = 4
@@ -85,14 +88,14 @@ class Cifar100Batches(BatchDataset):
         return images, labels, [], release
 
 
-def cifar100_batches(cfg: Mapping[str, Any], device: torch.device, memory_format: torch.memory_format,
-                     seed: int, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
-    images, labels, names = load_cifar100(cfg["root"], cfg["split"])
+def cifar100_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
+                     rank: int = 0, world_size: int = 1, storage: StorageConfig | None = None) -> Iterator[Batch]:
+    images, labels, names = load_cifar100(cfg.root, cfg.split)
     classes = max(len(names), int(labels.max()) + 1)
-    check_class_count(classes, cfg["root"], cfg["num_classes"])
-    train = cfg["split"] == "train"
-    dataset = Cifar100Batches(images, labels, cfg["image_size"], train, seed, rank)
-    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, cfg["root"])
+    check_class_count(classes, cfg.root, cfg.num_classes)
+    train = cfg.split == "train"
+    dataset = Cifar100Batches(images, labels, cfg.image_size, train, seed, rank)
+    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, cfg.root)
     loader = make_loader(dataset, cfg, device, batch_sampler)
     facts = {"dataset_size": len(images), "dataset_classes": classes, "data_workers": resolve_workers(cfg)}
     return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)

@@ -3,12 +3,14 @@ label order), decoded and augmented in DataLoader workers straight into uint8 ba
 
 from __future__ import annotations
 
-from typing import Any, Iterator, List, Mapping
+from typing import Iterator, List
 
 import numpy as np
 import torch
 
-from bench.data import Batch
+from bench.config.data import DataConfig
+from bench.config.storage import StorageConfig
+from bench.data.registry import Batch
 from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder
 from bench.data.loader import (
     BatchDataset,
@@ -43,13 +45,13 @@ class ImageFolderBatches(BatchDataset):
         return fill_batch(len(indices), self.size, self.load, indices, len(self.paths), self.paths.__getitem__)
 
 
-def imagefolder_batches(cfg: Mapping[str, Any], device: torch.device, memory_format: torch.memory_format,
-                        seed: int, rank: int = 0, world_size: int = 1) -> Iterator[Batch]:
-    base = imagefolder_base(cfg["root"], cfg["split"])
+def imagefolder_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
+                        rank: int = 0, world_size: int = 1, storage: StorageConfig | None = None) -> Iterator[Batch]:
+    base = imagefolder_base(cfg.root, cfg.split)
     classes, paths, labels = scan_image_folder(base)
-    check_class_count(len(classes), base, cfg["num_classes"])
-    train = cfg["split"] == "train"
-    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg["image_size"], train, cfg["decoder"],
+    check_class_count(len(classes), base, cfg.num_classes)
+    train = cfg.split == "train"
+    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg.image_size, train, cfg.decoder,
                                  seed, rank)
     batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, base)
     loader = make_loader(dataset, cfg, device, batch_sampler)

@@ -1,21 +1,21 @@
 """Where each data option finds its files, and the one-sentence error when they are not there.
 
-Torch-free: bench.validate calls these checks before any model or MLflow run exists, and the
-loaders call them again (they can be used without the app, e.g. by `python -m bench.data`).
+Torch-free: the training scenario's preflight runs the `check_*` functions (through
+bench.data.registry) before any model or MLflow run exists, and the loaders call the finders
+again (they can be used without the app, e.g. by `python -m bench.data`).
 """
 
 from __future__ import annotations
 
 import os
-from typing import Any, List, Mapping, Tuple
+from typing import List, Tuple
+
+from bench.config.data import DataConfig
+from bench.errors import DataError
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".ppm", ".tif", ".tiff")
 CIFAR_SPLIT_FILES = {"train": "train", "val": "test"}
 SHARD_META = "meta.json"
-
-
-class DataError(Exception):
-    """A dataset that cannot be read as configured; str() is the one sentence shown to the user."""
 
 
 def imagefolder_base(root: str, split: str) -> str:
@@ -77,7 +77,6 @@ def shard_split_key(split: str) -> str:
 
 
 def check_local_shards(root: str, split: str) -> None:
-    """Local shard roots only (s3:// ones are checked when opened, through the object store)."""
     if not os.path.isdir(root):
         raise DataError(f"data.root={root!r} does not exist: expected shards written by "
                         "`python -m bench.data prepare --src <image folder> --dst <dir>`")
@@ -86,13 +85,16 @@ def check_local_shards(root: str, split: str) -> None:
                         "`python -m bench.data prepare` (is data.split right?)")
 
 
-def check_dataset_location(data: Mapping[str, Any]) -> None:
-    """The cheap filesystem checks of a data group (listing directories, no file reads)."""
-    name, root, split = data["name"], data["root"], data["split"]
-    if name == "imagefolder":
-        base = imagefolder_base(root, split)
-        check_class_count(len(class_folders(base)), base, data["num_classes"])
-    elif name == "cifar100":
-        cifar_file(root, split)
-    elif name == "shards" and not root.startswith("s3://"):
-        check_local_shards(root, split)
+def check_imagefolder(data: DataConfig) -> None:
+    base = imagefolder_base(data.root, data.split)
+    check_class_count(len(class_folders(base)), base, data.num_classes)
+
+
+def check_cifar100(data: DataConfig) -> None:
+    cifar_file(data.root, data.split)
+
+
+def check_shards(data: DataConfig) -> None:
+    """Local shard roots only (s3:// ones are checked when opened, through the object store)."""
+    if not data.root.startswith("s3://"):
+        check_local_shards(data.root, data.split)

@@ -22,7 +22,6 @@ from typing import (
     Iterable,
     Iterator,
     List,
-    Mapping,
     Optional,
     Tuple,
 )
@@ -37,8 +36,9 @@ from torch.utils.data import (
     get_worker_info,
 )
 
-from bench.data.layout import DataError
-from bench.data.transforms import normalize_into
+from bench.config.data import DataConfig
+from bench.errors import DataError
+from bench.data.transforms import CorruptImage, normalize_into
 
 log = logging.getLogger(__name__)
 
@@ -50,11 +50,11 @@ MAX_WARNINGS = 10  # skipped-image warnings logged per run (all are counted)
 OUTPUT_RING = 3  # float32 output batches kept for reuse on the CPU
 
 
-def resolve_workers(cfg: Mapping[str, Any]) -> int:
+def resolve_workers(cfg: DataConfig) -> int:
     """data.num_workers, or (null) this process's share of the CPUs it may run on, at most 8:
     the CPUs are split between the ranks of this node (LOCAL_WORLD_SIZE, set by torch's launcher)."""
-    if cfg["num_workers"] is not None:
-        return int(cfg["num_workers"])
+    if cfg.num_workers is not None:
+        return int(cfg.num_workers)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(8, cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))))
 
@@ -146,7 +146,7 @@ def _as_is(batch: HostBatch) -> HostBatch:  # the dataset already returns a coll
     return batch
 
 
-def make_loader(dataset: Any, cfg: Mapping[str, Any], device: torch.device,
+def make_loader(dataset: Any, cfg: DataConfig, device: torch.device,
                 batch_sampler: Optional[BatchSampler] = None, fork_safe: bool = True) -> DataLoader:
     """batch_sampler for map-style datasets; None for iterable ones that yield whole batches.
     fork_safe=False: this process holds state a forked worker cannot use (an S3 client's async
@@ -154,34 +154,34 @@ def make_loader(dataset: Any, cfg: Mapping[str, Any], device: torch.device,
     a fresh interpreter (forkserver) instead."""
     workers = resolve_workers(cfg)
     options: Dict[str, Any] = {"num_workers": workers, "collate_fn": _as_is, "worker_init_fn": _seed_worker,
-                               "pin_memory": bool(cfg["pin_memory"]) and device.type == "cuda"}
+                               "pin_memory": bool(cfg.pin_memory) and device.type == "cuda"}
     if batch_sampler is not None:
         options["batch_sampler"] = batch_sampler
     else:
         options["batch_size"] = None
     if workers:
-        options.update(prefetch_factor=cfg["prefetch_factor"], persistent_workers=bool(cfg["persistent_workers"]))
+        options.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=bool(cfg.persistent_workers))
         if not fork_safe:
             options["multiprocessing_context"] = "forkserver"
     return DataLoader(dataset, **options)
 
 
-def order_seed(cfg: Mapping[str, Any]) -> int:
+def order_seed(cfg: DataConfig) -> int:
     """The seed of the epoch order, identical on every rank by construction: ranks are free to get
     different run seeds (for their augmentations), but samplers seeded differently would overlap."""
-    return zlib.crc32(f"{cfg['name']}|{cfg['root']}|{cfg['split']}".encode())
+    return zlib.crc32(f"{cfg.name}|{cfg.root}|{cfg.split}".encode())
 
 
-def epoch_batch_sampler(dataset_len: int, cfg: Mapping[str, Any], train: bool, rank: int, world_size: int,
+def epoch_batch_sampler(dataset_len: int, cfg: DataConfig, train: bool, rank: int, world_size: int,
                         where: str) -> BatchSampler:
     """DistributedSampler (also at world size 1: one code path) under full batches only, so every
     batch has data.batch_size images; set_epoch reshuffles each pass."""
     sampler = DistributedSampler(range(dataset_len), num_replicas=world_size, rank=rank, shuffle=train,
                                  seed=order_seed(cfg), drop_last=True)
-    batches = BatchSampler(sampler, cfg["batch_size"], drop_last=True)
+    batches = BatchSampler(sampler, cfg.batch_size, drop_last=True)
     if len(batches) == 0:
         raise DataError(f"{where} has {dataset_len} images, fewer than one batch per process "
-                        f"(data.batch_size={cfg['batch_size']} x {world_size} processes)")
+                        f"(data.batch_size={cfg.batch_size} x {world_size} processes)")
     return batches
 
 
@@ -213,12 +213,12 @@ class DeviceBatches(Iterator):
     """Endless (images, labels) on the device: cycles passes over the dataset, copies each
     uint8 batch to the device and normalises it there, and keeps the dataset's facts."""
 
-    def __init__(self, passes: Callable[[int], Iterable[HostBatch]], facts: Dict[str, Any], cfg: Mapping[str, Any],
+    def __init__(self, passes: Callable[[int], Iterable[HostBatch]], facts: Dict[str, Any], cfg: DataConfig,
                  device: torch.device, memory_format: torch.memory_format):
         self.facts = {**facts, "corrupt_skipped": 0}  # the trainer reports these with the run
-        self._strict = bool(cfg["strict"])
+        self._strict = bool(cfg.strict)
         self._device, self._memory_format = device, memory_format
-        self._non_blocking = bool(cfg["pin_memory"]) and device.type == "cuda"
+        self._non_blocking = bool(cfg.pin_memory) and device.type == "cuda"
         self._skipped: set = set()
         self._buffers: List[torch.Tensor] = []
         self._host = _cycle(passes)  # holds no reference to self: dropping the iterator stops its workers
@@ -278,8 +278,6 @@ def fill_batch(count: int, size: int, load: Callable[[np.ndarray, int], int], fi
                dataset_len: int, describe: Callable[[int], str]) -> HostBatch:
     """Fill a uint8 batch slot by slot with load(slot, index) -> label; a CorruptImage moves on to the
     next index (reported as a skipped failure), an OSError is reported as fatal."""
-    from bench.data.transforms import CorruptImage
-
     images, labels, release = empty_batch(count, size)
     slots, failures = images.numpy(), []
     for slot, index in enumerate(first_indices):

@@ -12,14 +12,16 @@ import random
 import sys
 import time
 from multiprocessing import Pool
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 from PIL import Image
 from tqdm import tqdm
 
-from bench.data.layout import DataError, imagefolder_base, scan_image_folder
+from bench.config.storage import StorageConfig
+from bench.data.layout import imagefolder_base, scan_image_folder
 from bench.data.shardformat import encode_shard, make_meta, shard_key
-from bench.storage.objects import open_store
+from bench.errors import DataError
+from bench.storage.registry import open_store
 
 SPLITS = ("train", "val")
 _stores: Dict[str, Any] = {}
@@ -41,7 +43,7 @@ def resized_jpeg(path: str, size: int, quality: int) -> bytes:
         return out.getvalue()
 
 
-def _write_shard(task: Tuple[str, Dict[str, Any], str, List[Tuple[str, int]], int, int]
+def _write_shard(task: Tuple[str, StorageConfig, str, List[Tuple[str, int]], int, int]
                  ) -> Tuple[Dict[str, Any], List[str]]:
     location, storage, key, items, size, quality = task
     records, skipped = [], []
@@ -67,17 +69,18 @@ def source_splits(src: str) -> List[str]:
 
 
 def prepare(src: str, dst: str, size: int = 256, quality: int = 90, shard_size: int = 1000,
-            workers: Optional[int] = None, storage: Optional[Mapping[str, Any]] = None, seed: int = 0,
+            workers: Optional[int] = None, storage: Optional[StorageConfig] = None, seed: int = 0,
             progress: Optional[bool] = None) -> Dict[str, Any]:
     """Write every split of `src` to `dst`; returns a summary per split. progress None: a bar on a TTY."""
     workers = workers or os.cpu_count() or 1
+    storage = storage or StorageConfig()
     summary: Dict[str, Any] = {}
     for split in source_splits(src):
         base = imagefolder_base(src, split)
         classes, paths, labels = scan_image_folder(base)
         items = list(zip(paths, labels))
         random.Random(seed).shuffle(items)  # every shard mixes classes
-        tasks = [(dst, dict(storage or {}), shard_key(split, number), items[start:start + shard_size], size, quality)
+        tasks = [(dst, storage, shard_key(split, number), items[start:start + shard_size], size, quality)
                  for number, start in enumerate(range(0, len(items), shard_size))]
         started = time.perf_counter()
         shards, skipped = [], []

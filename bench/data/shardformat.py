@@ -14,7 +14,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from bench.data.layout import DataError, shard_split_key
+from bench.data.layout import shard_split_key
+from bench.errors import DataError
 
 MAGIC = b"BSHARD01"
 TRAILER = struct.Struct("<QQ8s")

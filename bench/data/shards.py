@@ -1,5 +1,5 @@
 """data=shards: pre-resized JPEG shards (bench.data.shardformat) read whole, one GET per shard,
-from a local directory or s3://bucket/prefix through bench.storage.objects.open_store.
+from a local directory or s3://bucket/prefix through bench.storage.registry.open_store.
 
 Each DataLoader worker of each rank is one consumer of an endless stream: every epoch the
 shard order is reshuffled (the same permutation everywhere), and consumer c of C takes shards
@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import itertools
 import random
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from bench.data import Batch
+from bench.config.data import DataConfig
+from bench.config.storage import StorageConfig
+from bench.data.registry import Batch
 from bench.data.layout import check_class_count
 from bench.data.loader import (
     DeviceBatches,
@@ -30,7 +32,7 @@ from bench.data.loader import (
 )
 from bench.data.shardformat import decode_shard_index, read_meta
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
-from bench.storage.objects import open_store
+from bench.storage.registry import open_store
 
 
 def consumer_plan(shard_counts: List[int], epoch: int, seed: int, shuffle: bool, consumer: int,
@@ -46,14 +48,14 @@ def consumer_plan(shard_counts: List[int], epoch: int, seed: int, shuffle: bool,
 
 
 class ShardStream(IterableDataset):
-    def __init__(self, cfg: Mapping[str, Any], storage: Optional[Mapping[str, Any]], meta: Dict[str, Any], seed: int,
+    def __init__(self, cfg: DataConfig, storage: StorageConfig, meta: Dict[str, Any], seed: int,
                  rank: int, world_size: int):
-        self.location, self.storage = cfg["root"], dict(storage or {})
+        self.location, self.storage = cfg.root, storage
         self.keys = [s["key"] for s in meta["shards"]]
         self.counts = [int(s["count"]) for s in meta["shards"]]
         self.starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(int).tolist()
-        self.size, self.batch_size, self.decoder = cfg["image_size"], cfg["batch_size"], cfg["decoder"]
-        self.train = cfg["split"] == "train"
+        self.size, self.batch_size, self.decoder = cfg.image_size, cfg.batch_size, cfg.decoder
+        self.train = cfg.split == "train"
         self.seed, self.rank, self.world_size = seed, rank, world_size
         self.order_seed = order_seed(cfg)
 
@@ -115,13 +117,14 @@ class ShardStream(IterableDataset):
             yield view[offset:offset + length], int(label), f"{where}#{row}"
 
 
-def shard_batches(cfg: Mapping[str, Any], device: torch.device, memory_format: torch.memory_format, seed: int,
-                  rank: int = 0, world_size: int = 1, storage: Optional[Mapping[str, Any]] = None) -> Iterator[Batch]:
-    store = open_store(cfg["root"], storage)
-    meta = read_meta(store, cfg["split"])
-    check_class_count(len(meta["classes"]), f"{store.url}/{cfg['split']}", cfg["num_classes"])
+def shard_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
+                  rank: int = 0, world_size: int = 1, storage: StorageConfig | None = None) -> Iterator[Batch]:
+    storage = storage or StorageConfig()
+    store = open_store(cfg.root, storage)
+    meta = read_meta(store, cfg.split)
+    check_class_count(len(meta["classes"]), f"{store.url}/{cfg.split}", cfg.num_classes)
     stream = ShardStream(cfg, storage, meta, seed, rank, world_size)
-    loader = make_loader(stream, cfg, device, fork_safe=not cfg["root"].startswith("s3://"))
+    loader = make_loader(stream, cfg, device, fork_safe=not cfg.root.startswith("s3://"))
     facts = {"dataset_size": int(meta["count"]), "dataset_classes": len(meta["classes"]),
              "dataset_shards": len(meta["shards"]), "shard_image_size": int(meta["size"]),
              "data_workers": resolve_workers(cfg)}

@@ -11,7 +11,7 @@ import io
 import time
 from typing import Any, Dict
 
-from bench.storage.objects import ObjectStore
+from bench.storage.base import ObjectStore
 
 TENSORS = 8  # a checkpoint is a handful of large tensors plus small ones, like a model's
 

@@ -13,11 +13,12 @@ import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Optional
 
+from bench.analysis.stats import percentile, present
+from bench.config.storage import PrepareMode, StorageWorkloadConfig
 from bench.iobench.workload import FileSpec, dataset_spec, encode, plan_files
-from bench.results import percentile
-from bench.storage.objects import ObjectStore
+from bench.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -42,7 +43,7 @@ class Prepared:
         return sum(f.size for f in self.files)
 
 
-def existing_dataset(store: ObjectStore, workload: Mapping[str, Any]) -> tuple[Optional[List[FileSpec]], str]:
+def existing_dataset(store: ObjectStore, workload: StorageWorkloadConfig) -> tuple[Optional[List[FileSpec]], str]:
     """(files, "") when a matching dataset is on the store, else (None, why not)."""
     if not store.exists(MANIFEST):
         return None, f"no dataset manifest at {store.url}/{MANIFEST}"
@@ -57,7 +58,7 @@ def existing_dataset(store: ObjectStore, workload: Mapping[str, Any]) -> tuple[O
     return files, f"reusing the dataset at {store.url}"
 
 
-def prepare_dataset(store: ObjectStore, workload: Mapping[str, Any], mode: str, workers: int) -> Prepared:
+def prepare_dataset(store: ObjectStore, workload: StorageWorkloadConfig, mode: PrepareMode, workers: int) -> Prepared:
     if mode != "always":
         files, why = existing_dataset(store, workload)
         if files is not None:
@@ -68,8 +69,8 @@ def prepare_dataset(store: ObjectStore, workload: Mapping[str, Any], mode: str, 
                                  "to write it")
     else:
         why = "storage.prepare=always"
-    log.info("prepare: writing %d files to %s (%s)", workload["num_files"], store.url, why)
-    fmt, seed = workload["format"], workload["seed"]
+    log.info("prepare: writing %d files to %s (%s)", workload.num_files, store.url, why)
+    fmt, seed = workload.format, workload.seed
     latencies: List[float] = []
 
     def write(spec: FileSpec) -> FileSpec:
@@ -94,6 +95,6 @@ def prepare_summary(prepared: Prepared) -> Dict[str, Any]:
     seconds, puts = prepared.seconds, prepared.put_latencies_ms
     return {"prepare_skipped": prepared.skipped, "prepare_seconds": seconds,
             "prepare_written_bytes": prepared.written_bytes,
-            "prepare_mb_per_second": prepared.written_bytes / seconds / 1e6 if seconds > 0 else 0.0,
-            "prepare_put_latency_ms_p50": percentile(puts, 50) if puts else 0.0,
-            "prepare_put_latency_ms_p99": percentile(puts, 99) if puts else 0.0}
+            **present({"prepare_mb_per_second": prepared.written_bytes / seconds / 1e6 if seconds > 0 else None,
+                       "prepare_put_latency_ms_p50": percentile(puts, 50),
+                       "prepare_put_latency_ms_p99": percentile(puts, 99)})}

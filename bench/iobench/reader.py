@@ -22,8 +22,9 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
+from bench.config.storage import StorageWorkloadConfig
 from bench.iobench.workload import FileSpec, decode_samples
-from bench.storage.objects import ObjectStore
+from bench.storage.base import ObjectStore
 
 
 @dataclass
@@ -142,40 +143,40 @@ class _Pipeline:
 _WORKER_DONE = object()
 
 
-def files_in_flight(workload: Mapping[str, Any]) -> int:
+def files_in_flight(workload: StorageWorkloadConfig) -> int:
     """The files that hold `prefetch` batches, plus two per reader thread (the one it reads and
     one it finished that the loop has not picked up yet), so a thread does not stall on the
     loop's wake-up latency when files are small and fast."""
-    ahead = math.ceil(workload["prefetch"] * workload["batch_size"] / workload["samples_per_file"])
-    return 2 * workload["read_threads"] + ahead
+    ahead = math.ceil(workload.prefetch * workload.batch_size / workload.samples_per_file)
+    return 2 * workload.read_threads + ahead
 
 
-def epoch_order(files: Sequence[FileSpec], workload: Mapping[str, Any], client: int, epoch: int) -> List[FileSpec]:
+def epoch_order(files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int) -> List[FileSpec]:
     order = list(files)
-    if workload["shuffle"]:
-        random.Random(f"{workload['seed']}-{client}-{epoch}").shuffle(order)
+    if workload.shuffle:
+        random.Random(f"{workload.seed}-{client}-{epoch}").shuffle(order)
     return order
 
 
-def run_reader(store: ObjectStore, files: Sequence[FileSpec], workload: Mapping[str, Any], client: int = 0,
+def run_reader(store: ObjectStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int = 0,
                start_gate: Optional[Any] = None) -> ReaderResult:
     """The emulated training loop of one accelerator over `files` (its shard of the dataset).
     `start_gate` (a barrier) lines the clients up so their measured windows overlap."""
-    compute = float(workload["computation_time"])
-    max_steps = workload["max_steps"]
+    compute = float(workload.computation_time)
+    max_steps = workload.max_steps
     requests: List[Request] = []
     result = ReaderResult(client, [], requests)
     me = psutil.Process()
     step, cpu_at_start = 0, 0.0
     if start_gate is not None:
         start_gate.wait()
-    with ThreadPoolExecutor(max_workers=workload["read_threads"], thread_name_prefix=f"reader{client}") as pool:
-        for epoch in range(1, workload["epochs"] + 1):
+    with ThreadPoolExecutor(max_workers=workload.read_threads, thread_name_prefix=f"reader{client}") as pool:
+        for epoch in range(1, workload.epochs + 1):
             stats = EpochStats(epoch)
             result.epochs.append(stats)
-            pipeline = _Pipeline(pool, workload["read_threads"], store, epoch_order(files, workload, client, epoch),
-                                 workload["format"], files_in_flight(workload), epoch, requests)
-            batches = pipeline.batches(workload["batch_size"])
+            pipeline = _Pipeline(pool, workload.read_threads, store, epoch_order(files, workload, client, epoch),
+                                 workload.format, files_in_flight(workload), epoch, requests)
+            batches = pipeline.batches(workload.batch_size)
             epoch_clock = time.perf_counter()
             try:
                 while max_steps is None or step < max_steps:

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import io
 from dataclasses import asdict, dataclass
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List
+
+from bench.config.storage import StorageWorkloadConfig
 
 import numpy as np
 
@@ -32,20 +34,20 @@ class FileSpec:
         return asdict(self)
 
 
-def dataset_spec(workload: Mapping[str, Any]) -> Dict[str, Any]:
-    return {key: workload[key] for key in DATASET_KEYS}
+def dataset_spec(workload: StorageWorkloadConfig) -> Dict[str, Any]:
+    return {key: getattr(workload, key) for key in DATASET_KEYS}
 
 
-def plan_files(workload: Mapping[str, Any]) -> List[FileSpec]:
-    extension = "npz" if workload["format"] == "npz" else "bin"
-    width = max(5, len(str(workload["num_files"])))
+def plan_files(workload: StorageWorkloadConfig) -> List[FileSpec]:
+    extension = "npz" if workload.format == "npz" else "bin"
+    width = max(5, len(str(workload.num_files)))
     files = []
-    for index in range(workload["num_files"]):
-        record = workload["record_size"]
-        if workload["record_size_stdev"]:
-            rng = np.random.default_rng([workload["seed"], index])
-            record = max(1, int(round(rng.normal(record, workload["record_size_stdev"]))))
-        files.append(FileSpec(f"file_{index:0{width}d}.{extension}", index, workload["samples_per_file"], record))
+    for index in range(workload.num_files):
+        record = workload.record_size
+        if workload.record_size_stdev:
+            rng = np.random.default_rng([workload.seed, index])
+            record = max(1, int(round(rng.normal(record, workload.record_size_stdev))))
+        files.append(FileSpec(f"file_{index:0{width}d}.{extension}", index, workload.samples_per_file, record))
     return files
 
 

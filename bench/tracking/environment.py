@@ -12,7 +12,7 @@ from typing import Any, Dict
 import torch
 import torchvision
 
-from bench.tracking import is_secret
+from bench.errors import looks_secret
 
 SPEED_ENV_PREFIXES = ("NCCL_", "CUDA_", "OMP_", "MKL_", "TORCH_", "PYTORCH_", "CUBLAS_", "CUDNN_")
 
@@ -31,7 +31,7 @@ def _cpu_model() -> str:
 def _speed_env() -> Dict[str, str]:
     found = {}
     for name, value in sorted(os.environ.items()):
-        if name.startswith(SPEED_ENV_PREFIXES) and not is_secret(name):
+        if name.startswith(SPEED_ENV_PREFIXES) and not looks_secret(name):
             found[name] = value
     return found
 

@@ -1,4 +1,4 @@
-"""`python -m bench.data bench-loader`: our loaders against a hand-written torchvision ImageFolder +
+"""`python -m bench.data bench-loader` (bench.tools.data): our loaders against a hand-written torchvision ImageFolder +
 PIL pipeline, on the same generated JPEGs, workers and batch size.
 
 Loaders alternate within each round and the order flips every round (A-B-C, C-B-A, ...), since
@@ -63,12 +63,12 @@ def baseline_batches(root: str, workers: int, batch_size: int, image_size: int) 
 def our_batches(name: str, root: str, workers: int, batch_size: int, image_size: int, classes: int) -> Iterator[Any]:
     import torch
 
-    from bench.data import build_batches
+    from bench.config import compose
+    from bench.data.registry import build_batches
 
-    cfg = {"name": name, "root": root, "split": "train", "batch_size": batch_size, "image_size": image_size,
-           "num_classes": classes, "num_workers": workers, "pin_memory": False, "persistent_workers": True,
-           "prefetch_factor": 4, "strict": False, "decoder": "simplejpeg"}
-    return build_batches(cfg, torch.device("cpu"), torch.contiguous_format, seed=0)
+    data = compose(f"data={name}", f"data.root={root}", f"data.batch_size={batch_size}", f"data.image_size={image_size}",
+                   f"data.num_classes={classes}", f"data.num_workers={workers}", "data.pin_memory=false").data
+    return build_batches(data, torch.device("cpu"), torch.contiguous_format, seed=0)
 
 
 def _cpu_seconds() -> float:

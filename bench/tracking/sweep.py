@@ -49,7 +49,7 @@ class MlflowSweepCallback(Callback):
         _state.update(tracker=None, jobs=0, failed=0)
         if not config.tracking.enabled:
             return
-        from bench.tracking import Tracker, resolve_tracking_uri
+        from bench.tracking.tracker import Tracker, resolve_tracking_uri  # mlflow: only when a sweep starts
 
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
         overrides = list(config.hydra.overrides.task)
@@ -75,7 +75,7 @@ class MlflowSweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         files = []
         try:
-            from bench.report import build_report, log_scaling_to_runs
+            from bench.analysis import build_report, log_scaling_to_runs
 
             files, rows = build_report(sweep_dir, sweep_dir / "report")
             if tracker is not None and tracker.active:

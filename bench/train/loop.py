@@ -9,69 +9,45 @@ Inside the window the host never waits for the device except every
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import os
 import resource
 import sys
 import time
-from dataclasses import dataclass, field
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 from tqdm import tqdm
 
-from bench.data import build_batches
-from bench.distributed import RankContext, per_rank_batch_size
-from bench.models import build_model, count_parameters
-from bench.optim import build_optimizer, build_scheduler, effective_lr
-from bench.precision import PrecisionPolicy, build_precision
-from bench.results import percentile
-from bench.timing import StepClock
+from bench.analysis.stats import percentile
+from bench.config import BenchConfig
+from bench.config.distributed import Scaling
+from bench.data.registry import build_batches
+from bench.launch.context import RankContext
+from bench.train.models import build_model, count_parameters
+from bench.train.optim import build_optimizer, effective_lr
+from bench.train.precision import PrecisionPolicy, build_precision
+from bench.train.result import EpochRecord, TrainResult
+from bench.train.schedules import build_scheduler
+from bench.train.timing import StepClock
 
 log = logging.getLogger(__name__)
 
-
-@dataclass
-class EpochRecord:
-    epoch: int
-    steps: int
-    images: int
-    seconds: float
-    images_per_second: float
-    loss: float
-    lr: float
-    step_time_ms_p50: float
+Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-@dataclass
-class TrainResult:
-    batch_size: int  # per process
-    warmup_steps: int
-    measured_steps: int
-    window_seconds: float
-    step_times_ms: List[float]
-    data_wait_ms: List[float]
-    epochs: List[EpochRecord]
-    base_lr: float
-    final_lr: float
-    final_loss: float
-    peak_memory_bytes: int
-    parameters: int
-    precision: Dict[str, Any]
-    compile: Dict[str, Any] = field(default_factory=dict)
-    fused_optimizer: bool = False
-    param_checksum: float = 0.0  # sum of all weights after training: equal on every rank when DDP synced them
-    gpu: Dict[str, float] = field(default_factory=dict)  # NVML samples from the window
-    extra: Dict[str, Any] = field(default_factory=dict)  # e.g. checkpoint write figures
-
-    @property
-    def images(self) -> int:
-        return self.measured_steps * self.batch_size
+def per_rank_batch_size(config: BenchConfig, world_size: int) -> int:
+    """weak scaling: data.batch_size per process; strong: data.batch_size split over the ranks."""
+    batch = config.data.batch_size
+    return batch // world_size if config.distributed.scaling == Scaling.strong else batch
 
 
-def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-              policy: PrecisionPolicy) -> Callable[[torch.Tensor, torch.Tensor], torch.Tensor]:
-    """One optimizer step: forward under autocast, backward (scaled for fp16), step, schedule."""
+def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, policy: PrecisionPolicy,
+              after: Optional[Callable[[], None]] = None) -> Step:
+    """One optimizer step: forward under autocast, backward (scaled for fp16), step, schedule;
+    then `after()` (the launched workers' hang watchdog)."""
     criterion = nn.CrossEntropyLoss()
     scaler = policy.scaler
 
@@ -87,6 +63,8 @@ def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
             loss.backward()
             optimizer.step()
         scheduler.step()
+        if after is not None:
+            after()
         return loss.detach()
 
     return step
@@ -99,7 +77,7 @@ def _peak_memory_bytes(device: torch.device) -> int:
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
 
 
-def _maybe_compile(model: nn.Module, enabled: bool, mode: Optional[str]) -> tuple[nn.Module, Dict[str, Any]]:
+def _maybe_compile(model: nn.Module, enabled: bool, mode: Optional[str]) -> Tuple[nn.Module, Dict[str, Any]]:
     if not enabled:
         return model, {"requested": False, "active": False}
     try:
@@ -109,48 +87,51 @@ def _maybe_compile(model: nn.Module, enabled: bool, mode: Optional[str]) -> tupl
         return model, {"requested": True, "active": False, "fallback_reason": f"{type(exc).__name__}: {exc}"}
 
 
-def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
+def _cpu_threads(config: BenchConfig, device: torch.device, ctx: RankContext) -> Optional[int]:
+    """CPU ranks share the cores: without a split each would start one thread per core and
+    oversubscribe (torchrun sets OMP_NUM_THREADS=1 for the same reason)."""
+    if config.cpu_threads or device.type != "cpu" or not ctx.distributed:
+        return config.cpu_threads
+    return max(1, (os.cpu_count() or 1) // config.distributed.nproc_per_node)
+
+
+def train(config: BenchConfig, device: torch.device, monitor: Any = None,
           on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]] = None,
           ctx: Optional[RankContext] = None, on_step: Optional[Callable[[], None]] = None) -> TrainResult:
-    """Build model, data, precision, optimizer and scheduler from `cfg` (a resolved plain dict) and run.
+    """Build model, data, precision, optimizer and scheduler from `config` and run.
 
     `monitor` (start()/stop() -> dict) samples the device during the measured window only;
     `on_finish(model, optimizer)` runs after the window (a checkpoint write, say);
     `ctx` is this process's rank: with world_size > 1 the model is wrapped in DDP (the
     process group must exist) and each rank reads its own data; `on_step()` is called after
-    every step (the launched workers' hang watchdog).
+    every step.
     """
     ctx = ctx or RankContext()
-    torch.manual_seed(cfg["seed"])
-    if cfg.get("cpu_threads"):
-        torch.set_num_threads(cfg["cpu_threads"])
-    torch.backends.cudnn.benchmark = bool(cfg["cudnn_benchmark"])
+    torch.manual_seed(config.seed)
+    threads = _cpu_threads(config, device, ctx)
+    if threads:
+        torch.set_num_threads(threads)
+    torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
-    bench_cfg, train_cfg = cfg["benchmark"], cfg["train"]
-    batch_size = per_rank_batch_size(cfg, ctx.world_size)
-    planned = train_cfg["epochs"] * train_cfg["steps_per_epoch"]
-    if bench_cfg["measure_steps"]:
-        planned = min(planned, bench_cfg["measure_steps"])
-    warmup = bench_cfg["warmup_steps"]
+    batch_size = per_rank_batch_size(config, ctx.world_size)
+    planned = config.train.epochs * config.train.steps_per_epoch
+    if config.benchmark.measure_steps:
+        planned = min(planned, config.benchmark.measure_steps)
+    warmup = config.benchmark.warmup_steps
 
-    policy = build_precision(cfg["precision"], device)
-    eager = build_model(cfg["model"]).to(device=device, memory_format=policy.memory_format)
-    base_lr = effective_lr(cfg["optimizer"], cfg["scheduler"], batch_size * ctx.world_size)
-    optimizer = build_optimizer(eager, cfg["optimizer"], base_lr, device)
-    scheduler = build_scheduler(optimizer, cfg["scheduler"], warmup + planned, base_lr)
-    batches = build_batches(dict(cfg["data"], batch_size=batch_size), device, policy.memory_format,
-                            cfg["seed"] + ctx.rank, rank=ctx.rank, world_size=ctx.world_size, storage=cfg["storage"])
-    wrapped = _wrap_ddp(eager, cfg["distributed"], device) if ctx.distributed else eager
-    model, compile_info = _maybe_compile(wrapped, cfg["compile"], cfg.get("compile_mode"))
+    policy = build_precision(config.precision, device)
+    eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)
+    base_lr = effective_lr(config.optimizer, config.scheduler, batch_size * ctx.world_size)
+    optimizer = build_optimizer(eager, config.optimizer, base_lr, device)
+    scheduler = build_scheduler(optimizer, config.scheduler, warmup + planned, base_lr)
+    batches = build_batches(dataclasses.replace(config.data, batch_size=batch_size), device, policy.memory_format,
+                            config.seed + ctx.rank, rank=ctx.rank, world_size=ctx.world_size, storage=config.storage)
+    wrapped = _wrap_ddp(eager, config, device) if ctx.distributed else eager
+    model, compile_info = _maybe_compile(wrapped, config.compile, config.compile_mode)
     model.train()
-
-    def step_of(module: nn.Module) -> Callable:
-        step = make_step(module, optimizer, scheduler, policy)
-        return _calling_after(step, on_step) if on_step is not None else step
-
-    step = step_of(model)
+    step = make_step(model, optimizer, scheduler, policy, after=on_step)
 
     if compile_info["active"]:
         # torch.compile fails lazily, at the first call: try it once, outside the window.
@@ -159,15 +140,15 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
         except Exception as exc:  # noqa: BLE001
             log.warning("torch.compile failed at the first step (%s: %s); running eager", type(exc).__name__, exc)
             compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
-            step = step_of(wrapped)
+            step = make_step(wrapped, optimizer, scheduler, policy, after=on_step)
 
     for _ in range(warmup):
         step(*next(batches))
-    clock = StepClock(device, strict_sync=bench_cfg["sync"])
+    clock = StepClock(device, strict_sync=config.benchmark.sync)
     clock.sync()
     if monitor is not None:
         monitor.start()
-    result = _measure(step, batches, clock, cfg, planned, batch_size, optimizer, ctx)
+    window = _measure(step, batches, clock, config, planned, batch_size, optimizer, ctx)
     gpu = monitor.stop() if monitor is not None else {}
     extra = dict(getattr(batches, "facts", {}))  # real data: dataset_size, corrupt_skipped, ...
     if on_finish is not None:
@@ -184,28 +165,20 @@ def train(cfg: Mapping[str, Any], device: torch.device, monitor: Any = None,
         compile=compile_info,
         fused_optimizer=bool(optimizer.defaults.get("fused")),
         param_checksum=_param_checksum(eager),
-        **result,
+        **window,
     )
 
 
-def _calling_after(step: Callable, hook: Callable[[], None]) -> Callable:
-    def stepped(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        loss = step(images, labels)
-        hook()
-        return loss
-
-    return stepped
-
-
-def _wrap_ddp(model: nn.Module, dist_cfg: Mapping[str, Any], device: torch.device) -> nn.Module:
+def _wrap_ddp(model: nn.Module, config: BenchConfig, device: torch.device) -> nn.Module:
     from torch.nn.parallel import DistributedDataParallel
 
+    dist = config.distributed
     return DistributedDataParallel(
         model,
         device_ids=[device.index] if device.type == "cuda" else None,
-        gradient_as_bucket_view=dist_cfg["gradient_as_bucket_view"],  # no copy between grads and buckets
-        static_graph=dist_cfg["static_graph"],  # same graph every step: lets DDP skip per-step bookkeeping
-        bucket_cap_mb=dist_cfg["bucket_cap_mb"],
+        gradient_as_bucket_view=dist.gradient_as_bucket_view,  # no copy between grads and buckets
+        static_graph=dist.static_graph,  # same graph every step: lets DDP skip per-step bookkeeping
+        bucket_cap_mb=dist.bucket_cap_mb,
     )
 
 
@@ -231,14 +204,14 @@ def _deadline_passed(deadline: Optional[float], ctx: RankContext) -> bool:
     return bool(flag.item())
 
 
-def _measure(step: Callable, batches: Any, clock: StepClock, cfg: Mapping[str, Any], planned: int,
-             batch_size: int, optimizer: torch.optim.Optimizer, ctx: RankContext) -> Dict[str, Any]:
-    bench_cfg = cfg["benchmark"]
-    steps_per_epoch = cfg["train"]["steps_per_epoch"]
-    log_every = bench_cfg["log_every"]
-    deadline = time.perf_counter() + bench_cfg["measure_seconds"] if bench_cfg["measure_seconds"] else None
+def _measure(step: Step, batches: Any, clock: StepClock, config: BenchConfig, planned: int, batch_size: int,
+             optimizer: torch.optim.Optimizer, ctx: RankContext) -> Dict[str, Any]:
+    steps_per_epoch = config.train.steps_per_epoch
+    log_every = config.benchmark.log_every
+    seconds = config.benchmark.measure_seconds
+    deadline = time.perf_counter() + seconds if seconds else None
     progress = tqdm(total=planned, unit="step", file=sys.stderr, mininterval=1.0, leave=False,
-                    disable=None if bench_cfg["progress"] and ctx.is_reporter else True)  # None: off when not a TTY
+                    disable=None if config.benchmark.progress and ctx.is_reporter else True)  # None: off when not a TTY
 
     data_wait: List[float] = []
     epoch_ends: List[tuple] = []  # (index of the epoch's last mark, its last loss, lr after it)
@@ -261,9 +234,9 @@ def _measure(step: Callable, batches: Any, clock: StepClock, cfg: Mapping[str, A
         if done % log_every == 0:
             clock.sync()  # a log interval: the one place the host waits for the device
             recent = min(log_every, done)
-            seconds = clock.seconds_between(len(clock) - 1 - recent, len(clock) - 1)
+            window = clock.seconds_between(len(clock) - 1 - recent, len(clock) - 1)
             log.info("step %d/%d  loss %.4f  %.1f img/s (last %d steps)", done, planned,
-                     loss.item(), recent * batch_size / seconds, recent)
+                     loss.item(), recent * batch_size / window, recent)
         if timed_out:
             break
     clock.sync()
@@ -272,9 +245,9 @@ def _measure(step: Callable, batches: Any, clock: StepClock, cfg: Mapping[str, A
     step_times = clock.step_times_ms()
     epochs, first = [], 0
     for number, (last, epoch_loss, lr) in enumerate(epoch_ends, start=1):
-        seconds = clock.seconds_between(first, last)
+        span = clock.seconds_between(first, last)
         epochs.append(EpochRecord(epoch=number, steps=last - first, images=(last - first) * batch_size,
-                                  seconds=seconds, images_per_second=(last - first) * batch_size / seconds,
+                                  seconds=span, images_per_second=(last - first) * batch_size / span,
                                   loss=float(epoch_loss.item()), lr=float(lr),
                                   step_time_ms_p50=percentile(step_times[first:last], 50)))
         first = last

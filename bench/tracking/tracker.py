@@ -16,9 +16,10 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
+from bench.errors import looks_secret
+
 log = logging.getLogger(__name__)
 
-SECRET_MARKERS = ("secret", "password", "token", "access_key", "credential", "api_key")
 MAX_PARAM_CHARS = 6000
 
 
@@ -31,17 +32,12 @@ def resolve_tracking_uri(configured: Optional[str], launch_dir: Path) -> str:
     return f"sqlite:///{(launch_dir / 'mlflow.db').resolve()}"
 
 
-def is_secret(key: str) -> bool:
-    lowered = key.lower()
-    return any(marker in lowered for marker in SECRET_MARKERS)
-
-
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
     """{"a": {"b": 1}} -> {"a.b": 1}; lists stay whole; keys that look secret are dropped."""
     flat: Dict[str, Any] = {}
     for key, value in tree.items():
         name = f"{prefix}{key}"
-        if is_secret(name):
+        if looks_secret(name):
             continue
         if isinstance(value, Mapping):
             flat.update(flatten(value, name + "."))
@@ -163,3 +159,25 @@ def redact_uri(uri: str) -> str:
         scheme, rest = uri.split("://", 1)
         return f"{scheme}://***@{rest.split('@', 1)[1]}"
     return uri
+
+
+def open_run(tracking: Any, launch_dir: Path, run_name: str, params: Mapping[str, Any],
+             environment: Mapping[str, Any], overrides: Sequence[str],
+             sweep_job: Optional[Mapping[str, Any]] = None) -> Tracker:
+    """The MLflow run of one bench run (a child of the sweep's parent run in a multirun):
+    tags = the environment and the overrides, params = the flattened config (secrets dropped).
+    `tracking` is the tracking group (bench.config.run.TrackingConfig)."""
+    if not tracking.enabled:
+        return Tracker()
+    tags = {f"env.{k}": v for k, v in flatten(environment).items()}
+    tags["overrides"] = " ".join(overrides)
+    name = tracking.run_name or run_name
+    parent = None
+    if sweep_job:
+        parent = sweep_job.get("parent_run_id")
+        tags.update({"sweep.job": str(sweep_job["job"]), "sweep.dir": str(sweep_job["dir"])})
+        name = f"{name}-job{sweep_job['job']}"
+    tracker = Tracker.start(resolve_tracking_uri(tracking.uri, launch_dir), tracking.experiment, name, tags,
+                            parent_run_id=parent)
+    tracker.log_params(params)
+    return tracker

@@ -1,19 +1,20 @@
-"""The precision group: autocast dtype, loss scaling, TF32 and memory format for one run."""
+"""The precision group applied to a device: autocast dtype, loss scaling, TF32 and memory format."""
 
 from __future__ import annotations
 
 import contextlib
 import logging
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional
+from typing import Any, Optional
 
 import torch
 
-from bench.validate import ConfigError
+from bench.config.precision import AutocastDtype, PrecisionConfig, PrecisionName
+from bench.errors import ConfigError
 
 log = logging.getLogger(__name__)
 
-_DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16}
+_DTYPES = {AutocastDtype.float16: torch.float16, AutocastDtype.bfloat16: torch.bfloat16}
 
 
 @dataclass
@@ -40,19 +41,19 @@ class PrecisionPolicy:
         }
 
 
-def build_precision(cfg: Mapping[str, Any], device: torch.device) -> PrecisionPolicy:
+def build_precision(cfg: PrecisionConfig, device: torch.device) -> PrecisionPolicy:
     """Check the precision against the device and switch the backend flags it needs."""
-    dtype = _DTYPES.get(cfg["autocast_dtype"]) if cfg["autocast_dtype"] else None
-    name = cfg["name"]
+    dtype = _DTYPES[cfg.autocast_dtype] if cfg.autocast_dtype else None
+    name = str(cfg.name)
     if device.type == "cpu" and dtype == torch.float16:
         raise ConfigError("precision", name, "fp32, tf32 or bf16 on a CPU (amp_fp16 needs a CUDA GPU)")
     if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported(including_emulation=False):
         gpu = torch.cuda.get_device_name(device)
         raise ConfigError("precision", name, f"fp32, tf32 or amp_fp16 on {gpu}, which has no native bfloat16")
 
-    tf32 = bool(cfg["tf32"])
+    tf32 = bool(cfg.tf32)
     if tf32 and device.type == "cpu":
-        if name == "tf32":
+        if cfg.name == PrecisionName.tf32:
             log.warning("precision=tf32 has no effect on a CPU: this run computes in plain fp32")
         tf32 = False
     if tf32 and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] < 8:
@@ -63,6 +64,6 @@ def build_precision(cfg: Mapping[str, Any], device: torch.device) -> PrecisionPo
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
 
-    scaler = torch.amp.GradScaler(device.type) if cfg["grad_scaler"] else None
-    memory_format = torch.channels_last if cfg["channels_last"] else torch.contiguous_format
+    scaler = torch.amp.GradScaler(device.type) if cfg.grad_scaler else None
+    memory_format = torch.channels_last if cfg.channels_last else torch.contiguous_format
     return PrecisionPolicy(name, device.type, dtype, scaler, memory_format, tf32)

@@ -1,0 +1,54 @@
+"""The data options, by `data.name`: the one place that maps an option to its code.
+
+Each option has a builder that returns an endless iterator of (images, labels) batches on the
+device, and (real datasets) a torch-free check of `data.root` that runs before anything else.
+Adding a format: a module with its builder (the signature of `build_batches` below), one line
+here, a DataName member (bench.config.data) and conf/data/<name>.yaml.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple
+
+from bench.config.data import DataConfig, DataName
+from bench.config.storage import StorageConfig
+
+if TYPE_CHECKING:
+    import torch
+
+Batch = Tuple["torch.Tensor", "torch.Tensor"]  # forward references: importing this needs no torch
+
+
+@dataclass(frozen=True)
+class DataOption:
+    batches: str  # "module:function" building the batch iterator
+    check: Optional[str] = None  # "module:function(data)": data.root holds this dataset (lists, never reads)
+
+
+OPTIONS: Dict[DataName, DataOption] = {
+    DataName.synthetic: DataOption("bench.data.synthetic:synthetic_batches"),
+    DataName.imagefolder: DataOption("bench.data.imagefolder:imagefolder_batches", "bench.data.layout:check_imagefolder"),
+    DataName.cifar100: DataOption("bench.data.cifar100:cifar100_batches", "bench.data.layout:check_cifar100"),
+    DataName.shards: DataOption("bench.data.shards:shard_batches", "bench.data.layout:check_shards"),
+}
+
+
+def _load(target: str) -> Callable[..., Any]:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
+
+
+def build_batches(data: DataConfig, device: "torch.device", memory_format: "torch.memory_format", seed: int,
+                  rank: int = 0, world_size: int = 1, storage: Optional[StorageConfig] = None) -> Iterator[Batch]:
+    """`rank`/`world_size` shard real datasets; `storage` opens datasets read through it (s3:// roots)."""
+    return _load(OPTIONS[data.name].batches)(data, device, memory_format, seed, rank, world_size,
+                                             storage or StorageConfig())
+
+
+def check_location(data: DataConfig) -> None:
+    """Raise DataError when data.root does not hold the option's dataset (cheap: listings only)."""
+    check = OPTIONS[data.name].check
+    if check:
+        _load(check)(data)

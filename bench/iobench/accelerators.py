@@ -1,0 +1,82 @@
+"""storage.accelerators=N: N reader processes (simulated accelerators), each on its own files.
+
+Accelerator i reads files i, i+N, i+2N, ... (disjoint shards). With N > 1 each one is a fresh
+spawned process (no forked threads or MLflow state) that opens its own store; a barrier starts
+their measured loops together. One that fails or dies fails the phase, with its reason, within
+a bounded time.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import queue as queue_module
+import time
+from typing import Any, Dict, List, Sequence
+
+from bench.config.storage import StorageConfig
+from bench.errors import BenchError
+from bench.iobench.reader import ReaderResult, run_reader
+from bench.iobench.workload import FileSpec
+from bench.storage.registry import open_store
+
+START_TIMEOUT_S = 120.0  # spawning and importing an accelerator process
+
+
+class AcceleratorFailed(BenchError):
+    """A simulated accelerator raised or died; names which one and why."""
+
+
+def shard(files: Sequence[FileSpec], index: int, count: int) -> List[FileSpec]:
+    return list(files[index::count])
+
+
+def run_accelerators(location: str, storage: StorageConfig, files: Sequence[FileSpec]) -> List[ReaderResult]:
+    count = storage.accelerators
+    if count == 1:
+        return [run_reader(open_store(location, storage), files, storage.workload, 0)]
+    context = multiprocessing.get_context("spawn")
+    gate = context.Barrier(count, timeout=START_TIMEOUT_S)
+    results = context.Queue()
+    processes = [context.Process(target=_accelerator_main, name=f"bench-accelerator-{i}", daemon=True,
+                                 args=(i, location, storage, [f.to_dict() for f in shard(files, i, count)], gate,
+                                       results))
+                 for i in range(count)]
+    for process in processes:
+        process.start()
+    try:
+        return _collect(processes, results, count)
+    finally:
+        for process in processes:
+            if process.is_alive():
+                process.terminate()
+            process.join(timeout=10)
+
+
+def _collect(processes: List[Any], results: Any, count: int) -> List[ReaderResult]:
+    collected: Dict[int, ReaderResult] = {}
+    while len(collected) < count:
+        try:
+            index, ok, payload = results.get(timeout=1.0)
+        except queue_module.Empty:
+            dead = [p for i, p in enumerate(processes) if i not in collected and not p.is_alive()]
+            if dead:
+                time.sleep(0.5)  # its last message may still be in the pipe
+                if results.empty():
+                    raise AcceleratorFailed(f"simulated accelerator {dead[0].name} exited with code "
+                                            f"{dead[0].exitcode} before reporting") from None
+            continue
+        if not ok:
+            raise AcceleratorFailed(f"simulated accelerator {index} failed: {payload}")
+        collected[index] = ReaderResult.from_dict(payload)
+    return [collected[i] for i in range(count)]
+
+
+def _accelerator_main(index: int, location: str, storage: StorageConfig, files: List[Dict[str, Any]], gate: Any,
+                      results: Any) -> None:
+    try:
+        store = open_store(location, storage)
+        result = run_reader(store, [FileSpec(**f) for f in files], storage.workload, index, start_gate=gate)
+        results.put((index, True, result.to_dict()))
+    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run with it
+        results.put((index, False, f"{type(exc).__name__}: {exc}"))  # first, so the parent sees the cause
+        gate.abort()  # then release the others from the start barrier

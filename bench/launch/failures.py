@@ -1,0 +1,35 @@
+"""One line from the elastic launcher's ChildFailedError: the rank that failed first, its exit
+code or signal, its error."""
+
+from __future__ import annotations
+
+import signal
+from typing import Any, Optional, Tuple
+
+from bench.launch.watchdog import EXIT_HUNG
+
+
+def describe_failure(exc: Any, first: Optional[Tuple[int, int]] = None) -> str:
+    """`first` is (rank, pid) of the worker seen to end first, if the launcher blamed another."""
+    rank, failure = min(exc.failures.items(), key=lambda item: (item[1].exitcode >= 0, item[1].timestamp, item[0]))
+    if first is not None and first[0] != rank and failure.exitcode >= 0 and failure.exitcode != EXIT_HUNG:
+        return (f"worker rank {first[0]} (pid {first[1]}) died first, without an error of its own (killed by a "
+                f"signal such as SIGKILL, or by the OOM killer); rank {rank} then failed: {_detail(failure)}")
+    if failure.exitcode == EXIT_HUNG:
+        return f"worker rank {rank} (pid {failure.pid}) saw no training step finish for distributed.timeout_s: a rank died or hung"
+    if failure.exitcode < 0:
+        try:
+            name = signal.Signals(-failure.exitcode).name
+        except ValueError:
+            name = f"signal {-failure.exitcode}"
+        return f"worker rank {rank} (pid {failure.pid}) was killed by {name}"
+    return f"worker rank {rank} (pid {failure.pid}) exited with code {failure.exitcode}: {_detail(failure)}"
+
+
+def _detail(failure: Any) -> str:
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    lines = str(message or "").strip().splitlines()
+    detail = lines[0] if lines else "no error message"
+    return "see its log in the job dir" if detail.startswith("Process failed with exitcode") else detail

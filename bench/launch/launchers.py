@@ -1,0 +1,109 @@
+"""How the ranks of a run start: in this process, as workers of torch's elastic launcher, or
+joined to an outside launcher (torchrun, srun, Kubernetes) that started them already.
+
+Each launcher runs `scenario.run_rank` once per rank and hands back what rank 0 returned
+(None on a process that does not hold rank 0). `reports` says whether this process reports
+the run (final line, files, MLflow); `who` names it in a failure line when it does not.
+"""
+
+from __future__ import annotations
+
+import logging
+import multiprocessing
+import uuid
+from pathlib import Path
+from typing import Any, Dict, Optional
+
+from bench.config import BenchConfig
+from bench.config.distributed import DistributedConfig
+from bench.errors import WorkerFailure
+from bench.launch.context import RankContext, free_port
+from bench.launch.failures import describe_failure
+from bench.launch.rank_logs import setup_rank_logging
+from bench.launch.reaper import SurvivorReaper, first_to_die
+from bench.launch.worker import worker_entry
+
+log = logging.getLogger("bench")
+
+
+class Launcher:
+    reports = True
+    who = "this process"
+
+    def run(self, scenario: Any, config: BenchConfig, out_dir: Path) -> Optional[Any]:
+        raise NotImplementedError
+
+
+class InProcess(Launcher):
+    """One rank, this process: no process group, no DDP wrapper (the scaling baseline)."""
+
+    def run(self, scenario: Any, config: BenchConfig, out_dir: Path) -> Optional[Any]:
+        return scenario.run_rank(config, RankContext(), out_dir)
+
+
+class Joined(Launcher):
+    """An outside launcher set RANK/WORLD_SIZE/LOCAL_RANK: this process is that rank; rank 0 reports."""
+
+    def __init__(self, ctx: RankContext):
+        self.ctx = ctx
+        self.reports = ctx.is_reporter
+        self.who = f"rank {ctx.rank}"
+
+    def run(self, scenario: Any, config: BenchConfig, out_dir: Path) -> Optional[Any]:
+        setup_rank_logging(out_dir, self.ctx.rank, own_process=not self.ctx.is_reporter)
+        return scenario.run_rank(config, self.ctx, out_dir)
+
+
+class Elastic(Launcher):
+    """nproc_per_node workers on this node: torch's elastic launcher, c10d rendezvous (static
+    with several nodes, so node_rank fixes the ranks and node 0 holds rank 0), no restarts."""
+
+    def __init__(self, distributed: DistributedConfig):
+        self.reports = distributed.node_rank == 0
+        self.who = f"node {distributed.node_rank}"
+
+    def run(self, scenario: Any, config: BenchConfig, out_dir: Path) -> Optional[Any]:
+        from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+        from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+        from torch.distributed.launcher.api import LaunchConfig, elastic_launch
+
+        dist = config.distributed
+        endpoint = dist.rdzv_endpoint or f"127.0.0.1:{free_port()}"
+        rdzv_configs: Dict[str, Any] = {"timeout": int(dist.timeout_s)}
+        backend = "c10d"
+        if dist.nnodes > 1:
+            # static rendezvous: node_rank fixes the global ranks, so rank 0 (the reporter) is on
+            # node 0, whose agent hosts the store at rdzv_endpoint
+            backend = "static"
+            rdzv_configs["rank"] = dist.node_rank
+        launch_config = LaunchConfig(
+            min_nodes=dist.nnodes,
+            max_nodes=dist.nnodes,
+            nproc_per_node=dist.nproc_per_node,
+            # every node of one run must name the same run: derived from the shared endpoint
+            run_id=f"bench-{endpoint.replace(':', '-')}" if dist.nnodes > 1 else f"bench-{uuid.uuid4().hex[:12]}",
+            rdzv_backend=backend,
+            rdzv_endpoint=endpoint,
+            rdzv_configs=rdzv_configs,
+            max_restarts=0,
+            monitor_interval=0.2,
+            start_method="forkserver",
+            shutdown_timeout=5,  # seconds between SIGTERM and SIGKILL for the survivors of a failed rank
+            logs_specs=DefaultLogsSpecs(log_dir=str(out_dir / "workers")),
+        )
+        # The elastic agent logs its launch config and every failure at length; we report a failure in one line.
+        logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
+        logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
+        # Workers fork from one server process that has torch imported already: a job's workers
+        # start in well under a second instead of paying torch's import each (spawn). The server
+        # is a fresh interpreter, so forking from it is safe with CUDA; later sweep jobs reuse it.
+        multiprocessing.set_forkserver_preload(list(scenario.preload))
+        reaper = SurvivorReaper(dist.nproc_per_node, out_dir / "workers")
+        try:
+            returns = elastic_launch(launch_config, worker_entry)(config, str(out_dir))
+        except ChildFailedError as exc:
+            reaper.stop()
+            raise WorkerFailure(describe_failure(exc, first_to_die(reaper.first_gone, out_dir / "workers"))) from None
+        finally:
+            reaper.stop()
+        return returns.get(0)

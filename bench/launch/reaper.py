@@ -1,0 +1,101 @@
+"""Once one launched worker has ended, SIGKILL the ones still there after a short grace period.
+
+The elastic launcher gives survivors 30 s after SIGTERM, and a stopped (or wedged) process
+never acts on SIGTERM: without this a failed job could outlive its timeout. Workers are known
+by the pid files they write (workers/rank<N>.pid), never by scanning processes: a short-lived
+helper process must not count as a worker that ended.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple
+
+log = logging.getLogger("bench")
+
+
+class SurvivorReaper:
+    GRACE_S = 2.0
+
+    def __init__(self, expected: int, workers_dir: Path):
+        self.expected, self.workers_dir = expected, workers_dir
+        self.started = time.time()
+        self.first_gone: List[int] = []  # pids of the first worker(s) seen to end
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._watch, name="bench-reaper", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(timeout=5)
+
+    def _watch(self) -> None:
+        import psutil
+
+        workers: Dict[int, Any] = {}  # pid -> psutil.Process, or None when it was gone at first sight
+        first_exit: Optional[float] = None
+        # Polled often: which worker ends first tells the root cause from the ranks that failed
+        # because of it (the launcher reports only one failure, often a peer's).
+        while not self._stop.wait(0.05):
+            for pid in fresh_worker_pids(self.workers_dir, self.started):
+                if pid not in workers:
+                    try:
+                        workers[pid] = psutil.Process(pid)
+                    except psutil.Error:
+                        workers[pid] = None
+            alive = [w for w in workers.values() if w is not None and _running(w)]
+            gone = [pid for pid, w in workers.items() if w is None or w not in alive]
+            if gone and not self.first_gone:
+                self.first_gone = gone
+            if len(workers) < self.expected or not gone:
+                continue
+            first_exit = first_exit or time.monotonic()
+            if alive and time.monotonic() - first_exit > self.GRACE_S:
+                for worker in alive:
+                    log.warning("a worker ended; killing pid %d, still running after %.0f s", worker.pid, self.GRACE_S)
+                    try:
+                        worker.kill()
+                    except psutil.Error:
+                        pass
+
+
+def pid_file(workers_dir: Path, rank: int) -> Path:
+    return workers_dir / f"rank{rank}.pid"
+
+
+def fresh_worker_pids(workers_dir: Path, since: float) -> List[int]:
+    """Pids from this launch's pid files (older files are from an earlier run in the same dir)."""
+    pids = []
+    for path in workers_dir.glob("rank*.pid"):
+        try:
+            if path.stat().st_mtime >= since - 1.0:
+                pids.append(int(path.read_text().split()[0]))
+        except (OSError, ValueError, IndexError):
+            pass  # being written right now: read on the next poll
+    return pids
+
+
+def first_to_die(pids: List[int], workers_dir: Path) -> Optional[Tuple[int, int]]:
+    """(rank, pid) of the worker that ended first without an error of its own, if any.
+
+    `pids` are the workers the reaper saw gone at its first sighting of a death (several when
+    they went within one poll); a rank that raised left an error.json (torch's @record), a
+    rank killed by a signal left none, and that one is the root cause."""
+    for path in sorted(workers_dir.glob("rank*.pid"), key=lambda p: int(p.stem[len("rank"):])):
+        pid, local_rank = path.read_text().split()
+        if int(pid) in pids and not list(workers_dir.glob(f"*/attempt_*/{local_rank}/error.json")):
+            return int(path.stem[len("rank"):]), int(pid)
+    return None
+
+
+def _running(process: Any) -> bool:
+    import psutil
+
+    try:
+        return process.status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -1,0 +1,32 @@
+"""What each process started by the elastic launcher runs (module level: forkserver pickles it)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Any
+
+from torch.distributed.elastic.multiprocessing.errors import record  # a worker's exception reaches the launcher
+
+from bench.config import BenchConfig
+from bench.launch.context import RankContext
+from bench.launch.rank_logs import setup_rank_logging
+from bench.launch.reaper import pid_file
+from bench.launch.watchdog import StepWatchdog
+from bench.scenarios import scenario_for
+
+log = logging.getLogger("bench")
+
+
+@record
+def worker_entry(config: BenchConfig, out_dir: str) -> Any:
+    ctx = RankContext(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
+    setup_rank_logging(Path(out_dir), ctx.rank)
+    log.info("worker for rank %d/%d started (pid %d)", ctx.rank, ctx.world_size, os.getpid())
+    # lets the launcher name a rank that died without a word (SIGKILL, the OOM killer)
+    path = pid_file(Path(out_dir) / "workers", ctx.rank)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{os.getpid()} {ctx.local_rank}")
+    watchdog = StepWatchdog(config.distributed.timeout_s, ctx.rank)
+    return scenario_for(config.mode).run_rank(config, ctx, Path(out_dir), heartbeat=watchdog.beat)

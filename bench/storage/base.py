@@ -1,0 +1,51 @@
+"""The object-store interface every storage backend provides, and the backend interface the
+registry (bench.storage.registry) hands out.
+
+Shards (bench.data), `python -m bench.data prepare`, training checkpoints and the storage
+benchmark (bench.iobench) read and write through an ObjectStore, so each works on every
+backend. Keys are '/'-separated paths relative to the store's root (a directory, or
+s3://bucket/prefix). Torch-free.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Protocol, Tuple
+
+
+class ObjectStore(Protocol):
+    url: str  # where it points, safe to log (never carries credentials)
+
+    def get(self, key: str) -> bytes: ...
+
+    def get_range(self, key: str, start: int, length: int) -> bytes: ...
+
+    def put(self, key: str, data: bytes) -> None: ...  # all or nothing: a reader never sees half an object
+
+    def list(self, prefix: str = "") -> List[Tuple[str, int]]: ...  # (key, size in bytes), sorted
+
+    def exists(self, key: str) -> bool: ...
+
+
+class Backend(Protocol):
+    """One `storage=` option: where its data lives and how it is opened."""
+
+    def location(self, run_dir: Path, subdir: str = "") -> str:
+        """A local directory or s3://bucket/prefix (the run's own directory when none is configured)."""
+        ...
+
+    def open(self, location: str) -> ObjectStore:
+        """A store for reading and writing datasets at `location`."""
+        ...
+
+    def checkpoint_store(self, run_dir: Path, subdir: str = "") -> ObjectStore:
+        """A store for checkpoints: durable writes (fsync'd on local disks)."""
+        ...
+
+    def describe(self, store: ObjectStore) -> str:
+        """How the store reads, for reports (posix, o_direct, the S3 client's name, ...)."""
+        ...
+
+
+def join_key(*parts: str) -> str:
+    return "/".join(p.strip("/") for p in parts if p and p.strip("/"))

@@ -1,0 +1,62 @@
+"""storage.client=boto3: the reference Python client (also what tests and admin work use)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterator, List, Tuple
+
+from bench.storage.s3.settings import S3Settings, S3Store
+
+
+def boto3_client(settings: S3Settings, max_pool_connections: int = 64) -> Any:
+    """A boto3 S3 client with the store's endpoint, timeouts and retries."""
+    import boto3
+    from botocore.config import Config
+
+    config = Config(region_name=settings.region, connect_timeout=settings.connect_timeout_s,
+                    read_timeout=settings.timeout_s, max_pool_connections=max_pool_connections,
+                    retries={"max_attempts": settings.max_attempts, "mode": "standard"},
+                    s3={"addressing_style": "path"} if settings.endpoint else None)
+    return boto3.session.Session().client("s3", endpoint_url=settings.endpoint, config=config)
+
+
+class Boto3Store(S3Store):
+    client_name = "boto3"
+
+    def __init__(self, settings: S3Settings):
+        super().__init__(settings)
+        self._client = boto3_client(settings)
+
+    def _missing(self, exc: BaseException) -> bool:
+        code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
+        return code in ("NoSuchKey", "404", "NotFound")
+
+    def _get(self, key: str, **extra: Any) -> bytes:
+        response = self._client.get_object(Bucket=self.settings.bucket, Key=self.settings.key(key), **extra)
+        return response["Body"].read()
+
+    def get(self, key: str) -> bytes:
+        return self._call("GET", key, lambda: self._get(key))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        return self._call("GET", key, lambda: self._get(key, Range=f"bytes={start}-{start + length - 1}"))
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call("PUT", key, lambda: self._client.put_object(Bucket=self.settings.bucket,
+                                                               Key=self.settings.key(key), Body=data))
+
+    def _pages(self, prefix: str) -> Iterator[dict]:
+        paginator = self._client.get_paginator("list_objects_v2")
+        return paginator.paginate(Bucket=self.settings.bucket, Prefix=self.settings.list_prefix(prefix))
+
+    def list(self, prefix: str = "") -> List[Tuple[str, int]]:
+        def run() -> List[Tuple[str, int]]:
+            found = [(obj["Key"], obj["Size"]) for page in self._pages(prefix) for obj in page.get("Contents", [])]
+            return self.settings.relative_sorted(found)
+
+        return self._call("LIST", prefix, run, missing_key=False)
+
+    def _head(self, key: str) -> Any:
+        return self._client.head_object(Bucket=self.settings.bucket, Key=self.settings.key(key))
+
+    def _list_one(self) -> None:
+        self._client.list_objects_v2(Bucket=self.settings.bucket, MaxKeys=1, Prefix=self.settings.list_prefix(""))

@@ -1,0 +1,70 @@
+"""storage.client=obstore (default): Rust object_store, the fastest and leanest client here."""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+from typing import Any, List, Tuple
+
+from bench.storage.s3.settings import S3Settings, S3Store
+
+
+class ObstoreStore(S3Store):
+    client_name = "obstore"
+
+    def __init__(self, settings: S3Settings):
+        super().__init__(settings)
+        import obstore
+        from obstore.store import S3Store as ObstoreS3
+
+        self._obstore = obstore
+        options: dict = {"timeout": timedelta(seconds=settings.timeout_s),
+                         "connect_timeout": timedelta(seconds=settings.connect_timeout_s)}
+        config: dict = {"region": settings.region}
+        if settings.endpoint:
+            config.update(endpoint=settings.endpoint, virtual_hosted_style_request=False)
+            options["allow_http"] = settings.endpoint.startswith("http://")
+        retry = {"max_retries": settings.max_attempts - 1,
+                 "retry_timeout": timedelta(seconds=settings.timeout_s * settings.max_attempts),
+                 "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=5),
+                             "base": 2}}
+        self._store = ObstoreS3(settings.bucket, prefix=settings.prefix or None, config=config,
+                                client_options=options, retry_config=retry,
+                                credential_provider=_boto3_credentials_unless_in_env())
+
+    def _missing(self, exc: BaseException) -> bool:
+        return isinstance(exc, FileNotFoundError)
+
+    def get(self, key: str) -> bytes:
+        return self._call("GET", key, lambda: bytes(self._obstore.get(self._store, key).bytes()))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        return self._call("GET", key, lambda: bytes(self._obstore.get_range(self._store, key, start=start,
+                                                                            length=length)))
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call("PUT", key, lambda: self._obstore.put(self._store, key, data))
+
+    def list(self, prefix: str = "") -> List[Tuple[str, int]]:
+        def run() -> List[Tuple[str, int]]:
+            stream = self._obstore.list(self._store, prefix=prefix or None)
+            return sorted((meta["path"], meta["size"]) for meta in stream.collect())
+
+        return self._call("LIST", prefix, run, missing_key=False)
+
+    def _head(self, key: str) -> Any:
+        return self._obstore.head(self._store, key)
+
+    def _list_one(self) -> None:
+        next(iter(self._obstore.list(self._store, chunk_size=1)), None)
+
+
+def _boto3_credentials_unless_in_env() -> Any:
+    """obstore reads AWS_ACCESS_KEY_ID & co itself; for profiles, SSO and instance roles it
+    borrows boto3's credential chain."""
+    if os.environ.get("AWS_ACCESS_KEY_ID"):
+        return None
+    import boto3
+    from obstore.auth.boto3 import Boto3CredentialProvider
+
+    return Boto3CredentialProvider(boto3.Session())

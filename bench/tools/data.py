@@ -1,0 +1,89 @@
+"""`python -m bench.data prepare ...` (image folder -> shards) and `python -m bench.data bench-loader ...`
+(also `python -m bench.tools.data`).
+
+`prepare --storage KEY=VALUE` sets keys of the storage group for an s3:// destination; they go
+through the schema like any `storage.KEY=VALUE` override of `python -m bench`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from typing import List, Optional
+
+from bench.config.storage import StorageConfig
+from bench.errors import ConfigError, ConfigProblem, DataError
+
+
+def _storage_config(pairs: List[str]) -> StorageConfig:
+    """--storage KEY=VALUE pairs as the storage group, typed and checked by the schema."""
+    from bench.config import compose
+
+    for pair in pairs:
+        if "=" not in pair:
+            raise DataError(f"--storage {pair!r} is not KEY=VALUE (e.g. --storage endpoint=http://localhost:9000)")
+    return compose(*[f"storage.{pair}" for pair in pairs]).storage
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.data", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    prep = commands.add_parser("prepare", help="write pre-resized JPEG shards of an image folder")
+    prep.add_argument("--src", required=True, help="image folder: train/ and val/ of class folders, or class folders")
+    prep.add_argument("--dst", required=True, help="output directory or s3://bucket/prefix")
+    prep.add_argument("--size", type=int, default=256, help="short side of the stored images (never upscaled)")
+    prep.add_argument("--quality", type=int, default=90, help="JPEG quality of the stored images")
+    prep.add_argument("--shard-size", type=int, default=1000, help="images per shard")
+    prep.add_argument("--workers", type=int, default=None, help="encoding processes (default: CPU count)")
+    prep.add_argument("--storage", action="append", default=[], metavar="KEY=VALUE",
+                      help="storage group options for s3:// (e.g. endpoint=http://localhost:9000)")
+    prep.add_argument("--no-progress", action="store_true")
+
+    bench = commands.add_parser("bench-loader", help="our loaders vs a torchvision ImageFolder+PIL baseline")
+    bench.add_argument("--images", type=int, default=600)
+    bench.add_argument("--classes", type=int, default=10)
+    bench.add_argument("--workers", type=int, default=2)
+    bench.add_argument("--batch-size", type=int, default=64)
+    bench.add_argument("--rounds", type=int, default=3)
+    bench.add_argument("--batches", type=int, default=20, help="timed batches per measurement")
+    bench.add_argument("--warmup", type=int, default=4, help="discarded batches per measurement")
+    bench.add_argument("--image-size", type=int, default=224)
+    bench.add_argument("--shard-image-size", type=int, default=256, help="prepare --size of the shards")
+    bench.add_argument("--shard-size", type=int, default=100, help="prepare --shard-size of the shards")
+    bench.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "bench-loader"),
+                       help="where the generated dataset and shards live (reused between runs)")
+    bench.add_argument("--loaders", default="imagefolder,shards")
+
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "prepare":
+            from bench.data.prepare import describe, prepare
+
+            for name, value in (("--size", args.size), ("--shard-size", args.shard_size)):
+                if value <= 0:
+                    raise DataError(f"{name}={value} must be a positive integer")
+            if not 1 <= args.quality <= 100:
+                raise DataError(f"--quality={args.quality} must be between 1 and 100")
+            summary = prepare(args.src, args.dst, args.size, args.quality, args.shard_size, args.workers,
+                              _storage_config(args.storage), progress=False if args.no_progress else None)
+            print(describe(args.dst, summary), flush=True)
+        else:
+            from bench.tools.loader_benchmark import report, run
+
+            rates = run(args.images, args.classes, args.workers, args.batch_size, args.rounds, args.batches,
+                        args.warmup, args.image_size, args.shard_image_size, args.shard_size, args.dir,
+                        args.loaders.split(","))
+            print(report(rates), flush=True)
+    except (DataError, ConfigError, ConfigProblem) as exc:  # a bad argument or source folder: nothing was written
+        print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
+        return 2
+    except Exception as exc:  # noqa: BLE001 - e.g. an S3 store that cannot be opened: one line, no traceback
+        print(f"[ERROR] {args.command} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

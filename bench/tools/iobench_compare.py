@@ -1,0 +1,184 @@
+"""`python -m bench.iobench.compare` (bench.tools.iobench_compare): our read phase against a plain
+baseline on the same files, alternating A-B-B-A.
+
+    python -m bench.iobench.compare local [--files 512 --file-kb 1024 --threads 8 --rounds 5]
+    python -m bench.iobench.compare s3    [--files 64 --file-kb 1024 --threads 8 --rounds 3 --client obstore]
+
+local: the storage benchmark's read phase (computation_time=0: the I/O ceiling) vs open()/read()
+of the same files from a ThreadPoolExecutor of the same concurrency.
+s3: the same read phase through `--client` against a moto server this command starts on
+127.0.0.1 vs a boto3 client in a thread pool of the same concurrency. The loopback server is
+the bottleneck, so this guards our client overhead, not S3's speed.
+
+Both sides read every file once per round, timed from the first request to the last byte;
+MB/s = dataset bytes / that time. Prints each round, the medians and ours/baseline; with
+--min-ratio it exits 1 when the ratio is lower.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import os
+import statistics
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Callable, Dict, List, Sequence
+
+from bench.config import compose
+from bench.config.storage import PrepareMode, S3Client, StorageConfig, StorageWorkloadConfig
+from bench.iobench.prepare import prepare_dataset
+from bench.iobench.reader import run_reader
+from bench.iobench.workload import FileSpec
+from bench.storage.base import ObjectStore
+from bench.storage.local import LocalStore
+from bench.storage.registry import open_store
+
+SAMPLES_PER_FILE = 16
+# Only for the throw-away loopback server this command starts; real credentials are never needed.
+LOOPBACK_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "loopback", "AWS_SECRET_ACCESS_KEY": "loopback"}
+
+
+def storage_for(args: argparse.Namespace, *overrides: str) -> StorageConfig:
+    """The storage group of a read phase at the I/O ceiling: every file read once, in order."""
+    record = max(1, args.file_kb * 1024 // SAMPLES_PER_FILE)
+    workload = {"name": "compare", "num_files": args.files, "samples_per_file": SAMPLES_PER_FILE,
+                "record_size": record, "batch_size": SAMPLES_PER_FILE, "read_threads": args.threads,
+                "prefetch": args.prefetch, "computation_time": 0, "shuffle": "false", "checkpoint_size_mb": 0}
+    return compose("mode=storage", *[f"storage.workload.{k}={v}" for k, v in workload.items()], *overrides).storage
+
+
+def timed_mb_per_s(read_all: Callable[[], int]) -> float:
+    start = time.perf_counter()
+    size = read_all()
+    return size / (time.perf_counter() - start) / 1e6
+
+
+def alternate(ours: Callable[[], int], baseline: Callable[[], int], rounds: int) -> Dict[str, List[float]]:
+    ours(), baseline()  # warm-up: page cache, connection pools, imports
+    found: Dict[str, List[float]] = {"ours": [], "baseline": []}
+    for round_number in range(1, rounds + 1):
+        for side in ("ours", "baseline", "baseline", "ours"):
+            found[side].append(timed_mb_per_s(ours if side == "ours" else baseline))
+        print(f"round {round_number}: ours {found['ours'][-2]:.0f}, {found['ours'][-1]:.0f} MB/s | baseline "
+              f"{found['baseline'][-2]:.0f}, {found['baseline'][-1]:.0f} MB/s", flush=True)
+    return found
+
+
+def report(found: Dict[str, List[float]], ours_name: str, baseline_name: str) -> float:
+    ours, baseline = statistics.median(found["ours"]), statistics.median(found["baseline"])
+    ratio = ours / baseline
+    print(f"ours ({ours_name}): median {ours:.0f} MB/s [{min(found['ours']):.0f}-{max(found['ours']):.0f}]")
+    print(f"baseline ({baseline_name}): median {baseline:.0f} MB/s "
+          f"[{min(found['baseline']):.0f}-{max(found['baseline']):.0f}]")
+    print(f"ratio ours/baseline: {ratio:.2f}")
+    return ratio
+
+
+def read_phase(store: ObjectStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig) -> Callable[[], int]:
+    """Ours: one pass of the storage benchmark's read phase; returns the bytes it covered."""
+    total = sum(f.size for f in files)
+
+    def run() -> int:
+        run_reader(store, files, workload)
+        return total
+
+    return run
+
+
+def thread_pool(read: Callable[[str], int], files: Sequence[FileSpec], threads: int) -> Callable[[], int]:
+    """The baseline: `read` every key from a plain ThreadPoolExecutor."""
+
+    def run() -> int:
+        with ThreadPoolExecutor(threads) as pool:
+            return sum(pool.map(read, [f.key for f in files]))
+
+    return run
+
+
+def compare_local(args: argparse.Namespace, root: Path) -> float:
+    workload = storage_for(args).workload
+    store = LocalStore(root)
+    files = prepare_dataset(store, workload, PrepareMode.auto, workers=4).files
+
+    def read(key: str) -> int:
+        with open(root / key, "rb") as fh:
+            return len(fh.read())
+
+    print(f"local: {len(files)} files x {args.file_kb} KiB in {root}, {args.threads} threads (page cache warm)")
+    found = alternate(read_phase(store, files, workload), thread_pool(read, files, args.threads), args.rounds)
+    return report(found, "storage read phase, computation_time=0", "open/read in a ThreadPoolExecutor")
+
+
+def compare_s3(args: argparse.Namespace) -> float:
+    from moto.server import ThreadedMotoServer
+
+    from bench.storage.s3.boto3_store import boto3_client
+    from bench.storage.s3.settings import S3Settings
+
+    added = {name: value for name, value in LOOPBACK_CREDENTIALS.items() if name not in os.environ}
+    os.environ.update(added)
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        host, port = server.get_host_and_port()
+        endpoint = f"http://{host}:{port}"
+        settings = S3Settings("compare", "data", endpoint, "us-east-1", max_attempts=5, timeout_s=60,
+                              connect_timeout_s=5)
+        admin = boto3_client(settings, max_pool_connections=args.threads)
+        admin.create_bucket(Bucket=settings.bucket)
+        storage = storage_for(args, "storage=s3", f"storage.endpoint={endpoint}", f"storage.bucket={settings.bucket}",
+                              f"storage.prefix={settings.prefix}", f"storage.client={args.client}")
+        location = f"s3://{settings.bucket}/{settings.prefix}"
+        writer = dataclasses.replace(storage, client=S3Client.obstore)  # moto refuses s3torchconnector's writes
+        files = prepare_dataset(open_store(location, writer), storage.workload, PrepareMode.auto, 4).files
+        store = open_store(location, storage)
+
+        def read(key: str) -> int:
+            return len(admin.get_object(Bucket=settings.bucket, Key=f"{settings.prefix}/{key}")["Body"].read())
+
+        print(f"s3: {len(files)} objects x {args.file_kb} KiB on moto at {endpoint}, {args.threads} threads")
+        found = alternate(read_phase(store, files, storage.workload), thread_pool(read, files, args.threads),
+                          args.rounds)
+        return report(found, f"storage read phase via {args.client}", "boto3 get_object in a ThreadPoolExecutor")
+    finally:
+        server.stop()
+        for name in added:
+            del os.environ[name]
+
+
+def main(argv: List[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.iobench.compare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("backend", choices=("local", "s3"))
+    parser.add_argument("--files", type=int, help="default: 512 local, 64 s3 (moto serves ~300 MB/s)")
+    parser.add_argument("--file-kb", type=int, default=1024)
+    parser.add_argument("--threads", type=int, default=8)
+    parser.add_argument("--rounds", type=int, default=5, help="A-B-B-A rounds")
+    parser.add_argument("--prefetch", type=int, default=8,
+                        help="ours: batches (= files here) read ahead; the baseline queues every file at once")
+    parser.add_argument("--client", default="obstore", choices=("obstore", "boto3", "s3torchconnector"))
+    parser.add_argument("--root", type=Path, help="local: dataset directory (default: a temporary one)")
+    parser.add_argument("--min-ratio", type=float, help="exit 1 when ours/baseline is below this")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request access log
+    args.files = args.files or (512 if args.backend == "local" else 64)
+    if args.backend == "s3":
+        ratio = compare_s3(args)
+    elif args.root:
+        ratio = compare_local(args, args.root)
+    else:
+        with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
+            ratio = compare_local(args, Path(tmp))
+    if args.min_ratio is not None and ratio < args.min_ratio:
+        print(f"ratio {ratio:.2f} is below --min-ratio {args.min_ratio}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

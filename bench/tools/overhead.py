@@ -1,0 +1,109 @@
+"""`python -m bench.overhead`: what does the framework cost compared with a hand-written loop?
+
+Runs the same model, batch, precision and thread count through bench's trainer (the code
+`python -m bench` runs) and through a minimal training loop, in one process, alternating
+(A B B A ...) so machine noise hits both alike. Prints images/s of each and their ratio
+(median of per-round ratios). Goal: framework >= 0.98x the minimal loop.
+
+    python -m bench.overhead --model resnet18 --image-size 64 --batch-size 32 --precisions fp32,bf16
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import statistics
+import time
+from typing import Any, List
+
+import torch
+import torch.nn as nn
+import torchvision
+
+from bench.config import BenchConfig, compose
+
+
+def framework_config(args: argparse.Namespace, precision: str) -> BenchConfig:
+    return compose(f"model.arch={args.model}", f"precision={precision}", f"data.batch_size={args.batch_size}",
+                   f"data.image_size={args.image_size}", f"data.num_classes={args.num_classes}",
+                   f"train.steps_per_epoch={args.steps}", "train.epochs=1", f"benchmark.warmup_steps={args.warmup}",
+                   "benchmark.progress=false", f"cpu_threads={args.threads}", "allow_cpu=true")
+
+
+def run_framework(config: BenchConfig, device: torch.device) -> float:
+    from bench.train.loop import train
+
+    result = train(config, device)
+    return result.images / result.window_seconds
+
+
+def run_minimal(args: argparse.Namespace, precision: str, device: torch.device) -> float:
+    """The loop a careful engineer writes by hand: nothing but forward, backward, step."""
+    torch.manual_seed(0)
+    model = torchvision.models.get_model(args.model, weights=None, num_classes=args.num_classes).to(device)
+    model.train()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
+    criterion = nn.CrossEntropyLoss()
+    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
+    labels = torch.randint(0, args.num_classes, (args.batch_size,), device=device)
+
+    def autocast() -> Any:
+        if precision == "bf16":
+            return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
+        return contextlib.nullcontext()
+
+    def one_step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        with autocast():
+            loss = criterion(model(images), labels)
+        loss.backward()
+        optimizer.step()
+
+    for _ in range(args.warmup):
+        one_step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    start = time.perf_counter()
+    for _ in range(args.steps):
+        one_step()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return args.steps * args.batch_size / (time.perf_counter() - start)
+
+
+def main(argv: List[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="resnet18", help="a torchvision classification model (default resnet18)")
+    parser.add_argument("--image-size", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--num-classes", type=int, default=1000)
+    parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated: fp32, bf16")
+    parser.add_argument("--steps", type=int, default=30, help="measured steps per round")
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--rounds", type=int, default=4, help="pairs of runs; order alternates each round")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    args = parser.parse_args(argv)
+
+    torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    print(f"device={device.type} threads={args.threads} model={args.model} image={args.image_size} "
+          f"batch={args.batch_size} steps={args.steps} rounds={args.rounds}")
+    print(f"{'precision':<10}{'bench img/s':>14}{'minimal img/s':>16}{'ratio':>8}   per-round ratios")
+    for precision in args.precisions.split(","):
+        cfg = framework_config(args, precision)
+        ours, theirs, ratios = [], [], []
+        for round_index in range(args.rounds):
+            order = ("bench", "minimal") if round_index % 2 == 0 else ("minimal", "bench")
+            figures = {}
+            for side in order:
+                figures[side] = run_framework(cfg, device) if side == "bench" else run_minimal(args, precision, device)
+            ours.append(figures["bench"])
+            theirs.append(figures["minimal"])
+            ratios.append(figures["bench"] / figures["minimal"])
+        print(f"{precision:<10}{statistics.median(ours):>14.1f}{statistics.median(theirs):>16.1f}"
+              f"{statistics.median(ratios):>8.3f}   " + " ".join(f"{r:.3f}" for r in ratios), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

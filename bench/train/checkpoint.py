@@ -1,0 +1,40 @@
+"""storage.save_checkpoint=true: rank 0 writes the model and optimizer state after the measured
+window (every rank holds the same weights) to the storage backend, and reports its write speed."""
+
+from __future__ import annotations
+
+import io
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+from bench.config import BenchConfig
+from bench.launch.context import RankContext
+from bench.storage.registry import backend
+
+Writer = Callable[[Any, Any], Dict[str, Any]]
+
+
+def serialize(state: Dict[str, Any]) -> bytes:
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()
+
+
+def checkpoint_writer(config: BenchConfig, out_dir: Path, ctx: RankContext) -> Optional[Writer]:
+    if not config.storage.save_checkpoint or not ctx.is_reporter:
+        return None
+    store = backend(config.storage).checkpoint_store(out_dir)
+    name = config.storage.checkpoint_name
+
+    def write(model: Any, optimizer: Any) -> Dict[str, Any]:
+        start = time.perf_counter()
+        data = serialize({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
+        store.put(name, data)  # all or nothing, fsync'd on a local disk (storage.fsync)
+        seconds = time.perf_counter() - start
+        return {"checkpoint_path": f"{store.url}/{name}", "checkpoint_bytes": len(data),
+                "checkpoint_write_seconds": seconds, "checkpoint_write_gbps": len(data) / seconds / 1e9}
+
+    return write

@@ -1,0 +1,159 @@
+"""The training scenario's report: per-rank timings merged into the job's numbers, the
+radix_metrics dict, the run's files and its MLflow record.
+
+Files: metrics_epoch.jsonl (a line per epoch), step_times.csv (a row per measured step),
+run_summary.json (results, epochs, compile, environment, config, ranks) and summary.csv.
+A DDP step is as slow as its slowest rank, so step i's time (and data wait) is the max over
+ranks; throughput is the sum of each rank's images / its own window.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence
+
+from bench.analysis.stats import UNSTABLE_CV, step_time_stats
+from bench.config import BenchConfig
+from bench.results import read_column, write_csv, write_json, write_jsonl
+from bench.train.result import RankSummary, TrainOutcome, TrainResult
+
+AU_THRESHOLD = 0.90  # accelerator utilization below which a run is input-bound (MLPerf Storage's ResNet-50 bar)
+TIMELINE = ("step_times.csv", "step_time_ms")  # the per-step file and column the sweep report plots
+
+
+def merge_ranks(result: TrainResult, ranks: Sequence[RankSummary]) -> TrainResult:
+    """Rank 0's result with the step timeline of the whole job (the max over ranks per step)."""
+    if len(ranks) <= 1:
+        return result
+    steps = min(len(r.step_times_ms) for r in ranks)
+    waits = min(len(r.data_wait_ms) for r in ranks)
+    return replace(
+        result,
+        step_times_ms=[max(r.step_times_ms[i] for r in ranks) for i in range(steps)],
+        data_wait_ms=[max(r.data_wait_ms[i] for r in ranks) for i in range(waits)],
+        window_seconds=max(r.window_seconds for r in ranks),
+        peak_memory_bytes=max(r.peak_memory_bytes for r in ranks),
+    )
+
+
+def rank_figures(ranks: Sequence[RankSummary]) -> Dict[str, Any]:
+    """Per-rank throughput, so a straggler shows, and whether DDP kept the weights identical."""
+    throughputs = [r.images_per_second for r in ranks]
+    return {
+        "images_per_second": sum(throughputs),  # global: the sum over ranks
+        "rank_images_per_second_min": min(throughputs),
+        "rank_images_per_second_max": max(throughputs),
+        "rank_slowest": min(range(len(ranks)), key=lambda i: throughputs[i]),
+        "rank_spread": 1.0 - min(throughputs) / max(throughputs) if max(throughputs) > 0 else 0.0,
+        "params_in_sync": len({r.param_checksum for r in ranks}) == 1,
+    }
+
+
+def input_pipeline(data_wait_fraction: float) -> Dict[str, Any]:
+    """Accelerator utilization au = the share of the measured window not spent waiting for data
+    (compute time / wall time, as MLPerf Storage defines AU); input_bound when au < 0.90."""
+    au = min(1.0, max(0.0, 1.0 - data_wait_fraction))
+    return {"au": au, "input_bound": au < AU_THRESHOLD}
+
+
+def summarize(result: TrainResult, config: BenchConfig, device: str, device_name: str,
+              ranks: Sequence[RankSummary]) -> Dict[str, Any]:
+    """The radix_metrics dict: every number a run reports, plus the settings that change speed."""
+    world_size = len(ranks)
+    seconds = result.window_seconds
+    images = result.images * world_size
+    data_wait_s = sum(result.data_wait_ms) / 1000.0
+    stats = step_time_stats(result.step_times_ms)
+    per_rank = rank_figures(ranks) if world_size > 1 else {}
+    throughput = per_rank.get("images_per_second", images / seconds if seconds > 0 else 0.0)
+    metrics: Dict[str, Any] = {
+        "images_per_second": throughput,
+        "total_images": images,
+        "elapsed_seconds": seconds,
+        "lr": result.base_lr,
+        "batch_size": result.batch_size,
+        "global_batch_size": result.batch_size * world_size,
+        "epochs": config.train.epochs,
+        "steps_per_epoch": config.train.steps_per_epoch,
+        "measured_steps": result.measured_steps,
+        "warmup_steps": result.warmup_steps,
+        "world_size": world_size,
+        "images_per_second_per_device": throughput / world_size,
+        "distributed": str(config.distributed.name),
+        "scaling": str(config.distributed.scaling),
+        **{k: v for k, v in per_rank.items() if k != "images_per_second"},
+        **stats,
+        "unstable": stats.get("step_time_cv", 0.0) > UNSTABLE_CV,
+        "data_wait_seconds": data_wait_s,
+        "data_wait_fraction": data_wait_s / seconds if seconds > 0 else 0.0,
+        "peak_memory_mb": result.peak_memory_bytes / 2**20,
+        "final_loss": result.final_loss,
+        "final_lr": result.final_lr,
+        "parameters": result.parameters,
+        "model": config.model.arch,
+        "data": str(config.data.name),
+        "image_size": config.data.image_size,
+        "optimizer": str(config.optimizer.name),
+        "fused_optimizer": result.fused_optimizer,
+        **result.precision,
+        "compile": bool(result.compile.get("active")),
+        "cudnn_benchmark": bool(config.cudnn_benchmark),
+        "device": device,
+        "device_name": device_name,
+    }
+    metrics.update(input_pipeline(metrics["data_wait_fraction"]))
+    if result.compile.get("fallback_reason"):
+        metrics["compile_fallback"] = result.compile["fallback_reason"]
+    metrics.update(result.gpu)
+    metrics.update({k: v for k, v in result.extra.items() if k != "checkpoint_path"})
+    return metrics
+
+
+@dataclass
+class TrainReport:
+    result: TrainResult  # rank 0's, with the job's step timeline
+    ranks: List[RankSummary]
+    metrics: Dict[str, Any]
+
+    @classmethod
+    def from_outcome(cls, outcome: TrainOutcome, config: BenchConfig) -> "TrainReport":
+        result = merge_ranks(outcome.result, outcome.ranks)
+        return cls(result, list(outcome.ranks), summarize(result, config, outcome.device, outcome.device_name,
+                                                         outcome.ranks))
+
+    def headline(self) -> str:
+        return ("{model} {precision} bs={batch_size} x{world_size} on {device_name}: {images_per_second:.1f} images/s, "
+                "step p50 {step_time_ms_p50:.2f} ms, p99 {step_time_ms_p99:.2f} ms ({measured_steps} steps, "
+                "{elapsed_seconds:.2f} s)").format(**self.metrics)
+
+    def write(self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any],
+              run_id: Optional[str]) -> List[Path]:
+        out_dir.mkdir(parents=True, exist_ok=True)
+        result, epochs = self.result, [asdict(e) for e in self.result.epochs]
+        ranks = [{k: v for k, v in asdict(r).items() if k not in ("step_times_ms", "data_wait_ms")} for r in self.ranks]
+        summary = {"results": self.metrics, "epochs": epochs, "compile": result.compile,
+                   "environment": dict(environment), "config": dict(config), "mlflow_run_id": run_id, "ranks": ranks}
+        steps = [(i, f"{step:.4f}", f"{wait:.4f}")
+                 for i, (step, wait) in enumerate(zip(result.step_times_ms, result.data_wait_ms), start=1)]
+        return [write_jsonl(out_dir / "metrics_epoch.jsonl", epochs),
+                write_csv(out_dir / "step_times.csv", ["step", "step_time_ms", "data_wait_ms"], steps),
+                write_json(out_dir / "run_summary.json", summary),
+                write_csv(out_dir / "summary.csv", list(self.metrics), [self.metrics])]
+
+    def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
+        if not tracker.active:
+            return
+        for epoch in self.result.epochs:
+            tracker.log_metrics({"epoch_images_per_second": epoch.images_per_second, "epoch_seconds": epoch.seconds,
+                                 "epoch_loss": epoch.loss, "epoch_lr": epoch.lr}, step=epoch.epoch)
+        if log_series:
+            tracker.log_series("step_time_ms", self.result.step_times_ms)
+        tracker.log_metrics(self.metrics)
+        tracker.set_tags({key: self.metrics[key] for key in ("model", "precision", "device_name", "unstable")})
+        tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
+
+    @staticmethod
+    def timeline(job_dir: Path) -> List[float]:
+        """The per-step times a finished run wrote (for the sweep report)."""
+        return read_column(job_dir / TIMELINE[0], TIMELINE[1])

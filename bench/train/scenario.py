@@ -1,0 +1,89 @@
+"""The training scenario (mode=train): what must hold before a run starts, what one rank does,
+and how rank 0's results become the report."""
+
+from __future__ import annotations
+
+import socket
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+from bench.config import BenchConfig
+from bench.errors import ConfigProblem, DataError
+from bench.launch.context import RankContext
+from bench.train.report import TrainReport
+from bench.train.result import RankSummary, TrainOutcome
+
+
+class TrainScenario:
+    has_ranks = True  # started by a launcher, one process per rank
+    # modules the elastic launcher's forkserver imports once, so workers start in well under a second
+    preload = ("torch", "torchvision", "bench.train.scenario", "bench.train.loop", "bench.launch.worker")
+    report_class = TrainReport
+
+    def __init__(self) -> None:
+        self.device_name = "cpu"
+
+    def preflight(self, config: BenchConfig) -> None:
+        """The dataset is where data.root says (listings only), the device exists and can do the
+        precision, the model exists. Cheapest first: the dataset check needs no torch."""
+        from bench.data.registry import check_location
+
+        try:
+            check_location(config.data)
+        except DataError as exc:
+            raise ConfigProblem(str(exc)) from None
+        from bench.train.device import check_gpu_count, device_name, resolve_device
+        from bench.train.models import check_model
+        from bench.train.precision import build_precision
+
+        device = resolve_device(config.allow_cpu)
+        build_precision(config.precision, device)
+        check_gpu_count(config.distributed.nproc_per_node, device)
+        check_model(config.model)
+        self.device_name = device_name(device)
+
+    def run_name(self, config: BenchConfig) -> str:
+        world = config.distributed.world_size
+        return f"{config.model.arch}-{config.precision.name}-bs{config.data.batch_size}" + (f"-x{world}" if world > 1 else "")
+
+    def run_rank(self, config: BenchConfig, ctx: RankContext, out_dir: Path,
+                 heartbeat: Optional[Callable[[], None]] = None) -> Optional[TrainOutcome]:
+        """Train as one rank; rank 0 returns what every rank measured, the others None."""
+        from bench.launch.process_group import all_gather, destroy_process_group, init_process_group
+        from bench.train.checkpoint import checkpoint_writer
+        from bench.train.device import device_name, resolve_device
+        from bench.train.loop import train
+
+        device = resolve_device(config.allow_cpu)
+        if ctx.distributed:
+            init_process_group(config.distributed, ctx, device)
+        try:
+            result = train(config, device, monitor=_gpu_monitor(device, ctx), ctx=ctx, on_step=heartbeat,
+                           on_finish=checkpoint_writer(config, out_dir, ctx))
+            mine = RankSummary(ctx.rank, socket.gethostname(), result.images, result.window_seconds,
+                               result.step_times_ms, result.data_wait_ms, result.peak_memory_bytes,
+                               result.param_checksum)
+            ranks = all_gather(mine, ctx)
+        finally:
+            destroy_process_group()
+        return TrainOutcome(result, ranks, device.type, device_name(device)) if ctx.is_reporter else None
+
+    def report(self, outcome: TrainOutcome, config: BenchConfig) -> TrainReport:
+        return TrainReport.from_outcome(outcome, config)
+
+    def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
+        """A known failure in one line: out of memory names the batch size and what to try."""
+        text = str(exc)
+        if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() or "OutOfMemoryError" in text:
+            batch = config.data.batch_size
+            return (f"out of memory at data.batch_size={batch} on {self.device_name}: "
+                    f"try data.batch_size={max(1, batch // 2)}")
+        return None
+
+
+def _gpu_monitor(device: Any, ctx: RankContext) -> Any:
+    if device.type != "cuda" or not ctx.is_reporter:
+        return None
+    from bench.tracking.gpu_monitor import GpuMonitor
+
+    return GpuMonitor(device.index or 0)
