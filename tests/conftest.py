@@ -1,21 +1,37 @@
-"""Shared helpers: run bench in a real subprocess, read its final line and its MLflow store."""
+"""Fixtures for the whole suite.
+
+- `bench`: runs `python -m bench ...` (or another module) as a real process in the test's own
+  directory, whose default MLflow store is that directory's mlflow.db; reads back its final
+  line and its MLflow runs.
+- `tiny`: the overrides of a small, fast CPU training run.
+- `compose`: the typed config `python -m bench <overrides>` would run, built in-process.
+- `datasets`: tiny real datasets written in the test (JPEG image folders, CIFAR-100 files).
+- `s3_server`: moto's S3 server on 127.0.0.1 (real HTTP, real signing), one per test module.
+
+tests/unit/ runs in-process; tests/e2e/ starts real processes and is marked `slow`
+automatically (`-m "not slow"` runs the fast half). Tests marked `gpu` need CUDA and skip
+without it. Waits are for events (a log line, a file, a process state); timeouts are hang
+guards only, long enough for a loaded machine.
+"""
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
 import subprocess
 import sys
+import uuid
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, Optional, Sequence
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
 import pytest
 
-from s3_server import s3_server  # noqa: F401 - the S3-on-loopback fixture (one server per test module)
-
 REPO = Path(__file__).resolve().parents[1]
+HANG_GUARD_S = 900  # a run that takes longer than this is stuck, however loaded the machine
 
-# Small, fast, CPU: every e2e run in the suite builds on this.
+# Small, fast, CPU: every e2e training run in the suite builds on this.
 TINY = [
     "+experiment=cpu_smoke",
     "model=resnet18",
@@ -25,11 +41,32 @@ TINY = [
     "train.epochs=1",
     "train.steps_per_epoch=3",
     "benchmark.warmup_steps=1",
+    "benchmark.progress=false",
 ]
+
+# Fake, but distinctive: the no-secret-in-any-output tests grep for this value.
+S3_SECRET = "bench-test-secret-9f3c2e71d4"
+S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "benchtestkey", "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+                  "AWS_DEFAULT_REGION": "us-east-1"}
+
+
+def pytest_collection_modifyitems(config, items):
+    """e2e tests are slow; `gpu` tests need a real CUDA device (skipped, not failed, without one)."""
+    import torch
+
+    skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
+    for item in items:
+        if "e2e" in Path(str(item.fspath)).parts:
+            item.add_marker(pytest.mark.slow)
+        if "gpu" in item.keywords and not torch.cuda.is_available():
+            item.add_marker(skip_gpu)
+
+
+# ---- running bench -------------------------------------------------------------------------------
 
 
 def bench_env(tracking_uri: Optional[str] = None, **extra: str) -> Dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR")}
     env["PYTHONUNBUFFERED"] = "1"
     env.setdefault("OMP_NUM_THREADS", "2")
     if tracking_uri:
@@ -38,42 +75,180 @@ def bench_env(tracking_uri: Optional[str] = None, **extra: str) -> Dict[str, str
     return env
 
 
-def run_bench(cwd: Path, args: Sequence[str], module: str = "bench", env: Optional[Dict[str, str]] = None,
-              timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd, env=env or bench_env(),
-                          capture_output=True, text=True, timeout=timeout)
+@dataclass
+class Bench:
+    """`python -m bench` in `cwd`; its default MLflow store is `cwd`/mlflow.db (`self.uri`)."""
 
+    cwd: Path
 
-def radix_metrics(proc: subprocess.CompletedProcess) -> dict:
-    assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
-    last = proc.stdout.strip().splitlines()[-1]
-    return json.loads(last)["radix_metrics"]
+    @property
+    def db(self) -> Path:
+        return self.cwd / "mlflow.db"
 
+    @property
+    def uri(self) -> str:
+        return f"sqlite:///{self.db}"
 
-def sqlite_uri(path: Path) -> str:
-    return f"sqlite:///{path}"
+    @staticmethod
+    def env(tracking_uri: Optional[str] = None, **extra: str) -> Dict[str, str]:
+        return bench_env(tracking_uri, **extra)
 
+    def run(self, *args: str, module: str = "bench", env: Optional[Dict[str, str]] = None,
+            timeout: float = HANG_GUARD_S, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or self.cwd, env=env or bench_env(),
+                              capture_output=True, text=True, timeout=timeout)
 
-def all_runs(tracking_uri: str) -> list:
-    from mlflow import MlflowClient
+    def start(self, *args: str, module: str = "bench", env: Optional[Dict[str, str]] = None,
+              **popen) -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", module, *args], cwd=self.cwd, env=env or bench_env(),
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
 
-    client = MlflowClient(tracking_uri=tracking_uri)
-    experiments = client.search_experiments()
-    return client.search_runs([e.experiment_id for e in experiments]) if experiments else []
+    @staticmethod
+    def metrics(proc: subprocess.CompletedProcess) -> dict:
+        """The final `{"radix_metrics": ...}` line of a run that succeeded."""
+        assert proc.returncode == 0, f"exit {proc.returncode}\nstdout:\n{proc.stdout}\nstderr:\n{proc.stderr}"
+        last = proc.stdout.strip().splitlines()[-1]
+        return json.loads(last)["radix_metrics"]
+
+    def runs(self, uri: Optional[str] = None) -> list:
+        """Every MLflow run in the store (this directory's, unless `uri` names another)."""
+        from mlflow import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri or self.uri)
+        experiments = client.search_experiments()
+        return client.search_runs([e.experiment_id for e in experiments]) if experiments else []
+
+    @staticmethod
+    def error_lines(stderr: str) -> List[str]:
+        return [line for line in stderr.splitlines() if line.startswith("[ERROR]")]
 
 
 @pytest.fixture
-def tiny_args():
+def bench(tmp_path) -> Bench:
+    return Bench(tmp_path)
+
+
+@pytest.fixture(scope="session")
+def bench_at() -> Callable[[Path], Bench]:
+    """For module-scoped fixtures: a Bench in a directory of their own."""
+    return Bench
+
+
+@pytest.fixture(scope="session")
+def repo() -> Path:
+    return REPO
+
+
+@pytest.fixture
+def tiny() -> List[str]:
     return list(TINY)
 
 
-def pytest_collection_modifyitems(config, items):
-    """Tests marked `gpu` need a real CUDA device: skipped (not failed) without one."""
-    import torch
+@pytest.fixture(scope="session")
+def tiny_args() -> Sequence[str]:
+    """TINY for module-scoped fixtures (read-only)."""
+    return tuple(TINY)
 
-    if torch.cuda.is_available():
-        return
-    skip = pytest.mark.skip(reason="needs a CUDA GPU")
-    for item in items:
-        if "gpu" in item.keywords:
-            item.add_marker(skip)
+
+@pytest.fixture(scope="session")
+def compose():
+    """compose(*overrides) -> the checked BenchConfig, as `python -m bench <overrides>` builds it."""
+    from bench.config import compose as compose_config
+
+    return compose_config
+
+
+# ---- datasets ------------------------------------------------------------------------------------
+
+
+class Datasets:
+    """Tiny real datasets: 64x48 JPEGs in class folders, and the CIFAR-100 python format."""
+
+    CLASSES = 4
+    WIDTH, HEIGHT = 64, 48
+
+    def image_folder(self, root: Path, images: int = 40, classes: int = CLASSES, seed: int = 0) -> List[str]:
+        """root/classNNN/imgNNNNN.jpg."""
+        from bench.data.sample_images import write_image_folder
+
+        return write_image_folder(str(root), images, classes, self.WIDTH, self.HEIGHT, seed=seed)
+
+    def imagenet_layout(self, root: Path, train: int = 40, val: int = 8) -> Dict[str, List[str]]:
+        return {"train": self.image_folder(root / "train", train, seed=1),
+                "val": self.image_folder(root / "val", val, seed=2)}
+
+    @staticmethod
+    def cifar100(root: Path, train: int = 40, test: int = 12, seed: int = 0) -> Dict[str, dict]:
+        """The official layout: pickled dicts with bytes keys; data rows are R, G, B planes of 32x32."""
+        import numpy as np
+
+        rng = np.random.default_rng(seed)
+        root.mkdir(parents=True, exist_ok=True)
+        written = {}
+        for name, count in (("train", train), ("test", test)):
+            batch = {b"data": rng.integers(0, 256, (count, 3072), dtype=np.uint8),
+                     b"fine_labels": rng.integers(0, 100, count).tolist(),
+                     b"coarse_labels": rng.integers(0, 20, count).tolist(),
+                     b"filenames": [f"img{i}.png".encode() for i in range(count)]}
+            (root / name).write_bytes(pickle.dumps(batch))
+            written[name] = batch
+        meta = {b"fine_label_names": [f"class{i}".encode() for i in range(100)],
+                b"coarse_label_names": [f"super{i}".encode() for i in range(20)]}
+        (root / "meta").write_bytes(pickle.dumps(meta))
+        return written
+
+
+@pytest.fixture(scope="session")
+def datasets() -> Datasets:
+    return Datasets()
+
+
+# ---- S3 on loopback ------------------------------------------------------------------------------
+
+
+@dataclass
+class S3Server:
+    endpoint: str
+    secret: str = S3_SECRET
+    credentials = S3_CREDENTIALS
+
+    def admin(self):
+        import boto3
+
+        # a session of its own: boto3's default one caches whatever environment it first saw
+        session = boto3.session.Session(aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                                        aws_secret_access_key=S3_SECRET, region_name="us-east-1")
+        return session.client("s3", endpoint_url=self.endpoint)
+
+    def new_bucket(self) -> str:
+        name = f"bench-{uuid.uuid4().hex[:12]}"
+        self.admin().create_bucket(Bucket=name)
+        return name
+
+    def overrides(self, bucket: str, *extra: str) -> list:
+        return ["storage=s3", f"storage.endpoint={self.endpoint}", f"storage.bucket={bucket}", *extra]
+
+    @staticmethod
+    def env(tracking_uri: Optional[str] = None, **extra: str) -> Dict[str, str]:
+        """A bench process environment with the server's credentials."""
+        return bench_env(tracking_uri, **S3_CREDENTIALS, **extra)
+
+
+@pytest.fixture(scope="module")
+def s3_server() -> Iterator[S3Server]:
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    try:
+        yield S3Server(f"http://{host}:{port}")
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def aws_env(monkeypatch):
+    """The loopback server's credentials in this process's environment."""
+    for name, value in S3_CREDENTIALS.items():
+        monkeypatch.setenv(name, value)

@@ -67,10 +67,11 @@ class ReaderResult:
         return asdict(self)
 
     @classmethod
-    def from_dict(cls, data: Mapping[str, Any]) -> "ReaderResult":
-        return cls(client=data["client"], epochs=[EpochStats(**e) for e in data["epochs"]],
-                   requests=[Request(**r) for r in data["requests"]], cpu_s=data["cpu_s"],
-                   window_start=data["window_start"], step_times_ms=list(data["step_times_ms"]))
+    def from_dict(cls, sent: Mapping[str, Any]) -> "ReaderResult":
+        """Back from to_dict() (what an accelerator process sends its parent)."""
+        return cls(client=sent["client"], epochs=[EpochStats(**e) for e in sent["epochs"]],
+                   requests=[Request(**r) for r in sent["requests"]], cpu_s=sent["cpu_s"],
+                   window_start=sent["window_start"], step_times_ms=list(sent["step_times_ms"]))
 
 
 class _Pipeline:

@@ -4,14 +4,16 @@ code or signal, its error."""
 from __future__ import annotations
 
 import signal
-from typing import Any, Optional, Tuple
+from typing import Any, Optional, Sequence, Tuple
 
 from bench.launch.watchdog import EXIT_HUNG
 
 
-def describe_failure(exc: Any, first: Optional[Tuple[int, int]] = None) -> str:
-    """`first` is (rank, pid) of the worker seen to end first, if the launcher blamed another."""
-    rank, failure = min(exc.failures.items(), key=lambda item: (item[1].exitcode >= 0, item[1].timestamp, item[0]))
+def describe_failure(exc: Any, first: Optional[Tuple[int, int]] = None, killed: Sequence[int] = ()) -> str:
+    """`first` is (rank, pid) of the worker seen to end first, if the launcher blamed another;
+    `killed` are the pids the reaper killed after that: survivors, never the cause."""
+    failures = {r: f for r, f in exc.failures.items() if f.pid not in killed} or exc.failures
+    rank, failure = min(failures.items(), key=lambda item: (item[1].exitcode >= 0, item[1].timestamp, item[0]))
     if first is not None and first[0] != rank and failure.exitcode >= 0 and failure.exitcode != EXIT_HUNG:
         return (f"worker rank {first[0]} (pid {first[1]}) died first, without an error of its own (killed by a "
                 f"signal such as SIGKILL, or by the OOM killer); rank {rank} then failed: {_detail(failure)}")

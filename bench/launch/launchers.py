@@ -103,7 +103,8 @@ class Elastic(Launcher):
             returns = elastic_launch(launch_config, worker_entry)(config, str(out_dir))
         except ChildFailedError as exc:
             reaper.stop()
-            raise WorkerFailure(describe_failure(exc, first_to_die(reaper.first_gone, out_dir / "workers"))) from None
+            first = first_to_die(reaper.first_gone, out_dir / "workers")
+            raise WorkerFailure(describe_failure(exc, first, reaper.killed)) from None
         finally:
             reaper.stop()
         return returns.get(0)

@@ -24,6 +24,7 @@ class SurvivorReaper:
         self.expected, self.workers_dir = expected, workers_dir
         self.started = time.time()
         self.first_gone: List[int] = []  # pids of the first worker(s) seen to end
+        self.killed: List[int] = []  # pids this reaper killed: never the cause of a failure
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="bench-reaper", daemon=True)
         self._thread.start()
@@ -57,6 +58,7 @@ class SurvivorReaper:
             if alive and time.monotonic() - first_exit > self.GRACE_S:
                 for worker in alive:
                     log.warning("a worker ended; killing pid %d, still running after %.0f s", worker.pid, self.GRACE_S)
+                    self.killed.append(worker.pid)
                     try:
                         worker.kill()
                     except psutil.Error:

@@ -1,21 +1,27 @@
 """Small pieces with exact answers: percentiles, flattening and redaction, environment capture,
-NVML degradation on this GPU-less machine."""
+NVML degradation on this GPU-less machine, the tracker's failure handling, and the launcher
+chosen for each kind of run."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from bench.environment import collect_environment, nvml_devices
-from bench.gpu_monitor import GpuMonitor, nvml_handle
-from bench.results import percentile, step_time_stats
-from bench.tracking import flatten, redact_uri, resolve_tracking_uri
+from bench.analysis.stats import percentile, present, step_time_stats
+from bench.tracking.environment import collect_environment, nvml_devices
+from bench.tracking.gpu_monitor import GpuMonitor, nvml_handle
+from bench.tracking.tracker import flatten, redact_uri, resolve_tracking_uri
 
 
 @pytest.mark.parametrize("q", [0, 1, 50, 90, 95, 99, 100])
 def test_percentile_matches_numpy(q):
     values = list(np.random.default_rng(0).exponential(10.0, size=257))
     assert percentile(values, q) == pytest.approx(float(np.percentile(values, q)))
+
+
+def test_a_figure_without_samples_is_absent_not_zero():
+    assert percentile([], 50) is None and step_time_stats([]) == {}
+    assert present({"latency_ms_p50": percentile([], 50), "read_requests": 0}) == {"read_requests": 0}
 
 
 def test_step_time_stats_flags_spread():
@@ -86,14 +92,47 @@ def test_tracker_stops_after_first_failure_with_one_warning(tmp_path, caplog):
 
     from mlflow import MlflowClient
 
-    from bench.tracking import Tracker
+    from bench.tracking.tracker import Tracker
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     tracker = Tracker(MlflowClient(tracking_uri=uri), "0" * 32, uri)
-    with caplog.at_level(logging.WARNING, logger="bench.tracking"):
+    with caplog.at_level(logging.WARNING, logger="bench.tracking.tracker"):
         tracker.log_metrics({"images_per_second": 1.0})
         tracker.log_series("step_time_ms", [1.0, 2.0])
         tracker.finish("FINISHED")
     assert not tracker.active
     assert caplog.text.count("no further tracking") == 1
     assert uri in caplog.text
+
+
+# --- which launcher starts a run's ranks (bench.launch.select_launcher) --------------------------
+
+
+@pytest.mark.parametrize("overrides, env, in_sweep, expected, reports", [
+    ([], {}, False, "InProcess", True),
+    (["distributed=ddp"], {}, False, "InProcess", True),  # one process: the scaling baseline
+    (["distributed=ddp"], {}, True, "Elastic", True),  # every sweep job runs in processes of its own
+    (["distributed=ddp", "distributed.nproc_per_node=2"], {}, False, "Elastic", True),
+    (["distributed=ddp", "distributed.nnodes=2", "distributed.node_rank=1", "distributed.rdzv_endpoint=h:1"], {},
+     False, "Elastic", False),  # a follower node trains, node 0 reports
+    (["distributed=ddp"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, False, "Joined", True),
+    (["distributed=ddp"], {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, False, "Joined", False),
+    (["distributed=single"], {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, False, "InProcess", True),
+])
+def test_select_launcher_is_the_one_place_that_decides(compose, monkeypatch, overrides, env, in_sweep, expected,
+                                                       reports):
+    from bench.launch import select_launcher
+
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    launcher = select_launcher(compose(*overrides), has_ranks=True, in_sweep=in_sweep)
+    assert type(launcher).__name__ == expected and launcher.reports is reports
+
+
+def test_a_scenario_without_ranks_runs_in_process(compose):
+    from bench.launch import select_launcher
+
+    config = compose("mode=storage", "distributed=ddp", "distributed.nproc_per_node=2")
+    assert type(select_launcher(config, has_ranks=False, in_sweep=True)).__name__ == "InProcess"

@@ -15,10 +15,7 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from bench.distributed import free_port
-from conftest import TINY, all_runs, bench_env, radix_metrics, run_bench
-
-QUIET = [*TINY, "benchmark.progress=false"]
+from bench.launch.context import free_port
 REPORT_FILES = {"report.csv", "report.md", "report.html", "throughput_vs_gpus.png", "scaling_efficiency.png",
                 "throughput_vs_batch.png", "step_time_distribution.png"}
 
@@ -45,7 +42,7 @@ def mlflow_server(tmp_path_factory):
                                "--port", str(port), "--workers", "1"],
                               cwd=root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     try:
-        deadline = time.time() + 90
+        deadline = time.time() + 600  # a hang guard: the server answers /health when it is up
         while not _healthy(url):
             if server.poll() is not None or time.time() > deadline:
                 pytest.fail(f"mlflow server did not come up (exit {server.poll()}):\n"
@@ -66,16 +63,15 @@ def mlflow_server(tmp_path_factory):
         log.close()
 
 
-def test_ddp_sweep_lands_on_the_tracking_server(mlflow_server, tmp_path):
-    proc = run_bench(tmp_path, ["-m", *QUIET, "distributed=ddp", "distributed.nproc_per_node=1,2",
-                                f"hydra.sweep.dir={tmp_path}/sweep"],
-                     env=bench_env(mlflow_server), timeout=400)
+def test_ddp_sweep_lands_on_the_tracking_server(mlflow_server, bench, tiny, tmp_path):
+    proc = bench.run("-m", *tiny, "distributed=ddp", "distributed.nproc_per_node=1,2",
+                     f"hydra.sweep.dir={tmp_path}/sweep", env=bench.env(mlflow_server))
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     assert proc.stdout.count('{"radix_metrics"') == 2
     assert mlflow_server in proc.stderr  # the runs name the server they went to
     assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
 
-    runs = all_runs(mlflow_server)
+    runs = bench.runs(mlflow_server)
     parents = [r for r in runs if r.data.tags.get("sweep") == "parent"]
     children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
     assert len(parents) == 1 and len(children) == 2 and len(runs) == 3
@@ -97,18 +93,17 @@ def test_ddp_sweep_lands_on_the_tracking_server(mlflow_server, tmp_path):
     assert "run_summary.json" in child_artifacts
 
 
-def test_unreachable_server_keeps_ddp_results(tmp_path):
+def test_unreachable_server_keeps_ddp_results(bench, tiny, tmp_path):
+    """The tracker gives up at its first failure (one warning naming the server) instead of
+    paying every later call's retries; the results stay in the run directory."""
     uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     run_dir = tmp_path / "run"
-    t0 = time.monotonic()
-    proc = run_bench(tmp_path, [*QUIET, "distributed=ddp", "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}"],
-                     env=bench_env(uri, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="5"),
-                     timeout=300)
-    elapsed = time.monotonic() - t0
-    metrics = radix_metrics(proc)
+    proc = bench.run(*tiny, "distributed=ddp", "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}",
+                     env=bench.env(uri, MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="5"))
+    metrics = bench.metrics(proc)
     assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
-    assert uri in proc.stderr
+    warnings = [line for line in proc.stderr.splitlines() if uri in line and "WARNING" in line]
+    assert len(warnings) == 1 and "results are kept in the output directory" in warnings[0], proc.stderr
     summary = json.loads((run_dir / "run_summary.json").read_text())
     assert summary["results"]["world_size"] == 2
-    assert not (tmp_path / "mlflow.db").exists()
-    assert elapsed < 150, elapsed  # no long retry back-offs
+    assert not bench.db.exists()

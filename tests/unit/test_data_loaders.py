@@ -3,20 +3,20 @@ labels, pixels through shards, sharding across ranks and workers, corrupt and un
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from data_builders import CLASSES, cifar100, data_cfg, image_folder, imagenet_layout
 from PIL import Image
 
-from bench.data import build_batches
-from bench.data.layout import DataError
+from bench.config import compose
+from bench.config.data import DataConfig
 from bench.data.loader import epoch_batch_sampler
+from bench.data.registry import build_batches
+from bench.errors import DataError
 from bench.data.shards import consumer_plan
 from bench.data.transforms import (
     IMAGENET_MEAN,
@@ -27,6 +27,16 @@ from bench.data.transforms import (
 )
 
 CPU = torch.device("cpu")
+CLASSES = 4  # the `datasets` fixture's image folders
+
+
+def data_cfg(name: str, root: Path, **values) -> DataConfig:
+    """The data group as `python -m bench data=<name> data.root=<root> data.<key>=<value> ...` has it
+    (small batches, 32x32, in-process loading unless num_workers is given)."""
+    values = {"split": "train", "batch_size": 8, "image_size": 32, "num_classes": 100, "num_workers": 0,
+              "pin_memory": "false", "persistent_workers": "false", "prefetch_factor": 2, **values}
+    overrides = [f"data.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items()]
+    return compose(f"data={name}", f"data.root={root}", *overrides).data
 
 
 def take(cfg: dict, count: int, memory_format=torch.contiguous_format, seed_rank=None) -> list:
@@ -57,8 +67,8 @@ def to_uint8(images: torch.Tensor) -> np.ndarray:
 
 @pytest.mark.parametrize("split,memory_format,decoder", [("train", torch.contiguous_format, "simplejpeg"),
                                                            ("val", torch.channels_last, "pil")])
-def test_imagefolder_batches_follow_the_contract(tmp_path, split, memory_format, decoder):
-    layout = imagenet_layout(tmp_path / "imagenet")
+def test_imagefolder_batches_follow_the_contract(datasets, tmp_path, split, memory_format, decoder):
+    layout = datasets.imagenet_layout(tmp_path / "imagenet")
     cfg = data_cfg("imagefolder", tmp_path / "imagenet", split=split, batch_size=4, num_workers=2, decoder=decoder)
     batches = take(cfg, 6, memory_format)  # more than one pass over val (8 images): the iterator cycles
     for images, labels in batches:
@@ -73,8 +83,8 @@ def test_imagefolder_batches_follow_the_contract(tmp_path, split, memory_format,
     assert facts["corrupt_skipped"] == 0
 
 
-def test_val_pass_is_the_folder_in_order_with_center_crops(tmp_path):
-    paths = image_folder(tmp_path / "flat", images=8)
+def test_val_pass_is_the_folder_in_order_with_center_crops(datasets, tmp_path):
+    paths = datasets.image_folder(tmp_path / "flat", images=8)
     cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=8)
     (images, labels), = take(cfg, 1)
     ordered = sorted(paths)  # ImageFolder order: class folders, then file names
@@ -86,9 +96,9 @@ def test_val_pass_is_the_folder_in_order_with_center_crops(tmp_path):
     assert np.abs(to_uint8(images)[3] - reference).mean() < 3.0
 
 
-def test_held_batches_are_never_overwritten(tmp_path):
+def test_held_batches_are_never_overwritten(datasets, tmp_path):
     """Output buffers are reused on the CPU only when nobody holds them."""
-    image_folder(tmp_path / "flat", images=16)
+    datasets.image_folder(tmp_path / "flat", images=16)
     cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=4)
     batches = build_batches(cfg, CPU, torch.contiguous_format, seed=0)
     held = [next(batches) for _ in range(4)]
@@ -99,8 +109,8 @@ def test_held_batches_are_never_overwritten(tmp_path):
     batches.close()
 
 
-def test_cifar100_reads_the_python_format(tmp_path):
-    written = cifar100(tmp_path / "cifar-100-python")
+def test_cifar100_reads_the_python_format(datasets, tmp_path):
+    written = datasets.cifar100(tmp_path / "cifar-100-python")
     cfg = data_cfg("cifar100", tmp_path / "cifar-100-python", split="val", batch_size=12)
     (images, labels), = take(cfg, 1)
     assert labels.tolist() == written["test"][b"fine_labels"]
@@ -108,19 +118,21 @@ def test_cifar100_reads_the_python_format(tmp_path):
     assert np.abs(to_uint8(images) - native).max() < 0.01  # val at 32: the pixels themselves
     assert dataset_facts()["dataset_size"] == 12 and dataset_facts()["dataset_classes"] == 100
 
-    (resized, _), = take({**cfg, "image_size": 64, "split": "train", "num_workers": 1}, 1)
+    (resized, _), = take(data_cfg("cifar100", tmp_path / "cifar-100-python", batch_size=12, image_size=64,
+                                  num_workers=1), 1)
     assert resized.shape == (12, 3, 64, 64)
 
 
-def test_shards_round_trip_labels_and_pixels(tmp_path):
+def test_shards_round_trip_labels_and_pixels(datasets, tmp_path, capsys):
     """prepare -> read (val: no augmentation): every source image comes back once, with its label
     and its pixels within JPEG re-encoding tolerance."""
-    layout = imagenet_layout(tmp_path / "imagenet", train=16, val=8)
-    proc = subprocess.run([sys.executable, "-m", "bench.data", "prepare", "--src", str(tmp_path / "imagenet"),
-                           "--dst", str(tmp_path / "shards"), "--size", "48", "--shard-size", "3", "--workers", "2"],
-                          capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, proc.stderr
-    assert "train: 16 images in 6 shards" in proc.stdout and "val: 8 images in 3 shards" in proc.stdout
+    layout = datasets.imagenet_layout(tmp_path / "imagenet", train=16, val=8)
+    from bench.tools.data import main as data_command
+
+    assert data_command(["prepare", "--src", str(tmp_path / "imagenet"), "--dst", str(tmp_path / "shards"),
+                         "--size", "48", "--shard-size", "3", "--workers", "2", "--no-progress"]) == 0
+    printed = capsys.readouterr().out
+    assert "train: 16 images in 6 shards" in printed and "val: 8 images in 3 shards" in printed
 
     cfg = data_cfg("shards", tmp_path / "shards", split="val", batch_size=8)
     (images, labels), = take(cfg, 1)
@@ -170,8 +182,8 @@ def test_shard_consumers_read_disjoint_records(shards):
     assert sorted(seen) == list(range(sum(counts)))
 
 
-def test_corrupt_image_is_skipped_and_counted_unless_strict(tmp_path):
-    image_folder(tmp_path / "flat", images=12)
+def test_corrupt_image_is_skipped_and_counted_unless_strict(datasets, tmp_path):
+    datasets.image_folder(tmp_path / "flat", images=12)
     bad = tmp_path / "flat" / "class001" / "broken.jpg"
     bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG")
     cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=13, num_workers=1)
@@ -181,11 +193,11 @@ def test_corrupt_image_is_skipped_and_counted_unless_strict(tmp_path):
     assert labels.tolist() == [0] * 3 + [1] * 4 + [2] * 3 + [3] * 3
 
     with pytest.raises(DataError, match=f"corrupt image {bad}"):
-        take({**cfg, "strict": True}, 1)
+        take(dataclasses.replace(cfg, strict=True), 1)
 
 
-def test_unreadable_file_names_its_path(tmp_path):
-    image_folder(tmp_path / "flat", images=8)
+def test_unreadable_file_names_its_path(datasets, tmp_path):
+    datasets.image_folder(tmp_path / "flat", images=8)
     dangling = tmp_path / "flat" / "class000" / "gone.jpg"
     dangling.symlink_to(tmp_path / "nowhere.jpg")
     cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=9, num_workers=1)
@@ -193,8 +205,8 @@ def test_unreadable_file_names_its_path(tmp_path):
         take(cfg, 1)
 
 
-def test_more_classes_than_the_head(tmp_path):
-    image_folder(tmp_path / "flat", images=8)
+def test_more_classes_than_the_head(datasets, tmp_path):
+    datasets.image_folder(tmp_path / "flat", images=8)
     with pytest.raises(DataError, match="has 4 classes but data.num_classes=3"):
         build_batches(data_cfg("imagefolder", tmp_path / "flat", num_classes=3), CPU, torch.contiguous_format, 0)
 
@@ -217,38 +229,25 @@ def test_dct_downscaled_decode_matches_a_full_decode():
     assert np.abs(fast.astype(np.float32) - reference).mean() < 8.0
 
 
-def test_bench_loader_command_compares_against_the_baseline(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "bench.data", "bench-loader", "--images", "16", "--classes", "2",
-                           "--workers", "0", "--batch-size", "4", "--rounds", "2", "--batches", "2", "--warmup", "1",
-                           "--image-size", "32", "--shard-image-size", "64", "--shard-size", "5",
-                           "--dir", str(tmp_path)], capture_output=True, text=True, timeout=180)
-    assert proc.returncode == 0, proc.stderr
-    lines = proc.stdout.splitlines()
-    assert lines[0].startswith("round 1/2: torchvision-baseline") and lines[1].startswith("round 2/2: shards")
-    table = {line.split()[0]: line.split() for line in lines[3:]}
-    assert set(table) == {"torchvision-baseline", "imagefolder", "shards"}
-    assert table["torchvision-baseline"][2] == "1.00x" and float(table["shards"][1]) > 0
-    assert (tmp_path / "shards-16-2-64-5" / "train" / "meta.json").is_file()
-
-
 def test_default_worker_count_shares_the_cpus_between_local_ranks(monkeypatch):
     from bench.data.loader import resolve_workers
 
+    default, none = compose().data, compose("data.num_workers=0").data
     monkeypatch.setattr(os, "sched_getaffinity", lambda _pid: set(range(16)))
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "4")
-    assert resolve_workers({"num_workers": None}) == 4
+    assert resolve_workers(default) == 4
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "1")
-    assert resolve_workers({"num_workers": None}) == 8
+    assert resolve_workers(default) == 8
     monkeypatch.setenv("LOCAL_WORLD_SIZE", "32")
-    assert resolve_workers({"num_workers": None}) == 1
-    assert resolve_workers({"num_workers": 0}) == 0
+    assert resolve_workers(default) == 1
+    assert resolve_workers(none) == 0
 
 
 @pytest.mark.parametrize("name", ["imagefolder", "shards"])
-def test_two_ranks_with_their_own_seeds_train_on_disjoint_halves(tmp_path, name):
+def test_two_ranks_with_their_own_seeds_train_on_disjoint_halves(datasets, tmp_path, name):
     """One image per class, so a label names its image: ranks 0 and 1 of 2, given different run
     seeds (as the trainer does), each read one half of the shuffled training set."""
-    image_folder(tmp_path / "flat", images=8, classes=8)
+    datasets.image_folder(tmp_path / "flat", images=8, classes=8)
     root = tmp_path / "flat"
     if name == "shards":
         from bench.data.prepare import prepare
@@ -260,13 +259,13 @@ def test_two_ranks_with_their_own_seeds_train_on_disjoint_halves(tmp_path, name)
     assert set(halves[0]).isdisjoint(halves[1]) and set(halves[0]) | set(halves[1]) == set(range(8))
 
 
-def test_au_and_input_bound_from_the_data_wait(tmp_path):
-    from bench.results import input_pipeline
+def test_au_and_input_bound_from_the_data_wait(datasets, tmp_path):
+    from bench.train.report import input_pipeline
 
     assert input_pipeline(0.25) == {"au": 0.75, "input_bound": True}
     assert input_pipeline(0.05) == {"au": 0.95, "input_bound": False}
     assert input_pipeline(0.10000001)["input_bound"] is True  # au just under 0.90
-    image_folder(tmp_path / "flat", images=8)
+    datasets.image_folder(tmp_path / "flat", images=8)
     take(data_cfg("imagefolder", tmp_path / "flat", batch_size=4), 1)
     facts = dataset_facts()
     assert facts["dataset_size"] == 8 and facts["corrupt_skipped"] == 0
@@ -287,12 +286,12 @@ def test_worker_batch_slots_are_reused_only_after_release():
         == RING_SLOTS + 2
 
 
-def test_worker_slot_reuse_never_changes_a_batch(tmp_path):
+def test_worker_slot_reuse_never_changes_a_batch(datasets, tmp_path):
     """A val pass cycled 6 times through 2 workers (slots reused) equals the same pass in-process."""
-    image_folder(tmp_path / "flat", images=16)
+    datasets.image_folder(tmp_path / "flat", images=16)
     cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=4, prefetch_factor=2)
     in_process = take(cfg, 4)
-    through_workers = take({**cfg, "num_workers": 2}, 24)
+    through_workers = take(dataclasses.replace(cfg, num_workers=2), 24)
     for number, (images, labels) in enumerate(through_workers):
         expected_images, expected_labels = in_process[number % 4]
         assert torch.equal(labels, expected_labels) and torch.equal(images, expected_images), number

@@ -5,48 +5,48 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import TINY, radix_metrics, run_bench
-
 pytestmark = pytest.mark.gpu
 
-GPU_TINY = [a for a in TINY if a != "+experiment=cpu_smoke"] + ["allow_cpu=false"]
+
+@pytest.fixture
+def gpu_tiny(tiny):
+    return [a for a in tiny if a != "+experiment=cpu_smoke"] + ["allow_cpu=false"]
 
 
 @pytest.mark.parametrize("precision,dtype,scaler", [("fp32", "none", False), ("tf32", "none", False),
                                                     ("amp_fp16", "float16", True), ("bf16", "bfloat16", False)])
-def test_gpu_precisions_with_channels_last(tmp_path, precision, dtype, scaler):
-    proc = run_bench(tmp_path, [*GPU_TINY, f"precision={precision}", "precision.channels_last=true",
-                                "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run"])
-    metrics = radix_metrics(proc)
+def test_gpu_precisions_with_channels_last(bench, gpu_tiny, tmp_path, precision, dtype, scaler):
+    proc = bench.run(*gpu_tiny, f"precision={precision}", "precision.channels_last=true", "tracking.enabled=false",
+                     f"hydra.run.dir={tmp_path}/run")
+    metrics = bench.metrics(proc)
     assert metrics["device"] == "cuda"
     assert metrics["autocast_dtype"] == dtype and metrics["grad_scaler"] is scaler
     assert metrics["peak_memory_mb"] > 0
     assert metrics["images_per_second"] == pytest.approx(metrics["total_images"] / metrics["elapsed_seconds"])
 
 
-def test_gpu_events_agree_with_strict_sync_and_nvml_samples(tmp_path):
+def test_gpu_events_agree_with_strict_sync_and_nvml_samples(bench, gpu_tiny, tmp_path):
     """CUDA-event step times without host syncs vs benchmark.sync=true: same work, close numbers."""
     figures = {}
     for sync in ("false", "true"):
-        proc = run_bench(tmp_path, [*GPU_TINY, "model=resnet50", "data.image_size=224", "data.batch_size=64",
-                                    "train.steps_per_epoch=10000", "benchmark.warmup_steps=10", f"benchmark.sync={sync}",
-                                    "benchmark.measure_seconds=3", "tracking.enabled=false",
-                                    f"hydra.run.dir={tmp_path}/run-{sync}"])
-        figures[sync] = radix_metrics(proc)
+        proc = bench.run(*gpu_tiny, "model=resnet50", "data.image_size=224", "data.batch_size=64",
+                         "train.steps_per_epoch=10000", "benchmark.warmup_steps=10", f"benchmark.sync={sync}",
+                         "benchmark.measure_seconds=3", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run-{sync}")
+        figures[sync] = bench.metrics(proc)
     assert figures["true"]["images_per_second"] == pytest.approx(figures["false"]["images_per_second"], rel=0.15)
     assert figures["false"]["gpu_samples"] >= 1 and figures["false"]["gpu_util_mean_pct"] > 0
     assert figures["false"]["device_name"] != "cpu"
 
 
-def test_gpu_ddp_nccl_two_gpus(tmp_path):
+def test_gpu_ddp_nccl_two_gpus(bench, gpu_tiny, tmp_path):
     """2 ranks on 2 GPUs with NCCL: one GPU per rank, weights in sync, global throughput summed."""
     import torch
 
     if torch.cuda.device_count() < 2:
         pytest.skip("needs 2 CUDA GPUs")
-    proc = run_bench(tmp_path, [*GPU_TINY, "distributed=ddp", "distributed.nproc_per_node=2", "tracking.enabled=false",
-                                f"hydra.run.dir={tmp_path}/run"])
-    metrics = radix_metrics(proc)
+    proc = bench.run(*gpu_tiny, "distributed=ddp", "distributed.nproc_per_node=2", "tracking.enabled=false",
+                     f"hydra.run.dir={tmp_path}/run")
+    metrics = bench.metrics(proc)
     assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
     assert metrics["images_per_second"] == pytest.approx(
         metrics["rank_images_per_second_min"] + metrics["rank_images_per_second_max"])

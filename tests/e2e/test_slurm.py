@@ -13,7 +13,6 @@ import time
 
 import pytest
 
-from conftest import REPO, TINY, all_runs, bench_env, sqlite_uri
 
 
 def _slurm_node_idle() -> bool:
@@ -28,26 +27,23 @@ def _slurm_node_idle() -> bool:
 
 pytestmark = pytest.mark.skipif(not _slurm_node_idle(), reason="needs a running Slurm with an idle node (.ci/slurm up)")
 
-QUIET = [*TINY, "benchmark.progress=false"]
-
-
-def sbatch(tmp_path, script: str, options: list, overrides: list, **env: str) -> dict:
+def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, **env: str) -> dict:
     """Submit, wait for the job to end, and return the final radix_metrics line of its output.
     (Polled with scontrol: `sbatch --wait` backs off to 30 s between checks.)"""
     out = tmp_path / "slurm-%j.out"
     submitted = subprocess.run(["sbatch", "--parsable", f"--output={out}", "--chdir", str(tmp_path), *options,
-                                str(REPO / "launchers" / script), *overrides],
-                               cwd=tmp_path, env=bench_env(sqlite_uri(tmp_path / "mlflow.db"), **env),
+                                str(repo / "launchers" / script), *overrides],
+                               cwd=tmp_path, env=bench.env(bench.uri, **env),
                                capture_output=True, text=True, timeout=60)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
-    deadline = time.monotonic() + 300
+    deadline = time.monotonic() + 900  # a hang guard
     while True:
         shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=30).stdout
         state = re.search(r"JobState=(\w+)", shown).group(1)
         if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
             break
-        assert time.monotonic() < deadline, f"job {job} still {state} after 300 s"
+        assert time.monotonic() < deadline, f"job {job} still {state} after 900 s"
         time.sleep(0.5)
     text = (tmp_path / f"slurm-{job}.out").read_text()
     assert state == "COMPLETED", f"job {job} ended {state}\n{text[-3000:]}"
@@ -57,20 +53,20 @@ def sbatch(tmp_path, script: str, options: list, overrides: list, **env: str) ->
     return json.loads(lines[0])["radix_metrics"]
 
 
-def test_slurm_single_gpu_script_on_cpu(tmp_path):
-    metrics = sbatch(tmp_path, "slurm_single_gpu.sbatch", ["--gpus-per-task=0", f"--cpus-per-task={min(2, os.cpu_count())}"],
-                     QUIET)
+def test_slurm_single_gpu_script_on_cpu(bench, repo, tiny, tmp_path):
+    metrics = sbatch(bench, repo, tmp_path, "slurm_single_gpu.sbatch",
+                     ["--gpus-per-task=0", f"--cpus-per-task={min(2, os.cpu_count())}"], tiny)
     assert metrics["world_size"] == 1 and metrics["measured_steps"] == 3
-    (run,) = all_runs(sqlite_uri(tmp_path / "mlflow.db"))
+    (run,) = bench.runs()
     assert run.info.status == "FINISHED"
 
 
-def test_slurm_multinode_script_runs_torchrun_ddp(tmp_path):
+def test_slurm_multinode_script_runs_torchrun_ddp(bench, repo, tiny, tmp_path):
     """srun -> torchrun (c10d at the head node) -> 2 bench ranks that join; rank 0 reports."""
-    metrics = sbatch(tmp_path, "slurm_ddp_multinode.sbatch",
-                     ["--nodes=1", "--gpus-per-node=0", f"--cpus-per-task={min(2, os.cpu_count())}"], QUIET,
+    metrics = sbatch(bench, repo, tmp_path, "slurm_ddp_multinode.sbatch",
+                     ["--nodes=1", "--gpus-per-node=0", f"--cpus-per-task={min(2, os.cpu_count())}"], tiny,
                      GPUS_PER_NODE="2", RUN_DIR=str(tmp_path / "run"))
     assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
     assert (tmp_path / "run" / "rank0.log").is_file() and (tmp_path / "run" / "rank1.log").is_file()
-    (run,) = all_runs(sqlite_uri(tmp_path / "mlflow.db"))
+    (run,) = bench.runs()
     assert run.info.status == "FINISHED" and run.data.metrics["world_size"] == 2

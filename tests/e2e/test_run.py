@@ -1,30 +1,26 @@
-"""End-to-end runs in real subprocesses on the CPU, checked through their files, their final
-stdout line and the MLflow run read back from the sqlite store."""
+"""End-to-end training runs in real subprocesses on the CPU, checked through their files, their
+final stdout line and the MLflow run read back from the sqlite store."""
 
 from __future__ import annotations
 
 import csv
 import json
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
 from mlflow import MlflowClient
-
-from conftest import TINY, all_runs, bench_env, radix_metrics, run_bench, sqlite_uri
 
 REQUIRED = ["images_per_second", "total_images", "elapsed_seconds", "lr", "batch_size", "epochs",
             "steps_per_epoch", "step_time_ms_p50", "step_time_ms_p95", "step_time_ms_p99", "world_size",
             "precision", "model", "device"]
 
 
-def test_cpu_smoke_end_to_end(tmp_path):
+def test_cpu_smoke_end_to_end(bench, tmp_path):
     """The README's main job: files, final JSON line, and an MLflow run in ./mlflow.db by default."""
     run_dir = tmp_path / "run"
-    proc = run_bench(tmp_path, ["+experiment=cpu_smoke", f"hydra.run.dir={run_dir}"])
-    metrics = radix_metrics(proc)
+    proc = bench.run("+experiment=cpu_smoke", f"hydra.run.dir={run_dir}")
+    metrics = bench.metrics(proc)
 
     # stdout carries only the final line; logs go to stderr; no progress bar when not a TTY
     assert len(proc.stdout.strip().splitlines()) == 1
@@ -46,6 +42,7 @@ def test_cpu_smoke_end_to_end(tmp_path):
     summary = json.loads((run_dir / "run_summary.json").read_text())
     assert summary["results"]["images_per_second"] == pytest.approx(metrics["images_per_second"])
     assert summary["config"]["model"]["arch"] == "resnet18"
+    assert summary["config"]["precision"]["name"] == "fp32"  # choices are saved as plain strings
     assert summary["environment"]["torch"] and summary["environment"]["python"]
     assert "env_vars" in summary["environment"]
 
@@ -55,11 +52,11 @@ def test_cpu_smoke_end_to_end(tmp_path):
     assert len(steps) == 10
     assert sum(float(s["step_time_ms"]) for s in steps) / 1000 == pytest.approx(metrics["elapsed_seconds"], rel=1e-3)
     assert (run_dir / "bench.log").read_text().count("step 5/10") == 1
+    assert not list(run_dir.glob(".*.tmp*"))  # every file written whole, no temporary left
 
     # MLflow: the default store is an absolute sqlite file in the launch directory
-    db = tmp_path / "mlflow.db"
-    assert db.is_file()
-    client = MlflowClient(tracking_uri=sqlite_uri(db))
+    assert bench.db.is_file()
+    client = MlflowClient(tracking_uri=bench.uri)
     experiment = client.get_experiment_by_name("bench")
     (run,) = client.search_runs([experiment.experiment_id])
     assert run.info.status == "FINISHED"
@@ -78,114 +75,132 @@ def test_cpu_smoke_end_to_end(tmp_path):
 
 
 @pytest.mark.parametrize("precision,dtype", [("fp32", "none"), ("bf16", "bfloat16")])
-def test_precision_on_cpu(tmp_path, precision, dtype):
-    db = tmp_path / "env.db"
+def test_precision_on_cpu(bench, tiny, tmp_path, precision, dtype):
+    env_db = tmp_path / "env.db"
     ignored = tmp_path / "config.db"
-    proc = run_bench(tmp_path, [*TINY, f"precision={precision}", "precision.channels_last=true",
-                                f"tracking.uri={sqlite_uri(ignored)}", f"hydra.run.dir={tmp_path}/run"],
-                     env=bench_env(sqlite_uri(db)))
-    metrics = radix_metrics(proc)
+    proc = bench.run(*tiny, f"precision={precision}", "precision.channels_last=true",
+                     f"tracking.uri=sqlite:///{ignored}", f"hydra.run.dir={tmp_path}/run",
+                     env=bench.env(f"sqlite:///{env_db}"))
+    metrics = bench.metrics(proc)
     assert metrics["precision"] == precision and metrics["autocast_dtype"] == dtype
     assert metrics["channels_last"] is True
     assert metrics["final_loss"] == metrics["final_loss"]  # not NaN
     # MLFLOW_TRACKING_URI wins over tracking.uri
     assert not ignored.exists()
-    (run,) = all_runs(sqlite_uri(db))
+    (run,) = bench.runs(f"sqlite:///{env_db}")
     assert run.data.params["precision.name"] == precision
     assert run.info.status == "FINISHED"
 
 
-def test_tracking_uri_from_config(tmp_path):
+def test_tracking_uri_from_config(bench, tiny, tmp_path):
     db = tmp_path / "from-config.db"
-    proc = run_bench(tmp_path, [*TINY, f"tracking.uri={sqlite_uri(db)}", "tracking.experiment=custom",
-                                "tracking.run_name=my-run", f"hydra.run.dir={tmp_path}/run"])
-    radix_metrics(proc)
-    (run,) = all_runs(sqlite_uri(db))
+    proc = bench.run(*tiny, f"tracking.uri=sqlite:///{db}", "tracking.experiment=custom", "tracking.run_name=my-run",
+                     f"hydra.run.dir={tmp_path}/run")
+    bench.metrics(proc)
+    (run,) = bench.runs(f"sqlite:///{db}")
     assert run.info.run_name == "my-run"
-    assert MlflowClient(sqlite_uri(db)).get_experiment(run.info.experiment_id).name == "custom"
-    assert not (tmp_path / "mlflow.db").exists()
+    assert MlflowClient(f"sqlite:///{db}").get_experiment(run.info.experiment_id).name == "custom"
+    assert not bench.db.exists()
 
 
-def test_measure_steps_caps_the_window_and_schedule_runs(tmp_path):
-    proc = run_bench(tmp_path, [*TINY, "train.epochs=3", "benchmark.measure_steps=4", "scheduler=cosine",
-                                "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run"])
-    metrics = radix_metrics(proc)
+def test_measure_steps_caps_the_window_and_schedule_runs(bench, tiny, tmp_path):
+    proc = bench.run(*tiny, "train.epochs=3", "benchmark.measure_steps=4", "scheduler=cosine",
+                     "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run")
+    metrics = bench.metrics(proc)
     assert metrics["measured_steps"] == 4 and metrics["total_images"] == 16
     epochs = (tmp_path / "run" / "metrics_epoch.jsonl").read_text().splitlines()
     assert [json.loads(e)["steps"] for e in epochs] == [3, 1]
     assert metrics["final_lr"] < metrics["lr"]  # cosine decayed
-    assert not (tmp_path / "mlflow.db").exists()
+    assert not bench.db.exists()
 
 
-def test_checkpoint_written_to_local_storage(tmp_path):
+def test_deprecated_scheduler_warmup_steps_still_works_and_says_so(bench, tiny, tmp_path):
+    proc = bench.run(*tiny, "scheduler.warmup_steps=2", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run")
+    metrics = bench.metrics(proc)
+    assert "scheduler.warmup_steps is deprecated: use scheduler.lr_warmup_steps" in proc.stderr
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert summary["config"]["scheduler"]["lr_warmup_steps"] == 2
+    assert metrics["final_lr"] == pytest.approx(metrics["lr"])  # warmed up to the base lr by the end
+
+
+def test_checkpoint_written_to_local_storage(bench, tiny, tmp_path):
     import torch
 
     ckpt_dir = tmp_path / "ckpt"
-    proc = run_bench(tmp_path, [*TINY, "storage.save_checkpoint=true", f"storage.root={ckpt_dir}",
-                                "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run"])
-    metrics = radix_metrics(proc)
+    proc = bench.run(*tiny, "storage.save_checkpoint=true", f"storage.root={ckpt_dir}", "tracking.enabled=false",
+                     f"hydra.run.dir={tmp_path}/run")
+    metrics = bench.metrics(proc)
     state = torch.load(ckpt_dir / "checkpoint.pt", weights_only=True)
     assert "fc.weight" in state["model"] and state["optimizer"]["state"]
     assert metrics["checkpoint_bytes"] == (ckpt_dir / "checkpoint.pt").stat().st_size
     assert metrics["checkpoint_write_gbps"] > 0
+    assert sorted(p.name for p in ckpt_dir.iterdir()) == ["checkpoint.pt"]  # no temporary file left
 
 
-def test_failure_mid_run_ends_failed_with_reason(tmp_path):
+def test_failure_mid_run_ends_failed_with_reason(bench, tiny, tmp_path):
     """A genuine failure after the MLflow run opened: the checkpoint root is a file."""
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
-    db = tmp_path / "mlflow.db"
-    proc = run_bench(tmp_path, [*TINY, "storage.save_checkpoint=true", f"storage.root={blocker}",
-                                f"hydra.run.dir={tmp_path}/run"], env=bench_env(sqlite_uri(db)))
+    proc = bench.run(*tiny, "storage.save_checkpoint=true", f"storage.root={blocker}", f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 1
     assert "[ERROR] run failed:" in proc.stderr and "Traceback" not in proc.stderr
     assert "radix_metrics" not in proc.stdout
-    (run,) = all_runs(sqlite_uri(db))
+    (run,) = bench.runs()
     assert run.info.status == "FAILED"
     assert "Error" in run.data.tags["error"]
     assert "Traceback" in (tmp_path / "run" / "error.txt").read_text()
 
 
-@pytest.mark.parametrize("sig,status,code", [(signal.SIGTERM, "KILLED", 143), (signal.SIGINT, "KILLED", 130)])
-def test_signal_ends_run_instead_of_leaving_it_running(tmp_path, sig, status, code):
-    db = tmp_path / "mlflow.db"
-    args = [*TINY, "train.steps_per_epoch=100000", "benchmark.log_every=1", f"hydra.run.dir={tmp_path}/run"]
-    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=tmp_path, env=bench_env(sqlite_uri(db)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    log = tmp_path / "run" / "bench.log"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
-        if log.exists() and "step 2/" in log.read_text():
-            break
+def _wait_for_line(proc, path, text: str, guard_s: float = 900) -> None:
+    """Until `text` appears in the file at `path` (the event), or the process ends, or the hang guard."""
+    deadline = time.monotonic() + guard_s
+    while proc.poll() is None and time.monotonic() < deadline:
+        if path.exists() and text in path.read_text():
+            return
         time.sleep(0.2)
-    assert proc.poll() is None, proc.communicate()
+    proc.kill()
+    out, err = proc.communicate()
+    pytest.fail(f"never saw {text!r} in {path} (exit {proc.returncode})\n{out}\n{err}")
+
+
+@pytest.mark.parametrize("sig,status,code", [(signal.SIGTERM, "KILLED", 143), (signal.SIGINT, "KILLED", 130)])
+def test_signal_ends_run_instead_of_leaving_it_running(bench, tiny, tmp_path, sig, status, code):
+    proc = bench.start(*tiny, "train.steps_per_epoch=100000", "benchmark.log_every=1", f"hydra.run.dir={tmp_path}/run")
+    _wait_for_line(proc, tmp_path / "run" / "bench.log", "step 2/")  # the measured window is running
     proc.send_signal(sig)
-    _, stderr = proc.communicate(timeout=60)
+    _, stderr = proc.communicate(timeout=900)  # a hang guard: the signal ends it in seconds
     assert proc.returncode == code, stderr
     assert "[ERROR] run interrupted" in stderr and "Traceback" not in stderr
-    (run,) = all_runs(sqlite_uri(db))
+    (run,) = bench.runs()
     assert run.info.status == status
     assert run.data.tags["error"]
 
 
-def test_unreachable_tracking_server_keeps_results(tmp_path):
+def test_unreachable_tracking_server_keeps_results(bench, tiny, tmp_path):
     """Port 9 on loopback has no server: the run completes, results stay local, the URI is named."""
-    proc = run_bench(tmp_path, [*TINY, f"hydra.run.dir={tmp_path}/run"],
-                     env=bench_env("http://127.0.0.1:9", MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+    proc = bench.run(*tiny, f"hydra.run.dir={tmp_path}/run",
+                     env=bench.env("http://127.0.0.1:9", MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
                                    MLFLOW_HTTP_REQUEST_TIMEOUT="2"))
-    metrics = radix_metrics(proc)
+    metrics = bench.metrics(proc)
     assert metrics["total_images"] == 12
     assert "http://127.0.0.1:9" in proc.stderr
     assert (tmp_path / "run" / "run_summary.json").is_file()
 
 
-def test_compile_failure_falls_back_to_eager_and_says_so(tmp_path):
+def test_compile_failure_falls_back_to_eager_and_says_so(bench, tiny, tmp_path):
     """torch.compile rejects an unknown mode for real; the run goes on eager and records why."""
-    proc = run_bench(tmp_path, [*TINY, "compile=true", "compile_mode=no-such-mode", "tracking.enabled=false",
-                                f"hydra.run.dir={tmp_path}/run"])
-    metrics = radix_metrics(proc)
+    proc = bench.run(*tiny, "compile=true", "compile_mode=no-such-mode", "tracking.enabled=false",
+                     f"hydra.run.dir={tmp_path}/run")
+    metrics = bench.metrics(proc)
     assert metrics["compile"] is False
     assert "no-such-mode" in metrics["compile_fallback"]
     assert "torch.compile failed" in proc.stderr
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["compile"]["requested"] is True and summary["compile"]["active"] is False
+
+
+def test_any_torchvision_model_runs_by_name(bench, tiny, tmp_path):
+    """model.arch takes any torchvision classification model, with no YAML or code of bench's."""
+    proc = bench.run(*tiny, "model.arch=mobilenet_v3_small", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run")
+    metrics = bench.metrics(proc)
+    assert metrics["model"] == "mobilenet_v3_small" and metrics["parameters"] > 0

@@ -1,5 +1,6 @@
 """DDP on the CPU (gloo) in real processes: a 2-process run end to end, strong scaling, a
-killed and a hung worker, torchrun joining, and the distributed config errors."""
+killed and a hung worker, torchrun joining, two nodes on loopback, and the distributed config
+errors. Waits are for events (a rank's log line, the job's exit); the timeouts are hang guards."""
 
 from __future__ import annotations
 
@@ -14,30 +15,23 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.distributed import free_port
-from conftest import TINY, all_runs, bench_env, radix_metrics, run_bench, sqlite_uri
+from bench.launch.context import free_port
 
-QUIET = [*TINY, "benchmark.progress=false"]
+HANG_GUARD_S = 900
 DDP2 = ["distributed=ddp", "distributed.nproc_per_node=2"]
 JOINED = re.compile(r"rank (\d+)/(\d+) \(pid (\d+)\) joined the process group")
 
 
 
-def _error_lines(stderr: str) -> list:
-    return [line for line in stderr.splitlines() if line.startswith("[ERROR]")]
-
-
 # ---- a 2-process run -------------------------------------------------------------------------
 
 
-def test_two_process_ddp_end_to_end_with_strong_scaling(tmp_path):
+def test_two_process_ddp_end_to_end_with_strong_scaling(bench, tiny, tmp_path):
     """One run checks both: DDP end to end, and strong scaling (data.batch_size=8 is the
     global batch, split into 4 per process)."""
-    db = tmp_path / "mlflow.db"
     run_dir = tmp_path / "run"
-    proc = run_bench(tmp_path, [*QUIET, *DDP2, "distributed.scaling=strong", "data.batch_size=8",
-                                f"hydra.run.dir={run_dir}"], env=bench_env(sqlite_uri(db)), timeout=240)
-    metrics = radix_metrics(proc)
+    proc = bench.run(*tiny, *DDP2, "distributed.scaling=strong", "data.batch_size=8", f"hydra.run.dir={run_dir}")
+    metrics = bench.metrics(proc)
 
     assert proc.stdout.strip().splitlines() == [proc.stdout.strip()], proc.stdout  # the final line only
     assert metrics["world_size"] == 2
@@ -63,7 +57,7 @@ def test_two_process_ddp_end_to_end_with_strong_scaling(tmp_path):
         assert match and match.group(1) == str(rank) and match.group(2) == "2", text
     assert JOINED.search(logs[0]).group(3) != JOINED.search(logs[1]).group(3)  # two processes
 
-    (run,) = all_runs(sqlite_uri(db))
+    (run,) = bench.runs()
     assert run.info.status == "FINISHED"
     assert run.data.metrics["world_size"] == 2
     assert run.data.metrics["global_batch_size"] == 8
@@ -73,28 +67,25 @@ def test_two_process_ddp_end_to_end_with_strong_scaling(tmp_path):
 # ---- failing workers ---------------------------------------------------------------------------
 
 
-def _start_long_run(tmp_path: Path, timeout_s: int) -> tuple:
-    db = tmp_path / "mlflow.db"
+def _start_long_run(bench, tiny, tmp_path: Path, timeout_s: int) -> tuple:
     run_dir = tmp_path / "run"
-    args = [*QUIET, *DDP2, "train.steps_per_epoch=100000", "benchmark.log_every=1",
-            f"distributed.timeout_s={timeout_s}", f"hydra.run.dir={run_dir}"]
-    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=tmp_path, env=bench_env(sqlite_uri(db)),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    return proc, db, run_dir
+    proc = bench.start(*tiny, *DDP2, "train.steps_per_epoch=100000", "benchmark.log_every=1",
+                       f"distributed.timeout_s={timeout_s}", f"hydra.run.dir={run_dir}", start_new_session=True)
+    return proc, run_dir
 
 
 def _wait_for_rank1_steps(proc: subprocess.Popen, run_dir: Path) -> int:
-    """rank 1's pid, once its log shows it joined and trained a couple of steps."""
+    """rank 1's pid, once its log shows it joined and trained a couple of steps (the event)."""
     log = run_dir / "rank1.log"
-    deadline = time.time() + 150
-    while time.time() < deadline and proc.poll() is None:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while time.monotonic() < deadline and proc.poll() is None:
         text = log.read_text() if log.exists() else ""
         match = JOINED.search(text)
         if match and "step 2/" in text:
             return int(match.group(3))
         time.sleep(0.3)
     proc.kill()
-    out, err = proc.communicate(timeout=30)
+    out, err = proc.communicate(timeout=60)
     pytest.fail(f"rank 1 never trained 2 steps (exit {proc.returncode})\n{out}\n{err}")
 
 
@@ -102,7 +93,7 @@ def _tree(proc: subprocess.Popen) -> list:
     return psutil.Process(proc.pid).children(recursive=True)
 
 
-def _left_alive(processes: list, wait_s: float = 5.0) -> list:
+def _left_alive(processes: list, wait_s: float = 60.0) -> list:
     deadline = time.time() + wait_s
     while True:
         alive = []
@@ -129,26 +120,26 @@ def _cleanup(proc: subprocess.Popen, tree: list) -> None:
         proc.communicate(timeout=30)
 
 
-def test_killed_worker_ends_the_job_failed(tmp_path):
-    proc, db, run_dir = _start_long_run(tmp_path, timeout_s=30)
+def test_killed_worker_ends_the_job_failed(bench, tiny, tmp_path):
+    """distributed.timeout_s is an hour, so what ends the job is the launcher seeing rank 1 die
+    (and the reaper killing its peer), not the hang watchdog: the test needs no clock margin."""
+    proc, run_dir = _start_long_run(bench, tiny, tmp_path, timeout_s=3600)
     tree: list = []
     try:
         rank1 = _wait_for_rank1_steps(proc, run_dir)
         tree = _tree(proc)
         assert rank1 in {p.pid for p in tree}
-        t0 = time.monotonic()
         psutil.Process(rank1).send_signal(signal.SIGKILL)
-        out, err = proc.communicate(timeout=30 + 30)
-        elapsed = time.monotonic() - t0
+        out, err = proc.communicate(timeout=HANG_GUARD_S)  # a hang guard far below the 3600 s watchdog
 
         assert proc.returncode == 1, err
-        assert elapsed < 30, elapsed  # within distributed.timeout_s
         assert "radix_metrics" not in out
-        errors = _error_lines(err)
+        errors = bench.error_lines(err)
         assert len(errors) == 1, err
         assert "rank 1" in errors[0] and "SIGKILL" in errors[0], errors
         assert "Traceback" not in err
-        (run,) = all_runs(sqlite_uri(db))
+        assert "no training step finished" not in (run_dir / "rank0.log").read_text()  # not the watchdog
+        (run,) = bench.runs()
         assert run.info.status == "FAILED"
         assert "rank 1" in run.data.tags["error"]
         assert _left_alive(tree) == []
@@ -156,27 +147,30 @@ def test_killed_worker_ends_the_job_failed(tmp_path):
         _cleanup(proc, tree)
 
 
-def test_hung_worker_ends_the_job_within_the_timeout(tmp_path):
+def test_hung_worker_ends_the_job_through_a_timeout(bench, tiny, tmp_path):
+    """Rank 1 stopped (SIGSTOP): rank 0 blocks in an all-reduce until distributed.timeout_s ends
+    it (the collective's own timeout or, where a backend does not honour it, the step
+    watchdog); the job then ends FAILED, naming that timeout, and leaves no process behind.
+    The event checked is the timeout in the failure, not a wall-clock margin."""
     timeout_s = 8
-    proc, db, run_dir = _start_long_run(tmp_path, timeout_s=timeout_s)
+    proc, run_dir = _start_long_run(bench, tiny, tmp_path, timeout_s=timeout_s)
     tree: list = []
     try:
         rank1 = _wait_for_rank1_steps(proc, run_dir)
         tree = _tree(proc)
-        t0 = time.monotonic()
         psutil.Process(rank1).send_signal(signal.SIGSTOP)
         try:
-            out, err = proc.communicate(timeout=timeout_s + 45)
+            out, err = proc.communicate(timeout=HANG_GUARD_S)
         except subprocess.TimeoutExpired:
-            pytest.fail(f"the job was still running {timeout_s + 45} s after rank 1 was stopped")
-        elapsed = time.monotonic() - t0
+            pytest.fail(f"the job was still running {HANG_GUARD_S} s after rank 1 was stopped")
 
         assert proc.returncode == 1, err
-        assert elapsed < timeout_s + 15, elapsed
-        errors = _error_lines(err)
-        assert len(errors) == 1 and "rank" in errors[0], err
+        errors = bench.error_lines(err)
+        assert len(errors) == 1 and "worker rank 0" in errors[0], err  # the rank that timed out, not the stopped one
+        watchdog = "no training step finished" in (run_dir / "rank0.log").read_text()
+        assert "Timed out" in errors[0] or (watchdog and "saw no training step finish" in errors[0]), errors[0]
         assert "Traceback" not in err
-        (run,) = all_runs(sqlite_uri(db))
+        (run,) = bench.runs()
         assert run.info.status == "FAILED"
         assert run.data.tags["error"]
         assert _left_alive(tree) == []
@@ -187,50 +181,43 @@ def test_hung_worker_ends_the_job_within_the_timeout(tmp_path):
 # ---- torchrun ----------------------------------------------------------------------------------
 
 
-def test_torchrun_ranks_join_and_rank0_reports(tmp_path):
-    db = tmp_path / "mlflow.db"
+def test_torchrun_ranks_join_and_rank0_reports(bench, tiny, tmp_path):
     run_dir = tmp_path / "run"
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port", str(free_port()),
-           "-m", "bench", *DDP2, f"hydra.run.dir={run_dir}", *QUIET]
-    proc = subprocess.run(cmd, cwd=tmp_path, env=bench_env(sqlite_uri(db)), capture_output=True, text=True,
-                          timeout=240)
+    proc = bench.run("--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "bench", *DDP2,
+                     f"hydra.run.dir={run_dir}", *tiny, module="torch.distributed.run")
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     # rank 0's final line belongs on stdout (as with the launcher), not on stderr
     assert "radix_metrics" not in proc.stderr, "rank 0 printed its final line to stderr, not stdout"
     assert proc.stdout.count("radix_metrics") == 1, proc.stdout  # rank 0 only
-    metrics = radix_metrics(proc)  # the last stdout line
+    metrics = bench.metrics(proc)  # the last stdout line
     assert metrics["world_size"] == 2 and metrics["global_batch_size"] == 8
     assert metrics["params_in_sync"] is True
     assert (run_dir / "rank0.log").is_file() and (run_dir / "rank1.log").is_file()
     summary = json.loads((run_dir / "run_summary.json").read_text())
     assert len({r["param_checksum"] for r in summary["ranks"]}) == 1
-    (run,) = all_runs(sqlite_uri(db))  # one MLflow run, not one per rank
+    (run,) = bench.runs()  # one MLflow run, not one per rank
     assert run.info.status == "FINISHED" and run.data.metrics["world_size"] == 2
 
 
-def test_two_nodes_launched_by_bench_on_loopback(tmp_path):
+def test_two_nodes_launched_by_bench_on_loopback(bench, tiny, tmp_path):
     """Multi-node without torchrun: two `python -m bench` processes (node_rank 0 and 1), one
-    worker each, meet at rdzv_endpoint; node 0 holds rank 0 and alone reports and logs."""
-    db = tmp_path / "mlflow.db"
-    common = [*QUIET, "distributed=ddp", "distributed.nnodes=2", "distributed.nproc_per_node=1",
-              f"distributed.rdzv_endpoint=127.0.0.1:{free_port()}", "distributed.timeout_s=60"]
-    env = bench_env(sqlite_uri(db))
-    follower = subprocess.Popen([sys.executable, "-m", "bench", *common, "distributed.node_rank=1",
-                                 f"hydra.run.dir={tmp_path}/node1"], cwd=tmp_path, env=env,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    worker each, meet at rdzv_endpoint; node 0 holds rank 0 and alone reports and logs. The
+    rendezvous timeout is a hang guard: a loaded machine may start the two nodes minutes apart."""
+    common = [*tiny, "distributed=ddp", "distributed.nnodes=2", "distributed.nproc_per_node=1",
+              f"distributed.rdzv_endpoint=127.0.0.1:{free_port()}", f"distributed.timeout_s={HANG_GUARD_S}"]
+    follower = bench.start(*common, "distributed.node_rank=1", f"hydra.run.dir={tmp_path}/node1")
     try:
-        leader = run_bench(tmp_path, [*common, "distributed.node_rank=0", f"hydra.run.dir={tmp_path}/node0"],
-                           env=env, timeout=240)
-        follower_out, follower_err = follower.communicate(timeout=60)
+        leader = bench.run(*common, "distributed.node_rank=0", f"hydra.run.dir={tmp_path}/node0")
+        follower_out, follower_err = follower.communicate(timeout=HANG_GUARD_S)
     finally:
         follower.kill()
-    metrics = radix_metrics(leader)
+    metrics = bench.metrics(leader)
     assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
     assert follower.returncode == 0, follower_err
     assert follower_out == ""  # node 1 neither prints a final line nor writes results
     assert not (tmp_path / "node1" / "run_summary.json").exists()
     assert (tmp_path / "node1" / "rank1.log").is_file()
-    (run,) = all_runs(sqlite_uri(db))
+    (run,) = bench.runs()
     assert run.info.status == "FINISHED"
 
 
@@ -243,13 +230,11 @@ def test_two_nodes_launched_by_bench_on_loopback(tmp_path):
     (["distributed=ddp", "distributed.nnodes=2"], "distributed.rdzv_endpoint"),
     (["distributed=ddp", "distributed.backend=mpi"], "distributed.backend"),
 ])
-def test_distributed_config_errors(tmp_path, overrides, key):
-    db = tmp_path / "mlflow.db"
-    proc = run_bench(tmp_path, [*QUIET, *overrides, f"hydra.run.dir={tmp_path}/run"],
-                     env=bench_env(sqlite_uri(db)), timeout=120)
+def test_distributed_config_errors(bench, tiny, tmp_path, overrides, key):
+    proc = bench.run(*tiny, *overrides, f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr}"
-    errors = _error_lines(proc.stderr)
+    errors = bench.error_lines(proc.stderr)
     assert len(errors) == 1 and key in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr + proc.stdout
     assert proc.stdout.strip() == ""
-    assert not db.exists() or all_runs(sqlite_uri(db)) == []
+    assert not bench.db.exists()

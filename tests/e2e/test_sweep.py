@@ -4,18 +4,12 @@ that does not stop the sweep, and the report (at the end of the sweep and standa
 from __future__ import annotations
 
 import csv
-import subprocess
-import sys
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 from mlflow import MlflowClient
 
-from bench.report import RunRow, add_scaling, configuration_key
-from conftest import TINY, all_runs, bench_env, run_bench, sqlite_uri
-
-QUIET = [*TINY, "benchmark.progress=false"]
 REPORT_FILES = {"report.csv", "report.md", "report.html", "throughput_vs_gpus.png", "scaling_efficiency.png",
                 "throughput_vs_batch.png", "step_time_distribution.png"}
 
@@ -29,10 +23,6 @@ def _split(runs: list) -> tuple:
 def _csv_rows(path: Path) -> list:
     with path.open() as fh:
         return list(csv.DictReader(fh))
-
-
-def _error_lines(stderr: str) -> list:
-    return [line for line in stderr.splitlines() if line.startswith("[ERROR]")]
 
 
 def _check_scaling(rows: list) -> None:
@@ -51,16 +41,15 @@ def _check_scaling(rows: list) -> None:
 
 
 @pytest.fixture(scope="module")
-def sweep(tmp_path_factory):
+def sweep(tmp_path_factory, bench_at, tiny_args):
     root = tmp_path_factory.mktemp("sweep")
-    uri = sqlite_uri(root / "mlflow.db")
-    proc = run_bench(root, ["-m", *QUIET, "distributed=ddp", "distributed.nproc_per_node=1,2",
-                            "precision=fp32,bf16", f"hydra.sweep.dir={root}/sweep"],
-                     env=bench_env(uri), timeout=600)
-    runs = all_runs(uri)
+    bench = bench_at(root)
+    proc = bench.run("-m", *tiny_args, "distributed=ddp", "distributed.nproc_per_node=1,2", "precision=fp32,bf16",
+                     f"hydra.sweep.dir={root}/sweep")
+    runs = bench.runs()
     parents, children = _split(runs)
-    return SimpleNamespace(root=root, uri=uri, proc=proc, dir=root / "sweep", runs=runs, parents=parents,
-                           children=children)
+    return SimpleNamespace(root=root, uri=bench.uri, proc=proc, dir=root / "sweep", runs=runs, parents=parents,
+                           children=children, bench=bench)
 
 
 def test_sweep_is_one_parent_with_a_child_per_job(sweep):
@@ -110,12 +99,10 @@ def test_sweep_report_matches_mlflow(sweep):
     assert logged >= REPORT_FILES
 
 
-def test_report_cli_rebuilds_the_table_from_mlflow(sweep, tmp_path):
+def test_report_cli_rebuilds_the_table_from_mlflow(sweep, bench, tmp_path):
     parent_id = sweep.parents[0].info.run_id
     out = tmp_path / "from-mlflow"
-    proc = subprocess.run([sys.executable, "-m", "bench.report", "--sweep", parent_id, "--tracking-uri", sweep.uri,
-                           "--out", str(out)], cwd=tmp_path, env=bench_env(), capture_output=True, text=True,
-                          timeout=120)
+    proc = bench.run("--sweep", parent_id, "--tracking-uri", sweep.uri, "--out", str(out), module="bench.report")
     assert proc.returncode == 0, proc.stderr
     assert {p.name for p in out.iterdir()} >= REPORT_FILES
     rows = _csv_rows(out / "report.csv")
@@ -130,12 +117,11 @@ def test_report_cli_rebuilds_the_table_from_mlflow(sweep, tmp_path):
 
 
 @pytest.mark.parametrize("target", ["/nonexistent/sweep", "0123456789abcdef0123456789abcdef"])
-def test_report_cli_rejects_an_unknown_sweep(sweep, tmp_path, target):
+def test_report_cli_rejects_an_unknown_sweep(sweep, bench, tmp_path, target):
     """Neither a directory nor a run of the (real, populated) store: exit 2, one line."""
-    proc = subprocess.run([sys.executable, "-m", "bench.report", "--sweep", target, "--tracking-uri", sweep.uri],
-                          cwd=tmp_path, env=bench_env(), capture_output=True, text=True, timeout=120)
+    proc = bench.run("--sweep", target, "--tracking-uri", sweep.uri, module="bench.report")
     assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr}"
-    errors = _error_lines(proc.stderr)
+    errors = bench.error_lines(proc.stderr)
     assert len(errors) == 1 and target in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not list(tmp_path.glob("report*"))
@@ -145,19 +131,18 @@ def test_report_cli_rejects_an_unknown_sweep(sweep, tmp_path, target):
 
 
 @pytest.fixture(scope="module")
-def failing_sweep(tmp_path_factory):
+def failing_sweep(tmp_path_factory, bench_at, tiny_args):
     root = tmp_path_factory.mktemp("failing")
-    uri = sqlite_uri(root / "mlflow.db")
-    proc = run_bench(root, ["-m", *QUIET, "precision=fp32,amp_fp16", f"hydra.sweep.dir={root}/sweep"],
-                     env=bench_env(uri), timeout=300)
-    return SimpleNamespace(uri=uri, proc=proc, dir=root / "sweep")
+    bench = bench_at(root)
+    proc = bench.run("-m", *tiny_args, "precision=fp32,amp_fp16", f"hydra.sweep.dir={root}/sweep")
+    return SimpleNamespace(uri=bench.uri, proc=proc, dir=root / "sweep", bench=bench)
 
 
 def test_failing_job_does_not_stop_the_sweep(failing_sweep):
     proc = failing_sweep.proc
     assert proc.returncode == 1, f"{proc.stdout}\n{proc.stderr}"  # one failed job
     assert proc.stdout.count('{"radix_metrics"') == 1
-    parents, children = _split(all_runs(failing_sweep.uri))
+    parents, children = _split(failing_sweep.bench.runs())
     assert len(parents) == 1 and len(children) == 2
     assert parents[0].data.tags["sweep.failed_jobs"] == "1"
     by_precision = {c.data.params["precision.name"]: c for c in children}
@@ -178,43 +163,3 @@ def test_sweep_report_gives_the_failed_jobs_reason(failing_sweep):
     """The report built at the end of the sweep says why a job failed (as its MLflow run does)."""
     rows = {r["job"]: r for r in _csv_rows(failing_sweep.dir / "report" / "report.csv")}
     assert "amp_fp16" in rows["1"]["error"], rows["1"]
-
-
-# ---- scaling arithmetic (no processes) ---------------------------------------------------------
-
-
-def _row(job: str, procs: int, ips: float, batch: int = 4, precision: str = "fp32", status: str = "FINISHED",
-         **config: str) -> RunRow:
-    cfg = {"data.batch_size": str(batch), "precision.name": precision, "distributed.name": "ddp",
-           "distributed.nproc_per_node": str(procs), "distributed.nnodes": "1", "distributed.scaling": "weak",
-           "tracking.uri": f"sqlite:///job{job}.db", "storage.root": f"/tmp/{job}", **config}
-    metrics = {"world_size": procs, "images_per_second": ips} if status == "FINISHED" else {}
-    return RunRow(job, status, "", cfg, metrics)
-
-
-def test_configuration_key_ignores_process_count_and_locations():
-    assert configuration_key(_row("0", 1, 10.0)) == configuration_key(_row("1", 4, 30.0))
-    assert configuration_key(_row("0", 1, 10.0)) != configuration_key(_row("1", 1, 10.0, batch=8))
-    assert configuration_key(_row("0", 1, 10.0)) != configuration_key(_row("1", 1, 10.0, precision="bf16"))
-
-
-def test_add_scaling_efficiency_is_throughput_over_n_times_baseline():
-    rows = [_row("0", 1, 100.0), _row("1", 2, 180.0), _row("2", 4, 300.0),
-            _row("3", 2, 150.0, batch=8),            # no 1-process run at batch 8
-            _row("4", 2, 170.0, precision="bf16"),   # nor in bf16
-            _row("5", 1, 0.0, batch=16, status="FAILED"), _row("6", 2, 90.0, batch=16)]  # the baseline failed
-    add_scaling(rows)
-    assert rows[0].metrics["speedup"] == pytest.approx(1.0)
-    assert rows[1].metrics["speedup"] == pytest.approx(1.8)
-    assert rows[1].metrics["scaling_efficiency"] == pytest.approx(180.0 / (2 * 100.0))
-    assert rows[1].metrics["scaling_efficiency_percent"] == pytest.approx(90.0)
-    assert rows[2].metrics["scaling_efficiency"] == pytest.approx(300.0 / (4 * 100.0))
-    for row in rows[3:]:
-        assert "speedup" not in row.metrics and "scaling_efficiency" not in row.metrics, row.job
-
-
-def test_add_scaling_without_a_one_process_run_gives_no_speedup():
-    rows = [_row("0", 2, 100.0), _row("1", 4, 180.0)]
-    add_scaling(rows)
-    assert all("speedup" not in r.metrics for r in rows)
-    assert rows[0].metrics["data_wait_percent"] == 0.0

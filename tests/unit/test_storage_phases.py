@@ -8,20 +8,30 @@ import time
 
 import pytest
 
+from bench.config import compose
+from bench.config.storage import StorageConfig
 from bench.iobench.prepare import DatasetMissing, prepare_dataset, prepare_summary
 from bench.iobench.reader import EpochStats, ReaderResult, Request, run_reader
 from bench.iobench.report import read_metrics
 from bench.iobench.workload import decode_samples, encode, plan_files
-from bench.storage.objects import LocalStore
+from bench.storage.local import LocalStore
 
-WORKLOAD = {"name": "t", "num_files": 6, "samples_per_file": 4, "record_size": 1000, "record_size_stdev": 0,
-            "format": "raw", "batch_size": 4, "read_threads": 2, "prefetch": 1, "computation_time": 0.0,
-            "epochs": 1, "max_steps": None, "shuffle": True, "seed": 0, "au_threshold": 0.9,
-            "checkpoint_size_mb": 0}
+SMALL = {"name": "t", "num_files": 6, "samples_per_file": 4, "record_size": 1000, "batch_size": 4, "read_threads": 2,
+         "prefetch": 1, "checkpoint_size_mb": 0}
+
+
+def storage(**changes) -> StorageConfig:
+    """The storage group of `mode=storage storage.workload.<key>=<value> ...`: a small workload."""
+    values = {**SMALL, **changes}
+    return compose("mode=storage", *[f"storage.workload.{k}={'null' if v is None else v}" for k, v in values.items()]
+                   ).storage
 
 
 def workload(**changes):
-    return {**WORKLOAD, **changes}
+    return storage(**changes).workload
+
+
+WORKLOAD = workload()
 
 
 class SlowStore(LocalStore):
@@ -93,10 +103,10 @@ def test_reader_counts_steps_without_the_warm_up_one(tmp_path):
 def test_au_drops_when_storage_cannot_keep_up(tmp_path):
     files = prepare_dataset(LocalStore(tmp_path), workload(num_files=8), "auto", workers=2).files
     fast = read_metrics([run_reader(LocalStore(tmp_path), files, workload(num_files=8, computation_time=0.02))],
-                        workload(computation_time=0.02))
+                        storage(num_files=8, computation_time=0.02))
     # one file per step, 2 reader threads at 80 ms each: at most one file per 40 ms for 20 ms of compute
     slow = read_metrics([run_reader(SlowStore(tmp_path, 0.08), files, workload(num_files=8, computation_time=0.02))],
-                        workload(computation_time=0.02))
+                        storage(num_files=8, computation_time=0.02))
     assert fast["au_percent_mean"] > 90 and fast["au_pass"] is True
     assert slow["au_percent_mean"] < 70 and slow["au_pass"] is False
     assert slow["data_wait_fraction"] > 0.3 > fast["data_wait_fraction"]
@@ -113,7 +123,7 @@ def fake_client(client, latencies, samples, wall):
 def test_clients_merge_sums_throughput_and_pools_latencies():
     results = [fake_client(0, [1.0] * 100, samples=400, wall=2.0),
                fake_client(1, [3.0] * 99 + [100.0], samples=200, wall=1.0)]
-    merged = read_metrics(results, workload(computation_time=0.1))
+    merged = read_metrics(results, storage(computation_time=0.1))
     assert merged["samples_per_second"] == pytest.approx(200 + 200)
     assert merged["read_mb_per_second"] == pytest.approx((400_000 / 2 + 200_000 / 1) / 1e6)
     assert merged["read_requests"] == 200
@@ -121,13 +131,24 @@ def test_clients_merge_sums_throughput_and_pools_latencies():
     assert merged["latency_ms_max"] == 100.0
     assert merged["au_percent_mean"] == pytest.approx(95.0) and merged["au_pass"] is True
     assert merged["client_cpu_seconds"] == 1.0
-    # computation_time=0 is an I/O ceiling: AU is not a pass
-    assert read_metrics(results, workload())["au_pass"] is False
+    # computation_time=0 is an I/O ceiling: AU is not a pass, and has no figure at all (not 0.0)
+    ceiling = read_metrics(results, storage())
+    assert ceiling["au_pass"] is False and "au_percent_mean" not in ceiling and "au_percent_min" not in ceiling
+
+
+def test_figures_without_samples_are_absent_not_zero():
+    """An accelerator whose requests all finished inside the warm-up step: no latency to report."""
+    epoch = EpochStats(1, steps=1, samples=4, bytes=4000.0, wall_s=0.01, compute_s=0.0)
+    metrics = read_metrics([ReaderResult(0, [epoch], [], cpu_s=0.0)], storage())
+    assert metrics["read_requests"] == 0
+    for key in ("latency_ms_p50", "latency_ms_p99", "latency_ms_mean", "latency_ms_max"):
+        assert key not in metrics, key
+    assert metrics["samples_per_second"] == pytest.approx(400.0)  # that figure does have samples
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_compare_command_alternates_and_reports_a_ratio(capsys, backend):
-    from bench.iobench.compare import main
+    from bench.tools.iobench_compare import main
 
     code = main([backend, "--files", "8", "--file-kb", "64", "--threads", "2", "--rounds", "1", "--min-ratio", "1000"])
     out = capsys.readouterr().out

@@ -1,5 +1,6 @@
 """The ObjectStore interface on every backend (local, direct-I/O local, S3 through obstore,
-boto3 and s3torchconnector against a real HTTP server), its retries and its errors."""
+boto3 and s3torchconnector against a real HTTP server on 127.0.0.1), its retries and its
+errors, and training checkpoints written through it."""
 
 from __future__ import annotations
 
@@ -12,23 +13,19 @@ from pathlib import Path
 
 import pytest
 
-from bench.storage.direct import DirectReadStore
-from bench.storage.objects import LocalStore, open_store
-from bench.storage.s3 import StorageError
-from s3_server import CREDENTIALS
+from bench.config import compose
+from bench.config.storage import StorageConfig
+from bench.errors import StorageError
+from bench.storage.local import DirectReadStore, LocalStore
+from bench.storage.registry import open_store
 
 S3_CLIENTS = ["obstore", "boto3", "s3torchconnector"]
 
 
-@pytest.fixture
-def aws_env(monkeypatch):
-    for name, value in CREDENTIALS.items():
-        monkeypatch.setenv(name, value)
-
-
-def s3_config(endpoint: str, client: str, **extra) -> dict:
-    return {"endpoint": endpoint, "region": "us-east-1", "client": client, "max_attempts": 3, "timeout_s": 10.0,
-            "connect_timeout_s": 2.0, **extra}
+def s3_config(endpoint: str, client: str, *extra: str) -> StorageConfig:
+    """The storage group of `storage=s3 storage.endpoint=... storage.client=...` with short timeouts."""
+    return compose("storage=s3", f"storage.endpoint={endpoint}", f"storage.client={client}", "storage.max_attempts=3",
+                   "storage.timeout_s=10", "storage.connect_timeout_s=2", *extra).storage
 
 
 def exercise(store, put) -> None:
@@ -50,7 +47,7 @@ def exercise(store, put) -> None:
 
 @pytest.mark.parametrize("direct", [False, True], ids=["posix", "direct_io"])
 def test_local_store_round_trip(tmp_path, direct):
-    store = open_store(str(tmp_path), {"direct_io": direct})
+    store = open_store(str(tmp_path), compose(f"storage.direct_io={str(direct).lower()}").storage)
     assert isinstance(store, DirectReadStore) is direct
     assert store.url == str(tmp_path)
     exercise(store, store.put)
@@ -109,7 +106,7 @@ def test_missing_bucket_is_one_clear_error(s3_server, aws_env, client):
 def test_unreachable_endpoint_is_one_clear_error(aws_env, client):
     endpoint = f"http://127.0.0.1:{_closed_port()}"
     with pytest.raises(StorageError) as info:
-        open_store("s3://some-bucket/x", s3_config(endpoint, client, max_attempts=1))
+        open_store("s3://some-bucket/x", s3_config(endpoint, client, "storage.max_attempts=1"))
     assert "the endpoint cannot be reached" in str(info.value) and endpoint in str(info.value)
 
 
@@ -189,34 +186,55 @@ def test_transient_5xx_is_retried(s3_server, aws_env, client):
         proxy.close()
 
 
-def test_s3_checkpoint_storage_for_training(s3_server, aws_env, tmp_path):
+def _model_and_optimizer():
+    import torch
+
+    model = torch.nn.Linear(4, 2)
+    return model, torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+
+
+def test_training_checkpoint_goes_to_s3(s3_server, aws_env, tmp_path):
     import io
 
     import torch
 
-    from bench.storage import build_storage
+    from bench.launch.context import RankContext
+    from bench.train.checkpoint import checkpoint_writer
 
     bucket = s3_server.new_bucket()
-    cfg = {**s3_config(s3_server.endpoint, "obstore"), "name": "s3", "bucket": bucket, "prefix": "ckpt",
-           "root": None, "fsync": True, "direct_io": False}
-    result = build_storage(cfg, tmp_path).save_checkpoint({"w": torch.arange(10)}, "model.pt")
+    config = compose("storage=s3", f"storage.endpoint={s3_server.endpoint}", f"storage.bucket={bucket}",
+                     "storage.prefix=ckpt", "storage.save_checkpoint=true", "storage.checkpoint_name=model.pt")
+    model, optimizer = _model_and_optimizer()
+    result = checkpoint_writer(config, tmp_path, RankContext())(model, optimizer)
     assert result["checkpoint_path"] == f"s3://{bucket}/ckpt/model.pt"
     body = s3_server.admin().get_object(Bucket=bucket, Key="ckpt/model.pt")["Body"].read()
     assert len(body) == result["checkpoint_bytes"]
-    assert torch.equal(torch.load(io.BytesIO(body), weights_only=True)["w"], torch.arange(10))
+    state = torch.load(io.BytesIO(body), weights_only=True)
+    assert torch.equal(state["model"]["weight"], model.weight.detach())
 
 
-def test_local_checkpoint_storage_unchanged(tmp_path: Path):
+def test_training_checkpoint_goes_to_the_run_dir_and_only_rank_0_writes(tmp_path: Path):
     import torch
 
-    from bench.storage import build_storage
-    from bench.storage.local import LocalStorage
+    from bench.launch.context import RankContext
+    from bench.train.checkpoint import checkpoint_writer
 
-    cfg = {"name": "local", "root": None, "fsync": True}
-    storage = build_storage(cfg, tmp_path)
-    assert isinstance(storage, LocalStorage)
-    result = storage.save_checkpoint({"w": torch.ones(3)}, "c.pt")
-    assert Path(result["checkpoint_path"]) == tmp_path / "c.pt" and result["checkpoint_bytes"] > 0
+    config = compose("storage.save_checkpoint=true", "storage.checkpoint_name=c.pt")
+    assert checkpoint_writer(config, tmp_path, RankContext(rank=1, local_rank=1, world_size=2)) is None
+    assert checkpoint_writer(compose(), tmp_path, RankContext()) is None  # not asked for
+    result = checkpoint_writer(config, tmp_path, RankContext())(*_model_and_optimizer())
+    assert Path(result["checkpoint_path"]) == tmp_path / "c.pt"
+    assert result["checkpoint_bytes"] == (tmp_path / "c.pt").stat().st_size > 0
+    assert "weight" in torch.load(tmp_path / "c.pt", weights_only=True)["model"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]  # written whole: no temporary left
+
+
+def test_a_failed_local_write_leaves_nothing_behind(tmp_path):
+    store = LocalStore(tmp_path)
+    (tmp_path / "taken").mkdir()  # a directory where the object should go: the rename fails
+    with pytest.raises(OSError):
+        store.put("taken", b"data")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["taken"]
 
 
 @pytest.mark.parametrize("client", ["obstore", "boto3"])
@@ -226,8 +244,8 @@ def test_credentials_from_a_profile_file(s3_server, monkeypatch, tmp_path, clien
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     credentials = tmp_path / "credentials"
-    credentials.write_text(f"[bench]\naws_access_key_id = {CREDENTIALS['AWS_ACCESS_KEY_ID']}\n"
-                           f"aws_secret_access_key = {CREDENTIALS['AWS_SECRET_ACCESS_KEY']}\n")
+    credentials.write_text(f"[bench]\naws_access_key_id = {s3_server.credentials['AWS_ACCESS_KEY_ID']}\n"
+                           f"aws_secret_access_key = {s3_server.secret}\n")
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_PROFILE", "bench")

@@ -1,5 +1,7 @@
-"""Unit tests of bench.optim (optimizers, lr schedules) and bench.precision (on the CPU,
-plus GPU-less tests of the CUDA branches with torch.cuda mocked: named `__mocked_gpu`)."""
+"""The training scenario's parts in-process: the optimizer registry, the lr schedules, the
+precision policy (on the CPU, plus GPU-less tests of the CUDA branches with torch.cuda mocked:
+named `__mocked_gpu`) and the model registry. Configs come from the schema (the `compose`
+fixture), never from hand-built dicts."""
 
 from __future__ import annotations
 
@@ -9,35 +11,41 @@ from pathlib import Path
 import pytest
 import torch
 import torchvision
-from omegaconf import OmegaConf
 
 from bench import config_dir
-from bench.optim import build_optimizer, build_scheduler, effective_lr, lr_factor_fn
-from bench.precision import build_precision
-from bench.schema import OptimizerConfig, PrecisionConfig, SchedulerConfig
-from bench.validate import ConfigError
+from bench.config import compose
+from bench.errors import ConfigError
+from bench.train.optim import build_optimizer, effective_lr
+from bench.train.precision import build_precision
+from bench.train.schedules import build_scheduler, lr_factor_fn
 
 CONF = Path(config_dir())
 CPU = torch.device("cpu")
 
 
-def group_cfg(schema, group: str, option: str, **overrides) -> dict:
-    """conf/<group>/<option>.yaml merged over the schema defaults, as bench sees it."""
-    merged = OmegaConf.merge(OmegaConf.structured(schema), OmegaConf.load(CONF / group / f"{option}.yaml"),
-                             overrides)
-    return OmegaConf.to_container(merged, resolve=True)
+def _override(value) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, (list, tuple)):
+        return "[" + ",".join(str(v) for v in value) + "]"
+    return str(value)
 
 
-def sched(option: str, **overrides) -> dict:
-    return group_cfg(SchedulerConfig, "scheduler", option, **overrides)
+def group_cfg(group: str, option: str, **values):
+    """The typed group config `python -m bench <group>=<option> <group>.<key>=<value> ...` runs with."""
+    return getattr(compose(f"{group}={option}", *[f"{group}.{k}={_override(v)}" for k, v in values.items()]), group)
 
 
-def optim(option: str, **overrides) -> dict:
-    return group_cfg(OptimizerConfig, "optimizer", option, **overrides)
+def sched(option: str, **values):
+    return group_cfg("scheduler", option, **values)
 
 
-def precision(option: str, **overrides) -> dict:
-    return group_cfg(PrecisionConfig, "precision", option, **overrides)
+def optim(option: str, **values):
+    return group_cfg("optimizer", option, **values)
+
+
+def precision(option: str, **values):
+    return group_cfg("precision", option, **values)
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +57,7 @@ def model() -> torch.nn.Module:
 # --- lr_factor_fn ---------------------------------------------------------------------------
 
 def test_warmup_is_linear_from_start_factor_to_one():
-    cfg = sched("constant", warmup_steps=10, warmup_start_factor=0.1)
+    cfg = sched("constant", lr_warmup_steps=10, warmup_start_factor=0.1)
     f = lr_factor_fn(cfg, total_steps=100, base_lr=0.5)
     assert f(0) == pytest.approx(0.1)
     for step in range(10):
@@ -78,13 +86,13 @@ def test_multistep_multiplies_by_gamma_at_each_milestone():
 
 def test_multistep_yaml_defaults():
     cfg = sched("multistep")
-    assert cfg["milestones"] == [100, 150] and cfg["gamma"] == pytest.approx(0.1)
+    assert cfg.milestones == [100, 150] and cfg.gamma == pytest.approx(0.1)
     f = lr_factor_fn(cfg, total_steps=200, base_lr=0.1)
     assert (f(99), f(100), f(150)) == pytest.approx((1.0, 0.1, 0.01))
 
 
 def test_multistep_after_warmup():
-    cfg = sched("multistep", warmup_steps=5, warmup_start_factor=0.0, milestones=[10], gamma=0.1)
+    cfg = sched("multistep", lr_warmup_steps=5, warmup_start_factor=0.0, milestones=[10], gamma=0.1)
     f = lr_factor_fn(cfg, total_steps=20, base_lr=1.0)
     assert f(0) == pytest.approx(0.0)
     assert f(5) == pytest.approx(1.0)
@@ -104,7 +112,7 @@ def test_cosine_goes_from_one_to_min_lr_ratio():
 
 
 def test_cosine_with_warmup_starts_decay_after_warmup():
-    f = lr_factor_fn(sched("cosine", warmup_steps=10, min_lr=0.0), total_steps=110, base_lr=1.0)
+    f = lr_factor_fn(sched("cosine", lr_warmup_steps=10, min_lr=0.0), total_steps=110, base_lr=1.0)
     assert f(0) == pytest.approx(0.01)  # schema default warmup_start_factor
     assert f(10) == pytest.approx(1.0)
     assert f(60) == pytest.approx(0.5)
@@ -145,7 +153,7 @@ def test_build_optimizer_class_and_lr(model, name):
     assert opt.defaults["lr"] == pytest.approx(0.037)
     assert all(g["lr"] == pytest.approx(0.037) for g in opt.param_groups)
     if name != "sgd":
-        assert opt.defaults["eps"] == pytest.approx(cfg["eps"])
+        assert opt.defaults["eps"] == pytest.approx(cfg.eps)
     n_params = sum(len(g["params"]) for g in opt.param_groups)
     assert n_params == len(list(model.parameters()))
     assert not opt.defaults.get("fused")  # never fused on the CPU
@@ -174,7 +182,7 @@ def test_without_exclusion_one_group_with_the_decay(model, name):
 
 def test_adamw_yaml_excludes_bn_and_bias(model):
     cfg = optim("adamw")
-    assert cfg["exclude_bn_bias_from_wd"] is True and cfg["weight_decay"] == pytest.approx(0.05)
+    assert cfg.exclude_bn_bias_from_wd is True and cfg.weight_decay == pytest.approx(0.05)
     opt = build_optimizer(model, cfg, lr=1e-3, device=CPU)
     assert sorted(g["weight_decay"] for g in opt.param_groups) == pytest.approx([0.0, 0.05])
 
@@ -211,9 +219,10 @@ def test_optimizer_step_decays_weights_but_not_bn_or_bias():
 # --- effective_lr ---------------------------------------------------------------------------
 
 def test_effective_lr_linear_scaling_rule():
-    assert effective_lr({"lr": 0.1}, sched("constant", scale_lr=True), global_batch=1024) == pytest.approx(0.4)
-    assert effective_lr({"lr": 0.1}, sched("constant", scale_lr=True), global_batch=128) == pytest.approx(0.05)
-    assert effective_lr({"lr": 0.1}, sched("constant", scale_lr=False), global_batch=1024) == pytest.approx(0.1)
+    sgd = optim("sgd", lr=0.1)
+    assert effective_lr(sgd, sched("constant", scale_lr=True), global_batch=1024) == pytest.approx(0.4)
+    assert effective_lr(sgd, sched("constant", scale_lr=True), global_batch=128) == pytest.approx(0.05)
+    assert effective_lr(sgd, sched("constant", scale_lr=False), global_batch=1024) == pytest.approx(0.1)
 
 
 # --- onecycle ---------------------------------------------------------------------------------
@@ -246,7 +255,7 @@ def test_onecycle_leaves_zero_momentum_alone(model):
 def test_onecycle_warmup_steps_sets_the_rising_phase(model):
     total = 40
     opt = build_optimizer(model, optim("sgd"), lr=0.1, device=CPU)
-    scheduler = build_scheduler(opt, sched("onecycle", warmup_steps=10), total_steps=total, base_lr=0.1)
+    scheduler = build_scheduler(opt, sched("onecycle", lr_warmup_steps=10), total_steps=total, base_lr=0.1)
     lrs = []
     for _ in range(total):
         lrs.append(opt.param_groups[0]["lr"])
@@ -295,7 +304,7 @@ def test_amp_fp16_on_cpu_raises_config_error():
 
 
 def test_tf32_on_cpu_warns_and_computes_fp32(caplog):
-    with caplog.at_level(logging.WARNING, logger="bench.precision"):
+    with caplog.at_level(logging.WARNING, logger="bench.train.precision"):
         policy = build_precision(precision("tf32"), CPU)
     assert policy.tf32 is False
     assert policy.autocast_dtype is None
@@ -335,7 +344,7 @@ def tf32_flags_on():
 
 def test_tf32_off_on_pre_ampere_gpu__mocked_gpu(monkeypatch, caplog, tf32_flags_on):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args, **kwargs: (7, 0))
-    with caplog.at_level(logging.WARNING, logger="bench.precision"):
+    with caplog.at_level(logging.WARNING, logger="bench.train.precision"):
         policy = build_precision(precision("tf32"), torch.device("cuda", 0))
     assert policy.tf32 is False
     assert torch.backends.cuda.matmul.allow_tf32 is False
@@ -348,3 +357,32 @@ def test_fp32_switches_tf32_off_on_gpu__mocked_gpu(tf32_flags_on):
     assert policy.tf32 is False
     assert torch.backends.cuda.matmul.allow_tf32 is False
     assert torch.backends.cudnn.allow_tf32 is False  # PyTorch's default is True for cuDNN
+
+
+# --- the model registry -----------------------------------------------------------------------
+
+
+def test_models_come_from_torchvision_by_name_and_bench_adds_its_own():
+    from bench.train.models import OWN, build_model, check_model, count_parameters
+
+    resnet = compose("model=resnet18", "data.num_classes=7").model
+    check_model(resnet)
+    model = build_model(resnet)
+    assert model.fc.out_features == 7 and count_parameters(model) > 0
+    cifar = build_model(compose("model=cifar_resnet18", "data.num_classes=10").model)
+    assert "cifar_resnet18" in OWN and cifar.conv1.stride == (1, 1) and isinstance(cifar.maxpool, torch.nn.Identity)
+    vit = compose("model=vit_b_16", "data.image_size=32", "data.num_classes=5").model
+    check_model(vit)
+    out = build_model(vit)(torch.randn(1, 3, 32, 32))  # built for the configured input size
+    assert out.shape == (1, 5)
+    squeeze = compose("model.arch=squeezenet1_1", "data.num_classes=3").model  # no YAML, no code: just the name
+    check_model(squeeze)
+    assert build_model(squeeze)(torch.randn(1, 3, 64, 64)).shape == (1, 3)
+
+
+def test_unknown_model_is_one_sentence_with_a_suggestion():
+    from bench.train.models import check_model
+
+    with pytest.raises(ConfigError) as info:
+        check_model(compose("model.arch=resnet51").model)
+    assert info.value.key == "model.arch" and "did you mean resnet50?" in str(info.value)

@@ -11,8 +11,6 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from conftest import all_runs, bench_env, radix_metrics, run_bench, sqlite_uri
-from s3_server import SECRET, s3_env
 
 FILES, SAMPLES, RECORD, BATCH, EPOCHS = 8, 4, 4096, 4, 2
 TINY = [
@@ -40,6 +38,7 @@ def measured_steps(files_per_client: int, clients: int = 1) -> int:
 
 
 def assert_consistent(metrics: dict) -> None:
+    """Every headline figure is there and the figures agree with each other."""
     for key in REPORTED:
         assert key in metrics, key
     assert 0 < metrics["latency_ms_p50"] <= metrics["latency_ms_p90"] <= metrics["latency_ms_p99"] \
@@ -51,11 +50,10 @@ def assert_consistent(metrics: dict) -> None:
     assert metrics["read_samples"] == metrics["read_steps"] * BATCH
 
 
-def test_local_storage_benchmark_end_to_end(tmp_path):
-    db = sqlite_uri(tmp_path / "mlflow.db")
+def test_local_storage_benchmark_end_to_end(bench, tmp_path):
     root = tmp_path / "data"
-    proc = run_bench(tmp_path, [*TINY, f"storage.root={root}", f"hydra.run.dir={tmp_path}/run"], env=bench_env(db))
-    metrics = radix_metrics(proc)
+    proc = bench.run(*TINY, f"storage.root={root}", f"hydra.run.dir={tmp_path}/run")
+    metrics = bench.metrics(proc)
     assert_consistent(metrics)
     assert metrics["mode"] == "storage" and metrics["storage"] == "local" and metrics["storage_client"] == "posix"
     assert metrics["prepare_skipped"] is False
@@ -81,25 +79,27 @@ def test_local_storage_benchmark_end_to_end(tmp_path):
     (row,) = csv.DictReader((run_dir / "summary.csv").open())
     assert float(row["samples_per_second"]) == pytest.approx(metrics["samples_per_second"])
 
-    (run,) = all_runs(db)
+    (run,) = bench.runs()
     assert run.info.status == "FINISHED"
     assert run.data.metrics["samples_per_second"] == pytest.approx(metrics["samples_per_second"])
     assert run.data.params["storage.workload.num_files"] == str(FILES) and run.data.params["mode"] == "storage"
     assert run.data.tags["mode"] == "storage" and run.data.tags["storage_client"] == "posix"
-    client = MlflowClient(db)
+    client = MlflowClient(bench.uri)
     assert len(client.get_metric_history(run.info.run_id, "epoch_au_percent")) == EPOCHS
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"run_summary.json", "summary.csv", "epochs.csv", "read_latency.csv", ".hydra"} <= artifacts
 
 
-def test_multirun_sweeps_clients_and_reuses_the_dataset(tmp_path):
-    """The second job finds the first one's dataset (prepare=auto); direct_io keeps the page cache out."""
+def test_multirun_sweeps_accelerators_and_reuses_the_dataset(bench, tmp_path):
+    """The second job finds the first one's dataset (prepare=auto); direct_io keeps the page cache out.
+    The sweep uses the deprecated spelling storage.clients, which still works and says so."""
     root = tmp_path / "data"
-    proc = run_bench(tmp_path, ["-m", *TINY, "storage.clients=1,2", f"storage.root={root}", "storage.direct_io=true",
-                                "tracking.enabled=false", f"hydra.sweep.dir={tmp_path}/multi"])
+    proc = bench.run("-m", *TINY, "storage.clients=1,2", f"storage.root={root}", "storage.direct_io=true",
+                     "tracking.enabled=false", f"hydra.sweep.dir={tmp_path}/multi")
     assert proc.returncode == 0, proc.stderr
+    assert proc.stderr.count("storage.clients is deprecated: use storage.accelerators") == 2  # once per job
     lines = [json.loads(line)["radix_metrics"] for line in proc.stdout.splitlines() if "radix_metrics" in line]
-    assert [m["clients"] for m in lines] == [1, 2]
+    assert [m["clients"] for m in lines] == [1, 2] and [m["accelerators"] for m in lines] == [1, 2]
     assert [m["prepare_skipped"] for m in lines] == [False, True]
     assert [m["prepare_written_bytes"] for m in lines] == [FILES * SAMPLES * RECORD, 0]
     for m in lines:
@@ -108,7 +108,7 @@ def test_multirun_sweeps_clients_and_reuses_the_dataset(tmp_path):
         assert m["read_steps"] == measured_steps(FILES // m["clients"], m["clients"])
     assert (tmp_path / "multi" / "1" / "run_summary.json").is_file()
     two = list(csv.DictReader((tmp_path / "multi" / "1" / "read_latency.csv").open()))
-    assert {r["client"] for r in two} == {"0", "1"}  # requests of both clients, merged
+    assert {r["client"] for r in two} == {"0", "1"}  # requests of both accelerators, merged
     keys = [{r["key"] for r in two if r["client"] == c} for c in ("0", "1")]
     assert keys[0] and keys[1] and not keys[0] & keys[1]  # disjoint shards
     # the sweep report of a storage sweep: its own columns and plots, the runs' numbers
@@ -121,14 +121,13 @@ def test_multirun_sweeps_clients_and_reuses_the_dataset(tmp_path):
     assert "AU min %" in (report / "report.md").read_text()
 
 
-def test_s3_storage_benchmark_two_clients_and_no_secret_anywhere(tmp_path, s3_server):
+def test_s3_storage_benchmark_two_accelerators_and_no_secret_anywhere(bench, tmp_path, s3_server):
     bucket = s3_server.new_bucket()
-    db = sqlite_uri(tmp_path / "mlflow.db")
-    env = bench_env(db, **s3_env())
+    env = s3_server.env()
     args = [*TINY, *s3_server.overrides(bucket, "storage.prefix=bench/run"), "storage.workload.format=npz",
             "storage.workload.record_size_stdev=512"]
-    proc = run_bench(tmp_path, [*args, "storage.clients=2", f"hydra.run.dir={tmp_path}/run"], env=env)
-    metrics = radix_metrics(proc)
+    proc = bench.run(*args, "storage.accelerators=2", f"hydra.run.dir={tmp_path}/run", env=env)
+    metrics = bench.metrics(proc)
     assert_consistent(metrics)
     assert metrics["storage_client"] == "obstore" and metrics["clients"] == 2
     assert metrics["storage_url"] == f"s3://{bucket}/bench/run/iobench-dataset"
@@ -141,18 +140,18 @@ def test_s3_storage_benchmark_two_clients_and_no_secret_anywhere(tmp_path, s3_se
     assert len(set(data.values())) > 1  # record sizes drawn per file (stdev)
     assert objects["bench/run/iobench-checkpoints/checkpoint.pt"] == metrics["checkpoint_bytes"]
 
-    (run,) = all_runs(db)
+    (run,) = bench.runs()
     assert run.info.status == "FINISHED" and run.data.params["storage.endpoint"] == s3_server.endpoint
     for value in [*run.data.params.values(), *run.data.tags.values(), proc.stdout, proc.stderr]:
-        assert SECRET not in value
+        assert s3_server.secret not in value
     for path in tmp_path.rglob("*"):  # outputs, .hydra/, the MLflow database and its artifacts
         if path.is_file():
-            assert SECRET.encode() not in path.read_bytes(), path
+            assert s3_server.secret.encode() not in path.read_bytes(), path
 
     # The AWS PyTorch client reads the same dataset (prepared above: moto cannot take its writes).
-    proc = run_bench(tmp_path, [*args, "storage.client=s3torchconnector", "storage.workload.checkpoint_size_mb=0",
-                                "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run2"], env=env)
-    torch_client = radix_metrics(proc)
+    proc = bench.run(*args, "storage.client=s3torchconnector", "storage.workload.checkpoint_size_mb=0",
+                     "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run2", env=env)
+    torch_client = bench.metrics(proc)
     assert torch_client["storage_client"] == "s3torchconnector" and torch_client["prepare_skipped"] is True
     assert torch_client["read_steps"] == measured_steps(FILES)
     assert "checkpoint_bytes" not in torch_client
@@ -167,28 +166,27 @@ def single_error(proc) -> str:
     return errors[0]
 
 
-def test_missing_bucket_fails_the_run_with_one_line(tmp_path, s3_server):
-    db = sqlite_uri(tmp_path / "mlflow.db")
-    proc = run_bench(tmp_path, [*TINY, *s3_server.overrides("no-such-bucket"), f"hydra.run.dir={tmp_path}/run"],
-                     env=bench_env(db, **s3_env()))
+def test_missing_bucket_fails_the_run_with_one_line(bench, tmp_path, s3_server):
+    proc = bench.run(*TINY, *s3_server.overrides("no-such-bucket"), f"hydra.run.dir={tmp_path}/run",
+                     env=s3_server.env())
     line = single_error(proc)
     assert "the bucket does not exist" in line and "'no-such-bucket'" in line and s3_server.endpoint in line
-    (run,) = all_runs(db)
+    (run,) = bench.runs()
     assert run.info.status == "FAILED" and "bucket does not exist" in run.data.tags["error"]
 
 
-def test_unreachable_endpoint_fails_with_one_line(tmp_path):
+def test_unreachable_endpoint_fails_with_one_line(bench, tmp_path, s3_server):
     endpoint = "http://127.0.0.1:9"  # discard port: nothing listens
-    proc = run_bench(tmp_path, [*TINY, "storage=s3", f"storage.endpoint={endpoint}", "storage.bucket=some-bucket",
-                                "storage.max_attempts=1", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run"],
-                     env=bench_env(**s3_env()))
+    proc = bench.run(*TINY, "storage=s3", f"storage.endpoint={endpoint}", "storage.bucket=some-bucket",
+                     "storage.max_attempts=1", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run",
+                     env=s3_server.env())
     line = single_error(proc)
     assert "the endpoint cannot be reached" in line and endpoint in line and "'some-bucket'" in line
 
 
-def test_prepare_never_without_a_dataset_fails_with_one_line(tmp_path):
-    proc = run_bench(tmp_path, [*TINY, "storage.prepare=never", f"storage.root={tmp_path}/empty",
-                                "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run"])
+def test_prepare_never_without_a_dataset_fails_with_one_line(bench, tmp_path):
+    proc = bench.run(*TINY, "storage.prepare=never", f"storage.root={tmp_path}/empty", "tracking.enabled=false",
+                     f"hydra.run.dir={tmp_path}/run")
     line = single_error(proc)
     assert "storage.prepare=never" in line and f"{tmp_path}/empty/iobench-dataset" in line
     assert "storage.prepare=auto" in line
@@ -199,53 +197,50 @@ def test_prepare_never_without_a_dataset_fails_with_one_line(tmp_path):
     (["storage=s3", "storage.bucket=b/data"], "storage.bucket='b/data' is not valid: accepted a bucket name (no '/'"),
     (["storage=s3", "storage.bucket=b", "storage.endpoint=minio:9000"], "storage.endpoint='minio:9000'"),
     (["storage.client=s3fs"], "storage.client='s3fs' is not valid: accepted one of obstore, s3torchconnector, boto3"),
-    (["storage.clients=9"], "at most storage.workload.num_files=8"),
+    (["storage.accelerators=9"], "at most storage.workload.num_files=8"),
     (["storage.workload.au_threshold=90"], "storage.workload.au_threshold=90.0"),
     (["+storage.secret_access_key=abc"], "storage.secret_access_key"),
-], ids=["s3-needs-bucket", "bucket-not-a-path", "endpoint-url", "client", "clients-vs-files", "au-fraction", "no-credential-keys"])
-def test_bad_storage_config_is_refused_before_anything_runs(tmp_path, overrides, expected):
-    proc = run_bench(tmp_path, [*TINY, *overrides, f"hydra.run.dir={tmp_path}/run"],
-                     env=bench_env(sqlite_uri(tmp_path / "mlflow.db")))
+], ids=["s3-needs-bucket", "bucket-not-a-path", "endpoint-url", "client", "accelerators-vs-files", "au-fraction",
+        "no-credential-keys"])
+def test_bad_storage_config_is_refused_before_anything_runs(bench, tmp_path, overrides, expected):
+    proc = bench.run(*TINY, *overrides, f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 2
     assert expected in single_error(proc)
-    assert not (tmp_path / "mlflow.db").exists()
+    assert not bench.db.exists()
 
 
-def test_endpoint_with_credentials_is_refused_without_echoing_them(tmp_path):
-    proc = run_bench(tmp_path, [*TINY, "storage=s3", "storage.bucket=b-1",
-                                f"storage.endpoint=http://user:{SECRET}@minio:9000", f"hydra.run.dir={tmp_path}/run"])
+def test_endpoint_with_credentials_is_refused_without_echoing_them(bench, tmp_path):
+    secret = "endpoint-canary-5b1e"
+    proc = bench.run(*TINY, "storage=s3", "storage.bucket=b-1", f"storage.endpoint=http://user:{secret}@minio:9000",
+                     f"hydra.run.dir={tmp_path}/run")
     line = single_error(proc)
     assert "storage.endpoint" in line and "AWS_ACCESS_KEY_ID" in line
-    assert SECRET not in proc.stdout + proc.stderr
+    assert secret not in proc.stdout + proc.stderr
     assert not Path(tmp_path / "run" / "run_summary.json").exists()
 
 
-def test_sigterm_during_the_read_phase_ends_the_run_and_its_clients(tmp_path):
+def test_sigterm_during_the_read_phase_ends_the_run_and_its_accelerators(bench, tmp_path):
     import signal
-    import subprocess
-    import sys
     import time
 
     import psutil
 
-    db = sqlite_uri(tmp_path / "mlflow.db")
-    args = [*TINY, "storage.clients=2", "storage.workload.epochs=1000", "storage.workload.computation_time=0.05",
-            "storage.workload.checkpoint_size_mb=0", f"hydra.run.dir={tmp_path}/run"]
-    proc = subprocess.Popen([sys.executable, "-m", "bench", *args], cwd=tmp_path, env=bench_env(db),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = bench.start(*TINY, "storage.accelerators=2", "storage.workload.epochs=1000",
+                       "storage.workload.computation_time=0.05", "storage.workload.checkpoint_size_mb=0",
+                       f"hydra.run.dir={tmp_path}/run")
     log = tmp_path / "run" / "bench.log"
-    deadline = time.time() + 120
-    while time.time() < deadline and proc.poll() is None:
+    deadline = time.monotonic() + 900  # a hang guard: the event is the read phase with both accelerators up
+    while time.monotonic() < deadline and proc.poll() is None:
         if log.exists() and "read:" in log.read_text() and len(psutil.Process(proc.pid).children()) >= 2:
             break
         time.sleep(0.2)
-    clients = psutil.Process(proc.pid).children(recursive=True)
-    time.sleep(0.5)  # the clients are starting or reading
+    accelerators = psutil.Process(proc.pid).children(recursive=True)
+    time.sleep(0.5)  # they are starting or reading
     proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=60)
+    _, stderr = proc.communicate(timeout=900)
     assert proc.returncode == 143, stderr
     assert "[ERROR] run interrupted" in stderr and "Traceback" not in stderr
-    gone, alive = psutil.wait_procs(clients, timeout=15)
+    gone, alive = psutil.wait_procs(accelerators, timeout=120)
     assert not alive  # no orphaned reader process
-    (run,) = all_runs(db)
+    (run,) = bench.runs()
     assert run.info.status == "KILLED"

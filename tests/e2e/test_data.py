@@ -1,0 +1,155 @@
+"""Training runs on real data options as real `python -m bench` processes: the input-pipeline
+fields they report, the one-line errors of datasets that cannot be read, `python -m bench.data
+prepare` to a directory and to an S3 server on 127.0.0.1 (read back with data=shards
+storage=s3), and the loader benchmark command."""
+
+from __future__ import annotations
+
+import pytest
+
+# TINY minus its class count (each dataset brings its own), with one loader worker
+BASE = ["data.num_workers=1"]
+
+
+@pytest.fixture
+def base(tiny):
+    return [arg for arg in tiny if not arg.startswith("data.num_classes=")] + BASE
+
+
+def check_input_pipeline_fields(metrics: dict) -> None:
+    assert metrics["au"] == pytest.approx(1 - metrics["data_wait_fraction"])
+    assert 0 <= metrics["au"] <= 1
+    assert metrics["input_bound"] is (metrics["au"] < 0.90)
+    assert metrics["data_wait_seconds"] > 0  # a real pipeline is never free
+
+
+def run_ok(bench, base, tmp_path, args, env=None) -> dict:
+    replaced = {arg.split("=")[0] for arg in args}
+    kept = [arg for arg in base if arg.split("=")[0] not in replaced]
+    metrics = bench.metrics(bench.run(*kept, *args, f"hydra.run.dir={tmp_path}/run", env=env))
+    (run,) = bench.runs()
+    assert run.info.status == "FINISHED"
+    assert run.data.metrics["au"] == pytest.approx(metrics["au"])
+    return metrics
+
+
+def prepare(bench, src, dst, *extra, env=None):
+    return bench.run("prepare", "--src", str(src), "--dst", str(dst), "--workers", "1", "--no-progress", *extra,
+                     module="bench.data", env=env)
+
+
+def test_imagefolder_run_reports_data_wait_au_and_skips_a_corrupt_image(bench, base, datasets, tmp_path):
+    datasets.imagenet_layout(tmp_path / "imagenet", train=20, val=4)
+    (tmp_path / "imagenet" / "train" / "class002" / "broken.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
+    # one batch is the whole shuffled epoch, so the broken file is met whatever the order
+    metrics = run_ok(bench, base, tmp_path, ["data=imagefolder", f"data.root={tmp_path / 'imagenet'}",
+                                             "data.num_classes=10", "data.batch_size=21"])
+    check_input_pipeline_fields(metrics)
+    assert metrics["data"] == "imagefolder" and metrics["measured_steps"] == 3 and metrics["batch_size"] == 21
+    assert metrics["dataset_size"] == 21 and metrics["dataset_classes"] == datasets.CLASSES
+    assert metrics["corrupt_skipped"] == 1
+
+
+def test_cifar100_run(bench, base, datasets, tmp_path):
+    datasets.cifar100(tmp_path / "cifar")
+    metrics = run_ok(bench, base, tmp_path, ["data=cifar100", f"data.root={tmp_path / 'cifar'}", "data.num_classes=100"])
+    check_input_pipeline_fields(metrics)
+    assert metrics["dataset_size"] == 40 and metrics["dataset_classes"] == 100 and metrics["image_size"] == 32
+
+
+def test_shards_run_after_prepare(bench, base, datasets, tmp_path):
+    datasets.image_folder(tmp_path / "flat", images=24)
+    prepared = prepare(bench, tmp_path / "flat", tmp_path / "shards", "--size", "40", "--shard-size", "10")
+    assert prepared.returncode == 0, prepared.stderr
+    metrics = run_ok(bench, base, tmp_path, ["data=shards", f"data.root={tmp_path / 'shards'}", "data.num_classes=10"])
+    check_input_pipeline_fields(metrics)
+    assert metrics["dataset_size"] == 24 and metrics["dataset_shards"] == 3 and metrics["shard_image_size"] == 40
+
+
+def test_shards_prepared_to_s3_train_through_storage_s3(bench, base, datasets, tmp_path, s3_server):
+    bucket = s3_server.new_bucket()
+    datasets.image_folder(tmp_path / "flat", images=24)
+    env = s3_server.env()
+    prepared = prepare(bench, tmp_path / "flat", f"s3://{bucket}/shards", "--size", "40", "--shard-size", "10",
+                       "--storage", f"endpoint={s3_server.endpoint}", env=env)
+    assert prepared.returncode == 0, prepared.stderr
+    keys = [o["Key"] for o in s3_server.admin().list_objects_v2(Bucket=bucket)["Contents"]]
+    assert any(k.startswith("shards/") for k in keys)
+
+    metrics = run_ok(bench, base, tmp_path, ["data=shards", f"data.root=s3://{bucket}/shards", "data.num_classes=10",
+                                             *s3_server.overrides(bucket)], env=env)
+    assert metrics["data"] == "shards" and metrics["dataset_size"] == 24 and metrics["dataset_shards"] == 3
+    assert metrics["measured_steps"] == 3
+    (run,) = bench.runs()
+    assert s3_server.secret not in str(run.data.params) + str(run.data.tags)
+    assert not any(s3_server.secret in p.read_text(errors="ignore") for p in (tmp_path / "run").rglob("*")
+                   if p.is_file())
+
+
+def one_error_line(bench, proc, code: int) -> str:
+    assert proc.returncode == code, proc.stderr
+    assert "Traceback" not in proc.stdout + proc.stderr
+    errors = bench.error_lines(proc.stderr)
+    assert len(errors) == 1, proc.stderr
+    return errors[0]
+
+
+@pytest.mark.parametrize("case,expected", [
+    ("missing", "data.root='{root}' does not exist"),
+    ("empty", "{root} is empty: expected one sub-folder per class"),
+    ("too_many_classes", "{root} has 4 classes but data.num_classes=3"),
+    ("no_root", "data.root=None is not valid"),
+    ("bad_split", "data.split='test' is not valid: accepted one of train, val"),
+    ("negative_workers", "data.num_workers=-1 is not valid: accepted a number >= 0"),
+])
+def test_dataset_errors_before_any_run(bench, base, datasets, tmp_path, case, expected):
+    root = tmp_path / "data"
+    if case == "empty":
+        root.mkdir()
+    elif case == "too_many_classes":
+        datasets.image_folder(root, images=8)
+    elif case in ("bad_split", "negative_workers"):
+        datasets.image_folder(root, images=4)
+    args = ["data=imagefolder", "data.num_classes=3"] + ([] if case == "no_root" else [f"data.root={root}"])
+    args += {"bad_split": ["data.split=test"], "negative_workers": ["data.num_workers=-1"]}.get(case, [])
+    proc = bench.run(*base, *args, f"hydra.run.dir={tmp_path}/run")
+    assert expected.format(root=root) in one_error_line(bench, proc, 2)
+    assert not bench.db.exists()  # refused before an MLflow run was opened
+
+
+def test_strict_stops_at_a_corrupt_image_naming_it(bench, base, datasets, tmp_path):
+    datasets.image_folder(tmp_path / "flat", images=8)
+    bad = tmp_path / "flat" / "class000" / "broken.jpg"
+    bad.write_bytes(b"\xff\xd8\xff not a jpeg")
+    proc = bench.run(*base, "data=imagefolder", f"data.root={tmp_path / 'flat'}", "data.num_classes=10",
+                     "data.strict=true", "data.split=val", f"hydra.run.dir={tmp_path}/run")
+    assert f"corrupt image {bad}" in one_error_line(bench, proc, 1)
+    (run,) = bench.runs()
+    assert run.info.status == "FAILED"
+
+
+def test_prepare_errors_are_one_line(bench, datasets, tmp_path):
+    missing = prepare(bench, tmp_path / "nope", tmp_path)
+    assert f"--src '{tmp_path / 'nope'}' does not exist" in one_error_line(bench, missing, 2)
+    datasets.image_folder(tmp_path / "flat", images=4)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")  # the destination cannot be a directory
+    assert "[ERROR] prepare failed: " in one_error_line(bench, prepare(bench, tmp_path / "flat", blocker), 1)
+    # --storage goes through the schema like any storage.KEY=VALUE override
+    bad_key = prepare(bench, tmp_path / "flat", "s3://b/p", "--storage", "endpont=http://x:1")
+    assert "storage.endpont" in one_error_line(bench, bad_key, 2) and "did you mean storage.endpoint" in bad_key.stderr
+    bad_value = prepare(bench, tmp_path / "flat", "s3://b/p", "--storage", "client=s3fs")
+    assert "storage.client='s3fs' is not valid" in one_error_line(bench, bad_value, 2)
+
+
+def test_bench_loader_command_compares_against_the_baseline(bench, tmp_path):
+    proc = bench.run("bench-loader", "--images", "16", "--classes", "2", "--workers", "0", "--batch-size", "4",
+                     "--rounds", "2", "--batches", "2", "--warmup", "1", "--image-size", "32", "--shard-image-size", "64",
+                     "--shard-size", "5", "--dir", str(tmp_path), module="bench.data")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("round 1/2: torchvision-baseline") and lines[1].startswith("round 2/2: shards")
+    table = {line.split()[0]: line.split() for line in lines[3:]}
+    assert set(table) == {"torchvision-baseline", "imagefolder", "shards"}
+    assert table["torchvision-baseline"][2] == "1.00x" and float(table["shards"][1]) > 0
+    assert (tmp_path / "shards-16-2-64-5" / "train" / "meta.json").is_file()

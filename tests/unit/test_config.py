@@ -1,0 +1,303 @@
+"""The config layer in-process: every group option and experiment composes into the typed
+schema; every value check of the schema is one sentence naming the key, the value and what is
+accepted; Hydra's own errors are reworded the same way; the CLI stays import-light.
+
+No torch here except where a check needs the device or the model registry.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from omegaconf import OmegaConf
+
+from bench import config_dir
+from bench.config import BenchConfig, as_plain, load, register_configs
+from bench.config.data import DataName, Split
+from bench.config.hydra_errors import one_line
+from bench.config.precision import AutocastDtype
+from bench.errors import ConfigError, ConfigProblem
+
+register_configs()
+
+CONF = Path(config_dir())
+GROUPS = ("model", "data", "precision", "optimizer", "scheduler", "distributed", "storage")
+NOT_RUN_GROUPS = {"experiment", "hydra"}  # selected with +experiment= / Hydra's own
+
+
+def _options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+GROUP_OPTIONS = [(group, option) for group in GROUPS for option in _options(group)]
+EXPERIMENTS = _options("experiment")
+
+
+def _composed(overrides: list[str] | None = None, conf: Path | str = CONF):
+    with initialize_config_dir(config_dir=str(conf), version_base="1.3"):
+        return hydra_compose(config_name="config", overrides=overrides or [])
+
+
+def refused(compose, *overrides: str) -> str:
+    """The one sentence a config is refused with (compose raises it before anything runs)."""
+    with pytest.raises((ConfigError, ConfigProblem)) as info:
+        compose(*overrides)
+    message = str(info.value)
+    assert "\n" not in message
+    return message
+
+
+# ---- composing -----------------------------------------------------------------------------------
+
+
+def test_every_config_group_directory_is_covered():
+    groups = {p.name for p in CONF.iterdir() if p.is_dir() and not p.name.startswith("_")}
+    assert groups - NOT_RUN_GROUPS == set(GROUPS)
+    for group in GROUPS:
+        assert _options(group), f"conf/{group}/ has no option"
+    assert EXPERIMENTS
+
+
+def test_default_config_is_typed(compose):
+    config = compose()
+    assert isinstance(config, BenchConfig)
+    assert config.model.arch == "resnet50" and config.precision.name == "fp32"
+    assert config.optimizer.name == "sgd" and config.scheduler.name == "constant"
+    assert config.data.name is DataName.synthetic and config.data.split is Split.train
+    assert config.model.num_classes == 1000 and isinstance(config.model.num_classes, int)  # interpolation resolved
+    assert config.allow_cpu is False
+
+
+# data options load only with data.root set (the schema checks it is there; preflight checks the disk)
+NEEDS_ROOT = {"imagefolder", "cifar100", "shards"}
+
+
+@pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
+def test_every_group_option_composes_and_loads(compose, tmp_path, group, option):
+    overrides = [f"{group}={option}"]
+    if group == "data" and option in NEEDS_ROOT:
+        overrides.append(f"data.root={tmp_path}")
+    config = compose(*overrides)
+    node = getattr(config, group)
+    assert (node.arch if group == "model" else node.name) == option
+    # the option's YAML values made it into the typed config
+    plain = as_plain(config)
+    raw = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{option}.yaml"), resolve=False)
+    for key, value in raw.items():
+        assert plain[group][key] == value, f"{group}.{key}"
+
+
+@pytest.mark.parametrize("group, option", GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
+def test_option_yaml_holds_only_what_differs_from_the_schema(group, option):
+    """The schema is the one source of defaults: an option file never repeats one (its name aside)."""
+    defaults = as_plain(BenchConfig())[group]
+    raw = OmegaConf.to_container(OmegaConf.load(CONF / group / f"{option}.yaml"), resolve=False)
+    repeated = {k: v for k, v in raw.items() if k not in ("name", "arch") and defaults.get(k) == v}
+    assert not repeated, f"conf/{group}/{option}.yaml repeats schema defaults: {repeated}"
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_experiment_composes_and_loads(compose, experiment):
+    assert isinstance(compose(f"+experiment={experiment}"), BenchConfig)
+
+
+GPU_PRESETS = {
+    # preset: (precision, autocast dtype, grad scaler)
+    "a100_bf16": ("bf16", "bfloat16", False),
+    "h100_bf16": ("bf16", "bfloat16", False),
+    "v100_amp": ("amp_fp16", "float16", True),
+    "t4_amp": ("amp_fp16", "float16", True),
+}
+
+
+@pytest.mark.parametrize("experiment", sorted(GPU_PRESETS))
+def test_gpu_presets(compose, experiment):
+    config = compose(f"+experiment={experiment}")
+    name, dtype, scaler = GPU_PRESETS[experiment]
+    assert config.precision.name == name
+    assert config.precision.autocast_dtype == dtype
+    assert config.precision.grad_scaler is scaler
+    assert config.precision.channels_last is True
+    assert config.model.arch == "resnet50"
+    assert config.data.batch_size == 256
+    assert config.allow_cpu is False
+
+
+def test_cpu_smoke_experiment(compose):
+    config = compose("+experiment=cpu_smoke")
+    assert config.allow_cpu is True
+    assert config.model.arch == "resnet18"
+    assert config.data.image_size == config.model.image_size == 64
+    assert config.model.num_classes == config.data.num_classes == 100
+    assert config.precision.name == "fp32"
+
+
+def test_storage_presets_name_their_accelerators(compose):
+    config = compose("+experiment=storage_resnet50_h100", "storage.accelerators=4")
+    assert config.mode == "storage" and config.storage.accelerators == 4
+    assert config.tracking.run_name == "storage-resnet50-h100-c4"
+
+
+def test_command_line_group_choice_beats_experiment_default(compose):
+    # the errors tests rely on this: precision=amp_fp16 wins over cpu_smoke's fp32
+    config = compose("precision=amp_fp16", "+experiment=cpu_smoke")
+    assert config.precision.name == "amp_fp16"
+    assert config.model.arch == "resnet18"
+
+
+@pytest.mark.parametrize("model", ["resnet50", "cifar_resnet18", "vit_b_16"])
+def test_model_shape_follows_data_by_interpolation(compose, model):
+    cfg = _composed([f"model={model}", "data.num_classes=10", "data.image_size=32"])
+    assert OmegaConf.is_interpolation(cfg.model, "num_classes")
+    assert OmegaConf.is_interpolation(cfg.model, "image_size")
+    config = load(cfg)
+    assert config.model.num_classes == 10 and config.model.image_size == 32
+
+
+def test_model_shape_can_still_be_set_explicitly(compose):
+    config = compose("model.num_classes=7", "data.num_classes=10")
+    assert config.model.num_classes == 7 and config.data.num_classes == 10
+
+
+def test_choices_are_enums_that_read_as_plain_strings(compose):
+    config = compose("precision=bf16")
+    assert config.precision.autocast_dtype is AutocastDtype.bfloat16
+    assert f"{config.precision.name}" == "bf16" and str(config.precision.autocast_dtype) == "bfloat16"
+    plain = as_plain(config)
+    assert plain["precision"]["autocast_dtype"] == "bfloat16" and type(plain["precision"]["autocast_dtype"]) is str
+    assert "defaults" not in plain
+
+
+def test_deprecated_spellings_still_work(compose, caplog):
+    config = compose("scheduler.warmup_steps=7", "storage.clients=3")
+    assert config.scheduler.lr_warmup_steps == 7 and config.scheduler.warmup_steps is None
+    assert config.storage.accelerators == 3 and config.storage.clients is None
+    assert "scheduler.warmup_steps is deprecated: use scheduler.lr_warmup_steps" in caplog.text
+    assert "storage.clients is deprecated: use storage.accelerators" in caplog.text
+
+
+# ---- refused by the schema, in one sentence ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["data.batch_size=0"], "data.batch_size=0 is not valid: accepted a positive integer."),
+    (["train.steps_per_epoch=0"], "train.steps_per_epoch=0 is not valid: accepted a positive integer."),
+    (["benchmark.measure_steps=0"], "benchmark.measure_steps=0 is not valid: accepted a positive integer or null."),
+    (["benchmark.warmup_steps=-1"], "benchmark.warmup_steps=-1 is not valid: accepted a number >= 0."),
+    (["optimizer.lr=0"], "optimizer.lr=0.0 is not valid: accepted a positive number."),
+    (["optimizer.weight_decay=-1"], "optimizer.weight_decay=-1.0 is not valid: accepted a number >= 0."),
+    (["scheduler=multistep", "scheduler.milestones=[]"],
+     "scheduler.milestones=[] is not valid: accepted a non-empty increasing list of positive step numbers."),
+    (["scheduler=multistep", "scheduler.milestones=[20,10]"], "scheduler.milestones=[20, 10] is not valid"),
+    (["scheduler=onecycle", "scheduler.pct_start=1.5"], "scheduler.pct_start=1.5 is not valid: accepted a number between 0 and 1."),
+    (["precision.grad_scaler=true"], "precision.grad_scaler=True is not valid: accepted true only with precision.autocast_dtype=float16."),
+    (["cpu_threads=0"], "cpu_threads=0 is not valid: accepted a positive integer or null."),
+    (["+benchmark.warmup_step=5"], "benchmark.warmup_step=5 is not valid: accepted a key of benchmark (did you mean benchmark.warmup_steps?)."),
+    (["data=imagefolder"], "data.root=None is not valid: accepted a directory holding the imagefolder dataset."),
+    (["data=cifar100", "data.root=s3://b/x"], "data.root='s3://b/x' is not valid: accepted a local directory for data=cifar100"),
+    (["data.num_workers=-1"], "data.num_workers=-1 is not valid: accepted a number >= 0 or null."),
+    (["distributed=single", "distributed.nproc_per_node=2"], "distributed.nproc_per_node=2 is not valid: accepted 1 with distributed=single"),
+    (["distributed=ddp", "distributed.nproc_per_node=2", "distributed.scaling=strong", "data.batch_size=5"],
+     "data.batch_size=5 is not valid: accepted a multiple of the process count (2) with distributed.scaling=strong"),
+    (["distributed=ddp", "distributed.nnodes=2"], "distributed.rdzv_endpoint=None is not valid: accepted host:port"),
+    (["distributed=ddp", "distributed.rdzv_endpoint=node0"], "distributed.rdzv_endpoint='node0' is not valid: accepted host:port"),
+    (["distributed=ddp", "distributed.nnodes=2", "distributed.node_rank=2", "distributed.rdzv_endpoint=a:1"],
+     "distributed.node_rank=2 is not valid: accepted 0 to 1"),
+    (["storage=s3", "mode=storage"], "storage.bucket=None is not valid: accepted a bucket name"),
+    (["storage=s3", "storage.save_checkpoint=true", "storage.bucket=b/data"], "storage.bucket='b/data' is not valid"),
+    (["storage=s3", "storage.bucket=b", "storage.endpoint=minio:9000"], "storage.endpoint='minio:9000' is not valid"),
+    (["storage.accelerators=17"], "storage.accelerators=17 is not valid: accepted at most storage.workload.num_files=16"),
+    (["storage.workload.au_threshold=90"], "storage.workload.au_threshold=90.0 is not valid: accepted a fraction in (0, 1]"),
+    (["storage.workload.record_size=0"], "storage.workload.record_size=0 is not valid: accepted a positive integer."),
+    (["storage.dataset_dir=/"], "storage.dataset_dir='/' is not valid: accepted a non-empty relative path."),
+], ids=lambda v: v[0] if isinstance(v, list) else "")
+def test_value_that_cannot_work_is_one_sentence(compose, overrides, message):
+    assert message in refused(compose, *overrides)
+
+
+def test_secret_looking_key_is_never_echoed(compose):
+    line = refused(compose, "+storage.secret_access_key=s3cr3t-canary")
+    assert line.startswith("storage.secret_access_key=<hidden> is not valid: accepted a key of storage")
+    assert "s3cr3t-canary" not in line
+
+
+def test_endpoint_with_credentials_is_refused_without_echoing_them(compose):
+    line = refused(compose, "storage=s3", "storage.bucket=b", "storage.endpoint=http://user:canary-pw@minio:9000")
+    assert "canary-pw" not in line and "AWS_ACCESS_KEY_ID" in line
+
+
+def test_unresolvable_interpolation_is_one_sentence(compose):
+    assert refused(compose, "data.batch_size=${oops}") == \
+        "the config could not be resolved: Interpolation key 'oops' not found (at data.batch_size)"
+
+
+# ---- Hydra's errors, reworded ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["model=nope"], "model='nope' is not valid: accepted one of cifar_resnet18, efficientnet_b0, resnet101, "
+                     "resnet18, resnet34, resnet50, vit_b_16."),
+    (["+experiment=nope"], "+experiment='nope' is not valid: accepted one of a100_bf16, cpu_smoke"),
+    (["data.batch_size=abc"], "data.batch_size='abc' is not valid: accepted an integer."),
+    (["data.batch_size=1.5"], "data.batch_size='1.5' is not valid: accepted an integer."),
+    (["optimizer.lr=fast"], "optimizer.lr='fast' is not valid: accepted a number."),
+    (["allow_cpu=maybe"], "allow_cpu='maybe' is not valid: accepted true or false."),
+    (["data.batch_sise=8"], "data.batch_sise='8' is not valid: accepted a key of data (did you mean data.batch_size?)."),
+    (["optimizer.momentun=0.5"], "optimizer.momentun='0.5' is not valid: accepted a key of optimizer (did you mean"),
+    (["nope=1"], "nope='1' is not valid: accepted a key of the config."),
+    (["precision.name=fp64"], "precision.name='fp64' is not valid: accepted one of fp32, tf32, amp_fp16, bf16."),
+    (["storage.client=s3fs"], "storage.client='s3fs' is not valid: accepted one of obstore, s3torchconnector, boto3."),
+    (["data=imagefolder", "data.split=test"], "data.split='test' is not valid: accepted one of train, val."),
+    (["data.batch_size=["], "a command-line override could not be parsed"),
+    (["data=synthetic,imagefolder"], "to sweep over it add -m"),
+])
+def test_hydra_composition_errors_are_one_sentence(compose, overrides, message):
+    assert message in refused(compose, *overrides)
+
+
+def test_unknown_key_in_a_yaml_option_is_refused(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "model" / "typo.yaml").write_text("archh: resnet50\n")
+    assert load(_composed(["model=resnet18"], conf=conf)).model.arch == "resnet18"  # the copy works
+    with pytest.raises(Exception) as info:
+        _composed(["model=typo"], conf=conf)
+    assert "model.archh" in one_line(info.value) and "did you mean model.arch?" in one_line(info.value)
+
+
+def test_unknown_key_in_an_experiment_is_refused(tmp_path):
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "experiment" / "typo.yaml").write_text("# @package _global_\ndata:\n  batchsize: 8\n")
+    with pytest.raises(Exception) as info:
+        _composed(["+experiment=typo"], conf=conf)
+    assert "data.batchsize" in one_line(info.value)
+
+
+# ---- checks that need the world outside the config (the training scenario's preflight) -----------------
+
+
+def test_preflight_checks_the_dataset_then_the_device_then_the_model(compose, tmp_path):
+    from bench.train.scenario import TrainScenario
+
+    scenario = TrainScenario()
+    with pytest.raises(ConfigProblem, match="does not exist or is not a directory"):
+        scenario.preflight(compose("data=imagefolder", f"data.root={tmp_path}/nope", "allow_cpu=true"))
+    with pytest.raises(ConfigError, match=r"model.arch='resnet51' is not valid: .*did you mean resnet50\?"):
+        scenario.preflight(compose("model.arch=resnet51", "allow_cpu=true"))
+    with pytest.raises(ConfigError, match="data.image_size=40 is not valid: accepted a multiple of 16 for model=vit_b_16"):
+        scenario.preflight(compose("model=vit_b_16", "data.image_size=40", "allow_cpu=true"))
+    scenario.preflight(compose("model.arch=convnext_tiny", "allow_cpu=true"))  # any torchvision model
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the CPU-only path")
+def test_preflight_refuses_the_cpu_unless_allowed(compose):
+    from bench.errors import DeviceError
+    from bench.train.scenario import TrainScenario
+
+    with pytest.raises(DeviceError, match="CUDA not available and allow_cpu=false"):
+        TrainScenario().preflight(compose())

@@ -1,0 +1,128 @@
+"""The package keeps its shape: no import circle (function-level imports included), small
+modules, typed config access instead of dict lookups, every package shipped in the wheel, and
+the config layer free of torch."""
+
+from __future__ import annotations
+
+import ast
+import re
+import tomllib
+from pathlib import Path
+from typing import Dict, List, Set
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[2] / "bench"
+MAX_LINES = 300
+
+
+def _modules() -> Dict[str, Path]:
+    found = {}
+    for path in sorted(BENCH.rglob("*.py")):
+        parts = path.relative_to(BENCH.parent).with_suffix("").parts
+        name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+        found[name] = path
+    return found
+
+
+MODULES = _modules()
+
+
+def _imports(path: Path, module: str) -> Set[str]:
+    """bench modules this one imports, anywhere in the file (a function-level import is an edge too)."""
+    tree = ast.parse(path.read_text())
+    package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    edges = set()
+    for node in ast.walk(tree):
+        names: List[str] = []
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative import
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
+        for name in names:
+            while name and name not in MODULES:
+                name = name.rsplit(".", 1)[0] if "." in name else ""
+            if name and name != module:
+                edges.add(name)
+    return edges
+
+
+def _cycle(graph: Dict[str, Set[str]]) -> List[str]:
+    """One import cycle, as a list of modules, or [] when the graph has none."""
+    state: Dict[str, int] = {}
+    stack: List[str] = []
+
+    def visit(node: str) -> List[str]:
+        state[node] = 1
+        stack.append(node)
+        for nxt in sorted(graph.get(node, ())):
+            if state.get(nxt) == 1:
+                return stack[stack.index(nxt):] + [nxt]
+            if nxt not in state:
+                found = visit(nxt)
+                if found:
+                    return found
+        state[node] = 2
+        stack.pop()
+        return []
+
+    for node in sorted(graph):
+        if node not in state:
+            found = visit(node)
+            if found:
+                return found
+    return []
+
+
+def test_cycle_finder_finds_a_cycle():
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == ["a", "b", "c", "a"]
+    assert _cycle({"a": {"b"}, "b": {"c"}, "c": set()}) == []
+
+
+def test_no_import_circle():
+    graph = {}
+    for name, path in MODULES.items():
+        # a package's __init__ importing its own submodules is how packages work, not a circle
+        graph[name] = {m for m in _imports(path, name) if not (path.name == "__init__.py" and m.startswith(name + "."))}
+    assert _cycle(graph) == []
+
+
+@pytest.mark.parametrize("module", sorted(MODULES))
+def test_no_module_over_300_lines(module):
+    assert len(MODULES[module].read_text().splitlines()) <= MAX_LINES
+
+
+def test_config_is_read_through_typed_objects_not_dict_lookups():
+    """`cfg["data"]["batch_size"]` turns a key typo into a KeyError at run time; the schema's
+    attributes are checked when the config loads."""
+    lookup = re.compile(r"\b(cfg|config|storage|workload|data|dist)\[[\"']\w+[\"']\]")
+    offenders = [f"{path.relative_to(BENCH.parent)}:{number}: {line.strip()}"
+                 for path in MODULES.values() for number, line in enumerate(path.read_text().splitlines(), 1)
+                 if lookup.search(line)]
+    assert offenders == []
+
+
+def test_every_package_ships_in_the_wheel():
+    listed = set(tomllib.loads((BENCH.parent / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    packages = {name for name, path in MODULES.items() if path.name == "__init__.py"}
+    assert packages <= listed, f"add to pyproject's [tool.setuptools] packages: {sorted(packages - listed)}"
+
+
+def test_the_config_layer_never_imports_torch_or_mlflow():
+    for name, path in MODULES.items():
+        if name.startswith("bench.config") or name in ("bench", "bench.errors", "bench.__main__"):
+            heavy = {m for m in _imports_any(path) if m.split(".")[0] in ("torch", "torchvision", "mlflow")}
+            assert not heavy, f"{name} imports {heavy}"
+
+
+def _imports_any(path: Path) -> Set[str]:
+    names: Set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.add(node.module)
+    return names
