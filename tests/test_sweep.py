@@ -12,7 +12,6 @@ from types import SimpleNamespace
 import pytest
 from mlflow import MlflowClient
 
-from bench.report import RunRow, add_scaling, configuration_key
 from conftest import TINY, all_runs, bench_env, run_bench, sqlite_uri
 
 QUIET = [*TINY, "benchmark.progress=false"]
@@ -178,43 +177,3 @@ def test_sweep_report_gives_the_failed_jobs_reason(failing_sweep):
     """The report built at the end of the sweep says why a job failed (as its MLflow run does)."""
     rows = {r["job"]: r for r in _csv_rows(failing_sweep.dir / "report" / "report.csv")}
     assert "amp_fp16" in rows["1"]["error"], rows["1"]
-
-
-# ---- scaling arithmetic (no processes) ---------------------------------------------------------
-
-
-def _row(job: str, procs: int, ips: float, batch: int = 4, precision: str = "fp32", status: str = "FINISHED",
-         **config: str) -> RunRow:
-    cfg = {"data.batch_size": str(batch), "precision.name": precision, "distributed.name": "ddp",
-           "distributed.nproc_per_node": str(procs), "distributed.nnodes": "1", "distributed.scaling": "weak",
-           "tracking.uri": f"sqlite:///job{job}.db", "storage.root": f"/tmp/{job}", **config}
-    metrics = {"world_size": procs, "images_per_second": ips} if status == "FINISHED" else {}
-    return RunRow(job, status, "", cfg, metrics)
-
-
-def test_configuration_key_ignores_process_count_and_locations():
-    assert configuration_key(_row("0", 1, 10.0)) == configuration_key(_row("1", 4, 30.0))
-    assert configuration_key(_row("0", 1, 10.0)) != configuration_key(_row("1", 1, 10.0, batch=8))
-    assert configuration_key(_row("0", 1, 10.0)) != configuration_key(_row("1", 1, 10.0, precision="bf16"))
-
-
-def test_add_scaling_efficiency_is_throughput_over_n_times_baseline():
-    rows = [_row("0", 1, 100.0), _row("1", 2, 180.0), _row("2", 4, 300.0),
-            _row("3", 2, 150.0, batch=8),            # no 1-process run at batch 8
-            _row("4", 2, 170.0, precision="bf16"),   # nor in bf16
-            _row("5", 1, 0.0, batch=16, status="FAILED"), _row("6", 2, 90.0, batch=16)]  # the baseline failed
-    add_scaling(rows)
-    assert rows[0].metrics["speedup"] == pytest.approx(1.0)
-    assert rows[1].metrics["speedup"] == pytest.approx(1.8)
-    assert rows[1].metrics["scaling_efficiency"] == pytest.approx(180.0 / (2 * 100.0))
-    assert rows[1].metrics["scaling_efficiency_percent"] == pytest.approx(90.0)
-    assert rows[2].metrics["scaling_efficiency"] == pytest.approx(300.0 / (4 * 100.0))
-    for row in rows[3:]:
-        assert "speedup" not in row.metrics and "scaling_efficiency" not in row.metrics, row.job
-
-
-def test_add_scaling_without_a_one_process_run_gives_no_speedup():
-    rows = [_row("0", 2, 100.0), _row("1", 4, 180.0)]
-    add_scaling(rows)
-    assert all("speedup" not in r.metrics for r in rows)
-    assert rows[0].metrics["data_wait_percent"] == 0.0
