@@ -20,7 +20,7 @@ from typing import Any, List, Mapping, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from bench.config import BenchConfig, as_plain, load
-from bench.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
+from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
 
 log = logging.getLogger("bench")
 INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)

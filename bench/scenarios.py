@@ -35,3 +35,12 @@ def scenario_class(mode: Mode) -> Any:
 
 def scenario_for(mode: Mode) -> Any:
     return scenario_class(mode)()
+
+
+def report_class(mode: Any) -> Any:
+    """The report type of a run recorded with this mode (a name read back from a file or MLflow;
+    runs recorded before `mode` existed are training runs)."""
+    try:
+        return scenario_class(Mode(str(mode))).report_class
+    except ValueError:
+        return scenario_class(Mode.train).report_class

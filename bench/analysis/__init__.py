@@ -1,1 +1,94 @@
-"""Reading results back and comparing runs: statistics, sweep tables, scaling, plots."""
+"""Reading results back and comparing runs: statistics, sweep tables, scaling, plots.
+
+One job per module, in the order a report is made:
+- runs:     a sweep (multirun dir or MLflow parent run) -> a DataFrame, one row per job
+- scaling:  configuration key, speedup and scaling efficiency against the 1-process run
+- render:   the table as text, markdown, CSV and one self-contained HTML page
+- plots:    the PNGs
+- stats:    percentiles and step-time spread, shared with the runs' own reports
+
+The entry points below import their modules when called, so `import bench.analysis` (and
+bench.analysis.stats, which every run uses) stays free of pandas, matplotlib and mlflow.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, List, Tuple
+
+from bench.errors import ReportError
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["ReportError", "build_report", "report_from_mlflow", "write_report", "log_scaling_to_runs"]
+
+log = logging.getLogger("bench")
+
+REPORT_ARTIFACT_PATH = "report"  # where the files go in the sweep's parent run
+
+
+def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Path], "pd.DataFrame"]:
+    """Scaling added, then report.csv, the plots, report.md and report.html written into `out`,
+    and the table printed on stdout. Returns (files written, the frame with scaling figures);
+    report.html is files[2]."""
+    from bench.analysis import plots, render
+    from bench.analysis.scaling import add_scaling
+
+    out.mkdir(parents=True, exist_ok=True)
+    frame = render.keep_varying_overrides(add_scaling(frame))
+    shown = render.table(frame)
+    csv_path, md_path, html_path = out / "report.csv", out / "report.md", out / "report.html"
+    render.write_csv(frame, csv_path)
+    images = plots.plot_all(frame, out, title)
+    render.write_markdown(shown, images, md_path, title)
+    render.write_html(shown, images, html_path, title)
+    print(render.render_text(shown), flush=True)
+    return [csv_path, md_path, html_path, *images], frame
+
+
+def build_report(sweep_dir: Path, out: Path) -> Tuple[List[Path], "pd.DataFrame"]:
+    """The report of a multirun dir, written into `out`: (files written, the frame)."""
+    from bench.analysis.runs import read_sweep_dir
+
+    return write_report(read_sweep_dir(sweep_dir), out, f"sweep {sweep_dir}")
+
+
+def report_from_mlflow(parent_run_id: str, tracking_uri: str, out: Path) -> Tuple[List[Path], "pd.DataFrame"]:
+    """The report of a sweep's MLflow parent run, rebuilt from its child runs, written into
+    `out` and logged to the parent run under report/: (files written, the frame)."""
+    from mlflow import MlflowClient
+
+    from bench.analysis.runs import read_mlflow_sweep
+
+    files, frame = write_report(read_mlflow_sweep(parent_run_id, tracking_uri), out, f"sweep {parent_run_id}")
+    client = MlflowClient(tracking_uri=tracking_uri)
+    for path in files:
+        try:
+            client.log_artifact(parent_run_id, str(path), REPORT_ARTIFACT_PATH)
+        except Exception as exc:  # noqa: BLE001 - the files are written; the store is a copy
+            log.warning("logging the report to MLflow run %s failed (%s: %s); it is in %s",
+                        parent_run_id, type(exc).__name__, exc, out)
+            break
+    return files, frame
+
+
+def log_scaling_to_runs(frame: "pd.DataFrame", client: Any) -> None:
+    """speedup / scaling_efficiency become metrics of the child runs too, so `mlflow ui`
+    compares them; rows without a run id or without a speedup are skipped."""
+    from mlflow.entities import Metric
+
+    from bench.analysis.runs import absent
+
+    now = int(time.time() * 1000)
+    for row in frame.to_dict("records"):
+        if absent(row.get("run_id")) or absent(row.get("speedup")):
+            continue
+        try:
+            client.log_batch(row["run_id"], metrics=[Metric("speedup", float(row["speedup"]), now, 0),
+                                                     Metric("scaling_efficiency", float(row["scaling_efficiency"]),
+                                                            now, 0)])
+        except Exception as exc:  # noqa: BLE001 - a tracking problem must not cost the report
+            log.warning("logging speedup to MLflow run %s failed (%s: %s)", row["run_id"], type(exc).__name__, exc)

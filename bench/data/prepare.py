@@ -12,7 +12,7 @@ import random
 import sys
 import time
 from multiprocessing import Pool
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 from PIL import Image
 from tqdm import tqdm

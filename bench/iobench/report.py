@@ -25,7 +25,6 @@ log = logging.getLogger(__name__)
 
 # MLPerf Storage asks for a dataset of at least 5x the client's RAM so the page cache cannot hold it.
 CACHE_SAFE_RAM_MULTIPLE = 5
-TIMELINE = ("read_latency.csv", "latency_ms")  # the per-request file and column the sweep report plots
 
 
 def _total_rate(results: Sequence[ReaderResult], amount: str) -> Optional[float]:
@@ -94,6 +93,9 @@ def epoch_rows(results: Sequence[ReaderResult]) -> List[Dict[str, Any]]:
 
 @dataclass
 class StorageReport:
+    # what the sweep report plots per run: the per-request file and column, and the MLflow series
+    TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "read_latency.csv", "latency_ms", "read_latency_ms"
+
     results: List[ReaderResult]  # one per simulated accelerator
     metrics: Dict[str, Any]
     prepare: Dict[str, Any] = field(default_factory=dict)  # why the dataset was (re)written or reused
@@ -135,13 +137,13 @@ class StorageReport:
                                     step=row["epoch"])
         if log_series:
             requests = sorted((q for r in self.results for q in r.requests), key=lambda q: q.finished)
-            tracker.log_series("read_latency_ms", [q.latency_ms for q in requests])
+            tracker.log_series(self.TIMELINE_METRIC, [q.latency_ms for q in requests])
         tracker.log_metrics(self.metrics)
         tracker.set_tags({key: self.metrics[key] for key in ("mode", "workload", "storage", "storage_client",
                                                              "storage_url", "au_pass", "potential_caching")})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 
-    @staticmethod
-    def timeline(job_dir: Path) -> List[float]:
+    @classmethod
+    def timeline(cls, job_dir: Path) -> List[float]:
         """The per-request latencies a finished run wrote (for the sweep report)."""
-        return read_column(job_dir / TIMELINE[0], TIMELINE[1])
+        return read_column(job_dir / cls.TIMELINE_FILE, cls.TIMELINE_COLUMN)

@@ -4,7 +4,7 @@ Hydra calls the callback around the sweep (configured under hydra.callbacks in
 conf/config.yaml). Jobs read the parent run id from here (same process: Hydra's basic
 launcher runs the job functions one after another, and each job starts its training in
 processes of its own). A failed job is a FAILED child and the sweep goes on; the multirun
-exits with the number of failed jobs. At the end the sweep report (bench.report) is
+exits with the number of failed jobs. At the end the sweep report (bench.analysis) is
 written into the sweep dir and logged to the parent run.
 """
 
@@ -77,9 +77,9 @@ class MlflowSweepCallback(Callback):
         try:
             from bench.analysis import build_report, log_scaling_to_runs
 
-            files, rows = build_report(sweep_dir, sweep_dir / "report")
+            files, frame = build_report(sweep_dir, sweep_dir / "report")
             if tracker is not None and tracker.active:
-                log_scaling_to_runs(rows, tracker.client)
+                log_scaling_to_runs(frame, tracker.client)
         except Exception as exc:  # noqa: BLE001 - a report problem must not hide the sweep's results
             log.warning("the sweep report could not be built (%s: %s); run python -m bench.report --sweep %s",
                         type(exc).__name__, exc, sweep_dir)

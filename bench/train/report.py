@@ -19,7 +19,6 @@ from bench.results import read_column, write_csv, write_json, write_jsonl
 from bench.train.result import RankSummary, TrainOutcome, TrainResult
 
 AU_THRESHOLD = 0.90  # accelerator utilization below which a run is input-bound (MLPerf Storage's ResNet-50 bar)
-TIMELINE = ("step_times.csv", "step_time_ms")  # the per-step file and column the sweep report plots
 
 
 def merge_ranks(result: TrainResult, ranks: Sequence[RankSummary]) -> TrainResult:
@@ -112,6 +111,9 @@ def summarize(result: TrainResult, config: BenchConfig, device: str, device_name
 
 @dataclass
 class TrainReport:
+    # what the sweep report plots per run: the per-step file and column, and the MLflow series
+    TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "step_times.csv", "step_time_ms", "step_time_ms"
+
     result: TrainResult  # rank 0's, with the job's step timeline
     ranks: List[RankSummary]
     metrics: Dict[str, Any]
@@ -148,12 +150,12 @@ class TrainReport:
             tracker.log_metrics({"epoch_images_per_second": epoch.images_per_second, "epoch_seconds": epoch.seconds,
                                  "epoch_loss": epoch.loss, "epoch_lr": epoch.lr}, step=epoch.epoch)
         if log_series:
-            tracker.log_series("step_time_ms", self.result.step_times_ms)
+            tracker.log_series(self.TIMELINE_METRIC, self.result.step_times_ms)
         tracker.log_metrics(self.metrics)
         tracker.set_tags({key: self.metrics[key] for key in ("model", "precision", "device_name", "unstable")})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 
-    @staticmethod
-    def timeline(job_dir: Path) -> List[float]:
+    @classmethod
+    def timeline(cls, job_dir: Path) -> List[float]:
         """The per-step times a finished run wrote (for the sweep report)."""
-        return read_column(job_dir / TIMELINE[0], TIMELINE[1])
+        return read_column(job_dir / cls.TIMELINE_FILE, cls.TIMELINE_COLUMN)

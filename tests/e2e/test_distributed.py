@@ -8,7 +8,6 @@ import json
 import re
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 

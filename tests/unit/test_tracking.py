@@ -136,3 +136,51 @@ def test_a_scenario_without_ranks_runs_in_process(compose):
 
     config = compose("mode=storage", "distributed=ddp", "distributed.nproc_per_node=2")
     assert type(select_launcher(config, has_ranks=False, in_sweep=True)).__name__ == "InProcess"
+
+
+# --- one line for a failed launch (bench.launch.failures) --------------------------------------------
+
+
+def _failure(local_rank: int, pid: int, exitcode: int, tmp_path, message: str = ""):
+    """torch's own ProcessFailure, with an error file like @record writes when the worker raised."""
+    import json
+
+    from torch.distributed.elastic.multiprocessing.errors import ProcessFailure
+
+    error_file = tmp_path / f"error{local_rank}.json"
+    if message:
+        error_file.write_text(json.dumps({"message": {"message": message, "extraInfo": {"timestamp": "1"}}}))
+    return ProcessFailure(local_rank=local_rank, pid=pid, exitcode=exitcode, error_file=str(error_file))
+
+
+def test_a_killed_rank_is_named_with_its_signal(tmp_path):
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from bench.launch.failures import describe_failure
+
+    killed = ChildFailedError("bench", {1: _failure(1, 222, -9, tmp_path), 0: _failure(0, 111, 1, tmp_path, "peer gone")})
+    assert describe_failure(killed) == "worker rank 1 (pid 222) was killed by SIGKILL"
+
+
+def test_the_reapers_own_kill_is_never_the_cause(tmp_path):
+    """Rank 0 timed out in a collective; the reaper then SIGKILLed rank 1 (stopped, hung): the
+    failure is rank 0's timeout, not the kill bench made itself."""
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from bench.launch.failures import describe_failure
+
+    exc = ChildFailedError("bench", {0: _failure(0, 111, 1, tmp_path, "RuntimeError: Timed out waiting 8000ms"),
+                                     1: _failure(1, 222, -9, tmp_path)})
+    assert describe_failure(exc, killed=[222]) == \
+        "worker rank 0 (pid 111) exited with code 1: RuntimeError: Timed out waiting 8000ms"
+    assert "SIGKILL" in describe_failure(exc)  # without knowing, the signal would have been blamed
+
+
+def test_a_hung_rank_names_the_watchdog(tmp_path):
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from bench.launch.failures import describe_failure
+    from bench.launch.watchdog import EXIT_HUNG
+
+    exc = ChildFailedError("bench", {0: _failure(0, 111, EXIT_HUNG, tmp_path)})
+    assert "saw no training step finish for distributed.timeout_s" in describe_failure(exc)

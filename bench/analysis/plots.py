@@ -1,0 +1,178 @@
+"""The sweep plots (PNG, matplotlib's Agg backend: no display needed).
+
+Training sweeps: throughput and scaling efficiency vs process count, throughput vs batch
+size, and the step-time distribution of every run. Storage sweeps: throughput and accelerator
+utilization vs client count, and the per-request read latency of every run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
+
+import pandas as pd
+
+from bench.analysis.runs import absent, is_storage_sweep
+
+Row = Dict[str, Any]
+
+
+def _shown(value: Any, default: Any = "") -> Any:
+    return default if absent(value) else value
+
+
+def _series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Iterator[Tuple[str, List[Row]]]:
+    """One line per combination of `group` values (sorted by label), its finished runs sorted by `x`."""
+    lines: Dict[str, List[Tuple[float, Row]]] = {}
+    for row in frame.to_dict("records"):
+        if row["status"] != "FINISHED" or absent(row.get(x)):
+            continue
+        label = ", ".join(f"{g.replace('_', ' ')}={_shown(row.get(g), '?')}" for g in group)
+        lines.setdefault(label, []).append((float(row[x]), row))
+    for label, points in sorted(lines.items()):
+        yield label, [row for _, row in sorted(points, key=lambda p: p[0])]
+
+
+def _line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
+    ax.plot([float(p[x]) for p in points], [p[y] for p in points], marker="o", label=label)
+
+
+def _count_unit(frame: pd.DataFrame) -> Tuple[str, str]:
+    """('GPUs', 'GPU') when every finished run ran on CUDA, else CPU ranks may be in the mix."""
+    finished = frame[frame["status"].eq("FINISHED")]
+    devices = {str(_shown(d)) for d in finished.get("device", pd.Series([""] * len(finished), dtype=object))}
+    return ("GPUs", "GPU") if devices == {"cuda"} else ("processes (GPUs, or CPU ranks)", "process")
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _finish_axes(ax: Any) -> None:
+    from matplotlib.ticker import MaxNLocator
+
+    ax.grid(True, alpha=0.3)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # process counts and batch sizes are whole
+    ax.set_xlim(left=0.5)
+    ax.set_ylim(bottom=0)
+
+
+class _Figures:
+    """Hands out a fresh figure and saves it under `out`, remembering what was written."""
+
+    def __init__(self, out: Path):
+        self.plt, self.out, self.written = _pyplot(), out, []  # type: ignore[var-annotated]
+
+    def new(self, width: float = 7) -> Tuple[Any, Any]:
+        return self.plt.subplots(figsize=(width, 4.5))
+
+    def save(self, fig: Any, name: str) -> None:
+        fig.tight_layout()
+        path = self.out / name
+        fig.savefig(path, dpi=110)
+        self.plt.close(fig)
+        self.written.append(path)
+
+
+def _distribution(figures: _Figures, frame: pd.DataFrame, what: str, ylabel: str, name: str,
+                  label: Callable[[Row], str]) -> None:
+    """A box per run over its timeline (step times or request latencies)."""
+    with_values = [r for r in frame.to_dict("records") if isinstance(r["timeline"], list) and r["timeline"]]
+    fig, ax = figures.new(max(7, 0.9 * len(with_values) + 2))
+    if with_values:
+        ax.boxplot([r["timeline"] for r in with_values], showfliers=True)
+        ax.set_xticks(range(1, len(with_values) + 1))
+        ax.set_xticklabels([label(r) for r in with_values], fontsize=8)
+    else:
+        ax.text(0.5, 0.5, "no per-step figures in this sweep", transform=ax.transAxes, ha="center", va="center")
+    ax.set(title=what, xlabel="Run", ylabel=ylabel)
+    ax.grid(True, axis="y", alpha=0.3)
+    figures.save(fig, name)
+
+
+def plot_storage(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
+    """A storage sweep: throughput and AU vs client count, and per-request read latency."""
+    figures = _Figures(out)
+    series = list(_series(frame, "clients", ["workload", "storage"]))
+
+    fig, ax = figures.new()
+    for label, points in series:
+        _line(ax, points, "clients", "samples_per_second", label)
+    ax.set(title=f"Read throughput vs clients ({title})", xlabel="Clients (simulated accelerators)",
+           ylabel="Samples/s (all clients)")
+    _finish_axes(ax)
+    figures.save(fig, "throughput_vs_clients.png")
+
+    fig, ax = figures.new()
+    for label, points in series:
+        _line(ax, points, "clients", "au_percent_min", f"{label} (min)")
+    thresholds = {t for t in frame.get("au_threshold_percent", []) if not absent(t) and t}
+    for threshold in sorted(thresholds):
+        ax.axhline(float(threshold), color="grey", linestyle="--", linewidth=1, label=f"pass threshold ({threshold:g}%)")
+    ax.set(title=f"Accelerator utilization vs clients ({title})", xlabel="Clients (simulated accelerators)",
+           ylabel="AU (%) = compute time / wall time")
+    _finish_axes(ax)
+    ax.set_ylim(0, 105)  # a percentage: keep the top (and the threshold) in view
+    figures.save(fig, "au_vs_clients.png")
+
+    _distribution(figures, frame, f"Read latency per request ({title})", "Latency (ms)",
+                  "read_latency_distribution.png", lambda r: f"job {r['job']}\n{_shown(r.get('clients'))} clients")
+    return figures.written
+
+
+def plot_training(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
+    """A training sweep: throughput and scaling efficiency vs process count, throughput vs batch, step times."""
+    figures = _Figures(out)
+    unit, count_word = _count_unit(frame)
+    by_processes = list(_series(frame, "world_size", ["precision", "batch_size"]))
+
+    fig, ax = figures.new()
+    for label, points in by_processes:
+        _line(ax, points, "world_size", "images_per_second", label)
+    ax.set(title=f"Throughput vs {count_word} count ({title})", xlabel=f"Number of {unit}",
+           ylabel="Throughput (images/s, all processes)")
+    _finish_axes(ax)
+    figures.save(fig, "throughput_vs_gpus.png")
+
+    fig, ax = figures.new()
+    plotted = False
+    for label, points in by_processes:
+        points = [p for p in points if not absent(p.get("scaling_efficiency_percent"))]
+        if points:
+            plotted = True
+            _line(ax, points, "world_size", "scaling_efficiency_percent",
+                  f"{label} ({_shown(points[0].get('scaling'), 'weak')} scaling)")
+    ax.axhline(100.0, color="grey", linestyle="--", linewidth=1, label="ideal (100%)")
+    ax.set(title=f"Scaling efficiency vs {count_word} count ({title})", xlabel=f"Number of {unit}",
+           ylabel="Scaling efficiency (%) = T_N / (N x T_1)")
+    if not plotted:
+        ax.text(0.5, 0.5, "no 1-process run of the same configuration in this sweep",
+                transform=ax.transAxes, ha="center", va="center")
+    _finish_axes(ax)
+    figures.save(fig, "scaling_efficiency.png")
+
+    fig, ax = figures.new()
+    for label, points in _series(frame, "batch_size", ["precision", "world_size"]):
+        _line(ax, points, "batch_size", "images_per_second", label)
+    ax.set(title=f"Throughput vs batch size ({title})", xlabel="Batch size per process (images)",
+           ylabel="Throughput (images/s, all processes)")
+    _finish_axes(ax)
+    figures.save(fig, "throughput_vs_batch.png")
+
+    _distribution(figures, frame, f"Step-time distribution per run ({title})", "Step time (ms)",
+                  "step_time_distribution.png",
+                  lambda r: f"job {r['job']}\n{_shown(r.get('precision'))} x{_shown(r.get('world_size'))}"
+                            f"\nbs {_shown(r.get('batch_size'))}")
+    return figures.written
+
+
+def plot_all(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
+    """The plots that fit this sweep (storage or training), written into `out`; their paths."""
+    return plot_storage(frame, out, title) if is_storage_sweep(frame) else plot_training(frame, out, title)

@@ -1,0 +1,224 @@
+"""A sweep as a DataFrame: one row per job, read from a Hydra multirun dir or from MLflow.
+
+The frame's columns:
+- the run fields `job`, `status` (FINISHED / FAILED / ...), `overrides`, `error`, `run_id`
+  and `timeline` (the per-step times in ms as a list: step_time_ms of a training run, the
+  per-request read latency of a storage run);
+- one column per reported figure, named as in the run's results (`images_per_second`, ...);
+- one `config.<flat.key>` column per config value, as a string (as MLflow params are).
+
+Every column holds Python objects (dtype object): results mix numbers, strings and bools, and
+a run keeps the types it reported (a process count read from a job dir prints as 2, one read
+back from MLflow as 2.0, as before). A figure a run does not have is missing (None/NaN) and is
+shown as an empty cell, never as 0.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+
+import pandas as pd
+import yaml
+
+from bench.errors import ReportError, looks_secret
+from bench.scenarios import report_class
+
+RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline")
+CONFIG_PREFIX = "config."
+
+# Read back from MLflow, a run's names live in its params (metrics are numbers only): these
+# config keys give the columns a job dir's results carry under the short name.
+NAMED_IN_CONFIG = {"model.arch": "model", "precision.name": "precision", "distributed.scaling": "scaling",
+                   "distributed.name": "distributed", "data.name": "data"}
+
+
+@dataclass
+class RunRecord:
+    """One job of a sweep, as read from wherever it was recorded."""
+
+    job: str
+    status: str
+    overrides: str
+    config: Dict[str, str]  # flattened config, values as strings
+    metrics: Dict[str, Any]
+    timeline: List[float] = field(default_factory=list)
+    error: str = ""
+    run_id: Optional[str] = None  # its MLflow run, when known
+
+
+def absent(value: Any) -> bool:
+    """No figure behind this cell: None, NaN (pandas' missing) or an empty string."""
+    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)) or value == ""
+
+
+def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
+    """The sweep frame (see the module docstring) of these runs, in their order."""
+    rows = []
+    for record in records:
+        row: Dict[str, Any] = dict(record.metrics)
+        row.update({CONFIG_PREFIX + key: value for key, value in record.config.items()})
+        # the run fields last: they win over a figure of the same name (none is named so today)
+        row.update(job=record.job, status=record.status, overrides=record.overrides, error=record.error,
+                   run_id=record.run_id, timeline=list(record.timeline))
+        rows.append(row)
+    frame = pd.DataFrame(rows, dtype=object)
+    return frame.reindex(columns=_ordered(frame.columns))
+
+
+def _ordered(columns: Sequence[str]) -> List[str]:
+    """Run fields first, then the figures, then the config: a frame reads left to right."""
+    rest = [c for c in columns if c not in RUN_FIELDS]
+    return [*RUN_FIELDS, *[c for c in rest if not c.startswith(CONFIG_PREFIX)],
+            *[c for c in rest if c.startswith(CONFIG_PREFIX)]]
+
+
+def metric_columns(frame: pd.DataFrame) -> List[str]:
+    """The figures (not run fields, not config) that at least one run has."""
+    return [c for c in frame.columns if c not in RUN_FIELDS and not c.startswith(CONFIG_PREFIX)
+            and not all(absent(v) for v in frame[c])]
+
+
+def config_of(row: Mapping[str, Any]) -> Dict[str, str]:
+    """The flattened config of one frame row, without the keys this run does not have."""
+    return {k[len(CONFIG_PREFIX):]: v for k, v in row.items() if k.startswith(CONFIG_PREFIX) and not absent(v)}
+
+
+def is_storage_sweep(frame: pd.DataFrame) -> bool:
+    """Every job ran the storage benchmark (mode=storage): the report shows its own columns."""
+    mode = frame.get(CONFIG_PREFIX + "mode")
+    return len(frame) > 0 and mode is not None and bool(mode.eq("storage").all())
+
+
+# ---- a multirun directory ---------------------------------------------------------------------
+
+
+def flatten_config(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, str]:
+    """{"a": {"b": 1}} -> {"a.b": "1"}; lists stay whole; keys that look secret are dropped."""
+    flat: Dict[str, str] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if looks_secret(name):
+            continue
+        if isinstance(value, Mapping):
+            flat.update(flatten_config(value, name + "."))
+        else:
+            flat[name] = str(value)
+    return flat
+
+
+def read_job_dir(job_dir: Path) -> RunRecord:
+    """One Hydra job dir: FINISHED with its results when it wrote run_summary.json, else FAILED
+    with the reason it gave (error.txt, or the last [ERROR] line of bench.log)."""
+    overrides = " ".join(yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or [])
+    summary_path = job_dir / "run_summary.json"
+    if summary_path.is_file():
+        summary = json.loads(summary_path.read_text())
+        config = summary["config"]
+        return RunRecord(job_dir.name, "FINISHED", overrides, flatten_config(config), dict(summary["results"]),
+                         report_class(config.get("mode", "train")).timeline(job_dir), run_id=summary.get("mlflow_run_id"))
+    composed = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
+    return RunRecord(job_dir.name, "FAILED", overrides, flatten_config(composed), {}, error=failure_reason(job_dir))
+
+
+def failure_reason(job_dir: Path) -> str:
+    """The last line of error.txt (the exception), else the last [ERROR] line the job logged."""
+    error_txt = job_dir / "error.txt"
+    if error_txt.is_file():
+        lines = [line for line in error_txt.read_text().splitlines() if line.strip()]
+        return lines[-1] if lines else "failed"
+    log_file = job_dir / "bench.log"
+    if log_file.is_file():
+        errors = [line for line in log_file.read_text().splitlines() if "][ERROR]" in line]
+        if errors:
+            return errors[-1].split("] ", 3)[-1]
+    return "failed before writing results"
+
+
+def job_dirs(sweep_dir: Path) -> List[Path]:
+    """The job dirs of a multirun (those holding .hydra/), in job order (2 before 10)."""
+    if not sweep_dir.is_dir():
+        raise ReportError(f"--sweep {sweep_dir} is not a directory nor an MLflow run id: pass a multirun "
+                          f"directory (multirun/<date>/<time>) or the id of a sweep's parent run")
+    found = sorted((p.parent for p in sweep_dir.glob("*/.hydra")), key=lambda p: (len(p.name), p.name))
+    if not found:
+        raise ReportError(f"--sweep {sweep_dir} holds no job directories (no */.hydra): pass a multirun directory")
+    return found
+
+
+def read_sweep_dir(sweep_dir: Path) -> pd.DataFrame:
+    """The frame of a multirun dir: one row per job, successful or not."""
+    return frame_from_records([read_job_dir(job_dir) for job_dir in job_dirs(sweep_dir)])
+
+
+# ---- an MLflow parent run ---------------------------------------------------------------------
+
+
+@contextmanager
+def _tracking_uri(uri: str) -> Iterator[None]:
+    """mlflow.search_runs reads the global tracking URI (and set_tracking_uri exports it as
+    MLFLOW_TRACKING_URI): point both at `uri` for the call only, then put back what was there."""
+    import mlflow
+
+    env_before = os.environ.get("MLFLOW_TRACKING_URI")
+    set_before = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
+    if set_before == env_before:
+        set_before = None  # it is the environment's, which comes back below
+    mlflow.set_tracking_uri(uri)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(set_before)  # None: back to "not set"
+        if env_before is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = env_before
+
+
+def read_mlflow_sweep(parent_run_id: str, tracking_uri: str) -> pd.DataFrame:
+    """The frame of a sweep's child runs (oldest first): metrics.* become the figures,
+    params.* the config, the sweep.job / overrides / error tags the run fields."""
+    import mlflow
+
+    client = mlflow.MlflowClient(tracking_uri=tracking_uri)
+    try:
+        parent = client.get_run(parent_run_id)
+    except Exception as exc:  # noqa: BLE001 - mlflow raises its own exception types per store
+        raise ReportError(f"--sweep {parent_run_id} is neither a directory nor a run in the MLflow store at "
+                          f"{tracking_uri} ({type(exc).__name__})") from None
+    with _tracking_uri(tracking_uri):
+        runs = mlflow.search_runs(experiment_ids=[parent.info.experiment_id],
+                                  filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
+                                  order_by=["attributes.start_time ASC"], max_results=10000, output_format="pandas")
+    if runs.empty:
+        raise ReportError(f"MLflow run {parent_run_id} has no child runs: pass the parent run of a sweep")
+    modes = runs["params.mode"] if "params.mode" in runs else ["train"] * len(runs)
+    timelines = [[m.value for m in sorted(client.get_metric_history(run_id, report_class(mode).TIMELINE_METRIC),
+                                          key=lambda m: m.step)]
+                 for run_id, mode in zip(runs["run_id"], modes)]
+    return _frame_from_search(runs.astype(object).reset_index(drop=True), timelines)
+
+
+def _frame_from_search(runs: pd.DataFrame, timelines: List[List[float]]) -> pd.DataFrame:
+    def column(name: str) -> pd.Series:
+        return runs[name] if name in runs else pd.Series([None] * len(runs), index=runs.index, dtype=object)
+
+    def text(name: str) -> pd.Series:
+        return column(name).map(lambda v: "" if absent(v) else v)
+
+    metrics = runs.filter(regex=r"^metrics\.").rename(columns=lambda c: c[len("metrics."):])
+    config = runs.filter(regex=r"^params\.").rename(columns=lambda c: CONFIG_PREFIX + c[len("params."):])
+    for key, name in NAMED_IN_CONFIG.items():
+        if name not in metrics:
+            metrics[name] = text("params." + key)
+    job = column("tags.sweep.job").where(~column("tags.sweep.job").map(absent), column("tags.mlflow.runName"))
+    fields = pd.DataFrame({"job": job, "status": runs["status"], "overrides": text("tags.overrides"),
+                           "error": text("tags.error"), "run_id": runs["run_id"], "timeline": timelines},
+                          index=runs.index, dtype=object)
+    frame = pd.concat([fields, metrics, config], axis=1).astype(object)
+    return frame.reindex(columns=_ordered(frame.columns))

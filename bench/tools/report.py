@@ -1,0 +1,53 @@
+"""`python -m bench.report --sweep <sweep dir | MLflow parent run id>`: compare a sweep's runs.
+
+(`python -m bench.tools.report` is the same command; bench/report.py is its old module path.)
+
+Writes into --out (default <sweep dir>/report, or ./report-<run id> for an MLflow parent):
+report.csv, report.md, report.html (one self-contained page, plots embedded) and four PNGs:
+throughput vs GPU count, scaling efficiency vs GPU count, throughput vs batch size, and the
+step-time distribution of every run (a storage-benchmark sweep gets its own three). Prints the
+table. Given a parent run id, the files are also logged to that run under report/.
+
+Exit codes: 0 written, 2 the sweep cannot be read (one `[ERROR] ...` line on stderr).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Optional, Sequence
+
+from bench.analysis import ReportError, build_report, report_from_mlflow
+
+
+def default_tracking_uri() -> str:
+    """MLFLOW_TRACKING_URI, else the mlflow.db of the current directory: where `python -m bench`
+    run from here logs by default (bench.tracking's rule, without its config argument)."""
+    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--sweep", required=True, help="a multirun directory, or the MLflow run id of a sweep's parent")
+    parser.add_argument("--out", type=Path, help="where the files go (default <sweep dir>/report or ./report-<run id>)")
+    parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    try:
+        if Path(args.sweep).exists():
+            files, _ = build_report(Path(args.sweep), args.out or Path(args.sweep) / "report")
+        else:
+            files, _ = report_from_mlflow(args.sweep, args.tracking_uri or default_tracking_uri(),
+                                          args.out or Path(f"report-{args.sweep[:8]}"))
+    except ReportError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return exc.exit_code
+    print(f"report: {files[2].resolve()}", file=sys.stderr)  # report.html
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
