@@ -20,7 +20,7 @@ from bench.errors import WorkerFailure
 from bench.launch.context import RankContext, free_port
 from bench.launch.failures import describe_failure
 from bench.launch.rank_logs import setup_rank_logging
-from bench.launch.reaper import SurvivorReaper, first_to_die
+from bench.launch.reaper import SurvivorReaper, first_to_die, rank_of
 from bench.launch.worker import worker_entry
 
 log = logging.getLogger("bench")
@@ -103,8 +103,11 @@ class Elastic(Launcher):
             returns = elastic_launch(launch_config, worker_entry)(config, str(out_dir))
         except ChildFailedError as exc:
             reaper.stop()
-            first = first_to_die(reaper.first_gone, out_dir / "workers")
-            raise WorkerFailure(describe_failure(exc, first, reaper.killed)) from None
+            workers = out_dir / "workers"
+            first = first_to_die(reaper.first_gone, workers)
+            stopped = [(rank_of(pid, workers), pid) for pid in reaper.stopped]
+            stopped_rank = next(((r, pid) for r, pid in stopped if r is not None), None)
+            raise WorkerFailure(describe_failure(exc, first, reaper.killed, stopped_rank)) from None
         finally:
             reaper.stop()
         return returns.get(0)

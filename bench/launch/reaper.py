@@ -25,6 +25,7 @@ class SurvivorReaper:
         self.started = time.time()
         self.first_gone: List[int] = []  # pids of the first worker(s) seen to end
         self.killed: List[int] = []  # pids this reaper killed: never the cause of a failure
+        self.stopped: List[int] = []  # pids seen stopped (SIGSTOP, a debugger): they hang their peers
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._watch, name="bench-reaper", daemon=True)
         self._thread.start()
@@ -48,7 +49,13 @@ class SurvivorReaper:
                         workers[pid] = psutil.Process(pid)
                     except psutil.Error:
                         workers[pid] = None
-            alive = [w for w in workers.values() if w is not None and _running(w)]
+            alive = []
+            for worker in workers.values():
+                state = _state(worker)
+                if state in ("stopped", "tracing-stop") and worker.pid not in self.stopped:
+                    self.stopped.append(worker.pid)
+                if state is not None and state != "zombie":
+                    alive.append(worker)
             gone = [pid for pid, w in workers.items() if w is None or w not in alive]
             if gone and not self.first_gone:
                 self.first_gone = gone
@@ -94,10 +101,24 @@ def first_to_die(pids: List[int], workers_dir: Path) -> Optional[Tuple[int, int]
     return None
 
 
-def _running(process: Any) -> bool:
+def _state(process: Any) -> Optional[str]:
+    """psutil's status of a worker ("running", "sleeping", "stopped", "zombie", ...), None when gone."""
     import psutil
 
+    if process is None:
+        return None
     try:
-        return process.status() != psutil.STATUS_ZOMBIE
+        return process.status()
     except psutil.Error:
-        return False
+        return None
+
+
+def rank_of(pid: int, workers_dir: Path) -> Optional[int]:
+    """The rank whose pid file names `pid`."""
+    for path in workers_dir.glob("rank*.pid"):
+        try:
+            if int(path.read_text().split()[0]) == pid:
+                return int(path.stem[len("rank"):])
+        except (OSError, ValueError, IndexError):
+            continue
+    return None

@@ -114,15 +114,6 @@ def test_measure_steps_caps_the_window_and_schedule_runs(bench, tiny, tmp_path):
     assert not bench.db.exists()
 
 
-def test_deprecated_scheduler_warmup_steps_still_works_and_says_so(bench, tiny, tmp_path):
-    proc = bench.run(*tiny, "scheduler.warmup_steps=2", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run")
-    metrics = bench.metrics(proc)
-    assert "scheduler.warmup_steps is deprecated: use scheduler.lr_warmup_steps" in proc.stderr
-    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
-    assert summary["config"]["scheduler"]["lr_warmup_steps"] == 2
-    assert metrics["final_lr"] == pytest.approx(metrics["lr"])  # warmed up to the base lr by the end
-
-
 def test_checkpoint_written_to_local_storage(bench, tiny, tmp_path):
     import torch
 
@@ -197,10 +188,3 @@ def test_compile_failure_falls_back_to_eager_and_says_so(bench, tiny, tmp_path):
     assert "torch.compile failed" in proc.stderr
     summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
     assert summary["compile"]["requested"] is True and summary["compile"]["active"] is False
-
-
-def test_any_torchvision_model_runs_by_name(bench, tiny, tmp_path):
-    """model.arch takes any torchvision classification model, with no YAML or code of bench's."""
-    proc = bench.run(*tiny, "model.arch=mobilenet_v3_small", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run")
-    metrics = bench.metrics(proc)
-    assert metrics["model"] == "mobilenet_v3_small" and metrics["parameters"] > 0

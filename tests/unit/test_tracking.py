@@ -184,3 +184,15 @@ def test_a_hung_rank_names_the_watchdog(tmp_path):
 
     exc = ChildFailedError("bench", {0: _failure(0, 111, EXIT_HUNG, tmp_path)})
     assert "saw no training step finish for distributed.timeout_s" in describe_failure(exc)
+
+
+def test_a_stopped_rank_is_named_not_the_peer_that_timed_out(tmp_path):
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    from bench.launch.failures import describe_failure
+
+    exc = ChildFailedError("bench", {0: _failure(0, 111, 1, tmp_path, "RuntimeError: Application timeout caused pair closure"),
+                                     1: _failure(1, 222, -9, tmp_path)})
+    assert describe_failure(exc, killed=[222], stopped=(1, 222)) == (
+        "worker rank 1 (pid 222) was stopped (SIGSTOP or a debugger) and stopped stepping; rank 0 then gave up "
+        "waiting for it after distributed.timeout_s: RuntimeError: Application timeout caused pair closure")
