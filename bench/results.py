@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence
@@ -28,9 +29,21 @@ class Report(Protocol):
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None: ...
 
 
+def strict(value: Any) -> Any:
+    """A value JSON can carry: non-finite floats (nan, inf) become None (null), recursively."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, Mapping):
+        return {k: strict(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict(v) for v in value]
+    return value
+
+
 def final_line(metrics: Mapping[str, Any]) -> str:
-    """The last stdout line of a run: `{"radix_metrics": {...}}` (the original Radix contract, extended)."""
-    return json.dumps({"radix_metrics": dict(metrics)}, default=str)
+    """The last stdout line of a run: `{"radix_metrics": {...}}` (the original Radix contract,
+    extended), always strict JSON: a figure that is not a finite number is null."""
+    return json.dumps({"radix_metrics": strict(dict(metrics))}, default=str, allow_nan=False)
 
 
 def write_text(path: Path, text: str) -> Path:
@@ -45,11 +58,12 @@ def write_text(path: Path, text: str) -> Path:
 
 
 def write_json(path: Path, data: Any) -> Path:
-    return write_text(path, json.dumps(data, indent=2, default=str) + "\n")
+    return write_text(path, json.dumps(strict(data), indent=2, default=str, allow_nan=False) + "\n")
 
 
 def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
-    return write_text(path, "".join(json.dumps(dict(row), default=str) + "\n" for row in rows))
+    return write_text(path, "".join(json.dumps(strict(dict(row)), default=str, allow_nan=False) + "\n"
+                                    for row in rows))
 
 
 def write_csv(path: Path, fields: Sequence[str], rows: Iterable[Any]) -> Path:

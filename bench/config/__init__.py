@@ -15,7 +15,7 @@ from typing import Any, Dict
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from bench.config.preflight import reject_unknown_keys
+from bench.config.preflight import reject_non_finite, reject_unknown_keys
 from bench.config.schema import BenchConfig, Mode, register_configs
 from bench.errors import ConfigProblem
 
@@ -33,6 +33,7 @@ def load(cfg: DictConfig) -> BenchConfig:
 
         raise ConfigProblem(one_line(exc)) from None
     assert isinstance(config, BenchConfig)
+    reject_non_finite(config)
     return config
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import typing
 from typing import Any
 
@@ -34,3 +35,17 @@ def reject_unknown_keys(cfg: DictConfig, schema: type, prefix: str = "") -> None
         child: Any = cfg._get_node(key)
         if dataclasses.is_dataclass(hints.get(key)) and isinstance(child, DictConfig):
             reject_unknown_keys(child, hints[key], f"{prefix}{key}.")
+
+
+def reject_non_finite(node: Any, prefix: str = "") -> None:
+    """nan and inf parse as floats (`optimizer.lr=nan`), pass every range check and end as NaN in
+    the results, which is not JSON: no config number may be non-finite."""
+    for field in dataclasses.fields(node):
+        value = getattr(node, field.name)
+        key = f"{prefix}{field.name}"
+        if dataclasses.is_dataclass(value):
+            reject_non_finite(value, key + ".")
+        elif isinstance(value, float) and not math.isfinite(value):
+            raise ConfigError(key, value, "a finite number")
+        elif isinstance(value, list) and any(isinstance(v, float) and not math.isfinite(v) for v in value):
+            raise ConfigError(key, list(value), "finite numbers")

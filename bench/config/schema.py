@@ -8,6 +8,7 @@ per run, running each group's `__post_init__` checks. Torch-free.
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
@@ -22,6 +23,8 @@ from bench.config.precision import PrecisionConfig
 from bench.config.run import BenchmarkConfig, TrackingConfig, TrainConfig
 from bench.config.scheduler import SchedulerConfig
 from bench.config.storage import StorageConfig
+
+log = logging.getLogger("bench")
 
 
 class Mode(Choice):
@@ -60,6 +63,19 @@ class BenchConfig(Checks):
                                    "distributed.scaling=strong (it is the global batch, split evenly over the processes)")
         if self.mode == Mode.storage or self.storage.save_checkpoint:
             self.storage.check_bucket()
+        self._warn_warmup_longer_than_the_run()
+
+    def _warn_warmup_longer_than_the_run(self) -> None:
+        """The lr warm-up counts every optimizer step (the unmeasured ones too): one longer than
+        the run leaves the lr below optimizer.lr at the end, and the result's lr is not the one used."""
+        planned = self.train.epochs * self.train.steps_per_epoch
+        if self.benchmark.measure_steps:
+            planned = min(planned, self.benchmark.measure_steps)
+        steps = self.benchmark.warmup_steps + planned
+        if self.mode == Mode.train and self.scheduler.lr_warmup_steps > steps:
+            log.warning("scheduler.lr_warmup_steps=%d is longer than the run (%d optimizer steps: "
+                        "benchmark.warmup_steps + the measured window): the lr never reaches optimizer.lr=%g",
+                        self.scheduler.lr_warmup_steps, steps, self.optimizer.lr)
 
 
 def register_configs() -> None:

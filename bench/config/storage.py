@@ -21,6 +21,12 @@ log = logging.getLogger("bench")
 BUCKET_NAME = re.compile(r"^[^/\s]+$")
 
 
+def _inside(path: str) -> bool:
+    """A non-empty relative path that stays below the directory it is joined to."""
+    parts = [p for p in path.split("/") if p not in ("", ".")]
+    return bool(parts) and not path.startswith("/") and ".." not in parts
+
+
 class StorageName(Choice):
     local = "local"  # a local directory
     s3 = "s3"  # an S3 bucket (AWS, MinIO, Ceph, ...)
@@ -111,10 +117,28 @@ class StorageConfig(Checks):
         if self.accelerators > self.workload.num_files:
             self._fail("accelerators", f"at most storage.workload.num_files={self.workload.num_files} "
                                        "(each simulated accelerator reads its own files)")
-        if not self.dataset_dir.strip("/"):
-            self._fail("dataset_dir", "a non-empty relative path")
+        self._check_a_step_is_measured()
+        if not _inside(self.dataset_dir):
+            self._fail("dataset_dir", "a relative path inside storage.root (or the bucket's prefix), without '..': "
+                                      "storage.root is the one key that chooses where")
+        if not self.checkpoint_name or "/" in self.checkpoint_name or self.checkpoint_name in (".", ".."):
+            self._fail("checkpoint_name", "a file name (no '/'): the checkpoint goes into storage.root")
         if self.name == StorageName.s3:
             self._check_endpoint()
+
+    def _check_a_step_is_measured(self) -> None:
+        """Each accelerator's first step is warm-up: with a batch larger than what it reads, nothing
+        would be measured and every figure would be empty."""
+        workload = self.workload
+        samples = (workload.num_files // self.accelerators) * workload.samples_per_file  # the smallest share
+        steps = workload.epochs * -(-samples // workload.batch_size)
+        if workload.max_steps is not None:
+            steps = min(steps, workload.max_steps)
+        if workload.batch_size > samples or steps < 2:
+            self.workload._fail("batch_size", f"at most {samples // 2 if workload.epochs == 1 else samples} "
+                                f"(each of the {self.accelerators} simulated accelerators reads {samples} samples per "
+                                f"epoch x {workload.epochs} epochs; its first step is warm-up, so it needs 2 steps "
+                                "or more to measure anything)")
 
     def _check_endpoint(self) -> None:
         if self.endpoint is None:

@@ -85,9 +85,46 @@ def check_local_shards(root: str, split: str) -> None:
                         "`python -m bench.data prepare` (is data.split right?)")
 
 
+PROBE_IMAGES = 4  # the first images preflight decodes: a folder of non-images fails before the run
+
+
 def check_imagefolder(data: DataConfig) -> None:
     base = imagefolder_base(data.root, data.split)
-    check_class_count(len(class_folders(base)), base, data.num_classes)
+    classes = class_folders(base)
+    check_class_count(len(classes), base, data.num_classes)
+    check_first_images_decode(base, classes)
+
+
+def _first_images(base: str, classes: List[str], count: int) -> List[str]:
+    found: List[str] = []
+    for name in classes:
+        for folder, _dirs, files in sorted(os.walk(os.path.join(base, name), followlinks=True)):
+            found += [os.path.join(folder, f) for f in sorted(files) if f.lower().endswith(IMAGE_EXTENSIONS)]
+            if len(found) >= count:
+                return found[:count]
+    return found
+
+
+def check_first_images_decode(base: str, classes: List[str]) -> None:
+    """The first few images (in the loader's order) open as images: a folder of other files, or
+    of files named .jpg that are not, is a dataset problem for preflight, not a run failure. A
+    corrupt image among good ones is the loader's to skip (or, with data.strict, to stop at)."""
+    from PIL import Image, UnidentifiedImageError
+
+    paths = _first_images(base, classes, PROBE_IMAGES)
+    if not paths:
+        raise DataError(f"{base} holds no images: expected files ending in {', '.join(IMAGE_EXTENSIONS)} "
+                        "inside its class folders")
+    problems = []
+    for path in paths:
+        try:
+            with Image.open(path) as image:
+                image.verify()
+            return
+        except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
+            problems.append(f"{path}: {exc}")
+    raise DataError(f"{base}: none of its first {len(paths)} images can be decoded (first: {problems[0]}): "
+                    "expected JPEG/PNG images in the class folders")
 
 
 def check_cifar100(data: DataConfig) -> None:

@@ -25,7 +25,22 @@ class StorageScenario:
     report_class = StorageReport
 
     def preflight(self, config: BenchConfig) -> None:
-        """Nothing beyond the config: the store is checked when it is opened (one LIST)."""
+        """The files fit in memory (each is read whole, several at a time); the store itself is
+        checked when it is opened (one LIST)."""
+        import psutil
+
+        from bench.errors import ConfigError
+        from bench.iobench.reader import files_in_flight
+
+        workload = config.storage.workload
+        file_bytes = workload.samples_per_file * (workload.record_size + 3 * workload.record_size_stdev)
+        held = file_bytes * files_in_flight(workload) * config.storage.accelerators
+        ram = psutil.virtual_memory().total
+        if held > ram:
+            raise ConfigError("storage.workload.record_size", workload.record_size,
+                              f"records whose files fit in memory: each file is read whole, {files_in_flight(workload)} "
+                              f"at a time per simulated accelerator, {held / 2**30:.1f} GiB in all, and this machine "
+                              f"has {ram / 2**30:.1f} GiB (lower record_size, samples_per_file, read_threads or prefetch)")
 
     def run_name(self, config: BenchConfig) -> str:
         storage = config.storage

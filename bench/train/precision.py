@@ -46,7 +46,10 @@ def build_precision(cfg: PrecisionConfig, device: torch.device) -> PrecisionPoli
     dtype = _DTYPES[cfg.autocast_dtype] if cfg.autocast_dtype else None
     name = str(cfg.name)
     if device.type == "cpu" and dtype == torch.float16:
-        raise ConfigError("precision", name, "fp32, tf32 or bf16 on a CPU (amp_fp16 needs a CUDA GPU)")
+        if cfg.name == PrecisionName.amp_fp16:  # the option itself cannot run here
+            raise ConfigError("precision", name, "fp32, tf32 or bf16 on a CPU (amp_fp16 needs a CUDA GPU)")
+        raise ConfigError("precision.autocast_dtype", str(cfg.autocast_dtype),
+                          "null or bfloat16 on a CPU (float16 autocast needs a CUDA GPU)")
     if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported(including_emulation=False):
         gpu = torch.cuda.get_device_name(device)
         raise ConfigError("precision", name, f"fp32, tf32 or amp_fp16 on {gpu}, which has no native bfloat16")

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from bench.config import BenchConfig
-from bench.errors import ConfigProblem, DataError
 from bench.launch.context import RankContext
 from bench.train.report import TrainReport
 from bench.train.result import RankSummary, TrainOutcome
@@ -24,23 +23,11 @@ class TrainScenario:
         self.device_name = "cpu"
 
     def preflight(self, config: BenchConfig) -> None:
-        """The dataset is where data.root says (listings only), the device exists and can do the
-        precision, the model exists. Cheapest first: the dataset check needs no torch."""
-        from bench.data.registry import check_location
+        """The dataset, the device, the model, the machine: bench.train.preflight."""
+        from bench.train.device import device_name
+        from bench.train.preflight import check_training
 
-        try:
-            check_location(config.data)
-        except DataError as exc:
-            raise ConfigProblem(str(exc)) from None
-        from bench.train.device import check_gpu_count, device_name, resolve_device
-        from bench.train.models import check_model
-        from bench.train.precision import build_precision
-
-        device = resolve_device(config.allow_cpu)
-        build_precision(config.precision, device)
-        check_gpu_count(config.distributed.nproc_per_node, device)
-        check_model(config.model)
-        self.device_name = device_name(device)
+        self.device_name = device_name(check_training(config))
 
     def run_name(self, config: BenchConfig) -> str:
         world = config.distributed.world_size

@@ -213,10 +213,32 @@ def test_deprecated_spellings_still_work(compose, caplog):
     (["storage.accelerators=17"], "storage.accelerators=17 is not valid: accepted at most storage.workload.num_files=16"),
     (["storage.workload.au_threshold=90"], "storage.workload.au_threshold=90.0 is not valid: accepted a fraction in (0, 1]"),
     (["storage.workload.record_size=0"], "storage.workload.record_size=0 is not valid: accepted a positive integer."),
-    (["storage.dataset_dir=/"], "storage.dataset_dir='/' is not valid: accepted a non-empty relative path."),
+    (["storage.dataset_dir=/"], "storage.dataset_dir='/' is not valid: accepted a relative path inside storage.root"),
+    # issue 9: nan and inf pass every range check, then end as NaN in the results (not JSON)
+    (["optimizer.lr=nan"], "optimizer.lr=nan is not valid: accepted a finite number."),
+    (["optimizer.lr=inf"], "optimizer.lr=inf is not valid: accepted a finite number."),
+    (["benchmark.measure_seconds=inf"], "benchmark.measure_seconds=inf is not valid: accepted a finite number."),
+    (["optimizer.betas=[0.9,nan]"], "optimizer.betas=[0.9, nan] is not valid: accepted finite numbers."),
+    # issue 9: names that would write outside the storage root
+    (["storage.dataset_dir=/abs/elsewhere"], "storage.dataset_dir='/abs/elsewhere' is not valid: accepted a relative path"),
+    (["storage.dataset_dir=data/../../up"], "storage.dataset_dir='data/../../up' is not valid"),
+    (["storage.checkpoint_name=../../../x.pt"], "storage.checkpoint_name='../../../x.pt' is not valid: accepted a file name"),
+    # issue 9: a batch larger than what a simulated accelerator reads measures nothing
+    (["mode=storage", "storage.workload.batch_size=1000", "storage.workload.num_files=2",
+      "storage.workload.samples_per_file=4"], "storage.workload.batch_size=1000 is not valid: accepted at most 4 "),
+    (["mode=storage", "storage.workload.batch_size=128", "storage.workload.epochs=1"],
+     "storage.workload.batch_size=128 is not valid"),
 ], ids=lambda v: v[0] if isinstance(v, list) else "")
 def test_value_that_cannot_work_is_one_sentence(compose, overrides, message):
     assert message in refused(compose, *overrides)
+
+
+def test_warm_up_longer_than_the_run_is_a_warning(compose, caplog):
+    compose("+experiment=cpu_smoke", "scheduler.lr_warmup_steps=1000")  # 2 + 2 x 5 steps
+    assert "scheduler.lr_warmup_steps=1000 is longer than the run (12 optimizer steps" in caplog.text
+    caplog.clear()
+    compose("+experiment=cpu_smoke", "scheduler.lr_warmup_steps=12")
+    assert "longer than the run" not in caplog.text
 
 
 def test_secret_looking_key_is_never_echoed(compose):

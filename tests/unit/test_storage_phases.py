@@ -75,7 +75,7 @@ def test_prepare_never_on_an_empty_store(tmp_path):
 
 @pytest.mark.parametrize("fmt", ["raw", "npz"])
 def test_formats_round_trip_and_catch_short_files(fmt):
-    (spec,) = plan_files(workload(num_files=1, format=fmt))
+    spec = plan_files(workload(num_files=2, format=fmt))[0]
     data = encode(spec, fmt, seed=0)
     assert decode_samples(data, spec, fmt) == 4
     with pytest.raises(Exception):

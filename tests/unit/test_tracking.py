@@ -196,3 +196,18 @@ def test_a_stopped_rank_is_named_not_the_peer_that_timed_out(tmp_path):
     assert describe_failure(exc, killed=[222], stopped=(1, 222)) == (
         "worker rank 1 (pid 222) was stopped (SIGSTOP or a debugger) and stopped stepping; rank 0 then gave up "
         "waiting for it after distributed.timeout_s: RuntimeError: Application timeout caused pair closure")
+
+
+def test_the_final_line_is_strict_json_even_with_non_finite_figures():
+    """A diverged run's loss is nan: the final line still parses with a strict parser (null)."""
+    import json
+
+    from bench.results import final_line
+
+    line = final_line({"final_loss": float("nan"), "images_per_second": 10.0, "x": [float("inf")]})
+
+    def refuse(constant):
+        raise ValueError(f"not JSON: {constant}")
+
+    parsed = json.loads(line, parse_constant=refuse)
+    assert parsed == {"radix_metrics": {"final_loss": None, "images_per_second": 10.0, "x": [None]}}

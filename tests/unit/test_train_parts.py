@@ -386,3 +386,55 @@ def test_unknown_model_is_one_sentence_with_a_suggestion():
     with pytest.raises(ConfigError) as info:
         check_model(compose("model.arch=resnet51").model)
     assert info.value.key == "model.arch" and "did you mean resnet50?" in str(info.value)
+
+
+# --- what preflight refuses about the machine and the precision (issue 9) -----------------------------
+
+
+def test_float16_autocast_on_cpu_blames_the_key_that_is_wrong():
+    """precision=fp32 with precision.autocast_dtype=float16: the option is fine, the key is not."""
+    with pytest.raises(ConfigError) as info:
+        build_precision(precision("fp32", autocast_dtype="float16"), CPU)
+    assert info.value.key == "precision.autocast_dtype" and "float16" in str(info.value)
+    assert "precision='fp32'" not in str(info.value)
+
+
+@pytest.mark.parametrize("overrides, key", [
+    (["cpu_threads=1000"], "cpu_threads"),
+    (["data.num_workers=1000"], "data.num_workers"),
+    (["distributed=ddp", "distributed.nproc_per_node=1000"], "distributed.nproc_per_node"),
+    (["data.batch_size=1000000000"], "data.batch_size"),
+    (["data.image_size=100000"], "data.image_size"),
+], ids=lambda v: v[-1] if isinstance(v, list) else v)
+def test_what_cannot_fit_the_machine_is_refused_naming_the_key(overrides, key):
+    from bench.train.preflight import check_training
+
+    with pytest.raises(ConfigError) as info:
+        check_training(compose("allow_cpu=true", *overrides))
+    assert info.value.key == key and "\n" not in str(info.value)
+
+
+def test_a_record_that_cannot_fit_in_memory_is_refused():
+    from bench.iobench.scenario import StorageScenario
+
+    with pytest.raises(ConfigError) as info:
+        StorageScenario().preflight(compose("mode=storage", "storage.workload.record_size=1000000000000"))
+    assert info.value.key == "storage.workload.record_size" and "GiB" in str(info.value)
+    StorageScenario().preflight(compose("+experiment=storage_unet3d_h100"))  # the real workload fits
+
+
+def test_a_folder_of_non_images_is_a_dataset_problem_before_the_run(tmp_path):
+    from bench.errors import ConfigProblem
+    from bench.train.preflight import check_training
+
+    for index in range(3):
+        (tmp_path / "class0").mkdir(exist_ok=True)
+        (tmp_path / "class0" / f"note{index}.jpg").write_text("not an image")
+    with pytest.raises(ConfigProblem, match="none of its first 3 images can be decoded"):
+        check_training(compose("data=imagefolder", f"data.root={tmp_path}", "allow_cpu=true"))
+    (tmp_path / "class1").mkdir()
+    (tmp_path / "class1" / "readme.txt").write_text("x")
+    for note in (tmp_path / "class0").iterdir():
+        note.unlink()
+    with pytest.raises(ConfigProblem, match="holds no images"):
+        check_training(compose("data=imagefolder", f"data.root={tmp_path}", "allow_cpu=true"))

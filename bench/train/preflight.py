@@ -1,0 +1,84 @@
+"""What must hold before a training run starts, beyond the schema: the dataset is on disk and
+decodes, the device exists and can do the precision, the model exists, and the run fits the
+machine (cores, GPUs, memory). Each failure is one sentence naming the key (exit 2), and all of
+it runs before an MLflow run is opened. Cheapest first: the dataset check needs no torch.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+from bench.config import BenchConfig
+from bench.errors import ConfigError, ConfigProblem, DataError
+
+FLOAT32 = 4
+
+
+def check_training(config: BenchConfig) -> Any:
+    """Raise the first problem; return the device the run will use."""
+    from bench.data.registry import check_location
+
+    try:
+        check_location(config.data)
+    except DataError as exc:
+        raise ConfigProblem(str(exc)) from None
+    from bench.train.device import check_gpu_count, resolve_device
+    from bench.train.models import check_model
+    from bench.train.precision import build_precision
+
+    device = resolve_device(config.allow_cpu)
+    build_precision(config.precision, device)
+    check_gpu_count(config.distributed.nproc_per_node, device)
+    check_cores(config, device)
+    check_model(config.model)
+    check_batch_fits(config, device)
+    return device
+
+
+def _cores() -> int:
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def check_cores(config: BenchConfig, device: Any) -> None:
+    """Thread, worker and CPU-rank counts beyond the cores only oversubscribe them (a thousand
+    workers is a thousand processes): bounded by this machine."""
+    cores = _cores()
+    where = f"at most {cores} (the CPU cores this process may use)"
+    if config.cpu_threads and config.cpu_threads > cores:
+        raise ConfigError("cpu_threads", config.cpu_threads, where)
+    if config.data.num_workers and config.data.num_workers > cores:
+        raise ConfigError("data.num_workers", config.data.num_workers, where)
+    if device.type == "cpu" and config.distributed.nproc_per_node > cores:
+        raise ConfigError("distributed.nproc_per_node", config.distributed.nproc_per_node,
+                          f"{where} on a CPU, where each rank needs a core of its own")
+
+
+def _memory_bytes(device: Any) -> int:
+    if device.type == "cuda":
+        import torch
+
+        return int(torch.cuda.mem_get_info(device)[1])
+    import psutil
+
+    return int(psutil.virtual_memory().total)
+
+
+def check_batch_fits(config: BenchConfig, device: Any) -> None:
+    """One input batch (float32 NCHW) larger than the device's whole memory cannot run: say so
+    with the key to change, instead of an allocator error naming no key. (Activations need far
+    more; this only catches what can never fit.)"""
+    world = config.distributed.world_size
+    batch = config.data.batch_size // world if config.distributed.scaling == "strong" else config.data.batch_size
+    image = 3 * config.data.image_size ** 2 * FLOAT32
+    memory = _memory_bytes(device)
+    where = "the GPU" if device.type == "cuda" else "this machine"
+    if image > memory // 16:
+        raise ConfigError("data.image_size", config.data.image_size,
+                          f"a size whose images fit in memory: one {config.data.image_size}x{config.data.image_size} "
+                          f"image is {image / 2**30:.1f} GiB of float32 and {where} has {memory / 2**30:.1f} GiB")
+    if batch * image > memory:
+        raise ConfigError("data.batch_size", config.data.batch_size,
+                          f"a batch that fits in memory: {batch} images of 3x{config.data.image_size}"
+                          f"x{config.data.image_size} float32 are {batch * image / 2**30:.1f} GiB and {where} has "
+                          f"{memory / 2**30:.1f} GiB (at most {memory // image} per process)")
