@@ -9,6 +9,8 @@ from omegaconf import DictConfig
 from bench import config_dir
 from bench.config.hydra_errors import reporting_one_line
 from bench.config.schema import register_configs
+from bench.errors import EXIT_CONFIG
+from bench.secrets import command_line_problem
 
 register_configs()
 
@@ -22,7 +24,12 @@ def main(cfg: DictConfig) -> int:
 
 def cli() -> None:
     """The console script: a bad override is one [ERROR] line (exit 2); a multirun exits with
-    the number of jobs that failed."""
+    the number of jobs that failed. A credential on the command line is refused before Hydra
+    saves the overrides in .hydra/ or logs them."""
+    problem = command_line_problem(sys.argv[1:])
+    if problem:
+        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_CONFIG)
     reporting_one_line(main)
     from bench.tracking.sweep import failed_jobs
 

@@ -123,6 +123,10 @@ def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[Mapping[str, Any
     child and an error.txt, so the sweep report says why)."""
     problem = str(exc)
     error(problem)
+    if getattr(exc, "hidden", False):  # a secret in a config file: Hydra has saved it in .hydra/ already
+        from bench.secrets import scrub
+
+        scrub((out_dir / ".hydra").glob("*.yaml"))
     if sweep_job:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)

@@ -3,25 +3,19 @@
 One hierarchy: the app catches `BenchError` once, prints `[ERROR] <str(exc)>` (one sentence,
 no traceback) and exits with `exc.exit_code`. Anything else that escapes a run is a bug or an
 environment failure and ends as "run failed" (exit 1) with the traceback in error.txt.
-Torch-free and import-free: every layer may raise these.
+Torch-free: every layer may raise these.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from bench.secrets import has_userinfo, looks_secret
+
 EXIT_FAILED = 1  # the run started and failed
 EXIT_CONFIG = 2  # the config, the data location or the device cannot run this
 EXIT_SIGINT = 130  # Ctrl-C (128 + SIGINT)
 EXIT_SIGTERM = 143  # terminated (128 + SIGTERM)
-
-SECRET_MARKERS = ("secret", "password", "token", "access_key", "credential", "api_key")
-
-
-def looks_secret(key: str) -> bool:
-    """A config key or environment variable whose value must never be shown or logged."""
-    lowered = key.lower()
-    return any(marker in lowered for marker in SECRET_MARKERS)
 
 
 class BenchError(Exception):
@@ -37,7 +31,9 @@ class ConfigError(BenchError, ValueError):
 
     def __init__(self, key: str, value: Any, accepted: str):
         self.key, self.value, self.accepted = key, value, accepted
-        shown = "<hidden>" if looks_secret(key) else repr(value)
+        # a secret-looking key or a URL with user:password is never echoed
+        self.hidden = looks_secret(key) or (isinstance(value, str) and has_userinfo(value))
+        shown = "<hidden>" if self.hidden else repr(value)
         super().__init__(f"{key}={shown} is not valid: accepted {accepted}.")
 
 

@@ -26,7 +26,8 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
 import pandas as pd
 import yaml
 
-from bench.errors import ReportError, looks_secret
+from bench.errors import ReportError
+from bench.secrets import looks_secret
 from bench.scenarios import report_class
 
 RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline")

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from bench.config.fields import Checks
+from bench.secrets import CREDENTIALS_HOME, has_userinfo
 
 
 @dataclass
@@ -44,3 +45,7 @@ class TrackingConfig(Checks):
     uri: Optional[str] = None  # MLFLOW_TRACKING_URI wins; default sqlite:///<launch dir>/mlflow.db
     run_name: Optional[str] = None
     log_step_metrics: bool = True
+
+    def __post_init__(self) -> None:
+        if self.uri and has_userinfo(self.uri):
+            self._fail("uri", f"a URI without user:password; {CREDENTIALS_HOME}")

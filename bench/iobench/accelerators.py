@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import multiprocessing
 import queue as queue_module
+import signal
 import time
 from typing import Any, Dict, List, Sequence
 
@@ -20,6 +21,7 @@ from bench.iobench.workload import FileSpec
 from bench.storage.registry import open_store
 
 START_TIMEOUT_S = 120.0  # spawning and importing an accelerator process
+STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 class AcceleratorFailed(BenchError):
@@ -41,15 +43,26 @@ def run_accelerators(location: str, storage: StorageConfig, files: Sequence[File
                                  args=(i, location, storage, [f.to_dict() for f in shard(files, i, count)], gate,
                                        results))
                  for i in range(count)]
-    for process in processes:
-        process.start()
+    # A signal that lands while a child's start-up data is half written leaves that child reading
+    # half a pickle (EOFError and a traceback on stderr): hold Ctrl-C / SIGTERM until all are
+    # started; the children inherit the block and lift it themselves (_accelerator_main).
+    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        for process in processes:
+            process.start()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal held meanwhile is raised here
     try:
         return _collect(processes, results, count)
     finally:
         for process in processes:
             if process.is_alive():
                 process.terminate()
+        for process in processes:
             process.join(timeout=10)
+            if process.is_alive():
+                process.kill()
+                process.join(timeout=10)
 
 
 def _collect(processes: List[Any], results: Any, count: int) -> List[ReaderResult]:
@@ -73,6 +86,10 @@ def _collect(processes: List[Any], results: Any, count: int) -> List[ReaderResul
 
 def _accelerator_main(index: int, location: str, storage: StorageConfig, files: List[Dict[str, Any]], gate: Any,
                       results: Any) -> None:
+    # The parent decides when to stop (it terminates its accelerators): Ctrl-C, which reaches the
+    # whole process group, is not for them. SIGTERM keeps its default: a quiet exit.
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     try:
         store = open_store(location, storage)
         result = run_reader(store, [FileSpec(**f) for f in files], storage.workload, index, start_gate=gate)

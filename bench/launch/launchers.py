@@ -91,7 +91,10 @@ class Elastic(Launcher):
             shutdown_timeout=5,  # seconds between SIGTERM and SIGKILL for the survivors of a failed rank
             logs_specs=DefaultLogsSpecs(log_dir=str(out_dir / "workers")),
         )
-        # The elastic agent logs its launch config and every failure at length; we report a failure in one line.
+        # The elastic agent logs its launch config and every failure at length; we report a failure in
+        # one line. Its modules set their own logger levels, so each is quieted, not just the parent.
+        for name in [n for n in logging.root.manager.loggerDict if n.startswith("torch.distributed.elastic")]:
+            logging.getLogger(name).setLevel(logging.CRITICAL)
         logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
         logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
         # Workers fork from one server process that has torch imported already: a job's workers

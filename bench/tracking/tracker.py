@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
-from bench.errors import looks_secret
+from bench.secrets import looks_secret, redact
 
 log = logging.getLogger(__name__)
 
@@ -80,6 +80,9 @@ class Tracker:
     @classmethod
     def start(cls, uri: str, experiment: str, run_name: Optional[str], tags: Mapping[str, Any],
               parent_run_id: Optional[str] = None) -> "Tracker":
+        # MLflow prints "View run ... at <server URL>" on stdout when a run ends: stdout carries
+        # only the final line, and the URL may carry credentials
+        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
         try:
             from mlflow import MlflowClient
 
@@ -92,7 +95,7 @@ class Tracker:
             run = client.create_run(experiment_id, run_name=run_name, tags=run_tags)
         except Exception as exc:  # noqa: BLE001
             log.warning("MLflow tracking at %s failed (%s: %s); results are kept in the output directory only",
-                        redact_uri(uri), type(exc).__name__, exc)
+                        redact_uri(uri), type(exc).__name__, redact(str(exc)))
             return cls(uri=uri)
         log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact_uri(uri))
         return cls(client, run.info.run_id, uri)
@@ -106,7 +109,7 @@ class Tracker:
             # One warning, then stop: a server that went away would cost each later call its
             # full retry back-off, and the results are safe in the output directory anyway.
             log.warning("MLflow %s failed at %s (%s: %s); no further tracking for this run",
-                        what, redact_uri(self.uri), type(exc).__name__, exc)
+                        what, redact_uri(self.uri), type(exc).__name__, redact(str(exc)))
             self.client = None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -155,10 +158,7 @@ class Tracker:
 
 def redact_uri(uri: str) -> str:
     """http://user:password@host -> http://***@host: a URI may carry credentials."""
-    if "@" in uri and "://" in uri:
-        scheme, rest = uri.split("://", 1)
-        return f"{scheme}://***@{rest.split('@', 1)[1]}"
-    return uri
+    return redact(uri)
 
 
 def open_run(tracking: Any, launch_dir: Path, run_name: str, params: Mapping[str, Any],

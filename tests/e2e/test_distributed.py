@@ -5,6 +5,7 @@ errors. Waits are for events (a rank's log line, the job's exit); the timeouts a
 from __future__ import annotations
 
 import json
+import os
 import re
 import signal
 import subprocess
@@ -171,6 +172,26 @@ def test_stopped_worker_ends_the_job_and_is_named(bench, tiny, tmp_path):
         (run,) = bench.runs()
         assert run.info.status == "FAILED"
         assert run.data.tags["error"]
+        assert _left_alive(tree) == []
+    finally:
+        _cleanup(proc, tree)
+
+
+def test_ctrl_c_to_a_ddp_job_ends_it_killed_with_130(bench, tiny, tmp_path):
+    """Ctrl-C reaches the whole process group (launcher and workers): the run ends KILLED with
+    exit 130 (issue 9: it was 143), one line, no process left."""
+    proc, run_dir = _start_long_run(bench, tiny, tmp_path, timeout_s=3600)
+    tree: list = []
+    try:
+        _wait_for_rank1_steps(proc, run_dir)
+        tree = _tree(proc)
+        os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        out, err = proc.communicate(timeout=HANG_GUARD_S)
+        assert proc.returncode == 130, err
+        assert bench.error_lines(err) == ["[ERROR] run interrupted: terminated by signal SIGINT"], err
+        assert "Traceback" not in err and "death signal" not in err
+        (run,) = bench.runs()
+        assert run.info.status == "KILLED"
         assert _left_alive(tree) == []
     finally:
         _cleanup(proc, tree)

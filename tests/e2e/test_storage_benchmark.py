@@ -244,3 +244,26 @@ def test_sigterm_during_the_read_phase_ends_the_run_and_its_accelerators(bench, 
     assert not alive  # no orphaned reader process
     (run,) = bench.runs()
     assert run.info.status == "KILLED"
+
+
+def test_sigterm_while_the_accelerators_start_leaves_no_child_traceback(bench, tmp_path):
+    """Issue 9: a SIGTERM that landed while a spawned accelerator was still reading its start-up
+    data left it reading half a pickle: `EOFError: Ran out of input` and a traceback on stderr.
+    The signal is sent the moment the read phase begins (the racy window), three times."""
+    import signal
+    import time
+
+    for attempt, delay in enumerate((0.0, 0.01, 0.03)):
+        run_dir = tmp_path / f"run{attempt}"
+        proc = bench.start(*TINY, "storage.accelerators=2", "storage.workload.epochs=1000",
+                           "storage.workload.checkpoint_size_mb=0", "tracking.enabled=false", f"hydra.run.dir={run_dir}")
+        log = run_dir / "bench.log"
+        deadline = time.monotonic() + 900  # a hang guard; the event is the read phase's first line
+        while proc.poll() is None and time.monotonic() < deadline and not (log.exists() and "read:" in log.read_text()):
+            time.sleep(0.01)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=900)
+        assert proc.returncode == 143, stderr
+        assert "Traceback" not in stderr and "EOFError" not in stderr, stderr
+        assert bench.error_lines(stderr) == ["[ERROR] run interrupted: terminated by signal SIGTERM"]
