@@ -76,7 +76,7 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
         return _run_unreported(launcher, scenario, config, out_dir)
 
     environment = collect_environment()
-    tracker = _tracker(config, scenario, launch_dir, environment, overrides, sweep_job)
+    tracker = _tracker(config, scenario, launch_dir, environment, overrides, sweep_job, out_dir)
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         report = scenario.report(launcher.run(scenario, config, out_dir), config)
@@ -97,11 +97,11 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
 
 
 def _tracker(config: BenchConfig, scenario: Any, launch_dir: Path, environment: Mapping[str, Any],
-             overrides: List[str], sweep_job: Optional[Mapping[str, Any]]) -> Any:
+             overrides: List[str], sweep_job: Optional[Mapping[str, Any]], out_dir: Optional[Path] = None) -> Any:
     from bench.tracking.tracker import open_run
 
     return open_run(config.tracking, launch_dir, scenario.run_name(config), as_plain(config), environment,
-                    overrides, sweep_job)
+                    overrides, sweep_job, out_dir)
 
 
 def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str], sweep_job: Optional[Mapping[str, Any]]) -> Any:

@@ -45,7 +45,9 @@ class TrackingConfig(Checks):
     uri: Optional[str] = None  # MLFLOW_TRACKING_URI wins; default sqlite:///<launch dir>/mlflow.db
     run_name: Optional[str] = None
     log_step_metrics: bool = True
+    probe_timeout_s: float = 5.0  # an http(s) tracking server must answer within this, or the run goes on without it
 
     def __post_init__(self) -> None:
+        self.positive("probe_timeout_s", integer=False)
         if self.uri and has_userinfo(self.uri):
             self._fail("uri", f"a URI without user:password; {CREDENTIALS_HOME}")

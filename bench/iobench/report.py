@@ -9,6 +9,7 @@ request measured, no compute emulated) is left out, with a warning, never report
 
 from __future__ import annotations
 
+import csv
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,8 +19,8 @@ import psutil
 
 from bench.analysis.stats import mean, percentile, present, rate
 from bench.config.storage import StorageConfig
-from bench.iobench.reader import ReaderResult
-from bench.results import read_column, write_csv, write_json
+from bench.iobench.reader import EpochStats, ReaderResult, Request
+from bench.results import read_column, read_summary, write_csv, write_json
 
 log = logging.getLogger(__name__)
 
@@ -142,6 +143,22 @@ class StorageReport:
         tracker.set_tags({key: self.metrics[key] for key in ("mode", "workload", "storage", "storage_client",
                                                              "storage_url", "au_pass", "potential_caching")})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
+
+    @classmethod
+    def from_files(cls, job_dir: Path) -> "StorageReport":
+        """The report of a finished run, read back from its directory (to upload it later)."""
+        summary = read_summary(job_dir)
+        clients: Dict[int, ReaderResult] = {}
+        for row in summary["epochs"]:
+            result = clients.setdefault(int(row["client"]), ReaderResult(int(row["client"]), []))
+            result.epochs.append(EpochStats(int(row["epoch"]), int(row["steps"]), int(row["samples"]), float(row["bytes"]),
+                                            float(row["wall_s"]), float(row["compute_s"]), float(row["wait_s"])))
+        with (job_dir / cls.TIMELINE_FILE).open() as fh:
+            for order, row in enumerate(csv.DictReader(fh)):
+                result = clients.setdefault(int(row["client"]), ReaderResult(int(row["client"]), []))
+                result.requests.append(Request(row["key"], int(row["epoch"]), int(row["bytes"]),
+                                               float(row["latency_ms"]), float(order)))
+        return cls([clients[c] for c in sorted(clients)], summary["results"], summary.get("prepare", {}))
 
     @classmethod
     def timeline(cls, job_dir: Path) -> List[float]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import signal
 from typing import Any, Optional, Sequence, Tuple
 
-from bench.launch.watchdog import EXIT_HUNG
+from bench.launch.watchdog import EXIT_HUNG, EXIT_ORPHANED
 
 
 def describe_failure(exc: Any, first: Optional[Tuple[int, int]] = None, killed: Sequence[int] = (),
@@ -23,6 +23,8 @@ def describe_failure(exc: Any, first: Optional[Tuple[int, int]] = None, killed: 
     if first is not None and first[0] != rank and failure.exitcode >= 0 and failure.exitcode != EXIT_HUNG:
         return (f"worker rank {first[0]} (pid {first[1]}) died first, without an error of its own (killed by a "
                 f"signal such as SIGKILL, or by the OOM killer); rank {rank} then failed: {_detail(failure)}")
+    if failure.exitcode == EXIT_ORPHANED:
+        return f"worker rank {rank} (pid {failure.pid}) ended because its launcher was gone"
     if failure.exitcode == EXIT_HUNG:
         return f"worker rank {rank} (pid {failure.pid}) saw no training step finish for distributed.timeout_s: a rank died or hung"
     if failure.exitcode < 0:

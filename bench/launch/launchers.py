@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import os
 import uuid
 from pathlib import Path
 from typing import Any, Dict, Optional
@@ -103,7 +104,7 @@ class Elastic(Launcher):
         multiprocessing.set_forkserver_preload(list(scenario.preload))
         reaper = SurvivorReaper(dist.nproc_per_node, out_dir / "workers")
         try:
-            returns = elastic_launch(launch_config, worker_entry)(config, str(out_dir))
+            returns = elastic_launch(launch_config, worker_entry)(config, str(out_dir), os.getpid())
         except ChildFailedError as exc:
             reaper.stop()
             workers = out_dir / "workers"

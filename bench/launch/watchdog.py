@@ -1,9 +1,13 @@
-"""Ends a rank whose training steps have stopped.
+"""Ends a rank whose training steps have stopped, or whose launcher is gone.
 
 A peer that died or hung leaves the others blocked inside an all-reduce, and not every backend
 honours its timeout there (gloo inside DDP's backward does not); a rank that exits is something
 the launcher sees, and it then stops the rest. Armed at the first step, so model building and
 data start-up are not counted.
+
+A launcher killed outright (SIGKILL, the OOM killer) cannot stop its workers: each checks every
+second that the process that launched it is still there (the same pid with the same start
+time, so a reused pid does not count) and ends itself when it is not.
 """
 
 from __future__ import annotations
@@ -12,16 +16,29 @@ import logging
 import os
 import threading
 import time
-from typing import Optional
+from typing import Optional, Tuple
 
 log = logging.getLogger("bench")
 
 EXIT_HUNG = 124  # a rank whose steps stopped (the exit code `timeout` uses)
+EXIT_ORPHANED = 125  # a rank whose launcher is gone
+
+
+def process_identity(pid: int) -> Optional[Tuple[int, float]]:
+    """(pid, start time) of a live process, None when there is none (or only a zombie)."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        return None if process.status() == psutil.STATUS_ZOMBIE else (pid, process.create_time())
+    except psutil.Error:
+        return None
 
 
 class StepWatchdog:
-    def __init__(self, timeout_s: float, rank: int):
+    def __init__(self, timeout_s: float, rank: int, launcher_pid: Optional[int] = None):
         self.timeout_s, self.rank = float(timeout_s), rank
+        self.launcher = process_identity(launcher_pid) if launcher_pid else None
         self._last: Optional[float] = None
         self._thread = threading.Thread(target=self._watch, name="bench-step-watchdog", daemon=True)
         self._thread.start()
@@ -34,7 +51,12 @@ class StepWatchdog:
         while True:
             time.sleep(min(1.0, self.timeout_s / 4))
             if self._last is not None and time.monotonic() - self._last > self.timeout_s:
-                log.error("rank %d: no training step finished for %.0f s (distributed.timeout_s): a peer died or hung; "
-                          "ending this rank", self.rank, self.timeout_s)
-                logging.shutdown()
-                os._exit(EXIT_HUNG)
+                self._end(EXIT_HUNG, f"no training step finished for {self.timeout_s:.0f} s (distributed.timeout_s): "
+                                     "a peer died or hung")
+            if self.launcher is not None and process_identity(self.launcher[0]) != self.launcher:
+                self._end(EXIT_ORPHANED, f"the process that launched it (pid {self.launcher[0]}) is gone")
+
+    def _end(self, code: int, why: str) -> None:
+        log.error("rank %d: %s; ending this rank", self.rank, why)
+        logging.shutdown()
+        os._exit(code)

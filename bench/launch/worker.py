@@ -20,7 +20,7 @@ log = logging.getLogger("bench")
 
 
 @record
-def worker_entry(config: BenchConfig, out_dir: str) -> Any:
+def worker_entry(config: BenchConfig, out_dir: str, launcher_pid: int) -> Any:
     ctx = RankContext(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
     setup_rank_logging(Path(out_dir), ctx.rank)
     log.info("worker for rank %d/%d started (pid %d)", ctx.rank, ctx.world_size, os.getpid())
@@ -28,5 +28,5 @@ def worker_entry(config: BenchConfig, out_dir: str) -> Any:
     path = pid_file(Path(out_dir) / "workers", ctx.rank)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{os.getpid()} {ctx.local_rank}")
-    watchdog = StepWatchdog(config.distributed.timeout_s, ctx.rank)
+    watchdog = StepWatchdog(config.distributed.timeout_s, ctx.rank, launcher_pid)
     return scenario_for(config.mode).run_rank(config, ctx, Path(out_dir), heartbeat=watchdog.beat)

@@ -21,14 +21,15 @@ from hydra.experimental.callback import Callback
 
 log = logging.getLogger("bench")
 
-_state: Dict[str, Any] = {"tracker": None, "jobs": 0, "failed": 0}
+_state: Dict[str, Any] = {"tracker": None, "jobs": 0, "failed": 0, "tracking_down": None}
 
 
 def current_job(hydra_cfg: Any) -> Dict[str, Any]:
-    """What a sweep job needs to log as a child of the sweep."""
+    """What a sweep job needs to log as a child of the sweep (or to skip tracking when the
+    server did not answer the sweep's one probe)."""
     tracker = _state["tracker"]
     return {"parent_run_id": tracker.run_id if tracker is not None and tracker.active else None,
-            "job": hydra_cfg.job.num, "dir": hydra_cfg.sweep.dir}
+            "job": hydra_cfg.job.num, "dir": hydra_cfg.sweep.dir, "tracking_down": _state["tracking_down"]}
 
 
 def failed_jobs() -> int:
@@ -46,17 +47,25 @@ def _sweep_params(overrides: Any) -> Dict[str, str]:
 
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        _state.update(tracker=None, jobs=0, failed=0)
+        _state.update(tracker=None, jobs=0, failed=0, tracking_down=None)
         if not config.tracking.enabled:
             return
-        from bench.tracking.tracker import Tracker, resolve_tracking_uri  # mlflow: only when a sweep starts
+        from bench.tracking.probe import bound_mlflow_retries, probe, unreachable_line
+        from bench.tracking.tracker import Tracker, process_tags, resolve_tracking_uri  # mlflow: when a sweep starts
 
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
         overrides = list(config.hydra.overrides.task)
         uri = resolve_tracking_uri(config.tracking.uri, Path(os.getcwd()))
+        bound_mlflow_retries()
+        problem = probe(uri, config.tracking.probe_timeout_s)  # once for the whole sweep
+        if problem:
+            log.warning(unreachable_line(uri, problem, config.tracking.probe_timeout_s))
+            _state["tracking_down"] = f"the MLflow server did not answer at the sweep's start ({problem})"
+            return
         name = config.tracking.run_name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
         tracker = Tracker.start(uri, config.tracking.experiment, name,
-                                {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides)})
+                                {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides),
+                                 **process_tags()})
         tracker.log_params(_sweep_params(overrides))
         _state["tracker"] = tracker
         atexit.register(_end_interrupted_sweep, tracker)

@@ -72,6 +72,7 @@ class Tracker:
 
     def __init__(self, client: Any = None, run_id: Optional[str] = None, uri: str = ""):
         self.client, self.run_id, self.uri = client, run_id, uri
+        self.out_dir: Optional[Path] = None  # where the results stay when the server goes away
 
     @property
     def active(self) -> bool:
@@ -108,8 +109,9 @@ class Tracker:
         except Exception as exc:  # noqa: BLE001
             # One warning, then stop: a server that went away would cost each later call its
             # full retry back-off, and the results are safe in the output directory anyway.
-            log.warning("MLflow %s failed at %s (%s: %s); no further tracking for this run",
-                        what, redact_uri(self.uri), type(exc).__name__, redact(str(exc)))
+            later = f"; upload the results later with python -m bench.tools.upload {self.out_dir}" if self.out_dir else ""
+            log.warning("MLflow %s failed at %s (%s: %s); no further tracking for this run%s",
+                        what, redact_uri(self.uri), type(exc).__name__, redact(str(exc)), later)
             self.client = None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -161,23 +163,47 @@ def redact_uri(uri: str) -> str:
     return redact(uri)
 
 
+def process_tags() -> Dict[str, str]:
+    """Which process runs this MLflow run (host, pid, its start time): a run left RUNNING by a
+    process that is gone can be told from one still running (python -m bench.tools.stale)."""
+    import socket
+
+    import psutil
+
+    return {"bench.host": socket.gethostname(), "bench.pid": str(os.getpid()),
+            "bench.pid_started": repr(psutil.Process().create_time())}
+
+
 def open_run(tracking: Any, launch_dir: Path, run_name: str, params: Mapping[str, Any],
              environment: Mapping[str, Any], overrides: Sequence[str],
-             sweep_job: Optional[Mapping[str, Any]] = None) -> Tracker:
+             sweep_job: Optional[Mapping[str, Any]] = None, out_dir: Optional[Path] = None) -> Tracker:
     """The MLflow run of one bench run (a child of the sweep's parent run in a multirun):
     tags = the environment and the overrides, params = the flattened config (secrets dropped).
-    `tracking` is the tracking group (bench.config.run.TrackingConfig)."""
+    `tracking` is the tracking group (bench.config.run.TrackingConfig). A server that does not
+    answer a short probe (made once per sweep) means no tracking, said in one line."""
+    from bench.tracking.probe import bound_mlflow_retries, probe, unreachable_line
+
     if not tracking.enabled:
         return Tracker()
+    uri = resolve_tracking_uri(tracking.uri, launch_dir)
+    if sweep_job and sweep_job.get("tracking_down"):  # the sweep probed once, at its start
+        log.info("no MLflow tracking for this job: %s", sweep_job["tracking_down"])
+        return Tracker(uri=uri)
+    bound_mlflow_retries()
+    problem = probe(uri, tracking.probe_timeout_s)
+    if problem:
+        log.warning(unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir))
+        return Tracker(uri=uri)
     tags = {f"env.{k}": v for k, v in flatten(environment).items()}
     tags["overrides"] = " ".join(overrides)
+    tags.update(process_tags())
     name = tracking.run_name or run_name
     parent = None
     if sweep_job:
         parent = sweep_job.get("parent_run_id")
         tags.update({"sweep.job": str(sweep_job["job"]), "sweep.dir": str(sweep_job["dir"])})
         name = f"{name}-job{sweep_job['job']}"
-    tracker = Tracker.start(resolve_tracking_uri(tracking.uri, launch_dir), tracking.experiment, name, tags,
-                            parent_run_id=parent)
+    tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent)
+    tracker.out_dir = out_dir
     tracker.log_params(params)
     return tracker

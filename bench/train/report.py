@@ -15,8 +15,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from bench.analysis.stats import UNSTABLE_CV, step_time_stats
 from bench.config import BenchConfig
-from bench.results import read_column, write_csv, write_json, write_jsonl
-from bench.train.result import RankSummary, TrainOutcome, TrainResult
+from bench.results import read_column, read_summary, write_csv, write_json, write_jsonl
+from bench.train.result import EpochRecord, RankSummary, TrainOutcome, TrainResult
 
 AU_THRESHOLD = 0.90  # accelerator utilization below which a run is input-bound (MLPerf Storage's ResNet-50 bar)
 
@@ -154,6 +154,21 @@ class TrainReport:
         tracker.log_metrics(self.metrics)
         tracker.set_tags({key: self.metrics[key] for key in ("model", "precision", "device_name", "unstable")})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
+
+    @classmethod
+    def from_files(cls, job_dir: Path) -> "TrainReport":
+        """The report of a finished run, read back from its directory (to upload it later)."""
+        summary = read_summary(job_dir)
+        m = summary["results"]
+        result = TrainResult(batch_size=m["batch_size"], warmup_steps=m["warmup_steps"],
+                             measured_steps=m["measured_steps"], window_seconds=m["elapsed_seconds"],
+                             step_times_ms=cls.timeline(job_dir),
+                             data_wait_ms=read_column(job_dir / cls.TIMELINE_FILE, "data_wait_ms"),
+                             epochs=[EpochRecord(**e) for e in summary["epochs"]], base_lr=m["lr"],
+                             final_lr=m["final_lr"], final_loss=m["final_loss"],
+                             peak_memory_bytes=int(m["peak_memory_mb"] * 2**20), parameters=m["parameters"],
+                             precision={}, compile=summary.get("compile", {}))
+        return cls(result, [RankSummary(**r, step_times_ms=[], data_wait_ms=[]) for r in summary.get("ranks", [])], m)
 
     @classmethod
     def timeline(cls, job_dir: Path) -> List[float]:

@@ -197,6 +197,50 @@ def test_ctrl_c_to_a_ddp_job_ends_it_killed_with_130(bench, tiny, tmp_path):
         _cleanup(proc, tree)
 
 
+def test_killed_launcher_takes_its_workers_down_and_the_run_is_found_stale(bench, tiny, tmp_path):
+    """Issue 9: SIGKILL of the process that launched the workers left them training until the
+    step watchdog (minutes) and the MLflow run RUNNING for ever. Now the workers see their
+    launcher gone within seconds and end (distributed.timeout_s is an hour, so it is not the
+    step watchdog), and `python -m bench.tools.stale --mark` ends the run KILLED."""
+    proc, run_dir = _start_long_run(bench, tiny, tmp_path, timeout_s=3600)
+    tree: list = []
+    try:
+        _wait_for_rank1_steps(proc, run_dir)
+        tree = _tree(proc)
+        workers = [p for p in tree if p.pid in {int(f.read_text().split()[0]) for f in (run_dir / "workers").glob("*.pid")}]
+        assert len(workers) == 2
+        proc.kill()  # SIGKILL: no handler runs, nothing is cleaned up by the launcher
+        proc.communicate(timeout=HANG_GUARD_S)
+        assert _left_alive(workers, wait_s=HANG_GUARD_S) == []  # the event: both workers are gone
+        for rank in (0, 1):
+            assert "the process that launched it" in (run_dir / f"rank{rank}.log").read_text()
+        (run,) = bench.runs()
+        assert run.info.status == "RUNNING"  # nobody was left to end it
+
+        listed = bench.run("--tracking-uri", bench.uri, module="bench.tools.stale")
+        assert listed.returncode == 0 and f"{run.info.run_id}" in listed.stdout and " gone " in listed.stdout
+        assert bench.runs()[0].info.status == "RUNNING"  # listing changes nothing
+        marked = bench.run("--tracking-uri", bench.uri, "--mark", module="bench.tools.stale")
+        assert marked.returncode == 0 and "1 stale (marked KILLED)" in marked.stderr
+        (run,) = bench.runs()
+        assert run.info.status == "KILLED" and f"pid {proc.pid}" in run.data.tags["error"]
+    finally:
+        _cleanup(proc, tree)
+
+
+def test_stale_tool_leaves_a_live_run_alone(bench, tiny, tmp_path):
+    proc, run_dir = _start_long_run(bench, tiny, tmp_path, timeout_s=3600)
+    tree: list = []
+    try:
+        _wait_for_rank1_steps(proc, run_dir)
+        tree = _tree(proc)
+        marked = bench.run("--tracking-uri", bench.uri, "--mark", module="bench.tools.stale")
+        assert marked.returncode == 0 and " alive " in marked.stdout and "0 stale" in marked.stderr
+        assert bench.runs()[0].info.status == "RUNNING"
+    finally:
+        _cleanup(proc, tree)
+
+
 # ---- torchrun ----------------------------------------------------------------------------------
 
 

@@ -1,0 +1,96 @@
+"""`python -m bench.tools.upload <run dir> [--tracking-uri URI]`: send a finished run's results
+to MLflow after the fact — a run made while the tracking server could not be reached, or one
+whose server went away mid-run (left RUNNING there).
+
+The run directory holds everything: run_summary.json (results, config, environment), the
+per-step files and the logs. If the MLflow run named in run_summary.json is in the store and
+not FINISHED, it is completed there (its partly logged series are not logged twice); if it is
+not in the store, a new run is made in the run's experiment. A FINISHED run is left alone.
+Exit 0 uploaded or already there, 2 not a run directory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any, List, Optional, Sequence
+
+from bench.results import read_summary, write_json
+from bench.scenarios import report_class
+from bench.tracking.tracker import Tracker, flatten, redact_uri
+
+RESULT_FILES = ("run_summary.json", "summary.csv", "metrics_epoch.jsonl", "step_times.csv", "epochs.csv",
+                "read_latency.csv", "error.txt")
+
+
+def _existing_run(client: Any, run_id: Optional[str]) -> Any:
+    if not run_id:
+        return None
+    try:
+        return client.get_run(run_id)
+    except Exception:  # noqa: BLE001 - not in this store (each store raises its own type)
+        return None
+
+
+def upload(run_dir: Path, uri: str) -> str:
+    """Upload the run in `run_dir` to `uri`; returns what was done, in a few words."""
+    from mlflow import MlflowClient
+
+    summary = read_summary(run_dir)
+    config = summary["config"]
+    report = report_class(config.get("mode", "train")).from_files(run_dir)
+    client = MlflowClient(tracking_uri=uri)
+    existing = _existing_run(client, summary.get("mlflow_run_id"))
+    if existing is not None and existing.info.status == "FINISHED":
+        return f"already in MLflow: run {existing.info.run_id} (FINISHED)"
+    if existing is not None:
+        tracker = Tracker(client, existing.info.run_id, uri)
+        partly_logged = bool(client.get_metric_history(existing.info.run_id, report.TIMELINE_METRIC))
+    else:
+        tracking = config.get("tracking", {})
+        tags = {f"env.{k}": v for k, v in flatten(summary.get("environment", {})).items()}
+        tags["uploaded_from"] = str(run_dir.resolve())
+        tracker = Tracker.start(uri, tracking.get("experiment") or "bench", tracking.get("run_name") or run_dir.name, tags)
+        if not tracker.active:
+            raise RuntimeError(f"the MLflow store at {redact_uri(uri)} could not be reached")
+        tracker.log_params(config)
+        partly_logged = False
+    files: List[Path] = [run_dir / name for name in RESULT_FILES if (run_dir / name).is_file()]
+    if partly_logged:  # its series and epochs reached the server before it went away
+        tracker.log_metrics(report.metrics)
+        tracker.log_artifacts([*files, *sorted(run_dir.glob("*.log")), run_dir / ".hydra"])
+    else:
+        report.log_to(tracker, files, run_dir, log_series=True)
+    tracker.finish("FINISHED")
+    if not tracker.active:
+        raise RuntimeError(f"the MLflow store at {redact_uri(uri)} stopped answering during the upload")
+    if existing is None:  # a second upload finds this run instead of making another
+        write_json(run_dir / "run_summary.json", {**summary, "mlflow_run_id": tracker.run_id})
+    return f"{'completed' if existing is not None else 'uploaded as'} run {tracker.run_id} (FINISHED)"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.tools.upload", description=__doc__.split("\n\n")[0])
+    parser.add_argument("run_dir", type=Path, help="a run's output directory (holding run_summary.json)")
+    parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    if not (args.run_dir / "run_summary.json").is_file():
+        print(f"[ERROR] {args.run_dir} holds no run_summary.json: pass the output directory of a finished run",
+              file=sys.stderr)
+        return 2
+    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
+    try:
+        done = upload(args.run_dir, uri)
+    except Exception as exc:  # noqa: BLE001 - one line, no traceback
+        print(f"[ERROR] upload of {args.run_dir} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 1
+    print(f"{args.run_dir}: {done} at {redact_uri(uri)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

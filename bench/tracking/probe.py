@@ -1,0 +1,46 @@
+"""Is the tracking server there? A short probe before a run (once per sweep) instead of MLflow's
+retries: against a server that cannot be reached, MLflow's defaults spend minutes in back-off at
+the first call and again at the next. Only http(s) stores are probed: a sqlite file is local.
+
+MLflow's own retries are bounded too, for a server that goes away during a run: unless the
+user set them, MLFLOW_HTTP_REQUEST_MAX_RETRIES=2 and MLFLOW_HTTP_REQUEST_TIMEOUT=15 s.
+"""
+
+from __future__ import annotations
+
+import os
+import urllib.error
+import urllib.request
+from typing import Optional
+
+from bench.secrets import USERINFO, redact
+
+RETRY_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+
+
+def bound_mlflow_retries() -> None:
+    for name, value in RETRY_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+
+
+def probe(uri: str, timeout_s: float) -> Optional[str]:
+    """None when the store answers (any HTTP answer will do: 404 and 401 come from a live
+    server) or is not a server; else why not, in a few words (credentials never shown)."""
+    if not uri.startswith(("http://", "https://")):
+        return None
+    url = USERINFO.sub(r"\1", uri).rstrip("/") + "/health"  # urllib takes no user:password in a URL
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return redact(f"{type(reason).__name__}: {reason}")
+
+
+def unreachable_line(uri: str, problem: str, timeout_s: float, out_dir: object = None) -> str:
+    kept = (f"results stay in {out_dir}: upload them later with python -m bench.tools.upload {out_dir}"
+            if out_dir else "results stay in the run directories (python -m bench.tools.upload <dir> sends them later)")
+    return (f"MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "
+            f"going on without tracking; {kept}")
