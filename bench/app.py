@@ -38,6 +38,7 @@ def run_from_hydra(cfg: DictConfig) -> int:
 
     from bench.tracking.sweep import current_job
 
+    logging.raiseExceptions = False  # a log write that fails (a full disk) must not print tracebacks
     hydra_cfg = HydraConfig.get()
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     sweep_job = current_job(hydra_cfg) if in_sweep else None
@@ -80,20 +81,43 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
         report = scenario.report(launcher.run(scenario, config, out_dir), config)
-        files = report.write(out_dir, as_plain(config), environment, tracker.run_id)
-        report.log_to(tracker, files, out_dir, config.tracking.log_step_metrics)
+        _report_the_measurement(report, tracker)
+        problems = list(report.problems) + _write_outputs(report, config, environment, tracker, out_dir)
+        if problems:  # the measurement stands; an output it was to leave behind does not
+            reason = "; ".join(problems)
+            tracker.finish("FAILED", error=reason)
+            error(f"run failed after its measurement was reported: {reason}")
+            return EXIT_FAILED
         tracker.finish("FINISHED")
     except BaseException as exc:  # noqa: BLE001 - every way out ends the MLflow run with a status
         return _fail(exc, scenario, config, out_dir, tracker)
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)
+    log.info("results in %s", out_dir)
+    return 0
 
+
+def _report_the_measurement(report: Any, tracker: Any) -> None:
+    """First, before any optional file or artifact: the final stdout line and the MLflow
+    metrics, so a full disk or a failed checkpoint cannot cost the measurement."""
     from bench.results import final_line
 
     log.info(report.headline())
-    log.info("results in %s", out_dir)
     print(final_line(report.metrics), flush=True)
-    return 0
+    tracker.log_metrics(report.metrics)
+
+
+def _write_outputs(report: Any, config: BenchConfig, environment: Mapping[str, Any], tracker: Any,
+                   out_dir: Path) -> List[str]:
+    """The run's files (each written whole or not at all) and the rest of its MLflow record;
+    what could not be written, as problems."""
+    try:
+        files = report.write(out_dir, as_plain(config), environment, tracker.run_id)
+    except OSError as exc:
+        where = exc.filename or out_dir
+        return [f"the run's files could not be written to {out_dir} ({exc.strerror or exc}: {where})"]
+    report.log_to(tracker, files, out_dir, config.tracking.log_step_metrics)
+    return []
 
 
 def _tracker(config: BenchConfig, scenario: Any, launch_dir: Path, environment: Mapping[str, Any],

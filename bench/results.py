@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol, Seque
 
 class Report(Protocol):
     metrics: Dict[str, Any]  # the radix_metrics dict: field names are a public contract
+    problems: List[str]  # what failed after the measurement (a checkpoint): the run ends FAILED, the figures stand
 
     def headline(self) -> str: ...
 

@@ -68,7 +68,9 @@ def pytest_collection_modifyitems(config, items):
 def bench_env(tracking_uri: Optional[str] = None, **extra: str) -> Dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HYDRA_FULL_ERROR")}
     env["PYTHONUNBUFFERED"] = "1"
-    env.setdefault("OMP_NUM_THREADS", "2")
+    # one thread per process: tests check behaviour, not speed, and two test files run at once on
+    # 2 cores (more OpenMP threads than cores spin against each other: steps 10x slower)
+    env.setdefault("OMP_NUM_THREADS", "1")
     if tracking_uri:
         env["MLFLOW_TRACKING_URI"] = tracking_uri
     env.update(extra)

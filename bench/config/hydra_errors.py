@@ -111,5 +111,18 @@ def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
     except (HydraException, OmegaConfBaseException) as exc:
         print(f"[ERROR] {one_line(exc)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
+    except OSError as exc:  # Hydra could not make the run's directory or write .hydra/ there
+        where = exc.filename or _run_dir_named_in(sys.argv[1:])
+        print(f"[ERROR] cannot write the run directory: {where}: {exc.strerror or exc} (set hydra.run.dir, "
+              "or hydra.sweep.dir for -m, to a writable directory with free space)", file=sys.stderr, flush=True)
+        sys.exit(EXIT_CONFIG)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def _run_dir_named_in(args: List[str]) -> str:
+    """The output directory a command line asks for (a write error does not name its file)."""
+    sweep = any(arg in ("-m", "--multirun") for arg in args)
+    key = "hydra.sweep.dir=" if sweep else "hydra.run.dir="
+    named = [arg[len(key):] for arg in args if arg.startswith(key)]
+    return named[-1] if named else ("multirun/<date>/<time>" if sweep else "outputs/<date>/<time>")

@@ -43,15 +43,7 @@ def run_accelerators(location: str, storage: StorageConfig, files: Sequence[File
                                  args=(i, location, storage, [f.to_dict() for f in shard(files, i, count)], gate,
                                        results))
                  for i in range(count)]
-    # A signal that lands while a child's start-up data is half written leaves that child reading
-    # half a pickle (EOFError and a traceback on stderr): hold Ctrl-C / SIGTERM until all are
-    # started; the children inherit the block and lift it themselves (_accelerator_main).
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        for process in processes:
-            process.start()
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)  # a signal held meanwhile is raised here
+    _start_all(processes)
     try:
         return _collect(processes, results, count)
     finally:
@@ -63,6 +55,30 @@ def run_accelerators(location: str, storage: StorageConfig, files: Sequence[File
             if process.is_alive():
                 process.kill()
                 process.join(timeout=10)
+
+
+def _start_all(processes: List[Any]) -> None:
+    """Start every process with Ctrl-C and SIGTERM held: a signal handled while a child's start-up
+    data is half written leaves that child reading half a pickle (EOFError, a traceback on
+    stderr). Held twice over: at the C level (the children inherit the block and lift it in
+    _accelerator_main) and at the Python level, for a signal that arrived just before the block
+    and whose handler would otherwise run at any point inside start()."""
+    held: List[int] = []
+    handlers = {signum: signal.signal(signum, lambda number, _frame: held.append(number)) for signum in STOP_SIGNALS}
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        for process in processes:
+            process.start()
+    finally:
+        for signum, handler in handlers.items():
+            signal.signal(signum, handler)
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal blocked meanwhile reaches its own handler now
+    if held:  # one whose handler ran while held: hand it on as if it came now
+        handler = handlers[held[0]]
+        if callable(handler):
+            handler(held[0], None)
+        else:
+            signal.raise_signal(held[0])
 
 
 def _collect(processes: List[Any], results: Any, count: int) -> List[ReaderResult]:

@@ -129,7 +129,14 @@ class StorageReport:
                 write_csv(out_dir / "epochs.csv", list(epochs[0]) if epochs else ["client", "epoch"], epochs),
                 write_csv(out_dir / "read_latency.csv", ["client", "epoch", "key", "bytes", "latency_ms"], requests)]
 
+    @property
+    def problems(self) -> List[str]:
+        """What failed after the read phase was measured (the checkpoint phase)."""
+        return [f"the checkpoint phase failed: {self.metrics['checkpoint_error']}"] \
+            if "checkpoint_error" in self.metrics else []
+
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
+        """Everything but the metrics (logged first, on their own): series, tags, artifacts."""
         if not tracker.active:
             return
         for row in epoch_rows(self.results):
@@ -139,7 +146,6 @@ class StorageReport:
         if log_series:
             requests = sorted((q for r in self.results for q in r.requests), key=lambda q: q.finished)
             tracker.log_series(self.TIMELINE_METRIC, [q.latency_ms for q in requests])
-        tracker.log_metrics(self.metrics)
         tracker.set_tags({key: self.metrics[key] for key in ("mode", "workload", "storage", "storage_client",
                                                              "storage_url", "au_pass", "potential_caching")})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])

@@ -73,7 +73,10 @@ class StorageScenario:
             **prepare_summary(prepared), **read_metrics(results, storage), **caching_metrics(prepared.total_bytes),
         }
         if workload.checkpoint_size_mb > 0:
-            metrics.update(self._checkpoint_phase(config, out_dir))
+            try:
+                metrics.update(self._checkpoint_phase(config, out_dir))
+            except Exception as exc:  # noqa: BLE001 - a full disk: the read phase's figures still stand
+                metrics["checkpoint_error"] = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
         return StorageReport(results, metrics, {"reason": prepared.reason, "files": len(prepared.files)})
 
     def _checkpoint_phase(self, config: BenchConfig, out_dir: Path) -> Dict[str, Any]:

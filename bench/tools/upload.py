@@ -59,8 +59,8 @@ def upload(run_dir: Path, uri: str) -> str:
         tracker.log_params(config)
         partly_logged = False
     files: List[Path] = [run_dir / name for name in RESULT_FILES if (run_dir / name).is_file()]
+    tracker.log_metrics(report.metrics)
     if partly_logged:  # its series and epochs reached the server before it went away
-        tracker.log_metrics(report.metrics)
         tracker.log_artifacts([*files, *sorted(run_dir.glob("*.log")), run_dir / ".hydra"])
     else:
         report.log_to(tracker, files, run_dir, log_series=True)

@@ -30,9 +30,14 @@ def checkpoint_writer(config: BenchConfig, out_dir: Path, ctx: RankContext) -> O
     name = config.storage.checkpoint_name
 
     def write(model: Any, optimizer: Any) -> Dict[str, Any]:
+        """Its figures; a failure (a full disk) is reported, not raised: the measurement is done."""
         start = time.perf_counter()
         data = serialize({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
-        store.put(name, data)  # all or nothing, fsync'd on a local disk (storage.fsync)
+        try:
+            store.put(name, data)  # all or nothing, fsync'd on a local disk (storage.fsync)
+        except Exception as exc:  # noqa: BLE001 - any backend's write error
+            return {"checkpoint_error": f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc} "
+                                        f"({store.url}/{name})"}
         seconds = time.perf_counter() - start
         return {"checkpoint_path": f"{store.url}/{name}", "checkpoint_bytes": len(data),
                 "checkpoint_write_seconds": seconds, "checkpoint_write_gbps": len(data) / seconds / 1e9}

@@ -143,7 +143,14 @@ class TrainReport:
                 write_json(out_dir / "run_summary.json", summary),
                 write_csv(out_dir / "summary.csv", list(self.metrics), [self.metrics])]
 
+    @property
+    def problems(self) -> List[str]:
+        """What failed after the measurement (it does not void it, but the run is not FINISHED)."""
+        return [f"the checkpoint could not be written: {self.metrics['checkpoint_error']}"] \
+            if "checkpoint_error" in self.metrics else []
+
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
+        """Everything but the metrics (logged first, on their own): series, tags, artifacts."""
         if not tracker.active:
             return
         for epoch in self.result.epochs:
@@ -151,7 +158,6 @@ class TrainReport:
                                  "epoch_loss": epoch.loss, "epoch_lr": epoch.lr}, step=epoch.epoch)
         if log_series:
             tracker.log_series(self.TIMELINE_METRIC, self.result.step_times_ms)
-        tracker.log_metrics(self.metrics)
         tracker.set_tags({key: self.metrics[key] for key in ("model", "precision", "device_name", "unstable")})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 

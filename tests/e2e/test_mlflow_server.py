@@ -160,7 +160,7 @@ def test_server_that_dies_mid_run_costs_no_results_and_upload_completes_the_run(
     server.start()
     run_dir = tmp_path / "run"
     try:
-        proc = bench.start(*tiny, "train.steps_per_epoch=300", "benchmark.log_every=1", f"hydra.run.dir={run_dir}",
+        proc = bench.start(*tiny, "train.steps_per_epoch=60", "benchmark.log_every=1", f"hydra.run.dir={run_dir}",
                            env=bench.env(server.url))
         log = run_dir / "bench.log"
         deadline = time.monotonic() + 900  # hang guard; the event: the run is open and training

@@ -128,18 +128,38 @@ def test_checkpoint_written_to_local_storage(bench, tiny, tmp_path):
     assert sorted(p.name for p in ckpt_dir.iterdir()) == ["checkpoint.pt"]  # no temporary file left
 
 
-def test_failure_mid_run_ends_failed_with_reason(bench, tiny, tmp_path):
-    """A genuine failure after the MLflow run opened: the checkpoint root is a file."""
+def test_failure_mid_run_ends_failed_with_reason(bench, tiny, datasets, tmp_path):
+    """A genuine failure after the MLflow run opened: an image the loader cannot read (a dangling
+    link, met in training, after preflight decoded the first images fine)."""
+    datasets.image_folder(tmp_path / "flat", images=8)
+    (tmp_path / "flat" / "class003" / "zz-gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
+    proc = bench.run(*tiny, "data=imagefolder", f"data.root={tmp_path / 'flat'}", "data.split=val", "data.batch_size=9",
+                     "data.num_workers=0", f"hydra.run.dir={tmp_path}/run")
+    assert proc.returncode == 1
+    assert "[ERROR] run failed: DataError: cannot read" in proc.stderr and "zz-gone.jpg" in proc.stderr
+    assert "Traceback" not in proc.stderr and "radix_metrics" not in proc.stdout
+    (run,) = bench.runs()
+    assert run.info.status == "FAILED"
+    assert "DataError" in run.data.tags["error"]
+    assert "Traceback" in (tmp_path / "run" / "error.txt").read_text()
+
+
+def test_a_checkpoint_that_cannot_be_written_keeps_the_measurement(bench, tiny, tmp_path):
+    """The measurement is reported (final line, MLflow metrics) before the checkpoint is
+    written; a checkpoint that fails (its root is a file) ends the run FAILED, naming it."""
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
     proc = bench.run(*tiny, "storage.save_checkpoint=true", f"storage.root={blocker}", f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 1
-    assert "[ERROR] run failed:" in proc.stderr and "Traceback" not in proc.stderr
-    assert "radix_metrics" not in proc.stdout
+    metrics = json.loads(proc.stdout.strip().splitlines()[-1])["radix_metrics"]
+    assert metrics["total_images"] == 12 and "checkpoint.pt" in metrics["checkpoint_error"]
+    (line,) = bench.error_lines(proc.stderr)
+    assert line.startswith("[ERROR] run failed after its measurement was reported: the checkpoint could not be written")
+    assert "Traceback" not in proc.stderr
     (run,) = bench.runs()
-    assert run.info.status == "FAILED"
-    assert "Error" in run.data.tags["error"]
-    assert "Traceback" in (tmp_path / "run" / "error.txt").read_text()
+    assert run.info.status == "FAILED" and "checkpoint" in run.data.tags["error"]
+    assert run.data.metrics["total_images"] == 12
+    assert (tmp_path / "run" / "run_summary.json").is_file()
 
 
 def _wait_for_line(proc, path, text: str, guard_s: float = 900) -> None:

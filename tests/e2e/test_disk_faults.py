@@ -1,0 +1,108 @@
+"""A full or read-only output disk, for real: small tmpfs mounts (root only; skipped where this
+process may not mount). The measurement is reported before anything optional is written, files
+are written whole or not at all, and a run directory that cannot be written is one line."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import time
+import uuid
+from pathlib import Path
+
+import pytest
+
+
+def _mount_tmpfs(where: Path, options: str) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """mount(options) -> a fresh tmpfs mounted in tmp_path, unmounted after the test."""
+    mounted = []
+
+    def mount(options: str) -> Path:
+        where = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
+        if os.geteuid() != 0 or not _mount_tmpfs(where, options):
+            pytest.skip("needs permission to mount a tmpfs (root)")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def _fill(disk: Path) -> None:
+    """Write until the filesystem says it is full."""
+    with open(disk / "filler", "wb") as fh:
+        try:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+        except OSError:
+            pass
+
+
+def test_checkpoint_on_a_full_disk_keeps_the_measurement(bench, tiny, small_disk):
+    """Issue 9: the checkpoint write failed, then error.txt failed inside the failure path: a
+    traceback, the MLflow run RUNNING, no final line, a half-written checkpoint.pt."""
+    disk = small_disk("size=2m")
+    run_dir = disk / "run"
+    proc = bench.run(*tiny, "storage.save_checkpoint=true", f"hydra.run.dir={run_dir}")
+    assert proc.returncode == 1, proc.stderr
+    metrics = json.loads(proc.stdout.strip().splitlines()[-1])["radix_metrics"]  # reported first
+    assert metrics["total_images"] == 12 and "No space left on device" in metrics["checkpoint_error"]
+    assert bench.error_lines(proc.stderr) == [
+        f"[ERROR] run failed after its measurement was reported: the checkpoint could not be written: "
+        f"OSError: No space left on device ({run_dir}/checkpoint.pt)"]
+    assert "Traceback" not in proc.stderr and "Logging error" not in proc.stderr
+    (run,) = bench.runs()
+    assert run.info.status == "FAILED" and "No space left on device" in run.data.tags["error"]
+    assert run.data.metrics["images_per_second"] == pytest.approx(metrics["images_per_second"])
+    assert not (run_dir / "checkpoint.pt").exists() and not list(run_dir.glob("*.tmp*"))  # nothing half-written
+    summary = json.loads((run_dir / "run_summary.json").read_text())  # small files still fit
+    assert summary["results"]["total_images"] == 12
+
+
+def test_disk_full_before_the_outputs_keeps_the_measurement_and_no_half_file(bench, tiny, small_disk):
+    """The disk fills up while the run trains: its files cannot be written, the measurement
+    still reaches stdout and MLflow, the run ends FAILED saying so, and no file is half there."""
+    disk = small_disk("size=4m")
+    run_dir = disk / "run"
+    proc = bench.start(*tiny, "train.steps_per_epoch=60", "benchmark.log_every=1", f"hydra.run.dir={run_dir}")
+    log = run_dir / "bench.log"
+    deadline = time.monotonic() + 900  # a hang guard; the event: the run is training
+    while proc.poll() is None and time.monotonic() < deadline and not (log.exists() and "step 2/" in log.read_text()):
+        time.sleep(0.05)
+    _fill(disk)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 1, err
+    metrics = json.loads(out.strip().splitlines()[-1])["radix_metrics"]
+    assert metrics["measured_steps"] == 60
+    (line,) = bench.error_lines(err)
+    assert line.startswith(f"[ERROR] run failed after its measurement was reported: the run's files could not be "
+                           f"written to {run_dir} (No space left on device")
+    assert "Traceback" not in err and "Logging error" not in err
+    (run,) = bench.runs()
+    assert run.info.status == "FAILED" and run.data.metrics["total_images"] == metrics["total_images"]
+    for path in run_dir.iterdir():  # whatever is there is whole: no temporary, no empty summary
+        assert ".tmp" not in path.name
+    if (run_dir / "run_summary.json").exists():
+        assert json.loads((run_dir / "run_summary.json").read_text())["results"]["measured_steps"] == 60
+
+
+@pytest.mark.parametrize("options, why", [("ro,size=1m", "Read-only file system"), ("size=4k", "No space left")])
+def test_a_run_dir_that_cannot_be_written_is_one_line(bench, tiny, small_disk, options, why):
+    disk = small_disk(options)
+    if "ro" not in options:
+        _fill(disk)
+    proc = bench.run(*tiny, f"hydra.run.dir={disk}/run")
+    assert proc.returncode == 2, proc.stderr
+    (line,) = bench.error_lines(proc.stderr)
+    assert line.startswith(f"[ERROR] cannot write the run directory: {disk}/run") and why in line, line
+    assert "Traceback" not in proc.stderr and proc.stdout == ""
+    assert not bench.db.exists()  # refused before an MLflow run was opened
