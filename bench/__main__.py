@@ -22,6 +22,19 @@ def main(cfg: DictConfig) -> int:
     return run_from_hydra(cfg)  # a multirun job's exit code reaches the sweep callback
 
 
+# keys whose value holds commas that are not a sweep: "0,128,512;5,160,384" is one schedule
+ONE_STRING_KEYS = ("data.progressive=", "+data.progressive=")
+
+
+def quote_list_values(arg: str) -> str:
+    """data.progressive=0,128,512;5,... reaches Hydra quoted, so its commas do not make a sweep."""
+    for key in ONE_STRING_KEYS:
+        value = arg[len(key):]
+        if arg.startswith(key) and "," in value and value[:1] not in ("'", '"'):
+            return f"{key}'{value}'"
+    return arg
+
+
 def cli() -> None:
     """The console script: a bad override is one [ERROR] line (exit 2); a multirun exits with
     the number of jobs that failed. A credential on the command line is refused before Hydra
@@ -30,6 +43,7 @@ def cli() -> None:
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
+    sys.argv[1:] = [quote_list_values(arg) for arg in sys.argv[1:]]
     reporting_one_line(main)
     from bench.tracking.sweep import failed_jobs
 

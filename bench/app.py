@@ -62,16 +62,17 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
     """Run one benchmark; returns the process exit code. `sweep_job` (parent run id, job
     number) is set for the jobs of a multirun: a job that cannot start still leaves a FAILED
     child run with the reason."""
-    from bench.launch import select_launcher
     from bench.scenarios import scenario_for
-    from bench.tracking.environment import collect_environment
 
     overrides = overrides or []
     scenario = scenario_for(config.mode)
     try:
-        scenario.preflight(config)
+        scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
     except BenchError as exc:
         return _refuse(exc, out_dir, sweep_job, lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job))
+    from bench.launch.select import select_launcher
+    from bench.tracking.environment import collect_environment
+
     launcher = select_launcher(config, scenario.has_ranks, in_sweep=sweep_job is not None)
     if not launcher.reports:
         return _run_unreported(launcher, scenario, config, out_dir)

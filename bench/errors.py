@@ -58,6 +58,10 @@ class StorageError(BenchError):
     """An object store that cannot be used: names the endpoint, the bucket and the reason."""
 
 
+class CheckpointError(BenchError):
+    """A training checkpoint that cannot be read (missing, damaged, not bench's)."""
+
+
 class WorkerFailure(BenchError):
     """A launched worker died, hung past the timeout, or raised; names the rank and why."""
 

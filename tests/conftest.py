@@ -8,8 +8,9 @@
 - `datasets`: tiny real datasets written in the test (JPEG image folders, CIFAR-100 files).
 - `s3_server`: moto's S3 server on 127.0.0.1 (real HTTP, real signing), one per test module.
 
-tests/unit/ runs in-process; tests/e2e/ starts real processes and is marked `slow`
-automatically (`-m "not slow"` runs the fast half). Tests marked `gpu` need CUDA and skip
+tests/unit/ runs in-process; tests/e2e/ (features) and tests/reliability/ (bad inputs, faults,
+leaked secrets) start real processes and are marked `slow` automatically (`-m "not slow"` runs
+the fast half). Tests marked `gpu` need CUDA and skip
 without it. Waits are for events (a log line, a file, a process state); timeouts are hang
 guards only, long enough for a loaded machine.
 """
@@ -19,8 +20,12 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import re
+import shutil
+import signal
 import subprocess
 import sys
+import time
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -56,7 +61,7 @@ def pytest_collection_modifyitems(config, items):
 
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
-        if "e2e" in Path(str(item.fspath)).parts:
+        if {"e2e", "reliability"} & set(Path(str(item.fspath)).parts):
             item.add_marker(pytest.mark.slow)
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
@@ -123,6 +128,35 @@ class Bench:
     @staticmethod
     def error_lines(stderr: str) -> List[str]:
         return [line for line in stderr.splitlines() if line.startswith("[ERROR]")]
+
+    @staticmethod
+    def epochs(run_dir: Path) -> list:
+        """A run's metrics_epoch.jsonl, a dict per epoch."""
+        return [json.loads(line) for line in (run_dir / "metrics_epoch.jsonl").read_text().splitlines()]
+
+    @staticmethod
+    def single_error(proc) -> str:
+        """The one `[ERROR]` line of a run that failed cleanly: non-zero exit, no traceback, no
+        final metrics line."""
+        assert proc.returncode not in (0, None), proc.stdout + proc.stderr
+        assert "Traceback" not in proc.stdout + proc.stderr
+        assert "radix_metrics" not in proc.stdout
+        errors = Bench.error_lines(proc.stderr)
+        assert len(errors) == 1, proc.stderr
+        return errors[0]
+
+    @staticmethod
+    def wait_for_line(proc: subprocess.Popen, path: Path, text: str, guard_s: float = HANG_GUARD_S) -> None:
+        """Until `text` appears in the file at `path` (the event a test waits for); fails when the
+        process ends first or the hang guard runs out."""
+        deadline = time.monotonic() + guard_s
+        while proc.poll() is None and time.monotonic() < deadline:
+            if path.exists() and text in path.read_text():
+                return
+            time.sleep(0.05)
+        proc.kill()
+        out, err = proc.communicate()
+        pytest.fail(f"never saw {text!r} in {path} (exit {proc.returncode})\n{out}\n{err}")
 
 
 @pytest.fixture
@@ -254,3 +288,163 @@ def aws_env(monkeypatch):
     """The loopback server's credentials in this process's environment."""
     for name, value in S3_CREDENTIALS.items():
         monkeypatch.setenv(name, value)
+
+
+# ---- a DDP run that trains until it is stopped -------------------------------------------------------
+
+JOINED = re.compile(r"rank (\d+)/(\d+) \(pid (\d+)\) joined the process group")
+
+
+class LongDdpRun:
+    """Two CPU ranks (gloo) training until something stops them; for the fault tests."""
+
+    def __init__(self, bench: Bench, tiny: List[str], run_dir: Path):
+        self.bench, self.tiny, self.run_dir = bench, tiny, run_dir
+        self.proc: Optional[subprocess.Popen] = None
+        self.tree: list = []
+
+    def start(self, timeout_s: int) -> subprocess.Popen:
+        self.proc = self.bench.start(*self.tiny, "distributed=ddp", "distributed.nproc_per_node=2",
+                                     "train.steps_per_epoch=100000", "benchmark.log_every=1",
+                                     f"distributed.timeout_s={timeout_s}", f"hydra.run.dir={self.run_dir}",
+                                     start_new_session=True)
+        return self.proc
+
+    def wait_for_rank1_steps(self) -> int:
+        """Rank 1's pid, once its log shows it joined and trained a couple of steps (the event);
+        also records the job's process tree."""
+        import psutil
+
+        log = self.run_dir / "rank1.log"
+        deadline = time.monotonic() + HANG_GUARD_S
+        while time.monotonic() < deadline and self.proc.poll() is None:
+            text = log.read_text() if log.exists() else ""
+            match = JOINED.search(text)
+            if match and "step 2/" in text:
+                self.tree = psutil.Process(self.proc.pid).children(recursive=True)
+                return int(match.group(3))
+            time.sleep(0.3)
+        self.proc.kill()
+        out, err = self.proc.communicate(timeout=60)
+        pytest.fail(f"rank 1 never trained 2 steps (exit {self.proc.returncode})\n{out}\n{err}")
+
+    @staticmethod
+    def left_alive(processes: list, wait_s: float = 60.0) -> list:
+        """The processes still there after waiting up to `wait_s` for them to go."""
+        import psutil
+
+        deadline = time.time() + wait_s
+        while True:
+            alive = []
+            for process in processes:
+                try:
+                    if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                        alive.append(process)
+                except psutil.NoSuchProcess:
+                    pass
+            if not alive or time.time() > deadline:
+                return alive
+            time.sleep(0.2)
+
+    def cleanup(self) -> None:
+        import psutil
+
+        for process in self.tree:
+            try:
+                process.send_signal(signal.SIGCONT)
+                process.kill()
+            except psutil.Error:
+                pass
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.communicate(timeout=30)
+
+
+@pytest.fixture
+def long_ddp_run(bench, tiny, tmp_path) -> Iterator[LongDdpRun]:
+    run = LongDdpRun(bench, tiny, tmp_path / "run")
+    try:
+        yield run
+    finally:
+        run.cleanup()
+
+
+# ---- MLflow tracking servers on loopback -------------------------------------------------------------
+
+
+def _healthy(url: str) -> bool:
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as response:
+            return response.status == 200
+    except OSError:
+        return False
+
+
+class MlflowServer:
+    """`mlflow server` on 127.0.0.1 with a sqlite store in `root`; stop() then start() keeps the store."""
+
+    def __init__(self, root: Path, port: int):
+        self.root, self.port = root, port
+        self.url = f"http://127.0.0.1:{port}"
+        self.process: Optional[subprocess.Popen] = None
+
+    def start(self) -> "MlflowServer":
+        mlflow_cli = shutil.which("mlflow")
+        assert mlflow_cli, "the mlflow command is not on PATH"
+        self.root.mkdir(parents=True, exist_ok=True)
+        with (self.root / "server.log").open("a") as log:
+            self.process = subprocess.Popen([mlflow_cli, "server", "--backend-store-uri", f"sqlite:///{self.root}/srv.db",
+                                             "--artifacts-destination", str(self.root / "art"), "--host", "127.0.0.1",
+                                             "--port", str(self.port), "--workers", "1"],
+                                            cwd=self.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        deadline = time.time() + HANG_GUARD_S  # a hang guard: the server answers /health when it is up
+        while not _healthy(self.url):
+            if self.process.poll() is not None or time.time() > deadline:
+                pytest.fail(f"mlflow server did not come up (exit {self.process.poll()}):\n"
+                            f"{(self.root / 'server.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+        return self
+
+    def stop(self, sig: int = signal.SIGTERM) -> None:
+        if self.process is None:
+            return
+        for signum, wait in ((sig, 3), (signal.SIGKILL, 15)):
+            try:
+                os.killpg(self.process.pid, signum)
+            except ProcessLookupError:
+                break
+            try:
+                self.process.wait(timeout=wait)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+
+
+@pytest.fixture
+def mlflow_servers(tmp_path) -> Iterator[Callable[[], MlflowServer]]:
+    """new() -> a started MlflowServer of this test (stopped at its end)."""
+    from bench.launch.context import free_port
+
+    made: List[MlflowServer] = []
+
+    def new() -> MlflowServer:
+        made.append(MlflowServer(tmp_path / f"mlflow-server-{len(made)}", free_port()).start())
+        return made[-1]
+
+    yield new
+    for server in made:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(tmp_path_factory) -> Iterator[str]:
+    """The URL of an `mlflow server` on 127.0.0.1 shared by a test module."""
+    from bench.launch.context import free_port
+
+    server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"), free_port()).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()

@@ -1,7 +1,8 @@
 """The sweep plots (PNG, matplotlib's Agg backend: no display needed).
 
 Training sweeps: throughput and scaling efficiency vs process count, throughput vs batch
-size, and the step-time distribution of every run. Storage sweeps: throughput and accelerator
+size, the step-time distribution of every run, and (when some job evaluated) validation
+accuracy against wall time, a line per job. Storage sweeps: throughput and accelerator
 utilization vs client count, and the per-request read latency of every run.
 """
 
@@ -170,7 +171,33 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
                   "step_time_distribution.png",
                   lambda r: f"job {r['job']}\n{_shown(r.get('precision'))} x{_shown(r.get('world_size'))}"
                             f"\nbs {_shown(r.get('batch_size'))}")
+    plot_accuracy(figures, frame, title)
     return figures.written
+
+
+def plot_accuracy(figures: _Figures, frame: pd.DataFrame, title: str) -> None:
+    """accuracy_vs_time.png: val top-1 against seconds since each job's first training step, a
+    line per job that evaluated, and the target as a dashed line when every such job had the same one."""
+    rows = [r for r in frame.to_dict("records") if isinstance(r.get("val_curve"), list) and r["val_curve"]]
+    if not rows:
+        return
+    fig, ax = figures.new(8)
+    for row in rows:
+        overrides = str(_shown(row.get("overrides")))  # the swept ones only (keep_varying_overrides)
+        label = f"job {row['job']}" + (f": {overrides[:60]}" if overrides else "")
+        ax.plot([p[0] for p in row["val_curve"]], [p[1] for p in row["val_curve"]], marker="o", markersize=3,
+                label=label)
+    targets = [row.get("target_accuracy") for row in rows]
+    if all(not absent(t) for t in targets) and len({float(t) for t in targets}) == 1:
+        ax.axhline(float(targets[0]), color="grey", linestyle="--", linewidth=1,
+                   label=f"target ({float(targets[0]):g})")
+    ax.set(title=f"Validation accuracy vs wall time ({title})", xlabel="Seconds since the job's first training step",
+           ylabel="Validation top-1 accuracy")
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_xlim(left=0)
+    ax.set_ylim(0, 1.02)
+    figures.save(fig, "accuracy_vs_time.png")
 
 
 def plot_all(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:

@@ -1,7 +1,10 @@
 """The sweep table and its renderings: terminal text, markdown, CSV and one self-contained HTML page.
 
 The table has one column set for training sweeps and one for storage-benchmark sweeps; a
-figure a run does not have is an empty cell. The CSV is wider: every figure any run has.
+figure a run does not have is an empty cell. A training sweep whose jobs evaluated accuracy
+adds `val_top1`, `reached_target` and `time_to_target_seconds` (each only when some job has
+it: a sweep without evaluation keeps the table as it was). The CSV is wider: every figure any
+run has.
 """
 
 from __future__ import annotations
@@ -9,7 +12,7 @@ from __future__ import annotations
 import base64
 import html
 from pathlib import Path
-from typing import Any, List, Sequence
+from typing import Any, List, Sequence, Tuple
 
 import pandas as pd
 
@@ -33,6 +36,13 @@ TRAINING_COLUMNS = [  # (header, frame column, format)
     ("scaling eff %", "scaling_efficiency_percent", "{:.1f}"),
     ("scaling", "scaling", "{}"),
     ("error", "error", "{}"),
+]
+
+# a training sweep whose jobs evaluated: shown before "error", each only when some job has it
+ACCURACY_COLUMNS = [
+    ("val_top1", "val_top1", "{:.4f}"),
+    ("reached_target", "reached_target", "bool"),  # True/False (MLflow gives it back as 1.0/0.0)
+    ("time_to_target_seconds", "time_to_target_seconds", "{:.1f}"),
 ]
 
 STORAGE_COLUMNS = [  # a sweep of mode=storage runs (the storage benchmark)
@@ -71,15 +81,25 @@ def cell(value: Any, fmt: str) -> str:
     """One table cell: empty for a missing figure, else formatted (as text if the format does not fit)."""
     if absent(value):
         return ""
+    if fmt == "bool":
+        return str(bool(value)) if isinstance(value, (bool, int, float)) else str(value)
     try:
         return fmt.format(value)
     except (ValueError, TypeError):
         return str(value)
 
 
+def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
+    """(header, frame column, format) of this sweep's table."""
+    if is_storage_sweep(frame):
+        return STORAGE_COLUMNS
+    accuracy = [c for c in ACCURACY_COLUMNS if c[1] in frame and not all(absent(v) for v in frame[c[1]])]
+    return TRAINING_COLUMNS[:-1] + accuracy + TRAINING_COLUMNS[-1:]  # the error stays last
+
+
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """The report table as strings: one column per header, one row per run."""
-    columns = STORAGE_COLUMNS if is_storage_sweep(frame) else TRAINING_COLUMNS
+    columns = columns_of(frame)
     blank = pd.Series([None] * len(frame), index=frame.index, dtype=object)
     return pd.DataFrame({header: [cell(v, fmt) for v in frame.get(name, blank)] for header, name, fmt in columns},
                         index=frame.index, dtype=object)

@@ -3,7 +3,10 @@
 The frame's columns:
 - the run fields `job`, `status` (FINISHED / FAILED / ...), `overrides`, `error`, `run_id`
   and `timeline` (the per-step times in ms as a list: step_time_ms of a training run, the
-  per-request read latency of a storage run);
+  per-request read latency of a storage run) and `val_curve` (the evaluated epochs of a training
+  run with evaluation, from its metrics_epoch.jsonl: a list of (wall_seconds, val_top1) pairs,
+  wall seconds counted from the job's first training step; empty without evaluation, and for
+  runs read back from MLflow);
 - one column per reported figure, named as in the run's results (`images_per_second`, ...);
 - one `config.<flat.key>` column per config value, as a string (as MLflow params are).
 
@@ -21,7 +24,7 @@ import os
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 import yaml
@@ -30,7 +33,7 @@ from bench.errors import ReportError
 from bench.secrets import looks_secret
 from bench.scenarios import report_class
 
-RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline")
+RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "val_curve")
 CONFIG_PREFIX = "config."
 
 # Read back from MLflow, a run's names live in its params (metrics are numbers only): these
@@ -51,6 +54,7 @@ class RunRecord:
     timeline: List[float] = field(default_factory=list)
     error: str = ""
     run_id: Optional[str] = None  # its MLflow run, when known
+    val_curve: List[Tuple[float, float]] = field(default_factory=list)  # (wall_seconds, val_top1) per evaluation
 
 
 def absent(value: Any) -> bool:
@@ -66,7 +70,7 @@ def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
         row.update({CONFIG_PREFIX + key: value for key, value in record.config.items()})
         # the run fields last: they win over a figure of the same name (none is named so today)
         row.update(job=record.job, status=record.status, overrides=record.overrides, error=record.error,
-                   run_id=record.run_id, timeline=list(record.timeline))
+                   run_id=record.run_id, timeline=list(record.timeline), val_curve=list(record.val_curve))
         rows.append(row)
     frame = pd.DataFrame(rows, dtype=object)
     return frame.reindex(columns=_ordered(frame.columns))
@@ -122,9 +126,31 @@ def read_job_dir(job_dir: Path) -> RunRecord:
         summary = json.loads(summary_path.read_text())
         config = summary["config"]
         return RunRecord(job_dir.name, "FINISHED", overrides, flatten_config(config), dict(summary["results"]),
-                         report_class(config.get("mode", "train")).timeline(job_dir), run_id=summary.get("mlflow_run_id"))
+                         report_class(config.get("mode", "train")).timeline(job_dir), run_id=summary.get("mlflow_run_id"),
+                         val_curve=read_val_curve(job_dir))
     composed = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
     return RunRecord(job_dir.name, "FAILED", overrides, flatten_config(composed), {}, error=failure_reason(job_dir))
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_val_curve(job_dir: Path) -> List[Tuple[float, float]]:
+    """(wall_seconds, val_top1) of every evaluated epoch in metrics_epoch.jsonl, in time order;
+    epochs without an evaluation (no val_top1) and lines that are not JSON objects are skipped."""
+    path = job_dir / "metrics_epoch.jsonl"
+    if not path.is_file():
+        return []
+    points = []
+    for line in path.read_text().splitlines():
+        try:
+            epoch = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(epoch, dict) and _finite(epoch.get("val_top1")) and _finite(epoch.get("wall_seconds")):
+            points.append((float(epoch["wall_seconds"]), float(epoch["val_top1"])))
+    return sorted(points)
 
 
 def failure_reason(job_dir: Path) -> str:
@@ -202,10 +228,22 @@ def read_mlflow_sweep(parent_run_id: str, tracking_uri: str) -> pd.DataFrame:
     timelines = [[m.value for m in sorted(client.get_metric_history(run_id, report_class(mode).TIMELINE_METRIC),
                                           key=lambda m: m.step)]
                  for run_id, mode in zip(runs["run_id"], modes)]
-    return _frame_from_search(runs.astype(object).reset_index(drop=True), timelines)
+    curves = [_mlflow_val_curve(client, run_id) for run_id in runs["run_id"]]
+    return _frame_from_search(runs.astype(object).reset_index(drop=True), timelines, curves)
 
 
-def _frame_from_search(runs: pd.DataFrame, timelines: List[List[float]]) -> pd.DataFrame:
+def _mlflow_val_curve(client: Any, run_id: str) -> List[Tuple[float, float]]:
+    """(wall seconds, val top-1) per evaluated epoch, from the per-epoch series the training
+    report logs (step = epoch; step 0 is the final figure)."""
+    def by_epoch(name: str) -> dict:
+        return {m.step: m.value for m in client.get_metric_history(run_id, name) if m.step > 0}
+
+    walls, top1 = by_epoch("epoch_wall_seconds"), by_epoch("val_top1")
+    return [(walls[e], top1[e]) for e in sorted(walls) if e in top1]
+
+
+def _frame_from_search(runs: pd.DataFrame, timelines: List[List[float]],
+                       curves: List[List[Tuple[float, float]]]) -> pd.DataFrame:
     def column(name: str) -> pd.Series:
         return runs[name] if name in runs else pd.Series([None] * len(runs), index=runs.index, dtype=object)
 
@@ -219,7 +257,8 @@ def _frame_from_search(runs: pd.DataFrame, timelines: List[List[float]]) -> pd.D
             metrics[name] = text("params." + key)
     job = column("tags.sweep.job").where(~column("tags.sweep.job").map(absent), column("tags.mlflow.runName"))
     fields = pd.DataFrame({"job": job, "status": runs["status"], "overrides": text("tags.overrides"),
-                           "error": text("tags.error"), "run_id": runs["run_id"], "timeline": timelines},
+                           "error": text("tags.error"), "run_id": runs["run_id"], "timeline": timelines,
+                           "val_curve": curves},
                           index=runs.index, dtype=object)
     frame = pd.concat([fields, metrics, config], axis=1).astype(object)
     return frame.reindex(columns=_ordered(frame.columns))

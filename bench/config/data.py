@@ -6,6 +6,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from bench.config.fields import Checks, Choice
+from bench.config.progressive import parse_progressive
 
 
 class DataName(Choice):
@@ -41,6 +42,11 @@ class DataConfig(Checks):
     prefetch_factor: int = 4  # batches each worker prepares ahead
     strict: bool = False  # a corrupt image stops the run (false: skipped and counted)
     decoder: Decoder = Decoder.simplejpeg
+    # train split: random-resized crop + flip (cifar100: pad-crop + flip); false: the val transform
+    # (digits: a flipped 2 is no 2)
+    augment: bool = True
+    # progressive resizing: "epoch,size,batch;..." from each epoch on (e.g. "0,128,512;5,160,384")
+    progressive: Optional[str] = None
 
     @property
     def synthetic(self) -> bool:
@@ -49,6 +55,8 @@ class DataConfig(Checks):
     def __post_init__(self) -> None:
         self.positive("batch_size", "image_size", "num_classes", "prefetch_factor")
         self.non_negative("num_workers", optional=True)
+        if self.progressive is not None:
+            parse_progressive(self.progressive)  # raises the one-line error naming data.progressive
         if self.synthetic:
             return
         if not self.root:

@@ -4,7 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.config.fields import Checks
+from bench.config.fields import Checks, Choice
+
+
+class Norm(Choice):
+    batch = "batch"  # the architecture's own BatchNorm layers
+    none = "none"  # every BatchNorm replaced by identity (the no-BN study)
 
 
 @dataclass
@@ -15,6 +20,9 @@ class ModelConfig(Checks):
     arch: str = "resnet50"
     num_classes: int = "${data.num_classes}"  # type: ignore[assignment]
     image_size: int = "${data.image_size}"  # type: ignore[assignment]
+    norm: Norm = Norm.batch
+    # ResNets: zero-init the last BatchNorm of each residual block (each block starts as identity)
+    zero_init_residual: bool = False
 
     def __post_init__(self) -> None:
         if not self.arch:

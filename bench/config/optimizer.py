@@ -30,9 +30,12 @@ class OptimizerConfig(Checks):
     exclude_bn_bias_from_wd: bool = False
     # fused/foreach kernels: null lets bench pick (fused on CUDA where torch has them)
     fused: Optional[bool] = None
+    # clip the gradients' global L2 norm to this before each step (after unscaling fp16 gradients)
+    grad_clip_norm: Optional[float] = None
 
     def __post_init__(self) -> None:
         self.positive("lr", integer=False)
         self.non_negative("weight_decay", "momentum")
+        self.positive("grad_clip_norm", optional=True, integer=False)
         if len(self.betas) != 2:
             self._fail("betas", "a list of two numbers, e.g. [0.9, 0.999]", list(self.betas))

@@ -10,14 +10,48 @@ from bench.config.fields import Checks
 from bench.secrets import CREDENTIALS_HOME, has_userinfo
 
 
+RESUME_AUTO = "auto"
+
+
 @dataclass
 class TrainConfig(Checks):
     KEY = "train"
     epochs: int = 1
-    steps_per_epoch: int = 200
+    steps_per_epoch: Optional[int] = 200  # null: one pass over the (sharded) dataset, real data only
+    eval_every: int = 0  # epochs between validations (top-1/top-5 on the val split); 0: none
+    target_accuracy: Optional[float] = None  # val top-1 in (0, 1]: stop at the first evaluation reaching it
+    label_smoothing: float = 0.0  # CrossEntropyLoss(label_smoothing=...)
+    resume: Optional[str] = None  # "auto": the newest valid checkpoint of this config; or a checkpoint's path
 
     def __post_init__(self) -> None:
-        self.positive("epochs", "steps_per_epoch")
+        self.positive("epochs")
+        self.positive("steps_per_epoch", optional=True)
+        self.non_negative("eval_every")
+        self.between("label_smoothing", 0, 1, "a number in [0, 1)", include_low=True)
+        if self.target_accuracy is not None:
+            self.between("target_accuracy", 0, 1, "a top-1 accuracy in (0, 1], e.g. 0.95", include_high=True)
+            if not self.eval_every:
+                self.eval_every = 1  # a target is checked at evaluations: every epoch unless told otherwise
+        if self.resume is not None and not str(self.resume).strip():
+            self._fail("resume", f"{RESUME_AUTO!r} or a checkpoint's path (null: start fresh)")
+
+
+@dataclass
+class CheckpointConfig(Checks):
+    """Training checkpoints for resume, written by rank 0 through the storage backend."""
+
+    KEY = "checkpoint"
+    every_epochs: int = 0  # write one after every N epochs (and after the last); 0: none
+    keep_last: int = 2  # older ones are deleted once a newer one is written
+    dir: str = "checkpoints"  # under storage.root (or the S3 prefix); one sub-folder per config fingerprint
+    on_signal: bool = True  # SIGTERM / Ctrl-C during training writes one before the run ends KILLED
+
+    def __post_init__(self) -> None:
+        self.non_negative("every_epochs")
+        self.positive("keep_last")
+        parts = self.dir.replace("\\", "/").split("/")
+        if not self.dir or self.dir.startswith("/") or ".." in parts:
+            self._fail("dir", "a relative folder inside storage.root, without '..'")
 
 
 @dataclass

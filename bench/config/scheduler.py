@@ -19,13 +19,19 @@ class SchedulerName(Choice):
     onecycle = "onecycle"  # torch OneCycleLR
 
 
+class MilestoneUnit(Choice):
+    steps = "steps"  # optimizer steps, counted from the first (warm-up included)
+    epochs = "epochs"  # epoch boundaries (the ImageNet recipes: 30, 60, 80), whatever the batch and GPU count
+
+
 @dataclass
 class SchedulerConfig(Checks):
     KEY = "scheduler"
     name: SchedulerName = SchedulerName.constant
     lr_warmup_steps: int = 0  # linear warm-up from warmup_start_factor x lr, in optimizer steps
     warmup_start_factor: float = 0.01
-    milestones: List[int] = field(default_factory=list)  # multistep, in optimizer steps
+    milestones: List[int] = field(default_factory=list)  # multistep, in milestone_unit
+    milestone_unit: MilestoneUnit = MilestoneUnit.steps
     gamma: float = 0.1  # multistep
     min_lr: float = 0.0  # cosine floor
     pct_start: float = 0.3  # onecycle: share of the run spent rising

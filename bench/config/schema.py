@@ -20,9 +20,10 @@ from bench.config.fields import Checks, Choice
 from bench.config.model import ModelConfig
 from bench.config.optimizer import OptimizerConfig
 from bench.config.precision import PrecisionConfig
-from bench.config.run import BenchmarkConfig, TrackingConfig, TrainConfig
+from bench.config.run import BenchmarkConfig, CheckpointConfig, TrackingConfig, TrainConfig
 from bench.config.scheduler import SchedulerConfig
 from bench.config.storage import StorageConfig
+from bench.errors import ConfigError
 
 log = logging.getLogger("bench")
 
@@ -37,8 +38,10 @@ class Mode(Choice):
 @dataclass
 class BenchConfig(Checks):
     defaults: List[Any] = field(default_factory=list)
-    model: ModelConfig = field(default_factory=ModelConfig)
+    # data before model: model's sizes are interpolated from data's, and the groups are built (and
+    # checked) in this order, so a bad data.image_size is named as such, not as model.image_size
     data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
     precision: PrecisionConfig = field(default_factory=PrecisionConfig)
     optimizer: OptimizerConfig = field(default_factory=OptimizerConfig)
     scheduler: SchedulerConfig = field(default_factory=SchedulerConfig)
@@ -46,6 +49,7 @@ class BenchConfig(Checks):
     storage: StorageConfig = field(default_factory=StorageConfig)
     train: TrainConfig = field(default_factory=TrainConfig)
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     mode: Mode = Mode.train
     allow_cpu: bool = False  # refuse to "benchmark" a CPU by accident
@@ -61,13 +65,32 @@ class BenchConfig(Checks):
         if self.distributed.scaling == Scaling.strong and self.data.batch_size % world:
             raise self.data._error("batch_size", f"a multiple of the process count ({world}) with "
                                    "distributed.scaling=strong (it is the global batch, split evenly over the processes)")
-        if self.mode == Mode.storage or self.storage.save_checkpoint:
+        if self.mode == Mode.storage or self.storage.save_checkpoint or self.checkpoint.every_epochs \
+                or self.train.resume:
             self.storage.check_bucket()
+        if self.mode == Mode.train:
+            self._check_training_for_accuracy()
         self._warn_warmup_longer_than_the_run()
+
+    def _check_training_for_accuracy(self) -> None:
+        """What needs a real dataset: epochs as passes over it, and validation."""
+        if not self.data.synthetic:
+            return
+        if self.train.steps_per_epoch is None:
+            raise self.train._error("steps_per_epoch", "a positive integer with data=synthetic "
+                                    "(null means one pass over a real dataset)")
+        if self.train.eval_every:
+            what = "train.target_accuracy" if self.train.target_accuracy is not None else "train.eval_every"
+            raise ConfigError(what, getattr(self.train, what.split(".")[1]),
+                              "none with data=synthetic (random labels: nothing to learn); validation needs "
+                              "a real dataset: data=imagefolder or data=cifar100 (python -m bench.data digits "
+                              "--dst DIR writes one)")
 
     def _warn_warmup_longer_than_the_run(self) -> None:
         """The lr warm-up counts every optimizer step (the unmeasured ones too): one longer than
         the run leaves the lr below optimizer.lr at the end, and the result's lr is not the one used."""
+        if self.train.steps_per_epoch is None:
+            return  # the run's length is known once the dataset is listed
         planned = self.train.epochs * self.train.steps_per_epoch
         if self.benchmark.measure_steps:
             planned = min(planned, self.benchmark.measure_steps)

@@ -18,12 +18,13 @@ from bench.data.registry import Batch
 from bench.config.data import DataConfig
 from bench.config.storage import StorageConfig
 from bench.data.layout import check_class_count, cifar_file
+from bench.data.device_batches import DeviceBatches
 from bench.data.loader import (
     BatchDataset,
-    DeviceBatches,
     HostBatch,
     empty_batch,
     epoch_batch_sampler,
+    eval_batch_sampler,
     make_loader,
     map_style_passes,
     resolve_workers,
@@ -94,8 +95,18 @@ def cifar100_batches(cfg: DataConfig, device: torch.device, memory_format: torch
     classes = max(len(names), int(labels.max()) + 1)
     check_class_count(classes, cfg.root, cfg.num_classes)
     train = cfg.split == "train"
-    dataset = Cifar100Batches(images, labels, cfg.image_size, train, seed, rank)
+    dataset = Cifar100Batches(images, labels, cfg.image_size, train and cfg.augment, seed, rank)
     batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, cfg.root)
     loader = make_loader(dataset, cfg, device, batch_sampler)
     facts = {"dataset_size": len(images), "dataset_classes": classes, "data_workers": resolve_workers(cfg)}
     return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)
+
+
+def cifar100_val_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format,
+                         rank: int = 0, world_size: int = 1) -> DeviceBatches:
+    """The test split, unaugmented, this rank's share of it."""
+    images, labels, _names = load_cifar100(cfg.root, "val")
+    dataset = Cifar100Batches(images, labels, cfg.image_size, False, 0, rank)
+    batch_sampler = eval_batch_sampler(len(dataset), cfg.batch_size, rank, world_size)
+    loader = make_loader(dataset, cfg, device, batch_sampler)
+    return DeviceBatches(lambda _epoch: loader, {"val_dataset_size": len(images)}, cfg, device, memory_format)

@@ -3,6 +3,7 @@ label order), decoded and augmented in DataLoader workers straight into uint8 ba
 
 from __future__ import annotations
 
+import os
 from typing import Iterator, List
 
 import numpy as np
@@ -10,13 +11,15 @@ import torch
 
 from bench.config.data import DataConfig
 from bench.config.storage import StorageConfig
+from bench.errors import DataError
 from bench.data.registry import Batch
 from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder
+from bench.data.device_batches import DeviceBatches
 from bench.data.loader import (
     BatchDataset,
-    DeviceBatches,
     HostBatch,
     epoch_batch_sampler,
+    eval_batch_sampler,
     fill_batch,
     make_loader,
     map_style_passes,
@@ -51,9 +54,26 @@ def imagefolder_batches(cfg: DataConfig, device: torch.device, memory_format: to
     classes, paths, labels = scan_image_folder(base)
     check_class_count(len(classes), base, cfg.num_classes)
     train = cfg.split == "train"
-    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg.image_size, train, cfg.decoder,
-                                 seed, rank)
+    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg.image_size, train and cfg.augment,
+                                 cfg.decoder, seed, rank)
     batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, base)
     loader = make_loader(dataset, cfg, device, batch_sampler)
     facts = {"dataset_size": len(paths), "dataset_classes": len(classes), "data_workers": resolve_workers(cfg)}
     return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)
+
+
+def imagefolder_val_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format,
+                            rank: int = 0, world_size: int = 1) -> DeviceBatches:
+    """The val/ split with the val transform (resize + center crop), this rank's share of it."""
+    base = imagefolder_base(cfg.root, "val")
+    if os.path.normpath(base) == os.path.normpath(cfg.root):
+        raise DataError(f"data.root={cfg.root!r} has no val/ folder: validation (train.eval_every, "
+                        "train.target_accuracy) needs train/ and val/ class folders")
+    classes, paths, labels = scan_image_folder(base)
+    check_class_count(len(classes), base, cfg.num_classes)
+    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg.image_size, False, cfg.decoder,
+                                 0, rank)
+    batch_sampler = eval_batch_sampler(len(dataset), cfg.batch_size, rank, world_size)
+    loader = make_loader(dataset, cfg, device, batch_sampler)
+    facts = {"val_dataset_size": len(paths)}
+    return DeviceBatches(lambda _epoch: loader, facts, cfg, device, memory_format)

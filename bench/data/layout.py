@@ -127,6 +127,12 @@ def check_first_images_decode(base: str, classes: List[str]) -> None:
                     "expected JPEG/PNG images in the class folders")
 
 
+def check_separate_val(root: str) -> None:
+    if not os.path.isdir(os.path.join(root, "val")):
+        raise DataError(f"data.root={root!r} has no val/ folder: validation (train.eval_every, "
+                        "train.target_accuracy) needs train/ and val/ class folders")
+
+
 def check_cifar100(data: DataConfig) -> None:
     cifar_file(data.root, data.split)
 

@@ -14,6 +14,8 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple
 
 from bench.config.data import DataConfig, DataName
 from bench.config.storage import StorageConfig
+from bench.data.layout import check_separate_val
+from bench.errors import DataError
 
 if TYPE_CHECKING:
     import torch
@@ -25,13 +27,17 @@ Batch = Tuple["torch.Tensor", "torch.Tensor"]  # forward references: importing t
 class DataOption:
     batches: str  # "module:function" building the batch iterator
     check: Optional[str] = None  # "module:function(data)": data.root holds this dataset (lists, never reads)
+    val: Optional[str] = None  # "module:function" building one rank's validation pass (train.eval_every)
 
 
 OPTIONS: Dict[DataName, DataOption] = {
     DataName.synthetic: DataOption("bench.data.synthetic:synthetic_batches"),
-    DataName.imagefolder: DataOption("bench.data.imagefolder:imagefolder_batches", "bench.data.layout:check_imagefolder"),
-    DataName.cifar100: DataOption("bench.data.cifar100:cifar100_batches", "bench.data.layout:check_cifar100"),
-    DataName.shards: DataOption("bench.data.shards:shard_batches", "bench.data.layout:check_shards"),
+    DataName.imagefolder: DataOption("bench.data.imagefolder:imagefolder_batches", "bench.data.layout:check_imagefolder",
+                                     "bench.data.imagefolder:imagefolder_val_batches"),
+    DataName.cifar100: DataOption("bench.data.cifar100:cifar100_batches", "bench.data.layout:check_cifar100",
+                                  "bench.data.cifar100:cifar100_val_batches"),
+    DataName.shards: DataOption("bench.data.shards:shard_batches", "bench.data.layout:check_shards",
+                                "bench.data.shards:shard_val_batches"),
 }
 
 
@@ -47,8 +53,23 @@ def build_batches(data: DataConfig, device: "torch.device", memory_format: "torc
                                              storage or StorageConfig())
 
 
-def check_location(data: DataConfig) -> None:
-    """Raise DataError when data.root does not hold the option's dataset (cheap: listings only)."""
+def build_val_batches(data: DataConfig, device: "torch.device", memory_format: "torch.memory_format",
+                      rank: int = 0, world_size: int = 1, storage: Optional[StorageConfig] = None) -> Any:
+    """This rank's share of the validation split (every sample read by one rank, once): an object
+    whose one_pass() yields device batches; DataError when the option or data.root has none."""
+    target = OPTIONS[data.name].val
+    if target is None:
+        raise DataError(f"data={data.name} has no validation split reader: train.eval_every and "
+                        "train.target_accuracy need data=imagefolder, cifar100 or shards")
+    extra = {"storage": storage} if data.name == DataName.shards else {}  # shards may live on S3
+    return _load(target)(data, device, memory_format, rank, world_size, **extra)
+
+
+def check_location(data: DataConfig, validation: bool = False) -> None:
+    """Raise DataError when data.root does not hold the option's dataset (cheap: listings only);
+    validation=True: its val split, which must be a split of its own (not the training images)."""
     check = OPTIONS[data.name].check
     if check:
         _load(check)(data)
+    if validation and data.name == DataName.imagefolder:
+        check_separate_val(data.root)

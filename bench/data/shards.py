@@ -9,6 +9,8 @@ records c, c+C, ... of it. Workers build whole uint8 batches, across shard and e
 
 from __future__ import annotations
 
+import dataclasses
+
 import itertools
 import random
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -21,8 +23,8 @@ from bench.config.data import DataConfig
 from bench.config.storage import StorageConfig
 from bench.data.registry import Batch
 from bench.data.layout import check_class_count
+from bench.data.device_batches import DeviceBatches
 from bench.data.loader import (
-    DeviceBatches,
     Failure,
     HostBatch,
     empty_batch,
@@ -49,7 +51,8 @@ def consumer_plan(shard_counts: List[int], epoch: int, seed: int, shuffle: bool,
 
 class ShardStream(IterableDataset):
     def __init__(self, cfg: DataConfig, storage: StorageConfig, meta: Dict[str, Any], seed: int,
-                 rank: int, world_size: int):
+                 rank: int, world_size: int, one_pass: bool = False):
+        self.one_pass = one_pass  # validation: one pass, the last batch partial (every record read once)
         self.location, self.storage = cfg.root, storage
         self.keys = [s["key"] for s in meta["shards"]]
         self.counts = [int(s["count"]) for s in meta["shards"]]
@@ -67,7 +70,7 @@ class ShardStream(IterableDataset):
         store = open_store(self.location, self.storage)  # opened in the worker: S3 clients do not survive fork
         images, labels, release = empty_batch(self.batch_size, self.size)
         filled, failures = 0, []
-        for epoch in itertools.count():
+        for epoch in range(1) if self.one_pass else itertools.count():
             seen = decoded = 0
             plan = consumer_plan(self.counts, epoch, self.order_seed, self.train, consumer, consumers)
             for shard, record_filter in plan:
@@ -89,6 +92,13 @@ class ShardStream(IterableDataset):
                 if failures and failures[-1][2]:  # unreadable shard: hand it to the main process now
                     yield images, labels, failures, release
                     return
+            if self.one_pass:
+                if seen and not decoded:
+                    failures.append((self.location, f"none of the {seen} images this worker read could be decoded",
+                                     True))
+                if filled or failures:
+                    yield images[:filled], labels[:filled], failures, release
+                return
             if not seen:  # more consumers than records: this one has nothing to read
                 return
             if not decoded:
@@ -128,4 +138,18 @@ def shard_batches(cfg: DataConfig, device: torch.device, memory_format: torch.me
     facts = {"dataset_size": int(meta["count"]), "dataset_classes": len(meta["classes"]),
              "dataset_shards": len(meta["shards"]), "shard_image_size": int(meta["size"]),
              "data_workers": resolve_workers(cfg)}
-    return DeviceBatches(lambda _epoch: loader, facts, cfg, device, memory_format)
+    batches = DeviceBatches(lambda _epoch: loader, facts, cfg, device, memory_format)
+    batches.restartable = False  # the stream counts its own epochs: a new iterator would start again at 0
+    return batches
+
+
+def shard_val_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, rank: int = 0,
+                      world_size: int = 1, storage: StorageConfig | None = None) -> DeviceBatches:
+    """The val shards, unaugmented and in order: each rank x worker reads its own shards (or
+    records), once per pass, the last batch partial."""
+    storage = storage or StorageConfig()
+    val = dataclasses.replace(cfg, split="val")
+    meta = read_meta(open_store(val.root, storage), "val")
+    stream = ShardStream(val, storage, meta, 0, rank, world_size, one_pass=True)
+    loader = make_loader(stream, val, device, fork_safe=not val.root.startswith("s3://"))
+    return DeviceBatches(lambda _epoch: loader, {"val_dataset_size": int(meta["count"])}, val, device, memory_format)

@@ -26,6 +26,8 @@ class ObjectStore(Protocol):
 
     def exists(self, key: str) -> bool: ...
 
+    def delete(self, key: str) -> None: ...  # gone if it was there; no error if it was not
+
 
 class Backend(Protocol):
     """One `storage=` option: where its data lives and how it is opened."""

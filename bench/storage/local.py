@@ -14,7 +14,7 @@ import logging
 import mmap
 import os
 from pathlib import Path
-from typing import List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, List, Optional, Tuple
 
 from bench.config.storage import StorageConfig
 from bench.storage.base import ObjectStore
@@ -47,18 +47,25 @@ class LocalStore:
             return fh.read(length)
 
     def put(self, key: str, data: bytes) -> None:
+        self.put_with(key, lambda fh: fh.write(data))
+
+    def put_with(self, key: str, write: Callable[[BinaryIO], Any]) -> int:
+        """put() for a writer that streams into the file (torch.save: no copy of the whole
+        object in memory first); all or nothing all the same. Returns the bytes written."""
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(path.name + f".tmp{os.getpid()}")
         try:
             with open(tmp, "wb") as fh:
-                fh.write(data)
+                write(fh)
+                size = fh.tell()
                 if self.fsync:
                     fh.flush()
                     os.fsync(fh.fileno())
             os.replace(tmp, path)
         finally:
             tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind
+        return size
 
     def list(self, prefix: str = "") -> List[Tuple[str, int]]:
         base = self.root / prefix if prefix else self.root
@@ -70,6 +77,9 @@ class LocalStore:
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def delete(self, key: str) -> None:
+        self._path(key).unlink(missing_ok=True)
 
 
 class DirectReadStore(LocalStore):

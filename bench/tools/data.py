@@ -1,4 +1,5 @@
-"""`python -m bench.data prepare ...` (image folder -> shards) and `python -m bench.data bench-loader ...`
+"""`python -m bench.data prepare ...` (image folder -> shards), `python -m bench.data digits ...`
+(scikit-learn's 8x8 digits as an image folder) and `python -m bench.data bench-loader ...`
 (also `python -m bench.tools.data`).
 
 `prepare --storage KEY=VALUE` sets keys of the storage group for an s3:// destination; they go
@@ -10,7 +11,7 @@ import argparse
 import os
 import sys
 import tempfile
-from typing import List, Optional
+from typing import Any, List, Optional
 
 from bench.config.storage import StorageConfig
 from bench.errors import ConfigError, ConfigProblem, DataError
@@ -24,6 +25,26 @@ def _storage_config(pairs: List[str]) -> StorageConfig:
         if "=" not in pair:
             raise DataError(f"--storage {pair!r} is not KEY=VALUE (e.g. --storage endpoint=http://localhost:9000)")
     return compose(*[f"storage.{pair}" for pair in pairs]).storage
+
+
+def _number(option: str, text: str, kind: type, accepted: str) -> Any:
+    """--option's text as an int or float, or the one-line ConfigError naming the option."""
+    try:
+        return kind(text)
+    except ValueError:
+        raise ConfigError(option, text, accepted) from None
+
+
+def _digits(args: argparse.Namespace) -> str:
+    from bench.data.digits import describe, write_digits
+
+    manifest, already = write_digits(
+        args.dst, _number("--val-fraction", args.val_fraction, float, "a fraction between 0 and 1"),
+        _number("--size", args.size, int, "a whole number of pixels"), args.format,
+        _number("--seed", args.seed, int, "a whole number"))
+    if already:
+        return f"{args.dst} already holds the digits: {describe(manifest)}; nothing to do"
+    return f"wrote {describe(manifest)} to {args.dst}"
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -40,6 +61,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     prep.add_argument("--storage", action="append", default=[], metavar="KEY=VALUE",
                       help="storage group options for s3:// (e.g. endpoint=http://localhost:9000)")
     prep.add_argument("--no-progress", action="store_true")
+
+    digits = commands.add_parser("digits", help="write scikit-learn's 8x8 digits (1,797 images) as an image folder")
+    digits.add_argument("--dst", required=True, help="output directory: <dst>/train/<0..9>/ and <dst>/val/<0..9>/")
+    digits.add_argument("--val-fraction", default="0.2", help="share of each class in val (stratified; default 0.2)")
+    digits.add_argument("--size", default="32", help="side of the stored RGB images, upscaled from 8 (default 32)")
+    digits.add_argument("--format", default="png", help="png (default) or jpeg")
+    digits.add_argument("--seed", default="0", help="seed of the train/val split (default 0)")
 
     bench = commands.add_parser("bench-loader", help="our loaders vs a torchvision ImageFolder+PIL baseline")
     bench.add_argument("--images", type=int, default=600)
@@ -69,6 +97,8 @@ def main(argv: Optional[List[str]] = None) -> int:
             summary = prepare(args.src, args.dst, args.size, args.quality, args.shard_size, args.workers,
                               _storage_config(args.storage), progress=False if args.no_progress else None)
             print(describe(args.dst, summary), flush=True)
+        elif args.command == "digits":
+            print(_digits(args), flush=True)
         else:
             from bench.tools.loader_benchmark import report, run
 

@@ -5,7 +5,8 @@
 Writes into --out (default <sweep dir>/report, or ./report-<run id> for an MLflow parent):
 report.csv, report.md, report.html (one self-contained page, plots embedded) and four PNGs:
 throughput vs GPU count, scaling efficiency vs GPU count, throughput vs batch size, and the
-step-time distribution of every run (a storage-benchmark sweep gets its own three). Prints the
+step-time distribution of every run, plus accuracy_vs_time.png when some job evaluated
+accuracy (a storage-benchmark sweep gets its own three). Prints the
 table. Given a parent run id, the files are also logged to that run under report/.
 
 Exit codes: 0 written, 2 the sweep cannot be read (one `[ERROR] ...` line on stderr).

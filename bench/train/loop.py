@@ -1,10 +1,13 @@
-"""The training loop and its measurement.
+"""The training run: build model, data, precision, optimizer and schedule, resume from a
+checkpoint if asked, then measure.
 
 A run is `benchmark.warmup_steps` discarded steps, then the measured window:
-`train.epochs x train.steps_per_epoch` steps, cut short by `benchmark.measure_steps` or
-`benchmark.measure_seconds`. Throughput = images in the window / seconds of the window.
-Inside the window the host never waits for the device except every
-`benchmark.log_every` steps (or every step with `benchmark.sync=true`).
+`train.epochs` epochs of `train.steps_per_epoch` steps (null: one pass over the dataset), cut
+short by `benchmark.measure_steps`, `benchmark.measure_seconds` or a reached
+`train.target_accuracy`. Throughput = images in the window / seconds of the window
+(evaluations and checkpoint writes left out: bench.train.epochs). Inside the window the host
+never waits for the device except every `benchmark.log_every` steps (or every step with
+`benchmark.sync=true`).
 """
 
 from __future__ import annotations
@@ -13,23 +16,22 @@ import dataclasses
 import logging
 import os
 import resource
-import sys
 import time
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
-from tqdm import tqdm
 
-from bench.analysis.stats import percentile
 from bench.config import BenchConfig
-from bench.config.distributed import Scaling
-from bench.data.registry import build_batches
+from bench.data.registry import build_val_batches
 from bench.launch.context import RankContext
+from bench.train.epoch_data import EpochData
+from bench.train.epochs import Session, SignalFlag, run_epochs
 from bench.train.models import build_model, count_parameters
 from bench.train.optim import build_optimizer, effective_lr
 from bench.train.precision import PrecisionPolicy, build_precision
 from bench.train.result import EpochRecord, TrainResult
+from bench.train.resume import Position, TrainingCheckpoints, restore_rng
 from bench.train.schedules import build_scheduler
 from bench.train.timing import StepClock
 
@@ -38,18 +40,14 @@ log = logging.getLogger(__name__)
 Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
 
-def per_rank_batch_size(config: BenchConfig, world_size: int) -> int:
-    """weak scaling: data.batch_size per process; strong: data.batch_size split over the ranks."""
-    batch = config.data.batch_size
-    return batch // world_size if config.distributed.scaling == Scaling.strong else batch
-
-
 def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, policy: PrecisionPolicy,
-              after: Optional[Callable[[], None]] = None) -> Step:
-    """One optimizer step: forward under autocast, backward (scaled for fp16), step, schedule;
-    then `after()` (the launched workers' hang watchdog)."""
-    criterion = nn.CrossEntropyLoss()
+              after: Optional[Callable[[], None]] = None, label_smoothing: float = 0.0,
+              clip_norm: Optional[float] = None) -> Step:
+    """One optimizer step: forward under autocast, backward (scaled for fp16), gradient clipping
+    (on unscaled gradients), step, schedule; then `after()` (the launched workers' hang watchdog)."""
+    criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
     scaler = policy.scaler
+    params = [p for group in optimizer.param_groups for p in group["params"]]
 
     def step(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
         optimizer.zero_grad(set_to_none=True)
@@ -57,10 +55,15 @@ def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any
             loss = criterion(model(images), labels)
         if scaler is not None:
             scaler.scale(loss).backward()
+            if clip_norm is not None:
+                scaler.unscale_(optimizer)  # clip the true gradients, not the loss-scaled ones
+                torch.nn.utils.clip_grad_norm_(params, clip_norm)
             scaler.step(optimizer)
             scaler.update()
         else:
             loss.backward()
+            if clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(params, clip_norm)
             optimizer.step()
         scheduler.step()
         if after is not None:
@@ -115,24 +118,30 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)
 
-    batch_size = per_rank_batch_size(config, ctx.world_size)
-    planned = config.train.epochs * config.train.steps_per_epoch
-    if config.benchmark.measure_steps:
-        planned = min(planned, config.benchmark.measure_steps)
-    warmup = config.benchmark.warmup_steps
-
+    checkpoints = TrainingCheckpoints(config) if config.checkpoint.every_epochs or config.train.resume else None
+    resumed = checkpoints.load(config.train.resume) if checkpoints and config.train.resume else None
+    start = Position(resumed["epoch"], resumed["step_in_epoch"]) if resumed else Position(0)
     policy = build_precision(config.precision, device)
     eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)
-    base_lr = effective_lr(config.optimizer, config.scheduler, batch_size * ctx.world_size)
+    data = EpochData(config, device, policy.memory_format, ctx, start.epoch)
+    warmup = config.benchmark.warmup_steps
+    total = data.planned(0)  # the schedule spans the whole run, resumed or not
+    planned = data.planned(start.epoch, start.step_in_epoch)
+    if config.benchmark.measure_steps:
+        planned = min(planned, config.benchmark.measure_steps)
+    base_lr = effective_lr(config.optimizer, config.scheduler, data.batch_size * ctx.world_size)
     optimizer = build_optimizer(eager, config.optimizer, base_lr, device)
-    scheduler = build_scheduler(optimizer, config.scheduler, warmup + planned, base_lr)
-    batches = build_batches(dataclasses.replace(config.data, batch_size=batch_size), device, policy.memory_format,
-                            config.seed + ctx.rank, rank=ctx.rank, world_size=ctx.world_size, storage=config.storage)
+    scheduler = build_scheduler(optimizer, _in_steps(config.scheduler, data, warmup), warmup + total, base_lr)
+    if config.scheduler.scale_lr:
+        data.on_batch_change = lambda old, new: scale_lr(optimizer, scheduler, new / old)
     wrapped = _wrap_ddp(eager, config, device) if ctx.distributed else eager
     model, compile_info = _maybe_compile(wrapped, config.compile, config.compile_mode)
     model.train()
-    step = make_step(model, optimizer, scheduler, policy, after=on_step)
+    options = {"label_smoothing": config.train.label_smoothing, "clip_norm": config.optimizer.grad_clip_norm}
+    step = make_step(model, optimizer, scheduler, policy, after=on_step, **options)
+    batches = data.batches
 
+    first_step_at = time.perf_counter()  # time-to-accuracy counts from here
     if compile_info["active"]:
         # torch.compile fails lazily, at the first call: try it once, outside the window.
         try:
@@ -140,23 +149,36 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
         except Exception as exc:  # noqa: BLE001
             log.warning("torch.compile failed at the first step (%s: %s); running eager", type(exc).__name__, exc)
             compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
-            step = make_step(wrapped, optimizer, scheduler, policy, after=on_step)
+            step = make_step(wrapped, optimizer, scheduler, policy, after=on_step, **options)
 
     for _ in range(warmup):
         step(*next(batches))
+    if resumed:  # after the warm-up, whose steps must not count: the state is the checkpoint's
+        restore(resumed, eager, optimizer, scheduler, policy)
+    val = build_val_batches(config.data, device, policy.memory_format, ctx.rank, ctx.world_size, config.storage) \
+        if config.train.eval_every else None
+    session = Session(config, ctx, eager, optimizer, scheduler, policy, step, data, val, checkpoints, start,
+                      [EpochRecord(**e) for e in resumed["history"]] if resumed else [],
+                      resumed["wall_seconds"] if resumed else 0.0)
     clock = StepClock(device, strict_sync=config.benchmark.sync)
     clock.sync()
     if monitor is not None:
         monitor.start()
-    window = _measure(step, batches, clock, config, planned, batch_size, optimizer, ctx)
+    with SignalFlag(checkpoints is not None and config.checkpoint.every_epochs > 0 and config.checkpoint.on_signal) \
+            as flag:
+        window = run_epochs(session, clock, planned, first_step_at, flag)
     gpu = monitor.stop() if monitor is not None else {}
-    extra = dict(getattr(batches, "facts", {}))  # real data: dataset_size, corrupt_skipped, ...
+    extra = dict(getattr(data.batches, "facts", {}))  # real data: dataset_size, corrupt_skipped, ...
+    if checkpoints is not None:
+        extra.update(checkpoints.figures())
+    if data.progressive:
+        extra.update(phase_figures(window["epochs"]))
     if on_finish is not None:
         extra.update(on_finish(eager, optimizer))
     return TrainResult(
         gpu=gpu,
         extra=extra,
-        batch_size=batch_size,
+        batch_size=data.batch_size,
         warmup_steps=warmup,
         base_lr=base_lr,
         peak_memory_bytes=_peak_memory_bytes(device),
@@ -167,6 +189,52 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
         param_checksum=_param_checksum(eager),
         **window,
     )
+
+
+def _in_steps(scheduler: Any, data: EpochData, warmup: int) -> Any:
+    """scheduler.milestone_unit=epochs: each milestone becomes the optimizer step its epoch starts at."""
+    if scheduler.milestone_unit != "epochs":
+        return scheduler
+    steps = [warmup + data.planned(0) - data.planned(epoch) for epoch in scheduler.milestones]
+    return dataclasses.replace(scheduler, milestones=steps, milestone_unit="steps")
+
+
+def restore(state: Dict[str, Any], eager: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
+            policy: PrecisionPolicy) -> None:
+    """Every rank loads the same checkpoint in place, so DDP's replicas stay identical."""
+    eager.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    scheduler.load_state_dict(state["scheduler"])
+    if policy.scaler is not None and state.get("scaler"):
+        policy.scaler.load_state_dict(state["scaler"])
+    restore_rng(state["rng"])
+
+
+def scale_lr(optimizer: torch.optim.Optimizer, scheduler: Any, ratio: float) -> None:
+    """A progressive phase changed the batch: the lr follows it (scheduler.scale_lr)."""
+    for group in optimizer.param_groups:
+        for key in ("lr", "initial_lr", "max_lr", "min_lr"):
+            if key in group:
+                group[key] *= ratio
+    if hasattr(scheduler, "base_lrs"):
+        scheduler.base_lrs = [lr * ratio for lr in scheduler.base_lrs]
+
+
+def phase_figures(epochs: List[EpochRecord]) -> Dict[str, Any]:
+    """images/s of each progressive phase (consecutive epochs of one image and batch size)."""
+    figures: Dict[str, Any] = {}
+    phases: List[List[EpochRecord]] = []
+    for epoch in epochs:
+        if phases and (phases[-1][-1].image_size, phases[-1][-1].batch_size) == (epoch.image_size, epoch.batch_size):
+            phases[-1].append(epoch)
+        else:
+            phases.append([epoch])
+    for number, phase in enumerate(phases, start=1):
+        images, seconds = sum(e.images for e in phase), sum(e.seconds for e in phase)
+        figures.update({f"phase{number}_image_size": phase[0].image_size,
+                        f"phase{number}_batch_size": phase[0].batch_size,
+                        f"phase{number}_images_per_second": images / seconds if seconds > 0 else 0.0})
+    return figures
 
 
 def _wrap_ddp(model: nn.Module, config: BenchConfig, device: torch.device) -> nn.Module:
@@ -186,77 +254,3 @@ def _param_checksum(model: nn.Module) -> float:
     with torch.no_grad():
         # one device-to-host read, not one per tensor
         return float(torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().item())
-
-
-def _deadline_passed(deadline: Optional[float], ctx: RankContext) -> bool:
-    """measure_seconds: with several ranks the decision is all-reduced (any rank out of time
-    stops all), or a rank that stopped alone would leave the others waiting in an all-reduce."""
-    if deadline is None:
-        return False
-    passed = time.perf_counter() >= deadline
-    if not ctx.distributed:
-        return passed
-    import torch.distributed as dist
-
-    flag = torch.tensor([1.0 if passed else 0.0], device="cuda" if torch.cuda.is_available() and
-                        dist.get_backend() == "nccl" else "cpu")
-    dist.all_reduce(flag, op=dist.ReduceOp.MAX)
-    return bool(flag.item())
-
-
-def _measure(step: Step, batches: Any, clock: StepClock, config: BenchConfig, planned: int, batch_size: int,
-             optimizer: torch.optim.Optimizer, ctx: RankContext) -> Dict[str, Any]:
-    steps_per_epoch = config.train.steps_per_epoch
-    log_every = config.benchmark.log_every
-    seconds = config.benchmark.measure_seconds
-    deadline = time.perf_counter() + seconds if seconds else None
-    progress = tqdm(total=planned, unit="step", file=sys.stderr, mininterval=1.0, leave=False,
-                    disable=None if config.benchmark.progress and ctx.is_reporter else True)  # None: off when not a TTY
-
-    data_wait: List[float] = []
-    epoch_ends: List[tuple] = []  # (index of the epoch's last mark, its last loss, lr after it)
-    done = 0
-    loss = torch.zeros(())
-    clock.mark()  # the window opens here
-    while done < planned:
-        t0 = time.perf_counter()
-        images, labels = next(batches)
-        data_wait.append((time.perf_counter() - t0) * 1000.0)
-        loss = step(images, labels)
-        clock.mark()
-        done += 1
-        progress.update()
-        # several ranks decide together, at log intervals only (a collective is a sync point)
-        at_sync_point = not ctx.distributed or done % log_every == 0 or done == planned
-        timed_out = at_sync_point and _deadline_passed(deadline, ctx)
-        if done % steps_per_epoch == 0 or done == planned or timed_out:
-            epoch_ends.append((len(clock) - 1, loss, optimizer.param_groups[0]["lr"]))
-        if done % log_every == 0:
-            clock.sync()  # a log interval: the one place the host waits for the device
-            recent = min(log_every, done)
-            window = clock.seconds_between(len(clock) - 1 - recent, len(clock) - 1)
-            log.info("step %d/%d  loss %.4f  %.1f img/s (last %d steps)", done, planned,
-                     loss.item(), recent * batch_size / window, recent)
-        if timed_out:
-            break
-    clock.sync()
-    progress.close()
-
-    step_times = clock.step_times_ms()
-    epochs, first = [], 0
-    for number, (last, epoch_loss, lr) in enumerate(epoch_ends, start=1):
-        span = clock.seconds_between(first, last)
-        epochs.append(EpochRecord(epoch=number, steps=last - first, images=(last - first) * batch_size,
-                                  seconds=span, images_per_second=(last - first) * batch_size / span,
-                                  loss=float(epoch_loss.item()), lr=float(lr),
-                                  step_time_ms_p50=percentile(step_times[first:last], 50)))
-        first = last
-    return {
-        "measured_steps": done,
-        "window_seconds": clock.seconds_between(0, len(clock) - 1),
-        "step_times_ms": step_times,
-        "data_wait_ms": data_wait,
-        "epochs": epochs,
-        "final_lr": float(optimizer.param_groups[0]["lr"]),
-        "final_loss": float(loss.item()),
-    }

@@ -6,10 +6,12 @@ it runs before an MLflow run is opened. Cheapest first: the dataset check needs 
 
 from __future__ import annotations
 
+import dataclasses
 import os
-from typing import Any
+from typing import Any, Optional
 
 from bench.config import BenchConfig
+from bench.config.run import RESUME_AUTO
 from bench.errors import ConfigError, ConfigProblem, DataError
 
 FLOAT32 = 4
@@ -21,8 +23,11 @@ def check_training(config: BenchConfig) -> Any:
 
     try:
         check_location(config.data)
+        if config.train.eval_every:  # the val split too: its absence is found now, not after an epoch
+            check_location(dataclasses.replace(config.data, split="val"), validation=True)
     except DataError as exc:
         raise ConfigProblem(str(exc)) from None
+    _check_resume_path(config.train.resume)
     from bench.train.device import check_gpu_count, resolve_device
     from bench.train.models import check_model
     from bench.train.precision import build_precision
@@ -82,3 +87,11 @@ def check_batch_fits(config: BenchConfig, device: Any) -> None:
                           f"a batch that fits in memory: {batch} images of 3x{config.data.image_size}"
                           f"x{config.data.image_size} float32 are {batch * image / 2**30:.1f} GiB and {where} has "
                           f"{memory / 2**30:.1f} GiB (at most {memory // image} per process)")
+
+
+def _check_resume_path(resume: Optional[str]) -> None:
+    """A checkpoint path that is not there is refused now; `auto` and bare names are looked up
+    in the checkpoint folder when the run starts."""
+    if resume and resume != RESUME_AUTO and ("/" in resume or resume.startswith(".")) and not os.path.isfile(resume):
+        raise ConfigError("train.resume", resume, "'auto', a checkpoint file written by checkpoint.every_epochs, "
+                          "or a checkpoint's name in checkpoint.dir (this file does not exist)")

@@ -90,6 +90,7 @@ def summarize(result: TrainResult, config: BenchConfig, device: str, device_name
         "final_loss": result.final_loss,
         "final_lr": result.final_lr,
         "parameters": result.parameters,
+        "param_checksum": result.param_checksum,  # sum of the final weights: equal runs end equal
         "model": config.model.arch,
         "data": str(config.data.name),
         "image_size": config.data.image_size,
@@ -106,7 +107,15 @@ def summarize(result: TrainResult, config: BenchConfig, device: str, device_name
         metrics["compile_fallback"] = result.compile["fallback_reason"]
     metrics.update(result.gpu)
     metrics.update({k: v for k, v in result.extra.items() if k != "checkpoint_path"})
+    metrics.update(result.accuracy)
+    if config.train.steps_per_epoch is None and result.epochs:
+        metrics["steps_per_epoch"] = max(e.steps for e in result.epochs)  # one pass over the dataset
     return metrics
+
+
+def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
+    """An epoch's line: what it measured; evaluation and phase keys only where they apply."""
+    return [{k: v for k, v in asdict(e).items() if v is not None} for e in epochs]
 
 
 @dataclass
@@ -132,7 +141,7 @@ class TrainReport:
     def write(self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any],
               run_id: Optional[str]) -> List[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
-        result, epochs = self.result, [asdict(e) for e in self.result.epochs]
+        result, epochs = self.result, epoch_dicts(self.result.epochs)
         ranks = [{k: v for k, v in asdict(r).items() if k not in ("step_times_ms", "data_wait_ms")} for r in self.ranks]
         summary = {"results": self.metrics, "epochs": epochs, "compile": result.compile,
                    "environment": dict(environment), "config": dict(config), "mlflow_run_id": run_id, "ranks": ranks}
@@ -154,11 +163,17 @@ class TrainReport:
         if not tracker.active:
             return
         for epoch in self.result.epochs:
-            tracker.log_metrics({"epoch_images_per_second": epoch.images_per_second, "epoch_seconds": epoch.seconds,
-                                 "epoch_loss": epoch.loss, "epoch_lr": epoch.lr}, step=epoch.epoch)
+            series = {"epoch_images_per_second": epoch.images_per_second, "epoch_seconds": epoch.seconds,
+                      "epoch_loss": epoch.loss, "epoch_lr": epoch.lr}
+            if epoch.val_top1 is not None:  # the accuracy curve, by epoch (wall seconds are in metrics_epoch.jsonl)
+                series.update(val_top1=epoch.val_top1, val_top5=epoch.val_top5, epoch_eval_seconds=epoch.eval_seconds,
+                              epoch_wall_seconds=epoch.wall_seconds)
+            tracker.log_metrics(series, step=epoch.epoch)
         if log_series:
             tracker.log_series(self.TIMELINE_METRIC, self.result.step_times_ms)
         tracker.set_tags({key: self.metrics[key] for key in ("model", "precision", "device_name", "unstable")})
+        if "resumed_from" in self.metrics:  # which checkpoint train.resume=auto (or a path) continued from
+            tracker.log_params({"resumed_from": self.metrics["resumed_from"]})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 
     @classmethod

@@ -4,7 +4,7 @@ and is read back by the report)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 
 @dataclass
@@ -17,6 +17,14 @@ class EpochRecord:
     loss: float
     lr: float
     step_time_ms_p50: float
+    # evaluated epochs (train.eval_every): accuracy, and seconds since the first training step
+    val_top1: Optional[float] = None
+    val_top5: Optional[float] = None
+    eval_seconds: Optional[float] = None
+    wall_seconds: Optional[float] = None
+    # progressive resizing (data.progressive): the phase this epoch trained in
+    image_size: Optional[int] = None
+    batch_size: Optional[int] = None
 
 
 @dataclass
@@ -39,10 +47,13 @@ class TrainResult:
     param_checksum: float = 0.0  # sum of all weights after training: equal on every rank when DDP synced them
     gpu: Dict[str, float] = field(default_factory=dict)  # NVML samples from the window
     extra: Dict[str, Any] = field(default_factory=dict)  # dataset facts, checkpoint write figures
+    accuracy: Dict[str, Any] = field(default_factory=dict)  # val top-1/top-5, time-to-target (bench.train.epochs)
+
+    measured_images: int = 0  # images of the measured steps (the batch changes with data.progressive)
 
     @property
     def images(self) -> int:
-        return self.measured_steps * self.batch_size
+        return self.measured_images or self.measured_steps * self.batch_size
 
 
 @dataclass

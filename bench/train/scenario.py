@@ -24,10 +24,12 @@ class TrainScenario:
 
     def preflight(self, config: BenchConfig) -> None:
         """The dataset, the device, the model, the machine: bench.train.preflight."""
-        from bench.train.device import device_name
         from bench.train.preflight import check_training
 
-        self.device_name = device_name(check_training(config))
+        device = check_training(config)  # the dataset first: a missing one is refused before torch loads
+        from bench.train.device import device_name
+
+        self.device_name = device_name(device)
 
     def run_name(self, config: BenchConfig) -> str:
         world = config.distributed.world_size

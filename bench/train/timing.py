@@ -3,13 +3,14 @@
 On CUDA a mark is a recorded event (no host sync); on the CPU it is perf_counter().
 Step time = the gap between consecutive marks, so it covers everything the step did,
 waiting for data included. Nothing here synchronises except `sync()`, called only at log
-intervals and at the end of the window.
+intervals and at the end of the window. `pause()`/`resume()` cut out what is not training
+(an evaluation, a checkpoint write): that gap is neither a step nor part of the window.
 """
 
 from __future__ import annotations
 
 import time
-from typing import List
+from typing import List, Set
 
 import torch
 
@@ -20,6 +21,7 @@ class StepClock:
         self.strict_sync = strict_sync  # benchmark.sync: synchronise after every step
         self._cuda = device.type == "cuda"
         self._marks: list = []
+        self._gaps: Set[int] = set()  # i in gaps: marks i-1 -> i span a pause, not a step
 
     def __len__(self) -> int:
         return len(self._marks)
@@ -34,18 +36,29 @@ class StepClock:
         else:
             self._marks.append(time.perf_counter())
 
+    def pause(self) -> None:
+        """Stop counting (the last mark ends the last step); resume() starts counting again."""
+        self.sync()
+
+    def resume(self) -> None:
+        self.mark()
+        self._gaps.add(len(self._marks) - 1)
+
     def sync(self) -> None:
         if self._cuda:
             torch.cuda.synchronize(self.device)
 
-    def seconds_between(self, first: int, last: int) -> float:
-        """Seconds from mark `first` to mark `last` (call sync() first on CUDA)."""
+    def _span(self, first: int, last: int) -> float:
         if self._cuda:
             return self._marks[first].elapsed_time(self._marks[last]) / 1000.0
         return self._marks[last] - self._marks[first]
 
-    def step_times_ms(self) -> List[float]:
-        """Gaps between consecutive marks, in ms (call sync() first on CUDA)."""
-        if self._cuda:
-            return [a.elapsed_time(b) for a, b in zip(self._marks, self._marks[1:])]
-        return [(b - a) * 1000.0 for a, b in zip(self._marks, self._marks[1:])]
+    def seconds_between(self, first: int, last: int) -> float:
+        """Seconds of counted time from mark `first` to mark `last` (call sync() first on CUDA)."""
+        paused = sum(self._span(i - 1, i) for i in self._gaps if first < i <= last)
+        return self._span(first, last) - paused
+
+    def step_times_ms(self, first: int = 0) -> List[float]:
+        """Time between consecutive marks from mark `first` on, pauses left out, in ms (call
+        sync() first on CUDA)."""
+        return [self._span(i - 1, i) * 1000.0 for i in range(first + 1, len(self._marks)) if i not in self._gaps]

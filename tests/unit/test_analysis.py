@@ -322,6 +322,10 @@ def test_read_mlflow_sweep_maps_runs_onto_the_frame_and_logs_scaling_back(tmp_pa
               "distributed.name": "ddp", "data.name": "synthetic"}
     one = _child(client, experiment, parent, "0", {"world_size": 1, "images_per_second": 100.0},
                  {**params, "distributed.nproc_per_node": "1"}, steps=[11.0, 10.0])
+    # the per-epoch accuracy series a training run with train.eval_every logs (step = epoch)
+    client.log_batch(one, metrics=[Metric("val_top1", 0.9, 0, 0), Metric("val_top1", 0.5, 0, 1),
+                                   Metric("val_top1", 0.9, 0, 2), Metric("epoch_wall_seconds", 3.0, 0, 1),
+                                   Metric("epoch_wall_seconds", 6.5, 0, 2)])
     _child(client, experiment, parent, "1", {"world_size": 2, "images_per_second": 170.0, "step_time_ms_p50": 9.0},
            {**params, "distributed.nproc_per_node": "2"})
     _child(client, experiment, parent, "2", {}, {**params, "distributed.nproc_per_node": "4"}, status="FAILED")
@@ -333,6 +337,7 @@ def test_read_mlflow_sweep_maps_runs_onto_the_frame_and_logs_scaling_back(tmp_pa
 
     assert frame["job"].tolist() == ["0", "1", "2"] and frame["status"].tolist() == ["FINISHED", "FINISHED", "FAILED"]
     assert frame.loc[0, "run_id"] == one and frame.loc[0, "timeline"] == [11.0, 10.0] and frame.loc[1, "timeline"] == []
+    assert frame["val_curve"].tolist() == [[(3.0, 0.5), (6.5, 0.9)], [], []]  # by epoch; step 0 is the final figure
     assert frame.loc[0, "precision"] == "fp32" and frame.loc[0, "config.distributed.nproc_per_node"] == "1"
     assert frame.loc[2, "error"] == "it broke" and frame.loc[0, "error"] == ""
     shown = table(add_scaling(frame))

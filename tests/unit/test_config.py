@@ -185,7 +185,7 @@ def test_deprecated_spellings_still_work(compose, caplog):
 
 @pytest.mark.parametrize("overrides, message", [
     (["data.batch_size=0"], "data.batch_size=0 is not valid: accepted a positive integer."),
-    (["train.steps_per_epoch=0"], "train.steps_per_epoch=0 is not valid: accepted a positive integer."),
+    (["train.steps_per_epoch=0"], "train.steps_per_epoch=0 is not valid: accepted a positive integer or null."),
     (["benchmark.measure_steps=0"], "benchmark.measure_steps=0 is not valid: accepted a positive integer or null."),
     (["benchmark.warmup_steps=-1"], "benchmark.warmup_steps=-1 is not valid: accepted a number >= 0."),
     (["optimizer.lr=0"], "optimizer.lr=0.0 is not valid: accepted a positive number."),
@@ -262,8 +262,8 @@ def test_unresolvable_interpolation_is_one_sentence(compose):
 
 @pytest.mark.parametrize("overrides, message", [
     (["model=nope"], "model='nope' is not valid: accepted one of cifar_resnet18, efficientnet_b0, resnet101, "
-                     "resnet18, resnet34, resnet50, vit_b_16."),
-    (["+experiment=nope"], "+experiment='nope' is not valid: accepted one of a100_bf16, cpu_smoke"),
+                     "resnet18, resnet34, resnet50, small_cnn, vit_b_16."),
+    (["+experiment=nope"], "+experiment='nope' is not valid: accepted one of a100_bf16, cifar100_resnet18, cpu_smoke"),
     (["data.batch_size=abc"], "data.batch_size='abc' is not valid: accepted an integer."),
     (["data.batch_size=1.5"], "data.batch_size='1.5' is not valid: accepted an integer."),
     (["optimizer.lr=fast"], "optimizer.lr='fast' is not valid: accepted a number."),

@@ -55,6 +55,10 @@ class Boto3Store(S3Store):
 
         return self._call("LIST", prefix, run, missing_key=False)
 
+    def delete(self, key: str) -> None:
+        self._call("DELETE", key, lambda: self._client.delete_object(Bucket=self.settings.bucket,
+                                                                     Key=self.settings.key(key)), missing_key=False)
+
     def _head(self, key: str) -> Any:
         return self._client.head_object(Bucket=self.settings.bucket, Key=self.settings.key(key))
 

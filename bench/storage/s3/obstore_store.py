@@ -52,6 +52,9 @@ class ObstoreStore(S3Store):
 
         return self._call("LIST", prefix, run, missing_key=False)
 
+    def delete(self, key: str) -> None:
+        self._call("DELETE", key, lambda: self._obstore.delete(self._store, key), missing_key=False)
+
     def _head(self, key: str) -> Any:
         return self._obstore.head(self._store, key)
 

@@ -59,6 +59,10 @@ class S3TorchConnectorStore(S3Store):
 
         return self._call("LIST", prefix, run, missing_key=False)
 
+    def delete(self, key: str) -> None:
+        self._call("DELETE", key, lambda: self._client.delete_object(self.settings.bucket, self.settings.key(key)),
+                   missing_key=False)
+
     def _head(self, key: str) -> Any:
         return self._client.head_object(self.settings.bucket, self.settings.key(key))
 

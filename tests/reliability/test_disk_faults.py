@@ -1,5 +1,5 @@
-"""A full or read-only output disk, for real: small tmpfs mounts (root only; skipped where this
-process may not mount). The measurement is reported before anything optional is written, files
+"""Faults survived: a full or read-only output disk, for real: small tmpfs mounts (root only;
+skipped where this process may not mount), and a checkpoint root that is a file (anyone). The measurement is reported before anything optional is written, files
 are written whole or not at all, and a run directory that cannot be written is one line."""
 
 from __future__ import annotations
@@ -106,3 +106,21 @@ def test_a_run_dir_that_cannot_be_written_is_one_line(bench, tiny, small_disk, o
     assert line.startswith(f"[ERROR] cannot write the run directory: {disk}/run") and why in line, line
     assert "Traceback" not in proc.stderr and proc.stdout == ""
     assert not bench.db.exists()  # refused before an MLflow run was opened
+
+
+def test_a_checkpoint_that_cannot_be_written_keeps_the_measurement(bench, tiny, tmp_path):
+    """The measurement is reported (final line, MLflow metrics) before the checkpoint is
+    written; a checkpoint that fails (its root is a file) ends the run FAILED, naming it."""
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("x")
+    proc = bench.run(*tiny, "storage.save_checkpoint=true", f"storage.root={blocker}", f"hydra.run.dir={tmp_path}/run")
+    assert proc.returncode == 1
+    metrics = json.loads(proc.stdout.strip().splitlines()[-1])["radix_metrics"]
+    assert metrics["total_images"] == 12 and "checkpoint.pt" in metrics["checkpoint_error"]
+    (line,) = bench.error_lines(proc.stderr)
+    assert line.startswith("[ERROR] run failed after its measurement was reported: the checkpoint could not be written")
+    assert "Traceback" not in proc.stderr
+    (run,) = bench.runs()
+    assert run.info.status == "FAILED" and "checkpoint" in run.data.tags["error"]
+    assert run.data.metrics["total_images"] == 12
+    assert (tmp_path / "run" / "run_summary.json").is_file()

@@ -1,0 +1,120 @@
+"""The endless device-side iterator the trainer times: passes over a dataset's DataLoader,
+each uint8 batch copied to the device and normalised there, the dataset's facts kept, and a
+worker's failures turned into one-sentence DataErrors (bench.data.loader builds the rest)."""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple
+
+import torch
+
+from bench.config.data import DataConfig
+from bench.data.loader import MAX_WARNINGS, OUTPUT_RING, Failure, HostBatch, release_batch
+from bench.data.transforms import normalize_into
+from bench.errors import DataError
+
+log = logging.getLogger("bench.data.loader")
+
+
+def _storage_users(tensor: torch.Tensor) -> int:
+    """Tensors sharing `tensor`'s storage, itself included (the temporary storage handle is not counted)."""
+    count = getattr(torch._C, "_storage_Use_Count", None)  # private: without it, never reuse
+    return count(tensor.untyped_storage()._cdata) - 1 if count else 2
+
+
+def _cycle(passes: Callable[[int], Iterable[HostBatch]], start: int = 0) -> Iterator[HostBatch]:
+    for epoch in itertools.count(start):
+        batches = 0
+        for batches, batch in enumerate(passes(epoch), start=1):
+            yield batch
+        if not batches:
+            raise DataError("the dataset yielded no batch in a whole pass: too few images for "
+                            "data.batch_size, data.num_workers and the number of processes")
+
+
+class DeviceBatches(Iterator):
+    """Endless (images, labels) on the device: cycles passes over the dataset, copies each
+    uint8 batch to the device and normalises it there, and keeps the dataset's facts."""
+
+    restartable = True  # passes(epoch) gives that epoch's order (map-style datasets)
+
+    def __init__(self, passes: Callable[[int], Iterable[HostBatch]], facts: Dict[str, Any], cfg: DataConfig,
+                 device: torch.device, memory_format: torch.memory_format):
+        self.facts = {**facts, "corrupt_skipped": 0}  # the trainer reports these with the run
+        self._strict = bool(cfg.strict)
+        self._device, self._memory_format = device, memory_format
+        self._non_blocking = bool(cfg.pin_memory) and device.type == "cuda"
+        self._skipped: set = set()
+        self._buffers: List[torch.Tensor] = []
+        self._passes = passes
+        self._host = _cycle(passes)  # holds no reference to self: dropping the iterator stops its workers
+
+    def close(self) -> None:
+        """Stop the workers now (they also stop when the iterator is garbage-collected)."""
+        self._host.close()
+
+    def restart(self, epoch: int) -> None:
+        """Begin pass `epoch` now (its sampler order: DistributedSampler.set_epoch(epoch)), dropping
+        what is left of the current pass: training epochs line up with passes over the dataset,
+        and a resumed run reads epoch N in the order an uninterrupted run would have."""
+        self._host.close()
+        self._host = _cycle(self._passes, start=epoch)
+
+    def one_pass(self) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+        """One pass over the dataset (validation), as device batches."""
+        for host in self._passes(0):
+            yield self._to_device(host)
+
+    def __next__(self) -> Tuple[torch.Tensor, torch.Tensor]:
+        return self._to_device(self._next_host())
+
+    def _next_host(self) -> HostBatch:
+        try:
+            return next(self._host)
+        except DataError:
+            raise
+        except Exception as exc:  # a worker's wrapped traceback: keep its last line, the error itself
+            lines = [line for line in str(exc).strip().splitlines() if line.strip()]
+            raise DataError(f"the data loader failed: {lines[-1] if lines else type(exc).__name__}") from exc
+
+    def _to_device(self, host: HostBatch) -> Tuple[torch.Tensor, torch.Tensor]:
+        images, labels, failures, release = host
+        if failures:
+            self._note(failures)
+        pixels = images.to(self._device, non_blocking=self._non_blocking)
+        normalized = normalize_into(self._output(pixels.shape), pixels)
+        # The worker's slot has been read by now, so it may refill it: on the CPU normalize_into read
+        # it synchronously; a blocking copy to the GPU has finished; with pin_memory the DataLoader
+        # had already copied it to pinned memory before handing it over.
+        release_batch(release)
+        return normalized, labels.to(self._device, non_blocking=self._non_blocking)
+
+    def _output(self, nhwc: torch.Size) -> torch.Tensor:
+        """A float32 batch to normalise into. On the CPU a freed one is reused: a fresh 38 MB
+        tensor costs more in page faults than the normalisation itself. A buffer counts as freed
+        when nothing outside this ring holds its storage (not the trainer, not autograd)."""
+        n, h, w, c = nhwc
+        shape = (n, c, h, w)
+        if self._device.type != "cpu":  # the caching allocator already reuses device memory
+            return torch.empty(shape, dtype=torch.float32, device=self._device, memory_format=self._memory_format)
+        for buffer in self._buffers:
+            if buffer.shape == shape and _storage_users(buffer) == 1:
+                return buffer
+        buffer = torch.empty(shape, dtype=torch.float32, memory_format=self._memory_format)
+        if len(self._buffers) < OUTPUT_RING:
+            self._buffers.append(buffer)
+        return buffer
+
+    def _note(self, failures: List[Failure]) -> None:
+        for path, reason, fatal in failures:
+            if fatal:
+                raise DataError(f"cannot read {path}: {reason}")
+            if self._strict:
+                raise DataError(f"corrupt image {path} ({reason}); data.strict=true stops at the first one")
+            if path not in self._skipped:
+                self._skipped.add(path)
+                if len(self._skipped) <= MAX_WARNINGS:
+                    log.warning("skipped corrupt image %s (%s)", path, reason)
+        self.facts["corrupt_skipped"] = len(self._skipped)

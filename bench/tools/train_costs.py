@@ -1,0 +1,115 @@
+"""`python -m bench.tools.train_costs`: what training for accuracy costs the measurement.
+
+Two comparisons, each in one process, alternating (A B B A ...) so machine noise hits both
+alike, reported as the median of per-round ratios:
+
+- eval: images/s of the training window with validation every epoch vs the same run (same
+  steps) without it, on the digits image folder. Goal >= 0.98: evaluation is left out of the
+  window, so it must not slow the steps around it.
+- checkpoint: GB/s of bench's checkpoint write (torch.save to memory, then an atomic, fsync'd
+  put through the storage backend) vs a plain torch.save to a file + fsync of the same state
+  (model + optimizer). Goal >= 0.9.
+
+    python -m bench.tools.train_costs --rounds 4
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable, List, Tuple
+
+import torch
+
+from bench.config import compose
+from bench.data.digits import write_digits
+from bench.train.resume import Position, TrainingCheckpoints
+
+
+def _ratios(rounds: int, ours: Callable[[], float], baseline: Callable[[], float]) -> Tuple[float, float, List[float]]:
+    mine, theirs, ratios = [], [], []
+    for index in range(rounds):
+        figures = {}
+        for side in (("ours", "base") if index % 2 == 0 else ("base", "ours")):
+            figures[side] = ours() if side == "ours" else baseline()
+        mine.append(figures["ours"])
+        theirs.append(figures["base"])
+        ratios.append(figures["ours"] / figures["base"])
+    return statistics.median(mine), statistics.median(theirs), ratios
+
+
+def eval_cost(args: argparse.Namespace, root: str) -> None:
+    from bench.train.loop import train
+
+    def images_per_second(eval_every: int) -> float:
+        config = compose("+experiment=digits_tta", f"data.root={root}", f"train.epochs={args.epochs}",
+                         f"train.eval_every={eval_every}", "train.target_accuracy=null", "benchmark.progress=false",
+                         f"cpu_threads={args.threads}", f"data.num_workers={args.workers}")
+        result = train(config, torch.device("cpu"))
+        return result.images / result.window_seconds
+
+    ours, base, ratios = _ratios(args.rounds, lambda: images_per_second(1), lambda: images_per_second(0))
+    print(f"eval        with eval_every=1 {ours:9.1f} img/s   without {base:9.1f} img/s   ratio "
+          f"{statistics.median(ratios):.3f}   rounds " + " ".join(f"{r:.3f}" for r in ratios), flush=True)
+
+
+def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
+    import torchvision
+
+    model = torchvision.models.get_model(args.model, weights=None)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    model(torch.randn(2, 3, 64, 64)).sum().backward()
+    optimizer.step()  # momentum buffers: the optimizer state a real checkpoint carries
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
+    os.chdir(where)
+    checkpoints = TrainingCheckpoints(compose("checkpoint.every_epochs=1", "checkpoint.keep_last=1",
+                                              "storage.fsync=true"))
+    plain = where / "plain.pt"
+
+    def ours() -> float:
+        checkpoints.save(state, Position(len(checkpoints.saved) + 1))
+        figure = checkpoints.saved[-1]
+        return figure["bytes"] / figure["seconds"] / 1e9
+
+    def baseline() -> float:
+        start = time.perf_counter()
+        with open(plain, "wb") as fh:
+            torch.save(state, fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+        return plain.stat().st_size / (time.perf_counter() - start) / 1e9
+
+    mine, base, ratios = _ratios(args.rounds, ours, baseline)
+    size = checkpoints.saved[-1]["bytes"] / 1e6
+    print(f"checkpoint  bench {mine:6.3f} GB/s   torch.save+fsync {base:6.3f} GB/s   ratio "
+          f"{statistics.median(ratios):.3f}   ({args.model}, {size:.0f} MB)   rounds "
+          + " ".join(f"{r:.3f}" for r in ratios), flush=True)
+
+
+def main(argv: List[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.tools.train_costs", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=4, help="pairs of runs; order alternates each round")
+    parser.add_argument("--epochs", type=int, default=3, help="digits epochs per eval run")
+    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--workers", type=int, default=1, help="data.num_workers of the eval runs")
+    parser.add_argument("--model", default="resnet50", help="the model whose state is checkpointed")
+    parser.add_argument("--only", choices=["eval", "checkpoint"], help="one comparison only")
+    parser.add_argument("--dir", default=None, help="where the digits and checkpoints go (default: a temp dir)")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
+        print(f"threads={args.threads} rounds={args.rounds} in {tmp}", flush=True)
+        if args.only != "checkpoint":
+            root = os.path.join(tmp, "digits")
+            write_digits(root)
+            eval_cost(args, root)
+        if args.only != "eval":
+            checkpoint_cost(args, Path(tmp))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,44 @@
+"""Validation: top-1 and top-5 on the val split, with the val transform, under inference mode
+and the run's precision. Every rank reads its own share (each sample once, bench.data.loader's
+eval_batch_sampler) and the counts are all-reduced, so the accuracy is over the whole split."""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Dict
+
+import torch
+import torch.nn as nn
+
+from bench.launch.context import RankContext
+from bench.train.precision import PrecisionPolicy
+
+
+def evaluate(model: nn.Module, val: Any, policy: PrecisionPolicy, ctx: RankContext) -> Dict[str, float]:
+    """`model` is the plain module (not the DDP wrapper: evaluation needs no gradient sync);
+    `val.one_pass()` yields this rank's device batches."""
+    start = time.perf_counter()
+    was_training = model.training
+    model.eval()
+    counts = None
+    with torch.inference_mode(), policy.autocast():
+        for images, labels in val.one_pass():
+            logits = model(images)
+            top = logits.topk(min(5, logits.shape[1]), dim=1).indices
+            hits = top.eq(labels[:, None])
+            batch = torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum(), torch.tensor(labels.numel(),
+                                                                                      device=labels.device)])
+            counts = batch.double() if counts is None else counts + batch.double()
+    model.train(was_training)
+    if counts is None:
+        counts = torch.zeros(3, dtype=torch.float64, device=next(model.parameters()).device)
+    if ctx.distributed:
+        import torch.distributed as dist
+
+        counts = counts.clone()  # an inference tensor cannot be all-reduced in place
+        dist.all_reduce(counts)
+    top1, top5, images = (float(v) for v in counts.tolist())
+    seconds = time.perf_counter() - start
+    return {"val_top1": top1 / images if images else 0.0, "val_top5": top5 / images if images else 0.0,
+            "val_images": int(images), "eval_seconds": seconds,
+            "eval_images_per_second": images / seconds if seconds > 0 else 0.0}

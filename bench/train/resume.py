@@ -1,0 +1,167 @@
+"""Training checkpoints for resume (checkpoint.*, train.resume).
+
+Where: `<checkpoint.dir>/<fingerprint>/` in the storage backend, under storage.root (default: the
+launch directory) or the S3 prefix. The fingerprint names the config a checkpoint belongs to
+(model, data, precision, optimizer, schedule, batch, world size, seed; not the epoch count), so
+the same command line run again finds its own checkpoints with train.resume=auto, and two
+configs never load each other's. Rank 0 writes; a write is all or nothing (temp + rename on
+a disk, one PUT on S3), so a crash never leaves a half file that resume would load.
+
+A checkpoint holds the model, optimizer, scheduler and GradScaler states, the position (epochs
+done, steps into the next), the RNG states, the training wall time so far and the epochs'
+records, so the resumed run continues numbering and timing where the first one stopped.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import random
+import re
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from bench.config import BenchConfig
+from bench.config.run import RESUME_AUTO
+from bench.errors import CheckpointError
+from bench.storage.local import LocalStore
+from bench.storage.registry import backend
+
+log = logging.getLogger("bench")
+
+FORMAT = 1
+NAME = re.compile(r"^epoch-(\d{4,})(?:-step-(\d{6,}))?\.pt$")
+
+
+def fingerprint(config: BenchConfig) -> str:
+    """`<model>-<precision>-bs<batch>-<hash>`: what must match for a checkpoint to continue this run."""
+    c = config
+    what = {"model": [c.model.arch, c.model.num_classes, str(c.model.norm), c.model.zero_init_residual],
+            "data": [str(c.data.name), c.data.root, c.data.batch_size, c.data.image_size, c.data.progressive],
+            "precision": str(c.precision.name), "optimizer": repr(c.optimizer), "scheduler": repr(c.scheduler),
+            "world": c.distributed.world_size, "scaling": str(c.distributed.scaling), "seed": c.seed,
+            "steps_per_epoch": c.train.steps_per_epoch, "label_smoothing": c.train.label_smoothing}
+    digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
+    return f"{c.model.arch}-{c.precision.name}-bs{c.data.batch_size}-{digest}"
+
+
+@dataclass
+class Position:
+    epoch: int  # epochs completed (the next one to run, counted from 0)
+    step_in_epoch: int = 0  # steps of that next epoch already done (a checkpoint written on a signal)
+
+    @property
+    def name(self) -> str:
+        return f"epoch-{self.epoch:04d}" + (f"-step-{self.step_in_epoch:06d}" if self.step_in_epoch else "") + ".pt"
+
+
+def rng_states() -> Dict[str, Any]:
+    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
+            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+
+
+def restore_rng(states: Dict[str, Any]) -> None:
+    torch.set_rng_state(states["torch"])
+    np.random.set_state(states["numpy"])
+    random.setstate(states["python"])
+    if states.get("cuda") is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(states["cuda"])
+
+
+class TrainingCheckpoints:
+    def __init__(self, config: BenchConfig):
+        self.keep_last = config.checkpoint.keep_last
+        self.folder = f"{config.checkpoint.dir.strip('/')}/{fingerprint(config)}"
+        # the launch directory (bench never changes directory), not the run's dated output dir:
+        # the same command line, run again, must find these
+        self.store = backend(config.storage).checkpoint_store(Path.cwd(), self.folder)
+        self.saved: List[Dict[str, float]] = []  # figures of each write
+        self.loaded: Dict[str, Any] = {}
+
+    @property
+    def url(self) -> str:
+        return self.store.url
+
+    def names(self) -> List[str]:
+        """Checkpoint names here, oldest first."""
+        found = [key for key, _size in self.store.list() if NAME.match(key.rsplit("/", 1)[-1])]
+        return sorted(found, key=lambda k: tuple(int(g or 0) for g in NAME.match(k.rsplit("/", 1)[-1]).groups()))
+
+    def save(self, state: Dict[str, Any], position: Position) -> None:
+        start = time.perf_counter()
+        state = {**state, "format": FORMAT, "epoch": position.epoch, "step_in_epoch": position.step_in_epoch}
+        if hasattr(self.store, "put_with"):  # a disk: torch.save streams into the (temporary) file
+            size = self.store.put_with(position.name, lambda fh: torch.save(state, fh))
+        else:  # S3: one PUT of the whole object
+            buffer = io.BytesIO()
+            torch.save(state, buffer)
+            size = buffer.tell()
+            self.store.put(position.name, buffer.getvalue())
+        seconds = time.perf_counter() - start
+        self.saved.append({"bytes": size, "seconds": seconds})
+        log.info("checkpoint %s/%s (%.1f MB, %.2f s)", self.url, position.name, size / 1e6, seconds)
+        for old in self.names()[:-self.keep_last]:
+            self.store.delete(old)
+
+    def load(self, resume: str) -> Optional[Dict[str, Any]]:
+        """train.resume=auto: the newest checkpoint that loads (a damaged one is named and the one
+        before it tried), None when there is none; a path: that checkpoint, or CheckpointError."""
+        if resume != RESUME_AUTO:
+            return self._read_path(resume)
+        for name in reversed(self.names()):
+            try:
+                return self._read(self.store, name)
+            except CheckpointError as exc:
+                log.warning("%s; trying the one before", exc)
+        log.info("train.resume=auto: no checkpoint in %s yet, starting from the beginning", self.url)
+        return None
+
+    def _read_path(self, path: str) -> Dict[str, Any]:
+        if "/" not in path.strip("/") and not path.startswith(("/", ".")):
+            return self._read(self.store, path)  # a bare name: one of this config's checkpoints
+        local = Path(path)
+        if not local.is_file():
+            raise CheckpointError(f"train.resume={path!r} is not a checkpoint file: accepted 'auto', a file "
+                                  f"written by checkpoint.every_epochs, or a name in {self.url}")
+        return self._read(backend_for_file(local), local.name)
+
+    def _read(self, store: Any, name: str) -> Dict[str, Any]:
+        start = time.perf_counter()
+        try:
+            data = store.get(name)
+        except FileNotFoundError:
+            raise CheckpointError(f"train.resume: no checkpoint {name!r} in {store.url}") from None
+        try:
+            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)  # bench's own file
+            if not isinstance(state, dict) or state.get("format") != FORMAT or "model" not in state:
+                raise ValueError("not a bench training checkpoint")
+        except Exception as exc:  # noqa: BLE001 - a damaged file fails in many ways
+            raise CheckpointError(f"checkpoint {store.url}/{name} is damaged or not bench's "
+                                  f"({type(exc).__name__}: {str(exc)[:120]})") from None
+        seconds = time.perf_counter() - start
+        self.loaded = {"resumed_from": f"{store.url}/{name}", "checkpoint_load_seconds": seconds,
+                       "checkpoint_load_gbps": len(data) / seconds / 1e9 if seconds > 0 else 0.0,
+                       "resumed_epoch": int(state["epoch"])}
+        return state
+
+    def figures(self) -> Dict[str, Any]:
+        figures: Dict[str, Any] = dict(self.loaded)
+        if self.saved:
+            total_bytes = sum(s["bytes"] for s in self.saved)
+            total_seconds = sum(s["seconds"] for s in self.saved)
+            figures.update(checkpoints_saved=len(self.saved), checkpoint_save_seconds=total_seconds,
+                           checkpoint_save_bytes=self.saved[-1]["bytes"],
+                           checkpoint_save_gbps=total_bytes / total_seconds / 1e9 if total_seconds > 0 else 0.0,
+                           checkpoint_dir=self.url)
+        return figures
+
+
+def backend_for_file(path: Path) -> Any:
+    return LocalStore(path.parent)

@@ -1,0 +1,186 @@
+"""Bad inputs, as a table: each row is a real command line (`python -m bench ...` or one of the
+tools), what it must exit with, and the words its one `[ERROR]` line must hold. Every row is
+also checked for: exactly one `[ERROR]` line, no traceback, nothing on stdout, and no MLflow run
+left RUNNING (for a refused config: no MLflow store at all). `{tmp}` is the test's directory,
+`{empty}` an empty directory there, `{images}` an image folder of 4 classes, `{notimages}` a
+class folder of files named .jpg that are not images.
+"""
+
+from __future__ import annotations
+
+from typing import Optional
+
+import pytest
+
+CPU = "allow_cpu=true"
+
+# (id, module, arguments, exit code, the words the [ERROR] line holds)
+BAD_INPUTS = [
+    # -- what Hydra rejects while composing, reworded into one line --------------------------------------
+    ("unknown model option", "bench", ["model=nope"], 2, "model='nope' is not valid: accepted one of"),
+    ("unknown experiment", "bench", ["+experiment=nope"], 2, "+experiment='nope' is not valid"),
+    ("unknown data option", "bench", ["data=nope"], 2, "data='nope' is not valid"),
+    ("unknown precision option", "bench", ["precision=fp64"], 2, "precision='fp64' is not valid"),
+    ("integer key given text", "bench", ["data.batch_size=abc"], 2, "data.batch_size='abc' is not valid: accepted an integer"),
+    ("integer key given a fraction", "bench", ["data.batch_size=1.5"], 2, "data.batch_size='1.5'"),
+    ("number key given text", "bench", ["optimizer.lr=fast"], 2, "optimizer.lr='fast' is not valid: accepted a number"),
+    ("bool key given text", "bench", ["allow_cpu=maybe"], 2, "allow_cpu='maybe' is not valid: accepted true or false"),
+    ("misspelt key", "bench", ["data.batch_sise=8"], 2, "did you mean data.batch_size?"),
+    ("unknown top-level key", "bench", ["nope=1"], 2, "nope='1' is not valid: accepted a key of the config"),
+    ("misspelt key, another group", "bench", ["optimizer.momentun=0.5"], 2, "did you mean optimizer.momentum?"),
+    ("misspelt key added with +", "bench", ["+benchmark.warmup_step=5"], 2, "did you mean benchmark.warmup_steps?"),
+    ("choice outside the enum", "bench", ["precision.name=fp64"], 2, "precision.name='fp64'"),
+    ("autocast dtype outside the enum", "bench", ["precision.autocast_dtype=float8"], 2, "one of float16, bfloat16"),
+    ("unknown split", "bench", ["data=imagefolder", "data.split=test"], 2, "data.split='test'"),
+    ("unknown decoder", "bench", ["data.decoder=turbo"], 2, "data.decoder='turbo'"),
+    ("unknown DDP backend", "bench", ["distributed=ddp", "distributed.backend=mpi"], 2, "distributed.backend='mpi'"),
+    ("unknown scaling", "bench", ["distributed.scaling=linear"], 2, "distributed.scaling='linear'"),
+    ("unknown S3 client", "bench", ["storage.client=s3fs"], 2, "storage.client='s3fs'"),
+    ("unknown prepare mode", "bench", ["storage.prepare=sometimes"], 2, "storage.prepare='sometimes'"),
+    ("unknown record format", "bench", ["storage.workload.format=parquet"], 2, "storage.workload.format='parquet'"),
+    ("unknown mode", "bench", ["mode=inference"], 2, "mode='inference'"),
+    ("override that does not parse", "bench", ["data.batch_size=["], 2, "could not be parsed"),
+    ("a list given without -m", "bench", ["data=synthetic,imagefolder"], 2, "to sweep over it add -m"),
+    ("interpolation to nowhere", "bench", ["data.batch_size=${{oops}}"], 2, "could not be resolved"),
+    # -- values the schema's checks refuse ------------------------------------------------------------
+    ("zero batch", "bench", ["data.batch_size=0"], 2, "data.batch_size=0 is not valid: accepted a positive integer"),
+    ("negative batch", "bench", ["data.batch_size=-4"], 2, "data.batch_size=-4"),
+    ("zero image size", "bench", ["data.image_size=0"], 2, "data.image_size=0"),
+    ("zero classes", "bench", ["data.num_classes=0"], 2, "data.num_classes=0"),
+    ("zero epochs", "bench", ["train.epochs=0"], 2, "train.epochs=0"),
+    ("zero steps per epoch", "bench", ["train.steps_per_epoch=0"], 2, "train.steps_per_epoch=0"),
+    ("negative warm-up", "bench", ["benchmark.warmup_steps=-1"], 2, "benchmark.warmup_steps=-1"),
+    ("zero measured steps", "bench", ["benchmark.measure_steps=0"], 2, "benchmark.measure_steps=0"),
+    ("negative measured seconds", "bench", ["benchmark.measure_seconds=-1"], 2, "benchmark.measure_seconds=-1.0"),
+    ("zero log interval", "bench", ["benchmark.log_every=0"], 2, "benchmark.log_every=0"),
+    # -- training for accuracy (docs/training.md) --------------------------------------------------------
+    ("progressive that does not parse", "bench", [CPU, "data.progressive=0,128"], 2,
+     "data.progressive='0,128' is not valid: accepted \"epoch,size,batch;...\""),
+    ("progressive not from epoch 0", "bench", [CPU, "data.progressive=2,64,8"], 2, "data.progressive='2,64,8'"),
+    ("validation on synthetic data", "bench", [CPU, "train.eval_every=1"], 2,
+     "train.eval_every=1 is not valid: accepted none with data=synthetic"),
+    ("a pass over synthetic data", "bench", [CPU, "train.steps_per_epoch=null"], 2,
+     "train.steps_per_epoch=None is not valid: accepted a positive integer with data=synthetic"),
+    ("target accuracy above 1", "bench", [CPU, "data=imagefolder", "data.root={images}", "train.target_accuracy=1.5"], 2,
+     "train.target_accuracy=1.5 is not valid: accepted a top-1 accuracy in (0, 1]"),
+    ("validation without a val split", "bench", [CPU, "data=imagefolder", "data.root={images}", "data.num_classes=4",
+                                                 "train.eval_every=1"], 2, "has no val/ folder"),
+    ("checkpoints outside the storage root", "bench", [CPU, "checkpoint.dir=../up"], 2, "checkpoint.dir='../up'"),
+    ("resume from a file that is not there", "bench", [CPU, "+experiment=cpu_smoke", "train.resume={tmp}/nope.pt"], 2,
+     "train.resume='{tmp}/nope.pt' is not valid: accepted 'auto', a checkpoint file"),
+    ("zero lr", "bench", ["optimizer.lr=0"], 2, "optimizer.lr=0.0 is not valid: accepted a positive number"),
+    ("nan lr", "bench", ["optimizer.lr=nan"], 2, "optimizer.lr=nan is not valid: accepted a finite number"),
+    ("infinite lr", "bench", ["optimizer.lr=inf"], 2, "optimizer.lr=inf is not valid: accepted a finite number"),
+    ("negative weight decay", "bench", ["optimizer.weight_decay=-1"], 2, "optimizer.weight_decay=-1.0"),
+    ("one beta", "bench", ["optimizer.betas=[0.9]"], 2, "optimizer.betas=[0.9] is not valid: accepted a list of two"),
+    ("no milestones", "bench", ["scheduler=multistep", "scheduler.milestones=[]"], 2, "scheduler.milestones=[]"),
+    ("milestones out of order", "bench", ["scheduler=multistep", "scheduler.milestones=[20,10]"], 2, "scheduler.milestones=[20, 10]"),
+    ("one-cycle share over 1", "bench", ["scheduler=onecycle", "scheduler.pct_start=1.5"], 2, "scheduler.pct_start=1.5"),
+    ("warm-up factor over 1", "bench", ["scheduler.warmup_start_factor=2"], 2, "scheduler.warmup_start_factor=2.0"),
+    ("loss scaling without float16", "bench", ["precision.grad_scaler=true"], 2, "precision.grad_scaler=True"),
+    ("zero threads", "bench", ["cpu_threads=0"], 2, "cpu_threads=0"),
+    ("several processes with single", "bench", ["distributed=single", "distributed.nproc_per_node=2"], 2,
+     "accepted 1 with distributed=single"),
+    ("zero processes", "bench", ["distributed=ddp", "distributed.nproc_per_node=0"], 2, "distributed.nproc_per_node=0"),
+    ("two nodes, no rendezvous", "bench", ["distributed=ddp", "distributed.nnodes=2"], 2, "distributed.rdzv_endpoint=None"),
+    ("rendezvous without a port", "bench", ["distributed=ddp", "distributed.rdzv_endpoint=node0"], 2, "accepted host:port"),
+    ("node rank past the nodes", "bench", ["distributed=ddp", "distributed.nnodes=2", "distributed.node_rank=5",
+                                          "distributed.rdzv_endpoint=h:1"], 2, "distributed.node_rank=5"),
+    ("strong scaling, batch not divisible", "bench", ["distributed=ddp", "distributed.nproc_per_node=2",
+                                                      "distributed.scaling=strong", "data.batch_size=5"], 2,
+     "a multiple of the process count (2)"),
+    ("zero DDP timeout", "bench", ["distributed.timeout_s=0"], 2, "distributed.timeout_s=0.0"),
+    ("real data without a root", "bench", ["data=imagefolder"], 2, "data.root=None is not valid"),
+    ("s3 root for cifar100", "bench", ["data=cifar100", "data.root=s3://b/x"], 2, "s3:// is read by data=shards"),
+    ("negative workers", "bench", ["data.num_workers=-1"], 2, "data.num_workers=-1"),
+    ("zero prefetch", "bench", ["data.prefetch_factor=0"], 2, "data.prefetch_factor=0"),
+    ("s3 benchmark without a bucket", "bench", ["mode=storage", "storage=s3"], 2, "storage.bucket=None is not valid"),
+    ("bucket with a path", "bench", ["storage=s3", "storage.save_checkpoint=true", "storage.bucket=b/x"], 2,
+     "storage.bucket='b/x'"),
+    ("endpoint without a scheme", "bench", ["storage=s3", "storage.bucket=b", "storage.endpoint=minio:9000"], 2,
+     "storage.endpoint='minio:9000'"),
+    ("more accelerators than files", "bench", ["mode=storage", "storage.accelerators=17"], 2, "storage.accelerators=17"),
+    ("AU threshold in percent", "bench", ["storage.workload.au_threshold=90"], 2, "a fraction in (0, 1]"),
+    ("zero record size", "bench", ["storage.workload.record_size=0"], 2, "storage.workload.record_size=0"),
+    ("batch larger than an accelerator reads", "bench", ["mode=storage", "storage.workload.batch_size=1000"], 2,
+     "storage.workload.batch_size=1000"),
+    ("dataset dir outside the root", "bench", ["storage.dataset_dir=/abs/elsewhere"], 2, "storage.dataset_dir='/abs/elsewhere'"),
+    ("dataset dir climbing out", "bench", ["storage.dataset_dir=a/../../b"], 2, "without '..'"),
+    ("checkpoint name with a path", "bench", ["storage.checkpoint_name=../../x.pt"], 2, "accepted a file name"),
+    ("zero S3 attempts", "bench", ["storage.max_attempts=0"], 2, "storage.max_attempts=0"),
+    ("zero S3 timeout", "bench", ["storage.timeout_s=0"], 2, "storage.timeout_s=0.0"),
+    ("zero tracking probe", "bench", ["tracking.probe_timeout_s=0"], 2, "tracking.probe_timeout_s=0.0"),
+    # -- credentials typed on the command line: refused before Hydra saves them ------------------------
+    ("S3 endpoint with a password", "bench", ["storage=s3", "storage.endpoint=http://u:CANARY@h:9000"], 2,
+     "storage.endpoint=<hidden: it carries credentials>"),
+    ("tracking URI with a password", "bench", ["tracking.uri=http://u:CANARY@h:5000"], 2, "tracking.uri=<hidden"),
+    ("password key", "bench", ["+tracking.password=CANARY"], 2, "tracking.password=<hidden>"),
+    ("secret key", "bench", ["+storage.secret_access_key=CANARY"], 2, "storage.secret_access_key=<hidden>"),
+    ("password in a sweep", "bench", ["-m", "storage=s3", "storage.endpoint=http://u:CANARY@h:1,http://h:2"], 2,
+     "storage.endpoint=<hidden"),
+    # -- what only the machine, the device and the disk can tell (preflight) ------------------------------
+    ("GPU preset on a CPU machine", "bench", ["+experiment=a100_bf16"], 2, "CUDA not available and allow_cpu=false"),
+    ("fp16 on a CPU", "bench", ["precision=amp_fp16", CPU], 2, "precision='amp_fp16' is not valid"),
+    ("float16 autocast on a CPU", "bench", ["precision.autocast_dtype=float16", CPU], 2,
+     "precision.autocast_dtype='float16' is not valid"),
+    ("no such model", "bench", ["model.arch=resnet51", CPU], 2, "did you mean resnet50?"),
+    ("ViT input not a multiple of its patch", "bench", ["model=vit_b_16", "data.image_size=40", CPU], 2,
+     "data.image_size=40 is not valid: accepted a multiple of 16"),
+    ("more threads than cores", "bench", ["cpu_threads=1000", CPU], 2, "cpu_threads=1000 is not valid: accepted at most"),
+    ("more loader workers than cores", "bench", ["data.num_workers=1000", CPU], 2, "data.num_workers=1000"),
+    ("more CPU ranks than cores", "bench", ["distributed=ddp", "distributed.nproc_per_node=1000", CPU], 2,
+     "distributed.nproc_per_node=1000"),
+    ("a batch larger than memory", "bench", ["data.batch_size=1000000000", CPU], 2, "accepted a batch that fits in memory"),
+    ("an image larger than memory", "bench", ["data.image_size=100000", CPU], 2, "data.image_size=100000"),
+    ("a record larger than memory", "bench", ["mode=storage", "storage.workload.record_size=1000000000000"], 2,
+     "storage.workload.record_size=1000000000000"),
+    ("dataset root missing", "bench", ["data=imagefolder", "data.root={tmp}/nope", CPU], 2, "does not exist"),
+    ("dataset root empty", "bench", ["data=imagefolder", "data.root={empty}", CPU], 2, "is empty"),
+    ("image folder of non-images", "bench", ["data=imagefolder", "data.root={notimages}", CPU], 2,
+     "none of its first 3 images can be decoded"),
+    ("more classes than the head", "bench", ["data=imagefolder", "data.root={images}", "data.num_classes=3", CPU], 2,
+     "has 4 classes but data.num_classes=3"),
+    ("no CIFAR files", "bench", ["data=cifar100", "data.root={empty}", CPU], 2, "not found: expected the CIFAR-100"),
+    ("no shards", "bench", ["data=shards", "data.root={empty}", CPU], 2, "holds no train/meta.json"),
+    ("run dir under a file", "bench", ["hydra.run.dir={tmp}/a-file/run"], 2, "cannot write the run directory"),
+    # -- the other commands ---------------------------------------------------------------------------
+    ("radix flag misspelt", "bench.radix", ["--batchsize", "3"], 2, "unrecognized arguments: --batchsize"),
+    ("radix bad override", "bench.radix", ["--allow-cpu", "data.batch_size=0"], 2, "data.batch_size=0"),
+    ("report of no sweep", "bench.report", ["--sweep", "{tmp}/nope"], 2, "is neither a directory nor a run in the MLflow store"),
+    ("prepare from nowhere", "bench.data", ["prepare", "--src", "{tmp}/nope", "--dst", "{tmp}/out"], 2, "does not exist"),
+    ("prepare with a misspelt storage key", "bench.data",
+     ["prepare", "--src", "{images}", "--dst", "s3://b/p", "--storage", "endpont=http://x:1"], 2, "did you mean storage.endpoint"),
+    ("upload of no run", "bench.tools.upload", ["{tmp}/nope"], 2, "holds no run_summary.json"),
+]
+
+
+def rows(first: str, until: Optional[str] = None) -> list:
+    """The table's rows from the one named `first` up to (not including) the one named `until`:
+    the table is one list, run as three test files so they spread over the test workers."""
+    names = [row[0] for row in BAD_INPUTS]
+    return BAD_INPUTS[names.index(first):names.index(until) if until else None]
+
+
+def ids(table: list) -> list:
+    return [row[0] for row in table]
+
+
+NEEDS_NO_GPU = {"GPU preset on a CPU machine", "fp16 on a CPU", "float16 autocast on a CPU", "more CPU ranks than cores"}
+
+
+def check_bad_input(bench, places, name, module, args, code, words) -> None:
+    """One row: one line, its exit code, no traceback, nothing on stdout, no run left RUNNING."""
+    if name in NEEDS_NO_GPU and __import__("torch").cuda.is_available():
+        pytest.skip("a refusal of the CPU-only path; this machine has a CUDA GPU")
+    args = [arg.format(**places) for arg in args]
+    if module == "bench" and not any(arg.startswith("hydra.run.dir=") for arg in args):
+        args.append(f"hydra.run.dir={places['tmp']}/run")
+    proc = bench.run(*args, module=module, env=bench.env(bench.uri))
+    assert proc.returncode == code, f"{proc.stdout}\n{proc.stderr}"
+    # bench's lines start with [ERROR]; argparse's (a misspelt flag) hold ": error: " after a usage line
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("[ERROR]") or ": error: " in line]
+    assert len(errors) == 1, proc.stderr
+    assert words.format(**places) in errors[0], errors[0]
+    assert "Traceback" not in proc.stderr and proc.stdout.strip() == ""
+    assert "CANARY" not in proc.stderr + proc.stdout
+    assert not bench.db.exists() or all(run.info.status != "RUNNING" for run in bench.runs())

@@ -1,0 +1,113 @@
+"""Faults survived: Ctrl-C and SIGTERM, to a single run, a DDP job, the storage benchmark and a
+sweep. Each ends with exit 130 (SIGINT) or 143 (SIGTERM), one `[ERROR] run interrupted` line,
+no traceback (not from a child either), no process left, and MLflow runs ended KILLED, never
+left RUNNING. Waits are for events; timeouts are hang guards only."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+import pytest
+
+HANG_GUARD_S = 900
+STORAGE = ["mode=storage", "storage.workload.num_files=8", "storage.workload.samples_per_file=4",
+           "storage.workload.record_size=4096", "storage.workload.batch_size=4", "storage.workload.epochs=2",
+           "storage.workload.read_threads=2", "storage.workload.computation_time=0.005", "storage.prepare_workers=2"]
+TINY = STORAGE  # the storage tests below were written against this name
+
+
+@pytest.mark.parametrize("sig,status,code", [(signal.SIGTERM, "KILLED", 143), (signal.SIGINT, "KILLED", 130)])
+def test_signal_ends_a_single_run_instead_of_leaving_it_running(bench, tiny, tmp_path, sig, status, code):
+    proc = bench.start(*tiny, "train.steps_per_epoch=100000", "benchmark.log_every=1", f"hydra.run.dir={tmp_path}/run")
+    bench.wait_for_line(proc, tmp_path / "run" / "bench.log", "step 2/")  # the measured window is running
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=900)  # a hang guard: the signal ends it in seconds
+    assert proc.returncode == code, stderr
+    assert "[ERROR] run interrupted" in stderr and "Traceback" not in stderr
+    (run,) = bench.runs()
+    assert run.info.status == status
+    assert run.data.tags["error"]
+
+
+def test_ctrl_c_to_a_ddp_job_ends_it_killed_with_130(bench, long_ddp_run):
+    """Ctrl-C reaches the whole process group (launcher and workers): the run ends KILLED with
+    exit 130 (issue 9: it was 143), one line, no process left."""
+    proc = long_ddp_run.start(timeout_s=3600)
+    long_ddp_run.wait_for_rank1_steps()
+    tree = long_ddp_run.tree
+    os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 130, err
+    assert bench.error_lines(err) == ["[ERROR] run interrupted: terminated by signal SIGINT"], err
+    assert "Traceback" not in err and "death signal" not in err
+    (run,) = bench.runs()
+    assert run.info.status == "KILLED"
+    assert long_ddp_run.left_alive(tree) == []
+
+
+def test_sigterm_during_the_read_phase_ends_the_run_and_its_accelerators(bench, tmp_path):
+    import signal
+    import time
+
+    import psutil
+
+    proc = bench.start(*TINY, "storage.accelerators=2", "storage.workload.epochs=1000",
+                       "storage.workload.computation_time=0.05", "storage.workload.checkpoint_size_mb=0",
+                       f"hydra.run.dir={tmp_path}/run")
+    log = tmp_path / "run" / "bench.log"
+    deadline = time.monotonic() + 900  # a hang guard: the event is the read phase with both accelerators up
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.exists() and "read:" in log.read_text() and len(psutil.Process(proc.pid).children()) >= 2:
+            break
+        time.sleep(0.2)
+    accelerators = psutil.Process(proc.pid).children(recursive=True)
+    time.sleep(0.5)  # they are starting or reading
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=900)
+    assert proc.returncode == 143, stderr
+    assert "[ERROR] run interrupted" in stderr and "Traceback" not in stderr
+    gone, alive = psutil.wait_procs(accelerators, timeout=120)
+    assert not alive  # no orphaned reader process
+    (run,) = bench.runs()
+    assert run.info.status == "KILLED"
+
+
+def test_sigterm_while_the_accelerators_start_leaves_no_child_traceback(bench, tmp_path):
+    """Issue 9: a SIGTERM that landed while a spawned accelerator was still reading its start-up
+    data left it reading half a pickle: `EOFError: Ran out of input` and a traceback on stderr.
+    The signal is sent the moment the read phase begins (the racy window), three times."""
+    import signal
+    import time
+
+    for attempt, delay in enumerate((0.0, 0.01, 0.03)):
+        run_dir = tmp_path / f"run{attempt}"
+        proc = bench.start(*TINY, "storage.accelerators=2", "storage.workload.epochs=1000",
+                           "storage.workload.checkpoint_size_mb=0", "tracking.enabled=false", f"hydra.run.dir={run_dir}")
+        log = run_dir / "bench.log"
+        deadline = time.monotonic() + 900  # a hang guard; the event is the read phase's first line
+        while proc.poll() is None and time.monotonic() < deadline and not (log.exists() and "read:" in log.read_text()):
+            time.sleep(0.01)
+        time.sleep(delay)
+        proc.send_signal(signal.SIGTERM)
+        _, stderr = proc.communicate(timeout=900)
+        assert proc.returncode == 143, stderr
+        assert "Traceback" not in stderr and "EOFError" not in stderr, stderr
+        assert bench.error_lines(stderr) == ["[ERROR] run interrupted: terminated by signal SIGTERM"]
+
+
+def test_ctrl_c_to_a_sweep_ends_it_and_its_runs_killed(bench, tiny, tmp_path):
+    """Ctrl-C (SIGINT to the process group) in the middle of a multirun: the whole sweep stops
+    (130), the job that was running and the sweep's parent run end KILLED, none RUNNING."""
+    proc = bench.start("-m", *tiny, "train.steps_per_epoch=100000", "benchmark.log_every=1", "seed=1,2",
+                       f"hydra.sweep.dir={tmp_path}/sweep", start_new_session=True)
+    bench.wait_for_line(proc, tmp_path / "sweep" / "0" / "rank0.log", "step 2/")  # the first job's worker trains
+    os.killpg(proc.pid, signal.SIGINT)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 130, err
+    assert "Traceback" not in err and "radix_metrics" not in out
+    assert "[ERROR] run interrupted: terminated by signal SIGINT" in bench.error_lines(err)
+    runs = bench.runs()
+    assert runs and all(run.info.status == "KILLED" for run in runs), [(r.info.run_name, r.info.status) for r in runs]
+    assert {run.data.tags.get("sweep") for run in runs} == {"parent", None}  # the parent and the one job
+    assert not (tmp_path / "sweep" / "1").exists()  # the sweep stopped: job 1 never started

@@ -1,0 +1,102 @@
+"""Faults survived: a tracking server that cannot be reached, or that goes away mid-run. A short
+probe at start (once per sweep) replaces minutes of MLflow retries; the run goes on without
+tracking, says so in one line, keeps its results, and `python -m bench.tools.upload` sends them
+later (completing a run the server left RUNNING). Real `mlflow server` processes on 127.0.0.1."""
+
+from __future__ import annotations
+
+import json
+import signal
+import time
+
+import pytest
+from mlflow import MlflowClient
+
+from bench.launch.context import free_port
+
+
+def test_unreachable_tracking_server_keeps_results(bench, tiny, tmp_path):
+    """Port 9 on loopback has no server: the run completes, results stay local, the URI is named."""
+    proc = bench.run(*tiny, f"hydra.run.dir={tmp_path}/run",
+                     env=bench.env("http://127.0.0.1:9", MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
+                                   MLFLOW_HTTP_REQUEST_TIMEOUT="2"))
+    metrics = bench.metrics(proc)
+    assert metrics["total_images"] == 12
+    assert "http://127.0.0.1:9" in proc.stderr
+    assert (tmp_path / "run" / "run_summary.json").is_file()
+
+
+def test_unreachable_server_keeps_ddp_results(bench, tiny, tmp_path):
+    """A short probe at start finds nobody at the server's port: one line says so, the run goes
+    on without tracking and keeps its results (issue 9: MLflow's retries cost minutes)."""
+    uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    run_dir = tmp_path / "run"
+    proc = bench.run(*tiny, "distributed=ddp", "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}",
+                     env=bench.env(uri))
+    metrics = bench.metrics(proc)
+    assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
+    warnings = [line for line in proc.stderr.splitlines() if "WARNING" in line]
+    assert len(warnings) == 1, proc.stderr
+    assert f"MLflow server at {uri} cannot be reached" in warnings[0]
+    assert f"python -m bench.tools.upload {run_dir}" in warnings[0]
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    assert summary["results"]["world_size"] == 2 and summary["mlflow_run_id"] is None
+    assert not bench.db.exists()
+
+
+def test_a_sweep_probes_the_server_once(bench, tiny, tmp_path):
+    uri = f"http://127.0.0.1:{free_port()}"
+    proc = bench.run("-m", *tiny, "seed=1,2", f"hydra.sweep.dir={tmp_path}/sweep", env=bench.env(uri))
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.count('{"radix_metrics"') == 2
+    assert proc.stderr.count("cannot be reached") == 1, proc.stderr  # at the sweep's start, not per job
+    assert all((tmp_path / "sweep" / job / "run_summary.json").is_file() for job in ("0", "1"))
+
+
+def test_results_kept_while_the_server_was_down_upload_later(mlflow_server, bench, tiny, tmp_path):
+    run_dir = tmp_path / "run"
+    metrics = bench.metrics(bench.run(*tiny, f"hydra.run.dir={run_dir}", env=bench.env(f"http://127.0.0.1:{free_port()}")))
+    uploaded = bench.run(str(run_dir), "--tracking-uri", mlflow_server, module="bench.tools.upload")
+    assert uploaded.returncode == 0 and "uploaded as run" in uploaded.stdout, uploaded.stderr
+    run_id = json.loads((run_dir / "run_summary.json").read_text())["mlflow_run_id"]
+    client = MlflowClient(tracking_uri=mlflow_server)
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params["model.arch"] == "resnet18"
+    assert run.data.metrics["images_per_second"] == pytest.approx(metrics["images_per_second"])
+    assert len(client.get_metric_history(run_id, "step_time_ms")) == metrics["measured_steps"]
+    assert {"run_summary.json", "step_times.csv", ".hydra"} <= {a.path for a in client.list_artifacts(run_id)}
+    again = bench.run(str(run_dir), "--tracking-uri", mlflow_server, module="bench.tools.upload")
+    assert again.returncode == 0 and "already in MLflow" in again.stdout  # no second copy
+
+
+def test_server_that_dies_mid_run_costs_no_results_and_upload_completes_the_run(bench, tiny, tmp_path, mlflow_servers):
+    """The server goes away after the run opened: the run finishes on its own (one warning, its
+    final line, its files); the server comes back with the run left RUNNING, and the upload
+    completes that same run instead of making another."""
+    server = mlflow_servers()
+    run_dir = tmp_path / "run"
+    try:
+        proc = bench.start(*tiny, "train.steps_per_epoch=60", "benchmark.log_every=1", f"hydra.run.dir={run_dir}",
+                           env=bench.env(server.url))
+        log = run_dir / "bench.log"
+        deadline = time.monotonic() + 900  # hang guard; the event: the run is open and training
+        while proc.poll() is None and time.monotonic() < deadline and not (log.exists() and "step 2/" in log.read_text()):
+            time.sleep(0.1)
+        server.stop(signal.SIGKILL)
+        out, err = proc.communicate(timeout=900)
+        assert proc.returncode == 0, err
+        metrics = json.loads(out.strip().splitlines()[-1])["radix_metrics"]
+        assert "no further tracking for this run; upload the results later" in err
+        run_id = json.loads((run_dir / "run_summary.json").read_text())["mlflow_run_id"]
+
+        server.start()
+        client = MlflowClient(tracking_uri=server.url)
+        assert client.get_run(run_id).info.status == "RUNNING"  # nobody could end it
+        uploaded = bench.run(str(run_dir), "--tracking-uri", server.url, module="bench.tools.upload")
+        assert uploaded.returncode == 0 and f"completed run {run_id}" in uploaded.stdout, uploaded.stderr
+        run = client.get_run(run_id)
+        assert run.info.status == "FINISHED"
+        assert run.data.metrics["images_per_second"] == pytest.approx(metrics["images_per_second"])
+        assert "run_summary.json" in {a.path for a in client.list_artifacts(run_id)}
+    finally:
+        server.stop()

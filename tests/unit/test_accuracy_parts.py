@@ -1,0 +1,181 @@
+"""Training for accuracy, its parts in-process: the progressive schedule, the keys that need a
+real dataset, the no-BN and zero-init models, gradient clipping, label smoothing, the step
+clock's pauses, validation sharding (each sample read by one rank, once), and checkpoints
+(fingerprint, keep_last, a damaged one skipped by resume=auto)."""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+import torch
+import torch.nn as nn
+
+from bench.config.progressive import Phase, parse_progressive, phase_at
+from bench.data.loader import eval_batch_sampler
+from bench.errors import CheckpointError, ConfigError
+from bench.train.loop import make_step, phase_figures
+from bench.train.models import build_model
+from bench.train.precision import build_precision
+from bench.train.result import EpochRecord
+from bench.train.resume import Position, TrainingCheckpoints, fingerprint
+from bench.train.timing import StepClock
+
+CPU = torch.device("cpu")
+
+
+def test_progressive_schedule_parses_into_phases():
+    phases = parse_progressive("0,128,512;5,160,384;10,192,320;15,224,256")
+    assert phases[0] == Phase(0, 128, 512) and phases[-1] == Phase(15, 224, 256)
+    assert [phase_at(phases, e).image_size for e in (0, 4, 5, 9, 10, 15, 17)] == [128, 128, 160, 160, 192, 224, 224]
+
+
+@pytest.mark.parametrize("text", ["", "0,128", "1,128,512", "0,128,512;0,160,384", "0,128,512;5,0,384",
+                                  "0,a,512", "0,128,512;3,160", "0,128,-1"])
+def test_a_bad_progressive_schedule_is_one_line_naming_the_key(compose, text):
+    with pytest.raises(ConfigError) as info:
+        compose(f"data.progressive='{text}'")
+    message = str(info.value)
+    assert message.startswith("data.progressive=") and "epoch,size,batch" in message and "\n" not in message
+
+
+def test_keys_that_need_a_real_dataset_are_refused_on_synthetic_data(compose):
+    with pytest.raises(ConfigError, match=r"train.eval_every=1 is not valid: .*data=imagefolder"):
+        compose("train.eval_every=1")
+    with pytest.raises(ConfigError, match=r"train.target_accuracy=0.9 is not valid"):
+        compose("train.target_accuracy=0.9")
+    with pytest.raises(ConfigError, match=r"train.steps_per_epoch=None is not valid: accepted a positive integer "
+                                          r"with data=synthetic"):
+        compose("train.steps_per_epoch=null")
+
+
+def test_a_target_means_evaluating_every_epoch_unless_told(compose, tmp_path):
+    config = compose("data=imagefolder", f"data.root={tmp_path}", "train.target_accuracy=0.9")
+    assert config.train.eval_every == 1
+    config = compose("data=imagefolder", f"data.root={tmp_path}", "train.target_accuracy=0.9", "train.eval_every=3")
+    assert config.train.eval_every == 3
+    with pytest.raises(ConfigError, match="train.target_accuracy=1.5 is not valid: accepted a top-1 accuracy"):
+        compose("data=imagefolder", f"data.root={tmp_path}", "train.target_accuracy=1.5")
+
+
+@pytest.mark.parametrize("name", ["/abs", "../up", ""])
+def test_checkpoint_dir_stays_inside_the_storage_root(compose, name):
+    with pytest.raises(ConfigError, match="checkpoint.dir="):
+        compose(f"checkpoint.dir='{name}'")
+
+
+def test_no_bn_model_has_no_batchnorm_and_zero_init_starts_blocks_at_identity(compose):
+    no_bn = build_model(compose("model=resnet18", "model.norm=none", "data.num_classes=10").model)
+    assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in no_bn.modules())
+    assert no_bn(torch.randn(2, 3, 32, 32)).shape == (2, 10)
+    zero = build_model(compose("model=resnet50", "model.zero_init_residual=true", "data.num_classes=10").model)
+    blocks = [m for m in zero.modules() if type(m).__name__ == "Bottleneck"]
+    assert blocks and all(float(b.bn3.weight.abs().sum()) == 0.0 for b in blocks)
+    plain = build_model(compose("model=resnet50", "data.num_classes=10").model)
+    assert all(float(b.bn3.weight.abs().sum()) > 0 for b in plain.modules() if type(b).__name__ == "Bottleneck")
+    both = build_model(compose("model=resnet18", "model.norm=none", "model.zero_init_residual=true").model)
+    assert all(float(b.conv2.weight.abs().sum()) == 0.0 for b in both.modules() if type(b).__name__ == "BasicBlock")
+
+
+class _Capture(torch.optim.SGD):
+    """SGD that remembers the gradient norm it stepped with."""
+
+    def step(self, closure=None):
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        self.seen = float(torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g) for g in grads])))
+        return super().step(closure)
+
+
+def _one_step(compose, clip, smoothing=0.0):
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Flatten(), nn.Linear(12, 5))
+    optimizer = _Capture(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
+    policy = build_precision(compose().precision, CPU)
+    step = make_step(model, optimizer, scheduler, policy, label_smoothing=smoothing, clip_norm=clip)
+    loss = step(torch.randn(8, 3, 2, 2) * 100, torch.randint(0, 5, (8,)))
+    return optimizer.seen, float(loss)
+
+
+def test_gradient_clipping_bounds_the_norm_and_label_smoothing_changes_the_loss(compose):
+    unclipped, loss = _one_step(compose, None)
+    assert unclipped > 1.0
+    clipped, _ = _one_step(compose, 0.5)
+    assert clipped == pytest.approx(0.5, rel=1e-4)
+    _, smoothed = _one_step(compose, None, smoothing=0.2)
+    assert smoothed != pytest.approx(loss)
+
+
+def test_the_step_clock_leaves_pauses_out_of_steps_and_window():
+    clock = StepClock(CPU)
+    clock.mark()
+    time.sleep(0.01)
+    clock.mark()
+    clock.pause()
+    time.sleep(0.2)  # an evaluation
+    clock.resume()
+    time.sleep(0.01)
+    clock.mark()
+    steps = clock.step_times_ms()
+    assert len(steps) == 2 and max(steps) < 150
+    assert clock.seconds_between(0, len(clock) - 1) == pytest.approx(sum(steps) / 1000)
+
+
+@pytest.mark.parametrize("samples, world", [(9, 2), (10, 3), (5, 1), (2, 4)])
+def test_validation_reads_every_sample_once_across_ranks(samples, world):
+    seen = [i for rank in range(world) for batch in eval_batch_sampler(samples, 4, rank, world) for i in batch]
+    assert sorted(seen) == list(range(samples))
+
+
+@pytest.mark.parametrize("counts, consumers", [([4, 4, 1], 2), ([9], 2), ([3, 2], 5), ([5, 5, 5, 5], 3)])
+def test_validation_on_shards_reads_every_record_once(counts, consumers):
+    """The val shards' plan (no shuffle): whole shards per reader, or every reader a stride of the
+    records when there are fewer shards than readers."""
+    from bench.data.shards import consumer_plan
+
+    starts = [sum(counts[:i]) for i in range(len(counts))]
+    read = []
+    for consumer in range(consumers):
+        for shard, record_filter in consumer_plan(counts, 0, 0, False, consumer, consumers):
+            rows = range(counts[shard])
+            if record_filter is not None:
+                stride, first = record_filter
+                rows = [r for r in rows if (starts[shard] + r) % stride == first]
+            read += [starts[shard] + r for r in rows]
+    assert sorted(read) == list(range(sum(counts)))
+
+
+def test_phase_figures_are_images_per_second_of_each_phase():
+    def epoch(n, size, batch, images, seconds):
+        return EpochRecord(n, 1, images, seconds, images / seconds, 0.0, 0.1, 1.0, image_size=size, batch_size=batch)
+
+    figures = phase_figures([epoch(1, 128, 8, 80, 1.0), epoch(2, 128, 8, 80, 3.0), epoch(3, 224, 4, 40, 2.0)])
+    assert figures == {"phase1_image_size": 128, "phase1_batch_size": 8, "phase1_images_per_second": 40.0,
+                       "phase2_image_size": 224, "phase2_batch_size": 4, "phase2_images_per_second": 20.0}
+
+
+def test_checkpoints_keep_the_last_and_resume_auto_skips_a_damaged_one(compose, tmp_path, monkeypatch, caplog):
+    monkeypatch.chdir(tmp_path)
+    config = compose("checkpoint.every_epochs=1", "checkpoint.keep_last=2")
+    checkpoints = TrainingCheckpoints(config)
+    assert checkpoints.url == str(tmp_path / "checkpoints" / fingerprint(config))
+    for epoch in (1, 2, 3):
+        checkpoints.save({"model": {"w": torch.full((2,), float(epoch))}}, Position(epoch))
+    assert [name for name in checkpoints.names()] == ["epoch-0002.pt", "epoch-0003.pt"]
+    assert checkpoints.load("auto")["epoch"] == 3
+    (tmp_path / "checkpoints" / fingerprint(config) / "epoch-0003.pt").write_bytes(b"half a file")
+    with caplog.at_level(logging.WARNING):
+        state = checkpoints.load("auto")
+    assert state["epoch"] == 2 and "epoch-0003.pt is damaged" in caplog.text
+    with pytest.raises(CheckpointError, match="epoch-0003.pt is damaged"):
+        checkpoints.load("epoch-0003.pt")
+    with pytest.raises(CheckpointError, match="is not a checkpoint file"):
+        checkpoints.load(str(tmp_path / "nope.pt"))
+
+
+def test_the_fingerprint_ignores_the_epoch_count_but_not_the_model(compose):
+    base = fingerprint(compose())
+    assert fingerprint(compose("train.epochs=7")) == base
+    assert fingerprint(compose("model=resnet18")) != base
+    assert fingerprint(compose("data.batch_size=64")) != base
