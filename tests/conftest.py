@@ -398,7 +398,9 @@ class MlflowServer:
             self.process = subprocess.Popen([mlflow_cli, "server", "--backend-store-uri", f"sqlite:///{self.root}/srv.db",
                                              "--artifacts-destination", str(self.root / "art"), "--host", "127.0.0.1",
                                              "--port", str(self.port), "--workers", "1"],
-                                            cwd=self.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+                                            cwd=self.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                                            # no job-runner process beside the server: bench never submits jobs
+                                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
         deadline = time.time() + HANG_GUARD_S  # a hang guard: the server answers /health when it is up
         while not _healthy(self.url):
             if self.process.poll() is not None or time.time() > deadline:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +22,11 @@ log = logging.getLogger("bench")
 
 @record
 def worker_entry(config: BenchConfig, out_dir: str, launcher_pid: int) -> Any:
+    # Ctrl-C reaches the whole process group, and the launcher then stops its workers with the
+    # same signal: a worker ends at once, as on SIGTERM, instead of raising KeyboardInterrupt twice
+    # (the second one inside torch's error recording printed a traceback). The launcher reports
+    # the interruption; a run that checkpoints on a signal installs its own handler later.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     ctx = RankContext(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
     setup_rank_logging(Path(out_dir), ctx.rank)
     log.info("worker for rank %d/%d started (pid %d)", ctx.rank, ctx.world_size, os.getpid())
