@@ -204,10 +204,22 @@ def restore(state: Dict[str, Any], eager: nn.Module, optimizer: torch.optim.Opti
     """Every rank loads the same checkpoint in place, so DDP's replicas stay identical."""
     eager.load_state_dict(state["model"])
     optimizer.load_state_dict(state["optimizer"])
-    scheduler.load_state_dict(state["scheduler"])
+    _restore_schedule(scheduler, state["scheduler"])
     if policy.scaler is not None and state.get("scaler"):
         policy.scaler.load_state_dict(state["scaler"])
     restore_rng(state["rng"])
+
+
+def _restore_schedule(scheduler: Any, saved: Dict[str, Any]) -> None:
+    """The checkpoint's position in the schedule, this run's length: train.epochs may grow on
+    resume, and OneCycleLR's state would otherwise carry the old horizon and fail past it."""
+    horizon = {key: scheduler.__dict__[key] for key in ("total_steps", "_schedule_phases") if key in scheduler.__dict__}
+    scheduler.load_state_dict(saved)
+    if horizon and saved.get("total_steps") != horizon.get("total_steps"):
+        log.warning("train.resume: the checkpoint's lr schedule spans %s steps, this run's %s (train.epochs "
+                    "changed): the schedule continues on this run's length", saved.get("total_steps"),
+                    horizon.get("total_steps"))
+    scheduler.__dict__.update(horizon)
 
 
 def scale_lr(optimizer: torch.optim.Optimizer, scheduler: Any, ratio: float) -> None:

@@ -179,3 +179,38 @@ def test_the_fingerprint_ignores_the_epoch_count_but_not_the_model(compose):
     assert fingerprint(compose("train.epochs=7")) == base
     assert fingerprint(compose("model=resnet18")) != base
     assert fingerprint(compose("data.batch_size=64")) != base
+
+
+@pytest.mark.parametrize("scheduler", ["onecycle", "cosine"])
+def test_resuming_into_more_epochs_keeps_the_schedule_of_this_run(compose, scheduler, caplog):
+    """train.epochs raised on resume (the fingerprint leaves it out on purpose): a schedule with
+    a horizon continues on this run's length instead of failing when it steps past the old one
+    (OneCycleLR's state carried its old total_steps: 'Tried to step 48 times')."""
+    from bench.train.loop import restore
+    from bench.train.schedules import build_scheduler
+
+    config = compose("+experiment=cpu_smoke", f"scheduler={scheduler}")
+    policy = build_precision(config.precision, torch.device("cpu"))
+
+    def run_for(total: int):
+        model = nn.Linear(4, 2)
+        optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        return model, optimizer, build_scheduler(optimizer, config.scheduler, total, 0.1)
+
+    model, optimizer, first = run_for(10)
+    for _ in range(6):
+        optimizer.step()
+        first.step()
+    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": first.state_dict(),
+             "scaler": None, "rng": __import__("bench.train.resume", fromlist=["rng_states"]).rng_states()}
+
+    model, optimizer, longer = run_for(20)
+    with caplog.at_level(logging.WARNING, logger="bench"):
+        restore(state, model, optimizer, longer, policy)
+    assert longer.last_epoch == 6  # the position is the checkpoint's
+    for _ in range(14):  # to the end of this run's 20 steps: no error past the old horizon
+        optimizer.step()
+        longer.step()
+    assert optimizer.param_groups[0]["lr"] < 0.01  # annealed at the end of the longer run
+    if scheduler == "onecycle":
+        assert "continues on this run's length" in caplog.text
