@@ -80,11 +80,12 @@ class BenchConfig(Checks):
 
     def _check_repeats(self) -> None:
         """N windows of the same run: nothing that happens once per run may sit inside them."""
-        if self.mode == Mode.storage:
-            for key, value in (("benchmark.repeats", self.benchmark.repeats), ("profile.enabled", self.profile.enabled)):
-                if value not in (1, False):
-                    raise ConfigError(key, value, "its default with mode=storage (storage.workload.epochs repeats "
-                                      "the read phase)")
+        if self.mode == Mode.storage:  # storage.workload.epochs repeats the read phase; no model runs
+            if self.benchmark.repeats != 1:
+                raise ConfigError("benchmark.repeats", self.benchmark.repeats, "1 with mode=storage "
+                                  "(storage.workload.epochs repeats the read phase)")
+            if self.profile.enabled:
+                raise ConfigError("profile.enabled", True, "false with mode=storage (no model runs)")
         if self.benchmark.repeats == 1:
             return
         once = {"train.eval_every": self.train.eval_every, "checkpoint.every_epochs": self.checkpoint.every_epochs,
