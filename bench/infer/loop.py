@@ -15,13 +15,13 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 import torch
 
 from bench.config import BenchConfig
+from bench.infer.result import InferResult
 from bench.launch.context import RankContext
 from bench.train.device import peak_memory_bytes
 from bench.train.epoch_data import EpochData
@@ -32,31 +32,6 @@ from bench.train.profiling import profile_steps
 from bench.train.timing import StepClock
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class InferResult:
-    """What an inference run measured, as plain data (it crosses a process boundary)."""
-
-    batch_size: int
-    warmup_steps: int
-    measured_steps: int  # batches
-    window_seconds: float
-    latency_ms: List[float]  # per measured batch
-    data_wait_ms: List[float]
-    peak_memory_bytes: int
-    parameters: int
-    precision: Dict[str, Any]
-    compile: Dict[str, Any]
-    repeat_images: List[int] = field(default_factory=list)
-    repeat_seconds: List[float] = field(default_factory=list)
-    gpu: Dict[str, float] = field(default_factory=dict)
-    extra: Dict[str, Any] = field(default_factory=dict)  # FLOPs per image, dataset facts
-    files: List[str] = field(default_factory=list)  # the profiler's
-
-    @property
-    def images(self) -> int:
-        return self.measured_steps * self.batch_size
 
 
 def infer(config: BenchConfig, device: torch.device, monitor: Any = None, ctx: Optional[RankContext] = None,

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Mapping, Optional
 from bench.analysis.confidence import repeat_figures
 from bench.analysis.stats import mean, percentile, present
 from bench.config import BenchConfig
-from bench.infer.loop import InferResult
+from bench.infer.result import InferResult
 from bench.results import read_column, read_summary, write_csv, write_json
 from bench.train.peaks import utilisation
 from bench.train.report import PROFILE_FILES, TrainReport, input_pipeline

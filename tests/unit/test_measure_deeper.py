@@ -266,6 +266,30 @@ def test_find_max_batch_says_when_not_even_one_fits_and_stops_at_its_limit():
     assert search(lambda batch: True, 8, 512) == 512
 
 
+def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(compose, tmp_path):
+    """What happens after a search (the search itself needs a GPU): the report names the run
+    after the batch actually used, and the tracker keeps the job number of a sweep's child."""
+    from mlflow import MlflowClient
+
+    from bench.tracking.tracker import Tracker
+    from bench.train.result import RankSummary, TrainOutcome, TrainResult
+    from bench.train.scenario import TrainScenario
+
+    config = compose(*SMALL, "data.batch_size=8")
+    result = TrainResult(batch_size=64, warmup_steps=1, measured_steps=3, window_seconds=1.0, step_times_ms=[1.0] * 3,
+                         data_wait_ms=[0.0] * 3, epochs=[], base_lr=0.1, final_lr=0.1, final_loss=1.0,
+                         peak_memory_bytes=1, parameters=1, precision={"precision": "fp32", "tf32": False},
+                         extra={"batch_size_requested": 8, "batch_size_found": 64})
+    outcome = TrainOutcome(result, [RankSummary(0, "h", 192, 1.0, [1.0] * 3, [0.0] * 3, 1, 0.0)], "cuda", "gpu")
+    report = TrainScenario().report(outcome, config)
+    assert report.run_name == "resnet18-fp32-bs64-max" and report.metrics["batch_size"] == 64
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    tracker = Tracker.start(uri, "bench", "resnet18-fp32-bs8-job3", {})
+    tracker.name_suffix = "-job3"
+    report.log_to(tracker, [], tmp_path, log_series=False)
+    assert MlflowClient(uri).get_run(tracker.run_id).info.run_name == "resnet18-fp32-bs64-max-job3"
+
+
 @pytest.mark.gpu
 def test_find_max_batch_on_a_gpu_trains_with_the_batch_it_found(compose):
     from bench.train.loop import train
