@@ -25,6 +25,7 @@ from bench.config.schema import Mode
 SCENARIOS: Dict[Mode, str] = {
     Mode.train: "bench.train.scenario:TrainScenario",
     Mode.storage: "bench.iobench.scenario:StorageScenario",
+    Mode.inference: "bench.infer.scenario:InferScenario",
 }
 
 

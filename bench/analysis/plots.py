@@ -1,8 +1,9 @@
 """The sweep plots (PNG, matplotlib's Agg backend: no display needed).
 
 Training sweeps: throughput and scaling efficiency vs process count, throughput vs batch
-size, the step-time distribution of every run, and (when some job evaluated) validation
-accuracy against wall time, a line per job. Storage sweeps: throughput and accelerator
+size (error bars from the slowest to the fastest window where jobs ran benchmark.repeats > 1),
+the step-time distribution of every run (per-batch latency for inference sweeps), and (when
+some job evaluated) validation accuracy against wall time, a line per job. Storage sweeps: throughput and accelerator
 utilization vs client count, and the per-request read latency of every run.
 """
 
@@ -13,7 +14,7 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import pandas as pd
 
-from bench.analysis.runs import absent, is_storage_sweep
+from bench.analysis.runs import absent, is_storage_sweep, is_sweep_of
 
 Row = Dict[str, Any]
 
@@ -35,7 +36,16 @@ def _series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Iterator[Tuple
 
 
 def _line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
-    ax.plot([float(p[x]) for p in points], [p[y] for p in points], marker="o", label=label)
+    """One line; images/s of runs with benchmark.repeats get error bars from the slowest to the
+    fastest repeat (the spread, not the interval)."""
+    xs, ys = [float(p[x]) for p in points], [float(p[y]) for p in points]
+    spread = [(p.get(f"{y}_min"), p.get(f"{y}_max")) for p in points]
+    if y == "images_per_second" and any(not absent(low) for low, _ in spread):
+        below = [0.0 if absent(low) else max(0.0, v - float(low)) for v, (low, _) in zip(ys, spread)]
+        above = [0.0 if absent(high) else max(0.0, float(high) - v) for v, (_, high) in zip(ys, spread)]
+        ax.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=4, label=f"{label} (bars: repeats' min-max)")
+        return
+    ax.plot(xs, ys, marker="o", label=label)
 
 
 def _count_unit(frame: pd.DataFrame) -> Tuple[str, str]:
@@ -167,8 +177,10 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
     _finish_axes(ax)
     figures.save(fig, "throughput_vs_batch.png")
 
-    _distribution(figures, frame, f"Step-time distribution per run ({title})", "Step time (ms)",
-                  "step_time_distribution.png",
+    inference = is_sweep_of(frame, "inference")  # its timeline is the per-batch latency
+    _distribution(figures, frame, f"{'Per-batch latency' if inference else 'Step-time distribution'} per run ({title})",
+                  "Latency per batch (ms)" if inference else "Step time (ms)",
+                  "latency_distribution.png" if inference else "step_time_distribution.png",
                   lambda r: f"job {r['job']}\n{_shown(r.get('precision'))} x{_shown(r.get('world_size'))}"
                             f"\nbs {_shown(r.get('batch_size'))}")
     plot_accuracy(figures, frame, title)

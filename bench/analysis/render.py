@@ -16,7 +16,7 @@ from typing import Any, List, Sequence, Tuple
 
 import pandas as pd
 
-from bench.analysis.runs import absent, is_storage_sweep, metric_columns
+from bench.analysis.runs import absent, is_sweep_of, is_storage_sweep, metric_columns
 
 TRAINING_COLUMNS = [  # (header, frame column, format)
     ("job", "job", "{}"),
@@ -43,6 +43,31 @@ ACCURACY_COLUMNS = [
     ("val_top1", "val_top1", "{:.4f}"),
     ("reached_target", "reached_target", "bool"),  # True/False (MLflow gives it back as 1.0/0.0)
     ("time_to_target_seconds", "time_to_target_seconds", "{:.1f}"),
+]
+
+# shown before "error" when some job has them: repeats (benchmark.repeats) and utilisation (a known GPU)
+REPEAT_COLUMNS = [
+    ("repeats", "repeats", "{}"),
+    ("images/s median", "images_per_second_median", "{:.1f}"),
+    ("CI95 low", "images_per_second_ci95_low", "{:.1f}"),
+    ("CI95 high", "images_per_second_ci95_high", "{:.1f}"),
+    ("stable", "stable", "bool"),
+    ("MFU", "mfu", "{:.1%}"),
+]
+
+INFERENCE_COLUMNS = [  # a sweep of mode=inference runs
+    ("job", "job", "{}"),
+    ("status", "status", "{}"),
+    ("overrides", "overrides", "{}"),
+    ("model", "model", "{}"),
+    ("precision", "precision", "{}"),
+    ("batch", "batch_size", "{}"),
+    ("images/s", "images_per_second", "{:.1f}"),
+    ("latency p50 ms", "latency_ms_p50", "{:.2f}"),
+    ("latency p95 ms", "latency_ms_p95", "{:.2f}"),
+    ("latency p99 ms", "latency_ms_p99", "{:.2f}"),
+    ("GFLOPs/image", "gflops_per_image_forward", "{:.2f}"),
+    ("error", "error", "{}"),
 ]
 
 STORAGE_COLUMNS = [  # a sweep of mode=storage runs (the storage benchmark)
@@ -93,8 +118,9 @@ def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
     """(header, frame column, format) of this sweep's table."""
     if is_storage_sweep(frame):
         return STORAGE_COLUMNS
-    accuracy = [c for c in ACCURACY_COLUMNS if c[1] in frame and not all(absent(v) for v in frame[c[1]])]
-    return TRAINING_COLUMNS[:-1] + accuracy + TRAINING_COLUMNS[-1:]  # the error stays last
+    base = INFERENCE_COLUMNS if is_sweep_of(frame, "inference") else TRAINING_COLUMNS
+    extra = [c for c in ACCURACY_COLUMNS + REPEAT_COLUMNS if c[1] in frame and not all(absent(v) for v in frame[c[1]])]
+    return base[:-1] + extra + base[-1:]  # the error stays last
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:

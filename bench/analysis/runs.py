@@ -3,7 +3,9 @@
 The frame's columns:
 - the run fields `job`, `status` (FINISHED / FAILED / ...), `overrides`, `error`, `run_id`
   and `timeline` (the per-step times in ms as a list: step_time_ms of a training run, the
-  per-request read latency of a storage run) and `val_curve` (the evaluated epochs of a training
+  per-batch latency of an inference run, the per-request read latency of a storage run),
+  `repeat_rates` (images/s of each measured window of a run with benchmark.repeats > 1, else
+  empty) and `val_curve` (the evaluated epochs of a training
   run with evaluation, from its metrics_epoch.jsonl: a list of (wall_seconds, val_top1) pairs,
   wall seconds counted from the job's first training step; empty without evaluation, and for
   runs read back from MLflow);
@@ -33,7 +35,7 @@ from bench.errors import ReportError
 from bench.secrets import looks_secret
 from bench.scenarios import report_class
 
-RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "val_curve")
+RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates", "val_curve")
 CONFIG_PREFIX = "config."
 
 # Read back from MLflow, a run's names live in its params (metrics are numbers only): these
@@ -55,6 +57,7 @@ class RunRecord:
     error: str = ""
     run_id: Optional[str] = None  # its MLflow run, when known
     val_curve: List[Tuple[float, float]] = field(default_factory=list)  # (wall_seconds, val_top1) per evaluation
+    repeat_rates: List[float] = field(default_factory=list)  # images/s per measured window (benchmark.repeats)
 
 
 def absent(value: Any) -> bool:
@@ -70,7 +73,8 @@ def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
         row.update({CONFIG_PREFIX + key: value for key, value in record.config.items()})
         # the run fields last: they win over a figure of the same name (none is named so today)
         row.update(job=record.job, status=record.status, overrides=record.overrides, error=record.error,
-                   run_id=record.run_id, timeline=list(record.timeline), val_curve=list(record.val_curve))
+                   run_id=record.run_id, timeline=list(record.timeline), repeat_rates=list(record.repeat_rates),
+                   val_curve=list(record.val_curve))
         rows.append(row)
     frame = pd.DataFrame(rows, dtype=object)
     return frame.reindex(columns=_ordered(frame.columns))
@@ -94,10 +98,14 @@ def config_of(row: Mapping[str, Any]) -> Dict[str, str]:
     return {k[len(CONFIG_PREFIX):]: v for k, v in row.items() if k.startswith(CONFIG_PREFIX) and not absent(v)}
 
 
+def is_sweep_of(frame: pd.DataFrame, mode: str) -> bool:
+    """Every job ran this mode (storage, inference): the report shows that mode's columns."""
+    modes = frame.get(CONFIG_PREFIX + "mode")
+    return len(frame) > 0 and modes is not None and bool(modes.eq(mode).all())
+
+
 def is_storage_sweep(frame: pd.DataFrame) -> bool:
-    """Every job ran the storage benchmark (mode=storage): the report shows its own columns."""
-    mode = frame.get(CONFIG_PREFIX + "mode")
-    return len(frame) > 0 and mode is not None and bool(mode.eq("storage").all())
+    return is_sweep_of(frame, "storage")
 
 
 # ---- a multirun directory ---------------------------------------------------------------------
@@ -118,16 +126,19 @@ def flatten_config(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, str]:
 
 
 def read_job_dir(job_dir: Path) -> RunRecord:
-    """One Hydra job dir: FINISHED with its results when it wrote run_summary.json, else FAILED
-    with the reason it gave (error.txt, or the last [ERROR] line of bench.log)."""
-    overrides = " ".join(yaml.safe_load((job_dir / ".hydra" / "overrides.yaml").read_text()) or [])
+    """One Hydra job dir (or a run's directory): FINISHED with its results when it wrote
+    run_summary.json, else FAILED with the reason it gave (error.txt, or the last [ERROR] line of bench.log)."""
+    overrides_file = job_dir / ".hydra" / "overrides.yaml"
+    overrides = " ".join(yaml.safe_load(overrides_file.read_text()) or []) if overrides_file.is_file() else ""
     summary_path = job_dir / "run_summary.json"
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text())
         config = summary["config"]
+        reports = report_class(config.get("mode", "train"))
         return RunRecord(job_dir.name, "FINISHED", overrides, flatten_config(config), dict(summary["results"]),
-                         report_class(config.get("mode", "train")).timeline(job_dir), run_id=summary.get("mlflow_run_id"),
-                         val_curve=read_val_curve(job_dir))
+                         reports.timeline(job_dir), run_id=summary.get("mlflow_run_id"),
+                         val_curve=read_val_curve(job_dir),
+                         repeat_rates=reports.repeats(job_dir) if hasattr(reports, "repeats") else [])
     composed = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
     return RunRecord(job_dir.name, "FAILED", overrides, flatten_config(composed), {}, error=failure_reason(job_dir))
 
@@ -207,29 +218,38 @@ def _tracking_uri(uri: str) -> Iterator[None]:
             os.environ["MLFLOW_TRACKING_URI"] = env_before
 
 
-def read_mlflow_sweep(parent_run_id: str, tracking_uri: str) -> pd.DataFrame:
+def read_mlflow_sweep(parent_run_id: str, tracking_uri: str, single: bool = False,
+                      argument: str = "--sweep") -> pd.DataFrame:
     """The frame of a sweep's child runs (oldest first): metrics.* become the figures,
-    params.* the config, the sweep.job / overrides / error tags the run fields."""
+    params.* the config, the sweep.job / overrides / error tags the run fields. `single`: a run
+    without children is a frame of its own one row (bench.tools.compare takes either)."""
     import mlflow
 
     client = mlflow.MlflowClient(tracking_uri=tracking_uri)
     try:
         parent = client.get_run(parent_run_id)
     except Exception as exc:  # noqa: BLE001 - mlflow raises its own exception types per store
-        raise ReportError(f"--sweep {parent_run_id} is neither a directory nor a run in the MLflow store at "
+        raise ReportError(f"{argument} {parent_run_id} is neither a directory nor a run in the MLflow store at "
                           f"{tracking_uri} ({type(exc).__name__})") from None
     with _tracking_uri(tracking_uri):
         runs = mlflow.search_runs(experiment_ids=[parent.info.experiment_id],
                                   filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
                                   order_by=["attributes.start_time ASC"], max_results=10000, output_format="pandas")
+        if runs.empty and single:
+            runs = mlflow.search_runs(experiment_ids=[parent.info.experiment_id], output_format="pandas",
+                                      filter_string=f"attributes.run_id = '{parent_run_id}'")
     if runs.empty:
         raise ReportError(f"MLflow run {parent_run_id} has no child runs: pass the parent run of a sweep")
     modes = runs["params.mode"] if "params.mode" in runs else ["train"] * len(runs)
-    timelines = [[m.value for m in sorted(client.get_metric_history(run_id, report_class(mode).TIMELINE_METRIC),
-                                          key=lambda m: m.step)]
-                 for run_id, mode in zip(runs["run_id"], modes)]
+
+    def series(run_id: str, name: Optional[str]) -> List[float]:
+        return [m.value for m in sorted(client.get_metric_history(run_id, name), key=lambda m: m.step)] if name else []
+
+    timelines = [series(run_id, report_class(mode).TIMELINE_METRIC) for run_id, mode in zip(runs["run_id"], modes)]
+    repeats = [series(run_id, getattr(report_class(mode), "REPEATS_METRIC", None))
+               for run_id, mode in zip(runs["run_id"], modes)]
     curves = [_mlflow_val_curve(client, run_id) for run_id in runs["run_id"]]
-    return _frame_from_search(runs.astype(object).reset_index(drop=True), timelines, curves)
+    return _frame_from_search(runs.astype(object).reset_index(drop=True), timelines, curves, repeats)
 
 
 def _mlflow_val_curve(client: Any, run_id: str) -> List[Tuple[float, float]]:
@@ -243,7 +263,7 @@ def _mlflow_val_curve(client: Any, run_id: str) -> List[Tuple[float, float]]:
 
 
 def _frame_from_search(runs: pd.DataFrame, timelines: List[List[float]],
-                       curves: List[List[Tuple[float, float]]]) -> pd.DataFrame:
+                       curves: List[List[Tuple[float, float]]], repeats: List[List[float]]) -> pd.DataFrame:
     def column(name: str) -> pd.Series:
         return runs[name] if name in runs else pd.Series([None] * len(runs), index=runs.index, dtype=object)
 
@@ -258,7 +278,7 @@ def _frame_from_search(runs: pd.DataFrame, timelines: List[List[float]],
     job = column("tags.sweep.job").where(~column("tags.sweep.job").map(absent), column("tags.mlflow.runName"))
     fields = pd.DataFrame({"job": job, "status": runs["status"], "overrides": text("tags.overrides"),
                            "error": text("tags.error"), "run_id": runs["run_id"], "timeline": timelines,
-                           "val_curve": curves},
+                           "repeat_rates": repeats, "val_curve": curves},
                           index=runs.index, dtype=object)
     frame = pd.concat([fields, metrics, config], axis=1).astype(object)
     return frame.reindex(columns=_ordered(frame.columns))

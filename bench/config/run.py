@@ -63,12 +63,29 @@ class BenchmarkConfig(Checks):
     sync: bool = False  # synchronise the device after every step (strict, slower)
     log_every: int = 50  # steps between progress lines (the only host syncs)
     progress: bool = True  # tqdm bar on a terminal; silent otherwise
+    repeats: int = 1  # measured windows after the one warm-up, in this process: median, spread, 95% CI, stable
+    breakdown: bool = False  # after the window: a synchronised pass timing data / forward / backward / optimizer (/ comm)
+    breakdown_steps: int = 20  # steps of that pass
+    find_max_batch: bool = False  # GPU: before the run, the largest per-process batch that fits (halve on OOM, grow)
 
     def __post_init__(self) -> None:
         self.non_negative("warmup_steps")
-        self.positive("log_every")
+        self.positive("log_every", "repeats", "breakdown_steps")
         self.positive("measure_steps", optional=True)
         self.positive("measure_seconds", optional=True, integer=False)
+
+
+@dataclass
+class ProfileConfig(Checks):
+    """torch.profiler over a few steps after the measured window (bench.train.profiling)."""
+
+    KEY = "profile"
+    enabled: bool = False  # trace_rank0.json (Chrome/Perfetto) + profile_top_ops.txt, logged to MLflow
+    steps: int = 5  # profiled steps (after one unrecorded profiler warm-up step), on every rank
+    row_limit: int = 30  # operators in profile_top_ops.txt
+
+    def __post_init__(self) -> None:
+        self.positive("steps", "row_limit")
 
 
 @dataclass
@@ -80,6 +97,7 @@ class TrackingConfig(Checks):
     run_name: Optional[str] = None
     log_step_metrics: bool = True
     probe_timeout_s: float = 5.0  # an http(s) tracking server must answer within this, or the run goes on without it
+    system_metrics: bool = False  # MLflow's own system metrics (system/cpu_*, system/gpu_*) beside bench's NVML summary
 
     def __post_init__(self) -> None:
         self.positive("probe_timeout_s", integer=False)

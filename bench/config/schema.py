@@ -20,7 +20,7 @@ from bench.config.fields import Checks, Choice
 from bench.config.model import ModelConfig
 from bench.config.optimizer import OptimizerConfig
 from bench.config.precision import PrecisionConfig
-from bench.config.run import BenchmarkConfig, CheckpointConfig, TrackingConfig, TrainConfig
+from bench.config.run import BenchmarkConfig, CheckpointConfig, ProfileConfig, TrackingConfig, TrainConfig
 from bench.config.scheduler import SchedulerConfig
 from bench.config.storage import StorageConfig
 from bench.errors import ConfigError
@@ -33,6 +33,7 @@ class Mode(Choice):
 
     train = "train"  # training throughput
     storage = "storage"  # the storage benchmark: emulated accelerators read a dataset
+    inference = "inference"  # forward passes only (torch.inference_mode): images/s and per-batch latency
 
 
 @dataclass
@@ -51,6 +52,7 @@ class BenchConfig(Checks):
     benchmark: BenchmarkConfig = field(default_factory=BenchmarkConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
+    profile: ProfileConfig = field(default_factory=ProfileConfig)
     mode: Mode = Mode.train
     allow_cpu: bool = False  # refuse to "benchmark" a CPU by accident
     seed: int = 0
@@ -68,9 +70,54 @@ class BenchConfig(Checks):
         if self.mode == Mode.storage or self.storage.save_checkpoint or self.checkpoint.every_epochs \
                 or self.train.resume:
             self.storage.check_bucket()
-        if self.mode == Mode.train:
+        if self.mode in (Mode.train, Mode.inference):
             self._check_training_for_accuracy()
+        if self.mode == Mode.inference:
+            self._check_inference()
+        self._check_repeats()
+        self._check_find_max_batch()
         self._warn_warmup_longer_than_the_run()
+
+    def _check_repeats(self) -> None:
+        """N windows of the same run: nothing that happens once per run may sit inside them."""
+        if self.mode == Mode.storage:  # storage.workload.epochs repeats the read phase; no model runs
+            if self.benchmark.repeats != 1:
+                raise ConfigError("benchmark.repeats", self.benchmark.repeats, "1 with mode=storage "
+                                  "(storage.workload.epochs repeats the read phase)")
+            if self.profile.enabled:
+                raise ConfigError("profile.enabled", True, "false with mode=storage (no model runs)")
+        if self.benchmark.repeats == 1:
+            return
+        once = {"train.eval_every": self.train.eval_every, "checkpoint.every_epochs": self.checkpoint.every_epochs,
+                "train.resume": self.train.resume, "data.progressive": self.data.progressive}
+        for key, value in once.items():
+            if value:
+                raise ConfigError("benchmark.repeats", self.benchmark.repeats,
+                                  f"1 with {key}={value!r} (repeats re-measure one window; validation, checkpoints, "
+                                  "resume and progressive phases happen once per run)")
+
+    def _check_find_max_batch(self) -> None:
+        if not self.benchmark.find_max_batch:
+            return
+        reason = (f"false with mode={self.mode} (the search is for training)" if self.mode != Mode.train else
+                  "false with data.progressive (each phase has its own batch)" if self.data.progressive else
+                  "false with distributed.scaling=strong (the search finds a batch per process)"
+                  if self.distributed.scaling == Scaling.strong else None)
+        if reason:
+            raise ConfigError("benchmark.find_max_batch", True, reason)
+
+    def _check_inference(self) -> None:
+        """mode=inference runs forward passes in one process: training-only keys are refused, not ignored."""
+        training_only = {"train.eval_every": self.train.eval_every, "checkpoint.every_epochs": self.checkpoint.every_epochs,
+                         "train.resume": self.train.resume, "data.progressive": self.data.progressive,
+                         "benchmark.breakdown": self.benchmark.breakdown,
+                         "storage.save_checkpoint": self.storage.save_checkpoint}
+        for key, value in training_only.items():
+            if value:
+                raise ConfigError(key, value, "its default with mode=inference (a training-only key)")
+        if self.distributed.world_size > 1:
+            raise ConfigError("distributed.nproc_per_node", self.distributed.nproc_per_node,
+                              "1 with mode=inference (one process; sweep data.batch_size or run one job per GPU)")
 
     def _check_training_for_accuracy(self) -> None:
         """What needs a real dataset: epochs as passes over it, and validation."""

@@ -1,14 +1,19 @@
-"""Background NVML sampling of GPU utilisation, memory, power and SM clock during the window.
+"""Background NVML sampling of GPU utilisation, memory, power and SM clock during the window,
+and the energy the GPU used in it.
 
 Only runs when a GPU and NVML exist; otherwise start() and stop() do nothing and the
 summary is empty. The sampling thread never touches CUDA, so it cannot perturb timing
-beyond one NVML call per interval.
+beyond one NVML call per interval. Energy is NVML's total-energy counter (millijoules since
+the driver loaded; Volta and newer) read at start() and at stop(): energy_joules, and
+energy_power_mean_w = those joules / the seconds between the two reads. A GPU or driver
+without the counter gives no energy figures (absent, not 0).
 """
 
 from __future__ import annotations
 
 import os
 import threading
+import time
 from typing import Any, Dict, List, Optional
 
 
@@ -31,6 +36,13 @@ class GpuMonitor:
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
         self._nvml = None
+        self._energy_start: Optional[tuple] = None  # (millijoules, monotonic seconds) at start()
+
+    def _energy_mj(self) -> Optional[tuple]:
+        try:
+            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)), time.monotonic()
+        except Exception:  # noqa: BLE001 - pre-Volta GPUs and some drivers have no energy counter
+            return None
 
     def start(self) -> "GpuMonitor":
         try:
@@ -41,6 +53,7 @@ class GpuMonitor:
             self._nvml = pynvml
         except Exception:  # noqa: BLE001 - no GPU / no driver: nothing to sample
             return self
+        self._energy_start = self._energy_mj()
         self._thread = threading.Thread(target=self._run, name="gpu-monitor", daemon=True)
         self._thread.start()
         return self
@@ -60,14 +73,16 @@ class GpuMonitor:
     def stop(self) -> Dict[str, float]:
         if self._thread is None:
             return {}
+        energy_end = self._energy_mj() if self._energy_start is not None else None
         self._stop.set()
         self._thread.join()
         try:
             self._nvml.nvmlShutdown()
         except Exception:  # noqa: BLE001
             pass
+        figures = self._energy_figures(energy_end)
         if not self._samples:
-            return {}
+            return figures
         util, mem, power, clock = zip(*self._samples)
         mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
         return {
@@ -76,4 +91,13 @@ class GpuMonitor:
             "gpu_power_mean_w": mean(power),
             "gpu_sm_clock_mean_mhz": mean(clock),
             "gpu_samples": len(self._samples),
+            **figures,
         }
+
+    def _energy_figures(self, end: Optional[tuple]) -> Dict[str, float]:
+        if self._energy_start is None or end is None:
+            return {}
+        joules, seconds = (end[0] - self._energy_start[0]) / 1000.0, end[1] - self._energy_start[1]
+        if joules < 0 or seconds <= 0:  # the counter wrapped or was reset by the driver
+            return {}
+        return {"energy_joules": joules, "energy_power_mean_w": joules / seconds}

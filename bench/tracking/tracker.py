@@ -73,6 +73,8 @@ class Tracker:
     def __init__(self, client: Any = None, run_id: Optional[str] = None, uri: str = ""):
         self.client, self.run_id, self.uri = client, run_id, uri
         self.out_dir: Optional[Path] = None  # where the results stay when the server goes away
+        self.name_suffix = ""  # "-job<N>" for a sweep job: kept when the run is renamed
+        self._system_metrics: Any = None  # mlflow's SystemMetricsMonitor (tracking.system_metrics)
 
     @property
     def active(self) -> bool:
@@ -152,7 +154,32 @@ class Tracker:
             elif path.is_file():
                 self._call("log artifact", "log_artifact", str(path), artifact_path)
 
+    def rename(self, name: str) -> None:
+        """A new run name, decided by the run itself (the batch benchmark.find_max_batch found)."""
+        self.set_tags({"mlflow.runName": name + self.name_suffix})
+
+    def start_system_metrics(self) -> None:
+        """MLflow's own system metrics (system/cpu_utilization_percentage, system/gpu_0_*, ...) for
+        this run, sampled every 10 s in a thread of this process (MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL
+        sets another interval) until finish()."""
+        if not self.active:
+            return
+        try:
+            from mlflow.system_metrics.system_metrics_monitor import SystemMetricsMonitor
+
+            monitor = SystemMetricsMonitor(self.run_id, tracking_uri=self.uri)
+            monitor.start()
+            self._system_metrics = monitor
+        except Exception as exc:  # noqa: BLE001 - a missing optional piece costs these metrics only
+            log.warning("MLflow system metrics could not start (%s: %s)", type(exc).__name__, exc)
+
     def finish(self, status: str = "FINISHED", error: Optional[str] = None) -> None:
+        if self._system_metrics is not None:  # flushed before the run ends: its last samples count
+            monitor, self._system_metrics = self._system_metrics, None
+            try:
+                monitor.finish()
+            except Exception as exc:  # noqa: BLE001
+                log.warning("MLflow system metrics did not stop cleanly (%s: %s)", type(exc).__name__, exc)
         if error:
             self.set_tags({"error": error})
         self._call("end run", "set_terminated", status)
@@ -205,5 +232,8 @@ def open_run(tracking: Any, launch_dir: Path, run_name: str, params: Mapping[str
         name = f"{name}-job{sweep_job['job']}"
     tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent)
     tracker.out_dir = out_dir
+    tracker.name_suffix = f"-job{sweep_job['job']}" if sweep_job else ""
     tracker.log_params(params)
+    if getattr(tracking, "system_metrics", False):
+        tracker.start_system_metrics()
     return tracker

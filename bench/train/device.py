@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 
 import torch
 
@@ -31,3 +32,10 @@ def check_gpu_count(nproc_per_node: int, device: torch.device) -> None:
     if device.type == "cuda" and nproc_per_node > torch.cuda.device_count():
         raise ConfigError("distributed.nproc_per_node", nproc_per_node,
                           f"at most {torch.cuda.device_count()} (the GPUs visible on this node; one per process)")
+
+
+def peak_memory_bytes(device: torch.device) -> int:
+    if device.type == "cuda":
+        return int(torch.cuda.max_memory_allocated(device))
+    # ru_maxrss is in KiB on Linux: the process's resident-set high-water mark.
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024

@@ -1,13 +1,16 @@
 """The training run: build model, data, precision, optimizer and schedule, resume from a
 checkpoint if asked, then measure.
 
-A run is `benchmark.warmup_steps` discarded steps, then the measured window:
+A run is `benchmark.warmup_steps` discarded steps, then the measured window (`benchmark.repeats`
+times: bench.train.repeats):
 `train.epochs` epochs of `train.steps_per_epoch` steps (null: one pass over the dataset), cut
 short by `benchmark.measure_steps`, `benchmark.measure_seconds` or a reached
 `train.target_accuracy`. Throughput = images in the window / seconds of the window
 (evaluations and checkpoint writes left out: bench.train.epochs). Inside the window the host
 never waits for the device except every `benchmark.log_every` steps (or every step with
-`benchmark.sync=true`).
+`benchmark.sync=true`). What the run measures besides the window (a breakdown pass, profiled
+steps, the FLOPs count) runs after it (bench.train.after_window); benchmark.find_max_batch
+picks the batch before anything else is built (bench.train.max_batch).
 """
 
 from __future__ import annotations
@@ -15,9 +18,9 @@ from __future__ import annotations
 import dataclasses
 import logging
 import os
-import resource
 import time
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.nn as nn
@@ -25,69 +28,22 @@ import torch.nn as nn
 from bench.config import BenchConfig
 from bench.data.registry import build_val_batches
 from bench.launch.context import RankContext
+from bench.train.after_window import after_window, optimizer_steps
+from bench.train.device import peak_memory_bytes
 from bench.train.epoch_data import EpochData
-from bench.train.epochs import Session, SignalFlag, run_epochs
-from bench.train.models import build_model, count_parameters
+from bench.train.epochs import Session
+from bench.train.models import build_model, count_parameters, maybe_compile
 from bench.train.optim import build_optimizer, effective_lr
 from bench.train.precision import PrecisionPolicy, build_precision
 from bench.train.result import EpochRecord, TrainResult
+from bench.train.repeats import measure_windows
 from bench.train.resume import Position, TrainingCheckpoints, restore_rng
 from bench.train.schedules import build_scheduler
-from bench.train.timing import StepClock
+from bench.train.step import TrainStep
 
 log = logging.getLogger(__name__)
 
-Step = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
-def make_step(model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, policy: PrecisionPolicy,
-              after: Optional[Callable[[], None]] = None, label_smoothing: float = 0.0,
-              clip_norm: Optional[float] = None) -> Step:
-    """One optimizer step: forward under autocast, backward (scaled for fp16), gradient clipping
-    (on unscaled gradients), step, schedule; then `after()` (the launched workers' hang watchdog)."""
-    criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
-    scaler = policy.scaler
-    params = [p for group in optimizer.param_groups for p in group["params"]]
-
-    def step(images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
-        optimizer.zero_grad(set_to_none=True)
-        with policy.autocast():
-            loss = criterion(model(images), labels)
-        if scaler is not None:
-            scaler.scale(loss).backward()
-            if clip_norm is not None:
-                scaler.unscale_(optimizer)  # clip the true gradients, not the loss-scaled ones
-                torch.nn.utils.clip_grad_norm_(params, clip_norm)
-            scaler.step(optimizer)
-            scaler.update()
-        else:
-            loss.backward()
-            if clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(params, clip_norm)
-            optimizer.step()
-        scheduler.step()
-        if after is not None:
-            after()
-        return loss.detach()
-
-    return step
-
-
-def _peak_memory_bytes(device: torch.device) -> int:
-    if device.type == "cuda":
-        return int(torch.cuda.max_memory_allocated(device))
-    # ru_maxrss is in KiB on Linux: the process's resident-set high-water mark.
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
-
-
-def _maybe_compile(model: nn.Module, enabled: bool, mode: Optional[str]) -> Tuple[nn.Module, Dict[str, Any]]:
-    if not enabled:
-        return model, {"requested": False, "active": False}
-    try:
-        return torch.compile(model, mode=mode), {"requested": True, "active": True, "mode": mode or "default"}
-    except Exception as exc:  # noqa: BLE001 - any failure means: run eager, and say so
-        log.warning("torch.compile failed (%s: %s); running eager", type(exc).__name__, exc)
-        return model, {"requested": True, "active": False, "fallback_reason": f"{type(exc).__name__}: {exc}"}
+make_step = TrainStep  # the name other modules and tests import
 
 
 def _cpu_threads(config: BenchConfig, device: torch.device, ctx: RankContext) -> Optional[int]:
@@ -100,14 +56,15 @@ def _cpu_threads(config: BenchConfig, device: torch.device, ctx: RankContext) ->
 
 def train(config: BenchConfig, device: torch.device, monitor: Any = None,
           on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]] = None,
-          ctx: Optional[RankContext] = None, on_step: Optional[Callable[[], None]] = None) -> TrainResult:
+          ctx: Optional[RankContext] = None, on_step: Optional[Callable[[], None]] = None,
+          out_dir: Optional[Path] = None) -> TrainResult:
     """Build model, data, precision, optimizer and scheduler from `config` and run.
 
     `monitor` (start()/stop() -> dict) samples the device during the measured window only;
     `on_finish(model, optimizer)` runs after the window (a checkpoint write, say);
     `ctx` is this process's rank: with world_size > 1 the model is wrapped in DDP (the
     process group must exist) and each rank reads its own data; `on_step()` is called after
-    every step.
+    every step; `out_dir` receives the profiler's files.
     """
     ctx = ctx or RankContext()
     torch.manual_seed(config.seed)
@@ -123,6 +80,13 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
     start = Position(resumed["epoch"], resumed["step_in_epoch"]) if resumed else Position(0)
     policy = build_precision(config.precision, device)
     eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)
+    requested = config.data.batch_size
+    if config.benchmark.find_max_batch:
+        from bench.train.max_batch import find_max_batch
+
+        found = find_max_batch(config, eager, policy, device, ctx)
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=found))
+        torch.cuda.reset_peak_memory_stats(device)  # the search's trials are not the run's peak
     data = EpochData(config, device, policy.memory_format, ctx, start.epoch)
     warmup = config.benchmark.warmup_steps
     total = data.planned(0)  # the schedule spans the whole run, resumed or not
@@ -131,14 +95,15 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
         planned = min(planned, config.benchmark.measure_steps)
     base_lr = effective_lr(config.optimizer, config.scheduler, data.batch_size * ctx.world_size)
     optimizer = build_optimizer(eager, config.optimizer, base_lr, device)
-    scheduler = build_scheduler(optimizer, _in_steps(config.scheduler, data, warmup), warmup + total, base_lr)
+    scheduler = build_scheduler(optimizer, _in_steps(config.scheduler, data, warmup),
+                                warmup + total * config.benchmark.repeats + optimizer_steps(config), base_lr)
     if config.scheduler.scale_lr:
         data.on_batch_change = lambda old, new: scale_lr(optimizer, scheduler, new / old)
     wrapped = _wrap_ddp(eager, config, device) if ctx.distributed else eager
-    model, compile_info = _maybe_compile(wrapped, config.compile, config.compile_mode)
+    model, compile_info = maybe_compile(wrapped, config.compile, config.compile_mode)
     model.train()
     options = {"label_smoothing": config.train.label_smoothing, "clip_norm": config.optimizer.grad_clip_norm}
-    step = make_step(model, optimizer, scheduler, policy, after=on_step, **options)
+    step = TrainStep(model, optimizer, scheduler, policy, after=on_step, **options)
     batches = data.batches
 
     first_step_at = time.perf_counter()  # time-to-accuracy counts from here
@@ -149,7 +114,7 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
         except Exception as exc:  # noqa: BLE001
             log.warning("torch.compile failed at the first step (%s: %s); running eager", type(exc).__name__, exc)
             compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
-            step = make_step(wrapped, optimizer, scheduler, policy, after=on_step, **options)
+            step = step.with_model(wrapped)
 
     for _ in range(warmup):
         step(*next(batches))
@@ -160,15 +125,17 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
     session = Session(config, ctx, eager, optimizer, scheduler, policy, step, data, val, checkpoints, start,
                       [EpochRecord(**e) for e in resumed["history"]] if resumed else [],
                       resumed["wall_seconds"] if resumed else 0.0)
-    clock = StepClock(device, strict_sync=config.benchmark.sync)
-    clock.sync()
     if monitor is not None:
         monitor.start()
-    with SignalFlag(checkpoints is not None and config.checkpoint.every_epochs > 0 and config.checkpoint.on_signal) \
-            as flag:
-        window = run_epochs(session, clock, planned, first_step_at, flag)
+    window = measure_windows(session, device, planned, first_step_at,
+                             checkpoints is not None and config.checkpoint.every_epochs > 0 and config.checkpoint.on_signal)
     gpu = monitor.stop() if monitor is not None else {}
+    peak_memory = peak_memory_bytes(device)  # the window's: the passes after it may profile, or allocate more
     extra = dict(getattr(data.batches, "facts", {}))  # real data: dataset_size, corrupt_skipped, ...
+    if config.benchmark.find_max_batch:
+        extra.update(batch_size_requested=requested, batch_size_found=data.batch_size)
+    figures, files = after_window(config, device, ctx, step, data.batches, wrapped if ctx.distributed else None, out_dir)
+    extra.update(figures)
     if checkpoints is not None:
         extra.update(checkpoints.figures())
     if data.progressive:
@@ -181,12 +148,13 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
         batch_size=data.batch_size,
         warmup_steps=warmup,
         base_lr=base_lr,
-        peak_memory_bytes=_peak_memory_bytes(device),
+        peak_memory_bytes=peak_memory,
         parameters=count_parameters(eager),
         precision=policy.describe(),
         compile=compile_info,
         fused_optimizer=bool(optimizer.defaults.get("fused")),
         param_checksum=_param_checksum(eager),
+        files=files,
         **window,
     )
 

@@ -8,13 +8,17 @@ holding `arch: <name>`. bench's own models are the OWN registry below.
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Dict, List, Optional
+import logging
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
+import torch
 import torch.nn as nn
 import torchvision
 
 from bench.config.model import ModelConfig, Norm
 from bench.errors import ConfigError
+
+log = logging.getLogger(__name__)
 
 
 def cifar_resnet18(cfg: ModelConfig) -> nn.Module:
@@ -101,3 +105,15 @@ def without_batchnorm(model: nn.Module) -> nn.Module:
 
 def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
+
+
+def maybe_compile(model: nn.Module, enabled: bool, mode: Optional[str]) -> Tuple[nn.Module, Dict[str, Any]]:
+    """torch.compile when asked; a failure here means: run eager, and say so (it may also fail later, at
+    the first call: the caller tries one step outside the measurement)."""
+    if not enabled:
+        return model, {"requested": False, "active": False}
+    try:
+        return torch.compile(model, mode=mode), {"requested": True, "active": True, "mode": mode or "default"}
+    except Exception as exc:  # noqa: BLE001 - any failure means: run eager, and say so
+        log.warning("torch.compile failed (%s: %s); running eager", type(exc).__name__, exc)
+        return model, {"requested": True, "active": False, "fallback_reason": f"{type(exc).__name__}: {exc}"}

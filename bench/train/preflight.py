@@ -38,6 +38,9 @@ def check_training(config: BenchConfig) -> Any:
     check_cores(config, device)
     check_model(config.model)
     check_batch_fits(config, device)
+    if config.benchmark.find_max_batch and device.type != "cuda":
+        raise ConfigError("benchmark.find_max_batch", True, "false on a CPU (the search grows the batch until the GPU "
+                          "runs out of memory; a CPU would swap first): set data.batch_size instead")
     return device
 
 

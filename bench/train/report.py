@@ -9,15 +9,18 @@ ranks; throughput is the sum of each rank's images / its own window.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
+from bench.analysis.confidence import repeat_figures
 from bench.analysis.stats import UNSTABLE_CV, step_time_stats
 from bench.config import BenchConfig
 from bench.results import read_column, read_summary, write_csv, write_json, write_jsonl
+from bench.train.peaks import utilisation
 from bench.train.result import EpochRecord, RankSummary, TrainOutcome, TrainResult
 
+PROFILE_FILES = ("trace_rank0.json", "profile_top_ops.txt")  # bench.train.profiling writes them
 AU_THRESHOLD = 0.90  # accelerator utilization below which a run is input-bound (MLPerf Storage's ResNet-50 bar)
 
 
@@ -54,6 +57,25 @@ def input_pipeline(data_wait_fraction: float) -> Dict[str, Any]:
     (compute time / wall time, as MLPerf Storage defines AU); input_bound when au < 0.90."""
     au = min(1.0, max(0.0, 1.0 - data_wait_fraction))
     return {"au": au, "input_bound": au < AU_THRESHOLD}
+
+
+def repeat_throughputs(ranks: Sequence[RankSummary]) -> List[float]:
+    """images/s of each measured window (benchmark.repeats), summed over ranks like the run's own."""
+    count = min((len(r.repeat_seconds) for r in ranks), default=0)
+    return [sum(r.repeat_images[i] / r.repeat_seconds[i] for r in ranks if r.repeat_seconds[i] > 0)
+            for i in range(count)]
+
+
+def efficiency(metrics: Dict[str, Any], images_per_device: int, data_progressive: bool) -> Dict[str, Any]:
+    """Achieved TFLOP/s and MFU (bench.train.peaks), images per joule (NVML energy, rank 0's GPU)."""
+    figures: Dict[str, Any] = {}
+    if not data_progressive:  # progressive phases change the FLOPs per image: no single figure
+        figures.update(utilisation(metrics.get("gflops_per_image_fwd_bwd"), metrics["images_per_second"],
+                                   metrics["world_size"], metrics["device"], metrics["device_name"],
+                                   metrics.get("autocast_dtype", "none"), bool(metrics.get("tf32"))))
+    if metrics.get("energy_joules"):
+        figures["images_per_joule"] = images_per_device / metrics["energy_joules"]
+    return figures
 
 
 def summarize(result: TrainResult, config: BenchConfig, device: str, device_name: str,
@@ -110,6 +132,8 @@ def summarize(result: TrainResult, config: BenchConfig, device: str, device_name
     metrics.update(result.accuracy)
     if config.train.steps_per_epoch is None and result.epochs:
         metrics["steps_per_epoch"] = max(e.steps for e in result.epochs)  # one pass over the dataset
+    metrics.update(repeat_figures(repeat_throughputs(ranks)))
+    metrics.update(efficiency(metrics, result.images, bool(config.data.progressive)))
     return metrics
 
 
@@ -122,16 +146,20 @@ def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
 class TrainReport:
     # what the sweep report plots per run: the per-step file and column, and the MLflow series
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "step_times.csv", "step_time_ms", "step_time_ms"
+    # benchmark.repeats > 1: a row per measured window, and its MLflow series (step = repeat)
+    REPEATS_FILE, REPEATS_METRIC = "repeats.csv", "repeat_images_per_second"
 
     result: TrainResult  # rank 0's, with the job's step timeline
     ranks: List[RankSummary]
     metrics: Dict[str, Any]
+    repeat_rates: List[float] = field(default_factory=list)  # images/s of each window (benchmark.repeats)
+    run_name: Optional[str] = None  # a new MLflow run name (the batch benchmark.find_max_batch found)
 
     @classmethod
     def from_outcome(cls, outcome: TrainOutcome, config: BenchConfig) -> "TrainReport":
         result = merge_ranks(outcome.result, outcome.ranks)
         return cls(result, list(outcome.ranks), summarize(result, config, outcome.device, outcome.device_name,
-                                                         outcome.ranks))
+                                                         outcome.ranks), repeat_throughputs(outcome.ranks))
 
     def headline(self) -> str:
         return ("{model} {precision} bs={batch_size} x{world_size} on {device_name}: {images_per_second:.1f} images/s, "
@@ -142,15 +170,19 @@ class TrainReport:
               run_id: Optional[str]) -> List[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         result, epochs = self.result, epoch_dicts(self.result.epochs)
-        ranks = [{k: v for k, v in asdict(r).items() if k not in ("step_times_ms", "data_wait_ms")} for r in self.ranks]
+        ranks = [{k: v for k, v in asdict(r).items() if k not in ("step_times_ms", "data_wait_ms", "repeat_images",
+                                                                  "repeat_seconds")} for r in self.ranks]
         summary = {"results": self.metrics, "epochs": epochs, "compile": result.compile,
                    "environment": dict(environment), "config": dict(config), "mlflow_run_id": run_id, "ranks": ranks}
         steps = [(i, f"{step:.4f}", f"{wait:.4f}")
                  for i, (step, wait) in enumerate(zip(result.step_times_ms, result.data_wait_ms), start=1)]
-        return [write_jsonl(out_dir / "metrics_epoch.jsonl", epochs),
-                write_csv(out_dir / "step_times.csv", ["step", "step_time_ms", "data_wait_ms"], steps),
-                write_json(out_dir / "run_summary.json", summary),
-                write_csv(out_dir / "summary.csv", list(self.metrics), [self.metrics])]
+        files = [write_jsonl(out_dir / "metrics_epoch.jsonl", epochs),
+                 write_csv(out_dir / "step_times.csv", ["step", "step_time_ms", "data_wait_ms"], steps),
+                 write_json(out_dir / "run_summary.json", summary),
+                 write_csv(out_dir / "summary.csv", list(self.metrics), [self.metrics])]
+        if len(self.repeat_rates) > 1:
+            files.append(self.write_repeats(out_dir, result.repeat_images, result.repeat_seconds, self.repeat_rates))
+        return files + [Path(f) for f in result.files if Path(f).is_file()]
 
     @property
     def problems(self) -> List[str]:
@@ -162,15 +194,19 @@ class TrainReport:
         """Everything but the metrics (logged first, on their own): series, tags, artifacts."""
         if not tracker.active:
             return
-        for epoch in self.result.epochs:
+        for number, epoch in enumerate(self.result.epochs, start=1):
             series = {"epoch_images_per_second": epoch.images_per_second, "epoch_seconds": epoch.seconds,
                       "epoch_loss": epoch.loss, "epoch_lr": epoch.lr}
             if epoch.val_top1 is not None:  # the accuracy curve, by epoch (wall seconds are in metrics_epoch.jsonl)
                 series.update(val_top1=epoch.val_top1, val_top5=epoch.val_top5, epoch_eval_seconds=epoch.eval_seconds,
                               epoch_wall_seconds=epoch.wall_seconds)
-            tracker.log_metrics(series, step=epoch.epoch)
+            tracker.log_metrics(series, step=epoch.epoch if epoch.repeat is None else number)
         if log_series:
             tracker.log_series(self.TIMELINE_METRIC, self.result.step_times_ms)
+        if len(self.repeat_rates) > 1:
+            tracker.log_series(self.REPEATS_METRIC, self.repeat_rates)
+        if self.run_name:
+            tracker.rename(self.run_name)
         tracker.set_tags({key: self.metrics[key] for key in ("model", "precision", "device_name", "unstable")})
         if "resumed_from" in self.metrics:  # which checkpoint train.resume=auto (or a path) continued from
             tracker.log_params({"resumed_from": self.metrics["resumed_from"]})
@@ -188,8 +224,24 @@ class TrainReport:
                              epochs=[EpochRecord(**e) for e in summary["epochs"]], base_lr=m["lr"],
                              final_lr=m["final_lr"], final_loss=m["final_loss"],
                              peak_memory_bytes=int(m["peak_memory_mb"] * 2**20), parameters=m["parameters"],
-                             precision={}, compile=summary.get("compile", {}))
-        return cls(result, [RankSummary(**r, step_times_ms=[], data_wait_ms=[]) for r in summary.get("ranks", [])], m)
+                             precision={}, compile=summary.get("compile", {}),
+                             repeat_images=[int(v) for v in read_column(job_dir / cls.REPEATS_FILE, "images")],
+                             repeat_seconds=read_column(job_dir / cls.REPEATS_FILE, "seconds"),
+                             files=[str(job_dir / name) for name in PROFILE_FILES if (job_dir / name).is_file()])
+        return cls(result, [RankSummary(**r, step_times_ms=[], data_wait_ms=[]) for r in summary.get("ranks", [])], m,
+                   cls.repeats(job_dir))
+
+    @classmethod
+    def write_repeats(cls, out_dir: Path, images: Sequence[int], seconds: Sequence[float],
+                      rates: Sequence[float]) -> Path:
+        """repeats.csv: a row per measured window (rates: the job's images/s, all ranks)."""
+        rows = [(i, n, f"{s:.6f}", f"{r:.4f}") for i, (n, s, r) in enumerate(zip(images, seconds, rates), start=1)]
+        return write_csv(out_dir / cls.REPEATS_FILE, ["repeat", "images", "seconds", "images_per_second"], rows)
+
+    @classmethod
+    def repeats(cls, job_dir: Path) -> List[float]:
+        """images/s of each measured window a finished run wrote ([] with one window)."""
+        return read_column(job_dir / cls.REPEATS_FILE, "images_per_second")
 
     @classmethod
     def timeline(cls, job_dir: Path) -> List[float]:

@@ -25,6 +25,8 @@ class EpochRecord:
     # progressive resizing (data.progressive): the phase this epoch trained in
     image_size: Optional[int] = None
     batch_size: Optional[int] = None
+    # benchmark.repeats > 1: the repeat (from 1) this epoch was measured in
+    repeat: Optional[int] = None
 
 
 @dataclass
@@ -50,6 +52,9 @@ class TrainResult:
     accuracy: Dict[str, Any] = field(default_factory=dict)  # val top-1/top-5, time-to-target (bench.train.epochs)
 
     measured_images: int = 0  # images of the measured steps (the batch changes with data.progressive)
+    repeat_images: List[int] = field(default_factory=list)  # per measured window (benchmark.repeats)
+    repeat_seconds: List[float] = field(default_factory=list)
+    files: List[str] = field(default_factory=list)  # written by the rank after the window (profiler trace, table)
 
     @property
     def images(self) -> int:
@@ -68,6 +73,8 @@ class RankSummary:
     data_wait_ms: List[float]
     peak_memory_bytes: int
     param_checksum: float
+    repeat_images: List[int] = field(default_factory=list)
+    repeat_seconds: List[float] = field(default_factory=list)
 
     @property
     def images_per_second(self) -> float:

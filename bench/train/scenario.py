@@ -31,9 +31,11 @@ class TrainScenario:
 
         self.device_name = device_name(device)
 
-    def run_name(self, config: BenchConfig) -> str:
+    def run_name(self, config: BenchConfig, batch_size: Optional[int] = None) -> str:
+        """<model>-<precision>-bs<batch>[-x<processes>]; `batch_size`: the one find_max_batch found."""
         world = config.distributed.world_size
-        return f"{config.model.arch}-{config.precision.name}-bs{config.data.batch_size}" + (f"-x{world}" if world > 1 else "")
+        batch = f"bs{batch_size}-max" if batch_size else f"bs{config.data.batch_size}"
+        return f"{config.model.arch}-{config.precision.name}-{batch}" + (f"-x{world}" if world > 1 else "")
 
     def run_rank(self, config: BenchConfig, ctx: RankContext, out_dir: Path,
                  heartbeat: Optional[Callable[[], None]] = None) -> Optional[TrainOutcome]:
@@ -47,18 +49,22 @@ class TrainScenario:
         if ctx.distributed:
             init_process_group(config.distributed, ctx, device)
         try:
-            result = train(config, device, monitor=_gpu_monitor(device, ctx), ctx=ctx, on_step=heartbeat,
-                           on_finish=checkpoint_writer(config, out_dir, ctx))
+            result = train(config, device, monitor=gpu_monitor(device, ctx), ctx=ctx, on_step=heartbeat,
+                           on_finish=checkpoint_writer(config, out_dir, ctx), out_dir=out_dir)
             mine = RankSummary(ctx.rank, socket.gethostname(), result.images, result.window_seconds,
                                result.step_times_ms, result.data_wait_ms, result.peak_memory_bytes,
-                               result.param_checksum)
+                               result.param_checksum, result.repeat_images, result.repeat_seconds)
             ranks = all_gather(mine, ctx)
         finally:
             destroy_process_group()
         return TrainOutcome(result, ranks, device.type, device_name(device)) if ctx.is_reporter else None
 
     def report(self, outcome: TrainOutcome, config: BenchConfig) -> TrainReport:
-        return TrainReport.from_outcome(outcome, config)
+        report = TrainReport.from_outcome(outcome, config)
+        found = report.metrics.get("batch_size_found")
+        if found and config.tracking.run_name is None:  # the batch actually used names the run
+            report.run_name = self.run_name(config, found)
+        return report
 
     def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
         """A known failure in one line: out of memory names the batch size and what to try."""
@@ -70,7 +76,8 @@ class TrainScenario:
         return None
 
 
-def _gpu_monitor(device: Any, ctx: RankContext) -> Any:
+def gpu_monitor(device: Any, ctx: RankContext) -> Any:
+    """NVML sampling and energy of rank 0's GPU during the window (None on a CPU and on other ranks)."""
     if device.type != "cuda" or not ctx.is_reporter:
         return None
     from bench.tracking.gpu_monitor import GpuMonitor

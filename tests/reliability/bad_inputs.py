@@ -38,7 +38,7 @@ BAD_INPUTS = [
     ("unknown S3 client", "bench", ["storage.client=s3fs"], 2, "storage.client='s3fs'"),
     ("unknown prepare mode", "bench", ["storage.prepare=sometimes"], 2, "storage.prepare='sometimes'"),
     ("unknown record format", "bench", ["storage.workload.format=parquet"], 2, "storage.workload.format='parquet'"),
-    ("unknown mode", "bench", ["mode=inference"], 2, "mode='inference'"),
+    ("unknown mode", "bench", ["mode=serve"], 2, "mode='serve'"),
     ("override that does not parse", "bench", ["data.batch_size=["], 2, "could not be parsed"),
     ("a list given without -m", "bench", ["data=synthetic,imagefolder"], 2, "to sweep over it add -m"),
     ("interpolation to nowhere", "bench", ["data.batch_size=${{oops}}"], 2, "could not be resolved"),
@@ -127,6 +127,8 @@ BAD_INPUTS = [
     ("ViT input not a multiple of its patch", "bench", ["model=vit_b_16", "data.image_size=40", CPU], 2,
      "data.image_size=40 is not valid: accepted a multiple of 16"),
     ("more threads than cores", "bench", ["cpu_threads=1000", CPU], 2, "cpu_threads=1000 is not valid: accepted at most"),
+    ("largest-batch search on a CPU", "bench", ["benchmark.find_max_batch=true", CPU], 2,
+     "benchmark.find_max_batch=True is not valid: accepted false on a CPU"),
     ("more loader workers than cores", "bench", ["data.num_workers=1000", CPU], 2, "data.num_workers=1000"),
     ("more CPU ranks than cores", "bench", ["distributed=ddp", "distributed.nproc_per_node=1000", CPU], 2,
      "distributed.nproc_per_node=1000"),
@@ -165,7 +167,8 @@ def ids(table: list) -> list:
     return [row[0] for row in table]
 
 
-NEEDS_NO_GPU = {"GPU preset on a CPU machine", "fp16 on a CPU", "float16 autocast on a CPU", "more CPU ranks than cores"}
+NEEDS_NO_GPU = {"GPU preset on a CPU machine", "fp16 on a CPU", "float16 autocast on a CPU", "more CPU ranks than cores",
+                "largest-batch search on a CPU"}
 
 
 def check_bad_input(bench, places, name, module, args, code, words) -> None:

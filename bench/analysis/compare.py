@@ -1,0 +1,182 @@
+"""Regression verdicts: two runs or two sweeps (frames from bench.analysis.runs), matched
+configuration by configuration, each pair a throughput ratio with its 95% interval and a verdict.
+
+Matching: two single runs are one pair, whatever their configs (the user chose them). Two
+sweeps are matched on the config keys that vary inside either sweep (what was swept); a
+configuration only one side has is listed, not compared.
+
+Samples per run (bench.analysis.confidence): the images/s of each repeat when both runs have
+2 or more (the statistic is their median); otherwise the step times (the statistic is the
+pooled throughput, images / summed step time). The interval is the 2.5-97.5 percentile range of
+candidate / baseline over independent bootstrap resamples of each side.
+
+Verdict, for a threshold t (default 3%): `slower` when the ratio is below 1 - t AND the whole
+interval is below 1 (slower beyond the threshold, and not noise); `faster` the mirror image;
+otherwise `same` (within noise: the interval holds 1; or within the threshold).
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pandas as pd
+
+from bench.analysis.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
+from bench.analysis.runs import CONFIG_PREFIX, absent
+
+SLOWER, FASTER, SAME = "slower", "faster", "same"
+TIMELINE_RESAMPLES = 2_000  # step timelines can be long: fewer resamples keep a compare quick
+NOISE_KEYS = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # never a configuration
+
+
+@dataclass
+class Pair:
+    """One configuration, compared."""
+
+    label: str
+    baseline_run: Optional[str]
+    candidate_run: Optional[str]
+    baseline: float  # images/s (the statistic of its samples)
+    candidate: float
+    ratio: float
+    low: Optional[float]  # the 95% interval of the ratio (None without samples)
+    high: Optional[float]
+    samples: str  # "repeats", "steps" or "none"
+    verdict: str
+    note: str = ""
+
+
+@dataclass
+class Comparison:
+    pairs: List[Pair]
+    threshold: float
+    only_baseline: List[str] = field(default_factory=list)
+    only_candidate: List[str] = field(default_factory=list)
+
+    @property
+    def slower(self) -> List[Pair]:
+        return [p for p in self.pairs if p.verdict == SLOWER]
+
+
+def finished(frame: pd.DataFrame) -> pd.DataFrame:
+    return frame[frame["status"].eq("FINISHED")].reset_index(drop=True)
+
+
+def swept_keys(*frames: pd.DataFrame) -> List[str]:
+    """Config keys whose value differs between the rows of one of the frames."""
+    keys = set()
+    for frame in frames:
+        for column in (c for c in frame.columns if c.startswith(CONFIG_PREFIX)):
+            name = column[len(CONFIG_PREFIX):]
+            if not name.startswith(NOISE_KEYS) and frame[column].map(str).nunique() > 1:
+                keys.add(column)
+    return sorted(keys)
+
+
+def label_of(row: Dict[str, Any], keys: Sequence[str]) -> str:
+    """The swept keys' values; for a single run, its mode (when not training), model, precision and batch."""
+    if keys:
+        return " ".join(f"{k[len(CONFIG_PREFIX):]}={row.get(k)}" for k in keys)
+    mode = row.get(CONFIG_PREFIX + "mode", row.get("mode"))
+    words = [str(mode)] if not absent(mode) and str(mode) != "train" else []
+    words += [str(row[k]) for k in ("model", "precision") if not absent(row.get(k))]
+    batch = row.get("batch_size")
+    return " ".join(words + ([f"bs={int(float(batch))}"] if not absent(batch) else []))
+
+
+def match(baseline: pd.DataFrame, candidate: pd.DataFrame) -> Tuple[List[Tuple[str, dict, dict]], List[str], List[str]]:
+    """(label, baseline row, candidate row) per configuration both have; labels only one side has."""
+    base_rows, cand_rows = baseline.to_dict("records"), candidate.to_dict("records")
+    if len(base_rows) == 1 and len(cand_rows) == 1:
+        return [(label_of(cand_rows[0], []), base_rows[0], cand_rows[0])], [], []
+    keys = swept_keys(baseline, candidate)
+    by_key = {tuple(str(r.get(k)) for k in keys): r for r in base_rows}
+    pairs, seen = [], set()
+    only_candidate = []
+    for row in cand_rows:
+        key = tuple(str(row.get(k)) for k in keys)
+        if key in by_key:
+            pairs.append((label_of(row, keys), by_key[key], row))
+            seen.add(key)
+        else:
+            only_candidate.append(label_of(row, keys))
+    only_baseline = [label_of(r, keys) for k, r in by_key.items() if k not in seen]
+    return pairs, only_baseline, only_candidate
+
+
+def _images_per_step(row: Dict[str, Any]) -> Optional[float]:
+    for key in ("global_batch_size", "batch_size"):
+        if not absent(row.get(key)):
+            return float(row[key])
+    return None
+
+
+def _samples(row: Dict[str, Any], kind: str) -> Tuple[np.ndarray, Any, float]:
+    """(values, bootstrap statistic, point estimate) of one run for this kind of sample."""
+    if kind == "repeats":
+        values = np.asarray(row["repeat_rates"], dtype=float)
+        return values, median_rows, float(np.median(values))
+    values = np.asarray(row["timeline"], dtype=float)
+    images = _images_per_step(row)
+    return values, pooled_rate_rows(images), images * len(values) / (values.sum() / 1000.0)
+
+
+def _kind(base: Dict[str, Any], cand: Dict[str, Any]) -> str:
+    def has(row: Dict[str, Any], name: str, at_least: int) -> bool:
+        value = row.get(name)
+        return isinstance(value, list) and len(value) >= at_least
+
+    if has(base, "repeat_rates", 2) and has(cand, "repeat_rates", 2):
+        return "repeats"
+    if has(base, "timeline", 2) and has(cand, "timeline", 2) and _images_per_step(base) and _images_per_step(cand):
+        return "steps"
+    return "none"
+
+
+def verdict(ratio: float, low: Optional[float], high: Optional[float], threshold: float) -> Tuple[str, str]:
+    if low is None or high is None:  # no samples: the point ratio alone
+        low = high = ratio
+    if ratio < 1 - threshold and high < 1:
+        return SLOWER, f"slower by {100 * (1 - ratio):.1f}% (beyond {100 * threshold:g}%)"
+    if ratio > 1 + threshold and low > 1:
+        return FASTER, f"faster by {100 * (ratio - 1):.1f}%"
+    if low <= 1 <= high:
+        return SAME, "within noise (the interval holds 1)"
+    return SAME, f"within the {100 * threshold:g}% threshold"
+
+
+def compare_pair(label: str, base: Dict[str, Any], cand: Dict[str, Any], threshold: float) -> Pair:
+    kind = _kind(base, cand)
+    low = high = None
+    note = ""
+    if kind == "none":
+        b, c = float(base["images_per_second"]), float(cand["images_per_second"])
+        note = "no repeats or step times: no interval"
+    else:
+        (bv, bstat, b), (cv, cstat, c) = _samples(base, kind), _samples(cand, kind)
+        resamples = {"resamples": TIMELINE_RESAMPLES} if kind == "steps" else {}
+        low, high = ratio_interval(bootstrap(bv, bstat, seed=1, **resamples), bootstrap(cv, cstat, seed=2, **resamples))
+    ratio = c / b if b > 0 else math.inf
+    decided, why = verdict(ratio, low, high, threshold)
+    if kind == "repeats" and decided == SAME and low is not None and low < 1 < high:
+        needed = _repeats_for(base, cand, threshold)
+        if needed and needed > min(len(base["repeat_rates"]), len(cand["repeat_rates"])):
+            why += f"; about {needed} repeats per side would resolve {100 * threshold:g}%"
+    return Pair(label, base.get("run_id") if not absent(base.get("run_id")) else None,
+                cand.get("run_id") if not absent(cand.get("run_id")) else None, b, c, ratio, low, high, kind, decided,
+                "; ".join(x for x in (why, note) if x))
+
+
+def _repeats_for(base: Dict[str, Any], cand: Dict[str, Any], threshold: float) -> Optional[int]:
+    cvs = [statistics.stdev(r["repeat_rates"]) / statistics.mean(r["repeat_rates"]) for r in (base, cand)]
+    return repeats_needed(max(cvs), threshold)
+
+
+def compare_frames(baseline: pd.DataFrame, candidate: pd.DataFrame, threshold: float) -> Comparison:
+    pairs, only_baseline, only_candidate = match(finished(baseline), finished(candidate))
+    return Comparison([compare_pair(label, b, c, threshold) for label, b, c in pairs], threshold,
+                      only_baseline, only_candidate)

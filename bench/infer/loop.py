@@ -1,0 +1,118 @@
+"""The inference run: the training scenario's model, precision policy, compile and data builders,
+then forward passes only (model.eval(), torch.inference_mode, autocast as the precision says).
+
+A run is `benchmark.warmup_steps` discarded batches, then the measured window of
+`train.epochs` x `train.steps_per_epoch` batches (null: a pass over a real dataset), capped by
+benchmark.measure_steps / measure_seconds, `benchmark.repeats` times. images/s = images of the
+window / its seconds. Each batch ends with a mark on the step clock (bench.train.timing): a CUDA
+event on a GPU, so the host never waits inside the window and a batch's latency is the device
+time between two completions; with benchmark.sync=true every batch is synchronised and the
+latency includes the host's round trip. Profiled batches and the FLOPs count come after the
+window (profile.enabled).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
+
+import torch
+
+from bench.config import BenchConfig
+from bench.infer.result import InferResult
+from bench.launch.context import RankContext
+from bench.train.device import peak_memory_bytes
+from bench.train.epoch_data import EpochData
+from bench.train.flops import flops_per_image
+from bench.train.models import build_model, count_parameters, maybe_compile
+from bench.train.precision import build_precision
+from bench.train.profiling import profile_steps
+from bench.train.timing import StepClock
+
+log = logging.getLogger(__name__)
+
+
+def infer(config: BenchConfig, device: torch.device, monitor: Any = None, ctx: Optional[RankContext] = None,
+          on_step: Optional[Callable[[], None]] = None, out_dir: Optional[Path] = None) -> InferResult:
+    ctx = ctx or RankContext()
+    torch.manual_seed(config.seed)
+    if config.cpu_threads:
+        torch.set_num_threads(config.cpu_threads)
+    torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+    policy = build_precision(config.precision, device)
+    eager = build_model(config.model).to(device=device, memory_format=policy.memory_format).eval()
+    model, compile_info = maybe_compile(eager, config.compile, config.compile_mode)
+    data = EpochData(config, device, policy.memory_format, ctx)
+    planned = data.planned(0)
+    if config.benchmark.measure_steps:
+        planned = min(planned, config.benchmark.measure_steps)
+    batches = data.batches
+
+    def forward(images: torch.Tensor) -> torch.Tensor:
+        with torch.inference_mode(), policy.autocast():
+            return model(images)
+
+    if compile_info["active"]:  # torch.compile fails lazily: try it once, outside the window
+        try:
+            forward(next(batches)[0])
+        except Exception as exc:  # noqa: BLE001
+            log.warning("torch.compile failed at the first batch (%s: %s); running eager", type(exc).__name__, exc)
+            compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
+            model = eager
+    for _ in range(config.benchmark.warmup_steps):
+        forward(next(batches)[0])
+    if monitor is not None:
+        monitor.start()
+    windows = [_window(config, device, batches, forward, planned, on_step) for _ in range(config.benchmark.repeats)]
+    gpu = monitor.stop() if monitor is not None else {}
+    peak = peak_memory_bytes(device)
+    files: List[Path] = []
+    if config.profile.enabled:
+        files = profile_steps(lambda: forward(next(batches)[0]), config.profile.steps, device, out_dir or Path.cwd(),
+                              record=ctx.is_reporter, row_limit=config.profile.row_limit)
+    extra = dict(getattr(batches, "facts", {}))
+    extra.update(flops_per_image(config.model, config.data.image_size, backward=False))
+    return InferResult(batch_size=data.batch_size, warmup_steps=config.benchmark.warmup_steps,
+                       measured_steps=sum(w["steps"] for w in windows),
+                       window_seconds=sum(w["seconds"] for w in windows),
+                       latency_ms=[t for w in windows for t in w["latency_ms"]],
+                       data_wait_ms=[t for w in windows for t in w["data_wait_ms"]],
+                       peak_memory_bytes=peak, parameters=count_parameters(eager), precision=policy.describe(),
+                       compile=compile_info, repeat_images=[w["steps"] * data.batch_size for w in windows],
+                       repeat_seconds=[w["seconds"] for w in windows], gpu=gpu, extra=extra,
+                       files=[str(p) for p in files])
+
+
+def _window(config: BenchConfig, device: torch.device, batches: Any, forward: Callable[[torch.Tensor], Any],
+            planned: int, on_step: Optional[Callable[[], None]]) -> Dict[str, Any]:
+    """One measured window: `planned` batches, or fewer when benchmark.measure_seconds runs out."""
+    bench = config.benchmark
+    clock = StepClock(device, strict_sync=bench.sync)
+    deadline = time.perf_counter() + bench.measure_seconds if bench.measure_seconds else None
+    waits: List[float] = []
+    clock.sync()
+    clock.mark()  # the window opens here
+    done = 0
+    while done < planned:
+        t0 = time.perf_counter()
+        images, _ = next(batches)
+        waits.append((time.perf_counter() - t0) * 1000.0)
+        forward(images)
+        clock.mark()
+        done += 1
+        if on_step is not None:
+            on_step()
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+        if done % bench.log_every == 0:
+            clock.sync()  # a log interval: the one place the host waits for the device
+            recent = clock.seconds_between(len(clock) - 1 - bench.log_every, len(clock) - 1)
+            log.info("batch %d/%d  %.1f img/s (last %d batches)", done, planned,
+                     bench.log_every * config.data.batch_size / recent, bench.log_every)
+    clock.sync()
+    return {"steps": done, "seconds": clock.seconds_between(0, len(clock) - 1), "latency_ms": clock.step_times_ms(),
+            "data_wait_ms": waits}

@@ -1,0 +1,35 @@
+"""The inference scenario (mode=inference): the training scenario's checks (dataset, device,
+precision on that device, model, what fits) and its out-of-memory explanation, then forward
+passes in one process (bench.infer.loop); a sweep runs each job in a process of its own, as
+training does."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional
+
+from bench.config import BenchConfig
+from bench.infer.report import InferReport
+from bench.launch.context import RankContext
+from bench.train.scenario import TrainScenario, gpu_monitor
+
+
+class InferScenario(TrainScenario):
+    has_ranks = True  # one rank; a launcher gives every sweep job a fresh process
+    preload = ("torch", "torchvision", "bench.infer.scenario", "bench.infer.loop", "bench.launch.worker")
+    report_class = InferReport
+
+    def run_name(self, config: BenchConfig, batch_size: Optional[int] = None) -> str:
+        return f"infer-{config.model.arch}-{config.precision.name}-bs{config.data.batch_size}"
+
+    def run_rank(self, config: BenchConfig, ctx: RankContext, out_dir: Path,
+                 heartbeat: Optional[Callable[[], None]] = None) -> Optional[Dict[str, Any]]:
+        from bench.infer.loop import infer
+        from bench.train.device import device_name, resolve_device
+
+        device = resolve_device(config.allow_cpu)
+        result = infer(config, device, monitor=gpu_monitor(device, ctx), ctx=ctx, on_step=heartbeat, out_dir=out_dir)
+        return {"result": result, "device": device.type, "device_name": device_name(device)}
+
+    def report(self, outcome: Dict[str, Any], config: BenchConfig) -> InferReport:
+        return InferReport.from_outcome(outcome, config)

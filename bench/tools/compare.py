@@ -1,0 +1,118 @@
+"""`python -m bench.compare BASELINE CANDIDATE [--threshold 3%]`: is the candidate slower?
+
+(`python -m bench.tools.compare` is the same command. Not `python -m bench.iobench.compare`,
+which compares S3 clients.)
+
+BASELINE and CANDIDATE are each a run's directory, a sweep's directory (multirun/<date>/<time>),
+or an MLflow run id (a single run, or a sweep's parent run). Two sweeps are matched configuration
+by configuration (the keys swept in either); two runs are one pair. Per configuration it prints
+the throughput ratio candidate / baseline with its 95% interval (bootstrap over the repeats'
+images/s, or over the step times when a run has one repeat) and a verdict: faster, slower or
+same (within noise, or within --threshold). See bench.analysis.compare for the rule.
+
+Writes compare.md, compare.html (one page, the plot embedded) and compare.png into --out
+(default ./compare). When an input was an MLflow run id, the files are logged to the
+candidate's run under compare/ (or the baseline's, when only it came from MLflow), and each
+compared candidate run gets the metric throughput_ratio_vs_baseline and a compare.verdict tag.
+
+Exit codes: 0 nothing slower, 1 some configuration slower beyond the threshold (a CI gate),
+2 an input or the threshold cannot be used (one `[ERROR] ...` line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from pathlib import Path
+from typing import List, Optional, Sequence, Tuple
+
+import pandas as pd
+
+from bench.analysis.compare import SLOWER, Comparison, compare_frames
+from bench.errors import EXIT_CONFIG, EXIT_FAILED, ReportError
+from bench.tools.compare_output import log_to_mlflow, write_outputs
+from bench.tools.report import default_tracking_uri
+
+log = logging.getLogger("bench")
+
+
+def parse_threshold(text: str) -> float:
+    """'3%' or '0.03' -> 0.03; ReportError for anything else."""
+    raw = text.strip()
+    try:
+        value = float(raw[:-1]) / 100.0 if raw.endswith("%") else float(raw)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value < 1:
+        raise ReportError(f"--threshold={text!r} is not valid: accepted a percentage like 3% or a fraction "
+                          "in [0, 1) like 0.03")
+    return value
+
+
+def read_input(what: str, argument: str, tracking_uri: str) -> Tuple[pd.DataFrame, bool]:
+    """(the frame of its runs, whether it came from MLflow)."""
+    from bench.analysis.runs import read_job_dir, read_mlflow_sweep, read_sweep_dir, frame_from_records
+
+    path = Path(argument)
+    if path.is_dir():
+        if (path / "run_summary.json").is_file() or not any(path.glob("*/.hydra")):
+            if not (path / "run_summary.json").is_file() and not (path / "error.txt").is_file():
+                raise ReportError(f"{what} {argument} holds no run_summary.json and no job directories: pass a "
+                                  "run's directory, a sweep's directory or an MLflow run id")
+            return frame_from_records([read_job_dir(path)]), False
+        return read_sweep_dir(path), False
+    if path.exists() or "/" in argument:
+        raise ReportError(f"{what} {argument} is not a directory nor an MLflow run id")
+    return read_mlflow_sweep(argument, tracking_uri, single=True, argument=what), True
+
+
+def render_text(comparison: Comparison) -> str:
+    lines = [f"{'configuration':<40} {'baseline':>10} {'candidate':>10} {'ratio':>7}  {'95% interval':<17} verdict"]
+    for p in comparison.pairs:
+        interval = f"[{p.low:.3f}, {p.high:.3f}]" if p.low is not None else "n/a"
+        lines.append(f"{p.label[:40]:<40} {p.baseline:>10.1f} {p.candidate:>10.1f} {p.ratio:>7.3f}  {interval:<17} "
+                     f"{p.verdict} ({p.note})")
+    lines += [f"only in the baseline: {label}" for label in comparison.only_baseline]
+    lines += [f"only in the candidate: {label}" for label in comparison.only_candidate]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.split("\n\n")[0])
+    parser.add_argument("baseline", help="a run's directory, a sweep's directory or an MLflow run id")
+    parser.add_argument("candidate", help="the same kinds as the baseline")
+    parser.add_argument("--threshold", default="3%", help="what counts as slower or faster (default 3%%)")
+    parser.add_argument("--out", type=Path, default=Path("compare"), help="where the files go (default ./compare)")
+    parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    uri = args.tracking_uri or default_tracking_uri()
+    try:
+        threshold = parse_threshold(args.threshold)
+        baseline, base_mlflow = read_input("baseline", args.baseline, uri)
+        candidate, cand_mlflow = read_input("candidate", args.candidate, uri)
+        comparison = compare_frames(baseline, candidate, threshold)
+        if not comparison.pairs:
+            raise ReportError(f"baseline {args.baseline} and candidate {args.candidate} have no finished "
+                              "configuration in common")
+    except ReportError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(render_text(comparison), flush=True)
+    files = write_outputs(comparison, args.out, f"{args.candidate} vs {args.baseline}")
+    target: List[str] = [x for x, from_mlflow in ((args.candidate, cand_mlflow), (args.baseline, base_mlflow))
+                         if from_mlflow]
+    if target:
+        log_to_mlflow(comparison, files, target[0], args.baseline, uri, tag_candidates=cand_mlflow)
+    print(f"compare: {files[1].resolve()}", file=sys.stderr)  # compare.html
+    slower = [p.label for p in comparison.pairs if p.verdict == SLOWER]
+    if slower:
+        print(f"verdict: slower beyond {100 * threshold:g}% in {len(slower)} configuration(s): {', '.join(slower)}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,96 @@
+"""benchmark.find_max_batch: the largest per-process batch that trains without running out of GPU
+memory, searched before the run (opt-in, never a silent fallback; the batch used is in every
+result, `batch_size_requested` keeps the one asked for, and the MLflow run is named after it).
+
+Search: start at data.batch_size; halve until a batch fits; then double while it fits (up to
+GROWTH_LIMIT x the start), and bisect between the last batch that fit and the first that did
+not, to within 1/16 of it. A trial is two full training steps (forward, backward, optimizer)
+of the eager model on a synthetic batch, with a throw-away optimizer of the configured kind;
+the weights are put back afterwards. With DDP every rank searches and the smallest result wins.
+torch.compile is left out of the search (its memory use differs a little: leave some room).
+"""
+
+from __future__ import annotations
+
+import copy
+import gc
+import logging
+from typing import Callable
+
+import torch
+
+from bench.config import BenchConfig
+from bench.errors import BenchError
+from bench.launch.context import RankContext
+from bench.train.optim import build_optimizer
+from bench.train.precision import PrecisionPolicy
+from bench.train.step import TrainStep
+
+log = logging.getLogger(__name__)
+
+GROWTH_LIMIT = 64
+TRIAL_STEPS = 2
+
+
+def search(fits: Callable[[int], bool], start: int, limit: int) -> int:
+    """The largest batch for which `fits(batch)` holds, by the rule in the module docstring."""
+    batch = start
+    while not fits(batch):
+        if batch == 1:
+            raise BenchError("benchmark.find_max_batch: not even a batch of 1 fits in GPU memory")
+        batch //= 2
+    low, high = batch, None
+    while high is None and low * 2 <= limit:
+        if fits(low * 2):
+            low *= 2
+        else:
+            high = low * 2
+    if high is None:
+        return low
+    while high - low > max(1, low // 16):
+        middle = (low + high) // 2
+        low, high = (middle, high) if fits(middle) else (low, middle)
+    return low
+
+
+def find_max_batch(config: BenchConfig, model: torch.nn.Module, policy: PrecisionPolicy, device: torch.device,
+                   ctx: RankContext) -> int:
+    """The per-process batch this run will use (every rank agrees on it)."""
+    saved = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
+    scaler_state = copy.deepcopy(policy.scaler.state_dict()) if policy.scaler is not None else None
+    image_size, classes = config.data.image_size, config.data.num_classes
+
+    def fits(batch: int) -> bool:
+        failed = False
+        try:
+            optimizer = build_optimizer(model, config.optimizer, config.optimizer.lr, device)
+            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
+            step = TrainStep(model, optimizer, scheduler, policy)
+            images = torch.randn(batch, 3, image_size, image_size, device=device).contiguous(
+                memory_format=policy.memory_format)
+            labels = torch.randint(0, classes, (batch,), device=device)
+            for _ in range(TRIAL_STEPS):
+                step(images, labels)
+            torch.cuda.synchronize(device)
+        except torch.cuda.OutOfMemoryError:
+            failed = True  # the exception (and the tensors its frames hold) must be gone before freeing
+        optimizer = scheduler = step = images = labels = None  # noqa: F841
+        model.zero_grad(set_to_none=True)
+        gc.collect()
+        if device.type == "cuda":
+            torch.cuda.empty_cache()
+        log.info("find_max_batch: batch %d %s", batch, "does not fit" if failed else "fits")
+        return not failed
+
+    found = search(fits, config.data.batch_size, config.data.batch_size * GROWTH_LIMIT)
+    model.load_state_dict(saved)  # the trials' optimizer steps changed the weights (and BN statistics)
+    if policy.scaler is not None:
+        policy.scaler.load_state_dict(scaler_state)
+    if ctx.distributed:
+        import torch.distributed as dist
+
+        agreed = torch.tensor([found], device=device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+        found = int(agreed.item())
+    log.info("find_max_batch: data.batch_size=%d fits (asked for %d)", found, config.data.batch_size)
+    return found

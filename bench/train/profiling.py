@@ -1,0 +1,65 @@
+"""profile.enabled: torch.profiler over `profile.steps` steps AFTER the measured window (the
+window's figures never include the profiler's cost).
+
+Every rank runs the same number of steps (DDP's collectives must match), and rank 0 records:
+one unrecorded profiler warm-up step, then `profile.steps` recorded ones, CPU activity plus CUDA
+on a GPU. It writes, each whole or not at all:
+- trace_rank0.json: the Chrome trace (open it in https://ui.perfetto.dev or chrome://tracing);
+- profile_top_ops.txt: torch's key-averages table of the recorded steps, the top
+  `profile.row_limit` operators by self device (CUDA) time, by self CPU time without a GPU.
+The report logs both to MLflow as artifacts. (On a machine without CUDA, the profiler's C++
+side prints a few lines of its own on stderr.)
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+from typing import Callable, List
+
+import torch
+from torch.profiler import ProfilerActivity, profile, schedule
+
+from bench.results import write_text
+
+log = logging.getLogger(__name__)
+
+TRACE_FILE, TABLE_FILE = "trace_rank0.json", "profile_top_ops.txt"
+
+
+def profile_steps(run_step: Callable[[], object], steps: int, device: torch.device, out_dir: Path, record: bool,
+                  row_limit: int = 30) -> List[Path]:
+    """Run `steps` + 1 steps; with `record` (rank 0) profile them and write the two files; their paths."""
+    if not record:
+        for _ in range(steps + 1):
+            run_step()
+        return []
+    cuda = device.type == "cuda"
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    written: List[Path] = []
+    out_dir.mkdir(parents=True, exist_ok=True)
+
+    def on_ready(prof: profile) -> None:
+        trace = out_dir / TRACE_FILE
+        tmp = trace.with_name(f".{trace.name}.tmp{os.getpid()}")
+        try:
+            prof.export_chrome_trace(str(tmp))
+            os.replace(tmp, trace)
+        finally:
+            tmp.unlink(missing_ok=True)
+        sort_by = "self_device_time_total" if cuda else "self_cpu_time_total"
+        header = (f"torch.profiler: {steps} steps after the measured window, rank 0, on {device}; "
+                  f"top {row_limit} operators by {'self device (CUDA)' if cuda else 'self CPU'} time\n\n")
+        table = prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
+        written.extend([trace, write_text(out_dir / TABLE_FILE, header + table + "\n")])
+
+    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
+                 on_trace_ready=on_ready) as prof:
+        for _ in range(steps + 1):
+            run_step()
+            if cuda:
+                torch.cuda.synchronize(device)
+            prof.step()
+    log.info("profiled %d steps: %s", steps, ", ".join(str(p) for p in written))
+    return written

@@ -1,0 +1,138 @@
+"""Issue 11 end to end, in real processes (5 `python -m` runs in all): one training run with the
+profiler, the breakdown pass, 3 repeats and MLflow's system metrics; a second run of the same
+config and a deliberately slowed one (4x the pixels), which `python -m bench.compare` calls same
+and slower (exit 1: the CI gate); an inference sweep over the batch size, compared with itself
+through its MLflow parent run and its sweep directory."""
+
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+from mlflow import MlflowClient
+
+from bench.tools.compare import main as compare
+
+DEEP = ["profile.enabled=true", "profile.steps=2", "benchmark.breakdown=true", "benchmark.breakdown_steps=3",
+        "benchmark.repeats=3", "tracking.system_metrics=true"]
+
+
+def _rows(path: Path) -> list:
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory, bench_at, tiny_args):
+    root = tmp_path_factory.mktemp("deep")
+    bench = bench_at(root)
+    env = bench.env(MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL="0.5")
+    deep = bench.run(*tiny_args, *DEEP, f"hydra.run.dir={root}/deep", env=env)
+    same = bench.run(*tiny_args, "benchmark.repeats=3", f"hydra.run.dir={root}/same")
+    slowed = bench.run(*tiny_args, "benchmark.repeats=3", "data.image_size=128", f"hydra.run.dir={root}/slowed")
+    return SimpleNamespace(root=root, bench=bench, deep=deep, same=same, slowed=slowed)
+
+
+def test_one_run_profiles_breaks_down_repeats_and_counts_flops(runs):
+    metrics = runs.bench.metrics(runs.deep)
+    run_dir = runs.root / "deep"
+    # the window: 3 repeats of 3 steps, pooled as ever; the profiled and breakdown steps are not in it
+    assert metrics["measured_steps"] == 9 and metrics["total_images"] == 36 and len(_rows(run_dir / "step_times.csv")) == 9
+    assert metrics["images_per_second"] == pytest.approx(metrics["total_images"] / metrics["elapsed_seconds"])
+    repeats = _rows(run_dir / "repeats.csv")
+    assert [int(r["repeat"]) for r in repeats] == [1, 2, 3] and all(int(r["images"]) == 12 for r in repeats)
+    assert metrics["repeats"] == 3
+    assert metrics["images_per_second_ci95_low"] <= metrics["images_per_second_median"] \
+        <= metrics["images_per_second_ci95_high"]
+    assert metrics["images_per_second_min"] <= metrics["images_per_second"] <= metrics["images_per_second_max"]
+    assert isinstance(metrics["stable"], bool)
+    # the breakdown: shares of a step
+    shares = [metrics[f"breakdown_{p}_share"] for p in ("data", "forward", "backward", "optimizer")]
+    assert metrics["breakdown_steps"] == 3 and sum(shares) == pytest.approx(1.0)
+    # size and FLOPs in every training result
+    assert metrics["parameters"] == 11181642 and metrics["gflops_per_image_forward"] > 0
+    assert metrics["gflops_per_image_fwd_bwd"] == pytest.approx(3 * metrics["gflops_per_image_forward"], rel=0.05)
+    assert metrics["achieved_tflops"] > 0 and "mfu" not in metrics  # a CPU: no peak, no guess
+    # the profiler's files
+    trace = json.loads((run_dir / "trace_rank0.json").read_text())
+    assert len(trace["traceEvents"]) > 100
+    assert "Self CPU" in (run_dir / "profile_top_ops.txt").read_text()
+
+    client = MlflowClient(tracking_uri=runs.bench.uri)
+    (run,) = [r for r in runs.bench.runs() if r.info.run_id == json.loads(
+        (run_dir / "run_summary.json").read_text())["mlflow_run_id"]]
+    assert run.info.status == "FINISHED"
+    assert [m.value for m in sorted(client.get_metric_history(run.info.run_id, "repeat_images_per_second"),
+                                    key=lambda m: m.step)] == pytest.approx([float(r["images_per_second"]) for r in repeats],
+                                                                            rel=1e-4)
+    assert run.data.metrics["breakdown_step_ms"] == pytest.approx(metrics["breakdown_step_ms"])
+    artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
+    assert {"trace_rank0.json", "profile_top_ops.txt", "repeats.csv"} <= artifacts
+    assert any(key.startswith("system/cpu_utilization_percentage") for key in run.data.metrics), run.data.metrics
+
+
+def test_compare_calls_the_same_config_same_and_a_slowed_one_slower_with_exit_1(runs, capsys):
+    for proc in (runs.same, runs.slowed):
+        runs.bench.metrics(proc)
+    out = runs.root / "cmp-same"
+    assert compare([str(runs.root / "deep"), str(runs.root / "same"), "--threshold", "50%", "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert " same (" in printed and "slower" not in printed
+    assert {p.name for p in out.iterdir()} == {"compare.md", "compare.html", "compare.png"}
+
+    gate = runs.bench.run(str(runs.root / "deep"), str(runs.root / "slowed"), "--threshold", "50%", "--out",
+                          str(runs.root / "cmp-slowed"), module="bench.compare")
+    assert gate.returncode == 1, gate.stdout + gate.stderr
+    assert " slower (" in gate.stdout and "verdict: slower beyond 50% in 1 configuration" in gate.stderr
+    assert "Traceback" not in gate.stderr
+    page = (runs.root / "cmp-slowed" / "compare.html").read_text()
+    assert "slower" in page and "data:image/png;base64," in page
+
+
+@pytest.fixture(scope="module")
+def inference_sweep(tmp_path_factory, bench_at, tiny_args):
+    root = tmp_path_factory.mktemp("infer")
+    bench = bench_at(root)
+    args = [a for a in tiny_args if not a.startswith(("data.batch_size=", "train.steps_per_epoch="))]
+    proc = bench.run("-m", "mode=inference", *args, "data.batch_size=1,4", "train.steps_per_epoch=4",
+                     f"hydra.sweep.dir={root}/sweep")
+    return SimpleNamespace(root=root, bench=bench, proc=proc, dir=root / "sweep")
+
+
+def test_an_inference_sweep_reports_latency_percentiles_per_batch_size(inference_sweep):
+    proc = inference_sweep.proc
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    finals = [json.loads(line)["radix_metrics"] for line in proc.stdout.splitlines() if line.startswith('{"radix')]
+    assert [m["batch_size"] for m in finals] == [1, 4] and all(m["mode"] == "inference" for m in finals)
+    for m in finals:
+        assert m["measured_steps"] == 4 and m["total_images"] == 4 * m["batch_size"]
+        assert 0 < m["latency_ms_p50"] <= m["latency_ms_p95"] <= m["latency_ms_p99"]
+        assert m["gflops_per_image_forward"] > 0 and "step_time_ms_p50" not in m
+    for job in ("0", "1"):
+        assert len(_rows(inference_sweep.dir / job / "latency.csv")) == 4
+    report = (inference_sweep.dir / "report" / "report.md").read_text()
+    assert "latency p99 ms" in report and (inference_sweep.dir / "report" / "latency_distribution.png").is_file()
+    client = MlflowClient(tracking_uri=inference_sweep.bench.uri)
+    children = [r for r in inference_sweep.bench.runs() if "mlflow.parentRunId" in r.data.tags]
+    assert len(children) == 2 and all(r.info.status == "FINISHED" for r in children)
+    assert all(r.data.tags["mlflow.runName"].startswith("infer-resnet18-fp32-bs") for r in children)
+    assert all(len(client.get_metric_history(r.info.run_id, "latency_ms")) == 4 for r in children)
+
+
+def test_a_sweep_compared_through_mlflow_is_matched_by_batch_size_and_logged(inference_sweep, capsys):
+    assert inference_sweep.proc.returncode == 0
+    bench = inference_sweep.bench
+    (parent,) = [r for r in bench.runs() if r.data.tags.get("sweep") == "parent"]
+    out = inference_sweep.root / "cmp"
+    assert compare([str(inference_sweep.dir), parent.info.run_id, "--tracking-uri", bench.uri, "--out", str(out)]) == 0
+    printed = capsys.readouterr().out
+    assert "data.batch_size=1 " in printed and "data.batch_size=4 " in printed and printed.count(" same (") == 2
+    client = MlflowClient(tracking_uri=bench.uri)
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "compare")} == \
+        {"compare/compare.md", "compare/compare.html", "compare/compare.png"}
+    children = [client.get_run(r.info.run_id) for r in bench.runs() if "mlflow.parentRunId" in r.data.tags]
+    assert all(c.data.tags["compare.verdict"] == "same" for c in children)
+    assert all(c.data.metrics["throughput_ratio_vs_baseline"] == pytest.approx(1.0, rel=1e-3) for c in children)

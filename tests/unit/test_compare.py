@@ -1,0 +1,112 @@
+"""Regression verdicts in-process (bench.analysis.compare, bench.tools.compare): the verdict rule,
+matching two sweeps configuration by configuration, intervals from repeats and from step times,
+the command's refusals (exit 2), and the sweep report's repeat error bars. The command on real
+runs, its exit code as a gate and its MLflow record are in tests/e2e/test_measure_deeper.py."""
+
+from __future__ import annotations
+
+from typing import Dict, List, Optional
+
+import numpy as np
+import pytest
+
+from bench.analysis.compare import FASTER, SAME, SLOWER, compare_frames, match, verdict
+from bench.analysis.runs import RunRecord, frame_from_records
+from bench.tools.compare import main, parse_threshold
+
+
+def _run(job: str, batch: int, rates: Optional[List[float]] = None, steps: Optional[List[float]] = None,
+         threads: str = "2", status: str = "FINISHED") -> RunRecord:
+    config = {"data.batch_size": str(batch), "model.arch": "resnet18", "cpu_threads": threads,
+              "tracking.uri": f"sqlite:///{job}.db", "seed": "0"}
+    figures: Dict[str, object] = {"images_per_second": float(np.median(rates)) if rates else 100.0,
+                                  "batch_size": batch, "global_batch_size": batch, "model": "resnet18"}
+    return RunRecord(job, status, "", config, figures if status == "FINISHED" else {}, timeline=steps or [],
+                     repeat_rates=rates or [])
+
+
+def _frame(*records: RunRecord):
+    return frame_from_records(list(records))
+
+
+@pytest.mark.parametrize("ratio, low, high, expected, why", [
+    (0.80, 0.75, 0.85, SLOWER, "slower by 20.0%"),
+    (0.90, 0.70, 1.05, SAME, "within noise"),
+    (0.98, 0.975, 0.985, SAME, "within the 3% threshold"),
+    (1.20, 1.10, 1.30, FASTER, "faster by 20.0%"),
+    (0.80, None, None, SLOWER, "slower"),  # no samples: the point ratio alone decides
+])
+def test_the_verdict_rule(ratio, low, high, expected, why):
+    decided, note = verdict(ratio, low, high, 0.03)
+    assert decided == expected and why in note
+
+
+def test_repeats_give_the_interval_of_the_ratio_of_medians():
+    base = _run("a", 8, rates=[100.0, 102.0, 98.0, 101.0, 99.0])
+    same = _run("b", 8, rates=[101.0, 99.0, 100.0, 98.5, 102.0])
+    slow = _run("c", 8, rates=[80.0, 81.0, 79.0, 80.5, 79.5])
+    (pair,) = compare_frames(_frame(base), _frame(same), 0.03).pairs
+    assert pair.samples == "repeats" and pair.verdict == SAME and pair.low < 1 < pair.high
+    (pair,) = compare_frames(_frame(base), _frame(slow), 0.03).pairs
+    assert pair.verdict == SLOWER and pair.ratio == pytest.approx(0.8) and pair.high < 0.97
+    assert pair.label == "resnet18 bs=8"
+
+
+def test_one_repeat_falls_back_to_a_bootstrap_over_step_times():
+    rng = np.random.default_rng(0)
+    base = _run("a", 8, steps=list(100 + rng.normal(0, 3, 200)))  # ms per step of 8 images: ~80 images/s
+    slow = _run("b", 8, steps=list(125 + rng.normal(0, 3, 200)))
+    (pair,) = compare_frames(_frame(base), _frame(slow), 0.03).pairs
+    assert pair.samples == "steps" and pair.baseline == pytest.approx(80.0, rel=0.02)
+    assert pair.verdict == SLOWER and pair.low <= pair.ratio <= pair.high < 0.9
+
+
+def test_two_sweeps_are_matched_on_what_they_swept():
+    """The candidate changed cpu_threads everywhere: that is the change under test, not a
+    configuration; batch 32 ran only in the baseline."""
+    baseline = _frame(_run("0", 8, rates=[100, 101, 99]), _run("1", 16, rates=[180, 182, 178]),
+                      _run("2", 32, rates=[300, 301, 299]))
+    candidate = _frame(_run("0", 8, rates=[70, 71, 69], threads="1"), _run("1", 16, rates=[181, 179, 180], threads="1"),
+                       _run("2", 64, status="FAILED", threads="1"))
+    pairs, only_base, only_cand = match(baseline, candidate)
+    assert [label for label, _, _ in pairs] == ["data.batch_size=8", "data.batch_size=16"]
+    assert only_base == ["data.batch_size=32"] and only_cand == ["data.batch_size=64"]
+    comparison = compare_frames(baseline, candidate, 0.03)  # FAILED jobs are not compared
+    assert [p.verdict for p in comparison.pairs] == [SLOWER, SAME] and comparison.only_baseline == ["data.batch_size=32"]
+
+
+def test_the_threshold_is_a_percentage_or_a_fraction():
+    assert parse_threshold("3%") == pytest.approx(0.03) and parse_threshold("0.05") == 0.05
+    for bad in ("3", "x%", "-1%", "150%"):
+        with pytest.raises(Exception, match="--threshold"):
+            parse_threshold(bad)
+
+
+def test_the_command_refuses_what_it_cannot_read_in_one_line(tmp_path, capsys):
+    assert main([str(tmp_path), str(tmp_path), "--threshold", "3x"]) == 2
+    assert main([str(tmp_path / "nope" / "deeper"), str(tmp_path)]) == 2
+    assert main([str(tmp_path), str(tmp_path), "--out", str(tmp_path / "out")]) == 2  # an empty directory
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("[ERROR]")]
+    assert len(errors) == 3 and "--threshold='3x' is not valid" in errors[0]
+    assert "is not a directory nor an MLflow run id" in errors[1] and "holds no run_summary.json" in errors[2]
+    assert not (tmp_path / "out").exists()
+
+
+def test_sweep_plots_draw_the_repeats_spread_as_error_bars(tmp_path):
+    from matplotlib.container import ErrorbarContainer
+
+    from bench.analysis.plots import _line, _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    points = [{"batch_size": 8, "images_per_second": 100.0, "images_per_second_min": 95.0,
+               "images_per_second_max": 104.0}, {"batch_size": 16, "images_per_second": 180.0}]
+    _line(ax, points, "batch_size", "images_per_second", "fp32")
+    (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    segments = bars.lines[2][0].get_segments()
+    assert [tuple(s[:, 1]) for s in segments] == [(95.0, 104.0), (180.0, 180.0)]
+    fig2, ax2 = plt.subplots()
+    _line(ax2, [{"batch_size": 8, "images_per_second": 100.0}], "batch_size", "images_per_second", "fp32")
+    assert not ax2.containers  # no repeats: a plain line
+    plt.close(fig)
+    plt.close(fig2)
