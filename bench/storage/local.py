@@ -37,6 +37,12 @@ class LocalStore:
     def _path(self, key: str) -> Path:
         return self.root / key
 
+    def local_path(self, key: str) -> Optional[str]:
+        """A path the storage benchmark may read itself (os.preadv into its own buffers); None
+        where reads must go through get(): a store that reads its own way (direct I/O, a test's
+        slow store) overrides get()."""
+        return str(self.root / key) if type(self).get is LocalStore.get else None
+
     def get(self, key: str) -> bytes:
         with open(self._path(key), "rb") as fh:
             return fh.read()

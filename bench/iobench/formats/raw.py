@@ -1,0 +1,18 @@
+"""format=raw: the records back to back, nothing else (decoding is free)."""
+
+from __future__ import annotations
+
+from typing import Tuple
+
+from bench.iobench.formats.base import FileSpec, Format
+
+
+class RawFormat(Format):
+    name, extension = "raw", "bin"
+
+    def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
+        return payload, spec.written(len(payload))
+
+    def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
+        self.expect_size(data, spec, spec.samples * spec.record_size)
+        return spec.samples
