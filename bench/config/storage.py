@@ -13,6 +13,7 @@ from typing import Optional, Union
 from urllib.parse import urlparse
 
 from bench.config.fields import Checks, Choice
+from bench.errors import ConfigError
 
 log = logging.getLogger("bench")
 
@@ -184,7 +185,7 @@ class StorageConfig(Checks):
         self.positive("timeout_s", "connect_timeout_s", integer=False)
         self.positive("host_memory_gb", optional=True, integer=False)
         if not self.workload.checkpoint_only:
-            self.check_clients(self.accelerators)
+            self.check_clients(self.accelerators, "storage.accelerators")
         if not _inside(self.dataset_dir):
             self._fail("dataset_dir", "a relative path inside storage.root (or the bucket's prefix), without '..': "
                                       "storage.root is the one key that chooses where")
@@ -193,14 +194,14 @@ class StorageConfig(Checks):
         if self.name == StorageName.s3:
             self._check_endpoint()
 
-    def check_clients(self, clients: int, key: str = "accelerators") -> None:
+    def check_clients(self, clients: int, key: str) -> None:
         """Each of `clients` simulated accelerators (processes, or torch.distributed ranks) reads its
         own files, and its first step is warm-up: with a batch larger than what it reads, nothing
         would be measured and every figure would be empty."""
         workload = self.workload
         if clients > workload.num_files:
-            self._fail(key, f"at most storage.workload.num_files={workload.num_files} "
-                            "(each simulated accelerator reads its own files)", clients)
+            raise ConfigError(key, clients, f"at most storage.workload.num_files={workload.num_files} "
+                                            "(each simulated accelerator reads its own files)")
         samples = (workload.num_files // clients) * workload.samples_per_file  # the smallest share
         steps = workload.epochs * -(-samples // workload.batch_size)
         if workload.max_steps is not None:

@@ -71,8 +71,10 @@ class ReaderResult:
     evals: List[EpochStats] = field(default_factory=list)  # one per evaluation pass
     checkpoints: List[Dict[str, Any]] = field(default_factory=list)  # one per checkpoint written / read
     checkpoint_error: Optional[str] = None
+    checkpoint_cache_drop: str = ""  # how the page cache was dropped between checkpoint writes and reads
     host: str = ""
-    node: int = 0
+    node: int = 0  # the host's index among the run's hosts
+    run: int = 0  # storage.runs: which measured run (warm-up runs are not reported)
 
     def total(self, name: str) -> float:
         return sum(getattr(e, name) for e in self.epochs)
