@@ -35,7 +35,10 @@ def _series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Iterator[Tuple
 
 
 def _line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
-    ax.plot([float(p[x]) for p in points], [p[y] for p in points], marker="o", label=label)
+    """A line through the points that have `y` (runs recorded before a figure existed lack it)."""
+    shown = [p for p in points if not absent(p.get(y))]
+    if shown:
+        ax.plot([float(p[x]) for p in shown], [p[y] for p in shown], marker="o", label=label)
 
 
 def _count_unit(frame: pd.DataFrame) -> Tuple[str, str]:
@@ -105,7 +108,8 @@ def plot_storage(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
 
     fig, ax = figures.new()
     for label, points in series:
-        _line(ax, points, "clients", "samples_per_second", label)
+        _line(ax, points, "clients", "mlperf_samples_per_second", f"{label} (MLPerf: first step in)")
+        _line(ax, points, "clients", "samples_per_second", f"{label} (steady: warm-up step out)")
     ax.set(title=f"Read throughput vs clients ({title})", xlabel="Clients (simulated accelerators)",
            ylabel="Samples/s (all clients)")
     _finish_axes(ax)
@@ -113,6 +117,7 @@ def plot_storage(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
 
     fig, ax = figures.new()
     for label, points in series:
+        _line(ax, points, "clients", "mlperf_au_percent", f"{label} (MLPerf: mean)")
         _line(ax, points, "clients", "au_percent_min", f"{label} (min)")
     thresholds = {t for t in frame.get("au_threshold_percent", []) if not absent(t) and t}
     for threshold in sorted(thresholds):

@@ -171,7 +171,7 @@ class StorageConfig(Checks):
     # MLPerf's harness: warm-up runs, then `runs` measured runs (mean and spread; a new seed each run)
     runs: int = 1
     warmup_runs: int = 0
-    host_memory_gb: Optional[float] = None  # RAM per host for the dataset-size rule; null: this machine's
+    host_memory_gb: Optional[float] = None  # RAM per host (GB x 1024^3, as MLPerf counts) for the size rule; null: this machine's
     # Deprecated spelling of accelerators (it read like storage.client, the S3 library); kept one release.
     clients: Optional[int] = None
 

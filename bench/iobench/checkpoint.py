@@ -95,7 +95,8 @@ class Checkpointer:
         return write_at
 
 
-def run_checkpoints(checkpointer: Optional[Checkpointer], count: int, sync: Sync) -> Tuple[str, Optional[str]]:
+def run_checkpoints(checkpointer: Optional[Checkpointer], count: int, sync: Sync,
+                    heartbeat: Callable[[], None] = lambda: None) -> Tuple[str, Optional[str]]:
     """Sync, `count` writes, every client's done (sync), cache dropped, sync, `count` reads. A client
     that writes nothing (checkpoint_writers=one, not client 0) passes None and only syncs, so
     the barriers line up; a failure (a full disk) is returned, not raised, for the same reason.
@@ -106,6 +107,7 @@ def run_checkpoints(checkpointer: Optional[Checkpointer], count: int, sync: Sync
         try:
             for index in range(count):
                 checkpointer.write("final", index, str(index) if count > 1 else "")
+                heartbeat()  # a rank's watchdog counts checkpoints as steps
             written = [r for r in checkpointer.records if r["phase"] == "final"]
         except Exception as exc:  # noqa: BLE001 - reported with the read phase's figures, which still stand
             error = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
@@ -117,6 +119,7 @@ def run_checkpoints(checkpointer: Optional[Checkpointer], count: int, sync: Sync
         try:
             for record in written:
                 checkpointer.read(record)
+                heartbeat()
         except Exception as exc:  # noqa: BLE001
             error = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
     return how, error

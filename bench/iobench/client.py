@@ -64,8 +64,8 @@ def run_client(storage: StorageConfig, job: ClientJob, sync: Sync = lambda: None
         result = run_reader(store, [FileSpec(**f) for f in job.files], workload, job.client, start_gate, run=job.run,
                             eval_files=[FileSpec(**f) for f in job.eval_files], periodic=periodic, heartbeat=heartbeat)
     if workload.checkpoint_size_mb:
-        result.checkpoint_cache_drop, result.checkpoint_error = run_checkpoints(checkpointer,
-                                                                                workload.checkpoint_count, sync)
+        result.checkpoint_cache_drop, result.checkpoint_error = run_checkpoints(
+            checkpointer, workload.checkpoint_count, sync, heartbeat or (lambda: None))
     if checkpointer is not None:
         result.checkpoints = [{k: v for k, v in r.items() if k != "key"} for r in checkpointer.records]
     result.run, result.node = job.run, job.node

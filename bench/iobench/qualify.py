@@ -46,9 +46,10 @@ def dataset_size(storage: StorageConfig, accelerators: int, hosts: int, memory_b
 
 
 def host_memory(storage: StorageConfig) -> float:
-    """Bytes of RAM per host for the sizing rule: storage.host_memory_gb, else this machine's."""
+    """Bytes of RAM per host for the sizing rule: storage.host_memory_gb (in GB as MLPerf's script
+    counts them, x 1024^3), else this machine's."""
     if storage.host_memory_gb is not None:
-        return storage.host_memory_gb * 1e9
+        return storage.host_memory_gb * 2**30
     import psutil
 
     return float(psutil.virtual_memory().total)

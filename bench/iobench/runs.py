@@ -21,6 +21,8 @@ LATENCY = {"latency_ms_p50": 50, "latency_ms_p90": 90, "latency_ms_p99": 99}
 def _merged(key: str, values: List[Any]) -> Any:
     if key in SUMMED:
         return sum(values)
+    if all(v == values[0] for v in values):  # a setting or a count every run shares (checkpoint_count)
+        return values[0]
     if key.endswith("_min"):
         return min(values)
     if key.endswith("_max"):

@@ -16,7 +16,6 @@ from typing import Any, Callable, Optional
 
 from bench.config import BenchConfig
 from bench.config.distributed import DistributedName
-from bench.config.storage import ReadMode, StorageName
 from bench.iobench.report import StorageReport
 
 log = logging.getLogger(__name__)
@@ -40,41 +39,9 @@ class StorageScenario:
         return config.distributed.name == DistributedName.ddp
 
     def preflight(self, config: BenchConfig) -> None:
-        """What the schema cannot know: how many clients the launcher brings, the machine's
-        memory, the size an MLPerf result needs (a hint). The store is checked when opened."""
-        import psutil
+        from bench.iobench.preflight import check_storage_run
 
-        from bench.errors import ConfigError
-        from bench.iobench.qualify import dataset_size, host_memory
-
-        storage, workload = config.storage, config.storage.workload
-        clients = clients_of(config)
-        if self.has_ranks(config):
-            if storage.accelerators != 1:
-                raise ConfigError("storage.accelerators", storage.accelerators,
-                                  "1 with distributed=ddp: each rank is one simulated accelerator "
-                                  "(distributed.nproc_per_node per host x distributed.nnodes hosts)")
-            if config.distributed.nnodes > 1 and storage.name == StorageName.local and storage.root is None:
-                raise ConfigError("storage.root", None, "a directory every host sees (a shared file system), or "
-                                                        "storage=s3, with several hosts")
-            if not workload.checkpoint_only:
-                storage.check_clients(clients, "distributed.nproc_per_node")
-        largest = workload.record_size + 3 * workload.record_size_stdev
-        read = largest if workload.read_mode == ReadMode.sample else largest * workload.samples_per_file
-        held = read * workload.read_threads * (storage.accelerators if not self.has_ranks(config) else 1)
-        ram = psutil.virtual_memory().total
-        if held > ram and not workload.checkpoint_only:
-            raise ConfigError("storage.workload.record_size", workload.record_size,
-                              f"records whose files fit in memory: each reader thread reads a whole "
-                              f"{'record' if workload.read_mode == ReadMode.sample else 'file'} into a buffer of its "
-                              f"own, {held / 2**30:.1f} GiB in all, and this machine has {ram / 2**30:.1f} GiB "
-                              "(lower record_size, samples_per_file or read_threads)")
-        hosts = config.distributed.nnodes if self.has_ranks(config) else 1
-        size = dataset_size(storage, clients, hosts, host_memory(storage))
-        if not workload.checkpoint_only and workload.num_files < size.min_files:
-            log.warning("storage.workload.num_files=%d is below MLPerf's dataset size for %d host(s): %s "
-                        "(python -m bench.tools.storage_size prints it for other hosts)", workload.num_files, hosts,
-                        size.explain(hosts, host_memory(storage), clients))
+        check_storage_run(config, clients_of(config), self.has_ranks(config))
 
     def run_name(self, config: BenchConfig) -> str:
         storage = config.storage
