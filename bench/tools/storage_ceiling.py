@@ -1,7 +1,7 @@
 """`python -m bench.tools.storage_ceiling`: the storage benchmark's read ceiling against fio and a
 plain Python read loop, on the same files, warm and cold, alternating.
 
-    python -m bench.tools.storage_ceiling [--files 64 --samples-per-file 64 --record-size 114660
+    python -m bench.tools.storage_ceiling [--files 128 --samples-per-file 64 --record-size 114660
                                            --threads 4 --rounds 3 --root DIR --min-fio 0.9 --min-plain 1.0]
 
 Three readers of the same dataset (raw records, written once):
@@ -10,7 +10,9 @@ Three readers of the same dataset (raw records, written once):
 - fio: --threads jobs (threads), each reading its own files in order, psync, bs = the same piece
   size, invalidate=0 (this command drops the cache itself, for every reader alike); its
   throughput is its own (io_bytes / runtime), which leaves its start-up out;
-- plain: `open(path, "rb").read()` of every file from a ThreadPoolExecutor of --threads threads.
+- plain: `open(path, "rb")`, then `read(piece)` until the end, for every file from a
+  ThreadPoolExecutor of --threads threads (the same piece size: with --transfer-size at least the
+  file size every reader reads each file in one call).
 Each round runs them A-B-C-C-B-A; warm rounds read from the page cache (one untimed pass first),
 cold rounds drop the cache for the dataset's files before every timed pass with
 posix_fadvise(DONTNEED) (after fdatasync). Prints every pass, the medians and bench/fio,
@@ -61,10 +63,13 @@ def bench_reader(store: LocalStore, files: Sequence[FileSpec], workload: Storage
     return run
 
 
-def plain_reader(paths: Sequence[str], threads: int) -> Reader:
+def plain_reader(paths: Sequence[str], threads: int, block: int) -> Reader:
     def read(path: str) -> int:
+        size = 0
         with open(path, "rb") as fh:
-            return len(fh.read())
+            while piece := fh.read(block):
+                size += len(piece)
+        return size
 
     def run() -> float:
         start = time.perf_counter()
@@ -120,7 +125,7 @@ def summarise(found: Dict[str, List[float]], label: str) -> Dict[str, float]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.storage_ceiling", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", type=int, default=64)
+    parser.add_argument("--files", type=int, default=128)
     parser.add_argument("--samples-per-file", type=int, default=64)
     parser.add_argument("--record-size", type=int, default=114660, help="bytes (default: MLPerf's ResNet-50 record)")
     parser.add_argument("--transfer-size", type=int, help="bytes per read call (default: one record)")
@@ -151,7 +156,7 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
         readers["fio"] = fio_reader(paths, args.threads, block, root / "ceiling.fio")
     else:
         print("fio: not installed (Debian: apt-get install fio): comparing with plain Python only")
-    readers["plain"] = plain_reader(paths, args.threads)
+    readers["plain"] = plain_reader(paths, args.threads, block)
     print(f"{len(files)} files x {files[0].size / 2**20:.1f} MiB in {root}, {args.threads} threads, "
           f"reads of {block} bytes; cold = posix_fadvise(DONTNEED) of every file before each pass")
     failed = False

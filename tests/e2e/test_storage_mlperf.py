@@ -35,15 +35,10 @@ def test_two_hosts_of_two_accelerators_merge_every_client_on_rank_0(bench, tmp_p
               "storage.workload.checkpoint_count=2", f"storage.root={root}",
               "distributed=ddp", "distributed.nnodes=2", "distributed.nproc_per_node=2",
               f"distributed.rdzv_endpoint=127.0.0.1:{free_port()}", f"distributed.timeout_s={HANG_GUARD_S}"]
-    follower = bench.start(*common, "distributed.node_rank=1", f"hydra.run.dir={tmp_path}/node1")
-    try:
-        leader = bench.run(*common, "distributed.node_rank=0", f"hydra.run.dir={tmp_path}/node0")
-        follower_out, follower_err = follower.communicate(timeout=HANG_GUARD_S)
-    finally:
-        follower.kill()
+    leader, follower = bench.run_two_nodes(common, tmp_path)
     metrics = bench.metrics(leader)
-    assert follower.returncode == 0, follower_err
-    assert follower_out == "" and not (tmp_path / "node1" / "run_summary.json").exists()
+    assert follower.returncode == 0, follower.stderr
+    assert follower.stdout == "" and not (tmp_path / "node1" / "run_summary.json").exists()
     assert metrics["hosts"] == 2 and metrics["accelerators"] == metrics["clients"] == 4
     assert metrics["format"] == "tfrecord" and metrics["read_mode"] == "sample" and metrics["shuffle"] == "sample"
 

@@ -9,7 +9,7 @@ works on a memoryview of a reused buffer: no copy of the data on the way.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, Optional, Protocol, Tuple
 
 
 @dataclass(frozen=True)
@@ -33,9 +33,37 @@ class CorruptFile(ValueError):
     """A file (or a sample) read back is not what was written: short, badly framed, bad checksum."""
 
 
+class StreamCheck(Protocol):
+    """Checks a file fed piece by piece as it is read (a format that needs no whole file to check)."""
+
+    def feed(self, piece: memoryview) -> None: ...
+
+    def finish(self) -> int: ...  # samples found; raises CorruptFile
+
+
+class LengthCheck:
+    """A file of a known length, nothing else to check (raw records)."""
+
+    def __init__(self, spec: "FileSpec", expected: int):
+        self.spec, self.expected, self.got = spec, expected, 0
+
+    def feed(self, piece: memoryview) -> None:
+        self.got += len(piece)
+
+    def finish(self) -> int:
+        if self.got != self.expected:
+            raise CorruptFile(f"{self.spec.key}: read {self.got} bytes, expected {self.expected}")
+        return self.spec.samples
+
+
 class Format:
     name = ""
     extension = "bin"
+
+    def stream(self, spec: FileSpec, decode: bool = False) -> Optional[StreamCheck]:
+        """A checker fed the file piece by piece, so a whole-file read can go through one small
+        buffer that stays in the CPU cache; None: check_file needs the whole file at once."""
+        return None
 
     def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
         """The file's bytes for `payload` (samples x record_size seeded random bytes) and the spec

@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
-from bench.iobench.formats.base import FileSpec, Format
+from bench.iobench.formats.base import FileSpec, Format, LengthCheck, StreamCheck
 
 
 class RawFormat(Format):
@@ -16,3 +16,6 @@ class RawFormat(Format):
     def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
         self.expect_size(data, spec, spec.samples * spec.record_size)
         return spec.samples
+
+    def stream(self, spec: FileSpec, decode: bool = False) -> Optional[StreamCheck]:
+        return LengthCheck(spec, spec.samples * spec.record_size)

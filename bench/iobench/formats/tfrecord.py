@@ -10,9 +10,9 @@ buffer); without it, a table-driven fallback (correct, slow).
 from __future__ import annotations
 
 import struct
-from typing import Callable, List, Tuple
+from typing import Callable, List, Optional, Tuple
 
-from bench.iobench.formats.base import CorruptFile, FileSpec, Format
+from bench.iobench.formats.base import CorruptFile, FileSpec, Format, StreamCheck
 
 HEADER, FOOTER = 12, 4  # length + its CRC; the data's CRC
 MASK_DELTA = 0xA282EAD8
@@ -30,8 +30,9 @@ def _table() -> List[int]:
     return table
 
 
-def crc32c_by_table(data: bytes | memoryview) -> int:
-    table, crc = _TABLE, 0xFFFFFFFF
+def crc32c_by_table(data: bytes | memoryview, value: int = 0) -> int:
+    """CRC-32C of `data`, continuing from `value` (the CRC of what came before)."""
+    table, crc = _TABLE, value ^ 0xFFFFFFFF
     for byte in bytes(data):
         crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
     return crc ^ 0xFFFFFFFF
@@ -40,7 +41,7 @@ def crc32c_by_table(data: bytes | memoryview) -> int:
 _TABLE = _table()
 
 
-def _fast_crc32c() -> Callable[[bytes | memoryview], int]:
+def _fast_crc32c() -> Callable[..., int]:
     try:
         from crc32c import crc32c
     except ImportError:  # pragma: no cover - the package is a dependency; this keeps the format working without it
@@ -51,9 +52,12 @@ def _fast_crc32c() -> Callable[[bytes | memoryview], int]:
 crc32c = _fast_crc32c()
 
 
-def masked_crc(data: bytes | memoryview) -> int:
-    crc = crc32c(data)
+def mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
+
+
+def masked_crc(data: bytes | memoryview) -> int:
+    return mask(crc32c(data))
 
 
 def frame(record: bytes | memoryview) -> bytes:
@@ -77,6 +81,59 @@ def read_frame(data: memoryview, at: int, key: str) -> Tuple[memoryview, int]:
     return record, end + FOOTER
 
 
+class FrameStream:
+    """The frames of a file fed piece by piece (pieces cut anywhere, as a reader's transfer size
+    falls), both checksums verified, as TensorFlow's record reader does with its read buffer."""
+
+    def __init__(self, spec: FileSpec):
+        self.spec, self.records, self.offset = spec, 0, 0
+        self._head, self._foot = bytearray(), bytearray()
+        self._left, self._crc = -1, 0  # data bytes still to come in this record (-1: in its header)
+
+    def feed(self, piece: memoryview) -> None:
+        at, size = 0, len(piece)
+        while at < size:
+            if self._left < 0:  # the 12-byte header
+                take = min(HEADER - len(self._head), size - at)
+                self._head += piece[at:at + take]
+                at += take
+                if len(self._head) == HEADER:
+                    self._start_record()
+            elif self._left > 0:  # data, checksummed as it passes
+                take = min(self._left, size - at)
+                self._crc = crc32c(piece[at:at + take], self._crc)
+                self._left -= take
+                at += take
+            else:  # the 4-byte footer
+                take = min(FOOTER - len(self._foot), size - at)
+                self._foot += piece[at:at + take]
+                at += take
+                if len(self._foot) == FOOTER:
+                    self._end_record()
+
+    def _start_record(self) -> None:
+        length, length_crc = _LENGTH.unpack(self._head)
+        if masked_crc(self._head[:8]) != length_crc:
+            raise CorruptFile(f"{self.spec.key}: bad length checksum of the record at byte {self.offset}")
+        if length != self.spec.record_size:
+            raise CorruptFile(f"{self.spec.key}: a record of {length} bytes, expected {self.spec.record_size}")
+        self._left, self._crc = length, 0
+
+    def _end_record(self) -> None:
+        if mask(self._crc) != _CRC.unpack(self._foot)[0]:
+            raise CorruptFile(f"{self.spec.key}: bad data checksum of the record at byte {self.offset}")
+        self.records += 1
+        self.offset += HEADER + self.spec.record_size + FOOTER
+        self._head, self._foot, self._left = bytearray(), bytearray(), -1
+
+    def finish(self) -> int:
+        if self._head or self._left >= 0:
+            raise CorruptFile(f"{self.spec.key}: the record at byte {self.offset} is cut short")
+        if self.records != self.spec.samples:
+            raise CorruptFile(f"{self.spec.key}: {self.records} records, expected {self.spec.samples}")
+        return self.records
+
+
 class TFRecordFormat(Format):
     name, extension = "tfrecord", "tfrecord"
 
@@ -85,6 +142,9 @@ class TFRecordFormat(Format):
         view = memoryview(payload)
         data = b"".join(frame(view[i * size:(i + 1) * size]) for i in range(spec.samples))
         return data, spec.written(len(data), 0, size + HEADER + FOOTER)
+
+    def stream(self, spec: FileSpec, decode: bool = False) -> Optional[StreamCheck]:
+        return FrameStream(spec)
 
     def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
         at, records = 0, 0
