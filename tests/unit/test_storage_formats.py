@@ -65,6 +65,31 @@ def test_tfrecord_frames_round_trip_and_every_flipped_byte_is_caught():
         read_frame(memoryview(data)[:-3], 0, "k")
 
 
+@pytest.mark.parametrize("piece", [1, 7, 16, 3016, 5000, 100000])
+def test_tfrecord_checked_as_it_streams_by_whatever_the_piece_size(piece):
+    """A whole-file read feeds the checker pieces cut anywhere (transfer_size): inside a header,
+    a record or a checksum; the same frames and the same errors as a whole file."""
+    from bench.iobench.formats.base import FileSpec
+    from bench.iobench.formats.tfrecord import FrameStream
+
+    spec = FileSpec("k", 0, 4, 3000)
+    data = memoryview(b"".join(frame(os.urandom(3000)) for _ in range(4)))
+
+    def streamed(view):
+        stream = FrameStream(spec)
+        for at in range(0, len(view), piece):
+            stream.feed(view[at:at + piece])
+        return stream.finish()
+
+    assert streamed(data) == 4
+    flipped = bytearray(data)
+    flipped[3016 + 12 + 2999] ^= 0x80  # the last data byte of record 2
+    with pytest.raises(CorruptFile, match="bad data checksum of the record at byte 3016"):
+        streamed(memoryview(flipped))
+    with pytest.raises(CorruptFile, match="cut short"):
+        streamed(data[:-1])
+
+
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
 @pytest.mark.parametrize("mode", ["whole_file", "sample"])
 def test_every_format_is_written_and_read_back_whole_or_by_sample(tmp_path, fmt, mode):
