@@ -118,7 +118,7 @@ def read_metrics(results: Sequence[ReaderResult], storage: StorageConfig) -> Dic
 def epoch_rows(results: Sequence[ReaderResult]) -> List[Dict[str, Any]]:
     """epochs.csv: one row per accelerator x epoch, strict and MLPerf figures side by side."""
     def figure(value: Optional[float], scale: float = 1.0) -> Any:
-        return round(scale * value, 3) if value is not None else ""
+        return round(scale * value, 3) if value is not None else ""  # an empty cell: no samples behind it
 
     return [{"client": r.client, "epoch": e.epoch, "steps": e.steps, "samples": e.samples, "bytes": int(e.bytes),
              "wall_s": round(e.wall_s, 6), "compute_s": round(e.compute_s, 6), "wait_s": round(e.wait_s, 6),
@@ -133,15 +133,18 @@ def epoch_rows(results: Sequence[ReaderResult]) -> List[Dict[str, Any]]:
 
 def client_rows(results: Sequence[ReaderResult], workload: StorageWorkloadConfig) -> List[Dict[str, Any]]:
     """clients.csv: one row per simulated accelerator (what rank 0 gathered from every client)."""
+    def shown(value: Optional[float]) -> Any:
+        return "" if value is None else value  # an empty cell: no samples behind it
+
     rows = []
     for r in results:
         figures = mlperf_figures([r.epochs], workload, workload.computation_time)
         latencies = [q.latency_ms for q in r.requests]
-        au = rate(r.total("compute_s"), r.total("wall_s"))
-        rows.append({"client": r.client, "host": r.host, "node": r.node,
-                     "mlperf_samples_per_second": figures.get("mlperf_samples_per_second", ""),
-                     "mlperf_au_percent": figures.get("mlperf_au_percent", ""),
-                     "au_percent": 100.0 * au if au is not None and workload.computation_time > 0 else "",
-                     "read_requests": len(latencies), "latency_ms_p50": percentile(latencies, 50) or "",
-                     "latency_ms_p99": percentile(latencies, 99) or ""})
+        au = rate(r.total("compute_s"), r.total("wall_s")) if workload.computation_time > 0 else None
+        rows.append({"client": r.client, "host": r.host, "node": r.node, "run": r.run,
+                     "mlperf_samples_per_second": shown(figures.get("mlperf_samples_per_second")),
+                     "mlperf_au_percent": shown(figures.get("mlperf_au_percent")),
+                     "au_percent": shown(100.0 * au if au is not None else None),
+                     "read_requests": len(latencies), "latency_ms_p50": shown(percentile(latencies, 50)),
+                     "latency_ms_p99": shown(percentile(latencies, 99))})
     return rows

@@ -62,15 +62,20 @@ class _Loop:
         self._me = psutil.Process()
         self._cpu_at_start = 0.0
 
+    def _pipeline(self, pool: ThreadPoolExecutor, files: Sequence[FileSpec], epoch: int,
+                  requests: List[Request]) -> Pipeline:
+        workload = self.workload
+        return Pipeline(pool, workload.read_threads, self.source, work_items(files, workload, self.client, epoch,
+                                                                            self.run),
+                        files_in_flight(workload), epoch, requests)
+
     def epoch(self, pool: ThreadPoolExecutor, files: Sequence[FileSpec], epoch: int) -> bool:
         """One epoch; False once max_steps is reached."""
         workload, compute = self.workload, float(self.workload.computation_time)
         stats = EpochStats(epoch)
         self.result.epochs.append(stats)
         epoch_start = time.perf_counter()
-        pipeline = Pipeline(pool, workload.read_threads, self.source, work_items(files, workload, self.client, epoch,
-                                                                                  self.run),
-                            files_in_flight(workload), epoch, self.requests)
+        pipeline = self._pipeline(pool, files, epoch, self.requests)
         batches = pipeline.batches(workload.batch_size)
         epoch_clock = time.perf_counter()  # strict clock: as it always ran
         try:
@@ -120,9 +125,7 @@ class _Loop:
         workload = self.workload
         compute, stats = float(workload.eval_computation_time), EpochStats(epoch)
         start = time.perf_counter()
-        pipeline = Pipeline(pool, workload.read_threads, self.source, work_items(files, workload, self.client, epoch,
-                                                                                  self.run),
-                            files_in_flight(workload), epoch, [])
+        pipeline = self._pipeline(pool, files, epoch, [])
         try:
             for batch in pipeline.batches(workload.eval_batch):
                 if compute > 0:

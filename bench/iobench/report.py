@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import csv
 import logging
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional
 
@@ -137,11 +137,10 @@ class StorageReport:
             key = (int(row.get("run") or 0), int(row["client"]))
             return clients.setdefault(key, ReaderResult(key[1], [], run=key[0]))
 
-        names = EpochStats.__dataclass_fields__
+        kinds = {f.name: int if f.default is MISSING else type(f.default) for f in fields(EpochStats)}
         for row in summary["epochs"]:
-            stats = {k: (int if names[k].type in ("int",) else float)(v) for k, v in row.items()
-                     if k in names and v not in ("", None)}
-            client(row).epochs.append(EpochStats(**stats))
+            client(row).epochs.append(EpochStats(**{k: kinds[k](v) for k, v in row.items()
+                                                    if k in kinds and v not in ("", None)}))
         with (job_dir / cls.TIMELINE_FILE).open() as fh:
             for order, row in enumerate(csv.DictReader(fh)):
                 client(row).requests.append(Request(row["key"], int(row["epoch"]), int(row["bytes"]),

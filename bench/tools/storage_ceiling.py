@@ -152,6 +152,9 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
     paths = [str(root / f.key) for f in files]
     block = args.transfer_size or args.record_size
     readers: Dict[str, Reader] = {"bench": bench_reader(store, files, workload)}
+    if files[0].size % block:
+        print(f"fio reads whole blocks only and times a partial last block oddly: --transfer-size {block} does not "
+              f"divide the file size ({files[0].size} bytes); pick one that does for a fair comparison")
     if shutil.which("fio"):
         readers["fio"] = fio_reader(paths, args.threads, block, root / "ceiling.fio")
     else:
