@@ -62,7 +62,7 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
     """Run one benchmark; returns the process exit code. `sweep_job` (parent run id, job
     number) is set for the jobs of a multirun: a job that cannot start still leaves a FAILED
     child run with the reason."""
-    from bench.scenarios import scenario_for
+    from bench.scenarios import has_ranks, scenario_for
 
     overrides = overrides or []
     scenario = scenario_for(config.mode)
@@ -73,7 +73,7 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
     from bench.launch.select import select_launcher
     from bench.tracking.environment import collect_environment
 
-    launcher = select_launcher(config, scenario.has_ranks, in_sweep=sweep_job is not None)
+    launcher = select_launcher(config, has_ranks(scenario, config), in_sweep=sweep_job is not None)
     if not launcher.reports:
         return _run_unreported(launcher, scenario, config, out_dir)
 

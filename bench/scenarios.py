@@ -1,7 +1,8 @@
 """The scenarios a run can measure, by `mode`: the one place that maps a mode to its code.
 
 A scenario is a class with:
-    has_ranks: bool                  started by a launcher, one process per rank (bench.launch)
+    has_ranks: bool, or (config) -> bool   started by a launcher, one process per rank (bench.launch);
+                                     a method when it depends on the config (the storage benchmark: ddp)
     preload: tuple                   modules a launcher's forkserver imports once
     report_class                     its report type (bench.results.Report): reads a run back too
     preflight(config)                what must hold before a run starts, beyond the schema
@@ -36,6 +37,11 @@ def scenario_class(mode: Mode) -> Any:
 
 def scenario_for(mode: Mode) -> Any:
     return scenario_class(mode)()
+
+
+def has_ranks(scenario: Any, config: Any) -> bool:
+    ranks = scenario.has_ranks
+    return bool(ranks(config) if callable(ranks) else ranks)
 
 
 def report_class(mode: Any) -> Any:

@@ -145,6 +145,18 @@ class Bench:
         assert len(errors) == 1, proc.stderr
         return errors[0]
 
+    def run_two_nodes(self, common: Sequence[str], run_dir: Path
+                      ) -> "tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]":
+        """Two `python -m bench` "nodes" on loopback (distributed.node_rank 1 started first, then
+        0, each in run_dir/node<N>): (node 0's process, node 1's), both ended."""
+        follower = self.start(*common, "distributed.node_rank=1", f"hydra.run.dir={run_dir}/node1")
+        try:
+            leader = self.run(*common, "distributed.node_rank=0", f"hydra.run.dir={run_dir}/node0")
+            out, err = follower.communicate(timeout=HANG_GUARD_S)
+        finally:
+            follower.kill()
+        return leader, subprocess.CompletedProcess(follower.args, follower.returncode, out, err)
+
     @staticmethod
     def wait_for_line(proc: subprocess.Popen, path: Path, text: str, guard_s: float = HANG_GUARD_S) -> None:
         """Until `text` appears in the file at `path` (the event a test waits for); fails when the

@@ -36,8 +36,12 @@ def _series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Iterator[Tuple
 
 
 def _line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
-    """One line; images/s of runs with benchmark.repeats get error bars from the slowest to the
-    fastest repeat (the spread, not the interval)."""
+    """A line through the points that have `y` (runs recorded before a figure existed lack it);
+    images/s of runs with benchmark.repeats get error bars from the slowest to the fastest repeat
+    (the spread, not the interval)."""
+    points = [p for p in points if not absent(p.get(y))]
+    if not points:
+        return
     xs, ys = [float(p[x]) for p in points], [float(p[y]) for p in points]
     spread = [(p.get(f"{y}_min"), p.get(f"{y}_max")) for p in points]
     if y == "images_per_second" and any(not absent(low) for low, _ in spread):
@@ -115,7 +119,8 @@ def plot_storage(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
 
     fig, ax = figures.new()
     for label, points in series:
-        _line(ax, points, "clients", "samples_per_second", label)
+        _line(ax, points, "clients", "mlperf_samples_per_second", f"{label} (MLPerf: first step in)")
+        _line(ax, points, "clients", "samples_per_second", f"{label} (steady: warm-up step out)")
     ax.set(title=f"Read throughput vs clients ({title})", xlabel="Clients (simulated accelerators)",
            ylabel="Samples/s (all clients)")
     _finish_axes(ax)
@@ -123,6 +128,7 @@ def plot_storage(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
 
     fig, ax = figures.new()
     for label, points in series:
+        _line(ax, points, "clients", "mlperf_au_percent", f"{label} (MLPerf: mean)")
         _line(ax, points, "clients", "au_percent_min", f"{label} (min)")
     thresholds = {t for t in frame.get("au_threshold_percent", []) if not absent(t) and t}
     for threshold in sorted(thresholds):

@@ -9,10 +9,11 @@ from __future__ import annotations
 import logging
 import re
 from dataclasses import dataclass, field
-from typing import Optional
+from typing import Optional, Union
 from urllib.parse import urlparse
 
 from bench.config.fields import Checks, Choice
+from bench.errors import ConfigError
 
 log = logging.getLogger("bench")
 
@@ -45,8 +46,31 @@ class PrepareMode(Choice):
 
 
 class RecordFormat(Choice):
-    raw = "raw"  # records back to back (TFRecord-like)
-    npz = "npz"  # a numpy archive, decoded with np.load on read
+    raw = "raw"  # records back to back
+    npz = "npz"  # a numpy archive of a (samples, record_size) uint8 array
+    tfrecord = "tfrecord"  # real TFRecord framing (length, masked CRC-32C of it, data, masked CRC-32C of data)
+    hdf5 = "hdf5"  # an h5py dataset chunked one sample per chunk
+    jpeg = "jpeg"  # one real JPEG image per file (samples_per_file=1)
+
+
+class ReadMode(Choice):
+    whole_file = "whole_file"  # one request per file, read whole (in transfer_size pieces)
+    sample = "sample"  # one request per sample: a seek and a read of one record
+
+
+class Shuffle(Choice):
+    none = "none"  # files and samples in order
+    file = "file"  # file order shuffled per epoch (seeded)
+    sample = "sample"  # file order shuffled, then samples through a shuffle buffer (shuffle_buffer)
+
+
+class CheckpointWriters(Choice):
+    one = "one"  # client 0 writes the whole checkpoint (DLIO 2.0.0)
+    all = "all"  # every client writes its 1/N share at once; the slowest sets the time (MLPerf 2025+)
+
+
+# The shuffle key took true/false before it took a mode: they still mean file / none.
+_SHUFFLE_SPELLINGS = {"true": Shuffle.file, "false": Shuffle.none}
 
 
 @dataclass
@@ -60,22 +84,62 @@ class StorageWorkloadConfig(Checks):
     record_size: int = 65536  # bytes per sample
     record_size_stdev: int = 0  # per-file record sizes drawn from N(record_size, stdev)
     format: RecordFormat = RecordFormat.raw
+    read_mode: ReadMode = ReadMode.whole_file
+    transfer_size: Optional[int] = None  # bytes per read call into a reused buffer; null: one record
+    jpeg_decode: bool = False  # format=jpeg: decode every image (simplejpeg), as a loader would
     batch_size: int = 4  # samples per step of one simulated accelerator
     read_threads: int = 4  # reader threads per simulated accelerator
     prefetch: int = 2  # batches read ahead of the emulated compute
     computation_time: float = 0.0  # seconds of emulated compute per batch; 0 = the I/O ceiling
     epochs: int = 1
     max_steps: Optional[int] = None  # stop each accelerator after this many steps
-    shuffle: bool = True  # file order shuffled per epoch (seeded)
+    # none | file | sample (true/false: the old spelling of file/none)
+    shuffle: Union[bool, str] = "file"
+    shuffle_buffer: Optional[int] = None  # shuffle=sample: samples in the buffer; null: the whole epoch
     seed: int = 0
+    seed_change_epoch: bool = True  # a new order every epoch (false: every epoch reads in the first one's order)
     au_threshold: float = 0.9  # accelerator-utilization pass mark
-    checkpoint_size_mb: float = 16.0  # checkpoint phase size; 0 skips the phase
+    # evaluation: eval_num_files more files (eval/ under the dataset), read every eval_every_epochs epochs
+    eval_num_files: int = 0
+    eval_batch_size: Optional[int] = None  # null: batch_size
+    eval_computation_time: float = 0.0
+    eval_every_epochs: int = 1
+    # checkpoints: checkpoint_count writes (fsync'd), the page cache dropped, then as many reads
+    checkpoint_size_mb: float = 16.0  # the whole checkpoint; 0 skips the phase
+    checkpoint_count: int = 1
+    checkpoint_writers: CheckpointWriters = CheckpointWriters.one
+    checkpoint_every_steps: Optional[int] = None  # also write one every K steps of the read phase
+    checkpoint_only: bool = False  # no dataset and no read phase: the checkpoint workload alone
 
     def __post_init__(self) -> None:
-        self.positive("num_files", "samples_per_file", "record_size", "batch_size", "read_threads", "epochs")
-        self.positive("max_steps", optional=True)
-        self.non_negative("record_size_stdev", "prefetch", "computation_time", "checkpoint_size_mb")
+        self.positive("num_files", "samples_per_file", "record_size", "batch_size", "read_threads", "epochs",
+                      "checkpoint_count", "eval_every_epochs")
+        self.positive("max_steps", "transfer_size", "shuffle_buffer", "eval_batch_size", "checkpoint_every_steps",
+                      optional=True)
+        self.non_negative("record_size_stdev", "prefetch", "computation_time", "checkpoint_size_mb", "eval_num_files",
+                          "eval_computation_time")
         self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", include_high=True)
+        self.shuffle = self._shuffle_mode().value
+        if self.format == RecordFormat.jpeg and self.samples_per_file != 1:
+            self._fail("samples_per_file", "1 with format=jpeg (one image per file)")
+        if (self.checkpoint_only or self.checkpoint_every_steps) and not self.checkpoint_size_mb:
+            self._fail("checkpoint_size_mb", "a size > 0 with checkpoint_only or checkpoint_every_steps")
+
+    def _shuffle_mode(self) -> Shuffle:
+        value = str(self.shuffle).lower()
+        if value in _SHUFFLE_SPELLINGS:
+            return _SHUFFLE_SPELLINGS[value]
+        if value not in Shuffle.names():
+            self._fail("shuffle", "one of none, file, sample (or true/false: file/none)")
+        return Shuffle(value)
+
+    @property
+    def shuffle_mode(self) -> Shuffle:
+        return Shuffle(self.shuffle)
+
+    @property
+    def eval_batch(self) -> int:
+        return self.eval_batch_size or self.batch_size
 
 
 @dataclass
@@ -104,6 +168,10 @@ class StorageConfig(Checks):
     prepare_workers: int = 4
     accelerators: int = 1  # simulated accelerators: one reader process each, on its own files
     workload: StorageWorkloadConfig = field(default_factory=StorageWorkloadConfig)
+    # MLPerf's harness: warm-up runs, then `runs` measured runs (mean and spread; a new seed each run)
+    runs: int = 1
+    warmup_runs: int = 0
+    host_memory_gb: Optional[float] = None  # RAM per host (GB x 1024^3, as MLPerf counts) for the size rule; null: this machine's
     # Deprecated spelling of accelerators (it read like storage.client, the S3 library); kept one release.
     clients: Optional[int] = None
 
@@ -112,12 +180,12 @@ class StorageConfig(Checks):
             log.warning("storage.clients is deprecated: use storage.accelerators (same meaning: simulated "
                         "accelerators; storage.client is the S3 library)")
             self.accelerators, self.clients = self.clients, None
-        self.positive("accelerators", "prepare_workers", "max_attempts")
+        self.positive("accelerators", "prepare_workers", "max_attempts", "runs")
+        self.non_negative("warmup_runs")
         self.positive("timeout_s", "connect_timeout_s", integer=False)
-        if self.accelerators > self.workload.num_files:
-            self._fail("accelerators", f"at most storage.workload.num_files={self.workload.num_files} "
-                                       "(each simulated accelerator reads its own files)")
-        self._check_a_step_is_measured()
+        self.positive("host_memory_gb", optional=True, integer=False)
+        if not self.workload.checkpoint_only:
+            self.check_clients(self.accelerators, "storage.accelerators")
         if not _inside(self.dataset_dir):
             self._fail("dataset_dir", "a relative path inside storage.root (or the bucket's prefix), without '..': "
                                       "storage.root is the one key that chooses where")
@@ -126,17 +194,21 @@ class StorageConfig(Checks):
         if self.name == StorageName.s3:
             self._check_endpoint()
 
-    def _check_a_step_is_measured(self) -> None:
-        """Each accelerator's first step is warm-up: with a batch larger than what it reads, nothing
+    def check_clients(self, clients: int, key: str) -> None:
+        """Each of `clients` simulated accelerators (processes, or torch.distributed ranks) reads its
+        own files, and its first step is warm-up: with a batch larger than what it reads, nothing
         would be measured and every figure would be empty."""
         workload = self.workload
-        samples = (workload.num_files // self.accelerators) * workload.samples_per_file  # the smallest share
+        if clients > workload.num_files:
+            raise ConfigError(key, clients, f"at most storage.workload.num_files={workload.num_files} "
+                                            "(each simulated accelerator reads its own files)")
+        samples = (workload.num_files // clients) * workload.samples_per_file  # the smallest share
         steps = workload.epochs * -(-samples // workload.batch_size)
         if workload.max_steps is not None:
             steps = min(steps, workload.max_steps)
         if workload.batch_size > samples or steps < 2:
             self.workload._fail("batch_size", f"at most {samples // 2 if workload.epochs == 1 else samples} "
-                                f"(each of the {self.accelerators} simulated accelerators reads {samples} samples per "
+                                f"(each of the {clients} simulated accelerators reads {samples} samples per "
                                 f"epoch x {workload.epochs} epochs; its first step is warm-up, so it needs 2 steps "
                                 "or more to measure anything)")
 

@@ -1,9 +1,10 @@
-"""storage.accelerators=N: N reader processes (simulated accelerators), each on its own files.
+"""storage.accelerators=N on one host: N processes (simulated accelerators), each on its own files.
 
-Accelerator i reads files i, i+N, i+2N, ... (disjoint shards). With N > 1 each one is a fresh
-spawned process (no forked threads or MLflow state) that opens its own store; a barrier starts
-their measured loops together. One that fails or dies fails the phase, with its reason, within
-a bounded time.
+Accelerator i reads files i, i+N, i+2N, ... (disjoint shards) and does its part of the
+checkpoint phase (bench.iobench.client). With N > 1 each one is a fresh spawned process (no
+forked threads or MLflow state) that opens its own store; a barrier starts their measured loops
+together, another lines up their checkpoint writes and reads. One that fails or dies fails the
+phase, with its reason, within a bounded time.
 """
 
 from __future__ import annotations
@@ -12,13 +13,12 @@ import multiprocessing
 import queue as queue_module
 import signal
 import time
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List
 
 from bench.config.storage import StorageConfig
 from bench.errors import BenchError
-from bench.iobench.reader import ReaderResult, run_reader
-from bench.iobench.workload import FileSpec
-from bench.storage.registry import open_store
+from bench.iobench.client import ClientJob, run_client
+from bench.iobench.measured import ReaderResult
 
 START_TIMEOUT_S = 120.0  # spawning and importing an accelerator process
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
@@ -28,21 +28,17 @@ class AcceleratorFailed(BenchError):
     """A simulated accelerator raised or died; names which one and why."""
 
 
-def shard(files: Sequence[FileSpec], index: int, count: int) -> List[FileSpec]:
-    return list(files[index::count])
-
-
-def run_accelerators(location: str, storage: StorageConfig, files: Sequence[FileSpec]) -> List[ReaderResult]:
-    count = storage.accelerators
+def run_accelerators(storage: StorageConfig, jobs: List[ClientJob]) -> List[ReaderResult]:
+    count = len(jobs)
     if count == 1:
-        return [run_reader(open_store(location, storage), files, storage.workload, 0)]
+        return [run_client(storage, jobs[0])]
     context = multiprocessing.get_context("spawn")
     gate = context.Barrier(count, timeout=START_TIMEOUT_S)
+    checkpoint_gate = context.Barrier(count)  # no timeout: writers wait for the slowest (a dead one fails the run)
     results = context.Queue()
     processes = [context.Process(target=_accelerator_main, name=f"bench-accelerator-{i}", daemon=True,
-                                 args=(i, location, storage, [f.to_dict() for f in shard(files, i, count)], gate,
-                                       results))
-                 for i in range(count)]
+                                 args=(storage, job, gate, checkpoint_gate, results))
+                 for i, job in enumerate(jobs)]
     _start_all(processes)
     try:
         return _collect(processes, results, count)
@@ -100,16 +96,16 @@ def _collect(processes: List[Any], results: Any, count: int) -> List[ReaderResul
     return [collected[i] for i in range(count)]
 
 
-def _accelerator_main(index: int, location: str, storage: StorageConfig, files: List[Dict[str, Any]], gate: Any,
-                      results: Any) -> None:
+def _accelerator_main(storage: StorageConfig, job: ClientJob, gate: Any, checkpoint_gate: Any, results: Any) -> None:
     # The parent decides when to stop (it terminates its accelerators): Ctrl-C, which reaches the
     # whole process group, is not for them. SIGTERM keeps its default: a quiet exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
+    index = job.client
     try:
-        store = open_store(location, storage)
-        result = run_reader(store, [FileSpec(**f) for f in files], storage.workload, index, start_gate=gate)
+        result = run_client(storage, job, sync=checkpoint_gate.wait, start_gate=gate)
         results.put((index, True, result.to_dict()))
     except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run with it
         results.put((index, False, f"{type(exc).__name__}: {exc}"))  # first, so the parent sees the cause
-        gate.abort()  # then release the others from the start barrier
+        gate.abort()  # then release the others from the barriers
+        checkpoint_gate.abort()

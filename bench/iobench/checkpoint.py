@@ -1,19 +1,29 @@
-"""Checkpoint phase: torch.save real tensors of a given size to the store, read them back.
+"""Checkpoint workloads, as MLPerf Storage runs them (2025+): `checkpoint_count` checkpoints
+written (torch.save of real tensors, fsync'd on local disks), the page cache dropped, then read
+back (torch.load, compared). With checkpoint_writers=all every simulated accelerator writes and
+reads its 1/N share at the same time and the slowest one sets the time; with `one`, client 0
+writes it all (DLIO 2.0.0). Serialisation is timed apart from the store's write, and
+deserialisation apart from its read. Periodic checkpoints (checkpoint_every_steps) are written
+from inside the read loop by the same code.
 
-Write time = serialize + store (fsync'd on local storage, so it is the time to reach the disk);
-read time = fetch + torch.load. On local storage the read-back comes from the page cache
-unless storage.direct_io=true (the checkpoint was just written).
+Each checkpoint is a record {phase, index, bytes, serialize_s, write_s, read_s, load_s}; the
+report merges them over clients (bench.iobench.checkpoint_figures).
 """
 
 from __future__ import annotations
 
 import io
+import logging
 import time
-from typing import Any, Dict
+from pathlib import PurePosixPath
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from bench.storage.base import ObjectStore
 
+log = logging.getLogger(__name__)
+
 TENSORS = 8  # a checkpoint is a handful of large tensors plus small ones, like a model's
+Sync = Callable[[], None]  # waits until every client got here (a barrier), or nothing with one client
 
 
 def make_state(size_mb: float, seed: int = 0) -> Dict[str, Any]:
@@ -33,21 +43,83 @@ def serialize(state: Dict[str, Any]) -> bytes:
     return buffer.getvalue()
 
 
-def run_checkpoint(store: ObjectStore, key: str, size_mb: float) -> Dict[str, Any]:
-    import torch
+def checkpoint_key(name: str, tag: str, client: Optional[int]) -> str:
+    """`checkpoint.pt` -> `checkpoint-<tag>.rank<client>.pt` (no tag: one checkpoint; no client: the whole)."""
+    path = PurePosixPath(name)
+    stem = f"{path.stem}-{tag}" if tag else path.stem
+    return f"{stem}.rank{client}{path.suffix}" if client is not None else f"{stem}{path.suffix}"
 
-    state = make_state(size_mb)
-    start = time.perf_counter()
-    data = serialize(state)
-    store.put(key, data)
-    write_s = time.perf_counter() - start
 
-    start = time.perf_counter()
-    loaded = torch.load(io.BytesIO(store.get(key)), weights_only=True)
-    read_s = time.perf_counter() - start
-    if not torch.equal(loaded["model"]["layer0.weight"], state["model"]["layer0.weight"]):
-        raise RuntimeError(f"checkpoint {store.url}/{key} read back different tensors")
-    size = len(data)
-    return {"checkpoint_bytes": size, "checkpoint_write_seconds": write_s, "checkpoint_read_seconds": read_s,
-            "checkpoint_write_gbps": size / write_s / 1e9 if write_s > 0 else 0.0,
-            "checkpoint_read_gbps": size / read_s / 1e9 if read_s > 0 else 0.0}
+def drop_cache(store: ObjectStore, keys: List[str]) -> str:
+    drop = getattr(store, "drop_cache", None)
+    return drop(keys) if drop is not None else "none (an object store: nothing cached on this host)"
+
+
+class Checkpointer:
+    """One client's checkpoints: its share of the state, serialised fresh for every write."""
+
+    def __init__(self, store: ObjectStore, name: str, size_mb: float, client: int, shared: bool):
+        self.store, self.name, self.client = store, name, client
+        self.owner = client if shared else None  # a key of its own when every client writes a share
+        self.state = make_state(size_mb, seed=client)
+        self.records: List[Dict[str, Any]] = []
+
+    def write(self, phase: str, index: int, tag: str) -> str:
+        key = checkpoint_key(self.name, tag, self.owner)
+        start = time.perf_counter()
+        data = serialize(self.state)
+        serialized = time.perf_counter()
+        self.store.put(key, data)
+        self.records.append({"phase": phase, "index": index, "bytes": len(data), "serialize_s": serialized - start,
+                             "write_s": time.perf_counter() - serialized, "key": key})
+        return key
+
+    def read(self, record: Dict[str, Any]) -> None:
+        import torch
+
+        start = time.perf_counter()
+        data = self.store.get(record["key"])
+        fetched = time.perf_counter()
+        loaded = torch.load(io.BytesIO(data), weights_only=True)
+        record.update(read_s=fetched - start, load_s=time.perf_counter() - fetched)
+        if not torch.equal(loaded["model"]["layer0.weight"], self.state["model"]["layer0.weight"]):
+            raise RuntimeError(f"checkpoint {self.store.url}/{record['key']} read back different tensors")
+
+    def periodic(self) -> Callable[[int], float]:
+        """For the read loop: write one checkpoint at `step`, return the seconds it took."""
+        def write_at(step: int) -> float:
+            start = time.perf_counter()
+            self.write("periodic", step, f"step{step}")
+            return time.perf_counter() - start
+
+        return write_at
+
+
+def run_checkpoints(checkpointer: Optional[Checkpointer], count: int, sync: Sync,
+                    heartbeat: Callable[[], None] = lambda: None) -> Tuple[str, Optional[str]]:
+    """Sync, `count` writes, every client's done (sync), cache dropped, sync, `count` reads. A client
+    that writes nothing (checkpoint_writers=one, not client 0) passes None and only syncs, so
+    the barriers line up; a failure (a full disk) is returned, not raised, for the same reason.
+    Returns (how the cache was dropped, the error or None)."""
+    error, how, written = None, "", []
+    sync()  # every client starts writing at once, as ranks of a job do after a step
+    if checkpointer is not None:
+        try:
+            for index in range(count):
+                checkpointer.write("final", index, str(index) if count > 1 else "")
+                heartbeat()  # a rank's watchdog counts checkpoints as steps
+            written = [r for r in checkpointer.records if r["phase"] == "final"]
+        except Exception as exc:  # noqa: BLE001 - reported with the read phase's figures, which still stand
+            error = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
+    sync()
+    if written:
+        how = drop_cache(checkpointer.store, [r["key"] for r in written])
+    sync()
+    if written and error is None:
+        try:
+            for record in written:
+                checkpointer.read(record)
+                heartbeat()
+        except Exception as exc:  # noqa: BLE001
+            error = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
+    return how, error

@@ -3,7 +3,8 @@
 A dataset is "there" when its manifest (written last, so an interrupted prepare never looks
 complete) describes the same workload and every listed file exists with its recorded size.
 storage.prepare: auto (reuse a matching dataset, else write) | always | never (a missing or
-different dataset is an error).
+different dataset is an error). With several hosts each client writes its 1/N of the files
+(bench.iobench.ranks) and the first one writes the manifest.
 """
 
 from __future__ import annotations
@@ -12,12 +13,12 @@ import json
 import logging
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field, replace
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench.analysis.stats import percentile, present
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
-from bench.iobench.workload import FileSpec, dataset_spec, encode, plan_files
+from bench.iobench.workload import EVAL_DIR, FileSpec, dataset_spec, encode_file, plan_files
 from bench.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -37,58 +38,90 @@ class Prepared:
     written_bytes: int = 0
     reason: str = ""  # why it was (re)written or skipped
     put_latencies_ms: List[float] = field(default_factory=list)
+    eval_files: List[FileSpec] = field(default_factory=list)
+    written_by_client: List[int] = field(default_factory=list)  # files each client wrote (several hosts)
 
     @property
     def total_bytes(self) -> int:
         return sum(f.size for f in self.files)
 
 
-def existing_dataset(store: ObjectStore, workload: StorageWorkloadConfig) -> tuple[Optional[List[FileSpec]], str]:
-    """(files, "") when a matching dataset is on the store, else (None, why not)."""
+def existing_dataset(store: ObjectStore, workload: StorageWorkloadConfig) -> Tuple[Optional[Prepared], str]:
+    """(the dataset, why) when a matching one is on the store, else (None, why not)."""
     if not store.exists(MANIFEST):
         return None, f"no dataset manifest at {store.url}/{MANIFEST}"
     manifest = json.loads(store.get(MANIFEST))
     if manifest.get("spec") != dataset_spec(workload):
         return None, f"the dataset at {store.url} was made for {manifest.get('spec')}"
     files = [FileSpec(**entry) for entry in manifest["files"]]
+    eval_files = [FileSpec(**entry) for entry in manifest.get("eval_files", [])]
     sizes = dict(store.list())
-    damaged = [f.key for f in files if sizes.get(f.key) != f.size]
+    damaged = [f.key for f in files + eval_files if sizes.get(f.key) != f.size]
     if damaged:
         return None, f"{len(damaged)} dataset files missing or resized at {store.url} (first: {damaged[0]})"
-    return files, f"reusing the dataset at {store.url}"
+    why = f"reusing the dataset at {store.url}"
+    return Prepared(files, skipped=True, reason=why, eval_files=eval_files), why
 
 
-def prepare_dataset(store: ObjectStore, workload: StorageWorkloadConfig, mode: PrepareMode, workers: int) -> Prepared:
-    if mode != "always":
-        files, why = existing_dataset(store, workload)
-        if files is not None:
-            log.info("prepare: %s (%d files)", why, len(files))
-            return Prepared(files, skipped=True, reason=why)
-        if mode == "never":
-            raise DatasetMissing(f"storage.prepare=never but {why}: run once with storage.prepare=auto "
-                                 "to write it")
-    else:
-        why = "storage.prepare=always"
-    log.info("prepare: writing %d files to %s (%s)", workload.num_files, store.url, why)
+def reusable(store: ObjectStore, workload: StorageWorkloadConfig, mode: PrepareMode) -> Tuple[Optional[Prepared], str]:
+    """The dataset to reuse, or (None, why it is written); raises DatasetMissing with prepare=never."""
+    if mode == PrepareMode.always:
+        return None, "storage.prepare=always"
+    prepared, why = existing_dataset(store, workload)
+    if prepared is not None:
+        log.info("prepare: %s (%d files)", why, len(prepared.files))
+        return prepared, why
+    if mode == PrepareMode.never:
+        raise DatasetMissing(f"storage.prepare=never but {why}: run once with storage.prepare=auto to write it")
+    return None, why
+
+
+def planned(workload: StorageWorkloadConfig) -> List[FileSpec]:
+    """Every file of the dataset: the training files, then the eval files."""
+    return plan_files(workload) + plan_files(workload, evaluation=True)
+
+
+def write_files(store: ObjectStore, workload: StorageWorkloadConfig, specs: Sequence[FileSpec],
+                workers: int) -> Tuple[List[FileSpec], List[float]]:
+    """Write `specs` with `workers` threads: (the specs as written, one PUT latency each in ms)."""
     fmt, seed = workload.format, workload.seed
     latencies: List[float] = []
 
     def write(spec: FileSpec) -> FileSpec:
-        data = encode(spec, fmt, seed)
+        data, written = encode_file(spec, fmt, seed)
         start = time.perf_counter()
         store.put(spec.key, data)
         latencies.append((time.perf_counter() - start) * 1000.0)  # list.append is atomic
-        return replace(spec, size=len(data))
+        return written
 
-    start = time.perf_counter()
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prepare") as pool:
-        files = list(pool.map(write, plan_files(workload)))
-    manifest = {"spec": dataset_spec(workload), "files": [f.to_dict() for f in files]}
+        return list(pool.map(write, specs)), latencies
+
+
+def finish(store: ObjectStore, workload: StorageWorkloadConfig, written: Sequence[FileSpec], seconds: float,
+           why: str, latencies: List[float]) -> Prepared:
+    """The manifest (last: a dataset is complete once it is there) and what was prepared."""
+    ordered = sorted(written, key=lambda f: f.index)
+    train = [f for f in ordered if not f.key.startswith(EVAL_DIR + "/")]
+    evaluation = [f for f in ordered if f.key.startswith(EVAL_DIR + "/")]
+    manifest = {"spec": dataset_spec(workload), "files": [f.to_dict() for f in train],
+                "eval_files": [f.to_dict() for f in evaluation]}
     store.put(MANIFEST, json.dumps(manifest).encode())
-    seconds = time.perf_counter() - start
-    prepared = Prepared(files, skipped=False, seconds=seconds, reason=why, put_latencies_ms=latencies)
-    prepared.written_bytes = prepared.total_bytes
+    prepared = Prepared(train, skipped=False, seconds=seconds, reason=why, put_latencies_ms=latencies,
+                        eval_files=evaluation)
+    prepared.written_bytes = sum(f.size for f in ordered)
     return prepared
+
+
+def prepare_dataset(store: ObjectStore, workload: StorageWorkloadConfig, mode: PrepareMode, workers: int) -> Prepared:
+    """Reuse the dataset, or write all of it from this process."""
+    prepared, why = reusable(store, workload, mode)
+    if prepared is not None:
+        return prepared
+    log.info("prepare: writing %d files to %s (%s)", workload.num_files + workload.eval_num_files, store.url, why)
+    start = time.perf_counter()
+    written, latencies = write_files(store, workload, planned(workload), workers)
+    return finish(store, workload, written, time.perf_counter() - start, why, latencies)
 
 
 def prepare_summary(prepared: Prepared) -> Dict[str, Any]:

@@ -1,91 +1,80 @@
 """The storage benchmark (mode=storage): MLPerf-Storage-style emulation of training I/O.
 
 Phases, each in its own module: prepare (write the dataset, or reuse it), read (simulated
-accelerators: reader threads + emulated compute, one process each), checkpoint (torch.save
-to the store and back). No model runs and no GPU is needed: the accelerators are emulated.
+accelerators: reader threads + emulated compute; processes of this run on one host, or
+torch.distributed ranks across hosts), checkpoint (torch.save to the store and back, per
+client). No model runs and no GPU is needed: the accelerators are emulated. storage.runs and
+storage.warmup_runs repeat the read and checkpoint phases as MLPerf's harness does.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Optional
 
 from bench.config import BenchConfig
+from bench.config.distributed import DistributedName
 from bench.iobench.report import StorageReport
 
 log = logging.getLogger(__name__)
 
-CHECKPOINT_DIR = "iobench-checkpoints"
+
+def clients_of(config: BenchConfig) -> int:
+    """Simulated accelerators: the ranks with distributed=ddp (WORLD_SIZE under torchrun, srun,
+    Kubernetes), else storage.accelerators processes on this host."""
+    if config.distributed.name == DistributedName.ddp:
+        return int(os.environ.get("WORLD_SIZE") or config.distributed.world_size)
+    return config.storage.accelerators
 
 
 class StorageScenario:
-    has_ranks = False  # runs in the calling process; its accelerators are processes of its own
     preload = ()
     report_class = StorageReport
 
+    def has_ranks(self, config: BenchConfig) -> bool:
+        """With distributed=ddp the simulated accelerators are ranks started by a launcher;
+        otherwise this process runs the benchmark and starts accelerator processes of its own."""
+        return config.distributed.name == DistributedName.ddp
+
     def preflight(self, config: BenchConfig) -> None:
-        """The files fit in memory (each is read whole, several at a time); the store itself is
-        checked when it is opened (one LIST)."""
-        import psutil
+        from bench.iobench.preflight import check_storage_run
 
-        from bench.errors import ConfigError
-        from bench.iobench.reader import files_in_flight
-
-        workload = config.storage.workload
-        file_bytes = workload.samples_per_file * (workload.record_size + 3 * workload.record_size_stdev)
-        held = file_bytes * files_in_flight(workload) * config.storage.accelerators
-        ram = psutil.virtual_memory().total
-        if held > ram:
-            raise ConfigError("storage.workload.record_size", workload.record_size,
-                              f"records whose files fit in memory: each file is read whole, {files_in_flight(workload)} "
-                              f"at a time per simulated accelerator, {held / 2**30:.1f} GiB in all, and this machine "
-                              f"has {ram / 2**30:.1f} GiB (lower record_size, samples_per_file, read_threads or prefetch)")
+        check_storage_run(config, clients_of(config), self.has_ranks(config))
 
     def run_name(self, config: BenchConfig) -> str:
         storage = config.storage
-        return f"storage-{storage.workload.name}-{storage.name}-c{storage.accelerators}"
+        return f"storage-{storage.workload.name}-{storage.name}-c{clients_of(config)}"
 
     def run_rank(self, config: BenchConfig, ctx: Any, out_dir: Path,
-                 heartbeat: Optional[Callable[[], None]] = None) -> StorageReport:
-        """Prepare, read and checkpoint phases."""
+                 heartbeat: Optional[Callable[[], None]] = None) -> Optional[StorageReport]:
+        """Prepare, read and checkpoint phases, runs times."""
+        if ctx.distributed:
+            from bench.iobench.ranks import run_as_rank
+
+            return run_as_rank(config, ctx, out_dir, heartbeat)
         from bench.iobench.accelerators import run_accelerators
-        from bench.iobench.prepare import prepare_dataset, prepare_summary
-        from bench.iobench.report import caching_metrics, read_metrics
+        from bench.iobench.prepare import Prepared, prepare_dataset
+        from bench.iobench.session import build_report, drop_dataset_cache, jobs_for, measure
         from bench.storage.registry import backend
 
         storage, workload = config.storage, config.storage.workload
         where = backend(storage)
         dataset = where.location(out_dir, storage.dataset_dir)
         store = where.open(dataset)  # S3: one LIST, so a bad bucket/endpoint/credential fails here
-        prepared = prepare_dataset(store, workload, storage.prepare, storage.prepare_workers)
+        prepared = Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset") \
+            if workload.checkpoint_only else prepare_dataset(store, workload, storage.prepare, storage.prepare_workers)
         log.info("read: %d files, %d simulated accelerators x %d reader threads, batch %d, computation_time %gs",
                  len(prepared.files), storage.accelerators, workload.read_threads, workload.batch_size,
                  workload.computation_time)
-        results = run_accelerators(dataset, storage, prepared.files)
-        metrics: Dict[str, Any] = {
-            "mode": "storage", "workload": workload.name, "storage": str(storage.name),
-            "storage_client": where.describe(store), "storage_url": store.url, "clients": storage.accelerators,
-            "accelerators": storage.accelerators, "format": str(workload.format), "num_files": len(prepared.files),
-            "samples_per_file": workload.samples_per_file, "record_size": workload.record_size,
-            "batch_size": workload.batch_size, "read_threads": workload.read_threads, "prefetch": workload.prefetch,
-            "computation_time": workload.computation_time, "epochs": workload.epochs,
-            **prepare_summary(prepared), **read_metrics(results, storage), **caching_metrics(prepared.total_bytes),
-        }
-        if workload.checkpoint_size_mb > 0:
-            try:
-                metrics.update(self._checkpoint_phase(config, out_dir))
-            except Exception as exc:  # noqa: BLE001 - a full disk: the read phase's figures still stand
-                metrics["checkpoint_error"] = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
-        return StorageReport(results, metrics, {"reason": prepared.reason, "files": len(prepared.files)})
-
-    def _checkpoint_phase(self, config: BenchConfig, out_dir: Path) -> Dict[str, Any]:
-        from bench.iobench.checkpoint import run_checkpoint
-        from bench.storage.registry import backend
-
-        store = backend(config.storage).checkpoint_store(out_dir, CHECKPOINT_DIR)
-        log.info("checkpoint: %.1f MB to %s", config.storage.workload.checkpoint_size_mb, store.url)
-        return run_checkpoint(store, config.storage.checkpoint_name, config.storage.workload.checkpoint_size_mb)
+        keys = [f.key for f in prepared.files + prepared.eval_files]
+        per_run, results = measure(
+            config, lambda run: run_accelerators(storage, jobs_for(config, prepared, dataset, str(out_dir),
+                                                                   storage.accelerators, run)),
+            lambda run: drop_dataset_cache(store, keys, run))
+        return build_report(config, prepared, store.url, where.describe(store), per_run, results,
+                            storage.accelerators, 1)
 
     def report(self, outcome: StorageReport, config: BenchConfig) -> StorageReport:
         return outcome

@@ -14,7 +14,7 @@ import logging
 import mmap
 import os
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Iterable, List, Optional, Tuple
 
 from bench.config.storage import StorageConfig
 from bench.storage.base import ObjectStore
@@ -36,6 +36,12 @@ class LocalStore:
 
     def _path(self, key: str) -> Path:
         return self.root / key
+
+    def local_path(self, key: str) -> Optional[str]:
+        """A path the storage benchmark may read itself (os.preadv into its own buffers); None
+        where reads must go through get(): a store that reads its own way (direct I/O, a test's
+        slow store) overrides get()."""
+        return str(self.root / key) if type(self).get is LocalStore.get else None
 
     def get(self, key: str) -> bytes:
         with open(self._path(key), "rb") as fh:
@@ -77,6 +83,20 @@ class LocalStore:
 
     def exists(self, key: str) -> bool:
         return self._path(key).is_file()
+
+    def drop_cache(self, keys: Iterable[str]) -> str:
+        """Evict these files from the page cache (flushed first: dirty pages cannot be dropped), so
+        the next read comes from the device. Returns how, for reports."""
+        if not hasattr(os, "posix_fadvise"):
+            return "none (this OS has no posix_fadvise)"
+        for key in keys:
+            fd = os.open(self._path(key), os.O_RDONLY)
+            try:
+                os.fdatasync(fd)
+                os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+            finally:
+                os.close(fd)
+        return "posix_fadvise_dontneed"
 
     def delete(self, key: str) -> None:
         self._path(key).unlink(missing_ok=True)

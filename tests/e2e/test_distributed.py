@@ -87,16 +87,11 @@ def test_two_nodes_launched_by_bench_on_loopback(bench, tiny, tmp_path):
     rendezvous timeout is a hang guard: a loaded machine may start the two nodes minutes apart."""
     common = [*tiny, "distributed=ddp", "distributed.nnodes=2", "distributed.nproc_per_node=1",
               f"distributed.rdzv_endpoint=127.0.0.1:{free_port()}", f"distributed.timeout_s={HANG_GUARD_S}"]
-    follower = bench.start(*common, "distributed.node_rank=1", f"hydra.run.dir={tmp_path}/node1")
-    try:
-        leader = bench.run(*common, "distributed.node_rank=0", f"hydra.run.dir={tmp_path}/node0")
-        follower_out, follower_err = follower.communicate(timeout=HANG_GUARD_S)
-    finally:
-        follower.kill()
+    leader, follower = bench.run_two_nodes(common, tmp_path)
     metrics = bench.metrics(leader)
     assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
-    assert follower.returncode == 0, follower_err
-    assert follower_out == ""  # node 1 neither prints a final line nor writes results
+    assert follower.returncode == 0, follower.stderr
+    assert follower.stdout == ""  # node 1 neither prints a final line nor writes results
     assert not (tmp_path / "node1" / "run_summary.json").exists()
     assert (tmp_path / "node1" / "rank1.log").is_file()
     (run,) = bench.runs()

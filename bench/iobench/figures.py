@@ -1,0 +1,150 @@
+"""The read phase's figures, merged over simulated accelerators: MLPerf's, and bench's stricter ones.
+
+MLPerf Storage (the headline; DLIO 2.0.0's statistics):
+- `mlperf_samples_per_second`: per epoch, every sample over the epoch's time, first step
+  included; summed over accelerators, averaged over epochs;
+- `mlperf_au_percent`: per epoch, emulated compute of steps 2..n over (epoch time - first step);
+  averaged over accelerators, then epochs; `mlperf_au_pass` = that MEAN meets the threshold;
+- `mlperf_mib_per_second`: samples/s x the nominal record size, in MiB (what DLIO prints as MB/s).
+bench's (strict, the names they always had): the run's first step is warm-up and left out;
+`samples_per_second` (also `steady_samples_per_second`), `read_mb_per_second` (decimal MB of
+bytes actually read), `au_percent_mean` and `au_percent_min` (min over accelerators x epochs),
+`au_pass` = the MIN meets the threshold. Requests and latencies are those of the steps after
+the warm-up step, each request counted once (by the step that consumed it), pooled over all
+accelerators. A figure with no samples behind it is left out, never 0.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from bench.analysis.stats import mean, percentile, present, rate
+from bench.config.storage import StorageConfig, StorageWorkloadConfig
+from bench.iobench.measured import EpochStats, ReaderResult
+
+log = logging.getLogger(__name__)
+
+MIB = 2 ** 20
+
+
+def _total_rate(results: Sequence[ReaderResult], amount: str) -> Optional[float]:
+    rates = [rate(r.total(amount) if amount != "requests" else len(r.requests), r.total("wall_s")) for r in results]
+    measured = [r for r in rates if r is not None]
+    return sum(measured) if measured else None
+
+
+def per_epoch(passes: Sequence[Sequence[EpochStats]], figure: Callable[[EpochStats], Optional[float]],
+              merge: Callable[[List[float]], Optional[float]]) -> Dict[int, float]:
+    """epoch -> `figure` of each accelerator's pass over it, merged over accelerators (sum or mean)."""
+    found: Dict[int, List[float]] = {}
+    for stats in passes:
+        for epoch in stats:
+            value = figure(epoch)
+            if value is not None:
+                found.setdefault(epoch.epoch, []).append(value)
+    return {epoch: merged for epoch, values in sorted(found.items())
+            if (merged := merge(values)) is not None}
+
+
+def mlperf_figures(passes: Sequence[Sequence[EpochStats]], workload: StorageWorkloadConfig, computation_time: float,
+                   prefix: str = "mlperf_") -> Dict[str, Any]:
+    rates = per_epoch(passes, lambda e: e.mlperf_samples_per_second, lambda v: sum(v))
+    aus = per_epoch(passes, lambda e: e.mlperf_au, mean)
+    samples_per_second = mean(list(rates.values()))
+    au = 100.0 * mean(list(aus.values())) if computation_time > 0 and aus else None
+    figures: Dict[str, Any] = present({
+        f"{prefix}samples_per_second": samples_per_second,
+        f"{prefix}mib_per_second": samples_per_second * workload.record_size / MIB if samples_per_second else None,
+        f"{prefix}au_percent": au,
+    })
+    if prefix == "mlperf_":  # a pass mark is for training; an evaluation pass has none
+        figures["mlperf_au_pass"] = bool(au is not None and au >= 100.0 * workload.au_threshold)
+    return figures
+
+
+def read_metrics(results: Sequence[ReaderResult], storage: StorageConfig) -> Dict[str, Any]:
+    workload = storage.workload
+    latencies = [r.latency_ms for result in results for r in result.requests]
+    step_times = [t for result in results for t in result.step_times_ms]
+    computing = workload.computation_time > 0
+    per_accelerator_au = [rate(r.total("compute_s"), r.total("wall_s")) for r in results]
+    epoch_aus = [e.au for result in results for e in result.epochs if e.steps]
+    read_bytes = sum(result.total("bytes") for result in results)
+    wall = max((result.total("wall_s") for result in results), default=0.0)
+    cpu_s = sum(result.cpu_s for result in results)
+    read_mb = _total_rate(results, "bytes")
+    steady = _total_rate(results, "samples")
+    metrics: Dict[str, Any] = mlperf_figures([r.epochs for r in results], workload, workload.computation_time)
+    metrics.update(present({
+        "samples_per_second": steady,
+        "steady_samples_per_second": steady,
+        "read_mb_per_second": read_mb / 1e6 if read_mb is not None else None,
+        "requests_per_second": _total_rate(results, "requests"),
+        "read_samples": sum(result.total("samples") for result in results),
+        "read_bytes": int(read_bytes),
+        "read_requests": len(latencies),
+        "read_steps": sum(result.total("steps") for result in results),
+        "read_seconds": wall,
+        "latency_ms_mean": mean(latencies),
+        "latency_ms_p50": percentile(latencies, 50),
+        "latency_ms_p90": percentile(latencies, 90),
+        "latency_ms_p99": percentile(latencies, 99),
+        "latency_ms_max": max(latencies, default=None),
+        "step_time_ms_p50": percentile(step_times, 50),
+        "step_time_ms_p99": percentile(step_times, 99),
+        "data_wait_fraction": rate(sum(r.total("wait_s") for r in results), sum(r.total("wall_s") for r in results)),
+        # AU only means something when there is compute to keep busy (computation_time > 0)
+        "au_percent_mean": 100.0 * mean([a for a in per_accelerator_au if a is not None]) if computing and any(
+            a is not None for a in per_accelerator_au) else None,
+        "au_percent_min": 100.0 * min(epoch_aus) if computing and epoch_aus else None,
+        "au_threshold_percent": 100.0 * workload.au_threshold,
+        "client_cpu_seconds": cpu_s,
+        "client_cpu_percent": 100.0 * cpu_s / wall if wall > 0 else None,  # of one core, all accelerators
+        "client_cpu_seconds_per_gb": cpu_s / (read_bytes / 1e9) if read_bytes else None,
+    }))
+    metrics["au_pass"] = bool(computing and epoch_aus and metrics["au_percent_min"] >= metrics["au_threshold_percent"])
+    evals = [r.evals for r in results if r.evals]
+    if evals:
+        metrics.update(mlperf_figures(evals, workload, workload.eval_computation_time, prefix="eval_"))
+        metrics["eval_seconds"] = max(sum(e.epoch_s for e in passes) for passes in evals)
+    if not latencies or metrics["read_steps"] < 2 * len(results):
+        log.warning("read: only %d measured steps and %d requests after the warm-up step: too few for stable "
+                    "figures (raise storage.workload.num_files or epochs); figures without samples are left out",
+                    metrics["read_steps"], len(latencies))
+    return metrics
+
+
+def epoch_rows(results: Sequence[ReaderResult]) -> List[Dict[str, Any]]:
+    """epochs.csv: one row per accelerator x epoch, strict and MLPerf figures side by side."""
+    def figure(value: Optional[float], scale: float = 1.0) -> Any:
+        return round(scale * value, 3) if value is not None else ""  # an empty cell: no samples behind it
+
+    return [{"client": r.client, "epoch": e.epoch, "steps": e.steps, "samples": e.samples, "bytes": int(e.bytes),
+             "wall_s": round(e.wall_s, 6), "compute_s": round(e.compute_s, 6), "wait_s": round(e.wait_s, 6),
+             "au_percent": round(100.0 * e.au, 3), "all_steps": e.all_steps, "all_samples": e.all_samples,
+             "all_bytes": int(e.all_bytes), "epoch_s": round(e.epoch_s, 6), "first_step_s": round(e.first_step_s, 6),
+             "au_compute_s": round(e.au_compute_s, 6), "checkpoint_s": round(e.checkpoint_s, 6),
+             "samples_per_second": figure(e.mlperf_samples_per_second),
+             "steady_samples_per_second": figure(e.steady_samples_per_second),
+             "mlperf_au_percent": figure(e.mlperf_au, 100.0)}
+            for r in results for e in r.epochs]
+
+
+def client_rows(results: Sequence[ReaderResult], workload: StorageWorkloadConfig) -> List[Dict[str, Any]]:
+    """clients.csv: one row per simulated accelerator (what rank 0 gathered from every client)."""
+    def shown(value: Optional[float]) -> Any:
+        return "" if value is None else value  # an empty cell: no samples behind it
+
+    rows = []
+    for r in results:
+        figures = mlperf_figures([r.epochs], workload, workload.computation_time)
+        latencies = [q.latency_ms for q in r.requests]
+        au = rate(r.total("compute_s"), r.total("wall_s")) if workload.computation_time > 0 else None
+        rows.append({"client": r.client, "host": r.host, "node": r.node, "run": r.run,
+                     "mlperf_samples_per_second": shown(figures.get("mlperf_samples_per_second")),
+                     "mlperf_au_percent": shown(figures.get("mlperf_au_percent")),
+                     "au_percent": shown(100.0 * au if au is not None else None),
+                     "read_requests": len(latencies), "latency_ms_p50": shown(percentile(latencies, 50)),
+                     "latency_ms_p99": shown(percentile(latencies, 99))})
+    return rows

@@ -1,0 +1,89 @@
+"""What a record format is to the storage benchmark: how a file is written, how a file read whole
+is checked, and where one sample lies in it (for sample-level reads).
+
+A format checks what it reads as a loader would before handing samples on (a short file, a
+broken frame, a bad checksum or an undecodable image is an error, never a fast read), and
+works on a memoryview of a reused buffer: no copy of the data on the way.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, replace
+from typing import Any, Dict, Optional, Protocol, Tuple
+
+
+@dataclass(frozen=True)
+class FileSpec:
+    key: str  # relative to the dataset root
+    index: int
+    samples: int
+    record_size: int
+    size: int = 0  # bytes on the store, known once written (headers and framing included)
+    offset: int = 0  # where sample 0 starts in the file
+    stride: int = 0  # bytes from one sample's start to the next's (0: record_size)
+
+    def to_dict(self) -> Dict[str, Any]:
+        return asdict(self)
+
+    def written(self, size: int, offset: int = 0, stride: int = 0) -> "FileSpec":
+        return replace(self, size=size, offset=offset, stride=stride or self.record_size)
+
+
+class CorruptFile(ValueError):
+    """A file (or a sample) read back is not what was written: short, badly framed, bad checksum."""
+
+
+class StreamCheck(Protocol):
+    """Checks a file fed piece by piece as it is read (a format that needs no whole file to check)."""
+
+    def feed(self, piece: memoryview) -> None: ...
+
+    def finish(self) -> int: ...  # samples found; raises CorruptFile
+
+
+class LengthCheck:
+    """A file of a known length, nothing else to check (raw records)."""
+
+    def __init__(self, spec: "FileSpec", expected: int):
+        self.spec, self.expected, self.got = spec, expected, 0
+
+    def feed(self, piece: memoryview) -> None:
+        self.got += len(piece)
+
+    def finish(self) -> int:
+        if self.got != self.expected:
+            raise CorruptFile(f"{self.spec.key}: read {self.got} bytes, expected {self.expected}")
+        return self.spec.samples
+
+
+class Format:
+    name = ""
+    extension = "bin"
+
+    def stream(self, spec: FileSpec, decode: bool = False) -> Optional[StreamCheck]:
+        """A checker fed the file piece by piece, so a whole-file read can go through one small
+        buffer that stays in the CPU cache; None: check_file needs the whole file at once."""
+        return None
+
+    def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
+        """The file's bytes for `payload` (samples x record_size seeded random bytes) and the spec
+        with its size and sample layout filled in."""
+        raise NotImplementedError
+
+    def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
+        """Samples found in a whole file just read; raises CorruptFile."""
+        raise NotImplementedError
+
+    def sample_span(self, spec: FileSpec, sample: int) -> Tuple[int, int]:
+        """(offset, length) of one sample's read: the record, with its framing where it has one."""
+        return spec.offset + sample * (spec.stride or spec.record_size), spec.record_size
+
+    def check_sample(self, data: memoryview, spec: FileSpec, decode: bool = False) -> None:
+        """One sample just read on its own; raises CorruptFile."""
+        if len(data) != spec.record_size:
+            raise CorruptFile(f"{spec.key}: read {len(data)} bytes of a sample, expected {spec.record_size}")
+
+    @staticmethod
+    def expect_size(data: memoryview, spec: FileSpec, size: int) -> None:
+        if len(data) != size:
+            raise CorruptFile(f"{spec.key}: read {len(data)} bytes, expected {size}")

@@ -1,0 +1,21 @@
+"""format=raw: the records back to back, nothing else (decoding is free)."""
+
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+from bench.iobench.formats.base import FileSpec, Format, LengthCheck, StreamCheck
+
+
+class RawFormat(Format):
+    name, extension = "raw", "bin"
+
+    def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
+        return payload, spec.written(len(payload))
+
+    def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
+        self.expect_size(data, spec, spec.samples * spec.record_size)
+        return spec.samples
+
+    def stream(self, spec: FileSpec, decode: bool = False) -> Optional[StreamCheck]:
+        return LengthCheck(spec, spec.samples * spec.record_size)

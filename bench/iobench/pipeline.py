@@ -1,0 +1,141 @@
+"""Reader threads feeding one simulated accelerator: read-ahead bounded by a window, batches cut
+from the stream of what they read, and every request tied to the step that consumed it.
+
+Threads pull the next work item themselves (a whole file, or one sample) so the loop never
+wakes up to hand out work, and deliver results as they finish; a semaphore bounds the items
+read but not yet consumed to `depth`, which is what prefetching means. A request belongs to
+the step that consumes its last sample: a file read ahead during the warm-up step but consumed
+later is a request of the measured window, counted once.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from typing import Any, Callable, Deque, Iterator, List, NamedTuple, Optional, Sequence, Tuple
+
+from bench.iobench.fetch import Fetcher
+from bench.iobench.formats.base import FileSpec
+from bench.iobench.measured import Request
+
+WorkItem = Tuple[FileSpec, Optional[int]]  # (file, None): the whole file; (file, i): its sample i
+
+
+class Batch(NamedTuple):
+    samples: int
+    bytes: float
+    requests: List[int]  # indices into the request list: the requests whose last sample is in this batch
+
+
+class Source:
+    """What reader threads read with: one Fetcher (one reused buffer) per thread."""
+
+    def __init__(self, make_fetcher: Callable[[], Fetcher]):
+        self._make = make_fetcher
+        self._local = threading.local()
+        self._all: List[Fetcher] = []
+        self._lock = threading.Lock()
+
+    def read(self, item: WorkItem) -> Tuple[int, int]:
+        fetcher = getattr(self._local, "fetcher", None)
+        if fetcher is None:
+            fetcher = self._local.fetcher = self._make()
+            with self._lock:
+                self._all.append(fetcher)
+        spec, sample = item
+        if sample is None:
+            return fetcher.whole_file(spec)
+        return 1, fetcher.sample(spec, sample)
+
+    def close(self) -> None:
+        for fetcher in self._all:
+            fetcher.close()
+
+
+_WORKER_DONE = object()
+_RECORD_LOCK = threading.Lock()
+
+
+class Pipeline:
+    def __init__(self, pool: ThreadPoolExecutor, threads: int, source: Source, work: Sequence[WorkItem], depth: int,
+                 epoch: int, requests: List[Request]):
+        self.source, self.epoch, self.requests, self.threads = source, epoch, requests, threads
+        self._todo: Iterator[WorkItem] = iter(work)
+        self._todo_lock = threading.Lock()
+        self._slots = threading.Semaphore(depth)
+        self._done: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
+        self._stopped = False
+        for _ in range(threads):
+            pool.submit(self._worker)
+
+    def _worker(self) -> None:
+        while True:
+            self._slots.acquire()  # a place in the read-ahead window
+            with self._todo_lock:
+                item = None if self._stopped else next(self._todo, None)
+            if item is None:
+                self._done.put(_WORKER_DONE)
+                return
+            try:
+                start = time.perf_counter()
+                samples, size = self.source.read(item)
+                end = time.perf_counter()
+                request = Request(item[0].key, self.epoch, size, (end - start) * 1000.0, end)
+                with _RECORD_LOCK:  # a stopped pipeline's last reads may still land beside the next one's
+                    self.requests.append(request)
+                    index = len(self.requests) - 1
+                self._done.put((samples, size, index))
+            except BaseException as exc:  # noqa: BLE001 - handed to the loop, which raises it
+                self._done.put(exc)
+                return
+
+    def _delivered(self) -> Iterator[Tuple[int, int, int]]:
+        running = self.threads
+        while running:
+            item = self._done.get()
+            if item is _WORKER_DONE:
+                running -= 1
+                continue
+            if isinstance(item, BaseException):
+                self.stop()
+                raise item
+            self._slots.release()
+            yield item
+
+    def batches(self, batch_size: int) -> Iterator[Batch]:
+        """Successive batches, the last one may be short. A batch's bytes are its share of the
+        items it came from (headers included), so they add up to the items'."""
+        pending: Deque[List[float]] = deque()  # [samples left, bytes per sample, request index]
+        available = 0
+        for samples, size, request in self._delivered():
+            pending.append([samples, size / samples if samples else 0.0, request])
+            available += samples
+            while available >= batch_size:
+                yield self._cut(pending, batch_size)
+                available -= batch_size
+        if available:
+            yield self._cut(pending, available)
+
+    @staticmethod
+    def _cut(pending: Deque[List[float]], count: int) -> Batch:
+        size, finished, wanted = 0.0, [], count
+        while wanted:
+            head = pending[0]
+            taken = min(wanted, int(head[0]))
+            size += taken * head[1]
+            head[0] -= taken
+            wanted -= taken
+            if not head[0]:
+                finished.append(int(head[2]))
+                pending.popleft()
+        return Batch(count, size, finished)
+
+    def stop(self) -> None:
+        """Let every reader thread finish its current item and exit (a run cut short by max_steps)."""
+        with self._todo_lock:
+            self._stopped = True
+        for _ in range(self.threads):
+            self._slots.release()

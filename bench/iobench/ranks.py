@@ -1,0 +1,135 @@
+"""The storage benchmark across hosts: every simulated accelerator is a torch.distributed rank
+(gloo, no GPU), started by torchrun / srun / Kubernetes (RANK, WORLD_SIZE, LOCAL_RANK set) or by
+bench's own launcher (distributed=ddp, nproc_per_node clients per host x nnodes hosts).
+
+Rank 0 decides whether the dataset is reused; if not, every rank writes its 1/N of the files
+and rank 0 writes the manifest. Every rank then reads its shard (barriers line up the start of
+the read phase and the checkpoint writes and reads), and rank 0 gathers every client's results
+(every request, for percentiles over all of them; every epoch, for AU per client) and reports.
+The dataset location and the run directory are rank 0's, so with several hosts storage.root
+must be a file system they all see (or S3).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from pathlib import Path
+from typing import Any, List, Optional
+
+from bench.config import BenchConfig
+from bench.iobench.client import run_client
+from bench.iobench.measured import ReaderResult
+from bench.iobench.prepare import DatasetMissing, finish, planned, reusable, write_files
+from bench.iobench.report import StorageReport
+from bench.iobench.session import build_report, drop_dataset_cache, jobs_for, measure
+from bench.launch.context import RankContext
+from bench.storage.registry import backend, open_store
+
+log = logging.getLogger(__name__)
+
+
+class _Barrier:
+    """A start gate over the process group (what run_reader waits on)."""
+
+    def wait(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+
+def hosts_and_node(ctx: RankContext) -> tuple:
+    """(hosts in the run, this rank's host index), from what torch's elastic agent exports."""
+    local = int(os.environ.get("LOCAL_WORLD_SIZE") or ctx.world_size)
+    hosts = int(os.environ.get("GROUP_WORLD_SIZE") or max(1, ctx.world_size // max(1, local)))
+    return hosts, int(os.environ.get("GROUP_RANK") or ctx.rank // max(1, local))
+
+
+def _broadcast(value: Any) -> Any:
+    import torch.distributed as dist
+
+    box = [value]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
+
+
+def _gather(value: Any) -> List[Any]:
+    import torch.distributed as dist
+
+    gathered: List[Any] = [None] * dist.get_world_size()
+    dist.all_gather_object(gathered, value)
+    return gathered
+
+
+def prepare_split(store: Any, config: BenchConfig, ctx: RankContext) -> Any:
+    """The dataset, reused (rank 0 checks) or written 1/N by every rank."""
+    storage, workload = config.storage, config.storage.workload
+    decision: Any = None
+    if ctx.rank == 0:
+        try:
+            prepared, why = reusable(store, workload, storage.prepare)
+            decision = ("reuse", prepared) if prepared is not None else ("write", why)
+        except DatasetMissing as exc:
+            decision = ("missing", str(exc))
+    kind, detail = _broadcast(decision)
+    if kind == "missing":
+        raise DatasetMissing(detail)
+    if kind == "reuse":
+        return detail
+    specs = planned(workload)[ctx.rank::ctx.world_size]
+    log.info("prepare: rank %d writes %d of the dataset's files to %s", ctx.rank, len(specs), store.url)
+    start = time.perf_counter()
+    written, latencies = write_files(store, workload, specs, storage.prepare_workers)
+    shares = _gather((written, latencies, time.perf_counter() - start))
+    prepared = None
+    if ctx.rank == 0:
+        prepared = finish(store, workload, [f for share in shares for f in share[0]], max(s[2] for s in shares),
+                          detail, [ms for share in shares for ms in share[1]])
+        prepared.written_by_client = [len(share[0]) for share in shares]
+    return _broadcast(prepared)
+
+
+def run_as_rank(config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Any = None) -> Optional[StorageReport]:
+    import torch
+    import torch.distributed as dist
+
+    from bench.launch.process_group import destroy_process_group, init_process_group
+
+    init_process_group(config.distributed, ctx, torch.device("cpu"))
+    try:
+        storage = config.storage
+        hosts, node = hosts_and_node(ctx)
+        location, run_dir = _broadcast((backend(storage).location(out_dir, storage.dataset_dir), str(out_dir)))
+        store = open_store(location, storage)
+        prepared = prepare_split(store, config, ctx) if not storage.workload.checkpoint_only else \
+            _no_dataset()
+        if ctx.rank == 0:
+            log.info("read: %d files, %d simulated accelerators (ranks) on %d host(s) x %d reader threads, batch %d",
+                     len(prepared.files), ctx.world_size, hosts, storage.workload.read_threads,
+                     storage.workload.batch_size)
+
+        def run_clients(run: int) -> Optional[List[ReaderResult]]:
+            (job,) = jobs_for(config, prepared, location, run_dir, ctx.world_size, run, only=ctx.rank, node=node)
+            result = run_client(storage, job, sync=dist.barrier, start_gate=_Barrier(), heartbeat=heartbeat)
+            gathered = _gather(result.to_dict())
+            return [ReaderResult.from_dict(r) for r in gathered] if ctx.rank == 0 else None
+
+        def drop(run: int) -> None:
+            mine = jobs_for(config, prepared, location, run_dir, ctx.world_size, run, only=ctx.rank)[0]
+            drop_dataset_cache(store, [f["key"] for f in mine.files + mine.eval_files], run)
+            dist.barrier()
+
+        per_run, results = measure(config, run_clients, drop)
+        if ctx.rank != 0:
+            return None
+        return build_report(config, prepared, store.url, backend(storage).describe(store), per_run, results,
+                            ctx.world_size, hosts)
+    finally:
+        destroy_process_group()
+
+
+def _no_dataset() -> Any:
+    from bench.iobench.prepare import Prepared
+
+    return Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset")

@@ -1,0 +1,84 @@
+"""One storage benchmark, whoever runs its clients: the runs (warm-up, then measured), the cache
+dropped between them, and the report built from every client's results.
+
+`run_clients(run)` runs one read (+ checkpoint) phase on every client and returns their results:
+spawned processes on one host (bench.iobench.accelerators), or torch.distributed ranks gathered
+on rank 0 (bench.iobench.ranks, which returns them on rank 0 only).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any, Callable, Dict, List, Optional, Sequence
+
+from bench.config import BenchConfig
+from bench.iobench.checkpoint import drop_cache
+from bench.iobench.checkpoint_figures import checkpoint_metrics
+from bench.iobench.client import ClientJob, shard
+from bench.iobench.figures import client_rows, read_metrics
+from bench.iobench.measured import ReaderResult
+from bench.iobench.prepare import Prepared, prepare_summary
+from bench.iobench.qualify import qualification
+from bench.iobench.report import StorageReport, caching_metrics
+from bench.iobench.runs import merge_runs, run_rows
+from bench.storage.base import ObjectStore
+
+log = logging.getLogger(__name__)
+
+
+def jobs_for(config: BenchConfig, prepared: Prepared, location: str, out_dir: str, clients: int, run: int,
+             only: Optional[int] = None, node: int = 0) -> List[ClientJob]:
+    """Every client's job for one run (or client `only`'s)."""
+    wanted = range(clients) if only is None else [only]
+    return [ClientJob(location, out_dir, i, clients, [f.to_dict() for f in shard(prepared.files, i, clients)],
+                      [f.to_dict() for f in shard(prepared.eval_files, i, clients)], run, node) for i in wanted]
+
+
+def drop_dataset_cache(store: ObjectStore, keys: Sequence[str], run: int) -> None:
+    how = drop_cache(store, list(keys))
+    log.info("run %d: page cache of %d dataset files dropped: %s", run, len(keys), how)
+
+
+def measure(config: BenchConfig, run_clients: Callable[[int], Optional[List[ReaderResult]]],
+            drop: Callable[[int], None]) -> tuple:
+    """(per-run figures, every measured result) of warmup_runs + runs runs; ([], []) off rank 0."""
+    storage = config.storage
+    per_run: List[Dict[str, Any]] = []
+    measured: List[ReaderResult] = []
+    total = storage.warmup_runs + storage.runs
+    for run in range(total):
+        if run:
+            drop(run)
+        if total > 1:
+            log.info("run %d of %d (%s)", run + 1, total, "warm-up" if run < storage.warmup_runs else "measured")
+        results = run_clients(run)
+        if results is None or run < storage.warmup_runs:
+            continue
+        figures = {} if storage.workload.checkpoint_only else read_metrics(results, storage)
+        per_run.append({**figures, **checkpoint_metrics(results)})
+        measured.extend(results)
+    return per_run, measured
+
+
+def build_report(config: BenchConfig, prepared: Prepared, store_url: str, client_name: str,
+                 per_run: List[Dict[str, Any]], results: List[ReaderResult], clients: int,
+                 hosts: int) -> StorageReport:
+    storage, workload = config.storage, config.storage.workload
+    metrics: Dict[str, Any] = {
+        "mode": "storage", "workload": workload.name, "storage": str(storage.name), "storage_client": client_name,
+        "storage_url": store_url, "clients": clients, "accelerators": clients, "hosts": hosts,
+        "format": str(workload.format), "read_mode": str(workload.read_mode), "shuffle": workload.shuffle,
+        "num_files": len(prepared.files), "samples_per_file": workload.samples_per_file,
+        "record_size": workload.record_size, "batch_size": workload.batch_size, "read_threads": workload.read_threads,
+        "prefetch": workload.prefetch, "computation_time": workload.computation_time, "epochs": workload.epochs,
+        "runs": storage.runs, "warmup_runs": storage.warmup_runs,
+        **prepare_summary(prepared), **merge_runs(per_run, results), **caching_metrics(prepared.total_bytes, hosts),
+    }
+    if not workload.checkpoint_only:
+        metrics["au_threshold_percent"] = 100.0 * workload.au_threshold
+    metrics.update(qualification(metrics, storage, clients, hosts))
+    prepare = {"reason": prepared.reason, "files": len(prepared.files), "eval_files": len(prepared.eval_files)}
+    if prepared.written_by_client:
+        prepare["written_by_client"] = prepared.written_by_client
+    return StorageReport(results, metrics, prepare, run_rows(per_run) if len(per_run) > 1 else [],
+                         client_rows(results, workload))
