@@ -7,24 +7,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 
 import pytest
 
-
-def _slurm_node_idle() -> bool:
-    if not shutil.which("sbatch") or not shutil.which("sinfo"):
-        return False
-    try:
-        states = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return any(state.strip() in ("idle", "mix") for state in states.splitlines())
-
-
-pytestmark = pytest.mark.skipif(not _slurm_node_idle(), reason="needs a running Slurm with an idle node (.ci/slurm up)")
 
 def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, **env: str) -> dict:
     """Submit, wait for the job to end, and return the final radix_metrics line of its output.
@@ -52,7 +39,7 @@ def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, *
     return json.loads(lines[0])["radix_metrics"]
 
 
-def test_slurm_single_gpu_script_on_cpu(bench, repo, tiny, tmp_path):
+def test_slurm_single_gpu_script_on_cpu(slurm, bench, repo, tiny, tmp_path):
     metrics = sbatch(bench, repo, tmp_path, "slurm_single_gpu.sbatch",
                      ["--gpus-per-task=0", f"--cpus-per-task={min(2, os.cpu_count())}"], tiny)
     assert metrics["world_size"] == 1 and metrics["measured_steps"] == 3
@@ -60,7 +47,7 @@ def test_slurm_single_gpu_script_on_cpu(bench, repo, tiny, tmp_path):
     assert run.info.status == "FINISHED"
 
 
-def test_slurm_multinode_script_runs_torchrun_ddp(bench, repo, tiny, tmp_path):
+def test_slurm_multinode_script_runs_torchrun_ddp(slurm, bench, repo, tiny, tmp_path):
     """srun -> torchrun (c10d at the head node) -> 2 bench ranks that join; rank 0 reports."""
     metrics = sbatch(bench, repo, tmp_path, "slurm_ddp_multinode.sbatch",
                      ["--nodes=1", "--gpus-per-node=0", f"--cpus-per-task={min(2, os.cpu_count())}"], tiny,
@@ -72,11 +59,6 @@ def test_slurm_multinode_script_runs_torchrun_ddp(bench, repo, tiny, tmp_path):
 
 
 # ---- sweeps whose jobs are Slurm jobs (hydra/launcher=slurm) -------------------------------------------
-
-# a CPU node of 2 cores: no GPUs, 1 GB, one core per process of the job (so a 2-process job asks for 2)
-SLURM_ON_CPU = ["hydra/launcher=slurm", "hydra.launcher.gpus_per_node=0", "hydra.launcher.mem_gb=1",
-                "hydra.launcher.cpus_per_task='${bench.times:1,${distributed.nproc_per_node}}'"]
-
 
 def _sweep_runs(bench, uri=None) -> tuple:
     runs = bench.runs(uri)
@@ -100,12 +82,13 @@ def _slurm_job(job_id: str) -> str:
     return subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30).stdout
 
 
-def test_a_slurm_sweep_is_one_parent_with_a_child_per_slurm_job_and_counts_its_failures(bench, tiny, tmp_path):
+def test_a_slurm_sweep_is_one_parent_with_a_child_per_slurm_job_and_counts_its_failures(slurm, bench, tiny, tmp_path):
     """4 jobs as 2 job arrays (1- and 2-process jobs ask for 1 and 2 cores); amp_fp16 cannot run on
     a CPU: 2 FINISHED and 2 FAILED children of one parent, in the default sqlite store of the launch
     directory, which every job reaches (one node: a shared filesystem)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
     sweep_dir = tmp_path / "sweep"
-    proc = bench.run("-m", *tiny, *SLURM_ON_CPU, "distributed=ddp", "distributed.nproc_per_node=1,2",
+    proc = bench.run("-m", *tiny, *slurm.sweep_on_cpu, "distributed=ddp", "distributed.nproc_per_node=1,2",
                      "precision=fp32,amp_fp16", f"hydra.sweep.dir={sweep_dir}")
     assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr[-5000:]}"  # two failed jobs
     assert "Traceback" not in proc.stderr
@@ -143,22 +126,15 @@ def test_a_slurm_sweep_is_one_parent_with_a_child_per_slurm_job_and_counts_its_f
             assert "JobState=COMPLETED" in shown and f"NumCPUs={cores}" in shown, shown
 
 
-def _sacct_answers() -> bool:
-    try:
-        return subprocess.run(["sacct", "-n", "-X", "-o", "JobID", "--starttime=now-1minute"], capture_output=True,
-                              timeout=10).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
-
-
-@pytest.mark.skipif(not _slurm_node_idle() or not _sacct_answers(),
-                    reason="needs Slurm accounting (slurmdbd): submitit sees a cancelled job end only through sacct")
-def test_a_cancelled_slurm_job_is_a_failed_child_and_the_sweep_goes_on(bench, tiny, tmp_path, mlflow_server):
+def test_a_cancelled_slurm_job_is_a_failed_child_and_the_sweep_goes_on(slurm, bench, tiny, tmp_path, mlflow_server):
     """Job 1 trains until it is cancelled (scancel, as a user or a preemption would); the sweep
     counts it failed, its child run on the MLflow server is FAILED with Slurm's state, the report
     says so, and job 0 is unaffected."""
+    if not slurm.accounting:
+        pytest.skip("needs Slurm accounting (slurmdbd, .ci/slurm up): submitit sees a cancelled job end only through sacct")
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
     sweep_dir = tmp_path / "sweep"
-    proc = bench.start("-m", *tiny, *SLURM_ON_CPU, "benchmark.log_every=1", "train.steps_per_epoch=3,100000",
+    proc = bench.start("-m", *tiny, *slurm.sweep_on_cpu, "benchmark.log_every=1", "train.steps_per_epoch=3,100000",
                        f"hydra.sweep.dir={sweep_dir}", env=bench.env(mlflow_server))
     bench.wait_for_line(proc, sweep_dir / "1" / "rank0.log", "step 2/")
     (array,) = {path.name.split("_")[0] for path in sweep_dir.glob(".submitit/*_1")}

@@ -68,18 +68,20 @@ CREDENTIAL_CANARIES = {"AWS_ACCESS_KEY_ID": f"canary-akid-{uuid.uuid4().hex[:8]}
                        "HF_TOKEN": f"canary-hf-{uuid.uuid4().hex[:8]}"}
 
 
-def test_canaries_on_a_slurm_local_sweep_and_its_submitit_folder(bench, tiny, tmp_path, leaky_env):
-    """Jobs pickled by submitit and run in processes of their own: the submitit folder (pickled
-    jobs and results, job logs) joins the places searched."""
+def test_canaries_on_a_submitit_sweep_and_its_folder(bench, tiny, tmp_path, leaky_env, slurm_or_none):
+    """Jobs pickled by submitit and run in processes of their own, as Slurm jobs where a Slurm runs
+    (.ci/slurm up), else by submitit's local executor: the submitit folder (generated job scripts,
+    pickled jobs and results, job logs) joins the places searched."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
     server, env = leaky_env
     env = {**env, **CREDENTIAL_CANARIES, "MLFLOW_TRACKING_USERNAME": "bench-user"}
-    proc = bench.run("-m", *tiny, "hydra/launcher=slurm_local", "precision=fp32,amp_fp16",
-                     f"hydra.sweep.dir={tmp_path}/sweep", env=env)
+    launcher = slurm_or_none.sweep_on_cpu if slurm_or_none else ("hydra/launcher=slurm_local",)
+    proc = bench.run("-m", *tiny, *launcher, "precision=fp32,amp_fp16", f"hydra.sweep.dir={tmp_path}/sweep", env=env)
     assert proc.returncode == 1, proc.stderr[-5000:]
     submitit_files = [p.name for p in (tmp_path / "sweep" / ".submitit").rglob("*") if p.is_file()]
     assert sum(name.endswith("_submitted.pkl") for name in submitit_files) == 2
     assert sum(name.endswith("_log.err") for name in submitit_files) == 2
+    assert sum(name.endswith("_submission.sh") for name in submitit_files) == (1 if slurm_or_none else 0)
     runs = bench.runs(server.url)
     assert len(runs) == 3  # the parent and two children, on the server
     tracked = [str(run.data.params) + str(run.data.tags) for run in runs]
