@@ -10,6 +10,7 @@ from bench import config_dir
 from bench.config.hydra_errors import reporting_one_line
 from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG
+from bench.launch.plugins import register_bench_launchers
 from bench.secrets import command_line_problem
 
 register_configs()
@@ -44,6 +45,7 @@ def cli() -> None:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
     sys.argv[1:] = [quote_list_values(arg) for arg in sys.argv[1:]]
+    register_bench_launchers()
     reporting_one_line(main)
     from bench.tracking.sweep import failed_jobs
 

@@ -43,6 +43,8 @@ def run_from_hydra(cfg: DictConfig) -> int:
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     sweep_job = current_job(hydra_cfg) if in_sweep else None
     out_dir, launch_dir = Path(hydra_cfg.runtime.output_dir), Path(hydra_cfg.runtime.cwd)
+    if sweep_job and sweep_job["launch_dir"]:  # a job on another node: the sweep's directory, for the default store
+        launch_dir = Path(sweep_job["launch_dir"])
     overrides = list(hydra_cfg.overrides.task)
     try:
         config = load(cfg)

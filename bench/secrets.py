@@ -18,6 +18,8 @@ CONFIG_MARKERS = ("secret", "password", "passwd", "token", "access_key", "creden
 ENV_MARKERS = CONFIG_MARKERS + ("key", "pass", "pwd", "session", "cookie", "signature", "private", "cert")
 # scheme://userinfo@host: anything between :// and an @ before the first /
 USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s@]+@")
+# NAME=value inside a value (a setup line of hydra/launcher=slurm: `export AWS_SECRET_ACCESS_KEY=...`)
+ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=")
 CREDENTIALS_HOME = ("credentials go in the environment: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE "
                     "for S3, MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for an MLflow server")
 
@@ -57,6 +59,11 @@ def command_line_problem(args: List[str]) -> Optional[str]:
         if has_userinfo(value):
             return (f"{key}=<hidden: it carries credentials> is not valid: accepted a URL without user:password; "
                     f"{CREDENTIALS_HOME}.")
+        assigned = [name for name in ASSIGNMENT.findall(value) if looks_secret_env(name)]
+        if assigned:  # hydra.launcher.setup=["export MLFLOW_TRACKING_PASSWORD=..."]: saved in the job script
+            return (f"{key}=<hidden: it sets {assigned[0]}> is not valid: accepted no credential on the command "
+                    f"line (it would be saved in .hydra/ and the job's script); {CREDENTIALS_HOME} of the "
+                    f"submitting shell, or a file the job sources.")
     return None
 
 

@@ -381,6 +381,45 @@ def long_ddp_run(bench, tiny, tmp_path) -> Iterator[LongDdpRun]:
         run.cleanup()
 
 
+# ---- a real Slurm on this machine (.ci/slurm up) ------------------------------------------------------
+
+
+@dataclass
+class Slurm:
+    """A running Slurm with an idle node. `accounting`: sacct answers (slurmdbd), which submitit
+    needs to see a job end that left no result (cancelled, out of time)."""
+
+    accounting: bool
+    # a sweep's jobs as Slurm jobs on a CPU node: no GPUs, 1 GB, one core per process of the job
+    sweep_on_cpu = ("hydra/launcher=slurm", "hydra.launcher.gpus_per_node=0", "hydra.launcher.mem_gb=1",
+                    "hydra.launcher.cpus_per_task='${bench.times:1,${distributed.nproc_per_node}}'")
+
+
+def _run_quietly(*command: str) -> Optional[subprocess.CompletedProcess]:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, timeout=10)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+@pytest.fixture(scope="session")
+def slurm_or_none() -> Optional[Slurm]:
+    if not shutil.which("sbatch"):
+        return None
+    states = _run_quietly("sinfo", "-h", "-o", "%t")
+    if states is None or not {"idle", "mix"} & set(states.stdout.split()):
+        return None
+    sacct = _run_quietly("sacct", "-n", "-X", "-o", "JobID", "--starttime=now-1minute")
+    return Slurm(accounting=sacct is not None and sacct.returncode == 0)
+
+
+@pytest.fixture
+def slurm(slurm_or_none) -> Slurm:
+    if slurm_or_none is None:
+        pytest.skip("needs a running Slurm with an idle node (.ci/slurm up)")
+    return slurm_or_none
+
+
 # ---- MLflow tracking servers on loopback -------------------------------------------------------------
 
 

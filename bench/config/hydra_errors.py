@@ -21,6 +21,8 @@ from omegaconf.errors import OmegaConfBaseException
 from bench.errors import EXIT_CONFIG, ConfigError
 
 _MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
+# conf/hydra/launcher/slurm*.yaml build on hydra-submitit-launcher's configs: not installed, they cannot load
+_NEEDS_SUBMITIT = re.compile(r"In 'hydra/launcher/([^']+)': Could not load 'hydra/launcher/submitit_")
 _AVAILABLE = re.compile(r"Available options in '[^']+':\n((?:\t.*\n?)+)")
 _FULL_KEY = re.compile(r"full_key: (\S+)")
 _ENUM = re.compile(r"Invalid value '(.*)', expected one of \[(.*)\]")
@@ -35,6 +37,10 @@ def one_line(exc: BaseException) -> str:
     """The sentence to show for a composition or resolution error."""
     text = str(exc)
     cause = str(exc.__cause__) if exc.__cause__ is not None else ""
+    needs_submitit = _NEEDS_SUBMITIT.search(text)
+    if needs_submitit:
+        return str(ConfigError("hydra/launcher", needs_submitit.group(1), "where hydra-submitit-launcher is "
+                               "installed (pip install 'bench[slurm]'), and it is not"))
     missing = _MISSING_OPTION.search(text)
     if missing:
         group, option = missing.groups()

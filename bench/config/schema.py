@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
+from omegaconf import OmegaConf
 
 from bench.config.data import DataConfig
 from bench.config.distributed import DistributedConfig, Scaling
@@ -150,5 +151,14 @@ class BenchConfig(Checks):
 
 def register_configs() -> None:
     """Store the schema; conf/config.yaml lists it first in its defaults, so every group option
-    is merged into (and type-checked by) these dataclasses."""
+    is merged into (and type-checked by) these dataclasses. `${bench.times:8,${distributed.nproc_per_node}}`
+    multiplies: the Slurm presets (conf/hydra/launcher/) ask for cores and memory per process."""
     ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
+    OmegaConf.register_new_resolver("bench.times", _times, replace=True)
+
+
+def _times(*factors: Any) -> Any:
+    product = 1
+    for factor in factors:
+        product *= factor
+    return product

@@ -1,39 +1,116 @@
 """Sweeps: one MLflow parent run per Hydra multirun, every job of it a child run.
 
-Hydra calls the callback around the sweep (configured under hydra.callbacks in
-conf/config.yaml). Jobs read the parent run id from here (same process: Hydra's basic
-launcher runs the job functions one after another, and each job starts its training in
-processes of its own). A failed job is a FAILED child and the sweep goes on; the multirun
-exits with the number of failed jobs. At the end the sweep report (bench.analysis) is
-written into the sweep dir and logged to the parent run.
+Hydra calls the callback around the sweep (hydra.callbacks in conf/config.yaml) in the process
+that started the multirun, which owns the sweep: it opens the parent run, counts the jobs and
+their failures, and writes the report (bench.analysis) when all jobs are done. A job runs in that
+process (Hydra's basic launcher) or in another one (a Slurm node, a process of submitit's local
+executor: bench.launch.slurm), so what a job needs from the sweep (the parent run id, the
+directory the sweep started in, whether the tracking server answered its one probe) travels in
+the environment variable BENCH_SWEEP, set here and handed on by every launcher.
+
+Jobs are counted where their returns arrive: on_job_end when the job ran in this process,
+job_returned / job_lost when a launcher collected it from elsewhere. A failed job is a FAILED
+child and the sweep goes on: a job that never returned (cancelled, out of time, its node lost)
+gets a FAILED child here, and its job dir the reason. The multirun exits with the number of
+failed jobs.
 """
 
 from __future__ import annotations
 
 import atexit
+import json
 import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 
 log = logging.getLogger("bench")
 
-_state: Dict[str, Any] = {"tracker": None, "jobs": 0, "failed": 0, "tracking_down": None}
+SWEEP_ENV = "BENCH_SWEEP"  # JSON: parent_run_id, launch_dir, tracking_down
+
+_state: Dict[str, Any] = {"tracker": None, "jobs": 0, "failed": 0, "owner": None, "experiment": None, "sweep_dir": None}
 
 
 def current_job(hydra_cfg: Any) -> Dict[str, Any]:
     """What a sweep job needs to log as a child of the sweep (or to skip tracking when the
-    server did not answer the sweep's one probe)."""
-    tracker = _state["tracker"]
-    return {"parent_run_id": tracker.run_id if tracker is not None and tracker.active else None,
-            "job": hydra_cfg.job.num, "dir": hydra_cfg.sweep.dir, "tracking_down": _state["tracking_down"]}
+    server did not answer the sweep's one probe), wherever the job runs."""
+    carried = json.loads(os.environ.get(SWEEP_ENV) or "{}")
+    return {"parent_run_id": carried.get("parent_run_id"), "launch_dir": carried.get("launch_dir"),
+            "tracking_down": carried.get("tracking_down"), "job": hydra_cfg.job.num, "dir": hydra_cfg.sweep.dir}
 
 
 def failed_jobs() -> int:
     return _state["failed"]
+
+
+def job_returned(num: Any, job_return: Any) -> bool:
+    """Count a job that came back (its task's return value is bench's exit code); True if it failed."""
+    from hydra.core.utils import JobStatus
+
+    failed = job_return.status != JobStatus.COMPLETED or bool(job_return._return_value)
+    _count(num, failed)
+    return failed
+
+
+def job_lost(num: Any, overrides: Sequence[str], job_dir: Path, reason: str) -> None:
+    """A job that never returned: counted failed, its child run FAILED with the reason (made
+    when the job never opened one), the reason in its job dir for the report."""
+    _count(num, True, reason)
+    _record_in_job_dir(job_dir, overrides, reason)
+    tracker = _state["tracker"]
+    if tracker is None or not tracker.active:
+        return
+    try:
+        _fail_child(tracker, str(num), list(overrides), reason)
+    except Exception as exc:  # noqa: BLE001 - tracking must not end the sweep
+        log.warning("could not mark sweep job %s FAILED in MLflow (%s: %s)", num, type(exc).__name__, exc)
+
+
+def _count(num: Any, failed: bool, reason: str = "") -> None:
+    _state["jobs"] += 1
+    if failed:
+        _state["failed"] += 1
+        log.warning("sweep job %s failed%s; going on with the others", num, f" ({reason})" if reason else "")
+
+
+def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> None:
+    """The report reads job dirs: one that never started gets its overrides, and one without a
+    result the reason (unless the job wrote its own)."""
+    import yaml
+
+    try:
+        hydra_dir = job_dir / ".hydra"
+        if not hydra_dir.is_dir():
+            hydra_dir.mkdir(parents=True)
+            (hydra_dir / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
+            (hydra_dir / "config.yaml").write_text("{}\n")
+        if not (job_dir / "run_summary.json").exists() and not (job_dir / "error.txt").exists():
+            (job_dir / "error.txt").write_text(reason + "\n")
+    except OSError as exc:
+        log.warning("could not write the reason into %s: %s", job_dir, exc)
+
+
+def _fail_child(parent: Any, num: str, overrides: list, reason: str) -> None:
+    from bench.tracking.tracker import Tracker
+
+    client = parent.client
+    experiment_id = client.get_run(parent.run_id).info.experiment_id
+    found = client.search_runs([experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}' "
+                                                              f"and tags.`sweep.job` = '{num}'")
+    if found:
+        child = found[0]
+        if child.info.status != "FAILED":
+            said = child.data.tags.get("error")
+            Tracker(client, child.info.run_id, parent.uri).finish("FAILED", error=f"{reason}; the run said: {said}"
+                                                                  if said else reason)
+        return
+    tags = {"sweep.job": num, "sweep.dir": str(_state["sweep_dir"]), "overrides": " ".join(overrides)}
+    child = Tracker.start(parent.uri, _state["experiment"], f"job{num}", tags, parent_run_id=parent.run_id)
+    child.log_params(_sweep_params(overrides))
+    child.finish("FAILED", error=reason)
 
 
 def _sweep_params(overrides: Any) -> Dict[str, str]:
@@ -45,39 +122,45 @@ def _sweep_params(overrides: Any) -> Dict[str, str]:
     return params
 
 
+def _carry(**carried: Any) -> None:
+    os.environ[SWEEP_ENV] = json.dumps(carried)
+
+
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        _state.update(tracker=None, jobs=0, failed=0, tracking_down=None)
+        sweep_dir = Path(config.hydra.sweep.dir).resolve()
+        _state.update(tracker=None, jobs=0, failed=0, owner=os.getpid(), experiment=config.tracking.experiment,
+                      sweep_dir=sweep_dir)
+        launch_dir = str(Path(os.getcwd()).resolve())
+        _carry(parent_run_id=None, launch_dir=launch_dir, tracking_down=None)
         if not config.tracking.enabled:
             return
         from bench.tracking.probe import bound_mlflow_retries, probe, unreachable_line
         from bench.tracking.tracker import Tracker, process_tags, resolve_tracking_uri  # mlflow: when a sweep starts
 
-        sweep_dir = Path(config.hydra.sweep.dir).resolve()
         overrides = list(config.hydra.overrides.task)
-        uri = resolve_tracking_uri(config.tracking.uri, Path(os.getcwd()))
+        uri = resolve_tracking_uri(config.tracking.uri, Path(launch_dir))
         bound_mlflow_retries()
         problem = probe(uri, config.tracking.probe_timeout_s)  # once for the whole sweep
         if problem:
             log.warning(unreachable_line(uri, problem, config.tracking.probe_timeout_s))
-            _state["tracking_down"] = f"the MLflow server did not answer at the sweep's start ({problem})"
+            _carry(parent_run_id=None, launch_dir=launch_dir,
+                   tracking_down=f"the MLflow server did not answer at the sweep's start ({problem})")
             return
         name = config.tracking.run_name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+        # Opened before any job starts: a fresh sqlite store is created here, once (jobs creating
+        # it at the same time would race on its schema)
         tracker = Tracker.start(uri, config.tracking.experiment, name,
                                 {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides),
                                  **process_tags()})
         tracker.log_params(_sweep_params(overrides))
         _state["tracker"] = tracker
+        _carry(parent_run_id=tracker.run_id if tracker.active else None, launch_dir=launch_dir, tracking_down=None)
         atexit.register(_end_interrupted_sweep, tracker)
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        from hydra.core.utils import JobStatus
-
-        _state["jobs"] += 1
-        failed = job_return.status != JobStatus.COMPLETED or bool(job_return._return_value)
-        if failed:
-            _state["failed"] += 1
-            log.warning("sweep job %s failed; going on with the next one", config.hydra.job.num)
+        if _state["owner"] == os.getpid():  # the job ran here; elsewhere its launcher reports it
+            job_returned(config.hydra.job.num, job_return)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         tracker: Optional[Any] = _state["tracker"]
@@ -94,6 +177,7 @@ class MlflowSweepCallback(Callback):
                         type(exc).__name__, exc, sweep_dir)
         jobs, failed = _state["jobs"], _state["failed"]
         log.info("sweep done: %d jobs, %d failed; report in %s", jobs, failed, sweep_dir / "report")
+        os.environ.pop(SWEEP_ENV, None)
         if tracker is not None:
             tracker.set_tags({"sweep.jobs": jobs, "sweep.failed_jobs": failed})
             tracker.log_artifacts(files, artifact_path="report")

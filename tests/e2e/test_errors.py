@@ -135,16 +135,23 @@ def test_heavy_import_detector_parses_importtime_lines():
     assert _heavy_imports(log) == ["torch._C", "mlflow"]
 
 
-@pytest.mark.parametrize("flags", [["--cfg", "job"], ["--help"]], ids=["cfg-job", "help"])
+@pytest.mark.parametrize("flags", [["--cfg", "job"], ["--help"], ["hydra/launcher=slurm", "--cfg", "job"],
+                                   ["hydra/launcher=slurm_local", "--help"]],
+                         ids=["cfg-job", "help", "cfg-job-slurm", "help-slurm_local"])
 def test_cli_prints_config_without_importing_torch_or_mlflow(tmp_path, flags):
+    """With a Slurm launcher too: Hydra imports its plugins (bench's launchers among them) at start."""
+    if "slurm" in flags[0]:
+        pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher")
     proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "bench", *flags],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "arch: resnet50" in proc.stdout
     assert "import time:" in proc.stderr  # the log is there, so an empty result means something
     assert _heavy_imports(proc.stderr) == []
-    if flags == ["--help"]:
+    if "--help" in flags:
         assert "precision: amp_fp16, bf16, fp32, tf32" in proc.stdout
+    if "slurm" in flags[0]:
+        assert "bench.launch.slurm" in proc.stderr  # bench's launcher was imported, and it stayed light
 
 
 def test_a_refused_config_imports_neither_torch_nor_mlflow(tmp_path):

@@ -1,31 +1,17 @@
-"""The Slurm launchers under a real single-node Slurm (started by `.ci/slurm up`; skipped
-where there is none): `sbatch --wait` of the scripts in launchers/, GPU requests turned off
-on the command line so they run on the CPU with gloo."""
+"""Slurm for real, a single-node Slurm started by `.ci/slurm up` (skipped where there is none):
+the sbatch scripts in launchers/, and sweeps whose jobs are Slurm jobs (hydra/launcher=slurm),
+with GPU requests turned off on the command line so they run on the CPU with gloo."""
 
 from __future__ import annotations
 
 import json
 import os
 import re
-import shutil
 import subprocess
 import time
 
 import pytest
 
-
-
-def _slurm_node_idle() -> bool:
-    if not shutil.which("sbatch") or not shutil.which("sinfo"):
-        return False
-    try:
-        states = subprocess.run(["sinfo", "-h", "-o", "%t"], capture_output=True, text=True, timeout=5).stdout
-    except (OSError, subprocess.SubprocessError):
-        return False
-    return any(state.strip() in ("idle", "mix") for state in states.splitlines())
-
-
-pytestmark = pytest.mark.skipif(not _slurm_node_idle(), reason="needs a running Slurm with an idle node (.ci/slurm up)")
 
 def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, **env: str) -> dict:
     """Submit, wait for the job to end, and return the final radix_metrics line of its output.
@@ -53,7 +39,7 @@ def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, *
     return json.loads(lines[0])["radix_metrics"]
 
 
-def test_slurm_single_gpu_script_on_cpu(bench, repo, tiny, tmp_path):
+def test_slurm_single_gpu_script_on_cpu(slurm, bench, repo, tiny, tmp_path):
     metrics = sbatch(bench, repo, tmp_path, "slurm_single_gpu.sbatch",
                      ["--gpus-per-task=0", f"--cpus-per-task={min(2, os.cpu_count())}"], tiny)
     assert metrics["world_size"] == 1 and metrics["measured_steps"] == 3
@@ -61,7 +47,7 @@ def test_slurm_single_gpu_script_on_cpu(bench, repo, tiny, tmp_path):
     assert run.info.status == "FINISHED"
 
 
-def test_slurm_multinode_script_runs_torchrun_ddp(bench, repo, tiny, tmp_path):
+def test_slurm_multinode_script_runs_torchrun_ddp(slurm, bench, repo, tiny, tmp_path):
     """srun -> torchrun (c10d at the head node) -> 2 bench ranks that join; rank 0 reports."""
     metrics = sbatch(bench, repo, tmp_path, "slurm_ddp_multinode.sbatch",
                      ["--nodes=1", "--gpus-per-node=0", f"--cpus-per-task={min(2, os.cpu_count())}"], tiny,
@@ -70,3 +56,98 @@ def test_slurm_multinode_script_runs_torchrun_ddp(bench, repo, tiny, tmp_path):
     assert (tmp_path / "run" / "rank0.log").is_file() and (tmp_path / "run" / "rank1.log").is_file()
     (run,) = bench.runs()
     assert run.info.status == "FINISHED" and run.data.metrics["world_size"] == 2
+
+
+# ---- sweeps whose jobs are Slurm jobs (hydra/launcher=slurm) -------------------------------------------
+
+def _sweep_runs(bench, uri=None) -> tuple:
+    runs = bench.runs(uri)
+    (parent,) = [run for run in runs if run.data.tags.get("sweep") == "parent"]
+    children = {run.data.tags["sweep.job"]: run for run in runs if "sweep.job" in run.data.tags}
+    assert len(runs) == 1 + len(children)
+    for child in children.values():
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.data.tags["bench.pid"] != parent.data.tags["bench.pid"]  # it ran in a Slurm job
+    return parent, children
+
+
+def _report_rows(sweep_dir) -> dict:
+    import csv
+
+    with (sweep_dir / "report" / "report.csv").open() as fh:
+        return {row["job"]: row for row in csv.DictReader(fh)}
+
+
+def _slurm_job(job_id: str) -> str:
+    return subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30).stdout
+
+
+def test_a_slurm_sweep_is_one_parent_with_a_child_per_slurm_job_and_counts_its_failures(slurm, bench, tiny, tmp_path):
+    """4 jobs as 2 job arrays (1- and 2-process jobs ask for 1 and 2 cores); amp_fp16 cannot run on
+    a CPU: 2 FINISHED and 2 FAILED children of one parent, in the default sqlite store of the launch
+    directory, which every job reaches (one node: a shared filesystem)."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
+    sweep_dir = tmp_path / "sweep"
+    proc = bench.run("-m", *tiny, *slurm.sweep_on_cpu, "distributed=ddp", "distributed.nproc_per_node=1,2",
+                     "precision=fp32,amp_fp16", f"hydra.sweep.dir={sweep_dir}")
+    assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr[-5000:]}"  # two failed jobs
+    assert "Traceback" not in proc.stderr
+    finals = [json.loads(line)["radix_metrics"] for line in proc.stdout.splitlines() if line.startswith('{"radix')]
+    assert sorted(m["world_size"] for m in finals) == [1, 2]  # each finished job's line, echoed
+
+    parent, children = _sweep_runs(bench)
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["sweep.jobs"] == "4" and parent.data.tags["sweep.failed_jobs"] == "2"
+    assert parent.data.params["precision"] == "fp32,amp_fp16"
+    for num, (procs, precision) in enumerate([(1, "fp32"), (1, "amp_fp16"), (2, "fp32"), (2, "amp_fp16")]):
+        child = children[str(num)]
+        assert child.data.params["precision.name"] == precision
+        if precision == "fp32":
+            assert child.info.status == "FINISHED" and child.data.metrics["world_size"] == procs
+        else:
+            assert child.info.status == "FAILED" and "amp_fp16" in child.data.tags["error"]
+    rows = _report_rows(sweep_dir)
+    assert [rows[str(n)]["status"] for n in range(4)] == ["FINISHED", "FAILED", "FINISHED", "FAILED"]
+
+    # what Slurm was asked for and gave: one array per request, one task per node, the cores per job
+    scripts = sorted(sweep_dir.glob(".submitit/*/*_submission.sh"))
+    assert len(scripts) == 2, scripts
+    arrays = {}
+    for script in scripts:
+        text = script.read_text()
+        assert "#SBATCH --nodes=1" in text and "#SBATCH --ntasks-per-node=1" in text and "#SBATCH --time=60" in text
+        cores = int(re.search(r"#SBATCH --cpus-per-task=(\d+)", text).group(1))
+        arrays[cores] = script.parent.name
+        assert "#SBATCH --array=0-1%2" in text
+    assert set(arrays) == {1, 2}
+    for cores, array in arrays.items():
+        for task in (0, 1):
+            shown = _slurm_job(f"{array}_{task}")
+            assert "JobState=COMPLETED" in shown and f"NumCPUs={cores}" in shown, shown
+
+
+def test_a_cancelled_slurm_job_is_a_failed_child_and_the_sweep_goes_on(slurm, bench, tiny, tmp_path, mlflow_server):
+    """Job 1 trains until it is cancelled (scancel, as a user or a preemption would); the sweep
+    counts it failed, its child run on the MLflow server is FAILED with Slurm's state, the report
+    says so, and job 0 is unaffected."""
+    if not slurm.accounting:
+        pytest.skip("needs Slurm accounting (slurmdbd, .ci/slurm up): submitit sees a cancelled job end only through sacct")
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
+    sweep_dir = tmp_path / "sweep"
+    proc = bench.start("-m", *tiny, *slurm.sweep_on_cpu, "benchmark.log_every=1", "train.steps_per_epoch=3,100000",
+                       f"hydra.sweep.dir={sweep_dir}", env=bench.env(mlflow_server))
+    bench.wait_for_line(proc, sweep_dir / "1" / "rank0.log", "step 2/")
+    (array,) = {path.name.split("_")[0] for path in sweep_dir.glob(".submitit/*_1")}
+    subprocess.run(["scancel", f"{array}_1"], check=True, timeout=60)
+    out, err = proc.communicate(timeout=900)  # a hang guard
+    assert proc.returncode == 1, f"{out}\n{err[-5000:]}"
+    assert "Traceback" not in err and out.count('{"radix_metrics"') == 1
+
+    parent, children = _sweep_runs(bench, mlflow_server)
+    assert parent.data.tags["sweep.jobs"] == "2" and parent.data.tags["sweep.failed_jobs"] == "1"
+    assert children["0"].info.status == "FINISHED"
+    cancelled = children["1"]
+    assert cancelled.info.status == "FAILED"
+    assert f"Slurm job {array}_1 ended CANCELLED" in cancelled.data.tags["error"]
+    rows = _report_rows(sweep_dir)
+    assert rows["0"]["status"] == "FINISHED" and rows["1"]["status"] == "FAILED" and "CANCELLED" in rows["1"]["error"]

@@ -163,3 +163,30 @@ def test_sweep_report_gives_the_failed_jobs_reason(failing_sweep):
     """The report built at the end of the sweep says why a job failed (as its MLflow run does)."""
     rows = {r["job"]: r for r in _csv_rows(failing_sweep.dir / "report" / "report.csv")}
     assert "amp_fp16" in rows["1"]["error"], rows["1"]
+
+
+# ---- jobs in processes of their own: hydra/launcher=slurm_local (submitit's local executor) -------
+
+
+def test_a_slurm_local_sweep_runs_each_job_apart_one_at_a_time_under_one_parent(bench, tiny, tmp_path):
+    """What a Slurm sweep does, without Slurm: every job in processes of its own (a pickled job, as
+    on a cluster node), their child runs still under the one parent, counted where the sweep started."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
+    sweep_dir = tmp_path / "sweep"
+    proc = bench.run("-m", *tiny, "hydra/launcher=slurm_local", "precision=fp32,amp_fp16", f"hydra.sweep.dir={sweep_dir}")
+    assert proc.returncode == 1, f"{proc.stdout}\n{proc.stderr[-5000:]}"  # amp_fp16 cannot run on a CPU
+    assert proc.stdout.count('{"radix_metrics"') == 1 and "Traceback" not in proc.stderr
+    parents, children = _split(bench.runs())
+    assert len(parents) == 1 and len(children) == 2
+    parent = parents[0]
+    assert parent.data.tags["sweep.jobs"] == "2" and parent.data.tags["sweep.failed_jobs"] == "1"
+    by_job = {child.data.tags["sweep.job"]: child for child in children}
+    assert by_job["0"].info.status == "FINISHED" and by_job["1"].info.status == "FAILED"
+    assert "amp_fp16" in by_job["1"].data.tags["error"]
+    pids = {parent.data.tags["bench.pid"], by_job["0"].data.tags["bench.pid"], by_job["1"].data.tags["bench.pid"]}
+    assert len(pids) == 3  # the sweep and each job: three processes
+    assert all(child.data.tags["mlflow.parentRunId"] == parent.info.run_id for child in children)
+    assert by_job["0"].info.end_time <= by_job["1"].info.start_time  # one job at a time
+    assert len(list(sweep_dir.glob(".submitit/*/*_result.pkl"))) == 2
+    rows = {r["job"]: r for r in _csv_rows(sweep_dir / "report" / "report.csv")}
+    assert rows["0"]["status"] == "FINISHED" and rows["1"]["status"] == "FAILED"

@@ -1,7 +1,8 @@
 """Secrets never leak: canary values planted where users keep credentials, then every path a run
-takes (a sweep with a failing job and its report, a storage run on S3, a run that fails mid-way)
-is searched — stdout, stderr, every file written (run and sweep dirs, .hydra/, reports, logs,
-the MLflow server's database and artifact store) and the MLflow params and tags.
+takes (a sweep with a failing job and its report, the same with its jobs run by submitit, a
+storage run on S3, a run that fails mid-way) is searched — stdout, stderr, every file written
+(run and sweep dirs, .hydra/, reports, logs, submitit's folder of pickled jobs and job logs, the
+MLflow server's database and artifact store) and the MLflow params and tags.
 
 Credentials typed on the command line are refused before anything is written: the bad-inputs
 table (bad_inputs.py) holds those rows, and the last test here checks nothing was saved.
@@ -56,6 +57,36 @@ def test_canaries_on_a_sweep_with_a_failing_job_and_its_report(bench, tiny, tmp_
     _assert_nowhere([*CANARIES.values(), URI_PASSWORD], [proc.stdout, proc.stderr, *tracked], tmp_path)
     child = next(run for run in runs if run.data.tags.get("sweep.job") == "0")
     assert "env.env_vars.TORCH_CANARY_AUTH" not in child.data.tags  # filtered by name, not logged blank
+
+
+# where credentials for S3 and an MLflow server live (the server here ignores them)
+CREDENTIAL_CANARIES = {"AWS_ACCESS_KEY_ID": f"canary-akid-{uuid.uuid4().hex[:8]}",
+                       "AWS_SECRET_ACCESS_KEY": f"canary-aws-{uuid.uuid4().hex[:8]}",
+                       "AWS_SESSION_TOKEN": f"canary-session-{uuid.uuid4().hex[:8]}",
+                       "MLFLOW_TRACKING_PASSWORD": f"canary-mlpass-{uuid.uuid4().hex[:8]}",
+                       "MLFLOW_TRACKING_TOKEN": f"canary-mltoken-{uuid.uuid4().hex[:8]}",
+                       "HF_TOKEN": f"canary-hf-{uuid.uuid4().hex[:8]}"}
+
+
+def test_canaries_on_a_submitit_sweep_and_its_folder(bench, tiny, tmp_path, leaky_env, slurm_or_none):
+    """Jobs pickled by submitit and run in processes of their own, as Slurm jobs where a Slurm runs
+    (.ci/slurm up), else by submitit's local executor: the submitit folder (generated job scripts,
+    pickled jobs and results, job logs) joins the places searched."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
+    server, env = leaky_env
+    env = {**env, **CREDENTIAL_CANARIES, "MLFLOW_TRACKING_USERNAME": "bench-user"}
+    launcher = slurm_or_none.sweep_on_cpu if slurm_or_none else ("hydra/launcher=slurm_local",)
+    proc = bench.run("-m", *tiny, *launcher, "precision=fp32,amp_fp16", f"hydra.sweep.dir={tmp_path}/sweep", env=env)
+    assert proc.returncode == 1, proc.stderr[-5000:]
+    submitit_files = [p.name for p in (tmp_path / "sweep" / ".submitit").rglob("*") if p.is_file()]
+    assert sum(name.endswith("_submitted.pkl") for name in submitit_files) == 2
+    assert sum(name.endswith("_log.err") for name in submitit_files) == 2
+    assert sum(name.endswith("_submission.sh") for name in submitit_files) == (1 if slurm_or_none else 0)
+    runs = bench.runs(server.url)
+    assert len(runs) == 3  # the parent and two children, on the server
+    tracked = [str(run.data.params) + str(run.data.tags) for run in runs]
+    secrets = [*CANARIES.values(), *CREDENTIAL_CANARIES.values(), URI_PASSWORD]
+    _assert_nowhere(secrets, [proc.stdout, proc.stderr, *tracked], tmp_path)
 
 
 def test_canaries_on_a_storage_run_against_s3(bench, tmp_path, s3_server, leaky_env):

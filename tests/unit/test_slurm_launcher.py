@@ -1,0 +1,201 @@
+"""The Slurm sweep launchers in-process (bench.launch.slurm, conf/hydra/launcher/): what each job
+asks Slurm for, resolved against its own config; the overrides that make a task one node of a
+multi-node job; the sweep's bookkeeping for jobs that never return, on a real sqlite MLflow store.
+Real Slurm runs are in tests/e2e/test_slurm.py."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+from omegaconf import OmegaConf
+
+pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
+
+
+@pytest.fixture
+def launcher_of(tmp_path):
+    """launcher_of(preset, *overrides) -> the launcher a multirun with these overrides would use,
+    set up as Hydra sets it up (its config loader plans the jobs)."""
+    from hydra import compose, initialize_config_dir
+    from hydra._internal.callbacks import Callbacks
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.core.hydra_config import HydraConfig
+    from hydra.core.plugins import Plugins
+    from hydra.types import HydraContext
+
+    from bench import config_dir
+    from bench.config.schema import register_configs
+    from bench.launch.plugins import register_bench_launchers
+
+    register_configs()
+    register_bench_launchers()
+    made = []
+
+    def make(preset: str, *overrides: str):
+        context = initialize_config_dir(config_dir=config_dir(), version_base="1.3")
+        context.__enter__()
+        made.append(context)
+        cfg = compose("config", [f"hydra/launcher={preset}", f"hydra.sweep.dir={tmp_path}/sweep", *overrides],
+                      return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        hydra_context = HydraContext(config_loader=GlobalHydra.instance().config_loader(), callbacks=Callbacks(cfg))
+        return Plugins.instance().instantiate_launcher(hydra_context=hydra_context, task_function=lambda c: 0,
+                                                       config=cfg)
+
+    yield make
+    for context in reversed(made):
+        context.__exit__(None, None, None)
+
+
+def test_each_slurm_job_asks_for_what_its_own_config_needs(launcher_of, tmp_path):
+    launcher = launcher_of("slurm", "hydra.launcher.partition=gpu", "hydra.launcher.account=proj7",
+                           "hydra.launcher.qos=high", "hydra.launcher.timeout_min=90",
+                           "hydra.launcher.setup=[module load cuda]", "+experiment=h100_bf16")
+    assert type(launcher).__module__ == "hydra_plugins.bench_launcher.launchers"
+    one = launcher._plan(["distributed=ddp", "distributed.nproc_per_node=1"], 0)
+    eight = launcher._plan(["distributed=ddp", "distributed.nproc_per_node=8"], 1)
+    nodes = launcher._plan(["distributed=ddp", "distributed.nproc_per_node=8", "distributed.nnodes=2",
+                            "distributed.rdzv_endpoint=placeholder:1"], 2)
+    assert eight.params == {**one.params, "gpus_per_node": 8, "cpus_per_task": 64, "mem_gb": 256}
+    assert one.params["gpus_per_node"] == 1 and one.params["cpus_per_task"] == 8 and one.params["mem_gb"] == 32
+    assert one.params["nodes"] == 1 and one.params["tasks_per_node"] == 1 and one.params["timeout_min"] == 90
+    assert {k: one.params[k] for k in ("slurm_partition", "slurm_account", "slurm_qos", "slurm_setup")} == \
+        {"slurm_partition": "gpu", "slurm_account": "proj7", "slurm_qos": "high", "slurm_setup": ["module load cuda"]}
+    assert nodes.params["nodes"] == 2 and nodes.params["tasks_per_node"] == 1 and nodes.params["gpus_per_node"] == 8
+    assert eight.job_dir == tmp_path / "sweep" / "1"
+    assert "submitit_folder" not in one.params and "_target_" not in one.params
+
+    from bench.launch.slurm import _grouped
+
+    again = launcher._plan(["distributed=ddp", "distributed.nproc_per_node=1", "precision=bf16"], 3)
+    assert [[job.num for job in group] for group in _grouped([one, eight, nodes, again])] == [[0, 3], [1], [2]]
+
+    import submitit
+
+    executor = submitit.AutoExecutor(cluster="slurm", folder=tmp_path / "submitit")
+    executor.update_parameters(**eight.params)  # every key is one submitit's Slurm executor takes
+
+
+def test_the_cores_and_memory_per_process_can_be_set_once_for_every_job(launcher_of):
+    launcher = launcher_of("slurm", "hydra.launcher.cpus_per_task='${bench.times:2,${distributed.nproc_per_node}}'",
+                           "hydra.launcher.mem_gb=4", "hydra.launcher.gpus_per_node=0")
+    params = launcher._plan(["distributed=ddp", "distributed.nproc_per_node=3"], 0).params
+    assert (params["cpus_per_task"], params["mem_gb"], params["gpus_per_node"]) == (6, 4, 0)
+
+
+def test_slurm_local_runs_one_job_at_a_time_with_the_jobs_gpus(launcher_of):
+    launcher = launcher_of("slurm_local")
+    assert launcher.one_at_a_time and launcher._EXECUTOR == "local"
+    params = launcher._plan(["distributed=ddp", "distributed.nproc_per_node=2"], 0).params
+    assert params["gpus_per_node"] == 2 and params["nodes"] == 1 and params["tasks_per_node"] == 1
+
+
+TWO_NODES = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]",
+             "SLURM_JOB_ID": "31234"}
+
+
+@pytest.mark.parametrize("node", [0, 1])
+def test_a_task_of_a_synthetic_two_node_slurm_job_becomes_that_node_of_the_run(monkeypatch, compose, node):
+    """A two-node allocation cannot exist here: its environment is written by hand."""
+    from bench.launch.select import select_launcher
+    from bench.launch.slurm import node_overrides
+
+    for name, value in {**TWO_NODES, "SLURM_NODEID": str(node)}.items():
+        monkeypatch.setenv(name, value)
+    overrides = node_overrides()
+    assert overrides[:2] == [f"distributed.node_rank={node}", "distributed.rdzv_endpoint=gpu07:21234"]
+    assert overrides[2:] == ([] if node == 0 else ["hydra.output_subdir=null"])  # node 0 writes .hydra/
+    config = compose("+experiment=cpu_smoke", "distributed=ddp", "distributed.nnodes=2",
+                     "distributed.nproc_per_node=8", *overrides[:2])
+    launcher = select_launcher(config, has_ranks=True, in_sweep=True)
+    assert type(launcher).__name__ == "Elastic" and launcher.reports == (node == 0)
+
+
+def test_no_node_overrides_for_a_one_node_job_or_outside_slurm(monkeypatch):
+    from bench.launch.slurm import node_overrides
+
+    for name, value in {**TWO_NODES, "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1"}.items():
+        monkeypatch.setenv(name, value)
+    assert node_overrides() == []
+    monkeypatch.setenv("SLURM_JOB_NUM_NODES", "2")
+    monkeypatch.setenv("SUBMITIT_EXECUTOR", "local")
+    assert node_overrides() == []
+
+
+# ---- the sweep's bookkeeping in the submitting process (bench.tracking.sweep) --------------------
+
+
+def _sweep_config(tmp_path: Path):
+    return OmegaConf.create({
+        "tracking": {"enabled": True, "uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "bench",
+                     "run_name": None, "probe_timeout_s": 5.0},
+        "hydra": {"sweep": {"dir": str(tmp_path / "sweep")}, "overrides": {"task": ["precision=fp32,bf16,tf32"]}}})
+
+
+def test_jobs_that_never_returned_are_failed_children_and_counted(tmp_path, monkeypatch):
+    """Job 1 opened its child run and was cancelled (left RUNNING); job 2 never started. Both end
+    FAILED children of the one parent, with the reason, counted; the report has their rows."""
+    from mlflow import MlflowClient
+
+    from bench.tracking import sweep
+    from bench.tracking.tracker import Tracker
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    callback, config = sweep.MlflowSweepCallback(), _sweep_config(tmp_path)
+    callback.on_multirun_start(config)
+    carried = json.loads(os.environ[sweep.SWEEP_ENV])
+    parent_id = carried["parent_run_id"]
+    assert parent_id and carried["launch_dir"] == str(tmp_path.resolve()) and carried["tracking_down"] is None
+    hydra_job = OmegaConf.create({"job": {"num": 1}, "sweep": {"dir": "sweep"}})
+    assert sweep.current_job(hydra_job)["parent_run_id"] == parent_id  # what a job on any node reads
+
+    uri = config.tracking.uri
+    running = Tracker.start(uri, "bench", "resnet50-job1", {"sweep.job": "1"}, parent_run_id=parent_id)
+    (tmp_path / "sweep" / "1" / ".hydra").mkdir(parents=True)
+    (tmp_path / "sweep" / "1" / ".hydra" / "overrides.yaml").write_text("- precision=bf16\n")
+    (tmp_path / "sweep" / "1" / ".hydra" / "config.yaml").write_text("precision: {name: bf16}\n")
+    sweep.job_lost(1, ["precision=bf16"], tmp_path / "sweep" / "1", "Slurm job 7_1 ended CANCELLED by 0 without a result")
+    sweep.job_lost(2, ["precision=tf32"], tmp_path / "sweep" / "2", "Slurm job 7_2 ended TIMEOUT without a result")
+    assert sweep.failed_jobs() == 2
+    callback.on_multirun_end(config)
+    assert sweep.SWEEP_ENV not in os.environ
+
+    client = MlflowClient(tracking_uri=uri)
+    runs = {r.data.tags.get("sweep.job", "parent"): r for r in client.search_runs(
+        [e.experiment_id for e in client.search_experiments()])}
+    assert set(runs) == {"parent", "1", "2"}
+    assert runs["parent"].data.tags["sweep.jobs"] == "2" and runs["parent"].data.tags["sweep.failed_jobs"] == "2"
+    assert runs["1"].info.run_id == running.run_id and runs["1"].info.status == "FAILED"
+    assert "CANCELLED" in runs["1"].data.tags["error"]
+    assert runs["2"].info.status == "FAILED" and "TIMEOUT" in runs["2"].data.tags["error"]
+    assert runs["2"].data.params["precision"] == "tf32" and runs["2"].data.tags["overrides"] == "precision=tf32"
+    for child in (runs["1"], runs["2"]):
+        assert child.data.tags["mlflow.parentRunId"] == parent_id
+    rows = {row["job"]: row for row in _csv(tmp_path / "sweep" / "report" / "report.csv")}
+    assert rows["1"]["status"] == rows["2"]["status"] == "FAILED"
+    assert "CANCELLED" in rows["1"]["error"] and "TIMEOUT" in rows["2"]["error"]
+
+
+def _csv(path: Path) -> list:
+    import csv
+
+    with path.open() as fh:
+        return list(csv.DictReader(fh))
+
+
+def test_a_sweep_without_tracking_still_tells_its_jobs_where_it_started(tmp_path, monkeypatch):
+    from bench.tracking import sweep
+
+    monkeypatch.chdir(tmp_path)
+    config = _sweep_config(tmp_path)
+    config.tracking.enabled = False
+    sweep.MlflowSweepCallback().on_multirun_start(config)
+    try:
+        job = sweep.current_job(OmegaConf.create({"job": {"num": 0}, "sweep": {"dir": "s"}}))
+        assert job["parent_run_id"] is None and job["launch_dir"] == str(tmp_path.resolve())
+    finally:
+        os.environ.pop(sweep.SWEEP_ENV, None)
