@@ -55,6 +55,15 @@ S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "benchtestkey", "AWS_SECRET_ACCESS_KEY": 
                   "AWS_DEFAULT_REGION": "us-east-1"}
 
 
+def pytest_configure(config):
+    """A test run started in the background by a non-interactive shell (`bash .ci/run &`, nohup)
+    inherits SIGINT ignored, and an ignored signal stays ignored across exec: every bench process
+    the tests start would shrug off Ctrl-C. The tests that send it need SIGINT back; a handled
+    signal reverts to its default in the children."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def pytest_collection_modifyitems(config, items):
     """e2e tests are slow; `gpu` tests need a real CUDA device (skipped, not failed, without one)."""
     import torch
