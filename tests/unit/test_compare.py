@@ -1,7 +1,7 @@
 """Regression verdicts in-process (bench.analysis.compare, bench.tools.compare): the verdict rule,
 matching two sweeps configuration by configuration, intervals from repeats and from step times,
 the command's refusals (exit 2), and the sweep report's repeat error bars. The command on real
-runs, its exit code as a gate and its MLflow record are in tests/e2e/test_measure_deeper.py."""
+runs, its exit code as a gate and its MLflow record are in tests/e2e/test_measure_deeper_runs.py."""
 
 from __future__ import annotations
 

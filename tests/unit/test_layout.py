@@ -126,3 +126,10 @@ def _imports_any(path: Path) -> Set[str]:
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
             names.add(node.module)
     return names
+
+
+def test_test_files_have_names_of_their_own():
+    """tests/ has no __init__.py: pytest imports each test file by its base name, so two files of
+    one name in two folders fail to collect (import file mismatch)."""
+    names = [path.name for path in (BENCH.parent / "tests").rglob("test_*.py")]
+    assert sorted({name for name in names if names.count(name) > 1}) == []
