@@ -27,7 +27,7 @@ import subprocess
 import sys
 import time
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
@@ -96,6 +96,7 @@ class Bench:
     """`python -m bench` in `cwd`; its default MLflow store is `cwd`/mlflow.db (`self.uri`)."""
 
     cwd: Path
+    started: List[subprocess.Popen] = field(default_factory=list)
 
     @property
     def db(self) -> Path:
@@ -116,8 +117,29 @@ class Bench:
 
     def start(self, *args: str, module: str = "bench", env: Optional[Dict[str, str]] = None,
               **popen) -> subprocess.Popen:
-        return subprocess.Popen([sys.executable, "-m", module, *args], cwd=self.cwd, env=env or bench_env(),
+        proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=self.cwd, env=env or bench_env(),
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+        self.started.append(proc)
+        return proc
+
+    def kill_leftovers(self) -> None:
+        """After a test: a started process still running (its test failed or hit a hang guard) is
+        killed with everything under it, so it cannot load the machine for the tests after it."""
+        import psutil
+
+        for proc in self.started:
+            if proc.poll() is not None:
+                continue
+            try:
+                tree = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+            except psutil.NoSuchProcess:
+                continue
+            for process in tree:
+                try:
+                    process.kill()
+                except psutil.NoSuchProcess:
+                    pass
+            proc.communicate(timeout=60)
 
     @staticmethod
     def metrics(proc: subprocess.CompletedProcess) -> dict:
@@ -181,8 +203,10 @@ class Bench:
 
 
 @pytest.fixture
-def bench(tmp_path) -> Bench:
-    return Bench(tmp_path)
+def bench(tmp_path) -> Iterator[Bench]:
+    runner = Bench(tmp_path)
+    yield runner
+    runner.kill_leftovers()
 
 
 @pytest.fixture(scope="session")
