@@ -15,9 +15,9 @@ local executor (hydra/launcher=slurm_local): hydra-submitit-launcher's launchers
   basic launcher;
 - slurm_local runs its jobs one at a time: a measurement needs the machine to itself.
 
-Hydra imports this (through hydra_plugins/bench_launcher) whenever it starts, when
-hydra-submitit-launcher (the `slurm` extra) is installed: keep it light, submitit is imported
-only when a sweep launches.
+Imported (through hydra_plugins.bench_launcher, registered by bench.launch.plugins) whenever
+`python -m bench` starts, when hydra-submitit-launcher (the `slurm` extra) is installed: keep it
+light, submitit is imported only when a sweep launches.
 """
 
 from __future__ import annotations
@@ -77,8 +77,8 @@ def node_overrides() -> List[str]:
 
 
 class SweepLauncher(BaseSubmititLauncher):
-    """The launchers' shared code; hydra_plugins/bench_launcher names the concrete ones (Hydra
-    instantiates launchers from the hydra_plugins namespace only)."""
+    """The launchers' shared code; hydra_plugins.bench_launcher (shipped from launchers/hydra_plugins/)
+    names the concrete ones (Hydra instantiates launchers from the hydra_plugins namespace only)."""
 
     one_at_a_time = False
     cluster = "submitit"
