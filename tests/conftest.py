@@ -34,6 +34,9 @@ from typing import Callable, Dict, Iterator, List, Optional, Sequence
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# In-process tests too: one torch thread (read when torch first loads, which is after this file).
+# Three pytest workers on 2 cores with torch's default of a thread per core spin against each other.
+os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 HANG_GUARD_S = 900  # a run that takes longer than this is stuck, however loaded the machine
 
 # Small, fast, CPU: every e2e training run in the suite builds on this.
@@ -84,7 +87,8 @@ def bench_env(tracking_uri: Optional[str] = None, **extra: str) -> Dict[str, str
     env["PYTHONUNBUFFERED"] = "1"
     # one thread per process: tests check behaviour, not speed, and two test files run at once on
     # 2 cores (more OpenMP threads than cores spin against each other: steps 10x slower)
-    env.setdefault("OMP_NUM_THREADS", "1")
+    # (forced, not defaulted: a developer's OMP_NUM_THREADS=8 would make the suite a speed test)
+    env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = "1"
     if tracking_uri:
         env["MLFLOW_TRACKING_URI"] = tracking_uri
     env.update(extra)

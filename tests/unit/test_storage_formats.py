@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 
 import pytest
 
@@ -246,16 +247,24 @@ def test_storage_preflight_checks_what_the_launcher_and_the_machine_bring(overri
     assert info.value.key == key and "\n" not in str(info.value)
 
 
-def test_ceiling_command_runs_bench_fio_and_plain_python_warm_and_cold(tmp_path, capsys, monkeypatch):
+CEILING_ARGS = ["--files", "8", "--samples-per-file", "4", "--record-size", "65536", "--threads", "2", "--rounds", "1"]
+
+
+@pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (Debian: apt-get install fio)")
+def test_ceiling_command_runs_bench_fio_and_plain_python_warm_and_cold(tmp_path, capsys):
     from bench.tools import storage_ceiling
 
-    args = ["--files", "8", "--samples-per-file", "4", "--record-size", "65536", "--threads", "2", "--rounds", "1",
-            "--root", str(tmp_path / "data")]
+    args = [*CEILING_ARGS, "--root", str(tmp_path / "data")]
     assert storage_ceiling.main([*args, "--min-plain", "1000"]) == 1  # nothing is 1000x: the gate works
     out = capsys.readouterr().out
     assert "warm ratios: bench/fio" in out and "cold ratios: bench/fio" in out and "bench/plain" in out
     assert "posix_fadvise(DONTNEED)" in out
+
+
+def test_ceiling_command_without_fio_compares_bench_with_plain_python(tmp_path, capsys, monkeypatch):
+    from bench.tools import storage_ceiling
+
     monkeypatch.setattr(storage_ceiling.shutil, "which", lambda name: None)  # a machine without fio
-    assert storage_ceiling.main([*args, "--modes", "warm"]) == 0
+    assert storage_ceiling.main([*CEILING_ARGS, "--root", str(tmp_path / "data"), "--modes", "warm"]) == 0
     out = capsys.readouterr().out
     assert "fio: not installed" in out and "bench/fio" not in out and "warm ratios: bench/plain" in out
