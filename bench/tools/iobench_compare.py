@@ -11,7 +11,8 @@ s3: the same read phase through `--client` against a moto server this command st
 the bottleneck, so this guards our client overhead, not S3's speed.
 
 Both sides read every file once per round, timed from the first request to the last byte;
-MB/s = dataset bytes / that time. Prints each round, the medians and ours/baseline; with
+MB/s = dataset bytes / that time. Prints each round, the medians and ours/baseline (median of
+per-round ratios, with its 95% interval and verdict: bench.analysis.rounds); with
 --min-ratio it exits 1 when the ratio is lower.
 """
 
@@ -21,14 +22,14 @@ import argparse
 import dataclasses
 import logging
 import os
-import statistics
 import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence
+from typing import Callable, List, Sequence
 
+from bench.analysis.rounds import Rounds, alternate
 from bench.config import compose
 from bench.config.storage import PrepareMode, S3Client, StorageConfig, StorageWorkloadConfig
 from bench.iobench.prepare import prepare_dataset
@@ -58,25 +59,19 @@ def timed_mb_per_s(read_all: Callable[[], int]) -> float:
     return size / (time.perf_counter() - start) / 1e6
 
 
-def alternate(ours: Callable[[], int], baseline: Callable[[], int], rounds: int) -> Dict[str, List[float]]:
-    ours(), baseline()  # warm-up: page cache, connection pools, imports
-    found: Dict[str, List[float]] = {"ours": [], "baseline": []}
-    for round_number in range(1, rounds + 1):
-        for side in ("ours", "baseline", "baseline", "ours"):
-            found[side].append(timed_mb_per_s(ours if side == "ours" else baseline))
-        print(f"round {round_number}: ours {found['ours'][-2]:.0f}, {found['ours'][-1]:.0f} MB/s | baseline "
-              f"{found['baseline'][-2]:.0f}, {found['baseline'][-1]:.0f} MB/s", flush=True)
-    return found
+def alternate_reads(ours: Callable[[], int], baseline: Callable[[], int], rounds: int) -> Rounds:
+    """A-B-B-A rounds of MB/s after one warm-up pass of each (page cache, connection pools, imports)."""
+    return alternate({"ours": lambda: timed_mb_per_s(ours), "baseline": lambda: timed_mb_per_s(baseline)}, rounds,
+                     warmup=1, unit="MB/s")
 
 
-def report(found: Dict[str, List[float]], ours_name: str, baseline_name: str) -> float:
-    ours, baseline = statistics.median(found["ours"]), statistics.median(found["baseline"])
-    ratio = ours / baseline
-    print(f"ours ({ours_name}): median {ours:.0f} MB/s [{min(found['ours']):.0f}-{max(found['ours']):.0f}]")
-    print(f"baseline ({baseline_name}): median {baseline:.0f} MB/s "
-          f"[{min(found['baseline']):.0f}-{max(found['baseline']):.0f}]")
-    print(f"ratio ours/baseline: {ratio:.2f}")
-    return ratio
+def report(found: Rounds, ours_name: str, baseline_name: str) -> float:
+    ratio = found.ratio("baseline")
+    for side, name in (("ours", ours_name), ("baseline", baseline_name)):
+        values = found.figures[side]
+        print(f"{side} ({name}): median {found.median(side):.0f} MB/s [{min(values):.0f}-{max(values):.0f}]")
+    print(f"ratio ours/baseline: {ratio.ratio:.2f} [95% {ratio.low:.2f}-{ratio.high:.2f}] {ratio.verdict}")
+    return ratio.ratio
 
 
 def read_phase(store: ObjectStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig) -> Callable[[], int]:
@@ -110,7 +105,7 @@ def compare_local(args: argparse.Namespace, root: Path) -> float:
             return len(fh.read())
 
     print(f"local: {len(files)} files x {args.file_kb} KiB in {root}, {args.threads} threads (page cache warm)")
-    found = alternate(read_phase(store, files, workload), thread_pool(read, files, args.threads), args.rounds)
+    found = alternate_reads(read_phase(store, files, workload), thread_pool(read, files, args.threads), args.rounds)
     return report(found, "storage read phase, computation_time=0", "open/read in a ThreadPoolExecutor")
 
 
@@ -142,7 +137,7 @@ def compare_s3(args: argparse.Namespace) -> float:
             return len(admin.get_object(Bucket=settings.bucket, Key=f"{settings.prefix}/{key}")["Body"].read())
 
         print(f"s3: {len(files)} objects x {args.file_kb} KiB on moto at {endpoint}, {args.threads} threads")
-        found = alternate(read_phase(store, files, storage.workload), thread_pool(read, files, args.threads),
+        found = alternate_reads(read_phase(store, files, storage.workload), thread_pool(read, files, args.threads),
                           args.rounds)
         return report(found, f"storage read phase via {args.client}", "boto3 get_object in a ThreadPoolExecutor")
     finally:

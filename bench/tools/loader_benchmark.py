@@ -1,8 +1,8 @@
 """`python -m bench.data bench-loader` (bench.tools.data): our loaders against a hand-written torchvision ImageFolder +
 PIL pipeline, on the same generated JPEGs, workers and batch size.
 
-Loaders alternate within each round and the order flips every round (A-B-C, C-B-A, ...), since
-a shared machine drifts. Each measurement starts a fresh loader, discards warm-up batches
+Loaders alternate within each round in palindromic order (A-B-C-C-B-A, bench.analysis.rounds),
+since a shared machine drifts. Each measurement starts a fresh loader, discards warm-up batches
 (worker start-up, first decode), then times `--batches` batches including our device step
 (uint8 -> normalised float32 NCHW on the CPU, one thread). Result per loader: median images/s and its
 ratio to the baseline's median, plus CPU time per image (main process + workers), which other load on a
@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, Iterator, List, Tuple
 
 import psutil
 
+from bench.analysis.rounds import alternate, ratio_of
 from bench.data.sample_images import write_image_folder
 
 BASELINE = "torchvision-baseline"
@@ -117,13 +118,18 @@ def run(images: int, classes: int, workers: int, batch_size: int, rounds: int, b
         shards_dir = os.path.join(directory, f"shards-{images}-{classes}-{shard_image_size}-{shard_size}")
         shards_root = ensure_shards(images_root, shards_dir, shard_image_size, shard_size, workers=max(1, workers))
         makers["shards"] = lambda: our_batches("shards", shards_root, workers, batch_size, image_size, classes)
-    rates: Dict[str, List[Tuple[float, float]]] = {name: [] for name in makers}
-    for round_number in range(rounds):
-        order = list(makers) if round_number % 2 == 0 else list(reversed(makers))
-        for name in order:
-            rates[name].append(measure(makers[name], warmup, batches, batch_size))
-        print(f"round {round_number + 1}/{rounds}: " + ", ".join(f"{n} {rates[n][-1][0]:.0f}" for n in order)
-              + " images/s", flush=True)
+    cpu_ms: Dict[str, List[float]] = {name: [] for name in makers}
+
+    def timed(name: str) -> Callable[[], float]:
+        def one() -> float:
+            speed, cpu = measure(makers[name], warmup, batches, batch_size)
+            cpu_ms[name].append(cpu)
+            return speed
+        return one
+
+    # no extra warm-up pass: every measurement discards its own warm-up batches
+    found = alternate({name: timed(name) for name in makers}, rounds, warmup=0, unit="images/s")
+    rates = {name: list(zip(found.figures[name], cpu_ms[name])) for name in makers}
     return rates
 
 
@@ -132,13 +138,16 @@ def report(rates: Dict[str, List[Tuple[float, float]]]) -> str:
     round runs every loader back to back, so it cancels slow drifts of a shared machine); CPU
     milliseconds per image summed over the main process and the workers (robust to other load)."""
     base = rates[BASELINE]
-    lines = [f"{'loader':<22}{'img/s':>8}{'ratio':>8}{'round ratio':>13}{'CPU ms/img':>12}{'CPU ratio':>11}   img/s per round"]
+    lines = [f"{'loader':<22}{'img/s':>8}{'ratio':>8}{'round ratio':>13}{'CPU ms/img':>12}{'CPU ratio':>11}"
+             f"{'95% of round ratio':>20}  verdict vs baseline; img/s per run"]
     for name, values in rates.items():
         speed = statistics.median(v[0] for v in values)
         cpu = statistics.median(v[1] for v in values)
-        paired = statistics.median(v[0] / b[0] for v, b in zip(values, base))
+        paired = ratio_of([v[0] for v in values], [b[0] for b in base], BASELINE)
         base_cpu = statistics.median(b[1] for b in base)
         lines.append(f"{name:<22}{speed:>8.0f}{speed / statistics.median(b[0] for b in base):>7.2f}x"
-                     f"{paired:>12.2f}x{cpu:>12.2f}{base_cpu / cpu if cpu else math.nan:>10.2f}x   "
+                     f"{paired.ratio:>12.2f}x{cpu:>12.2f}{base_cpu / cpu if cpu else math.nan:>10.2f}x"
+                     f"{f'{paired.low:.2f}-{paired.high:.2f}':>20}  "
+                     + (f"{paired.verdict}; " if name != BASELINE else "-; ")
                      + " ".join(f"{v[0]:.0f}" for v in values))
     return "\n".join(lines)

@@ -2,8 +2,9 @@
 
 Runs the same model, batch, precision and thread count through bench's trainer (the code
 `python -m bench` runs) and through a minimal training loop, in one process, alternating
-(A B B A ...) so machine noise hits both alike. Prints images/s of each and their ratio
-(median of per-round ratios). Goal: framework >= 0.98x the minimal loop.
+(A B B A, bench.analysis.rounds) so machine noise hits both alike. Prints images/s of each and
+their ratio (median of per-round ratios) with its 95% interval and verdict. Goal: framework >=
+0.98x the minimal loop. Each side warms up inside its own run (--warmup steps).
 
     python -m bench.overhead --model resnet18 --image-size 64 --batch-size 32 --precisions fp32,bf16
 """
@@ -12,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import statistics
 import time
 from typing import Any, List
 
@@ -20,6 +20,7 @@ import torch
 import torch.nn as nn
 import torchvision
 
+from bench.analysis.rounds import alternate
 from bench.config import BenchConfig, compose
 
 
@@ -80,7 +81,7 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated: fp32, bf16")
     parser.add_argument("--steps", type=int, default=30, help="measured steps per round")
     parser.add_argument("--warmup", type=int, default=5)
-    parser.add_argument("--rounds", type=int, default=4, help="pairs of runs; order alternates each round")
+    parser.add_argument("--rounds", type=int, default=4, help="A-B-B-A rounds")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     args = parser.parse_args(argv)
 
@@ -88,20 +89,16 @@ def main(argv: List[str] | None = None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(f"device={device.type} threads={args.threads} model={args.model} image={args.image_size} "
           f"batch={args.batch_size} steps={args.steps} rounds={args.rounds}")
-    print(f"{'precision':<10}{'bench img/s':>14}{'minimal img/s':>16}{'ratio':>8}   per-round ratios")
+    print(f"{'precision':<10}{'bench img/s':>14}{'minimal img/s':>16}{'ratio':>8}   95% interval, verdict, per-round ratios")
     for precision in args.precisions.split(","):
         cfg = framework_config(args, precision)
-        ours, theirs, ratios = [], [], []
-        for round_index in range(args.rounds):
-            order = ("bench", "minimal") if round_index % 2 == 0 else ("minimal", "bench")
-            figures = {}
-            for side in order:
-                figures[side] = run_framework(cfg, device) if side == "bench" else run_minimal(args, precision, device)
-            ours.append(figures["bench"])
-            theirs.append(figures["minimal"])
-            ratios.append(figures["bench"] / figures["minimal"])
-        print(f"{precision:<10}{statistics.median(ours):>14.1f}{statistics.median(theirs):>16.1f}"
-              f"{statistics.median(ratios):>8.3f}   " + " ".join(f"{r:.3f}" for r in ratios), flush=True)
+        found = alternate({"bench": lambda: run_framework(cfg, device),
+                           "minimal": lambda: run_minimal(args, precision, device)},  # noqa: B023 (used at once)
+                          args.rounds, warmup=0, label=precision, unit="img/s")
+        ratio = found.ratio("minimal")
+        print(f"{precision:<10}{found.median('bench'):>14.1f}{found.median('minimal'):>16.1f}{ratio.ratio:>8.3f}   "
+              f"[{ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   " + " ".join(f"{r:.3f}" for r in ratio.per_round),
+              flush=True)
     return 0
 
 

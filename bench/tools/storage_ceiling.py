@@ -13,7 +13,8 @@ Three readers of the same dataset (raw records, written once):
 - plain: `open(path, "rb")`, then `read(piece)` until the end, for every file from a
   ThreadPoolExecutor of --threads threads (the same piece size: with --transfer-size at least the
   file size every reader reads each file in one call).
-Each round runs them A-B-C-C-B-A; warm rounds read from the page cache (one untimed pass first),
+Each round runs them A-B-C-C-B-A (bench.analysis.rounds: ratios are medians of per-round ratios
+with a 95% interval and a verdict); warm rounds read from the page cache (one untimed pass first),
 cold rounds drop the cache for the dataset's files before every timed pass with
 posix_fadvise(DONTNEED) (after fdatasync). Prints every pass, the medians and bench/fio,
 bench/plain; --min-fio / --min-plain make it a check (exit 1 below). Without fio it says so in
@@ -25,7 +26,6 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,6 +34,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable, Dict, List, Optional, Sequence
 
+from bench.analysis.rounds import Rounds, alternate
 from bench.config import compose
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
 from bench.iobench.formats.base import FileSpec
@@ -102,25 +103,24 @@ def fio_reader(paths: Sequence[str], threads: int, block: int, job_file: Path) -
     return run
 
 
-def alternate(readers: Dict[str, Reader], rounds: int, before: Callable[[], None], label: str) -> Dict[str, List[float]]:
-    names = list(readers)
-    found: Dict[str, List[float]] = {name: [] for name in names}
-    for number in range(1, rounds + 1):
-        for name in names + names[::-1]:
-            before()
-            found[name].append(readers[name]())
-        print(f"{label} round {number}: " + " | ".join(
-            f"{name} {found[name][-2]:.0f}, {found[name][-1]:.0f}" for name in names) + " MB/s", flush=True)
-    return found
+def summarise(found: Rounds, label: str) -> Dict[str, float]:
+    """Each reader's median and range, then bench against every other reader (median of per-round
+    ratios, 95% interval, verdict); returns those ratios."""
+    print(found.summary("MB/s", label), flush=True)
+    ratios = found.ratios()
+    print(f"{label} ratios: " + ", ".join(f"bench/{other} {ratio.ratio:.2f}" for other, ratio in ratios.items()),
+          flush=True)
+    return {other: ratio.ratio for other, ratio in ratios.items()}
 
 
-def summarise(found: Dict[str, List[float]], label: str) -> Dict[str, float]:
-    medians = {name: statistics.median(values) for name, values in found.items()}
-    for name, values in found.items():
-        print(f"{label} {name}: median {medians[name]:.0f} MB/s [{min(values):.0f}-{max(values):.0f}]")
-    ratios = {other: medians["bench"] / medians[other] for other in medians if other != "bench"}
-    print(f"{label} ratios: " + ", ".join(f"bench/{other} {ratio:.2f}" for other, ratio in ratios.items()), flush=True)
-    return ratios
+def modes_of(text: str) -> List[str]:
+    """--modes: warm, cold, both, or a comma list of warm and cold."""
+    modes: List[str] = []
+    for word in (w.strip() for w in text.split(",") if w.strip()):
+        if word not in ("warm", "cold", "both"):
+            raise SystemExit(f"[ERROR] --modes={text!r} is not valid: accepted warm, cold, both or warm,cold")
+        modes += ["warm", "cold"] if word == "both" else [word]
+    return list(dict.fromkeys(modes))
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -132,7 +132,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=4)
     parser.add_argument("--prefetch", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="A-B-C-C-B-A rounds per temperature")
-    parser.add_argument("--modes", default="warm,cold", help="warm, cold or both")
+    parser.add_argument("--modes", default="both", help="warm, cold or both (default)")
     parser.add_argument("--root", type=Path, help="dataset directory (default: a temporary one under the cwd)")
     parser.add_argument("--min-fio", type=float, help="exit 1 when bench/fio is below this (warm or cold)")
     parser.add_argument("--min-plain", type=float, help="exit 1 when bench/plain is below this (warm or cold)")
@@ -163,15 +163,16 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
     print(f"{len(files)} files x {files[0].size / 2**20:.1f} MiB in {root}, {args.threads} threads, "
           f"reads of {block} bytes; cold = posix_fadvise(DONTNEED) of every file before each pass")
     failed = False
-    for mode in [m.strip() for m in args.modes.split(",") if m.strip()]:
+    for mode in modes_of(args.modes):
         def before() -> None:
             if mode != "warm":
                 store.drop_cache([f.key for f in files])
 
-        if mode == "warm":
-            for reader in readers.values():
-                reader()  # the page cache holds the dataset, every reader's code is warm
-        ratios = summarise(alternate(readers, args.rounds, before, mode), mode)
+        # warm: one untimed pass of every reader first (the page cache holds the dataset, every
+        # reader's code is warm); cold: the cache is dropped before every pass anyway
+        found = alternate(readers, args.rounds, warmup=1 if mode == "warm" else 0, before=before, label=mode,
+                          unit="MB/s")
+        ratios = summarise(found, mode)
         for other, floor in (("fio", args.min_fio), ("plain", args.min_plain)):
             if floor is not None and other in ratios and ratios[other] < floor:
                 print(f"{mode}: bench/{other} {ratios[other]:.2f} is below {floor}", file=sys.stderr)

@@ -4,7 +4,8 @@
    own worker process) against 4 x the wall time of one tiny run in its own `python -m
    bench` process, alternating A-B-B-A. The difference per job is what the launcher adds.
 2. 1 vs 2 CPU processes with gloo: throughput of a small DDP workload at nproc_per_node=1
-   and 2 (swept in both orders), and the scaling efficiency the report computes.
+   and 2, each its own run, A-B-B-A, and the scaling efficiency (speedup / 2).
+Both through bench.analysis.rounds: medians of per-round ratios with a 95% interval and verdict.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Dict, List, Sequence
+from typing import Sequence
+
+from bench.analysis.rounds import alternate
 
 TINY = ["+experiment=cpu_smoke", "model=resnet18", "data.image_size=32", "data.batch_size=4", "train.epochs=1",
         "train.steps_per_epoch=3", "benchmark.warmup_steps=1", "benchmark.progress=false", "tracking.enabled=false"]
@@ -34,53 +36,48 @@ def _bench(args: Sequence[str], cwd: Path) -> float:
 
 
 def job_overhead(rounds: int, work: Path) -> None:
-    sweep_args = ["-m", *TINY, "distributed=ddp", "seed=0,1,2,3"]
-    sweeps: List[float] = []
-    singles: List[float] = []
-    for index in range(rounds):
-        order = ("sweep", "single") if index % 2 == 0 else ("single", "sweep")
-        for what in order:
-            if what == "sweep":
-                sweeps.append(_bench([*sweep_args, f"hydra.sweep.dir={work}/sweep{index}"], work))
-            else:
-                singles.append(sum(_bench([*TINY, f"seed={seed}", f"hydra.run.dir={work}/single{index}-{seed}"], work)
-                                   for seed in range(4)))
-        print(f"round {index + 1}: 4-job sweep {sweeps[-1]:.2f} s, 4 single runs {singles[-1]:.2f} s", flush=True)
-    sweep, single = statistics.median(sweeps), statistics.median(singles)
-    print(f"\nper-job overhead of a multirun (median of {rounds} rounds):")
-    print(f"  4-job sweep: {sweep:.2f} s = {sweep / 4:.2f} s per job")
-    print(f"  4 x one run in its own process: {single:.2f} s = {single / 4:.2f} s per run")
-    print(f"  a sweep job costs {sweep / 4 - single / 4:+.2f} s vs a separate `python -m bench` run "
-          f"(ratio {sweep / single:.2f})")
+    """Jobs per second of a 4-job sweep vs 4 separate runs (rates, so the harness's ratio reads
+    "sweep / separate": below 1 is what a sweep job costs more)."""
+    runs = iter(range(1_000_000))
 
+    def sweep() -> float:
+        return 4 / _bench(["-m", *TINY, "distributed=ddp", "seed=0,1,2,3", f"hydra.sweep.dir={work}/sweep{next(runs)}"],
+                          work)
 
-def _throughputs(sweep_dir: Path) -> Dict[int, float]:
-    found = {}
-    for summary in sweep_dir.glob("*/run_summary.json"):
-        results = json.loads(summary.read_text())["results"]
-        found[int(results["world_size"])] = float(results["images_per_second"])
-    return found
+    def separate() -> float:
+        number = next(runs)
+        return 4 / sum(_bench([*TINY, f"seed={seed}", f"hydra.run.dir={work}/single{number}-{seed}"], work)
+                       for seed in range(4))
+
+    found = alternate({"sweep": sweep, "separate": separate}, rounds, warmup=0, unit="jobs/s")
+    ratio = found.ratio("separate")
+    per_sweep_job, per_run = 1 / found.median("sweep"), 1 / found.median("separate")
+    print(f"\nper-job overhead of a multirun (median of {rounds} A-B-B-A rounds):")
+    print(f"  4-job sweep: {4 * per_sweep_job:.2f} s = {per_sweep_job:.2f} s per job")
+    print(f"  4 x one run in its own process: {4 * per_run:.2f} s = {per_run:.2f} s per run")
+    print(f"  a sweep job costs {per_sweep_job - per_run:+.2f} s vs a separate `python -m bench` run "
+          f"(rate ratio sweep/separate {ratio.ratio:.2f} [95% {ratio.low:.2f}-{ratio.high:.2f}] {ratio.verdict})")
 
 
 def gloo_scaling(rounds: int, work: Path, steps: int) -> None:
     workload = ["+experiment=cpu_smoke", "model=resnet18", "data.image_size=64", "data.batch_size=16",
                 "train.epochs=1", f"train.steps_per_epoch={steps}", "benchmark.warmup_steps=3",
                 "benchmark.progress=false", "tracking.enabled=false", "distributed=ddp"]
-    one: List[float] = []
-    two: List[float] = []
-    for index in range(rounds):
-        counts = "1,2" if index % 2 == 0 else "2,1"
-        sweep_dir = work / f"scaling{index}"
-        _bench(["-m", *workload, f"distributed.nproc_per_node={counts}", f"hydra.sweep.dir={sweep_dir}"], work)
-        found = _throughputs(sweep_dir)
-        one.append(found[1])
-        two.append(found[2])
-        print(f"round {index + 1} ({counts}): 1 process {found[1]:.1f} img/s, 2 processes {found[2]:.1f} img/s, "
-              f"efficiency {found[2] / (2 * found[1]):.1%}", flush=True)
-    t1, t2 = statistics.median(one), statistics.median(two)
-    print(f"\n1 vs 2 CPU processes, gloo, resnet18 64x64 batch 16 per process (median of {rounds} rounds):")
-    print(f"  1 process {t1:.1f} img/s, 2 processes {t2:.1f} img/s: speedup {t2 / t1:.2f}, "
-          f"scaling efficiency {t2 / (2 * t1):.1%} (weak scaling; {os.cpu_count()} cores shared by both ranks)")
+    runs = iter(range(1_000_000))
+
+    def throughput(processes: int) -> float:
+        run_dir = work / f"scaling{next(runs)}-{processes}"
+        _bench([*workload, f"distributed.nproc_per_node={processes}", f"hydra.run.dir={run_dir}"], work)
+        return float(json.loads((run_dir / "run_summary.json").read_text())["results"]["images_per_second"])
+
+    found = alternate({"2 processes": lambda: throughput(2), "1 process": lambda: throughput(1)}, rounds, warmup=0,
+                      unit="img/s")
+    speedup = found.ratio("1 process")
+    t1, t2 = found.median("1 process"), found.median("2 processes")
+    print(f"\n1 vs 2 CPU processes, gloo, resnet18 64x64 batch 16 per process (median of {rounds} A-B-B-A rounds):")
+    print(f"  1 process {t1:.1f} img/s, 2 processes {t2:.1f} img/s: speedup {speedup.ratio:.2f} "
+          f"[95% {speedup.low:.2f}-{speedup.high:.2f}], scaling efficiency {speedup.ratio / 2:.1%} "
+          f"(weak scaling; {os.cpu_count()} cores shared by both ranks)")
 
 
 def main(argv: Sequence[str] | None = None) -> None:

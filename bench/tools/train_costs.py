@@ -1,7 +1,7 @@
 """`python -m bench.tools.train_costs`: what training for accuracy costs the measurement.
 
 Two comparisons, each in one process, alternating (A B B A ...) so machine noise hits both
-alike, reported as the median of per-round ratios:
+alike (bench.analysis.rounds), reported as the median of per-round ratios with its 95% interval:
 
 - eval: images/s of the training window with validation every epoch vs the same run (same
   steps) without it, on the digits image folder. Goal >= 0.98: evaluation is left out of the
@@ -17,29 +17,22 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import tempfile
 import time
 from pathlib import Path
-from typing import Callable, List, Tuple
+from typing import List
 
 import torch
 
+from bench.analysis.rounds import Ratio, alternate
 from bench.config import compose
 from bench.data.digits import write_digits
 from bench.train.resume import Position, TrainingCheckpoints
 
 
-def _ratios(rounds: int, ours: Callable[[], float], baseline: Callable[[], float]) -> Tuple[float, float, List[float]]:
-    mine, theirs, ratios = [], [], []
-    for index in range(rounds):
-        figures = {}
-        for side in (("ours", "base") if index % 2 == 0 else ("base", "ours")):
-            figures[side] = ours() if side == "ours" else baseline()
-        mine.append(figures["ours"])
-        theirs.append(figures["base"])
-        ratios.append(figures["ours"] / figures["base"])
-    return statistics.median(mine), statistics.median(theirs), ratios
+def _figures(ratio: Ratio) -> str:
+    return (f"ratio {ratio.ratio:.3f} [95% {ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   rounds "
+            + " ".join(f"{r:.3f}" for r in ratio.per_round))
 
 
 def eval_cost(args: argparse.Namespace, root: str) -> None:
@@ -52,9 +45,10 @@ def eval_cost(args: argparse.Namespace, root: str) -> None:
         result = train(config, torch.device("cpu"))
         return result.images / result.window_seconds
 
-    ours, base, ratios = _ratios(args.rounds, lambda: images_per_second(1), lambda: images_per_second(0))
-    print(f"eval        with eval_every=1 {ours:9.1f} img/s   without {base:9.1f} img/s   ratio "
-          f"{statistics.median(ratios):.3f}   rounds " + " ".join(f"{r:.3f}" for r in ratios), flush=True)
+    found = alternate({"ours": lambda: images_per_second(1), "base": lambda: images_per_second(0)}, args.rounds,
+                      warmup=0, label="eval", unit="img/s")
+    print(f"eval        with eval_every=1 {found.median('ours'):9.1f} img/s   without {found.median('base'):9.1f} "
+          f"img/s   {_figures(found.ratio('base'))}", flush=True)
 
 
 def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
@@ -83,16 +77,15 @@ def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
             os.fsync(fh.fileno())
         return plain.stat().st_size / (time.perf_counter() - start) / 1e9
 
-    mine, base, ratios = _ratios(args.rounds, ours, baseline)
+    found = alternate({"ours": ours, "base": baseline}, args.rounds, warmup=0, label="checkpoint", unit="GB/s")
     size = checkpoints.saved[-1]["bytes"] / 1e6
-    print(f"checkpoint  bench {mine:6.3f} GB/s   torch.save+fsync {base:6.3f} GB/s   ratio "
-          f"{statistics.median(ratios):.3f}   ({args.model}, {size:.0f} MB)   rounds "
-          + " ".join(f"{r:.3f}" for r in ratios), flush=True)
+    print(f"checkpoint  bench {found.median('ours'):6.3f} GB/s   torch.save+fsync {found.median('base'):6.3f} GB/s   "
+          f"({args.model}, {size:.0f} MB)   {_figures(found.ratio('base'))}", flush=True)
 
 
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.train_costs", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--rounds", type=int, default=4, help="pairs of runs; order alternates each round")
+    parser.add_argument("--rounds", type=int, default=4, help="A-B-B-A rounds")
     parser.add_argument("--epochs", type=int, default=3, help="digits epochs per eval run")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--workers", type=int, default=1, help="data.num_workers of the eval runs")

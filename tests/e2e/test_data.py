@@ -153,7 +153,9 @@ def test_bench_loader_command_compares_against_the_baseline(bench, tmp_path):
                      "--shard-size", "5", "--dir", str(tmp_path), module="bench.data")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
-    assert lines[0].startswith("round 1/2: torchvision-baseline") and lines[1].startswith("round 2/2: shards")
+    # A-B-C-C-B-A in every round (bench.analysis.rounds): each loader twice a round
+    assert lines[0].startswith("round 1: torchvision-baseline") and lines[1].startswith("round 2: torchvision-baseline")
+    assert lines[0].count("|") == 2 and len(lines[0].split("imagefolder ")[1].split("|")[0].split(",")) == 2
     table = {line.split()[0]: line.split() for line in lines[3:]}
     assert set(table) == {"torchvision-baseline", "imagefolder", "shards"}
     assert table["torchvision-baseline"][2] == "1.00x" and float(table["shards"][1]) > 0

@@ -1,0 +1,69 @@
+"""The one harness every comparison tool alternates its sides with (bench.analysis.rounds):
+palindromic order, warm-up passes, per-round ratios with a 95% interval and a verdict that says
+when the noise is too large to call a difference."""
+
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from bench.analysis.rounds import CANT_TELL, FASTER, SLOWER, alternate, ratio_of
+
+
+def recording(calls, name, figures):
+    values = iter(figures)
+
+    def measure():
+        calls.append(name)
+        return next(values)
+
+    return measure
+
+
+def test_sides_run_a_b_b_a_after_one_warm_up_pass_each():
+    calls, resets = [], []
+    sides = {"a": recording(calls, "a", itertools.count(10)), "b": recording(calls, "b", itertools.count(100))}
+    found = alternate(sides, 2, warmup=1, before=lambda: resets.append(len(calls)), echo=lambda line: None)
+    assert calls == ["a", "b"] + ["a", "b", "b", "a"] * 2
+    assert resets == list(range(len(calls)))  # `before` ran before every call, warm-up included
+    assert found.figures == {"a": [11, 12, 13, 14], "b": [101, 102, 103, 104]}  # the warm-up figure is dropped
+    assert found.per_round == {"a": [11.5, 13.5], "b": [101.5, 103.5]}
+
+
+def test_three_sides_run_a_b_c_c_b_a_and_each_round_is_printed():
+    calls, lines = [], []
+    sides = {name: recording(calls, name, itertools.repeat(1.0)) for name in ("bench", "fio", "plain")}
+    alternate(sides, 1, warmup=0, label="warm", unit="MB/s", echo=lines.append)
+    assert calls == ["bench", "fio", "plain", "plain", "fio", "bench"]
+    assert lines == ["warm round 1: bench 1.000, 1.000 | fio 1.000, 1.000 | plain 1.000, 1.000 MB/s"]
+
+
+def test_a_clear_difference_is_called_and_noise_is_not():
+    twice = alternate({"ours": lambda: 2.0, "base": lambda: 1.0}, 5, warmup=0, echo=lambda line: None)
+    ratio = twice.ratio("base")
+    assert ratio.ratio == pytest.approx(2.0) and ratio.low == pytest.approx(2.0) and ratio.verdict == FASTER
+    assert ratio_of([1.0] * 4, [2.0] * 4).verdict == SLOWER
+    # the same thing measured against itself with +-20% noise: never faster or slower
+    noisy = ratio_of([1.0, 1.2, 0.8, 1.1, 0.9], [1.1, 0.9, 1.0, 0.8, 1.2])
+    assert noisy.low < 1.0 < noisy.high and noisy.verdict == CANT_TELL
+    assert "can't tell at this noise" in noisy.describe("ours")
+
+
+def test_one_round_has_no_spread_to_judge_by():
+    single = ratio_of([3.0], [1.0])
+    assert single.ratio == 3.0 and single.verdict == CANT_TELL
+
+
+def test_summary_names_every_side_and_every_ratio():
+    found = alternate({"bench": lambda: 4.0, "fio": lambda: 8.0, "plain": lambda: 2.0}, 2, warmup=0,
+                      echo=lambda line: None)
+    text = found.summary("MB/s", "cold")
+    assert "cold bench: median 4.000 MB/s [4.000-4.000]" in text
+    assert "cold bench/fio 0.500" in text and "slower" in text and "cold bench/plain 2.000" in text
+    assert set(found.ratios()) == {"fio", "plain"}
+
+
+def test_zero_rounds_is_refused():
+    with pytest.raises(ValueError, match="rounds=0"):
+        alternate({"a": lambda: 1.0}, 0)
