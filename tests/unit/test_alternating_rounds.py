@@ -67,3 +67,12 @@ def test_summary_names_every_side_and_every_ratio():
 def test_zero_rounds_is_refused():
     with pytest.raises(ValueError, match="rounds=0"):
         alternate({"a": lambda: 1.0}, 0)
+
+
+def test_the_ceiling_command_reads_both_as_warm_and_cold():
+    from bench.tools.storage_ceiling import modes_of
+
+    assert modes_of("both") == ["warm", "cold"] and modes_of("cold") == ["cold"]
+    assert modes_of("warm, cold,warm") == ["warm", "cold"]
+    with pytest.raises(SystemExit, match="--modes='hot' is not valid: accepted warm, cold, both"):
+        modes_of("hot")
