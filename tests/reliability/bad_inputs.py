@@ -1,5 +1,8 @@
 """Bad inputs, as a table: each row is a real command line (`python -m bench ...` or one of the
-tools), what it must exit with, and the words its one `[ERROR]` line must hold. Every row is
+tools), what it must exit with, and the words its one `[ERROR]` line must hold. Each row runs
+in the test's process through the module's own `__main__` code (what `python -m` runs: the
+same argument checks, Hydra composition, schema and preflight), and the rows named in
+THROUGH_A_PROCESS also as real processes, so the command-line path itself is proven. Every row is
 also checked for: exactly one `[ERROR]` line, no traceback, nothing on stdout, and no MLflow run
 left RUNNING (for a refused config: no MLflow store at all). `{tmp}` is the test's directory,
 `{empty}` an empty directory there, `{images}` an image folder of 4 classes, `{notimages}` a
@@ -8,6 +11,12 @@ class folder of files named .jpg that are not images.
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import runpy
+import signal
+import sys
+from dataclasses import dataclass
 from typing import Optional
 
 import pytest
@@ -170,15 +179,75 @@ def ids(table: list) -> list:
 NEEDS_NO_GPU = {"GPU preset on a CPU machine", "fp16 on a CPU", "float16 autocast on a CPU", "more CPU ranks than cores",
                 "largest-batch search on a CPU"}
 
+# The rows that also run as real `python -m` processes, proving the command-line path itself: a
+# refusal while Hydra composes, one by the schema, one before Hydra sees the arguments (a
+# credential), one by the preflight, and two other commands' argument parsers.
+THROUGH_A_PROCESS = ("unknown model option", "zero batch", "S3 endpoint with a password", "dataset root missing",
+                     "radix flag misspelt", "upload of no run")
 
-def check_bad_input(bench, places, name, module, args, code, words) -> None:
-    """One row: one line, its exit code, no traceback, nothing on stdout, no run left RUNNING."""
+
+@dataclass
+class Outcome:
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+@contextlib.contextmanager
+def process_state_kept():
+    """What a process would start afresh and one in-process run may change: the arguments, the
+    root logger (Hydra's job logging adds handlers), signal handlers, torch's thread count."""
+    import torch
+
+    root = logging.getLogger()
+    saved = (list(sys.argv), list(root.handlers), root.level, logging.raiseExceptions,
+             {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}, torch.get_num_threads())
+    try:
+        yield
+    finally:
+        sys.argv[:] = saved[0]
+        for handler in [h for h in root.handlers if h not in saved[1]]:
+            root.removeHandler(handler)
+            handler.close()
+        root.setLevel(saved[2])
+        logging.raiseExceptions = saved[3]
+        for sig, handler in saved[4].items():
+            signal.signal(sig, handler)
+        torch.set_num_threads(saved[5])
+
+
+def run_in_process(module: str, args: list, capfd) -> Outcome:
+    """`python -m <module> <args>` in this process: the same module code run as __main__ (runpy, as
+    `-m` does), its exit code from SystemExit, its output captured at the file descriptors."""
+    capfd.readouterr()
+    code = 0
+    with process_state_kept():
+        sys.argv[:] = [module, *args]
+        try:
+            runpy.run_module(module, run_name="__main__", alter_sys=True)
+        except SystemExit as exc:
+            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    out, err = capfd.readouterr()
+    return Outcome(code, out, err)
+
+
+def check_bad_input(bench, places, name, module, args, code, words, *, capfd=None, monkeypatch=None) -> None:
+    """One row: one line, its exit code, no traceback, nothing on stdout, no run left RUNNING.
+    With `capfd` and `monkeypatch` the command runs in this process (the fast path, the same entry
+    code as the command line); without them, as a real `python -m` process."""
     if name in NEEDS_NO_GPU and __import__("torch").cuda.is_available():
         pytest.skip("a refusal of the CPU-only path; this machine has a CUDA GPU")
     args = [arg.format(**places) for arg in args]
     if module == "bench" and not any(arg.startswith("hydra.run.dir=") for arg in args):
         args.append(f"hydra.run.dir={places['tmp']}/run")
-    proc = bench.run(*args, module=module, env=bench.env(bench.uri))
+    if capfd is None:
+        proc = bench.run(*args, module=module, env=bench.env(bench.uri))
+    else:
+        for variable, value in bench.env(bench.uri).items():
+            monkeypatch.setenv(variable, value)
+        monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+        monkeypatch.chdir(bench.cwd)
+        proc = run_in_process(module, args, capfd)
     assert proc.returncode == code, f"{proc.stdout}\n{proc.stderr}"
     # bench's lines start with [ERROR]; argparse's (a misspelt flag) hold ": error: " after a usage line
     errors = [line for line in proc.stderr.splitlines() if line.startswith("[ERROR]") or ": error: " in line]

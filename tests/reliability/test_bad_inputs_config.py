@@ -10,5 +10,5 @@ TABLE = rows("unknown model option", "S3 endpoint with a password")
 
 
 @pytest.mark.parametrize("name, module, args, code, words", TABLE, ids=ids(TABLE))
-def test_bad_input_is_one_line_and_no_run(bench, places, name, module, args, code, words):
-    check_bad_input(bench, places, name, module, args, code, words)
+def test_bad_input_is_one_line_and_no_run(bench, places, capfd, monkeypatch, name, module, args, code, words):
+    check_bad_input(bench, places, name, module, args, code, words, capfd=capfd, monkeypatch=monkeypatch)

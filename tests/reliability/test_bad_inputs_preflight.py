@@ -10,5 +10,5 @@ TABLE = rows("S3 endpoint with a password", "radix flag misspelt")
 
 
 @pytest.mark.parametrize("name, module, args, code, words", TABLE, ids=ids(TABLE))
-def test_bad_input_is_one_line_and_no_run(bench, places, name, module, args, code, words):
-    check_bad_input(bench, places, name, module, args, code, words)
+def test_bad_input_is_one_line_and_no_run(bench, places, capfd, monkeypatch, name, module, args, code, words):
+    check_bad_input(bench, places, name, module, args, code, words, capfd=capfd, monkeypatch=monkeypatch)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from bad_inputs import BAD_INPUTS, check_bad_input, ids, rows
+from bad_inputs import BAD_INPUTS, THROUGH_A_PROCESS, check_bad_input, ids, rows
 
 TABLE = rows("radix flag misspelt")
 
@@ -16,5 +16,17 @@ def test_the_table_has_at_least_sixty_rows_and_each_runs_in_one_part():
 
 
 @pytest.mark.parametrize("name, module, args, code, words", TABLE, ids=ids(TABLE))
-def test_bad_input_is_one_line_and_no_run(bench, places, name, module, args, code, words):
+def test_bad_input_is_one_line_and_no_run(bench, places, capfd, monkeypatch, name, module, args, code, words):
+    check_bad_input(bench, places, name, module, args, code, words, capfd=capfd, monkeypatch=monkeypatch)
+
+
+PROCESS_ROWS = [row for row in BAD_INPUTS if row[0] in THROUGH_A_PROCESS]
+
+
+def test_the_process_rows_are_rows_of_the_table():
+    assert sorted(ids(PROCESS_ROWS)) == sorted(THROUGH_A_PROCESS)
+
+
+@pytest.mark.parametrize("name, module, args, code, words", PROCESS_ROWS, ids=ids(PROCESS_ROWS))
+def test_bad_input_through_a_real_process_is_one_line_and_no_run(bench, places, name, module, args, code, words):
     check_bad_input(bench, places, name, module, args, code, words)
