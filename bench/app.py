@@ -45,7 +45,8 @@ def run_from_hydra(cfg: DictConfig) -> int:
     out_dir, launch_dir = Path(hydra_cfg.runtime.output_dir), Path(hydra_cfg.runtime.cwd)
     if sweep_job and sweep_job["launch_dir"]:  # a job on another node: the sweep's directory, for the default store
         launch_dir = Path(sweep_job["launch_dir"])
-    overrides = list(hydra_cfg.overrides.task)
+    # as typed: list() would resolve them, and data.batch_size=${oops} would fail here, outside `load`
+    overrides = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)]
     try:
         config = load(cfg)
     except BenchError as exc:

@@ -254,5 +254,7 @@ def check_bad_input(bench, places, name, module, args, code, words, *, capfd=Non
     assert len(errors) == 1, proc.stderr
     assert words.format(**places) in errors[0], errors[0]
     assert "Traceback" not in proc.stderr and proc.stdout.strip() == ""
+    if module == "bench":  # bench's own refusals print that line and nothing else
+        assert [line for line in proc.stderr.splitlines() if line.strip()] == errors, proc.stderr
     assert "CANARY" not in proc.stderr + proc.stdout
     assert not bench.db.exists() or all(run.info.status != "RUNNING" for run in bench.runs())
