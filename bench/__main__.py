@@ -11,6 +11,7 @@ from bench.config.hydra_errors import reporting_one_line
 from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG
 from bench.launch.plugins import register_bench_launchers
+from bench.launch.preview import preview, wants_preview
 from bench.secrets import command_line_problem
 
 register_configs()
@@ -45,6 +46,11 @@ def cli() -> None:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
     sys.argv[1:] = [quote_list_values(arg) for arg in sys.argv[1:]]
+    if wants_preview(sys.argv[1:]):  # -m ... --cfg job: list the sweep's jobs (Hydra refuses the pair)
+        reason = preview(sys.argv[1:], sys.stdout)
+        if reason:
+            print(f"[ERROR] {reason}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_CONFIG if reason else 0)
     register_bench_launchers()
     reporting_one_line(main)
     from bench.tracking.sweep import failed_jobs

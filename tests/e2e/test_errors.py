@@ -160,3 +160,14 @@ def test_a_refused_config_imports_neither_torch_nor_mlflow(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 2
     assert _heavy_imports(proc.stderr) == []
+
+
+def test_a_sweep_preview_lists_its_jobs_without_importing_torch_or_mlflow(tmp_path):
+    """-m with --cfg job: Hydra alone prints a traceback ("Only one of --run, --multirun, --cfg...")."""
+    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "bench", "-m", "data.batch_size=64,128",
+                           "precision=fp32,bf16", "--cfg", "job"], cwd=tmp_path, capture_output=True, text=True,
+                          timeout=600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.splitlines()[0].startswith("a sweep of 4 jobs")
+    assert "  #3  data.batch_size=128 precision=bf16" in proc.stdout and "Traceback" not in proc.stderr
+    assert _heavy_imports(proc.stderr) == [] and not (tmp_path / "multirun").exists()

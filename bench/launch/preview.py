@@ -1,0 +1,74 @@
+"""`python -m bench -m <overrides> --cfg job`: the jobs a sweep would run, one line each, without
+running them (Hydra itself refuses --cfg with --multirun: "Only one of --run, --multirun,
+--cfg, --info and --shell can be specified").
+
+The jobs are expanded by Hydra's own basic sweeper from the command line's overrides, so the
+list is exactly what `-m` starts (sweeps written into a preset's `hydra.sweeper.params` are
+not on the command line and are not listed). Import-light: no torch, no mlflow.
+"""
+
+from __future__ import annotations
+
+import shlex
+from typing import List, Optional, Sequence, TextIO
+
+MULTIRUN = ("-m", "--multirun")
+CFG = ("-c", "--cfg")
+TAKES_A_VALUE = ("-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name", "-cd",
+                 "--config-dir", "--experimental-rerun")
+
+
+def wants_preview(argv: Sequence[str]) -> bool:
+    """-m (or --multirun) together with --cfg: a sweep to list, not to run."""
+    has_cfg = any(arg in CFG or arg.startswith("--cfg=") for arg in argv)
+    return has_cfg and any(arg in MULTIRUN for arg in argv)
+
+
+def overrides_of(argv: Sequence[str]) -> List[str]:
+    """The command line without Hydra's flags (and their values): the overrides."""
+    found: List[str] = []
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in TAKES_A_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            found.append(arg)
+    return found
+
+
+def jobs_of(overrides: Sequence[str]) -> List[List[str]]:
+    """Each job's overrides, in the order -m runs them (Hydra's basic sweeper expands them)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(list(overrides))
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def _for_a_shell(override: str) -> str:
+    """An override as it can be pasted into bash: as it is when plain, else quoted."""
+    if shlex.quote(override) == override or "'" not in override:
+        return shlex.quote(override)
+    return f'"{override}"'  # holds single quotes (a value bench quoted for Hydra): double-quote it
+
+
+def preview(argv: Sequence[str], out: TextIO) -> Optional[str]:
+    """Print the sweep's jobs; returns None, or the one-line reason the overrides do not parse."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from bench.config.hydra_errors import one_line
+
+    try:
+        jobs = jobs_of(overrides_of(argv))
+    except (HydraException, OmegaConfBaseException) as exc:
+        return one_line(exc)
+    out.write(f"a sweep of {len(jobs)} job{'s' if len(jobs) != 1 else ''} (-m runs them in this order, "
+              "each in its own process):\n")
+    width = len(str(len(jobs) - 1))
+    for number, job in enumerate(jobs):
+        out.write(f"  #{number:<{width}}  {' '.join(_for_a_shell(o) for o in job)}\n")
+    out.write("one job's composed config: python -m bench <its overrides> --cfg job\n")
+    return None
