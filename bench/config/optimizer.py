@@ -37,5 +37,8 @@ class OptimizerConfig(Checks):
         self.positive("lr", integer=False)
         self.non_negative("weight_decay", "momentum")
         self.positive("grad_clip_norm", optional=True, integer=False)
+        self.positive("eps", integer=False)
         if len(self.betas) != 2:
             self._fail("betas", "a list of two numbers, e.g. [0.9, 0.999]", list(self.betas))
+        if not all(0 <= beta < 1 for beta in self.betas):  # torch refuses them only at the first step
+            self._fail("betas", "two numbers in [0, 1), e.g. [0.9, 0.999]", list(self.betas))
