@@ -116,7 +116,9 @@ def test_ctrl_c_to_a_sweep_ends_it_and_its_runs_killed(bench, tiny, tmp_path):
 @pytest.mark.parametrize("passes,sig,code", [
     (["benchmark.breakdown=true", "benchmark.breakdown_steps=1000"], signal.SIGTERM, 143),
     (["profile.enabled=true", "profile.steps=100", "data.image_size=64"], signal.SIGINT, 130),
-], ids=["breakdown-SIGTERM", "profile-SIGINT"])
+    (["profile.enabled=true", "profile.steps=100", "data.image_size=64", "data.batch_size=16", "mode=inference"],
+     signal.SIGTERM, 143),
+], ids=["breakdown-SIGTERM", "profile-SIGINT", "inference-profile-SIGTERM"])
 def test_signal_during_the_passes_after_the_window_still_reports_the_window(bench, tiny, tmp_path, passes, sig, code):
     """Issue 18: a signal during the breakdown pass or the profiled steps lost the window already
     measured (and took 30 s to exit, the run left RUNNING under `timeout -k 5`). Now the pass ends
