@@ -7,7 +7,7 @@ import hydra
 from omegaconf import DictConfig
 
 from bench import config_dir
-from bench.config.hydra_errors import reporting_one_line
+from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG
 from bench.launch.plugins import register_bench_launchers
@@ -41,7 +41,7 @@ def cli() -> None:
     """The console script: a bad override is one [ERROR] line (exit 2); a multirun exits with
     the number of jobs that failed. A credential on the command line is refused before Hydra
     saves the overrides in .hydra/ or logs them."""
-    problem = command_line_problem(sys.argv[1:])
+    problem = command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)

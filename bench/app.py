@@ -87,6 +87,9 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
         report = scenario.report(launcher.run(scenario, config, out_dir), config)
         _report_the_measurement(report, tracker)
         problems = list(report.problems) + _write_outputs(report, config, environment, tracker, out_dir)
+        stopped = getattr(report, "interrupted", None)  # a signal during the passes after the window
+        if stopped:
+            raise Interrupted(stopped)  # the window is reported: the run ends KILLED, as at any signal
         if problems:  # the measurement stands; an output it was to leave behind does not
             reason = "; ".join(problems)
             tracker.finish("FAILED", error=reason)

@@ -8,6 +8,10 @@ from typing import Optional
 from bench.config.fields import Checks, Choice
 from bench.config.progressive import parse_progressive
 
+# the classifier's head is num_classes x features weights: 1M classes on a 2048-feature model is
+# 8 GiB of float32 before gradients and optimizer state; a count beyond this is a typo, not a run
+MAX_CLASSES = 1_000_000
+
 
 class DataName(Choice):
     synthetic = "synthetic"  # one batch made once on the device
@@ -55,6 +59,8 @@ class DataConfig(Checks):
     def __post_init__(self) -> None:
         self.positive("batch_size", "image_size", "num_classes", "prefetch_factor")
         self.non_negative("num_workers", optional=True)
+        if self.num_classes > MAX_CLASSES:
+            self._fail("num_classes", f"at most {MAX_CLASSES:,} (the classifier holds num_classes x features weights)")
         if self.progressive is not None:
             parse_progressive(self.progressive)  # raises the one-line error naming data.progressive
         if self.synthetic:

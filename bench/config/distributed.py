@@ -47,6 +47,8 @@ class DistributedConfig(Checks):
     def __post_init__(self) -> None:
         self.positive("nproc_per_node", "nnodes", "bucket_cap_mb")
         self.positive("timeout_s", integer=False)
+        if self.name == DistributedName.single and self.nnodes != 1:
+            self._fail("nnodes", "1 with distributed=single (more than one node needs distributed=ddp)")
         if self.name == DistributedName.single and self.world_size != 1:
             self._fail("nproc_per_node", "1 with distributed=single (multi-process runs need distributed=ddp)")
         if not 0 <= self.node_rank < self.nnodes:

@@ -30,6 +30,7 @@ _CONVERT = re.compile(r"Value '(.*?)' (?:of type '\w+' )?could not be converted 
 _BOOL = re.compile(r"Value '(.*)' is not a valid bool")
 _NOT_A_KEY = re.compile(r"Key '([^']+)' not in")
 _APPEND_HINT = re.compile(r"use \+(\S+?)=(.*)$", re.MULTILINE)
+_NOT_IN_DEFAULTS = re.compile(r"Could not override '([^']+)'\. No match in the defaults list")
 _TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "String": "a string"}
 
 
@@ -48,6 +49,12 @@ def one_line(exc: BaseException) -> str:
         names = [n.strip() for n in choices.group(1).splitlines() if n.strip()] if choices else []
         key = f"+{group}" if group == "experiment" else group
         return str(ConfigError(key, option, "one of " + ", ".join(names) if names else f"an option in conf/{group}/"))
+    not_in_defaults = _NOT_IN_DEFAULTS.search(text)
+    if not_in_defaults:  # `experiment=x`: a group that is not in the defaults list is added with +
+        group = not_in_defaults.group(1)
+        value = _given(group)
+        return str(ConfigError(group, value, f"+{group}={value if value is not None else '<name>'}: {group} is not in "
+                               "the defaults list, so it is added with a leading +"))
     appended = _APPEND_HINT.search(text)  # "Could not override 'data.x'. To append ... use +data.x=8"
     reworded = _value_error(cause or text, appended.group(2) if appended else None)
     if reworded:
@@ -57,6 +64,9 @@ def one_line(exc: BaseException) -> str:
         return f"the config could not be resolved: {_first_line(text)}" + (f" (at {where.group(1)})" if where else "")
     if text.startswith("Ambiguous value"):
         return f"{_first_line(text)}: to sweep over it add -m (--multirun); for a list write key=[a,b]"
+    if "LexerNoViableAltException" in text:  # a character the override grammar has no token for
+        return f"a command-line override could not be parsed ({_first_line(text)}): quote a value that holds " \
+               "spaces or special characters, e.g. 'tracking.run_name=\"my run!\"'"
     if "no viable alternative" in text or "mismatched input" in text or "extraneous input" in text:
         return f"a command-line override could not be parsed ({_first_line(text)}): see " \
                "https://hydra.cc/docs/advanced/override_grammar/basic"
@@ -97,6 +107,24 @@ def unknown_key(dotted: str, value: Any = None) -> ConfigError:
     group = ".".join(path) or "the config"
     prefix = ".".join(path) + "." if path else ""
     return ConfigError(dotted, value, f"a key of {group}" + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+
+
+def _given(key: str) -> Optional[str]:
+    """The value the command line gave `key` (the last one), if it did."""
+    values = [arg.split("=", 1)[1] for arg in sys.argv[1:] if arg.startswith(key + "=")]
+    return values[-1] if values else None
+
+
+def unquoted_space(args: List[str]) -> Optional[str]:
+    """`tracking.run_name=my run` unquoted reaches bench as two arguments, and Hydra fails on the
+    second (no '='): the sentence that says to quote the value."""
+    for before, arg in zip(args, args[1:]):
+        if "=" in arg or arg.startswith("-") or "=" not in before or before.startswith("-"):
+            continue
+        key, value = before.split("=", 1)
+        return (f"{arg!r} is not an override (key=value): it follows {before!r}. A value with a space must be "
+                f"quoted, e.g. '{key}=\"{value} {arg}\"' (quotes for the shell and for Hydra)")
+    return None
 
 
 def _first_line(text: str) -> str:

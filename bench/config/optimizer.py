@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import List, Optional
 
@@ -37,5 +38,9 @@ class OptimizerConfig(Checks):
         self.positive("lr", integer=False)
         self.non_negative("weight_decay", "momentum")
         self.positive("grad_clip_norm", optional=True, integer=False)
+        self.positive("eps", integer=False)
         if len(self.betas) != 2:
             self._fail("betas", "a list of two numbers, e.g. [0.9, 0.999]", list(self.betas))
+        # torch refuses these only at the first step (nan and inf: bench.config.preflight names them)
+        if not all(0 <= beta < 1 for beta in self.betas if math.isfinite(beta)):
+            self._fail("betas", "two numbers in [0, 1), e.g. [0.9, 0.999]", list(self.betas))

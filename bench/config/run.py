@@ -11,6 +11,11 @@ from bench.secrets import CREDENTIALS_HOME, has_userinfo
 
 
 RESUME_AUTO = "auto"
+# The passes after the window: means over a thousand synchronised steps are as stable as they get, more
+# only lengthens the run; the profiler keeps every event of every recorded step in memory (GBs within
+# seconds at a million) and a trace of more than ~100 steps is too large for a trace viewer.
+MAX_BREAKDOWN_STEPS = 1000
+MAX_PROFILE_STEPS = 100
 
 
 @dataclass
@@ -71,6 +76,8 @@ class BenchmarkConfig(Checks):
     def __post_init__(self) -> None:
         self.non_negative("warmup_steps")
         self.positive("log_every", "repeats", "breakdown_steps")
+        if self.breakdown_steps > MAX_BREAKDOWN_STEPS:
+            self._fail("breakdown_steps", f"1 to {MAX_BREAKDOWN_STEPS} (steps of the synchronised pass after the window)")
         self.positive("measure_steps", optional=True)
         self.positive("measure_seconds", optional=True, integer=False)
 
@@ -86,6 +93,8 @@ class ProfileConfig(Checks):
 
     def __post_init__(self) -> None:
         self.positive("steps", "row_limit")
+        if self.steps > MAX_PROFILE_STEPS:
+            self._fail("steps", f"1 to {MAX_PROFILE_STEPS} (the profiler holds every event of every step in memory)")
 
 
 @dataclass
@@ -101,5 +110,7 @@ class TrackingConfig(Checks):
 
     def __post_init__(self) -> None:
         self.positive("probe_timeout_s", integer=False)
+        if not self.experiment.strip():  # MLflow would file the run nowhere, and bench exit 0
+            self._fail("experiment", "a non-empty MLflow experiment name (tracking.enabled=false tracks nothing)")
         if self.uri and has_userinfo(self.uri):
             self._fail("uri", f"a URI without user:password; {CREDENTIALS_HOME}")

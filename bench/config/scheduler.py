@@ -41,10 +41,14 @@ class SchedulerConfig(Checks):
 
     def __post_init__(self) -> None:
         if self.warmup_steps is not None:
+            if self.lr_warmup_steps:  # both spellings: which one wins would be a guess
+                self._fail("warmup_steps", f"null when scheduler.lr_warmup_steps={self.lr_warmup_steps} is set too "
+                           "(scheduler.warmup_steps is the deprecated name of scheduler.lr_warmup_steps: set only that)")
             log.warning("scheduler.warmup_steps is deprecated: use scheduler.lr_warmup_steps (same meaning; "
                         "benchmark.warmup_steps is the unmeasured steps before the window)")
             self.lr_warmup_steps, self.warmup_steps = self.warmup_steps, None
         self.non_negative("lr_warmup_steps", "min_lr")
+        self.positive("gamma", integer=False)
         self.between("warmup_start_factor", 0, 1, "a number in [0, 1]", include_low=True, include_high=True)
         if self.name == SchedulerName.multistep:
             milestones = list(self.milestones)

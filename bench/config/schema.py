@@ -9,8 +9,8 @@ per run, running each group's `__post_init__` checks. Torch-free.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from dataclasses import dataclass, field, fields
+from typing import Any, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
@@ -75,6 +75,7 @@ class BenchConfig(Checks):
             self._check_training_for_accuracy()
         if self.mode == Mode.inference:
             self._check_inference()
+        self._check_cosine_floor()
         self._check_repeats()
         self._check_find_max_batch()
         self._warn_warmup_longer_than_the_run()
@@ -116,9 +117,17 @@ class BenchConfig(Checks):
         for key, value in training_only.items():
             if value:
                 raise ConfigError(key, value, "its default with mode=inference (a training-only key)")
+        for key, value in _changed_training_keys(self):
+            raise ConfigError(key, value, "its default with mode=inference (a training-only key: inference "
+                              "runs no optimizer, schedule or checkpoint)")
         if self.distributed.world_size > 1:
             raise ConfigError("distributed.nproc_per_node", self.distributed.nproc_per_node,
                               "1 with mode=inference (one process; sweep data.batch_size or run one job per GPU)")
+
+    def _check_cosine_floor(self) -> None:
+        if self.scheduler.name == "cosine" and not self.scheduler.scale_lr and self.scheduler.min_lr > self.optimizer.lr:
+            raise ConfigError("scheduler.min_lr", self.scheduler.min_lr,
+                              f"a floor at most optimizer.lr={self.optimizer.lr:g} (cosine decays from lr down to min_lr)")
 
     def _check_training_for_accuracy(self) -> None:
         """What needs a real dataset: epochs as passes over it, and validation."""
@@ -147,6 +156,24 @@ class BenchConfig(Checks):
             log.warning("scheduler.lr_warmup_steps=%d is longer than the run (%d optimizer steps: "
                         "benchmark.warmup_steps + the measured window): the lr never reaches optimizer.lr=%g",
                         self.scheduler.lr_warmup_steps, steps, self.optimizer.lr)
+
+
+TRAINING_ONLY_GROUPS = ("optimizer", "scheduler", "checkpoint")
+TRAINING_ONLY_TRAIN_KEYS = ("eval_every", "target_accuracy", "label_smoothing", "resume")  # epochs/steps size inference
+
+
+def _changed_training_keys(config: BenchConfig) -> List[Tuple[str, Any]]:
+    """(dotted key, value) of each training-only key whose value is not the schema's default."""
+    plain = lambda value: value.value if isinstance(value, Choice) else value  # noqa: E731
+    changed = []
+    for group in TRAINING_ONLY_GROUPS:
+        current, default = getattr(config, group), type(getattr(config, group))()
+        changed += [(f"{group}.{f.name}", plain(getattr(current, f.name))) for f in fields(current)
+                    if getattr(current, f.name) != getattr(default, f.name)]
+    default_train = TrainConfig()
+    changed += [(f"train.{name}", getattr(config.train, name)) for name in TRAINING_ONLY_TRAIN_KEYS
+                if getattr(config.train, name) != getattr(default_train, name)]
+    return changed
 
 
 def register_configs() -> None:

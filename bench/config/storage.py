@@ -177,6 +177,9 @@ class StorageConfig(Checks):
 
     def __post_init__(self) -> None:
         if self.clients is not None:
+            if self.accelerators != StorageConfig.accelerators:  # both spellings: which one wins would be a guess
+                self._fail("clients", f"null when storage.accelerators={self.accelerators} is set too "
+                           "(storage.clients is the deprecated name of storage.accelerators: set only that)")
             log.warning("storage.clients is deprecated: use storage.accelerators (same meaning: simulated "
                         "accelerators; storage.client is the S3 library)")
             self.accelerators, self.clients = self.clients, None

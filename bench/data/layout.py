@@ -7,11 +7,14 @@ again (they can be used without the app, e.g. by `python -m bench.data`).
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import List, Tuple
 
 from bench.config.data import DataConfig
 from bench.errors import DataError
+
+log = logging.getLogger(__name__)
 
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp", ".ppm", ".tif", ".tiff")
 CIFAR_SPLIT_FILES = {"train": "train", "val": "test"}
@@ -92,16 +95,35 @@ def check_imagefolder(data: DataConfig) -> None:
     base = imagefolder_base(data.root, data.split)
     classes = class_folders(base)
     check_class_count(len(classes), base, data.num_classes)
+    warn_empty_class_folders(base, classes)
     check_first_images_decode(base, classes)
 
 
+def _images_in(folder: str):
+    for where, _dirs, files in sorted(os.walk(folder, followlinks=True)):
+        yield from (os.path.join(where, f) for f in sorted(files) if f.lower().endswith(IMAGE_EXTENSIONS))
+
+
+def warn_empty_class_folders(base: str, classes: List[str]) -> None:
+    """A class folder without images still is a class (a label, an output of the head) that no
+    sample has: kept, as torchvision's ImageFolder order needs it, but said once."""
+    empty = [name for name in classes if next(_images_in(os.path.join(base, name)), None) is None]
+    if empty:
+        log.warning("%s: %d class folder(s) hold no images and still count as classes (labels no image has): %s",
+                    base, len(empty), ", ".join(os.path.join(base, name) for name in empty[:10])
+                    + (", ..." if len(empty) > 10 else ""))
+
+
 def _first_images(base: str, classes: List[str], count: int) -> List[str]:
+    """The first `count` images in the loader's order, zero-byte files left out (the loader skips and
+    counts those like corrupt images; they say nothing of whether the folder holds images)."""
     found: List[str] = []
     for name in classes:
-        for folder, _dirs, files in sorted(os.walk(os.path.join(base, name), followlinks=True)):
-            found += [os.path.join(folder, f) for f in sorted(files) if f.lower().endswith(IMAGE_EXTENSIONS)]
-            if len(found) >= count:
-                return found[:count]
+        for path in _images_in(os.path.join(base, name)):
+            if os.path.getsize(path) > 0:
+                found.append(path)
+                if len(found) >= count:
+                    return found
     return found
 
 
@@ -113,8 +135,8 @@ def check_first_images_decode(base: str, classes: List[str]) -> None:
 
     paths = _first_images(base, classes, PROBE_IMAGES)
     if not paths:
-        raise DataError(f"{base} holds no images: expected files ending in {', '.join(IMAGE_EXTENSIONS)} "
-                        "inside its class folders")
+        raise DataError(f"{base} holds no images (or only empty files): expected files ending in "
+                        f"{', '.join(IMAGE_EXTENSIONS)} inside its class folders")
     problems = []
     for path in paths:
         try:

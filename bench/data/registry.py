@@ -36,7 +36,7 @@ OPTIONS: Dict[DataName, DataOption] = {
                                      "bench.data.imagefolder:imagefolder_val_batches"),
     DataName.cifar100: DataOption("bench.data.cifar100:cifar100_batches", "bench.data.layout:check_cifar100",
                                   "bench.data.cifar100:cifar100_val_batches"),
-    DataName.shards: DataOption("bench.data.shards:shard_batches", "bench.data.layout:check_shards",
+    DataName.shards: DataOption("bench.data.shards:shard_batches", "bench.data.shardformat:check_shard_dataset",
                                 "bench.data.shards:shard_val_batches"),
 }
 

@@ -10,11 +10,12 @@ from __future__ import annotations
 
 import json
 import struct
+from pathlib import Path
 from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from bench.data.layout import shard_split_key
+from bench.data.layout import check_shards, shard_split_key
 from bench.errors import DataError
 
 MAGIC = b"BSHARD01"
@@ -45,6 +46,47 @@ def decode_shard_index(shard: bytes, where: str) -> np.ndarray:
     if magic != MAGIC or index_offset + count * 24 + TRAILER.size != len(shard):
         raise DataError(f"{where} is not a bench shard (bad trailer): rewrite it with `python -m bench.data prepare`")
     return np.frombuffer(shard, dtype="<i8", count=count * 3, offset=index_offset).reshape(count, 3)
+
+
+def check_labels(index: np.ndarray, classes: int, where: str) -> None:
+    """Every record's label is a class of the split (a label outside [0, classes) would reach the loss
+    as `IndexError: Target -1 is out of bounds`, mid-run)."""
+    labels = index[:, 2]
+    bad = np.flatnonzero((labels < 0) | (labels >= classes))
+    if bad.size:
+        row = int(bad[0])
+        raise DataError(f"{where} record {row} has label {int(labels[row])}, outside [0, {classes}) (the {classes} "
+                        f"classes its meta.json lists; {bad.size} such record(s)): rewrite the shards with "
+                        "`python -m bench.data prepare`")
+
+
+def check_shard_dataset(data: Any) -> None:
+    """Preflight of data=shards: the split is there (bench.data.layout), and a local one's labels are classes."""
+    check_shards(data)
+    if not data.root.startswith("s3://"):
+        check_local_shard_labels(data.root, data.split)
+
+
+def check_local_shard_labels(root: str, split: str) -> None:
+    """Read the index (and trailer) of each local shard of a split, not its images, and check its labels."""
+    meta = json.loads(Path(root, shard_split_key(split)).read_text())
+    classes = len(meta.get("classes", []))
+    for shard in meta.get("shards", []):
+        path = Path(root, shard["key"])
+        try:
+            with path.open("rb") as file:
+                size = file.seek(0, 2)
+                if size < TRAILER.size:
+                    raise DataError(f"{path} is not a bench shard (only {size} bytes)")
+                file.seek(size - TRAILER.size)
+                index_offset, count, _magic = TRAILER.unpack(file.read(TRAILER.size))
+                file.seek(index_offset)
+                raw = file.read(count * 24)
+        except OSError as exc:
+            raise DataError(f"{path} cannot be read: {exc.strerror or exc}") from None
+        if len(raw) != count * 24:
+            raise DataError(f"{path} is not a bench shard (bad trailer): rewrite it with `python -m bench.data prepare`")
+        check_labels(np.frombuffer(raw, dtype="<i8").reshape(count, 3), classes, str(path))
 
 
 def make_meta(split: str, classes: List[str], shards: List[Dict[str, Any]], size: int, quality: int,

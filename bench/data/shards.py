@@ -32,7 +32,7 @@ from bench.data.loader import (
     order_seed,
     resolve_workers,
 )
-from bench.data.shardformat import decode_shard_index, read_meta
+from bench.data.shardformat import check_labels, decode_shard_index, read_meta
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
 from bench.storage.registry import open_store
 
@@ -55,6 +55,7 @@ class ShardStream(IterableDataset):
         self.one_pass = one_pass  # validation: one pass, the last batch partial (every record read once)
         self.location, self.storage = cfg.root, storage
         self.keys = [s["key"] for s in meta["shards"]]
+        self.classes = len(meta["classes"])
         self.counts = [int(s["count"]) for s in meta["shards"]]
         self.starts = np.concatenate([[0], np.cumsum(self.counts)[:-1]]).astype(int).tolist()
         self.size, self.batch_size, self.decoder = cfg.image_size, cfg.batch_size, cfg.decoder
@@ -112,6 +113,7 @@ class ShardStream(IterableDataset):
         try:
             blob = store.get(self.keys[shard])
             index = decode_shard_index(blob, where)
+            check_labels(index, self.classes, where)  # s3:// roots: preflight does not read their shards
         except Exception as exc:  # noqa: BLE001 - any backend's read error: name the shard, stop the run
             failures.append((where, getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}", True))
             return

@@ -94,6 +94,8 @@ def _decode_pil(data: bytes, train: bool, size: int, rng: random.Random) -> Deco
 def decode_crop(data: bytes, train: bool, size: int, rng: random.Random, decoder: str = "simplejpeg") -> np.ndarray:
     """Decode `data` and return the crop (train: random-resized, val: center) as an HWC uint8
     view, not yet resized. What simplejpeg cannot read (PNG, CMYK) goes through PIL; raises CorruptImage."""
+    if not len(data):  # a zero-byte file (an interrupted copy): skipped and counted like any corrupt image
+        raise CorruptImage("an empty file (0 bytes)")
     try:
         if decoder == "simplejpeg" and simplejpeg.is_jpeg(data):
             try:

@@ -14,6 +14,7 @@ window (profile.enabled).
 from __future__ import annotations
 
 import logging
+import signal
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -24,6 +25,7 @@ from bench.config import BenchConfig
 from bench.infer.result import InferResult
 from bench.launch.context import RankContext
 from bench.train.device import peak_memory_bytes
+from bench.train.epochs import SignalFlag
 from bench.train.epoch_data import EpochData
 from bench.train.flops import flops_per_image
 from bench.train.models import build_model, count_parameters, maybe_compile
@@ -71,9 +73,11 @@ def infer(config: BenchConfig, device: torch.device, monitor: Any = None, ctx: O
     gpu = monitor.stop() if monitor is not None else {}
     peak = peak_memory_bytes(device)
     files: List[Path] = []
-    if config.profile.enabled:
-        files = profile_steps(lambda: forward(next(batches)[0]), config.profile.steps, device, out_dir or Path.cwd(),
-                              record=ctx.is_reporter, row_limit=config.profile.row_limit)
+    with SignalFlag(config.profile.enabled) as flag:  # a signal ends the profiled batches; the window is reported
+        if config.profile.enabled:
+            files = profile_steps(lambda: forward(next(batches)[0]), config.profile.steps, device,
+                                  out_dir or Path.cwd(), record=ctx.is_reporter, row_limit=config.profile.row_limit,
+                                  stop=lambda: flag.signum is not None)
     extra = dict(getattr(batches, "facts", {}))
     extra.update(flops_per_image(config.model, config.data.image_size, backward=False))
     return InferResult(batch_size=data.batch_size, warmup_steps=config.benchmark.warmup_steps,
@@ -84,7 +88,8 @@ def infer(config: BenchConfig, device: torch.device, monitor: Any = None, ctx: O
                        peak_memory_bytes=peak, parameters=count_parameters(eager), precision=policy.describe(),
                        compile=compile_info, repeat_images=[w["steps"] * data.batch_size for w in windows],
                        repeat_seconds=[w["seconds"] for w in windows], gpu=gpu, extra=extra,
-                       files=[str(p) for p in files])
+                       files=[str(p) for p in files],
+                       interrupted=signal.Signals(flag.signum).name if flag.signum is not None else None)
 
 
 def _window(config: BenchConfig, device: torch.device, batches: Any, forward: Callable[[torch.Tensor], Any],

@@ -66,6 +66,10 @@ class InferReport:
     repeat_rates: List[float] = field(default_factory=list)
 
     @property
+    def interrupted(self) -> Optional[str]:
+        return self.result.interrupted  # a signal during the profiled batches: reported, then KILLED (bench.app)
+
+    @property
     def problems(self) -> List[str]:
         return []  # nothing but the files is written after the measurement
 

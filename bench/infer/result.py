@@ -4,7 +4,7 @@ is read back by the report and the tools)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 
 @dataclass
@@ -26,6 +26,7 @@ class InferResult:
     gpu: Dict[str, float] = field(default_factory=dict)
     extra: Dict[str, Any] = field(default_factory=dict)  # FLOPs per image, dataset facts
     files: List[str] = field(default_factory=list)  # the profiler's
+    interrupted: Optional[str] = None  # the signal that cut the profiled batches short: the window stands, KILLED
 
     @property
     def images(self) -> int:

@@ -8,12 +8,13 @@ the run (final line, files, MLflow); `who` names it in a failure line when it do
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import os
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Iterator, Optional
 
 from bench.config import BenchConfig
 from bench.config.distributed import DistributedConfig
@@ -104,7 +105,8 @@ class Elastic(Launcher):
         multiprocessing.set_forkserver_preload(list(scenario.preload))
         reaper = SurvivorReaper(dist.nproc_per_node, out_dir / "workers")
         try:
-            returns = elastic_launch(launch_config, worker_entry)(config, str(out_dir), os.getpid())
+            with private_tempdir():
+                returns = elastic_launch(launch_config, worker_entry)(config, str(out_dir), os.getpid())
         except ChildFailedError as exc:
             reaper.stop()
             workers = out_dir / "workers"
@@ -115,3 +117,25 @@ class Elastic(Launcher):
         finally:
             reaper.stop()
         return returns.get(0)
+
+
+@contextlib.contextmanager
+def private_tempdir() -> Iterator[None]:
+    """torch.multiprocessing names a `pytorch-errorfile-*.pickle` per worker in the launcher's temp
+    directory; a worker that raises writes its traceback there and nothing removes it: $TMPDIR
+    filled with tracebacks of failed runs. During the launch the launcher's tempfile directory is
+    one of its own, removed afterwards. multiprocessing's own temp dir (the forkserver's socket,
+    reused by later sweep jobs) is made first, where it always is, so it outlives this one."""
+    import multiprocessing.util
+    import shutil
+    import tempfile
+
+    multiprocessing.util.get_temp_dir()
+    previous = tempfile.tempdir
+    private = tempfile.mkdtemp(prefix="bench-launch-")
+    tempfile.tempdir = private
+    try:
+        yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(private, ignore_errors=True)

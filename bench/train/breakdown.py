@@ -18,12 +18,15 @@ match); rank 0's timings are reported.
 from __future__ import annotations
 
 import contextlib
+import logging
 import time
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Callable, Dict, Iterator, List, Optional
 
 import torch
 
 from bench.train.step import TrainStep
+
+log = logging.getLogger(__name__)
 
 PHASES = ("data", "forward", "backward", "optimizer")
 
@@ -35,13 +38,18 @@ def _synchroniser(device: torch.device) -> Any:
 
 
 def breakdown_pass(step: TrainStep, batches: Iterator, device: torch.device, steps: int,
-                   ddp: Optional[torch.nn.Module] = None) -> Dict[str, Any]:
-    """The breakdown figures ({} for no steps); `ddp` (the DistributedDataParallel module) adds comm."""
+                   ddp: Optional[torch.nn.Module] = None, stop: Callable[[], bool] = lambda: False) -> Dict[str, Any]:
+    """The breakdown figures ({} for no steps); `ddp` (the DistributedDataParallel module) adds comm;
+    `stop()` true (a signal was noted) ends the pass after the step in progress: the figures are
+    then over the steps done."""
     sync = _synchroniser(device)
     times: Dict[str, List[float]] = {phase: [] for phase in (*PHASES, "backward_unsynced")}
     step.zero_grad()  # the window's last step left its gradients
     sync()
+    log.info("breakdown pass started: %d synchronised steps after the window", steps)
     for _ in range(steps):
+        if stop():
+            break
         if ddp is not None:
             times["backward_unsynced"].append(_backward_without_sync(step, ddp, next(batches), sync))
         marks = [time.perf_counter()]
@@ -62,7 +70,7 @@ def breakdown_pass(step: TrainStep, batches: Iterator, device: torch.device, ste
             times[phase].append((end - start) * 1000.0)
         if step.after is not None:
             step.after()
-    return figures(times, steps)
+    return figures(times, len(times["data"]))
 
 
 def _backward_without_sync(step: TrainStep, ddp: torch.nn.Module, batch: Any, sync: Any) -> float:

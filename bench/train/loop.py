@@ -134,13 +134,14 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
     extra = dict(getattr(data.batches, "facts", {}))  # real data: dataset_size, corrupt_skipped, ...
     if config.benchmark.find_max_batch:
         extra.update(batch_size_requested=requested, batch_size_found=data.batch_size)
-    figures, files = after_window(config, device, ctx, step, data.batches, wrapped if ctx.distributed else None, out_dir)
+    figures, files, interrupted = after_window(config, device, ctx, step, data.batches,
+                                               wrapped if ctx.distributed else None, out_dir)
     extra.update(figures)
     if checkpoints is not None:
         extra.update(checkpoints.figures())
     if data.progressive:
         extra.update(phase_figures(window["epochs"]))
-    if on_finish is not None:
+    if on_finish is not None and not interrupted:  # a signal asks for a prompt end: no checkpoint write
         extra.update(on_finish(eager, optimizer))
     return TrainResult(
         gpu=gpu,
@@ -155,6 +156,7 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
         fused_optimizer=bool(optimizer.defaults.get("fused")),
         param_checksum=_param_checksum(eager),
         files=files,
+        interrupted=interrupted,
         **window,
     )
 

@@ -38,6 +38,8 @@ def check_training(config: BenchConfig) -> Any:
     check_cores(config, device)
     check_model(config.model)
     check_batch_fits(config, device)
+    check_prefetch_fits(config)
+    check_batch_norm_batch(config)
     if config.benchmark.find_max_batch and device.type != "cuda":
         raise ConfigError("benchmark.find_max_batch", True, "false on a CPU (the search grows the batch until the GPU "
                           "runs out of memory; a CPU would swap first): set data.batch_size instead")
@@ -90,6 +92,48 @@ def check_batch_fits(config: BenchConfig, device: Any) -> None:
                           f"a batch that fits in memory: {batch} images of 3x{config.data.image_size}"
                           f"x{config.data.image_size} float32 are {batch * image / 2**30:.1f} GiB and {where} has "
                           f"{memory / 2**30:.1f} GiB (at most {memory // image} per process)")
+
+
+def per_process_batch(config: BenchConfig) -> int:
+    world = config.distributed.world_size
+    return config.data.batch_size // world if config.distributed.scaling == "strong" else config.data.batch_size
+
+
+def check_prefetch_fits(config: BenchConfig) -> None:
+    """Real data: each loader worker of each rank on this node holds prefetch_factor uint8 batches
+    ahead; all of them must fit in half of this machine's memory (the rest is the run's)."""
+    data = config.data
+    if data.synthetic or data.num_workers == 0:
+        return
+    import psutil
+
+    ranks = config.distributed.nproc_per_node
+    workers = data.num_workers if data.num_workers is not None else max(1, min(8, _cores() // ranks))
+    batch_bytes = per_process_batch(config) * 3 * data.image_size ** 2
+    budget = int(psutil.virtual_memory().total) // 2
+    most = budget // max(1, ranks * workers * batch_bytes)
+    if data.prefetch_factor > most:
+        raise ConfigError("data.prefetch_factor", data.prefetch_factor,
+                          f"at most {most} here: {ranks} process(es) x {workers} loader workers x prefetch_factor "
+                          f"batches of {batch_bytes / 2**20:.1f} MiB must fit in half of this machine's "
+                          f"{2 * budget / 2**30:.1f} GiB")
+
+
+def check_batch_norm_batch(config: BenchConfig) -> None:
+    """BatchNorm normalises a batch by its own statistics: over one image per process (what each
+    DDP rank's BN sees) they are that image's, and training goes wrong silently. Inference is fine."""
+    if per_process_batch(config) != 1 or config.mode != "train":
+        return
+    import torch
+
+    from bench.train.models import build_model
+
+    with torch.device("meta"):  # the modules only, no weights allocated
+        model = build_model(config.model)
+    if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ConfigError("data.batch_size", config.data.batch_size,
+                          f"at least 2 images per process to train model={config.model.arch} (it has BatchNorm, "
+                          "which normalises over the batch); or model.norm=none")
 
 
 def _check_resume_path(resume: Optional[str]) -> None:

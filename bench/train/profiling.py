@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, List, Optional
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
@@ -29,10 +29,16 @@ TRACE_FILE, TABLE_FILE = "trace_rank0.json", "profile_top_ops.txt"
 
 
 def profile_steps(run_step: Callable[[], object], steps: int, device: torch.device, out_dir: Path, record: bool,
-                  row_limit: int = 30) -> List[Path]:
-    """Run `steps` + 1 steps; with `record` (rank 0) profile them and write the two files; their paths."""
+                  row_limit: int = 30, stop: Optional[Callable[[], bool]] = None) -> List[Path]:
+    """Run `steps` + 1 steps; with `record` (rank 0) profile them and write the two files; their paths.
+    `stop()` true (a signal was noted) ends the pass after the step in progress, writing nothing:
+    a cut trace is not the profile asked for, and the run must end promptly."""
+    stop = stop or (lambda: False)
+    log.info("profiling started: %d steps after the window", steps)
     if not record:
         for _ in range(steps + 1):
+            if stop():
+                break
             run_step()
         return []
     cuda = device.type == "cuda"
@@ -41,6 +47,8 @@ def profile_steps(run_step: Callable[[], object], steps: int, device: torch.devi
     out_dir.mkdir(parents=True, exist_ok=True)
 
     def on_ready(prof: profile) -> None:
+        if stop():
+            return
         trace = out_dir / TRACE_FILE
         tmp = trace.with_name(f".{trace.name}.tmp{os.getpid()}")
         try:
@@ -57,9 +65,12 @@ def profile_steps(run_step: Callable[[], object], steps: int, device: torch.devi
     with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
                  on_trace_ready=on_ready) as prof:
         for _ in range(steps + 1):
+            if stop():
+                break
             run_step()
             if cuda:
                 torch.cuda.synchronize(device)
             prof.step()
-    log.info("profiled %d steps: %s", steps, ", ".join(str(p) for p in written))
+    if written:
+        log.info("profiled %d steps: %s", steps, ", ".join(str(p) for p in written))
     return written

@@ -185,6 +185,11 @@ class TrainReport:
         return files + [Path(f) for f in result.files if Path(f).is_file()]
 
     @property
+    def interrupted(self) -> Optional[str]:
+        """The signal that stopped the passes after the window: the window is reported, the run ends KILLED."""
+        return self.result.interrupted
+
+    @property
     def problems(self) -> List[str]:
         """What failed after the measurement (it does not void it, but the run is not FINISHED)."""
         return [f"the checkpoint could not be written: {self.metrics['checkpoint_error']}"] \

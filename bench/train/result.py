@@ -55,6 +55,7 @@ class TrainResult:
     repeat_images: List[int] = field(default_factory=list)  # per measured window (benchmark.repeats)
     repeat_seconds: List[float] = field(default_factory=list)
     files: List[str] = field(default_factory=list)  # written by the rank after the window (profiler trace, table)
+    interrupted: Optional[str] = None  # the signal (SIGTERM, SIGINT) that cut the passes after the window short
 
     @property
     def images(self) -> int:

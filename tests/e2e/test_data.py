@@ -50,6 +50,26 @@ def test_imagefolder_run_reports_data_wait_au_and_skips_a_corrupt_image(bench, b
     assert metrics["corrupt_skipped"] == 1
 
 
+def test_zero_byte_images_are_skipped_and_counted_and_an_empty_class_folder_is_said_once(bench, base, datasets,
+                                                                                          tmp_path):
+    """Issue 18: four zero-byte files among 64 (the first four the preflight probes) refused the whole
+    dataset; an empty class folder counted as a class without a word. Now the empty files are skipped
+    and counted as corrupt images are, and the empty class folder is named once in bench.log."""
+    root = tmp_path / "images"
+    paths = sorted(datasets.image_folder(root, images=64))
+    for path in paths[:4]:  # class000's first four: the images preflight would probe
+        open(path, "w").close()
+    (root / "zz_empty_class").mkdir()  # sorts last: the other classes keep their labels
+    metrics = run_ok(bench, base, tmp_path, ["data=imagefolder", f"data.root={root}",
+                                             f"data.num_classes={datasets.CLASSES + 1}", "data.batch_size=64",
+                                             "train.steps_per_epoch=1"])
+    assert metrics["corrupt_skipped"] == 4 and metrics["dataset_size"] == 64
+    assert metrics["dataset_classes"] == datasets.CLASSES + 1
+    log = (tmp_path / "run" / "bench.log").read_text()
+    assert log.count("hold no images and still count as classes") == 1
+    assert str(root / "zz_empty_class") in log and "an empty file (0 bytes)" in log
+
+
 def test_cifar100_run(bench, base, datasets, tmp_path):
     datasets.cifar100(tmp_path / "cifar")
     metrics = run_ok(bench, base, tmp_path, ["data=cifar100", f"data.root={tmp_path / 'cifar'}", "data.num_classes=100"])

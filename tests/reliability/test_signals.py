@@ -111,3 +111,35 @@ def test_ctrl_c_to_a_sweep_ends_it_and_its_runs_killed(bench, tiny, tmp_path):
     assert runs and all(run.info.status == "KILLED" for run in runs), [(r.info.run_name, r.info.status) for r in runs]
     assert {run.data.tags.get("sweep") for run in runs} == {"parent", None}  # the parent and the one job
     assert not (tmp_path / "sweep" / "1").exists()  # the sweep stopped: job 1 never started
+
+
+@pytest.mark.parametrize("passes,sig,code", [
+    (["benchmark.breakdown=true", "benchmark.breakdown_steps=1000"], signal.SIGTERM, 143),
+    (["profile.enabled=true", "profile.steps=100", "data.image_size=64"], signal.SIGINT, 130),
+    (["profile.enabled=true", "profile.steps=100", "data.image_size=64", "data.batch_size=16", "mode=inference"],
+     signal.SIGTERM, 143),
+], ids=["breakdown-SIGTERM", "profile-SIGINT", "inference-profile-SIGTERM"])
+def test_signal_during_the_passes_after_the_window_still_reports_the_window(bench, tiny, tmp_path, passes, sig, code):
+    """Issue 18: a signal during the breakdown pass or the profiled steps lost the window already
+    measured (and took 30 s to exit, the run left RUNNING under `timeout -k 5`). Now the pass ends
+    after its step, the final line and the MLflow metrics carry the window, the run ends KILLED."""
+    import json
+
+    proc = bench.start(*tiny, "train.steps_per_epoch=3", "benchmark.warmup_steps=1", *passes,
+                       f"hydra.run.dir={tmp_path}/run")
+    started = "breakdown pass started" if "breakdown" in passes[0] else "profiling started"
+    bench.wait_for_line(proc, tmp_path / "run" / "bench.log", started)
+    proc.send_signal(sig)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == code, err
+    assert bench.error_lines(err) == [f"[ERROR] run interrupted: terminated by signal {sig.name}"], err
+    assert "Traceback" not in err
+    metrics = json.loads(out.strip().splitlines()[-1])["radix_metrics"]
+    assert metrics["images_per_second"] > 0 and metrics["measured_steps"] == 3
+    if "breakdown" in passes[0]:
+        assert metrics.get("breakdown_steps", 0) < 1000  # the pass stopped at the signal, not at its end
+    else:
+        assert not (tmp_path / "run" / "trace_rank0.json").exists()  # a cut trace is not written
+    (run,) = bench.runs()
+    assert run.info.status == "KILLED"
+    assert run.data.metrics["images_per_second"] == pytest.approx(metrics["images_per_second"])

@@ -323,3 +323,41 @@ def test_preflight_refuses_the_cpu_unless_allowed(compose):
 
     with pytest.raises(DeviceError, match="CUDA not available and allow_cpu=false"):
         TrainScenario().preflight(compose())
+
+
+# ---- issue 18, item 12: values that failed late (a traceback, or silently) and are refused now ----------
+
+
+@pytest.mark.parametrize("overrides, message", [
+    (["optimizer.eps=-1"], "optimizer.eps=-1.0 is not valid: accepted a positive number."),
+    (["optimizer.betas=[0.9,1.0]"], "optimizer.betas=[0.9, 1.0] is not valid: accepted two numbers in [0, 1)"),
+    (["optimizer.betas=[-0.1,0.999]"], "optimizer.betas=[-0.1, 0.999] is not valid: accepted two numbers in [0, 1)"),
+    (["data.num_classes=3000000000"], "data.num_classes=3000000000 is not valid: accepted at most 1,000,000"),
+    (["scheduler=multistep", "scheduler.gamma=0"], "scheduler.gamma=0.0 is not valid: accepted a positive number."),
+    (["scheduler.gamma=-0.5"], "scheduler.gamma=-0.5 is not valid: accepted a positive number."),
+    (["scheduler=cosine", "scheduler.min_lr=0.5"],
+     "scheduler.min_lr=0.5 is not valid: accepted a floor at most optimizer.lr=0.1"),
+    (["tracking.experiment=''"], "tracking.experiment='' is not valid: accepted a non-empty MLflow experiment name"),
+    (["mode=inference", "optimizer.lr=0.5"], "optimizer.lr=0.5 is not valid: accepted its default with mode=inference"),
+    (["mode=inference", "scheduler=cosine"], "scheduler.name='cosine' is not valid: accepted its default with mode=inference"),
+    (["mode=inference", "checkpoint.keep_last=5"], "checkpoint.keep_last=5 is not valid: accepted its default with mode=inference"),
+    (["mode=inference", "train.label_smoothing=0.1"], "train.label_smoothing=0.1 is not valid: accepted its default"),
+    (["+scheduler.warmup_steps=5", "scheduler.lr_warmup_steps=3"],
+     "scheduler.warmup_steps=5 is not valid: accepted null when scheduler.lr_warmup_steps=3 is set too"),
+    (["storage.clients=2", "storage.accelerators=3"],
+     "storage.clients=2 is not valid: accepted null when storage.accelerators=3 is set too"),
+    (["distributed=single", "distributed.nnodes=2"],
+     "distributed.nnodes=2 is not valid: accepted 1 with distributed=single (more than one node needs distributed=ddp)"),
+    (["benchmark.breakdown_steps=1000000"], "benchmark.breakdown_steps=1000000 is not valid: accepted 1 to 1000"),
+    (["profile.steps=1000000"], "profile.steps=1000000 is not valid: accepted 1 to 100"),
+], ids=lambda v: "+".join(v) if isinstance(v, list) else "")
+def test_seams_value_refused_in_one_sentence(compose, overrides, message):
+    assert message in refused(compose, *overrides)
+
+
+def test_seams_defaults_and_what_inference_may_set_still_load(compose):
+    """The refusals above leave the defaults, an inference run's own keys and the caps' edges alone."""
+    compose("mode=inference", "train.steps_per_epoch=5", "train.epochs=2", "profile.enabled=true", "profile.steps=100")
+    compose("benchmark.breakdown=true", "benchmark.breakdown_steps=1000", "data.num_classes=1000000")
+    compose("scheduler=cosine", "scheduler.min_lr=0.1", "optimizer.betas=[0,0.5]", "scheduler.gamma=2")
+    compose("scheduler=cosine", "scheduler.min_lr=0.5", "scheduler.scale_lr=true")  # lr scaled: compared at run time
