@@ -28,6 +28,11 @@ def _inside(path: str) -> bool:
     return bool(parts) and not path.startswith("/") and ".." not in parts
 
 
+def _number(*values: object) -> bool:
+    """Every value a number (not null, not an unresolved ${...} default)."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
 class StorageName(Choice):
     local = "local"  # a local directory
     s3 = "s3"  # an S3 bucket (AWS, MinIO, Ceph, ...)
@@ -72,6 +77,13 @@ class CheckpointWriters(Choice):
 # The shuffle key took true/false before it took a mode: they still mean file / none.
 _SHUFFLE_SPELLINGS = {"true": Shuffle.file, "false": Shuffle.none}
 
+# Threads that wait on I/O may outnumber the cores, but past this a Python process spends its time
+# switching between them (and a typo such as 40000 starts that many threads before any read).
+MAX_THREADS = 1024
+# The most one read call returns on Linux (2 GiB - 4 KiB): a larger transfer_size buys nothing, and
+# its buffer is allocated whole.
+MAX_TRANSFER_SIZE = 0x7FFFF000
+
 
 @dataclass
 class StorageWorkloadConfig(Checks):
@@ -110,6 +122,7 @@ class StorageWorkloadConfig(Checks):
     checkpoint_writers: CheckpointWriters = CheckpointWriters.one
     checkpoint_every_steps: Optional[int] = None  # also write one every K steps of the read phase
     checkpoint_only: bool = False  # no dataset and no read phase: the checkpoint workload alone
+    checkpoint_keep: bool = False  # leave the checkpoints on the store (false: each is deleted once read back)
 
     def __post_init__(self) -> None:
         self.positive("num_files", "samples_per_file", "record_size", "batch_size", "read_threads", "epochs",
@@ -119,11 +132,22 @@ class StorageWorkloadConfig(Checks):
         self.non_negative("record_size_stdev", "prefetch", "computation_time", "checkpoint_size_mb", "eval_num_files",
                           "eval_computation_time")
         self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", include_high=True)
+        self._check_bounds()
         self.shuffle = self._shuffle_mode().value
         if self.format == RecordFormat.jpeg and self.samples_per_file != 1:
             self._fail("samples_per_file", "1 with format=jpeg (one image per file)")
         if (self.checkpoint_only or self.checkpoint_every_steps) and not self.checkpoint_size_mb:
             self._fail("checkpoint_size_mb", "a size > 0 with checkpoint_only or checkpoint_every_steps")
+
+    def _check_bounds(self) -> None:
+        if _number(self.read_threads) and self.read_threads > MAX_THREADS:
+            self._fail("read_threads", f"an integer in [1, {MAX_THREADS}] (reader threads per simulated accelerator)")
+        if _number(self.record_size_stdev, self.record_size) and self.record_size_stdev > self.record_size:
+            self._fail("record_size_stdev", f"an integer in [0, record_size={self.record_size}] (record sizes are drawn "
+                                            "from N(record_size, stdev); a wider spread is mostly 1-byte records)")
+        if _number(self.transfer_size) and self.transfer_size > MAX_TRANSFER_SIZE:
+            self._fail("transfer_size", f"an integer in [1, {MAX_TRANSFER_SIZE}] or null (2 GiB - 4 KiB: the most one "
+                                        "read call returns on Linux; null reads one record per call)")
 
     def _shuffle_mode(self) -> Shuffle:
         value = str(self.shuffle).lower()
@@ -184,6 +208,8 @@ class StorageConfig(Checks):
                         "accelerators; storage.client is the S3 library)")
             self.accelerators, self.clients = self.clients, None
         self.positive("accelerators", "prepare_workers", "max_attempts", "runs")
+        if _number(self.prepare_workers) and self.prepare_workers > MAX_THREADS:
+            self._fail("prepare_workers", f"an integer in [1, {MAX_THREADS}] (threads writing the dataset)")
         self.non_negative("warmup_runs")
         self.positive("timeout_s", "connect_timeout_s", integer=False)
         self.positive("host_memory_gb", optional=True, integer=False)

@@ -8,6 +8,11 @@ from inside the read loop by the same code.
 
 Each checkpoint is a record {phase, index, bytes, serialize_s, write_s, read_s, load_s}; the
 report merges them over clients (bench.iobench.checkpoint_figures).
+
+Unless storage.workload.checkpoint_keep is set, the checkpoints are benchmark litter: a periodic
+one is deleted when the next is written, and the client deletes all it wrote when its phase ends
+(bench.iobench.client). On a local disk the phase first checks that its checkpoints fit in the
+free space (bench.iobench.freespace), and a full disk is reported naming the path.
 """
 
 from __future__ import annotations
@@ -18,10 +23,13 @@ import time
 from pathlib import PurePosixPath
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from bench.iobench.freespace import human, shortfall, write_error
 from bench.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
+CHECKPOINT_DIR = "iobench-checkpoints"  # under storage.root (null: the run's directory)
+OVERHEAD = 8192  # torch.save's framing per checkpoint file (measured: about 3 KiB for these tensors)
 TENSORS = 8  # a checkpoint is a handful of large tensors plus small ones, like a model's
 Sync = Callable[[], None]  # waits until every client got here (a barrier), or nothing with one client
 
@@ -58,14 +66,18 @@ def drop_cache(store: ObjectStore, keys: List[str]) -> str:
 class Checkpointer:
     """One client's checkpoints: its share of the state, serialised fresh for every write."""
 
-    def __init__(self, store: ObjectStore, name: str, size_mb: float, client: int, shared: bool):
+    def __init__(self, store: ObjectStore, name: str, size_mb: float, client: int, shared: bool,
+                 writers: int = 1, keep: bool = True):
         self.store, self.name, self.client = store, name, client
         self.owner = client if shared else None  # a key of its own when every client writes a share
+        self.writers, self.keep = writers, keep  # clients writing a share at once; keep: leave the files
         self.state = make_state(size_mb, seed=client)
+        self.nbytes = sum(t.numel() * t.element_size() for t in self.state["model"].values()) + OVERHEAD
         self.records: List[Dict[str, Any]] = []
+        self.writing = ""  # the key being written, for an error's message
 
     def write(self, phase: str, index: int, tag: str) -> str:
-        key = checkpoint_key(self.name, tag, self.owner)
+        key = self.writing = checkpoint_key(self.name, tag, self.owner)
         start = time.perf_counter()
         data = serialize(self.state)
         serialized = time.perf_counter()
@@ -89,10 +101,29 @@ class Checkpointer:
         """For the read loop: write one checkpoint at `step`, return the seconds it took."""
         def write_at(step: int) -> float:
             start = time.perf_counter()
+            earlier = [r["key"] for r in self.records if r["phase"] == "periodic"]
+            if earlier and not self.keep:  # one periodic checkpoint on the disk at a time
+                self.store.delete(earlier[-1])
             self.write("periodic", step, f"step{step}")
             return time.perf_counter() - start
 
         return write_at
+
+    def room_for(self, count: int) -> Optional[str]:
+        """Why `count` checkpoints (of every writer) cannot fit on this local disk, or None; the
+        files of the same names already there (a kept earlier run) are replaced, so they count as room."""
+        root = getattr(self.store, "root", None)
+        if root is None:  # an object store: no free-space figure
+            return None
+        keys = {checkpoint_key(self.name, str(i) if count > 1 else "", self.owner) for i in range(count)}
+        there = sum(size for key, size in self.store.list() if key in keys)
+        need = max(0, count * self.nbytes - there) * self.writers
+        return shortfall(f"{count} checkpoint(s) of {human(self.nbytes * self.writers)}", need, root)
+
+    def remove_written(self) -> None:
+        """Delete every checkpoint this client wrote (benchmark data, not a model to keep)."""
+        for key in {r["key"] for r in self.records}:
+            self.store.delete(key)
 
 
 def run_checkpoints(checkpointer: Optional[Checkpointer], count: int, sync: Sync,
@@ -102,15 +133,17 @@ def run_checkpoints(checkpointer: Optional[Checkpointer], count: int, sync: Sync
     the barriers line up; a failure (a full disk) is returned, not raised, for the same reason.
     Returns (how the cache was dropped, the error or None)."""
     error, how, written = None, "", []
+    if checkpointer is not None:  # before the barrier: no client writes while another one looks
+        error = checkpointer.room_for(count)
     sync()  # every client starts writing at once, as ranks of a job do after a step
-    if checkpointer is not None:
+    if checkpointer is not None and error is None:
         try:
             for index in range(count):
                 checkpointer.write("final", index, str(index) if count > 1 else "")
                 heartbeat()  # a rank's watchdog counts checkpoints as steps
             written = [r for r in checkpointer.records if r["phase"] == "final"]
         except Exception as exc:  # noqa: BLE001 - reported with the read phase's figures, which still stand
-            error = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
+            error = write_error(exc, f"{checkpointer.store.url}/{checkpointer.writing}")
     sync()
     if written:
         how = drop_cache(checkpointer.store, [r["key"] for r in written])

@@ -8,19 +8,21 @@ The same function runs in this process (one accelerator), in a spawned accelerat
 
 from __future__ import annotations
 
+import logging
 import socket
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
 from bench.config.storage import CheckpointWriters, StorageConfig
-from bench.iobench.checkpoint import Checkpointer, Sync, run_checkpoints
+from bench.iobench.checkpoint import CHECKPOINT_DIR, Checkpointer, Sync, run_checkpoints
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.measured import ReaderResult
 from bench.iobench.reader import run_reader
 from bench.storage.registry import backend, open_store
 
-CHECKPOINT_DIR = "iobench-checkpoints"
+__all__ = ["CHECKPOINT_DIR", "ClientJob", "run_client", "shard"]
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,13 +51,26 @@ def _checkpointer(storage: StorageConfig, job: ClientJob) -> Optional[Checkpoint
         return None
     store = backend(storage).checkpoint_store(Path(job.out_dir), CHECKPOINT_DIR)
     share = workload.checkpoint_size_mb / job.clients if shared else workload.checkpoint_size_mb
-    return Checkpointer(store, storage.checkpoint_name, share, job.client, shared and job.clients > 1)
+    return Checkpointer(store, storage.checkpoint_name, share, job.client, shared and job.clients > 1,
+                        writers=job.clients if shared else 1, keep=workload.checkpoint_keep)
 
 
 def run_client(storage: StorageConfig, job: ClientJob, sync: Sync = lambda: None, start_gate: Optional[Any] = None,
                heartbeat: Optional[Callable[[], None]] = None) -> ReaderResult:
-    workload = storage.workload
     checkpointer = _checkpointer(storage, job)
+    try:
+        return _run(storage, job, checkpointer, sync, start_gate, heartbeat)
+    finally:  # also after a failure: a checkpoint left behind is only litter
+        if checkpointer is not None and not checkpointer.keep:
+            try:
+                checkpointer.remove_written()
+            except Exception as exc:  # noqa: BLE001 - must not hide the run's own outcome
+                log.warning("could not delete the benchmark's checkpoints at %s: %s", checkpointer.store.url, exc)
+
+
+def _run(storage: StorageConfig, job: ClientJob, checkpointer: Optional[Checkpointer], sync: Sync,
+         start_gate: Optional[Any], heartbeat: Optional[Callable[[], None]]) -> ReaderResult:
+    workload = storage.workload
     if workload.checkpoint_only:
         result = ReaderResult(job.client, [], host=socket.gethostname())
     else:

@@ -1,10 +1,13 @@
 """What the schema cannot know about a storage run: how many clients the launcher brings, the
-machine's memory, and the dataset size an MLPerf result needs (a warning, not a refusal). The
-store itself is checked when it is opened (one LIST)."""
+machine's memory (the dataset's plan, the accelerator processes, their buffers), the free space
+of a local disk (bench.iobench.diskplan), and the dataset size an MLPerf result needs (a warning,
+not a refusal). The store itself is checked when it is opened (one LIST)."""
 
 from __future__ import annotations
 
 import logging
+from pathlib import Path
+from typing import Optional
 
 import psutil
 
@@ -16,7 +19,14 @@ from bench.iobench.qualify import dataset_size, host_memory
 log = logging.getLogger(__name__)
 
 
-def check_storage_run(config: BenchConfig, clients: int, ranked: bool) -> None:
+# Memory bench holds per dataset file (its plan, the manifest, each accelerator's shard; measured
+# about 0.6 KiB for the plan and the manifest) and per accelerator process (Python, numpy and
+# torch for the checkpoints: about 290 MiB unshared, measured).
+BYTES_PER_FILE = 2048
+BYTES_PER_ACCELERATOR = 300 * 2**20
+
+
+def check_storage_run(config: BenchConfig, clients: int, ranked: bool, run_dir: Optional[Path] = None) -> None:
     storage, workload = config.storage, config.storage.workload
     if ranked:
         if storage.accelerators != 1:
@@ -30,14 +40,35 @@ def check_storage_run(config: BenchConfig, clients: int, ranked: bool) -> None:
             storage.check_clients(clients, "distributed.nproc_per_node")
     local_clients = config.distributed.nproc_per_node if ranked else storage.accelerators
     ram = psutil.virtual_memory().total
+    _check_counts(config, ranked, ram)
     _check_read_buffers(config, local_clients, ram)
     _check_checkpoint_memory(config, clients, local_clients, ram)
+    if run_dir is not None or storage.root is not None:  # where the run writes is known
+        from bench.iobench.diskplan import check_disk_space
+
+        check_disk_space(storage, run_dir or Path.cwd(), clients)
     hosts = config.distributed.nnodes if ranked else 1
     size = dataset_size(storage, clients, hosts, host_memory(storage))
     if not workload.checkpoint_only and workload.num_files < size.min_files:
         log.warning("storage.workload.num_files=%d is below MLPerf's dataset size for %d host(s): %s "
                     "(python -m bench.tools.storage_size prints it for other hosts)", workload.num_files, hosts,
                     size.explain(hosts, host_memory(storage), clients))
+
+
+def _check_counts(config: BenchConfig, ranked: bool, ram: int) -> None:
+    """Files and accelerator processes bounded by this machine's memory (before anything is planned)."""
+    storage, workload = config.storage, config.storage.workload
+    most_files = ram // BYTES_PER_FILE
+    if not workload.checkpoint_only and workload.num_files + workload.eval_num_files > most_files:
+        raise ConfigError("storage.workload.num_files", workload.num_files,
+                          f"an integer in [1, {most_files - workload.eval_num_files}] on this machine (bench keeps "
+                          f"about {BYTES_PER_FILE // 1024} KiB per file in memory: its plan, manifest and shards; "
+                          f"{ram / 2**30:.1f} GiB here)")
+    most_processes = max(1, ram // BYTES_PER_ACCELERATOR)
+    if not ranked and storage.accelerators > most_processes:
+        raise ConfigError("storage.accelerators", storage.accelerators,
+                          f"an integer in [1, {most_processes}] on this machine (each simulated accelerator is a "
+                          f"process of about {BYTES_PER_ACCELERATOR // 2**20} MiB; {ram / 2**30:.1f} GiB here)")
 
 
 def _check_read_buffers(config: BenchConfig, local_clients: int, ram: int) -> None:

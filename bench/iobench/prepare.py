@@ -5,12 +5,18 @@ complete) describes the same workload and every listed file exists with its reco
 storage.prepare: auto (reuse a matching dataset, else write) | always | never (a missing or
 different dataset is an error). With several hosts each client writes its 1/N of the files
 (bench.iobench.ranks) and the first one writes the manifest.
+
+A prepare that fails (a full disk, a store error) deletes the files it wrote before it raises:
+without a manifest they could not be reused anyway, and they would leave the disk full. An
+interrupted one (Ctrl-C, SIGTERM) stops after the writes in flight and leaves its whole files.
+Whether the dataset fits on a local disk is checked before any write (bench.iobench.diskplan).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -18,6 +24,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench.analysis.stats import percentile, present
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
+from bench.iobench.freespace import DiskFull, no_space, write_error
 from bench.iobench.workload import EVAL_DIR, FileSpec, dataset_spec, encode_file, plan_files
 from bench.storage.base import ObjectStore
 
@@ -86,16 +93,53 @@ def write_files(store: ObjectStore, workload: StorageWorkloadConfig, specs: Sequ
     """Write `specs` with `workers` threads: (the specs as written, one PUT latency each in ms)."""
     fmt, seed = workload.format, workload.seed
     latencies: List[float] = []
+    done: List[str] = []  # keys written whole, to delete if the prepare fails
+    failed, broken = threading.Event(), []  # broken: the key whose write failed
 
     def write(spec: FileSpec) -> FileSpec:
+        if failed.is_set():  # another write failed: the rest is not started
+            return spec
         data, written = encode_file(spec, fmt, seed)
         start = time.perf_counter()
-        store.put(spec.key, data)
+        try:
+            store.put(spec.key, data)
+        except BaseException:
+            failed.set()
+            broken.append(spec.key)
+            raise
         latencies.append((time.perf_counter() - start) * 1000.0)  # list.append is atomic
+        done.append(spec.key)
         return written
 
-    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prepare") as pool:
-        return list(pool.map(write, specs)), latencies
+    pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="prepare")
+    try:
+        results = list(pool.map(write, specs))
+    except BaseException as exc:
+        failed.set()
+        pool.shutdown(wait=True, cancel_futures=True)  # the writes in flight end (a failed one leaves no file)
+        error = _cleaned_up(store, exc, done, broken, len(specs)) if isinstance(exc, Exception) else exc
+        if error is exc:
+            raise
+        raise error from exc
+    pool.shutdown(wait=True)
+    return results, latencies
+
+
+def _cleaned_up(store: ObjectStore, exc: Exception, done: List[str], broken: List[str], planned: int) -> Exception:
+    """Delete what this prepare wrote; the error to raise: DiskFull naming the path, or `exc`."""
+    removed = 0
+    for key in done:
+        try:
+            store.delete(key)
+            removed += 1
+        except Exception as error:  # noqa: BLE001 - the first failure is the one to report
+            log.warning("prepare: could not delete %s/%s: %s", store.url, key, error)
+    if not no_space(exc):
+        return exc
+    failed = f"{store.url}/{broken[0]}" if broken else store.url
+    return DiskFull(f"the dataset could not be prepared: {write_error(exc, failed)}, after {len(done)} of "
+                    f"{planned} files; the {removed} files it wrote were deleted (lower storage.workload.num_files "
+                    "or record_size, or set storage.root to a larger disk)")
 
 
 def finish(store: ObjectStore, workload: StorageWorkloadConfig, written: Sequence[FileSpec], seconds: float,

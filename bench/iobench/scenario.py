@@ -41,7 +41,7 @@ class StorageScenario:
     def preflight(self, config: BenchConfig) -> None:
         from bench.iobench.preflight import check_storage_run
 
-        check_storage_run(config, clients_of(config), self.has_ranks(config))
+        check_storage_run(config, clients_of(config), self.has_ranks(config), _run_dir())
 
     def run_name(self, config: BenchConfig) -> str:
         storage = config.storage
@@ -80,4 +80,14 @@ class StorageScenario:
         return outcome
 
     def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
-        return None
+        from bench.iobench.freespace import DiskFull
+
+        return str(exc) if isinstance(exc, DiskFull) else None
+
+
+def _run_dir() -> Optional[Path]:
+    """The run's directory (where storage.root=null keeps the dataset and the checkpoints): Hydra's
+    output directory, made before the task starts; None outside Hydra (not known yet)."""
+    from hydra.core.hydra_config import HydraConfig
+
+    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None

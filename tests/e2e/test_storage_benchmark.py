@@ -52,7 +52,9 @@ def assert_consistent(metrics: dict) -> None:
 
 def test_local_storage_benchmark_end_to_end(bench, tmp_path):
     root = tmp_path / "data"
-    proc = bench.run(*TINY, f"storage.root={root}", f"hydra.run.dir={tmp_path}/run")
+    # checkpoint_keep: the checkpoint stays for the checks below (by default it is deleted once read back)
+    proc = bench.run(*TINY, "storage.workload.checkpoint_keep=true", f"storage.root={root}",
+                     f"hydra.run.dir={tmp_path}/run")
     metrics = bench.metrics(proc)
     assert_consistent(metrics)
     assert metrics["mode"] == "storage" and metrics["storage"] == "local" and metrics["storage_client"] == "posix"
@@ -126,7 +128,8 @@ def test_s3_storage_benchmark_two_accelerators_and_no_secret_anywhere(bench, tmp
     env = s3_server.env()
     args = [*TINY, *s3_server.overrides(bucket, "storage.prefix=bench/run"), "storage.workload.format=npz",
             "storage.workload.record_size_stdev=512"]
-    proc = bench.run(*args, "storage.accelerators=2", f"hydra.run.dir={tmp_path}/run", env=env)
+    proc = bench.run(*args, "storage.accelerators=2", "storage.workload.checkpoint_keep=true",
+                     f"hydra.run.dir={tmp_path}/run", env=env)
     metrics = bench.metrics(proc)
     assert_consistent(metrics)
     assert metrics["storage_client"] == "obstore" and metrics["clients"] == 2

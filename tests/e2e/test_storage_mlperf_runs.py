@@ -32,7 +32,7 @@ def test_two_hosts_of_two_accelerators_merge_every_client_on_rank_0(bench, tmp_p
     common = [*TINY, "storage.workload.batch_size=2", "storage.workload.format=tfrecord",
               "storage.workload.read_mode=sample", "storage.workload.shuffle=sample", "storage.workload.shuffle_buffer=4",
               "storage.workload.checkpoint_size_mb=2", "storage.workload.checkpoint_writers=all",
-              "storage.workload.checkpoint_count=2", f"storage.root={root}",
+              "storage.workload.checkpoint_count=2", "storage.workload.checkpoint_keep=true", f"storage.root={root}",
               "distributed=ddp", "distributed.nnodes=2", "distributed.nproc_per_node=2",
               f"distributed.rdzv_endpoint=127.0.0.1:{free_port()}", f"distributed.timeout_s={HANG_GUARD_S}"]
     leader, follower = bench.run_two_nodes(common, tmp_path)
@@ -83,7 +83,8 @@ def test_the_mlperf_harness_on_one_host(bench, tmp_path):
                      "storage.workload.transfer_size=1024", "storage.workload.eval_num_files=2",
                      "storage.workload.eval_computation_time=0.002", "storage.workload.seed_change_epoch=false",
                      "storage.workload.checkpoint_size_mb=1", "storage.workload.checkpoint_count=2",
-                     "storage.workload.checkpoint_every_steps=3", "storage.accelerators=2", "storage.runs=2",
+                     "storage.workload.checkpoint_every_steps=3", "storage.workload.checkpoint_keep=true",
+                     "storage.accelerators=2", "storage.runs=2",
                      "storage.warmup_runs=1", f"storage.root={tmp_path}/data", f"hydra.run.dir={tmp_path}/run")
     metrics = bench.metrics(proc)
     assert "below MLPerf's dataset size" in proc.stderr and "storage.workload.num_files=8" in proc.stderr
@@ -122,7 +123,8 @@ def test_the_mlperf_harness_on_one_host(bench, tmp_path):
 def test_checkpoint_only_workload_with_every_accelerator_writing_its_share(bench, tmp_path):
     proc = bench.run("mode=storage", "storage.workload.checkpoint_only=true", "storage.workload.checkpoint_size_mb=2",
                      "storage.workload.checkpoint_count=2", "storage.workload.checkpoint_writers=all",
-                     "storage.accelerators=2", f"storage.root={tmp_path}/data", "tracking.enabled=false",
+                     "storage.workload.checkpoint_keep=true", "storage.accelerators=2", f"storage.root={tmp_path}/data",
+                     "tracking.enabled=false",
                      f"hydra.run.dir={tmp_path}/run")
     metrics = bench.metrics(proc)
     assert "mlperf_samples_per_second" not in metrics and "read_requests" not in metrics  # nothing was read

@@ -1,0 +1,120 @@
+"""Disk space on a local store, for the storage benchmark's writes (S3 has no free-space figure,
+so none of this applies there).
+
+- `space(path)`: (total, free) bytes of the filesystem holding `path` (or its nearest existing
+  parent: the dataset's directory need not exist yet).
+- `margin(total)`: what a plan must leave free: 5% of the filesystem, at most 1 GiB, so a run
+  that fits by a hair does not leave the disk full for everything else on it.
+- `no_space(exc)`, `write_error(exc, path)`: a failed write in one phrase that names the path.
+- `remove_stale_temporaries(root)`: `<name>.tmp<pid>` files left by a write whose process was
+  killed (bench.storage.local writes to such a name, then renames it).
+Torch-free.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import os
+import re
+import shutil
+from pathlib import Path
+from typing import List, Tuple
+
+from bench.errors import BenchError
+
+log = logging.getLogger(__name__)
+
+MARGIN_FRACTION = 0.05
+MARGIN_MAX = 2**30
+MARGIN_RULE = "5% of the filesystem, at most 1 GiB"
+_TEMPORARY = re.compile(r"^.+\.tmp(\d+)$")  # bench.storage.local's put_with: <name>.tmp<pid>
+
+
+class DiskFull(BenchError):
+    """A benchmark write found no space left; str() names the path and what was cleaned up."""
+
+
+def nearest_existing(path: Path) -> Path:
+    path = Path(path).absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+def space(path: Path) -> Tuple[int, int]:
+    usage = shutil.disk_usage(nearest_existing(path))
+    return usage.total, usage.free
+
+
+def margin(total: int) -> int:
+    return min(int(total * MARGIN_FRACTION), MARGIN_MAX)
+
+
+def free_inodes(path: Path) -> int:
+    """Files that can still be created there; -1 where the filesystem does not count them."""
+    stats = os.statvfs(nearest_existing(path))
+    return stats.f_favail if stats.f_files else -1
+
+
+def human(size: float) -> str:
+    """Bytes in decimal units, as disks are sold: 40.0 GB."""
+    for unit in ("B", "kB", "MB", "GB", "TB"):
+        if abs(size) < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{size:.1f} PB"  # not reached
+
+
+def shortfall(what: str, need: int, where: Path) -> str | None:
+    """The sentence refusing `need` bytes on the filesystem of `where`, or None when they fit
+    with the margin to spare."""
+    total, free = space(where)
+    keep = margin(total)
+    if need <= free - keep:
+        return None
+    verb = "need" if " + " in what else "needs"
+    return f"{what} {verb} {human(need)} on {where}; {human(free)} free, keeping a {human(keep)} margin ({MARGIN_RULE})"
+
+
+def no_space(exc: BaseException) -> bool:
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def write_error(exc: BaseException, path: str) -> str:
+    """One phrase for a failed write: `no space left on <path>` for a full disk (or quota)."""
+    if no_space(exc):
+        return f"no space left on {path} ({exc.strerror})"  # type: ignore[union-attr]
+    text = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
+    return f"{text} ({path})" if isinstance(exc, OSError) else text
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
+
+
+def remove_stale_temporaries(root: Path) -> List[Path]:
+    """Delete `*.tmp<pid>` under `root` whose writer (pid, on this host) is gone; returns them.
+    A live pid's file is left alone: that write may be in progress."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    removed = []
+    for path in root.rglob("*.tmp*"):
+        match = _TEMPORARY.match(path.name)
+        if match and path.is_file() and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
+            try:
+                path.unlink()
+                removed.append(path)
+            except FileNotFoundError:
+                pass
+    if removed:
+        log.warning("removed %d temporary file(s) left by a killed write under %s (first: %s)", len(removed), root,
+                    removed[0].name)
+    return removed
