@@ -46,7 +46,7 @@ class CheckpointConfig(Checks):
     """Training checkpoints for resume, written by rank 0 through the storage backend."""
 
     KEY = "checkpoint"
-    every_epochs: int = 0  # write one after every N epochs (and after the last); 0: none
+    every_epochs: int = 0  # write one after every N epochs (and after the last); 0: none (1 with train.resume)
     keep_last: int = 2  # older ones are deleted once a newer one is written
     dir: str = "checkpoints"  # under storage.root (or the S3 prefix); one sub-folder per config fingerprint
     on_signal: bool = True  # SIGTERM / Ctrl-C during training writes one before the run ends KILLED

@@ -79,6 +79,9 @@ class BenchConfig(Checks):
         self._check_repeats()
         self._check_find_max_batch()
         self._warn_warmup_longer_than_the_run()
+        if self.mode == Mode.train and self.train.resume and not self.checkpoint.every_epochs:
+            # resume is there to survive a crash: with no interval set it writes one at every epoch end
+            self.checkpoint.every_epochs = 1
 
     def _check_repeats(self) -> None:
         """N windows of the same run: nothing that happens once per run may sit inside them."""

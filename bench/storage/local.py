@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import re
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, List, Optional, Tuple
 
@@ -22,6 +23,17 @@ from bench.storage.base import ObjectStore
 log = logging.getLogger(__name__)
 
 ALIGN = 4096
+STALE_TMP = re.compile(r"^.+\.tmp(\d+)$")  # put_with's temporary: <name>.tmp<pid of the writer>
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process: alive
+        return True
+    return True
 
 
 class LocalStore:
@@ -72,6 +84,18 @@ class LocalStore:
         finally:
             tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind
         return size
+
+    def remove_stale_temporaries(self) -> List[str]:
+        """The `<name>.tmp<pid>` files here whose writer is dead (a save killed mid-write): removed,
+        their names returned. A live process's is a write in progress and stays. (The pid is
+        looked up on this host: on a directory shared between hosts, keep runs of one config apart.)"""
+        removed = []
+        for path in self.root.glob("*.tmp*") if self.root.is_dir() else []:
+            match = STALE_TMP.match(path.name)
+            if match and path.is_file() and not _alive(int(match.group(1))):
+                path.unlink(missing_ok=True)
+                removed.append(path.name)
+        return sorted(removed)
 
     def list(self, prefix: str = "") -> List[Tuple[str, int]]:
         base = self.root / prefix if prefix else self.root

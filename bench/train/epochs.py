@@ -141,7 +141,7 @@ def run_epochs(s: Session, clock: StepClock, planned: int, first_step_at: float,
                 reached, stop = record, True
         epochs.append(record)
         every = cfg.checkpoint.every_epochs
-        if s.checkpoints is not None and complete and (((epoch + 1) % every == 0) or last_epoch or stop):
+        if s.checkpoints is not None and complete and ((every and (epoch + 1) % every == 0) or last_epoch or stop):
             clock.pause()
             _save(s, Position(epoch + 1), wall(), epochs)
             clock.resume()

@@ -27,10 +27,12 @@ import torch.nn as nn
 
 from bench.config import BenchConfig
 from bench.data.registry import build_val_batches
+from bench.errors import CheckpointError
 from bench.launch.context import RankContext
 from bench.train.after_window import after_window, optimizer_steps
 from bench.train.device import peak_memory_bytes
 from bench.train.epoch_data import EpochData
+from bench.train.checkpoint_format import check_model_fits
 from bench.train.epochs import Session
 from bench.train.models import build_model, count_parameters, maybe_compile
 from bench.train.optim import build_optimizer, effective_lr
@@ -76,10 +78,14 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
         torch.cuda.reset_peak_memory_stats(device)
 
     checkpoints = TrainingCheckpoints(config) if config.checkpoint.every_epochs or config.train.resume else None
+    if checkpoints is not None and ctx.is_reporter:
+        checkpoints.remove_stale_temporaries()
     resumed = checkpoints.load(config.train.resume) if checkpoints and config.train.resume else None
     start = Position(resumed["epoch"], resumed["step_in_epoch"]) if resumed else Position(0)
     policy = build_precision(config.precision, device)
     eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)
+    if resumed:  # before any step: another model's checkpoint is one line, not load_state_dict's dump
+        check_model_fits(resumed, eager, checkpoints.loaded["resumed_from"])
     requested = config.data.batch_size
     if config.benchmark.find_max_batch:
         from bench.train.max_batch import find_max_batch
@@ -116,10 +122,12 @@ def train(config: BenchConfig, device: torch.device, monitor: Any = None,
             compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
             step = step.with_model(wrapped)
 
+    if resumed and "meta" not in resumed:  # a format-1 file names no optimizer: loading it is the check
+        restore(resumed, eager, optimizer, scheduler, policy, checkpoints.loaded["resumed_from"])
     for _ in range(warmup):
         step(*next(batches))
     if resumed:  # after the warm-up, whose steps must not count: the state is the checkpoint's
-        restore(resumed, eager, optimizer, scheduler, policy)
+        restore(resumed, eager, optimizer, scheduler, policy, checkpoints.loaded["resumed_from"])
     val = build_val_batches(config.data, device, policy.memory_format, ctx.rank, ctx.world_size, config.storage) \
         if config.train.eval_every else None
     session = Session(config, ctx, eager, optimizer, scheduler, policy, step, data, val, checkpoints, start,
@@ -170,11 +178,16 @@ def _in_steps(scheduler: Any, data: EpochData, warmup: int) -> Any:
 
 
 def restore(state: Dict[str, Any], eager: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-            policy: PrecisionPolicy) -> None:
+            policy: PrecisionPolicy, where: str = "") -> None:
     """Every rank loads the same checkpoint in place, so DDP's replicas stay identical."""
     eager.load_state_dict(state["model"])
-    optimizer.load_state_dict(state["optimizer"])
-    _restore_schedule(scheduler, state["scheduler"])
+    try:  # a format-1 file has no `meta` naming its optimizer: another one's state fails here
+        optimizer.load_state_dict(state["optimizer"])
+        _restore_schedule(scheduler, state["scheduler"])
+    except (KeyError, ValueError, RuntimeError) as exc:
+        raise CheckpointError(f"checkpoint {where} holds another optimizer or schedule than this run's "
+                              f"({type(exc).__name__}: {str(exc)[:120]}): resume with the config it was written by, "
+                              "or start without train.resume") from None
     if policy.scaler is not None and state.get("scaler"):
         policy.scaler.load_state_dict(state["scaler"])
     restore_rng(state["rng"])

@@ -37,6 +37,7 @@ def check_training(config: BenchConfig) -> Any:
     check_gpu_count(config.distributed.nproc_per_node, device)
     check_cores(config, device)
     check_model(config.model)
+    check_resume_file(config)
     check_batch_fits(config, device)
     check_prefetch_fits(config)
     check_batch_norm_batch(config)
@@ -142,3 +143,21 @@ def _check_resume_path(resume: Optional[str]) -> None:
     if resume and resume != RESUME_AUTO and ("/" in resume or resume.startswith(".")) and not os.path.isfile(resume):
         raise ConfigError("train.resume", resume, "'auto', a checkpoint file written by checkpoint.every_epochs, "
                           "or a checkpoint's name in checkpoint.dir (this file does not exist)")
+
+
+def check_resume_file(config: BenchConfig) -> None:
+    """train.resume=<file>: read as plain data (its tensors mapped, not read) and compared with
+    this run before an MLflow run is opened: a damaged file, one that needs more than plain data
+    (a crafted pickle) and one of another model or optimizer are refused in one line (exit 2)."""
+    resume = config.train.resume
+    if not resume or resume == RESUME_AUTO or ("/" not in resume.strip("/") and not resume.startswith(("/", "."))):
+        return  # auto and bare names: looked up in this config's own checkpoint folder when the run starts
+    from pathlib import Path
+
+    from bench.errors import CheckpointError
+    from bench.train.checkpoint_format import check_meta, read
+
+    try:
+        check_meta(read(Path(resume), resume, mmap=True), config, resume)
+    except CheckpointError as exc:
+        raise ConfigProblem(f"train.resume: {exc}") from None

@@ -192,8 +192,12 @@ class TrainReport:
     @property
     def problems(self) -> List[str]:
         """What failed after the measurement (it does not void it, but the run is not FINISHED)."""
-        return [f"the checkpoint could not be written: {self.metrics['checkpoint_error']}"] \
+        found = [f"the checkpoint could not be written: {self.metrics['checkpoint_error']}"] \
             if "checkpoint_error" in self.metrics else []
+        if "checkpoint_save_error" in self.metrics:  # checkpoint.every_epochs: none was written after it
+            found.append(f"a training checkpoint could not be written: {self.metrics['checkpoint_save_error']} "
+                         "(no later checkpoint was written)")
+        return found
 
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
         """Everything but the metrics (logged first, on their own): series, tags, artifacts."""

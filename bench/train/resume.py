@@ -5,15 +5,20 @@ launch directory) or the S3 prefix. The fingerprint names the config a checkpoin
 (model, data, precision, optimizer, schedule, batch, world size, seed; not the epoch count), so
 the same command line run again finds its own checkpoints with train.resume=auto, and two
 configs never load each other's. Rank 0 writes; a write is all or nothing (temp + rename on
-a disk, one PUT on S3), so a crash never leaves a half file that resume would load.
+a disk, one PUT on S3), so a crash never leaves a half file that resume would load; a temporary
+file a killed writer left behind is removed when the next run starts. A write that fails (a
+full disk) is reported, not raised: training goes on without further checkpoints, and the run
+reports its figures and ends FAILED naming the file (bench.train.report).
 
 A checkpoint holds the model, optimizer, scheduler and GradScaler states, the position (epochs
 done, steps into the next), the RNG states, the training wall time so far and the epochs'
-records, so the resumed run continues numbering and timing where the first one stopped.
+records, so the resumed run continues numbering and timing where the first one stopped. The
+file is plain data, read without running code (bench.train.checkpoint_format).
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
@@ -33,10 +38,11 @@ from bench.config.run import RESUME_AUTO
 from bench.errors import CheckpointError
 from bench.storage.local import LocalStore
 from bench.storage.registry import backend
+from bench.train import checkpoint_format
+from bench.train.checkpoint_format import FORMAT, numpy_rng_state, run_meta, to_file_state
 
 log = logging.getLogger("bench")
 
-FORMAT = 1
 NAME = re.compile(r"^epoch-(\d{4,})(?:-step-(\d{6,}))?\.pt$")
 
 
@@ -69,7 +75,7 @@ def rng_states() -> Dict[str, Any]:
 
 def restore_rng(states: Dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
-    np.random.set_state(states["numpy"])
+    np.random.set_state(numpy_rng_state(states["numpy"]))
     random.setstate(states["python"])
     if states.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
@@ -77,6 +83,7 @@ def restore_rng(states: Dict[str, Any]) -> None:
 
 class TrainingCheckpoints:
     def __init__(self, config: BenchConfig):
+        self.config = config
         self.keep_last = config.checkpoint.keep_last
         self.folder = f"{config.checkpoint.dir.strip('/')}/{fingerprint(config)}"
         # the launch directory (bench never changes directory), not the run's dated output dir:
@@ -84,6 +91,14 @@ class TrainingCheckpoints:
         self.store = backend(config.storage).checkpoint_store(Path.cwd(), self.folder)
         self.saved: List[Dict[str, float]] = []  # figures of each write
         self.loaded: Dict[str, Any] = {}
+        self.failed: Optional[str] = None  # the write that failed: no checkpoint is written after it
+
+    def remove_stale_temporaries(self) -> None:
+        """At the start of the run (rank 0): what a killed writer left, on a disk."""
+        removed = getattr(self.store, "remove_stale_temporaries", lambda: [])()
+        if removed:
+            log.info("removed %d temporary file(s) of killed checkpoint writes in %s: %s", len(removed), self.url,
+                     ", ".join(removed))
 
     @property
     def url(self) -> str:
@@ -95,20 +110,41 @@ class TrainingCheckpoints:
         return sorted(found, key=lambda k: tuple(int(g or 0) for g in NAME.match(k.rsplit("/", 1)[-1]).groups()))
 
     def save(self, state: Dict[str, Any], position: Position) -> None:
+        """Write one; a failure is noted (figures(), the run's problems), not raised: the
+        measurement goes on and is reported, and no later checkpoint is tried."""
+        if self.failed is not None:
+            return
         start = time.perf_counter()
-        state = {**state, "format": FORMAT, "epoch": position.epoch, "step_in_epoch": position.step_in_epoch}
-        if hasattr(self.store, "put_with"):  # a disk: torch.save streams into the (temporary) file
-            size = self.store.put_with(position.name, lambda fh: torch.save(state, fh))
-        else:  # S3: one PUT of the whole object
-            buffer = io.BytesIO()
-            torch.save(state, buffer)
-            size = buffer.tell()
-            self.store.put(position.name, buffer.getvalue())
+        state = {**to_file_state(state), "format": FORMAT, "meta": run_meta(self.config), "epoch": position.epoch,
+                 "step_in_epoch": position.step_in_epoch}
+        try:
+            size = self._write(position.name, state)
+        except Exception as exc:  # noqa: BLE001 - any backend's write error (a full disk, a refused PUT)
+            self.failed = _write_failure(exc, f"{self.url}/{position.name}")
+            log.warning("checkpoint not written: %s; training goes on without checkpoints", self.failed)
+            return
         seconds = time.perf_counter() - start
         self.saved.append({"bytes": size, "seconds": seconds})
         log.info("checkpoint %s/%s (%.1f MB, %.2f s)", self.url, position.name, size / 1e6, seconds)
         for old in self.names()[:-self.keep_last]:
             self.store.delete(old)
+
+    def _write(self, name: str, state: Dict[str, Any]) -> int:
+        if hasattr(self.store, "put_with"):  # a disk: torch.save streams into the (temporary) file
+            def stream(fh: Any) -> None:
+                recorder = _WriteRecorder(fh)
+                try:
+                    torch.save(state, recorder)
+                except RuntimeError:  # torch's zip writer hides the OSError (a full disk) behind its own
+                    if recorder.error is not None:
+                        raise recorder.error from None
+                    raise
+
+            return self.store.put_with(name, stream)
+        buffer = io.BytesIO()  # S3: one PUT of the whole object
+        torch.save(state, buffer)
+        self.store.put(name, buffer.getvalue())
+        return buffer.tell()
 
     def load(self, resume: str) -> Optional[Dict[str, Any]]:
         """train.resume=auto: the newest checkpoint that loads (a damaged one is named and the one
@@ -138,13 +174,8 @@ class TrainingCheckpoints:
             data = store.get(name)
         except FileNotFoundError:
             raise CheckpointError(f"train.resume: no checkpoint {name!r} in {store.url}") from None
-        try:
-            state = torch.load(io.BytesIO(data), map_location="cpu", weights_only=False)  # bench's own file
-            if not isinstance(state, dict) or state.get("format") != FORMAT or "model" not in state:
-                raise ValueError("not a bench training checkpoint")
-        except Exception as exc:  # noqa: BLE001 - a damaged file fails in many ways
-            raise CheckpointError(f"checkpoint {store.url}/{name} is damaged or not bench's "
-                                  f"({type(exc).__name__}: {str(exc)[:120]})") from None
+        state = checkpoint_format.read(data, f"{store.url}/{name}")
+        checkpoint_format.check_meta(state, self.config, f"{store.url}/{name}")
         seconds = time.perf_counter() - start
         self.loaded = {"resumed_from": f"{store.url}/{name}", "checkpoint_load_seconds": seconds,
                        "checkpoint_load_gbps": len(data) / seconds / 1e9 if seconds > 0 else 0.0,
@@ -153,6 +184,8 @@ class TrainingCheckpoints:
 
     def figures(self) -> Dict[str, Any]:
         figures: Dict[str, Any] = dict(self.loaded)
+        if self.failed is not None:
+            figures["checkpoint_save_error"] = self.failed
         if self.saved:
             total_bytes = sum(s["bytes"] for s in self.saved)
             total_seconds = sum(s["seconds"] for s in self.saved)
@@ -165,3 +198,26 @@ class TrainingCheckpoints:
 
 def backend_for_file(path: Path) -> Any:
     return LocalStore(path.parent)
+
+
+class _WriteRecorder:
+    """A file for torch.save that keeps the OSError a write raised (torch reports its own error)."""
+
+    def __init__(self, fh: Any):
+        self.fh, self.error = fh, None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def _write_failure(exc: BaseException, where: str) -> str:
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return f"no space left on {where}"
+    return f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc} ({where})"

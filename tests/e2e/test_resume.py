@@ -1,15 +1,25 @@
 """Checkpoints and resume, as real processes: a run killed with SIGKILL continues from its last
 checkpoint with the same command line (train.resume=auto) and ends where an uninterrupted run
 ends, with the same weights, and its MLflow run names the checkpoint; SIGTERM writes a checkpoint before the run ends KILLED; a damaged
-checkpoint named on the command line is one line; checkpoints on a loopback S3 server."""
+checkpoint named on the command line is one line; checkpoints on a loopback S3 server.
+Issue 18: train.resume=auto finishes on every preset a CPU trains (a checkpoint at every epoch
+end, the temporaries of killed writes removed); a checkpoint of another model or optimizer is one
+line before any step; a checkpoint that would run code is refused and runs nothing; a checkpoint
+of bench's previous format still resumes."""
 
 from __future__ import annotations
 
+import os
+import pickle
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+import torch
 
 HANG_GUARD_S = 900
 # 6 epochs of 4 steps at 48 px on 1 CPU thread: long enough to be killed mid-way, short for a test
@@ -90,6 +100,7 @@ def test_a_damaged_checkpoint_named_on_the_command_line_is_one_line(bench, tiny,
     proc = bench.run(*tiny, f"train.resume={damaged}", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run")
     line = bench.single_error(proc)
     assert f"checkpoint {tmp_path}/epoch-0001.pt is damaged or not bench's" in line
+    assert proc.returncode == 2  # issue 18: refused before the run, like a file that is not there
 
 
 def test_checkpoints_on_s3_and_resume_from_them(bench, tiny, tmp_path, s3_server):
@@ -106,3 +117,163 @@ def test_checkpoints_on_s3_and_resume_from_them(bench, tiny, tmp_path, s3_server
     assert more["resumed_epoch"] == 2 and more["resumed_from"].startswith(f"s3://{bucket}/ckpt/")
     assert more["measured_steps"] == 4 and [e["epoch"] for e in bench.epochs(tmp_path / "two")] == [1, 2, 3]
 
+
+
+# ---- issue 18 ------------------------------------------------------------------------------------
+
+# each preset shrunk to 2 epochs of 2 steps of 4 small images on 1 thread: one short process each
+SHRINK = ["train.epochs=2", "train.steps_per_epoch=2", "data.batch_size=4", "data.image_size=32",
+          "benchmark.warmup_steps=1", "benchmark.log_every=1", "benchmark.progress=false", "cpu_threads=1",
+          "allow_cpu=true", "tracking.enabled=false"]
+
+
+def cpu_trainable_presets() -> list:
+    """The presets a CPU trains as written: mode=train in fp32 (bf16/fp16 presets are GPU recipes,
+    mode=storage trains nothing). Found from conf/experiment, so a new preset is covered."""
+    from bench.config import compose
+
+    names = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml"))
+    return [n for n in names if (lambda c: c.mode == "train" and c.precision.name == "fp32")(compose(f"+experiment={n}"))]
+
+
+PRESETS = cpu_trainable_presets()
+
+
+def test_the_cpu_trainable_presets_include_the_shipped_cpu_ones():
+    assert {"cpu_smoke", "digits_tta", "cifar100_resnet18"} <= set(PRESETS), PRESETS
+
+
+def dead_pid() -> int:
+    """The pid of a process that has ended."""
+    proc = subprocess.Popen([sys.executable, "-c", "pass"])
+    proc.wait()
+    return proc.pid
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_resume_auto_finishes_on_every_cpu_trainable_preset(bench, compose, datasets, tmp_path, preset):
+    """Issue 18: train.resume=auto without checkpoint.every_epochs died after epoch 1
+    (ZeroDivisionError); now it writes one at every epoch end. A `.tmp<pid>` a killed write left in
+    the checkpoint folder is removed at the start; one of a live process stays."""
+    from bench.train.resume import fingerprint
+
+    data = compose(f"+experiment={preset}").data.name
+    if data == "imagefolder":
+        datasets.imagenet_layout(tmp_path / "images")
+        extra = [f"data.root={tmp_path}/images", "data.num_classes=4"]
+    elif data == "cifar100":
+        datasets.cifar100(tmp_path / "cifar")
+        extra = [f"data.root={tmp_path}/cifar"]
+    else:
+        assert data == "synthetic", f"{preset}: write its {data} data here"
+        extra = []
+    overrides = [f"+experiment={preset}", *SHRINK, *extra, f"storage.root={tmp_path}/store", "train.resume=auto"]
+    config = compose(*overrides)
+    folder = tmp_path / "store" / "checkpoints" / fingerprint(config)
+    folder.mkdir(parents=True)
+    stale, live = folder / f"epoch-0001.pt.tmp{dead_pid()}", folder / f"epoch-0001.pt.tmp{os.getpid()}"
+    stale.write_bytes(b"half a checkpoint")
+    live.write_bytes(b"a write in progress")
+
+    metrics = bench.metrics(bench.run(*overrides, f"hydra.run.dir={tmp_path}/run"))
+    every = compose(f"+experiment={preset}").checkpoint.every_epochs or 1  # the preset's, or resume's default
+    assert metrics["measured_steps"] == 4 and "resumed_from" not in metrics
+    assert metrics["checkpoints_saved"] == len([e for e in (1, 2) if e % every == 0 or e == 2])
+    assert (folder / "epoch-0002.pt").is_file()
+    assert not stale.exists() and live.read_bytes() == b"a write in progress"
+
+
+def first_checkpoint(bench, tiny, tmp_path) -> Path:
+    """One epoch of the tiny run, checkpointed: the file later runs resume from."""
+    bench.metrics(bench.run(*tiny, "checkpoint.every_epochs=1", "tracking.enabled=false",
+                            f"storage.root={tmp_path}/store", f"hydra.run.dir={tmp_path}/first"))
+    (path,) = (tmp_path / "store").glob("checkpoints/*/epoch-0001.pt")
+    return path
+
+
+def as_previous_format(path: Path, to: Path) -> Path:
+    """The checkpoint as bench wrote it before issue 18 (format 1): numpy's RNG state as numpy's
+    own tuple (an ndarray inside), no `meta`."""
+    state = torch.load(path, weights_only=True)
+    rng = state["rng"]["numpy"]
+    state["rng"]["numpy"] = (rng["kind"], rng["keys"].numpy().astype(np.uint32), rng["pos"], rng["has_gauss"],
+                             rng["cached_gaussian"])
+    state["format"] = 1
+    del state["meta"]
+    torch.save(state, to)
+    return to
+
+
+def test_a_checkpoint_of_another_model_or_optimizer_is_one_line_before_any_step(bench, tiny, tmp_path):
+    """Issue 18: another model's checkpoint printed load_state_dict's dump after the warm-up,
+    another optimizer's a KeyError: 'step'. Now one line naming what differs, before the MLflow
+    run is opened (exit 2, as for a checkpoint file that is not there)."""
+    path = first_checkpoint(bench, tiny, tmp_path)
+    for override, differs in (("model=resnet34", "model.arch 'resnet18' there, 'resnet34' here"),
+                              ("optimizer=adam", "optimizer.name 'sgd' there, 'adam' here")):
+        run_dir = tmp_path / override.replace("=", "-")
+        proc = bench.run(*tiny, override, f"train.resume={path}", f"hydra.run.dir={run_dir}")
+        assert proc.returncode == 2, proc.stderr
+        line = bench.single_error(proc)
+        assert line == (f"[ERROR] train.resume: checkpoint {path} was written by another run: {differs} (a checkpoint "
+                        "continues the model, optimizer and schedule it was written by: resume with the same config, "
+                        "or start without train.resume)")
+    assert not bench.db.exists()  # refused in the preflight: before an MLflow run, a model or a step
+
+
+def test_a_checkpoint_of_the_previous_format_still_resumes(bench, tiny, tmp_path):
+    """Issue 18: checkpoints now hold plain data only; one bench wrote before (numpy's RNG state
+    as an ndarray) still loads, continues (with a checkpoint at every epoch end: resume's default
+    interval, from a path too), and one of another optimizer is one line."""
+    old = as_previous_format(first_checkpoint(bench, tiny, tmp_path), tmp_path / "old.pt")
+    assert torch.serialization.get_unsafe_globals_in_checkpoint(old)  # what weights_only refuses by default
+    resumed = bench.metrics(bench.run(*tiny, "train.epochs=2", f"train.resume={old}", "tracking.enabled=false",
+                                      f"storage.root={tmp_path}/store", f"hydra.run.dir={tmp_path}/resumed"))
+    assert resumed["resumed_epoch"] == 1 and resumed["measured_steps"] == 3 and resumed["checkpoints_saved"] == 1
+
+    proc = bench.run(*tiny, "optimizer=adam", f"train.resume={old}", "tracking.enabled=false",
+                     f"hydra.run.dir={tmp_path}/adam")
+    assert proc.returncode == 1
+    line = bench.single_error(proc)
+    assert f"checkpoint {old} holds another optimizer or schedule than this run's (KeyError: 'step')" in line
+
+
+class RunsCode:
+    """What a crafted checkpoint carries: unpickled, it runs a shell command."""
+
+    def __init__(self, marker: Path):
+        self.marker = marker
+
+    def __reduce__(self):
+        return os.system, (f"touch {self.marker}",)
+
+
+@pytest.mark.parametrize("kind", ["torch.save", "pickle"])
+def test_a_checkpoint_that_would_run_code_is_refused_and_runs_nothing(bench, tiny, tmp_path, kind):
+    """Issue 18: train.resume=<file> loaded with weights_only=False: a crafted file ran code."""
+    def payload(marker: Path, to: Path) -> Path:
+        state = {"format": 2, "model": {}, "epoch": 1, "step_in_epoch": 0, "x": RunsCode(marker)}
+        if kind == "torch.save":
+            torch.save(state, to)
+        else:
+            to.write_bytes(pickle.dumps(state))
+        return to
+
+    # the payload is live: an unsafe load of its twin runs the command
+    proof = payload(tmp_path / "proof-ran", tmp_path / "proof.pt")
+    torch.load(proof, weights_only=False) if kind == "torch.save" else pickle.loads(proof.read_bytes())
+    assert (tmp_path / "proof-ran").exists()
+
+    marker = tmp_path / "bench-ran-it"
+    evil = payload(marker, tmp_path / "epoch-0001.pt")
+    proc = bench.run(*tiny, f"train.resume={evil}", f"hydra.run.dir={tmp_path}/run")
+    assert proc.returncode == 2, proc.stderr
+    line = bench.single_error(proc)
+    if kind == "torch.save":
+        assert line == (f"[ERROR] train.resume: checkpoint {evil} is refused: it needs posix.system, which a bench "
+                        "checkpoint never holds (checkpoints are read as plain tensors, dicts, lists, numbers and "
+                        "strings with torch.load(weights_only=True), which runs no code)")
+    else:
+        assert line == f"[ERROR] train.resume: checkpoint {evil} is damaged or not bench's (not a torch.save zip file)"
+    assert not marker.exists()
+    assert not bench.db.exists()

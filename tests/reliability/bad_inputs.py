@@ -77,6 +77,8 @@ BAD_INPUTS = [
     ("checkpoints outside the storage root", "bench", [CPU, "checkpoint.dir=../up"], 2, "checkpoint.dir='../up'"),
     ("resume from a file that is not there", "bench", [CPU, "+experiment=cpu_smoke", "train.resume={tmp}/nope.pt"], 2,
      "train.resume='{tmp}/nope.pt' is not valid: accepted 'auto', a checkpoint file"),
+    ("resume from a file that is not a checkpoint", "bench", [CPU, "+experiment=cpu_smoke", "train.resume={tmp}/a-file"], 2,
+     "train.resume: checkpoint {tmp}/a-file is damaged or not bench's (not a torch.save zip file)"),
     ("zero lr", "bench", ["optimizer.lr=0"], 2, "optimizer.lr=0.0 is not valid: accepted a positive number"),
     ("nan lr", "bench", ["optimizer.lr=nan"], 2, "optimizer.lr=nan is not valid: accepted a finite number"),
     ("infinite lr", "bench", ["optimizer.lr=inf"], 2, "optimizer.lr=inf is not valid: accepted a finite number"),

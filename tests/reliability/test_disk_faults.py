@@ -1,5 +1,6 @@
 """Faults survived: a full or read-only output disk, for real: small tmpfs mounts (root only;
-skipped where this process may not mount), and a checkpoint root that is a file (anyone). The measurement is reported before anything optional is written, files
+skipped where this process may not mount), and a checkpoint root that is a file (anyone). The measurement is reported before anything optional is written (the
+end-of-run checkpoint, and the training checkpoints of checkpoint.every_epochs), files
 are written whole or not at all, and a run directory that cannot be written is one line."""
 
 from __future__ import annotations
@@ -93,6 +94,30 @@ def test_disk_full_before_the_outputs_keeps_the_measurement_and_no_half_file(ben
         assert ".tmp" not in path.name
     if (run_dir / "run_summary.json").exists():
         assert json.loads((run_dir / "run_summary.json").read_text())["results"]["measured_steps"] == 60
+
+
+def test_a_training_checkpoint_on_a_full_disk_keeps_the_measurement(bench, tiny, small_disk, tmp_path):
+    """Issue 18: checkpoint.every_epochs on a disk too small for the checkpoint raised
+    `RuntimeError: [enforce fail at inline_container.cc:672]`: no final line, the measurement lost.
+    Now the run trains on (no later checkpoint), reports its figures, and ends FAILED naming the
+    file; the half-written one is gone."""
+    disk = small_disk("size=20m")  # resnet18's checkpoint (weights + momentum) is ~90 MB
+    proc = bench.run(*tiny, "train.epochs=2", "checkpoint.every_epochs=1", f"storage.root={disk}",
+                     f"hydra.run.dir={tmp_path}/run")
+    assert proc.returncode == 1, proc.stderr
+    metrics = json.loads(proc.stdout.strip().splitlines()[-1])["radix_metrics"]  # reported
+    assert metrics["measured_steps"] == 6 and "checkpoints_saved" not in metrics
+    (folder,) = (disk / "checkpoints").iterdir()
+    where = f"{folder}/epoch-0001.pt"
+    assert metrics["checkpoint_save_error"] == f"no space left on {where}"
+    assert bench.error_lines(proc.stderr) == [
+        f"[ERROR] run failed after its measurement was reported: a training checkpoint could not be written: "
+        f"no space left on {where} (no later checkpoint was written)"]
+    assert "Traceback" not in proc.stderr and "enforce fail" not in proc.stderr
+    (run,) = bench.runs()
+    assert run.info.status == "FAILED" and f"no space left on {where}" in run.data.tags["error"]
+    assert run.data.metrics["images_per_second"] == pytest.approx(metrics["images_per_second"])
+    assert list(folder.iterdir()) == []  # no half-written checkpoint, no temporary
 
 
 @pytest.mark.parametrize("options, why", [("ro,size=1m", "Read-only file system"), ("size=4k", "No space left")])
