@@ -16,19 +16,18 @@ from __future__ import annotations
 import errno
 import logging
 import os
-import re
 import shutil
 from pathlib import Path
 from typing import List, Tuple
 
 from bench.errors import BenchError
+from bench.storage.local import remove_stale_temporaries as remove_stale_files
 
 log = logging.getLogger(__name__)
 
 MARGIN_FRACTION = 0.05
 MARGIN_MAX = 2**30
 MARGIN_RULE = "5% of the filesystem, at most 1 GiB"
-_TEMPORARY = re.compile(r"^.+\.tmp(\d+)$")  # bench.storage.local's put_with: <name>.tmp<pid>
 
 
 class DiskFull(BenchError):
@@ -89,31 +88,10 @@ def write_error(exc: BaseException, path: str) -> str:
     return f"{text} ({path})" if isinstance(exc, OSError) else text
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
-
-
 def remove_stale_temporaries(root: Path) -> List[Path]:
-    """Delete `*.tmp<pid>` under `root` whose writer (pid, on this host) is gone; returns them.
-    A live pid's file is left alone: that write may be in progress."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    removed = []
-    for path in root.rglob("*.tmp*"):
-        match = _TEMPORARY.match(path.name)
-        if match and path.is_file() and int(match.group(1)) != os.getpid() and not _alive(int(match.group(1))):
-            try:
-                path.unlink()
-                removed.append(path)
-            except FileNotFoundError:
-                pass
+    """Delete `*.tmp<pid>` under `root` whose writer (pid, on this host) is gone; returns them, and
+    says so in the log (bench.storage.local keeps the one rule for put_with's temporaries)."""
+    removed = remove_stale_files(root)
     if removed:
         log.warning("removed %d temporary file(s) left by a killed write under %s (first: %s)", len(removed), root,
                     removed[0].name)

@@ -36,6 +36,23 @@ def _alive(pid: int) -> bool:
     return True
 
 
+def remove_stale_temporaries(root: Path, recursive: bool = True) -> List[Path]:
+    """Delete the `<name>.tmp<pid>` files (put_with's temporaries) under `root` whose writer, a pid on
+    this host, is gone: a write killed midway. Returns them. A live pid's file is left alone: that
+    write may be in progress. Both the training checkpoints and the storage benchmark use this."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    removed = []
+    for path in (root.rglob if recursive else root.glob)("*.tmp*"):
+        match = STALE_TMP.match(path.name)
+        pid = int(match.group(1)) if match else None
+        if pid is not None and pid != os.getpid() and path.is_file() and not _alive(pid):
+            path.unlink(missing_ok=True)
+            removed.append(path)
+    return removed
+
+
 class LocalStore:
     """A directory as an ObjectStore."""
 
@@ -89,13 +106,7 @@ class LocalStore:
         """The `<name>.tmp<pid>` files here whose writer is dead (a save killed mid-write): removed,
         their names returned. A live process's is a write in progress and stays. (The pid is
         looked up on this host: on a directory shared between hosts, keep runs of one config apart.)"""
-        removed = []
-        for path in self.root.glob("*.tmp*") if self.root.is_dir() else []:
-            match = STALE_TMP.match(path.name)
-            if match and path.is_file() and not _alive(int(match.group(1))):
-                path.unlink(missing_ok=True)
-                removed.append(path.name)
-        return sorted(removed)
+        return sorted(path.name for path in remove_stale_temporaries(self.root, recursive=False))
 
     def list(self, prefix: str = "") -> List[Tuple[str, int]]:
         base = self.root / prefix if prefix else self.root
