@@ -126,7 +126,7 @@ def command_line_problem(args: List[str]) -> Optional[str]:
                     f"(it would be saved in .hydra/ and logged); {CREDENTIALS_HOME}.")
         if has_userinfo(value) or has_secret_query(value) or redact(value) != value:
             return (f"{key}=<hidden: it carries credentials> is not valid: accepted a URL without user:password "
-                    f"or a credential in its query (?sig=, ?token=, X-Amz-*); {CREDENTIALS_HOME}.")
+                    f"or credentials in its query (sig, token, X-Amz-* ... parameters); {CREDENTIALS_HOME}.")
         read = [name for name in ENV_REFERENCE.findall(value) if looks_secret_env(name)]
         if read:  # resolved, it would be the run name, a param, a line of run_summary.json
             return (f"{key}='${{oc.env:{read[0]}}}' is not valid: accepted no secret-looking environment variable "
