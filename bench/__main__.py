@@ -12,6 +12,7 @@ from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG
 from bench.launch.plugins import register_bench_launchers
 from bench.launch.preview import preview, wants_preview
+from bench.output_redaction import install as redact_output
 from bench.secrets import command_line_problem
 
 register_configs()
@@ -40,7 +41,8 @@ def quote_list_values(arg: str) -> str:
 def cli() -> None:
     """The console script: a bad override is one [ERROR] line (exit 2); a multirun exits with
     the number of jobs that failed. A credential on the command line is refused before Hydra
-    saves the overrides in .hydra/ or logs them."""
+    saves the overrides in .hydra/ or logs them; what gets through is redacted on its way out."""
+    redact_output()  # before Hydra makes its log handlers: they write to the wrapped streams
     problem = command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)

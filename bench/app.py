@@ -21,13 +21,15 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.config import BenchConfig, as_plain, load
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
+from bench.output_redaction import install as redact_output
+from bench.secrets import redact, scrub
 
 log = logging.getLogger("bench")
 INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)
 
 
 def error(message: str) -> None:
-    print(f"[ERROR] {message}", file=sys.stderr, flush=True)
+    print(f"[ERROR] {redact(message)}", file=sys.stderr, flush=True)
 
 
 def run_from_hydra(cfg: DictConfig) -> int:
@@ -39,10 +41,12 @@ def run_from_hydra(cfg: DictConfig) -> int:
     from bench.tracking.sweep import current_job
 
     logging.raiseExceptions = False  # a log write that fails (a full disk) must not print tracebacks
+    redact_output()  # again: a job run by submitit is a process of its own
     hydra_cfg = HydraConfig.get()
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     sweep_job = current_job(hydra_cfg) if in_sweep else None
     out_dir, launch_dir = Path(hydra_cfg.runtime.output_dir), Path(hydra_cfg.runtime.cwd)
+    _scrub_saved_config(hydra_cfg, out_dir, in_sweep)
     if sweep_job and sweep_job["launch_dir"]:  # a job on another node: the sweep's directory, for the default store
         launch_dir = Path(sweep_job["launch_dir"])
     # as typed: list() would resolve them, and data.batch_size=${oops} would fail here, outside `load`
@@ -58,6 +62,15 @@ def run_from_hydra(cfg: DictConfig) -> int:
     if code:
         sys.exit(code)
     return code
+
+
+def _scrub_saved_config(hydra_cfg: Any, out_dir: Path, in_sweep: bool) -> None:
+    """What Hydra saved before this task ran (.hydra/*.yaml, a sweep's multirun.yaml) may hold
+    what a config file said: the credentials in it go, before the run's artifacts are logged."""
+    saved = list((out_dir / hydra_cfg.output_subdir).glob("*.yaml")) if hydra_cfg.output_subdir else []
+    if in_sweep:
+        saved.append(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
+    scrub(path for path in saved if path.is_file())
 
 
 def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optional[List[str]] = None,
@@ -154,14 +167,10 @@ def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[Mapping[str, Any
     child and an error.txt, so the sweep report says why)."""
     problem = str(exc)
     error(problem)
-    if getattr(exc, "hidden", False):  # a secret in a config file: Hydra has saved it in .hydra/ already
-        from bench.secrets import scrub
-
-        scrub((out_dir / ".hydra").glob("*.yaml"))
     if sweep_job:
         try:
             out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "error.txt").write_text(problem + "\n")
+            (out_dir / "error.txt").write_text(redact(problem) + "\n")
         except OSError as write_error:
             log.warning("could not write %s: %s", out_dir / "error.txt", write_error)
         if sweep_job.get("parent_run_id"):
@@ -219,7 +228,7 @@ def _fail(exc: BaseException, scenario: Any, config: BenchConfig, out_dir: Path,
     where = out_dir / "error.txt"
     try:
         out_dir.mkdir(parents=True, exist_ok=True)
-        where.write_text("".join(traceback.format_exception(exc)))
+        where.write_text(redact("".join(traceback.format_exception(exc))))
         tracker.log_artifacts([where])
         saved = f"traceback in {where}"
     except OSError as write_error:  # a full or read-only disk must not hide the reason

@@ -17,6 +17,8 @@ import os
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence
 
+from bench.secrets import redact
+
 
 class Report(Protocol):
     metrics: Dict[str, Any]  # the radix_metrics dict: field names are a public contract
@@ -48,10 +50,11 @@ def final_line(metrics: Mapping[str, Any]) -> str:
 
 
 def write_text(path: Path, text: str) -> Path:
-    """Write to a temporary name and rename: the file is complete or absent, never half-written."""
+    """Write to a temporary name and rename: the file is complete or absent, never half-written.
+    Every run file goes through here, and through bench.secrets.redact."""
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     try:
-        tmp.write_text(text)
+        tmp.write_text(redact(text))
         os.replace(tmp, path)
     finally:
         tmp.unlink(missing_ok=True)

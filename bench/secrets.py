@@ -1,23 +1,43 @@
-"""What counts as a secret, and how it is kept out of logs, files and MLflow. Import-free.
+"""What counts as a secret, and the one rule that keeps it out of every output. Import-free.
 
 Credentials belong in the environment (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE
 for S3, MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for an MLflow server), never in a
 config: Hydra saves the composed config and the overrides in .hydra/, and bench logs the config
 to MLflow. So the command line is checked before Hydra runs, secret-looking config keys are
-never logged, URLs are shown without their user:password, and environment variables are
-recorded only from an allow-list of speed-relevant prefixes, minus anything that looks secret.
+never logged, and environment variables are recorded only from an allow-list of speed-relevant
+prefixes, minus anything that looks secret.
+
+`redact` is the one rule every output goes through (stdout/stderr and logs via
+bench.output_redaction, run files via bench.results.write_text, .hydra/ via `scrub`, MLflow via
+the tracker): it shows as *** the user:password of a URL (with or without a scheme:
+`u:pw@host:port`), the values of query parameters that carry credentials (?sig=, &token=,
+X-Amz-*, ...) and any value of a secret-looking environment variable of this process.
 """
 
 from __future__ import annotations
 
+import os
 import re
 from pathlib import Path
-from typing import Iterable, List, Optional
+from typing import Any, Iterable, List, Optional, Tuple
 
-CONFIG_MARKERS = ("secret", "password", "passwd", "token", "access_key", "credential", "api_key", "auth")
-ENV_MARKERS = CONFIG_MARKERS + ("key", "pass", "pwd", "session", "cookie", "signature", "private", "cert")
+REDACTED = "***"
+CONFIG_MARKERS = ("secret", "password", "passwd", "pwd", "token", "access_key", "credential", "api_key", "apikey",
+                  "auth", "jwt", "signature", "private_key")
+# whole words of a key (split at . _ -) that name a credential too short to be a marker: `checkpoint.on_signal` is fine
+CONFIG_WORDS = frozenset({"pass", "pw", "key", "sig"})
+ENV_MARKERS = CONFIG_MARKERS + ("key", "pass", "session", "cookie", "private", "cert")
 # scheme://userinfo@host: anything between :// and an @ before the first /
 USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s@]+@")
+# user:password@host without a scheme (a c10d endpoint `u:pw@host:29400`); not after / or : (a URL's path, a scheme)
+BARE_USERINFO = re.compile(r"(?<![\w.+\-~%/:@])[\w.+\-~%!$]+:[^\s@/'\"]+@(?=[\w\-.\[])")
+QUERY_PARAM = re.compile(r"([?&;])([\w.\-]+)=([^&#\s'\"<>;]*)")
+SECRET_QUERY_NAMES = frozenset({"sig", "signature", "token", "access_token", "id_token", "refresh_token", "jwt", "key",
+                                "apikey", "api_key", "api-key", "password", "passwd", "pwd", "secret", "client_secret",
+                                "code", "auth", "authorization", "credential", "credentials", "session", "sessiontoken"})
+# ${oc.env:NAME} / ${oc.env:NAME,default}: a config value that reads an environment variable
+ENV_REFERENCE = re.compile(r"\$\{\s*oc\.env\s*:\s*([^,}\s]+)")
+SECRET_ENV_MIN_CHARS = 8  # shorter values ("1", "true") would hide ordinary words
 # NAME=value inside a value (a setup line of hydra/launcher=slurm: `export AWS_SECRET_ACCESS_KEY=...`)
 ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=")
 CREDENTIALS_HOME = ("credentials go in the environment: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE "
@@ -27,7 +47,8 @@ CREDENTIALS_HOME = ("credentials go in the environment: AWS_ACCESS_KEY_ID / AWS_
 def looks_secret(key: str) -> bool:
     """A config key whose value must never be shown or logged."""
     lowered = key.lower()
-    return any(marker in lowered for marker in CONFIG_MARKERS)
+    return (any(marker in lowered for marker in CONFIG_MARKERS)
+            or not CONFIG_WORDS.isdisjoint(re.split(r"[._\-]", lowered.lstrip("+~"))))
 
 
 def looks_secret_env(name: str) -> bool:
@@ -36,13 +57,60 @@ def looks_secret_env(name: str) -> bool:
     return any(marker in lowered for marker in ENV_MARKERS)
 
 
+def secret_query_name(name: str) -> bool:
+    lowered = name.lower()
+    return lowered in SECRET_QUERY_NAMES or lowered.startswith("x-amz-") or looks_secret(lowered)
+
+
 def has_userinfo(text: str) -> bool:
-    return bool(USERINFO.search(text))
+    return bool(USERINFO.search(text) or BARE_USERINFO.search(text))
+
+
+def has_secret_query(text: str) -> bool:
+    return any(secret_query_name(match.group(2)) for match in QUERY_PARAM.finditer(text))
+
+
+def environ_items() -> List[Tuple[str, str]]:
+    """os.environ's (name, value) pairs, safe while another thread changes it (MLflow's telemetry
+    thread does): iterating os.environ itself raises KeyError when a name goes away meanwhile."""
+    names = list(os.environ)  # one copy of the keys
+    return [(name, value) for name in names for value in [os.environ.get(name)] if value is not None]
+
+
+def secret_env_values() -> List[str]:
+    """Values of this process's secret-looking environment variables, longest first (a path is not
+    a secret: PWD, SSH_AUTH_SOCK and friends are left alone)."""
+    values = {value for name, value in environ_items()
+              if looks_secret_env(name) and len(value) >= SECRET_ENV_MIN_CHARS and not value.startswith(("/", "~", "."))}
+    return sorted(values, key=len, reverse=True)
+
+
+def _hide_query_value(match: "re.Match[str]") -> str:
+    sep, name, value = match.groups()
+    return f"{sep}{name}={REDACTED}" if value and secret_query_name(name) else match.group(0)
 
 
 def redact(text: str) -> str:
-    """http://user:password@host -> http://***@host, anywhere in `text`."""
-    return USERINFO.sub(r"\1***@", text)
+    """`text` with every credential the rule knows shown as *** (see the module's docstring)."""
+    if not text:
+        return text
+    for value in secret_env_values():
+        if value in text:
+            text = text.replace(value, REDACTED)
+    text = USERINFO.sub(r"\1" + REDACTED + "@", text)
+    text = BARE_USERINFO.sub(REDACTED + "@", text)
+    return QUERY_PARAM.sub(_hide_query_value, text)
+
+
+def redact_tree(value: Any) -> Any:
+    """redact() over every string of a dict/list tree (keys kept)."""
+    if isinstance(value, str):
+        return redact(value)
+    if isinstance(value, dict):
+        return {key: redact_tree(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return type(value)(redact_tree(item) for item in value)
+    return value
 
 
 def command_line_problem(args: List[str]) -> Optional[str]:
@@ -56,9 +124,13 @@ def command_line_problem(args: List[str]) -> Optional[str]:
         if looks_secret(key):
             return (f"{key}=<hidden> is not valid: accepted no credential on the command line "
                     f"(it would be saved in .hydra/ and logged); {CREDENTIALS_HOME}.")
-        if has_userinfo(value):
-            return (f"{key}=<hidden: it carries credentials> is not valid: accepted a URL without user:password; "
-                    f"{CREDENTIALS_HOME}.")
+        if has_userinfo(value) or has_secret_query(value) or redact(value) != value:
+            return (f"{key}=<hidden: it carries credentials> is not valid: accepted a URL without user:password "
+                    f"or credentials in its query (sig, token, X-Amz-* ... parameters); {CREDENTIALS_HOME}.")
+        read = [name for name in ENV_REFERENCE.findall(value) if looks_secret_env(name)]
+        if read:  # resolved, it would be the run name, a param, a line of run_summary.json
+            return (f"{key}='${{oc.env:{read[0]}}}' is not valid: accepted no secret-looking environment variable "
+                    f"in a config value (its value would be logged and saved with the run); {CREDENTIALS_HOME}.")
         assigned = [name for name in ASSIGNMENT.findall(value) if looks_secret_env(name)]
         if assigned:  # hydra.launcher.setup=["export MLFLOW_TRACKING_PASSWORD=..."]: saved in the job script
             return (f"{key}=<hidden: it sets {assigned[0]}> is not valid: accepted no credential on the command "
@@ -72,8 +144,8 @@ SECRET_YAML_VALUE = re.compile(r"^(\s*-?\s*[+~]?[\w.]*(?:" + "|".join(CONFIG_MAR
 
 
 def scrub(paths: Iterable[Path]) -> None:
-    """Rewrite files (Hydra's .hydra/*.yaml of a run refused for a secret in a config file) with
-    URLs' user:password and secret-looking keys' values hidden."""
+    """Rewrite files (Hydra's .hydra/*.yaml and multirun.yaml) through redact(), with the values
+    of secret-looking keys hidden too: a config file may hold what the command line may not."""
     for path in paths:
         try:
             text = path.read_text()

@@ -8,6 +8,8 @@ import sys
 from pathlib import Path
 from typing import List
 
+from bench.output_redaction import install as redact_output
+
 RANK_LOG_FORMAT = "[%(asctime)s][rank{rank}][%(name)s][%(levelname)s] %(message)s"
 NOISY_LOGGERS = ("mlflow", "urllib3", "alembic", "matplotlib")
 
@@ -16,6 +18,7 @@ def setup_rank_logging(out_dir: Path, rank: int, own_process: bool = True) -> No
     """A worker's stdout is pointed at stderr so the job's stdout keeps only the final line.
     `own_process=False`: this process also reports (rank 0 under torchrun): keep its streams
     and Hydra's handlers."""
+    redact_output()  # a spawned rank starts without its parent's redaction
     out_dir.mkdir(parents=True, exist_ok=True)
     formatter = logging.Formatter(RANK_LOG_FORMAT.format(rank=rank))
     root = logging.getLogger()

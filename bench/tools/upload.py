@@ -18,8 +18,10 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
+from bench.output_redaction import install as redact_output
 from bench.results import read_summary, write_json
 from bench.scenarios import report_class
+from bench.tracking.store import open_client
 from bench.tracking.tracker import Tracker, flatten, redact_uri
 
 RESULT_FILES = ("run_summary.json", "summary.csv", "metrics_epoch.jsonl", "step_times.csv", "epochs.csv",
@@ -37,12 +39,10 @@ def _existing_run(client: Any, run_id: Optional[str]) -> Any:
 
 def upload(run_dir: Path, uri: str) -> str:
     """Upload the run in `run_dir` to `uri`; returns what was done, in a few words."""
-    from mlflow import MlflowClient
-
     summary = read_summary(run_dir)
     config = summary["config"]
     report = report_class(config.get("mode", "train")).from_files(run_dir)
-    client = MlflowClient(tracking_uri=uri)
+    client = open_client(uri)
     existing = _existing_run(client, summary.get("mlflow_run_id"))
     if existing is not None and existing.info.status == "FINISHED":
         return f"already in MLflow: run {existing.info.run_id} (FINISHED)"
@@ -77,6 +77,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("run_dir", type=Path, help="a run's output directory (holding run_summary.json)")
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
+    redact_output()  # what MLflow or an error message says may carry the URI's user:password
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if not (args.run_dir / "run_summary.json").is_file():
         print(f"[ERROR] {args.run_dir} holds no run_summary.json: pass the output directory of a finished run",

@@ -12,7 +12,7 @@ from typing import Any, Dict
 import torch
 import torchvision
 
-from bench.secrets import looks_secret_env, redact
+from bench.secrets import environ_items, looks_secret_env, redact
 
 SPEED_ENV_PREFIXES = ("NCCL_", "CUDA_", "OMP_", "MKL_", "TORCH_", "PYTORCH_", "CUBLAS_", "CUDNN_")
 
@@ -31,7 +31,7 @@ def _cpu_model() -> str:
 def _speed_env() -> Dict[str, str]:
     """Variables that change speed: an allow-list of prefixes, minus any name that looks like a
     credential (TORCH_..._AUTH, ..._KEY), with URLs shown without their user:password."""
-    return {name: redact(value) for name, value in sorted(os.environ.items())
+    return {name: redact(value) for name, value in sorted(environ_items())
             if name.startswith(SPEED_ENV_PREFIXES) and not looks_secret_env(name)}
 
 

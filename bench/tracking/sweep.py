@@ -27,6 +27,8 @@ from typing import Any, Dict, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 
+from bench.secrets import redact, scrub
+
 log = logging.getLogger("bench")
 
 SWEEP_ENV = "BENCH_SWEEP"  # JSON: parent_run_id, launch_dir, tracking_down
@@ -88,7 +90,7 @@ def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> 
             (hydra_dir / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
             (hydra_dir / "config.yaml").write_text("{}\n")
         if not (job_dir / "run_summary.json").exists() and not (job_dir / "error.txt").exists():
-            (job_dir / "error.txt").write_text(reason + "\n")
+            (job_dir / "error.txt").write_text(redact(reason) + "\n")
     except OSError as exc:
         log.warning("could not write the reason into %s: %s", job_dir, exc)
 
@@ -165,6 +167,7 @@ class MlflowSweepCallback(Callback):
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
         tracker: Optional[Any] = _state["tracker"]
         sweep_dir = Path(config.hydra.sweep.dir)
+        scrub([sweep_dir / "multirun.yaml"])  # as each job's .hydra/: what a config file held goes
         files = []
         try:
             from bench.analysis import build_report, log_scaling_to_runs

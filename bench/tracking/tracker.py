@@ -1,11 +1,12 @@
 """MLflow tracking for one run, through MlflowClient (no global fluent state).
 
-Where: MLFLOW_TRACKING_URI if set, else tracking.uri, else sqlite:///<launch dir>/mlflow.db.
+Where: bench.tracking.store (MLFLOW_TRACKING_URI, else tracking.uri, else <launch dir>/mlflow.db).
 What: params = the flattened resolved config (secrets dropped), metrics = per-epoch and
 per-step figures plus the final summary, tags = the environment, artifacts = the output
 files and the composed config. A run always ends: FINISHED, FAILED (error as a tag) or
 KILLED. If the tracking server cannot be reached the run goes on without it: results stay
-in the output directory and a warning names the URI.
+in the output directory and a warning names the URI. Every name, param and tag value goes
+through bench.secrets.redact; MLflow's own "View run ... at <URL>" print is switched off.
 """
 
 from __future__ import annotations
@@ -17,19 +18,11 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from bench.secrets import looks_secret, redact
+from bench.tracking.store import open_experiment, resolve_tracking_uri  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
 MAX_PARAM_CHARS = 6000
-
-
-def resolve_tracking_uri(configured: Optional[str], launch_dir: Path) -> str:
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
-        return env
-    if configured:
-        return configured
-    return f"sqlite:///{(launch_dir / 'mlflow.db').resolve()}"
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
@@ -46,31 +39,11 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
     return flat
 
 
-def _sqlite_artifact_root(uri: str) -> Optional[str]:
-    """For sqlite stores keep artifacts next to the database, not in whatever the cwd is."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    return (Path(uri[len("sqlite:///"):]).parent / "mlartifacts").resolve().as_uri()
-
-
-def ensure_experiment(client: Any, name: str, uri: str) -> str:
-    """Experiment id for `name`, created if missing (tolerates a concurrent creator)."""
-    existing = client.get_experiment_by_name(name)
-    if existing is not None:
-        return existing.experiment_id
-    try:
-        return client.create_experiment(name, artifact_location=_sqlite_artifact_root(uri))
-    except Exception:  # noqa: BLE001 - another process created it first
-        existing = client.get_experiment_by_name(name)
-        if existing is None:
-            raise
-        return existing.experiment_id
-
-
 class Tracker:
     """One MLflow run. Methods never raise: a tracking failure is a warning, not a lost result."""
 
     def __init__(self, client: Any = None, run_id: Optional[str] = None, uri: str = ""):
+        quiet_mlflow()
         self.client, self.run_id, self.uri = client, run_id, uri
         self.out_dir: Optional[Path] = None  # where the results stay when the server goes away
         self.name_suffix = ""  # "-job<N>" for a sweep job: kept when the run is renamed
@@ -83,22 +56,20 @@ class Tracker:
     @classmethod
     def start(cls, uri: str, experiment: str, run_name: Optional[str], tags: Mapping[str, Any],
               parent_run_id: Optional[str] = None) -> "Tracker":
-        # MLflow prints "View run ... at <server URL>" on stdout when a run ends: stdout carries
-        # only the final line, and the URL may carry credentials
-        os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
+        quiet_mlflow()
         try:
-            from mlflow import MlflowClient
+            import mlflow  # noqa: F401 - imported first: mlflow resets its logger to INFO on import
 
-            logging.getLogger("mlflow").setLevel(logging.WARNING)  # mlflow resets it to INFO on import
-            client = MlflowClient(tracking_uri=uri)
-            experiment_id = ensure_experiment(client, experiment, uri)
-            run_tags = {k: str(v)[:5000] for k, v in tags.items()}
+            logging.getLogger("mlflow").setLevel(logging.WARNING)
+            client, experiment_id = open_experiment(uri, experiment)
+            run_tags = {k: redact(str(v))[:5000] for k, v in tags.items()}
             if parent_run_id:
                 run_tags["mlflow.parentRunId"] = parent_run_id
-            run = client.create_run(experiment_id, run_name=run_name, tags=run_tags)
-        except Exception as exc:  # noqa: BLE001
-            log.warning("MLflow tracking at %s failed (%s: %s); results are kept in the output directory only",
-                        redact_uri(uri), type(exc).__name__, redact(str(exc)))
+            run = client.create_run(experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags)
+        except Exception as exc:  # noqa: BLE001 - a run that cannot be tracked still runs: said on stderr
+            reason = redact(str(exc)).strip().splitlines()
+            log.warning("MLflow tracking at %s failed (%s: %s); this run is not tracked, its results are kept in "
+                        "the output directory only", redact_uri(uri), type(exc).__name__, reason[0] if reason else "")
             return cls(uri=uri)
         log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact_uri(uri))
         return cls(client, run.info.run_id, uri)
@@ -119,7 +90,7 @@ class Tracker:
     def log_params(self, params: Mapping[str, Any]) -> None:
         from mlflow.entities import Param
 
-        items = [Param(k, str(v)[:MAX_PARAM_CHARS]) for k, v in flatten(params).items()]
+        items = [Param(k, redact(str(v))[:MAX_PARAM_CHARS]) for k, v in flatten(params).items()]
         for i in range(0, len(items), 100):
             self._call("log params", "log_batch", params=items[i:i + 100])
 
@@ -144,7 +115,7 @@ class Tracker:
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
 
-        items = [RunTag(k, str(v)[:5000]) for k, v in tags.items()]
+        items = [RunTag(k, redact(str(v))[:5000]) for k, v in tags.items()]
         self._call("set tags", "log_batch", tags=items)
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
@@ -183,6 +154,12 @@ class Tracker:
         if error:
             self.set_tags({"error": error})
         self._call("end run", "set_terminated", status)
+
+
+def quiet_mlflow() -> None:
+    """MLflow prints "View run ... at <server URL>" on stdout when a run ends against a server:
+    stdout carries only the final line, and the URL may carry credentials."""
+    os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
 
 def redact_uri(uri: str) -> str:

@@ -129,6 +129,14 @@ BAD_INPUTS = [
     ("secret key", "bench", ["+storage.secret_access_key=CANARY"], 2, "storage.secret_access_key=<hidden>"),
     ("password in a sweep", "bench", ["-m", "storage=s3", "storage.endpoint=http://u:CANARY@h:1,http://h:2"], 2,
      "storage.endpoint=<hidden"),
+    ("a password key by a short name", "bench", ["+tracking.pwd=CANARY"], 2, "tracking.pwd=<hidden> is not valid"),
+    ("rendezvous endpoint with a password", "bench", ["distributed.rdzv_endpoint=u:CANARY@node0:29400"], 2,
+     "distributed.rdzv_endpoint=<hidden: it carries credentials>"),
+    ("signed query in an endpoint", "bench", ["storage.endpoint=http://h:9000/?sig=CANARY"], 2,
+     "storage.endpoint=<hidden: it carries credentials> is not valid: accepted a URL without user:password or "
+     "credentials in its query"),
+    ("secret variable read into the run name", "bench", ["tracking.run_name=${{oc.env:AWS_SECRET_ACCESS_KEY}}"], 2,
+     "tracking.run_name='${{oc.env:AWS_SECRET_ACCESS_KEY}}' is not valid: accepted no secret-looking"),
     # -- what only the machine, the device and the disk can tell (preflight) ------------------------------
     ("GPU preset on a CPU machine", "bench", ["+experiment=a100_bf16"], 2, "CUDA not available and allow_cpu=false"),
     ("fp16 on a CPU", "bench", ["precision=amp_fp16", CPU], 2, "precision='amp_fp16' is not valid"),

@@ -1,11 +1,13 @@
 """Secrets never leak: canary values planted where users keep credentials, then every path a run
 takes (a sweep with a failing job and its report, the same with its jobs run by submitit, a
-storage run on S3, a run that fails mid-way) is searched — stdout, stderr, every file written
-(run and sweep dirs, .hydra/, reports, logs, submitit's folder of pickled jobs and job logs, the
-MLflow server's database and artifact store) and the MLflow params and tags.
+storage run on S3, a run that fails mid-way, a config file that holds credentials, an upload
+after the fact) is searched — stdout, stderr, every file written (run and sweep dirs, .hydra/,
+reports, logs, submitit's folder of pickled jobs and job logs, the MLflow server's database and
+artifact store, a local mlflow.db) and the MLflow params, tags and run names.
 
 Credentials typed on the command line are refused before anything is written: the bad-inputs
-table (bad_inputs.py) holds those rows, and the last test here checks nothing was saved.
+table (bad_inputs.py) holds those rows, and the last test here checks nothing was saved. What
+a config file or the environment holds is shown as *** wherever it would leave bench.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import uuid
 from pathlib import Path
 
 import pytest
+from mlflow import MlflowClient
 
 CANARIES = {
     "TORCH_CANARY_AUTH": f"canary-auth-{uuid.uuid4().hex[:8]}",  # a speed prefix, but a credential's name
@@ -115,10 +118,84 @@ def test_canaries_on_a_run_that_fails_mid_way(bench, tiny, datasets, tmp_path, l
 
 def test_a_credential_on_the_command_line_is_refused_before_anything_is_saved(bench, tiny, tmp_path):
     secret = f"canary-cli-{uuid.uuid4().hex[:8]}"
+    env = bench.env(AWS_SECRET_ACCESS_KEY=secret)
     for args in ([*tiny, f"storage.endpoint=http://u:{secret}@minio:9000", f"hydra.run.dir={tmp_path}/run"],
                  ["-m", *tiny, f"tracking.uri=http://u:{secret}@h:5000,http://h:5001", f"hydra.sweep.dir={tmp_path}/sweep"],
-                 [*tiny, f"+tracking.password={secret}", f"hydra.run.dir={tmp_path}/run"]):
-        proc = bench.run(*args)
+                 [*tiny, f"+tracking.password={secret}", f"hydra.run.dir={tmp_path}/run"],
+                 [*tiny, f"+tracking.pwd={secret}", f"hydra.run.dir={tmp_path}/run"],
+                 [*tiny, f"distributed.rdzv_endpoint=u:{secret}@node0:29400", f"hydra.run.dir={tmp_path}/run"],
+                 [*tiny, f"storage.endpoint=http://h:9000/?sig={secret}", f"hydra.run.dir={tmp_path}/run"],
+                 [*tiny, "tracking.run_name=${oc.env:AWS_SECRET_ACCESS_KEY}", f"hydra.run.dir={tmp_path}/run"]):
+        proc = bench.run(*args, env=env)
         assert proc.returncode == 2 and len(bench.error_lines(proc.stderr)) == 1, proc.stderr
         _assert_nowhere([secret], [proc.stdout, proc.stderr], tmp_path)
     assert not (tmp_path / "run").exists() and not (tmp_path / "sweep").exists()  # no .hydra/ holding it
+
+
+def _user_config(tmp_path_factory, text: str) -> list:
+    """The overrides that add a config file of the user's (outside the searched test dir: it holds
+    the canaries on purpose) on top of the others."""
+    root = tmp_path_factory.mktemp("user-conf")
+    (root / "experiment").mkdir()
+    (root / "experiment" / "leaky.yaml").write_text("# @package _global_\n" + text)
+    return ["+experiment@_global_=leaky", f"hydra.searchpath=[file://{root}]"]
+
+
+QUERY_CANARIES = {"TORCH_CANARY_URL": f"http://h/hub?token=canary-qtoken-{uuid.uuid4().hex[:8]}",
+                  "OMP_CANARY_URL": f"http://h/x?a=1&sig=canary-qsig-{uuid.uuid4().hex[:8]}"}
+
+
+def test_canaries_in_a_config_file_and_query_strings_then_an_upload(bench, tiny, tmp_path, tmp_path_factory, leaky_env):
+    """A config file reads a secret-looking variable into the run name (oc.env), holds a rendezvous
+    endpoint with user:password and an endpoint with a signed query; speed variables carry ?token=
+    and &sig=. The run keeps every key, each credential shown as ***. Then the upload of that run,
+    to the server by a URI with user:password, prints no "View run ... at <URI>"."""
+    server, env = leaky_env
+    secrets = {"aws": f"canary-aws-{uuid.uuid4().hex[:8]}", "rdzv": f"canary-rdzv-{uuid.uuid4().hex[:8]}",
+               "sig": f"canary-sig-{uuid.uuid4().hex[:8]}", "amz": f"canary-amz-{uuid.uuid4().hex[:8]}"}
+    conf = _user_config(tmp_path_factory, f"""tracking:
+  run_name: ${{oc.env:AWS_SECRET_ACCESS_KEY}}
+distributed:
+  rdzv_endpoint: u:{secrets['rdzv']}@127.0.0.1:29400
+storage:
+  endpoint: http://127.0.0.1:9/?sig={secrets['sig']}&X-Amz-Credential={secrets['amz']}
+""")
+    env = {**env, **QUERY_CANARIES, "AWS_SECRET_ACCESS_KEY": secrets["aws"]}
+    run_dir = tmp_path / "run"
+    proc = bench.run(*tiny, "cpu_threads=1", *conf, f"hydra.run.dir={run_dir}", env=env)
+    bench.metrics(proc)
+    (run,) = bench.runs(server.url)
+    assert run.info.run_name == "***" and run.data.params["distributed.rdzv_endpoint"] == "***@127.0.0.1:29400"
+    assert run.data.params["storage.endpoint"] == "http://127.0.0.1:9/?sig=***&X-Amz-Credential=***"
+    assert run.data.tags["env.env_vars.TORCH_CANARY_URL"] == "http://h/hub?token=***"
+
+    MlflowClient(server.url).update_run(run.info.run_id, status="RUNNING")  # as if the server lost the run's end
+    uri = server.url.replace("http://", f"http://bench-user:{URI_PASSWORD}@")
+    uploaded = bench.run(str(run_dir), "--tracking-uri", uri, module="bench.tools.upload", env=env)
+    assert uploaded.returncode == 0 and f"completed run {run.info.run_id}" in uploaded.stdout, uploaded.stderr
+    assert "View run" not in uploaded.stdout + uploaded.stderr
+    tracked = [str(run.data.params) + str(run.data.tags) + run.info.run_name for run in bench.runs(server.url)]
+    canaries = [*secrets.values(), *(value.rsplit("=", 1)[1] for value in QUERY_CANARIES.values()), URI_PASSWORD]
+    _assert_nowhere(canaries, [proc.stdout, proc.stderr, uploaded.stdout, uploaded.stderr, *tracked], tmp_path)
+
+
+def test_canaries_in_a_signed_endpoint_of_a_storage_run_that_fails(bench, tmp_path, tmp_path_factory):
+    """The endpoint's signed query reaches the one [ERROR] line, error.txt, bench.log, .hydra/ and
+    the local mlflow.db (params, the FAILED run's error tag, its artifacts) only as ***."""
+    secrets = {"sig": f"canary-sig-{uuid.uuid4().hex[:8]}", "token": f"canary-amztoken-{uuid.uuid4().hex[:8]}"}
+    conf = _user_config(tmp_path_factory, f"""storage:
+  endpoint: http://127.0.0.1:9/?sig={secrets['sig']}&X-Amz-Security-Token={secrets['token']}
+""")
+    storage = ["mode=storage", "storage=s3", "storage.bucket=canary", "storage.max_attempts=1", "storage.timeout_s=5",
+               "storage.workload.num_files=4", "storage.workload.samples_per_file=2", "storage.workload.record_size=1024",
+               "storage.workload.batch_size=2"]
+    env = bench.env(AWS_ACCESS_KEY_ID="canary-id", AWS_SECRET_ACCESS_KEY=f"canary-aws-{uuid.uuid4().hex[:8]}",
+                    AWS_DEFAULT_REGION="us-east-1")
+    proc = bench.run(*storage, *conf, f"hydra.run.dir={tmp_path}/run", env=env)
+    (line,) = bench.error_lines(proc.stderr)
+    assert proc.returncode == 1 and "sig=***&X-Amz-Security-Token=***" in line, proc.stderr
+    assert (tmp_path / "run" / "error.txt").is_file()
+    (run,) = bench.runs()
+    assert run.info.status == "FAILED"
+    tracked = str(run.data.params) + str(run.data.tags)
+    _assert_nowhere([*secrets.values(), env["AWS_SECRET_ACCESS_KEY"]], [proc.stdout, proc.stderr, tracked], tmp_path)

@@ -1,7 +1,8 @@
 """Faults survived: a tracking server that cannot be reached, or that goes away mid-run. A short
 probe at start (once per sweep) replaces minutes of MLflow retries; the run goes on without
 tracking, says so in one line, keeps its results, and `python -m bench.tools.upload` sends them
-later (completing a run the server left RUNNING). Real `mlflow server` processes on 127.0.0.1."""
+later (completing a run the server left RUNNING). Real `mlflow server` processes on 127.0.0.1.
+Runs started at once on a new sqlite store all land in it (its schema is made under a file lock)."""
 
 from __future__ import annotations
 
@@ -100,3 +101,30 @@ def test_server_that_dies_mid_run_costs_no_results_and_upload_completes_the_run(
         assert "run_summary.json" in {a.path for a in client.list_artifacts(run_id)}
     finally:
         server.stop()
+
+
+def test_four_runs_started_at_once_on_a_fresh_sqlite_store_are_all_tracked(bench, tiny, tmp_path):
+    """Four processes open the same new mlflow.db at the same moment: MLflow's schema creation
+    raced (`table ... already exists`) and three runs went untracked, each exiting 0."""
+    assert not bench.db.exists()
+    procs = [bench.start(*tiny, "cpu_threads=1", f"hydra.run.dir={tmp_path}/run{i}") for i in range(4)]
+    ended = [proc.communicate(timeout=900) for proc in procs]
+    for proc, (out, err) in zip(procs, ended):
+        assert proc.returncode == 0, err
+        assert "not tracked" not in err and "Traceback" not in err, err
+    runs = bench.runs()
+    assert len(runs) == 4 and {run.info.status for run in runs} == {"FINISHED"}
+    assert all(run.data.metrics.get("images_per_second", 0) > 0 for run in runs)
+    ids = {json.loads((tmp_path / f"run{i}" / "run_summary.json").read_text())["mlflow_run_id"] for i in range(4)}
+    assert ids == {run.info.run_id for run in runs}
+
+
+def test_a_run_that_cannot_be_tracked_says_so_and_keeps_its_results(bench, tiny, tmp_path):
+    """A store that cannot be opened (its directory is a file) costs no results, as an unreachable
+    server costs none: exit 0, the final line, and one warning on stderr that this run is not tracked."""
+    (tmp_path / "a-file").write_text("not a directory\n")
+    missing = tmp_path / "a-file" / "mlflow.db"
+    proc = bench.run(*tiny, "cpu_threads=1", f"hydra.run.dir={tmp_path}/run", env=bench.env(f"sqlite:///{missing}"))
+    bench.metrics(proc)
+    (warning,) = [line for line in proc.stderr.splitlines() if "not tracked" in line]
+    assert f"sqlite:///{missing}" in warning and (tmp_path / "run" / "run_summary.json").is_file()

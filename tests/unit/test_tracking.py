@@ -42,6 +42,41 @@ def test_redact_uri_hides_credentials():
     assert redact_uri("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
 
 
+@pytest.mark.parametrize("text, shown", [
+    ("http://user:pw@mlflow.example:5000/x", "http://***@mlflow.example:5000/x"),
+    ("rdzv at u:pw@node0:29400 ok", "rdzv at ***@node0:29400 ok"),
+    ("'endpoint': 'u:p@h:1'", "'endpoint': '***@h:1'"),
+    ("http://h/?sig=abc&a=1", "http://h/?sig=***&a=1"),
+    ("https://b.s3/k?X-Amz-Credential=AK%2F1&X-Amz-Signature=ff&versionId=3",
+     "https://b.s3/k?X-Amz-Credential=***&X-Amz-Signature=***&versionId=3"),
+    ("u=http://h/?access_token=t1;jwt=t2 key", "u=http://h/?access_token=***;jwt=*** key"),
+    ("git@github.com:org/repo and a@b.c stay", "git@github.com:org/repo and a@b.c stay"),
+    ("checkpoint.on_signal=true, http://h/?page=2", "checkpoint.on_signal=true, http://h/?page=2"),
+    ("the run reads env-secret-value-1 here", "the run reads *** here"),
+    ("PWD /work/path is not a secret", "PWD /work/path is not a secret"),
+])
+def test_one_redaction_rule(monkeypatch, text, shown):
+    from bench.secrets import redact
+
+    monkeypatch.setenv("CANARY_API_TOKEN", "env-secret-value-1")
+    monkeypatch.setenv("OLD_PWD_X", "/work/path")  # a path is not a secret
+    assert redact(text) == shown
+
+
+def test_credentials_on_the_command_line_are_refused_without_their_value():
+    from bench.secrets import command_line_problem, looks_secret
+
+    assert looks_secret("tracking.pwd") and looks_secret("+a.pass") and looks_secret("x.api_key")
+    assert not looks_secret("checkpoint.on_signal") and not looks_secret("hydra.job.config.override_dirname.exclude_keys")
+    for arg, shown in [("+tracking.pwd=S3CRET", "tracking.pwd=<hidden>"),
+                       ("distributed.rdzv_endpoint=u:S3CRET@h:1", "<hidden: it carries credentials>"),
+                       ("storage.endpoint=http://h/?X-Amz-Signature=S3CRET", "<hidden: it carries credentials>"),
+                       ("tracking.run_name=${oc.env:MY_TOKEN}", "tracking.run_name='${oc.env:MY_TOKEN}'")]:
+        problem = command_line_problem(["model=resnet18", arg])
+        assert problem and shown in problem and "S3CRET" not in problem
+    assert command_line_problem(["tracking.run_name=${oc.env:USER}", "hydra.searchpath=[file:///a/b]"]) is None
+
+
 def test_tracking_uri_precedence(tmp_path, monkeypatch):
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
     assert resolve_tracking_uri(None, tmp_path) == f"sqlite:///{tmp_path.resolve()}/mlflow.db"

@@ -1,0 +1,91 @@
+"""Where a run is tracked and how the store is opened.
+
+Where: MLFLOW_TRACKING_URI if set, else tracking.uri, else sqlite:///<launch dir>/mlflow.db.
+
+A fresh sqlite store is created (schema, migrations) by whichever MLflow client touches it
+first; two bench processes started at once on a new file race on that (`table ... already
+exists`, an alembic migration that finds no row) and one of them is not tracked. So the first
+touch of a sqlite store — its schema and the experiment — happens under a file lock,
+<db>.lock beside the database, before any run is created.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+from pathlib import Path
+from typing import Any, Iterator, Optional, Tuple
+
+SQLITE = "sqlite:///"
+LOCK_TIMEOUT_S = 600  # a hang guard: creating the schema takes seconds, even on a loaded machine
+
+
+def resolve_tracking_uri(configured: Optional[str], launch_dir: Path) -> str:
+    env = os.environ.get("MLFLOW_TRACKING_URI")
+    if env:
+        return env
+    if configured:
+        return configured
+    return f"{SQLITE}{(launch_dir / 'mlflow.db').resolve()}"
+
+
+def sqlite_path(uri: str) -> Optional[Path]:
+    """The database file of a sqlite URI (None for any other store, or an in-memory one)."""
+    if not uri.startswith(SQLITE):
+        return None
+    path = uri[len(SQLITE):].split("?", 1)[0]
+    return Path(path) if path and path != ":memory:" else None
+
+
+def _sqlite_artifact_root(uri: str) -> Optional[str]:
+    """For sqlite stores keep artifacts next to the database, not in whatever the cwd is."""
+    path = sqlite_path(uri)
+    return (path.parent / "mlartifacts").resolve().as_uri() if path else None
+
+
+@contextlib.contextmanager
+def store_lock(uri: str) -> Iterator[None]:
+    """Held while a sqlite store is first touched by this process; nothing to hold for a server
+    (it creates its own store once, at its start)."""
+    path = sqlite_path(uri)
+    if path is None:
+        yield
+        return
+    from filelock import FileLock
+
+    with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+        yield
+
+
+def ensure_experiment(client: Any, name: str, uri: str) -> str:
+    """Experiment id for `name`, created if missing (tolerates a concurrent creator: a server's
+    clients are not serialised by the lock)."""
+    existing = client.get_experiment_by_name(name)
+    if existing is not None:
+        return existing.experiment_id
+    try:
+        return client.create_experiment(name, artifact_location=_sqlite_artifact_root(uri))
+    except Exception:  # noqa: BLE001 - another process created it first
+        existing = client.get_experiment_by_name(name)
+        if existing is None:
+            raise
+        return existing.experiment_id
+
+
+def open_client(uri: str) -> Any:
+    """An MlflowClient whose store exists (a fresh sqlite file gets its schema under the lock)."""
+    from mlflow import MlflowClient
+
+    with store_lock(uri):
+        client = MlflowClient(tracking_uri=uri)
+        client.search_experiments(max_results=1)  # the first touch: creates or migrates the schema
+    return client
+
+
+def open_experiment(uri: str, name: str) -> Tuple[Any, str]:
+    """(client, experiment id) for `name` in the store at `uri`, both made under the lock."""
+    from mlflow import MlflowClient
+
+    with store_lock(uri):
+        client = MlflowClient(tracking_uri=uri)
+        return client, ensure_experiment(client, name, uri)
