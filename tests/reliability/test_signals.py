@@ -111,3 +111,48 @@ def test_ctrl_c_to_a_sweep_ends_it_and_its_runs_killed(bench, tiny, tmp_path):
     assert runs and all(run.info.status == "KILLED" for run in runs), [(r.info.run_name, r.info.status) for r in runs]
     assert {run.data.tags.get("sweep") for run in runs} == {"parent", None}  # the parent and the one job
     assert not (tmp_path / "sweep" / "1").exists()  # the sweep stopped: job 1 never started
+
+
+@pytest.mark.parametrize("how,code", [("SIGTERM", 143), ("Ctrl-C", 130), ("SIGKILL", -9)])
+def test_a_stopped_prepare_leaves_no_worker_behind(bench, datasets, aws_env, tmp_path, how, code):
+    """Issue 18: `timeout` (SIGTERM) of a `python -m bench.data prepare` to S3 left its pool
+    workers alive under PID 1. Here the S3 endpoint accepts connections and never answers (a
+    hung server), so a worker is stuck in its first request when the signal comes: SIGTERM and
+    Ctrl-C end the pool with one line; SIGKILL of the command takes its workers down too."""
+    import socket
+
+    import psutil
+
+    datasets.image_folder(tmp_path / "images", images=4)
+    silent = socket.create_server(("127.0.0.1", 0))
+    endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    proc = bench.start("prepare", "--src", str(tmp_path / "images"), "--dst", "s3://bench-silent/shards",
+                       "--workers", "1", "--no-progress", "--storage", f"endpoint={endpoint}",
+                       "--storage", "timeout_s=3600", "--storage", "max_attempts=1", module="bench.data",
+                       start_new_session=True)
+    try:
+        silent.settimeout(HANG_GUARD_S)
+        connection, _ = silent.accept()  # the event: a pool worker sent its first request and waits
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children  # the pool's worker (the one whose request the endpoint holds), at least
+        if how == "Ctrl-C":
+            os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the workers get it too
+        else:
+            proc.send_signal(getattr(signal, how))
+        proc.wait(timeout=HANG_GUARD_S)  # not communicate(): a worker left alive would hold its pipes open
+        _, alive = psutil.wait_procs(children, timeout=60)  # a hang guard: they go with the command
+        left = [" ".join(child.cmdline()) for child in alive]
+        for child in alive:
+            child.kill()
+        _, stderr = proc.communicate(timeout=60)
+        assert not left, left
+        assert proc.returncode == code, stderr
+        if how != "SIGKILL":
+            assert "Traceback" not in stderr, stderr
+            name = "SIGINT" if how == "Ctrl-C" else how
+            assert bench.error_lines(stderr) == [f"[ERROR] prepare stopped by {name}: its workers were ended; what "
+                                                 "was written is incomplete (a split is complete once its meta.json "
+                                                 "exists)"], stderr
+        connection.close()
+    finally:
+        silent.close()
