@@ -1,7 +1,8 @@
 """Faults survived: Ctrl-C and SIGTERM, to a single run, a DDP job, the storage benchmark and a
 sweep. Each ends with exit 130 (SIGINT) or 143 (SIGTERM), one `[ERROR] run interrupted` line,
 no traceback (not from a child either), no process left, and MLflow runs ended KILLED, never
-left RUNNING. Waits are for events; timeouts are hang guards only."""
+left RUNNING. And `python -m bench.data prepare` stopped by SIGTERM, Ctrl-C or kill -9: no pool
+worker outlives it. Waits are for events; timeouts are hang guards only."""
 
 from __future__ import annotations
 
