@@ -2,17 +2,27 @@
 
 Images are shuffled once (so every shard mixes classes), cut into shards of --shard-size, and
 each shard is encoded and written by one process of a pool; meta.json is written last.
+
+The pool's processes are spawned, not forked: the main process opens the store to write each
+split's meta.json, and an S3 client (obstore's tokio runtime, boto3's threads) copied by fork
+into the next split's pool froze on a lock or crashed. They end with the command: on SIGTERM
+and Ctrl-C the pool is terminated, and a worker whose parent died (SIGKILL) is killed by the
+kernel (PR_SET_PDEATHSIG).
 """
 
 from __future__ import annotations
 
+import ctypes
 import io
+import multiprocessing
 import os
 import random
+import signal
 import sys
+import threading
 import time
-from multiprocessing import Pool
-from typing import Any, Dict, List, Mapping, Optional, Tuple
+from contextlib import contextmanager
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from PIL import Image
 from tqdm import tqdm
@@ -20,7 +30,7 @@ from tqdm import tqdm
 from bench.config.storage import StorageConfig
 from bench.data.layout import imagefolder_base, scan_image_folder
 from bench.data.shardformat import encode_shard, make_meta, shard_key
-from bench.errors import DataError
+from bench.errors import DataError, Interrupted
 from bench.storage.registry import open_store
 
 SPLITS = ("train", "val")
@@ -68,6 +78,37 @@ def source_splits(src: str) -> List[str]:
     return found or ["train"]
 
 
+def _worker_init(parent: int) -> None:
+    """In each pool process: Ctrl-C (sent to the whole process group) is the parent's to handle
+    (it terminates the pool), and the kernel kills this process when its parent dies."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
+    except (OSError, AttributeError):  # not Linux: SIGTERM / Ctrl-C still end the pool
+        pass
+    if os.getppid() != parent:  # the parent died before prctl took effect
+        os._exit(1)
+
+
+def _raise_interrupted(signum: int, _frame: Any) -> None:
+    raise Interrupted(signal.Signals(signum).name)
+
+
+@contextmanager
+def _pool(processes: int) -> Iterator[Any]:
+    """A spawn pool that is terminated however the block ends (SIGTERM raises Interrupted here)."""
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main_thread else None
+    try:
+        with multiprocessing.get_context("spawn").Pool(processes, _worker_init, (os.getpid(),)) as pool:
+            yield pool
+    except KeyboardInterrupt:
+        raise Interrupted("SIGINT") from None
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGTERM, previous)
+
+
 def prepare(src: str, dst: str, size: int = 256, quality: int = 90, shard_size: int = 1000,
             workers: Optional[int] = None, storage: Optional[StorageConfig] = None, seed: int = 0,
             progress: Optional[bool] = None) -> Dict[str, Any]:
@@ -86,7 +127,7 @@ def prepare(src: str, dst: str, size: int = 256, quality: int = 90, shard_size: 
         shards, skipped = [], []
         bar = tqdm(total=len(items), unit="img", desc=f"prepare {split}", file=sys.stderr,
                    disable=None if progress is None else not progress)
-        with Pool(min(workers, len(tasks))) as pool:
+        with _pool(min(workers, len(tasks))) as pool:
             for shard, bad in pool.imap_unordered(_write_shard, tasks):
                 shards.append(shard)
                 skipped.extend(bad)

@@ -14,7 +14,7 @@ import tempfile
 from typing import Any, List, Optional
 
 from bench.config.storage import StorageConfig
-from bench.errors import ConfigError, ConfigProblem, DataError
+from bench.errors import ConfigError, ConfigProblem, DataError, Interrupted
 
 
 def _storage_config(pairs: List[str]) -> StorageConfig:
@@ -106,6 +106,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                         args.warmup, args.image_size, args.shard_image_size, args.shard_size, args.dir,
                         args.loaders.split(","))
             print(report(rates), flush=True)
+    except Interrupted as exc:  # the pool's processes were ended with it
+        print(f"[ERROR] {args.command} stopped by {exc.signal_name}: its workers were ended; what was written "
+              "is incomplete (a split is complete once its meta.json exists)", file=sys.stderr, flush=True)
+        return exc.exit_code
     except (DataError, ConfigError, ConfigProblem) as exc:  # a bad argument or source folder: nothing was written
         print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
         return 2

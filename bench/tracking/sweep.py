@@ -21,6 +21,7 @@ import atexit
 import json
 import logging
 import os
+import sys
 import time
 from pathlib import Path
 from typing import Any, Dict, Optional, Sequence
@@ -128,8 +129,21 @@ def _carry(**carried: Any) -> None:
     os.environ[SWEEP_ENV] = json.dumps(carried)
 
 
+def _refuse_a_launcher_that_cannot_start(config: Any) -> None:
+    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun is one line and
+    exit 2. SystemExit, because Hydra turns any Exception a callback raises into a warning."""
+    from bench.errors import EXIT_CONFIG
+    from bench.launch.plugins import cluster_commands_problem
+
+    problem = cluster_commands_problem(config)
+    if problem:
+        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        raise SystemExit(EXIT_CONFIG)
+
+
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        _refuse_a_launcher_that_cannot_start(config)
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
         _state.update(tracker=None, jobs=0, failed=0, owner=os.getpid(), experiment=config.tracking.experiment,
                       sweep_dir=sweep_dir)

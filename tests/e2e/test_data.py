@@ -5,7 +5,12 @@ storage=s3), and the loader benchmark command."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+
 import pytest
+
+HANG_GUARD_S = 900  # a prepare of a few dozen images that takes longer is stuck
 
 # TINY minus its class count (each dataset brings its own), with one loader worker
 BASE = ["data.num_workers=1"]
@@ -86,20 +91,62 @@ def test_shards_run_after_prepare(bench, base, datasets, tmp_path):
     assert metrics["dataset_size"] == 24 and metrics["dataset_shards"] == 3 and metrics["shard_image_size"] == 40
 
 
+def prepare_watching_children(bench, src, dst, *extra, env=None):
+    """`prepare` as a real process whose process tree is snapshotted until it exits: (the ended
+    process, every descendant seen, their command lines)."""
+    import time
+
+    import psutil
+
+    proc = bench.start("prepare", "--src", str(src), "--dst", str(dst), "--no-progress", *extra, module="bench.data",
+                       env=env)
+    seen, commands = {}, []
+    deadline = time.monotonic() + HANG_GUARD_S
+    while proc.poll() is None and time.monotonic() < deadline:
+        try:
+            for child in psutil.Process(proc.pid).children(recursive=True):
+                if child.pid not in seen:
+                    seen[child.pid] = child
+                    commands.append(" ".join(child.cmdline()))
+        except psutil.NoSuchProcess:
+            pass
+        time.sleep(0.02)
+    if proc.poll() is None:
+        proc.kill()
+        pytest.fail(f"prepare still running after {HANG_GUARD_S} s; its processes: {commands}")
+    out, err = proc.communicate(timeout=60)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err), list(seen.values()), commands
+
+
 def test_shards_prepared_to_s3_train_through_storage_s3(bench, base, datasets, tmp_path, s3_server):
+    """train/ and val/ to S3 (issue 18: the val pool, forked after the main process had opened
+    an S3 client for train/meta.json, froze or crashed, and left a worker behind): both splits
+    and their meta.json land, no process of the command outlives it, and a training run with
+    validation reads both back through storage=s3."""
+    import psutil
+
     bucket = s3_server.new_bucket()
-    datasets.image_folder(tmp_path / "flat", images=24)
+    datasets.imagenet_layout(tmp_path / "images", train=24, val=12)
     env = s3_server.env()
-    prepared = prepare(bench, tmp_path / "flat", f"s3://{bucket}/shards", "--size", "40", "--shard-size", "10",
-                       "--storage", f"endpoint={s3_server.endpoint}", env=env)
+    prepared, children, commands = prepare_watching_children(
+        bench, tmp_path / "images", f"s3://{bucket}/shards", "--workers", "2", "--size", "40", "--shard-size", "10",
+        "--storage", f"endpoint={s3_server.endpoint}", env=env)
     assert prepared.returncode == 0, prepared.stderr
-    keys = [o["Key"] for o in s3_server.admin().list_objects_v2(Bucket=bucket)["Contents"]]
-    assert any(k.startswith("shards/") for k in keys)
+    assert prepared.stdout.startswith("train: 24 images in 3 shards") and "val: 12 images in 2 shards" in prepared.stdout
+    assert any("spawn_main" in command for command in commands), commands  # its pool processes were seen
+    _, alive = psutil.wait_procs(children, timeout=60)  # a hang guard: they are gone when it exits
+    assert not alive, commands
+    keys = sorted(o["Key"] for o in s3_server.admin().list_objects_v2(Bucket=bucket)["Contents"])
+    assert keys == [f"shards/{split}/{name}" for split, count in (("train", 3), ("val", 2))
+                    for name in ["meta.json", *(f"shard-{n:05d}.bin" for n in range(count))]]
+    for split, count in (("train", 24), ("val", 12)):
+        meta = json.loads(s3_server.admin().get_object(Bucket=bucket, Key=f"shards/{split}/meta.json")["Body"].read())
+        assert meta["count"] == count and len(meta["classes"]) == datasets.CLASSES
 
     metrics = run_ok(bench, base, tmp_path, ["data=shards", f"data.root=s3://{bucket}/shards", "data.num_classes=10",
-                                             *s3_server.overrides(bucket)], env=env)
+                                             "train.eval_every=1", *s3_server.overrides(bucket)], env=env)
     assert metrics["data"] == "shards" and metrics["dataset_size"] == 24 and metrics["dataset_shards"] == 3
-    assert metrics["measured_steps"] == 3
+    assert metrics["measured_steps"] == 3 and metrics["val_images"] == 12
     (run,) = bench.runs()
     assert s3_server.secret not in str(run.data.params) + str(run.data.tags)
     assert not any(s3_server.secret in p.read_text(errors="ignore") for p in (tmp_path / "run").rglob("*")

@@ -1,6 +1,7 @@
 """Slurm for real, a single-node Slurm started by `.ci/slurm up` (skipped where there is none):
 the sbatch scripts in launchers/, and sweeps whose jobs are Slurm jobs (hydra/launcher=slurm),
-with GPU requests turned off on the command line so they run on the CPU with gloo."""
+with GPU requests turned off on the command line so they run on the CPU with gloo. And where
+there is no Slurm (its commands taken off PATH): hydra/launcher=slurm refused in one line."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import re
 import subprocess
 import time
+from pathlib import Path
 
 import pytest
 
@@ -80,6 +82,40 @@ def _report_rows(sweep_dir) -> dict:
 
 def _slurm_job(job_id: str) -> str:
     return subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30).stdout
+
+
+SLURM_COMMANDS = ("sbatch", "srun")
+
+
+def path_without_slurm(shadows: Path) -> str:
+    """$PATH with every folder that holds sbatch or srun replaced by a folder of links to all
+    its other programs (Slurm may be installed in /usr/bin here, by .ci/slurm)."""
+    folders = []
+    for number, folder in enumerate(os.environ["PATH"].split(os.pathsep)):
+        if folder and any(os.path.exists(os.path.join(folder, command)) for command in SLURM_COMMANDS):
+            shadow = shadows / str(number)
+            shadow.mkdir(parents=True)
+            for entry in os.scandir(folder):
+                if entry.name not in SLURM_COMMANDS:
+                    (shadow / entry.name).symlink_to(entry.path)
+            folder = str(shadow)
+        folders.append(folder)
+    return os.pathsep.join(folders)
+
+
+def test_a_slurm_sweep_without_slurm_is_one_line_before_any_run(bench, tiny, tmp_path):
+    """Issue 18: a 17-frame traceback ("Could not detect srun") and the sweep's MLflow parent
+    left KILLED "interrupted"; now one line and exit 2 before the parent run or the sweep dir."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
+    path = path_without_slurm(tmp_path / "path")
+    proc = bench.run("-m", *tiny, "hydra/launcher=slurm", "precision=fp32,bf16", f"hydra.sweep.dir={tmp_path}/sweep",
+                     env=bench.env(PATH=path))
+    assert proc.returncode == 2, proc.stderr
+    assert "Traceback" not in proc.stderr and not proc.stdout
+    assert bench.error_lines(proc.stderr) == [
+        "[ERROR] hydra/launcher=slurm needs Slurm's sbatch and srun on PATH; not found: sbatch, srun. Use "
+        "hydra/launcher=slurm_local to run the jobs through submitit's local executor, or run on a Slurm login node"]
+    assert not bench.db.exists() and not (tmp_path / "sweep").exists()  # no MLflow store, no run, no sweep dir
 
 
 def test_a_slurm_sweep_is_one_parent_with_a_child_per_slurm_job_and_counts_its_failures(slurm, bench, tiny, tmp_path):

@@ -1,7 +1,8 @@
 """Faults survived: Ctrl-C and SIGTERM, to a single run, a DDP job, the storage benchmark and a
 sweep. Each ends with exit 130 (SIGINT) or 143 (SIGTERM), one `[ERROR] run interrupted` line,
 no traceback (not from a child either), no process left, and MLflow runs ended KILLED, never
-left RUNNING. Waits are for events; timeouts are hang guards only."""
+left RUNNING. And `python -m bench.data prepare` stopped by SIGTERM, Ctrl-C or kill -9: no pool
+worker outlives it. Waits are for events; timeouts are hang guards only."""
 
 from __future__ import annotations
 
@@ -143,3 +144,48 @@ def test_signal_during_the_passes_after_the_window_still_reports_the_window(benc
     (run,) = bench.runs()
     assert run.info.status == "KILLED"
     assert run.data.metrics["images_per_second"] == pytest.approx(metrics["images_per_second"])
+
+
+@pytest.mark.parametrize("how,code", [("SIGTERM", 143), ("Ctrl-C", 130), ("SIGKILL", -9)])
+def test_a_stopped_prepare_leaves_no_worker_behind(bench, datasets, aws_env, tmp_path, how, code):
+    """Issue 18: `timeout` (SIGTERM) of a `python -m bench.data prepare` to S3 left its pool
+    workers alive under PID 1. Here the S3 endpoint accepts connections and never answers (a
+    hung server), so a worker is stuck in its first request when the signal comes: SIGTERM and
+    Ctrl-C end the pool with one line; SIGKILL of the command takes its workers down too."""
+    import socket
+
+    import psutil
+
+    datasets.image_folder(tmp_path / "images", images=4)
+    silent = socket.create_server(("127.0.0.1", 0))
+    endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    proc = bench.start("prepare", "--src", str(tmp_path / "images"), "--dst", "s3://bench-silent/shards",
+                       "--workers", "1", "--no-progress", "--storage", f"endpoint={endpoint}",
+                       "--storage", "timeout_s=3600", "--storage", "max_attempts=1", module="bench.data",
+                       start_new_session=True)
+    try:
+        silent.settimeout(HANG_GUARD_S)
+        connection, _ = silent.accept()  # the event: a pool worker sent its first request and waits
+        children = psutil.Process(proc.pid).children(recursive=True)
+        assert children  # the pool's worker (the one whose request the endpoint holds), at least
+        if how == "Ctrl-C":
+            os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the workers get it too
+        else:
+            proc.send_signal(getattr(signal, how))
+        proc.wait(timeout=HANG_GUARD_S)  # not communicate(): a worker left alive would hold its pipes open
+        _, alive = psutil.wait_procs(children, timeout=60)  # a hang guard: they go with the command
+        left = [" ".join(child.cmdline()) for child in alive]
+        for child in alive:
+            child.kill()
+        _, stderr = proc.communicate(timeout=60)
+        assert not left, left
+        assert proc.returncode == code, stderr
+        if how != "SIGKILL":
+            assert "Traceback" not in stderr, stderr
+            name = "SIGINT" if how == "Ctrl-C" else how
+            assert bench.error_lines(stderr) == [f"[ERROR] prepare stopped by {name}: its workers were ended; what "
+                                                 "was written is incomplete (a split is complete once its meta.json "
+                                                 "exists)"], stderr
+        connection.close()
+    finally:
+        silent.close()

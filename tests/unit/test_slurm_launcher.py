@@ -50,7 +50,7 @@ def launcher_of(tmp_path):
         context.__exit__(None, None, None)
 
 
-def test_each_slurm_job_asks_for_what_its_own_config_needs(launcher_of, tmp_path):
+def test_each_slurm_job_asks_for_what_its_own_config_needs(launcher_of, tmp_path, monkeypatch):
     launcher = launcher_of("slurm", "hydra.launcher.partition=gpu", "hydra.launcher.account=proj7",
                            "hydra.launcher.qos=high", "hydra.launcher.timeout_min=90",
                            "hydra.launcher.setup=[module load cuda]", "+experiment=h100_bf16")
@@ -75,6 +75,14 @@ def test_each_slurm_job_asks_for_what_its_own_config_needs(launcher_of, tmp_path
 
     import submitit
 
+    # submitit's Slurm executor will not be made without an srun on PATH (issue 18: this unit test
+    # failed on a machine without Slurm); only its parameter check is used, so an srun that is
+    # never run stands in (a real one, where installed, is shadowed the same way)
+    stand_in = tmp_path / "bin"
+    stand_in.mkdir()
+    (stand_in / "srun").write_text("#!/bin/sh\necho 'not Slurm: a stand-in of test_slurm_launcher.py' >&2\nexit 1\n")
+    (stand_in / "srun").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{stand_in}{os.pathsep}{os.environ['PATH']}")
     executor = submitit.AutoExecutor(cluster="slurm", folder=tmp_path / "submitit")
     executor.update_parameters(**eight.params)  # every key is one submitit's Slurm executor takes
 
