@@ -36,12 +36,33 @@ NATIVE = 32
 PAD = 4
 
 
+# What a CIFAR-100 python pickle holds: dicts, lists, bytes, numbers and numpy arrays. Any other
+# global a pickle asks for (os.system, subprocess.Popen, ...) is code, and is refused unloaded.
+ARRAY_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
+                 ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
+                 ("numpy._core.multiarray", "scalar")}
+
+
+class UnsafePickle(Exception):
+    pass
+
+
+class _DataOnly(pickle.Unpickler):
+    def find_class(self, module: str, name: str):  # noqa: ANN201 - pickle's signature
+        if (module, name) in ARRAY_GLOBALS:
+            return super().find_class(module, name)
+        raise UnsafePickle(f"{module}.{name}")
+
+
 def _unpickle(path: str) -> dict:
     try:
         with open(path, "rb") as fh:
-            return pickle.load(fh, encoding="bytes")
+            return _DataOnly(fh, encoding="bytes").load()
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
+    except UnsafePickle as exc:
+        raise DataError(f"{path} is refused: it asks for {exc}, which a CIFAR-100 file never holds "
+                        "(only arrays, lists and numbers are read from it)") from None
     except Exception as exc:  # noqa: BLE001 - any unpickling failure means: not a CIFAR file
         raise DataError(f"{path} is not a CIFAR-100 python pickle ({type(exc).__name__}: {exc})") from None
 

@@ -295,3 +295,34 @@ def test_worker_slot_reuse_never_changes_a_batch(datasets, tmp_path):
     for number, (images, labels) in enumerate(through_workers):
         expected_images, expected_labels = in_process[number % 4]
         assert torch.equal(labels, expected_labels) and torch.equal(images, expected_images), number
+
+
+class _WritesAFile:
+    """A pickle payload: unpickling it calls pathlib.Path.touch on the marker (code, not data)."""
+
+    def __init__(self, marker):
+        self.marker = marker
+
+    def __reduce__(self):
+        import pathlib
+
+        return pathlib.Path.touch, (pathlib.Path(self.marker),)
+
+
+def test_a_cifar_file_that_would_run_code_is_refused_and_runs_nothing(tmp_path, datasets):
+    import pickle
+
+    from bench.data.cifar100 import load_cifar100
+    from bench.errors import DataError
+
+    datasets.cifar100(tmp_path / "cifar")
+    assert len(load_cifar100(str(tmp_path / "cifar"), "train")[0]) == 40  # a real one still loads
+    marker = tmp_path / "ran"
+    payload = pickle.dumps({b"data": _WritesAFile(marker), b"fine_labels": [0]})
+    pickle.loads(payload)  # the payload is real: loaded as plain pickle, it writes the file
+    assert marker.exists()
+    marker.unlink()
+    (tmp_path / "cifar" / "train").write_bytes(payload)
+    with pytest.raises(DataError, match=r"is refused: it asks for pathlib.*Path.touch"):
+        load_cifar100(str(tmp_path / "cifar"), "train")
+    assert not marker.exists()
