@@ -149,9 +149,17 @@ class SweepLauncher(BaseSubmititLauncher):
         """One job array for jobs that ask alike; job number -> submitit's job."""
         executor.update_parameters(**group[0].params)
         state = Singleton.get_state()
-        handles = executor.map_array(self, [job.overrides for job in group], ["hydra.sweep.dir"] * len(group),
-                                     [job.num for job in group], [f"job_id_for_{job.num}" for job in group],
-                                     [state] * len(group))
+        try:
+            handles = executor.map_array(self, [job.overrides for job in group], ["hydra.sweep.dir"] * len(group),
+                                         [job.num for job in group], [f"job_id_for_{job.num}" for job in group],
+                                         [state] * len(group))
+        except Exception as exc:  # noqa: BLE001 - submitit's FailedJobError holds sbatch's own words
+            said = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
+            reason = f"{self.cluster} refused the sweep's jobs #{group[0].num}..#{group[-1].num}: {said}"
+            print(f"[ERROR] {reason} (what each job asks for: hydra.launcher.*, docs/distributed.md)",
+                  file=sys.stderr, flush=True)
+            sweep.end_unsubmitted_sweep(reason)
+            raise SystemExit(EXIT_FAILED) from None
         return {job.num: handle for job, handle in zip(group, handles)}
 
     def _collect(self, job: PlannedJob, handle: Any) -> JobReturn:

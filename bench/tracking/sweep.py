@@ -202,6 +202,15 @@ class MlflowSweepCallback(Callback):
             _state["tracker"] = None
 
 
+def end_unsubmitted_sweep(reason: str) -> None:
+    """The launcher could not hand the jobs over (sbatch refused them): the parent ends FAILED with
+    the reason, not KILLED as an interrupted sweep."""
+    tracker = _state["tracker"]
+    if tracker is not None and tracker.active:
+        tracker.finish("FAILED", error=reason)
+    _state["tracker"] = None
+
+
 def _end_interrupted_sweep(tracker: Any) -> None:
     """A sweep stopped by Ctrl-C/SIGTERM never reaches on_multirun_end: end its parent KILLED."""
     if _state["tracker"] is tracker and tracker.active:

@@ -187,3 +187,18 @@ def test_a_cancelled_slurm_job_is_a_failed_child_and_the_sweep_goes_on(slurm, be
     assert f"Slurm job {array}_1 ended CANCELLED" in cancelled.data.tags["error"]
     rows = _report_rows(sweep_dir)
     assert rows["0"]["status"] == "FINISHED" and rows["1"]["status"] == "FAILED" and "CANCELLED" in rows["1"]["error"]
+
+
+def test_a_sweep_that_sbatch_refuses_is_one_line_and_a_failed_parent(slurm, bench, tiny, tmp_path):
+    """A job asking for a GPU on this CPU-only node: sbatch refuses it ("Invalid generic resource").
+    That was submitit's traceback and the parent run KILLED "interrupted"; now one [ERROR] line with
+    sbatch's own words, exit 1, and the parent run FAILED with them."""
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
+    proc = bench.run("-m", *tiny, "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=1", "seed=1,2",
+                     f"hydra.sweep.dir={tmp_path}/sweep", f"hydra.launcher.submitit_folder={tmp_path}/submitit")
+    assert proc.returncode == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    (line,) = bench.error_lines(proc.stderr)
+    assert line.startswith("[ERROR] Slurm refused the sweep's jobs #0..#1: sbatch: error:"), line
+    (parent,) = bench.runs()
+    assert parent.info.status == "FAILED" and "sbatch: error:" in parent.data.tags["error"]
