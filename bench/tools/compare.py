@@ -29,6 +29,8 @@ from typing import List, Optional, Sequence, Tuple
 
 import pandas as pd
 
+from bench.tracking.probe import store_problem
+from bench.output_redaction import install as redact_output
 from bench.analysis.compare import SLOWER, Comparison, compare_frames
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, ReportError
 from bench.tools.compare_output import log_to_mlflow, write_outputs
@@ -79,6 +81,7 @@ def render_text(comparison: Comparison) -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    redact_output()  # a tracking URI or an endpoint read from the environment may carry a password
     parser = argparse.ArgumentParser(prog="python -m bench.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("baseline", help="a run's directory, a sweep's directory or an MLflow run id")
     parser.add_argument("candidate", help="the same kinds as the baseline")
@@ -90,6 +93,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     uri = args.tracking_uri or default_tracking_uri()
     try:
         threshold = parse_threshold(args.threshold)
+        if not (Path(args.baseline).exists() and Path(args.candidate).exists()):  # one of them is a run id
+            problem = store_problem(uri)
+            if problem:
+                raise ReportError(problem)
         baseline, base_mlflow = read_input("baseline", args.baseline, uri)
         candidate, cand_mlflow = read_input("candidate", args.candidate, uri)
         comparison = compare_frames(baseline, candidate, threshold)

@@ -13,6 +13,7 @@ import sys
 import tempfile
 from typing import Any, List, Optional
 
+from bench.output_redaction import install as redact_output
 from bench.config.storage import StorageConfig
 from bench.errors import ConfigError, ConfigProblem, DataError, Interrupted
 
@@ -48,6 +49,7 @@ def _digits(args: argparse.Namespace) -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
+    redact_output()  # a tracking URI or an endpoint read from the environment may carry a password
     parser = argparse.ArgumentParser(prog="python -m bench.data", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
 

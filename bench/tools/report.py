@@ -21,6 +21,8 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
+from bench.tracking.probe import store_problem
+from bench.output_redaction import install as redact_output
 from bench.analysis import ReportError, build_report, report_from_mlflow
 
 
@@ -31,6 +33,7 @@ def default_tracking_uri() -> str:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    redact_output()  # a tracking URI or an endpoint read from the environment may carry a password
     parser = argparse.ArgumentParser(prog="python -m bench.report", description=__doc__.split("\n\n")[0])
     parser.add_argument("--sweep", required=True, help="a multirun directory, or the MLflow run id of a sweep's parent")
     parser.add_argument("--out", type=Path, help="where the files go (default <sweep dir>/report or ./report-<run id>)")
@@ -41,8 +44,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if Path(args.sweep).exists():
             files, _ = build_report(Path(args.sweep), args.out or Path(args.sweep) / "report")
         else:
-            files, _ = report_from_mlflow(args.sweep, args.tracking_uri or default_tracking_uri(),
-                                          args.out or Path(f"report-{args.sweep[:8]}"))
+            uri = args.tracking_uri or default_tracking_uri()
+            problem = store_problem(uri)
+            if problem:
+                raise ReportError(problem)
+            files, _ = report_from_mlflow(args.sweep, uri, args.out or Path(f"report-{args.sweep[:8]}"))
     except ReportError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return exc.exit_code

@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
+from bench.tracking.probe import store_problem
+from bench.output_redaction import install as redact_output
 from bench.launch.watchdog import process_identity
 
 
@@ -47,11 +49,16 @@ def find_stale(uri: str) -> Tuple[Any, List[Tuple[Any, str]]]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    redact_output()  # a tracking URI or an endpoint read from the environment may carry a password
     parser = argparse.ArgumentParser(prog="python -m bench.tools.stale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     parser.add_argument("--mark", action="store_true", help="end the stale runs KILLED")
     args = parser.parse_args(argv)
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
+    problem = store_problem(uri)
+    if problem:
+        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        return 2
     client, found = find_stale(uri)
     for run, state in found:
         tags = run.data.tags

@@ -44,3 +44,15 @@ def unreachable_line(uri: str, problem: str, timeout_s: float, out_dir: object =
             if out_dir else "results stay in the run directories (python -m bench.tools.upload <dir> sends them later)")
     return (f"MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "
             f"going on without tracking; {kept}")
+
+
+def store_problem(uri: str, timeout_s: float = 5.0) -> Optional[str]:
+    """For the commands that read a store (report, compare, stale): MLflow's retries bounded, and an
+    http(s) store that does not answer within `timeout_s` is one sentence instead of minutes of
+    MLflow's back-off. None when the store can be read."""
+    bound_mlflow_retries()
+    problem = probe(uri, timeout_s)
+    if problem is None:
+        return None
+    return (f"the MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "
+            "start it, or name another store with --tracking-uri or MLFLOW_TRACKING_URI")

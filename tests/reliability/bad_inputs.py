@@ -213,6 +213,16 @@ BAD_INPUTS = [
     ("prepare with a misspelt storage key", "bench.data",
      ["prepare", "--src", "{images}", "--dst", "s3://b/p", "--storage", "endpont=http://x:1"], 2, "did you mean storage.endpoint"),
     ("upload of no run", "bench.tools.upload", ["{tmp}/nope"], 2, "holds no run_summary.json"),
+    # a store that does not answer: one line after a 5 s probe (MLflow's own back-off took minutes),
+    # the password in its URI never shown
+    ("report from an MLflow server that is down", "bench.report",
+     ["--sweep", "0123456789abcdef0123456789abcdef", "--tracking-uri", "http://u:CANARY@127.0.0.1:9"], 2,
+     "the MLflow server at http://***@127.0.0.1:9 cannot be reached"),
+    ("compare against an MLflow server that is down", "bench.compare",
+     ["0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdee", "--tracking-uri",
+      "http://u:CANARY@127.0.0.1:9"], 2, "the MLflow server at http://***@127.0.0.1:9 cannot be reached"),
+    ("stale runs on an MLflow server that is down", "bench.tools.stale", ["--tracking-uri", "http://u:CANARY@127.0.0.1:9"],
+     2, "the MLflow server at http://***@127.0.0.1:9 cannot be reached"),
 ]
 
 
@@ -247,15 +257,19 @@ class Outcome:
 @contextlib.contextmanager
 def process_state_kept():
     """What a process would start afresh and one in-process run may change: the arguments, the
-    root logger (Hydra's job logging adds handlers), signal handlers, torch's thread count."""
+    root logger (Hydra's job logging adds handlers), signal handlers, torch's thread count, and
+    the redacting wrappers bench puts around sys.stdout/sys.stderr and log records."""
     import torch
 
     root = logging.getLogger()
     saved = (list(sys.argv), list(root.handlers), root.level, logging.raiseExceptions,
              {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}, torch.get_num_threads())
+    streams, record_factory = (sys.stdout, sys.stderr), logging.getLogRecordFactory()
     try:
         yield
     finally:
+        sys.stdout, sys.stderr = streams
+        logging.setLogRecordFactory(record_factory)
         sys.argv[:] = saved[0]
         for handler in [h for h in root.handlers if h not in saved[1]]:
             root.removeHandler(handler)
