@@ -60,24 +60,6 @@ def test_two_process_ddp_end_to_end_with_strong_scaling(bench, tiny, tmp_path):
 # ---- failing workers ---------------------------------------------------------------------------
 
 
-def test_a_rank_that_raises_leaves_no_error_files_in_tmpdir(bench, tiny, tmp_path):
-    """Issue 18: torch.multiprocessing gives each worker a `pytorch-errorfile-*.pickle` in the
-    launcher's $TMPDIR; a rank that raised left its traceback there for good. The rank here fails
-    inside (a resume file that is not a checkpoint: preflight only checks that it exists)."""
-    tmpdir = tmp_path / "tmpdir"
-    tmpdir.mkdir()
-    (tmp_path / "garbage.pt").write_text("not a checkpoint")
-    proc = bench.run(*tiny, "distributed=ddp", "distributed.nproc_per_node=2", f"train.resume={tmp_path}/garbage.pt",
-                     f"hydra.run.dir={tmp_path}/run", env=bench.env(bench.uri, TMPDIR=str(tmpdir)))
-    assert proc.returncode == 1, proc.stderr
-    (line,) = bench.error_lines(proc.stderr)
-    assert line.startswith("[ERROR] run failed: WorkerFailure: worker rank") and "garbage.pt" in line
-    assert sorted(p.name for p in tmpdir.glob("pytorch-errorfile-*")) == []
-    assert list(tmpdir.glob("bench-launch-*")) == []  # the launch's own temp dir is gone too
-    (run,) = bench.runs()
-    assert run.info.status == "FAILED"
-
-
 # ---- torchrun ----------------------------------------------------------------------------------
 
 

@@ -80,7 +80,9 @@ def test_compare_calls_the_same_config_same_and_a_slowed_one_slower_with_exit_1(
     for proc in (runs.same, runs.slowed):
         runs.bench.metrics(proc)
     out = runs.root / "cmp-same"
-    assert compare([str(runs.root / "deep"), str(runs.root / "same"), "--threshold", "50%", "--out", str(out)]) == 0
+    # Two processes of one config on a busy 2-core box (this suite, at 3 test files at a time) can
+    # differ by 2x (issue 20): "same" is asked within 80%, a 25x heavier config beyond 50%.
+    assert compare([str(runs.root / "deep"), str(runs.root / "same"), "--threshold", "80%", "--out", str(out)]) == 0
     printed = capsys.readouterr().out
     assert " same (" in printed and "slower" not in printed
     assert {p.name for p in out.iterdir()} == {"compare.md", "compare.html", "compare.png"}

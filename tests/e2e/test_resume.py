@@ -237,6 +237,21 @@ def test_a_checkpoint_of_the_previous_format_still_resumes(bench, tiny, tmp_path
     line = bench.single_error(proc)
     assert f"checkpoint {old} holds another optimizer or schedule than this run's (KeyError: 'step')" in line
 
+    # The same refusal inside the ranks of a DDP job (the check runs in each rank for this format):
+    # torch.multiprocessing gives each worker a `pytorch-errorfile-*.pickle` in the launcher's
+    # $TMPDIR, and a rank that raised left its traceback there for good (issue 18, item 13).
+    tmpdir = tmp_path / "tmpdir"
+    tmpdir.mkdir()
+    proc = bench.run(*tiny, "optimizer=adam", f"train.resume={old}", "distributed=ddp", "distributed.nproc_per_node=2",
+                     f"hydra.run.dir={tmp_path}/adam-ddp", env=bench.env(bench.uri, TMPDIR=str(tmpdir)))
+    assert proc.returncode == 1, proc.stderr
+    (line,) = bench.error_lines(proc.stderr)
+    assert line.startswith("[ERROR] run failed: WorkerFailure: worker rank") and "another optimizer" in line, line
+    assert sorted(p.name for p in tmpdir.glob("pytorch-errorfile-*")) == []
+    assert list(tmpdir.glob("bench-launch-*")) == []  # the launch's own temp dir is gone too
+    (run,) = bench.runs()
+    assert run.info.status == "FAILED"
+
 
 class RunsCode:
     """What a crafted checkpoint carries: unpickled, it runs a shell command."""
