@@ -15,9 +15,17 @@ from bench.train.scenario import TrainScenario, gpu_monitor
 
 
 class InferScenario(TrainScenario):
-    has_ranks = True  # one rank; a launcher gives every sweep job a fresh process
     preload = ("torch", "torchvision", "bench.infer.scenario", "bench.infer.loop", "bench.launch.worker")
     report_class = InferReport
+
+    def has_ranks(self, config: BenchConfig) -> bool:
+        return True  # one rank; a launcher gives every sweep job a fresh process
+
+    def check(self, config: BenchConfig) -> None:
+        """mode=inference's config rules (bench.infer.rules): training-only keys refused."""
+        from bench.infer.rules import check_inference
+
+        check_inference(config)
 
     def run_name(self, config: BenchConfig, batch_size: Optional[int] = None) -> str:
         return f"infer-{config.model.arch}-{config.precision.name}-bs{config.data.batch_size}"

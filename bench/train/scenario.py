@@ -14,13 +14,21 @@ from bench.train.result import RankSummary, TrainOutcome
 
 
 class TrainScenario:
-    has_ranks = True  # started by a launcher, one process per rank
     # modules the elastic launcher's forkserver imports once, so workers start in well under a second
     preload = ("torch", "torchvision", "bench.train.scenario", "bench.train.loop", "bench.launch.worker")
     report_class = TrainReport
 
     def __init__(self) -> None:
         self.device_name = "cpu"
+
+    def has_ranks(self, config: BenchConfig) -> bool:
+        return True  # started by a launcher, one process per rank
+
+    def check(self, config: BenchConfig) -> None:
+        """mode=train's config rules (bench.train.rules), when the config loads."""
+        from bench.train.rules import check_train
+
+        check_train(config)
 
     def preflight(self, config: BenchConfig) -> None:
         """The dataset, the device, the model, the machine: bench.train.preflight."""
