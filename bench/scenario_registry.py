@@ -20,6 +20,9 @@ SCENARIOS: Dict[str, Union[str, type]] = {
 }
 
 
+DEFAULT_MODE = "train"  # the schema's default; runs recorded before `mode` existed are training runs
+
+
 def register(mode: str, target: Union[str, type]) -> None:
     """Add (or replace) the scenario of `mode`: a class, or "module:Class" imported when needed."""
     SCENARIOS[mode] = target

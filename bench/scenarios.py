@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Protocol, Sequence, \
     Tuple, Union
 
-from bench.scenario_registry import SCENARIOS, register, scenario_class
+from bench.scenario_registry import DEFAULT_MODE, SCENARIOS, register, scenario_class
 
 __all__ = ["SCENARIOS", "Launcher", "Report", "ReportClass", "Scenario", "Tracker", "has_ranks", "register",
            "report_class", "report_class_of_modes", "scenario_class", "scenario_for"]
@@ -131,14 +131,14 @@ def has_ranks(scenario: Scenario, config: "BenchConfig") -> bool:
 def report_class(mode: Any) -> Any:
     """The report type of a run recorded with this mode (a name read back from a file or MLflow;
     runs recorded before `mode` existed are training runs)."""
-    return scenario_class(str(mode) if str(mode) in SCENARIOS else "train").report_class
+    return scenario_class(str(mode) if str(mode) in SCENARIOS else DEFAULT_MODE).report_class
 
 
 def report_class_of_modes(modes: Sequence[Any]) -> Any:
     """The report type that shows a sweep: its jobs' one mode (a sweep of mixed modes, or with
     none recorded, is shown as training runs are)."""
     names = {str(m) for m in modes}
-    return report_class(names.pop() if len(names) == 1 else "train")
+    return report_class(names.pop() if len(names) == 1 else DEFAULT_MODE)
 
 
 def all_report_classes() -> Dict[str, Any]:

@@ -16,6 +16,7 @@ from bench.analysis.confidence import repeat_figures
 from bench.analysis.stats import mean, percentile, present
 from bench.config import BenchConfig
 from bench.infer.result import InferResult
+from bench.infer.sweep_view import INFERENCE_COLUMNS, inference_plots
 from bench.results import read_column, read_summary, write_csv, write_json
 from bench.train.peaks import utilisation
 from bench.train.report import PROFILE_FILES, TrainReport, input_pipeline
@@ -61,6 +62,8 @@ def rates(result: InferResult) -> List[float]:
 class InferReport:
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "latency.csv", "latency_ms", "latency_ms"
     REPEATS_FILE, REPEATS_METRIC = TrainReport.REPEATS_FILE, TrainReport.REPEATS_METRIC
+    SWEEP_COLUMNS, OPTIONAL_COLUMNS = INFERENCE_COLUMNS, TrainReport.OPTIONAL_COLUMNS
+    sweep_plots = staticmethod(inference_plots)
     result: InferResult
     metrics: Dict[str, Any]
     repeat_rates: List[float] = field(default_factory=list)

@@ -19,6 +19,7 @@ from bench.config import BenchConfig
 from bench.results import read_column, read_summary, write_csv, write_json, write_jsonl
 from bench.train.peaks import utilisation
 from bench.train.result import EpochRecord, RankSummary, TrainOutcome, TrainResult
+from bench.train.sweep_view import ACCURACY_COLUMNS, REPEAT_COLUMNS, TRAINING_COLUMNS, training_plots
 
 PROFILE_FILES = ("trace_rank0.json", "profile_top_ops.txt")  # bench.train.profiling writes them
 AU_THRESHOLD = 0.90  # accelerator utilization below which a run is input-bound (MLPerf Storage's ResNet-50 bar)
@@ -148,6 +149,9 @@ class TrainReport:
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "step_times.csv", "step_time_ms", "step_time_ms"
     # benchmark.repeats > 1: a row per measured window, and its MLflow series (step = repeat)
     REPEATS_FILE, REPEATS_METRIC = "repeats.csv", "repeat_images_per_second"
+    # what a sweep of training runs shows (bench.analysis asks; bench.train.sweep_view holds them)
+    SWEEP_COLUMNS, OPTIONAL_COLUMNS = TRAINING_COLUMNS, ACCURACY_COLUMNS + REPEAT_COLUMNS
+    sweep_plots = staticmethod(training_plots)
 
     result: TrainResult  # rank 0's, with the job's step timeline
     ranks: List[RankSummary]
