@@ -27,6 +27,7 @@ import pandas as pd
 
 from bench.analysis.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
 from bench.analysis.runs import CONFIG_PREFIX, absent
+from bench.scenario_registry import DEFAULT_MODE
 
 SLOWER, FASTER, SAME = "slower", "faster", "same"
 TIMELINE_RESAMPLES = 2_000  # step timelines can be long: fewer resamples keep a compare quick
@@ -82,7 +83,7 @@ def label_of(row: Dict[str, Any], keys: Sequence[str]) -> str:
     if keys:
         return " ".join(f"{k[len(CONFIG_PREFIX):]}={row.get(k)}" for k in keys)
     mode = row.get(CONFIG_PREFIX + "mode", row.get("mode"))
-    words = [str(mode)] if not absent(mode) and str(mode) != "train" else []
+    words = [str(mode)] if not absent(mode) and str(mode) != DEFAULT_MODE else []
     words += [str(row[k]) for k in ("model", "precision") if not absent(row.get(k))]
     batch = row.get("batch_size")
     return " ".join(words + ([f"bs={int(float(batch))}"] if not absent(batch) else []))

@@ -69,7 +69,7 @@ class TrainScenario:
 
     def report(self, outcome: TrainOutcome, config: BenchConfig) -> TrainReport:
         report = TrainReport.from_outcome(outcome, config)
-        found = report.metrics.get("batch_size_found")
+        found = report.record.figure("batch_size_found")
         if found and config.tracking.run_name is None:  # the batch actually used names the run
             report.run_name = self.run_name(config, found)
         return report
