@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Protocol, Sequence, \
-    Tuple, Union
+    Tuple
 
 from bench.scenario_registry import DEFAULT_MODE, SCENARIOS, register, scenario_class
 

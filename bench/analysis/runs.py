@@ -32,7 +32,7 @@ import pandas as pd
 import yaml
 
 from bench.errors import ReportError
-from bench.secrets import looks_secret
+from bench.secrets import flatten
 from bench.scenarios import report_class
 
 RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates", "val_curve")
@@ -101,18 +101,9 @@ def config_of(row: Mapping[str, Any]) -> Dict[str, str]:
 # ---- a multirun directory ---------------------------------------------------------------------
 
 
-def flatten_config(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, str]:
-    """{"a": {"b": 1}} -> {"a.b": "1"}; lists stay whole; keys that look secret are dropped."""
-    flat: Dict[str, str] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if looks_secret(name):
-            continue
-        if isinstance(value, Mapping):
-            flat.update(flatten_config(value, name + "."))
-        else:
-            flat[name] = str(value)
-    return flat
+def flatten_config(tree: Mapping[str, Any]) -> Dict[str, str]:
+    """{"a": {"b": 1}} -> {"a.b": "1"} (bench.secrets.flatten, values as strings, as MLflow params are)."""
+    return {name: str(value) for name, value in flatten(tree).items()}
 
 
 def read_job_dir(job_dir: Path) -> RunRecord:
