@@ -76,6 +76,8 @@ class ReportClass(Protocol):
     REPEATS_METRIC: ClassVar[Optional[str]]  # the MLflow series of benchmark.repeats' windows (None: none)
     SWEEP_COLUMNS: ClassVar[List[Column]]  # the sweep table; "error" last
     OPTIONAL_COLUMNS: ClassVar[List[Column]]  # shown before "error" when some job has them
+    LABEL_COLUMNS: ClassVar[List[Column]]  # what names a single run in `compare` (prefix, figure, format)
+    COMPARE_FIGURE: ClassVar[str]  # the throughput `compare` takes when a run has no samples
 
     def from_files(self, job_dir: Path) -> Any: ...
 

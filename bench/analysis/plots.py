@@ -15,13 +15,12 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import pandas as pd
 
-from bench.analysis.runs import absent
+from bench.analysis.runs import absent, shown
 
 Row = Dict[str, Any]
 
 
-def _shown(value: Any, default: Any = "") -> Any:
-    return default if absent(value) else value
+_shown = shown
 
 
 def _series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Iterator[Tuple[str, List[Row]]]:
@@ -145,7 +144,8 @@ def plot_storage(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
     return figures.written
 
 
-def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str]) -> List[Path]:
+def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str],
+                  run_label: Callable[[Row], str]) -> List[Path]:
     """A training (or inference) sweep: throughput and scaling efficiency vs process count, throughput
     vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name)."""
     figures = _Figures(out)
@@ -186,9 +186,7 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
     figures.save(fig, "throughput_vs_batch.png")
 
     what, ylabel, name = timeline
-    _distribution(figures, frame, f"{what} per run ({title})", ylabel, name,
-                  lambda r: f"job {r['job']}\n{_shown(r.get('precision'))} x{_shown(r.get('world_size'))}"
-                            f"\nbs {_shown(r.get('batch_size'))}")
+    _distribution(figures, frame, f"{what} per run ({title})", ylabel, name, run_label)
     plot_accuracy(figures, frame, title)
     return figures.written
 

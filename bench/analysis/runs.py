@@ -65,6 +65,11 @@ def absent(value: Any) -> bool:
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)) or value == ""
 
 
+def shown(value: Any, default: Any = "") -> Any:
+    """A cell's value for a label: `default` when the run has no figure there."""
+    return default if absent(value) else value
+
+
 def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
     """The sweep frame (see the module docstring) of these runs, in their order."""
     rows = []

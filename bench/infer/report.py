@@ -10,12 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from bench.analysis.confidence import repeat_figures
 from bench.analysis.stats import mean, percentile, present
 from bench.config import BenchConfig
-from bench.infer.result import InferMetrics, InferResult
+from bench.infer.result import InferMetrics, InferOutcome, InferResult
+from bench.infer import sweep_view
 from bench.infer.sweep_view import INFERENCE_COLUMNS, inference_plots
 from bench.results import read_column, read_summary, read_window, write_csv, write_json
 from bench.train.peaks import utilisation
@@ -59,6 +60,7 @@ def rates(result: InferResult) -> List[float]:
 class InferReport:
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "latency.csv", "latency_ms", "latency_ms"
     REPEATS_FILE, REPEATS_METRIC = TrainReport.REPEATS_FILE, TrainReport.REPEATS_METRIC
+    LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
     SWEEP_COLUMNS, OPTIONAL_COLUMNS = INFERENCE_COLUMNS, TrainReport.OPTIONAL_COLUMNS
     sweep_plots = staticmethod(inference_plots)
     result: InferResult
@@ -74,9 +76,10 @@ class InferReport:
         return []  # nothing but the files is written after the measurement
 
     @classmethod
-    def from_outcome(cls, outcome: Mapping[str, Any], config: BenchConfig) -> "InferReport":
-        result = outcome["result"]
-        return cls(result, summarize(result, config, outcome["device"], outcome["device_name"]), rates(result))
+    def from_outcome(cls, outcome: Union[InferOutcome, Mapping[str, Any]], config: BenchConfig) -> "InferReport":
+        """`outcome`: an InferOutcome (or the same as a dict: result, device, device_name)."""
+        known = outcome if isinstance(outcome, InferOutcome) else InferOutcome(**outcome)
+        return cls(known.result, summarize(known.result, config, known.device, known.device_name), rates(known.result))
 
     @property
     def metrics(self) -> Dict[str, Any]:

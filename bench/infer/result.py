@@ -35,6 +35,15 @@ class InferResult:
         return self.measured_steps * self.batch_size
 
 
+@dataclass
+class InferOutcome:
+    """What the inference rank hands the reporting process."""
+
+    result: InferResult
+    device: str  # cpu | cuda
+    device_name: str
+
+
 @dataclass(kw_only=True)
 class InferMetrics(Record):
     """An inference run's figures: the `radix_metrics` contract, field by field in the order they

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, List
 
+from bench.train.sweep_view import COMPARE_FIGURE, LABEL_COLUMNS, run_label  # noqa: F401 - inference's are training's
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -28,4 +30,5 @@ INFERENCE_COLUMNS = [  # a sweep of mode=inference runs
 def inference_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
     from bench.analysis.plots import plot_training
 
-    return plot_training(frame, out, title, ("Per-batch latency", "Latency per batch (ms)", "latency_distribution.png"))
+    return plot_training(frame, out, title, ("Per-batch latency", "Latency per batch (ms)", "latency_distribution.png"),
+                         run_label)

@@ -20,6 +20,7 @@ import psutil
 from bench.analysis.stats import mean
 from bench.iobench.figures import epoch_rows, per_epoch, read_metrics
 from bench.iobench.measured import EpochStats, ReaderResult, Request
+from bench.iobench import sweep_view
 from bench.iobench.sweep_view import STORAGE_COLUMNS, storage_plots
 from bench.results import read_column, read_summary, write_csv, write_json
 
@@ -47,6 +48,7 @@ class StorageReport:
     # what the sweep report plots per run: the per-request file and column, and the MLflow series
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "read_latency.csv", "latency_ms", "read_latency_ms"
     REPEATS_METRIC = None  # storage.runs are merged into one set of figures (runs.csv), no benchmark.repeats
+    LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
     SWEEP_COLUMNS, OPTIONAL_COLUMNS = STORAGE_COLUMNS, []
     sweep_plots = staticmethod(storage_plots)
 

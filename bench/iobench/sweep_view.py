@@ -33,6 +33,10 @@ STORAGE_COLUMNS = [  # a sweep of mode=storage runs (the storage benchmark)
     ("error", "error", "{}"),
 ]
 
+# what names a single run in `compare`, and the figure compared without samples (as for model runs)
+LABEL_COLUMNS = [("", "model", "{}"), ("", "precision", "{}"), ("bs=", "batch_size", "int")]
+COMPARE_FIGURE = "images_per_second"
+
 
 def storage_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
     from bench.analysis.plots import plot_storage

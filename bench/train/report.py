@@ -19,6 +19,7 @@ from bench.config import BenchConfig
 from bench.results import read_column, read_summary, read_window, write_csv, write_json, write_jsonl
 from bench.train.peaks import utilisation
 from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
+from bench.train import sweep_view
 from bench.train.sweep_view import ACCURACY_COLUMNS, REPEAT_COLUMNS, TRAINING_COLUMNS, training_plots
 
 PROFILE_FILES = ("trace_rank0.json", "profile_top_ops.txt")  # bench.train.profiling writes them
@@ -99,7 +100,7 @@ def summarize(result: TrainResult, config: BenchConfig, device: str, device_name
         steps_per_epoch=steps_per_epoch, measured_steps=result.measured_steps, warmup_steps=result.warmup_steps,
         world_size=world_size, images_per_second_per_device=throughput / world_size,
         distributed=str(config.distributed.name), scaling=str(config.distributed.scaling), **per_rank, **stats,
-        unstable=stats.get("step_time_cv", 0.0) > UNSTABLE_CV, data_wait_seconds=data_wait_s,
+        data_wait_seconds=data_wait_s,
         data_wait_fraction=wait_fraction, peak_memory_mb=result.peak_memory_bytes / 2**20,
         final_loss=result.final_loss, final_lr=result.final_lr, parameters=result.parameters,
         param_checksum=result.param_checksum, model=config.model.arch, data=str(config.data.name),
@@ -110,6 +111,7 @@ def summarize(result: TrainResult, config: BenchConfig, device: str, device_name
         gpu=dict(result.gpu),
         extra={**{k: v for k, v in result.extra.items() if k != "checkpoint_path"}, **result.accuracy},
         **repeat_figures(repeat_throughputs(ranks)))
+    record.unstable = (record.step_time_cv or 0.0) > UNSTABLE_CV
     record.efficiency = efficiency(record, result.images, bool(config.data.progressive))
     return record
 
@@ -126,6 +128,7 @@ class TrainReport:
     # benchmark.repeats > 1: a row per measured window, and its MLflow series (step = repeat)
     REPEATS_FILE, REPEATS_METRIC = "repeats.csv", "repeat_images_per_second"
     # what a sweep of training runs shows (bench.analysis asks; bench.train.sweep_view holds them)
+    LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
     SWEEP_COLUMNS, OPTIONAL_COLUMNS = TRAINING_COLUMNS, ACCURACY_COLUMNS + REPEAT_COLUMNS
     sweep_plots = staticmethod(training_plots)
 

@@ -4,7 +4,9 @@ report class, TrainReport, and branches on no mode name)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, Any, Dict, List
+
+from bench.analysis.runs import shown
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -46,9 +48,20 @@ REPEAT_COLUMNS = [
     ("MFU", "mfu", "{:.1%}"),
 ]
 
+# what names a single run in `compare` (prefix, figure, format), and the figure compared without samples
+LABEL_COLUMNS = [("", "model", "{}"), ("", "precision", "{}"), ("bs=", "batch_size", "int")]
+COMPARE_FIGURE = "images_per_second"
+
 
 def training_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
     """Throughput and scaling efficiency vs process count, throughput vs batch, step times, accuracy."""
     from bench.analysis.plots import plot_training
 
-    return plot_training(frame, out, title, ("Step-time distribution", "Step time (ms)", "step_time_distribution.png"))
+    return plot_training(frame, out, title, ("Step-time distribution", "Step time (ms)", "step_time_distribution.png"),
+                         run_label)
+
+
+def run_label(row: Dict[str, Any]) -> str:
+    """A run under its box in the timeline plot."""
+    return f"job {row['job']}\n{shown(row.get('precision'))} x{shown(row.get('world_size'))}" \
+           f"\nbs {shown(row.get('batch_size'))}"
