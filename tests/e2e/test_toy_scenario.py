@@ -6,6 +6,7 @@ Nothing in bench/ changes for it: no column list, plot or mode branch names it."
 from __future__ import annotations
 
 import json
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -135,3 +136,7 @@ def test_a_scenario_is_one_package_and_one_registry_line():
     assert naming == ["bench/scenario_registry.py"]
     assert "bench.infer" in (BENCH.parent / "pyproject.toml").read_text()
     assert "count" not in SCENARIOS  # the toy left nothing behind in bench/
+    # the package (its __init__.py and one module, as the toy's one module here) + the registry + pyproject
+    needed = ["bench/<name>/__init__.py", "bench/<name>/scenario.py", *naming, "pyproject.toml"]
+    documented = re.search(r"^\| a scenario \| (\d+) \|", (BENCH.parent / "docs" / "architecture.md").read_text(), re.M)
+    assert documented and int(documented.group(1)) == len(needed) == 4
