@@ -15,7 +15,7 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import Any, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -23,6 +23,9 @@ from bench.config import BenchConfig, as_plain, load
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
 from bench.output_redaction import install as redact_output
 from bench.secrets import redact, scrub
+
+if TYPE_CHECKING:
+    from bench.scenarios import Launcher, Report, Scenario, Tracker
 
 log = logging.getLogger("bench")
 INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)
@@ -50,7 +53,7 @@ def run_from_hydra(cfg: DictConfig) -> int:
     if sweep_job and sweep_job["launch_dir"]:  # a job on another node: the sweep's directory, for the default store
         launch_dir = Path(sweep_job["launch_dir"])
     # as typed: list() would resolve them, and data.batch_size=${oops} would fail here, outside `load`
-    overrides = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False)]
+    overrides = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False) or []]
     try:
         config = load(cfg)
     except BenchError as exc:
@@ -81,7 +84,7 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
     from bench.scenarios import has_ranks, scenario_for
 
     overrides = overrides or []
-    scenario = scenario_for(config.mode)
+    scenario: Scenario = scenario_for(config.mode)
     try:
         scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
     except BenchError as exc:
@@ -89,7 +92,7 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
     from bench.launch.select import select_launcher
     from bench.tracking.environment import collect_environment
 
-    launcher = select_launcher(config, has_ranks(scenario, config), in_sweep=sweep_job is not None)
+    launcher: Launcher = select_launcher(config, has_ranks(scenario, config), in_sweep=sweep_job is not None)
     if not launcher.reports:
         return _run_unreported(launcher, scenario, config, out_dir)
 
@@ -117,7 +120,7 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
     return 0
 
 
-def _report_the_measurement(report: Any, tracker: Any) -> None:
+def _report_the_measurement(report: "Report", tracker: "Tracker") -> None:
     """First, before any optional file or artifact: the final stdout line and the MLflow
     metrics, so a full disk or a failed checkpoint cannot cost the measurement."""
     from bench.results import final_line
@@ -127,7 +130,7 @@ def _report_the_measurement(report: Any, tracker: Any) -> None:
     tracker.log_metrics(report.metrics)
 
 
-def _write_outputs(report: Any, config: BenchConfig, environment: Mapping[str, Any], tracker: Any,
+def _write_outputs(report: "Report", config: BenchConfig, environment: Mapping[str, Any], tracker: "Tracker",
                    out_dir: Path) -> List[str]:
     """The run's files (each written whole or not at all) and the rest of its MLflow record;
     what could not be written, as problems."""
@@ -140,19 +143,22 @@ def _write_outputs(report: Any, config: BenchConfig, environment: Mapping[str, A
     return []
 
 
-def _tracker(config: BenchConfig, scenario: Any, launch_dir: Path, environment: Mapping[str, Any],
-             overrides: List[str], sweep_job: Optional[Mapping[str, Any]], out_dir: Optional[Path] = None) -> Any:
+def _tracker(config: BenchConfig, scenario: "Scenario", launch_dir: Path, environment: Mapping[str, Any],
+             overrides: List[str], sweep_job: Optional[Mapping[str, Any]], out_dir: Optional[Path] = None) -> "Tracker":
     from bench.tracking.tracker import open_run
 
     return open_run(config.tracking, launch_dir, scenario.run_name(config), as_plain(config), environment,
                     overrides, sweep_job, out_dir)
 
 
-def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str], sweep_job: Optional[Mapping[str, Any]]) -> Any:
+def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str],
+                 sweep_job: Optional[Mapping[str, Any]]) -> "Tracker":
     """A sweep job whose config does not load: its child run, from what the composed config says."""
     from bench.config.run import TrackingConfig
     from bench.tracking.tracker import open_run
 
+    tracking: Any
+    params: Any
     try:
         tracking = OmegaConf.to_object(cfg.tracking)
         params = OmegaConf.to_container(cfg, resolve=False)
@@ -162,7 +168,8 @@ def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str], sweep_
     return open_run(tracking, launch_dir, "refused", params, {}, overrides, sweep_job)
 
 
-def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[Mapping[str, Any]], tracker: Any) -> int:
+def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[Mapping[str, Any]],
+            tracker: Callable[[], "Tracker"]) -> int:
     """A run that cannot start: one line, no MLflow run (a sweep job still gets its FAILED
     child and an error.txt, so the sweep report says why)."""
     problem = str(exc)
@@ -178,7 +185,7 @@ def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[Mapping[str, Any
     return exc.exit_code
 
 
-def _run_unreported(launcher: Any, scenario: Any, config: BenchConfig, out_dir: Path) -> int:
+def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchConfig, out_dir: Path) -> int:
     """A process that does not hold rank 0 (a follower node, a non-zero rank under torchrun):
     train, hand the timing to rank 0, report nothing but a failure."""
     try:
@@ -208,7 +215,7 @@ def _interruption(exc: BaseException) -> Optional[Tuple[str, int]]:
     return None
 
 
-def _fail(exc: BaseException, scenario: Any, config: BenchConfig, out_dir: Path, tracker: Any) -> int:
+def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir: Path, tracker: "Tracker") -> int:
     """End the MLflow run with the right status, say what happened in one line, pick the exit code."""
     interrupted = _interruption(exc)
     if interrupted:

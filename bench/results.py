@@ -14,8 +14,9 @@ import io
 import json
 import math
 import os
+from dataclasses import MISSING, field, fields
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Type, TypeVar
 
 from bench.secrets import redact
 
@@ -30,6 +31,45 @@ class Report(Protocol):
               run_id: Optional[str]) -> List[Path]: ...
 
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None: ...
+
+
+R = TypeVar("R", bound="Record")
+KEPT = {"kept": True}  # a field written even when None (null in the final line), as it always was
+
+
+def spread() -> Any:
+    """A field holding a group of figures whose names vary (NVML, dataset facts, utilisation):
+    its items are written in its place, one radix_metrics key each."""
+    return field(default_factory=dict, metadata={"spread": True})
+
+
+class Record:
+    """A scenario's typed result record (a dataclass, kw_only): the one place that turns it into the
+    radix_metrics dict (the final line, summary.csv, MLflow) and back. Its fields, in order, are the
+    keys; a None field is left out (absent from the final line) unless it is KEPT; a `spread()` field's
+    items go in its place. Reading back, a key no field names lands in the record's last spread field."""
+
+    def to_metrics(self) -> Dict[str, Any]:
+        metrics: Dict[str, Any] = {}
+        for f in fields(self):  # type: ignore[arg-type]
+            value = getattr(self, f.name)
+            if f.metadata.get("spread"):
+                metrics.update(value)
+            elif value is not None or f.metadata.get("kept"):
+                metrics[f.name] = value
+        return metrics
+
+    @classmethod
+    def from_metrics(cls: Type[R], metrics: Mapping[str, Any]) -> R:
+        """The record of a radix_metrics dict read back (run_summary.json's results, MLflow)."""
+        own = {f.name: f for f in fields(cls) if not f.metadata.get("spread")}  # type: ignore[arg-type]
+        groups = [f.name for f in fields(cls) if f.metadata.get("spread")]  # type: ignore[arg-type]
+        values: Dict[str, Any] = {name: metrics.get(name) for name, f in own.items()
+                                  if name in metrics or (f.default is MISSING and f.default_factory is MISSING)}
+        rest = {k: v for k, v in metrics.items() if k not in own}
+        if groups:
+            values[groups[-1]] = rest
+        return cls(**values)
 
 
 def strict(value: Any) -> Any:
@@ -94,3 +134,14 @@ def read_column(path: Path, column: str) -> List[float]:
         return []
     with path.open() as fh:
         return [float(row[column]) for row in csv.DictReader(fh)]
+
+
+def read_window(job_dir: Path, record: Any, timeline_file: str, profile_files: Sequence[str]) -> Dict[str, Any]:
+    """What a model run's result (training's, inference's) holds about its measured window, read
+    back from its record and files: the arguments both result types share."""
+    summary = read_summary(job_dir)
+    return dict(batch_size=record.batch_size, warmup_steps=record.warmup_steps, measured_steps=record.measured_steps,
+                window_seconds=record.elapsed_seconds, data_wait_ms=read_column(job_dir / timeline_file, "data_wait_ms"),
+                peak_memory_bytes=int(record.peak_memory_mb * 2**20), parameters=record.parameters, precision={},
+                compile=summary.get("compile", {}),
+                files=[str(job_dir / name) for name in profile_files if (job_dir / name).is_file()])

@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Any, Iterable, List, Optional, Tuple
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 REDACTED = "***"
 CONFIG_MARKERS = ("secret", "password", "passwd", "pwd", "token", "access_key", "credential", "api_key", "apikey",
@@ -154,3 +154,17 @@ def scrub(paths: Iterable[Path]) -> None:
                 path.write_text(cleaned)
         except OSError:
             continue
+
+
+def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
+    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay whole; keys that look secret are dropped."""
+    flat: Dict[str, Any] = {}
+    for key, value in tree.items():
+        name = f"{prefix}{key}"
+        if looks_secret(name):
+            continue
+        if isinstance(value, Mapping):
+            flat.update(flatten(value, name + "."))
+        else:
+            flat[name] = value
+    return flat

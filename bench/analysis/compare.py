@@ -27,6 +27,8 @@ import pandas as pd
 
 from bench.analysis.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
 from bench.analysis.runs import CONFIG_PREFIX, absent
+from bench.scenario_registry import DEFAULT_MODE
+from bench.scenarios import report_class
 
 SLOWER, FASTER, SAME = "slower", "faster", "same"
 TIMELINE_RESAMPLES = 2_000  # step timelines can be long: fewer resamples keep a compare quick
@@ -81,11 +83,17 @@ def label_of(row: Dict[str, Any], keys: Sequence[str]) -> str:
     """The swept keys' values; for a single run, its mode (when not training), model, precision and batch."""
     if keys:
         return " ".join(f"{k[len(CONFIG_PREFIX):]}={row.get(k)}" for k in keys)
-    mode = row.get(CONFIG_PREFIX + "mode", row.get("mode"))
-    words = [str(mode)] if not absent(mode) and str(mode) != "train" else []
-    words += [str(row[k]) for k in ("model", "precision") if not absent(row.get(k))]
-    batch = row.get("batch_size")
-    return " ".join(words + ([f"bs={int(float(batch))}"] if not absent(batch) else []))
+    mode = _mode(row)
+    words = [str(mode)] if not absent(mode) and str(mode) != DEFAULT_MODE else []
+    for prefix, name, fmt in report_class(mode).LABEL_COLUMNS:  # what names a single run (its report class says)
+        value = row.get(name)
+        if not absent(value):
+            words.append(prefix + (str(int(float(value))) if fmt == "int" else str(value)))
+    return " ".join(words)
+
+
+def _mode(row: Dict[str, Any]) -> Any:
+    return row.get(CONFIG_PREFIX + "mode", row.get("mode"))
 
 
 def match(baseline: pd.DataFrame, candidate: pd.DataFrame) -> Tuple[List[Tuple[str, dict, dict]], List[str], List[str]]:
@@ -154,7 +162,8 @@ def compare_pair(label: str, base: Dict[str, Any], cand: Dict[str, Any], thresho
     low = high = None
     note = ""
     if kind == "none":
-        b, c = float(base["images_per_second"]), float(cand["images_per_second"])
+        figure = report_class(_mode(cand)).COMPARE_FIGURE  # the run's throughput, by its report class
+        b, c = float(base[figure]), float(cand[figure])
         note = "no repeats or step times: no interval"
     else:
         (bv, bstat, b), (cv, cstat, c) = _samples(base, kind), _samples(cand, kind)

@@ -1,5 +1,6 @@
 """The sweep plots (PNG, matplotlib's Agg backend: no display needed).
 
+Each scenario's report class picks its plots (sweep_plots, in bench/<scenario>/sweep_view.py).
 Training sweeps: throughput and scaling efficiency vs process count, throughput vs batch
 size (error bars from the slowest to the fastest window where jobs ran benchmark.repeats > 1),
 the step-time distribution of every run (per-batch latency for inference sweeps), and (when
@@ -14,13 +15,12 @@ from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
 
 import pandas as pd
 
-from bench.analysis.runs import absent, is_storage_sweep, is_sweep_of
+from bench.analysis.runs import absent, shown
 
 Row = Dict[str, Any]
 
 
-def _shown(value: Any, default: Any = "") -> Any:
-    return default if absent(value) else value
+_shown = shown
 
 
 def _series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Iterator[Tuple[str, List[Row]]]:
@@ -144,8 +144,10 @@ def plot_storage(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
     return figures.written
 
 
-def plot_training(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
-    """A training sweep: throughput and scaling efficiency vs process count, throughput vs batch, step times."""
+def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str],
+                  run_label: Callable[[Row], str]) -> List[Path]:
+    """A training (or inference) sweep: throughput and scaling efficiency vs process count, throughput
+    vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name)."""
     figures = _Figures(out)
     unit, count_word = _count_unit(frame)
     by_processes = list(_series(frame, "world_size", ["precision", "batch_size"]))
@@ -183,12 +185,8 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
     _finish_axes(ax)
     figures.save(fig, "throughput_vs_batch.png")
 
-    inference = is_sweep_of(frame, "inference")  # its timeline is the per-batch latency
-    _distribution(figures, frame, f"{'Per-batch latency' if inference else 'Step-time distribution'} per run ({title})",
-                  "Latency per batch (ms)" if inference else "Step time (ms)",
-                  "latency_distribution.png" if inference else "step_time_distribution.png",
-                  lambda r: f"job {r['job']}\n{_shown(r.get('precision'))} x{_shown(r.get('world_size'))}"
-                            f"\nbs {_shown(r.get('batch_size'))}")
+    what, ylabel, name = timeline
+    _distribution(figures, frame, f"{what} per run ({title})", ylabel, name, run_label)
     plot_accuracy(figures, frame, title)
     return figures.written
 
@@ -219,5 +217,7 @@ def plot_accuracy(figures: _Figures, frame: pd.DataFrame, title: str) -> None:
 
 
 def plot_all(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
-    """The plots that fit this sweep (storage or training), written into `out`; their paths."""
-    return plot_storage(frame, out, title) if is_storage_sweep(frame) else plot_training(frame, out, title)
+    """The plots the sweep's report class draws (bench.analysis.render.sweep_report_class), written into `out`."""
+    from bench.analysis.render import sweep_report_class
+
+    return list(sweep_report_class(frame).sweep_plots(frame, out, title))

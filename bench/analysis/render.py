@@ -1,10 +1,9 @@
 """The sweep table and its renderings: terminal text, markdown, CSV and one self-contained HTML page.
 
-The table has one column set for training sweeps and one for storage-benchmark sweeps; a
-figure a run does not have is an empty cell. A training sweep whose jobs evaluated accuracy
-adds `val_top1`, `reached_target` and `time_to_target_seconds` (each only when some job has
-it: a sweep without evaluation keeps the table as it was). The CSV is wider: every figure any
-run has.
+The columns are the sweep's scenario's (its report class's SWEEP_COLUMNS, then the
+OPTIONAL_COLUMNS some job has, e.g. a training sweep that evaluated adds `val_top1`): nothing
+here names a mode. A figure a run does not have is an empty cell. The CSV is wider: every
+figure any run has.
 """
 
 from __future__ import annotations
@@ -16,83 +15,9 @@ from typing import Any, List, Sequence, Tuple
 
 import pandas as pd
 
-from bench.analysis.runs import absent, is_sweep_of, is_storage_sweep, metric_columns
+from bench.analysis.runs import CONFIG_PREFIX, absent, metric_columns
+from bench.scenarios import report_class_of_modes
 
-TRAINING_COLUMNS = [  # (header, frame column, format)
-    ("job", "job", "{}"),
-    ("status", "status", "{}"),
-    ("overrides", "overrides", "{}"),
-    ("model", "model", "{}"),
-    ("precision", "precision", "{}"),
-    ("procs", "world_size", "{}"),
-    ("batch/proc", "batch_size", "{}"),
-    ("global batch", "global_batch_size", "{}"),
-    ("images/s", "images_per_second", "{:.1f}"),
-    ("images/s/proc", "images_per_second_per_device", "{:.1f}"),
-    ("step p50 ms", "step_time_ms_p50", "{:.2f}"),
-    ("step p99 ms", "step_time_ms_p99", "{:.2f}"),
-    ("data wait %", "data_wait_percent", "{:.1f}"),
-    ("speedup", "speedup", "{:.2f}"),
-    ("scaling eff %", "scaling_efficiency_percent", "{:.1f}"),
-    ("scaling", "scaling", "{}"),
-    ("error", "error", "{}"),
-]
-
-# a training sweep whose jobs evaluated: shown before "error", each only when some job has it
-ACCURACY_COLUMNS = [
-    ("val_top1", "val_top1", "{:.4f}"),
-    ("reached_target", "reached_target", "bool"),  # True/False (MLflow gives it back as 1.0/0.0)
-    ("time_to_target_seconds", "time_to_target_seconds", "{:.1f}"),
-]
-
-# shown before "error" when some job has them: repeats (benchmark.repeats) and utilisation (a known GPU)
-REPEAT_COLUMNS = [
-    ("repeats", "repeats", "{}"),
-    ("images/s median", "images_per_second_median", "{:.1f}"),
-    ("CI95 low", "images_per_second_ci95_low", "{:.1f}"),
-    ("CI95 high", "images_per_second_ci95_high", "{:.1f}"),
-    ("stable", "stable", "bool"),
-    ("MFU", "mfu", "{:.1%}"),
-]
-
-INFERENCE_COLUMNS = [  # a sweep of mode=inference runs
-    ("job", "job", "{}"),
-    ("status", "status", "{}"),
-    ("overrides", "overrides", "{}"),
-    ("model", "model", "{}"),
-    ("precision", "precision", "{}"),
-    ("batch", "batch_size", "{}"),
-    ("images/s", "images_per_second", "{:.1f}"),
-    ("latency p50 ms", "latency_ms_p50", "{:.2f}"),
-    ("latency p95 ms", "latency_ms_p95", "{:.2f}"),
-    ("latency p99 ms", "latency_ms_p99", "{:.2f}"),
-    ("GFLOPs/image", "gflops_per_image_forward", "{:.2f}"),
-    ("error", "error", "{}"),
-]
-
-STORAGE_COLUMNS = [  # a sweep of mode=storage runs (the storage benchmark)
-    ("job", "job", "{}"),
-    ("status", "status", "{}"),
-    ("overrides", "overrides", "{}"),
-    ("workload", "workload", "{}"),
-    ("storage", "storage", "{}"),
-    ("client", "storage_client", "{}"),
-    ("clients", "clients", "{}"),
-    ("MLPerf samples/s", "mlperf_samples_per_second", "{:.1f}"),
-    ("MLPerf MiB/s", "mlperf_mib_per_second", "{:.1f}"),
-    ("MLPerf AU %", "mlperf_au_percent", "{:.1f}"),
-    ("MLPerf pass", "mlperf_au_pass", "{}"),
-    ("samples/s", "samples_per_second", "{:.1f}"),
-    ("read MB/s", "read_mb_per_second", "{:.1f}"),
-    ("latency p50 ms", "latency_ms_p50", "{:.2f}"),
-    ("latency p99 ms", "latency_ms_p99", "{:.2f}"),
-    ("AU mean %", "au_percent_mean", "{:.1f}"),
-    ("AU min %", "au_percent_min", "{:.1f}"),
-    ("AU pass", "au_pass", "{}"),
-    ("caching?", "potential_caching", "{}"),
-    ("ckpt write GB/s", "checkpoint_write_gbps", "{:.2f}"),
-    ("error", "error", "{}"),
-]
 
 CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
 
@@ -119,12 +44,17 @@ def cell(value: Any, fmt: str) -> str:
 
 
 def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
-    """(header, frame column, format) of this sweep's table."""
-    if is_storage_sweep(frame):
-        return STORAGE_COLUMNS
-    base = INFERENCE_COLUMNS if is_sweep_of(frame, "inference") else TRAINING_COLUMNS
-    extra = [c for c in ACCURACY_COLUMNS + REPEAT_COLUMNS if c[1] in frame and not all(absent(v) for v in frame[c[1]])]
+    """(header, frame column, format) of this sweep's table: what its runs' report class shows."""
+    reports = sweep_report_class(frame)
+    base = list(reports.SWEEP_COLUMNS)
+    extra = [c for c in reports.OPTIONAL_COLUMNS if c[1] in frame and not all(absent(v) for v in frame[c[1]])]
     return base[:-1] + extra + base[-1:]  # the error stays last
+
+
+def sweep_report_class(frame: pd.DataFrame) -> Any:
+    """The report class of the sweep's runs (bench.scenarios decides; recorded without a mode: training)."""
+    modes = frame.get(CONFIG_PREFIX + "mode")
+    return report_class_of_modes(list(modes) if modes is not None and len(frame) else [])
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:

@@ -32,7 +32,7 @@ import pandas as pd
 import yaml
 
 from bench.errors import ReportError
-from bench.secrets import looks_secret
+from bench.secrets import flatten
 from bench.scenarios import report_class
 
 RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates", "val_curve")
@@ -63,6 +63,11 @@ class RunRecord:
 def absent(value: Any) -> bool:
     """No figure behind this cell: None, NaN (pandas' missing) or an empty string."""
     return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)) or value == ""
+
+
+def shown(value: Any, default: Any = "") -> Any:
+    """A cell's value for a label: `default` when the run has no figure there."""
+    return default if absent(value) else value
 
 
 def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
@@ -98,31 +103,12 @@ def config_of(row: Mapping[str, Any]) -> Dict[str, str]:
     return {k[len(CONFIG_PREFIX):]: v for k, v in row.items() if k.startswith(CONFIG_PREFIX) and not absent(v)}
 
 
-def is_sweep_of(frame: pd.DataFrame, mode: str) -> bool:
-    """Every job ran this mode (storage, inference): the report shows that mode's columns."""
-    modes = frame.get(CONFIG_PREFIX + "mode")
-    return len(frame) > 0 and modes is not None and bool(modes.eq(mode).all())
-
-
-def is_storage_sweep(frame: pd.DataFrame) -> bool:
-    return is_sweep_of(frame, "storage")
-
-
 # ---- a multirun directory ---------------------------------------------------------------------
 
 
-def flatten_config(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, str]:
-    """{"a": {"b": 1}} -> {"a.b": "1"}; lists stay whole; keys that look secret are dropped."""
-    flat: Dict[str, str] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if looks_secret(name):
-            continue
-        if isinstance(value, Mapping):
-            flat.update(flatten_config(value, name + "."))
-        else:
-            flat[name] = str(value)
-    return flat
+def flatten_config(tree: Mapping[str, Any]) -> Dict[str, str]:
+    """{"a": {"b": 1}} -> {"a.b": "1"} (bench.secrets.flatten, values as strings, as MLflow params are)."""
+    return {name: str(value) for name, value in flatten(tree).items()}
 
 
 def read_job_dir(job_dir: Path) -> RunRecord:
@@ -134,11 +120,10 @@ def read_job_dir(job_dir: Path) -> RunRecord:
     if summary_path.is_file():
         summary = json.loads(summary_path.read_text())
         config = summary["config"]
-        reports = report_class(config.get("mode", "train"))
+        reports = report_class(config.get("mode"))
         return RunRecord(job_dir.name, "FINISHED", overrides, flatten_config(config), dict(summary["results"]),
                          reports.timeline(job_dir), run_id=summary.get("mlflow_run_id"),
-                         val_curve=read_val_curve(job_dir),
-                         repeat_rates=reports.repeats(job_dir) if hasattr(reports, "repeats") else [])
+                         val_curve=read_val_curve(job_dir), repeat_rates=reports.repeats(job_dir))
     composed = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
     return RunRecord(job_dir.name, "FAILED", overrides, flatten_config(composed), {}, error=failure_reason(job_dir))
 
@@ -240,13 +225,13 @@ def read_mlflow_sweep(parent_run_id: str, tracking_uri: str, single: bool = Fals
                                       filter_string=f"attributes.run_id = '{parent_run_id}'")
     if runs.empty:
         raise ReportError(f"MLflow run {parent_run_id} has no child runs: pass the parent run of a sweep")
-    modes = runs["params.mode"] if "params.mode" in runs else ["train"] * len(runs)
+    modes = runs["params.mode"] if "params.mode" in runs else [None] * len(runs)  # None: recorded before modes
 
     def series(run_id: str, name: Optional[str]) -> List[float]:
         return [m.value for m in sorted(client.get_metric_history(run_id, name), key=lambda m: m.step)] if name else []
 
     timelines = [series(run_id, report_class(mode).TIMELINE_METRIC) for run_id, mode in zip(runs["run_id"], modes)]
-    repeats = [series(run_id, getattr(report_class(mode), "REPEATS_METRIC", None))
+    repeats = [series(run_id, report_class(mode).REPEATS_METRIC)
                for run_id, mode in zip(runs["run_id"], modes)]
     curves = [_mlflow_val_curve(client, run_id) for run_id in runs["run_id"]]
     return _frame_from_search(runs.astype(object).reset_index(drop=True), timelines, curves, repeats)

@@ -10,47 +10,46 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Union
 
 from bench.analysis.confidence import repeat_figures
 from bench.analysis.stats import mean, percentile, present
 from bench.config import BenchConfig
-from bench.infer.result import InferResult
-from bench.results import read_column, read_summary, write_csv, write_json
+from bench.infer.result import InferMetrics, InferOutcome, InferResult
+from bench.infer import sweep_view
+from bench.infer.sweep_view import INFERENCE_COLUMNS, inference_plots
+from bench.results import read_column, read_summary, read_window, write_csv, write_json
 from bench.train.peaks import utilisation
 from bench.train.report import PROFILE_FILES, TrainReport, input_pipeline
 
 
-def summarize(result: InferResult, config: BenchConfig, device: str, device_name: str) -> Dict[str, Any]:
+def summarize(result: InferResult, config: BenchConfig, device: str, device_name: str) -> InferMetrics:
     seconds, images = result.window_seconds, result.images
     throughput = images / seconds if seconds > 0 else 0.0
     data_wait_s = sum(result.data_wait_ms) / 1000.0
+    wait_fraction = data_wait_s / seconds if seconds > 0 else 0.0
     latency = result.latency_ms
-    metrics: Dict[str, Any] = {
-        "mode": "inference", "images_per_second": throughput, "total_images": images, "elapsed_seconds": seconds,
-        "batch_size": result.batch_size, "global_batch_size": result.batch_size,
-        "measured_steps": result.measured_steps, "warmup_steps": result.warmup_steps, "world_size": 1,
-        "images_per_second_per_device": throughput,
+    record = InferMetrics(
+        images_per_second=throughput, total_images=images, elapsed_seconds=seconds, batch_size=result.batch_size,
+        global_batch_size=result.batch_size, measured_steps=result.measured_steps, warmup_steps=result.warmup_steps,
+        images_per_second_per_device=throughput,
         **present({"latency_ms_mean": mean(latency), "latency_ms_p50": percentile(latency, 50),
                    "latency_ms_p95": percentile(latency, 95), "latency_ms_p99": percentile(latency, 99),
                    "latency_ms_min": min(latency, default=None), "latency_ms_max": max(latency, default=None)}),
-        "data_wait_seconds": data_wait_s, "data_wait_fraction": data_wait_s / seconds if seconds > 0 else 0.0,
-        "peak_memory_mb": result.peak_memory_bytes / 2**20, "parameters": result.parameters,
-        "model": config.model.arch, "data": str(config.data.name), "image_size": config.data.image_size,
-        **result.precision, "compile": bool(result.compile.get("active")),
-        "cudnn_benchmark": bool(config.cudnn_benchmark), "device": device, "device_name": device_name,
-    }
-    metrics.update(input_pipeline(metrics["data_wait_fraction"]))
-    if result.compile.get("fallback_reason"):
-        metrics["compile_fallback"] = result.compile["fallback_reason"]
-    metrics.update(result.gpu)
-    metrics.update(result.extra)
-    metrics.update(repeat_figures(rates(result)))
-    metrics.update(utilisation(metrics.get("gflops_per_image_forward"), throughput, 1, device, device_name,
-                               metrics.get("autocast_dtype", "none"), bool(metrics.get("tf32"))))
-    if metrics.get("energy_joules"):
-        metrics["images_per_joule"] = images / metrics["energy_joules"]
-    return metrics
+        data_wait_seconds=data_wait_s, data_wait_fraction=wait_fraction,
+        peak_memory_mb=result.peak_memory_bytes / 2**20, parameters=result.parameters, model=config.model.arch,
+        data=str(config.data.name), image_size=config.data.image_size, **result.precision,
+        compile=bool(result.compile.get("active")), cudnn_benchmark=bool(config.cudnn_benchmark), device=device,
+        device_name=device_name, **input_pipeline(wait_fraction),
+        compile_fallback=result.compile.get("fallback_reason") or None, gpu=dict(result.gpu), extra=dict(result.extra),
+        **repeat_figures(rates(result)))
+    efficiency = utilisation(record.figure("gflops_per_image_forward"), throughput, 1, device, device_name,
+                             record.autocast_dtype or "none", bool(record.tf32))
+    energy = record.figure("energy_joules")
+    if energy:
+        efficiency["images_per_joule"] = images / energy
+    record.efficiency = dict(efficiency)
+    return record
 
 
 def rates(result: InferResult) -> List[float]:
@@ -61,8 +60,11 @@ def rates(result: InferResult) -> List[float]:
 class InferReport:
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "latency.csv", "latency_ms", "latency_ms"
     REPEATS_FILE, REPEATS_METRIC = TrainReport.REPEATS_FILE, TrainReport.REPEATS_METRIC
+    LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
+    SWEEP_COLUMNS, OPTIONAL_COLUMNS = INFERENCE_COLUMNS, TrainReport.OPTIONAL_COLUMNS
+    sweep_plots = staticmethod(inference_plots)
     result: InferResult
-    metrics: Dict[str, Any]
+    record: InferMetrics  # the radix_metrics contract, typed
     repeat_rates: List[float] = field(default_factory=list)
 
     @property
@@ -74,26 +76,34 @@ class InferReport:
         return []  # nothing but the files is written after the measurement
 
     @classmethod
-    def from_outcome(cls, outcome: Mapping[str, Any], config: BenchConfig) -> "InferReport":
-        result = outcome["result"]
-        return cls(result, summarize(result, config, outcome["device"], outcome["device_name"]), rates(result))
+    def from_outcome(cls, outcome: Union[InferOutcome, Mapping[str, Any]], config: BenchConfig) -> "InferReport":
+        """`outcome`: an InferOutcome (or the same as a dict: result, device, device_name)."""
+        known = outcome if isinstance(outcome, InferOutcome) else InferOutcome(**outcome)
+        return cls(known.result, summarize(known.result, config, known.device, known.device_name), rates(known.result))
+
+    @property
+    def metrics(self) -> Dict[str, Any]:
+        """The radix_metrics dict (final line, summary.csv, MLflow): the record, serialised."""
+        return self.record.to_metrics()
 
     def headline(self) -> str:
-        return ("inference {model} {precision} bs={batch_size} on {device_name}: {images_per_second:.1f} images/s, "
-                "latency p50 {latency_ms_p50:.2f} ms, p99 {latency_ms_p99:.2f} ms ({measured_steps} batches, "
-                "{elapsed_seconds:.2f} s)").format(**self.metrics)
+        r = self.record
+        return (f"inference {r.model} {r.precision} bs={r.batch_size} on {r.device_name}: "
+                f"{r.images_per_second:.1f} images/s, latency p50 {r.latency_ms_p50:.2f} ms, "
+                f"p99 {r.latency_ms_p99:.2f} ms ({r.measured_steps} batches, {r.elapsed_seconds:.2f} s)")
 
     def write(self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any],
               run_id: Optional[str]) -> List[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         result = self.result
-        summary = {"results": self.metrics, "compile": result.compile, "environment": dict(environment),
+        metrics = self.metrics
+        summary = {"results": metrics, "compile": result.compile, "environment": dict(environment),
                    "config": dict(config), "mlflow_run_id": run_id}
         rows = [(i, f"{latency:.4f}", f"{wait:.4f}")
                 for i, (latency, wait) in enumerate(zip(result.latency_ms, result.data_wait_ms), start=1)]
         files = [write_csv(out_dir / self.TIMELINE_FILE, ["batch", "latency_ms", "data_wait_ms"], rows),
                  write_json(out_dir / "run_summary.json", summary),
-                 write_csv(out_dir / "summary.csv", list(self.metrics), [self.metrics])]
+                 write_csv(out_dir / "summary.csv", list(metrics), [metrics])]
         if len(self.repeat_rates) > 1:
             files.append(TrainReport.write_repeats(out_dir, result.repeat_images, result.repeat_seconds,
                                                    self.repeat_rates))
@@ -106,22 +116,17 @@ class InferReport:
             tracker.log_series(self.TIMELINE_METRIC, self.result.latency_ms)
         if len(self.repeat_rates) > 1:
             tracker.log_series(self.REPEATS_METRIC, self.repeat_rates)
-        tracker.set_tags({"mode": "inference", **{key: self.metrics[key] for key in ("model", "precision", "device_name")}})
+        r = self.record
+        tracker.set_tags({"mode": r.mode, "model": r.model, "precision": r.precision, "device_name": r.device_name})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 
     @classmethod
     def from_files(cls, job_dir: Path) -> "InferReport":
         """The report of a finished run, read back from its directory (to upload it later)."""
-        summary = read_summary(job_dir)
-        m = summary["results"]
-        result = InferResult(batch_size=m["batch_size"], warmup_steps=m["warmup_steps"],
-                             measured_steps=m["measured_steps"], window_seconds=m["elapsed_seconds"],
-                             latency_ms=cls.timeline(job_dir),
-                             data_wait_ms=read_column(job_dir / cls.TIMELINE_FILE, "data_wait_ms"),
-                             peak_memory_bytes=int(m["peak_memory_mb"] * 2**20), parameters=m["parameters"],
-                             precision={}, compile=summary.get("compile", {}),
-                             files=[str(job_dir / name) for name in PROFILE_FILES if (job_dir / name).is_file()])
-        return cls(result, m, cls.repeats(job_dir))
+        record = InferMetrics.from_metrics(read_summary(job_dir)["results"])
+        result = InferResult(**read_window(job_dir, record, cls.TIMELINE_FILE, PROFILE_FILES),
+                             latency_ms=cls.timeline(job_dir))
+        return cls(result, record, cls.repeats(job_dir))
 
     @classmethod
     def repeats(cls, job_dir: Path) -> List[float]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from bench.results import Record, spread
+
 
 @dataclass
 class InferResult:
@@ -31,3 +33,74 @@ class InferResult:
     @property
     def images(self) -> int:
         return self.measured_steps * self.batch_size
+
+
+@dataclass
+class InferOutcome:
+    """What the inference rank hands the reporting process."""
+
+    result: InferResult
+    device: str  # cpu | cuda
+    device_name: str
+
+
+@dataclass(kw_only=True)
+class InferMetrics(Record):
+    """An inference run's figures: the `radix_metrics` contract, field by field in the order they
+    are written; None fields are left out."""
+
+    mode: str = "inference"
+    images_per_second: float
+    total_images: int
+    elapsed_seconds: float
+    batch_size: int
+    global_batch_size: int
+    measured_steps: int  # batches
+    warmup_steps: int
+    world_size: int = 1
+    images_per_second_per_device: float
+    latency_ms_mean: Optional[float] = None  # per-batch latency (none without a measured batch)
+    latency_ms_p50: Optional[float] = None
+    latency_ms_p95: Optional[float] = None
+    latency_ms_p99: Optional[float] = None
+    latency_ms_min: Optional[float] = None
+    latency_ms_max: Optional[float] = None
+    data_wait_seconds: float
+    data_wait_fraction: float
+    peak_memory_mb: float
+    parameters: int
+    model: str
+    data: str
+    image_size: int
+    precision: Optional[str] = None  # the precision policy (describe())
+    autocast_dtype: Optional[str] = None
+    grad_scaler: Optional[bool] = None
+    tf32: Optional[bool] = None
+    channels_last: Optional[bool] = None
+    compile: bool
+    cudnn_benchmark: bool
+    device: str
+    device_name: str
+    au: float
+    input_bound: bool
+    compile_fallback: Optional[str] = None
+    gpu: Dict[str, Any] = spread()  # NVML samples and energy
+    extra: Dict[str, Any] = spread()  # FLOPs per image, dataset facts
+    repeats: Optional[int] = None  # benchmark.repeats > 1
+    images_per_second_median: Optional[float] = None
+    images_per_second_min: Optional[float] = None
+    images_per_second_max: Optional[float] = None
+    images_per_second_iqr: Optional[float] = None
+    images_per_second_ci95_low: Optional[float] = None
+    images_per_second_ci95_high: Optional[float] = None
+    images_per_second_ci95_halfwidth_pct: Optional[float] = None
+    images_per_second_cv: Optional[float] = None
+    stable: Optional[bool] = None
+    efficiency: Dict[str, Any] = spread()  # achieved TFLOP/s, MFU, images per joule
+
+    def figure(self, name: str) -> Any:
+        """One of the open-ended figures (gpu, extra, efficiency) by name; None when the run has none."""
+        for group in (self.gpu, self.extra, self.efficiency):
+            if name in group:
+                return group[name]
+        return None

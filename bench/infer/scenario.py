@@ -6,30 +6,39 @@ training does."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Callable, Optional
 
 from bench.config import BenchConfig
 from bench.infer.report import InferReport
+from bench.infer.result import InferOutcome
 from bench.launch.context import RankContext
 from bench.train.scenario import TrainScenario, gpu_monitor
 
 
 class InferScenario(TrainScenario):
-    has_ranks = True  # one rank; a launcher gives every sweep job a fresh process
     preload = ("torch", "torchvision", "bench.infer.scenario", "bench.infer.loop", "bench.launch.worker")
     report_class = InferReport
+
+    def has_ranks(self, config: BenchConfig) -> bool:
+        return True  # one rank; a launcher gives every sweep job a fresh process
+
+    def check(self, config: BenchConfig) -> None:
+        """mode=inference's config rules (bench.infer.rules): training-only keys refused."""
+        from bench.infer.rules import check_inference
+
+        check_inference(config)
 
     def run_name(self, config: BenchConfig, batch_size: Optional[int] = None) -> str:
         return f"infer-{config.model.arch}-{config.precision.name}-bs{config.data.batch_size}"
 
     def run_rank(self, config: BenchConfig, ctx: RankContext, out_dir: Path,
-                 heartbeat: Optional[Callable[[], None]] = None) -> Optional[Dict[str, Any]]:
+                 heartbeat: Optional[Callable[[], None]] = None) -> Optional[InferOutcome]:
         from bench.infer.loop import infer
         from bench.train.device import device_name, resolve_device
 
         device = resolve_device(config.allow_cpu)
         result = infer(config, device, monitor=gpu_monitor(device, ctx), ctx=ctx, on_step=heartbeat, out_dir=out_dir)
-        return {"result": result, "device": device.type, "device_name": device_name(device)}
+        return InferOutcome(result, device.type, device_name(device))
 
-    def report(self, outcome: Dict[str, Any], config: BenchConfig) -> InferReport:
+    def report(self, outcome: InferOutcome, config: BenchConfig) -> InferReport:
         return InferReport.from_outcome(outcome, config)

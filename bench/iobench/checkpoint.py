@@ -25,6 +25,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from bench.iobench.freespace import human, shortfall, write_error
 from bench.storage.base import ObjectStore
+from bench.storage.base import serialize
 
 log = logging.getLogger(__name__)
 
@@ -41,14 +42,6 @@ def make_state(size_mb: float, seed: int = 0) -> Dict[str, Any]:
     per_tensor = max(1, int(size_mb * 2**20 / 4 / TENSORS))  # float32
     model = {f"layer{i}.weight": torch.randn(per_tensor, generator=generator) for i in range(TENSORS)}
     return {"model": model, "step": 0}
-
-
-def serialize(state: Dict[str, Any]) -> bytes:
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
 
 
 def checkpoint_key(name: str, tag: str, client: Optional[int]) -> str:

@@ -20,6 +20,8 @@ import psutil
 from bench.analysis.stats import mean
 from bench.iobench.figures import epoch_rows, per_epoch, read_metrics
 from bench.iobench.measured import EpochStats, ReaderResult, Request
+from bench.iobench import sweep_view
+from bench.iobench.sweep_view import STORAGE_COLUMNS, storage_plots
 from bench.results import read_column, read_summary, write_csv, write_json
 
 __all__ = ["StorageReport", "caching_metrics", "epoch_rows", "read_metrics"]
@@ -45,6 +47,10 @@ def _figure(m: Mapping[str, Any], key: str, unit: str = "", digits: int = 1) -> 
 class StorageReport:
     # what the sweep report plots per run: the per-request file and column, and the MLflow series
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "read_latency.csv", "latency_ms", "read_latency_ms"
+    REPEATS_METRIC = None  # storage.runs are merged into one set of figures (runs.csv), no benchmark.repeats
+    LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
+    SWEEP_COLUMNS, OPTIONAL_COLUMNS = STORAGE_COLUMNS, []
+    sweep_plots = staticmethod(storage_plots)
 
     results: List[ReaderResult]  # one per simulated accelerator (and measured run)
     metrics: Dict[str, Any]
@@ -147,6 +153,10 @@ class StorageReport:
                                                     float(row["latency_ms"]), float(order)))
         return cls([clients[c] for c in sorted(clients)], summary["results"], summary.get("prepare", {}),
                    summary.get("runs", []), summary.get("clients", []))
+
+    @classmethod
+    def repeats(cls, job_dir: Path) -> List[float]:
+        return []  # no benchmark.repeats windows (storage.runs are merged)
 
     @classmethod
     def timeline(cls, job_dir: Path) -> List[float]:

@@ -38,6 +38,12 @@ class StorageScenario:
         otherwise this process runs the benchmark and starts accelerator processes of its own."""
         return config.distributed.name == DistributedName.ddp
 
+    def check(self, config: BenchConfig) -> None:
+        """mode=storage's config rules (bench.iobench.rules), when the config loads."""
+        from bench.iobench.rules import check_storage
+
+        check_storage(config)
+
     def preflight(self, config: BenchConfig) -> None:
         from bench.iobench.preflight import check_storage_run
 

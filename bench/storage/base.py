@@ -9,8 +9,9 @@ s3://bucket/prefix). Torch-free.
 
 from __future__ import annotations
 
+import io
 from pathlib import Path
-from typing import List, Protocol, Tuple
+from typing import Any, Dict, List, Protocol, Tuple
 
 
 class ObjectStore(Protocol):
@@ -51,3 +52,13 @@ class Backend(Protocol):
 
 def join_key(*parts: str) -> str:
     return "/".join(p.strip("/") for p in parts if p and p.strip("/"))
+
+
+def serialize(state: Dict[str, Any]) -> bytes:
+    """A checkpoint as the bytes torch.save writes (training's checkpoints and the storage
+    benchmark's alike: one way, so the two measure the same thing)."""
+    import torch
+
+    buffer = io.BytesIO()
+    torch.save(state, buffer)
+    return buffer.getvalue()

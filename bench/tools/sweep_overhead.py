@@ -11,7 +11,6 @@ Both through bench.analysis.rounds: medians of per-round ratios with a 95% inter
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import subprocess
 import sys
@@ -21,6 +20,8 @@ from pathlib import Path
 from typing import Sequence
 
 from bench.analysis.rounds import alternate
+from bench.results import read_summary
+from bench.train.result import TrainMetrics
 
 TINY = ["+experiment=cpu_smoke", "model=resnet18", "data.image_size=32", "data.batch_size=4", "train.epochs=1",
         "train.steps_per_epoch=3", "benchmark.warmup_steps=1", "benchmark.progress=false", "tracking.enabled=false"]
@@ -68,7 +69,7 @@ def gloo_scaling(rounds: int, work: Path, steps: int) -> None:
     def throughput(processes: int) -> float:
         run_dir = work / f"scaling{next(runs)}-{processes}"
         _bench([*workload, f"distributed.nproc_per_node={processes}", f"hydra.run.dir={run_dir}"], work)
-        return float(json.loads((run_dir / "run_summary.json").read_text())["results"]["images_per_second"])
+        return TrainMetrics.from_metrics(read_summary(run_dir)["results"]).images_per_second
 
     found = alternate({"2 processes": lambda: throughput(2), "1 process": lambda: throughput(1)}, rounds, warmup=0,
                       unit="img/s")

@@ -17,26 +17,12 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
-from bench.secrets import looks_secret, redact
+from bench.secrets import flatten, redact  # noqa: F401 - flatten re-exported
 from bench.tracking.store import open_experiment, resolve_tracking_uri  # noqa: F401 - re-exported
 
 log = logging.getLogger(__name__)
 
 MAX_PARAM_CHARS = 6000
-
-
-def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
-    """{"a": {"b": 1}} -> {"a.b": 1}; lists stay whole; keys that look secret are dropped."""
-    flat: Dict[str, Any] = {}
-    for key, value in tree.items():
-        name = f"{prefix}{key}"
-        if looks_secret(name):
-            continue
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, name + "."))
-        else:
-            flat[name] = value
-    return flat
 
 
 class Tracker:

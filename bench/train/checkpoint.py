@@ -3,7 +3,6 @@ window (every rank holds the same weights) to the storage backend, and reports i
 
 from __future__ import annotations
 
-import io
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional
@@ -11,16 +10,9 @@ from typing import Any, Callable, Dict, Optional
 from bench.config import BenchConfig
 from bench.launch.context import RankContext
 from bench.storage.registry import backend
+from bench.storage.base import serialize
 
 Writer = Callable[[Any, Any], Dict[str, Any]]
-
-
-def serialize(state: Dict[str, Any]) -> bytes:
-    import torch
-
-    buffer = io.BytesIO()
-    torch.save(state, buffer)
-    return buffer.getvalue()
 
 
 def checkpoint_writer(config: BenchConfig, out_dir: Path, ctx: RankContext) -> Optional[Writer]:

@@ -16,9 +16,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from bench.analysis.confidence import repeat_figures
 from bench.analysis.stats import UNSTABLE_CV, step_time_stats
 from bench.config import BenchConfig
-from bench.results import read_column, read_summary, write_csv, write_json, write_jsonl
+from bench.results import read_column, read_summary, read_window, write_csv, write_json, write_jsonl
 from bench.train.peaks import utilisation
-from bench.train.result import EpochRecord, RankSummary, TrainOutcome, TrainResult
+from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
+from bench.train import sweep_view
+from bench.train.sweep_view import ACCURACY_COLUMNS, REPEAT_COLUMNS, TRAINING_COLUMNS, training_plots
 
 PROFILE_FILES = ("trace_rank0.json", "profile_top_ops.txt")  # bench.train.profiling writes them
 AU_THRESHOLD = 0.90  # accelerator utilization below which a run is input-bound (MLPerf Storage's ResNet-50 bar)
@@ -66,75 +68,52 @@ def repeat_throughputs(ranks: Sequence[RankSummary]) -> List[float]:
             for i in range(count)]
 
 
-def efficiency(metrics: Dict[str, Any], images_per_device: int, data_progressive: bool) -> Dict[str, Any]:
+def efficiency(m: TrainMetrics, images_per_device: int, data_progressive: bool) -> Dict[str, Any]:
     """Achieved TFLOP/s and MFU (bench.train.peaks), images per joule (NVML energy, rank 0's GPU)."""
     figures: Dict[str, Any] = {}
     if not data_progressive:  # progressive phases change the FLOPs per image: no single figure
-        figures.update(utilisation(metrics.get("gflops_per_image_fwd_bwd"), metrics["images_per_second"],
-                                   metrics["world_size"], metrics["device"], metrics["device_name"],
-                                   metrics.get("autocast_dtype", "none"), bool(metrics.get("tf32"))))
-    if metrics.get("energy_joules"):
-        figures["images_per_joule"] = images_per_device / metrics["energy_joules"]
+        figures.update(utilisation(m.figure("gflops_per_image_fwd_bwd"), m.images_per_second, m.world_size,
+                                   m.device, m.device_name, m.autocast_dtype or "none", bool(m.tf32)))
+    energy = m.figure("energy_joules")
+    if energy:
+        figures["images_per_joule"] = images_per_device / energy
     return figures
 
 
 def summarize(result: TrainResult, config: BenchConfig, device: str, device_name: str,
-              ranks: Sequence[RankSummary]) -> Dict[str, Any]:
-    """The radix_metrics dict: every number a run reports, plus the settings that change speed."""
+              ranks: Sequence[RankSummary]) -> TrainMetrics:
+    """The run's record: every number a run reports, plus the settings that change speed."""
     world_size = len(ranks)
     seconds = result.window_seconds
     images = result.images * world_size
     data_wait_s = sum(result.data_wait_ms) / 1000.0
-    stats = step_time_stats(result.step_times_ms)
     per_rank = rank_figures(ranks) if world_size > 1 else {}
-    throughput = per_rank.get("images_per_second", images / seconds if seconds > 0 else 0.0)
-    metrics: Dict[str, Any] = {
-        "images_per_second": throughput,
-        "total_images": images,
-        "elapsed_seconds": seconds,
-        "lr": result.base_lr,
-        "batch_size": result.batch_size,
-        "global_batch_size": result.batch_size * world_size,
-        "epochs": config.train.epochs,
-        "steps_per_epoch": config.train.steps_per_epoch,
-        "measured_steps": result.measured_steps,
-        "warmup_steps": result.warmup_steps,
-        "world_size": world_size,
-        "images_per_second_per_device": throughput / world_size,
-        "distributed": str(config.distributed.name),
-        "scaling": str(config.distributed.scaling),
-        **{k: v for k, v in per_rank.items() if k != "images_per_second"},
-        **stats,
-        "unstable": stats.get("step_time_cv", 0.0) > UNSTABLE_CV,
-        "data_wait_seconds": data_wait_s,
-        "data_wait_fraction": data_wait_s / seconds if seconds > 0 else 0.0,
-        "peak_memory_mb": result.peak_memory_bytes / 2**20,
-        "final_loss": result.final_loss,
-        "final_lr": result.final_lr,
-        "parameters": result.parameters,
-        "param_checksum": result.param_checksum,  # sum of the final weights: equal runs end equal
-        "model": config.model.arch,
-        "data": str(config.data.name),
-        "image_size": config.data.image_size,
-        "optimizer": str(config.optimizer.name),
-        "fused_optimizer": result.fused_optimizer,
-        **result.precision,
-        "compile": bool(result.compile.get("active")),
-        "cudnn_benchmark": bool(config.cudnn_benchmark),
-        "device": device,
-        "device_name": device_name,
-    }
-    metrics.update(input_pipeline(metrics["data_wait_fraction"]))
-    if result.compile.get("fallback_reason"):
-        metrics["compile_fallback"] = result.compile["fallback_reason"]
-    metrics.update(result.gpu)
-    metrics.update({k: v for k, v in result.extra.items() if k != "checkpoint_path"})
-    metrics.update(result.accuracy)
-    if config.train.steps_per_epoch is None and result.epochs:
-        metrics["steps_per_epoch"] = max(e.steps for e in result.epochs)  # one pass over the dataset
-    metrics.update(repeat_figures(repeat_throughputs(ranks)))
-    metrics.update(efficiency(metrics, result.images, bool(config.data.progressive)))
-    return metrics
+    throughput = per_rank.pop("images_per_second", images / seconds if seconds > 0 else 0.0)
+    stats = step_time_stats(result.step_times_ms)
+    wait_fraction = data_wait_s / seconds if seconds > 0 else 0.0
+    steps_per_epoch = config.train.steps_per_epoch
+    if steps_per_epoch is None and result.epochs:
+        steps_per_epoch = max(e.steps for e in result.epochs)  # one pass over the dataset
+    record = TrainMetrics(
+        images_per_second=throughput, total_images=images, elapsed_seconds=seconds, lr=result.base_lr,
+        batch_size=result.batch_size, global_batch_size=result.batch_size * world_size, epochs=config.train.epochs,
+        steps_per_epoch=steps_per_epoch, measured_steps=result.measured_steps, warmup_steps=result.warmup_steps,
+        world_size=world_size, images_per_second_per_device=throughput / world_size,
+        distributed=str(config.distributed.name), scaling=str(config.distributed.scaling), **per_rank, **stats,
+        data_wait_seconds=data_wait_s,
+        data_wait_fraction=wait_fraction, peak_memory_mb=result.peak_memory_bytes / 2**20,
+        final_loss=result.final_loss, final_lr=result.final_lr, parameters=result.parameters,
+        param_checksum=result.param_checksum, model=config.model.arch, data=str(config.data.name),
+        image_size=config.data.image_size, optimizer=str(config.optimizer.name),
+        fused_optimizer=result.fused_optimizer, **result.precision, compile=bool(result.compile.get("active")),
+        cudnn_benchmark=bool(config.cudnn_benchmark), device=device, device_name=device_name,
+        **input_pipeline(wait_fraction), compile_fallback=result.compile.get("fallback_reason") or None,
+        gpu=dict(result.gpu),
+        extra={**{k: v for k, v in result.extra.items() if k != "checkpoint_path"}, **result.accuracy},
+        **repeat_figures(repeat_throughputs(ranks)))
+    record.unstable = (record.step_time_cv or 0.0) > UNSTABLE_CV
+    record.efficiency = efficiency(record, result.images, bool(config.data.progressive))
+    return record
 
 
 def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
@@ -148,10 +127,14 @@ class TrainReport:
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "step_times.csv", "step_time_ms", "step_time_ms"
     # benchmark.repeats > 1: a row per measured window, and its MLflow series (step = repeat)
     REPEATS_FILE, REPEATS_METRIC = "repeats.csv", "repeat_images_per_second"
+    # what a sweep of training runs shows (bench.analysis asks; bench.train.sweep_view holds them)
+    LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
+    SWEEP_COLUMNS, OPTIONAL_COLUMNS = TRAINING_COLUMNS, ACCURACY_COLUMNS + REPEAT_COLUMNS
+    sweep_plots = staticmethod(training_plots)
 
     result: TrainResult  # rank 0's, with the job's step timeline
     ranks: List[RankSummary]
-    metrics: Dict[str, Any]
+    record: TrainMetrics  # the radix_metrics contract, typed
     repeat_rates: List[float] = field(default_factory=list)  # images/s of each window (benchmark.repeats)
     run_name: Optional[str] = None  # a new MLflow run name (the batch benchmark.find_max_batch found)
 
@@ -161,10 +144,16 @@ class TrainReport:
         return cls(result, list(outcome.ranks), summarize(result, config, outcome.device, outcome.device_name,
                                                          outcome.ranks), repeat_throughputs(outcome.ranks))
 
+    @property
+    def metrics(self) -> Dict[str, Any]:
+        """The radix_metrics dict (final line, summary.csv, MLflow): the record, serialised."""
+        return self.record.to_metrics()
+
     def headline(self) -> str:
-        return ("{model} {precision} bs={batch_size} x{world_size} on {device_name}: {images_per_second:.1f} images/s, "
-                "step p50 {step_time_ms_p50:.2f} ms, p99 {step_time_ms_p99:.2f} ms ({measured_steps} steps, "
-                "{elapsed_seconds:.2f} s)").format(**self.metrics)
+        r = self.record
+        return (f"{r.model} {r.precision} bs={r.batch_size} x{r.world_size} on {r.device_name}: "
+                f"{r.images_per_second:.1f} images/s, step p50 {r.step_time_ms_p50:.2f} ms, "
+                f"p99 {r.step_time_ms_p99:.2f} ms ({r.measured_steps} steps, {r.elapsed_seconds:.2f} s)")
 
     def write(self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any],
               run_id: Optional[str]) -> List[Path]:
@@ -172,14 +161,15 @@ class TrainReport:
         result, epochs = self.result, epoch_dicts(self.result.epochs)
         ranks = [{k: v for k, v in asdict(r).items() if k not in ("step_times_ms", "data_wait_ms", "repeat_images",
                                                                   "repeat_seconds")} for r in self.ranks]
-        summary = {"results": self.metrics, "epochs": epochs, "compile": result.compile,
+        metrics = self.metrics
+        summary = {"results": metrics, "epochs": epochs, "compile": result.compile,
                    "environment": dict(environment), "config": dict(config), "mlflow_run_id": run_id, "ranks": ranks}
         steps = [(i, f"{step:.4f}", f"{wait:.4f}")
                  for i, (step, wait) in enumerate(zip(result.step_times_ms, result.data_wait_ms), start=1)]
         files = [write_jsonl(out_dir / "metrics_epoch.jsonl", epochs),
                  write_csv(out_dir / "step_times.csv", ["step", "step_time_ms", "data_wait_ms"], steps),
                  write_json(out_dir / "run_summary.json", summary),
-                 write_csv(out_dir / "summary.csv", list(self.metrics), [self.metrics])]
+                 write_csv(out_dir / "summary.csv", list(metrics), [metrics])]
         if len(self.repeat_rates) > 1:
             files.append(self.write_repeats(out_dir, result.repeat_images, result.repeat_seconds, self.repeat_rates))
         return files + [Path(f) for f in result.files if Path(f).is_file()]
@@ -192,10 +182,10 @@ class TrainReport:
     @property
     def problems(self) -> List[str]:
         """What failed after the measurement (it does not void it, but the run is not FINISHED)."""
-        found = [f"the checkpoint could not be written: {self.metrics['checkpoint_error']}"] \
-            if "checkpoint_error" in self.metrics else []
-        if "checkpoint_save_error" in self.metrics:  # checkpoint.every_epochs: none was written after it
-            found.append(f"a training checkpoint could not be written: {self.metrics['checkpoint_save_error']} "
+        error, save_error = self.record.figure("checkpoint_error"), self.record.figure("checkpoint_save_error")
+        found = [f"the checkpoint could not be written: {error}"] if error is not None else []
+        if save_error is not None:  # checkpoint.every_epochs: none was written after it
+            found.append(f"a training checkpoint could not be written: {save_error} "
                          "(no later checkpoint was written)")
         return found
 
@@ -216,29 +206,26 @@ class TrainReport:
             tracker.log_series(self.REPEATS_METRIC, self.repeat_rates)
         if self.run_name:
             tracker.rename(self.run_name)
-        tracker.set_tags({key: self.metrics[key] for key in ("model", "precision", "device_name", "unstable")})
-        if "resumed_from" in self.metrics:  # which checkpoint train.resume=auto (or a path) continued from
-            tracker.log_params({"resumed_from": self.metrics["resumed_from"]})
+        r = self.record
+        tracker.set_tags({"model": r.model, "precision": r.precision, "device_name": r.device_name,
+                          "unstable": r.unstable})
+        resumed = r.figure("resumed_from")
+        if resumed is not None:  # which checkpoint train.resume=auto (or a path) continued from
+            tracker.log_params({"resumed_from": resumed})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 
     @classmethod
     def from_files(cls, job_dir: Path) -> "TrainReport":
         """The report of a finished run, read back from its directory (to upload it later)."""
         summary = read_summary(job_dir)
-        m = summary["results"]
-        result = TrainResult(batch_size=m["batch_size"], warmup_steps=m["warmup_steps"],
-                             measured_steps=m["measured_steps"], window_seconds=m["elapsed_seconds"],
-                             step_times_ms=cls.timeline(job_dir),
-                             data_wait_ms=read_column(job_dir / cls.TIMELINE_FILE, "data_wait_ms"),
-                             epochs=[EpochRecord(**e) for e in summary["epochs"]], base_lr=m["lr"],
-                             final_lr=m["final_lr"], final_loss=m["final_loss"],
-                             peak_memory_bytes=int(m["peak_memory_mb"] * 2**20), parameters=m["parameters"],
-                             precision={}, compile=summary.get("compile", {}),
+        record = TrainMetrics.from_metrics(summary["results"])
+        result = TrainResult(**read_window(job_dir, record, cls.TIMELINE_FILE, PROFILE_FILES),
+                             step_times_ms=cls.timeline(job_dir), epochs=[EpochRecord(**e) for e in summary["epochs"]],
+                             base_lr=record.lr, final_lr=record.final_lr, final_loss=record.final_loss,
                              repeat_images=[int(v) for v in read_column(job_dir / cls.REPEATS_FILE, "images")],
-                             repeat_seconds=read_column(job_dir / cls.REPEATS_FILE, "seconds"),
-                             files=[str(job_dir / name) for name in PROFILE_FILES if (job_dir / name).is_file()])
-        return cls(result, [RankSummary(**r, step_times_ms=[], data_wait_ms=[]) for r in summary.get("ranks", [])], m,
-                   cls.repeats(job_dir))
+                             repeat_seconds=read_column(job_dir / cls.REPEATS_FILE, "seconds"))
+        ranks = [RankSummary(**r, step_times_ms=[], data_wait_ms=[]) for r in summary.get("ranks", [])]
+        return cls(result, ranks, record, cls.repeats(job_dir))
 
     @classmethod
     def write_repeats(cls, out_dir: Path, images: Sequence[int], seconds: Sequence[float],

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
+from bench.results import KEPT, Record, spread
+
 
 @dataclass
 class EpochRecord:
@@ -90,3 +92,84 @@ class TrainOutcome:
     ranks: List[RankSummary]
     device: str  # cpu | cuda
     device_name: str
+
+
+@dataclass(kw_only=True)
+class TrainMetrics(Record):
+    """A training run's figures: the `radix_metrics` contract (final line, summary.csv, MLflow),
+    field by field in the order they are written; None fields are left out."""
+
+    images_per_second: float  # global: the sum over ranks
+    total_images: int
+    elapsed_seconds: float
+    lr: float
+    batch_size: int  # per process
+    global_batch_size: int
+    epochs: int
+    steps_per_epoch: Optional[int] = field(default=None, metadata=KEPT)  # null: one pass, before any epoch ran
+    measured_steps: int
+    warmup_steps: int
+    world_size: int
+    images_per_second_per_device: float
+    distributed: str
+    scaling: str
+    # world_size > 1: per-rank throughput (a straggler shows) and whether DDP kept the weights equal
+    rank_images_per_second_min: Optional[float] = None
+    rank_images_per_second_max: Optional[float] = None
+    rank_slowest: Optional[int] = None
+    rank_spread: Optional[float] = None
+    params_in_sync: Optional[bool] = None
+    step_time_ms_mean: Optional[float] = None  # the step-time spread (none without measured steps)
+    step_time_ms_p50: Optional[float] = None
+    step_time_ms_p95: Optional[float] = None
+    step_time_ms_p99: Optional[float] = None
+    step_time_ms_min: Optional[float] = None
+    step_time_ms_max: Optional[float] = None
+    step_time_ms_std: Optional[float] = None
+    step_time_cv: Optional[float] = None
+    unstable: bool = False  # the step times spread more than bench.analysis.stats.UNSTABLE_CV
+    data_wait_seconds: float
+    data_wait_fraction: float
+    peak_memory_mb: float
+    final_loss: float
+    final_lr: float
+    parameters: int
+    param_checksum: float  # sum of the final weights: equal runs end equal
+    model: str
+    data: str
+    image_size: int
+    optimizer: str
+    fused_optimizer: bool
+    precision: Optional[str] = None  # the precision policy (bench.train.precision: describe())
+    autocast_dtype: Optional[str] = None
+    grad_scaler: Optional[bool] = None
+    tf32: Optional[bool] = None
+    channels_last: Optional[bool] = None
+    compile: bool
+    cudnn_benchmark: bool
+    device: str
+    device_name: str
+    au: float  # accelerator utilization: the share of the window not spent waiting for data
+    input_bound: bool
+    compile_fallback: Optional[str] = None
+    gpu: Dict[str, Any] = spread()  # NVML samples and energy of rank 0's GPU
+    # dataset facts, FLOPs per image, the batch find_max_batch found, checkpoint figures, accuracy
+    extra: Dict[str, Any] = spread()
+    repeats: Optional[int] = None  # benchmark.repeats > 1: the windows' spread and the median's interval
+    images_per_second_median: Optional[float] = None
+    images_per_second_min: Optional[float] = None
+    images_per_second_max: Optional[float] = None
+    images_per_second_iqr: Optional[float] = None
+    images_per_second_ci95_low: Optional[float] = None
+    images_per_second_ci95_high: Optional[float] = None
+    images_per_second_ci95_halfwidth_pct: Optional[float] = None
+    images_per_second_cv: Optional[float] = None
+    stable: Optional[bool] = None
+    efficiency: Dict[str, Any] = spread()  # achieved TFLOP/s, MFU where the peak is known, images per joule
+
+    def figure(self, name: str) -> Any:
+        """One of the open-ended figures (gpu, extra, efficiency) by name; None when the run has none."""
+        for group in (self.gpu, self.extra, self.efficiency):
+            if name in group:
+                return group[name]
+        return None

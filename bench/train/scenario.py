@@ -14,13 +14,21 @@ from bench.train.result import RankSummary, TrainOutcome
 
 
 class TrainScenario:
-    has_ranks = True  # started by a launcher, one process per rank
     # modules the elastic launcher's forkserver imports once, so workers start in well under a second
     preload = ("torch", "torchvision", "bench.train.scenario", "bench.train.loop", "bench.launch.worker")
     report_class = TrainReport
 
     def __init__(self) -> None:
         self.device_name = "cpu"
+
+    def has_ranks(self, config: BenchConfig) -> bool:
+        return True  # started by a launcher, one process per rank
+
+    def check(self, config: BenchConfig) -> None:
+        """mode=train's config rules (bench.train.rules), when the config loads."""
+        from bench.train.rules import check_train
+
+        check_train(config)
 
     def preflight(self, config: BenchConfig) -> None:
         """The dataset, the device, the model, the machine: bench.train.preflight."""
@@ -61,7 +69,7 @@ class TrainScenario:
 
     def report(self, outcome: TrainOutcome, config: BenchConfig) -> TrainReport:
         report = TrainReport.from_outcome(outcome, config)
-        found = report.metrics.get("batch_size_found")
+        found = report.record.figure("batch_size_found")
         if found and config.tracking.run_name is None:  # the batch actually used names the run
             report.run_name = self.run_name(config, found)
         return report

@@ -16,7 +16,9 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from bench.analysis import build_report, log_scaling_to_runs
-from bench.analysis.render import STORAGE_COLUMNS, TRAINING_COLUMNS, keep_varying_overrides, render_markdown, \
+from bench.iobench.sweep_view import STORAGE_COLUMNS
+from bench.train.sweep_view import TRAINING_COLUMNS
+from bench.analysis.render import keep_varying_overrides, render_markdown, \
     render_text, table, write_csv
 from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, read_mlflow_sweep, read_sweep_dir
 from bench.analysis.scaling import add_scaling, configuration_key, configuration_keys

@@ -133,3 +133,55 @@ def test_test_files_have_names_of_their_own():
     one name in two folders fail to collect (import file mismatch)."""
     names = [path.name for path in (BENCH.parent / "tests").rglob("test_*.py")]
     assert sorted({name for name in names if names.count(name) > 1}) == []
+
+
+# ---- results are read through their typed records -----------------------------------------------
+
+# Modules whose job is to (de)serialise result dicts or to name their keys for display: the records'
+# home (bench.results), the per-scenario sweep views (column specs), the storage benchmark's run merge
+# (a dict over every figure), and dicts that merely share a figure's name (the training loop's window
+# dicts, DataLoader options, bench.data.prepare's own statistics).
+RESULT_SERIALISERS = {"bench/results.py", "bench/train/sweep_view.py", "bench/infer/sweep_view.py",
+                      "bench/iobench/sweep_view.py", "bench/iobench/runs.py", "bench/train/repeats.py",
+                      "bench/data/loader.py", "bench/data/prepare.py"}
+
+
+def _record_keys() -> Set[str]:
+    """The radix_metrics keys, as the typed records (subclasses of bench.results.Record) declare them;
+    compound names only ("images_per_second", not "model": a one-word key is also a config group's)."""
+    keys: Set[str] = set()
+    for path in MODULES.values():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef) and any(getattr(base, "id", None) == "Record" for base in node.bases):
+                keys |= {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+    return {key for key in keys if "_" in key}
+
+
+def _string_keyed_result_lookups(source: str, keys: Set[str]) -> List[int]:
+    """Lines of `x["images_per_second"]` and `x.get("images_per_second")` for a result key."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in keys:
+            found.append(node.lineno)
+        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "get"
+              and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys):
+            found.append(node.lineno)
+    return found
+
+
+def test_the_result_lookup_rule_sees_string_keys():
+    keys = _record_keys()
+    assert {"images_per_second", "latency_ms_p50", "step_time_ms_p99", "data_wait_fraction"} <= keys and len(keys) > 50
+    assert _string_keyed_result_lookups('m["images_per_second"]\nm.get("latency_ms_p50", 0)\nm.images_per_second\n',
+                                        keys) == [1, 2]
+
+
+def test_results_are_read_through_typed_records_not_string_keys():
+    """`metrics["images_per_second"]` turns a renamed figure into a KeyError (or a silent None) at
+    run time; a record's attribute is checked by the type checker. Outside the serialisers, results
+    are read as `record.images_per_second` (bench.train.result.TrainMetrics, ...)."""
+    keys = _record_keys()
+    offenders = [f"{path.relative_to(BENCH.parent)}:{line}" for path in MODULES.values()
+                 if str(path.relative_to(BENCH.parent)) not in RESULT_SERIALISERS
+                 for line in _string_keyed_result_lookups(path.read_text(), keys)]
+    assert offenders == []

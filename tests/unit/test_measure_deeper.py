@@ -233,9 +233,11 @@ def test_energy_of_a_gpu_without_the_counter_is_absent_with_a_mocked_nvml(monkey
 
 def test_images_per_joule_comes_from_the_windows_energy():
     from bench.train.report import efficiency
+    from bench.train.result import TrainMetrics
 
-    metrics = {"images_per_second": 1000.0, "world_size": 1, "device": "cuda", "device_name": "NVIDIA A100-SXM4-80GB",
-               "autocast_dtype": "bfloat16", "energy_joules": 400.0, "gflops_per_image_fwd_bwd": 24.3}
+    metrics = TrainMetrics.from_metrics({"images_per_second": 1000.0, "world_size": 1, "device": "cuda",
+                                         "device_name": "NVIDIA A100-SXM4-80GB", "autocast_dtype": "bfloat16",
+                                         "energy_joules": 400.0, "gflops_per_image_fwd_bwd": 24.3})
     figures = efficiency(metrics, 2000, data_progressive=False)
     assert figures["images_per_joule"] == 5.0 and figures["mfu"] == pytest.approx(24.3 / 312.0)
     assert "mfu" not in efficiency(metrics, 2000, data_progressive=True)

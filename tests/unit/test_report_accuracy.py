@@ -14,7 +14,8 @@ import yaml
 
 from bench.analysis import build_report
 from bench.analysis.plots import _pyplot, plot_accuracy
-from bench.analysis.render import TRAINING_COLUMNS, table
+from bench.analysis.render import table
+from bench.train.sweep_view import TRAINING_COLUMNS
 from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, read_val_curve
 from bench.analysis.scaling import add_scaling
 

@@ -1,0 +1,19 @@
+"""The storage benchmark's config rules (mode=storage): no model runs, so the model-run knobs
+are refused; an S3 store needs its bucket. Run when the config loads; torch-free.
+"""
+
+from __future__ import annotations
+
+from bench.config.schema import BenchConfig
+from bench.errors import ConfigError
+from bench.train.rules import refuse_find_max_batch
+
+
+def check_storage(config: BenchConfig) -> None:
+    config.storage.check_bucket()
+    if config.benchmark.repeats != 1:  # storage.workload.epochs repeats the read phase; no model runs
+        raise ConfigError("benchmark.repeats", config.benchmark.repeats, "1 with mode=storage "
+                          "(storage.workload.epochs repeats the read phase)")
+    if config.profile.enabled:
+        raise ConfigError("profile.enabled", True, "false with mode=storage (no model runs)")
+    refuse_find_max_batch(config)

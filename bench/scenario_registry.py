@@ -1,0 +1,41 @@
+"""The scenarios a run can measure, by `mode` name: the one place that maps a mode to its class.
+
+Kept apart from bench.scenarios (the Protocol and the helpers) and free of imports, so the
+config schema can check `mode` against it without an import circle. A class is named as
+"module:Class" and imported when a run needs it (a mode's code stays unloaded until then).
+
+Adding a scenario: one line here (or `register(...)` at run time, as the toy scenario of
+tests/e2e/test_toy_scenario.py does).
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, Dict, List, Union
+
+SCENARIOS: Dict[str, Union[str, type]] = {
+    "train": "bench.train.scenario:TrainScenario",
+    "storage": "bench.iobench.scenario:StorageScenario",
+    "inference": "bench.infer.scenario:InferScenario",
+}
+
+
+DEFAULT_MODE = "train"  # the schema's default; runs recorded before `mode` existed are training runs
+
+
+def register(mode: str, target: Union[str, type]) -> None:
+    """Add (or replace) the scenario of `mode`: a class, or "module:Class" imported when needed."""
+    SCENARIOS[mode] = target
+
+
+def modes() -> List[str]:
+    return list(SCENARIOS)
+
+
+def scenario_class(mode: Any) -> Any:
+    """The class of `mode`'s scenario (KeyError for a mode no scenario has)."""
+    target = SCENARIOS[str(mode)]
+    if isinstance(target, str):
+        module, _, name = target.partition(":")
+        return getattr(importlib.import_module(module), name)
+    return target
