@@ -96,4 +96,7 @@ def _run_dir() -> Optional[Path]:
     output directory, made before the task starts; None outside Hydra (not known yet)."""
     from hydra.core.hydra_config import HydraConfig
 
-    return Path(HydraConfig.get().runtime.output_dir) if HydraConfig.initialized() else None
+    if not HydraConfig.initialized():
+        return None
+    output_dir = HydraConfig.get().runtime.get("output_dir")  # unset where Hydra composed without a run
+    return Path(output_dir) if output_dir else None
