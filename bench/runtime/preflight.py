@@ -11,6 +11,7 @@ import os
 from typing import Any
 
 from bench.config import BenchConfig
+from bench.config.data import Split
 from bench.errors import ConfigError, ConfigProblem, DataError
 
 FLOAT32 = 4
@@ -31,7 +32,7 @@ def check_dataset(config: BenchConfig, validation: bool = False) -> None:
     try:
         check_location(config.data)
         if validation:  # the val split too: its absence is found now, not after an epoch
-            check_location(dataclasses.replace(config.data, split="val"), validation=True)
+            check_location(dataclasses.replace(config.data, split=Split.val), validation=True)
     except DataError as exc:
         raise ConfigProblem(str(exc)) from None
 

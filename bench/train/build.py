@@ -65,7 +65,8 @@ def build_training(config: BenchConfig, device: torch.device, ctx: RankContext,
     start = Position(resumed["epoch"], resumed["step_in_epoch"]) if resumed else Position(0)
     policy = build_precision(config.precision, device)
     eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)
-    if resumed:  # before any step: another model's checkpoint is one line, not load_state_dict's dump
+    if resumed and checkpoints is not None:
+        # before any step: another model's checkpoint is one line, not load_state_dict's dump
         check_model_fits(resumed, eager, checkpoints.loaded["resumed_from"])
     requested = config.data.batch_size
     if config.benchmark.find_max_batch:
@@ -89,8 +90,8 @@ def build_training(config: BenchConfig, device: torch.device, ctx: RankContext,
     wrapped = _wrap_ddp(eager, config, device) if ctx.distributed else eager
     model, compile_info = maybe_compile(wrapped, config.compile, config.compile_mode)
     model.train()
-    options = {"label_smoothing": config.train.label_smoothing, "clip_norm": config.optimizer.grad_clip_norm}
-    step = TrainStep(model, optimizer, scheduler, policy, after=on_step, **options)
+    step = TrainStep(model, optimizer, scheduler, policy, after=on_step, label_smoothing=config.train.label_smoothing,
+                     clip_norm=config.optimizer.grad_clip_norm)
     return TrainingRun(config=config, device=device, ctx=ctx, policy=policy, eager=eager, wrapped=wrapped,
                        compile_info=compile_info, optimizer=optimizer, scheduler=scheduler, base_lr=base_lr, step=step,
                        data=data, planned=planned, requested_batch=requested, checkpoints=checkpoints,

@@ -80,6 +80,10 @@ def run_epochs(session: Session, clock: StepClock, planned: int, first_step_at: 
 
 
 class MeasuredWindow:
+    """One measured window: `run()` opens it on the clock, runs each epoch's steps (`run_steps`),
+    closes each epoch (`close_epoch`: its record, then evaluation and checkpoint outside the
+    window) and returns the window's figures (`figures`)."""
+
     def __init__(self, session: Session, clock: StepClock, planned: int, first_step_at: float, flag: SignalFlag):
         self.session, self.clock, self.planned, self.flag = session, clock, planned, flag
         self.first_step_at = first_step_at

@@ -7,11 +7,11 @@ from __future__ import annotations
 
 import ast
 import re
-import tomllib
 from pathlib import Path
 from typing import Dict, List, Set, Tuple
 
 import pytest
+import tomllib
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 MAX_LINES = 300
