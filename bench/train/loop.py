@@ -75,7 +75,7 @@ def warm_up(run: TrainingRun) -> None:
             run.compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
             run.step = run.step.with_model(run.wrapped)
     resumed = run.resumed
-    where = run.checkpoints.loaded["resumed_from"] if resumed and run.checkpoints else ""
+    where = run.checkpoints.loaded["resumed_from"] if resumed and run.checkpoints is not None else ""
     if resumed and "meta" not in resumed:  # a format-1 file names no optimizer: loading it is the check
         restore(resumed, run.eager, run.optimizer, run.scheduler, run.policy, where)
     for _ in range(run.warmup):
