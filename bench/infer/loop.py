@@ -1,10 +1,11 @@
-"""The inference run: the training scenario's model, precision policy, compile and data builders,
-then forward passes only (model.eval(), torch.inference_mode, autocast as the precision says).
+"""The inference run: the model runtime's model, precision policy, compile and data builders
+(bench.runtime, shared with training), then forward passes only (model.eval(),
+torch.inference_mode, autocast as the precision says).
 
 A run is `benchmark.warmup_steps` discarded batches, then the measured window of
 `train.epochs` x `train.steps_per_epoch` batches (null: a pass over a real dataset), capped by
 benchmark.measure_steps / measure_seconds, `benchmark.repeats` times. images/s = images of the
-window / its seconds. Each batch ends with a mark on the step clock (bench.train.timing): a CUDA
+window / its seconds. Each batch ends with a mark on the step clock (bench.runtime.timing): a CUDA
 event on a GPU, so the host never waits inside the window and a batch's latency is the device
 time between two completions; with benchmark.sync=true every batch is synchronised and the
 latency includes the host's round trip. Profiled batches and the FLOPs count come after the
@@ -24,14 +25,14 @@ import torch
 from bench.config import BenchConfig
 from bench.infer.result import InferResult
 from bench.launch.context import RankContext
-from bench.train.device import peak_memory_bytes
-from bench.train.epochs import SignalFlag
-from bench.train.epoch_data import EpochData
-from bench.train.flops import flops_per_image
-from bench.train.models import build_model, count_parameters, maybe_compile
-from bench.train.precision import build_precision
-from bench.train.profiling import profile_steps
-from bench.train.timing import StepClock
+from bench.runtime.device import peak_memory_bytes, prepare_process
+from bench.runtime.epoch_data import EpochData
+from bench.runtime.flops import flops_per_image
+from bench.runtime.models import build_model, count_parameters, maybe_compile
+from bench.runtime.precision import build_precision
+from bench.runtime.profiling import profile_steps
+from bench.runtime.signals import SignalFlag
+from bench.runtime.timing import StepClock
 
 log = logging.getLogger(__name__)
 
@@ -39,12 +40,7 @@ log = logging.getLogger(__name__)
 def infer(config: BenchConfig, device: torch.device, monitor: Any = None, ctx: Optional[RankContext] = None,
           on_step: Optional[Callable[[], None]] = None, out_dir: Optional[Path] = None) -> InferResult:
     ctx = ctx or RankContext()
-    torch.manual_seed(config.seed)
-    if config.cpu_threads:
-        torch.set_num_threads(config.cpu_threads)
-    torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
-    if device.type == "cuda":
-        torch.cuda.reset_peak_memory_stats(device)
+    prepare_process(config, device, ctx)  # one process: its threads are cpu_threads, as given
     policy = build_precision(config.precision, device)
     eager = build_model(config.model).to(device=device, memory_format=policy.memory_format).eval()
     model, compile_info = maybe_compile(eager, config.compile, config.compile_mode)

@@ -1,7 +1,7 @@
-"""The inference scenario (mode=inference): the training scenario's checks (dataset, device,
-precision on that device, model, what fits) and its out-of-memory explanation, then forward
-passes in one process (bench.infer.loop); a sweep runs each job in a process of its own, as
-training does."""
+"""The inference scenario (mode=inference): the checks every run of a model has (dataset, device,
+precision on that device, model, what fits: bench.runtime.scenario) and the out-of-memory
+explanation, then forward passes in one process (bench.infer.loop); a sweep runs each job in a
+process of its own, as training does."""
 
 from __future__ import annotations
 
@@ -12,10 +12,10 @@ from bench.config import BenchConfig
 from bench.infer.report import InferReport
 from bench.infer.result import InferOutcome
 from bench.launch.context import RankContext
-from bench.train.scenario import TrainScenario, gpu_monitor
+from bench.runtime.scenario import ModelScenario, gpu_monitor
 
 
-class InferScenario(TrainScenario):
+class InferScenario(ModelScenario):
     preload = ("torch", "torchvision", "bench.infer.scenario", "bench.infer.loop", "bench.launch.worker")
     report_class = InferReport
 
@@ -34,7 +34,7 @@ class InferScenario(TrainScenario):
     def run_rank(self, config: BenchConfig, ctx: RankContext, out_dir: Path,
                  heartbeat: Optional[Callable[[], None]] = None) -> Optional[InferOutcome]:
         from bench.infer.loop import infer
-        from bench.train.device import device_name, resolve_device
+        from bench.runtime.device import device_name, resolve_device
 
         device = resolve_device(config.allow_cpu)
         result = infer(config, device, monitor=gpu_monitor(device, ctx), ctx=ctx, on_step=heartbeat, out_dir=out_dir)

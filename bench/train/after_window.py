@@ -9,18 +9,18 @@ steps, and each would see the signal at a different one."""
 
 from __future__ import annotations
 
-from pathlib import Path
 import signal
+from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
 
 from bench.config import BenchConfig
 from bench.launch.context import RankContext
+from bench.runtime.flops import flops_per_image
+from bench.runtime.profiling import profile_steps
+from bench.runtime.signals import SignalFlag
 from bench.train.breakdown import breakdown_pass
-from bench.train.epochs import SignalFlag
-from bench.train.flops import flops_per_image
-from bench.train.profiling import profile_steps
 from bench.train.step import TrainStep
 
 

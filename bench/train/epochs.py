@@ -12,7 +12,6 @@ from __future__ import annotations
 import logging
 import signal
 import sys
-import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional
@@ -24,50 +23,29 @@ from bench.analysis.stats import percentile
 from bench.config import BenchConfig
 from bench.errors import Interrupted
 from bench.launch.context import RankContext
+from bench.runtime.epoch_data import EpochData
+from bench.runtime.precision import PrecisionPolicy
+from bench.runtime.signals import SignalFlag
+from bench.runtime.timing import StepClock
 from bench.train.evaluate import evaluate
-from bench.train.resume import Position, TrainingCheckpoints, rng_states
 from bench.train.result import EpochRecord
-from bench.train.timing import StepClock
+from bench.train.resume import Position, TrainingCheckpoints, rng_states
 
 log = logging.getLogger(__name__)
 
 
-class SignalFlag:
-    """SIGTERM/SIGINT noted, not raised, while training with checkpoints: the loop finishes the
-    step it is in, writes a checkpoint, then ends the run KILLED (a signal raised mid-step could
-    leave the weights half updated)."""
-
-    def __init__(self, enabled: bool):
-        self.enabled = enabled and threading.current_thread() is threading.main_thread()
-        self.signum: Optional[int] = None
-        self._previous: Dict[int, Any] = {}
-
-    def __enter__(self) -> "SignalFlag":
-        if self.enabled:
-            for sig in (signal.SIGTERM, signal.SIGINT):
-                self._previous[sig] = signal.signal(sig, self._note)
-        return self
-
-    def _note(self, signum: int, _frame: Any) -> None:
-        self.signum = signum
-
-    def __exit__(self, *exc: Any) -> None:
-        for sig, handler in self._previous.items():
-            signal.signal(sig, handler)
-
-
-@dataclass
+@dataclass(kw_only=True)
 class Session:
-    """What the epochs work on (built by bench.train.loop.train)."""
+    """What the epochs work on (built by bench.train.loop.open_session), named at construction."""
 
     config: BenchConfig
     ctx: RankContext
     eager: torch.nn.Module  # the plain model: evaluated and checkpointed
     optimizer: torch.optim.Optimizer
-    scheduler: Any
-    policy: Any
-    step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    data: Any  # bench.train.loop.EpochData: batches by epoch (progressive phases, passes)
+    scheduler: Any  # a torch lr scheduler (bench.train.schedules)
+    policy: PrecisionPolicy
+    step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # bench.train.step.TrainStep
+    data: EpochData  # batches by epoch (progressive phases, passes)
     val: Any = None  # one_pass() of the val split, when train.eval_every
     checkpoints: Optional[TrainingCheckpoints] = None
     start: Position = field(default_factory=lambda: Position(0))
@@ -81,94 +59,156 @@ class Session:
                 "rng": rng_states(), "wall_seconds": wall_seconds, "history": [asdict(e) for e in epochs]}
 
 
-def run_epochs(s: Session, clock: StepClock, planned: int, first_step_at: float, flag: SignalFlag) -> Dict[str, Any]:
-    cfg = s.config
-    log_every, train = cfg.benchmark.log_every, cfg.train
-    deadline = time.perf_counter() + cfg.benchmark.measure_seconds if cfg.benchmark.measure_seconds else None
-    progress = tqdm(total=planned, unit="step", file=sys.stderr, mininterval=1.0, leave=False,
-                    disable=None if cfg.benchmark.progress and s.ctx.is_reporter else True)
-    data_wait: List[float] = []
-    epochs: List[EpochRecord] = list(s.history)
-    done, images_done, loss, stop, reached = 0, 0, torch.zeros(()), False, None
-    figures: Dict[str, Any] = {}  # the last evaluation's
-    wall = lambda: time.perf_counter() - first_step_at + s.wall_offset  # noqa: E731
-    epoch, skip = s.start.epoch, s.start.step_in_epoch
-    clock.mark()  # the window opens here
-    while epoch < train.epochs and done < planned and not stop:
-        batches = s.data.enter(epoch, skip)
-        first, steps, last_epoch = len(clock) - 1, s.data.steps(epoch), epoch == train.epochs - 1
+@dataclass
+class WindowTally:
+    """What one measured window has counted so far, over its epochs."""
+
+    epochs: List[EpochRecord]  # a resumed run's earlier epochs first
+    steps: int = 0
+    images: int = 0
+    loss: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
+    data_wait_ms: List[float] = field(default_factory=list)
+    stop: bool = False  # the window ends after this epoch (measure_steps/seconds, or the target reached)
+    reached: Optional[EpochRecord] = None  # the first epoch whose evaluation reached train.target_accuracy
+    evaluation: Dict[str, Any] = field(default_factory=dict)  # the last evaluation's figures
+
+
+def run_epochs(session: Session, clock: StepClock, planned: int, first_step_at: float,
+               flag: SignalFlag) -> Dict[str, Any]:
+    """One measured window of at most `planned` steps on `clock`; its figures (bench.train.repeats pools them)."""
+    return MeasuredWindow(session, clock, planned, first_step_at, flag).run()
+
+
+class MeasuredWindow:
+    """One measured window: `run()` opens it on the clock, runs each epoch's steps (`run_steps`),
+    closes each epoch (`close_epoch`: its record, then evaluation and checkpoint outside the
+    window) and returns the window's figures (`figures`)."""
+
+    def __init__(self, session: Session, clock: StepClock, planned: int, first_step_at: float, flag: SignalFlag):
+        self.session, self.clock, self.planned, self.flag = session, clock, planned, flag
+        self.first_step_at = first_step_at
+        benchmark = session.config.benchmark
+        self.deadline = time.perf_counter() + benchmark.measure_seconds if benchmark.measure_seconds else None
+        self.progress = tqdm(total=planned, unit="step", file=sys.stderr, mininterval=1.0, leave=False,
+                             disable=None if benchmark.progress and session.ctx.is_reporter else True)
+        self.tally = WindowTally(epochs=list(session.history))
+
+    def wall_seconds(self) -> float:
+        """Training wall time so far (time-to-accuracy's clock), a resumed run's earlier time included."""
+        return time.perf_counter() - self.first_step_at + self.session.wall_offset
+
+    def run(self) -> Dict[str, Any]:
+        session, tally, epochs = self.session, self.tally, self.session.config.train.epochs
+        epoch, skip = session.start.epoch, session.start.step_in_epoch
+        self.clock.mark()  # the window opens here
+        while epoch < epochs and tally.steps < self.planned and not tally.stop:
+            batches = session.data.enter(epoch, skip)
+            first_mark, steps = len(self.clock) - 1, session.data.steps(epoch)
+            index = self.run_steps(batches, epoch, skip, steps)
+            skip = 0
+            self.close_epoch(epoch, first_mark, index, steps)
+            epoch += 1
+        self.clock.sync()
+        self.progress.close()
+        return self.figures()
+
+    def run_steps(self, batches: Any, epoch: int, skip: int, steps: int) -> int:
+        """Epoch `epoch`'s steps from `skip` on; the index after the last step taken. The hot loop:
+        the counters are locals, written back to the tally once the epoch's steps end."""
+        session, clock, flag, progress, tally = self.session, self.clock, self.flag, self.progress, self.tally
+        planned, log_every, deadline = self.planned, session.config.benchmark.log_every, self.deadline
+        last_epoch = epoch == session.config.train.epochs - 1
+        data_wait, done, images_done, loss = tally.data_wait_ms, tally.steps, tally.images, tally.loss
         index = skip
         while index < steps:
             try:
                 t0 = time.perf_counter()
                 images, labels = next(batches)
                 data_wait.append((time.perf_counter() - t0) * 1000.0)
-                loss = s.step(images, labels)
+                loss = session.step(images, labels)
             except BaseException:
                 if flag.signum is None:
                     raise
                 index -= 1  # the step did not happen: the checkpoint must not count it
             clock.mark()
-            done, index, images_done = done + 1, index + 1, images_done + s.data.batch_size
+            done, index, images_done = done + 1, index + 1, images_done + session.data.batch_size
             progress.update()
             if flag.signum is not None:
-                _save(s, Position(epoch, index) if index < steps else Position(epoch + 1), wall(), epochs)
+                self.save(Position(epoch, index) if index < steps else Position(epoch + 1))
                 raise Interrupted(signal.Signals(flag.signum).name)
-            at_sync_point = not s.ctx.distributed or done % log_every == 0 or done == planned
-            if at_sync_point and _deadline_passed(deadline, s.ctx) or done >= planned:
-                stop = index < steps or not last_epoch
+            at_sync_point = not session.ctx.distributed or done % log_every == 0 or done == planned
+            if at_sync_point and _deadline_passed(deadline, session.ctx) or done >= planned:
+                tally.stop = index < steps or not last_epoch
                 break
             if done % log_every == 0:
                 clock.sync()  # a log interval: the one place the host waits for the device
                 recent = min(log_every, done)
                 window = clock.seconds_between(len(clock) - 1 - recent, len(clock) - 1)
                 log.info("step %d/%d  loss %.4f  %.1f img/s (last %d steps)", done, planned, loss.item(),
-                         recent * s.data.batch_size / window, recent)
-        skip = 0
-        clock.sync()
-        record = _record(epoch, clock, first, index - s.start.step_in_epoch * (epoch == s.start.epoch),
-                         s, loss)
+                         recent * session.data.batch_size / window, recent)
+        tally.steps, tally.images, tally.loss = done, images_done, loss
+        return index
+
+    def close_epoch(self, epoch: int, first_mark: int, index: int, steps: int) -> None:
+        """The epoch's record, then its evaluation and checkpoint when due (both outside the window)."""
+        session, tally = self.session, self.tally
+        self.clock.sync()
+        resumed_steps = session.start.step_in_epoch if epoch == session.start.epoch else 0
+        record = self.epoch_record(epoch, first_mark, index - resumed_steps)
+        last_epoch = epoch == session.config.train.epochs - 1
+        train = session.config.train
+        if train.eval_every and session.val is not None and ((epoch + 1) % train.eval_every == 0 or last_epoch
+                                                             or tally.stop):
+            self.evaluate(record)
+        tally.epochs.append(record)
+        every = session.config.checkpoint.every_epochs
         complete = index >= steps
-        if train.eval_every and s.val is not None and ((epoch + 1) % train.eval_every == 0 or last_epoch or stop):
-            clock.pause()
-            figures = evaluate(s.eager, s.val, s.policy, s.ctx)
-            record.val_top1, record.val_top5 = figures["val_top1"], figures["val_top5"]
-            record.eval_seconds, record.wall_seconds = figures["eval_seconds"], wall()
-            log.info("epoch %d: val top-1 %.4f, top-5 %.4f (%d images, %.2f s)", record.epoch, record.val_top1,
-                     record.val_top5, figures["val_images"], figures["eval_seconds"])
-            clock.resume()
-            if train.target_accuracy is not None and record.val_top1 >= train.target_accuracy and reached is None:
-                reached, stop = record, True
-        epochs.append(record)
-        every = cfg.checkpoint.every_epochs
-        if s.checkpoints is not None and complete and ((every and (epoch + 1) % every == 0) or last_epoch or stop):
-            clock.pause()
-            _save(s, Position(epoch + 1), wall(), epochs)
-            clock.resume()
-        epoch += 1
-    clock.sync()
-    progress.close()
-    return {"measured_steps": done, "measured_images": images_done, "window_seconds": clock.seconds_between(0, len(clock) - 1),
-            "step_times_ms": clock.step_times_ms(), "data_wait_ms": data_wait, "epochs": epochs,
-            "final_lr": float(s.optimizer.param_groups[0]["lr"]), "final_loss": float(loss.item()),
-            "accuracy": _accuracy(cfg, epochs, reached, wall(), figures.get("val_images"))}
+        if session.checkpoints is not None and complete and ((every and (epoch + 1) % every == 0) or last_epoch
+                                                             or tally.stop):
+            self.clock.pause()
+            self.save(Position(epoch + 1))
+            self.clock.resume()
 
+    def evaluate(self, record: EpochRecord) -> None:
+        """Validation on `record`'s epoch, left out of the window; a reached target ends the window."""
+        session, tally = self.session, self.tally
+        self.clock.pause()
+        figures = tally.evaluation = evaluate(session.eager, session.val, session.policy, session.ctx)
+        record.val_top1, record.val_top5 = figures["val_top1"], figures["val_top5"]
+        record.eval_seconds, record.wall_seconds = figures["eval_seconds"], self.wall_seconds()
+        log.info("epoch %d: val top-1 %.4f, top-5 %.4f (%d images, %.2f s)", record.epoch, record.val_top1,
+                 record.val_top5, figures["val_images"], figures["eval_seconds"])
+        self.clock.resume()
+        target = session.config.train.target_accuracy
+        if target is not None and record.val_top1 >= target and tally.reached is None:
+            tally.reached, tally.stop = record, True
 
-def _record(epoch: int, clock: StepClock, first: int, steps: int, s: Session, loss: torch.Tensor) -> EpochRecord:
-    last = len(clock) - 1
-    span = clock.seconds_between(first, last)
-    batch = s.data.batch_size
-    times = clock.step_times_ms(first) if steps else []  # this epoch's only: epoch ends stay cheap
-    return EpochRecord(epoch=epoch + 1, steps=steps, images=steps * batch, seconds=span,
-                       images_per_second=steps * batch / span if span > 0 else 0.0, loss=float(loss.item()),
-                       lr=float(s.optimizer.param_groups[0]["lr"]), step_time_ms_p50=percentile(times, 50),
-                       image_size=s.data.image_size if s.data.progressive else None,
-                       batch_size=batch if s.data.progressive else None)
+    def epoch_record(self, epoch: int, first_mark: int, steps: int) -> EpochRecord:
+        clock, data = self.clock, self.session.data
+        span = clock.seconds_between(first_mark, len(clock) - 1)
+        batch = data.batch_size
+        times = clock.step_times_ms(first_mark) if steps else []  # this epoch's only: epoch ends stay cheap
+        return EpochRecord(epoch=epoch + 1, steps=steps, images=steps * batch, seconds=span,
+                           images_per_second=steps * batch / span if span > 0 else 0.0,
+                           loss=float(self.tally.loss.item()), lr=float(self.session.optimizer.param_groups[0]["lr"]),
+                           step_time_ms_p50=percentile(times, 50),
+                           image_size=data.image_size if data.progressive else None,
+                           batch_size=batch if data.progressive else None)
 
+    def save(self, position: Position) -> None:
+        session = self.session
+        if session.checkpoints is not None and session.ctx.is_reporter:
+            session.checkpoints.save(session.state(self.wall_seconds(), self.tally.epochs), position)
 
-def _save(s: Session, position: Position, wall_seconds: float, epochs: List[EpochRecord]) -> None:
-    if s.checkpoints is not None and s.ctx.is_reporter:
-        s.checkpoints.save(s.state(wall_seconds, epochs), position)
+    def figures(self) -> Dict[str, Any]:
+        """The window's figures, in the names bench.train.repeats and TrainResult use."""
+        tally, clock = self.tally, self.clock
+        return {"measured_steps": tally.steps, "measured_images": tally.images,
+                "window_seconds": clock.seconds_between(0, len(clock) - 1),
+                "step_times_ms": clock.step_times_ms(), "data_wait_ms": tally.data_wait_ms, "epochs": tally.epochs,
+                "final_lr": float(self.session.optimizer.param_groups[0]["lr"]), "final_loss": float(tally.loss.item()),
+                "accuracy": _accuracy(self.session.config, tally.epochs, tally.reached, self.wall_seconds(),
+                                      tally.evaluation.get("val_images"))}
 
 
 def _accuracy(cfg: BenchConfig, epochs: List[EpochRecord], reached: Optional[EpochRecord],

@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from bench.launch.context import RankContext
-from bench.train.precision import PrecisionPolicy
+from bench.runtime.precision import PrecisionPolicy
 
 
 def evaluate(model: nn.Module, val: Any, policy: PrecisionPolicy, ctx: RankContext) -> Dict[str, float]:

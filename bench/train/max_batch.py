@@ -22,8 +22,8 @@ import torch
 from bench.config import BenchConfig
 from bench.errors import BenchError
 from bench.launch.context import RankContext
+from bench.runtime.precision import PrecisionPolicy
 from bench.train.optim import build_optimizer
-from bench.train.precision import PrecisionPolicy
 from bench.train.step import TrainStep
 
 log = logging.getLogger(__name__)

@@ -16,8 +16,9 @@ from typing import Any, Dict, List
 
 import torch
 
-from bench.train.epochs import Session, SignalFlag, run_epochs
-from bench.train.timing import StepClock
+from bench.runtime.signals import SignalFlag
+from bench.runtime.timing import StepClock
+from bench.train.epochs import Session, run_epochs
 
 log = logging.getLogger(__name__)
 

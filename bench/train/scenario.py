@@ -1,25 +1,24 @@
 """The training scenario (mode=train): what must hold before a run starts, what one rank does,
-and how rank 0's results become the report."""
+and how rank 0's results become the report. What it shares with inference (the out-of-memory
+line, the GPU monitor) is bench.runtime.scenario's."""
 
 from __future__ import annotations
 
 import socket
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Callable, Optional
 
 from bench.config import BenchConfig
 from bench.launch.context import RankContext
+from bench.runtime.scenario import ModelScenario, gpu_monitor
 from bench.train.report import TrainReport
 from bench.train.result import RankSummary, TrainOutcome
 
 
-class TrainScenario:
+class TrainScenario(ModelScenario):
     # modules the elastic launcher's forkserver imports once, so workers start in well under a second
     preload = ("torch", "torchvision", "bench.train.scenario", "bench.train.loop", "bench.launch.worker")
     report_class = TrainReport
-
-    def __init__(self) -> None:
-        self.device_name = "cpu"
 
     def has_ranks(self, config: BenchConfig) -> bool:
         return True  # started by a launcher, one process per rank
@@ -35,7 +34,7 @@ class TrainScenario:
         from bench.train.preflight import check_training
 
         device = check_training(config)  # the dataset first: a missing one is refused before torch loads
-        from bench.train.device import device_name
+        from bench.runtime.device import device_name
 
         self.device_name = device_name(device)
 
@@ -49,8 +48,8 @@ class TrainScenario:
                  heartbeat: Optional[Callable[[], None]] = None) -> Optional[TrainOutcome]:
         """Train as one rank; rank 0 returns what every rank measured, the others None."""
         from bench.launch.process_group import all_gather, destroy_process_group, init_process_group
+        from bench.runtime.device import device_name, resolve_device
         from bench.train.checkpoint import checkpoint_writer
-        from bench.train.device import device_name, resolve_device
         from bench.train.loop import train
 
         device = resolve_device(config.allow_cpu)
@@ -73,21 +72,3 @@ class TrainScenario:
         if found and config.tracking.run_name is None:  # the batch actually used names the run
             report.run_name = self.run_name(config, found)
         return report
-
-    def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
-        """A known failure in one line: out of memory names the batch size and what to try."""
-        text = str(exc)
-        if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() or "OutOfMemoryError" in text:
-            batch = config.data.batch_size
-            return (f"out of memory at data.batch_size={batch} on {self.device_name}: "
-                    f"try data.batch_size={max(1, batch // 2)}")
-        return None
-
-
-def gpu_monitor(device: Any, ctx: RankContext) -> Any:
-    """NVML sampling and energy of rank 0's GPU during the window (None on a CPU and on other ranks)."""
-    if device.type != "cuda" or not ctx.is_reporter:
-        return None
-    from bench.tracking.gpu_monitor import GpuMonitor
-
-    return GpuMonitor(device.index or 0)

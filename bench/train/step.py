@@ -10,7 +10,7 @@ from typing import Any, Callable, Optional
 import torch
 import torch.nn as nn
 
-from bench.train.precision import PrecisionPolicy
+from bench.runtime.precision import PrecisionPolicy
 
 
 class TrainStep:

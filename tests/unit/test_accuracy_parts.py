@@ -16,11 +16,11 @@ from bench.config.progressive import Phase, parse_progressive, phase_at
 from bench.data.loader import eval_batch_sampler
 from bench.errors import CheckpointError, ConfigError
 from bench.train.loop import make_step, phase_figures
-from bench.train.models import build_model
-from bench.train.precision import build_precision
+from bench.runtime.models import build_model
+from bench.runtime.precision import build_precision
 from bench.train.result import EpochRecord
 from bench.train.resume import Position, TrainingCheckpoints, fingerprint
-from bench.train.timing import StepClock
+from bench.runtime.timing import StepClock
 
 CPU = torch.device("cpu")
 

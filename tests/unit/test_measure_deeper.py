@@ -17,8 +17,8 @@ import torchvision
 from bench.analysis.confidence import STABLE_CV, bootstrap, interval, repeat_figures, repeats_needed
 from bench.errors import BenchError, ConfigError
 from bench.train.breakdown import breakdown_pass
-from bench.train.flops import flops_per_image
-from bench.train.peaks import peak_key, peak_tflops, utilisation
+from bench.runtime.flops import flops_per_image
+from bench.runtime.peaks import peak_key, peak_tflops, utilisation
 
 CPU = torch.device("cpu")
 SMALL = ("+experiment=cpu_smoke", "model=resnet18", "data.image_size=32", "data.batch_size=4", "data.num_classes=10",
@@ -153,7 +153,7 @@ def test_breakdown_measures_the_exposed_comm_of_ddp_on_one_gloo_rank(tmp_path):
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from bench.train.precision import PrecisionPolicy
+    from bench.runtime.precision import PrecisionPolicy
     from bench.train.step import TrainStep
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
@@ -174,7 +174,7 @@ def test_breakdown_measures_the_exposed_comm_of_ddp_on_one_gloo_rank(tmp_path):
 # ---- profiler ------------------------------------------------------------------------------------------
 
 def test_the_profiler_writes_a_chrome_trace_and_the_top_operators(tmp_path):
-    from bench.train.profiling import profile_steps
+    from bench.runtime.profiling import profile_steps
 
     model = torchvision.models.resnet18(num_classes=10)
     images = torch.randn(2, 3, 32, 32)

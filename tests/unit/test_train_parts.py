@@ -16,7 +16,7 @@ from bench import config_dir
 from bench.config import compose
 from bench.errors import ConfigError
 from bench.train.optim import build_optimizer, effective_lr
-from bench.train.precision import build_precision
+from bench.runtime.precision import build_precision
 from bench.train.schedules import build_scheduler, lr_factor_fn
 
 CONF = Path(config_dir())
@@ -304,7 +304,7 @@ def test_amp_fp16_on_cpu_raises_config_error():
 
 
 def test_tf32_on_cpu_warns_and_computes_fp32(caplog):
-    with caplog.at_level(logging.WARNING, logger="bench.train.precision"):
+    with caplog.at_level(logging.WARNING, logger="bench.runtime.precision"):
         policy = build_precision(precision("tf32"), CPU)
     assert policy.tf32 is False
     assert policy.autocast_dtype is None
@@ -344,7 +344,7 @@ def tf32_flags_on():
 
 def test_tf32_off_on_pre_ampere_gpu__mocked_gpu(monkeypatch, caplog, tf32_flags_on):
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda *args, **kwargs: (7, 0))
-    with caplog.at_level(logging.WARNING, logger="bench.train.precision"):
+    with caplog.at_level(logging.WARNING, logger="bench.runtime.precision"):
         policy = build_precision(precision("tf32"), torch.device("cuda", 0))
     assert policy.tf32 is False
     assert torch.backends.cuda.matmul.allow_tf32 is False
@@ -363,7 +363,7 @@ def test_fp32_switches_tf32_off_on_gpu__mocked_gpu(tf32_flags_on):
 
 
 def test_models_come_from_torchvision_by_name_and_bench_adds_its_own():
-    from bench.train.models import OWN, build_model, check_model, count_parameters
+    from bench.runtime.models import OWN, build_model, check_model, count_parameters
 
     resnet = compose("model=resnet18", "data.num_classes=7").model
     check_model(resnet)
@@ -381,7 +381,7 @@ def test_models_come_from_torchvision_by_name_and_bench_adds_its_own():
 
 
 def test_unknown_model_is_one_sentence_with_a_suggestion():
-    from bench.train.models import check_model
+    from bench.runtime.models import check_model
 
     with pytest.raises(ConfigError) as info:
         check_model(compose("model.arch=resnet51").model)

@@ -1,13 +1,17 @@
-"""Device policy: CUDA when present; the CPU only when the user says so (allow_cpu=true)."""
+"""Device policy: CUDA when present; the CPU only when the user says so (allow_cpu=true). And
+what a run of a model sets on its process before building anything (seed, threads, cuDNN)."""
 
 from __future__ import annotations
 
 import os
 import resource
+from typing import Optional
 
 import torch
 
+from bench.config import BenchConfig
 from bench.errors import ConfigError, DeviceError
+from bench.launch.context import RankContext
 
 
 def resolve_device(allow_cpu: bool) -> torch.device:
@@ -39,3 +43,22 @@ def peak_memory_bytes(device: torch.device) -> int:
         return int(torch.cuda.max_memory_allocated(device))
     # ru_maxrss is in KiB on Linux: the process's resident-set high-water mark.
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024
+
+
+def prepare_process(config: BenchConfig, device: torch.device, ctx: RankContext) -> None:
+    """The seed, the CPU threads, cuDNN's autotuner and a fresh peak-memory count, before the model is built."""
+    torch.manual_seed(config.seed)
+    threads = cpu_threads(config, device, ctx)
+    if threads:
+        torch.set_num_threads(threads)
+    torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def cpu_threads(config: BenchConfig, device: torch.device, ctx: RankContext) -> Optional[int]:
+    """CPU ranks share the cores: without a split each would start one thread per core and
+    oversubscribe (torchrun sets OMP_NUM_THREADS=1 for the same reason). One process: cpu_threads."""
+    if config.cpu_threads or device.type != "cpu" or not ctx.distributed:
+        return config.cpu_threads
+    return max(1, (os.cpu_count() or 1) // config.distributed.nproc_per_node)

@@ -21,7 +21,7 @@ import torch
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
 from bench.config.model import ModelConfig
-from bench.train.models import build_model
+from bench.runtime.models import build_model
 
 log = logging.getLogger(__name__)
 

@@ -1,0 +1,45 @@
+"""What a scenario that runs a model (training, inference) is beyond its loop: the checks before
+the run (bench.runtime.preflight), the device it found, the out-of-memory line, and rank 0's GPU
+monitor. bench.train.scenario.TrainScenario and bench.infer.scenario.InferScenario build on it
+and add run_name, run_rank, report, preload and report_class (bench.scenarios)."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from bench.config import BenchConfig
+from bench.launch.context import RankContext
+
+
+class ModelScenario:
+    has_ranks = True  # started by a launcher, one process per rank
+
+    def __init__(self) -> None:
+        self.device_name = "cpu"  # the device the preflight found: the out-of-memory line names it
+
+    def preflight(self, config: BenchConfig) -> None:
+        """The dataset, the device, the model, the machine: bench.runtime.preflight."""
+        from bench.runtime.preflight import check_model_run
+
+        device = check_model_run(config)  # the dataset first: a missing one is refused before torch loads
+        from bench.runtime.device import device_name
+
+        self.device_name = device_name(device)
+
+    def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
+        """A known failure in one line: out of memory names the batch size and what to try."""
+        text = str(exc)
+        if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() or "OutOfMemoryError" in text:
+            batch = config.data.batch_size
+            return (f"out of memory at data.batch_size={batch} on {self.device_name}: "
+                    f"try data.batch_size={max(1, batch // 2)}")
+        return None
+
+
+def gpu_monitor(device: Any, ctx: RankContext) -> Any:
+    """NVML sampling and energy of rank 0's GPU during the window (None on a CPU and on other ranks)."""
+    if device.type != "cuda" or not ctx.is_reporter:
+        return None
+    from bench.tracking.gpu_monitor import GpuMonitor
+
+    return GpuMonitor(device.index or 0)

@@ -1,0 +1,129 @@
+"""Building a training run: everything `bench.train.loop.train` needs before its first step, made
+from the config in this order: the process (seed, threads, cuDNN), a checkpoint to resume from,
+the precision policy, the model, the batch (benchmark.find_max_batch picks it before anything
+else is sized by it), the batches epoch by epoch, the optimizer and its lr schedule, DDP,
+torch.compile, and the optimizer step that the measured window runs."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional
+
+import torch
+import torch.nn as nn
+
+from bench.config import BenchConfig
+from bench.launch.context import RankContext
+from bench.runtime.device import prepare_process
+from bench.runtime.epoch_data import EpochData
+from bench.runtime.models import build_model, maybe_compile
+from bench.runtime.precision import PrecisionPolicy, build_precision
+from bench.train.after_window import optimizer_steps
+from bench.train.checkpoint_format import check_model_fits
+from bench.train.optim import build_optimizer, effective_lr
+from bench.train.resume import Position, TrainingCheckpoints
+from bench.train.schedules import build_scheduler
+from bench.train.step import TrainStep
+
+
+@dataclass(kw_only=True)
+class TrainingRun:
+    """What `build_training` made, named; the warm-up and the window work on it."""
+
+    config: BenchConfig  # with benchmark.find_max_batch: the batch it found in data.batch_size
+    device: torch.device
+    ctx: RankContext
+    policy: PrecisionPolicy
+    eager: nn.Module  # the plain model: evaluated, checkpointed, counted
+    wrapped: nn.Module  # the model the step trains before torch.compile: `eager`, or its DDP wrapper
+    compile_info: Dict[str, Any]  # maybe_compile's: active, and why not (the first step may fall back)
+    optimizer: torch.optim.Optimizer
+    scheduler: Any
+    base_lr: float
+    step: TrainStep
+    data: EpochData
+    planned: int  # steps of the measured window (train.epochs, benchmark.measure_steps)
+    requested_batch: int  # data.batch_size as asked, before find_max_batch
+    checkpoints: Optional[TrainingCheckpoints]  # checkpoint.every_epochs or train.resume
+    resumed: Optional[Dict[str, Any]]  # the checkpoint's state a resumed run starts from
+    start: Position  # where the measured window starts (epoch 0, or the checkpoint's)
+
+    @property
+    def warmup(self) -> int:
+        return self.config.benchmark.warmup_steps
+
+
+def build_training(config: BenchConfig, device: torch.device, ctx: RankContext,
+                   on_step: Optional[Callable[[], None]]) -> TrainingRun:
+    """`on_step()` runs after every step (the launched workers' hang watchdog)."""
+    prepare_process(config, device, ctx)
+    checkpoints = TrainingCheckpoints(config) if config.checkpoint.every_epochs or config.train.resume else None
+    if checkpoints is not None and ctx.is_reporter:
+        checkpoints.remove_stale_temporaries()
+    resumed = checkpoints.load(config.train.resume) if checkpoints and config.train.resume else None
+    start = Position(resumed["epoch"], resumed["step_in_epoch"]) if resumed else Position(0)
+    policy = build_precision(config.precision, device)
+    eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)
+    if resumed and checkpoints is not None:
+        # before any step: another model's checkpoint is one line, not load_state_dict's dump
+        check_model_fits(resumed, eager, checkpoints.loaded["resumed_from"])
+    requested = config.data.batch_size
+    if config.benchmark.find_max_batch:
+        from bench.train.max_batch import find_max_batch
+
+        found = find_max_batch(config, eager, policy, device, ctx)
+        config = dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=found))
+        torch.cuda.reset_peak_memory_stats(device)  # the search's trials are not the run's peak
+    data = EpochData(config, device, policy.memory_format, ctx, start.epoch)
+    warmup = config.benchmark.warmup_steps
+    total = data.planned(0)  # the schedule spans the whole run, resumed or not
+    planned = data.planned(start.epoch, start.step_in_epoch)
+    if config.benchmark.measure_steps:
+        planned = min(planned, config.benchmark.measure_steps)
+    base_lr = effective_lr(config.optimizer, config.scheduler, data.batch_size * ctx.world_size)
+    optimizer = build_optimizer(eager, config.optimizer, base_lr, device)
+    scheduler = build_scheduler(optimizer, _in_steps(config.scheduler, data, warmup),
+                                warmup + total * config.benchmark.repeats + optimizer_steps(config), base_lr)
+    if config.scheduler.scale_lr:
+        data.on_batch_change = lambda old, new: scale_lr(optimizer, scheduler, new / old)
+    wrapped = _wrap_ddp(eager, config, device) if ctx.distributed else eager
+    model, compile_info = maybe_compile(wrapped, config.compile, config.compile_mode)
+    model.train()
+    step = TrainStep(model, optimizer, scheduler, policy, after=on_step, label_smoothing=config.train.label_smoothing,
+                     clip_norm=config.optimizer.grad_clip_norm)
+    return TrainingRun(config=config, device=device, ctx=ctx, policy=policy, eager=eager, wrapped=wrapped,
+                       compile_info=compile_info, optimizer=optimizer, scheduler=scheduler, base_lr=base_lr, step=step,
+                       data=data, planned=planned, requested_batch=requested, checkpoints=checkpoints,
+                       resumed=resumed, start=start)
+
+
+def _in_steps(scheduler: Any, data: EpochData, warmup: int) -> Any:
+    """scheduler.milestone_unit=epochs: each milestone becomes the optimizer step its epoch starts at."""
+    if scheduler.milestone_unit != "epochs":
+        return scheduler
+    steps = [warmup + data.planned(0) - data.planned(epoch) for epoch in scheduler.milestones]
+    return dataclasses.replace(scheduler, milestones=steps, milestone_unit="steps")
+
+
+def scale_lr(optimizer: torch.optim.Optimizer, scheduler: Any, ratio: float) -> None:
+    """A progressive phase changed the batch: the lr follows it (scheduler.scale_lr)."""
+    for group in optimizer.param_groups:
+        for key in ("lr", "initial_lr", "max_lr", "min_lr"):
+            if key in group:
+                group[key] *= ratio
+    if hasattr(scheduler, "base_lrs"):
+        scheduler.base_lrs = [lr * ratio for lr in scheduler.base_lrs]
+
+
+def _wrap_ddp(model: nn.Module, config: BenchConfig, device: torch.device) -> nn.Module:
+    from torch.nn.parallel import DistributedDataParallel
+
+    dist = config.distributed
+    return DistributedDataParallel(
+        model,
+        device_ids=[device.index] if device.type == "cuda" else None,
+        gradient_as_bucket_view=dist.gradient_as_bucket_view,  # no copy between grads and buckets
+        static_graph=dist.static_graph,  # same graph every step: lets DDP skip per-step bookkeeping
+        bucket_cap_mb=dist.bucket_cap_mb,
+    )
