@@ -19,8 +19,9 @@ from bench.infer.result import InferMetrics, InferOutcome, InferResult
 from bench.infer import sweep_view
 from bench.infer.sweep_view import INFERENCE_COLUMNS, inference_plots
 from bench.results import read_column, read_summary, read_window, write_csv, write_json
-from bench.train.peaks import utilisation
-from bench.train.report import PROFILE_FILES, TrainReport, input_pipeline
+from bench.runtime.peaks import utilisation
+from bench.runtime.sweep_view import ACCURACY_COLUMNS, REPEAT_COLUMNS
+from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, REPEATS_METRIC, input_pipeline, read_repeats, write_repeats
 
 
 def summarize(result: InferResult, config: BenchConfig, device: str, device_name: str) -> InferMetrics:
@@ -59,9 +60,9 @@ def rates(result: InferResult) -> List[float]:
 @dataclass
 class InferReport:
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "latency.csv", "latency_ms", "latency_ms"
-    REPEATS_FILE, REPEATS_METRIC = TrainReport.REPEATS_FILE, TrainReport.REPEATS_METRIC
+    REPEATS_FILE, REPEATS_METRIC = REPEATS_FILE, REPEATS_METRIC
     LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
-    SWEEP_COLUMNS, OPTIONAL_COLUMNS = INFERENCE_COLUMNS, TrainReport.OPTIONAL_COLUMNS
+    SWEEP_COLUMNS, OPTIONAL_COLUMNS = INFERENCE_COLUMNS, ACCURACY_COLUMNS + REPEAT_COLUMNS
     sweep_plots = staticmethod(inference_plots)
     result: InferResult
     record: InferMetrics  # the radix_metrics contract, typed
@@ -105,7 +106,7 @@ class InferReport:
                  write_json(out_dir / "run_summary.json", summary),
                  write_csv(out_dir / "summary.csv", list(metrics), [metrics])]
         if len(self.repeat_rates) > 1:
-            files.append(TrainReport.write_repeats(out_dir, result.repeat_images, result.repeat_seconds,
+            files.append(write_repeats(out_dir, result.repeat_images, result.repeat_seconds,
                                                    self.repeat_rates))
         return files + [Path(f) for f in result.files if Path(f).is_file()]
 
@@ -130,7 +131,7 @@ class InferReport:
 
     @classmethod
     def repeats(cls, job_dir: Path) -> List[float]:
-        return TrainReport.repeats(job_dir)
+        return read_repeats(job_dir)
 
     @classmethod
     def timeline(cls, job_dir: Path) -> List[float]:

@@ -11,7 +11,7 @@ from bench.config.fields import Choice
 from bench.config.run import TrainConfig
 from bench.config.schema import BenchConfig
 from bench.errors import ConfigError
-from bench.train.rules import check_once_per_run, check_training_for_accuracy, refuse_find_max_batch
+from bench.runtime.rules import check_once_per_run, check_training_for_accuracy, refuse_find_max_batch
 
 TRAINING_ONLY_GROUPS = ("optimizer", "scheduler", "checkpoint")
 TRAINING_ONLY_TRAIN_KEYS = ("eval_every", "target_accuracy", "label_smoothing", "resume")  # epochs/steps size inference

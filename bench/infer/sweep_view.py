@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, List
 
-from bench.train.sweep_view import COMPARE_FIGURE, LABEL_COLUMNS, run_label  # noqa: F401 - inference's are training's
+from bench.runtime.sweep_view import COMPARE_FIGURE, LABEL_COLUMNS, run_label  # noqa: F401 - the runtime's
 
 if TYPE_CHECKING:
     import pandas as pd

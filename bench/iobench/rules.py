@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from bench.config.schema import BenchConfig
 from bench.errors import ConfigError
-from bench.train.rules import refuse_find_max_batch
+from bench.runtime.rules import refuse_find_max_batch
 
 
 def check_storage(config: BenchConfig) -> None:

@@ -1,6 +1,6 @@
 """What a scenario that runs a model (training, inference) is beyond its loop: the checks before
 the run (bench.runtime.preflight), the device it found, the out-of-memory line, and rank 0's GPU
-monitor. bench.train.scenario.TrainScenario and bench.infer.scenario.InferScenario build on it
+monitor. The training and the inference scenario classes build on it
 and add run_name, run_rank, report, preload and report_class (bench.scenarios)."""
 
 from __future__ import annotations

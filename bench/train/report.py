@@ -17,13 +17,13 @@ from bench.analysis.confidence import repeat_figures
 from bench.analysis.stats import UNSTABLE_CV, step_time_stats
 from bench.config import BenchConfig
 from bench.results import read_column, read_summary, read_window, write_csv, write_json, write_jsonl
-from bench.train.peaks import utilisation
+from bench.runtime.peaks import utilisation
+from bench.runtime.reporting import (PROFILE_FILES, REPEATS_FILE, REPEATS_METRIC, input_pipeline, read_repeats,
+                                     write_repeats)
 from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
 from bench.train import sweep_view
 from bench.train.sweep_view import ACCURACY_COLUMNS, REPEAT_COLUMNS, TRAINING_COLUMNS, training_plots
 
-PROFILE_FILES = ("trace_rank0.json", "profile_top_ops.txt")  # bench.train.profiling writes them
-AU_THRESHOLD = 0.90  # accelerator utilization below which a run is input-bound (MLPerf Storage's ResNet-50 bar)
 
 
 def merge_ranks(result: TrainResult, ranks: Sequence[RankSummary]) -> TrainResult:
@@ -54,13 +54,6 @@ def rank_figures(ranks: Sequence[RankSummary]) -> Dict[str, Any]:
     }
 
 
-def input_pipeline(data_wait_fraction: float) -> Dict[str, Any]:
-    """Accelerator utilization au = the share of the measured window not spent waiting for data
-    (compute time / wall time, as MLPerf Storage defines AU); input_bound when au < 0.90."""
-    au = min(1.0, max(0.0, 1.0 - data_wait_fraction))
-    return {"au": au, "input_bound": au < AU_THRESHOLD}
-
-
 def repeat_throughputs(ranks: Sequence[RankSummary]) -> List[float]:
     """images/s of each measured window (benchmark.repeats), summed over ranks like the run's own."""
     count = min((len(r.repeat_seconds) for r in ranks), default=0)
@@ -69,7 +62,7 @@ def repeat_throughputs(ranks: Sequence[RankSummary]) -> List[float]:
 
 
 def efficiency(m: TrainMetrics, images_per_device: int, data_progressive: bool) -> Dict[str, Any]:
-    """Achieved TFLOP/s and MFU (bench.train.peaks), images per joule (NVML energy, rank 0's GPU)."""
+    """Achieved TFLOP/s and MFU (bench.runtime.peaks), images per joule (NVML energy, rank 0's GPU)."""
     figures: Dict[str, Any] = {}
     if not data_progressive:  # progressive phases change the FLOPs per image: no single figure
         figures.update(utilisation(m.figure("gflops_per_image_fwd_bwd"), m.images_per_second, m.world_size,
@@ -126,7 +119,7 @@ class TrainReport:
     # what the sweep report plots per run: the per-step file and column, and the MLflow series
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "step_times.csv", "step_time_ms", "step_time_ms"
     # benchmark.repeats > 1: a row per measured window, and its MLflow series (step = repeat)
-    REPEATS_FILE, REPEATS_METRIC = "repeats.csv", "repeat_images_per_second"
+    REPEATS_FILE, REPEATS_METRIC = REPEATS_FILE, REPEATS_METRIC
     # what a sweep of training runs shows (bench.analysis asks; bench.train.sweep_view holds them)
     LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
     SWEEP_COLUMNS, OPTIONAL_COLUMNS = TRAINING_COLUMNS, ACCURACY_COLUMNS + REPEAT_COLUMNS
@@ -230,14 +223,11 @@ class TrainReport:
     @classmethod
     def write_repeats(cls, out_dir: Path, images: Sequence[int], seconds: Sequence[float],
                       rates: Sequence[float]) -> Path:
-        """repeats.csv: a row per measured window (rates: the job's images/s, all ranks)."""
-        rows = [(i, n, f"{s:.6f}", f"{r:.4f}") for i, (n, s, r) in enumerate(zip(images, seconds, rates), start=1)]
-        return write_csv(out_dir / cls.REPEATS_FILE, ["repeat", "images", "seconds", "images_per_second"], rows)
+        return write_repeats(out_dir, images, seconds, rates)
 
     @classmethod
     def repeats(cls, job_dir: Path) -> List[float]:
-        """images/s of each measured window a finished run wrote ([] with one window)."""
-        return read_column(job_dir / cls.REPEATS_FILE, "images_per_second")
+        return read_repeats(job_dir)
 
     @classmethod
     def timeline(cls, job_dir: Path) -> List[float]:

@@ -114,11 +114,6 @@ def test_every_package_ships_in_the_wheel():
 
 
 SCENARIO_PACKAGES = ("bench.train", "bench.infer", "bench.iobench")
-# Arrows between scenarios left to issue 19 part 1 (typed results), which reshapes both reports:
-# the inference report still builds on the training report (its repeats file, PROFILE_FILES,
-# input_pipeline) and reads utilisation through the bench/train/peaks.py stand-in. Listed so that
-# no arrow is added; one that is gone must leave the list (and the stand-in with the last one).
-PENDING_ARROWS = {("bench.infer.report", "bench.train.report"), ("bench.infer.report", "bench.train.peaks")}
 
 
 def _scenario_of(module: str) -> str:
@@ -145,12 +140,7 @@ def test_no_scenario_imports_another():
     """Training and inference run a model through one runtime (bench.runtime: models, precision,
     device, timing, FLOPs and peaks, profiling, the epochs' batches); neither imports the other,
     and neither imports the storage benchmark nor it them (function-level imports included)."""
-    assert _arrows_between_scenarios(GRAPH) - PENDING_ARROWS == set()
-
-
-def test_pending_arrows_between_scenarios_are_still_there():
-    gone = PENDING_ARROWS - _arrows_between_scenarios(GRAPH)
-    assert gone == set(), f"remove from PENDING_ARROWS (bench/train/peaks.py too, once unused): {sorted(gone)}"
+    assert _arrows_between_scenarios(GRAPH) == set()
 
 
 def test_the_runtime_imports_no_scenario_and_nothing_above_it():
@@ -191,7 +181,7 @@ def test_test_files_have_names_of_their_own():
 # home (bench.results), the per-scenario sweep views (column specs), the storage benchmark's run merge
 # (a dict over every figure), and dicts that merely share a figure's name (the training loop's window
 # dicts, DataLoader options, bench.data.prepare's own statistics).
-RESULT_SERIALISERS = {"bench/results.py", "bench/train/sweep_view.py", "bench/infer/sweep_view.py",
+RESULT_SERIALISERS = {"bench/results.py", "bench/runtime/sweep_view.py", "bench/train/sweep_view.py", "bench/infer/sweep_view.py",
                       "bench/iobench/sweep_view.py", "bench/iobench/runs.py", "bench/train/repeats.py",
                       "bench/data/loader.py", "bench/data/prepare.py"}
 

@@ -1,0 +1,35 @@
+"""What the model scenarios (training, inference) share in a sweep report and in `compare`: how a
+single run is named, the figure compared without samples, a run's label in the timeline plot."""
+
+from __future__ import annotations
+
+from typing import Any, Dict
+
+from bench.analysis.runs import shown
+
+# a training sweep whose jobs evaluated: shown before "error", each only when some job has it
+ACCURACY_COLUMNS = [
+    ("val_top1", "val_top1", "{:.4f}"),
+    ("reached_target", "reached_target", "bool"),  # True/False (MLflow gives it back as 1.0/0.0)
+    ("time_to_target_seconds", "time_to_target_seconds", "{:.1f}"),
+]
+
+# shown before "error" when some job has them: repeats (benchmark.repeats) and utilisation (a known GPU)
+REPEAT_COLUMNS = [
+    ("repeats", "repeats", "{}"),
+    ("images/s median", "images_per_second_median", "{:.1f}"),
+    ("CI95 low", "images_per_second_ci95_low", "{:.1f}"),
+    ("CI95 high", "images_per_second_ci95_high", "{:.1f}"),
+    ("stable", "stable", "bool"),
+    ("MFU", "mfu", "{:.1%}"),
+]
+
+# what names a single run in `compare` (prefix, figure, format), and the figure compared without samples
+LABEL_COLUMNS = [("", "model", "{}"), ("", "precision", "{}"), ("bs=", "batch_size", "int")]
+COMPARE_FIGURE = "images_per_second"
+
+
+def run_label(row: Dict[str, Any]) -> str:
+    """A run under its box in the timeline plot."""
+    return f"job {row['job']}\n{shown(row.get('precision'))} x{shown(row.get('world_size'))}" \
+           f"\nbs {shown(row.get('batch_size'))}"
