@@ -103,9 +103,12 @@ def test_tracking_uri_from_config(bench, tiny, tmp_path):
 
 def test_measure_steps_caps_the_window_and_schedule_runs(bench, tiny, tmp_path):
     proc = bench.run(*tiny, "train.epochs=3", "benchmark.measure_steps=4", "scheduler=cosine",
-                     "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run")
+                     "optimizer.nesterov=true", "model.norm=none", "tracking.enabled=false",
+                     f"hydra.run.dir={tmp_path}/run")
     metrics = bench.metrics(proc)
     assert metrics["measured_steps"] == 4 and metrics["total_images"] == 16
+    # the recipe knobs that change the run are in the result line, not only in the config (issue 21)
+    assert metrics["optimizer"] == "sgd" and metrics["nesterov"] is True and metrics["norm"] == "none"
     epochs = (tmp_path / "run" / "metrics_epoch.jsonl").read_text().splitlines()
     assert [json.loads(e)["steps"] for e in epochs] == [3, 1]
     assert metrics["final_lr"] < metrics["lr"]  # cosine decayed
