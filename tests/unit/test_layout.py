@@ -180,10 +180,12 @@ def test_test_files_have_names_of_their_own():
 # Modules whose job is to (de)serialise result dicts or to name their keys for display: the records'
 # home (bench.results), the per-scenario sweep views (column specs), the storage benchmark's run merge
 # (a dict over every figure), and dicts that merely share a figure's name (the training loop's window
-# dicts, DataLoader options, bench.data.prepare's own statistics).
-RESULT_SERIALISERS = {"bench/results.py", "bench/runtime/sweep_view.py", "bench/train/sweep_view.py", "bench/infer/sweep_view.py",
-                      "bench/iobench/sweep_view.py", "bench/iobench/runs.py", "bench/train/repeats.py",
-                      "bench/data/loader.py", "bench/data/prepare.py"}
+# dicts, DataLoader options, bench.data.prepare's own statistics), and gpu_check, which reads other
+# processes' final lines as JSON, as a user's script does.
+RESULT_SERIALISERS = {"bench/results.py", "bench/runtime/sweep_view.py", "bench/train/sweep_view.py",
+                      "bench/infer/sweep_view.py", "bench/iobench/sweep_view.py", "bench/iobench/runs.py",
+                      "bench/train/repeats.py", "bench/data/loader.py", "bench/data/prepare.py",
+                      "bench/tools/gpu_check.py"}
 
 
 def _record_keys() -> Set[str]:
