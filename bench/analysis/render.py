@@ -15,7 +15,7 @@ from typing import Any, List, Sequence, Tuple
 
 import pandas as pd
 
-from bench.analysis.runs import CONFIG_PREFIX, absent, metric_columns
+from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent, metric_columns
 from bench.scenarios import report_class_of_modes
 
 
@@ -48,6 +48,10 @@ def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
     reports = sweep_report_class(frame)
     base = list(reports.SWEEP_COLUMNS)
     extra = [c for c in reports.OPTIONAL_COLUMNS if c[1] in frame and not all(absent(v) for v in frame[c[1]])]
+    # jobs that ran other code or packages (a Slurm sweep over nodes set up apart): say which, per job
+    extra += [(header, ENV_PREFIX + name, "{}") for header, name in (("code", "git_commit"), ("dirty", "git_dirty"),
+                                                                      ("packages", "packages_sha256"))
+              if len({str(v) for v in frame.get(ENV_PREFIX + name, []) if not absent(v) and v != ""}) > 1]
     return base[:-1] + extra + base[-1:]  # the error stays last
 
 

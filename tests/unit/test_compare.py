@@ -110,3 +110,30 @@ def test_sweep_plots_draw_the_repeats_spread_as_error_bars(tmp_path):
     assert not ax2.containers  # no repeats: a plain line
     plt.close(fig)
     plt.close(fig2)
+
+
+def test_a_comparison_says_when_the_two_runs_ran_other_code_or_packages():
+    """Issue 21: every result records bench's version, the git commit (and a dirty tree) and a hash
+    of the package list; compare names what differs beside the verdict."""
+    base, cand = _run("a", 32, rates=[100.0, 101.0, 99.0]), _run("b", 32, rates=[100.0, 100.5, 99.5])
+    base.provenance = {"bench_version": "0.1.0", "git_commit": "a" * 40, "git_dirty": False, "packages_sha256": "1" * 16}
+    cand.provenance = {"bench_version": "0.1.0", "git_commit": "b" * 40, "git_dirty": True, "packages_sha256": "2" * 16}
+    (pair,) = compare_frames(_frame(base), _frame(cand), 0.03).pairs
+    assert "code differs: commit aaaaaaaaaaaa vs bbbbbbbbbbbb" in pair.note
+    assert "packages differ: 111111111111 vs 222222222222" in pair.note
+    assert "candidate ran from a checkout with uncommitted changes" in pair.note and "bench 0.1.0" not in pair.note
+    cand.provenance = dict(base.provenance)
+    (same,) = compare_frames(_frame(base), _frame(cand), 0.03).pairs
+    assert "differ" not in same.note and "uncommitted" not in same.note
+
+
+def test_a_sweep_whose_jobs_ran_other_code_shows_it_per_job():
+    from bench.analysis.render import columns_of
+
+    one, two = _run("0", 16), _run("1", 32)
+    one.provenance = {"git_commit": "a" * 40, "packages_sha256": "1" * 16}
+    two.provenance = {"git_commit": "b" * 40, "packages_sha256": "1" * 16}
+    headers = [header for header, _, _ in columns_of(_frame(one, two))]
+    assert "code" in headers and "packages" not in headers and headers[-1] == "error"
+    two.provenance = dict(one.provenance)
+    assert "code" not in [header for header, _, _ in columns_of(_frame(one, two))]
