@@ -66,7 +66,10 @@ def code_provenance(packages: List[str]) -> Dict[str, Any]:
 
     found: Dict[str, Any] = {"bench_version": __version__,
                              "packages_sha256": hashlib.sha256("\n".join(packages).encode()).hexdigest()[:16]}
-    commit = _git("rev-parse", "HEAD")
+    top = _git("rev-parse", "--show-toplevel")
+    here = Path(__file__).resolve().parents[2]  # the directory holding the bench package
+    # only a checkout of bench itself: an installed wheel inside some other repository has no commit of ours
+    commit = _git("rev-parse", "HEAD") if top and Path(top).resolve() == here else None
     if commit:
         found["git_commit"] = commit
         status = _git("status", "--porcelain", "--untracked-files=no")
