@@ -100,7 +100,9 @@ def match(baseline: pd.DataFrame, candidate: pd.DataFrame) -> Tuple[List[Tuple[s
     """(label, baseline row, candidate row) per configuration both have; labels only one side has."""
     base_rows, cand_rows = baseline.to_dict("records"), candidate.to_dict("records")
     if len(base_rows) == 1 and len(cand_rows) == 1:
-        return [(label_of(cand_rows[0], []), base_rows[0], cand_rows[0])], [], []
+        base_label, cand_label = label_of(base_rows[0], []), label_of(cand_rows[0], [])
+        label = cand_label if cand_label == base_label else f"{cand_label} vs {base_label}"  # two configs: both named
+        return [(label, base_rows[0], cand_rows[0])], [], []
     keys = swept_keys(baseline, candidate)
     by_key = {tuple(str(r.get(k)) for k in keys): r for r in base_rows}
     pairs, seen = [], set()

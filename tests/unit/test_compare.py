@@ -137,3 +137,16 @@ def test_a_sweep_whose_jobs_ran_other_code_shows_it_per_job():
     assert "code" in headers and "packages" not in headers and headers[-1] == "error"
     two.provenance = dict(one.provenance)
     assert "code" not in [header for header, _, _ in columns_of(_frame(one, two))]
+
+
+def test_two_different_configurations_are_both_named_and_the_plot_title_is_wrapped_not_cut(tmp_path):
+    from bench.tools.compare_output import plot
+
+    small, large = _run("a", 16, rates=[100.0, 101.0]), _run("b", 64, rates=[300.0, 303.0])
+    comparison = compare_frames(_frame(small), _frame(large), 0.03)
+    assert comparison.pairs[0].label == "resnet18 bs=64 vs resnet18 bs=16"
+    title = "/a/very/long/path/to/the/baseline/run/directory/2026-11-25/10-00-00 " * 3
+    image = plot(comparison, tmp_path / "compare.png", title)
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    same = compare_frames(_frame(small), _frame(_run("c", 16, rates=[100.0, 99.0])), 0.03)
+    assert same.pairs[0].label == "resnet18 bs=16"
