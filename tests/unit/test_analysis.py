@@ -383,3 +383,29 @@ def test_a_batch_size_sweep_plots_only_its_batch_axis_with_the_swept_values_as_t
     low, high = ax.get_ylim()
     assert low == 0 and high > 300.0
     plt.close(fig)
+
+
+def test_a_worker_sweep_names_the_smallest_count_within_5_percent_of_the_best(tmp_path, capsys):
+    """Issue 21 (the DDP scaling study's first experiment): -m data.num_workers=0,2,4,8 gets a column
+    for the swept key, throughput and data wait against the workers, and the pick."""
+    sweep = tmp_path / "sweep"
+    for job, (workers, rate, wait) in enumerate([(0, 120.0, 0.62), (2, 390.0, 0.08), (4, 405.0, 0.03),
+                                                  (8, 402.0, 0.03)]):
+        config = _training_config(1)
+        config["data"]["num_workers"] = workers
+        results = _training_results(1, rate, data_wait_fraction=wait)
+        _job_dir(sweep, str(job), [f"data.num_workers={workers}"], config, results, {"step_times.csv": STEP_TIMES})
+    files, frame = build_report(sweep, sweep / "report")
+    printed = capsys.readouterr().out
+    sentence = ("data.num_workers: 2 is the smallest count within 5% of the best (4 workers: 405.0 images/s); "
+                "2 gives 390.0 images/s, data wait 8.0%")
+    assert sentence in printed and sentence in (sweep / "report" / "report.md").read_text()
+    assert "throughput_vs_workers.png" in [p.name for p in files]
+    header = printed.splitlines()[0].split()
+    assert "data.num_workers" in header  # the swept key labelled in the table
+
+    from bench.analysis.workers import worker_picks
+
+    frame.loc[frame["job"] == "2", "images_per_second"] = 500.0  # 4 workers far ahead: 2 no longer within 5%
+    (pick,) = worker_picks(frame)
+    assert pick.pick.workers == 4 and pick.best.workers == 4
