@@ -117,6 +117,9 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)
     log.info("results in %s", out_dir)
+    link = tracker.ui_link() if sweep_job is None else None  # a sweep's jobs: the sweep says it once, at its end
+    if link:
+        log.info(link)
     return 0
 
 

@@ -51,6 +51,8 @@ class Tracker(Protocol):
 
     def finish(self, status: str, error: Optional[str] = None) -> None: ...
 
+    def ui_link(self, children: bool = False) -> Optional[str]: ...
+
 
 class Report(Protocol):
     """What a scenario's report offers the app (one run) and the analysis (a sweep of runs)."""

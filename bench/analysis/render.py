@@ -11,7 +11,7 @@ from __future__ import annotations
 import base64
 import html
 from pathlib import Path
-from typing import Any, List, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import pandas as pd
 
@@ -46,15 +46,28 @@ def cell(value: Any, fmt: str) -> str:
         return str(value)
 
 
+def swept_override_keys(frame: pd.DataFrame) -> List[str]:
+    """The keys the command line swept: override keys whose value differs between the jobs (a group
+    choice such as precision=bf16 is its group, shown by its own column)."""
+    values: Dict[str, set] = {}
+    for overrides in frame.get("overrides", []):
+        for item in str(overrides).split():
+            key, sep, value = item.lstrip("+~").partition("=")
+            if sep and not key.startswith(NOT_SWEPT):
+                values.setdefault(key, set()).add(value)
+    jobs = len(frame)
+    return sorted(k for k, v in values.items() if len(v) > 1 or 0 < sum(
+        1 for o in frame.get("overrides", []) if f"{k}=" in str(o)) < jobs)
+
+
 def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
     """(header, frame column, format) of this sweep's table: what its runs' report class shows."""
     reports = sweep_report_class(frame)
     base = list(reports.SWEEP_COLUMNS)
     # every swept key labelled: a column of its own after the overrides, unless a column shows it already
     shown_keys = {name for _, name, _ in base} | {CONFIG_PREFIX + key for key in SHOWN_AS}
-    swept = [(c[len(CONFIG_PREFIX):], c, "{}") for c in sorted(frame.columns) if c.startswith(CONFIG_PREFIX)
-             and c not in shown_keys and not c[len(CONFIG_PREFIX):].startswith(NOT_SWEPT)
-             and len({str(v) for v in frame[c] if not absent(v)}) > 1]
+    swept = [(key, CONFIG_PREFIX + key, "{}") for key in swept_override_keys(frame)
+             if CONFIG_PREFIX + key in frame and CONFIG_PREFIX + key not in shown_keys]
     at = next((i + 1 for i, (_, name, _) in enumerate(base) if name == "overrides"), 0)
     base = base[:at] + swept + base[at:]
     extra = [c for c in reports.OPTIONAL_COLUMNS if c[1] in frame and not all(absent(v) for v in frame[c[1]])]

@@ -42,6 +42,14 @@ class WorkerPick:
                 f"{self.pick.workers} gives {self.pick.images_per_second:.1f} images/s{wait}")
 
 
+def _count(value: Any) -> Optional[int]:
+    """A worker count from a frame cell (config values are strings there: "4"; "None" is the default)."""
+    try:
+        return None if absent(value) else int(str(value))
+    except ValueError:
+        return None
+
+
 def _other_swept(frame: "pd.DataFrame") -> List[str]:
     return sorted(c for c in frame.columns if c.startswith(CONFIG_PREFIX) and c != WORKERS
                   and not c[len(CONFIG_PREFIX):].startswith(NOISE) and frame[c].map(str).nunique() > 1)
@@ -49,18 +57,19 @@ def _other_swept(frame: "pd.DataFrame") -> List[str]:
 
 def worker_picks(frame: "pd.DataFrame") -> List[WorkerPick]:
     """A pick per group of finished runs that tried two or more worker counts; [] for other sweeps."""
-    if WORKERS not in frame or len(frame) < 2:
-        return []
+    if WORKERS not in frame or len({_count(v) for v in frame[WORKERS]} - {None}) < 2:
+        return []  # not a worker sweep
     from bench.analysis.render import sweep_report_class
 
     figure = sweep_report_class(frame).COMPARE_FIGURE  # the runs' throughput, as their report class names it
     others = _other_swept(frame)
     groups: Dict[str, List[Point]] = {}
     for row in frame.to_dict("records"):
-        if row.get("status") != "FINISHED" or absent(row.get(WORKERS)) or absent(row.get(figure)):
+        workers = _count(row.get(WORKERS))
+        if row.get("status") != "FINISHED" or workers is None or absent(row.get(figure)):
             continue
         wait = row.get(WAIT_COLUMN)
-        point = Point(int(row[WORKERS]), float(row[figure]), None if absent(wait) else 100.0 * float(wait))
+        point = Point(workers, float(row[figure]), None if absent(wait) else 100.0 * float(wait))
         group = " ".join(f"{c[len(CONFIG_PREFIX):]}={row.get(c)}" for c in others)
         groups.setdefault(group, []).append(point)
     picks = []

@@ -16,6 +16,8 @@ import os
 from pathlib import Path
 from typing import Any, Iterator, Optional, Tuple
 
+from bench.secrets import redact
+
 SQLITE = "sqlite:///"
 LOCK_TIMEOUT_S = 600  # a hang guard: creating the schema takes seconds, even on a loaded machine
 
@@ -61,15 +63,38 @@ def ensure_experiment(client: Any, name: str, uri: str) -> str:
     """Experiment id for `name`, created if missing (tolerates a concurrent creator: a server's
     clients are not serialised by the lock)."""
     existing = client.get_experiment_by_name(name)
-    if existing is not None:
-        return existing.experiment_id
-    try:
-        return client.create_experiment(name, artifact_location=_sqlite_artifact_root(uri))
-    except Exception:  # noqa: BLE001 - another process created it first
-        existing = client.get_experiment_by_name(name)
-        if existing is None:
-            raise
-        return existing.experiment_id
+    if existing is None:
+        try:
+            experiment_id = client.create_experiment(name, artifact_location=_sqlite_artifact_root(uri))
+        except Exception:  # noqa: BLE001 - another process created it first
+            existing = client.get_experiment_by_name(name)
+            if existing is None:
+                raise
+            experiment_id = existing.experiment_id
+    else:
+        experiment_id = existing.experiment_id
+    if existing is None or existing.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+        # MLflow 3's UI opens an experiment of no kind on its GenAI overview ("Traces 0"): say it is training
+        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+    return experiment_id
+
+
+EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
+UI_ORDER = "orderByKey=metrics.%60images_per_second%60&orderByAsc=false"  # fastest first
+
+
+def ui_link(uri: str, experiment_id: str, parent_run_id: Optional[str] = None) -> str:
+    """Where to look at the runs in the MLflow UI: the command that serves a local store and the
+    link to the experiment's runs, fastest first (a sweep's: its children only, so none is collapsed)."""
+    from urllib.parse import quote
+
+    query = UI_ORDER
+    if parent_run_id:
+        query += "&searchFilter=" + quote(f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    path = f"#/experiments/{experiment_id}/runs?{query}"
+    if uri.startswith(("http://", "https://")):
+        return f"MLflow UI: {redact(uri).rstrip('/')}/{path}"
+    return f"MLflow UI: mlflow ui --backend-store-uri {uri}, then open http://127.0.0.1:5000/{path}"
 
 
 def open_client(uri: str) -> Any:

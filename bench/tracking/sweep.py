@@ -199,6 +199,9 @@ class MlflowSweepCallback(Callback):
             tracker.set_tags({"sweep.jobs": jobs, "sweep.failed_jobs": failed})
             tracker.log_artifacts(files, artifact_path="report")
             tracker.finish("FINISHED")
+            link = tracker.ui_link(children=True)
+            if link:
+                log.info(link)
             _state["tracker"] = None
 
 

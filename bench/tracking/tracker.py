@@ -31,6 +31,7 @@ class Tracker:
     def __init__(self, client: Any = None, run_id: Optional[str] = None, uri: str = ""):
         quiet_mlflow()
         self.client, self.run_id, self.uri = client, run_id, uri
+        self.experiment_id: Optional[str] = None
         self.out_dir: Optional[Path] = None  # where the results stay when the server goes away
         self.name_suffix = ""  # "-job<N>" for a sweep job: kept when the run is renamed
         self._system_metrics: Any = None  # mlflow's SystemMetricsMonitor (tracking.system_metrics)
@@ -58,7 +59,17 @@ class Tracker:
                         "the output directory only", redact_uri(uri), type(exc).__name__, reason[0] if reason else "")
             return cls(uri=uri)
         log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact_uri(uri))
-        return cls(client, run.info.run_id, uri)
+        tracker = cls(client, run.info.run_id, uri)
+        tracker.experiment_id = experiment_id
+        return tracker
+
+    def ui_link(self, children: bool = False) -> Optional[str]:
+        """The MLflow UI command and link for this run's experiment (a sweep parent's: its children)."""
+        if not self.active or self.experiment_id is None:
+            return None
+        from bench.tracking.store import ui_link
+
+        return ui_link(self.uri, self.experiment_id, self.run_id if children else None)
 
     def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> None:
         if not self.active:

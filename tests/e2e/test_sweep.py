@@ -60,6 +60,10 @@ def test_sweep_is_one_parent_with_a_child_per_job(sweep):
     assert len(finals) == 4, proc.stdout
 
     assert len(sweep.parents) == 1 and len(sweep.children) == 4 and len(sweep.runs) == 5
+    # one UI link at the sweep's end, to its children fastest first (none per job)
+    (parent,) = sweep.parents
+    links = [line for line in proc.stderr.splitlines() if "MLflow UI:" in line]
+    assert len(links) == 1 and "searchFilter=tags.mlflow.parentRunId%20%3D%20%27" + parent.info.run_id in links[0], links
     parent = sweep.parents[0]
     assert parent.info.status == "FINISHED"
     assert parent.data.params["distributed.nproc_per_node"] == "1,2"
@@ -91,7 +95,7 @@ def test_sweep_report_matches_mlflow(sweep):
     _check_scaling(rows)
 
     page = (report / "report.html").read_text()
-    assert page.count("data:image/png;base64,") == 4
+    assert page.count("data:image/png;base64,") == 3  # no batch axis in this sweep
     assert "<img" in page and 'src="throughput' not in page  # embedded, not linked
     assert "images/s" in (report / "report.md").read_text()
     assert "images/s" in sweep.proc.stdout or "images/s" in sweep.proc.stderr  # the table was printed
