@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from bench.analysis.stats import mean, percentile, rate
-from bench.config.storage import StorageConfig, StorageWorkloadConfig
+from bench.config.storage_benchmark import StorageBenchmarkConfig, StorageWorkloadConfig
 from bench.iobench.measured import EpochStats, ReaderResult
 from bench.iobench.result import RunFigures
 
@@ -71,7 +71,7 @@ def mlperf_figures(passes: Sequence[Sequence[EpochStats]], workload: StorageWork
                          bool(au is not None and au >= 100.0 * workload.au_threshold))
 
 
-def read_figures(results: Sequence[ReaderResult], storage: StorageConfig) -> RunFigures:
+def read_figures(results: Sequence[ReaderResult], storage: StorageBenchmarkConfig) -> RunFigures:
     workload = storage.workload
     latencies = [r.latency_ms for result in results for r in result.requests]
     step_times = [t for result in results for t in result.step_times_ms]

@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from bench.config.storage import StorageConfig
+from bench.config.storage_benchmark import StorageBenchmarkConfig
 from bench.iobench.result import RunFigures
 
 MIN_STEPS_PER_EPOCH = 500
@@ -37,7 +37,7 @@ class DatasetSize:
                 f"{memory_bytes / 2**30:.1f} GiB, {accelerators} accelerator(s))")
 
 
-def dataset_size(storage: StorageConfig, accelerators: int, hosts: int, memory_bytes: float) -> DatasetSize:
+def dataset_size(storage: StorageBenchmarkConfig, accelerators: int, hosts: int, memory_bytes: float) -> DatasetSize:
     workload = storage.workload
     by_steps = MIN_STEPS_PER_EPOCH * workload.batch_size * accelerators
     by_memory = math.ceil(hosts * memory_bytes * HOST_MEMORY_MULTIPLIER / workload.record_size)
@@ -46,7 +46,7 @@ def dataset_size(storage: StorageConfig, accelerators: int, hosts: int, memory_b
     return DatasetSize(files, samples, samples * workload.record_size, by_steps, by_memory)
 
 
-def host_memory(storage: StorageConfig) -> float:
+def host_memory(storage: StorageBenchmarkConfig) -> float:
     """Bytes of RAM per host for the sizing rule: storage.host_memory_gb (in GB as MLPerf's script
     counts them, x 1024^3), else this machine's."""
     if storage.host_memory_gb is not None:
@@ -56,7 +56,7 @@ def host_memory(storage: StorageConfig) -> float:
     return float(psutil.virtual_memory().total)
 
 
-def qualification(figures: RunFigures, storage: StorageConfig, accelerators: int,
+def qualification(figures: RunFigures, storage: StorageBenchmarkConfig, accelerators: int,
                   hosts: int) -> Tuple[bool, int, Optional[str]]:
     """(mlperf_qualifies, the number of files it needed, and every reason why not; None when it does)."""
     workload = storage.workload
