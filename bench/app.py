@@ -136,11 +136,22 @@ def _write_outputs(report: "Report", config: BenchConfig, environment: Mapping[s
     what could not be written, as problems."""
     try:
         files = report.write(out_dir, as_plain(config), environment, tracker.run_id)
+        files.append(_write_packages(out_dir))
     except OSError as exc:
         where = exc.filename or out_dir
         return [f"the run's files could not be written to {out_dir} ({exc.strerror or exc}: {where})"]
     report.log_to(tracker, files, out_dir, config.tracking.log_step_metrics)
     return []
+
+
+def _write_packages(out_dir: Path) -> Path:
+    """packages.txt: every installed package as name==version (the environment holds its hash)."""
+    from bench.results import write_text
+    from bench.tracking.environment import PACKAGES_FILE, installed_packages
+
+    path = out_dir / PACKAGES_FILE
+    write_text(path, "\n".join(installed_packages()) + "\n")
+    return path
 
 
 def _tracker(config: BenchConfig, scenario: "Scenario", launch_dir: Path, environment: Mapping[str, Any],

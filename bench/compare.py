@@ -1,4 +1,5 @@
-"""`python -m bench.compare`: the short path of `python -m bench.tools.compare` (regression verdicts)."""
+"""`python -m bench.compare`: the command's one documented name (docs/architecture.md, "Commands");
+its code is bench.tools.compare, which runs the same when called as `python -m bench.tools.compare` (not documented)."""
 import sys
 
 from bench.tools.compare import main

@@ -1,4 +1,5 @@
-"""`python -m bench.overhead`: the old module path of `python -m bench.tools.overhead`, kept so existing command lines work."""
+"""`python -m bench.overhead`: the command's one documented name (docs/architecture.md, "Commands");
+its code is bench.tools.overhead, which runs the same when called as `python -m bench.tools.overhead` (not documented)."""
 
 from bench.tools.overhead import main
 

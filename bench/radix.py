@@ -1,4 +1,5 @@
-"""`python -m bench.radix`: the old module path of `python -m bench.tools.radix`, kept so existing command lines work."""
+"""`python -m bench.radix`: the command's one documented name (docs/architecture.md, "Commands");
+its code is bench.tools.radix, which runs the same when called as `python -m bench.tools.radix` (not documented)."""
 
 from bench.tools.radix import main
 

@@ -1,4 +1,5 @@
-"""`python -m bench.report`: the old module path of `python -m bench.tools.report`, kept so existing command lines work."""
+"""`python -m bench.report`: the command's one documented name (docs/architecture.md, "Commands");
+its code is bench.tools.report, which runs the same when called as `python -m bench.tools.report` (not documented)."""
 import sys
 
 from bench.tools.report import main

@@ -1,4 +1,5 @@
-"""`python -m bench.sweep_overhead`: the old module path of `python -m bench.tools.sweep_overhead`, kept so existing command lines work."""
+"""`python -m bench.sweep_overhead`: the command's one documented name (docs/architecture.md, "Commands");
+its code is bench.tools.sweep_overhead, which runs the same when called as `python -m bench.tools.sweep_overhead` (not documented)."""
 
 from bench.tools.sweep_overhead import main
 

@@ -36,6 +36,7 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     report.html is files[2]."""
     from bench.analysis import plots, render
     from bench.analysis.scaling import add_scaling
+    from bench.analysis.workers import plot_workers, worker_picks
 
     out.mkdir(parents=True, exist_ok=True)
     frame = render.keep_varying_overrides(add_scaling(frame))
@@ -43,9 +44,15 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     csv_path, md_path, html_path = out / "report.csv", out / "report.md", out / "report.html"
     render.write_csv(frame, csv_path)
     images = plots.plot_all(frame, out, title)
-    render.write_markdown(shown, images, md_path, title)
-    render.write_html(shown, images, html_path, title)
+    picks = worker_picks(frame)  # a DataLoader worker sweep: the smallest count within 5% of the best
+    workers_plot = plot_workers(picks, out, title)
+    images += [workers_plot] if workers_plot else []
+    notes = [pick.sentence() for pick in picks]
+    render.write_markdown(shown, images, md_path, title, notes)
+    render.write_html(shown, images, html_path, title, notes)
     print(render.render_text(shown), flush=True)
+    for note in notes:
+        print(note, flush=True)
     return [csv_path, md_path, html_path, *images], frame
 
 

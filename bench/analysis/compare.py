@@ -26,7 +26,7 @@ import numpy as np
 import pandas as pd
 
 from bench.analysis.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
-from bench.analysis.runs import CONFIG_PREFIX, absent
+from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent
 from bench.scenario_registry import DEFAULT_MODE
 from bench.scenarios import report_class
 
@@ -100,7 +100,9 @@ def match(baseline: pd.DataFrame, candidate: pd.DataFrame) -> Tuple[List[Tuple[s
     """(label, baseline row, candidate row) per configuration both have; labels only one side has."""
     base_rows, cand_rows = baseline.to_dict("records"), candidate.to_dict("records")
     if len(base_rows) == 1 and len(cand_rows) == 1:
-        return [(label_of(cand_rows[0], []), base_rows[0], cand_rows[0])], [], []
+        base_label, cand_label = label_of(base_rows[0], []), label_of(cand_rows[0], [])
+        label = cand_label if cand_label == base_label else f"{cand_label} vs {base_label}"  # two configs: both named
+        return [(label, base_rows[0], cand_rows[0])], [], []
     keys = swept_keys(baseline, candidate)
     by_key = {tuple(str(r.get(k)) for k in keys): r for r in base_rows}
     pairs, seen = [], set()
@@ -177,7 +179,25 @@ def compare_pair(label: str, base: Dict[str, Any], cand: Dict[str, Any], thresho
             why += f"; about {needed} repeats per side would resolve {100 * threshold:g}%"
     return Pair(label, base.get("run_id") if not absent(base.get("run_id")) else None,
                 cand.get("run_id") if not absent(cand.get("run_id")) else None, b, c, ratio, low, high, kind, decided,
-                "; ".join(x for x in (why, note) if x))
+                "; ".join(x for x in (why, note, provenance_differences(base, cand)) if x))
+
+
+def provenance_differences(base: Dict[str, Any], cand: Dict[str, Any]) -> str:
+    """Where the two runs ran other code or packages (what each recorded of it; '' when the same or unknown)."""
+    def of(row: Dict[str, Any], name: str) -> Any:
+        value = row.get(ENV_PREFIX + name)
+        return None if absent(value) or value == "" else str(value)
+
+    said = []
+    for name, what in (("bench_version", "bench {} vs {}"), ("git_commit", "code differs: commit {} vs {}"),
+                       ("packages_sha256", "packages differ: {} vs {} (packages.txt of each run)")):
+        b, c = of(base, name), of(cand, name)
+        if b and c and b != c:
+            said.append(what.format(b[:12], c[:12]))
+    dirty = [side for side, row in (("baseline", base), ("candidate", cand)) if of(row, "git_dirty") in ("True", "true")]
+    if dirty:
+        said.append(f"{' and '.join(dirty)} ran from a checkout with uncommitted changes")
+    return "; ".join(said)
 
 
 def _repeats_for(base: Dict[str, Any], cand: Dict[str, Any], threshold: float) -> Optional[int]:

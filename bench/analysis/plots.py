@@ -11,7 +11,7 @@ utilization vs client count, and the per-request read latency of every run.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
@@ -68,15 +68,39 @@ def _pyplot() -> Any:
     return plt
 
 
-def _finish_axes(ax: Any) -> None:
-    from matplotlib.ticker import MaxNLocator
+def _swept(frame: pd.DataFrame, x: str) -> List[float]:
+    """The distinct values of `x` among the finished runs, sorted: the ticks of that axis."""
+    finished = frame[frame["status"].eq("FINISHED")]
+    return sorted({float(v) for v in finished.get(x, pd.Series([], dtype=object)) if not absent(v)})
 
+
+def _finish_axes(ax: Any, ticks: Optional[Sequence[float]] = None) -> None:
+    """Grid, legend, the swept values as the x ticks, and a y range from 0 to above the highest
+    point or error bar (nothing clipped)."""
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # process counts and batch sizes are whole
-    ax.set_xlim(left=0.5)
-    ax.set_ylim(bottom=0)
+    if ticks:
+        ax.set_xticks(list(ticks), [f"{t:g}" for t in ticks])
+        pad = (max(ticks) - min(ticks)) * 0.08 or 0.5
+        ax.set_xlim(min(ticks) - pad, max(ticks) + pad)
+    else:
+        from matplotlib.ticker import MaxNLocator
+
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # client counts are whole
+        ax.set_xlim(left=0.5)
+    tops = [y for line in ax.get_lines() for y in line.get_ydata() if y == y]
+    tops += [seg[:, 1].max() for coll in ax.collections for seg in getattr(coll, "get_segments", lambda: [])()]
+    ax.set_ylim(bottom=0, top=max([*tops, 1e-9]) * 1.12)
+
+
+def wrap_titles(fig: Any, width: int = 72) -> None:
+    """A title names the sweep's directory, often wider than the plot: wrapped, never cut."""
+    import textwrap
+
+    for ax in fig.axes:
+        if ax.get_title():
+            ax.set_title(textwrap.fill(ax.get_title(), width), fontsize=10)
 
 
 class _Figures:
@@ -89,6 +113,7 @@ class _Figures:
         return self.plt.subplots(figsize=(width, 4.5))
 
     def save(self, fig: Any, name: str) -> None:
+        wrap_titles(fig)
         fig.tight_layout()
         path = self.out / name
         fig.savefig(path, dpi=110)
@@ -152,38 +177,44 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
     unit, count_word = _count_unit(frame)
     by_processes = list(_series(frame, "world_size", ["precision", "batch_size"]))
 
-    fig, ax = figures.new()
-    for label, points in by_processes:
-        _line(ax, points, "world_size", "images_per_second", label)
-    ax.set(title=f"Throughput vs {count_word} count ({title})", xlabel=f"Number of {unit}",
-           ylabel="Throughput (images/s, all processes)")
-    _finish_axes(ax)
-    figures.save(fig, "throughput_vs_gpus.png")
+    # an axis is drawn only when the sweep has at least two values on it (issue 21): a batch-size
+    # sweep draws no "vs processes" plot, a process-count sweep no "vs batch" plot
+    processes = _swept(frame, "world_size")
+    if len(processes) >= 2:
+        fig, ax = figures.new()
+        for label, points in by_processes:
+            _line(ax, points, "world_size", "images_per_second", label)
+        ax.set(title=f"Throughput vs {count_word} count ({title})", xlabel=f"Number of {unit}",
+               ylabel="Throughput (images/s, all processes)")
+        _finish_axes(ax, processes)
+        figures.save(fig, "throughput_vs_gpus.png")
 
-    fig, ax = figures.new()
-    plotted = False
-    for label, points in by_processes:
-        points = [p for p in points if not absent(p.get("scaling_efficiency_percent"))]
-        if points:
-            plotted = True
-            _line(ax, points, "world_size", "scaling_efficiency_percent",
-                  f"{label} ({_shown(points[0].get('scaling'), 'weak')} scaling)")
-    ax.axhline(100.0, color="grey", linestyle="--", linewidth=1, label="ideal (100%)")
-    ax.set(title=f"Scaling efficiency vs {count_word} count ({title})", xlabel=f"Number of {unit}",
-           ylabel="Scaling efficiency (%) = T_N / (N x T_1)")
-    if not plotted:
-        ax.text(0.5, 0.5, "no 1-process run of the same configuration in this sweep",
-                transform=ax.transAxes, ha="center", va="center")
-    _finish_axes(ax)
-    figures.save(fig, "scaling_efficiency.png")
+        fig, ax = figures.new()
+        plotted = False
+        for label, points in by_processes:
+            points = [p for p in points if not absent(p.get("scaling_efficiency_percent"))]
+            if points:
+                plotted = True
+                _line(ax, points, "world_size", "scaling_efficiency_percent",
+                      f"{label} ({_shown(points[0].get('scaling'), 'weak')} scaling)")
+        ax.axhline(100.0, color="grey", linestyle="--", linewidth=1, label="ideal (100%)")
+        ax.set(title=f"Scaling efficiency vs {count_word} count ({title})", xlabel=f"Number of {unit}",
+               ylabel="Scaling efficiency (%) = T_N / (N x T_1)")
+        if not plotted:
+            ax.text(0.5, 0.5, "no 1-process run of the same configuration in this sweep",
+                    transform=ax.transAxes, ha="center", va="center")
+        _finish_axes(ax, processes)
+        figures.save(fig, "scaling_efficiency.png")
 
-    fig, ax = figures.new()
-    for label, points in _series(frame, "batch_size", ["precision", "world_size"]):
-        _line(ax, points, "batch_size", "images_per_second", label)
-    ax.set(title=f"Throughput vs batch size ({title})", xlabel="Batch size per process (images)",
-           ylabel="Throughput (images/s, all processes)")
-    _finish_axes(ax)
-    figures.save(fig, "throughput_vs_batch.png")
+    batches = _swept(frame, "batch_size")
+    if len(batches) >= 2:
+        fig, ax = figures.new()
+        for label, points in _series(frame, "batch_size", ["precision", "world_size"]):
+            _line(ax, points, "batch_size", "images_per_second", label)
+        ax.set(title=f"Throughput vs batch size ({title})", xlabel="Batch size per process (images)",
+               ylabel="Throughput (images/s, all processes)")
+        _finish_axes(ax, batches)
+        figures.save(fig, "throughput_vs_batch.png")
 
     what, ylabel, name = timeline
     _distribution(figures, frame, f"{what} per run ({title})", ylabel, name, run_label)

@@ -15,11 +15,14 @@ from typing import Any, List, Sequence, Tuple
 
 import pandas as pd
 
-from bench.analysis.runs import CONFIG_PREFIX, absent, metric_columns
+from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent, metric_columns
 from bench.scenarios import report_class_of_modes
 
 
 CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
+# config keys the sweep table shows under a column of its own already (model, precision, procs, batch)
+SHOWN_AS = ("model.arch", "precision.name", "distributed.nproc_per_node", "data.batch_size", "mode")
+NOT_SWEPT = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # never a configuration
 
 
 def keep_varying_overrides(frame: pd.DataFrame) -> pd.DataFrame:
@@ -47,7 +50,18 @@ def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
     """(header, frame column, format) of this sweep's table: what its runs' report class shows."""
     reports = sweep_report_class(frame)
     base = list(reports.SWEEP_COLUMNS)
+    # every swept key labelled: a column of its own after the overrides, unless a column shows it already
+    shown_keys = {name for _, name, _ in base} | {CONFIG_PREFIX + key for key in SHOWN_AS}
+    swept = [(c[len(CONFIG_PREFIX):], c, "{}") for c in sorted(frame.columns) if c.startswith(CONFIG_PREFIX)
+             and c not in shown_keys and not c[len(CONFIG_PREFIX):].startswith(NOT_SWEPT)
+             and len({str(v) for v in frame[c] if not absent(v)}) > 1]
+    at = next((i + 1 for i, (_, name, _) in enumerate(base) if name == "overrides"), 0)
+    base = base[:at] + swept + base[at:]
     extra = [c for c in reports.OPTIONAL_COLUMNS if c[1] in frame and not all(absent(v) for v in frame[c[1]])]
+    # jobs that ran other code or packages (a Slurm sweep over nodes set up apart): say which, per job
+    extra += [(header, ENV_PREFIX + name, "{}") for header, name in (("code", "git_commit"), ("dirty", "git_dirty"),
+                                                                      ("packages", "packages_sha256"))
+              if len({str(v) for v in frame.get(ENV_PREFIX + name, []) if not absent(v) and v != ""}) > 1]
     return base[:-1] + extra + base[-1:]  # the error stays last
 
 
@@ -95,7 +109,7 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
     out.to_csv(path, index=False, na_rep="", lineterminator="\r\n")
 
 
-def write_html(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str) -> None:
+def write_html(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str, notes: Sequence[str] = ()) -> None:
     """One page with the table and the plots embedded as data: URIs, so it can be mailed or attached alone."""
     cells = _cells(shown)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cells[0])
@@ -107,11 +121,12 @@ def write_html(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: s
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#eee}}
 img{{max-width:100%}}figure{{display:inline-block;margin:1em}}</style></head>
-<body><h1>{html.escape(title)}</h1><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+<body><h1>{html.escape(title)}</h1>{"".join(f"<p>{html.escape(n)}</p>" for n in notes)}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
 {figures}</body></html>
 """)
 
 
-def write_markdown(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str) -> None:
-    """The table and links to the plots next to it."""
-    path.write_text(f"# {title}\n\n{render_markdown(shown)}\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in images))
+def write_markdown(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str, notes: Sequence[str] = ()) -> None:
+    """The table, the notes (a worker sweep's pick) and links to the plots next to it."""
+    said = "".join(f"{n}\n\n" for n in notes)
+    path.write_text(f"# {title}\n\n{said}{render_markdown(shown)}\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in images))

@@ -37,6 +37,10 @@ from bench.scenarios import report_class
 
 RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates", "val_curve")
 CONFIG_PREFIX = "config."
+# which code and packages a run ran (bench.tracking.environment.code_provenance), as frame columns
+# "env.<name>": compare says when two runs differ in them
+ENV_PREFIX = "env."
+PROVENANCE = ("bench_version", "git_commit", "git_dirty", "packages_sha256")
 
 # Read back from MLflow, a run's names live in its params (metrics are numbers only): these
 # config keys give the columns a job dir's results carry under the short name.
@@ -58,6 +62,7 @@ class RunRecord:
     run_id: Optional[str] = None  # its MLflow run, when known
     val_curve: List[Tuple[float, float]] = field(default_factory=list)  # (wall_seconds, val_top1) per evaluation
     repeat_rates: List[float] = field(default_factory=list)  # images/s per measured window (benchmark.repeats)
+    provenance: Dict[str, Any] = field(default_factory=dict)  # PROVENANCE of its environment, where recorded
 
 
 def absent(value: Any) -> bool:
@@ -76,6 +81,7 @@ def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
     for record in records:
         row: Dict[str, Any] = dict(record.metrics)
         row.update({CONFIG_PREFIX + key: value for key, value in record.config.items()})
+        row.update({ENV_PREFIX + key: value for key, value in record.provenance.items()})
         # the run fields last: they win over a figure of the same name (none is named so today)
         row.update(job=record.job, status=record.status, overrides=record.overrides, error=record.error,
                    run_id=record.run_id, timeline=list(record.timeline), repeat_rates=list(record.repeat_rates),
@@ -88,13 +94,13 @@ def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
 def _ordered(columns: Sequence[str]) -> List[str]:
     """Run fields first, then the figures, then the config: a frame reads left to right."""
     rest = [c for c in columns if c not in RUN_FIELDS]
-    return [*RUN_FIELDS, *[c for c in rest if not c.startswith(CONFIG_PREFIX)],
-            *[c for c in rest if c.startswith(CONFIG_PREFIX)]]
+    return [*RUN_FIELDS, *[c for c in rest if not c.startswith((CONFIG_PREFIX, ENV_PREFIX))],
+            *[c for c in rest if c.startswith(CONFIG_PREFIX)], *[c for c in rest if c.startswith(ENV_PREFIX)]]
 
 
 def metric_columns(frame: pd.DataFrame) -> List[str]:
     """The figures (not run fields, not config) that at least one run has."""
-    return [c for c in frame.columns if c not in RUN_FIELDS and not c.startswith(CONFIG_PREFIX)
+    return [c for c in frame.columns if c not in RUN_FIELDS and not c.startswith((CONFIG_PREFIX, ENV_PREFIX))
             and not all(absent(v) for v in frame[c])]
 
 
@@ -123,7 +129,8 @@ def read_job_dir(job_dir: Path) -> RunRecord:
         reports = report_class(config.get("mode"))
         return RunRecord(job_dir.name, "FINISHED", overrides, flatten_config(config), dict(summary["results"]),
                          reports.timeline(job_dir), run_id=summary.get("mlflow_run_id"),
-                         val_curve=read_val_curve(job_dir), repeat_rates=reports.repeats(job_dir))
+                         val_curve=read_val_curve(job_dir), repeat_rates=reports.repeats(job_dir),
+                         provenance={k: v for k, v in summary.get("environment", {}).items() if k in PROVENANCE})
     composed = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
     return RunRecord(job_dir.name, "FAILED", overrides, flatten_config(composed), {}, error=failure_reason(job_dir))
 
@@ -265,5 +272,7 @@ def _frame_from_search(runs: pd.DataFrame, timelines: List[List[float]],
                            "error": text("tags.error"), "run_id": runs["run_id"], "timeline": timelines,
                            "repeat_rates": repeats, "val_curve": curves},
                           index=runs.index, dtype=object)
-    frame = pd.concat([fields, metrics, config], axis=1).astype(object)
+    provenance = pd.DataFrame({ENV_PREFIX + k: text("tags.env." + k) for k in PROVENANCE}, index=runs.index,
+                              dtype=object)
+    frame = pd.concat([fields, metrics, config, provenance], axis=1).astype(object)
     return frame.reindex(columns=_ordered(frame.columns))

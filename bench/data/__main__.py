@@ -1,4 +1,5 @@
-"""`python -m bench.data`: the old module path of `python -m bench.tools.data`, kept so existing command lines work."""
+"""`python -m bench.data`: the command's one documented name (docs/architecture.md, "Commands");
+its code is bench.tools.data, which runs the same when called as `python -m bench.tools.data` (not documented)."""
 
 from bench.tools.data import main
 

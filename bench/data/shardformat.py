@@ -97,6 +97,16 @@ def make_meta(split: str, classes: List[str], shards: List[Dict[str, Any]], size
     return (json.dumps(meta, indent=1) + "\n").encode()
 
 
+def check_s3_shards(root: str, storage: Any, splits: List[str]) -> None:
+    """Preflight of s3:// shards: each split's meta.json is there and lists shards (a missing val/
+    split was found only when the first epoch ended). Listings only, no shard is read."""
+    from bench.storage.registry import open_store
+
+    store = open_store(root, storage)
+    for split in splits:
+        read_meta(store, str(split))
+
+
 def read_meta(store: Any, split: str) -> Dict[str, Any]:
     key = shard_split_key(split)
     if not store.exists(key):

@@ -1,4 +1,5 @@
-"""`python -m bench.iobench.compare`: the old module path of `python -m bench.tools.iobench_compare`, kept so existing command lines work."""
+"""`python -m bench.iobench.compare`: the command's one documented name (docs/architecture.md, "Commands");
+its code is bench.tools.iobench_compare, which runs the same when called as `python -m bench.tools.iobench_compare` (not documented)."""
 
 from bench.tools.iobench_compare import main
 

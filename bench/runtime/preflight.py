@@ -11,7 +11,7 @@ import os
 from typing import Any
 
 from bench.config import BenchConfig
-from bench.config.data import Split
+from bench.config.data import DataName, Split
 from bench.errors import ConfigError, ConfigProblem, DataError
 
 FLOAT32 = 4
@@ -33,6 +33,10 @@ def check_dataset(config: BenchConfig, validation: bool = False) -> None:
         check_location(config.data)
         if validation:  # the val split too: its absence is found now, not after an epoch
             check_location(dataclasses.replace(config.data, split=Split.val), validation=True)
+        if config.data.root and config.data.root.startswith("s3://") and config.data.name == DataName.shards:
+            from bench.data.shardformat import check_s3_shards
+
+            check_s3_shards(config.data.root, config.storage, [config.data.split] + ([Split.val] if validation else []))
     except DataError as exc:
         raise ConfigProblem(str(exc)) from None
 

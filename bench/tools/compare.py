@@ -1,7 +1,7 @@
 """`python -m bench.compare BASELINE CANDIDATE [--threshold 3%]`: is the candidate slower?
 
-(`python -m bench.tools.compare` is the same command. Not `python -m bench.iobench.compare`,
-which compares S3 clients.)
+(Documented as `python -m bench.compare`: bench/compare.py. Not `python -m bench.iobench.compare`,
+which compares storage read paths.)
 
 BASELINE and CANDIDATE are each a run's directory, a sweep's directory (multirun/<date>/<time>),
 or an MLflow run id (a single run, or a sweep's parent run). Two sweeps are matched configuration

@@ -5,6 +5,7 @@ a verdict tag on every compared candidate run."""
 from __future__ import annotations
 
 import logging
+import textwrap
 import time
 from pathlib import Path
 from typing import List
@@ -46,9 +47,11 @@ def plot(comparison: Comparison, path: Path, title: str) -> Path:
     ax.axvline(1.0, color="black", linewidth=1)
     ax.axvspan(1 - t, 1 + t, color="grey", alpha=0.15, label=f"threshold (±{100 * t:g}%)")
     ax.set_yticks(range(len(pairs)))
-    ax.set_yticklabels([p.label[:50] for p in pairs], fontsize=8)
+    ax.set_yticklabels([textwrap.fill(p.label, 40) for p in pairs], fontsize=8)
     ax.invert_yaxis()
-    ax.set(title=f"Throughput candidate / baseline, 95% interval ({title})"[:120], xlabel="ratio (> 1: faster)")
+    # wrapped, never cut: a title is two run directories or run ids, often longer than the plot is wide
+    ax.set_title(textwrap.fill(f"Throughput candidate / baseline, 95% interval ({title})", 75), fontsize=10)
+    ax.set(xlabel="ratio (> 1: faster)")
     ax.grid(True, axis="x", alpha=0.3)
     ax.legend(fontsize=8, loc="lower right")
     fig.tight_layout()

@@ -1,6 +1,6 @@
 """`python -m bench.data prepare ...` (image folder -> shards), `python -m bench.data digits ...`
 (scikit-learn's 8x8 digits as an image folder) and `python -m bench.data bench-loader ...`
-(also `python -m bench.tools.data`).
+(bench/data/__main__.py; this module is its code).
 
 `prepare --storage KEY=VALUE` sets keys of the storage group for an s3:// destination; they go
 through the schema like any `storage.KEY=VALUE` override of `python -m bench`."""

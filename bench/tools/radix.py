@@ -1,4 +1,4 @@
-"""`python -m bench.tools.radix` (or `python -m bench.radix`): the original Radix benchmark CLI,
+"""`python -m bench.radix` (its documented name; this module is its code): the original Radix benchmark CLI,
 kept for its users and scripts.
 
     python -m bench.radix --lr 0.1 --batch-size 128 --epochs 1 --steps-per-epoch 200 --allow-cpu

@@ -1,6 +1,6 @@
 """`python -m bench.report --sweep <sweep dir | MLflow parent run id>`: compare a sweep's runs.
 
-(`python -m bench.tools.report` is the same command; bench/report.py is its old module path.)
+(Its documented name is `python -m bench.report`: bench/report.py.)
 
 Writes into --out (default <sweep dir>/report, or ./report-<run id> for an MLflow parent):
 report.csv, report.md, report.html (one self-contained page, plots embedded) and four PNGs:

@@ -4,10 +4,14 @@ left out, quietly: a CPU-only machine has no NVML and that is not an error."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import platform
 import socket
-from typing import Any, Dict
+import subprocess
+from importlib import metadata
+from pathlib import Path
+from typing import Any, Dict, List, Optional
 
 import torch
 import torchvision
@@ -33,6 +37,45 @@ def _speed_env() -> Dict[str, str]:
     credential (TORCH_..._AUTH, ..._KEY), with URLs shown without their user:password."""
     return {name: redact(value) for name, value in sorted(environ_items())
             if name.startswith(SPEED_ENV_PREFIXES) and not looks_secret_env(name)}
+
+
+PACKAGES_FILE = "packages.txt"  # the run's installed packages, one `name==version` a line (an MLflow artifact)
+
+
+def installed_packages() -> List[str]:
+    """Every installed distribution as `name==version`, sorted: what a run needs to be reproduced."""
+    found = {f"{dist.metadata['Name']}=={dist.version}" for dist in metadata.distributions() if dist.metadata["Name"]}
+    return sorted(found, key=str.lower)
+
+
+def _git(*args: str) -> Optional[str]:
+    """A git command in the directory bench's code runs from; None outside a checkout (a wheel) or without git."""
+    try:
+        done = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), *args], capture_output=True,
+                              text=True, timeout=5)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None
+
+
+def code_provenance(packages: List[str]) -> Dict[str, Any]:
+    """Which code ran: bench's version, the git commit of its checkout and whether tracked files
+    differed from it (dirty), and a short hash of the package list (two runs with the same hash ran
+    the same packages)."""
+    from bench import __version__
+
+    found: Dict[str, Any] = {"bench_version": __version__,
+                             "packages_sha256": hashlib.sha256("\n".join(packages).encode()).hexdigest()[:16]}
+    top = _git("rev-parse", "--show-toplevel")
+    here = Path(__file__).resolve().parents[2]  # the directory holding the bench package
+    # only a checkout of bench itself: an installed wheel inside some other repository has no commit of ours
+    commit = _git("rev-parse", "HEAD") if top and Path(top).resolve() == here else None
+    if commit:
+        found["git_commit"] = commit
+        status = _git("status", "--porcelain", "--untracked-files=no")
+        if status is not None:
+            found["git_dirty"] = bool(status)
+    return found
 
 
 def nvml_devices() -> list:
@@ -92,5 +135,6 @@ def collect_environment() -> Dict[str, Any]:
         env["gpu_driver"] = gpus[0]["driver"]
         env["gpu_memory_mb"] = gpus[0]["memory_total_mb"]
         env["gpus"] = gpus
+    env.update(code_provenance(installed_packages()))
     env["env_vars"] = _speed_env()
     return env

@@ -98,6 +98,8 @@ def summarize(result: TrainResult, config: BenchConfig, device: str, device_name
         final_loss=result.final_loss, final_lr=result.final_lr, parameters=result.parameters,
         param_checksum=result.param_checksum, model=config.model.arch, data=str(config.data.name),
         image_size=config.data.image_size, optimizer=str(config.optimizer.name),
+        nesterov=bool(config.optimizer.nesterov) if str(config.optimizer.name) == "sgd" else None,
+        norm=str(config.model.norm),
         fused_optimizer=result.fused_optimizer, **result.precision, compile=bool(result.compile.get("active")),
         cudnn_benchmark=bool(config.cudnn_benchmark), device=device, device_name=device_name,
         **input_pipeline(wait_fraction), compile_fallback=result.compile.get("fallback_reason") or None,

@@ -139,6 +139,8 @@ class TrainMetrics(Record):
     data: str
     image_size: int
     optimizer: str
+    nesterov: Optional[bool] = None  # optimizer=sgd only: Nesterov momentum on or off
+    norm: Optional[str] = None  # model.norm: batch (the models' own) or none (normalisation layers removed)
     fused_optimizer: bool
     precision: Optional[str] = None  # the precision policy (bench.train.precision: describe())
     autocast_dtype: Optional[str] = None

@@ -152,6 +152,14 @@ def test_shards_prepared_to_s3_train_through_storage_s3(bench, base, datasets, t
     assert not any(s3_server.secret in p.read_text(errors="ignore") for p in (tmp_path / "run").rglob("*")
                    if p.is_file())
 
+    # the same shard set without its val/ split: validation refused in preflight (issue 21), one line,
+    # before any MLflow run (it used to fail when the first epoch ended, ~20 s in)
+    s3_server.admin().delete_object(Bucket=bucket, Key="shards/val/meta.json")
+    proc = bench.run(*base, "data=shards", f"data.root=s3://{bucket}/shards", "data.num_classes=10", "train.eval_every=1",
+                     *s3_server.overrides(bucket), f"hydra.run.dir={tmp_path}/noval", env=env)
+    assert f"s3://{bucket}/shards holds no val/meta.json" in one_error_line(bench, proc, 2)
+    assert len(bench.runs()) == 1  # no run for the refused one
+
 
 def one_error_line(bench, proc, code: int) -> str:
     assert proc.returncode == code, proc.stderr

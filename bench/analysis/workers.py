@@ -1,0 +1,112 @@
+"""A DataLoader worker sweep (`-m data.num_workers=0,2,4,8`): throughput and data wait against the
+worker count, and the pick: the smallest count within 5% of the best throughput (more workers
+cost cores and memory for no measured gain). One pick per combination of the sweep's other swept
+keys (a worker sweep at two batch sizes gives two picks)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
+
+from bench.analysis.runs import CONFIG_PREFIX, absent
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+WORKERS = CONFIG_PREFIX + "data.num_workers"
+WAIT_COLUMN = "data_wait_fraction"  # the frame column of the window's share spent waiting for data
+WITHIN = 0.05  # a worker count within 5% of the best throughput is as good
+NOISE = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # keys that are never a configuration
+
+
+@dataclass(frozen=True)
+class Point:
+    workers: int
+    images_per_second: float
+    data_wait_percent: Optional[float]
+
+
+@dataclass(frozen=True)
+class WorkerPick:
+    group: str  # the other swept keys' values ("" when the workers are all that was swept)
+    points: Tuple[Point, ...]  # by worker count
+    best: Point
+    pick: Point
+
+    def sentence(self) -> str:
+        where = f" ({self.group})" if self.group else ""
+        wait = f", data wait {self.pick.data_wait_percent:.1f}%" if self.pick.data_wait_percent is not None else ""
+        return (f"data.num_workers{where}: {self.pick.workers} is the smallest count within {100 * WITHIN:g}% of the "
+                f"best ({self.best.workers} workers: {self.best.images_per_second:.1f} images/s); "
+                f"{self.pick.workers} gives {self.pick.images_per_second:.1f} images/s{wait}")
+
+
+def _other_swept(frame: "pd.DataFrame") -> List[str]:
+    return sorted(c for c in frame.columns if c.startswith(CONFIG_PREFIX) and c != WORKERS
+                  and not c[len(CONFIG_PREFIX):].startswith(NOISE) and frame[c].map(str).nunique() > 1)
+
+
+def worker_picks(frame: "pd.DataFrame") -> List[WorkerPick]:
+    """A pick per group of finished runs that tried two or more worker counts; [] for other sweeps."""
+    if WORKERS not in frame or len(frame) < 2:
+        return []
+    from bench.analysis.render import sweep_report_class
+
+    figure = sweep_report_class(frame).COMPARE_FIGURE  # the runs' throughput, as their report class names it
+    others = _other_swept(frame)
+    groups: Dict[str, List[Point]] = {}
+    for row in frame.to_dict("records"):
+        if row.get("status") != "FINISHED" or absent(row.get(WORKERS)) or absent(row.get(figure)):
+            continue
+        wait = row.get(WAIT_COLUMN)
+        point = Point(int(row[WORKERS]), float(row[figure]), None if absent(wait) else 100.0 * float(wait))
+        group = " ".join(f"{c[len(CONFIG_PREFIX):]}={row.get(c)}" for c in others)
+        groups.setdefault(group, []).append(point)
+    picks = []
+    for group, points in sorted(groups.items()):
+        if len({p.workers for p in points}) < 2:
+            continue
+        points.sort(key=lambda p: p.workers)
+        best = max(points, key=lambda p: p.images_per_second)
+        pick = next(p for p in points if p.images_per_second >= (1 - WITHIN) * best.images_per_second)
+        picks.append(WorkerPick(group, tuple(points), best, pick))
+    return picks
+
+
+def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> Optional[Path]:
+    """throughput_vs_workers.png: images/s (left axis) and data wait % (right axis) per worker count,
+    the pick circled."""
+    if not picks:
+        return None
+    from bench.analysis.plots import _pyplot, wrap_titles
+
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    wait_ax: Any = ax.twinx()
+    counts = sorted({p.workers for pick in picks for p in pick.points})
+    for pick in picks:
+        label = pick.group or "images/s"
+        ax.plot([p.workers for p in pick.points], [p.images_per_second for p in pick.points], marker="o", label=label)
+        ax.plot([pick.pick.workers], [pick.pick.images_per_second], marker="o", markersize=14, fillstyle="none",
+                color="black", linestyle="none", label=f"the pick: {pick.pick.workers} workers")
+        waits = [(p.workers, p.data_wait_percent) for p in pick.points if p.data_wait_percent is not None]
+        if waits:
+            wait_ax.plot(*zip(*waits), linestyle="--", marker="x", alpha=0.6, label=f"data wait % ({label})")
+    ax.set(title=f"Throughput and data wait vs loader workers ({title})", xlabel="data.num_workers",
+           ylabel="Throughput (images/s)")
+    wait_ax.set_ylabel("Data wait (% of the window)")
+    ax.set_xticks(counts, [str(c) for c in counts])
+    top = max(p.images_per_second for pick in picks for p in pick.points)
+    ax.set_ylim(0, top * 1.15)
+    wait_ax.set_ylim(0, 100)
+    ax.grid(True, alpha=0.3)
+    handles = ax.get_legend_handles_labels()[0] + wait_ax.get_legend_handles_labels()[0]
+    labels = ax.get_legend_handles_labels()[1] + wait_ax.get_legend_handles_labels()[1]
+    ax.legend(handles, labels, fontsize=8, loc="lower right")
+    wrap_titles(fig)
+    fig.tight_layout()
+    path = out / "throughput_vs_workers.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
