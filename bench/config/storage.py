@@ -1,36 +1,27 @@
 """The `storage` group: where checkpoints, shards and the storage benchmark's dataset live
-(bench.storage), and the workload the storage benchmark emulates (bench.iobench).
+(StorageLocation, read by bench.storage), and the storage benchmark's own keys
+(bench.config.storage_benchmark.StorageBenchmarkConfig, read by bench.iobench). StorageConfig is
+both in one group, so every key keeps its path (`storage.root`, `storage.runs`,
+`storage.workload.num_files`); code that only needs the where takes a StorageLocation.
 
 S3 credentials have no key here on purpose: they come from the AWS environment or profile
 only, since the config is saved in .hydra/ and logged to MLflow."""
 
 from __future__ import annotations
 
-import logging
 import re
-from dataclasses import dataclass, field
-from typing import Optional, Union
+from dataclasses import dataclass
+from typing import Optional
 from urllib.parse import urlparse
 
 from bench.config.fields import Checks, Choice
-from bench.errors import ConfigError
-
-log = logging.getLogger("bench")
+from bench.config.storage_benchmark import (  # noqa: F401  (re-exported: their home before the split)
+    MAX_THREADS, MAX_TRANSFER_SIZE, CheckpointWriters, PrepareMode, ReadMode, RecordFormat, Shuffle,
+    StorageBenchmarkConfig, StorageWorkloadConfig)
 
 # Loose on purpose: AWS wants 3-63 lowercase characters, but some S3-compatible stores take
 # other names; the server has the last word (and its refusal is one clear line too).
 BUCKET_NAME = re.compile(r"^[^/\s]+$")
-
-
-def _inside(path: str) -> bool:
-    """A non-empty relative path that stays below the directory it is joined to."""
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    return bool(parts) and not path.startswith("/") and ".." not in parts
-
-
-def _number(*values: object) -> bool:
-    """Every value a number (not null, not an unresolved ${...} default)."""
-    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 
 class StorageName(Choice):
@@ -44,130 +35,10 @@ class S3Client(Choice):
     boto3 = "boto3"
 
 
-class PrepareMode(Choice):
-    auto = "auto"  # reuse a dataset whose manifest matches the workload, else write it
-    always = "always"
-    never = "never"  # a missing or different dataset is an error
-
-
-class RecordFormat(Choice):
-    raw = "raw"  # records back to back
-    npz = "npz"  # a numpy archive of a (samples, record_size) uint8 array
-    tfrecord = "tfrecord"  # real TFRecord framing (length, masked CRC-32C of it, data, masked CRC-32C of data)
-    hdf5 = "hdf5"  # an h5py dataset chunked one sample per chunk
-    jpeg = "jpeg"  # one real JPEG image per file (samples_per_file=1)
-
-
-class ReadMode(Choice):
-    whole_file = "whole_file"  # one request per file, read whole (in transfer_size pieces)
-    sample = "sample"  # one request per sample: a seek and a read of one record
-
-
-class Shuffle(Choice):
-    none = "none"  # files and samples in order
-    file = "file"  # file order shuffled per epoch (seeded)
-    sample = "sample"  # file order shuffled, then samples through a shuffle buffer (shuffle_buffer)
-
-
-class CheckpointWriters(Choice):
-    one = "one"  # client 0 writes the whole checkpoint (DLIO 2.0.0)
-    all = "all"  # every client writes its 1/N share at once; the slowest sets the time (MLPerf 2025+)
-
-
-# The shuffle key took true/false before it took a mode: they still mean file / none.
-_SHUFFLE_SPELLINGS = {"true": Shuffle.file, "false": Shuffle.none}
-
-# Threads that wait on I/O may outnumber the cores, but past this a Python process spends its time
-# switching between them (and a typo such as 40000 starts that many threads before any read).
-MAX_THREADS = 1024
-# The most one read call returns on Linux (2 GiB - 4 KiB): a larger transfer_size buys nothing, and
-# its buffer is allocated whole.
-MAX_TRANSFER_SIZE = 0x7FFFF000
-
-
 @dataclass
-class StorageWorkloadConfig(Checks):
-    """What the storage benchmark (mode=storage) emulates, in MLPerf Storage / DLIO terms."""
+class StorageLocation(Checks):
+    """Where data lives, and how the store is reached: a local directory or an S3 bucket."""
 
-    KEY = "storage.workload"
-    name: str = "custom"  # a label for reports (the presets name their workload)
-    num_files: int = 16
-    samples_per_file: int = 8
-    record_size: int = 65536  # bytes per sample
-    record_size_stdev: int = 0  # per-file record sizes drawn from N(record_size, stdev)
-    format: RecordFormat = RecordFormat.raw
-    read_mode: ReadMode = ReadMode.whole_file
-    transfer_size: Optional[int] = None  # bytes per read call into a reused buffer; null: one record
-    jpeg_decode: bool = False  # format=jpeg: decode every image (simplejpeg), as a loader would
-    batch_size: int = 4  # samples per step of one simulated accelerator
-    read_threads: int = 4  # reader threads per simulated accelerator
-    prefetch: int = 2  # batches read ahead of the emulated compute
-    computation_time: float = 0.0  # seconds of emulated compute per batch; 0 = the I/O ceiling
-    epochs: int = 1
-    max_steps: Optional[int] = None  # stop each accelerator after this many steps
-    # none | file | sample (true/false: the old spelling of file/none)
-    shuffle: Union[bool, str] = "file"
-    shuffle_buffer: Optional[int] = None  # shuffle=sample: samples in the buffer; null: the whole epoch
-    seed: int = 0
-    seed_change_epoch: bool = True  # a new order every epoch (false: every epoch reads in the first one's order)
-    au_threshold: float = 0.9  # accelerator-utilization pass mark
-    # evaluation: eval_num_files more files (eval/ under the dataset), read every eval_every_epochs epochs
-    eval_num_files: int = 0
-    eval_batch_size: Optional[int] = None  # null: batch_size
-    eval_computation_time: float = 0.0
-    eval_every_epochs: int = 1
-    # checkpoints: checkpoint_count writes (fsync'd), the page cache dropped, then as many reads
-    checkpoint_size_mb: float = 16.0  # the whole checkpoint; 0 skips the phase
-    checkpoint_count: int = 1
-    checkpoint_writers: CheckpointWriters = CheckpointWriters.one
-    checkpoint_every_steps: Optional[int] = None  # also write one every K steps of the read phase
-    checkpoint_only: bool = False  # no dataset and no read phase: the checkpoint workload alone
-    checkpoint_keep: bool = False  # leave the checkpoints on the store (false: each is deleted once read back)
-
-    def __post_init__(self) -> None:
-        self.positive("num_files", "samples_per_file", "record_size", "batch_size", "read_threads", "epochs",
-                      "checkpoint_count", "eval_every_epochs")
-        self.positive("max_steps", "transfer_size", "shuffle_buffer", "eval_batch_size", "checkpoint_every_steps",
-                      optional=True)
-        self.non_negative("record_size_stdev", "prefetch", "computation_time", "checkpoint_size_mb", "eval_num_files",
-                          "eval_computation_time")
-        self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", include_high=True)
-        self._check_bounds()
-        self.shuffle = self._shuffle_mode().value
-        if self.format == RecordFormat.jpeg and self.samples_per_file != 1:
-            self._fail("samples_per_file", "1 with format=jpeg (one image per file)")
-        if (self.checkpoint_only or self.checkpoint_every_steps) and not self.checkpoint_size_mb:
-            self._fail("checkpoint_size_mb", "a size > 0 with checkpoint_only or checkpoint_every_steps")
-
-    def _check_bounds(self) -> None:
-        if _number(self.read_threads) and self.read_threads > MAX_THREADS:
-            self._fail("read_threads", f"an integer in [1, {MAX_THREADS}] (reader threads per simulated accelerator)")
-        if _number(self.record_size_stdev, self.record_size) and self.record_size_stdev > self.record_size:
-            self._fail("record_size_stdev", f"an integer in [0, record_size={self.record_size}] (record sizes are drawn "
-                                            "from N(record_size, stdev); a wider spread is mostly 1-byte records)")
-        if _number(self.transfer_size) and self.transfer_size > MAX_TRANSFER_SIZE:
-            self._fail("transfer_size", f"an integer in [1, {MAX_TRANSFER_SIZE}] or null (2 GiB - 4 KiB: the most one "
-                                        "read call returns on Linux; null reads one record per call)")
-
-    def _shuffle_mode(self) -> Shuffle:
-        value = str(self.shuffle).lower()
-        if value in _SHUFFLE_SPELLINGS:
-            return _SHUFFLE_SPELLINGS[value]
-        if value not in Shuffle.names():
-            self._fail("shuffle", "one of none, file, sample (or true/false: file/none)")
-        return Shuffle(value)
-
-    @property
-    def shuffle_mode(self) -> Shuffle:
-        return Shuffle(self.shuffle)
-
-    @property
-    def eval_batch(self) -> int:
-        return self.eval_batch_size or self.batch_size
-
-
-@dataclass
-class StorageConfig(Checks):
     KEY = "storage"
     name: StorageName = StorageName.local
     # local: a directory (null: the run's output directory)
@@ -186,60 +57,17 @@ class StorageConfig(Checks):
     max_attempts: int = 5  # tries per request (5xx, throttling, timeouts retried with backoff)
     timeout_s: float = 60.0  # per request
     connect_timeout_s: float = 5.0
-    # the storage benchmark (mode=storage)
-    dataset_dir: str = "iobench-dataset"  # under root (local) or prefix (s3)
-    prepare: PrepareMode = PrepareMode.auto
-    prepare_workers: int = 4
-    accelerators: int = 1  # simulated accelerators: one reader process each, on its own files
-    workload: StorageWorkloadConfig = field(default_factory=StorageWorkloadConfig)
-    # MLPerf's harness: warm-up runs, then `runs` measured runs (mean and spread; a new seed each run)
-    runs: int = 1
-    warmup_runs: int = 0
-    host_memory_gb: Optional[float] = None  # RAM per host (GB x 1024^3, as MLPerf counts) for the size rule; null: this machine's
-    # Deprecated spelling of accelerators (it read like storage.client, the S3 library); kept one release.
-    clients: Optional[int] = None
 
     def __post_init__(self) -> None:
-        if self.clients is not None:
-            if self.accelerators != StorageConfig.accelerators:  # both spellings: which one wins would be a guess
-                self._fail("clients", f"null when storage.accelerators={self.accelerators} is set too "
-                           "(storage.clients is the deprecated name of storage.accelerators: set only that)")
-            log.warning("storage.clients is deprecated: use storage.accelerators (same meaning: simulated "
-                        "accelerators; storage.client is the S3 library)")
-            self.accelerators, self.clients = self.clients, None
-        self.positive("accelerators", "prepare_workers", "max_attempts", "runs")
-        if _number(self.prepare_workers) and self.prepare_workers > MAX_THREADS:
-            self._fail("prepare_workers", f"an integer in [1, {MAX_THREADS}] (threads writing the dataset)")
-        self.non_negative("warmup_runs")
+        self.check_location()
+
+    def check_location(self) -> None:
+        self.positive("max_attempts")
         self.positive("timeout_s", "connect_timeout_s", integer=False)
-        self.positive("host_memory_gb", optional=True, integer=False)
-        if not self.workload.checkpoint_only:
-            self.check_clients(self.accelerators, "storage.accelerators")
-        if not _inside(self.dataset_dir):
-            self._fail("dataset_dir", "a relative path inside storage.root (or the bucket's prefix), without '..': "
-                                      "storage.root is the one key that chooses where")
         if not self.checkpoint_name or "/" in self.checkpoint_name or self.checkpoint_name in (".", ".."):
             self._fail("checkpoint_name", "a file name (no '/'): the checkpoint goes into storage.root")
         if self.name == StorageName.s3:
             self._check_endpoint()
-
-    def check_clients(self, clients: int, key: str) -> None:
-        """Each of `clients` simulated accelerators (processes, or torch.distributed ranks) reads its
-        own files, and its first step is warm-up: with a batch larger than what it reads, nothing
-        would be measured and every figure would be empty."""
-        workload = self.workload
-        if clients > workload.num_files:
-            raise ConfigError(key, clients, f"at most storage.workload.num_files={workload.num_files} "
-                                            "(each simulated accelerator reads its own files)")
-        samples = (workload.num_files // clients) * workload.samples_per_file  # the smallest share
-        steps = workload.epochs * -(-samples // workload.batch_size)
-        if workload.max_steps is not None:
-            steps = min(steps, workload.max_steps)
-        if workload.batch_size > samples or steps < 2:
-            self.workload._fail("batch_size", f"at most {samples // 2 if workload.epochs == 1 else samples} "
-                                f"(each of the {clients} simulated accelerators reads {samples} samples per "
-                                f"epoch x {workload.epochs} epochs; its first step is warm-up, so it needs 2 steps "
-                                "or more to measure anything)")
 
     def _check_endpoint(self) -> None:
         if self.endpoint is None:
@@ -257,3 +85,12 @@ class StorageConfig(Checks):
         if self.name == StorageName.s3 and not BUCKET_NAME.match(self.bucket or ""):
             self._fail("bucket", "a bucket name (no '/': put paths in storage.prefix) with storage=s3 "
                                  "(mode=storage or storage.save_checkpoint=true)")
+
+
+@dataclass
+class StorageConfig(StorageBenchmarkConfig, StorageLocation):
+    """The whole `storage` group: StorageLocation's keys first, then the benchmark's (as always)."""
+
+    def __post_init__(self) -> None:
+        self.check_benchmark()
+        self.check_location()

@@ -16,7 +16,7 @@ import torch
 
 from bench.data.registry import Batch
 from bench.config.data import DataConfig
-from bench.config.storage import StorageConfig
+from bench.config.storage import StorageLocation
 from bench.data.layout import check_class_count, cifar_file
 from bench.data.device_batches import DeviceBatches
 from bench.data.loader import (
@@ -111,7 +111,7 @@ class Cifar100Batches(BatchDataset):
 
 
 def cifar100_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
-                     rank: int = 0, world_size: int = 1, storage: StorageConfig | None = None) -> Iterator[Batch]:
+                     rank: int = 0, world_size: int = 1, storage: StorageLocation | None = None) -> Iterator[Batch]:
     images, labels, names = load_cifar100(cfg.root, cfg.split)
     classes = max(len(names), int(labels.max()) + 1)
     check_class_count(classes, cfg.root, cfg.num_classes)

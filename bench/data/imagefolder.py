@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from bench.config.data import DataConfig
-from bench.config.storage import StorageConfig
+from bench.config.storage import StorageLocation
 from bench.errors import DataError
 from bench.data.registry import Batch
 from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder
@@ -49,7 +49,7 @@ class ImageFolderBatches(BatchDataset):
 
 
 def imagefolder_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
-                        rank: int = 0, world_size: int = 1, storage: StorageConfig | None = None) -> Iterator[Batch]:
+                        rank: int = 0, world_size: int = 1, storage: StorageLocation | None = None) -> Iterator[Batch]:
     base = imagefolder_base(cfg.root, cfg.split)
     classes, paths, labels = scan_image_folder(base)
     check_class_count(len(classes), base, cfg.num_classes)

@@ -27,7 +27,7 @@ from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 from PIL import Image
 from tqdm import tqdm
 
-from bench.config.storage import StorageConfig
+from bench.config.storage import StorageLocation
 from bench.data.layout import imagefolder_base, scan_image_folder
 from bench.data.shardformat import encode_shard, make_meta, shard_key
 from bench.errors import DataError, Interrupted
@@ -53,7 +53,7 @@ def resized_jpeg(path: str, size: int, quality: int) -> bytes:
         return out.getvalue()
 
 
-def _write_shard(task: Tuple[str, StorageConfig, str, List[Tuple[str, int]], int, int]
+def _write_shard(task: Tuple[str, StorageLocation, str, List[Tuple[str, int]], int, int]
                  ) -> Tuple[Dict[str, Any], List[str]]:
     location, storage, key, items, size, quality = task
     records, skipped = [], []
@@ -110,11 +110,11 @@ def _pool(processes: int) -> Iterator[Any]:
 
 
 def prepare(src: str, dst: str, size: int = 256, quality: int = 90, shard_size: int = 1000,
-            workers: Optional[int] = None, storage: Optional[StorageConfig] = None, seed: int = 0,
+            workers: Optional[int] = None, storage: Optional[StorageLocation] = None, seed: int = 0,
             progress: Optional[bool] = None) -> Dict[str, Any]:
     """Write every split of `src` to `dst`; returns a summary per split. progress None: a bar on a TTY."""
     workers = workers or os.cpu_count() or 1
-    storage = storage or StorageConfig()
+    storage = storage or StorageLocation()
     summary: Dict[str, Any] = {}
     for split in source_splits(src):
         base = imagefolder_base(src, split)

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple
 
 from bench.config.data import DataConfig, DataName
-from bench.config.storage import StorageConfig
+from bench.config.storage import StorageLocation
 from bench.data.layout import check_separate_val
 from bench.errors import DataError
 
@@ -47,14 +47,14 @@ def _load(target: str) -> Callable[..., Any]:
 
 
 def build_batches(data: DataConfig, device: "torch.device", memory_format: "torch.memory_format", seed: int,
-                  rank: int = 0, world_size: int = 1, storage: Optional[StorageConfig] = None) -> Iterator[Batch]:
+                  rank: int = 0, world_size: int = 1, storage: Optional[StorageLocation] = None) -> Iterator[Batch]:
     """`rank`/`world_size` shard real datasets; `storage` opens datasets read through it (s3:// roots)."""
     return _load(OPTIONS[data.name].batches)(data, device, memory_format, seed, rank, world_size,
-                                             storage or StorageConfig())
+                                             storage or StorageLocation())
 
 
 def build_val_batches(data: DataConfig, device: "torch.device", memory_format: "torch.memory_format",
-                      rank: int = 0, world_size: int = 1, storage: Optional[StorageConfig] = None) -> Any:
+                      rank: int = 0, world_size: int = 1, storage: Optional[StorageLocation] = None) -> Any:
     """This rank's share of the validation split (every sample read by one rank, once): an object
     whose one_pass() yields device batches; DataError when the option or data.root has none."""
     target = OPTIONS[data.name].val

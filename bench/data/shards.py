@@ -20,7 +20,7 @@ import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from bench.config.data import DataConfig
-from bench.config.storage import StorageConfig
+from bench.config.storage import StorageLocation
 from bench.data.registry import Batch
 from bench.data.layout import check_class_count
 from bench.data.device_batches import DeviceBatches
@@ -50,7 +50,7 @@ def consumer_plan(shard_counts: List[int], epoch: int, seed: int, shuffle: bool,
 
 
 class ShardStream(IterableDataset):
-    def __init__(self, cfg: DataConfig, storage: StorageConfig, meta: Dict[str, Any], seed: int,
+    def __init__(self, cfg: DataConfig, storage: StorageLocation, meta: Dict[str, Any], seed: int,
                  rank: int, world_size: int, one_pass: bool = False):
         self.one_pass = one_pass  # validation: one pass, the last batch partial (every record read once)
         self.location, self.storage = cfg.root, storage
@@ -130,8 +130,8 @@ class ShardStream(IterableDataset):
 
 
 def shard_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
-                  rank: int = 0, world_size: int = 1, storage: StorageConfig | None = None) -> Iterator[Batch]:
-    storage = storage or StorageConfig()
+                  rank: int = 0, world_size: int = 1, storage: StorageLocation | None = None) -> Iterator[Batch]:
+    storage = storage or StorageLocation()
     store = open_store(cfg.root, storage)
     meta = read_meta(store, cfg.split)
     check_class_count(len(meta["classes"]), f"{store.url}/{cfg.split}", cfg.num_classes)
@@ -146,10 +146,10 @@ def shard_batches(cfg: DataConfig, device: torch.device, memory_format: torch.me
 
 
 def shard_val_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, rank: int = 0,
-                      world_size: int = 1, storage: StorageConfig | None = None) -> DeviceBatches:
+                      world_size: int = 1, storage: StorageLocation | None = None) -> DeviceBatches:
     """The val shards, unaugmented and in order: each rank x worker reads its own shards (or
     records), once per pass, the last batch partial."""
-    storage = storage or StorageConfig()
+    storage = storage or StorageLocation()
     val = dataclasses.replace(cfg, split="val")
     meta = read_meta(open_store(val.root, storage), "val")
     stream = ShardStream(val, storage, meta, 0, rank, world_size, one_pass=True)

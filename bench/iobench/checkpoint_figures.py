@@ -15,8 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from bench.analysis.stats import mean, present
+from bench.analysis.stats import mean
 from bench.iobench.measured import ReaderResult
+from bench.iobench.result import RunFigures
 
 
 def _by_index(results: Sequence[ReaderResult], phase: str) -> List[List[Dict[str, Any]]]:
@@ -39,38 +40,36 @@ def _gbps(size: Optional[float], seconds: Optional[float]) -> Optional[float]:
     return size / seconds / 1e9 if size and seconds else None
 
 
-def checkpoint_metrics(results: Sequence[ReaderResult]) -> Dict[str, Any]:
-    metrics: Dict[str, Any] = {}
+def add_checkpoint_figures(figures: RunFigures, results: Sequence[ReaderResult]) -> RunFigures:
+    """The checkpoint phase's figures (and the periodic checkpoints') set on `figures`, returned."""
     errors = [r.checkpoint_error for r in results if r.checkpoint_error]
     if errors:
-        metrics["checkpoint_error"] = errors[0]
+        figures.checkpoint_error = errors[0]
     final = _by_index(results, "final")
     if final:
         size = mean([sum(r["bytes"] for r in group) for group in final])
         write, store_write = _slowest(final, "serialize_s", "write_s"), _slowest(final, "write_s")
         read, store_read = _slowest(final, "read_s", "load_s"), _slowest(final, "read_s")
-        metrics.update(present({
-            "checkpoint_bytes": int(size) if size else None,
-            "checkpoint_count": len({r["index"] for group in final for r in group}),
-            "checkpoint_clients": len(final[0]),
-            "checkpoint_write_seconds": write, "checkpoint_write_gbps": _gbps(size, write),
-            "checkpoint_serialize_seconds": _slowest(final, "serialize_s"),
-            "checkpoint_store_write_seconds": store_write, "checkpoint_store_write_gbps": _gbps(size, store_write),
-            "checkpoint_read_seconds": read, "checkpoint_read_gbps": _gbps(size, read),
-            "checkpoint_deserialize_seconds": _slowest(final, "load_s"),
-            "checkpoint_store_read_seconds": store_read, "checkpoint_store_read_gbps": _gbps(size, store_read),
-        }))
+        figures.checkpoint_bytes = int(size) if size else None
+        figures.checkpoint_count = len({r["index"] for group in final for r in group})
+        figures.checkpoint_clients = len(final[0])
+        figures.checkpoint_write_seconds, figures.checkpoint_write_gbps = write, _gbps(size, write)
+        figures.checkpoint_serialize_seconds = _slowest(final, "serialize_s")
+        figures.checkpoint_store_write_seconds = store_write
+        figures.checkpoint_store_write_gbps = _gbps(size, store_write)
+        figures.checkpoint_read_seconds, figures.checkpoint_read_gbps = read, _gbps(size, read)
+        figures.checkpoint_deserialize_seconds = _slowest(final, "load_s")
+        figures.checkpoint_store_read_seconds = store_read
+        figures.checkpoint_store_read_gbps = _gbps(size, store_read)
         drops = sorted({r.checkpoint_cache_drop for r in results if r.checkpoint_cache_drop})
         if drops:
-            metrics["checkpoint_cache_drop"] = ", ".join(drops)
+            figures.checkpoint_cache_drop = ", ".join(drops)
     periodic = _by_index(results, "periodic")
     if periodic:
         size = mean([sum(r["bytes"] for r in group) for group in periodic])
         seconds, store_write = _slowest(periodic, "serialize_s", "write_s"), _slowest(periodic, "write_s")
-        metrics.update(present({
-            "periodic_checkpoints": len({r["index"] for group in periodic for r in group}),
-            "periodic_checkpoint_bytes": int(size) if size else None,
-            "periodic_checkpoint_seconds": seconds,
-            "periodic_checkpoint_store_write_gbps": _gbps(size, store_write),
-        }))
-    return metrics
+        figures.periodic_checkpoints = len({r["index"] for group in periodic for r in group})
+        figures.periodic_checkpoint_bytes = int(size) if size else None
+        figures.periodic_checkpoint_seconds = seconds
+        figures.periodic_checkpoint_store_write_gbps = _gbps(size, store_write)
+    return figures

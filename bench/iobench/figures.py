@@ -17,11 +17,13 @@ accelerators. A figure with no samples behind it is left out, never 0.
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from bench.analysis.stats import mean, percentile, present, rate
-from bench.config.storage import StorageConfig, StorageWorkloadConfig
+from bench.analysis.stats import mean, percentile, rate
+from bench.config.storage_benchmark import StorageBenchmarkConfig, StorageWorkloadConfig
 from bench.iobench.measured import EpochStats, ReaderResult
+from bench.iobench.result import RunFigures
 
 log = logging.getLogger(__name__)
 
@@ -47,23 +49,29 @@ def per_epoch(passes: Sequence[Sequence[EpochStats]], figure: Callable[[EpochSta
             if (merged := merge(values)) is not None}
 
 
-def mlperf_figures(passes: Sequence[Sequence[EpochStats]], workload: StorageWorkloadConfig, computation_time: float,
-                   prefix: str = "mlperf_") -> Dict[str, Any]:
+@dataclass
+class MlperfFigures:
+    """MLPerf's account of a set of passes (training's, or evaluation's): None where no sample is behind it."""
+
+    samples_per_second: Optional[float]
+    mib_per_second: Optional[float]
+    au_percent: Optional[float]
+    au_pass: bool  # the mean AU meets the threshold (a pass mark is for training; evaluation reports none)
+
+
+def mlperf_figures(passes: Sequence[Sequence[EpochStats]], workload: StorageWorkloadConfig,
+                   computation_time: float) -> MlperfFigures:
     rates = per_epoch(passes, lambda e: e.mlperf_samples_per_second, lambda v: sum(v))
     aus = per_epoch(passes, lambda e: e.mlperf_au, mean)
     samples_per_second = mean(list(rates.values()))
-    au = 100.0 * mean(list(aus.values())) if computation_time > 0 and aus else None
-    figures: Dict[str, Any] = present({
-        f"{prefix}samples_per_second": samples_per_second,
-        f"{prefix}mib_per_second": samples_per_second * workload.record_size / MIB if samples_per_second else None,
-        f"{prefix}au_percent": au,
-    })
-    if prefix == "mlperf_":  # a pass mark is for training; an evaluation pass has none
-        figures["mlperf_au_pass"] = bool(au is not None and au >= 100.0 * workload.au_threshold)
-    return figures
+    au_mean = mean(list(aus.values()))
+    au = 100.0 * au_mean if computation_time > 0 and au_mean is not None else None
+    return MlperfFigures(samples_per_second,
+                         samples_per_second * workload.record_size / MIB if samples_per_second else None, au,
+                         bool(au is not None and au >= 100.0 * workload.au_threshold))
 
 
-def read_metrics(results: Sequence[ReaderResult], storage: StorageConfig) -> Dict[str, Any]:
+def read_figures(results: Sequence[ReaderResult], storage: StorageBenchmarkConfig) -> RunFigures:
     workload = storage.workload
     latencies = [r.latency_ms for result in results for r in result.requests]
     step_times = [t for result in results for t in result.step_times_ms]
@@ -75,44 +83,52 @@ def read_metrics(results: Sequence[ReaderResult], storage: StorageConfig) -> Dic
     cpu_s = sum(result.cpu_s for result in results)
     read_mb = _total_rate(results, "bytes")
     steady = _total_rate(results, "samples")
-    metrics: Dict[str, Any] = mlperf_figures([r.epochs for r in results], workload, workload.computation_time)
-    metrics.update(present({
-        "samples_per_second": steady,
-        "steady_samples_per_second": steady,
-        "read_mb_per_second": read_mb / 1e6 if read_mb is not None else None,
-        "requests_per_second": _total_rate(results, "requests"),
-        "read_samples": sum(result.total("samples") for result in results),
-        "read_bytes": int(read_bytes),
-        "read_requests": len(latencies),
-        "read_steps": sum(result.total("steps") for result in results),
-        "read_seconds": wall,
-        "latency_ms_mean": mean(latencies),
-        "latency_ms_p50": percentile(latencies, 50),
-        "latency_ms_p90": percentile(latencies, 90),
-        "latency_ms_p99": percentile(latencies, 99),
-        "latency_ms_max": max(latencies, default=None),
-        "step_time_ms_p50": percentile(step_times, 50),
-        "step_time_ms_p99": percentile(step_times, 99),
-        "data_wait_fraction": rate(sum(r.total("wait_s") for r in results), sum(r.total("wall_s") for r in results)),
+    steps = int(sum(result.total("steps") for result in results))
+    mlperf = mlperf_figures([r.epochs for r in results], workload, workload.computation_time)
+    threshold = 100.0 * workload.au_threshold
+    au_mean = mean([a for a in per_accelerator_au if a is not None])
+    au_min = 100.0 * min(epoch_aus) if computing and epoch_aus else None
+    figures = RunFigures(
+        mlperf_samples_per_second=mlperf.samples_per_second, mlperf_mib_per_second=mlperf.mib_per_second,
+        mlperf_au_percent=mlperf.au_percent, mlperf_au_pass=mlperf.au_pass,
+        samples_per_second=steady,
+        steady_samples_per_second=steady,
+        read_mb_per_second=read_mb / 1e6 if read_mb is not None else None,
+        requests_per_second=_total_rate(results, "requests"),
+        read_samples=int(sum(result.total("samples") for result in results)),
+        read_bytes=int(read_bytes),
+        read_requests=len(latencies),
+        read_steps=steps,
+        read_seconds=wall,
+        latency_ms_mean=mean(latencies),
+        latency_ms_p50=percentile(latencies, 50),
+        latency_ms_p90=percentile(latencies, 90),
+        latency_ms_p99=percentile(latencies, 99),
+        latency_ms_max=max(latencies, default=None),
+        step_time_ms_p50=percentile(step_times, 50),
+        step_time_ms_p99=percentile(step_times, 99),
+        data_wait_fraction=rate(sum(r.total("wait_s") for r in results), sum(r.total("wall_s") for r in results)),
         # AU only means something when there is compute to keep busy (computation_time > 0)
-        "au_percent_mean": 100.0 * mean([a for a in per_accelerator_au if a is not None]) if computing and any(
-            a is not None for a in per_accelerator_au) else None,
-        "au_percent_min": 100.0 * min(epoch_aus) if computing and epoch_aus else None,
-        "au_threshold_percent": 100.0 * workload.au_threshold,
-        "client_cpu_seconds": cpu_s,
-        "client_cpu_percent": 100.0 * cpu_s / wall if wall > 0 else None,  # of one core, all accelerators
-        "client_cpu_seconds_per_gb": cpu_s / (read_bytes / 1e9) if read_bytes else None,
-    }))
-    metrics["au_pass"] = bool(computing and epoch_aus and metrics["au_percent_min"] >= metrics["au_threshold_percent"])
+        au_percent_mean=100.0 * au_mean if computing and au_mean is not None else None,
+        au_percent_min=au_min,
+        au_threshold_percent=threshold,
+        client_cpu_seconds=cpu_s,
+        client_cpu_percent=100.0 * cpu_s / wall if wall > 0 else None,  # of one core, all accelerators
+        client_cpu_seconds_per_gb=cpu_s / (read_bytes / 1e9) if read_bytes else None,
+        au_pass=bool(computing and epoch_aus and au_min is not None and au_min >= threshold),
+    )
     evals = [r.evals for r in results if r.evals]
     if evals:
-        metrics.update(mlperf_figures(evals, workload, workload.eval_computation_time, prefix="eval_"))
-        metrics["eval_seconds"] = max(sum(e.epoch_s for e in passes) for passes in evals)
-    if not latencies or metrics["read_steps"] < 2 * len(results):
+        evaluation = mlperf_figures(evals, workload, workload.eval_computation_time)
+        figures.eval_samples_per_second = evaluation.samples_per_second
+        figures.eval_mib_per_second = evaluation.mib_per_second
+        figures.eval_au_percent = evaluation.au_percent
+        figures.eval_seconds = max(sum(e.epoch_s for e in passes) for passes in evals)
+    if not latencies or steps < 2 * len(results):
         log.warning("read: only %d measured steps and %d requests after the warm-up step: too few for stable "
                     "figures (raise storage.workload.num_files or epochs); figures without samples are left out",
-                    metrics["read_steps"], len(latencies))
-    return metrics
+                    steps, len(latencies))
+    return figures
 
 
 def epoch_rows(results: Sequence[ReaderResult]) -> List[Dict[str, Any]]:
@@ -138,12 +154,12 @@ def client_rows(results: Sequence[ReaderResult], workload: StorageWorkloadConfig
 
     rows = []
     for r in results:
-        figures = mlperf_figures([r.epochs], workload, workload.computation_time)
+        mlperf = mlperf_figures([r.epochs], workload, workload.computation_time)
         latencies = [q.latency_ms for q in r.requests]
         au = rate(r.total("compute_s"), r.total("wall_s")) if workload.computation_time > 0 else None
         rows.append({"client": r.client, "host": r.host, "node": r.node, "run": r.run,
-                     "mlperf_samples_per_second": shown(figures.get("mlperf_samples_per_second")),
-                     "mlperf_au_percent": shown(figures.get("mlperf_au_percent")),
+                     "mlperf_samples_per_second": shown(mlperf.samples_per_second),
+                     "mlperf_au_percent": shown(mlperf.au_percent),
                      "au_percent": shown(100.0 * au if au is not None else None),
                      "read_requests": len(latencies), "latency_ms_p50": shown(percentile(latencies, 50)),
                      "latency_ms_p99": shown(percentile(latencies, 99))})

@@ -22,9 +22,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
-from bench.analysis.stats import percentile, present
+from bench.analysis.stats import percentile
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
 from bench.iobench.freespace import DiskFull, no_space, write_error
+from bench.iobench.result import PrepareFigures
 from bench.iobench.workload import EVAL_DIR, FileSpec, dataset_spec, encode_file, plan_files
 from bench.storage.base import ObjectStore
 
@@ -168,10 +169,10 @@ def prepare_dataset(store: ObjectStore, workload: StorageWorkloadConfig, mode: P
     return finish(store, workload, written, time.perf_counter() - start, why, latencies)
 
 
-def prepare_summary(prepared: Prepared) -> Dict[str, Any]:
+def prepare_figures(prepared: Prepared) -> PrepareFigures:
     seconds, puts = prepared.seconds, prepared.put_latencies_ms
-    return {"prepare_skipped": prepared.skipped, "prepare_seconds": seconds,
-            "prepare_written_bytes": prepared.written_bytes,
-            **present({"prepare_mb_per_second": prepared.written_bytes / seconds / 1e6 if seconds > 0 else None,
-                       "prepare_put_latency_ms_p50": percentile(puts, 50),
-                       "prepare_put_latency_ms_p99": percentile(puts, 99)})}
+    return PrepareFigures(prepare_skipped=prepared.skipped, prepare_seconds=seconds,
+                          prepare_written_bytes=prepared.written_bytes,
+                          prepare_mb_per_second=prepared.written_bytes / seconds / 1e6 if seconds > 0 else None,
+                          prepare_put_latency_ms_p50=percentile(puts, 50),
+                          prepare_put_latency_ms_p99=percentile(puts, 99))

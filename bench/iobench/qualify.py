@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping
+from typing import List, Optional, Tuple
 
-from bench.config.storage import StorageConfig
+from bench.config.storage_benchmark import StorageBenchmarkConfig
+from bench.iobench.result import RunFigures
 
 MIN_STEPS_PER_EPOCH = 500
 HOST_MEMORY_MULTIPLIER = 5
@@ -36,7 +37,7 @@ class DatasetSize:
                 f"{memory_bytes / 2**30:.1f} GiB, {accelerators} accelerator(s))")
 
 
-def dataset_size(storage: StorageConfig, accelerators: int, hosts: int, memory_bytes: float) -> DatasetSize:
+def dataset_size(storage: StorageBenchmarkConfig, accelerators: int, hosts: int, memory_bytes: float) -> DatasetSize:
     workload = storage.workload
     by_steps = MIN_STEPS_PER_EPOCH * workload.batch_size * accelerators
     by_memory = math.ceil(hosts * memory_bytes * HOST_MEMORY_MULTIPLIER / workload.record_size)
@@ -45,7 +46,7 @@ def dataset_size(storage: StorageConfig, accelerators: int, hosts: int, memory_b
     return DatasetSize(files, samples, samples * workload.record_size, by_steps, by_memory)
 
 
-def host_memory(storage: StorageConfig) -> float:
+def host_memory(storage: StorageBenchmarkConfig) -> float:
     """Bytes of RAM per host for the sizing rule: storage.host_memory_gb (in GB as MLPerf's script
     counts them, x 1024^3), else this machine's."""
     if storage.host_memory_gb is not None:
@@ -55,9 +56,9 @@ def host_memory(storage: StorageConfig) -> float:
     return float(psutil.virtual_memory().total)
 
 
-def qualification(metrics: Mapping[str, Any], storage: StorageConfig, accelerators: int,
-                  hosts: int) -> Dict[str, Any]:
-    """mlperf_qualifies, the size it needed, and (when it does not) every reason why not."""
+def qualification(figures: RunFigures, storage: StorageBenchmarkConfig, accelerators: int,
+                  hosts: int) -> Tuple[bool, int, Optional[str]]:
+    """(mlperf_qualifies, the number of files it needed, and every reason why not; None when it does)."""
     workload = storage.workload
     size = dataset_size(storage, accelerators, hosts, host_memory(storage))
     why: List[str] = []
@@ -68,8 +69,8 @@ def qualification(metrics: Mapping[str, Any], storage: StorageConfig, accelerato
                    f"{size.explain(hosts, host_memory(storage), accelerators)}")
     if workload.computation_time <= 0:
         why.append("computation_time=0: an I/O ceiling, no emulated accelerator to keep busy")
-    elif not metrics.get("mlperf_au_pass"):
-        au = metrics.get("mlperf_au_percent")
+    elif not figures.mlperf_au_pass:
+        au = figures.mlperf_au_percent
         why.append(f"AU: mean {au:.1f}% is below {100 * workload.au_threshold:.0f}%" if au is not None
                    else "AU: no step after the first of an epoch was measured")
     if workload.max_steps is not None:
@@ -78,10 +79,7 @@ def qualification(metrics: Mapping[str, Any], storage: StorageConfig, accelerato
         why.append(f"runs: MLPerf wants {WARMUP_RUNS} warm-up run then {MEASURED_RUNS} runs "
                    f"(storage.warmup_runs={WARMUP_RUNS} storage.runs={MEASURED_RUNS}); this was "
                    f"{storage.warmup_runs} + {storage.runs}")
-    spread = metrics.get("runs_samples_per_second_spread_percent")
+    spread = figures.runs_samples_per_second_spread_percent
     if spread is not None and spread > MAX_SPREAD_PERCENT:
         why.append(f"runs: samples/s spread {spread:.1f}% over the runs, MLPerf wants them within {MAX_SPREAD_PERCENT:.0f}%")
-    found: Dict[str, Any] = {"mlperf_qualifies": not why, "mlperf_min_num_files": size.min_files}
-    if why:
-        found["mlperf_not_qualified_because"] = "; ".join(why)
-    return found
+    return not why, size.min_files, "; ".join(why) or None

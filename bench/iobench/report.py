@@ -18,13 +18,14 @@ from typing import Any, Dict, List, Mapping, Optional
 import psutil
 
 from bench.analysis.stats import mean
-from bench.iobench.figures import epoch_rows, per_epoch, read_metrics
+from bench.iobench.figures import epoch_rows, per_epoch, read_figures
 from bench.iobench.measured import EpochStats, ReaderResult, Request
+from bench.iobench.result import CachingFigures, StorageMetrics
 from bench.iobench import sweep_view
 from bench.iobench.sweep_view import STORAGE_COLUMNS, storage_plots
 from bench.results import read_column, read_summary, write_csv, write_json
 
-__all__ = ["StorageReport", "caching_metrics", "epoch_rows", "read_metrics"]
+__all__ = ["StorageReport", "caching_figures", "epoch_rows", "read_figures"]
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +34,19 @@ CACHE_SAFE_RAM_MULTIPLE = 5
 REQUEST_FIELDS = ["client", "epoch", "key", "bytes", "latency_ms"]
 
 
-def caching_metrics(dataset_bytes: int, hosts: int = 1) -> Dict[str, Any]:
+# the record's fields that are also MLflow tags (to filter runs by)
+TAG_FIELDS = ("mode", "workload", "storage", "storage_client", "storage_url", "au_pass", "mlperf_au_pass",
+              "potential_caching", "mlperf_qualifies")
+
+
+def caching_figures(dataset_bytes: int, hosts: int = 1) -> CachingFigures:
     ram = psutil.virtual_memory().total
-    return {"dataset_bytes": dataset_bytes, "client_ram_bytes": ram,
-            "potential_caching": dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * hosts}
+    return CachingFigures(dataset_bytes=dataset_bytes, client_ram_bytes=ram,
+                          potential_caching=dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * hosts)
 
 
-def _figure(m: Mapping[str, Any], key: str, unit: str = "", digits: int = 1) -> str:
-    return f"{m[key]:.{digits}f}{unit}" if key in m else "n/a"
+def _figure(value: Optional[float], unit: str = "", digits: int = 1) -> str:
+    return f"{value:.{digits}f}{unit}" if value is not None else "n/a"
 
 
 @dataclass
@@ -53,26 +59,31 @@ class StorageReport:
     sweep_plots = staticmethod(storage_plots)
 
     results: List[ReaderResult]  # one per simulated accelerator (and measured run)
-    metrics: Dict[str, Any]
+    record: StorageMetrics  # the radix_metrics contract, typed
     prepare: Dict[str, Any] = field(default_factory=dict)  # why the dataset was (re)written or reused
     runs: List[Dict[str, Any]] = field(default_factory=list)  # the headline figures of each measured run
     clients: List[Dict[str, Any]] = field(default_factory=list)  # one row per simulated accelerator
 
+    @property
+    def metrics(self) -> Dict[str, Any]:
+        """The radix_metrics dict (final line, summary.csv, MLflow): the record, serialised."""
+        return self.record.to_metrics()
+
     def headline(self) -> str:
-        m = self.metrics
-        where = f"storage {m['workload']} on {m['storage_url']} x{m['clients']} accelerators"
-        if "mlperf_samples_per_second" not in m:  # checkpoint_only
-            return (f"{where}: checkpoint write {_figure(m, 'checkpoint_store_write_gbps', ' GB/s', 3)}, read "
-                    f"{_figure(m, 'checkpoint_store_read_gbps', ' GB/s', 3)} ({m.get('checkpoint_count', 0)} x "
-                    f"{m.get('checkpoint_bytes', 0) / 1e6:.1f} MB)")
-        au = (f"AU {_figure(m, 'mlperf_au_percent', '%')} {'PASS' if m['mlperf_au_pass'] else 'FAIL'} at "
-              f"{m['au_threshold_percent']:.0f}% (strict: min {_figure(m, 'au_percent_min', '%')}, "
-              f"{'pass' if m['au_pass'] else 'fail'})"
-              if m["computation_time"] > 0 else "I/O ceiling (computation_time=0)")
-        return (f"{where}: MLPerf {_figure(m, 'mlperf_samples_per_second')} samples/s, "
-                f"{_figure(m, 'mlperf_mib_per_second')} MiB/s, {au}; strict {_figure(m, 'samples_per_second')} "
-                f"samples/s, {_figure(m, 'read_mb_per_second')} MB/s; request p50 "
-                f"{_figure(m, 'latency_ms_p50', ' ms', 2)} p99 {_figure(m, 'latency_ms_p99', ' ms', 2)}")
+        r, f = self.record, self.record.figures
+        where = f"storage {r.workload} on {r.storage_url} x{r.clients} accelerators"
+        if f.mlperf_samples_per_second is None:  # checkpoint_only
+            return (f"{where}: checkpoint write {_figure(f.checkpoint_store_write_gbps, ' GB/s', 3)}, read "
+                    f"{_figure(f.checkpoint_store_read_gbps, ' GB/s', 3)} ({f.checkpoint_count or 0} x "
+                    f"{(f.checkpoint_bytes or 0) / 1e6:.1f} MB)")
+        au = (f"AU {_figure(f.mlperf_au_percent, '%')} {'PASS' if f.mlperf_au_pass else 'FAIL'} at "
+              f"{f.au_threshold_percent:.0f}% (strict: min {_figure(f.au_percent_min, '%')}, "
+              f"{'pass' if f.au_pass else 'fail'})"
+              if r.computation_time > 0 else "I/O ceiling (computation_time=0)")
+        return (f"{where}: MLPerf {_figure(f.mlperf_samples_per_second)} samples/s, "
+                f"{_figure(f.mlperf_mib_per_second)} MiB/s, {au}; strict {_figure(f.samples_per_second)} "
+                f"samples/s, {_figure(f.read_mb_per_second)} MB/s; request p50 "
+                f"{_figure(f.latency_ms_p50, ' ms', 2)} p99 {_figure(f.latency_ms_p99, ' ms', 2)}")
 
     def write(self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any],
               run_id: Optional[str]) -> List[Path]:
@@ -83,11 +94,12 @@ class StorageReport:
         epochs = [{**row, "run": r.run} for r in self.results for row in epoch_rows([r])]
         requests = [{"client": r.client, "epoch": q.epoch, "key": q.key, "bytes": q.bytes,
                      "latency_ms": round(q.latency_ms, 4), "run": r.run} for r in self.results for q in r.requests]
-        summary = {"results": self.metrics, "epochs": epochs, "clients": self.clients, "runs": self.runs,
+        metrics = self.metrics
+        summary = {"results": metrics, "epochs": epochs, "clients": self.clients, "runs": self.runs,
                    "prepare": self.prepare, "environment": dict(environment), "config": dict(config),
                    "mlflow_run_id": run_id}
         files = [write_json(out_dir / "run_summary.json", summary),
-                 write_csv(out_dir / "summary.csv", list(self.metrics), [self.metrics]),
+                 write_csv(out_dir / "summary.csv", list(metrics), [metrics]),
                  write_csv(out_dir / "epochs.csv", list(epochs[0]) if epochs else ["client", "epoch"], epochs),
                  write_csv(out_dir / "read_latency.csv", [*REQUEST_FIELDS, "run"], requests)]
         if self.clients:
@@ -99,8 +111,8 @@ class StorageReport:
     @property
     def problems(self) -> List[str]:
         """What failed after the read phase was measured (the checkpoint phase)."""
-        return [f"the checkpoint phase failed: {self.metrics['checkpoint_error']}"] \
-            if "checkpoint_error" in self.metrics else []
+        error = self.record.figures.checkpoint_error
+        return [f"the checkpoint phase failed: {error}"] if error is not None else []
 
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
         """Everything but the metrics (logged first, on their own): per-epoch series, tags, artifacts."""
@@ -115,10 +127,7 @@ class StorageReport:
         if log_series:
             requests = sorted((q for r in self.results for q in r.requests), key=lambda q: q.finished)
             tracker.log_series(self.TIMELINE_METRIC, [q.latency_ms for q in requests])
-        tracker.set_tags({key: self.metrics[key] for key in ("mode", "workload", "storage", "storage_client",
-                                                             "storage_url", "au_pass", "mlperf_au_pass",
-                                                             "potential_caching", "mlperf_qualifies")
-                          if key in self.metrics})
+        tracker.set_tags({key: value for key, value in self.metrics.items() if key in TAG_FIELDS})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 
     def epoch_series(self) -> Dict[int, Dict[str, float]]:
@@ -128,7 +137,7 @@ class StorageReport:
         series: Dict[int, Dict[str, float]] = {}
         for epoch, value in per_epoch(first, lambda e: e.mlperf_samples_per_second, sum).items():
             series.setdefault(epoch, {})["epoch_samples_per_second"] = value
-        if self.metrics.get("computation_time", 0) > 0:
+        if (self.record.computation_time or 0) > 0:
             for epoch, value in per_epoch(first, lambda e: e.mlperf_au, mean).items():
                 series.setdefault(epoch, {})["epoch_mlperf_au_percent"] = 100.0 * value
         return series
@@ -151,7 +160,8 @@ class StorageReport:
             for order, row in enumerate(csv.DictReader(fh)):
                 client(row).requests.append(Request(row["key"], int(row["epoch"]), int(row["bytes"]),
                                                     float(row["latency_ms"]), float(order)))
-        return cls([clients[c] for c in sorted(clients)], summary["results"], summary.get("prepare", {}),
+        return cls([clients[c] for c in sorted(clients)], StorageMetrics.from_metrics(summary["results"]),
+                   summary.get("prepare", {}),
                    summary.get("runs", []), summary.get("clients", []))
 
     @classmethod

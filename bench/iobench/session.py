@@ -9,17 +9,18 @@ on rank 0 (bench.iobench.ranks, which returns them on rank 0 only).
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence
 
 from bench.config import BenchConfig
 from bench.iobench.checkpoint import drop_cache
-from bench.iobench.checkpoint_figures import checkpoint_metrics
+from bench.iobench.checkpoint_figures import add_checkpoint_figures
 from bench.iobench.client import ClientJob, shard
-from bench.iobench.figures import client_rows, read_metrics
+from bench.iobench.figures import client_rows, read_figures
 from bench.iobench.measured import ReaderResult
-from bench.iobench.prepare import Prepared, prepare_summary
+from bench.iobench.prepare import Prepared, prepare_figures
 from bench.iobench.qualify import qualification
-from bench.iobench.report import StorageReport, caching_metrics
+from bench.iobench.report import StorageReport, caching_figures
+from bench.iobench.result import RunFigures, StorageMetrics
 from bench.iobench.runs import merge_runs, run_rows
 from bench.storage.base import ObjectStore
 
@@ -43,7 +44,7 @@ def measure(config: BenchConfig, run_clients: Callable[[int], Optional[List[Read
             drop: Callable[[int], None]) -> tuple:
     """(per-run figures, every measured result) of warmup_runs + runs runs; ([], []) off rank 0."""
     storage = config.storage
-    per_run: List[Dict[str, Any]] = []
+    per_run: List[RunFigures] = []
     measured: List[ReaderResult] = []
     total = storage.warmup_runs + storage.runs
     for run in range(total):
@@ -54,31 +55,29 @@ def measure(config: BenchConfig, run_clients: Callable[[int], Optional[List[Read
         results = run_clients(run)
         if results is None or run < storage.warmup_runs:
             continue
-        figures = {} if storage.workload.checkpoint_only else read_metrics(results, storage)
-        per_run.append({**figures, **checkpoint_metrics(results)})
+        figures = RunFigures() if storage.workload.checkpoint_only else read_figures(results, storage)
+        per_run.append(add_checkpoint_figures(figures, results))
         measured.extend(results)
     return per_run, measured
 
 
 def build_report(config: BenchConfig, prepared: Prepared, store_url: str, client_name: str,
-                 per_run: List[Dict[str, Any]], results: List[ReaderResult], clients: int,
+                 per_run: List[RunFigures], results: List[ReaderResult], clients: int,
                  hosts: int) -> StorageReport:
     storage, workload = config.storage, config.storage.workload
-    metrics: Dict[str, Any] = {
-        "mode": "storage", "workload": workload.name, "storage": str(storage.name), "storage_client": client_name,
-        "storage_url": store_url, "clients": clients, "accelerators": clients, "hosts": hosts,
-        "format": str(workload.format), "read_mode": str(workload.read_mode), "shuffle": workload.shuffle,
-        "num_files": len(prepared.files), "samples_per_file": workload.samples_per_file,
-        "record_size": workload.record_size, "batch_size": workload.batch_size, "read_threads": workload.read_threads,
-        "prefetch": workload.prefetch, "computation_time": workload.computation_time, "epochs": workload.epochs,
-        "runs": storage.runs, "warmup_runs": storage.warmup_runs,
-        **prepare_summary(prepared), **merge_runs(per_run, results), **caching_metrics(prepared.total_bytes, hosts),
-    }
-    if not workload.checkpoint_only:
-        metrics["au_threshold_percent"] = 100.0 * workload.au_threshold
-    metrics.update(qualification(metrics, storage, clients, hosts))
+    record = StorageMetrics(
+        workload=workload.name, storage=str(storage.name), storage_client=client_name, storage_url=store_url,
+        clients=clients, accelerators=clients, hosts=hosts, format=str(workload.format),
+        read_mode=str(workload.read_mode), shuffle=str(workload.shuffle), num_files=len(prepared.files),
+        samples_per_file=workload.samples_per_file, record_size=workload.record_size,
+        batch_size=workload.batch_size, read_threads=workload.read_threads, prefetch=workload.prefetch,
+        computation_time=workload.computation_time, epochs=workload.epochs, runs=storage.runs,
+        warmup_runs=storage.warmup_runs, prepare=prepare_figures(prepared), figures=merge_runs(per_run, results),
+        caching=caching_figures(prepared.total_bytes, hosts))
+    record.mlperf_qualifies, record.mlperf_min_num_files, record.mlperf_not_qualified_because = \
+        qualification(record.figures, storage, clients, hosts)
     prepare = {"reason": prepared.reason, "files": len(prepared.files), "eval_files": len(prepared.eval_files)}
     if prepared.written_by_client:
         prepare["written_by_client"] = prepared.written_by_client
-    return StorageReport(results, metrics, prepare, run_rows(per_run) if len(per_run) > 1 else [],
+    return StorageReport(results, record, prepare, run_rows(per_run) if len(per_run) > 1 else [],
                          client_rows(results, workload))

@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, List, Optional, Tuple
 
-from bench.config.storage import StorageConfig
+from bench.config.storage import StorageLocation
 from bench.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -203,7 +203,7 @@ def _read_o_direct(path: Path, start: int, length: Optional[int]) -> bytes:
 class LocalBackend:
     """storage=local: storage.root (default: the run's output directory)."""
 
-    def __init__(self, cfg: StorageConfig):
+    def __init__(self, cfg: StorageLocation):
         self.cfg = cfg
 
     def location(self, run_dir: Path, subdir: str = "") -> str:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import importlib
 from typing import Dict
 
-from bench.config.storage import StorageConfig, StorageName
+from bench.config.storage import StorageLocation, StorageName
 from bench.storage.base import Backend, ObjectStore
 
 BACKENDS: Dict[StorageName, str] = {
@@ -23,12 +23,12 @@ BACKENDS: Dict[StorageName, str] = {
 SCHEMES: Dict[str, StorageName] = {"s3": StorageName.s3}
 
 
-def backend(cfg: StorageConfig, name: StorageName | None = None) -> Backend:
+def backend(cfg: StorageLocation, name: StorageName | None = None) -> Backend:
     module, _, cls = BACKENDS[name or cfg.name].partition(":")
     return getattr(importlib.import_module(module), cls)(cfg)
 
 
-def open_store(location: str, cfg: StorageConfig) -> ObjectStore:
+def open_store(location: str, cfg: StorageLocation) -> ObjectStore:
     """A store for `location`: a local directory, or <scheme>://... of a remote backend (whose
     endpoint, client and retries come from `cfg`, whatever storage option the run uses)."""
     scheme = location.split("://", 1)[0] if "://" in location else ""

@@ -14,11 +14,11 @@ import tempfile
 from typing import Any, List, Optional
 
 from bench.output_redaction import install as redact_output
-from bench.config.storage import StorageConfig
+from bench.config.storage import StorageLocation
 from bench.errors import ConfigError, ConfigProblem, DataError, Interrupted
 
 
-def _storage_config(pairs: List[str]) -> StorageConfig:
+def _storage_config(pairs: List[str]) -> StorageLocation:
     """--storage KEY=VALUE pairs as the storage group, typed and checked by the schema."""
     from bench.config import compose
 

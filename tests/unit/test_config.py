@@ -142,6 +142,27 @@ def test_storage_presets_name_their_accelerators(compose):
     assert config.tracking.run_name == "storage-resnet50-h100-c4"
 
 
+def test_storage_is_where_and_the_benchmark_in_one_group(compose):
+    """StorageConfig inherits StorageLocation (where: bench.storage, checkpoints, shards) and
+    StorageBenchmarkConfig (mode=storage's keys): one group, every key at the path it always had,
+    the where first (the order of --cfg job and .hydra/config.yaml)."""
+    from dataclasses import fields
+
+    from bench.config.storage import StorageConfig, StorageLocation
+    from bench.config.storage_benchmark import StorageBenchmarkConfig
+
+    storage = compose("+experiment=storage_unet3d_h100", "storage=s3", "storage.bucket=b", "storage.runs=3",
+                      "storage.timeout_s=7", "storage.workload.num_files=1000").storage
+    assert isinstance(storage, StorageLocation) and isinstance(storage, StorageBenchmarkConfig)
+    assert (storage.bucket, storage.timeout_s, storage.runs, storage.workload.num_files) == ("b", 7.0, 3, 1000)
+    location, benchmark = [f.name for f in fields(StorageLocation)], [f.name for f in fields(StorageBenchmarkConfig)]
+    assert [f.name for f in fields(StorageConfig)] == location + benchmark and not set(location) & set(benchmark)
+    with pytest.raises(ConfigError, match=r"^storage\.runs=0 is not valid"):
+        StorageBenchmarkConfig(runs=0)  # each part checks its own keys, under the group's name
+    with pytest.raises(ConfigError, match=r"^storage\.max_attempts=0 is not valid"):
+        StorageLocation(max_attempts=0)
+
+
 def test_command_line_group_choice_beats_experiment_default(compose):
     # the errors tests rely on this: precision=amp_fp16 wins over cpu_smoke's fp32
     config = compose("precision=amp_fp16", "+experiment=cpu_smoke")

@@ -20,7 +20,7 @@ from bench.iobench.formats.tfrecord import crc32c, crc32c_by_table, frame, maske
 from bench.iobench.order import buffered_shuffle, file_order, sample_order
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
-from bench.iobench.report import read_metrics
+from bench.iobench.report import read_figures
 from bench.storage.local import LocalStore
 from bench.storage.registry import open_store
 
@@ -103,10 +103,10 @@ def test_every_format_is_written_and_read_back_whole_or_by_sample(tmp_path, fmt,
     result = run_reader(store, files, workload)
     samples = workload.num_files * workload.samples_per_file
     assert result.total("all_samples") == samples
-    measured = read_metrics([result], config)
-    assert measured["read_samples"] == samples - workload.batch_size
+    measured = read_figures([result], config)
+    assert measured.read_samples == samples - workload.batch_size
     per_request = 1 if mode == "sample" else workload.samples_per_file
-    assert measured["read_requests"] == measured["read_samples"] // per_request  # every request once
+    assert measured.read_requests == measured.read_samples // per_request  # every request once
 
 
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
@@ -202,8 +202,8 @@ def test_files_read_ahead_in_the_warm_up_step_are_measured_requests(tmp_path):
     result = run_reader(store, files, config.workload)
     early = [r for r in result.requests if r.finished < result.window_start]
     assert early  # read ahead while the warm-up step computed, consumed after it
-    measured = read_metrics([result], config)
-    assert measured["read_requests"] == measured["read_steps"] == measured["read_samples"] == 23
+    measured = read_figures([result], config)
+    assert measured.read_requests == measured.read_steps == measured.read_samples == 23
     assert sorted(r.step for r in result.requests) == list(range(2, 25))  # each step's request, once
 
 

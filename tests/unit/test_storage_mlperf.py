@@ -5,16 +5,18 @@ summary; the tools that print them (in-process)."""
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import pytest
 
 from bench.config import compose
 from bench.iobench.checkpoint import Checkpointer, checkpoint_key, run_checkpoints
-from bench.iobench.checkpoint_figures import checkpoint_metrics
-from bench.iobench.figures import client_rows, epoch_rows, read_metrics
+from bench.iobench.checkpoint_figures import add_checkpoint_figures
+from bench.iobench.figures import client_rows, epoch_rows, read_figures
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.qualify import dataset_size, qualification
 from bench.iobench.report import StorageReport
+from bench.iobench.result import RunFigures, StorageMetrics
 from bench.iobench.runs import merge_runs
 from bench.storage.local import LocalStore
 
@@ -49,33 +51,33 @@ def test_mlperf_figures_include_the_first_step_in_samples_per_second_and_pass_on
     # client 1: epoch 1 = 40 / 1.6 = 25/s, AU = 0.9 / (1.6 - 0.4) = 75%; epoch 2: 40/s, AU = 0.9 / 0.9 = 100%
     results = [client(0, [epoch(1, 4, 2.0, 0.8), epoch(2, 4, 1.0, 0.1)]),
                client(1, [epoch(1, 4, 1.6, 0.4), epoch(2, 4, 1.0, 0.1)])]
-    m = read_metrics(results, storage("storage.workload.au_threshold=0.85"))
-    assert m["mlperf_samples_per_second"] == pytest.approx(((20 + 25) + (40 + 40)) / 2)  # summed, then averaged
-    assert m["mlperf_au_percent"] == pytest.approx((75 + 100) / 2)  # mean over clients, then epochs
-    assert m["mlperf_au_pass"] is True  # 87.5% >= 85%: MLPerf passes on the mean ...
-    assert m["au_percent_min"] == pytest.approx(75.0) and m["au_pass"] is False  # ... bench's strict min fails
-    assert m["mlperf_mib_per_second"] == pytest.approx(62.5 * RECORD / 2**20)  # MiB of the nominal record
-    assert m["mlperf_mib_per_second"] != pytest.approx(62.5 * RECORD / 1e6)
+    m = read_figures(results, storage("storage.workload.au_threshold=0.85"))
+    assert m.mlperf_samples_per_second == pytest.approx(((20 + 25) + (40 + 40)) / 2)  # summed, then averaged
+    assert m.mlperf_au_percent == pytest.approx((75 + 100) / 2)  # mean over clients, then epochs
+    assert m.mlperf_au_pass is True  # 87.5% >= 85%: MLPerf passes on the mean ...
+    assert m.au_percent_min == pytest.approx(75.0) and m.au_pass is False  # ... bench's strict min fails
+    assert m.mlperf_mib_per_second == pytest.approx(62.5 * RECORD / 2**20)  # MiB of the nominal record
+    assert m.mlperf_mib_per_second != pytest.approx(62.5 * RECORD / 1e6)
     # strict: the run's first step (epoch 1's, 0.8 s and 0.4 s) is out of time and samples alike:
     # client 0: (30 + 40) / (1.2 + 1.0); client 1: (30 + 40) / (1.2 + 1.0)
-    assert m["samples_per_second"] == m["steady_samples_per_second"] == pytest.approx(2 * 70 / 2.2)
-    assert m["read_samples"] == 2 * 70 and m["read_steps"] == 14
+    assert m.samples_per_second == m.steady_samples_per_second == pytest.approx(2 * 70 / 2.2)
+    assert m.read_samples == 2 * 70 and m.read_steps == 14
 
 
 def test_a_slow_first_step_lowers_mlperf_samples_per_second_but_not_its_au():
     slow_start = [client(0, [epoch(1, 5, 3.0, 2.0)])]  # 2 s of pipeline start-up in the first step
-    m = read_metrics(slow_start, storage())
-    assert m["mlperf_samples_per_second"] == pytest.approx(50 / 3.0)  # first step in
-    assert m["samples_per_second"] == pytest.approx(40 / 1.0)  # first step out
-    assert m["mlperf_au_percent"] == pytest.approx(100 * 4 * 0.3 / 1.0)  # first step out of AU
+    m = read_figures(slow_start, storage())
+    assert m.mlperf_samples_per_second == pytest.approx(50 / 3.0)  # first step in
+    assert m.samples_per_second == pytest.approx(40 / 1.0)  # first step out
+    assert m.mlperf_au_percent == pytest.approx(100 * 4 * 0.3 / 1.0)  # first step out of AU
 
 
 def test_an_io_ceiling_and_single_step_epochs_have_no_au_at_all():
-    ceiling = read_metrics([client(0, [epoch(1, 4, 1.0, 0.1, compute=0.0)])], storage("storage.workload.computation_time=0"))
-    assert "mlperf_au_percent" not in ceiling and ceiling["mlperf_au_pass"] is False
-    assert "au_percent_min" not in ceiling and ceiling["mlperf_samples_per_second"] == pytest.approx(40.0)
-    one_step = read_metrics([client(0, [epoch(1, 1, 1.0, 1.0), epoch(2, 1, 1.0, 1.0)])], storage())
-    assert "mlperf_au_percent" not in one_step  # no step after the first of an epoch: nothing to average
+    ceiling = read_figures([client(0, [epoch(1, 4, 1.0, 0.1, compute=0.0)])], storage("storage.workload.computation_time=0"))
+    assert ceiling.mlperf_au_percent is None and ceiling.mlperf_au_pass is False
+    assert ceiling.au_percent_min is None and ceiling.mlperf_samples_per_second == pytest.approx(40.0)
+    one_step = read_figures([client(0, [epoch(1, 1, 1.0, 1.0), epoch(2, 1, 1.0, 1.0)])], storage())
+    assert one_step.mlperf_au_percent is None  # no step after the first of an epoch: nothing to average
 
 
 def test_epoch_and_client_rows_carry_both_accounts():
@@ -89,19 +91,19 @@ def test_epoch_and_client_rows_carry_both_accounts():
 
 
 def test_runs_merge_means_rates_adds_counts_and_reports_the_spread():
-    first = {"mlperf_samples_per_second": 100.0, "mlperf_au_percent": 91.0, "au_threshold_percent": 90.0,
-             "au_pass": True, "read_requests": 10, "au_percent_min": 88.0, "latency_ms_max": 5.0,
-             "latency_ms_p50": 1.0, "checkpoint_count": 2, "storage": "local"}
-    second = {**first, "mlperf_samples_per_second": 110.0, "mlperf_au_percent": 88.0, "au_pass": False,
-              "read_requests": 12, "au_percent_min": 80.0, "latency_ms_max": 9.0}
+    first = RunFigures(mlperf_samples_per_second=100.0, mlperf_au_percent=91.0, au_threshold_percent=90.0,
+                       au_pass=True, read_requests=10, au_percent_min=88.0, latency_ms_max=5.0, latency_ms_p50=1.0,
+                       checkpoint_count=2, checkpoint_cache_drop="posix_fadvise_dontneed")
+    second = replace(first, mlperf_samples_per_second=110.0, mlperf_au_percent=88.0, au_pass=False,
+                     read_requests=12, au_percent_min=80.0, latency_ms_max=9.0)
     results = [client(0, [], latencies=(1.0, 2.0)), client(1, [], latencies=(3.0, 4.0))]
     merged = merge_runs([first, second], results)
-    assert merged["mlperf_samples_per_second"] == pytest.approx(105.0)
-    assert merged["mlperf_au_percent"] == pytest.approx(89.5) and merged["mlperf_au_pass"] is False
-    assert merged["read_requests"] == 22 and merged["au_percent_min"] == 80.0 and merged["latency_ms_max"] == 9.0
-    assert merged["latency_ms_p50"] == pytest.approx(2.5)  # over every request of every run
-    assert merged["au_pass"] is False and merged["checkpoint_count"] == 2 and merged["storage"] == "local"
-    assert merged["runs_samples_per_second_spread_percent"] == pytest.approx(100 * 10 / 105)
+    assert merged.mlperf_samples_per_second == pytest.approx(105.0)
+    assert merged.mlperf_au_percent == pytest.approx(89.5) and merged.mlperf_au_pass is False
+    assert merged.read_requests == 22 and merged.au_percent_min == 80.0 and merged.latency_ms_max == 9.0
+    assert merged.latency_ms_p50 == pytest.approx(2.5)  # over every request of every run
+    assert merged.au_pass is False and merged.checkpoint_count == 2 and merged.checkpoint_cache_drop == "posix_fadvise_dontneed"
+    assert merged.runs_samples_per_second_spread_percent == pytest.approx(100 * 10 / 105)
     assert merge_runs([first], results) == first
 
 
@@ -113,16 +115,16 @@ def test_checkpoint_figures_take_the_slowest_client_and_keep_serialisation_apart
     fast = ReaderResult(0, [], checkpoints=[record(0, 10**9, 0.5, 1.0, 0.5, 0.2), record(1, 10**9, 0.5, 1.0, 0.5, 0.2)],
                         checkpoint_cache_drop="posix_fadvise_dontneed")
     slow = ReaderResult(1, [], checkpoints=[record(0, 10**9, 0.1, 2.0, 1.0, 0.1), record(1, 10**9, 0.1, 4.0, 1.0, 0.1)])
-    m = checkpoint_metrics([fast, slow])
-    assert m["checkpoint_bytes"] == 2 * 10**9 and m["checkpoint_count"] == 2 and m["checkpoint_clients"] == 2
-    assert m["checkpoint_store_write_seconds"] == pytest.approx((2.0 + 4.0) / 2)  # the slowest, per checkpoint
-    assert m["checkpoint_store_write_gbps"] == pytest.approx(2.0 / 3.0)
-    assert m["checkpoint_write_seconds"] == pytest.approx((2.1 + 4.1) / 2)  # serialise + store
-    assert m["checkpoint_serialize_seconds"] == pytest.approx(0.5)
-    assert m["checkpoint_store_read_gbps"] == pytest.approx(2.0 / 1.0)
-    assert m["checkpoint_deserialize_seconds"] == pytest.approx(0.2)
-    assert m["checkpoint_cache_drop"] == "posix_fadvise_dontneed" and "checkpoint_error" not in m
-    assert checkpoint_metrics([ReaderResult(0, [])]) == {}  # no checkpoint: no figure, not 0
+    m = add_checkpoint_figures(RunFigures(), [fast, slow])
+    assert m.checkpoint_bytes == 2 * 10**9 and m.checkpoint_count == 2 and m.checkpoint_clients == 2
+    assert m.checkpoint_store_write_seconds == pytest.approx((2.0 + 4.0) / 2)  # the slowest, per checkpoint
+    assert m.checkpoint_store_write_gbps == pytest.approx(2.0 / 3.0)
+    assert m.checkpoint_write_seconds == pytest.approx((2.1 + 4.1) / 2)  # serialise + store
+    assert m.checkpoint_serialize_seconds == pytest.approx(0.5)
+    assert m.checkpoint_store_read_gbps == pytest.approx(2.0 / 1.0)
+    assert m.checkpoint_deserialize_seconds == pytest.approx(0.2)
+    assert m.checkpoint_cache_drop == "posix_fadvise_dontneed" and m.checkpoint_error is None
+    assert add_checkpoint_figures(RunFigures(), [ReaderResult(0, [])]).to_metrics() == {}  # no checkpoint: no figure, not 0
 
 
 def test_checkpoints_are_written_then_the_cache_dropped_then_read_back(tmp_path):
@@ -159,24 +161,26 @@ def test_dataset_size_is_mlperfs_rule():
 
 def test_qualification_says_every_reason_a_run_would_not_count():
     config = storage("storage.host_memory_gb=1")
-    found = qualification({"mlperf_au_pass": False, "mlperf_au_percent": 80.0,
-                           "runs_samples_per_second_spread_percent": 7.0}, config, accelerators=1, hosts=1)
-    why = found["mlperf_not_qualified_because"]
-    assert found["mlperf_qualifies"] is False and found["mlperf_min_num_files"] > 8
+    qualifies, min_files, why = qualification(
+        RunFigures(mlperf_au_pass=False, mlperf_au_percent=80.0, runs_samples_per_second_spread_percent=7.0), config,
+        accelerators=1, hosts=1)
+    assert qualifies is False and min_files > 8
     for words in ("dataset: 8 files", "AU: mean 80.0% is below 90%", "1 warm-up run then 5 runs",
                   "spread 7.0%"):
         assert words in why, words
     enough = storage("storage.host_memory_gb=0.0001", "storage.warmup_runs=1", "storage.runs=5",
                      "storage.workload.num_files=500", "storage.workload.batch_size=1")
-    assert qualification({"mlperf_au_pass": True}, enough, 1, 1) == {"mlperf_qualifies": True,
-                                                                    "mlperf_min_num_files": 50}
+    assert qualification(RunFigures(mlperf_au_pass=True), enough, 1, 1) == (True, 50, None)
 
 
 def test_report_round_trips_through_its_files(tmp_path):
     results = [client(0, [epoch(1, 4, 2.0, 0.8), epoch(2, 4, 1.0, 0.1)], latencies=(1.0, 2.0))]
-    metrics = {**read_metrics(results, storage()), "mode": "storage", "workload": "t", "storage_url": "x",
-               "clients": 1, "computation_time": 0.3}
-    report = StorageReport(results, metrics, {"reason": "r"}, [{"run": 0}, {"run": 1}], client_rows(results, storage().workload))
+    record = StorageMetrics(workload="t", storage="local", storage_client="posix", storage_url="x", clients=1,
+                            accelerators=1, hosts=1, format="raw", read_mode="whole_file", shuffle="file", num_files=8,
+                            samples_per_file=10, record_size=RECORD, batch_size=10, read_threads=4, prefetch=2,
+                            computation_time=0.3, epochs=2, runs=1, warmup_runs=0,
+                            figures=read_figures(results, storage()))
+    report = StorageReport(results, record, {"reason": "r"}, [{"run": 0}, {"run": 1}], client_rows(results, storage().workload))
     names = {p.name for p in report.write(tmp_path, {}, {}, None)}
     assert names == {"run_summary.json", "summary.csv", "epochs.csv", "read_latency.csv", "clients.csv", "runs.csv"}
     assert report.epoch_series() == {1: pytest.approx({"epoch_samples_per_second": 20.0, "epoch_mlperf_au_percent": 75.0}),
@@ -185,6 +189,7 @@ def test_report_round_trips_through_its_files(tmp_path):
     back = StorageReport.from_files(tmp_path)
     assert back.results[0].epochs[0].epoch_s == 2.0 and back.results[0].epochs[1].mlperf_au == pytest.approx(1.0)
     assert len(back.results[0].requests) == 2 and back.runs == [{"run": 0}, {"run": 1}]
+    assert back.record == record and list(back.metrics) == list(report.metrics)  # the record read back whole
     assert "MLPerf 30.0 samples/s" in report.headline() and "strict" in report.headline()
 
 

@@ -10,9 +10,9 @@ import pytest
 
 from bench.config import compose
 from bench.config.storage import StorageConfig
-from bench.iobench.prepare import DatasetMissing, prepare_dataset, prepare_summary
+from bench.iobench.prepare import DatasetMissing, prepare_dataset, prepare_figures
 from bench.iobench.reader import EpochStats, ReaderResult, Request, run_reader
-from bench.iobench.report import read_metrics
+from bench.iobench.report import read_figures
 from bench.iobench.workload import decode_samples, encode, plan_files
 from bench.storage.local import LocalStore
 
@@ -50,9 +50,9 @@ def test_prepare_auto_reuses_then_rewrites_what_changed(tmp_path):
     store = LocalStore(tmp_path)
     first = prepare_dataset(store, WORKLOAD, "auto", workers=2)
     assert not first.skipped and first.total_bytes == 6 * 4 * 1000
-    summary = prepare_summary(first)
-    assert len(first.put_latencies_ms) == 6 and 0 < summary["prepare_put_latency_ms_p50"] <= \
-        summary["prepare_put_latency_ms_p99"]
+    summary = prepare_figures(first)
+    assert len(first.put_latencies_ms) == 6 and 0 < summary.prepare_put_latency_ms_p50 <= \
+        summary.prepare_put_latency_ms_p99
     assert prepare_dataset(store, WORKLOAD, "auto", workers=2).skipped
     assert prepare_dataset(store, WORKLOAD, "never", workers=2).skipped
 
@@ -105,14 +105,14 @@ def test_au_drops_when_storage_cannot_keep_up(tmp_path):
     # of compute; the slow side's 250 ms reads on 2 threads give at most one file per 125 ms for
     # 20 ms of compute (AU <= ~16%).
     files = prepare_dataset(LocalStore(tmp_path), workload(num_files=8), "auto", workers=2).files
-    fast = read_metrics([run_reader(LocalStore(tmp_path), files, workload(num_files=8, computation_time=0.06))],
+    fast = read_figures([run_reader(LocalStore(tmp_path), files, workload(num_files=8, computation_time=0.06))],
                         storage(num_files=8, computation_time=0.06))
-    slow = read_metrics([run_reader(SlowStore(tmp_path, 0.25), files, workload(num_files=8, computation_time=0.02))],
+    slow = read_figures([run_reader(SlowStore(tmp_path, 0.25), files, workload(num_files=8, computation_time=0.02))],
                         storage(num_files=8, computation_time=0.02))
-    assert fast["au_percent_mean"] > 90 and fast["au_pass"] is True, fast
-    assert slow["au_percent_mean"] < 70 and slow["au_pass"] is False, slow
-    assert slow["data_wait_fraction"] > 0.3 > fast["data_wait_fraction"]
-    assert slow["latency_ms_p50"] >= 250
+    assert fast.au_percent_mean > 90 and fast.au_pass is True, fast
+    assert slow.au_percent_mean < 70 and slow.au_pass is False, slow
+    assert slow.data_wait_fraction > 0.3 > fast.data_wait_fraction
+    assert slow.latency_ms_p50 >= 250
 
 
 def fake_client(client, latencies, samples, wall):
@@ -125,27 +125,27 @@ def fake_client(client, latencies, samples, wall):
 def test_clients_merge_sums_throughput_and_pools_latencies():
     results = [fake_client(0, [1.0] * 100, samples=400, wall=2.0),
                fake_client(1, [3.0] * 99 + [100.0], samples=200, wall=1.0)]
-    merged = read_metrics(results, storage(computation_time=0.1))
-    assert merged["samples_per_second"] == pytest.approx(200 + 200)
-    assert merged["read_mb_per_second"] == pytest.approx((400_000 / 2 + 200_000 / 1) / 1e6)
-    assert merged["read_requests"] == 200
-    assert merged["latency_ms_p50"] == pytest.approx(2.0)  # halfway between the two clients' pools
-    assert merged["latency_ms_max"] == 100.0
-    assert merged["au_percent_mean"] == pytest.approx(95.0) and merged["au_pass"] is True
-    assert merged["client_cpu_seconds"] == 1.0
+    merged = read_figures(results, storage(computation_time=0.1))
+    assert merged.samples_per_second == pytest.approx(200 + 200)
+    assert merged.read_mb_per_second == pytest.approx((400_000 / 2 + 200_000 / 1) / 1e6)
+    assert merged.read_requests == 200
+    assert merged.latency_ms_p50 == pytest.approx(2.0)  # halfway between the two clients' pools
+    assert merged.latency_ms_max == 100.0
+    assert merged.au_percent_mean == pytest.approx(95.0) and merged.au_pass is True
+    assert merged.client_cpu_seconds == 1.0
     # computation_time=0 is an I/O ceiling: AU is not a pass, and has no figure at all (not 0.0)
-    ceiling = read_metrics(results, storage())
-    assert ceiling["au_pass"] is False and "au_percent_mean" not in ceiling and "au_percent_min" not in ceiling
+    ceiling = read_figures(results, storage())
+    assert ceiling.au_pass is False and ceiling.au_percent_mean is None and ceiling.au_percent_min is None
 
 
 def test_figures_without_samples_are_absent_not_zero():
     """An accelerator whose requests all finished inside the warm-up step: no latency to report."""
     epoch = EpochStats(1, steps=1, samples=4, bytes=4000.0, wall_s=0.01, compute_s=0.0)
-    metrics = read_metrics([ReaderResult(0, [epoch], [], cpu_s=0.0)], storage())
-    assert metrics["read_requests"] == 0
+    metrics = read_figures([ReaderResult(0, [epoch], [], cpu_s=0.0)], storage())
+    assert metrics.read_requests == 0
     for key in ("latency_ms_p50", "latency_ms_p99", "latency_ms_mean", "latency_ms_max"):
-        assert key not in metrics, key
-    assert metrics["samples_per_second"] == pytest.approx(400.0)  # that figure does have samples
+        assert key not in metrics.to_metrics(), key
+    assert metrics.samples_per_second == pytest.approx(400.0)  # that figure does have samples
 
 
 @pytest.mark.parametrize("backend", ["local", "s3"])

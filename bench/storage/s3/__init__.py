@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
-from bench.config.storage import S3Client, StorageConfig
+from bench.config.storage import S3Client, StorageLocation
 from bench.storage.base import ObjectStore, join_key
 from bench.storage.s3.settings import S3Settings, S3Store, parse_s3_url, require_credentials
 
@@ -17,7 +17,7 @@ CLIENTS = {
 }
 
 
-def open_s3_store(location: str, storage: StorageConfig) -> S3Store:
+def open_s3_store(location: str, storage: StorageLocation) -> S3Store:
     """An ObjectStore for s3://bucket/prefix with the client, endpoint, region and retries of
     the storage config; checks access once (one LIST) so a bad setup fails here, clearly."""
     bucket, prefix = parse_s3_url(location)
@@ -32,7 +32,7 @@ def open_s3_store(location: str, storage: StorageConfig) -> S3Store:
 class S3Backend:
     """storage=s3: storage.bucket / storage.prefix."""
 
-    def __init__(self, cfg: StorageConfig):
+    def __init__(self, cfg: StorageLocation):
         self.cfg = cfg
 
     def location(self, run_dir: Path, subdir: str = "") -> str:

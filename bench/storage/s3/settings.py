@@ -17,7 +17,7 @@ import logging
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple, TypeVar
 
-from bench.config.storage import StorageConfig
+from bench.config.storage import StorageLocation
 from bench.errors import StorageError
 from bench.storage.base import join_key
 
@@ -55,7 +55,7 @@ class S3Settings:
     connect_timeout_s: float
 
     @classmethod
-    def from_config(cls, bucket: str, prefix: str, storage: StorageConfig) -> "S3Settings":
+    def from_config(cls, bucket: str, prefix: str, storage: StorageLocation) -> "S3Settings":
         return cls(bucket=bucket, prefix=prefix, endpoint=storage.endpoint or None, region=storage.region,
                    max_attempts=storage.max_attempts, timeout_s=storage.timeout_s,
                    connect_timeout_s=storage.connect_timeout_s)
