@@ -51,6 +51,9 @@ class DataConfig(Checks):
     augment: bool = True
     # progressive resizing: "epoch,size,batch;..." from each epoch on (e.g. "0,128,512;5,160,384")
     progressive: Optional[str] = None
+    # data=cifar100 only: fetch CIFAR-100 into data.root through torchvision when its files are not
+    # there (about 340 MB with the archive; checked against the free space first)
+    download: bool = False
 
     @property
     def synthetic(self) -> bool:
@@ -63,6 +66,8 @@ class DataConfig(Checks):
             self._fail("num_classes", f"at most {MAX_CLASSES:,} (the classifier holds num_classes x features weights)")
         if self.progressive is not None:
             parse_progressive(self.progressive)  # raises the one-line error naming data.progressive
+        if self.download and self.name != DataName.cifar100:
+            self._fail("download", f"false with data={self.name} (only data=cifar100 can be downloaded)")
         if self.synthetic:
             return
         if not self.root:

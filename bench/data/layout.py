@@ -65,6 +65,39 @@ def check_class_count(found: int, where: str, num_classes: int) -> None:
                         f"set data.num_classes={found} (or more)")
 
 
+CIFAR_DOWNLOAD_BYTES = 340 * 2**20  # torchvision's archive (161 MB) and what it unpacks to (178 MB)
+
+
+def download_cifar100(root: str) -> None:
+    """data.download=true: CIFAR-100 fetched into data.root by torchvision (its URL and checksum),
+    after a check that the disk has room; offline or refused, one line saying what to do instead."""
+    import shutil
+
+    os.makedirs(root, exist_ok=True)
+    free = shutil.disk_usage(root).free
+    if free < CIFAR_DOWNLOAD_BYTES:
+        raise DataError(f"data.download=true needs {CIFAR_DOWNLOAD_BYTES / 1e6:.0f} MB in {root} for CIFAR-100; "
+                        f"{free / 1e6:.0f} MB free: point data.root at a larger disk")
+    from torchvision.datasets import CIFAR100
+    from torchvision.datasets.utils import download_and_extract_archive
+
+    try:  # torchvision's URL and archive checksum; writes <root>/cifar-100-python.tar.gz, cifar-100-python/
+        download_and_extract_archive(CIFAR100.url, root, filename=CIFAR100.filename, md5=CIFAR100.tgz_md5)
+    except Exception as exc:  # noqa: BLE001 - URLError offline, HTTPError, a checksum that does not match
+        shutil.rmtree(os.path.join(root, "cifar-100-python"), ignore_errors=True)  # nothing half-fetched stays
+        if os.path.exists(os.path.join(root, "cifar-100-python.tar.gz")):
+            os.remove(os.path.join(root, "cifar-100-python.tar.gz"))
+        reason = str(getattr(exc, "reason", exc)).splitlines()[0] if str(exc) else type(exc).__name__
+        raise DataError(f"data.download=true could not fetch CIFAR-100 into {root} ({type(exc).__name__}: {reason}): "
+                        f"without network access, copy cifar-100-python/ (train, test, meta) there and set "
+                        f"data.root to it, with data.download=false") from None
+    unpacked = os.path.join(root, "cifar-100-python")
+    for name in os.listdir(unpacked):  # train, test, meta: where data.root says, as a copy made by hand is
+        os.replace(os.path.join(unpacked, name), os.path.join(root, name))
+    os.rmdir(unpacked)
+    os.remove(os.path.join(root, "cifar-100-python.tar.gz"))
+
+
 def cifar_file(root: str, split: str) -> str:
     path = os.path.join(root, CIFAR_SPLIT_FILES[split])
     if not os.path.isdir(root):
@@ -156,6 +189,8 @@ def check_separate_val(root: str) -> None:
 
 
 def check_cifar100(data: DataConfig) -> None:
+    if data.download and not all(os.path.isfile(os.path.join(data.root, f)) for f in ("train", "test")):
+        download_cifar100(data.root)
     cifar_file(data.root, data.split)
 
 

@@ -241,6 +241,8 @@ BAD_INPUTS = [
      "scheduler.warmup_steps=5 is not valid: accepted null when scheduler.lr_warmup_steps=3 is set too"),
     ("clients and accelerators both", "bench", ["storage.clients=2", "storage.accelerators=3"], 2,
      "storage.clients=2 is not valid: accepted null when storage.accelerators=3 is set too"),
+    ("download of synthetic data", "bench", ["data.download=true"], 2,
+     "data.download=True is not valid: accepted false with data=synthetic (only data=cifar100 can be downloaded)"),
     # -- the other commands ---------------------------------------------------------------------------
     ("radix flag misspelt", "bench.radix", ["--batchsize", "3"], 2, "unrecognized arguments: --batchsize"),
     ("radix bad override", "bench.radix", ["--allow-cpu", "data.batch_size=0"], 2, "data.batch_size=0"),

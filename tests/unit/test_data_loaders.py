@@ -326,3 +326,55 @@ def test_a_cifar_file_that_would_run_code_is_refused_and_runs_nothing(tmp_path, 
     with pytest.raises(DataError, match=r"is refused: it asks for pathlib.*Path.touch"):
         load_cifar100(str(tmp_path / "cifar"), "train")
     assert not marker.exists()
+
+
+@pytest.fixture
+def cifar_archive_server(tmp_path, datasets):
+    """CIFAR-100 as torchvision downloads it (cifar-100-python.tar.gz), served on 127.0.0.1 from a
+    local copy made by the datasets fixture: the download path runs for real, with no internet."""
+    import hashlib
+    import http.server
+    import tarfile
+    import threading
+
+    datasets.cifar100(tmp_path / "src" / "cifar-100-python")
+    archive = tmp_path / "served" / "cifar-100-python.tar.gz"
+    archive.parent.mkdir()
+    with tarfile.open(archive, "w:gz") as tar:
+        tar.add(tmp_path / "src" / "cifar-100-python", arcname="cifar-100-python")
+    handler = lambda *a, **k: http.server.SimpleHTTPRequestHandler(*a, directory=str(archive.parent), **k)  # noqa: E731
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/{archive.name}", hashlib.md5(archive.read_bytes()).hexdigest()
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_cifar100_download_fetches_into_data_root_and_refuses_offline_in_one_line(tmp_path, monkeypatch,
+                                                                                  cifar_archive_server, compose):
+    """Issue 21: data=cifar100 data.download=true through torchvision's downloader (its URL pointed at
+    a loopback server holding a local copy); unreachable, one line that says what to do."""
+    from torchvision.datasets import CIFAR100
+
+    from bench.data.layout import check_cifar100
+    from bench.errors import DataError
+
+    url, md5 = cifar_archive_server
+    monkeypatch.setattr(CIFAR100, "url", url)
+    monkeypatch.setattr(CIFAR100, "tgz_md5", md5)
+    root = tmp_path / "cifar"
+    config = compose("data=cifar100", f"data.root={root}", "data.download=true", "allow_cpu=true")
+    check_cifar100(config.data)
+    assert sorted(p.name for p in root.iterdir()) == ["meta", "test", "train"]  # in place, archive gone
+
+    monkeypatch.setattr(CIFAR100, "url", "http://127.0.0.1:9/cifar-100-python.tar.gz")  # nothing listens there
+    offline = compose("data=cifar100", f"data.root={tmp_path / 'offline'}", "data.download=true", "allow_cpu=true")
+    with pytest.raises(DataError) as info:
+        check_cifar100(offline.data)
+    line = str(info.value)
+    assert line.startswith(f"data.download=true could not fetch CIFAR-100 into {tmp_path / 'offline'} (URLError")
+    assert "\n" not in line and "copy cifar-100-python/" in line
+    assert list((tmp_path / "offline").iterdir()) == []  # nothing half-fetched left
