@@ -18,7 +18,6 @@ import pandas as pd
 from bench.analysis.runs import CONFIG_PREFIX, absent, metric_columns
 from bench.scenarios import report_class_of_modes
 
-
 CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
 
 

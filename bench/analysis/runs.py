@@ -32,8 +32,8 @@ import pandas as pd
 import yaml
 
 from bench.errors import ReportError
-from bench.secrets import flatten
 from bench.scenarios import report_class
+from bench.secrets import flatten
 
 RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates", "val_curve")
 CONFIG_PREFIX = "config."
@@ -213,7 +213,7 @@ def read_mlflow_sweep(parent_run_id: str, tracking_uri: str, single: bool = Fals
     client = mlflow.MlflowClient(tracking_uri=tracking_uri)
     try:
         parent = client.get_run(parent_run_id)
-    except Exception as exc:  # noqa: BLE001 - mlflow raises its own exception types per store
+    except Exception as exc:  # mlflow raises its own exception types per store
         raise ReportError(f"{argument} {parent_run_id} is neither a directory nor a run in the MLflow store at "
                           f"{tracking_uri} ({type(exc).__name__})") from None
     with _tracking_uri(tracking_uri):

@@ -9,7 +9,6 @@ from typing import Optional
 from bench.config.fields import Checks
 from bench.secrets import CREDENTIALS_HOME, has_userinfo
 
-
 RESUME_AUTO = "auto"
 # The passes after the window: means over a thousand synchronised steps are as stable as they get, more
 # only lengthens the run; the profiler keeps every event of every recorded step in memory (GBs within

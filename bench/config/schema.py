@@ -22,10 +22,10 @@ from bench.config.model import ModelConfig
 from bench.config.optimizer import OptimizerConfig
 from bench.config.precision import PrecisionConfig
 from bench.config.run import BenchmarkConfig, CheckpointConfig, ProfileConfig, TrackingConfig, TrainConfig
-from bench.scenario_registry import SCENARIOS, scenario_class
 from bench.config.scheduler import SchedulerConfig
 from bench.config.storage import StorageConfig
 from bench.errors import ConfigError
+from bench.scenario_registry import SCENARIOS, scenario_class
 
 log = logging.getLogger("bench")
 

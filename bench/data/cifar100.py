@@ -14,11 +14,10 @@ from typing import Iterator, List, Tuple
 import numpy as np
 import torch
 
-from bench.data.registry import Batch
 from bench.config.data import DataConfig
 from bench.config.storage import StorageConfig
-from bench.data.layout import check_class_count, cifar_file
 from bench.data.device_batches import DeviceBatches
+from bench.data.layout import check_class_count, cifar_file
 from bench.data.loader import (
     BatchDataset,
     HostBatch,
@@ -29,6 +28,7 @@ from bench.data.loader import (
     map_style_passes,
     resolve_workers,
 )
+from bench.data.registry import Batch
 from bench.data.transforms import resize_batch_into
 from bench.errors import DataError
 
@@ -48,7 +48,7 @@ class UnsafePickle(Exception):
 
 
 class _DataOnly(pickle.Unpickler):
-    def find_class(self, module: str, name: str):  # noqa: ANN201 - pickle's signature
+    def find_class(self, module: str, name: str):  # pickle's signature
         if (module, name) in ARRAY_GLOBALS:
             return super().find_class(module, name)
         raise UnsafePickle(f"{module}.{name}")
@@ -63,7 +63,7 @@ def _unpickle(path: str) -> dict:
     except UnsafePickle as exc:
         raise DataError(f"{path} is refused: it asks for {exc}, which a CIFAR-100 file never holds "
                         "(only arrays, lists and numbers are read from it)") from None
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means: not a CIFAR file
+    except Exception as exc:  # any unpickling failure means: not a CIFAR file
         raise DataError(f"{path} is not a CIFAR-100 python pickle ({type(exc).__name__}: {exc})") from None
 
 

@@ -11,10 +11,8 @@ import torch
 
 from bench.config.data import DataConfig
 from bench.config.storage import StorageConfig
-from bench.errors import DataError
-from bench.data.registry import Batch
-from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder
 from bench.data.device_batches import DeviceBatches
+from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder
 from bench.data.loader import (
     BatchDataset,
     HostBatch,
@@ -25,7 +23,9 @@ from bench.data.loader import (
     map_style_passes,
     resolve_workers,
 )
+from bench.data.registry import Batch
 from bench.data.transforms import decode_crop, resize_into
+from bench.errors import DataError
 
 
 class ImageFolderBatches(BatchDataset):

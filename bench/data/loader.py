@@ -35,8 +35,8 @@ from torch.utils.data import (
 )
 
 from bench.config.data import DataConfig
-from bench.errors import DataError
 from bench.data.transforms import CorruptImage
+from bench.errors import DataError
 
 log = logging.getLogger(__name__)
 

@@ -10,7 +10,6 @@ records c, c+C, ... of it. Workers build whole uint8 batches, across shard and e
 from __future__ import annotations
 
 import dataclasses
-
 import itertools
 import random
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -21,9 +20,8 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from bench.config.data import DataConfig
 from bench.config.storage import StorageConfig
-from bench.data.registry import Batch
-from bench.data.layout import check_class_count
 from bench.data.device_batches import DeviceBatches
+from bench.data.layout import check_class_count
 from bench.data.loader import (
     Failure,
     HostBatch,
@@ -32,6 +30,7 @@ from bench.data.loader import (
     order_seed,
     resolve_workers,
 )
+from bench.data.registry import Batch
 from bench.data.shardformat import check_labels, decode_shard_index, read_meta
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
 from bench.storage.registry import open_store
@@ -114,7 +113,7 @@ class ShardStream(IterableDataset):
             blob = store.get(self.keys[shard])
             index = decode_shard_index(blob, where)
             check_labels(index, self.classes, where)  # s3:// roots: preflight does not read their shards
-        except Exception as exc:  # noqa: BLE001 - any backend's read error: name the shard, stop the run
+        except Exception as exc:  # any backend's read error: name the shard, stop the run
             failures.append((where, getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}", True))
             return
         rows = list(range(len(index)))

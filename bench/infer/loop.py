@@ -57,7 +57,7 @@ def infer(config: BenchConfig, device: torch.device, monitor: Any = None, ctx: O
     if compile_info["active"]:  # torch.compile fails lazily: try it once, outside the window
         try:
             forward(next(batches)[0])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("torch.compile failed at the first batch (%s: %s); running eager", type(exc).__name__, exc)
             compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
             model = eager

@@ -15,13 +15,20 @@ from typing import Any, Dict, List, Mapping, Optional, Union
 from bench.analysis.confidence import repeat_figures
 from bench.analysis.stats import mean, percentile, present
 from bench.config import BenchConfig
-from bench.infer.result import InferMetrics, InferOutcome, InferResult
 from bench.infer import sweep_view
+from bench.infer.result import InferMetrics, InferOutcome, InferResult
 from bench.infer.sweep_view import INFERENCE_COLUMNS, inference_plots
 from bench.results import read_column, read_summary, read_window, write_csv, write_json
 from bench.runtime.peaks import utilisation
+from bench.runtime.reporting import (
+    PROFILE_FILES,
+    REPEATS_FILE,
+    REPEATS_METRIC,
+    input_pipeline,
+    read_repeats,
+    write_repeats,
+)
 from bench.runtime.sweep_view import ACCURACY_COLUMNS, REPEAT_COLUMNS
-from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, REPEATS_METRIC, input_pipeline, read_repeats, write_repeats
 
 
 def summarize(result: InferResult, config: BenchConfig, device: str, device_name: str) -> InferMetrics:

@@ -34,12 +34,12 @@ from typing import Any, Dict, List, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import OmegaConf, open_dict
 
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, Interrupted
 from bench.tracking import sweep
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 
 log = logging.getLogger("bench")
 
@@ -153,7 +153,7 @@ class SweepLauncher(BaseSubmititLauncher):
             handles = executor.map_array(self, [job.overrides for job in group], ["hydra.sweep.dir"] * len(group),
                                          [job.num for job in group], [f"job_id_for_{job.num}" for job in group],
                                          [state] * len(group))
-        except Exception as exc:  # noqa: BLE001 - submitit's FailedJobError holds sbatch's own words
+        except Exception as exc:  # submitit's FailedJobError holds sbatch's own words
             said = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             reason = f"{self.cluster} refused the sweep's jobs #{group[0].num}..#{group[-1].num}: {said}"
             print(f"[ERROR] {reason} (what each job asks for: hydra.launcher.*, docs/distributed.md)",
@@ -168,7 +168,7 @@ class SweepLauncher(BaseSubmititLauncher):
         try:
             _wait(handle)
             returned = handle.results()[0]
-        except Exception as exc:  # noqa: BLE001 - submitit's UncompletedJobError / FailedJobError
+        except Exception as exc:  # submitit's UncompletedJobError / FailedJobError
             return self._lost(job, self._why_lost(handle, exc))
         if returned.status != JobStatus.COMPLETED:  # bench's task returns its exit code; it raised instead
             return self._lost(job, f"{type(returned._return_value).__name__}: {returned._return_value}")
@@ -219,7 +219,7 @@ def _cancel_unfinished(handles: List[Any]) -> None:
         try:
             if not handle.done():
                 handle.cancel(check=False)
-        except Exception as exc:  # noqa: BLE001 - cancel the others anyway
+        except Exception as exc:  # cancel the others anyway
             log.warning("could not cancel job %s: %s", getattr(handle, "job_id", "?"), exc)
 
 

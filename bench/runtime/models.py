@@ -114,6 +114,6 @@ def maybe_compile(model: nn.Module, enabled: bool, mode: Optional[str]) -> Tuple
         return model, {"requested": False, "active": False}
     try:
         return torch.compile(model, mode=mode), {"requested": True, "active": True, "mode": mode or "default"}
-    except Exception as exc:  # noqa: BLE001 - any failure means: run eager, and say so
+    except Exception as exc:  # any failure means: run eager, and say so
         log.warning("torch.compile failed (%s: %s); running eager", type(exc).__name__, exc)
         return model, {"requested": True, "active": False, "fallback_reason": f"{type(exc).__name__}: {exc}"}

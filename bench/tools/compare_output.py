@@ -85,5 +85,5 @@ def log_to_mlflow(comparison: Comparison, files: List[Path], run_id: str, baseli
                 client.log_batch(pair.candidate_run, tags=[RunTag("compare.verdict", pair.verdict),
                                                            RunTag("compare.baseline", baseline)],
                                  metrics=[Metric("throughput_ratio_vs_baseline", pair.ratio, now, 0)])
-    except Exception as exc:  # noqa: BLE001 - the files are written; the store is a copy
+    except Exception as exc:  # the files are written; the store is a copy
         log.warning("logging the comparison to MLflow run %s failed (%s: %s)", run_id, type(exc).__name__, exc)

@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
-from bench.tracking.probe import store_problem
-from bench.output_redaction import install as redact_output
 from bench.launch.watchdog import process_identity
+from bench.output_redaction import install as redact_output
+from bench.tracking.probe import store_problem
 
 
 def state_of(run: Any, host: str) -> str:

@@ -33,7 +33,7 @@ def _existing_run(client: Any, run_id: Optional[str]) -> Any:
         return None
     try:
         return client.get_run(run_id)
-    except Exception:  # noqa: BLE001 - not in this store (each store raises its own type)
+    except Exception:  # not in this store (each store raises its own type)
         return None
 
 
@@ -86,7 +86,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
     try:
         done = upload(args.run_dir, uri)
-    except Exception as exc:  # noqa: BLE001 - one line, no traceback
+    except Exception as exc:  # one line, no traceback
         print(f"[ERROR] upload of {args.run_dir} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print(f"{args.run_dir}: {done} at {redact_uri(uri)}")

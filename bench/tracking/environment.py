@@ -41,7 +41,7 @@ def nvml_devices() -> list:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound and friends: no GPU info
+    except Exception:  # NVMLError_LibraryNotFound and friends: no GPU info
         return []
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -52,12 +52,12 @@ def nvml_devices() -> list:
             devices.append({"index": index, "name": pynvml.nvmlDeviceGetName(handle),
                             "memory_total_mb": memory.total // 2**20, "driver": driver})
         return devices
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []
     finally:
         try:
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
 
 
@@ -85,7 +85,7 @@ def collect_environment() -> Dict[str, Any]:
         try:
             version = torch.cuda.nccl.version()  # a tuple in recent torch, an int in older ones
             env["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     gpus = nvml_devices()
     if gpus:

@@ -41,7 +41,7 @@ class GpuMonitor:
     def _energy_mj(self) -> Optional[tuple]:
         try:
             return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)), time.monotonic()
-        except Exception:  # noqa: BLE001 - pre-Volta GPUs and some drivers have no energy counter
+        except Exception:  # pre-Volta GPUs and some drivers have no energy counter
             return None
 
     def start(self) -> "GpuMonitor":
@@ -51,7 +51,7 @@ class GpuMonitor:
             pynvml.nvmlInit()
             self._handle = nvml_handle(pynvml, self.cuda_index)
             self._nvml = pynvml
-        except Exception:  # noqa: BLE001 - no GPU / no driver: nothing to sample
+        except Exception:  # no GPU / no driver: nothing to sample
             return self
         self._energy_start = self._energy_mj()
         self._thread = threading.Thread(target=self._run, name="gpu-monitor", daemon=True)
@@ -66,7 +66,7 @@ class GpuMonitor:
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
                 power_mw = nvml.nvmlDeviceGetPowerUsage(handle)
                 clock = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 continue
             self._samples.append((util.gpu, memory.used / 2**20, power_mw / 1000.0, clock))
 
@@ -78,7 +78,7 @@ class GpuMonitor:
         self._thread.join()
         try:
             self._nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
         figures = self._energy_figures(energy_end)
         if not self._samples:

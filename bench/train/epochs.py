@@ -137,7 +137,7 @@ class MeasuredWindow:
                 self.save(Position(epoch, index) if index < steps else Position(epoch + 1))
                 raise Interrupted(signal.Signals(flag.signum).name)
             at_sync_point = not session.ctx.distributed or done % log_every == 0 or done == planned
-            if at_sync_point and _deadline_passed(deadline, session.ctx) or done >= planned:
+            if (at_sync_point and _deadline_passed(deadline, session.ctx)) or done >= planned:
                 tally.stop = index < steps or not last_epoch
                 break
             if done % log_every == 0:

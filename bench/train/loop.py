@@ -70,7 +70,7 @@ def warm_up(run: TrainingRun) -> None:
         # torch.compile fails lazily, at the first call: try it once, outside the window.
         try:
             run.step(*next(batches))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("torch.compile failed at the first step (%s: %s); running eager", type(exc).__name__, exc)
             run.compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
             run.step = run.step.with_model(run.wrapped)

@@ -74,7 +74,7 @@ def find_max_batch(config: BenchConfig, model: torch.nn.Module, policy: Precisio
             torch.cuda.synchronize(device)
         except torch.cuda.OutOfMemoryError:
             failed = True  # the exception (and the tensors its frames hold) must be gone before freeing
-        optimizer = scheduler = step = images = labels = None  # noqa: F841
+        optimizer = scheduler = step = images = labels = None  # drop the last references, so gc can free them
         model.zero_grad(set_to_none=True)
         gc.collect()
         if device.type == "cuda":

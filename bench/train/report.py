@@ -18,12 +18,17 @@ from bench.analysis.stats import UNSTABLE_CV, step_time_stats
 from bench.config import BenchConfig
 from bench.results import read_column, read_summary, read_window, write_csv, write_json, write_jsonl
 from bench.runtime.peaks import utilisation
-from bench.runtime.reporting import (PROFILE_FILES, REPEATS_FILE, REPEATS_METRIC, input_pipeline, read_repeats,
-                                     write_repeats)
-from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
+from bench.runtime.reporting import (
+    PROFILE_FILES,
+    REPEATS_FILE,
+    REPEATS_METRIC,
+    input_pipeline,
+    read_repeats,
+    write_repeats,
+)
 from bench.train import sweep_view
+from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
 from bench.train.sweep_view import ACCURACY_COLUMNS, REPEAT_COLUMNS, TRAINING_COLUMNS, training_plots
-
 
 
 def merge_ranks(result: TrainResult, ranks: Sequence[RankSummary]) -> TrainResult:

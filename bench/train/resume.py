@@ -119,7 +119,7 @@ class TrainingCheckpoints:
                  "step_in_epoch": position.step_in_epoch}
         try:
             size = self._write(position.name, state)
-        except Exception as exc:  # noqa: BLE001 - any backend's write error (a full disk, a refused PUT)
+        except Exception as exc:  # any backend's write error (a full disk, a refused PUT)
             self.failed = _write_failure(exc, f"{self.url}/{position.name}")
             log.warning("checkpoint not written: %s; training goes on without checkpoints", self.failed)
             return

@@ -111,7 +111,7 @@ class S3Store:
             return action()
         except StorageError:
             raise
-        except Exception as exc:  # noqa: BLE001 - each client has its own exception tree
+        except Exception as exc:  # each client has its own exception tree
             reason = _reason(exc)
             if missing_key and reason != NO_BUCKET and self._missing(exc):
                 raise FileNotFoundError(f"{self.settings.url}/{key}: no such object") from exc
