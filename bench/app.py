@@ -88,7 +88,8 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
     try:
         scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
     except BenchError as exc:
-        return _refuse(exc, out_dir, sweep_job, lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job))
+        return _refuse(exc, out_dir, sweep_job,
+                       lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job))
     from bench.launch.select import select_launcher
     from bench.tracking.environment import collect_environment
 

@@ -1,4 +1,5 @@
-"""`python -m bench.overhead`: the old module path of `python -m bench.tools.overhead`, kept so existing command lines work."""
+"""`python -m bench.overhead`: the old module path of `python -m bench.tools.overhead`, kept so existing
+command lines work."""
 
 from bench.tools.overhead import main
 

@@ -1,4 +1,5 @@
-"""`python -m bench.radix`: the old module path of `python -m bench.tools.radix`, kept so existing command lines work."""
+"""`python -m bench.radix`: the old module path of `python -m bench.tools.radix`, kept so existing
+command lines work."""
 
 from bench.tools.radix import main
 

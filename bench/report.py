@@ -1,4 +1,5 @@
-"""`python -m bench.report`: the old module path of `python -m bench.tools.report`, kept so existing command lines work."""
+"""`python -m bench.report`: the old module path of `python -m bench.tools.report`, kept so existing
+command lines work."""
 import sys
 
 from bench.tools.report import main

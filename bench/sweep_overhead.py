@@ -1,4 +1,5 @@
-"""`python -m bench.sweep_overhead`: the old module path of `python -m bench.tools.sweep_overhead`, kept so existing command lines work."""
+"""`python -m bench.sweep_overhead`: the old module path of `python -m bench.tools.sweep_overhead`, kept so existing
+command lines work."""
 
 from bench.tools.sweep_overhead import main
 

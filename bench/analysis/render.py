@@ -72,7 +72,7 @@ def render_text(shown: pd.DataFrame) -> str:
     """Aligned columns for the terminal, a dashed line under the headers."""
     cells = _cells(shown)
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

@@ -230,9 +230,10 @@ def read_mlflow_sweep(parent_run_id: str, tracking_uri: str, single: bool = Fals
     def series(run_id: str, name: Optional[str]) -> List[float]:
         return [m.value for m in sorted(client.get_metric_history(run_id, name), key=lambda m: m.step)] if name else []
 
-    timelines = [series(run_id, report_class(mode).TIMELINE_METRIC) for run_id, mode in zip(runs["run_id"], modes)]
+    timelines = [series(run_id, report_class(mode).TIMELINE_METRIC)
+                 for run_id, mode in zip(runs["run_id"], modes, strict=True)]
     repeats = [series(run_id, report_class(mode).REPEATS_METRIC)
-               for run_id, mode in zip(runs["run_id"], modes)]
+               for run_id, mode in zip(runs["run_id"], modes, strict=True)]
     curves = [_mlflow_val_curve(client, run_id) for run_id in runs["run_id"]]
     return _frame_from_search(runs.astype(object).reset_index(drop=True), timelines, curves, repeats)
 

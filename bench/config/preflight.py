@@ -23,7 +23,7 @@ from bench.errors import ConfigError
 def reject_unknown_keys(cfg: DictConfig, schema: type, prefix: str = "") -> None:
     hints = typing.get_type_hints(schema)
     names = [f.name for f in dataclasses.fields(schema)]
-    for key in cfg.keys():
+    for key in cfg:
         key = str(key)
         if key == "defaults":
             continue

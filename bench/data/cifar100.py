@@ -112,12 +112,12 @@ class Cifar100Batches(BatchDataset):
 
 def cifar100_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
                      rank: int = 0, world_size: int = 1, storage: StorageConfig | None = None) -> Iterator[Batch]:
-    images, labels, names = load_cifar100(cfg.root, cfg.split)
+    images, labels, names = load_cifar100(cfg.dataset_root, cfg.split)
     classes = max(len(names), int(labels.max()) + 1)
-    check_class_count(classes, cfg.root, cfg.num_classes)
+    check_class_count(classes, cfg.dataset_root, cfg.num_classes)
     train = cfg.split == "train"
     dataset = Cifar100Batches(images, labels, cfg.image_size, train and cfg.augment, seed, rank)
-    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, cfg.root)
+    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, cfg.dataset_root)
     loader = make_loader(dataset, cfg, device, batch_sampler)
     facts = {"dataset_size": len(images), "dataset_classes": classes, "data_workers": resolve_workers(cfg)}
     return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)
@@ -126,7 +126,7 @@ def cifar100_batches(cfg: DataConfig, device: torch.device, memory_format: torch
 def cifar100_val_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format,
                          rank: int = 0, world_size: int = 1) -> DeviceBatches:
     """The test split, unaugmented, this rank's share of it."""
-    images, labels, _names = load_cifar100(cfg.root, "val")
+    images, labels, _names = load_cifar100(cfg.dataset_root, "val")
     dataset = Cifar100Batches(images, labels, cfg.image_size, False, 0, rank)
     batch_sampler = eval_batch_sampler(len(dataset), cfg.batch_size, rank, world_size)
     loader = make_loader(dataset, cfg, device, batch_sampler)

@@ -92,7 +92,7 @@ PROBE_IMAGES = 4  # the first images preflight decodes: a folder of non-images f
 
 
 def check_imagefolder(data: DataConfig) -> None:
-    base = imagefolder_base(data.root, data.split)
+    base = imagefolder_base(data.dataset_root, data.split)
     classes = class_folders(base)
     check_class_count(len(classes), base, data.num_classes)
     warn_empty_class_folders(base, classes)
@@ -156,10 +156,10 @@ def check_separate_val(root: str) -> None:
 
 
 def check_cifar100(data: DataConfig) -> None:
-    cifar_file(data.root, data.split)
+    cifar_file(data.dataset_root, data.split)
 
 
 def check_shards(data: DataConfig) -> None:
     """Local shard roots only (s3:// ones are checked when opened, through the object store)."""
-    if not data.root.startswith("s3://"):
-        check_local_shards(data.root, data.split)
+    if not data.dataset_root.startswith("s3://"):
+        check_local_shards(data.dataset_root, data.split)

@@ -160,7 +160,7 @@ class SweepLauncher(BaseSubmititLauncher):
                   file=sys.stderr, flush=True)
             sweep.end_unsubmitted_sweep(reason)
             raise SystemExit(EXIT_FAILED) from None
-        return {job.num: handle for job, handle in zip(group, handles)}
+        return {job.num: handle for job, handle in zip(group, handles, strict=True)}
 
     def _collect(self, job: PlannedJob, handle: Any) -> JobReturn:
         """The job's return, counted by the sweep; a job that left none is a failed job, not the

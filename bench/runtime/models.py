@@ -66,7 +66,8 @@ def check_model(cfg: ModelConfig) -> None:
                           + ", ".join(OWN) + (f" (did you mean {close[0]}?)" if close else ""))
     patch = _vit_patch(cfg.arch)
     if patch and cfg.image_size % patch:
-        raise ConfigError("data.image_size", cfg.image_size, f"a multiple of {patch} for model={cfg.arch} (its patch size)")
+        raise ConfigError("data.image_size", cfg.image_size,
+                          f"a multiple of {patch} for model={cfg.arch} (its patch size)")
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:

@@ -20,7 +20,8 @@ COLOURS = {SLOWER: "tab:red", FASTER: "tab:green"}  # same: grey
 
 
 def table(comparison: Comparison) -> pd.DataFrame:
-    rows = [{"configuration": p.label, "baseline images/s": f"{p.baseline:.1f}", "candidate images/s": f"{p.candidate:.1f}",
+    rows = [{"configuration": p.label,
+             "baseline images/s": f"{p.baseline:.1f}", "candidate images/s": f"{p.candidate:.1f}",
              "ratio": f"{p.ratio:.3f}", "95% interval": f"[{p.low:.3f}, {p.high:.3f}]" if p.low is not None else "",
              "samples": p.samples, "verdict": p.verdict, "why": p.note} for p in comparison.pairs]
     rows += [{"configuration": label, "verdict": "only in the baseline"} for label in comparison.only_baseline]

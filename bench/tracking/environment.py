@@ -4,6 +4,7 @@ left out, quietly: a CPU-only machine has no NVML and that is not an error."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import socket
@@ -55,10 +56,8 @@ def nvml_devices() -> list:
     except Exception:
         return []
     finally:
-        try:
+        with contextlib.suppress(Exception):  # NVML that failed to start has nothing to shut down
             pynvml.nvmlShutdown()
-        except Exception:
-            pass
 
 
 def collect_environment() -> Dict[str, Any]:

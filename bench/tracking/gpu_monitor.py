@@ -11,6 +11,7 @@ without the counter gives no energy figures (absent, not 0).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -35,7 +36,8 @@ class GpuMonitor:
         self._samples: List[tuple] = []
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._nvml = None
+        self._nvml: Any = None  # the pynvml module, once NVML started (no type stubs)
+        self._handle: Any = None  # this GPU's NVML handle
         self._energy_start: Optional[tuple] = None  # (millijoules, monotonic seconds) at start()
 
     def _energy_mj(self) -> Optional[tuple]:
@@ -76,14 +78,12 @@ class GpuMonitor:
         energy_end = self._energy_mj() if self._energy_start is not None else None
         self._stop.set()
         self._thread.join()
-        try:
+        with contextlib.suppress(Exception):  # the figures matter more than a clean NVML shutdown
             self._nvml.nvmlShutdown()
-        except Exception:
-            pass
         figures = self._energy_figures(energy_end)
         if not self._samples:
             return figures
-        util, mem, power, clock = zip(*self._samples)
+        util, mem, power, clock = zip(*self._samples, strict=True)
         mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
         return {
             "gpu_util_mean_pct": mean(util),

@@ -68,7 +68,9 @@ class Tracker:
         except Exception as exc:
             # One warning, then stop: a server that went away would cost each later call its
             # full retry back-off, and the results are safe in the output directory anyway.
-            later = f"; upload the results later with python -m bench.tools.upload {self.out_dir}" if self.out_dir else ""
+            later = ""
+            if self.out_dir:
+                later = f"; upload the results later with python -m bench.tools.upload {self.out_dir}"
             log.warning("MLflow %s failed at %s (%s: %s); no further tracking for this run%s",
                         what, redact_uri(self.uri), type(exc).__name__, redact(str(exc)), later)
             self.client = None

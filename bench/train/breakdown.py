@@ -18,6 +18,7 @@ match); rank 0's timings are reported.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -66,7 +67,7 @@ def breakdown_pass(step: TrainStep, batches: Iterator, device: torch.device, ste
         step.zero_grad()
         sync()
         marks.append(time.perf_counter())
-        for phase, start, end in zip(PHASES, marks, marks[1:]):
+        for phase, (start, end) in zip(PHASES, itertools.pairwise(marks), strict=True):
             times[phase].append((end - start) * 1000.0)
         if step.after is not None:
             step.after()

@@ -47,7 +47,8 @@ def run_meta(config: BenchConfig) -> Dict[str, Any]:
 
 
 def differences(saved: Dict[str, Any], mine: Dict[str, Any]) -> List[str]:
-    return [f"{key} {saved[key]!r} there, {mine[key]!r} here" for key in mine if key in saved and saved[key] != mine[key]]
+    return [f"{key} {saved[key]!r} there, {mine[key]!r} here"
+            for key in mine if key in saved and saved[key] != mine[key]]
 
 
 def check_meta(state: Dict[str, Any], config: BenchConfig, where: str) -> None:

@@ -217,7 +217,7 @@ def _accuracy(cfg: BenchConfig, epochs: List[EpochRecord], reached: Optional[Epo
     if not evaluated:
         return {}
     figures: Dict[str, Any] = {"val_top1": evaluated[-1].val_top1, "val_top5": evaluated[-1].val_top5,
-                               "val_top1_best": max(e.val_top1 for e in evaluated),
+                               "val_top1_best": max(e.val_top1 for e in evaluated if e.val_top1 is not None),
                                "eval_seconds": sum(e.eval_seconds or 0.0 for e in evaluated),
                                "evaluations": len(evaluated), "train_wall_seconds": wall_seconds}
     if val_images is not None:

@@ -12,7 +12,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # the label columns, compare figure, accuracy and repeat columns are the runtime's (shared with inference)
-__all__ = ["ACCURACY_COLUMNS", "COMPARE_FIGURE", "LABEL_COLUMNS", "REPEAT_COLUMNS", "TRAINING_COLUMNS", "training_plots"]
+__all__ = ["ACCURACY_COLUMNS", "COMPARE_FIGURE", "LABEL_COLUMNS", "REPEAT_COLUMNS", "TRAINING_COLUMNS",
+           "training_plots"]
 
 TRAINING_COLUMNS = [  # (header, frame column = a radix_metrics key, format)
     ("job", "job", "{}"),
