@@ -4,4 +4,4 @@ command lines work."""
 from bench.tools.radix import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()  # it ends the process itself (exit 0 when it returns)

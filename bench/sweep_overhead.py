@@ -4,4 +4,4 @@ command lines work."""
 from bench.tools.sweep_overhead import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()  # it ends the process itself (exit 0 when it returns)

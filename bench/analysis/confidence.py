@@ -33,7 +33,7 @@ def median_rows(rows: np.ndarray) -> np.ndarray:
     return np.median(rows, axis=1)
 
 
-def bootstrap(values: Sequence[float], statistic: Statistic = median_rows, resamples: int = RESAMPLES,
+def bootstrap(values: Sequence[float] | np.ndarray, statistic: Statistic = median_rows, resamples: int = RESAMPLES,
               seed: int = SEED) -> np.ndarray:
     """`statistic` of `resamples` resamples (with replacement, the sample's own size) of `values`."""
     data = np.asarray(values, dtype=float)
@@ -71,7 +71,7 @@ def repeat_figures(throughputs: Sequence[float]) -> RepeatFigures:
         return {}
     values = np.asarray(throughputs, dtype=float)
     median = float(np.median(values))
-    low, high = interval(bootstrap(throughputs))
+    low, high = interval(bootstrap(values))
     q1, q3 = np.percentile(values, [25, 75])
     cv = float(values.std(ddof=1) / values.mean()) if values.mean() > 0 else math.inf
     return {"repeats": len(values), "images_per_second_median": median, "images_per_second_min": float(values.min()),

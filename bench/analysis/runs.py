@@ -196,7 +196,7 @@ def _tracking_uri(uri: str) -> Iterator[None]:
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(set_before)  # None: back to "not set"
+        mlflow.set_tracking_uri(set_before)  # type: ignore[arg-type]  # None: back to "not set" (mlflow's code takes it)
         if env_before is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:

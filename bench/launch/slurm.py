@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -85,7 +85,7 @@ class SweepLauncher(BaseSubmititLauncher):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        self.sweep_context = None  # bench.tracking.sweep's BENCH_SWEEP, pickled with every job
+        self.sweep_context: Optional[str] = None  # bench.tracking.sweep's BENCH_SWEEP, pickled with every job
 
     # ---- in the job's process (on each node) ----------------------------------------------------
 
@@ -139,8 +139,11 @@ class SweepLauncher(BaseSubmititLauncher):
         asked = OmegaConf.to_container(job_cfg.hydra.launcher, resolve=True)
         assert isinstance(asked, dict)
         base = set(OmegaConf.structured(BaseQueueConf).keys())
-        params = {k if k in base else f"{self._EXECUTOR}_{k}": v for k, v in asked.items()
-                  if k not in EXECUTOR_INIT_KEYS and k != "_target_"}
+        params: Dict[str, Any] = {}
+        for k, v in asked.items():
+            key = str(k)  # a launcher group's keys are names
+            if key not in EXECUTOR_INIT_KEYS and key != "_target_":
+                params[key if key in base else f"{self._EXECUTOR}_{key}"] = v
         job_dir = Path(str(job_cfg.hydra.sweep.dir)) / str(job_cfg.hydra.sweep.subdir)
         log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
         return PlannedJob(num, overrides, params, job_dir)

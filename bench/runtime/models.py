@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import torch
 import torch.nn as nn
@@ -114,7 +114,8 @@ def maybe_compile(model: nn.Module, enabled: bool, mode: Optional[str]) -> Tuple
     if not enabled:
         return model, {"requested": False, "active": False}
     try:
-        return torch.compile(model, mode=mode), {"requested": True, "active": True, "mode": mode or "default"}
+        compiled = cast(nn.Module, torch.compile(model, mode=mode))  # an OptimizedModule: the stub says Callable
+        return compiled, {"requested": True, "active": True, "mode": mode or "default"}
     except Exception as exc:  # any failure means: run eager, and say so
         log.warning("torch.compile failed (%s: %s); running eager", type(exc).__name__, exc)
         return model, {"requested": True, "active": False, "fallback_reason": f"{type(exc).__name__}: {exc}"}

@@ -38,7 +38,7 @@ def plot(comparison: Comparison, path: Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.45 * len(pairs) + 1.5)))
     for y, pair in enumerate(pairs):
         colour = COLOURS.get(pair.verdict, "tab:grey")
-        if pair.low is not None:
+        if pair.low is not None and pair.high is not None:  # an interval: both ends
             ax.errorbar(pair.ratio, y, xerr=[[pair.ratio - pair.low], [pair.high - pair.ratio]], fmt="o",
                         color=colour, capsize=4)
         else:

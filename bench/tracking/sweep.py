@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 
@@ -182,7 +182,7 @@ class MlflowSweepCallback(Callback):
         tracker: Optional[Any] = _state["tracker"]
         sweep_dir = Path(config.hydra.sweep.dir)
         scrub([sweep_dir / "multirun.yaml"])  # as each job's .hydra/: what a config file held goes
-        files = []
+        files: List[Path] = []
         try:
             from bench.analysis import build_report, log_scaling_to_runs
 

@@ -77,7 +77,8 @@ def breakdown_pass(step: TrainStep, batches: Iterator, device: torch.device, ste
 def _backward_without_sync(step: TrainStep, ddp: torch.nn.Module, batch: Any, sync: Any) -> float:
     """ms of a backward pass under no_sync (no all-reduce); the gradients are thrown away."""
     images, labels = batch
-    with ddp.no_sync() if hasattr(ddp, "no_sync") else contextlib.nullcontext():
+    no_sync = getattr(ddp, "no_sync", None)  # DistributedDataParallel's
+    with no_sync() if no_sync is not None else contextlib.nullcontext():
         loss = step.forward(images, labels)
         sync()
         start = time.perf_counter()

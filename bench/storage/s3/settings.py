@@ -130,6 +130,22 @@ class S3Store:
         """One LIST request: a missing bucket, refused credentials or a dead endpoint fail here."""
         self._call("LIST", "", self._list_one, missing_key=False)
 
+    # the ObjectStore operations, each client's own
+    def get(self, key: str) -> bytes:
+        raise NotImplementedError
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        raise NotImplementedError
+
+    def put(self, key: str, data: bytes) -> None:
+        raise NotImplementedError
+
+    def list(self, prefix: str = "") -> List[Tuple[str, int]]:
+        raise NotImplementedError
+
+    def delete(self, key: str) -> None:
+        raise NotImplementedError
+
     def _head(self, key: str) -> object:
         raise NotImplementedError
 
