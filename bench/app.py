@@ -88,7 +88,8 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
     try:
         scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
     except BenchError as exc:
-        return _refuse(exc, out_dir, sweep_job, lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job))
+        return _refuse(exc, out_dir, sweep_job,
+                       lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job))
     from bench.launch.select import select_launcher
     from bench.tracking.environment import collect_environment
 
@@ -112,7 +113,7 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
             error(f"run failed after its measurement was reported: {reason}")
             return EXIT_FAILED
         tracker.finish("FINISHED")
-    except BaseException as exc:  # noqa: BLE001 - every way out ends the MLflow run with a status
+    except BaseException as exc:  # every way out ends the MLflow run with a status
         return _fail(exc, scenario, config, out_dir, tracker)
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)
@@ -176,7 +177,7 @@ def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str],
     try:
         tracking = OmegaConf.to_object(cfg.tracking)
         params = OmegaConf.to_container(cfg, resolve=False)
-    except Exception:  # noqa: BLE001 - the tracking group itself is broken: the defaults
+    except Exception:  # the tracking group itself is broken: the defaults
         tracking, params = TrackingConfig(), {}
     params.pop("defaults", None)
     return open_run(tracking, launch_dir, "refused", params, {}, overrides, sweep_job)
@@ -204,7 +205,7 @@ def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchCon
     train, hand the timing to rank 0, report nothing but a failure."""
     try:
         launcher.run(scenario, config, out_dir)
-    except Exception as exc:  # noqa: BLE001 - one line here; rank 0 reports the run
+    except Exception as exc:  # one line here; rank 0 reports the run
         reason = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
         error(f"{launcher.who} failed: {reason}")
         return EXIT_FAILED

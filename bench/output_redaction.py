@@ -37,7 +37,7 @@ def _redacting_record_factory(make_record: Any) -> Any:
         record = make_record(*args, **kwargs)
         try:
             message = record.getMessage()
-        except Exception:  # noqa: BLE001 - a bad format string: logging reports it as it always did
+        except Exception:  # a bad format string: logging reports it as it always did
             return record
         cleaned = redact(message)
         if cleaned != message:

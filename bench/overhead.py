@@ -1,5 +1,5 @@
 """`python -m bench.overhead`: the command's one documented name (docs/architecture.md, "Commands");
-its code is bench.tools.overhead, which runs the same when called as `python -m bench.tools.overhead` (not documented)."""
+its code is bench.tools.overhead, which runs the same as `python -m bench.tools.overhead` (not documented)."""
 
 from bench.tools.overhead import main
 

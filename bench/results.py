@@ -14,7 +14,7 @@ import io
 import json
 import math
 import os
-from dataclasses import MISSING, field, fields
+from dataclasses import MISSING, fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Type, TypeVar
 
@@ -37,10 +37,9 @@ R = TypeVar("R", bound="Record")
 KEPT = {"kept": True}  # a field written even when None (null in the final line), as it always was
 
 
-def spread() -> Any:
-    """A field holding a group of figures whose names vary (NVML, dataset facts, utilisation):
-    its items are written in its place, one radix_metrics key each."""
-    return field(default_factory=dict, metadata={"spread": True})
+# a dict field (field(default_factory=dict, metadata=SPREAD)) holding a group of figures whose names
+# vary (NVML, dataset facts, utilisation): its items are written in its place, one radix_metrics key each
+SPREAD = {"spread": True}
 
 
 def inline(kind: Type["Record"]) -> Any:
@@ -52,9 +51,8 @@ def inline(kind: Type["Record"]) -> Any:
 class Record:
     """A scenario's typed result record (a dataclass, kw_only): the one place that turns it into the
     radix_metrics dict (the final line, summary.csv, MLflow) and back. Its fields, in order, are the
-    keys; a None field is left out (absent from the final line) unless it is KEPT; a `spread()` field's
-    items, and an `inline()` record's fields, go in its place. Reading back, a key no field names
-    lands in the record's last spread field."""
+    keys; a None field is left out (absent from the final line) unless it is KEPT; a SPREAD field's
+    items, and an `inline()` record's fields, go in its place. Reading back, a key no field names lands in the record's last spread field."""
 
     def to_metrics(self) -> Dict[str, Any]:
         metrics: Dict[str, Any] = {}
@@ -153,7 +151,8 @@ def read_window(job_dir: Path, record: Any, timeline_file: str, profile_files: S
     back from its record and files: the arguments both result types share."""
     summary = read_summary(job_dir)
     return dict(batch_size=record.batch_size, warmup_steps=record.warmup_steps, measured_steps=record.measured_steps,
-                window_seconds=record.elapsed_seconds, data_wait_ms=read_column(job_dir / timeline_file, "data_wait_ms"),
+                window_seconds=record.elapsed_seconds,
+                data_wait_ms=read_column(job_dir / timeline_file, "data_wait_ms"),
                 peak_memory_bytes=int(record.peak_memory_mb * 2**20), parameters=record.parameters, precision={},
                 compile=summary.get("compile", {}),
                 files=[str(job_dir / name) for name in profile_files if (job_dir / name).is_file()])

@@ -12,8 +12,7 @@ typed result record is the run's output contract and which tells the sweep repor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Protocol, Sequence, \
-    Tuple
+from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
 
 from bench.scenario_registry import DEFAULT_MODE, SCENARIOS, register, scenario_class
 

@@ -26,7 +26,7 @@ CONFIG_MARKERS = ("secret", "password", "passwd", "pwd", "token", "access_key", 
                   "auth", "jwt", "signature", "private_key")
 # whole words of a key (split at . _ -) that name a credential too short to be a marker: `checkpoint.on_signal` is fine
 CONFIG_WORDS = frozenset({"pass", "pw", "key", "sig"})
-ENV_MARKERS = CONFIG_MARKERS + ("key", "pass", "session", "cookie", "private", "cert")
+ENV_MARKERS = (*CONFIG_MARKERS, "key", "pass", "session", "cookie", "private", "cert")
 # scheme://userinfo@host: anything between :// and an @ before the first /
 USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s@]+@")
 # user:password@host without a scheme (a c10d endpoint `u:pw@host:29400`); not after / or : (a URL's path, a scheme)
@@ -34,7 +34,8 @@ BARE_USERINFO = re.compile(r"(?<![\w.+\-~%/:@])[\w.+\-~%!$]+:[^\s@/'\"]+@(?=[\w\
 QUERY_PARAM = re.compile(r"([?&;])([\w.\-]+)=([^&#\s'\"<>;]*)")
 SECRET_QUERY_NAMES = frozenset({"sig", "signature", "token", "access_token", "id_token", "refresh_token", "jwt", "key",
                                 "apikey", "api_key", "api-key", "password", "passwd", "pwd", "secret", "client_secret",
-                                "code", "auth", "authorization", "credential", "credentials", "session", "sessiontoken"})
+                                "code", "auth", "authorization", "credential", "credentials", "session",
+                                "sessiontoken"})
 # ${oc.env:NAME} / ${oc.env:NAME,default}: a config value that reads an environment variable
 ENV_REFERENCE = re.compile(r"\$\{\s*oc\.env\s*:\s*([^,}\s]+)")
 SECRET_ENV_MIN_CHARS = 8  # shorter values ("1", "true") would hide ordinary words
@@ -81,7 +82,8 @@ def secret_env_values() -> List[str]:
     """Values of this process's secret-looking environment variables, longest first (a path is not
     a secret: PWD, SSH_AUTH_SOCK and friends are left alone)."""
     values = {value for name, value in environ_items()
-              if looks_secret_env(name) and len(value) >= SECRET_ENV_MIN_CHARS and not value.startswith(("/", "~", "."))}
+              if looks_secret_env(name) and len(value) >= SECRET_ENV_MIN_CHARS
+              and not value.startswith(("/", "~", "."))}
     return sorted(values, key=len, reverse=True)
 
 

@@ -1,7 +1,7 @@
 """`python -m bench.sweep_overhead`: the command's one documented name (docs/architecture.md, "Commands");
-its code is bench.tools.sweep_overhead, which runs the same when called as `python -m bench.tools.sweep_overhead` (not documented)."""
+its code is bench.tools.sweep_overhead, which runs the same as `python -m bench.tools.sweep_overhead` (not documented)."""
 
 from bench.tools.sweep_overhead import main
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    main()  # it ends the process itself (exit 0 when it returns)

@@ -23,7 +23,7 @@ from bench.errors import ReportError
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["ReportError", "build_report", "report_from_mlflow", "write_report", "log_scaling_to_runs"]
+__all__ = ["ReportError", "build_report", "log_scaling_to_runs", "report_from_mlflow", "write_report"]
 
 log = logging.getLogger("bench")
 
@@ -75,7 +75,7 @@ def report_from_mlflow(parent_run_id: str, tracking_uri: str, out: Path) -> Tupl
     for path in files:
         try:
             client.log_artifact(parent_run_id, str(path), REPORT_ARTIFACT_PATH)
-        except Exception as exc:  # noqa: BLE001 - the files are written; the store is a copy
+        except Exception as exc:  # the files are written; the store is a copy
             log.warning("logging the report to MLflow run %s failed (%s: %s); it is in %s",
                         parent_run_id, type(exc).__name__, exc, out)
             break
@@ -97,5 +97,5 @@ def log_scaling_to_runs(frame: "pd.DataFrame", client: Any) -> None:
             client.log_batch(row["run_id"], metrics=[Metric("speedup", float(row["speedup"]), now, 0),
                                                      Metric("scaling_efficiency", float(row["scaling_efficiency"]),
                                                             now, 0)])
-        except Exception as exc:  # noqa: BLE001 - a tracking problem must not cost the report
+        except Exception as exc:  # a tracking problem must not cost the report
             log.warning("logging speedup to MLflow run %s failed (%s: %s)", row["run_id"], type(exc).__name__, exc)

@@ -87,7 +87,7 @@ def label_of(row: Dict[str, Any], keys: Sequence[str]) -> str:
     words = [str(mode)] if not absent(mode) and str(mode) != DEFAULT_MODE else []
     for prefix, name, fmt in report_class(mode).LABEL_COLUMNS:  # what names a single run (its report class says)
         value = row.get(name)
-        if not absent(value):
+        if value is not None and not absent(value):
             words.append(prefix + (str(int(float(value))) if fmt == "int" else str(value)))
     return " ".join(words)
 
@@ -132,6 +132,7 @@ def _samples(row: Dict[str, Any], kind: str) -> Tuple[np.ndarray, Any, float]:
         return values, median_rows, float(np.median(values))
     values = np.asarray(row["timeline"], dtype=float)
     images = _images_per_step(row)
+    assert images, "_kind picks the step times only where the batch size is known"
     return values, pooled_rate_rows(images), images * len(values) / (values.sum() / 1000.0)
 
 
@@ -173,7 +174,7 @@ def compare_pair(label: str, base: Dict[str, Any], cand: Dict[str, Any], thresho
         low, high = ratio_interval(bootstrap(bv, bstat, seed=1, **resamples), bootstrap(cv, cstat, seed=2, **resamples))
     ratio = c / b if b > 0 else math.inf
     decided, why = verdict(ratio, low, high, threshold)
-    if kind == "repeats" and decided == SAME and low is not None and low < 1 < high:
+    if kind == "repeats" and decided == SAME and low is not None and high is not None and low < 1 < high:
         needed = _repeats_for(base, cand, threshold)
         if needed and needed > min(len(base["repeat_rates"]), len(cand["repeat_rates"])):
             why += f"; about {needed} repeats per side would resolve {100 * threshold:g}%"

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Callable, Dict, Optional, Sequence, Tuple
+from typing import Callable, Optional, Sequence, Tuple, TypedDict
 
 import numpy as np
 
@@ -33,7 +33,7 @@ def median_rows(rows: np.ndarray) -> np.ndarray:
     return np.median(rows, axis=1)
 
 
-def bootstrap(values: Sequence[float], statistic: Statistic = median_rows, resamples: int = RESAMPLES,
+def bootstrap(values: Sequence[float] | np.ndarray, statistic: Statistic = median_rows, resamples: int = RESAMPLES,
               seed: int = SEED) -> np.ndarray:
     """`statistic` of `resamples` resamples (with replacement, the sample's own size) of `values`."""
     data = np.asarray(values, dtype=float)
@@ -50,7 +50,21 @@ def interval(estimates: np.ndarray, level: float = LEVEL) -> Tuple[float, float]
     return float(low), float(high)
 
 
-def repeat_figures(throughputs: Sequence[float]) -> Dict[str, object]:
+class RepeatFigures(TypedDict, total=False):
+    """repeat_figures' figures: the repeat fields of a training or inference record, by name."""
+    repeats: int
+    images_per_second_median: float
+    images_per_second_min: float
+    images_per_second_max: float
+    images_per_second_iqr: float
+    images_per_second_ci95_low: float
+    images_per_second_ci95_high: float
+    images_per_second_ci95_halfwidth_pct: Optional[float]
+    images_per_second_cv: float
+    stable: bool
+
+
+def repeat_figures(throughputs: Sequence[float]) -> RepeatFigures:
     """The figures of N repeated windows ({} for fewer than 2): median, min/max, IQR, the 95%
     bootstrap interval of the median, the coefficient of variation and `stable` (cv <= 3%)."""
     if len(throughputs) < 2:

@@ -45,8 +45,10 @@ def _line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
     xs, ys = [float(p[x]) for p in points], [float(p[y]) for p in points]
     spread = [(p.get(f"{y}_min"), p.get(f"{y}_max")) for p in points]
     if y == "images_per_second" and any(not absent(low) for low, _ in spread):
-        below = [0.0 if absent(low) else max(0.0, v - float(low)) for v, (low, _) in zip(ys, spread)]
-        above = [0.0 if absent(high) else max(0.0, float(high) - v) for v, (_, high) in zip(ys, spread)]
+        below = [0.0 if low is None or absent(low) else max(0.0, v - float(low))
+                 for v, (low, _) in zip(ys, spread, strict=True)]
+        above = [0.0 if high is None or absent(high) else max(0.0, float(high) - v)
+                 for v, (_, high) in zip(ys, spread, strict=True)]
         ax.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=4, label=f"{label} (bars: repeats' min-max)")
         return
     ax.plot(xs, ys, marker="o", label=label)
@@ -157,7 +159,8 @@ def plot_storage(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
         _line(ax, points, "clients", "au_percent_min", f"{label} (min)")
     thresholds = {t for t in frame.get("au_threshold_percent", []) if not absent(t) and t}
     for threshold in sorted(thresholds):
-        ax.axhline(float(threshold), color="grey", linestyle="--", linewidth=1, label=f"pass threshold ({threshold:g}%)")
+        ax.axhline(float(threshold), color="grey", linestyle="--", linewidth=1,
+                   label=f"pass threshold ({threshold:g}%)")
     ax.set(title=f"Accelerator utilization vs clients ({title})", xlabel="Clients (simulated accelerators)",
            ylabel="AU (%) = compute time / wall time")
     _finish_axes(ax)

@@ -18,7 +18,6 @@ import pandas as pd
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent, metric_columns
 from bench.scenarios import report_class_of_modes
 
-
 CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
 # config keys the sweep table shows under a column of its own already (model, precision, procs, batch)
 SHOWN_AS = ("model.arch", "precision.name", "distributed.nproc_per_node", "data.batch_size", "mode")
@@ -100,7 +99,7 @@ def render_text(shown: pd.DataFrame) -> str:
     """Aligned columns for the terminal, a dashed line under the headers."""
     cells = _cells(shown)
     widths = [max(len(row[i]) for row in cells) for i in range(len(cells[0]))]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths)).rstrip() for row in cells]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells]
     lines.insert(1, "  ".join("-" * w for w in widths))
     return "\n".join(lines)
 

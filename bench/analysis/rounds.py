@@ -64,7 +64,7 @@ class Ratio:
 
 def ratio_of(ours: Sequence[float], theirs: Sequence[float], other: str = "baseline") -> Ratio:
     """Per-round ratios of two sides measured the same number of times in each round."""
-    per_round = [o / t for o, t in zip(ours, theirs) if t > 0]
+    per_round = [o / t for o, t in zip(ours, theirs, strict=True) if t > 0]
     if not per_round:
         return Ratio(other, float("nan"), float("nan"), float("nan"), [])
     median = statistics.median(per_round)
@@ -123,6 +123,6 @@ def alternate(sides: Mapping[str, Measure], rounds: int, *, warmup: int = 1, bef
             figures[name].extend(values)
             per_round[name].append(statistics.fmean(values))
         head = f"{label} " if label else ""
-        echo(f"{head}round {number}: " + " | ".join(
-            f"{name} " + ", ".join(figure(v) for v in this_round[name]) for name in names) + (f" {unit}" if unit else ""))
+        sides_text = " | ".join(f"{name} " + ", ".join(figure(v) for v in this_round[name]) for name in names)
+        echo(f"{head}round {number}: " + sides_text + (f" {unit}" if unit else ""))
     return Rounds(names, figures, per_round)

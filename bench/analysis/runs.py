@@ -32,8 +32,8 @@ import pandas as pd
 import yaml
 
 from bench.errors import ReportError
-from bench.secrets import flatten
 from bench.scenarios import report_class
+from bench.secrets import flatten
 
 RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates", "val_curve")
 CONFIG_PREFIX = "config."
@@ -203,7 +203,7 @@ def _tracking_uri(uri: str) -> Iterator[None]:
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(set_before)  # None: back to "not set"
+        mlflow.set_tracking_uri(set_before)  # type: ignore[arg-type]  # None: back to "not set" (mlflow's code takes it)
         if env_before is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:
@@ -220,7 +220,7 @@ def read_mlflow_sweep(parent_run_id: str, tracking_uri: str, single: bool = Fals
     client = mlflow.MlflowClient(tracking_uri=tracking_uri)
     try:
         parent = client.get_run(parent_run_id)
-    except Exception as exc:  # noqa: BLE001 - mlflow raises its own exception types per store
+    except Exception as exc:  # mlflow raises its own exception types per store
         raise ReportError(f"{argument} {parent_run_id} is neither a directory nor a run in the MLflow store at "
                           f"{tracking_uri} ({type(exc).__name__})") from None
     with _tracking_uri(tracking_uri):
@@ -237,9 +237,10 @@ def read_mlflow_sweep(parent_run_id: str, tracking_uri: str, single: bool = Fals
     def series(run_id: str, name: Optional[str]) -> List[float]:
         return [m.value for m in sorted(client.get_metric_history(run_id, name), key=lambda m: m.step)] if name else []
 
-    timelines = [series(run_id, report_class(mode).TIMELINE_METRIC) for run_id, mode in zip(runs["run_id"], modes)]
+    timelines = [series(run_id, report_class(mode).TIMELINE_METRIC)
+                 for run_id, mode in zip(runs["run_id"], modes, strict=True)]
     repeats = [series(run_id, report_class(mode).REPEATS_METRIC)
-               for run_id, mode in zip(runs["run_id"], modes)]
+               for run_id, mode in zip(runs["run_id"], modes, strict=True)]
     curves = [_mlflow_val_curve(client, run_id) for run_id in runs["run_id"]]
     return _frame_from_search(runs.astype(object).reset_index(drop=True), timelines, curves, repeats)
 

@@ -19,9 +19,6 @@ from bench.analysis.runs import config_of
 NOT_CONFIGURATION = ("distributed.nproc_per_node", "distributed.nnodes", "distributed.name",
                      "distributed.node_rank", "distributed.rdzv_endpoint", "tracking.", "storage.root")
 
-SCALING_COLUMNS = ("data_wait_percent", "speedup", "scaling_efficiency", "scaling_efficiency_percent")
-
-
 def configuration_key(row: Mapping[str, Any]) -> tuple:
     """What a run measured, minus process counts and locations: equal keys, comparable runs."""
     return tuple(sorted((k, v) for k, v in config_of(row).items() if not k.startswith(NOT_CONFIGURATION)))

@@ -6,7 +6,7 @@ A figure with no samples behind it is None (reported as absent), never 0.0.
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Sequence
+from typing import Dict, Optional, Sequence, TypedDict
 
 UNSTABLE_CV = 0.2  # step-time coefficient of variation above which a result is flagged
 
@@ -30,7 +30,19 @@ def rate(amount: float, seconds: float) -> Optional[float]:
     return amount / seconds if seconds > 0 else None
 
 
-def step_time_stats(times_ms: Sequence[float]) -> Dict[str, float]:
+class StepTimeStats(TypedDict, total=False):
+    """step_time_stats' figures: the step-time fields of a training record, by name."""
+    step_time_ms_mean: float
+    step_time_ms_p50: Optional[float]
+    step_time_ms_p95: Optional[float]
+    step_time_ms_p99: Optional[float]
+    step_time_ms_min: float
+    step_time_ms_max: float
+    step_time_ms_std: float
+    step_time_cv: float
+
+
+def step_time_stats(times_ms: Sequence[float]) -> StepTimeStats:
     """Mean, percentiles, min/max, std and coefficient of variation of step times ({} without any)."""
     if not times_ms:
         return {}

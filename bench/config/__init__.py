@@ -41,11 +41,9 @@ def compose(*overrides: str) -> BenchConfig:
     """The config `python -m bench <overrides>` would run (no Hydra run dir, no job)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-
-    from bench import config_dir
-
     from hydra.errors import HydraException
 
+    from bench import config_dir
     from bench.config.hydra_errors import one_line
 
     register_configs()

@@ -56,6 +56,12 @@ class DataConfig(Checks):
     download: bool = False
 
     @property
+    def dataset_root(self) -> str:
+        """data.root of a dataset read from files: __post_init__ refuses a missing one."""
+        assert self.root, "data.root is checked in __post_init__ for every dataset read from files"
+        return self.root
+
+    @property
     def synthetic(self) -> bool:
         return self.name == DataName.synthetic
 

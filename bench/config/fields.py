@@ -11,7 +11,7 @@ taken from the group's `KEY` class attribute.
 from __future__ import annotations
 
 from enum import Enum
-from typing import Any, Iterable, Optional
+from typing import Any, NoReturn, Optional
 
 from bench.errors import ConfigError
 
@@ -27,11 +27,6 @@ class Choice(str, Enum):
         return [member.value for member in cls]
 
 
-def accepted_choices(options: Iterable[Any], optional: bool = False) -> str:
-    shown = [str(o) for o in options] + (["null"] if optional else [])
-    return "one of " + ", ".join(shown)
-
-
 class Checks:
     """Mixin for a group's dataclass: `KEY` is the group's dotted path ("data", "storage.workload")."""
 
@@ -43,7 +38,7 @@ class Checks:
     def _error(self, name: str, accepted: str, value: Any = ...) -> ConfigError:
         return ConfigError(self._key(name), getattr(self, name) if value is ... else value, accepted)
 
-    def _fail(self, name: str, accepted: str, value: Any = ...) -> None:
+    def _fail(self, name: str, accepted: str, value: Any = ...) -> NoReturn:
         raise self._error(name, accepted, value)
 
     def positive(self, *names: str, optional: bool = False, integer: bool = True) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import itertools
 import os
 import re
 import sys
@@ -118,7 +119,7 @@ def _given(key: str) -> Optional[str]:
 def unquoted_space(args: List[str]) -> Optional[str]:
     """`tracking.run_name=my run` unquoted reaches bench as two arguments, and Hydra fails on the
     second (no '='): the sentence that says to quote the value."""
-    for before, arg in zip(args, args[1:]):
+    for before, arg in itertools.pairwise(args):
         if "=" in arg or arg.startswith("-") or "=" not in before or before.startswith("-"):
             continue
         key, value = before.split("=", 1)

@@ -23,14 +23,16 @@ from bench.errors import ConfigError
 def reject_unknown_keys(cfg: DictConfig, schema: type, prefix: str = "") -> None:
     hints = typing.get_type_hints(schema)
     names = [f.name for f in dataclasses.fields(schema)]
-    for key in cfg.keys():
+    for key in cfg:
         key = str(key)
         if key == "defaults":
             continue
         if key not in names:
             close = difflib.get_close_matches(key, names, n=1)
             where = f"a key of {prefix.rstrip('.') or 'the config'}"
-            value = OmegaConf.to_container(cfg, resolve=False).get(key)
+            container = OmegaConf.to_container(cfg, resolve=False)
+            assert isinstance(container, dict)  # a DictConfig's container is a dict
+            value = container.get(key)
             raise ConfigError(prefix + key, value, where + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
         child: Any = cfg._get_node(key)
         if dataclasses.is_dataclass(hints.get(key)) and isinstance(child, DictConfig):

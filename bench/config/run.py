@@ -9,7 +9,6 @@ from typing import Optional
 from bench.config.fields import Checks
 from bench.secrets import CREDENTIALS_HOME, has_userinfo
 
-
 RESUME_AUTO = "auto"
 # The passes after the window: means over a thousand synchronised steps are as stable as they get, more
 # only lengthens the run; the profiler keeps every event of every recorded step in memory (GBs within
@@ -69,7 +68,8 @@ class BenchmarkConfig(Checks):
     log_every: int = 50  # steps between progress lines (the only host syncs)
     progress: bool = True  # tqdm bar on a terminal; silent otherwise
     repeats: int = 1  # measured windows after the one warm-up, in this process: median, spread, 95% CI, stable
-    breakdown: bool = False  # after the window: a synchronised pass timing data / forward / backward / optimizer (/ comm)
+    # after the window: a synchronised pass timing data / forward / backward / optimizer (/ comm)
+    breakdown: bool = False
     breakdown_steps: int = 20  # steps of that pass
     find_max_batch: bool = False  # GPU: before the run, the largest per-process batch that fits (halve on OOM, grow)
 
@@ -77,7 +77,8 @@ class BenchmarkConfig(Checks):
         self.non_negative("warmup_steps")
         self.positive("log_every", "repeats", "breakdown_steps")
         if self.breakdown_steps > MAX_BREAKDOWN_STEPS:
-            self._fail("breakdown_steps", f"1 to {MAX_BREAKDOWN_STEPS} (steps of the synchronised pass after the window)")
+            self._fail("breakdown_steps",
+                       f"1 to {MAX_BREAKDOWN_STEPS} (steps of the synchronised pass after the window)")
         self.positive("measure_steps", optional=True)
         self.positive("measure_seconds", optional=True, integer=False)
 

@@ -43,7 +43,8 @@ class SchedulerConfig(Checks):
         if self.warmup_steps is not None:
             if self.lr_warmup_steps:  # both spellings: which one wins would be a guess
                 self._fail("warmup_steps", f"null when scheduler.lr_warmup_steps={self.lr_warmup_steps} is set too "
-                           "(scheduler.warmup_steps is the deprecated name of scheduler.lr_warmup_steps: set only that)")
+                           "(scheduler.warmup_steps is the deprecated name of scheduler.lr_warmup_steps: "
+                           "set only that)")
             log.warning("scheduler.warmup_steps is deprecated: use scheduler.lr_warmup_steps (same meaning; "
                         "benchmark.warmup_steps is the unmeasured steps before the window)")
             self.lr_warmup_steps, self.warmup_steps = self.warmup_steps, None

@@ -22,10 +22,10 @@ from bench.config.model import ModelConfig
 from bench.config.optimizer import OptimizerConfig
 from bench.config.precision import PrecisionConfig
 from bench.config.run import BenchmarkConfig, CheckpointConfig, ProfileConfig, TrackingConfig, TrainConfig
-from bench.scenario_registry import SCENARIOS, scenario_class
 from bench.config.scheduler import SchedulerConfig
 from bench.config.storage import StorageConfig
 from bench.errors import ConfigError
+from bench.scenario_registry import SCENARIOS, scenario_class
 
 log = logging.getLogger("bench")
 
@@ -70,16 +70,19 @@ class BenchConfig(Checks):
         world = self.distributed.world_size
         if self.distributed.scaling == Scaling.strong and self.data.batch_size % world:
             raise self.data._error("batch_size", f"a multiple of the process count ({world}) with "
-                                   "distributed.scaling=strong (it is the global batch, split evenly over the processes)")
+                                   "distributed.scaling=strong (it is the global batch, "
+                                   "split evenly over the processes)")
         if self.storage.save_checkpoint or self.checkpoint.every_epochs or self.train.resume:
             self.storage.check_bucket()
         self._check_cosine_floor()
         scenario_class(self.mode)().check(self)  # the mode's own rules, beside its code (bench.<scenario>.rules)
 
     def _check_cosine_floor(self) -> None:
-        if self.scheduler.name == "cosine" and not self.scheduler.scale_lr and self.scheduler.min_lr > self.optimizer.lr:
-            raise ConfigError("scheduler.min_lr", self.scheduler.min_lr,
-                              f"a floor at most optimizer.lr={self.optimizer.lr:g} (cosine decays from lr down to min_lr)")
+        scheduler = self.scheduler
+        if scheduler.name == "cosine" and not scheduler.scale_lr and scheduler.min_lr > self.optimizer.lr:
+            raise ConfigError("scheduler.min_lr", scheduler.min_lr,
+                              f"a floor at most optimizer.lr={self.optimizer.lr:g} "
+                              "(cosine decays from lr down to min_lr)")
 
 
 def register_configs() -> None:

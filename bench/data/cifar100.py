@@ -14,11 +14,10 @@ from typing import Iterator, List, Tuple
 import numpy as np
 import torch
 
-from bench.data.registry import Batch
 from bench.config.data import DataConfig
 from bench.config.storage import StorageLocation
-from bench.data.layout import check_class_count, cifar_file
 from bench.data.device_batches import DeviceBatches
+from bench.data.layout import check_class_count, cifar_file
 from bench.data.loader import (
     BatchDataset,
     HostBatch,
@@ -29,6 +28,7 @@ from bench.data.loader import (
     map_style_passes,
     resolve_workers,
 )
+from bench.data.registry import Batch
 from bench.data.transforms import resize_batch_into
 from bench.errors import DataError
 
@@ -48,7 +48,7 @@ class UnsafePickle(Exception):
 
 
 class _DataOnly(pickle.Unpickler):
-    def find_class(self, module: str, name: str):  # noqa: ANN201 - pickle's signature
+    def find_class(self, module: str, name: str):  # pickle's signature
         if (module, name) in ARRAY_GLOBALS:
             return super().find_class(module, name)
         raise UnsafePickle(f"{module}.{name}")
@@ -63,7 +63,7 @@ def _unpickle(path: str) -> dict:
     except UnsafePickle as exc:
         raise DataError(f"{path} is refused: it asks for {exc}, which a CIFAR-100 file never holds "
                         "(only arrays, lists and numbers are read from it)") from None
-    except Exception as exc:  # noqa: BLE001 - any unpickling failure means: not a CIFAR file
+    except Exception as exc:  # any unpickling failure means: not a CIFAR file
         raise DataError(f"{path} is not a CIFAR-100 python pickle ({type(exc).__name__}: {exc})") from None
 
 
@@ -112,12 +112,12 @@ class Cifar100Batches(BatchDataset):
 
 def cifar100_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
                      rank: int = 0, world_size: int = 1, storage: StorageLocation | None = None) -> Iterator[Batch]:
-    images, labels, names = load_cifar100(cfg.root, cfg.split)
+    images, labels, names = load_cifar100(cfg.dataset_root, cfg.split)
     classes = max(len(names), int(labels.max()) + 1)
-    check_class_count(classes, cfg.root, cfg.num_classes)
+    check_class_count(classes, cfg.dataset_root, cfg.num_classes)
     train = cfg.split == "train"
     dataset = Cifar100Batches(images, labels, cfg.image_size, train and cfg.augment, seed, rank)
-    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, cfg.root)
+    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, cfg.dataset_root)
     loader = make_loader(dataset, cfg, device, batch_sampler)
     facts = {"dataset_size": len(images), "dataset_classes": classes, "data_workers": resolve_workers(cfg)}
     return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)
@@ -126,7 +126,7 @@ def cifar100_batches(cfg: DataConfig, device: torch.device, memory_format: torch
 def cifar100_val_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format,
                          rank: int = 0, world_size: int = 1) -> DeviceBatches:
     """The test split, unaugmented, this rank's share of it."""
-    images, labels, _names = load_cifar100(cfg.root, "val")
+    images, labels, _names = load_cifar100(cfg.dataset_root, "val")
     dataset = Cifar100Batches(images, labels, cfg.image_size, False, 0, rank)
     batch_sampler = eval_batch_sampler(len(dataset), cfg.batch_size, rank, world_size)
     loader = make_loader(dataset, cfg, device, batch_sampler)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any, Callable, Dict, Iterable, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Generator, Iterable, Iterator, List, Tuple
 
 import torch
 
@@ -24,10 +24,11 @@ def _storage_users(tensor: torch.Tensor) -> int:
     return count(tensor.untyped_storage()._cdata) - 1 if count else 2
 
 
-def _cycle(passes: Callable[[int], Iterable[HostBatch]], start: int = 0) -> Iterator[HostBatch]:
+def _cycle(passes: Callable[[int], Iterable[HostBatch]], start: int = 0) -> Generator[HostBatch, None, None]:
     for epoch in itertools.count(start):
         batches = 0
-        for batches, batch in enumerate(passes(epoch), start=1):
+        for batch in passes(epoch):
+            batches += 1
             yield batch
         if not batches:
             raise DataError("the dataset yielded no batch in a whole pass: too few images for "

@@ -102,7 +102,7 @@ def write_digits(dst: str, val_fraction: float = 0.2, size: int = 32, image_form
             for c in range(CLASSES):
                 os.makedirs(os.path.join(tmp, split, str(c)))
             for n in sorted(int(i) for i in members):
-                image = Image.fromarray(pixels[n]).resize((size, size), Image.BICUBIC).convert("RGB")
+                image = Image.fromarray(pixels[n]).resize((size, size), Image.Resampling.BICUBIC).convert("RGB")
                 extra = {"quality": 95} if pil_format == "JPEG" else {}
                 image.save(os.path.join(tmp, split, str(labels[n]), f"{n:04d}{suffix}"), pil_format, **extra)
                 counts[split][str(labels[n])] += 1

@@ -11,10 +11,8 @@ import torch
 
 from bench.config.data import DataConfig
 from bench.config.storage import StorageLocation
-from bench.errors import DataError
-from bench.data.registry import Batch
-from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder
 from bench.data.device_batches import DeviceBatches
+from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder
 from bench.data.loader import (
     BatchDataset,
     HostBatch,
@@ -25,7 +23,9 @@ from bench.data.loader import (
     map_style_passes,
     resolve_workers,
 )
+from bench.data.registry import Batch
 from bench.data.transforms import decode_crop, resize_into
+from bench.errors import DataError
 
 
 class ImageFolderBatches(BatchDataset):
@@ -50,7 +50,7 @@ class ImageFolderBatches(BatchDataset):
 
 def imagefolder_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
                         rank: int = 0, world_size: int = 1, storage: StorageLocation | None = None) -> Iterator[Batch]:
-    base = imagefolder_base(cfg.root, cfg.split)
+    base = imagefolder_base(cfg.dataset_root, cfg.split)
     classes, paths, labels = scan_image_folder(base)
     check_class_count(len(classes), base, cfg.num_classes)
     train = cfg.split == "train"
@@ -65,8 +65,8 @@ def imagefolder_batches(cfg: DataConfig, device: torch.device, memory_format: to
 def imagefolder_val_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format,
                             rank: int = 0, world_size: int = 1) -> DeviceBatches:
     """The val/ split with the val transform (resize + center crop), this rank's share of it."""
-    base = imagefolder_base(cfg.root, "val")
-    if os.path.normpath(base) == os.path.normpath(cfg.root):
+    base = imagefolder_base(cfg.dataset_root, "val")
+    if os.path.normpath(base) == os.path.normpath(cfg.dataset_root):
         raise DataError(f"data.root={cfg.root!r} has no val/ folder: validation (train.eval_every, "
                         "train.target_accuracy) needs train/ and val/ class folders")
     classes, paths, labels = scan_image_folder(base)

@@ -125,7 +125,7 @@ PROBE_IMAGES = 4  # the first images preflight decodes: a folder of non-images f
 
 
 def check_imagefolder(data: DataConfig) -> None:
-    base = imagefolder_base(data.root, data.split)
+    base = imagefolder_base(data.dataset_root, data.split)
     classes = class_folders(base)
     check_class_count(len(classes), base, data.num_classes)
     warn_empty_class_folders(base, classes)
@@ -189,12 +189,12 @@ def check_separate_val(root: str) -> None:
 
 
 def check_cifar100(data: DataConfig) -> None:
-    if data.download and not all(os.path.isfile(os.path.join(data.root, f)) for f in ("train", "test")):
-        download_cifar100(data.root)
-    cifar_file(data.root, data.split)
+    if data.download and not all(os.path.isfile(os.path.join(data.dataset_root, f)) for f in ("train", "test")):
+        download_cifar100(data.dataset_root)
+    cifar_file(data.dataset_root, data.split)
 
 
 def check_shards(data: DataConfig) -> None:
     """Local shard roots only (s3:// ones are checked when opened, through the object store)."""
-    if not data.root.startswith("s3://"):
-        check_local_shards(data.root, data.split)
+    if not data.dataset_root.startswith("s3://"):
+        check_local_shards(data.dataset_root, data.split)

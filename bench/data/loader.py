@@ -35,8 +35,8 @@ from torch.utils.data import (
 )
 
 from bench.config.data import DataConfig
-from bench.errors import DataError
 from bench.data.transforms import CorruptImage
+from bench.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +64,8 @@ def _shared_uint8(shape: Tuple[int, ...]) -> torch.Tensor:
     """A uint8 tensor in shared memory (as torch's default_collate allocates in a worker), so
     handing it to the main process copies nothing."""
     storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))
-    return torch.tensor([], dtype=torch.uint8).set_(storage, 0, shape)
+    strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))  # contiguous
+    return torch.tensor([], dtype=torch.uint8).set_(storage, 0, shape, strides)
 
 
 class _SharedBatchRing:
@@ -136,6 +137,7 @@ class BatchDataset(Dataset):
 
 def _seed_worker(_worker_id: int) -> None:
     info = get_worker_info()
+    assert info is not None, "worker_init_fn runs in a DataLoader worker"
     if hasattr(info.dataset, "reseed"):
         info.dataset.reseed(torch.initial_seed() % 2**32)  # torch gives each worker its own base seed + id
 
@@ -174,8 +176,10 @@ def epoch_batch_sampler(dataset_len: int, cfg: DataConfig, train: bool, rank: in
                         where: str) -> BatchSampler:
     """DistributedSampler (also at world size 1: one code path) under full batches only, so every
     batch has data.batch_size images; set_epoch reshuffles each pass."""
-    sampler = DistributedSampler(range(dataset_len), num_replicas=world_size, rank=rank, shuffle=train,
-                                 seed=order_seed(cfg), drop_last=True)
+    # the sampler only takes len() of its dataset: a range stands for it
+    sampler: DistributedSampler[int] = DistributedSampler(
+        range(dataset_len),  # type: ignore[arg-type]  # torch's stub asks for a Dataset, the code a Sized
+        num_replicas=world_size, rank=rank, shuffle=train, seed=order_seed(cfg), drop_last=True)
     batches = BatchSampler(sampler, cfg.batch_size, drop_last=True)
     if len(batches) == 0:
         raise DataError(f"{where} has {dataset_len} images, fewer than one batch per process "
@@ -184,8 +188,11 @@ def epoch_batch_sampler(dataset_len: int, cfg: DataConfig, train: bool, rank: in
 
 
 def map_style_passes(loader: DataLoader, batch_sampler: BatchSampler) -> Callable[[int], Iterable[HostBatch]]:
+    sampler = batch_sampler.sampler
+    assert isinstance(sampler, DistributedSampler), "epoch_batch_sampler builds every map-style batch sampler"
+
     def one_pass(epoch: int) -> Iterable[HostBatch]:
-        batch_sampler.sampler.set_epoch(epoch)
+        sampler.set_epoch(epoch)
         return loader
 
     return one_pass

@@ -21,7 +21,7 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from PIL import Image
@@ -47,7 +47,7 @@ def resized_jpeg(path: str, size: int, quality: int) -> bytes:
             image.draft("RGB", target)  # DCT-domain downscale to at least `target` (JPEG only)
         rgb = image.convert("RGB")
         if rgb.size != target:
-            rgb = rgb.resize(target, Image.BICUBIC, reducing_gap=3.0)
+            rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
         out = io.BytesIO()
         rgb.save(out, "JPEG", quality=quality)
         return out.getvalue()
@@ -82,10 +82,8 @@ def _worker_init(parent: int) -> None:
     """In each pool process: Ctrl-C (sent to the whole process group) is the parent's to handle
     (it terminates the pool), and the kernel kills this process when its parent dies."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    try:
+    with suppress(OSError, AttributeError):  # not Linux: SIGTERM / Ctrl-C still end the pool
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
-    except (OSError, AttributeError):  # not Linux: SIGTERM / Ctrl-C still end the pool
-        pass
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 
@@ -119,7 +117,7 @@ def prepare(src: str, dst: str, size: int = 256, quality: int = 90, shard_size: 
     for split in source_splits(src):
         base = imagefolder_base(src, split)
         classes, paths, labels = scan_image_folder(base)
-        items = list(zip(paths, labels))
+        items = list(zip(paths, labels, strict=True))
         random.Random(seed).shuffle(items)  # every shard mixes classes
         tasks = [(dst, storage, shard_key(split, number), items[start:start + shard_size], size, quality)
                  for number, start in enumerate(range(0, len(items), shard_size))]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Protocol, Tuple
 
 from bench.config.data import DataConfig, DataName
 from bench.config.storage import StorageLocation
@@ -23,6 +23,17 @@ if TYPE_CHECKING:
 Batch = Tuple["torch.Tensor", "torch.Tensor"]  # forward references: importing this needs no torch
 
 
+class Batches(Protocol):
+    """What a builder returns: an endless iterator of batches (a generator or DeviceBatches) that
+    close() stops, its loader's workers with it."""
+
+    def __iter__(self) -> Iterator[Batch]: ...
+
+    def __next__(self) -> Batch: ...
+
+    def close(self) -> None: ...
+
+
 @dataclass(frozen=True)
 class DataOption:
     batches: str  # "module:function" building the batch iterator
@@ -32,7 +43,8 @@ class DataOption:
 
 OPTIONS: Dict[DataName, DataOption] = {
     DataName.synthetic: DataOption("bench.data.synthetic:synthetic_batches"),
-    DataName.imagefolder: DataOption("bench.data.imagefolder:imagefolder_batches", "bench.data.layout:check_imagefolder",
+    DataName.imagefolder: DataOption("bench.data.imagefolder:imagefolder_batches",
+                                     "bench.data.layout:check_imagefolder",
                                      "bench.data.imagefolder:imagefolder_val_batches"),
     DataName.cifar100: DataOption("bench.data.cifar100:cifar100_batches", "bench.data.layout:check_cifar100",
                                   "bench.data.cifar100:cifar100_val_batches"),
@@ -47,7 +59,7 @@ def _load(target: str) -> Callable[..., Any]:
 
 
 def build_batches(data: DataConfig, device: "torch.device", memory_format: "torch.memory_format", seed: int,
-                  rank: int = 0, world_size: int = 1, storage: Optional[StorageLocation] = None) -> Iterator[Batch]:
+                  rank: int = 0, world_size: int = 1, storage: Optional[StorageLocation] = None) -> Batches:
     """`rank`/`world_size` shard real datasets; `storage` opens datasets read through it (s3:// roots)."""
     return _load(OPTIONS[data.name].batches)(data, device, memory_format, seed, rank, world_size,
                                              storage or StorageLocation())
@@ -72,4 +84,4 @@ def check_location(data: DataConfig, validation: bool = False) -> None:
     if check:
         _load(check)(data)
     if validation and data.name == DataName.imagefolder:
-        check_separate_val(data.root)
+        check_separate_val(data.dataset_root)

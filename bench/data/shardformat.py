@@ -85,7 +85,8 @@ def check_local_shard_labels(root: str, split: str) -> None:
         except OSError as exc:
             raise DataError(f"{path} cannot be read: {exc.strerror or exc}") from None
         if len(raw) != count * 24:
-            raise DataError(f"{path} is not a bench shard (bad trailer): rewrite it with `python -m bench.data prepare`")
+            raise DataError(f"{path} is not a bench shard (bad trailer): "
+                            "rewrite it with `python -m bench.data prepare`")
         check_labels(np.frombuffer(raw, dtype="<i8").reshape(count, 3), classes, str(path))
 
 

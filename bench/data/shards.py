@@ -10,7 +10,6 @@ records c, c+C, ... of it. Workers build whole uint8 batches, across shard and e
 from __future__ import annotations
 
 import dataclasses
-
 import itertools
 import random
 from typing import Any, Dict, Iterator, List, Optional, Tuple
@@ -19,11 +18,10 @@ import numpy as np
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from bench.config.data import DataConfig
+from bench.config.data import DataConfig, Split
 from bench.config.storage import StorageLocation
-from bench.data.registry import Batch
-from bench.data.layout import check_class_count
 from bench.data.device_batches import DeviceBatches
+from bench.data.layout import check_class_count
 from bench.data.loader import (
     Failure,
     HostBatch,
@@ -32,6 +30,7 @@ from bench.data.loader import (
     order_seed,
     resolve_workers,
 )
+from bench.data.registry import Batch
 from bench.data.shardformat import check_labels, decode_shard_index, read_meta
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
 from bench.storage.registry import open_store
@@ -53,7 +52,7 @@ class ShardStream(IterableDataset):
     def __init__(self, cfg: DataConfig, storage: StorageLocation, meta: Dict[str, Any], seed: int,
                  rank: int, world_size: int, one_pass: bool = False):
         self.one_pass = one_pass  # validation: one pass, the last batch partial (every record read once)
-        self.location, self.storage = cfg.root, storage
+        self.location, self.storage = cfg.dataset_root, storage
         self.keys = [s["key"] for s in meta["shards"]]
         self.classes = len(meta["classes"])
         self.counts = [int(s["count"]) for s in meta["shards"]]
@@ -70,7 +69,8 @@ class ShardStream(IterableDataset):
         rng = random.Random((info.seed if info else self.seed) + 7919 * consumer)
         store = open_store(self.location, self.storage)  # opened in the worker: S3 clients do not survive fork
         images, labels, release = empty_batch(self.batch_size, self.size)
-        filled, failures = 0, []
+        filled = 0
+        failures: List[Failure] = []
         for epoch in range(1) if self.one_pass else itertools.count():
             seen = decoded = 0
             plan = consumer_plan(self.counts, epoch, self.order_seed, self.train, consumer, consumers)
@@ -114,7 +114,7 @@ class ShardStream(IterableDataset):
             blob = store.get(self.keys[shard])
             index = decode_shard_index(blob, where)
             check_labels(index, self.classes, where)  # s3:// roots: preflight does not read their shards
-        except Exception as exc:  # noqa: BLE001 - any backend's read error: name the shard, stop the run
+        except Exception as exc:  # any backend's read error: name the shard, stop the run
             failures.append((where, getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}", True))
             return
         rows = list(range(len(index)))
@@ -132,11 +132,11 @@ class ShardStream(IterableDataset):
 def shard_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
                   rank: int = 0, world_size: int = 1, storage: StorageLocation | None = None) -> Iterator[Batch]:
     storage = storage or StorageLocation()
-    store = open_store(cfg.root, storage)
+    store = open_store(cfg.dataset_root, storage)
     meta = read_meta(store, cfg.split)
     check_class_count(len(meta["classes"]), f"{store.url}/{cfg.split}", cfg.num_classes)
     stream = ShardStream(cfg, storage, meta, seed, rank, world_size)
-    loader = make_loader(stream, cfg, device, fork_safe=not cfg.root.startswith("s3://"))
+    loader = make_loader(stream, cfg, device, fork_safe=not cfg.dataset_root.startswith("s3://"))
     facts = {"dataset_size": int(meta["count"]), "dataset_classes": len(meta["classes"]),
              "dataset_shards": len(meta["shards"]), "shard_image_size": int(meta["size"]),
              "data_workers": resolve_workers(cfg)}
@@ -150,8 +150,8 @@ def shard_val_batches(cfg: DataConfig, device: torch.device, memory_format: torc
     """The val shards, unaugmented and in order: each rank x worker reads its own shards (or
     records), once per pass, the last batch partial."""
     storage = storage or StorageLocation()
-    val = dataclasses.replace(cfg, split="val")
-    meta = read_meta(open_store(val.root, storage), "val")
+    val = dataclasses.replace(cfg, split=Split.val)
+    meta = read_meta(open_store(val.dataset_root, storage), "val")
     stream = ShardStream(val, storage, meta, 0, rank, world_size, one_pass=True)
-    loader = make_loader(stream, val, device, fork_safe=not val.root.startswith("s3://"))
+    loader = make_loader(stream, val, device, fork_safe=not val.dataset_root.startswith("s3://"))
     return DeviceBatches(lambda _epoch: loader, {"val_dataset_size": int(meta["count"])}, val, device, memory_format)

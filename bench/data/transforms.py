@@ -72,7 +72,7 @@ def _dct_scale(box: Box, size: int) -> int:
 Decoded = Tuple[np.ndarray, Box, int, int]  # pixels (maybe DCT-downscaled), crop box and size of the source
 
 
-def _decode_simplejpeg(data: bytes, train: bool, size: int, rng: random.Random) -> Decoded:
+def _decode_simplejpeg(data: bytes | memoryview, train: bool, size: int, rng: random.Random) -> Decoded:
     height, width, _, _ = simplejpeg.decode_jpeg_header(data)
     box = crop_box(width, height, train, rng)
     scale = _dct_scale(box, size)
@@ -81,7 +81,7 @@ def _decode_simplejpeg(data: bytes, train: bool, size: int, rng: random.Random) 
     return pixels, box, width, height
 
 
-def _decode_pil(data: bytes, train: bool, size: int, rng: random.Random) -> Decoded:
+def _decode_pil(data: bytes | memoryview, train: bool, size: int, rng: random.Random) -> Decoded:
     image = Image.open(io.BytesIO(data))
     width, height = image.size
     box = crop_box(width, height, train, rng)
@@ -91,7 +91,8 @@ def _decode_pil(data: bytes, train: bool, size: int, rng: random.Random) -> Deco
     return np.array(image.convert("RGB")), box, width, height
 
 
-def decode_crop(data: bytes, train: bool, size: int, rng: random.Random, decoder: str = "simplejpeg") -> np.ndarray:
+def decode_crop(data: bytes | memoryview, train: bool, size: int, rng: random.Random,
+                decoder: str = "simplejpeg") -> np.ndarray:
     """Decode `data` and return the crop (train: random-resized, val: center) as an HWC uint8
     view, not yet resized. What simplejpeg cannot read (PNG, CMYK) goes through PIL; raises CorruptImage."""
     if not len(data):  # a zero-byte file (an interrupted copy): skipped and counted like any corrupt image
@@ -122,8 +123,8 @@ def resize_batch_into(target: torch.Tensor, source: torch.Tensor) -> None:
     if source.shape[1:3] == target.shape[1:3]:
         target.copy_(source)
         return
-    torch._C._nn._upsample_bilinear2d_aa(source.permute(0, 3, 1, 2), list(target.shape[1:3]), False, None, None,
-                                         out=target.permute(0, 3, 1, 2))
+    torch._C._nn._upsample_bilinear2d_aa(  # type: ignore[call-arg]  # the stub has no out= overload; torch has
+        source.permute(0, 3, 1, 2), list(target.shape[1:3]), False, None, None, out=target.permute(0, 3, 1, 2))
 
 
 def resize_into(slot: np.ndarray, crop: np.ndarray, flip: bool) -> None:
@@ -156,7 +157,7 @@ def normalize_into(out: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
 
 # (x - 255 mean) / (255 std) as x * scale + shift, per channel
 SCALE = tuple(1 / (255 * s) for s in IMAGENET_STD)
-SHIFT = tuple(-m / s for m, s in zip(IMAGENET_MEAN, IMAGENET_STD))
+SHIFT = tuple(-m / s for m, s in zip(IMAGENET_MEAN, IMAGENET_STD, strict=True))
 _ROW_PATTERNS: dict = {}
 _SHIFTS: dict = {}
 
@@ -171,5 +172,6 @@ def _row_pattern(device: torch.device, width: int) -> Tuple[torch.Tensor, torch.
     """scale and shift repeated along one NHWC row (R, G, B, R, G, B, ...), cached per device and width."""
     key = (str(device), width)
     if key not in _ROW_PATTERNS:
-        _ROW_PATTERNS[key] = (torch.tensor(SCALE).repeat(width).to(device), torch.tensor(SHIFT).repeat(width).to(device))
+        scale = torch.tensor(SCALE).repeat(width).to(device)
+        _ROW_PATTERNS[key] = (scale, torch.tensor(SHIFT).repeat(width).to(device))
     return _ROW_PATTERNS[key]

@@ -42,7 +42,8 @@ def infer(config: BenchConfig, device: torch.device, monitor: Any = None, ctx: O
     ctx = ctx or RankContext()
     prepare_process(config, device, ctx)  # one process: its threads are cpu_threads, as given
     policy = build_precision(config.precision, device)
-    eager = build_model(config.model).to(device=device, memory_format=policy.memory_format).eval()
+    # Module.to takes device and memory_format together at runtime; its stub has them in separate overloads
+    eager = build_model(config.model).to(device=device, memory_format=policy.memory_format).eval()  # type: ignore[call-overload]
     model, compile_info = maybe_compile(eager, config.compile, config.compile_mode)
     data = EpochData(config, device, policy.memory_format, ctx)
     planned = data.planned(0)
@@ -57,7 +58,7 @@ def infer(config: BenchConfig, device: torch.device, monitor: Any = None, ctx: O
     if compile_info["active"]:  # torch.compile fails lazily: try it once, outside the window
         try:
             forward(next(batches)[0])
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("torch.compile failed at the first batch (%s: %s); running eager", type(exc).__name__, exc)
             compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
             model = eager

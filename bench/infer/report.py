@@ -13,15 +13,22 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
 from bench.analysis.confidence import repeat_figures
-from bench.analysis.stats import mean, percentile, present
+from bench.analysis.stats import mean, percentile
 from bench.config import BenchConfig
-from bench.infer.result import InferMetrics, InferOutcome, InferResult
 from bench.infer import sweep_view
+from bench.infer.result import InferMetrics, InferOutcome, InferResult
 from bench.infer.sweep_view import INFERENCE_COLUMNS, inference_plots
 from bench.results import read_column, read_summary, read_window, write_csv, write_json
 from bench.runtime.peaks import utilisation
+from bench.runtime.reporting import (
+    PROFILE_FILES,
+    REPEATS_FILE,
+    REPEATS_METRIC,
+    input_pipeline,
+    read_repeats,
+    write_repeats,
+)
 from bench.runtime.sweep_view import ACCURACY_COLUMNS, REPEAT_COLUMNS
-from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, REPEATS_METRIC, input_pipeline, read_repeats, write_repeats
 
 
 def summarize(result: InferResult, config: BenchConfig, device: str, device_name: str) -> InferMetrics:
@@ -34,9 +41,10 @@ def summarize(result: InferResult, config: BenchConfig, device: str, device_name
         images_per_second=throughput, total_images=images, elapsed_seconds=seconds, batch_size=result.batch_size,
         global_batch_size=result.batch_size, measured_steps=result.measured_steps, warmup_steps=result.warmup_steps,
         images_per_second_per_device=throughput,
-        **present({"latency_ms_mean": mean(latency), "latency_ms_p50": percentile(latency, 50),
-                   "latency_ms_p95": percentile(latency, 95), "latency_ms_p99": percentile(latency, 99),
-                   "latency_ms_min": min(latency, default=None), "latency_ms_max": max(latency, default=None)}),
+        # None without a measured batch: the fields' default, left out of the final line
+        latency_ms_mean=mean(latency), latency_ms_p50=percentile(latency, 50),
+        latency_ms_p95=percentile(latency, 95), latency_ms_p99=percentile(latency, 99),
+        latency_ms_min=min(latency, default=None), latency_ms_max=max(latency, default=None),
         data_wait_seconds=data_wait_s, data_wait_fraction=wait_fraction,
         peak_memory_mb=result.peak_memory_bytes / 2**20, parameters=result.parameters, model=config.model.arch,
         data=str(config.data.name), image_size=config.data.image_size, **result.precision,
@@ -54,7 +62,7 @@ def summarize(result: InferResult, config: BenchConfig, device: str, device_name
 
 
 def rates(result: InferResult) -> List[float]:
-    return [i / s for i, s in zip(result.repeat_images, result.repeat_seconds) if s > 0]
+    return [i / s for i, s in zip(result.repeat_images, result.repeat_seconds, strict=True) if s > 0]
 
 
 @dataclass
@@ -100,8 +108,8 @@ class InferReport:
         metrics = self.metrics
         summary = {"results": metrics, "compile": result.compile, "environment": dict(environment),
                    "config": dict(config), "mlflow_run_id": run_id}
-        rows = [(i, f"{latency:.4f}", f"{wait:.4f}")
-                for i, (latency, wait) in enumerate(zip(result.latency_ms, result.data_wait_ms), start=1)]
+        pairs = zip(result.latency_ms, result.data_wait_ms, strict=True)  # one latency and one wait per batch
+        rows = [(i, f"{latency:.4f}", f"{wait:.4f}") for i, (latency, wait) in enumerate(pairs, start=1)]
         files = [write_csv(out_dir / self.TIMELINE_FILE, ["batch", "latency_ms", "data_wait_ms"], rows),
                  write_json(out_dir / "run_summary.json", summary),
                  write_csv(out_dir / "summary.csv", list(metrics), [metrics])]

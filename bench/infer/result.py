@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from bench.results import Record, spread
+from bench.results import SPREAD, Record
 
 
 @dataclass
@@ -84,8 +84,8 @@ class InferMetrics(Record):
     au: float
     input_bound: bool
     compile_fallback: Optional[str] = None
-    gpu: Dict[str, Any] = spread()  # NVML samples and energy
-    extra: Dict[str, Any] = spread()  # FLOPs per image, dataset facts
+    gpu: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # NVML samples and energy
+    extra: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # FLOPs per image, dataset facts
     repeats: Optional[int] = None  # benchmark.repeats > 1
     images_per_second_median: Optional[float] = None
     images_per_second_min: Optional[float] = None
@@ -96,7 +96,7 @@ class InferMetrics(Record):
     images_per_second_ci95_halfwidth_pct: Optional[float] = None
     images_per_second_cv: Optional[float] = None
     stable: Optional[bool] = None
-    efficiency: Dict[str, Any] = spread()  # achieved TFLOP/s, MFU, images per joule
+    efficiency: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # achieved TFLOP/s, MFU, images per joule
 
     def figure(self, name: str) -> Any:
         """One of the open-ended figures (gpu, extra, efficiency) by name; None when the run has none."""

@@ -19,7 +19,8 @@ TRAINING_ONLY_TRAIN_KEYS = ("eval_every", "target_accuracy", "label_smoothing", 
 
 def check_inference(config: BenchConfig) -> None:
     check_training_for_accuracy(config)
-    training_only = {"train.eval_every": config.train.eval_every, "checkpoint.every_epochs": config.checkpoint.every_epochs,
+    training_only = {"train.eval_every": config.train.eval_every,
+                     "checkpoint.every_epochs": config.checkpoint.every_epochs,
                      "train.resume": config.train.resume, "data.progressive": config.data.progressive,
                      "benchmark.breakdown": config.benchmark.breakdown,
                      "storage.save_checkpoint": config.storage.save_checkpoint}

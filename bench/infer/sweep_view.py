@@ -6,10 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, List
 
-from bench.runtime.sweep_view import COMPARE_FIGURE, LABEL_COLUMNS, run_label  # noqa: F401 - the runtime's
+from bench.runtime.sweep_view import COMPARE_FIGURE, LABEL_COLUMNS, run_label
 
 if TYPE_CHECKING:
     import pandas as pd
+
+# the label columns and the compare figure are the runtime's (shared with training)
+__all__ = ["COMPARE_FIGURE", "INFERENCE_COLUMNS", "LABEL_COLUMNS", "inference_plots"]
 
 INFERENCE_COLUMNS = [  # a sweep of mode=inference runs
     ("job", "job", "{}"),

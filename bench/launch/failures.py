@@ -26,7 +26,8 @@ def describe_failure(exc: Any, first: Optional[Tuple[int, int]] = None, killed: 
     if failure.exitcode == EXIT_ORPHANED:
         return f"worker rank {rank} (pid {failure.pid}) ended because its launcher was gone"
     if failure.exitcode == EXIT_HUNG:
-        return f"worker rank {rank} (pid {failure.pid}) saw no training step finish for distributed.timeout_s: a rank died or hung"
+        return (f"worker rank {rank} (pid {failure.pid}) saw no training step finish for distributed.timeout_s: "
+                "a rank died or hung")
     if failure.exitcode < 0:
         try:
             name = signal.Signals(-failure.exitcode).name

@@ -8,6 +8,7 @@ helper process must not count as a worker that ended.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -66,10 +67,8 @@ class SurvivorReaper:
                 for worker in alive:
                     log.warning("a worker ended; killing pid %d, still running after %.0f s", worker.pid, self.GRACE_S)
                     self.killed.append(worker.pid)
-                    try:
+                    with contextlib.suppress(psutil.Error):  # it ended by itself meanwhile
                         worker.kill()
-                    except psutil.Error:
-                        pass
 
 
 def pid_file(workers_dir: Path, rank: int) -> Path:

@@ -30,16 +30,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
-from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 from omegaconf import OmegaConf, open_dict
 
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, Interrupted
 from bench.tracking import sweep
+from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
 
 log = logging.getLogger("bench")
 
@@ -85,7 +85,7 @@ class SweepLauncher(BaseSubmititLauncher):
 
     def __init__(self, **params: Any) -> None:
         super().__init__(**params)
-        self.sweep_context = None  # bench.tracking.sweep's BENCH_SWEEP, pickled with every job
+        self.sweep_context: Optional[str] = None  # bench.tracking.sweep's BENCH_SWEEP, pickled with every job
 
     # ---- in the job's process (on each node) ----------------------------------------------------
 
@@ -139,8 +139,11 @@ class SweepLauncher(BaseSubmititLauncher):
         asked = OmegaConf.to_container(job_cfg.hydra.launcher, resolve=True)
         assert isinstance(asked, dict)
         base = set(OmegaConf.structured(BaseQueueConf).keys())
-        params = {k if k in base else f"{self._EXECUTOR}_{k}": v for k, v in asked.items()
-                  if k not in EXECUTOR_INIT_KEYS and k != "_target_"}
+        params: Dict[str, Any] = {}
+        for k, v in asked.items():
+            key = str(k)  # a launcher group's keys are names
+            if key not in EXECUTOR_INIT_KEYS and key != "_target_":
+                params[key if key in base else f"{self._EXECUTOR}_{key}"] = v
         job_dir = Path(str(job_cfg.hydra.sweep.dir)) / str(job_cfg.hydra.sweep.subdir)
         log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
         return PlannedJob(num, overrides, params, job_dir)
@@ -153,14 +156,14 @@ class SweepLauncher(BaseSubmititLauncher):
             handles = executor.map_array(self, [job.overrides for job in group], ["hydra.sweep.dir"] * len(group),
                                          [job.num for job in group], [f"job_id_for_{job.num}" for job in group],
                                          [state] * len(group))
-        except Exception as exc:  # noqa: BLE001 - submitit's FailedJobError holds sbatch's own words
+        except Exception as exc:  # submitit's FailedJobError holds sbatch's own words
             said = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             reason = f"{self.cluster} refused the sweep's jobs #{group[0].num}..#{group[-1].num}: {said}"
             print(f"[ERROR] {reason} (what each job asks for: hydra.launcher.*, docs/distributed.md)",
                   file=sys.stderr, flush=True)
             sweep.end_unsubmitted_sweep(reason)
             raise SystemExit(EXIT_FAILED) from None
-        return {job.num: handle for job, handle in zip(group, handles)}
+        return {job.num: handle for job, handle in zip(group, handles, strict=True)}
 
     def _collect(self, job: PlannedJob, handle: Any) -> JobReturn:
         """The job's return, counted by the sweep; a job that left none is a failed job, not the
@@ -168,7 +171,7 @@ class SweepLauncher(BaseSubmititLauncher):
         try:
             _wait(handle)
             returned = handle.results()[0]
-        except Exception as exc:  # noqa: BLE001 - submitit's UncompletedJobError / FailedJobError
+        except Exception as exc:  # submitit's UncompletedJobError / FailedJobError
             return self._lost(job, self._why_lost(handle, exc))
         if returned.status != JobStatus.COMPLETED:  # bench's task returns its exit code; it raised instead
             return self._lost(job, f"{type(returned._return_value).__name__}: {returned._return_value}")
@@ -219,7 +222,7 @@ def _cancel_unfinished(handles: List[Any]) -> None:
         try:
             if not handle.done():
                 handle.cancel(check=False)
-        except Exception as exc:  # noqa: BLE001 - cancel the others anyway
+        except Exception as exc:  # cancel the others anyway
             log.warning("could not cancel job %s: %s", getattr(handle, "job_id", "?"), exc)
 
 

@@ -36,7 +36,7 @@ class EpochData:
         self.image_size = self.batch_size = 0
         self._entered = False
         self._open(self._phase(start_epoch))
-        self.dataset_size = int(self.batches.facts.get("dataset_size", 0)) if hasattr(self.batches, "facts") else 0
+        self.dataset_size = int(getattr(self.batches, "facts", {}).get("dataset_size", 0))
 
     @property
     def progressive(self) -> bool:

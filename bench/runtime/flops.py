@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 BATCH = 2  # not 1: BatchNorm in training mode needs two values per channel (a 1x1 map at small sizes)
 
 
-def conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,  # noqa: ANN001
+def conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
                        _output_padding, _groups, output_mask, out_shape=None, **_kwargs) -> int:
     """Each gradient of a convolution (input, weight) costs what its forward costs. torch's own
     formula counts the weight gradient of a grouped convolution as if it were not grouped: a
@@ -61,7 +61,7 @@ def flops_per_image(model_cfg: ModelConfig, image_size: int, backward: bool = Tr
             if backward:
                 figures["gflops_per_image_fwd_bwd"] = _count(model_cfg, image_size, device, True) / 1e9
             return figures
-        except Exception as exc:  # noqa: BLE001 - a model the meta device cannot run: try a real batch
+        except Exception as exc:  # a model the meta device cannot run: try a real batch
             log.debug("FLOPs of %s on %s failed: %s: %s", model_cfg.arch, device, type(exc).__name__, exc)
     log.warning("could not count the FLOPs of model %s: gflops_per_image and MFU are absent", model_cfg.arch)
     return {}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import difflib
 import logging
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import torch
 import torch.nn as nn
@@ -66,7 +66,8 @@ def check_model(cfg: ModelConfig) -> None:
                           + ", ".join(OWN) + (f" (did you mean {close[0]}?)" if close else ""))
     patch = _vit_patch(cfg.arch)
     if patch and cfg.image_size % patch:
-        raise ConfigError("data.image_size", cfg.image_size, f"a multiple of {patch} for model={cfg.arch} (its patch size)")
+        raise ConfigError("data.image_size", cfg.image_size,
+                          f"a multiple of {patch} for model={cfg.arch} (its patch size)")
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
@@ -113,7 +114,8 @@ def maybe_compile(model: nn.Module, enabled: bool, mode: Optional[str]) -> Tuple
     if not enabled:
         return model, {"requested": False, "active": False}
     try:
-        return torch.compile(model, mode=mode), {"requested": True, "active": True, "mode": mode or "default"}
-    except Exception as exc:  # noqa: BLE001 - any failure means: run eager, and say so
+        compiled = cast(nn.Module, torch.compile(model, mode=mode))  # an OptimizedModule: the stub says Callable
+        return compiled, {"requested": True, "active": True, "mode": mode or "default"}
+    except Exception as exc:  # any failure means: run eager, and say so
         log.warning("torch.compile failed (%s: %s); running eager", type(exc).__name__, exc)
         return model, {"requested": True, "active": False, "fallback_reason": f"{type(exc).__name__}: {exc}"}

@@ -50,7 +50,8 @@ def build_precision(cfg: PrecisionConfig, device: torch.device) -> PrecisionPoli
             raise ConfigError("precision", name, "fp32, tf32 or bf16 on a CPU (amp_fp16 needs a CUDA GPU)")
         raise ConfigError("precision.autocast_dtype", str(cfg.autocast_dtype),
                           "null or bfloat16 on a CPU (float16 autocast needs a CUDA GPU)")
-    if device.type == "cuda" and dtype == torch.bfloat16 and not torch.cuda.is_bf16_supported(including_emulation=False):
+    native_bf16 = device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False)
+    if dtype == torch.bfloat16 and not native_bf16:
         gpu = torch.cuda.get_device_name(device)
         raise ConfigError("precision", name, f"fp32, tf32 or amp_fp16 on {gpu}, which has no native bfloat16")
 

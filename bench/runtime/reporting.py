@@ -23,7 +23,9 @@ def input_pipeline(data_wait_fraction: float) -> Dict[str, Any]:
 
 def write_repeats(out_dir: Path, images: Sequence[int], seconds: Sequence[float], rates: Sequence[float]) -> Path:
     """repeats.csv: a row per measured window (rates: the job's images/s, all ranks)."""
-    rows = [(i, n, f"{s:.6f}", f"{r:.4f}") for i, (n, s, r) in enumerate(zip(images, seconds, rates), start=1)]
+    # training's rates count the windows every rank measured, which may be fewer than rank 0's
+    windows = zip(images, seconds, rates, strict=False)
+    rows = [(i, n, f"{s:.6f}", f"{r:.4f}") for i, (n, s, r) in enumerate(windows, start=1)]
     return write_csv(out_dir / REPEATS_FILE, ["repeat", "images", "seconds", "images_per_second"], rows)
 
 

@@ -11,7 +11,8 @@ from bench.errors import ConfigError
 def refuse_find_max_batch(config: BenchConfig) -> None:
     """A mode other than training: the batch search is for training."""
     if config.benchmark.find_max_batch:
-        raise ConfigError("benchmark.find_max_batch", True, f"false with mode={config.mode} (the search is for training)")
+        raise ConfigError("benchmark.find_max_batch", True,
+                          f"false with mode={config.mode} (the search is for training)")
 
 
 def check_once_per_run(config: BenchConfig) -> None:

@@ -12,7 +12,8 @@ from bench.launch.context import RankContext
 
 
 class ModelScenario:
-    has_ranks = True  # started by a launcher, one process per rank
+    def has_ranks(self, config: BenchConfig) -> bool:
+        return True  # started by a launcher, one process per rank
 
     def __init__(self) -> None:
         self.device_name = "cpu"  # the device the preflight found: the out-of-memory line names it

@@ -29,12 +29,12 @@ from typing import List, Optional, Sequence, Tuple
 
 import pandas as pd
 
-from bench.tracking.probe import store_problem
-from bench.output_redaction import install as redact_output
 from bench.analysis.compare import SLOWER, Comparison, compare_frames
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, ReportError
+from bench.output_redaction import install as redact_output
 from bench.tools.compare_output import log_to_mlflow, write_outputs
 from bench.tools.report import default_tracking_uri
+from bench.tracking.probe import store_problem
 
 log = logging.getLogger("bench")
 
@@ -54,7 +54,7 @@ def parse_threshold(text: str) -> float:
 
 def read_input(what: str, argument: str, tracking_uri: str) -> Tuple[pd.DataFrame, bool]:
     """(the frame of its runs, whether it came from MLflow)."""
-    from bench.analysis.runs import read_job_dir, read_mlflow_sweep, read_sweep_dir, frame_from_records
+    from bench.analysis.runs import frame_from_records, read_job_dir, read_mlflow_sweep, read_sweep_dir
 
     path = Path(argument)
     if path.is_dir():

@@ -21,7 +21,8 @@ COLOURS = {SLOWER: "tab:red", FASTER: "tab:green"}  # same: grey
 
 
 def table(comparison: Comparison) -> pd.DataFrame:
-    rows = [{"configuration": p.label, "baseline images/s": f"{p.baseline:.1f}", "candidate images/s": f"{p.candidate:.1f}",
+    rows = [{"configuration": p.label,
+             "baseline images/s": f"{p.baseline:.1f}", "candidate images/s": f"{p.candidate:.1f}",
              "ratio": f"{p.ratio:.3f}", "95% interval": f"[{p.low:.3f}, {p.high:.3f}]" if p.low is not None else "",
              "samples": p.samples, "verdict": p.verdict, "why": p.note} for p in comparison.pairs]
     rows += [{"configuration": label, "verdict": "only in the baseline"} for label in comparison.only_baseline]
@@ -38,7 +39,7 @@ def plot(comparison: Comparison, path: Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.45 * len(pairs) + 1.5)))
     for y, pair in enumerate(pairs):
         colour = COLOURS.get(pair.verdict, "tab:grey")
-        if pair.low is not None:
+        if pair.low is not None and pair.high is not None:  # an interval: both ends
             ax.errorbar(pair.ratio, y, xerr=[[pair.ratio - pair.low], [pair.high - pair.ratio]], fmt="o",
                         color=colour, capsize=4)
         else:
@@ -88,5 +89,5 @@ def log_to_mlflow(comparison: Comparison, files: List[Path], run_id: str, baseli
                 client.log_batch(pair.candidate_run, tags=[RunTag("compare.verdict", pair.verdict),
                                                            RunTag("compare.baseline", baseline)],
                                  metrics=[Metric("throughput_ratio_vs_baseline", pair.ratio, now, 0)])
-    except Exception as exc:  # noqa: BLE001 - the files are written; the store is a copy
+    except Exception as exc:  # the files are written; the store is a copy
         log.warning("logging the comparison to MLflow run %s failed (%s: %s)", run_id, type(exc).__name__, exc)

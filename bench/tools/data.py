@@ -13,9 +13,10 @@ import sys
 import tempfile
 from typing import Any, List, Optional
 
-from bench.output_redaction import install as redact_output
 from bench.config.storage import StorageLocation
+from bench.output_redaction import install as redact_output
 from bench.errors import ConfigError, ConfigProblem, DataError, Interrupted
+from bench.output_redaction import install as redact_output
 
 
 def _storage_config(pairs: List[str]) -> StorageLocation:
@@ -115,7 +116,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except (DataError, ConfigError, ConfigProblem) as exc:  # a bad argument or source folder: nothing was written
         print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
         return 2
-    except Exception as exc:  # noqa: BLE001 - e.g. an S3 store that cannot be opened: one line, no traceback
+    except Exception as exc:  # e.g. an S3 store that cannot be opened: one line, no traceback
         print(f"[ERROR] {args.command} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
         return 1
     return 0

@@ -15,12 +15,15 @@ import math
 import os
 import statistics
 import time
-from typing import Any, Callable, Dict, Iterator, List, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Tuple
 
 import psutil
 
 from bench.analysis.rounds import alternate, ratio_of
 from bench.data.sample_images import write_image_folder
+
+if TYPE_CHECKING:
+    from bench.data.registry import Batches
 
 BASELINE = "torchvision-baseline"
 
@@ -44,7 +47,7 @@ def ensure_shards(images_root: str, shards_root: str, size: int, shard_size: int
     return shards_root
 
 
-def baseline_batches(root: str, workers: int, batch_size: int, image_size: int) -> Iterator[Any]:
+def baseline_batches(root: str, workers: int, batch_size: int, image_size: int) -> Generator[Any, None, None]:
     """What people write by hand: ImageFolder + PIL + RandomResizedCrop + flip + ToTensor + Normalize."""
     import itertools
 
@@ -61,14 +64,15 @@ def baseline_batches(root: str, workers: int, batch_size: int, image_size: int) 
         yield from loader
 
 
-def our_batches(name: str, root: str, workers: int, batch_size: int, image_size: int, classes: int) -> Iterator[Any]:
+def our_batches(name: str, root: str, workers: int, batch_size: int, image_size: int, classes: int) -> Batches:
     import torch
 
     from bench.config import compose
     from bench.data.registry import build_batches
 
-    data = compose(f"data={name}", f"data.root={root}", f"data.batch_size={batch_size}", f"data.image_size={image_size}",
-                   f"data.num_classes={classes}", f"data.num_workers={workers}", "data.pin_memory=false").data
+    data = compose(f"data={name}", f"data.root={root}", f"data.batch_size={batch_size}",
+                   f"data.image_size={image_size}", f"data.num_classes={classes}", f"data.num_workers={workers}",
+                   "data.pin_memory=false").data
     return build_batches(data, torch.device("cpu"), torch.contiguous_format, seed=0)
 
 
@@ -86,7 +90,8 @@ def _cpu_seconds() -> float:
     return total
 
 
-def measure(make: Callable[[], Iterator[Any]], warmup: int, batches: int, batch_size: int) -> Tuple[float, float]:
+def measure(make: Callable[[], Batches | Generator[Any, None, None]], warmup: int, batches: int,
+            batch_size: int) -> Tuple[float, float]:
     """(images/s, CPU milliseconds per image) over `batches` batches after `warmup` discarded ones."""
     iterator = make()
     for _ in range(warmup):
@@ -109,7 +114,7 @@ def run(images: int, classes: int, workers: int, batch_size: int, rounds: int, b
     # idle OpenMP threads spin and take CPU from the workers of every loader alike.
     torch.set_num_threads(1)
     images_root = ensure_images(os.path.join(directory, f"images-{images}-{classes}"), images, classes)
-    makers: Dict[str, Callable[[], Iterator[Any]]] = {
+    makers: Dict[str, Callable[[], Batches | Generator[Any, None, None]]] = {
         BASELINE: lambda: baseline_batches(images_root, workers, batch_size, image_size)}
     if "imagefolder" in loaders:
         makers["imagefolder"] = lambda: our_batches("imagefolder", images_root, workers, batch_size, image_size,
@@ -129,7 +134,7 @@ def run(images: int, classes: int, workers: int, batch_size: int, rounds: int, b
 
     # no extra warm-up pass: every measurement discards its own warm-up batches
     found = alternate({name: timed(name) for name in makers}, rounds, warmup=0, unit="images/s")
-    rates = {name: list(zip(found.figures[name], cpu_ms[name])) for name in makers}
+    rates = {name: list(zip(found.figures[name], cpu_ms[name], strict=True)) for name in makers}
     return rates
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
+from functools import partial
 from typing import Any, List
 
 import torch
@@ -89,11 +90,12 @@ def main(argv: List[str] | None = None) -> int:
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     print(f"device={device.type} threads={args.threads} model={args.model} image={args.image_size} "
           f"batch={args.batch_size} steps={args.steps} rounds={args.rounds}")
-    print(f"{'precision':<10}{'bench img/s':>14}{'minimal img/s':>16}{'ratio':>8}   95% interval, verdict, per-round ratios")
+    print(f"{'precision':<10}{'bench img/s':>14}{'minimal img/s':>16}{'ratio':>8}"
+          "   95% interval, verdict, per-round ratios")
     for precision in args.precisions.split(","):
         cfg = framework_config(args, precision)
-        found = alternate({"bench": lambda: run_framework(cfg, device),
-                           "minimal": lambda: run_minimal(args, precision, device)},  # noqa: B023 (used at once)
+        found = alternate({"bench": partial(run_framework, cfg, device),
+                           "minimal": partial(run_minimal, args, precision, device)},
                           args.rounds, warmup=0, label=precision, unit="img/s")
         ratio = found.ratio("minimal")
         print(f"{precision:<10}{found.median('bench'):>14.1f}{found.median('minimal'):>16.1f}{ratio.ratio:>8.3f}   "

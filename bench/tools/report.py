@@ -21,9 +21,9 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bench.tracking.probe import store_problem
-from bench.output_redaction import install as redact_output
 from bench.analysis import ReportError, build_report, report_from_mlflow
+from bench.output_redaction import install as redact_output
+from bench.tracking.probe import store_problem
 
 
 def default_tracking_uri() -> str:

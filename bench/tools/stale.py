@@ -16,9 +16,9 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
-from bench.tracking.probe import store_problem
-from bench.output_redaction import install as redact_output
 from bench.launch.watchdog import process_identity
+from bench.output_redaction import install as redact_output
+from bench.tracking.probe import store_problem
 
 
 def state_of(run: Any, host: str) -> str:
@@ -54,7 +54,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     parser.add_argument("--mark", action="store_true", help="end the stale runs KILLED")
     args = parser.parse_args(argv)
-    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
+    uri = (args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+           or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}")
     problem = store_problem(uri)
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)

@@ -164,7 +164,7 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
           f"reads of {block} bytes; cold = posix_fadvise(DONTNEED) of every file before each pass")
     failed = False
     for mode in modes_of(args.modes):
-        def before() -> None:
+        def before(mode: str = mode) -> None:  # bound now: alternate() calls it in this iteration
             if mode != "warm":
                 store.drop_cache([f.key for f in files])
 

@@ -33,7 +33,7 @@ def _existing_run(client: Any, run_id: Optional[str]) -> Any:
         return None
     try:
         return client.get_run(run_id)
-    except Exception:  # noqa: BLE001 - not in this store (each store raises its own type)
+    except Exception:  # not in this store (each store raises its own type)
         return None
 
 
@@ -53,7 +53,8 @@ def upload(run_dir: Path, uri: str) -> str:
         tracking = config.get("tracking", {})
         tags = {f"env.{k}": v for k, v in flatten(summary.get("environment", {})).items()}
         tags["uploaded_from"] = str(run_dir.resolve())
-        tracker = Tracker.start(uri, tracking.get("experiment") or "bench", tracking.get("run_name") or run_dir.name, tags)
+        experiment, run_name = tracking.get("experiment") or "bench", tracking.get("run_name") or run_dir.name
+        tracker = Tracker.start(uri, experiment, run_name, tags)
         if not tracker.active:
             raise RuntimeError(f"the MLflow store at {redact_uri(uri)} could not be reached")
         tracker.log_params(config)
@@ -83,10 +84,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"[ERROR] {args.run_dir} holds no run_summary.json: pass the output directory of a finished run",
               file=sys.stderr)
         return 2
-    uri = args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
+    uri = (args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+           or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}")
     try:
         done = upload(args.run_dir, uri)
-    except Exception as exc:  # noqa: BLE001 - one line, no traceback
+    except Exception as exc:  # one line, no traceback
         print(f"[ERROR] upload of {args.run_dir} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
     print(f"{args.run_dir}: {done} at {redact_uri(uri)}")

@@ -4,6 +4,7 @@ left out, quietly: a CPU-only machine has no NVML and that is not an error."""
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import platform
@@ -84,7 +85,7 @@ def nvml_devices() -> list:
         import pynvml
 
         pynvml.nvmlInit()
-    except Exception:  # noqa: BLE001 - NVMLError_LibraryNotFound and friends: no GPU info
+    except Exception:  # NVMLError_LibraryNotFound and friends: no GPU info
         return []
     try:
         driver = pynvml.nvmlSystemGetDriverVersion()
@@ -95,13 +96,11 @@ def nvml_devices() -> list:
             devices.append({"index": index, "name": pynvml.nvmlDeviceGetName(handle),
                             "memory_total_mb": memory.total // 2**20, "driver": driver})
         return devices
-    except Exception:  # noqa: BLE001
+    except Exception:
         return []
     finally:
-        try:
+        with contextlib.suppress(Exception):  # NVML that failed to start has nothing to shut down
             pynvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
 
 
 def collect_environment() -> Dict[str, Any]:
@@ -128,7 +127,7 @@ def collect_environment() -> Dict[str, Any]:
         try:
             version = torch.cuda.nccl.version()  # a tuple in recent torch, an int in older ones
             env["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-        except Exception:  # noqa: BLE001
+        except Exception:
             pass
     gpus = nvml_devices()
     if gpus:

@@ -11,6 +11,7 @@ without the counter gives no energy figures (absent, not 0).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -35,13 +36,14 @@ class GpuMonitor:
         self._samples: List[tuple] = []
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
-        self._nvml = None
+        self._nvml: Any = None  # the pynvml module, once NVML started (no type stubs)
+        self._handle: Any = None  # this GPU's NVML handle
         self._energy_start: Optional[tuple] = None  # (millijoules, monotonic seconds) at start()
 
     def _energy_mj(self) -> Optional[tuple]:
         try:
             return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)), time.monotonic()
-        except Exception:  # noqa: BLE001 - pre-Volta GPUs and some drivers have no energy counter
+        except Exception:  # pre-Volta GPUs and some drivers have no energy counter
             return None
 
     def start(self) -> "GpuMonitor":
@@ -51,7 +53,7 @@ class GpuMonitor:
             pynvml.nvmlInit()
             self._handle = nvml_handle(pynvml, self.cuda_index)
             self._nvml = pynvml
-        except Exception:  # noqa: BLE001 - no GPU / no driver: nothing to sample
+        except Exception:  # no GPU / no driver: nothing to sample
             return self
         self._energy_start = self._energy_mj()
         self._thread = threading.Thread(target=self._run, name="gpu-monitor", daemon=True)
@@ -66,7 +68,7 @@ class GpuMonitor:
                 memory = nvml.nvmlDeviceGetMemoryInfo(handle)
                 power_mw = nvml.nvmlDeviceGetPowerUsage(handle)
                 clock = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
-            except Exception:  # noqa: BLE001
+            except Exception:
                 continue
             self._samples.append((util.gpu, memory.used / 2**20, power_mw / 1000.0, clock))
 
@@ -76,14 +78,12 @@ class GpuMonitor:
         energy_end = self._energy_mj() if self._energy_start is not None else None
         self._stop.set()
         self._thread.join()
-        try:
+        with contextlib.suppress(Exception):  # the figures matter more than a clean NVML shutdown
             self._nvml.nvmlShutdown()
-        except Exception:  # noqa: BLE001
-            pass
         figures = self._energy_figures(energy_end)
         if not self._samples:
             return figures
-        util, mem, power, clock = zip(*self._samples)
+        util, mem, power, clock = zip(*self._samples, strict=True)
         mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
         return {
             "gpu_util_mean_pct": mean(util),

@@ -66,7 +66,7 @@ def ensure_experiment(client: Any, name: str, uri: str) -> str:
     if existing is None:
         try:
             experiment_id = client.create_experiment(name, artifact_location=_sqlite_artifact_root(uri))
-        except Exception:  # noqa: BLE001 - another process created it first
+        except Exception:  # another process created it first
             existing = client.get_experiment_by_name(name)
             if existing is None:
                 raise

@@ -24,7 +24,7 @@ import os
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 
@@ -68,7 +68,7 @@ def job_lost(num: Any, overrides: Sequence[str], job_dir: Path, reason: str) -> 
         return
     try:
         _fail_child(tracker, str(num), list(overrides), reason)
-    except Exception as exc:  # noqa: BLE001 - tracking must not end the sweep
+    except Exception as exc:  # tracking must not end the sweep
         log.warning("could not mark sweep job %s FAILED in MLflow (%s: %s)", num, type(exc).__name__, exc)
 
 
@@ -182,14 +182,14 @@ class MlflowSweepCallback(Callback):
         tracker: Optional[Any] = _state["tracker"]
         sweep_dir = Path(config.hydra.sweep.dir)
         scrub([sweep_dir / "multirun.yaml"])  # as each job's .hydra/: what a config file held goes
-        files = []
+        files: List[Path] = []
         try:
             from bench.analysis import build_report, log_scaling_to_runs
 
             files, frame = build_report(sweep_dir, sweep_dir / "report")
             if tracker is not None and tracker.active:
                 log_scaling_to_runs(frame, tracker.client)
-        except Exception as exc:  # noqa: BLE001 - a report problem must not hide the sweep's results
+        except Exception as exc:  # a report problem must not hide the sweep's results
             log.warning("the sweep report could not be built (%s: %s); run python -m bench.report --sweep %s",
                         type(exc).__name__, exc, sweep_dir)
         jobs, failed = _state["jobs"], _state["failed"]

@@ -17,8 +17,8 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
-from bench.secrets import flatten, redact  # noqa: F401 - flatten re-exported
-from bench.tracking.store import open_experiment, resolve_tracking_uri  # noqa: F401 - re-exported
+from bench.secrets import flatten, redact  # flatten is re-exported (tests import it from here)
+from bench.tracking.store import open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported too
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class Tracker:
             if parent_run_id:
                 run_tags["mlflow.parentRunId"] = parent_run_id
             run = client.create_run(experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags)
-        except Exception as exc:  # noqa: BLE001 - a run that cannot be tracked still runs: said on stderr
+        except Exception as exc:  # a run that cannot be tracked still runs: said on stderr
             reason = redact(str(exc)).strip().splitlines()
             log.warning("MLflow tracking at %s failed (%s: %s); this run is not tracked, its results are kept in "
                         "the output directory only", redact_uri(uri), type(exc).__name__, reason[0] if reason else "")
@@ -76,10 +76,12 @@ class Tracker:
             return
         try:
             getattr(self.client, method)(self.run_id, *args, **kwargs)
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             # One warning, then stop: a server that went away would cost each later call its
             # full retry back-off, and the results are safe in the output directory anyway.
-            later = f"; upload the results later with python -m bench.tools.upload {self.out_dir}" if self.out_dir else ""
+            later = ""
+            if self.out_dir:
+                later = f"; upload the results later with python -m bench.tools.upload {self.out_dir}"
             log.warning("MLflow %s failed at %s (%s: %s); no further tracking for this run%s",
                         what, redact_uri(self.uri), type(exc).__name__, redact(str(exc)), later)
             self.client = None
@@ -138,7 +140,7 @@ class Tracker:
             monitor = SystemMetricsMonitor(self.run_id, tracking_uri=self.uri)
             monitor.start()
             self._system_metrics = monitor
-        except Exception as exc:  # noqa: BLE001 - a missing optional piece costs these metrics only
+        except Exception as exc:  # a missing optional piece costs these metrics only
             log.warning("MLflow system metrics could not start (%s: %s)", type(exc).__name__, exc)
 
     def finish(self, status: str = "FINISHED", error: Optional[str] = None) -> None:
@@ -146,7 +148,7 @@ class Tracker:
             monitor, self._system_metrics = self._system_metrics, None
             try:
                 monitor.finish()
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 log.warning("MLflow system metrics did not stop cleanly (%s: %s)", type(exc).__name__, exc)
         if error:
             self.set_tags({"error": error})

@@ -18,6 +18,7 @@ match); rank 0's timings are reported.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import logging
 import time
 from typing import Any, Callable, Dict, Iterator, List, Optional
@@ -66,7 +67,7 @@ def breakdown_pass(step: TrainStep, batches: Iterator, device: torch.device, ste
         step.zero_grad()
         sync()
         marks.append(time.perf_counter())
-        for phase, start, end in zip(PHASES, marks, marks[1:]):
+        for phase, (start, end) in zip(PHASES, itertools.pairwise(marks), strict=True):
             times[phase].append((end - start) * 1000.0)
         if step.after is not None:
             step.after()
@@ -76,7 +77,8 @@ def breakdown_pass(step: TrainStep, batches: Iterator, device: torch.device, ste
 def _backward_without_sync(step: TrainStep, ddp: torch.nn.Module, batch: Any, sync: Any) -> float:
     """ms of a backward pass under no_sync (no all-reduce); the gradients are thrown away."""
     images, labels = batch
-    with ddp.no_sync() if hasattr(ddp, "no_sync") else contextlib.nullcontext():
+    no_sync = getattr(ddp, "no_sync", None)  # DistributedDataParallel's
+    with no_sync() if no_sync is not None else contextlib.nullcontext():
         loss = step.forward(images, labels)
         sync()
         start = time.perf_counter()

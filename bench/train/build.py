@@ -64,7 +64,8 @@ def build_training(config: BenchConfig, device: torch.device, ctx: RankContext,
     resumed = checkpoints.load(config.train.resume) if checkpoints and config.train.resume else None
     start = Position(resumed["epoch"], resumed["step_in_epoch"]) if resumed else Position(0)
     policy = build_precision(config.precision, device)
-    eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)
+    # Module.to takes device and memory_format together at runtime; its stub has them in separate overloads
+    eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)  # type: ignore[call-overload]
     if resumed and checkpoints is not None:
         # before any step: another model's checkpoint is one line, not load_state_dict's dump
         check_model_fits(resumed, eager, checkpoints.loaded["resumed_from"])

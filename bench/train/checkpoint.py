@@ -9,8 +9,8 @@ from typing import Any, Callable, Dict, Optional
 
 from bench.config import BenchConfig
 from bench.launch.context import RankContext
-from bench.storage.registry import backend
 from bench.storage.base import serialize
+from bench.storage.registry import backend
 
 Writer = Callable[[Any, Any], Dict[str, Any]]
 
@@ -27,7 +27,7 @@ def checkpoint_writer(config: BenchConfig, out_dir: Path, ctx: RankContext) -> O
         data = serialize({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
         try:
             store.put(name, data)  # all or nothing, fsync'd on a local disk (storage.fsync)
-        except Exception as exc:  # noqa: BLE001 - any backend's write error
+        except Exception as exc:  # any backend's write error
             return {"checkpoint_error": f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc} "
                                         f"({store.url}/{name})"}
         seconds = time.perf_counter() - start

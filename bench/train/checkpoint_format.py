@@ -47,7 +47,8 @@ def run_meta(config: BenchConfig) -> Dict[str, Any]:
 
 
 def differences(saved: Dict[str, Any], mine: Dict[str, Any]) -> List[str]:
-    return [f"{key} {saved[key]!r} there, {mine[key]!r} here" for key in mine if key in saved and saved[key] != mine[key]]
+    return [f"{key} {saved[key]!r} there, {mine[key]!r} here"
+            for key in mine if key in saved and saved[key] != mine[key]]
 
 
 def check_meta(state: Dict[str, Any], config: BenchConfig, where: str) -> None:
@@ -104,7 +105,7 @@ def read(source: Union[bytes, Path], where: str, mmap: bool = False) -> Dict[str
         state = _load(source, mmap, where)
     except CheckpointError:
         raise
-    except Exception as exc:  # noqa: BLE001 - a damaged file fails in many ways
+    except Exception as exc:  # a damaged file fails in many ways
         raise CheckpointError(f"checkpoint {where} is damaged or not bench's "
                               f"({type(exc).__name__}: {str(exc).strip()[:120]})") from None
     if not isinstance(state, dict) or state.get("format") not in READABLE or "model" not in state:
@@ -121,7 +122,7 @@ def _load(source: Union[bytes, Path], mmap: bool, where: str) -> Any:
 
     try:
         return load()
-    except Exception as exc:  # noqa: BLE001 - the unpickler's refusal, named below
+    except Exception as exc:  # the unpickler's refusal, named below
         needed = _needed_global(exc)
         if needed is None:
             raise
@@ -130,7 +131,7 @@ def _load(source: Union[bytes, Path], mmap: bool, where: str) -> Any:
     with torch.serialization.safe_globals(NUMPY_ARRAY_GLOBALS):  # a format-1 file's numpy RNG state
         try:
             return load()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             needed = _needed_global(exc)
             if needed is None:
                 raise

@@ -137,7 +137,7 @@ class MeasuredWindow:
                 self.save(Position(epoch, index) if index < steps else Position(epoch + 1))
                 raise Interrupted(signal.Signals(flag.signum).name)
             at_sync_point = not session.ctx.distributed or done % log_every == 0 or done == planned
-            if at_sync_point and _deadline_passed(deadline, session.ctx) or done >= planned:
+            if (at_sync_point and _deadline_passed(deadline, session.ctx)) or done >= planned:
                 tally.stop = index < steps or not last_epoch
                 break
             if done % log_every == 0:
@@ -217,7 +217,7 @@ def _accuracy(cfg: BenchConfig, epochs: List[EpochRecord], reached: Optional[Epo
     if not evaluated:
         return {}
     figures: Dict[str, Any] = {"val_top1": evaluated[-1].val_top1, "val_top5": evaluated[-1].val_top5,
-                               "val_top1_best": max(e.val_top1 for e in evaluated),
+                               "val_top1_best": max(e.val_top1 for e in evaluated if e.val_top1 is not None),
                                "eval_seconds": sum(e.eval_seconds or 0.0 for e in evaluated),
                                "evaluations": len(evaluated), "train_wall_seconds": wall_seconds}
     if val_images is not None:

@@ -70,7 +70,7 @@ def warm_up(run: TrainingRun) -> None:
         # torch.compile fails lazily, at the first call: try it once, outside the window.
         try:
             run.step(*next(batches))
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             log.warning("torch.compile failed at the first step (%s: %s); running eager", type(exc).__name__, exc)
             run.compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
             run.step = run.step.with_model(run.wrapped)
@@ -101,7 +101,8 @@ def measure(run: TrainingRun, session: Session, monitor: Any,
     config, checkpoints = run.config, run.checkpoints
     if monitor is not None:
         monitor.start()
-    checkpoint_on_signal = checkpoints is not None and config.checkpoint.every_epochs > 0 and config.checkpoint.on_signal
+    every_epochs, on_signal = config.checkpoint.every_epochs, config.checkpoint.on_signal
+    checkpoint_on_signal = checkpoints is not None and every_epochs > 0 and on_signal
     window = measure_windows(session, run.device, run.planned, first_step_at, checkpoint_on_signal)
     gpu = monitor.stop() if monitor is not None else {}
     peak_memory = peak_memory_bytes(run.device)  # the window's: the passes after it may profile, or allocate more

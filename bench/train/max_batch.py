@@ -15,7 +15,7 @@ from __future__ import annotations
 import copy
 import gc
 import logging
-from typing import Callable
+from typing import Callable, Optional
 
 import torch
 
@@ -62,6 +62,11 @@ def find_max_batch(config: BenchConfig, model: torch.nn.Module, policy: Precisio
 
     def fits(batch: int) -> bool:
         failed = False
+        optimizer: Optional[torch.optim.Optimizer] = None
+        scheduler: Optional[torch.optim.lr_scheduler.LambdaLR] = None
+        step: Optional[TrainStep] = None
+        images: Optional[torch.Tensor] = None
+        labels: Optional[torch.Tensor] = None
         try:
             optimizer = build_optimizer(model, config.optimizer, config.optimizer.lr, device)
             scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
@@ -74,7 +79,7 @@ def find_max_batch(config: BenchConfig, model: torch.nn.Module, policy: Precisio
             torch.cuda.synchronize(device)
         except torch.cuda.OutOfMemoryError:
             failed = True  # the exception (and the tensors its frames hold) must be gone before freeing
-        optimizer = scheduler = step = images = labels = None  # noqa: F841
+        optimizer = scheduler = step = images = labels = None  # drop the last references, so gc can free them
         model.zero_grad(set_to_none=True)
         gc.collect()
         if device.type == "cuda":
@@ -85,6 +90,7 @@ def find_max_batch(config: BenchConfig, model: torch.nn.Module, policy: Precisio
     found = search(fits, config.data.batch_size, config.data.batch_size * GROWTH_LIMIT)
     model.load_state_dict(saved)  # the trials' optimizer steps changed the weights (and BN statistics)
     if policy.scaler is not None:
+        assert scaler_state is not None  # saved above whenever there is a scaler
         policy.scaler.load_state_dict(scaler_state)
     if ctx.distributed:
         import torch.distributed as dist

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any, Callable, Dict
+from typing import Any, Callable, Dict, List
 
 import torch
 import torch.nn as nn
@@ -43,7 +43,8 @@ def effective_lr(optimizer: OptimizerConfig, scheduler: SchedulerConfig, global_
 def _param_groups(model: nn.Module, weight_decay: float, exclude_bn_bias: bool) -> list:
     if not exclude_bn_bias or weight_decay == 0:
         return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": weight_decay}]
-    decay, no_decay = [], []
+    decay: List[nn.Parameter] = []
+    no_decay: List[nn.Parameter] = []
     for param in model.parameters():
         if param.requires_grad:
             # 1-D tensors are biases and normalisation scales/shifts: decaying them hurts accuracy.

@@ -18,12 +18,17 @@ from bench.analysis.stats import UNSTABLE_CV, step_time_stats
 from bench.config import BenchConfig
 from bench.results import read_column, read_summary, read_window, write_csv, write_json, write_jsonl
 from bench.runtime.peaks import utilisation
-from bench.runtime.reporting import (PROFILE_FILES, REPEATS_FILE, REPEATS_METRIC, input_pipeline, read_repeats,
-                                     write_repeats)
-from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
+from bench.runtime.reporting import (
+    PROFILE_FILES,
+    REPEATS_FILE,
+    REPEATS_METRIC,
+    input_pipeline,
+    read_repeats,
+    write_repeats,
+)
 from bench.train import sweep_view
+from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
 from bench.train.sweep_view import ACCURACY_COLUMNS, REPEAT_COLUMNS, TRAINING_COLUMNS, training_plots
-
 
 
 def merge_ranks(result: TrainResult, ranks: Sequence[RankSummary]) -> TrainResult:
@@ -159,8 +164,9 @@ class TrainReport:
         metrics = self.metrics
         summary = {"results": metrics, "epochs": epochs, "compile": result.compile,
                    "environment": dict(environment), "config": dict(config), "mlflow_run_id": run_id, "ranks": ranks}
-        steps = [(i, f"{step:.4f}", f"{wait:.4f}")
-                 for i, (step, wait) in enumerate(zip(result.step_times_ms, result.data_wait_ms), start=1)]
+        # merge_ranks keeps the steps and the waits every rank has: the two lists may differ in length
+        pairs = zip(result.step_times_ms, result.data_wait_ms, strict=False)
+        steps = [(i, f"{step:.4f}", f"{wait:.4f}") for i, (step, wait) in enumerate(pairs, start=1)]
         files = [write_jsonl(out_dir / "metrics_epoch.jsonl", epochs),
                  write_csv(out_dir / "step_times.csv", ["step", "step_time_ms", "data_wait_ms"], steps),
                  write_json(out_dir / "run_summary.json", summary),
@@ -189,8 +195,9 @@ class TrainReport:
         if not tracker.active:
             return
         for number, epoch in enumerate(self.result.epochs, start=1):
-            series = {"epoch_images_per_second": epoch.images_per_second, "epoch_seconds": epoch.seconds,
-                      "epoch_loss": epoch.loss, "epoch_lr": epoch.lr}
+            series: Dict[str, Optional[float]] = {"epoch_images_per_second": epoch.images_per_second,
+                                                  "epoch_seconds": epoch.seconds, "epoch_loss": epoch.loss,
+                                                  "epoch_lr": epoch.lr}
             if epoch.val_top1 is not None:  # the accuracy curve, by epoch (wall seconds are in metrics_epoch.jsonl)
                 series.update(val_top1=epoch.val_top1, val_top5=epoch.val_top5, epoch_eval_seconds=epoch.eval_seconds,
                               epoch_wall_seconds=epoch.wall_seconds)

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
 
-from bench.results import KEPT, Record, spread
+from bench.results import KEPT, SPREAD, Record
 
 
 @dataclass
@@ -18,7 +18,7 @@ class EpochRecord:
     images_per_second: float
     loss: float
     lr: float
-    step_time_ms_p50: float
+    step_time_ms_p50: Optional[float]  # None for an epoch without a measured step
     # evaluated epochs (train.eval_every): accuracy, and seconds since the first training step
     val_top1: Optional[float] = None
     val_top5: Optional[float] = None
@@ -154,9 +154,9 @@ class TrainMetrics(Record):
     au: float  # accelerator utilization: the share of the window not spent waiting for data
     input_bound: bool
     compile_fallback: Optional[str] = None
-    gpu: Dict[str, Any] = spread()  # NVML samples and energy of rank 0's GPU
+    gpu: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # NVML samples and energy of rank 0's GPU
     # dataset facts, FLOPs per image, the batch find_max_batch found, checkpoint figures, accuracy
-    extra: Dict[str, Any] = spread()
+    extra: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)
     repeats: Optional[int] = None  # benchmark.repeats > 1: the windows' spread and the median's interval
     images_per_second_median: Optional[float] = None
     images_per_second_min: Optional[float] = None
@@ -167,7 +167,8 @@ class TrainMetrics(Record):
     images_per_second_ci95_halfwidth_pct: Optional[float] = None
     images_per_second_cv: Optional[float] = None
     stable: Optional[bool] = None
-    efficiency: Dict[str, Any] = spread()  # achieved TFLOP/s, MFU where the peak is known, images per joule
+    # achieved TFLOP/s, MFU where the peak is known, images per joule
+    efficiency: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)
 
     def figure(self, name: str) -> Any:
         """One of the open-ended figures (gpu, extra, efficiency) by name; None when the run has none."""

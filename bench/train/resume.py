@@ -95,7 +95,7 @@ class TrainingCheckpoints:
 
     def remove_stale_temporaries(self) -> None:
         """At the start of the run (rank 0): what a killed writer left, on a disk."""
-        removed = getattr(self.store, "remove_stale_temporaries", lambda: [])()
+        removed: List[str] = getattr(self.store, "remove_stale_temporaries", lambda: [])()
         if removed:
             log.info("removed %d temporary file(s) of killed checkpoint writes in %s: %s", len(removed), self.url,
                      ", ".join(removed))
@@ -106,8 +106,12 @@ class TrainingCheckpoints:
 
     def names(self) -> List[str]:
         """Checkpoint names here, oldest first."""
-        found = [key for key, _size in self.store.list() if NAME.match(key.rsplit("/", 1)[-1])]
-        return sorted(found, key=lambda k: tuple(int(g or 0) for g in NAME.match(k.rsplit("/", 1)[-1]).groups()))
+        found = []
+        for key, _size in self.store.list():
+            match = NAME.match(key.rsplit("/", 1)[-1])
+            if match:
+                found.append((tuple(int(g or 0) for g in match.groups()), key))
+        return [key for _order, key in sorted(found, key=lambda pair: pair[0])]
 
     def save(self, state: Dict[str, Any], position: Position) -> None:
         """Write one; a failure is noted (figures(), the run's problems), not raised: the
@@ -119,7 +123,7 @@ class TrainingCheckpoints:
                  "step_in_epoch": position.step_in_epoch}
         try:
             size = self._write(position.name, state)
-        except Exception as exc:  # noqa: BLE001 - any backend's write error (a full disk, a refused PUT)
+        except Exception as exc:  # any backend's write error (a full disk, a refused PUT)
             self.failed = _write_failure(exc, f"{self.url}/{position.name}")
             log.warning("checkpoint not written: %s; training goes on without checkpoints", self.failed)
             return
@@ -134,7 +138,7 @@ class TrainingCheckpoints:
             def stream(fh: Any) -> None:
                 recorder = _WriteRecorder(fh)
                 try:
-                    torch.save(state, recorder)
+                    torch.save(state, recorder)  # type: ignore[arg-type]  # torch.save takes any object with write()
                 except RuntimeError:  # torch's zip writer hides the OSError (a full disk) behind its own
                     if recorder.error is not None:
                         raise recorder.error from None
@@ -204,7 +208,8 @@ class _WriteRecorder:
     """A file for torch.save that keeps the OSError a write raised (torch reports its own error)."""
 
     def __init__(self, fh: Any):
-        self.fh, self.error = fh, None
+        self.fh = fh
+        self.error: Optional[OSError] = None
 
     def write(self, data: Any) -> int:
         try:

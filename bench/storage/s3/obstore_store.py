@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import os
 from datetime import timedelta
-from typing import Any, List, Tuple
+from typing import TYPE_CHECKING, Any, List, Tuple
 
 from bench.storage.s3.settings import S3Settings, S3Store
+
+if TYPE_CHECKING:  # obstore's config types exist in its stubs only
+    from obstore.store import ClientConfig, RetryConfig, S3Config
 
 
 class ObstoreStore(S3Store):
@@ -18,17 +21,18 @@ class ObstoreStore(S3Store):
         from obstore.store import S3Store as ObstoreS3
 
         self._obstore = obstore
-        options: dict = {"timeout": timedelta(seconds=settings.timeout_s),
-                         "connect_timeout": timedelta(seconds=settings.connect_timeout_s)}
-        config: dict = {"region": settings.region}
+        options: ClientConfig = {"timeout": timedelta(seconds=settings.timeout_s),
+                                 "connect_timeout": timedelta(seconds=settings.connect_timeout_s)}
+        s3_config: S3Config = {"region": settings.region}
         if settings.endpoint:
-            config.update(endpoint=settings.endpoint, virtual_hosted_style_request=False)
+            s3_config["endpoint"] = settings.endpoint
+            s3_config["virtual_hosted_style_request"] = False
             options["allow_http"] = settings.endpoint.startswith("http://")
-        retry = {"max_retries": settings.max_attempts - 1,
-                 "retry_timeout": timedelta(seconds=settings.timeout_s * settings.max_attempts),
-                 "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=5),
-                             "base": 2}}
-        self._store = ObstoreS3(settings.bucket, prefix=settings.prefix or None, config=config,
+        retry: RetryConfig = {"max_retries": settings.max_attempts - 1,
+                              "retry_timeout": timedelta(seconds=settings.timeout_s * settings.max_attempts),
+                              "backoff": {"init_backoff": timedelta(milliseconds=100),
+                                          "max_backoff": timedelta(seconds=5), "base": 2}}
+        self._store = ObstoreS3(settings.bucket, prefix=settings.prefix or None, config=s3_config,
                                 client_options=options, retry_config=retry,
                                 credential_provider=_boto3_credentials_unless_in_env())
 

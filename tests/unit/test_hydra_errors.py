@@ -1,0 +1,122 @@
+"""bench.config.hydra_errors reads Hydra's and OmegaConf's error texts with regexes: one test per
+message it parses. Each message is real: a bad override composed through Hydra in this process
+(the installed Hydra's words), so a Hydra release that rewords one fails here, not as a
+multi-line report in front of a user."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import List, Optional
+
+import pytest
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.errors import HydraException
+from omegaconf.errors import OmegaConfBaseException
+
+from bench import config_dir
+from bench.config import compose, load
+from bench.config import hydra_errors as he
+from bench.config.schema import register_configs
+from bench.errors import ConfigProblem
+
+
+def hydra_failure(overrides: List[str], conf: Optional[str] = None) -> BaseException:
+    """The exception Hydra (or OmegaConf, loading the composed config) raises for these overrides."""
+    register_configs()
+    with initialize_config_dir(config_dir=conf or config_dir(), version_base="1.3"):
+        try:
+            load(hydra_compose(config_name="config", overrides=overrides))
+        except (HydraException, OmegaConfBaseException) as exc:
+            return exc
+        except ConfigProblem as problem:  # load() rewords OmegaConf's resolution errors itself
+            assert problem.__context__ is not None
+            return problem.__context__
+    raise AssertionError(f"{overrides} composed without an error")
+
+
+def texts(exc: BaseException) -> str:
+    """What one_line reads: the message and its cause's."""
+    return str(exc) + "\n" + (str(exc.__cause__) if exc.__cause__ is not None else "")
+
+
+# (overrides, the regexes that must match Hydra's text, the one line bench prints)
+CASES = [
+    pytest.param(["data=nosuch"], [he._MISSING_OPTION, he._AVAILABLE],
+                 "data='nosuch' is not valid: accepted one of cifar100, imagefolder, shards, synthetic.",
+                 id="unknown-option"),
+    pytest.param(["data.batch_size=abc"], [he._FULL_KEY, he._CONVERT],
+                 "data.batch_size='abc' is not valid: accepted an integer.", id="not-an-integer"),
+    pytest.param(["optimizer.lr=fast"], [he._FULL_KEY, he._CONVERT],
+                 "optimizer.lr='fast' is not valid: accepted a number.", id="not-a-number"),
+    pytest.param(["data.split=foo"], [he._FULL_KEY, he._ENUM],
+                 "data.split='foo' is not valid: accepted one of train, val.", id="not-a-choice"),
+    pytest.param(["data.augment=maybe"], [he._FULL_KEY, he._BOOL],
+                 "data.augment='maybe' is not valid: accepted true or false.", id="not-a-bool"),
+    pytest.param(["data.batch_sise=8"], [he._FULL_KEY, he._NOT_A_KEY, he._APPEND_HINT],
+                 "data.batch_sise='8' is not valid: accepted a key of data (did you mean data.batch_size?).",
+                 id="unknown-key"),
+    pytest.param(["data.batch_size=${nosuch}"], [he._FULL_KEY],
+                 "the config could not be resolved: Interpolation key 'nosuch' not found (at data.batch_size)",
+                 id="interpolation"),
+    pytest.param(["data.batch_size=1,2"], [],
+                 "Ambiguous value for argument 'data.batch_size=1,2': to sweep over it add -m (--multirun); "
+                 "for a list write key=[a,b]", id="ambiguous"),
+    pytest.param(["tracking.run_name=a!b"], [],
+                 "a command-line override could not be parsed (LexerNoViableAltException: tracking.run_name=a!b): "
+                 "quote a value that holds spaces or special characters, e.g. 'tracking.run_name=\"my run!\"'",
+                 id="lexer"),
+    pytest.param(["data.batch_size=[1"], [],
+                 "a command-line override could not be parsed (no viable alternative at input '[1'): see "
+                 "https://hydra.cc/docs/advanced/override_grammar/basic", id="grammar"),
+]
+
+
+@pytest.mark.parametrize("overrides, patterns, expected", CASES)
+def test_each_hydra_message_is_parsed_into_its_one_line(overrides, patterns, expected):
+    exc = hydra_failure(overrides)
+    for pattern in patterns:
+        assert pattern.search(texts(exc)), f"{pattern.pattern!r} no longer matches Hydra's text:\n{texts(exc)}"
+    assert he.one_line(exc) == expected
+    with pytest.raises(ConfigProblem) as raised:  # the path `python -m bench` and the tools take
+        compose(*overrides)
+    assert str(raised.value) == expected
+
+
+def test_the_plus_prefixed_group_keeps_its_plus():
+    exc = hydra_failure(["+experiment=nosuch"])
+    assert he._MISSING_OPTION.search(str(exc)).groups() == ("experiment", "nosuch")
+    line = he.one_line(exc)
+    assert line.startswith("+experiment='nosuch' is not valid: accepted one of ") and "cpu_smoke" in line
+
+
+def test_a_group_not_in_the_defaults_list_is_told_to_use_plus(monkeypatch):
+    monkeypatch.setattr(sys, "argv", ["bench", "experiment=cpu_smoke"])  # _given reads the command line
+    exc = hydra_failure(["experiment=cpu_smoke"])
+    assert he._NOT_IN_DEFAULTS.search(str(exc)).group(1) == "experiment"
+    assert he.one_line(exc) == ("experiment='cpu_smoke' is not valid: accepted +experiment=cpu_smoke: experiment "
+                                "is not in the defaults list, so it is added with a leading +.")
+
+
+def test_a_launcher_that_needs_the_submitit_plugin(tmp_path):
+    """conf/hydra/launcher/slurm*.yaml build on hydra-submitit-launcher's configs; without the
+    plugin Hydra cannot load them. The plugin is installed here, so a launcher config building
+    on a submitit_* config that does not exist gives Hydra's same message."""
+    conf = Path(shutil.copytree(config_dir(), tmp_path / "conf"))
+    (conf / "hydra" / "launcher" / "needs_plugin.yaml").write_text("defaults:\n  - submitit_not_installed\n"
+                                                                   "  - _self_\n")
+    exc = hydra_failure(["hydra/launcher=needs_plugin"], conf=str(conf))
+    assert he._NEEDS_SUBMITIT.search(str(exc)).group(1) == "needs_plugin"
+    assert he.one_line(exc) == ("hydra/launcher='needs_plugin' is not valid: accepted where hydra-submitit-launcher "
+                                "is installed (pip install 'bench[slurm]'), and it is not.")
+
+
+def test_every_regex_of_the_module_has_a_message_here():
+    """A regex added to hydra_errors gets its real message in this file too."""
+    covered = {p.pattern for case in CASES for p in case.values[1]}
+    covered |= {he._MISSING_OPTION.pattern, he._NOT_IN_DEFAULTS.pattern, he._NEEDS_SUBMITIT.pattern}
+    module = {value.pattern for name, value in vars(he).items() if isinstance(value, re.Pattern)}
+    assert module - covered == set()
