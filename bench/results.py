@@ -42,17 +42,18 @@ KEPT = {"kept": True}  # a field written even when None (null in the final line)
 SPREAD = {"spread": True}
 
 
-def inline(kind: Type["Record"]) -> Any:
-    """A field holding another record (a group of figures computed and merged apart, such as one
-    storage run's): its fields are written in its place, as if they were the outer record's."""
-    return field(default_factory=kind, metadata={"inline": kind})
+# a field holding another record (field(default_factory=Kind, metadata=INLINE): a group of figures
+# computed and merged apart, such as one storage run's): its fields are written in its place, as if
+# they were the outer record's; read back, its default_factory builds it
+INLINE = {"inline": True}
 
 
 class Record:
     """A scenario's typed result record (a dataclass, kw_only): the one place that turns it into the
     radix_metrics dict (the final line, summary.csv, MLflow) and back. Its fields, in order, are the
     keys; a None field is left out (absent from the final line) unless it is KEPT; a SPREAD field's
-    items, and an `inline()` record's fields, go in its place. Reading back, a key no field names lands in the record's last spread field."""
+    items, and an INLINE record's fields, go in its place. Reading back, a key no field names lands
+    in the record's last spread field."""
 
     def to_metrics(self) -> Dict[str, Any]:
         metrics: Dict[str, Any] = {}
@@ -71,11 +72,12 @@ class Record:
         """The record of a radix_metrics dict read back (run_summary.json's results, MLflow)."""
         own = {f.name: f for f in fields(cls) if not f.metadata.get("spread")}  # type: ignore[arg-type]
         groups = [f.name for f in fields(cls) if f.metadata.get("spread")]  # type: ignore[arg-type]
-        nested = {name: f.metadata["inline"] for name, f in own.items() if f.metadata.get("inline")}
+        nested: Dict[str, Type[Record]] = {name: f.default_factory for name, f in own.items()  # type: ignore[misc]
+                                           if f.metadata.get("inline")}  # an INLINE field's factory is its record class
         values: Dict[str, Any] = {name: metrics.get(name) for name, f in own.items() if name not in nested and (
             name in metrics or (f.default is MISSING and f.default_factory is MISSING))}
         values.update({name: kind.from_metrics(metrics) for name, kind in nested.items()})
-        inner = {f.name for kind in nested.values() for f in fields(kind)}
+        inner = {f.name for kind in nested.values() for f in fields(kind)}  # type: ignore[arg-type]
         rest = {k: v for k, v in metrics.items() if k not in own and k not in inner}
         if groups:
             values[groups[-1]] = rest

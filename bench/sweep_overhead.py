@@ -1,5 +1,5 @@
 """`python -m bench.sweep_overhead`: the command's one documented name (docs/architecture.md, "Commands");
-its code is bench.tools.sweep_overhead, which runs the same as `python -m bench.tools.sweep_overhead` (not documented)."""
+its code is bench.tools.sweep_overhead (which `python -m bench.tools.sweep_overhead` also runs, not documented)."""
 
 from bench.tools.sweep_overhead import main
 

@@ -195,7 +195,8 @@ def provenance_differences(base: Dict[str, Any], cand: Dict[str, Any]) -> str:
         b, c = of(base, name), of(cand, name)
         if b and c and b != c:
             said.append(what.format(b[:12], c[:12]))
-    dirty = [side for side, row in (("baseline", base), ("candidate", cand)) if of(row, "git_dirty") in ("True", "true")]
+    dirty = [side for side, row in (("baseline", base), ("candidate", cand))
+             if of(row, "git_dirty") in ("True", "true")]
     if dirty:
         said.append(f"{' and '.join(dirty)} ran from a checkout with uncommitted changes")
     return "; ".join(said)

@@ -124,6 +124,7 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
 def write_html(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str, notes: Sequence[str] = ()) -> None:
     """One page with the table and the plots embedded as data: URIs, so it can be mailed or attached alone."""
     cells = _cells(shown)
+    said = "".join(f"<p>{html.escape(n)}</p>" for n in notes)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cells[0])
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells[1:])
     figures = "".join(
@@ -133,12 +134,15 @@ def write_html(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: s
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#eee}}
 img{{max-width:100%}}figure{{display:inline-block;margin:1em}}</style></head>
-<body><h1>{html.escape(title)}</h1>{"".join(f"<p>{html.escape(n)}</p>" for n in notes)}<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+<body><h1>{html.escape(title)}</h1>{said}
+<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
 {figures}</body></html>
 """)
 
 
-def write_markdown(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str, notes: Sequence[str] = ()) -> None:
+def write_markdown(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str,
+                   notes: Sequence[str] = ()) -> None:
     """The table, the notes (a worker sweep's pick) and links to the plots next to it."""
     said = "".join(f"{n}\n\n" for n in notes)
-    path.write_text(f"# {title}\n\n{said}{render_markdown(shown)}\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in images))
+    links = "".join(f"![{p.stem}]({p.name})\n" for p in images)
+    path.write_text(f"# {title}\n\n{said}{render_markdown(shown)}\n\n" + links)

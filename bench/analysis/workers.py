@@ -101,7 +101,8 @@ def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> Optional[Pat
                 color="black", linestyle="none", label=f"the pick: {pick.pick.workers} workers")
         waits = [(p.workers, p.data_wait_percent) for p in pick.points if p.data_wait_percent is not None]
         if waits:
-            wait_ax.plot(*zip(*waits), linestyle="--", marker="x", alpha=0.6, label=f"data wait % ({label})")
+            wait_ax.plot([w for w, _ in waits], [p for _, p in waits], linestyle="--", marker="x", alpha=0.6,
+                         label=f"data wait % ({label})")
     ax.set(title=f"Throughput and data wait vs loader workers ({title})", xlabel="data.num_workers",
            ylabel="Throughput (images/s)")
     wait_ax.set_ylabel("Data wait (% of the window)")

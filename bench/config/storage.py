@@ -16,8 +16,16 @@ from urllib.parse import urlparse
 
 from bench.config.fields import Checks, Choice
 from bench.config.storage_benchmark import (  # noqa: F401  (re-exported: their home before the split)
-    MAX_THREADS, MAX_TRANSFER_SIZE, CheckpointWriters, PrepareMode, ReadMode, RecordFormat, Shuffle,
-    StorageBenchmarkConfig, StorageWorkloadConfig)
+    MAX_THREADS,
+    MAX_TRANSFER_SIZE,
+    CheckpointWriters,
+    PrepareMode,
+    ReadMode,
+    RecordFormat,
+    Shuffle,
+    StorageBenchmarkConfig,
+    StorageWorkloadConfig,
+)
 
 # Loose on purpose: AWS wants 3-63 lowercase characters, but some S3-compatible stores take
 # other names; the server has the last word (and its refusal is one clear line too).

@@ -125,10 +125,12 @@ class StorageWorkloadConfig(Checks):
     def _check_bounds(self) -> None:
         if _number(self.read_threads) and self.read_threads > MAX_THREADS:
             self._fail("read_threads", f"an integer in [1, {MAX_THREADS}] (reader threads per simulated accelerator)")
-        if _number(self.record_size_stdev, self.record_size) and self.record_size_stdev > self.record_size:
-            self._fail("record_size_stdev", f"an integer in [0, record_size={self.record_size}] (record sizes are drawn "
-                                            "from N(record_size, stdev); a wider spread is mostly 1-byte records)")
-        if _number(self.transfer_size) and self.transfer_size > MAX_TRANSFER_SIZE:
+        if (self.record_size_stdev is not None and self.record_size is not None
+                and _number(self.record_size_stdev, self.record_size) and self.record_size_stdev > self.record_size):
+            self._fail("record_size_stdev", f"an integer in [0, record_size={self.record_size}] (record sizes "
+                                            "are drawn from N(record_size, stdev); a wider spread is mostly 1-byte "
+                                            "records)")
+        if self.transfer_size is not None and _number(self.transfer_size) and self.transfer_size > MAX_TRANSFER_SIZE:
             self._fail("transfer_size", f"an integer in [1, {MAX_TRANSFER_SIZE}] or null (2 GiB - 4 KiB: the most one "
                                         "read call returns on Linux; null reads one record per call)")
 
@@ -162,7 +164,8 @@ class StorageBenchmarkConfig(Checks):
     # MLPerf's harness: warm-up runs, then `runs` measured runs (mean and spread; a new seed each run)
     runs: int = 1
     warmup_runs: int = 0
-    host_memory_gb: Optional[float] = None  # RAM per host (GB x 1024^3, as MLPerf counts) for the size rule; null: this machine's
+    # RAM per host (GB x 1024^3, as MLPerf counts) for the size rule; null: this machine's
+    host_memory_gb: Optional[float] = None
     # Deprecated spelling of accelerators (it read like storage.client, the S3 library); kept one release.
     clients: Optional[int] = None
 
@@ -171,7 +174,8 @@ class StorageBenchmarkConfig(Checks):
 
     def check_benchmark(self) -> None:
         if self.clients is not None:
-            if self.accelerators != StorageBenchmarkConfig.accelerators:  # both spellings: which one wins would be a guess
+            # both spellings set: which one wins would be a guess
+            if self.accelerators != StorageBenchmarkConfig.accelerators:
                 self._fail("clients", f"null when storage.accelerators={self.accelerators} is set too "
                            "(storage.clients is the deprecated name of storage.accelerators: set only that)")
             log.warning("storage.clients is deprecated: use storage.accelerators (same meaning: simulated "

@@ -83,7 +83,7 @@ def download_cifar100(root: str) -> None:
 
     try:  # torchvision's URL and archive checksum; writes <root>/cifar-100-python.tar.gz, cifar-100-python/
         download_and_extract_archive(CIFAR100.url, root, filename=CIFAR100.filename, md5=CIFAR100.tgz_md5)
-    except Exception as exc:  # noqa: BLE001 - URLError offline, HTTPError, a checksum that does not match
+    except Exception as exc:
         shutil.rmtree(os.path.join(root, "cifar-100-python"), ignore_errors=True)  # nothing half-fetched stays
         if os.path.exists(os.path.join(root, "cifar-100-python.tar.gz")):
             os.remove(os.path.join(root, "cifar-100-python.tar.gz"))

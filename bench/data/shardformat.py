@@ -98,7 +98,7 @@ def make_meta(split: str, classes: List[str], shards: List[Dict[str, Any]], size
     return (json.dumps(meta, indent=1) + "\n").encode()
 
 
-def check_s3_shards(root: str, storage: Any, splits: List[str]) -> None:
+def check_s3_shards(root: str, storage: Any, splits: Sequence[str]) -> None:
     """Preflight of s3:// shards: each split's meta.json is there and lists shards (a missing val/
     split was found only when the first epoch ended). Listings only, no shard is read."""
     from bench.storage.registry import open_store

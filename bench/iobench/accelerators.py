@@ -70,7 +70,7 @@ def _start_all(processes: List[Any]) -> None:
             signal.signal(signum, handler)
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal blocked meanwhile reaches its own handler now
     if held:  # one whose handler ran while held: hand it on as if it came now
-        handler = handlers[held[0]]
+        handler = handlers[signal.Signals(held[0])]
         if callable(handler):
             handler(held[0], None)
         else:
@@ -105,7 +105,7 @@ def _accelerator_main(storage: StorageConfig, job: ClientJob, gate: Any, checkpo
     try:
         result = run_client(storage, job, sync=checkpoint_gate.wait, start_gate=gate)
         results.put((index, True, result.to_dict()))
-    except BaseException as exc:  # noqa: BLE001 - reported to the parent, which fails the run with it
+    except BaseException as exc:
         results.put((index, False, f"{type(exc).__name__}: {exc}"))  # first, so the parent sees the cause
         gate.abort()  # then release the others from the barriers
         checkpoint_gate.abort()

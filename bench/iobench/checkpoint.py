@@ -24,8 +24,7 @@ from pathlib import PurePosixPath
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
 from bench.iobench.freespace import human, shortfall, write_error
-from bench.storage.base import ObjectStore
-from bench.storage.base import serialize
+from bench.storage.base import ObjectStore, serialize
 
 log = logging.getLogger(__name__)
 
@@ -135,17 +134,19 @@ def run_checkpoints(checkpointer: Optional[Checkpointer], count: int, sync: Sync
                 checkpointer.write("final", index, str(index) if count > 1 else "")
                 heartbeat()  # a rank's watchdog counts checkpoints as steps
             written = [r for r in checkpointer.records if r["phase"] == "final"]
-        except Exception as exc:  # noqa: BLE001 - reported with the read phase's figures, which still stand
+        except Exception as exc:
             error = write_error(exc, f"{checkpointer.store.url}/{checkpointer.writing}")
     sync()
     if written:
+        assert checkpointer is not None  # only a client with a checkpointer wrote
         how = drop_cache(checkpointer.store, [r["key"] for r in written])
     sync()
     if written and error is None:
+        assert checkpointer is not None
         try:
             for record in written:
                 checkpointer.read(record)
                 heartbeat()
-        except Exception as exc:  # noqa: BLE001
+        except Exception as exc:
             error = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
     return how, error

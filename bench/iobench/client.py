@@ -64,7 +64,7 @@ def run_client(storage: StorageConfig, job: ClientJob, sync: Sync = lambda: None
         if checkpointer is not None and not checkpointer.keep:
             try:
                 checkpointer.remove_written()
-            except Exception as exc:  # noqa: BLE001 - must not hide the run's own outcome
+            except Exception as exc:
                 log.warning("could not delete the benchmark's checkpoints at %s: %s", checkpointer.store.url, exc)
 
 

@@ -1,5 +1,5 @@
 """`python -m bench.iobench.compare`: the command's one documented name (docs/architecture.md, "Commands");
-its code is bench.tools.iobench_compare, which runs the same when called as `python -m bench.tools.iobench_compare` (not documented)."""
+its code is bench.tools.iobench_compare (which `python -m bench.tools.iobench_compare` also runs, not documented)."""
 
 from bench.tools.iobench_compare import main
 

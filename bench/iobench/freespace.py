@@ -83,7 +83,7 @@ def no_space(exc: BaseException) -> bool:
 def write_error(exc: BaseException, path: str) -> str:
     """One phrase for a failed write: `no space left on <path>` for a full disk (or quota)."""
     if no_space(exc):
-        return f"no space left on {path} ({exc.strerror})"  # type: ignore[union-attr]
+        return f"no space left on {path} ({getattr(exc, 'strerror', None) or exc})"
     text = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
     return f"{text} ({path})" if isinstance(exc, OSError) else text
 

@@ -62,7 +62,8 @@ def buffered_shuffle(items: Iterable[T], buffer_size: Optional[int], rng: random
 def sample_order(files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int,
                  run: int = 0) -> List[Tuple[FileSpec, int]]:
     """(file, sample index) in the order an epoch reads them one by one."""
-    stream = ((spec, index) for spec in file_order(files, workload, client, epoch, run) for index in range(spec.samples))
+    stream = ((spec, index) for spec in file_order(files, workload, client, epoch, run)
+              for index in range(spec.samples))
     if workload.shuffle_mode != Shuffle.sample:
         return list(stream)
     return list(buffered_shuffle(stream, workload.shuffle_buffer, _rng(workload, client, epoch, run, "-samples")))

@@ -88,7 +88,7 @@ class Pipeline:
                     self.requests.append(request)
                     index = len(self.requests) - 1
                 self._done.put((samples, size, index))
-            except BaseException as exc:  # noqa: BLE001 - handed to the loop, which raises it
+            except BaseException as exc:
                 self._done.put(exc)
                 return
 

@@ -20,7 +20,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 from bench.analysis.stats import percentile
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
@@ -133,7 +133,7 @@ def _cleaned_up(store: ObjectStore, exc: Exception, done: List[str], broken: Lis
         try:
             store.delete(key)
             removed += 1
-        except Exception as error:  # noqa: BLE001 - the first failure is the one to report
+        except Exception as error:
             log.warning("prepare: could not delete %s/%s: %s", store.url, key, error)
     if not no_space(exc):
         return exc

@@ -81,5 +81,6 @@ def qualification(figures: RunFigures, storage: StorageBenchmarkConfig, accelera
                    f"{storage.warmup_runs} + {storage.runs}")
     spread = figures.runs_samples_per_second_spread_percent
     if spread is not None and spread > MAX_SPREAD_PERCENT:
-        why.append(f"runs: samples/s spread {spread:.1f}% over the runs, MLPerf wants them within {MAX_SPREAD_PERCENT:.0f}%")
+        why.append(f"runs: samples/s spread {spread:.1f}% over the runs, "
+                   f"MLPerf wants them within {MAX_SPREAD_PERCENT:.0f}%")
     return not why, size.min_files, "; ".join(why) or None

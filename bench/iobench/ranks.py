@@ -30,6 +30,12 @@ from bench.storage.registry import backend, open_store
 log = logging.getLogger(__name__)
 
 
+def _barrier() -> None:
+    """Every rank here: torch.distributed's barrier, its handle dropped (a blocking call returns none)."""
+    import torch.distributed as dist
+
+    dist.barrier()
+
 class _Barrier:
     """A start gate over the process group (what run_reader waits on)."""
 
@@ -111,7 +117,7 @@ def run_as_rank(config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat:
 
         def run_clients(run: int) -> Optional[List[ReaderResult]]:
             (job,) = jobs_for(config, prepared, location, run_dir, ctx.world_size, run, only=ctx.rank, node=node)
-            result = run_client(storage, job, sync=dist.barrier, start_gate=_Barrier(), heartbeat=heartbeat)
+            result = run_client(storage, job, sync=_barrier, start_gate=_Barrier(), heartbeat=heartbeat)
             gathered = _gather(result.to_dict())
             return [ReaderResult.from_dict(r) for r in gathered] if ctx.rank == 0 else None
 

@@ -111,7 +111,8 @@ class _Loop:
                     stats.wait_s += fetched - started
                     stats.compute_s += compute
                     self.result.step_times_ms.append((ended - started) * 1000.0)
-                if self.periodic is not None and self.step % workload.checkpoint_every_steps == 0:
+                every = workload.checkpoint_every_steps  # set whenever there is a periodic checkpoint
+                if self.periodic is not None and every and self.step % every == 0:
                     spent = self.periodic(self.step)
                     stats.checkpoint_s += spent
                     epoch_clock += spent

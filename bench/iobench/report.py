@@ -13,15 +13,15 @@ import csv
 import logging
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
 
 import psutil
 
 from bench.analysis.stats import mean
+from bench.iobench import sweep_view
 from bench.iobench.figures import epoch_rows, per_epoch, read_figures
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.result import CachingFigures, StorageMetrics
-from bench.iobench import sweep_view
 from bench.iobench.sweep_view import STORAGE_COLUMNS, storage_plots
 from bench.results import read_column, read_summary, write_csv, write_json
 
@@ -55,7 +55,8 @@ class StorageReport:
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "read_latency.csv", "latency_ms", "read_latency_ms"
     REPEATS_METRIC = None  # storage.runs are merged into one set of figures (runs.csv), no benchmark.repeats
     LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
-    SWEEP_COLUMNS, OPTIONAL_COLUMNS = STORAGE_COLUMNS, []
+    SWEEP_COLUMNS = STORAGE_COLUMNS
+    OPTIONAL_COLUMNS: ClassVar[List[Tuple[str, str, str]]] = []
     sweep_plots = staticmethod(storage_plots)
 
     results: List[ReaderResult]  # one per simulated accelerator (and measured run)

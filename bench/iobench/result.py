@@ -3,15 +3,16 @@
 `RunFigures` are one measured run's figures (read phase, evaluation, checkpoints), merged over
 `storage.runs` by bench.iobench.runs; `StorageMetrics` is the whole record: the settings, the
 prepare phase, the (merged) run figures, the caching verdict (each an inline record: its fields
-are written in its place) and MLPerf's qualification. Field order is key order in the final line; a None field is left out (a figure with no
-samples behind it, or a phase that did not run), never written as 0."""
+are written in its place) and MLPerf's qualification. Field order is key order in the final line;
+a None field is left out (a figure with no samples behind it, or a phase that did not run), never
+written as 0."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Optional
 
-from bench.results import Record, inline
+from bench.results import INLINE, Record
 
 
 @dataclass(kw_only=True)
@@ -123,9 +124,9 @@ class StorageMetrics(Record):
     epochs: int
     runs: int
     warmup_runs: int
-    prepare: PrepareFigures = inline(PrepareFigures)
-    figures: RunFigures = inline(RunFigures)
-    caching: CachingFigures = inline(CachingFigures)
+    prepare: PrepareFigures = field(default_factory=PrepareFigures, metadata=INLINE)
+    figures: RunFigures = field(default_factory=RunFigures, metadata=INLINE)
+    caching: CachingFigures = field(default_factory=CachingFigures, metadata=INLINE)
     mlperf_qualifies: Optional[bool] = None  # set last, from the figures above (bench.iobench.qualify)
     mlperf_min_num_files: Optional[int] = None
     mlperf_not_qualified_because: Optional[str] = None

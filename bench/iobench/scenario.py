@@ -98,5 +98,6 @@ def _run_dir() -> Optional[Path]:
 
     if not HydraConfig.initialized():
         return None
-    output_dir = HydraConfig.get().runtime.get("output_dir")  # unset where Hydra composed without a run
+    runtime: Any = HydraConfig.get().runtime  # a DictConfig at run time (typed as Hydra's dataclass)
+    output_dir = runtime.get("output_dir")  # unset where Hydra composed without a run
     return Path(output_dir) if output_dir else None

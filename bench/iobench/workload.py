@@ -38,7 +38,7 @@ def _record_size(workload: StorageWorkloadConfig, index: int) -> int:
     if not workload.record_size_stdev:
         return workload.record_size
     rng = np.random.default_rng([workload.seed, index])
-    return max(1, int(round(rng.normal(workload.record_size, workload.record_size_stdev))))
+    return max(1, int(np.rint(rng.normal(workload.record_size, workload.record_size_stdev))))
 
 
 def plan_files(workload: StorageWorkloadConfig, evaluation: bool = False) -> List[FileSpec]:

@@ -14,7 +14,6 @@ import tempfile
 from typing import Any, List, Optional
 
 from bench.config.storage import StorageLocation
-from bench.output_redaction import install as redact_output
 from bench.errors import ConfigError, ConfigProblem, DataError, Interrupted
 from bench.output_redaction import install as redact_output
 

@@ -95,7 +95,7 @@ def _profiled(m: Metrics, run: Path) -> Verdict:
 
 def _latency(m: Metrics, _run: Path) -> Verdict:
     p50, p99 = m.get("latency_ms_p50"), m.get("latency_ms_p99")
-    ok = m.get("mode") == "inference" and bool(p50) and bool(p99) and p50 <= p99
+    ok = m.get("mode") == "inference" and p50 is not None and p99 is not None and 0 < p50 <= p99
     return ok, f"{_rate(m)}, latency p50 {p50} ms, p99 {p99} ms"
 
 
@@ -181,8 +181,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if not torch.cuda.is_available():
         build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        print(f"[ERROR] gpu_check needs a CUDA GPU: torch.cuda.is_available() is False here (torch {torch.__version__}, "
-              f"{build}); run it on the GPU machine", file=sys.stderr)
+        print(f"[ERROR] gpu_check needs a CUDA GPU: torch.cuda.is_available() is False here "
+              f"(torch {torch.__version__}, {build}); run it on the GPU machine", file=sys.stderr)
         return 2
     gpus = torch.cuda.device_count()
     base = [f"model.arch={args.model}", "data=synthetic", f"data.batch_size={args.batch_size}", "data.image_size=224",

@@ -15,9 +15,6 @@ from typing import List
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
-# Being reshaped on another branch of issue 19 while these checks were brought to 0: left out
-# until that branch is merged and fixed (then this tuple goes, and the checks cover all of bench/).
-NOT_YET_CHECKED = ("bench/iobench", "bench/config/storage.py")
 
 
 def run_tool(module: str, args: List[str]) -> subprocess.CompletedProcess:
@@ -27,19 +24,12 @@ def run_tool(module: str, args: List[str]) -> subprocess.CompletedProcess:
                           timeout=600)
 
 
-def not_yet_checked(line: str) -> bool:
-    return line.startswith(NOT_YET_CHECKED)
-
-
 def test_ruff_finds_nothing_in_bench():
-    excludes = [arg for path in NOT_YET_CHECKED for arg in ("--extend-exclude", path)]
-    done = run_tool("ruff", ["check", "bench", "--output-format", "concise", "--no-cache", *excludes])
+    done = run_tool("ruff", ["check", "bench", "--output-format", "concise", "--no-cache"])
     assert done.returncode == 0, f"ruff check bench:\n{done.stdout}{done.stderr}"
 
 
 def test_mypy_finds_nothing_in_bench():
     done = run_tool("mypy", [])  # files, strictness and ignores: [tool.mypy] in pyproject.toml
-    assert done.returncode in (0, 1), f"mypy did not run to the end:\n{done.stdout}{done.stderr}"
-    errors = [line for line in done.stdout.splitlines() if ": error:" in line and not not_yet_checked(line)]
-    assert errors == [], "mypy:\n" + "\n".join(errors)
-    assert done.returncode == 0 or any(not_yet_checked(line) for line in done.stdout.splitlines())
+    assert done.returncode == 0, f"mypy:\n{done.stdout}{done.stderr}"
+    assert "Success: no issues found" in done.stdout

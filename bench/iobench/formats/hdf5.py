@@ -10,6 +10,7 @@ stride; the prepare phase checks that and records both in the manifest).
 from __future__ import annotations
 
 import io
+import itertools
 from typing import Tuple
 
 import numpy as np
@@ -34,7 +35,7 @@ class HDF5Format(Format):
             chunks = h5[DATASET].id
             offsets = [chunks.get_chunk_info(i).byte_offset for i in range(spec.samples)]
         stride = offsets[1] - offsets[0] if len(offsets) > 1 else spec.record_size
-        if any(b - a != stride for a, b in zip(offsets, offsets[1:])):
+        if any(b - a != stride for a, b in itertools.pairwise(offsets)):
             raise RuntimeError(f"{spec.key}: h5py did not lay the chunks out in order; sample reads cannot find them")
         return data, spec.written(len(data), offsets[0], stride)
 

@@ -56,7 +56,7 @@ def mask(crc: int) -> int:
     return (((crc >> 15) | (crc << 17)) + MASK_DELTA) & 0xFFFFFFFF
 
 
-def masked_crc(data: bytes | memoryview) -> int:
+def masked_crc(data: bytes | bytearray | memoryview) -> int:
     return mask(crc32c(data))
 
 
