@@ -119,6 +119,30 @@ class Elastic(Launcher):
         return returns.get(0)
 
 
+# A Unix socket's path holds at most 107 bytes; the forkserver's is <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX.
+SOCKET_PATH_MAX = 107
+SOCKET_SUFFIX = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+
+
+def make_multiprocessing_temp_dir() -> None:
+    """multiprocessing's temp dir, made under $TMPDIR unless that is too long to hold the
+    forkserver's socket ("OSError: AF_UNIX path too long" from every rank): then under the
+    shortest system temp dir that is writable."""
+    import multiprocessing.util
+    import tempfile
+
+    if len(tempfile.gettempdir()) + SOCKET_SUFFIX <= SOCKET_PATH_MAX:
+        multiprocessing.util.get_temp_dir()
+        return
+    short = next((d for d in ("/tmp", "/var/tmp", "/dev/shm") if os.access(d, os.W_OK | os.X_OK)), None)
+    previous = tempfile.tempdir
+    tempfile.tempdir = short or previous
+    try:
+        multiprocessing.util.get_temp_dir()
+    finally:
+        tempfile.tempdir = previous
+
+
 @contextlib.contextmanager
 def private_tempdir() -> Iterator[None]:
     """torch.multiprocessing names a `pytorch-errorfile-*.pickle` per worker in the launcher's temp
@@ -126,11 +150,10 @@ def private_tempdir() -> Iterator[None]:
     filled with tracebacks of failed runs. During the launch the launcher's tempfile directory is
     one of its own, removed afterwards. multiprocessing's own temp dir (the forkserver's socket,
     reused by later sweep jobs) is made first, where it always is, so it outlives this one."""
-    import multiprocessing.util
     import shutil
     import tempfile
 
-    multiprocessing.util.get_temp_dir()
+    make_multiprocessing_temp_dir()
     previous = tempfile.tempdir
     private = tempfile.mkdtemp(prefix="bench-launch-")
     tempfile.tempdir = private
