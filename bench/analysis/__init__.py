@@ -43,9 +43,10 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     csv_path, md_path, html_path = out / "report.csv", out / "report.md", out / "report.html"
     render.write_csv(frame, csv_path)
     images = plots.plot_all(frame, out, title)
-    render.write_markdown(shown, images, md_path, title)
-    render.write_html(shown, images, html_path, title)
-    print(render.render_text(shown), flush=True)
+    warning = render.unfit_warning(frame)  # a job that was not fit to measure: said under the table
+    render.write_markdown(shown, images, md_path, title, warning)
+    render.write_html(shown, images, html_path, title, warning)
+    print(render.render_text(shown) + (f"\n{warning}" if warning else ""), flush=True)
     return [csv_path, md_path, html_path, *images], frame
 
 

@@ -16,6 +16,7 @@ from typing import Any, List, Sequence, Tuple
 import pandas as pd
 
 from bench.analysis.runs import CONFIG_PREFIX, absent, metric_columns
+from bench.runtime.fitness import unfit_reason
 from bench.scenarios import report_class_of_modes
 
 
@@ -65,6 +66,15 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
                         index=frame.index, dtype=object)
 
 
+def unfit_warning(frame: pd.DataFrame) -> str:
+    """A line naming the jobs that were not fit to measure (fit_to_measure false), with their reasons; "" if none."""
+    unfit = [(row.get("job"), unfit_reason(row)) for row in frame.to_dict("records") if unfit_reason(row)]
+    if not unfit:
+        return ""
+    jobs = "; ".join(f"job {job}: {reason}" for job, reason in unfit)
+    return f"warning: {len(unfit)} of {len(frame)} jobs were not fit to measure, their figures are suspect ({jobs})"
+
+
 def _cells(shown: pd.DataFrame) -> List[List[str]]:
     return [list(shown.columns), *shown.values.tolist()]
 
@@ -95,7 +105,7 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
     out.to_csv(path, index=False, na_rep="", lineterminator="\r\n")
 
 
-def write_html(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str) -> None:
+def write_html(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str, warning: str = "") -> None:
     """One page with the table and the plots embedded as data: URIs, so it can be mailed or attached alone."""
     cells = _cells(shown)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cells[0])
@@ -107,11 +117,13 @@ def write_html(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: s
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#eee}}
 img{{max-width:100%}}figure{{display:inline-block;margin:1em}}</style></head>
-<body><h1>{html.escape(title)}</h1><table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+<body><h1>{html.escape(title)}</h1>{f'<p class="warning">{html.escape(warning)}</p>' if warning else ""}
+<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
 {figures}</body></html>
 """)
 
 
-def write_markdown(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str) -> None:
+def write_markdown(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str, warning: str = "") -> None:
     """The table and links to the plots next to it."""
-    path.write_text(f"# {title}\n\n{render_markdown(shown)}\n\n" + "".join(f"![{p.stem}]({p.name})\n" for p in images))
+    path.write_text(f"# {title}\n\n" + (f"**{warning}**\n\n" if warning else "") + f"{render_markdown(shown)}\n\n"
+                    + "".join(f"![{p.stem}]({p.name})\n" for p in images))

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, List
 
 from bench.runtime.sweep_view import (  # noqa: F401 - training's are the runtime's
-    ACCURACY_COLUMNS, COMPARE_FIGURE, LABEL_COLUMNS, REPEAT_COLUMNS, run_label)
+    ACCURACY_COLUMNS, COMPARE_FIGURE, FIT_COLUMNS, LABEL_COLUMNS, REPEAT_COLUMNS, run_label)
 
 if TYPE_CHECKING:
     import pandas as pd
