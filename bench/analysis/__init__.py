@@ -47,7 +47,8 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     picks = worker_picks(frame)  # a DataLoader worker sweep: the smallest count within 5% of the best
     workers_plot = plot_workers(picks, out, title)
     images += [workers_plot] if workers_plot else []
-    notes = [pick.sentence() for pick in picks]
+    warning = render.unfit_warning(frame)  # a job that was not fit to measure: said under the table
+    notes = [pick.sentence() for pick in picks] + ([warning] if warning else [])
     render.write_markdown(shown, images, md_path, title, notes)
     render.write_html(shown, images, html_path, title, notes)
     print(render.render_text(shown), flush=True)

@@ -12,7 +12,9 @@ candidate / baseline over independent bootstrap resamples of each side.
 
 Verdict, for a threshold t (default 3%): `slower` when the ratio is below 1 - t AND the whole
 interval is below 1 (slower beyond the threshold, and not noise); `faster` the mirror image;
-otherwise `same` (within noise: the interval holds 1; or within the threshold).
+otherwise `same` (within noise: the interval holds 1; or within the threshold). A pair where
+either run was not fit to measure (its fit_to_measure is false: bench.runtime.fitness) is
+`not judged`, whatever its ratio, and its note says which side and why.
 """
 
 from __future__ import annotations
@@ -27,10 +29,11 @@ import pandas as pd
 
 from bench.analysis.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent
+from bench.runtime.fitness import unfit_reason
 from bench.scenario_registry import DEFAULT_MODE
 from bench.scenarios import report_class
 
-SLOWER, FASTER, SAME = "slower", "faster", "same"
+SLOWER, FASTER, SAME, UNJUDGED = "slower", "faster", "same", "not judged"
 TIMELINE_RESAMPLES = 2_000  # step timelines can be long: fewer resamples keep a compare quick
 NOISE_KEYS = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # never a configuration
 
@@ -62,6 +65,10 @@ class Comparison:
     @property
     def slower(self) -> List[Pair]:
         return [p for p in self.pairs if p.verdict == SLOWER]
+
+    @property
+    def unjudged(self) -> List[Pair]:
+        return [p for p in self.pairs if p.verdict == UNJUDGED]
 
 
 def finished(frame: pd.DataFrame) -> pd.DataFrame:
@@ -174,6 +181,10 @@ def compare_pair(label: str, base: Dict[str, Any], cand: Dict[str, Any], thresho
         low, high = ratio_interval(bootstrap(bv, bstat, seed=1, **resamples), bootstrap(cv, cstat, seed=2, **resamples))
     ratio = c / b if b > 0 else math.inf
     decided, why = verdict(ratio, low, high, threshold)
+    sides = [f"the {side} was not fit to measure ({reason})"
+             for side, reason in (("baseline", unfit_reason(base)), ("candidate", unfit_reason(cand))) if reason]
+    if sides:
+        decided, why = UNJUDGED, f"could not judge: {'; '.join(sides)} (measured: {why})"
     if kind == "repeats" and decided == SAME and low is not None and high is not None and low < 1 < high:
         needed = _repeats_for(base, cand, threshold)
         if needed and needed > min(len(base["repeat_rates"]), len(cand["repeat_rates"])):

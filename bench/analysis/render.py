@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import pandas as pd
 
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent, metric_columns
+from bench.runtime.fitness import unfit_reason
 from bench.scenarios import report_class_of_modes
 
 CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
@@ -89,6 +90,15 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     blank = pd.Series([None] * len(frame), index=frame.index, dtype=object)
     return pd.DataFrame({header: [cell(v, fmt) for v in frame.get(name, blank)] for header, name, fmt in columns},
                         index=frame.index, dtype=object)
+
+
+def unfit_warning(frame: pd.DataFrame) -> str:
+    """A line naming the jobs that were not fit to measure (fit_to_measure false), with their reasons; "" if none."""
+    unfit = [(row.get("job"), unfit_reason(row)) for row in frame.to_dict("records") if unfit_reason(row)]
+    if not unfit:
+        return ""
+    jobs = "; ".join(f"job {job}: {reason}" for job, reason in unfit)
+    return f"warning: {len(unfit)} of {len(frame)} jobs were not fit to measure, their figures are suspect ({jobs})"
 
 
 def _cells(shown: pd.DataFrame) -> List[List[str]]:

@@ -32,6 +32,7 @@ import pandas as pd
 import yaml
 
 from bench.errors import ReportError
+from bench.runtime.fitness import REASONS
 from bench.scenarios import report_class
 from bench.secrets import flatten
 
@@ -268,6 +269,8 @@ def _frame_from_search(runs: pd.DataFrame, timelines: List[List[float]],
     for key, name in NAMED_IN_CONFIG.items():
         if name not in metrics:
             metrics[name] = text("params." + key)
+    if "tags.bench.fit_reasons" in runs:  # a string: a tag, not a metric (bench.runtime.fit_watch)
+        metrics[REASONS] = text("tags.bench.fit_reasons")
     job = column("tags.sweep.job").where(~column("tags.sweep.job").map(absent), column("tags.mlflow.runName"))
     fields = pd.DataFrame({"job": job, "status": runs["status"], "overrides": text("tags.overrides"),
                            "error": text("tags.error"), "run_id": runs["run_id"], "timeline": timelines,

@@ -72,6 +72,8 @@ class BenchmarkConfig(Checks):
     breakdown: bool = False
     breakdown_steps: int = 20  # steps of that pass
     find_max_batch: bool = False  # GPU: before the run, the largest per-process batch that fits (halve on OOM, grow)
+    require_fit: bool = False  # refuse an oversubscribed config and a busy machine; an unfit window fails the run
+    require_fit_wait_s: float = 60.0  # with require_fit: how long to wait for other processes to quieten
 
     def __post_init__(self) -> None:
         self.non_negative("warmup_steps")
@@ -81,6 +83,7 @@ class BenchmarkConfig(Checks):
                        f"1 to {MAX_BREAKDOWN_STEPS} (steps of the synchronised pass after the window)")
         self.positive("measure_steps", optional=True)
         self.positive("measure_seconds", optional=True, integer=False)
+        self.non_negative("require_fit_wait_s")
 
 
 @dataclass

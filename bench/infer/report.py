@@ -19,6 +19,7 @@ from bench.infer import sweep_view
 from bench.infer.result import InferMetrics, InferOutcome, InferResult
 from bench.infer.sweep_view import INFERENCE_COLUMNS, inference_plots
 from bench.results import read_column, read_summary, read_window, write_csv, write_json
+from bench.runtime.fit_watch import fit_problems, fit_tags, record_fields
 from bench.runtime.peaks import utilisation
 from bench.runtime.reporting import (
     PROFILE_FILES,
@@ -28,7 +29,7 @@ from bench.runtime.reporting import (
     read_repeats,
     write_repeats,
 )
-from bench.runtime.sweep_view import ACCURACY_COLUMNS, REPEAT_COLUMNS
+from bench.runtime.sweep_view import ACCURACY_COLUMNS, FIT_COLUMNS, REPEAT_COLUMNS
 
 
 def summarize(result: InferResult, config: BenchConfig, device: str, device_name: str) -> InferMetrics:
@@ -51,7 +52,7 @@ def summarize(result: InferResult, config: BenchConfig, device: str, device_name
         compile=bool(result.compile.get("active")), cudnn_benchmark=bool(config.cudnn_benchmark), device=device,
         device_name=device_name, **input_pipeline(wait_fraction),
         compile_fallback=result.compile.get("fallback_reason") or None, gpu=dict(result.gpu), extra=dict(result.extra),
-        **repeat_figures(rates(result)))
+        **repeat_figures(rates(result)), **record_fields(result.fit))
     efficiency = utilisation(record.figure("gflops_per_image_forward"), throughput, 1, device, device_name,
                              record.autocast_dtype or "none", bool(record.tf32))
     energy = record.figure("energy_joules")
@@ -70,11 +71,12 @@ class InferReport:
     TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "latency.csv", "latency_ms", "latency_ms"
     REPEATS_FILE, REPEATS_METRIC = REPEATS_FILE, REPEATS_METRIC
     LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
-    SWEEP_COLUMNS, OPTIONAL_COLUMNS = INFERENCE_COLUMNS, ACCURACY_COLUMNS + REPEAT_COLUMNS
+    SWEEP_COLUMNS, OPTIONAL_COLUMNS = INFERENCE_COLUMNS, ACCURACY_COLUMNS + REPEAT_COLUMNS + FIT_COLUMNS
     sweep_plots = staticmethod(inference_plots)
     result: InferResult
     record: InferMetrics  # the radix_metrics contract, typed
     repeat_rates: List[float] = field(default_factory=list)
+    require_fit: bool = False  # benchmark.require_fit: an unfit window is a problem (the run ends FAILED)
 
     @property
     def interrupted(self) -> Optional[str]:
@@ -82,13 +84,14 @@ class InferReport:
 
     @property
     def problems(self) -> List[str]:
-        return []  # nothing but the files is written after the measurement
+        return fit_problems(self.record, self.require_fit)  # nothing but the files is written after the measurement
 
     @classmethod
     def from_outcome(cls, outcome: Union[InferOutcome, Mapping[str, Any]], config: BenchConfig) -> "InferReport":
         """`outcome`: an InferOutcome (or the same as a dict: result, device, device_name)."""
         known = outcome if isinstance(outcome, InferOutcome) else InferOutcome(**outcome)
-        return cls(known.result, summarize(known.result, config, known.device, known.device_name), rates(known.result))
+        return cls(known.result, summarize(known.result, config, known.device, known.device_name), rates(known.result),
+                   require_fit=bool(config.benchmark.require_fit))
 
     @property
     def metrics(self) -> Dict[str, Any]:
@@ -126,7 +129,8 @@ class InferReport:
         if len(self.repeat_rates) > 1:
             tracker.log_series(self.REPEATS_METRIC, self.repeat_rates)
         r = self.record
-        tracker.set_tags({"mode": r.mode, "model": r.model, "precision": r.precision, "device_name": r.device_name})
+        tracker.set_tags({"mode": r.mode, "model": r.model, "precision": r.precision, "device_name": r.device_name,
+                          **fit_tags(r)})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 
     @classmethod

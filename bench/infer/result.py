@@ -29,6 +29,7 @@ class InferResult:
     extra: Dict[str, Any] = field(default_factory=dict)  # FLOPs per image, dataset facts
     files: List[str] = field(default_factory=list)  # the profiler's
     interrupted: Optional[str] = None  # the signal that cut the profiled batches short: the window stands, KILLED
+    fit: Dict[str, Any] = field(default_factory=dict)  # the fit-to-measure verdict (bench.runtime.fit_watch)
 
     @property
     def images(self) -> int:
@@ -97,6 +98,17 @@ class InferMetrics(Record):
     images_per_second_cv: Optional[float] = None
     stable: Optional[bool] = None
     efficiency: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # achieved TFLOP/s, MFU, images per joule
+    # fit to measure (bench.runtime.fitness): the verdict on the machine during the window, its
+    # reasons ('; '-joined, empty when fit) and notes, and the figures behind them
+    fit_to_measure: Optional[bool] = None
+    fit_reasons: Optional[str] = None
+    fit_notes: Optional[str] = None
+    fit_other_cpu_cores: Optional[float] = None  # CPU used by processes outside the run, in cores
+    fit_usable_cores: Optional[float] = None  # affinity, capped by the cgroup CPU quota
+    fit_cpu_demand: Optional[int] = None  # threads x ranks + loader workers on this host
+    fit_load_average: Optional[float] = None  # 1-minute, at the window's start
+    fit_swap_in_mb: Optional[float] = None
+    fit_gpu_sm_clock_ratio: Optional[float] = None  # mean SM clock over the window / max
 
     def figure(self, name: str) -> Any:
         """One of the open-ended figures (gpu, extra, efficiency) by name; None when the run has none."""

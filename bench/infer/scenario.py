@@ -12,7 +12,7 @@ from bench.config import BenchConfig
 from bench.infer.report import InferReport
 from bench.infer.result import InferOutcome
 from bench.launch.context import RankContext
-from bench.runtime.scenario import ModelScenario, gpu_monitor
+from bench.runtime.scenario import ModelScenario, window_monitor
 
 
 class InferScenario(ModelScenario):
@@ -37,7 +37,9 @@ class InferScenario(ModelScenario):
         from bench.runtime.device import device_name, resolve_device
 
         device = resolve_device(config.allow_cpu)
-        result = infer(config, device, monitor=gpu_monitor(device, ctx), ctx=ctx, on_step=heartbeat, out_dir=out_dir)
+        monitor = window_monitor(config, device, ctx)
+        result = infer(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, out_dir=out_dir)
+        result.fit = monitor.fit()
         return InferOutcome(result, device.type, device_name(device))
 
     def report(self, outcome: InferOutcome, config: BenchConfig) -> InferReport:

@@ -15,6 +15,7 @@ from bench.launch.context import RankContext
 from bench.launch.rank_logs import setup_rank_logging
 from bench.launch.reaper import pid_file
 from bench.launch.watchdog import StepWatchdog
+from bench.runtime.fitness import ROOT_ENV
 from bench.scenarios import scenario_for
 
 log = logging.getLogger("bench")
@@ -27,6 +28,7 @@ def worker_entry(config: BenchConfig, out_dir: str, launcher_pid: int) -> Any:
     # (the second one inside torch's error recording printed a traceback). The launcher reports
     # the interruption; a run that checkpoints on a signal installs its own handler later.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.environ[ROOT_ENV] = str(launcher_pid)  # the run's process tree, for the fit-to-measure watch
     ctx = RankContext(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
     setup_rank_logging(Path(out_dir), ctx.rank)
     log.info("worker for rank %d/%d started (pid %d)", ctx.rank, ctx.world_size, os.getpid())

@@ -22,7 +22,16 @@ def check_model_run(config: BenchConfig) -> Any:
     check_dataset(config)
     device = check_device_and_model(config)
     check_fits(config, device)
+    check_quiet(config, device)
     return device
+
+
+def check_quiet(config: BenchConfig, device: Any) -> None:
+    """benchmark.require_fit=true: a config that oversubscribes the cores, or a machine that stays
+    busy, is refused before the run (bench.runtime.fit_watch)."""
+    from bench.runtime.fit_watch import check_quiet as refuse_unless_quiet
+
+    refuse_unless_quiet(config, device)
 
 
 def check_dataset(config: BenchConfig, validation: bool = False) -> None:

@@ -37,6 +37,14 @@ class ModelScenario:
         return None
 
 
+def window_monitor(config: BenchConfig, device: Any, ctx: RankContext) -> Any:
+    """What the loop starts before the window and stops after it: rank 0's GPU monitor and every
+    rank's fit-to-measure watch (bench.runtime.fit_watch); its fit() is the verdict afterwards."""
+    from bench.runtime.fit_watch import WindowMonitor
+
+    return WindowMonitor(config, device, ctx, gpu_monitor(device, ctx))
+
+
 def gpu_monitor(device: Any, ctx: RankContext) -> Any:
     """NVML sampling and energy of rank 0's GPU during the window (None on a CPU and on other ranks)."""
     if device.type != "cuda" or not ctx.is_reporter:

@@ -24,6 +24,10 @@ REPEAT_COLUMNS = [
     ("MFU", "mfu", "{:.1%}"),
 ]
 
+# fit to measure (bench.runtime.fitness): shown before "error" when some job recorded it; a job that
+# was not fit is also named in a warning under the table (bench.analysis.render.unfit_warning)
+FIT_COLUMNS = [("fit", "fit_to_measure", "bool")]
+
 # what names a single run in `compare` (prefix, figure, format), and the figure compared without samples
 LABEL_COLUMNS = [("", "model", "{}"), ("", "precision", "{}"), ("bs=", "batch_size", "int")]
 COMPARE_FIGURE = "images_per_second"

@@ -16,7 +16,9 @@ candidate's run under compare/ (or the baseline's, when only it came from MLflow
 compared candidate run gets the metric throughput_ratio_vs_baseline and a compare.verdict tag.
 
 Exit codes: 0 nothing slower, 1 some configuration slower beyond the threshold (a CI gate),
-2 an input or the threshold cannot be used (one `[ERROR] ...` line).
+2 an input or the threshold cannot be used (one `[ERROR] ...` line), 3 nothing slower but some
+configuration could not be judged: a side was not fit to measure (its fit_to_measure is false;
+the verdict line names the side and the reasons; run it again on a quiet machine).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from bench.tools.report import default_tracking_uri
 from bench.tracking.probe import store_problem
 
 log = logging.getLogger("bench")
+EXIT_UNJUDGED = 3  # nothing slower, but a side of some comparison was not fit to measure
 
 
 def parse_threshold(text: str) -> float:
@@ -118,6 +121,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"verdict: slower beyond {100 * threshold:g}% in {len(slower)} configuration(s): {', '.join(slower)}",
               file=sys.stderr)
         return EXIT_FAILED
+    if comparison.unjudged:
+        print(f"verdict: could not judge {len(comparison.unjudged)} configuration(s), a side was not fit to measure: "
+              + "; ".join(f"{p.label}: {p.note}" for p in comparison.unjudged), file=sys.stderr)
+        return EXIT_UNJUDGED
     return 0
 
 

@@ -14,7 +14,7 @@ from typing import Any, Optional
 from bench.config import BenchConfig
 from bench.config.run import RESUME_AUTO
 from bench.errors import ConfigError, ConfigProblem
-from bench.runtime.preflight import check_dataset, check_device_and_model, check_fits, per_process_batch
+from bench.runtime.preflight import check_dataset, check_device_and_model, check_fits, check_quiet, per_process_batch
 
 
 def check_training(config: BenchConfig) -> Any:
@@ -28,6 +28,7 @@ def check_training(config: BenchConfig) -> Any:
     if config.benchmark.find_max_batch and device.type != "cuda":
         raise ConfigError("benchmark.find_max_batch", True, "false on a CPU (the search grows the batch until the GPU "
                           "runs out of memory; a CPU would swap first): set data.batch_size instead")
+    check_quiet(config, device)  # last: it may wait for the machine to quieten
     return device
 
 

@@ -17,6 +17,7 @@ from bench.analysis.confidence import repeat_figures
 from bench.analysis.stats import UNSTABLE_CV, step_time_stats
 from bench.config import BenchConfig
 from bench.results import read_column, read_summary, read_window, write_csv, write_json, write_jsonl
+from bench.runtime.fit_watch import fit_problems, fit_tags, record_fields
 from bench.runtime.peaks import utilisation
 from bench.runtime.reporting import (
     PROFILE_FILES,
@@ -28,7 +29,7 @@ from bench.runtime.reporting import (
 )
 from bench.train import sweep_view
 from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
-from bench.train.sweep_view import ACCURACY_COLUMNS, REPEAT_COLUMNS, TRAINING_COLUMNS, training_plots
+from bench.train.sweep_view import ACCURACY_COLUMNS, FIT_COLUMNS, REPEAT_COLUMNS, TRAINING_COLUMNS, training_plots
 
 
 def merge_ranks(result: TrainResult, ranks: Sequence[RankSummary]) -> TrainResult:
@@ -110,7 +111,8 @@ def summarize(result: TrainResult, config: BenchConfig, device: str, device_name
         **input_pipeline(wait_fraction), compile_fallback=result.compile.get("fallback_reason") or None,
         gpu=dict(result.gpu),
         extra={**{k: v for k, v in result.extra.items() if k != "checkpoint_path"}, **result.accuracy},
-        **repeat_figures(repeat_throughputs(ranks)))
+        **repeat_figures(repeat_throughputs(ranks)),
+        **record_fields(result.fit, [r.fit for r in ranks if r.rank != 0]))
     record.unstable = (record.step_time_cv or 0.0) > UNSTABLE_CV
     record.efficiency = efficiency(record, result.images, bool(config.data.progressive))
     return record
@@ -129,7 +131,7 @@ class TrainReport:
     REPEATS_FILE, REPEATS_METRIC = REPEATS_FILE, REPEATS_METRIC
     # what a sweep of training runs shows (bench.analysis asks; bench.train.sweep_view holds them)
     LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
-    SWEEP_COLUMNS, OPTIONAL_COLUMNS = TRAINING_COLUMNS, ACCURACY_COLUMNS + REPEAT_COLUMNS
+    SWEEP_COLUMNS, OPTIONAL_COLUMNS = TRAINING_COLUMNS, ACCURACY_COLUMNS + REPEAT_COLUMNS + FIT_COLUMNS
     sweep_plots = staticmethod(training_plots)
 
     result: TrainResult  # rank 0's, with the job's step timeline
@@ -137,12 +139,14 @@ class TrainReport:
     record: TrainMetrics  # the radix_metrics contract, typed
     repeat_rates: List[float] = field(default_factory=list)  # images/s of each window (benchmark.repeats)
     run_name: Optional[str] = None  # a new MLflow run name (the batch benchmark.find_max_batch found)
+    require_fit: bool = False  # benchmark.require_fit: an unfit window is a problem (the run ends FAILED)
 
     @classmethod
     def from_outcome(cls, outcome: TrainOutcome, config: BenchConfig) -> "TrainReport":
         result = merge_ranks(outcome.result, outcome.ranks)
         return cls(result, list(outcome.ranks), summarize(result, config, outcome.device, outcome.device_name,
-                                                         outcome.ranks), repeat_throughputs(outcome.ranks))
+                                                         outcome.ranks), repeat_throughputs(outcome.ranks),
+                   require_fit=bool(config.benchmark.require_fit))
 
     @property
     def metrics(self) -> Dict[str, Any]:
@@ -188,7 +192,7 @@ class TrainReport:
         if save_error is not None:  # checkpoint.every_epochs: none was written after it
             found.append(f"a training checkpoint could not be written: {save_error} "
                          "(no later checkpoint was written)")
-        return found
+        return found + fit_problems(self.record, self.require_fit)
 
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
         """Everything but the metrics (logged first, on their own): series, tags, artifacts."""
@@ -210,7 +214,7 @@ class TrainReport:
             tracker.rename(self.run_name)
         r = self.record
         tracker.set_tags({"model": r.model, "precision": r.precision, "device_name": r.device_name,
-                          "unstable": r.unstable})
+                          "unstable": r.unstable, **fit_tags(r)})
         resumed = r.figure("resumed_from")
         if resumed is not None:  # which checkpoint train.resume=auto (or a path) continued from
             tracker.log_params({"resumed_from": resumed})

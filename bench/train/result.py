@@ -58,6 +58,7 @@ class TrainResult:
     repeat_seconds: List[float] = field(default_factory=list)
     files: List[str] = field(default_factory=list)  # written by the rank after the window (profiler trace, table)
     interrupted: Optional[str] = None  # the signal (SIGTERM, SIGINT) that cut the passes after the window short
+    fit: Dict[str, Any] = field(default_factory=dict)  # this rank's fit-to-measure verdict (bench.runtime.fit_watch)
 
     @property
     def images(self) -> int:
@@ -78,6 +79,7 @@ class RankSummary:
     param_checksum: float
     repeat_images: List[int] = field(default_factory=list)
     repeat_seconds: List[float] = field(default_factory=list)
+    fit: Dict[str, Any] = field(default_factory=dict)  # this rank's fit-to-measure verdict
 
     @property
     def images_per_second(self) -> float:
@@ -169,6 +171,17 @@ class TrainMetrics(Record):
     stable: Optional[bool] = None
     # achieved TFLOP/s, MFU where the peak is known, images per joule
     efficiency: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)
+    # fit to measure (bench.runtime.fitness): the verdict on the machine during the window, its
+    # reasons ('; '-joined, empty when fit) and notes, and the figures behind them
+    fit_to_measure: Optional[bool] = None
+    fit_reasons: Optional[str] = None
+    fit_notes: Optional[str] = None
+    fit_other_cpu_cores: Optional[float] = None  # CPU used by processes outside the run, in cores
+    fit_usable_cores: Optional[float] = None  # affinity, capped by the cgroup CPU quota
+    fit_cpu_demand: Optional[int] = None  # threads x ranks + loader workers on this host
+    fit_load_average: Optional[float] = None  # 1-minute, at the window's start
+    fit_swap_in_mb: Optional[float] = None
+    fit_gpu_sm_clock_ratio: Optional[float] = None  # mean SM clock over the window / max
 
     def figure(self, name: str) -> Any:
         """One of the open-ended figures (gpu, extra, efficiency) by name; None when the run has none."""

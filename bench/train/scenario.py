@@ -10,7 +10,7 @@ from typing import Callable, Optional
 
 from bench.config import BenchConfig
 from bench.launch.context import RankContext
-from bench.runtime.scenario import ModelScenario, gpu_monitor
+from bench.runtime.scenario import ModelScenario, window_monitor
 from bench.train.report import TrainReport
 from bench.train.result import RankSummary, TrainOutcome
 
@@ -56,11 +56,13 @@ class TrainScenario(ModelScenario):
         if ctx.distributed:
             init_process_group(config.distributed, ctx, device)
         try:
-            result = train(config, device, monitor=gpu_monitor(device, ctx), ctx=ctx, on_step=heartbeat,
+            monitor = window_monitor(config, device, ctx)
+            result = train(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat,
                            on_finish=checkpoint_writer(config, out_dir, ctx), out_dir=out_dir)
+            result.fit = monitor.fit()
             mine = RankSummary(ctx.rank, socket.gethostname(), result.images, result.window_seconds,
                                result.step_times_ms, result.data_wait_ms, result.peak_memory_bytes,
-                               result.param_checksum, result.repeat_images, result.repeat_seconds)
+                               result.param_checksum, result.repeat_images, result.repeat_seconds, result.fit)
             ranks = all_gather(mine, ctx)
         finally:
             destroy_process_group()

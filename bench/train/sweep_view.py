@@ -6,13 +6,20 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, List
 
-from bench.runtime.sweep_view import ACCURACY_COLUMNS, COMPARE_FIGURE, LABEL_COLUMNS, REPEAT_COLUMNS, run_label
+from bench.runtime.sweep_view import (
+    ACCURACY_COLUMNS,
+    COMPARE_FIGURE,
+    FIT_COLUMNS,
+    LABEL_COLUMNS,
+    REPEAT_COLUMNS,
+    run_label,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
 
 # the label columns, compare figure, accuracy and repeat columns are the runtime's (shared with inference)
-__all__ = ["ACCURACY_COLUMNS", "COMPARE_FIGURE", "LABEL_COLUMNS", "REPEAT_COLUMNS", "TRAINING_COLUMNS",
+__all__ = ["ACCURACY_COLUMNS", "COMPARE_FIGURE", "FIT_COLUMNS", "LABEL_COLUMNS", "REPEAT_COLUMNS", "TRAINING_COLUMNS",
            "training_plots"]
 
 TRAINING_COLUMNS = [  # (header, frame column = a radix_metrics key, format)

@@ -4,6 +4,7 @@ the scaling arithmetic, the renderers and the whole report on job dirs written h
 from __future__ import annotations
 
 import csv
+import html
 import json
 import os
 from pathlib import Path
@@ -16,13 +17,12 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from bench.analysis import build_report, log_scaling_to_runs
-from bench.iobench.sweep_view import STORAGE_COLUMNS
-from bench.train.sweep_view import TRAINING_COLUMNS
-from bench.analysis.render import keep_varying_overrides, render_markdown, \
-    render_text, table, write_csv
+from bench.analysis.render import keep_varying_overrides, render_markdown, render_text, table, write_csv
 from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, read_mlflow_sweep, read_sweep_dir
 from bench.analysis.scaling import add_scaling, configuration_key, configuration_keys
 from bench.errors import ReportError
+from bench.iobench.sweep_view import STORAGE_COLUMNS
+from bench.train.sweep_view import TRAINING_COLUMNS
 
 TRAINING_HEADERS = [header for header, _, _ in TRAINING_COLUMNS]
 STORAGE_HEADERS = [header for header, _, _ in STORAGE_COLUMNS]
@@ -409,3 +409,23 @@ def test_a_worker_sweep_names_the_smallest_count_within_5_percent_of_the_best(tm
     frame.loc[frame["job"] == "2", "images_per_second"] = 500.0  # 4 workers far ahead: 2 no longer within 5%
     (pick,) = worker_picks(frame)
     assert pick.pick.workers == 4 and pick.best.workers == 4
+
+
+def test_the_sweep_report_shows_fit_to_measure_and_warns_of_an_unfit_job(tmp_path, capsys):
+    sweep = tmp_path / "sweep"
+    reason = "2 torch threads x 1 rank + 2 loader workers = 4 > 2 usable cores"
+    _job_dir(sweep, "0", ["data.batch_size=4"], _training_config(1),
+             _training_results(1, 100.0, fit_to_measure=True, fit_reasons=""), {"step_times.csv": STEP_TIMES})
+    _job_dir(sweep, "1", ["data.batch_size=8"], _training_config(1),
+             _training_results(1, 90.0, fit_to_measure=False, fit_reasons=reason), {"step_times.csv": STEP_TIMES})
+    files, frame = build_report(sweep, sweep / "report")
+    shown = table(frame)
+    assert shown["fit"].tolist() == ["True", "False"] and list(shown.columns)[-1] == "error"
+    warning = f"warning: 1 of 2 jobs were not fit to measure, their figures are suspect (job 1: {reason})"
+    assert warning in capsys.readouterr().out
+    assert warning in (sweep / "report" / "report.md").read_text()
+    assert html.escape(warning) in (sweep / "report" / "report.html").read_text()
+    older = tmp_path / "older"  # jobs recorded before the verdict: no column, no warning
+    _job_dir(older, "0", ["data.batch_size=4"], _training_config(1), _training_results(1, 100.0))
+    build_report(older, older / "report")
+    assert "fit" not in table(read_sweep_dir(older)).columns and "warning" not in capsys.readouterr().out

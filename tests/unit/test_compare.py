@@ -5,6 +5,7 @@ runs, its exit code as a gate and its MLflow record are in tests/e2e/test_measur
 
 from __future__ import annotations
 
+import json
 from typing import Dict, List, Optional
 
 import numpy as np
@@ -150,3 +151,36 @@ def test_two_different_configurations_are_both_named_and_the_plot_title_is_wrapp
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     same = compare_frames(_frame(small), _frame(_run("c", 16, rates=[100.0, 99.0])), 0.03)
     assert same.pairs[0].label == "resnet18 bs=16"
+
+
+def test_a_side_that_was_not_fit_to_measure_is_not_judged(tmp_path, capsys):
+    """The issue's case: the 2-thread baseline ran beside other load, the 1-thread candidate did
+    not; "faster by 439%" said nothing of why. Now the pair is not judged, the note names the side
+    and its reasons, and the command exits 3 (could not judge), not 0."""
+    from bench.analysis.compare import UNJUDGED
+
+    reason = "other processes used 0.97 of 2 usable cores during the window (limit 0.2)"
+    base = _run("a", 8, rates=[26.0, 25.5, 26.5])
+    base.metrics.update(fit_to_measure=False, fit_reasons=reason)
+    cand = _run("b", 8, rates=[141.0, 140.0, 142.0])
+    cand.metrics.update(fit_to_measure=True, fit_reasons="")
+    (pair,) = compare_frames(_frame(base), _frame(cand), 0.03).pairs
+    assert pair.verdict == UNJUDGED and pair.ratio == pytest.approx(141 / 26)
+    assert pair.note.startswith(f"could not judge: the baseline was not fit to measure ({reason})")
+    assert "measured: faster by" in pair.note
+    fit_base = _run("c", 8, rates=[26.0, 25.5, 26.5])
+    fit_base.metrics.update(fit_to_measure=1.0)  # as MLflow gives it back
+    assert compare_frames(_frame(fit_base), _frame(cand), 0.03).pairs[0].verdict == FASTER
+    older = _run("d", 8, rates=[141.0, 140.0, 142.0])  # recorded before the verdict existed: judged as before
+    assert compare_frames(_frame(older), _frame(cand), 0.03).pairs[0].verdict == SAME
+
+    for name, record in (("base", base), ("cand", cand)):
+        job = tmp_path / name
+        job.mkdir()
+        (job / "run_summary.json").write_text(json.dumps({"results": record.metrics, "config": {}}))
+        (job / "repeats.csv").write_text("repeat,images,seconds,images_per_second\n" + "".join(
+            f"{i},8,1.0,{rate}\n" for i, rate in enumerate(record.repeat_rates, start=1)))
+    assert main([str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out")]) == 3
+    err = capsys.readouterr().err
+    assert "verdict: could not judge 1 configuration(s), a side was not fit to measure" in err and reason in err
+    assert main([str(tmp_path / "cand"), str(tmp_path / "cand"), "--out", str(tmp_path / "out")]) == 0

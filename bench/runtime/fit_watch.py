@@ -1,0 +1,124 @@
+"""Fit to measure, for a run of a model (training, inference): the watch the loops start before the
+measured window and stop after it (bench.runtime.fitness, .fitness_gpu), the refusal before a run
+with benchmark.require_fit=true, and the verdict's place in the record, the MLflow run and the
+run's status. Torch is imported only when a watch starts.
+
+benchmark.require_fit=true: before the run (preflight, no MLflow run yet) an oversubscribed
+config is refused at once, and the machine is probed until other processes leave it quiet, for
+at most benchmark.require_fit_wait_s, else the run is refused in one line (exit 2). A window
+that was unfit all the same ends the run FAILED (exit 1), its figures reported.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+from bench.config import BenchConfig
+from bench.errors import ConfigProblem
+from bench.launch.context import RankContext
+from bench.runtime.fitness import MachineWatch, Verdict, affinity, oversubscription, usable_cores, wait_until_quiet
+
+FIELDS = ("fit_to_measure", "fit_reasons", "fit_notes", "fit_other_cpu_cores", "fit_usable_cores", "fit_cpu_demand",
+          "fit_load_average", "fit_swap_in_mb", "fit_gpu_sm_clock_ratio")  # the records' fields, last
+
+
+def loader_workers(config: BenchConfig, ranks: int) -> int:
+    """Loader worker processes per rank (bench.data.loader.resolve_workers' rule)."""
+    data = config.data
+    if data.synthetic or data.num_workers == 0:
+        return 0
+    if data.num_workers is not None:
+        return int(data.num_workers)
+    return max(1, min(8, len(affinity()) // max(1, ranks)))
+
+
+def demand(config: BenchConfig, device_type: str, ranks: int, threads: int) -> Tuple[int, int, int, str]:
+    """(threads, ranks on this host, workers per rank, what a thread is): on a GPU a rank's CPU work
+    is its launching thread (torch's intra-op pool idles), on a CPU every torch thread computes."""
+    if device_type == "cuda":
+        return 1, ranks, loader_workers(config, ranks), "launching thread"
+    return threads, ranks, loader_workers(config, ranks), "torch thread"
+
+
+class WindowMonitor:
+    """What a loop starts before the window and stops after it: rank 0's GPU sampler
+    (bench.tracking.gpu_monitor; stop() returns its figures) and the fitness watch (`verdict`)."""
+
+    def __init__(self, config: BenchConfig, device: Any, ctx: RankContext, gpu_monitor: Any = None):
+        from bench.runtime.fitness_gpu import gpu_watch
+
+        self.config, self.device, self.ctx, self.gpu_monitor = config, device, ctx, gpu_monitor
+        gpu = gpu_watch(device.index or 0) if device.type == "cuda" else None
+        self.watch = MachineWatch(gpu=gpu, cpu=ctx.is_reporter)  # the CPU is judged once, by rank 0
+        self.verdict: Optional[Verdict] = None
+
+    def start(self) -> "WindowMonitor":
+        import torch
+
+        ranks = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if self.ctx.distributed else 1
+        self.watch.demand = demand(self.config, self.device.type, ranks, torch.get_num_threads())
+        self.watch.start()
+        if self.gpu_monitor is not None:
+            self.gpu_monitor.start()
+        return self
+
+    def stop(self) -> Dict[str, Any]:
+        figures = self.gpu_monitor.stop() if self.gpu_monitor is not None else {}
+        self.verdict = self.watch.stop()
+        return figures
+
+    def fit(self) -> Dict[str, Any]:
+        """The verdict as plain data ({} when the window never ran)."""
+        return self.verdict.as_dict() if self.verdict is not None else {}
+
+
+def check_quiet(config: BenchConfig, device: Any) -> None:
+    """benchmark.require_fit=true: refuse an oversubscribed config; wait, bounded, for a quiet machine."""
+    bench = config.benchmark
+    if not bench.require_fit:
+        return
+    import torch
+
+    from bench.runtime.device import cpu_threads
+
+    ranks = config.distributed.nproc_per_node
+    threads = cpu_threads(config, device, RankContext(world_size=config.distributed.world_size)) or \
+        torch.get_num_threads()
+    threads_, ranks_, workers, word = demand(config, device.type, ranks, threads)
+    _, reason = oversubscription(threads_, ranks_, workers, usable_cores(affinity()), word)
+    if reason:
+        raise ConfigProblem(f"benchmark.require_fit=true and {reason}: lower cpu_threads, data.num_workers or "
+                            "distributed.nproc_per_node, or run without benchmark.require_fit")
+    verdict = wait_until_quiet(bench.require_fit_wait_s)
+    if not verdict.fit:
+        raise ConfigProblem(f"benchmark.require_fit=true and the machine was not fit to measure after "
+                            f"benchmark.require_fit_wait_s={bench.require_fit_wait_s:g}: {'; '.join(verdict.reasons)}; "
+                            "stop what runs beside it, or raise benchmark.require_fit_wait_s")
+
+
+def record_fields(fit: Dict[str, Any], others: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+    """The record's fit_* fields from rank 0's verdict and the other ranks' (their GPUs')."""
+    if not fit:
+        return {}
+    verdict = Verdict.from_dict(fit)
+    for other in others or []:
+        if other:
+            verdict.add(Verdict.from_dict(other))
+    return {k: v for k, v in verdict.as_dict().items() if k in FIELDS}
+
+
+def fit_tags(record: Any) -> Dict[str, Any]:
+    """The MLflow tags: bench.fit_to_measure (true/false) and its reasons and notes. (Not params:
+    params are the config, and bench.compare matches configurations on them.)"""
+    if record.fit_to_measure is None:
+        return {}
+    return {"bench.fit_to_measure": str(bool(record.fit_to_measure)).lower(),
+            "bench.fit_reasons": record.fit_reasons or "", "bench.fit_notes": record.fit_notes or ""}
+
+
+def fit_problems(record: Any, require_fit: bool) -> List[str]:
+    """benchmark.require_fit=true and an unfit window: the run ends FAILED, its figures stand."""
+    if require_fit and record.fit_to_measure is False:
+        return [f"the machine was not fit to measure (benchmark.require_fit=true): {record.fit_reasons}"]
+    return []

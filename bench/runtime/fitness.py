@@ -1,0 +1,285 @@
+"""Fit to measure: was the machine quiet enough, before and during the measured window, for the
+window's figures to be trusted? Torch-free and config-free (bench.runtime.fit_watch ties it to a run).
+
+What makes a run unfit (a reason, with its figure; docs/measurement.md lists them):
+- other processes (outside the run's own process tree) used more than OUTSIDE_CPU_LIMIT of the
+  usable cores during the window: system busy CPU time on the usable CPUs (/proc/stat) minus the
+  run tree's CPU time. Both are counted in clock ticks, so a short window judges to a slack of a
+  few ticks per CPU and per process, which is taken off before the limit is applied;
+- oversubscription: torch threads x ranks on this host + loader workers above the usable cores
+  (the CPUs this process may run on, capped by the cgroup CPU quota);
+- swap-in during the window;
+- the GPU checks of bench.runtime.fitness_gpu.
+Reported, but not unfit by themselves (notes): the load average at the start (it looks back a
+minute, the window's own CPU count is the judge), a frequency governor other than performance,
+CPUs below SLOW_CLOCK of their max frequency at the window's end.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+OUTSIDE_CPU_LIMIT = 0.10  # share of the usable cores other processes may use during the window
+SAMPLE_INTERVAL_S = 0.25  # how often the run's tree (and the GPU) is sampled during the window
+SLOW_CLOCK = 0.80  # a CPU clock below this share of its max is noted
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
+ROOT_ENV = "BENCH_RUN_ROOT_PID"  # the process that launched the ranks (set in each elastic worker)
+CGROUP = Path("/sys/fs/cgroup")
+CPUFREQ = Path("/sys/devices/system/cpu")
+VERDICT, REASONS, NOTES = "fit_to_measure", "fit_reasons", "fit_notes"  # the record's fields (and figures fit_*)
+
+
+@dataclass
+class Verdict:
+    reasons: List[str] = field(default_factory=list)  # each makes the run unfit
+    notes: List[str] = field(default_factory=list)  # reported, not judged
+    figures: Dict[str, Any] = field(default_factory=dict)  # fit_* figures of the record
+
+    @property
+    def fit(self) -> bool:
+        return not self.reasons
+
+    def add(self, other: "Verdict") -> "Verdict":
+        self.reasons += [r for r in other.reasons if r not in self.reasons]
+        self.notes += [n for n in other.notes if n not in self.notes]
+        self.figures = {**other.figures, **self.figures}
+        return self
+
+    def as_dict(self) -> Dict[str, Any]:
+        """The record's fit_* fields (plain data: it crosses process boundaries)."""
+        return {VERDICT: self.fit, REASONS: "; ".join(self.reasons), NOTES: "; ".join(self.notes), **self.figures}
+
+    @classmethod
+    def from_dict(cls, data: Dict[str, Any]) -> "Verdict":
+        split = lambda text: [s for s in (text or "").split("; ") if s]  # noqa: E731
+        figures = {k: v for k, v in data.items() if k not in (VERDICT, REASONS, NOTES)}
+        return cls(split(data.get(REASONS)), split(data.get(NOTES)), figures)
+
+
+def unfit_reason(row: Mapping[str, Any]) -> Optional[str]:
+    """Why a result (a record's dict, a sweep frame's row; MLflow gives the verdict back as 0/1) was not
+    fit to measure; None when it was, or when it holds no verdict (recorded before there was one)."""
+    value = row.get(VERDICT)
+    if value is None or value == "" or (isinstance(value, float) and value != value) or \
+            str(value).lower() in ("true", "1", "1.0"):
+        return None
+    reasons = row.get(REASONS)
+    return str(reasons) if isinstance(reasons, str) and reasons else "no reason recorded"
+
+
+def affinity() -> List[int]:
+    """The CPUs this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))
+
+
+def cgroup_quota(root: Path = CGROUP) -> Optional[float]:
+    """The cgroup's CPU quota in cores (v2 cpu.max, else v1 cfs_quota_us / cfs_period_us); None: no quota."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    for group in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
+        try:
+            quota_us = int((root / group / "cpu.cfs_quota_us").read_text())
+            period_us = int((root / group / "cpu.cfs_period_us").read_text())
+        except (OSError, ValueError):
+            continue
+        return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+    return None
+
+
+def usable_cores(cpus: Sequence[int], root: Path = CGROUP) -> float:
+    quota = cgroup_quota(root)
+    return min(float(len(cpus)), quota) if quota else float(len(cpus))
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'' if n == 1 else 's'}"
+
+
+def oversubscription(threads: int, ranks: int, workers: int, usable: float, thread_word: str = "torch thread"
+                     ) -> Tuple[int, Optional[str]]:
+    """(threads x ranks + loader workers on this host, the reason when that is above the usable cores)."""
+    demand = threads * ranks + workers * ranks
+    if demand <= usable:
+        return demand, None
+    text = f"{_plural(threads, thread_word)} x {_plural(ranks, 'rank')}"
+    if workers:
+        text += f" + {_plural(workers, 'loader worker')}" + (f" x {_plural(ranks, 'rank')}" if ranks > 1 else "")
+    return demand, f"{text} = {demand} > {usable:g} usable cores"
+
+
+def _read(path: Path) -> Optional[str]:
+    try:
+        return path.read_text().strip()
+    except OSError:
+        return None
+
+
+def cpufreq_notes(cpus: Sequence[int], base: Path = CPUFREQ) -> List[str]:
+    """The frequency governor and the clock against its max, where the kernel shows them (not in most VMs)."""
+    governors: Dict[str, int] = {}
+    current, top = [], []
+    for cpu in cpus:
+        folder = base / f"cpu{cpu}" / "cpufreq"
+        governor = _read(folder / "scaling_governor")
+        if governor:
+            governors[governor] = governors.get(governor, 0) + 1
+        cur, most = _read(folder / "scaling_cur_freq"), _read(folder / "cpuinfo_max_freq")
+        if cur and most and cur.isdigit() and most.isdigit() and int(most) > 0:
+            current.append(int(cur))
+            top.append(int(most))
+    notes = [f"CPU frequency governor {name} on {count} of {len(cpus)} usable CPUs (performance holds the clock)"
+             for name, count in sorted(governors.items()) if name != "performance"]
+    if current and sum(current) / sum(top) < SLOW_CLOCK:
+        notes.append(f"CPUs at {sum(current) / len(current) / 1e6:.2f} of {sum(top) / len(top) / 1e6:.2f} GHz max "
+                     f"({sum(current) / sum(top):.0%}) at the window's end")
+    return notes
+
+
+def root_pid() -> int:
+    """The process that launched the ranks: the run's tree is it and everything under it."""
+    if os.environ.get(ROOT_ENV, "").isdigit():
+        return int(os.environ[ROOT_ENV])
+    if "TORCHELASTIC_RUN_ID" in os.environ:  # torchrun's agent started this rank and its siblings
+        return os.getppid()
+    return os.getpid()
+
+
+def busy_seconds(cpus: Sequence[int]) -> float:
+    """CPU seconds the usable CPUs spent busy since boot (everything but idle and iowait), every process's."""
+    import psutil
+
+    per_cpu = psutil.cpu_times(percpu=True)
+    chosen = [per_cpu[c] for c in cpus] if cpus and max(cpus) < len(per_cpu) else per_cpu
+    return sum(t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
+               + getattr(t, "steal", 0.0) for t in chosen)
+
+
+class TreeClock:
+    """CPU seconds the run's process tree used since the first sample: each process's first and
+    last reading (one that starts later counts from 0; one that ends loses at most one interval)."""
+
+    def __init__(self, root: int):
+        self.root = root
+        self.first: Dict[Tuple[int, float], float] = {}
+        self.last: Dict[Tuple[int, float], float] = {}
+        self.pids: set = set()
+
+    def sample(self) -> None:
+        import psutil
+
+        try:
+            top = psutil.Process(self.root)
+            processes = [top, *top.children(recursive=True)]
+        except psutil.Error:
+            return
+        starting = not self.last
+        for process in processes:
+            try:
+                with process.oneshot():
+                    times, key = process.cpu_times(), (process.pid, process.create_time())
+            except psutil.Error:
+                continue
+            seconds = times.user + times.system
+            self.first.setdefault(key, seconds if starting else 0.0)
+            self.last[key] = seconds
+            self.pids.add(process.pid)
+
+    def seconds(self) -> float:
+        return sum(last - self.first.get(key, 0.0) for key, last in self.last.items())
+
+
+class MachineWatch:
+    """start() before the window, stop() -> Verdict after it; `gpu` (fitness_gpu.GpuWatch) is sampled alongside."""
+
+    def __init__(self, root: Optional[int] = None, demand: Optional[Tuple[int, int, int, str]] = None,
+                 gpu: Any = None, interval_s: float = SAMPLE_INTERVAL_S, cpu: bool = True):
+        self.root = root if root is not None else root_pid()
+        self.cpu = cpu  # False: the GPU's checks only (a rank other than 0: rank 0 judges the CPU)
+        self.demand = demand  # (threads, ranks on this host, loader workers per rank, what a thread is)
+        self.gpu = gpu
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+
+    def start(self) -> "MachineWatch":
+        import psutil
+
+        self.cpus = affinity()
+        self.usable = usable_cores(self.cpus)
+        self.load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
+        self.swap_in = psutil.swap_memory().sin
+        self.tree = TreeClock(self.root)
+        self.tree.sample()
+        self.busy, self.started = busy_seconds(self.cpus), time.monotonic()
+        if self.gpu is not None:
+            self.gpu.start(self.tree.pids)
+        self._thread = threading.Thread(target=self._run, name="fit-watch", daemon=True)
+        self._thread.start()
+        return self
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s):
+            self.tree.sample()
+            if self.gpu is not None:
+                self.gpu.sample()
+
+    def stop(self) -> Verdict:
+        import psutil
+
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        self.tree.sample()
+        busy, seconds = busy_seconds(self.cpus), max(time.monotonic() - self.started, 1e-9)
+        other = max(0.0, busy - self.busy - self.tree.seconds()) / seconds
+        # /proc counts whole ticks: each CPU's and each process's reading is off by up to one
+        slack = TICK_S * (len(self.cpus) + 2 * max(1, len(self.tree.last))) / seconds
+        swapped = max(0, psutil.swap_memory().sin - self.swap_in)
+        gpu = self.gpu.stop() if self.gpu is not None else Verdict()
+        if not self.cpu:
+            return gpu
+        verdict = Verdict(figures={"fit_other_cpu_cores": round(other, 3), "fit_usable_cores": self.usable,
+                                   "fit_swap_in_mb": round(swapped / 2**20, 3)})
+        limit = OUTSIDE_CPU_LIMIT * self.usable
+        if other - slack > limit:
+            verdict.reasons.append(f"other processes used {other:.2f} of {self.usable:g} usable cores during the "
+                                   f"window (limit {limit:.2g})")
+        if self.demand is not None:
+            threads, ranks, workers, word = self.demand
+            cpu_demand, reason = oversubscription(threads, ranks, workers, self.usable, word)
+            verdict.figures.update(fit_cpu_demand=cpu_demand)
+            verdict.reasons += [reason] if reason else []
+        if swapped:
+            verdict.reasons.append(f"the machine swapped in {swapped / 2**20:.1f} MiB during the window")
+        if self.load is not None:
+            verdict.figures.update(fit_load_average=round(self.load, 2))
+            if self.load > self.usable:
+                verdict.notes.append(f"load average {self.load:.2f} at the start > {self.usable:g} usable cores")
+        verdict.notes += cpufreq_notes(self.cpus)
+        return verdict.add(gpu)
+
+
+def probe(seconds: float, demand: Optional[Tuple[int, int, int, str]] = None) -> Verdict:
+    """The verdict of `seconds` of this machine with nothing measured (before a run: is it quiet?)."""
+    watch = MachineWatch(demand=demand).start()
+    time.sleep(seconds)  # the interval observed, not a wait for an event
+    return watch.stop()
+
+
+def wait_until_quiet(wait_s: float, probe_s: float = 1.0) -> Verdict:
+    """Probe until the machine is fit or `wait_s` is spent; the last probe's verdict."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        verdict = probe(probe_s)
+        if verdict.fit or time.monotonic() + probe_s > deadline:
+            return verdict
