@@ -167,7 +167,8 @@ def verdict(ratio: float, low: Optional[float], high: Optional[float], threshold
     return SAME, f"within the {100 * threshold:g}% threshold"
 
 
-def compare_pair(label: str, base: Dict[str, Any], cand: Dict[str, Any], threshold: float) -> Pair:
+def compare_pair(label: str, base: Dict[str, Any], cand: Dict[str, Any], threshold: float,
+                 judge_unfit: bool = False) -> Pair:
     kind = _kind(base, cand)
     low = high = None
     note = ""
@@ -183,7 +184,9 @@ def compare_pair(label: str, base: Dict[str, Any], cand: Dict[str, Any], thresho
     decided, why = verdict(ratio, low, high, threshold)
     sides = [f"the {side} was not fit to measure ({reason})"
              for side, reason in (("baseline", unfit_reason(base)), ("candidate", unfit_reason(cand))) if reason]
-    if sides:
+    if sides and judge_unfit:  # asked for a verdict anyway (a shared CI box): it says what it stands on
+        why += f"; judged although {'; '.join(sides)}"
+    elif sides:
         decided, why = UNJUDGED, f"could not judge: {'; '.join(sides)} (measured: {why})"
     if kind == "repeats" and decided == SAME and low is not None and high is not None and low < 1 < high:
         needed = _repeats_for(base, cand, threshold)
@@ -218,7 +221,8 @@ def _repeats_for(base: Dict[str, Any], cand: Dict[str, Any], threshold: float) -
     return repeats_needed(max(cvs), threshold)
 
 
-def compare_frames(baseline: pd.DataFrame, candidate: pd.DataFrame, threshold: float) -> Comparison:
+def compare_frames(baseline: pd.DataFrame, candidate: pd.DataFrame, threshold: float,
+                   judge_unfit: bool = False) -> Comparison:
     pairs, only_baseline, only_candidate = match(finished(baseline), finished(candidate))
-    return Comparison([compare_pair(label, b, c, threshold) for label, b, c in pairs], threshold,
+    return Comparison([compare_pair(label, b, c, threshold, judge_unfit) for label, b, c in pairs], threshold,
                       only_baseline, only_candidate)

@@ -18,7 +18,8 @@ compared candidate run gets the metric throughput_ratio_vs_baseline and a compar
 Exit codes: 0 nothing slower, 1 some configuration slower beyond the threshold (a CI gate),
 2 an input or the threshold cannot be used (one `[ERROR] ...` line), 3 nothing slower but some
 configuration could not be judged: a side was not fit to measure (its fit_to_measure is false;
-the verdict line names the side and the reasons; run it again on a quiet machine).
+the verdict line names the side and the reasons; run it again on a quiet machine, or pass
+--judge-unfit to be given the verdict anyway, its note saying which side was unfit).
 """
 
 from __future__ import annotations
@@ -90,6 +91,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("candidate", help="the same kinds as the baseline")
     parser.add_argument("--threshold", default="3%", help="what counts as slower or faster (default 3%%)")
     parser.add_argument("--out", type=Path, default=Path("compare"), help="where the files go (default ./compare)")
+    parser.add_argument("--judge-unfit", action="store_true",
+                        help="give a verdict even where a side was not fit to measure (the note still says so)")
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -102,7 +105,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 raise ReportError(problem)
         baseline, base_mlflow = read_input("baseline", args.baseline, uri)
         candidate, cand_mlflow = read_input("candidate", args.candidate, uri)
-        comparison = compare_frames(baseline, candidate, threshold)
+        comparison = compare_frames(baseline, candidate, threshold, args.judge_unfit)
         if not comparison.pairs:
             raise ReportError(f"baseline {args.baseline} and candidate {args.candidate} have no finished "
                               "configuration in common")

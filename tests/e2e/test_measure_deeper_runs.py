@@ -81,14 +81,16 @@ def test_compare_calls_the_same_config_same_and_a_slowed_one_slower_with_exit_1(
         runs.bench.metrics(proc)
     out = runs.root / "cmp-same"
     # Two processes of one config on a busy 2-core box (this suite, at 3 test files at a time) can
-    # differ by 2x (issue 20): "same" is asked within 80%, a 25x heavier config beyond 50%.
-    assert compare([str(runs.root / "deep"), str(runs.root / "same"), "--threshold", "80%", "--out", str(out)]) == 0
+    # differ by 2x (issue 20): "same" is asked within 80%, a 25x heavier config beyond 50%. Such a box
+    # also makes the runs unfit to measure (other processes' CPU): --judge-unfit asks for the verdict anyway.
+    assert compare([str(runs.root / "deep"), str(runs.root / "same"), "--threshold", "80%", "--out", str(out),
+                    "--judge-unfit"]) == 0
     printed = capsys.readouterr().out
     assert " same (" in printed and "slower" not in printed
     assert {p.name for p in out.iterdir()} == {"compare.md", "compare.html", "compare.png"}
 
     gate = runs.bench.run(str(runs.root / "deep"), str(runs.root / "slowed"), "--threshold", "50%", "--out",
-                          str(runs.root / "cmp-slowed"), module="bench.compare")
+                          str(runs.root / "cmp-slowed"), "--judge-unfit", module="bench.compare")
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert " slower (" in gate.stdout and "verdict: slower beyond 50% in 1 configuration" in gate.stderr
     assert "Traceback" not in gate.stderr
@@ -131,7 +133,8 @@ def test_a_sweep_compared_through_mlflow_is_matched_by_batch_size_and_logged(inf
     bench = inference_sweep.bench
     (parent,) = [r for r in bench.runs() if r.data.tags.get("sweep") == "parent"]
     out = inference_sweep.root / "cmp"
-    assert compare([str(inference_sweep.dir), parent.info.run_id, "--tracking-uri", bench.uri, "--out", str(out)]) == 0
+    assert compare([str(inference_sweep.dir), parent.info.run_id, "--tracking-uri", bench.uri, "--out", str(out),
+                    "--judge-unfit"]) == 0  # the same runs both sides; on a busy box, unfit
     printed = capsys.readouterr().out
     assert "data.batch_size=1 " in printed and "data.batch_size=4 " in printed and printed.count(" same (") == 2
     client = MlflowClient(tracking_uri=bench.uri)

@@ -173,6 +173,8 @@ def test_a_side_that_was_not_fit_to_measure_is_not_judged(tmp_path, capsys):
     assert compare_frames(_frame(fit_base), _frame(cand), 0.03).pairs[0].verdict == FASTER
     older = _run("d", 8, rates=[141.0, 140.0, 142.0])  # recorded before the verdict existed: judged as before
     assert compare_frames(_frame(older), _frame(cand), 0.03).pairs[0].verdict == SAME
+    (judged,) = compare_frames(_frame(base), _frame(cand), 0.03, judge_unfit=True).pairs  # a shared CI box asks anyway
+    assert judged.verdict == FASTER and f"judged although the baseline was not fit to measure ({reason})" in judged.note
 
     for name, record in (("base", base), ("cand", cand)):
         job = tmp_path / name
@@ -184,3 +186,4 @@ def test_a_side_that_was_not_fit_to_measure_is_not_judged(tmp_path, capsys):
     err = capsys.readouterr().err
     assert "verdict: could not judge 1 configuration(s), a side was not fit to measure" in err and reason in err
     assert main([str(tmp_path / "cand"), str(tmp_path / "cand"), "--out", str(tmp_path / "out")]) == 0
+    assert main([str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out"), "--judge-unfit"]) == 0
