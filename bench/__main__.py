@@ -32,7 +32,7 @@ ONE_STRING_KEYS = ("data.progressive=", "+data.progressive=")
 def quote_list_values(arg: str) -> str:
     """data.progressive=0,128,512;5,... reaches Hydra quoted, so its commas do not make a sweep."""
     for key in ONE_STRING_KEYS:
-        value = arg[len(key):]
+        value = arg[len(key) :]
         if arg.startswith(key) and "," in value and value[:1] not in ("'", '"'):
             return f"{key}'{value}'"
     return arg

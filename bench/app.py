@@ -76,8 +76,13 @@ def _scrub_saved_config(hydra_cfg: Any, out_dir: Path, in_sweep: bool) -> None:
     scrub(path for path in saved if path.is_file())
 
 
-def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optional[List[str]] = None,
-        sweep_job: Optional[Mapping[str, Any]] = None) -> int:
+def run(
+    config: BenchConfig,
+    out_dir: Path,
+    launch_dir: Path,
+    overrides: Optional[List[str]] = None,
+    sweep_job: Optional[Mapping[str, Any]] = None,
+) -> int:
     """Run one benchmark; returns the process exit code. `sweep_job` (parent run id, job
     number) is set for the jobs of a multirun: a job that cannot start still leaves a FAILED
     child run with the reason."""
@@ -88,8 +93,9 @@ def run(config: BenchConfig, out_dir: Path, launch_dir: Path, overrides: Optiona
     try:
         scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
     except BenchError as exc:
-        return _refuse(exc, out_dir, sweep_job,
-                       lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job))
+        return _refuse(
+            exc, out_dir, sweep_job, lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job)
+        )
     from bench.launch.select import select_launcher
     from bench.tracking.environment import collect_environment
 
@@ -134,8 +140,9 @@ def _report_the_measurement(report: "Report", tracker: "Tracker") -> None:
     tracker.log_metrics(report.metrics)
 
 
-def _write_outputs(report: "Report", config: BenchConfig, environment: Mapping[str, Any], tracker: "Tracker",
-                   out_dir: Path) -> List[str]:
+def _write_outputs(
+    report: "Report", config: BenchConfig, environment: Mapping[str, Any], tracker: "Tracker", out_dir: Path
+) -> List[str]:
     """The run's files (each written whole or not at all) and the rest of its MLflow record;
     what could not be written, as problems."""
     try:
@@ -158,16 +165,32 @@ def _write_packages(out_dir: Path) -> Path:
     return path
 
 
-def _tracker(config: BenchConfig, scenario: "Scenario", launch_dir: Path, environment: Mapping[str, Any],
-             overrides: List[str], sweep_job: Optional[Mapping[str, Any]], out_dir: Optional[Path] = None) -> "Tracker":
+def _tracker(
+    config: BenchConfig,
+    scenario: "Scenario",
+    launch_dir: Path,
+    environment: Mapping[str, Any],
+    overrides: List[str],
+    sweep_job: Optional[Mapping[str, Any]],
+    out_dir: Optional[Path] = None,
+) -> "Tracker":
     from bench.tracking.tracker import open_run
 
-    return open_run(config.tracking, launch_dir, scenario.run_name(config), as_plain(config), environment,
-                    overrides, sweep_job, out_dir)
+    return open_run(
+        config.tracking,
+        launch_dir,
+        scenario.run_name(config),
+        as_plain(config),
+        environment,
+        overrides,
+        sweep_job,
+        out_dir,
+    )
 
 
-def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str],
-                 sweep_job: Optional[Mapping[str, Any]]) -> "Tracker":
+def _raw_tracker(
+    cfg: DictConfig, launch_dir: Path, overrides: List[str], sweep_job: Optional[Mapping[str, Any]]
+) -> "Tracker":
     """A sweep job whose config does not load: its child run, from what the composed config says."""
     from bench.config.run import TrackingConfig
     from bench.tracking.tracker import open_run
@@ -183,8 +206,9 @@ def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str],
     return open_run(tracking, launch_dir, "refused", params, {}, overrides, sweep_job)
 
 
-def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[Mapping[str, Any]],
-            tracker: Callable[[], "Tracker"]) -> int:
+def _refuse(
+    exc: BenchError, out_dir: Path, sweep_job: Optional[Mapping[str, Any]], tracker: Callable[[], "Tracker"]
+) -> int:
     """A run that cannot start: one line, no MLflow run (a sweep job still gets its FAILED
     child and an error.txt, so the sweep report says why)."""
     problem = str(exc)

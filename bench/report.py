@@ -1,5 +1,6 @@
 """`python -m bench.report`: the command's one documented name (docs/architecture.md, "Commands");
 its code is bench.tools.report, which runs the same as `python -m bench.tools.report` (not documented)."""
+
 import sys
 
 from bench.tools.report import main

@@ -27,8 +27,9 @@ class Report(Protocol):
 
     def headline(self) -> str: ...
 
-    def write(self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any],
-              run_id: Optional[str]) -> List[Path]: ...
+    def write(
+        self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]
+    ) -> List[Path]: ...
 
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None: ...
 
@@ -72,10 +73,14 @@ class Record:
         """The record of a radix_metrics dict read back (run_summary.json's results, MLflow)."""
         own = {f.name: f for f in fields(cls) if not f.metadata.get("spread")}  # type: ignore[arg-type]
         groups = [f.name for f in fields(cls) if f.metadata.get("spread")]  # type: ignore[arg-type]
-        nested: Dict[str, Type[Record]] = {name: f.default_factory for name, f in own.items()  # type: ignore[misc]
-                                           if f.metadata.get("inline")}  # an INLINE field's factory is its record class
-        values: Dict[str, Any] = {name: metrics.get(name) for name, f in own.items() if name not in nested and (
-            name in metrics or (f.default is MISSING and f.default_factory is MISSING))}
+        # an INLINE field's factory is its record class
+        inline = ((name, f.default_factory) for name, f in own.items() if f.metadata.get("inline"))
+        nested: Dict[str, Type[Record]] = dict(inline)  # type: ignore[arg-type]
+        values: Dict[str, Any] = {
+            name: metrics.get(name)
+            for name, f in own.items()
+            if name not in nested and (name in metrics or (f.default is MISSING and f.default_factory is MISSING))
+        }
         values.update({name: kind.from_metrics(metrics) for name, kind in nested.items()})
         inner = {f.name for kind in nested.values() for f in fields(kind)}  # type: ignore[arg-type]
         rest = {k: v for k, v in metrics.items() if k not in own and k not in inner}
@@ -118,8 +123,7 @@ def write_json(path: Path, data: Any) -> Path:
 
 
 def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
-    return write_text(path, "".join(json.dumps(strict(dict(row)), default=str, allow_nan=False) + "\n"
-                                    for row in rows))
+    return write_text(path, "".join(json.dumps(strict(dict(row)), default=str, allow_nan=False) + "\n" for row in rows))
 
 
 def write_csv(path: Path, fields: Sequence[str], rows: Iterable[Any]) -> Path:
@@ -152,9 +156,15 @@ def read_window(job_dir: Path, record: Any, timeline_file: str, profile_files: S
     """What a model run's result (training's, inference's) holds about its measured window, read
     back from its record and files: the arguments both result types share."""
     summary = read_summary(job_dir)
-    return dict(batch_size=record.batch_size, warmup_steps=record.warmup_steps, measured_steps=record.measured_steps,
-                window_seconds=record.elapsed_seconds,
-                data_wait_ms=read_column(job_dir / timeline_file, "data_wait_ms"),
-                peak_memory_bytes=int(record.peak_memory_mb * 2**20), parameters=record.parameters, precision={},
-                compile=summary.get("compile", {}),
-                files=[str(job_dir / name) for name in profile_files if (job_dir / name).is_file()])
+    return dict(
+        batch_size=record.batch_size,
+        warmup_steps=record.warmup_steps,
+        measured_steps=record.measured_steps,
+        window_seconds=record.elapsed_seconds,
+        data_wait_ms=read_column(job_dir / timeline_file, "data_wait_ms"),
+        peak_memory_bytes=int(record.peak_memory_mb * 2**20),
+        parameters=record.parameters,
+        precision={},
+        compile=summary.get("compile", {}),
+        files=[str(job_dir / name) for name in profile_files if (job_dir / name).is_file()],
+    )

@@ -16,8 +16,20 @@ from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, 
 
 from bench.scenario_registry import DEFAULT_MODE, SCENARIOS, register, scenario_class
 
-__all__ = ["SCENARIOS", "Launcher", "Report", "ReportClass", "Scenario", "Tracker", "has_ranks", "register",
-           "report_class", "report_class_of_modes", "scenario_class", "scenario_for"]
+__all__ = [
+    "SCENARIOS",
+    "Launcher",
+    "Report",
+    "ReportClass",
+    "Scenario",
+    "Tracker",
+    "has_ranks",
+    "register",
+    "report_class",
+    "report_class_of_modes",
+    "scenario_class",
+    "scenario_for",
+]
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -64,8 +76,9 @@ class Report(Protocol):
 
     def headline(self) -> str: ...
 
-    def write(self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any],
-              run_id: Optional[str]) -> List[Path]: ...
+    def write(
+        self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]
+    ) -> List[Path]: ...
 
     def log_to(self, tracker: Tracker, files: List[Path], out_dir: Path, log_series: bool) -> None: ...
 
@@ -104,8 +117,9 @@ class Scenario(Protocol):
 
     def run_name(self, config: "BenchConfig") -> str: ...  # when tracking.run_name is not set
 
-    def run_rank(self, config: "BenchConfig", ctx: "RankContext", out_dir: Path,
-                 heartbeat: Optional[Callable[[], None]] = None) -> Any: ...  # rank 0's outcome, else None
+    def run_rank(
+        self, config: "BenchConfig", ctx: "RankContext", out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
+    ) -> Any: ...  # rank 0's outcome, else None
 
     def report(self, outcome: Any, config: "BenchConfig") -> Report: ...
 

@@ -22,8 +22,21 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 REDACTED = "***"
-CONFIG_MARKERS = ("secret", "password", "passwd", "pwd", "token", "access_key", "credential", "api_key", "apikey",
-                  "auth", "jwt", "signature", "private_key")
+CONFIG_MARKERS = (
+    "secret",
+    "password",
+    "passwd",
+    "pwd",
+    "token",
+    "access_key",
+    "credential",
+    "api_key",
+    "apikey",
+    "auth",
+    "jwt",
+    "signature",
+    "private_key",
+)
 # whole words of a key (split at . _ -) that name a credential too short to be a marker: `checkpoint.on_signal` is fine
 CONFIG_WORDS = frozenset({"pass", "pw", "key", "sig"})
 ENV_MARKERS = (*CONFIG_MARKERS, "key", "pass", "session", "cookie", "private", "cert")
@@ -32,24 +45,50 @@ USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s@]+@")
 # user:password@host without a scheme (a c10d endpoint `u:pw@host:29400`); not after / or : (a URL's path, a scheme)
 BARE_USERINFO = re.compile(r"(?<![\w.+\-~%/:@])[\w.+\-~%!$]+:[^\s@/'\"]+@(?=[\w\-.\[])")
 QUERY_PARAM = re.compile(r"([?&;])([\w.\-]+)=([^&#\s'\"<>;]*)")
-SECRET_QUERY_NAMES = frozenset({"sig", "signature", "token", "access_token", "id_token", "refresh_token", "jwt", "key",
-                                "apikey", "api_key", "api-key", "password", "passwd", "pwd", "secret", "client_secret",
-                                "code", "auth", "authorization", "credential", "credentials", "session",
-                                "sessiontoken"})
+SECRET_QUERY_NAMES = frozenset(
+    {
+        "sig",
+        "signature",
+        "token",
+        "access_token",
+        "id_token",
+        "refresh_token",
+        "jwt",
+        "key",
+        "apikey",
+        "api_key",
+        "api-key",
+        "password",
+        "passwd",
+        "pwd",
+        "secret",
+        "client_secret",
+        "code",
+        "auth",
+        "authorization",
+        "credential",
+        "credentials",
+        "session",
+        "sessiontoken",
+    }
+)
 # ${oc.env:NAME} / ${oc.env:NAME,default}: a config value that reads an environment variable
 ENV_REFERENCE = re.compile(r"\$\{\s*oc\.env\s*:\s*([^,}\s]+)")
 SECRET_ENV_MIN_CHARS = 8  # shorter values ("1", "true") would hide ordinary words
 # NAME=value inside a value (a setup line of hydra/launcher=slurm: `export AWS_SECRET_ACCESS_KEY=...`)
 ASSIGNMENT = re.compile(r"\b([A-Za-z_][A-Za-z0-9_]*)=")
-CREDENTIALS_HOME = ("credentials go in the environment: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE "
-                    "for S3, MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for an MLflow server")
+CREDENTIALS_HOME = (
+    "credentials go in the environment: AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE "
+    "for S3, MLFLOW_TRACKING_USERNAME / MLFLOW_TRACKING_PASSWORD for an MLflow server"
+)
 
 
 def looks_secret(key: str) -> bool:
     """A config key whose value must never be shown or logged."""
     lowered = key.lower()
-    return (any(marker in lowered for marker in CONFIG_MARKERS)
-            or not CONFIG_WORDS.isdisjoint(re.split(r"[._\-]", lowered.lstrip("+~"))))
+    return any(marker in lowered for marker in CONFIG_MARKERS) or not CONFIG_WORDS.isdisjoint(
+        re.split(r"[._\-]", lowered.lstrip("+~"))
+    )
 
 
 def looks_secret_env(name: str) -> bool:
@@ -81,9 +120,11 @@ def environ_items() -> List[Tuple[str, str]]:
 def secret_env_values() -> List[str]:
     """Values of this process's secret-looking environment variables, longest first (a path is not
     a secret: PWD, SSH_AUTH_SOCK and friends are left alone)."""
-    values = {value for name, value in environ_items()
-              if looks_secret_env(name) and len(value) >= SECRET_ENV_MIN_CHARS
-              and not value.startswith(("/", "~", "."))}
+    values = {
+        value
+        for name, value in environ_items()
+        if looks_secret_env(name) and len(value) >= SECRET_ENV_MIN_CHARS and not value.startswith(("/", "~", "."))
+    }
     return sorted(values, key=len, reverse=True)
 
 
@@ -124,25 +165,34 @@ def command_line_problem(args: List[str]) -> Optional[str]:
             continue
         key = key.lstrip("+~")
         if looks_secret(key):
-            return (f"{key}=<hidden> is not valid: accepted no credential on the command line "
-                    f"(it would be saved in .hydra/ and logged); {CREDENTIALS_HOME}.")
+            return (
+                f"{key}=<hidden> is not valid: accepted no credential on the command line "
+                f"(it would be saved in .hydra/ and logged); {CREDENTIALS_HOME}."
+            )
         if has_userinfo(value) or has_secret_query(value) or redact(value) != value:
-            return (f"{key}=<hidden: it carries credentials> is not valid: accepted a URL without user:password "
-                    f"or credentials in its query (sig, token, X-Amz-* ... parameters); {CREDENTIALS_HOME}.")
+            return (
+                f"{key}=<hidden: it carries credentials> is not valid: accepted a URL without user:password "
+                f"or credentials in its query (sig, token, X-Amz-* ... parameters); {CREDENTIALS_HOME}."
+            )
         read = [name for name in ENV_REFERENCE.findall(value) if looks_secret_env(name)]
         if read:  # resolved, it would be the run name, a param, a line of run_summary.json
-            return (f"{key}='${{oc.env:{read[0]}}}' is not valid: accepted no secret-looking environment variable "
-                    f"in a config value (its value would be logged and saved with the run); {CREDENTIALS_HOME}.")
+            return (
+                f"{key}='${{oc.env:{read[0]}}}' is not valid: accepted no secret-looking environment variable "
+                f"in a config value (its value would be logged and saved with the run); {CREDENTIALS_HOME}."
+            )
         assigned = [name for name in ASSIGNMENT.findall(value) if looks_secret_env(name)]
         if assigned:  # hydra.launcher.setup=["export MLFLOW_TRACKING_PASSWORD=..."]: saved in the job script
-            return (f"{key}=<hidden: it sets {assigned[0]}> is not valid: accepted no credential on the command "
-                    f"line (it would be saved in .hydra/ and the job's script); {CREDENTIALS_HOME} of the "
-                    f"submitting shell, or a file the job sources.")
+            return (
+                f"{key}=<hidden: it sets {assigned[0]}> is not valid: accepted no credential on the command "
+                f"line (it would be saved in .hydra/ and the job's script); {CREDENTIALS_HOME} of the "
+                f"submitting shell, or a file the job sources."
+            )
     return None
 
 
-SECRET_YAML_VALUE = re.compile(r"^(\s*-?\s*[+~]?[\w.]*(?:" + "|".join(CONFIG_MARKERS) + r")[\w.]*\s*[:=]\s*)(.+)$",
-                               re.IGNORECASE | re.MULTILINE)
+SECRET_YAML_VALUE = re.compile(
+    r"^(\s*-?\s*[+~]?[\w.]*(?:" + "|".join(CONFIG_MARKERS) + r")[\w.]*\s*[:=]\s*)(.+)$", re.IGNORECASE | re.MULTILINE
+)
 
 
 def scrub(paths: Iterable[Path]) -> None:

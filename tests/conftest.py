@@ -67,9 +67,25 @@ def pytest_configure(config):
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+# The files that take longest (real Slurm jobs, DDP, servers), started first: pytest-xdist hands a
+# worker a whole file at a time (--dist loadfile), so a long file begun last is the suite's tail.
+LONGEST_FIRST = ("test_slurm", "test_resume", "test_canaries", "test_signals", "test_tracking_faults",
+                 "test_dead_processes", "test_data", "test_sweep", "test_run", "test_accuracy")
+
+
+def _start_order(item) -> tuple:
+    path = Path(str(item.fspath))
+    if path.stem in LONGEST_FIRST:
+        return (0, LONGEST_FIRST.index(path.stem))
+    return (1, 0) if {"e2e", "reliability"} & set(path.parts) else (2, 0)
+
+
 def pytest_collection_modifyitems(config, items):
-    """e2e tests are slow; `gpu` tests need a real CUDA device (skipped, not failed, without one)."""
+    """e2e tests are slow; `gpu` tests need a real CUDA device (skipped, not failed, without one).
+    Longest files first, then the other process-starting files, then the in-process unit tests."""
     import torch
+
+    items.sort(key=_start_order)  # stable: a file's tests keep their order
 
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:

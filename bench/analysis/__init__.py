@@ -69,7 +69,7 @@ def report_from_mlflow(parent_run_id: str, tracking_uri: str, out: Path) -> Tupl
     `out` and logged to the parent run under report/: (files written, the frame)."""
     from mlflow import MlflowClient
 
-    from bench.analysis.runs import read_mlflow_sweep
+    from bench.analysis.mlflow_sweep import read_mlflow_sweep
 
     files, frame = write_report(read_mlflow_sweep(parent_run_id, tracking_uri), out, f"sweep {parent_run_id}")
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -77,8 +77,13 @@ def report_from_mlflow(parent_run_id: str, tracking_uri: str, out: Path) -> Tupl
         try:
             client.log_artifact(parent_run_id, str(path), REPORT_ARTIFACT_PATH)
         except Exception as exc:  # the files are written; the store is a copy
-            log.warning("logging the report to MLflow run %s failed (%s: %s); it is in %s",
-                        parent_run_id, type(exc).__name__, exc, out)
+            log.warning(
+                "logging the report to MLflow run %s failed (%s: %s); it is in %s",
+                parent_run_id,
+                type(exc).__name__,
+                exc,
+                out,
+            )
             break
     return files, frame
 
@@ -95,8 +100,12 @@ def log_scaling_to_runs(frame: "pd.DataFrame", client: Any) -> None:
         if absent(row.get("run_id")) or absent(row.get("speedup")):
             continue
         try:
-            client.log_batch(row["run_id"], metrics=[Metric("speedup", float(row["speedup"]), now, 0),
-                                                     Metric("scaling_efficiency", float(row["scaling_efficiency"]),
-                                                            now, 0)])
+            client.log_batch(
+                row["run_id"],
+                metrics=[
+                    Metric("speedup", float(row["speedup"]), now, 0),
+                    Metric("scaling_efficiency", float(row["scaling_efficiency"]), now, 0),
+                ],
+            )
         except Exception as exc:  # a tracking problem must not cost the report
             log.warning("logging speedup to MLflow run %s failed (%s: %s)", row["run_id"], type(exc).__name__, exc)

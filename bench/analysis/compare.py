@@ -80,7 +80,7 @@ def swept_keys(*frames: pd.DataFrame) -> List[str]:
     keys = set()
     for frame in frames:
         for column in (c for c in frame.columns if c.startswith(CONFIG_PREFIX)):
-            name = column[len(CONFIG_PREFIX):]
+            name = column[len(CONFIG_PREFIX) :]
             if not name.startswith(NOISE_KEYS) and frame[column].map(str).nunique() > 1:
                 keys.add(column)
     return sorted(keys)
@@ -89,7 +89,7 @@ def swept_keys(*frames: pd.DataFrame) -> List[str]:
 def label_of(row: Dict[str, Any], keys: Sequence[str]) -> str:
     """The swept keys' values; for a single run, its mode (when not training), model, precision and batch."""
     if keys:
-        return " ".join(f"{k[len(CONFIG_PREFIX):]}={row.get(k)}" for k in keys)
+        return " ".join(f"{k[len(CONFIG_PREFIX) :]}={row.get(k)}" for k in keys)
     mode = _mode(row)
     words = [str(mode)] if not absent(mode) and str(mode) != DEFAULT_MODE else []
     for prefix, name, fmt in report_class(mode).LABEL_COLUMNS:  # what names a single run (its report class says)
@@ -167,8 +167,9 @@ def verdict(ratio: float, low: Optional[float], high: Optional[float], threshold
     return SAME, f"within the {100 * threshold:g}% threshold"
 
 
-def compare_pair(label: str, base: Dict[str, Any], cand: Dict[str, Any], threshold: float,
-                 judge_unfit: bool = False) -> Pair:
+def compare_pair(
+    label: str, base: Dict[str, Any], cand: Dict[str, Any], threshold: float, judge_unfit: bool = False
+) -> Pair:
     kind = _kind(base, cand)
     low = high = None
     note = ""
@@ -182,8 +183,11 @@ def compare_pair(label: str, base: Dict[str, Any], cand: Dict[str, Any], thresho
         low, high = ratio_interval(bootstrap(bv, bstat, seed=1, **resamples), bootstrap(cv, cstat, seed=2, **resamples))
     ratio = c / b if b > 0 else math.inf
     decided, why = verdict(ratio, low, high, threshold)
-    sides = [f"the {side} was not fit to measure ({reason})"
-             for side, reason in (("baseline", unfit_reason(base)), ("candidate", unfit_reason(cand))) if reason]
+    sides = [
+        f"the {side} was not fit to measure ({reason})"
+        for side, reason in (("baseline", unfit_reason(base)), ("candidate", unfit_reason(cand)))
+        if reason
+    ]
     if sides and judge_unfit:  # asked for a verdict anyway (a shared CI box): it says what it stands on
         why += f"; judged although {'; '.join(sides)}"
     elif sides:
@@ -192,25 +196,40 @@ def compare_pair(label: str, base: Dict[str, Any], cand: Dict[str, Any], thresho
         needed = _repeats_for(base, cand, threshold)
         if needed and needed > min(len(base["repeat_rates"]), len(cand["repeat_rates"])):
             why += f"; about {needed} repeats per side would resolve {100 * threshold:g}%"
-    return Pair(label, base.get("run_id") if not absent(base.get("run_id")) else None,
-                cand.get("run_id") if not absent(cand.get("run_id")) else None, b, c, ratio, low, high, kind, decided,
-                "; ".join(x for x in (why, note, provenance_differences(base, cand)) if x))
+    return Pair(
+        label,
+        base.get("run_id") if not absent(base.get("run_id")) else None,
+        cand.get("run_id") if not absent(cand.get("run_id")) else None,
+        b,
+        c,
+        ratio,
+        low,
+        high,
+        kind,
+        decided,
+        "; ".join(x for x in (why, note, provenance_differences(base, cand)) if x),
+    )
 
 
 def provenance_differences(base: Dict[str, Any], cand: Dict[str, Any]) -> str:
     """Where the two runs ran other code or packages (what each recorded of it; '' when the same or unknown)."""
+
     def of(row: Dict[str, Any], name: str) -> Any:
         value = row.get(ENV_PREFIX + name)
         return None if absent(value) or value == "" else str(value)
 
     said = []
-    for name, what in (("bench_version", "bench {} vs {}"), ("git_commit", "code differs: commit {} vs {}"),
-                       ("packages_sha256", "packages differ: {} vs {} (packages.txt of each run)")):
+    for name, what in (
+        ("bench_version", "bench {} vs {}"),
+        ("git_commit", "code differs: commit {} vs {}"),
+        ("packages_sha256", "packages differ: {} vs {} (packages.txt of each run)"),
+    ):
         b, c = of(base, name), of(cand, name)
         if b and c and b != c:
             said.append(what.format(b[:12], c[:12]))
-    dirty = [side for side, row in (("baseline", base), ("candidate", cand))
-             if of(row, "git_dirty") in ("True", "true")]
+    dirty = [
+        side for side, row in (("baseline", base), ("candidate", cand)) if of(row, "git_dirty") in ("True", "true")
+    ]
     if dirty:
         said.append(f"{' and '.join(dirty)} ran from a checkout with uncommitted changes")
     return "; ".join(said)
@@ -221,8 +240,13 @@ def _repeats_for(base: Dict[str, Any], cand: Dict[str, Any], threshold: float) -
     return repeats_needed(max(cvs), threshold)
 
 
-def compare_frames(baseline: pd.DataFrame, candidate: pd.DataFrame, threshold: float,
-                   judge_unfit: bool = False) -> Comparison:
+def compare_frames(
+    baseline: pd.DataFrame, candidate: pd.DataFrame, threshold: float, judge_unfit: bool = False
+) -> Comparison:
     pairs, only_baseline, only_candidate = match(finished(baseline), finished(candidate))
-    return Comparison([compare_pair(label, b, c, threshold, judge_unfit) for label, b, c in pairs], threshold,
-                      only_baseline, only_candidate)
+    return Comparison(
+        [compare_pair(label, b, c, threshold, judge_unfit) for label, b, c in pairs],
+        threshold,
+        only_baseline,
+        only_candidate,
+    )

@@ -33,14 +33,20 @@ def median_rows(rows: np.ndarray) -> np.ndarray:
     return np.median(rows, axis=1)
 
 
-def bootstrap(values: Sequence[float] | np.ndarray, statistic: Statistic = median_rows, resamples: int = RESAMPLES,
-              seed: int = SEED) -> np.ndarray:
+def bootstrap(
+    values: Sequence[float] | np.ndarray,
+    statistic: Statistic = median_rows,
+    resamples: int = RESAMPLES,
+    seed: int = SEED,
+) -> np.ndarray:
     """`statistic` of `resamples` resamples (with replacement, the sample's own size) of `values`."""
     data = np.asarray(values, dtype=float)
     rng = np.random.default_rng(seed)
     per_block = max(1, CHUNK // max(1, len(data)))
-    out = [statistic(data[rng.integers(0, len(data), size=(min(per_block, resamples - done), len(data)))])
-           for done in range(0, resamples, per_block)]
+    out = [
+        statistic(data[rng.integers(0, len(data), size=(min(per_block, resamples - done), len(data)))])
+        for done in range(0, resamples, per_block)
+    ]
     return np.concatenate(out)
 
 
@@ -52,6 +58,7 @@ def interval(estimates: np.ndarray, level: float = LEVEL) -> Tuple[float, float]
 
 class RepeatFigures(TypedDict, total=False):
     """repeat_figures' figures: the repeat fields of a training or inference record, by name."""
+
     repeats: int
     images_per_second_median: float
     images_per_second_min: float
@@ -74,11 +81,18 @@ def repeat_figures(throughputs: Sequence[float]) -> RepeatFigures:
     low, high = interval(bootstrap(values))
     q1, q3 = np.percentile(values, [25, 75])
     cv = float(values.std(ddof=1) / values.mean()) if values.mean() > 0 else math.inf
-    return {"repeats": len(values), "images_per_second_median": median, "images_per_second_min": float(values.min()),
-            "images_per_second_max": float(values.max()), "images_per_second_iqr": float(q3 - q1),
-            "images_per_second_ci95_low": low, "images_per_second_ci95_high": high,
-            "images_per_second_ci95_halfwidth_pct": 100.0 * (high - low) / 2.0 / median if median else None,
-            "images_per_second_cv": cv, "stable": cv <= STABLE_CV}
+    return {
+        "repeats": len(values),
+        "images_per_second_median": median,
+        "images_per_second_min": float(values.min()),
+        "images_per_second_max": float(values.max()),
+        "images_per_second_iqr": float(q3 - q1),
+        "images_per_second_ci95_low": low,
+        "images_per_second_ci95_high": high,
+        "images_per_second_ci95_halfwidth_pct": 100.0 * (high - low) / 2.0 / median if median else None,
+        "images_per_second_cv": cv,
+        "stable": cv <= STABLE_CV,
+    }
 
 
 def pooled_rate_rows(images_per_step: float) -> Statistic:

@@ -23,7 +23,7 @@ Row = Dict[str, Any]
 _shown = shown
 
 
-def _series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Iterator[Tuple[str, List[Row]]]:
+def points_by_series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Iterator[Tuple[str, List[Row]]]:
     """One line per combination of `group` values (sorted by label), its finished runs sorted by `x`."""
     lines: Dict[str, List[Tuple[float, Row]]] = {}
     for row in frame.to_dict("records"):
@@ -35,7 +35,7 @@ def _series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Iterator[Tuple
         yield label, [row for _, row in sorted(points, key=lambda p: p[0])]
 
 
-def _line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
+def draw_line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
     """A line through the points that have `y` (runs recorded before a figure existed lack it);
     images/s of runs with benchmark.repeats get error bars from the slowest to the fastest repeat
     (the spread, not the interval)."""
@@ -45,10 +45,14 @@ def _line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
     xs, ys = [float(p[x]) for p in points], [float(p[y]) for p in points]
     spread = [(p.get(f"{y}_min"), p.get(f"{y}_max")) for p in points]
     if y == "images_per_second" and any(not absent(low) for low, _ in spread):
-        below = [0.0 if low is None or absent(low) else max(0.0, v - float(low))
-                 for v, (low, _) in zip(ys, spread, strict=True)]
-        above = [0.0 if high is None or absent(high) else max(0.0, float(high) - v)
-                 for v, (_, high) in zip(ys, spread, strict=True)]
+        below = [
+            0.0 if low is None or absent(low) else max(0.0, v - float(low))
+            for v, (low, _) in zip(ys, spread, strict=True)
+        ]
+        above = [
+            0.0 if high is None or absent(high) else max(0.0, float(high) - v)
+            for v, (_, high) in zip(ys, spread, strict=True)
+        ]
         ax.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=4, label=f"{label} (bars: repeats' min-max)")
         return
     ax.plot(xs, ys, marker="o", label=label)
@@ -76,7 +80,7 @@ def _swept(frame: pd.DataFrame, x: str) -> List[float]:
     return sorted({float(v) for v in finished.get(x, pd.Series([], dtype=object)) if not absent(v)})
 
 
-def _finish_axes(ax: Any, ticks: Optional[Sequence[float]] = None) -> None:
+def finish_axes(ax: Any, ticks: Optional[Sequence[float]] = None) -> None:
     """Grid, legend, the swept values as the x ticks, and a y range from 0 to above the highest
     point or error bar (nothing clipped)."""
     ax.grid(True, alpha=0.3)
@@ -105,7 +109,7 @@ def wrap_titles(fig: Any, width: int = 72) -> None:
             ax.set_title(textwrap.fill(ax.get_title(), width), fontsize=10)
 
 
-class _Figures:
+class Figures:
     """Hands out a fresh figure and saves it under `out`, remembering what was written."""
 
     def __init__(self, out: Path):
@@ -123,8 +127,9 @@ class _Figures:
         self.written.append(path)
 
 
-def _distribution(figures: _Figures, frame: pd.DataFrame, what: str, ylabel: str, name: str,
-                  label: Callable[[Row], str]) -> None:
+def draw_distribution(
+    figures: Figures, frame: pd.DataFrame, what: str, ylabel: str, name: str, label: Callable[[Row], str]
+) -> None:
     """A box per run over its timeline (step times or request latencies)."""
     with_values = [r for r in frame.to_dict("records") if isinstance(r["timeline"], list) and r["timeline"]]
     fig, ax = figures.new(max(7, 0.9 * len(with_values) + 2))
@@ -139,46 +144,14 @@ def _distribution(figures: _Figures, frame: pd.DataFrame, what: str, ylabel: str
     figures.save(fig, name)
 
 
-def plot_storage(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
-    """A storage sweep: throughput and AU vs client count, and per-request read latency."""
-    figures = _Figures(out)
-    series = list(_series(frame, "clients", ["workload", "storage"]))
-
-    fig, ax = figures.new()
-    for label, points in series:
-        _line(ax, points, "clients", "mlperf_samples_per_second", f"{label} (MLPerf: first step in)")
-        _line(ax, points, "clients", "samples_per_second", f"{label} (steady: warm-up step out)")
-    ax.set(title=f"Read throughput vs clients ({title})", xlabel="Clients (simulated accelerators)",
-           ylabel="Samples/s (all clients)")
-    _finish_axes(ax)
-    figures.save(fig, "throughput_vs_clients.png")
-
-    fig, ax = figures.new()
-    for label, points in series:
-        _line(ax, points, "clients", "mlperf_au_percent", f"{label} (MLPerf: mean)")
-        _line(ax, points, "clients", "au_percent_min", f"{label} (min)")
-    thresholds = {t for t in frame.get("au_threshold_percent", []) if not absent(t) and t}
-    for threshold in sorted(thresholds):
-        ax.axhline(float(threshold), color="grey", linestyle="--", linewidth=1,
-                   label=f"pass threshold ({threshold:g}%)")
-    ax.set(title=f"Accelerator utilization vs clients ({title})", xlabel="Clients (simulated accelerators)",
-           ylabel="AU (%) = compute time / wall time")
-    _finish_axes(ax)
-    ax.set_ylim(0, 105)  # a percentage: keep the top (and the threshold) in view
-    figures.save(fig, "au_vs_clients.png")
-
-    _distribution(figures, frame, f"Read latency per request ({title})", "Latency (ms)",
-                  "read_latency_distribution.png", lambda r: f"job {r['job']}\n{_shown(r.get('clients'))} clients")
-    return figures.written
-
-
-def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str],
-                  run_label: Callable[[Row], str]) -> List[Path]:
+def plot_training(
+    frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str], run_label: Callable[[Row], str]
+) -> List[Path]:
     """A training (or inference) sweep: throughput and scaling efficiency vs process count, throughput
     vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name)."""
-    figures = _Figures(out)
+    figures = Figures(out)
     unit, count_word = _count_unit(frame)
-    by_processes = list(_series(frame, "world_size", ["precision", "batch_size"]))
+    by_processes = list(points_by_series(frame, "world_size", ["precision", "batch_size"]))
 
     # an axis is drawn only when the sweep has at least two values on it (issue 21): a batch-size
     # sweep draws no "vs processes" plot, a process-count sweep no "vs batch" plot
@@ -186,10 +159,13 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
     if len(processes) >= 2:
         fig, ax = figures.new()
         for label, points in by_processes:
-            _line(ax, points, "world_size", "images_per_second", label)
-        ax.set(title=f"Throughput vs {count_word} count ({title})", xlabel=f"Number of {unit}",
-               ylabel="Throughput (images/s, all processes)")
-        _finish_axes(ax, processes)
+            draw_line(ax, points, "world_size", "images_per_second", label)
+        ax.set(
+            title=f"Throughput vs {count_word} count ({title})",
+            xlabel=f"Number of {unit}",
+            ylabel="Throughput (images/s, all processes)",
+        )
+        finish_axes(ax, processes)
         figures.save(fig, "throughput_vs_gpus.png")
 
         fig, ax = figures.new()
@@ -198,34 +174,51 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
             points = [p for p in points if not absent(p.get("scaling_efficiency_percent"))]
             if points:
                 plotted = True
-                _line(ax, points, "world_size", "scaling_efficiency_percent",
-                      f"{label} ({_shown(points[0].get('scaling'), 'weak')} scaling)")
+                draw_line(
+                    ax,
+                    points,
+                    "world_size",
+                    "scaling_efficiency_percent",
+                    f"{label} ({_shown(points[0].get('scaling'), 'weak')} scaling)",
+                )
         ax.axhline(100.0, color="grey", linestyle="--", linewidth=1, label="ideal (100%)")
-        ax.set(title=f"Scaling efficiency vs {count_word} count ({title})", xlabel=f"Number of {unit}",
-               ylabel="Scaling efficiency (%) = T_N / (N x T_1)")
+        ax.set(
+            title=f"Scaling efficiency vs {count_word} count ({title})",
+            xlabel=f"Number of {unit}",
+            ylabel="Scaling efficiency (%) = T_N / (N x T_1)",
+        )
         if not plotted:
-            ax.text(0.5, 0.5, "no 1-process run of the same configuration in this sweep",
-                    transform=ax.transAxes, ha="center", va="center")
-        _finish_axes(ax, processes)
+            ax.text(
+                0.5,
+                0.5,
+                "no 1-process run of the same configuration in this sweep",
+                transform=ax.transAxes,
+                ha="center",
+                va="center",
+            )
+        finish_axes(ax, processes)
         figures.save(fig, "scaling_efficiency.png")
 
     batches = _swept(frame, "batch_size")
     if len(batches) >= 2:
         fig, ax = figures.new()
-        for label, points in _series(frame, "batch_size", ["precision", "world_size"]):
-            _line(ax, points, "batch_size", "images_per_second", label)
-        ax.set(title=f"Throughput vs batch size ({title})", xlabel="Batch size per process (images)",
-               ylabel="Throughput (images/s, all processes)")
-        _finish_axes(ax, batches)
+        for label, points in points_by_series(frame, "batch_size", ["precision", "world_size"]):
+            draw_line(ax, points, "batch_size", "images_per_second", label)
+        ax.set(
+            title=f"Throughput vs batch size ({title})",
+            xlabel="Batch size per process (images)",
+            ylabel="Throughput (images/s, all processes)",
+        )
+        finish_axes(ax, batches)
         figures.save(fig, "throughput_vs_batch.png")
 
     what, ylabel, name = timeline
-    _distribution(figures, frame, f"{what} per run ({title})", ylabel, name, run_label)
+    draw_distribution(figures, frame, f"{what} per run ({title})", ylabel, name, run_label)
     plot_accuracy(figures, frame, title)
     return figures.written
 
 
-def plot_accuracy(figures: _Figures, frame: pd.DataFrame, title: str) -> None:
+def plot_accuracy(figures: Figures, frame: pd.DataFrame, title: str) -> None:
     """accuracy_vs_time.png: val top-1 against seconds since each job's first training step, a
     line per job that evaluated, and the target as a dashed line when every such job had the same one."""
     rows = [r for r in frame.to_dict("records") if isinstance(r.get("val_curve"), list) and r["val_curve"]]
@@ -235,14 +228,19 @@ def plot_accuracy(figures: _Figures, frame: pd.DataFrame, title: str) -> None:
     for row in rows:
         overrides = str(_shown(row.get("overrides")))  # the swept ones only (keep_varying_overrides)
         label = f"job {row['job']}" + (f": {overrides[:60]}" if overrides else "")
-        ax.plot([p[0] for p in row["val_curve"]], [p[1] for p in row["val_curve"]], marker="o", markersize=3,
-                label=label)
+        ax.plot(
+            [p[0] for p in row["val_curve"]], [p[1] for p in row["val_curve"]], marker="o", markersize=3, label=label
+        )
     targets = [row.get("target_accuracy") for row in rows]
     if all(not absent(t) for t in targets) and len({float(t) for t in targets}) == 1:
-        ax.axhline(float(targets[0]), color="grey", linestyle="--", linewidth=1,
-                   label=f"target ({float(targets[0]):g})")
-    ax.set(title=f"Validation accuracy vs wall time ({title})", xlabel="Seconds since the job's first training step",
-           ylabel="Validation top-1 accuracy")
+        ax.axhline(
+            float(targets[0]), color="grey", linestyle="--", linewidth=1, label=f"target ({float(targets[0]):g})"
+        )
+    ax.set(
+        title=f"Validation accuracy vs wall time ({title})",
+        xlabel="Seconds since the job's first training step",
+        ylabel="Validation top-1 accuracy",
+    )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
     ax.set_xlim(left=0)

@@ -56,8 +56,11 @@ def swept_override_keys(frame: pd.DataFrame) -> List[str]:
             if sep and not key.startswith(NOT_SWEPT):
                 values.setdefault(key, set()).add(value)
     jobs = len(frame)
-    return sorted(k for k, v in values.items() if len(v) > 1 or 0 < sum(
-        1 for o in frame.get("overrides", []) if f"{k}=" in str(o)) < jobs)
+    return sorted(
+        k
+        for k, v in values.items()
+        if len(v) > 1 or 0 < sum(1 for o in frame.get("overrides", []) if f"{k}=" in str(o)) < jobs
+    )
 
 
 def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
@@ -66,15 +69,20 @@ def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
     base = list(reports.SWEEP_COLUMNS)
     # every swept key labelled: a column of its own after the overrides, unless a column shows it already
     shown_keys = {name for _, name, _ in base} | {CONFIG_PREFIX + key for key in SHOWN_AS}
-    swept = [(key, CONFIG_PREFIX + key, "{}") for key in swept_override_keys(frame)
-             if CONFIG_PREFIX + key in frame and CONFIG_PREFIX + key not in shown_keys]
+    swept = [
+        (key, CONFIG_PREFIX + key, "{}")
+        for key in swept_override_keys(frame)
+        if CONFIG_PREFIX + key in frame and CONFIG_PREFIX + key not in shown_keys
+    ]
     at = next((i + 1 for i, (_, name, _) in enumerate(base) if name == "overrides"), 0)
     base = base[:at] + swept + base[at:]
     extra = [c for c in reports.OPTIONAL_COLUMNS if c[1] in frame and not all(absent(v) for v in frame[c[1]])]
     # jobs that ran other code or packages (a Slurm sweep over nodes set up apart): say which, per job
-    extra += [(header, ENV_PREFIX + name, "{}") for header, name in (("code", "git_commit"), ("dirty", "git_dirty"),
-                                                                      ("packages", "packages_sha256"))
-              if len({str(v) for v in frame.get(ENV_PREFIX + name, []) if not absent(v) and v != ""}) > 1]
+    extra += [
+        (header, ENV_PREFIX + name, "{}")
+        for header, name in (("code", "git_commit"), ("dirty", "git_dirty"), ("packages", "packages_sha256"))
+        if len({str(v) for v in frame.get(ENV_PREFIX + name, []) if not absent(v) and v != ""}) > 1
+    ]
     return base[:-1] + extra + base[-1:]  # the error stays last
 
 
@@ -88,8 +96,11 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     """The report table as strings: one column per header, one row per run."""
     columns = columns_of(frame)
     blank = pd.Series([None] * len(frame), index=frame.index, dtype=object)
-    return pd.DataFrame({header: [cell(v, fmt) for v in frame.get(name, blank)] for header, name, fmt in columns},
-                        index=frame.index, dtype=object)
+    return pd.DataFrame(
+        {header: [cell(v, fmt) for v in frame.get(name, blank)] for header, name, fmt in columns},
+        index=frame.index,
+        dtype=object,
+    )
 
 
 def unfit_warning(frame: pd.DataFrame) -> str:
@@ -124,8 +135,9 @@ def render_markdown(shown: pd.DataFrame) -> str:
 def write_csv(frame: pd.DataFrame, path: Path) -> None:
     """job, status, overrides, error, then every figure any run has (sorted by name), unformatted;
     list- or dict-valued results (per-rank details) are left out."""
-    figures = sorted(c for c in metric_columns(frame)
-                     if any(not isinstance(v, (list, dict)) and not absent(v) for v in frame[c]))
+    figures = sorted(
+        c for c in metric_columns(frame) if any(not isinstance(v, (list, dict)) and not absent(v) for v in frame[c])
+    )
     out = frame[CSV_RUN_FIELDS + figures].astype(object)
     out = out.where(~out.map(absent), None)  # NaN (a figure this run lacks) -> an empty field
     out.to_csv(path, index=False, na_rep="", lineterminator="\r\n")
@@ -139,7 +151,9 @@ def write_html(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: s
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells[1:])
     figures = "".join(
         f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
-        f'{base64.b64encode(p.read_bytes()).decode()}"/></figure>' for p in images)
+        f'{base64.b64encode(p.read_bytes()).decode()}"/></figure>'
+        for p in images
+    )
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#eee}}
@@ -150,8 +164,9 @@ img{{max-width:100%}}figure{{display:inline-block;margin:1em}}</style></head>
 """)
 
 
-def write_markdown(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str,
-                   notes: Sequence[str] = ()) -> None:
+def write_markdown(
+    shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str, notes: Sequence[str] = ()
+) -> None:
     """The table, the notes (a worker sweep's pick) and links to the plots next to it."""
     said = "".join(f"{n}\n\n" for n in notes)
     links = "".join(f"![{p.stem}]({p.name})\n" for p in images)

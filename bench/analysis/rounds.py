@@ -58,8 +58,10 @@ class Ratio:
 
     def describe(self, name: str) -> str:
         rounds = " ".join(f"{r:.3f}" for r in self.per_round)
-        return (f"{name}/{self.other} {self.ratio:.3f} [95% {self.low:.3f}-{self.high:.3f}] "
-                f"{self.verdict} (rounds {rounds})")
+        return (
+            f"{name}/{self.other} {self.ratio:.3f} [95% {self.low:.3f}-{self.high:.3f}] "
+            f"{self.verdict} (rounds {rounds})"
+        )
 
 
 def ratio_of(ours: Sequence[float], theirs: Sequence[float], other: str = "baseline") -> Ratio:
@@ -96,14 +98,24 @@ class Rounds:
     def summary(self, unit: str, label: str = "") -> str:
         """One line per side (median and range), then one per ratio with its interval and verdict."""
         head = f"{label} " if label else ""
-        lines = [f"{head}{name}: median {figure(self.median(name))} {unit} "
-                 f"[{figure(min(values))}-{figure(max(values))}]" for name, values in self.figures.items()]
+        lines = [
+            f"{head}{name}: median {figure(self.median(name))} {unit} [{figure(min(values))}-{figure(max(values))}]"
+            for name, values in self.figures.items()
+        ]
         lines += [f"{head}{ratio.describe(self.names[0])}" for ratio in self.ratios().values()]
         return "\n".join(lines)
 
 
-def alternate(sides: Mapping[str, Measure], rounds: int, *, warmup: int = 1, before: Callable[[], None] = _nothing,
-              label: str = "", unit: str = "", echo: Callable[[str], None] = print) -> Rounds:
+def alternate(
+    sides: Mapping[str, Measure],
+    rounds: int,
+    *,
+    warmup: int = 1,
+    before: Callable[[], None] = _nothing,
+    label: str = "",
+    unit: str = "",
+    echo: Callable[[str], None] = print,
+) -> Rounds:
     """Measure every side `rounds` times twice, in A-B-B-A order, after `warmup` untimed passes."""
     if rounds < 1:
         raise ValueError(f"rounds={rounds}: at least 1 round is needed")

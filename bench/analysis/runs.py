@@ -22,17 +22,14 @@ from __future__ import annotations
 
 import json
 import math
-import os
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 import yaml
 
 from bench.errors import ReportError
-from bench.runtime.fitness import REASONS
 from bench.scenarios import report_class
 from bench.secrets import flatten
 
@@ -45,8 +42,13 @@ PROVENANCE = ("bench_version", "git_commit", "git_dirty", "packages_sha256")
 
 # Read back from MLflow, a run's names live in its params (metrics are numbers only): these
 # config keys give the columns a job dir's results carry under the short name.
-NAMED_IN_CONFIG = {"model.arch": "model", "precision.name": "precision", "distributed.scaling": "scaling",
-                   "distributed.name": "distributed", "data.name": "data"}
+NAMED_IN_CONFIG = {
+    "model.arch": "model",
+    "precision.name": "precision",
+    "distributed.scaling": "scaling",
+    "distributed.name": "distributed",
+    "data.name": "data",
+}
 
 
 @dataclass
@@ -84,30 +86,46 @@ def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
         row.update({CONFIG_PREFIX + key: value for key, value in record.config.items()})
         row.update({ENV_PREFIX + key: value for key, value in record.provenance.items()})
         # the run fields last: they win over a figure of the same name (none is named so today)
-        row.update(job=record.job, status=record.status, overrides=record.overrides, error=record.error,
-                   run_id=record.run_id, timeline=list(record.timeline), repeat_rates=list(record.repeat_rates),
-                   val_curve=list(record.val_curve))
+        row.update(
+            job=record.job,
+            status=record.status,
+            overrides=record.overrides,
+            error=record.error,
+            run_id=record.run_id,
+            timeline=list(record.timeline),
+            repeat_rates=list(record.repeat_rates),
+            val_curve=list(record.val_curve),
+        )
         rows.append(row)
     frame = pd.DataFrame(rows, dtype=object)
-    return frame.reindex(columns=_ordered(frame.columns))
+    return frame.reindex(columns=ordered_columns(frame.columns))
 
 
-def _ordered(columns: Sequence[str]) -> List[str]:
+def ordered_columns(columns: Sequence[str]) -> List[str]:
     """Run fields first, then the figures, then the config: a frame reads left to right."""
     rest = [c for c in columns if c not in RUN_FIELDS]
-    return [*RUN_FIELDS, *[c for c in rest if not c.startswith((CONFIG_PREFIX, ENV_PREFIX))],
-            *[c for c in rest if c.startswith(CONFIG_PREFIX)], *[c for c in rest if c.startswith(ENV_PREFIX)]]
+    return [
+        *RUN_FIELDS,
+        *[c for c in rest if not c.startswith((CONFIG_PREFIX, ENV_PREFIX))],
+        *[c for c in rest if c.startswith(CONFIG_PREFIX)],
+        *[c for c in rest if c.startswith(ENV_PREFIX)],
+    ]
 
 
 def metric_columns(frame: pd.DataFrame) -> List[str]:
     """The figures (not run fields, not config) that at least one run has."""
-    return [c for c in frame.columns if c not in RUN_FIELDS and not c.startswith((CONFIG_PREFIX, ENV_PREFIX))
-            and not all(absent(v) for v in frame[c])]
+    return [
+        c
+        for c in frame.columns
+        if c not in RUN_FIELDS
+        and not c.startswith((CONFIG_PREFIX, ENV_PREFIX))
+        and not all(absent(v) for v in frame[c])
+    ]
 
 
 def config_of(row: Mapping[str, Any]) -> Dict[str, str]:
     """The flattened config of one frame row, without the keys this run does not have."""
-    return {k[len(CONFIG_PREFIX):]: v for k, v in row.items() if k.startswith(CONFIG_PREFIX) and not absent(v)}
+    return {k[len(CONFIG_PREFIX) :]: v for k, v in row.items() if k.startswith(CONFIG_PREFIX) and not absent(v)}
 
 
 # ---- a multirun directory ---------------------------------------------------------------------
@@ -128,10 +146,18 @@ def read_job_dir(job_dir: Path) -> RunRecord:
         summary = json.loads(summary_path.read_text())
         config = summary["config"]
         reports = report_class(config.get("mode"))
-        return RunRecord(job_dir.name, "FINISHED", overrides, flatten_config(config), dict(summary["results"]),
-                         reports.timeline(job_dir), run_id=summary.get("mlflow_run_id"),
-                         val_curve=read_val_curve(job_dir), repeat_rates=reports.repeats(job_dir),
-                         provenance={k: v for k, v in summary.get("environment", {}).items() if k in PROVENANCE})
+        return RunRecord(
+            job_dir.name,
+            "FINISHED",
+            overrides,
+            flatten_config(config),
+            dict(summary["results"]),
+            reports.timeline(job_dir),
+            run_id=summary.get("mlflow_run_id"),
+            val_curve=read_val_curve(job_dir),
+            repeat_rates=reports.repeats(job_dir),
+            provenance={k: v for k, v in summary.get("environment", {}).items() if k in PROVENANCE},
+        )
     composed = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
     return RunRecord(job_dir.name, "FAILED", overrides, flatten_config(composed), {}, error=failure_reason(job_dir))
 
@@ -174,8 +200,10 @@ def failure_reason(job_dir: Path) -> str:
 def job_dirs(sweep_dir: Path) -> List[Path]:
     """The job dirs of a multirun (those holding .hydra/), in job order (2 before 10)."""
     if not sweep_dir.is_dir():
-        raise ReportError(f"--sweep {sweep_dir} is not a directory nor an MLflow run id: pass a multirun "
-                          f"directory (multirun/<date>/<time>) or the id of a sweep's parent run")
+        raise ReportError(
+            f"--sweep {sweep_dir} is not a directory nor an MLflow run id: pass a multirun "
+            f"directory (multirun/<date>/<time>) or the id of a sweep's parent run"
+        )
     found = sorted((p.parent for p in sweep_dir.glob("*/.hydra")), key=lambda p: (len(p.name), p.name))
     if not found:
         raise ReportError(f"--sweep {sweep_dir} holds no job directories (no */.hydra): pass a multirun directory")
@@ -185,98 +213,3 @@ def job_dirs(sweep_dir: Path) -> List[Path]:
 def read_sweep_dir(sweep_dir: Path) -> pd.DataFrame:
     """The frame of a multirun dir: one row per job, successful or not."""
     return frame_from_records([read_job_dir(job_dir) for job_dir in job_dirs(sweep_dir)])
-
-
-# ---- an MLflow parent run ---------------------------------------------------------------------
-
-
-@contextmanager
-def _tracking_uri(uri: str) -> Iterator[None]:
-    """mlflow.search_runs reads the global tracking URI (and set_tracking_uri exports it as
-    MLFLOW_TRACKING_URI): point both at `uri` for the call only, then put back what was there."""
-    import mlflow
-
-    env_before = os.environ.get("MLFLOW_TRACKING_URI")
-    set_before = mlflow.get_tracking_uri() if mlflow.is_tracking_uri_set() else None
-    if set_before == env_before:
-        set_before = None  # it is the environment's, which comes back below
-    mlflow.set_tracking_uri(uri)
-    try:
-        yield
-    finally:
-        mlflow.set_tracking_uri(set_before)  # type: ignore[arg-type]  # None: back to "not set" (mlflow's code takes it)
-        if env_before is None:
-            os.environ.pop("MLFLOW_TRACKING_URI", None)
-        else:
-            os.environ["MLFLOW_TRACKING_URI"] = env_before
-
-
-def read_mlflow_sweep(parent_run_id: str, tracking_uri: str, single: bool = False,
-                      argument: str = "--sweep") -> pd.DataFrame:
-    """The frame of a sweep's child runs (oldest first): metrics.* become the figures,
-    params.* the config, the sweep.job / overrides / error tags the run fields. `single`: a run
-    without children is a frame of its own one row (bench.tools.compare takes either)."""
-    import mlflow
-
-    client = mlflow.MlflowClient(tracking_uri=tracking_uri)
-    try:
-        parent = client.get_run(parent_run_id)
-    except Exception as exc:  # mlflow raises its own exception types per store
-        raise ReportError(f"{argument} {parent_run_id} is neither a directory nor a run in the MLflow store at "
-                          f"{tracking_uri} ({type(exc).__name__})") from None
-    with _tracking_uri(tracking_uri):
-        runs = mlflow.search_runs(experiment_ids=[parent.info.experiment_id],
-                                  filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
-                                  order_by=["attributes.start_time ASC"], max_results=10000, output_format="pandas")
-        if runs.empty and single:
-            runs = mlflow.search_runs(experiment_ids=[parent.info.experiment_id], output_format="pandas",
-                                      filter_string=f"attributes.run_id = '{parent_run_id}'")
-    if runs.empty:
-        raise ReportError(f"MLflow run {parent_run_id} has no child runs: pass the parent run of a sweep")
-    modes = runs["params.mode"] if "params.mode" in runs else [None] * len(runs)  # None: recorded before modes
-
-    def series(run_id: str, name: Optional[str]) -> List[float]:
-        return [m.value for m in sorted(client.get_metric_history(run_id, name), key=lambda m: m.step)] if name else []
-
-    timelines = [series(run_id, report_class(mode).TIMELINE_METRIC)
-                 for run_id, mode in zip(runs["run_id"], modes, strict=True)]
-    repeats = [series(run_id, report_class(mode).REPEATS_METRIC)
-               for run_id, mode in zip(runs["run_id"], modes, strict=True)]
-    curves = [_mlflow_val_curve(client, run_id) for run_id in runs["run_id"]]
-    return _frame_from_search(runs.astype(object).reset_index(drop=True), timelines, curves, repeats)
-
-
-def _mlflow_val_curve(client: Any, run_id: str) -> List[Tuple[float, float]]:
-    """(wall seconds, val top-1) per evaluated epoch, from the per-epoch series the training
-    report logs (step = epoch; step 0 is the final figure)."""
-    def by_epoch(name: str) -> dict:
-        return {m.step: m.value for m in client.get_metric_history(run_id, name) if m.step > 0}
-
-    walls, top1 = by_epoch("epoch_wall_seconds"), by_epoch("val_top1")
-    return [(walls[e], top1[e]) for e in sorted(walls) if e in top1]
-
-
-def _frame_from_search(runs: pd.DataFrame, timelines: List[List[float]],
-                       curves: List[List[Tuple[float, float]]], repeats: List[List[float]]) -> pd.DataFrame:
-    def column(name: str) -> pd.Series:
-        return runs[name] if name in runs else pd.Series([None] * len(runs), index=runs.index, dtype=object)
-
-    def text(name: str) -> pd.Series:
-        return column(name).map(lambda v: "" if absent(v) else v)
-
-    metrics = runs.filter(regex=r"^metrics\.").rename(columns=lambda c: c[len("metrics."):])
-    config = runs.filter(regex=r"^params\.").rename(columns=lambda c: CONFIG_PREFIX + c[len("params."):])
-    for key, name in NAMED_IN_CONFIG.items():
-        if name not in metrics:
-            metrics[name] = text("params." + key)
-    if "tags.bench.fit_reasons" in runs:  # a string: a tag, not a metric (bench.runtime.fit_watch)
-        metrics[REASONS] = text("tags.bench.fit_reasons")
-    job = column("tags.sweep.job").where(~column("tags.sweep.job").map(absent), column("tags.mlflow.runName"))
-    fields = pd.DataFrame({"job": job, "status": runs["status"], "overrides": text("tags.overrides"),
-                           "error": text("tags.error"), "run_id": runs["run_id"], "timeline": timelines,
-                           "repeat_rates": repeats, "val_curve": curves},
-                          index=runs.index, dtype=object)
-    provenance = pd.DataFrame({ENV_PREFIX + k: text("tags.env." + k) for k in PROVENANCE}, index=runs.index,
-                              dtype=object)
-    frame = pd.concat([fields, metrics, config, provenance], axis=1).astype(object)
-    return frame.reindex(columns=_ordered(frame.columns))

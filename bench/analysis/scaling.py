@@ -16,8 +16,16 @@ import pandas as pd
 from bench.analysis.runs import config_of
 
 # Keys that say how many processes ran, or where things went: not part of "the same configuration".
-NOT_CONFIGURATION = ("distributed.nproc_per_node", "distributed.nnodes", "distributed.name",
-                     "distributed.node_rank", "distributed.rdzv_endpoint", "tracking.", "storage.root")
+NOT_CONFIGURATION = (
+    "distributed.nproc_per_node",
+    "distributed.nnodes",
+    "distributed.name",
+    "distributed.node_rank",
+    "distributed.rdzv_endpoint",
+    "tracking.",
+    "storage.root",
+)
+
 
 def configuration_key(row: Mapping[str, Any]) -> tuple:
     """What a run measured, minus process counts and locations: equal keys, comparable runs."""
@@ -49,8 +57,12 @@ def add_scaling(frame: pd.DataFrame) -> pd.DataFrame:
     baseline = baseline_throughput.groupby(configuration_keys(scaled).map(repr)).transform("last")
     speedup = (throughput / baseline).where(finished & baseline.notna() & baseline.ne(0))
     wait_percent = (100.0 * _numbers(scaled, "data_wait_fraction")).where(finished)
-    figures = {"data_wait_percent": wait_percent, "speedup": speedup,
-               "scaling_efficiency": speedup / processes, "scaling_efficiency_percent": 100.0 * speedup / processes}
+    figures = {
+        "data_wait_percent": wait_percent,
+        "speedup": speedup,
+        "scaling_efficiency": speedup / processes,
+        "scaling_efficiency_percent": 100.0 * speedup / processes,
+    }
     for name, values in figures.items():
         scaled[name] = values.astype(object).where(values.notna(), None)
     return scaled

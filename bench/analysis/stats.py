@@ -32,6 +32,7 @@ def rate(amount: float, seconds: float) -> Optional[float]:
 
 class StepTimeStats(TypedDict, total=False):
     """step_time_stats' figures: the step-time fields of a training record, by name."""
+
     step_time_ms_mean: float
     step_time_ms_p50: Optional[float]
     step_time_ms_p95: Optional[float]

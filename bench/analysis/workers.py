@@ -37,9 +37,11 @@ class WorkerPick:
     def sentence(self) -> str:
         where = f" ({self.group})" if self.group else ""
         wait = f", data wait {self.pick.data_wait_percent:.1f}%" if self.pick.data_wait_percent is not None else ""
-        return (f"data.num_workers{where}: {self.pick.workers} is the smallest count within {100 * WITHIN:g}% of the "
-                f"best ({self.best.workers} workers: {self.best.images_per_second:.1f} images/s); "
-                f"{self.pick.workers} gives {self.pick.images_per_second:.1f} images/s{wait}")
+        return (
+            f"data.num_workers{where}: {self.pick.workers} is the smallest count within {100 * WITHIN:g}% of the "
+            f"best ({self.best.workers} workers: {self.best.images_per_second:.1f} images/s); "
+            f"{self.pick.workers} gives {self.pick.images_per_second:.1f} images/s{wait}"
+        )
 
 
 def _count(value: Any) -> Optional[int]:
@@ -51,8 +53,14 @@ def _count(value: Any) -> Optional[int]:
 
 
 def _other_swept(frame: "pd.DataFrame") -> List[str]:
-    return sorted(c for c in frame.columns if c.startswith(CONFIG_PREFIX) and c != WORKERS
-                  and not c[len(CONFIG_PREFIX):].startswith(NOISE) and frame[c].map(str).nunique() > 1)
+    return sorted(
+        c
+        for c in frame.columns
+        if c.startswith(CONFIG_PREFIX)
+        and c != WORKERS
+        and not c[len(CONFIG_PREFIX) :].startswith(NOISE)
+        and frame[c].map(str).nunique() > 1
+    )
 
 
 def worker_picks(frame: "pd.DataFrame") -> List[WorkerPick]:
@@ -70,7 +78,7 @@ def worker_picks(frame: "pd.DataFrame") -> List[WorkerPick]:
             continue
         wait = row.get(WAIT_COLUMN)
         point = Point(workers, float(row[figure]), None if absent(wait) else 100.0 * float(wait))
-        group = " ".join(f"{c[len(CONFIG_PREFIX):]}={row.get(c)}" for c in others)
+        group = " ".join(f"{c[len(CONFIG_PREFIX) :]}={row.get(c)}" for c in others)
         groups.setdefault(group, []).append(point)
     picks = []
     for group, points in sorted(groups.items()):
@@ -97,14 +105,31 @@ def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> Optional[Pat
     for pick in picks:
         label = pick.group or "images/s"
         ax.plot([p.workers for p in pick.points], [p.images_per_second for p in pick.points], marker="o", label=label)
-        ax.plot([pick.pick.workers], [pick.pick.images_per_second], marker="o", markersize=14, fillstyle="none",
-                color="black", linestyle="none", label=f"the pick: {pick.pick.workers} workers")
+        ax.plot(
+            [pick.pick.workers],
+            [pick.pick.images_per_second],
+            marker="o",
+            markersize=14,
+            fillstyle="none",
+            color="black",
+            linestyle="none",
+            label=f"the pick: {pick.pick.workers} workers",
+        )
         waits = [(p.workers, p.data_wait_percent) for p in pick.points if p.data_wait_percent is not None]
         if waits:
-            wait_ax.plot([w for w, _ in waits], [p for _, p in waits], linestyle="--", marker="x", alpha=0.6,
-                         label=f"data wait % ({label})")
-    ax.set(title=f"Throughput and data wait vs loader workers ({title})", xlabel="data.num_workers",
-           ylabel="Throughput (images/s)")
+            wait_ax.plot(
+                [w for w, _ in waits],
+                [p for _, p in waits],
+                linestyle="--",
+                marker="x",
+                alpha=0.6,
+                label=f"data wait % ({label})",
+            )
+    ax.set(
+        title=f"Throughput and data wait vs loader workers ({title})",
+        xlabel="data.num_workers",
+        ylabel="Throughput (images/s)",
+    )
     wait_ax.set_ylabel("Data wait (% of the window)")
     ax.set_xticks(counts, [str(c) for c in counts])
     top = max(p.images_per_second for pick in picks for p in pick.points)

@@ -58,8 +58,16 @@ class Checks:
             if value is None or value < 0:
                 self._fail(name, "a number >= 0" + (" or null" if optional else ""))
 
-    def between(self, name: str, low: float, high: float, accepted: str, *, include_low: bool = False,
-                include_high: bool = False) -> None:
+    def between(
+        self,
+        name: str,
+        low: float,
+        high: float,
+        accepted: str,
+        *,
+        include_low: bool = False,
+        include_high: bool = False,
+    ) -> None:
         value = getattr(self, name)
         above = value >= low if include_low else value > low
         below = value <= high if include_high else value < high

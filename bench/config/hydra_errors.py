@@ -41,8 +41,13 @@ def one_line(exc: BaseException) -> str:
     cause = str(exc.__cause__) if exc.__cause__ is not None else ""
     needs_submitit = _NEEDS_SUBMITIT.search(text)
     if needs_submitit:
-        return str(ConfigError("hydra/launcher", needs_submitit.group(1), "where hydra-submitit-launcher is "
-                               "installed (pip install 'bench[slurm]'), and it is not"))
+        return str(
+            ConfigError(
+                "hydra/launcher",
+                needs_submitit.group(1),
+                "where hydra-submitit-launcher is installed (pip install 'bench[slurm]'), and it is not",
+            )
+        )
     missing = _MISSING_OPTION.search(text)
     if missing:
         group, option = missing.groups()
@@ -54,8 +59,14 @@ def one_line(exc: BaseException) -> str:
     if not_in_defaults:  # `experiment=x`: a group that is not in the defaults list is added with +
         group = not_in_defaults.group(1)
         value = _given(group)
-        return str(ConfigError(group, value, f"+{group}={value if value is not None else '<name>'}: {group} is not in "
-                               "the defaults list, so it is added with a leading +"))
+        return str(
+            ConfigError(
+                group,
+                value,
+                f"+{group}={value if value is not None else '<name>'}: {group} is not in "
+                "the defaults list, so it is added with a leading +",
+            )
+        )
     appended = _APPEND_HINT.search(text)  # "Could not override 'data.x'. To append ... use +data.x=8"
     reworded = _value_error(cause or text, appended.group(2) if appended else None)
     if reworded:
@@ -66,11 +77,15 @@ def one_line(exc: BaseException) -> str:
     if text.startswith("Ambiguous value"):
         return f"{_first_line(text)}: to sweep over it add -m (--multirun); for a list write key=[a,b]"
     if "LexerNoViableAltException" in text:  # a character the override grammar has no token for
-        return f"a command-line override could not be parsed ({_first_line(text)}): quote a value that holds " \
-               "spaces or special characters, e.g. 'tracking.run_name=\"my run!\"'"
+        return (
+            f"a command-line override could not be parsed ({_first_line(text)}): quote a value that holds "
+            "spaces or special characters, e.g. 'tracking.run_name=\"my run!\"'"
+        )
     if "no viable alternative" in text or "mismatched input" in text or "extraneous input" in text:
-        return f"a command-line override could not be parsed ({_first_line(text)}): see " \
-               "https://hydra.cc/docs/advanced/override_grammar/basic"
+        return (
+            f"a command-line override could not be parsed ({_first_line(text)}): see "
+            "https://hydra.cc/docs/advanced/override_grammar/basic"
+        )
     detail = _first_line(text) + (f" ({_first_line(cause)})" if cause else "")
     return f"the config could not be composed: {detail}"
 
@@ -123,8 +138,10 @@ def unquoted_space(args: List[str]) -> Optional[str]:
         if "=" in arg or arg.startswith("-") or "=" not in before or before.startswith("-"):
             continue
         key, value = before.split("=", 1)
-        return (f"{arg!r} is not an override (key=value): it follows {before!r}. A value with a space must be "
-                f"quoted, e.g. '{key}=\"{value} {arg}\"' (quotes for the shell and for Hydra)")
+        return (
+            f"{arg!r} is not an override (key=value): it follows {before!r}. A value with a space must be "
+            f"quoted, e.g. '{key}=\"{value} {arg}\"' (quotes for the shell and for Hydra)"
+        )
     return None
 
 
@@ -148,8 +165,12 @@ def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
         sys.exit(EXIT_CONFIG)
     except OSError as exc:  # Hydra could not make the run's directory or write .hydra/ there
         where = exc.filename or _run_dir_named_in(sys.argv[1:])
-        print(f"[ERROR] cannot write the run directory: {where}: {exc.strerror or exc} (set hydra.run.dir, "
-              "or hydra.sweep.dir for -m, to a writable directory with free space)", file=sys.stderr, flush=True)
+        print(
+            f"[ERROR] cannot write the run directory: {where}: {exc.strerror or exc} (set hydra.run.dir, "
+            "or hydra.sweep.dir for -m, to a writable directory with free space)",
+            file=sys.stderr,
+            flush=True,
+        )
         sys.exit(EXIT_CONFIG)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)
@@ -159,5 +180,5 @@ def _run_dir_named_in(args: List[str]) -> str:
     """The output directory a command line asks for (a write error does not name its file)."""
     sweep = any(arg in ("-m", "--multirun") for arg in args)
     key = "hydra.sweep.dir=" if sweep else "hydra.run.dir="
-    named = [arg[len(key):] for arg in args if arg.startswith(key)]
+    named = [arg[len(key) :] for arg in args if arg.startswith(key)]
     return named[-1] if named else ("multirun/<date>/<time>" if sweep else "outputs/<date>/<time>")

@@ -12,8 +12,10 @@ from typing import List
 
 from bench.errors import ConfigError
 
-ACCEPTED = ('"epoch,size,batch;..." with increasing epochs starting at 0 and positive sizes and batches, '
-            'e.g. "0,128,512;5,160,384;10,192,320;15,224,256"')
+ACCEPTED = (
+    '"epoch,size,batch;..." with increasing epochs starting at 0 and positive sizes and batches, '
+    'e.g. "0,128,512;5,160,384;10,192,320;15,224,256"'
+)
 
 
 @dataclass(frozen=True)

@@ -79,8 +79,9 @@ class BenchmarkConfig(Checks):
         self.non_negative("warmup_steps")
         self.positive("log_every", "repeats", "breakdown_steps")
         if self.breakdown_steps > MAX_BREAKDOWN_STEPS:
-            self._fail("breakdown_steps",
-                       f"1 to {MAX_BREAKDOWN_STEPS} (steps of the synchronised pass after the window)")
+            self._fail(
+                "breakdown_steps", f"1 to {MAX_BREAKDOWN_STEPS} (steps of the synchronised pass after the window)"
+            )
         self.positive("measure_steps", optional=True)
         self.positive("measure_seconds", optional=True, integer=False)
         self.non_negative("require_fit_wait_s")

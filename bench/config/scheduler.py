@@ -42,11 +42,16 @@ class SchedulerConfig(Checks):
     def __post_init__(self) -> None:
         if self.warmup_steps is not None:
             if self.lr_warmup_steps:  # both spellings: which one wins would be a guess
-                self._fail("warmup_steps", f"null when scheduler.lr_warmup_steps={self.lr_warmup_steps} is set too "
-                           "(scheduler.warmup_steps is the deprecated name of scheduler.lr_warmup_steps: "
-                           "set only that)")
-            log.warning("scheduler.warmup_steps is deprecated: use scheduler.lr_warmup_steps (same meaning; "
-                        "benchmark.warmup_steps is the unmeasured steps before the window)")
+                self._fail(
+                    "warmup_steps",
+                    f"null when scheduler.lr_warmup_steps={self.lr_warmup_steps} is set too "
+                    "(scheduler.warmup_steps is the deprecated name of scheduler.lr_warmup_steps: "
+                    "set only that)",
+                )
+            log.warning(
+                "scheduler.warmup_steps is deprecated: use scheduler.lr_warmup_steps (same meaning; "
+                "benchmark.warmup_steps is the unmeasured steps before the window)"
+            )
             self.lr_warmup_steps, self.warmup_steps = self.warmup_steps, None
         self.non_negative("lr_warmup_steps", "min_lr")
         self.positive("gamma", integer=False)

@@ -69,9 +69,12 @@ class BenchConfig(Checks):
         self.positive("cpu_threads", optional=True)
         world = self.distributed.world_size
         if self.distributed.scaling == Scaling.strong and self.data.batch_size % world:
-            raise self.data._error("batch_size", f"a multiple of the process count ({world}) with "
-                                   "distributed.scaling=strong (it is the global batch, "
-                                   "split evenly over the processes)")
+            raise self.data._error(
+                "batch_size",
+                f"a multiple of the process count ({world}) with "
+                "distributed.scaling=strong (it is the global batch, "
+                "split evenly over the processes)",
+            )
         if self.storage.save_checkpoint or self.checkpoint.every_epochs or self.train.resume:
             self.storage.check_bucket()
         self._check_cosine_floor()
@@ -80,9 +83,11 @@ class BenchConfig(Checks):
     def _check_cosine_floor(self) -> None:
         scheduler = self.scheduler
         if scheduler.name == "cosine" and not scheduler.scale_lr and scheduler.min_lr > self.optimizer.lr:
-            raise ConfigError("scheduler.min_lr", scheduler.min_lr,
-                              f"a floor at most optimizer.lr={self.optimizer.lr:g} "
-                              "(cosine decays from lr down to min_lr)")
+            raise ConfigError(
+                "scheduler.min_lr",
+                scheduler.min_lr,
+                f"a floor at most optimizer.lr={self.optimizer.lr:g} (cosine decays from lr down to min_lr)",
+            )
 
 
 def register_configs() -> None:

@@ -83,16 +83,22 @@ class StorageLocation(Checks):
         parsed = urlparse(self.endpoint)
         if parsed.username or parsed.password:
             # the config is logged to MLflow and saved in .hydra/: credentials come from AWS_* / the profile
-            self._fail("endpoint", "a URL without user:password (set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY "
-                                   "or AWS_PROFILE instead)", "<hidden: it carries credentials>")
+            self._fail(
+                "endpoint",
+                "a URL without user:password (set AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE instead)",
+                "<hidden: it carries credentials>",
+            )
         if parsed.scheme not in ("http", "https") or not parsed.hostname:
             self._fail("endpoint", "an http:// or https:// URL such as http://minio:9000, or null for AWS")
 
     def check_bucket(self) -> None:
         """storage=s3 with something to store (the storage benchmark, or checkpoints) needs a bucket."""
         if self.name == StorageName.s3 and not BUCKET_NAME.match(self.bucket or ""):
-            self._fail("bucket", "a bucket name (no '/': put paths in storage.prefix) with storage=s3 "
-                                 "(mode=storage or storage.save_checkpoint=true)")
+            self._fail(
+                "bucket",
+                "a bucket name (no '/': put paths in storage.prefix) with storage=s3 "
+                "(mode=storage or storage.save_checkpoint=true)",
+            )
 
 
 @dataclass

@@ -108,12 +108,27 @@ class StorageWorkloadConfig(Checks):
     checkpoint_keep: bool = False  # leave the checkpoints on the store (false: each is deleted once read back)
 
     def __post_init__(self) -> None:
-        self.positive("num_files", "samples_per_file", "record_size", "batch_size", "read_threads", "epochs",
-                      "checkpoint_count", "eval_every_epochs")
-        self.positive("max_steps", "transfer_size", "shuffle_buffer", "eval_batch_size", "checkpoint_every_steps",
-                      optional=True)
-        self.non_negative("record_size_stdev", "prefetch", "computation_time", "checkpoint_size_mb", "eval_num_files",
-                          "eval_computation_time")
+        self.positive(
+            "num_files",
+            "samples_per_file",
+            "record_size",
+            "batch_size",
+            "read_threads",
+            "epochs",
+            "checkpoint_count",
+            "eval_every_epochs",
+        )
+        self.positive(
+            "max_steps", "transfer_size", "shuffle_buffer", "eval_batch_size", "checkpoint_every_steps", optional=True
+        )
+        self.non_negative(
+            "record_size_stdev",
+            "prefetch",
+            "computation_time",
+            "checkpoint_size_mb",
+            "eval_num_files",
+            "eval_computation_time",
+        )
         self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", include_high=True)
         self._check_bounds()
         self.shuffle = self._shuffle_mode().value
@@ -125,14 +140,24 @@ class StorageWorkloadConfig(Checks):
     def _check_bounds(self) -> None:
         if _number(self.read_threads) and self.read_threads > MAX_THREADS:
             self._fail("read_threads", f"an integer in [1, {MAX_THREADS}] (reader threads per simulated accelerator)")
-        if (self.record_size_stdev is not None and self.record_size is not None
-                and _number(self.record_size_stdev, self.record_size) and self.record_size_stdev > self.record_size):
-            self._fail("record_size_stdev", f"an integer in [0, record_size={self.record_size}] (record sizes "
-                                            "are drawn from N(record_size, stdev); a wider spread is mostly 1-byte "
-                                            "records)")
+        if (
+            self.record_size_stdev is not None
+            and self.record_size is not None
+            and _number(self.record_size_stdev, self.record_size)
+            and self.record_size_stdev > self.record_size
+        ):
+            self._fail(
+                "record_size_stdev",
+                f"an integer in [0, record_size={self.record_size}] (record sizes "
+                "are drawn from N(record_size, stdev); a wider spread is mostly 1-byte "
+                "records)",
+            )
         if self.transfer_size is not None and _number(self.transfer_size) and self.transfer_size > MAX_TRANSFER_SIZE:
-            self._fail("transfer_size", f"an integer in [1, {MAX_TRANSFER_SIZE}] or null (2 GiB - 4 KiB: the most one "
-                                        "read call returns on Linux; null reads one record per call)")
+            self._fail(
+                "transfer_size",
+                f"an integer in [1, {MAX_TRANSFER_SIZE}] or null (2 GiB - 4 KiB: the most one "
+                "read call returns on Linux; null reads one record per call)",
+            )
 
     def _shuffle_mode(self) -> Shuffle:
         value = str(self.shuffle).lower()
@@ -176,10 +201,15 @@ class StorageBenchmarkConfig(Checks):
         if self.clients is not None:
             # both spellings set: which one wins would be a guess
             if self.accelerators != StorageBenchmarkConfig.accelerators:
-                self._fail("clients", f"null when storage.accelerators={self.accelerators} is set too "
-                           "(storage.clients is the deprecated name of storage.accelerators: set only that)")
-            log.warning("storage.clients is deprecated: use storage.accelerators (same meaning: simulated "
-                        "accelerators; storage.client is the S3 library)")
+                self._fail(
+                    "clients",
+                    f"null when storage.accelerators={self.accelerators} is set too "
+                    "(storage.clients is the deprecated name of storage.accelerators: set only that)",
+                )
+            log.warning(
+                "storage.clients is deprecated: use storage.accelerators (same meaning: simulated "
+                "accelerators; storage.client is the S3 library)"
+            )
             self.accelerators, self.clients = self.clients, None
         self.positive("accelerators", "prepare_workers", "runs")
         if _number(self.prepare_workers) and self.prepare_workers > MAX_THREADS:
@@ -189,8 +219,11 @@ class StorageBenchmarkConfig(Checks):
         if not self.workload.checkpoint_only:
             self.check_clients(self.accelerators, "storage.accelerators")
         if not _inside(self.dataset_dir):
-            self._fail("dataset_dir", "a relative path inside storage.root (or the bucket's prefix), without '..': "
-                                      "storage.root is the one key that chooses where")
+            self._fail(
+                "dataset_dir",
+                "a relative path inside storage.root (or the bucket's prefix), without '..': "
+                "storage.root is the one key that chooses where",
+            )
 
     def check_clients(self, clients: int, key: str) -> None:
         """Each of `clients` simulated accelerators (processes, or torch.distributed ranks) reads its
@@ -198,14 +231,21 @@ class StorageBenchmarkConfig(Checks):
         would be measured and every figure would be empty."""
         workload = self.workload
         if clients > workload.num_files:
-            raise ConfigError(key, clients, f"at most storage.workload.num_files={workload.num_files} "
-                                            "(each simulated accelerator reads its own files)")
+            raise ConfigError(
+                key,
+                clients,
+                f"at most storage.workload.num_files={workload.num_files} "
+                "(each simulated accelerator reads its own files)",
+            )
         samples = (workload.num_files // clients) * workload.samples_per_file  # the smallest share
         steps = workload.epochs * -(-samples // workload.batch_size)
         if workload.max_steps is not None:
             steps = min(steps, workload.max_steps)
         if workload.batch_size > samples or steps < 2:
-            self.workload._fail("batch_size", f"at most {samples // 2 if workload.epochs == 1 else samples} "
-                                f"(each of the {clients} simulated accelerators reads {samples} samples per "
-                                f"epoch x {workload.epochs} epochs; its first step is warm-up, so it needs 2 steps "
-                                "or more to measure anything)")
+            self.workload._fail(
+                "batch_size",
+                f"at most {samples // 2 if workload.epochs == 1 else samples} "
+                f"(each of the {clients} simulated accelerators reads {samples} samples per "
+                f"epoch x {workload.epochs} epochs; its first step is warm-up, so it needs 2 steps "
+                "or more to measure anything)",
+            )

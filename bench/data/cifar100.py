@@ -38,9 +38,14 @@ PAD = 4
 
 # What a CIFAR-100 python pickle holds: dicts, lists, bytes, numbers and numpy arrays. Any other
 # global a pickle asks for (os.system, subprocess.Popen, ...) is code, and is refused unloaded.
-ARRAY_GLOBALS = {("numpy.core.multiarray", "_reconstruct"), ("numpy._core.multiarray", "_reconstruct"),
-                 ("numpy", "ndarray"), ("numpy", "dtype"), ("numpy.core.multiarray", "scalar"),
-                 ("numpy._core.multiarray", "scalar")}
+ARRAY_GLOBALS = {
+    ("numpy.core.multiarray", "_reconstruct"),
+    ("numpy._core.multiarray", "_reconstruct"),
+    ("numpy", "ndarray"),
+    ("numpy", "dtype"),
+    ("numpy.core.multiarray", "scalar"),
+    ("numpy._core.multiarray", "scalar"),
+}
 
 
 class UnsafePickle(Exception):
@@ -61,8 +66,10 @@ def _unpickle(path: str) -> dict:
     except OSError as exc:
         raise DataError(f"cannot read {path}: {exc.strerror or exc}") from None
     except UnsafePickle as exc:
-        raise DataError(f"{path} is refused: it asks for {exc}, which a CIFAR-100 file never holds "
-                        "(only arrays, lists and numbers are read from it)") from None
+        raise DataError(
+            f"{path} is refused: it asks for {exc}, which a CIFAR-100 file never holds "
+            "(only arrays, lists and numbers are read from it)"
+        ) from None
     except Exception as exc:  # any unpickling failure means: not a CIFAR file
         raise DataError(f"{path} is not a CIFAR-100 python pickle ({type(exc).__name__}: {exc})") from None
 
@@ -76,13 +83,18 @@ def load_cifar100(root: str, split: str) -> Tuple[np.ndarray, np.ndarray, List[s
     data = np.asarray(batch[b"data"], dtype=np.uint8)
     labels = np.asarray(batch[b"fine_labels"], dtype=np.int64)
     if data.ndim != 2 or data.shape[1] != 3 * NATIVE * NATIVE or len(labels) != len(data):
-        raise DataError(f"{path} holds data of shape {data.shape} with {len(labels)} labels: "
-                        f"expected N x {3 * NATIVE * NATIVE} uint8 and N labels")
+        raise DataError(
+            f"{path} holds data of shape {data.shape} with {len(labels)} labels: "
+            f"expected N x {3 * NATIVE * NATIVE} uint8 and N labels"
+        )
     if not len(data):
         raise DataError(f"{path} holds no images")
     meta_path = os.path.join(root, "meta")
-    names = ([n.decode() for n in _unpickle(meta_path)[b"fine_label_names"]] if os.path.isfile(meta_path)
-             else [str(i) for i in range(int(labels.max()) + 1)])
+    names = (
+        [n.decode() for n in _unpickle(meta_path)[b"fine_label_names"]]
+        if os.path.isfile(meta_path)
+        else [str(i) for i in range(int(labels.max()) + 1)]
+    )
     # stored as rows of R plane, G plane, B plane: make it NHWC once
     images = np.ascontiguousarray(data.reshape(-1, 3, NATIVE, NATIVE).transpose(0, 2, 3, 1))
     return images, labels, names
@@ -102,7 +114,7 @@ class Cifar100Batches(BatchDataset):
             padded = np.pad(picked, ((0, 0), (PAD, PAD), (PAD, PAD), (0, 0)))
             for slot in range(len(indices)):
                 top, left = self.rng.randint(0, 2 * PAD), self.rng.randint(0, 2 * PAD)
-                crop = padded[slot, top:top + NATIVE, left:left + NATIVE]
+                crop = padded[slot, top : top + NATIVE, left : left + NATIVE]
                 picked[slot] = crop[:, ::-1] if self.rng.random() < 0.5 else crop
         images, labels, release = empty_batch(len(indices), self.size)
         resize_batch_into(images, torch.from_numpy(picked))
@@ -110,8 +122,15 @@ class Cifar100Batches(BatchDataset):
         return images, labels, [], release
 
 
-def cifar100_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
-                     rank: int = 0, world_size: int = 1, storage: StorageLocation | None = None) -> Iterator[Batch]:
+def cifar100_batches(
+    cfg: DataConfig,
+    device: torch.device,
+    memory_format: torch.memory_format,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    storage: StorageLocation | None = None,
+) -> Iterator[Batch]:
     images, labels, names = load_cifar100(cfg.dataset_root, cfg.split)
     classes = max(len(names), int(labels.max()) + 1)
     check_class_count(classes, cfg.dataset_root, cfg.num_classes)
@@ -123,8 +142,9 @@ def cifar100_batches(cfg: DataConfig, device: torch.device, memory_format: torch
     return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)
 
 
-def cifar100_val_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format,
-                         rank: int = 0, world_size: int = 1) -> DeviceBatches:
+def cifar100_val_batches(
+    cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, rank: int = 0, world_size: int = 1
+) -> DeviceBatches:
     """The test split, unaugmented, this rank's share of it."""
     images, labels, _names = load_cifar100(cfg.dataset_root, "val")
     dataset = Cifar100Batches(images, labels, cfg.image_size, False, 0, rank)

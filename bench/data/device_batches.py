@@ -31,8 +31,10 @@ def _cycle(passes: Callable[[int], Iterable[HostBatch]], start: int = 0) -> Gene
             batches += 1
             yield batch
         if not batches:
-            raise DataError("the dataset yielded no batch in a whole pass: too few images for "
-                            "data.batch_size, data.num_workers and the number of processes")
+            raise DataError(
+                "the dataset yielded no batch in a whole pass: too few images for "
+                "data.batch_size, data.num_workers and the number of processes"
+            )
 
 
 class DeviceBatches(Iterator):
@@ -41,8 +43,14 @@ class DeviceBatches(Iterator):
 
     restartable = True  # passes(epoch) gives that epoch's order (map-style datasets)
 
-    def __init__(self, passes: Callable[[int], Iterable[HostBatch]], facts: Dict[str, Any], cfg: DataConfig,
-                 device: torch.device, memory_format: torch.memory_format):
+    def __init__(
+        self,
+        passes: Callable[[int], Iterable[HostBatch]],
+        facts: Dict[str, Any],
+        cfg: DataConfig,
+        device: torch.device,
+        memory_format: torch.memory_format,
+    ):
         self.facts = {**facts, "corrupt_skipped": 0}  # the trainer reports these with the run
         self._strict = bool(cfg.strict)
         self._device, self._memory_format = device, memory_format

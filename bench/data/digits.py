@@ -34,9 +34,12 @@ def check_options(dst: str, val_fraction: float, size: int, image_format: str, s
     # every class needs an image in each split: train_test_split wants >= CLASSES on both sides
     low, high = CLASSES / IMAGES, 1 - CLASSES / IMAGES
     if not (math.isfinite(val_fraction) and low <= val_fraction <= high):
-        raise ConfigError("--val-fraction", val_fraction,
-                          f"a fraction from {math.ceil(low * 1000) / 1000:g} to {math.floor(high * 1000) / 1000:g} "
-                          f"(at least one image of each class in train and in val)")
+        raise ConfigError(
+            "--val-fraction",
+            val_fraction,
+            f"a fraction from {math.ceil(low * 1000) / 1000:g} to {math.floor(high * 1000) / 1000:g} "
+            f"(at least one image of each class in train and in val)",
+        )
     if image_format not in FORMATS:
         raise ConfigError("--format", image_format, " or ".join(FORMATS))
     if os.path.exists(dst) and not os.path.isdir(dst):
@@ -54,16 +57,19 @@ def read_manifest(dst: str) -> Dict[str, Any] | None:
 
 
 def describe(manifest: Dict[str, Any]) -> str:
-    return (f"{manifest['train']} train and {manifest['val']} val images ({manifest['classes']} classes, "
-            f"{manifest['size']}x{manifest['size']} {manifest['format']})")
+    return (
+        f"{manifest['train']} train and {manifest['val']} val images ({manifest['classes']} classes, "
+        f"{manifest['size']}x{manifest['size']} {manifest['format']})"
+    )
 
 
 def _same_options(manifest: Dict[str, Any], wanted: Dict[str, Any]) -> bool:
     return all(manifest.get(key) == value for key, value in wanted.items())
 
 
-def write_digits(dst: str, val_fraction: float = 0.2, size: int = 32, image_format: str = "png",
-                 seed: int = 0) -> Tuple[Dict[str, Any], bool]:
+def write_digits(
+    dst: str, val_fraction: float = 0.2, size: int = 32, image_format: str = "png", seed: int = 0
+) -> Tuple[Dict[str, Any], bool]:
     """Write the digits image folder at `dst`: (its manifest, whether it was already there)."""
     dst = os.path.abspath(dst)
     check_options(dst, val_fraction, size, image_format, seed)
@@ -71,11 +77,18 @@ def write_digits(dst: str, val_fraction: float = 0.2, size: int = 32, image_form
     if os.path.isdir(dst) and os.listdir(dst):
         manifest = read_manifest(dst)
         if manifest is None:
-            raise ConfigError("--dst", dst, "a new or empty directory, or one this command wrote (it holds "
-                              f"other files and no {MANIFEST})")
+            raise ConfigError(
+                "--dst",
+                dst,
+                f"a new or empty directory, or one this command wrote (it holds other files and no {MANIFEST})",
+            )
         if not _same_options(manifest, wanted):
-            raise ConfigError("--dst", dst, f"another directory: this one holds the digits as {describe(manifest)}, "
-                              f"seed {manifest.get('seed')}, val fraction {manifest.get('val_fraction')}")
+            raise ConfigError(
+                "--dst",
+                dst,
+                f"another directory: this one holds the digits as {describe(manifest)}, "
+                f"seed {manifest.get('seed')}, val fraction {manifest.get('val_fraction')}",
+            )
         return manifest, True
     try:
         import numpy as np
@@ -83,8 +96,9 @@ def write_digits(dst: str, val_fraction: float = 0.2, size: int = 32, image_form
         from sklearn.datasets import load_digits
         from sklearn.model_selection import train_test_split
     except ImportError as exc:
-        raise DataError(f"python -m bench.data digits needs scikit-learn, numpy and pillow ({exc}): "
-                        f"pip install scikit-learn") from None
+        raise DataError(
+            f"python -m bench.data digits needs scikit-learn, numpy and pillow ({exc}): pip install scikit-learn"
+        ) from None
 
     digits = load_digits()
     pixels = np.clip(np.rint(digits.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)  # 0..16 -> 0..255
@@ -106,8 +120,14 @@ def write_digits(dst: str, val_fraction: float = 0.2, size: int = 32, image_form
                 extra = {"quality": 95} if pil_format == "JPEG" else {}
                 image.save(os.path.join(tmp, split, str(labels[n]), f"{n:04d}{suffix}"), pil_format, **extra)
                 counts[split][str(labels[n])] += 1
-        manifest = {"dataset": "sklearn.datasets.load_digits", "classes": CLASSES, "train": len(train),
-                    "val": len(val), **wanted, "per_class": counts}
+        manifest = {
+            "dataset": "sklearn.datasets.load_digits",
+            "classes": CLASSES,
+            "train": len(train),
+            "val": len(val),
+            **wanted,
+            "per_class": counts,
+        }
         with open(os.path.join(tmp, MANIFEST), "w") as fh:  # last: its presence means complete
             json.dump(manifest, fh, indent=2)
         if os.path.isdir(dst):

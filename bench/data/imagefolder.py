@@ -29,8 +29,9 @@ from bench.errors import DataError
 
 
 class ImageFolderBatches(BatchDataset):
-    def __init__(self, paths: List[str], labels: np.ndarray, size: int, train: bool, decoder: str, seed: int,
-                 rank: int):
+    def __init__(
+        self, paths: List[str], labels: np.ndarray, size: int, train: bool, decoder: str, seed: int, rank: int
+    ):
         super().__init__(size, train, seed, rank)
         self.paths, self.labels, self.decoder = paths, labels, decoder
 
@@ -48,31 +49,41 @@ class ImageFolderBatches(BatchDataset):
         return fill_batch(len(indices), self.size, self.load, indices, len(self.paths), self.paths.__getitem__)
 
 
-def imagefolder_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
-                        rank: int = 0, world_size: int = 1, storage: StorageLocation | None = None) -> Iterator[Batch]:
+def imagefolder_batches(
+    cfg: DataConfig,
+    device: torch.device,
+    memory_format: torch.memory_format,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    storage: StorageLocation | None = None,
+) -> Iterator[Batch]:
     base = imagefolder_base(cfg.dataset_root, cfg.split)
     classes, paths, labels = scan_image_folder(base)
     check_class_count(len(classes), base, cfg.num_classes)
     train = cfg.split == "train"
-    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg.image_size, train and cfg.augment,
-                                 cfg.decoder, seed, rank)
+    dataset = ImageFolderBatches(
+        paths, np.asarray(labels, dtype=np.int64), cfg.image_size, train and cfg.augment, cfg.decoder, seed, rank
+    )
     batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, base)
     loader = make_loader(dataset, cfg, device, batch_sampler)
     facts = {"dataset_size": len(paths), "dataset_classes": len(classes), "data_workers": resolve_workers(cfg)}
     return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)
 
 
-def imagefolder_val_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format,
-                            rank: int = 0, world_size: int = 1) -> DeviceBatches:
+def imagefolder_val_batches(
+    cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, rank: int = 0, world_size: int = 1
+) -> DeviceBatches:
     """The val/ split with the val transform (resize + center crop), this rank's share of it."""
     base = imagefolder_base(cfg.dataset_root, "val")
     if os.path.normpath(base) == os.path.normpath(cfg.dataset_root):
-        raise DataError(f"data.root={cfg.root!r} has no val/ folder: validation (train.eval_every, "
-                        "train.target_accuracy) needs train/ and val/ class folders")
+        raise DataError(
+            f"data.root={cfg.root!r} has no val/ folder: validation (train.eval_every, "
+            "train.target_accuracy) needs train/ and val/ class folders"
+        )
     classes, paths, labels = scan_image_folder(base)
     check_class_count(len(classes), base, cfg.num_classes)
-    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg.image_size, False, cfg.decoder,
-                                 0, rank)
+    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg.image_size, False, cfg.decoder, 0, rank)
     batch_sampler = eval_batch_sampler(len(dataset), cfg.batch_size, rank, world_size)
     loader = make_loader(dataset, cfg, device, batch_sampler)
     facts = {"val_dataset_size": len(paths)}

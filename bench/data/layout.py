@@ -24,8 +24,10 @@ SHARD_META = "meta.json"
 def imagefolder_base(root: str, split: str) -> str:
     """ImageNet layout (root/train, root/val, one folder per class) or a flat class-folder root."""
     if not os.path.isdir(root):
-        raise DataError(f"data.root={root!r} does not exist or is not a directory: expected an image folder "
-                        "with one sub-folder per class (or train/ and val/ holding them)")
+        raise DataError(
+            f"data.root={root!r} does not exist or is not a directory: expected an image folder "
+            "with one sub-folder per class (or train/ and val/ holding them)"
+        )
     split_dir = os.path.join(root, split)
     has_splits = os.path.isdir(os.path.join(root, "train")) or os.path.isdir(os.path.join(root, "val"))
     if has_splits:
@@ -54,15 +56,17 @@ def scan_image_folder(base: str) -> Tuple[List[str], List[str], List[int]]:
                     paths.append(os.path.join(folder, file))
                     labels.append(label)
     if not paths:
-        raise DataError(f"{base} holds no images: expected files ending in "
-                        f"{', '.join(IMAGE_EXTENSIONS)} inside its class folders")
+        raise DataError(
+            f"{base} holds no images: expected files ending in {', '.join(IMAGE_EXTENSIONS)} inside its class folders"
+        )
     return classes, paths, labels
 
 
 def check_class_count(found: int, where: str, num_classes: int) -> None:
     if found > num_classes:
-        raise DataError(f"{where} has {found} classes but data.num_classes={num_classes}: "
-                        f"set data.num_classes={found} (or more)")
+        raise DataError(
+            f"{where} has {found} classes but data.num_classes={num_classes}: set data.num_classes={found} (or more)"
+        )
 
 
 CIFAR_DOWNLOAD_BYTES = 340 * 2**20  # torchvision's archive (161 MB) and what it unpacks to (178 MB)
@@ -76,8 +80,10 @@ def download_cifar100(root: str) -> None:
     os.makedirs(root, exist_ok=True)
     free = shutil.disk_usage(root).free
     if free < CIFAR_DOWNLOAD_BYTES:
-        raise DataError(f"data.download=true needs {CIFAR_DOWNLOAD_BYTES / 1e6:.0f} MB in {root} for CIFAR-100; "
-                        f"{free / 1e6:.0f} MB free: point data.root at a larger disk")
+        raise DataError(
+            f"data.download=true needs {CIFAR_DOWNLOAD_BYTES / 1e6:.0f} MB in {root} for CIFAR-100; "
+            f"{free / 1e6:.0f} MB free: point data.root at a larger disk"
+        )
     from torchvision.datasets import CIFAR100
     from torchvision.datasets.utils import download_and_extract_archive
 
@@ -88,9 +94,11 @@ def download_cifar100(root: str) -> None:
         if os.path.exists(os.path.join(root, "cifar-100-python.tar.gz")):
             os.remove(os.path.join(root, "cifar-100-python.tar.gz"))
         reason = str(getattr(exc, "reason", exc)).splitlines()[0] if str(exc) else type(exc).__name__
-        raise DataError(f"data.download=true could not fetch CIFAR-100 into {root} ({type(exc).__name__}: {reason}): "
-                        f"without network access, copy cifar-100-python/ (train, test, meta) there and set "
-                        f"data.root to it, with data.download=false") from None
+        raise DataError(
+            f"data.download=true could not fetch CIFAR-100 into {root} ({type(exc).__name__}: {reason}): "
+            f"without network access, copy cifar-100-python/ (train, test, meta) there and set "
+            f"data.root to it, with data.download=false"
+        ) from None
     unpacked = os.path.join(root, "cifar-100-python")
     for name in os.listdir(unpacked):  # train, test, meta: where data.root says, as a copy made by hand is
         os.replace(os.path.join(unpacked, name), os.path.join(root, name))
@@ -101,8 +109,10 @@ def download_cifar100(root: str) -> None:
 def cifar_file(root: str, split: str) -> str:
     path = os.path.join(root, CIFAR_SPLIT_FILES[split])
     if not os.path.isdir(root):
-        raise DataError(f"data.root={root!r} does not exist: expected the CIFAR-100 python folder "
-                        "(cifar-100-python/ with train, test and meta)")
+        raise DataError(
+            f"data.root={root!r} does not exist: expected the CIFAR-100 python folder "
+            "(cifar-100-python/ with train, test and meta)"
+        )
     if not os.path.isfile(path):
         raise DataError(f"{path} not found: expected the CIFAR-100 python files train, test and meta in {root}")
     return path
@@ -114,11 +124,15 @@ def shard_split_key(split: str) -> str:
 
 def check_local_shards(root: str, split: str) -> None:
     if not os.path.isdir(root):
-        raise DataError(f"data.root={root!r} does not exist: expected shards written by "
-                        "`python -m bench.data prepare --src <image folder> --dst <dir>`")
+        raise DataError(
+            f"data.root={root!r} does not exist: expected shards written by "
+            "`python -m bench.data prepare --src <image folder> --dst <dir>`"
+        )
     if not os.path.isfile(os.path.join(root, shard_split_key(split))):
-        raise DataError(f"{root} holds no {shard_split_key(split)}: expected shards written by "
-                        "`python -m bench.data prepare` (is data.split right?)")
+        raise DataError(
+            f"{root} holds no {shard_split_key(split)}: expected shards written by "
+            "`python -m bench.data prepare` (is data.split right?)"
+        )
 
 
 PROBE_IMAGES = 4  # the first images preflight decodes: a folder of non-images fails before the run
@@ -142,9 +156,12 @@ def warn_empty_class_folders(base: str, classes: List[str]) -> None:
     sample has: kept, as torchvision's ImageFolder order needs it, but said once."""
     empty = [name for name in classes if next(_images_in(os.path.join(base, name)), None) is None]
     if empty:
-        log.warning("%s: %d class folder(s) hold no images and still count as classes (labels no image has): %s",
-                    base, len(empty), ", ".join(os.path.join(base, name) for name in empty[:10])
-                    + (", ..." if len(empty) > 10 else ""))
+        log.warning(
+            "%s: %d class folder(s) hold no images and still count as classes (labels no image has): %s",
+            base,
+            len(empty),
+            ", ".join(os.path.join(base, name) for name in empty[:10]) + (", ..." if len(empty) > 10 else ""),
+        )
 
 
 def _first_images(base: str, classes: List[str], count: int) -> List[str]:
@@ -168,8 +185,10 @@ def check_first_images_decode(base: str, classes: List[str]) -> None:
 
     paths = _first_images(base, classes, PROBE_IMAGES)
     if not paths:
-        raise DataError(f"{base} holds no images (or only empty files): expected files ending in "
-                        f"{', '.join(IMAGE_EXTENSIONS)} inside its class folders")
+        raise DataError(
+            f"{base} holds no images (or only empty files): expected files ending in "
+            f"{', '.join(IMAGE_EXTENSIONS)} inside its class folders"
+        )
     problems = []
     for path in paths:
         try:
@@ -178,14 +197,18 @@ def check_first_images_decode(base: str, classes: List[str]) -> None:
             return
         except (OSError, UnidentifiedImageError, SyntaxError, ValueError) as exc:
             problems.append(f"{path}: {exc}")
-    raise DataError(f"{base}: none of its first {len(paths)} images can be decoded (first: {problems[0]}): "
-                    "expected JPEG/PNG images in the class folders")
+    raise DataError(
+        f"{base}: none of its first {len(paths)} images can be decoded (first: {problems[0]}): "
+        "expected JPEG/PNG images in the class folders"
+    )
 
 
 def check_separate_val(root: str) -> None:
     if not os.path.isdir(os.path.join(root, "val")):
-        raise DataError(f"data.root={root!r} has no val/ folder: validation (train.eval_every, "
-                        "train.target_accuracy) needs train/ and val/ class folders")
+        raise DataError(
+            f"data.root={root!r} has no val/ folder: validation (train.eval_every, "
+            "train.target_accuracy) needs train/ and val/ class folders"
+        )
 
 
 def check_cifar100(data: DataConfig) -> None:

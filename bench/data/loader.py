@@ -14,25 +14,11 @@ import logging
 import os
 import random
 import zlib
-from typing import (
-    Any,
-    Callable,
-    Dict,
-    Iterable,
-    List,
-    Optional,
-    Tuple,
-)
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 import torch
-from torch.utils.data import (
-    BatchSampler,
-    DataLoader,
-    Dataset,
-    DistributedSampler,
-    get_worker_info,
-)
+from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, get_worker_info
 
 from bench.config.data import DataConfig
 from bench.data.transforms import CorruptImage
@@ -64,7 +50,7 @@ def _shared_uint8(shape: Tuple[int, ...]) -> torch.Tensor:
     """A uint8 tensor in shared memory (as torch's default_collate allocates in a worker), so
     handing it to the main process copies nothing."""
     storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))
-    strides = tuple(int(np.prod(shape[i + 1:])) for i in range(len(shape)))  # contiguous
+    strides = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))  # contiguous
     return torch.tensor([], dtype=torch.uint8).set_(storage, 0, shape, strides)
 
 
@@ -146,15 +132,24 @@ def _as_is(batch: HostBatch) -> HostBatch:  # the dataset already returns a coll
     return batch
 
 
-def make_loader(dataset: Any, cfg: DataConfig, device: torch.device,
-                batch_sampler: Optional[BatchSampler] = None, fork_safe: bool = True) -> DataLoader:
+def make_loader(
+    dataset: Any,
+    cfg: DataConfig,
+    device: torch.device,
+    batch_sampler: Optional[BatchSampler] = None,
+    fork_safe: bool = True,
+) -> DataLoader:
     """batch_sampler for map-style datasets; None for iterable ones that yield whole batches.
     fork_safe=False: this process holds state a forked worker cannot use (an S3 client's async
     runtime: its threads do not survive fork and the worker would hang), so workers start from
     a fresh interpreter (forkserver) instead."""
     workers = resolve_workers(cfg)
-    options: Dict[str, Any] = {"num_workers": workers, "collate_fn": _as_is, "worker_init_fn": _seed_worker,
-                               "pin_memory": bool(cfg.pin_memory) and device.type == "cuda"}
+    options: Dict[str, Any] = {
+        "num_workers": workers,
+        "collate_fn": _as_is,
+        "worker_init_fn": _seed_worker,
+        "pin_memory": bool(cfg.pin_memory) and device.type == "cuda",
+    }
     if batch_sampler is not None:
         options["batch_sampler"] = batch_sampler
     else:
@@ -172,18 +167,26 @@ def order_seed(cfg: DataConfig) -> int:
     return zlib.crc32(f"{cfg.name}|{cfg.root}|{cfg.split}".encode())
 
 
-def epoch_batch_sampler(dataset_len: int, cfg: DataConfig, train: bool, rank: int, world_size: int,
-                        where: str) -> BatchSampler:
+def epoch_batch_sampler(
+    dataset_len: int, cfg: DataConfig, train: bool, rank: int, world_size: int, where: str
+) -> BatchSampler:
     """DistributedSampler (also at world size 1: one code path) under full batches only, so every
     batch has data.batch_size images; set_epoch reshuffles each pass."""
     # the sampler only takes len() of its dataset: a range stands for it
     sampler: DistributedSampler[int] = DistributedSampler(
         range(dataset_len),  # type: ignore[arg-type]  # torch's stub asks for a Dataset, the code a Sized
-        num_replicas=world_size, rank=rank, shuffle=train, seed=order_seed(cfg), drop_last=True)
+        num_replicas=world_size,
+        rank=rank,
+        shuffle=train,
+        seed=order_seed(cfg),
+        drop_last=True,
+    )
     batches = BatchSampler(sampler, cfg.batch_size, drop_last=True)
     if len(batches) == 0:
-        raise DataError(f"{where} has {dataset_len} images, fewer than one batch per process "
-                        f"(data.batch_size={cfg.batch_size} x {world_size} processes)")
+        raise DataError(
+            f"{where} has {dataset_len} images, fewer than one batch per process "
+            f"(data.batch_size={cfg.batch_size} x {world_size} processes)"
+        )
     return batches
 
 
@@ -204,8 +207,14 @@ def eval_batch_sampler(dataset_len: int, batch_size: int, rank: int, world_size:
     return BatchSampler(range(rank, dataset_len, world_size), batch_size, drop_last=False)
 
 
-def fill_batch(count: int, size: int, load: Callable[[np.ndarray, int], int], first_indices: List[int],
-               dataset_len: int, describe: Callable[[int], str]) -> HostBatch:
+def fill_batch(
+    count: int,
+    size: int,
+    load: Callable[[np.ndarray, int], int],
+    first_indices: List[int],
+    dataset_len: int,
+    describe: Callable[[int], str],
+) -> HostBatch:
     """Fill a uint8 batch slot by slot with load(slot, index) -> label; a CorruptImage moves on to the
     next index (reported as a skipped failure), an OSError is reported as fatal."""
     images, labels, release = empty_batch(count, size)

@@ -53,8 +53,9 @@ def resized_jpeg(path: str, size: int, quality: int) -> bytes:
         return out.getvalue()
 
 
-def _write_shard(task: Tuple[str, StorageLocation, str, List[Tuple[str, int]], int, int]
-                 ) -> Tuple[Dict[str, Any], List[str]]:
+def _write_shard(
+    task: Tuple[str, StorageLocation, str, List[Tuple[str, int]], int, int],
+) -> Tuple[Dict[str, Any], List[str]]:
     location, storage, key, items, size, quality = task
     records, skipped = [], []
     for path, label in items:
@@ -72,8 +73,10 @@ def _write_shard(task: Tuple[str, StorageLocation, str, List[Tuple[str, int]], i
 def source_splits(src: str) -> List[str]:
     """train/ and val/ of an ImageNet layout, or "train" for a flat class-folder root."""
     if not os.path.isdir(src):
-        raise DataError(f"--src {src!r} does not exist: expected an image folder with one sub-folder per class "
-                        "(or train/ and val/ holding them)")
+        raise DataError(
+            f"--src {src!r} does not exist: expected an image folder with one sub-folder per class "
+            "(or train/ and val/ holding them)"
+        )
     found = [split for split in SPLITS if os.path.isdir(os.path.join(src, split))]
     return found or ["train"]
 
@@ -107,9 +110,17 @@ def _pool(processes: int) -> Iterator[Any]:
             signal.signal(signal.SIGTERM, previous)
 
 
-def prepare(src: str, dst: str, size: int = 256, quality: int = 90, shard_size: int = 1000,
-            workers: Optional[int] = None, storage: Optional[StorageLocation] = None, seed: int = 0,
-            progress: Optional[bool] = None) -> Dict[str, Any]:
+def prepare(
+    src: str,
+    dst: str,
+    size: int = 256,
+    quality: int = 90,
+    shard_size: int = 1000,
+    workers: Optional[int] = None,
+    storage: Optional[StorageLocation] = None,
+    seed: int = 0,
+    progress: Optional[bool] = None,
+) -> Dict[str, Any]:
     """Write every split of `src` to `dst`; returns a summary per split. progress None: a bar on a TTY."""
     workers = workers or os.cpu_count() or 1
     storage = storage or StorageLocation()
@@ -119,12 +130,19 @@ def prepare(src: str, dst: str, size: int = 256, quality: int = 90, shard_size: 
         classes, paths, labels = scan_image_folder(base)
         items = list(zip(paths, labels, strict=True))
         random.Random(seed).shuffle(items)  # every shard mixes classes
-        tasks = [(dst, storage, shard_key(split, number), items[start:start + shard_size], size, quality)
-                 for number, start in enumerate(range(0, len(items), shard_size))]
+        tasks = [
+            (dst, storage, shard_key(split, number), items[start : start + shard_size], size, quality)
+            for number, start in enumerate(range(0, len(items), shard_size))
+        ]
         started = time.perf_counter()
         shards, skipped = [], []
-        bar = tqdm(total=len(items), unit="img", desc=f"prepare {split}", file=sys.stderr,
-                   disable=None if progress is None else not progress)
+        bar = tqdm(
+            total=len(items),
+            unit="img",
+            desc=f"prepare {split}",
+            file=sys.stderr,
+            disable=None if progress is None else not progress,
+        )
         with _pool(min(workers, len(tasks))) as pool:
             for shard, bad in pool.imap_unordered(_write_shard, tasks):
                 shards.append(shard)
@@ -135,12 +153,21 @@ def prepare(src: str, dst: str, size: int = 256, quality: int = 90, shard_size: 
         open_store(dst, storage).put(f"{split}/meta.json", make_meta(split, classes, shards, size, quality, skipped))
         seconds = time.perf_counter() - started
         written = sum(s["count"] for s in shards)
-        summary[split] = {"images": written, "shards": len(shards), "bytes": sum(s["bytes"] for s in shards),
-                          "skipped": len(skipped), "seconds": seconds, "images_per_second": written / seconds}
+        summary[split] = {
+            "images": written,
+            "shards": len(shards),
+            "bytes": sum(s["bytes"] for s in shards),
+            "skipped": len(skipped),
+            "seconds": seconds,
+            "images_per_second": written / seconds,
+        }
     return summary
 
 
 def describe(dst: str, summary: Mapping[str, Any]) -> str:
-    return "; ".join(f"{split}: {s['images']} images in {s['shards']} shards ({s['bytes'] / 2**20:.1f} MiB) "
-                     f"to {dst} in {s['seconds']:.1f} s ({s['images_per_second']:.0f} images/s), "
-                     f"{s['skipped']} unreadable skipped" for split, s in summary.items())
+    return "; ".join(
+        f"{split}: {s['images']} images in {s['shards']} shards ({s['bytes'] / 2**20:.1f} MiB) "
+        f"to {dst} in {s['seconds']:.1f} s ({s['images_per_second']:.0f} images/s), "
+        f"{s['skipped']} unreadable skipped"
+        for split, s in summary.items()
+    )

@@ -43,13 +43,21 @@ class DataOption:
 
 OPTIONS: Dict[DataName, DataOption] = {
     DataName.synthetic: DataOption("bench.data.synthetic:synthetic_batches"),
-    DataName.imagefolder: DataOption("bench.data.imagefolder:imagefolder_batches",
-                                     "bench.data.layout:check_imagefolder",
-                                     "bench.data.imagefolder:imagefolder_val_batches"),
-    DataName.cifar100: DataOption("bench.data.cifar100:cifar100_batches", "bench.data.layout:check_cifar100",
-                                  "bench.data.cifar100:cifar100_val_batches"),
-    DataName.shards: DataOption("bench.data.shards:shard_batches", "bench.data.shardformat:check_shard_dataset",
-                                "bench.data.shards:shard_val_batches"),
+    DataName.imagefolder: DataOption(
+        "bench.data.imagefolder:imagefolder_batches",
+        "bench.data.layout:check_imagefolder",
+        "bench.data.imagefolder:imagefolder_val_batches",
+    ),
+    DataName.cifar100: DataOption(
+        "bench.data.cifar100:cifar100_batches",
+        "bench.data.layout:check_cifar100",
+        "bench.data.cifar100:cifar100_val_batches",
+    ),
+    DataName.shards: DataOption(
+        "bench.data.shards:shard_batches",
+        "bench.data.shardformat:check_shard_dataset",
+        "bench.data.shards:shard_val_batches",
+    ),
 }
 
 
@@ -58,21 +66,37 @@ def _load(target: str) -> Callable[..., Any]:
     return getattr(importlib.import_module(module), name)
 
 
-def build_batches(data: DataConfig, device: "torch.device", memory_format: "torch.memory_format", seed: int,
-                  rank: int = 0, world_size: int = 1, storage: Optional[StorageLocation] = None) -> Batches:
+def build_batches(
+    data: DataConfig,
+    device: "torch.device",
+    memory_format: "torch.memory_format",
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    storage: Optional[StorageLocation] = None,
+) -> Batches:
     """`rank`/`world_size` shard real datasets; `storage` opens datasets read through it (s3:// roots)."""
-    return _load(OPTIONS[data.name].batches)(data, device, memory_format, seed, rank, world_size,
-                                             storage or StorageLocation())
+    return _load(OPTIONS[data.name].batches)(
+        data, device, memory_format, seed, rank, world_size, storage or StorageLocation()
+    )
 
 
-def build_val_batches(data: DataConfig, device: "torch.device", memory_format: "torch.memory_format",
-                      rank: int = 0, world_size: int = 1, storage: Optional[StorageLocation] = None) -> Any:
+def build_val_batches(
+    data: DataConfig,
+    device: "torch.device",
+    memory_format: "torch.memory_format",
+    rank: int = 0,
+    world_size: int = 1,
+    storage: Optional[StorageLocation] = None,
+) -> Any:
     """This rank's share of the validation split (every sample read by one rank, once): an object
     whose one_pass() yields device batches; DataError when the option or data.root has none."""
     target = OPTIONS[data.name].val
     if target is None:
-        raise DataError(f"data={data.name} has no validation split reader: train.eval_every and "
-                        "train.target_accuracy need data=imagefolder, cifar100 or shards")
+        raise DataError(
+            f"data={data.name} has no validation split reader: train.eval_every and "
+            "train.target_accuracy need data=imagefolder, cifar100 or shards"
+        )
     extra = {"storage": storage} if data.name == DataName.shards else {}  # shards may live on S3
     return _load(target)(data, device, memory_format, rank, world_size, **extra)
 

@@ -14,8 +14,9 @@ from PIL import Image
 def synthetic_jpeg(rng: np.random.Generator, width: int = 500, height: int = 375, quality: int = 90) -> bytes:
     y, x = np.mgrid[0:height, 0:width]
     tint = rng.uniform(0.5, 1.5, 3)
-    gradients = np.stack([x * 255 / width * tint[0], y * 255 / height * tint[1],
-                          (x + y) * 128 / (width + height) * tint[2]], axis=-1)
+    gradients = np.stack(
+        [x * 255 / width * tint[0], y * 255 / height * tint[1], (x + y) * 128 / (width + height) * tint[2]], axis=-1
+    )
     blocks = np.kron(rng.normal(0, 25, (height // 8 + 1, width // 8 + 1, 3)), np.ones((8, 8, 1)))[:height, :width]
     pixels = np.clip(gradients + blocks + rng.normal(0, 12, (height, width, 3)), 0, 255).astype(np.uint8)
     out = io.BytesIO()
@@ -23,8 +24,9 @@ def synthetic_jpeg(rng: np.random.Generator, width: int = 500, height: int = 375
     return out.getvalue()
 
 
-def write_image_folder(root: str, images: int, classes: int, width: int = 500, height: int = 375,
-                       quality: int = 90, seed: int = 0) -> List[str]:
+def write_image_folder(
+    root: str, images: int, classes: int, width: int = 500, height: int = 375, quality: int = 90, seed: int = 0
+) -> List[str]:
     """root/classNNN/imgNNNNN.jpg, images spread round-robin over the classes; returns the paths."""
     rng = np.random.default_rng(seed)
     paths = []

@@ -55,9 +55,11 @@ def check_labels(index: np.ndarray, classes: int, where: str) -> None:
     bad = np.flatnonzero((labels < 0) | (labels >= classes))
     if bad.size:
         row = int(bad[0])
-        raise DataError(f"{where} record {row} has label {int(labels[row])}, outside [0, {classes}) (the {classes} "
-                        f"classes its meta.json lists; {bad.size} such record(s)): rewrite the shards with "
-                        "`python -m bench.data prepare`")
+        raise DataError(
+            f"{where} record {row} has label {int(labels[row])}, outside [0, {classes}) (the {classes} "
+            f"classes its meta.json lists; {bad.size} such record(s)): rewrite the shards with "
+            "`python -m bench.data prepare`"
+        )
 
 
 def check_shard_dataset(data: Any) -> None:
@@ -85,16 +87,26 @@ def check_local_shard_labels(root: str, split: str) -> None:
         except OSError as exc:
             raise DataError(f"{path} cannot be read: {exc.strerror or exc}") from None
         if len(raw) != count * 24:
-            raise DataError(f"{path} is not a bench shard (bad trailer): "
-                            "rewrite it with `python -m bench.data prepare`")
+            raise DataError(
+                f"{path} is not a bench shard (bad trailer): rewrite it with `python -m bench.data prepare`"
+            )
         check_labels(np.frombuffer(raw, dtype="<i8").reshape(count, 3), classes, str(path))
 
 
-def make_meta(split: str, classes: List[str], shards: List[Dict[str, Any]], size: int, quality: int,
-              skipped: List[str]) -> bytes:
-    meta = {"format": FORMAT, "version": VERSION, "split": split, "classes": classes,
-            "count": sum(s["count"] for s in shards), "size": size, "quality": quality,
-            "shards": shards, "skipped": skipped}
+def make_meta(
+    split: str, classes: List[str], shards: List[Dict[str, Any]], size: int, quality: int, skipped: List[str]
+) -> bytes:
+    meta = {
+        "format": FORMAT,
+        "version": VERSION,
+        "split": split,
+        "classes": classes,
+        "count": sum(s["count"] for s in shards),
+        "size": size,
+        "quality": quality,
+        "shards": shards,
+        "skipped": skipped,
+    }
     return (json.dumps(meta, indent=1) + "\n").encode()
 
 
@@ -111,8 +123,10 @@ def check_s3_shards(root: str, storage: Any, splits: Sequence[str]) -> None:
 def read_meta(store: Any, split: str) -> Dict[str, Any]:
     key = shard_split_key(split)
     if not store.exists(key):
-        raise DataError(f"{store.url} holds no {key}: expected shards written by `python -m bench.data prepare` "
-                        "(is data.split right?)")
+        raise DataError(
+            f"{store.url} holds no {key}: expected shards written by `python -m bench.data prepare` "
+            "(is data.split right?)"
+        )
     try:
         meta = json.loads(store.get(key))
     except ValueError as exc:

@@ -22,22 +22,16 @@ from bench.config.data import DataConfig, Split
 from bench.config.storage import StorageLocation
 from bench.data.device_batches import DeviceBatches
 from bench.data.layout import check_class_count
-from bench.data.loader import (
-    Failure,
-    HostBatch,
-    empty_batch,
-    make_loader,
-    order_seed,
-    resolve_workers,
-)
+from bench.data.loader import Failure, HostBatch, empty_batch, make_loader, order_seed, resolve_workers
 from bench.data.registry import Batch
 from bench.data.shardformat import check_labels, decode_shard_index, read_meta
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
 from bench.storage.registry import open_store
 
 
-def consumer_plan(shard_counts: List[int], epoch: int, seed: int, shuffle: bool, consumer: int,
-                  consumers: int) -> List[Tuple[int, Optional[Tuple[int, int]]]]:
+def consumer_plan(
+    shard_counts: List[int], epoch: int, seed: int, shuffle: bool, consumer: int, consumers: int
+) -> List[Tuple[int, Optional[Tuple[int, int]]]]:
     """(shard number, record filter) pairs one consumer reads in one epoch; the filter
     (stride, first) keeps records whose dataset-wide index i has i % stride == first."""
     order = list(range(len(shard_counts)))
@@ -49,8 +43,16 @@ def consumer_plan(shard_counts: List[int], epoch: int, seed: int, shuffle: bool,
 
 
 class ShardStream(IterableDataset):
-    def __init__(self, cfg: DataConfig, storage: StorageLocation, meta: Dict[str, Any], seed: int,
-                 rank: int, world_size: int, one_pass: bool = False):
+    def __init__(
+        self,
+        cfg: DataConfig,
+        storage: StorageLocation,
+        meta: Dict[str, Any],
+        seed: int,
+        rank: int,
+        world_size: int,
+        one_pass: bool = False,
+    ):
         self.one_pass = one_pass  # validation: one pass, the last batch partial (every record read once)
         self.location, self.storage = cfg.dataset_root, storage
         self.keys = [s["key"] for s in meta["shards"]]
@@ -95,8 +97,9 @@ class ShardStream(IterableDataset):
                     return
             if self.one_pass:
                 if seen and not decoded:
-                    failures.append((self.location, f"none of the {seen} images this worker read could be decoded",
-                                     True))
+                    failures.append(
+                        (self.location, f"none of the {seen} images this worker read could be decoded", True)
+                    )
                 if filled or failures:
                     yield images[:filled], labels[:filled], failures, release
                 return
@@ -107,8 +110,14 @@ class ShardStream(IterableDataset):
                 yield images, labels, failures, release
                 return
 
-    def _records(self, store: Any, shard: int, record_filter: Optional[Tuple[int, int]], rng: random.Random,
-                 failures: List[Failure]) -> Iterator[Tuple[memoryview, int, str]]:
+    def _records(
+        self,
+        store: Any,
+        shard: int,
+        record_filter: Optional[Tuple[int, int]],
+        rng: random.Random,
+        failures: List[Failure],
+    ) -> Iterator[Tuple[memoryview, int, str]]:
         where = f"{store.url.rstrip('/')}/{self.keys[shard]}"
         try:
             blob = store.get(self.keys[shard])
@@ -126,27 +135,44 @@ class ShardStream(IterableDataset):
         view = memoryview(blob)
         for row in rows:
             offset, length, label = index[row]
-            yield view[offset:offset + length], int(label), f"{where}#{row}"
+            yield view[offset : offset + length], int(label), f"{where}#{row}"
 
 
-def shard_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
-                  rank: int = 0, world_size: int = 1, storage: StorageLocation | None = None) -> Iterator[Batch]:
+def shard_batches(
+    cfg: DataConfig,
+    device: torch.device,
+    memory_format: torch.memory_format,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    storage: StorageLocation | None = None,
+) -> Iterator[Batch]:
     storage = storage or StorageLocation()
     store = open_store(cfg.dataset_root, storage)
     meta = read_meta(store, cfg.split)
     check_class_count(len(meta["classes"]), f"{store.url}/{cfg.split}", cfg.num_classes)
     stream = ShardStream(cfg, storage, meta, seed, rank, world_size)
     loader = make_loader(stream, cfg, device, fork_safe=not cfg.dataset_root.startswith("s3://"))
-    facts = {"dataset_size": int(meta["count"]), "dataset_classes": len(meta["classes"]),
-             "dataset_shards": len(meta["shards"]), "shard_image_size": int(meta["size"]),
-             "data_workers": resolve_workers(cfg)}
+    facts = {
+        "dataset_size": int(meta["count"]),
+        "dataset_classes": len(meta["classes"]),
+        "dataset_shards": len(meta["shards"]),
+        "shard_image_size": int(meta["size"]),
+        "data_workers": resolve_workers(cfg),
+    }
     batches = DeviceBatches(lambda _epoch: loader, facts, cfg, device, memory_format)
     batches.restartable = False  # the stream counts its own epochs: a new iterator would start again at 0
     return batches
 
 
-def shard_val_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, rank: int = 0,
-                      world_size: int = 1, storage: StorageLocation | None = None) -> DeviceBatches:
+def shard_val_batches(
+    cfg: DataConfig,
+    device: torch.device,
+    memory_format: torch.memory_format,
+    rank: int = 0,
+    world_size: int = 1,
+    storage: StorageLocation | None = None,
+) -> DeviceBatches:
     """The val shards, unaugmented and in order: each rank x worker reads its own shards (or
     records), once per pass, the last batch partial."""
     storage = storage or StorageLocation()

@@ -15,8 +15,15 @@ from bench.config.storage import StorageLocation
 from bench.data.registry import Batch
 
 
-def synthetic_batches(cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, seed: int,
-                      rank: int = 0, world_size: int = 1, storage: StorageLocation | None = None) -> Iterator[Batch]:
+def synthetic_batches(
+    cfg: DataConfig,
+    device: torch.device,
+    memory_format: torch.memory_format,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    storage: StorageLocation | None = None,
+) -> Iterator[Batch]:
     gen = torch.Generator(device="cpu").manual_seed(seed)
     shape = (cfg.batch_size, 3, cfg.image_size, cfg.image_size)
     images = torch.randn(shape, generator=gen).to(device).contiguous(memory_format=memory_format)

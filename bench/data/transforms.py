@@ -76,8 +76,14 @@ def _decode_simplejpeg(data: bytes | memoryview, train: bool, size: int, rng: ra
     height, width, _, _ = simplejpeg.decode_jpeg_header(data)
     box = crop_box(width, height, train, rng)
     scale = _dct_scale(box, size)
-    pixels = simplejpeg.decode_jpeg(data, colorspace="RGB", fastdct=True, fastupsample=True,
-                                    min_width=math.ceil(width / scale), min_height=math.ceil(height / scale))
+    pixels = simplejpeg.decode_jpeg(
+        data,
+        colorspace="RGB",
+        fastdct=True,
+        fastupsample=True,
+        min_width=math.ceil(width / scale),
+        min_height=math.ceil(height / scale),
+    )
     return pixels, box, width, height
 
 
@@ -91,8 +97,9 @@ def _decode_pil(data: bytes | memoryview, train: bool, size: int, rng: random.Ra
     return np.array(image.convert("RGB")), box, width, height
 
 
-def decode_crop(data: bytes | memoryview, train: bool, size: int, rng: random.Random,
-                decoder: str = "simplejpeg") -> np.ndarray:
+def decode_crop(
+    data: bytes | memoryview, train: bool, size: int, rng: random.Random, decoder: str = "simplejpeg"
+) -> np.ndarray:
     """Decode `data` and return the crop (train: random-resized, val: center) as an HWC uint8
     view, not yet resized. What simplejpeg cannot read (PNG, CMYK) goes through PIL; raises CorruptImage."""
     if not len(data):  # a zero-byte file (an interrupted copy): skipped and counted like any corrupt image
@@ -124,7 +131,8 @@ def resize_batch_into(target: torch.Tensor, source: torch.Tensor) -> None:
         target.copy_(source)
         return
     torch._C._nn._upsample_bilinear2d_aa(  # type: ignore[call-arg]  # the stub has no out= overload; torch has
-        source.permute(0, 3, 1, 2), list(target.shape[1:3]), False, None, None, out=target.permute(0, 3, 1, 2))
+        source.permute(0, 3, 1, 2), list(target.shape[1:3]), False, None, None, out=target.permute(0, 3, 1, 2)
+    )
 
 
 def resize_into(slot: np.ndarray, crop: np.ndarray, flip: bool) -> None:

@@ -37,8 +37,14 @@ from bench.runtime.timing import StepClock
 log = logging.getLogger(__name__)
 
 
-def infer(config: BenchConfig, device: torch.device, monitor: Any = None, ctx: Optional[RankContext] = None,
-          on_step: Optional[Callable[[], None]] = None, out_dir: Optional[Path] = None) -> InferResult:
+def infer(
+    config: BenchConfig,
+    device: torch.device,
+    monitor: Any = None,
+    ctx: Optional[RankContext] = None,
+    on_step: Optional[Callable[[], None]] = None,
+    out_dir: Optional[Path] = None,
+) -> InferResult:
     ctx = ctx or RankContext()
     prepare_process(config, device, ctx)  # one process: its threads are cpu_threads, as given
     policy = build_precision(config.precision, device)
@@ -72,25 +78,45 @@ def infer(config: BenchConfig, device: torch.device, monitor: Any = None, ctx: O
     files: List[Path] = []
     with SignalFlag(config.profile.enabled) as flag:  # a signal ends the profiled batches; the window is reported
         if config.profile.enabled:
-            files = profile_steps(lambda: forward(next(batches)[0]), config.profile.steps, device,
-                                  out_dir or Path.cwd(), record=ctx.is_reporter, row_limit=config.profile.row_limit,
-                                  stop=lambda: flag.signum is not None)
+            files = profile_steps(
+                lambda: forward(next(batches)[0]),
+                config.profile.steps,
+                device,
+                out_dir or Path.cwd(),
+                record=ctx.is_reporter,
+                row_limit=config.profile.row_limit,
+                stop=lambda: flag.signum is not None,
+            )
     extra = dict(getattr(batches, "facts", {}))
     extra.update(flops_per_image(config.model, config.data.image_size, backward=False))
-    return InferResult(batch_size=data.batch_size, warmup_steps=config.benchmark.warmup_steps,
-                       measured_steps=sum(w["steps"] for w in windows),
-                       window_seconds=sum(w["seconds"] for w in windows),
-                       latency_ms=[t for w in windows for t in w["latency_ms"]],
-                       data_wait_ms=[t for w in windows for t in w["data_wait_ms"]],
-                       peak_memory_bytes=peak, parameters=count_parameters(eager), precision=policy.describe(),
-                       compile=compile_info, repeat_images=[w["steps"] * data.batch_size for w in windows],
-                       repeat_seconds=[w["seconds"] for w in windows], gpu=gpu, extra=extra,
-                       files=[str(p) for p in files],
-                       interrupted=signal.Signals(flag.signum).name if flag.signum is not None else None)
+    return InferResult(
+        batch_size=data.batch_size,
+        warmup_steps=config.benchmark.warmup_steps,
+        measured_steps=sum(w["steps"] for w in windows),
+        window_seconds=sum(w["seconds"] for w in windows),
+        latency_ms=[t for w in windows for t in w["latency_ms"]],
+        data_wait_ms=[t for w in windows for t in w["data_wait_ms"]],
+        peak_memory_bytes=peak,
+        parameters=count_parameters(eager),
+        precision=policy.describe(),
+        compile=compile_info,
+        repeat_images=[w["steps"] * data.batch_size for w in windows],
+        repeat_seconds=[w["seconds"] for w in windows],
+        gpu=gpu,
+        extra=extra,
+        files=[str(p) for p in files],
+        interrupted=signal.Signals(flag.signum).name if flag.signum is not None else None,
+    )
 
 
-def _window(config: BenchConfig, device: torch.device, batches: Any, forward: Callable[[torch.Tensor], Any],
-            planned: int, on_step: Optional[Callable[[], None]]) -> Dict[str, Any]:
+def _window(
+    config: BenchConfig,
+    device: torch.device,
+    batches: Any,
+    forward: Callable[[torch.Tensor], Any],
+    planned: int,
+    on_step: Optional[Callable[[], None]],
+) -> Dict[str, Any]:
     """One measured window: `planned` batches, or fewer when benchmark.measure_seconds runs out."""
     bench = config.benchmark
     clock = StepClock(device, strict_sync=bench.sync)
@@ -113,8 +139,17 @@ def _window(config: BenchConfig, device: torch.device, batches: Any, forward: Ca
         if done % bench.log_every == 0:
             clock.sync()  # a log interval: the one place the host waits for the device
             recent = clock.seconds_between(len(clock) - 1 - bench.log_every, len(clock) - 1)
-            log.info("batch %d/%d  %.1f img/s (last %d batches)", done, planned,
-                     bench.log_every * config.data.batch_size / recent, bench.log_every)
+            log.info(
+                "batch %d/%d  %.1f img/s (last %d batches)",
+                done,
+                planned,
+                bench.log_every * config.data.batch_size / recent,
+                bench.log_every,
+            )
     clock.sync()
-    return {"steps": done, "seconds": clock.seconds_between(0, len(clock) - 1), "latency_ms": clock.step_times_ms(),
-            "data_wait_ms": waits}
+    return {
+        "steps": done,
+        "seconds": clock.seconds_between(0, len(clock) - 1),
+        "latency_ms": clock.step_times_ms(),
+        "data_wait_ms": waits,
+    }

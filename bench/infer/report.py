@@ -39,22 +39,49 @@ def summarize(result: InferResult, config: BenchConfig, device: str, device_name
     wait_fraction = data_wait_s / seconds if seconds > 0 else 0.0
     latency = result.latency_ms
     record = InferMetrics(
-        images_per_second=throughput, total_images=images, elapsed_seconds=seconds, batch_size=result.batch_size,
-        global_batch_size=result.batch_size, measured_steps=result.measured_steps, warmup_steps=result.warmup_steps,
+        images_per_second=throughput,
+        total_images=images,
+        elapsed_seconds=seconds,
+        batch_size=result.batch_size,
+        global_batch_size=result.batch_size,
+        measured_steps=result.measured_steps,
+        warmup_steps=result.warmup_steps,
         images_per_second_per_device=throughput,
         # None without a measured batch: the fields' default, left out of the final line
-        latency_ms_mean=mean(latency), latency_ms_p50=percentile(latency, 50),
-        latency_ms_p95=percentile(latency, 95), latency_ms_p99=percentile(latency, 99),
-        latency_ms_min=min(latency, default=None), latency_ms_max=max(latency, default=None),
-        data_wait_seconds=data_wait_s, data_wait_fraction=wait_fraction,
-        peak_memory_mb=result.peak_memory_bytes / 2**20, parameters=result.parameters, model=config.model.arch,
-        data=str(config.data.name), image_size=config.data.image_size, **result.precision,
-        compile=bool(result.compile.get("active")), cudnn_benchmark=bool(config.cudnn_benchmark), device=device,
-        device_name=device_name, **input_pipeline(wait_fraction),
-        compile_fallback=result.compile.get("fallback_reason") or None, gpu=dict(result.gpu), extra=dict(result.extra),
-        **repeat_figures(rates(result)), **record_fields(result.fit))
-    efficiency = utilisation(record.figure("gflops_per_image_forward"), throughput, 1, device, device_name,
-                             record.autocast_dtype or "none", bool(record.tf32))
+        latency_ms_mean=mean(latency),
+        latency_ms_p50=percentile(latency, 50),
+        latency_ms_p95=percentile(latency, 95),
+        latency_ms_p99=percentile(latency, 99),
+        latency_ms_min=min(latency, default=None),
+        latency_ms_max=max(latency, default=None),
+        data_wait_seconds=data_wait_s,
+        data_wait_fraction=wait_fraction,
+        peak_memory_mb=result.peak_memory_bytes / 2**20,
+        parameters=result.parameters,
+        model=config.model.arch,
+        data=str(config.data.name),
+        image_size=config.data.image_size,
+        **result.precision,
+        compile=bool(result.compile.get("active")),
+        cudnn_benchmark=bool(config.cudnn_benchmark),
+        device=device,
+        device_name=device_name,
+        **input_pipeline(wait_fraction),
+        compile_fallback=result.compile.get("fallback_reason") or None,
+        gpu=dict(result.gpu),
+        extra=dict(result.extra),
+        **repeat_figures(rates(result)),
+        **record_fields(result.fit),
+    )
+    efficiency = utilisation(
+        record.figure("gflops_per_image_forward"),
+        throughput,
+        1,
+        device,
+        device_name,
+        record.autocast_dtype or "none",
+        bool(record.tf32),
+    )
     energy = record.figure("energy_joules")
     if energy:
         efficiency["images_per_joule"] = images / energy
@@ -90,8 +117,12 @@ class InferReport:
     def from_outcome(cls, outcome: Union[InferOutcome, Mapping[str, Any]], config: BenchConfig) -> "InferReport":
         """`outcome`: an InferOutcome (or the same as a dict: result, device, device_name)."""
         known = outcome if isinstance(outcome, InferOutcome) else InferOutcome(**outcome)
-        return cls(known.result, summarize(known.result, config, known.device, known.device_name), rates(known.result),
-                   require_fit=bool(config.benchmark.require_fit))
+        return cls(
+            known.result,
+            summarize(known.result, config, known.device, known.device_name),
+            rates(known.result),
+            require_fit=bool(config.benchmark.require_fit),
+        )
 
     @property
     def metrics(self) -> Dict[str, Any]:
@@ -100,25 +131,34 @@ class InferReport:
 
     def headline(self) -> str:
         r = self.record
-        return (f"inference {r.model} {r.precision} bs={r.batch_size} on {r.device_name}: "
-                f"{r.images_per_second:.1f} images/s, latency p50 {r.latency_ms_p50:.2f} ms, "
-                f"p99 {r.latency_ms_p99:.2f} ms ({r.measured_steps} batches, {r.elapsed_seconds:.2f} s)")
+        return (
+            f"inference {r.model} {r.precision} bs={r.batch_size} on {r.device_name}: "
+            f"{r.images_per_second:.1f} images/s, latency p50 {r.latency_ms_p50:.2f} ms, "
+            f"p99 {r.latency_ms_p99:.2f} ms ({r.measured_steps} batches, {r.elapsed_seconds:.2f} s)"
+        )
 
-    def write(self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any],
-              run_id: Optional[str]) -> List[Path]:
+    def write(
+        self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]
+    ) -> List[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         result = self.result
         metrics = self.metrics
-        summary = {"results": metrics, "compile": result.compile, "environment": dict(environment),
-                   "config": dict(config), "mlflow_run_id": run_id}
+        summary = {
+            "results": metrics,
+            "compile": result.compile,
+            "environment": dict(environment),
+            "config": dict(config),
+            "mlflow_run_id": run_id,
+        }
         pairs = zip(result.latency_ms, result.data_wait_ms, strict=True)  # one latency and one wait per batch
         rows = [(i, f"{latency:.4f}", f"{wait:.4f}") for i, (latency, wait) in enumerate(pairs, start=1)]
-        files = [write_csv(out_dir / self.TIMELINE_FILE, ["batch", "latency_ms", "data_wait_ms"], rows),
-                 write_json(out_dir / "run_summary.json", summary),
-                 write_csv(out_dir / "summary.csv", list(metrics), [metrics])]
+        files = [
+            write_csv(out_dir / self.TIMELINE_FILE, ["batch", "latency_ms", "data_wait_ms"], rows),
+            write_json(out_dir / "run_summary.json", summary),
+            write_csv(out_dir / "summary.csv", list(metrics), [metrics]),
+        ]
         if len(self.repeat_rates) > 1:
-            files.append(write_repeats(out_dir, result.repeat_images, result.repeat_seconds,
-                                                   self.repeat_rates))
+            files.append(write_repeats(out_dir, result.repeat_images, result.repeat_seconds, self.repeat_rates))
         return files + [Path(f) for f in result.files if Path(f).is_file()]
 
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
@@ -129,16 +169,18 @@ class InferReport:
         if len(self.repeat_rates) > 1:
             tracker.log_series(self.REPEATS_METRIC, self.repeat_rates)
         r = self.record
-        tracker.set_tags({"mode": r.mode, "model": r.model, "precision": r.precision, "device_name": r.device_name,
-                          **fit_tags(r)})
+        tracker.set_tags(
+            {"mode": r.mode, "model": r.model, "precision": r.precision, "device_name": r.device_name, **fit_tags(r)}
+        )
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 
     @classmethod
     def from_files(cls, job_dir: Path) -> "InferReport":
         """The report of a finished run, read back from its directory (to upload it later)."""
         record = InferMetrics.from_metrics(read_summary(job_dir)["results"])
-        result = InferResult(**read_window(job_dir, record, cls.TIMELINE_FILE, PROFILE_FILES),
-                             latency_ms=cls.timeline(job_dir))
+        result = InferResult(
+            **read_window(job_dir, record, cls.TIMELINE_FILE, PROFILE_FILES), latency_ms=cls.timeline(job_dir)
+        )
         return cls(result, record, cls.repeats(job_dir))
 
     @classmethod
@@ -148,4 +190,3 @@ class InferReport:
     @classmethod
     def timeline(cls, job_dir: Path) -> List[float]:
         return read_column(job_dir / cls.TIMELINE_FILE, cls.TIMELINE_COLUMN)
-

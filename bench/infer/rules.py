@@ -19,20 +19,30 @@ TRAINING_ONLY_TRAIN_KEYS = ("eval_every", "target_accuracy", "label_smoothing", 
 
 def check_inference(config: BenchConfig) -> None:
     check_training_for_accuracy(config)
-    training_only = {"train.eval_every": config.train.eval_every,
-                     "checkpoint.every_epochs": config.checkpoint.every_epochs,
-                     "train.resume": config.train.resume, "data.progressive": config.data.progressive,
-                     "benchmark.breakdown": config.benchmark.breakdown,
-                     "storage.save_checkpoint": config.storage.save_checkpoint}
+    training_only = {
+        "train.eval_every": config.train.eval_every,
+        "checkpoint.every_epochs": config.checkpoint.every_epochs,
+        "train.resume": config.train.resume,
+        "data.progressive": config.data.progressive,
+        "benchmark.breakdown": config.benchmark.breakdown,
+        "storage.save_checkpoint": config.storage.save_checkpoint,
+    }
     for key, value in training_only.items():
         if value:
             raise ConfigError(key, value, "its default with mode=inference (a training-only key)")
     for key, value in changed_training_keys(config):
-        raise ConfigError(key, value, "its default with mode=inference (a training-only key: inference "
-                          "runs no optimizer, schedule or checkpoint)")
+        raise ConfigError(
+            key,
+            value,
+            "its default with mode=inference (a training-only key: inference "
+            "runs no optimizer, schedule or checkpoint)",
+        )
     if config.distributed.world_size > 1:
-        raise ConfigError("distributed.nproc_per_node", config.distributed.nproc_per_node,
-                          "1 with mode=inference (one process; sweep data.batch_size or run one job per GPU)")
+        raise ConfigError(
+            "distributed.nproc_per_node",
+            config.distributed.nproc_per_node,
+            "1 with mode=inference (one process; sweep data.batch_size or run one job per GPU)",
+        )
     check_once_per_run(config)
     refuse_find_max_batch(config)
 
@@ -43,9 +53,15 @@ def changed_training_keys(config: BenchConfig) -> List[Tuple[str, Any]]:
     changed = []
     for group in TRAINING_ONLY_GROUPS:
         current, default = getattr(config, group), type(getattr(config, group))()
-        changed += [(f"{group}.{f.name}", plain(getattr(current, f.name))) for f in fields(current)
-                    if getattr(current, f.name) != getattr(default, f.name)]
+        changed += [
+            (f"{group}.{f.name}", plain(getattr(current, f.name)))
+            for f in fields(current)
+            if getattr(current, f.name) != getattr(default, f.name)
+        ]
     default_train = TrainConfig()
-    changed += [(f"train.{name}", getattr(config.train, name)) for name in TRAINING_ONLY_TRAIN_KEYS
-                if getattr(config.train, name) != getattr(default_train, name)]
+    changed += [
+        (f"train.{name}", getattr(config.train, name))
+        for name in TRAINING_ONLY_TRAIN_KEYS
+        if getattr(config.train, name) != getattr(default_train, name)
+    ]
     return changed

@@ -31,8 +31,9 @@ class InferScenario(ModelScenario):
     def run_name(self, config: BenchConfig, batch_size: Optional[int] = None) -> str:
         return f"infer-{config.model.arch}-{config.precision.name}-bs{config.data.batch_size}"
 
-    def run_rank(self, config: BenchConfig, ctx: RankContext, out_dir: Path,
-                 heartbeat: Optional[Callable[[], None]] = None) -> Optional[InferOutcome]:
+    def run_rank(
+        self, config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
+    ) -> Optional[InferOutcome]:
         from bench.infer.loop import infer
         from bench.runtime.device import device_name, resolve_device
 

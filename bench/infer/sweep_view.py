@@ -33,5 +33,6 @@ INFERENCE_COLUMNS = [  # a sweep of mode=inference runs
 def inference_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
     from bench.analysis.plots import plot_training
 
-    return plot_training(frame, out, title, ("Per-batch latency", "Latency per batch (ms)", "latency_distribution.png"),
-                         run_label)
+    return plot_training(
+        frame, out, title, ("Per-batch latency", "Latency per batch (ms)", "latency_distribution.png"), run_label
+    )

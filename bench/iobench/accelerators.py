@@ -36,9 +36,15 @@ def run_accelerators(storage: StorageConfig, jobs: List[ClientJob]) -> List[Read
     gate = context.Barrier(count, timeout=START_TIMEOUT_S)
     checkpoint_gate = context.Barrier(count)  # no timeout: writers wait for the slowest (a dead one fails the run)
     results = context.Queue()
-    processes = [context.Process(target=_accelerator_main, name=f"bench-accelerator-{i}", daemon=True,
-                                 args=(storage, job, gate, checkpoint_gate, results))
-                 for i, job in enumerate(jobs)]
+    processes = [
+        context.Process(
+            target=_accelerator_main,
+            name=f"bench-accelerator-{i}",
+            daemon=True,
+            args=(storage, job, gate, checkpoint_gate, results),
+        )
+        for i, job in enumerate(jobs)
+    ]
     _start_all(processes)
     try:
         return _collect(processes, results, count)
@@ -87,8 +93,9 @@ def _collect(processes: List[Any], results: Any, count: int) -> List[ReaderResul
             if dead:
                 time.sleep(0.5)  # its last message may still be in the pipe
                 if results.empty():
-                    raise AcceleratorFailed(f"simulated accelerator {dead[0].name} exited with code "
-                                            f"{dead[0].exitcode} before reporting") from None
+                    raise AcceleratorFailed(
+                        f"simulated accelerator {dead[0].name} exited with code {dead[0].exitcode} before reporting"
+                    ) from None
             continue
         if not ok:
             raise AcceleratorFailed(f"simulated accelerator {index} failed: {payload}")

@@ -58,8 +58,16 @@ def drop_cache(store: ObjectStore, keys: List[str]) -> str:
 class Checkpointer:
     """One client's checkpoints: its share of the state, serialised fresh for every write."""
 
-    def __init__(self, store: ObjectStore, name: str, size_mb: float, client: int, shared: bool,
-                 writers: int = 1, keep: bool = True):
+    def __init__(
+        self,
+        store: ObjectStore,
+        name: str,
+        size_mb: float,
+        client: int,
+        shared: bool,
+        writers: int = 1,
+        keep: bool = True,
+    ):
         self.store, self.name, self.client = store, name, client
         self.owner = client if shared else None  # a key of its own when every client writes a share
         self.writers, self.keep = writers, keep  # clients writing a share at once; keep: leave the files
@@ -74,8 +82,16 @@ class Checkpointer:
         data = serialize(self.state)
         serialized = time.perf_counter()
         self.store.put(key, data)
-        self.records.append({"phase": phase, "index": index, "bytes": len(data), "serialize_s": serialized - start,
-                             "write_s": time.perf_counter() - serialized, "key": key})
+        self.records.append(
+            {
+                "phase": phase,
+                "index": index,
+                "bytes": len(data),
+                "serialize_s": serialized - start,
+                "write_s": time.perf_counter() - serialized,
+                "key": key,
+            }
+        )
         return key
 
     def read(self, record: Dict[str, Any]) -> None:
@@ -91,6 +107,7 @@ class Checkpointer:
 
     def periodic(self) -> Callable[[int], float]:
         """For the read loop: write one checkpoint at `step`, return the seconds it took."""
+
         def write_at(step: int) -> float:
             start = time.perf_counter()
             earlier = [r["key"] for r in self.records if r["phase"] == "periodic"]
@@ -118,8 +135,9 @@ class Checkpointer:
             self.store.delete(key)
 
 
-def run_checkpoints(checkpointer: Optional[Checkpointer], count: int, sync: Sync,
-                    heartbeat: Callable[[], None] = lambda: None) -> Tuple[str, Optional[str]]:
+def run_checkpoints(
+    checkpointer: Optional[Checkpointer], count: int, sync: Sync, heartbeat: Callable[[], None] = lambda: None
+) -> Tuple[str, Optional[str]]:
     """Sync, `count` writes, every client's done (sync), cache dropped, sync, `count` reads. A client
     that writes nothing (checkpoint_writers=one, not client 0) passes None and only syncs, so
     the barriers line up; a failure (a full disk) is returned, not raised, for the same reason.

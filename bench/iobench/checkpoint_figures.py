@@ -31,8 +31,9 @@ def _by_index(results: Sequence[ReaderResult], phase: str) -> List[List[Dict[str
 
 def _slowest(groups: List[List[Dict[str, Any]]], *parts: str) -> Optional[float]:
     """Mean over checkpoints of the slowest client's time for `parts` (all of them recorded)."""
-    times = [max(sum(r[p] for p in parts) for r in group) for group in groups
-             if all(p in r for r in group for p in parts)]
+    times = [
+        max(sum(r[p] for p in parts) for r in group) for group in groups if all(p in r for r in group for p in parts)
+    ]
     return mean(times)
 
 

@@ -51,12 +51,24 @@ def _checkpointer(storage: StorageConfig, job: ClientJob) -> Optional[Checkpoint
         return None
     store = backend(storage).checkpoint_store(Path(job.out_dir), CHECKPOINT_DIR)
     share = workload.checkpoint_size_mb / job.clients if shared else workload.checkpoint_size_mb
-    return Checkpointer(store, storage.checkpoint_name, share, job.client, shared and job.clients > 1,
-                        writers=job.clients if shared else 1, keep=workload.checkpoint_keep)
+    return Checkpointer(
+        store,
+        storage.checkpoint_name,
+        share,
+        job.client,
+        shared and job.clients > 1,
+        writers=job.clients if shared else 1,
+        keep=workload.checkpoint_keep,
+    )
 
 
-def run_client(storage: StorageConfig, job: ClientJob, sync: Sync = lambda: None, start_gate: Optional[Any] = None,
-               heartbeat: Optional[Callable[[], None]] = None) -> ReaderResult:
+def run_client(
+    storage: StorageConfig,
+    job: ClientJob,
+    sync: Sync = lambda: None,
+    start_gate: Optional[Any] = None,
+    heartbeat: Optional[Callable[[], None]] = None,
+) -> ReaderResult:
     checkpointer = _checkpointer(storage, job)
     try:
         return _run(storage, job, checkpointer, sync, start_gate, heartbeat)
@@ -68,19 +80,35 @@ def run_client(storage: StorageConfig, job: ClientJob, sync: Sync = lambda: None
                 log.warning("could not delete the benchmark's checkpoints at %s: %s", checkpointer.store.url, exc)
 
 
-def _run(storage: StorageConfig, job: ClientJob, checkpointer: Optional[Checkpointer], sync: Sync,
-         start_gate: Optional[Any], heartbeat: Optional[Callable[[], None]]) -> ReaderResult:
+def _run(
+    storage: StorageConfig,
+    job: ClientJob,
+    checkpointer: Optional[Checkpointer],
+    sync: Sync,
+    start_gate: Optional[Any],
+    heartbeat: Optional[Callable[[], None]],
+) -> ReaderResult:
     workload = storage.workload
     if workload.checkpoint_only:
         result = ReaderResult(job.client, [], host=socket.gethostname())
     else:
         store = open_store(job.location, storage)
         periodic = checkpointer.periodic() if checkpointer is not None else None
-        result = run_reader(store, [FileSpec(**f) for f in job.files], workload, job.client, start_gate, run=job.run,
-                            eval_files=[FileSpec(**f) for f in job.eval_files], periodic=periodic, heartbeat=heartbeat)
+        result = run_reader(
+            store,
+            [FileSpec(**f) for f in job.files],
+            workload,
+            job.client,
+            start_gate,
+            run=job.run,
+            eval_files=[FileSpec(**f) for f in job.eval_files],
+            periodic=periodic,
+            heartbeat=heartbeat,
+        )
     if workload.checkpoint_size_mb:
         result.checkpoint_cache_drop, result.checkpoint_error = run_checkpoints(
-            checkpointer, workload.checkpoint_count, sync, heartbeat or (lambda: None))
+            checkpointer, workload.checkpoint_count, sync, heartbeat or (lambda: None)
+        )
     if checkpointer is not None:
         result.checkpoints = [{k: v for k, v in r.items() if k != "key"} for r in checkpointer.records]
     result.run, result.node = job.run, job.node

@@ -53,8 +53,11 @@ def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> Non
     checkpoints = Path(where.location(run_dir, CHECKPOINT_DIR))
     for directory in (dataset, checkpoints):
         remove_stale_temporaries(directory)
-    needs = [need for need in (dataset_need(storage, dataset), checkpoint_need(storage, checkpoints, clients))
-             if need is not None and (need.bytes or need.files)]
+    needs = [
+        need
+        for need in (dataset_need(storage, dataset), checkpoint_need(storage, checkpoints, clients))
+        if need is not None and (need.bytes or need.files)
+    ]
     by_disk: Dict[int, List[Need]] = {}
     for need in needs:
         by_disk.setdefault(os.stat(nearest_existing(need.where)).st_dev, []).append(need)
@@ -66,8 +69,9 @@ def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> Non
             raise ConfigProblem(f"{refusal}: lower them, or set storage.root to a larger disk")
         files, inodes = sum(n.files for n in group), free_inodes(common)
         if 0 <= inodes < files:
-            raise ConfigProblem(f"{what} needs {files} new files on {common}; its filesystem has room for {inodes} "
-                                "more (free inodes)")
+            raise ConfigProblem(
+                f"{what} needs {files} new files on {common}; its filesystem has room for {inodes} more (free inodes)"
+            )
 
 
 def file_bytes(samples: int, record_size: int, fmt: str) -> int:
@@ -98,10 +102,13 @@ def dataset_need(storage: StorageConfig, directory: Path) -> Optional[Need]:
         else:  # replaced in place: the new file sits beside the old one until it is renamed over it
             need += max(0, size - -(-old // BLOCK) * BLOCK)
             largest_replaced = max(largest_replaced, size)
-    need += largest_replaced * storage.prepare_workers + MANIFEST_PER_FILE * (workload.num_files +
-                                                                              workload.eval_num_files)
-    what = (f"storage.workload.num_files={workload.num_files} x samples_per_file={workload.samples_per_file} x "
-            f"record_size={workload.record_size}")
+    need += largest_replaced * storage.prepare_workers + MANIFEST_PER_FILE * (
+        workload.num_files + workload.eval_num_files
+    )
+    what = (
+        f"storage.workload.num_files={workload.num_files} x samples_per_file={workload.samples_per_file} x "
+        f"record_size={workload.record_size}"
+    )
     if workload.eval_num_files:
         what += f" (+ eval_num_files={workload.eval_num_files})"
     return Need(what, need, files, directory)
@@ -116,8 +123,11 @@ def checkpoint_need(storage: StorageConfig, directory: Path, clients: int) -> Op
     per_file = -(-(int(workload.checkpoint_size_mb * 2**20 / writers) + OVERHEAD) // BLOCK) * BLOCK
     count = workload.checkpoint_count
     there = dict(LocalStore(directory).list())
-    names = [checkpoint_key(storage.checkpoint_name, str(i) if count > 1 else "", c if shared else None)
-             for i in range(count) for c in range(writers)]
+    names = [
+        checkpoint_key(storage.checkpoint_name, str(i) if count > 1 else "", c if shared else None)
+        for i in range(count)
+        for c in range(writers)
+    ]
     need = sum(max(0, per_file - there.get(name, 0)) for name in names)
     files = sum(name not in there for name in names)
     if files < len(names):  # a kept checkpoint replaced: the new one sits beside it until renamed over it
@@ -128,8 +138,10 @@ def checkpoint_need(storage: StorageConfig, directory: Path, clients: int) -> Op
         held = periodic if workload.checkpoint_keep else 1  # without keep, each replaces the one before
         need += held * per_file * writers
         files += held * writers
-        what += (f" (+ {held} periodic, checkpoint_every_steps={workload.checkpoint_every_steps}"
-                 f"{', checkpoint_keep=true' if workload.checkpoint_keep else ''})")
+        what += (
+            f" (+ {held} periodic, checkpoint_every_steps={workload.checkpoint_every_steps}"
+            f"{', checkpoint_keep=true' if workload.checkpoint_keep else ''})"
+        )
     return Need(what, need, files, directory)
 
 

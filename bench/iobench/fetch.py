@@ -81,7 +81,7 @@ class Fetcher:
             self._view = memoryview(mmap.mmap(-1, length))
         view, got = self._view, 0
         while got < length:
-            n = os.preadv(fd, [view[got:min(length, got + chunk)]], offset + got)
+            n = os.preadv(fd, [view[got : min(length, got + chunk)]], offset + got)
             if n == 0:  # end of file: the format calls a short file what it is
                 break
             got += n

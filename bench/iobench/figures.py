@@ -27,7 +27,7 @@ from bench.iobench.result import RunFigures
 
 log = logging.getLogger(__name__)
 
-MIB = 2 ** 20
+MIB = 2**20
 
 
 def _total_rate(results: Sequence[ReaderResult], amount: str) -> Optional[float]:
@@ -36,8 +36,11 @@ def _total_rate(results: Sequence[ReaderResult], amount: str) -> Optional[float]
     return sum(measured) if measured else None
 
 
-def per_epoch(passes: Sequence[Sequence[EpochStats]], figure: Callable[[EpochStats], Optional[float]],
-              merge: Callable[[List[float]], Optional[float]]) -> Dict[int, float]:
+def per_epoch(
+    passes: Sequence[Sequence[EpochStats]],
+    figure: Callable[[EpochStats], Optional[float]],
+    merge: Callable[[List[float]], Optional[float]],
+) -> Dict[int, float]:
     """epoch -> `figure` of each accelerator's pass over it, merged over accelerators (sum or mean)."""
     found: Dict[int, List[float]] = {}
     for stats in passes:
@@ -45,8 +48,7 @@ def per_epoch(passes: Sequence[Sequence[EpochStats]], figure: Callable[[EpochSta
             value = figure(epoch)
             if value is not None:
                 found.setdefault(epoch.epoch, []).append(value)
-    return {epoch: merged for epoch, values in sorted(found.items())
-            if (merged := merge(values)) is not None}
+    return {epoch: merged for epoch, values in sorted(found.items()) if (merged := merge(values)) is not None}
 
 
 @dataclass
@@ -59,16 +61,20 @@ class MlperfFigures:
     au_pass: bool  # the mean AU meets the threshold (a pass mark is for training; evaluation reports none)
 
 
-def mlperf_figures(passes: Sequence[Sequence[EpochStats]], workload: StorageWorkloadConfig,
-                   computation_time: float) -> MlperfFigures:
+def mlperf_figures(
+    passes: Sequence[Sequence[EpochStats]], workload: StorageWorkloadConfig, computation_time: float
+) -> MlperfFigures:
     rates = per_epoch(passes, lambda e: e.mlperf_samples_per_second, lambda v: sum(v))
     aus = per_epoch(passes, lambda e: e.mlperf_au, mean)
     samples_per_second = mean(list(rates.values()))
     au_mean = mean(list(aus.values()))
     au = 100.0 * au_mean if computation_time > 0 and au_mean is not None else None
-    return MlperfFigures(samples_per_second,
-                         samples_per_second * workload.record_size / MIB if samples_per_second else None, au,
-                         bool(au is not None and au >= 100.0 * workload.au_threshold))
+    return MlperfFigures(
+        samples_per_second,
+        samples_per_second * workload.record_size / MIB if samples_per_second else None,
+        au,
+        bool(au is not None and au >= 100.0 * workload.au_threshold),
+    )
 
 
 def read_figures(results: Sequence[ReaderResult], storage: StorageBenchmarkConfig) -> RunFigures:
@@ -89,8 +95,10 @@ def read_figures(results: Sequence[ReaderResult], storage: StorageBenchmarkConfi
     au_mean = mean([a for a in per_accelerator_au if a is not None])
     au_min = 100.0 * min(epoch_aus) if computing and epoch_aus else None
     figures = RunFigures(
-        mlperf_samples_per_second=mlperf.samples_per_second, mlperf_mib_per_second=mlperf.mib_per_second,
-        mlperf_au_percent=mlperf.au_percent, mlperf_au_pass=mlperf.au_pass,
+        mlperf_samples_per_second=mlperf.samples_per_second,
+        mlperf_mib_per_second=mlperf.mib_per_second,
+        mlperf_au_percent=mlperf.au_percent,
+        mlperf_au_pass=mlperf.au_pass,
         samples_per_second=steady,
         steady_samples_per_second=steady,
         read_mb_per_second=read_mb / 1e6 if read_mb is not None else None,
@@ -125,30 +133,51 @@ def read_figures(results: Sequence[ReaderResult], storage: StorageBenchmarkConfi
         figures.eval_au_percent = evaluation.au_percent
         figures.eval_seconds = max(sum(e.epoch_s for e in passes) for passes in evals)
     if not latencies or steps < 2 * len(results):
-        log.warning("read: only %d measured steps and %d requests after the warm-up step: too few for stable "
-                    "figures (raise storage.workload.num_files or epochs); figures without samples are left out",
-                    steps, len(latencies))
+        log.warning(
+            "read: only %d measured steps and %d requests after the warm-up step: too few for stable "
+            "figures (raise storage.workload.num_files or epochs); figures without samples are left out",
+            steps,
+            len(latencies),
+        )
     return figures
 
 
 def epoch_rows(results: Sequence[ReaderResult]) -> List[Dict[str, Any]]:
     """epochs.csv: one row per accelerator x epoch, strict and MLPerf figures side by side."""
+
     def figure(value: Optional[float], scale: float = 1.0) -> Any:
         return round(scale * value, 3) if value is not None else ""  # an empty cell: no samples behind it
 
-    return [{"client": r.client, "epoch": e.epoch, "steps": e.steps, "samples": e.samples, "bytes": int(e.bytes),
-             "wall_s": round(e.wall_s, 6), "compute_s": round(e.compute_s, 6), "wait_s": round(e.wait_s, 6),
-             "au_percent": round(100.0 * e.au, 3), "all_steps": e.all_steps, "all_samples": e.all_samples,
-             "all_bytes": int(e.all_bytes), "epoch_s": round(e.epoch_s, 6), "first_step_s": round(e.first_step_s, 6),
-             "au_compute_s": round(e.au_compute_s, 6), "checkpoint_s": round(e.checkpoint_s, 6),
-             "samples_per_second": figure(e.mlperf_samples_per_second),
-             "steady_samples_per_second": figure(e.steady_samples_per_second),
-             "mlperf_au_percent": figure(e.mlperf_au, 100.0)}
-            for r in results for e in r.epochs]
+    return [
+        {
+            "client": r.client,
+            "epoch": e.epoch,
+            "steps": e.steps,
+            "samples": e.samples,
+            "bytes": int(e.bytes),
+            "wall_s": round(e.wall_s, 6),
+            "compute_s": round(e.compute_s, 6),
+            "wait_s": round(e.wait_s, 6),
+            "au_percent": round(100.0 * e.au, 3),
+            "all_steps": e.all_steps,
+            "all_samples": e.all_samples,
+            "all_bytes": int(e.all_bytes),
+            "epoch_s": round(e.epoch_s, 6),
+            "first_step_s": round(e.first_step_s, 6),
+            "au_compute_s": round(e.au_compute_s, 6),
+            "checkpoint_s": round(e.checkpoint_s, 6),
+            "samples_per_second": figure(e.mlperf_samples_per_second),
+            "steady_samples_per_second": figure(e.steady_samples_per_second),
+            "mlperf_au_percent": figure(e.mlperf_au, 100.0),
+        }
+        for r in results
+        for e in r.epochs
+    ]
 
 
 def client_rows(results: Sequence[ReaderResult], workload: StorageWorkloadConfig) -> List[Dict[str, Any]]:
     """clients.csv: one row per simulated accelerator (what rank 0 gathered from every client)."""
+
     def shown(value: Optional[float]) -> Any:
         return "" if value is None else value  # an empty cell: no samples behind it
 
@@ -157,10 +186,18 @@ def client_rows(results: Sequence[ReaderResult], workload: StorageWorkloadConfig
         mlperf = mlperf_figures([r.epochs], workload, workload.computation_time)
         latencies = [q.latency_ms for q in r.requests]
         au = rate(r.total("compute_s"), r.total("wall_s")) if workload.computation_time > 0 else None
-        rows.append({"client": r.client, "host": r.host, "node": r.node, "run": r.run,
-                     "mlperf_samples_per_second": shown(mlperf.samples_per_second),
-                     "mlperf_au_percent": shown(mlperf.au_percent),
-                     "au_percent": shown(100.0 * au if au is not None else None),
-                     "read_requests": len(latencies), "latency_ms_p50": shown(percentile(latencies, 50)),
-                     "latency_ms_p99": shown(percentile(latencies, 99))})
+        rows.append(
+            {
+                "client": r.client,
+                "host": r.host,
+                "node": r.node,
+                "run": r.run,
+                "mlperf_samples_per_second": shown(mlperf.samples_per_second),
+                "mlperf_au_percent": shown(mlperf.au_percent),
+                "au_percent": shown(100.0 * au if au is not None else None),
+                "read_requests": len(latencies),
+                "latency_ms_p50": shown(percentile(latencies, 50)),
+                "latency_ms_p99": shown(percentile(latencies, 99)),
+            }
+        )
     return rows

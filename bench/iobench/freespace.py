@@ -93,6 +93,10 @@ def remove_stale_temporaries(root: Path) -> List[Path]:
     says so in the log (bench.storage.local keeps the one rule for put_with's temporaries)."""
     removed = remove_stale_files(root)
     if removed:
-        log.warning("removed %d temporary file(s) left by a killed write under %s (first: %s)", len(removed), root,
-                    removed[0].name)
+        log.warning(
+            "removed %d temporary file(s) left by a killed write under %s (first: %s)",
+            len(removed),
+            root,
+            removed[0].name,
+        )
     return removed

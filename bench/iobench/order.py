@@ -31,8 +31,9 @@ def _rng(workload: StorageWorkloadConfig, client: int, epoch: int, run: int, wha
     return random.Random(f"{workload.seed}-{client}-{epoch_part}{run_part}{what}")
 
 
-def file_order(files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int,
-               run: int = 0) -> List[FileSpec]:
+def file_order(
+    files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int, run: int = 0
+) -> List[FileSpec]:
     order = list(files)
     if workload.shuffle_mode != Shuffle.none:
         _rng(workload, client, epoch, run, "").shuffle(order)
@@ -59,11 +60,13 @@ def buffered_shuffle(items: Iterable[T], buffer_size: Optional[int], rng: random
     yield from buffer
 
 
-def sample_order(files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int,
-                 run: int = 0) -> List[Tuple[FileSpec, int]]:
+def sample_order(
+    files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int, run: int = 0
+) -> List[Tuple[FileSpec, int]]:
     """(file, sample index) in the order an epoch reads them one by one."""
-    stream = ((spec, index) for spec in file_order(files, workload, client, epoch, run)
-              for index in range(spec.samples))
+    stream = (
+        (spec, index) for spec in file_order(files, workload, client, epoch, run) for index in range(spec.samples)
+    )
     if workload.shuffle_mode != Shuffle.sample:
         return list(stream)
     return list(buffered_shuffle(stream, workload.shuffle_buffer, _rng(workload, client, epoch, run, "-samples")))

@@ -60,8 +60,16 @@ _RECORD_LOCK = threading.Lock()
 
 
 class Pipeline:
-    def __init__(self, pool: ThreadPoolExecutor, threads: int, source: Source, work: Sequence[WorkItem], depth: int,
-                 epoch: int, requests: List[Request]):
+    def __init__(
+        self,
+        pool: ThreadPoolExecutor,
+        threads: int,
+        source: Source,
+        work: Sequence[WorkItem],
+        depth: int,
+        epoch: int,
+        requests: List[Request],
+    ):
         self.source, self.epoch, self.requests, self.threads = source, epoch, requests, threads
         self._todo: Iterator[WorkItem] = iter(work)
         self._todo_lock = threading.Lock()

@@ -30,12 +30,18 @@ def check_storage_run(config: BenchConfig, clients: int, ranked: bool, run_dir: 
     storage, workload = config.storage, config.storage.workload
     if ranked:
         if storage.accelerators != 1:
-            raise ConfigError("storage.accelerators", storage.accelerators,
-                              "1 with distributed=ddp: each rank is one simulated accelerator "
-                              "(distributed.nproc_per_node per host x distributed.nnodes hosts)")
+            raise ConfigError(
+                "storage.accelerators",
+                storage.accelerators,
+                "1 with distributed=ddp: each rank is one simulated accelerator "
+                "(distributed.nproc_per_node per host x distributed.nnodes hosts)",
+            )
         if config.distributed.nnodes > 1 and storage.name == StorageName.local and storage.root is None:
-            raise ConfigError("storage.root", None, "a directory every host sees (a shared file system), or "
-                                                    "storage=s3, with several hosts")
+            raise ConfigError(
+                "storage.root",
+                None,
+                "a directory every host sees (a shared file system), or storage=s3, with several hosts",
+            )
         if not workload.checkpoint_only:
             storage.check_clients(clients, "distributed.nproc_per_node")
     local_clients = config.distributed.nproc_per_node if ranked else storage.accelerators
@@ -50,9 +56,13 @@ def check_storage_run(config: BenchConfig, clients: int, ranked: bool, run_dir: 
     hosts = config.distributed.nnodes if ranked else 1
     size = dataset_size(storage, clients, hosts, host_memory(storage))
     if not workload.checkpoint_only and workload.num_files < size.min_files:
-        log.warning("storage.workload.num_files=%d is below MLPerf's dataset size for %d host(s): %s "
-                    "(python -m bench.tools.storage_size prints it for other hosts)", workload.num_files, hosts,
-                    size.explain(hosts, host_memory(storage), clients))
+        log.warning(
+            "storage.workload.num_files=%d is below MLPerf's dataset size for %d host(s): %s "
+            "(python -m bench.tools.storage_size prints it for other hosts)",
+            workload.num_files,
+            hosts,
+            size.explain(hosts, host_memory(storage), clients),
+        )
 
 
 def _check_counts(config: BenchConfig, ranked: bool, ram: int) -> None:
@@ -60,15 +70,21 @@ def _check_counts(config: BenchConfig, ranked: bool, ram: int) -> None:
     storage, workload = config.storage, config.storage.workload
     most_files = ram // BYTES_PER_FILE
     if not workload.checkpoint_only and workload.num_files + workload.eval_num_files > most_files:
-        raise ConfigError("storage.workload.num_files", workload.num_files,
-                          f"an integer in [1, {most_files - workload.eval_num_files}] on this machine (bench keeps "
-                          f"about {BYTES_PER_FILE // 1024} KiB per file in memory: its plan, manifest and shards; "
-                          f"{ram / 2**30:.1f} GiB here)")
+        raise ConfigError(
+            "storage.workload.num_files",
+            workload.num_files,
+            f"an integer in [1, {most_files - workload.eval_num_files}] on this machine (bench keeps "
+            f"about {BYTES_PER_FILE // 1024} KiB per file in memory: its plan, manifest and shards; "
+            f"{ram / 2**30:.1f} GiB here)",
+        )
     most_processes = max(1, ram // BYTES_PER_ACCELERATOR)
     if not ranked and storage.accelerators > most_processes:
-        raise ConfigError("storage.accelerators", storage.accelerators,
-                          f"an integer in [1, {most_processes}] on this machine (each simulated accelerator is a "
-                          f"process of about {BYTES_PER_ACCELERATOR // 2**20} MiB; {ram / 2**30:.1f} GiB here)")
+        raise ConfigError(
+            "storage.accelerators",
+            storage.accelerators,
+            f"an integer in [1, {most_processes}] on this machine (each simulated accelerator is a "
+            f"process of about {BYTES_PER_ACCELERATOR // 2**20} MiB; {ram / 2**30:.1f} GiB here)",
+        )
 
 
 def _check_read_buffers(config: BenchConfig, local_clients: int, ram: int) -> None:
@@ -80,11 +96,14 @@ def _check_read_buffers(config: BenchConfig, local_clients: int, ram: int) -> No
     whole = workload.read_mode != ReadMode.sample
     held = largest * (workload.samples_per_file if whole else 1) * workload.read_threads * local_clients
     if held > ram:
-        raise ConfigError("storage.workload.record_size", workload.record_size,
-                          f"records whose files fit in memory: each reader thread reads a whole "
-                          f"{'file' if whole else 'record'} into a buffer of its own, {held / 2**30:.1f} GiB in all, "
-                          f"and this machine has {ram / 2**30:.1f} GiB (lower record_size, samples_per_file or "
-                          "read_threads)")
+        raise ConfigError(
+            "storage.workload.record_size",
+            workload.record_size,
+            f"records whose files fit in memory: each reader thread reads a whole "
+            f"{'file' if whole else 'record'} into a buffer of its own, {held / 2**30:.1f} GiB in all, "
+            f"and this machine has {ram / 2**30:.1f} GiB (lower record_size, samples_per_file or "
+            "read_threads)",
+        )
 
 
 def _check_checkpoint_memory(config: BenchConfig, clients: int, local_clients: int, ram: int) -> None:
@@ -95,6 +114,9 @@ def _check_checkpoint_memory(config: BenchConfig, clients: int, local_clients: i
     shared = workload.checkpoint_writers == CheckpointWriters.all
     held = 2 * workload.checkpoint_size_mb * 2**20 * (local_clients / clients if shared else 1)
     if held > ram:
-        raise ConfigError("storage.workload.checkpoint_size_mb", workload.checkpoint_size_mb,
-                          f"a checkpoint this host can hold: its clients keep their share twice (tensors and "
-                          f"serialised bytes), {held / 2**30:.1f} GiB, and this machine has {ram / 2**30:.1f} GiB")
+        raise ConfigError(
+            "storage.workload.checkpoint_size_mb",
+            workload.checkpoint_size_mb,
+            f"a checkpoint this host can hold: its clients keep their share twice (tensors and "
+            f"serialised bytes), {held / 2**30:.1f} GiB, and this machine has {ram / 2**30:.1f} GiB",
+        )

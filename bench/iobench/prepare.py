@@ -89,8 +89,9 @@ def planned(workload: StorageWorkloadConfig) -> List[FileSpec]:
     return plan_files(workload) + plan_files(workload, evaluation=True)
 
 
-def write_files(store: ObjectStore, workload: StorageWorkloadConfig, specs: Sequence[FileSpec],
-                workers: int) -> Tuple[List[FileSpec], List[float]]:
+def write_files(
+    store: ObjectStore, workload: StorageWorkloadConfig, specs: Sequence[FileSpec], workers: int
+) -> Tuple[List[FileSpec], List[float]]:
     """Write `specs` with `workers` threads: (the specs as written, one PUT latency each in ms)."""
     fmt, seed = workload.format, workload.seed
     latencies: List[float] = []
@@ -138,22 +139,34 @@ def _cleaned_up(store: ObjectStore, exc: Exception, done: List[str], broken: Lis
     if not no_space(exc):
         return exc
     failed = f"{store.url}/{broken[0]}" if broken else store.url
-    return DiskFull(f"the dataset could not be prepared: {write_error(exc, failed)}, after {len(done)} of "
-                    f"{planned} files; the {removed} files it wrote were deleted (lower storage.workload.num_files "
-                    "or record_size, or set storage.root to a larger disk)")
+    return DiskFull(
+        f"the dataset could not be prepared: {write_error(exc, failed)}, after {len(done)} of "
+        f"{planned} files; the {removed} files it wrote were deleted (lower storage.workload.num_files "
+        "or record_size, or set storage.root to a larger disk)"
+    )
 
 
-def finish(store: ObjectStore, workload: StorageWorkloadConfig, written: Sequence[FileSpec], seconds: float,
-           why: str, latencies: List[float]) -> Prepared:
+def finish(
+    store: ObjectStore,
+    workload: StorageWorkloadConfig,
+    written: Sequence[FileSpec],
+    seconds: float,
+    why: str,
+    latencies: List[float],
+) -> Prepared:
     """The manifest (last: a dataset is complete once it is there) and what was prepared."""
     ordered = sorted(written, key=lambda f: f.index)
     train = [f for f in ordered if not f.key.startswith(EVAL_DIR + "/")]
     evaluation = [f for f in ordered if f.key.startswith(EVAL_DIR + "/")]
-    manifest = {"spec": dataset_spec(workload), "files": [f.to_dict() for f in train],
-                "eval_files": [f.to_dict() for f in evaluation]}
+    manifest = {
+        "spec": dataset_spec(workload),
+        "files": [f.to_dict() for f in train],
+        "eval_files": [f.to_dict() for f in evaluation],
+    }
     store.put(MANIFEST, json.dumps(manifest).encode())
-    prepared = Prepared(train, skipped=False, seconds=seconds, reason=why, put_latencies_ms=latencies,
-                        eval_files=evaluation)
+    prepared = Prepared(
+        train, skipped=False, seconds=seconds, reason=why, put_latencies_ms=latencies, eval_files=evaluation
+    )
     prepared.written_bytes = sum(f.size for f in ordered)
     return prepared
 
@@ -171,8 +184,11 @@ def prepare_dataset(store: ObjectStore, workload: StorageWorkloadConfig, mode: P
 
 def prepare_figures(prepared: Prepared) -> PrepareFigures:
     seconds, puts = prepared.seconds, prepared.put_latencies_ms
-    return PrepareFigures(prepare_skipped=prepared.skipped, prepare_seconds=seconds,
-                          prepare_written_bytes=prepared.written_bytes,
-                          prepare_mb_per_second=prepared.written_bytes / seconds / 1e6 if seconds > 0 else None,
-                          prepare_put_latency_ms_p50=percentile(puts, 50),
-                          prepare_put_latency_ms_p99=percentile(puts, 99))
+    return PrepareFigures(
+        prepare_skipped=prepared.skipped,
+        prepare_seconds=seconds,
+        prepare_written_bytes=prepared.written_bytes,
+        prepare_mb_per_second=prepared.written_bytes / seconds / 1e6 if seconds > 0 else None,
+        prepare_put_latency_ms_p50=percentile(puts, 50),
+        prepare_put_latency_ms_p99=percentile(puts, 99),
+    )

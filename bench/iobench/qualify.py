@@ -33,8 +33,10 @@ class DatasetSize:
 
     def explain(self, hosts: int, memory_bytes: float, accelerators: int) -> str:
         rule = "5x the hosts' RAM" if self.by_memory >= self.by_steps else f"{MIN_STEPS_PER_EPOCH} steps per epoch"
-        return (f"at least {self.min_files} files ({self.min_bytes / 2**30:.1f} GiB; set by {rule}: {hosts} host(s) x "
-                f"{memory_bytes / 2**30:.1f} GiB, {accelerators} accelerator(s))")
+        return (
+            f"at least {self.min_files} files ({self.min_bytes / 2**30:.1f} GiB; set by {rule}: {hosts} host(s) x "
+            f"{memory_bytes / 2**30:.1f} GiB, {accelerators} accelerator(s))"
+        )
 
 
 def dataset_size(storage: StorageBenchmarkConfig, accelerators: int, hosts: int, memory_bytes: float) -> DatasetSize:
@@ -56,8 +58,9 @@ def host_memory(storage: StorageBenchmarkConfig) -> float:
     return float(psutil.virtual_memory().total)
 
 
-def qualification(figures: RunFigures, storage: StorageBenchmarkConfig, accelerators: int,
-                  hosts: int) -> Tuple[bool, int, Optional[str]]:
+def qualification(
+    figures: RunFigures, storage: StorageBenchmarkConfig, accelerators: int, hosts: int
+) -> Tuple[bool, int, Optional[str]]:
     """(mlperf_qualifies, the number of files it needed, and every reason why not; None when it does)."""
     workload = storage.workload
     size = dataset_size(storage, accelerators, hosts, host_memory(storage))
@@ -65,22 +68,30 @@ def qualification(figures: RunFigures, storage: StorageBenchmarkConfig, accelera
     if workload.checkpoint_only:
         why.append("a checkpoint-only run is not a training result")
     if workload.num_files < size.min_files:
-        why.append(f"dataset: {workload.num_files} files, MLPerf needs "
-                   f"{size.explain(hosts, host_memory(storage), accelerators)}")
+        why.append(
+            f"dataset: {workload.num_files} files, MLPerf needs "
+            f"{size.explain(hosts, host_memory(storage), accelerators)}"
+        )
     if workload.computation_time <= 0:
         why.append("computation_time=0: an I/O ceiling, no emulated accelerator to keep busy")
     elif not figures.mlperf_au_pass:
         au = figures.mlperf_au_percent
-        why.append(f"AU: mean {au:.1f}% is below {100 * workload.au_threshold:.0f}%" if au is not None
-                   else "AU: no step after the first of an epoch was measured")
+        why.append(
+            f"AU: mean {au:.1f}% is below {100 * workload.au_threshold:.0f}%"
+            if au is not None
+            else "AU: no step after the first of an epoch was measured"
+        )
     if workload.max_steps is not None:
         why.append("storage.workload.max_steps cuts the epochs short")
     if storage.runs < MEASURED_RUNS or storage.warmup_runs < WARMUP_RUNS:
-        why.append(f"runs: MLPerf wants {WARMUP_RUNS} warm-up run then {MEASURED_RUNS} runs "
-                   f"(storage.warmup_runs={WARMUP_RUNS} storage.runs={MEASURED_RUNS}); this was "
-                   f"{storage.warmup_runs} + {storage.runs}")
+        why.append(
+            f"runs: MLPerf wants {WARMUP_RUNS} warm-up run then {MEASURED_RUNS} runs "
+            f"(storage.warmup_runs={WARMUP_RUNS} storage.runs={MEASURED_RUNS}); this was "
+            f"{storage.warmup_runs} + {storage.runs}"
+        )
     spread = figures.runs_samples_per_second_spread_percent
     if spread is not None and spread > MAX_SPREAD_PERCENT:
-        why.append(f"runs: samples/s spread {spread:.1f}% over the runs, "
-                   f"MLPerf wants them within {MAX_SPREAD_PERCENT:.0f}%")
+        why.append(
+            f"runs: samples/s spread {spread:.1f}% over the runs, MLPerf wants them within {MAX_SPREAD_PERCENT:.0f}%"
+        )
     return not why, size.min_files, "; ".join(why) or None

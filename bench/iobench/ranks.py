@@ -36,6 +36,7 @@ def _barrier() -> None:
 
     dist.barrier()
 
+
 class _Barrier:
     """A start gate over the process group (what run_reader waits on)."""
 
@@ -83,15 +84,21 @@ def prepare_split(store: Any, config: BenchConfig, ctx: RankContext) -> Any:
         raise DatasetMissing(detail)
     if kind == "reuse":
         return detail
-    specs = planned(workload)[ctx.rank::ctx.world_size]
+    specs = planned(workload)[ctx.rank :: ctx.world_size]
     log.info("prepare: rank %d writes %d of the dataset's files to %s", ctx.rank, len(specs), store.url)
     start = time.perf_counter()
     written, latencies = write_files(store, workload, specs, storage.prepare_workers)
     shares = _gather((written, latencies, time.perf_counter() - start))
     prepared = None
     if ctx.rank == 0:
-        prepared = finish(store, workload, [f for share in shares for f in share[0]], max(s[2] for s in shares),
-                          detail, [ms for share in shares for ms in share[1]])
+        prepared = finish(
+            store,
+            workload,
+            [f for share in shares for f in share[0]],
+            max(s[2] for s in shares),
+            detail,
+            [ms for share in shares for ms in share[1]],
+        )
         prepared.written_by_client = [len(share[0]) for share in shares]
     return _broadcast(prepared)
 
@@ -108,12 +115,16 @@ def run_as_rank(config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat:
         hosts, node = hosts_and_node(ctx)
         location, run_dir = _broadcast((backend(storage).location(out_dir, storage.dataset_dir), str(out_dir)))
         store = open_store(location, storage)
-        prepared = prepare_split(store, config, ctx) if not storage.workload.checkpoint_only else \
-            _no_dataset()
+        prepared = prepare_split(store, config, ctx) if not storage.workload.checkpoint_only else _no_dataset()
         if ctx.rank == 0:
-            log.info("read: %d files, %d simulated accelerators (ranks) on %d host(s) x %d reader threads, batch %d",
-                     len(prepared.files), ctx.world_size, hosts, storage.workload.read_threads,
-                     storage.workload.batch_size)
+            log.info(
+                "read: %d files, %d simulated accelerators (ranks) on %d host(s) x %d reader threads, batch %d",
+                len(prepared.files),
+                ctx.world_size,
+                hosts,
+                storage.workload.read_threads,
+                storage.workload.batch_size,
+            )
 
         def run_clients(run: int) -> Optional[List[ReaderResult]]:
             (job,) = jobs_for(config, prepared, location, run_dir, ctx.world_size, run, only=ctx.rank, node=node)
@@ -129,8 +140,9 @@ def run_as_rank(config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat:
         per_run, results = measure(config, run_clients, drop)
         if ctx.rank != 0:
             return None
-        return build_report(config, prepared, store.url, backend(storage).describe(store), per_run, results,
-                            ctx.world_size, hosts)
+        return build_report(
+            config, prepared, store.url, backend(storage).describe(store), per_run, results, ctx.world_size, hosts
+        )
     finally:
         destroy_process_group()
 

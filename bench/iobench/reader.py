@@ -41,8 +41,9 @@ def files_in_flight(workload: StorageWorkloadConfig) -> int:
     return 2 * workload.read_threads + math.ceil(workload.prefetch * workload.batch_size / per_item)
 
 
-def work_items(files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int,
-               run: int) -> List[WorkItem]:
+def work_items(
+    files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int, run: int
+) -> List[WorkItem]:
     if workload.read_mode == ReadMode.sample:
         return list(sample_order(files, workload, client, epoch, run))
     return [(spec, None) for spec in file_order(files, workload, client, epoch, run)]
@@ -51,8 +52,15 @@ def work_items(files: Sequence[FileSpec], workload: StorageWorkloadConfig, clien
 class _Loop:
     """The emulated training loop of one accelerator, across epochs (one step counter)."""
 
-    def __init__(self, store: ObjectStore, workload: StorageWorkloadConfig, client: int, run: int,
-                 periodic: Optional[Periodic], heartbeat: Optional[Callable[[], None]]):
+    def __init__(
+        self,
+        store: ObjectStore,
+        workload: StorageWorkloadConfig,
+        client: int,
+        run: int,
+        periodic: Optional[Periodic],
+        heartbeat: Optional[Callable[[], None]],
+    ):
         self.workload, self.client, self.run, self.periodic, self.heartbeat = workload, client, run, periodic, heartbeat
         fmt = format_for(workload.format)
         self.source = Source(lambda: Fetcher(store, fmt, workload.transfer_size, workload.jpeg_decode))
@@ -62,12 +70,19 @@ class _Loop:
         self._me = psutil.Process()
         self._cpu_at_start = 0.0
 
-    def _pipeline(self, pool: ThreadPoolExecutor, files: Sequence[FileSpec], epoch: int,
-                  requests: List[Request]) -> Pipeline:
+    def _pipeline(
+        self, pool: ThreadPoolExecutor, files: Sequence[FileSpec], epoch: int, requests: List[Request]
+    ) -> Pipeline:
         workload = self.workload
-        return Pipeline(pool, workload.read_threads, self.source, work_items(files, workload, self.client, epoch,
-                                                                            self.run),
-                        files_in_flight(workload), epoch, requests)
+        return Pipeline(
+            pool,
+            workload.read_threads,
+            self.source,
+            work_items(files, workload, self.client, epoch, self.run),
+            files_in_flight(workload),
+            epoch,
+            requests,
+        )
 
     def epoch(self, pool: ThreadPoolExecutor, files: Sequence[FileSpec], epoch: int) -> bool:
         """One epoch; False once max_steps is reached."""
@@ -152,9 +167,18 @@ class _Loop:
         return result
 
 
-def run_reader(store: ObjectStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int = 0,
-               start_gate: Optional[Any] = None, *, run: int = 0, eval_files: Sequence[FileSpec] = (),
-               periodic: Optional[Periodic] = None, heartbeat: Optional[Callable[[], None]] = None) -> ReaderResult:
+def run_reader(
+    store: ObjectStore,
+    files: Sequence[FileSpec],
+    workload: StorageWorkloadConfig,
+    client: int = 0,
+    start_gate: Optional[Any] = None,
+    *,
+    run: int = 0,
+    eval_files: Sequence[FileSpec] = (),
+    periodic: Optional[Periodic] = None,
+    heartbeat: Optional[Callable[[], None]] = None,
+) -> ReaderResult:
     """The emulated training loop of one accelerator over `files` (its shard of the dataset).
     `start_gate` (a barrier) lines the clients up so their measured windows overlap."""
     loop = _Loop(store, workload, client, run, periodic if workload.checkpoint_every_steps else None, heartbeat)

@@ -35,14 +35,26 @@ REQUEST_FIELDS = ["client", "epoch", "key", "bytes", "latency_ms"]
 
 
 # the record's fields that are also MLflow tags (to filter runs by)
-TAG_FIELDS = ("mode", "workload", "storage", "storage_client", "storage_url", "au_pass", "mlperf_au_pass",
-              "potential_caching", "mlperf_qualifies")
+TAG_FIELDS = (
+    "mode",
+    "workload",
+    "storage",
+    "storage_client",
+    "storage_url",
+    "au_pass",
+    "mlperf_au_pass",
+    "potential_caching",
+    "mlperf_qualifies",
+)
 
 
 def caching_figures(dataset_bytes: int, hosts: int = 1) -> CachingFigures:
     ram = psutil.virtual_memory().total
-    return CachingFigures(dataset_bytes=dataset_bytes, client_ram_bytes=ram,
-                          potential_caching=dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * hosts)
+    return CachingFigures(
+        dataset_bytes=dataset_bytes,
+        client_ram_bytes=ram,
+        potential_caching=dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * hosts,
+    )
 
 
 def _figure(value: Optional[float], unit: str = "", digits: int = 1) -> str:
@@ -74,35 +86,62 @@ class StorageReport:
         r, f = self.record, self.record.figures
         where = f"storage {r.workload} on {r.storage_url} x{r.clients} accelerators"
         if f.mlperf_samples_per_second is None:  # checkpoint_only
-            return (f"{where}: checkpoint write {_figure(f.checkpoint_store_write_gbps, ' GB/s', 3)}, read "
-                    f"{_figure(f.checkpoint_store_read_gbps, ' GB/s', 3)} ({f.checkpoint_count or 0} x "
-                    f"{(f.checkpoint_bytes or 0) / 1e6:.1f} MB)")
-        au = (f"AU {_figure(f.mlperf_au_percent, '%')} {'PASS' if f.mlperf_au_pass else 'FAIL'} at "
-              f"{f.au_threshold_percent:.0f}% (strict: min {_figure(f.au_percent_min, '%')}, "
-              f"{'pass' if f.au_pass else 'fail'})"
-              if r.computation_time > 0 else "I/O ceiling (computation_time=0)")
-        return (f"{where}: MLPerf {_figure(f.mlperf_samples_per_second)} samples/s, "
-                f"{_figure(f.mlperf_mib_per_second)} MiB/s, {au}; strict {_figure(f.samples_per_second)} "
-                f"samples/s, {_figure(f.read_mb_per_second)} MB/s; request p50 "
-                f"{_figure(f.latency_ms_p50, ' ms', 2)} p99 {_figure(f.latency_ms_p99, ' ms', 2)}")
+            return (
+                f"{where}: checkpoint write {_figure(f.checkpoint_store_write_gbps, ' GB/s', 3)}, read "
+                f"{_figure(f.checkpoint_store_read_gbps, ' GB/s', 3)} ({f.checkpoint_count or 0} x "
+                f"{(f.checkpoint_bytes or 0) / 1e6:.1f} MB)"
+            )
+        au = (
+            f"AU {_figure(f.mlperf_au_percent, '%')} {'PASS' if f.mlperf_au_pass else 'FAIL'} at "
+            f"{f.au_threshold_percent:.0f}% (strict: min {_figure(f.au_percent_min, '%')}, "
+            f"{'pass' if f.au_pass else 'fail'})"
+            if r.computation_time > 0
+            else "I/O ceiling (computation_time=0)"
+        )
+        return (
+            f"{where}: MLPerf {_figure(f.mlperf_samples_per_second)} samples/s, "
+            f"{_figure(f.mlperf_mib_per_second)} MiB/s, {au}; strict {_figure(f.samples_per_second)} "
+            f"samples/s, {_figure(f.read_mb_per_second)} MB/s; request p50 "
+            f"{_figure(f.latency_ms_p50, ' ms', 2)} p99 {_figure(f.latency_ms_p99, ' ms', 2)}"
+        )
 
-    def write(self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any],
-              run_id: Optional[str]) -> List[Path]:
+    def write(
+        self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]
+    ) -> List[Path]:
         """run_summary.json, summary.csv (one row), epochs.csv (accelerator x epoch), clients.csv
         (one row per accelerator), read_latency.csv (one row per measured request), runs.csv
         (one row per measured run) when there were several."""
         out_dir.mkdir(parents=True, exist_ok=True)
         epochs = [{**row, "run": r.run} for r in self.results for row in epoch_rows([r])]
-        requests = [{"client": r.client, "epoch": q.epoch, "key": q.key, "bytes": q.bytes,
-                     "latency_ms": round(q.latency_ms, 4), "run": r.run} for r in self.results for q in r.requests]
+        requests = [
+            {
+                "client": r.client,
+                "epoch": q.epoch,
+                "key": q.key,
+                "bytes": q.bytes,
+                "latency_ms": round(q.latency_ms, 4),
+                "run": r.run,
+            }
+            for r in self.results
+            for q in r.requests
+        ]
         metrics = self.metrics
-        summary = {"results": metrics, "epochs": epochs, "clients": self.clients, "runs": self.runs,
-                   "prepare": self.prepare, "environment": dict(environment), "config": dict(config),
-                   "mlflow_run_id": run_id}
-        files = [write_json(out_dir / "run_summary.json", summary),
-                 write_csv(out_dir / "summary.csv", list(metrics), [metrics]),
-                 write_csv(out_dir / "epochs.csv", list(epochs[0]) if epochs else ["client", "epoch"], epochs),
-                 write_csv(out_dir / "read_latency.csv", [*REQUEST_FIELDS, "run"], requests)]
+        summary = {
+            "results": metrics,
+            "epochs": epochs,
+            "clients": self.clients,
+            "runs": self.runs,
+            "prepare": self.prepare,
+            "environment": dict(environment),
+            "config": dict(config),
+            "mlflow_run_id": run_id,
+        }
+        files = [
+            write_json(out_dir / "run_summary.json", summary),
+            write_csv(out_dir / "summary.csv", list(metrics), [metrics]),
+            write_csv(out_dir / "epochs.csv", list(epochs[0]) if epochs else ["client", "epoch"], epochs),
+            write_csv(out_dir / "read_latency.csv", [*REQUEST_FIELDS, "run"], requests),
+        ]
         if self.clients:
             files.append(write_csv(out_dir / "clients.csv", list(self.clients[0]), self.clients))
         if len(self.runs) > 1:
@@ -121,8 +160,9 @@ class StorageReport:
             return
         for row in epoch_rows([r for r in self.results if r.run == self.results[0].run]):
             if row["client"] == 0:
-                tracker.log_metrics({"epoch_au_percent": row["au_percent"], "epoch_samples": row["samples"]},
-                                    step=row["epoch"])
+                tracker.log_metrics(
+                    {"epoch_au_percent": row["au_percent"], "epoch_samples": row["samples"]}, step=row["epoch"]
+                )
         for epoch, figures in self.epoch_series().items():
             tracker.log_metrics(figures, step=epoch)
         if log_series:
@@ -155,15 +195,21 @@ class StorageReport:
 
         kinds = {f.name: int if f.default is MISSING else type(f.default) for f in fields(EpochStats)}
         for row in summary["epochs"]:
-            client(row).epochs.append(EpochStats(**{k: kinds[k](v) for k, v in row.items()
-                                                    if k in kinds and v not in ("", None)}))
+            client(row).epochs.append(
+                EpochStats(**{k: kinds[k](v) for k, v in row.items() if k in kinds and v not in ("", None)})
+            )
         with (job_dir / cls.TIMELINE_FILE).open() as fh:
             for order, row in enumerate(csv.DictReader(fh)):
-                client(row).requests.append(Request(row["key"], int(row["epoch"]), int(row["bytes"]),
-                                                    float(row["latency_ms"]), float(order)))
-        return cls([clients[c] for c in sorted(clients)], StorageMetrics.from_metrics(summary["results"]),
-                   summary.get("prepare", {}),
-                   summary.get("runs", []), summary.get("clients", []))
+                client(row).requests.append(
+                    Request(row["key"], int(row["epoch"]), int(row["bytes"]), float(row["latency_ms"]), float(order))
+                )
+        return cls(
+            [clients[c] for c in sorted(clients)],
+            StorageMetrics.from_metrics(summary["results"]),
+            summary.get("prepare", {}),
+            summary.get("runs", []),
+            summary.get("clients", []),
+        )
 
     @classmethod
     def repeats(cls, job_dir: Path) -> List[float]:

@@ -12,8 +12,11 @@ from bench.runtime.rules import refuse_find_max_batch
 def check_storage(config: BenchConfig) -> None:
     config.storage.check_bucket()
     if config.benchmark.repeats != 1:  # storage.workload.epochs repeats the read phase; no model runs
-        raise ConfigError("benchmark.repeats", config.benchmark.repeats, "1 with mode=storage "
-                          "(storage.workload.epochs repeats the read phase)")
+        raise ConfigError(
+            "benchmark.repeats",
+            config.benchmark.repeats,
+            "1 with mode=storage (storage.workload.epochs repeats the read phase)",
+        )
     if config.profile.enabled:
         raise ConfigError("profile.enabled", True, "false with mode=storage (no model runs)")
     refuse_find_max_batch(config)

@@ -19,9 +19,17 @@ from bench.iobench.result import RunFigures
 SUMMED = ("read_samples", "read_bytes", "read_requests", "read_steps")
 LATENCY = {"latency_ms_p50": 50, "latency_ms_p90": 90, "latency_ms_p99": 99}
 # runs.csv: the headline figures of each measured run
-RUN_COLUMNS = ("mlperf_samples_per_second", "mlperf_mib_per_second", "mlperf_au_percent", "samples_per_second",
-               "read_mb_per_second", "au_percent_min", "latency_ms_p99", "checkpoint_store_write_gbps",
-               "checkpoint_store_read_gbps")
+RUN_COLUMNS = (
+    "mlperf_samples_per_second",
+    "mlperf_mib_per_second",
+    "mlperf_au_percent",
+    "samples_per_second",
+    "read_mb_per_second",
+    "au_percent_min",
+    "latency_ms_p99",
+    "checkpoint_store_write_gbps",
+    "checkpoint_store_read_gbps",
+)
 
 
 def _merged(key: str, values: List[Any]) -> Any:
@@ -67,5 +75,7 @@ def merge_runs(per_run: Sequence[RunFigures], results: Sequence[ReaderResult]) -
 
 def run_rows(per_run: Sequence[RunFigures]) -> List[Dict[str, Any]]:
     """runs.csv: the headline figures of each measured run (an empty cell: none)."""
-    return [{"run": i, **{k: v if (v := getattr(m, k)) is not None else "" for k in RUN_COLUMNS}}
-            for i, m in enumerate(per_run)]
+    return [
+        {"run": i, **{k: v if (v := getattr(m, k)) is not None else "" for k in RUN_COLUMNS}}
+        for i, m in enumerate(per_run)
+    ]

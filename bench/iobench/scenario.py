@@ -53,8 +53,9 @@ class StorageScenario:
         storage = config.storage
         return f"storage-{storage.workload.name}-{storage.name}-c{clients_of(config)}"
 
-    def run_rank(self, config: BenchConfig, ctx: Any, out_dir: Path,
-                 heartbeat: Optional[Callable[[], None]] = None) -> Optional[StorageReport]:
+    def run_rank(
+        self, config: BenchConfig, ctx: Any, out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
+    ) -> Optional[StorageReport]:
         """Prepare, read and checkpoint phases, runs times."""
         if ctx.distributed:
             from bench.iobench.ranks import run_as_rank
@@ -69,18 +70,30 @@ class StorageScenario:
         where = backend(storage)
         dataset = where.location(out_dir, storage.dataset_dir)
         store = where.open(dataset)  # S3: one LIST, so a bad bucket/endpoint/credential fails here
-        prepared = Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset") \
-            if workload.checkpoint_only else prepare_dataset(store, workload, storage.prepare, storage.prepare_workers)
-        log.info("read: %d files, %d simulated accelerators x %d reader threads, batch %d, computation_time %gs",
-                 len(prepared.files), storage.accelerators, workload.read_threads, workload.batch_size,
-                 workload.computation_time)
+        prepared = (
+            Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset")
+            if workload.checkpoint_only
+            else prepare_dataset(store, workload, storage.prepare, storage.prepare_workers)
+        )
+        log.info(
+            "read: %d files, %d simulated accelerators x %d reader threads, batch %d, computation_time %gs",
+            len(prepared.files),
+            storage.accelerators,
+            workload.read_threads,
+            workload.batch_size,
+            workload.computation_time,
+        )
         keys = [f.key for f in prepared.files + prepared.eval_files]
         per_run, results = measure(
-            config, lambda run: run_accelerators(storage, jobs_for(config, prepared, dataset, str(out_dir),
-                                                                   storage.accelerators, run)),
-            lambda run: drop_dataset_cache(store, keys, run))
-        return build_report(config, prepared, store.url, where.describe(store), per_run, results,
-                            storage.accelerators, 1)
+            config,
+            lambda run: run_accelerators(
+                storage, jobs_for(config, prepared, dataset, str(out_dir), storage.accelerators, run)
+            ),
+            lambda run: drop_dataset_cache(store, keys, run),
+        )
+        return build_report(
+            config, prepared, store.url, where.describe(store), per_run, results, storage.accelerators, 1
+        )
 
     def report(self, outcome: StorageReport, config: BenchConfig) -> StorageReport:
         return outcome

@@ -27,12 +27,31 @@ from bench.storage.base import ObjectStore
 log = logging.getLogger(__name__)
 
 
-def jobs_for(config: BenchConfig, prepared: Prepared, location: str, out_dir: str, clients: int, run: int,
-             only: Optional[int] = None, node: int = 0) -> List[ClientJob]:
+def jobs_for(
+    config: BenchConfig,
+    prepared: Prepared,
+    location: str,
+    out_dir: str,
+    clients: int,
+    run: int,
+    only: Optional[int] = None,
+    node: int = 0,
+) -> List[ClientJob]:
     """Every client's job for one run (or client `only`'s)."""
     wanted = range(clients) if only is None else [only]
-    return [ClientJob(location, out_dir, i, clients, [f.to_dict() for f in shard(prepared.files, i, clients)],
-                      [f.to_dict() for f in shard(prepared.eval_files, i, clients)], run, node) for i in wanted]
+    return [
+        ClientJob(
+            location,
+            out_dir,
+            i,
+            clients,
+            [f.to_dict() for f in shard(prepared.files, i, clients)],
+            [f.to_dict() for f in shard(prepared.eval_files, i, clients)],
+            run,
+            node,
+        )
+        for i in wanted
+    ]
 
 
 def drop_dataset_cache(store: ObjectStore, keys: Sequence[str], run: int) -> None:
@@ -40,8 +59,9 @@ def drop_dataset_cache(store: ObjectStore, keys: Sequence[str], run: int) -> Non
     log.info("run %d: page cache of %d dataset files dropped: %s", run, len(keys), how)
 
 
-def measure(config: BenchConfig, run_clients: Callable[[int], Optional[List[ReaderResult]]],
-            drop: Callable[[int], None]) -> tuple:
+def measure(
+    config: BenchConfig, run_clients: Callable[[int], Optional[List[ReaderResult]]], drop: Callable[[int], None]
+) -> tuple:
     """(per-run figures, every measured result) of warmup_runs + runs runs; ([], []) off rank 0."""
     storage = config.storage
     per_run: List[RunFigures] = []
@@ -61,23 +81,48 @@ def measure(config: BenchConfig, run_clients: Callable[[int], Optional[List[Read
     return per_run, measured
 
 
-def build_report(config: BenchConfig, prepared: Prepared, store_url: str, client_name: str,
-                 per_run: List[RunFigures], results: List[ReaderResult], clients: int,
-                 hosts: int) -> StorageReport:
+def build_report(
+    config: BenchConfig,
+    prepared: Prepared,
+    store_url: str,
+    client_name: str,
+    per_run: List[RunFigures],
+    results: List[ReaderResult],
+    clients: int,
+    hosts: int,
+) -> StorageReport:
     storage, workload = config.storage, config.storage.workload
     record = StorageMetrics(
-        workload=workload.name, storage=str(storage.name), storage_client=client_name, storage_url=store_url,
-        clients=clients, accelerators=clients, hosts=hosts, format=str(workload.format),
-        read_mode=str(workload.read_mode), shuffle=str(workload.shuffle), num_files=len(prepared.files),
-        samples_per_file=workload.samples_per_file, record_size=workload.record_size,
-        batch_size=workload.batch_size, read_threads=workload.read_threads, prefetch=workload.prefetch,
-        computation_time=workload.computation_time, epochs=workload.epochs, runs=storage.runs,
-        warmup_runs=storage.warmup_runs, prepare=prepare_figures(prepared), figures=merge_runs(per_run, results),
-        caching=caching_figures(prepared.total_bytes, hosts))
-    record.mlperf_qualifies, record.mlperf_min_num_files, record.mlperf_not_qualified_because = \
-        qualification(record.figures, storage, clients, hosts)
+        workload=workload.name,
+        storage=str(storage.name),
+        storage_client=client_name,
+        storage_url=store_url,
+        clients=clients,
+        accelerators=clients,
+        hosts=hosts,
+        format=str(workload.format),
+        read_mode=str(workload.read_mode),
+        shuffle=str(workload.shuffle),
+        num_files=len(prepared.files),
+        samples_per_file=workload.samples_per_file,
+        record_size=workload.record_size,
+        batch_size=workload.batch_size,
+        read_threads=workload.read_threads,
+        prefetch=workload.prefetch,
+        computation_time=workload.computation_time,
+        epochs=workload.epochs,
+        runs=storage.runs,
+        warmup_runs=storage.warmup_runs,
+        prepare=prepare_figures(prepared),
+        figures=merge_runs(per_run, results),
+        caching=caching_figures(prepared.total_bytes, hosts),
+    )
+    record.mlperf_qualifies, record.mlperf_min_num_files, record.mlperf_not_qualified_because = qualification(
+        record.figures, storage, clients, hosts
+    )
     prepare = {"reason": prepared.reason, "files": len(prepared.files), "eval_files": len(prepared.eval_files)}
     if prepared.written_by_client:
         prepare["written_by_client"] = prepared.written_by_client
-    return StorageReport(results, record, prepare, run_rows(per_run) if len(per_run) > 1 else [],
-                         client_rows(results, workload))
+    return StorageReport(
+        results, record, prepare, run_rows(per_run) if len(per_run) > 1 else [], client_rows(results, workload)
+    )

@@ -39,6 +39,6 @@ COMPARE_FIGURE = "images_per_second"
 
 
 def storage_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
-    from bench.analysis.plots import plot_storage
+    from bench.analysis.storage_plots import plot_storage
 
     return plot_storage(frame, out, title)

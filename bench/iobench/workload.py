@@ -21,8 +21,7 @@ __all__ = ["FileSpec", "dataset_spec", "decode_samples", "encode", "encode_file"
 
 # The workload keys that change the dataset's bytes: a prepared dataset is reused only when
 # all of them match.
-DATASET_KEYS = ("num_files", "samples_per_file", "record_size", "record_size_stdev", "format", "seed",
-                "eval_num_files")
+DATASET_KEYS = ("num_files", "samples_per_file", "record_size", "record_size_stdev", "format", "seed", "eval_num_files")
 EVAL_DIR = "eval"
 EVAL_INDEX = 1_000_000  # eval files draw their bytes and sizes from indices of their own
 
@@ -47,8 +46,15 @@ def plan_files(workload: StorageWorkloadConfig, evaluation: bool = False) -> Lis
     count = workload.eval_num_files if evaluation else workload.num_files
     width = max(5, len(str(count)))
     prefix, first = (f"{EVAL_DIR}/", EVAL_INDEX) if evaluation else ("", 0)
-    return [FileSpec(f"{prefix}file_{i:0{width}d}.{extension}", first + i, workload.samples_per_file,
-                     _record_size(workload, first + i)) for i in range(count)]
+    return [
+        FileSpec(
+            f"{prefix}file_{i:0{width}d}.{extension}",
+            first + i,
+            workload.samples_per_file,
+            _record_size(workload, first + i),
+        )
+        for i in range(count)
+    ]
 
 
 def encode_file(spec: FileSpec, fmt: str, seed: int) -> Tuple[bytes, FileSpec]:

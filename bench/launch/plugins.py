@@ -37,6 +37,8 @@ def cluster_commands_problem(config: Any) -> Optional[str]:
     if not missing:
         return None
     choice = OmegaConf.select(config, "hydra.runtime.choices", default={}).get("hydra/launcher") or target
-    return (f"hydra/launcher={choice} needs Slurm's {' and '.join(needed)} on PATH; not found: {', '.join(missing)}. "
-            "Use hydra/launcher=slurm_local to run the jobs through submitit's local executor, or run on a Slurm "
-            "login node")
+    return (
+        f"hydra/launcher={choice} needs Slurm's {' and '.join(needed)} on PATH; not found: {', '.join(missing)}. "
+        "Use hydra/launcher=slurm_local to run the jobs through submitit's local executor, or run on a Slurm "
+        "login node"
+    )

@@ -14,8 +14,19 @@ from typing import List, Optional, Sequence, TextIO
 
 MULTIRUN = ("-m", "--multirun")
 CFG = ("-c", "--cfg")
-TAKES_A_VALUE = ("-c", "--cfg", "-p", "--package", "-cp", "--config-path", "-cn", "--config-name", "-cd",
-                 "--config-dir", "--experimental-rerun")
+TAKES_A_VALUE = (
+    "-c",
+    "--cfg",
+    "-p",
+    "--package",
+    "-cp",
+    "--config-path",
+    "-cn",
+    "--config-name",
+    "-cd",
+    "--config-dir",
+    "--experimental-rerun",
+)
 
 
 def wants_preview(argv: Sequence[str]) -> bool:
@@ -65,8 +76,10 @@ def preview(argv: Sequence[str], out: TextIO) -> Optional[str]:
         jobs = jobs_of(overrides_of(argv))
     except (HydraException, OmegaConfBaseException) as exc:
         return one_line(exc)
-    out.write(f"a sweep of {len(jobs)} job{'s' if len(jobs) != 1 else ''} (-m runs them in this order, "
-              "each in its own process):\n")
+    out.write(
+        f"a sweep of {len(jobs)} job{'s' if len(jobs) != 1 else ''} (-m runs them in this order, "
+        "each in its own process):\n"
+    )
     width = len(str(len(jobs) - 1))
     for number, job in enumerate(jobs):
         out.write(f"  #{number:<{width}}  {' '.join(_for_a_shell(o) for o in job)}\n")

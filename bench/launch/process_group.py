@@ -20,8 +20,14 @@ def init_process_group(cfg: DistributedConfig, ctx: RankContext, device: Any) ->
     timeout = datetime.timedelta(seconds=float(cfg.timeout_s))
     kwargs: Dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
     dist.init_process_group(backend=backend, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout, **kwargs)
-    log.info("rank %d/%d (pid %d) joined the process group (%s, timeout %ss)", ctx.rank, ctx.world_size,
-             os.getpid(), backend, cfg.timeout_s)
+    log.info(
+        "rank %d/%d (pid %d) joined the process group (%s, timeout %ss)",
+        ctx.rank,
+        ctx.world_size,
+        os.getpid(),
+        backend,
+        cfg.timeout_s,
+    )
 
 
 def destroy_process_group() -> None:

@@ -93,10 +93,10 @@ def first_to_die(pids: List[int], workers_dir: Path) -> Optional[Tuple[int, int]
     `pids` are the workers the reaper saw gone at its first sighting of a death (several when
     they went within one poll); a rank that raised left an error.json (torch's @record), a
     rank killed by a signal left none, and that one is the root cause."""
-    for path in sorted(workers_dir.glob("rank*.pid"), key=lambda p: int(p.stem[len("rank"):])):
+    for path in sorted(workers_dir.glob("rank*.pid"), key=lambda p: int(p.stem[len("rank") :])):
         pid, local_rank = path.read_text().split()
         if int(pid) in pids and not list(workers_dir.glob(f"*/attempt_*/{local_rank}/error.json")):
-            return int(path.stem[len("rank"):]), int(pid)
+            return int(path.stem[len("rank") :]), int(pid)
     return None
 
 
@@ -117,7 +117,7 @@ def rank_of(pid: int, workers_dir: Path) -> Optional[int]:
     for path in workers_dir.glob("rank*.pid"):
         try:
             if int(path.read_text().split()[0]) == pid:
-                return int(path.stem[len("rank"):])
+                return int(path.stem[len("rank") :])
         except (OSError, ValueError, IndexError):
             continue
     return None

@@ -89,12 +89,17 @@ class SweepLauncher(BaseSubmititLauncher):
 
     # ---- in the job's process (on each node) ----------------------------------------------------
 
-    def __call__(self, sweep_overrides: List[str], job_dir_key: str, job_num: int, job_id: str,
-                 singleton_state: Dict[type, Singleton]) -> JobReturn:
+    def __call__(
+        self,
+        sweep_overrides: List[str],
+        job_dir_key: str,
+        job_num: int,
+        job_id: str,
+        singleton_state: Dict[type, Singleton],
+    ) -> JobReturn:
         if self.sweep_context is not None:  # whatever the cluster's environment policy (sbatch --export)
             os.environ[sweep.SWEEP_ENV] = self.sweep_context
-        return super().__call__(list(sweep_overrides) + node_overrides(), job_dir_key, job_num, job_id,
-                                singleton_state)
+        return super().__call__(list(sweep_overrides) + node_overrides(), job_dir_key, job_num, job_id, singleton_state)
 
     # ---- in the submitting process --------------------------------------------------------------
 
@@ -124,8 +129,11 @@ class SweepLauncher(BaseSubmititLauncher):
         except (KeyboardInterrupt, Interrupted) as exc:
             _cancel_unfinished(list(handles.values()))
             code, why = (exc.exit_code, str(exc)) if isinstance(exc, Interrupted) else (EXIT_SIGINT, "Ctrl-C")
-            print(f"[ERROR] sweep interrupted ({why}): its {self.cluster} jobs still queued or running were "
-                  "cancelled", file=sys.stderr, flush=True)
+            print(
+                f"[ERROR] sweep interrupted ({why}): its {self.cluster} jobs still queued or running were cancelled",
+                file=sys.stderr,
+                flush=True,
+            )
             sys.exit(code)  # the parent run ends KILLED (bench.tracking.sweep)
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -153,14 +161,22 @@ class SweepLauncher(BaseSubmititLauncher):
         executor.update_parameters(**group[0].params)
         state = Singleton.get_state()
         try:
-            handles = executor.map_array(self, [job.overrides for job in group], ["hydra.sweep.dir"] * len(group),
-                                         [job.num for job in group], [f"job_id_for_{job.num}" for job in group],
-                                         [state] * len(group))
+            handles = executor.map_array(
+                self,
+                [job.overrides for job in group],
+                ["hydra.sweep.dir"] * len(group),
+                [job.num for job in group],
+                [f"job_id_for_{job.num}" for job in group],
+                [state] * len(group),
+            )
         except Exception as exc:  # submitit's FailedJobError holds sbatch's own words
             said = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             reason = f"{self.cluster} refused the sweep's jobs #{group[0].num}..#{group[-1].num}: {said}"
-            print(f"[ERROR] {reason} (what each job asks for: hydra.launcher.*, docs/distributed.md)",
-                  file=sys.stderr, flush=True)
+            print(
+                f"[ERROR] {reason} (what each job asks for: hydra.launcher.*, docs/distributed.md)",
+                file=sys.stderr,
+                flush=True,
+            )
             sweep.end_unsubmitted_sweep(reason)
             raise SystemExit(EXIT_FAILED) from None
         return {job.num: handle for job, handle in zip(group, handles, strict=True)}

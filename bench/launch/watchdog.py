@@ -51,8 +51,11 @@ class StepWatchdog:
         while True:
             time.sleep(min(1.0, self.timeout_s / 4))
             if self._last is not None and time.monotonic() - self._last > self.timeout_s:
-                self._end(EXIT_HUNG, f"no training step finished for {self.timeout_s:.0f} s (distributed.timeout_s): "
-                                     "a peer died or hung")
+                self._end(
+                    EXIT_HUNG,
+                    f"no training step finished for {self.timeout_s:.0f} s (distributed.timeout_s): "
+                    "a peer died or hung",
+                )
             if self.launcher is not None and process_identity(self.launcher[0]) != self.launcher:
                 self._end(EXIT_ORPHANED, f"the process that launched it (pid {self.launcher[0]}) is gone")
 

@@ -21,8 +21,10 @@ def resolve_device(allow_cpu: bool) -> torch.device:
         torch.cuda.set_device(index)
         return torch.device("cuda", index)
     if not allow_cpu:
-        raise DeviceError("CUDA not available and allow_cpu=false: pass allow_cpu=true "
-                          "(or use +experiment=cpu_smoke) to run on the CPU.")
+        raise DeviceError(
+            "CUDA not available and allow_cpu=false: pass allow_cpu=true "
+            "(or use +experiment=cpu_smoke) to run on the CPU."
+        )
     return torch.device("cpu")
 
 
@@ -34,8 +36,11 @@ def device_name(device: torch.device) -> str:
 
 def check_gpu_count(nproc_per_node: int, device: torch.device) -> None:
     if device.type == "cuda" and nproc_per_node > torch.cuda.device_count():
-        raise ConfigError("distributed.nproc_per_node", nproc_per_node,
-                          f"at most {torch.cuda.device_count()} (the GPUs visible on this node; one per process)")
+        raise ConfigError(
+            "distributed.nproc_per_node",
+            nproc_per_node,
+            f"at most {torch.cuda.device_count()} (the GPUs visible on this node; one per process)",
+        )
 
 
 def peak_memory_bytes(device: torch.device) -> int:

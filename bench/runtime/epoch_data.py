@@ -27,8 +27,14 @@ def per_rank_batch_size(config: BenchConfig, world_size: int, batch: Optional[in
 
 
 class EpochData:
-    def __init__(self, config: BenchConfig, device: torch.device, memory_format: torch.memory_format,
-                 ctx: RankContext, start_epoch: int = 0):
+    def __init__(
+        self,
+        config: BenchConfig,
+        device: torch.device,
+        memory_format: torch.memory_format,
+        ctx: RankContext,
+        start_epoch: int = 0,
+    ):
         self.config, self.device, self.memory_format, self.ctx = config, device, memory_format, ctx
         self.phases = parse_progressive(config.data.progressive) if config.data.progressive else None
         self.on_batch_change: Optional[Callable[[int, int], None]] = None  # (old, new) per-rank batch
@@ -51,8 +57,15 @@ class EpochData:
             self.batches.close()
         batch = per_rank_batch_size(self.config, self.ctx.world_size, phase.batch_size)
         data = dataclasses.replace(self.config.data, image_size=phase.image_size, batch_size=batch)
-        self.batches = build_batches(data, self.device, self.memory_format, self.config.seed + self.ctx.rank,
-                                     rank=self.ctx.rank, world_size=self.ctx.world_size, storage=self.config.storage)
+        self.batches = build_batches(
+            data,
+            self.device,
+            self.memory_format,
+            self.config.seed + self.ctx.rank,
+            rank=self.ctx.rank,
+            world_size=self.ctx.world_size,
+            storage=self.config.storage,
+        )
         self.image_size, self.batch_size = phase.image_size, batch
 
     def steps(self, epoch: int) -> int:
@@ -61,8 +74,10 @@ class EpochData:
         batch = per_rank_batch_size(self.config, self.ctx.world_size, self._phase(epoch).batch_size)
         steps = self.dataset_size // self.ctx.world_size // batch  # DistributedSampler, full batches only
         if steps < 1:
-            raise DataError(f"train.steps_per_epoch=null: the dataset's {self.dataset_size} images make no full "
-                            f"batch of {batch} per process ({self.ctx.world_size} processes)")
+            raise DataError(
+                f"train.steps_per_epoch=null: the dataset's {self.dataset_size} images make no full "
+                f"batch of {batch} per process ({self.ctx.world_size} processes)"
+            )
         return steps
 
     def planned(self, first: int, skip: int = 0) -> int:
@@ -74,8 +89,7 @@ class EpochData:
         phase = self._phase(epoch)
         if self.phases and (phase.image_size, phase.batch_size) != (self.image_size, self._global_batch()):
             old = self.batch_size
-            log.info("epoch %d: progressive resizing to %d px, batch %d", epoch + 1, phase.image_size,
-                     phase.batch_size)
+            log.info("epoch %d: progressive resizing to %d px, batch %d", epoch + 1, phase.image_size, phase.batch_size)
             self._open(phase)
             if self.on_batch_change is not None:
                 self.on_batch_change(old, self.batch_size)

@@ -19,8 +19,17 @@ from bench.errors import ConfigProblem
 from bench.launch.context import RankContext
 from bench.runtime.fitness import MachineWatch, Verdict, affinity, oversubscription, usable_cores, wait_until_quiet
 
-FIELDS = ("fit_to_measure", "fit_reasons", "fit_notes", "fit_other_cpu_cores", "fit_usable_cores", "fit_cpu_demand",
-          "fit_load_average", "fit_swap_in_mb", "fit_gpu_sm_clock_ratio")  # the records' fields, last
+FIELDS = (
+    "fit_to_measure",
+    "fit_reasons",
+    "fit_notes",
+    "fit_other_cpu_cores",
+    "fit_usable_cores",
+    "fit_cpu_demand",
+    "fit_load_average",
+    "fit_swap_in_mb",
+    "fit_gpu_sm_clock_ratio",
+)  # the records' fields, last
 
 
 def loader_workers(config: BenchConfig, ranks: int) -> int:
@@ -83,18 +92,23 @@ def check_quiet(config: BenchConfig, device: Any) -> None:
     from bench.runtime.device import cpu_threads
 
     ranks = config.distributed.nproc_per_node
-    threads = cpu_threads(config, device, RankContext(world_size=config.distributed.world_size)) or \
-        torch.get_num_threads()
+    threads = (
+        cpu_threads(config, device, RankContext(world_size=config.distributed.world_size)) or torch.get_num_threads()
+    )
     threads_, ranks_, workers, word = demand(config, device.type, ranks, threads)
     _, reason = oversubscription(threads_, ranks_, workers, usable_cores(affinity()), word)
     if reason:
-        raise ConfigProblem(f"benchmark.require_fit=true and {reason}: lower cpu_threads, data.num_workers or "
-                            "distributed.nproc_per_node, or run without benchmark.require_fit")
+        raise ConfigProblem(
+            f"benchmark.require_fit=true and {reason}: lower cpu_threads, data.num_workers or "
+            "distributed.nproc_per_node, or run without benchmark.require_fit"
+        )
     verdict = wait_until_quiet(bench.require_fit_wait_s)
     if not verdict.fit:
-        raise ConfigProblem(f"benchmark.require_fit=true and the machine was not fit to measure after "
-                            f"benchmark.require_fit_wait_s={bench.require_fit_wait_s:g}: {'; '.join(verdict.reasons)}; "
-                            "stop what runs beside it, or raise benchmark.require_fit_wait_s")
+        raise ConfigProblem(
+            f"benchmark.require_fit=true and the machine was not fit to measure after "
+            f"benchmark.require_fit_wait_s={bench.require_fit_wait_s:g}: {'; '.join(verdict.reasons)}; "
+            "stop what runs beside it, or raise benchmark.require_fit_wait_s"
+        )
 
 
 def record_fields(fit: Dict[str, Any], others: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
@@ -113,8 +127,11 @@ def fit_tags(record: Any) -> Dict[str, Any]:
     params are the config, and bench.compare matches configurations on them.)"""
     if record.fit_to_measure is None:
         return {}
-    return {"bench.fit_to_measure": str(bool(record.fit_to_measure)).lower(),
-            "bench.fit_reasons": record.fit_reasons or "", "bench.fit_notes": record.fit_notes or ""}
+    return {
+        "bench.fit_to_measure": str(bool(record.fit_to_measure)).lower(),
+        "bench.fit_reasons": record.fit_reasons or "",
+        "bench.fit_notes": record.fit_notes or "",
+    }
 
 
 def fit_problems(record: Any, require_fit: bool) -> List[str]:

@@ -21,16 +21,16 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+from bench.runtime.cpu_facts import affinity, cgroup_quota, cpufreq_notes, oversubscription, usable_cores
+
+__all__ = ["Verdict", "affinity", "cgroup_quota", "cpufreq_notes", "oversubscription", "unfit_reason", "usable_cores"]
 
 OUTSIDE_CPU_LIMIT = 0.10  # share of the usable cores other processes may use during the window
 SAMPLE_INTERVAL_S = 0.25  # how often the run's tree (and the GPU) is sampled during the window
-SLOW_CLOCK = 0.80  # a CPU clock below this share of its max is noted
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 ROOT_ENV = "BENCH_RUN_ROOT_PID"  # the process that launched the ranks (set in each elastic worker)
-CGROUP = Path("/sys/fs/cgroup")
-CPUFREQ = Path("/sys/devices/system/cpu")
 VERDICT, REASONS, NOTES = "fit_to_measure", "fit_reasons", "fit_notes"  # the record's fields (and figures fit_*)
 
 
@@ -65,84 +65,15 @@ def unfit_reason(row: Mapping[str, Any]) -> Optional[str]:
     """Why a result (a record's dict, a sweep frame's row; MLflow gives the verdict back as 0/1) was not
     fit to measure; None when it was, or when it holds no verdict (recorded before there was one)."""
     value = row.get(VERDICT)
-    if value is None or value == "" or (isinstance(value, float) and value != value) or \
-            str(value).lower() in ("true", "1", "1.0"):
+    if (
+        value is None
+        or value == ""
+        or (isinstance(value, float) and value != value)
+        or str(value).lower() in ("true", "1", "1.0")
+    ):
         return None
     reasons = row.get(REASONS)
     return str(reasons) if isinstance(reasons, str) and reasons else "no reason recorded"
-
-
-def affinity() -> List[int]:
-    """The CPUs this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
-
-
-def cgroup_quota(root: Path = CGROUP) -> Optional[float]:
-    """The cgroup's CPU quota in cores (v2 cpu.max, else v1 cfs_quota_us / cfs_period_us); None: no quota."""
-    try:
-        quota, period = (root / "cpu.max").read_text().split()[:2]
-        return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
-    for group in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-        try:
-            quota_us = int((root / group / "cpu.cfs_quota_us").read_text())
-            period_us = int((root / group / "cpu.cfs_period_us").read_text())
-        except (OSError, ValueError):
-            continue
-        return quota_us / period_us if quota_us > 0 and period_us > 0 else None
-    return None
-
-
-def usable_cores(cpus: Sequence[int], root: Path = CGROUP) -> float:
-    quota = cgroup_quota(root)
-    return min(float(len(cpus)), quota) if quota else float(len(cpus))
-
-
-def _plural(n: int, word: str) -> str:
-    return f"{n} {word}{'' if n == 1 else 's'}"
-
-
-def oversubscription(threads: int, ranks: int, workers: int, usable: float, thread_word: str = "torch thread"
-                     ) -> Tuple[int, Optional[str]]:
-    """(threads x ranks + loader workers on this host, the reason when that is above the usable cores)."""
-    demand = threads * ranks + workers * ranks
-    if demand <= usable:
-        return demand, None
-    text = f"{_plural(threads, thread_word)} x {_plural(ranks, 'rank')}"
-    if workers:
-        text += f" + {_plural(workers, 'loader worker')}" + (f" x {_plural(ranks, 'rank')}" if ranks > 1 else "")
-    return demand, f"{text} = {demand} > {usable:g} usable cores"
-
-
-def _read(path: Path) -> Optional[str]:
-    try:
-        return path.read_text().strip()
-    except OSError:
-        return None
-
-
-def cpufreq_notes(cpus: Sequence[int], base: Path = CPUFREQ) -> List[str]:
-    """The frequency governor and the clock against its max, where the kernel shows them (not in most VMs)."""
-    governors: Dict[str, int] = {}
-    current, top = [], []
-    for cpu in cpus:
-        folder = base / f"cpu{cpu}" / "cpufreq"
-        governor = _read(folder / "scaling_governor")
-        if governor:
-            governors[governor] = governors.get(governor, 0) + 1
-        cur, most = _read(folder / "scaling_cur_freq"), _read(folder / "cpuinfo_max_freq")
-        if cur and most and cur.isdigit() and most.isdigit() and int(most) > 0:
-            current.append(int(cur))
-            top.append(int(most))
-    notes = [f"CPU frequency governor {name} on {count} of {len(cpus)} usable CPUs (performance holds the clock)"
-             for name, count in sorted(governors.items()) if name != "performance"]
-    if current and sum(current) / sum(top) < SLOW_CLOCK:
-        notes.append(f"CPUs at {sum(current) / len(current) / 1e6:.2f} of {sum(top) / len(top) / 1e6:.2f} GHz max "
-                     f"({sum(current) / sum(top):.0%}) at the window's end")
-    return notes
 
 
 def root_pid() -> int:
@@ -160,8 +91,10 @@ def busy_seconds(cpus: Sequence[int]) -> float:
 
     per_cpu = psutil.cpu_times(percpu=True)
     chosen = [per_cpu[c] for c in cpus] if cpus and max(cpus) < len(per_cpu) else per_cpu
-    return sum(t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0)
-               + getattr(t, "steal", 0.0) for t in chosen)
+    return sum(
+        t.user + t.nice + t.system + getattr(t, "irq", 0.0) + getattr(t, "softirq", 0.0) + getattr(t, "steal", 0.0)
+        for t in chosen
+    )
 
 
 class TreeClock:
@@ -201,8 +134,14 @@ class TreeClock:
 class MachineWatch:
     """start() before the window, stop() -> Verdict after it; `gpu` (fitness_gpu.GpuWatch) is sampled alongside."""
 
-    def __init__(self, root: Optional[int] = None, demand: Optional[Tuple[int, int, int, str]] = None,
-                 gpu: Any = None, interval_s: float = SAMPLE_INTERVAL_S, cpu: bool = True):
+    def __init__(
+        self,
+        root: Optional[int] = None,
+        demand: Optional[Tuple[int, int, int, str]] = None,
+        gpu: Any = None,
+        interval_s: float = SAMPLE_INTERVAL_S,
+        cpu: bool = True,
+    ):
         self.root = root if root is not None else root_pid()
         self.cpu = cpu  # False: the GPU's checks only (a rank other than 0: rank 0 judges the CPU)
         self.demand = demand  # (threads, ranks on this host, loader workers per rank, what a thread is)
@@ -248,12 +187,19 @@ class MachineWatch:
         gpu = self.gpu.stop() if self.gpu is not None else Verdict()
         if not self.cpu:
             return gpu
-        verdict = Verdict(figures={"fit_other_cpu_cores": round(other, 3), "fit_usable_cores": self.usable,
-                                   "fit_swap_in_mb": round(swapped / 2**20, 3)})
+        verdict = Verdict(
+            figures={
+                "fit_other_cpu_cores": round(other, 3),
+                "fit_usable_cores": self.usable,
+                "fit_swap_in_mb": round(swapped / 2**20, 3),
+            }
+        )
         limit = OUTSIDE_CPU_LIMIT * self.usable
         if other - slack > limit:
-            verdict.reasons.append(f"other processes used {other:.2f} of {self.usable:g} usable cores during the "
-                                   f"window (limit {limit:.2g})")
+            verdict.reasons.append(
+                f"other processes used {other:.2f} of {self.usable:g} usable cores during the "
+                f"window (limit {limit:.2g})"
+            )
         if self.demand is not None:
             threads, ranks, workers, word = self.demand
             cpu_demand, reason = oversubscription(threads, ranks, workers, self.usable, word)

@@ -20,8 +20,12 @@ from bench.runtime.fitness import Verdict
 
 SLOW_SM_CLOCK = 0.80  # mean SM clock over the window below this share of max is noted
 # clock-event (throttle) reason bits, as nvml.h numbers them
-THERMAL = {0x20: "software thermal slowdown", 0x40: "hardware thermal slowdown",
-           0x08: "hardware slowdown", 0x80: "hardware power brake slowdown"}
+THERMAL = {
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x08: "hardware slowdown",
+    0x80: "hardware power brake slowdown",
+}
 POWER_CAP = 0x04
 ECC_UNCORRECTED, ECC_CORRECTED, ECC_VOLATILE = 1, 0, 0  # NVML_MEMORY_ERROR_TYPE_*, NVML_VOLATILE_ECC
 CLOCK_SM = 1  # NVML_CLOCK_SM
@@ -52,8 +56,9 @@ class GpuWatch:
 
     def _reasons_now(self) -> Optional[int]:
         nvml = self.nvml
-        call = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-            getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+        call = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
         return _try(call, self.handle) if call else None
 
     def start(self, own_pids: Collection[int]) -> None:
@@ -77,14 +82,16 @@ class GpuWatch:
             if pids & self.own or len(pids) <= self.ranks_on_gpu:
                 self.others |= pids - self.own
             else:  # none of them is ours: NVML shows another PID namespace (a container); count beyond our ranks
-                self.others |= set(sorted(pids)[self.ranks_on_gpu:])
+                self.others |= set(sorted(pids)[self.ranks_on_gpu :])
 
     def stop(self) -> Verdict:
         self.sample()
         verdict, nvml, handle, gpu = Verdict(), self.nvml, self.handle, f"GPU {self.index}"
         if self.others:
-            verdict.reasons.append(f"{gpu} ran {len(self.others)} other compute process(es) (pid "
-                                   f"{', '.join(str(p) for p in sorted(self.others))})")
+            verdict.reasons.append(
+                f"{gpu} ran {len(self.others)} other compute process(es) (pid "
+                f"{', '.join(str(p) for p in sorted(self.others))})"
+            )
         seen = [name for bit, name in THERMAL.items() if self.events & bit]
         if seen:
             verdict.reasons.append(f"{gpu} throttled during the window: {', '.join(seen)}")
@@ -96,8 +103,10 @@ class GpuWatch:
             verdict.figures.update(fit_gpu_sm_clock_ratio=round(mean / top, 3))
             if mean / top < SLOW_SM_CLOCK:
                 verdict.notes.append(f"{gpu} SM clock {mean:.0f} of {top} MHz max ({mean / top:.0%}) during the window")
-        limit, default = (_try(nvml.nvmlDeviceGetPowerManagementLimit, handle),
-                          _try(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle))
+        limit, default = (
+            _try(nvml.nvmlDeviceGetPowerManagementLimit, handle),
+            _try(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle),
+        )
         if limit and default and limit < default:
             verdict.reasons.append(f"{gpu} power limit {limit / 1000:.0f} W < default {default / 1000:.0f} W")
         mig = _try(nvml.nvmlDeviceGetMigMode, handle)
@@ -122,8 +131,10 @@ class GpuWatch:
 
     def _pcie(self, verdict: Verdict, gpu: str) -> None:
         nvml, handle = self.nvml, self.handle
-        width, most = (_try(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-                       _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle))
+        width, most = (
+            _try(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+            _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+        )
         if width and most and width < most:
             verdict.reasons.append(f"{gpu} PCIe link x{width} of x{most}")
         top_gen = _try(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
@@ -140,11 +151,13 @@ class GpuWatch:
         if not local or local >= mine or mine == set(range(os.cpu_count() or 1)):
             return  # on the GPU's node, or not pinned at all (the scheduler may place it anywhere)
         if not local & mine:
-            verdict.reasons.append(f"{gpu}: this rank runs on CPUs {_ranges(mine)}, none on the GPU's NUMA node "
-                                   f"(CPUs {_ranges(local)})")
+            verdict.reasons.append(
+                f"{gpu}: this rank runs on CPUs {_ranges(mine)}, none on the GPU's NUMA node (CPUs {_ranges(local)})"
+            )
         else:
-            verdict.notes.append(f"{gpu}: this rank's CPUs {_ranges(mine)} are partly off the GPU's NUMA node "
-                                 f"(CPUs {_ranges(local)})")
+            verdict.notes.append(
+                f"{gpu}: this rank's CPUs {_ranges(mine)} are partly off the GPU's NUMA node (CPUs {_ranges(local)})"
+            )
 
 
 def _ranges(cpus: Collection[int]) -> str:

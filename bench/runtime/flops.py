@@ -28,8 +28,21 @@ log = logging.getLogger(__name__)
 BATCH = 2  # not 1: BatchNorm in training mode needs two values per channel (a 1x1 map at small sizes)
 
 
-def conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
-                       _output_padding, _groups, output_mask, out_shape=None, **_kwargs) -> int:
+def conv_backward_flop(
+    grad_out_shape,
+    x_shape,
+    w_shape,
+    _bias,
+    _stride,
+    _padding,
+    _dilation,
+    transposed,
+    _output_padding,
+    _groups,
+    output_mask,
+    out_shape=None,
+    **_kwargs,
+) -> int:
     """Each gradient of a convolution (input, weight) costs what its forward costs. torch's own
     formula counts the weight gradient of a grouped convolution as if it were not grouped: a
     depthwise conv's backward came out `groups` times too high (EfficientNet-B0 fwd+bwd 32 GFLOPs

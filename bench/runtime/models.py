@@ -34,12 +34,20 @@ def small_cnn(cfg: ModelConfig) -> nn.Module:
     """Four 3x3 conv-BN-ReLU layers (32-64-128-256, halving the size after the 2nd, 3rd and 4th)
     and a linear head: ~0.4 M parameters, a few ms per image on a CPU core. The model that takes
     the digits preset to its target accuracy in about a minute on a laptop."""
+
     def block(cin: int, cout: int, pool: bool) -> List[nn.Module]:
         layers = [nn.Conv2d(cin, cout, 3, padding=1, bias=False), nn.BatchNorm2d(cout), nn.ReLU(inplace=True)]
         return layers + ([nn.MaxPool2d(2)] if pool else [])
 
-    return nn.Sequential(*block(3, 32, False), *block(32, 64, True), *block(64, 128, True), *block(128, 256, True),
-                         nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(256, cfg.num_classes))
+    return nn.Sequential(
+        *block(3, 32, False),
+        *block(32, 64, True),
+        *block(64, 128, True),
+        *block(128, 256, True),
+        nn.AdaptiveAvgPool2d(1),
+        nn.Flatten(),
+        nn.Linear(256, cfg.num_classes),
+    )
 
 
 OWN: Dict[str, Callable[[ModelConfig], nn.Module]] = {"cifar_resnet18": cifar_resnet18, "small_cnn": small_cnn}
@@ -60,14 +68,19 @@ def check_model(cfg: ModelConfig) -> None:
     known = torchvision_models()
     if cfg.arch not in OWN and cfg.arch not in known:
         close = difflib.get_close_matches(cfg.arch, [*OWN, *known], n=1)
-        raise ConfigError("model.arch", cfg.arch,
-                          "a torchvision classification model (e.g. resnet50, resnet18, vit_b_16, efficientnet_b0, "
-                          "convnext_tiny; all: torchvision.models.list_models()) or bench's own "
-                          + ", ".join(OWN) + (f" (did you mean {close[0]}?)" if close else ""))
+        raise ConfigError(
+            "model.arch",
+            cfg.arch,
+            "a torchvision classification model (e.g. resnet50, resnet18, vit_b_16, efficientnet_b0, "
+            "convnext_tiny; all: torchvision.models.list_models()) or bench's own "
+            + ", ".join(OWN)
+            + (f" (did you mean {close[0]}?)" if close else ""),
+        )
     patch = _vit_patch(cfg.arch)
     if patch and cfg.image_size % patch:
-        raise ConfigError("data.image_size", cfg.image_size,
-                          f"a multiple of {patch} for model={cfg.arch} (its patch size)")
+        raise ConfigError(
+            "data.image_size", cfg.image_size, f"a multiple of {patch} for model={cfg.arch} (its patch size)"
+        )
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:

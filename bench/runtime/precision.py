@@ -48,8 +48,11 @@ def build_precision(cfg: PrecisionConfig, device: torch.device) -> PrecisionPoli
     if device.type == "cpu" and dtype == torch.float16:
         if cfg.name == PrecisionName.amp_fp16:  # the option itself cannot run here
             raise ConfigError("precision", name, "fp32, tf32 or bf16 on a CPU (amp_fp16 needs a CUDA GPU)")
-        raise ConfigError("precision.autocast_dtype", str(cfg.autocast_dtype),
-                          "null or bfloat16 on a CPU (float16 autocast needs a CUDA GPU)")
+        raise ConfigError(
+            "precision.autocast_dtype",
+            str(cfg.autocast_dtype),
+            "null or bfloat16 on a CPU (float16 autocast needs a CUDA GPU)",
+        )
     native_bf16 = device.type != "cuda" or torch.cuda.is_bf16_supported(including_emulation=False)
     if dtype == torch.bfloat16 and not native_bf16:
         gpu = torch.cuda.get_device_name(device)

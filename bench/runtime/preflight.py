@@ -84,8 +84,11 @@ def check_cores(config: BenchConfig, device: Any) -> None:
     if config.data.num_workers and config.data.num_workers > cores:
         raise ConfigError("data.num_workers", config.data.num_workers, where)
     if device.type == "cpu" and config.distributed.nproc_per_node > cores:
-        raise ConfigError("distributed.nproc_per_node", config.distributed.nproc_per_node,
-                          f"{where} on a CPU, where each rank needs a core of its own")
+        raise ConfigError(
+            "distributed.nproc_per_node",
+            config.distributed.nproc_per_node,
+            f"{where} on a CPU, where each rank needs a core of its own",
+        )
 
 
 def _memory_bytes(device: Any) -> int:
@@ -104,18 +107,24 @@ def check_batch_fits(config: BenchConfig, device: Any) -> None:
     more; this only catches what can never fit.)"""
     world = config.distributed.world_size
     batch = config.data.batch_size // world if config.distributed.scaling == "strong" else config.data.batch_size
-    image = 3 * config.data.image_size ** 2 * FLOAT32
+    image = 3 * config.data.image_size**2 * FLOAT32
     memory = _memory_bytes(device)
     where = "the GPU" if device.type == "cuda" else "this machine"
     if image > memory // 16:
-        raise ConfigError("data.image_size", config.data.image_size,
-                          f"a size whose images fit in memory: one {config.data.image_size}x{config.data.image_size} "
-                          f"image is {image / 2**30:.1f} GiB of float32 and {where} has {memory / 2**30:.1f} GiB")
+        raise ConfigError(
+            "data.image_size",
+            config.data.image_size,
+            f"a size whose images fit in memory: one {config.data.image_size}x{config.data.image_size} "
+            f"image is {image / 2**30:.1f} GiB of float32 and {where} has {memory / 2**30:.1f} GiB",
+        )
     if batch * image > memory:
-        raise ConfigError("data.batch_size", config.data.batch_size,
-                          f"a batch that fits in memory: {batch} images of 3x{config.data.image_size}"
-                          f"x{config.data.image_size} float32 are {batch * image / 2**30:.1f} GiB and {where} has "
-                          f"{memory / 2**30:.1f} GiB (at most {memory // image} per process)")
+        raise ConfigError(
+            "data.batch_size",
+            config.data.batch_size,
+            f"a batch that fits in memory: {batch} images of 3x{config.data.image_size}"
+            f"x{config.data.image_size} float32 are {batch * image / 2**30:.1f} GiB and {where} has "
+            f"{memory / 2**30:.1f} GiB (at most {memory // image} per process)",
+        )
 
 
 def per_process_batch(config: BenchConfig) -> int:
@@ -133,11 +142,14 @@ def check_prefetch_fits(config: BenchConfig) -> None:
 
     ranks = config.distributed.nproc_per_node
     workers = data.num_workers if data.num_workers is not None else max(1, min(8, _cores() // ranks))
-    batch_bytes = per_process_batch(config) * 3 * data.image_size ** 2
+    batch_bytes = per_process_batch(config) * 3 * data.image_size**2
     budget = int(psutil.virtual_memory().total) // 2
     most = budget // max(1, ranks * workers * batch_bytes)
     if data.prefetch_factor > most:
-        raise ConfigError("data.prefetch_factor", data.prefetch_factor,
-                          f"at most {most} here: {ranks} process(es) x {workers} loader workers x prefetch_factor "
-                          f"batches of {batch_bytes / 2**20:.1f} MiB must fit in half of this machine's "
-                          f"{2 * budget / 2**30:.1f} GiB")
+        raise ConfigError(
+            "data.prefetch_factor",
+            data.prefetch_factor,
+            f"at most {most} here: {ranks} process(es) x {workers} loader workers x prefetch_factor "
+            f"batches of {batch_bytes / 2**20:.1f} MiB must fit in half of this machine's "
+            f"{2 * budget / 2**30:.1f} GiB",
+        )

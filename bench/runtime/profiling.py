@@ -28,8 +28,15 @@ log = logging.getLogger(__name__)
 TRACE_FILE, TABLE_FILE = "trace_rank0.json", "profile_top_ops.txt"
 
 
-def profile_steps(run_step: Callable[[], object], steps: int, device: torch.device, out_dir: Path, record: bool,
-                  row_limit: int = 30, stop: Optional[Callable[[], bool]] = None) -> List[Path]:
+def profile_steps(
+    run_step: Callable[[], object],
+    steps: int,
+    device: torch.device,
+    out_dir: Path,
+    record: bool,
+    row_limit: int = 30,
+    stop: Optional[Callable[[], bool]] = None,
+) -> List[Path]:
     """Run `steps` + 1 steps; with `record` (rank 0) profile them and write the two files; their paths.
     `stop()` true (a signal was noted) ends the pass after the step in progress, writing nothing:
     a cut trace is not the profile asked for, and the run must end promptly."""
@@ -57,13 +64,16 @@ def profile_steps(run_step: Callable[[], object], steps: int, device: torch.devi
         finally:
             tmp.unlink(missing_ok=True)
         sort_by = "self_device_time_total" if cuda else "self_cpu_time_total"
-        header = (f"torch.profiler: {steps} steps after the measured window, rank 0, on {device}; "
-                  f"top {row_limit} operators by {'self device (CUDA)' if cuda else 'self CPU'} time\n\n")
+        header = (
+            f"torch.profiler: {steps} steps after the measured window, rank 0, on {device}; "
+            f"top {row_limit} operators by {'self device (CUDA)' if cuda else 'self CPU'} time\n\n"
+        )
         table = prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
         written.extend([trace, write_text(out_dir / TABLE_FILE, header + table + "\n")])
 
-    with profile(activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1),
-                 on_trace_ready=on_ready) as prof:
+    with profile(
+        activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1), on_trace_ready=on_ready
+    ) as prof:
         for _ in range(steps + 1):
             if stop():
                 break

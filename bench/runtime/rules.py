@@ -11,21 +11,29 @@ from bench.errors import ConfigError
 def refuse_find_max_batch(config: BenchConfig) -> None:
     """A mode other than training: the batch search is for training."""
     if config.benchmark.find_max_batch:
-        raise ConfigError("benchmark.find_max_batch", True,
-                          f"false with mode={config.mode} (the search is for training)")
+        raise ConfigError(
+            "benchmark.find_max_batch", True, f"false with mode={config.mode} (the search is for training)"
+        )
 
 
 def check_once_per_run(config: BenchConfig) -> None:
     """N windows of the same run: nothing that happens once per run may sit inside them."""
     if config.benchmark.repeats == 1:
         return
-    once = {"train.eval_every": config.train.eval_every, "checkpoint.every_epochs": config.checkpoint.every_epochs,
-            "train.resume": config.train.resume, "data.progressive": config.data.progressive}
+    once = {
+        "train.eval_every": config.train.eval_every,
+        "checkpoint.every_epochs": config.checkpoint.every_epochs,
+        "train.resume": config.train.resume,
+        "data.progressive": config.data.progressive,
+    }
     for key, value in once.items():
         if value:
-            raise ConfigError("benchmark.repeats", config.benchmark.repeats,
-                              f"1 with {key}={value!r} (repeats re-measure one window; validation, checkpoints, "
-                              "resume and progressive phases happen once per run)")
+            raise ConfigError(
+                "benchmark.repeats",
+                config.benchmark.repeats,
+                f"1 with {key}={value!r} (repeats re-measure one window; validation, checkpoints, "
+                "resume and progressive phases happen once per run)",
+            )
 
 
 def check_training_for_accuracy(config: BenchConfig) -> None:
@@ -33,11 +41,15 @@ def check_training_for_accuracy(config: BenchConfig) -> None:
     if not config.data.synthetic:
         return
     if config.train.steps_per_epoch is None:
-        raise config.train._error("steps_per_epoch", "a positive integer with data=synthetic "
-                                  "(null means one pass over a real dataset)")
+        raise config.train._error(
+            "steps_per_epoch", "a positive integer with data=synthetic (null means one pass over a real dataset)"
+        )
     if config.train.eval_every:
         what = "train.target_accuracy" if config.train.target_accuracy is not None else "train.eval_every"
-        raise ConfigError(what, getattr(config.train, what.split(".")[1]),
-                          "none with data=synthetic (random labels: nothing to learn); validation needs "
-                          "a real dataset: data=imagefolder or data=cifar100 (python -m bench.data digits "
-                          "--dst DIR writes one)")
+        raise ConfigError(
+            what,
+            getattr(config.train, what.split(".")[1]),
+            "none with data=synthetic (random labels: nothing to learn); validation needs "
+            "a real dataset: data=imagefolder or data=cifar100 (python -m bench.data digits "
+            "--dst DIR writes one)",
+        )

@@ -32,8 +32,10 @@ class ModelScenario:
         text = str(exc)
         if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() or "OutOfMemoryError" in text:
             batch = config.data.batch_size
-            return (f"out of memory at data.batch_size={batch} on {self.device_name}: "
-                    f"try data.batch_size={max(1, batch // 2)}")
+            return (
+                f"out of memory at data.batch_size={batch} on {self.device_name}: "
+                f"try data.batch_size={max(1, batch // 2)}"
+            )
         return None
 
 

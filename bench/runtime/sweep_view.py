@@ -35,5 +35,7 @@ COMPARE_FIGURE = "images_per_second"
 
 def run_label(row: Dict[str, Any]) -> str:
     """A run under its box in the timeline plot."""
-    return f"job {row['job']}\n{shown(row.get('precision'))} x{shown(row.get('world_size'))}" \
-           f"\nbs {shown(row.get('batch_size'))}"
+    return (
+        f"job {row['job']}\n{shown(row.get('precision'))} x{shown(row.get('world_size'))}"
+        f"\nbs {shown(row.get('batch_size'))}"
+    )

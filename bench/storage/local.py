@@ -112,8 +112,11 @@ class LocalStore:
         base = self.root / prefix if prefix else self.root
         if not base.exists():
             return []
-        found = [(p.relative_to(self.root).as_posix(), p.stat().st_size)
-                 for p in base.rglob("*") if p.is_file() and ".tmp" not in p.name]
+        found = [
+            (p.relative_to(self.root).as_posix(), p.stat().st_size)
+            for p in base.rglob("*")
+            if p.is_file() and ".tmp" not in p.name
+        ]
         return sorted(found)
 
     def exists(self, key: str) -> bool:
@@ -151,8 +154,12 @@ class DirectReadStore(LocalStore):
         return "fadvise_dontneed" if hasattr(os, "posix_fadvise") else "cached"
 
     def _warn_fallback(self, why: str) -> None:
-        log.warning("storage.direct_io: %s for %s; using %s reads (results may include page-cache hits)",
-                    why, self.root, self.mode)
+        log.warning(
+            "storage.direct_io: %s for %s; using %s reads (results may include page-cache hits)",
+            why,
+            self.root,
+            self.mode,
+        )
 
     def get(self, key: str) -> bytes:
         return self._read(key, 0, None)
@@ -193,7 +200,7 @@ def _read_o_direct(path: Path, start: int, length: Optional[int]) -> bytes:
                     break
                 got += n
             view.release()
-            return bytes(buffer[skip:min(got, skip + length)])
+            return bytes(buffer[skip : min(got, skip + length)])
         finally:
             buffer.close()
     finally:

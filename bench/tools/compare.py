@@ -51,21 +51,25 @@ def parse_threshold(text: str) -> float:
     except ValueError:
         value = -1.0
     if not 0 <= value < 1:
-        raise ReportError(f"--threshold={text!r} is not valid: accepted a percentage like 3% or a fraction "
-                          "in [0, 1) like 0.03")
+        raise ReportError(
+            f"--threshold={text!r} is not valid: accepted a percentage like 3% or a fraction in [0, 1) like 0.03"
+        )
     return value
 
 
 def read_input(what: str, argument: str, tracking_uri: str) -> Tuple[pd.DataFrame, bool]:
     """(the frame of its runs, whether it came from MLflow)."""
-    from bench.analysis.runs import frame_from_records, read_job_dir, read_mlflow_sweep, read_sweep_dir
+    from bench.analysis.mlflow_sweep import read_mlflow_sweep
+    from bench.analysis.runs import frame_from_records, read_job_dir, read_sweep_dir
 
     path = Path(argument)
     if path.is_dir():
         if (path / "run_summary.json").is_file() or not any(path.glob("*/.hydra")):
             if not (path / "run_summary.json").is_file() and not (path / "error.txt").is_file():
-                raise ReportError(f"{what} {argument} holds no run_summary.json and no job directories: pass a "
-                                  "run's directory, a sweep's directory or an MLflow run id")
+                raise ReportError(
+                    f"{what} {argument} holds no run_summary.json and no job directories: pass a "
+                    "run's directory, a sweep's directory or an MLflow run id"
+                )
             return frame_from_records([read_job_dir(path)]), False
         return read_sweep_dir(path), False
     if path.exists() or "/" in argument:
@@ -77,8 +81,10 @@ def render_text(comparison: Comparison) -> str:
     lines = [f"{'configuration':<40} {'baseline':>10} {'candidate':>10} {'ratio':>7}  {'95% interval':<17} verdict"]
     for p in comparison.pairs:
         interval = f"[{p.low:.3f}, {p.high:.3f}]" if p.low is not None else "n/a"
-        lines.append(f"{p.label[:40]:<40} {p.baseline:>10.1f} {p.candidate:>10.1f} {p.ratio:>7.3f}  {interval:<17} "
-                     f"{p.verdict} ({p.note})")
+        lines.append(
+            f"{p.label[:40]:<40} {p.baseline:>10.1f} {p.candidate:>10.1f} {p.ratio:>7.3f}  {interval:<17} "
+            f"{p.verdict} ({p.note})"
+        )
     lines += [f"only in the baseline: {label}" for label in comparison.only_baseline]
     lines += [f"only in the candidate: {label}" for label in comparison.only_candidate]
     return "\n".join(lines)
@@ -91,8 +97,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("candidate", help="the same kinds as the baseline")
     parser.add_argument("--threshold", default="3%", help="what counts as slower or faster (default 3%%)")
     parser.add_argument("--out", type=Path, default=Path("compare"), help="where the files go (default ./compare)")
-    parser.add_argument("--judge-unfit", action="store_true",
-                        help="give a verdict even where a side was not fit to measure (the note still says so)")
+    parser.add_argument(
+        "--judge-unfit",
+        action="store_true",
+        help="give a verdict even where a side was not fit to measure (the note still says so)",
+    )
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -107,26 +116,33 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         candidate, cand_mlflow = read_input("candidate", args.candidate, uri)
         comparison = compare_frames(baseline, candidate, threshold, args.judge_unfit)
         if not comparison.pairs:
-            raise ReportError(f"baseline {args.baseline} and candidate {args.candidate} have no finished "
-                              "configuration in common")
+            raise ReportError(
+                f"baseline {args.baseline} and candidate {args.candidate} have no finished configuration in common"
+            )
     except ReportError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return EXIT_CONFIG
     print(render_text(comparison), flush=True)
     files = write_outputs(comparison, args.out, f"{args.candidate} vs {args.baseline}")
-    target: List[str] = [x for x, from_mlflow in ((args.candidate, cand_mlflow), (args.baseline, base_mlflow))
-                         if from_mlflow]
+    target: List[str] = [
+        x for x, from_mlflow in ((args.candidate, cand_mlflow), (args.baseline, base_mlflow)) if from_mlflow
+    ]
     if target:
         log_to_mlflow(comparison, files, target[0], args.baseline, uri, tag_candidates=cand_mlflow)
     print(f"compare: {files[1].resolve()}", file=sys.stderr)  # compare.html
     slower = [p.label for p in comparison.pairs if p.verdict == SLOWER]
     if slower:
-        print(f"verdict: slower beyond {100 * threshold:g}% in {len(slower)} configuration(s): {', '.join(slower)}",
-              file=sys.stderr)
+        print(
+            f"verdict: slower beyond {100 * threshold:g}% in {len(slower)} configuration(s): {', '.join(slower)}",
+            file=sys.stderr,
+        )
         return EXIT_FAILED
     if comparison.unjudged:
-        print(f"verdict: could not judge {len(comparison.unjudged)} configuration(s), a side was not fit to measure: "
-              + "; ".join(f"{p.label}: {p.note}" for p in comparison.unjudged), file=sys.stderr)
+        print(
+            f"verdict: could not judge {len(comparison.unjudged)} configuration(s), a side was not fit to measure: "
+            + "; ".join(f"{p.label}: {p.note}" for p in comparison.unjudged),
+            file=sys.stderr,
+        )
         return EXIT_UNJUDGED
     return 0
 

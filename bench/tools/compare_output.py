@@ -21,10 +21,19 @@ COLOURS = {SLOWER: "tab:red", FASTER: "tab:green"}  # same: grey
 
 
 def table(comparison: Comparison) -> pd.DataFrame:
-    rows = [{"configuration": p.label,
-             "baseline images/s": f"{p.baseline:.1f}", "candidate images/s": f"{p.candidate:.1f}",
-             "ratio": f"{p.ratio:.3f}", "95% interval": f"[{p.low:.3f}, {p.high:.3f}]" if p.low is not None else "",
-             "samples": p.samples, "verdict": p.verdict, "why": p.note} for p in comparison.pairs]
+    rows = [
+        {
+            "configuration": p.label,
+            "baseline images/s": f"{p.baseline:.1f}",
+            "candidate images/s": f"{p.candidate:.1f}",
+            "ratio": f"{p.ratio:.3f}",
+            "95% interval": f"[{p.low:.3f}, {p.high:.3f}]" if p.low is not None else "",
+            "samples": p.samples,
+            "verdict": p.verdict,
+            "why": p.note,
+        }
+        for p in comparison.pairs
+    ]
     rows += [{"configuration": label, "verdict": "only in the baseline"} for label in comparison.only_baseline]
     rows += [{"configuration": label, "verdict": "only in the candidate"} for label in comparison.only_candidate]
     return pd.DataFrame(rows, dtype=object).fillna("")
@@ -40,8 +49,14 @@ def plot(comparison: Comparison, path: Path, title: str) -> Path:
     for y, pair in enumerate(pairs):
         colour = COLOURS.get(pair.verdict, "tab:grey")
         if pair.low is not None and pair.high is not None:  # an interval: both ends
-            ax.errorbar(pair.ratio, y, xerr=[[pair.ratio - pair.low], [pair.high - pair.ratio]], fmt="o",
-                        color=colour, capsize=4)
+            ax.errorbar(
+                pair.ratio,
+                y,
+                xerr=[[pair.ratio - pair.low], [pair.high - pair.ratio]],
+                fmt="o",
+                color=colour,
+                capsize=4,
+            )
         else:
             ax.plot(pair.ratio, y, "o", color=colour)
     t = comparison.threshold
@@ -72,8 +87,9 @@ def write_outputs(comparison: Comparison, out: Path, title: str) -> List[Path]:
     return [md, page, image]
 
 
-def log_to_mlflow(comparison: Comparison, files: List[Path], run_id: str, baseline: str, uri: str,
-                  tag_candidates: bool) -> None:
+def log_to_mlflow(
+    comparison: Comparison, files: List[Path], run_id: str, baseline: str, uri: str, tag_candidates: bool
+) -> None:
     """The files on `run_id` under compare/; with `tag_candidates` (the candidate came from this store)
     the ratio and verdict on each compared candidate run."""
     from mlflow import MlflowClient
@@ -86,8 +102,10 @@ def log_to_mlflow(comparison: Comparison, files: List[Path], run_id: str, baseli
             client.log_artifact(run_id, str(path), "compare")
         for pair in comparison.pairs if tag_candidates else []:
             if pair.candidate_run:
-                client.log_batch(pair.candidate_run, tags=[RunTag("compare.verdict", pair.verdict),
-                                                           RunTag("compare.baseline", baseline)],
-                                 metrics=[Metric("throughput_ratio_vs_baseline", pair.ratio, now, 0)])
+                client.log_batch(
+                    pair.candidate_run,
+                    tags=[RunTag("compare.verdict", pair.verdict), RunTag("compare.baseline", baseline)],
+                    metrics=[Metric("throughput_ratio_vs_baseline", pair.ratio, now, 0)],
+                )
     except Exception as exc:  # the files are written; the store is a copy
         log.warning("logging the comparison to MLflow run %s failed (%s: %s)", run_id, type(exc).__name__, exc)

@@ -40,9 +40,12 @@ def _digits(args: argparse.Namespace) -> str:
     from bench.data.digits import describe, write_digits
 
     manifest, already = write_digits(
-        args.dst, _number("--val-fraction", args.val_fraction, float, "a fraction between 0 and 1"),
-        _number("--size", args.size, int, "a whole number of pixels"), args.format,
-        _number("--seed", args.seed, int, "a whole number"))
+        args.dst,
+        _number("--val-fraction", args.val_fraction, float, "a fraction between 0 and 1"),
+        _number("--size", args.size, int, "a whole number of pixels"),
+        args.format,
+        _number("--seed", args.seed, int, "a whole number"),
+    )
     if already:
         return f"{args.dst} already holds the digits: {describe(manifest)}; nothing to do"
     return f"wrote {describe(manifest)} to {args.dst}"
@@ -60,8 +63,13 @@ def main(argv: Optional[List[str]] = None) -> int:
     prep.add_argument("--quality", type=int, default=90, help="JPEG quality of the stored images")
     prep.add_argument("--shard-size", type=int, default=1000, help="images per shard")
     prep.add_argument("--workers", type=int, default=None, help="encoding processes (default: CPU count)")
-    prep.add_argument("--storage", action="append", default=[], metavar="KEY=VALUE",
-                      help="storage group options for s3:// (e.g. endpoint=http://localhost:9000)")
+    prep.add_argument(
+        "--storage",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="storage group options for s3:// (e.g. endpoint=http://localhost:9000)",
+    )
     prep.add_argument("--no-progress", action="store_true")
 
     digits = commands.add_parser("digits", help="write scikit-learn's 8x8 digits (1,797 images) as an image folder")
@@ -82,8 +90,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     bench.add_argument("--image-size", type=int, default=224)
     bench.add_argument("--shard-image-size", type=int, default=256, help="prepare --size of the shards")
     bench.add_argument("--shard-size", type=int, default=100, help="prepare --shard-size of the shards")
-    bench.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "bench-loader"),
-                       help="where the generated dataset and shards live (reused between runs)")
+    bench.add_argument(
+        "--dir",
+        default=os.path.join(tempfile.gettempdir(), "bench-loader"),
+        help="where the generated dataset and shards live (reused between runs)",
+    )
     bench.add_argument("--loaders", default="imagefolder,shards")
 
     args = parser.parse_args(argv)
@@ -96,21 +107,44 @@ def main(argv: Optional[List[str]] = None) -> int:
                     raise DataError(f"{name}={value} must be a positive integer")
             if not 1 <= args.quality <= 100:
                 raise DataError(f"--quality={args.quality} must be between 1 and 100")
-            summary = prepare(args.src, args.dst, args.size, args.quality, args.shard_size, args.workers,
-                              _storage_config(args.storage), progress=False if args.no_progress else None)
+            summary = prepare(
+                args.src,
+                args.dst,
+                args.size,
+                args.quality,
+                args.shard_size,
+                args.workers,
+                _storage_config(args.storage),
+                progress=False if args.no_progress else None,
+            )
             print(describe(args.dst, summary), flush=True)
         elif args.command == "digits":
             print(_digits(args), flush=True)
         else:
             from bench.tools.loader_benchmark import report, run
 
-            rates = run(args.images, args.classes, args.workers, args.batch_size, args.rounds, args.batches,
-                        args.warmup, args.image_size, args.shard_image_size, args.shard_size, args.dir,
-                        args.loaders.split(","))
+            rates = run(
+                args.images,
+                args.classes,
+                args.workers,
+                args.batch_size,
+                args.rounds,
+                args.batches,
+                args.warmup,
+                args.image_size,
+                args.shard_image_size,
+                args.shard_size,
+                args.dir,
+                args.loaders.split(","),
+            )
             print(report(rates), flush=True)
     except Interrupted as exc:  # the pool's processes were ended with it
-        print(f"[ERROR] {args.command} stopped by {exc.signal_name}: its workers were ended; what was written "
-              "is incomplete (a split is complete once its meta.json exists)", file=sys.stderr, flush=True)
+        print(
+            f"[ERROR] {args.command} stopped by {exc.signal_name}: its workers were ended; what was written "
+            "is incomplete (a split is complete once its meta.json exists)",
+            file=sys.stderr,
+            flush=True,
+        )
         return exc.exit_code
     except (DataError, ConfigError, ConfigProblem) as exc:  # a bad argument or source folder: nothing was written
         print(f"[ERROR] {exc}", file=sys.stderr, flush=True)

@@ -45,13 +45,15 @@ def _flag(key: str, want: Any) -> Callable[[Metrics, Path], Verdict]:
     def judge(m: Metrics, _run: Path) -> Verdict:
         ok = m.get(key) == want and m.get("images_per_second", 0) > 0 and math.isfinite(m.get("final_loss", math.nan))
         return ok, f"{_rate(m)}, {key}={m.get(key)!r}, final loss {m.get('final_loss')}"
+
     return judge
 
 
 def _compiled(m: Metrics, _run: Path) -> Verdict:
     ok = m.get("compile") is True and "compile_fallback" not in m and m.get("images_per_second", 0) > 0
-    return ok, f"{_rate(m)}, compiled={m.get('compile')}" + (f", fell back: {m['compile_fallback']}"
-                                                                if "compile_fallback" in m else "")
+    return ok, f"{_rate(m)}, compiled={m.get('compile')}" + (
+        f", fell back: {m['compile_fallback']}" if "compile_fallback" in m else ""
+    )
 
 
 def _events_agree(m: Metrics, _run: Path) -> Verdict:
@@ -66,8 +68,11 @@ def _events_agree(m: Metrics, _run: Path) -> Verdict:
 def _ddp(gpus: int) -> Callable[[Metrics, Path], Verdict]:
     def judge(m: Metrics, _run: Path) -> Verdict:
         ok = m.get("world_size") == gpus and m.get("params_in_sync") is True
-        return ok, (f"{_rate(m)} on {m.get('world_size')} GPUs, weights in sync: {m.get('params_in_sync')}, "
-                    f"scaling efficiency {m.get('scaling_efficiency', 'n/a')}")
+        return ok, (
+            f"{_rate(m)} on {m.get('world_size')} GPUs, weights in sync: {m.get('params_in_sync')}, "
+            f"scaling efficiency {m.get('scaling_efficiency', 'n/a')}"
+        )
+
     return judge
 
 
@@ -116,20 +121,42 @@ def checks(gpus: int, digits_root: str) -> List[Check]:
         Check("tf32", "TF32 matmuls and convolutions", ("precision=tf32",), _flag("tf32", True)),
         Check("amp_fp16", "AMP fp16 with the grad scaler", ("precision=amp_fp16",), _flag("grad_scaler", True)),
         Check("bf16", "bf16 autocast", ("precision=bf16",), _flag("autocast_dtype", "bfloat16")),
-        Check("channels_last", "bf16 + channels_last", ("precision=bf16", "precision.channels_last=true"),
-              _flag("channels_last", True)),
+        Check(
+            "channels_last",
+            "bf16 + channels_last",
+            ("precision=bf16", "precision.channels_last=true"),
+            _flag("channels_last", True),
+        ),
         Check("compile", "torch.compile", ("precision=bf16", "compile=true"), _compiled),
         Check("cuda_events", "CUDA-event timing vs the wall clock", ("benchmark.sync=true",), _events_agree),
-        Check("ddp_nccl", f"DDP over NCCL on {gpus} GPU(s)",
-              ("distributed=ddp", f"distributed.nproc_per_node={gpus}", "distributed.backend=nccl"), _ddp(gpus)),
+        Check(
+            "ddp_nccl",
+            f"DDP over NCCL on {gpus} GPU(s)",
+            ("distributed=ddp", f"distributed.nproc_per_node={gpus}", "distributed.backend=nccl"),
+            _ddp(gpus),
+        ),
         Check("nvml", "NVML telemetry and energy", ("precision=bf16",), _nvml),
-        Check("find_max_batch", "largest batch against a real out-of-memory",
-              ("benchmark.find_max_batch=true", "data.batch_size=65536", "train.steps_per_epoch=5"), _max_batch),
+        Check(
+            "find_max_batch",
+            "largest batch against a real out-of-memory",
+            ("benchmark.find_max_batch=true", "data.batch_size=65536", "train.steps_per_epoch=5"),
+            _max_batch,
+        ),
         Check("profiler", "profiler with CUDA activity", ("profile.enabled=true", "profile.steps=3"), _profiled),
         Check("inference", "inference latency", ("mode=inference", "precision=bf16"), _latency),
-        Check("pinned_loader", "pinned-memory loader on real JPEGs",
-              ("data=imagefolder", f"data.root={digits_root}", "data.num_classes=10", "data.num_workers=2",
-               "data.pin_memory=true", "train.steps_per_epoch=10"), _loader),
+        Check(
+            "pinned_loader",
+            "pinned-memory loader on real JPEGs",
+            (
+                "data=imagefolder",
+                f"data.root={digits_root}",
+                "data.num_classes=10",
+                "data.num_workers=2",
+                "data.pin_memory=true",
+                "train.steps_per_epoch=10",
+            ),
+            _loader,
+        ),
         Check("fit_to_measure", "fit-to-measure verdict of a GPU run", ("precision=bf16",), _fit),
     ]
 
@@ -139,8 +166,9 @@ Runner = Callable[[Sequence[str], Path], Tuple[Optional[Metrics], str]]
 
 def run_bench(overrides: Sequence[str], run_dir: Path) -> Tuple[Optional[Metrics], str]:
     """`python -m bench <overrides>` in its own process; its final line, or why there is none."""
-    proc = subprocess.run([sys.executable, "-m", "bench", *overrides, f"hydra.run.dir={run_dir}"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", *overrides, f"hydra.run.dir={run_dir}"], capture_output=True, text=True
+    )
     lines = [line for line in proc.stdout.splitlines() if line.startswith('{"radix_metrics"')]
     if proc.returncode != 0 or not lines:
         errors = [line for line in proc.stderr.splitlines() if line.startswith("[ERROR]")]
@@ -148,8 +176,13 @@ def run_bench(overrides: Sequence[str], run_dir: Path) -> Tuple[Optional[Metrics
     return json.loads(lines[-1])["radix_metrics"], ""
 
 
-def run_checks(chosen: Sequence[Check], base: Sequence[str], work: Path, runner: Runner = run_bench,
-               echo: Callable[[str], None] = print) -> List[Tuple[Check, bool, str]]:
+def run_checks(
+    chosen: Sequence[Check],
+    base: Sequence[str],
+    work: Path,
+    runner: Runner = run_bench,
+    echo: Callable[[str], None] = print,
+) -> List[Tuple[Check, bool, str]]:
     rows = []
     for check in chosen:
         run_dir = work / check.name
@@ -164,8 +197,10 @@ def table(rows: Sequence[Tuple[Check, bool, str]]) -> str:
     lines = ["| check | what | result | figures |", "|---|---|---|---|"]
     lines += [f"| {c.name} | {c.what} | {'pass' if ok else 'FAIL'} | {figures} |" for c, ok, figures in rows]
     failed = sum(not ok for _, ok, _ in rows)
-    lines.append(f"\ngpu_check: {len(rows) - failed} of {len(rows)} checks passed"
-                 + (f"; failed: {', '.join(c.name for c, ok, _ in rows if not ok)}" if failed else ""))
+    lines.append(
+        f"\ngpu_check: {len(rows) - failed} of {len(rows)} checks passed"
+        + (f"; failed: {', '.join(c.name for c, ok, _ in rows if not ok)}" if failed else "")
+    )
     return "\n".join(lines)
 
 
@@ -181,13 +216,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     if not torch.cuda.is_available():
         build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        print(f"[ERROR] gpu_check needs a CUDA GPU: torch.cuda.is_available() is False here "
-              f"(torch {torch.__version__}, {build}); run it on the GPU machine", file=sys.stderr)
+        print(
+            f"[ERROR] gpu_check needs a CUDA GPU: torch.cuda.is_available() is False here "
+            f"(torch {torch.__version__}, {build}); run it on the GPU machine",
+            file=sys.stderr,
+        )
         return 2
     gpus = torch.cuda.device_count()
-    base = [f"model.arch={args.model}", "data=synthetic", f"data.batch_size={args.batch_size}", "data.image_size=224",
-            "train.epochs=1", f"train.steps_per_epoch={args.steps}", "benchmark.warmup_steps=5",
-            "benchmark.progress=false", "tracking.enabled=false"]
+    base = [
+        f"model.arch={args.model}",
+        "data=synthetic",
+        f"data.batch_size={args.batch_size}",
+        "data.image_size=224",
+        "train.epochs=1",
+        f"train.steps_per_epoch={args.steps}",
+        "benchmark.warmup_steps=5",
+        "benchmark.progress=false",
+        "tracking.enabled=false",
+    ]
     with tempfile.TemporaryDirectory(prefix="bench-gpu-check-") as tmp:
         work = args.keep or Path(tmp)
         from bench.data.digits import write_digits
@@ -198,12 +244,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             names = {n.strip() for n in args.only.split(",")}
             unknown = names - {c.name for c in chosen}
             if unknown:
-                print(f"[ERROR] --only={args.only!r}: no check named {', '.join(sorted(unknown))}; accepted "
-                      + ", ".join(c.name for c in chosen), file=sys.stderr)
+                print(
+                    f"[ERROR] --only={args.only!r}: no check named {', '.join(sorted(unknown))}; accepted "
+                    + ", ".join(c.name for c in chosen),
+                    file=sys.stderr,
+                )
                 return 2
             chosen = [c for c in chosen if c.name in names]
-        print(f"{gpus} GPU(s): {torch.cuda.get_device_name(0)}; {len(chosen)} checks, {args.model}, "
-              f"batch {args.batch_size}, {args.steps} steps each", flush=True)
+        print(
+            f"{gpus} GPU(s): {torch.cuda.get_device_name(0)}; {len(chosen)} checks, {args.model}, "
+            f"batch {args.batch_size}, {args.steps} steps each",
+            flush=True,
+        )
         rows = run_checks(chosen, base, work)
     print(table(rows), flush=True)
     return 0 if all(ok for _, ok, _ in rows) else 1

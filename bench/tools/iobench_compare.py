@@ -47,9 +47,18 @@ LOOPBACK_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "loopback", "AWS_SECRET_ACCESS_KEY"
 def storage_for(args: argparse.Namespace, *overrides: str) -> StorageConfig:
     """The storage group of a read phase at the I/O ceiling: every file read once, in order."""
     record = max(1, args.file_kb * 1024 // SAMPLES_PER_FILE)
-    workload = {"name": "compare", "num_files": args.files, "samples_per_file": SAMPLES_PER_FILE,
-                "record_size": record, "batch_size": SAMPLES_PER_FILE, "read_threads": args.threads,
-                "prefetch": args.prefetch, "computation_time": 0, "shuffle": "false", "checkpoint_size_mb": 0}
+    workload = {
+        "name": "compare",
+        "num_files": args.files,
+        "samples_per_file": SAMPLES_PER_FILE,
+        "record_size": record,
+        "batch_size": SAMPLES_PER_FILE,
+        "read_threads": args.threads,
+        "prefetch": args.prefetch,
+        "computation_time": 0,
+        "shuffle": "false",
+        "checkpoint_size_mb": 0,
+    }
     return compose("mode=storage", *[f"storage.workload.{k}={v}" for k, v in workload.items()], *overrides).storage
 
 
@@ -61,8 +70,12 @@ def timed_mb_per_s(read_all: Callable[[], int]) -> float:
 
 def alternate_reads(ours: Callable[[], int], baseline: Callable[[], int], rounds: int) -> Rounds:
     """A-B-B-A rounds of MB/s after one warm-up pass of each (page cache, connection pools, imports)."""
-    return alternate({"ours": lambda: timed_mb_per_s(ours), "baseline": lambda: timed_mb_per_s(baseline)}, rounds,
-                     warmup=1, unit="MB/s")
+    return alternate(
+        {"ours": lambda: timed_mb_per_s(ours), "baseline": lambda: timed_mb_per_s(baseline)},
+        rounds,
+        warmup=1,
+        unit="MB/s",
+    )
 
 
 def report(found: Rounds, ours_name: str, baseline_name: str) -> float:
@@ -122,12 +135,19 @@ def compare_s3(args: argparse.Namespace) -> float:
     try:
         host, port = server.get_host_and_port()
         endpoint = f"http://{host}:{port}"
-        settings = S3Settings("compare", "data", endpoint, "us-east-1", max_attempts=5, timeout_s=60,
-                              connect_timeout_s=5)
+        settings = S3Settings(
+            "compare", "data", endpoint, "us-east-1", max_attempts=5, timeout_s=60, connect_timeout_s=5
+        )
         admin = boto3_client(settings, max_pool_connections=args.threads)
         admin.create_bucket(Bucket=settings.bucket)
-        storage = storage_for(args, "storage=s3", f"storage.endpoint={endpoint}", f"storage.bucket={settings.bucket}",
-                              f"storage.prefix={settings.prefix}", f"storage.client={args.client}")
+        storage = storage_for(
+            args,
+            "storage=s3",
+            f"storage.endpoint={endpoint}",
+            f"storage.bucket={settings.bucket}",
+            f"storage.prefix={settings.prefix}",
+            f"storage.client={args.client}",
+        )
         location = f"s3://{settings.bucket}/{settings.prefix}"
         writer = dataclasses.replace(storage, client=S3Client.obstore)  # moto refuses s3torchconnector's writes
         files = prepare_dataset(open_store(location, writer), storage.workload, PrepareMode.auto, 4).files
@@ -137,8 +157,9 @@ def compare_s3(args: argparse.Namespace) -> float:
             return len(admin.get_object(Bucket=settings.bucket, Key=f"{settings.prefix}/{key}")["Body"].read())
 
         print(f"s3: {len(files)} objects x {args.file_kb} KiB on moto at {endpoint}, {args.threads} threads")
-        found = alternate_reads(read_phase(store, files, storage.workload), thread_pool(read, files, args.threads),
-                          args.rounds)
+        found = alternate_reads(
+            read_phase(store, files, storage.workload), thread_pool(read, files, args.threads), args.rounds
+        )
         return report(found, f"storage read phase via {args.client}", "boto3 get_object in a ThreadPoolExecutor")
     finally:
         server.stop()
@@ -153,8 +174,12 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--file-kb", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=5, help="A-B-B-A rounds")
-    parser.add_argument("--prefetch", type=int, default=8,
-                        help="ours: batches (= files here) read ahead; the baseline queues every file at once")
+    parser.add_argument(
+        "--prefetch",
+        type=int,
+        default=8,
+        help="ours: batches (= files here) read ahead; the baseline queues every file at once",
+    )
     parser.add_argument("--client", default="obstore", choices=("obstore", "boto3", "s3torchconnector"))
     parser.add_argument("--root", type=Path, help="local: dataset directory (default: a temporary one)")
     parser.add_argument("--min-ratio", type=float, help="exit 1 when ours/baseline is below this")

@@ -54,12 +54,23 @@ def baseline_batches(root: str, workers: int, batch_size: int, image_size: int) 
     import torch
     from torchvision import datasets, transforms
 
-    transform = transforms.Compose([transforms.RandomResizedCrop(image_size), transforms.RandomHorizontalFlip(),
-                                    transforms.ToTensor(),
-                                    transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))])
-    loader = torch.utils.data.DataLoader(datasets.ImageFolder(root, transform), batch_size=batch_size, shuffle=True,
-                                         num_workers=workers, drop_last=True, persistent_workers=workers > 0,
-                                         prefetch_factor=4 if workers else None)
+    transform = transforms.Compose(
+        [
+            transforms.RandomResizedCrop(image_size),
+            transforms.RandomHorizontalFlip(),
+            transforms.ToTensor(),
+            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
+        ]
+    )
+    loader = torch.utils.data.DataLoader(
+        datasets.ImageFolder(root, transform),
+        batch_size=batch_size,
+        shuffle=True,
+        num_workers=workers,
+        drop_last=True,
+        persistent_workers=workers > 0,
+        prefetch_factor=4 if workers else None,
+    )
     for _ in itertools.count():
         yield from loader
 
@@ -70,9 +81,15 @@ def our_batches(name: str, root: str, workers: int, batch_size: int, image_size:
     from bench.config import compose
     from bench.data.registry import build_batches
 
-    data = compose(f"data={name}", f"data.root={root}", f"data.batch_size={batch_size}",
-                   f"data.image_size={image_size}", f"data.num_classes={classes}", f"data.num_workers={workers}",
-                   "data.pin_memory=false").data
+    data = compose(
+        f"data={name}",
+        f"data.root={root}",
+        f"data.batch_size={batch_size}",
+        f"data.image_size={image_size}",
+        f"data.num_classes={classes}",
+        f"data.num_workers={workers}",
+        "data.pin_memory=false",
+    ).data
     return build_batches(data, torch.device("cpu"), torch.contiguous_format, seed=0)
 
 
@@ -90,8 +107,9 @@ def _cpu_seconds() -> float:
     return total
 
 
-def measure(make: Callable[[], Batches | Generator[Any, None, None]], warmup: int, batches: int,
-            batch_size: int) -> Tuple[float, float]:
+def measure(
+    make: Callable[[], Batches | Generator[Any, None, None]], warmup: int, batches: int, batch_size: int
+) -> Tuple[float, float]:
     """(images/s, CPU milliseconds per image) over `batches` batches after `warmup` discarded ones."""
     iterator = make()
     for _ in range(warmup):
@@ -105,9 +123,20 @@ def measure(make: Callable[[], Batches | Generator[Any, None, None]], warmup: in
     return batches * batch_size / seconds, cpu * 1000 / (batches * batch_size)
 
 
-def run(images: int, classes: int, workers: int, batch_size: int, rounds: int, batches: int, warmup: int,
-        image_size: int, shard_image_size: int, shard_size: int, directory: str,
-        loaders: List[str]) -> Dict[str, List[Tuple[float, float]]]:
+def run(
+    images: int,
+    classes: int,
+    workers: int,
+    batch_size: int,
+    rounds: int,
+    batches: int,
+    warmup: int,
+    image_size: int,
+    shard_image_size: int,
+    shard_size: int,
+    directory: str,
+    loaders: List[str],
+) -> Dict[str, List[Tuple[float, float]]]:
     import torch
 
     # The device step (normalising on the CPU) stands in for a GPU: one intra-op thread, since
@@ -115,10 +144,12 @@ def run(images: int, classes: int, workers: int, batch_size: int, rounds: int, b
     torch.set_num_threads(1)
     images_root = ensure_images(os.path.join(directory, f"images-{images}-{classes}"), images, classes)
     makers: Dict[str, Callable[[], Batches | Generator[Any, None, None]]] = {
-        BASELINE: lambda: baseline_batches(images_root, workers, batch_size, image_size)}
+        BASELINE: lambda: baseline_batches(images_root, workers, batch_size, image_size)
+    }
     if "imagefolder" in loaders:
-        makers["imagefolder"] = lambda: our_batches("imagefolder", images_root, workers, batch_size, image_size,
-                                                    classes)
+        makers["imagefolder"] = lambda: our_batches(
+            "imagefolder", images_root, workers, batch_size, image_size, classes
+        )
     if "shards" in loaders:
         shards_dir = os.path.join(directory, f"shards-{images}-{classes}-{shard_image_size}-{shard_size}")
         shards_root = ensure_shards(images_root, shards_dir, shard_image_size, shard_size, workers=max(1, workers))
@@ -130,6 +161,7 @@ def run(images: int, classes: int, workers: int, batch_size: int, rounds: int, b
             speed, cpu = measure(makers[name], warmup, batches, batch_size)
             cpu_ms[name].append(cpu)
             return speed
+
         return one
 
     # no extra warm-up pass: every measurement discards its own warm-up batches
@@ -143,16 +175,20 @@ def report(rates: Dict[str, List[Tuple[float, float]]]) -> str:
     round runs every loader back to back, so it cancels slow drifts of a shared machine); CPU
     milliseconds per image summed over the main process and the workers (robust to other load)."""
     base = rates[BASELINE]
-    lines = [f"{'loader':<22}{'img/s':>8}{'ratio':>8}{'round ratio':>13}{'CPU ms/img':>12}{'CPU ratio':>11}"
-             f"{'95% of round ratio':>20}  verdict vs baseline; img/s per run"]
+    lines = [
+        f"{'loader':<22}{'img/s':>8}{'ratio':>8}{'round ratio':>13}{'CPU ms/img':>12}{'CPU ratio':>11}"
+        f"{'95% of round ratio':>20}  verdict vs baseline; img/s per run"
+    ]
     for name, values in rates.items():
         speed = statistics.median(v[0] for v in values)
         cpu = statistics.median(v[1] for v in values)
         paired = ratio_of([v[0] for v in values], [b[0] for b in base], BASELINE)
         base_cpu = statistics.median(b[1] for b in base)
-        lines.append(f"{name:<22}{speed:>8.0f}{speed / statistics.median(b[0] for b in base):>7.2f}x"
-                     f"{paired.ratio:>12.2f}x{cpu:>12.2f}{base_cpu / cpu if cpu else math.nan:>10.2f}x"
-                     f"{f'{paired.low:.2f}-{paired.high:.2f}':>20}  "
-                     + (f"{paired.verdict}; " if name != BASELINE else "-; ")
-                     + " ".join(f"{v[0]:.0f}" for v in values))
+        lines.append(
+            f"{name:<22}{speed:>8.0f}{speed / statistics.median(b[0] for b in base):>7.2f}x"
+            f"{paired.ratio:>12.2f}x{cpu:>12.2f}{base_cpu / cpu if cpu else math.nan:>10.2f}x"
+            f"{f'{paired.low:.2f}-{paired.high:.2f}':>20}  "
+            + (f"{paired.verdict}; " if name != BASELINE else "-; ")
+            + " ".join(f"{v[0]:.0f}" for v in values)
+        )
     return "\n".join(lines)

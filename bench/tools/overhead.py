@@ -26,10 +26,19 @@ from bench.config import BenchConfig, compose
 
 
 def framework_config(args: argparse.Namespace, precision: str) -> BenchConfig:
-    return compose(f"model.arch={args.model}", f"precision={precision}", f"data.batch_size={args.batch_size}",
-                   f"data.image_size={args.image_size}", f"data.num_classes={args.num_classes}",
-                   f"train.steps_per_epoch={args.steps}", "train.epochs=1", f"benchmark.warmup_steps={args.warmup}",
-                   "benchmark.progress=false", f"cpu_threads={args.threads}", "allow_cpu=true")
+    return compose(
+        f"model.arch={args.model}",
+        f"precision={precision}",
+        f"data.batch_size={args.batch_size}",
+        f"data.image_size={args.image_size}",
+        f"data.num_classes={args.num_classes}",
+        f"train.steps_per_epoch={args.steps}",
+        "train.epochs=1",
+        f"benchmark.warmup_steps={args.warmup}",
+        "benchmark.progress=false",
+        f"cpu_threads={args.threads}",
+        "allow_cpu=true",
+    )
 
 
 def run_framework(config: BenchConfig, device: torch.device) -> float:
@@ -88,19 +97,29 @@ def main(argv: List[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    print(f"device={device.type} threads={args.threads} model={args.model} image={args.image_size} "
-          f"batch={args.batch_size} steps={args.steps} rounds={args.rounds}")
-    print(f"{'precision':<10}{'bench img/s':>14}{'minimal img/s':>16}{'ratio':>8}"
-          "   95% interval, verdict, per-round ratios")
+    print(
+        f"device={device.type} threads={args.threads} model={args.model} image={args.image_size} "
+        f"batch={args.batch_size} steps={args.steps} rounds={args.rounds}"
+    )
+    print(
+        f"{'precision':<10}{'bench img/s':>14}{'minimal img/s':>16}{'ratio':>8}"
+        "   95% interval, verdict, per-round ratios"
+    )
     for precision in args.precisions.split(","):
         cfg = framework_config(args, precision)
-        found = alternate({"bench": partial(run_framework, cfg, device),
-                           "minimal": partial(run_minimal, args, precision, device)},
-                          args.rounds, warmup=0, label=precision, unit="img/s")
+        found = alternate(
+            {"bench": partial(run_framework, cfg, device), "minimal": partial(run_minimal, args, precision, device)},
+            args.rounds,
+            warmup=0,
+            label=precision,
+            unit="img/s",
+        )
         ratio = found.ratio("minimal")
-        print(f"{precision:<10}{found.median('bench'):>14.1f}{found.median('minimal'):>16.1f}{ratio.ratio:>8.3f}   "
-              f"[{ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   " + " ".join(f"{r:.3f}" for r in ratio.per_round),
-              flush=True)
+        print(
+            f"{precision:<10}{found.median('bench'):>14.1f}{found.median('minimal'):>16.1f}{ratio.ratio:>8.3f}   "
+            f"[{ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   " + " ".join(f"{r:.3f}" for r in ratio.per_round),
+            flush=True,
+        )
     return 0
 
 

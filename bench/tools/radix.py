@@ -21,7 +21,7 @@ def parse(argv: List[str]) -> tuple[argparse.Namespace, List[str]]:
     parser = argparse.ArgumentParser(
         prog="python -m bench.radix",
         description="ResNet-50 training throughput on synthetic data (the original Radix CLI). "
-                    "Extra arguments are Hydra overrides, e.g. precision=bf16.",
+        "Extra arguments are Hydra overrides, e.g. precision=bf16.",
     )
     parser.add_argument("--lr", type=float, default=0.1, help="SGD learning rate (default 0.1)")
     parser.add_argument("--batch-size", type=int, default=128, help="images per step (default 128)")
@@ -31,8 +31,10 @@ def parse(argv: List[str]) -> tuple[argparse.Namespace, List[str]]:
     args, overrides = parser.parse_known_args(argv)
     unknown_flags = [o for o in overrides if o.startswith("-")]
     if unknown_flags:
-        parser.error(f"unrecognized arguments: {' '.join(unknown_flags)} "
-                     "(accepted: --lr --batch-size --epochs --steps-per-epoch --allow-cpu, then Hydra overrides)")
+        parser.error(
+            f"unrecognized arguments: {' '.join(unknown_flags)} "
+            "(accepted: --lr --batch-size --epochs --steps-per-epoch --allow-cpu, then Hydra overrides)"
+        )
     return args, overrides
 
 

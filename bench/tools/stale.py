@@ -36,8 +36,11 @@ def state_of(run: Any, host: str) -> str:
 
 def running_runs(client: Any) -> List[Any]:
     experiments = [e.experiment_id for e in client.search_experiments()]
-    return client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'", max_results=10000) \
-        if experiments else []
+    return (
+        client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'", max_results=10000)
+        if experiments
+        else []
+    )
 
 
 def find_stale(uri: str) -> Tuple[Any, List[Tuple[Any, str]]]:
@@ -54,8 +57,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     parser.add_argument("--mark", action="store_true", help="end the stale runs KILLED")
     args = parser.parse_args(argv)
-    uri = (args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-           or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}")
+    uri = (
+        args.tracking_uri
+        or os.environ.get("MLFLOW_TRACKING_URI")
+        or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
+    )
     problem = store_problem(uri)
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
@@ -63,11 +69,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     client, found = find_stale(uri)
     for run, state in found:
         tags = run.data.tags
-        print(f"{run.info.run_id}  {run.info.run_name or '':<28}  {state:<10}  "
-              f"pid {tags.get('bench.pid', '?')} on {tags.get('bench.host', '?')}")
+        print(
+            f"{run.info.run_id}  {run.info.run_name or '':<28}  {state:<10}  "
+            f"pid {tags.get('bench.pid', '?')} on {tags.get('bench.host', '?')}"
+        )
         if args.mark and state == "gone":
-            reason = (f"the process that ran it (pid {tags['bench.pid']} on {tags['bench.host']}) is gone; "
-                      "marked KILLED by python -m bench.tools.stale")
+            reason = (
+                f"the process that ran it (pid {tags['bench.pid']} on {tags['bench.host']}) is gone; "
+                "marked KILLED by python -m bench.tools.stale"
+            )
             client.set_tag(run.info.run_id, "error", reason)
             client.set_terminated(run.info.run_id, "KILLED")
     gone = sum(state == "gone" for _, state in found)

@@ -46,10 +46,19 @@ Reader = Callable[[], float]  # one timed pass over every file: MB/s
 
 
 def workload_for(args: argparse.Namespace) -> StorageWorkloadConfig:
-    values = {"name": "ceiling", "num_files": args.files, "samples_per_file": args.samples_per_file,
-              "record_size": args.record_size, "batch_size": args.samples_per_file, "read_threads": args.threads,
-              "prefetch": args.prefetch, "computation_time": 0, "shuffle": "none", "checkpoint_size_mb": 0,
-              "transfer_size": args.transfer_size or "null"}
+    values = {
+        "name": "ceiling",
+        "num_files": args.files,
+        "samples_per_file": args.samples_per_file,
+        "record_size": args.record_size,
+        "batch_size": args.samples_per_file,
+        "read_threads": args.threads,
+        "prefetch": args.prefetch,
+        "computation_time": 0,
+        "shuffle": "none",
+        "checkpoint_size_mb": 0,
+        "transfer_size": args.transfer_size or "null",
+    }
     return compose("mode=storage", *[f"storage.workload.{k}={v}" for k, v in values.items()]).storage.workload
 
 
@@ -82,8 +91,17 @@ def plain_reader(paths: Sequence[str], threads: int, block: int) -> Reader:
 
 
 def fio_job(paths: Sequence[str], threads: int, block: int) -> str:
-    lines = ["[global]", "ioengine=psync", "rw=read", f"bs={block}", "direct=0", "invalidate=0", "thread",
-             "group_reporting", "file_service_type=sequential"]
+    lines = [
+        "[global]",
+        "ioengine=psync",
+        "rw=read",
+        f"bs={block}",
+        "direct=0",
+        "invalidate=0",
+        "thread",
+        "group_reporting",
+        "file_service_type=sequential",
+    ]
     for job in range(threads):
         mine = paths[job::threads]
         if mine:
@@ -95,9 +113,10 @@ def fio_reader(paths: Sequence[str], threads: int, block: int, job_file: Path) -
     job_file.write_text(fio_job(paths, threads, block))
 
     def run() -> float:
-        done = subprocess.run(["fio", "--output-format=json", str(job_file)], capture_output=True, text=True,
-                              check=True)
-        read = json.loads(done.stdout[done.stdout.index("{"):])["jobs"][0]["read"]
+        done = subprocess.run(
+            ["fio", "--output-format=json", str(job_file)], capture_output=True, text=True, check=True
+        )
+        read = json.loads(done.stdout[done.stdout.index("{") :])["jobs"][0]["read"]
         return read["io_bytes"] / (read["runtime"] / 1000.0) / 1e6
 
     return run
@@ -108,8 +127,10 @@ def summarise(found: Rounds, label: str) -> Dict[str, float]:
     ratios, 95% interval, verdict); returns those ratios."""
     print(found.summary("MB/s", label), flush=True)
     ratios = found.ratios()
-    print(f"{label} ratios: " + ", ".join(f"bench/{other} {ratio.ratio:.2f}" for other, ratio in ratios.items()),
-          flush=True)
+    print(
+        f"{label} ratios: " + ", ".join(f"bench/{other} {ratio.ratio:.2f}" for other, ratio in ratios.items()),
+        flush=True,
+    )
     return {other: ratio.ratio for other, ratio in ratios.items()}
 
 
@@ -153,25 +174,31 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
     block = args.transfer_size or args.record_size
     readers: Dict[str, Reader] = {"bench": bench_reader(store, files, workload)}
     if files[0].size % block:
-        print(f"fio reads whole blocks only and times a partial last block oddly: --transfer-size {block} does not "
-              f"divide the file size ({files[0].size} bytes); pick one that does for a fair comparison")
+        print(
+            f"fio reads whole blocks only and times a partial last block oddly: --transfer-size {block} does not "
+            f"divide the file size ({files[0].size} bytes); pick one that does for a fair comparison"
+        )
     if shutil.which("fio"):
         readers["fio"] = fio_reader(paths, args.threads, block, root / "ceiling.fio")
     else:
         print("fio: not installed (Debian: apt-get install fio): comparing with plain Python only")
     readers["plain"] = plain_reader(paths, args.threads, block)
-    print(f"{len(files)} files x {files[0].size / 2**20:.1f} MiB in {root}, {args.threads} threads, "
-          f"reads of {block} bytes; cold = posix_fadvise(DONTNEED) of every file before each pass")
+    print(
+        f"{len(files)} files x {files[0].size / 2**20:.1f} MiB in {root}, {args.threads} threads, "
+        f"reads of {block} bytes; cold = posix_fadvise(DONTNEED) of every file before each pass"
+    )
     failed = False
     for mode in modes_of(args.modes):
+
         def before(mode: str = mode) -> None:  # bound now: alternate() calls it in this iteration
             if mode != "warm":
                 store.drop_cache([f.key for f in files])
 
         # warm: one untimed pass of every reader first (the page cache holds the dataset, every
         # reader's code is warm); cold: the cache is dropped before every pass anyway
-        found = alternate(readers, args.rounds, warmup=1 if mode == "warm" else 0, before=before, label=mode,
-                          unit="MB/s")
+        found = alternate(
+            readers, args.rounds, warmup=1 if mode == "warm" else 0, before=before, label=mode, unit="MB/s"
+        )
         ratios = summarise(found, mode)
         for other, floor in (("fio", args.min_fio), ("plain", args.min_plain)):
             if floor is not None and other in ratios and ratios[other] < floor:

@@ -23,8 +23,9 @@ from bench.iobench.qualify import dataset_size, host_memory
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.storage_size", description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=1)
-    parser.add_argument("--host-memory-gb", type=float, help="RAM per host in GB (default: storage.host_memory_gb, "
-                                                             "else this machine's)")
+    parser.add_argument(
+        "--host-memory-gb", type=float, help="RAM per host in GB (default: storage.host_memory_gb, else this machine's)"
+    )
     parser.add_argument("--accelerators-per-host", type=int, help="default: storage.accelerators")
     args, overrides = parser.parse_known_args(argv)
     if args.hosts < 1 or (args.accelerators_per_host is not None and args.accelerators_per_host < 1):
@@ -42,13 +43,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     per_host = args.accelerators_per_host or storage.accelerators
     accelerators = per_host * args.hosts
     size = dataset_size(storage, accelerators, args.hosts, memory)
-    print(f"workload {workload.name}: batch {workload.batch_size}, {workload.samples_per_file} samples of "
-          f"{workload.record_size} B per file; {args.hosts} host(s) x {memory / 2**30:.1f} GiB RAM, {per_host} "
-          f"accelerator(s) each ({accelerators} in all)")
+    print(
+        f"workload {workload.name}: batch {workload.batch_size}, {workload.samples_per_file} samples of "
+        f"{workload.record_size} B per file; {args.hosts} host(s) x {memory / 2**30:.1f} GiB RAM, {per_host} "
+        f"accelerator(s) each ({accelerators} in all)"
+    )
     print(f"  500 steps per epoch needs   {size.by_steps:>14,} samples")
     print(f"  5x the hosts' RAM needs     {size.by_memory:>14,} samples")
-    print(f"  => at least {size.min_files:,} files, {size.min_bytes / 2**30:,.1f} GiB "
-          f"(now {workload.num_files:,}: {'enough' if workload.num_files >= size.min_files else 'too few'})")
+    print(
+        f"  => at least {size.min_files:,} files, {size.min_bytes / 2**30:,.1f} GiB "
+        f"(now {workload.num_files:,}: {'enough' if workload.num_files >= size.min_files else 'too few'})"
+    )
     print(f"  storage.workload.num_files={size.min_files}")
     return 0
 

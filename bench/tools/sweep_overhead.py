@@ -23,8 +23,17 @@ from bench.analysis.rounds import alternate
 from bench.results import read_summary
 from bench.train.result import TrainMetrics
 
-TINY = ["+experiment=cpu_smoke", "model=resnet18", "data.image_size=32", "data.batch_size=4", "train.epochs=1",
-        "train.steps_per_epoch=3", "benchmark.warmup_steps=1", "benchmark.progress=false", "tracking.enabled=false"]
+TINY = [
+    "+experiment=cpu_smoke",
+    "model=resnet18",
+    "data.image_size=32",
+    "data.batch_size=4",
+    "train.epochs=1",
+    "train.steps_per_epoch=3",
+    "benchmark.warmup_steps=1",
+    "benchmark.progress=false",
+    "tracking.enabled=false",
+]
 
 
 def _bench(args: Sequence[str], cwd: Path) -> float:
@@ -42,13 +51,15 @@ def job_overhead(rounds: int, work: Path) -> None:
     runs = iter(range(1_000_000))
 
     def sweep() -> float:
-        return 4 / _bench(["-m", *TINY, "distributed=ddp", "seed=0,1,2,3", f"hydra.sweep.dir={work}/sweep{next(runs)}"],
-                          work)
+        return 4 / _bench(
+            ["-m", *TINY, "distributed=ddp", "seed=0,1,2,3", f"hydra.sweep.dir={work}/sweep{next(runs)}"], work
+        )
 
     def separate() -> float:
         number = next(runs)
-        return 4 / sum(_bench([*TINY, f"seed={seed}", f"hydra.run.dir={work}/single{number}-{seed}"], work)
-                       for seed in range(4))
+        return 4 / sum(
+            _bench([*TINY, f"seed={seed}", f"hydra.run.dir={work}/single{number}-{seed}"], work) for seed in range(4)
+        )
 
     found = alternate({"sweep": sweep, "separate": separate}, rounds, warmup=0, unit="jobs/s")
     ratio = found.ratio("separate")
@@ -56,14 +67,25 @@ def job_overhead(rounds: int, work: Path) -> None:
     print(f"\nper-job overhead of a multirun (median of {rounds} A-B-B-A rounds):")
     print(f"  4-job sweep: {4 * per_sweep_job:.2f} s = {per_sweep_job:.2f} s per job")
     print(f"  4 x one run in its own process: {4 * per_run:.2f} s = {per_run:.2f} s per run")
-    print(f"  a sweep job costs {per_sweep_job - per_run:+.2f} s vs a separate `python -m bench` run "
-          f"(rate ratio sweep/separate {ratio.ratio:.2f} [95% {ratio.low:.2f}-{ratio.high:.2f}] {ratio.verdict})")
+    print(
+        f"  a sweep job costs {per_sweep_job - per_run:+.2f} s vs a separate `python -m bench` run "
+        f"(rate ratio sweep/separate {ratio.ratio:.2f} [95% {ratio.low:.2f}-{ratio.high:.2f}] {ratio.verdict})"
+    )
 
 
 def gloo_scaling(rounds: int, work: Path, steps: int) -> None:
-    workload = ["+experiment=cpu_smoke", "model=resnet18", "data.image_size=64", "data.batch_size=16",
-                "train.epochs=1", f"train.steps_per_epoch={steps}", "benchmark.warmup_steps=3",
-                "benchmark.progress=false", "tracking.enabled=false", "distributed=ddp"]
+    workload = [
+        "+experiment=cpu_smoke",
+        "model=resnet18",
+        "data.image_size=64",
+        "data.batch_size=16",
+        "train.epochs=1",
+        f"train.steps_per_epoch={steps}",
+        "benchmark.warmup_steps=3",
+        "benchmark.progress=false",
+        "tracking.enabled=false",
+        "distributed=ddp",
+    ]
     runs = iter(range(1_000_000))
 
     def throughput(processes: int) -> float:
@@ -71,14 +93,17 @@ def gloo_scaling(rounds: int, work: Path, steps: int) -> None:
         _bench([*workload, f"distributed.nproc_per_node={processes}", f"hydra.run.dir={run_dir}"], work)
         return TrainMetrics.from_metrics(read_summary(run_dir)["results"]).images_per_second
 
-    found = alternate({"2 processes": lambda: throughput(2), "1 process": lambda: throughput(1)}, rounds, warmup=0,
-                      unit="img/s")
+    found = alternate(
+        {"2 processes": lambda: throughput(2), "1 process": lambda: throughput(1)}, rounds, warmup=0, unit="img/s"
+    )
     speedup = found.ratio("1 process")
     t1, t2 = found.median("1 process"), found.median("2 processes")
     print(f"\n1 vs 2 CPU processes, gloo, resnet18 64x64 batch 16 per process (median of {rounds} A-B-B-A rounds):")
-    print(f"  1 process {t1:.1f} img/s, 2 processes {t2:.1f} img/s: speedup {speedup.ratio:.2f} "
-          f"[95% {speedup.low:.2f}-{speedup.high:.2f}], scaling efficiency {speedup.ratio / 2:.1%} "
-          f"(weak scaling; {os.cpu_count()} cores shared by both ranks)")
+    print(
+        f"  1 process {t1:.1f} img/s, 2 processes {t2:.1f} img/s: speedup {speedup.ratio:.2f} "
+        f"[95% {speedup.low:.2f}-{speedup.high:.2f}], scaling efficiency {speedup.ratio / 2:.1%} "
+        f"(weak scaling; {os.cpu_count()} cores shared by both ranks)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

@@ -31,24 +31,40 @@ from bench.train.resume import Position, TrainingCheckpoints
 
 
 def _figures(ratio: Ratio) -> str:
-    return (f"ratio {ratio.ratio:.3f} [95% {ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   rounds "
-            + " ".join(f"{r:.3f}" for r in ratio.per_round))
+    return f"ratio {ratio.ratio:.3f} [95% {ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   rounds " + " ".join(
+        f"{r:.3f}" for r in ratio.per_round
+    )
 
 
 def eval_cost(args: argparse.Namespace, root: str) -> None:
     from bench.train.loop import train
 
     def images_per_second(eval_every: int) -> float:
-        config = compose("+experiment=digits_tta", f"data.root={root}", f"train.epochs={args.epochs}",
-                         f"train.eval_every={eval_every}", "train.target_accuracy=null", "benchmark.progress=false",
-                         f"cpu_threads={args.threads}", f"data.num_workers={args.workers}")
+        config = compose(
+            "+experiment=digits_tta",
+            f"data.root={root}",
+            f"train.epochs={args.epochs}",
+            f"train.eval_every={eval_every}",
+            "train.target_accuracy=null",
+            "benchmark.progress=false",
+            f"cpu_threads={args.threads}",
+            f"data.num_workers={args.workers}",
+        )
         result = train(config, torch.device("cpu"))
         return result.images / result.window_seconds
 
-    found = alternate({"ours": lambda: images_per_second(1), "base": lambda: images_per_second(0)}, args.rounds,
-                      warmup=0, label="eval", unit="img/s")
-    print(f"eval        with eval_every=1 {found.median('ours'):9.1f} img/s   without {found.median('base'):9.1f} "
-          f"img/s   {_figures(found.ratio('base'))}", flush=True)
+    found = alternate(
+        {"ours": lambda: images_per_second(1), "base": lambda: images_per_second(0)},
+        args.rounds,
+        warmup=0,
+        label="eval",
+        unit="img/s",
+    )
+    print(
+        f"eval        with eval_every=1 {found.median('ours'):9.1f} img/s   without {found.median('base'):9.1f} "
+        f"img/s   {_figures(found.ratio('base'))}",
+        flush=True,
+    )
 
 
 def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
@@ -60,8 +76,9 @@ def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
     optimizer.step()  # momentum buffers: the optimizer state a real checkpoint carries
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     os.chdir(where)
-    checkpoints = TrainingCheckpoints(compose("checkpoint.every_epochs=1", "checkpoint.keep_last=1",
-                                              "storage.fsync=true"))
+    checkpoints = TrainingCheckpoints(
+        compose("checkpoint.every_epochs=1", "checkpoint.keep_last=1", "storage.fsync=true")
+    )
     plain = where / "plain.pt"
 
     def ours() -> float:
@@ -79,8 +96,11 @@ def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
 
     found = alternate({"ours": ours, "base": baseline}, args.rounds, warmup=0, label="checkpoint", unit="GB/s")
     size = checkpoints.saved[-1]["bytes"] / 1e6
-    print(f"checkpoint  bench {found.median('ours'):6.3f} GB/s   torch.save+fsync {found.median('base'):6.3f} GB/s   "
-          f"({args.model}, {size:.0f} MB)   {_figures(found.ratio('base'))}", flush=True)
+    print(
+        f"checkpoint  bench {found.median('ours'):6.3f} GB/s   torch.save+fsync {found.median('base'):6.3f} GB/s   "
+        f"({args.model}, {size:.0f} MB)   {_figures(found.ratio('base'))}",
+        flush=True,
+    )
 
 
 def main(argv: List[str] | None = None) -> int:

@@ -24,8 +24,15 @@ from bench.scenarios import report_class
 from bench.tracking.store import open_client
 from bench.tracking.tracker import Tracker, flatten, redact_uri
 
-RESULT_FILES = ("run_summary.json", "summary.csv", "metrics_epoch.jsonl", "step_times.csv", "epochs.csv",
-                "read_latency.csv", "error.txt")
+RESULT_FILES = (
+    "run_summary.json",
+    "summary.csv",
+    "metrics_epoch.jsonl",
+    "step_times.csv",
+    "epochs.csv",
+    "read_latency.csv",
+    "error.txt",
+)
 
 
 def _existing_run(client: Any, run_id: Optional[str]) -> Any:
@@ -81,11 +88,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     redact_output()  # what MLflow or an error message says may carry the URI's user:password
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if not (args.run_dir / "run_summary.json").is_file():
-        print(f"[ERROR] {args.run_dir} holds no run_summary.json: pass the output directory of a finished run",
-              file=sys.stderr)
+        print(
+            f"[ERROR] {args.run_dir} holds no run_summary.json: pass the output directory of a finished run",
+            file=sys.stderr,
+        )
         return 2
-    uri = (args.tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
-           or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}")
+    uri = (
+        args.tracking_uri
+        or os.environ.get("MLFLOW_TRACKING_URI")
+        or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
+    )
     try:
         done = upload(args.run_dir, uri)
     except Exception as exc:  # one line, no traceback

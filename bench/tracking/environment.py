@@ -36,8 +36,11 @@ def _cpu_model() -> str:
 def _speed_env() -> Dict[str, str]:
     """Variables that change speed: an allow-list of prefixes, minus any name that looks like a
     credential (TORCH_..._AUTH, ..._KEY), with URLs shown without their user:password."""
-    return {name: redact(value) for name, value in sorted(environ_items())
-            if name.startswith(SPEED_ENV_PREFIXES) and not looks_secret_env(name)}
+    return {
+        name: redact(value)
+        for name, value in sorted(environ_items())
+        if name.startswith(SPEED_ENV_PREFIXES) and not looks_secret_env(name)
+    }
 
 
 PACKAGES_FILE = "packages.txt"  # the run's installed packages, one `name==version` a line (an MLflow artifact)
@@ -52,8 +55,9 @@ def installed_packages() -> List[str]:
 def _git(*args: str) -> Optional[str]:
     """A git command in the directory bench's code runs from; None outside a checkout (a wheel) or without git."""
     try:
-        done = subprocess.run(["git", "-C", str(Path(__file__).resolve().parent), *args], capture_output=True,
-                              text=True, timeout=5)
+        done = subprocess.run(
+            ["git", "-C", str(Path(__file__).resolve().parent), *args], capture_output=True, text=True, timeout=5
+        )
     except (OSError, subprocess.TimeoutExpired):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
@@ -65,8 +69,10 @@ def code_provenance(packages: List[str]) -> Dict[str, Any]:
     the same packages)."""
     from bench import __version__
 
-    found: Dict[str, Any] = {"bench_version": __version__,
-                             "packages_sha256": hashlib.sha256("\n".join(packages).encode()).hexdigest()[:16]}
+    found: Dict[str, Any] = {
+        "bench_version": __version__,
+        "packages_sha256": hashlib.sha256("\n".join(packages).encode()).hexdigest()[:16],
+    }
     top = _git("rev-parse", "--show-toplevel")
     here = Path(__file__).resolve().parents[2]  # the directory holding the bench package
     # only a checkout of bench itself: an installed wheel inside some other repository has no commit of ours
@@ -93,8 +99,14 @@ def nvml_devices() -> list:
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
             memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
-            devices.append({"index": index, "name": pynvml.nvmlDeviceGetName(handle),
-                            "memory_total_mb": memory.total // 2**20, "driver": driver})
+            devices.append(
+                {
+                    "index": index,
+                    "name": pynvml.nvmlDeviceGetName(handle),
+                    "memory_total_mb": memory.total // 2**20,
+                    "driver": driver,
+                }
+            )
         return devices
     except Exception:
         return []

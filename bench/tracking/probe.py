@@ -40,10 +40,15 @@ def probe(uri: str, timeout_s: float) -> Optional[str]:
 
 
 def unreachable_line(uri: str, problem: str, timeout_s: float, out_dir: object = None) -> str:
-    kept = (f"results stay in {out_dir}: upload them later with python -m bench.tools.upload {out_dir}"
-            if out_dir else "results stay in the run directories (python -m bench.tools.upload <dir> sends them later)")
-    return (f"MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "
-            f"going on without tracking; {kept}")
+    kept = (
+        f"results stay in {out_dir}: upload them later with python -m bench.tools.upload {out_dir}"
+        if out_dir
+        else "results stay in the run directories (python -m bench.tools.upload <dir> sends them later)"
+    )
+    return (
+        f"MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "
+        f"going on without tracking; {kept}"
+    )
 
 
 def store_problem(uri: str, timeout_s: float = 5.0) -> Optional[str]:
@@ -54,5 +59,7 @@ def store_problem(uri: str, timeout_s: float = 5.0) -> Optional[str]:
     problem = probe(uri, timeout_s)
     if problem is None:
         return None
-    return (f"the MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "
-            "start it, or name another store with --tracking-uri or MLFLOW_TRACKING_URI")
+    return (
+        f"the MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "
+        "start it, or name another store with --tracking-uri or MLFLOW_TRACKING_URI"
+    )

@@ -35,7 +35,7 @@ def sqlite_path(uri: str) -> Optional[Path]:
     """The database file of a sqlite URI (None for any other store, or an in-memory one)."""
     if not uri.startswith(SQLITE):
         return None
-    path = uri[len(SQLITE):].split("?", 1)[0]
+    path = uri[len(SQLITE) :].split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None
 
 

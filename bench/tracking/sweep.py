@@ -41,8 +41,13 @@ def current_job(hydra_cfg: Any) -> Dict[str, Any]:
     """What a sweep job needs to log as a child of the sweep (or to skip tracking when the
     server did not answer the sweep's one probe), wherever the job runs."""
     carried = json.loads(os.environ.get(SWEEP_ENV) or "{}")
-    return {"parent_run_id": carried.get("parent_run_id"), "launch_dir": carried.get("launch_dir"),
-            "tracking_down": carried.get("tracking_down"), "job": hydra_cfg.job.num, "dir": hydra_cfg.sweep.dir}
+    return {
+        "parent_run_id": carried.get("parent_run_id"),
+        "launch_dir": carried.get("launch_dir"),
+        "tracking_down": carried.get("tracking_down"),
+        "job": hydra_cfg.job.num,
+        "dir": hydra_cfg.sweep.dir,
+    }
 
 
 def failed_jobs() -> int:
@@ -101,14 +106,16 @@ def _fail_child(parent: Any, num: str, overrides: list, reason: str) -> None:
 
     client = parent.client
     experiment_id = client.get_run(parent.run_id).info.experiment_id
-    found = client.search_runs([experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}' "
-                                                              f"and tags.`sweep.job` = '{num}'")
+    found = client.search_runs(
+        [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}' and tags.`sweep.job` = '{num}'"
+    )
     if found:
         child = found[0]
         if child.info.status != "FAILED":
             said = child.data.tags.get("error")
-            Tracker(client, child.info.run_id, parent.uri).finish("FAILED", error=f"{reason}; the run said: {said}"
-                                                                  if said else reason)
+            Tracker(client, child.info.run_id, parent.uri).finish(
+                "FAILED", error=f"{reason}; the run said: {said}" if said else reason
+            )
         return
     tags = {"sweep.job": num, "sweep.dir": str(_state["sweep_dir"]), "overrides": " ".join(overrides)}
     child = Tracker.start(parent.uri, _state["experiment"], f"job{num}", tags, parent_run_id=parent.run_id)
@@ -145,8 +152,14 @@ class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         _refuse_a_launcher_that_cannot_start(config)
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
-        _state.update(tracker=None, jobs=0, failed=0, owner=os.getpid(), experiment=config.tracking.experiment,
-                      sweep_dir=sweep_dir)
+        _state.update(
+            tracker=None,
+            jobs=0,
+            failed=0,
+            owner=os.getpid(),
+            experiment=config.tracking.experiment,
+            sweep_dir=sweep_dir,
+        )
         launch_dir = str(Path(os.getcwd()).resolve())
         _carry(parent_run_id=None, launch_dir=launch_dir, tracking_down=None)
         if not config.tracking.enabled:
@@ -160,15 +173,21 @@ class MlflowSweepCallback(Callback):
         problem = probe(uri, config.tracking.probe_timeout_s)  # once for the whole sweep
         if problem:
             log.warning(unreachable_line(uri, problem, config.tracking.probe_timeout_s))
-            _carry(parent_run_id=None, launch_dir=launch_dir,
-                   tracking_down=f"the MLflow server did not answer at the sweep's start ({problem})")
+            _carry(
+                parent_run_id=None,
+                launch_dir=launch_dir,
+                tracking_down=f"the MLflow server did not answer at the sweep's start ({problem})",
+            )
             return
         name = config.tracking.run_name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
         # Opened before any job starts: a fresh sqlite store is created here, once (jobs creating
         # it at the same time would race on its schema)
-        tracker = Tracker.start(uri, config.tracking.experiment, name,
-                                {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides),
-                                 **process_tags()})
+        tracker = Tracker.start(
+            uri,
+            config.tracking.experiment,
+            name,
+            {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides), **process_tags()},
+        )
         tracker.log_params(_sweep_params(overrides))
         _state["tracker"] = tracker
         _carry(parent_run_id=tracker.run_id if tracker.active else None, launch_dir=launch_dir, tracking_down=None)
@@ -190,8 +209,12 @@ class MlflowSweepCallback(Callback):
             if tracker is not None and tracker.active:
                 log_scaling_to_runs(frame, tracker.client)
         except Exception as exc:  # a report problem must not hide the sweep's results
-            log.warning("the sweep report could not be built (%s: %s); run python -m bench.report --sweep %s",
-                        type(exc).__name__, exc, sweep_dir)
+            log.warning(
+                "the sweep report could not be built (%s: %s); run python -m bench.report --sweep %s",
+                type(exc).__name__,
+                exc,
+                sweep_dir,
+            )
         jobs, failed = _state["jobs"], _state["failed"]
         log.info("sweep done: %d jobs, %d failed; report in %s", jobs, failed, sweep_dir / "report")
         os.environ.pop(SWEEP_ENV, None)

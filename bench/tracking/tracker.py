@@ -41,8 +41,14 @@ class Tracker:
         return self.client is not None and self.run_id is not None
 
     @classmethod
-    def start(cls, uri: str, experiment: str, run_name: Optional[str], tags: Mapping[str, Any],
-              parent_run_id: Optional[str] = None) -> "Tracker":
+    def start(
+        cls,
+        uri: str,
+        experiment: str,
+        run_name: Optional[str],
+        tags: Mapping[str, Any],
+        parent_run_id: Optional[str] = None,
+    ) -> "Tracker":
         quiet_mlflow()
         try:
             import mlflow  # noqa: F401 - imported first: mlflow resets its logger to INFO on import
@@ -55,8 +61,13 @@ class Tracker:
             run = client.create_run(experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags)
         except Exception as exc:  # a run that cannot be tracked still runs: said on stderr
             reason = redact(str(exc)).strip().splitlines()
-            log.warning("MLflow tracking at %s failed (%s: %s); this run is not tracked, its results are kept in "
-                        "the output directory only", redact_uri(uri), type(exc).__name__, reason[0] if reason else "")
+            log.warning(
+                "MLflow tracking at %s failed (%s: %s); this run is not tracked, its results are kept in "
+                "the output directory only",
+                redact_uri(uri),
+                type(exc).__name__,
+                reason[0] if reason else "",
+            )
             return cls(uri=uri)
         log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact_uri(uri))
         tracker = cls(client, run.info.run_id, uri)
@@ -82,8 +93,14 @@ class Tracker:
             later = ""
             if self.out_dir:
                 later = f"; upload the results later with python -m bench.tools.upload {self.out_dir}"
-            log.warning("MLflow %s failed at %s (%s: %s); no further tracking for this run%s",
-                        what, redact_uri(self.uri), type(exc).__name__, redact(str(exc)), later)
+            log.warning(
+                "MLflow %s failed at %s (%s: %s); no further tracking for this run%s",
+                what,
+                redact_uri(self.uri),
+                type(exc).__name__,
+                redact(str(exc)),
+                later,
+            )
             self.client = None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -91,15 +108,16 @@ class Tracker:
 
         items = [Param(k, redact(str(v))[:MAX_PARAM_CHARS]) for k, v in flatten(params).items()]
         for i in range(0, len(items), 100):
-            self._call("log params", "log_batch", params=items[i:i + 100])
+            self._call("log params", "log_batch", params=items[i : i + 100])
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         # numbers only (bools become 0/1); strings such as the model name are params/tags
-        self._log_metric_items([Metric(k, float(v), now, step) for k, v in metrics.items()
-                                if isinstance(v, (int, float))])
+        self._log_metric_items(
+            [Metric(k, float(v), now, step) for k, v in metrics.items() if isinstance(v, (int, float))]
+        )
 
     def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
         from mlflow.entities import Metric
@@ -109,7 +127,7 @@ class Tracker:
 
     def _log_metric_items(self, items: list) -> None:
         for i in range(0, len(items), 1000):  # MLflow's log_batch takes at most 1000 metrics
-            self._call("log metrics", "log_batch", metrics=items[i:i + 1000])
+            self._call("log metrics", "log_batch", metrics=items[i : i + 1000])
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         from mlflow.entities import RunTag
@@ -173,13 +191,23 @@ def process_tags() -> Dict[str, str]:
 
     import psutil
 
-    return {"bench.host": socket.gethostname(), "bench.pid": str(os.getpid()),
-            "bench.pid_started": repr(psutil.Process().create_time())}
+    return {
+        "bench.host": socket.gethostname(),
+        "bench.pid": str(os.getpid()),
+        "bench.pid_started": repr(psutil.Process().create_time()),
+    }
 
 
-def open_run(tracking: Any, launch_dir: Path, run_name: str, params: Mapping[str, Any],
-             environment: Mapping[str, Any], overrides: Sequence[str],
-             sweep_job: Optional[Mapping[str, Any]] = None, out_dir: Optional[Path] = None) -> Tracker:
+def open_run(
+    tracking: Any,
+    launch_dir: Path,
+    run_name: str,
+    params: Mapping[str, Any],
+    environment: Mapping[str, Any],
+    overrides: Sequence[str],
+    sweep_job: Optional[Mapping[str, Any]] = None,
+    out_dir: Optional[Path] = None,
+) -> Tracker:
     """The MLflow run of one bench run (a child of the sweep's parent run in a multirun):
     tags = the environment and the overrides, params = the flattened config (secrets dropped).
     `tracking` is the tracking group (bench.config.run.TrackingConfig). A server that does not

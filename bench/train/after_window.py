@@ -26,13 +26,20 @@ from bench.train.step import TrainStep
 
 def optimizer_steps(config: BenchConfig) -> int:
     """Optimizer steps these passes take (the lr schedule must span them: OneCycleLR refuses to go past its end)."""
-    return (config.benchmark.breakdown_steps if config.benchmark.breakdown else 0) + \
-        (config.profile.steps + 1 if config.profile.enabled else 0)
+    return (config.benchmark.breakdown_steps if config.benchmark.breakdown else 0) + (
+        config.profile.steps + 1 if config.profile.enabled else 0
+    )
 
 
-def after_window(config: BenchConfig, device: torch.device, ctx: RankContext, step: TrainStep, batches: Iterator,
-                 ddp: Optional[torch.nn.Module], out_dir: Optional[Path]
-                 ) -> Tuple[Dict[str, Any], List[str], Optional[str]]:
+def after_window(
+    config: BenchConfig,
+    device: torch.device,
+    ctx: RankContext,
+    step: TrainStep,
+    batches: Iterator,
+    ddp: Optional[torch.nn.Module],
+    out_dir: Optional[Path],
+) -> Tuple[Dict[str, Any], List[str], Optional[str]]:
     """(figures, files written, the signal that cut the passes short or None) of the passes this run asked for."""
     figures: Dict[str, Any] = {}
     files: List[Path] = []
@@ -41,8 +48,15 @@ def after_window(config: BenchConfig, device: torch.device, ctx: RankContext, st
         if config.benchmark.breakdown:
             figures.update(breakdown_pass(step, batches, device, config.benchmark.breakdown_steps, ddp, stop=stop))
         if config.profile.enabled and not stop():
-            files = profile_steps(lambda: step(*next(batches)), config.profile.steps, device, out_dir or Path.cwd(),
-                                  record=ctx.is_reporter, row_limit=config.profile.row_limit, stop=stop)
+            files = profile_steps(
+                lambda: step(*next(batches)),
+                config.profile.steps,
+                device,
+                out_dir or Path.cwd(),
+                record=ctx.is_reporter,
+                row_limit=config.profile.row_limit,
+                stop=stop,
+            )
     if ctx.is_reporter:
         figures.update(flops_per_image(config.model, config.data.image_size))
     interrupted = signal.Signals(flag.signum).name if flag.signum is not None else None

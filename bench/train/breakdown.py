@@ -38,8 +38,14 @@ def _synchroniser(device: torch.device) -> Any:
     return lambda: None
 
 
-def breakdown_pass(step: TrainStep, batches: Iterator, device: torch.device, steps: int,
-                   ddp: Optional[torch.nn.Module] = None, stop: Callable[[], bool] = lambda: False) -> Dict[str, Any]:
+def breakdown_pass(
+    step: TrainStep,
+    batches: Iterator,
+    device: torch.device,
+    steps: int,
+    ddp: Optional[torch.nn.Module] = None,
+    stop: Callable[[], bool] = lambda: False,
+) -> Dict[str, Any]:
     """The breakdown figures ({} for no steps); `ddp` (the DistributedDataParallel module) adds comm;
     `stop()` true (a signal was noted) ends the pass after the step in progress: the figures are
     then over the steps done."""

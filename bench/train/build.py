@@ -54,8 +54,9 @@ class TrainingRun:
         return self.config.benchmark.warmup_steps
 
 
-def build_training(config: BenchConfig, device: torch.device, ctx: RankContext,
-                   on_step: Optional[Callable[[], None]]) -> TrainingRun:
+def build_training(
+    config: BenchConfig, device: torch.device, ctx: RankContext, on_step: Optional[Callable[[], None]]
+) -> TrainingRun:
     """`on_step()` runs after every step (the launched workers' hang watchdog)."""
     prepare_process(config, device, ctx)
     checkpoints = TrainingCheckpoints(config) if config.checkpoint.every_epochs or config.train.resume else None
@@ -84,19 +85,45 @@ def build_training(config: BenchConfig, device: torch.device, ctx: RankContext,
         planned = min(planned, config.benchmark.measure_steps)
     base_lr = effective_lr(config.optimizer, config.scheduler, data.batch_size * ctx.world_size)
     optimizer = build_optimizer(eager, config.optimizer, base_lr, device)
-    scheduler = build_scheduler(optimizer, _in_steps(config.scheduler, data, warmup),
-                                warmup + total * config.benchmark.repeats + optimizer_steps(config), base_lr)
+    scheduler = build_scheduler(
+        optimizer,
+        _in_steps(config.scheduler, data, warmup),
+        warmup + total * config.benchmark.repeats + optimizer_steps(config),
+        base_lr,
+    )
     if config.scheduler.scale_lr:
         data.on_batch_change = lambda old, new: scale_lr(optimizer, scheduler, new / old)
     wrapped = _wrap_ddp(eager, config, device) if ctx.distributed else eager
     model, compile_info = maybe_compile(wrapped, config.compile, config.compile_mode)
     model.train()
-    step = TrainStep(model, optimizer, scheduler, policy, after=on_step, label_smoothing=config.train.label_smoothing,
-                     clip_norm=config.optimizer.grad_clip_norm)
-    return TrainingRun(config=config, device=device, ctx=ctx, policy=policy, eager=eager, wrapped=wrapped,
-                       compile_info=compile_info, optimizer=optimizer, scheduler=scheduler, base_lr=base_lr, step=step,
-                       data=data, planned=planned, requested_batch=requested, checkpoints=checkpoints,
-                       resumed=resumed, start=start)
+    step = TrainStep(
+        model,
+        optimizer,
+        scheduler,
+        policy,
+        after=on_step,
+        label_smoothing=config.train.label_smoothing,
+        clip_norm=config.optimizer.grad_clip_norm,
+    )
+    return TrainingRun(
+        config=config,
+        device=device,
+        ctx=ctx,
+        policy=policy,
+        eager=eager,
+        wrapped=wrapped,
+        compile_info=compile_info,
+        optimizer=optimizer,
+        scheduler=scheduler,
+        base_lr=base_lr,
+        step=step,
+        data=data,
+        planned=planned,
+        requested_batch=requested,
+        checkpoints=checkpoints,
+        resumed=resumed,
+        start=start,
+    )
 
 
 def _in_steps(scheduler: Any, data: EpochData, warmup: int) -> Any:

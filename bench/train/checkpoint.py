@@ -28,10 +28,16 @@ def checkpoint_writer(config: BenchConfig, out_dir: Path, ctx: RankContext) -> O
         try:
             store.put(name, data)  # all or nothing, fsync'd on a local disk (storage.fsync)
         except Exception as exc:  # any backend's write error
-            return {"checkpoint_error": f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc} "
-                                        f"({store.url}/{name})"}
+            return {
+                "checkpoint_error": f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc} "
+                f"({store.url}/{name})"
+            }
         seconds = time.perf_counter() - start
-        return {"checkpoint_path": f"{store.url}/{name}", "checkpoint_bytes": len(data),
-                "checkpoint_write_seconds": seconds, "checkpoint_write_gbps": len(data) / seconds / 1e9}
+        return {
+            "checkpoint_path": f"{store.url}/{name}",
+            "checkpoint_bytes": len(data),
+            "checkpoint_write_seconds": seconds,
+            "checkpoint_write_gbps": len(data) / seconds / 1e9,
+        }
 
     return write

@@ -32,32 +32,44 @@ FORMAT = 2
 READABLE = (1, 2)
 # what an ndarray in a format-1 file needs (numpy 2 pickles numpy._core, numpy 1 numpy.core)
 _RECONSTRUCT = np._core.multiarray._reconstruct  # type: ignore[attr-defined]
-NUMPY_ARRAY_GLOBALS = [_RECONSTRUCT, (_RECONSTRUCT, "numpy.core.multiarray._reconstruct"), np.ndarray, np.dtype,
-                       type(np.dtype(np.uint32))]
+NUMPY_ARRAY_GLOBALS = [
+    _RECONSTRUCT,
+    (_RECONSTRUCT, "numpy.core.multiarray._reconstruct"),
+    np.ndarray,
+    np.dtype,
+    type(np.dtype(np.uint32)),
+]
 _GLOBAL = re.compile(r"GLOBAL ([\w.]+)")
 
 
 def run_meta(config: BenchConfig) -> Dict[str, Any]:
     """What must be the same for a checkpoint to load into this run's model, optimizer and schedule."""
     c = config
-    return {"model.arch": c.model.arch, "model.num_classes": int(c.model.num_classes), "model.norm": str(c.model.norm),
-            "optimizer.name": str(c.optimizer.name),
-            "optimizer.exclude_bn_bias_from_wd": bool(c.optimizer.exclude_bn_bias_from_wd),
-            "scheduler.name": str(c.scheduler.name)}
+    return {
+        "model.arch": c.model.arch,
+        "model.num_classes": int(c.model.num_classes),
+        "model.norm": str(c.model.norm),
+        "optimizer.name": str(c.optimizer.name),
+        "optimizer.exclude_bn_bias_from_wd": bool(c.optimizer.exclude_bn_bias_from_wd),
+        "scheduler.name": str(c.scheduler.name),
+    }
 
 
 def differences(saved: Dict[str, Any], mine: Dict[str, Any]) -> List[str]:
-    return [f"{key} {saved[key]!r} there, {mine[key]!r} here"
-            for key in mine if key in saved and saved[key] != mine[key]]
+    return [
+        f"{key} {saved[key]!r} there, {mine[key]!r} here" for key in mine if key in saved and saved[key] != mine[key]
+    ]
 
 
 def check_meta(state: Dict[str, Any], config: BenchConfig, where: str) -> None:
     """One line naming what differs between the checkpoint's run and this one (format 2)."""
     differ = differences(state.get("meta") or {}, run_meta(config))
     if differ:
-        raise CheckpointError(f"checkpoint {where} was written by another run: {'; '.join(differ)} (a checkpoint "
-                              "continues the model, optimizer and schedule it was written by: resume with the same "
-                              "config, or start without train.resume)")
+        raise CheckpointError(
+            f"checkpoint {where} was written by another run: {'; '.join(differ)} (a checkpoint "
+            "continues the model, optimizer and schedule it was written by: resume with the same "
+            "config, or start without train.resume)"
+        )
 
 
 def check_model_fits(state: Dict[str, Any], model: torch.nn.Module, where: str) -> None:
@@ -68,11 +80,17 @@ def check_model_fits(state: Dict[str, Any], model: torch.nn.Module, where: str) 
     missing, unexpected = sorted(set(mine) - set(theirs)), sorted(set(theirs) - set(mine))
     shapes = [f"{k} {theirs[k]} there, {mine[k]} here" for k in mine if k in theirs and theirs[k] != mine[k]]
     if missing or unexpected or shapes:
-        what = (f"{len(missing)} of this model's tensors missing (first: {missing[0]})" if missing else
-                f"{len(unexpected)} tensors this model does not have (first: {unexpected[0]})" if unexpected else
-                f"{len(shapes)} tensors of another shape (first: {shapes[0]})")
-        raise CheckpointError(f"checkpoint {where} holds another model: {what}; resume with the model it was "
-                              "written by, or start without train.resume")
+        what = (
+            f"{len(missing)} of this model's tensors missing (first: {missing[0]})"
+            if missing
+            else f"{len(unexpected)} tensors this model does not have (first: {unexpected[0]})"
+            if unexpected
+            else f"{len(shapes)} tensors of another shape (first: {shapes[0]})"
+        )
+        raise CheckpointError(
+            f"checkpoint {where} holds another model: {what}; resume with the model it was "
+            "written by, or start without train.resume"
+        )
 
 
 def to_file_state(state: Dict[str, Any]) -> Dict[str, Any]:
@@ -81,8 +99,13 @@ def to_file_state(state: Dict[str, Any]) -> Dict[str, Any]:
         return state
     rng = dict(state["rng"])
     kind, keys, pos, has_gauss, cached = rng["numpy"]
-    rng["numpy"] = {"kind": str(kind), "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)), "pos": int(pos),
-                    "has_gauss": int(has_gauss), "cached_gaussian": float(cached)}
+    rng["numpy"] = {
+        "kind": str(kind),
+        "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+        "pos": int(pos),
+        "has_gauss": int(has_gauss),
+        "cached_gaussian": float(cached),
+    }
     return {**state, "rng": rng}
 
 
@@ -106,8 +129,9 @@ def read(source: Union[bytes, Path], where: str, mmap: bool = False) -> Dict[str
     except CheckpointError:
         raise
     except Exception as exc:  # a damaged file fails in many ways
-        raise CheckpointError(f"checkpoint {where} is damaged or not bench's "
-                              f"({type(exc).__name__}: {str(exc).strip()[:120]})") from None
+        raise CheckpointError(
+            f"checkpoint {where} is damaged or not bench's ({type(exc).__name__}: {str(exc).strip()[:120]})"
+        ) from None
     if not isinstance(state, dict) or state.get("format") not in READABLE or "model" not in state:
         raise CheckpointError(f"checkpoint {where} is damaged or not bench's (not a bench training checkpoint)")
     return state
@@ -148,7 +172,9 @@ def _needed_global(exc: BaseException) -> Optional[str]:
 
 
 def _refusal(where: str, needed: str) -> CheckpointError:
-    return CheckpointError(f"checkpoint {where} is refused: it needs {needed}, which a bench checkpoint never holds "
-                           "(checkpoints are read as "
-                           "plain tensors, dicts, lists, numbers and strings with torch.load(weights_only=True), "
-                           "which runs no code)")
+    return CheckpointError(
+        f"checkpoint {where} is refused: it needs {needed}, which a bench checkpoint never holds "
+        "(checkpoints are read as "
+        "plain tensors, dicts, lists, numbers and strings with torch.load(weights_only=True), "
+        "which runs no code)"
+    )

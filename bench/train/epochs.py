@@ -27,7 +27,7 @@ from bench.runtime.epoch_data import EpochData
 from bench.runtime.precision import PrecisionPolicy
 from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
-from bench.train.evaluate import evaluate
+from bench.train.evaluate import accuracy_figures, evaluate
 from bench.train.result import EpochRecord
 from bench.train.resume import Position, TrainingCheckpoints, rng_states
 
@@ -54,9 +54,15 @@ class Session:
 
     def state(self, wall_seconds: float, epochs: List[EpochRecord]) -> Dict[str, Any]:
         scaler = self.policy.scaler
-        return {"model": self.eager.state_dict(), "optimizer": self.optimizer.state_dict(),
-                "scheduler": self.scheduler.state_dict(), "scaler": scaler.state_dict() if scaler else None,
-                "rng": rng_states(), "wall_seconds": wall_seconds, "history": [asdict(e) for e in epochs]}
+        return {
+            "model": self.eager.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler else None,
+            "rng": rng_states(),
+            "wall_seconds": wall_seconds,
+            "history": [asdict(e) for e in epochs],
+        }
 
 
 @dataclass
@@ -73,8 +79,9 @@ class WindowTally:
     evaluation: Dict[str, Any] = field(default_factory=dict)  # the last evaluation's figures
 
 
-def run_epochs(session: Session, clock: StepClock, planned: int, first_step_at: float,
-               flag: SignalFlag) -> Dict[str, Any]:
+def run_epochs(
+    session: Session, clock: StepClock, planned: int, first_step_at: float, flag: SignalFlag
+) -> Dict[str, Any]:
     """One measured window of at most `planned` steps on `clock`; its figures (bench.train.repeats pools them)."""
     return MeasuredWindow(session, clock, planned, first_step_at, flag).run()
 
@@ -89,8 +96,14 @@ class MeasuredWindow:
         self.first_step_at = first_step_at
         benchmark = session.config.benchmark
         self.deadline = time.perf_counter() + benchmark.measure_seconds if benchmark.measure_seconds else None
-        self.progress = tqdm(total=planned, unit="step", file=sys.stderr, mininterval=1.0, leave=False,
-                             disable=None if benchmark.progress and session.ctx.is_reporter else True)
+        self.progress = tqdm(
+            total=planned,
+            unit="step",
+            file=sys.stderr,
+            mininterval=1.0,
+            leave=False,
+            disable=None if benchmark.progress and session.ctx.is_reporter else True,
+        )
         self.tally = WindowTally(epochs=list(session.history))
 
     def wall_seconds(self) -> float:
@@ -144,8 +157,14 @@ class MeasuredWindow:
                 clock.sync()  # a log interval: the one place the host waits for the device
                 recent = min(log_every, done)
                 window = clock.seconds_between(len(clock) - 1 - recent, len(clock) - 1)
-                log.info("step %d/%d  loss %.4f  %.1f img/s (last %d steps)", done, planned, loss.item(),
-                         recent * session.data.batch_size / window, recent)
+                log.info(
+                    "step %d/%d  loss %.4f  %.1f img/s (last %d steps)",
+                    done,
+                    planned,
+                    loss.item(),
+                    recent * session.data.batch_size / window,
+                    recent,
+                )
         tally.steps, tally.images, tally.loss = done, images_done, loss
         return index
 
@@ -157,14 +176,20 @@ class MeasuredWindow:
         record = self.epoch_record(epoch, first_mark, index - resumed_steps)
         last_epoch = epoch == session.config.train.epochs - 1
         train = session.config.train
-        if train.eval_every and session.val is not None and ((epoch + 1) % train.eval_every == 0 or last_epoch
-                                                             or tally.stop):
+        if (
+            train.eval_every
+            and session.val is not None
+            and ((epoch + 1) % train.eval_every == 0 or last_epoch or tally.stop)
+        ):
             self.evaluate(record)
         tally.epochs.append(record)
         every = session.config.checkpoint.every_epochs
         complete = index >= steps
-        if session.checkpoints is not None and complete and ((every and (epoch + 1) % every == 0) or last_epoch
-                                                             or tally.stop):
+        if (
+            session.checkpoints is not None
+            and complete
+            and ((every and (epoch + 1) % every == 0) or last_epoch or tally.stop)
+        ):
             self.clock.pause()
             self.save(Position(epoch + 1))
             self.clock.resume()
@@ -176,8 +201,14 @@ class MeasuredWindow:
         figures = tally.evaluation = evaluate(session.eager, session.val, session.policy, session.ctx)
         record.val_top1, record.val_top5 = figures["val_top1"], figures["val_top5"]
         record.eval_seconds, record.wall_seconds = figures["eval_seconds"], self.wall_seconds()
-        log.info("epoch %d: val top-1 %.4f, top-5 %.4f (%d images, %.2f s)", record.epoch, record.val_top1,
-                 record.val_top5, figures["val_images"], figures["eval_seconds"])
+        log.info(
+            "epoch %d: val top-1 %.4f, top-5 %.4f (%d images, %.2f s)",
+            record.epoch,
+            record.val_top1,
+            record.val_top5,
+            figures["val_images"],
+            figures["eval_seconds"],
+        )
         self.clock.resume()
         target = session.config.train.target_accuracy
         if target is not None and record.val_top1 >= target and tally.reached is None:
@@ -188,12 +219,18 @@ class MeasuredWindow:
         span = clock.seconds_between(first_mark, len(clock) - 1)
         batch = data.batch_size
         times = clock.step_times_ms(first_mark) if steps else []  # this epoch's only: epoch ends stay cheap
-        return EpochRecord(epoch=epoch + 1, steps=steps, images=steps * batch, seconds=span,
-                           images_per_second=steps * batch / span if span > 0 else 0.0,
-                           loss=float(self.tally.loss.item()), lr=float(self.session.optimizer.param_groups[0]["lr"]),
-                           step_time_ms_p50=percentile(times, 50),
-                           image_size=data.image_size if data.progressive else None,
-                           batch_size=batch if data.progressive else None)
+        return EpochRecord(
+            epoch=epoch + 1,
+            steps=steps,
+            images=steps * batch,
+            seconds=span,
+            images_per_second=steps * batch / span if span > 0 else 0.0,
+            loss=float(self.tally.loss.item()),
+            lr=float(self.session.optimizer.param_groups[0]["lr"]),
+            step_time_ms_p50=percentile(times, 50),
+            image_size=data.image_size if data.progressive else None,
+            batch_size=batch if data.progressive else None,
+        )
 
     def save(self, position: Position) -> None:
         session = self.session
@@ -203,31 +240,23 @@ class MeasuredWindow:
     def figures(self) -> Dict[str, Any]:
         """The window's figures, in the names bench.train.repeats and TrainResult use."""
         tally, clock = self.tally, self.clock
-        return {"measured_steps": tally.steps, "measured_images": tally.images,
-                "window_seconds": clock.seconds_between(0, len(clock) - 1),
-                "step_times_ms": clock.step_times_ms(), "data_wait_ms": tally.data_wait_ms, "epochs": tally.epochs,
-                "final_lr": float(self.session.optimizer.param_groups[0]["lr"]), "final_loss": float(tally.loss.item()),
-                "accuracy": _accuracy(self.session.config, tally.epochs, tally.reached, self.wall_seconds(),
-                                      tally.evaluation.get("val_images"))}
-
-
-def _accuracy(cfg: BenchConfig, epochs: List[EpochRecord], reached: Optional[EpochRecord],
-              wall_seconds: float, val_images: Optional[int]) -> Dict[str, Any]:
-    evaluated = [e for e in epochs if e.val_top1 is not None]
-    if not evaluated:
-        return {}
-    figures: Dict[str, Any] = {"val_top1": evaluated[-1].val_top1, "val_top5": evaluated[-1].val_top5,
-                               "val_top1_best": max(e.val_top1 for e in evaluated if e.val_top1 is not None),
-                               "eval_seconds": sum(e.eval_seconds or 0.0 for e in evaluated),
-                               "evaluations": len(evaluated), "train_wall_seconds": wall_seconds}
-    if val_images is not None:
-        figures["val_images"] = val_images  # every val image counted once, over all ranks
-    target = cfg.train.target_accuracy
-    if target is not None:
-        figures.update(target_accuracy=target, reached_target=reached is not None,
-                       time_to_target_seconds=reached.wall_seconds if reached else None,
-                       epochs_to_target=reached.epoch if reached else None)
-    return figures
+        return {
+            "measured_steps": tally.steps,
+            "measured_images": tally.images,
+            "window_seconds": clock.seconds_between(0, len(clock) - 1),
+            "step_times_ms": clock.step_times_ms(),
+            "data_wait_ms": tally.data_wait_ms,
+            "epochs": tally.epochs,
+            "final_lr": float(self.session.optimizer.param_groups[0]["lr"]),
+            "final_loss": float(tally.loss.item()),
+            "accuracy": accuracy_figures(
+                self.session.config,
+                tally.epochs,
+                tally.reached,
+                self.wall_seconds(),
+                tally.evaluation.get("val_images"),
+            ),
+        }
 
 
 def _deadline_passed(deadline: Optional[float], ctx: RankContext) -> bool:
@@ -240,7 +269,8 @@ def _deadline_passed(deadline: Optional[float], ctx: RankContext) -> bool:
         return passed
     import torch.distributed as dist
 
-    flag = torch.tensor([1.0 if passed else 0.0], device="cuda" if torch.cuda.is_available() and
-                        dist.get_backend() == "nccl" else "cpu")
+    flag = torch.tensor(
+        [1.0 if passed else 0.0], device="cuda" if torch.cuda.is_available() and dist.get_backend() == "nccl" else "cpu"
+    )
     dist.all_reduce(flag, op=dist.ReduceOp.MAX)
     return bool(flag.item())

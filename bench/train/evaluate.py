@@ -5,13 +5,15 @@ eval_batch_sampler) and the counts are all-reduced, so the accuracy is over the 
 from __future__ import annotations
 
 import time
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.nn as nn
 
+from bench.config import BenchConfig
 from bench.launch.context import RankContext
 from bench.runtime.precision import PrecisionPolicy
+from bench.train.result import EpochRecord
 
 
 def evaluate(model: nn.Module, val: Any, policy: PrecisionPolicy, ctx: RankContext) -> Dict[str, float]:
@@ -26,8 +28,9 @@ def evaluate(model: nn.Module, val: Any, policy: PrecisionPolicy, ctx: RankConte
             logits = model(images)
             top = logits.topk(min(5, logits.shape[1]), dim=1).indices
             hits = top.eq(labels[:, None])
-            batch = torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum(), torch.tensor(labels.numel(),
-                                                                                      device=labels.device)])
+            batch = torch.stack(
+                [hits[:, 0].sum(), hits.any(dim=1).sum(), torch.tensor(labels.numel(), device=labels.device)]
+            )
             counts = batch.double() if counts is None else counts + batch.double()
     model.train(was_training)
     if counts is None:
@@ -39,6 +42,42 @@ def evaluate(model: nn.Module, val: Any, policy: PrecisionPolicy, ctx: RankConte
         dist.all_reduce(counts)
     top1, top5, images = (float(v) for v in counts.tolist())
     seconds = time.perf_counter() - start
-    return {"val_top1": top1 / images if images else 0.0, "val_top5": top5 / images if images else 0.0,
-            "val_images": int(images), "eval_seconds": seconds,
-            "eval_images_per_second": images / seconds if seconds > 0 else 0.0}
+    return {
+        "val_top1": top1 / images if images else 0.0,
+        "val_top5": top5 / images if images else 0.0,
+        "val_images": int(images),
+        "eval_seconds": seconds,
+        "eval_images_per_second": images / seconds if seconds > 0 else 0.0,
+    }
+
+
+def accuracy_figures(
+    cfg: BenchConfig,
+    epochs: List[EpochRecord],
+    reached: Optional[EpochRecord],
+    wall_seconds: float,
+    val_images: Optional[int],
+) -> Dict[str, Any]:
+    """A run's accuracy figures from its evaluated epochs; time to target where one is set ({} without evaluation)."""
+    evaluated = [e for e in epochs if e.val_top1 is not None]
+    if not evaluated:
+        return {}
+    figures: Dict[str, Any] = {
+        "val_top1": evaluated[-1].val_top1,
+        "val_top5": evaluated[-1].val_top5,
+        "val_top1_best": max(e.val_top1 for e in evaluated if e.val_top1 is not None),
+        "eval_seconds": sum(e.eval_seconds or 0.0 for e in evaluated),
+        "evaluations": len(evaluated),
+        "train_wall_seconds": wall_seconds,
+    }
+    if val_images is not None:
+        figures["val_images"] = val_images  # every val image counted once, over all ranks
+    target = cfg.train.target_accuracy
+    if target is not None:
+        figures.update(
+            target_accuracy=target,
+            reached_target=reached is not None,
+            time_to_target_seconds=reached.wall_seconds if reached else None,
+            epochs_to_target=reached.epoch if reached else None,
+        )
+    return figures

@@ -44,10 +44,15 @@ log = logging.getLogger(__name__)
 make_step = TrainStep  # the name other modules and tests import
 
 
-def train(config: BenchConfig, device: torch.device, monitor: Any = None,
-          on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]] = None,
-          ctx: Optional[RankContext] = None, on_step: Optional[Callable[[], None]] = None,
-          out_dir: Optional[Path] = None) -> TrainResult:
+def train(
+    config: BenchConfig,
+    device: torch.device,
+    monitor: Any = None,
+    on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]] = None,
+    ctx: Optional[RankContext] = None,
+    on_step: Optional[Callable[[], None]] = None,
+    out_dir: Optional[Path] = None,
+) -> TrainResult:
     """Build model, data, precision, optimizer and scheduler from `config` and run.
 
     `monitor` (start()/stop() -> dict) samples the device during the measured window only;
@@ -87,16 +92,31 @@ def warm_up(run: TrainingRun) -> None:
 def open_session(run: TrainingRun) -> Session:
     """What the measured window's epochs work on: the run's parts, the val batches, where to start."""
     config, ctx, resumed = run.config, run.ctx, run.resumed
-    val = build_val_batches(config.data, run.device, run.policy.memory_format, ctx.rank, ctx.world_size,
-                            config.storage) if config.train.eval_every else None
-    return Session(config=config, ctx=ctx, eager=run.eager, optimizer=run.optimizer, scheduler=run.scheduler,
-                   policy=run.policy, step=run.step, data=run.data, val=val, checkpoints=run.checkpoints,
-                   start=run.start, history=[EpochRecord(**e) for e in resumed["history"]] if resumed else [],
-                   wall_offset=resumed["wall_seconds"] if resumed else 0.0)
+    val = (
+        build_val_batches(config.data, run.device, run.policy.memory_format, ctx.rank, ctx.world_size, config.storage)
+        if config.train.eval_every
+        else None
+    )
+    return Session(
+        config=config,
+        ctx=ctx,
+        eager=run.eager,
+        optimizer=run.optimizer,
+        scheduler=run.scheduler,
+        policy=run.policy,
+        step=run.step,
+        data=run.data,
+        val=val,
+        checkpoints=run.checkpoints,
+        start=run.start,
+        history=[EpochRecord(**e) for e in resumed["history"]] if resumed else [],
+        wall_offset=resumed["wall_seconds"] if resumed else 0.0,
+    )
 
 
-def measure(run: TrainingRun, session: Session, monitor: Any,
-            first_step_at: float) -> Tuple[Dict[str, Any], Dict[str, Any], int]:
+def measure(
+    run: TrainingRun, session: Session, monitor: Any, first_step_at: float
+) -> Tuple[Dict[str, Any], Dict[str, Any], int]:
     """(the window's figures, the GPU monitor's, the window's peak memory)."""
     config, checkpoints = run.config, run.checkpoints
     if monitor is not None:
@@ -109,16 +129,22 @@ def measure(run: TrainingRun, session: Session, monitor: Any,
     return window, gpu, peak_memory
 
 
-def collect_result(run: TrainingRun, window: Dict[str, Any], gpu: Dict[str, Any], peak_memory: int,
-                   on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]],
-                   out_dir: Optional[Path]) -> TrainResult:
+def collect_result(
+    run: TrainingRun,
+    window: Dict[str, Any],
+    gpu: Dict[str, Any],
+    peak_memory: int,
+    on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]],
+    out_dir: Optional[Path],
+) -> TrainResult:
     """The passes after the window, the end-of-run checkpoint, and the run's TrainResult."""
     config, ctx, data = run.config, run.ctx, run.data
     extra = dict(getattr(data.batches, "facts", {}))  # real data: dataset_size, corrupt_skipped, ...
     if config.benchmark.find_max_batch:
         extra.update(batch_size_requested=run.requested_batch, batch_size_found=data.batch_size)
-    figures, files, interrupted = after_window(config, run.device, ctx, run.step, data.batches,
-                                               run.wrapped if ctx.distributed else None, out_dir)
+    figures, files, interrupted = after_window(
+        config, run.device, ctx, run.step, data.batches, run.wrapped if ctx.distributed else None, out_dir
+    )
     extra.update(figures)
     if run.checkpoints is not None:
         extra.update(run.checkpoints.figures())
@@ -144,17 +170,25 @@ def collect_result(run: TrainingRun, window: Dict[str, Any], gpu: Dict[str, Any]
     )
 
 
-def restore(state: Dict[str, Any], eager: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any,
-            policy: PrecisionPolicy, where: str = "") -> None:
+def restore(
+    state: Dict[str, Any],
+    eager: nn.Module,
+    optimizer: torch.optim.Optimizer,
+    scheduler: Any,
+    policy: PrecisionPolicy,
+    where: str = "",
+) -> None:
     """Every rank loads the same checkpoint in place, so DDP's replicas stay identical."""
     eager.load_state_dict(state["model"])
     try:  # a format-1 file has no `meta` naming its optimizer: another one's state fails here
         optimizer.load_state_dict(state["optimizer"])
         _restore_schedule(scheduler, state["scheduler"])
     except (KeyError, ValueError, RuntimeError) as exc:
-        raise CheckpointError(f"checkpoint {where} holds another optimizer or schedule than this run's "
-                              f"({type(exc).__name__}: {str(exc)[:120]}): resume with the config it was written by, "
-                              "or start without train.resume") from None
+        raise CheckpointError(
+            f"checkpoint {where} holds another optimizer or schedule than this run's "
+            f"({type(exc).__name__}: {str(exc)[:120]}): resume with the config it was written by, "
+            "or start without train.resume"
+        ) from None
     if policy.scaler is not None and state.get("scaler"):
         policy.scaler.load_state_dict(state["scaler"])
     restore_rng(state["rng"])
@@ -166,9 +200,12 @@ def _restore_schedule(scheduler: Any, saved: Dict[str, Any]) -> None:
     horizon = {key: scheduler.__dict__[key] for key in ("total_steps", "_schedule_phases") if key in scheduler.__dict__}
     scheduler.load_state_dict(saved)
     if horizon and saved.get("total_steps") != horizon.get("total_steps"):
-        log.warning("train.resume: the checkpoint's lr schedule spans %s steps, this run's %s (train.epochs "
-                    "changed): the schedule continues on this run's length", saved.get("total_steps"),
-                    horizon.get("total_steps"))
+        log.warning(
+            "train.resume: the checkpoint's lr schedule spans %s steps, this run's %s (train.epochs "
+            "changed): the schedule continues on this run's length",
+            saved.get("total_steps"),
+            horizon.get("total_steps"),
+        )
     scheduler.__dict__.update(horizon)
 
 
@@ -183,9 +220,13 @@ def phase_figures(epochs: List[EpochRecord]) -> Dict[str, Any]:
             phases.append([epoch])
     for number, phase in enumerate(phases, start=1):
         images, seconds = sum(e.images for e in phase), sum(e.seconds for e in phase)
-        figures.update({f"phase{number}_image_size": phase[0].image_size,
-                        f"phase{number}_batch_size": phase[0].batch_size,
-                        f"phase{number}_images_per_second": images / seconds if seconds > 0 else 0.0})
+        figures.update(
+            {
+                f"phase{number}_image_size": phase[0].image_size,
+                f"phase{number}_batch_size": phase[0].batch_size,
+                f"phase{number}_images_per_second": images / seconds if seconds > 0 else 0.0,
+            }
+        )
     return figures
 
 

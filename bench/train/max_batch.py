@@ -53,8 +53,9 @@ def search(fits: Callable[[int], bool], start: int, limit: int) -> int:
     return low
 
 
-def find_max_batch(config: BenchConfig, model: torch.nn.Module, policy: PrecisionPolicy, device: torch.device,
-                   ctx: RankContext) -> int:
+def find_max_batch(
+    config: BenchConfig, model: torch.nn.Module, policy: PrecisionPolicy, device: torch.device, ctx: RankContext
+) -> int:
     """The per-process batch this run will use (every rank agrees on it)."""
     saved = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
     scaler_state = copy.deepcopy(policy.scaler.state_dict()) if policy.scaler is not None else None
@@ -72,7 +73,8 @@ def find_max_batch(config: BenchConfig, model: torch.nn.Module, policy: Precisio
             scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
             step = TrainStep(model, optimizer, scheduler, policy)
             images = torch.randn(batch, 3, image_size, image_size, device=device).contiguous(
-                memory_format=policy.memory_format)
+                memory_format=policy.memory_format
+            )
             labels = torch.randint(0, classes, (batch,), device=device)
             for _ in range(TRIAL_STEPS):
                 step(images, labels)

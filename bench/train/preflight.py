@@ -26,8 +26,12 @@ def check_training(config: BenchConfig) -> Any:
     check_fits(config, device)
     check_batch_norm_batch(config)
     if config.benchmark.find_max_batch and device.type != "cuda":
-        raise ConfigError("benchmark.find_max_batch", True, "false on a CPU (the search grows the batch until the GPU "
-                          "runs out of memory; a CPU would swap first): set data.batch_size instead")
+        raise ConfigError(
+            "benchmark.find_max_batch",
+            True,
+            "false on a CPU (the search grows the batch until the GPU "
+            "runs out of memory; a CPU would swap first): set data.batch_size instead",
+        )
     check_quiet(config, device)  # last: it may wait for the machine to quieten
     return device
 
@@ -44,17 +48,24 @@ def check_batch_norm_batch(config: BenchConfig) -> None:
     with torch.device("meta"):  # the modules only, no weights allocated
         model = build_model(config.model)
     if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        raise ConfigError("data.batch_size", config.data.batch_size,
-                          f"at least 2 images per process to train model={config.model.arch} (it has BatchNorm, "
-                          "which normalises over the batch); or model.norm=none")
+        raise ConfigError(
+            "data.batch_size",
+            config.data.batch_size,
+            f"at least 2 images per process to train model={config.model.arch} (it has BatchNorm, "
+            "which normalises over the batch); or model.norm=none",
+        )
 
 
 def _check_resume_path(resume: Optional[str]) -> None:
     """A checkpoint path that is not there is refused now; `auto` and bare names are looked up
     in the checkpoint folder when the run starts."""
     if resume and resume != RESUME_AUTO and ("/" in resume or resume.startswith(".")) and not os.path.isfile(resume):
-        raise ConfigError("train.resume", resume, "'auto', a checkpoint file written by checkpoint.every_epochs, "
-                          "or a checkpoint's name in checkpoint.dir (this file does not exist)")
+        raise ConfigError(
+            "train.resume",
+            resume,
+            "'auto', a checkpoint file written by checkpoint.every_epochs, "
+            "or a checkpoint's name in checkpoint.dir (this file does not exist)",
+        )
 
 
 def check_resume_file(config: BenchConfig) -> None:

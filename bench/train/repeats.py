@@ -23,8 +23,9 @@ from bench.train.epochs import Session, run_epochs
 log = logging.getLogger(__name__)
 
 
-def measure_windows(session: Session, device: torch.device, planned: int, first_step_at: float,
-                    checkpoint_on_signal: bool) -> Dict[str, Any]:
+def measure_windows(
+    session: Session, device: torch.device, planned: int, first_step_at: float, checkpoint_on_signal: bool
+) -> Dict[str, Any]:
     config = session.config
     repeats = config.benchmark.repeats
     windows: List[Dict[str, Any]] = []
@@ -36,8 +37,14 @@ def measure_windows(session: Session, device: torch.device, planned: int, first_
         windows.append(window)
         if repeats > 1:
             seconds = window["window_seconds"]
-            log.info("repeat %d/%d: %.1f images/s (%d steps, %.2f s)", repeat, repeats,
-                     window["measured_images"] / seconds if seconds > 0 else 0.0, window["measured_steps"], seconds)
+            log.info(
+                "repeat %d/%d: %.1f images/s (%d steps, %.2f s)",
+                repeat,
+                repeats,
+                window["measured_images"] / seconds if seconds > 0 else 0.0,
+                window["measured_steps"],
+                seconds,
+            )
     return pool(windows)
 
 
@@ -48,10 +55,14 @@ def pool(windows: List[Dict[str, Any]]) -> Dict[str, Any]:
     pooled["repeat_seconds"] = [w["window_seconds"] for w in windows]
     if len(windows) == 1:
         return pooled
-    pooled.update(measured_steps=sum(w["measured_steps"] for w in windows),
-                  measured_images=sum(pooled["repeat_images"]), window_seconds=sum(pooled["repeat_seconds"]),
-                  step_times_ms=[t for w in windows for t in w["step_times_ms"]],
-                  data_wait_ms=[t for w in windows for t in w["data_wait_ms"]],
-                  epochs=[dataclasses.replace(e, repeat=number) for number, w in enumerate(windows, start=1)
-                          for e in w["epochs"]])
+    pooled.update(
+        measured_steps=sum(w["measured_steps"] for w in windows),
+        measured_images=sum(pooled["repeat_images"]),
+        window_seconds=sum(pooled["repeat_seconds"]),
+        step_times_ms=[t for w in windows for t in w["step_times_ms"]],
+        data_wait_ms=[t for w in windows for t in w["data_wait_ms"]],
+        epochs=[
+            dataclasses.replace(e, repeat=number) for number, w in enumerate(windows, start=1) for e in w["epochs"]
+        ],
+    )
     return pooled

@@ -9,113 +9,18 @@ ranks; throughput is the sum of each rank's images / its own window.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
-from bench.analysis.confidence import repeat_figures
-from bench.analysis.stats import UNSTABLE_CV, step_time_stats
 from bench.config import BenchConfig
 from bench.results import read_column, read_summary, read_window, write_csv, write_json, write_jsonl
-from bench.runtime.fit_watch import fit_problems, fit_tags, record_fields
-from bench.runtime.peaks import utilisation
-from bench.runtime.reporting import (
-    PROFILE_FILES,
-    REPEATS_FILE,
-    REPEATS_METRIC,
-    input_pipeline,
-    read_repeats,
-    write_repeats,
-)
+from bench.runtime.fit_watch import fit_problems, fit_tags
+from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, REPEATS_METRIC, read_repeats, write_repeats
 from bench.train import sweep_view
 from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
+from bench.train.summary import merge_ranks, repeat_throughputs, summarize
 from bench.train.sweep_view import ACCURACY_COLUMNS, FIT_COLUMNS, REPEAT_COLUMNS, TRAINING_COLUMNS, training_plots
-
-
-def merge_ranks(result: TrainResult, ranks: Sequence[RankSummary]) -> TrainResult:
-    """Rank 0's result with the step timeline of the whole job (the max over ranks per step)."""
-    if len(ranks) <= 1:
-        return result
-    steps = min(len(r.step_times_ms) for r in ranks)
-    waits = min(len(r.data_wait_ms) for r in ranks)
-    return replace(
-        result,
-        step_times_ms=[max(r.step_times_ms[i] for r in ranks) for i in range(steps)],
-        data_wait_ms=[max(r.data_wait_ms[i] for r in ranks) for i in range(waits)],
-        window_seconds=max(r.window_seconds for r in ranks),
-        peak_memory_bytes=max(r.peak_memory_bytes for r in ranks),
-    )
-
-
-def rank_figures(ranks: Sequence[RankSummary]) -> Dict[str, Any]:
-    """Per-rank throughput, so a straggler shows, and whether DDP kept the weights identical."""
-    throughputs = [r.images_per_second for r in ranks]
-    return {
-        "images_per_second": sum(throughputs),  # global: the sum over ranks
-        "rank_images_per_second_min": min(throughputs),
-        "rank_images_per_second_max": max(throughputs),
-        "rank_slowest": min(range(len(ranks)), key=lambda i: throughputs[i]),
-        "rank_spread": 1.0 - min(throughputs) / max(throughputs) if max(throughputs) > 0 else 0.0,
-        "params_in_sync": len({r.param_checksum for r in ranks}) == 1,
-    }
-
-
-def repeat_throughputs(ranks: Sequence[RankSummary]) -> List[float]:
-    """images/s of each measured window (benchmark.repeats), summed over ranks like the run's own."""
-    count = min((len(r.repeat_seconds) for r in ranks), default=0)
-    return [sum(r.repeat_images[i] / r.repeat_seconds[i] for r in ranks if r.repeat_seconds[i] > 0)
-            for i in range(count)]
-
-
-def efficiency(m: TrainMetrics, images_per_device: int, data_progressive: bool) -> Dict[str, Any]:
-    """Achieved TFLOP/s and MFU (bench.runtime.peaks), images per joule (NVML energy, rank 0's GPU)."""
-    figures: Dict[str, Any] = {}
-    if not data_progressive:  # progressive phases change the FLOPs per image: no single figure
-        figures.update(utilisation(m.figure("gflops_per_image_fwd_bwd"), m.images_per_second, m.world_size,
-                                   m.device, m.device_name, m.autocast_dtype or "none", bool(m.tf32)))
-    energy = m.figure("energy_joules")
-    if energy:
-        figures["images_per_joule"] = images_per_device / energy
-    return figures
-
-
-def summarize(result: TrainResult, config: BenchConfig, device: str, device_name: str,
-              ranks: Sequence[RankSummary]) -> TrainMetrics:
-    """The run's record: every number a run reports, plus the settings that change speed."""
-    world_size = len(ranks)
-    seconds = result.window_seconds
-    images = result.images * world_size
-    data_wait_s = sum(result.data_wait_ms) / 1000.0
-    per_rank = rank_figures(ranks) if world_size > 1 else {}
-    throughput = per_rank.pop("images_per_second", images / seconds if seconds > 0 else 0.0)
-    stats = step_time_stats(result.step_times_ms)
-    wait_fraction = data_wait_s / seconds if seconds > 0 else 0.0
-    steps_per_epoch = config.train.steps_per_epoch
-    if steps_per_epoch is None and result.epochs:
-        steps_per_epoch = max(e.steps for e in result.epochs)  # one pass over the dataset
-    record = TrainMetrics(
-        images_per_second=throughput, total_images=images, elapsed_seconds=seconds, lr=result.base_lr,
-        batch_size=result.batch_size, global_batch_size=result.batch_size * world_size, epochs=config.train.epochs,
-        steps_per_epoch=steps_per_epoch, measured_steps=result.measured_steps, warmup_steps=result.warmup_steps,
-        world_size=world_size, images_per_second_per_device=throughput / world_size,
-        distributed=str(config.distributed.name), scaling=str(config.distributed.scaling), **per_rank, **stats,
-        data_wait_seconds=data_wait_s,
-        data_wait_fraction=wait_fraction, peak_memory_mb=result.peak_memory_bytes / 2**20,
-        final_loss=result.final_loss, final_lr=result.final_lr, parameters=result.parameters,
-        param_checksum=result.param_checksum, model=config.model.arch, data=str(config.data.name),
-        image_size=config.data.image_size, optimizer=str(config.optimizer.name),
-        nesterov=bool(config.optimizer.nesterov) if str(config.optimizer.name) == "sgd" else None,
-        norm=str(config.model.norm),
-        fused_optimizer=result.fused_optimizer, **result.precision, compile=bool(result.compile.get("active")),
-        cudnn_benchmark=bool(config.cudnn_benchmark), device=device, device_name=device_name,
-        **input_pipeline(wait_fraction), compile_fallback=result.compile.get("fallback_reason") or None,
-        gpu=dict(result.gpu),
-        extra={**{k: v for k, v in result.extra.items() if k != "checkpoint_path"}, **result.accuracy},
-        **repeat_figures(repeat_throughputs(ranks)),
-        **record_fields(result.fit, [r.fit for r in ranks if r.rank != 0]))
-    record.unstable = (record.step_time_cv or 0.0) > UNSTABLE_CV
-    record.efficiency = efficiency(record, result.images, bool(config.data.progressive))
-    return record
 
 
 def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
@@ -144,9 +49,13 @@ class TrainReport:
     @classmethod
     def from_outcome(cls, outcome: TrainOutcome, config: BenchConfig) -> "TrainReport":
         result = merge_ranks(outcome.result, outcome.ranks)
-        return cls(result, list(outcome.ranks), summarize(result, config, outcome.device, outcome.device_name,
-                                                         outcome.ranks), repeat_throughputs(outcome.ranks),
-                   require_fit=bool(config.benchmark.require_fit))
+        return cls(
+            result,
+            list(outcome.ranks),
+            summarize(result, config, outcome.device, outcome.device_name, outcome.ranks),
+            repeat_throughputs(outcome.ranks),
+            require_fit=bool(config.benchmark.require_fit),
+        )
 
     @property
     def metrics(self) -> Dict[str, Any]:
@@ -155,26 +64,44 @@ class TrainReport:
 
     def headline(self) -> str:
         r = self.record
-        return (f"{r.model} {r.precision} bs={r.batch_size} x{r.world_size} on {r.device_name}: "
-                f"{r.images_per_second:.1f} images/s, step p50 {r.step_time_ms_p50:.2f} ms, "
-                f"p99 {r.step_time_ms_p99:.2f} ms ({r.measured_steps} steps, {r.elapsed_seconds:.2f} s)")
+        return (
+            f"{r.model} {r.precision} bs={r.batch_size} x{r.world_size} on {r.device_name}: "
+            f"{r.images_per_second:.1f} images/s, step p50 {r.step_time_ms_p50:.2f} ms, "
+            f"p99 {r.step_time_ms_p99:.2f} ms ({r.measured_steps} steps, {r.elapsed_seconds:.2f} s)"
+        )
 
-    def write(self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any],
-              run_id: Optional[str]) -> List[Path]:
+    def write(
+        self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]
+    ) -> List[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         result, epochs = self.result, epoch_dicts(self.result.epochs)
-        ranks = [{k: v for k, v in asdict(r).items() if k not in ("step_times_ms", "data_wait_ms", "repeat_images",
-                                                                  "repeat_seconds")} for r in self.ranks]
+        ranks = [
+            {
+                k: v
+                for k, v in asdict(r).items()
+                if k not in ("step_times_ms", "data_wait_ms", "repeat_images", "repeat_seconds")
+            }
+            for r in self.ranks
+        ]
         metrics = self.metrics
-        summary = {"results": metrics, "epochs": epochs, "compile": result.compile,
-                   "environment": dict(environment), "config": dict(config), "mlflow_run_id": run_id, "ranks": ranks}
+        summary = {
+            "results": metrics,
+            "epochs": epochs,
+            "compile": result.compile,
+            "environment": dict(environment),
+            "config": dict(config),
+            "mlflow_run_id": run_id,
+            "ranks": ranks,
+        }
         # merge_ranks keeps the steps and the waits every rank has: the two lists may differ in length
         pairs = zip(result.step_times_ms, result.data_wait_ms, strict=False)
         steps = [(i, f"{step:.4f}", f"{wait:.4f}") for i, (step, wait) in enumerate(pairs, start=1)]
-        files = [write_jsonl(out_dir / "metrics_epoch.jsonl", epochs),
-                 write_csv(out_dir / "step_times.csv", ["step", "step_time_ms", "data_wait_ms"], steps),
-                 write_json(out_dir / "run_summary.json", summary),
-                 write_csv(out_dir / "summary.csv", list(metrics), [metrics])]
+        files = [
+            write_jsonl(out_dir / "metrics_epoch.jsonl", epochs),
+            write_csv(out_dir / "step_times.csv", ["step", "step_time_ms", "data_wait_ms"], steps),
+            write_json(out_dir / "run_summary.json", summary),
+            write_csv(out_dir / "summary.csv", list(metrics), [metrics]),
+        ]
         if len(self.repeat_rates) > 1:
             files.append(self.write_repeats(out_dir, result.repeat_images, result.repeat_seconds, self.repeat_rates))
         return files + [Path(f) for f in result.files if Path(f).is_file()]
@@ -190,8 +117,7 @@ class TrainReport:
         error, save_error = self.record.figure("checkpoint_error"), self.record.figure("checkpoint_save_error")
         found = [f"the checkpoint could not be written: {error}"] if error is not None else []
         if save_error is not None:  # checkpoint.every_epochs: none was written after it
-            found.append(f"a training checkpoint could not be written: {save_error} "
-                         "(no later checkpoint was written)")
+            found.append(f"a training checkpoint could not be written: {save_error} (no later checkpoint was written)")
         return found + fit_problems(self.record, self.require_fit)
 
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
@@ -199,12 +125,19 @@ class TrainReport:
         if not tracker.active:
             return
         for number, epoch in enumerate(self.result.epochs, start=1):
-            series: Dict[str, Optional[float]] = {"epoch_images_per_second": epoch.images_per_second,
-                                                  "epoch_seconds": epoch.seconds, "epoch_loss": epoch.loss,
-                                                  "epoch_lr": epoch.lr}
+            series: Dict[str, Optional[float]] = {
+                "epoch_images_per_second": epoch.images_per_second,
+                "epoch_seconds": epoch.seconds,
+                "epoch_loss": epoch.loss,
+                "epoch_lr": epoch.lr,
+            }
             if epoch.val_top1 is not None:  # the accuracy curve, by epoch (wall seconds are in metrics_epoch.jsonl)
-                series.update(val_top1=epoch.val_top1, val_top5=epoch.val_top5, epoch_eval_seconds=epoch.eval_seconds,
-                              epoch_wall_seconds=epoch.wall_seconds)
+                series.update(
+                    val_top1=epoch.val_top1,
+                    val_top5=epoch.val_top5,
+                    epoch_eval_seconds=epoch.eval_seconds,
+                    epoch_wall_seconds=epoch.wall_seconds,
+                )
             tracker.log_metrics(series, step=epoch.epoch if epoch.repeat is None else number)
         if log_series:
             tracker.log_series(self.TIMELINE_METRIC, self.result.step_times_ms)
@@ -213,8 +146,15 @@ class TrainReport:
         if self.run_name:
             tracker.rename(self.run_name)
         r = self.record
-        tracker.set_tags({"model": r.model, "precision": r.precision, "device_name": r.device_name,
-                          "unstable": r.unstable, **fit_tags(r)})
+        tracker.set_tags(
+            {
+                "model": r.model,
+                "precision": r.precision,
+                "device_name": r.device_name,
+                "unstable": r.unstable,
+                **fit_tags(r),
+            }
+        )
         resumed = r.figure("resumed_from")
         if resumed is not None:  # which checkpoint train.resume=auto (or a path) continued from
             tracker.log_params({"resumed_from": resumed})
@@ -225,17 +165,23 @@ class TrainReport:
         """The report of a finished run, read back from its directory (to upload it later)."""
         summary = read_summary(job_dir)
         record = TrainMetrics.from_metrics(summary["results"])
-        result = TrainResult(**read_window(job_dir, record, cls.TIMELINE_FILE, PROFILE_FILES),
-                             step_times_ms=cls.timeline(job_dir), epochs=[EpochRecord(**e) for e in summary["epochs"]],
-                             base_lr=record.lr, final_lr=record.final_lr, final_loss=record.final_loss,
-                             repeat_images=[int(v) for v in read_column(job_dir / cls.REPEATS_FILE, "images")],
-                             repeat_seconds=read_column(job_dir / cls.REPEATS_FILE, "seconds"))
+        result = TrainResult(
+            **read_window(job_dir, record, cls.TIMELINE_FILE, PROFILE_FILES),
+            step_times_ms=cls.timeline(job_dir),
+            epochs=[EpochRecord(**e) for e in summary["epochs"]],
+            base_lr=record.lr,
+            final_lr=record.final_lr,
+            final_loss=record.final_loss,
+            repeat_images=[int(v) for v in read_column(job_dir / cls.REPEATS_FILE, "images")],
+            repeat_seconds=read_column(job_dir / cls.REPEATS_FILE, "seconds"),
+        )
         ranks = [RankSummary(**r, step_times_ms=[], data_wait_ms=[]) for r in summary.get("ranks", [])]
         return cls(result, ranks, record, cls.repeats(job_dir))
 
     @classmethod
-    def write_repeats(cls, out_dir: Path, images: Sequence[int], seconds: Sequence[float],
-                      rates: Sequence[float]) -> Path:
+    def write_repeats(
+        cls, out_dir: Path, images: Sequence[int], seconds: Sequence[float], rates: Sequence[float]
+    ) -> Path:
         return write_repeats(out_dir, images, seconds, rates)
 
     @classmethod

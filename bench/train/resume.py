@@ -49,11 +49,18 @@ NAME = re.compile(r"^epoch-(\d{4,})(?:-step-(\d{6,}))?\.pt$")
 def fingerprint(config: BenchConfig) -> str:
     """`<model>-<precision>-bs<batch>-<hash>`: what must match for a checkpoint to continue this run."""
     c = config
-    what = {"model": [c.model.arch, c.model.num_classes, str(c.model.norm), c.model.zero_init_residual],
-            "data": [str(c.data.name), c.data.root, c.data.batch_size, c.data.image_size, c.data.progressive],
-            "precision": str(c.precision.name), "optimizer": repr(c.optimizer), "scheduler": repr(c.scheduler),
-            "world": c.distributed.world_size, "scaling": str(c.distributed.scaling), "seed": c.seed,
-            "steps_per_epoch": c.train.steps_per_epoch, "label_smoothing": c.train.label_smoothing}
+    what = {
+        "model": [c.model.arch, c.model.num_classes, str(c.model.norm), c.model.zero_init_residual],
+        "data": [str(c.data.name), c.data.root, c.data.batch_size, c.data.image_size, c.data.progressive],
+        "precision": str(c.precision.name),
+        "optimizer": repr(c.optimizer),
+        "scheduler": repr(c.scheduler),
+        "world": c.distributed.world_size,
+        "scaling": str(c.distributed.scaling),
+        "seed": c.seed,
+        "steps_per_epoch": c.train.steps_per_epoch,
+        "label_smoothing": c.train.label_smoothing,
+    }
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"{c.model.arch}-{c.precision.name}-bs{c.data.batch_size}-{digest}"
 
@@ -69,8 +76,12 @@ class Position:
 
 
 def rng_states() -> Dict[str, Any]:
-    return {"torch": torch.get_rng_state(), "numpy": np.random.get_state(), "python": random.getstate(),
-            "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None}
+    return {
+        "torch": torch.get_rng_state(),
+        "numpy": np.random.get_state(),
+        "python": random.getstate(),
+        "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
+    }
 
 
 def restore_rng(states: Dict[str, Any]) -> None:
@@ -97,8 +108,12 @@ class TrainingCheckpoints:
         """At the start of the run (rank 0): what a killed writer left, on a disk."""
         removed: List[str] = getattr(self.store, "remove_stale_temporaries", lambda: [])()
         if removed:
-            log.info("removed %d temporary file(s) of killed checkpoint writes in %s: %s", len(removed), self.url,
-                     ", ".join(removed))
+            log.info(
+                "removed %d temporary file(s) of killed checkpoint writes in %s: %s",
+                len(removed),
+                self.url,
+                ", ".join(removed),
+            )
 
     @property
     def url(self) -> str:
@@ -119,8 +134,13 @@ class TrainingCheckpoints:
         if self.failed is not None:
             return
         start = time.perf_counter()
-        state = {**to_file_state(state), "format": FORMAT, "meta": run_meta(self.config), "epoch": position.epoch,
-                 "step_in_epoch": position.step_in_epoch}
+        state = {
+            **to_file_state(state),
+            "format": FORMAT,
+            "meta": run_meta(self.config),
+            "epoch": position.epoch,
+            "step_in_epoch": position.step_in_epoch,
+        }
         try:
             size = self._write(position.name, state)
         except Exception as exc:  # any backend's write error (a full disk, a refused PUT)
@@ -130,11 +150,12 @@ class TrainingCheckpoints:
         seconds = time.perf_counter() - start
         self.saved.append({"bytes": size, "seconds": seconds})
         log.info("checkpoint %s/%s (%.1f MB, %.2f s)", self.url, position.name, size / 1e6, seconds)
-        for old in self.names()[:-self.keep_last]:
+        for old in self.names()[: -self.keep_last]:
             self.store.delete(old)
 
     def _write(self, name: str, state: Dict[str, Any]) -> int:
         if hasattr(self.store, "put_with"):  # a disk: torch.save streams into the (temporary) file
+
             def stream(fh: Any) -> None:
                 recorder = _WriteRecorder(fh)
                 try:
@@ -168,8 +189,10 @@ class TrainingCheckpoints:
             return self._read(self.store, path)  # a bare name: one of this config's checkpoints
         local = Path(path)
         if not local.is_file():
-            raise CheckpointError(f"train.resume={path!r} is not a checkpoint file: accepted 'auto', a file "
-                                  f"written by checkpoint.every_epochs, or a name in {self.url}")
+            raise CheckpointError(
+                f"train.resume={path!r} is not a checkpoint file: accepted 'auto', a file "
+                f"written by checkpoint.every_epochs, or a name in {self.url}"
+            )
         return self._read(backend_for_file(local), local.name)
 
     def _read(self, store: Any, name: str) -> Dict[str, Any]:
@@ -181,9 +204,12 @@ class TrainingCheckpoints:
         state = checkpoint_format.read(data, f"{store.url}/{name}")
         checkpoint_format.check_meta(state, self.config, f"{store.url}/{name}")
         seconds = time.perf_counter() - start
-        self.loaded = {"resumed_from": f"{store.url}/{name}", "checkpoint_load_seconds": seconds,
-                       "checkpoint_load_gbps": len(data) / seconds / 1e9 if seconds > 0 else 0.0,
-                       "resumed_epoch": int(state["epoch"])}
+        self.loaded = {
+            "resumed_from": f"{store.url}/{name}",
+            "checkpoint_load_seconds": seconds,
+            "checkpoint_load_gbps": len(data) / seconds / 1e9 if seconds > 0 else 0.0,
+            "resumed_epoch": int(state["epoch"]),
+        }
         return state
 
     def figures(self) -> Dict[str, Any]:
@@ -193,10 +219,13 @@ class TrainingCheckpoints:
         if self.saved:
             total_bytes = sum(s["bytes"] for s in self.saved)
             total_seconds = sum(s["seconds"] for s in self.saved)
-            figures.update(checkpoints_saved=len(self.saved), checkpoint_save_seconds=total_seconds,
-                           checkpoint_save_bytes=self.saved[-1]["bytes"],
-                           checkpoint_save_gbps=total_bytes / total_seconds / 1e9 if total_seconds > 0 else 0.0,
-                           checkpoint_dir=self.url)
+            figures.update(
+                checkpoints_saved=len(self.saved),
+                checkpoint_save_seconds=total_seconds,
+                checkpoint_save_bytes=self.saved[-1]["bytes"],
+                checkpoint_save_gbps=total_bytes / total_seconds / 1e9 if total_seconds > 0 else 0.0,
+                checkpoint_dir=self.url,
+            )
         return figures
 
 

@@ -19,9 +19,13 @@ def check_train(config: BenchConfig) -> None:
     check_training_for_accuracy(config)
     check_once_per_run(config)
     if config.benchmark.find_max_batch:
-        reason = ("false with data.progressive (each phase has its own batch)" if config.data.progressive else
-                  "false with distributed.scaling=strong (the search finds a batch per process)"
-                  if config.distributed.scaling == Scaling.strong else None)
+        reason = (
+            "false with data.progressive (each phase has its own batch)"
+            if config.data.progressive
+            else "false with distributed.scaling=strong (the search finds a batch per process)"
+            if config.distributed.scaling == Scaling.strong
+            else None
+        )
         if reason:
             raise ConfigError("benchmark.find_max_batch", True, reason)
     warn_warmup_longer_than_the_run(config)
@@ -40,6 +44,10 @@ def warn_warmup_longer_than_the_run(config: BenchConfig) -> None:
         planned = min(planned, config.benchmark.measure_steps)
     steps = config.benchmark.warmup_steps + planned
     if config.scheduler.lr_warmup_steps > steps:
-        log.warning("scheduler.lr_warmup_steps=%d is longer than the run (%d optimizer steps: "
-                    "benchmark.warmup_steps + the measured window): the lr never reaches optimizer.lr=%g",
-                    config.scheduler.lr_warmup_steps, steps, config.optimizer.lr)
+        log.warning(
+            "scheduler.lr_warmup_steps=%d is longer than the run (%d optimizer steps: "
+            "benchmark.warmup_steps + the measured window): the lr never reaches optimizer.lr=%g",
+            config.scheduler.lr_warmup_steps,
+            steps,
+            config.optimizer.lr,
+        )

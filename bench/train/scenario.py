@@ -44,8 +44,9 @@ class TrainScenario(ModelScenario):
         batch = f"bs{batch_size}-max" if batch_size else f"bs{config.data.batch_size}"
         return f"{config.model.arch}-{config.precision.name}-{batch}" + (f"-x{world}" if world > 1 else "")
 
-    def run_rank(self, config: BenchConfig, ctx: RankContext, out_dir: Path,
-                 heartbeat: Optional[Callable[[], None]] = None) -> Optional[TrainOutcome]:
+    def run_rank(
+        self, config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
+    ) -> Optional[TrainOutcome]:
         """Train as one rank; rank 0 returns what every rank measured, the others None."""
         from bench.launch.process_group import all_gather, destroy_process_group, init_process_group
         from bench.runtime.device import device_name, resolve_device
@@ -57,12 +58,29 @@ class TrainScenario(ModelScenario):
             init_process_group(config.distributed, ctx, device)
         try:
             monitor = window_monitor(config, device, ctx)
-            result = train(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat,
-                           on_finish=checkpoint_writer(config, out_dir, ctx), out_dir=out_dir)
+            result = train(
+                config,
+                device,
+                monitor=monitor,
+                ctx=ctx,
+                on_step=heartbeat,
+                on_finish=checkpoint_writer(config, out_dir, ctx),
+                out_dir=out_dir,
+            )
             result.fit = monitor.fit()
-            mine = RankSummary(ctx.rank, socket.gethostname(), result.images, result.window_seconds,
-                               result.step_times_ms, result.data_wait_ms, result.peak_memory_bytes,
-                               result.param_checksum, result.repeat_images, result.repeat_seconds, result.fit)
+            mine = RankSummary(
+                ctx.rank,
+                socket.gethostname(),
+                result.images,
+                result.window_seconds,
+                result.step_times_ms,
+                result.data_wait_ms,
+                result.peak_memory_bytes,
+                result.param_checksum,
+                result.repeat_images,
+                result.repeat_seconds,
+                result.fit,
+            )
             ranks = all_gather(mine, ctx)
         finally:
             destroy_process_group()

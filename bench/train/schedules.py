@@ -51,25 +51,33 @@ def lr_factor_fn(cfg: SchedulerConfig, total_steps: int, base_lr: float) -> Fact
     return factor
 
 
-def _one_cycle(optimizer: torch.optim.Optimizer, cfg: SchedulerConfig, total_steps: int,
-               base_lr: float) -> torch.optim.lr_scheduler.LRScheduler:
+def _one_cycle(
+    optimizer: torch.optim.Optimizer, cfg: SchedulerConfig, total_steps: int, base_lr: float
+) -> torch.optim.lr_scheduler.LRScheduler:
     """torch's OneCycleLR; lr_warmup_steps > 0 sets the length of its rising phase."""
     pct = cfg.lr_warmup_steps / total_steps if cfg.lr_warmup_steps else cfg.pct_start
     # cycle momentum only where the optimizer has some: sgd with momentum=0 must stay at 0
     cycle_momentum = optimizer.defaults.get("momentum", 0) > 0 or "betas" in optimizer.defaults
-    return torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=base_lr, total_steps=total_steps + 1,
-                                               pct_start=min(max(pct, 1e-3), 0.999), cycle_momentum=cycle_momentum)
+    return torch.optim.lr_scheduler.OneCycleLR(
+        optimizer,
+        max_lr=base_lr,
+        total_steps=total_steps + 1,
+        pct_start=min(max(pct, 1e-3), 0.999),
+        cycle_momentum=cycle_momentum,
+    )
 
 
-def _lambda(optimizer: torch.optim.Optimizer, cfg: SchedulerConfig, total_steps: int,
-            base_lr: float) -> torch.optim.lr_scheduler.LRScheduler:
+def _lambda(
+    optimizer: torch.optim.Optimizer, cfg: SchedulerConfig, total_steps: int, base_lr: float
+) -> torch.optim.lr_scheduler.LRScheduler:
     return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor_fn(cfg, total_steps, base_lr))
 
 
 BUILDERS = {**{name: _lambda for name in SHAPES}, SchedulerName.onecycle: _one_cycle}
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg: SchedulerConfig, total_steps: int,
-                    base_lr: float) -> torch.optim.lr_scheduler.LRScheduler:
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, cfg: SchedulerConfig, total_steps: int, base_lr: float
+) -> torch.optim.lr_scheduler.LRScheduler:
     """A scheduler stepped once per optimizer step, over `total_steps` steps (warm-up steps included)."""
     return BUILDERS[cfg.name](optimizer, cfg, total_steps, base_lr)

@@ -14,9 +14,16 @@ from bench.runtime.precision import PrecisionPolicy
 
 
 class TrainStep:
-    def __init__(self, model: nn.Module, optimizer: torch.optim.Optimizer, scheduler: Any, policy: PrecisionPolicy,
-                 after: Optional[Callable[[], None]] = None, label_smoothing: float = 0.0,
-                 clip_norm: Optional[float] = None):
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        policy: PrecisionPolicy,
+        after: Optional[Callable[[], None]] = None,
+        label_smoothing: float = 0.0,
+        clip_norm: Optional[float] = None,
+    ):
         """`after()` runs at the end of every step (the launched workers' hang watchdog)."""
         self.model, self.optimizer, self.scheduler, self.policy = model, optimizer, scheduler, policy
         self.after, self.clip_norm = after, clip_norm

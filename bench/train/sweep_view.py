@@ -19,8 +19,15 @@ if TYPE_CHECKING:
     import pandas as pd
 
 # the label columns, compare figure, accuracy and repeat columns are the runtime's (shared with inference)
-__all__ = ["ACCURACY_COLUMNS", "COMPARE_FIGURE", "FIT_COLUMNS", "LABEL_COLUMNS", "REPEAT_COLUMNS", "TRAINING_COLUMNS",
-           "training_plots"]
+__all__ = [
+    "ACCURACY_COLUMNS",
+    "COMPARE_FIGURE",
+    "FIT_COLUMNS",
+    "LABEL_COLUMNS",
+    "REPEAT_COLUMNS",
+    "TRAINING_COLUMNS",
+    "training_plots",
+]
 
 TRAINING_COLUMNS = [  # (header, frame column = a radix_metrics key, format)
     ("job", "job", "{}"),
@@ -42,9 +49,11 @@ TRAINING_COLUMNS = [  # (header, frame column = a radix_metrics key, format)
     ("error", "error", "{}"),
 ]
 
+
 def training_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
     """Throughput and scaling efficiency vs process count, throughput vs batch, step times, accuracy."""
     from bench.analysis.plots import plot_training
 
-    return plot_training(frame, out, title, ("Step-time distribution", "Step time (ms)", "step_time_distribution.png"),
-                         run_label)
+    return plot_training(
+        frame, out, title, ("Step-time distribution", "Step time (ms)", "step_time_distribution.png"), run_label
+    )

@@ -260,7 +260,7 @@ def test_two_ranks_with_their_own_seeds_train_on_disjoint_halves(datasets, tmp_p
 
 
 def test_au_and_input_bound_from_the_data_wait(datasets, tmp_path):
-    from bench.train.report import input_pipeline
+    from bench.runtime.reporting import input_pipeline
 
     assert input_pipeline(0.25) == {"au": 0.75, "input_bound": True}
     assert input_pipeline(0.05) == {"au": 0.95, "input_bound": False}

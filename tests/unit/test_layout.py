@@ -186,7 +186,7 @@ RESULT_SERIALISERS = {"bench/results.py", "bench/runtime/sweep_view.py", "bench/
                       "bench/data/loader.py", "bench/data/prepare.py", "bench/tools/gpu_check.py"}
 # One name in one module, where the lookup is not on a result: the evaluation pass's own dict (its
 # "eval_seconds" is also a storage figure's name), a column of the sweep table (a pandas frame).
-SHARED_NAMES = {("bench/train/epochs.py", "eval_seconds"), ("bench/analysis/plots.py", "au_threshold_percent")}
+SHARED_NAMES = {("bench/train/epochs.py", "eval_seconds"), ("bench/analysis/storage_plots.py", "au_threshold_percent")}
 
 
 def _record_keys() -> Set[str]:

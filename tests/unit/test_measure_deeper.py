@@ -232,7 +232,7 @@ def test_energy_of_a_gpu_without_the_counter_is_absent_with_a_mocked_nvml(monkey
 
 
 def test_images_per_joule_comes_from_the_windows_energy():
-    from bench.train.report import efficiency
+    from bench.train.summary import efficiency
     from bench.train.result import TrainMetrics
 
     metrics = TrainMetrics.from_metrics({"images_per_second": 1000.0, "world_size": 1, "device": "cuda",

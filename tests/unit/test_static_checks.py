@@ -1,4 +1,4 @@
-"""The linter and the type checker pyproject.toml configures, with 0 findings on bench/.
+"""The linter, the formatter and the type checker pyproject.toml configures, with 0 findings on bench/.
 
 The type checker matters more here than usual: the CUDA, NCCL and NVML paths never run on a
 machine without a GPU, so mypy is the one check they get in CI. Both tools come with the `test`
@@ -27,6 +27,11 @@ def run_tool(module: str, args: List[str]) -> subprocess.CompletedProcess:
 def test_ruff_finds_nothing_in_bench():
     done = run_tool("ruff", ["check", "bench", "--output-format", "concise", "--no-cache"])
     assert done.returncode == 0, f"ruff check bench:\n{done.stdout}{done.stderr}"
+
+
+def test_bench_is_as_ruff_format_writes_it():
+    done = run_tool("ruff", ["format", "--check", "bench", "--no-cache"])
+    assert done.returncode == 0, f"ruff format --check bench (run `ruff format bench`):\n{done.stdout}{done.stderr}"
 
 
 def test_mypy_finds_nothing_in_bench():

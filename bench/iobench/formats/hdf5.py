@@ -48,8 +48,9 @@ class HDF5Format(Format):
             with h5py.File(io.BytesIO(data), "r") as h5:
                 dataset = h5[DATASET]
                 if dataset.shape != (spec.samples, spec.record_size):
-                    raise CorruptFile(f"{spec.key}: a dataset of {dataset.shape}, expected "
-                                      f"{(spec.samples, spec.record_size)}")
+                    raise CorruptFile(
+                        f"{spec.key}: a dataset of {dataset.shape}, expected {(spec.samples, spec.record_size)}"
+                    )
                 if decode:
                     for index in range(spec.samples):
                         dataset[index]

@@ -70,12 +70,12 @@ def read_frame(data: memoryview, at: int, key: str) -> Tuple[memoryview, int]:
     if at + HEADER > len(data):
         raise CorruptFile(f"{key}: a record header cut short at byte {at}")
     length, length_crc = _LENGTH.unpack_from(data, at)
-    if masked_crc(data[at:at + 8]) != length_crc:
+    if masked_crc(data[at : at + 8]) != length_crc:
         raise CorruptFile(f"{key}: bad length checksum of the record at byte {at}")
     end = at + HEADER + length
     if end + FOOTER > len(data):
         raise CorruptFile(f"{key}: the record at byte {at} is cut short")
-    record = data[at + HEADER:end]
+    record = data[at + HEADER : end]
     if masked_crc(record) != _CRC.unpack_from(data, end)[0]:
         raise CorruptFile(f"{key}: bad data checksum of the record at byte {at}")
     return record, end + FOOTER
@@ -95,18 +95,18 @@ class FrameStream:
         while at < size:
             if self._left < 0:  # the 12-byte header
                 take = min(HEADER - len(self._head), size - at)
-                self._head += piece[at:at + take]
+                self._head += piece[at : at + take]
                 at += take
                 if len(self._head) == HEADER:
                     self._start_record()
             elif self._left > 0:  # data, checksummed as it passes
                 take = min(self._left, size - at)
-                self._crc = crc32c(piece[at:at + take], self._crc)
+                self._crc = crc32c(piece[at : at + take], self._crc)
                 self._left -= take
                 at += take
             else:  # the 4-byte footer
                 take = min(FOOTER - len(self._foot), size - at)
-                self._foot += piece[at:at + take]
+                self._foot += piece[at : at + take]
                 at += take
                 if len(self._foot) == FOOTER:
                     self._end_record()
@@ -140,7 +140,7 @@ class TFRecordFormat(Format):
     def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
         size = spec.record_size
         view = memoryview(payload)
-        data = b"".join(frame(view[i * size:(i + 1) * size]) for i in range(spec.samples))
+        data = b"".join(frame(view[i * size : (i + 1) * size]) for i in range(spec.samples))
         return data, spec.written(len(data), 0, size + HEADER + FOOTER)
 
     def stream(self, spec: FileSpec, decode: bool = False) -> Optional[StreamCheck]:

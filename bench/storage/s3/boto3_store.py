@@ -12,10 +12,14 @@ def boto3_client(settings: S3Settings, max_pool_connections: int = 64) -> Any:
     import boto3
     from botocore.config import Config
 
-    config = Config(region_name=settings.region, connect_timeout=settings.connect_timeout_s,
-                    read_timeout=settings.timeout_s, max_pool_connections=max_pool_connections,
-                    retries={"max_attempts": settings.max_attempts, "mode": "standard"},
-                    s3={"addressing_style": "path"} if settings.endpoint else None)
+    config = Config(
+        region_name=settings.region,
+        connect_timeout=settings.connect_timeout_s,
+        read_timeout=settings.timeout_s,
+        max_pool_connections=max_pool_connections,
+        retries={"max_attempts": settings.max_attempts, "mode": "standard"},
+        s3={"addressing_style": "path"} if settings.endpoint else None,
+    )
     return boto3.session.Session().client("s3", endpoint_url=settings.endpoint, config=config)
 
 
@@ -41,8 +45,11 @@ class Boto3Store(S3Store):
         return self._call("GET", key, lambda: self._get(key, Range=f"bytes={start}-{start + length - 1}"))
 
     def put(self, key: str, data: bytes) -> None:
-        self._call("PUT", key, lambda: self._client.put_object(Bucket=self.settings.bucket,
-                                                               Key=self.settings.key(key), Body=data))
+        self._call(
+            "PUT",
+            key,
+            lambda: self._client.put_object(Bucket=self.settings.bucket, Key=self.settings.key(key), Body=data),
+        )
 
     def _pages(self, prefix: str) -> Iterator[dict]:
         paginator = self._client.get_paginator("list_objects_v2")
@@ -56,8 +63,12 @@ class Boto3Store(S3Store):
         return self._call("LIST", prefix, run, missing_key=False)
 
     def delete(self, key: str) -> None:
-        self._call("DELETE", key, lambda: self._client.delete_object(Bucket=self.settings.bucket,
-                                                                     Key=self.settings.key(key)), missing_key=False)
+        self._call(
+            "DELETE",
+            key,
+            lambda: self._client.delete_object(Bucket=self.settings.bucket, Key=self.settings.key(key)),
+            missing_key=False,
+        )
 
     def _head(self, key: str) -> Any:
         return self._client.head_object(Bucket=self.settings.bucket, Key=self.settings.key(key))

@@ -21,20 +21,28 @@ class ObstoreStore(S3Store):
         from obstore.store import S3Store as ObstoreS3
 
         self._obstore = obstore
-        options: ClientConfig = {"timeout": timedelta(seconds=settings.timeout_s),
-                                 "connect_timeout": timedelta(seconds=settings.connect_timeout_s)}
+        options: ClientConfig = {
+            "timeout": timedelta(seconds=settings.timeout_s),
+            "connect_timeout": timedelta(seconds=settings.connect_timeout_s),
+        }
         s3_config: S3Config = {"region": settings.region}
         if settings.endpoint:
             s3_config["endpoint"] = settings.endpoint
             s3_config["virtual_hosted_style_request"] = False
             options["allow_http"] = settings.endpoint.startswith("http://")
-        retry: RetryConfig = {"max_retries": settings.max_attempts - 1,
-                              "retry_timeout": timedelta(seconds=settings.timeout_s * settings.max_attempts),
-                              "backoff": {"init_backoff": timedelta(milliseconds=100),
-                                          "max_backoff": timedelta(seconds=5), "base": 2}}
-        self._store = ObstoreS3(settings.bucket, prefix=settings.prefix or None, config=s3_config,
-                                client_options=options, retry_config=retry,
-                                credential_provider=_boto3_credentials_unless_in_env())
+        retry: RetryConfig = {
+            "max_retries": settings.max_attempts - 1,
+            "retry_timeout": timedelta(seconds=settings.timeout_s * settings.max_attempts),
+            "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=5), "base": 2},
+        }
+        self._store = ObstoreS3(
+            settings.bucket,
+            prefix=settings.prefix or None,
+            config=s3_config,
+            client_options=options,
+            retry_config=retry,
+            credential_provider=_boto3_credentials_unless_in_env(),
+        )
 
     def _missing(self, exc: BaseException) -> bool:
         return isinstance(exc, FileNotFoundError)
@@ -43,8 +51,9 @@ class ObstoreStore(S3Store):
         return self._call("GET", key, lambda: bytes(self._obstore.get(self._store, key).bytes()))
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        return self._call("GET", key, lambda: bytes(self._obstore.get_range(self._store, key, start=start,
-                                                                            length=length)))
+        return self._call(
+            "GET", key, lambda: bytes(self._obstore.get_range(self._store, key, start=start, length=length))
+        )
 
     def put(self, key: str, data: bytes) -> None:
         self._call("PUT", key, lambda: self._obstore.put(self._store, key, data))

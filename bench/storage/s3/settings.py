@@ -27,12 +27,32 @@ NO_BUCKET = "the bucket does not exist"
 # Phrases in the clients' error texts, mapped to what the user should hear.
 _REASONS = (
     (("NoSuchBucket", "bucket does not exist"), NO_BUCKET),
-    (("InvalidAccessKeyId", "SignatureDoesNotMatch", "AccessDenied", "403 Forbidden", "ExpiredToken",
-      "Unauthenticated", "PermissionDenied", "credentials"),
-     "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE"),
-    (("error sending request", "CONNECTION_REFUSED", "Connection refused", "Could not connect",
-      "timed out", "dns error", "Name or service not known", "HOST_NOT_FOUND"),
-     "the endpoint cannot be reached"),
+    (
+        (
+            "InvalidAccessKeyId",
+            "SignatureDoesNotMatch",
+            "AccessDenied",
+            "403 Forbidden",
+            "ExpiredToken",
+            "Unauthenticated",
+            "PermissionDenied",
+            "credentials",
+        ),
+        "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE",
+    ),
+    (
+        (
+            "error sending request",
+            "CONNECTION_REFUSED",
+            "Connection refused",
+            "Could not connect",
+            "timed out",
+            "dns error",
+            "Name or service not known",
+            "HOST_NOT_FOUND",
+        ),
+        "the endpoint cannot be reached",
+    ),
 )
 
 
@@ -40,7 +60,7 @@ def parse_s3_url(location: str) -> Tuple[str, str]:
     """'s3://bucket/a/b/' -> ('bucket', 'a/b')."""
     if not location.startswith("s3://"):
         raise ValueError(f"not an s3:// URL: {location!r}")
-    bucket, _, prefix = location[len("s3://"):].partition("/")
+    bucket, _, prefix = location[len("s3://") :].partition("/")
     return bucket, prefix.strip("/")
 
 
@@ -56,9 +76,15 @@ class S3Settings:
 
     @classmethod
     def from_config(cls, bucket: str, prefix: str, storage: StorageLocation) -> "S3Settings":
-        return cls(bucket=bucket, prefix=prefix, endpoint=storage.endpoint or None, region=storage.region,
-                   max_attempts=storage.max_attempts, timeout_s=storage.timeout_s,
-                   connect_timeout_s=storage.connect_timeout_s)
+        return cls(
+            bucket=bucket,
+            prefix=prefix,
+            endpoint=storage.endpoint or None,
+            region=storage.region,
+            max_attempts=storage.max_attempts,
+            timeout_s=storage.timeout_s,
+            connect_timeout_s=storage.connect_timeout_s,
+        )
 
     @property
     def url(self) -> str:
@@ -115,9 +141,11 @@ class S3Store:
             reason = _reason(exc)
             if missing_key and reason != NO_BUCKET and self._missing(exc):
                 raise FileNotFoundError(f"{self.settings.url}/{key}: no such object") from exc
-            raise StorageError(f"S3 {operation} of {self.settings.key(key) or '/'!r} failed for {self.settings.where} "
-                               f"with client {self.client_name}: {reason or 'request failed'} "
-                               f"({type(exc).__name__}: {_first_line(exc)})") from exc
+            raise StorageError(
+                f"S3 {operation} of {self.settings.key(key) or '/'!r} failed for {self.settings.where} "
+                f"with client {self.client_name}: {reason or 'request failed'} "
+                f"({type(exc).__name__}: {_first_line(exc)})"
+            ) from exc
 
     def exists(self, key: str) -> bool:
         try:
@@ -160,5 +188,7 @@ def require_credentials(settings: S3Settings) -> None:
 
     logging.getLogger("botocore.credentials").setLevel(logging.WARNING)  # "Found credentials in ..." each time
     if boto3.Session().get_credentials() is None:
-        raise StorageError(f"no AWS credentials found for {settings.where}: set AWS_ACCESS_KEY_ID and "
-                           "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment")
+        raise StorageError(
+            f"no AWS credentials found for {settings.where}: set AWS_ACCESS_KEY_ID and "
+            "AWS_SECRET_ACCESS_KEY (or AWS_PROFILE) in the environment"
+        )

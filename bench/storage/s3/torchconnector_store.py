@@ -22,8 +22,9 @@ class S3TorchConnectorStore(S3Store):
             from s3torchconnector import S3ReaderConstructor
             from s3torchconnector._s3client import S3Client, S3ClientConfig
         except ImportError as exc:
-            raise StorageError("storage.client=s3torchconnector needs the s3torchconnector package: "
-                               "pip install 'bench[s3torch]'") from exc
+            raise StorageError(
+                "storage.client=s3torchconnector needs the s3torchconnector package: pip install 'bench[s3torch]'"
+            ) from exc
         self._ranged = S3ReaderConstructor.range_based()
         config = S3ClientConfig(force_path_style=bool(settings.endpoint), max_attempts=settings.max_attempts)
         self._client = S3Client(settings.region, endpoint=settings.endpoint, s3client_config=config)
@@ -32,13 +33,15 @@ class S3TorchConnectorStore(S3Store):
         return any(phrase in str(exc) for phrase in ("object was not found", "key does not exist", "NoSuchKey"))
 
     def get(self, key: str) -> bytes:
-        return self._call("GET", key, lambda: self._client.get_object(self.settings.bucket,
-                                                                      self.settings.key(key)).read())
+        return self._call(
+            "GET", key, lambda: self._client.get_object(self.settings.bucket, self.settings.key(key)).read()
+        )
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         def run() -> bytes:
-            reader = self._client.get_object(self.settings.bucket, self.settings.key(key),
-                                             reader_constructor=self._ranged)
+            reader = self._client.get_object(
+                self.settings.bucket, self.settings.key(key), reader_constructor=self._ranged
+            )
             reader.seek(start)
             return reader.read(length)
 
@@ -60,8 +63,12 @@ class S3TorchConnectorStore(S3Store):
         return self._call("LIST", prefix, run, missing_key=False)
 
     def delete(self, key: str) -> None:
-        self._call("DELETE", key, lambda: self._client.delete_object(self.settings.bucket, self.settings.key(key)),
-                   missing_key=False)
+        self._call(
+            "DELETE",
+            key,
+            lambda: self._client.delete_object(self.settings.bucket, self.settings.key(key)),
+            missing_key=False,
+        )
 
     def _head(self, key: str) -> Any:
         return self._client.head_object(self.settings.bucket, self.settings.key(key))

@@ -1,0 +1,136 @@
+"""A training job's numbers from its ranks: per-rank timings merged (a DDP step is as slow as its
+slowest rank: step i's time and data wait are the max over ranks; throughput is the sum of each
+rank's images / its own window) into the typed record, TrainMetrics, with its efficiency figures."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, Dict, List, Sequence
+
+from bench.analysis.confidence import repeat_figures
+from bench.analysis.stats import UNSTABLE_CV, step_time_stats
+from bench.config import BenchConfig
+from bench.runtime.fit_watch import record_fields
+from bench.runtime.peaks import utilisation
+from bench.runtime.reporting import input_pipeline
+from bench.train.result import RankSummary, TrainMetrics, TrainResult
+
+
+def merge_ranks(result: TrainResult, ranks: Sequence[RankSummary]) -> TrainResult:
+    """Rank 0's result with the step timeline of the whole job (the max over ranks per step)."""
+    if len(ranks) <= 1:
+        return result
+    steps = min(len(r.step_times_ms) for r in ranks)
+    waits = min(len(r.data_wait_ms) for r in ranks)
+    return replace(
+        result,
+        step_times_ms=[max(r.step_times_ms[i] for r in ranks) for i in range(steps)],
+        data_wait_ms=[max(r.data_wait_ms[i] for r in ranks) for i in range(waits)],
+        window_seconds=max(r.window_seconds for r in ranks),
+        peak_memory_bytes=max(r.peak_memory_bytes for r in ranks),
+    )
+
+
+def rank_figures(ranks: Sequence[RankSummary]) -> Dict[str, Any]:
+    """Per-rank throughput, so a straggler shows, and whether DDP kept the weights identical."""
+    throughputs = [r.images_per_second for r in ranks]
+    return {
+        "images_per_second": sum(throughputs),  # global: the sum over ranks
+        "rank_images_per_second_min": min(throughputs),
+        "rank_images_per_second_max": max(throughputs),
+        "rank_slowest": min(range(len(ranks)), key=lambda i: throughputs[i]),
+        "rank_spread": 1.0 - min(throughputs) / max(throughputs) if max(throughputs) > 0 else 0.0,
+        "params_in_sync": len({r.param_checksum for r in ranks}) == 1,
+    }
+
+
+def repeat_throughputs(ranks: Sequence[RankSummary]) -> List[float]:
+    """images/s of each measured window (benchmark.repeats), summed over ranks like the run's own."""
+    count = min((len(r.repeat_seconds) for r in ranks), default=0)
+    return [
+        sum(r.repeat_images[i] / r.repeat_seconds[i] for r in ranks if r.repeat_seconds[i] > 0) for i in range(count)
+    ]
+
+
+def efficiency(m: TrainMetrics, images_per_device: int, data_progressive: bool) -> Dict[str, Any]:
+    """Achieved TFLOP/s and MFU (bench.runtime.peaks), images per joule (NVML energy, rank 0's GPU)."""
+    figures: Dict[str, Any] = {}
+    if not data_progressive:  # progressive phases change the FLOPs per image: no single figure
+        figures.update(
+            utilisation(
+                m.figure("gflops_per_image_fwd_bwd"),
+                m.images_per_second,
+                m.world_size,
+                m.device,
+                m.device_name,
+                m.autocast_dtype or "none",
+                bool(m.tf32),
+            )
+        )
+    energy = m.figure("energy_joules")
+    if energy:
+        figures["images_per_joule"] = images_per_device / energy
+    return figures
+
+
+def summarize(
+    result: TrainResult, config: BenchConfig, device: str, device_name: str, ranks: Sequence[RankSummary]
+) -> TrainMetrics:
+    """The run's record: every number a run reports, plus the settings that change speed."""
+    world_size = len(ranks)
+    seconds = result.window_seconds
+    images = result.images * world_size
+    data_wait_s = sum(result.data_wait_ms) / 1000.0
+    per_rank = rank_figures(ranks) if world_size > 1 else {}
+    throughput = per_rank.pop("images_per_second", images / seconds if seconds > 0 else 0.0)
+    stats = step_time_stats(result.step_times_ms)
+    wait_fraction = data_wait_s / seconds if seconds > 0 else 0.0
+    steps_per_epoch = config.train.steps_per_epoch
+    if steps_per_epoch is None and result.epochs:
+        steps_per_epoch = max(e.steps for e in result.epochs)  # one pass over the dataset
+    record = TrainMetrics(
+        images_per_second=throughput,
+        total_images=images,
+        elapsed_seconds=seconds,
+        lr=result.base_lr,
+        batch_size=result.batch_size,
+        global_batch_size=result.batch_size * world_size,
+        epochs=config.train.epochs,
+        steps_per_epoch=steps_per_epoch,
+        measured_steps=result.measured_steps,
+        warmup_steps=result.warmup_steps,
+        world_size=world_size,
+        images_per_second_per_device=throughput / world_size,
+        distributed=str(config.distributed.name),
+        scaling=str(config.distributed.scaling),
+        **per_rank,
+        **stats,
+        data_wait_seconds=data_wait_s,
+        data_wait_fraction=wait_fraction,
+        peak_memory_mb=result.peak_memory_bytes / 2**20,
+        final_loss=result.final_loss,
+        final_lr=result.final_lr,
+        parameters=result.parameters,
+        param_checksum=result.param_checksum,
+        model=config.model.arch,
+        data=str(config.data.name),
+        image_size=config.data.image_size,
+        optimizer=str(config.optimizer.name),
+        nesterov=bool(config.optimizer.nesterov) if str(config.optimizer.name) == "sgd" else None,
+        norm=str(config.model.norm),
+        fused_optimizer=result.fused_optimizer,
+        **result.precision,
+        compile=bool(result.compile.get("active")),
+        cudnn_benchmark=bool(config.cudnn_benchmark),
+        device=device,
+        device_name=device_name,
+        **input_pipeline(wait_fraction),
+        compile_fallback=result.compile.get("fallback_reason") or None,
+        gpu=dict(result.gpu),
+        extra={**{k: v for k, v in result.extra.items() if k != "checkpoint_path"}, **result.accuracy},
+        **repeat_figures(repeat_throughputs(ranks)),
+        **record_fields(result.fit, [r.fit for r in ranks if r.rank != 0]),
+    )
+    record.unstable = (record.step_time_cv or 0.0) > UNSTABLE_CV
+    record.efficiency = efficiency(record, result.images, bool(config.data.progressive))
+    return record
