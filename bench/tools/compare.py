@@ -15,6 +15,9 @@ Writes compare.md, compare.html (one page, the plot embedded) and compare.png in
 candidate's run under compare/ (or the baseline's, when only it came from MLflow), and each
 compared candidate run gets the metric throughput_ratio_vs_baseline and a compare.verdict tag.
 
+--rerun N runs both configs again as fresh processes, interleaved A-B-B-A, and judges the ratio
+against the noise between processes (bench.tools.compare_rerun): the same exit codes.
+
 Exit codes: 0 nothing slower, 1 some configuration slower beyond the threshold (a CI gate),
 2 an input or the threshold cannot be used (one `[ERROR] ...` line), 3 nothing slower but some
 configuration could not be judged: a side was not fit to measure (its fit_to_measure is false;
@@ -102,10 +105,19 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         action="store_true",
         help="give a verdict even where a side was not fit to measure (the note still says so)",
     )
+    parser.add_argument(
+        "--rerun",
+        type=int,
+        metavar="N",
+        help="run both configs again as fresh processes, A-B-B-A for N rounds, and judge against the noise "
+        "between processes (A and B: run directories)",
+    )
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     uri = args.tracking_uri or default_tracking_uri()
+    if args.rerun is not None:
+        return main_rerun(args)
     try:
         threshold = parse_threshold(args.threshold)
         if not (Path(args.baseline).exists() and Path(args.candidate).exists()):  # one of them is a run id
@@ -145,6 +157,21 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         return EXIT_UNJUDGED
     return 0
+
+
+def main_rerun(args: argparse.Namespace) -> int:
+    """--rerun N: the verdict from fresh processes of both configs (bench.tools.compare_rerun)."""
+    from bench.tools.compare_rerun import SLOWER as RERUN_SLOWER
+    from bench.tools.compare_rerun import rerun_compare, said
+
+    try:
+        threshold = parse_threshold(args.threshold)
+        result = rerun_compare(args.baseline, args.candidate, args.rerun, threshold, args.out)
+    except ReportError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return EXIT_CONFIG
+    print(f"verdict: {said(result)}", file=sys.stderr)
+    return EXIT_FAILED if result.verdict == RERUN_SLOWER else 0
 
 
 if __name__ == "__main__":

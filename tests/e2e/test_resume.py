@@ -76,8 +76,10 @@ def test_sigkill_mid_run_then_resume_auto_ends_like_an_uninterrupted_run(bench, 
 def test_sigterm_writes_a_checkpoint_and_the_run_continues_from_it(bench, tiny, tmp_path):
     root = tmp_path / "store"
     run_dir = tmp_path / "run"
-    proc = bench.start(*tiny, *RUN, "train.epochs=40", "benchmark.log_every=1", f"hydra.run.dir={run_dir}",
-                       f"storage.root={root}")
+    # one long epoch: the signal lands mid-epoch however far the run got before the test saw "step 6/"
+    # (with 4-step epochs a loaded box ran on to the epoch's end, whose checkpoint was then the last)
+    long_epoch = [*RUN, "train.epochs=2", "train.steps_per_epoch=100000"]
+    proc = bench.start(*tiny, *long_epoch, "benchmark.log_every=1", f"hydra.run.dir={run_dir}", f"storage.root={root}")
     bench.wait_for_line(proc, run_dir / "bench.log", "step 6/")
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=HANG_GUARD_S)
@@ -85,10 +87,11 @@ def test_sigterm_writes_a_checkpoint_and_the_run_continues_from_it(bench, tiny, 
     assert "Traceback" not in err and "run interrupted" in err
     names = checkpoints_in(root)
     mid = [n for n in names if "-step-" in n]
-    assert len(mid) == 1, names  # written on the signal, mid-epoch: epoch-0001-step-00000N.pt
-    steps_done = int(mid[0].split("-step-")[1][:6]) + 4 * int(mid[0][6:10])
+    assert names == mid and len(mid) == 1, names  # written on the signal, mid-epoch: epoch-0000-step-00000N.pt
+    assert mid[0].startswith("epoch-0000-step-")
+    steps_done = int(mid[0].split("-step-")[1][:6])
 
-    resumed = bench.metrics(bench.run(*tiny, *RUN, "train.epochs=40", "train.resume=auto", "benchmark.measure_steps=3",
+    resumed = bench.metrics(bench.run(*tiny, *long_epoch, "train.resume=auto", "benchmark.measure_steps=3",
                                       f"hydra.run.dir={tmp_path}/resumed", f"storage.root={root}"))
     assert resumed["resumed_from"].endswith(mid[0]) and resumed["measured_steps"] == 3
     assert steps_done >= 6

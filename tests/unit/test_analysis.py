@@ -374,12 +374,12 @@ def test_a_batch_size_sweep_plots_only_its_batch_axis_with_the_swept_values_as_t
     files, _ = build_report(sweep, sweep / "report")
     assert [p.name for p in files][3:] == ["throughput_vs_batch.png", "step_time_distribution.png"]
 
-    from bench.analysis.plots import _finish_axes, _pyplot
+    from bench.analysis.plots import _pyplot, finish_axes
 
     plt = _pyplot()
     fig, ax = plt.subplots()
     ax.plot([16, 32, 64], [100.0, 180.0, 300.0], marker="o")
-    _finish_axes(ax, [16.0, 32.0, 64.0])
+    finish_axes(ax, [16.0, 32.0, 64.0])
     assert list(ax.get_xticks()) == [16.0, 32.0, 64.0] and [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64"]
     low, high = ax.get_ylim()
     assert low == 0 and high > 300.0

@@ -96,18 +96,18 @@ def test_the_command_refuses_what_it_cannot_read_in_one_line(tmp_path, capsys):
 def test_sweep_plots_draw_the_repeats_spread_as_error_bars(tmp_path):
     from matplotlib.container import ErrorbarContainer
 
-    from bench.analysis.plots import _line, _pyplot
+    from bench.analysis.plots import _pyplot, draw_line
 
     plt = _pyplot()
     fig, ax = plt.subplots()
     points = [{"batch_size": 8, "images_per_second": 100.0, "images_per_second_min": 95.0,
                "images_per_second_max": 104.0}, {"batch_size": 16, "images_per_second": 180.0}]
-    _line(ax, points, "batch_size", "images_per_second", "fp32")
+    draw_line(ax, points, "batch_size", "images_per_second", "fp32")
     (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     segments = bars.lines[2][0].get_segments()
     assert [tuple(s[:, 1]) for s in segments] == [(95.0, 104.0), (180.0, 180.0)]
     fig2, ax2 = plt.subplots()
-    _line(ax2, [{"batch_size": 8, "images_per_second": 100.0}], "batch_size", "images_per_second", "fp32")
+    draw_line(ax2, [{"batch_size": 8, "images_per_second": 100.0}], "batch_size", "images_per_second", "fp32")
     assert not ax2.containers  # no repeats: a plain line
     plt.close(fig)
     plt.close(fig2)
