@@ -26,6 +26,7 @@ class TrainConfig(Checks):
     target_accuracy: Optional[float] = None  # val top-1 in (0, 1]: stop at the first evaluation reaching it
     label_smoothing: float = 0.0  # CrossEntropyLoss(label_smoothing=...)
     resume: Optional[str] = None  # "auto": the newest valid checkpoint of this config; or a checkpoint's path
+    mlperf_log: bool = False  # write MLPerf Training's :::MLLOG events to mlperf.log (bench.train.mlperf_log)
 
     def __post_init__(self) -> None:
         self.positive("epochs")

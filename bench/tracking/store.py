@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Iterator, Optional, Tuple
+from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 
 from bench.secrets import redact
 
@@ -81,16 +81,47 @@ def ensure_experiment(client: Any, name: str, uri: str) -> str:
 
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 UI_ORDER = "orderByKey=metrics.%60images_per_second%60&orderByAsc=false"  # fastest first
+# MLflow's shareable views: the UI reads a view (columns, order, filter) from this experiment tag when
+# the link says ?viewStateShareKey=<key> and no other view parameter (one in the link wins over it)
+VIEW_TAG = "mlflow.sharedViewState."
 
 
-def ui_link(uri: str, experiment_id: str, parent_run_id: Optional[str] = None) -> str:
+def share_view(
+    client: Any,
+    experiment_id: str,
+    figure: str = "images_per_second",
+    params: Sequence[str] = (),
+    parent_run_id: Optional[str] = None,
+) -> str:
+    """A saved view of the experiment's runs: `figure` and the swept `params` as columns, fastest
+    first, a sweep's children only; its share key."""
+    import json
+
+    column = f"metrics.`{figure}`"
+    state: Dict[str, Any] = {
+        "selectedColumns": [column, *(f"params.`{name}`" for name in params)],
+        "orderByKey": column,
+        "orderByAsc": False,
+    }
+    if parent_run_id:
+        state["searchFilter"] = f"tags.mlflow.parentRunId = '{parent_run_id}'"
+    key = f"bench-sweep-{parent_run_id[:12]}" if parent_run_id else "bench-runs"
+    client.set_experiment_tag(experiment_id, VIEW_TAG + key, json.dumps(state))
+    return key
+
+
+def ui_link(uri: str, experiment_id: str, parent_run_id: Optional[str] = None, view_key: Optional[str] = None) -> str:
     """Where to look at the runs in the MLflow UI: the command that serves a local store and the
-    link to the experiment's runs, fastest first (a sweep's: its children only, so none is collapsed)."""
+    link to the experiment's runs: a shared view (share_view) where one was saved, else fastest
+    first by the link's own parameters (a sweep's: its children only, so none is collapsed)."""
     from urllib.parse import quote
 
-    query = UI_ORDER
-    if parent_run_id:
-        query += "&searchFilter=" + quote(f"tags.mlflow.parentRunId = '{parent_run_id}'")
+    if view_key:
+        query = f"viewStateShareKey={quote(view_key)}"
+    else:
+        query = UI_ORDER
+        if parent_run_id:
+            query += "&searchFilter=" + quote(f"tags.mlflow.parentRunId = '{parent_run_id}'")
     path = f"#/experiments/{experiment_id}/runs?{query}"
     if uri.startswith(("http://", "https://")):
         return f"MLflow UI: {redact(uri).rstrip('/')}/{path}"

@@ -202,10 +202,14 @@ class MlflowSweepCallback(Callback):
         sweep_dir = Path(config.hydra.sweep.dir)
         scrub([sweep_dir / "multirun.yaml"])  # as each job's .hydra/: what a config file held goes
         files: List[Path] = []
+        swept: List[str] = []  # the config keys the jobs differ in: the UI view's columns
         try:
             from bench.analysis import build_report, log_scaling_to_runs
+            from bench.analysis.compare import swept_keys
+            from bench.analysis.runs import CONFIG_PREFIX
 
             files, frame = build_report(sweep_dir, sweep_dir / "report")
+            swept = [key[len(CONFIG_PREFIX) :] for key in swept_keys(frame)]
             if tracker is not None and tracker.active:
                 log_scaling_to_runs(frame, tracker.client)
         except Exception as exc:  # a report problem must not hide the sweep's results
@@ -222,7 +226,7 @@ class MlflowSweepCallback(Callback):
             tracker.set_tags({"sweep.jobs": jobs, "sweep.failed_jobs": failed})
             tracker.log_artifacts(files, artifact_path="report")
             tracker.finish("FINISHED")
-            link = tracker.ui_link(children=True)
+            link = tracker.ui_link(children=True, params=swept)
             if link:
                 log.info(link)
             _state["tracker"] = None

@@ -74,13 +74,20 @@ class Tracker:
         tracker.experiment_id = experiment_id
         return tracker
 
-    def ui_link(self, children: bool = False) -> Optional[str]:
-        """The MLflow UI command and link for this run's experiment (a sweep parent's: its children)."""
+    def ui_link(self, children: bool = False, params: Sequence[str] = ()) -> Optional[str]:
+        """The MLflow UI command and link for this run's experiment (a sweep parent's: its children),
+        opening a saved view with the throughput and the swept `params` as columns."""
         if not self.active or self.experiment_id is None:
             return None
-        from bench.tracking.store import ui_link
+        from bench.tracking.store import share_view, ui_link
 
-        return ui_link(self.uri, self.experiment_id, self.run_id if children else None)
+        parent = self.run_id if children else None
+        try:
+            key: Optional[str] = share_view(self.client, self.experiment_id, params=params, parent_run_id=parent)
+        except Exception as exc:  # the link without the saved columns is still a link
+            log.debug("no shared MLflow view (%s: %s)", type(exc).__name__, exc)
+            key = None
+        return ui_link(self.uri, self.experiment_id, parent, key)
 
     def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> None:
         if not self.active:

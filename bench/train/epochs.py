@@ -28,6 +28,7 @@ from bench.runtime.precision import PrecisionPolicy
 from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
 from bench.train.evaluate import accuracy_figures, evaluate
+from bench.train.mlperf_log import NoMlperfLog
 from bench.train.result import EpochRecord
 from bench.train.resume import Position, TrainingCheckpoints, rng_states
 
@@ -51,6 +52,7 @@ class Session:
     start: Position = field(default_factory=lambda: Position(0))
     history: List[EpochRecord] = field(default_factory=list)  # epochs done before a resume
     wall_offset: float = 0.0  # training wall seconds before a resume
+    mlperf: NoMlperfLog = field(default_factory=NoMlperfLog)  # train.mlperf_log: MLPerf's events
 
     def state(self, wall_seconds: float, epochs: List[EpochRecord]) -> Dict[str, Any]:
         scaler = self.policy.scaler
@@ -115,6 +117,7 @@ class MeasuredWindow:
         epoch, skip = session.start.epoch, session.start.step_in_epoch
         self.clock.mark()  # the window opens here
         while epoch < epochs and tally.steps < self.planned and not tally.stop:
+            session.mlperf.epoch_start(epoch + 1)
             batches = session.data.enter(epoch, skip)
             first_mark, steps = len(self.clock) - 1, session.data.steps(epoch)
             index = self.run_steps(batches, epoch, skip, steps)
@@ -174,6 +177,7 @@ class MeasuredWindow:
         self.clock.sync()
         resumed_steps = session.start.step_in_epoch if epoch == session.start.epoch else 0
         record = self.epoch_record(epoch, first_mark, index - resumed_steps)
+        session.mlperf.epoch_stop(record.epoch, record.images * session.ctx.world_size)
         last_epoch = epoch == session.config.train.epochs - 1
         train = session.config.train
         if (
@@ -182,6 +186,7 @@ class MeasuredWindow:
             and ((epoch + 1) % train.eval_every == 0 or last_epoch or tally.stop)
         ):
             self.evaluate(record)
+        session.mlperf.block_stop(record.epoch)
         tally.epochs.append(record)
         every = session.config.checkpoint.every_epochs
         complete = index >= steps
@@ -198,8 +203,10 @@ class MeasuredWindow:
         """Validation on `record`'s epoch, left out of the window; a reached target ends the window."""
         session, tally = self.session, self.tally
         self.clock.pause()
+        session.mlperf.eval_start(record.epoch)
         figures = tally.evaluation = evaluate(session.eager, session.val, session.policy, session.ctx)
         record.val_top1, record.val_top5 = figures["val_top1"], figures["val_top5"]
+        session.mlperf.eval_stop(record.epoch, record.val_top1)
         record.eval_seconds, record.wall_seconds = figures["eval_seconds"], self.wall_seconds()
         log.info(
             "epoch %d: val top-1 %.4f, top-5 %.4f (%d images, %.2f s)",

@@ -34,6 +34,7 @@ from bench.runtime.precision import PrecisionPolicy
 from bench.train.after_window import after_window
 from bench.train.build import TrainingRun, build_training
 from bench.train.epochs import Session
+from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
 from bench.train.repeats import measure_windows
 from bench.train.result import EpochRecord, TrainResult
 from bench.train.resume import restore_rng
@@ -61,11 +62,32 @@ def train(
     process group must exist) and each rank reads its own data; `on_step()` is called after
     every step; `out_dir` receives the profiler's files.
     """
+    mlperf = open_mlperf_log(config, out_dir, (ctx or RankContext()).is_reporter)  # init_start: now
     run = build_training(config, device, ctx or RankContext(), on_step)
     first_step_at = time.perf_counter()  # time-to-accuracy counts from here
+    mlperf.run_start(mlperf_hyper_parameters(run))
     warm_up(run)
-    window, gpu, peak_memory = measure(run, open_session(run), monitor, first_step_at)
+    session = open_session(run)
+    session.mlperf = mlperf
+    mlperf.event("eval_samples", getattr(session.val, "facts", {}).get("val_dataset_size", 0))
+    window, gpu, peak_memory = measure(run, session, monitor, first_step_at)
+    mlperf.run_stop(window.get("accuracy", {}).get("reached_target"))
     return collect_result(run, window, gpu, peak_memory, on_finish, out_dir)
+
+
+def mlperf_hyper_parameters(run: TrainingRun) -> Dict[str, Any]:
+    """MLPerf's submission and hyper-parameter keys, as this run has them (bench.train.mlperf_log)."""
+    facts = getattr(run.data.batches, "facts", {})
+    global_batch = run.data.batch_size * run.ctx.world_size
+    return hyper_parameters(
+        run.config,
+        global_batch,
+        run.base_lr,
+        run.planned,
+        facts.get("dataset_size"),
+        facts.get("val_size"),
+        str(run.device),
+    )
 
 
 def warm_up(run: TrainingRun) -> None:

@@ -29,9 +29,24 @@ def check_train(config: BenchConfig) -> None:
         if reason:
             raise ConfigError("benchmark.find_max_batch", True, reason)
     warn_warmup_longer_than_the_run(config)
+    check_mlperf_log(config)
     if config.train.resume and not config.checkpoint.every_epochs:
         # resume is there to survive a crash: with no interval set it writes one at every epoch end
         config.checkpoint.every_epochs = 1
+
+
+def check_mlperf_log(config: BenchConfig) -> None:
+    """train.mlperf_log: one run timed from its first step (MLPerf's), through MLPerf's own logger."""
+    if not config.train.mlperf_log:
+        return
+    if config.benchmark.repeats > 1:
+        raise ConfigError("train.mlperf_log", True, "false with benchmark.repeats > 1 (MLPerf times one run)")
+    import importlib.util
+
+    if importlib.util.find_spec("mlperf_logging") is None:
+        raise ConfigError(
+            "train.mlperf_log", True, "false without the mlperf-logging package (pip install -e '.[mlperf]' brings it)"
+        )
 
 
 def warn_warmup_longer_than_the_run(config: BenchConfig) -> None:

@@ -1,9 +1,12 @@
 """Training for accuracy, as real processes: the digits preset trains to its target and stops
 there (time-to-accuracy), progressive resizing switches at the right epochs, and 2-process DDP
-validation counts every val image once."""
+validation counts every val image once; the digits run's MLPerf log passes MLPerf's own checker."""
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -22,7 +25,7 @@ def test_digits_trains_to_its_target_and_stops_there(bench, digits, tmp_path):
     docs/performance.md."""
     run_dir = tmp_path / "run"
     proc = bench.run("+experiment=digits_tta", f"data.root={digits}", "data.image_size=16", "train.epochs=12",
-                     "benchmark.progress=false", f"hydra.run.dir={run_dir}")
+                     "benchmark.progress=false", "train.mlperf_log=true", f"hydra.run.dir={run_dir}")
     metrics = bench.metrics(proc)
     assert metrics["reached_target"] is True and metrics["target_accuracy"] == 0.95
     assert metrics["val_top1"] >= 0.95  # really learnt: 360 real val digits, 10 classes
@@ -43,14 +46,63 @@ def test_digits_trains_to_its_target_and_stops_there(bench, digits, tmp_path):
 
     history = MlflowClient(tracking_uri=bench.uri).get_metric_history(run.info.run_id, "val_top1")
     assert sorted(m.step for m in history if m.step > 0) == [e["epoch"] for e in epochs]
+    check_mlperf_log(run_dir / "mlperf.log", epochs, metrics)
+    assert "mlperf.log" in {a.path for a in MlflowClient(tracking_uri=bench.uri).list_artifacts(run.info.run_id)}
+
+
+# What MLPerf Training's closed division asks of ResNet that a digits run with bench's config
+# cannot give: listed, not hidden (docs/training.md says the same).
+CLOSED_RULES_A_DIGITS_RUN_MISSES = {
+    "CHECK for 'sgd_opt_end_learning_rate' failed",  # closed: 0.0001; bench's cosine floor is 0
+    "CHECK for 'sgd_opt_weight_decay' failed",  # closed: 1e-4 x a power of 2; the preset's 5e-4
+    "Required EXACTLY_ONE occurrence of 'sgd_opt_learning_rate_decay_poly_power' but found 0",  # no poly schedule
+}
+
+
+def compliance(log: Path) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
+                           "--ruleset", "4.0.0", str(log)], capture_output=True, text=True, cwd=log.parent,
+                          timeout=300)
+
+
+def check_mlperf_log(log: Path, epochs: list, metrics: dict) -> None:
+    """train.mlperf_log=true: MLPerf's own checker reads every line; under the closed division's
+    ResNet rules it names exactly the rules a digits run cannot meet, under the open division's
+    the same log passes: no format error."""
+    events = [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.read_text().splitlines()]
+    keys = [e["key"] for e in events]
+    assert keys[:2] == ["cache_clear", "init_start"] and keys[-1] == "run_stop"
+    assert events[-1]["metadata"]["status"] == "success"  # the target was reached
+    accuracies = [e["value"] for e in events if e["key"] == "eval_accuracy"]
+    assert accuracies == pytest.approx([e["val_top1"] for e in epochs])
+    assert keys.count("epoch_start") == keys.count("epoch_stop") == len(epochs)
+    run_start = next(e["time_ms"] for e in events if e["key"] == "run_start")
+    # MLPerf's clock is bench's time-to-accuracy clock: from the first step to the reaching evaluation
+    assert (events[-1]["time_ms"] - run_start) / 1000 == pytest.approx(metrics["time_to_target_seconds"], abs=1.0)
+
+    closed = compliance(log)
+    output = closed.stdout + closed.stderr
+    found = {line.strip() for line in output.splitlines()
+             if line.strip().startswith(("CHECK for", "Required", "WARNING -  CHECK for"))}
+    found = {line.replace("WARNING -  ", "").split(" in line")[0] for line in found}
+    assert found == CLOSED_RULES_A_DIGITS_RUN_MISSES, output
+    assert "Traceback" not in output
+    opened = log.with_name("mlperf-open.log")
+    opened.write_text(log.read_text().replace('"key": "submission_division", "value": "closed"',
+                                              '"key": "submission_division", "value": "open"'))
+    as_open = compliance(opened)
+    assert as_open.returncode == 0 and "SUCCESS" in as_open.stdout + as_open.stderr, as_open.stdout + as_open.stderr
 
 
 def test_a_target_not_reached_is_a_result_not_an_error(bench, digits, tmp_path):
     run_dir = tmp_path / "run"
     proc = bench.run("+experiment=digits_tta", f"data.root={digits}", "data.image_size=16", "train.epochs=1",
-                     "train.target_accuracy=0.999", "tracking.enabled=false", f"hydra.run.dir={run_dir}")
+                     "train.target_accuracy=0.999", "tracking.enabled=false", "train.mlperf_log=true",
+                     f"hydra.run.dir={run_dir}")
     metrics = bench.metrics(proc)
     assert metrics["reached_target"] is False and metrics["time_to_target_seconds"] is None
+    last = json.loads((run_dir / "mlperf.log").read_text().splitlines()[-1].split(":::MLLOG ", 1)[1])
+    assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted"  # MLPerf's word for it
     assert metrics["epochs_to_target"] is None and len(bench.epochs(run_dir)) == 1
 
 

@@ -66,7 +66,10 @@ def test_cpu_smoke_end_to_end(bench, tmp_path):
     # the UI opens it as model training (not on MLflow 3's GenAI overview), and the run says where to look
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     assert (f"MLflow UI: mlflow ui --backend-store-uri {bench.uri}, then open http://127.0.0.1:5000/#/experiments/"
-            f"{experiment.experiment_id}/runs?orderByKey=metrics.%60images_per_second%60&orderByAsc=false") in proc.stderr
+            f"{experiment.experiment_id}/runs?viewStateShareKey=bench-runs") in proc.stderr
+    view = json.loads(experiment.tags["mlflow.sharedViewState.bench-runs"])  # the saved view that link opens
+    assert view == {"selectedColumns": ["metrics.`images_per_second`"], "orderByKey": "metrics.`images_per_second`",
+                    "orderByAsc": False}
     assert run.info.status == "FINISHED"
     assert run.data.params["model.arch"] == "resnet18"
     assert run.data.params["data.batch_size"] == "16"

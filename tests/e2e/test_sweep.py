@@ -4,6 +4,13 @@ that does not stop the sweep, and the report (at the end of the sweep and standa
 from __future__ import annotations
 
 import csv
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -63,7 +70,14 @@ def test_sweep_is_one_parent_with_a_child_per_job(sweep):
     # one UI link at the sweep's end, to its children fastest first (none per job)
     (parent,) = sweep.parents
     links = [line for line in proc.stderr.splitlines() if "MLflow UI:" in line]
-    assert len(links) == 1 and "searchFilter=tags.mlflow.parentRunId%20%3D%20%27" + parent.info.run_id in links[0], links
+    view = f"bench-sweep-{parent.info.run_id[:12]}"
+    assert len(links) == 1 and links[0].endswith(f"/runs?viewStateShareKey={view}"), links
+    # the saved view the link opens: throughput and the swept keys as columns, fastest first, children only
+    state = json.loads(MlflowClient(tracking_uri=sweep.uri).get_experiment(parent.info.experiment_id)
+                       .tags[f"mlflow.sharedViewState.{view}"])
+    assert state["selectedColumns"][0] == "metrics.`images_per_second`" and state["orderByAsc"] is False
+    assert {"params.`precision.name`", "params.`distributed.nproc_per_node`"} <= set(state["selectedColumns"])
+    assert state["searchFilter"] == f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
     parent = sweep.parents[0]
     assert parent.info.status == "FINISHED"
     assert parent.data.params["distributed.nproc_per_node"] == "1,2"
@@ -196,3 +210,45 @@ def test_a_slurm_local_sweep_runs_each_job_apart_one_at_a_time_under_one_parent(
     assert len(list(sweep_dir.glob(".submitit/*/*_result.pkl"))) == 2
     rows = {r["job"]: r for r in _csv_rows(sweep_dir / "report" / "report.csv")}
     assert rows["0"]["status"] == "FINISHED" and rows["1"]["status"] == "FAILED"
+
+
+def _mlflow_ui(uri: str, port: int, log: Path) -> subprocess.Popen:
+    """A real `mlflow ui` on 127.0.0.1 serving `uri`, once it answers /health (the event waited for)."""
+    ui = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
+                           "--port", str(port), "--workers", "1"], stdout=log.open("w"), stderr=subprocess.STDOUT,
+                          start_new_session=True, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    deadline = time.monotonic() + 300  # hang guard only
+    while time.monotonic() < deadline and ui.poll() is None:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
+                if answer.status == 200:
+                    return ui
+        except OSError:
+            time.sleep(0.3)
+    ui.kill()
+    pytest.fail(f"mlflow ui did not come up:\n{log.read_text()[-2000:]}")
+
+
+@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (Debian: apt-get install chromium)")
+def test_the_printed_link_opens_every_childs_throughput_in_a_real_mlflow_ui(sweep, tmp_path):
+    """Issue 21: the link a sweep prints, opened by headless Chromium on a real `mlflow ui`: the
+    children are listed (the parent filtered out) with their images/s and swept keys as columns."""
+    from bench.launch.context import free_port
+
+    (link,) = [line for line in sweep.proc.stderr.splitlines() if "MLflow UI:" in line]
+    port = free_port()
+    url = link.split("then open ", 1)[1].replace("127.0.0.1:5000", f"127.0.0.1:{port}")
+    ui = _mlflow_ui(sweep.uri, port, tmp_path / "ui.log")
+    try:
+        page = subprocess.run(["chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                               "--window-size=3000,1500", "--virtual-time-budget=30000", "--dump-dom", url],
+                              capture_output=True, text=True, timeout=300).stdout
+    finally:
+        os.killpg(ui.pid, 15)
+        ui.wait(timeout=60)
+    assert "Error loading shared view state" not in page
+    for child in sweep.children:
+        assert child.info.run_name in page
+        assert repr(child.data.metrics["images_per_second"]) in page, child.info.run_name
+    assert sweep.parents[0].info.run_name not in page  # the view lists the sweep's children only
+    assert "distributed.nproc_per_node" in page and "images_per_second" in page

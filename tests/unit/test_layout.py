@@ -180,10 +180,12 @@ def test_test_files_have_names_of_their_own():
 # Modules whose job is to (de)serialise result dicts or to name their keys for display: the records'
 # home (bench.results), the per-scenario sweep views (column specs), dicts that merely share a
 # figure's name (the training loop's window dicts, DataLoader options, bench.data.prepare's own
-# statistics), and gpu_check, which reads other processes' final lines as JSON, as a user's script does.
+# statistics), and gpu_check and compare_rerun, which read other processes' final lines as JSON, as a
+# user's script does.
 RESULT_SERIALISERS = {"bench/results.py", "bench/runtime/sweep_view.py", "bench/train/sweep_view.py",
                       "bench/infer/sweep_view.py", "bench/iobench/sweep_view.py", "bench/train/repeats.py",
-                      "bench/data/loader.py", "bench/data/prepare.py", "bench/tools/gpu_check.py"}
+                      "bench/data/loader.py", "bench/data/prepare.py", "bench/tools/gpu_check.py",
+                      "bench/tools/compare_rerun.py"}
 # One name in one module, where the lookup is not on a result: the evaluation pass's own dict (its
 # "eval_seconds" is also a storage figure's name), a column of the sweep table (a pandas frame).
 SHARED_NAMES = {("bench/train/epochs.py", "eval_seconds"), ("bench/analysis/storage_plots.py", "au_threshold_percent")}
