@@ -29,9 +29,21 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import pandas as pd
 import yaml
 
+from bench.analysis.cells import absent, shown
 from bench.errors import ReportError
 from bench.scenarios import report_class
 from bench.secrets import flatten
+
+__all__ = [
+    "CONFIG_PREFIX",
+    "ENV_PREFIX",
+    "RunRecord",
+    "absent",
+    "frame_from_records",
+    "read_job_dir",
+    "read_sweep_dir",
+    "shown",
+]
 
 RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates", "val_curve")
 CONFIG_PREFIX = "config."
@@ -66,16 +78,6 @@ class RunRecord:
     val_curve: List[Tuple[float, float]] = field(default_factory=list)  # (wall_seconds, val_top1) per evaluation
     repeat_rates: List[float] = field(default_factory=list)  # images/s per measured window (benchmark.repeats)
     provenance: Dict[str, Any] = field(default_factory=dict)  # PROVENANCE of its environment, where recorded
-
-
-def absent(value: Any) -> bool:
-    """No figure behind this cell: None, NaN (pandas' missing) or an empty string."""
-    return value is None or value is pd.NA or (isinstance(value, float) and math.isnan(value)) or value == ""
-
-
-def shown(value: Any, default: Any = "") -> Any:
-    """A cell's value for a label: `default` when the run has no figure there."""
-    return default if absent(value) else value
 
 
 def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from bench.analysis.runs import shown
+from bench.analysis.cells import shown
 
 # a training sweep whose jobs evaluated: shown before "error", each only when some job has it
 ACCURACY_COLUMNS = [

@@ -111,6 +111,8 @@ class Tracker:
             self.client = None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
+        if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
+            return
         from mlflow.entities import Param
 
         items = [Param(k, redact(str(v))[:MAX_PARAM_CHARS]) for k, v in flatten(params).items()]
@@ -118,6 +120,8 @@ class Tracker:
             self._call("log params", "log_batch", params=items[i : i + 100])
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> None:
+        if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
+            return
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -127,6 +131,8 @@ class Tracker:
         )
 
     def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
+        if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
+            return
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
@@ -137,6 +143,8 @@ class Tracker:
             self._call("log metrics", "log_batch", metrics=items[i : i + 1000])
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
+        if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
+            return
         from mlflow.entities import RunTag
 
         items = [RunTag(k, redact(str(v))[:5000]) for k, v in tags.items()]
