@@ -5,6 +5,7 @@ left out, quietly: a CPU-only machine has no NVML and that is not an error."""
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import os
 import platform
@@ -12,7 +13,7 @@ import socket
 import subprocess
 from importlib import metadata
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torchvision
@@ -46,10 +47,16 @@ def _speed_env() -> Dict[str, str]:
 PACKAGES_FILE = "packages.txt"  # the run's installed packages, one `name==version` a line (an MLflow artifact)
 
 
-def installed_packages() -> List[str]:
-    """Every installed distribution as `name==version`, sorted: what a run needs to be reproduced."""
+@functools.lru_cache(maxsize=1)
+def _installed_packages() -> Tuple[str, ...]:
     found = {f"{dist.metadata['Name']}=={dist.version}" for dist in metadata.distributions() if dist.metadata["Name"]}
-    return sorted(found, key=str.lower)
+    return tuple(sorted(found, key=str.lower))
+
+
+def installed_packages() -> List[str]:
+    """Every installed distribution as `name==version`, sorted: what a run needs to be reproduced
+    (read once a process: the environment capture and packages.txt both ask, ~0.5 s each)."""
+    return list(_installed_packages())
 
 
 def _git(*args: str) -> Optional[str]:
