@@ -19,7 +19,10 @@ def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, *
     """Submit, wait for the job to end, and return the final radix_metrics line of its output.
     (Polled with scontrol: `sbatch --wait` backs off to 30 s between checks.)"""
     out = tmp_path / "slurm-%j.out"
-    submitted = subprocess.run(["sbatch", "--parsable", f"--output={out}", "--chdir", str(tmp_path), *options,
+    # stderr apart, as the launchers have it: in one file slurmstepd cut the result line at 1 KiB
+    # with a log line from stderr (json: "Expecting ':' delimiter: ... (char 1024)")
+    submitted = subprocess.run(["sbatch", "--parsable", f"--output={out}", f"--error={tmp_path / 'slurm-%j.err'}",
+                                "--chdir", str(tmp_path), *options,
                                 str(repo / "launchers" / script), *overrides],
                                cwd=tmp_path, env=bench.env(bench.uri, **env),
                                capture_output=True, text=True, timeout=60)
@@ -34,10 +37,11 @@ def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, *
         assert time.monotonic() < deadline, f"job {job} still {state} after 900 s"
         time.sleep(0.5)
     text = (tmp_path / f"slurm-{job}.out").read_text()
-    assert state == "COMPLETED", f"job {job} ended {state}\n{text[-3000:]}"
+    errors = (tmp_path / f"slurm-{job}.err").read_text()
+    assert state == "COMPLETED", f"job {job} ended {state}\n{text[-3000:]}\n{errors[-3000:]}"
     assert "ExitCode=0:0" in shown
     lines = [line for line in text.splitlines() if line.startswith('{"radix_metrics"')]
-    assert len(lines) == 1, text[-3000:]  # rank 0 only
+    assert len(lines) == 1, text[-3000:] + errors[-3000:]  # rank 0 only
     return json.loads(lines[0])["radix_metrics"]
 
 
