@@ -554,3 +554,53 @@ def mlflow_server(tmp_path_factory) -> Iterator[str]:
         yield server.url
     finally:
         server.stop()
+
+
+# ---- a real browser, for the HTML pages bench writes ---------------------------------------------
+
+
+@dataclass
+class Page:
+    """What headless Chromium saw of a page: its images (loaded, pixel width, name), its console
+    messages at error level, and the text of every table cell."""
+
+    images: List[tuple]
+    console_errors: List[str]
+    cells: List[str]
+
+
+class Browser:
+    def __init__(self, driver):
+        self.driver = driver
+
+    def open(self, path: Path) -> Page:
+        self.driver.get(path.resolve().as_uri())
+        images = self.driver.execute_script(
+            "return [...document.images].map(i => [i.complete, i.naturalWidth, i.alt || i.src.slice(0, 40)])")
+        cells = self.driver.execute_script("return [...document.querySelectorAll('td')].map(t => t.textContent)")
+        errors = [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
+        return Page([tuple(i) for i in images], errors, cells)
+
+
+@pytest.fixture(scope="session")
+def browser() -> Iterator[Browser]:
+    """Headless Chromium through Selenium and the system's chromedriver (Debian: chromium,
+    chromium-driver); the tests that use it skip, saying so, where any of the three is missing."""
+    pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[test]')")
+    chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
+    if not chromium or not chromedriver:
+        pytest.skip("needs chromium and chromedriver (Debian: apt-get install chromium chromium-driver)")
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+                     "--window-size=1600,1200"):
+        options.add_argument(argument)
+    options.binary_location = chromium
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
+    try:
+        yield Browser(driver)
+    finally:
+        driver.quit()

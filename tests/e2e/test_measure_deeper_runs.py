@@ -101,6 +101,20 @@ def test_compare_calls_the_same_config_same_and_a_slowed_one_slower_with_exit_1(
     assert "slower" in page and "data:image/png;base64," in page
 
 
+def test_the_compare_page_opens_in_a_real_browser(runs, browser):
+    """Issue 20, part 4: compare.html in headless Chromium: no console error, the plot loads, and
+    the table holds both sides' images/s, the ratio and the verdict."""
+    assert (runs.root / "cmp-slowed" / "compare.html").is_file()  # written by the test above (same module)
+    page = browser.open(runs.root / "cmp-slowed" / "compare.html")
+    assert page.console_errors == []
+    ((loaded, width, _),) = page.images
+    assert loaded and width > 100
+    # both sides ran 3 repeats: the figures compared are the repeats' medians
+    base = json.loads((runs.root / "deep" / "run_summary.json").read_text())["results"]["images_per_second_median"]
+    cand = json.loads((runs.root / "slowed" / "run_summary.json").read_text())["results"]["images_per_second_median"]
+    assert f"{base:.1f}" in page.cells and f"{cand:.1f}" in page.cells and "slower" in page.cells, page.cells
+
+
 def test_compare_rerun_runs_both_configs_again_interleaved_and_calls_the_slowed_one_slower(runs):
     """Issue 20: a verdict that holds between processes. Both configs run again as fresh processes,
     A-B-B-A, 2 rounds; the 25x heavier config is slower beyond the 50% threshold and the noise floor."""

@@ -119,6 +119,16 @@ def test_sweep_report_matches_mlflow(sweep):
     assert logged >= REPORT_FILES
 
 
+def test_the_sweep_report_page_opens_in_a_real_browser(sweep, browser):
+    """Issue 20, part 4: report.html in headless Chromium: no console error, every plot loads (its
+    pixels decoded), and the table holds each job's images/s as the run reported it."""
+    page = browser.open(sweep.dir / "report" / "report.html")
+    assert page.console_errors == []
+    assert len(page.images) == 3 and all(loaded and width > 100 for loaded, width, _ in page.images), page.images
+    for row in _csv_rows(sweep.dir / "report" / "report.csv"):
+        assert f"{float(row['images_per_second']):.1f}" in page.cells, (row, page.cells)
+
+
 def test_report_cli_rebuilds_the_table_from_mlflow(sweep, bench, tmp_path):
     parent_id = sweep.parents[0].info.run_id
     out = tmp_path / "from-mlflow"
