@@ -69,8 +69,9 @@ def pytest_configure(config):
 
 # The files that take longest (real Slurm jobs, DDP, servers), started first: pytest-xdist hands a
 # worker a whole file at a time (--dist loadfile), so a long file begun last is the suite's tail.
-LONGEST_FIRST = ("test_slurm", "test_resume", "test_canaries", "test_signals", "test_tracking_faults",
-                 "test_dead_processes", "test_data", "test_sweep", "test_run", "test_accuracy")
+LONGEST_FIRST = ("test_slurm", "test_resume", "test_tracking_faults", "test_canaries", "test_measure_deeper_runs",
+                 "test_signals", "test_sweep", "test_data", "test_dead_processes", "test_run", "test_disk_faults",
+                 "test_accuracy", "test_distributed", "test_storage_mlperf_runs", "test_storage_benchmark")
 
 
 def _start_order(item) -> tuple:
