@@ -45,14 +45,19 @@ def run_accelerators(storage: StorageConfig, jobs: List[ClientJob]) -> List[Read
         )
         for i, job in enumerate(jobs)
     ]
-    _start_all(processes)
     try:
+        # inside the try: a signal held during the starts is handed on at the end of _start_all, and
+        # the children must still be ended and joined then. Left alone, this process went on to exit
+        # and its barriers' semaphores were unlinked under a child still unpickling them
+        # (FileNotFoundError in SemLock._rebuild, a traceback on stderr)
+        _start_all(processes)
         return _collect(processes, results, count)
     finally:
-        for process in processes:
+        started = [process for process in processes if process.pid is not None]
+        for process in started:
             if process.is_alive():
-                process.terminate()
-        for process in processes:
+                process.terminate()  # held by a child until its start-up data is read: no half pickle
+        for process in started:
             process.join(timeout=10)
             if process.is_alive():
                 process.kill()
