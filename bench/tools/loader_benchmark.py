@@ -93,7 +93,7 @@ def our_batches(name: str, root: str, workers: int, batch_size: int, image_size:
     return build_batches(data, torch.device("cpu"), torch.contiguous_format, seed=0)
 
 
-def _cpu_seconds() -> float:
+def cpu_seconds_with_children() -> float:
     """CPU time of this process and its live children (the loader's workers); clock-tick
     resolution (10 ms), so it needs a few hundred milliseconds of work to mean anything."""
     me = psutil.Process()
@@ -114,10 +114,10 @@ def measure(
     iterator = make()
     for _ in range(warmup):
         next(iterator)
-    cpu, started = _cpu_seconds(), time.perf_counter()
+    cpu, started = cpu_seconds_with_children(), time.perf_counter()
     for _ in range(batches):
         images, _labels = next(iterator)
-    seconds, cpu = time.perf_counter() - started, _cpu_seconds() - cpu
+    seconds, cpu = time.perf_counter() - started, cpu_seconds_with_children() - cpu
     assert images.shape[0] == batch_size
     iterator.close()  # stops its workers before the next loader starts
     return batches * batch_size / seconds, cpu * 1000 / (batches * batch_size)

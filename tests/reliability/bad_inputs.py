@@ -261,6 +261,18 @@ BAD_INPUTS = [
       "http://u:CANARY@127.0.0.1:9"], 2, "the MLflow server at http://***@127.0.0.1:9 cannot be reached"),
     ("stale runs on an MLflow server that is down", "bench.tools.stale", ["--tracking-uri", "http://u:CANARY@127.0.0.1:9"],
      2, "the MLflow server at http://***@127.0.0.1:9 cannot be reached"),
+    # -- the doctor: its own keys, and the training config it diagnoses ------------------------------------
+    ("doctor budget not a number", "bench.doctor", ["doctor.budget_s=soon", CPU], 2,
+     "doctor.budget_s='soon' is not valid: accepted a number of seconds above 0, e.g. 180."),
+    ("doctor key misspelt", "bench.doctor", ["doctor.budget=60", CPU], 2,
+     "doctor.budget='60' is not valid: accepted one of the doctor's keys (doctor.budget_s, doctor.what_ifs, doctor.out)."),
+    ("doctor what-ifs not a flag", "bench.doctor", ["doctor.what_ifs=some", CPU], 2,
+     "doctor.what_ifs='some' is not valid: accepted true or false."),
+    ("doctor of a storage run", "bench.doctor", ["mode=storage", CPU], 2,
+     "mode='storage' is not valid: accepted train: the doctor diagnoses training runs."),
+    ("doctor of an unknown model", "bench.doctor", ["model=nope", CPU], 2, "model='nope' is not valid"),
+    ("doctor of a dataset that is not there", "bench.doctor", ["data=imagefolder", "data.root={tmp}/nope", CPU], 2,
+     "does not exist"),
 ]
 
 

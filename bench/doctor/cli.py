@@ -1,0 +1,127 @@
+"""`python -m bench.doctor <training overrides>`: the bottleneck ladder (bench.doctor) for the run
+`python -m bench <overrides>` would make. Its own keys: doctor.budget_s (default 180: the whole,
+what-ifs included; the ladder's rungs always run, a what-if only while the budget lasts),
+doctor.what_ifs (default true) and doctor.out (default doctor/<date>/<time>).
+
+Exit codes: 0 a verdict, 1 no verdict (the full run failed), 2 a bad key or config (one [ERROR]
+line, nothing run), 130/143 interrupted (the parent MLflow run ends KILLED).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+
+from bench.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_SIGINT, BenchError, ConfigError
+from bench.output_redaction import install as redact_output
+from bench.secrets import command_line_problem, redact
+
+if TYPE_CHECKING:
+    from bench.config import BenchConfig
+    from bench.doctor.figures import Rung
+
+DEFAULTS = {"budget_s": "180", "what_ifs": "true", "out": ""}
+log = logging.getLogger("bench.doctor")
+
+
+def split_keys(argv: Sequence[str]) -> Tuple[Dict[str, str], List[str]]:
+    """(the doctor's own keys, the training overrides). ConfigError for a doctor.* key it does not know."""
+    own, overrides = dict(DEFAULTS), []
+    for arg in argv:
+        key, _, value = arg.partition("=")
+        if key.startswith("doctor."):
+            name = key[len("doctor.") :]
+            if name not in DEFAULTS:
+                accepted = ", ".join(f"doctor.{k}" for k in DEFAULTS)
+                raise ConfigError(key, value, f"one of the doctor's keys ({accepted})")
+            own[name] = value
+        else:
+            overrides.append(arg)
+    return own, overrides
+
+
+def budget_of(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = math.nan
+    if not (math.isfinite(value) and value > 0):
+        raise ConfigError("doctor.budget_s", text, "a number of seconds above 0, e.g. 180")
+    return value
+
+
+def flag_of(text: str) -> bool:
+    if text.lower() not in ("true", "false"):
+        raise ConfigError("doctor.what_ifs", text, "true or false")
+    return text.lower() == "true"
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    redact_output()
+    args = list(sys.argv[1:] if argv is None else argv)
+    if {"-h", "--help"} & set(args):
+        print(__doc__)
+        return 0
+    logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[%(levelname)s] %(message)s")
+    log.setLevel(logging.INFO)
+    problem = command_line_problem(args)
+    if problem:
+        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    try:
+        own, overrides = split_keys(args)
+        budget_s, with_what_ifs = budget_of(own["budget_s"]), flag_of(own["what_ifs"])
+        config = _checked_config(overrides)
+    except BenchError as exc:
+        print(f"[ERROR] {redact(str(exc))}", file=sys.stderr, flush=True)
+        return exc.exit_code
+    out_dir = Path(own["out"] or os.path.join("doctor", time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S")))
+    return _diagnose(config, overrides, budget_s, with_what_ifs, out_dir.resolve())
+
+
+def _checked_config(overrides: Sequence[str]) -> "BenchConfig":
+    from bench.config import compose
+    from bench.scenarios import scenario_for
+
+    config = compose(*overrides)
+    if config.mode != "train":
+        raise ConfigError("mode", config.mode, "train: the doctor diagnoses training runs")
+    scenario_for(config.mode).preflight(config)  # data on disk, the device: before anything runs
+    return config
+
+
+def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with_what_ifs: bool, out_dir: Path) -> int:
+    from bench.doctor.ladder import climb
+    from bench.doctor.page import table, write
+    from bench.doctor.tracking import close_parent, log_rung, open_parent
+    from bench.doctor.training import TrainingRuns
+    from bench.runtime.cpu_facts import affinity, usable_cores
+
+    launch_dir = Path.cwd()
+    parent = open_parent(config, launch_dir, overrides, {"doctor.budget_s": budget_s, "doctor.what_ifs": with_what_ifs})
+    runs = TrainingRuns(out_dir, launch_dir, parent.run_id)
+
+    def on_rung(rung: "Rung") -> None:
+        said = rung.skipped or rung.failed or f"{rung.images_per_second or 0:,.0f} img/s"
+        log.info("%s: %s (%.1f s)", rung.title, said, rung.seconds)
+        log_rung(parent, config, rung)
+
+    try:
+        diagnosis = climb(config, overrides, budget_s, out_dir, runs, usable_cores(affinity()), with_what_ifs, on_rung)
+    except KeyboardInterrupt:
+        parent.finish("KILLED", error="interrupted")
+        print("[ERROR] the doctor was interrupted; the rungs measured so far are in " + str(out_dir), file=sys.stderr)
+        return EXIT_SIGINT
+    diagnosis.parent_run_id = parent.run_id
+    files = write(diagnosis, out_dir)
+    print(table(diagnosis), flush=True)
+    link = close_parent(parent, diagnosis, files, "FINISHED" if diagnosis.verdict != "unknown" else "FAILED")
+    log.info("results in %s", out_dir)
+    if link:
+        log.info(link)
+    return EXIT_FAILED if diagnosis.verdict == "unknown" else 0

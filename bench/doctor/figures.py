@@ -1,0 +1,77 @@
+"""The doctor's typed figures: one Rung per measurement of the ladder, one WhatIf per measured
+change, and the Diagnosis they make (doctor.json is their serialisation)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional
+
+COMPUTE, LOADER, STORAGE, FULL, ALLREDUCE = "compute", "loader", "storage", "full", "allreduce"
+RUNG_TITLES = {
+    COMPUTE: "compute ceiling (synthetic data on the device)",
+    LOADER: "input pipeline alone (no model)",
+    STORAGE: "storage alone (the files under data.root)",
+    FULL: "full training run",
+    ALLREDUCE: "all-reduce of the gradients alone",
+}
+
+
+@dataclass
+class Rung:
+    """One measurement. `images_per_second` is what this part alone can give (None: not a rate,
+    or skipped); `skipped` says why a rung did not run; `figures` holds the rest, named."""
+
+    name: str
+    images_per_second: Optional[float] = None
+    seconds: float = 0.0  # wall time the rung took, set-up included
+    skipped: str = ""
+    failed: str = ""
+    run_id: Optional[str] = None
+    figures: Dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def title(self) -> str:
+        return RUNG_TITLES.get(self.name, self.name)
+
+    @property
+    def measured(self) -> bool:
+        return not self.skipped and not self.failed
+
+
+@dataclass
+class WhatIf:
+    """A change measured as a full training run (or, for the loader's changes, the loader alone),
+    against the rung it changes: `gain` = changed / before."""
+
+    name: str  # e.g. "data.num_workers=2"
+    overrides: List[str]
+    rung: str  # the rung it is compared with (FULL, LOADER, COMPUTE)
+    before: Optional[float] = None
+    images_per_second: Optional[float] = None
+    skipped: str = ""
+    failed: str = ""
+    run_id: Optional[str] = None
+
+    @property
+    def gain(self) -> Optional[float]:
+        if self.before and self.images_per_second is not None:
+            return self.images_per_second / self.before
+        return None
+
+
+@dataclass
+class Diagnosis:
+    verdict: str  # input-bound, storage-bound, compute-bound, communication-bound, contended, unknown
+    sentence: str
+    rungs: List[Rung]
+    what_ifs: List[WhatIf] = field(default_factory=list)
+    budget_s: float = 0.0
+    elapsed_s: float = 0.0
+    overrides: List[str] = field(default_factory=list)
+    parent_run_id: Optional[str] = None
+
+    def rung(self, name: str) -> Optional[Rung]:
+        return next((r for r in self.rungs if r.name == name), None)
+
+    def to_json(self) -> Dict[str, Any]:
+        return asdict(self)

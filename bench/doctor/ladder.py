@@ -1,0 +1,127 @@
+"""The ladder, in order and within the budget: compute ceiling, loader alone, storage alone, full
+run, all-reduce; the verdict; then the what-ifs while the budget lasts. Every rung that fails says
+why in its row and the ladder goes on: a diagnosis with a missing rung beats none."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence
+
+from bench.config import BenchConfig
+from bench.doctor.figures import COMPUTE, FULL, LOADER, Diagnosis, Rung, WhatIf
+from bench.doctor.training import TrainingRuns, synthetic_twin
+from bench.doctor.verdict import diagnose
+from bench.errors import BenchError
+
+log = logging.getLogger("bench.doctor")
+
+# shares of the budget: each rung's measured window (set-up and warm-up come on top)
+WINDOW_SHARE = {COMPUTE: 0.1, LOADER: 0.06, "storage": 0.04, FULL: 0.1, "what_if": 0.06}
+MIN_WINDOW_S = 1.0
+
+
+class Budget:
+    def __init__(self, seconds: float):
+        self.seconds, self.started = seconds, time.perf_counter()
+
+    def window(self, part: str) -> float:
+        return max(MIN_WINDOW_S, self.seconds * WINDOW_SHARE[part])
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.started
+
+    def left(self) -> float:
+        return self.seconds - self.elapsed()
+
+
+def _guarded(name: str, measure: Callable[[], Rung]) -> Rung:
+    """A rung's own failure (a loader that cannot read, a process group that cannot form) is its
+    row's reason, not the doctor's end."""
+    try:
+        return measure()
+    except BenchError as exc:
+        return Rung(name=name, failed=str(exc))
+    except (OSError, RuntimeError) as exc:
+        return Rung(name=name, failed=f"{type(exc).__name__}: {exc}")
+
+
+def climb(
+    config: BenchConfig,
+    overrides: Sequence[str],
+    budget_s: float,
+    out_dir: Path,
+    runs: TrainingRuns,
+    cores: float,
+    with_what_ifs: bool,
+    on_rung: Callable[[Rung], None],
+) -> Diagnosis:
+    from bench.doctor.allreduce import allreduce_rung
+    from bench.doctor.loader import loader_rung
+    from bench.doctor.storage_read import storage_rung
+
+    budget = Budget(budget_s)
+    rungs: List[Rung] = []
+
+    def add(rung: Rung) -> Rung:
+        rungs.append(rung)
+        on_rung(rung)
+        return rung
+
+    compute = add(runs.run("1-compute", COMPUTE, synthetic_twin(overrides, config), budget.window(COMPUTE)))
+    loader = add(_guarded(LOADER, lambda: loader_rung(config, budget.window(LOADER))))
+    dataset_size = int(loader.figures.get("dataset_size") or 0)
+    add(_guarded("storage", lambda: storage_rung(config, budget.window("storage"), dataset_size)))
+    full = add(runs.run("4-full", FULL, overrides, budget.window(FULL)))
+    parameters = int(full.figures.get("parameters") or compute.figures.get("parameters") or 0)
+    step_ms: Optional[float] = full.figures.get("step_time_ms_p50")
+    add(_guarded("allreduce", lambda: allreduce_rung(config, parameters, step_ms)))
+    verdict, sentence = diagnose(rungs, cores)
+    log.info("%s", sentence)
+    what_ifs: List[WhatIf] = []
+    if with_what_ifs and full.measured:
+        what_ifs = _measure_what_ifs(config, overrides, cores, verdict, full, budget, runs, out_dir)
+    return Diagnosis(verdict, sentence, rungs, what_ifs, budget_s, budget.elapsed(), list(overrides))
+
+
+def _measure_what_ifs(
+    config: BenchConfig,
+    overrides: Sequence[str],
+    cores: float,
+    verdict: str,
+    full: Rung,
+    budget: Budget,
+    runs: TrainingRuns,
+    out_dir: Path,
+) -> List[WhatIf]:
+    from bench.doctor.what_ifs import candidates, make_shards, measure
+
+    what_ifs = candidates(config, overrides, cores, input_first=verdict in ("input-bound", "storage-bound"))
+    cost = full.seconds  # a what-if is a full run: about as long as the full rung took
+
+    def affordable() -> str:
+        left = budget.left()
+        return (
+            ""
+            if left >= cost
+            else f"not measured: {max(0.0, left):.0f} s of the budget left, a run takes ~{cost:.0f} s"
+        )
+
+    def run(what_if: WhatIf) -> None:
+        if what_if.name == "data=shards":
+            what_if.overrides, why = make_shards(config, overrides, out_dir)
+            if why:
+                what_if.skipped = why
+                return
+        job = f"what-if-{len([w for w in what_ifs if w.images_per_second or w.failed]) + 1}"
+        measured = runs.run(job, what_if.name, what_if.overrides, budget.window("what_if"))
+        what_if.images_per_second, what_if.failed, what_if.run_id = (
+            measured.images_per_second,
+            measured.failed,
+            measured.run_id,
+        )
+        log.info("what if %s: %s", what_if.name, f"{what_if.gain:.2f}x" if what_if.gain else what_if.failed)
+
+    measure(what_ifs, full.images_per_second, run, affordable)
+    return what_ifs

@@ -1,0 +1,139 @@
+"""The doctor's outputs: the table (stdout and doctor.md), the bar chart (doctor.png), one HTML
+page holding both (doctor.html) and the figures as JSON (doctor.json)."""
+
+from __future__ import annotations
+
+import html
+import json
+from pathlib import Path
+from typing import Any, Dict, List
+
+from bench.doctor.figures import COMPUTE, Diagnosis, Rung, WhatIf
+from bench.results import write_text
+
+FILES = ("doctor.md", "doctor.html", "doctor.png", "doctor.json")
+STAGES = ("read", "decode", "augment", "collate", "host_to_device")
+
+
+def _rate(value: Any) -> str:
+    return f"{value:,.0f}" if isinstance(value, (int, float)) else "-"
+
+
+def _details(rung: Rung) -> str:
+    f = rung.figures
+    if rung.skipped:
+        return f"skipped: {rung.skipped}"
+    if rung.failed:
+        return f"failed: {rung.failed}"
+    if rung.name == "loader":
+        stages = f.get("stage_cpu_ms") or {}
+        split = ", ".join(f"{s} {stages[s]:.2f}" for s in STAGES if s in stages)
+        said = f"; CPU ms/image by stage: {split}" if split else f"; {f.get('stage_note', '')}"
+        return f"{f['cpu_ms_per_image']:.2f} CPU ms/image, {f.get('workers')} workers{said}"
+    if rung.name == "storage":
+        cold, warm = f.get("cold_megabytes_per_second") or 0, f.get("warm_megabytes_per_second") or 0
+        return (
+            f"{cold:,.0f} MB/s cold, {warm:,.0f} MB/s warm ({f['cache']} used: "
+            f"{f['dataset_megabytes']:,.1f} MB in {f['dataset_files']} files), {f['threads']} threads"
+        )
+    if rung.name == "allreduce":
+        share = f.get("share_of_step")
+        return (
+            f"{f['megabytes']:,.1f} MB in {f['milliseconds']:,.1f} ms over {f['backend']} x{f['processes']}, "
+            f"{f['bus_gigabytes_per_second']:,.2f} GB/s bus"
+            + (f", {share:.0%} of a {f['step_ms']:,.1f} ms step" if share is not None else "")
+        )
+    fit = "" if f.get("fit_to_measure") in (True, None) else f"; not fit to measure: {f.get('fit_reasons')}"
+    return f"step p50 {f.get('step_time_ms_p50') or 0:,.1f} ms, data wait {f.get('data_wait_fraction') or 0:.0%}{fit}"
+
+
+def rung_rows(diagnosis: Diagnosis) -> List[List[str]]:
+    ceiling = diagnosis.rung(COMPUTE)
+    top = ceiling.images_per_second if ceiling and ceiling.images_per_second else None
+    return [
+        [
+            rung.title,
+            _rate(rung.images_per_second),
+            f"{rung.images_per_second / top:.2f}" if top and rung.images_per_second else "-",
+            _details(rung),
+        ]
+        for rung in diagnosis.rungs
+    ]
+
+
+def what_if_rows(what_ifs: List[WhatIf]) -> List[List[str]]:
+    return [
+        [
+            w.name,
+            _rate(w.images_per_second),
+            f"{w.gain:.2f}x" if w.gain else "-",
+            w.skipped or (f"failed: {w.failed}" if w.failed else "measured as the full run"),
+        ]
+        for w in what_ifs
+    ]
+
+
+def _markdown(headers: List[str], rows: List[List[str]]) -> str:
+    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
+    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+RUNG_HEADERS = ["rung", "img/s", "of ceiling", "figures"]
+WHAT_IF_HEADERS = ["what if", "img/s", "gain", "note"]
+
+
+def table(diagnosis: Diagnosis) -> str:
+    text = [f"verdict: {diagnosis.sentence}", "", _markdown(RUNG_HEADERS, rung_rows(diagnosis))]
+    if diagnosis.what_ifs:
+        text += ["", _markdown(WHAT_IF_HEADERS, what_if_rows(diagnosis.what_ifs))]
+    return "\n".join(text)
+
+
+def bar_chart(diagnosis: Diagnosis, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    bars = [(r.title, r.images_per_second) for r in diagnosis.rungs if r.images_per_second]
+    bars += [(f"what if {w.name}", w.images_per_second) for w in diagnosis.what_ifs if w.images_per_second]
+    figure, axes = plt.subplots(figsize=(9, 0.5 * len(bars) + 1.5))
+    names = [name for name, _ in bars][::-1]
+    values = [value for _, value in bars][::-1]
+    colours = ["tab:orange" if n.startswith("what if") else "tab:blue" for n in names]
+    axes.barh(names, values, color=colours)
+    for y, value in enumerate(values):
+        axes.text(value, y, f" {value:,.0f}", va="center")
+    axes.set_xlabel("images/s")
+    axes.set_title(diagnosis.sentence[:110] + ("..." if len(diagnosis.sentence) > 110 else ""), fontsize=9)
+    figure.tight_layout()
+    figure.savefig(path, dpi=100)
+    plt.close(figure)
+
+
+def _html_table(headers: List[str], rows: List[List[str]]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def write(diagnosis: Diagnosis, out_dir: Path) -> List[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    bar_chart(diagnosis, out_dir / "doctor.png")
+    write_text(out_dir / "doctor.md", table(diagnosis) + "\n")
+    what_ifs = _html_table(WHAT_IF_HEADERS, what_if_rows(diagnosis.what_ifs)) if diagnosis.what_ifs else ""
+    page = (
+        "<!doctype html><html><head><meta charset='utf-8'><title>bench doctor</title>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:4px 8px}"
+        "table{border-collapse:collapse;margin:1em 0}</style></head><body>"
+        f"<h1>bench doctor</h1><p id='verdict'><b>{html.escape(diagnosis.sentence)}</b></p>"
+        f"<p>overrides: <code>{html.escape(' '.join(diagnosis.overrides) or '(the defaults)')}</code>; "
+        f"{diagnosis.elapsed_s:.0f} s of a {diagnosis.budget_s:.0f} s budget</p>"
+        f"<img src='doctor.png' alt='images/s of each rung and what-if'>"
+        f"{_html_table(RUNG_HEADERS, rung_rows(diagnosis))}{what_ifs}</body></html>\n"
+    )
+    write_text(out_dir / "doctor.html", page)
+    data: Dict[str, Any] = diagnosis.to_json()
+    write_text(out_dir / "doctor.json", json.dumps(data, indent=2, default=str) + "\n")
+    return [out_dir / name for name in FILES]

@@ -1,0 +1,114 @@
+"""The ladder's training rungs (the compute ceiling, the full run, the what-ifs measured as runs):
+`python -m bench`'s own run (bench.app.run), in this process, for a window of a few seconds, as a
+child MLflow run of the doctor's parent run. Its figures are read back from its files."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import time
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+from bench.config import BenchConfig, compose
+from bench.doctor.figures import Rung
+from bench.errors import BenchError
+
+log = logging.getLogger("bench.doctor")
+
+# What a rung of the ladder leaves out of the user's run: it measures speed, briefly. Epochs are
+# many so that the window's clock (benchmark.measure_seconds), not the epoch count, ends the run.
+BRIEF = (
+    "train.epochs=100000",
+    "train.eval_every=0",
+    "train.target_accuracy=null",
+    "train.resume=null",
+    "train.mlperf_log=false",
+    "checkpoint.every_epochs=0",
+    "benchmark.repeats=1",
+    "benchmark.measure_steps=null",
+    "benchmark.progress=false",
+    "benchmark.find_max_batch=false",
+    "benchmark.breakdown=false",
+    "benchmark.require_fit=false",
+    "profile.enabled=false",
+)
+
+
+def brief(config: BenchConfig, window_s: float) -> List[str]:
+    warmup = max(1, min(config.benchmark.warmup_steps, 5))
+    return [*BRIEF, f"benchmark.measure_seconds={window_s:.3g}", f"benchmark.warmup_steps={warmup}"]
+
+
+def synthetic_twin(overrides: Sequence[str], config: BenchConfig) -> List[str]:
+    """The same model, batch, image size and precision on synthetic data made on the device."""
+    kept = [o for o in overrides if not o.lstrip("+~").startswith(("data=", "data."))]
+    data = config.data
+    return [
+        *kept,
+        "data=synthetic",
+        f"data.batch_size={data.batch_size}",
+        f"data.image_size={data.image_size}",
+        f"data.num_classes={data.num_classes}",
+    ]
+
+
+class TrainingRuns:
+    """Runs of the training scenario for the doctor: each in `out_dir/<job>`, each a child of
+    `parent_run_id` (None: tracked alone, or not at all with tracking.enabled=false)."""
+
+    def __init__(self, out_dir: Path, launch_dir: Path, parent_run_id: Optional[str]):
+        self.out_dir, self.launch_dir, self.parent_run_id = out_dir, launch_dir, parent_run_id
+
+    def run(self, job: str, name: str, overrides: Sequence[str], window_s: float) -> Rung:
+        from bench.app import run as run_bench
+        from bench.train.report import TrainReport
+
+        started = time.perf_counter()
+        rung = Rung(name=name)
+        try:
+            config = compose(*overrides, *brief(compose(*overrides), window_s))
+        except BenchError as exc:
+            rung.failed = str(exc)
+            return rung
+        job_dir = self.out_dir / job
+        job_dir.mkdir(parents=True, exist_ok=True)
+        sweep_job = {"parent_run_id": self.parent_run_id, "job": job, "dir": str(self.out_dir), "tracking_down": None}
+        log.info("%s: %s", job, " ".join(overrides) or "(the defaults)")
+        # the run's final line and log go to its directory: the doctor's stdout is its table
+        with (job_dir / "stdout.txt").open("w") as out, contextlib.redirect_stdout(out):
+            code = run_bench(config, job_dir, self.launch_dir, list(overrides), sweep_job)
+        rung.seconds = time.perf_counter() - started
+        if code or not (job_dir / "run_summary.json").is_file():
+            rung.failed = _failure(job_dir, code)
+            return rung
+        record = TrainReport.from_files(job_dir).record
+        rung.images_per_second = record.images_per_second
+        rung.run_id = _run_id(job_dir)
+        rung.figures = {
+            "step_time_ms_p50": record.step_time_ms_p50,
+            "data_wait_fraction": record.data_wait_fraction,
+            "measured_steps": record.measured_steps,
+            "batch_size": record.batch_size,
+            "world_size": record.world_size,
+            "parameters": record.parameters,
+            "precision": record.precision,
+            "channels_last": record.channels_last,
+            "device": record.device,
+            "fit_to_measure": record.fit_to_measure,
+            "fit_reasons": record.fit_reasons,
+        }
+        return rung
+
+
+def _failure(job_dir: Path, code: int) -> str:
+    error = job_dir / "error.txt"
+    if error.is_file():
+        return error.read_text().strip()
+    return f"the run exited {code}; see {job_dir}"
+
+
+def _run_id(job_dir: Path) -> Optional[str]:
+    from bench.results import read_summary
+
+    return read_summary(job_dir).get("mlflow_run_id")

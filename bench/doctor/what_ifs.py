@@ -1,0 +1,89 @@
+"""What-ifs the doctor measures, not guesses: each a change to the user's overrides, run as the
+full training run for a short window, its images/s against the full run's (its gain). On the
+input side: as many loader workers as usable cores, shards instead of a JPEG folder (made from a
+sample of it); on the compute side: channels_last, bf16, twice the batch. The side the verdict
+points at goes first, and the budget decides how many run."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Callable, List, Optional, Sequence
+
+from bench.config import BenchConfig
+from bench.doctor.figures import FULL, WhatIf
+
+SHARD_SAMPLE = 1024  # images of a JPEG folder made into shards for the shards what-if
+
+
+def replace(overrides: Sequence[str], key: str, value: str) -> List[str]:
+    """`overrides` with every override of `key` dropped and `key=value` appended."""
+    kept = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != key]
+    return [*kept, f"{key}={value}"]
+
+
+def candidates(config: BenchConfig, overrides: Sequence[str], cores: float, input_first: bool) -> List[WhatIf]:
+    from bench.data.loader import resolve_workers
+
+    data, precision = config.data, config.precision
+    inputs: List[WhatIf] = []
+    if not data.synthetic:
+        workers = max(1, int(cores))
+        if resolve_workers(data) < workers:
+            inputs.append(
+                WhatIf(f"data.num_workers={workers}", replace(overrides, "data.num_workers", str(workers)), FULL)
+            )
+        if data.name == "imagefolder":
+            inputs.append(WhatIf("data=shards", [], FULL))  # its overrides are known once the shards are made
+    compute: List[WhatIf] = []
+    if not precision.channels_last:
+        compute.append(WhatIf("channels_last", replace(overrides, "precision.channels_last", "true"), FULL))
+    if precision.autocast_dtype is None:
+        compute.append(WhatIf("precision=bf16", replace(overrides, "precision", "bf16"), FULL))
+    doubled = data.batch_size * 2
+    compute.append(WhatIf(f"data.batch_size={doubled}", replace(overrides, "data.batch_size", str(doubled)), FULL))
+    return inputs + compute if input_first else compute + inputs
+
+
+def make_shards(config: BenchConfig, overrides: Sequence[str], out_dir: Path) -> tuple[List[str], str]:
+    """(the overrides reading shards made from a sample of the JPEG folder, "") or ([], why not)."""
+    from bench.data.layout import imagefolder_base, scan_image_folder
+    from bench.data.prepare import prepare
+    from bench.errors import BenchError
+    from bench.iobench.freespace import shortfall
+
+    data = config.data
+    classes, paths, labels = scan_image_folder(imagefolder_base(data.dataset_root, data.split))
+    step = max(1, len(paths) // SHARD_SAMPLE)
+    sample = list(zip(paths, labels, strict=True))[::step][:SHARD_SAMPLE]
+    size = max(data.image_size, round(data.image_size * 256 / 224))  # the short side a crop is taken from
+    source, shards = out_dir / "shards-source", out_dir / "shards"
+    need = len(sample) * size * size * 3 // 4 + (1 << 20)  # at most a quarter of raw pixels a JPEG
+    problem = shortfall("the shards what-if", need, out_dir)
+    if problem:
+        return [], problem
+    for path, label in sample:  # links, not copies: the sample costs no space
+        folder = source / "train" / classes[label]
+        folder.mkdir(parents=True, exist_ok=True)
+        link = folder / os.path.basename(path)
+        if not link.exists():
+            link.symlink_to(os.path.abspath(path))
+    try:
+        prepare(str(source), str(shards), size=size, shard_size=max(64, len(sample) // 8), progress=False)
+    except BenchError as exc:
+        return [], f"could not make shards: {exc}"
+    made = replace(replace(overrides, "data", "shards"), "data.root", str(shards))
+    return made, ""
+
+
+def measure(
+    what_ifs: List[WhatIf], full_rate: Optional[float], run: Callable[[WhatIf], None], affordable: Callable[[], str]
+) -> None:
+    """Run each what-if (`run` sets its figures) while `affordable()` says nothing against it."""
+    for what_if in what_ifs:
+        what_if.before = full_rate
+        reason = affordable()
+        if reason:
+            what_if.skipped = reason
+            continue
+        run(what_if)

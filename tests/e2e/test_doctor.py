@@ -1,0 +1,125 @@
+"""`python -m bench.doctor` (issue 20, part 3) as real processes on the CPU: a JPEG folder read with
+data.num_workers=0 is input-bound with decode the costliest stage; synthetic data with a small model
+is compute-bound, its what-ifs measured as runs; every rung a child of one MLflow parent run; the
+page opens in a real browser; the DDP rung all-reduces over gloo between two real processes."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+from mlflow import MlflowClient
+
+from bench.data.sample_images import write_image_folder
+
+RUNGS = ["compute", "loader", "storage", "full", "allreduce"]
+# a model far faster than photo-sized JPEGs decode: 8 px images through bench's 4-layer CNN
+FAST_MODEL = ["allow_cpu=true", "model=small_cnn", "data.image_size=8", "data.batch_size=64"]
+
+
+@dataclass
+class Doctored:
+    proc: object
+    out: Path
+    uri: str
+    report: dict
+
+
+@pytest.fixture(scope="module")
+def jpeg_folder_doctored(bench_at, tmp_path_factory) -> Doctored:
+    root = tmp_path_factory.mktemp("doctor-jpegs")
+    write_image_folder(str(root / "photos" / "train"), 64, 4)  # 500x375, compressed like photographs
+    bench = bench_at(root)
+    out = root / "doctor"
+    proc = bench.run(*FAST_MODEL, "data=imagefolder", f"data.root={root / 'photos'}", "data.num_workers=0",
+                     "data.num_classes=4", "doctor.budget_s=20", "doctor.what_ifs=false", f"doctor.out={out}",
+                     module="bench.doctor", env=bench.env(bench.uri))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return Doctored(proc, out, bench.uri, json.loads((out / "doctor.json").read_text()))
+
+
+def test_a_jpeg_folder_without_workers_is_input_bound_with_decode_on_top(jpeg_folder_doctored):
+    report, stdout = jpeg_folder_doctored.report, jpeg_folder_doctored.proc.stdout
+    assert report["verdict"] == "input-bound", report["sentence"]
+    assert stdout.startswith(f"verdict: {report['sentence']}")
+    assert "decode is" in report["sentence"] and "of the loader's CPU time" in report["sentence"]
+    loader = next(r for r in report["rungs"] if r["name"] == "loader")
+    stages = loader["figures"]["stage_cpu_ms"]
+    assert set(stages) == {"read", "decode", "augment", "collate", "host_to_device"}
+    assert max(stages, key=stages.get) == "decode"
+    assert loader["figures"]["workers"] == 0 and loader["images_per_second"] > 0
+    storage = next(r for r in report["rungs"] if r["name"] == "storage")
+    assert storage["figures"]["dataset_files"] == 64 and storage["figures"]["cache"] in ("warm", "cold")
+    assert [r["name"] for r in report["rungs"]] == RUNGS
+    for name in RUNGS[:4]:  # each measured: a rate in the table's row
+        rung = next(r for r in report["rungs"] if r["name"] == name)
+        assert rung["images_per_second"] > 0 and f"{rung['images_per_second']:,.0f}" in stdout
+    assert "skipped: one process: DDP has nothing to all-reduce" in stdout
+    assert {p.name for p in jpeg_folder_doctored.out.iterdir()} >= {"doctor.md", "doctor.html", "doctor.png",
+                                                                     "doctor.json", "1-compute", "4-full"}
+
+
+def test_every_rung_is_a_child_of_one_mlflow_parent_run(jpeg_folder_doctored):
+    client = MlflowClient(tracking_uri=jpeg_folder_doctored.uri)
+    runs = client.search_runs([e.experiment_id for e in client.search_experiments()])
+    parents = [r for r in runs if r.data.tags.get("doctor") == "parent"]
+    assert len(parents) == 1
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.tags["doctor.verdict"] == "input-bound"
+    assert parent.data.tags["doctor.sentence"] == jpeg_folder_doctored.report["sentence"]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    assert sorted(c.data.tags["doctor.rung"] for c in children) == sorted(RUNGS)
+    by_rung = {c.data.tags["doctor.rung"]: c for c in children}
+    for name in RUNGS[:4]:
+        rung = next(r for r in jpeg_folder_doctored.report["rungs"] if r["name"] == name)
+        assert by_rung[name].data.metrics["images_per_second"] == pytest.approx(rung["images_per_second"])
+        assert parent.data.metrics[f"{name}_images_per_second"] == pytest.approx(rung["images_per_second"])
+    assert by_rung["allreduce"].data.tags["doctor.skipped"] == "one process: DDP has nothing to all-reduce"
+    logged = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id)}
+    assert logged >= {"doctor.md", "doctor.html", "doctor.png", "doctor.json"}
+
+
+def test_the_doctor_page_opens_in_a_real_browser(jpeg_folder_doctored, browser):
+    """Issue 20, part 4: doctor.html in headless Chromium: no console error, the chart decoded, the
+    table holding each measured rung's images/s."""
+    page = browser.open(jpeg_folder_doctored.out / "doctor.html")
+    assert page.console_errors == []
+    assert len(page.images) == 1 and all(loaded and width > 100 for loaded, width, _ in page.images), page.images
+    for rung in jpeg_folder_doctored.report["rungs"]:
+        if rung["images_per_second"]:
+            assert f"{rung['images_per_second']:,.0f}" in page.cells, (rung, page.cells)
+
+
+def test_synthetic_data_with_a_small_model_is_compute_bound_and_its_what_ifs_are_measured(bench, tmp_path):
+    out = tmp_path / "doctor"
+    proc = bench.run(*FAST_MODEL, "data.num_classes=10", "tracking.enabled=false", "doctor.budget_s=40",
+                     f"doctor.out={out}", module="bench.doctor")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "doctor.json").read_text())
+    assert report["verdict"] == "compute-bound", report["sentence"]
+    assert "the data is synthetic (no input pipeline)" in report["sentence"]
+    skipped = {r["name"]: r["skipped"] for r in report["rungs"] if r["skipped"]}
+    assert set(skipped) == {"loader", "storage", "allreduce"}
+    what_ifs = {w["name"]: w for w in report["what_ifs"]}
+    assert list(what_ifs) == ["channels_last", "precision=bf16", "data.batch_size=128"]  # compute side only
+    first = what_ifs["channels_last"]  # the ladder leaves budget for at least the first
+    assert first["images_per_second"] > 0 and first["before"] > 0 and not first["failed"]
+    for what_if in what_ifs.values():
+        assert what_if["images_per_second"] or what_if["skipped"].startswith("not measured: "), what_if
+    assert "| channels_last |" in proc.stdout and not (tmp_path / "mlflow.db").exists()
+
+
+def test_the_ddp_rung_all_reduces_the_gradient_size_between_real_processes():
+    from bench.config import compose
+    from bench.doctor.allreduce import allreduce_rung
+
+    config = compose("allow_cpu=true", "distributed=ddp", "distributed.nproc_per_node=2")
+    rung = allreduce_rung(config, parameters=1_000_000, step_ms=100.0)
+    assert rung.measured, rung
+    figures = rung.figures
+    assert figures["backend"] == "gloo" and figures["processes"] == 2 and figures["megabytes"] == 4.0
+    assert figures["milliseconds"] > 0 and figures["bus_gigabytes_per_second"] > 0
+    assert figures["share_of_step"] == pytest.approx(figures["milliseconds"] / 100.0)
