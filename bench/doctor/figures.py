@@ -28,6 +28,13 @@ class Rung:
     failed: str = ""
     run_id: Optional[str] = None
     figures: Dict[str, Any] = field(default_factory=dict)
+    # a training rung's own figures, typed: its step time, data-wait share, model size, and whether
+    # the machine was fit to measure during its window (bench.runtime.fitness) and why not
+    step_ms: Optional[float] = None
+    data_wait: Optional[float] = None
+    parameters: Optional[int] = None
+    fit: Optional[bool] = None
+    unfit_because: str = ""
 
     @property
     def title(self) -> str:

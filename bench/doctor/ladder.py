@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Sequence
 
 from bench.config import BenchConfig
 from bench.doctor.figures import COMPUTE, FULL, LOADER, Diagnosis, Rung, WhatIf
@@ -74,9 +74,8 @@ def climb(
     dataset_size = int(loader.figures.get("dataset_size") or 0)
     add(_guarded("storage", lambda: storage_rung(config, budget.window("storage"), dataset_size)))
     full = add(runs.run("4-full", FULL, overrides, budget.window(FULL)))
-    parameters = int(full.figures.get("parameters") or compute.figures.get("parameters") or 0)
-    step_ms: Optional[float] = full.figures.get("step_time_ms_p50")
-    add(_guarded("allreduce", lambda: allreduce_rung(config, parameters, step_ms)))
+    parameters = full.parameters or compute.parameters or 0
+    add(_guarded("allreduce", lambda: allreduce_rung(config, parameters, full.step_ms)))
     verdict, sentence = diagnose(rungs, cores)
     log.info("%s", sentence)
     what_ifs: List[WhatIf] = []

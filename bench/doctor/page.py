@@ -43,8 +43,8 @@ def _details(rung: Rung) -> str:
             f"{f['bus_gigabytes_per_second']:,.2f} GB/s bus"
             + (f", {share:.0%} of a {f['step_ms']:,.1f} ms step" if share is not None else "")
         )
-    fit = "" if f.get("fit_to_measure") in (True, None) else f"; not fit to measure: {f.get('fit_reasons')}"
-    return f"step p50 {f.get('step_time_ms_p50') or 0:,.1f} ms, data wait {f.get('data_wait_fraction') or 0:.0%}{fit}"
+    fit = f"; not fit to measure: {rung.unfit_because}" if rung.fit is False else ""
+    return f"step p50 {rung.step_ms or 0:,.1f} ms, data wait {rung.data_wait or 0:.0%}{fit}"
 
 
 def rung_rows(diagnosis: Diagnosis) -> List[List[str]]:

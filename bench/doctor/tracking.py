@@ -61,10 +61,8 @@ def log_rung(parent: Any, config: BenchConfig, rung: Rung) -> None:
     child = Tracker.start(
         parent.uri, config.tracking.experiment, f"doctor-{rung.name}", tags, parent_run_id=parent.run_id
     )
-    metrics = numbers(rung.figures)
-    if rung.images_per_second is not None:
-        metrics["images_per_second"] = rung.images_per_second
-    child.log_metrics(metrics)
+    rate = {} if rung.images_per_second is None else {"images_per_second": rung.images_per_second}
+    child.log_metrics({**numbers(rung.figures), **rate})
     child.finish("FAILED" if rung.failed else "FINISHED", error=rung.failed or None)
     rung.run_id = child.run_id
 

@@ -85,18 +85,19 @@ class TrainingRuns:
         record = TrainReport.from_files(job_dir).record
         rung.images_per_second = record.images_per_second
         rung.run_id = _run_id(job_dir)
+        rung.step_ms, rung.data_wait, rung.parameters = (
+            record.step_time_ms_p50,
+            record.data_wait_fraction,
+            record.parameters,
+        )
+        rung.fit, rung.unfit_because = record.fit_to_measure, record.fit_reasons or ""
         rung.figures = {
-            "step_time_ms_p50": record.step_time_ms_p50,
-            "data_wait_fraction": record.data_wait_fraction,
             "measured_steps": record.measured_steps,
             "batch_size": record.batch_size,
             "world_size": record.world_size,
-            "parameters": record.parameters,
             "precision": record.precision,
             "channels_last": record.channels_last,
             "device": record.device,
-            "fit_to_measure": record.fit_to_measure,
-            "fit_reasons": record.fit_reasons,
         }
         return rung
 

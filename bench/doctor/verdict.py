@@ -45,9 +45,9 @@ def _stage(by_name: Dict[str, Rung]) -> str:
 def diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
     """(verdict, sentence); the sentence says so when a training rung was not fit to measure."""
     verdict, sentence = _diagnose(rungs, cores)
-    unfit = [r for r in rungs if r.measured and r.figures.get("fit_to_measure") is False]
+    unfit = [r for r in rungs if r.measured and r.fit is False]
     if unfit:
-        sentence += f" (measured on a busy machine: {unfit[0].title}: {unfit[0].figures.get('fit_reasons')})"
+        sentence += f" (measured on a busy machine: {unfit[0].title}: {unfit[0].unfit_because})"
     return verdict, sentence
 
 
@@ -77,7 +77,7 @@ def _diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
             f"input-bound: the loader gives {inputs[LOADER]:,.0f} img/s, "
             f"the model could take {c:,.0f}{_stage(by_name)}",
         )
-    wait = by_name[FULL].figures.get("data_wait_fraction") or 0.0
+    wait = by_name[FULL].data_wait or 0.0
     if LOADER in inputs and wait >= WAIT_SHARE:
         loader = by_name[LOADER]
         how = (

@@ -15,12 +15,12 @@ STAGES = {"read": 0.02, "decode": 0.54, "augment": 0.03, "collate": 0.0, "host_t
 
 
 def ladder(compute=1000.0, loader=None, storage=None, full=950.0, wait=0.0, workers=2, allreduce=None, fit=True):
-    rungs = [Rung(COMPUTE, compute, figures={"fit_to_measure": fit, "fit_reasons": "" if fit else "a CPU hog"})]
+    rungs = [Rung(COMPUTE, compute, fit=fit, unfit_because="" if fit else "a CPU hog")]
     rungs.append(Rung(LOADER, loader, figures={"stage_cpu_ms": STAGES, "workers": workers}) if loader
                  else Rung(LOADER, skipped="synthetic"))
     rungs.append(Rung(STORAGE, storage, figures={"megabytes_per_second": 12.5, "cache": "cold"}) if storage
                  else Rung(STORAGE, skipped="synthetic"))
-    rungs.append(Rung(FULL, full, figures={"data_wait_fraction": wait, "fit_to_measure": True}))
+    rungs.append(Rung(FULL, full, data_wait=wait, fit=True))
     rungs.append(Rung(ALLREDUCE, figures=allreduce) if allreduce else Rung(ALLREDUCE, skipped="one process"))
     return rungs
 
