@@ -34,7 +34,7 @@ def jpeg_folder_doctored(bench_at, tmp_path_factory) -> Doctored:
     bench = bench_at(root)
     out = root / "doctor"
     proc = bench.run(*FAST_MODEL, "data=imagefolder", f"data.root={root / 'photos'}", "data.num_workers=0",
-                     "data.num_classes=4", "doctor.budget_s=20", "doctor.what_ifs=false", f"doctor.out={out}",
+                     "data.num_classes=4", "doctor.budget_s=12", "doctor.what_ifs=false", f"doctor.out={out}",
                      module="bench.doctor", env=bench.env(bench.uri))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return Doctored(proc, out, bench.uri, json.loads((out / "doctor.json").read_text()))
