@@ -21,7 +21,7 @@ import psutil
 
 from bench.config.storage import ReadMode, StorageWorkloadConfig
 from bench.iobench.fetch import Fetcher
-from bench.iobench.formats.base import FileSpec
+from bench.iobench.formats.base import FileSpec, Unchecked
 from bench.iobench.formats.registry import format_for
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.order import file_order, sample_order
@@ -62,7 +62,7 @@ class _Loop:
         heartbeat: Optional[Callable[[], None]],
     ):
         self.workload, self.client, self.run, self.periodic, self.heartbeat = workload, client, run, periodic, heartbeat
-        fmt = format_for(workload.format)
+        fmt = format_for(workload.format) if workload.verify_records else Unchecked(format_for(workload.format))
         self.source = Source(lambda: Fetcher(store, fmt, workload.transfer_size, workload.jpeg_decode))
         self.step = 0
         self.result = ReaderResult(client, [], host=socket.gethostname())
