@@ -83,7 +83,7 @@ class StorageWorkloadConfig(Checks):
     transfer_size: Optional[int] = None  # bytes per read call into a reused buffer; null: one record
     jpeg_decode: bool = False  # format=jpeg: decode every image (simplejpeg), as a loader would
     # check every record read as its loader would (TFRecord's two CRC-32Cs, npz and hdf5 layouts, JPEG
-    # headers); false: the lengths only, a read ceiling without the checks' CPU (not an MLPerf result)
+    # markers); false: the lengths only, a read ceiling without the checks' CPU (not an MLPerf result)
     verify_records: bool = True
     batch_size: int = 4  # samples per step of one simulated accelerator
     read_threads: int = 4  # reader threads per simulated accelerator
