@@ -82,6 +82,9 @@ class StorageWorkloadConfig(Checks):
     read_mode: ReadMode = ReadMode.whole_file
     transfer_size: Optional[int] = None  # bytes per read call into a reused buffer; null: one record
     jpeg_decode: bool = False  # format=jpeg: decode every image (simplejpeg), as a loader would
+    # check every record read as its loader would (TFRecord's two CRC-32Cs, npz and hdf5 layouts, JPEG
+    # markers); false: the lengths only, a read ceiling without the checks' CPU (not an MLPerf result)
+    verify_records: bool = True
     batch_size: int = 4  # samples per step of one simulated accelerator
     read_threads: int = 4  # reader threads per simulated accelerator
     prefetch: int = 2  # batches read ahead of the emulated compute
@@ -134,6 +137,8 @@ class StorageWorkloadConfig(Checks):
         self.shuffle = self._shuffle_mode().value
         if self.format == RecordFormat.jpeg and self.samples_per_file != 1:
             self._fail("samples_per_file", "1 with format=jpeg (one image per file)")
+        if self.jpeg_decode and not self.verify_records:
+            self._fail("jpeg_decode", "false with verify_records=false (decoding an image checks it)")
         if (self.checkpoint_only or self.checkpoint_every_steps) and not self.checkpoint_size_mb:
             self._fail("checkpoint_size_mb", "a size > 0 with checkpoint_only or checkpoint_every_steps")
 

@@ -20,7 +20,7 @@ import os
 from collections import OrderedDict
 from typing import Optional, Tuple
 
-from bench.iobench.formats.base import FileSpec, Format, StreamCheck
+from bench.iobench.formats.base import FileSpec, Format, LengthCheck, StreamCheck
 from bench.storage.base import ObjectStore
 
 OPEN_FILES = 64  # per reader thread, sample-level reads: descriptors kept open, least recently used closed
@@ -53,16 +53,22 @@ class Fetcher:
         return self.fmt.check_file(data, spec, self.decode), len(data)
 
     def _stream(self, fd: int, size: int, chunk: int, stream: StreamCheck) -> int:
-        """Feed the file to `stream` through one reused piece-sized buffer; returns the bytes read."""
+        """Feed the file to `stream` through one reused piece-sized buffer; returns the bytes read.
+        A LengthCheck needs the count only: it is told it once, at the end, not fed every piece."""
         if len(self._piece) < chunk:
             self._piece = memoryview(mmap.mmap(-1, chunk))
-        piece, got = self._piece[:chunk], 0
+        piece = self._piece[:chunk]
+        pieces, got, preadv = [piece], 0, os.preadv
+        feed = None if isinstance(stream, LengthCheck) else stream.feed
         while got < size:
-            n = os.preadv(fd, [piece], got)
+            n = preadv(fd, pieces, got)
             if n == 0:
                 break
-            stream.feed(piece[:n])
+            if feed is not None:
+                feed(piece if n == chunk else piece[:n])
             got += n
+        if isinstance(stream, LengthCheck):
+            stream.got += got
         return got
 
     def sample(self, spec: FileSpec, index: int) -> int:

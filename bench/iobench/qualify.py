@@ -81,6 +81,8 @@ def qualification(
             if au is not None
             else "AU: no step after the first of an epoch was measured"
         )
+    if not workload.verify_records:
+        why.append("verify_records=false: records read but not checked as their loader would check them")
     if workload.max_steps is not None:
         why.append("storage.workload.max_steps cuts the epochs short")
     if storage.runs < MEASURED_RUNS or storage.warmup_runs < WARMUP_RUNS:

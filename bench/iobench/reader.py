@@ -17,11 +17,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, List, Optional, Sequence
 
-import psutil
-
 from bench.config.storage import ReadMode, StorageWorkloadConfig
 from bench.iobench.fetch import Fetcher
-from bench.iobench.formats.base import FileSpec
+from bench.iobench.formats.base import FileSpec, Unchecked
 from bench.iobench.formats.registry import format_for
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.order import file_order, sample_order
@@ -62,12 +60,11 @@ class _Loop:
         heartbeat: Optional[Callable[[], None]],
     ):
         self.workload, self.client, self.run, self.periodic, self.heartbeat = workload, client, run, periodic, heartbeat
-        fmt = format_for(workload.format)
+        fmt = format_for(workload.format) if workload.verify_records else Unchecked(format_for(workload.format))
         self.source = Source(lambda: Fetcher(store, fmt, workload.transfer_size, workload.jpeg_decode))
         self.step = 0
         self.result = ReaderResult(client, [], host=socket.gethostname())
         self.requests: List[Request] = []
-        self._me = psutil.Process()
         self._cpu_at_start = 0.0
 
     def _pipeline(
@@ -118,7 +115,7 @@ class _Loop:
                     self.heartbeat()
                 if self.step == 1:  # warm-up: the strict window opens when the run's first step ends
                     self.result.window_start = epoch_clock = ended
-                    self._cpu_at_start = _cpu_seconds(self._me)
+                    self._cpu_at_start = time.process_time()
                 else:
                     stats.steps += 1
                     stats.samples += batch.samples
@@ -160,7 +157,7 @@ class _Loop:
 
     def finish(self) -> ReaderResult:
         result = self.result
-        result.cpu_s = _cpu_seconds(self._me) - self._cpu_at_start
+        result.cpu_s = time.process_time() - self._cpu_at_start
         # the measured window's requests: those a step after the warm-up one consumed, each once
         result.requests = [r for r in self.requests if r.step >= 2]
         self.source.close()
@@ -195,8 +192,3 @@ def run_reader(
     finally:
         result = loop.finish()
     return result
-
-
-def _cpu_seconds(process: psutil.Process) -> float:
-    times = process.cpu_times()
-    return times.user + times.system

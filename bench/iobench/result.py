@@ -112,6 +112,7 @@ class StorageMetrics(Record):
     accelerators: int
     hosts: int
     format: str
+    verify_records: bool = True  # false: a read ceiling, the records' checks (and their CPU) left out
     read_mode: str
     shuffle: str
     num_files: int

@@ -101,6 +101,7 @@ def build_report(
         accelerators=clients,
         hosts=hosts,
         format=str(workload.format),
+        verify_records=workload.verify_records,
         read_mode=str(workload.read_mode),
         shuffle=str(workload.shuffle),
         num_files=len(prepared.files),

@@ -87,3 +87,30 @@ class Format:
     def expect_size(data: memoryview, spec: FileSpec, size: int) -> None:
         if len(data) != size:
             raise CorruptFile(f"{spec.key}: read {len(data)} bytes, expected {size}")
+
+
+class Unchecked(Format):
+    """storage.workload.verify_records=false: `fmt`'s files read as they are laid out, with only
+    their lengths checked (a whole file's size, a sample's read): no framing, checksum or decode.
+    What the reads cost without what checking them costs (TFRecord's CRC-32C of every byte)."""
+
+    def __init__(self, fmt: Format):
+        self.fmt, self.name, self.extension = fmt, fmt.name, fmt.extension
+
+    def stream(self, spec: FileSpec, decode: bool = False) -> Optional[StreamCheck]:
+        return LengthCheck(spec, spec.size)
+
+    def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
+        return self.fmt.encode(spec, payload)
+
+    def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
+        self.expect_size(data, spec, spec.size)
+        return spec.samples
+
+    def sample_span(self, spec: FileSpec, sample: int) -> Tuple[int, int]:
+        return self.fmt.sample_span(spec, sample)
+
+    def check_sample(self, data: memoryview, spec: FileSpec, decode: bool = False) -> None:
+        length = self.fmt.sample_span(spec, 0)[1]  # every format's samples read alike within a file
+        if len(data) != length:
+            raise CorruptFile(f"{spec.key}: read {len(data)} bytes of a sample, expected {length}")

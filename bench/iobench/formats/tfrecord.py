@@ -10,6 +10,7 @@ buffer); without it, a table-driven fallback (correct, slow).
 from __future__ import annotations
 
 import struct
+from functools import lru_cache
 from typing import Callable, List, Optional, Tuple
 
 from bench.iobench.formats.base import CorruptFile, FileSpec, Format, StreamCheck
@@ -65,12 +66,19 @@ def frame(record: bytes | memoryview) -> bytes:
     return length + _CRC.pack(masked_crc(length)) + bytes(record) + _CRC.pack(masked_crc(record))
 
 
+@lru_cache(maxsize=4096)
+def length_crc(length: int) -> int:
+    """The masked CRC-32C of a record's 8-byte length field: a function of the length alone, so a
+    file's records (all of one size) have it computed once, not once per record."""
+    return masked_crc(struct.pack("<Q", length))
+
+
 def read_frame(data: memoryview, at: int, key: str) -> Tuple[memoryview, int]:
     """The record framed at `at` and where the next frame starts; raises CorruptFile."""
     if at + HEADER > len(data):
         raise CorruptFile(f"{key}: a record header cut short at byte {at}")
-    length, length_crc = _LENGTH.unpack_from(data, at)
-    if masked_crc(data[at : at + 8]) != length_crc:
+    length, stored = _LENGTH.unpack_from(data, at)
+    if length_crc(length) != stored:
         raise CorruptFile(f"{key}: bad length checksum of the record at byte {at}")
     end = at + HEADER + length
     if end + FOOTER > len(data):
@@ -83,51 +91,63 @@ def read_frame(data: memoryview, at: int, key: str) -> Tuple[memoryview, int]:
 
 class FrameStream:
     """The frames of a file fed piece by piece (pieces cut anywhere, as a reader's transfer size
-    falls), both checksums verified, as TensorFlow's record reader does with its read buffer."""
+    falls), both checksums verified, as TensorFlow's record reader does with its read buffer.
+
+    The per-record Python work is what the checksums leave: a piece of one record's size holds the
+    end of one record's data, its footer, the next header and the start of its data; a header or
+    footer that lies whole in the piece is unpacked in place, and one cut by the piece's edge is
+    gathered in a small buffer (the slow path, about once in every record_size / 16 pieces)."""
 
     def __init__(self, spec: FileSpec):
         self.spec, self.records, self.offset = spec, 0, 0
-        self._head, self._foot = bytearray(), bytearray()
+        self._part = bytearray()  # a header or footer cut by a piece's edge, so far
         self._left, self._crc = -1, 0  # data bytes still to come in this record (-1: in its header)
 
     def feed(self, piece: memoryview) -> None:
         at, size = 0, len(piece)
         while at < size:
-            if self._left < 0:  # the 12-byte header
-                take = min(HEADER - len(self._head), size - at)
-                self._head += piece[at : at + take]
-                at += take
-                if len(self._head) == HEADER:
-                    self._start_record()
-            elif self._left > 0:  # data, checksummed as it passes
-                take = min(self._left, size - at)
+            left = self._left
+            if left > 0:  # data, checksummed as it passes
+                take = min(left, size - at)
                 self._crc = crc32c(piece[at : at + take], self._crc)
-                self._left -= take
+                self._left = left - take
                 at += take
-            else:  # the 4-byte footer
-                take = min(FOOTER - len(self._foot), size - at)
-                self._foot += piece[at : at + take]
-                at += take
-                if len(self._foot) == FOOTER:
-                    self._end_record()
+            elif self._part or size - at < (HEADER if left else FOOTER):  # framing cut by the edge
+                at = self._gather(piece, at, HEADER if left else FOOTER)
+            elif left:  # a whole header
+                self._start_record(*_LENGTH.unpack_from(piece, at))
+                at += HEADER
+            else:  # a whole footer
+                self._end_record(_CRC.unpack_from(piece, at)[0])
+                at += FOOTER
 
-    def _start_record(self) -> None:
-        length, length_crc = _LENGTH.unpack(self._head)
-        if masked_crc(self._head[:8]) != length_crc:
+    def _gather(self, piece: memoryview, at: int, want: int) -> int:
+        take = min(want - len(self._part), len(piece) - at)
+        self._part += piece[at : at + take]
+        if len(self._part) == want:
+            part, self._part = self._part, bytearray()
+            if want == HEADER:
+                self._start_record(*_LENGTH.unpack(part))
+            else:
+                self._end_record(_CRC.unpack(part)[0])
+        return at + take
+
+    def _start_record(self, length: int, crc: int) -> None:
+        if length_crc(length) != crc:
             raise CorruptFile(f"{self.spec.key}: bad length checksum of the record at byte {self.offset}")
         if length != self.spec.record_size:
             raise CorruptFile(f"{self.spec.key}: a record of {length} bytes, expected {self.spec.record_size}")
         self._left, self._crc = length, 0
 
-    def _end_record(self) -> None:
-        if mask(self._crc) != _CRC.unpack(self._foot)[0]:
+    def _end_record(self, crc: int) -> None:
+        if mask(self._crc) != crc:
             raise CorruptFile(f"{self.spec.key}: bad data checksum of the record at byte {self.offset}")
         self.records += 1
         self.offset += HEADER + self.spec.record_size + FOOTER
-        self._head, self._foot, self._left = bytearray(), bytearray(), -1
+        self._left = -1
 
     def finish(self) -> int:
-        if self._head or self._left >= 0:
+        if self._part or self._left >= 0:
             raise CorruptFile(f"{self.spec.key}: the record at byte {self.offset} is cut short")
         if self.records != self.spec.samples:
             raise CorruptFile(f"{self.spec.key}: {self.records} records, expected {self.spec.samples}")
