@@ -2,7 +2,10 @@
 
 - `bench`: runs `python -m bench ...` (or another module) as a real process in the test's own
   directory, whose default MLflow store is that directory's mlflow.db; reads back its final
-  line and its MLflow runs.
+  line and its MLflow runs. `bench.run` forks the process from a server that has torch, mlflow
+  and hydra imported already (tests/forked_bench.py: a fresh `python -m` in all a test can see,
+  without 4.5 CPU-seconds of imports each); `fresh=True`, or BENCH_TEST_FORK=0 for the whole
+  run, makes it a real exec. `bench.start` always execs.
 - `tiny`: the overrides of a small, fast CPU training run.
 - `compose`: the typed config `python -m bench <overrides>` would run, built in-process.
 - `datasets`: tiny real datasets written in the test (JPEG image folders, CIFAR-100 files).
@@ -31,6 +34,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
+import forked_bench
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -65,6 +69,11 @@ def pytest_configure(config):
     signal reverts to its default in the children."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def pytest_unconfigure(config):
+    """This process's fork server (tests/forked_bench.py), if it started one, ends with it."""
+    forked_bench.stop()
 
 
 # The files that take longest (real Slurm jobs, DDP, servers), started first: pytest-xdist hands a
@@ -132,9 +141,26 @@ class Bench:
         return bench_env(tracking_uri, **extra)
 
     def run(self, *args: str, module: str = "bench", env: Optional[Dict[str, str]] = None,
-            timeout: float = HANG_GUARD_S, cwd: Optional[Path] = None) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "-m", module, *args], cwd=cwd or self.cwd, env=env or bench_env(),
-                              capture_output=True, text=True, timeout=timeout)
+            timeout: float = HANG_GUARD_S, cwd: Optional[Path] = None, fresh: bool = False
+            ) -> subprocess.CompletedProcess:
+        """`python -m module args` to its end: forked from this worker's fork server where that is
+        the same as an exec (tests/forked_bench.py says when it is not), else exec'd; `fresh=True`
+        insists on the exec (a test of what only a new interpreter shows)."""
+        command, cwd, env = [sys.executable, "-m", module, *args], cwd or self.cwd, env or bench_env()
+        why = "fresh=True"
+        if not fresh:
+            server = forked_bench.server(bench_env)
+            forked = server.run(command, module, cwd, env, timeout)
+            if forked is not None:
+                return forked
+            why = server.why
+        before = os.times()
+        try:
+            return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        finally:
+            after = os.times()
+            forked_bench.log("exec", module, cwd, after.children_user + after.children_system
+                             - before.children_user - before.children_system, why)
 
     def start(self, *args: str, module: str = "bench", env: Optional[Dict[str, str]] = None,
               **popen) -> subprocess.Popen:

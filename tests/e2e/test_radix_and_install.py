@@ -64,11 +64,13 @@ def test_non_editable_install_finds_its_configs_from_another_directory(bench, re
                            cwd=elsewhere, env=env, capture_output=True, text=True, check=True)
     assert all(line.startswith(str(site)) for line in where.stdout.split())
 
-    composed = bench.run("+experiment=cpu_smoke", "--cfg", "job", env=env, cwd=elsewhere)
+    # fresh: what is tested is a new interpreter finding the installed wheel on its PYTHONPATH
+    # (the fork server would exec these anyway: PYTHONPATH differs from its own)
+    composed = bench.run("+experiment=cpu_smoke", "--cfg", "job", env=env, cwd=elsewhere, fresh=True)
     assert composed.returncode == 0, composed.stderr
     assert "arch: resnet18" in composed.stdout and "allow_cpu: true" in composed.stdout
 
     metrics = bench.metrics(bench.run("+experiment=cpu_smoke", "train.epochs=1", "train.steps_per_epoch=2",
-                                      "tracking.enabled=false", env=env, cwd=elsewhere))
+                                      "tracking.enabled=false", env=env, cwd=elsewhere, fresh=True))
     assert metrics["model"] == "resnet18" and metrics["total_images"] == 32
     assert list(elsewhere.glob("outputs/*/*/run_summary.json"))

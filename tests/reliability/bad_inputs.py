@@ -356,7 +356,9 @@ def check_bad_input(bench, places, name, module, args, code, words, *, capfd=Non
     if module == "bench" and not any(arg.startswith("hydra.run.dir=") for arg in args):
         args.append(f"hydra.run.dir={places['tmp']}/run")
     if capfd is None:
-        proc = bench.run(*args, module=module, env=bench.env(bench.uri))
+        # fresh: these rows are the proof that the real command line (a new interpreter's
+        # `python -m`) refuses in one line; the rest of the table runs in this process
+        proc = bench.run(*args, module=module, env=bench.env(bench.uri), fresh=True)
     else:
         for variable, value in bench.env(bench.uri).items():
             monkeypatch.setenv(variable, value)

@@ -1,0 +1,737 @@
+"""`Bench.run` without paying the heavy imports in every process: a fork server ("zygote").
+
+Most of a small `python -m bench ...` run is its interpreter importing torch, torchvision,
+mlflow and hydra (about 4.5 CPU-seconds; the run itself is well under one). So each pytest
+worker starts, on its first `bench.run`, one long-lived `python tests/forked_bench.py` that has
+imported those third-party libraries and nothing of bench's own (bench is imported afresh in every
+child, so nothing bench computes at import is stale) and has run no torch op (no thread pools
+exist when it forks). Each `bench.run` then sends it the command (module, arguments, working
+directory, the whole environment, and the test's stdin plus two pipe ends for stdout and stderr);
+it forks, and the child becomes `python -m <module> <args>`:
+
+- cwd, os.environ (replaced wholesale), sys.argv / sys.orig_argv / sys.path[0] as `-m` sets them,
+  a fresh `__main__` module, fds 0-2 from the test and sys.stdin/stdout/stderr rebuilt on them as
+  Python builds them (PYTHONUNBUFFERED honoured); the signal dispositions and mask of the server
+  after its imports (a fresh interpreter's, started by the test: the server sets no handler); the
+  test's CPU affinity, umask, resource limits and niceness; numpy's global RNG and
+  multiprocessing's authkey reseeded (a fresh process draws them afresh);
+- then `runpy._run_module_as_main`, what `python -m` calls: an uncaught exception is printed by
+  sys.excepthook as python prints it (the same frames) and exits 1, SystemExit as python handles
+  it (None: 0, an int, anything else printed to stderr and 1), an uncaught KeyboardInterrupt
+  ends the process by SIGINT; the interpreter then exits normally (atexit handlers, logging
+  shutdown, MLflow ending its run, flushing), none of the server's cleanup running in the child.
+
+The test side gets a real subprocess.CompletedProcess (same args list, returncode -N for a child
+killed by signal N, text decoded and newlines translated as subprocess does) or, on timeout, the
+child's whole process tree killed and subprocess.TimeoutExpired.
+
+Where a fork could differ from a fresh process, `Bench.run` execs as before:
+- `BENCH_TEST_FORK=0` in the environment turns the server off for the whole run;
+- `bench.run(..., fresh=True)`: one command that must be a real exec (see the tests that say why);
+- a module other than bench's own (bench, bench.*);
+- an environment that differs from the server's own in any variable the server's imports read
+  (recorded while it imported: MLFLOW_LOGGING_LEVEL, HOME, TMPDIR, PATH, ...) or that a C library
+  or the interpreter reads at start (OMP_*, MKL_*, TORCH*, CUDA*, NCCL_*, LD_*, PYTHON* except
+  PYTHONUNBUFFERED, MALLOC*, LC_*, ... - see UNSAFE_PREFIXES);
+- a working directory that is not a directory, a second call while one runs, a forked pytest
+  process, or a server that could not start or died (a warning says so once).
+`Bench.start` (Popen: the signal and long-running tests) is always a real exec.
+
+The server lives as long as its pytest worker: stopped at session end (pytest_unconfigure), and
+it exits by itself when its socket reaches EOF or its parent changes. Python's hash seed is the
+one thing a fork cannot redraw: every child of one server shares it (a fresh process draws its
+own); nothing in bench depends on set or dict-of-str order across processes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import sys
+
+SERVER_FILE = os.path.abspath(__file__)
+MAX_MESSAGE = 1 << 20
+
+# The heavy third-party libraries a bench run imports (and what they pull: sqlalchemy, alembic,
+# pandas, numpy, PIL...). Never bench's own modules, nor hydra_plugins (bench's launchers live there).
+PRELOAD = ("torch", "torchvision", "torchvision.models", "torchvision.transforms", "torchvision.datasets",
+           "torch.distributed", "torch.distributed.elastic.multiprocessing", "torch.distributed.launcher.api",
+           "torch.utils.data", "mlflow", "mlflow.tracking", "mlflow.store.tracking.sqlalchemy_store",
+           "hydra", "hydra.core.config_store", "hydra.core.hydra_config", "omegaconf", "numpy", "PIL.Image",
+           "hydra._internal.utils", "hydra._internal.logging_config", "hydra.experimental", "psutil", "yaml",
+           "tqdm", "filelock", "email._header_value_parser", "sqlalchemy.dialects.sqlite")
+
+# Variables read at start by the interpreter or by C/C++ libraries (OpenMP, MKL, glibc, the CUDA
+# stack, torch's C++ side): invisible to the server's record of what its imports read, so any
+# difference from the server's environment means a real exec. Conservative on purpose.
+UNSAFE_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO", "BLIS_", "VECLIB_", "NUMEXPR_",
+                   "DNNL_", "ONEDNN_", "TORCH", "PYTORCH", "ATEN_", "CAFFE2_", "CUDA", "CUBLAS", "CUDNN", "CUFFT",
+                   "CURAND", "CUSOLVER", "CUSPARSE", "NCCL_", "NVIDIA_", "NV_", "TRITON", "HIP_", "ROCM", "HSA_",
+                   "XLA_", "KINETO", "LD_", "MALLOC", "GLIBC_", "LC_", "TQDM_", "OTEL_", "XDG_")
+UNSAFE_NAMES = frozenset({"LANG", "LANGUAGE", "TZ", "HOME", "PATH", "TMPDIR", "TEMP", "TMP", "USER", "LOGNAME"})
+# read when a process starts but applied per request in the child (sys.stdout/stderr are rebuilt)
+ALLOWED = frozenset({"PYTHONUNBUFFERED"})
+
+
+def _unsafe_difference(start_env: dict, env: dict, value_keys: frozenset, presence_keys: frozenset):
+    """The first variable in which `env` differs from the server's in a way its imports or its
+    start could have seen; None when a fork is as good as an exec."""
+    for key in sorted(set(start_env) | set(env)):
+        before, after = start_env.get(key), env.get(key)
+        if before == after or key in ALLOWED:
+            continue
+        if key in value_keys or key in UNSAFE_NAMES or key.startswith(UNSAFE_PREFIXES):
+            return key
+        if key in presence_keys and (before is None) != (after is None):
+            return key
+    return None
+
+
+def _send(sock: socket.socket, message: dict, fds=()) -> None:
+    payload = json.dumps(message).encode()
+    if fds:
+        socket.send_fds(sock, [payload], list(fds))
+    else:
+        sock.sendall(payload)
+
+
+def _receive(sock: socket.socket, maxfds: int = 0):
+    """(message or None at EOF, fds)."""
+    if maxfds:
+        data, fds, _flags, _address = socket.recv_fds(sock, MAX_MESSAGE, maxfds)
+    else:
+        data, fds = sock.recv(MAX_MESSAGE), []
+    return (json.loads(data) if data else None), list(fds)
+
+
+# ---- the test side ------------------------------------------------------------------------------------
+
+
+def enabled() -> bool:
+    return os.environ.get("BENCH_TEST_FORK", "1") != "0"
+
+
+def log(how: str, module: str, cwd, cpu_s: float, why: str = "") -> None:
+    """With BENCH_TEST_FORK_LOG=<file>: a line per command (how it ran, why not forked, its CPU
+    seconds, the test) appended to that file - to see what the suite spends where."""
+    path = os.environ.get("BENCH_TEST_FORK_LOG")
+    if path:
+        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+        with open(path, "a") as out:
+            out.write(json.dumps({"how": how, "module": module, "cpu_s": round(cpu_s, 2), "why": why, "test": test,
+                                  "pid": os.getpid()}) + "\n")
+
+
+class ForkServer:
+    """One per pytest worker process: starts the server on first use; run() returns a
+    CompletedProcess, or None where the command must be a real exec (the caller then execs)."""
+
+    def __init__(self, default_env):
+        import threading
+
+        self._default_env = default_env
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+        self._proc = None
+        self._sock = None
+        self._workdir = None
+        self._start_env: dict = {}
+        self._value_keys: frozenset = frozenset()
+        self._presence_keys: frozenset = frozenset()
+        self._broken = ""
+        self.forks = 0
+        self.execs = 0
+        self.child_cpu_s = 0.0  # the forked children's CPU seconds (user + sys), as the server reaped them
+        self.why = ""  # why the last command was not forked
+
+    # -- life ----------------------------------------------------------------------------------------
+
+    def _start(self) -> None:
+        import subprocess
+        import tempfile
+
+        self._workdir = tempfile.mkdtemp(prefix="bench-forkserver-")
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self._start_env = dict(self._default_env())
+        with open(os.path.join(self._workdir, "server.log"), "wb") as log:
+            self._proc = subprocess.Popen([sys.executable, SERVER_FILE, str(theirs.fileno())], cwd=self._workdir,
+                                          env=self._start_env, stdin=subprocess.DEVNULL, stdout=log,
+                                          stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
+        theirs.close()
+        self._sock = ours
+        ours.settimeout(900)  # the server imports: seconds, a minute on a loaded machine; a hang guard
+        try:
+            ready, _ = _receive(ours)
+        except OSError as exc:
+            ready = {"error": repr(exc)}
+        ours.settimeout(None)
+        if not ready or "ready" not in ready:
+            self._fail(f"the fork server did not start: {ready and ready.get('error')}")
+            return
+        self._value_keys = frozenset(ready["value_keys"])
+        self._presence_keys = frozenset(ready["presence_keys"])
+
+    def _fail(self, why: str) -> None:
+        import warnings
+
+        if not self._broken:
+            log = os.path.join(self._workdir or "", "server.log")
+            tail = ""
+            if self._workdir and os.path.exists(log):
+                with open(log, errors="replace") as text:
+                    tail = text.read()[-3000:]
+            warnings.warn(f"{why}; bench.run execs from now on\n{tail}", RuntimeWarning, stacklevel=3)
+        self._broken = why
+        self.stop(remove=False)
+
+    def stop(self, remove: bool = True) -> None:
+        """Ends the server (EOF on its socket; killed if it lingers) and removes its directory."""
+        import shutil
+        import subprocess
+
+        if os.getpid() != self._pid:
+            return
+        if self._sock is not None:
+            self._sock.close()
+            self._sock = None
+        if self._proc is not None:
+            try:
+                self._proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+            self._proc = None
+        if remove and self._workdir:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    # -- a command -------------------------------------------------------------------------------------
+
+    def why_exec(self, module: str, cwd, env: dict) -> str:
+        """Why this command must be a real exec ("" when it can fork)."""
+        if not enabled():
+            return "BENCH_TEST_FORK=0"
+        if os.getpid() != self._pid:
+            return "a forked pytest process"
+        if module != "bench" and not module.startswith("bench."):
+            return f"module {module} is not bench's own"
+        if not os.path.isdir(cwd):
+            return f"cwd {cwd} is not a directory"
+        if not all(isinstance(key, str) and isinstance(value, str) for key, value in env.items()):
+            return "an environment entry that is not a str (subprocess refuses it)"
+        if self._broken:
+            return self._broken
+        if self._proc is not None:
+            key = _unsafe_difference(self._start_env, env, self._value_keys, self._presence_keys)
+            if key:
+                return f"{key} differs from the server's environment"
+        return ""
+
+    def run(self, args: list, module: str, cwd, env: dict, timeout: float):
+        cwd = os.fspath(cwd)
+        self.why = self.why_exec(module, cwd, env)
+        if self.why:
+            self.execs += 1
+            return None
+        if not self._lock.acquire(blocking=False):
+            self.why = "another command is running"
+            self.execs += 1
+            return None
+        try:
+            if self._proc is None:
+                self._start()
+                self.why = self._broken or self.why_exec(module, cwd, env)
+                if self.why:
+                    self.execs += 1
+                    return None
+            self.forks += 1
+            cpu = self.child_cpu_s
+            proc = self._run(args, module, cwd, env, timeout)
+            log("fork", module, cwd, self.child_cpu_s - cpu)
+            return proc
+        finally:
+            self._lock.release()
+
+    def _request(self, module: str, args: list, cwd: str, env: dict) -> dict:
+        import resource
+
+        limits = {}
+        for name in dir(resource):
+            if name.startswith("RLIMIT_"):
+                with contextlib.suppress(OSError, ValueError):
+                    limits[name] = resource.getrlimit(getattr(resource, name))
+        umask = None
+        try:
+            with open("/proc/self/status") as status:
+                umask = next((int(line.split()[1], 8) for line in status if line.startswith("Umask:")), None)
+        except OSError:
+            pass
+        return {"module": module, "args": [os.fsdecode(a) for a in args], "cwd": cwd, "env": env,
+                "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+                "umask": umask, "rlimits": limits, "nice": os.getpriority(os.PRIO_PROCESS, 0)}
+
+    def _run(self, command: list, module: str, cwd: str, env: dict, timeout: float):
+        import io
+        import selectors
+        import subprocess
+        import time
+
+        deadline = time.monotonic() + timeout if timeout is not None else None
+        request = self._request(module, command[3:], cwd, env)
+        stdin = 0
+        try:
+            os.fstat(0)
+        except OSError:
+            stdin, request["stdin_closed"] = None, True
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            _send(self._sock, request, [fd for fd in (stdin, out_w, err_w) if fd is not None])
+        except OSError as exc:
+            os.close(out_r)
+            os.close(err_r)
+            self._fail(f"the fork server is gone ({exc})")
+            return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        chunks = {out_r: [], err_r: []}
+        open_pipes = {out_r, err_r}
+        pid = status = None
+        done = False
+        try:
+            with selectors.DefaultSelector() as selector:
+                selector.register(out_r, selectors.EVENT_READ)
+                selector.register(err_r, selectors.EVENT_READ)
+                selector.register(self._sock, selectors.EVENT_READ)
+                while open_pipes or status is None:  # as communicate(): EOF on both pipes, and the exit
+                    remaining = None if deadline is None else deadline - time.monotonic()
+                    if remaining is not None and remaining <= 0:
+                        raise subprocess.TimeoutExpired(command, timeout, output=b"".join(chunks[out_r]),
+                                                        stderr=b"".join(chunks[err_r]))
+                    for key, _ in selector.select(remaining):
+                        if key.fileobj is self._sock:
+                            message, _ = _receive(self._sock)
+                            if message is None:
+                                selector.unregister(self._sock)
+                                raise RuntimeError("the fork server died while a command ran (its log: "
+                                                   f"{self._workdir}/server.log)")
+                            if "error" in message:
+                                raise RuntimeError(f"the fork server could not fork: {message['error']}")
+                            pid = message.get("pid", pid)
+                            if "status" in message:
+                                status = message["status"]
+                                self.child_cpu_s += message.get("cpu_s", 0.0)
+                                selector.unregister(self._sock)
+                        else:
+                            data = os.read(key.fd, 32768)
+                            if data:
+                                chunks[key.fd].append(data)
+                            else:
+                                selector.unregister(key.fd)
+                                open_pipes.discard(key.fd)
+            done = True
+        finally:
+            if not done and status is None and pid is not None:
+                self._kill_tree(pid)
+                status = self._wait_status()
+            os.close(out_r)
+            os.close(err_r)
+        # as subprocess does in text mode: the locale's encoding, strict, universal newlines
+        probe = io.TextIOWrapper(io.BytesIO())
+        encoding, errors = probe.encoding, probe.errors
+        out, err = (b"".join(chunks[fd]).decode(encoding, errors).replace("\r\n", "\n").replace("\r", "\n")
+                    for fd in (out_r, err_r))
+        return subprocess.CompletedProcess(command, status, out, err)
+
+    @staticmethod
+    def _kill_tree(pid: int) -> None:
+        import psutil
+
+        try:
+            parent = psutil.Process(pid)
+            tree = [parent, *parent.children(recursive=True)]
+        except psutil.Error:
+            return
+        for process in tree:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+
+    def _wait_status(self):
+        """The killed child's exit status from the server (it reaps it)."""
+        import select
+
+        while self._sock is not None:
+            readable, _, _ = select.select([self._sock], [], [], 60)
+            if not readable:
+                self._fail("the fork server did not report a killed child")
+                return None
+            message, _ = _receive(self._sock)
+            if message is None:
+                self._fail("the fork server died")
+                return None
+            if "status" in message:
+                return message["status"]
+        return None
+
+
+_server = None
+
+
+def server(default_env) -> ForkServer:
+    global _server
+    if _server is None or _server._pid != os.getpid():
+        _server = ForkServer(default_env)
+    return _server
+
+
+def stop() -> None:
+    if _server is not None:
+        _server.stop()
+
+
+# ---- the server ---------------------------------------------------------------------------------------
+
+
+class _LateStream:
+    """What sys.stdout/sys.stderr (and their __dunder__ twins) are while the server imports: a
+    library that keeps the stream it sees then (torch's and alembic's log handlers, default
+    arguments) keeps this, and it writes to whatever sys.<name> is when it writes - in a child,
+    the child's stream, wrapped by bench's redaction as in a fresh process that imported the
+    library after bench wrapped it."""
+
+    def __init__(self, name: str, server_stream):
+        self._name, self._server_stream = name, server_stream
+        self._writing = False
+
+    def _target(self):
+        current = getattr(sys, self._name, None)
+        if current is None or current is self or self._writing:
+            return self._server_stream
+        return current
+
+    def write(self, text):
+        target = self._target()
+        self._writing = True
+        try:
+            return target.write(text)
+        finally:
+            self._writing = False
+
+    def __getattr__(self, name):
+        return getattr(self._target(), name)
+
+
+def _record_env_reads():
+    """Patches os.environ to record the variables read (by value, or only whether set) and the
+    places that iterate over it; returns (value_keys, presence_keys, iterations, undo)."""
+    import traceback
+
+    environ_type = os._Environ
+    getitem, iterate = environ_type.__getitem__, environ_type.__iter__
+    value_keys, presence_keys, iterations = set(), set(), []
+
+    def recording_getitem(self, key):
+        caller = sys._getframe(1).f_code
+        name = os.fsdecode(key) if isinstance(key, bytes) else key
+        if caller.co_filename.endswith("_collections_abc") or "_collections_abc" in caller.co_filename:
+            if caller.co_name == "__contains__":
+                presence_keys.add(name)
+            elif caller.co_name != "__iter__":  # get(): a value read (iteration: see below)
+                value_keys.add(name)
+        else:
+            value_keys.add(name)
+        return getitem(self, key)
+
+    def recording_iter(self):
+        frames = [f for f in traceback.extract_stack(limit=8)[:-1] if "_collections_abc" not in f.filename]
+        iterations.append(" <- ".join(f"{f.filename}:{f.lineno}" for f in reversed(frames[-3:])))
+        return iterate(self)
+
+    environ_type.__getitem__, environ_type.__iter__ = recording_getitem, recording_iter
+
+    def undo():
+        environ_type.__getitem__, environ_type.__iter__ = getitem, iterate
+
+    return value_keys, presence_keys, iterations, undo
+
+
+def _serve(sock: socket.socket, dispositions: dict, mask):
+    """The server's loop; returns (request, fds, dispositions, mask) in a child, never in the server."""
+    import select
+
+    parent = os.getppid()
+    pidfd_open = getattr(os, "pidfd_open", None)
+    while True:
+        readable, _, _ = select.select([sock], [], [], 1.0)
+        if os.getppid() != parent:
+            os._exit(0)  # the server has nothing to clean up
+        if not readable:
+            continue
+        request, fds = _receive(sock, maxfds=3)
+        if request is None:
+            os._exit(0)  # EOF: the pytest worker closed its end or died
+        sys.stdout.flush()
+        sys.stderr.flush()
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            for fd in fds:
+                os.close(fd)
+            _send(sock, {"error": repr(exc)})
+            continue
+        if pid == 0:
+            sock.close()
+            return request, fds, dispositions, mask
+        for fd in fds:
+            os.close(fd)
+        _send(sock, {"pid": pid})
+        status, cpu = _wait_child(sock, pid, parent, pidfd_open)
+        _send(sock, {"pid": pid, "status": status, "cpu_s": round(cpu, 3)})
+
+
+def _wait_child(sock: socket.socket, pid: int, parent: int, pidfd_open):
+    """The child's exit code (-N for signal N) and CPU seconds; kills the child's tree and exits
+    when the test side goes."""
+    import select
+
+    pidfd = pidfd_open(pid) if pidfd_open else None
+    watch_sock = True  # until a message other than EOF is waiting (served after this child)
+    try:
+        while True:
+            waited, status, usage = os.wait4(pid, os.WNOHANG)
+            if waited == pid:
+                return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
+            watch = ([sock] if watch_sock else []) + ([pidfd] if pidfd is not None else [])
+            readable, _, _ = select.select(watch, [], [], 1.0 if pidfd is not None else 0.05)
+            gone = False
+            if sock in readable:
+                gone = not sock.recv(1, socket.MSG_PEEK)
+                watch_sock = gone
+            if gone or os.getppid() != parent:
+                _kill_tree_here(pid)
+                os.waitpid(pid, 0)
+                os._exit(0)
+    finally:
+        if pidfd is not None:
+            os.close(pidfd)
+
+
+def _kill_tree_here(pid: int) -> None:
+    try:
+        import psutil
+
+        processes = [psutil.Process(pid), *psutil.Process(pid).children(recursive=True)]
+    except Exception:
+        os.kill(pid, signal.SIGKILL)
+        return
+    for process in processes:
+        with contextlib.suppress(Exception):
+            process.kill()
+
+
+def _stdio(fd: int, name: str, write: bool, unbuffered: bool, like):
+    """sys.stdin/stdout/stderr as CPython's create_stdio makes them."""
+    import io
+
+    try:
+        os.fstat(fd)
+    except OSError:
+        return None
+    buffering = 0 if (unbuffered and write) else -1
+    buffer = io.open(fd, "wb" if write else "rb", buffering, closefd=False)  # noqa: SIM115 (the process's own)
+    raw = buffer if buffering == 0 else buffer.raw
+    raw.name = name
+    line_buffering = (not unbuffered) and (os.isatty(fd) or fd == 2)
+    return io.TextIOWrapper(buffer, encoding=like.encoding, errors=like.errors, newline="\n",
+                            line_buffering=line_buffering, write_through=unbuffered)
+
+
+def _become(request: dict, fds: list, dispositions: dict, mask) -> None:
+    """In the forked child: make this process `python -m <module> <args>` started by the test."""
+    import builtins
+    import importlib
+    import types
+
+    # signals first: as the server found them when it started (a fresh interpreter's)
+    for signum, handler in dispositions.items():
+        try:
+            if signal.getsignal(signum) is not handler:
+                signal.signal(signum, handler)
+        except (OSError, ValueError, RuntimeError, TypeError):
+            pass
+    signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+    server_streams = {name: getattr(sys, name) for name in ("stdin", "stdout", "stderr")}
+    targets = (1, 2) if request.get("stdin_closed") else (0, 1, 2)
+    for fd, target in zip(fds, targets, strict=True):
+        os.dup2(fd, target)
+    for fd in fds:
+        if fd not in targets:
+            os.close(fd)
+    if request.get("stdin_closed"):
+        os.close(0)
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    if request.get("affinity") is not None:
+        os.sched_setaffinity(0, request["affinity"])
+    if request.get("umask") is not None:
+        os.umask(request["umask"])
+    import resource
+
+    for name, (soft, hard) in request.get("rlimits", {}).items():
+        try:
+            if resource.getrlimit(getattr(resource, name)) != (soft, hard):
+                resource.setrlimit(getattr(resource, name), (soft, hard))
+        except (OSError, ValueError, AttributeError):
+            pass
+    if request.get("nice") is not None and os.getpriority(os.PRIO_PROCESS, 0) != request["nice"]:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, request["nice"])
+
+    unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
+    sys.stdin = sys.__stdin__ = _stdio(0, "<stdin>", False, unbuffered, server_streams["stdin"])
+    sys.stdout = sys.__stdout__ = _stdio(1, "<stdout>", True, unbuffered, server_streams["stdout"])
+    sys.stderr = sys.__stderr__ = _stdio(2, "<stderr>", True, unbuffered, server_streams["stderr"])
+
+    module = request["module"]
+    sys.argv = ["-m", *request["args"]]  # runpy puts the module's file in argv[0], as -m does
+    sys.orig_argv = [sys.executable, "-m", module, *request["args"]]
+    if not getattr(sys.flags, "safe_path", False):  # -m puts the working directory first (unless -P)
+        sys.path[0] = os.getcwd()
+    importlib.invalidate_caches()
+
+    # what a fresh process draws afresh
+    numpy = sys.modules.get("numpy")
+    if numpy is not None and "numpy.random" in sys.modules:
+        numpy.random.seed()
+    if "multiprocessing" in sys.modules:
+        import multiprocessing
+
+        multiprocessing.current_process().authkey = os.urandom(32)
+
+    main = types.ModuleType("__main__")
+    main.__builtins__ = builtins  # type: ignore[attr-defined]
+    main.__annotations__ = {}
+    sys.modules["__main__"] = main
+
+
+def _run_as_main(module: str) -> None:
+    """What `python -m module` does once it has started; SystemExit leaves through here."""
+    import runpy
+
+    try:
+        runpy._run_module_as_main(module, alter_argv=True)  # what python -m calls
+    except SystemExit:
+        raise
+    except BaseException as exc:  # printed as python prints an uncaught exception: from runpy's frame on
+        traceback = exc.__traceback__.tb_next if exc.__traceback__ is not None else None
+        exc.__traceback__ = traceback
+        sys.last_type, sys.last_value, sys.last_traceback = type(exc), exc, traceback
+        sys.excepthook(type(exc), exc, traceback)
+        if isinstance(exc, KeyboardInterrupt):  # python ends by SIGINT after its cleanup
+            import atexit
+            import threading
+
+            threading._shutdown()
+            atexit._run_exitfuncs()
+            for stream in (sys.stdout, sys.stderr):
+                with contextlib.suppress(Exception):
+                    stream.flush()
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+        del exc, traceback
+        raise SystemExit(1) from None
+
+
+# Threads an import may start that are fork-safe by design: pyarrow's private jemalloc (mlflow imports
+# pandas, which imports pyarrow) runs a background purging thread; jemalloc's fork handlers take its
+# locks around fork() and the child goes on without that thread.
+FORK_SAFE_THREADS = frozenset({"jemalloc_bg_thd"})
+
+
+def _threads() -> list:
+    """The names of this process's threads other than the main one and the fork-safe ones."""
+    import threading
+
+    if not os.path.isdir("/proc/self/task"):
+        return [t.name for t in threading.enumerate() if t is not threading.main_thread()]
+    names = []
+    for task in os.listdir("/proc/self/task"):
+        if int(task) == os.getpid():
+            continue
+        try:
+            with open(f"/proc/self/task/{task}/comm") as comm:
+                name = comm.read().strip()
+        except OSError:
+            continue
+        if name not in FORK_SAFE_THREADS:
+            names.append(name)
+    return names
+
+
+def _server_main(fd: int) -> None:
+    import gc
+    import time
+
+    sock = socket.socket(fileno=fd)
+
+    started = time.monotonic()
+    real = {name: getattr(sys, name) for name in ("stdout", "stderr", "__stdout__", "__stderr__")}
+    for name, stream in real.items():
+        setattr(sys, name, _LateStream(name, stream))
+    value_keys, presence_keys, iterations, undo = _record_env_reads()
+    try:
+        for name in PRELOAD:
+            __import__(name)
+    except BaseException as exc:
+        undo()
+        for name, stream in real.items():
+            setattr(sys, name, stream)
+        _send(sock, {"error": f"importing {name}: {exc!r}"})
+        raise
+    undo()
+    for name, stream in real.items():
+        setattr(sys, name, stream)
+    # The signal dispositions and mask every child starts from: a fresh interpreter's (the server
+    # was started by the test side as an exec'd child is), as its imports left them (they set none
+    # from Python); the server sets no handler of its own, and a child restores these first.
+    dispositions = {}
+    for signum in signal.valid_signals():
+        with contextlib.suppress(OSError, ValueError):
+            dispositions[signum] = signal.getsignal(signum)
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+
+    own = sorted(m for m in sys.modules if m.split(".")[0] in ("bench", "hydra_plugins"))
+    threads = _threads()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    printed = os.fstat(1).st_size if os.path.isfile("/proc/self/fd/1") else 0
+    problem = ""
+    if own:
+        problem = f"its imports imported bench's own modules: {own[:5]}"
+    elif threads:
+        problem = f"threads after its imports (a fork would lose them): {threads}"
+    elif printed:
+        problem = "its imports printed something (a fresh process would print it, a forked child would not)"
+    print(f"forked_bench: imported {len(PRELOAD)} libraries in {time.monotonic() - started:.1f} s; "
+          f"{len(value_keys)} variables read, {len(presence_keys)} checked; iterated by: {iterations}", flush=True)
+    if problem:
+        _send(sock, {"error": problem})
+        print(f"forked_bench: {problem}", flush=True)
+        os._exit(1)
+    gc.collect()
+    gc.freeze()  # children do not walk (and copy) the preloaded objects in their collections
+    _send(sock, {"ready": True, "value_keys": sorted(value_keys), "presence_keys": sorted(presence_keys)})
+    request, fds, dispositions, mask = _serve(sock, dispositions, mask)
+    # the child: from here this process is `python -m <module>`
+    _become(request, fds, dispositions, mask)
+    _run_as_main(request["module"])
+
+
+if __name__ == "__main__":
+    _server_main(int(sys.argv[1]))
