@@ -66,9 +66,15 @@ def pytest_configure(config):
     """A test run started in the background by a non-interactive shell (`bash .ci/run &`, nohup)
     inherits SIGINT ignored, and an ignored signal stays ignored across exec: every bench process
     the tests start would shrug off Ctrl-C. The tests that send it need SIGINT back; a handled
-    signal reverts to its default in the children."""
+    signal reverts to its default in the children.
+
+    pytest-xdist hands out the files with the most tests first, whatever order the collection
+    has (--dist loadfile; since 3.5): the long e2e files, a few tests each, started last and were
+    the suite's tail. From 3.8 that reordering can be turned off, so LONGEST_FIRST is the order."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    if getattr(config.option, "loadscopereorder", None) is not None:
+        config.option.loadscopereorder = False
 
 
 def pytest_unconfigure(config):

@@ -426,37 +426,54 @@ class _LateStream:
 
 
 def _record_env_reads():
-    """Patches os.environ to record the variables read (by value, or only whether set) and the
-    places that iterate over it; returns (value_keys, presence_keys, iterations, undo)."""
+    """Patches os.environ to record what the imports do with it: the variables read (by value, or
+    only whether set), the places that iterate over it, and what they set or remove (torch sets
+    TORCHINDUCTOR_CACHE_DIR; MLflow removes its telemetry session under pytest), to be done again
+    to each child's environment. Returns (value_keys, presence_keys, iterations, changes, undo)."""
     import traceback
 
     environ_type = os._Environ
-    getitem, iterate = environ_type.__getitem__, environ_type.__iter__
-    value_keys, presence_keys, iterations = set(), set(), []
+    saved = {name: getattr(environ_type, name) for name in ("__getitem__", "__iter__", "__setitem__", "__delitem__")}
+    value_keys, presence_keys, iterations, changes = set(), set(), [], []
+
+    def decoded(key):
+        return os.fsdecode(key) if isinstance(key, bytes) else key
 
     def recording_getitem(self, key):
         caller = sys._getframe(1).f_code
-        name = os.fsdecode(key) if isinstance(key, bytes) else key
-        if caller.co_filename.endswith("_collections_abc") or "_collections_abc" in caller.co_filename:
+        name = decoded(key)
+        if "_collections_abc" in caller.co_filename:
             if caller.co_name == "__contains__":
                 presence_keys.add(name)
-            elif caller.co_name != "__iter__":  # get(): a value read (iteration: see below)
+            elif caller.co_name == "pop":  # a removal (recorded as one below), not a read
+                changes.append(("del", name))
+            elif caller.co_name != "__iter__":  # get(), setdefault(): a value read (iteration: below)
                 value_keys.add(name)
         else:
             value_keys.add(name)
-        return getitem(self, key)
+        return saved["__getitem__"](self, key)
 
     def recording_iter(self):
         frames = [f for f in traceback.extract_stack(limit=8)[:-1] if "_collections_abc" not in f.filename]
         iterations.append(" <- ".join(f"{f.filename}:{f.lineno}" for f in reversed(frames[-3:])))
-        return iterate(self)
+        return saved["__iter__"](self)
+
+    def recording_setitem(self, key, value):
+        changes.append(("set", decoded(key), decoded(value)))
+        return saved["__setitem__"](self, key, value)
+
+    def recording_delitem(self, key):
+        changes.append(("del", decoded(key)))
+        return saved["__delitem__"](self, key)
 
     environ_type.__getitem__, environ_type.__iter__ = recording_getitem, recording_iter
+    environ_type.__setitem__, environ_type.__delitem__ = recording_setitem, recording_delitem
 
     def undo():
-        environ_type.__getitem__, environ_type.__iter__ = getitem, iterate
+        for name, method in saved.items():
+            setattr(environ_type, name, method)
 
-    return value_keys, presence_keys, iterations, undo
+    return value_keys, presence_keys, iterations, changes, undo
 
 
 def _serve(sock: socket.socket, dispositions: dict, mask):
@@ -550,7 +567,7 @@ def _stdio(fd: int, name: str, write: bool, unbuffered: bool, like):
                             line_buffering=line_buffering, write_through=unbuffered)
 
 
-def _become(request: dict, fds: list, dispositions: dict, mask) -> None:
+def _become(request: dict, fds: list, dispositions: dict, mask, changes: list) -> None:
     """In the forked child: make this process `python -m <module> <args>` started by the test."""
     import builtins
     import importlib
@@ -577,6 +594,11 @@ def _become(request: dict, fds: list, dispositions: dict, mask) -> None:
     os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
+    for change in changes:  # what the preloaded imports did to the environment, done to this one
+        if change[0] == "set":
+            os.environ[change[1]] = change[2]
+        else:
+            os.environ.pop(change[1], None)
     if request.get("affinity") is not None:
         os.sched_setaffinity(0, request["affinity"])
     if request.get("umask") is not None:
@@ -684,7 +706,7 @@ def _server_main(fd: int) -> None:
     real = {name: getattr(sys, name) for name in ("stdout", "stderr", "__stdout__", "__stderr__")}
     for name, stream in real.items():
         setattr(sys, name, _LateStream(name, stream))
-    value_keys, presence_keys, iterations, undo = _record_env_reads()
+    value_keys, presence_keys, iterations, changes, undo = _record_env_reads()
     try:
         for name in PRELOAD:
             __import__(name)
@@ -719,7 +741,8 @@ def _server_main(fd: int) -> None:
     elif printed:
         problem = "its imports printed something (a fresh process would print it, a forked child would not)"
     print(f"forked_bench: imported {len(PRELOAD)} libraries in {time.monotonic() - started:.1f} s; "
-          f"{len(value_keys)} variables read, {len(presence_keys)} checked; iterated by: {iterations}", flush=True)
+          f"{len(value_keys)} variables read, {len(presence_keys)} checked; iterated by: {iterations}; "
+          f"changed: {changes}", flush=True)
     if problem:
         _send(sock, {"error": problem})
         print(f"forked_bench: {problem}", flush=True)
@@ -729,7 +752,7 @@ def _server_main(fd: int) -> None:
     _send(sock, {"ready": True, "value_keys": sorted(value_keys), "presence_keys": sorted(presence_keys)})
     request, fds, dispositions, mask = _serve(sock, dispositions, mask)
     # the child: from here this process is `python -m <module>`
-    _become(request, fds, dispositions, mask)
+    _become(request, fds, dispositions, mask, changes)
     _run_as_main(request["module"])
 
 
