@@ -62,6 +62,7 @@ class BenchConfig(Checks):
     compile: bool = False  # torch.compile; falls back to eager (and says so) if it fails
     compile_mode: Optional[str] = None  # passed to torch.compile(mode=...)
     cpu_threads: Optional[int] = None  # torch.set_num_threads; null keeps torch's default
+    cpu_malloc_reuse: bool = True  # on a CPU: glibc keeps freed memory for the next step (bench.runtime.malloc)
 
     def __post_init__(self) -> None:
         if self.mode not in SCENARIOS:  # a str, not an Enum: a registered scenario is a mode (bench.scenario_registry)

@@ -20,6 +20,7 @@ from bench.infer.result import InferMetrics, InferOutcome, InferResult
 from bench.infer.sweep_view import INFERENCE_COLUMNS, inference_plots
 from bench.results import read_column, read_summary, read_window, write_csv, write_json
 from bench.runtime.fit_watch import fit_problems, fit_tags, record_fields
+from bench.runtime.malloc import in_effect as malloc_in_effect
 from bench.runtime.peaks import utilisation
 from bench.runtime.reporting import (
     PROFILE_FILES,
@@ -64,6 +65,7 @@ def summarize(result: InferResult, config: BenchConfig, device: str, device_name
         **result.precision,
         compile=bool(result.compile.get("active")),
         cudnn_benchmark=bool(config.cudnn_benchmark),
+        cpu_malloc_reuse=malloc_in_effect(config.cpu_malloc_reuse, device),
         device=device,
         device_name=device_name,
         **input_pipeline(wait_fraction),

@@ -80,6 +80,7 @@ class InferMetrics(Record):
     channels_last: Optional[bool] = None
     compile: bool
     cudnn_benchmark: bool
+    cpu_malloc_reuse: Optional[bool] = None  # on a CPU: freed memory kept for reuse (bench.runtime.malloc)
     device: str
     device_name: str
     au: float

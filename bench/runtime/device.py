@@ -12,6 +12,7 @@ import torch
 from bench.config import BenchConfig
 from bench.errors import ConfigError, DeviceError
 from bench.launch.context import RankContext
+from bench.runtime.malloc import keep_freed_memory
 
 
 def resolve_device(allow_cpu: bool) -> torch.device:
@@ -51,11 +52,14 @@ def peak_memory_bytes(device: torch.device) -> int:
 
 
 def prepare_process(config: BenchConfig, device: torch.device, ctx: RankContext) -> None:
-    """The seed, the CPU threads, cuDNN's autotuner and a fresh peak-memory count, before the model is built."""
+    """The seed, the CPU threads, the allocator, cuDNN's autotuner and a fresh peak-memory count,
+    before the model is built."""
     torch.manual_seed(config.seed)
     threads = cpu_threads(config, device, ctx)
     if threads:
         torch.set_num_threads(threads)
+    if device.type == "cpu" and config.cpu_malloc_reuse:
+        keep_freed_memory()
     torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
     if device.type == "cuda":
         torch.cuda.reset_peak_memory_stats(device)

@@ -5,6 +5,8 @@ Runs the same model, batch, precision and thread count through bench's trainer (
 (A B B A, bench.analysis.rounds) so machine noise hits both alike. Prints images/s of each and
 their ratio (median of per-round ratios) with its 95% interval and verdict. Goal: framework >=
 0.98x the minimal loop. Each side warms up inside its own run (--warmup steps).
+On a CPU, bench keeps freed memory for reuse (`cpu_malloc_reuse`, bench.runtime.malloc): a setting
+of the process, so the minimal loop, in the same process, runs with it too (the header says so).
 
     python -m bench.overhead --model resnet18 --image-size 64 --batch-size 32 --precisions fp32,bf16
 """
@@ -23,6 +25,7 @@ import torchvision
 
 from bench.analysis.rounds import alternate
 from bench.config import BenchConfig, compose
+from bench.runtime.malloc import in_effect
 
 
 def framework_config(args: argparse.Namespace, precision: str) -> BenchConfig:
@@ -97,9 +100,11 @@ def main(argv: List[str] | None = None) -> int:
 
     torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    reuse = in_effect(framework_config(args, "fp32").cpu_malloc_reuse, device.type)
     print(
         f"device={device.type} threads={args.threads} model={args.model} image={args.image_size} "
         f"batch={args.batch_size} steps={args.steps} rounds={args.rounds}"
+        + ("" if reuse is None else f" cpu_malloc_reuse={str(reuse).lower()} (both sides: one process)")
     )
     print(
         f"{'precision':<10}{'bench img/s':>14}{'minimal img/s':>16}{'ratio':>8}"

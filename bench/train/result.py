@@ -151,6 +151,7 @@ class TrainMetrics(Record):
     channels_last: Optional[bool] = None
     compile: bool
     cudnn_benchmark: bool
+    cpu_malloc_reuse: Optional[bool] = None  # on a CPU: freed memory kept for reuse (bench.runtime.malloc)
     device: str
     device_name: str
     au: float  # accelerator utilization: the share of the window not spent waiting for data

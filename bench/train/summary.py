@@ -11,6 +11,7 @@ from bench.analysis.confidence import repeat_figures
 from bench.analysis.stats import UNSTABLE_CV, step_time_stats
 from bench.config import BenchConfig
 from bench.runtime.fit_watch import record_fields
+from bench.runtime.malloc import in_effect as malloc_in_effect
 from bench.runtime.peaks import utilisation
 from bench.runtime.reporting import input_pipeline
 from bench.train.result import RankSummary, TrainMetrics, TrainResult
@@ -122,6 +123,7 @@ def summarize(
         **result.precision,
         compile=bool(result.compile.get("active")),
         cudnn_benchmark=bool(config.cudnn_benchmark),
+        cpu_malloc_reuse=malloc_in_effect(config.cpu_malloc_reuse, device),
         device=device,
         device_name=device_name,
         **input_pipeline(wait_fraction),

@@ -26,6 +26,7 @@ def test_cpu_smoke_end_to_end(bench, tmp_path):
     for key in REQUIRED:
         assert key in metrics, key
     assert metrics["model"] == "resnet18" and metrics["device"] == "cpu" and metrics["world_size"] == 1
+    assert metrics["cpu_malloc_reuse"] is True  # glibc (Linux): freed memory kept for the next step
     assert metrics["epochs"] == 2 and metrics["steps_per_epoch"] == 5 and metrics["batch_size"] == 16
     assert metrics["measured_steps"] == 10 and metrics["total_images"] == 160
     assert metrics["images_per_second"] == pytest.approx(metrics["total_images"] / metrics["elapsed_seconds"])
