@@ -31,7 +31,7 @@ _applied = False
 def glibc_mallopt() -> Optional[Any]:
     """glibc's mallopt(int, int) -> int, or None where the C library is another one."""
     try:
-        if not os.confstr("CS_GNU_LIBC_VERSION").startswith("glibc"):  # asks the C library itself
+        if not (os.confstr("CS_GNU_LIBC_VERSION") or "").startswith("glibc"):  # asks the C library itself
             return None
         mallopt = ctypes.CDLL(None).mallopt  # the C library this process runs on
     except (ValueError, OSError, AttributeError):  # no such name here (macOS, musl), or no mallopt
