@@ -1,6 +1,6 @@
 """`python -m bench.doctor <training overrides>`: the bottleneck ladder (bench.doctor) for the run
 `python -m bench <overrides>` would make. Its own keys: doctor.budget_s (default 180: the whole,
-what-ifs included; the ladder's rungs always run, a what-if only while the budget lasts),
+what-ifs included; the rungs and the first what-if always run, the others while the budget lasts),
 doctor.what_ifs (default true) and doctor.out (default doctor/<date>/<time>).
 
 Exit codes: 0 a verdict, 1 no verdict (the full run failed), 2 a bad key or config (one [ERROR]

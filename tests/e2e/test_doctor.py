@@ -95,7 +95,7 @@ def test_the_doctor_page_opens_in_a_real_browser(jpeg_folder_doctored, browser):
 
 def test_synthetic_data_with_a_small_model_is_compute_bound_and_its_what_ifs_are_measured(bench, tmp_path):
     out = tmp_path / "doctor"
-    proc = bench.run(*FAST_MODEL, "data.num_classes=10", "tracking.enabled=false", "doctor.budget_s=40",
+    proc = bench.run(*FAST_MODEL, "data.num_classes=10", "tracking.enabled=false", "doctor.budget_s=20",
                      f"doctor.out={out}", module="bench.doctor")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((out / "doctor.json").read_text())
@@ -105,7 +105,7 @@ def test_synthetic_data_with_a_small_model_is_compute_bound_and_its_what_ifs_are
     assert set(skipped) == {"loader", "storage", "allreduce"}
     what_ifs = {w["name"]: w for w in report["what_ifs"]}
     assert list(what_ifs) == ["channels_last", "precision=bf16", "data.batch_size=128"]  # compute side only
-    first = what_ifs["channels_last"]  # the ladder leaves budget for at least the first
+    first = what_ifs["channels_last"]  # the first what-if runs whatever the budget left
     assert first["images_per_second"] > 0 and first["before"] > 0 and not first["failed"]
     for what_if in what_ifs.values():
         assert what_if["images_per_second"] or what_if["skipped"].startswith("not measured: "), what_if
