@@ -28,14 +28,7 @@ def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, *
                                capture_output=True, text=True, timeout=60)
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
-    deadline = time.monotonic() + 900  # a hang guard
-    while True:
-        shown = subprocess.run(["scontrol", "show", "job", job], capture_output=True, text=True, timeout=30).stdout
-        state = re.search(r"JobState=(\w+)", shown).group(1)
-        if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
-            break
-        assert time.monotonic() < deadline, f"job {job} still {state} after 900 s"
-        time.sleep(0.5)
+    shown, state = _slurm_job_once_ended(job)
     text = (tmp_path / f"slurm-{job}.out").read_text()
     errors = (tmp_path / f"slurm-{job}.err").read_text()
     assert state == "COMPLETED", f"job {job} ended {state}\n{text[-3000:]}\n{errors[-3000:]}"
@@ -84,8 +77,18 @@ def _report_rows(sweep_dir) -> dict:
         return {row["job"]: row for row in csv.DictReader(fh)}
 
 
-def _slurm_job(job_id: str) -> str:
-    return subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30).stdout
+def _slurm_job_once_ended(job_id: str, hang_guard_s: float = 900) -> tuple[str, str]:
+    """`scontrol show job` once the job has left the running states, and its final state. A sweep's
+    launcher reads a job's result file before Slurm has ended that job (its epilog, its step's exit),
+    so a just-finished sweep's job may still show RUNNING for a moment: wait for the state, not a time."""
+    deadline = time.monotonic() + hang_guard_s
+    while True:
+        shown = subprocess.run(["scontrol", "show", "job", job_id], capture_output=True, text=True, timeout=30).stdout
+        state = re.search(r"JobState=(\w+)", shown).group(1)
+        if state not in ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING"):
+            return shown, state
+        assert time.monotonic() < deadline, f"job {job_id} still {state} after {hang_guard_s:.0f} s"
+        time.sleep(0.5)
 
 
 SLURM_COMMANDS = ("sbatch", "srun")
@@ -162,8 +165,8 @@ def test_a_slurm_sweep_is_one_parent_with_a_child_per_slurm_job_and_counts_its_f
     assert set(arrays) == {1, 2}
     for cores, array in arrays.items():
         for task in (0, 1):
-            shown = _slurm_job(f"{array}_{task}")
-            assert "JobState=COMPLETED" in shown and f"NumCPUs={cores}" in shown, shown
+            shown, state = _slurm_job_once_ended(f"{array}_{task}", hang_guard_s=120)
+            assert state == "COMPLETED" and f"NumCPUs={cores}" in shown, shown
 
 
 def test_a_cancelled_slurm_job_is_a_failed_child_and_the_sweep_goes_on(slurm, bench, tiny, tmp_path, mlflow_server):
