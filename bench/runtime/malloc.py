@@ -8,7 +8,9 @@ next step faults every page in again: ResNet-50 at 224 px, batch 16 faulted in ~
 turns both off for the process (M_MMAP_MAX=0: large blocks come from the heap; M_TRIM_THRESHOLD=-1:
 the heap is never trimmed), and the steps after the first reuse the memory already faulted in.
 The price: the process keeps its peak heap until it ends (its resident-set high-water mark,
-the run's peak_memory_mb on a CPU, is what it was anyway, give or take fragmentation).
+the run's peak_memory_mb on a CPU, is what it was anyway, give or take fragmentation; jobs of a
+multirun that run in one process reuse that heap, and it creeps up by a little each: ~50 MB a
+ResNet-50 build in `python -m bench.overhead`'s 8 runs).
 
 It cannot be undone for the process (mallopt ends glibc's dynamic thresholds), so everything
 that runs in it afterwards shares it: `python -m bench.overhead`'s hand-written loop as much as
