@@ -47,15 +47,37 @@ def _speed_env() -> Dict[str, str]:
 PACKAGES_FILE = "packages.txt"  # the run's installed packages, one `name==version` a line (an MLflow artifact)
 
 
+def _name_and_version(dist: metadata.Distribution) -> Tuple[Optional[str], Optional[str]]:
+    """A distribution's Name and Version from the head of its METADATA (PKG-INFO for eggs). Reading
+    just the two header lines, not `dist.metadata` (which runs the e-mail parser over the whole file,
+    README included, each time it is asked): listing ~300 packages took ~0.3 CPU-s a run that way."""
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO") or ""
+    name = version = None
+    for line in text.splitlines():
+        if not line:  # the headers end at the first blank line; the description follows
+            break
+        if name is None and line.startswith("Name:"):
+            name = line[len("Name:") :].strip()
+        elif version is None and line.startswith("Version:"):
+            version = line[len("Version:") :].strip()
+    if name is None or version is None:  # an odd header (folded, other case): the full parser
+        name, version = dist.metadata["Name"], dist.version
+    return name, version
+
+
 @functools.lru_cache(maxsize=1)
 def _installed_packages() -> Tuple[str, ...]:
-    found = {f"{dist.metadata['Name']}=={dist.version}" for dist in metadata.distributions() if dist.metadata["Name"]}
+    found = set()
+    for dist in metadata.distributions():
+        name, version = _name_and_version(dist)
+        if name:
+            found.add(f"{name}=={version}")
     return tuple(sorted(found, key=str.lower))
 
 
 def installed_packages() -> List[str]:
     """Every installed distribution as `name==version`, sorted: what a run needs to be reproduced
-    (read once a process: the environment capture and packages.txt both ask, ~0.5 s each)."""
+    (read once a process: the environment capture and packages.txt both ask)."""
     return list(_installed_packages())
 
 

@@ -30,7 +30,8 @@ def runs(tmp_path_factory, bench_at, tiny_args):
     root = tmp_path_factory.mktemp("deep")
     bench = bench_at(root)
     env = bench.env(MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL="0.5")
-    deep = bench.run(*tiny_args, *DEEP, f"hydra.run.dir={root}/deep", env=env)
+    # a torchvision model: its parameters and FLOPs are known figures
+    deep = bench.run(*tiny_args, "model=resnet18", *DEEP, f"hydra.run.dir={root}/deep", env=env)
     same = bench.run(*tiny_args, "benchmark.repeats=3", f"hydra.run.dir={root}/same")
     # 25x the pixels: far beyond what a busy 2-core box can blur (a 2.3x slowdown was once called
     # "same" there); every run on one torch thread, as tiny_args says
@@ -140,7 +141,7 @@ def inference_sweep(tmp_path_factory, bench_at, tiny_args):
     root = tmp_path_factory.mktemp("infer")
     bench = bench_at(root)
     args = [a for a in tiny_args if not a.startswith(("data.batch_size=", "train.steps_per_epoch="))]
-    proc = bench.run("-m", "mode=inference", *args, "data.batch_size=1,4", "train.steps_per_epoch=4",
+    proc = bench.run("-m", "mode=inference", *args, "model=resnet18", "data.batch_size=1,4", "train.steps_per_epoch=4",
                      f"hydra.sweep.dir={root}/sweep")
     return SimpleNamespace(root=root, bench=bench, proc=proc, dir=root / "sweep")
 

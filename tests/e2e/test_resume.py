@@ -212,7 +212,7 @@ def test_a_checkpoint_of_another_model_or_optimizer_is_one_line_before_any_step(
     another optimizer's a KeyError: 'step'. Now one line naming what differs, before the MLflow
     run is opened (exit 2, as for a checkpoint file that is not there)."""
     path = first_checkpoint(bench, tiny, tmp_path)
-    for override, differs in (("model=resnet34", "model.arch 'resnet18' there, 'resnet34' here"),
+    for override, differs in (("model=resnet34", "model.arch 'small_cnn' there, 'resnet34' here"),
                               ("optimizer=adam", "optimizer.name 'sgd' there, 'adam' here")):
         run_dir = tmp_path / override.replace("=", "-")
         proc = bench.run(*tiny, override, f"train.resume={path}", f"hydra.run.dir={run_dir}")

@@ -136,8 +136,8 @@ def test_checkpoint_written_to_local_storage(bench, tiny, tmp_path):
     import torch
 
     ckpt_dir = tmp_path / "ckpt"
-    proc = bench.run(*tiny, "storage.save_checkpoint=true", f"storage.root={ckpt_dir}", "tracking.enabled=false",
-                     f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(*tiny, "model=resnet18", "storage.save_checkpoint=true", f"storage.root={ckpt_dir}",
+                     "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run")
     metrics = bench.metrics(proc)
     state = torch.load(ckpt_dir / "checkpoint.pt", weights_only=True)
     assert "fc.weight" in state["model"] and state["optimizer"]["state"]

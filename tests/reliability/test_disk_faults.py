@@ -102,7 +102,7 @@ def test_a_training_checkpoint_on_a_full_disk_keeps_the_measurement(bench, tiny,
     Now the run trains on (no later checkpoint), reports its figures, and ends FAILED naming the
     file; the half-written one is gone."""
     disk = small_disk("size=20m")  # resnet18's checkpoint (weights + momentum) is ~90 MB
-    proc = bench.run(*tiny, "train.epochs=2", "checkpoint.every_epochs=1", f"storage.root={disk}",
+    proc = bench.run(*tiny, "model=resnet18", "train.epochs=2", "checkpoint.every_epochs=1", f"storage.root={disk}",
                      f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 1, proc.stderr
     metrics = json.loads(proc.stdout.strip().splitlines()[-1])["radix_metrics"]  # reported

@@ -62,7 +62,7 @@ def test_results_kept_while_the_server_was_down_upload_later(mlflow_server, benc
     run_id = json.loads((run_dir / "run_summary.json").read_text())["mlflow_run_id"]
     client = MlflowClient(tracking_uri=mlflow_server)
     run = client.get_run(run_id)
-    assert run.info.status == "FINISHED" and run.data.params["model.arch"] == "resnet18"
+    assert run.info.status == "FINISHED" and run.data.params["model.arch"] == "small_cnn"
     assert run.data.metrics["images_per_second"] == pytest.approx(metrics["images_per_second"])
     assert len(client.get_metric_history(run_id, "step_time_ms")) == metrics["measured_steps"]
     assert {"run_summary.json", "step_times.csv", ".hydra"} <= {a.path for a in client.list_artifacts(run_id)}

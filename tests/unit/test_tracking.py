@@ -96,6 +96,26 @@ def test_environment_records_versions_and_speed_env_but_no_secrets(monkeypatch):
     assert "do-not-log" not in repr(env)
 
 
+def test_installed_packages_read_from_metadata_heads_match_the_full_parser(tmp_path):
+    """packages.txt lists name==version from the head of each METADATA: the same list the full
+    e-mail parser gives for what is installed here, and for a folded or unusual header too."""
+    from importlib import metadata
+
+    from bench.tracking.environment import _name_and_version, installed_packages
+
+    full = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]},
+                  key=str.lower)
+    assert installed_packages() == full and any(p.startswith("torch==") for p in full)
+    odd = tmp_path / "odd-1.0.dist-info"
+    odd.mkdir()
+    (odd / "METADATA").write_text("Metadata-Version: 2.1\nname: odd\nVersion: 1.0\n\nName: not-a-header\n")
+    assert _name_and_version(metadata.PathDistribution(odd)) == ("odd", "1.0")  # lower-case key: the full parser
+    plain = tmp_path / "plain-2.0.dist-info"
+    plain.mkdir()
+    (plain / "METADATA").write_text("Metadata-Version: 2.1\nName: plain\nVersion: 2.0\n\nVersion: 9\n")
+    assert _name_and_version(metadata.PathDistribution(plain)) == ("plain", "2.0")
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the GPU-less degradation")
 def test_nvml_missing_degrades_quietly():
     assert nvml_devices() == []
