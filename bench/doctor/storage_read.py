@@ -14,12 +14,14 @@ import random
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import List, Tuple
 
 import psutil
 
 from bench.config import BenchConfig
 from bench.doctor.figures import STORAGE, Rung
+from bench.storage.local import LocalStore
 
 CHUNK = 4 << 20  # bytes per read call, into a buffer each thread reuses
 
@@ -37,20 +39,11 @@ def dataset_files(config: BenchConfig) -> List[str]:
     return sorted(found)
 
 
-def _drop_cache(path: str) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
-
-
 def read_pass(paths: List[str], threads: int, window_s: float, cold: bool) -> Tuple[int, int, float]:
     """(files read, bytes read, seconds): `paths` in order by `threads` threads until all are read
     or the window ends."""
-    if cold:
-        for path in paths:
-            _drop_cache(path)
+    if cold:  # the storage benchmark's own eviction (flushes, then POSIX_FADV_DONTNEED); paths are absolute
+        LocalStore(Path("/")).drop_cache(paths)
     local = threading.local()
     deadline = time.perf_counter() + window_s
 

@@ -1,6 +1,7 @@
 """The one harness every comparison tool alternates its sides with (bench.analysis.rounds):
 palindromic order, warm-up passes, per-round ratios with a 95% interval and a verdict that says
-when the noise is too large to call a difference."""
+when the noise is too large to call a difference. The sides here are labels with canned
+figures ("fio" names a side, as in storage_ceiling): no tool or process is run."""
 
 from __future__ import annotations
 
