@@ -103,8 +103,8 @@ class ReportClass(Protocol):
 
 
 class Scenario(Protocol):
-    @property
-    def preload(self) -> Tuple[str, ...]: ...  # modules a launcher's forkserver imports once
+    # modules a launcher's forkserver imports once for this config (its workers fork from it)
+    def preload(self, config: "BenchConfig") -> Tuple[str, ...]: ...
 
     @property
     def report_class(self) -> Any: ...  # a ReportClass (a class: its classmethods satisfy the protocol)

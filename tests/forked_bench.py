@@ -32,7 +32,8 @@ Where a fork could differ from a fresh process, `Bench.run` execs as before:
 - an environment that differs from the server's own in any variable the server's imports read
   (recorded while it imported: MLFLOW_LOGGING_LEVEL, HOME, TMPDIR, PATH, ...) or that a C library
   or the interpreter reads at start (OMP_*, MKL_*, TORCH*, CUDA*, NCCL_*, LD_*, PYTHON* except
-  PYTHONUNBUFFERED, MALLOC*, LC_*, ... - see UNSAFE_PREFIXES);
+  PYTHONUNBUFFERED, MALLOC*, LC_*, ... - see UNSAFE_PREFIXES; a credential's name there, such as
+  CUDA_API_TOKEN, is no library's setting and forks);
 - a working directory that is not a directory, a second call while one runs, a forked pytest
   process, or a server that could not start or died (a warning says so once).
 `Bench.start` (Popen: the signal and long-running tests) is always a real exec.
@@ -74,6 +75,10 @@ UNSAFE_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO
 UNSAFE_NAMES = frozenset({"LANG", "LANGUAGE", "TZ", "HOME", "PATH", "TMPDIR", "TEMP", "TMP", "USER", "LOGNAME"})
 # read when a process starts but applied per request in the child (sys.stdout/stderr are rebuilt)
 ALLOWED = frozenset({"PYTHONUNBUFFERED"})
+# A credential's name under one of those prefixes (the canary tests plant TORCH_CANARY_AUTH,
+# CUDA_API_TOKEN...): no library configures itself from a token or a password when it loads, so
+# unless the server's own imports read it (recorded), a fork sees it as an exec would.
+CREDENTIAL_SUFFIXES = ("_TOKEN", "_PASSWORD", "_KEY", "_AUTH", "_SECRET")
 
 
 def _unsafe_difference(start_env: dict, env: dict, value_keys: frozenset, presence_keys: frozenset):
@@ -82,6 +87,8 @@ def _unsafe_difference(start_env: dict, env: dict, value_keys: frozenset, presen
     for key in sorted(set(start_env) | set(env)):
         before, after = start_env.get(key), env.get(key)
         if before == after or key in ALLOWED:
+            continue
+        if key.endswith(CREDENTIAL_SUFFIXES) and key not in value_keys and key not in presence_keys:
             continue
         if key in value_keys or key in UNSAFE_NAMES or key.startswith(UNSAFE_PREFIXES):
             return key

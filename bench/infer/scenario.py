@@ -16,7 +16,7 @@ from bench.runtime.scenario import ModelScenario, window_monitor
 
 
 class InferScenario(ModelScenario):
-    preload = ("torch", "torchvision", "bench.infer.scenario", "bench.infer.loop", "bench.launch.worker")
+    loop_modules = ("bench.infer.scenario", "bench.infer.loop", "bench.launch.worker")
     report_class = InferReport
 
     def has_ranks(self, config: BenchConfig) -> bool:

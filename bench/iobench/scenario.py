@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Tuple
 
 from bench.config import BenchConfig
 from bench.config.distributed import DistributedName
@@ -30,8 +30,10 @@ def clients_of(config: BenchConfig) -> int:
 
 
 class StorageScenario:
-    preload = ()
     report_class = StorageReport
+
+    def preload(self, config: BenchConfig) -> Tuple[str, ...]:
+        return ()
 
     def has_ranks(self, config: BenchConfig) -> bool:
         """With distributed=ddp the simulated accelerators are ranks started by a launcher;

@@ -102,7 +102,7 @@ class Elastic(Launcher):
         # Workers fork from one server process that has torch imported already: a job's workers
         # start in well under a second instead of paying torch's import each (spawn). The server
         # is a fresh interpreter, so forking from it is safe with CUDA; later sweep jobs reuse it.
-        multiprocessing.set_forkserver_preload(list(scenario.preload))
+        multiprocessing.set_forkserver_preload(list(scenario.preload(config)))
         reaper = SurvivorReaper(dist.nproc_per_node, out_dir / "workers")
         try:
             with private_tempdir():

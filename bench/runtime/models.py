@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import difflib
 import logging
+import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 
 import torch
 import torch.nn as nn
-import torchvision
 
 from bench.config.model import ModelConfig, Norm
 from bench.errors import ConfigError
@@ -24,6 +24,8 @@ log = logging.getLogger(__name__)
 def cifar_resnet18(cfg: ModelConfig) -> nn.Module:
     """The usual CIFAR variant: a 3x3 stride-1 stem and no max-pool keep 32x32 inputs from
     shrinking to 1x1 before the last stage."""
+    import torchvision
+
     model = torchvision.models.resnet18(weights=None, num_classes=cfg.num_classes)
     model.conv1 = nn.Conv2d(3, 64, kernel_size=3, stride=1, padding=1, bias=False)
     model.maxpool = nn.Identity()
@@ -53,7 +55,15 @@ def small_cnn(cfg: ModelConfig) -> nn.Module:
 OWN: Dict[str, Callable[[ModelConfig], nn.Module]] = {"cifar_resnet18": cifar_resnet18, "small_cnn": small_cnn}
 
 
+# torchvision is imported where a model needs it, not with this module: its import (~1.5 CPU-s,
+# torch._dynamo with it) would otherwise be paid by every DDP worker server of a bench-own model.
+def uses_torchvision(cfg: ModelConfig) -> bool:
+    return cfg.arch not in OWN or cfg.arch == "cifar_resnet18"
+
+
 def torchvision_models() -> List[str]:
+    import torchvision
+
     return torchvision.models.list_models(module=torchvision.models)  # classification models only
 
 
@@ -65,8 +75,7 @@ def _vit_patch(arch: str) -> Optional[int]:
 
 def check_model(cfg: ModelConfig) -> None:
     """The arch exists here and the input size suits it; one ConfigError otherwise."""
-    known = torchvision_models()
-    if cfg.arch not in OWN and cfg.arch not in known:
+    if cfg.arch not in OWN and cfg.arch not in (known := torchvision_models()):
         close = difflib.get_close_matches(cfg.arch, [*OWN, *known], n=1)
         raise ConfigError(
             "model.arch",
@@ -87,6 +96,8 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     if cfg.arch in OWN:
         model = OWN[cfg.arch](cfg)
     else:
+        import torchvision
+
         sized = {"image_size": cfg.image_size} if _vit_patch(cfg.arch) else {}
         model = torchvision.models.get_model(cfg.arch, weights=None, num_classes=cfg.num_classes, **sized)
     if cfg.zero_init_residual:
@@ -100,7 +111,10 @@ def zero_init_residuals(model: nn.Module, convs: bool = False) -> None:
     """Zero the scale of the last BatchNorm in each ResNet block (bn2 of a BasicBlock, bn3 of a
     Bottleneck): every residual branch starts at zero, so each block starts as the identity.
     convs=True (model.norm=none, no BN scale to zero): the branch's last conv instead."""
-    last = {torchvision.models.resnet.BasicBlock: "2", torchvision.models.resnet.Bottleneck: "3"}
+    resnet = sys.modules.get("torchvision.models.resnet")
+    if resnet is None:
+        return  # torchvision not imported: the model has no torchvision ResNet blocks
+    last = {resnet.BasicBlock: "2", resnet.Bottleneck: "3"}
     for module in model.modules():
         index = last.get(type(module))
         if index is not None:

@@ -5,13 +5,23 @@ and add run_name, run_rank, report, preload and report_class (bench.scenarios)."
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 from bench.config import BenchConfig
 from bench.launch.context import RankContext
 
 
 class ModelScenario:
+    loop_modules: Tuple[str, ...] = ()  # the scenario's own modules a rank runs
+
+    def preload(self, config: BenchConfig) -> Tuple[str, ...]:
+        """What the elastic launcher's forkserver imports once, so workers start in well under a
+        second: torch, the loop, and torchvision only for a torchvision model (its import is ~1.5
+        CPU-s that a bench-own model's every launch would pay for nothing)."""
+        from bench.runtime.models import uses_torchvision
+
+        return ("torch", *(("torchvision",) if uses_torchvision(config.model) else ()), *self.loop_modules)
+
     def has_ranks(self, config: BenchConfig) -> bool:
         return True  # started by a launcher, one process per rank
 

@@ -16,8 +16,7 @@ from bench.train.result import RankSummary, TrainOutcome
 
 
 class TrainScenario(ModelScenario):
-    # modules the elastic launcher's forkserver imports once, so workers start in well under a second
-    preload = ("torch", "torchvision", "bench.train.scenario", "bench.train.loop", "bench.launch.worker")
+    loop_modules = ("bench.train.scenario", "bench.train.loop", "bench.launch.worker")
     report_class = TrainReport
 
     def has_ranks(self, config: BenchConfig) -> bool:

@@ -10,7 +10,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pytest
 
@@ -61,8 +61,10 @@ class CountReport:
 
 
 class CountScenario:
-    preload = ()
     report_class = CountReport
+
+    def preload(self, config: Any) -> Tuple[str, ...]:
+        return ()  # nothing for a forkserver: this scenario has no ranks
 
     def has_ranks(self, config: Any) -> bool:
         return False  # this process counts

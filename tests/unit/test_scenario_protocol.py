@@ -19,8 +19,10 @@ from bench.scenarios import Scenario
 
 
 class NoReport:
-    preload = ()
     report_class = object
+
+    def preload(self, config: object) -> tuple:
+        return ()
 
     def has_ranks(self, config: object) -> bool:
         return False
