@@ -1,29 +1,36 @@
-"""The ladder's storage rung: the files under data.root read alone, in the loader's order (a
-shuffled pass, whole files: a JPEG folder's images, a shard set's shards), by as many threads as
-the loader has workers, with no decoding. MB/s, and the images/s that rate can feed.
+"""The ladder's storage rung: the files under data.root read alone by the storage benchmark's
+reader (bench.iobench.reader.run_reader: reused page-aligned buffers, os.preadv, the GIL released
+in every call), in the loader's access pattern: a shuffled pass over whole files (a JPEG folder's
+images, a shard set's shards), as many reader threads as the loader has workers, a JPEG folder's
+files in batches of data.batch_size, no decoding and no compute between steps (the read ceiling).
+MB/s, and the images/s that rate can feed.
 
-Two passes name their cache state: cold (each file's pages dropped first with posix_fadvise
-DONTNEED, what an epoch over a dataset larger than memory sees) and warm (the same files again,
-from the page cache). The verdict uses warm when the whole dataset fits in half the free memory
-(after the first epoch it is read from memory), cold otherwise."""
+Two passes name their cache state: cold (each file's pages dropped first: the storage
+benchmark's eviction, flushed then POSIX_FADV_DONTNEED, what an epoch over a dataset larger than
+memory sees) and warm (the same files again, from the page cache). The verdict uses warm when the
+whole dataset fits in half the free memory (after the first epoch it is read from memory), cold
+otherwise."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
-import random
-import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import List, Tuple
+from typing import List, Sequence, Tuple
 
 import psutil
 
 from bench.config import BenchConfig
+from bench.config.storage import RecordFormat
+from bench.config.storage_benchmark import StorageWorkloadConfig
 from bench.doctor.figures import STORAGE, Rung
+from bench.iobench.formats.base import FileSpec
+from bench.iobench.order import file_order
+from bench.iobench.reader import run_reader
 from bench.storage.local import LocalStore
 
-CHUNK = 4 << 20  # bytes per read call, into a buffer each thread reuses
+TRANSFER = 4 << 20  # bytes per read call, into a buffer each reader thread reuses
 
 
 def dataset_files(config: BenchConfig) -> List[str]:
@@ -39,44 +46,58 @@ def dataset_files(config: BenchConfig) -> List[str]:
     return sorted(found)
 
 
-def read_pass(paths: List[str], threads: int, window_s: float, cold: bool) -> Tuple[int, int, float]:
-    """(files read, bytes read, seconds): `paths` in order by `threads` threads until all are read
-    or the window ends."""
-    if cold:  # the storage benchmark's own eviction (flushes, then POSIX_FADV_DONTNEED); paths are absolute
-        LocalStore(Path("/")).drop_cache(paths)
-    local = threading.local()
-    deadline = time.perf_counter() + window_s
-
-    def read(path: str) -> int:
-        if time.perf_counter() > deadline:
-            return -1
-        if not hasattr(local, "buffer"):
-            local.buffer = bytearray(CHUNK)
-        view, total = memoryview(local.buffer), 0
-        with open(path, "rb", buffering=0) as fh:
-            while True:
-                got = fh.readinto(view)
-                if not got:
-                    return total
-                total += got
-
-    started = time.perf_counter()
-    with ThreadPoolExecutor(max_workers=threads) as pool:
-        sizes = [size for size in pool.map(read, paths) if size >= 0]
-    return len(sizes), sum(sizes), time.perf_counter() - started
+def read_workload(files: Sequence[FileSpec], threads: int, batch: int, seed: int) -> StorageWorkloadConfig:
+    """The loader's access pattern as a storage workload: one sample per file, read whole,
+    lengths checked only (these are the user's files, not the benchmark's records)."""
+    return StorageWorkloadConfig(
+        name="doctor",
+        num_files=len(files),
+        samples_per_file=1,
+        record_size=max(1, sum(f.size for f in files) // len(files)),
+        format=RecordFormat.raw,
+        transfer_size=TRANSFER,
+        verify_records=False,
+        batch_size=batch,
+        read_threads=threads,
+        computation_time=0.0,
+        epochs=1,
+        shuffle="file",
+        seed=seed,
+        checkpoint_size_mb=0.0,
+    )
 
 
-def passes(paths: List[str], threads: int, window_s: float, cold: bool) -> Tuple[int, int, float]:
-    """read_pass again and again until the window is spent (a small dataset is read in milliseconds):
-    the files, bytes and seconds of all of them."""
-    files = size = 0
+def read_pass(
+    store: LocalStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig, window_s: float, cold: bool
+) -> Tuple[int, int, float]:
+    """(files read, bytes read, seconds): one epoch over `files` by the storage benchmark's reader,
+    ended early when the window is spent."""
+    if cold:
+        store.drop_cache(f.key for f in files)
+    result = run_reader(store, files, workload, deadline=time.perf_counter() + window_s)
+    epoch = result.epochs[0]
+    return epoch.all_samples, int(epoch.all_bytes), epoch.epoch_s
+
+
+def passes(
+    store: LocalStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig, window_s: float, cold: bool
+) -> Tuple[int, int, float]:
+    """read_pass again (a new shuffle each time) until the window is spent (a small dataset is read
+    in milliseconds): the files, bytes and seconds of all of them."""
+    read = size = 0
     seconds = 0.0
-    while not files or seconds < window_s:
-        got = read_pass(paths, threads, window_s - seconds, cold)
-        files, size, seconds = files + got[0], size + got[1], seconds + got[2]
+    for run in range(10_000):
+        if read and seconds >= window_s:
+            break
+        got = read_pass(store, files, replace_seed(workload, workload.seed + run), window_s - seconds, cold)
+        read, size, seconds = read + got[0], size + got[1], seconds + got[2]
         if not got[0]:
             break
-    return files, size, seconds
+    return read, size, seconds
+
+
+def replace_seed(workload: StorageWorkloadConfig, seed: int) -> StorageWorkloadConfig:
+    return dataclasses.replace(workload, seed=seed)
 
 
 def storage_rung(config: BenchConfig, window_s: float, images_in_dataset: int) -> Rung:
@@ -97,10 +118,21 @@ def storage_rung(config: BenchConfig, window_s: float, images_in_dataset: int) -
     if not files or not total:
         rung.skipped = f"no file with data under data.root={data.root}"
         return rung
-    order = random.Random(config.seed).sample(files, len(files))
+    root = Path(data.dataset_root)
+    specs = [
+        FileSpec(os.path.relpath(path, root), index, 1, max(1, size), size)
+        for index, (path, size) in enumerate(zip(files, sizes, strict=True))
+        if size
+    ]
     threads = max(1, resolve_workers(data))
-    cold = passes(order, threads, window_s / 2, cold=True)
-    warm = passes(order[: cold[0]] or order, threads, window_s / 2, cold=False)
+    # a JPEG folder is read a batch of images at a time; a shard set a shard at a time
+    workload = read_workload(specs, threads, data.batch_size if data.name == "imagefolder" else 1, config.seed)
+    store = LocalStore(root)
+    cold = passes(store, specs, workload, window_s / 2, cold=True)
+    # the warm pass reads what the cold one read: a dataset larger than the window, the first files
+    # of the cold pass's order (its first pass: the window ended in it)
+    seen = specs if cold[0] >= len(specs) else file_order(specs, workload, 0, 1)[: max(1, cold[0])]
+    warm = passes(store, seen, read_workload(seen, threads, workload.batch_size, config.seed), window_s / 2, cold=False)
     images_per_byte = (images_in_dataset or len(files)) / total
     fits = total < psutil.virtual_memory().available / 2
     files_read, read_bytes, seconds = warm if fits else cold

@@ -58,8 +58,10 @@ class _Loop:
         run: int,
         periodic: Optional[Periodic],
         heartbeat: Optional[Callable[[], None]],
+        deadline: Optional[float] = None,
     ):
         self.workload, self.client, self.run, self.periodic, self.heartbeat = workload, client, run, periodic, heartbeat
+        self.deadline = deadline
         fmt = format_for(workload.format) if workload.verify_records else Unchecked(format_for(workload.format))
         self.source = Source(lambda: Fetcher(store, fmt, workload.transfer_size, workload.jpeg_decode))
         self.step = 0
@@ -81,8 +83,14 @@ class _Loop:
             requests,
         )
 
+    def _going(self) -> bool:
+        """max_steps not reached, and the deadline (if any) not passed."""
+        if self.deadline is not None and time.perf_counter() > self.deadline:
+            return False
+        return self.workload.max_steps is None or self.step < self.workload.max_steps
+
     def epoch(self, pool: ThreadPoolExecutor, files: Sequence[FileSpec], epoch: int) -> bool:
-        """One epoch; False once max_steps is reached."""
+        """One epoch; False once max_steps is reached or the deadline passed."""
         workload, compute = self.workload, float(self.workload.computation_time)
         stats = EpochStats(epoch)
         self.result.epochs.append(stats)
@@ -91,7 +99,7 @@ class _Loop:
         batches = pipeline.batches(workload.batch_size)
         epoch_clock = time.perf_counter()  # strict clock: as it always ran
         try:
-            while workload.max_steps is None or self.step < workload.max_steps:
+            while self._going():
                 started = time.perf_counter()
                 batch = next(batches, None)
                 if batch is None:
@@ -131,7 +139,7 @@ class _Loop:
         finally:  # also on Ctrl-C / SIGTERM: readers blocked on the window must exit, or the pool waits forever
             pipeline.stop()
         stats.wall_s = time.perf_counter() - epoch_clock
-        return workload.max_steps is None or self.step < workload.max_steps
+        return self._going()
 
     def evaluate(self, pool: ThreadPoolExecutor, files: Sequence[FileSpec], epoch: int) -> None:
         """One evaluation pass over the eval files: timed apart, its requests not in the read figures."""
@@ -175,10 +183,14 @@ def run_reader(
     eval_files: Sequence[FileSpec] = (),
     periodic: Optional[Periodic] = None,
     heartbeat: Optional[Callable[[], None]] = None,
+    deadline: Optional[float] = None,
 ) -> ReaderResult:
     """The emulated training loop of one accelerator over `files` (its shard of the dataset).
-    `start_gate` (a barrier) lines the clients up so their measured windows overlap."""
-    loop = _Loop(store, workload, client, run, periodic if workload.checkpoint_every_steps else None, heartbeat)
+    `start_gate` (a barrier) lines the clients up so their measured windows overlap; `deadline`
+    (a time.perf_counter() value) ends the read early, after the step that passes it (the doctor's
+    budget)."""
+    periodic = periodic if workload.checkpoint_every_steps else None
+    loop = _Loop(store, workload, client, run, periodic, heartbeat, deadline)
     if start_gate is not None:
         start_gate.wait()
     try:

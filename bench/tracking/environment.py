@@ -9,18 +9,36 @@ import functools
 import hashlib
 import os
 import platform
+import re
 import socket
 import subprocess
-from importlib import metadata
+import sys
+from importlib import metadata, util
 from pathlib import Path
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
-import torchvision
 
 from bench.secrets import environ_items, looks_secret_env, redact
 
 SPEED_ENV_PREFIXES = ("NCCL_", "CUDA_", "OMP_", "MKL_", "TORCH_", "PYTORCH_", "CUBLAS_", "CUDNN_")
+
+
+def _torchvision_version() -> Optional[str]:
+    """torchvision.__version__ ('0.29.1+cu130', with the build's tag that its package metadata
+    lacks), read from its version.py when torchvision is not imported: a run of bench's own model
+    on synthetic data never needs its ~1 s import."""
+    if "torchvision" in sys.modules:
+        return str(sys.modules["torchvision"].__version__)
+    spec = util.find_spec("torchvision")
+    with contextlib.suppress(OSError, TypeError):
+        text = Path(str(spec.origin)).with_name("version.py").read_text() if spec else ""
+        found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
+        if found:
+            return found.group(1)
+    with contextlib.suppress(metadata.PackageNotFoundError):
+        return metadata.version("torchvision")
+    return None
 
 
 def _cpu_model() -> str:
@@ -154,7 +172,7 @@ def collect_environment() -> Dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "torchvision": torchvision.__version__,
+        "torchvision": _torchvision_version(),
         "cuda_available": torch.cuda.is_available(),
     }
     if torch.version.cuda:

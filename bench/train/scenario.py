@@ -16,7 +16,9 @@ from bench.train.result import RankSummary, TrainOutcome
 
 
 class TrainScenario(ModelScenario):
-    loop_modules = ("bench.train.scenario", "bench.train.loop", "bench.launch.worker")
+    # torch._dynamo: every optimizer imports it when built (add_param_group is wrapped by
+    # torch._disable_dynamo), ~1 CPU-s that each rank would pay again
+    loop_modules = ("torch._dynamo", "bench.train.scenario", "bench.train.loop", "bench.launch.worker")
     report_class = TrainReport
 
     def has_ranks(self, config: BenchConfig) -> bool:

@@ -116,6 +116,22 @@ def test_installed_packages_read_from_metadata_heads_match_the_full_parser(tmp_p
     assert _name_and_version(metadata.PathDistribution(plain)) == ("plain", "2.0")
 
 
+def test_the_torchvision_version_without_importing_it_is_the_imported_ones(monkeypatch):
+    """environment.json's torchvision version, read from its version.py when torchvision is not
+    imported (a run of bench's own model never imports it), is torchvision.__version__ with the
+    build tag ('0.29.1+cu130'), and importing it is left undone."""
+    import sys
+
+    import torchvision
+
+    from bench.tracking.environment import _torchvision_version
+
+    for name in [n for n in sys.modules if n == "torchvision" or n.startswith("torchvision.")]:
+        monkeypatch.delitem(sys.modules, name)
+    assert _torchvision_version() == torchvision.__version__
+    assert "torchvision" not in sys.modules
+
+
 @pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="checks the GPU-less degradation")
 def test_nvml_missing_degrades_quietly():
     assert nvml_devices() == []

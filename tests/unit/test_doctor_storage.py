@@ -1,0 +1,63 @@
+"""The doctor's storage rung reads the user's files with the storage benchmark's reader
+(bench.iobench.reader.run_reader), in the loader's pattern, within its window; and that reader's
+deadline ends a read early. Real files, real reads."""
+
+from __future__ import annotations
+
+import os
+import time
+
+import bench.doctor.storage_read as storage_read
+from bench.doctor.storage_read import read_workload, storage_rung
+from bench.iobench.formats.base import FileSpec
+from bench.iobench.reader import run_reader
+from bench.storage.local import LocalStore
+
+
+def _files(root, count: int, size: int) -> list:
+    root.mkdir(parents=True, exist_ok=True)
+    specs = []
+    for index in range(count):
+        (root / f"f{index:03d}.bin").write_bytes(os.urandom(size))
+        specs.append(FileSpec(f"f{index:03d}.bin", index, 1, size, size))
+    return specs
+
+
+def test_the_rung_reads_a_jpeg_folder_whole_through_the_storage_benchmarks_reader(
+    tmp_path, datasets, compose, monkeypatch
+):
+    paths = datasets.image_folder(tmp_path / "jpegs", images=24, classes=3)
+    calls = []
+
+    def spy(store, files, workload, **options):  # the real reader, its arguments noted
+        calls.append((store, list(files), workload, options))
+        return run_reader(store, files, workload, **options)
+
+    monkeypatch.setattr(storage_read, "run_reader", spy)
+    config = compose("+experiment=cpu_smoke", "model=small_cnn", "data=imagefolder", f"data.root={tmp_path / 'jpegs'}",
+                     "data.num_classes=3", "data.num_workers=2", "data.batch_size=8")
+    rung = storage_rung(config, window_s=0.4, images_in_dataset=24)
+    total = sum(os.path.getsize(p) for p in paths)
+    assert rung.figures["dataset_files"] == 24 and rung.figures["threads"] == 2
+    assert rung.figures["dataset_megabytes"] == total / 1e6
+    assert rung.figures["files_read"] >= 24  # whole passes: a small folder is read again and again in the window
+    assert rung.figures["warm_megabytes_per_second"] > 0 and rung.figures["cold_megabytes_per_second"] > 0
+    assert rung.images_per_second > 0 and rung.figures["cache"] == "warm"  # 24 small files fit in memory
+    store, files, workload, options = calls[0]
+    assert isinstance(store, LocalStore) and store.root == tmp_path / "jpegs"
+    assert sorted(f.key for f in files) == sorted(os.path.relpath(p, tmp_path / "jpegs") for p in paths)
+    assert all(f.size == os.path.getsize(tmp_path / "jpegs" / f.key) for f in files)
+    # the loader's pattern: its workers as reader threads, its batch, a shuffled pass, lengths checked only
+    assert (workload.read_threads, workload.batch_size, workload.shuffle) == (2, 8, "file")
+    assert workload.verify_records is False and workload.computation_time == 0
+    assert "deadline" in options
+
+
+def test_a_deadline_ends_the_readers_epoch_early(tmp_path):
+    specs = _files(tmp_path / "data", 12, 4096)
+    store = LocalStore(tmp_path / "data")
+    workload = read_workload(specs, threads=2, batch=2, seed=0)
+    whole = run_reader(store, specs, workload).epochs[0]
+    assert (whole.all_samples, whole.all_bytes) == (12, 12 * 4096)
+    passed = run_reader(store, specs, workload, deadline=time.perf_counter() - 1).epochs[0]
+    assert passed.all_samples == 0 and passed.all_bytes == 0  # already past: not one step
