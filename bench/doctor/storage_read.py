@@ -9,7 +9,8 @@ Two passes name their cache state: cold (each file's pages dropped first: the st
 benchmark's eviction, flushed then POSIX_FADV_DONTNEED, what an epoch over a dataset larger than
 memory sees) and warm (the same files again, from the page cache). The verdict uses warm when the
 whole dataset fits in half the free memory (after the first epoch it is read from memory), cold
-otherwise."""
+otherwise. Shards on S3 (data.root=s3://..., opened through the storage group's settings as the
+loader opens them) give one figure: there is no page cache of ours to drop or warm."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import List, Sequence, Tuple
+from typing import Any, List, Sequence, Tuple
 
 import psutil
 
@@ -68,7 +69,7 @@ def read_workload(files: Sequence[FileSpec], threads: int, batch: int, seed: int
 
 
 def read_pass(
-    store: LocalStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig, window_s: float, cold: bool
+    store: Any, files: Sequence[FileSpec], workload: StorageWorkloadConfig, window_s: float, cold: bool
 ) -> Tuple[int, int, float]:
     """(files read, bytes read, seconds): one epoch over `files` by the storage benchmark's reader,
     ended early when the window is spent."""
@@ -80,7 +81,7 @@ def read_pass(
 
 
 def passes(
-    store: LocalStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig, window_s: float, cold: bool
+    store: Any, files: Sequence[FileSpec], workload: StorageWorkloadConfig, window_s: float, cold: bool
 ) -> Tuple[int, int, float]:
     """read_pass again (a new shuffle each time) until the window is spent (a small dataset is read
     in milliseconds): the files, bytes and seconds of all of them."""
@@ -100,6 +101,24 @@ def replace_seed(workload: StorageWorkloadConfig, seed: int) -> StorageWorkloadC
     return dataclasses.replace(workload, seed=seed)
 
 
+def dataset_specs(config: BenchConfig) -> Tuple[Any, List[FileSpec]]:
+    """(the store, its files as the loader reads them): a shard set's shards from its split's
+    meta.json (on local disk or S3, through the storage group's settings, as the loader opens it);
+    a JPEG/PNG folder's images; otherwise every file under data.root."""
+    data = config.data
+    if data.name == "shards":
+        from bench.data.shardformat import read_meta
+        from bench.storage.registry import open_store
+
+        store = open_store(data.dataset_root, config.storage)
+        entries = [(str(s["key"]), int(s["bytes"])) for s in read_meta(store, str(data.split))["shards"]]
+    else:
+        root = Path(data.dataset_root)
+        store = LocalStore(root)
+        entries = [(os.path.relpath(path, root), os.path.getsize(path)) for path in dataset_files(config)]
+    return store, [FileSpec(key, index, 1, size, size) for index, (key, size) in enumerate(entries) if size]
+
+
 def storage_rung(config: BenchConfig, window_s: float, images_in_dataset: int) -> Rung:
     from bench.data.loader import resolve_workers
 
@@ -108,44 +127,41 @@ def storage_rung(config: BenchConfig, window_s: float, images_in_dataset: int) -
     if data.synthetic:
         rung.skipped = "synthetic data: nothing is read from storage"
         return rung
-    if (data.root or "").startswith("s3://"):
-        rung.skipped = "data.root is on S3: measure it with the storage benchmark (docs/storage.md)"
-        return rung
     started = time.perf_counter()
-    files = dataset_files(config)
-    sizes = [os.path.getsize(path) for path in files]
-    total = sum(sizes)
-    if not files or not total:
+    store, specs = dataset_specs(config)
+    if not specs:
         rung.skipped = f"no file with data under data.root={data.root}"
         return rung
-    root = Path(data.dataset_root)
-    specs = [
-        FileSpec(os.path.relpath(path, root), index, 1, max(1, size), size)
-        for index, (path, size) in enumerate(zip(files, sizes, strict=True))
-        if size
-    ]
+    total = sum(spec.size for spec in specs)
     threads = max(1, resolve_workers(data))
     # a JPEG folder is read a batch of images at a time; a shard set a shard at a time
     workload = read_workload(specs, threads, data.batch_size if data.name == "imagefolder" else 1, config.seed)
-    store = LocalStore(root)
-    cold = passes(store, specs, workload, window_s / 2, cold=True)
-    # the warm pass reads what the cold one read: a dataset larger than the window, the first files
-    # of the cold pass's order (its first pass: the window ended in it)
-    seen = specs if cold[0] >= len(specs) else file_order(specs, workload, 0, 1)[: max(1, cold[0])]
-    warm = passes(store, seen, read_workload(seen, threads, workload.batch_size, config.seed), window_s / 2, cold=False)
-    images_per_byte = (images_in_dataset or len(files)) / total
-    fits = total < psutil.virtual_memory().available / 2
-    files_read, read_bytes, seconds = warm if fits else cold
+    images_per_byte = (images_in_dataset or len(specs)) / total
+    if not isinstance(store, LocalStore):  # S3: no page cache of ours to drop or warm, one figure
+        files_read, read_bytes, seconds = passes(store, specs, workload, window_s, cold=False)
+        rung.figures = {"cache": "remote", "store": store.url}
+        cold = warm = (0, 0, 0.0)
+    else:
+        cold = passes(store, specs, workload, window_s / 2, cold=True)
+        # the warm pass reads what the cold one read: a dataset larger than the window, the first files
+        # of the cold pass's order (its first pass: the window ended in it)
+        seen = specs if cold[0] >= len(specs) else file_order(specs, workload, 0, 1)[: max(1, cold[0])]
+        warm_workload = read_workload(seen, threads, workload.batch_size, config.seed)
+        warm = passes(store, seen, warm_workload, window_s / 2, cold=False)
+        fits = total < psutil.virtual_memory().available / 2
+        files_read, read_bytes, seconds = warm if fits else cold
+        rung.figures = {"cache": "warm" if fits else "cold"}
     rung.images_per_second = read_bytes * images_per_byte / seconds if seconds else None
-    rung.figures = {
-        "cache": "warm" if fits else "cold",
-        "megabytes_per_second": read_bytes / seconds / 1e6 if seconds else None,
-        "cold_megabytes_per_second": cold[1] / cold[2] / 1e6 if cold[2] else None,
-        "warm_megabytes_per_second": warm[1] / warm[2] / 1e6 if warm[2] else None,
-        "files_read": files_read,
-        "dataset_files": len(files),
-        "dataset_megabytes": total / 1e6,
-        "threads": threads,
-    }
+    rung.figures.update(
+        {
+            "megabytes_per_second": read_bytes / seconds / 1e6 if seconds else None,
+            "cold_megabytes_per_second": cold[1] / cold[2] / 1e6 if cold[2] else None,
+            "warm_megabytes_per_second": warm[1] / warm[2] / 1e6 if warm[2] else None,
+            "files_read": files_read,
+            "dataset_files": len(specs),
+            "dataset_megabytes": total / 1e6,
+            "threads": threads,
+        }
+    )
     rung.seconds = time.perf_counter() - started
     return rung

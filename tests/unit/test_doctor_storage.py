@@ -8,6 +8,7 @@ import os
 import time
 
 import bench.doctor.storage_read as storage_read
+from bench.doctor.page import _details
 from bench.doctor.storage_read import read_workload, storage_rung
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.reader import run_reader
@@ -61,3 +62,29 @@ def test_a_deadline_ends_the_readers_epoch_early(tmp_path):
     assert (whole.all_samples, whole.all_bytes) == (12, 12 * 4096)
     passed = run_reader(store, specs, workload, deadline=time.perf_counter() - 1).epochs[0]
     assert passed.all_samples == 0 and passed.all_bytes == 0  # already past: not one step
+
+
+def test_the_rung_reads_shards_on_s3_through_the_storage_groups_settings(s3_server, aws_env, compose):
+    """data=shards on s3:// (a loopback S3 server): the shards that train/meta.json lists, read by
+    the storage benchmark's reader through storage=s3's endpoint, one figure (no page cache)."""
+    from bench.data.shardformat import encode_shard, make_meta, shard_key
+    from bench.storage.registry import open_store
+
+    bucket = s3_server.new_bucket()
+    config = compose("+experiment=cpu_smoke", "model=small_cnn", "data=shards", f"data.root=s3://{bucket}/shards",
+                     "data.num_classes=2", "data.num_workers=2", *s3_server.overrides(bucket))
+    store = open_store(f"s3://{bucket}/shards", config.storage)
+    shards = []
+    for number in range(3):
+        blob = encode_shard([(os.urandom(3000), index % 2) for index in range(4)])
+        store.put(shard_key("train", number), blob)
+        shards.append({"key": shard_key("train", number), "count": 4, "bytes": len(blob)})
+    store.put("train/meta.json", make_meta("train", ["a", "b"], shards, 32, 90, []))
+    store.put("val/ignored.bin", b"x" * 5000)  # not the split's: never read
+    rung = storage_rung(config, window_s=0.5, images_in_dataset=12)
+    figures = rung.figures
+    assert figures["cache"] == "remote" and figures["store"].endswith(f"{bucket}/shards")
+    assert figures["dataset_files"] == 3 and figures["dataset_megabytes"] == sum(s["bytes"] for s in shards) / 1e6
+    assert figures["files_read"] >= 3 and figures["megabytes_per_second"] > 0 and rung.images_per_second > 0
+    assert figures["cold_megabytes_per_second"] is None and figures["warm_megabytes_per_second"] is None
+    assert _details(rung).startswith(f"{figures['megabytes_per_second']:,.0f} MB/s from ")  # the page's row
