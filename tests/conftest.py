@@ -146,6 +146,16 @@ class Bench:
     def uri(self) -> str:
         return f"sqlite:///{self.db}"
 
+    def with_store(self) -> "Bench":
+        """A test whose subject is not the making of a new MLflow store: `cwd`/mlflow.db starts as
+        a copy of a store MLflow made once per worker (its schema, its Default experiment), the
+        file a bench run's first contact would make, without its ~0.9 CPU-s of migrations. The
+        tests of a new store (the README's run, four runs at once on one, nothing written on bad
+        input) do not call it."""
+        if not self.db.exists():
+            shutil.copyfile(_store_template(), self.db)
+        return self
+
     @staticmethod
     def env(tracking_uri: Optional[str] = None, **extra: str) -> Dict[str, str]:
         return bench_env(tracking_uri, **extra)
@@ -257,6 +267,25 @@ class Bench:
         proc.kill()
         out, err = proc.communicate()
         pytest.fail(f"never saw {text!r} in {path} (exit {proc.returncode})\n{out}\n{err}")
+
+
+_TEMPLATE: List[Path] = []
+
+
+def _store_template() -> Path:
+    """A new sqlite store made by MLflow itself in this process (same version, same schema as a
+    bench run's), once; removed when the process ends."""
+    if not _TEMPLATE:
+        import atexit
+        import tempfile
+
+        from mlflow import MlflowClient
+
+        folder = Path(tempfile.mkdtemp(prefix="bench-store-template-"))
+        atexit.register(shutil.rmtree, folder, True)
+        MlflowClient(tracking_uri=f"sqlite:///{folder / 'mlflow.db'}").search_experiments()
+        _TEMPLATE.append(folder / "mlflow.db")
+    return _TEMPLATE[0]
 
 
 @pytest.fixture
@@ -582,15 +611,22 @@ def mlflow_servers(tmp_path) -> Iterator[Callable[[], MlflowServer]]:
 
 
 @pytest.fixture(scope="module")
-def mlflow_server(tmp_path_factory) -> Iterator[str]:
-    """The URL of an `mlflow server` on 127.0.0.1 shared by a test module."""
+def module_mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
+    """An `mlflow server` on 127.0.0.1 shared by a test module (one start: ~4.7 CPU-s); its store
+    and artifacts under `.root`."""
     from bench.launch.context import free_port
 
     server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"), free_port()).start()
     try:
-        yield server.url
+        yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(scope="module")
+def mlflow_server(module_mlflow_server) -> str:
+    """The URL of an `mlflow server` on 127.0.0.1 shared by a test module."""
+    return module_mlflow_server.url
 
 
 # ---- a real browser, for the HTML pages bench writes ---------------------------------------------

@@ -14,7 +14,7 @@ import pytest
 
 @pytest.fixture(scope="module")
 def digits(bench_at, tmp_path_factory) -> Path:
-    bench = bench_at(tmp_path_factory.mktemp("digits"))
+    bench = bench_at(tmp_path_factory.mktemp("digits")).with_store()
     proc = bench.run("digits", "--dst", str(bench.cwd / "digits"), module="bench.data")
     assert proc.returncode == 0, proc.stderr
     return bench.cwd / "digits"

@@ -44,6 +44,7 @@ def prepare(bench, src, dst, *extra, env=None):
 
 
 def test_imagefolder_run_reports_data_wait_au_and_skips_a_corrupt_image(bench, base, datasets, tmp_path):
+    bench.with_store()
     datasets.imagenet_layout(tmp_path / "imagenet", train=20, val=4)
     (tmp_path / "imagenet" / "train" / "class002" / "broken.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
     # one batch is the whole shuffled epoch, so the broken file is met whatever the order
@@ -60,6 +61,7 @@ def test_zero_byte_images_are_skipped_and_counted_and_an_empty_class_folder_is_s
     """Issue 18: four zero-byte files among 64 (the first four the preflight probes) refused the whole
     dataset; an empty class folder counted as a class without a word. Now the empty files are skipped
     and counted as corrupt images are, and the empty class folder is named once in bench.log."""
+    bench.with_store()
     root = tmp_path / "images"
     paths = sorted(datasets.image_folder(root, images=64))
     for path in paths[:4]:  # class000's first four: the images preflight would probe
@@ -76,6 +78,7 @@ def test_zero_byte_images_are_skipped_and_counted_and_an_empty_class_folder_is_s
 
 
 def test_cifar100_run(bench, base, datasets, tmp_path):
+    bench.with_store()
     datasets.cifar100(tmp_path / "cifar")
     metrics = run_ok(bench, base, tmp_path, ["data=cifar100", f"data.root={tmp_path / 'cifar'}", "data.num_classes=100"])
     check_input_pipeline_fields(metrics)
@@ -83,6 +86,7 @@ def test_cifar100_run(bench, base, datasets, tmp_path):
 
 
 def test_shards_run_after_prepare(bench, base, datasets, tmp_path):
+    bench.with_store()
     datasets.image_folder(tmp_path / "flat", images=24)
     prepared = prepare(bench, tmp_path / "flat", tmp_path / "shards", "--size", "40", "--shard-size", "10")
     assert prepared.returncode == 0, prepared.stderr
@@ -123,6 +127,7 @@ def test_shards_prepared_to_s3_train_through_storage_s3(bench, base, datasets, t
     an S3 client for train/meta.json, froze or crashed, and left a worker behind): both splits
     and their meta.json land, no process of the command outlives it, and a training run with
     validation reads both back through storage=s3."""
+    bench.with_store()
     import psutil
 
     bucket = s3_server.new_bucket()
@@ -198,6 +203,7 @@ def test_dataset_errors_before_any_run(bench, base, datasets, tmp_path, case, ex
 
 
 def test_strict_stops_at_a_corrupt_image_naming_it(bench, base, datasets, tmp_path):
+    bench.with_store()
     datasets.image_folder(tmp_path / "flat", images=8)
     bad = tmp_path / "flat" / "class000" / "broken.jpg"
     bad.write_bytes(b"\xff\xd8\xff not a jpeg")

@@ -22,6 +22,7 @@ JOINED = re.compile(r"rank (\d+)/(\d+) \(pid (\d+)\) joined the process group")
 def test_two_process_ddp_end_to_end_with_strong_scaling(bench, tiny, tmp_path):
     """One run checks both: DDP end to end, and strong scaling (data.batch_size=8 is the
     global batch, split into 4 per process)."""
+    bench.with_store()
     run_dir = tmp_path / "run"
     proc = bench.run(*tiny, *DDP2, "distributed.scaling=strong", "data.batch_size=8", f"hydra.run.dir={run_dir}")
     metrics = bench.metrics(proc)
@@ -64,6 +65,7 @@ def test_two_process_ddp_end_to_end_with_strong_scaling(bench, tiny, tmp_path):
 
 
 def test_torchrun_ranks_join_and_rank0_reports(bench, tiny, tmp_path):
+    bench.with_store()
     run_dir = tmp_path / "run"
     proc = bench.run("--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "bench", *DDP2,
                      f"hydra.run.dir={run_dir}", *tiny, module="torch.distributed.run")
@@ -85,6 +87,7 @@ def test_two_nodes_launched_by_bench_on_loopback(bench, tiny, tmp_path):
     """Multi-node without torchrun: two `python -m bench` processes (node_rank 0 and 1), one
     worker each, meet at rdzv_endpoint; node 0 holds rank 0 and alone reports and logs. The
     rendezvous timeout is a hang guard: a loaded machine may start the two nodes minutes apart."""
+    bench.with_store()
     common = [*tiny, "distributed=ddp", "distributed.nnodes=2", "distributed.nproc_per_node=1",
               f"distributed.rdzv_endpoint=127.0.0.1:{free_port()}", f"distributed.timeout_s={HANG_GUARD_S}"]
     leader, follower = bench.run_two_nodes(common, tmp_path)

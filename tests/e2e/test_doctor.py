@@ -31,7 +31,7 @@ class Doctored:
 def jpeg_folder_doctored(bench_at, tmp_path_factory) -> Doctored:
     root = tmp_path_factory.mktemp("doctor-jpegs")
     write_image_folder(str(root / "photos" / "train"), 64, 4)  # 500x375, compressed like photographs
-    bench = bench_at(root)
+    bench = bench_at(root).with_store()
     out = root / "doctor"
     proc = bench.run(*FAST_MODEL, "data=imagefolder", f"data.root={root / 'photos'}", "data.num_workers=0",
                      "data.num_classes=4", "doctor.budget_s=12", "doctor.what_ifs=false", f"doctor.out={out}",

@@ -41,6 +41,7 @@ def hog() -> Iterator[subprocess.Popen]:
 
 @pytest.mark.skipif(len(affinity()) > 8, reason="one hog is under 10% of more than 8 cores")
 def test_a_cpu_hog_beside_a_run_makes_it_unfit_and_require_fit_refuses_the_busy_machine(bench, tiny, hog):
+    bench.with_store()
     result = bench.metrics(bench.run(*tiny, "cpu_threads=1"))
     assert result["fit_to_measure"] is False
     reasons = result["fit_reasons"]

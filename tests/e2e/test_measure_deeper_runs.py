@@ -28,7 +28,7 @@ def _rows(path: Path) -> list:
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory, bench_at, tiny_args):
     root = tmp_path_factory.mktemp("deep")
-    bench = bench_at(root)
+    bench = bench_at(root).with_store()
     env = bench.env(MLFLOW_SYSTEM_METRICS_SAMPLING_INTERVAL="0.5")
     # a torchvision model: its parameters and FLOPs are known figures
     deep = bench.run(*tiny_args, "model=resnet18", *DEEP, f"hydra.run.dir={root}/deep", env=env)
@@ -139,7 +139,7 @@ def test_compare_rerun_runs_both_configs_again_interleaved_and_calls_the_slowed_
 @pytest.fixture(scope="module")
 def inference_sweep(tmp_path_factory, bench_at, tiny_args):
     root = tmp_path_factory.mktemp("infer")
-    bench = bench_at(root)
+    bench = bench_at(root).with_store()
     args = [a for a in tiny_args if not a.startswith(("data.batch_size=", "train.steps_per_epoch="))]
     proc = bench.run("-m", "mode=inference", *args, "model=resnet18", "data.batch_size=1,4", "train.steps_per_epoch=4",
                      f"hydra.sweep.dir={root}/sweep")

@@ -41,6 +41,7 @@ def wait_for(predicate, proc, what: str) -> None:
 
 
 def test_sigkill_mid_run_then_resume_auto_ends_like_an_uninterrupted_run(bench, tiny, tmp_path):
+    bench.with_store()
     whole = bench.metrics(bench.run(*tiny, *RUN, f"hydra.run.dir={tmp_path}/whole", f"storage.root={tmp_path}/a"))
 
     root = tmp_path / "b"
@@ -228,6 +229,7 @@ def test_a_checkpoint_of_the_previous_format_still_resumes(bench, tiny, tmp_path
     """Issue 18: checkpoints now hold plain data only; one bench wrote before (numpy's RNG state
     as an ndarray) still loads, continues (with a checkpoint at every epoch end: resume's default
     interval, from a path too), and one of another optimizer is one line."""
+    bench.with_store()
     old = as_previous_format(first_checkpoint(bench, tiny, tmp_path), tmp_path / "old.pt")
     assert torch.serialization.get_unsafe_globals_in_checkpoint(old)  # what weights_only refuses by default
     resumed = bench.metrics(bench.run(*tiny, "train.epochs=2", f"train.resume={old}", "tracking.enabled=false",

@@ -149,6 +149,7 @@ def test_checkpoint_written_to_local_storage(bench, tiny, tmp_path):
 def test_failure_mid_run_ends_failed_with_reason(bench, tiny, datasets, tmp_path):
     """A genuine failure after the MLflow run opened: an image the loader cannot read (a dangling
     link, met in training, after preflight decoded the first images fine)."""
+    bench.with_store()
     datasets.image_folder(tmp_path / "flat", images=8)
     (tmp_path / "flat" / "class003" / "zz-gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
     proc = bench.run(*tiny, "data=imagefolder", f"data.root={tmp_path / 'flat'}", "data.split=val", "data.batch_size=9",

@@ -129,6 +129,7 @@ def test_a_slurm_sweep_is_one_parent_with_a_child_per_slurm_job_and_counts_its_f
     """4 jobs as 2 job arrays (1- and 2-process jobs ask for 1 and 2 cores); amp_fp16 cannot run on
     a CPU: 2 FINISHED and 2 FAILED children of one parent, in the default sqlite store of the launch
     directory, which every job reaches (one node: a shared filesystem)."""
+    bench.with_store()
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
     sweep_dir = tmp_path / "sweep"
     proc = bench.run("-m", *tiny, *slurm.sweep_on_cpu, "distributed=ddp", "distributed.nproc_per_node=1,2",
@@ -200,6 +201,7 @@ def test_a_sweep_that_sbatch_refuses_is_one_line_and_a_failed_parent(slurm, benc
     """A job asking for a GPU on this CPU-only node: sbatch refuses it ("Invalid generic resource").
     That was submitit's traceback and the parent run KILLED "interrupted"; now one [ERROR] line with
     sbatch's own words, exit 1, and the parent run FAILED with them."""
+    bench.with_store()
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
     proc = bench.run("-m", *tiny, "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=1", "seed=1,2",
                      f"hydra.sweep.dir={tmp_path}/sweep", f"hydra.launcher.submitit_folder={tmp_path}/submitit")

@@ -51,6 +51,7 @@ def assert_consistent(metrics: dict) -> None:
 
 
 def test_local_storage_benchmark_end_to_end(bench, tmp_path):
+    bench.with_store()
     root = tmp_path / "data"
     # checkpoint_keep: the checkpoint stays for the checks below (by default it is deleted once read back)
     proc = bench.run(*TINY, "storage.workload.checkpoint_keep=true", f"storage.root={root}",
@@ -124,6 +125,7 @@ def test_multirun_sweeps_accelerators_and_reuses_the_dataset(bench, tmp_path):
 
 
 def test_s3_storage_benchmark_two_accelerators_and_no_secret_anywhere(bench, tmp_path, s3_server):
+    bench.with_store()
     bucket = s3_server.new_bucket()
     env = s3_server.env()
     args = [*TINY, *s3_server.overrides(bucket, "storage.prefix=bench/run"), "storage.workload.format=npz",

@@ -28,6 +28,7 @@ def rows(path):
 
 
 def test_two_hosts_of_two_accelerators_merge_every_client_on_rank_0(bench, tmp_path):
+    bench.with_store()
     root = tmp_path / "shared"  # storage both "hosts" see
     common = [*TINY, "storage.workload.batch_size=2", "storage.workload.format=tfrecord",
               "storage.workload.read_mode=sample", "storage.workload.shuffle=sample", "storage.workload.shuffle_buffer=4",
@@ -79,6 +80,7 @@ def test_the_mlperf_harness_on_one_host(bench, tmp_path):
     """A warm-up run then 2 measured runs (cache dropped between), 2 accelerator processes, hdf5
     read in transfer_size pieces, an evaluation pass per epoch, a checkpoint every 3 steps and 2
     checkpoints written and read back after each run."""
+    bench.with_store()
     proc = bench.run(*TINY, "storage.workload.batch_size=4", "storage.workload.format=hdf5",
                      "storage.workload.transfer_size=1024", "storage.workload.eval_num_files=2",
                      "storage.workload.eval_computation_time=0.002", "storage.workload.seed_change_epoch=false",

@@ -51,7 +51,7 @@ def _check_scaling(rows: list) -> None:
 @pytest.fixture(scope="module")
 def sweep(tmp_path_factory, bench_at, tiny_args):
     root = tmp_path_factory.mktemp("sweep")
-    bench = bench_at(root)
+    bench = bench_at(root).with_store()
     proc = bench.run("-m", *tiny_args, "distributed=ddp", "distributed.nproc_per_node=1,2", "precision=fp32,bf16",
                      f"hydra.sweep.dir={root}/sweep")
     runs = bench.runs()
@@ -163,7 +163,7 @@ def test_report_cli_rejects_an_unknown_sweep(sweep, bench, tmp_path, target):
 @pytest.fixture(scope="module")
 def failing_sweep(tmp_path_factory, bench_at, tiny_args):
     root = tmp_path_factory.mktemp("failing")
-    bench = bench_at(root)
+    bench = bench_at(root).with_store()
     proc = bench.run("-m", *tiny_args, "precision=fp32,amp_fp16", f"hydra.sweep.dir={root}/sweep")
     return SimpleNamespace(uri=bench.uri, proc=proc, dir=root / "sweep", bench=bench)
 
@@ -201,6 +201,7 @@ def test_sweep_report_gives_the_failed_jobs_reason(failing_sweep):
 def test_a_slurm_local_sweep_runs_each_job_apart_one_at_a_time_under_one_parent(bench, tiny, tmp_path):
     """What a Slurm sweep does, without Slurm: every job in processes of its own (a pickled job, as
     on a cluster node), their child runs still under the one parent, counted where the sweep started."""
+    bench.with_store()
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
     sweep_dir = tmp_path / "sweep"
     proc = bench.run("-m", *tiny, "hydra/launcher=slurm_local", "precision=fp32,amp_fp16", f"hydra.sweep.dir={sweep_dir}")

@@ -13,6 +13,7 @@ a config file or the environment holds is shown as *** wherever it would leave b
 from __future__ import annotations
 
 import uuid
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -31,33 +32,54 @@ def _everything_written(root: Path) -> list:
     return [path for path in root.rglob("*") if path.is_file()]
 
 
-def _assert_nowhere(secrets: list, texts: list, root: Path) -> None:
+def _assert_nowhere(secrets: list, texts: list, *roots: Path) -> None:
     for secret in secrets:
         for text in texts:
             assert secret not in text, f"{secret} leaked into output: ...{text[max(0, text.find(secret) - 200):][:400]}"
-        for path in _everything_written(root):
-            assert secret.encode() not in path.read_bytes(), f"{secret} leaked into {path}"
+        for root in roots:
+            for path in _everything_written(root):
+                assert secret.encode() not in path.read_bytes(), f"{secret} leaked into {path}"
+
+
+@dataclass
+class LeakyServer:
+    """The module's MLflow server (its database and artifact store under `root`, searched too) and
+    this test's experiment on it: `tracking` is the override that files the test's runs there."""
+
+    url: str
+    root: Path
+    experiment: str
+
+    @property
+    def tracking(self) -> str:
+        return f"tracking.experiment={self.experiment}"
+
+    def runs(self) -> list:
+        client = MlflowClient(self.url)
+        experiment = client.get_experiment_by_name(self.experiment)
+        return client.search_runs([experiment.experiment_id]) if experiment else []
 
 
 @pytest.fixture
-def leaky_env(bench, mlflow_servers):
+def leaky_env(bench, module_mlflow_server, request):
     """The environment of a user who keeps credentials in it, tracking to a server whose URI
-    carries a password (MLflow sends it as basic auth; this server ignores it)."""
-    server = mlflow_servers()
+    carries a password (MLflow sends it as basic auth; this server ignores it). One server for the
+    module, an experiment per test."""
+    server = LeakyServer(module_mlflow_server.url, module_mlflow_server.root, f"canaries-{uuid.uuid4().hex[:8]}")
     uri = server.url.replace("http://", f"http://bench-user:{URI_PASSWORD}@")
     return server, bench.env(uri, **CANARIES)
 
 
 def test_canaries_on_a_sweep_with_a_failing_job_and_its_report(bench, tiny, tmp_path, leaky_env):
     server, env = leaky_env
-    proc = bench.run("-m", *tiny, "precision=fp32,amp_fp16", f"hydra.sweep.dir={tmp_path}/sweep", env=env)
+    proc = bench.run("-m", *tiny, server.tracking, "precision=fp32,amp_fp16", f"hydra.sweep.dir={tmp_path}/sweep", env=env)
     assert proc.returncode == 1, proc.stderr  # amp_fp16 cannot run on a CPU: one failed job
     assert proc.stdout.count('{"radix_metrics"') == 1 and "View run" not in proc.stdout
     assert (tmp_path / "sweep" / "report" / "report.html").is_file()
-    runs = bench.runs(server.url)
+    runs = server.runs()
     assert len(runs) == 3  # the parent and two children, on the server
     tracked = [str(run.data.params) + str(run.data.tags) for run in runs]
-    _assert_nowhere([*CANARIES.values(), URI_PASSWORD], [proc.stdout, proc.stderr, *tracked], tmp_path)
+    _assert_nowhere([*CANARIES.values(), URI_PASSWORD], [proc.stdout, proc.stderr, *tracked], tmp_path, server.root)
     child = next(run for run in runs if run.data.tags.get("sweep.job") == "0")
     assert "env.env_vars.TORCH_CANARY_AUTH" not in child.data.tags  # filtered by name, not logged blank
 
@@ -79,17 +101,18 @@ def test_canaries_on_a_submitit_sweep_and_its_folder(bench, tiny, tmp_path, leak
     server, env = leaky_env
     env = {**env, **CREDENTIAL_CANARIES, "MLFLOW_TRACKING_USERNAME": "bench-user"}
     launcher = slurm_or_none.sweep_on_cpu if slurm_or_none else ("hydra/launcher=slurm_local",)
-    proc = bench.run("-m", *tiny, *launcher, "precision=fp32,amp_fp16", f"hydra.sweep.dir={tmp_path}/sweep", env=env)
+    proc = bench.run("-m", *tiny, *launcher, server.tracking, "precision=fp32,amp_fp16", f"hydra.sweep.dir={tmp_path}/sweep",
+                     env=env)
     assert proc.returncode == 1, proc.stderr[-5000:]
     submitit_files = [p.name for p in (tmp_path / "sweep" / ".submitit").rglob("*") if p.is_file()]
     assert sum(name.endswith("_submitted.pkl") for name in submitit_files) == 2
     assert sum(name.endswith("_log.err") for name in submitit_files) == 2
     assert sum(name.endswith("_submission.sh") for name in submitit_files) == (1 if slurm_or_none else 0)
-    runs = bench.runs(server.url)
+    runs = server.runs()
     assert len(runs) == 3  # the parent and two children, on the server
     tracked = [str(run.data.params) + str(run.data.tags) for run in runs]
     secrets = [*CANARIES.values(), *CREDENTIAL_CANARIES.values(), URI_PASSWORD]
-    _assert_nowhere(secrets, [proc.stdout, proc.stderr, *tracked], tmp_path)
+    _assert_nowhere(secrets, [proc.stdout, proc.stderr, *tracked], tmp_path, server.root)
 
 
 def test_canaries_on_a_storage_run_against_s3(bench, tmp_path, s3_server, leaky_env):
@@ -97,11 +120,13 @@ def test_canaries_on_a_storage_run_against_s3(bench, tmp_path, s3_server, leaky_
     bucket = s3_server.new_bucket()
     storage = ["mode=storage", "storage.workload.num_files=4", "storage.workload.samples_per_file=2",
                "storage.workload.record_size=1024", "storage.workload.batch_size=2", "storage.workload.checkpoint_size_mb=1"]
-    proc = bench.run(*storage, *s3_server.overrides(bucket), f"hydra.run.dir={tmp_path}/run",
+    proc = bench.run(*storage, *s3_server.overrides(bucket), server.tracking, f"hydra.run.dir={tmp_path}/run",
                      env={**env, **s3_server.credentials})
     bench.metrics(proc)
-    tracked = [str(run.data.params) + str(run.data.tags) for run in bench.runs(server.url)]
-    _assert_nowhere([*CANARIES.values(), URI_PASSWORD, s3_server.secret], [proc.stdout, proc.stderr, *tracked], tmp_path)
+    (run,) = server.runs()
+    tracked = [str(run.data.params) + str(run.data.tags)]
+    _assert_nowhere([*CANARIES.values(), URI_PASSWORD, s3_server.secret], [proc.stdout, proc.stderr, *tracked], tmp_path,
+                    server.root)
 
 
 def test_canaries_on_a_run_that_fails_mid_way(bench, tiny, datasets, tmp_path, leaky_env):
@@ -109,11 +134,12 @@ def test_canaries_on_a_run_that_fails_mid_way(bench, tiny, datasets, tmp_path, l
     datasets.image_folder(tmp_path / "flat", images=8)
     (tmp_path / "flat" / "class003" / "zz-gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
     proc = bench.run(*tiny, "data=imagefolder", f"data.root={tmp_path / 'flat'}", "data.split=val", "data.batch_size=9",
-                     "data.num_workers=0", f"hydra.run.dir={tmp_path}/run", env=env)
+                     "data.num_workers=0", server.tracking, f"hydra.run.dir={tmp_path}/run", env=env)
     assert proc.returncode == 1 and (tmp_path / "run" / "error.txt").is_file()
-    (run,) = bench.runs(server.url)
+    (run,) = server.runs()
     assert run.info.status == "FAILED"
-    _assert_nowhere([*CANARIES.values(), URI_PASSWORD], [proc.stdout, proc.stderr, str(run.data.tags)], tmp_path)
+    _assert_nowhere([*CANARIES.values(), URI_PASSWORD], [proc.stdout, proc.stderr, str(run.data.tags)], tmp_path,
+                    server.root)
 
 
 def test_a_credential_on_the_command_line_is_refused_before_anything_is_saved(bench, tiny, tmp_path):
@@ -162,9 +188,9 @@ storage:
 """)
     env = {**env, **QUERY_CANARIES, "AWS_SECRET_ACCESS_KEY": secrets["aws"]}
     run_dir = tmp_path / "run"
-    proc = bench.run(*tiny, "cpu_threads=1", *conf, f"hydra.run.dir={run_dir}", env=env)
+    proc = bench.run(*tiny, "cpu_threads=1", *conf, server.tracking, f"hydra.run.dir={run_dir}", env=env)
     bench.metrics(proc)
-    (run,) = bench.runs(server.url)
+    (run,) = server.runs()
     assert run.info.run_name == "***" and run.data.params["distributed.rdzv_endpoint"] == "***@127.0.0.1:29400"
     assert run.data.params["storage.endpoint"] == "http://127.0.0.1:9/?sig=***&X-Amz-Credential=***"
     assert run.data.tags["env.env_vars.TORCH_CANARY_URL"] == "http://h/hub?token=***"
@@ -174,14 +200,18 @@ storage:
     uploaded = bench.run(str(run_dir), "--tracking-uri", uri, module="bench.tools.upload", env=env)
     assert uploaded.returncode == 0 and f"completed run {run.info.run_id}" in uploaded.stdout, uploaded.stderr
     assert "View run" not in uploaded.stdout + uploaded.stderr
-    tracked = [str(run.data.params) + str(run.data.tags) + run.info.run_name for run in bench.runs(server.url)]
+    (run,) = server.runs()  # the same run, completed
+    assert run.info.status == "FINISHED"
+    tracked = [str(run.data.params) + str(run.data.tags) + run.info.run_name]
     canaries = [*secrets.values(), *(value.rsplit("=", 1)[1] for value in QUERY_CANARIES.values()), URI_PASSWORD]
-    _assert_nowhere(canaries, [proc.stdout, proc.stderr, uploaded.stdout, uploaded.stderr, *tracked], tmp_path)
+    _assert_nowhere(canaries, [proc.stdout, proc.stderr, uploaded.stdout, uploaded.stderr, *tracked], tmp_path,
+                    server.root)
 
 
 def test_canaries_in_a_signed_endpoint_of_a_storage_run_that_fails(bench, tmp_path, tmp_path_factory):
     """The endpoint's signed query reaches the one [ERROR] line, error.txt, bench.log, .hydra/ and
     the local mlflow.db (params, the FAILED run's error tag, its artifacts) only as ***."""
+    bench.with_store()
     secrets = {"sig": f"canary-sig-{uuid.uuid4().hex[:8]}", "token": f"canary-amztoken-{uuid.uuid4().hex[:8]}"}
     conf = _user_config(tmp_path_factory, f"""storage:
   endpoint: http://127.0.0.1:9/?sig={secrets['sig']}&X-Amz-Security-Token={secrets['token']}

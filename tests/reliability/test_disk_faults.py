@@ -51,6 +51,7 @@ def _fill(disk: Path) -> None:
 def test_checkpoint_on_a_full_disk_keeps_the_measurement(bench, tiny, small_disk):
     """Issue 9: the checkpoint write failed, then error.txt failed inside the failure path: a
     traceback, the MLflow run RUNNING, no final line, a half-written checkpoint.pt."""
+    bench.with_store()
     disk = small_disk("size=2m")
     run_dir = disk / "run"
     proc = bench.run(*tiny, "storage.save_checkpoint=true", f"hydra.run.dir={run_dir}")
@@ -101,6 +102,7 @@ def test_a_training_checkpoint_on_a_full_disk_keeps_the_measurement(bench, tiny,
     `RuntimeError: [enforce fail at inline_container.cc:672]`: no final line, the measurement lost.
     Now the run trains on (no later checkpoint), reports its figures, and ends FAILED naming the
     file; the half-written one is gone."""
+    bench.with_store()
     disk = small_disk("size=20m")  # resnet18's checkpoint (weights + momentum) is ~90 MB
     proc = bench.run(*tiny, "model=resnet18", "train.epochs=2", "checkpoint.every_epochs=1", f"storage.root={disk}",
                      f"hydra.run.dir={tmp_path}/run")
@@ -136,6 +138,7 @@ def test_a_run_dir_that_cannot_be_written_is_one_line(bench, tiny, small_disk, o
 def test_a_checkpoint_that_cannot_be_written_keeps_the_measurement(bench, tiny, tmp_path):
     """The measurement is reported (final line, MLflow metrics) before the checkpoint is
     written; a checkpoint that fails (its root is a file) ends the run FAILED, naming it."""
+    bench.with_store()
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("x")
     proc = bench.run(*tiny, "storage.save_checkpoint=true", f"storage.root={blocker}", f"hydra.run.dir={tmp_path}/run")

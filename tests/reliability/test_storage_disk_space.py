@@ -83,6 +83,7 @@ def test_a_plan_larger_than_the_free_space_is_refused_before_any_write(bench, sm
 
 
 def test_a_prepare_that_runs_out_of_space_names_the_path_and_leaves_nothing_it_wrote(bench, small_disk, tmp_path):
+    bench.with_store()
     disk = small_disk("size=20m")
     dataset, names = disk / "iobench-dataset", [f"file_{i:05d}.bin" for i in range(24)]
     _files_kept_elsewhere(dataset, names, 8 * 65536, disk / "kept")  # 12.6 MB, rewritten by prepare=always

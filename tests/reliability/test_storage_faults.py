@@ -15,6 +15,7 @@ TINY = ["mode=storage", "storage.workload.num_files=8", "storage.workload.sample
 
 
 def test_missing_bucket_fails_the_run_with_one_line(bench, tmp_path, s3_server):
+    bench.with_store()
     proc = bench.run(*TINY, *s3_server.overrides("no-such-bucket"), f"hydra.run.dir={tmp_path}/run",
                      env=s3_server.env())
     line = bench.single_error(proc)
