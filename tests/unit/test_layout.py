@@ -256,3 +256,15 @@ def test_every_command_is_taught_under_one_name():
     for short, code in DOCUMENTED.items():  # each short name is a two-line module running that code
         module = BENCH.parent / (short.replace(".", "/") + (".py" if short != "bench.data" else "/__main__.py"))
         assert f"from {code} import main" in module.read_text(), module
+
+
+def test_the_readme_and_pyproject_give_the_same_suite_time():
+    """Issue 19: pyproject's comment on the test command and the README said different times. Both
+    name the measured range (minutes:seconds), and it is the same range."""
+    import re
+
+    readme = (BENCH.parent / "README.md").read_text().split("Run the tests", 1)[1].split("python -m pytest", 1)[0]
+    pyproject = (BENCH.parent / "pyproject.toml").read_text().split("[tool.pytest.ini_options]", 1)[1]
+    pyproject = pyproject.split("addopts", 1)[0]
+    times = [sorted(re.findall(r"\b(\d{1,2}:\d\d)\b", text)) for text in (readme, pyproject)]
+    assert times[0] and (times[0][0], times[0][-1]) == (times[1][0], times[1][-1]), times
