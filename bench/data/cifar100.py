@@ -110,16 +110,22 @@ class Cifar100Batches(BatchDataset):
 
     def __getitems__(self, indices: List[int]) -> HostBatch:
         picked = self.images[indices]
-        if self.train:
-            padded = np.pad(picked, ((0, 0), (PAD, PAD), (PAD, PAD), (0, 0)))
-            for slot in range(len(indices)):
-                top, left = self.rng.randint(0, 2 * PAD), self.rng.randint(0, 2 * PAD)
-                crop = padded[slot, top : top + NATIVE, left : left + NATIVE]
-                picked[slot] = crop[:, ::-1] if self.rng.random() < 0.5 else crop
+        self.crop_and_flip(picked)
         images, labels, release = empty_batch(len(indices), self.size)
         resize_batch_into(images, torch.from_numpy(picked))
         labels.copy_(torch.from_numpy(self.labels[indices]))
         return images, labels, [], release
+
+    def crop_and_flip(self, picked: np.ndarray) -> None:
+        """Train: each image of `picked` (N x 32 x 32 x 3, a copy) becomes a random crop of it padded
+        by 4, flipped left-right half the time; val: left as it is."""
+        if not self.train:
+            return
+        padded = np.pad(picked, ((0, 0), (PAD, PAD), (PAD, PAD), (0, 0)))
+        for slot in range(len(picked)):
+            top, left = self.rng.randint(0, 2 * PAD), self.rng.randint(0, 2 * PAD)
+            crop = padded[slot, top : top + NATIVE, left : left + NATIVE]
+            picked[slot] = crop[:, ::-1] if self.rng.random() < 0.5 else crop
 
 
 def cifar100_batches(

@@ -1,17 +1,21 @@
 """The ladder's input-pipeline rung: the configured loader with no model, images/s and CPU
-milliseconds per image (this process and its workers), and for a JPEG/PNG folder that CPU time
-split by stage: read, decode, augment, collate, host-to-device.
+milliseconds per image (this process and its workers), and that CPU time split by stage: read,
+decode, augment, collate, host-to-device.
 
-The split is measured on a sample of the dataset's own images, one at a time on one thread,
-through the functions the loader's workers call (bench.data.imagefolder's load: read the file,
-decode_crop, resize_into; the batch; DeviceBatches' copy and normalise): what each stage costs
-per image, not a guess. A loader whose stages are not split here says so (shards, cifar100)."""
+The split is measured on a sample of the dataset's own images, one batch at a time on one
+thread, through the functions the loader's workers call: a JPEG/PNG folder's files read, a shard
+set's shard objects fetched from their store (local or S3) with their read shared by their
+images, then decode_crop and resize_into; CIFAR-100's images picked from memory, cropped,
+flipped and resized by Cifar100Batches' own steps (no decode: raw pixels); the batch; and
+DeviceBatches' copy and normalise. What each stage costs per image, not a guess. A loader whose
+stages are not known here says so."""
 
 from __future__ import annotations
 
+import itertools
 import random
 import time
-from typing import Dict, Optional
+from typing import Dict, Iterator, Optional, Tuple, Union
 
 import torch
 
@@ -69,52 +73,148 @@ def loader_rung(config: BenchConfig, window_s: float) -> Rung:
     return rung
 
 
-def stage_split(config: BenchConfig, budget_s: float) -> Optional[Dict[str, float]]:
-    """CPU milliseconds per image of each stage of a JPEG/PNG folder's loader, or None for others."""
-    if config.data.name != "imagefolder":
-        return None
+STAGE_NAMES = ("read", "decode", "augment", "collate", "host_to_device")
+Source = Iterator[Tuple[Union[bytes, memoryview], float]]  # (an encoded image, CPU seconds its read cost)
+
+
+def folder_images(config: BenchConfig, rng: random.Random) -> Source:
+    """A sample of a JPEG/PNG folder's images, each file read as bench.data.imagefolder reads it."""
     from bench.data.layout import imagefolder_base, scan_image_folder
-    from bench.data.loader import empty_batch
-    from bench.data.transforms import decode_crop, normalize_into, resize_into
 
     data = config.data
     _classes, paths, _labels = scan_image_folder(imagefolder_base(data.dataset_root, data.split))
+    for path in rng.sample(paths, min(SPLIT_SAMPLES, len(paths))):
+        mark = time.process_time()
+        with open(path, "rb") as fh:
+            raw = fh.read()
+        yield raw, time.process_time() - mark
+
+
+def shard_images(config: BenchConfig, rng: random.Random) -> Source:
+    """A sample of a shard set's images, shards in random order, as bench.data.shards reads them: a
+    whole shard object fetched from its store (local or S3) and its index checked; that read's CPU
+    is shared by every image of the shard (an epoch decodes them all)."""
+    from bench.data.shardformat import check_labels, decode_shard_index, read_meta
+    from bench.storage.registry import open_store
+
+    data = config.data
+    store = open_store(data.dataset_root, config.storage)
+    meta = read_meta(store, str(data.split))
+    shards = [str(s["key"]) for s in meta["shards"]]
+    taken = 0
+    for key in rng.sample(shards, len(shards)):
+        mark = time.process_time()
+        blob = store.get(key)
+        index = decode_shard_index(blob, key)
+        check_labels(index, len(meta["classes"]), key)
+        per_image = (time.process_time() - mark) / max(1, len(index))
+        view = memoryview(blob)
+        for offset, length, _label in rng.sample(index.tolist(), len(index)):
+            yield view[offset : offset + length], per_image
+            taken += 1
+            if taken == SPLIT_SAMPLES:
+                return
+
+
+ENCODED = {"imagefolder": folder_images, "shards": shard_images}
+
+
+def stage_split(config: BenchConfig, budget_s: float) -> Optional[Dict[str, float]]:
+    """CPU milliseconds per image of each stage of the configured loader (a JPEG/PNG folder,
+    shards, CIFAR-100), or None for a loader whose stages are not known here."""
+    if config.data.name == "cifar100":
+        return cifar_split(config, budget_s)
+    if config.data.name not in ENCODED:
+        return None
+    from bench.data.loader import empty_batch
+    from bench.data.transforms import decode_crop, resize_into
+
+    data = config.data
     rng = random.Random(config.seed)
-    sample = rng.sample(paths, min(SPLIT_SAMPLES, len(paths)))
+    images_of = ENCODED[config.data.name](config, rng)
     train = data.split == "train" and data.augment
-    size, device = data.image_size, device_of(config)
-    spent = dict.fromkeys(("read", "decode", "augment", "collate", "host_to_device"), 0.0)
+    size = data.image_size
+    spent = dict.fromkeys(STAGE_NAMES, 0.0)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # process CPU time is this thread's: one stage at a time
     deadline, done = time.perf_counter() + budget_s, 0
     try:
-        for start in range(0, len(sample), data.batch_size):
-            chunk = sample[start : start + data.batch_size]
+        while time.perf_counter() <= deadline:
+            chunk = list(itertools.islice(images_of, data.batch_size))
+            if not chunk:
+                break
             mark = time.process_time()
             images, labels, _release = empty_batch(len(chunk), size)
             slots = images.numpy()
             spent["collate"] += time.process_time() - mark
-            for slot, path in zip(slots, chunk, strict=True):
+            for slot, (raw, read_s) in zip(slots, chunk, strict=True):
                 mark = time.process_time()
-                with open(path, "rb") as fh:
-                    raw = fh.read()
-                after_read = time.process_time()
                 crop = decode_crop(raw, train, size, rng, data.decoder)
                 after_decode = time.process_time()
                 resize_into(slot, crop, flip=train and rng.random() < 0.5)
-                spent["read"] += after_read - mark
-                spent["decode"] += after_decode - after_read
+                spent["read"] += read_s
+                spent["decode"] += after_decode - mark
                 spent["augment"] += time.process_time() - after_decode
-            mark = time.process_time()
-            out = torch.empty((len(chunk), 3, size, size), dtype=torch.float32, device=device)
-            normalize_into(out, images.to(device))
-            labels.to(device)
-            if device.type == "cuda":
-                torch.cuda.synchronize()
-            spent["host_to_device"] += time.process_time() - mark
+            spent["host_to_device"] += to_device(config, images, labels)
             done += len(chunk)
+    finally:
+        torch.set_num_threads(threads)
+    return {stage: seconds * 1000 / done for stage, seconds in spent.items()} if done else None
+
+
+def cifar_split(config: BenchConfig, budget_s: float) -> Optional[Dict[str, float]]:
+    """CIFAR-100's loader by stage, through Cifar100Batches' own steps: read (its images picked
+    from the arrays it holds in memory; the files are read once, at the start), no decode (raw
+    pixels), augment (pad-crop-flip, then the resize to data.image_size), collate (the batch and
+    its labels), host-to-device."""
+    from bench.data.cifar100 import Cifar100Batches, load_cifar100
+    from bench.data.loader import empty_batch
+    from bench.data.transforms import resize_batch_into
+
+    data = config.data
+    pixels, labels, _names = load_cifar100(data.dataset_root, str(data.split))
+    dataset = Cifar100Batches(pixels, labels, data.image_size, data.split == "train" and data.augment, config.seed, 0)
+    order = random.Random(config.seed).sample(range(len(pixels)), min(SPLIT_SAMPLES, len(pixels)))
+    spent = dict.fromkeys(STAGE_NAMES, 0.0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    deadline, done = time.perf_counter() + budget_s, 0
+    try:
+        for start in range(0, len(order), data.batch_size):
+            indices = order[start : start + data.batch_size]
+            marks = [time.process_time()]
+            picked = pixels[indices]
+            marks.append(time.process_time())
+            dataset.crop_and_flip(picked)
+            marks.append(time.process_time())
+            images, batch_labels, _release = empty_batch(len(indices), data.image_size)
+            marks.append(time.process_time())
+            resize_batch_into(images, torch.from_numpy(picked))
+            marks.append(time.process_time())
+            batch_labels.copy_(torch.from_numpy(labels[indices]))
+            marks.append(time.process_time())
+            read, crop, batch, resize, label = (b - a for a, b in itertools.pairwise(marks))
+            spent["read"] += read
+            spent["augment"] += crop + resize
+            spent["collate"] += batch + label
+            spent["host_to_device"] += to_device(config, images, batch_labels)
+            done += len(indices)
             if time.perf_counter() > deadline:
                 break
     finally:
         torch.set_num_threads(threads)
     return {stage: seconds * 1000 / done for stage, seconds in spent.items()} if done else None
+
+
+def to_device(config: BenchConfig, images: torch.Tensor, labels: torch.Tensor) -> float:
+    """CPU seconds of DeviceBatches' step: the batch normalised to float32 on the device."""
+    from bench.data.transforms import normalize_into
+
+    device, size = device_of(config), config.data.image_size
+    mark = time.process_time()
+    out = torch.empty((len(images), 3, size, size), dtype=torch.float32, device=device)
+    normalize_into(out, images.to(device))
+    labels.to(device)
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return time.process_time() - mark
