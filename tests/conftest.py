@@ -5,7 +5,7 @@
   line and its MLflow runs. `bench.run` forks the process from a server that has torch, mlflow
   and hydra imported already (tests/forked_bench.py: a fresh `python -m` in all a test can see,
   without 4.5 CPU-seconds of imports each); `fresh=True`, or BENCH_TEST_FORK=0 for the whole
-  run, makes it a real exec. `bench.start` always execs.
+  run, makes it a real exec. `bench.start` forks the same way without waiting (Popen's handle).
 - `tiny`: the overrides of a small, fast CPU training run.
 - `compose`: the typed config `python -m bench <overrides>` would run, built in-process.
 - `datasets`: tiny real datasets written in the test (JPEG image folders, CIFAR-100 files).
@@ -186,10 +186,20 @@ class Bench:
             forked_bench.log("exec", module, cwd, after.children_user + after.children_system
                              - before.children_user - before.children_system, why)
 
-    def start(self, *args: str, module: str = "bench", env: Optional[Dict[str, str]] = None,
+    def start(self, *args: str, module: str = "bench", env: Optional[Dict[str, str]] = None, fresh: bool = False,
               **popen) -> subprocess.Popen:
-        proc = subprocess.Popen([sys.executable, "-m", module, *args], cwd=self.cwd, env=env or bench_env(),
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen)
+        """`python -m module args` started, not waited for: forked from the fork server as run() is
+        (a forked_bench.ForkedProcess: Popen's pid, poll, wait, communicate and signals; the server
+        serves it alone until it ends), else a real subprocess.Popen (`fresh=True`, or Popen
+        options beyond start_new_session)."""
+        command, env = [sys.executable, "-m", module, *args], env or bench_env()
+        proc = None
+        if not fresh and set(popen) <= {"start_new_session"}:
+            proc = forked_bench.server(bench_env).start(command, module, self.cwd, env,
+                                                        bool(popen.get("start_new_session")))
+        if proc is None:
+            proc = subprocess.Popen(command, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                    text=True, **popen)
         self.started.append(proc)
         return proc
 

@@ -36,7 +36,9 @@ Where a fork could differ from a fresh process, `Bench.run` execs as before:
   CUDA_API_TOKEN, is no library's setting and forks);
 - a working directory that is not a directory, a second call while one runs, a forked pytest
   process, or a server that could not start or died (a warning says so once).
-`Bench.start` (Popen: the signal and long-running tests) is always a real exec.
+`Bench.start` (the signal and long-running tests) forks the same way without waiting: a
+ForkedProcess stands in for its Popen (pid, poll, wait, communicate, signals), the server reaping
+the child and reporting its exit; until then the server serves nothing else (run() execs).
 
 The server lives as long as its pytest worker: stopped at session end (pytest_unconfigure), and
 it exits by itself when its socket reaches EOF or its parent changes. Python's hash seed is the
@@ -52,6 +54,7 @@ import os
 import signal
 import socket
 import sys
+from typing import Optional
 
 SERVER_FILE = os.path.abspath(__file__)
 MAX_MESSAGE = 1 << 20
@@ -262,6 +265,62 @@ class ForkServer:
         finally:
             self._lock.release()
 
+    def start(self, command: list, module: str, cwd, env: dict, new_session: bool) -> "Optional[ForkedProcess]":
+        """`Bench.start`'s command forked like run()'s, without waiting: a ForkedProcess, or None (then
+        `self.why` says why, and the caller execs). The server serves one command at a time, so
+        until this one's exit is read, run() and start() exec."""
+        import select
+
+        cwd = os.fspath(cwd)
+        self.why = self.why_exec(module, cwd, env)
+        if self.why:
+            self.execs += 1
+            return None
+        if not self._lock.acquire(blocking=False):
+            self.why = "another command is running"
+            self.execs += 1
+            return None
+        handed_over = False
+        try:
+            if self._proc is None:
+                self._start()
+                self.why = self._broken or self.why_exec(module, cwd, env)
+                if self.why:
+                    self.execs += 1
+                    return None
+            request = self._request(module, command[3:], cwd, env)
+            request["new_session"] = bool(new_session)
+            stdin = 0
+            try:
+                os.fstat(0)
+            except OSError:
+                stdin, request["stdin_closed"] = None, True
+            out_r, out_w = os.pipe()
+            err_r, err_w = os.pipe()
+            try:
+                _send(self._sock, request, [fd for fd in (stdin, out_w, err_w) if fd is not None])
+            except OSError as exc:
+                os.close(out_r)
+                os.close(err_r)
+                self._fail(f"the fork server is gone ({exc})")
+                self.why = self._broken
+                return None
+            finally:
+                os.close(out_w)
+                os.close(err_w)
+            readable, _, _ = select.select([self._sock], [], [], 120)  # a hang guard: it answers at once
+            message, _ = _receive(self._sock) if readable else (None, [])
+            if not message or "pid" not in message:
+                os.close(out_r)
+                os.close(err_r)
+                raise RuntimeError(f"the fork server did not start the command: {message}")
+            self.forks += 1
+            handed_over = True
+            return ForkedProcess(self, command, message["pid"], out_r, err_r)
+        finally:
+            if not handed_over:
+                self._lock.release()
+
     def _request(self, module: str, args: list, cwd: str, env: dict) -> dict:
         import resource
 
@@ -383,6 +442,98 @@ class ForkServer:
             if "status" in message:
                 return message["status"]
         return None
+
+
+class ForkedProcess:
+    """What `Bench.start` returns when the fork server started its command: the part of
+    subprocess.Popen the tests use (args, pid, returncode, poll, wait, communicate, send_signal,
+    terminate, kill). The process is the server's child: the server reaps it and reports its exit
+    code (-N for signal N), which releases the server for the next command. Its stdout and stderr
+    are pipes to this process, read into buffers whenever it is waited on (so a chatty process
+    never blocks on a full pipe), handed back by communicate() as text, as Popen(text=True) does."""
+
+    def __init__(self, server: ForkServer, args: list, pid: int, out_r: int, err_r: int):
+        self.args, self.pid, self.returncode = args, pid, None
+        self._server, self._out, self._err = server, out_r, err_r
+        self._chunks: dict = {out_r: [], err_r: []}
+        self._open = {out_r, err_r}
+
+    def _pump(self, timeout: Optional[float], pipes: bool) -> None:
+        """Wait up to `timeout` for the exit report (and, with `pipes`, output), taking what came."""
+        import select
+
+        sock = self._server._sock
+        watch = ([sock] if self.returncode is None and sock is not None else []) + (list(self._open) if pipes else [])
+        if not watch:
+            return
+        readable, _, _ = select.select(watch, [], [], timeout)
+        for fd in readable:
+            if fd is sock:
+                message, _ = _receive(sock)
+                if message is None or "error" in message:
+                    self._finish(None, f"the fork server died while {self.args[2:4]} ran")
+                elif "status" in message:
+                    self._server.child_cpu_s += message.get("cpu_s", 0.0)
+                    self._finish(message["status"], "")
+            else:
+                data = os.read(fd, 65536)
+                if data:
+                    self._chunks[fd].append(data)
+                else:
+                    self._open.discard(fd)
+
+    def _finish(self, status, broken: str) -> None:
+        if broken:
+            self._server._fail(broken)
+            status = -signal.SIGKILL if status is None else status
+        self.returncode = status
+        self._server._lock.release()
+
+    def _until(self, done, timeout: Optional[float]) -> None:
+        import subprocess
+        import time
+
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while not done():
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            self._pump(remaining if remaining is None else min(remaining, 1.0), pipes=True)
+
+    def poll(self) -> Optional[int]:
+        if self.returncode is None:
+            self._pump(0, pipes=True)
+        return self.returncode
+
+    def wait(self, timeout: Optional[float] = None) -> int:
+        self._until(lambda: self.returncode is not None, timeout)
+        return self.returncode  # type: ignore[return-value]
+
+    def communicate(self, input=None, timeout: Optional[float] = None):  # noqa: A002 (Popen's name)
+        """(stdout, stderr) once both pipes are at EOF and the process has ended, as Popen's."""
+        import io
+
+        self._until(lambda: not self._open and self.returncode is not None, timeout)
+        probe = io.TextIOWrapper(io.BytesIO())
+        texts = []
+        for fd in (self._out, self._err):
+            texts.append(b"".join(self._chunks[fd]).decode(probe.encoding, probe.errors)
+                         .replace("\r\n", "\n").replace("\r", "\n"))
+            self._chunks[fd] = []
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        return texts[0], texts[1]
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
 
 
 _server = None
@@ -580,6 +731,8 @@ def _become(request: dict, fds: list, dispositions: dict, mask, changes: list) -
     import importlib
     import types
 
+    if request.get("new_session"):  # Popen(start_new_session=True): setsid() before the exec
+        os.setsid()
     # signals first: as the server found them when it started (a fresh interpreter's)
     for signum, handler in dispositions.items():
         try:
