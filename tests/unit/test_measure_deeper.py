@@ -142,10 +142,13 @@ def test_breakdown_shares_sum_to_one_and_the_phases_are_a_step(compose):
     phases = sum(b[f"breakdown_{p}_ms"] for p in ("data", "forward", "backward", "optimizer"))
     assert phases == pytest.approx(b["breakdown_step_ms"])
     assert b["breakdown_backward_ms"] > b["breakdown_data_ms"]  # synthetic data is one batch kept on the device
-    # the synchronised pass times the same steps the window ran (a CPU is synchronous): same order of size
+    # the synchronised pass times the same steps the window ran (a CPU is synchronous): same order of
+    # size. Loose on purpose: the two are timed a second apart, and on a busy box (this suite, 3 test
+    # files at a time on 2 cores) one ran 2.2x slower than the other (88 vs 41 ms); a unit mix-up
+    # (seconds for ms) is 1000x.
     window = step_time_stats(result.step_times_ms)["step_time_ms_p50"]
     compute = b["breakdown_forward_ms"] + b["breakdown_backward_ms"] + b["breakdown_optimizer_ms"]
-    assert 0.5 < compute / window < 2.0, f"forward+backward+optimizer {compute:.1f} ms vs window p50 {window:.1f} ms"
+    assert 0.1 < compute / window < 10.0, f"forward+backward+optimizer {compute:.1f} ms vs window p50 {window:.1f} ms"
     assert "breakdown_comm_ms" not in b and result.measured_steps == 3  # the pass is not in the window
 
 
