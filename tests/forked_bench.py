@@ -242,21 +242,9 @@ class ForkServer:
 
     def run(self, args: list, module: str, cwd, env: dict, timeout: float):
         cwd = os.fspath(cwd)
-        self.why = self.why_exec(module, cwd, env)
-        if self.why:
-            self.execs += 1
-            return None
-        if not self._lock.acquire(blocking=False):
-            self.why = "another command is running"
-            self.execs += 1
+        if not self._claim(module, cwd, env):
             return None
         try:
-            if self._proc is None:
-                self._start()
-                self.why = self._broken or self.why_exec(module, cwd, env)
-                if self.why:
-                    self.execs += 1
-                    return None
             self.forks += 1
             cpu = self.child_cpu_s
             proc = self._run(args, module, cwd, env, timeout)
@@ -265,6 +253,48 @@ class ForkServer:
         finally:
             self._lock.release()
 
+    def _claim(self, module: str, cwd: str, env: dict) -> bool:
+        """True with the server started and its lock held when this command can fork; else False
+        (`self.why` says why, and the caller execs)."""
+        self.why = self.why_exec(module, cwd, env)
+        if self.why:
+            self.execs += 1
+            return False
+        if not self._lock.acquire(blocking=False):
+            self.why = "another command is running"
+            self.execs += 1
+            return False
+        if self._proc is None:
+            self._start()
+            self.why = self._broken or self.why_exec(module, cwd, env)
+            if self.why:
+                self.execs += 1
+                self._lock.release()
+                return False
+        return True
+
+    def _send_command(self, request: dict) -> "Optional[tuple]":
+        """Hand the server the request with this process's stdin and two new pipes for the child's
+        stdout and stderr: their read ends, or None when the server is gone (marked broken)."""
+        stdin = 0
+        try:
+            os.fstat(0)
+        except OSError:
+            stdin, request["stdin_closed"] = None, True
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        try:
+            _send(self._sock, request, [fd for fd in (stdin, out_w, err_w) if fd is not None])
+        except OSError as exc:
+            os.close(out_r)
+            os.close(err_r)
+            self._fail(f"the fork server is gone ({exc})")
+            return None
+        finally:
+            os.close(out_w)
+            os.close(err_w)
+        return out_r, err_r
+
     def start(self, command: list, module: str, cwd, env: dict, new_session: bool) -> "Optional[ForkedProcess]":
         """`Bench.start`'s command forked like run()'s, without waiting: a ForkedProcess, or None (then
         `self.why` says why, and the caller execs). The server serves one command at a time, so
@@ -272,42 +302,17 @@ class ForkServer:
         import select
 
         cwd = os.fspath(cwd)
-        self.why = self.why_exec(module, cwd, env)
-        if self.why:
-            self.execs += 1
-            return None
-        if not self._lock.acquire(blocking=False):
-            self.why = "another command is running"
-            self.execs += 1
+        if not self._claim(module, cwd, env):
             return None
         handed_over = False
         try:
-            if self._proc is None:
-                self._start()
-                self.why = self._broken or self.why_exec(module, cwd, env)
-                if self.why:
-                    self.execs += 1
-                    return None
             request = self._request(module, command[3:], cwd, env)
             request["new_session"] = bool(new_session)
-            stdin = 0
-            try:
-                os.fstat(0)
-            except OSError:
-                stdin, request["stdin_closed"] = None, True
-            out_r, out_w = os.pipe()
-            err_r, err_w = os.pipe()
-            try:
-                _send(self._sock, request, [fd for fd in (stdin, out_w, err_w) if fd is not None])
-            except OSError as exc:
-                os.close(out_r)
-                os.close(err_r)
-                self._fail(f"the fork server is gone ({exc})")
+            pipes = self._send_command(request)
+            if pipes is None:
                 self.why = self._broken
                 return None
-            finally:
-                os.close(out_w)
-                os.close(err_w)
+            out_r, err_r = pipes
             readable, _, _ = select.select([self._sock], [], [], 120)  # a hang guard: it answers at once
             message, _ = _receive(self._sock) if readable else (None, [])
             if not message or "pid" not in message:
@@ -346,24 +351,10 @@ class ForkServer:
         import time
 
         deadline = time.monotonic() + timeout if timeout is not None else None
-        request = self._request(module, command[3:], cwd, env)
-        stdin = 0
-        try:
-            os.fstat(0)
-        except OSError:
-            stdin, request["stdin_closed"] = None, True
-        out_r, out_w = os.pipe()
-        err_r, err_w = os.pipe()
-        try:
-            _send(self._sock, request, [fd for fd in (stdin, out_w, err_w) if fd is not None])
-        except OSError as exc:
-            os.close(out_r)
-            os.close(err_r)
-            self._fail(f"the fork server is gone ({exc})")
+        pipes = self._send_command(self._request(module, command[3:], cwd, env))
+        if pipes is None:
             return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-        finally:
-            os.close(out_w)
-            os.close(err_w)
+        out_r, err_r = pipes
         chunks = {out_r: [], err_r: []}
         open_pipes = {out_r, err_r}
         pid = status = None

@@ -1,7 +1,7 @@
 """The one harness every comparison tool alternates its sides with (bench.analysis.rounds):
 palindromic order, warm-up passes, per-round ratios with a 95% interval and a verdict that says
 when the noise is too large to call a difference. The sides here are labels with canned
-figures ("fio" names a side, as in storage_ceiling): no tool or process is run."""
+figures (the sides are labels with canned figures): no tool or process is run."""
 
 from __future__ import annotations
 
@@ -34,10 +34,10 @@ def test_sides_run_a_b_b_a_after_one_warm_up_pass_each():
 
 def test_three_sides_run_a_b_c_c_b_a_and_each_round_is_printed():
     calls, lines = [], []
-    sides = {name: recording(calls, name, itertools.repeat(1.0)) for name in ("bench", "fio", "plain")}
+    sides = {name: recording(calls, name, itertools.repeat(1.0)) for name in ("bench", "tool", "plain")}
     alternate(sides, 1, warmup=0, label="warm", unit="MB/s", echo=lines.append)
-    assert calls == ["bench", "fio", "plain", "plain", "fio", "bench"]
-    assert lines == ["warm round 1: bench 1.000, 1.000 | fio 1.000, 1.000 | plain 1.000, 1.000 MB/s"]
+    assert calls == ["bench", "tool", "plain", "plain", "tool", "bench"]
+    assert lines == ["warm round 1: bench 1.000, 1.000 | tool 1.000, 1.000 | plain 1.000, 1.000 MB/s"]
 
 
 def test_a_clear_difference_is_called_and_noise_is_not():
@@ -57,12 +57,12 @@ def test_one_round_has_no_spread_to_judge_by():
 
 
 def test_summary_names_every_side_and_every_ratio():
-    found = alternate({"bench": lambda: 4.0, "fio": lambda: 8.0, "plain": lambda: 2.0}, 2, warmup=0,
+    found = alternate({"bench": lambda: 4.0, "tool": lambda: 8.0, "plain": lambda: 2.0}, 2, warmup=0,
                       echo=lambda line: None)
     text = found.summary("MB/s", "cold")
     assert "cold bench: median 4.000 MB/s [4.000-4.000]" in text
-    assert "cold bench/fio 0.500" in text and "slower" in text and "cold bench/plain 2.000" in text
-    assert set(found.ratios()) == {"fio", "plain"}
+    assert "cold bench/tool 0.500" in text and "slower" in text and "cold bench/plain 2.000" in text
+    assert set(found.ratios()) == {"tool", "plain"}
 
 
 def test_zero_rounds_is_refused():
