@@ -90,15 +90,12 @@ def passes(
     for run in range(10_000):
         if read and seconds >= window_s:
             break
-        got = read_pass(store, files, replace_seed(workload, workload.seed + run), window_s - seconds, cold)
+        shuffled = dataclasses.replace(workload, seed=workload.seed + run)
+        got = read_pass(store, files, shuffled, window_s - seconds, cold)
         read, size, seconds = read + got[0], size + got[1], seconds + got[2]
         if not got[0]:
             break
     return read, size, seconds
-
-
-def replace_seed(workload: StorageWorkloadConfig, seed: int) -> StorageWorkloadConfig:
-    return dataclasses.replace(workload, seed=seed)
 
 
 def dataset_specs(config: BenchConfig) -> Tuple[Any, List[FileSpec]]:
