@@ -18,14 +18,17 @@ from bench.config.fields import Checks, Choice
 from bench.config.storage_benchmark import (  # noqa: F401  (re-exported: their home before the split)
     MAX_THREADS,
     MAX_TRANSFER_SIZE,
+    PROCESSES_NEED,
     CheckpointWriters,
     PrepareMode,
+    Readers,
     ReadMode,
     RecordFormat,
     Shuffle,
     StorageBenchmarkConfig,
     StorageWorkloadConfig,
 )
+from bench.errors import ConfigError
 
 # Loose on purpose: AWS wants 3-63 lowercase characters, but some S3-compatible stores take
 # other names; the server has the last word (and its refusal is one clear line too).
@@ -108,3 +111,6 @@ class StorageConfig(StorageBenchmarkConfig, StorageLocation):
     def __post_init__(self) -> None:
         self.check_benchmark()
         self.check_location()
+        if self.workload.readers == Readers.processes and (self.name == StorageName.s3 or self.direct_io):
+            # the same sentence as bench.iobench.reader's, where a store is met that the config did not name
+            raise ConfigError("storage.workload.readers", "processes", PROCESSES_NEED)

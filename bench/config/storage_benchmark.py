@@ -46,6 +46,20 @@ class ReadMode(Choice):
     sample = "sample"  # one request per sample: a seek and a read of one record
 
 
+class Readers(Choice):
+    """How one simulated accelerator's read_threads readers run (bench.iobench.reader_processes)."""
+
+    auto = "auto"  # processes where the files are local (and the OS can fork), threads otherwise
+    threads = "threads"  # threads of the accelerator's process, any store
+    processes = "processes"  # forked processes, as DataLoader workers: local files only
+
+
+PROCESSES_NEED = (
+    "threads or auto unless the files are in a local directory (not s3, not direct_io) on an OS "
+    "that can fork: a forked reader opens the files itself"
+)
+
+
 class Shuffle(Choice):
     none = "none"  # files and samples in order
     file = "file"  # file order shuffled per epoch (seeded)
@@ -86,7 +100,8 @@ class StorageWorkloadConfig(Checks):
     # markers); false: the lengths only, a read ceiling without the checks' CPU (not an MLPerf result)
     verify_records: bool = True
     batch_size: int = 4  # samples per step of one simulated accelerator
-    read_threads: int = 4  # reader threads per simulated accelerator
+    read_threads: int = 4  # readers per simulated accelerator (MLPerf's name: threads or processes, see readers)
+    readers: Readers = Readers.auto
     prefetch: int = 2  # batches read ahead of the emulated compute
     computation_time: float = 0.0  # seconds of emulated compute per batch; 0 = the I/O ceiling
     epochs: int = 1

@@ -7,12 +7,11 @@ The pool's processes are spawned, not forked: the main process opens the store t
 split's meta.json, and an S3 client (obstore's tokio runtime, boto3's threads) copied by fork
 into the next split's pool froze on a lock or crashed. They end with the command: on SIGTERM
 and Ctrl-C the pool is terminated, and a worker whose parent died (SIGKILL) is killed by the
-kernel (PR_SET_PDEATHSIG).
+kernel (PR_SET_PDEATHSIG, bench.runtime.children).
 """
 
 from __future__ import annotations
 
-import ctypes
 import io
 import multiprocessing
 import os
@@ -21,7 +20,7 @@ import signal
 import sys
 import threading
 import time
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from PIL import Image
@@ -31,6 +30,7 @@ from bench.config.storage import StorageLocation
 from bench.data.layout import imagefolder_base, scan_image_folder
 from bench.data.shardformat import encode_shard, make_meta, shard_key
 from bench.errors import DataError, Interrupted
+from bench.runtime.children import die_with_parent
 from bench.storage.registry import open_store
 
 SPLITS = ("train", "val")
@@ -82,13 +82,9 @@ def source_splits(src: str) -> List[str]:
 
 
 def _worker_init(parent: int) -> None:
-    """In each pool process: Ctrl-C (sent to the whole process group) is the parent's to handle
-    (it terminates the pool), and the kernel kills this process when its parent dies."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    with suppress(OSError, AttributeError):  # not Linux: SIGTERM / Ctrl-C still end the pool
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG (Linux)
-    if os.getppid() != parent:  # the parent died before prctl took effect
-        os._exit(1)
+    """In each pool process: Ctrl-C is the parent's to handle (it terminates the pool), and the
+    kernel kills this process when its parent dies."""
+    die_with_parent(parent)
 
 
 def _raise_interrupted(signum: int, _frame: Any) -> None:

@@ -65,7 +65,7 @@ class ReaderResult:
     client: int
     epochs: List[EpochStats]
     requests: List[Request] = field(default_factory=list)  # measured requests only
-    cpu_s: float = 0.0  # this process's CPU time over the measured window
+    cpu_s: float = 0.0  # CPU time over the measured window: this process's and its reader processes'
     window_start: float = 0.0  # perf_counter() clock of the process that ran it
     step_times_ms: List[float] = field(default_factory=list)
     evals: List[EpochStats] = field(default_factory=list)  # one per evaluation pass
@@ -75,6 +75,7 @@ class ReaderResult:
     host: str = ""
     node: int = 0  # the host's index among the run's hosts
     run: int = 0  # storage.runs: which measured run (warm-up runs are not reported)
+    readers: str = ""  # how its read_threads readers ran: threads or processes ("": no read phase)
 
     def total(self, name: str) -> float:
         return sum(getattr(e, name) for e in self.epochs)

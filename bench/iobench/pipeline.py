@@ -59,7 +59,49 @@ _WORKER_DONE = object()
 _RECORD_LOCK = threading.Lock()
 
 
-class Pipeline:
+class BatchStream:
+    """Batches cut from what the readers deliver, in the order it arrives: (samples, bytes, request
+    index) per item. The threads' Pipeline and the reader processes' pipeline
+    (bench.iobench.reader_processes) deliver; this cuts."""
+
+    def _delivered(self) -> Iterator[Tuple[int, int, int]]:
+        raise NotImplementedError
+
+    def stop(self) -> None:
+        raise NotImplementedError
+
+    def batches(self, batch_size: int) -> Iterator[Batch]:
+        """Successive batches, the last one may be short. A batch's bytes are its share of the
+        items it came from (headers included), so they add up to the items'."""
+        pending: Deque[List[float]] = deque()  # [samples left, bytes per sample, request index]
+        available = 0
+        for samples, size, request in self._delivered():
+            pending.append([samples, size / samples if samples else 0.0, request])
+            available += samples
+            while available >= batch_size:
+                yield self._cut(pending, batch_size)
+                available -= batch_size
+        if available:
+            yield self._cut(pending, available)
+
+    @staticmethod
+    def _cut(pending: Deque[List[float]], count: int) -> Batch:
+        size, finished, wanted = 0.0, [], count
+        while wanted:
+            head = pending[0]
+            taken = min(wanted, int(head[0]))
+            size += taken * head[1]
+            head[0] -= taken
+            wanted -= taken
+            if not head[0]:
+                finished.append(int(head[2]))
+                pending.popleft()
+        return Batch(count, size, finished)
+
+
+class Pipeline(BatchStream):
+    """Reader threads of one process."""
+
     def __init__(
         self,
         pool: ThreadPoolExecutor,
@@ -112,34 +154,6 @@ class Pipeline:
                 raise item
             self._slots.release()
             yield item
-
-    def batches(self, batch_size: int) -> Iterator[Batch]:
-        """Successive batches, the last one may be short. A batch's bytes are its share of the
-        items it came from (headers included), so they add up to the items'."""
-        pending: Deque[List[float]] = deque()  # [samples left, bytes per sample, request index]
-        available = 0
-        for samples, size, request in self._delivered():
-            pending.append([samples, size / samples if samples else 0.0, request])
-            available += samples
-            while available >= batch_size:
-                yield self._cut(pending, batch_size)
-                available -= batch_size
-        if available:
-            yield self._cut(pending, available)
-
-    @staticmethod
-    def _cut(pending: Deque[List[float]], count: int) -> Batch:
-        size, finished, wanted = 0.0, [], count
-        while wanted:
-            head = pending[0]
-            taken = min(wanted, int(head[0]))
-            size += taken * head[1]
-            head[0] -= taken
-            wanted -= taken
-            if not head[0]:
-                finished.append(int(head[2]))
-                pending.popleft()
-        return Batch(count, size, finished)
 
     def stop(self) -> None:
         """Let every reader thread finish its current item and exit (a run cut short by max_steps)."""

@@ -1,7 +1,8 @@
-"""Read phase for one simulated accelerator: reader threads feed batches to an emulated training loop.
+"""Read phase for one simulated accelerator: readers feed batches to an emulated training loop.
 
-`read_threads` threads read in the epoch's order (bench.iobench.order) — whole files, or one
-sample at a time with read_mode=sample — up to `prefetch` batches ahead of the loop; the loop
+`read_threads` readers (forked processes for local files, threads otherwise: `readers`,
+bench.iobench.reader_processes) read in the epoch's order (bench.iobench.order) — whole files,
+or one sample at a time with read_mode=sample — up to `prefetch` batches ahead of the loop; the loop
 takes a batch, then "computes" for `computation_time` seconds (a sleep, as in MLPerf Storage /
 DLIO). Each epoch is timed twice (bench.iobench.measured): strictly, with the run's first step
 as warm-up, and by MLPerf's rules. Every `eval_every_epochs` epochs an evaluation pass reads
@@ -12,18 +13,22 @@ and its time is left out of the epoch's clocks (reported on its own).
 from __future__ import annotations
 
 import math
+import os
 import socket
 import time
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, List, Optional, Sequence, Union
 
 from bench.config.storage import ReadMode, StorageWorkloadConfig
+from bench.config.storage_benchmark import PROCESSES_NEED, Readers
+from bench.errors import ConfigError
 from bench.iobench.fetch import Fetcher
 from bench.iobench.formats.base import FileSpec, Unchecked
 from bench.iobench.formats.registry import format_for
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.order import file_order, sample_order
-from bench.iobench.pipeline import Pipeline, Source, WorkItem
+from bench.iobench.pipeline import BatchStream, Pipeline, Source, WorkItem
+from bench.iobench.reader_processes import ReaderProcesses
 from bench.storage.base import ObjectStore
 
 __all__ = ["EpochStats", "ReaderResult", "Request", "files_in_flight", "run_reader"]
@@ -47,41 +52,88 @@ def work_items(
     return [(spec, None) for spec in file_order(files, workload, client, epoch, run)]
 
 
+def uses_processes(store: ObjectStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig) -> bool:
+    """Are this accelerator's readers processes (storage.workload.readers)?"""
+    local = bool(files) and getattr(store, "local_path", lambda key: None)(files[0].key) is not None
+    can = local and hasattr(os, "fork")
+    if workload.readers == Readers.processes and not can:
+        raise ConfigError("storage.workload.readers", "processes", PROCESSES_NEED)
+    return can and workload.readers != Readers.threads
+
+
+class _ThreadReaders:
+    """read_threads threads of this process, each with its own Fetcher (any store)."""
+
+    def __init__(self, make_fetcher: Callable[[], Fetcher], workload: StorageWorkloadConfig, work: "Work"):
+        self.workload, self.work = workload, work
+        self.source = Source(make_fetcher)
+        self.pool = ThreadPoolExecutor(max_workers=workload.read_threads, thread_name_prefix="reader")
+
+    def start(self, evaluation: bool, epoch: int, requests: List[Request]) -> BatchStream:
+        workload = self.workload
+        return Pipeline(
+            self.pool,
+            workload.read_threads,
+            self.source,
+            self.work(evaluation, epoch),
+            files_in_flight(workload),
+            epoch,
+            requests,
+        )
+
+    @staticmethod
+    def children_cpu_s() -> float:
+        return 0.0  # the threads' CPU is this process's
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        self.source.close()
+
+
+Work = Callable[[bool, int], Sequence[WorkItem]]  # (evaluation?, epoch) -> the pass's items
+Readers_ = Union[_ThreadReaders, ReaderProcesses]
+
+
+def open_readers(
+    store: ObjectStore,
+    files: Sequence[FileSpec],
+    eval_files: Sequence[FileSpec],
+    workload: StorageWorkloadConfig,
+    client: int,
+    run: int,
+) -> Readers_:
+    fmt = format_for(workload.format) if workload.verify_records else Unchecked(format_for(workload.format))
+
+    def make_fetcher() -> Fetcher:
+        return Fetcher(store, fmt, workload.transfer_size, workload.jpeg_decode)
+
+    def work(evaluation: bool, epoch: int) -> Sequence[WorkItem]:
+        return work_items(eval_files if evaluation else files, workload, client, epoch, run)
+
+    if uses_processes(store, files, workload):
+        return ReaderProcesses(make_fetcher, workload, work, files_in_flight(workload))
+    return _ThreadReaders(make_fetcher, workload, work)
+
+
 class _Loop:
     """The emulated training loop of one accelerator, across epochs (one step counter)."""
 
     def __init__(
         self,
-        store: ObjectStore,
+        readers: Readers_,
         workload: StorageWorkloadConfig,
         client: int,
-        run: int,
         periodic: Optional[Periodic],
         heartbeat: Optional[Callable[[], None]],
         deadline: Optional[float] = None,
     ):
-        self.workload, self.client, self.run, self.periodic, self.heartbeat = workload, client, run, periodic, heartbeat
+        self.readers, self.workload, self.periodic, self.heartbeat = readers, workload, periodic, heartbeat
         self.deadline = deadline
-        fmt = format_for(workload.format) if workload.verify_records else Unchecked(format_for(workload.format))
-        self.source = Source(lambda: Fetcher(store, fmt, workload.transfer_size, workload.jpeg_decode))
         self.step = 0
         self.result = ReaderResult(client, [], host=socket.gethostname())
         self.requests: List[Request] = []
         self._cpu_at_start = 0.0
-
-    def _pipeline(
-        self, pool: ThreadPoolExecutor, files: Sequence[FileSpec], epoch: int, requests: List[Request]
-    ) -> Pipeline:
-        workload = self.workload
-        return Pipeline(
-            pool,
-            workload.read_threads,
-            self.source,
-            work_items(files, workload, self.client, epoch, self.run),
-            files_in_flight(workload),
-            epoch,
-            requests,
-        )
+        self._children_cpu_at_start = 0.0
 
     def _going(self) -> bool:
         """max_steps not reached, and the deadline (if any) not passed."""
@@ -89,13 +141,13 @@ class _Loop:
             return False
         return self.workload.max_steps is None or self.step < self.workload.max_steps
 
-    def epoch(self, pool: ThreadPoolExecutor, files: Sequence[FileSpec], epoch: int) -> bool:
+    def epoch(self, epoch: int) -> bool:
         """One epoch; False once max_steps is reached or the deadline passed."""
         workload, compute = self.workload, float(self.workload.computation_time)
         stats = EpochStats(epoch)
         self.result.epochs.append(stats)
         epoch_start = time.perf_counter()
-        pipeline = self._pipeline(pool, files, epoch, self.requests)
+        pipeline = self.readers.start(False, epoch, self.requests)
         batches = pipeline.batches(workload.batch_size)
         epoch_clock = time.perf_counter()  # strict clock: as it always ran
         try:
@@ -124,6 +176,7 @@ class _Loop:
                 if self.step == 1:  # warm-up: the strict window opens when the run's first step ends
                     self.result.window_start = epoch_clock = ended
                     self._cpu_at_start = time.process_time()
+                    self._children_cpu_at_start = self.readers.children_cpu_s()
                 else:
                     stats.steps += 1
                     stats.samples += batch.samples
@@ -141,12 +194,12 @@ class _Loop:
         stats.wall_s = time.perf_counter() - epoch_clock
         return self._going()
 
-    def evaluate(self, pool: ThreadPoolExecutor, files: Sequence[FileSpec], epoch: int) -> None:
+    def evaluate(self, epoch: int) -> None:
         """One evaluation pass over the eval files: timed apart, its requests not in the read figures."""
         workload = self.workload
         compute, stats = float(workload.eval_computation_time), EpochStats(epoch)
         start = time.perf_counter()
-        pipeline = self._pipeline(pool, files, epoch, [])
+        pipeline = self.readers.start(True, epoch, [])
         try:
             for batch in pipeline.batches(workload.eval_batch):
                 if compute > 0:
@@ -164,11 +217,13 @@ class _Loop:
         self.result.evals.append(stats)
 
     def finish(self) -> ReaderResult:
+        """The result, once the readers have ended (a reader process's CPU is whole only then)."""
         result = self.result
-        result.cpu_s = time.process_time() - self._cpu_at_start
+        own = time.process_time() - self._cpu_at_start
+        self.readers.close()
+        result.cpu_s = own + self.readers.children_cpu_s() - self._children_cpu_at_start
         # the measured window's requests: those a step after the warm-up one consumed, each once
         result.requests = [r for r in self.requests if r.step >= 2]
-        self.source.close()
         return result
 
 
@@ -190,17 +245,18 @@ def run_reader(
     (a time.perf_counter() value) ends the read early, after the step that passes it (the doctor's
     budget)."""
     periodic = periodic if workload.checkpoint_every_steps else None
-    loop = _Loop(store, workload, client, run, periodic, heartbeat, deadline)
-    if start_gate is not None:
-        start_gate.wait()
+    readers = open_readers(store, files, eval_files, workload, client, run)
+    loop = _Loop(readers, workload, client, periodic, heartbeat, deadline)
+    loop.result.readers = "processes" if isinstance(readers, ReaderProcesses) else "threads"
     try:
-        with ThreadPoolExecutor(max_workers=workload.read_threads, thread_name_prefix=f"reader{client}") as pool:
-            for epoch in range(1, workload.epochs + 1):
-                going = loop.epoch(pool, files, epoch)
-                if eval_files and epoch % workload.eval_every_epochs == 0:
-                    loop.evaluate(pool, eval_files, epoch)
-                if not going:
-                    break
+        if start_gate is not None:  # after the readers started: a fork is in no one's window
+            start_gate.wait()
+        for epoch in range(1, workload.epochs + 1):
+            going = loop.epoch(epoch)
+            if eval_files and epoch % workload.eval_every_epochs == 0:
+                loop.evaluate(epoch)
+            if not going:
+                break
     finally:
         result = loop.finish()
     return result

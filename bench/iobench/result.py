@@ -120,6 +120,7 @@ class StorageMetrics(Record):
     record_size: int
     batch_size: int
     read_threads: int
+    readers: str = "threads"  # threads or processes (storage.workload.readers, auto resolved); none: no read phase
     prefetch: int
     computation_time: float
     epochs: int

@@ -109,6 +109,7 @@ def build_report(
         record_size=workload.record_size,
         batch_size=workload.batch_size,
         read_threads=workload.read_threads,
+        readers=next((r.readers for r in results if r.readers), "none"),
         prefetch=workload.prefetch,
         computation_time=workload.computation_time,
         epochs=workload.epochs,

@@ -7,8 +7,11 @@ plain Python read loop, on the same files, warm and cold, alternating.
 
 The readers of the same dataset (written once, in --format):
 - bench: the read phase (bench.iobench.reader.run_reader, computation_time=0), whole files read
-  in record-sized pieces (or --transfer-size) into reused buffers by --threads reader threads,
-  every record checked as its loader would (storage.workload.verify_records=true, the default);
+  in record-sized pieces (or --transfer-size) into reused buffers by --threads readers (processes:
+  storage.workload.readers=auto on local files), every record checked as its loader would
+  (storage.workload.verify_records=true, the default); timed by its epoch (bench.tools.ceiling_readers);
+- threads: bench's read phase with reader threads instead of processes
+  (storage.workload.readers=threads): what the processes gain;
 - unchecked (a format with checks beyond lengths, e.g. tfrecord's CRC-32C): the same read phase
   with verify_records=false; bench/unchecked and the CPU seconds per GB between them are what
   checking costs;
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import shutil
+import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -40,11 +44,12 @@ from bench.analysis.rounds import Rounds, alternate
 from bench.config import compose
 from bench.config.storage import PrepareMode, RecordFormat, StorageWorkloadConfig
 from bench.iobench.prepare import prepare_dataset
+from bench.iobench.reader import uses_processes
 from bench.storage.local import LocalStore
 from bench.tools.ceiling_readers import Costs, Reader, bench_reader, fio_reader, plain_reader
 
 
-def workload_for(args: argparse.Namespace, verify: bool = True) -> StorageWorkloadConfig:
+def workload_for(args: argparse.Namespace, verify: bool = True, readers: str = "auto") -> StorageWorkloadConfig:
     values = {
         "name": "ceiling",
         "num_files": args.files,
@@ -59,6 +64,7 @@ def workload_for(args: argparse.Namespace, verify: bool = True) -> StorageWorklo
         "checkpoint_size_mb": 0,
         "transfer_size": args.transfer_size or "null",
         "verify_records": str(verify).lower(),
+        "readers": readers,
     }
     return compose("mode=storage", *[f"storage.workload.{k}={v}" for k, v in values.items()]).storage.workload
 
@@ -86,6 +92,12 @@ def summarise(found: Rounds, costs: Costs, label: str) -> Dict[str, float]:
     if costs.fio_own_mb_s:
         own = sorted(costs.fio_own_mb_s)[len(costs.fio_own_mb_s) // 2]
         print(f"{label} fio's own figure (io_bytes / its longest job's runtime): median {own:.1f} MB/s", flush=True)
+    for name, outside in costs.outside_ms.items():
+        print(
+            f"{label} {name}: starting and ending its readers took {statistics.median(outside):.1f} ms a pass "
+            "(median), outside its timed epoch",
+            flush=True,
+        )
     if "unchecked" in found.names:
         print(
             f"{label} checking costs {costs.median('bench') - costs.median('unchecked'):.3f} CPU-s/GB "
@@ -166,6 +178,8 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
     else:
         print("fio: not installed (Debian: apt-get install fio): comparing with plain Python only")
     readers["plain"] = plain_reader(paths, args.threads, block, costs)
+    if uses_processes(store, files, workload):  # the same read phase from threads: what processes gain
+        readers["threads"] = bench_reader(store, files, workload_for(args, readers="threads"), "threads", costs)
     print(
         f"{len(files)} {args.format} files x {files[0].size / 2**20:.1f} MiB in {root}, {args.threads} threads, "
         f"reads of {block} bytes; "

@@ -192,6 +192,13 @@ BAD_INPUTS = [
     # -- issue 18, item 6: caps on the storage benchmark's keys, and a dataset larger than the disk ---------
     ("reader threads over the cap", "bench", ["storage.workload.read_threads=5000"], 2,
      "storage.workload.read_threads=5000 is not valid: accepted an integer in [1, 1024]"),
+    ("reader processes on S3", "bench", ["mode=storage", "storage=s3", "storage.bucket=b",
+                                          "storage.workload.readers=processes"], 2,
+     "storage.workload.readers='processes' is not valid: accepted threads or auto unless the files are in a local "
+     "directory (not s3, not direct_io)"),
+    ("reader processes with direct I/O", "bench", ["mode=storage", "storage.direct_io=true",
+                                                    "storage.workload.readers=processes"], 2,
+     "storage.workload.readers='processes' is not valid: accepted threads or auto unless"),
     ("prepare workers over the cap", "bench", ["storage.prepare_workers=5000"], 2,
      "storage.prepare_workers=5000 is not valid: accepted an integer in [1, 1024]"),
     ("record size spread over the record size", "bench", ["storage.workload.record_size_stdev=100000"], 2,

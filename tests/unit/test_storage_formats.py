@@ -259,6 +259,8 @@ def test_ceiling_command_runs_bench_fio_and_plain_python_warm_and_cold(tmp_path,
     out = capsys.readouterr().out
     assert "warm ratios: bench/fio" in out and "cold ratios: bench/fio" in out and "bench/plain" in out
     assert "posix_fadvise(DONTNEED)" in out
+    # local files: bench reads with processes, and the same read phase from threads runs beside it
+    assert "bench/threads" in out and "bench: starting and ending its readers took" in out
 
 
 def test_ceiling_command_without_fio_compares_bench_with_plain_python(tmp_path, capsys, monkeypatch):

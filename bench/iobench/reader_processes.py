@@ -1,0 +1,280 @@
+"""One simulated accelerator's `read_threads` readers as forked processes
+(storage.workload.readers=processes; `auto`, the default, picks them for local files).
+
+Why: reader *threads* hand Python's GIL over around every read call. With 8 of them on 2 cores
+`perf` put ~23% of a warm read's CPU in those hand-overs (futex waits and wake-ups), and the read
+phase ran at 0.64-0.72 of fio's 8 threads; the same reads from 8 processes, which share no GIL,
+ran at 1.1x fio (docs/performance.md). PyTorch's DataLoader reads from worker processes for the
+same reason, and MLPerf Storage's PyTorch loader with them.
+
+How: the readers are forked once per run_reader (before its start gate, so not in any measured
+window) and live across its epochs. They inherit the file lists, the workload and the store; a
+task (an epoch's training or evaluation pass) is 16 bytes on each reader's own control pipe, and
+each reader works the pass's list out itself (bench.iobench.order is seeded: the parent's list).
+They take item numbers from a shared counter and a place in the read-ahead window from a shared
+semaphore, as the threads do, and write one fixed-size record per item to one result pipe (under
+PIPE_BUF: whole among writers); the parent turns records into Requests and batches exactly as
+the threads' Pipeline. A reader's CPU comes back with every record, and whole (wait4) at the
+end. Readers die with the parent (PR_SET_PDEATHSIG) and leave Ctrl-C to it. Only stores whose
+files this process may open itself are read this way: a forked S3 client would share its
+parent's connections.
+"""
+
+from __future__ import annotations
+
+import io
+import multiprocessing
+import os
+import pickle
+import select
+import signal
+import struct
+import time
+from contextlib import suppress
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+
+from bench.config.storage import StorageWorkloadConfig
+from bench.iobench.fetch import Fetcher
+from bench.iobench.measured import Request
+from bench.iobench.pipeline import BatchStream, WorkItem
+from bench.runtime.children import die_with_parent, reap
+
+_TASK = struct.Struct("qq")  # kind, epoch
+_TRAIN, _EVAL, _QUIT = 0, 1, 2
+# kind, reader, item, samples, bytes, start, end, the reader's CPU seconds, payload length
+_RECORD = struct.Struct("qqqqqdddq")
+_RESULT, _DONE, _ERROR = 0, 1, 2
+_NO_FIGURES = (0, 0, 0, 0.0, 0.0)  # item, samples, bytes, start, end: of a done or error record
+_MAX_PAYLOAD = 3000  # a record and a pickled exception stay under PIPE_BUF (4096): written whole
+_EXIT_WAIT_S = 10.0  # a reader that has not exited this long after it was told to is killed
+
+
+def _read_exact(stream: Any, size: int) -> Optional[bytes]:
+    data = stream.read(size)
+    return data if data is not None and len(data) == size else None
+
+
+class _Pass(BatchStream):
+    """One pass (an epoch, or an evaluation) over the reader processes' result pipe."""
+
+    def __init__(self, readers: "ReaderProcesses", items: Sequence[WorkItem], epoch: int, requests: List[Request]):
+        self.readers, self.items, self.epoch, self.requests = readers, items, epoch, requests
+        self._running = readers.count
+        self._error: Optional[BaseException] = None
+
+    def _next(self) -> Optional[Tuple[int, int, int]]:
+        """The next delivered item (samples, bytes, request index); None once every reader is done."""
+        readers = self.readers
+        while self._running:
+            kind, reader, item, samples, size, start, end, cpu, payload = readers.record()
+            readers.cpu_s[reader] = cpu
+            if kind == _DONE:
+                self._running -= 1
+            elif kind == _ERROR:
+                self._error = self._error or readers.exception(payload)
+                self.readers.release_all()
+            else:
+                readers.slots.release()
+                if self._error is not None:  # read after another reader failed: not delivered
+                    continue
+                self.requests.append(Request(self.items[item][0].key, self.epoch, size, (end - start) * 1000.0, end))
+                return samples, size, len(self.requests) - 1
+        return None
+
+    def _delivered(self) -> Iterator[Tuple[int, int, int]]:
+        while (delivered := self._next()) is not None:
+            yield delivered
+        if self._error is not None:
+            raise self._error
+
+    def stop(self) -> None:
+        """Tell the readers to stop after their current item and wait until each has said so (the
+        next pass must not read this one's records)."""
+        self.readers.release_all()
+        if self.readers.broken:  # a dead reader will never say it is done: close() ends the rest
+            return
+        while self._next() is not None:
+            pass
+
+
+class ReaderProcesses:
+    def __init__(
+        self,
+        make_fetcher: Callable[[], Fetcher],
+        workload: StorageWorkloadConfig,
+        work: Callable[[bool, int], Sequence[WorkItem]],
+        depth: int,
+    ):
+        """`work(evaluation, epoch)` is a pass's item list; the readers call it too."""
+        self.count, self.depth, self.work = workload.read_threads, depth, work
+        ctx = multiprocessing.get_context("fork")
+        self.counter = ctx.RawValue("q", 0)
+        self.counter_lock = ctx.Lock()
+        self.stopped = ctx.RawValue("b", 0)
+        self.slots = ctx.Semaphore(depth)
+        self.cpu_s: List[float] = [0.0] * self.count
+        self._exited: Dict[int, float] = {}  # pid: its CPU seconds, once reaped
+        self._closed = False
+        self.broken: Optional[str] = None  # set when a reader died mid-pass: no pass can end
+        self._next_check = 0.0
+        self._pids: List[int] = []
+        self._controls: List[int] = []
+        result_read, result_write = os.pipe()
+        self._results, self._buffer = result_read, bytearray()
+        parent = os.getpid()
+        try:
+            for reader in range(self.count):
+                control_read, control_write = os.pipe()
+                pid = os.fork()
+                if pid == 0:  # the reader: it never returns from here
+                    code = 1
+                    try:
+                        os.close(result_read)
+                        for fd in [control_write, *self._controls]:
+                            os.close(fd)
+                        die_with_parent(parent)
+                        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                        self._serve(reader, make_fetcher, control_read, result_write)
+                        code = 0
+                    finally:
+                        os._exit(code)
+                os.close(control_read)
+                self._pids.append(pid)
+                self._controls.append(control_write)
+        except BaseException:  # a fork failed (out of memory, process limit): the readers so far quit
+            os.close(result_write)
+            self.close()
+            raise
+        os.close(result_write)  # the readers hold it: the pipe ends when they all do
+
+    # --- in a reader process ---
+
+    def _serve(self, reader: int, make_fetcher: Callable[[], Fetcher], control: int, results: int) -> None:
+        fetcher = make_fetcher()
+        tasks = io.FileIO(control, "rb")
+
+        def send(kind: int, figures: Tuple[int, int, int, float, float] = _NO_FIGURES, payload: bytes = b"") -> None:
+            record = _RECORD.pack(kind, reader, *figures, time.process_time(), len(payload))
+            os.write(results, record + payload)
+
+        while (task := _read_exact(tasks, _TASK.size)) is not None:
+            kind, epoch = _TASK.unpack(task)
+            if kind == _QUIT:
+                break
+            items = self.work(kind == _EVAL, epoch)
+            while True:
+                self.slots.acquire()  # a place in the read-ahead window
+                with self.counter_lock:
+                    index = self.counter.value
+                    self.counter.value = index + 1
+                if self.stopped.value or index >= len(items):
+                    break
+                spec, sample = items[index]
+                try:
+                    start = time.perf_counter()
+                    samples, size = fetcher.whole_file(spec) if sample is None else (1, fetcher.sample(spec, sample))
+                    end = time.perf_counter()
+                except Exception as exc:
+                    send(_ERROR, payload=_pickled(exc))
+                    break
+                send(_RESULT, (index, samples, size, start, end))
+            send(_DONE)
+        fetcher.close()
+
+    # --- in the parent ---
+
+    def record(self) -> Tuple[Any, ...]:
+        """The next record from any reader: (kind, reader, item, samples, bytes, start, end, CPU s,
+        payload)."""
+        header = self._take(_RECORD.size)
+        fields = _RECORD.unpack(header)
+        return (*fields[:-1], self._take(fields[-1]) if fields[-1] else b"")
+
+    def _take(self, size: int) -> bytes:
+        """`size` bytes of the result pipe; checks every second that no reader died meanwhile."""
+        while len(self._buffer) < size:
+            if time.monotonic() > self._next_check:
+                self._check_alive()
+            ready, _, _ = select.select([self._results], [], [], 1.0)
+            if ready:
+                chunk = os.read(self._results, 1 << 16)
+                if not chunk:
+                    raise RuntimeError("the storage reader processes closed their pipe mid-pass")
+                self._buffer += chunk
+        taken = bytes(self._buffer[:size])
+        del self._buffer[:size]
+        return taken
+
+    def _check_alive(self) -> None:
+        self._next_check = time.monotonic() + 1.0
+        if self.broken:
+            raise RuntimeError(self.broken)
+        for pid in self._pids:
+            if pid in self._exited or not os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+                continue
+            _pid, status, usage = os.wait4(pid, 0)
+            self._exited[pid] = usage.ru_utime + usage.ru_stime
+            code = os.waitstatus_to_exitcode(status)
+            how = f"signal {-code}" if code < 0 else f"exit code {code}"
+            self.broken = f"a storage reader process (pid {pid}) died mid-pass ({how})"
+            raise RuntimeError(self.broken)
+
+    def release_all(self) -> None:
+        """Stop the pass: every reader ends after its current item (a place in the window each, so
+        none waits on one)."""
+        self.stopped.value = 1
+        for _ in range(self.count):
+            self.slots.release()
+
+    @staticmethod
+    def exception(payload: bytes) -> BaseException:
+        found = pickle.loads(payload)
+        return found if isinstance(found, BaseException) else RuntimeError(str(found))
+
+    def start(self, evaluation: bool, epoch: int, requests: List[Request]) -> _Pass:
+        """Send every reader the pass; its batches come from the returned stream."""
+        items = self.work(evaluation, epoch)
+        self.counter.value = 0
+        self.stopped.value = 0
+        while self.slots.acquire(False):  # the window back to `depth` (every reader is idle here)
+            pass
+        for _ in range(self.depth):
+            self.slots.release()
+        task = _TASK.pack(_EVAL if evaluation else _TRAIN, epoch)
+        for control in self._controls:
+            os.write(control, task)
+        return _Pass(self, items, epoch, requests)
+
+    def children_cpu_s(self) -> float:
+        """The readers' CPU seconds so far: as they last reported, or whole once they exited."""
+        return sum(self._exited.get(pid, cpu) for pid, cpu in zip(self._pids, self.cpu_s, strict=True))
+
+    def close(self) -> None:
+        """Tell every reader to quit, and reap them (killing one that does not within 10 s)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.release_all()  # a reader waiting for a place in the window sees it is stopped
+        quit_task = _TASK.pack(_QUIT, 0)
+        for control in self._controls:
+            with suppress(OSError):  # the reader is gone already
+                os.write(control, quit_task)
+            os.close(control)
+        self._controls = []
+        deadline = time.monotonic() + _EXIT_WAIT_S
+        for pid in self._pids:
+            if pid not in self._exited:
+                self._exited[pid] = reap(pid, deadline)
+        os.close(self._results)
+
+
+def _pickled(exc: BaseException) -> bytes:
+    """The exception as the parent will raise it: itself when it pickles small, else its text."""
+    try:
+        data = pickle.dumps(exc)
+        pickle.loads(data)
+    except Exception:
+        data = b""
+    if not data or len(data) > _MAX_PAYLOAD:
+        data = pickle.dumps(RuntimeError(f"{type(exc).__name__}: {str(exc)[:2000]}"))
+    return data

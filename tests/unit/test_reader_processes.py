@@ -1,0 +1,146 @@
+"""The storage benchmark's reader processes (storage.workload.readers, bench.iobench.reader_processes):
+real forked readers over real files, against the same read phase from threads."""
+
+from __future__ import annotations
+
+import os
+import resource
+import threading
+
+import psutil
+import pytest
+
+from bench.config import compose
+from bench.errors import ConfigError
+from bench.iobench.prepare import prepare_dataset
+from bench.iobench.reader import run_reader
+from bench.storage.local import LocalStore
+
+SMALL = {"name": "t", "num_files": 12, "samples_per_file": 5, "record_size": 3000, "batch_size": 5, "read_threads": 3,
+         "prefetch": 2, "checkpoint_size_mb": 0}
+
+
+def workload(**changes):
+    values = {**SMALL, **changes}
+    return compose("mode=storage", *[f"storage.workload.{k}={v}" for k, v in values.items()]).storage.workload
+
+
+def dataset(tmp_path, **changes):
+    store, work = LocalStore(tmp_path), workload(**changes)
+    prepared = prepare_dataset(store, work, "auto", workers=2)
+    return store, prepared
+
+
+def children_now():
+    """This process's children (pytest's own helpers, e.g. the tests' fork server, among them)."""
+    return {child.pid for child in psutil.Process().children()}
+
+
+def read_back(result):
+    """What a run read, order aside: (key, epoch, bytes) of every measured request after the first
+    epoch (which of the first epoch's is in the warm-up step depends on which read ends first),
+    how many there were, and the step totals."""
+    requests = sorted((r.key, r.epoch, r.bytes) for r in result.requests if r.epoch > 1), len(result.requests)
+    return requests, [(e.steps, e.samples, e.bytes) for e in result.epochs], [(e.all_steps, e.all_bytes) for e in result.evals]
+
+
+@pytest.mark.parametrize("read_mode", ["whole_file", "sample"])
+def test_processes_read_what_threads_read_across_epochs_and_evaluations(tmp_path, read_mode):
+    changes = {"read_mode": read_mode, "epochs": 3, "shuffle": "sample" if read_mode == "sample" else "file",
+               "eval_num_files": 4}
+    store, prepared = dataset(tmp_path, **changes)
+    found = {}
+    for readers in ("processes", "threads"):
+        result = run_reader(store, prepared.files, workload(readers=readers, **changes), eval_files=prepared.eval_files)
+        assert result.readers == readers
+        found[readers] = read_back(result)
+    assert found["processes"] == found["threads"]
+    (later, count), epochs, evals = found["processes"]
+    per_epoch = 12 * (1 if read_mode == "whole_file" else 5)
+    assert len(later) == 2 * per_epoch and count == 3 * per_epoch - (1 if read_mode == "whole_file" else 5)
+    assert len(evals) == 3 and all(steps == 4 for steps, _ in evals)
+
+
+def test_auto_is_processes_on_local_files_and_threads_where_a_store_reads_its_own_way(tmp_path):
+    store, prepared = dataset(tmp_path)
+    assert run_reader(store, prepared.files, workload()).readers == "processes"
+
+    class OwnWay(LocalStore):  # a store that reads through get() (as S3 and direct_io do)
+        def get(self, key):
+            return super().get(key)
+
+    other = OwnWay(tmp_path)
+    assert run_reader(other, prepared.files, workload()).readers == "threads"
+    with pytest.raises(ConfigError) as refused:
+        run_reader(other, prepared.files, workload(readers="processes"))
+    assert str(refused.value).startswith("storage.workload.readers='processes' is not valid: accepted threads or auto")
+
+
+def test_max_steps_stops_the_readers_mid_epoch_and_the_next_run_starts_clean(tmp_path):
+    store, prepared = dataset(tmp_path)
+    helpers = children_now()
+    cut = run_reader(store, prepared.files, workload(max_steps=4, epochs=2, prefetch=1, read_threads=4))
+    assert cut.readers == "processes" and sum(e.all_steps for e in cut.epochs) == 4
+    assert len(cut.epochs) == 1 and all(r.step in (2, 3, 4) for r in cut.requests)
+    assert children_now() == helpers  # every reader reaped
+    whole = run_reader(store, prepared.files, workload(epochs=2))
+    assert sum(e.all_steps for e in whole.epochs) == 24
+
+
+def test_the_readers_cpu_is_in_the_result_and_no_reader_outlives_the_read(tmp_path):
+    store, prepared = dataset(tmp_path, format="tfrecord", num_files=16, record_size=400_000)
+    helpers = children_now()
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own_before = resource.getrusage(resource.RUSAGE_SELF)
+    result = run_reader(store, prepared.files, workload(format="tfrecord", num_files=16, record_size=400_000))
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    own_after = resource.getrusage(resource.RUSAGE_SELF)
+    readers = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+    own = (own_after.ru_utime + own_after.ru_stime) - (own_before.ru_utime + own_before.ru_stime)
+    assert result.readers == "processes" and readers > 0
+    # 15 of the 16 files (the warm-up step's is out) were read and CRC-checked in the readers: their
+    # CPU is counted, not only this process's (which forked and reaped them and cut batches)
+    assert result.cpu_s > 0.5 * readers and result.cpu_s > own * 0.1
+    assert children_now() == helpers
+
+
+def test_a_corrupt_file_read_by_a_reader_process_fails_the_read_with_its_name(tmp_path):
+    store, prepared = dataset(tmp_path, format="tfrecord")
+    damaged = prepared.files[7]
+    path = tmp_path / damaged.key
+    data = bytearray(path.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    path.write_bytes(bytes(data))
+    helpers = children_now()
+    with pytest.raises(Exception) as failed:
+        run_reader(store, prepared.files, workload(format="tfrecord", shuffle="none"))
+    assert damaged.key in str(failed.value) and type(failed.value).__name__ == "CorruptFile"
+    assert children_now() == helpers
+
+
+def test_a_reader_killed_mid_pass_fails_the_read_instead_of_hanging_it(tmp_path):
+    """A reader killed by the OOM killer (SIGKILL here) is named within about a second; the others
+    are told to quit (or killed) and reaped."""
+    store, prepared = dataset(tmp_path)
+    helpers = children_now()
+    started = threading.Event()
+    outcome = {}
+
+    def beat():  # called after every step: the loop is running, the readers are up
+        started.set()
+
+    def read():
+        try:
+            run_reader(store, prepared.files, workload(computation_time=0.2, epochs=100), heartbeat=beat)
+        except Exception as exc:
+            outcome["error"] = exc
+
+    reading = threading.Thread(target=read)
+    reading.start()
+    assert started.wait(60)
+    victim = min(children_now() - helpers)
+    os.kill(victim, 9)
+    reading.join(60)
+    assert not reading.is_alive()
+    assert f"a storage reader process (pid {victim}) died mid-pass (signal 9)" in str(outcome["error"])
+    assert children_now() == helpers
