@@ -14,10 +14,10 @@ each reader works the pass's list out itself (bench.iobench.order is seeded: the
 They take item numbers from a shared counter and a place in the read-ahead window from a shared
 semaphore, as the threads do, and write one fixed-size record per item to one result pipe (under
 PIPE_BUF: whole among writers); the parent turns records into Requests and batches exactly as
-the threads' Pipeline. A reader's CPU comes back with every record, and whole (wait4) at the
-end. Readers die with the parent (PR_SET_PDEATHSIG) and leave Ctrl-C to it. Only stores whose
-files this process may open itself are read this way: a forked S3 client would share its
-parent's connections.
+the threads' Pipeline. A reader's CPU comes back with every record (and at a pass's start), so
+the measured window counts neither its start-up after the fork nor its exit. Readers die with
+the parent (PR_SET_PDEATHSIG) and leave Ctrl-C to it. Only stores whose files this process may
+open itself are read this way: a forked S3 client would share its parent's connections.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ import signal
 import struct
 import time
 from contextlib import suppress
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from bench.config.storage import StorageWorkloadConfig
 from bench.iobench.fetch import Fetcher
@@ -43,7 +43,7 @@ _TASK = struct.Struct("qq")  # kind, epoch
 _TRAIN, _EVAL, _QUIT = 0, 1, 2
 # kind, reader, item, samples, bytes, start, end, the reader's CPU seconds, payload length
 _RECORD = struct.Struct("qqqqqdddq")
-_RESULT, _DONE, _ERROR = 0, 1, 2
+_RESULT, _DONE, _ERROR, _STARTED = 0, 1, 2, 3
 _NO_FIGURES = (0, 0, 0, 0.0, 0.0)  # item, samples, bytes, start, end: of a done or error record
 _MAX_PAYLOAD = 3000  # a record and a pickled exception stay under PIPE_BUF (4096): written whole
 _EXIT_WAIT_S = 10.0  # a reader that has not exited this long after it was told to is killed
@@ -68,6 +68,8 @@ class _Pass(BatchStream):
         while self._running:
             kind, reader, item, samples, size, start, end, cpu, payload = readers.record()
             readers.cpu_s[reader] = cpu
+            if kind == _STARTED:
+                continue
             if kind == _DONE:
                 self._running -= 1
             elif kind == _ERROR:
@@ -113,7 +115,7 @@ class ReaderProcesses:
         self.stopped = ctx.RawValue("b", 0)
         self.slots = ctx.Semaphore(depth)
         self.cpu_s: List[float] = [0.0] * self.count
-        self._exited: Dict[int, float] = {}  # pid: its CPU seconds, once reaped
+        self._reaped: Set[int] = set()
         self._closed = False
         self.broken: Optional[str] = None  # set when a reader died mid-pass: no pass can end
         self._next_check = 0.0
@@ -161,6 +163,7 @@ class ReaderProcesses:
             kind, epoch = _TASK.unpack(task)
             if kind == _QUIT:
                 break
+            send(_STARTED)  # its CPU now: what it spends from here on is the pass's
             items = self.work(kind == _EVAL, epoch)
             while True:
                 self.slots.acquire()  # a place in the read-ahead window
@@ -210,10 +213,10 @@ class ReaderProcesses:
         if self.broken:
             raise RuntimeError(self.broken)
         for pid in self._pids:
-            if pid in self._exited or not os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
+            if pid in self._reaped or not os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT):
                 continue
-            _pid, status, usage = os.wait4(pid, 0)
-            self._exited[pid] = usage.ru_utime + usage.ru_stime
+            _pid, status = os.waitpid(pid, 0)
+            self._reaped.add(pid)
             code = os.waitstatus_to_exitcode(status)
             how = f"signal {-code}" if code < 0 else f"exit code {code}"
             self.broken = f"a storage reader process (pid {pid}) died mid-pass ({how})"
@@ -246,8 +249,9 @@ class ReaderProcesses:
         return _Pass(self, items, epoch, requests)
 
     def children_cpu_s(self) -> float:
-        """The readers' CPU seconds so far: as they last reported, or whole once they exited."""
-        return sum(self._exited.get(pid, cpu) for pid, cpu in zip(self._pids, self.cpu_s, strict=True))
+        """The readers' CPU seconds as they last reported them: at a pass's start, after each item and
+        at its end (so not their start-up after the fork, nor their exit)."""
+        return sum(self.cpu_s)
 
     def close(self) -> None:
         """Tell every reader to quit, and reap them (killing one that does not within 10 s)."""
@@ -263,8 +267,9 @@ class ReaderProcesses:
         self._controls = []
         deadline = time.monotonic() + _EXIT_WAIT_S
         for pid in self._pids:
-            if pid not in self._exited:
-                self._exited[pid] = reap(pid, deadline)
+            if pid not in self._reaped:
+                reap(pid, deadline)
+                self._reaped.add(pid)
         os.close(self._results)
 
 

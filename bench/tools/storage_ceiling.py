@@ -93,9 +93,10 @@ def summarise(found: Rounds, costs: Costs, label: str) -> Dict[str, float]:
         own = sorted(costs.fio_own_mb_s)[len(costs.fio_own_mb_s) // 2]
         print(f"{label} fio's own figure (io_bytes / its longest job's runtime): median {own:.1f} MB/s", flush=True)
     for name, outside in costs.outside_ms.items():
+        whole = statistics.median(costs.whole_cpu_s_per_gb[name])
         print(
             f"{label} {name}: starting and ending its readers took {statistics.median(outside):.1f} ms a pass "
-            "(median), outside its timed epoch",
+            f"(median), outside its timed epoch; its CPU-s/GB over the whole call, those included: {whole:.3f}",
             flush=True,
         )
     if "unchecked" in found.names:

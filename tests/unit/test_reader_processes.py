@@ -4,7 +4,6 @@ real forked readers over real files, against the same read phase from threads.""
 from __future__ import annotations
 
 import os
-import resource
 import threading
 
 import psutil
@@ -87,20 +86,21 @@ def test_max_steps_stops_the_readers_mid_epoch_and_the_next_run_starts_clean(tmp
     assert sum(e.all_steps for e in whole.epochs) == 24
 
 
-def test_the_readers_cpu_is_in_the_result_and_no_reader_outlives_the_read(tmp_path):
-    store, prepared = dataset(tmp_path, format="tfrecord", num_files=16, record_size=400_000)
+def test_the_readers_cpu_is_in_the_result_as_the_threads_is_and_no_reader_outlives_the_read(tmp_path):
+    """CPU time, not wall time: the same 96 MB of TFRecord read and CRC-checked by 2 processes and 2
+    threads cost the same order of CPU. Without the readers' own CPU the processes' figure would be
+    this process's alone (it waits on a pipe: a few ms); with their start-up and exit (forking,
+    copy-on-write, unmapping: ~4 ms each here) it would be several times the threads'."""
+    # little read ahead (4 of 40 files): the window holds nearly all the reading either way
+    changes = {"format": "tfrecord", "num_files": 40, "samples_per_file": 8, "record_size": 300_000,
+               "batch_size": 8, "read_threads": 2, "prefetch": 0}
+    store, prepared = dataset(tmp_path, **changes)
     helpers = children_now()
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    own_before = resource.getrusage(resource.RUSAGE_SELF)
-    result = run_reader(store, prepared.files, workload(format="tfrecord", num_files=16, record_size=400_000))
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    own_after = resource.getrusage(resource.RUSAGE_SELF)
-    readers = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
-    own = (own_after.ru_utime + own_after.ru_stime) - (own_before.ru_utime + own_before.ru_stime)
-    assert result.readers == "processes" and readers > 0
-    # 15 of the 16 files (the warm-up step's is out) were read and CRC-checked in the readers: their
-    # CPU is counted, not only this process's (which forked and reaped them and cut batches)
-    assert result.cpu_s > 0.5 * readers and result.cpu_s > own * 0.1
+    run_reader(store, prepared.files, workload(**changes))  # the page cache holds the files for both
+    processes = run_reader(store, prepared.files, workload(**changes))
+    threads = run_reader(store, prepared.files, workload(readers="threads", **changes))
+    assert processes.readers == "processes" and threads.readers == "threads"
+    assert 0.3 * threads.cpu_s < processes.cpu_s < 3 * threads.cpu_s, (processes.cpu_s, threads.cpu_s)
     assert children_now() == helpers
 
 
