@@ -1,7 +1,7 @@
 """The ladder's storage rung: the files under data.root read alone by the storage benchmark's
 reader (bench.iobench.reader.run_reader: reused page-aligned buffers, os.preadv, the GIL released
 in every call), in the loader's access pattern: a shuffled pass over whole files (a JPEG folder's
-images, a shard set's shards), as many reader threads as the loader has workers, a JPEG folder's
+images, a shard set's shards), as many readers as the loader has workers, a JPEG folder's
 files in batches of data.batch_size, no decoding and no compute between steps (the read ceiling).
 MB/s, and the images/s that rate can feed.
 
@@ -31,7 +31,7 @@ from bench.iobench.order import file_order
 from bench.iobench.reader import run_reader
 from bench.storage.local import LocalStore
 
-TRANSFER = 4 << 20  # bytes per read call, into a buffer each reader thread reuses
+TRANSFER = 4 << 20  # bytes per read call, into a buffer each reader reuses
 
 
 def dataset_files(config: BenchConfig) -> List[str]:
