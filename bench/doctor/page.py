@@ -32,14 +32,15 @@ def _details(rung: Rung) -> str:
         return f"{f['cpu_ms_per_image']:.2f} CPU ms/image, {f.get('workers')} workers{said}"
     if rung.name == "storage":
         cold, warm = f.get("cold_megabytes_per_second") or 0, f.get("warm_megabytes_per_second") or 0
+        readers = f"{f['threads']} reader {f.get('readers', 'threads')}"  # e.g. "4 reader processes"
         if f["cache"] == "remote":  # S3: one figure, no page cache of ours
             return (
                 f"{f['megabytes_per_second'] or 0:,.0f} MB/s from {f['store']} "
-                f"({f['dataset_megabytes']:,.1f} MB in {f['dataset_files']} files), {f['threads']} threads"
+                f"({f['dataset_megabytes']:,.1f} MB in {f['dataset_files']} files), {readers}"
             )
         return (
             f"{cold:,.0f} MB/s cold, {warm:,.0f} MB/s warm ({f['cache']} used: "
-            f"{f['dataset_megabytes']:,.1f} MB in {f['dataset_files']} files), {f['threads']} threads"
+            f"{f['dataset_megabytes']:,.1f} MB in {f['dataset_files']} files), {readers}"
         )
     if rung.name == "allreduce":
         share = f.get("share_of_step")

@@ -28,7 +28,7 @@ from bench.config.storage_benchmark import StorageWorkloadConfig
 from bench.doctor.figures import STORAGE, Rung
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.order import file_order
-from bench.iobench.reader import run_reader
+from bench.iobench.reader import run_reader, uses_processes
 from bench.storage.local import LocalStore
 
 TRANSFER = 4 << 20  # bytes per read call, into a buffer each reader reuses
@@ -157,7 +157,8 @@ def storage_rung(config: BenchConfig, window_s: float, images_in_dataset: int) -
             "files_read": files_read,
             "dataset_files": len(specs),
             "dataset_megabytes": total / 1e6,
-            "threads": threads,
+            "threads": threads,  # the readers' number (the key it has had since it was threads only)
+            "readers": "processes" if uses_processes(store, specs, workload) else "threads",
         }
     )
     rung.seconds = time.perf_counter() - started

@@ -40,6 +40,7 @@ def test_the_rung_reads_a_jpeg_folder_whole_through_the_storage_benchmarks_reade
     rung = storage_rung(config, window_s=0.4, images_in_dataset=24)
     total = sum(os.path.getsize(p) for p in paths)
     assert rung.figures["dataset_files"] == 24 and rung.figures["threads"] == 2
+    assert rung.figures["readers"] == "processes"  # local files: forked readers, as the loader's workers
     assert rung.figures["dataset_megabytes"] == total / 1e6
     assert rung.figures["files_read"] >= 24  # whole passes: a small folder is read again and again in the window
     assert rung.figures["warm_megabytes_per_second"] > 0 and rung.figures["cold_megabytes_per_second"] > 0
