@@ -32,7 +32,8 @@ def _details(rung: Rung) -> str:
         return f"{f['cpu_ms_per_image']:.2f} CPU ms/image, {f.get('workers')} workers{said}"
     if rung.name == "storage":
         cold, warm = f.get("cold_megabytes_per_second") or 0, f.get("warm_megabytes_per_second") or 0
-        readers = f"{f['threads']} reader {f.get('readers', 'threads')}"  # e.g. "4 reader processes"
+        count, kind = f["threads"], f.get("readers", "threads")  # how many readers, processes or threads
+        readers = f"{count} reader {kind if count != 1 else {'processes': 'process', 'threads': 'thread'}[kind]}"
         if f["cache"] == "remote":  # S3: one figure, no page cache of ours
             return (
                 f"{f['megabytes_per_second'] or 0:,.0f} MB/s from {f['store']} "
