@@ -135,7 +135,10 @@ class ReaderProcesses:
                         for fd in [control_write, *self._controls]:
                             os.close(fd)
                         die_with_parent(parent)
+                        # SIGTERM ends a reader (the accelerator's handler is not for it), even when it
+                        # was forked while the accelerator held the stop signals blocked
                         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
                         self._serve(reader, make_fetcher, control_read, result_write)
                         code = 0
                     finally:
