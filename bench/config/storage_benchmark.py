@@ -159,7 +159,7 @@ class StorageWorkloadConfig(Checks):
 
     def _check_bounds(self) -> None:
         if _number(self.read_threads) and self.read_threads > MAX_THREADS:
-            self._fail("read_threads", f"an integer in [1, {MAX_THREADS}] (reader threads per simulated accelerator)")
+            self._fail("read_threads", f"an integer in [1, {MAX_THREADS}] (readers per simulated accelerator)")
         if (
             self.record_size_stdev is not None
             and self.record_size is not None

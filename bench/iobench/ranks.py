@@ -22,6 +22,7 @@ from bench.config import BenchConfig
 from bench.iobench.client import run_client
 from bench.iobench.measured import ReaderResult
 from bench.iobench.prepare import DatasetMissing, finish, planned, reusable, write_files
+from bench.iobench.reader import uses_processes
 from bench.iobench.report import StorageReport
 from bench.iobench.session import build_report, drop_dataset_cache, jobs_for, measure
 from bench.launch.context import RankContext
@@ -118,11 +119,12 @@ def run_as_rank(config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat:
         prepared = prepare_split(store, config, ctx) if not storage.workload.checkpoint_only else _no_dataset()
         if ctx.rank == 0:
             log.info(
-                "read: %d files, %d simulated accelerators (ranks) on %d host(s) x %d reader threads, batch %d",
+                "read: %d files, %d simulated accelerators (ranks) on %d host(s) x %d reader %s, batch %d",
                 len(prepared.files),
                 ctx.world_size,
                 hosts,
                 storage.workload.read_threads,
+                "processes" if uses_processes(store, prepared.files, storage.workload) else "threads",
                 storage.workload.batch_size,
             )
 

@@ -16,6 +16,7 @@ from typing import Any, Callable, Optional, Tuple
 
 from bench.config import BenchConfig
 from bench.config.distributed import DistributedName
+from bench.iobench.reader import uses_processes
 from bench.iobench.report import StorageReport
 
 log = logging.getLogger(__name__)
@@ -78,10 +79,11 @@ class StorageScenario:
             else prepare_dataset(store, workload, storage.prepare, storage.prepare_workers)
         )
         log.info(
-            "read: %d files, %d simulated accelerators x %d reader threads, batch %d, computation_time %gs",
+            "read: %d files, %d simulated accelerators x %d reader %s, batch %d, computation_time %gs",
             len(prepared.files),
             storage.accelerators,
             workload.read_threads,
+            "processes" if uses_processes(store, prepared.files, workload) else "threads",
             workload.batch_size,
             workload.computation_time,
         )
