@@ -1,4 +1,5 @@
-"""How one reader thread reads: into a buffer of its own, allocated once and reused.
+"""How one reader (a thread, or a reader process: bench.iobench.reader_processes) reads: into a
+buffer of its own, allocated once and reused.
 
 Local files (a store that offers `local_path`) are read with os.preadv straight into the
 buffer, `transfer_size` bytes per call (one record when unset), as fio and TensorFlow's record
@@ -10,7 +11,7 @@ a buffer that is not 64-byte aligned (a bytearray's data starts 16 or 48 bytes i
 line) ran ~4x slower here. No read-ahead hint is given: POSIX_FADV_SEQUENTIAL (fio's default)
 made cold reads ~10% slower here than the kernel's own read-ahead. Other stores (S3, direct I/O) hand back bytes,
 which are used in place. Either way the format checks the bytes before the buffer is reused,
-so a reader thread holds one file (or one sample) at a time, never a copy.
+so a reader holds one file (or one sample) at a time, never a copy.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from typing import Optional, Tuple
 from bench.iobench.formats.base import FileSpec, Format, LengthCheck, StreamCheck
 from bench.storage.base import ObjectStore
 
-OPEN_FILES = 64  # per reader thread, sample-level reads: descriptors kept open, least recently used closed
+OPEN_FILES = 64  # per reader, sample-level reads: descriptors kept open, least recently used closed
 
 
 class Fetcher:

@@ -88,7 +88,7 @@ def _check_counts(config: BenchConfig, ranked: bool, ram: int) -> None:
 
 
 def _check_read_buffers(config: BenchConfig, local_clients: int, ram: int) -> None:
-    """Each reader thread reads into a buffer of its own, as large as its largest read."""
+    """Each reader (a thread or a process) reads into a buffer of its own, as large as its largest read."""
     workload = config.storage.workload
     if workload.checkpoint_only:
         return
@@ -99,7 +99,7 @@ def _check_read_buffers(config: BenchConfig, local_clients: int, ram: int) -> No
         raise ConfigError(
             "storage.workload.record_size",
             workload.record_size,
-            f"records whose files fit in memory: each reader thread reads a whole "
+            f"records whose files fit in memory: each reader reads a whole "
             f"{'file' if whole else 'record'} into a buffer of its own, {held / 2**30:.1f} GiB in all, "
             f"and this machine has {ram / 2**30:.1f} GiB (lower record_size, samples_per_file or "
             "read_threads)",
