@@ -49,7 +49,7 @@ def test_the_rung_reads_a_jpeg_folder_whole_through_the_storage_benchmarks_reade
     assert isinstance(store, LocalStore) and store.root == tmp_path / "jpegs"
     assert sorted(f.key for f in files) == sorted(os.path.relpath(p, tmp_path / "jpegs") for p in paths)
     assert all(f.size == os.path.getsize(tmp_path / "jpegs" / f.key) for f in files)
-    # the loader's pattern: its workers as reader threads, its batch, a shuffled pass, lengths checked only
+    # the loader's pattern: its workers as readers, its batch, a shuffled pass, lengths checked only
     assert (workload.read_threads, workload.batch_size, workload.shuffle) == (2, 8, "file")
     assert workload.verify_records is False and workload.computation_time == 0
     assert "deadline" in options
