@@ -91,7 +91,7 @@ class _ThreadReaders:
 
 
 Work = Callable[[bool, int], Sequence[WorkItem]]  # (evaluation?, epoch) -> the pass's items
-Readers_ = Union[_ThreadReaders, ReaderProcesses]
+ReaderPool = Union[_ThreadReaders, ReaderProcesses]  # the same start / children_cpu_s / close
 
 
 def open_readers(
@@ -101,7 +101,7 @@ def open_readers(
     workload: StorageWorkloadConfig,
     client: int,
     run: int,
-) -> Readers_:
+) -> ReaderPool:
     fmt = format_for(workload.format) if workload.verify_records else Unchecked(format_for(workload.format))
 
     def make_fetcher() -> Fetcher:
@@ -120,7 +120,7 @@ class _Loop:
 
     def __init__(
         self,
-        readers: Readers_,
+        readers: ReaderPool,
         workload: StorageWorkloadConfig,
         client: int,
         periodic: Optional[Periodic],
@@ -217,7 +217,7 @@ class _Loop:
         self.result.evals.append(stats)
 
     def finish(self) -> ReaderResult:
-        """The result, once the readers have ended (a reader process's CPU is whole only then)."""
+        """The result; the readers end here (their CPU is as they reported it during the passes)."""
         result = self.result
         own = time.process_time() - self._cpu_at_start
         self.readers.close()
