@@ -6,8 +6,11 @@ import ctypes
 import os
 import select
 import signal
+import subprocess
+import threading
 import time
-from contextlib import suppress
+from contextlib import contextmanager, suppress
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 
 def die_with_parent(parent: int) -> None:
@@ -41,3 +44,75 @@ def reap(pid: int, deadline: float) -> None:
         if handle is not None:
             os.close(handle)
     os.waitpid(pid, 0)
+
+
+# How long a child ended by its parent gets to close its MLflow run before it is killed.
+CHILD_GRACE_S = 10.0
+
+
+def _die_with_parent_on_exec(parent: int) -> Callable[[], None]:
+    """preexec_fn for a `python -m bench` child: SIGTERM when the parent dies, even by SIGKILL
+    (PR_SET_PDEATHSIG), so the child ends its run KILLED instead of measuring on for nobody."""
+
+    def hook() -> None:
+        with suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return hook
+
+
+def stop_child(proc: "subprocess.Popen[Any]", grace_s: float = CHILD_GRACE_S) -> None:
+    """SIGTERM a child (it marks its runs KILLED), then SIGKILL it after `grace_s`; reaped either way."""
+    if proc.poll() is None:
+        with suppress(ProcessLookupError):
+            proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(grace_s)
+        except subprocess.TimeoutExpired:
+            with suppress(ProcessLookupError):
+                proc.kill()
+            proc.wait()
+
+
+def run_child(
+    argv: Sequence[str], *, timeout: Optional[float] = None, grace_s: float = CHILD_GRACE_S, **popen: Any
+) -> "subprocess.CompletedProcess[str]":
+    """subprocess.run for a command that must not outlive this process: its stdout and stderr
+    captured as text; the child gets SIGTERM if this process dies (SIGKILL included), and when this
+    process is interrupted (Ctrl-C, or SIGTERM raised as bench.errors.Interrupted) or the timeout
+    passes, the child is sent SIGTERM, given `grace_s`, then killed, before the exception goes on."""
+    proc = subprocess.Popen(
+        list(argv),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        preexec_fn=_die_with_parent_on_exec(os.getpid()),
+        **popen,
+    )
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except BaseException:
+        stop_child(proc, grace_s)
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+@contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """In a command's main thread: SIGTERM raises bench.errors.Interrupted (as Ctrl-C raises
+    KeyboardInterrupt), so `finally` blocks run, children are stopped and runs are marked."""
+    from bench.errors import Interrupted
+
+    def _raise(signum: int, _frame: Any) -> None:
+        raise Interrupted(signal.Signals(signum).name)
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, _raise)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
