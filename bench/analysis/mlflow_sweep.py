@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, Iterator, List, Optional, Tuple, cast
 
 import pandas as pd
 
@@ -29,7 +29,7 @@ def _tracking_uri(uri: str) -> Iterator[None]:
     try:
         yield
     finally:
-        mlflow.set_tracking_uri(set_before)  # type: ignore[arg-type]  # None: back to "not set" (mlflow's code takes it)
+        mlflow.set_tracking_uri(cast(Any, set_before))  # None: back to "not set" (typed str in some releases)
         if env_before is None:
             os.environ.pop("MLFLOW_TRACKING_URI", None)
         else:

@@ -90,8 +90,10 @@ class Elastic(Launcher):
             max_restarts=0,
             monitor_interval=0.2,
             start_method="forkserver",
-            shutdown_timeout=5,  # seconds between SIGTERM and SIGKILL for the survivors of a failed rank
             logs_specs=DefaultLogsSpecs(log_dir=str(out_dir / "workers")),
+            # seconds between SIGTERM and SIGKILL for the survivors of a failed rank (torch >= 2.13;
+            # older torch waits its own default, and bench's SurvivorReaper ends a stopped rank)
+            **accepted_by(LaunchConfig, shutdown_timeout=5),
         )
         # The elastic agent logs its launch config and every failure at length; we report a failure in
         # one line. Its modules set their own logger levels, so each is quieted, not just the parent.
@@ -117,6 +119,15 @@ class Elastic(Launcher):
         finally:
             reaper.stop()
         return returns.get(0)
+
+
+def accepted_by(cls: Any, **optional: Any) -> Dict[str, Any]:
+    """The keyword arguments among `optional` that this torch's `cls` (a dataclass) takes: newer
+    torch adds fields, and the CUDA images users run lag the newest torch by several releases."""
+    import dataclasses
+
+    names = {field.name for field in dataclasses.fields(cls)}
+    return {key: value for key, value in optional.items() if key in names}
 
 
 # A Unix socket's path holds at most 107 bytes; the forkserver's is <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX.

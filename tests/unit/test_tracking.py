@@ -282,3 +282,54 @@ def test_the_final_line_is_strict_json_even_with_non_finite_figures():
 
     parsed = json.loads(line, parse_constant=refuse)
     assert parsed == {"radix_metrics": {"final_loss": None, "images_per_second": 10.0, "x": [None]}}
+
+
+def test_environment_records_the_torch_build_it_ran_on_cpu():
+    """On this CPU machine: the torch version, and the CUDA and cuDNN versions its build carries
+    (a CUDA wheel has them without a GPU; a CPU wheel has none, and then none is recorded)."""
+    import torch
+
+    env = collect_environment()
+    assert env["torch"] == torch.__version__ and env["cuda_available"] is torch.cuda.is_available()
+    assert env.get("cuda") == torch.version.cuda
+    if torch.backends.cudnn.is_available():
+        assert env["cudnn"] == str(torch.backends.cudnn.version())
+    else:
+        assert "cudnn" not in env
+
+
+def test_environment_records_cuda_cudnn_nccl_and_driver_versions_cuda_mocked(monkeypatch):
+    """What a GPU run records, with torch's CUDA queries and NVML mocked (no GPU here): CUDA,
+    cuDNN, NCCL (a tuple in recent torch, an int in older ones) and the driver, as its tags."""
+    import sys
+    import types
+
+    import torch
+
+    monkeypatch.setattr(torch.version, "cuda", "12.8")
+    monkeypatch.setattr(torch.backends.cudnn, "is_available", lambda: True)
+    monkeypatch.setattr(torch.backends.cudnn, "version", lambda: 91002)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda index=0: "NVIDIA H200")
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda index=0: (9, 0))
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: (2, 27, 3))
+
+    class Memory:
+        total = 143771 * 2**20
+
+    nvml = types.ModuleType("pynvml")
+    nvml.nvmlInit = lambda: None  # type: ignore[attr-defined]
+    nvml.nvmlShutdown = lambda: None  # type: ignore[attr-defined]
+    nvml.nvmlSystemGetDriverVersion = lambda: "580.95.05"  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetCount = lambda: 1  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetHandleByIndex = lambda index: index  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetName = lambda handle: "NVIDIA H200"  # type: ignore[attr-defined]
+    nvml.nvmlDeviceGetMemoryInfo = lambda handle: Memory()  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "pynvml", nvml)
+
+    env = collect_environment()
+    assert (env["cuda"], env["cudnn"], env["nccl"], env["gpu_driver"]) == ("12.8", "91002", "2.27.3", "580.95.05")
+    assert (env["gpu_name"], env["gpu_count"], env["gpu_capability"], env["gpu_memory_mb"]) == ("NVIDIA H200", 1, "9.0", 143771)
+    monkeypatch.setattr(torch.cuda.nccl, "version", lambda: 2708)  # older torch: one int
+    assert collect_environment()["nccl"] == "2708"
