@@ -79,7 +79,11 @@ class Diagnosis:
     overrides: List[str] = field(default_factory=list)
     parent_run_id: Optional[str] = None
     setup_s: float = 0.0  # wall time from the command's start to the first rung
-    figures_verdict: str = ""  # what the figures alone say (the verdict had the machine been fit)
+    started_at: float = 0.0  # the command's start, epoch seconds (0: not known)
+    wall_s: float = 0.0  # wall time from the command's start to its page (0: not known, elapsed_s)
+    # what the figures alone say, the machine's fitness aside (the verdict had the machine been fit)
+    figures_verdict: str = ""
+    figures_sentence: str = ""
 
     def rung(self, name: str) -> Optional[Rung]:
         return next((r for r in self.rungs if r.name == name), None)

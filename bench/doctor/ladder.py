@@ -29,7 +29,8 @@ class Budget:
     def __init__(self, seconds: float):
         import psutil
 
-        since_start = max(0.0, time.time() - psutil.Process().create_time())
+        self.started_at = psutil.Process().create_time()  # epoch seconds
+        since_start = max(0.0, time.time() - self.started_at)
         self.seconds, self.started = seconds, time.perf_counter() - since_start
 
     def window(self, part: str) -> float:
@@ -84,12 +85,14 @@ def climb(
     parameters = full.parameters or compute.parameters or 0
     add(_guarded("allreduce", lambda: allreduce_rung(config, parameters, full.step_ms)))
     verdict, sentence = diagnose(rungs, cores)
+    leaning, leaning_sentence = figures_verdict(rungs, cores)  # the side the what-ifs start on, even when unfit
     log.info("%s", sentence)
     what_ifs: List[WhatIf] = []
     if with_what_ifs and full.measured:
-        what_ifs = _measure_what_ifs(config, overrides, cores, verdict, full, budget, runs, out_dir)
+        what_ifs = _measure_what_ifs(config, overrides, cores, leaning, full, budget, runs, out_dir)
     diagnosis = Diagnosis(verdict, sentence, rungs, what_ifs, budget_s, budget.elapsed(), list(overrides))
-    diagnosis.setup_s, diagnosis.figures_verdict = setup_s, figures_verdict(rungs, cores)
+    diagnosis.setup_s, diagnosis.started_at = setup_s, budget.started_at
+    diagnosis.figures_verdict, diagnosis.figures_sentence = leaning, leaning_sentence
     return diagnosis
 
 

@@ -88,10 +88,10 @@ def diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
     return _diagnose(rungs, cores)
 
 
-def figures_verdict(rungs: List[Rung], cores: float) -> str:
-    """What the figures alone say, the machine's fitness aside (kept in doctor.json when the verdict
-    is unfit: what a quiet machine would likely be told)."""
-    return _diagnose(rungs, cores)[0] if FULL in _rates(rungs) else "unknown"
+def figures_verdict(rungs: List[Rung], cores: float) -> Tuple[str, str]:
+    """(verdict, sentence) of the figures alone, the machine's fitness aside: kept in doctor.json
+    beside an unfit verdict (what a quiet machine would likely be told); the verdict when fit."""
+    return _diagnose(rungs, cores) if FULL in _rates(rungs) else ("unknown", "")
 
 
 def _no_figure(rungs: List[Rung], full: Optional[Rung]) -> str:
@@ -174,7 +174,7 @@ def _diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
 def budget_line(diagnosis: Diagnosis) -> str:
     """The wall time spent against doctor.budget_s and, when it went over, where the time went: the
     budget sets each rung's measuring window; the set-up around a window is not bounded by it."""
-    spent, budget = diagnosis.elapsed_s, diagnosis.budget_s
+    spent, budget = diagnosis.wall_s or diagnosis.elapsed_s, diagnosis.budget_s
     head = f"{spent:,.0f} s wall time of a {budget:,.0f} s budget"
     if spent <= OVER_SLACK * budget:
         return head

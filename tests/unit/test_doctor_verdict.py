@@ -116,7 +116,7 @@ def test_a_rung_measured_on_a_busy_machine_says_so_first_and_calls_no_bound():
     assert sentence.startswith("not fit to measure: the machine was busy during the compute ceiling (a CPU hog), "
                                "so no bound is called from these figures (img/s: compute ceiling 1,000, full run 980)")
     assert "-bound" not in sentence
-    assert figures_verdict(ladder(compute=1000, full=980, fit=False), 2) == "compute-bound"
+    assert figures_verdict(ladder(compute=1000, full=980, fit=False), 2)[0] == "compute-bound"
 
 
 def test_a_full_run_above_the_ceiling_is_inconsistent_not_compute_bound():
@@ -142,6 +142,10 @@ def test_the_budget_line_says_the_wall_time_and_where_it_went_when_over():
                            "measuring window but not the set-up around it")
     assert over.endswith("start-up before the first rung 21 s; the rungs 107 s (full run 58 s, compute ceiling 40 s); "
                          "1 what-if run 35 s (the first runs whatever is left)")
+    paged = diagnosis(163.0, 21.0, [(FULL, 100.0)])
+    paged.wall_s = 170.0  # the chart and the page drawn after the ladder
+    assert budget_line(paged).startswith("170 s wall time of a 30 s budget: over by 140 s")
+    assert budget_line(paged).endswith("the rungs 100 s (full run 100 s); the chart and page 7 s")
 
 
 def test_the_costliest_stage_and_its_share():
