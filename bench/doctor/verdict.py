@@ -184,11 +184,13 @@ def budget_line(diagnosis: Diagnosis) -> str:
     parts = [f"start-up before the first rung {diagnosis.setup_s:,.0f} s"] if diagnosis.setup_s >= 1 else []
     parts.append(f"the rungs {rungs:,.0f} s" + (f" ({named})" if named else ""))
     ran = [w for w in diagnosis.what_ifs if w.images_per_second or w.failed]
-    rest = spent - diagnosis.setup_s - rungs
+    rest = diagnosis.elapsed_s - diagnosis.setup_s - rungs
     if ran and rest >= 1:
         parts.append(
             f"{len(ran)} what-if run{'s' if len(ran) > 1 else ''} {rest:,.0f} s (the first runs whatever is left)"
         )
+    if spent - diagnosis.elapsed_s >= 1:
+        parts.append(f"the chart and page {spent - diagnosis.elapsed_s:,.0f} s")
     return (
         f"{head}: over by {spent - budget:,.0f} s, as the budget sets each rung's measuring window but not the "
         f"set-up around it (building the model, warm-up, its MLflow run), which is slow on a busy machine: "
