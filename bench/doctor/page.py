@@ -129,6 +129,7 @@ def bar_chart(diagnosis: Diagnosis, path: Path) -> None:
     if not bars:
         axes.text(0.5, 0.5, "no rung gave a figure", ha="center", va="center", transform=axes.transAxes)
         axes.set_yticks([])
+        axes.set_xticks([])
     axes.set_xlabel("images/s")
     figure.suptitle(title, x=0.01, ha="left", fontsize=9)  # across the figure, not the axes
     figure.tight_layout()

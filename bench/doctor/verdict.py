@@ -21,6 +21,7 @@ and, when it went over, where the time went (budget_line).
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Tuple
 
 from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, Rung
@@ -94,13 +95,20 @@ def figures_verdict(rungs: List[Rung], cores: float) -> Tuple[str, str]:
     return _diagnose(rungs, cores) if FULL in _rates(rungs) else ("unknown", "")
 
 
+def _alike(one: str, other: str) -> bool:
+    """The same error, the numbers in it aside (a worker's pid)."""
+    return re.sub(r"\d+", "#", one) == re.sub(r"\d+", "#", other)
+
+
 def _no_figure(rungs: List[Rung], full: Optional[Rung]) -> str:
     if full is None:
         return "unknown: the full training run did not run"
     if full.skipped:
         return f"unknown: the full training run was skipped: {short_reason(full.skipped)}"
     why = short_reason(full.failed) or "no figure"
-    same = [SHORT.get(r.name, r.name) for r in rungs if r is not full and r.failed and short_reason(r.failed) == why]
+    same = [
+        SHORT.get(r.name, r.name) for r in rungs if r is not full and r.failed and _alike(short_reason(r.failed), why)
+    ]
     also = f" (as did the {' and the '.join(same)})" if same else ""
     return f"unknown: the full training run failed{also}: {why}"
 

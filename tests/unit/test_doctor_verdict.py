@@ -97,6 +97,10 @@ def test_a_failed_run_is_one_sentence_naming_the_rung_and_the_errors_last_line()
     assert sentence == ("unknown: the full training run failed (as did the compute ceiling): "
                         "RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)")
     assert "\n" not in sentence and "Traceback" not in sentence
+    rungs[0] = Rung(COMPUTE, failed="WorkerFailure: worker rank 0 (pid 14054) exited with code 1: RuntimeError: small")
+    rungs[3] = Rung(FULL, failed="WorkerFailure: worker rank 0 (pid 14117) exited with code 1: RuntimeError: small")
+    assert diagnose(rungs, 2)[1] == ("unknown: the full training run failed (as did the compute ceiling): "
+                                     "WorkerFailure: worker rank 0 (pid 14117) exited with code 1: RuntimeError: small")
 
 
 def test_a_short_reason_is_a_tracebacks_exception_line_or_the_last_line():
