@@ -143,17 +143,19 @@ def write_csv(frame: pd.DataFrame, path: Path) -> None:
     out.to_csv(path, index=False, na_rep="", lineterminator="\r\n")
 
 
+def embedded_img(path: Path, alt: str = "") -> str:
+    """An <img> holding the PNG itself as a data: URI: the page needs no file beside it."""
+    data = base64.b64encode(path.read_bytes()).decode()
+    return f'<img alt="{html.escape(alt or path.stem)}" src="data:image/png;base64,{data}"/>'
+
+
 def write_html(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str, notes: Sequence[str] = ()) -> None:
     """One page with the table and the plots embedded as data: URIs, so it can be mailed or attached alone."""
     cells = _cells(shown)
     said = "".join(f"<p>{html.escape(n)}</p>" for n in notes)
     head = "".join(f"<th>{html.escape(c)}</th>" for c in cells[0])
     body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells[1:])
-    figures = "".join(
-        f'<figure><img alt="{html.escape(p.stem)}" src="data:image/png;base64,'
-        f'{base64.b64encode(p.read_bytes()).decode()}"/></figure>'
-        for p in images
-    )
+    figures = "".join(f"<figure>{embedded_img(p)}</figure>" for p in images)
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#eee}}

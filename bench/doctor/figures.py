@@ -68,14 +68,22 @@ class WhatIf:
 
 @dataclass
 class Diagnosis:
-    verdict: str  # input-bound, storage-bound, compute-bound, communication-bound, contended, unknown
+    # input-bound, storage-bound, compute-bound, communication-bound, contended; no bound called:
+    # unknown (the full run failed), unfit (a rung not fit to measure), inconsistent (noisy figures)
+    verdict: str
     sentence: str
     rungs: List[Rung]
     what_ifs: List[WhatIf] = field(default_factory=list)
     budget_s: float = 0.0
-    elapsed_s: float = 0.0
+    elapsed_s: float = 0.0  # wall time from the command's start to the ladder's end
     overrides: List[str] = field(default_factory=list)
     parent_run_id: Optional[str] = None
+    setup_s: float = 0.0  # wall time from the command's start to the first rung
+    started_at: float = 0.0  # the command's start, epoch seconds (0: not known)
+    wall_s: float = 0.0  # wall time from the command's start to its page (0: not known, elapsed_s)
+    # what the figures alone say, the machine's fitness aside (the verdict had the machine been fit)
+    figures_verdict: str = ""
+    figures_sentence: str = ""
 
     def rung(self, name: str) -> Optional[Rung]:
         return next((r for r in self.rungs if r.name == name), None)

@@ -12,7 +12,7 @@ from typing import Callable, List, Sequence
 from bench.config import BenchConfig
 from bench.doctor.figures import COMPUTE, FULL, LOADER, Diagnosis, Rung, WhatIf
 from bench.doctor.training import TrainingRuns, synthetic_twin
-from bench.doctor.verdict import diagnose
+from bench.doctor.verdict import diagnose, figures_verdict
 from bench.errors import BenchError
 
 log = logging.getLogger("bench.doctor")
@@ -23,8 +23,15 @@ MIN_WINDOW_S = 1.0
 
 
 class Budget:
+    """doctor.budget_s counted from the command's start (its process's creation: start-up and the
+    config's checks are spent from it too), so what is left is what is really left."""
+
     def __init__(self, seconds: float):
-        self.seconds, self.started = seconds, time.perf_counter()
+        import psutil
+
+        self.started_at = psutil.Process().create_time()  # epoch seconds
+        since_start = max(0.0, time.time() - self.started_at)
+        self.seconds, self.started = seconds, time.perf_counter() - since_start
 
     def window(self, part: str) -> float:
         return max(MIN_WINDOW_S, self.seconds * WINDOW_SHARE[part])
@@ -62,6 +69,7 @@ def climb(
     from bench.doctor.storage_read import storage_rung
 
     budget = Budget(budget_s)
+    setup_s = budget.elapsed()
     rungs: List[Rung] = []
 
     def add(rung: Rung) -> Rung:
@@ -77,11 +85,15 @@ def climb(
     parameters = full.parameters or compute.parameters or 0
     add(_guarded("allreduce", lambda: allreduce_rung(config, parameters, full.step_ms)))
     verdict, sentence = diagnose(rungs, cores)
+    leaning, leaning_sentence = figures_verdict(rungs, cores)  # the side the what-ifs start on, even when unfit
     log.info("%s", sentence)
     what_ifs: List[WhatIf] = []
     if with_what_ifs and full.measured:
-        what_ifs = _measure_what_ifs(config, overrides, cores, verdict, full, budget, runs, out_dir)
-    return Diagnosis(verdict, sentence, rungs, what_ifs, budget_s, budget.elapsed(), list(overrides))
+        what_ifs = _measure_what_ifs(config, overrides, cores, leaning, full, budget, runs, out_dir)
+    diagnosis = Diagnosis(verdict, sentence, rungs, what_ifs, budget_s, budget.elapsed(), list(overrides))
+    diagnosis.setup_s, diagnosis.started_at = setup_s, budget.started_at
+    diagnosis.figures_verdict, diagnosis.figures_sentence = leaning, leaning_sentence
+    return diagnosis
 
 
 def _measure_what_ifs(

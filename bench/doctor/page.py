@@ -1,18 +1,24 @@
 """The doctor's outputs: the table (stdout and doctor.md), the bar chart (doctor.png), one HTML
-page holding both (doctor.html) and the figures as JSON (doctor.json)."""
+page holding both (doctor.html: self-contained, the chart embedded as a data: URI, so it can be
+moved or mailed alone) and the figures as JSON (doctor.json). A failed rung's cell says its
+error's last line; the page keeps the whole error folded under it, doctor.json as it came."""
 
 from __future__ import annotations
 
 import html
 import json
+import textwrap
+import time
 from pathlib import Path
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
 
 from bench.doctor.figures import COMPUTE, Diagnosis, Rung, WhatIf
+from bench.doctor.verdict import budget_line, short_reason
 from bench.results import write_text
 
 FILES = ("doctor.md", "doctor.html", "doctor.png", "doctor.json")
 STAGES = ("read", "decode", "augment", "collate", "host_to_device")
+TITLE_CHARS = 110  # the chart's title (the verdict) wraps at this many characters a line
 
 
 def _rate(value: Any) -> str:
@@ -22,9 +28,9 @@ def _rate(value: Any) -> str:
 def _details(rung: Rung) -> str:
     f = rung.figures
     if rung.skipped:
-        return f"skipped: {rung.skipped}"
+        return f"skipped: {short_reason(rung.skipped)}"
     if rung.failed:
-        return f"failed: {rung.failed}"
+        return f"failed: {short_reason(rung.failed)}"
     if rung.name == "loader":
         stages = f.get("stage_cpu_ms") or {}
         split = ", ".join(f"{s} {stages[s]:.2f}" for s in STAGES if s in stages)
@@ -74,7 +80,7 @@ def what_if_rows(what_ifs: List[WhatIf]) -> List[List[str]]:
             w.name,
             _rate(w.images_per_second),
             f"{w.gain:.2f}x" if w.gain else "-",
-            w.skipped or (f"failed: {w.failed}" if w.failed else "measured as the full run"),
+            w.skipped or (f"failed: {short_reason(w.failed)}" if w.failed else "measured as the full run"),
         ]
         for w in what_ifs
     ]
@@ -91,10 +97,16 @@ WHAT_IF_HEADERS = ["what if", "img/s", "gain", "note"]
 
 
 def table(diagnosis: Diagnosis) -> str:
-    text = [f"verdict: {diagnosis.sentence}", "", _markdown(RUNG_HEADERS, rung_rows(diagnosis))]
+    text = [f"verdict: {diagnosis.sentence}", f"time: {budget_line(diagnosis)}", ""]
+    text.append(_markdown(RUNG_HEADERS, rung_rows(diagnosis)))
     if diagnosis.what_ifs:
         text += ["", _markdown(WHAT_IF_HEADERS, what_if_rows(diagnosis.what_ifs))]
     return "\n".join(text)
+
+
+def chart_title(sentence: str) -> str:
+    """The whole verdict, wrapped at TITLE_CHARS a line (never cut)."""
+    return textwrap.fill(sentence, TITLE_CHARS, break_long_words=False, break_on_hyphens=False)
 
 
 def bar_chart(diagnosis: Diagnosis, path: Path) -> None:
@@ -105,42 +117,74 @@ def bar_chart(diagnosis: Diagnosis, path: Path) -> None:
 
     bars = [(r.title, r.images_per_second) for r in diagnosis.rungs if r.images_per_second]
     bars += [(f"what if {w.name}", w.images_per_second) for w in diagnosis.what_ifs if w.images_per_second]
-    figure, axes = plt.subplots(figsize=(9, 0.5 * len(bars) + 1.5))
+    title = chart_title(diagnosis.sentence)
+    lines = title.count("\n") + 1
+    figure, axes = plt.subplots(figsize=(9, 0.5 * max(1, len(bars)) + 1.2 + 0.18 * lines))
     names = [name for name, _ in bars][::-1]
     values = [value for _, value in bars][::-1]
     colours = ["tab:orange" if n.startswith("what if") else "tab:blue" for n in names]
     axes.barh(names, values, color=colours)
     for y, value in enumerate(values):
         axes.text(value, y, f" {value:,.0f}", va="center")
+    if not bars:
+        axes.text(0.5, 0.5, "no rung gave a figure", ha="center", va="center", transform=axes.transAxes)
+        axes.set_yticks([])
+        axes.set_xticks([])
     axes.set_xlabel("images/s")
-    axes.set_title(diagnosis.sentence[:110] + ("..." if len(diagnosis.sentence) > 110 else ""), fontsize=9)
+    figure.suptitle(title, x=0.01, ha="left", fontsize=9)  # across the figure, not the axes
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
 
 
-def _html_table(headers: List[str], rows: List[List[str]]) -> str:
+def _folded(full: str) -> str:
+    """The whole error under its short reason, folded: there when wanted, out of the way."""
+    if not full or full.strip() == short_reason(full):
+        return ""
+    return f"<details><summary>the whole error</summary><pre>{html.escape(full.strip())}</pre></details>"
+
+
+def _html_table(headers: List[str], rows: List[List[str]], errors: Optional[List[str]] = None) -> str:
+    """`errors`: a row's whole error, folded under its last cell."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in rows)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td>{html.escape(c)}</td>" for c in row[:-1])
+        + f"<td>{html.escape(row[-1])}{_folded(errors[i] if errors else '')}</td></tr>"
+        for i, row in enumerate(rows)
+    )
     return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
+def html_page(diagnosis: Diagnosis, chart: Path) -> str:
+    """doctor.html: the verdict, the budget, the chart (embedded), the rungs and the what-ifs."""
+    from bench.analysis.render import embedded_img
+
+    what_ifs = (
+        _html_table(WHAT_IF_HEADERS, what_if_rows(diagnosis.what_ifs), [w.failed for w in diagnosis.what_ifs])
+        if diagnosis.what_ifs
+        else ""
+    )
+    rungs = _html_table(RUNG_HEADERS, rung_rows(diagnosis), [r.failed or r.skipped for r in diagnosis.rungs])
+    return (
+        "<!doctype html><html><head><meta charset='utf-8'><title>bench doctor</title>"
+        "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:4px 8px}"
+        "table{border-collapse:collapse;margin:1em 0}img{max-width:100%}"
+        "pre{white-space:pre-wrap;font-size:12px;max-width:100ch}</style></head><body>"
+        f"<h1>bench doctor</h1><p id='verdict'><b>{html.escape(diagnosis.sentence)}</b></p>"
+        f"<p>overrides: <code>{html.escape(' '.join(diagnosis.overrides) or '(the defaults)')}</code></p>"
+        f"<p id='budget'>{html.escape(budget_line(diagnosis))}</p>"
+        f"{embedded_img(chart, 'images/s of each rung and what-if')}{rungs}{what_ifs}</body></html>\n"
+    )
 
 
 def write(diagnosis: Diagnosis, out_dir: Path) -> List[Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     bar_chart(diagnosis, out_dir / "doctor.png")
+    if diagnosis.started_at:  # the wall time the page reports: from the command's start to the page
+        diagnosis.wall_s = max(diagnosis.elapsed_s, time.time() - diagnosis.started_at)
     write_text(out_dir / "doctor.md", table(diagnosis) + "\n")
-    what_ifs = _html_table(WHAT_IF_HEADERS, what_if_rows(diagnosis.what_ifs)) if diagnosis.what_ifs else ""
-    page = (
-        "<!doctype html><html><head><meta charset='utf-8'><title>bench doctor</title>"
-        "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:4px 8px}"
-        "table{border-collapse:collapse;margin:1em 0}</style></head><body>"
-        f"<h1>bench doctor</h1><p id='verdict'><b>{html.escape(diagnosis.sentence)}</b></p>"
-        f"<p>overrides: <code>{html.escape(' '.join(diagnosis.overrides) or '(the defaults)')}</code>; "
-        f"{diagnosis.elapsed_s:.0f} s of a {diagnosis.budget_s:.0f} s budget</p>"
-        f"<img src='doctor.png' alt='images/s of each rung and what-if'>"
-        f"{_html_table(RUNG_HEADERS, rung_rows(diagnosis))}{what_ifs}</body></html>\n"
-    )
-    write_text(out_dir / "doctor.html", page)
+    write_text(out_dir / "doctor.html", html_page(diagnosis, out_dir / "doctor.png"))
     data: Dict[str, Any] = diagnosis.to_json()
     write_text(out_dir / "doctor.json", json.dumps(data, indent=2, default=str) + "\n")
     return [out_dir / name for name in FILES]

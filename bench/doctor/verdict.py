@@ -10,17 +10,28 @@ limit: a run that waits for data WAIT_SHARE of its window is input-bound even wh
 alone is faster than the model (with data.num_workers=0 the loader runs between the steps, and
 the two add up). When every part alone is faster than the full run, the parts compete
 for something they share (the CPU cores, host memory bandwidth): contended.
+
+Two cases call no bound: a training rung measured on a busy machine (its fit_to_measure false:
+bench.runtime.fitness) says so first ("unfit"), and a full run faster than the compute ceiling by
+more than NOISE (it cannot be: the ceiling is the same model with no input) says its figures are
+inconsistent ("inconsistent": windows too short or the machine noisy). A failed rung is named with
+its error's last line (short_reason), never a traceback. The budget line says the wall time spent
+and, when it went over, where the time went (budget_line).
 """
 
 from __future__ import annotations
 
+import re
 from typing import Dict, List, Optional, Tuple
 
-from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Rung
+from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, Rung
 
 NOISE = 0.2  # a part below the compute ceiling by less than this is not called the limit
 WAIT_SHARE = 0.25  # the full run waiting for data this share of its window is input-bound
 COMM_SHARE = 0.5  # an all-reduce alone taking this share of a step limits a compute-bound run
+REASON_CHARS = 200  # a failure's short reason: its last line, cut to this
+OVER_SLACK = 1.05  # a wall time within this share of the budget is within it
+SHORT = {COMPUTE: "compute ceiling", LOADER: "loader alone", STORAGE: "storage alone", FULL: "full run"}
 
 
 def _rates(rungs: List[Rung]) -> Dict[str, float]:
@@ -42,26 +53,79 @@ def _stage(by_name: Dict[str, Rung]) -> str:
     return f"; {stage[0]} is {stage[1]:.0%} of the loader's CPU time" if stage else ""
 
 
+def short_reason(text: str) -> str:
+    """A failure in one line: a traceback's exception line (the last unindented line after its
+    frames), else the text's last non-empty line; at most REASON_CHARS characters."""
+    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return ""
+    if any(line.startswith("Traceback (most recent call last)") for line in lines):
+        framed = max((i for i, line in enumerate(lines) if line[:1].isspace()), default=-1)
+        said = [line for line in lines[framed + 1 :] if not line[:1].isspace()]
+        reason = said[0] if said else lines[-1]
+    else:
+        reason = lines[-1]
+    reason = reason.strip()
+    return reason if len(reason) <= REASON_CHARS else reason[: REASON_CHARS - 3] + "..."
+
+
 def diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
-    """(verdict, sentence); the sentence says so when a training rung was not fit to measure."""
-    verdict, sentence = _diagnose(rungs, cores)
+    """(verdict, sentence): a failed full run says which rung failed and why; a training rung not fit
+    to measure says so first and calls no bound; otherwise the figures' verdict (figures_verdict)."""
+    by_name = {r.name: r for r in rungs}
+    full = by_name.get(FULL)
+    if full is None or FULL not in _rates(rungs):
+        return "unknown", _no_figure(rungs, full)
     unfit = [r for r in rungs if r.measured and r.fit is False]
     if unfit:
-        sentence += f" (measured on a busy machine: {unfit[0].title}: {unfit[0].unfit_because})"
-    return verdict, sentence
+        figures = ", ".join(
+            f"{SHORT.get(r.name, r.name)} {r.images_per_second:,.0f}" for r in rungs if r.images_per_second
+        )
+        return "unfit", (
+            f"not fit to measure: the machine was busy during the {SHORT.get(unfit[0].name, unfit[0].name)} "
+            f"({unfit[0].unfit_because or 'no reason recorded'}), so no bound is called from these figures "
+            f"(img/s: {figures}); rerun when nothing else runs beside it"
+        )
+    return _diagnose(rungs, cores)
+
+
+def figures_verdict(rungs: List[Rung], cores: float) -> Tuple[str, str]:
+    """(verdict, sentence) of the figures alone, the machine's fitness aside: kept in doctor.json
+    beside an unfit verdict (what a quiet machine would likely be told); the verdict when fit."""
+    return _diagnose(rungs, cores) if FULL in _rates(rungs) else ("unknown", "")
+
+
+def _alike(one: str, other: str) -> bool:
+    """The same error, the numbers in it aside (a worker's pid)."""
+    return re.sub(r"\d+", "#", one) == re.sub(r"\d+", "#", other)
+
+
+def _no_figure(rungs: List[Rung], full: Optional[Rung]) -> str:
+    if full is None:
+        return "unknown: the full training run did not run"
+    if full.skipped:
+        return f"unknown: the full training run was skipped: {short_reason(full.skipped)}"
+    why = short_reason(full.failed) or "no figure"
+    same = [
+        SHORT.get(r.name, r.name) for r in rungs if r is not full and r.failed and _alike(short_reason(r.failed), why)
+    ]
+    also = f" (as did the {' and the '.join(same)})" if same else ""
+    return f"unknown: the full training run failed{also}: {why}"
 
 
 def _diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
     by_name = {r.name: r for r in rungs}
     rates = _rates(rungs)
-    full = by_name.get(FULL)
-    if full is None or FULL not in rates:
-        why = (full.failed or full.skipped) if full else "not run"
-        return "unknown", f"unknown: the full training run gave no figure ({why})"
     f = rates[FULL]
     c = rates.get(COMPUTE)
     if c is None:
         return "unknown", f"unknown: the full run gives {f:,.0f} img/s but the compute ceiling was not measured"
+    if f > (1 + NOISE) * c:
+        return "inconsistent", (
+            f"inconsistent: the full run gives {f:,.0f} img/s, {f / c - 1:.0%} above the compute ceiling "
+            f"({c:,.0f} img/s) it cannot exceed: the figures are noise (windows too short or the machine busy); "
+            "rerun with a larger doctor.budget_s on a quiet machine"
+        )
     inputs = {name: rates[name] for name in (LOADER, STORAGE) if name in rates}
     slowest = min(inputs, key=inputs.__getitem__) if inputs else None
     if slowest and inputs[slowest] < (1 - NOISE) * c:
@@ -112,4 +176,31 @@ def _diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
     return "contended", (
         f"contended: the full run gives {f:,.0f} img/s though {parts}: the parts compete for what they share "
         f"({cores:g} usable CPU cores, host memory)"
+    )
+
+
+def budget_line(diagnosis: Diagnosis) -> str:
+    """The wall time spent against doctor.budget_s and, when it went over, where the time went: the
+    budget sets each rung's measuring window; the set-up around a window is not bounded by it."""
+    spent, budget = diagnosis.wall_s or diagnosis.elapsed_s, diagnosis.budget_s
+    head = f"{spent:,.0f} s wall time of a {budget:,.0f} s budget"
+    if spent <= OVER_SLACK * budget:
+        return head
+    rungs = sum(r.seconds for r in diagnosis.rungs)
+    slowest = sorted((r for r in diagnosis.rungs if r.seconds >= 1), key=lambda r: -r.seconds)[:2]
+    named = ", ".join(f"{SHORT.get(r.name, r.name)} {r.seconds:,.0f} s" for r in slowest)
+    parts = [f"start-up before the first rung {diagnosis.setup_s:,.0f} s"] if diagnosis.setup_s >= 1 else []
+    parts.append(f"the rungs {rungs:,.0f} s" + (f" ({named})" if named else ""))
+    ran = [w for w in diagnosis.what_ifs if w.images_per_second or w.failed]
+    rest = diagnosis.elapsed_s - diagnosis.setup_s - rungs
+    if ran and rest >= 1:
+        parts.append(
+            f"{len(ran)} what-if run{'s' if len(ran) > 1 else ''} {rest:,.0f} s (the first runs whatever is left)"
+        )
+    if spent - diagnosis.elapsed_s >= 1:
+        parts.append(f"the chart and page {spent - diagnosis.elapsed_s:,.0f} s")
+    return (
+        f"{head}: over by {spent - budget:,.0f} s, as the budget sets each rung's measuring window but not the "
+        f"set-up around it (building the model, warm-up, its MLflow run), which is slow on a busy machine: "
+        + "; ".join(parts)
     )

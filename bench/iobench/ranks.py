@@ -139,11 +139,11 @@ def run_as_rank(config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat:
             drop_dataset_cache(store, [f["key"] for f in mine.files + mine.eval_files], run)
             dist.barrier()
 
-        per_run, results = measure(config, run_clients, drop)
+        per_run, results, fit = measure(config, run_clients, drop)
         if ctx.rank != 0:
             return None
         return build_report(
-            config, prepared, store.url, backend(storage).describe(store), per_run, results, ctx.world_size, hosts
+            config, prepared, store.url, backend(storage).describe(store), per_run, results, ctx.world_size, hosts, fit
         )
     finally:
         destroy_process_group()

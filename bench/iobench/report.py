@@ -24,6 +24,8 @@ from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.result import CachingFigures, StorageMetrics
 from bench.iobench.sweep_view import STORAGE_COLUMNS, storage_plots
 from bench.results import read_column, read_summary, write_csv, write_json
+from bench.runtime.fit_watch import fit_tags
+from bench.runtime.sweep_view import FIT_COLUMNS
 
 __all__ = ["StorageReport", "caching_figures", "epoch_rows", "read_figures"]
 
@@ -68,7 +70,7 @@ class StorageReport:
     REPEATS_METRIC = None  # storage.runs are merged into one set of figures (runs.csv), no benchmark.repeats
     LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
     SWEEP_COLUMNS = STORAGE_COLUMNS
-    OPTIONAL_COLUMNS: ClassVar[List[Tuple[str, str, str]]] = []
+    OPTIONAL_COLUMNS: ClassVar[List[Tuple[str, str, str]]] = FIT_COLUMNS  # the fit column, when judged
     sweep_plots = staticmethod(storage_plots)
 
     results: List[ReaderResult]  # one per simulated accelerator (and measured run)
@@ -168,7 +170,9 @@ class StorageReport:
         if log_series:
             requests = sorted((q for r in self.results for q in r.requests), key=lambda q: q.finished)
             tracker.log_series(self.TIMELINE_METRIC, [q.latency_ms for q in requests])
-        tracker.set_tags({key: value for key, value in self.metrics.items() if key in TAG_FIELDS})
+        tracker.set_tags(
+            {**{key: value for key, value in self.metrics.items() if key in TAG_FIELDS}, **fit_tags(self.record.fit)}
+        )
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 
     def epoch_series(self) -> Dict[int, Dict[str, float]]:

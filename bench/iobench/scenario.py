@@ -88,7 +88,7 @@ class StorageScenario:
             workload.computation_time,
         )
         keys = [f.key for f in prepared.files + prepared.eval_files]
-        per_run, results = measure(
+        per_run, results, fit = measure(
             config,
             lambda run: run_accelerators(
                 storage, jobs_for(config, prepared, dataset, str(out_dir), storage.accelerators, run)
@@ -96,7 +96,7 @@ class StorageScenario:
             lambda run: drop_dataset_cache(store, keys, run),
         )
         return build_report(
-            config, prepared, store.url, where.describe(store), per_run, results, storage.accelerators, 1
+            config, prepared, store.url, where.describe(store), per_run, results, storage.accelerators, 1, fit
         )
 
     def report(self, outcome: StorageReport, config: BenchConfig) -> StorageReport:

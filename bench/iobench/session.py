@@ -9,7 +9,7 @@ on rank 0 (bench.iobench.ranks, which returns them on rank 0 only).
 from __future__ import annotations
 
 import logging
-from typing import Callable, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from bench.config import BenchConfig
 from bench.iobench.checkpoint import drop_cache
@@ -20,7 +20,7 @@ from bench.iobench.measured import ReaderResult
 from bench.iobench.prepare import Prepared, prepare_figures
 from bench.iobench.qualify import qualification
 from bench.iobench.report import StorageReport, caching_figures
-from bench.iobench.result import RunFigures, StorageMetrics
+from bench.iobench.result import FitFigures, RunFigures, StorageMetrics
 from bench.iobench.runs import merge_runs, run_rows
 from bench.storage.base import ObjectStore
 
@@ -62,23 +62,40 @@ def drop_dataset_cache(store: ObjectStore, keys: Sequence[str], run: int) -> Non
 def measure(
     config: BenchConfig, run_clients: Callable[[int], Optional[List[ReaderResult]]], drop: Callable[[int], None]
 ) -> tuple:
-    """(per-run figures, every measured result) of warmup_runs + runs runs; ([], []) off rank 0."""
+    """(per-run figures, every measured result, the fit-to-measure verdict's fields) of warmup_runs +
+    runs runs; ([], [], {}) off rank 0. The machine is watched (bench.runtime.fitness) from the first
+    measured run's start to the last one's end: this process and its accelerator and reader
+    processes are the run's own; any other process's CPU in that time makes the runs unfit."""
+    from bench.runtime.fitness import MachineWatch
+
     storage = config.storage
     per_run: List[RunFigures] = []
     measured: List[ReaderResult] = []
     total = storage.warmup_runs + storage.runs
-    for run in range(total):
-        if run:
-            drop(run)
-        if total > 1:
-            log.info("run %d of %d (%s)", run + 1, total, "warm-up" if run < storage.warmup_runs else "measured")
-        results = run_clients(run)
-        if results is None or run < storage.warmup_runs:
-            continue
-        figures = RunFigures() if storage.workload.checkpoint_only else read_figures(results, storage)
-        per_run.append(add_checkpoint_figures(figures, results))
-        measured.extend(results)
-    return per_run, measured
+    watch: Optional[MachineWatch] = None
+    try:
+        for run in range(total):
+            if run:
+                drop(run)
+            if total > 1:
+                log.info("run %d of %d (%s)", run + 1, total, "warm-up" if run < storage.warmup_runs else "measured")
+            if run == storage.warmup_runs:
+                watch = MachineWatch().start()
+            results = run_clients(run)
+            if results is None or run < storage.warmup_runs:
+                continue
+            figures = RunFigures() if storage.workload.checkpoint_only else read_figures(results, storage)
+            per_run.append(add_checkpoint_figures(figures, results))
+            measured.extend(results)
+    finally:  # the watch's sampling thread ends with the runs, however they end
+        fit = watch.stop().as_dict() if watch is not None else {}
+    return per_run, measured, fit if measured else {}
+
+
+def fit_figures(fit: Dict[str, Any]) -> FitFigures:
+    """The record's fit_* fields from the watch's verdict ({}: not judged, none written)."""
+    known = {f for f in FitFigures.__dataclass_fields__}
+    return FitFigures(**{k: v for k, v in fit.items() if k in known})
 
 
 def build_report(
@@ -90,6 +107,7 @@ def build_report(
     results: List[ReaderResult],
     clients: int,
     hosts: int,
+    fit: Optional[Dict[str, Any]] = None,
 ) -> StorageReport:
     storage, workload = config.storage, config.storage.workload
     record = StorageMetrics(
@@ -118,6 +136,7 @@ def build_report(
         prepare=prepare_figures(prepared),
         figures=merge_runs(per_run, results),
         caching=caching_figures(prepared.total_bytes, hosts),
+        fit=fit_figures(fit or {}),
     )
     record.mlperf_qualifies, record.mlperf_min_num_files, record.mlperf_not_qualified_because = qualification(
         record.figures, storage, clients, hosts

@@ -42,9 +42,16 @@ def jpeg_folder_doctored(bench_at, tmp_path_factory) -> Doctored:
 
 def test_a_jpeg_folder_without_workers_is_input_bound_with_decode_on_top(jpeg_folder_doctored):
     report, stdout = jpeg_folder_doctored.report, jpeg_folder_doctored.proc.stdout
-    assert report["verdict"] == "input-bound", report["sentence"]
-    assert stdout.startswith(f"verdict: {report['sentence']}")
-    assert "decode is" in report["sentence"] and "of the loader's CPU time" in report["sentence"]
+    # on a busy machine (this box under pytest -n) the verdict says so and calls no bound (issue 30.3);
+    # the figures' own verdict is kept beside it either way
+    assert report["verdict"] in ("input-bound", "unfit"), report["sentence"]
+    assert report["figures_verdict"] == "input-bound", report["figures_sentence"]
+    if report["verdict"] == "unfit":
+        assert report["sentence"].startswith("not fit to measure: the machine was busy during the ")
+    else:
+        assert report["sentence"] == report["figures_sentence"]
+    assert stdout.startswith(f"verdict: {report['sentence']}\ntime: ")
+    assert "decode is" in report["figures_sentence"] and "of the loader's CPU time" in report["figures_sentence"]
     loader = next(r for r in report["rungs"] if r["name"] == "loader")
     stages = loader["figures"]["stage_cpu_ms"]
     assert set(stages) == {"read", "decode", "augment", "collate", "host_to_device"}
@@ -68,7 +75,7 @@ def test_every_rung_is_a_child_of_one_mlflow_parent_run(jpeg_folder_doctored):
     assert len(parents) == 1
     parent = parents[0]
     assert parent.info.status == "FINISHED"
-    assert parent.data.tags["doctor.verdict"] == "input-bound"
+    assert parent.data.tags["doctor.verdict"] == jpeg_folder_doctored.report["verdict"]
     assert parent.data.tags["doctor.sentence"] == jpeg_folder_doctored.report["sentence"]
     children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
     assert sorted(c.data.tags["doctor.rung"] for c in children) == sorted(RUNGS)
@@ -84,8 +91,11 @@ def test_every_rung_is_a_child_of_one_mlflow_parent_run(jpeg_folder_doctored):
 
 def test_the_doctor_page_opens_in_a_real_browser(jpeg_folder_doctored, browser):
     """Issue 20, part 4: doctor.html in headless Chromium: no console error, the chart decoded, the
-    table holding each measured rung's images/s."""
-    page = browser.open(jpeg_folder_doctored.out / "doctor.html")
+    table holding each measured rung's images/s; issue 30.2: the page alone, moved, still whole."""
+    moved = jpeg_folder_doctored.out.parent / "moved" / "doctor.html"
+    moved.parent.mkdir(exist_ok=True)
+    moved.write_bytes((jpeg_folder_doctored.out / "doctor.html").read_bytes())
+    page = browser.open(moved)
     assert page.console_errors == []
     assert len(page.images) == 1 and all(loaded and width > 100 for loaded, width, _ in page.images), page.images
     for rung in jpeg_folder_doctored.report["rungs"]:
@@ -99,8 +109,15 @@ def test_synthetic_data_with_a_small_model_is_compute_bound_and_its_what_ifs_are
                      f"doctor.out={out}", module="bench.doctor")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((out / "doctor.json").read_text())
-    assert report["verdict"] == "compute-bound", report["sentence"]
-    assert "the data is synthetic (no input pipeline)" in report["sentence"]
+    full = next(r for r in report["rungs"] if r["name"] == "full")
+    if full["fit"] is False:  # a busy machine (this box under pytest -n): said first, no bound called
+        assert report["verdict"] == "unfit" and report["sentence"].startswith("not fit to measure: "), report
+        assert report["figures_verdict"] not in ("input-bound", "storage-bound")  # no input pipeline to blame
+    else:
+        assert report["verdict"] == report["figures_verdict"] == "compute-bound", report["sentence"]
+        assert "the data is synthetic (no input pipeline)" in report["sentence"]
+    assert report["wall_s"] >= report["elapsed_s"] >= report["setup_s"] > 0
+    assert f"time: {report['wall_s']:,.0f} s wall time of a 20 s budget" in proc.stdout
     skipped = {r["name"]: r["skipped"] for r in report["rungs"] if r["skipped"]}
     assert set(skipped) == {"loader", "storage", "allreduce"}
     what_ifs = {w["name"]: w for w in report["what_ifs"]}

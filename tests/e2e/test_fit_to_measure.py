@@ -58,6 +58,21 @@ def test_a_cpu_hog_beside_a_run_makes_it_unfit_and_require_fit_refuses_the_busy_
     assert len(bench.runs()) == 1  # refused before MLflow heard of it
 
 
+@pytest.mark.skipif(len(affinity()) > 8, reason="one hog is under 10% of more than 8 cores")
+def test_a_cpu_hog_beside_a_storage_run_makes_it_unfit(bench, tmp_path, hog):
+    """Issue 30.5: the storage benchmark's result says it too (radix_metrics, run_summary.json)."""
+    storage = ["mode=storage", "storage.workload.num_files=4", "storage.workload.samples_per_file=4",
+               "storage.workload.record_size=4096", "storage.workload.batch_size=4", "storage.workload.epochs=3",
+               "storage.workload.computation_time=0.02", "storage.workload.checkpoint_size_mb=0",
+               "storage.workload.read_threads=1", f"storage.root={tmp_path}/data", "tracking.enabled=false",
+               f"hydra.run.dir={tmp_path}/run"]
+    result = bench.metrics(bench.run(*storage))
+    assert result["fit_to_measure"] is False and result["fit_other_cpu_cores"] > 0.5, result
+    assert "other processes used " in result["fit_reasons"]
+    summary = (tmp_path / "run" / "run_summary.json").read_text()
+    assert '"fit_to_measure": false' in summary and '"fit_reasons": "other processes used ' in summary
+
+
 def test_require_fit_names_oversubscribed_threads_and_workers_before_any_run(bench, tiny, datasets, tmp_path):
     """A torch thread per usable core and a loader worker beside them: one too many."""
     threads = len(affinity())

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from bench.doctor.cli import budget_of, split_keys
-from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Rung
-from bench.doctor.verdict import diagnose, top_stage
+from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, Rung, WhatIf
+from bench.doctor.verdict import budget_line, diagnose, figures_verdict, short_reason, top_stage
 from bench.doctor.what_ifs import replace
 from bench.errors import ConfigError
 
@@ -71,15 +71,85 @@ def test_an_all_reduce_taking_most_of_a_step_is_communication_bound():
     assert "takes 60.0 ms, 60% of the 100.0 ms step (1.50 GB/s bus bandwidth)" in sentence
 
 
+TRACEBACK = """Traceback (most recent call last):
+  File "/work/main/bench/app.py", line 110, in run
+    report = scenario.report(launcher.run(scenario, config, out_dir), config)
+  File "/work/main/bench/train/loop.py", line 88, in step
+    loss = criterion(model(images), labels)
+RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)
+"""
+
+
 def test_no_full_run_is_no_verdict_and_says_why():
     rungs = ladder()
-    rungs[3] = Rung(FULL, failed="the run exited 1")
-    assert diagnose(rungs, 2) == ("unknown", "unknown: the full training run gave no figure (the run exited 1)")
+    rungs[3] = Rung(FULL, failed="the run exited 1; see /tmp/doctor/4-full")
+    assert diagnose(rungs, 2) == ("unknown", "unknown: the full training run failed: the run exited 1; see /tmp/doctor/4-full")
 
 
-def test_a_rung_measured_on_a_busy_machine_is_named_in_the_sentence():
-    _, sentence = diagnose(ladder(compute=1000, full=980, fit=False), 2)
-    assert sentence.endswith("(measured on a busy machine: compute ceiling (synthetic data on the device): a CPU hog)")
+def test_a_failed_run_is_one_sentence_naming_the_rung_and_the_errors_last_line():
+    """Issue 30.2: before, 'unknown: the full training run gave no figure (Traceback (most recent call
+    last): File ...app.py, line 110 ...)'."""
+    rungs = ladder()
+    rungs[0] = Rung(COMPUTE, failed=TRACEBACK)
+    rungs[3] = Rung(FULL, failed=TRACEBACK)
+    verdict, sentence = diagnose(rungs, 2)
+    assert verdict == "unknown"
+    assert sentence == ("unknown: the full training run failed (as did the compute ceiling): "
+                        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)")
+    assert "\n" not in sentence and "Traceback" not in sentence
+    rungs[0] = Rung(COMPUTE, failed="WorkerFailure: worker rank 0 (pid 14054) exited with code 1: RuntimeError: small")
+    rungs[3] = Rung(FULL, failed="WorkerFailure: worker rank 0 (pid 14117) exited with code 1: RuntimeError: small")
+    assert diagnose(rungs, 2)[1] == ("unknown: the full training run failed (as did the compute ceiling): "
+                                     "WorkerFailure: worker rank 0 (pid 14117) exited with code 1: RuntimeError: small")
+
+
+def test_a_short_reason_is_a_tracebacks_exception_line_or_the_last_line():
+    assert short_reason(TRACEBACK) == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)"
+    chained = TRACEBACK + "\nDuring handling of the above exception, another exception occurred:\n\n" + TRACEBACK.replace(
+        "RuntimeError: mat1", "ValueError: mat1")
+    assert short_reason(chained).startswith("ValueError: mat1")
+    assert short_reason("data.root='/x' is not valid\naccepted: a folder") == "accepted: a folder"
+    assert short_reason("one line") == "one line" and short_reason("") == ""
+    assert len(short_reason("x" * 500)) == 200
+
+
+def test_a_rung_measured_on_a_busy_machine_says_so_first_and_calls_no_bound():
+    """Issue 30.3: a busy machine is named before any figure and no bound is called."""
+    verdict, sentence = diagnose(ladder(compute=1000, full=980, fit=False), 2)
+    assert verdict == "unfit"
+    assert sentence.startswith("not fit to measure: the machine was busy during the compute ceiling (a CPU hog), "
+                               "so no bound is called from these figures (img/s: compute ceiling 1,000, full run 980)")
+    assert "-bound" not in sentence
+    assert figures_verdict(ladder(compute=1000, full=980, fit=False), 2)[0] == "compute-bound"
+
+
+def test_a_full_run_above_the_ceiling_is_inconsistent_not_compute_bound():
+    """Issue 30.3: before, 'compute-bound: the full run gives 3 img/s, 159% of the compute ceiling (2 img/s)'."""
+    verdict, sentence = diagnose(ladder(compute=2.0, full=3.18), 2)
+    assert verdict == "inconsistent"
+    assert sentence.startswith("inconsistent: the full run gives 3 img/s, 59% above the compute ceiling (2 img/s) "
+                               "it cannot exceed: the figures are noise")
+    assert diagnose(ladder(compute=1000, full=1150), 2)[0] == "compute-bound"  # within the noise
+
+
+def diagnosis(elapsed, setup=0.0, rung_seconds=(), what_ifs=()):
+    rungs = [Rung(name, 1.0, seconds=seconds) for name, seconds in rung_seconds]
+    return Diagnosis("compute-bound", "s", rungs, list(what_ifs), budget_s=30.0, elapsed_s=elapsed, setup_s=setup)
+
+
+def test_the_budget_line_says_the_wall_time_and_where_it_went_when_over():
+    """Issue 30.3: before, '107 s of a 30 s budget' for a 163 s wall."""
+    assert budget_line(diagnosis(29.0, 3.0, [(COMPUTE, 8.0), (FULL, 9.0)])) == "29 s wall time of a 30 s budget"
+    over = budget_line(diagnosis(163.0, 21.0, [(COMPUTE, 40.0), (LOADER, 9.0), (FULL, 58.0)],
+                                 [WhatIf("channels_last", [], FULL, 1.0, 2.0)]))
+    assert over.startswith("163 s wall time of a 30 s budget: over by 133 s, as the budget sets each rung's "
+                           "measuring window but not the set-up around it")
+    assert over.endswith("start-up before the first rung 21 s; the rungs 107 s (full run 58 s, compute ceiling 40 s); "
+                         "1 what-if run 35 s (the first runs whatever is left)")
+    paged = diagnosis(163.0, 21.0, [(FULL, 100.0)])
+    paged.wall_s = 170.0  # the chart and the page drawn after the ladder
+    assert budget_line(paged).startswith("170 s wall time of a 30 s budget: over by 140 s")
+    assert budget_line(paged).endswith("the rungs 100 s (full run 100 s); the chart and page 7 s")
 
 
 def test_the_costliest_stage_and_its_share():
