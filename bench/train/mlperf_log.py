@@ -10,8 +10,9 @@ init_stop and run_start at the first step; block/epoch start and stop around eve
 eval_start, eval_accuracy and eval_stop for an evaluated one; run_stop with status success when
 train.target_accuracy was reached, aborted otherwise. 4.0.0 is the last round with ResNet-50.
 The division is train.mlperf_division: open by default (the checker then checks the log's format and
-events, and passes any config); closed applies the closed division's ResNet rules. What they ask that bench's config does not give (a poly schedule's keys, the
-end learning rate of 0.0001, ...) is logged as bench ran it: the checker names it, nothing is faked.
+events, and passes any config); closed applies the closed division's ResNet rules. What they ask
+that bench's config does not give (a poly schedule's keys, the end learning rate of 0.0001, ...) is
+logged as bench ran it: the checker names it, nothing is faked.
 """
 
 from __future__ import annotations
