@@ -13,7 +13,7 @@ from typing import List
 import pytest
 
 from bench.__main__ import quote_list_values
-from bench.launch.preview import jobs_of
+from bench.launch.preview import jobs_of, preset_sweep
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 
@@ -21,18 +21,6 @@ DOC = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 def recipe_commands():
     table = DOC.read_text().split("## The twelve recipes of the fast ImageNet pipeline")[1].split("\n## ")[0]
     return re.findall(r"^\| (\d+) \| (.+?) \| `python -m bench (.+?)` \| .+ \|$", table, re.M)
-
-
-def preset_sweep(overrides: List[str]) -> List[str]:
-    """The sweep a preset writes into hydra.sweeper.params, as Hydra's basic sweeper prepends it."""
-    presets = [o for o in overrides if o.startswith("+experiment=")]
-    from hydra import compose, initialize_config_dir
-
-    from bench import config_dir
-
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=presets, return_hydra_config=True)
-    return [f"{key}={value}" for key, value in (cfg.hydra.sweeper.params or {}).items()]
 
 
 def jobs(command: str) -> List[List[str]]:
