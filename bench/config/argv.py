@@ -25,6 +25,12 @@ def _config_key(name: str, top: Sequence[str]) -> bool:
     return (bool(DOTTED.match(name)) and name.split(".")[0] in top) or name in top
 
 
+def _not_a_value(arg: str, top: Sequence[str]) -> bool:
+    """The argument after `--key` is a flag or an override of its own (`hydra.run.dir=x`), not key's value."""
+    key, sep, _ = arg.lstrip("+~").partition("=")
+    return arg.startswith("--") or arg in ("-m", "-c") or (bool(sep) and _config_key(key, top))
+
+
 def as_overrides(argv: Sequence[str]) -> Tuple[List[str], Optional[str]]:
     """argv with every `--key=value` / `--key value` whose key is a config key as `key=value`; and the
     one-line reason when such a flag has no value (None when all is well)."""
@@ -38,7 +44,7 @@ def as_overrides(argv: Sequence[str]) -> Tuple[List[str], Optional[str]]:
             out.append(arg)
             continue
         if not sep:
-            if index >= len(args) or args[index].startswith("--") or args[index] in ("-m", "-c"):
+            if index >= len(args) or _not_a_value(args[index], top):
                 return out, (
                     f"{arg} is not valid: accepted {name}=VALUE (Hydra's spelling; --{name}=VALUE and "
                     f"--{name} VALUE are read as it)"

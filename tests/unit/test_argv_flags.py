@@ -12,6 +12,7 @@ from bench.config.argv import as_overrides
     (["--data.batch_size=8"], ["data.batch_size=8"]),
     (["--data.batch_size", "8", "--model", "resnet18"], ["data.batch_size=8", "model=resnet18"]),
     (["--train.steps_per_epoch", "-1"], ["train.steps_per_epoch=-1"]),
+    (["--tracking.uri", "sqlite:///x.db?mode=ro"], ["tracking.uri=sqlite:///x.db?mode=ro"]),  # '=' in a value
     (["--seed=3", "--mode", "inference", "--experiment=cpu_smoke"], ["seed=3", "mode=inference", "+experiment=cpu_smoke"]),
     (["-m", "--data.batch_size=8,16", "--hydra.sweep.dir=x"], ["-m", "data.batch_size=8,16", "hydra.sweep.dir=x"]),
     # Hydra's flags, and overrides already in Hydra's spelling, are left as they are
@@ -24,20 +25,10 @@ def test_config_keys_as_flags_become_overrides(argv, expected):
     assert as_overrides(argv) == (argv if expected is None else expected, None)
 
 
-@pytest.mark.parametrize("argv", [["--data.batch_size"], ["--data.batch_size", "--cfg", "job"], ["--seed", "-m"]])
+@pytest.mark.parametrize("argv", [["--data.batch_size"], ["--data.batch_size", "--cfg", "job"], ["--seed", "-m"],
+                                  ["--data.batch_size", "hydra.run.dir=out"], ["--seed", "+experiment=cpu_smoke"]])
 def test_a_flag_without_its_value_is_refused_naming_the_hydra_spelling(argv):
     _, problem = as_overrides(argv)
     name = argv[0][2:]
     assert problem == (f"--{name} is not valid: accepted {name}=VALUE (Hydra's spelling; --{name}=VALUE and "
                        f"--{name} VALUE are read as it)")
-
-
-def test_the_seeds_flag_style_runs_as_the_hydra_spelling(bench):
-    """`python -m bench --data.batch_size=8` printed argparse's usage; now the config has batch 8."""
-    proc = bench.run("--experiment=cpu_smoke", "--data.batch_size=8", "--data.image_size", "16", "--cfg", "job")
-    assert proc.returncode == 0, proc.stderr
-    assert "  batch_size: 8\n" in proc.stdout and "  image_size: 16\n" in proc.stdout
-    refused = bench.run("--data.batch_size")
-    assert refused.returncode == 2 and refused.stderr.strip().splitlines() == [
-        "[ERROR] --data.batch_size is not valid: accepted data.batch_size=VALUE (Hydra's spelling; "
-        "--data.batch_size=VALUE and --data.batch_size VALUE are read as it)"]

@@ -1,6 +1,7 @@
 """train.mlperf_log: the division is a key, open unless asked (issue 30.9), and a run that writes
 no MLPerf Training log refuses the key instead of ignoring it (issue 28.6). The real checker on a
-real digits run's log: tests/e2e/test_accuracy.py."""
+real digits run's log: tests/e2e/test_accuracy.py; the refusals as one [ERROR] line and exit 2:
+tests/reliability/bad_inputs.py."""
 
 from __future__ import annotations
 
@@ -29,12 +30,3 @@ def test_mlperf_log_is_refused_where_no_training_log_is_written(compose, overrid
     with pytest.raises(ConfigError) as refused:
         compose(*overrides, "train.mlperf_log=true")
     assert str(refused.value).startswith(f"train.mlperf_log=True is not valid: accepted false with mode={mode} ")
-
-
-def test_a_refusal_is_one_error_line_and_exit_2_before_any_work(bench):
-    proc = bench.run("+experiment=cpu_smoke", "mode=inference", "train.mlperf_log=true")
-    assert proc.returncode == 2, proc.stderr
-    errors = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert errors == ["[ERROR] train.mlperf_log=True is not valid: accepted false with mode=inference "
-                      "(MLPerf Training's log times a training run)."], proc.stderr
-    assert proc.stdout == "" and not list(bench.cwd.glob("outputs/*/*/mlperf.log"))
