@@ -7,6 +7,7 @@ import hydra
 from omegaconf import DictConfig
 
 from bench import config_dir
+from bench.config.argv import as_overrides
 from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG
@@ -39,11 +40,13 @@ def quote_list_values(arg: str) -> str:
 
 
 def cli() -> None:
-    """The console script: a bad override is one [ERROR] line (exit 2); a multirun exits with
+    """The console script: config keys given as flags (--data.batch_size=8) are read as overrides; a
+    bad override is one [ERROR] line (exit 2); a multirun exits with
     the number of jobs that failed. A credential on the command line is refused before Hydra
     saves the overrides in .hydra/ or logs them; what gets through is redacted on its way out."""
     redact_output()  # before Hydra makes its log handlers: they write to the wrapped streams
-    problem = command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])
+    sys.argv[1:], problem = as_overrides(sys.argv[1:])  # --data.batch_size=8 is data.batch_size=8
+    problem = problem or command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)

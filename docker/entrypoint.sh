@@ -54,6 +54,9 @@ takes_value() {
         hydra:--run | hydra:-r | hydra:--multirun | hydra:-m | hydra:--shell-completion | hydra:-sc) return 1 ;;
         hydra:--info | hydra:-i | hydra:--info=* | hydra:--cfg=* | hydra:--package=*) return 1 ;;
         hydra:--config-path=* | hydra:--config-name=* | hydra:--config-dir=* | hydra:--experimental-rerun=*) return 1 ;;
+        # a dotted config key as a flag (--data.batch_size=8, --data.batch_size 8): python -m bench reads it as key=value
+        hydra:--[A-Za-z_]*.*=*) return 1 ;;
+        hydra:--[A-Za-z_]*.*) return 0 ;;
     esac
     return 2
 }

@@ -2,7 +2,8 @@
 
 Each scenario's report class picks its plots (sweep_plots, in bench/<scenario>/sweep_view.py).
 Training sweeps: throughput and scaling efficiency vs process count, throughput vs batch
-size (error bars from the slowest to the fastest window where jobs ran benchmark.repeats > 1),
+size (each only when the sweep moved along that axis: a line with two points; error bars from
+the slowest to the fastest window where jobs ran benchmark.repeats > 1),
 the step-time distribution of every run (per-batch latency for inference sweeps), and (when
 some job evaluated) validation accuracy against wall time, a line per job. Storage sweeps: throughput and accelerator
 utilization vs client count, and the per-request read latency of every run.
@@ -80,6 +81,13 @@ def _swept(frame: pd.DataFrame, x: str) -> List[float]:
     return sorted({float(v) for v in finished.get(x, pd.Series([], dtype=object)) if not absent(v)})
 
 
+def along_a_swept_axis(lines: Sequence[Tuple[str, List[Row]]], x: str) -> bool:
+    """A plot against `x` is drawn only when some line has two or more values of `x`: an axis that
+    moved while the rest of its configuration stayed (two lone points of two configurations are
+    no sweep of that axis: a strong-scaling sweep's batch per process follows the process count)."""
+    return any(len({float(p[x]) for p in points}) >= 2 for _, points in lines)
+
+
 def finish_axes(ax: Any, ticks: Optional[Sequence[float]] = None) -> None:
     """Grid, legend, the swept values as the x ticks, and a y range from 0 to above the highest
     point or error bar (nothing clipped)."""
@@ -151,12 +159,17 @@ def plot_training(
     vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name)."""
     figures = Figures(out)
     unit, count_word = _count_unit(frame)
-    by_processes = list(points_by_series(frame, "world_size", ["precision", "batch_size"]))
+    # strong scaling splits one global batch over the processes: its lines hold the global batch
+    strong = "scaling" in frame and frame["scaling"].astype(str).eq("strong").any()
+    batch = "global_batch_size" if strong else "batch_size"
+    by_processes = list(points_by_series(frame, "world_size", ["precision", batch]))
+    by_batch = list(points_by_series(frame, "batch_size", ["precision", "world_size"]))
 
-    # an axis is drawn only when the sweep has at least two values on it (issue 21): a batch-size
-    # sweep draws no "vs processes" plot, a process-count sweep no "vs batch" plot
+    # an axis is drawn only when the sweep moved along it (issues 21, 30): some line has two points
+    # on it. A batch-size sweep draws no "vs processes" plot, a process-count sweep (weak or strong)
+    # no "vs batch" plot
     processes = _swept(frame, "world_size")
-    if len(processes) >= 2:
+    if len(processes) >= 2 and along_a_swept_axis(by_processes, "world_size"):
         fig, ax = figures.new()
         for label, points in by_processes:
             draw_line(ax, points, "world_size", "images_per_second", label)
@@ -200,9 +213,9 @@ def plot_training(
         figures.save(fig, "scaling_efficiency.png")
 
     batches = _swept(frame, "batch_size")
-    if len(batches) >= 2:
+    if len(batches) >= 2 and along_a_swept_axis(by_batch, "batch_size"):
         fig, ax = figures.new()
-        for label, points in points_by_series(frame, "batch_size", ["precision", "world_size"]):
+        for label, points in by_batch:
             draw_line(ax, points, "batch_size", "images_per_second", label)
         ax.set(
             title=f"Throughput vs batch size ({title})",

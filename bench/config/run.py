@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from bench.config.fields import Checks
+from bench.config.fields import Checks, Choice
 from bench.secrets import CREDENTIALS_HOME, has_userinfo
 
 RESUME_AUTO = "auto"
@@ -15,6 +15,11 @@ RESUME_AUTO = "auto"
 # seconds at a million) and a trace of more than ~100 steps is too large for a trace viewer.
 MAX_BREAKDOWN_STEPS = 1000
 MAX_PROFILE_STEPS = 100
+
+
+class MlperfDivision(Choice):
+    open = "open"  # MLPerf's open division: the log's format and events are checked, any config passes
+    closed = "closed"  # the closed division's ResNet rules: the checker names each one the run does not meet
 
 
 @dataclass
@@ -27,6 +32,7 @@ class TrainConfig(Checks):
     label_smoothing: float = 0.0  # CrossEntropyLoss(label_smoothing=...)
     resume: Optional[str] = None  # "auto": the newest valid checkpoint of this config; or a checkpoint's path
     mlperf_log: bool = False  # write MLPerf Training's :::MLLOG events to mlperf.log (bench.train.mlperf_log)
+    mlperf_division: MlperfDivision = MlperfDivision.open  # the log's submission_division (closed: its rules apply)
 
     def __post_init__(self) -> None:
         self.positive("epochs")

@@ -30,6 +30,10 @@ def check_inference(config: BenchConfig) -> None:
     for key, value in training_only.items():
         if value:
             raise ConfigError(key, value, "its default with mode=inference (a training-only key)")
+    if config.train.mlperf_log:  # MLPerf Training's log: events of a training run to its target
+        raise ConfigError(
+            "train.mlperf_log", True, "false with mode=inference (MLPerf Training's log times a training run)"
+        )
     for key, value in changed_training_keys(config):
         raise ConfigError(
             key,

@@ -19,4 +19,11 @@ def check_storage(config: BenchConfig) -> None:
         )
     if config.profile.enabled:
         raise ConfigError("profile.enabled", True, "false with mode=storage (no model runs)")
+    if config.train.mlperf_log:  # MLPerf Storage's figures are in the results (mlperf_* keys), not a log
+        raise ConfigError(
+            "train.mlperf_log",
+            True,
+            "false with mode=storage (MLPerf Training's log times a training run; MLPerf Storage's "
+            "figures are in the results)",
+        )
     refuse_find_max_batch(config)

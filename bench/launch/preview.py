@@ -2,9 +2,9 @@
 running them (Hydra itself refuses --cfg with --multirun: "Only one of --run, --multirun,
 --cfg, --info and --shell can be specified").
 
-The jobs are expanded by Hydra's own basic sweeper from the command line's overrides, so the
-list is exactly what `-m` starts (sweeps written into a preset's `hydra.sweeper.params` are
-not on the command line and are not listed). Import-light: no torch, no mlflow.
+The jobs are expanded by Hydra's own basic sweeper from the command line's overrides after
+the sweep a preset writes into `hydra.sweeper.params` (imagenet_schedulers), as `-m` does, so
+the list is exactly what `-m` starts. Import-light: no torch, no mlflow.
 """
 
 from __future__ import annotations
@@ -58,6 +58,21 @@ def jobs_of(overrides: Sequence[str]) -> List[List[str]]:
     return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
 
 
+def preset_sweep(overrides: Sequence[str]) -> List[str]:
+    """The sweep the command line's presets (+experiment=NAME) write into hydra.sweeper.params, as
+    overrides (Hydra's basic sweeper puts them before the command line's, which win)."""
+    presets = [o for o in overrides if o.lstrip("+").startswith("experiment=")]
+    if not presets:
+        return []
+    from hydra import compose, initialize_config_dir
+
+    from bench import config_dir
+
+    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+        cfg = compose(config_name="config", overrides=presets, return_hydra_config=True)
+    return [f"{key}={value}" for key, value in (cfg.hydra.sweeper.params or {}).items()]
+
+
 def _for_a_shell(override: str) -> str:
     """An override as it can be pasted into bash: as it is when plain, else quoted."""
     if shlex.quote(override) == override or "'" not in override:
@@ -73,7 +88,8 @@ def preview(argv: Sequence[str], out: TextIO) -> Optional[str]:
     from bench.config.hydra_errors import one_line
 
     try:
-        jobs = jobs_of(overrides_of(argv))
+        overrides = overrides_of(argv)
+        jobs = jobs_of(preset_sweep(overrides) + overrides)
     except (HydraException, OmegaConfBaseException) as exc:
         return one_line(exc)
     out.write(

@@ -7,6 +7,7 @@ torch.compile, and the optimizer step that the measured window runs."""
 from __future__ import annotations
 
 import dataclasses
+import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional
 
@@ -25,6 +26,8 @@ from bench.train.optim import build_optimizer, effective_lr
 from bench.train.resume import Position, TrainingCheckpoints
 from bench.train.schedules import build_scheduler
 from bench.train.step import TrainStep
+
+log = logging.getLogger("bench")
 
 
 @dataclass(kw_only=True)
@@ -127,8 +130,20 @@ def build_training(
 
 
 def _in_steps(scheduler: Any, data: EpochData, warmup: int) -> Any:
-    """scheduler.milestone_unit=epochs: each milestone becomes the optimizer step its epoch starts at."""
+    """scheduler.milestone_unit=epochs: each milestone becomes the optimizer step its epoch starts at.
+    Milestones in steps that all fall inside the first of several epochs are named in a warning."""
     if scheduler.milestone_unit != "epochs":
+        first_epoch = data.planned(0) - data.planned(1)
+        if scheduler.name == "multistep" and data.config.train.epochs > 1 and max(scheduler.milestones) < first_epoch:
+            log.warning(
+                "scheduler.milestones %s are optimizer steps: all fall in epoch 1 of %d (%d steps), so the lr is "
+                "x%g from step %d on; scheduler.milestone_unit=epochs counts them in epochs",
+                list(scheduler.milestones),
+                data.config.train.epochs,
+                first_epoch,
+                scheduler.gamma ** len(scheduler.milestones),
+                max(scheduler.milestones),
+            )
         return scheduler
     steps = [warmup + data.planned(0) - data.planned(epoch) for epoch in scheduler.milestones]
     return dataclasses.replace(scheduler, milestones=steps, milestone_unit="steps")

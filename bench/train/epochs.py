@@ -14,7 +14,7 @@ import signal
 import sys
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from tqdm import tqdm
@@ -119,10 +119,10 @@ class MeasuredWindow:
         while epoch < epochs and tally.steps < self.planned and not tally.stop:
             session.mlperf.epoch_start(epoch + 1)
             batches = session.data.enter(epoch, skip)
-            first_mark, steps = len(self.clock) - 1, session.data.steps(epoch)
+            first_mark, first_wait, steps = len(self.clock) - 1, len(tally.data_wait_ms), session.data.steps(epoch)
             index = self.run_steps(batches, epoch, skip, steps)
             skip = 0
-            self.close_epoch(epoch, first_mark, index, steps)
+            self.close_epoch(epoch, (first_mark, first_wait), index, steps)
             epoch += 1
         self.clock.sync()
         self.progress.close()
@@ -171,12 +171,13 @@ class MeasuredWindow:
         tally.steps, tally.images, tally.loss = done, images_done, loss
         return index
 
-    def close_epoch(self, epoch: int, first_mark: int, index: int, steps: int) -> None:
-        """The epoch's record, then its evaluation and checkpoint when due (both outside the window)."""
+    def close_epoch(self, epoch: int, first: Tuple[int, int], index: int, steps: int) -> None:
+        """The epoch's record, then its evaluation and checkpoint when due (both outside the window);
+        `first`: the clock mark and the data wait the epoch starts at."""
         session, tally = self.session, self.tally
         self.clock.sync()
         resumed_steps = session.start.step_in_epoch if epoch == session.start.epoch else 0
-        record = self.epoch_record(epoch, first_mark, index - resumed_steps)
+        record = self.epoch_record(epoch, first, index - resumed_steps)
         session.mlperf.epoch_stop(record.epoch, record.images * session.ctx.world_size)
         last_epoch = epoch == session.config.train.epochs - 1
         train = session.config.train
@@ -221,9 +222,10 @@ class MeasuredWindow:
         if target is not None and record.val_top1 >= target and tally.reached is None:
             tally.reached, tally.stop = record, True
 
-    def epoch_record(self, epoch: int, first_mark: int, steps: int) -> EpochRecord:
-        clock, data = self.clock, self.session.data
+    def epoch_record(self, epoch: int, first: Tuple[int, int], steps: int) -> EpochRecord:
+        clock, data, (first_mark, first_wait) = self.clock, self.session.data, first
         span = clock.seconds_between(first_mark, len(clock) - 1)
+        data_wait = sum(self.tally.data_wait_ms[first_wait:]) / 1000.0  # the host waiting on next(batches)
         batch = data.batch_size
         times = clock.step_times_ms(first_mark) if steps else []  # this epoch's only: epoch ends stay cheap
         return EpochRecord(
@@ -235,6 +237,8 @@ class MeasuredWindow:
             loss=float(self.tally.loss.item()),
             lr=float(self.session.optimizer.param_groups[0]["lr"]),
             step_time_ms_p50=percentile(times, 50),
+            data_wait_seconds=data_wait,
+            compute_seconds=max(0.0, span - data_wait),
             image_size=data.image_size if data.progressive else None,
             batch_size=batch if data.progressive else None,
         )

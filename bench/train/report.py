@@ -130,6 +130,8 @@ class TrainReport:
                 "epoch_seconds": epoch.seconds,
                 "epoch_loss": epoch.loss,
                 "epoch_lr": epoch.lr,
+                "epoch_data_wait_seconds": epoch.data_wait_seconds,
+                "epoch_compute_seconds": epoch.compute_seconds,
             }
             if epoch.val_top1 is not None:  # the accuracy curve, by epoch (wall seconds are in metrics_epoch.jsonl)
                 series.update(

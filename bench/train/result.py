@@ -19,6 +19,9 @@ class EpochRecord:
     loss: float
     lr: float
     step_time_ms_p50: Optional[float]  # None for an epoch without a measured step
+    # the epoch's seconds split (seed 003's C2 table): waiting for the next batch on the host, and the rest
+    data_wait_seconds: Optional[float] = None
+    compute_seconds: Optional[float] = None
     # evaluated epochs (train.eval_every): accuracy, and seconds since the first training step
     val_top1: Optional[float] = None
     val_top5: Optional[float] = None

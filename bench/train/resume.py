@@ -18,6 +18,7 @@ file is plain data, read without running code (bench.train.checkpoint_format).
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import io
@@ -35,6 +36,7 @@ import torch
 
 from bench.config import BenchConfig
 from bench.config.run import RESUME_AUTO
+from bench.config.scheduler import MilestoneUnit
 from bench.errors import CheckpointError
 from bench.storage.local import LocalStore
 from bench.storage.registry import backend
@@ -54,7 +56,7 @@ def fingerprint(config: BenchConfig) -> str:
         "data": [str(c.data.name), c.data.root, c.data.batch_size, c.data.image_size, c.data.progressive],
         "precision": str(c.precision.name),
         "optimizer": repr(c.optimizer),
-        "scheduler": repr(c.scheduler),
+        "scheduler": repr(_schedule(c.scheduler)),
         "world": c.distributed.world_size,
         "scaling": str(c.distributed.scaling),
         "seed": c.seed,
@@ -63,6 +65,14 @@ def fingerprint(config: BenchConfig) -> str:
     }
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"{c.model.arch}-{c.precision.name}-bs{c.data.batch_size}-{digest}"
+
+
+def _schedule(scheduler: Any) -> Any:
+    """The schedule as far as it shapes the lr: milestones only matter to multistep (a preset that sets
+    them for a scheduler=multistep sweep keeps the fingerprint of its one-cycle runs)."""
+    if scheduler.name == "multistep":
+        return scheduler
+    return dataclasses.replace(scheduler, milestones=[], milestone_unit=MilestoneUnit.steps)
 
 
 @dataclass

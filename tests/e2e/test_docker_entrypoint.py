@@ -62,3 +62,11 @@ def test_a_bad_override_is_bench_own_one_line_refusal(bench):
     proc = run_entrypoint(bench, ["--lr", "0.1", "--allow-cpu", "precision=fp64"])
     error = bench.single_error(proc)
     assert "precision" in error and "fp64" in error
+
+
+def test_a_config_key_as_a_flag_goes_through_to_bench(bench):
+    """Issue 30.10: the seed's --data.batch_size=8 style, through the image's entrypoint too."""
+    proc = run_entrypoint(bench, ["+experiment=cpu_smoke", "--data.batch_size=8", "--data.image_size", "16",
+                                  "--cfg", "job"])
+    assert proc.returncode == 0, proc.stderr
+    assert "  batch_size: 8\n" in proc.stdout and "  image_size: 16\n" in proc.stdout

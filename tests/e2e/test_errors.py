@@ -79,3 +79,11 @@ def test_a_sweep_preview_lists_its_jobs_without_importing_torch_or_mlflow(tmp_pa
     assert proc.stdout.splitlines()[0].startswith("a sweep of 4 jobs")
     assert "  #3  data.batch_size=128 precision=bf16" in proc.stdout and "Traceback" not in proc.stderr
     assert _heavy_imports(proc.stderr) == [] and not (tmp_path / "multirun").exists()
+
+
+def test_the_seeds_flag_style_runs_as_the_hydra_spelling(bench):
+    """Issue 30.10: `python -m bench --data.batch_size=8` (seed 002) printed argparse's usage; now the config has batch 8."""
+    proc = bench.run("--experiment=cpu_smoke", "--data.batch_size=8", "--data.image_size", "16", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr
+    assert "  batch_size: 8\n" in proc.stdout and "  image_size: 16\n" in proc.stdout
+    # the refusal of a key flag without its value: tests/reliability/bad_inputs.py

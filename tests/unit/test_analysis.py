@@ -430,3 +430,32 @@ def test_the_sweep_report_shows_fit_to_measure_and_warns_of_an_unfit_job(tmp_pat
     _job_dir(older, "0", ["data.batch_size=4"], _training_config(1), _training_results(1, 100.0))
     build_report(older, older / "report")
     assert "fit" not in table(read_sweep_dir(older)).columns and "warning" not in capsys.readouterr().out
+
+
+def test_a_strong_scaling_sweep_plots_only_its_process_axis(tmp_path):
+    """Issue 30.13: a GPU-count sweep with distributed.scaling=strong (one global batch of 8 split
+    over 1, 2, 4 processes: 8, 4, 2 a process) drew throughput_vs_batch.png with lone points; the
+    batch moved only because the process count did, so the process axis alone is plotted, its
+    line the global batch."""
+    sweep = tmp_path / "sweep"
+    for job, (procs, rate) in enumerate([(1, 100.0), (2, 180.0), (4, 300.0)]):
+        config = _training_config(procs)
+        config["distributed"]["scaling"] = "strong"
+        config["data"]["batch_size"] = 8
+        results = _training_results(procs, rate, batch_size=8 // procs, global_batch_size=8, scaling="strong")
+        _job_dir(sweep, str(job), [f"distributed.nproc_per_node={procs}", "distributed.scaling=strong"], config,
+                 results, {"step_times.csv": STEP_TIMES})
+    files, frame = build_report(sweep, sweep / "report")
+    assert [p.name for p in files][3:] == ["throughput_vs_gpus.png", "scaling_efficiency.png",
+                                           "step_time_distribution.png"]
+    assert frame["scaling_efficiency_percent"].tolist() == pytest.approx([100.0, 90.0, 75.0])
+
+
+def test_a_storage_sweep_at_one_client_count_draws_no_client_axis(tmp_path):
+    """A sweep of something else (here the store's root) at one client count: no lone-point plots."""
+    sweep = tmp_path / "sweep"
+    for job in (0, 1):
+        _job_dir(sweep, str(job), [f"storage.root=/mnt/d{job}"], _storage_config(1), _storage_results(1),
+                 {"read_latency.csv": LATENCIES})
+    files, _ = build_report(sweep, tmp_path / "out")
+    assert [p.name for p in files][3:] == ["read_latency_distribution.png"]
