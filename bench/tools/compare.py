@@ -113,7 +113,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--rerun",
         type=int,
         metavar="N",
-        help="run both configs again as fresh processes, A-B-B-A for N rounds, and judge against the noise "
+        help="run both configs again as fresh processes, A-B-B-A for N rounds (2 to 20), and judge against the noise "
         "between processes (A and B: run directories)",
     )
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
