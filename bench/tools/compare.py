@@ -186,11 +186,12 @@ def main_rerun(args: argparse.Namespace) -> int:
     except (KeyboardInterrupt, Interrupted) as exc:
         name = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
         print(
-            f"[ERROR] bench.compare --rerun interrupted by {name}: its running python -m bench child was stopped; "
+            f"[ERROR] bench.compare --rerun interrupted by {name}: a running python -m bench child was stopped; "
             f"the runs so far are in {args.out / 'rerun'}",
             file=sys.stderr,
         )
         return EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM
+    print(render_text(comparison), flush=True)  # the plain compare's table
     print(f"compare: {files[1].resolve()}", file=sys.stderr)  # compare.html
     print(f"verdict: {said(result)}", file=sys.stderr)
     if result.verdict == SLOWER:

@@ -48,6 +48,6 @@ def test_a_signal_to_compare_rerun_ends_its_running_child(bench, tiny, tmp_path,
     assert not (out / "rerun" / "candidate-2").exists()  # nothing started after the signal
     if sig != signal.SIGKILL:
         assert err.splitlines() == [
-            f"[ERROR] bench.compare --rerun interrupted by {sig.name}: its running python -m bench child was "
+            f"[ERROR] bench.compare --rerun interrupted by {sig.name}: a running python -m bench child was "
             f"stopped; the runs so far are in {out / 'rerun'}"
         ], err
