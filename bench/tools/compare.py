@@ -15,8 +15,12 @@ Writes compare.md, compare.html (one page, the plot embedded) and compare.png in
 candidate's run under compare/ (or the baseline's, when only it came from MLflow), and each
 compared candidate run gets the metric throughput_ratio_vs_baseline and a compare.verdict tag.
 
---rerun N runs both configs again as fresh processes, interleaved A-B-B-A, and judges the ratio
-against the noise between processes (bench.tools.compare_rerun): the same exit codes.
+--rerun N (2 to 20 rounds) runs both configs again as fresh processes, interleaved A-B-B-A, and
+judges the ratio against the noise between processes (bench.tools.compare_rerun,
+bench.analysis.rerun_verdict): the same page and exit codes, plus "can't tell at this noise" (exit
+3) when the noise floor is larger than the threshold and the interval does not clear it; a fresh
+process not fit to measure makes it "could not judge" (exit 3) as above. Ctrl-C / SIGTERM stop its
+running child and exit 130 / 143.
 
 Exit codes: 0 nothing slower, 1 some configuration slower beyond the threshold (a CI gate),
 2 an input or the threshold cannot be used (one `[ERROR] ...` line), 3 nothing slower but some
@@ -36,14 +40,14 @@ from typing import List, Optional, Sequence, Tuple
 import pandas as pd
 
 from bench.analysis.compare import SLOWER, Comparison, compare_frames
-from bench.errors import EXIT_CONFIG, EXIT_FAILED, ReportError
+from bench.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, Interrupted, ReportError
 from bench.output_redaction import install as redact_output
 from bench.tools.compare_output import log_to_mlflow, write_outputs
 from bench.tools.report import default_tracking_uri
 from bench.tracking.probe import store_problem
 
 log = logging.getLogger("bench")
-EXIT_UNJUDGED = 3  # nothing slower, but a side of some comparison was not fit to measure
+EXIT_UNJUDGED = 3  # nothing slower, but a side was not fit to measure (or, with --rerun, the noise too large)
 
 
 def parse_threshold(text: str) -> float:
@@ -109,7 +113,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--rerun",
         type=int,
         metavar="N",
-        help="run both configs again as fresh processes, A-B-B-A for N rounds, and judge against the noise "
+        help="run both configs again as fresh processes, A-B-B-A for N rounds (2 to 20), and judge against the noise "
         "between processes (A and B: run directories)",
     )
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
@@ -160,18 +164,39 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def main_rerun(args: argparse.Namespace) -> int:
-    """--rerun N: the verdict from fresh processes of both configs (bench.tools.compare_rerun)."""
-    from bench.tools.compare_rerun import SLOWER as RERUN_SLOWER
-    from bench.tools.compare_rerun import rerun_compare, said
+    """--rerun N: the verdict from fresh processes of both configs (bench.tools.compare_rerun).
+    SIGTERM or Ctrl-C stops the running child (it gets SIGTERM if this process is killed) and
+    ends with one line, exit 143 / 130."""
+    from bench.analysis.rerun_verdict import CANT_TELL, UNJUDGED
+    from bench.runtime.children import sigterm_raises
+    from bench.tools.compare_rerun import as_comparison, check_rounds, label, rerun_compare, said
 
     try:
-        threshold = parse_threshold(args.threshold)
-        result = rerun_compare(args.baseline, args.candidate, args.rerun, threshold, args.out)
+        with sigterm_raises():
+            threshold = parse_threshold(args.threshold)
+            check_rounds(args.rerun)
+            measured, result = rerun_compare(
+                args.baseline, args.candidate, args.rerun, threshold, args.out, args.judge_unfit
+            )
+            comparison = as_comparison(measured, result, label(args.baseline, args.candidate), threshold)
+            files = write_outputs(comparison, args.out, f"{args.candidate} vs {args.baseline}, {args.rerun} rounds")
     except ReportError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    except (KeyboardInterrupt, Interrupted) as exc:
+        name = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
+        print(
+            f"[ERROR] bench.compare --rerun interrupted by {name}: a running python -m bench child was stopped; "
+            f"the runs so far are in {args.out / 'rerun'}",
+            file=sys.stderr,
+        )
+        return EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM
+    print(render_text(comparison), flush=True)  # the plain compare's table
+    print(f"compare: {files[1].resolve()}", file=sys.stderr)  # compare.html
     print(f"verdict: {said(result)}", file=sys.stderr)
-    return EXIT_FAILED if result.verdict == RERUN_SLOWER else 0
+    if result.verdict == SLOWER:
+        return EXIT_FAILED
+    return EXIT_UNJUDGED if result.verdict in (CANT_TELL, UNJUDGED) else 0
 
 
 if __name__ == "__main__":

@@ -3,17 +3,16 @@
 Repeats inside one process (benchmark.repeats) miss the run-to-run spread: process start, memory
 layout, clocks, neighbours. Two runs of one unchanged config differ by more than their in-process
 interval admits, and a CI gate that fails on an unchanged commit gets switched off. Here both
-configs are run again as fresh processes, interleaved A-B-B-A for N rounds
-(bench.analysis.rounds), each run's images/s one figure:
-
-- the ratio candidate / baseline is the median of the per-round ratios, with its 95% interval;
-- the noise floor is what a config does against itself: the largest gap between the two runs of
-  one side within a round (A against A, B against B);
-- slower (faster) needs the ratio beyond both the threshold and the noise floor, and the whole
-  interval below (above) 1; anything else is "same": a difference this noise cannot tell.
+configs are run again as fresh processes, interleaved A-B-B-A for N rounds (2 to MAX_ROUNDS;
+bench.analysis.rounds), each run's images/s one figure, and judged against the noise between the
+processes (bench.analysis.rerun_verdict: slower, faster, same, can't tell at this noise, or not
+judged when a process was not fit to measure).
 
 A and B are run directories (a run's, or a sweep job's): their `.hydra/overrides.yaml` is the
-command run again, with tracking off and the outputs under --out/rerun.
+command run again, with tracking off and the outputs under --out/rerun. Each child is started by
+bench.runtime.children.run_child: it ends when this command is interrupted or killed. A line
+says what will run, a tqdm bar (on a terminal) follows the processes, a line per round gives its
+figures, and the result is the page a plain compare writes (bench.tools.compare_output).
 """
 
 from __future__ import annotations
@@ -21,17 +20,31 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, List
+from typing import Callable, Dict, List, Optional, Tuple
 
 import yaml
+from tqdm import tqdm
 
+from bench.analysis.compare import Comparison, Pair
+from bench.analysis.rerun_verdict import SAME, SLOWER, RerunVerdict, judge, noise_floor, said, with_fitness
 from bench.analysis.rounds import Rounds, alternate, figure
 from bench.errors import ReportError
+from bench.runtime.children import run_child
+from bench.runtime.fitness import unfit_reason
 
-SLOWER, FASTER, SAME = "slower", "faster", "same"
+__all__ = ["MAX_ROUNDS", "SAME", "SLOWER", "check_rounds", "judge", "noise_floor", "rerun_compare", "said"]
+
 RERUN_TIMEOUT_S = 3600  # one run of the config, however large: a hang guard only
+MAX_ROUNDS = 20  # 4 fresh processes a round: 80 at most (more rounds narrow the interval slowly)
+
+
+def check_rounds(rounds: int) -> None:
+    if not 2 <= rounds <= MAX_ROUNDS:
+        raise ReportError(
+            f"--rerun={rounds} is not valid: accepted 2 to {MAX_ROUNDS} rounds (one round has no spread; "
+            f"each round runs 4 fresh processes)"
+        )
 
 
 def rerun_overrides(run_dir: str, what: str) -> List[str]:
@@ -46,57 +59,17 @@ def rerun_overrides(run_dir: str, what: str) -> List[str]:
     return [str(o) for o in overrides if not str(o).lstrip("+~").startswith("hydra.")]
 
 
-@dataclass
-class RerunVerdict:
-    ratio: float  # candidate / baseline, the median of the per-round ratios
-    low: float
-    high: float
-    noise_floor: float  # the largest A-against-A (or B-against-B) gap within a round, as a fraction
-    verdict: str
-    why: str
-
-
-def noise_floor(rounds: Rounds) -> float:
-    """The largest gap between a side's two runs within one round (A-B-B-A: each side runs twice)."""
-    gaps = []
-    for values in rounds.figures.values():
-        for first, second in zip(values[0::2], values[1::2], strict=True):
-            if min(first, second) > 0:
-                gaps.append(max(first, second) / min(first, second) - 1)
-    return max(gaps, default=0.0)
-
-
-def judge(rounds: Rounds, threshold: float) -> RerunVerdict:
-    """The verdict on candidate / baseline: beyond the threshold, the noise floor and the interval, or same."""
-    ratio = rounds.ratio("baseline", "candidate")
-    floor = noise_floor(rounds)
-    margin = max(threshold, floor)
-    said = f"beyond the {100 * threshold:g}% threshold and the {100 * floor:.1f}% noise floor"
-    if ratio.ratio < 1 / (1 + margin) and ratio.high < 1:
-        return RerunVerdict(
-            ratio.ratio, ratio.low, ratio.high, floor, SLOWER, f"slower by {100 * (1 - ratio.ratio):.1f}% ({said})"
-        )
-    if ratio.ratio > 1 + margin and ratio.low > 1:
-        return RerunVerdict(
-            ratio.ratio, ratio.low, ratio.high, floor, FASTER, f"faster by {100 * (ratio.ratio - 1):.1f}% ({said})"
-        )
-    why = (
-        "within noise: the interval holds 1"
-        if ratio.low <= 1 <= ratio.high
-        else f"within the {100 * margin:.1f}% the threshold and the noise floor allow"
-    )
-    return RerunVerdict(ratio.ratio, ratio.low, ratio.high, floor, SAME, why)
-
-
-def run_once(overrides: List[str], out_dir: Path, side: str) -> float:
-    """One fresh `python -m bench` of the config; its images/s (from its final line)."""
+def run_once(overrides: List[str], out_dir: Path, side: str) -> Tuple[float, Optional[str]]:
+    """One fresh `python -m bench` of the config: its images/s and why it was not fit to measure
+    (None when it was), from its final line."""
     out_dir.mkdir(parents=True, exist_ok=True)
-    done = subprocess.run(
-        [sys.executable, "-m", "bench", *overrides, "tracking.enabled=false", f"hydra.run.dir={out_dir}"],
-        capture_output=True,
-        text=True,
-        timeout=RERUN_TIMEOUT_S,
-    )
+    argv = [sys.executable, "-m", "bench", *overrides, "tracking.enabled=false", f"hydra.run.dir={out_dir}"]
+    try:
+        done = run_child(argv, timeout=RERUN_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        raise ReportError(
+            f"the {side} run again took more than {RERUN_TIMEOUT_S} s (its outputs in {out_dir})"
+        ) from None
     lines = [line for line in done.stdout.splitlines() if line.startswith('{"radix_metrics"')]
     if done.returncode != 0 or not lines:
         errors = [line for line in done.stderr.splitlines() if line.startswith("[ERROR]")]
@@ -105,36 +78,87 @@ def run_once(overrides: List[str], out_dir: Path, side: str) -> float:
             f"{errors[-1] if errors else done.stderr.strip()[-300:]} (its outputs in {out_dir})"
         )
     metrics = json.loads(lines[-1])["radix_metrics"]
-    return float(metrics["images_per_second"])
+    return float(metrics["images_per_second"]), unfit_reason(metrics)
+
+
+Runner = Callable[[List[str], Path, str], Tuple[float, Optional[str]]]
+
+
+def _print(line: str) -> None:
+    tqdm.write(line, file=sys.stdout)  # above the bar on a terminal
+    sys.stdout.flush()  # a line per round even into a pipe or a CI log
 
 
 def rerun_compare(
-    baseline: str, candidate: str, rounds: int, threshold: float, out: Path, echo: Callable[[str], None] = print
-) -> RerunVerdict:
-    """Both configs run again, interleaved, `rounds` rounds; the verdict on candidate / baseline."""
-    if rounds < 2:
-        raise ReportError(f"--rerun={rounds} is not valid: accepted 2 or more rounds (one round has no spread)")
+    baseline: str,
+    candidate: str,
+    rounds: int,
+    threshold: float,
+    out: Path,
+    judge_unfit: bool = False,
+    echo: Callable[[str], None] = _print,
+    runner: Runner = run_once,
+) -> Tuple[Rounds, RerunVerdict]:
+    """Both configs run again, interleaved, `rounds` rounds: the figures and the verdict on candidate / baseline."""
+    check_rounds(rounds)
     sides = {"candidate": rerun_overrides(candidate, "candidate"), "baseline": rerun_overrides(baseline, "baseline")}
     counts = {name: 0 for name in sides}
+    unfit: Dict[str, List[str]] = {name: [] for name in sides}
+    echo(
+        f"rerun: {rounds} rounds of candidate-baseline-baseline-candidate, {4 * rounds} fresh python -m bench "
+        f"processes, their outputs in {out / 'rerun'}"
+    )
+    bar = tqdm(total=4 * rounds, unit="run", desc="rerun", file=sys.stderr, leave=False, disable=None)
 
     def measure(name: str) -> Callable[[], float]:
         def once() -> float:
             counts[name] += 1
-            return run_once(sides[name], out / "rerun" / f"{name}-{counts[name]}", name)
+            bar.set_postfix_str(f"round {(sum(counts.values()) + 3) // 4}/{rounds}: {name}")
+            rate, reason = runner(sides[name], out / "rerun" / f"{name}-{counts[name]}", name)
+            if reason:
+                unfit[name].append(reason)
+            bar.update(1)
+            return rate
 
         return once
 
-    measured = alternate({name: measure(name) for name in sides}, rounds, warmup=0, unit="images/s", echo=echo)
-    result = judge(measured, threshold)
+    try:
+        measured = alternate({name: measure(name) for name in sides}, rounds, warmup=0, unit="images/s", echo=echo)
+    finally:
+        bar.close()
+    result = with_fitness(judge(measured, threshold), unfit, counts, judge_unfit)
     echo(
         f"baseline median {figure(measured.median('baseline'))}, candidate median "
         f"{figure(measured.median('candidate'))} images/s over {rounds} rounds of fresh processes; "
         f"ratio {result.ratio:.3f} [95% {result.low:.3f}-{result.high:.3f}], noise floor "
         f"{100 * result.noise_floor:.1f}%"
     )
-    return result
+    return measured, result
 
 
-def said(result: RerunVerdict) -> str:
-    """The verdict in words: "slower by 76.8% (beyond ...)", or "same (within noise: ...)"."""
-    return result.why if result.verdict != SAME else f"same ({result.why})"
+def as_comparison(measured: Rounds, result: RerunVerdict, label: str, threshold: float) -> Comparison:
+    """The rerun as a plain compare's one pair, for its page (bench.tools.compare_output)."""
+    rounds = len(measured.per_round["baseline"])
+    pair = Pair(
+        label,
+        None,
+        None,
+        measured.median("baseline"),
+        measured.median("candidate"),
+        result.ratio,
+        result.low,
+        result.high,
+        f"{rounds} rounds of fresh processes",
+        result.verdict,
+        result.why,
+    )
+    return Comparison([pair], threshold)
+
+
+def label(baseline: str, candidate: str) -> str:
+    """What the candidate's overrides change against the baseline's ("same overrides" when nothing)."""
+    base, cand = rerun_overrides(baseline, "baseline"), rerun_overrides(candidate, "candidate")
+    added, dropped = [o for o in cand if o not in base], [o for o in base if o not in cand]
+    if not added and not dropped:
+        return "same overrides"
+    return f"{' '.join(added) or '(none)'} vs {' '.join(dropped) or '(none)'}"

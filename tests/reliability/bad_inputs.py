@@ -275,6 +275,9 @@ BAD_INPUTS = [
     ("compare against an MLflow server that is down", "bench.compare",
      ["0123456789abcdef0123456789abcdef", "0123456789abcdef0123456789abcdee", "--tracking-uri",
       "http://u:CANARY@127.0.0.1:9"], 2, "the MLflow server at http://***@127.0.0.1:9 cannot be reached"),
+    # issue 28 item 4: 1000 rounds were 4,000 fresh processes; refused before the first
+    ("compare rerun of too many rounds", "bench.compare", ["{empty}", "{empty}", "--rerun", "1000"], 2,
+     "--rerun=1000 is not valid: accepted 2 to 20 rounds"),
     ("stale runs on an MLflow server that is down", "bench.tools.stale", ["--tracking-uri", "http://u:CANARY@127.0.0.1:9"],
      2, "the MLflow server at http://***@127.0.0.1:9 cannot be reached"),
     # -- the doctor: its own keys, and the training config it diagnoses ------------------------------------

@@ -1,19 +1,26 @@
-"""bench.compare --rerun's verdict (bench.tools.compare_rerun): the ratio of fresh processes, judged
-against the noise between them. Here the processes' images/s are simulated (seeded noise the
-size this machine shows between processes of one config); tests/e2e/test_measure_deeper_runs.py
-runs the real processes."""
+"""bench.compare --rerun's verdict (bench.analysis.rerun_verdict, bench.tools.compare_rerun): the
+ratio of fresh processes, judged against the noise between them. Here the processes' images/s are
+simulated: seeded noise the size this machine shows between processes of one config, or canned
+round figures fed through the command in-process (its `python -m bench` children replaced by their
+final line); tests/e2e/test_measure_deeper_runs.py and tests/e2e/test_compare_rerun_runs.py run
+the real processes."""
 
 from __future__ import annotations
 
+import json
 import random
+import subprocess
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Dict, List, Optional
 
 import pytest
 
+from bench.analysis.rerun_verdict import CANT_TELL, FASTER, UNJUDGED, with_fitness
 from bench.analysis.rounds import alternate
 from bench.errors import ReportError
-from bench.tools.compare_rerun import SAME, SLOWER, judge, noise_floor, rerun_overrides
+from bench.tools import compare_rerun
+from bench.tools.compare import main as compare
+from bench.tools.compare_rerun import MAX_ROUNDS, SAME, SLOWER, check_rounds, judge, noise_floor, rerun_overrides
 
 
 def simulated_process(rng: random.Random, rate: float, spread: float) -> Callable[[], float]:
@@ -34,16 +41,25 @@ def verdict_of(base_rate: float, cand_rate: float, seed: int, spread: float = 0.
 
 
 def test_the_same_config_against_itself_ten_times_is_never_slower_simulated_processes():
-    assert [verdict_of(137.7, 137.7, seed) for seed in range(10)] == [SAME] * 10
+    """This machine's spread between processes (5%) is above the 3% threshold: never "slower", and
+    never "same" either (issue 28 item 8): the noise cannot resolve 3%."""
+    assert [verdict_of(137.7, 137.7, seed) for seed in range(10)] == [CANT_TELL] * 10
+
+
+def test_the_same_config_on_a_quiet_machine_is_same_every_time_simulated_processes():
+    """A spread well inside the threshold (0.3%): the noise floor is below 3%, the verdict "same"."""
+    assert [verdict_of(137.7, 137.7, seed, spread=0.003) for seed in range(10)] == [SAME] * 10
 
 
 def test_a_config_twice_as_slow_is_slower_every_time_simulated_processes():
     assert [verdict_of(137.7, 137.7 / 2, seed) for seed in range(10)] == [SLOWER] * 10
+    assert [verdict_of(137.7, 137.7 / 2, seed, spread=0.10) for seed in range(10)] == [SLOWER] * 10
+    assert [verdict_of(137.7 / 2, 137.7, seed) for seed in range(10)] == [FASTER] * 10
 
 
 def test_a_noisier_machine_still_never_calls_the_same_config_slower_simulated_processes():
-    """Twice this machine's spread between processes: still no "slower" for an unchanged config."""
-    assert [verdict_of(137.7, 137.7, seed, spread=0.10) for seed in range(10)] == [SAME] * 10
+    """Twice this machine's spread between processes: still no "slower" (nor "same") for an unchanged config."""
+    assert [verdict_of(137.7, 137.7, seed, spread=0.10) for seed in range(10)] == [CANT_TELL] * 10
 
 
 def test_the_noise_floor_is_the_largest_gap_of_a_side_against_itself():
@@ -61,3 +77,135 @@ def test_rerun_takes_run_directories_and_leaves_hydra_keys_out(tmp_path: Path):
     assert rerun_overrides(str(run), "baseline") == ["+experiment=cpu_smoke", "cpu_threads=1"]
     with pytest.raises(ReportError, match=r"--rerun needs run directories: candidate 0123abc has no"):
         rerun_overrides("0123abc", "candidate")
+
+
+def test_an_unfit_side_is_not_judged_unless_asked_simulated_processes():
+    values = iter([50.0, 100.0, 101.0, 51.0, 49.0, 99.0, 100.0, 50.0])
+    measured = alternate({"candidate": lambda: next(values), "baseline": lambda: next(values)}, 2, warmup=0,
+                         echo=lambda line: None)
+    slower = judge(measured, 0.03)
+    assert slower.verdict == SLOWER
+    unfit = {"candidate": ["swap-in 12 MB"], "baseline": []}
+    judged = with_fitness(slower, unfit, {"candidate": 4, "baseline": 4})
+    assert judged.verdict == UNJUDGED and judged.why.startswith(
+        "could not judge: the candidate was not fit to measure in 1 of 4 runs (swap-in 12 MB) (measured: slower by")
+    anyway = with_fitness(slower, unfit, {"candidate": 4, "baseline": 4}, judge_unfit=True)
+    assert anyway.verdict == SLOWER and "judged although the candidate was not fit to measure" in anyway.why
+
+
+# ---- the command, in-process, its children's final lines canned ----------------------------------
+
+def run_dir(root: Path, name: str, overrides: List[str]) -> Path:
+    (root / name / ".hydra").mkdir(parents=True)
+    (root / name / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in overrides))
+    return root / name
+
+
+class CannedChildren:
+    """Stands in for bench.runtime.children.run_child: each `python -m bench` child's final line,
+    its images/s the next of its side's canned figures (in the order the side runs)."""
+
+    def __init__(self, figures: Dict[str, List[float]], unfit: Optional[Dict[str, str]] = None):
+        self.figures = {side: iter(values) for side, values in figures.items()}
+        self.unfit = unfit or {}
+        self.calls: List[List[str]] = []
+
+    def __call__(self, argv: List[str], timeout: float) -> subprocess.CompletedProcess:
+        self.calls.append(argv)
+        run = Path(next(a for a in argv if a.startswith("hydra.run.dir=")).split("=", 1)[1]).name  # candidate-3
+        side, number = run.rsplit("-", 1)
+        metrics: Dict[str, object] = {"images_per_second": next(self.figures[side]), "fit_to_measure": True,
+                                      "fit_reasons": ""}
+        if self.unfit.get(run):
+            metrics.update(fit_to_measure=False, fit_reasons=self.unfit[run])
+        return subprocess.CompletedProcess(argv, 0, json.dumps({"radix_metrics": metrics}) + "\n", "")
+
+
+@pytest.fixture
+def sides(tmp_path: Path):
+    base = run_dir(tmp_path, "base", ["+experiment=cpu_smoke", "data.image_size=32"])
+    cand = run_dir(tmp_path, "cand", ["+experiment=cpu_smoke", "data.image_size=160"])
+    return base, cand, tmp_path / "out"
+
+
+def command(monkeypatch, capsys, sides, children: CannedChildren, *extra: str):
+    monkeypatch.setattr(compare_rerun, "run_child", children)
+    base, cand, out = sides
+    code = compare([str(base), str(cand), "--rerun", "2", "--out", str(out), *extra])
+    printed = capsys.readouterr()
+    return code, printed.out, printed.err
+
+
+# each side's figures in the order it runs: candidate-1, -2 (round 1), -3, -4 (round 2)
+QUIET_BASE = [100.0, 100.5, 99.8, 100.2]
+
+
+@pytest.mark.parametrize(("candidate", "exit_code", "said"), [
+    ([50.0, 50.4, 49.9, 50.1], 1, "verdict: slower by 50.0% (beyond the 3% threshold"),
+    ([200.0, 200.4, 199.9, 201.0], 0, "verdict: faster by 100.1% (beyond the 3% threshold"),
+    ([100.2, 100.1, 99.9, 100.3], 0, "verdict: same (within the 3% threshold (the interval holds 1; noise floor 0.5%))"),
+], ids=["slower", "faster", "same"])
+def test_rerun_verdicts_exit_codes_and_page_canned_rounds(monkeypatch, capsys, sides, candidate, exit_code, said):
+    children = CannedChildren({"candidate": candidate, "baseline": QUIET_BASE})
+    code, out, err = command(monkeypatch, capsys, sides, children)
+    assert code == exit_code and said in err, err
+    assert len(children.calls) == 8 and all(argv[1:3] == ["-m", "bench"] and "tracking.enabled=false" in argv
+                                            for argv in children.calls)
+    lines = out.splitlines()  # what will run first, then a line per round, then the figures
+    assert lines[0].startswith("rerun: 2 rounds of candidate-baseline-baseline-candidate, 8 fresh python -m bench")
+    assert [line.split(":")[0] for line in lines[1:3]] == ["round 1", "round 2"] and "noise floor" in lines[3]
+    assert lines[4].split() == ["configuration", "baseline", "candidate", "ratio", "95%", "interval", "verdict"]
+    assert lines[5].startswith("data.image_size=160 vs data.image_size=3") and len(lines) == 6  # the plain table
+    page = sides[2] / "compare.html"
+    assert {p.name for p in sides[2].iterdir()} >= {"compare.md", "compare.html", "compare.png", "rerun"}
+    text = page.read_text()
+    assert "data:image/png;base64," in text and "2 rounds of fresh processes" in text
+    assert "data.image_size=160 vs data.image_size=32" in text  # the pair's label: what the candidate changed
+    assert f"compare: {page.resolve()}" in err
+
+
+def test_a_noise_floor_above_the_threshold_is_cant_tell_exit_3_canned_rounds(monkeypatch, capsys, sides):
+    """Issue 28 item 8, the busy box: ratio about 0.45, noise floor above 200%: "can't tell at this
+    noise", exit 3 (as an unfit machine), never "same"."""
+    children = CannedChildren({"candidate": [45.0, 20.0, 60.0, 50.0], "baseline": [100.0, 30.0, 110.0, 95.0]})
+    code, out, err = command(monkeypatch, capsys, sides, children)
+    assert code == 3, err
+    assert "verdict: can't tell at this noise: the noise floor 233.3% is larger than the 3% threshold" in err, err
+    assert "same" not in err and "noise floor 233.3%" in out
+    assert "| 2 rounds of fresh processes | can't tell at this noise | the noise floor 233.3%" in \
+        (sides[2] / "compare.md").read_text()
+    assert "<td>can&#x27;t tell at this noise</td>" in (sides[2] / "compare.html").read_text()
+
+
+def test_a_slowdown_within_the_noise_floor_is_cant_tell_not_slower_canned_rounds(monkeypatch, capsys, sides):
+    """The interval excludes 1, but not by more than the noise floor (20%): not "slower"."""
+    children = CannedChildren({"candidate": [90.0, 75.0, 88.0, 74.0], "baseline": [100.0, 98.0, 99.0, 101.0]})
+    code, _, err = command(monkeypatch, capsys, sides, children, "--threshold", "5%")
+    assert code == 3 and "verdict: can't tell at this noise: the noise floor 20.0% is larger than the 5%" in err, err
+
+
+def test_an_unfit_process_makes_it_could_not_judge_exit_3_canned_rounds(monkeypatch, capsys, sides):
+    """The runs' fit_to_measure count with --rerun as without it: a clear slowdown, but one candidate
+    process was not fit to measure: "could not judge", exit 3; --judge-unfit gives the verdict (exit 1)."""
+    figures = {"candidate": [50.0, 50.4, 49.9, 50.1], "baseline": QUIET_BASE}
+    reason = {"candidate-2": "other processes used 1.50 of 2 usable cores during the window (limit 0.2)"}
+    code, _, err = command(monkeypatch, capsys, sides, CannedChildren(figures, reason))
+    assert code == 3, err
+    assert ("verdict: could not judge: the candidate was not fit to measure in 1 of 4 runs (other processes used "
+            "1.50 of 2 usable cores during the window (limit 0.2)) (measured: slower by 50.0%") in err, err
+    code, _, err = command(monkeypatch, capsys, sides, CannedChildren(figures, reason), "--judge-unfit")
+    assert code == 1 and "verdict: slower by 50.0%" in err and "judged although the candidate was not fit" in err
+
+
+@pytest.mark.parametrize("rounds", ["1000", "21", "1", "0", "-3"])
+def test_rerun_rounds_are_capped_in_one_line_before_any_work(monkeypatch, capsys, sides, rounds):
+    """Issue 28 item 4: `--rerun 1000` was 4,000 fresh processes. One [ERROR] line, exit 2, no child."""
+    children = CannedChildren({"candidate": [], "baseline": []})
+    monkeypatch.setattr(compare_rerun, "run_child", children)
+    base, cand, out = sides
+    assert compare([str(base), str(cand), "--rerun", rounds, "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"[ERROR] --rerun={rounds} is not valid: accepted 2 to {MAX_ROUNDS} rounds (one round has no " \
+                  "spread; each round runs 4 fresh processes)\n"
+    assert children.calls == [] and not out.exists()
+    check_rounds(MAX_ROUNDS)  # the cap itself is accepted
