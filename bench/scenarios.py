@@ -11,18 +11,23 @@ typed result record is the run's output contract and which tells the sweep repor
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeVar
 
+from bench.errors import ReportError
 from bench.scenario_registry import DEFAULT_MODE, SCENARIOS, register, scenario_class
 
 __all__ = [
     "SCENARIOS",
+    "AnyScenario",
     "Launcher",
     "Report",
     "ReportClass",
+    "Sample",
     "Scenario",
     "Tracker",
+    "View",
     "has_ranks",
     "register",
     "report_class",
@@ -65,11 +70,59 @@ class Tracker(Protocol):
     def ui_link(self, children: bool = False) -> Optional[str]: ...
 
 
+Outcome = TypeVar("Outcome", contravariant=True)  # what rank 0's run_rank hands to report()
+R = TypeVar("R", bound="Report", covariant=True)  # a scenario's report type
+Plots = Callable[["pd.DataFrame", Path, str], List[Path]]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What `python -m bench.compare` samples of a run of a scenario, and its unit on the page.
+
+    The samples, in the order compare tries them: the run's repeats (`ReportClass.repeats`: this
+    figure per measured window, when both runs have 2 or more), then its timeline (`timeline`: one
+    value per step or request) when `per_step` says how to read it, else the run's own `figure`
+    alone (a point ratio, no interval)."""
+
+    figure: str  # the run's own figure (a radix_metrics key): what compare reports without samples
+    unit: str  # its unit on compare's page and table: "images/s", "samples/s", "ms"
+    # how a timeline entry (a step time in ms) becomes this figure: the rate is items / summed time, the
+    # items per entry being the first of these figures a run has; () : the timeline is not sampled
+    per_step: Tuple[str, ...] = ()
+    timeline_is_figure: bool = False  # the timeline entries are the figure itself (a latency in ms): its median
+    lower_is_better: bool = False  # a latency: the ratio compare judges is baseline / candidate (>1: faster)
+    from_repeats: bool = True  # the repeats (`ReportClass.repeats`) are this figure per window
+
+
+@dataclass(frozen=True)
+class View:
+    """What a sweep, `bench.report` and `bench.compare` show of a scenario's runs, and where they
+    read it back from: the scenario's report class declares it (its `view`); bench.analysis asks
+    it and names no scenario's fields."""
+
+    sample: Sample
+    columns: List[Column]  # the sweep table; "error" last
+    plots: Plots  # the sweep's PNGs: (frame, out dir, title) -> files written
+    optional_columns: List[Column] = field(default_factory=list)  # shown before "error" when some job has them
+    label_columns: List[Column] = field(
+        default_factory=list
+    )  # what names a single run in compare (prefix, figure, format)
+    timeline_metric: Optional[str] = None  # the MLflow series of the timeline (step times, latencies)
+    repeats_metric: Optional[str] = None  # the MLflow series of the repeats' figure (None: none)
+    # config key -> figure column: a run read back from MLflow has its names in its params only
+    named_in_config: Mapping[str, str] = field(default_factory=dict)
+    # config keys the table shows under a column of their own already (not again as a swept key)
+    shown_config: Tuple[str, ...] = ()
+
+
 class Report(Protocol):
-    """What a scenario's report offers the app (one run) and the analysis (a sweep of runs)."""
+    """What a scenario's report offers the app (one run): the one report protocol."""
 
     @property
     def problems(self) -> List[str]: ...  # what failed after the measurement: the run ends FAILED, the figures stand
+
+    @property
+    def interrupted(self) -> Optional[str]: ...  # a signal during the passes after the window: the run ends KILLED
 
     @property
     def metrics(self) -> Dict[str, Any]: ...  # the radix_metrics dict: the typed record, serialised
@@ -83,31 +136,32 @@ class Report(Protocol):
     def log_to(self, tracker: Tracker, files: List[Path], out_dir: Path, log_series: bool) -> None: ...
 
 
-class ReportClass(Protocol):
-    """The report type: how a finished run is read back and shown in a sweep."""
+class ReportClass(Protocol[R]):
+    """The report type (a class: its class attributes and classmethods satisfy this): what a sweep
+    shows of its runs and how a finished run is read back."""
 
-    TIMELINE_METRIC: ClassVar[str]  # the MLflow series of the per-step figure (step times, latencies)
-    REPEATS_METRIC: ClassVar[Optional[str]]  # the MLflow series of benchmark.repeats' windows (None: none)
-    SWEEP_COLUMNS: ClassVar[List[Column]]  # the sweep table; "error" last
-    OPTIONAL_COLUMNS: ClassVar[List[Column]]  # shown before "error" when some job has them
-    LABEL_COLUMNS: ClassVar[List[Column]]  # what names a single run in `compare` (prefix, figure, format)
-    COMPARE_FIGURE: ClassVar[str]  # the throughput `compare` takes when a run has no samples
+    @property
+    def view(self) -> View: ...
 
-    def from_files(self, job_dir: Path) -> Any: ...
+    def from_files(self, job_dir: Path) -> R: ...
 
-    def timeline(self, job_dir: Path) -> List[float]: ...
+    def timeline(self, job_dir: Path) -> List[float]: ...  # one value per step or request ([]: none)
 
-    def repeats(self, job_dir: Path) -> List[float]: ...
+    def repeats(self, job_dir: Path) -> List[float]: ...  # view.sample.figure per measured window ([]: one)
 
-    def sweep_plots(self, frame: "pd.DataFrame", out: Path, title: str) -> List[Path]: ...
+    def read_back(self, job_dir: Path) -> Dict[str, Any]: ...  # frame columns of its own (training: val_curve)
+
+    def read_back_mlflow(self, client: Any, run_id: str) -> Dict[str, Any]: ...  # the same, from MLflow
 
 
-class Scenario(Protocol):
+class Scenario(Protocol[Outcome, R]):
+    """A mode's code: `Scenario[its outcome, its report]`."""
+
     # modules a launcher's forkserver imports once for this config (its workers fork from it)
     def preload(self, config: "BenchConfig") -> Tuple[str, ...]: ...
 
     @property
-    def report_class(self) -> Any: ...  # a ReportClass (a class: its classmethods satisfy the protocol)
+    def report_class(self) -> ReportClass[R]: ...
 
     def has_ranks(self, config: "BenchConfig") -> bool: ...  # started by a launcher, one process per rank
 
@@ -119,11 +173,14 @@ class Scenario(Protocol):
 
     def run_rank(
         self, config: "BenchConfig", ctx: "RankContext", out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
-    ) -> Any: ...  # rank 0's outcome, else None
+    ) -> Any: ...  # rank 0's outcome (an Outcome), else None
 
-    def report(self, outcome: Any, config: "BenchConfig") -> Report: ...
+    def report(self, outcome: Outcome, config: "BenchConfig") -> R: ...
 
     def explain(self, exc: BaseException, config: "BenchConfig") -> Optional[str]: ...  # a known failure, one line
+
+
+AnyScenario = Scenario[Any, Report]
 
 
 class Launcher(Protocol):
@@ -133,30 +190,45 @@ class Launcher(Protocol):
     @property
     def who(self) -> str: ...  # names it in a failure line when it does not
 
-    def run(self, scenario: Scenario, config: "BenchConfig", out_dir: Path) -> Any: ...
+    def run(self, scenario: AnyScenario, config: "BenchConfig", out_dir: Path) -> Any: ...
 
 
-def scenario_for(mode: Any) -> Scenario:
-    scenario: Scenario = scenario_class(mode)()
+def scenario_for(mode: Any) -> AnyScenario:
+    scenario: AnyScenario = scenario_class(mode)()
     return scenario
 
 
-def has_ranks(scenario: Scenario, config: "BenchConfig") -> bool:
+def has_ranks(scenario: AnyScenario, config: "BenchConfig") -> bool:
     return bool(scenario.has_ranks(config))
 
 
-def report_class(mode: Any) -> Any:
+def mode_name(mode: Any) -> str:
+    """A recorded mode as a name: none recorded (None, NaN, "": a run from before modes) is training."""
+    if mode is None or (isinstance(mode, float) and mode != mode) or str(mode) in ("", "None"):
+        return DEFAULT_MODE
+    return str(mode)
+
+
+def report_class(mode: Any) -> ReportClass[Report]:
     """The report type of a run recorded with this mode (a name read back from a file or MLflow;
-    runs recorded before `mode` existed are training runs)."""
-    return scenario_class(str(mode) if str(mode) in SCENARIOS else DEFAULT_MODE).report_class
+    runs recorded before `mode` existed, None here, are training runs). A mode no scenario has is
+    refused in one line (ReportError, exit 2): its figures cannot be read as another scenario's."""
+    mode = mode_name(mode)
+    if mode not in SCENARIOS:
+        raise ReportError(
+            f"a run recorded with mode={mode} has no scenario here (registered: {', '.join(SCENARIOS)}): "
+            "its figures cannot be read as another scenario's"
+        )
+    reports: ReportClass[Report] = scenario_class(mode).report_class
+    return reports
 
 
-def report_class_of_modes(modes: Sequence[Any]) -> Any:
+def report_class_of_modes(modes: Sequence[Any]) -> ReportClass[Report]:
     """The report type that shows a sweep: its jobs' one mode (a sweep of mixed modes, or with
     none recorded, is shown as training runs are)."""
-    names = {str(m) for m in modes}
+    names = {mode_name(m) for m in modes}
     return report_class(names.pop() if len(names) == 1 else DEFAULT_MODE)
 
 
-def all_report_classes() -> Dict[str, Any]:
-    return {mode: scenario_class(mode).report_class for mode in SCENARIOS}
+def all_report_classes() -> Dict[str, ReportClass[Report]]:
+    return {mode: report_class(mode) for mode in SCENARIOS}

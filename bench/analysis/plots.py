@@ -252,4 +252,4 @@ def plot_all(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
     """The plots the sweep's report class draws (bench.analysis.render.sweep_report_class), written into `out`."""
     from bench.analysis.render import sweep_report_class
 
-    return list(sweep_report_class(frame).sweep_plots(frame, out, title))
+    return list(sweep_report_class(frame).view.plots(frame, out, title))

@@ -69,7 +69,7 @@ def worker_picks(frame: "pd.DataFrame") -> List[WorkerPick]:
         return []  # not a worker sweep
     from bench.analysis.render import sweep_report_class
 
-    figure = sweep_report_class(frame).COMPARE_FIGURE  # the runs' throughput, as their report class names it
+    figure = sweep_report_class(frame).view.sample.figure  # the runs' figure, as their report class names it
     others = _other_swept(frame)
     groups: Dict[str, List[Point]] = {}
     for row in frame.to_dict("records"):

@@ -32,6 +32,18 @@ FIT_COLUMNS = [("fit", "fit_to_measure", "bool")]
 LABEL_COLUMNS = [("", "model", "{}"), ("", "precision", "{}"), ("bs=", "batch_size", "int")]
 COMPARE_FIGURE = "images_per_second"
 
+# a model run read back from MLflow has its names in its params only: these config keys give the
+# columns a job dir's results carry under the short name
+NAMED_IN_CONFIG = {
+    "model.arch": "model",
+    "precision.name": "precision",
+    "distributed.scaling": "scaling",
+    "distributed.name": "distributed",
+    "data.name": "data",
+}
+# config keys the sweep table shows under a column of its own already (model, precision, procs, batch)
+SHOWN_CONFIG = ("model.arch", "precision.name", "distributed.nproc_per_node", "data.batch_size", "mode")
+
 
 def run_label(row: Dict[str, Any]) -> str:
     """A run under its box in the timeline plot."""
