@@ -1,7 +1,8 @@
 """The scenarios a run can measure, by `mode` name: the one place that maps a mode to its class.
 
-Kept apart from bench.scenarios (the Protocol and the helpers) and free of imports, so the
-config schema can check `mode` against it without an import circle. A class is named as
+Kept apart from bench.scenarios (the Protocol and the helpers) and free of bench's imports but
+bench.errors, so bench.config.load can check `mode` (and the mode's own rules) once the config is
+composed, without an import circle. A class is named as
 "module:Class" and imported when a run needs it (a mode's code stays unloaded until then).
 
 Adding a scenario: one line here (or `register(...)` at run time, as the toy scenario of
@@ -12,6 +13,8 @@ from __future__ import annotations
 
 import importlib
 from typing import Any, Dict, List, Union
+
+from bench.errors import ConfigError
 
 SCENARIOS: Dict[str, Union[str, type]] = {
     "train": "bench.train.scenario:TrainScenario",
@@ -39,3 +42,11 @@ def scenario_class(mode: Any) -> Any:
         module, _, name = target.partition(":")
         return getattr(importlib.import_module(module), name)
     return target
+
+
+def check_config(config: Any) -> None:
+    """After composition (bench.config.load): `mode` names a registered scenario, then that scenario's
+    own config rules (its `check`). ConfigError: one line, exit 2."""
+    if config.mode not in SCENARIOS:  # a str, not an Enum: a registered scenario is a mode
+        raise ConfigError("mode", config.mode, "one of " + ", ".join(SCENARIOS))
+    scenario_class(config.mode)().check(config)  # the mode's own rules, beside its code (bench.<scenario>.rules)
