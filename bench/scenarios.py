@@ -39,6 +39,7 @@ __all__ = [
     "Report",
     "ReportClass",
     "Sample",
+    "Scaling",
     "Scenario",
     "Tracker",
     "View",
@@ -110,6 +111,16 @@ class Sample:
 
 
 @dataclass(frozen=True)
+class Scaling:
+    """The figures a sweep's scaling columns come from (bench.analysis.scaling: speedup against the
+    1-process run of the same configuration, and the data-wait percentage)."""
+
+    processes: str  # the figure counting the run's processes (world_size)
+    throughput: str  # the figure that speeds up (images_per_second)
+    wait_fraction: Optional[str] = None  # the window's share spent waiting for data: data_wait_percent
+
+
+@dataclass(frozen=True)
 class View:
     """What a sweep, `bench.report` and `bench.compare` show of a scenario's runs, and where they
     read it back from: the scenario's report class declares it (its `view`); bench.analysis asks
@@ -128,6 +139,7 @@ class View:
     named_in_config: Mapping[str, str] = field(default_factory=dict)
     # config keys the table shows under a column of their own already (not again as a swept key)
     shown_config: Tuple[str, ...] = ()
+    scaling: Optional[Scaling] = None  # speedup and scaling efficiency over process counts (None: none)
 
 
 class Report(Protocol):

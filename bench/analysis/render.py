@@ -15,9 +15,8 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import pandas as pd
 
-from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent, metric_columns
+from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent, metric_columns, sweep_report_class
 from bench.runtime.fitness import unfit_reason
-from bench.scenarios import Report, ReportClass, report_class_of_modes
 
 CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
 NOT_SWEPT = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # never a configuration
@@ -82,12 +81,6 @@ def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
         if len({str(v) for v in frame.get(ENV_PREFIX + name, []) if not absent(v) and v != ""}) > 1
     ]
     return base[:-1] + extra + base[-1:]  # the error stays last
-
-
-def sweep_report_class(frame: pd.DataFrame) -> "ReportClass[Report]":
-    """The report class of the sweep's runs (bench.scenarios decides; recorded without a mode: training)."""
-    modes = frame.get(CONFIG_PREFIX + "mode")
-    return report_class_of_modes(list(modes) if modes is not None and len(frame) else [])
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:

@@ -29,7 +29,7 @@ import yaml
 
 from bench.analysis.cells import absent, shown
 from bench.errors import ReportError
-from bench.scenarios import report_class
+from bench.scenarios import Report, ReportClass, report_class, report_class_of_modes
 from bench.secrets import flatten
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "read_job_dir",
     "read_sweep_dir",
     "shown",
+    "sweep_report_class",
 ]
 
 RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates")
@@ -111,6 +112,12 @@ def metric_columns(frame: pd.DataFrame) -> List[str]:
         and not c.startswith((CONFIG_PREFIX, ENV_PREFIX))
         and not all(absent(v) for v in frame[c])
     ]
+
+
+def sweep_report_class(frame: pd.DataFrame) -> ReportClass[Report]:
+    """The report class of the sweep's runs (bench.scenarios decides; recorded without a mode: training)."""
+    modes = frame.get(CONFIG_PREFIX + "mode")
+    return report_class_of_modes(list(modes) if modes is not None and len(frame) else [])
 
 
 def config_of(row: Mapping[str, Any]) -> Dict[str, str]:

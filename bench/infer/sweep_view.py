@@ -14,6 +14,7 @@ from bench.runtime.sweep_view import (
     LABEL_COLUMNS,
     NAMED_IN_CONFIG,
     REPEAT_COLUMNS,
+    SCALING,
     SHOWN_CONFIG,
     run_label,
 )
@@ -42,7 +43,7 @@ INFERENCE_COLUMNS = [  # a sweep of mode=inference runs
 
 
 def inference_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
-    from bench.analysis.plots import plot_training
+    from bench.runtime.plots import plot_training
 
     return plot_training(
         frame, out, title, ("Per-batch latency", "Latency per batch (ms)", "latency_distribution.png"), run_label
@@ -62,4 +63,5 @@ VIEW = View(
     repeats_metric=REPEATS_METRIC,
     named_in_config=NAMED_IN_CONFIG,
     shown_config=SHOWN_CONFIG,
+    scaling=SCALING,
 )

@@ -43,7 +43,7 @@ TIMELINE_METRIC = "read_latency_ms"  # the MLflow series of the per-request read
 
 
 def storage_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
-    from bench.analysis.storage_plots import plot_storage
+    from bench.iobench.plots import plot_storage
 
     return plot_storage(frame, out, title)
 

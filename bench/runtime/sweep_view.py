@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from bench.analysis.cells import shown
+from bench.scenarios import Scaling
 
 # a training sweep whose jobs evaluated: shown before "error", each only when some job has it
 ACCURACY_COLUMNS = [
@@ -41,6 +42,8 @@ NAMED_IN_CONFIG = {
     "distributed.name": "distributed",
     "data.name": "data",
 }
+# a model sweep's speedup over process counts, and its data-wait percentage (bench.analysis.scaling)
+SCALING = Scaling("world_size", "images_per_second", "data_wait_fraction")
 # config keys the sweep table shows under a column of its own already (model, precision, procs, batch)
 SHOWN_CONFIG = ("model.arch", "precision.name", "distributed.nproc_per_node", "data.batch_size", "mode")
 

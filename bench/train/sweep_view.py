@@ -17,6 +17,7 @@ from bench.runtime.sweep_view import (
     LABEL_COLUMNS,
     NAMED_IN_CONFIG,
     REPEAT_COLUMNS,
+    SCALING,
     SHOWN_CONFIG,
     run_label,
 )
@@ -61,11 +62,11 @@ TRAINING_COLUMNS = [  # (header, frame column = a radix_metrics key, format)
 
 def training_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
     """Throughput and scaling efficiency vs process count, throughput vs batch, step times, accuracy."""
-    from bench.analysis.plots import plot_training
+    from bench.runtime.plots import plot_training
+    from bench.train.plots import plot_accuracy
 
-    return plot_training(
-        frame, out, title, ("Step-time distribution", "Step time (ms)", "step_time_distribution.png"), run_label
-    )
+    timeline = ("Step-time distribution", "Step time (ms)", "step_time_distribution.png")
+    return plot_training(frame, out, title, timeline, run_label, more=[plot_accuracy])
 
 
 TIMELINE_METRIC = "step_time_ms"  # the MLflow series of the step times
@@ -81,6 +82,7 @@ VIEW = View(
     repeats_metric=REPEATS_METRIC,
     named_in_config=NAMED_IN_CONFIG,
     shown_config=SHOWN_CONFIG,
+    scaling=SCALING,
 )
 
 

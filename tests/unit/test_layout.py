@@ -190,7 +190,7 @@ RESULT_SERIALISERS = {"bench/results.py", "bench/runtime/sweep_view.py", "bench/
 # "eval_seconds" is also a storage figure's name), a column of the sweep table (a pandas frame).
 # Pending (issue 29 part 4, typed sub-records): a training run's checkpoint_error sits in its record's
 # spread group (read with .figure), the typed field of that name being the storage record's.
-SHARED_NAMES = {("bench/train/epochs.py", "eval_seconds"), ("bench/analysis/storage_plots.py", "au_threshold_percent"),
+SHARED_NAMES = {("bench/train/epochs.py", "eval_seconds"), ("bench/iobench/plots.py", "au_threshold_percent"),
                 ("bench/train/report.py", "checkpoint_error")}
 
 
@@ -273,3 +273,22 @@ def test_the_readme_and_pyproject_give_the_same_suite_time():
     pyproject = pyproject.split("addopts", 1)[0]
     times = [sorted(re.findall(r"\b(\d{1,2}:\d\d)\b", text)) for text in (readme, pyproject)]
     assert times[0] and (times[0][0], times[0][-1]) == (times[1][0], times[1][-1]), times
+
+
+# The maths every model scenario's report uses to name its figures (step-time percentiles, the repeats'
+# interval): shared leaf maths that issue 29 part 3 moves below bench.analysis; they name no scenario.
+ANALYSIS_MATHS = {"bench/analysis/stats.py", "bench/analysis/confidence.py"}
+
+
+def test_the_analysis_names_no_scenarios_figure():
+    """issue 29: bench.compare read any run with a timeline and a batch size as training (a storage run
+    came out 43x off, labelled images/s). What a sweep and a compare show of a run, in which unit,
+    and what is read back is its scenario's report class's `view` (bench.scenarios.View): no module of
+    bench/analysis names a figure of a scenario's typed record."""
+    keys = _record_keys()
+    named = [f"{path.relative_to(BENCH.parent)}:{node.lineno} {node.value}"
+             for path in sorted((BENCH / "analysis").glob("*.py"))
+             if str(path.relative_to(BENCH.parent)) not in ANALYSIS_MATHS
+             for node in ast.walk(ast.parse(path.read_text()))
+             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in keys]
+    assert named == []

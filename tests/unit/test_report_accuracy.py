@@ -13,7 +13,8 @@ import pytest
 import yaml
 
 from bench.analysis import build_report
-from bench.analysis.plots import _pyplot, plot_accuracy
+from bench.analysis.plots import _pyplot
+from bench.train.plots import plot_accuracy  # the training scenario draws its accuracy curve
 from bench.analysis.render import table
 from bench.train.sweep_view import TRAINING_COLUMNS
 from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir

@@ -8,8 +8,8 @@ from typing import List
 
 import pandas as pd
 
+from bench.analysis.cells import absent, shown
 from bench.analysis.plots import Figures, draw_distribution, draw_line, finish_axes, points_by_series
-from bench.analysis.runs import absent, shown
 
 
 def plot_storage(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
