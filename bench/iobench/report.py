@@ -56,6 +56,12 @@ def caching_figures(dataset_bytes: int, hosts: int = 1) -> CachingFigures:
     )
 
 
+def run_rates(runs: List[Dict[str, Any]]) -> List[float]:
+    """samples/s of each measured run (runs.csv's rows), [] with one run: what compare samples."""
+    rates = [row.get(sweep_view.COMPARE_FIGURE) for row in runs]
+    return [float(r) for r in rates if r not in (None, "")] if len(runs) > 1 else []
+
+
 def _figure(value: Optional[float], unit: str = "", digits: int = 1) -> str:
     return f"{value:.{digits}f}{unit}" if value is not None else "n/a"
 
@@ -163,6 +169,8 @@ class StorageReport:
         if log_series:
             requests = sorted((q for r in self.results for q in r.requests), key=lambda q: q.finished)
             tracker.log_series(sweep_view.TIMELINE_METRIC, [q.latency_ms for q in requests])
+        if len(self.runs) > 1:  # what compare samples of a storage run read back from MLflow (step = run)
+            tracker.log_series(sweep_view.REPEATS_METRIC, run_rates(self.runs))
         tracker.set_tags({key: value for key, value in self.metrics.items() if key in TAG_FIELDS})
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 
@@ -209,9 +217,7 @@ class StorageReport:
     @classmethod
     def repeats(cls, job_dir: Path) -> List[float]:
         """samples/s of each measured run (storage.runs > 1: runs.csv; [] with one run)."""
-        rows = read_summary(job_dir).get("runs", [])
-        rates = [row.get(sweep_view.COMPARE_FIGURE) for row in rows]
-        return [float(r) for r in rates if r not in (None, "")] if len(rows) > 1 else []
+        return run_rates(read_summary(job_dir).get("runs", []))
 
     @classmethod
     def read_back(cls, job_dir: Path) -> Dict[str, Any]:

@@ -40,6 +40,7 @@ STORAGE_COLUMNS = [  # a sweep of mode=storage runs (the storage benchmark)
 LABEL_COLUMNS = [("", "workload", "{}"), ("", "storage", "{}"), ("x", "clients", "int")]
 COMPARE_FIGURE = "samples_per_second"  # bench's strict samples/s (warm-up step out), the final line's
 TIMELINE_METRIC = "read_latency_ms"  # the MLflow series of the per-request read latencies
+REPEATS_METRIC = "run_samples_per_second"  # the MLflow series of each measured run's samples/s (storage.runs > 1)
 
 
 def storage_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
@@ -56,6 +57,7 @@ VIEW = View(
     plots=storage_plots,
     label_columns=LABEL_COLUMNS,
     timeline_metric=TIMELINE_METRIC,
+    repeats_metric=REPEATS_METRIC,
     named_in_config={"storage.workload.name": "workload", "storage.name": "storage"},
     shown_config=("mode",),
 )
