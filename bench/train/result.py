@@ -32,6 +32,24 @@ class EpochRecord:
 
 
 @dataclass
+class Window:
+    """One measured window's figures (bench.train.epochs), or several windows pooled into one
+    (bench.train.repeats: benchmark.repeats > 1); what the run's TrainResult is built from."""
+
+    measured_steps: int
+    measured_images: int  # images of the measured steps (the batch changes with data.progressive)
+    window_seconds: float
+    step_times_ms: List[float]
+    data_wait_ms: List[float]
+    epochs: List[EpochRecord]
+    final_lr: float
+    final_loss: float
+    accuracy: Dict[str, Any]  # val top-1/top-5, time-to-target (bench.train.evaluate.accuracy_figures)
+    repeat_images: List[int] = field(default_factory=list)  # per measured window (benchmark.repeats)
+    repeat_seconds: List[float] = field(default_factory=list)
+
+
+@dataclass
 class TrainResult:
     batch_size: int  # per process
     warmup_steps: int
