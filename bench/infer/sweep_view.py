@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, List
 
+from bench.report_view import Sample, View
 from bench.runtime.reporting import REPEATS_METRIC
 from bench.runtime.sweep_view import (
     ACCURACY_COLUMNS,
@@ -18,7 +19,6 @@ from bench.runtime.sweep_view import (
     SHOWN_CONFIG,
     run_label,
 )
-from bench.scenarios import Sample, View
 
 if TYPE_CHECKING:
     import pandas as pd

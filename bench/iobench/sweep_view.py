@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, List
 
-from bench.scenarios import Sample, View
+from bench.report_view import Sample, View
 
 if TYPE_CHECKING:
     import pandas as pd

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from bench.analysis.cells import shown
-from bench.scenarios import Scaling
+from bench.report_view import Scaling
 
 # a training sweep whose jobs evaluated: shown before "error", each only when some job has it
 ACCURACY_COLUMNS = [

@@ -9,6 +9,7 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
+from bench.report_view import Sample, View
 from bench.runtime.reporting import REPEATS_METRIC
 from bench.runtime.sweep_view import (
     ACCURACY_COLUMNS,
@@ -21,7 +22,6 @@ from bench.runtime.sweep_view import (
     SHOWN_CONFIG,
     run_label,
 )
-from bench.scenarios import Sample, View
 
 if TYPE_CHECKING:
     import pandas as pd
