@@ -12,25 +12,11 @@ typed result record is the run's output contract and which tells the sweep repor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import (
-    TYPE_CHECKING,
-    Any,
-    Callable,
-    Dict,
-    List,
-    Mapping,
-    Optional,
-    Protocol,
-    Sequence,
-    Tuple,
-    TypeVar,
-    Union,
-)
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeVar
 
 from bench.errors import ReportError
 from bench.report_view import Sample, Scaling, View
-from bench.scenario_registry import DEFAULT_MODE, SCENARIOS, scenario_class
-from bench.scenario_registry import register as register_target
+from bench.scenario_registry import DEFAULT_MODE, SCENARIOS, register, scenario_class, unregister
 
 __all__ = [
     "SCENARIOS",
@@ -162,25 +148,6 @@ class Launcher(Protocol):
     def who(self) -> str: ...  # names it in a failure line when it does not
 
     def run(self, scenario: AnyScenario, config: "BenchConfig", out_dir: Path) -> Any: ...
-
-
-def register(mode: str, target: Union[str, type], options: Optional[type] = None) -> None:
-    """Add (or replace) the scenario of `mode`: its class (or "module:Class"), and `options`, the
-    dataclass of its own config namespace: a top-level key named `mode` (`count.steps=5`), so a new
-    scenario borrows no other scenario's keys. Before the config is composed (bench.config.compose,
-    or before `python -m bench`'s Hydra main)."""
-    from bench.config.schema import NAMESPACES
-
-    register_target(mode, target)
-    if options is not None:
-        NAMESPACES[mode] = options
-
-
-def unregister(mode: str) -> None:
-    from bench.config.schema import NAMESPACES
-
-    SCENARIOS.pop(mode, None)
-    NAMESPACES.pop(mode, None)
 
 
 def scenario_for(mode: Any) -> AnyScenario:

@@ -28,10 +28,6 @@ from bench.errors import ConfigError
 
 log = logging.getLogger("bench")
 
-# a registered scenario's own config namespace: a top-level key (its mode's name) holding its dataclass,
-# added to the schema by bench.scenarios.register(mode, target, options=...)
-NAMESPACES: Dict[str, type] = {}
-
 
 @dataclass
 class BenchConfig(Checks):
@@ -97,9 +93,12 @@ _SCHEMAS: Dict[Tuple[Tuple[str, type], ...], type] = {}
 
 
 def schema_class() -> type:
-    """BenchConfig, with a field per registered scenario namespace (NAMESPACES): `count.steps=5` is then
-    a key like any other (typed, defaulted, refused in one line when wrong, shown by --cfg job)."""
-    key = tuple(sorted(NAMESPACES.items()))
+    """BenchConfig, with a field per scenario that has a config namespace of its own
+    (bench.scenario_registry.OPTIONS): `count.steps=5` is then a key like any other (typed, defaulted,
+    refused in one line when wrong, shown by --cfg job)."""
+    from bench.scenario_registry import namespaces  # import-free itself; the dataclasses' modules load here
+
+    key = tuple(sorted(namespaces().items()))
     if not key:
         return BenchConfig
     if key not in _SCHEMAS:
