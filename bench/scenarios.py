@@ -68,7 +68,7 @@ class Tracker(Protocol):
     def ui_link(self, children: bool = False) -> Optional[str]: ...
 
 
-Outcome = TypeVar("Outcome", contravariant=True)  # what rank 0's run_rank hands to report()
+Outcome = TypeVar("Outcome")  # what rank 0's run_rank returns and report() takes
 R = TypeVar("R", bound="Report", covariant=True)  # a scenario's report type
 
 
@@ -130,7 +130,7 @@ class Scenario(Protocol[Outcome, R]):
 
     def run_rank(
         self, config: "BenchConfig", ctx: "RankContext", out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
-    ) -> Any: ...  # rank 0's outcome (an Outcome), else None
+    ) -> Optional[Outcome]: ...  # rank 0's outcome, else None
 
     def report(self, outcome: Outcome, config: "BenchConfig") -> R: ...
 
