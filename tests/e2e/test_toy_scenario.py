@@ -144,6 +144,9 @@ def count_mode():
     register("count", CountScenario, options=f"{__name__}:CountOptions")
     yield "count"
     unregister("count")
+    from bench.config.schema import register_configs
+
+    register_configs()  # the stored schema without the toy's namespace again, for whatever runs next here
 
 
 def test_a_registered_toy_scenario_runs_end_to_end_with_its_own_record(count_mode, compose, tmp_path, capsys):
