@@ -16,6 +16,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from bench.config import BenchConfig
 from bench.results import read_column, read_summary, read_window, write_csv, write_json, write_jsonl
 from bench.runtime.fit_watch import fit_problems, fit_tags
+from bench.runtime.fitness import Verdict
 from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, read_repeats, write_repeats
 from bench.train import sweep_view
 from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
@@ -73,9 +74,12 @@ class TrainReport:
         result, epochs = self.result, epoch_dicts(self.result.epochs)
         ranks = [
             {
-                k: v
-                for k, v in asdict(r).items()
-                if k not in ("step_times_ms", "data_wait_ms", "repeat_images", "repeat_seconds")
+                **{
+                    k: v
+                    for k, v in asdict(r).items()
+                    if k not in ("step_times_ms", "data_wait_ms", "repeat_images", "repeat_seconds")
+                },
+                "fit": r.fit.as_dict() if r.fit is not None else {},  # the record's fit_* names, as always
             }
             for r in self.ranks
         ]
@@ -171,7 +175,12 @@ class TrainReport:
             repeat_images=[int(v) for v in read_column(job_dir / cls.REPEATS_FILE, "images")],
             repeat_seconds=read_column(job_dir / cls.REPEATS_FILE, "seconds"),
         )
-        ranks = [RankSummary(**r, step_times_ms=[], data_wait_ms=[]) for r in summary.get("ranks", [])]
+        ranks = [
+            RankSummary(
+                **{**r, "fit": Verdict.from_dict(r["fit"]) if r.get("fit") else None}, step_times_ms=[], data_wait_ms=[]
+            )
+            for r in summary.get("ranks", [])
+        ]
         return cls(result, ranks, record, cls.repeats(job_dir))
 
     @classmethod

@@ -4,9 +4,12 @@ and is read back by the report)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from bench.results import KEPT, SPREAD, Record
+
+if TYPE_CHECKING:
+    from bench.runtime.fitness import Verdict
 
 
 @dataclass
@@ -76,7 +79,7 @@ class TrainResult:
     repeat_seconds: List[float] = field(default_factory=list)
     files: List[str] = field(default_factory=list)  # written by the rank after the window (profiler trace, table)
     interrupted: Optional[str] = None  # the signal (SIGTERM, SIGINT) that cut the passes after the window short
-    fit: Dict[str, Any] = field(default_factory=dict)  # this rank's fit-to-measure verdict (bench.runtime.fit_watch)
+    fit: Optional[Verdict] = None  # this rank's fit-to-measure verdict (bench.runtime.fit_watch; None: not watched)
 
     @property
     def images(self) -> int:
@@ -97,7 +100,7 @@ class RankSummary:
     param_checksum: float
     repeat_images: List[int] = field(default_factory=list)
     repeat_seconds: List[float] = field(default_factory=list)
-    fit: Dict[str, Any] = field(default_factory=dict)  # this rank's fit-to-measure verdict
+    fit: Optional[Verdict] = None  # this rank's fit-to-measure verdict (bench.runtime.fit_watch; None: not watched)
 
     @property
     def images_per_second(self) -> float:
