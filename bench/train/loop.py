@@ -71,7 +71,7 @@ def train(
     session.mlperf = mlperf
     mlperf.event("eval_samples", getattr(session.val, "facts", {}).get("val_dataset_size", 0))
     window, gpu, peak_memory = measure(run, session, monitor, first_step_at)
-    mlperf.run_stop(window.accuracy.get("reached_target"))
+    mlperf.run_stop(window.accuracy.reached_target if window.accuracy is not None else None)
     return collect_result(run, window, gpu, peak_memory, on_finish, out_dir)
 
 

@@ -132,7 +132,10 @@ def summarize(
         **input_pipeline(wait_fraction),
         compile_fallback=result.compile.get("fallback_reason") or None,
         gpu=dict(result.gpu),
-        extra={**{k: v for k, v in result.extra.items() if k != "checkpoint_path"}, **result.accuracy},
+        extra={
+            **{k: v for k, v in result.extra.items() if k != "checkpoint_path"},
+            **(result.accuracy.figures() if result.accuracy is not None else {}),
+        },
         **repeat_figures(repeat_throughputs(ranks)),
         **record_fields(result.fit, [r.fit for r in ranks if r.rank != 0]),
     )
