@@ -110,7 +110,7 @@ def run(
         report = scenario.report(launcher.run(scenario, config, out_dir), config)
         _report_the_measurement(report, tracker)
         problems = list(report.problems) + _write_outputs(report, config, environment, tracker, out_dir)
-        stopped = getattr(report, "interrupted", None)  # a signal during the passes after the window
+        stopped = report.interrupted  # a signal during the passes after the window
         if stopped:
             raise Interrupted(stopped)  # the window is reported: the run ends KILLED, as at any signal
         if problems:  # the measurement stands; an output it was to leave behind does not

@@ -1,5 +1,5 @@
-"""What every scenario's report shares: the interface the app drives, the final stdout line,
-and output files written whole or not at all.
+"""What every scenario's report shares: the typed record, the final stdout line, and output files
+written whole or not at all (the interface the app drives is bench.scenarios.Report, the one protocol).
 
 A report (bench.train.report.TrainReport, bench.iobench.report.StorageReport) aggregates what
 the ranks or simulated accelerators measured, flattens it to the `radix_metrics` dict (the
@@ -16,23 +16,9 @@ import math
 import os
 from dataclasses import MISSING, fields
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Protocol, Sequence, Type, TypeVar
+from typing import Any, Dict, Iterable, List, Mapping, Sequence, Type, TypeVar
 
 from bench.secrets import redact
-
-
-class Report(Protocol):
-    metrics: Dict[str, Any]  # the radix_metrics dict: field names are a public contract
-    problems: List[str]  # what failed after the measurement (a checkpoint): the run ends FAILED, the figures stand
-
-    def headline(self) -> str: ...
-
-    def write(
-        self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]
-    ) -> List[Path]: ...
-
-    def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None: ...
-
 
 R = TypeVar("R", bound="Record")
 KEPT = {"kept": True}  # a field written even when None (null in the final line), as it always was

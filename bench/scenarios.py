@@ -12,32 +12,35 @@ typed result record is the run's output contract and which tells the sweep repor
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, ClassVar, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeVar
 
-from bench.scenario_registry import DEFAULT_MODE, SCENARIOS, register, scenario_class
+from bench.errors import ReportError
+from bench.report_view import Sample, Scaling, View
+from bench.scenario_registry import DEFAULT_MODE, SCENARIOS, register, scenario_class, unregister
 
 __all__ = [
     "SCENARIOS",
+    "AnyScenario",
     "Launcher",
     "Report",
     "ReportClass",
+    "Sample",
+    "Scaling",
     "Scenario",
     "Tracker",
+    "View",
     "has_ranks",
     "register",
     "report_class",
     "report_class_of_modes",
     "scenario_class",
     "scenario_for",
+    "unregister",
 ]
 
 if TYPE_CHECKING:
-    import pandas as pd
-
     from bench.config import BenchConfig
     from bench.launch.context import RankContext
-
-Column = Tuple[str, str, str]  # (header, frame column = a radix_metrics key, format)
 
 
 class Tracker(Protocol):
@@ -65,11 +68,21 @@ class Tracker(Protocol):
     def ui_link(self, children: bool = False) -> Optional[str]: ...
 
 
+Outcome = TypeVar("Outcome")  # what rank 0's run_rank returns and report() takes
+R = TypeVar("R", bound="Report", covariant=True)  # a scenario's report type
+
+
 class Report(Protocol):
-    """What a scenario's report offers the app (one run) and the analysis (a sweep of runs)."""
+    """What a scenario's report offers the app (one run): the one report protocol."""
 
     @property
     def problems(self) -> List[str]: ...  # what failed after the measurement: the run ends FAILED, the figures stand
+
+    @property
+    def interrupted(self) -> Optional[str]: ...  # a signal during the passes after the window: the run ends KILLED
+
+    @property
+    def record(self) -> Any: ...  # the scenario's typed result record (a bench.results.Record)
 
     @property
     def metrics(self) -> Dict[str, Any]: ...  # the radix_metrics dict: the typed record, serialised
@@ -83,31 +96,32 @@ class Report(Protocol):
     def log_to(self, tracker: Tracker, files: List[Path], out_dir: Path, log_series: bool) -> None: ...
 
 
-class ReportClass(Protocol):
-    """The report type: how a finished run is read back and shown in a sweep."""
+class ReportClass(Protocol[R]):
+    """The report type (a class: its class attributes and classmethods satisfy this): what a sweep
+    shows of its runs and how a finished run is read back."""
 
-    TIMELINE_METRIC: ClassVar[str]  # the MLflow series of the per-step figure (step times, latencies)
-    REPEATS_METRIC: ClassVar[Optional[str]]  # the MLflow series of benchmark.repeats' windows (None: none)
-    SWEEP_COLUMNS: ClassVar[List[Column]]  # the sweep table; "error" last
-    OPTIONAL_COLUMNS: ClassVar[List[Column]]  # shown before "error" when some job has them
-    LABEL_COLUMNS: ClassVar[List[Column]]  # what names a single run in `compare` (prefix, figure, format)
-    COMPARE_FIGURE: ClassVar[str]  # the throughput `compare` takes when a run has no samples
+    @property
+    def view(self) -> View: ...
 
-    def from_files(self, job_dir: Path) -> Any: ...
+    def from_files(self, job_dir: Path) -> R: ...
 
-    def timeline(self, job_dir: Path) -> List[float]: ...
+    def timeline(self, job_dir: Path) -> List[float]: ...  # one value per step or request ([]: none)
 
-    def repeats(self, job_dir: Path) -> List[float]: ...
+    def repeats(self, job_dir: Path) -> List[float]: ...  # view.sample.figure per measured window ([]: one)
 
-    def sweep_plots(self, frame: "pd.DataFrame", out: Path, title: str) -> List[Path]: ...
+    def read_back(self, job_dir: Path) -> Dict[str, Any]: ...  # frame columns of its own (training: val_curve)
+
+    def read_back_mlflow(self, client: Any, run_id: str) -> Dict[str, Any]: ...  # the same, from MLflow
 
 
-class Scenario(Protocol):
+class Scenario(Protocol[Outcome, R]):
+    """A mode's code: `Scenario[its outcome, its report]`."""
+
     # modules a launcher's forkserver imports once for this config (its workers fork from it)
     def preload(self, config: "BenchConfig") -> Tuple[str, ...]: ...
 
     @property
-    def report_class(self) -> Any: ...  # a ReportClass (a class: its classmethods satisfy the protocol)
+    def report_class(self) -> ReportClass[R]: ...
 
     def has_ranks(self, config: "BenchConfig") -> bool: ...  # started by a launcher, one process per rank
 
@@ -119,11 +133,14 @@ class Scenario(Protocol):
 
     def run_rank(
         self, config: "BenchConfig", ctx: "RankContext", out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
-    ) -> Any: ...  # rank 0's outcome, else None
+    ) -> Optional[Outcome]: ...  # rank 0's outcome, else None
 
-    def report(self, outcome: Any, config: "BenchConfig") -> Report: ...
+    def report(self, outcome: Outcome, config: "BenchConfig") -> R: ...
 
     def explain(self, exc: BaseException, config: "BenchConfig") -> Optional[str]: ...  # a known failure, one line
+
+
+AnyScenario = Scenario[Any, Report]
 
 
 class Launcher(Protocol):
@@ -133,30 +150,45 @@ class Launcher(Protocol):
     @property
     def who(self) -> str: ...  # names it in a failure line when it does not
 
-    def run(self, scenario: Scenario, config: "BenchConfig", out_dir: Path) -> Any: ...
+    def run(self, scenario: AnyScenario, config: "BenchConfig", out_dir: Path) -> Any: ...
 
 
-def scenario_for(mode: Any) -> Scenario:
-    scenario: Scenario = scenario_class(mode)()
+def scenario_for(mode: Any) -> AnyScenario:
+    scenario: AnyScenario = scenario_class(mode)()
     return scenario
 
 
-def has_ranks(scenario: Scenario, config: "BenchConfig") -> bool:
+def has_ranks(scenario: AnyScenario, config: "BenchConfig") -> bool:
     return bool(scenario.has_ranks(config))
 
 
-def report_class(mode: Any) -> Any:
+def mode_name(mode: Any) -> str:
+    """A recorded mode as a name: none recorded (None, NaN, "": a run from before modes) is training."""
+    if mode is None or (isinstance(mode, float) and mode != mode) or str(mode) in ("", "None"):
+        return DEFAULT_MODE
+    return str(mode)
+
+
+def report_class(mode: Any) -> ReportClass[Report]:
     """The report type of a run recorded with this mode (a name read back from a file or MLflow;
-    runs recorded before `mode` existed are training runs)."""
-    return scenario_class(str(mode) if str(mode) in SCENARIOS else DEFAULT_MODE).report_class
+    runs recorded before `mode` existed, None here, are training runs). A mode no scenario has is
+    refused in one line (ReportError, exit 2): its figures cannot be read as another scenario's."""
+    mode = mode_name(mode)
+    if mode not in SCENARIOS:
+        raise ReportError(
+            f"a run recorded with mode={mode} has no scenario here (registered: {', '.join(SCENARIOS)}): "
+            "its figures cannot be read as another scenario's"
+        )
+    reports: ReportClass[Report] = scenario_class(mode).report_class
+    return reports
 
 
-def report_class_of_modes(modes: Sequence[Any]) -> Any:
+def report_class_of_modes(modes: Sequence[Any]) -> ReportClass[Report]:
     """The report type that shows a sweep: its jobs' one mode (a sweep of mixed modes, or with
     none recorded, is shown as training runs are)."""
-    names = {str(m) for m in modes}
+    names = {mode_name(m) for m in modes}
     return report_class(names.pop() if len(names) == 1 else DEFAULT_MODE)
 
 
-def all_report_classes() -> Dict[str, Any]:
-    return {mode: scenario_class(mode).report_class for mode in SCENARIOS}
+def all_report_classes() -> Dict[str, ReportClass[Report]]:
+    return {mode: report_class(mode) for mode in SCENARIOS}

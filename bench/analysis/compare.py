@@ -5,10 +5,16 @@ Matching: two single runs are one pair, whatever their configs (the user chose t
 sweeps are matched on the config keys that vary inside either sweep (what was swept); a
 configuration only one side has is listed, not compared.
 
-Samples per run (bench.analysis.confidence): the images/s of each repeat when both runs have
-2 or more (the statistic is their median); otherwise the step times (the statistic is the
-pooled throughput, images / summed step time). The interval is the 2.5-97.5 percentile range of
-candidate / baseline over independent bootstrap resamples of each side.
+What is sampled, and its unit, is the runs' scenario's (its report class's `view.sample`,
+bench.scenarios.Sample): training compares images/s, storage samples/s, inference the per-batch
+latency in ms; two runs of different scenarios are refused (ReportError, exit 2). Samples per run
+(bench.analysis.confidence): the figure of each repeat when both runs have 2 or more (the
+statistic is their median); otherwise the timeline where the scenario reads one (a training
+run's step times: the pooled throughput, images / summed step time; an inference run's
+latencies: their median); otherwise the run's own figure (a point ratio, no interval). The
+interval is the 2.5-97.5 percentile range of the ratio over independent bootstrap resamples of
+each side. The ratio is candidate / baseline for a throughput, baseline / candidate for a latency
+(lower is better), so above 1 is always faster.
 
 Verdict, for a threshold t (default 3%): `slower` when the ratio is below 1 - t AND the whole
 interval is below 1 (slower beyond the threshold, and not noise); `faster` the mirror image;
@@ -29,9 +35,10 @@ import pandas as pd
 
 from bench.analysis.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent
+from bench.errors import ReportError
 from bench.runtime.fitness import unfit_reason
 from bench.scenario_registry import DEFAULT_MODE
-from bench.scenarios import report_class
+from bench.scenarios import Sample, mode_name, report_class
 
 SLOWER, FASTER, SAME, UNJUDGED = "slower", "faster", "same", "not judged"
 TIMELINE_RESAMPLES = 2_000  # step timelines can be long: fewer resamples keep a compare quick
@@ -45,14 +52,15 @@ class Pair:
     label: str
     baseline_run: Optional[str]
     candidate_run: Optional[str]
-    baseline: float  # images/s (the statistic of its samples)
+    baseline: float  # the sampled figure (the statistic of its samples), in `unit`
     candidate: float
-    ratio: float
+    ratio: float  # candidate / baseline; baseline / candidate for a latency: > 1 is faster
     low: Optional[float]  # the 95% interval of the ratio (None without samples)
     high: Optional[float]
     samples: str  # "repeats", "steps" or "none"
     verdict: str
     note: str = ""
+    unit: str = "images/s"  # the sampled figure's (its scenario's Sample.unit)
 
 
 @dataclass
@@ -69,6 +77,12 @@ class Comparison:
     @property
     def unjudged(self) -> List[Pair]:
         return [p for p in self.pairs if p.verdict == UNJUDGED]
+
+    @property
+    def unit(self) -> str:
+        """The pairs' one unit ("" when they differ: each value then carries its own)."""
+        units = {p.unit for p in self.pairs}
+        return units.pop() if len(units) == 1 else ""
 
 
 def finished(frame: pd.DataFrame) -> pd.DataFrame:
@@ -90,9 +104,9 @@ def label_of(row: Dict[str, Any], keys: Sequence[str]) -> str:
     """The swept keys' values; for a single run, its mode (when not training), model, precision and batch."""
     if keys:
         return " ".join(f"{k[len(CONFIG_PREFIX) :]}={row.get(k)}" for k in keys)
-    mode = _mode(row)
-    words = [str(mode)] if not absent(mode) and str(mode) != DEFAULT_MODE else []
-    for prefix, name, fmt in report_class(mode).LABEL_COLUMNS:  # what names a single run (its report class says)
+    mode = mode_name(_mode(row))
+    words = [mode] if mode != DEFAULT_MODE else []
+    for prefix, name, fmt in report_class(mode).view.label_columns:  # what names a single run (its report class says)
         value = row.get(name)
         if value is not None and not absent(value):
             words.append(prefix + (str(int(float(value))) if fmt == "int" else str(value)))
@@ -125,34 +139,48 @@ def match(baseline: pd.DataFrame, candidate: pd.DataFrame) -> Tuple[List[Tuple[s
     return pairs, only_baseline, only_candidate
 
 
-def _images_per_step(row: Dict[str, Any]) -> Optional[float]:
-    for key in ("global_batch_size", "batch_size"):
+def _items_per_step(row: Dict[str, Any], sample: Sample) -> Optional[float]:
+    for key in sample.per_step:  # the first of these figures the run has: a timeline entry's items
         if not absent(row.get(key)):
             return float(row[key])
     return None
 
 
-def _samples(row: Dict[str, Any], kind: str) -> Tuple[np.ndarray, Any, float]:
+def _samples(row: Dict[str, Any], kind: str, sample: Sample) -> Tuple[np.ndarray, Any, float]:
     """(values, bootstrap statistic, point estimate) of one run for this kind of sample."""
     if kind == "repeats":
         values = np.asarray(row["repeat_rates"], dtype=float)
         return values, median_rows, float(np.median(values))
     values = np.asarray(row["timeline"], dtype=float)
-    images = _images_per_step(row)
-    assert images, "_kind picks the step times only where the batch size is known"
-    return values, pooled_rate_rows(images), images * len(values) / (values.sum() / 1000.0)
+    if sample.timeline_is_figure:  # the entries are the figure (a latency): their median
+        return values, median_rows, float(np.median(values))
+    items = _items_per_step(row, sample)
+    assert items, "_kind picks the timeline only where the items per step are known"
+    return values, pooled_rate_rows(items), items * len(values) / (values.sum() / 1000.0)
 
 
-def _kind(base: Dict[str, Any], cand: Dict[str, Any]) -> str:
+def _kind(base: Dict[str, Any], cand: Dict[str, Any], sample: Sample) -> str:
     def has(row: Dict[str, Any], name: str, at_least: int) -> bool:
         value = row.get(name)
         return isinstance(value, list) and len(value) >= at_least
 
-    if has(base, "repeat_rates", 2) and has(cand, "repeat_rates", 2):
+    if sample.from_repeats and has(base, "repeat_rates", 2) and has(cand, "repeat_rates", 2):
         return "repeats"
-    if has(base, "timeline", 2) and has(cand, "timeline", 2) and _images_per_step(base) and _images_per_step(cand):
+    readable = sample.timeline_is_figure or (_items_per_step(base, sample) and _items_per_step(cand, sample))
+    if readable and has(base, "timeline", 2) and has(cand, "timeline", 2):
         return "steps"
     return "none"
+
+
+def sample_of(base: Dict[str, Any], cand: Dict[str, Any]) -> Sample:
+    """What the two runs' scenario samples; runs of two scenarios are refused (their figures differ)."""
+    modes = mode_name(_mode(base)), mode_name(_mode(cand))
+    if modes[0] != modes[1]:
+        raise ReportError(
+            f"the baseline is a mode={modes[0]} run and the candidate a mode={modes[1]} run: "
+            "compare runs of one scenario (their figures measure different things)"
+        )
+    return report_class(modes[0]).view.sample
 
 
 def verdict(ratio: float, low: Optional[float], high: Optional[float], threshold: float) -> Tuple[str, str]:
@@ -170,18 +198,20 @@ def verdict(ratio: float, low: Optional[float], high: Optional[float], threshold
 def compare_pair(
     label: str, base: Dict[str, Any], cand: Dict[str, Any], threshold: float, judge_unfit: bool = False
 ) -> Pair:
-    kind = _kind(base, cand)
+    sample = sample_of(base, cand)  # what their scenario samples, in its unit
+    kind = _kind(base, cand, sample)
     low = high = None
     note = ""
     if kind == "none":
-        figure = report_class(_mode(cand)).COMPARE_FIGURE  # the run's throughput, by its report class
-        b, c = float(base[figure]), float(cand[figure])
+        b, c = float(base[sample.figure]), float(cand[sample.figure])  # the runs' own figure
         note = "no repeats or step times: no interval"
     else:
-        (bv, bstat, b), (cv, cstat, c) = _samples(base, kind), _samples(cand, kind)
+        (bv, bstat, b), (cv, cstat, c) = _samples(base, kind, sample), _samples(cand, kind, sample)
         resamples = {"resamples": TIMELINE_RESAMPLES} if kind == "steps" else {}
-        low, high = ratio_interval(bootstrap(bv, bstat, seed=1, **resamples), bootstrap(cv, cstat, seed=2, **resamples))
-    ratio = c / b if b > 0 else math.inf
+        boots = bootstrap(bv, bstat, seed=1, **resamples), bootstrap(cv, cstat, seed=2, **resamples)
+        low, high = ratio_interval(*(boots[::-1] if sample.lower_is_better else boots))
+    over, under = (b, c) if sample.lower_is_better else (c, b)  # > 1: the candidate is faster
+    ratio = over / under if under > 0 else math.inf
     decided, why = verdict(ratio, low, high, threshold)
     sides = [
         f"the {side} was not fit to measure ({reason})"
@@ -208,6 +238,7 @@ def compare_pair(
         kind,
         decided,
         "; ".join(x for x in (why, note, provenance_differences(base, cand)) if x),
+        sample.unit,
     )
 
 

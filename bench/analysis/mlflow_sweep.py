@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import os
 from contextlib import contextmanager
-from typing import Any, Iterator, List, Optional, Tuple, cast
+from typing import Any, Dict, Iterator, List, Optional, cast
 
 import pandas as pd
 
-from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, NAMED_IN_CONFIG, PROVENANCE, absent, ordered_columns
+from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, PROVENANCE, absent, ordered_columns
 from bench.errors import ReportError
 from bench.runtime.fitness import REASONS
 from bench.scenarios import report_class
@@ -73,32 +73,26 @@ def read_mlflow_sweep(
     def series(run_id: str, name: Optional[str]) -> List[float]:
         return [m.value for m in sorted(client.get_metric_history(run_id, name), key=lambda m: m.step)] if name else []
 
-    timelines = [
-        series(run_id, report_class(mode).TIMELINE_METRIC) for run_id, mode in zip(runs["run_id"], modes, strict=True)
-    ]
+    reports = [report_class(mode) for mode in modes]  # each run's scenario says what it reads back
+    ids = list(runs["run_id"])
+    timelines = [series(run_id, r.view.timeline_metric) for run_id, r in zip(ids, reports, strict=True)]
     repeats = [
-        series(run_id, report_class(mode).REPEATS_METRIC) for run_id, mode in zip(runs["run_id"], modes, strict=True)
+        series(run_id, r.view.repeats_metric if r.view.sample.from_repeats else None)
+        for run_id, r in zip(ids, reports, strict=True)
     ]
-    curves = [_mlflow_val_curve(client, run_id) for run_id in runs["run_id"]]
-    return _frame_from_search(runs.astype(object).reset_index(drop=True), timelines, curves, repeats)
-
-
-def _mlflow_val_curve(client: Any, run_id: str) -> List[Tuple[float, float]]:
-    """(wall seconds, val top-1) per evaluated epoch, from the per-epoch series the training
-    report logs (step = epoch; step 0 is the final figure)."""
-
-    def by_epoch(name: str) -> dict:
-        return {m.step: m.value for m in client.get_metric_history(run_id, name) if m.step > 0}
-
-    walls, top1 = by_epoch("epoch_wall_seconds"), by_epoch("val_top1")
-    return [(walls[e], top1[e]) for e in sorted(walls) if e in top1]
+    own = [r.read_back_mlflow(client, run_id) for run_id, r in zip(ids, reports, strict=True)]
+    named: Dict[str, str] = {}
+    for r in reports:
+        named.update(r.view.named_in_config)
+    return _frame_from_search(runs.astype(object).reset_index(drop=True), timelines, own, repeats, named)
 
 
 def _frame_from_search(
     runs: pd.DataFrame,
     timelines: List[List[float]],
-    curves: List[List[Tuple[float, float]]],
+    own: List[Dict[str, Any]],
     repeats: List[List[float]],
+    named: Dict[str, str],
 ) -> pd.DataFrame:
     def column(name: str) -> pd.Series:
         return runs[name] if name in runs else pd.Series([None] * len(runs), index=runs.index, dtype=object)
@@ -108,7 +102,7 @@ def _frame_from_search(
 
     metrics = runs.filter(regex=r"^metrics\.").rename(columns=lambda c: c[len("metrics.") :])
     config = runs.filter(regex=r"^params\.").rename(columns=lambda c: CONFIG_PREFIX + c[len("params.") :])
-    for key, name in NAMED_IN_CONFIG.items():
+    for key, name in named.items():  # the runs' scenarios name them
         if name not in metrics:
             metrics[name] = text("params." + key)
     if "tags.bench.fit_reasons" in runs:  # a string: a tag, not a metric (bench.runtime.fit_watch)
@@ -123,7 +117,6 @@ def _frame_from_search(
             "run_id": runs["run_id"],
             "timeline": timelines,
             "repeat_rates": repeats,
-            "val_curve": curves,
         },
         index=runs.index,
         dtype=object,
@@ -131,5 +124,7 @@ def _frame_from_search(
     provenance = pd.DataFrame(
         {ENV_PREFIX + k: text("tags.env." + k) for k in PROVENANCE}, index=runs.index, dtype=object
     )
-    frame = pd.concat([fields, metrics, config, provenance], axis=1).astype(object)
+    columns = sorted({name for row in own for name in row})
+    extra = pd.DataFrame({c: [row.get(c, []) for row in own] for c in columns}, index=runs.index, dtype=object)
+    frame = pd.concat([fields, extra, metrics, config, provenance], axis=1).astype(object)
     return frame.reindex(columns=ordered_columns(frame.columns))

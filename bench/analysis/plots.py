@@ -1,12 +1,11 @@
-"""The sweep plots (PNG, matplotlib's Agg backend: no display needed).
+"""The sweep plots' tools (PNG, matplotlib's Agg backend: no display needed): figures, lines
+through a sweep's runs, a box per run over its timeline, axes that hold every point.
 
-Each scenario's report class picks its plots (sweep_plots, in bench/<scenario>/sweep_view.py).
-Training sweeps: throughput and scaling efficiency vs process count, throughput vs batch
-size (each only when the sweep moved along that axis: a line with two points; error bars from
-the slowest to the fastest window where jobs ran benchmark.repeats > 1),
-the step-time distribution of every run (per-batch latency for inference sweeps), and (when
-some job evaluated) validation accuracy against wall time, a line per job. Storage sweeps: throughput and accelerator
-utilization vs client count, and the per-request read latency of every run.
+Each scenario's report class draws its own plots with them (its `view.plots`): the model
+scenarios' in bench/runtime/plots.py (throughput and scaling vs process count, vs batch, the
+step-time or latency distribution) and bench/train/plots.py (validation accuracy against wall
+time), the storage benchmark's in bench/iobench/plots.py. Nothing here names a scenario's figure
+but `draw_line`'s error bars for a figure with `<figure>_min`/`<figure>_max` beside it.
 """
 
 from __future__ import annotations
@@ -38,14 +37,14 @@ def points_by_series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Itera
 
 def draw_line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
     """A line through the points that have `y` (runs recorded before a figure existed lack it);
-    images/s of runs with benchmark.repeats get error bars from the slowest to the fastest repeat
-    (the spread, not the interval)."""
+    a figure with `<y>_min`/`<y>_max` beside it (images/s of runs with benchmark.repeats) gets error
+    bars from the slowest to the fastest repeat (the spread, not the interval)."""
     points = [p for p in points if not absent(p.get(y))]
     if not points:
         return
     xs, ys = [float(p[x]) for p in points], [float(p[y]) for p in points]
     spread = [(p.get(f"{y}_min"), p.get(f"{y}_max")) for p in points]
-    if y == "images_per_second" and any(not absent(low) for low, _ in spread):
+    if any(not absent(low) for low, _ in spread):  # the repeats' spread (images/s of benchmark.repeats)
         below = [
             0.0 if low is None or absent(low) else max(0.0, v - float(low))
             for v, (low, _) in zip(ys, spread, strict=True)
@@ -59,13 +58,6 @@ def draw_line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
     ax.plot(xs, ys, marker="o", label=label)
 
 
-def _count_unit(frame: pd.DataFrame) -> Tuple[str, str]:
-    """('GPUs', 'GPU') when every finished run ran on CUDA, else CPU ranks may be in the mix."""
-    finished = frame[frame["status"].eq("FINISHED")]
-    devices = {str(_shown(d)) for d in finished.get("device", pd.Series([""] * len(finished), dtype=object))}
-    return ("GPUs", "GPU") if devices == {"cuda"} else ("processes (GPUs, or CPU ranks)", "process")
-
-
 def _pyplot() -> Any:
     import matplotlib
 
@@ -75,7 +67,7 @@ def _pyplot() -> Any:
     return plt
 
 
-def _swept(frame: pd.DataFrame, x: str) -> List[float]:
+def swept_values(frame: pd.DataFrame, x: str) -> List[float]:
     """The distinct values of `x` among the finished runs, sorted: the ticks of that axis."""
     finished = frame[frame["status"].eq("FINISHED")]
     return sorted({float(v) for v in finished.get(x, pd.Series([], dtype=object)) if not absent(v)})
@@ -152,117 +144,8 @@ def draw_distribution(
     figures.save(fig, name)
 
 
-def plot_training(
-    frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str], run_label: Callable[[Row], str]
-) -> List[Path]:
-    """A training (or inference) sweep: throughput and scaling efficiency vs process count, throughput
-    vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name)."""
-    figures = Figures(out)
-    unit, count_word = _count_unit(frame)
-    # strong scaling splits one global batch over the processes: its lines hold the global batch
-    strong = "scaling" in frame and frame["scaling"].astype(str).eq("strong").any()
-    batch = "global_batch_size" if strong else "batch_size"
-    by_processes = list(points_by_series(frame, "world_size", ["precision", batch]))
-    by_batch = list(points_by_series(frame, "batch_size", ["precision", "world_size"]))
-
-    # an axis is drawn only when the sweep moved along it (issues 21, 30): some line has two points
-    # on it. A batch-size sweep draws no "vs processes" plot, a process-count sweep (weak or strong)
-    # no "vs batch" plot
-    processes = _swept(frame, "world_size")
-    if len(processes) >= 2 and along_a_swept_axis(by_processes, "world_size"):
-        fig, ax = figures.new()
-        for label, points in by_processes:
-            draw_line(ax, points, "world_size", "images_per_second", label)
-        ax.set(
-            title=f"Throughput vs {count_word} count ({title})",
-            xlabel=f"Number of {unit}",
-            ylabel="Throughput (images/s, all processes)",
-        )
-        finish_axes(ax, processes)
-        figures.save(fig, "throughput_vs_gpus.png")
-
-        fig, ax = figures.new()
-        plotted = False
-        for label, points in by_processes:
-            points = [p for p in points if not absent(p.get("scaling_efficiency_percent"))]
-            if points:
-                plotted = True
-                draw_line(
-                    ax,
-                    points,
-                    "world_size",
-                    "scaling_efficiency_percent",
-                    f"{label} ({_shown(points[0].get('scaling'), 'weak')} scaling)",
-                )
-        ax.axhline(100.0, color="grey", linestyle="--", linewidth=1, label="ideal (100%)")
-        ax.set(
-            title=f"Scaling efficiency vs {count_word} count ({title})",
-            xlabel=f"Number of {unit}",
-            ylabel="Scaling efficiency (%) = T_N / (N x T_1)",
-        )
-        if not plotted:
-            ax.text(
-                0.5,
-                0.5,
-                "no 1-process run of the same configuration in this sweep",
-                transform=ax.transAxes,
-                ha="center",
-                va="center",
-            )
-        finish_axes(ax, processes)
-        figures.save(fig, "scaling_efficiency.png")
-
-    batches = _swept(frame, "batch_size")
-    if len(batches) >= 2 and along_a_swept_axis(by_batch, "batch_size"):
-        fig, ax = figures.new()
-        for label, points in by_batch:
-            draw_line(ax, points, "batch_size", "images_per_second", label)
-        ax.set(
-            title=f"Throughput vs batch size ({title})",
-            xlabel="Batch size per process (images)",
-            ylabel="Throughput (images/s, all processes)",
-        )
-        finish_axes(ax, batches)
-        figures.save(fig, "throughput_vs_batch.png")
-
-    what, ylabel, name = timeline
-    draw_distribution(figures, frame, f"{what} per run ({title})", ylabel, name, run_label)
-    plot_accuracy(figures, frame, title)
-    return figures.written
-
-
-def plot_accuracy(figures: Figures, frame: pd.DataFrame, title: str) -> None:
-    """accuracy_vs_time.png: val top-1 against seconds since each job's first training step, a
-    line per job that evaluated, and the target as a dashed line when every such job had the same one."""
-    rows = [r for r in frame.to_dict("records") if isinstance(r.get("val_curve"), list) and r["val_curve"]]
-    if not rows:
-        return
-    fig, ax = figures.new(8)
-    for row in rows:
-        overrides = str(_shown(row.get("overrides")))  # the swept ones only (keep_varying_overrides)
-        label = f"job {row['job']}" + (f": {overrides[:60]}" if overrides else "")
-        ax.plot(
-            [p[0] for p in row["val_curve"]], [p[1] for p in row["val_curve"]], marker="o", markersize=3, label=label
-        )
-    targets = [row.get("target_accuracy") for row in rows]
-    if all(not absent(t) for t in targets) and len({float(t) for t in targets}) == 1:
-        ax.axhline(
-            float(targets[0]), color="grey", linestyle="--", linewidth=1, label=f"target ({float(targets[0]):g})"
-        )
-    ax.set(
-        title=f"Validation accuracy vs wall time ({title})",
-        xlabel="Seconds since the job's first training step",
-        ylabel="Validation top-1 accuracy",
-    )
-    ax.grid(True, alpha=0.3)
-    ax.legend(fontsize=8)
-    ax.set_xlim(left=0)
-    ax.set_ylim(0, 1.02)
-    figures.save(fig, "accuracy_vs_time.png")
-
-
 def plot_all(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
-    """The plots the sweep's report class draws (bench.analysis.render.sweep_report_class), written into `out`."""
-    from bench.analysis.render import sweep_report_class
+    """The plots the sweep's report class draws (bench.analysis.runs.sweep_report_class), written into `out`."""
+    from bench.analysis.runs import sweep_report_class
 
-    return list(sweep_report_class(frame).sweep_plots(frame, out, title))
+    return list(sweep_report_class(frame).view.plots(frame, out, title))

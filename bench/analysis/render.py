@@ -15,13 +15,10 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import pandas as pd
 
-from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent, metric_columns
+from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent, metric_columns, sweep_report_class
 from bench.runtime.fitness import unfit_reason
-from bench.scenarios import report_class_of_modes
 
 CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
-# config keys the sweep table shows under a column of its own already (model, precision, procs, batch)
-SHOWN_AS = ("model.arch", "precision.name", "distributed.nproc_per_node", "data.batch_size", "mode")
 NOT_SWEPT = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # never a configuration
 
 
@@ -65,10 +62,10 @@ def swept_override_keys(frame: pd.DataFrame) -> List[str]:
 
 def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
     """(header, frame column, format) of this sweep's table: what its runs' report class shows."""
-    reports = sweep_report_class(frame)
-    base = list(reports.SWEEP_COLUMNS)
+    view = sweep_report_class(frame).view
+    base = list(view.columns)
     # every swept key labelled: a column of its own after the overrides, unless a column shows it already
-    shown_keys = {name for _, name, _ in base} | {CONFIG_PREFIX + key for key in SHOWN_AS}
+    shown_keys = {name for _, name, _ in base} | {CONFIG_PREFIX + key for key in view.shown_config}
     swept = [
         (key, CONFIG_PREFIX + key, "{}")
         for key in swept_override_keys(frame)
@@ -76,7 +73,7 @@ def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
     ]
     at = next((i + 1 for i, (_, name, _) in enumerate(base) if name == "overrides"), 0)
     base = base[:at] + swept + base[at:]
-    extra = [c for c in reports.OPTIONAL_COLUMNS if c[1] in frame and not all(absent(v) for v in frame[c[1]])]
+    extra = [c for c in view.optional_columns if c[1] in frame and not all(absent(v) for v in frame[c[1]])]
     # jobs that ran other code or packages (a Slurm sweep over nodes set up apart): say which, per job
     extra += [
         (header, ENV_PREFIX + name, "{}")
@@ -84,12 +81,6 @@ def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
         if len({str(v) for v in frame.get(ENV_PREFIX + name, []) if not absent(v) and v != ""}) > 1
     ]
     return base[:-1] + extra + base[-1:]  # the error stays last
-
-
-def sweep_report_class(frame: pd.DataFrame) -> Any:
-    """The report class of the sweep's runs (bench.scenarios decides; recorded without a mode: training)."""
-    modes = frame.get(CONFIG_PREFIX + "mode")
-    return report_class_of_modes(list(modes) if modes is not None and len(frame) else [])
 
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:

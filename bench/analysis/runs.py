@@ -4,12 +4,11 @@ The frame's columns:
 - the run fields `job`, `status` (FINISHED / FAILED / ...), `overrides`, `error`, `run_id`
   and `timeline` (the per-step times in ms as a list: step_time_ms of a training run, the
   per-batch latency of an inference run, the per-request read latency of a storage run),
-  `repeat_rates` (images/s of each measured window of a run with benchmark.repeats > 1, else
-  empty) and `val_curve` (the evaluated epochs of a training
-  run with evaluation, from its metrics_epoch.jsonl: a list of (wall_seconds, val_top1) pairs,
-  wall seconds counted from the job's first training step; empty without evaluation, and for
-  runs read back from MLflow);
-- one column per reported figure, named as in the run's results (`images_per_second`, ...);
+  `repeat_rates` (the figure its scenario's compare samples, per measured window: images/s of each
+  window of a training run with benchmark.repeats > 1, samples/s of each storage.runs run; else empty);
+- one column per reported figure, named as in the run's results (`images_per_second`, ...), and
+  the columns a scenario reads back of its own (`ReportClass.read_back`: a training run's
+  `val_curve`, its (wall_seconds, val_top1) per evaluated epoch);
 - one `config.<flat.key>` column per config value, as a string (as MLflow params are).
 
 Every column holds Python objects (dtype object): results mix numbers, strings and bools, and
@@ -21,17 +20,16 @@ shown as an empty cell, never as 0.
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 import pandas as pd
 import yaml
 
 from bench.analysis.cells import absent, shown
 from bench.errors import ReportError
-from bench.scenarios import report_class
+from bench.scenarios import Report, ReportClass, report_class, report_class_of_modes
 from bench.secrets import flatten
 
 __all__ = [
@@ -43,24 +41,15 @@ __all__ = [
     "read_job_dir",
     "read_sweep_dir",
     "shown",
+    "sweep_report_class",
 ]
 
-RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates", "val_curve")
+RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates")
 CONFIG_PREFIX = "config."
 # which code and packages a run ran (bench.tracking.environment.code_provenance), as frame columns
 # "env.<name>": compare says when two runs differ in them
 ENV_PREFIX = "env."
 PROVENANCE = ("bench_version", "git_commit", "git_dirty", "packages_sha256")
-
-# Read back from MLflow, a run's names live in its params (metrics are numbers only): these
-# config keys give the columns a job dir's results carry under the short name.
-NAMED_IN_CONFIG = {
-    "model.arch": "model",
-    "precision.name": "precision",
-    "distributed.scaling": "scaling",
-    "distributed.name": "distributed",
-    "data.name": "data",
-}
 
 
 @dataclass
@@ -75,9 +64,9 @@ class RunRecord:
     timeline: List[float] = field(default_factory=list)
     error: str = ""
     run_id: Optional[str] = None  # its MLflow run, when known
-    val_curve: List[Tuple[float, float]] = field(default_factory=list)  # (wall_seconds, val_top1) per evaluation
-    repeat_rates: List[float] = field(default_factory=list)  # images/s per measured window (benchmark.repeats)
+    repeat_rates: List[float] = field(default_factory=list)  # the sampled figure per measured window
     provenance: Dict[str, Any] = field(default_factory=dict)  # PROVENANCE of its environment, where recorded
+    own: Dict[str, Any] = field(default_factory=dict)  # the columns its report class reads back (read_back)
 
 
 def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
@@ -85,6 +74,7 @@ def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
     rows = []
     for record in records:
         row: Dict[str, Any] = dict(record.metrics)
+        row.update(record.own)
         row.update({CONFIG_PREFIX + key: value for key, value in record.config.items()})
         row.update({ENV_PREFIX + key: value for key, value in record.provenance.items()})
         # the run fields last: they win over a figure of the same name (none is named so today)
@@ -96,7 +86,6 @@ def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
             run_id=record.run_id,
             timeline=list(record.timeline),
             repeat_rates=list(record.repeat_rates),
-            val_curve=list(record.val_curve),
         )
         rows.append(row)
     frame = pd.DataFrame(rows, dtype=object)
@@ -123,6 +112,12 @@ def metric_columns(frame: pd.DataFrame) -> List[str]:
         and not c.startswith((CONFIG_PREFIX, ENV_PREFIX))
         and not all(absent(v) for v in frame[c])
     ]
+
+
+def sweep_report_class(frame: pd.DataFrame) -> ReportClass[Report]:
+    """The report class of the sweep's runs (bench.scenarios decides; recorded without a mode: training)."""
+    modes = frame.get(CONFIG_PREFIX + "mode")
+    return report_class_of_modes(list(modes) if modes is not None and len(frame) else [])
 
 
 def config_of(row: Mapping[str, Any]) -> Dict[str, str]:
@@ -156,33 +151,12 @@ def read_job_dir(job_dir: Path) -> RunRecord:
             dict(summary["results"]),
             reports.timeline(job_dir),
             run_id=summary.get("mlflow_run_id"),
-            val_curve=read_val_curve(job_dir),
-            repeat_rates=reports.repeats(job_dir),
+            repeat_rates=reports.repeats(job_dir) if reports.view.sample.from_repeats else [],
             provenance={k: v for k, v in summary.get("environment", {}).items() if k in PROVENANCE},
+            own=reports.read_back(job_dir),
         )
     composed = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
     return RunRecord(job_dir.name, "FAILED", overrides, flatten_config(composed), {}, error=failure_reason(job_dir))
-
-
-def _finite(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-
-
-def read_val_curve(job_dir: Path) -> List[Tuple[float, float]]:
-    """(wall_seconds, val_top1) of every evaluated epoch in metrics_epoch.jsonl, in time order;
-    epochs without an evaluation (no val_top1) and lines that are not JSON objects are skipped."""
-    path = job_dir / "metrics_epoch.jsonl"
-    if not path.is_file():
-        return []
-    points = []
-    for line in path.read_text().splitlines():
-        try:
-            epoch = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(epoch, dict) and _finite(epoch.get("val_top1")) and _finite(epoch.get("wall_seconds")):
-            points.append((float(epoch["wall_seconds"]), float(epoch["val_top1"])))
-    return sorted(points)
 
 
 def failure_reason(job_dir: Path) -> str:

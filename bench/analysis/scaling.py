@@ -13,7 +13,7 @@ from typing import Any, Mapping
 
 import pandas as pd
 
-from bench.analysis.runs import config_of
+from bench.analysis.runs import config_of, sweep_report_class
 
 # Keys that say how many processes ran, or where things went: not part of "the same configuration".
 NOT_CONFIGURATION = (
@@ -49,14 +49,18 @@ def add_scaling(frame: pd.DataFrame) -> pd.DataFrame:
     1-process run, speedup and scaling_efficiency (a fraction and a percentage) against it.
     A run without the figure behind one of these gets none (missing), never 0."""
     scaled = frame.copy()
+    scaling = sweep_report_class(frame).view.scaling if len(frame) else None  # which figures: its scenario's
+    if scaling is None:
+        return scaled
     finished = scaled["status"].eq("FINISHED")
-    processes = _numbers(scaled, "world_size")
-    throughput = _numbers(scaled, "images_per_second")
+    processes = _numbers(scaled, scaling.processes)
+    throughput = _numbers(scaled, scaling.throughput)
     baseline_throughput = throughput.where(finished & processes.eq(1))
     # the group's 1-process throughput on every row of the group (the last one if it ran twice)
     baseline = baseline_throughput.groupby(configuration_keys(scaled).map(repr)).transform("last")
     speedup = (throughput / baseline).where(finished & baseline.notna() & baseline.ne(0))
-    wait_percent = (100.0 * _numbers(scaled, "data_wait_fraction")).where(finished)
+    wait = scaling.wait_fraction
+    wait_percent = (100.0 * _numbers(scaled, wait)).where(finished) if wait else pd.Series(float("nan"), scaled.index)
     figures = {
         "data_wait_percent": wait_percent,
         "speedup": speedup,

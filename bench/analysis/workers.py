@@ -15,7 +15,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 WORKERS = CONFIG_PREFIX + "data.num_workers"
-WAIT_COLUMN = "data_wait_fraction"  # the frame column of the window's share spent waiting for data
 WITHIN = 0.05  # a worker count within 5% of the best throughput is as good
 NOISE = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # keys that are never a configuration
 
@@ -67,17 +66,19 @@ def worker_picks(frame: "pd.DataFrame") -> List[WorkerPick]:
     """A pick per group of finished runs that tried two or more worker counts; [] for other sweeps."""
     if WORKERS not in frame or len({_count(v) for v in frame[WORKERS]} - {None}) < 2:
         return []  # not a worker sweep
-    from bench.analysis.render import sweep_report_class
+    from bench.analysis.runs import sweep_report_class
 
-    figure = sweep_report_class(frame).COMPARE_FIGURE  # the runs' throughput, as their report class names it
+    view = sweep_report_class(frame).view
+    figure = view.sample.figure  # the runs' figure, as their report class names it
+    wait_column = view.scaling.wait_fraction if view.scaling else None  # the window's share waiting for data
     others = _other_swept(frame)
     groups: Dict[str, List[Point]] = {}
     for row in frame.to_dict("records"):
         workers = _count(row.get(WORKERS))
         if row.get("status") != "FINISHED" or workers is None or absent(row.get(figure)):
             continue
-        wait = row.get(WAIT_COLUMN)
-        point = Point(workers, float(row[figure]), None if absent(wait) else 100.0 * float(wait))
+        wait: Any = row.get(wait_column) if wait_column else None
+        point = Point(workers, float(row[figure]), None if wait is None or absent(wait) else 100.0 * float(wait))
         group = " ".join(f"{c[len(CONFIG_PREFIX) :]}={row.get(c)}" for c in others)
         groups.setdefault(group, []).append(point)
     picks = []

@@ -16,16 +16,17 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from bench.config.preflight import reject_non_finite, reject_unknown_keys
-from bench.config.schema import BenchConfig, Mode, register_configs
+from bench.config.schema import BenchConfig, register_configs, schema_class
 from bench.errors import ConfigProblem
 
-__all__ = ["BenchConfig", "Mode", "as_plain", "compose", "load", "register_configs"]
+__all__ = ["BenchConfig", "as_plain", "compose", "load", "register_configs"]
 
 
 def load(cfg: DictConfig) -> BenchConfig:
     """Check the keys, resolve every interpolation and build the typed config (each group's
-    __post_init__ runs here). Raises ConfigError / ConfigProblem: one sentence, exit 2."""
-    reject_unknown_keys(cfg, BenchConfig)
+    __post_init__ runs here), then the mode's scenario checks it (bench.scenario_registry.check_config:
+    a registered mode, its own rules). Raises ConfigError / ConfigProblem: one sentence, exit 2."""
+    reject_unknown_keys(cfg, schema_class())
     try:
         config = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:  # e.g. a ${...} that points nowhere
@@ -33,6 +34,9 @@ def load(cfg: DictConfig) -> BenchConfig:
 
         raise ConfigProblem(one_line(exc)) from None
     assert isinstance(config, BenchConfig)
+    from bench.scenario_registry import check_config  # import-free itself: the scenario's module loads here
+
+    check_config(config)
     reject_non_finite(config)
     return config
 

@@ -9,15 +9,15 @@ per run, running each group's `__post_init__` checks. Torch-free.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Any, List, Optional
+from dataclasses import dataclass, field, make_dataclass
+from typing import Any, Dict, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
 from bench.config.data import DataConfig
 from bench.config.distributed import DistributedConfig, Scaling
-from bench.config.fields import Checks, Choice
+from bench.config.fields import Checks
 from bench.config.model import ModelConfig
 from bench.config.optimizer import OptimizerConfig
 from bench.config.precision import PrecisionConfig
@@ -25,17 +25,8 @@ from bench.config.run import BenchmarkConfig, CheckpointConfig, ProfileConfig, T
 from bench.config.scheduler import SchedulerConfig
 from bench.config.storage import StorageConfig
 from bench.errors import ConfigError
-from bench.scenario_registry import SCENARIOS, scenario_class
 
 log = logging.getLogger("bench")
-
-
-class Mode(Choice):
-    """The built-in scenarios a run can measure (bench.scenario_registry lists them all)."""
-
-    train = "train"  # training throughput
-    storage = "storage"  # the storage benchmark: emulated accelerators read a dataset
-    inference = "inference"  # forward passes only (torch.inference_mode): images/s and per-batch latency
 
 
 @dataclass
@@ -55,7 +46,9 @@ class BenchConfig(Checks):
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
-    mode: str = Mode.train.value  # a name bench.scenario_registry knows (Mode: the built-in ones)
+    # the scenario: a name bench.scenario_registry knows (checked, with that scenario's own rules, once the
+    # config is composed: bench.config.load)
+    mode: str = "train"
     allow_cpu: bool = False  # refuse to "benchmark" a CPU by accident
     seed: int = 0
     cudnn_benchmark: bool = True
@@ -65,8 +58,6 @@ class BenchConfig(Checks):
     cpu_malloc_reuse: bool = True  # on a CPU: glibc keeps freed memory for the next step (bench.runtime.malloc)
 
     def __post_init__(self) -> None:
-        if self.mode not in SCENARIOS:  # a str, not an Enum: a registered scenario is a mode (bench.scenario_registry)
-            raise ConfigError("mode", self.mode, "one of " + ", ".join(SCENARIOS))
         self.positive("cpu_threads", optional=True)
         world = self.distributed.world_size
         if self.distributed.scaling == Scaling.strong and self.data.batch_size % world:
@@ -79,7 +70,6 @@ class BenchConfig(Checks):
         if self.storage.save_checkpoint or self.checkpoint.every_epochs or self.train.resume:
             self.storage.check_bucket()
         self._check_cosine_floor()
-        scenario_class(self.mode)().check(self)  # the mode's own rules, beside its code (bench.<scenario>.rules)
 
     def _check_cosine_floor(self) -> None:
         scheduler = self.scheduler
@@ -95,8 +85,26 @@ def register_configs() -> None:
     """Store the schema; conf/config.yaml lists it first in its defaults, so every group option
     is merged into (and type-checked by) these dataclasses. `${bench.times:8,${distributed.nproc_per_node}}`
     multiplies: the Slurm presets (conf/hydra/launcher/) ask for cores and memory per process."""
-    ConfigStore.instance().store(name="bench_schema", node=BenchConfig)
+    ConfigStore.instance().store(name="bench_schema", node=schema_class())
     OmegaConf.register_new_resolver("bench.times", _times, replace=True)
+
+
+_SCHEMAS: Dict[Tuple[Tuple[str, type], ...], type] = {}
+
+
+def schema_class() -> type:
+    """BenchConfig, with a field per scenario that has a config namespace of its own
+    (bench.scenario_registry.OPTIONS): `count.steps=5` is then a key like any other (typed, defaulted,
+    refused in one line when wrong, shown by --cfg job)."""
+    from bench.scenario_registry import namespaces  # import-free itself; the dataclasses' modules load here
+
+    key = tuple(sorted(namespaces().items()))
+    if not key:
+        return BenchConfig
+    if key not in _SCHEMAS:
+        extra = [(name, options, field(default_factory=options)) for name, options in key]
+        _SCHEMAS[key] = make_dataclass("BenchConfig", extra, bases=(BenchConfig,))
+    return _SCHEMAS[key]
 
 
 def _times(*factors: Any) -> Any:

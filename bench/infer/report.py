@@ -17,20 +17,11 @@ from bench.analysis.stats import mean, percentile
 from bench.config import BenchConfig
 from bench.infer import sweep_view
 from bench.infer.result import InferMetrics, InferOutcome, InferResult
-from bench.infer.sweep_view import INFERENCE_COLUMNS, inference_plots
 from bench.results import read_column, read_summary, read_window, write_csv, write_json
 from bench.runtime.fit_watch import fit_problems, fit_tags, record_fields
 from bench.runtime.malloc import in_effect as malloc_in_effect
 from bench.runtime.peaks import utilisation
-from bench.runtime.reporting import (
-    PROFILE_FILES,
-    REPEATS_FILE,
-    REPEATS_METRIC,
-    input_pipeline,
-    read_repeats,
-    write_repeats,
-)
-from bench.runtime.sweep_view import ACCURACY_COLUMNS, FIT_COLUMNS, REPEAT_COLUMNS
+from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, input_pipeline, read_repeats, write_repeats
 
 
 def summarize(result: InferResult, config: BenchConfig, device: str, device_name: str) -> InferMetrics:
@@ -97,11 +88,9 @@ def rates(result: InferResult) -> List[float]:
 
 @dataclass
 class InferReport:
-    TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "latency.csv", "latency_ms", "latency_ms"
-    REPEATS_FILE, REPEATS_METRIC = REPEATS_FILE, REPEATS_METRIC
-    LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
-    SWEEP_COLUMNS, OPTIONAL_COLUMNS = INFERENCE_COLUMNS, ACCURACY_COLUMNS + REPEAT_COLUMNS + FIT_COLUMNS
-    sweep_plots = staticmethod(inference_plots)
+    view = sweep_view.VIEW  # what a sweep and compare show of inference runs (bench.infer.sweep_view)
+    TIMELINE_FILE, TIMELINE_COLUMN = "latency.csv", "latency_ms"
+    REPEATS_FILE = REPEATS_FILE
     result: InferResult
     record: InferMetrics  # the radix_metrics contract, typed
     repeat_rates: List[float] = field(default_factory=list)
@@ -167,9 +156,9 @@ class InferReport:
         if not tracker.active:
             return
         if log_series:
-            tracker.log_series(self.TIMELINE_METRIC, self.result.latency_ms)
+            tracker.log_series(sweep_view.TIMELINE_METRIC, self.result.latency_ms)
         if len(self.repeat_rates) > 1:
-            tracker.log_series(self.REPEATS_METRIC, self.repeat_rates)
+            tracker.log_series(sweep_view.REPEATS_METRIC, self.repeat_rates)
         r = self.record
         tracker.set_tags(
             {"mode": r.mode, "model": r.model, "precision": r.precision, "device_name": r.device_name, **fit_tags(r)}
@@ -192,3 +181,11 @@ class InferReport:
     @classmethod
     def timeline(cls, job_dir: Path) -> List[float]:
         return read_column(job_dir / cls.TIMELINE_FILE, cls.TIMELINE_COLUMN)
+
+    @classmethod
+    def read_back(cls, job_dir: Path) -> Dict[str, Any]:
+        return {}  # no columns of its own
+
+    @classmethod
+    def read_back_mlflow(cls, client: Any, run_id: str) -> Dict[str, Any]:
+        return {}

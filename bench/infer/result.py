@@ -4,9 +4,12 @@ is read back by the report and the tools)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from bench.results import SPREAD, Record
+
+if TYPE_CHECKING:
+    from bench.runtime.fitness import Verdict
 
 
 @dataclass
@@ -29,7 +32,7 @@ class InferResult:
     extra: Dict[str, Any] = field(default_factory=dict)  # FLOPs per image, dataset facts
     files: List[str] = field(default_factory=list)  # the profiler's
     interrupted: Optional[str] = None  # the signal that cut the profiled batches short: the window stands, KILLED
-    fit: Dict[str, Any] = field(default_factory=dict)  # the fit-to-measure verdict (bench.runtime.fit_watch)
+    fit: Optional[Verdict] = None  # this rank's fit-to-measure verdict (bench.runtime.fit_watch; None: not watched)
 
     @property
     def images(self) -> int:

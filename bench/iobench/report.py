@@ -13,7 +13,7 @@ import csv
 import logging
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, ClassVar, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Dict, List, Mapping, Optional
 
 import psutil
 
@@ -22,10 +22,8 @@ from bench.iobench import sweep_view
 from bench.iobench.figures import epoch_rows, per_epoch, read_figures
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.result import CachingFigures, StorageMetrics
-from bench.iobench.sweep_view import STORAGE_COLUMNS, storage_plots
 from bench.results import read_column, read_summary, write_csv, write_json
 from bench.runtime.fit_watch import fit_tags
-from bench.runtime.sweep_view import FIT_COLUMNS
 
 __all__ = ["StorageReport", "caching_figures", "epoch_rows", "read_figures"]
 
@@ -59,19 +57,21 @@ def caching_figures(dataset_bytes: int, hosts: int = 1) -> CachingFigures:
     )
 
 
+def run_rates(runs: List[Dict[str, Any]]) -> List[float]:
+    """samples/s of each measured run (runs.csv's rows), [] with one run: what compare samples."""
+    rates = [row.get(sweep_view.COMPARE_FIGURE) for row in runs]
+    return [float(r) for r in rates if r not in (None, "")] if len(runs) > 1 else []
+
+
 def _figure(value: Optional[float], unit: str = "", digits: int = 1) -> str:
     return f"{value:.{digits}f}{unit}" if value is not None else "n/a"
 
 
 @dataclass
 class StorageReport:
-    # what the sweep report plots per run: the per-request file and column, and the MLflow series
-    TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "read_latency.csv", "latency_ms", "read_latency_ms"
-    REPEATS_METRIC = None  # storage.runs are merged into one set of figures (runs.csv), no benchmark.repeats
-    LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
-    SWEEP_COLUMNS = STORAGE_COLUMNS
-    OPTIONAL_COLUMNS: ClassVar[List[Tuple[str, str, str]]] = FIT_COLUMNS  # the fit column, when judged
-    sweep_plots = staticmethod(storage_plots)
+    view = sweep_view.VIEW  # what a sweep and compare show of storage runs (bench.iobench.sweep_view)
+    # the per-request file and column the timeline is read back from
+    TIMELINE_FILE, TIMELINE_COLUMN = "read_latency.csv", "latency_ms"
 
     results: List[ReaderResult]  # one per simulated accelerator (and measured run)
     record: StorageMetrics  # the radix_metrics contract, typed
@@ -169,7 +169,9 @@ class StorageReport:
             tracker.log_metrics(figures, step=epoch)
         if log_series:
             requests = sorted((q for r in self.results for q in r.requests), key=lambda q: q.finished)
-            tracker.log_series(self.TIMELINE_METRIC, [q.latency_ms for q in requests])
+            tracker.log_series(sweep_view.TIMELINE_METRIC, [q.latency_ms for q in requests])
+        if len(self.runs) > 1:  # what compare samples of a storage run read back from MLflow (step = run)
+            tracker.log_series(sweep_view.REPEATS_METRIC, run_rates(self.runs))
         tracker.set_tags(
             {**{key: value for key, value in self.metrics.items() if key in TAG_FIELDS}, **fit_tags(self.record.fit)}
         )
@@ -217,7 +219,20 @@ class StorageReport:
 
     @classmethod
     def repeats(cls, job_dir: Path) -> List[float]:
-        return []  # no benchmark.repeats windows (storage.runs are merged)
+        """samples/s of each measured run (storage.runs > 1: runs.csv; [] with one run)."""
+        return run_rates(read_summary(job_dir).get("runs", []))
+
+    @classmethod
+    def read_back(cls, job_dir: Path) -> Dict[str, Any]:
+        return {}  # no columns of its own
+
+    @classmethod
+    def read_back_mlflow(cls, client: Any, run_id: str) -> Dict[str, Any]:
+        return {}
+
+    @property
+    def interrupted(self) -> Optional[str]:
+        return None  # a signal ends the run before its report exists
 
     @classmethod
     def timeline(cls, job_dir: Path) -> List[float]:

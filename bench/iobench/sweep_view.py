@@ -1,10 +1,14 @@
-"""How a storage-benchmark run shows in a sweep: its table columns and its plots (throughput and
-accelerator utilization vs client count, per-request read latency)."""
+"""How a storage-benchmark run shows in a sweep and in `compare`: its table columns, its plots
+(throughput and accelerator utilization vs client count, per-request read latency) and what compare
+samples (the run's own samples/s: per measured run when storage.runs > 1)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import TYPE_CHECKING, List
+
+from bench.report_view import Sample, View
+from bench.runtime.sweep_view import FIT_COLUMNS
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -33,12 +37,29 @@ STORAGE_COLUMNS = [  # a sweep of mode=storage runs (the storage benchmark)
     ("error", "error", "{}"),
 ]
 
-# what names a single run in `compare`, and the figure compared without samples (as for model runs)
-LABEL_COLUMNS = [("", "model", "{}"), ("", "precision", "{}"), ("bs=", "batch_size", "int")]
-COMPARE_FIGURE = "images_per_second"
+# what names a single run in `compare` (prefix, figure, format)
+LABEL_COLUMNS = [("", "workload", "{}"), ("", "storage", "{}"), ("x", "clients", "int")]
+COMPARE_FIGURE = "samples_per_second"  # bench's strict samples/s (warm-up step out), the final line's
+TIMELINE_METRIC = "read_latency_ms"  # the MLflow series of the per-request read latencies
+REPEATS_METRIC = "run_samples_per_second"  # the MLflow series of each measured run's samples/s (storage.runs > 1)
 
 
 def storage_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
-    from bench.analysis.storage_plots import plot_storage
+    from bench.iobench.plots import plot_storage
 
     return plot_storage(frame, out, title)
+
+
+VIEW = View(
+    # compare: samples/s of each measured run (storage.runs > 1, runs.csv), else the run's own figure;
+    # the per-request latencies overlap across readers and accelerators: not a rate, not sampled
+    sample=Sample(COMPARE_FIGURE, "samples/s"),
+    columns=STORAGE_COLUMNS,
+    optional_columns=FIT_COLUMNS,  # the fit column, when judged
+    plots=storage_plots,
+    label_columns=LABEL_COLUMNS,
+    timeline_metric=TIMELINE_METRIC,
+    repeats_metric=REPEATS_METRIC,
+    named_in_config={"storage.workload.name": "workload", "storage.name": "storage"},
+    shown_config=("mode",),
+)

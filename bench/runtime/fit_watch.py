@@ -12,7 +12,7 @@ that was unfit all the same ends the run FAILED (exit 1), its figures reported.
 from __future__ import annotations
 
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench.config import BenchConfig
 from bench.errors import ConfigProblem
@@ -77,9 +77,9 @@ class WindowMonitor:
         self.verdict = self.watch.stop()
         return figures
 
-    def fit(self) -> Dict[str, Any]:
-        """The verdict as plain data ({} when the window never ran)."""
-        return self.verdict.as_dict() if self.verdict is not None else {}
+    def fit(self) -> Optional[Verdict]:
+        """The verdict (None when the window never ran)."""
+        return self.verdict
 
 
 def check_quiet(config: BenchConfig, device: Any) -> None:
@@ -111,14 +111,14 @@ def check_quiet(config: BenchConfig, device: Any) -> None:
         )
 
 
-def record_fields(fit: Dict[str, Any], others: Optional[List[Dict[str, Any]]] = None) -> Dict[str, Any]:
+def record_fields(fit: Optional[Verdict], others: Sequence[Optional[Verdict]] = ()) -> Dict[str, Any]:
     """The record's fit_* fields from rank 0's verdict and the other ranks' (their GPUs')."""
-    if not fit:
+    if fit is None:
         return {}
-    verdict = Verdict.from_dict(fit)
-    for other in others or []:
-        if other:
-            verdict.add(Verdict.from_dict(other))
+    verdict = Verdict.from_dict(fit.as_dict())  # a copy: the ranks' own verdicts stay as they were
+    for other in others:
+        if other is not None:
+            verdict.add(other)
     return {k: v for k, v in verdict.as_dict().items() if k in FIELDS}
 
 

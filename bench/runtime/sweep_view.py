@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Dict
 
 from bench.analysis.cells import shown
+from bench.report_view import Scaling
 
 # a training sweep whose jobs evaluated: shown before "error", each only when some job has it
 ACCURACY_COLUMNS = [
@@ -31,6 +32,20 @@ FIT_COLUMNS = [("fit", "fit_to_measure", "bool")]
 # what names a single run in `compare` (prefix, figure, format), and the figure compared without samples
 LABEL_COLUMNS = [("", "model", "{}"), ("", "precision", "{}"), ("bs=", "batch_size", "int")]
 COMPARE_FIGURE = "images_per_second"
+
+# a model run read back from MLflow has its names in its params only: these config keys give the
+# columns a job dir's results carry under the short name
+NAMED_IN_CONFIG = {
+    "model.arch": "model",
+    "precision.name": "precision",
+    "distributed.scaling": "scaling",
+    "distributed.name": "distributed",
+    "data.name": "data",
+}
+# a model sweep's speedup over process counts, and its data-wait percentage (bench.analysis.scaling)
+SCALING = Scaling("world_size", "images_per_second", "data_wait_fraction")
+# config keys the sweep table shows under a column of its own already (model, precision, procs, batch)
+SHOWN_CONFIG = ("model.arch", "precision.name", "distributed.nproc_per_node", "data.batch_size", "mode")
 
 
 def run_label(row: Dict[str, Any]) -> str:

@@ -6,9 +6,12 @@ which compares storage read paths.)
 BASELINE and CANDIDATE are each a run's directory, a sweep's directory (multirun/<date>/<time>),
 or an MLflow run id (a single run, or a sweep's parent run). Two sweeps are matched configuration
 by configuration (the keys swept in either); two runs are one pair. Per configuration it prints
-the throughput ratio candidate / baseline with its 95% interval (bootstrap over the repeats'
-images/s, or over the step times when a run has one repeat) and a verdict: faster, slower or
-same (within noise, or within --threshold). See bench.analysis.compare for the rule.
+the speed ratio (> 1: the candidate is faster) with its 95% interval and a verdict: faster,
+slower or same (within noise, or within --threshold). What is compared, in its unit, is the
+runs' scenario's: a training run's images/s (bootstrap over the repeats, or over the step times
+when a run has one repeat), a storage run's samples/s (over storage.runs' runs), an inference
+run's per-batch latency in ms; runs of two scenarios are refused (exit 2). See
+bench.analysis.compare for the rule.
 
 Writes compare.md, compare.html (one page, the plot embedded) and compare.png into --out
 (default ./compare). When an input was an MLflow run id, the files are logged to the
@@ -85,13 +88,17 @@ def read_input(what: str, argument: str, tracking_uri: str) -> Tuple[pd.DataFram
 
 
 def render_text(comparison: Comparison) -> str:
-    lines = [f"{'configuration':<40} {'baseline':>10} {'candidate':>10} {'ratio':>7}  {'95% interval':<17} verdict"]
+    unit = comparison.unit  # the sampled figure's unit (its scenario's); "" when pairs differ: on each value
+    base, cand = (f"baseline {unit}", f"candidate {unit}") if unit else ("baseline", "candidate")
+    lines = [f"{'configuration':<40} {base:>20} {cand:>20} {'ratio':>7}  {'95% interval':<17} verdict"]
     for p in comparison.pairs:
         interval = f"[{p.low:.3f}, {p.high:.3f}]" if p.low is not None else "n/a"
-        lines.append(
-            f"{p.label[:40]:<40} {p.baseline:>10.1f} {p.candidate:>10.1f} {p.ratio:>7.3f}  {interval:<17} "
-            f"{p.verdict} ({p.note})"
+        b, c = (
+            (f"{p.baseline:.1f}", f"{p.candidate:.1f}")
+            if unit
+            else (f"{p.baseline:.1f} {p.unit}", f"{p.candidate:.1f} {p.unit}")
         )
+        lines.append(f"{p.label[:40]:<40} {b:>20} {c:>20} {p.ratio:>7.3f}  {interval:<17} {p.verdict} ({p.note})")
     lines += [f"only in the baseline: {label}" for label in comparison.only_baseline]
     lines += [f"only in the candidate: {label}" for label in comparison.only_candidate]
     return "\n".join(lines)

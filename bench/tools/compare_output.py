@@ -24,8 +24,8 @@ def table(comparison: Comparison) -> pd.DataFrame:
     rows = [
         {
             "configuration": p.label,
-            "baseline images/s": f"{p.baseline:.1f}",
-            "candidate images/s": f"{p.candidate:.1f}",
+            f"baseline {p.unit}": f"{p.baseline:.1f}",  # the sampled figure in its scenario's unit
+            f"candidate {p.unit}": f"{p.candidate:.1f}",
             "ratio": f"{p.ratio:.3f}",
             "95% interval": f"[{p.low:.3f}, {p.high:.3f}]" if p.low is not None else "",
             "samples": p.samples,

@@ -48,14 +48,15 @@ def upload(run_dir: Path, uri: str) -> str:
     """Upload the run in `run_dir` to `uri`; returns what was done, in a few words."""
     summary = read_summary(run_dir)
     config = summary["config"]
-    report = report_class(config.get("mode", "train")).from_files(run_dir)
+    reports = report_class(config.get("mode", "train"))
+    report = reports.from_files(run_dir)
     client = open_client(uri)
     existing = _existing_run(client, summary.get("mlflow_run_id"))
     if existing is not None and existing.info.status == "FINISHED":
         return f"already in MLflow: run {existing.info.run_id} (FINISHED)"
     if existing is not None:
         tracker = Tracker(client, existing.info.run_id, uri)
-        partly_logged = bool(client.get_metric_history(existing.info.run_id, report.TIMELINE_METRIC))
+        partly_logged = bool(client.get_metric_history(existing.info.run_id, reports.view.timeline_metric or ""))
     else:
         tracking = config.get("tracking", {})
         tags = {f"env.{k}": v for k, v in flatten(summary.get("environment", {})).items()}

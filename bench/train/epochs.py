@@ -29,7 +29,7 @@ from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
 from bench.train.evaluate import accuracy_figures, evaluate
 from bench.train.mlperf_log import NoMlperfLog
-from bench.train.result import EpochRecord
+from bench.train.result import EpochRecord, Window
 from bench.train.resume import Position, TrainingCheckpoints, rng_states
 
 log = logging.getLogger(__name__)
@@ -81,9 +81,7 @@ class WindowTally:
     evaluation: Dict[str, Any] = field(default_factory=dict)  # the last evaluation's figures
 
 
-def run_epochs(
-    session: Session, clock: StepClock, planned: int, first_step_at: float, flag: SignalFlag
-) -> Dict[str, Any]:
+def run_epochs(session: Session, clock: StepClock, planned: int, first_step_at: float, flag: SignalFlag) -> Window:
     """One measured window of at most `planned` steps on `clock`; its figures (bench.train.repeats pools them)."""
     return MeasuredWindow(session, clock, planned, first_step_at, flag).run()
 
@@ -112,7 +110,7 @@ class MeasuredWindow:
         """Training wall time so far (time-to-accuracy's clock), a resumed run's earlier time included."""
         return time.perf_counter() - self.first_step_at + self.session.wall_offset
 
-    def run(self) -> Dict[str, Any]:
+    def run(self) -> Window:
         session, tally, epochs = self.session, self.tally, self.session.config.train.epochs
         epoch, skip = session.start.epoch, session.start.step_in_epoch
         self.clock.mark()  # the window opens here
@@ -248,26 +246,26 @@ class MeasuredWindow:
         if session.checkpoints is not None and session.ctx.is_reporter:
             session.checkpoints.save(session.state(self.wall_seconds(), self.tally.epochs), position)
 
-    def figures(self) -> Dict[str, Any]:
-        """The window's figures, in the names bench.train.repeats and TrainResult use."""
+    def figures(self) -> Window:
+        """The window's figures (bench.train.repeats pools them; TrainResult is built from them)."""
         tally, clock = self.tally, self.clock
-        return {
-            "measured_steps": tally.steps,
-            "measured_images": tally.images,
-            "window_seconds": clock.seconds_between(0, len(clock) - 1),
-            "step_times_ms": clock.step_times_ms(),
-            "data_wait_ms": tally.data_wait_ms,
-            "epochs": tally.epochs,
-            "final_lr": float(self.session.optimizer.param_groups[0]["lr"]),
-            "final_loss": float(tally.loss.item()),
-            "accuracy": accuracy_figures(
+        return Window(
+            measured_steps=tally.steps,
+            measured_images=tally.images,
+            window_seconds=clock.seconds_between(0, len(clock) - 1),
+            step_times_ms=clock.step_times_ms(),
+            data_wait_ms=tally.data_wait_ms,
+            epochs=tally.epochs,
+            final_lr=float(self.session.optimizer.param_groups[0]["lr"]),
+            final_loss=float(tally.loss.item()),
+            accuracy=accuracy_figures(
                 self.session.config,
                 tally.epochs,
                 tally.reached,
                 self.wall_seconds(),
                 tally.evaluation.get("val_images"),
             ),
-        }
+        )
 
 
 def _deadline_passed(deadline: Optional[float], ctx: RankContext) -> bool:

@@ -13,7 +13,7 @@ import torch.nn as nn
 from bench.config import BenchConfig
 from bench.launch.context import RankContext
 from bench.runtime.precision import PrecisionPolicy
-from bench.train.result import EpochRecord
+from bench.train.result import Accuracy, EpochRecord
 
 
 def evaluate(model: nn.Module, val: Any, policy: PrecisionPolicy, ctx: RankContext) -> Dict[str, float]:
@@ -57,27 +57,22 @@ def accuracy_figures(
     reached: Optional[EpochRecord],
     wall_seconds: float,
     val_images: Optional[int],
-) -> Dict[str, Any]:
-    """A run's accuracy figures from its evaluated epochs; time to target where one is set ({} without evaluation)."""
+) -> Optional[Accuracy]:
+    """A run's accuracy figures from its evaluated epochs; time to target where one is set (None without evaluation)."""
     evaluated = [e for e in epochs if e.val_top1 is not None]
     if not evaluated:
-        return {}
-    figures: Dict[str, Any] = {
-        "val_top1": evaluated[-1].val_top1,
-        "val_top5": evaluated[-1].val_top5,
-        "val_top1_best": max(e.val_top1 for e in evaluated if e.val_top1 is not None),
-        "eval_seconds": sum(e.eval_seconds or 0.0 for e in evaluated),
-        "evaluations": len(evaluated),
-        "train_wall_seconds": wall_seconds,
-    }
-    if val_images is not None:
-        figures["val_images"] = val_images  # every val image counted once, over all ranks
+        return None
     target = cfg.train.target_accuracy
-    if target is not None:
-        figures.update(
-            target_accuracy=target,
-            reached_target=reached is not None,
-            time_to_target_seconds=reached.wall_seconds if reached else None,
-            epochs_to_target=reached.epoch if reached else None,
-        )
-    return figures
+    return Accuracy(
+        val_top1=evaluated[-1].val_top1,
+        val_top5=evaluated[-1].val_top5,
+        val_top1_best=max(e.val_top1 for e in evaluated if e.val_top1 is not None),
+        eval_seconds=sum(e.eval_seconds or 0.0 for e in evaluated),
+        evaluations=len(evaluated),
+        train_wall_seconds=wall_seconds,
+        val_images=val_images,
+        target_accuracy=target,
+        reached_target=(reached is not None) if target is not None else None,
+        time_to_target_seconds=reached.wall_seconds if reached and target is not None else None,
+        epochs_to_target=reached.epoch if reached and target is not None else None,
+    )

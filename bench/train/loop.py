@@ -36,7 +36,7 @@ from bench.train.build import TrainingRun, build_training
 from bench.train.epochs import Session
 from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
 from bench.train.repeats import measure_windows
-from bench.train.result import EpochRecord, TrainResult
+from bench.train.result import EpochRecord, TrainResult, Window
 from bench.train.resume import restore_rng
 from bench.train.step import TrainStep
 
@@ -71,7 +71,7 @@ def train(
     session.mlperf = mlperf
     mlperf.event("eval_samples", getattr(session.val, "facts", {}).get("val_dataset_size", 0))
     window, gpu, peak_memory = measure(run, session, monitor, first_step_at)
-    mlperf.run_stop(window.get("accuracy", {}).get("reached_target"))
+    mlperf.run_stop(window.accuracy.reached_target if window.accuracy is not None else None)
     return collect_result(run, window, gpu, peak_memory, on_finish, out_dir)
 
 
@@ -138,7 +138,7 @@ def open_session(run: TrainingRun) -> Session:
 
 def measure(
     run: TrainingRun, session: Session, monitor: Any, first_step_at: float
-) -> Tuple[Dict[str, Any], Dict[str, Any], int]:
+) -> Tuple[Window, Dict[str, Any], int]:
     """(the window's figures, the GPU monitor's, the window's peak memory)."""
     config, checkpoints = run.config, run.checkpoints
     if monitor is not None:
@@ -153,7 +153,7 @@ def measure(
 
 def collect_result(
     run: TrainingRun,
-    window: Dict[str, Any],
+    window: Window,
     gpu: Dict[str, Any],
     peak_memory: int,
     on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]],
@@ -171,7 +171,7 @@ def collect_result(
     if run.checkpoints is not None:
         extra.update(run.checkpoints.figures())
     if data.progressive:
-        extra.update(phase_figures(window["epochs"]))
+        extra.update(phase_figures(window.epochs))
     if on_finish is not None and not interrupted:  # a signal asks for a prompt end: no checkpoint write
         extra.update(on_finish(run.eager, run.optimizer))
     return TrainResult(
@@ -188,7 +188,17 @@ def collect_result(
         param_checksum=_param_checksum(run.eager),
         files=files,
         interrupted=interrupted,
-        **window,
+        measured_steps=window.measured_steps,
+        measured_images=window.measured_images,
+        window_seconds=window.window_seconds,
+        step_times_ms=window.step_times_ms,
+        data_wait_ms=window.data_wait_ms,
+        epochs=window.epochs,
+        final_lr=window.final_lr,
+        final_loss=window.final_loss,
+        accuracy=window.accuracy,
+        repeat_images=window.repeat_images,
+        repeat_seconds=window.repeat_seconds,
     )
 
 

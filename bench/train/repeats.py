@@ -12,23 +12,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Dict, List
+from typing import List
 
 import torch
 
 from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
 from bench.train.epochs import Session, run_epochs
+from bench.train.result import Window
 
 log = logging.getLogger(__name__)
 
 
 def measure_windows(
     session: Session, device: torch.device, planned: int, first_step_at: float, checkpoint_on_signal: bool
-) -> Dict[str, Any]:
+) -> Window:
     config = session.config
     repeats = config.benchmark.repeats
-    windows: List[Dict[str, Any]] = []
+    windows: List[Window] = []
     for repeat in range(1, repeats + 1):
         clock = StepClock(device, strict_sync=config.benchmark.sync)
         clock.sync()
@@ -36,33 +37,32 @@ def measure_windows(
             window = run_epochs(session, clock, planned, first_step_at, flag)
         windows.append(window)
         if repeats > 1:
-            seconds = window["window_seconds"]
+            seconds = window.window_seconds
             log.info(
                 "repeat %d/%d: %.1f images/s (%d steps, %.2f s)",
                 repeat,
                 repeats,
-                window["measured_images"] / seconds if seconds > 0 else 0.0,
-                window["measured_steps"],
+                window.measured_images / seconds if seconds > 0 else 0.0,
+                window.measured_steps,
                 seconds,
             )
     return pool(windows)
 
 
-def pool(windows: List[Dict[str, Any]]) -> Dict[str, Any]:
+def pool(windows: List[Window]) -> Window:
     """One window's figures from several; `repeat_images`/`repeat_seconds` list each repeat's."""
-    pooled = dict(windows[-1])  # final loss and lr are the last repeat's
-    pooled["repeat_images"] = [w["measured_images"] for w in windows]
-    pooled["repeat_seconds"] = [w["window_seconds"] for w in windows]
+    last = windows[-1]  # final loss, lr and accuracy are the last repeat's
+    images, seconds = [w.measured_images for w in windows], [w.window_seconds for w in windows]
     if len(windows) == 1:
-        return pooled
-    pooled.update(
-        measured_steps=sum(w["measured_steps"] for w in windows),
-        measured_images=sum(pooled["repeat_images"]),
-        window_seconds=sum(pooled["repeat_seconds"]),
-        step_times_ms=[t for w in windows for t in w["step_times_ms"]],
-        data_wait_ms=[t for w in windows for t in w["data_wait_ms"]],
-        epochs=[
-            dataclasses.replace(e, repeat=number) for number, w in enumerate(windows, start=1) for e in w["epochs"]
-        ],
+        return dataclasses.replace(last, repeat_images=images, repeat_seconds=seconds)
+    return dataclasses.replace(
+        last,
+        measured_steps=sum(w.measured_steps for w in windows),
+        measured_images=sum(images),
+        window_seconds=sum(seconds),
+        step_times_ms=[t for w in windows for t in w.step_times_ms],
+        data_wait_ms=[t for w in windows for t in w.data_wait_ms],
+        epochs=[dataclasses.replace(e, repeat=number) for number, w in enumerate(windows, start=1) for e in w.epochs],
+        repeat_images=images,
+        repeat_seconds=seconds,
     )
-    return pooled

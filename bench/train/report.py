@@ -16,11 +16,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 from bench.config import BenchConfig
 from bench.results import read_column, read_summary, read_window, write_csv, write_json, write_jsonl
 from bench.runtime.fit_watch import fit_problems, fit_tags
-from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, REPEATS_METRIC, read_repeats, write_repeats
+from bench.runtime.fitness import Verdict
+from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, read_repeats, write_repeats
 from bench.train import sweep_view
 from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
 from bench.train.summary import merge_ranks, repeat_throughputs, summarize
-from bench.train.sweep_view import ACCURACY_COLUMNS, FIT_COLUMNS, REPEAT_COLUMNS, TRAINING_COLUMNS, training_plots
 
 
 def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
@@ -30,14 +30,11 @@ def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
 
 @dataclass
 class TrainReport:
-    # what the sweep report plots per run: the per-step file and column, and the MLflow series
-    TIMELINE_FILE, TIMELINE_COLUMN, TIMELINE_METRIC = "step_times.csv", "step_time_ms", "step_time_ms"
-    # benchmark.repeats > 1: a row per measured window, and its MLflow series (step = repeat)
-    REPEATS_FILE, REPEATS_METRIC = REPEATS_FILE, REPEATS_METRIC
-    # what a sweep of training runs shows (bench.analysis asks; bench.train.sweep_view holds them)
-    LABEL_COLUMNS, COMPARE_FIGURE = sweep_view.LABEL_COLUMNS, sweep_view.COMPARE_FIGURE
-    SWEEP_COLUMNS, OPTIONAL_COLUMNS = TRAINING_COLUMNS, ACCURACY_COLUMNS + REPEAT_COLUMNS + FIT_COLUMNS
-    sweep_plots = staticmethod(training_plots)
+    # what a sweep and compare show of training runs (bench.analysis asks; bench.train.sweep_view holds it)
+    view = sweep_view.VIEW
+    # the per-step file and column the timeline is read back from
+    TIMELINE_FILE, TIMELINE_COLUMN = "step_times.csv", "step_time_ms"
+    REPEATS_FILE = REPEATS_FILE  # benchmark.repeats > 1: a row per measured window
 
     result: TrainResult  # rank 0's, with the job's step timeline
     ranks: List[RankSummary]
@@ -77,9 +74,12 @@ class TrainReport:
         result, epochs = self.result, epoch_dicts(self.result.epochs)
         ranks = [
             {
-                k: v
-                for k, v in asdict(r).items()
-                if k not in ("step_times_ms", "data_wait_ms", "repeat_images", "repeat_seconds")
+                **{
+                    k: v
+                    for k, v in asdict(r).items()
+                    if k not in ("step_times_ms", "data_wait_ms", "repeat_images", "repeat_seconds")
+                },
+                "fit": r.fit.as_dict() if r.fit is not None else {},  # the record's fit_* names, as always
             }
             for r in self.ranks
         ]
@@ -142,9 +142,9 @@ class TrainReport:
                 )
             tracker.log_metrics(series, step=epoch.epoch if epoch.repeat is None else number)
         if log_series:
-            tracker.log_series(self.TIMELINE_METRIC, self.result.step_times_ms)
+            tracker.log_series(sweep_view.TIMELINE_METRIC, self.result.step_times_ms)
         if len(self.repeat_rates) > 1:
-            tracker.log_series(self.REPEATS_METRIC, self.repeat_rates)
+            tracker.log_series(sweep_view.REPEATS_METRIC, self.repeat_rates)
         if self.run_name:
             tracker.rename(self.run_name)
         r = self.record
@@ -177,7 +177,12 @@ class TrainReport:
             repeat_images=[int(v) for v in read_column(job_dir / cls.REPEATS_FILE, "images")],
             repeat_seconds=read_column(job_dir / cls.REPEATS_FILE, "seconds"),
         )
-        ranks = [RankSummary(**r, step_times_ms=[], data_wait_ms=[]) for r in summary.get("ranks", [])]
+        ranks = [
+            RankSummary(
+                **{**r, "fit": Verdict.from_dict(r["fit"]) if r.get("fit") else None}, step_times_ms=[], data_wait_ms=[]
+            )
+            for r in summary.get("ranks", [])
+        ]
         return cls(result, ranks, record, cls.repeats(job_dir))
 
     @classmethod
@@ -194,3 +199,12 @@ class TrainReport:
     def timeline(cls, job_dir: Path) -> List[float]:
         """The per-step times a finished run wrote (for the sweep report)."""
         return read_column(job_dir / cls.TIMELINE_FILE, cls.TIMELINE_COLUMN)
+
+    @classmethod
+    def read_back(cls, job_dir: Path) -> Dict[str, Any]:
+        """The sweep frame's columns of its own: the accuracy curve (metrics_epoch.jsonl)."""
+        return {"val_curve": sweep_view.read_val_curve(job_dir)}
+
+    @classmethod
+    def read_back_mlflow(cls, client: Any, run_id: str) -> Dict[str, Any]:
+        return {"val_curve": sweep_view.mlflow_val_curve(client, run_id)}

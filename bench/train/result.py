@@ -3,10 +3,13 @@ and is read back by the report)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from dataclasses import dataclass, field, fields
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from bench.results import KEPT, SPREAD, Record
+
+if TYPE_CHECKING:
+    from bench.runtime.fitness import Verdict
 
 
 @dataclass
@@ -35,6 +38,53 @@ class EpochRecord:
 
 
 @dataclass
+class Accuracy:
+    """A run's accuracy figures from its evaluated epochs (bench.train.evaluate.accuracy_figures): the
+    last evaluation, the best, what evaluating cost; time to target where train.target_accuracy is set."""
+
+    val_top1: Optional[float]
+    val_top5: Optional[float]
+    val_top1_best: float
+    eval_seconds: float
+    evaluations: int
+    train_wall_seconds: float
+    val_images: Optional[int] = None  # every val image counted once, over all ranks
+    target_accuracy: Optional[float] = None  # train.target_accuracy; the three below only with one
+    reached_target: Optional[bool] = None
+    time_to_target_seconds: Optional[float] = None  # None (null) when the target was not reached
+    epochs_to_target: Optional[int] = None
+
+    def figures(self) -> Dict[str, Any]:
+        """The record's accuracy figures, in field order: val_images only when counted, the target's
+        four only with a target (its time and epochs null when it was not reached)."""
+        targets = ("target_accuracy", "reached_target", "time_to_target_seconds", "epochs_to_target")
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if not (f.name == "val_images" and self.val_images is None)
+            and not (f.name in targets and self.target_accuracy is None)
+        }
+
+
+@dataclass
+class Window:
+    """One measured window's figures (bench.train.epochs), or several windows pooled into one
+    (bench.train.repeats: benchmark.repeats > 1); what the run's TrainResult is built from."""
+
+    measured_steps: int
+    measured_images: int  # images of the measured steps (the batch changes with data.progressive)
+    window_seconds: float
+    step_times_ms: List[float]
+    data_wait_ms: List[float]
+    epochs: List[EpochRecord]
+    final_lr: float
+    final_loss: float
+    accuracy: Optional[Accuracy]  # val top-1/top-5, time-to-target (None: nothing evaluated)
+    repeat_images: List[int] = field(default_factory=list)  # per measured window (benchmark.repeats)
+    repeat_seconds: List[float] = field(default_factory=list)
+
+
+@dataclass
 class TrainResult:
     batch_size: int  # per process
     warmup_steps: int
@@ -54,14 +104,14 @@ class TrainResult:
     param_checksum: float = 0.0  # sum of all weights after training: equal on every rank when DDP synced them
     gpu: Dict[str, float] = field(default_factory=dict)  # NVML samples from the window
     extra: Dict[str, Any] = field(default_factory=dict)  # dataset facts, checkpoint write figures
-    accuracy: Dict[str, Any] = field(default_factory=dict)  # val top-1/top-5, time-to-target (bench.train.epochs)
+    accuracy: Optional[Accuracy] = None  # val top-1/top-5, time-to-target (None: nothing evaluated)
 
     measured_images: int = 0  # images of the measured steps (the batch changes with data.progressive)
     repeat_images: List[int] = field(default_factory=list)  # per measured window (benchmark.repeats)
     repeat_seconds: List[float] = field(default_factory=list)
     files: List[str] = field(default_factory=list)  # written by the rank after the window (profiler trace, table)
     interrupted: Optional[str] = None  # the signal (SIGTERM, SIGINT) that cut the passes after the window short
-    fit: Dict[str, Any] = field(default_factory=dict)  # this rank's fit-to-measure verdict (bench.runtime.fit_watch)
+    fit: Optional[Verdict] = None  # this rank's fit-to-measure verdict (bench.runtime.fit_watch; None: not watched)
 
     @property
     def images(self) -> int:
@@ -82,7 +132,7 @@ class RankSummary:
     param_checksum: float
     repeat_images: List[int] = field(default_factory=list)
     repeat_seconds: List[float] = field(default_factory=list)
-    fit: Dict[str, Any] = field(default_factory=dict)  # this rank's fit-to-measure verdict
+    fit: Optional[Verdict] = None  # this rank's fit-to-measure verdict (bench.runtime.fit_watch; None: not watched)
 
     @property
     def images_per_second(self) -> float:

@@ -33,10 +33,10 @@ def merge_ranks(result: TrainResult, ranks: Sequence[RankSummary]) -> TrainResul
 
 
 def rank_figures(ranks: Sequence[RankSummary]) -> Dict[str, Any]:
-    """Per-rank throughput, so a straggler shows, and whether DDP kept the weights identical."""
+    """Per-rank throughput, so a straggler shows, and whether DDP kept the weights identical (the global
+    images/s, their sum, is summarize's)."""
     throughputs = [r.images_per_second for r in ranks]
     return {
-        "images_per_second": sum(throughputs),  # global: the sum over ranks
         "rank_images_per_second_min": min(throughputs),
         "rank_images_per_second_max": max(throughputs),
         "rank_slowest": min(range(len(ranks)), key=lambda i: throughputs[i]),
@@ -83,7 +83,10 @@ def summarize(
     images = result.images * world_size
     data_wait_s = sum(result.data_wait_ms) / 1000.0
     per_rank = rank_figures(ranks) if world_size > 1 else {}
-    throughput = per_rank.pop("images_per_second", images / seconds if seconds > 0 else 0.0)
+    if world_size > 1:  # global: the sum over ranks of each one's images / its own window
+        throughput = sum(r.images_per_second for r in ranks)
+    else:
+        throughput = images / seconds if seconds > 0 else 0.0
     stats = step_time_stats(result.step_times_ms)
     wait_fraction = data_wait_s / seconds if seconds > 0 else 0.0
     steps_per_epoch = config.train.steps_per_epoch
@@ -129,7 +132,10 @@ def summarize(
         **input_pipeline(wait_fraction),
         compile_fallback=result.compile.get("fallback_reason") or None,
         gpu=dict(result.gpu),
-        extra={**{k: v for k, v in result.extra.items() if k != "checkpoint_path"}, **result.accuracy},
+        extra={
+            **{k: v for k, v in result.extra.items() if k != "checkpoint_path"},
+            **(result.accuracy.figures() if result.accuracy is not None else {}),
+        },
         **repeat_figures(repeat_throughputs(ranks)),
         **record_fields(result.fit, [r.fit for r in ranks if r.rank != 0]),
     )

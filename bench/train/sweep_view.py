@@ -1,17 +1,25 @@
-"""How a training run shows in a sweep: its table columns and its plots (bench.analysis asks the
-report class, TrainReport, and branches on no mode name)."""
+"""How a training run shows in a sweep and in `compare`: its table columns, its plots, what compare
+samples (per-step images/s), and the accuracy curve it reads back (bench.analysis asks the report
+class, TrainReport, for VIEW, and branches on no mode name)."""
 
 from __future__ import annotations
 
+import json
+import math
 from pathlib import Path
-from typing import TYPE_CHECKING, List
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
+from bench.report_view import Sample, View
+from bench.runtime.reporting import REPEATS_METRIC
 from bench.runtime.sweep_view import (
     ACCURACY_COLUMNS,
     COMPARE_FIGURE,
     FIT_COLUMNS,
     LABEL_COLUMNS,
+    NAMED_IN_CONFIG,
     REPEAT_COLUMNS,
+    SCALING,
+    SHOWN_CONFIG,
     run_label,
 )
 
@@ -26,6 +34,8 @@ __all__ = [
     "LABEL_COLUMNS",
     "REPEAT_COLUMNS",
     "TRAINING_COLUMNS",
+    "VIEW",
+    "read_val_curve",
     "training_plots",
 ]
 
@@ -52,8 +62,57 @@ TRAINING_COLUMNS = [  # (header, frame column = a radix_metrics key, format)
 
 def training_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
     """Throughput and scaling efficiency vs process count, throughput vs batch, step times, accuracy."""
-    from bench.analysis.plots import plot_training
+    from bench.runtime.plots import plot_training
+    from bench.train.plots import plot_accuracy
 
-    return plot_training(
-        frame, out, title, ("Step-time distribution", "Step time (ms)", "step_time_distribution.png"), run_label
-    )
+    timeline = ("Step-time distribution", "Step time (ms)", "step_time_distribution.png")
+    return plot_training(frame, out, title, timeline, run_label, more=[plot_accuracy])
+
+
+TIMELINE_METRIC = "step_time_ms"  # the MLflow series of the step times
+
+VIEW = View(
+    # compare: the images/s of each repeat, else the step times, each step global_batch_size images
+    sample=Sample("images_per_second", "images/s", per_step=("global_batch_size", "batch_size")),
+    columns=TRAINING_COLUMNS,
+    plots=training_plots,
+    optional_columns=ACCURACY_COLUMNS + REPEAT_COLUMNS + FIT_COLUMNS,
+    label_columns=LABEL_COLUMNS,
+    timeline_metric=TIMELINE_METRIC,
+    repeats_metric=REPEATS_METRIC,
+    named_in_config=NAMED_IN_CONFIG,
+    shown_config=SHOWN_CONFIG,
+    scaling=SCALING,
+)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_val_curve(job_dir: Path) -> List[Tuple[float, float]]:
+    """(wall_seconds, val_top1) of every evaluated epoch in metrics_epoch.jsonl, in time order;
+    epochs without an evaluation (no val_top1) and lines that are not JSON objects are skipped."""
+    path = job_dir / "metrics_epoch.jsonl"
+    if not path.is_file():
+        return []
+    points = []
+    for line in path.read_text().splitlines():
+        try:
+            epoch = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(epoch, dict) and _finite(epoch.get("val_top1")) and _finite(epoch.get("wall_seconds")):
+            points.append((float(epoch["wall_seconds"]), float(epoch["val_top1"])))
+    return sorted(points)
+
+
+def mlflow_val_curve(client: Any, run_id: str) -> List[Tuple[float, float]]:
+    """(wall seconds, val top-1) per evaluated epoch, from the per-epoch series the training
+    report logs (step = epoch; step 0 is the final figure)."""
+
+    def by_epoch(name: str) -> Dict[int, float]:
+        return {m.step: m.value for m in client.get_metric_history(run_id, name) if m.step > 0}
+
+    walls, top1 = by_epoch("epoch_wall_seconds"), by_epoch("val_top1")
+    return [(walls[e], top1[e]) for e in sorted(walls) if e in top1]

@@ -202,3 +202,33 @@ def test_endpoint_with_credentials_is_refused_without_echoing_them(bench, tmp_pa
     assert not Path(tmp_path / "run" / "run_summary.json").exists()
 
 
+
+
+def test_compare_of_two_storage_runs_gives_their_own_samples_per_second(bench, tmp_path):
+    """issue 29: `bench.compare` read a storage run's per-request latencies as training step times
+    (4 x requests / summed latency, "images/s"): 43x off. It now compares what the storage scenario
+    samples, the samples/s of each measured run, in samples/s; a training run against a storage run
+    is refused in one line (exit 2)."""
+    args = [*TINY, "storage.runs=2", f"storage.root={tmp_path}/data", "tracking.enabled=false"]
+    own = {}
+    for side in ("base", "cand"):
+        own[side] = bench.metrics(bench.run(*args, f"hydra.run.dir={tmp_path}/{side}"))["samples_per_second"]
+    proc = bench.run(str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out"),
+                     module="bench.compare")
+    assert proc.returncode in (0, 1), proc.stderr  # same/faster or slower: a verdict either way
+    header, row = proc.stdout.splitlines()[:2]
+    assert "baseline samples/s" in header and "candidate samples/s" in header and "images/s" not in proc.stdout
+    base, cand = float(row[41:61]), float(row[62:82])  # bench.tools.compare.render_text's columns
+    # each side is the median of its 2 runs' samples/s, i.e. their mean: the run's own figure
+    assert base == pytest.approx(own["base"], abs=0.051) and cand == pytest.approx(own["cand"], abs=0.051)
+    page = (tmp_path / "out" / "compare.md").read_text()
+    assert "baseline samples/s" in page and f"{own['base']:.1f}" in page and "images/s" not in page
+
+    train = tmp_path / "train"  # a training run's record (the figures a compare reads of it)
+    train.mkdir()
+    (train / "run_summary.json").write_text(json.dumps({"results": {"mode": "train", "images_per_second": 100.0},
+                                                        "config": {"mode": "train"}}))
+    refused = bench.run(str(train), str(tmp_path / "cand"), "--out", str(tmp_path / "out2"), module="bench.compare")
+    (line,) = [line for line in refused.stderr.splitlines() if "[ERROR]" in line]
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr
+    assert "mode=train" in line and "mode=storage" in line

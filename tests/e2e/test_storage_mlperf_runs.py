@@ -118,6 +118,9 @@ def test_the_mlperf_harness_on_one_host(bench, tmp_path):
     client = MlflowClient(bench.uri)
     for series in ("epoch_samples_per_second", "epoch_mlperf_au_percent", "epoch_au_percent"):
         assert len(client.get_metric_history(run.info.run_id, series)) == EPOCHS, series
+    # each measured run's samples/s: what bench.compare samples of a storage run read back from MLflow
+    by_run = client.get_metric_history(run.info.run_id, "run_samples_per_second")
+    assert sorted(m.value for m in by_run) == sorted(float(r["samples_per_second"]) for r in rows(run_dir / "runs.csv"))
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"clients.csv", "runs.csv", "epochs.csv"} <= artifacts
 

@@ -1,12 +1,17 @@
 """Adding a scenario takes one module and one registry line: a toy scenario ("count": it counts to
-N and reports how fast) with its own typed result record is registered here, in the test, and run end
-to end through bench.app.run (the function the Hydra task calls) with a real sqlite MLflow store.
-Nothing in bench/ changes for it: no column list, plot or mode branch names it."""
+N and reports how fast) with its own config namespace (`count.steps`: it borrows no other scenario's
+keys), its own typed result record and its own report class (what a sweep and a compare show of it)
+is registered here, in the test, run end to end through bench.app.run (the function the Hydra task
+calls) with a real sqlite MLflow store, swept by Hydra's multirun (in this process: the registration
+lives here) and two of its runs compared. Nothing in bench/ changes for it: no column list, plot,
+key or mode branch names it."""
 
 from __future__ import annotations
 
 import json
+import logging
 import re
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,10 +19,23 @@ from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pytest
 
-from bench.results import Record, write_json
-from bench.scenario_registry import SCENARIOS, register
+from bench.errors import ConfigError
+from bench.results import Record, read_summary, write_json
+from bench.scenario_registry import SCENARIOS
+from bench.scenarios import Sample, View, register, unregister
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
+
+
+@dataclass
+class CountOptions:
+    """The toy's own config namespace: `count.steps=...` (checked here, one line when wrong)."""
+
+    steps: int = 1000
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ConfigError("count.steps", self.steps, "a positive count")
 
 
 @dataclass(kw_only=True)
@@ -29,14 +47,22 @@ class CountMetrics(Record):
     note: Optional[str] = None  # absent from the final line unless set
 
 
+def count_plots(frame: Any, out: Path, title: str) -> List[Path]:
+    return []  # a toy: no plots
+
+
 @dataclass
 class CountReport:
-    TIMELINE_METRIC, REPEATS_METRIC = "count_step_ms", None
-    SWEEP_COLUMNS = [("job", "job", "{}"), ("counted", "counted", "{}"), ("error", "error", "{}")]
-    OPTIONAL_COLUMNS, LABEL_COLUMNS = [], []  # type: ignore[var-annotated]
-    COMPARE_FIGURE = "counts_per_second"
+    view = View(
+        sample=Sample("counts_per_second", "counts/s"),  # compare: the run's own figure, in its unit
+        columns=[("job", "job", "{}"), ("overrides", "overrides", "{}"), ("counted", "counted", "{}"),
+                 ("counts/s", "counts_per_second", "{:.0f}"), ("error", "error", "{}")],
+        plots=count_plots,
+        label_columns=[("counted=", "counted", "int")],
+    )
 
     record: CountMetrics
+    interrupted: Optional[str] = None  # no passes after the count: never
 
     @property
     def metrics(self) -> Dict[str, Any]:
@@ -59,6 +85,26 @@ class CountReport:
         tracker.set_tags({"mode": self.record.mode})
         tracker.log_artifacts(files)
 
+    @classmethod
+    def from_files(cls, job_dir: Path) -> "CountReport":
+        return cls(CountMetrics.from_metrics(read_summary(job_dir)["results"]))
+
+    @classmethod
+    def timeline(cls, job_dir: Path) -> List[float]:
+        return []
+
+    @classmethod
+    def repeats(cls, job_dir: Path) -> List[float]:
+        return []
+
+    @classmethod
+    def read_back(cls, job_dir: Path) -> Dict[str, Any]:
+        return {}
+
+    @classmethod
+    def read_back_mlflow(cls, client: Any, run_id: str) -> Dict[str, Any]:
+        return {}
+
 
 class CountScenario:
     report_class = CountReport
@@ -76,11 +122,11 @@ class CountScenario:
         pass
 
     def run_name(self, config: Any) -> str:
-        return f"count-{config.train.steps_per_epoch}"
+        return f"count-{config.count.steps}"
 
     def run_rank(self, config: Any, ctx: Any, out_dir: Path, heartbeat: Any = None) -> CountMetrics:
         start, total = time.perf_counter(), 0
-        for _ in range(config.train.steps_per_epoch):
+        for _ in range(config.count.steps):
             total += 1
         seconds = time.perf_counter() - start
         return CountMetrics(counted=total, count_seconds=seconds, counts_per_second=total / seconds if seconds else 0.0)
@@ -94,9 +140,13 @@ class CountScenario:
 
 @pytest.fixture
 def count_mode():
-    register("count", CountScenario)
+    # the namespace as a built-in names it in bench/scenario_registry.py's OPTIONS: "module:Class"
+    register("count", CountScenario, options=f"{__name__}:CountOptions")
     yield "count"
-    SCENARIOS.pop("count")
+    unregister("count")
+    from bench.config.schema import register_configs
+
+    register_configs()  # the stored schema without the toy's namespace again, for whatever runs next here
 
 
 def test_a_registered_toy_scenario_runs_end_to_end_with_its_own_record(count_mode, compose, tmp_path, capsys):
@@ -105,11 +155,12 @@ def test_a_registered_toy_scenario_runs_end_to_end_with_its_own_record(count_mod
     from bench.app import run
     from bench.scenarios import Scenario
 
-    scenario: Scenario = CountScenario()  # the protocol (mypy checks the built-in ones: tests/unit/test_layout.py)
+    scenario: Scenario[CountMetrics, CountReport] = CountScenario()  # mypy checks the built-in ones
     assert scenario.has_ranks(compose()) is False
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    overrides = [f"mode={count_mode}", "train.steps_per_epoch=1000", f"tracking.uri={uri}", "cpu_threads=1"]
+    overrides = [f"mode={count_mode}", "count.steps=1000", f"tracking.uri={uri}", "cpu_threads=1"]
     config = compose(*overrides)
+    assert config.count.steps == 1000 and config.train.steps_per_epoch != 1000  # its own key, no other's
     code = run(config, tmp_path / "run", tmp_path, overrides)
     assert code == 0
     final = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["radix_metrics"]
@@ -119,7 +170,45 @@ def test_a_registered_toy_scenario_runs_end_to_end_with_its_own_record(count_mod
                                              .experiment_id])
     assert only.info.status == "FINISHED" and only.info.run_name.startswith("count-1000")
     assert only.data.metrics["counted"] == 1000 and only.data.tags["mode"] == "count"
+    assert only.data.params["count.steps"] == "1000"  # its namespace is a config group like the others
     assert json.loads((tmp_path / "run" / "run_summary.json").read_text())["results"] == final
+    with pytest.raises(ConfigError, match=r"count.steps=0 is not valid: accepted a positive count"):
+        compose(f"mode={count_mode}", "count.steps=0")
+
+
+def test_the_toy_scenario_is_swept_and_two_of_its_runs_compared(count_mode, tmp_path, monkeypatch, capsys):
+    """A Hydra multirun over its own key (the sweep callback's MLflow parent run and report: the
+    toy's columns), then `bench.compare` of two of its jobs: its figure, in its unit."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from bench.__main__ import main
+    from bench.config.schema import register_configs
+    from bench.tools.compare import main as compare
+
+    register_configs()  # the schema with the toy's namespace (python -m bench registers it at import)
+    GlobalHydra.instance().clear()
+    sweep = tmp_path / "sweep"
+    monkeypatch.setattr(sys, "argv", ["bench", "-m", f"mode={count_mode}", "count.steps=100,200",
+                                      f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.sweep.dir={sweep}"])
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
+    try:
+        main()
+    finally:  # Hydra's state and its logging set-up stay in this test
+        GlobalHydra.instance().clear()
+        root.handlers[:] = handlers
+        root.setLevel(level)
+    jobs = [json.loads((sweep / str(n) / "run_summary.json").read_text())["results"] for n in (0, 1)]
+    assert [j["counted"] for j in jobs] == [100, 200]
+    report = (sweep / "report" / "report.md").read_text() if (sweep / "report").is_dir() else ""
+    table = capsys.readouterr().out
+    assert "counts/s" in table and "count.steps" in table + report  # the toy's own columns, its swept key
+
+    assert compare([str(sweep / "0"), str(sweep / "1"), "--out", str(tmp_path / "out")]) in (0, 1)
+    header, row = capsys.readouterr().out.splitlines()[:2]
+    assert "baseline counts/s" in header and "candidate counts/s" in header
+    assert float(row[41:61]) == pytest.approx(jobs[0]["counts_per_second"], abs=0.051)
+    assert float(row[62:82]) == pytest.approx(jobs[1]["counts_per_second"], abs=0.051)
 
 
 def test_an_unregistered_mode_is_refused_naming_the_registered_ones(compose):

@@ -214,3 +214,17 @@ def test_resuming_into_more_epochs_keeps_the_schedule_of_this_run(compose, sched
     assert optimizer.param_groups[0]["lr"] < 0.01  # annealed at the end of the longer run
     if scheduler == "onecycle":
         assert "continues on this run's length" in caplog.text
+
+
+def test_the_accuracy_figures_are_a_typed_record_written_as_they_always_were():
+    """issue 29 part 4: the accuracy figures travel as bench.train.result.Accuracy, not a dict; written
+    into the record they keep their keys and order, the target's four only with a target (time and
+    epochs null when it was not reached), val_images only when counted."""
+    from bench.train.result import Accuracy
+
+    base = dict(val_top1=0.5, val_top5=0.9, val_top1_best=0.6, eval_seconds=1.5, evaluations=2, train_wall_seconds=9.0)
+    assert list(Accuracy(**base).figures()) == list(base)
+    missed = Accuracy(**base, val_images=100, target_accuracy=0.7, reached_target=False).figures()
+    assert list(missed) == [*base, "val_images", "target_accuracy", "reached_target", "time_to_target_seconds",
+                            "epochs_to_target"]
+    assert missed["reached_target"] is False and missed["time_to_target_seconds"] is None

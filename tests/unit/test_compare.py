@@ -187,3 +187,33 @@ def test_a_side_that_was_not_fit_to_measure_is_not_judged(tmp_path, capsys):
     assert "verdict: could not judge 1 configuration(s), a side was not fit to measure" in err and reason in err
     assert main([str(tmp_path / "cand"), str(tmp_path / "cand"), "--out", str(tmp_path / "out")]) == 0
     assert main([str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out"), "--judge-unfit"]) == 0
+
+
+def test_an_inference_pair_compares_the_per_batch_latency_in_ms_lower_being_faster():
+    """issue 29: what compare samples is the scenario's (its report class's view.sample): an inference
+    run's per-batch latency, in ms, its median; the ratio stays "> 1: faster" (baseline / candidate)."""
+    rng = np.random.default_rng(0)
+    runs = []
+    for job, ms in (("a", 10.0), ("b", 12.5)):
+        run = _run(job, 8, steps=list(ms + rng.normal(0, 0.2, 200)))
+        run.config["mode"] = "inference"
+        run.metrics.update(mode="inference", latency_ms_p50=ms)
+        runs.append(run)
+    (pair,) = compare_frames(_frame(runs[0]), _frame(runs[1]), 0.03).pairs
+    assert pair.unit == "ms" and pair.samples == "steps" and pair.verdict == SLOWER
+    assert pair.baseline == pytest.approx(10.0, abs=0.1) and pair.candidate == pytest.approx(12.5, abs=0.1)
+    assert pair.ratio == pytest.approx(10.0 / 12.5, abs=0.02) and pair.high < 1
+    assert pair.label == "inference resnet18 bs=8"
+
+
+def test_runs_of_two_scenarios_or_of_an_unknown_one_are_refused_in_one_line():
+    from bench.errors import ReportError
+    from bench.scenarios import report_class
+
+    train, storage = _run("a", 8, rates=[100.0, 101.0]), _run("b", 8)
+    storage.config["mode"] = "storage"
+    with pytest.raises(ReportError, match=r"the baseline is a mode=train run and the candidate a mode=storage run"):
+        compare_frames(_frame(train), _frame(storage), 0.03)
+    with pytest.raises(ReportError, match=r"mode=count has no scenario here \(registered: train, storage, inference\)"):
+        report_class("count")  # no quiet fallback to training's figures
+    assert report_class(None) is report_class("train")  # recorded before modes existed: training

@@ -154,7 +154,8 @@ def test_rerun_verdicts_exit_codes_and_page_canned_rounds(monkeypatch, capsys, s
     lines = out.splitlines()  # what will run first, then a line per round, then the figures
     assert lines[0].startswith("rerun: 2 rounds of candidate-baseline-baseline-candidate, 8 fresh python -m bench")
     assert [line.split(":")[0] for line in lines[1:3]] == ["round 1", "round 2"] and "noise floor" in lines[3]
-    assert lines[4].split() == ["configuration", "baseline", "candidate", "ratio", "95%", "interval", "verdict"]
+    assert lines[4].split() == ["configuration", "baseline", "images/s", "candidate", "images/s", "ratio", "95%",
+                                "interval", "verdict"]  # the unit is the runs' own (their scenario's view)
     assert lines[5].startswith("data.image_size=160 vs data.image_size=3") and len(lines) == 6  # the plain table
     page = sides[2] / "compare.html"
     assert {p.name for p in sides[2].iterdir()} >= {"compare.md", "compare.html", "compare.png", "rerun"}

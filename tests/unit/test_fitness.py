@@ -62,14 +62,15 @@ def test_cpufreq_notes_name_the_governor_and_a_slow_clock(tmp_path):
 
 def test_the_verdict_goes_last_in_the_record_and_merges_the_ranks():
     rank0 = Verdict(["other processes used 0.97 of 2 usable cores during the window (limit 0.2)"], ["load"],
-                    {"fit_other_cpu_cores": 0.97, "fit_usable_cores": 2.0}).as_dict()
-    rank1 = Verdict(["GPU 1 ran 1 other compute process(es) (pid 9)"], [], {"fit_gpu_sm_clock_ratio": 0.5}).as_dict()
-    merged = record_fields(rank0, [rank1, {}])
+                    {"fit_other_cpu_cores": 0.97, "fit_usable_cores": 2.0})
+    rank1 = Verdict(["GPU 1 ran 1 other compute process(es) (pid 9)"], [], {"fit_gpu_sm_clock_ratio": 0.5})
+    merged = record_fields(rank0, [rank1, None])  # typed verdicts (None: a rank whose window was not watched)
+    assert rank0.reasons == ["other processes used 0.97 of 2 usable cores during the window (limit 0.2)"]  # kept
     assert merged["fit_to_measure"] is False
     assert merged["fit_reasons"] == ("other processes used 0.97 of 2 usable cores during the window (limit 0.2); "
                                      "GPU 1 ran 1 other compute process(es) (pid 9)")
     assert merged["fit_other_cpu_cores"] == 0.97 and merged["fit_gpu_sm_clock_ratio"] == 0.5
-    assert record_fields({}) == {}  # no window watched: no fields (the record leaves them out)
+    assert record_fields(None) == {}  # no window watched: no fields (the record leaves them out)
     names = [f.name for f in fields(TrainMetrics)]
     assert names[-len(FIELDS):] == list(FIELDS)  # after every existing key: their order is unchanged
     assert Verdict.from_dict(Verdict([], [], {"fit_usable_cores": 2.0}).as_dict()).fit

@@ -13,10 +13,12 @@ import pytest
 import yaml
 
 from bench.analysis import build_report
-from bench.analysis.plots import _pyplot, plot_accuracy
+from bench.analysis.plots import _pyplot
+from bench.train.plots import plot_accuracy  # the training scenario draws its accuracy curve
 from bench.analysis.render import table
 from bench.train.sweep_view import TRAINING_COLUMNS
-from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, read_val_curve
+from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir
+from bench.train.sweep_view import read_val_curve  # the training scenario reads its curve back (ReportClass.read_back)
 from bench.analysis.scaling import add_scaling
 
 TRAINING_HEADERS = [header for header, _, _ in TRAINING_COLUMNS]
@@ -90,10 +92,10 @@ def test_read_val_curve_takes_the_evaluated_epochs_in_time_order(tmp_path):
 def test_read_job_dir_carries_the_curve_and_the_accuracy_results(tmp_path):
     _accuracy_sweep(tmp_path)
     record = read_job_dir(tmp_path / "0")
-    assert record.val_curve == [(6.0, 0.71), (12.25, 0.93)]
+    assert record.own["val_curve"] == [(6.0, 0.71), (12.25, 0.93)]
     assert record.metrics["time_to_target_seconds"] == 12.25 and record.metrics["reached_target"] is True
     without = read_job_dir(_job(tmp_path, "2", 0.1, _results(0.1), _epochs([None, None])))
-    assert without.val_curve == [] and "val_top1" not in without.metrics
+    assert without.own["val_curve"] == [] and "val_top1" not in without.metrics
 
 
 def test_table_without_accuracy_keeps_todays_columns(tmp_path):

@@ -8,6 +8,7 @@ from typing import Any, List
 
 import pandas as pd
 
+from bench.analysis.cells import absent, shown
 from bench.analysis.plots import (
     Figures,
     along_a_swept_axis,
@@ -16,7 +17,6 @@ from bench.analysis.plots import (
     finish_axes,
     points_by_series,
 )
-from bench.analysis.runs import absent, shown
 
 
 def plot_storage(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:

@@ -1,0 +1,69 @@
+"""What a scenario's report class declares about its runs (its `view`): the sweep table's columns,
+its plots, what `python -m bench.compare` samples and in which unit, what is read back from MLflow.
+bench.analysis reads these and names no scenario's figure. Kept low and import-free (bench.runtime's
+shared model views use it; bench.scenarios, the protocols, re-exports it)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Tuple
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["Column", "Plots", "Sample", "Scaling", "View"]
+
+Column = Tuple[str, str, str]  # (header, frame column = a radix_metrics key, format)
+Plots = Callable[["pd.DataFrame", Path, str], List[Path]]
+
+
+@dataclass(frozen=True)
+class Sample:
+    """What `python -m bench.compare` samples of a run of a scenario, and its unit on the page.
+
+    The samples, in the order compare tries them: the run's repeats (`ReportClass.repeats`: this
+    figure per measured window, when both runs have 2 or more), then its timeline (`timeline`: one
+    value per step or request) when `per_step` says how to read it, else the run's own `figure`
+    alone (a point ratio, no interval)."""
+
+    figure: str  # the run's own figure (a radix_metrics key): what compare reports without samples
+    unit: str  # its unit on compare's page and table: "images/s", "samples/s", "ms"
+    # how a timeline entry (a step time in ms) becomes this figure: the rate is items / summed time, the
+    # items per entry being the first of these figures a run has; () : the timeline is not sampled
+    per_step: Tuple[str, ...] = ()
+    timeline_is_figure: bool = False  # the timeline entries are the figure itself (a latency in ms): its median
+    lower_is_better: bool = False  # a latency: the ratio compare judges is baseline / candidate (>1: faster)
+    from_repeats: bool = True  # the repeats (`ReportClass.repeats`) are this figure per window
+
+
+@dataclass(frozen=True)
+class Scaling:
+    """The figures a sweep's scaling columns come from (bench.analysis.scaling: speedup against the
+    1-process run of the same configuration, and the data-wait percentage)."""
+
+    processes: str  # the figure counting the run's processes (world_size)
+    throughput: str  # the figure that speeds up (images_per_second)
+    wait_fraction: Optional[str] = None  # the window's share spent waiting for data: data_wait_percent
+
+
+@dataclass(frozen=True)
+class View:
+    """What a sweep, `bench.report` and `bench.compare` show of a scenario's runs, and where they
+    read it back from: the scenario's report class declares it (its `view`); bench.analysis asks
+    it and names no scenario's fields."""
+
+    sample: Sample
+    columns: List[Column]  # the sweep table; "error" last
+    plots: Plots  # the sweep's PNGs: (frame, out dir, title) -> files written
+    optional_columns: List[Column] = field(default_factory=list)  # shown before "error" when some job has them
+    label_columns: List[Column] = field(
+        default_factory=list
+    )  # what names a single run in compare (prefix, figure, format)
+    timeline_metric: Optional[str] = None  # the MLflow series of the timeline (step times, latencies)
+    repeats_metric: Optional[str] = None  # the MLflow series of the repeats' figure (None: none)
+    # config key -> figure column: a run read back from MLflow has its names in its params only
+    named_in_config: Mapping[str, str] = field(default_factory=dict)
+    # config keys the table shows under a column of their own already (not again as a swept key)
+    shown_config: Tuple[str, ...] = ()
+    scaling: Optional[Scaling] = None  # speedup and scaling efficiency over process counts (None: none)
