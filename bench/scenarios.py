@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from bench.config import BenchConfig
-    from bench.launch.context import RankContext
+    from bench.rank_context import RankContext
 
 Column = Tuple[str, str, str]  # (header, frame column = a radix_metrics key, format)
 

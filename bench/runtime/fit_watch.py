@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 from bench.config import BenchConfig
 from bench.errors import ConfigProblem
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime.fitness import MachineWatch, Verdict, affinity, oversubscription, usable_cores, wait_until_quiet
 
 FIELDS = (

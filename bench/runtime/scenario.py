@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 from bench.config import BenchConfig
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 
 
 class ModelScenario:

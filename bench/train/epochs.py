@@ -22,7 +22,7 @@ from tqdm import tqdm
 from bench.analysis.stats import percentile
 from bench.config import BenchConfig
 from bench.errors import Interrupted
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime.epoch_data import EpochData
 from bench.runtime.precision import PrecisionPolicy
 from bench.runtime.signals import SignalFlag

@@ -13,7 +13,7 @@ import pytest
 from mlflow import MlflowClient
 
 from bench.analysis.stats import percentile
-from bench.launch.context import free_port
+from bench.rank_context import free_port
 
 HANG_GUARD_S = 900
 FILES, SAMPLES, RECORD, EPOCHS = 8, 4, 4096, 2
