@@ -8,7 +8,7 @@ One job per module, in the order a report is made:
 - stats:    percentiles and step-time spread, shared with the runs' own reports
 
 The entry points below import their modules when called, so `import bench.analysis` (and
-bench.analysis.stats, which every run uses) stays free of pandas, matplotlib and mlflow.
+bench.maths.stats, which every run uses) stays free of pandas, matplotlib and mlflow.
 """
 
 from __future__ import annotations

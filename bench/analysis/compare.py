@@ -5,7 +5,7 @@ Matching: two single runs are one pair, whatever their configs (the user chose t
 sweeps are matched on the config keys that vary inside either sweep (what was swept); a
 configuration only one side has is listed, not compared.
 
-Samples per run (bench.analysis.confidence): the images/s of each repeat when both runs have
+Samples per run (bench.maths.confidence): the images/s of each repeat when both runs have
 2 or more (the statistic is their median); otherwise the step times (the statistic is the
 pooled throughput, images / summed step time). The interval is the 2.5-97.5 percentile range of
 candidate / baseline over independent bootstrap resamples of each side.
@@ -27,8 +27,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from bench.analysis.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent
+from bench.maths.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
 from bench.runtime.fitness import unfit_reason
 from bench.scenario_registry import DEFAULT_MODE
 from bench.scenarios import report_class

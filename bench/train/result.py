@@ -132,7 +132,7 @@ class TrainMetrics(Record):
     step_time_ms_max: Optional[float] = None
     step_time_ms_std: Optional[float] = None
     step_time_cv: Optional[float] = None
-    unstable: bool = False  # the step times spread more than bench.analysis.stats.UNSTABLE_CV
+    unstable: bool = False  # the step times spread more than bench.maths.stats.UNSTABLE_CV
     data_wait_seconds: float
     data_wait_fraction: float
     peak_memory_mb: float

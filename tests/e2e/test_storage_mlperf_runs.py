@@ -12,7 +12,7 @@ import json
 import pytest
 from mlflow import MlflowClient
 
-from bench.analysis.stats import percentile
+from bench.maths.stats import percentile
 from bench.rank_context import free_port
 
 HANG_GUARD_S = 900
