@@ -13,7 +13,7 @@ candidate / baseline over independent bootstrap resamples of each side.
 Verdict, for a threshold t (default 3%): `slower` when the ratio is below 1 - t AND the whole
 interval is below 1 (slower beyond the threshold, and not noise); `faster` the mirror image;
 otherwise `same` (within noise: the interval holds 1; or within the threshold). A pair where
-either run was not fit to measure (its fit_to_measure is false: bench.runtime.fitness) is
+either run was not fit to measure (its fit_to_measure is false: bench.machine.fitness) is
 `not judged`, whatever its ratio, and its note says which side and why.
 """
 
@@ -28,8 +28,8 @@ import numpy as np
 import pandas as pd
 
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent
+from bench.machine.fitness import unfit_reason
 from bench.maths.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
-from bench.runtime.fitness import unfit_reason
 from bench.scenario_registry import DEFAULT_MODE
 from bench.scenarios import report_class
 

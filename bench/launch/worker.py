@@ -14,8 +14,8 @@ from bench.config import BenchConfig
 from bench.launch.rank_logs import setup_rank_logging
 from bench.launch.reaper import pid_file
 from bench.launch.watchdog import StepWatchdog
+from bench.machine.fitness import ROOT_ENV
 from bench.rank_context import RankContext
-from bench.runtime.fitness import ROOT_ENV
 from bench.scenarios import scenario_for
 
 log = logging.getLogger("bench")

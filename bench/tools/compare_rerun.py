@@ -30,8 +30,8 @@ from bench.analysis.compare import Comparison, Pair
 from bench.analysis.rerun_verdict import SAME, SLOWER, RerunVerdict, judge, noise_floor, said, with_fitness
 from bench.analysis.rounds import Rounds, alternate, figure
 from bench.errors import ReportError
+from bench.machine.fitness import unfit_reason
 from bench.runtime.children import run_child
-from bench.runtime.fitness import unfit_reason
 
 __all__ = ["MAX_ROUNDS", "SAME", "SLOWER", "check_rounds", "judge", "noise_floor", "rerun_compare", "said"]
 

@@ -175,7 +175,7 @@ class TrainMetrics(Record):
     stable: Optional[bool] = None
     # achieved TFLOP/s, MFU where the peak is known, images per joule
     efficiency: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)
-    # fit to measure (bench.runtime.fitness): the verdict on the machine during the window, its
+    # fit to measure (bench.machine.fitness): the verdict on the machine during the window, its
     # reasons ('; '-joined, empty when fit) and notes, and the figures behind them
     fit_to_measure: Optional[bool] = None
     fit_reasons: Optional[str] = None

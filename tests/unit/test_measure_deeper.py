@@ -216,7 +216,7 @@ def _fake_nvml(energy_mj):
 
 
 def test_energy_with_a_mocked_nvml_gpu(monkeypatch):
-    from bench.tracking.gpu_monitor import GpuMonitor
+    from bench.machine.gpu_monitor import GpuMonitor
 
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(1_000_000))
     figures = GpuMonitor(0, interval_s=0.01).start().stop()
@@ -225,7 +225,7 @@ def test_energy_with_a_mocked_nvml_gpu(monkeypatch):
 
 
 def test_energy_of_a_gpu_without_the_counter_is_absent_with_a_mocked_nvml(monkeypatch):
-    from bench.tracking.gpu_monitor import GpuMonitor
+    from bench.machine.gpu_monitor import GpuMonitor
 
     nvml = _fake_nvml(0)
     nvml.nvmlDeviceGetTotalEnergyConsumption = lambda h: (_ for _ in ()).throw(RuntimeError("not supported"))
