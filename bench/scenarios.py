@@ -40,7 +40,7 @@ __all__ = [
 
 if TYPE_CHECKING:
     from bench.config import BenchConfig
-    from bench.launch.context import RankContext
+    from bench.rank_context import RankContext
 
 
 class Tracker(Protocol):

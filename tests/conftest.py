@@ -611,7 +611,7 @@ class MlflowServer:
 @pytest.fixture
 def mlflow_servers(tmp_path) -> Iterator[Callable[[], MlflowServer]]:
     """new() -> a started MlflowServer of this test (stopped at its end)."""
-    from bench.launch.context import free_port
+    from bench.rank_context import free_port
 
     made: List[MlflowServer] = []
 
@@ -628,7 +628,7 @@ def mlflow_servers(tmp_path) -> Iterator[Callable[[], MlflowServer]]:
 def module_mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
     """An `mlflow server` on 127.0.0.1 shared by a test module (one start: ~4.7 CPU-s); its store
     and artifacts under `.root`."""
-    from bench.launch.context import free_port
+    from bench.rank_context import free_port
 
     server = MlflowServer(tmp_path_factory.mktemp("mlflow-server"), free_port()).start()
     try:

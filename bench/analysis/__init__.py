@@ -1,14 +1,13 @@
-"""Reading results back and comparing runs: statistics, sweep tables, scaling, plots.
+"""Reading results back and comparing runs: sweep tables, scaling, plots (the statistics are bench.maths).
 
 One job per module, in the order a report is made:
 - runs:     a sweep (multirun dir or MLflow parent run) -> a DataFrame, one row per job
 - scaling:  configuration key, speedup and scaling efficiency against the 1-process run
 - render:   the table as text, markdown, CSV and one self-contained HTML page
 - plots:    the PNGs
-- stats:    percentiles and step-time spread, shared with the runs' own reports
 
-The entry points below import their modules when called, so `import bench.analysis` (and
-bench.analysis.stats, which every run uses) stays free of pandas, matplotlib and mlflow.
+The entry points below import their modules when called, so `import bench.analysis`
+stays free of pandas, matplotlib and mlflow.
 """
 
 from __future__ import annotations

@@ -8,7 +8,7 @@ configuration only one side has is listed, not compared.
 What is sampled, and its unit, is the runs' scenario's (its report class's `view.sample`,
 bench.scenarios.Sample): training compares images/s, storage samples/s, inference the per-batch
 latency in ms; two runs of different scenarios are refused (ReportError, exit 2). Samples per run
-(bench.analysis.confidence): the figure of each repeat when both runs have 2 or more (the
+(bench.maths.confidence): the figure of each repeat when both runs have 2 or more (the
 statistic is their median); otherwise the timeline where the scenario reads one (a training
 run's step times: the pooled throughput, images / summed step time; an inference run's
 latencies: their median); otherwise the run's own figure (a point ratio, no interval). The
@@ -19,7 +19,7 @@ each side. The ratio is candidate / baseline for a throughput, baseline / candid
 Verdict, for a threshold t (default 3%): `slower` when the ratio is below 1 - t AND the whole
 interval is below 1 (slower beyond the threshold, and not noise); `faster` the mirror image;
 otherwise `same` (within noise: the interval holds 1; or within the threshold). A pair where
-either run was not fit to measure (its fit_to_measure is false: bench.runtime.fitness) is
+either run was not fit to measure (its fit_to_measure is false: bench.machine.fitness) is
 `not judged`, whatever its ratio, and its note says which side and why.
 """
 
@@ -33,10 +33,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from bench.analysis.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent
 from bench.errors import ReportError
-from bench.runtime.fitness import unfit_reason
+from bench.machine.fitness import unfit_reason
+from bench.maths.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
 from bench.scenario_registry import DEFAULT_MODE
 from bench.scenarios import Sample, mode_name, report_class
 

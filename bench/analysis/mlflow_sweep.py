@@ -11,7 +11,7 @@ import pandas as pd
 
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, PROVENANCE, absent, ordered_columns
 from bench.errors import ReportError
-from bench.runtime.fitness import REASONS
+from bench.machine.fitness import REASONS
 from bench.scenarios import report_class
 
 

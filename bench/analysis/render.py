@@ -16,7 +16,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 import pandas as pd
 
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent, metric_columns, sweep_report_class
-from bench.runtime.fitness import unfit_reason
+from bench.machine.fitness import unfit_reason
 
 CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
 NOT_SWEPT = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # never a configuration

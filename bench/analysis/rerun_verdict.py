@@ -12,7 +12,7 @@ run A-B-B-A for N rounds (bench.analysis.rounds), judged against the noise betwe
   beyond the threshold but the interval reaches within the floor of 1;
 - **same**: the noise floor within the threshold and the ratio within the threshold.
 - **not judged** ("could not judge"): a fresh process of either side was not fit to measure (its
-  fit_to_measure is false, bench.runtime.fitness), whatever the figures say, as a plain compare
+  fit_to_measure is false, bench.machine.fitness), whatever the figures say, as a plain compare
   does; `judge_unfit` gives the verdict anyway, its note naming the unfit side.
 
 bench.tools.compare exits 1 on slower, 3 on can't tell and not judged (as on an unfit machine), 0

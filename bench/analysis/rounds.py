@@ -9,7 +9,7 @@ loader_benchmark, iobench_compare, storage_ceiling) runs its sides through `alte
   machine's speed during a round hits every side alike;
 - each round gives one ratio per other side: the mean of the first side's two figures over the
   mean of the other's, and the summary is the median of the per-round ratios with its 95%
-  percentile-bootstrap interval (bench.analysis.confidence);
+  percentile-bootstrap interval (bench.maths.confidence);
 - the verdict says "can't tell at this noise" when the interval holds 1: more rounds, or a
   quieter machine, would be needed to call it.
 
@@ -23,7 +23,7 @@ import statistics
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence
 
-from bench.analysis.confidence import bootstrap, interval
+from bench.maths.confidence import bootstrap, interval
 
 Measure = Callable[[], float]
 FASTER, SLOWER, CANT_TELL = "faster", "slower", "can't tell at this noise"

@@ -7,7 +7,7 @@ The pool's processes are spawned, not forked: the main process opens the store t
 split's meta.json, and an S3 client (obstore's tokio runtime, boto3's threads) copied by fork
 into the next split's pool froze on a lock or crashed. They end with the command: on SIGTERM
 and Ctrl-C the pool is terminated, and a worker whose parent died (SIGKILL) is killed by the
-kernel (PR_SET_PDEATHSIG, bench.runtime.children).
+kernel (PR_SET_PDEATHSIG, bench.machine.children).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from bench.config.storage import StorageLocation
 from bench.data.layout import imagefolder_base, scan_image_folder
 from bench.data.shardformat import encode_shard, make_meta, shard_key
 from bench.errors import DataError, Interrupted
-from bench.runtime.children import die_with_parent
+from bench.machine.children import die_with_parent
 from bench.storage.registry import open_store
 
 SPLITS = ("train", "val")

@@ -100,7 +100,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
     from bench.doctor.page import table, write
     from bench.doctor.tracking import close_parent, log_rung, open_parent
     from bench.doctor.training import TrainingRuns
-    from bench.runtime.cpu_facts import affinity, usable_cores
+    from bench.machine.cpu_facts import affinity, usable_cores
 
     launch_dir = Path.cwd()
     parent = open_parent(config, launch_dir, overrides, {"doctor.budget_s": budget_s, "doctor.what_ifs": with_what_ifs})

@@ -29,7 +29,7 @@ class Rung:
     run_id: Optional[str] = None
     figures: Dict[str, Any] = field(default_factory=dict)
     # a training rung's own figures, typed: its step time, data-wait share, model size, and whether
-    # the machine was fit to measure during its window (bench.runtime.fitness) and why not
+    # the machine was fit to measure during its window (bench.machine.fitness) and why not
     step_ms: Optional[float] = None
     data_wait: Optional[float] = None
     parameters: Optional[int] = None

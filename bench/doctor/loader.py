@@ -21,7 +21,7 @@ import torch
 
 from bench.config import BenchConfig
 from bench.doctor.figures import LOADER, Rung
-from bench.tools.loader_benchmark import cpu_seconds_with_children
+from bench.machine.cpu_time import cpu_seconds_with_children
 
 MIN_BATCHES = 3
 SPLIT_SAMPLES = 64  # images the stage split decodes (fewer when the window is short)

@@ -12,7 +12,7 @@ the two add up). When every part alone is faster than the full run, the parts co
 for something they share (the CPU cores, host memory bandwidth): contended.
 
 Two cases call no bound: a training rung measured on a busy machine (its fit_to_measure false:
-bench.runtime.fitness) says so first ("unfit"), and a full run faster than the compute ceiling by
+bench.machine.fitness) says so first ("unfit"), and a full run faster than the compute ceiling by
 more than NOISE (it cannot be: the ceiling is the same model with no input) says its figures are
 inconsistent ("inconsistent": windows too short or the machine noisy). A failed rung is named with
 its error's last line (short_reason), never a traceback. The budget line says the wall time spent

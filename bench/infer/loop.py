@@ -24,7 +24,7 @@ import torch
 
 from bench.config import BenchConfig
 from bench.infer.result import InferResult
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime.device import peak_memory_bytes, prepare_process
 from bench.runtime.epoch_data import EpochData
 from bench.runtime.flops import flops_per_image

@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Union
 
-from bench.analysis.confidence import repeat_figures
-from bench.analysis.stats import mean, percentile
 from bench.config import BenchConfig
 from bench.infer import sweep_view
 from bench.infer.result import InferMetrics, InferOutcome, InferResult
+from bench.maths.confidence import repeat_figures
+from bench.maths.stats import mean, percentile
 from bench.results import read_column, read_summary, read_window, write_csv, write_json
 from bench.runtime.fit_watch import fit_problems, fit_tags, record_fields
 from bench.runtime.malloc import in_effect as malloc_in_effect

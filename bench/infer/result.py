@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 from bench.results import SPREAD, Record
 
 if TYPE_CHECKING:
-    from bench.runtime.fitness import Verdict
+    from bench.machine.fitness import Verdict
 
 
 @dataclass
@@ -102,7 +102,7 @@ class InferMetrics(Record):
     images_per_second_cv: Optional[float] = None
     stable: Optional[bool] = None
     efficiency: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # achieved TFLOP/s, MFU, images per joule
-    # fit to measure (bench.runtime.fitness): the verdict on the machine during the window, its
+    # fit to measure (bench.machine.fitness): the verdict on the machine during the window, its
     # reasons ('; '-joined, empty when fit) and notes, and the figures behind them
     fit_to_measure: Optional[bool] = None
     fit_reasons: Optional[str] = None

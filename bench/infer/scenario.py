@@ -11,7 +11,7 @@ from typing import Callable, Optional
 from bench.config import BenchConfig
 from bench.infer.report import InferReport
 from bench.infer.result import InferOutcome
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime.scenario import ModelScenario, window_monitor
 
 

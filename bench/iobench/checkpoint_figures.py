@@ -15,9 +15,9 @@ from __future__ import annotations
 
 from typing import Any, Dict, List, Optional, Sequence
 
-from bench.analysis.stats import mean
 from bench.iobench.measured import ReaderResult
 from bench.iobench.result import RunFigures
+from bench.maths.stats import mean
 
 
 def _by_index(results: Sequence[ReaderResult], phase: str) -> List[List[Dict[str, Any]]]:

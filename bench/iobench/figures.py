@@ -20,10 +20,10 @@ import logging
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from bench.analysis.stats import mean, percentile, rate
 from bench.config.storage_benchmark import StorageBenchmarkConfig, StorageWorkloadConfig
 from bench.iobench.measured import EpochStats, ReaderResult
 from bench.iobench.result import RunFigures
+from bench.maths.stats import mean, percentile, rate
 
 log = logging.getLogger(__name__)
 

@@ -22,11 +22,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import List, Optional, Sequence, Tuple
 
-from bench.analysis.stats import percentile
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
 from bench.iobench.freespace import DiskFull, no_space, write_error
 from bench.iobench.result import PrepareFigures
 from bench.iobench.workload import EVAL_DIR, FileSpec, dataset_spec, encode_file, plan_files
+from bench.maths.stats import percentile
 from bench.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from bench.iobench.prepare import DatasetMissing, finish, planned, reusable, wri
 from bench.iobench.reader import uses_processes
 from bench.iobench.report import StorageReport
 from bench.iobench.session import build_report, drop_dataset_cache, jobs_for, measure
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.storage.registry import backend, open_store
 
 log = logging.getLogger(__name__)

@@ -37,7 +37,7 @@ from bench.config.storage import StorageWorkloadConfig
 from bench.iobench.fetch import Fetcher
 from bench.iobench.measured import Request
 from bench.iobench.pipeline import BatchStream, WorkItem
-from bench.runtime.children import die_with_parent, reap
+from bench.machine.children import die_with_parent, reap
 
 _TASK = struct.Struct("qq")  # kind, epoch
 _TRAIN, _EVAL, _QUIT = 0, 1, 2

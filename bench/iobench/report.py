@@ -17,11 +17,11 @@ from typing import Any, Dict, List, Mapping, Optional
 
 import psutil
 
-from bench.analysis.stats import mean
 from bench.iobench import sweep_view
 from bench.iobench.figures import epoch_rows, per_epoch, read_figures
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.result import CachingFigures, StorageMetrics
+from bench.maths.stats import mean
 from bench.results import read_column, read_summary, write_csv, write_json
 from bench.runtime.fit_watch import fit_tags
 

@@ -38,7 +38,7 @@ class CachingFigures(Record):
 
 @dataclass(kw_only=True)
 class FitFigures(Record):
-    """Was the machine fit to measure over the measured runs (bench.runtime.fitness, as a training
+    """Was the machine fit to measure over the measured runs (bench.machine.fitness, as a training
     run's window is judged: other processes' CPU, swap-in; the run's accelerator and reader
     processes are its own tree)? Its reasons ('; '-joined, empty when fit), notes and figures."""
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import fields, replace
 from typing import Any, Dict, List, Sequence
 
-from bench.analysis.stats import mean, percentile
 from bench.iobench.measured import ReaderResult
 from bench.iobench.result import RunFigures
+from bench.maths.stats import mean, percentile
 
 SUMMED = ("read_samples", "read_bytes", "read_requests", "read_steps")
 LATENCY = {"latency_ms_p50": 50, "latency_ms_p90": 90, "latency_ms_p99": 99}

@@ -63,10 +63,10 @@ def measure(
     config: BenchConfig, run_clients: Callable[[int], Optional[List[ReaderResult]]], drop: Callable[[int], None]
 ) -> tuple:
     """(per-run figures, every measured result, the fit-to-measure verdict's fields) of warmup_runs +
-    runs runs; ([], [], {}) off rank 0. The machine is watched (bench.runtime.fitness) from the first
+    runs runs; ([], [], {}) off rank 0. The machine is watched (bench.machine.fitness) from the first
     measured run's start to the last one's end: this process and its accelerator and reader
     processes are the run's own; any other process's CPU in that time makes the runs unfit."""
-    from bench.runtime.fitness import MachineWatch
+    from bench.machine.fitness import MachineWatch
 
     storage = config.storage
     per_run: List[RunFigures] = []

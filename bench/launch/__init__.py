@@ -1,5 +1,5 @@
-"""How a run's processes start and cooperate: rank context, logs, process group, the hang
-watchdog, the elastic launcher and its reaper.
+"""How a run's processes start and cooperate: logs, process group, the hang watchdog, the
+elastic launcher and its reaper (who a process is among the ranks: bench.rank_context).
 
 `bench.launch.select.select_launcher` is the one place that decides how a run's ranks start:
 - in this process: a one-process run (distributed=single, or ddp with one process outside a

@@ -19,11 +19,11 @@ from typing import Any, Dict, Iterator, Optional
 from bench.config import BenchConfig
 from bench.config.distributed import DistributedConfig
 from bench.errors import WorkerFailure
-from bench.launch.context import RankContext, free_port
 from bench.launch.failures import describe_failure
 from bench.launch.rank_logs import setup_rank_logging
 from bench.launch.reaper import SurvivorReaper, first_to_die, rank_of
 from bench.launch.worker import worker_entry
+from bench.rank_context import RankContext, free_port
 
 log = logging.getLogger("bench")
 

@@ -8,7 +8,7 @@ import os
 from typing import Any, Dict, List
 
 from bench.config.distributed import DistributedConfig
-from bench.launch.context import RankContext, resolve_backend
+from bench.rank_context import RankContext, resolve_backend
 
 log = logging.getLogger("bench")
 

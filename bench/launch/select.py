@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 from bench.config import BenchConfig
-from bench.launch.context import outside_launcher_context
 from bench.launch.launchers import Elastic, InProcess, Joined, Launcher
+from bench.rank_context import outside_launcher_context
 
 
 def select_launcher(config: BenchConfig, has_ranks: bool, in_sweep: bool) -> Launcher:

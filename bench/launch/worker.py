@@ -11,11 +11,11 @@ from typing import Any
 from torch.distributed.elastic.multiprocessing.errors import record  # a worker's exception reaches the launcher
 
 from bench.config import BenchConfig
-from bench.launch.context import RankContext
 from bench.launch.rank_logs import setup_rank_logging
 from bench.launch.reaper import pid_file
 from bench.launch.watchdog import StepWatchdog
-from bench.runtime.fitness import ROOT_ENV
+from bench.machine.fitness import ROOT_ENV
+from bench.rank_context import RankContext
 from bench.scenarios import scenario_for
 
 log = logging.getLogger("bench")

@@ -5,4 +5,5 @@ peak memory), epoch_data (the batches, epoch by epoch), timing (the step clock),
 signal noted, not raised, mid-step), flops and peaks (GFLOPs per image, datasheet TFLOP/s, MFU),
 profiling (torch.profiler after the window), preflight (what every run of a model must have
 before it starts) and scenario (the base class of both scenarios: preflight, the out-of-memory
-line, the GPU monitor)."""
+line, the GPU monitor); fit_watch (the fit-to-measure verdict tied to a run). The machine itself
+(fitness, CPU facts, NVML, child processes) is bench.machine, under it."""

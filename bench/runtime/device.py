@@ -11,7 +11,7 @@ import torch
 
 from bench.config import BenchConfig
 from bench.errors import ConfigError, DeviceError
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime.malloc import keep_freed_memory
 
 

@@ -15,7 +15,7 @@ from bench.config.distributed import Scaling
 from bench.config.progressive import Phase, parse_progressive, phase_at
 from bench.data.registry import build_batches
 from bench.errors import DataError
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 
 log = logging.getLogger(__name__)
 

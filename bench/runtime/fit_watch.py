@@ -1,5 +1,5 @@
 """Fit to measure, for a run of a model (training, inference): the watch the loops start before the
-measured window and stop after it (bench.runtime.fitness, .fitness_gpu), the refusal before a run
+measured window and stop after it (bench.machine.fitness, .fitness_gpu), the refusal before a run
 with benchmark.require_fit=true, and the verdict's place in the record, the MLflow run and the
 run's status. Torch is imported only when a watch starts.
 
@@ -16,8 +16,8 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench.config import BenchConfig
 from bench.errors import ConfigProblem
-from bench.launch.context import RankContext
-from bench.runtime.fitness import MachineWatch, Verdict, affinity, oversubscription, usable_cores, wait_until_quiet
+from bench.machine.fitness import MachineWatch, Verdict, affinity, oversubscription, usable_cores, wait_until_quiet
+from bench.rank_context import RankContext
 
 FIELDS = (
     "fit_to_measure",
@@ -52,10 +52,10 @@ def demand(config: BenchConfig, device_type: str, ranks: int, threads: int) -> T
 
 class WindowMonitor:
     """What a loop starts before the window and stops after it: rank 0's GPU sampler
-    (bench.tracking.gpu_monitor; stop() returns its figures) and the fitness watch (`verdict`)."""
+    (bench.machine.gpu_monitor; stop() returns its figures) and the fitness watch (`verdict`)."""
 
     def __init__(self, config: BenchConfig, device: Any, ctx: RankContext, gpu_monitor: Any = None):
-        from bench.runtime.fitness_gpu import gpu_watch
+        from bench.machine.fitness_gpu import gpu_watch
 
         self.config, self.device, self.ctx, self.gpu_monitor = config, device, ctx, gpu_monitor
         gpu = gpu_watch(device.index or 0) if device.type == "cuda" else None

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any, Optional, Tuple
 
 from bench.config import BenchConfig
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 
 
 class ModelScenario:
@@ -61,6 +61,6 @@ def gpu_monitor(device: Any, ctx: RankContext) -> Any:
     """NVML sampling and energy of rank 0's GPU during the window (None on a CPU and on other ranks)."""
     if device.type != "cuda" or not ctx.is_reporter:
         return None
-    from bench.tracking.gpu_monitor import GpuMonitor
+    from bench.machine.gpu_monitor import GpuMonitor
 
     return GpuMonitor(device.index or 0)

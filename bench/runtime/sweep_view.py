@@ -25,7 +25,7 @@ REPEAT_COLUMNS = [
     ("MFU", "mfu", "{:.1%}"),
 ]
 
-# fit to measure (bench.runtime.fitness): shown before "error" when some job recorded it; a job that
+# fit to measure (bench.machine.fitness): shown before "error" when some job recorded it; a job that
 # was not fit is also named in a warning under the table (bench.analysis.render.unfit_warning)
 FIT_COLUMNS = [("fit", "fit_to_measure", "bool")]
 

@@ -175,7 +175,7 @@ def main_rerun(args: argparse.Namespace) -> int:
     SIGTERM or Ctrl-C stops the running child (it gets SIGTERM if this process is killed) and
     ends with one line, exit 143 / 130."""
     from bench.analysis.rerun_verdict import CANT_TELL, UNJUDGED
-    from bench.runtime.children import sigterm_raises
+    from bench.machine.children import sigterm_raises
     from bench.tools.compare_rerun import as_comparison, check_rounds, label, rerun_compare, said
 
     try:

@@ -10,7 +10,7 @@ judged when a process was not fit to measure).
 
 A and B are run directories (a run's, or a sweep job's): their `.hydra/overrides.yaml` is the
 command run again, with tracking off and the outputs under --out/rerun. Each child is started by
-bench.runtime.children.run_child: it ends when this command is interrupted or killed. A line
+bench.machine.children.run_child: it ends when this command is interrupted or killed. A line
 says what will run, a tqdm bar (on a terminal) follows the processes, a line per round gives its
 figures, and the result is the page a plain compare writes (bench.tools.compare_output).
 """
@@ -30,8 +30,8 @@ from bench.analysis.compare import Comparison, Pair
 from bench.analysis.rerun_verdict import SAME, SLOWER, RerunVerdict, judge, noise_floor, said, with_fitness
 from bench.analysis.rounds import Rounds, alternate, figure
 from bench.errors import ReportError
-from bench.runtime.children import run_child
-from bench.runtime.fitness import unfit_reason
+from bench.machine.children import run_child
+from bench.machine.fitness import unfit_reason
 
 __all__ = ["MAX_ROUNDS", "SAME", "SLOWER", "check_rounds", "judge", "noise_floor", "rerun_compare", "said"]
 

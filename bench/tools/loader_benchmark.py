@@ -17,10 +17,9 @@ import statistics
 import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Tuple
 
-import psutil
-
 from bench.analysis.rounds import alternate, ratio_of
 from bench.data.sample_images import write_image_folder
+from bench.machine.cpu_time import cpu_seconds_with_children
 
 if TYPE_CHECKING:
     from bench.data.registry import Batches
@@ -91,20 +90,6 @@ def our_batches(name: str, root: str, workers: int, batch_size: int, image_size:
         "data.pin_memory=false",
     ).data
     return build_batches(data, torch.device("cpu"), torch.contiguous_format, seed=0)
-
-
-def cpu_seconds_with_children() -> float:
-    """CPU time of this process and its live children (the loader's workers); clock-tick
-    resolution (10 ms), so it needs a few hundred milliseconds of work to mean anything."""
-    me = psutil.Process()
-    total = 0.0
-    for process in [me, *me.children(recursive=True)]:
-        try:
-            times = process.cpu_times()
-            total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
-    return total
 
 
 def measure(

@@ -4,7 +4,7 @@ Hydra calls the callback around the sweep (hydra.callbacks in conf/config.yaml) 
 that started the multirun, which owns the sweep: it opens the parent run, counts the jobs and
 their failures, and writes the report (bench.analysis) when all jobs are done. A job runs in that
 process (Hydra's basic launcher) or in another one (a Slurm node, a process of submitit's local
-executor: bench.launch.slurm), so what a job needs from the sweep (the parent run id, the
+executor: bench.slurm), so what a job needs from the sweep (the parent run id, the
 directory the sweep started in, whether the tracking server answered its one probe) travels in
 the environment variable BENCH_SWEEP, set here and handed on by every launcher.
 

@@ -16,7 +16,7 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import torch
 
 from bench.config import BenchConfig
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime.flops import flops_per_image
 from bench.runtime.profiling import profile_steps
 from bench.runtime.signals import SignalFlag

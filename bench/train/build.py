@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from bench.config import BenchConfig
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime.device import prepare_process
 from bench.runtime.epoch_data import EpochData
 from bench.runtime.models import build_model, maybe_compile

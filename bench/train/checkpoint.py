@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Optional
 
 from bench.config import BenchConfig
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.storage.base import serialize
 from bench.storage.registry import backend
 

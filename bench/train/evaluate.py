@@ -11,7 +11,7 @@ import torch
 import torch.nn as nn
 
 from bench.config import BenchConfig
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime.precision import PrecisionPolicy
 from bench.train.result import Accuracy, EpochRecord
 

@@ -27,7 +27,7 @@ import torch.nn as nn
 from bench.config import BenchConfig
 from bench.data.registry import build_val_batches
 from bench.errors import CheckpointError
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime.device import peak_memory_bytes
 from bench.runtime.models import count_parameters
 from bench.runtime.precision import PrecisionPolicy

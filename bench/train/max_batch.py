@@ -21,7 +21,7 @@ import torch
 
 from bench.config import BenchConfig
 from bench.errors import BenchError
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime.precision import PrecisionPolicy
 from bench.train.optim import build_optimizer
 from bench.train.step import TrainStep

@@ -4,7 +4,7 @@ Each repeat is a full window (`train.epochs` x `train.steps_per_epoch` steps, ca
 benchmark.measure_steps / measure_seconds) on a clock of its own. The run's window figures pool
 the repeats (images/s = all measured images / all measured seconds, step-time percentiles over
 every measured step), and each repeat's images and seconds are kept, so the report can give the
-median, the spread and a confidence interval (bench.analysis.confidence) and write one row per
+median, the spread and a confidence interval (bench.maths.confidence) and write one row per
 repeat. With repeats=1 this is exactly the single window bench always measured.
 """
 

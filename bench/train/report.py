@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from bench.config import BenchConfig
+from bench.machine.fitness import Verdict
 from bench.results import read_column, read_summary, read_window, write_csv, write_json, write_jsonl
 from bench.runtime.fit_watch import fit_problems, fit_tags
-from bench.runtime.fitness import Verdict
 from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, read_repeats, write_repeats
 from bench.train import sweep_view
 from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 from bench.results import KEPT, SPREAD, Record
 
 if TYPE_CHECKING:
-    from bench.runtime.fitness import Verdict
+    from bench.machine.fitness import Verdict
 
 
 @dataclass
@@ -182,7 +182,7 @@ class TrainMetrics(Record):
     step_time_ms_max: Optional[float] = None
     step_time_ms_std: Optional[float] = None
     step_time_cv: Optional[float] = None
-    unstable: bool = False  # the step times spread more than bench.analysis.stats.UNSTABLE_CV
+    unstable: bool = False  # the step times spread more than bench.maths.stats.UNSTABLE_CV
     data_wait_seconds: float
     data_wait_fraction: float
     peak_memory_mb: float
@@ -225,7 +225,7 @@ class TrainMetrics(Record):
     stable: Optional[bool] = None
     # achieved TFLOP/s, MFU where the peak is known, images per joule
     efficiency: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)
-    # fit to measure (bench.runtime.fitness): the verdict on the machine during the window, its
+    # fit to measure (bench.machine.fitness): the verdict on the machine during the window, its
     # reasons ('; '-joined, empty when fit) and notes, and the figures behind them
     fit_to_measure: Optional[bool] = None
     fit_reasons: Optional[str] = None

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Callable, Optional
 
 from bench.config import BenchConfig
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime.scenario import ModelScenario, window_monitor
 from bench.train.report import TrainReport
 from bench.train.result import RankSummary, TrainOutcome

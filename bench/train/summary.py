@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any, Dict, List, Sequence
 
-from bench.analysis.confidence import repeat_figures
-from bench.analysis.stats import UNSTABLE_CV, step_time_stats
 from bench.config import BenchConfig
+from bench.maths.confidence import repeat_figures
+from bench.maths.stats import UNSTABLE_CV, step_time_stats
 from bench.runtime.fit_watch import record_fields
 from bench.runtime.malloc import in_effect as malloc_in_effect
 from bench.runtime.peaks import utilisation

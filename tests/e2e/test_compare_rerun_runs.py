@@ -10,7 +10,7 @@ import re
 from pathlib import Path
 from typing import List
 
-from bench.runtime.fitness import affinity, usable_cores
+from bench.machine.fitness import affinity, usable_cores
 
 
 def run_dir(root: Path, name: str, overrides: List[str]) -> Path:

@@ -9,7 +9,7 @@ import re
 
 import pytest
 
-from bench.launch.context import free_port
+from bench.rank_context import free_port
 
 HANG_GUARD_S = 900
 DDP2 = ["distributed=ddp", "distributed.nproc_per_node=2"]

@@ -14,7 +14,7 @@ from typing import Iterator
 
 import pytest
 
-from bench.runtime.fitness import affinity
+from bench.machine.fitness import affinity
 
 
 def cpu_ticks(pid: int) -> int:

@@ -12,8 +12,8 @@ import json
 import pytest
 from mlflow import MlflowClient
 
-from bench.analysis.stats import percentile
-from bench.launch.context import free_port
+from bench.maths.stats import percentile
+from bench.rank_context import free_port
 
 HANG_GUARD_S = 900
 FILES, SAMPLES, RECORD, EPOCHS = 8, 4, 4096, 2

@@ -244,7 +244,7 @@ def _mlflow_ui(uri: str, port: int, log: Path) -> subprocess.Popen:
 def test_the_printed_link_opens_every_childs_throughput_in_a_real_mlflow_ui(sweep, tmp_path):
     """Issue 21: the link a sweep prints, opened by headless Chromium on a real `mlflow ui`: the
     children are listed (the parent filtered out) with their images/s and swept keys as columns."""
-    from bench.launch.context import free_port
+    from bench.rank_context import free_port
 
     (link,) = [line for line in sweep.proc.stderr.splitlines() if "MLflow UI:" in line]
     port = free_port()

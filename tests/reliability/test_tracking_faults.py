@@ -13,7 +13,7 @@ import time
 import pytest
 from mlflow import MlflowClient
 
-from bench.launch.context import free_port
+from bench.rank_context import free_port
 
 
 def test_unreachable_tracking_server_keeps_results(bench, tiny, tmp_path):

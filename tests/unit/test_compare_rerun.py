@@ -102,7 +102,7 @@ def run_dir(root: Path, name: str, overrides: List[str]) -> Path:
 
 
 class CannedChildren:
-    """Stands in for bench.runtime.children.run_child: each `python -m bench` child's final line,
+    """Stands in for bench.machine.children.run_child: each `python -m bench` child's final line,
     its images/s the next of its side's canned figures (in the order the side runs)."""
 
     def __init__(self, figures: Dict[str, List[float]], unfit: Optional[Dict[str, str]] = None):

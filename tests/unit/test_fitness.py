@@ -1,4 +1,4 @@
-"""Fit to measure in-process (bench.runtime.fitness, .fitness_gpu, .fit_watch): the oversubscription
+"""Fit to measure in-process (bench.machine.fitness, .fitness_gpu, .fit_watch): the oversubscription
 sentence, the cgroup quota and cpufreq readers on real files, the verdict's round trip through a
 record and its ranks, require_fit's failed run, and every NVML branch against a mocked NVML (no GPU
 here: those tests say mocked_nvml in their names). The real CPU hog beside a real run is in
@@ -13,9 +13,9 @@ from typing import Any, Dict, List
 
 import pytest
 
+from bench.machine.fitness import Verdict, cgroup_quota, cpufreq_notes, oversubscription, unfit_reason, usable_cores
+from bench.machine.fitness_gpu import GpuWatch, cpus_of_mask, gpu_watch
 from bench.runtime.fit_watch import FIELDS, fit_problems, fit_tags, record_fields
-from bench.runtime.fitness import Verdict, cgroup_quota, cpufreq_notes, oversubscription, unfit_reason, usable_cores
-from bench.runtime.fitness_gpu import GpuWatch, cpus_of_mask, gpu_watch
 from bench.train.result import TrainMetrics
 
 
@@ -247,7 +247,7 @@ def test_without_nvml_there_is_no_gpu_watch():
 def test_the_watch_reads_this_machine():
     """The CPU readers on this machine's own /proc and /sys: the usable cores are its affinity (no
     quota here, or the quota) and a verdict has every figure the record holds."""
-    from bench.runtime.fitness import MachineWatch, affinity
+    from bench.machine.fitness import MachineWatch, affinity
 
     cpus = affinity()
     assert cpus == sorted(os.sched_getaffinity(0))

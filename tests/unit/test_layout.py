@@ -275,9 +275,9 @@ def test_the_readme_and_pyproject_give_the_same_suite_time():
     assert times[0] and (times[0][0], times[0][-1]) == (times[1][0], times[1][-1]), times
 
 
-# The maths every model scenario's report uses to name its figures (step-time percentiles, the repeats'
-# interval): shared leaf maths that issue 29 part 3 moves below bench.analysis; they name no scenario.
-ANALYSIS_MATHS = {"bench/analysis/stats.py", "bench/analysis/confidence.py"}
+# The maths every model scenario's report uses (step-time percentiles, the repeats' interval) lives below
+# bench.analysis, in bench.maths; nothing under bench/analysis is exempt.
+ANALYSIS_MATHS: Set[str] = set()
 
 
 def test_the_analysis_names_no_scenarios_figure():
@@ -292,3 +292,67 @@ def test_the_analysis_names_no_scenarios_figure():
              for node in ast.walk(ast.parse(path.read_text()))
              if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in keys]
     assert named == []
+
+
+# ---- packages that layer (issue 29) --------------------------------------------------------------
+
+# A command's entry module (`python -m bench.data`, the short names kept by two-line modules) is
+# imported by no one: it is a node of its own, on top, not part of the package it sits in.
+ENTRY_POINTS = {f"{short}.__main__" if f"{short}.__main__" in MODULES else short for short in DOCUMENTED}
+
+
+def _package_of(module: str) -> str:
+    """The package-graph node of a module: bench/<sub>/ as one node, each top-level module of bench/
+    (bench.app, bench.results, ...) as its own, entry modules as their own."""
+    if module in ENTRY_POINTS or module.count(".") < 1:
+        return module
+    return ".".join(module.split(".")[:2])
+
+
+def _package_graph(graph: Dict[str, Set[str]]) -> Dict[str, Set[str]]:
+    packages: Dict[str, Set[str]] = {}
+    for name, targets in graph.items():
+        source = _package_of(name)
+        packages.setdefault(source, set()).update(_package_of(t) for t in targets if _package_of(t) != source)
+    return packages
+
+
+PACKAGES = _package_graph(GRAPH)
+
+
+def test_the_package_graph_groups_modules_by_package():
+    graph = {"bench.runtime.device": {"bench.rank_context", "bench.runtime.precision"},
+             "bench.data.__main__": {"bench.tools.data"}, "bench.tools.data": {"bench.data.prepare"}}
+    assert _package_graph(graph) == {"bench.runtime": {"bench.rank_context"}, "bench.data.__main__": {"bench.tools"},
+                                     "bench.tools": {"bench.data"}}
+    assert _cycle(_package_graph({"bench.a.x": {"bench.b.y"}, "bench.b.z": {"bench.a.w"}})) == [
+        "bench.a", "bench.b", "bench.a"]
+
+
+def test_no_import_circle_between_packages():
+    """Issue 29: the module graph had no circle, but 11 packages were one strongly connected
+    component (runtime -> launch.context -> launch.worker -> runtime, ...). No package imports one
+    that imports it back, function-level imports included."""
+    assert _cycle(PACKAGES) == []
+
+
+def _documented_layers() -> List[Set[str]]:
+    """docs/architecture.md's "## Layers" list, bottom first: one line per layer, `- `bench.x`, ...`."""
+    section = (BENCH.parent / "docs" / "architecture.md").read_text().split("## Layers", 1)[1].split("\n## ", 1)[0]
+    return [set(re.findall(r"`(bench(?:\.\w+)*)`", line.split(":", 1)[0]))
+            for line in section.splitlines() if re.match(r"\d+\. ", line)]
+
+
+def test_the_documented_layers_match_the_tree():
+    """Every package (and top-level module) of bench/ is in exactly one documented layer, and each one
+    imports only from layers below its own: a new package, a removed one or an arrow upwards or
+    sideways fails here until docs/architecture.md says where it sits."""
+    layers = _documented_layers()
+    listed = [name for layer in layers for name in layer]
+    assert len(listed) == len(set(listed)), "listed twice: " + str(sorted({n for n in listed if listed.count(n) > 1}))
+    assert set(listed) == set(PACKAGES), f"not documented: {sorted(set(PACKAGES) - set(listed))}, " \
+                                         f"gone: {sorted(set(listed) - set(PACKAGES))}"
+    level = {name: number for number, layer in enumerate(layers) for name in layer}
+    upward = sorted(f"{source} -> {target}" for source, targets in PACKAGES.items() for target in targets
+                    if level[target] >= level[source])
+    assert upward == []

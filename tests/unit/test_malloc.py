@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from bench.config import compose
-from bench.launch.context import RankContext
+from bench.rank_context import RankContext
 from bench.runtime import device as runtime_device
 from bench.runtime.malloc import glibc_mallopt, in_effect
 

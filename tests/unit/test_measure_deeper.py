@@ -14,11 +14,11 @@ import pytest
 import torch
 import torchvision
 
-from bench.analysis.confidence import STABLE_CV, bootstrap, interval, repeat_figures, repeats_needed
 from bench.errors import BenchError, ConfigError
-from bench.train.breakdown import breakdown_pass
+from bench.maths.confidence import STABLE_CV, bootstrap, interval, repeat_figures, repeats_needed
 from bench.runtime.flops import flops_per_image
 from bench.runtime.peaks import peak_key, peak_tflops, utilisation
+from bench.train.breakdown import breakdown_pass
 
 CPU = torch.device("cpu")
 SMALL = ("+experiment=cpu_smoke", "model=resnet18", "data.image_size=32", "data.batch_size=4", "data.num_classes=10",
@@ -131,7 +131,7 @@ def test_a_training_run_with_repeats_measures_n_windows_and_pools_them(compose, 
 # ---- breakdown ---------------------------------------------------------------------------------------
 
 def test_breakdown_shares_sum_to_one_and_the_phases_are_a_step(compose):
-    from bench.analysis.stats import step_time_stats
+    from bench.maths.stats import step_time_stats
     from bench.train.loop import train
 
     result = train(compose(*SMALL, "benchmark.breakdown=true", "benchmark.breakdown_steps=4"), CPU)
@@ -216,7 +216,7 @@ def _fake_nvml(energy_mj):
 
 
 def test_energy_with_a_mocked_nvml_gpu(monkeypatch):
-    from bench.tracking.gpu_monitor import GpuMonitor
+    from bench.machine.gpu_monitor import GpuMonitor
 
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(1_000_000))
     figures = GpuMonitor(0, interval_s=0.01).start().stop()
@@ -225,7 +225,7 @@ def test_energy_with_a_mocked_nvml_gpu(monkeypatch):
 
 
 def test_energy_of_a_gpu_without_the_counter_is_absent_with_a_mocked_nvml(monkeypatch):
-    from bench.tracking.gpu_monitor import GpuMonitor
+    from bench.machine.gpu_monitor import GpuMonitor
 
     nvml = _fake_nvml(0)
     nvml.nvmlDeviceGetTotalEnergyConsumption = lambda h: (_ for _ in ()).throw(RuntimeError("not supported"))
@@ -235,8 +235,8 @@ def test_energy_of_a_gpu_without_the_counter_is_absent_with_a_mocked_nvml(monkey
 
 
 def test_images_per_joule_comes_from_the_windows_energy():
-    from bench.train.summary import efficiency
     from bench.train.result import TrainMetrics
+    from bench.train.summary import efficiency
 
     metrics = TrainMetrics.from_metrics({"images_per_second": 1000.0, "world_size": 1, "device": "cuda",
                                          "device_name": "NVIDIA A100-SXM4-80GB", "autocast_dtype": "bfloat16",

@@ -1,4 +1,4 @@
-"""The Slurm sweep launchers in-process (bench.launch.slurm, conf/hydra/launcher/): what each job
+"""The Slurm sweep launchers in-process (bench.slurm, conf/hydra/launcher/): what each job
 asks Slurm for, resolved against its own config; the overrides that make a task one node of a
 multi-node job; the sweep's bookkeeping for jobs that never return, on a real sqlite MLflow store.
 Real Slurm runs are in tests/e2e/test_slurm.py."""
@@ -68,7 +68,7 @@ def test_each_slurm_job_asks_for_what_its_own_config_needs(launcher_of, tmp_path
     assert eight.job_dir == tmp_path / "sweep" / "1"
     assert "submitit_folder" not in one.params and "_target_" not in one.params
 
-    from bench.launch.slurm import _grouped
+    from bench.slurm import _grouped
 
     again = launcher._plan(["distributed=ddp", "distributed.nproc_per_node=1", "precision=bf16"], 3)
     assert [[job.num for job in group] for group in _grouped([one, eight, nodes, again])] == [[0, 3], [1], [2]]
@@ -109,7 +109,7 @@ TWO_NODES = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_NUM_NODES": "2", "SLURM_JO
 def test_a_task_of_a_synthetic_two_node_slurm_job_becomes_that_node_of_the_run(monkeypatch, compose, node):
     """A two-node allocation cannot exist here: its environment is written by hand."""
     from bench.launch.select import select_launcher
-    from bench.launch.slurm import node_overrides
+    from bench.slurm import node_overrides
 
     for name, value in {**TWO_NODES, "SLURM_NODEID": str(node)}.items():
         monkeypatch.setenv(name, value)
@@ -123,7 +123,7 @@ def test_a_task_of_a_synthetic_two_node_slurm_job_becomes_that_node_of_the_run(m
 
 
 def test_no_node_overrides_for_a_one_node_job_or_outside_slurm(monkeypatch):
-    from bench.launch.slurm import node_overrides
+    from bench.slurm import node_overrides
 
     for name, value in {**TWO_NODES, "SLURM_NODEID": "0", "SLURM_JOB_NUM_NODES": "1"}.items():
         monkeypatch.setenv(name, value)

@@ -198,7 +198,7 @@ def test_training_checkpoint_goes_to_s3(s3_server, aws_env, tmp_path):
 
     import torch
 
-    from bench.launch.context import RankContext
+    from bench.rank_context import RankContext
     from bench.train.checkpoint import checkpoint_writer
 
     bucket = s3_server.new_bucket()
@@ -216,7 +216,7 @@ def test_training_checkpoint_goes_to_s3(s3_server, aws_env, tmp_path):
 def test_training_checkpoint_goes_to_the_run_dir_and_only_rank_0_writes(tmp_path: Path):
     import torch
 
-    from bench.launch.context import RankContext
+    from bench.rank_context import RankContext
     from bench.train.checkpoint import checkpoint_writer
 
     config = compose("storage.save_checkpoint=true", "storage.checkpoint_name=c.pt")

@@ -7,9 +7,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from bench.analysis.stats import percentile, present, step_time_stats
+from bench.machine.gpu_monitor import GpuMonitor, nvml_handle
+from bench.maths.stats import percentile, present, step_time_stats
 from bench.tracking.environment import collect_environment, nvml_devices
-from bench.tracking.gpu_monitor import GpuMonitor, nvml_handle
 from bench.tracking.tracker import flatten, redact_uri, resolve_tracking_uri
 
 

@@ -1,10 +1,10 @@
 """The launchers the presets conf/hydra/launcher/slurm.yaml and slurm_local.yaml name; what they
-do is in bench.launch.slurm. Hydra imports every hydra_plugins module when it starts: without
+do is in bench.slurm. Hydra imports every hydra_plugins module when it starts: without
 hydra-submitit-launcher (pip install "bench[slurm]") this defines nothing, and the presets say
 in one line what is missing."""
 
 try:
-    from bench.launch.slurm import SweepLauncher
+    from bench.slurm import SweepLauncher
 except ModuleNotFoundError as missing:
     if not (missing.name or "").startswith(("hydra_plugins.hydra_submitit_launcher", "submitit")):
         raise

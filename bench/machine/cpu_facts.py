@@ -1,6 +1,6 @@
 """What this machine's CPUs give a run, read from Linux without torch: the CPUs this process may
 use (affinity) capped by the cgroup CPU quota, whether a run's threads and workers oversubscribe
-them, and the frequency governor and clocks (cpufreq). bench.runtime.fitness judges with them."""
+them, and the frequency governor and clocks (cpufreq). bench.machine.fitness judges with them."""
 
 from __future__ import annotations
 

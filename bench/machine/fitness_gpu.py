@@ -1,4 +1,4 @@
-"""Fit to measure, the GPU's side (NVML): what bench.runtime.fitness.MachineWatch adds for a
+"""Fit to measure, the GPU's side (NVML): what bench.machine.fitness.MachineWatch adds for a
 rank's GPU. Every NVML call may be missing (an old driver, a GPU without the feature): a check
 that cannot be read is left out, quietly; without NVML at all there is no GPU watch.
 
@@ -16,7 +16,7 @@ from __future__ import annotations
 import os
 from typing import Any, Collection, List, Optional, Set
 
-from bench.runtime.fitness import Verdict
+from bench.machine.fitness import Verdict
 
 SLOW_SM_CLOCK = 0.80  # mean SM clock over the window below this share of max is noted
 # clock-event (throttle) reason bits, as nvml.h numbers them
@@ -181,7 +181,7 @@ def gpu_watch(cuda_index: int, ranks_on_gpu: int = 1, nvml: Any = None) -> Optio
 
             nvml = pynvml
         nvml.nvmlInit()
-        from bench.tracking.gpu_monitor import nvml_handle
+        from bench.machine.gpu_monitor import nvml_handle
 
         return GpuWatch(nvml, nvml_handle(nvml, cuda_index), cuda_index, ranks_on_gpu)
     except Exception:  # NVMLError_LibraryNotFound and friends: no GPU checks

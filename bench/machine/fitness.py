@@ -9,7 +9,7 @@ What makes a run unfit (a reason, with its figure; docs/measurement.md lists the
 - oversubscription: torch threads x ranks on this host + loader workers above the usable cores
   (the CPUs this process may run on, capped by the cgroup CPU quota);
 - swap-in during the window;
-- the GPU checks of bench.runtime.fitness_gpu.
+- the GPU checks of bench.machine.fitness_gpu.
 Reported, but not unfit by themselves (notes): the load average at the start (it looks back a
 minute, the window's own CPU count is the judge), a frequency governor other than performance,
 CPUs below SLOW_CLOCK of their max frequency at the window's end.
@@ -23,7 +23,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
-from bench.runtime.cpu_facts import affinity, cgroup_quota, cpufreq_notes, oversubscription, usable_cores
+from bench.machine.cpu_facts import affinity, cgroup_quota, cpufreq_notes, oversubscription, usable_cores
 
 __all__ = ["Verdict", "affinity", "cgroup_quota", "cpufreq_notes", "oversubscription", "unfit_reason", "usable_cores"]
 
