@@ -224,6 +224,16 @@ def test_energy_with_a_mocked_nvml_gpu(monkeypatch):
     assert figures["energy_power_mean_w"] > 0
 
 
+def test_a_window_shorter_than_the_sampling_interval_has_utilisation_and_power_with_a_mocked_nvml(monkeypatch):
+    """gpu_check's nvml check on a GPU once had energy but no utilisation: its window ended before
+    the first 0.5 s sample. The window's start and end are sampled too."""
+    from bench.tracking.gpu_monitor import GpuMonitor
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(0))
+    figures = GpuMonitor(0, interval_s=3600).start().stop()
+    assert figures["gpu_samples"] == 2 and figures["gpu_util_mean_pct"] == 90 and figures["gpu_power_mean_w"] == 300
+
+
 def test_energy_of_a_gpu_without_the_counter_is_absent_with_a_mocked_nvml(monkeypatch):
     from bench.tracking.gpu_monitor import GpuMonitor
 
