@@ -120,7 +120,8 @@ def run_checks(
             echo(f"SKIP  {check.name:<15} not run: --budget-s spent")
             continue
         run_dir, started = work / check.name, time.monotonic()
-        overrides = [*base, *check.overrides_for(on_gpu), *_extra(check, done, base, on_gpu)]
+        extra = _extra(check, done, base, on_gpu) if runner is None else []  # a given runner: no GPU to ask
+        overrides = [*base, *check.overrides_for(on_gpu), *extra]
         try:
             with budget.armed():
                 metrics, problem = _run_one(check, overrides, run_dir, on_gpu, runner)

@@ -57,7 +57,7 @@ def run_minimal(args: argparse.Namespace, precision: str, device: torch.device) 
     torch.manual_seed(0)
     memory_format = torch.channels_last if getattr(args, "channels_last", False) else torch.contiguous_format
     model = torchvision.models.get_model(args.model, weights=None, num_classes=args.num_classes)
-    model = model.to(device=device, memory_format=memory_format)  # type: ignore[call-overload]
+    model = model.to(device=device, memory_format=memory_format)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     criterion = nn.CrossEntropyLoss()

@@ -91,7 +91,7 @@ def _cheap_compile() -> Any:
     import torch
 
     original = torch.compile
-    torch.compile = partial(original, backend="eager")  # type: ignore[assignment]
+    torch.compile = partial(original, backend="eager")
     try:
         yield
     finally:
