@@ -273,6 +273,23 @@ def test_find_max_batch_search_against_a_mocked_memory_cap(start):
     assert len(tried) < 20
 
 
+def test_find_max_batch_search_tries_each_batch_once_and_stops_at_its_cap():
+    """gpu_check's find_max_batch once started at 65,536 and never finished: every trial costs two
+    training steps, so the search tries a batch once and at most MAX_PROBES of them."""
+    from bench.train.max_batch import MAX_PROBES, search
+
+    tried = []
+
+    def fits(batch: int) -> bool:
+        tried.append(batch)
+        return batch <= 100_000
+
+    found = search(fits, 1, 1 << 30)  # doubling alone would take 17 trials to get there
+    assert len(tried) == MAX_PROBES == len(set(tried)) and found == 1 << (MAX_PROBES - 1)
+    tried.clear()
+    assert 94 <= search(fits, 1 << 20, 1 << 26) <= 100_000 and len(tried) <= MAX_PROBES + 4  # halving is not capped
+
+
 def test_find_max_batch_says_when_not_even_one_fits_and_stops_at_its_limit():
     from bench.train.max_batch import search
 
@@ -309,9 +326,14 @@ def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(comp
 def test_find_max_batch_on_a_gpu_trains_with_the_batch_it_found(compose):
     from bench.train.loop import train
 
-    config = compose(*SMALL[:-1], "allow_cpu=false", "data.batch_size=8", "benchmark.find_max_batch=true")
+    from bench.train.max_batch import GROWTH_LIMIT
+
+    # a 32 px ResNet-18 fits at every batch up to the search's limit (8 x GROWTH_LIMIT): a few
+    # seconds of trials, no cuDNN autotuning of each batch size
+    config = compose(*SMALL[:-1], "allow_cpu=false", "data.batch_size=8", "benchmark.find_max_batch=true",
+                     "cudnn_benchmark=false")
     result = train(config, torch.device("cuda", 0))
-    assert result.extra["batch_size_requested"] == 8 and result.extra["batch_size_found"] >= 8
+    assert result.extra["batch_size_requested"] == 8 and 8 <= result.extra["batch_size_found"] <= 8 * GROWTH_LIMIT
     assert result.batch_size == result.extra["batch_size_found"]
 
 
