@@ -171,3 +171,18 @@ def test_find_max_batch_starts_above_what_memory_holds_not_at_65536():
     assert max_batch_start(done, 80_000.0, 224) == 3200  # 1,600 fit: start at twice that
     assert max_batch_start({}, 80_000.0, 224) == 4000  # no measurement: 40 MB per 224 px image
     assert max_batch_start({}, 10.0, 224) == 8
+
+
+def test_the_gpu_day_script_parses_and_runs_the_first_hours_commands():
+    """launchers/gpu_day.sh cannot run here (no GPU): it parses, and it runs what issue 27 §6 lists,
+    each under a timeout that ends its process group."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "launchers" / "gpu_day.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True).returncode == 0
+    text = script.read_text()
+    for command in ("-m bench.tools.gpu_check --budget-s", "-m bench +experiment=a100_bf16",
+                    "-m bench -m +experiment=a100_bf16 data.batch_size=128,256 \\\n  precision=bf16,amp_fp16 "
+                    "train.steps_per_epoch=40", "-m bench.doctor +experiment=a100_bf16 doctor.budget_s=60",
+                    "-m pytest -q -m gpu", "timeout --kill-after="):
+        assert command in text, command
