@@ -237,8 +237,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             run_checks(chosen, base_overrides(args, on_gpu), work, on_gpu=on_gpu, budget=budget, rows=rows)
         except (KeyboardInterrupt, Interrupted) as exc:
             code = EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else exc.exit_code
-            print(table(rows, time.monotonic() - budget.start), flush=True)
-            print(f"[ERROR] gpu_check interrupted ({exc or 'SIGINT'}) after {len(rows)} checks", file=sys.stderr)
+            if rows:  # what was done before the signal
+                print(table(rows, time.monotonic() - budget.start), flush=True)
+            reason = str(exc) or "Ctrl-C"
+            print(f"[ERROR] gpu_check interrupted ({reason}) after {len(rows)} checks", file=sys.stderr)
             return code
     print(table(rows, time.monotonic() - budget.start), flush=True)
     return 0 if all(ok is not False for _, ok, _ in rows) else 1

@@ -54,7 +54,7 @@ def run_in_process(overrides: Sequence[str], run_dir: Path, rehearse: bool = Fal
         except BenchError as exc:
             return None, f"[ERROR] {exc}"
         with _cheap_compile() if rehearse and config.compile else contextlib.nullcontext():
-            code = run(config, run_dir, run_dir.parent, list(overrides))
+            code = run(config, run_dir, Path.cwd(), list(overrides))  # launched here, as a command typed here
     if code == EXIT_SIGINT:
         raise KeyboardInterrupt
     if code == EXIT_SIGTERM:
