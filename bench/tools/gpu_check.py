@@ -80,13 +80,27 @@ class Budget:
 def _run_one(check: Check, overrides: List[str], run_dir: Path, on_gpu: bool, runner: Optional[Runner]) -> Any:
     if runner is not None:  # one runner for every check (tests: recorded GPU results)
         return runner(overrides, run_dir)
-    if check.where == OVERHEAD:
-        return run_overhead(on_gpu, echo=lambda line: None)
     if check.where == CHILD:
+        _release_gpu_memory(on_gpu)  # what earlier checks cached is the child's to use
         return run_ddp(overrides, run_dir, on_gpu, run_bench)
-    if check.name == "find_max_batch" and not on_gpu:
-        return run_search_on_cpu(overrides, run_dir)
-    return run_in_process(overrides, run_dir, rehearse=not on_gpu)
+    try:
+        if check.where == OVERHEAD:
+            return run_overhead(on_gpu, echo=lambda line: None)
+        if check.name == "find_max_batch" and not on_gpu:
+            return run_search_on_cpu(overrides, run_dir)
+        return run_in_process(overrides, run_dir, rehearse=not on_gpu)
+    finally:
+        _release_gpu_memory(on_gpu)  # each check starts from an empty cache, as its own process would
+
+
+def _release_gpu_memory(on_gpu: bool) -> None:
+    if on_gpu:
+        import gc
+
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
 
 
 def _extra(check: Check, done: Dict[str, Metrics], base: Sequence[str], on_gpu: bool) -> List[str]:

@@ -81,6 +81,23 @@ def test_sigterm_to_gpu_check_ends_its_bench_child_and_the_childs_run_is_killed(
     assert [run.info.status for run in runs] == ["KILLED"]
 
 
+def test_ctrl_c_during_an_in_process_check_ends_its_run_killed_with_130(bench, tmp_path):
+    """The checks that share gpu_check's process: Ctrl-C ends the running one as it ends
+    `python -m bench` (its MLflow run KILLED), and gpu_check exits 130 with one line."""
+    proc = bench.start("--rehearse", "--only", "fp32,bf16", "--set", "tracking.enabled=true",
+                       "--set", "train.steps_per_epoch=100000", module="bench.tools.gpu_check")
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not (bench.db.exists() and any(run.info.status == "RUNNING" for run in bench.runs())):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 130, out + err
+    assert [line for line in err.splitlines() if line.startswith("[ERROR]")] == [
+        "[ERROR] gpu_check interrupted (Ctrl-C) after 0 checks"], err
+    assert [run.info.status for run in bench.runs()] == ["KILLED"]
+
+
 def recorded(metrics_by_check):
     """A runner that answers from GPU-shaped results instead of running bench (mocked_gpu)."""
     def runner(overrides, run_dir: Path):
