@@ -62,6 +62,7 @@ def test_sigterm_to_gpu_check_ends_its_bench_child_and_the_childs_run_is_killed(
     import psutil
 
     work = tmp_path / "work"
+    bench.with_store()
     proc = bench.start("--rehearse", "--only", "ddp_nccl", "--keep", str(work), "--set", "tracking.enabled=true",
                        "--set", "train.steps_per_epoch=100000", "--set", "benchmark.log_every=1",
                        module="bench.tools.gpu_check")
@@ -84,6 +85,7 @@ def test_sigterm_to_gpu_check_ends_its_bench_child_and_the_childs_run_is_killed(
 def test_ctrl_c_during_an_in_process_check_ends_its_run_killed_with_130(bench, tmp_path):
     """The checks that share gpu_check's process: Ctrl-C ends the running one as it ends
     `python -m bench` (its MLflow run KILLED), and gpu_check exits 130 with one line."""
+    bench.with_store()  # made before: polling a store while MLflow creates it races its migrations
     proc = bench.start("--rehearse", "--only", "fp32,bf16", "--set", "tracking.enabled=true",
                        "--set", "train.steps_per_epoch=100000", module="bench.tools.gpu_check")
     deadline = time.monotonic() + HANG_GUARD_S
