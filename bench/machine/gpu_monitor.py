@@ -2,7 +2,9 @@
 and the energy the GPU used in it.
 
 Only runs when a GPU and NVML exist; otherwise start() and stop() do nothing and the
-summary is empty. The sampling thread never touches CUDA, so it cannot perturb timing
+summary is empty. One sample is taken at start() and one at stop(), the rest every
+`interval_s` in between, so a window shorter than the interval still has utilisation and
+power. The sampling thread never touches CUDA, so it cannot perturb timing
 beyond one NVML call per interval. Energy is NVML's total-energy counter (millijoules since
 the driver loaded; Volta and newer) read at start() and at stop(): energy_joules, and
 energy_power_mean_w = those joules / the seconds between the two reads. A GPU or driver
@@ -56,21 +58,25 @@ class GpuMonitor:
         except Exception:  # no GPU / no driver: nothing to sample
             return self
         self._energy_start = self._energy_mj()
+        self._sample()
         self._thread = threading.Thread(target=self._run, name="gpu-monitor", daemon=True)
         self._thread.start()
         return self
 
-    def _run(self) -> None:
+    def _sample(self) -> None:
         nvml, handle = self._nvml, self._handle
+        try:
+            util = nvml.nvmlDeviceGetUtilizationRates(handle)
+            memory = nvml.nvmlDeviceGetMemoryInfo(handle)
+            power_mw = nvml.nvmlDeviceGetPowerUsage(handle)
+            clock = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
+        except Exception:
+            return
+        self._samples.append((util.gpu, memory.used / 2**20, power_mw / 1000.0, clock))
+
+    def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            try:
-                util = nvml.nvmlDeviceGetUtilizationRates(handle)
-                memory = nvml.nvmlDeviceGetMemoryInfo(handle)
-                power_mw = nvml.nvmlDeviceGetPowerUsage(handle)
-                clock = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
-            except Exception:
-                continue
-            self._samples.append((util.gpu, memory.used / 2**20, power_mw / 1000.0, clock))
+            self._sample()
 
     def stop(self) -> Dict[str, float]:
         if self._thread is None:
@@ -78,6 +84,7 @@ class GpuMonitor:
         energy_end = self._energy_mj() if self._energy_start is not None else None
         self._stop.set()
         self._thread.join()
+        self._sample()  # the window's end: a short window has its figures too
         with contextlib.suppress(Exception):  # the figures matter more than a clean NVML shutdown
             self._nvml.nvmlShutdown()
         figures = self._energy_figures(energy_end)

@@ -1,264 +1,263 @@
 """`python -m bench.tools.gpu_check`: the first command on a new GPU box. Runs every GPU path bench
-has, a few steps each, each as the `python -m bench` command a user would type, and prints a
-pass/fail table with its figures; exit 1 when any check fails, 2 where there is no CUDA GPU.
+has, a few steps each, and prints a pass/fail table with its figures; exit 1 when any check fails,
+2 where there is no CUDA GPU (or an argument is wrong), 130/143 when interrupted.
 
     python -m bench.tools.gpu_check                       # every check, ResNet-18 at 224 px, batch 64
+    python -m bench.tools.gpu_check --budget-s 120        # stop after 120 s with the checks done so far
     python -m bench.tools.gpu_check --only bf16,ddp_nccl  # some of them
     python -m bench.tools.gpu_check --keep ./gpu-check    # keep each check's run directory
+    python -m bench.tools.gpu_check --rehearse            # every check's code path on the CPU, tiny sizes
 
-The checks: fp32, TF32, AMP fp16 with the grad scaler, bf16, channels_last, torch.compile, CUDA
-event timing against the wall clock, DDP over NCCL on every local GPU, NVML telemetry and energy,
-benchmark.find_max_batch against a real out-of-memory, the profiler with CUDA activity, inference
-latency, the pinned-memory loader on real JPEGs, and the fit-to-measure verdict of a GPU run.
-Each check reads the run's final `radix_metrics` line (and, for the profiler, its trace file).
+The checks (bench.tools.gpu_checks.checks): fp32, TF32, AMP fp16 with the grad scaler, bf16,
+channels_last, CUDA-event timing against the wall clock, NVML telemetry and energy, the profiler
+with CUDA activity, inference latency, the fit-to-measure verdict, the pinned-memory loader on real
+image files, benchmark.find_max_batch against a real out-of-memory (from a memory estimate, a
+capped search), torch.compile, bench's trainer against a minimal loop (ResNet-50, 224 px, batch
+256, bf16, channels_last: pass at >= 0.98) and DDP over NCCL (on one GPU: the backend initialises,
+an all-reduce sums right, world_size 1; sync and scaling need 2+). All but DDP run in this one
+process, each as the run `python -m bench` makes (bench.app.run); DDP's ranks are processes, under
+a `python -m bench` child that ends with gpu_check (SIGTERM, Ctrl-C or SIGKILL; its run KILLED).
+`--rehearse` runs the same code on a CPU and skips only the assertions a CPU cannot meet.
 """
 
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import subprocess
+import signal
 import sys
 import tempfile
-from dataclasses import dataclass
+import time
+from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-Metrics = Dict[str, Any]
-Verdict = Tuple[bool, str]  # passed, the figures that say so (or why not)
+from bench.errors import EXIT_CONFIG, EXIT_SIGINT, Interrupted
+from bench.tools.gpu_checks.checks import CHILD, NAMES, OVERHEAD, Check, Metrics, checks
+from bench.tools.gpu_checks.runners import (
+    max_batch_start,
+    run_bench,
+    run_ddp,
+    run_in_process,
+    run_overhead,
+    run_search_on_cpu,
+    write_images,
+)
 
-
-@dataclass(frozen=True)
-class Check:
-    name: str
-    what: str
-    overrides: Tuple[str, ...]
-    judge: Callable[[Metrics, Path], Verdict]
-
-
-def _rate(m: Metrics) -> str:
-    return f"{m.get('images_per_second', 0):.0f} img/s"
-
-
-def _flag(key: str, want: Any) -> Callable[[Metrics, Path], Verdict]:
-    def judge(m: Metrics, _run: Path) -> Verdict:
-        ok = m.get(key) == want and m.get("images_per_second", 0) > 0 and math.isfinite(m.get("final_loss", math.nan))
-        return ok, f"{_rate(m)}, {key}={m.get(key)!r}, final loss {m.get('final_loss')}"
-
-    return judge
-
-
-def _compiled(m: Metrics, _run: Path) -> Verdict:
-    ok = m.get("compile") is True and "compile_fallback" not in m and m.get("images_per_second", 0) > 0
-    return ok, f"{_rate(m)}, compiled={m.get('compile')}" + (
-        f", fell back: {m['compile_fallback']}" if "compile_fallback" in m else ""
-    )
-
-
-def _events_agree(m: Metrics, _run: Path) -> Verdict:
-    """benchmark.sync=true: every step synchronises, so the steps' CUDA-event times add up to the window."""
-    steps, mean, elapsed = m.get("measured_steps", 0), m.get("step_time_ms_mean"), m.get("elapsed_seconds")
-    if not (steps and mean and elapsed):
-        return False, "no step times or window in the result"
-    ratio = steps * mean / 1000.0 / elapsed
-    return 0.9 <= ratio <= 1.1, f"sum of CUDA-event step times / window wall time = {ratio:.3f} (0.9-1.1)"
-
-
-def _ddp(gpus: int) -> Callable[[Metrics, Path], Verdict]:
-    def judge(m: Metrics, _run: Path) -> Verdict:
-        ok = m.get("world_size") == gpus and m.get("params_in_sync") is True
-        return ok, (
-            f"{_rate(m)} on {m.get('world_size')} GPUs, weights in sync: {m.get('params_in_sync')}, "
-            f"scaling efficiency {m.get('scaling_efficiency', 'n/a')}"
-        )
-
-    return judge
-
-
-def _nvml(m: Metrics, _run: Path) -> Verdict:
-    wanted = ("gpu_util_mean_pct", "gpu_power_mean_w", "energy_joules", "images_per_joule")
-    missing = [k for k in wanted if k not in m]
-    figures = ", ".join(f"{k}={m[k]:.1f}" for k in wanted if isinstance(m.get(k), (int, float)))
-    return not missing, figures + (f"; missing: {', '.join(missing)}" if missing else "")
-
-
-def _max_batch(m: Metrics, _run: Path) -> Verdict:
-    asked, found = m.get("batch_size_requested"), m.get("batch_size_found")
-    ok = isinstance(found, int) and isinstance(asked, int) and 0 < found < asked and m.get("images_per_second", 0) > 0
-    return ok, f"asked {asked}, out of memory above {found}: trained at {m.get('batch_size')} ({_rate(m)})"
-
-
-def _profiled(m: Metrics, run: Path) -> Verdict:
-    trace = run / "trace_rank0.json"
-    if not trace.is_file():
-        return False, "no trace_rank0.json"
-    events = json.loads(trace.read_text()).get("traceEvents", [])
-    kernels = sum(1 for e in events if str(e.get("cat", "")).lower() in ("kernel", "gpu_memcpy", "gpu_memset"))
-    return kernels > 0, f"{len(events)} trace events, {kernels} on the GPU (kernels, copies)"
-
-
-def _latency(m: Metrics, _run: Path) -> Verdict:
-    p50, p99 = m.get("latency_ms_p50"), m.get("latency_ms_p99")
-    ok = m.get("mode") == "inference" and p50 is not None and p99 is not None and 0 < p50 <= p99
-    return ok, f"{_rate(m)}, latency p50 {p50} ms, p99 {p99} ms"
-
-
-def _loader(m: Metrics, _run: Path) -> Verdict:
-    ok = m.get("images_per_second", 0) > 0 and m.get("data") == "imagefolder"
-    return ok, f"{_rate(m)} from JPEGs, data wait {100 * m.get('data_wait_fraction', 0):.1f}%"
-
-
-def _fit(m: Metrics, _run: Path) -> Verdict:
-    if "fit_to_measure" not in m:
-        return False, "the result has no fit_to_measure verdict"
-    return True, f"fit_to_measure={m['fit_to_measure']}" + (f" ({m['fit_reasons']})" if m.get("fit_reasons") else "")
-
-
-def checks(gpus: int, digits_root: str) -> List[Check]:
-    return [
-        Check("fp32", "fp32 training", ("precision=fp32",), _flag("tf32", False)),
-        Check("tf32", "TF32 matmuls and convolutions", ("precision=tf32",), _flag("tf32", True)),
-        Check("amp_fp16", "AMP fp16 with the grad scaler", ("precision=amp_fp16",), _flag("grad_scaler", True)),
-        Check("bf16", "bf16 autocast", ("precision=bf16",), _flag("autocast_dtype", "bfloat16")),
-        Check(
-            "channels_last",
-            "bf16 + channels_last",
-            ("precision=bf16", "precision.channels_last=true"),
-            _flag("channels_last", True),
-        ),
-        Check("compile", "torch.compile", ("precision=bf16", "compile=true"), _compiled),
-        Check("cuda_events", "CUDA-event timing vs the wall clock", ("benchmark.sync=true",), _events_agree),
-        Check(
-            "ddp_nccl",
-            f"DDP over NCCL on {gpus} GPU(s)",
-            ("distributed=ddp", f"distributed.nproc_per_node={gpus}", "distributed.backend=nccl"),
-            _ddp(gpus),
-        ),
-        Check("nvml", "NVML telemetry and energy", ("precision=bf16",), _nvml),
-        Check(
-            "find_max_batch",
-            "largest batch against a real out-of-memory",
-            ("benchmark.find_max_batch=true", "data.batch_size=65536", "train.steps_per_epoch=5"),
-            _max_batch,
-        ),
-        Check("profiler", "profiler with CUDA activity", ("profile.enabled=true", "profile.steps=3"), _profiled),
-        Check("inference", "inference latency", ("mode=inference", "precision=bf16"), _latency),
-        Check(
-            "pinned_loader",
-            "pinned-memory loader on real JPEGs",
-            (
-                "data=imagefolder",
-                f"data.root={digits_root}",
-                "data.num_classes=10",
-                "data.num_workers=2",
-                "data.pin_memory=true",
-                "train.steps_per_epoch=10",
-            ),
-            _loader,
-        ),
-        Check("fit_to_measure", "fit-to-measure verdict of a GPU run", ("precision=bf16",), _fit),
-    ]
-
+__all__ = ["Check", "checks", "main", "run_bench", "run_checks", "table"]
 
 Runner = Callable[[Sequence[str], Path], Tuple[Optional[Metrics], str]]
+Row = Tuple[Check, Optional[bool], str]  # passed (None: not run), figures
 
 
-def run_bench(overrides: Sequence[str], run_dir: Path) -> Tuple[Optional[Metrics], str]:
-    """`python -m bench <overrides>` in its own process; its final line, or why there is none."""
-    proc = subprocess.run(
-        [sys.executable, "-m", "bench", *overrides, f"hydra.run.dir={run_dir}"], capture_output=True, text=True
-    )
-    lines = [line for line in proc.stdout.splitlines() if line.startswith('{"radix_metrics"')]
-    if proc.returncode != 0 or not lines:
-        errors = [line for line in proc.stderr.splitlines() if line.startswith("[ERROR]")]
-        return None, errors[-1] if errors else f"exit {proc.returncode}: {proc.stderr.strip()[-300:]}"
-    return json.loads(lines[-1])["radix_metrics"], ""
+class Budget:
+    """--budget-s: a deadline; past it the running check is stopped (SIGALRM) and no other starts."""
+
+    def __init__(self, seconds: Optional[float]):
+        self.seconds, self.start, self.spent = seconds, time.monotonic(), False
+
+    def left(self) -> float:
+        return float("inf") if self.seconds is None else self.seconds - (time.monotonic() - self.start)
+
+    @contextmanager
+    def armed(self) -> Iterator[None]:
+        if self.seconds is None:
+            yield
+            return
+
+        def spent(_signum: int, _frame: Any) -> None:
+            self.spent = True
+            raise Interrupted("SIGALRM")
+
+        previous = signal.signal(signal.SIGALRM, spent)
+        signal.setitimer(signal.ITIMER_REAL, max(self.left(), 0.001))
+        try:
+            yield
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+
+
+def _run_one(check: Check, overrides: List[str], run_dir: Path, on_gpu: bool, runner: Optional[Runner]) -> Any:
+    if runner is not None:  # one runner for every check (tests: recorded GPU results)
+        return runner(overrides, run_dir)
+    if check.where == CHILD:
+        _release_gpu_memory(on_gpu)  # what earlier checks cached is the child's to use
+        return run_ddp(overrides, run_dir, on_gpu, run_bench)
+    try:
+        if check.where == OVERHEAD:
+            return run_overhead(on_gpu, echo=lambda line: None)
+        if check.name == "find_max_batch" and not on_gpu:
+            return run_search_on_cpu(overrides, run_dir)
+        return run_in_process(overrides, run_dir, rehearse=not on_gpu)
+    finally:
+        _release_gpu_memory(on_gpu)  # each check starts from an empty cache, as its own process would
+
+
+def _release_gpu_memory(on_gpu: bool) -> None:
+    if on_gpu:
+        import gc
+
+        import torch
+
+        gc.collect()
+        torch.cuda.empty_cache()
+
+
+def _extra(check: Check, done: Dict[str, Metrics], base: Sequence[str], on_gpu: bool) -> List[str]:
+    """Overrides known only at run time: find_max_batch's first batch, from the memory estimate."""
+    if check.name != "find_max_batch" or not on_gpu:
+        return []
+    import torch
+
+    free, _total = torch.cuda.mem_get_info()
+    size = next((int(o.split("=", 1)[1]) for o in reversed(base) if o.startswith("data.image_size=")), 224)
+    return [f"data.batch_size={max_batch_start(done, free / 2**20, size)}"]
 
 
 def run_checks(
     chosen: Sequence[Check],
     base: Sequence[str],
     work: Path,
-    runner: Runner = run_bench,
+    runner: Optional[Runner] = None,
     echo: Callable[[str], None] = print,
-) -> List[Tuple[Check, bool, str]]:
-    rows = []
+    on_gpu: bool = True,
+    budget: Optional[Budget] = None,
+    rows: Optional[List[Row]] = None,
+) -> List[Row]:
+    """Every chosen check in turn, into `rows` (so an interrupted run still has the ones done)."""
+    rows = [] if rows is None else rows
+    budget = budget or Budget(None)
+    done: Dict[str, Metrics] = {}
     for check in chosen:
-        run_dir = work / check.name
-        metrics, problem = runner([*base, *check.overrides], run_dir)
-        passed, figures = check.judge(metrics, run_dir) if metrics is not None else (False, problem)
-        rows.append((check, passed, figures))
-        echo(f"{'PASS' if passed else 'FAIL'}  {check.name:<15} {figures}")
+        if budget.left() <= 0:
+            rows.append((check, None, "not run: --budget-s spent"))
+            echo(f"SKIP  {check.name:<15} not run: --budget-s spent")
+            continue
+        run_dir, started = work / check.name, time.monotonic()
+        extra = _extra(check, done, base, on_gpu) if runner is None else []  # a given runner: no GPU to ask
+        overrides = [*base, *check.overrides_for(on_gpu), *extra]
+        try:
+            with budget.armed():
+                metrics, problem = _run_one(check, overrides, run_dir, on_gpu, runner)
+        except Interrupted:
+            if not budget.spent:
+                raise
+            metrics, problem = None, f"stopped: --budget-s {budget.seconds:g} spent while it ran"
+        seconds = time.monotonic() - started
+        passed, figures = check.judge(metrics, run_dir, on_gpu) if metrics is not None else (False, problem)
+        done[check.name] = metrics or {}
+        rows.append((check, passed, f"{figures} [{seconds:.1f} s]"))
+        echo(f"{'PASS' if passed else 'FAIL'}  {check.name:<15} {figures} [{seconds:.1f} s]")
     return rows
 
 
-def table(rows: Sequence[Tuple[Check, bool, str]]) -> str:
+def table(rows: Sequence[Row], seconds: Optional[float] = None) -> str:
     lines = ["| check | what | result | figures |", "|---|---|---|---|"]
-    lines += [f"| {c.name} | {c.what} | {'pass' if ok else 'FAIL'} | {figures} |" for c, ok, figures in rows]
-    failed = sum(not ok for _, ok, _ in rows)
+    word = {True: "pass", False: "FAIL", None: "not run"}
+    lines += [f"| {c.name} | {c.what} | {word[ok]} | {figures} |" for c, ok, figures in rows]
+    failed = [c.name for c, ok, _ in rows if ok is False]
+    skipped = [c.name for c, ok, _ in rows if ok is None]
+    passed = sum(ok is True for _, ok, _ in rows)
     lines.append(
-        f"\ngpu_check: {len(rows) - failed} of {len(rows)} checks passed"
-        + (f"; failed: {', '.join(c.name for c, ok, _ in rows if not ok)}" if failed else "")
+        f"\ngpu_check: {passed} of {len(rows)} checks passed"
+        + (f" in {seconds:.0f} s" if seconds is not None else "")
+        + (f"; failed: {', '.join(failed)}" if failed else "")
+        + (f"; not run (budget): {', '.join(skipped)}" if skipped else "")
     )
     return "\n".join(lines)
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.gpu_check", description=__doc__.split("\n\n")[0])
     parser.add_argument("--model", default="resnet18", help="a torchvision classification model (default resnet18)")
     parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=20, help="measured steps per check")
-    parser.add_argument("--only", help="comma-separated check names (default: all)")
+    parser.add_argument("--steps", type=int, default=10, help="measured steps per check (default 10)")
+    parser.add_argument("--only", help="comma-separated check names (default: all): " + ",".join(NAMES))
     parser.add_argument("--keep", type=Path, help="keep every check's run directory here")
-    args = parser.parse_args(argv)
+    parser.add_argument("--budget-s", type=float, help="stop after this many seconds, with the checks done so far")
+    parser.add_argument("--rehearse", action="store_true", help="run every check's code on the CPU at tiny sizes")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a bench override for all")
+    return parser
+
+
+def _argument_problem(args: argparse.Namespace) -> Optional[str]:
+    """Checked before anything else (before asking for a GPU): one line naming the argument."""
+    if args.only:
+        names = [n.strip() for n in args.only.split(",")]
+        unknown = [n for n in names if n not in NAMES]
+        if unknown or not any(names):
+            return f"--only={args.only!r}: no check named {', '.join(unknown) or repr('')}; accepted " + ",".join(NAMES)
+    for flag, value in (("--batch-size", args.batch_size), ("--steps", args.steps), ("--budget-s", args.budget_s)):
+        if value is not None and value <= 0:
+            return f"{flag}={value:g} is not valid: accepted a number above 0"
+    bad = [s for s in args.set if "=" not in s]
+    return f"--set={bad[0]!r} is not valid: accepted KEY=VALUE (a bench override)" if bad else None
+
+
+def base_overrides(args: argparse.Namespace, on_gpu: bool) -> List[str]:
+    if on_gpu:
+        sizes = [f"model.arch={args.model}", f"data.batch_size={args.batch_size}", "data.image_size=224"]
+        steps, warmup = args.steps, 3
+    else:  # the rehearsal: the same paths, tiny, one thread
+        sizes = ["allow_cpu=true", "model.arch=resnet18", "data.batch_size=4", "data.image_size=32", "cpu_threads=1"]
+        steps, warmup = min(args.steps, 3), 1
+        sizes.append("data.num_classes=10")
+    return [
+        *sizes,
+        "data=synthetic",
+        "train.epochs=1",
+        f"train.steps_per_epoch={steps}",
+        f"benchmark.warmup_steps={warmup}",
+        "benchmark.progress=false",
+        "tracking.enabled=false",
+        *args.set,
+    ]
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    args = _parser().parse_args(argv)
+    problem = _argument_problem(args)
+    if problem:
+        print(f"[ERROR] {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     import torch
 
-    if not torch.cuda.is_available():
+    on_gpu = not args.rehearse
+    if on_gpu and not torch.cuda.is_available():
         build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
         print(
             f"[ERROR] gpu_check needs a CUDA GPU: torch.cuda.is_available() is False here "
-            f"(torch {torch.__version__}, {build}); run it on the GPU machine",
+            f"(torch {torch.__version__}, {build}); run it on the GPU machine, or --rehearse on a CPU",
             file=sys.stderr,
         )
-        return 2
-    gpus = torch.cuda.device_count()
-    base = [
-        f"model.arch={args.model}",
-        "data=synthetic",
-        f"data.batch_size={args.batch_size}",
-        "data.image_size=224",
-        "train.epochs=1",
-        f"train.steps_per_epoch={args.steps}",
-        "benchmark.warmup_steps=5",
-        "benchmark.progress=false",
-        "tracking.enabled=false",
-    ]
-    with tempfile.TemporaryDirectory(prefix="bench-gpu-check-") as tmp:
-        work = args.keep or Path(tmp)
-        from bench.data.digits import write_digits
+        return EXIT_CONFIG
+    from bench.machine.children import sigterm_raises
 
-        write_digits(str(work / "digits"))
-        chosen = checks(gpus, str(work / "digits"))
-        if args.only:
-            names = {n.strip() for n in args.only.split(",")}
-            unknown = names - {c.name for c in chosen}
-            if unknown:
-                print(
-                    f"[ERROR] --only={args.only!r}: no check named {', '.join(sorted(unknown))}; accepted "
-                    + ", ".join(c.name for c in chosen),
-                    file=sys.stderr,
-                )
-                return 2
-            chosen = [c for c in chosen if c.name in names]
-        print(
-            f"{gpus} GPU(s): {torch.cuda.get_device_name(0)}; {len(chosen)} checks, {args.model}, "
-            f"batch {args.batch_size}, {args.steps} steps each",
-            flush=True,
-        )
-        rows = run_checks(chosen, base, work)
-    print(table(rows), flush=True)
-    return 0 if all(ok for _, ok, _ in rows) else 1
+    budget = Budget(args.budget_s)
+    rows: List[Row] = []
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-check-") as tmp, sigterm_raises():
+        work = (args.keep or Path(tmp)).resolve()
+        try:
+            gpus = torch.cuda.device_count() if on_gpu else 1
+            chosen = checks(gpus, str(work / "images"))
+            if args.only:
+                wanted = {n.strip() for n in args.only.split(",")}
+                chosen = [c for c in chosen if c.name in wanted]
+            if any(c.name == "pinned_loader" for c in chosen):  # enough for its steps at the batch asked
+                batch = args.batch_size if on_gpu else 4
+                write_images(work / "images", per_class=max(16, -(-batch * 16 // 10)))
+            where = f"{gpus} GPU(s): {torch.cuda.get_device_name(0)}" if on_gpu else "rehearsal on the CPU"
+            print(f"{where}; {len(chosen)} checks, {args.model if on_gpu else 'tiny sizes'}", flush=True)
+            run_checks(chosen, base_overrides(args, on_gpu), work, on_gpu=on_gpu, budget=budget, rows=rows)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            code = EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else exc.exit_code
+            if rows:  # what was done before the signal
+                print(table(rows, time.monotonic() - budget.start), flush=True)
+            reason = str(exc) or "Ctrl-C"
+            print(f"[ERROR] gpu_check interrupted ({reason}) after {len(rows)} checks", file=sys.stderr)
+            return code
+    print(table(rows, time.monotonic() - budget.start), flush=True)
+    return 0 if all(ok is not False for _, ok, _ in rows) else 1
 
 
 if __name__ == "__main__":

@@ -32,6 +32,7 @@ def framework_config(args: argparse.Namespace, precision: str) -> BenchConfig:
     return compose(
         f"model.arch={args.model}",
         f"precision={precision}",
+        f"precision.channels_last={str(getattr(args, 'channels_last', False)).lower()}",
         f"data.batch_size={args.batch_size}",
         f"data.image_size={args.image_size}",
         f"data.num_classes={args.num_classes}",
@@ -54,11 +55,14 @@ def run_framework(config: BenchConfig, device: torch.device) -> float:
 def run_minimal(args: argparse.Namespace, precision: str, device: torch.device) -> float:
     """The loop a careful engineer writes by hand: nothing but forward, backward, step."""
     torch.manual_seed(0)
-    model = torchvision.models.get_model(args.model, weights=None, num_classes=args.num_classes).to(device)
+    memory_format = torch.channels_last if getattr(args, "channels_last", False) else torch.contiguous_format
+    model = torchvision.models.get_model(args.model, weights=None, num_classes=args.num_classes)
+    model = model.to(device=device, memory_format=memory_format)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     criterion = nn.CrossEntropyLoss()
     images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
+    images = images.contiguous(memory_format=memory_format)
     labels = torch.randint(0, args.num_classes, (args.batch_size,), device=device)
 
     def autocast() -> Any:
@@ -96,6 +100,7 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=4, help="A-B-B-A rounds")
     parser.add_argument("--threads", type=int, default=torch.get_num_threads())
+    parser.add_argument("--channels-last", action="store_true", help="both sides in channels_last memory format")
     args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
@@ -104,6 +109,7 @@ def main(argv: List[str] | None = None) -> int:
     print(
         f"device={device.type} threads={args.threads} model={args.model} image={args.image_size} "
         f"batch={args.batch_size} steps={args.steps} rounds={args.rounds}"
+        + (" channels_last" if args.channels_last else "")
         + ("" if reuse is None else f" cpu_malloc_reuse={str(reuse).lower()} (both sides: one process)")
     )
     print(

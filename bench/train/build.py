@@ -79,7 +79,8 @@ def build_training(
 
         found = find_max_batch(config, eager, policy, device, ctx)
         config = dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=found))
-        torch.cuda.reset_peak_memory_stats(device)  # the search's trials are not the run's peak
+        if device.type == "cuda":
+            torch.cuda.reset_peak_memory_stats(device)  # the search's trials are not the run's peak
     data = EpochData(config, device, policy.memory_format, ctx, start.epoch)
     warmup = config.benchmark.warmup_steps
     total = data.planned(0)  # the schedule spans the whole run, resumed or not

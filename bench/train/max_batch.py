@@ -4,10 +4,12 @@ result, `batch_size_requested` keeps the one asked for, and the MLflow run is na
 
 Search: start at data.batch_size; halve until a batch fits; then double while it fits (up to
 GROWTH_LIMIT x the start), and bisect between the last batch that fit and the first that did
-not, to within 1/16 of it. A trial is two full training steps (forward, backward, optimizer)
-of the eager model on a synthetic batch, with a throw-away optimizer of the configured kind;
-the weights are put back afterwards. With DDP every rank searches and the smallest result wins.
-torch.compile is left out of the search (its memory use differs a little: leave some room).
+not, to within 1/16 of it, in at most MAX_PROBES trials (each batch is tried once; once the cap is
+reached the largest batch that fit so far is the answer). A trial is two full training steps
+(forward, backward, optimizer) of the eager model on a synthetic batch, with a throw-away
+optimizer of the configured kind; the weights are put back afterwards. With DDP every rank
+searches and the smallest result wins. torch.compile is left out of the search (its memory use
+differs a little: leave some room).
 """
 
 from __future__ import annotations
@@ -30,26 +32,36 @@ log = logging.getLogger(__name__)
 
 GROWTH_LIMIT = 64
 TRIAL_STEPS = 2
+MAX_PROBES = 10  # after the first batch that fits: a search costs seconds, not minutes
+# what CUDA libraries raise, besides torch.cuda.OutOfMemoryError, when a batch does not fit
+ALLOCATION_FAILURES = ("out of memory", "ALLOC_FAILED", "canUse32BitIndexMath")
 
 
-def search(fits: Callable[[int], bool], start: int, limit: int) -> int:
+def search(fits: Callable[[int], bool], start: int, limit: int, max_probes: int = MAX_PROBES) -> int:
     """The largest batch for which `fits(batch)` holds, by the rule in the module docstring."""
+    known: dict = {}
+
+    def probe(batch: int) -> bool:
+        if batch not in known:
+            known[batch] = fits(batch)
+        return bool(known[batch])
+
     batch = start
-    while not fits(batch):
+    while not probe(batch):
         if batch == 1:
             raise BenchError("benchmark.find_max_batch: not even a batch of 1 fits in GPU memory")
         batch //= 2
     low, high = batch, None
-    while high is None and low * 2 <= limit:
-        if fits(low * 2):
+    while high is None and low * 2 <= limit and len(known) < max_probes:
+        if probe(low * 2):
             low *= 2
         else:
             high = low * 2
     if high is None:
         return low
-    while high - low > max(1, low // 16):
+    while high - low > max(1, low // 16) and len(known) < max_probes:
         middle = (low + high) // 2
-        low, high = (middle, high) if fits(middle) else (low, middle)
+        low, high = (middle, high) if probe(middle) else (low, middle)
     return low
 
 
@@ -78,13 +90,18 @@ def find_max_batch(
             labels = torch.randint(0, classes, (batch,), device=device)
             for _ in range(TRIAL_STEPS):
                 step(images, labels)
-            torch.cuda.synchronize(device)
+            if device.type == "cuda":  # gpu_check's CPU rehearsal runs the search too (bench refuses it on a CPU)
+                torch.cuda.synchronize(device)
         except torch.cuda.OutOfMemoryError:
             failed = True  # the exception (and the tensors its frames hold) must be gone before freeing
+        except RuntimeError as exc:  # cuBLAS/cuDNN workspace allocation, or a tensor too large to index
+            if not any(text in str(exc) for text in ALLOCATION_FAILURES):
+                raise
+            failed = True
         optimizer = scheduler = step = images = labels = None  # drop the last references, so gc can free them
         model.zero_grad(set_to_none=True)
-        gc.collect()
-        if device.type == "cuda":
+        if device.type == "cuda":  # on a CPU, dropping the references frees the memory
+            gc.collect()
             torch.cuda.empty_cache()
         log.info("find_max_batch: batch %d %s", batch, "does not fit" if failed else "fits")
         return not failed

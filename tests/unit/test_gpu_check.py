@@ -1,20 +1,23 @@
 """python -m bench.tools.gpu_check, the first command on a new GPU box. This machine has no GPU:
-the refusal is real; the checks' judging is exercised on real CPU runs where a check can run on a
-CPU, and on recorded GPU-shaped results (mocked_gpu) where it cannot."""
+the refusal is real; every check's code runs for real in the CPU rehearsal (--rehearse: real
+processes, a real SIGTERM, a real MLflow store), and the GPU-only verdicts are judged on recorded
+GPU-shaped results (mocked_gpu)."""
 
 from __future__ import annotations
 
 import json
+import signal
+import time
 from pathlib import Path
 
 import pytest
 import torch
 
 from bench.tools import gpu_check
+from bench.tools.gpu_checks.checks import NAMES
+from bench.tools.gpu_checks.runners import max_batch_start
 
-CPU_BASE = ["allow_cpu=true", "model.arch=resnet18", "data=synthetic", "data.batch_size=4", "data.image_size=32",
-            "data.num_classes=10", "train.epochs=1", "train.steps_per_epoch=3", "benchmark.warmup_steps=1",
-            "benchmark.progress=false", "tracking.enabled=false"]
+HANG_GUARD_S = 900
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without CUDA")
@@ -24,14 +27,77 @@ def test_without_cuda_it_says_so_in_one_line_and_exits_2(capsys):
     assert len(err) == 1 and err[0].startswith("[ERROR] gpu_check needs a CUDA GPU: torch.cuda.is_available() is False")
 
 
-def test_the_checks_that_can_run_on_a_cpu_pass_through_real_bench_processes(tmp_path):
-    """bf16 (CPU autocast), CUDA-event timing (on a CPU: the wall clock, synchronised steps) and
-    inference: each a real `python -m bench` process whose final line the judge reads."""
-    chosen = [c for c in gpu_check.checks(1, str(tmp_path / "digits")) if c.name in ("bf16", "cuda_events", "inference")]
-    lines = []
-    rows = gpu_check.run_checks(chosen, CPU_BASE, tmp_path, echo=lines.append)
-    assert [(c.name, ok) for c, ok, _ in rows] == [("bf16", True), ("cuda_events", True), ("inference", True)], lines
-    assert "latency p50" in rows[2][2] and "gpu_check: 3 of 3 checks passed" in gpu_check.table(rows)
+@pytest.mark.parametrize("argv, named", [
+    (["--only", "nosuchcheck"], "--only='nosuchcheck': no check named nosuchcheck; accepted fp32,tf32,"),
+    (["--only", "bf16,nosuch"], "no check named nosuch;"),
+    (["--budget-s", "0"], "--budget-s=0 is not valid: accepted a number above 0"),
+    (["--set", "tracking.enabled"], "--set='tracking.enabled' is not valid: accepted KEY=VALUE"),
+])
+def test_a_bad_argument_is_named_before_the_missing_gpu(capsys, argv, named):
+    """Issue 28 item 7: the arguments are checked first, so a typo is not hidden behind "needs a GPU"."""
+    assert gpu_check.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("[ERROR] ") and named in err[0], err
+    assert "CUDA" not in err[0]
+
+
+def test_the_cpu_rehearsal_runs_every_check_through_its_own_code(bench, tmp_path):
+    """Every check of the GPU day, in one gpu_check process on the CPU at tiny sizes (DDP as its
+    `python -m bench` child): the same runners and judges, only the CUDA-only assertions skipped."""
+    proc = bench.run("--rehearse", "--keep", str(tmp_path / "work"), module="bench.tools.gpu_check",
+                     timeout=HANG_GUARD_S)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and " | pass | " in line]
+    assert [row.split(" | ")[0][2:] for row in rows] == list(NAMES), proc.stdout
+    assert f"gpu_check: {len(NAMES)} of {len(NAMES)} checks passed" in proc.stdout
+    assert "all_reduce ok; weight sync and scaling: n/a on 1 GPU" in proc.stdout  # the probe ran (gloo)
+    assert "compiled=True" in proc.stdout and "latency p50" in proc.stdout
+    assert (tmp_path / "work" / "profiler" / "trace_rank0.json").is_file()
+
+
+def test_sigterm_to_gpu_check_ends_its_bench_child_and_the_childs_run_is_killed(bench, tmp_path):
+    """Issue 27 §3: the GPU day saw a check's `python -m bench` go on using the GPU after gpu_check
+    was ended. Now: SIGTERM while the DDP check's child trains -> gpu_check exits 143 in seconds,
+    no process of its tree is left, and the child's MLflow run is KILLED, not RUNNING."""
+    import psutil
+
+    work = tmp_path / "work"
+    bench.with_store()
+    proc = bench.start("--rehearse", "--only", "ddp_nccl", "--keep", str(work), "--set", "tracking.enabled=true",
+                       "--set", "train.steps_per_epoch=100000", "--set", "benchmark.log_every=1",
+                       module="bench.tools.gpu_check")
+    bench.wait_for_line(proc, work / "ddp_nccl" / "bench.log", "step 2/")  # the child's window is running
+    tree = psutil.Process(proc.pid).children(recursive=True)
+    assert tree, "gpu_check has no child"
+    signalled = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)  # a hang guard: it ends in seconds
+    assert proc.returncode == 143, out + err
+    assert time.monotonic() - signalled < 30, "gpu_check took more than a few seconds to end"
+    assert "[ERROR] gpu_check interrupted" in err and "Traceback" not in err
+    left = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
+    assert left == [], [p.cmdline() for p in left]
+    runs = bench.runs()
+    assert runs and all(run.info.status != "RUNNING" for run in runs)
+    assert [run.info.status for run in runs] == ["KILLED"]
+
+
+def test_ctrl_c_during_an_in_process_check_ends_its_run_killed_with_130(bench, tmp_path):
+    """The checks that share gpu_check's process: Ctrl-C ends the running one as it ends
+    `python -m bench` (its MLflow run KILLED), and gpu_check exits 130 with one line."""
+    bench.with_store()  # made before: polling a store while MLflow creates it races its migrations
+    proc = bench.start("--rehearse", "--only", "fp32,bf16", "--set", "tracking.enabled=true",
+                       "--set", "train.steps_per_epoch=100000", module="bench.tools.gpu_check")
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not (bench.db.exists() and any(run.info.status == "RUNNING" for run in bench.runs())):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 130, out + err
+    assert [line for line in err.splitlines() if line.startswith("[ERROR]")] == [
+        "[ERROR] gpu_check interrupted (Ctrl-C) after 0 checks"], err
+    assert [run.info.status for run in bench.runs()] == ["KILLED"]
 
 
 def recorded(metrics_by_check):
@@ -47,38 +113,91 @@ def recorded(metrics_by_check):
 
 
 GOOD = {"images_per_second": 2400.0, "final_loss": 6.9, "measured_steps": 20, "world_size": 1}
+ALL_PASS = {
+    "fp32": {**GOOD, "tf32": False}, "tf32": {**GOOD, "tf32": True}, "amp_fp16": {**GOOD, "grad_scaler": True},
+    "bf16": {**GOOD, "autocast_dtype": "bfloat16"}, "channels_last": {**GOOD, "channels_last": True},
+    "compile": {**GOOD, "compile": True},
+    "cuda_events": {**GOOD, "step_time_ms_mean": 50.0, "elapsed_seconds": 1.02},
+    "ddp_nccl": {**GOOD, "world_size": 8, "params_in_sync": True, "all_reduce": "ok"},
+    "nvml": {**GOOD, "gpu_util_mean_pct": 97.0, "gpu_power_mean_w": 390.0, "energy_joules": 400.0,
+             "images_per_joule": 6.0},
+    "find_max_batch": {**GOOD, "batch_size_requested": 4096, "batch_size_found": 1536, "batch_size": 1536},
+    "profiler": GOOD, "inference": {**GOOD, "mode": "inference", "latency_ms_p50": 9.0, "latency_ms_p99": 11.0},
+    "pinned_loader": {**GOOD, "data": "imagefolder", "data_wait_fraction": 0.02},
+    "fit_to_measure": {**GOOD, "fit_to_measure": True},
+    "overhead": {"overhead_ratio": 0.995, "bench_images_per_second": 4690.0, "minimal_images_per_second": 4713.0},
+}
 
 
-def test_a_gpu_box_that_passes_every_check_exits_0_mocked_gpu(tmp_path, capsys):
-    results = {
-        "fp32": {**GOOD, "tf32": False}, "tf32": {**GOOD, "tf32": True}, "amp_fp16": {**GOOD, "grad_scaler": True},
-        "bf16": {**GOOD, "autocast_dtype": "bfloat16"}, "channels_last": {**GOOD, "channels_last": True},
-        "compile": {**GOOD, "compile": True},
-        "cuda_events": {**GOOD, "step_time_ms_mean": 50.0, "elapsed_seconds": 1.02},
-        "ddp_nccl": {**GOOD, "world_size": 8, "params_in_sync": True},
-        "nvml": {**GOOD, "gpu_util_mean_pct": 97.0, "gpu_power_mean_w": 390.0, "energy_joules": 400.0,
-                 "images_per_joule": 6.0},
-        "find_max_batch": {**GOOD, "batch_size_requested": 65536, "batch_size_found": 512, "batch_size": 512},
-        "profiler": GOOD, "inference": {**GOOD, "mode": "inference", "latency_ms_p50": 9.0, "latency_ms_p99": 11.0},
-        "pinned_loader": {**GOOD, "data": "imagefolder", "data_wait_fraction": 0.02},
-        "fit_to_measure": {**GOOD, "fit_to_measure": True},
-    }
-    rows = gpu_check.run_checks(gpu_check.checks(8, "/digits"), [], tmp_path, runner=recorded(results),
+def test_a_gpu_box_that_passes_every_check_exits_0_mocked_gpu(tmp_path):
+    rows = gpu_check.run_checks(gpu_check.checks(8, "/images"), [], tmp_path, runner=recorded(ALL_PASS),
                                 echo=lambda line: None)
     assert all(ok for _, ok, _ in rows), [(c.name, figures) for c, ok, figures in rows if not ok]
-    assert len(rows) == 14 and "gpu_check: 14 of 14 checks passed" in gpu_check.table(rows)
+    assert len(rows) == len(NAMES) and f"gpu_check: {len(NAMES)} of {len(NAMES)} checks passed" in gpu_check.table(rows)
+
+
+def test_ddp_on_one_gpu_passes_on_what_one_gpu_proves_mocked_gpu(tmp_path):
+    """The GPU day's FAIL "weights in sync: None" on one GPU: there is nothing to sync. NCCL
+    initialised, the all-reduce summed right and world_size is 1: a pass that says sync and
+    scaling are n/a; a failed all-reduce still fails."""
+    ddp = [c for c in gpu_check.checks(1, "/images") if c.name == "ddp_nccl"]
+    one = {"ddp_nccl": {**GOOD, "world_size": 1, "all_reduce": "ok", "backend": "nccl"}}
+    ((_, ok, figures),) = gpu_check.run_checks(ddp, [], tmp_path, runner=recorded(one), echo=lambda line: None)
+    assert ok and "nccl initialised, all_reduce ok; weight sync and scaling: n/a on 1 GPU" in figures
+    broken = {"ddp_nccl": {**GOOD, "world_size": 1, "all_reduce": "failed: DistBackendError: NCCL error"}}
+    ((_, ok, figures),) = gpu_check.run_checks(ddp, [], tmp_path, runner=recorded(broken), echo=lambda line: None)
+    assert not ok and "NCCL error" in figures
 
 
 def test_what_a_failing_gpu_box_looks_like_mocked_gpu(tmp_path):
     results = {"compile": {**GOOD, "compile": False, "compile_fallback": "inductor: no triton"},
                "cuda_events": {**GOOD, "step_time_ms_mean": 20.0, "elapsed_seconds": 1.0},  # 0.4: events miss work
-               "ddp_nccl": {**GOOD, "world_size": 8, "params_in_sync": False},
-               "find_max_batch": {**GOOD, "batch_size_requested": 65536, "batch_size_found": 65536}}  # never OOMed
-    chosen = [c for c in gpu_check.checks(8, "/digits") if c.name in (*results, "nvml", "tf32")]
+               "ddp_nccl": {**GOOD, "world_size": 8, "params_in_sync": False, "all_reduce": "ok"},
+               "nvml": {**GOOD, "energy_joules": 72.3, "images_per_joule": 17.7},  # the GPU day's short window
+               "overhead": {"overhead_ratio": 0.93, "per_round": [0.93]},
+               "find_max_batch": {**GOOD, "batch_size_requested": 4096, "batch_size_found": 4096}}  # never OOMed
+    chosen = [c for c in gpu_check.checks(8, "/images") if c.name in (*results, "tf32")]
     rows = {c.name: (ok, figures) for c, ok, figures in gpu_check.run_checks(chosen, [], tmp_path,
                                                                               runner=recorded(results),
                                                                               echo=lambda line: None)}
     assert not any(ok for ok, _ in rows.values())
     assert "fell back: inductor: no triton" in rows["compile"][1]
     assert "= 0.400" in rows["cuda_events"][1] and "weights in sync: False" in rows["ddp_nccl"][1]
-    assert rows["tf32"][1] == "[ERROR] run failed: CUDA error: an illegal memory access"
+    assert "missing: gpu_util_mean_pct, gpu_power_mean_w" in rows["nvml"][1] and "= 0.930" in rows["overhead"][1]
+    assert rows["tf32"][1].startswith("[ERROR] run failed: CUDA error: an illegal memory access")
+
+
+def test_the_budget_stops_the_running_check_and_starts_no_other(capsys):
+    """--budget-s: past the deadline the running check is stopped (SIGALRM; it counts as failed: it
+    did not finish in time) and the rest are listed as not run; the table of what was done is printed."""
+    code = gpu_check.main(["--rehearse", "--only", "fp32,bf16", "--budget-s", "2", "--set",
+                           "train.steps_per_epoch=100000"])  # fp32 would train for hours
+    out = capsys.readouterr().out
+    assert code == 1, out
+    assert "| fp32 | fp32 training | FAIL | stopped: --budget-s 2 spent while it ran" in out
+    assert "| bf16 | bf16 autocast | not run | not run: --budget-s spent |" in out
+    assert "gpu_check: 0 of 2 checks passed" in out and "not run (budget): bf16" in out
+
+
+def test_find_max_batch_starts_above_what_memory_holds_not_at_65536():
+    """From the fp32 check's peak memory per image (weights included: an over-estimate per image),
+    twice what the free memory holds: the first trial runs out of memory, the search is short."""
+    done = {"fp32": {"peak_memory_mb": 3200.0, "batch_size": 64}}  # 50 MB per image
+    assert max_batch_start(done, 80_000.0, 224) == 3200  # 1,600 fit: start at twice that
+    assert max_batch_start({}, 80_000.0, 224) == 4000  # no measurement: 40 MB per 224 px image
+    assert max_batch_start({}, 10.0, 224) == 8
+
+
+def test_the_gpu_day_script_parses_and_runs_the_first_hours_commands():
+    """launchers/gpu_day.sh cannot run here (no GPU): it parses, and it runs what issue 27 §6 lists,
+    each under a timeout that ends its process group."""
+    import subprocess
+
+    script = Path(__file__).resolve().parents[2] / "launchers" / "gpu_day.sh"
+    assert subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True).returncode == 0
+    text = script.read_text()
+    for command in ("-m bench.tools.gpu_check --budget-s", "-m bench +experiment=a100_bf16",
+                    "-m bench -m +experiment=a100_bf16 data.batch_size=128,256 \\\n  precision=bf16,amp_fp16 "
+                    "train.steps_per_epoch=40", "-m bench.doctor +experiment=a100_bf16 doctor.budget_s=60",
+                    "-m pytest -q -m gpu", "timeout --kill-after="):
+        assert command in text, command

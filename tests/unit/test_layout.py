@@ -184,7 +184,8 @@ def test_test_files_have_names_of_their_own():
 # user's script does.
 RESULT_SERIALISERS = {"bench/results.py", "bench/runtime/sweep_view.py", "bench/train/sweep_view.py",
                       "bench/infer/sweep_view.py", "bench/iobench/sweep_view.py", "bench/train/repeats.py",
-                      "bench/data/loader.py", "bench/data/prepare.py", "bench/tools/gpu_check.py",
+                      "bench/data/loader.py", "bench/data/prepare.py", "bench/tools/gpu_checks/checks.py",
+                      "bench/tools/gpu_checks/runners.py",
                       "bench/tools/compare_rerun.py"}
 # One name in one module, where the lookup is not on a result: the evaluation pass's own dict (its
 # "eval_seconds" is also a storage figure's name), a column of the sweep table (a pandas frame).

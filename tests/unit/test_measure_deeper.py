@@ -224,6 +224,16 @@ def test_energy_with_a_mocked_nvml_gpu(monkeypatch):
     assert figures["energy_power_mean_w"] > 0
 
 
+def test_a_window_shorter_than_the_sampling_interval_has_utilisation_and_power_with_a_mocked_nvml(monkeypatch):
+    """gpu_check's nvml check on a GPU once had energy but no utilisation: its window ended before
+    the first 0.5 s sample. The window's start and end are sampled too."""
+    from bench.machine.gpu_monitor import GpuMonitor
+
+    monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(0))
+    figures = GpuMonitor(0, interval_s=3600).start().stop()
+    assert figures["gpu_samples"] == 2 and figures["gpu_util_mean_pct"] == 90 and figures["gpu_power_mean_w"] == 300
+
+
 def test_energy_of_a_gpu_without_the_counter_is_absent_with_a_mocked_nvml(monkeypatch):
     from bench.machine.gpu_monitor import GpuMonitor
 
@@ -263,6 +273,23 @@ def test_find_max_batch_search_against_a_mocked_memory_cap(start):
     assert len(tried) < 20
 
 
+def test_find_max_batch_search_tries_each_batch_once_and_stops_at_its_cap():
+    """gpu_check's find_max_batch once started at 65,536 and never finished: every trial costs two
+    training steps, so the search tries a batch once and at most MAX_PROBES of them."""
+    from bench.train.max_batch import MAX_PROBES, search
+
+    tried = []
+
+    def fits(batch: int) -> bool:
+        tried.append(batch)
+        return batch <= 100_000
+
+    found = search(fits, 1, 1 << 30)  # doubling alone would take 17 trials to get there
+    assert len(tried) == MAX_PROBES == len(set(tried)) and found == 1 << (MAX_PROBES - 1)
+    tried.clear()
+    assert 94 <= search(fits, 1 << 20, 1 << 26) <= 100_000 and len(tried) <= MAX_PROBES + 4  # halving is not capped
+
+
 def test_find_max_batch_says_when_not_even_one_fits_and_stops_at_its_limit():
     from bench.train.max_batch import search
 
@@ -298,10 +325,14 @@ def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(comp
 @pytest.mark.gpu
 def test_find_max_batch_on_a_gpu_trains_with_the_batch_it_found(compose):
     from bench.train.loop import train
+    from bench.train.max_batch import GROWTH_LIMIT
 
-    config = compose(*SMALL[:-1], "allow_cpu=false", "data.batch_size=8", "benchmark.find_max_batch=true")
+    # a 32 px ResNet-18 fits at every batch up to the search's limit (8 x GROWTH_LIMIT): a few
+    # seconds of trials, no cuDNN autotuning of each batch size
+    config = compose(*SMALL[:-1], "allow_cpu=false", "data.batch_size=8", "benchmark.find_max_batch=true",
+                     "cudnn_benchmark=false")
     result = train(config, torch.device("cuda", 0))
-    assert result.extra["batch_size_requested"] == 8 and result.extra["batch_size_found"] >= 8
+    assert result.extra["batch_size_requested"] == 8 and 8 <= result.extra["batch_size_found"] <= 8 * GROWTH_LIMIT
     assert result.batch_size == result.extra["batch_size_found"]
 
 

@@ -1,0 +1,195 @@
+"""How gpu_check runs a check: in its own process (bench.app.run, the code `python -m bench` runs,
+on a config composed as the command line would compose it: no new interpreter, CUDA context or
+cuDNN autotuning per check), in a `python -m bench` child (DDP, whose ranks are processes of their
+own; bench.machine.children.run_child, so the child ends with gpu_check however gpu_check ends),
+or the trainer-vs-minimal-loop comparison (bench.tools.overhead). Each returns (metrics, problem).
+
+A signal during an in-process check ends its run the way it ends `python -m bench` (the run
+KILLED, exit 130/143): that code is raised again here, so gpu_check stops with it."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import math
+import sys
+from functools import partial
+from pathlib import Path
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+
+from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
+
+Metrics = Dict[str, Any]
+Outcome = Tuple[Optional[Metrics], str]
+
+
+def _final_line(stdout: str, stderr: str, code: int) -> Outcome:
+    lines = [line for line in stdout.splitlines() if line.startswith('{"radix_metrics"')]
+    if code != 0 or not lines:
+        errors = [line for line in stderr.splitlines() if line.startswith("[ERROR]")]
+        return None, errors[-1] if errors else f"exit {code}: {stderr.strip()[-300:]}"
+    return json.loads(lines[-1])["radix_metrics"], ""
+
+
+def run_bench(overrides: Sequence[str], run_dir: Path) -> Outcome:
+    """`python -m bench <overrides>` as a child process that does not outlive gpu_check."""
+    from bench.machine.children import run_child
+
+    proc = run_child([sys.executable, "-m", "bench", *overrides, f"hydra.run.dir={run_dir}"])
+    return _final_line(proc.stdout, proc.stderr, proc.returncode)
+
+
+def run_in_process(overrides: Sequence[str], run_dir: Path, rehearse: bool = False) -> Outcome:
+    """The run `python -m bench <overrides> hydra.run.dir=<run_dir>` makes, in this process: its
+    stdout and stderr kept for the verdict (the final line, or the [ERROR] line)."""
+    from bench.app import run
+    from bench.config import compose
+
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        try:
+            config = compose(*overrides)
+        except BenchError as exc:
+            return None, f"[ERROR] {exc}"
+        with _cheap_compile() if rehearse and config.compile else contextlib.nullcontext():
+            code = run(config, run_dir, Path.cwd(), list(overrides))  # launched here, as a command typed here
+    if code == EXIT_SIGINT:
+        raise KeyboardInterrupt
+    if code == EXIT_SIGTERM:
+        raise Interrupted("SIGTERM")
+    return _final_line(out.getvalue(), err.getvalue(), code)
+
+
+def run_search_on_cpu(overrides: Sequence[str], _run_dir: Path) -> Outcome:
+    """The rehearsal's find_max_batch: bench refuses the search on a CPU (it would grow the batch
+    until the machine swaps), so the training run is started as the GPU test starts it
+    (bench.train.loop.train): the search's trials, the weights put back, the run at the batch
+    found. Nothing runs out of memory on a CPU: the search stops at its cap."""
+    import torch
+
+    from bench.config import compose
+    from bench.train.loop import train
+
+    with contextlib.redirect_stderr(io.StringIO()):
+        try:
+            result = train(compose(*overrides), torch.device("cpu"))
+        except BenchError as exc:
+            return None, f"[ERROR] {exc}"
+    return {
+        **result.extra,
+        "batch_size": result.batch_size,
+        "images_per_second": result.images / result.window_seconds if result.window_seconds > 0 else 0.0,
+    }, ""
+
+
+@contextlib.contextmanager
+def _cheap_compile() -> Any:
+    """The rehearsal's torch.compile: dynamo captures the model as on a GPU, but the graph runs on
+    the eager backend (inductor's C++ code generation takes most of a minute on a small CPU)."""
+    import torch
+
+    original = torch.compile
+    torch.compile = partial(original, backend="eager")
+    try:
+        yield
+    finally:
+        torch.compile = original
+
+
+def all_reduce_probe(on_gpu: bool) -> Tuple[str, str]:
+    """(\"ok\" or what failed, the backend): a process group of one (NCCL on a GPU, gloo on a CPU)
+    and one all-reduce whose sum is checked; the group is destroyed afterwards."""
+    import torch
+    import torch.distributed as dist
+
+    backend = "nccl" if on_gpu else "gloo"
+    device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    try:
+        dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
+        try:
+            tensor = torch.arange(4, dtype=torch.float32, device=device)
+            dist.all_reduce(tensor)
+            total = float(tensor.sum().item())
+        finally:
+            dist.destroy_process_group()
+    except Exception as exc:  # what fails is the verdict
+        return f"failed: {type(exc).__name__}: {str(exc)[:200]}", backend
+    return ("ok" if total == 6.0 else f"wrong sum {total} (want 6.0)"), backend
+
+
+def run_ddp(overrides: Sequence[str], run_dir: Path, on_gpu: bool, runner: Callable[..., Outcome]) -> Outcome:
+    """The DDP run as a child (its ranks are processes), then gpu_check's own all-reduce probe."""
+    metrics, problem = runner(overrides, run_dir)
+    if metrics is None:
+        return None, problem
+    probe, backend = all_reduce_probe(on_gpu)
+    return {**metrics, "all_reduce": probe, "backend": backend}, ""
+
+
+def overhead_args(on_gpu: bool, threads: int) -> argparse.Namespace:
+    """bench.overhead's arguments: on a GPU the card's own workload (ResNet-50, 224 px, batch 256,
+    bf16, channels_last); in the rehearsal the same path at a tiny size."""
+    if on_gpu:
+        sizes = dict(model="resnet50", image_size=224, batch_size=256, num_classes=1000, steps=20, warmup=5)
+    else:
+        sizes = dict(model="resnet18", image_size=32, batch_size=4, num_classes=10, steps=3, warmup=1)
+    return argparse.Namespace(**sizes, threads=threads, channels_last=True)
+
+
+def run_overhead(on_gpu: bool, echo: Callable[[str], None] = print) -> Outcome:
+    """bench's trainer vs a minimal loop, one process, alternating (A B B A), bf16 + channels_last."""
+    import torch
+
+    from bench.analysis.rounds import alternate
+    from bench.tools.overhead import framework_config, run_framework, run_minimal
+
+    args = overhead_args(on_gpu, torch.get_num_threads() if on_gpu else 1)
+    device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    try:
+        config = framework_config(args, "bf16")
+    except BenchError as exc:
+        return None, f"[ERROR] {exc}"
+    sides = {"bench": partial(run_framework, config, device), "minimal": partial(run_minimal, args, "bf16", device)}
+    with contextlib.redirect_stderr(io.StringIO()):  # the trainer's warnings (a CPU run's TF32 note...)
+        found = alternate(sides, 2 if on_gpu else 1, warmup=0, label="overhead", unit="img/s", echo=echo)
+    ratio = found.ratio("minimal")
+    return {
+        "overhead_ratio": ratio.ratio if math.isfinite(ratio.ratio) else math.nan,
+        "bench_images_per_second": found.median("bench"),
+        "minimal_images_per_second": found.median("minimal"),
+        "per_round": [round(r, 3) for r in ratio.per_round],
+        "overhead_workload": f"{args.model} {args.image_size}px batch {args.batch_size} bf16 channels_last",
+    }, ""
+
+
+def max_batch_start(done: Dict[str, Metrics], free_mb: float, image_size: int) -> int:
+    """find_max_batch's first batch: twice what the free memory holds at the memory per image an
+    earlier check of this run measured (fp32 first; weights included, so an over-estimate per
+    image), or 40 MB per 224 px image without one; a multiple of 8. The first trial runs out of
+    memory, and the capped search (bench.train.max_batch.MAX_PROBES) ends within a few trials."""
+    per_image = 40.0 * (image_size / 224) ** 2
+    for name in ("fp32", "tf32", "bf16", "channels_last", "amp_fp16"):
+        m = done.get(name) or {}
+        if m.get("peak_memory_mb") and m.get("batch_size"):
+            per_image = float(m["peak_memory_mb"]) / float(m["batch_size"])
+            break
+    expected = free_mb / max(per_image, 1e-3)
+    return max(8, math.ceil(2 * expected / 8) * 8)
+
+
+def write_images(root: Path, per_class: int, classes: int = 10, size: int = 48) -> str:
+    """The pinned loader's image folder: `classes` folders of `per_class` noise JPEGs (a second,
+    where the digits data set took ten to write and needs scikit-learn)."""
+    import numpy as np
+    from PIL import Image
+
+    rng = np.random.default_rng(0)
+    for label in range(classes):
+        folder = root / str(label)
+        folder.mkdir(parents=True, exist_ok=True)
+        for number in range(per_class):
+            pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
+            Image.fromarray(pixels).save(folder / f"{number:04d}.jpg", "JPEG", quality=90)
+    return str(root)
