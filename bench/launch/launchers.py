@@ -103,6 +103,7 @@ class Elastic(Launcher):
         # start in well under a second instead of paying torch's import each (spawn). The server
         # is a fresh interpreter, so forking from it is safe with CUDA; later sweep jobs reuse it.
         multiprocessing.set_forkserver_preload(list(scenario.preload(config)))
+        start_forkserver_deaf_to_ctrl_c()
         reaper = SurvivorReaper(dist.nproc_per_node, out_dir / "workers")
         try:
             with private_tempdir():
@@ -117,6 +118,43 @@ class Elastic(Launcher):
         finally:
             reaper.stop()
         return returns.get(0)
+
+
+def start_forkserver_deaf_to_ctrl_c() -> None:
+    """Start multiprocessing's forkserver (if it is not running) with SIGINT ignored, as it would
+    ignore it itself once its preload imports are done: a Ctrl-C to the process group while it
+    imports torch printed a KeyboardInterrupt traceback from it (issue 28). It exits when this
+    process does (EOF on its pipe) or, while it still imports, when this one exits (killed at exit:
+    it was left importing torch for seconds after an interrupted command); its workers take SIGINT
+    back (worker_entry)."""
+    import atexit
+    import signal
+    import threading
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+    else:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid and pid not in _FORKSERVERS_KILLED_AT_EXIT:
+        _FORKSERVERS_KILLED_AT_EXIT.add(pid)
+        atexit.register(_kill_quietly, pid)
+
+
+_FORKSERVERS_KILLED_AT_EXIT: set = set()
+
+
+def _kill_quietly(pid: int) -> None:
+    import signal
+
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 # A Unix socket's path holds at most 107 bytes; the forkserver's is <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX.
