@@ -181,19 +181,27 @@ def make_multiprocessing_temp_dir() -> None:
         tempfile.tempdir = previous
 
 
+LAUNCH_PREFIX = "bench-launch-"
+
+
 @contextlib.contextmanager
 def private_tempdir() -> Iterator[None]:
     """torch.multiprocessing names a `pytorch-errorfile-*.pickle` per worker in the launcher's temp
     directory; a worker that raises writes its traceback there and nothing removes it: $TMPDIR
     filled with tracebacks of failed runs. During the launch the launcher's tempfile directory is
-    one of its own, removed afterwards. multiprocessing's own temp dir (the forkserver's socket,
-    reused by later sweep jobs) is made first, where it always is, so it outlives this one."""
+    one of its own, removed afterwards; one left by a SIGKILLed launcher (its owner file names a
+    pid that is gone) is removed by the next launch. multiprocessing's own temp dir (the
+    forkserver's socket, reused by later sweep jobs) is made first, where it always is, so it
+    outlives this one."""
     import shutil
     import tempfile
 
+    from bench.runtime.leftovers import clean_leftovers, owned_tempdir
+
     make_multiprocessing_temp_dir()
+    clean_leftovers(LAUNCH_PREFIX)
     previous = tempfile.tempdir
-    private = tempfile.mkdtemp(prefix="bench-launch-")
+    private = str(owned_tempdir(LAUNCH_PREFIX))
     tempfile.tempdir = private
     try:
         yield
