@@ -196,7 +196,7 @@ def private_tempdir() -> Iterator[None]:
     import shutil
     import tempfile
 
-    from bench.runtime.leftovers import clean_leftovers, owned_tempdir
+    from bench.runtime.leftovers import clean_leftovers, owned_tempdir, semaphores_noted_in
 
     make_multiprocessing_temp_dir()
     clean_leftovers(LAUNCH_PREFIX)
@@ -204,7 +204,8 @@ def private_tempdir() -> Iterator[None]:
     private = str(owned_tempdir(LAUNCH_PREFIX))
     tempfile.tempdir = private
     try:
-        yield
+        with semaphores_noted_in(Path(private)):  # the launch's /dev/shm/sem.mp-*, for after a SIGKILL
+            yield
     finally:
         tempfile.tempdir = previous
         shutil.rmtree(private, ignore_errors=True)

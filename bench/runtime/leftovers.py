@@ -5,19 +5,26 @@
 (Ctrl-C and SIGTERM included); after a SIGKILL, the next command that makes one of the same
 kind calls `clean_leftovers(prefix)` first, which removes every such directory whose owner is
 gone (no process with that pid, or one started at another time: a reused pid). A directory
-without an owner file, or whose owner runs, is left alone."""
+without an owner file, or whose owner runs, is left alone.
+
+`semaphores_noted_in(path)`: the named semaphores multiprocessing makes meanwhile (the elastic
+launcher's, /dev/shm/sem.mp-*) are listed in the directory. multiprocessing's resource tracker
+removes them when their maker dies, but a SIGKILL of the whole process group kills the tracker
+too: the next clean_leftovers unlinks those its dead owner listed."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, Iterator, List, Optional
 
 import psutil
 
 OWNER_FILE = ".bench-owner"
+SEMAPHORES_FILE = ".bench-semaphores"
 
 
 def _started(pid: int) -> Optional[float]:
@@ -56,7 +63,41 @@ def clean_leftovers(prefix: str, parent: Optional[str] = None) -> List[Path]:
         return removed
     for path in candidates:
         if path.is_dir() and not path.is_symlink() and owner_gone(path):
+            _unlink_semaphores(path / SEMAPHORES_FILE)
             shutil.rmtree(path, ignore_errors=True)
             if not path.exists():
                 removed.append(path)
     return removed
+
+
+@contextlib.contextmanager
+def semaphores_noted_in(path: Path) -> Iterator[None]:
+    """While inside: every named semaphore this process registers with multiprocessing's resource
+    tracker is also listed in `path`/.bench-semaphores (for clean_leftovers after a SIGKILL)."""
+    from multiprocessing import resource_tracker
+
+    registered = resource_tracker.register
+
+    def register(name: str, rtype: str) -> Any:
+        if rtype == "semaphore":
+            with contextlib.suppress(OSError), (path / SEMAPHORES_FILE).open("a") as listed:
+                listed.write(name + "\n")
+        return registered(name, rtype)
+
+    resource_tracker.register = register
+    try:
+        yield
+    finally:
+        resource_tracker.register = registered
+
+
+def _unlink_semaphores(listed: Path) -> None:
+    try:
+        names = listed.read_text().split()
+    except OSError:
+        return
+    import _multiprocessing
+
+    for name in names:
+        with contextlib.suppress(OSError):
+            _multiprocessing.sem_unlink(name)  # gone already (the tracker removed it): nothing to do

@@ -36,6 +36,7 @@ def _alive(processes: list, wait_s: float = 30.0) -> list:
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "Ctrl-C"])
 def test_a_signal_ends_the_doctors_whole_ladder_killed(bench, tmp_path, sig, code):
     out = tmp_path / "doctor"
+    bench.with_store()
     proc = bench.start(*DOCTOR, f"doctor.out={out}", module="bench.doctor", env=bench.env(bench.uri),
                        start_new_session=True)
     bench.wait_for_line(proc, out / "1-compute" / "rank0.log", "worker for rank 0/1 started")  # in the first rung

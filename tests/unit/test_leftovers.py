@@ -81,3 +81,29 @@ def test_the_doctors_rungs_keep_the_users_run_length_when_it_is_named(compose):
     assert (config.train.epochs, config.train.steps_per_epoch) == (2, 2)  # cpu_smoke's 2 epochs of 2 steps
     unnamed = ["+experiment=cpu_smoke"]
     assert compose(*unnamed, *brief(compose(*unnamed), 5, unnamed)).train.epochs == 100000  # the clock ends it
+
+
+def test_the_semaphores_a_launch_made_are_unlinked_once_its_owner_is_gone(tmp_path, monkeypatch):
+    """A SIGKILL of the whole process group kills multiprocessing's resource tracker too, and the
+    launch's /dev/shm/sem.mp-* stayed. The launch lists them in its owned directory; the next
+    clean_leftovers unlinks them. A real named semaphore; the tracker's own registration is
+    replaced (the tracker would remove it at this test's exit, with a warning)."""
+    import uuid
+    from multiprocessing import resource_tracker
+
+    import _multiprocessing
+
+    from bench.runtime.leftovers import semaphores_noted_in
+
+    name = f"/mp-benchtest-{uuid.uuid4().hex[:8]}"
+    semaphore = _multiprocessing.SemLock(1, 1, 1, name, False)
+    on_disk = f"/dev/shm/sem.{name[1:]}"
+    assert os.path.exists(on_disk)
+    monkeypatch.setattr(resource_tracker, "register", lambda *_: None)
+    launch = owned_tempdir("bench-y-", str(tmp_path))
+    with semaphores_noted_in(launch):
+        resource_tracker.register(name, "semaphore")  # what multiprocessing's SemLock calls
+    (launch / OWNER_FILE).write_text(f"{_dead_pid()} 1.0\n")  # its owner was SIGKILLed
+    assert clean_leftovers("bench-y-", str(tmp_path)) == [launch]
+    assert not os.path.exists(on_disk)
+    del semaphore
