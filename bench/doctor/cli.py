@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, Interrupted
+from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, interruption_in
 from bench.output_redaction import install as redact_output
 from bench.secrets import command_line_problem, redact
 
@@ -141,8 +141,10 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
             print(table(diagnosis), flush=True)
             status = "FINISHED" if diagnosis.verdict != "unknown" else "FAILED"
             link = close_parent(parent, diagnosis, files, status)
-    except (KeyboardInterrupt, Interrupted) as exc:
-        stopped = exc if isinstance(exc, Interrupted) else Interrupted("SIGINT")
+    except BaseException as exc:
+        stopped = interruption_in(exc)  # also one that a library turned into its own error
+        if stopped is None:
+            raise
         parent.finish("KILLED", error=str(stopped))
         print(
             f"[ERROR] the doctor was interrupted ({stopped}); the rungs measured so far are in {out_dir}",

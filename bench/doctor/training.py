@@ -12,7 +12,7 @@ from typing import List, Optional, Sequence
 
 from bench.config import BenchConfig, compose
 from bench.doctor.figures import Rung
-from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
+from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, interruption_in
 
 log = logging.getLogger("bench.doctor")
 
@@ -78,6 +78,9 @@ class TrainingRuns:
         try:
             config = compose(*overrides, *brief(compose(*overrides), window_s, overrides))
         except BenchError as exc:
+            stopped = interruption_in(exc)  # a signal inside Hydra's compose: the ladder ends
+            if stopped is not None:
+                raise stopped from None
             rung.failed = str(exc)
             return rung
         job_dir = self.out_dir / job

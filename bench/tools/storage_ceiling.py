@@ -48,7 +48,7 @@ from typing import Dict, List, Optional
 from bench.analysis.rounds import Rounds, alternate
 from bench.config import compose
 from bench.config.storage import PrepareMode, RecordFormat, StorageWorkloadConfig
-from bench.errors import EXIT_CONFIG, BenchError, Interrupted
+from bench.errors import EXIT_CONFIG, BenchError, interruption_in
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import uses_processes
 from bench.runtime.children import sigterm_raises
@@ -165,8 +165,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     try:
         with sigterm_raises():  # SIGTERM as Ctrl-C: the readers stop, the dataset is removed
             return _compare(args, root)
-    except (KeyboardInterrupt, Interrupted) as exc:
-        stopped = exc if isinstance(exc, Interrupted) else Interrupted("SIGINT")
+    except BaseException as exc:
+        stopped = interruption_in(exc)  # also one that a library turned into its own error
+        if stopped is None:
+            raise
         print(f"[ERROR] storage_ceiling interrupted: {stopped}", file=sys.stderr, flush=True)
         return stopped.exit_code
     finally:

@@ -107,3 +107,26 @@ def test_the_semaphores_a_launch_made_are_unlinked_once_its_owner_is_gone(tmp_pa
     assert clean_leftovers("bench-y-", str(tmp_path)) == [launch]
     assert not os.path.exists(on_disk)
     del semaphore
+
+
+def test_an_interruption_turned_into_another_error_by_a_library_is_still_found():
+    """A SIGTERM raised inside Hydra's compose came out as ConfigProblem("... '_invalidate_flags_cache'")
+    (an AttributeError in a finally block, its context the interruption): storage_ceiling exited 1
+    with a traceback instead of 143."""
+    from bench.errors import ConfigProblem, Interrupted, interruption_in
+
+    def compose_interrupted():
+        try:
+            try:
+                raise Interrupted("SIGTERM")
+            finally:
+                None._invalidate_flags_cache()  # type: ignore[attr-defined]
+        except AttributeError as exc:
+            raise ConfigProblem(f"the config could not be composed: ({exc})") from None
+
+    try:
+        compose_interrupted()
+    except ConfigProblem as exc:
+        assert interruption_in(exc).exit_code == 143
+    assert interruption_in(ConfigProblem("a real problem")) is None
+    assert interruption_in(KeyboardInterrupt()).exit_code == 130
