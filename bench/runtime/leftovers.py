@@ -78,11 +78,11 @@ def semaphores_noted_in(path: Path) -> Iterator[None]:
 
     registered = resource_tracker.register
 
-    def register(name: str, rtype: str) -> Any:
+    def register(name: Any, rtype: str) -> None:
         if rtype == "semaphore":
             with contextlib.suppress(OSError), (path / SEMAPHORES_FILE).open("a") as listed:
-                listed.write(name + "\n")
-        return registered(name, rtype)
+                listed.write(f"{name}\n")
+        registered(name, rtype)
 
     resource_tracker.register = register
     try:
