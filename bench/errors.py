@@ -82,3 +82,18 @@ class Interrupted(BaseException):
     @property
     def exit_code(self) -> int:
         return EXIT_SIGINT if self.signal_name == "SIGINT" else EXIT_SIGTERM
+
+
+def interruption_in(exc: BaseException) -> "Interrupted | None":
+    """The Ctrl-C or SIGTERM behind `exc`, if one is: a signal raised inside a library (Hydra's
+    compose, a finally block) can come out as another error whose context is the interruption."""
+    seen = set()
+    current: "BaseException | None" = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, Interrupted):
+            return current
+        if isinstance(current, KeyboardInterrupt):
+            return Interrupted("SIGINT")
+        current = current.__cause__ or current.__context__
+    return None

@@ -112,6 +112,8 @@ class SweepLauncher(BaseSubmititLauncher):
         self.sweep_context = os.environ.get(sweep.SWEEP_ENV)
         jobs = [self._plan(list(overrides), initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
         init = {f"{self._EXECUTOR}_{k}": v for k, v in self.params.items() if k in EXECUTOR_INIT_KEYS[1:]}
+        if self._EXECUTOR == "local":
+            _local_jobs_die_with_this_process()
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"], **init)
         log.info("%s sweep of %d jobs, output in %s", self.cluster, len(jobs), sweep_dir)
         handles: Dict[int, Any] = {}  # job number -> submitit's job, as submitted
@@ -240,6 +242,32 @@ def _cancel_unfinished(handles: List[Any]) -> None:
                 handle.cancel(check=False)
         except Exception as exc:  # cancel the others anyway
             log.warning("could not cancel job %s: %s", getattr(handle, "job_id", "?"), exc)
+
+
+class _ControllersDieWithThisProcess:
+    """submitit.local.local's `subprocess`, but its Popen (the job's controller, which submitit
+    "expects to survive the end of the python session") gets SIGTERM when this process dies, even
+    by SIGKILL (bench.machine.children: PR_SET_PDEATHSIG); the controller forwards SIGTERM to the
+    job, which ends its run KILLED. A SIGKILLed slurm_local sweep left its job training on."""
+
+    def __init__(self, real: Any):
+        self.real = real
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+    def Popen(self, *args: Any, **kwargs: Any) -> Any:
+        from bench.machine.children import _die_with_parent_on_exec
+
+        kwargs.setdefault("preexec_fn", _die_with_parent_on_exec(os.getpid()))
+        return self.real.Popen(*args, **kwargs)
+
+
+def _local_jobs_die_with_this_process() -> None:
+    import submitit.local.local as local
+
+    if not isinstance(local.subprocess, _ControllersDieWithThisProcess):
+        local.subprocess = _ControllersDieWithThisProcess(local.subprocess)  # type: ignore[assignment]
 
 
 def _raise_interrupted(signum: int, _frame: Any) -> None:

@@ -1,10 +1,12 @@
 """`python -m bench.doctor <training overrides>`: the bottleneck ladder (bench.doctor) for the run
-`python -m bench <overrides>` would make. Its own keys: doctor.budget_s (default 180: the whole,
-what-ifs included; the rungs and the first what-if always run, the others while the budget lasts),
-doctor.what_ifs (default true) and doctor.out (default doctor/<date>/<time>).
+`python -m bench <overrides>` would make. Its own keys: doctor.budget_s (default 180, at most 3600:
+the whole, what-ifs included; the rungs and the first what-if always run, the others while the
+budget lasts), doctor.what_ifs (default true) and doctor.out (default doctor/<date>/<time>; a
+directory, made if missing).
 
 Exit codes: 0 a verdict, 1 no verdict (the full run failed), 2 a bad key or config (one [ERROR]
-line, nothing run), 130/143 interrupted (the parent MLflow run ends KILLED).
+line, nothing run), 130/143 interrupted by Ctrl-C/SIGTERM (the ladder ends at once: no further
+rung, what-if or verdict; the parent MLflow run and the rung in progress end KILLED).
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
-from bench.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_SIGINT, BenchError, ConfigError
+from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, interruption_in
 from bench.output_redaction import install as redact_output
 from bench.secrets import command_line_problem, redact
 
@@ -26,6 +28,7 @@ if TYPE_CHECKING:
     from bench.doctor.figures import Rung
 
 DEFAULTS = {"budget_s": "180", "what_ifs": "true", "out": ""}
+MAX_BUDGET_S = 3600.0  # an hour: a longer diagnosis is a mistyped budget, not a wish (issue 28)
 log = logging.getLogger("bench.doctor")
 
 
@@ -50,9 +53,25 @@ def budget_of(text: str) -> float:
         value = float(text)
     except ValueError:
         value = math.nan
-    if not (math.isfinite(value) and value > 0):
-        raise ConfigError("doctor.budget_s", text, "a number of seconds above 0, e.g. 180")
+    if not (math.isfinite(value) and 0 < value <= MAX_BUDGET_S):
+        raise ConfigError(
+            "doctor.budget_s", text, f"a number of seconds above 0 and at most {MAX_BUDGET_S:.0f}, e.g. 180"
+        )
     return value
+
+
+def out_dir_of(text: str) -> Path:
+    """doctor.out as a directory this process can make or write: ConfigError for an existing file
+    (or a file on the way to it) and for a place it may not write, before any work."""
+    out_dir = Path(text or os.path.join("doctor", time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S"))).resolve()
+    existing = out_dir
+    while not existing.exists() and existing != existing.parent:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise ConfigError("doctor.out", text, f"a directory (made if missing); {existing} is a file")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise ConfigError("doctor.out", text, f"a directory this user may write; {existing} is not writable")
+    return out_dir
 
 
 def flag_of(text: str) -> bool:
@@ -76,12 +95,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         own, overrides = split_keys(args)
         budget_s, with_what_ifs = budget_of(own["budget_s"]), flag_of(own["what_ifs"])
+        out_dir = out_dir_of(own["out"])
         config = _checked_config(overrides)
     except BenchError as exc:
         print(f"[ERROR] {redact(str(exc))}", file=sys.stderr, flush=True)
         return exc.exit_code
-    out_dir = Path(own["out"] or os.path.join("doctor", time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S")))
-    return _diagnose(config, overrides, budget_s, with_what_ifs, out_dir.resolve())
+    return _diagnose(config, overrides, budget_s, with_what_ifs, out_dir)
 
 
 def _checked_config(overrides: Sequence[str]) -> "BenchConfig":
@@ -100,6 +119,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
     from bench.doctor.page import table, write
     from bench.doctor.tracking import close_parent, log_rung, open_parent
     from bench.doctor.training import TrainingRuns
+    from bench.machine.children import sigterm_raises
     from bench.machine.cpu_facts import affinity, usable_cores
 
     launch_dir = Path.cwd()
@@ -112,15 +132,26 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
         log_rung(parent, config, rung)
 
     try:
-        diagnosis = climb(config, overrides, budget_s, out_dir, runs, usable_cores(affinity()), with_what_ifs, on_rung)
-    except KeyboardInterrupt:
-        parent.finish("KILLED", error="interrupted")
-        print("[ERROR] the doctor was interrupted; the rungs measured so far are in " + str(out_dir), file=sys.stderr)
-        return EXIT_SIGINT
-    diagnosis.parent_run_id = parent.run_id
-    files = write(diagnosis, out_dir)
-    print(table(diagnosis), flush=True)
-    link = close_parent(parent, diagnosis, files, "FINISHED" if diagnosis.verdict != "unknown" else "FAILED")
+        with sigterm_raises():  # SIGTERM as Ctrl-C: the ladder ends at once, not at its next rung
+            diagnosis = climb(
+                config, overrides, budget_s, out_dir, runs, usable_cores(affinity()), with_what_ifs, on_rung
+            )
+            diagnosis.parent_run_id = parent.run_id
+            files = write(diagnosis, out_dir)
+            print(table(diagnosis), flush=True)
+            status = "FINISHED" if diagnosis.verdict != "unknown" else "FAILED"
+            link = close_parent(parent, diagnosis, files, status)
+    except BaseException as exc:
+        stopped = interruption_in(exc)  # also one that a library turned into its own error
+        if stopped is None:
+            raise
+        parent.finish("KILLED", error=str(stopped))
+        print(
+            f"[ERROR] the doctor was interrupted ({stopped}); the rungs measured so far are in {out_dir}",
+            file=sys.stderr,
+            flush=True,
+        )
+        return stopped.exit_code
     log.info("results in %s", out_dir)
     if link:
         log.info(link)

@@ -13,7 +13,7 @@ from bench.config import BenchConfig
 from bench.doctor.figures import COMPUTE, FULL, LOADER, Diagnosis, Rung, WhatIf
 from bench.doctor.training import TrainingRuns, synthetic_twin
 from bench.doctor.verdict import diagnose, figures_verdict
-from bench.errors import BenchError
+from bench.errors import BenchError, interruption_in
 
 log = logging.getLogger("bench.doctor")
 
@@ -48,10 +48,11 @@ def _guarded(name: str, measure: Callable[[], Rung]) -> Rung:
     row's reason, not the doctor's end."""
     try:
         return measure()
-    except BenchError as exc:
-        return Rung(name=name, failed=str(exc))
-    except (OSError, RuntimeError) as exc:
-        return Rung(name=name, failed=f"{type(exc).__name__}: {exc}")
+    except (BenchError, OSError, RuntimeError) as exc:
+        stopped = interruption_in(exc)  # a signal a library turned into its own error ends the ladder
+        if stopped is not None:
+            raise stopped from None
+        return Rung(name=name, failed=str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}")
 
 
 def climb(

@@ -12,14 +12,17 @@ from typing import List, Optional, Sequence
 
 from bench.config import BenchConfig, compose
 from bench.doctor.figures import Rung
-from bench.errors import BenchError
+from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, interruption_in
 
 log = logging.getLogger("bench.doctor")
 
 # What a rung of the ladder leaves out of the user's run: it measures speed, briefly. Epochs are
-# many so that the window's clock (benchmark.measure_seconds), not the epoch count, ends the run.
+# many so that the window's clock (benchmark.measure_seconds), not the epoch count, ends the run;
+# unless the user named the run's length (train.steps_per_epoch or train.epochs): then a rung
+# is never longer than the user's own run, whatever the budget (issue 28).
+MANY_EPOCHS = "train.epochs=100000"
+LENGTH_KEYS = ("train.steps_per_epoch", "train.epochs")
 BRIEF = (
-    "train.epochs=100000",
     "train.eval_every=0",
     "train.target_accuracy=null",
     "train.resume=null",
@@ -35,9 +38,15 @@ BRIEF = (
 )
 
 
-def brief(config: BenchConfig, window_s: float) -> List[str]:
+def names_length(overrides: Sequence[str]) -> bool:
+    """Does the command line set the run's length (train.steps_per_epoch or train.epochs)?"""
+    return any(o.lstrip("+~").partition("=")[0] in LENGTH_KEYS for o in overrides)
+
+
+def brief(config: BenchConfig, window_s: float, overrides: Sequence[str] = ()) -> List[str]:
     warmup = max(1, min(config.benchmark.warmup_steps, 5))
-    return [*BRIEF, f"benchmark.measure_seconds={window_s:.3g}", f"benchmark.warmup_steps={warmup}"]
+    length = [] if names_length(overrides) else [MANY_EPOCHS]
+    return [*length, *BRIEF, f"benchmark.measure_seconds={window_s:.3g}", f"benchmark.warmup_steps={warmup}"]
 
 
 def synthetic_twin(overrides: Sequence[str], config: BenchConfig) -> List[str]:
@@ -67,8 +76,11 @@ class TrainingRuns:
         started = time.perf_counter()
         rung = Rung(name=name)
         try:
-            config = compose(*overrides, *brief(compose(*overrides), window_s))
+            config = compose(*overrides, *brief(compose(*overrides), window_s, overrides))
         except BenchError as exc:
+            stopped = interruption_in(exc)  # a signal inside Hydra's compose: the ladder ends
+            if stopped is not None:
+                raise stopped from None
             rung.failed = str(exc)
             return rung
         job_dir = self.out_dir / job
@@ -79,6 +91,10 @@ class TrainingRuns:
         with (job_dir / "stdout.txt").open("w") as out, contextlib.redirect_stdout(out):
             code = run_bench(config, job_dir, self.launch_dir, list(overrides), sweep_job)
         rung.seconds = time.perf_counter() - started
+        if code == EXIT_SIGINT:  # the run ended KILLED by Ctrl-C: so does the ladder, at once
+            raise KeyboardInterrupt
+        if code == EXIT_SIGTERM:
+            raise Interrupted("SIGTERM")
         if code or not (job_dir / "run_summary.json").is_file():
             rung.failed = _failure(job_dir, code)
             return rung

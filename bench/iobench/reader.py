@@ -239,13 +239,18 @@ def run_reader(
     periodic: Optional[Periodic] = None,
     heartbeat: Optional[Callable[[], None]] = None,
     deadline: Optional[float] = None,
+    window_s: Optional[float] = None,
 ) -> ReaderResult:
     """The emulated training loop of one accelerator over `files` (its shard of the dataset).
     `start_gate` (a barrier) lines the clients up so their measured windows overlap; `deadline`
-    (a time.perf_counter() value) ends the read early, after the step that passes it (the doctor's
-    budget)."""
+    (a time.perf_counter() value) ends the read early, after the step that passes it; `window_s`
+    does the same `window_s` seconds after the readers started (the doctor's budget: a deadline
+    set before a slow fork could pass before the first read, issue 29)."""
     periodic = periodic if workload.checkpoint_every_steps else None
     readers = open_readers(store, files, eval_files, workload, client, run)
+    if window_s is not None:
+        ends = time.perf_counter() + window_s
+        deadline = ends if deadline is None else min(deadline, ends)
     loop = _Loop(readers, workload, client, periodic, heartbeat, deadline)
     loop.result.readers = "processes" if isinstance(readers, ReaderProcesses) else "threads"
     try:

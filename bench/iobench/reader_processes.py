@@ -46,6 +46,7 @@ _RECORD = struct.Struct("qqqqqdddq")
 _RESULT, _DONE, _ERROR, _STARTED = 0, 1, 2, 3
 _NO_FIGURES = (0, 0, 0, 0.0, 0.0)  # item, samples, bytes, start, end: of a done or error record
 _MAX_PAYLOAD = 3000  # a record and a pickled exception stay under PIPE_BUF (4096): written whole
+_STOPS = {signal.SIGINT, signal.SIGTERM}
 _EXIT_WAIT_S = 10.0  # a reader that has not exited this long after it was told to is killed
 
 
@@ -127,7 +128,14 @@ class ReaderProcesses:
         try:
             for reader in range(self.count):
                 control_read, control_write = os.pipe()
-                pid = os.fork()
+                # Ctrl-C / SIGTERM held over the fork: raised in os.fork's at-fork hooks (logging's)
+                # Python drops it, and the command went on (issue 28); delivered after, here
+                held, pid = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS), -1
+                try:
+                    pid = os.fork()
+                finally:
+                    if pid:
+                        signal.pthread_sigmask(signal.SIG_SETMASK, held)
                 if pid == 0:  # the reader: it never returns from here
                     code = 1
                     try:
@@ -138,6 +146,7 @@ class ReaderProcesses:
                         # SIGTERM ends a reader (the accelerator's handler is not for it), even when it
                         # was forked while the accelerator held the stop signals blocked
                         signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                        signal.pthread_sigmask(signal.SIG_SETMASK, held)
                         signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
                         self._serve(reader, make_fetcher, control_read, result_write)
                         code = 0

@@ -105,6 +105,7 @@ class Elastic(Launcher):
         # start in well under a second instead of paying torch's import each (spawn). The server
         # is a fresh interpreter, so forking from it is safe with CUDA; later sweep jobs reuse it.
         multiprocessing.set_forkserver_preload(list(scenario.preload(config)))
+        start_forkserver_deaf_to_ctrl_c()
         reaper = SurvivorReaper(dist.nproc_per_node, out_dir / "workers")
         try:
             with private_tempdir():
@@ -128,6 +129,43 @@ def accepted_by(cls: Any, **optional: Any) -> Dict[str, Any]:
 
     names = {field.name for field in dataclasses.fields(cls)}
     return {key: value for key, value in optional.items() if key in names}
+
+
+def start_forkserver_deaf_to_ctrl_c() -> None:
+    """Start multiprocessing's forkserver (if it is not running) with SIGINT ignored, as it would
+    ignore it itself once its preload imports are done: a Ctrl-C to the process group while it
+    imports torch printed a KeyboardInterrupt traceback from it (issue 28). It exits when this
+    process does (EOF on its pipe) or, while it still imports, when this one exits (killed at exit:
+    it was left importing torch for seconds after an interrupted command); its workers take SIGINT
+    back (worker_entry)."""
+    import atexit
+    import signal
+    import threading
+    from multiprocessing import forkserver
+
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+    else:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
+    if pid and pid not in _FORKSERVERS_KILLED_AT_EXIT:
+        _FORKSERVERS_KILLED_AT_EXIT.add(pid)
+        atexit.register(_kill_quietly, pid)
+
+
+_FORKSERVERS_KILLED_AT_EXIT: set = set()
+
+
+def _kill_quietly(pid: int) -> None:
+    import signal
+
+    with contextlib.suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
 
 
 # A Unix socket's path holds at most 107 bytes; the forkserver's is <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX.
@@ -154,22 +192,31 @@ def make_multiprocessing_temp_dir() -> None:
         tempfile.tempdir = previous
 
 
+LAUNCH_PREFIX = "bench-launch-"
+
+
 @contextlib.contextmanager
 def private_tempdir() -> Iterator[None]:
     """torch.multiprocessing names a `pytorch-errorfile-*.pickle` per worker in the launcher's temp
     directory; a worker that raises writes its traceback there and nothing removes it: $TMPDIR
     filled with tracebacks of failed runs. During the launch the launcher's tempfile directory is
-    one of its own, removed afterwards. multiprocessing's own temp dir (the forkserver's socket,
-    reused by later sweep jobs) is made first, where it always is, so it outlives this one."""
+    one of its own, removed afterwards; one left by a SIGKILLed launcher (its owner file names a
+    pid that is gone) is removed by the next launch. multiprocessing's own temp dir (the
+    forkserver's socket, reused by later sweep jobs) is made first, where it always is, so it
+    outlives this one."""
     import shutil
     import tempfile
 
+    from bench.machine.leftovers import clean_leftovers, owned_tempdir, semaphores_noted_in
+
     make_multiprocessing_temp_dir()
+    clean_leftovers(LAUNCH_PREFIX)
     previous = tempfile.tempdir
-    private = tempfile.mkdtemp(prefix="bench-launch-")
+    private = str(owned_tempdir(LAUNCH_PREFIX))
     tempfile.tempdir = private
     try:
-        yield
+        with semaphores_noted_in(Path(private)):  # the launch's /dev/shm/sem.mp-*, for after a SIGKILL
+            yield
     finally:
         tempfile.tempdir = previous
         shutil.rmtree(private, ignore_errors=True)

@@ -31,7 +31,6 @@ import json
 import resource
 import shutil
 import statistics
-import subprocess
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Callable, Dict, List, Sequence, Tuple
 from bench.config.storage import StorageWorkloadConfig
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.reader import run_reader
+from bench.machine.children import run_child
 from bench.storage.local import LocalStore
 
 Reader = Callable[[], float]  # one timed pass over every file: MB/s
@@ -164,7 +164,9 @@ def fio_figures(report: Dict) -> Tuple[int, float]:
 def run_fio(job_file: Path) -> Tuple[Dict, float]:
     """fio's JSON report and the CPU seconds the fio process took."""
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    done = subprocess.run(["fio", "--output-format=json", str(job_file)], capture_output=True, text=True, check=True)
+    # a child that ends with this process (Ctrl-C, SIGTERM, even SIGKILL of this one)
+    done = run_child(["fio", "--output-format=json", str(job_file)])
+    done.check_returncode()
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     return json.loads(done.stdout[done.stdout.index("{") :]), cpu

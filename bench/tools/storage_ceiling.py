@@ -3,7 +3,7 @@ plain Python read loop, on the same files, warm and cold, alternating.
 
     python -m bench.tools.storage_ceiling [--files 128 --samples-per-file 64 --record-size 114660
                                            --format raw --threads 4 --rounds 3 --modes both --root DIR
-                                           --min-fio 0.9 --min-plain 1.0]
+                                           --min-fio 0.9 --min-plain 1.0] [--clean]
 
 The readers of the same dataset (written once, in --format):
 - bench: the read phase (bench.iobench.reader.run_reader, computation_time=0), whole files read
@@ -28,6 +28,11 @@ posix_fadvise(DONTNEED) (after fdatasync). --modes both (the default) runs warm,
 Prints every pass, the medians, bench against every other reader, and every reader's CPU seconds
 per GB; --min-fio / --min-plain make it a check (exit 1 when bench is below). Without fio it
 says so in one line and compares with plain Python only.
+
+Without --root the dataset goes in a new bench-ceiling-* directory under the system temp dir
+($TMPDIR, else /tmp), removed at the end, on Ctrl-C and on SIGTERM (exit 130 / 143, one line);
+one left by a SIGKILLed run (its owner file names a pid that is gone) is removed by the next run,
+or by `--clean` alone. A bad argument is one [ERROR] line and exit 2, before anything is written.
 """
 
 from __future__ import annotations
@@ -43,10 +48,15 @@ from typing import Dict, List, Optional
 from bench.analysis.rounds import Rounds, alternate
 from bench.config import compose
 from bench.config.storage import PrepareMode, RecordFormat, StorageWorkloadConfig
+from bench.errors import EXIT_CONFIG, BenchError, interruption_in
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import uses_processes
+from bench.machine.children import sigterm_raises
+from bench.machine.leftovers import clean_leftovers, owned_tempdir
 from bench.storage.local import LocalStore
 from bench.tools.ceiling_readers import Costs, Reader, bench_reader, fio_reader, plain_reader
+
+PREFIX = "bench-ceiling-"  # the default dataset's directory, under the system temp dir
 
 
 def workload_for(args: argparse.Namespace, verify: bool = True, readers: str = "auto") -> StorageWorkloadConfig:
@@ -134,16 +144,66 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--prefetch", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="A-B-C-C-B-A rounds per temperature")
     parser.add_argument("--modes", default="both", help="warm, cold or both (default: warm, then cold)")
-    parser.add_argument("--root", type=Path, help="dataset directory (default: a temporary one under the cwd)")
+    parser.add_argument(
+        "--root", type=Path, help=f"dataset directory (default: a new {PREFIX}* in the system temp dir, removed after)"
+    )
     parser.add_argument("--min-fio", type=float, help="exit 1 when bench/fio is below this (warm or cold)")
     parser.add_argument("--min-plain", type=float, help="exit 1 when bench/plain is below this (warm or cold)")
+    parser.add_argument(
+        "--clean", action="store_true", help=f"only remove the {PREFIX}* datasets that killed runs left, and exit"
+    )
     args = parser.parse_args(argv)
-    root = args.root or Path(tempfile.mkdtemp(prefix="bench-ceiling-", dir="."))
+    problem = argument_problem(args)
+    if problem:
+        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        return EXIT_CONFIG
+    for path in clean_leftovers(PREFIX):  # what a SIGKILLed run left: its owner is gone
+        print(f"removed {path}: a dataset left by a run that was killed", file=sys.stderr, flush=True)
+    if args.clean:
+        return 0
+    root = args.root or owned_tempdir(PREFIX)
     try:
-        return _compare(args, root)
+        with sigterm_raises():  # SIGTERM as Ctrl-C: the readers stop, the dataset is removed
+            return _compare(args, root)
+    except BaseException as exc:
+        stopped = interruption_in(exc)  # also one that a library turned into its own error
+        if stopped is None:
+            raise
+        print(f"[ERROR] storage_ceiling interrupted: {stopped}", file=sys.stderr, flush=True)
+        return stopped.exit_code
     finally:
         if args.root is None:
             shutil.rmtree(root, ignore_errors=True)
+
+
+def argument_problem(args: argparse.Namespace) -> Optional[str]:
+    """The first argument that cannot work, in one sentence; None when all can (nothing written yet)."""
+    for name in ("files", "samples_per_file", "record_size", "threads", "prefetch", "rounds", "transfer_size"):
+        value = getattr(args, name)
+        if value is not None and value < 1:
+            return f"--{name.replace('_', '-')}={value} is not valid: accepted an integer of 1 or more."
+    try:
+        modes_of(args.modes)
+    except SystemExit as exc:
+        return str(exc).replace("[ERROR] ", "", 1)
+    try:
+        workload_for(args)  # every other value, as the storage benchmark checks it
+    except BenchError as exc:
+        return str(exc)
+    if args.root is not None:
+        return root_problem(args.root)
+    return None
+
+
+def root_problem(root: Path) -> Optional[str]:
+    """--root must be a directory this process can make and write (a read-only filesystem cannot)."""
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryFile(dir=root):
+            pass
+    except OSError as exc:
+        return f"--root={str(root)!r} is not valid: accepted a directory this user can write ({exc.strerror or exc})."
+    return None
 
 
 def _block_note(size: int, block: int) -> Optional[str]:

@@ -6,7 +6,8 @@ A fresh sqlite store is created (schema, migrations) by whichever MLflow client 
 first; two bench processes started at once on a new file race on that (`table ... already
 exists`, an alembic migration that finds no row) and one of them is not tracked. So the first
 touch of a sqlite store — its schema and the experiment — happens under a file lock,
-<db>.lock beside the database, before any run is created.
+<db>.lock beside the database, before any run is created; the lock file is removed when the
+lock is released (a SIGKILL in those seconds leaves an empty one, which the next run reuses).
 """
 
 from __future__ import annotations
@@ -53,10 +54,43 @@ def store_lock(uri: str) -> Iterator[None]:
     if path is None:
         yield
         return
-    from filelock import FileLock
-
-    with FileLock(str(path) + ".lock", timeout=LOCK_TIMEOUT_S):
+    with removed_lock(Path(str(path) + ".lock"), LOCK_TIMEOUT_S):
         yield
+
+
+@contextlib.contextmanager
+def removed_lock(path: Path, timeout_s: float) -> Iterator[None]:
+    """An exclusive flock on `path`, the file removed when it is released (every run left an
+    empty mlflow.db.lock, issue 28). A process that waited on a file another removed meanwhile
+    holds a lock on nothing: it sees that the path is not its file any more and locks anew."""
+    import fcntl
+    import time
+
+    deadline = time.monotonic() + timeout_s
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"{path} held by another process for {timeout_s:.0f} s") from None
+                    time.sleep(0.02)
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                    break
+        except BaseException:
+            os.close(fd)
+            raise
+        os.close(fd)  # the file was removed (or replaced) while this process waited: lock anew
+    try:
+        yield
+    finally:
+        with contextlib.suppress(OSError):
+            os.unlink(path)
+        os.close(fd)
 
 
 def ensure_experiment(client: Any, name: str, uri: str) -> str:

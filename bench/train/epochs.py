@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import signal
 import sys
+import threading
 import time
 from dataclasses import asdict, dataclass, field
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -96,6 +97,9 @@ class MeasuredWindow:
         self.first_step_at = first_step_at
         benchmark = session.config.benchmark
         self.deadline = time.perf_counter() + benchmark.measure_seconds if benchmark.measure_seconds else None
+        # a thread lock for the bar: tqdm's default takes a multiprocessing one, which a rank ended by
+        # SIGTERM left to the resource tracker's "leaked semaphore" warning (issue 28)
+        tqdm.set_lock(threading.RLock())
         self.progress = tqdm(
             total=planned,
             unit="step",

@@ -282,7 +282,7 @@ BAD_INPUTS = [
      2, "the MLflow server at http://***@127.0.0.1:9 cannot be reached"),
     # -- the doctor: its own keys, and the training config it diagnoses ------------------------------------
     ("doctor budget not a number", "bench.doctor", ["doctor.budget_s=soon", CPU], 2,
-     "doctor.budget_s='soon' is not valid: accepted a number of seconds above 0, e.g. 180."),
+     "doctor.budget_s='soon' is not valid: accepted a number of seconds above 0 and at most 3600, e.g. 180."),
     ("doctor key misspelt", "bench.doctor", ["doctor.budget=60", CPU], 2,
      "doctor.budget='60' is not valid: accepted one of the doctor's keys (doctor.budget_s, doctor.what_ifs, doctor.out)."),
     ("doctor what-ifs not a flag", "bench.doctor", ["doctor.what_ifs=some", CPU], 2,
@@ -292,6 +292,20 @@ BAD_INPUTS = [
     ("doctor of an unknown model", "bench.doctor", ["model=nope", CPU], 2, "model='nope' is not valid"),
     ("doctor of a dataset that is not there", "bench.doctor", ["data=imagefolder", "data.root={tmp}/nope", CPU], 2,
      "does not exist"),
+    # issue 28: caps and places refused before any work (they cost 48 s, or hours, and a traceback)
+    ("doctor budget beyond the cap", "bench.doctor", ["doctor.budget_s=1e9", CPU], 2,
+     "doctor.budget_s='1e9' is not valid: accepted a number of seconds above 0 and at most 3600, e.g. 180."),
+    ("doctor out is a file", "bench.doctor", ["doctor.out={tmp}/a-file", CPU], 2,
+     "doctor.out='{tmp}/a-file' is not valid: accepted a directory (made if missing); {tmp}/a-file is a file."),
+    ("doctor out under a file", "bench.doctor", ["doctor.out={tmp}/a-file/doctor", CPU], 2, "{tmp}/a-file is a file"),
+    ("storage ceiling of no files", "bench.tools.storage_ceiling", ["--files", "0"], 2,
+     "--files=0 is not valid: accepted an integer of 1 or more."),
+    ("storage ceiling with no threads", "bench.tools.storage_ceiling", ["--threads", "0"], 2,
+     "--threads=0 is not valid: accepted an integer of 1 or more."),
+    ("storage ceiling with negative threads", "bench.tools.storage_ceiling", ["--threads", "-3"], 2,
+     "--threads=-3 is not valid: accepted an integer of 1 or more."),
+    ("storage ceiling root under a file", "bench.tools.storage_ceiling", ["--root", "{tmp}/a-file/data"], 2,
+     "--root='{tmp}/a-file/data' is not valid: accepted a directory this user can write"),
 ]
 
 

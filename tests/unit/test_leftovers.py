@@ -1,0 +1,131 @@
+"""Issue 28 item 3-4: nothing left behind that the next run does not clean, and the doctor's rungs
+capped by the user's own run. Real directories, real (dead and live) processes, real locks."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+import psutil
+
+from bench.machine.leftovers import OWNER_FILE, clean_leftovers, owned_tempdir
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_directory_whose_owner_died_is_removed_and_a_live_ones_kept(tmp_path):
+    mine = owned_tempdir("bench-x-", str(tmp_path))
+    dead = tmp_path / "bench-x-dead"
+    dead.mkdir()
+    (dead / OWNER_FILE).write_text(f"{_dead_pid()} 1.0\n")
+    reused = tmp_path / "bench-x-reused"  # a live pid, but started at another time: not its owner
+    reused.mkdir()
+    (reused / OWNER_FILE).write_text(f"{os.getpid()} 1.0\n")
+    unmarked = tmp_path / "bench-x-unmarked"  # not ours to judge
+    unmarked.mkdir()
+    assert (mine / OWNER_FILE).read_text().split()[0] == str(os.getpid())
+    assert sorted(clean_leftovers("bench-x-", str(tmp_path))) == [dead, reused]
+    assert mine.is_dir() and unmarked.is_dir() and not dead.exists() and not reused.exists()
+
+
+def test_a_sigkilled_launchers_temp_dir_is_removed_by_the_next_launch(tmp_path, monkeypatch):
+    from bench.launch import launchers
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    left = tmp_path / "bench-launch-left"
+    left.mkdir()
+    (left / OWNER_FILE).write_text(f"{_dead_pid()} {psutil.Process().create_time()}\n")
+    with launchers.private_tempdir():
+        inside = tempfile.gettempdir()
+        assert inside.startswith(str(tmp_path / "bench-launch-")) and (tmp_path / inside / OWNER_FILE).is_file()
+    assert not left.exists() and not os.path.exists(inside)
+
+
+def test_the_store_lock_is_removed_when_released_and_still_excludes(tmp_path):
+    from bench.tracking.store import removed_lock, store_lock
+
+    with store_lock(f"sqlite:///{tmp_path / 'mlflow.db'}"):  # what open_client holds while it makes the store
+        assert (tmp_path / "mlflow.db.lock").is_file()
+    assert list(tmp_path.iterdir()) == []  # no empty mlflow.db.lock left behind (issue 28)
+    path, inside, most = tmp_path / "x.lock", [0], [0]
+
+    def hold() -> None:
+        for _ in range(20):
+            with removed_lock(path, 60):
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+                time.sleep(0.001)
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=hold) for _ in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert most[0] == 1 and not path.exists()
+
+
+def test_the_doctors_rungs_keep_the_users_run_length_when_it_is_named(compose):
+    from bench.doctor.training import brief
+
+    named = ["+experiment=cpu_smoke", "train.steps_per_epoch=2"]
+    config = compose(*named, *brief(compose(*named), 1e8, named))
+    assert (config.train.epochs, config.train.steps_per_epoch) == (2, 2)  # cpu_smoke's 2 epochs of 2 steps
+    unnamed = ["+experiment=cpu_smoke"]
+    assert compose(*unnamed, *brief(compose(*unnamed), 5, unnamed)).train.epochs == 100000  # the clock ends it
+
+
+def test_the_semaphores_a_launch_made_are_unlinked_once_its_owner_is_gone(tmp_path, monkeypatch):
+    """A SIGKILL of the whole process group kills multiprocessing's resource tracker too, and the
+    launch's /dev/shm/sem.mp-* stayed. The launch lists them in its owned directory; the next
+    clean_leftovers unlinks them. A real named semaphore; the tracker's own registration is
+    replaced (the tracker would remove it at this test's exit, with a warning)."""
+    import _multiprocessing
+    import uuid
+    from multiprocessing import resource_tracker
+
+    from bench.machine.leftovers import semaphores_noted_in
+
+    name = f"/mp-benchtest-{uuid.uuid4().hex[:8]}"
+    semaphore = _multiprocessing.SemLock(1, 1, 1, name, False)
+    on_disk = f"/dev/shm/sem.{name[1:]}"
+    assert os.path.exists(on_disk)
+    monkeypatch.setattr(resource_tracker, "register", lambda *_: None)
+    launch = owned_tempdir("bench-y-", str(tmp_path))
+    with semaphores_noted_in(launch):
+        resource_tracker.register(name, "semaphore")  # what multiprocessing's SemLock calls
+    (launch / OWNER_FILE).write_text(f"{_dead_pid()} 1.0\n")  # its owner was SIGKILLed
+    assert clean_leftovers("bench-y-", str(tmp_path)) == [launch]
+    assert not os.path.exists(on_disk)
+    del semaphore
+
+
+def test_an_interruption_turned_into_another_error_by_a_library_is_still_found():
+    """A SIGTERM raised inside Hydra's compose came out as ConfigProblem("... '_invalidate_flags_cache'")
+    (an AttributeError in a finally block, its context the interruption): storage_ceiling exited 1
+    with a traceback instead of 143."""
+    from bench.errors import ConfigProblem, Interrupted, interruption_in
+
+    def compose_interrupted():
+        try:
+            try:
+                raise Interrupted("SIGTERM")
+            finally:
+                None._invalidate_flags_cache()  # type: ignore[attr-defined]
+        except AttributeError as exc:
+            raise ConfigProblem(f"the config could not be composed: ({exc})") from None
+
+    try:
+        compose_interrupted()
+    except ConfigProblem as exc:
+        assert interruption_in(exc).exit_code == 143
+    assert interruption_in(ConfigProblem("a real problem")) is None
+    assert interruption_in(KeyboardInterrupt()).exit_code == 130
