@@ -13,6 +13,7 @@ from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, NAMED_IN_CONFIG, PROV
 from bench.errors import ReportError
 from bench.runtime.fitness import REASONS
 from bench.scenarios import report_class
+from bench.tracking.store import DISPLAY
 
 
 @contextmanager
@@ -107,6 +108,7 @@ def _frame_from_search(
         return column(name).map(lambda v: "" if absent(v) else v)
 
     metrics = runs.filter(regex=r"^metrics\.").rename(columns=lambda c: c[len("metrics.") :])
+    metrics = metrics.drop(columns=[c for c in DISPLAY.values() if c in metrics])  # the UI's rounded copies
     config = runs.filter(regex=r"^params\.").rename(columns=lambda c: CONFIG_PREFIX + c[len("params.") :])
     for key, name in NAMED_IN_CONFIG.items():
         if name not in metrics:

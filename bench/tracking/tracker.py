@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from bench.secrets import flatten, redact  # flatten is re-exported (tests import it from here)
-from bench.tracking.store import open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported too
+from bench.tracking.store import FAMILY_TAG, open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +57,7 @@ class Tracker:
             client, experiment_id = open_experiment(uri, experiment)
             run_tags = {k: redact(str(v))[:5000] for k, v in tags.items()}
             if parent_run_id:
-                run_tags["mlflow.parentRunId"] = parent_run_id
+                run_tags.update({"mlflow.parentRunId": parent_run_id, FAMILY_TAG: parent_run_id})
             run = client.create_run(experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags)
         except Exception as exc:  # a run that cannot be tracked still runs: said on stderr
             reason = redact(str(exc)).strip().splitlines()
@@ -75,15 +75,23 @@ class Tracker:
         return tracker
 
     def ui_link(self, children: bool = False, params: Sequence[str] = ()) -> Optional[str]:
-        """The MLflow UI command and link for this run's experiment (a sweep parent's: its children),
-        opening a saved view with the throughput and the swept `params` as columns."""
+        """The MLflow UI command and link for this run's experiment (a sweep parent's: the parent
+        and its children), opening a saved view with the throughput, the swept `params` and the
+        failure reason as columns."""
         if not self.active or self.experiment_id is None:
             return None
         from bench.tracking.store import share_view, ui_link
 
         parent = self.run_id if children else None
         try:
-            key: Optional[str] = share_view(self.client, self.experiment_id, params=params, parent_run_id=parent)
+            has_figure = True
+            if parent:
+                self.client.set_tag(parent, FAMILY_TAG, parent)  # the parent is listed with its children
+                family = f"tags.`{FAMILY_TAG}` = '{parent}' and metrics.`images_per_second` >= 0"
+                has_figure = bool(self.client.search_runs([self.experiment_id], family, max_results=1))
+            key: Optional[str] = share_view(
+                self.client, self.experiment_id, params=params, parent_run_id=parent, has_figure=has_figure
+            )
         except Exception as exc:  # the link without the saved columns is still a link
             log.debug("no shared MLflow view (%s: %s)", type(exc).__name__, exc)
             key = None
@@ -124,11 +132,14 @@ class Tracker:
             return
         from mlflow.entities import Metric
 
+        from bench.tracking.store import DISPLAY, rounded
+
         now = int(time.time() * 1000)
         # numbers only (bools become 0/1); strings such as the model name are params/tags
-        self._log_metric_items(
-            [Metric(k, float(v), now, step) for k, v in metrics.items() if isinstance(v, (int, float))]
-        )
+        numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+        # and a rounded copy of the headline for the UI's table (it cuts a raw float off)
+        numbers.update({DISPLAY[k]: rounded(numbers[k]) for k in DISPLAY if k in numbers})
+        self._log_metric_items([Metric(k, v, now, step) for k, v in numbers.items()])
 
     def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
         if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
