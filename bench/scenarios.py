@@ -64,6 +64,8 @@ class Tracker(Protocol):
 
     def ui_link(self, children: bool = False) -> Optional[str]: ...
 
+    lost: str  # why the run is not (or no longer) tracked; "" while it is
+
 
 class Report(Protocol):
     """What a scenario's report offers the app (one run) and the analysis (a sweep of runs)."""

@@ -113,7 +113,7 @@ def unfit_warning(frame: pd.DataFrame) -> str:
 
 
 def failure_sentence(jobs: int, failed: int, reasons: Sequence[str] = ()) -> str:
-    """"all 4 jobs failed: <the first reason>" / "1 of 4 jobs failed: <...>" / "" (none failed)."""
+    """ "all 4 jobs failed: <the first reason>" / "1 of 4 jobs failed: <...>" / "" (none failed)."""
     if not failed:
         return ""
     said = next((str(r) for r in reasons if r and not absent(r)), "")

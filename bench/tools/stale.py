@@ -43,6 +43,38 @@ def running_runs(client: Any) -> List[Any]:
     )
 
 
+def kill_reason(tags: Any, by: str) -> str:
+    where = tags.get("bench.out_dir")
+    kept = f"; its results stay in {where} (python -m bench.tools.upload {where} completes it)" if where else ""
+    return (
+        f"the process that ran it (pid {tags['bench.pid']} on {tags['bench.host']}) is gone; marked KILLED by {by}"
+        + kept
+    )
+
+
+def close_stale(client: Any, experiment_id: Optional[str], by: str) -> int:
+    """End KILLED the runs of `experiment_id` that a process of this host that is gone left
+    RUNNING (a store that failed mid-run, a SIGKILL): each with the reason as its `error` tag.
+    Called by every run whose store answers; never raises (it is housekeeping). The count."""
+    import logging
+
+    log = logging.getLogger("bench")
+    try:
+        host, closed = socket.gethostname(), 0
+        running = client.search_runs([experiment_id], "attributes.status = 'RUNNING'", max_results=1000)
+        for run in running:
+            if state_of(run, host) == "gone":
+                client.set_tag(run.info.run_id, "error", kill_reason(run.data.tags, by))
+                client.set_terminated(run.info.run_id, "KILLED")
+                closed += 1
+    except Exception as exc:
+        log.debug("stale runs not closed (%s: %s)", type(exc).__name__, exc)
+        return 0
+    if closed:
+        log.info("closed %d MLflow run(s) left RUNNING by a process that is gone (marked KILLED)", closed)
+    return closed
+
+
 def find_stale(uri: str) -> Tuple[Any, List[Tuple[Any, str]]]:
     from mlflow import MlflowClient
 
@@ -74,11 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"pid {tags.get('bench.pid', '?')} on {tags.get('bench.host', '?')}"
         )
         if args.mark and state == "gone":
-            reason = (
-                f"the process that ran it (pid {tags['bench.pid']} on {tags['bench.host']}) is gone; "
-                "marked KILLED by python -m bench.tools.stale"
-            )
-            client.set_tag(run.info.run_id, "error", reason)
+            client.set_tag(run.info.run_id, "error", kill_reason(tags, "python -m bench.tools.stale"))
             client.set_terminated(run.info.run_id, "KILLED")
     gone = sum(state == "gone" for _, state in found)
     print(f"{len(found)} RUNNING, {gone} stale" + (" (marked KILLED)" if args.mark and gone else ""), file=sys.stderr)

@@ -249,7 +249,11 @@ def _close_parent(tracker: Any, jobs: int, failed: int, files: List[Path], named
     from bench.analysis.render import failure_sentence
 
     sentence = failure_sentence(jobs, failed, reasons)
-    tags = {"sweep.jobs": jobs, "sweep.failed_jobs": failed, "mlflow.note.content": sentence or f"{jobs} jobs, none failed"}
+    tags = {
+        "sweep.jobs": jobs,
+        "sweep.failed_jobs": failed,
+        "mlflow.note.content": sentence or f"{jobs} jobs, none failed",
+    }
     if failed and tracker.active:
         name = named or tracker.client.get_run(tracker.run_id).info.run_name
         tags["mlflow.runName"] = f"{name} ({failed} of {jobs} failed)"

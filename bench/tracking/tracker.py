@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from bench.secrets import flatten, redact  # flatten is re-exported (tests import it from here)
+from bench.tracking.probe import quiet_store_errors, store_error
 from bench.tracking.store import FAMILY_TAG, open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported
 
 log = logging.getLogger(__name__)
@@ -35,6 +36,7 @@ class Tracker:
         self.out_dir: Optional[Path] = None  # where the results stay when the server goes away
         self.name_suffix = ""  # "-job<N>" for a sweep job: kept when the run is renamed
         self._system_metrics: Any = None  # mlflow's SystemMetricsMonitor (tracking.system_metrics)
+        self.lost = ""  # why this run is not (or no longer) tracked: tracking.required makes it a failure
 
     @property
     def active(self) -> bool:
@@ -48,27 +50,26 @@ class Tracker:
         run_name: Optional[str],
         tags: Mapping[str, Any],
         parent_run_id: Optional[str] = None,
+        warn: bool = True,
     ) -> "Tracker":
         quiet_mlflow()
         try:
             import mlflow  # noqa: F401 - imported first: mlflow resets its logger to INFO on import
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)
+            quiet_store_errors()
             client, experiment_id = open_experiment(uri, experiment)
             run_tags = {k: redact(str(v))[:5000] for k, v in tags.items()}
             if parent_run_id:
                 run_tags.update({"mlflow.parentRunId": parent_run_id, FAMILY_TAG: parent_run_id})
             run = client.create_run(experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags)
-        except Exception as exc:  # a run that cannot be tracked still runs: said on stderr
-            reason = redact(str(exc)).strip().splitlines()
+        except Exception as exc:  # a run that cannot be tracked still runs: said on stderr, in one line
+            untracked = cls(uri=uri)
+            untracked.lost = f"MLflow tracking at {redact_uri(uri)} failed ({store_error(exc)})"
             log.warning(
-                "MLflow tracking at %s failed (%s: %s); this run is not tracked, its results are kept in "
-                "the output directory only",
-                redact_uri(uri),
-                type(exc).__name__,
-                reason[0] if reason else "",
+                "%s; this run is not tracked, its results are kept in the output directory only", untracked.lost
             )
-            return cls(uri=uri)
+            return untracked
         log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact_uri(uri))
         tracker = cls(client, run.info.run_id, uri)
         tracker.experiment_id = experiment_id
@@ -108,14 +109,8 @@ class Tracker:
             later = ""
             if self.out_dir:
                 later = f"; upload the results later with python -m bench.tools.upload {self.out_dir}"
-            log.warning(
-                "MLflow %s failed at %s (%s: %s); no further tracking for this run%s",
-                what,
-                redact_uri(self.uri),
-                type(exc).__name__,
-                redact(str(exc)),
-                later,
-            )
+            self.lost = f"MLflow {what} failed at {redact_uri(self.uri)} ({store_error(exc)})"
+            log.warning("%s; no further tracking for this run%s", self.lost, later)
             self.client = None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -245,24 +240,35 @@ def open_run(
     uri = resolve_tracking_uri(tracking.uri, launch_dir)
     if sweep_job and sweep_job.get("tracking_down"):  # the sweep probed once, at its start
         log.info("no MLflow tracking for this job: %s", sweep_job["tracking_down"])
-        return Tracker(uri=uri)
+        untracked = Tracker(uri=uri)
+        untracked.lost = sweep_job["tracking_down"]
+        return untracked
     bound_mlflow_retries()
     problem = probe(uri, tracking.probe_timeout_s)
     if problem:
-        log.warning(unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir))
-        return Tracker(uri=uri)
+        untracked = Tracker(uri=uri)
+        untracked.lost = unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir)
+        if not tracking.required:  # else the run's [ERROR] line says it
+            log.warning(untracked.lost)
+        return untracked
     tags = {f"env.{k}": v for k, v in flatten(environment).items()}
     tags["overrides"] = " ".join(overrides)
     tags.update(process_tags())
+    if out_dir:
+        tags["bench.out_dir"] = str(out_dir)  # where its results stay if the store fails mid-run
     name = tracking.run_name or run_name
     parent = None
     if sweep_job:
         parent = sweep_job.get("parent_run_id")
         tags.update({"sweep.job": str(sweep_job["job"]), "sweep.dir": str(sweep_job["dir"])})
         name = f"{name}-job{sweep_job['job']}"
-    tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent)
+    tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent, warn=not tracking.required)
     tracker.out_dir = out_dir
     tracker.name_suffix = f"-job{sweep_job['job']}" if sweep_job else ""
+    if tracker.active:  # the store is writable (again): runs its errors left RUNNING here are closed
+        from bench.tools.stale import close_stale
+
+        close_stale(tracker.client, tracker.experiment_id, by="the next bench run")
     tracker.log_params(params)
     if getattr(tracking, "system_metrics", False):
         tracker.start_system_metrics()
