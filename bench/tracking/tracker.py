@@ -66,9 +66,10 @@ class Tracker:
         except Exception as exc:  # a run that cannot be tracked still runs: said on stderr, in one line
             untracked = cls(uri=uri)
             untracked.lost = f"MLflow tracking at {redact_uri(uri)} failed ({store_error(exc)})"
-            log.warning(
-                "%s; this run is not tracked, its results are kept in the output directory only", untracked.lost
-            )
+            if warn:  # else the caller says it (tracking.required: the run's one [ERROR] line)
+                log.warning(
+                    "%s; this run is not tracked, its results are kept in the output directory only", untracked.lost
+                )
             return untracked
         log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact_uri(uri))
         tracker = cls(client, run.info.run_id, uri)

@@ -67,13 +67,13 @@ def small_disk(tmp_path):
 
 def _fill(disk: Path) -> None:
     """Write until the filesystem says it is full."""
-    with open(disk / "filler", "wb") as fh:
-        try:
+    try:
+        with open(disk / "filler", "wb") as fh:
             while True:
                 fh.write(b"\0" * 65536)
                 fh.flush()
-        except OSError:
-            pass
+    except OSError:  # full (also when it is full already: the file cannot even be made)
+        pass
 
 
 @pytest.fixture
