@@ -5,6 +5,10 @@ Every run bench opens is tagged with the host, pid and start time of its process
 whose process on this host is no longer there (no such pid, or a pid reused by a process that
 started at another time) is stale; `--mark` ends it KILLED with the reason as its `error` tag.
 Runs of other hosts are listed but left alone: only their own host can tell. Exit 0.
+
+Every run whose store answers does the same for its own experiment when it opens (close_stale):
+a run a store error left RUNNING (a full disk mid-run) is closed once the store is writable again,
+its `error` tag naming the run directory that `python -m bench.tools.upload` completes it from.
 """
 
 from __future__ import annotations
