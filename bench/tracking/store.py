@@ -93,6 +93,7 @@ VIEW_TAG = "mlflow.sharedViewState."
 FAMILY_TAG = "bench.parent"
 # the UI shows a metric as a raw float cut off ("7.32608716..."): the view shows a rounded copy
 DISPLAY = {"images_per_second": "images/s"}
+NAME_COLUMN = "attributes.`Run Name`"  # the UI's id of the run name column
 
 
 def rounded(value: float, digits: int = 4) -> float:
@@ -117,12 +118,13 @@ def share_view(
     the parent and its children, grouped, none collapsed; its share key."""
     import json
 
+    columns = [f"metrics.`{DISPLAY.get(figure, figure)}`", "tags.`error`", *(f"params.`{name}`" for name in params)]
     state: Dict[str, Any] = {
-        "selectedColumns": [
-            f"metrics.`{DISPLAY.get(figure, figure)}`",
-            "tags.`error`",  # before the params: a wide view still shows it
-            *(f"params.`{name}`" for name in params),
-        ],
+        "selectedColumns": columns,
+        # the figure and the reason first, by the name (the UI groups columns by kind: the error tag
+        # would come after every param, off the page), the name and the reason wide enough to read
+        "columnOrder": [NAME_COLUMN, *columns],
+        "columnWidths": {NAME_COLUMN: 330, "tags.`error`": 400},
         "orderByKey": f"metrics.`{figure}`" if has_figure else "attributes.start_time",
         "orderByAsc": not has_figure,
     }

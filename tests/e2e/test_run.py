@@ -72,6 +72,8 @@ def test_cpu_smoke_end_to_end(bench, tmp_path):
             f"{experiment.experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=bench-runs") in proc.stderr
     view = json.loads(experiment.tags["mlflow.sharedViewState.bench-runs"])  # the saved view that link opens
     assert view == {"selectedColumns": ["metrics.`images/s`", "tags.`error`"],
+                    "columnOrder": ["attributes.`Run Name`", "metrics.`images/s`", "tags.`error`"],
+                    "columnWidths": {"attributes.`Run Name`": 330, "tags.`error`": 400},
                     "orderByKey": "metrics.`images_per_second`", "orderByAsc": False}
     assert run.data.metrics["images/s"] == round(metrics["images_per_second"], 3 - math.floor(math.log10(
         metrics["images_per_second"])))  # the rounded copy the view shows (4 significant digits)

@@ -290,6 +290,15 @@ def _page_text(browser, url: str, until: str, shot: Path) -> tuple:
     return driver.current_url, text
 
 
+def _shown_whole(browser, name: str) -> bool:
+    """The run name's link is on the page and nothing in it is cut off (MLflow's cell ellipsis: an
+    element narrower than its text)."""
+    cut = browser.driver.execute_script("""
+        return [...document.querySelectorAll('a')].filter(a => a.textContent === arguments[0])
+            .map(a => [a, ...a.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth))""", name)
+    return bool(cut) and not any(cut)
+
+
 def test_the_printed_links_open_the_runs_table_with_the_parent_and_rounded_figures(sweep, all_failed, browser,
                                                                                       tmp_path):
     """Issues 21 and 30 (items 1, 6): the link a sweep prints, in headless Chromium on a real `mlflow ui`:
@@ -310,6 +319,7 @@ def test_the_printed_links_open_the_runs_table_with_the_parent_and_rounded_figur
     try:
         parent = sweep.parents[0]
         url, text = _page_text(browser, local(sweep.proc), parent.info.run_name, tmp_path / "sweep.png")
+        assert _shown_whole(browser, parent.info.run_name)
         assert "/runs?" in url and "Error loading shared view state" not in text
         assert "Model training" in text and "Observability" not in text, text  # not the GenAI side's overview
         assert parent.info.run_name in text and "Group by: bench.parent" in text
@@ -322,6 +332,7 @@ def test_the_printed_links_open_the_runs_table_with_the_parent_and_rounded_figur
         failed = all_failed.parent
         url, text = _page_text(browser, local(all_failed.proc), failed.info.run_name, tmp_path / "failed.png")
         assert failed.info.run_name.endswith("(2 of 2 failed)") and failed.info.run_name in text
+        assert _shown_whole(browser, failed.info.run_name)  # not cut off before its count
         assert "all 2 jobs failed: precision='amp_fp16' is not valid" in text
         assert text.count("precision='amp_fp16' is not valid") == 3  # the parent's reason and each child's
         assert "Sort: Created" in text and "images_per_second" not in text
