@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple
 from omegaconf import DictConfig, OmegaConf
 
 from bench.config import BenchConfig, as_plain, load
+from bench.error_file import release, reserve, write_error
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
 from bench.output_redaction import install as redact_output
 from bench.secrets import redact, scrub
@@ -105,7 +106,11 @@ def run(
 
     environment = collect_environment()
     tracker = _tracker(config, scenario, launch_dir, environment, overrides, sweep_job, out_dir)
+    if config.tracking.required and not tracker.active:  # before any work: the record is what was asked for
+        error(f"this run cannot be tracked and tracking.required=true: {tracker.lost}")
+        return EXIT_FAILED
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
+    reserve(out_dir)  # room for error.txt, should the disk fill up
     try:
         report = scenario.report(launcher.run(scenario, config, out_dir), config)
         _report_the_measurement(report, tracker)
@@ -116,14 +121,18 @@ def run(
         if problems:  # the measurement stands; an output it was to leave behind does not
             reason = "; ".join(problems)
             tracker.finish("FAILED", error=reason)
-            error(f"run failed after its measurement was reported: {reason}")
+            error(f"run failed after its measurement was reported: {reason}{_kept(out_dir, reason)}")
             return EXIT_FAILED
         tracker.finish("FINISHED")
     except BaseException as exc:  # every way out ends the MLflow run with a status
         return _fail(exc, scenario, config, out_dir, tracker)
     finally:
         signal.signal(signal.SIGTERM, previous_sigterm)
+        release(out_dir)
     log.info("results in %s", out_dir)
+    if config.tracking.required and tracker.lost:  # the files are kept; the record is not complete
+        error(f"run not tracked (tracking.required=true): {tracker.lost}; its results are in {out_dir}")
+        return EXIT_FAILED
     link = tracker.ui_link() if sweep_job is None else None  # a sweep's jobs: the sweep says it once, at its end
     if link:
         log.info(link)
@@ -215,10 +224,9 @@ def _refuse(
     error(problem)
     if sweep_job:
         try:
-            out_dir.mkdir(parents=True, exist_ok=True)
-            (out_dir / "error.txt").write_text(redact(problem) + "\n")
-        except OSError as write_error:
-            log.warning("could not write %s: %s", out_dir / "error.txt", write_error)
+            write_error(out_dir, problem)
+        except OSError as failed:
+            log.warning("could not write %s: %s", out_dir / "error.txt", failed)
         if sweep_job.get("parent_run_id"):
             tracker().finish("FAILED", error=problem)
     return exc.exit_code
@@ -235,6 +243,16 @@ def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchCon
         return EXIT_FAILED
     log.info("%s done; rank 0 reports the run", launcher.who)
     return 0
+
+
+def _kept(out_dir: Path, reason: str) -> str:
+    """error.txt with the one-line reason (in the room reserved for it); "" when it is written,
+    else why not, for the [ERROR] line (then this line and the MLflow run's error tag hold it)."""
+    try:
+        write_error(out_dir, reason)
+    except OSError as exc:
+        return f" (no error.txt: {exc.strerror or exc})"
+    return ""
 
 
 def _raise_interrupted(signum: int, _frame: Any) -> None:
@@ -268,17 +286,15 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     known = scenario.explain(exc, config)
     if known:
         tracker.finish("FAILED", error=known)
-        error(known)
+        error(known + _kept(out_dir, known))
         return EXIT_FAILED
     reason = f"{type(exc).__name__}: {exc}"
-    where = out_dir / "error.txt"
     try:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        where.write_text(redact("".join(traceback.format_exception(exc))))
+        where = write_error(out_dir, "".join(traceback.format_exception(exc)))
         tracker.log_artifacts([where])
         saved = f"traceback in {where}"
-    except OSError as write_error:  # a full or read-only disk must not hide the reason
-        saved = f"no traceback file: {write_error.strerror or write_error}"
+    except OSError as failed:  # a read-only disk must not hide the reason: it is this line and the MLflow tag
+        saved = f"no traceback file: {failed.strerror or failed}"
     tracker.finish("FAILED", error=reason)
     error(f"run failed: {reason} ({saved})")
     return EXIT_FAILED

@@ -12,7 +12,11 @@ from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Tuple
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["Column", "Plots", "Sample", "Scaling", "View"]
+__all__ = ["DISPLAY", "Column", "Plots", "Sample", "Scaling", "View"]
+
+# the figures MLflow's UI shows as a rounded copy (a metric of its own: the UI prints raw floats cut
+# off), and the copy's name; the copies are dropped again when runs are read back
+DISPLAY = {"images_per_second": "images/s"}
 
 Column = Tuple[str, str, str]  # (header, frame column = a radix_metrics key, format)
 Plots = Callable[["pd.DataFrame", Path, str], List[Path]]

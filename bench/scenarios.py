@@ -67,6 +67,8 @@ class Tracker(Protocol):
 
     def ui_link(self, children: bool = False) -> Optional[str]: ...
 
+    lost: str  # why the run is not (or no longer) tracked; "" while it is
+
 
 Outcome = TypeVar("Outcome")  # what rank 0's run_rank returns and report() takes
 R = TypeVar("R", bound="Report", covariant=True)  # a scenario's report type

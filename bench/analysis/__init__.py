@@ -47,11 +47,14 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     workers_plot = plot_workers(picks, out, title)
     images += [workers_plot] if workers_plot else []
     warning = render.unfit_warning(frame)  # a job that was not fit to measure: said under the table
-    notes = [pick.sentence() for pick in picks] + ([warning] if warning else [])
+    failed = render.failure_note(frame)  # jobs that failed: said first, above the table
+    notes = ([failed] if failed else []) + [pick.sentence() for pick in picks] + ([warning] if warning else [])
     render.write_markdown(shown, images, md_path, title, notes)
     render.write_html(shown, images, html_path, title, notes)
+    if failed:
+        print(failed, flush=True)
     print(render.render_text(shown), flush=True)
-    for note in notes:
+    for note in notes[1:] if failed else notes:
         print(note, flush=True)
     return [csv_path, md_path, html_path, *images], frame
 

@@ -12,6 +12,7 @@ import pandas as pd
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, PROVENANCE, absent, ordered_columns
 from bench.errors import ReportError
 from bench.machine.fitness import REASONS
+from bench.report_view import DISPLAY
 from bench.scenarios import report_class
 
 
@@ -101,6 +102,7 @@ def _frame_from_search(
         return column(name).map(lambda v: "" if absent(v) else v)
 
     metrics = runs.filter(regex=r"^metrics\.").rename(columns=lambda c: c[len("metrics.") :])
+    metrics = metrics.drop(columns=[c for c in DISPLAY.values() if c in metrics])  # the UI's rounded copies
     config = runs.filter(regex=r"^params\.").rename(columns=lambda c: CONFIG_PREFIX + c[len("params.") :])
     for key, name in named.items():  # the runs' scenarios name them
         if name not in metrics:

@@ -103,6 +103,24 @@ def unfit_warning(frame: pd.DataFrame) -> str:
     return f"warning: {len(unfit)} of {len(frame)} jobs were not fit to measure, their figures are suspect ({jobs})"
 
 
+def failure_sentence(jobs: int, failed: int, reasons: Sequence[str] = ()) -> str:
+    """ "all 4 jobs failed: <the first reason>" / "1 of 4 jobs failed: <...>" / "" (none failed)."""
+    if not failed:
+        return ""
+    said = next((str(r) for r in reasons if r and not absent(r)), "")
+    head = f"all {jobs} jobs failed" if failed == jobs else f"{failed} of {jobs} jobs failed"
+    return f"{head}: {said}" if said else head
+
+
+def failure_note(frame: pd.DataFrame) -> str:
+    """The report's first line when jobs failed (the first failed job's reason), "" when none did."""
+    if not len(frame) or "status" not in frame:
+        return ""
+    failed = frame[frame["status"] != "FINISHED"]
+    reasons = list(failed["error"]) if "error" in failed else []
+    return failure_sentence(len(frame), len(failed), reasons)
+
+
 def _cells(shown: pd.DataFrame) -> List[List[str]]:
     return [list(shown.columns), *shown.values.tolist()]
 

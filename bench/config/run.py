@@ -119,10 +119,13 @@ class TrackingConfig(Checks):
     log_step_metrics: bool = True
     probe_timeout_s: float = 5.0  # an http(s) tracking server must answer within this, or the run goes on without it
     system_metrics: bool = False  # MLflow's own system metrics (system/cpu_*, system/gpu_*) beside bench's NVML summary
+    required: bool = False  # true: a run that cannot be tracked (or stops being tracked) ends non-zero (exit 1)
 
     def __post_init__(self) -> None:
         self.positive("probe_timeout_s", integer=False)
         if not self.experiment.strip():  # MLflow would file the run nowhere, and bench exit 0
             self._fail("experiment", "a non-empty MLflow experiment name (tracking.enabled=false tracks nothing)")
+        if self.required and not self.enabled:
+            self._fail("required", "false with tracking.enabled=false (a run that tracks nothing cannot require it)")
         if self.uri and has_userinfo(self.uri):
             self._fail("uri", f"a URI without user:password; {CREDENTIALS_HOME}")

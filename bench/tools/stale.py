@@ -5,50 +5,25 @@ Every run bench opens is tagged with the host, pid and start time of its process
 whose process on this host is no longer there (no such pid, or a pid reused by a process that
 started at another time) is stale; `--mark` ends it KILLED with the reason as its `error` tag.
 Runs of other hosts are listed but left alone: only their own host can tell. Exit 0.
+
+Every run whose store answers does the same for its own experiment when it opens (close_stale):
+a run a store error left RUNNING (a full disk mid-run) is closed once the store is writable again,
+its `error` tag naming the run directory that `python -m bench.tools.upload` completes it from.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
-import socket
 import sys
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Optional, Sequence
 
-from bench.launch.watchdog import process_identity
 from bench.output_redaction import install as redact_output
 from bench.tracking.probe import store_problem
+from bench.tracking.stale_runs import close_stale, find_stale, kill_reason, running_runs, state_of
 
-
-def state_of(run: Any, host: str) -> str:
-    """alive | gone | other host | untagged."""
-    tags = run.data.tags
-    if "bench.pid" not in tags:
-        return "untagged"
-    if tags.get("bench.host") != host:
-        return "other host"
-    identity = process_identity(int(tags["bench.pid"]))
-    if identity is None or repr(identity[1]) != tags.get("bench.pid_started"):
-        return "gone"
-    return "alive"
-
-
-def running_runs(client: Any) -> List[Any]:
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    return (
-        client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'", max_results=10000)
-        if experiments
-        else []
-    )
-
-
-def find_stale(uri: str) -> Tuple[Any, List[Tuple[Any, str]]]:
-    from mlflow import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    host = socket.gethostname()
-    return client, [(run, state_of(run, host)) for run in running_runs(client)]
+__all__ = ["close_stale", "find_stale", "kill_reason", "main", "running_runs", "state_of"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -74,11 +49,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             f"pid {tags.get('bench.pid', '?')} on {tags.get('bench.host', '?')}"
         )
         if args.mark and state == "gone":
-            reason = (
-                f"the process that ran it (pid {tags['bench.pid']} on {tags['bench.host']}) is gone; "
-                "marked KILLED by python -m bench.tools.stale"
-            )
-            client.set_tag(run.info.run_id, "error", reason)
+            client.set_tag(run.info.run_id, "error", kill_reason(tags, "python -m bench.tools.stale"))
             client.set_terminated(run.info.run_id, "KILLED")
     gone = sum(state == "gone" for _, state in found)
     print(f"{len(found)} RUNNING, {gone} stale" + (" (marked KILLED)" if args.mark and gone else ""), file=sys.stderr)

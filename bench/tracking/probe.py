@@ -8,6 +8,7 @@ user set them, MLFLOW_HTTP_REQUEST_MAX_RETRIES=2 and MLFLOW_HTTP_REQUEST_TIMEOUT
 
 from __future__ import annotations
 
+import logging
 import os
 import urllib.error
 import urllib.request
@@ -63,3 +64,22 @@ def store_problem(uri: str, timeout_s: float = 5.0) -> Optional[str]:
         f"the MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "
         "start it, or name another store with --tracking-uri or MLFLOW_TRACKING_URI"
     )
+
+
+def quiet_store_errors() -> None:
+    """MLflow's sqlite store logs every database error with two SQLAlchemy tracebacks (ERROR,
+    mlflow.store.db.utils) before raising it: bench says it once, in one line (store_error)."""
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+
+def store_error(exc: BaseException) -> str:
+    """A store's exception in one line: the innermost cause ("OperationalError: database or disk
+    is full", not MLflow's and SQLAlchemy's wrappers around it), credentials never shown."""
+    seen, inner = set(), exc
+    found: Optional[BaseException] = exc
+    while found is not None and id(found) not in seen:
+        seen.add(id(found))
+        inner = found
+        found = getattr(found, "orig", None) or found.__cause__ or found.__context__
+    lines = [line for line in redact(str(inner)).splitlines() if line.strip()]
+    return f"{type(inner).__name__}: {lines[0].strip() if lines else ''}".rstrip(": ")

@@ -165,6 +165,7 @@ class MlflowSweepCallback(Callback):
         if not config.tracking.enabled:
             return
         from bench.tracking.probe import bound_mlflow_retries, probe, unreachable_line
+        from bench.tracking.store import FAMILY_TAG
         from bench.tracking.tracker import Tracker, process_tags, resolve_tracking_uri  # mlflow: when a sweep starts
 
         overrides = list(config.hydra.overrides.task)
@@ -189,6 +190,7 @@ class MlflowSweepCallback(Callback):
             {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides), **process_tags()},
         )
         tracker.log_params(_sweep_params(overrides))
+        tracker.set_tags({FAMILY_TAG: tracker.run_id})  # listed with its children in the UI's view
         _state["tracker"] = tracker
         _carry(parent_run_id=tracker.run_id if tracker.active else None, launch_dir=launch_dir, tracking_down=None)
         atexit.register(_end_interrupted_sweep, tracker)
@@ -223,13 +225,45 @@ class MlflowSweepCallback(Callback):
         log.info("sweep done: %d jobs, %d failed; report in %s", jobs, failed, sweep_dir / "report")
         os.environ.pop(SWEEP_ENV, None)
         if tracker is not None:
-            tracker.set_tags({"sweep.jobs": jobs, "sweep.failed_jobs": failed})
-            tracker.log_artifacts(files, artifact_path="report")
-            tracker.finish("FINISHED")
+            _close_parent(tracker, jobs, failed, files, config.tracking.run_name)
             link = tracker.ui_link(children=True, params=swept)
             if link:
                 log.info(link)
             _state["tracker"] = None
+
+
+def _close_parent(tracker: Any, jobs: int, failed: int, files: List[Path], named: Optional[str]) -> None:
+    """FAILED when every job failed (the reason: the first job's), else FINISHED; the failed count
+    as tags, a metric, the run's description and (when some failed) its name."""
+    reasons: List[str] = []
+    if failed and tracker.active:
+        try:
+            children = tracker.client.search_runs(
+                [tracker.experiment_id or tracker.client.get_run(tracker.run_id).info.experiment_id],
+                f"tags.mlflow.parentRunId = '{tracker.run_id}' and attributes.status = 'FAILED'",
+                order_by=["attributes.start_time ASC"],
+            )
+            reasons = [c.data.tags.get("error", "").splitlines()[-1:][0] for c in children if c.data.tags.get("error")]
+        except Exception as exc:  # the count is still said
+            log.debug("no failure reasons from MLflow (%s: %s)", type(exc).__name__, exc)
+    from bench.analysis.render import failure_sentence
+
+    sentence = failure_sentence(jobs, failed, reasons)
+    tags = {
+        "sweep.jobs": jobs,
+        "sweep.failed_jobs": failed,
+        "mlflow.note.content": sentence or f"{jobs} jobs, none failed",
+    }
+    if failed and tracker.active:
+        name = named or tracker.client.get_run(tracker.run_id).info.run_name
+        tags["mlflow.runName"] = f"{name} ({failed} of {jobs} failed)"
+    tracker.set_tags(tags)
+    tracker.log_metrics({"sweep_jobs": jobs, "sweep_failed_jobs": failed})
+    tracker.log_artifacts(files, artifact_path="report")
+    if jobs and failed == jobs:
+        tracker.finish("FAILED", error=sentence)
+    else:
+        tracker.finish("FINISHED")
 
 
 def end_unsubmitted_sweep(reason: str) -> None:

@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from bench.secrets import flatten, redact  # flatten is re-exported (tests import it from here)
-from bench.tracking.store import open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported too
+from bench.tracking.probe import quiet_store_errors, store_error
+from bench.tracking.store import FAMILY_TAG, open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ class Tracker:
         self.out_dir: Optional[Path] = None  # where the results stay when the server goes away
         self.name_suffix = ""  # "-job<N>" for a sweep job: kept when the run is renamed
         self._system_metrics: Any = None  # mlflow's SystemMetricsMonitor (tracking.system_metrics)
+        self.lost = ""  # why this run is not (or no longer) tracked: tracking.required makes it a failure
 
     @property
     def active(self) -> bool:
@@ -48,42 +50,50 @@ class Tracker:
         run_name: Optional[str],
         tags: Mapping[str, Any],
         parent_run_id: Optional[str] = None,
+        warn: bool = True,
     ) -> "Tracker":
         quiet_mlflow()
         try:
             import mlflow  # noqa: F401 - imported first: mlflow resets its logger to INFO on import
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)
+            quiet_store_errors()
             client, experiment_id = open_experiment(uri, experiment)
             run_tags = {k: redact(str(v))[:5000] for k, v in tags.items()}
             if parent_run_id:
-                run_tags["mlflow.parentRunId"] = parent_run_id
+                run_tags.update({"mlflow.parentRunId": parent_run_id, FAMILY_TAG: parent_run_id})
             run = client.create_run(experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags)
-        except Exception as exc:  # a run that cannot be tracked still runs: said on stderr
-            reason = redact(str(exc)).strip().splitlines()
-            log.warning(
-                "MLflow tracking at %s failed (%s: %s); this run is not tracked, its results are kept in "
-                "the output directory only",
-                redact_uri(uri),
-                type(exc).__name__,
-                reason[0] if reason else "",
-            )
-            return cls(uri=uri)
+        except Exception as exc:  # a run that cannot be tracked still runs: said on stderr, in one line
+            untracked = cls(uri=uri)
+            untracked.lost = f"MLflow tracking at {redact_uri(uri)} failed ({store_error(exc)})"
+            if warn:  # else the caller says it (tracking.required: the run's one [ERROR] line)
+                log.warning(
+                    "%s; this run is not tracked, its results are kept in the output directory only", untracked.lost
+                )
+            return untracked
         log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact_uri(uri))
         tracker = cls(client, run.info.run_id, uri)
         tracker.experiment_id = experiment_id
         return tracker
 
     def ui_link(self, children: bool = False, params: Sequence[str] = ()) -> Optional[str]:
-        """The MLflow UI command and link for this run's experiment (a sweep parent's: its children),
-        opening a saved view with the throughput and the swept `params` as columns."""
+        """The MLflow UI command and link for this run's experiment (a sweep parent's: the parent
+        and its children), opening a saved view with the throughput, the swept `params` and the
+        failure reason as columns."""
         if not self.active or self.experiment_id is None:
             return None
         from bench.tracking.store import share_view, ui_link
 
         parent = self.run_id if children else None
         try:
-            key: Optional[str] = share_view(self.client, self.experiment_id, params=params, parent_run_id=parent)
+            has_figure = True
+            if parent:
+                self.client.set_tag(parent, FAMILY_TAG, parent)  # the parent is listed with its children
+                family = f"tags.`{FAMILY_TAG}` = '{parent}' and metrics.`images_per_second` >= 0"
+                has_figure = bool(self.client.search_runs([self.experiment_id], family, max_results=1))
+            key: Optional[str] = share_view(
+                self.client, self.experiment_id, params=params, parent_run_id=parent, has_figure=has_figure
+            )
         except Exception as exc:  # the link without the saved columns is still a link
             log.debug("no shared MLflow view (%s: %s)", type(exc).__name__, exc)
             key = None
@@ -100,14 +110,8 @@ class Tracker:
             later = ""
             if self.out_dir:
                 later = f"; upload the results later with python -m bench.tools.upload {self.out_dir}"
-            log.warning(
-                "MLflow %s failed at %s (%s: %s); no further tracking for this run%s",
-                what,
-                redact_uri(self.uri),
-                type(exc).__name__,
-                redact(str(exc)),
-                later,
-            )
+            self.lost = f"MLflow {what} failed at {redact_uri(self.uri)} ({store_error(exc)})"
+            log.warning("%s; no further tracking for this run%s", self.lost, later)
             self.client = None
 
     def log_params(self, params: Mapping[str, Any]) -> None:
@@ -124,11 +128,15 @@ class Tracker:
             return
         from mlflow.entities import Metric
 
+        from bench.report_view import DISPLAY
+        from bench.tracking.store import rounded
+
         now = int(time.time() * 1000)
         # numbers only (bools become 0/1); strings such as the model name are params/tags
-        self._log_metric_items(
-            [Metric(k, float(v), now, step) for k, v in metrics.items() if isinstance(v, (int, float))]
-        )
+        numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
+        # and a rounded copy of the headline for the UI's table (it cuts a raw float off)
+        numbers.update({DISPLAY[k]: rounded(numbers[k]) for k in DISPLAY if k in numbers})
+        self._log_metric_items([Metric(k, v, now, step) for k, v in numbers.items()])
 
     def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
         if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
@@ -234,24 +242,35 @@ def open_run(
     uri = resolve_tracking_uri(tracking.uri, launch_dir)
     if sweep_job and sweep_job.get("tracking_down"):  # the sweep probed once, at its start
         log.info("no MLflow tracking for this job: %s", sweep_job["tracking_down"])
-        return Tracker(uri=uri)
+        untracked = Tracker(uri=uri)
+        untracked.lost = sweep_job["tracking_down"]
+        return untracked
     bound_mlflow_retries()
     problem = probe(uri, tracking.probe_timeout_s)
     if problem:
-        log.warning(unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir))
-        return Tracker(uri=uri)
+        untracked = Tracker(uri=uri)
+        untracked.lost = unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir)
+        if not tracking.required:  # else the run's [ERROR] line says it
+            log.warning(untracked.lost)
+        return untracked
     tags = {f"env.{k}": v for k, v in flatten(environment).items()}
     tags["overrides"] = " ".join(overrides)
     tags.update(process_tags())
+    if out_dir:
+        tags["bench.out_dir"] = str(out_dir)  # where its results stay if the store fails mid-run
     name = tracking.run_name or run_name
     parent = None
     if sweep_job:
         parent = sweep_job.get("parent_run_id")
         tags.update({"sweep.job": str(sweep_job["job"]), "sweep.dir": str(sweep_job["dir"])})
         name = f"{name}-job{sweep_job['job']}"
-    tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent)
+    tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent, warn=not tracking.required)
     tracker.out_dir = out_dir
     tracker.name_suffix = f"-job{sweep_job['job']}" if sweep_job else ""
+    if tracker.active:  # the store is writable (again): runs its errors left RUNNING here are closed
+        from bench.tracking.stale_runs import close_stale
+
+        close_stale(tracker.client, tracker.experiment_id, by="the next bench run")
     tracker.log_params(params)
     if getattr(tracking, "system_metrics", False):
         tracker.start_system_metrics()

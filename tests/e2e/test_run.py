@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
 import pytest
 from mlflow import MlflowClient
@@ -66,11 +67,16 @@ def test_cpu_smoke_end_to_end(bench, tmp_path):
     (run,) = client.search_runs([experiment.experiment_id])
     # the UI opens it as model training (not on MLflow 3's GenAI overview), and the run says where to look
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
+    # (MLflow 3.x reads workflowType from the link, not that tag: issue 30 item 6)
     assert (f"MLflow UI: mlflow ui --backend-store-uri {bench.uri}, then open http://127.0.0.1:5000/#/experiments/"
-            f"{experiment.experiment_id}/runs?viewStateShareKey=bench-runs") in proc.stderr
+            f"{experiment.experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=bench-runs") in proc.stderr
     view = json.loads(experiment.tags["mlflow.sharedViewState.bench-runs"])  # the saved view that link opens
-    assert view == {"selectedColumns": ["metrics.`images_per_second`"], "orderByKey": "metrics.`images_per_second`",
-                    "orderByAsc": False}
+    assert view == {"selectedColumns": ["metrics.`images/s`", "tags.`error`"],
+                    "columnOrder": ["attributes.`Run Name`", "metrics.`images/s`", "tags.`error`"],
+                    "columnWidths": {"attributes.`Run Name`": 330, "tags.`error`": 400},
+                    "orderByKey": "metrics.`images_per_second`", "orderByAsc": False}
+    assert run.data.metrics["images/s"] == round(metrics["images_per_second"], 3 - math.floor(math.log10(
+        metrics["images_per_second"])))  # the rounded copy the view shows (4 significant digits)
     assert run.info.status == "FINISHED"
     assert run.data.params["model.arch"] == "resnet18"
     assert run.data.params["data.batch_size"] == "16"

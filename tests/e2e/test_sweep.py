@@ -6,7 +6,6 @@ from __future__ import annotations
 import csv
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -71,20 +70,24 @@ def test_sweep_is_one_parent_with_a_child_per_job(sweep):
     (parent,) = sweep.parents
     links = [line for line in proc.stderr.splitlines() if "MLflow UI:" in line]
     view = f"bench-sweep-{parent.info.run_id[:12]}"
-    assert len(links) == 1 and links[0].endswith(f"/runs?viewStateShareKey={view}"), links
-    # the saved view the link opens: throughput and the swept keys as columns, fastest first, children only
+    assert len(links) == 1 and links[0].endswith(f"/runs?workflowType=machine_learning&viewStateShareKey={view}")
+    # the saved view the link opens: throughput (rounded), the error and the swept keys as columns, fastest
+    # first, the parent and its children grouped (issue 30 item 6)
     state = json.loads(MlflowClient(tracking_uri=sweep.uri).get_experiment(parent.info.experiment_id)
                        .tags[f"mlflow.sharedViewState.{view}"])
-    assert state["selectedColumns"][0] == "metrics.`images_per_second`" and state["orderByAsc"] is False
+    assert state["selectedColumns"][:2] == ["metrics.`images/s`", "tags.`error`"]
+    assert state["orderByKey"] == "metrics.`images_per_second`" and state["orderByAsc"] is False
     assert {"params.`precision.name`", "params.`distributed.nproc_per_node`"} <= set(state["selectedColumns"])
-    assert state["searchFilter"] == f"tags.mlflow.parentRunId = '{parent.info.run_id}'"
+    assert state["searchFilter"] == f"tags.`bench.parent` = '{parent.info.run_id}'"
+    assert parent.data.tags["bench.parent"] == parent.info.run_id
     parent = sweep.parents[0]
     assert parent.info.status == "FINISHED"
     assert parent.data.params["distributed.nproc_per_node"] == "1,2"
     assert parent.data.params["precision"] == "fp32,bf16"
     assert parent.data.tags["sweep.jobs"] == "4" and parent.data.tags["sweep.failed_jobs"] == "0"
+    assert parent.data.metrics["sweep_failed_jobs"] == 0 and "failed" not in parent.info.run_name
     for child in sweep.children:
-        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.data.tags["mlflow.parentRunId"] == child.data.tags["bench.parent"] == parent.info.run_id
         assert child.info.status == "FINISHED"
         assert "error" not in child.data.tags
         assert child.data.metrics["world_size"] == float(child.data.params["distributed.nproc_per_node"])
@@ -175,6 +178,10 @@ def test_failing_job_does_not_stop_the_sweep(failing_sweep):
     parents, children = _split(failing_sweep.bench.runs())
     assert len(parents) == 1 and len(children) == 2
     assert parents[0].data.tags["sweep.failed_jobs"] == "1"
+    # some failed, not all: FINISHED, the count in its name, description and a metric (issue 27 §4, 30 item 1)
+    assert parents[0].info.status == "FINISHED" and parents[0].info.run_name.endswith(" (1 of 2 failed)")
+    assert parents[0].data.metrics["sweep_failed_jobs"] == 1
+    assert parents[0].data.tags["mlflow.note.content"].startswith("1 of 2 jobs failed: precision='amp_fp16'")
     by_precision = {c.data.params["precision.name"]: c for c in children}
     assert by_precision["fp32"].info.status == "FINISHED"
     failed = by_precision["amp_fp16"]
@@ -186,13 +193,43 @@ def test_failing_job_does_not_stop_the_sweep(failing_sweep):
     assert len(rows) == 2
     assert rows["0"]["status"] == "FINISHED" and float(rows["0"]["images_per_second"]) > 0
     assert rows["1"]["status"] == "FAILED"
-    assert "FAILED" in (failing_sweep.dir / "report" / "report.md").read_text()
+    report = (failing_sweep.dir / "report" / "report.md").read_text()
+    assert "FAILED" in report and report.splitlines()[2].startswith("1 of 2 jobs failed: precision='amp_fp16'")
 
 
 def test_sweep_report_gives_the_failed_jobs_reason(failing_sweep):
     """The report built at the end of the sweep says why a job failed (as its MLflow run does)."""
     rows = {r["job"]: r for r in _csv_rows(failing_sweep.dir / "report" / "report.csv")}
     assert "amp_fp16" in rows["1"]["error"], rows["1"]
+
+
+# ---- a sweep whose every job failed (issue 27 §4, issue 30 item 1) ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def all_failed(sweep, tiny_args):
+    """Both jobs refused (amp_fp16 on a CPU: no training, cheap), into the 4-job sweep's store, so one
+    `mlflow ui` serves both in the browser test."""
+    proc = sweep.bench.run("-m", *tiny_args, "precision=amp_fp16", "seed=1,2", f"hydra.sweep.dir={sweep.root}/failed")
+    (parent,) = [r for r in sweep.bench.runs()
+                 if r.data.tags.get("sweep") == "parent" and r.data.tags["sweep.dir"] == str(sweep.root / "failed")]
+    return SimpleNamespace(proc=proc, parent=parent, dir=sweep.root / "failed")
+
+
+def test_a_sweep_whose_every_job_failed_is_failed(all_failed, sweep):
+    """Its parent was FINISHED (a green tick over four failures): now FAILED with the reason, the count in
+    its name, tags and a metric; the report says it first; the exit code is as before (2: both refused)."""
+    proc, parent = all_failed.proc, all_failed.parent
+    assert proc.returncode == 2, proc.stderr
+    assert parent.info.status == "FAILED" and parent.info.run_name.endswith(" (2 of 2 failed)")
+    assert parent.data.tags["error"].startswith("all 2 jobs failed: precision='amp_fp16' is not valid")
+    assert parent.data.tags["sweep.failed_jobs"] == "2" and parent.data.metrics["sweep_failed_jobs"] == 2
+    assert proc.stdout.splitlines()[0].startswith("all 2 jobs failed: precision='amp_fp16'")
+    assert (all_failed.dir / "report" / "report.md").read_text().splitlines()[2].startswith("all 2 jobs failed")
+    state = json.loads(MlflowClient(tracking_uri=sweep.uri).get_experiment(parent.info.experiment_id)
+                       .tags[f"mlflow.sharedViewState.bench-sweep-{parent.info.run_id[:12]}"])
+    assert state["orderByKey"] == "attributes.start_time"  # no run has the figure: not sorted by it
+    assert "tags.`error`" in state["selectedColumns"]
 
 
 # ---- jobs in processes of their own: hydra/launcher=slurm_local (submitit's local executor) -------
@@ -240,26 +277,69 @@ def _mlflow_ui(uri: str, port: int, log: Path) -> subprocess.Popen:
     pytest.fail(f"mlflow ui did not come up:\n{log.read_text()[-2000:]}")
 
 
-@pytest.mark.skipif(shutil.which("chromium") is None, reason="needs chromium (Debian: apt-get install chromium)")
-def test_the_printed_link_opens_every_childs_throughput_in_a_real_mlflow_ui(sweep, tmp_path):
-    """Issue 21: the link a sweep prints, opened by headless Chromium on a real `mlflow ui`: the
-    children are listed (the parent filtered out) with their images/s and swept keys as columns."""
-    from bench.rank_context import free_port
+def _page_text(browser, url: str, until: str, shot: Path) -> tuple:
+    """(final URL, visible text) of `url` in headless Chromium once `until` is visible (the event
+    waited for; the time is a hang guard), with a screenshot in `shot`."""
+    driver = browser.driver
+    driver.get(url)
+    deadline, text = time.monotonic() + 120, ""
+    while time.monotonic() < deadline and until not in text:
+        time.sleep(0.3)
+        text = driver.execute_script("return document.body.innerText")
+    driver.save_screenshot(str(shot))
+    return driver.current_url, text
 
-    (link,) = [line for line in sweep.proc.stderr.splitlines() if "MLflow UI:" in line]
+
+def _shown_whole(browser, name: str) -> bool:
+    """The run name's link is on the page and nothing in it is cut off (MLflow's cell ellipsis: an
+    element narrower than its text)."""
+    cut = browser.driver.execute_script("""
+        return [...document.querySelectorAll('a')].filter(a => a.textContent === arguments[0])
+            .map(a => [a, ...a.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth))""", name)
+    return bool(cut) and not any(cut)
+
+
+def test_the_printed_links_open_the_runs_table_with_the_parent_and_rounded_figures(sweep, all_failed, browser,
+                                                                                      tmp_path):
+    """Issues 21 and 30 (items 1, 6): the link a sweep prints, in headless Chromium on a real `mlflow ui`:
+    the runs table (not MLflow 3's GenAI "Traces" overview), the parent listed with its children, images/s
+    rounded (not "284.62942742…" cut off), the swept keys and the failure reason as columns; an all-failed
+    sweep's view says why, sorted by time (no images/s to sort by); the experiment page with the link's
+    workflowType lands on its runs."""
+    from bench.rank_context import free_port
+    from bench.tracking.store import rounded
+
     port = free_port()
-    url = link.split("then open ", 1)[1].replace("127.0.0.1:5000", f"127.0.0.1:{port}")
     ui = _mlflow_ui(sweep.uri, port, tmp_path / "ui.log")
+
+    def local(proc) -> str:
+        (link,) = [line for line in proc.stderr.splitlines() if "MLflow UI:" in line]
+        return link.split("then open ", 1)[1].replace("127.0.0.1:5000", f"127.0.0.1:{port}")
+
     try:
-        page = subprocess.run(["chromium", "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                               "--window-size=3000,1500", "--virtual-time-budget=30000", "--dump-dom", url],
-                              capture_output=True, text=True, timeout=300).stdout
+        parent = sweep.parents[0]
+        url, text = _page_text(browser, local(sweep.proc), parent.info.run_name, tmp_path / "sweep.png")
+        assert _shown_whole(browser, parent.info.run_name)
+        assert "/runs?" in url and "Error loading shared view state" not in text
+        assert "Model training" in text and "Observability" not in text, text  # not the GenAI side's overview
+        assert parent.info.run_name in text and "Group by: bench.parent" in text
+        for child in sweep.children:
+            figure = child.data.metrics["images_per_second"]
+            assert child.info.run_name in text
+            assert f"{rounded(figure):g}" in text and repr(figure) not in text, (figure, text)
+        assert "distributed.nproc_per_node" in text and "images/s" in text
+
+        failed = all_failed.parent
+        url, text = _page_text(browser, local(all_failed.proc), failed.info.run_name, tmp_path / "failed.png")
+        assert failed.info.run_name.endswith("(2 of 2 failed)") and failed.info.run_name in text
+        assert _shown_whole(browser, failed.info.run_name)  # not cut off before its count
+        assert "all 2 jobs failed: precision='amp_fp16' is not valid" in text
+        assert text.count("precision='amp_fp16' is not valid") == 3  # the parent's reason and each child's
+        assert "Sort: Created" in text and "images_per_second" not in text
+
+        experiment = f"http://127.0.0.1:{port}/#/experiments/{parent.info.experiment_id}?workflowType=machine_learning"
+        url, text = _page_text(browser, experiment, failed.info.run_name, tmp_path / "experiment.png")
+        assert f"/experiments/{parent.info.experiment_id}/runs" in url and "overview" not in url, url
     finally:
         os.killpg(ui.pid, 15)
         ui.wait(timeout=60)
-    assert "Error loading shared view state" not in page
-    for child in sweep.children:
-        assert child.info.run_name in page
-        assert repr(child.data.metrics["images_per_second"]) in page, child.info.run_name
-    assert sweep.parents[0].info.run_name not in page  # the view lists the sweep's children only
-    assert "distributed.nproc_per_node" in page and "images_per_second" in page

@@ -131,6 +131,8 @@ BAD_INPUTS = [
     ("zero S3 attempts", "bench", ["storage.max_attempts=0"], 2, "storage.max_attempts=0"),
     ("zero S3 timeout", "bench", ["storage.timeout_s=0"], 2, "storage.timeout_s=0.0"),
     ("zero tracking probe", "bench", ["tracking.probe_timeout_s=0"], 2, "tracking.probe_timeout_s=0.0"),
+    ("tracking required but off", "bench", ["tracking.enabled=false", "tracking.required=true"], 2,
+     "tracking.required=True is not valid: accepted false with tracking.enabled=false"),
     # -- credentials typed on the command line: refused before Hydra saves them ------------------------
     ("S3 endpoint with a password", "bench", ["storage=s3", "storage.endpoint=http://u:CANARY@h:9000"], 2,
      "storage.endpoint=<hidden: it carries credentials>"),

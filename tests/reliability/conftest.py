@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
 import pytest
 
 
@@ -33,3 +38,45 @@ def _shards_with_a_bad_label(root) -> None:
     (root / shard_key("train", 0)).write_bytes(blob)
     shards = [{"key": shard_key("train", 0), "count": 2, "bytes": len(blob)}]
     (root / "train" / "meta.json").write_bytes(make_meta("train", ["a", "b"], shards, 8, 90, []))
+
+
+# ---- a real small disk: tmpfs mounts (root only; skipped where this process may not mount) ----
+
+
+def _mount_tmpfs(where: Path, options: str) -> bool:
+    where.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True).returncode == 0
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """mount(options) -> a fresh tmpfs mounted in tmp_path, unmounted after the test."""
+    mounted = []
+
+    def mount(options: str) -> Path:
+        where = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
+        if os.geteuid() != 0 or not _mount_tmpfs(where, options):
+            pytest.skip("needs permission to mount a tmpfs (root)")
+        mounted.append(where)
+        return where
+
+    yield mount
+    for where in mounted:
+        subprocess.run(["umount", "-l", str(where)], capture_output=True)
+
+
+def _fill(disk: Path) -> None:
+    """Write until the filesystem says it is full."""
+    try:
+        with open(disk / "filler", "wb") as fh:
+            while True:
+                fh.write(b"\0" * 65536)
+                fh.flush()
+    except OSError:  # full (also when it is full already: the file cannot even be made)
+        pass
+
+
+@pytest.fixture
+def fill_disk():
+    """fill_disk(path): write into `path` until its filesystem says it is full."""
+    return _fill

@@ -6,46 +6,9 @@ are written whole or not at all, and a run directory that cannot be written is o
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import time
-import uuid
-from pathlib import Path
 
 import pytest
-
-
-def _mount_tmpfs(where: Path, options: str) -> bool:
-    where.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True).returncode == 0
-
-
-@pytest.fixture
-def small_disk(tmp_path):
-    """mount(options) -> a fresh tmpfs mounted in tmp_path, unmounted after the test."""
-    mounted = []
-
-    def mount(options: str) -> Path:
-        where = tmp_path / f"disk-{uuid.uuid4().hex[:6]}"
-        if os.geteuid() != 0 or not _mount_tmpfs(where, options):
-            pytest.skip("needs permission to mount a tmpfs (root)")
-        mounted.append(where)
-        return where
-
-    yield mount
-    for where in mounted:
-        subprocess.run(["umount", "-l", str(where)], capture_output=True)
-
-
-def _fill(disk: Path) -> None:
-    """Write until the filesystem says it is full."""
-    with open(disk / "filler", "wb") as fh:
-        try:
-            while True:
-                fh.write(b"\0" * 65536)
-                fh.flush()
-        except OSError:
-            pass
 
 
 def test_checkpoint_on_a_full_disk_keeps_the_measurement(bench, tiny, small_disk):
@@ -70,7 +33,7 @@ def test_checkpoint_on_a_full_disk_keeps_the_measurement(bench, tiny, small_disk
     assert summary["results"]["total_images"] == 12
 
 
-def test_disk_full_before_the_outputs_keeps_the_measurement_and_no_half_file(bench, tiny, small_disk):
+def test_disk_full_before_the_outputs_keeps_the_measurement_and_no_half_file(bench, tiny, small_disk, fill_disk):
     """The disk fills up while the run trains: its files cannot be written, the measurement
     still reaches stdout and MLflow, the run ends FAILED saying so, and no file is half there."""
     disk = small_disk("size=4m")
@@ -80,7 +43,7 @@ def test_disk_full_before_the_outputs_keeps_the_measurement_and_no_half_file(ben
     deadline = time.monotonic() + 900  # a hang guard; the event: the run is training
     while proc.poll() is None and time.monotonic() < deadline and not (log.exists() and "step 2/" in log.read_text()):
         time.sleep(0.05)
-    _fill(disk)
+    fill_disk(disk)
     out, err = proc.communicate(timeout=900)
     assert proc.returncode == 1, err
     metrics = json.loads(out.strip().splitlines()[-1])["radix_metrics"]
@@ -89,6 +52,10 @@ def test_disk_full_before_the_outputs_keeps_the_measurement_and_no_half_file(ben
     assert line.startswith(f"[ERROR] run failed after its measurement was reported: the run's files could not be "
                            f"written to {run_dir} (No space left on device")
     assert "Traceback" not in err and "Logging error" not in err
+    # issue 28 item 10: error.txt, which the README promises, in the room the run reserved for it
+    assert "(no error.txt" not in line
+    assert "No space left on device" in (run_dir / "error.txt").read_text()
+    assert not (run_dir / ".error.txt.reserve").exists()
     (run,) = bench.runs()
     assert run.info.status == "FAILED" and run.data.metrics["total_images"] == metrics["total_images"]
     for path in run_dir.iterdir():  # whatever is there is whole: no temporary, no empty summary
@@ -123,10 +90,10 @@ def test_a_training_checkpoint_on_a_full_disk_keeps_the_measurement(bench, tiny,
 
 
 @pytest.mark.parametrize("options, why", [("ro,size=1m", "Read-only file system"), ("size=4k", "No space left")])
-def test_a_run_dir_that_cannot_be_written_is_one_line(bench, tiny, small_disk, options, why):
+def test_a_run_dir_that_cannot_be_written_is_one_line(bench, tiny, small_disk, fill_disk, options, why):
     disk = small_disk(options)
     if "ro" not in options:
-        _fill(disk)
+        fill_disk(disk)
     proc = bench.run(*tiny, f"hydra.run.dir={disk}/run")
     assert proc.returncode == 2, proc.stderr
     (line,) = bench.error_lines(proc.stderr)

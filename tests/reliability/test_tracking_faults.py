@@ -128,3 +128,81 @@ def test_a_run_that_cannot_be_tracked_says_so_and_keeps_its_results(bench, tiny,
     bench.metrics(proc)
     (warning,) = [line for line in proc.stderr.splitlines() if "not tracked" in line]
     assert f"sqlite:///{missing}" in warning and (tmp_path / "run" / "run_summary.json").is_file()
+
+
+# ---- a store on a full disk, a store locked by another writer (issue 28 item 9) ---------------------
+
+
+def _until_training(proc, log) -> None:
+    deadline = time.monotonic() + 900  # a hang guard; the event: the run is open and training
+    while proc.poll() is None and time.monotonic() < deadline and not (log.exists() and "step 2/" in log.read_text()):
+        time.sleep(0.05)
+
+
+def test_a_store_that_fills_up_is_one_warning_and_the_next_run_closes_the_run_it_left_running(
+        bench_at, tiny, small_disk, fill_disk, tmp_path):
+    """The store's disk fills up mid-run: exit 0, the final line, the run's files, one warning line
+    naming the cause (it was 89 lines with two SQLAlchemy tracebacks), the run left RUNNING. Once the
+    disk has room again, the next run (tracking.required=true: tracked, so exit 0) closes it KILLED,
+    saying where its results are; upload completes it."""
+    on_disk = bench_at(small_disk("size=3m")).with_store()
+    first = tmp_path / "first"
+    proc = on_disk.start(*tiny, "train.steps_per_epoch=60", "benchmark.log_every=1", f"hydra.run.dir={first}")
+    _until_training(proc, first / "bench.log")
+    fill_disk(on_disk.cwd)
+    out, err = proc.communicate(timeout=900)
+    assert proc.returncode == 0, err
+    assert json.loads(out.strip().splitlines()[-1])["radix_metrics"]["measured_steps"] == 60
+    (warning,) = [line for line in err.splitlines() if "WARNING" in line or "ERROR" in line]
+    assert "(OperationalError: database or disk is full); no further tracking for this run" in warning, warning
+    assert "Traceback" not in err and "[SQL:" not in err and len(err.splitlines()) < 70, err  # 60 step lines
+    assert (first / "run_summary.json").is_file() and "MLflow UI" not in err
+    run_id = json.loads((first / "run_summary.json").read_text())["mlflow_run_id"]
+    assert MlflowClient(tracking_uri=on_disk.uri).get_run(run_id).info.status == "RUNNING"
+
+    (on_disk.cwd / "filler").unlink(missing_ok=True)
+    again = on_disk.run(*tiny, "tracking.required=true", f"hydra.run.dir={tmp_path}/second")
+    on_disk.metrics(again)
+    assert "closed 1 MLflow run(s) left RUNNING" in again.stderr
+    left = MlflowClient(tracking_uri=on_disk.uri).get_run(run_id)
+    assert left.info.status == "KILLED" and f"its results stay in {first}" in left.data.tags["error"]
+    uploaded = on_disk.run(str(first), "--tracking-uri", on_disk.uri, module="bench.tools.upload")
+    assert f"completed run {run_id}" in uploaded.stdout, uploaded.stderr
+
+
+def test_a_store_on_a_full_disk_is_one_line_and_tracking_required_makes_it_a_failure(bench_at, tiny, small_disk,
+                                                                                     fill_disk, tmp_path):
+    """Full before the run: one warning, exit 0, results kept; with tracking.required=true: one
+    [ERROR] line and exit 1 before any work."""
+    on_disk = bench_at(small_disk("size=3m")).with_store()
+    fill_disk(on_disk.cwd)
+    proc = on_disk.run(*tiny, f"hydra.run.dir={tmp_path}/run")
+    on_disk.metrics(proc)
+    (warning,) = [line for line in proc.stderr.splitlines() if "WARNING" in line]
+    assert "failed (OperationalError: database or disk is full); this run is not tracked" in warning
+    assert "Traceback" not in proc.stderr and len(proc.stderr.splitlines()) == 3, proc.stderr
+    assert (tmp_path / "run" / "run_summary.json").is_file()
+    required = on_disk.run(*tiny, "tracking.required=true", f"hydra.run.dir={tmp_path}/required")
+    line = on_disk.single_error(required)
+    assert required.returncode == 1 and "WARNING" not in required.stderr
+    assert line.startswith("[ERROR] this run cannot be tracked and tracking.required=true: MLflow tracking at")
+    assert "database or disk is full" in line
+    assert not (tmp_path / "required" / "run_summary.json").exists()  # refused before the work
+
+
+def test_a_store_locked_by_another_writer_is_one_line(bench, tiny, tmp_path):
+    """Another process holds the sqlite store's write lock for the whole run: with
+    tracking.required=true, one [ERROR] line naming the lock and exit 1 (no work done)."""
+    import sqlite3
+
+    bench.with_store()
+    holder = sqlite3.connect(bench.db, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        proc = bench.run(*tiny, "tracking.required=true", f"hydra.run.dir={tmp_path}/run")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    line = bench.single_error(proc)
+    assert proc.returncode == 1 and "database is locked" in line, line
+    assert [run.info.status for run in bench.runs()] == []

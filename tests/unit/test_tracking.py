@@ -333,3 +333,30 @@ def test_environment_records_cuda_cudnn_nccl_and_driver_versions_cuda_mocked(mon
     assert (env["gpu_name"], env["gpu_count"], env["gpu_capability"], env["gpu_memory_mb"]) == ("NVIDIA H200", 1, "9.0", 143771)
     monkeypatch.setattr(torch.cuda.nccl, "version", lambda: 2708)  # older torch: one int
     assert collect_environment()["nccl"] == "2708"
+
+
+def test_store_errors_are_one_line_naming_the_innermost_cause():
+    """Issue 28 item 9: MLflow wraps SQLAlchemy wraps sqlite3; the warning names sqlite's reason."""
+    import sqlite3
+
+    from bench.tracking.probe import store_error
+
+    try:
+        try:
+            raise sqlite3.OperationalError("database or disk is full")
+        except sqlite3.OperationalError as inner:
+            raise RuntimeError("(raised as a result of Query-invoked autoflush; ...)\n[SQL: INSERT ...]") from inner
+    except RuntimeError as outer:
+        assert store_error(outer) == "OperationalError: database or disk is full"
+    assert store_error(ValueError("at http://u:pw@host/x\nmore")) == "ValueError: at http://***@host/x"
+
+
+def test_the_ui_figure_is_rounded_to_four_significant_digits_and_sweeps_say_how_many_failed():
+    from bench.analysis.render import failure_sentence
+    from bench.tracking.store import rounded
+
+    assert [rounded(v) for v in (4692.43, 7.32608716, 284.62942742846934, 0.00123456, 0.0)] == [
+        4692, 7.326, 284.6, 0.001235, 0.0]
+    assert failure_sentence(4, 0, ["x"]) == ""
+    assert failure_sentence(4, 4, ["", "TypeError: bad"]) == "all 4 jobs failed: TypeError: bad"
+    assert failure_sentence(4, 1) == "1 of 4 jobs failed"
