@@ -20,6 +20,7 @@ guards only, long enough for a loaded machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -62,8 +63,11 @@ TINY = [
 
 # Fake, but distinctive: the no-secret-in-any-output tests grep for this value.
 S3_SECRET = "bench-test-secret-9f3c2e71d4"
-S3_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "benchtestkey", "AWS_SECRET_ACCESS_KEY": S3_SECRET,
-                  "AWS_DEFAULT_REGION": "us-east-1"}
+S3_CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "benchtestkey",
+    "AWS_SECRET_ACCESS_KEY": S3_SECRET,
+    "AWS_DEFAULT_REGION": "us-east-1",
+}
 
 
 def pytest_configure(config):
@@ -90,11 +94,29 @@ def pytest_unconfigure(config):
 # pytest-xdist hands a worker a whole file at a time (--dist loadfile), so a long file begun last is
 # the suite's tail. In the order of their measured totals (`--durations=0`, summed per file, in one
 # fresh-clone run: test_signals 130 s ... test_disk_faults 20 s).
-LONGEST_FIRST = ("test_signals", "test_tracking_faults", "test_slurm", "test_measure_deeper_runs", "test_sweep",
-                 "test_canaries", "test_resume", "test_dead_processes", "test_distributed", "test_accuracy",
-                 "test_doctor", "test_data", "test_storage_mlperf_runs", "test_static_checks", "test_bad_inputs_config",
-                 "test_storage_benchmark", "test_mlflow_server", "test_run", "test_storage_objects",
-                 "test_bad_inputs_preflight", "test_disk_faults")
+LONGEST_FIRST = (
+    "test_signals",
+    "test_tracking_faults",
+    "test_slurm",
+    "test_measure_deeper_runs",
+    "test_sweep",
+    "test_canaries",
+    "test_resume",
+    "test_dead_processes",
+    "test_distributed",
+    "test_accuracy",
+    "test_doctor",
+    "test_data",
+    "test_storage_mlperf_runs",
+    "test_static_checks",
+    "test_bad_inputs_config",
+    "test_storage_benchmark",
+    "test_mlflow_server",
+    "test_run",
+    "test_storage_objects",
+    "test_bad_inputs_preflight",
+    "test_disk_faults",
+)
 
 
 def _start_order(item) -> tuple:
@@ -164,9 +186,15 @@ class Bench:
     def env(tracking_uri: Optional[str] = None, **extra: str) -> Dict[str, str]:
         return bench_env(tracking_uri, **extra)
 
-    def run(self, *args: str, module: str = "bench", env: Optional[Dict[str, str]] = None,
-            timeout: float = HANG_GUARD_S, cwd: Optional[Path] = None, fresh: bool = False
-            ) -> subprocess.CompletedProcess:
+    def run(
+        self,
+        *args: str,
+        module: str = "bench",
+        env: Optional[Dict[str, str]] = None,
+        timeout: float = HANG_GUARD_S,
+        cwd: Optional[Path] = None,
+        fresh: bool = False,
+    ) -> subprocess.CompletedProcess:
         """`python -m module args` to its end: forked from this worker's fork server where that is
         the same as an exec (tests/forked_bench.py says when it is not), else exec'd; `fresh=True`
         insists on the exec (a test of what only a new interpreter shows)."""
@@ -183,11 +211,17 @@ class Bench:
             return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
         finally:
             after = os.times()
-            forked_bench.log("exec", module, cwd, after.children_user + after.children_system
-                             - before.children_user - before.children_system, why)
+            forked_bench.log(
+                "exec",
+                module,
+                cwd,
+                after.children_user + after.children_system - before.children_user - before.children_system,
+                why,
+            )
 
-    def start(self, *args: str, module: str = "bench", env: Optional[Dict[str, str]] = None, fresh: bool = False,
-              **popen) -> subprocess.Popen:
+    def start(
+        self, *args: str, module: str = "bench", env: Optional[Dict[str, str]] = None, fresh: bool = False, **popen
+    ) -> subprocess.Popen:
         """`python -m module args` started, not waited for: forked from the fork server as run() is
         (a forked_bench.ForkedProcess: Popen's pid, poll, wait, communicate and signals; the server
         serves it alone until it ends), else a real subprocess.Popen (`fresh=True`, or Popen
@@ -195,11 +229,13 @@ class Bench:
         command, env = [sys.executable, "-m", module, *args], env or bench_env()
         proc = None
         if not fresh and set(popen) <= {"start_new_session"}:
-            proc = forked_bench.server(bench_env).start(command, module, self.cwd, env,
-                                                        bool(popen.get("start_new_session")))
+            proc = forked_bench.server(bench_env).start(
+                command, module, self.cwd, env, bool(popen.get("start_new_session"))
+            )
         if proc is None:
-            proc = subprocess.Popen(command, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                    text=True, **popen)
+            proc = subprocess.Popen(
+                command, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
+            )
         self.started.append(proc)
         return proc
 
@@ -216,10 +252,8 @@ class Bench:
             except psutil.NoSuchProcess:
                 continue
             for process in tree:
-                try:
+                with contextlib.suppress(psutil.NoSuchProcess):
                     process.kill()
-                except psutil.NoSuchProcess:
-                    pass
             proc.communicate(timeout=60)
 
     @staticmethod
@@ -257,8 +291,9 @@ class Bench:
         assert len(errors) == 1, proc.stderr
         return errors[0]
 
-    def run_two_nodes(self, common: Sequence[str], run_dir: Path
-                      ) -> "tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]":
+    def run_two_nodes(
+        self, common: Sequence[str], run_dir: Path
+    ) -> "tuple[subprocess.CompletedProcess, subprocess.CompletedProcess]":
         """Two `python -m bench` "nodes" on loopback (distributed.node_rank 1 started first, then
         0, each in run_dir/node<N>): (node 0's process, node 1's), both ended."""
         follower = self.start(*common, "distributed.node_rank=1", f"hydra.run.dir={run_dir}/node1")
@@ -355,8 +390,10 @@ class Datasets:
         return write_image_folder(str(root), images, classes, self.WIDTH, self.HEIGHT, seed=seed)
 
     def imagenet_layout(self, root: Path, train: int = 40, val: int = 8) -> Dict[str, List[str]]:
-        return {"train": self.image_folder(root / "train", train, seed=1),
-                "val": self.image_folder(root / "val", val, seed=2)}
+        return {
+            "train": self.image_folder(root / "train", train, seed=1),
+            "val": self.image_folder(root / "val", val, seed=2),
+        }
 
     @staticmethod
     def cifar100(root: Path, train: int = 40, test: int = 12, seed: int = 0) -> Dict[str, dict]:
@@ -367,14 +404,18 @@ class Datasets:
         root.mkdir(parents=True, exist_ok=True)
         written = {}
         for name, count in (("train", train), ("test", test)):
-            batch = {b"data": rng.integers(0, 256, (count, 3072), dtype=np.uint8),
-                     b"fine_labels": rng.integers(0, 100, count).tolist(),
-                     b"coarse_labels": rng.integers(0, 20, count).tolist(),
-                     b"filenames": [f"img{i}.png".encode() for i in range(count)]}
+            batch = {
+                b"data": rng.integers(0, 256, (count, 3072), dtype=np.uint8),
+                b"fine_labels": rng.integers(0, 100, count).tolist(),
+                b"coarse_labels": rng.integers(0, 20, count).tolist(),
+                b"filenames": [f"img{i}.png".encode() for i in range(count)],
+            }
             (root / name).write_bytes(pickle.dumps(batch))
             written[name] = batch
-        meta = {b"fine_label_names": [f"class{i}".encode() for i in range(100)],
-                b"coarse_label_names": [f"super{i}".encode() for i in range(20)]}
+        meta = {
+            b"fine_label_names": [f"class{i}".encode() for i in range(100)],
+            b"coarse_label_names": [f"super{i}".encode() for i in range(20)],
+        }
         (root / "meta").write_bytes(pickle.dumps(meta))
         return written
 
@@ -397,8 +438,11 @@ class S3Server:
         import boto3
 
         # a session of its own: boto3's default one caches whatever environment it first saw
-        session = boto3.session.Session(aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                                        aws_secret_access_key=S3_SECRET, region_name="us-east-1")
+        session = boto3.session.Session(
+            aws_access_key_id=S3_CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=S3_SECRET,
+            region_name="us-east-1",
+        )
         return session.client("s3", endpoint_url=self.endpoint)
 
     def new_bucket(self) -> str:
@@ -449,10 +493,16 @@ class LongDdpRun:
         self.tree: list = []
 
     def start(self, timeout_s: int) -> subprocess.Popen:
-        self.proc = self.bench.start(*self.tiny, "distributed=ddp", "distributed.nproc_per_node=2",
-                                     "train.steps_per_epoch=100000", "benchmark.log_every=1",
-                                     f"distributed.timeout_s={timeout_s}", f"hydra.run.dir={self.run_dir}",
-                                     start_new_session=True)
+        self.proc = self.bench.start(
+            *self.tiny,
+            "distributed=ddp",
+            "distributed.nproc_per_node=2",
+            "train.steps_per_epoch=100000",
+            "benchmark.log_every=1",
+            f"distributed.timeout_s={timeout_s}",
+            f"hydra.run.dir={self.run_dir}",
+            start_new_session=True,
+        )
         return self.proc
 
     def wait_for_rank1_steps(self) -> int:
@@ -524,8 +574,12 @@ class Slurm:
 
     accounting: bool
     # a sweep's jobs as Slurm jobs on a CPU node: no GPUs, 1 GB, one core per process of the job
-    sweep_on_cpu = ("hydra/launcher=slurm", "hydra.launcher.gpus_per_node=0", "hydra.launcher.mem_gb=1",
-                    "hydra.launcher.cpus_per_task='${bench.times:1,${distributed.nproc_per_node}}'")
+    sweep_on_cpu = (
+        "hydra/launcher=slurm",
+        "hydra.launcher.gpus_per_node=0",
+        "hydra.launcher.mem_gb=1",
+        "hydra.launcher.cpus_per_task='${bench.times:1,${distributed.nproc_per_node}}'",
+    )
 
 
 def _run_quietly(*command: str) -> Optional[subprocess.CompletedProcess]:
@@ -579,17 +633,35 @@ class MlflowServer:
         assert mlflow_cli, "the mlflow command is not on PATH"
         self.root.mkdir(parents=True, exist_ok=True)
         with (self.root / "server.log").open("a") as log:
-            self.process = subprocess.Popen([mlflow_cli, "server", "--backend-store-uri", f"sqlite:///{self.root}/srv.db",
-                                             "--artifacts-destination", str(self.root / "art"), "--host", "127.0.0.1",
-                                             "--port", str(self.port), "--workers", "1"],
-                                            cwd=self.root, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                                            # no job-runner process beside the server: bench never submits jobs
-                                            env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+            self.process = subprocess.Popen(
+                [
+                    mlflow_cli,
+                    "server",
+                    "--backend-store-uri",
+                    f"sqlite:///{self.root}/srv.db",
+                    "--artifacts-destination",
+                    str(self.root / "art"),
+                    "--host",
+                    "127.0.0.1",
+                    "--port",
+                    str(self.port),
+                    "--workers",
+                    "1",
+                ],
+                cwd=self.root,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                start_new_session=True,
+                # no job-runner process beside the server: bench never submits jobs
+                env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+            )
         deadline = time.time() + HANG_GUARD_S  # a hang guard: the server answers /health when it is up
         while not _healthy(self.url):
             if self.process.poll() is not None or time.time() > deadline:
-                pytest.fail(f"mlflow server did not come up (exit {self.process.poll()}):\n"
-                            f"{(self.root / 'server.log').read_text()[-3000:]}")
+                pytest.fail(
+                    f"mlflow server did not come up (exit {self.process.poll()}):\n"
+                    f"{(self.root / 'server.log').read_text()[-3000:]}"
+                )
             time.sleep(0.5)
         return self
 
@@ -663,7 +735,8 @@ class Browser:
     def open(self, path: Path) -> Page:
         self.driver.get(path.resolve().as_uri())
         images = self.driver.execute_script(
-            "return [...document.images].map(i => [i.complete, i.naturalWidth, i.alt || i.src.slice(0, 40)])")
+            "return [...document.images].map(i => [i.complete, i.naturalWidth, i.alt || i.src.slice(0, 40)])"
+        )
         cells = self.driver.execute_script("return [...document.querySelectorAll('td')].map(t => t.textContent)")
         errors = [entry["message"] for entry in self.driver.get_log("browser") if entry["level"] == "SEVERE"]
         return Page([tuple(i) for i in images], errors, cells)
@@ -681,8 +754,13 @@ def browser() -> Iterator[Browser]:
     from selenium.webdriver.chrome.service import Service
 
     options = webdriver.ChromeOptions()
-    for argument in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                     "--window-size=1600,1200"):
+    for argument in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1600,1200",
+    ):
         options.add_argument(argument)
     options.binary_location = chromium
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})

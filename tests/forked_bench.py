@@ -61,20 +61,80 @@ MAX_MESSAGE = 1 << 20
 
 # The heavy third-party libraries a bench run imports (and what they pull: sqlalchemy, alembic,
 # pandas, numpy, PIL...). Never bench's own modules, nor hydra_plugins (bench's launchers live there).
-PRELOAD = ("torch", "torchvision", "torchvision.models", "torchvision.transforms", "torchvision.datasets",
-           "torch.distributed", "torch.distributed.elastic.multiprocessing", "torch.distributed.launcher.api",
-           "torch.utils.data", "mlflow", "mlflow.tracking", "mlflow.store.tracking.sqlalchemy_store",
-           "hydra", "hydra.core.config_store", "hydra.core.hydra_config", "omegaconf", "numpy", "PIL.Image",
-           "hydra._internal.utils", "hydra._internal.logging_config", "hydra.experimental", "psutil", "yaml",
-           "tqdm", "filelock", "email._header_value_parser", "sqlalchemy.dialects.sqlite")
+PRELOAD = (
+    "torch",
+    "torchvision",
+    "torchvision.models",
+    "torchvision.transforms",
+    "torchvision.datasets",
+    "torch.distributed",
+    "torch.distributed.elastic.multiprocessing",
+    "torch.distributed.launcher.api",
+    "torch.utils.data",
+    "mlflow",
+    "mlflow.tracking",
+    "mlflow.store.tracking.sqlalchemy_store",
+    "hydra",
+    "hydra.core.config_store",
+    "hydra.core.hydra_config",
+    "omegaconf",
+    "numpy",
+    "PIL.Image",
+    "hydra._internal.utils",
+    "hydra._internal.logging_config",
+    "hydra.experimental",
+    "psutil",
+    "yaml",
+    "tqdm",
+    "filelock",
+    "email._header_value_parser",
+    "sqlalchemy.dialects.sqlite",
+)
 
 # Variables read at start by the interpreter or by C/C++ libraries (OpenMP, MKL, glibc, the CUDA
 # stack, torch's C++ side): invisible to the server's record of what its imports read, so any
 # difference from the server's environment means a real exec. Conservative on purpose.
-UNSAFE_PREFIXES = ("PYTHON", "OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS_", "GOTO", "BLIS_", "VECLIB_", "NUMEXPR_",
-                   "DNNL_", "ONEDNN_", "TORCH", "PYTORCH", "ATEN_", "CAFFE2_", "CUDA", "CUBLAS", "CUDNN", "CUFFT",
-                   "CURAND", "CUSOLVER", "CUSPARSE", "NCCL_", "NVIDIA_", "NV_", "TRITON", "HIP_", "ROCM", "HSA_",
-                   "XLA_", "KINETO", "LD_", "MALLOC", "GLIBC_", "LC_", "TQDM_", "OTEL_", "XDG_")
+UNSAFE_PREFIXES = (
+    "PYTHON",
+    "OMP_",
+    "GOMP_",
+    "KMP_",
+    "MKL_",
+    "OPENBLAS_",
+    "GOTO",
+    "BLIS_",
+    "VECLIB_",
+    "NUMEXPR_",
+    "DNNL_",
+    "ONEDNN_",
+    "TORCH",
+    "PYTORCH",
+    "ATEN_",
+    "CAFFE2_",
+    "CUDA",
+    "CUBLAS",
+    "CUDNN",
+    "CUFFT",
+    "CURAND",
+    "CUSOLVER",
+    "CUSPARSE",
+    "NCCL_",
+    "NVIDIA_",
+    "NV_",
+    "TRITON",
+    "HIP_",
+    "ROCM",
+    "HSA_",
+    "XLA_",
+    "KINETO",
+    "LD_",
+    "MALLOC",
+    "GLIBC_",
+    "LC_",
+    "TQDM_",
+    "OTEL_",
+    "XDG_",
+)
 UNSAFE_NAMES = frozenset({"LANG", "LANGUAGE", "TZ", "HOME", "PATH", "TMPDIR", "TEMP", "TMP", "USER", "LOGNAME"})
 # read when a process starts but applied per request in the child (sys.stdout/stderr are rebuilt)
 ALLOWED = frozenset({"PYTHONUNBUFFERED"})
@@ -131,8 +191,19 @@ def log(how: str, module: str, cwd, cpu_s: float, why: str = "") -> None:
     if path:
         test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
         with open(path, "a") as out:
-            out.write(json.dumps({"how": how, "module": module, "cpu_s": round(cpu_s, 2), "why": why, "test": test,
-                                  "pid": os.getpid()}) + "\n")
+            out.write(
+                json.dumps(
+                    {
+                        "how": how,
+                        "module": module,
+                        "cpu_s": round(cpu_s, 2),
+                        "why": why,
+                        "test": test,
+                        "pid": os.getpid(),
+                    }
+                )
+                + "\n"
+            )
 
 
 class ForkServer:
@@ -167,9 +238,15 @@ class ForkServer:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._start_env = dict(self._default_env())
         with open(os.path.join(self._workdir, "server.log"), "wb") as log:
-            self._proc = subprocess.Popen([sys.executable, SERVER_FILE, str(theirs.fileno())], cwd=self._workdir,
-                                          env=self._start_env, stdin=subprocess.DEVNULL, stdout=log,
-                                          stderr=subprocess.STDOUT, pass_fds=[theirs.fileno()])
+            self._proc = subprocess.Popen(
+                [sys.executable, SERVER_FILE, str(theirs.fileno())],
+                cwd=self._workdir,
+                env=self._start_env,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                pass_fds=[theirs.fileno()],
+            )
         theirs.close()
         self._sock = ours
         ours.settimeout(900)  # the server imports: seconds, a minute on a loaded machine; a hang guard
@@ -340,9 +417,16 @@ class ForkServer:
                 umask = next((int(line.split()[1], 8) for line in status if line.startswith("Umask:")), None)
         except OSError:
             pass
-        return {"module": module, "args": [os.fsdecode(a) for a in args], "cwd": cwd, "env": env,
-                "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-                "umask": umask, "rlimits": limits, "nice": os.getpriority(os.PRIO_PROCESS, 0)}
+        return {
+            "module": module,
+            "args": [os.fsdecode(a) for a in args],
+            "cwd": cwd,
+            "env": env,
+            "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+            "umask": umask,
+            "rlimits": limits,
+            "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        }
 
     def _run(self, command: list, module: str, cwd: str, env: dict, timeout: float):
         import io
@@ -367,15 +451,17 @@ class ForkServer:
                 while open_pipes or status is None:  # as communicate(): EOF on both pipes, and the exit
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
-                        raise subprocess.TimeoutExpired(command, timeout, output=b"".join(chunks[out_r]),
-                                                        stderr=b"".join(chunks[err_r]))
+                        raise subprocess.TimeoutExpired(
+                            command, timeout, output=b"".join(chunks[out_r]), stderr=b"".join(chunks[err_r])
+                        )
                     for key, _ in selector.select(remaining):
                         if key.fileobj is self._sock:
                             message, _ = _receive(self._sock)
                             if message is None:
                                 selector.unregister(self._sock)
-                                raise RuntimeError("the fork server died while a command ran (its log: "
-                                                   f"{self._workdir}/server.log)")
+                                raise RuntimeError(
+                                    f"the fork server died while a command ran (its log: {self._workdir}/server.log)"
+                                )
                             if "error" in message:
                                 raise RuntimeError(f"the fork server could not fork: {message['error']}")
                             pid = message.get("pid", pid)
@@ -400,8 +486,10 @@ class ForkServer:
         # as subprocess does in text mode: the locale's encoding, strict, universal newlines
         probe = io.TextIOWrapper(io.BytesIO())
         encoding, errors = probe.encoding, probe.errors
-        out, err = (b"".join(chunks[fd]).decode(encoding, errors).replace("\r\n", "\n").replace("\r", "\n")
-                    for fd in (out_r, err_r))
+        out, err = (
+            b"".join(chunks[fd]).decode(encoding, errors).replace("\r\n", "\n").replace("\r", "\n")
+            for fd in (out_r, err_r)
+        )
         return subprocess.CompletedProcess(command, status, out, err)
 
     @staticmethod
@@ -500,7 +588,7 @@ class ForkedProcess:
         self._until(lambda: self.returncode is not None, timeout)
         return self.returncode  # type: ignore[return-value]
 
-    def communicate(self, input=None, timeout: Optional[float] = None):  # noqa: A002 (Popen's name)
+    def communicate(self, input=None, timeout: Optional[float] = None):
         """(stdout, stderr) once both pipes are at EOF and the process has ended, as Popen's."""
         import io
 
@@ -508,8 +596,12 @@ class ForkedProcess:
         probe = io.TextIOWrapper(io.BytesIO())
         texts = []
         for fd in (self._out, self._err):
-            texts.append(b"".join(self._chunks[fd]).decode(probe.encoding, probe.errors)
-                         .replace("\r\n", "\n").replace("\r", "\n"))
+            texts.append(
+                b"".join(self._chunks[fd])
+                .decode(probe.encoding, probe.errors)
+                .replace("\r\n", "\n")
+                .replace("\r", "\n")
+            )
             self._chunks[fd] = []
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -712,8 +804,14 @@ def _stdio(fd: int, name: str, write: bool, unbuffered: bool, like):
     raw = buffer if buffering == 0 else buffer.raw
     raw.name = name
     line_buffering = (not unbuffered) and (os.isatty(fd) or fd == 2)
-    return io.TextIOWrapper(buffer, encoding=like.encoding, errors=like.errors, newline="\n",
-                            line_buffering=line_buffering, write_through=unbuffered)
+    return io.TextIOWrapper(
+        buffer,
+        encoding=like.encoding,
+        errors=like.errors,
+        newline="\n",
+        line_buffering=line_buffering,
+        write_through=unbuffered,
+    )
 
 
 def _become(request: dict, fds: list, dispositions: dict, mask, changes: list) -> None:
@@ -891,9 +989,12 @@ def _server_main(fd: int) -> None:
         problem = f"threads after its imports (a fork would lose them): {threads}"
     elif printed:
         problem = "its imports printed something (a fresh process would print it, a forked child would not)"
-    print(f"forked_bench: imported {len(PRELOAD)} libraries in {time.monotonic() - started:.1f} s; "
-          f"{len(value_keys)} variables read, {len(presence_keys)} checked; iterated by: {iterations}; "
-          f"changed: {changes}", flush=True)
+    print(
+        f"forked_bench: imported {len(PRELOAD)} libraries in {time.monotonic() - started:.1f} s; "
+        f"{len(value_keys)} variables read, {len(presence_keys)} checked; iterated by: {iterations}; "
+        f"changed: {changes}",
+        flush=True,
+    )
     if problem:
         _send(sock, {"error": problem})
         print(f"forked_bench: {problem}", flush=True)

@@ -24,8 +24,15 @@ def test_digits_trains_to_its_target_and_stops_there(bench, digits, tmp_path):
     """16 px instead of the preset's 32 keeps the test short; the preset's own figures are in
     docs/performance.md."""
     run_dir = tmp_path / "run"
-    proc = bench.run("+experiment=digits_tta", f"data.root={digits}", "data.image_size=16", "train.epochs=12",
-                     "benchmark.progress=false", "train.mlperf_log=true", f"hydra.run.dir={run_dir}")
+    proc = bench.run(
+        "+experiment=digits_tta",
+        f"data.root={digits}",
+        "data.image_size=16",
+        "train.epochs=12",
+        "benchmark.progress=false",
+        "train.mlperf_log=true",
+        f"hydra.run.dir={run_dir}",
+    )
     metrics = bench.metrics(proc)
     assert metrics["reached_target"] is True and metrics["target_accuracy"] == 0.95
     assert metrics["val_top1"] >= 0.95  # really learnt: 360 real val digits, 10 classes
@@ -60,9 +67,22 @@ CLOSED_RULES_A_DIGITS_RUN_MISSES = {
 
 
 def compliance(log: Path) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "mlperf_logging.compliance_checker", "--usage", "training",
-                           "--ruleset", "4.0.0", str(log)], capture_output=True, text=True, cwd=log.parent,
-                          timeout=300)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mlperf_logging.compliance_checker",
+            "--usage",
+            "training",
+            "--ruleset",
+            "4.0.0",
+            str(log),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=log.parent,
+        timeout=300,
+    )
 
 
 def check_mlperf_log(log: Path, epochs: list, metrics: dict) -> None:
@@ -85,12 +105,18 @@ def check_mlperf_log(log: Path, epochs: list, metrics: dict) -> None:
     as_open = compliance(log)
     assert as_open.returncode == 0 and "SUCCESS" in as_open.stdout + as_open.stderr, as_open.stdout + as_open.stderr
     closed_log = log.with_name("mlperf-closed.log")  # what train.mlperf_division=closed writes there
-    closed_log.write_text(log.read_text().replace('"key": "submission_division", "value": "open"',
-                                                  '"key": "submission_division", "value": "closed"'))
+    closed_log.write_text(
+        log.read_text().replace(
+            '"key": "submission_division", "value": "open"', '"key": "submission_division", "value": "closed"'
+        )
+    )
     closed = compliance(closed_log)
     output = closed.stdout + closed.stderr
-    found = {line.strip() for line in output.splitlines()
-             if line.strip().startswith(("CHECK for", "Required", "WARNING -  CHECK for"))}
+    found = {
+        line.strip()
+        for line in output.splitlines()
+        if line.strip().startswith(("CHECK for", "Required", "WARNING -  CHECK for"))
+    }
     found = {line.replace("WARNING -  ", "").split(" in line")[0] for line in found}
     assert found == CLOSED_RULES_A_DIGITS_RUN_MISSES, output
     assert closed.returncode != 0 and "Traceback" not in output
@@ -98,9 +124,16 @@ def check_mlperf_log(log: Path, epochs: list, metrics: dict) -> None:
 
 def test_a_target_not_reached_is_a_result_not_an_error(bench, digits, tmp_path):
     run_dir = tmp_path / "run"
-    proc = bench.run("+experiment=digits_tta", f"data.root={digits}", "data.image_size=16", "train.epochs=1",
-                     "train.target_accuracy=0.999", "tracking.enabled=false", "train.mlperf_log=true",
-                     f"hydra.run.dir={run_dir}")
+    proc = bench.run(
+        "+experiment=digits_tta",
+        f"data.root={digits}",
+        "data.image_size=16",
+        "train.epochs=1",
+        "train.target_accuracy=0.999",
+        "tracking.enabled=false",
+        "train.mlperf_log=true",
+        f"hydra.run.dir={run_dir}",
+    )
     metrics = bench.metrics(proc)
     assert metrics["reached_target"] is False and metrics["time_to_target_seconds"] is None
     last = json.loads((run_dir / "mlperf.log").read_text().splitlines()[-1].split(":::MLLOG ", 1)[1])
@@ -111,8 +144,14 @@ def test_a_target_not_reached_is_a_result_not_an_error(bench, digits, tmp_path):
 def test_progressive_resizing_switches_at_the_epochs_asked(bench, tiny, tmp_path):
     run_dir = tmp_path / "run"
     # unquoted, as a user types it: the commas are one schedule, not a sweep
-    proc = bench.run(*tiny, "data.progressive=0,32,4;1,48,2;3,32,6", "train.epochs=4", "train.steps_per_epoch=2",
-                     "tracking.enabled=false", f"hydra.run.dir={run_dir}")
+    proc = bench.run(
+        *tiny,
+        "data.progressive=0,32,4;1,48,2;3,32,6",
+        "train.epochs=4",
+        "train.steps_per_epoch=2",
+        "tracking.enabled=false",
+        f"hydra.run.dir={run_dir}",
+    )
     metrics = bench.metrics(proc)
     epochs = bench.epochs(run_dir)
     assert [(e["image_size"], e["batch_size"]) for e in epochs] == [(32, 4), (48, 2), (48, 2), (32, 6)]
@@ -126,11 +165,25 @@ def test_ddp_validation_counts_every_val_image_once(bench, datasets, tmp_path):
     root = tmp_path / "data"
     datasets.imagenet_layout(root, train=16, val=9)  # 9: not a multiple of 2 ranks or of the batch
     run_dir = tmp_path / "run"
-    proc = bench.run("allow_cpu=true", "model=resnet18", "data=imagefolder", f"data.root={root}",
-                     "data.num_classes=4", "data.image_size=32", "data.batch_size=4", "data.num_workers=0",
-                     "distributed=ddp", "distributed.nproc_per_node=2", "train.epochs=2",
-                     "train.steps_per_epoch=null", "train.eval_every=1", "benchmark.warmup_steps=1",
-                     "benchmark.progress=false", "tracking.enabled=false", f"hydra.run.dir={run_dir}")
+    proc = bench.run(
+        "allow_cpu=true",
+        "model=resnet18",
+        "data=imagefolder",
+        f"data.root={root}",
+        "data.num_classes=4",
+        "data.image_size=32",
+        "data.batch_size=4",
+        "data.num_workers=0",
+        "distributed=ddp",
+        "distributed.nproc_per_node=2",
+        "train.epochs=2",
+        "train.steps_per_epoch=null",
+        "train.eval_every=1",
+        "benchmark.warmup_steps=1",
+        "benchmark.progress=false",
+        "tracking.enabled=false",
+        f"hydra.run.dir={run_dir}",
+    )
     metrics = bench.metrics(proc)
     assert metrics["val_images"] == 9 and metrics["world_size"] == 2
     assert metrics["steps_per_epoch"] == 16 // 2 // 4
@@ -142,13 +195,38 @@ def test_ddp_validation_on_shards_counts_every_val_image_once(bench, datasets, t
     """3 val shards over 2 ranks; fewer shards than readers is tests/unit/test_accuracy_parts.py's."""
     shard_size = 4
     datasets.imagenet_layout(tmp_path / "images", train=16, val=9)
-    prepared = bench.run("prepare", "--src", str(tmp_path / "images"), "--dst", str(tmp_path / "shards"), "--size",
-                         "40", "--shard-size", str(shard_size), "--no-progress", module="bench.data")
+    prepared = bench.run(
+        "prepare",
+        "--src",
+        str(tmp_path / "images"),
+        "--dst",
+        str(tmp_path / "shards"),
+        "--size",
+        "40",
+        "--shard-size",
+        str(shard_size),
+        "--no-progress",
+        module="bench.data",
+    )
     assert prepared.returncode == 0, prepared.stderr
-    proc = bench.run("allow_cpu=true", "model=resnet18", "data=shards", f"data.root={tmp_path / 'shards'}",
-                     "data.num_classes=4", "data.image_size=32", "data.batch_size=4", "data.num_workers=0",
-                     "distributed=ddp", "distributed.nproc_per_node=2", "train.epochs=1", "train.steps_per_epoch=2",
-                     "train.eval_every=1", "benchmark.warmup_steps=1", "benchmark.progress=false",
-                     "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        "allow_cpu=true",
+        "model=resnet18",
+        "data=shards",
+        f"data.root={tmp_path / 'shards'}",
+        "data.num_classes=4",
+        "data.image_size=32",
+        "data.batch_size=4",
+        "data.num_workers=0",
+        "distributed=ddp",
+        "distributed.nproc_per_node=2",
+        "train.epochs=1",
+        "train.steps_per_epoch=2",
+        "train.eval_every=1",
+        "benchmark.warmup_steps=1",
+        "benchmark.progress=false",
+        "tracking.enabled=false",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     metrics = bench.metrics(proc)
     assert metrics["val_images"] == 9 and 0.0 <= metrics["val_top1"] <= 1.0

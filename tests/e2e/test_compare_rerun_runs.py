@@ -20,30 +20,40 @@ def run_dir(root: Path, name: str, overrides: List[str]) -> Path:
     return root / name
 
 
-def test_unfit_fresh_processes_make_it_could_not_judge_exit_3_and_the_noise_cant_tell(bench, tiny, datasets,
-                                                                                        tmp_path):
+def test_unfit_fresh_processes_make_it_could_not_judge_exit_3_and_the_noise_cant_tell(bench, tiny, datasets, tmp_path):
     """One config against itself, a torch thread per usable core and a loader worker beside them
-    (oversubscribed: unfit on any machine, as in test_fit_to_measure.py), at a 0% threshold: "could not judge", exit 3, naming both sides' unfit runs;
+    (oversubscribed: unfit on any machine, as in test_fit_to_measure.py), at a 0% threshold: "could
+    not judge", exit 3, naming both sides' unfit runs;
     what was measured is the same config against itself, so its verdict is the noise's: "can't tell
     at this noise" (the floor of two real processes is above 0%) unless the interval clears 1 by
     more than the floor, which the figures printed decide (checked against the rule either way)."""
     threads = max(1, math.floor(usable_cores(affinity())))
     datasets.image_folder(tmp_path / "images", images=8)
-    config = [*tiny, "data=imagefolder", f"data.root={tmp_path / 'images'}", f"data.num_classes={datasets.CLASSES}",
-              f"cpu_threads={threads}", "data.num_workers=1"]
+    config = [
+        *tiny,
+        "data=imagefolder",
+        f"data.root={tmp_path / 'images'}",
+        f"data.num_classes={datasets.CLASSES}",
+        f"cpu_threads={threads}",
+        "data.num_workers=1",
+    ]
     base, cand = run_dir(tmp_path, "base", config), run_dir(tmp_path, "cand", config)
     out = tmp_path / "out"
-    proc = bench.run(str(base), str(cand), "--rerun", "2", "--threshold", "0%", "--out", str(out),
-                     module="bench.compare")
+    proc = bench.run(
+        str(base), str(cand), "--rerun", "2", "--threshold", "0%", "--out", str(out), module="bench.compare"
+    )
     assert proc.returncode == 3, proc.stdout + proc.stderr
     (verdict,) = [line for line in proc.stderr.splitlines() if line.startswith("verdict: ")]
-    assert verdict.startswith("verdict: could not judge: the candidate was not fit to measure in 4 of 4 runs ("), verdict
+    assert verdict.startswith("verdict: could not judge: the candidate was not fit to measure in 4 of 4 runs ("), (
+        verdict
+    )
     candidate, baseline = verdict.split("; the baseline was not fit to measure in 4 of 4 runs (")
     oversubscribed = re.compile(r"torch threads? x 1 rank \+ 1 loader worker = \d+ > [\d.]+ usable cores")
     assert oversubscribed.search(candidate) and oversubscribed.search(baseline), verdict
     assert "(measured: " in baseline
-    ratio, low, high, floor = map(float, re.search(
-        r"ratio ([\d.]+) \[95% ([\d.]+)-([\d.]+)\], noise floor ([\d.]+)%", proc.stdout).groups())
+    _ratio, low, high, floor = map(
+        float, re.search(r"ratio ([\d.]+) \[95% ([\d.]+)-([\d.]+)\], noise floor ([\d.]+)%", proc.stdout).groups()
+    )
     floor /= 100
     assert floor > 0, proc.stdout
     if high < 1 / (1 + floor):
@@ -51,8 +61,9 @@ def test_unfit_fresh_processes_make_it_could_not_judge_exit_3_and_the_noise_cant
     elif low > 1 + floor:
         assert "(measured: faster by " in verdict
     else:
-        assert f"(measured: can't tell at this noise: the noise floor {100 * floor:.1f}% is larger than the 0%" \
-            in verdict, verdict
+        assert (
+            f"(measured: can't tell at this noise: the noise floor {100 * floor:.1f}% is larger than the 0%" in verdict
+        ), verdict
     assert "Traceback" not in proc.stderr
     assert {p.name for p in out.iterdir()} == {"compare.md", "compare.html", "compare.png", "rerun"}
     assert "<td>not judged</td>" in (out / "compare.html").read_text()

@@ -39,8 +39,19 @@ def run_ok(bench, base, tmp_path, args, env=None) -> dict:
 
 
 def prepare(bench, src, dst, *extra, env=None):
-    return bench.run("prepare", "--src", str(src), "--dst", str(dst), "--workers", "1", "--no-progress", *extra,
-                     module="bench.data", env=env)
+    return bench.run(
+        "prepare",
+        "--src",
+        str(src),
+        "--dst",
+        str(dst),
+        "--workers",
+        "1",
+        "--no-progress",
+        *extra,
+        module="bench.data",
+        env=env,
+    )
 
 
 def test_imagefolder_run_reports_data_wait_au_and_skips_a_corrupt_image(bench, base, datasets, tmp_path):
@@ -48,16 +59,21 @@ def test_imagefolder_run_reports_data_wait_au_and_skips_a_corrupt_image(bench, b
     datasets.imagenet_layout(tmp_path / "imagenet", train=20, val=4)
     (tmp_path / "imagenet" / "train" / "class002" / "broken.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
     # one batch is the whole shuffled epoch, so the broken file is met whatever the order
-    metrics = run_ok(bench, base, tmp_path, ["data=imagefolder", f"data.root={tmp_path / 'imagenet'}",
-                                             "data.num_classes=10", "data.batch_size=21"])
+    metrics = run_ok(
+        bench,
+        base,
+        tmp_path,
+        ["data=imagefolder", f"data.root={tmp_path / 'imagenet'}", "data.num_classes=10", "data.batch_size=21"],
+    )
     check_input_pipeline_fields(metrics)
     assert metrics["data"] == "imagefolder" and metrics["measured_steps"] == 3 and metrics["batch_size"] == 21
     assert metrics["dataset_size"] == 21 and metrics["dataset_classes"] == datasets.CLASSES
     assert metrics["corrupt_skipped"] == 1
 
 
-def test_zero_byte_images_are_skipped_and_counted_and_an_empty_class_folder_is_said_once(bench, base, datasets,
-                                                                                          tmp_path):
+def test_zero_byte_images_are_skipped_and_counted_and_an_empty_class_folder_is_said_once(
+    bench, base, datasets, tmp_path
+):
     """Issue 18: four zero-byte files among 64 (the first four the preflight probes) refused the whole
     dataset; an empty class folder counted as a class without a word. Now the empty files are skipped
     and counted as corrupt images are, and the empty class folder is named once in bench.log."""
@@ -67,9 +83,18 @@ def test_zero_byte_images_are_skipped_and_counted_and_an_empty_class_folder_is_s
     for path in paths[:4]:  # class000's first four: the images preflight would probe
         open(path, "w").close()
     (root / "zz_empty_class").mkdir()  # sorts last: the other classes keep their labels
-    metrics = run_ok(bench, base, tmp_path, ["data=imagefolder", f"data.root={root}",
-                                             f"data.num_classes={datasets.CLASSES + 1}", "data.batch_size=64",
-                                             "train.steps_per_epoch=1"])
+    metrics = run_ok(
+        bench,
+        base,
+        tmp_path,
+        [
+            "data=imagefolder",
+            f"data.root={root}",
+            f"data.num_classes={datasets.CLASSES + 1}",
+            "data.batch_size=64",
+            "train.steps_per_epoch=1",
+        ],
+    )
     assert metrics["corrupt_skipped"] == 4 and metrics["dataset_size"] == 64
     assert metrics["dataset_classes"] == datasets.CLASSES + 1
     log = (tmp_path / "run" / "bench.log").read_text()
@@ -80,7 +105,9 @@ def test_zero_byte_images_are_skipped_and_counted_and_an_empty_class_folder_is_s
 def test_cifar100_run(bench, base, datasets, tmp_path):
     bench.with_store()
     datasets.cifar100(tmp_path / "cifar")
-    metrics = run_ok(bench, base, tmp_path, ["data=cifar100", f"data.root={tmp_path / 'cifar'}", "data.num_classes=100"])
+    metrics = run_ok(
+        bench, base, tmp_path, ["data=cifar100", f"data.root={tmp_path / 'cifar'}", "data.num_classes=100"]
+    )
     check_input_pipeline_fields(metrics)
     assert metrics["dataset_size"] == 40 and metrics["dataset_classes"] == 100 and metrics["image_size"] == 32
 
@@ -102,8 +129,9 @@ def prepare_watching_children(bench, src, dst, *extra, env=None):
 
     import psutil
 
-    proc = bench.start("prepare", "--src", str(src), "--dst", str(dst), "--no-progress", *extra, module="bench.data",
-                       env=env)
+    proc = bench.start(
+        "prepare", "--src", str(src), "--dst", str(dst), "--no-progress", *extra, module="bench.data", env=env
+    )
     seen, commands = {}, []
     deadline = time.monotonic() + HANG_GUARD_S
     while proc.poll() is None and time.monotonic() < deadline:
@@ -134,34 +162,70 @@ def test_shards_prepared_to_s3_train_through_storage_s3(bench, base, datasets, t
     datasets.imagenet_layout(tmp_path / "images", train=24, val=12)
     env = s3_server.env()
     prepared, children, commands = prepare_watching_children(
-        bench, tmp_path / "images", f"s3://{bucket}/shards", "--workers", "2", "--size", "40", "--shard-size", "10",
-        "--storage", f"endpoint={s3_server.endpoint}", env=env)
+        bench,
+        tmp_path / "images",
+        f"s3://{bucket}/shards",
+        "--workers",
+        "2",
+        "--size",
+        "40",
+        "--shard-size",
+        "10",
+        "--storage",
+        f"endpoint={s3_server.endpoint}",
+        env=env,
+    )
     assert prepared.returncode == 0, prepared.stderr
-    assert prepared.stdout.startswith("train: 24 images in 3 shards") and "val: 12 images in 2 shards" in prepared.stdout
+    assert (
+        prepared.stdout.startswith("train: 24 images in 3 shards") and "val: 12 images in 2 shards" in prepared.stdout
+    )
     assert any("spawn_main" in command for command in commands), commands  # its pool processes were seen
     _, alive = psutil.wait_procs(children, timeout=60)  # a hang guard: they are gone when it exits
     assert not alive, commands
     keys = sorted(o["Key"] for o in s3_server.admin().list_objects_v2(Bucket=bucket)["Contents"])
-    assert keys == [f"shards/{split}/{name}" for split, count in (("train", 3), ("val", 2))
-                    for name in ["meta.json", *(f"shard-{n:05d}.bin" for n in range(count))]]
+    assert keys == [
+        f"shards/{split}/{name}"
+        for split, count in (("train", 3), ("val", 2))
+        for name in ["meta.json", *(f"shard-{n:05d}.bin" for n in range(count))]
+    ]
     for split, count in (("train", 24), ("val", 12)):
         meta = json.loads(s3_server.admin().get_object(Bucket=bucket, Key=f"shards/{split}/meta.json")["Body"].read())
         assert meta["count"] == count and len(meta["classes"]) == datasets.CLASSES
 
-    metrics = run_ok(bench, base, tmp_path, ["data=shards", f"data.root=s3://{bucket}/shards", "data.num_classes=10",
-                                             "train.eval_every=1", *s3_server.overrides(bucket)], env=env)
+    metrics = run_ok(
+        bench,
+        base,
+        tmp_path,
+        [
+            "data=shards",
+            f"data.root=s3://{bucket}/shards",
+            "data.num_classes=10",
+            "train.eval_every=1",
+            *s3_server.overrides(bucket),
+        ],
+        env=env,
+    )
     assert metrics["data"] == "shards" and metrics["dataset_size"] == 24 and metrics["dataset_shards"] == 3
     assert metrics["measured_steps"] == 3 and metrics["val_images"] == 12
     (run,) = bench.runs()
     assert s3_server.secret not in str(run.data.params) + str(run.data.tags)
-    assert not any(s3_server.secret in p.read_text(errors="ignore") for p in (tmp_path / "run").rglob("*")
-                   if p.is_file())
+    assert not any(
+        s3_server.secret in p.read_text(errors="ignore") for p in (tmp_path / "run").rglob("*") if p.is_file()
+    )
 
     # the same shard set without its val/ split: validation refused in preflight (issue 21), one line,
     # before any MLflow run (it used to fail when the first epoch ended, ~20 s in)
     s3_server.admin().delete_object(Bucket=bucket, Key="shards/val/meta.json")
-    proc = bench.run(*base, "data=shards", f"data.root=s3://{bucket}/shards", "data.num_classes=10", "train.eval_every=1",
-                     *s3_server.overrides(bucket), f"hydra.run.dir={tmp_path}/noval", env=env)
+    proc = bench.run(
+        *base,
+        "data=shards",
+        f"data.root=s3://{bucket}/shards",
+        "data.num_classes=10",
+        "train.eval_every=1",
+        *s3_server.overrides(bucket),
+        f"hydra.run.dir={tmp_path}/noval",
+        env=env,
+    )
     assert f"s3://{bucket}/shards holds no val/meta.json" in one_error_line(bench, proc, 2)
     assert len(bench.runs()) == 1  # no run for the refused one
 
@@ -174,15 +238,18 @@ def one_error_line(bench, proc, code: int) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize("case,expected", [
-    ("missing", "data.root='{root}' does not exist"),
-    ("empty", "{root} is empty: expected one sub-folder per class"),
-    ("too_many_classes", "{root} has 4 classes but data.num_classes=3"),
-    ("no_root", "data.root=None is not valid"),
-    ("bad_split", "data.split='test' is not valid: accepted one of train, val"),
-    ("negative_workers", "data.num_workers=-1 is not valid: accepted a number >= 0"),
-    ("not_images", "{root}: none of its first 4 images can be decoded"),  # issue 9: failed mid-run before
-])
+@pytest.mark.parametrize(
+    "case,expected",
+    [
+        ("missing", "data.root='{root}' does not exist"),
+        ("empty", "{root} is empty: expected one sub-folder per class"),
+        ("too_many_classes", "{root} has 4 classes but data.num_classes=3"),
+        ("no_root", "data.root=None is not valid"),
+        ("bad_split", "data.split='test' is not valid: accepted one of train, val"),
+        ("negative_workers", "data.num_workers=-1 is not valid: accepted a number >= 0"),
+        ("not_images", "{root}: none of its first 4 images can be decoded"),  # issue 9: failed mid-run before
+    ],
+)
 def test_dataset_errors_before_any_run(bench, base, datasets, tmp_path, case, expected):
     root = tmp_path / "data"
     if case == "empty":
@@ -207,8 +274,15 @@ def test_strict_stops_at_a_corrupt_image_naming_it(bench, base, datasets, tmp_pa
     datasets.image_folder(tmp_path / "flat", images=8)
     bad = tmp_path / "flat" / "class000" / "broken.jpg"
     bad.write_bytes(b"\xff\xd8\xff not a jpeg")
-    proc = bench.run(*base, "data=imagefolder", f"data.root={tmp_path / 'flat'}", "data.num_classes=10",
-                     "data.strict=true", "data.split=val", f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        *base,
+        "data=imagefolder",
+        f"data.root={tmp_path / 'flat'}",
+        "data.num_classes=10",
+        "data.strict=true",
+        "data.split=val",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     assert f"corrupt image {bad}" in one_error_line(bench, proc, 1)
     (run,) = bench.runs()
     assert run.info.status == "FAILED"
@@ -229,9 +303,32 @@ def test_prepare_errors_are_one_line(bench, datasets, tmp_path):
 
 
 def test_bench_loader_command_compares_against_the_baseline(bench, tmp_path):
-    proc = bench.run("bench-loader", "--images", "16", "--classes", "2", "--workers", "0", "--batch-size", "4",
-                     "--rounds", "2", "--batches", "2", "--warmup", "1", "--image-size", "32", "--shard-image-size", "64",
-                     "--shard-size", "5", "--dir", str(tmp_path), module="bench.data")
+    proc = bench.run(
+        "bench-loader",
+        "--images",
+        "16",
+        "--classes",
+        "2",
+        "--workers",
+        "0",
+        "--batch-size",
+        "4",
+        "--rounds",
+        "2",
+        "--batches",
+        "2",
+        "--warmup",
+        "1",
+        "--image-size",
+        "32",
+        "--shard-image-size",
+        "64",
+        "--shard-size",
+        "5",
+        "--dir",
+        str(tmp_path),
+        module="bench.data",
+    )
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     # A-B-C-C-B-A in every round (bench.analysis.rounds): each loader twice a round

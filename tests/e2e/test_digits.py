@@ -28,8 +28,10 @@ def one_error_line(bench, proc) -> str:
 
 def images_in(root: Path) -> dict:
     """{split: {class: [file names]}}"""
-    return {split: {c: sorted(os.listdir(root / split / c)) for c in sorted(os.listdir(root / split))}
-            for split in ("train", "val")}
+    return {
+        split: {c: sorted(os.listdir(root / split / c)) for c in sorted(os.listdir(root / split))}
+        for split in ("train", "val")
+    }
 
 
 @pytest.fixture(scope="module")
@@ -72,8 +74,9 @@ def test_digits_rerun_is_a_no_op(written):
     before = {p: p.stat().st_mtime_ns for p in dst.rglob("*")}
     again = digits(bench, dst)
     assert again.returncode == 0, again.stderr
-    assert again.stdout.strip() == (f"{dst} already holds the digits: 1437 train and 360 val images "
-                                    f"(10 classes, 32x32 png); nothing to do")
+    assert again.stdout.strip() == (
+        f"{dst} already holds the digits: 1437 train and 360 val images (10 classes, 32x32 png); nothing to do"
+    )
     assert {p: p.stat().st_mtime_ns for p in dst.rglob("*")} == before
     other = digits(bench, dst, "--size", "16")  # other options on the same folder: refused, nothing touched
     assert "--dst=" in one_error_line(bench, other) and "32x32 png" in other.stderr
@@ -82,8 +85,19 @@ def test_digits_rerun_is_a_no_op(written):
 
 def test_digits_options_jpeg_size_fraction_seed(bench, tmp_path):
     dst = tmp_path / "nested" / "digits16"
-    proc = digits(bench, dst, "--format", "jpeg", "--size", "16", "--val-fraction", "0.5", "--seed", "3",
-                  module="bench.tools.data")
+    proc = digits(
+        bench,
+        dst,
+        "--format",
+        "jpeg",
+        "--size",
+        "16",
+        "--val-fraction",
+        "0.5",
+        "--seed",
+        "3",
+        module="bench.tools.data",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip() == f"wrote 898 train and 899 val images (10 classes, 16x16 jpeg) to {dst}"
     found = images_in(dst)
@@ -94,18 +108,22 @@ def test_digits_options_jpeg_size_fraction_seed(bench, tmp_path):
     # the seed picks the split: seed 3 and seed 0 put different images in val
     default = tmp_path / "seed0"
     assert digits(bench, default, "--val-fraction", "0.5", "--size", "8").returncode == 0
-    assert images_in(default)["val"] != {c: [n.replace(".jpg", ".png") for n in files]
-                                         for c, files in found["val"].items()}
+    assert images_in(default)["val"] != {
+        c: [n.replace(".jpg", ".png") for n in files] for c, files in found["val"].items()
+    }
 
 
-@pytest.mark.parametrize("args,says", [
-    (["--size", "0"], "--size=0 is not valid"),
-    (["--size", "big"], "--size='big' is not valid"),
-    (["--val-fraction", "1.5"], "--val-fraction=1.5 is not valid"),
-    (["--val-fraction", "0"], "--val-fraction=0.0 is not valid"),
-    (["--format", "gif"], "--format='gif' is not valid: accepted png or jpeg"),
-    (["--seed", "-1"], "--seed=-1 is not valid"),
-])
+@pytest.mark.parametrize(
+    "args,says",
+    [
+        (["--size", "0"], "--size=0 is not valid"),
+        (["--size", "big"], "--size='big' is not valid"),
+        (["--val-fraction", "1.5"], "--val-fraction=1.5 is not valid"),
+        (["--val-fraction", "0"], "--val-fraction=0.0 is not valid"),
+        (["--format", "gif"], "--format='gif' is not valid: accepted png or jpeg"),
+        (["--seed", "-1"], "--seed=-1 is not valid"),
+    ],
+)
 def test_digits_bad_options_are_one_line(bench, tmp_path, args, says):
     proc = digits(bench, tmp_path / "out", *args)
     assert one_error_line(bench, proc).startswith(f"[ERROR] {says}")

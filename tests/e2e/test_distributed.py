@@ -35,8 +35,11 @@ def test_two_process_ddp_end_to_end_with_strong_scaling(bench, tiny, tmp_path):
     assert metrics["params_in_sync"] is True
     assert 0 < metrics["rank_images_per_second_min"] <= metrics["rank_images_per_second_max"]
     assert metrics["images_per_second"] == pytest.approx(
-        sum(json.loads((run_dir / "run_summary.json").read_text())["results"][k]
-            for k in ("rank_images_per_second_min", "rank_images_per_second_max")))
+        sum(
+            json.loads((run_dir / "run_summary.json").read_text())["results"][k]
+            for k in ("rank_images_per_second_min", "rank_images_per_second_max")
+        )
+    )
 
     summary = json.loads((run_dir / "run_summary.json").read_text())
     ranks = summary["ranks"]
@@ -67,8 +70,18 @@ def test_two_process_ddp_end_to_end_with_strong_scaling(bench, tiny, tmp_path):
 def test_torchrun_ranks_join_and_rank0_reports(bench, tiny, tmp_path):
     bench.with_store()
     run_dir = tmp_path / "run"
-    proc = bench.run("--nproc-per-node", "2", "--master-port", str(free_port()), "-m", "bench", *DDP2,
-                     f"hydra.run.dir={run_dir}", *tiny, module="torch.distributed.run")
+    proc = bench.run(
+        "--nproc-per-node",
+        "2",
+        "--master-port",
+        str(free_port()),
+        "-m",
+        "bench",
+        *DDP2,
+        f"hydra.run.dir={run_dir}",
+        *tiny,
+        module="torch.distributed.run",
+    )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     # rank 0's final line belongs on stdout (as with the launcher), not on stderr
     assert "radix_metrics" not in proc.stderr, "rank 0 printed its final line to stderr, not stdout"
@@ -88,8 +101,14 @@ def test_two_nodes_launched_by_bench_on_loopback(bench, tiny, tmp_path):
     worker each, meet at rdzv_endpoint; node 0 holds rank 0 and alone reports and logs. The
     rendezvous timeout is a hang guard: a loaded machine may start the two nodes minutes apart."""
     bench.with_store()
-    common = [*tiny, "distributed=ddp", "distributed.nnodes=2", "distributed.nproc_per_node=1",
-              f"distributed.rdzv_endpoint=127.0.0.1:{free_port()}", f"distributed.timeout_s={HANG_GUARD_S}"]
+    common = [
+        *tiny,
+        "distributed=ddp",
+        "distributed.nnodes=2",
+        "distributed.nproc_per_node=1",
+        f"distributed.rdzv_endpoint=127.0.0.1:{free_port()}",
+        f"distributed.timeout_s={HANG_GUARD_S}",
+    ]
     leader, follower = bench.run_two_nodes(common, tmp_path)
     metrics = bench.metrics(leader)
     assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
@@ -104,12 +123,15 @@ def test_two_nodes_launched_by_bench_on_loopback(bench, tiny, tmp_path):
 # ---- config errors -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overrides,key", [
-    (["distributed=single", "distributed.nproc_per_node=2"], "distributed.nproc_per_node"),
-    ([*DDP2, "distributed.scaling=strong", "data.batch_size=5"], "data.batch_size"),
-    (["distributed=ddp", "distributed.nnodes=2"], "distributed.rdzv_endpoint"),
-    (["distributed=ddp", "distributed.backend=mpi"], "distributed.backend"),
-])
+@pytest.mark.parametrize(
+    "overrides,key",
+    [
+        (["distributed=single", "distributed.nproc_per_node=2"], "distributed.nproc_per_node"),
+        ([*DDP2, "distributed.scaling=strong", "data.batch_size=5"], "data.batch_size"),
+        (["distributed=ddp", "distributed.nnodes=2"], "distributed.rdzv_endpoint"),
+        (["distributed=ddp", "distributed.backend=mpi"], "distributed.backend"),
+    ],
+)
 def test_distributed_config_errors(bench, tiny, tmp_path, overrides, key):
     proc = bench.run(*tiny, *overrides, f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr}"

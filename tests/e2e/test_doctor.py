@@ -33,9 +33,18 @@ def jpeg_folder_doctored(bench_at, tmp_path_factory) -> Doctored:
     write_image_folder(str(root / "photos" / "train"), 64, 4)  # 500x375, compressed like photographs
     bench = bench_at(root).with_store()
     out = root / "doctor"
-    proc = bench.run(*FAST_MODEL, "data=imagefolder", f"data.root={root / 'photos'}", "data.num_workers=0",
-                     "data.num_classes=4", "doctor.budget_s=12", "doctor.what_ifs=false", f"doctor.out={out}",
-                     module="bench.doctor", env=bench.env(bench.uri))
+    proc = bench.run(
+        *FAST_MODEL,
+        "data=imagefolder",
+        f"data.root={root / 'photos'}",
+        "data.num_workers=0",
+        "data.num_classes=4",
+        "doctor.budget_s=12",
+        "doctor.what_ifs=false",
+        f"doctor.out={out}",
+        module="bench.doctor",
+        env=bench.env(bench.uri),
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     return Doctored(proc, out, bench.uri, json.loads((out / "doctor.json").read_text()))
 
@@ -64,8 +73,14 @@ def test_a_jpeg_folder_without_workers_is_input_bound_with_decode_on_top(jpeg_fo
         rung = next(r for r in report["rungs"] if r["name"] == name)
         assert rung["images_per_second"] > 0 and f"{rung['images_per_second']:,.0f}" in stdout
     assert "skipped: one process: DDP has nothing to all-reduce" in stdout
-    assert {p.name for p in jpeg_folder_doctored.out.iterdir()} >= {"doctor.md", "doctor.html", "doctor.png",
-                                                                     "doctor.json", "1-compute", "4-full"}
+    assert {p.name for p in jpeg_folder_doctored.out.iterdir()} >= {
+        "doctor.md",
+        "doctor.html",
+        "doctor.png",
+        "doctor.json",
+        "1-compute",
+        "4-full",
+    }
 
 
 def test_every_rung_is_a_child_of_one_mlflow_parent_run(jpeg_folder_doctored):
@@ -105,8 +120,14 @@ def test_the_doctor_page_opens_in_a_real_browser(jpeg_folder_doctored, browser):
 
 def test_synthetic_data_with_a_small_model_is_compute_bound_and_its_what_ifs_are_measured(bench, tmp_path):
     out = tmp_path / "doctor"
-    proc = bench.run(*FAST_MODEL, "data.num_classes=10", "tracking.enabled=false", "doctor.budget_s=20",
-                     f"doctor.out={out}", module="bench.doctor")
+    proc = bench.run(
+        *FAST_MODEL,
+        "data.num_classes=10",
+        "tracking.enabled=false",
+        "doctor.budget_s=20",
+        f"doctor.out={out}",
+        module="bench.doctor",
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((out / "doctor.json").read_text())
     full = next(r for r in report["rungs"] if r["name"] == "full")

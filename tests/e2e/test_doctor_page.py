@@ -95,8 +95,9 @@ def test_a_busy_machine_is_said_first_with_the_wall_time_over_budget(browser, tm
     what_if = WhatIf("channels_last", [], FULL, 3.18, 3.3)
     diagnosis = _diagnosis(rungs, what_ifs=[what_if], budget_s=30.0, elapsed_s=163.0, setup_s=21.0)
     seen = _seen(browser, _moved(diagnosis, tmp_path), tmp_path)
-    assert seen["verdict"].startswith(f"not fit to measure: the machine was busy during the compute ceiling ({BUSY}), "
-                                      "so no bound is called")
+    assert seen["verdict"].startswith(
+        f"not fit to measure: the machine was busy during the compute ceiling ({BUSY}), so no bound is called"
+    )
     assert "compute-bound" not in seen["visible"]
     assert seen["budget"].startswith("163 s wall time of a 30 s budget: over by 133 s")
     assert "the rungs 98 s (full run 58 s, compute ceiling 40 s)" in seen["budget"]
@@ -108,5 +109,6 @@ def test_the_charts_title_is_the_whole_verdict_wrapped():
     sentence = diagnose([Rung(COMPUTE, 1000.0), Rung(FULL, 980.0)], 2)[1]
     assert len(sentence) > doctor_page.TITLE_CHARS
     title = doctor_page.chart_title(sentence)
-    assert title.replace("\n", " ") == sentence and all(len(line) <= doctor_page.TITLE_CHARS
-                                                         for line in title.splitlines())
+    assert title.replace("\n", " ") == sentence and all(
+        len(line) <= doctor_page.TITLE_CHARS for line in title.splitlines()
+    )

@@ -35,23 +35,32 @@ def _heavy_imports(importtime_log: str) -> list[str]:
 
 
 def test_heavy_import_detector_parses_importtime_lines():
-    log = ("import time: self [us] | cumulative | imported package\n"
-           "import time:       120 |        120 |   torchvision_like\n"
-           "import time:       123 |        456 |     torch._C\n"
-           "import time:        12 |         34 | mlflow\n"
-           "import time:        12 |         34 |   omegaconf\n")
+    log = (
+        "import time: self [us] | cumulative | imported package\n"
+        "import time:       120 |        120 |   torchvision_like\n"
+        "import time:       123 |        456 |     torch._C\n"
+        "import time:        12 |         34 | mlflow\n"
+        "import time:        12 |         34 |   omegaconf\n"
+    )
     assert _heavy_imports(log) == ["torch._C", "mlflow"]
 
 
-@pytest.mark.parametrize("flags", [["--cfg", "job"], ["--help"], ["hydra/launcher=slurm", "--cfg", "job"],
-                                   ["hydra/launcher=slurm_local", "--help"]],
-                         ids=["cfg-job", "help", "cfg-job-slurm", "help-slurm_local"])
+@pytest.mark.parametrize(
+    "flags",
+    [["--cfg", "job"], ["--help"], ["hydra/launcher=slurm", "--cfg", "job"], ["hydra/launcher=slurm_local", "--help"]],
+    ids=["cfg-job", "help", "cfg-job-slurm", "help-slurm_local"],
+)
 def test_cli_prints_config_without_importing_torch_or_mlflow(tmp_path, flags):
     """With a Slurm launcher too: Hydra imports its plugins (bench's launchers among them) at start."""
     if "slurm" in flags[0]:
         pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher")
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "bench", *flags],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "bench", *flags],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "arch: resnet50" in proc.stdout
     assert "import time:" in proc.stderr  # the log is there, so an empty result means something
@@ -64,17 +73,37 @@ def test_cli_prints_config_without_importing_torch_or_mlflow(tmp_path, flags):
 
 def test_a_refused_config_imports_neither_torch_nor_mlflow(tmp_path):
     """Schema errors come back before the heavy imports: fast, and nothing is opened."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "bench", "data.batch_size=0"],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "bench", "data.batch_size=0"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 2
     assert _heavy_imports(proc.stderr) == []
 
 
 def test_a_sweep_preview_lists_its_jobs_without_importing_torch_or_mlflow(tmp_path):
     """-m with --cfg job: Hydra alone prints a traceback ("Only one of --run, --multirun, --cfg...")."""
-    proc = subprocess.run([sys.executable, "-X", "importtime", "-m", "bench", "-m", "data.batch_size=64,128",
-                           "precision=fp32,bf16", "--cfg", "job"], cwd=tmp_path, capture_output=True, text=True,
-                          timeout=600)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-X",
+            "importtime",
+            "-m",
+            "bench",
+            "-m",
+            "data.batch_size=64,128",
+            "precision=fp32,bf16",
+            "--cfg",
+            "job",
+        ],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout.splitlines()[0].startswith("a sweep of 4 jobs")
     assert "  #3  data.batch_size=128 precision=bf16" in proc.stdout and "Traceback" not in proc.stderr
@@ -82,7 +111,8 @@ def test_a_sweep_preview_lists_its_jobs_without_importing_torch_or_mlflow(tmp_pa
 
 
 def test_the_seeds_flag_style_runs_as_the_hydra_spelling(bench):
-    """Issue 30.10: `python -m bench --data.batch_size=8` (seed 002) printed argparse's usage; now the config has batch 8."""
+    """Issue 30.10: `python -m bench --data.batch_size=8` (seed 002) printed argparse's usage; now the
+    config has batch 8."""
     proc = bench.run("--experiment=cpu_smoke", "--data.batch_size=8", "--data.image_size", "16", "--cfg", "job")
     assert proc.returncode == 0, proc.stderr
     assert "  batch_size: 8\n" in proc.stdout and "  image_size: 16\n" in proc.stdout

@@ -53,19 +53,31 @@ def test_a_cpu_hog_beside_a_run_makes_it_unfit_and_require_fit_refuses_the_busy_
     proc = bench.run(*tiny, "cpu_threads=1", "benchmark.require_fit=true", "benchmark.require_fit_wait_s=2")
     assert proc.returncode == 2, proc.stderr
     line = bench.single_error(proc)
-    assert "benchmark.require_fit=true and the machine was not fit to measure after " \
-           "benchmark.require_fit_wait_s=2: " in line and "other processes used " in line, line
+    assert (
+        "benchmark.require_fit=true and the machine was not fit to measure after benchmark.require_fit_wait_s=2: "
+        in line
+        and "other processes used " in line
+    ), line
     assert len(bench.runs()) == 1  # refused before MLflow heard of it
 
 
 @pytest.mark.skipif(len(affinity()) > 8, reason="one hog is under 10% of more than 8 cores")
 def test_a_cpu_hog_beside_a_storage_run_makes_it_unfit(bench, tmp_path, hog):
     """Issue 30.5: the storage benchmark's result says it too (radix_metrics, run_summary.json)."""
-    storage = ["mode=storage", "storage.workload.num_files=4", "storage.workload.samples_per_file=4",
-               "storage.workload.record_size=4096", "storage.workload.batch_size=4", "storage.workload.epochs=3",
-               "storage.workload.computation_time=0.02", "storage.workload.checkpoint_size_mb=0",
-               "storage.workload.read_threads=1", f"storage.root={tmp_path}/data", "tracking.enabled=false",
-               f"hydra.run.dir={tmp_path}/run"]
+    storage = [
+        "mode=storage",
+        "storage.workload.num_files=4",
+        "storage.workload.samples_per_file=4",
+        "storage.workload.record_size=4096",
+        "storage.workload.batch_size=4",
+        "storage.workload.epochs=3",
+        "storage.workload.computation_time=0.02",
+        "storage.workload.checkpoint_size_mb=0",
+        "storage.workload.read_threads=1",
+        f"storage.root={tmp_path}/data",
+        "tracking.enabled=false",
+        f"hydra.run.dir={tmp_path}/run",
+    ]
     result = bench.metrics(bench.run(*storage))
     assert result["fit_to_measure"] is False and result["fit_other_cpu_cores"] > 0.5, result
     assert "other processes used " in result["fit_reasons"]
@@ -77,12 +89,20 @@ def test_require_fit_names_oversubscribed_threads_and_workers_before_any_run(ben
     """A torch thread per usable core and a loader worker beside them: one too many."""
     threads = len(affinity())
     datasets.image_folder(tmp_path / "images", images=8)
-    proc = bench.run(*tiny, "data=imagefolder", f"data.root={tmp_path / 'images'}",
-                     f"data.num_classes={datasets.CLASSES}", f"cpu_threads={threads}", "data.num_workers=1",
-                     "benchmark.require_fit=true")
+    proc = bench.run(
+        *tiny,
+        "data=imagefolder",
+        f"data.root={tmp_path / 'images'}",
+        f"data.num_classes={datasets.CLASSES}",
+        f"cpu_threads={threads}",
+        "data.num_workers=1",
+        "benchmark.require_fit=true",
+    )
     assert proc.returncode == 2, proc.stderr
     line = bench.single_error(proc)
-    assert line.startswith("[ERROR] benchmark.require_fit=true and ") and \
-        f"{threads} torch thread{'s' if threads > 1 else ''} x 1 rank + 1 loader worker = {threads + 1} > " in line, line
+    assert (
+        line.startswith("[ERROR] benchmark.require_fit=true and ")
+        and f"{threads} torch thread{'s' if threads > 1 else ''} x 1 rank + 1 loader worker = {threads + 1} > " in line
+    ), line
     assert "lower cpu_threads" in line
     assert bench.runs() == []

@@ -16,8 +16,14 @@ from mlflow import MlflowClient
 
 from bench.tools.compare import main as compare
 
-DEEP = ["profile.enabled=true", "profile.steps=2", "benchmark.breakdown=true", "benchmark.breakdown_steps=3",
-        "benchmark.repeats=3", "tracking.system_metrics=true"]
+DEEP = [
+    "profile.enabled=true",
+    "profile.steps=2",
+    "benchmark.breakdown=true",
+    "benchmark.breakdown_steps=3",
+    "benchmark.repeats=3",
+    "tracking.system_metrics=true",
+]
 
 
 def _rows(path: Path) -> list:
@@ -43,13 +49,18 @@ def test_one_run_profiles_breaks_down_repeats_and_counts_flops(runs):
     metrics = runs.bench.metrics(runs.deep)
     run_dir = runs.root / "deep"
     # the window: 3 repeats of 3 steps, pooled as ever; the profiled and breakdown steps are not in it
-    assert metrics["measured_steps"] == 9 and metrics["total_images"] == 36 and len(_rows(run_dir / "step_times.csv")) == 9
+    assert (
+        metrics["measured_steps"] == 9 and metrics["total_images"] == 36 and len(_rows(run_dir / "step_times.csv")) == 9
+    )
     assert metrics["images_per_second"] == pytest.approx(metrics["total_images"] / metrics["elapsed_seconds"])
     repeats = _rows(run_dir / "repeats.csv")
     assert [int(r["repeat"]) for r in repeats] == [1, 2, 3] and all(int(r["images"]) == 12 for r in repeats)
     assert metrics["repeats"] == 3
-    assert metrics["images_per_second_ci95_low"] <= metrics["images_per_second_median"] \
+    assert (
+        metrics["images_per_second_ci95_low"]
+        <= metrics["images_per_second_median"]
         <= metrics["images_per_second_ci95_high"]
+    )
     assert metrics["images_per_second_min"] <= metrics["images_per_second"] <= metrics["images_per_second_max"]
     assert isinstance(metrics["stable"], bool)
     # the breakdown: shares of a step
@@ -65,12 +76,16 @@ def test_one_run_profiles_breaks_down_repeats_and_counts_flops(runs):
     assert "Self CPU" in (run_dir / "profile_top_ops.txt").read_text()
 
     client = MlflowClient(tracking_uri=runs.bench.uri)
-    (run,) = [r for r in runs.bench.runs() if r.info.run_id == json.loads(
-        (run_dir / "run_summary.json").read_text())["mlflow_run_id"]]
+    (run,) = [
+        r
+        for r in runs.bench.runs()
+        if r.info.run_id == json.loads((run_dir / "run_summary.json").read_text())["mlflow_run_id"]
+    ]
     assert run.info.status == "FINISHED"
-    assert [m.value for m in sorted(client.get_metric_history(run.info.run_id, "repeat_images_per_second"),
-                                    key=lambda m: m.step)] == pytest.approx([float(r["images_per_second"]) for r in repeats],
-                                                                            rel=1e-4)
+    assert [
+        m.value
+        for m in sorted(client.get_metric_history(run.info.run_id, "repeat_images_per_second"), key=lambda m: m.step)
+    ] == pytest.approx([float(r["images_per_second"]) for r in repeats], rel=1e-4)
     assert run.data.metrics["breakdown_step_ms"] == pytest.approx(metrics["breakdown_step_ms"])
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
     assert {"trace_rank0.json", "profile_top_ops.txt", "repeats.csv"} <= artifacts
@@ -86,8 +101,12 @@ def test_compare_calls_the_same_config_same_and_a_slowed_one_slower_with_exit_1(
     # throughput when quiet) beyond 30% against its plain twin (the profiled "deep" run, slowed 2.5x
     # by this suite's load, once made the ratio 0.547: not beyond 50%). Such a box
     # also makes the runs unfit to measure (other processes' CPU): --judge-unfit asks for the verdict anyway.
-    assert compare([str(runs.root / "deep"), str(runs.root / "same"), "--threshold", "80%", "--out", str(out),
-                    "--judge-unfit"]) == 0
+    assert (
+        compare(
+            [str(runs.root / "deep"), str(runs.root / "same"), "--threshold", "80%", "--out", str(out), "--judge-unfit"]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     # The gate holds (exit 0, never "slower"); "same" itself is not asked: in-process repeats miss the
     # spread between processes, and under this suite's load the profiled baseline once ran 2x slower
@@ -95,8 +114,16 @@ def test_compare_calls_the_same_config_same_and_a_slowed_one_slower_with_exit_1(
     assert (" same (" in printed or " faster (" in printed) and "slower" not in printed, printed
     assert {p.name for p in out.iterdir()} == {"compare.md", "compare.html", "compare.png"}
 
-    gate = runs.bench.run(str(runs.root / "same"), str(runs.root / "slowed"), "--threshold", "30%", "--out",
-                          str(runs.root / "cmp-slowed"), "--judge-unfit", module="bench.compare")
+    gate = runs.bench.run(
+        str(runs.root / "same"),
+        str(runs.root / "slowed"),
+        "--threshold",
+        "30%",
+        "--out",
+        str(runs.root / "cmp-slowed"),
+        "--judge-unfit",
+        module="bench.compare",
+    )
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert " slower (" in gate.stdout and "verdict: slower beyond 30% in 1 configuration" in gate.stderr
     assert "Traceback" not in gate.stderr
@@ -128,11 +155,22 @@ def test_compare_rerun_runs_both_configs_again_interleaved_and_calls_the_slowed_
     for proc in (runs.same, runs.slowed):
         runs.bench.metrics(proc)
     out = runs.root / "rerun"
-    gate = runs.bench.run(str(runs.root / "same"), str(runs.root / "slowed"), "--rerun", "2", "--threshold", "50%",
-                          "--out", str(out), "--judge-unfit", module="bench.compare")
+    gate = runs.bench.run(
+        str(runs.root / "same"),
+        str(runs.root / "slowed"),
+        "--rerun",
+        "2",
+        "--threshold",
+        "50%",
+        "--out",
+        str(out),
+        "--judge-unfit",
+        module="bench.compare",
+    )
     assert gate.returncode == 1, gate.stdout + gate.stderr
-    assert gate.stdout.startswith("rerun: 2 rounds of candidate-baseline-baseline-candidate, 8 fresh python -m bench"), \
-        gate.stdout
+    assert gate.stdout.startswith(
+        "rerun: 2 rounds of candidate-baseline-baseline-candidate, 8 fresh python -m bench"
+    ), gate.stdout
     rounds = [line for line in gate.stdout.splitlines() if line.startswith("round ")]
     assert len(rounds) == 2 and all(line.count(",") == 2 for line in rounds), gate.stdout  # each side twice a round
     assert "noise floor" in gate.stdout and "verdict: slower by " in gate.stderr, gate.stdout + gate.stderr
@@ -141,8 +179,15 @@ def test_compare_rerun_runs_both_configs_again_interleaved_and_calls_the_slowed_
     page = (out / "compare.html").read_text()
     assert "<td>slower</td>" in page and "data:image/png;base64," in page and "2 rounds of fresh processes" in page
     assert sorted(p.name for p in (out / "rerun").iterdir()) == [
-        "baseline-1", "baseline-2", "baseline-3", "baseline-4", "candidate-1", "candidate-2", "candidate-3",
-        "candidate-4"]
+        "baseline-1",
+        "baseline-2",
+        "baseline-3",
+        "baseline-4",
+        "candidate-1",
+        "candidate-2",
+        "candidate-3",
+        "candidate-4",
+    ]
     assert (out / "rerun" / "candidate-1" / ".hydra" / "overrides.yaml").read_text().count("data.image_size=160") == 1
 
 
@@ -151,8 +196,15 @@ def inference_sweep(tmp_path_factory, bench_at, tiny_args):
     root = tmp_path_factory.mktemp("infer")
     bench = bench_at(root).with_store()
     args = [a for a in tiny_args if not a.startswith(("data.batch_size=", "train.steps_per_epoch="))]
-    proc = bench.run("-m", "mode=inference", *args, "model=resnet18", "data.batch_size=1,4", "train.steps_per_epoch=4",
-                     f"hydra.sweep.dir={root}/sweep")
+    proc = bench.run(
+        "-m",
+        "mode=inference",
+        *args,
+        "model=resnet18",
+        "data.batch_size=1,4",
+        "train.steps_per_epoch=4",
+        f"hydra.sweep.dir={root}/sweep",
+    )
     return SimpleNamespace(root=root, bench=bench, proc=proc, dir=root / "sweep")
 
 
@@ -181,13 +233,28 @@ def test_a_sweep_compared_through_mlflow_is_matched_by_batch_size_and_logged(inf
     bench = inference_sweep.bench
     (parent,) = [r for r in bench.runs() if r.data.tags.get("sweep") == "parent"]
     out = inference_sweep.root / "cmp"
-    assert compare([str(inference_sweep.dir), parent.info.run_id, "--tracking-uri", bench.uri, "--out", str(out),
-                    "--judge-unfit"]) == 0  # the same runs both sides; on a busy box, unfit
+    assert (
+        compare(
+            [
+                str(inference_sweep.dir),
+                parent.info.run_id,
+                "--tracking-uri",
+                bench.uri,
+                "--out",
+                str(out),
+                "--judge-unfit",
+            ]
+        )
+        == 0
+    )  # the same runs both sides; on a busy box, unfit
     printed = capsys.readouterr().out
     assert "data.batch_size=1 " in printed and "data.batch_size=4 " in printed and printed.count(" same (") == 2
     client = MlflowClient(tracking_uri=bench.uri)
-    assert {a.path for a in client.list_artifacts(parent.info.run_id, "compare")} == \
-        {"compare/compare.md", "compare/compare.html", "compare/compare.png"}
+    assert {a.path for a in client.list_artifacts(parent.info.run_id, "compare")} == {
+        "compare/compare.md",
+        "compare/compare.html",
+        "compare/compare.png",
+    }
     children = [client.get_run(r.info.run_id) for r in bench.runs() if "mlflow.parentRunId" in r.data.tags]
     assert all(c.data.tags["compare.verdict"] == "same" for c in children)
     assert all(c.data.metrics["throughput_ratio_vs_baseline"] == pytest.approx(1.0, rel=1e-3) for c in children)

@@ -8,15 +8,26 @@ from pathlib import Path
 
 from mlflow import MlflowClient
 
-
 # a sweep of process counts and precisions: no batch axis, so no throughput_vs_batch.png
-REPORT_FILES = {"report.csv", "report.md", "report.html", "throughput_vs_gpus.png", "scaling_efficiency.png",
-                "step_time_distribution.png"}
+REPORT_FILES = {
+    "report.csv",
+    "report.md",
+    "report.html",
+    "throughput_vs_gpus.png",
+    "scaling_efficiency.png",
+    "step_time_distribution.png",
+}
 
 
 def test_ddp_sweep_lands_on_the_tracking_server(mlflow_server, bench, tiny, tmp_path):
-    proc = bench.run("-m", *tiny, "distributed=ddp", "distributed.nproc_per_node=1,2",
-                     f"hydra.sweep.dir={tmp_path}/sweep", env=bench.env(mlflow_server))
+    proc = bench.run(
+        "-m",
+        *tiny,
+        "distributed=ddp",
+        "distributed.nproc_per_node=1,2",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        env=bench.env(mlflow_server),
+    )
     assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
     assert proc.stdout.count('{"radix_metrics"') == 2
     assert mlflow_server in proc.stderr  # the runs name the server they went to
@@ -42,5 +53,3 @@ def test_ddp_sweep_lands_on_the_tracking_server(mlflow_server, bench, tiny, tmp_
     assert Path(local).read_text().count("\n") == 3  # header + 2 rows
     child_artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
     assert "run_summary.json" in child_artifacts
-
-

@@ -1,6 +1,7 @@
 """Checkpoints and resume, as real processes: a run killed with SIGKILL continues from its last
 checkpoint with the same command line (train.resume=auto) and ends where an uninterrupted run
-ends, with the same weights, and its MLflow run names the checkpoint; SIGTERM writes a checkpoint before the run ends KILLED; a damaged
+ends, with the same weights, and its MLflow run names the checkpoint; SIGTERM writes a checkpoint
+before the run ends KILLED; a damaged
 checkpoint named on the command line is one line; checkpoints on a loopback S3 server.
 Issue 18: train.resume=auto finishes on every preset a CPU trains (a checkpoint at every epoch
 end, the temporaries of killed writes removed); a checkpoint of another model or optimizer is one
@@ -23,8 +24,14 @@ import torch
 
 HANG_GUARD_S = 900
 # 6 epochs of 4 steps at 48 px on 1 CPU thread: long enough to be killed mid-way, short for a test
-RUN = ["train.epochs=6", "train.steps_per_epoch=4", "data.image_size=48", "checkpoint.every_epochs=1",
-       "checkpoint.keep_last=3", "tracking.enabled=false"]
+RUN = [
+    "train.epochs=6",
+    "train.steps_per_epoch=4",
+    "data.image_size=48",
+    "checkpoint.every_epochs=1",
+    "checkpoint.keep_last=3",
+    "tracking.enabled=false",
+]
 
 
 def checkpoints_in(root: Path) -> list:
@@ -56,8 +63,9 @@ def test_sigkill_mid_run_then_resume_auto_ends_like_an_uninterrupted_run(bench, 
     # the same command line, plus resume=auto: continues after the last checkpoint
     resumed_dir = tmp_path / "resumed"
     tracked = [arg for arg in RUN if arg != "tracking.enabled=false"]  # this one lands in MLflow
-    resumed = bench.metrics(bench.run(*tiny, *tracked, "train.resume=auto", f"hydra.run.dir={resumed_dir}",
-                                      f"storage.root={root}"))
+    resumed = bench.metrics(
+        bench.run(*tiny, *tracked, "train.resume=auto", f"hydra.run.dir={resumed_dir}", f"storage.root={root}")
+    )
     assert resumed["resumed_epoch"] == done_before and resumed["resumed_from"].endswith(f"epoch-{done_before:04d}.pt")
     assert resumed["checkpoint_load_seconds"] > 0 and resumed["checkpoint_save_gbps"] > 0
     epochs = bench.epochs(resumed_dir)
@@ -83,7 +91,7 @@ def test_sigterm_writes_a_checkpoint_and_the_run_continues_from_it(bench, tiny, 
     proc = bench.start(*tiny, *long_epoch, "benchmark.log_every=1", f"hydra.run.dir={run_dir}", f"storage.root={root}")
     bench.wait_for_line(proc, run_dir / "bench.log", "step 6/")
     proc.send_signal(signal.SIGTERM)
-    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    _out, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 143, err
     assert "Traceback" not in err and "run interrupted" in err
     names = checkpoints_in(root)
@@ -92,8 +100,16 @@ def test_sigterm_writes_a_checkpoint_and_the_run_continues_from_it(bench, tiny, 
     assert mid[0].startswith("epoch-0000-step-")
     steps_done = int(mid[0].split("-step-")[1][:6])
 
-    resumed = bench.metrics(bench.run(*tiny, *long_epoch, "train.resume=auto", "benchmark.measure_steps=3",
-                                      f"hydra.run.dir={tmp_path}/resumed", f"storage.root={root}"))
+    resumed = bench.metrics(
+        bench.run(
+            *tiny,
+            *long_epoch,
+            "train.resume=auto",
+            "benchmark.measure_steps=3",
+            f"hydra.run.dir={tmp_path}/resumed",
+            f"storage.root={root}",
+        )
+    )
     assert resumed["resumed_from"].endswith(mid[0]) and resumed["measured_steps"] == 3
     assert steps_done >= 6
 
@@ -110,25 +126,43 @@ def test_a_damaged_checkpoint_named_on_the_command_line_is_one_line(bench, tiny,
 def test_checkpoints_on_s3_and_resume_from_them(bench, tiny, tmp_path, s3_server):
     bucket = s3_server.new_bucket()
     s3 = s3_server.overrides(bucket, "storage.prefix=ckpt", "storage.client=boto3")
-    first = bench.metrics(bench.run(*tiny, *RUN, "train.epochs=2", *s3, f"hydra.run.dir={tmp_path}/one",
-                                    env=s3_server.env()))
+    first = bench.metrics(
+        bench.run(*tiny, *RUN, "train.epochs=2", *s3, f"hydra.run.dir={tmp_path}/one", env=s3_server.env())
+    )
     assert first["checkpoints_saved"] == 2 and first["checkpoint_dir"].startswith(f"s3://{bucket}/ckpt/checkpoints/")
     keys = [o["Key"] for o in s3_server.admin().list_objects_v2(Bucket=bucket)["Contents"]]
     assert sorted(k.rsplit("/", 1)[-1] for k in keys) == ["epoch-0001.pt", "epoch-0002.pt"]
 
-    more = bench.metrics(bench.run(*tiny, *RUN, "train.epochs=3", "train.resume=auto", *s3,
-                                   f"hydra.run.dir={tmp_path}/two", env=s3_server.env()))
+    more = bench.metrics(
+        bench.run(
+            *tiny,
+            *RUN,
+            "train.epochs=3",
+            "train.resume=auto",
+            *s3,
+            f"hydra.run.dir={tmp_path}/two",
+            env=s3_server.env(),
+        )
+    )
     assert more["resumed_epoch"] == 2 and more["resumed_from"].startswith(f"s3://{bucket}/ckpt/")
     assert more["measured_steps"] == 4 and [e["epoch"] for e in bench.epochs(tmp_path / "two")] == [1, 2, 3]
-
 
 
 # ---- issue 18 ------------------------------------------------------------------------------------
 
 # each preset shrunk to 2 epochs of 2 steps of 4 small images on 1 thread: one short process each
-SHRINK = ["train.epochs=2", "train.steps_per_epoch=2", "data.batch_size=4", "data.image_size=32",
-          "benchmark.warmup_steps=1", "benchmark.log_every=1", "benchmark.progress=false", "cpu_threads=1",
-          "allow_cpu=true", "tracking.enabled=false"]
+SHRINK = [
+    "train.epochs=2",
+    "train.steps_per_epoch=2",
+    "data.batch_size=4",
+    "data.image_size=32",
+    "benchmark.warmup_steps=1",
+    "benchmark.log_every=1",
+    "benchmark.progress=false",
+    "cpu_threads=1",
+    "allow_cpu=true",
+    "tracking.enabled=false",
+]
 
 
 def cpu_trainable_presets() -> list:
@@ -137,7 +171,9 @@ def cpu_trainable_presets() -> list:
     from bench.config import compose
 
     names = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml"))
-    return [n for n in names if (lambda c: c.mode == "train" and c.precision.name == "fp32")(compose(f"+experiment={n}"))]
+    return [
+        n for n in names if (lambda c: c.mode == "train" and c.precision.name == "fp32")(compose(f"+experiment={n}"))
+    ]
 
 
 PRESETS = cpu_trainable_presets()
@@ -189,8 +225,15 @@ def test_resume_auto_finishes_on_every_cpu_trainable_preset(bench, compose, data
 
 def first_checkpoint(bench, tiny, tmp_path) -> Path:
     """One epoch of the tiny run, checkpointed: the file later runs resume from."""
-    bench.metrics(bench.run(*tiny, "checkpoint.every_epochs=1", "tracking.enabled=false",
-                            f"storage.root={tmp_path}/store", f"hydra.run.dir={tmp_path}/first"))
+    bench.metrics(
+        bench.run(
+            *tiny,
+            "checkpoint.every_epochs=1",
+            "tracking.enabled=false",
+            f"storage.root={tmp_path}/store",
+            f"hydra.run.dir={tmp_path}/first",
+        )
+    )
     (path,) = (tmp_path / "store").glob("checkpoints/*/epoch-0001.pt")
     return path
 
@@ -200,8 +243,13 @@ def as_previous_format(path: Path, to: Path) -> Path:
     own tuple (an ndarray inside), no `meta`."""
     state = torch.load(path, weights_only=True)
     rng = state["rng"]["numpy"]
-    state["rng"]["numpy"] = (rng["kind"], rng["keys"].numpy().astype(np.uint32), rng["pos"], rng["has_gauss"],
-                             rng["cached_gaussian"])
+    state["rng"]["numpy"] = (
+        rng["kind"],
+        rng["keys"].numpy().astype(np.uint32),
+        rng["pos"],
+        rng["has_gauss"],
+        rng["cached_gaussian"],
+    )
     state["format"] = 1
     del state["meta"]
     torch.save(state, to)
@@ -213,15 +261,19 @@ def test_a_checkpoint_of_another_model_or_optimizer_is_one_line_before_any_step(
     another optimizer's a KeyError: 'step'. Now one line naming what differs, before the MLflow
     run is opened (exit 2, as for a checkpoint file that is not there)."""
     path = first_checkpoint(bench, tiny, tmp_path)
-    for override, differs in (("model=resnet34", "model.arch 'small_cnn' there, 'resnet34' here"),
-                              ("optimizer=adam", "optimizer.name 'sgd' there, 'adam' here")):
+    for override, differs in (
+        ("model=resnet34", "model.arch 'small_cnn' there, 'resnet34' here"),
+        ("optimizer=adam", "optimizer.name 'sgd' there, 'adam' here"),
+    ):
         run_dir = tmp_path / override.replace("=", "-")
         proc = bench.run(*tiny, override, f"train.resume={path}", f"hydra.run.dir={run_dir}")
         assert proc.returncode == 2, proc.stderr
         line = bench.single_error(proc)
-        assert line == (f"[ERROR] train.resume: checkpoint {path} was written by another run: {differs} (a checkpoint "
-                        "continues the model, optimizer and schedule it was written by: resume with the same config, "
-                        "or start without train.resume)")
+        assert line == (
+            f"[ERROR] train.resume: checkpoint {path} was written by another run: {differs} (a checkpoint "
+            "continues the model, optimizer and schedule it was written by: resume with the same config, "
+            "or start without train.resume)"
+        )
     assert not bench.db.exists()  # refused in the preflight: before an MLflow run, a model or a step
 
 
@@ -232,12 +284,21 @@ def test_a_checkpoint_of_the_previous_format_still_resumes(bench, tiny, tmp_path
     bench.with_store()
     old = as_previous_format(first_checkpoint(bench, tiny, tmp_path), tmp_path / "old.pt")
     assert torch.serialization.get_unsafe_globals_in_checkpoint(old)  # what weights_only refuses by default
-    resumed = bench.metrics(bench.run(*tiny, "train.epochs=2", f"train.resume={old}", "tracking.enabled=false",
-                                      f"storage.root={tmp_path}/store", f"hydra.run.dir={tmp_path}/resumed"))
+    resumed = bench.metrics(
+        bench.run(
+            *tiny,
+            "train.epochs=2",
+            f"train.resume={old}",
+            "tracking.enabled=false",
+            f"storage.root={tmp_path}/store",
+            f"hydra.run.dir={tmp_path}/resumed",
+        )
+    )
     assert resumed["resumed_epoch"] == 1 and resumed["measured_steps"] == 3 and resumed["checkpoints_saved"] == 1
 
-    proc = bench.run(*tiny, "optimizer=adam", f"train.resume={old}", "tracking.enabled=false",
-                     f"hydra.run.dir={tmp_path}/adam")
+    proc = bench.run(
+        *tiny, "optimizer=adam", f"train.resume={old}", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/adam"
+    )
     assert proc.returncode == 1
     line = bench.single_error(proc)
     assert f"checkpoint {old} holds another optimizer or schedule than this run's (KeyError: 'step')" in line
@@ -249,8 +310,15 @@ def test_a_checkpoint_of_the_previous_format_still_resumes(bench, tiny, tmp_path
     # long" (CI's pytest-183 temp path did): bench makes that socket's directory in a short one.
     tmpdir = tmp_path / ("tmpdir-" + "x" * 60)
     tmpdir.mkdir()
-    proc = bench.run(*tiny, "optimizer=adam", f"train.resume={old}", "distributed=ddp", "distributed.nproc_per_node=2",
-                     f"hydra.run.dir={tmp_path}/adam-ddp", env=bench.env(bench.uri, TMPDIR=str(tmpdir)))
+    proc = bench.run(
+        *tiny,
+        "optimizer=adam",
+        f"train.resume={old}",
+        "distributed=ddp",
+        "distributed.nproc_per_node=2",
+        f"hydra.run.dir={tmp_path}/adam-ddp",
+        env=bench.env(bench.uri, TMPDIR=str(tmpdir)),
+    )
     assert proc.returncode == 1, proc.stderr
     (line,) = bench.error_lines(proc.stderr)
     assert line.startswith("[ERROR] run failed: WorkerFailure: worker rank") and "another optimizer" in line, line
@@ -273,6 +341,7 @@ class RunsCode:
 @pytest.mark.parametrize("kind", ["torch.save", "pickle"])
 def test_a_checkpoint_that_would_run_code_is_refused_and_runs_nothing(bench, tiny, tmp_path, kind):
     """Issue 18: train.resume=<file> loaded with weights_only=False: a crafted file ran code."""
+
     def payload(marker: Path, to: Path) -> Path:
         state = {"format": 2, "model": {}, "epoch": 1, "step_in_epoch": 0, "x": RunsCode(marker)}
         if kind == "torch.save":
@@ -292,9 +361,11 @@ def test_a_checkpoint_that_would_run_code_is_refused_and_runs_nothing(bench, tin
     assert proc.returncode == 2, proc.stderr
     line = bench.single_error(proc)
     if kind == "torch.save":
-        assert line == (f"[ERROR] train.resume: checkpoint {evil} is refused: it needs posix.system, which a bench "
-                        "checkpoint never holds (checkpoints are read as plain tensors, dicts, lists, numbers and "
-                        "strings with torch.load(weights_only=True), which runs no code)")
+        assert line == (
+            f"[ERROR] train.resume: checkpoint {evil} is refused: it needs posix.system, which a bench "
+            "checkpoint never holds (checkpoints are read as plain tensors, dicts, lists, numbers and "
+            "strings with torch.load(weights_only=True), which runs no code)"
+        )
     else:
         assert line == f"[ERROR] train.resume: checkpoint {evil} is damaged or not bench's (not a torch.save zip file)"
     assert not marker.exists()

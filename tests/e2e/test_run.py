@@ -10,9 +10,22 @@ import math
 import pytest
 from mlflow import MlflowClient
 
-REQUIRED = ["images_per_second", "total_images", "elapsed_seconds", "lr", "batch_size", "epochs",
-            "steps_per_epoch", "step_time_ms_p50", "step_time_ms_p95", "step_time_ms_p99", "world_size",
-            "precision", "model", "device"]
+REQUIRED = [
+    "images_per_second",
+    "total_images",
+    "elapsed_seconds",
+    "lr",
+    "batch_size",
+    "epochs",
+    "steps_per_epoch",
+    "step_time_ms_p50",
+    "step_time_ms_p95",
+    "step_time_ms_p99",
+    "world_size",
+    "precision",
+    "model",
+    "device",
+]
 
 
 def test_cpu_smoke_end_to_end(bench, tmp_path):
@@ -68,15 +81,21 @@ def test_cpu_smoke_end_to_end(bench, tmp_path):
     # the UI opens it as model training (not on MLflow 3's GenAI overview), and the run says where to look
     assert experiment.tags["mlflow.experimentKind"] == "custom_model_development"
     # (MLflow 3.x reads workflowType from the link, not that tag: issue 30 item 6)
-    assert (f"MLflow UI: mlflow ui --backend-store-uri {bench.uri}, then open http://127.0.0.1:5000/#/experiments/"
-            f"{experiment.experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=bench-runs") in proc.stderr
+    assert (
+        f"MLflow UI: mlflow ui --backend-store-uri {bench.uri}, then open http://127.0.0.1:5000/#/experiments/"
+        f"{experiment.experiment_id}/runs?workflowType=machine_learning&viewStateShareKey=bench-runs"
+    ) in proc.stderr
     view = json.loads(experiment.tags["mlflow.sharedViewState.bench-runs"])  # the saved view that link opens
-    assert view == {"selectedColumns": ["metrics.`images/s`", "tags.`error`"],
-                    "columnOrder": ["attributes.`Run Name`", "metrics.`images/s`", "tags.`error`"],
-                    "columnWidths": {"attributes.`Run Name`": 330, "tags.`error`": 400},
-                    "orderByKey": "metrics.`images_per_second`", "orderByAsc": False}
-    assert run.data.metrics["images/s"] == round(metrics["images_per_second"], 3 - math.floor(math.log10(
-        metrics["images_per_second"])))  # the rounded copy the view shows (4 significant digits)
+    assert view == {
+        "selectedColumns": ["metrics.`images/s`", "tags.`error`"],
+        "columnOrder": ["attributes.`Run Name`", "metrics.`images/s`", "tags.`error`"],
+        "columnWidths": {"attributes.`Run Name`": 330, "tags.`error`": 400},
+        "orderByKey": "metrics.`images_per_second`",
+        "orderByAsc": False,
+    }
+    assert run.data.metrics["images/s"] == round(
+        metrics["images_per_second"], 3 - math.floor(math.log10(metrics["images_per_second"]))
+    )  # the rounded copy the view shows (4 significant digits)
     assert run.info.status == "FINISHED"
     assert run.data.params["model.arch"] == "resnet18"
     assert run.data.params["data.batch_size"] == "16"
@@ -89,8 +108,14 @@ def test_cpu_smoke_end_to_end(bench, tmp_path):
     assert run.data.tags["env.git_commit"] == environment["git_commit"]
     assert run.data.tags["env.packages_sha256"] == environment["packages_sha256"]
     artifacts = {a.path for a in client.list_artifacts(run.info.run_id)}
-    assert {"run_summary.json", "summary.csv", "metrics_epoch.jsonl", "step_times.csv", ".hydra",
-            "packages.txt"} <= artifacts
+    assert {
+        "run_summary.json",
+        "summary.csv",
+        "metrics_epoch.jsonl",
+        "step_times.csv",
+        ".hydra",
+        "packages.txt",
+    } <= artifacts
     hydra_artifacts = {a.path for a in client.list_artifacts(run.info.run_id, ".hydra")}
     assert ".hydra/config.yaml" in hydra_artifacts
 
@@ -99,9 +124,14 @@ def test_cpu_smoke_end_to_end(bench, tmp_path):
 def test_precision_on_cpu(bench, tiny, tmp_path, precision, dtype):
     env_db = tmp_path / "env.db"
     ignored = tmp_path / "config.db"
-    proc = bench.run(*tiny, f"precision={precision}", "precision.channels_last=true",
-                     f"tracking.uri=sqlite:///{ignored}", f"hydra.run.dir={tmp_path}/run",
-                     env=bench.env(f"sqlite:///{env_db}"))
+    proc = bench.run(
+        *tiny,
+        f"precision={precision}",
+        "precision.channels_last=true",
+        f"tracking.uri=sqlite:///{ignored}",
+        f"hydra.run.dir={tmp_path}/run",
+        env=bench.env(f"sqlite:///{env_db}"),
+    )
     metrics = bench.metrics(proc)
     assert metrics["precision"] == precision and metrics["autocast_dtype"] == dtype
     assert metrics["channels_last"] is True
@@ -115,8 +145,13 @@ def test_precision_on_cpu(bench, tiny, tmp_path, precision, dtype):
 
 def test_tracking_uri_from_config(bench, tiny, tmp_path):
     db = tmp_path / "from-config.db"
-    proc = bench.run(*tiny, f"tracking.uri=sqlite:///{db}", "tracking.experiment=custom", "tracking.run_name=my-run",
-                     f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        *tiny,
+        f"tracking.uri=sqlite:///{db}",
+        "tracking.experiment=custom",
+        "tracking.run_name=my-run",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     bench.metrics(proc)
     (run,) = bench.runs(f"sqlite:///{db}")
     assert run.info.run_name == "my-run"
@@ -125,9 +160,16 @@ def test_tracking_uri_from_config(bench, tiny, tmp_path):
 
 
 def test_measure_steps_caps_the_window_and_schedule_runs(bench, tiny, tmp_path):
-    proc = bench.run(*tiny, "train.epochs=3", "benchmark.measure_steps=4", "scheduler=cosine",
-                     "optimizer.nesterov=true", "model.norm=none", "tracking.enabled=false",
-                     f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        *tiny,
+        "train.epochs=3",
+        "benchmark.measure_steps=4",
+        "scheduler=cosine",
+        "optimizer.nesterov=true",
+        "model.norm=none",
+        "tracking.enabled=false",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     metrics = bench.metrics(proc)
     assert metrics["measured_steps"] == 4 and metrics["total_images"] == 16
     # the recipe knobs that change the run are in the result line, not only in the config (issue 21)
@@ -142,8 +184,14 @@ def test_checkpoint_written_to_local_storage(bench, tiny, tmp_path):
     import torch
 
     ckpt_dir = tmp_path / "ckpt"
-    proc = bench.run(*tiny, "model=resnet18", "storage.save_checkpoint=true", f"storage.root={ckpt_dir}",
-                     "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        *tiny,
+        "model=resnet18",
+        "storage.save_checkpoint=true",
+        f"storage.root={ckpt_dir}",
+        "tracking.enabled=false",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     metrics = bench.metrics(proc)
     state = torch.load(ckpt_dir / "checkpoint.pt", weights_only=True)
     assert "fc.weight" in state["model"] and state["optimizer"]["state"]
@@ -158,8 +206,15 @@ def test_failure_mid_run_ends_failed_with_reason(bench, tiny, datasets, tmp_path
     bench.with_store()
     datasets.image_folder(tmp_path / "flat", images=8)
     (tmp_path / "flat" / "class003" / "zz-gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
-    proc = bench.run(*tiny, "data=imagefolder", f"data.root={tmp_path / 'flat'}", "data.split=val", "data.batch_size=9",
-                     "data.num_workers=0", f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        *tiny,
+        "data=imagefolder",
+        f"data.root={tmp_path / 'flat'}",
+        "data.split=val",
+        "data.batch_size=9",
+        "data.num_workers=0",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     assert proc.returncode == 1
     assert "[ERROR] run failed: DataError: cannot read" in proc.stderr and "zz-gone.jpg" in proc.stderr
     assert "Traceback" not in proc.stderr and "radix_metrics" not in proc.stdout
@@ -171,8 +226,9 @@ def test_failure_mid_run_ends_failed_with_reason(bench, tiny, datasets, tmp_path
 
 def test_compile_failure_falls_back_to_eager_and_says_so(bench, tiny, tmp_path):
     """torch.compile rejects an unknown mode for real; the run goes on eager and records why."""
-    proc = bench.run(*tiny, "compile=true", "compile_mode=no-such-mode", "tracking.enabled=false",
-                     f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        *tiny, "compile=true", "compile_mode=no-such-mode", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run"
+    )
     metrics = bench.metrics(proc)
     assert metrics["compile"] is False
     assert "no-such-mode" in metrics["compile_fallback"]

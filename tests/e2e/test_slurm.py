@@ -21,11 +21,24 @@ def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, *
     out = tmp_path / "slurm-%j.out"
     # stderr apart, as the launchers have it: in one file slurmstepd cut the result line at 1 KiB
     # with a log line from stderr (json: "Expecting ':' delimiter: ... (char 1024)")
-    submitted = subprocess.run(["sbatch", "--parsable", f"--output={out}", f"--error={tmp_path / 'slurm-%j.err'}",
-                                "--chdir", str(tmp_path), *options,
-                                str(repo / "launchers" / script), *overrides],
-                               cwd=tmp_path, env=bench.env(bench.uri, **env),
-                               capture_output=True, text=True, timeout=60)
+    submitted = subprocess.run(
+        [
+            "sbatch",
+            "--parsable",
+            f"--output={out}",
+            f"--error={tmp_path / 'slurm-%j.err'}",
+            "--chdir",
+            str(tmp_path),
+            *options,
+            str(repo / "launchers" / script),
+            *overrides,
+        ],
+        cwd=tmp_path,
+        env=bench.env(bench.uri, **env),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert submitted.returncode == 0, submitted.stderr
     job = submitted.stdout.strip().split(";")[0]
     shown, state = _slurm_job_once_ended(job)
@@ -39,8 +52,14 @@ def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, *
 
 
 def test_slurm_single_gpu_script_on_cpu(slurm, bench, repo, tiny, tmp_path):
-    metrics = sbatch(bench, repo, tmp_path, "slurm_single_gpu.sbatch",
-                     ["--gpus-per-task=0", f"--cpus-per-task={min(2, os.cpu_count())}"], tiny)
+    metrics = sbatch(
+        bench,
+        repo,
+        tmp_path,
+        "slurm_single_gpu.sbatch",
+        ["--gpus-per-task=0", f"--cpus-per-task={min(2, os.cpu_count())}"],
+        tiny,
+    )
     assert metrics["world_size"] == 1 and metrics["measured_steps"] == 3
     (run,) = bench.runs()
     assert run.info.status == "FINISHED"
@@ -48,9 +67,16 @@ def test_slurm_single_gpu_script_on_cpu(slurm, bench, repo, tiny, tmp_path):
 
 def test_slurm_multinode_script_runs_torchrun_ddp(slurm, bench, repo, tiny, tmp_path):
     """srun -> torchrun (c10d at the head node) -> 2 bench ranks that join; rank 0 reports."""
-    metrics = sbatch(bench, repo, tmp_path, "slurm_ddp_multinode.sbatch",
-                     ["--nodes=1", "--gpus-per-node=0", f"--cpus-per-task={min(2, os.cpu_count())}"], tiny,
-                     GPUS_PER_NODE="2", RUN_DIR=str(tmp_path / "run"))
+    metrics = sbatch(
+        bench,
+        repo,
+        tmp_path,
+        "slurm_ddp_multinode.sbatch",
+        ["--nodes=1", "--gpus-per-node=0", f"--cpus-per-task={min(2, os.cpu_count())}"],
+        tiny,
+        GPUS_PER_NODE="2",
+        RUN_DIR=str(tmp_path / "run"),
+    )
     assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
     assert (tmp_path / "run" / "rank0.log").is_file() and (tmp_path / "run" / "rank1.log").is_file()
     (run,) = bench.runs()
@@ -58,6 +84,7 @@ def test_slurm_multinode_script_runs_torchrun_ddp(slurm, bench, repo, tiny, tmp_
 
 
 # ---- sweeps whose jobs are Slurm jobs (hydra/launcher=slurm) -------------------------------------------
+
 
 def _sweep_runs(bench, uri=None) -> tuple:
     runs = bench.runs(uri)
@@ -115,13 +142,20 @@ def test_a_slurm_sweep_without_slurm_is_one_line_before_any_run(bench, tiny, tmp
     left KILLED "interrupted"; now one line and exit 2 before the parent run or the sweep dir."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
     path = path_without_slurm(tmp_path / "path")
-    proc = bench.run("-m", *tiny, "hydra/launcher=slurm", "precision=fp32,bf16", f"hydra.sweep.dir={tmp_path}/sweep",
-                     env=bench.env(PATH=path))
+    proc = bench.run(
+        "-m",
+        *tiny,
+        "hydra/launcher=slurm",
+        "precision=fp32,bf16",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        env=bench.env(PATH=path),
+    )
     assert proc.returncode == 2, proc.stderr
     assert "Traceback" not in proc.stderr and not proc.stdout
     assert bench.error_lines(proc.stderr) == [
         "[ERROR] hydra/launcher=slurm needs Slurm's sbatch and srun on PATH; not found: sbatch, srun. Use "
-        "hydra/launcher=slurm_local to run the jobs through submitit's local executor, or run on a Slurm login node"]
+        "hydra/launcher=slurm_local to run the jobs through submitit's local executor, or run on a Slurm login node"
+    ]
     assert not bench.db.exists() and not (tmp_path / "sweep").exists()  # no MLflow store, no run, no sweep dir
 
 
@@ -132,8 +166,15 @@ def test_a_slurm_sweep_is_one_parent_with_a_child_per_slurm_job_and_counts_its_f
     bench.with_store()
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
     sweep_dir = tmp_path / "sweep"
-    proc = bench.run("-m", *tiny, *slurm.sweep_on_cpu, "distributed=ddp", "distributed.nproc_per_node=1,2",
-                     "precision=fp32,amp_fp16", f"hydra.sweep.dir={sweep_dir}")
+    proc = bench.run(
+        "-m",
+        *tiny,
+        *slurm.sweep_on_cpu,
+        "distributed=ddp",
+        "distributed.nproc_per_node=1,2",
+        "precision=fp32,amp_fp16",
+        f"hydra.sweep.dir={sweep_dir}",
+    )
     assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr[-5000:]}"  # two failed jobs
     assert "Traceback" not in proc.stderr
     finals = [json.loads(line)["radix_metrics"] for line in proc.stdout.splitlines() if line.startswith('{"radix')]
@@ -175,11 +216,20 @@ def test_a_cancelled_slurm_job_is_a_failed_child_and_the_sweep_goes_on(slurm, be
     counts it failed, its child run on the MLflow server is FAILED with Slurm's state, the report
     says so, and job 0 is unaffected."""
     if not slurm.accounting:
-        pytest.skip("needs Slurm accounting (slurmdbd, .ci/slurm up): submitit sees a cancelled job end only through sacct")
+        pytest.skip(
+            "needs Slurm accounting (slurmdbd, .ci/slurm up): submitit sees a cancelled job end only through sacct"
+        )
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
     sweep_dir = tmp_path / "sweep"
-    proc = bench.start("-m", *tiny, *slurm.sweep_on_cpu, "benchmark.log_every=1", "train.steps_per_epoch=3,100000",
-                       f"hydra.sweep.dir={sweep_dir}", env=bench.env(mlflow_server))
+    proc = bench.start(
+        "-m",
+        *tiny,
+        *slurm.sweep_on_cpu,
+        "benchmark.log_every=1",
+        "train.steps_per_epoch=3,100000",
+        f"hydra.sweep.dir={sweep_dir}",
+        env=bench.env(mlflow_server),
+    )
     bench.wait_for_line(proc, sweep_dir / "1" / "rank0.log", "step 2/")
     (array,) = {path.name.split("_")[0] for path in sweep_dir.glob(".submitit/*_1")}
     subprocess.run(["scancel", f"{array}_1"], check=True, timeout=60)
@@ -203,8 +253,15 @@ def test_a_sweep_that_sbatch_refuses_is_one_line_and_a_failed_parent(slurm, benc
     sbatch's own words, exit 1, and the parent run FAILED with them."""
     bench.with_store()
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
-    proc = bench.run("-m", *tiny, "hydra/launcher=slurm", "hydra.launcher.gpus_per_node=1", "seed=1,2",
-                     f"hydra.sweep.dir={tmp_path}/sweep", f"hydra.launcher.submitit_folder={tmp_path}/submitit")
+    proc = bench.run(
+        "-m",
+        *tiny,
+        "hydra/launcher=slurm",
+        "hydra.launcher.gpus_per_node=1",
+        "seed=1,2",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        f"hydra.launcher.submitit_folder={tmp_path}/submitit",
+    )
     assert proc.returncode == 1, proc.stderr
     assert "Traceback" not in proc.stderr
     (line,) = bench.error_lines(proc.stderr)

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-
 FILES, SAMPLES, RECORD, BATCH, EPOCHS = 8, 4, 4096, 4, 2
 TINY = [
     "mode=storage",
@@ -25,10 +24,23 @@ TINY = [
     "storage.workload.checkpoint_size_mb=1",
     "storage.prepare_workers=2",
 ]
-REPORTED = ["samples_per_second", "read_mb_per_second", "latency_ms_p50", "latency_ms_p90", "latency_ms_p99",
-            "latency_ms_max", "au_percent_mean", "au_percent_min", "au_pass", "potential_caching",
-            "client_cpu_percent", "prepare_skipped", "dataset_bytes", "checkpoint_write_gbps",
-            "checkpoint_read_gbps"]
+REPORTED = [
+    "samples_per_second",
+    "read_mb_per_second",
+    "latency_ms_p50",
+    "latency_ms_p90",
+    "latency_ms_p99",
+    "latency_ms_max",
+    "au_percent_mean",
+    "au_percent_min",
+    "au_pass",
+    "potential_caching",
+    "client_cpu_percent",
+    "prepare_skipped",
+    "dataset_bytes",
+    "checkpoint_write_gbps",
+    "checkpoint_read_gbps",
+]
 
 
 def measured_steps(files_per_client: int, clients: int = 1) -> int:
@@ -41,8 +53,13 @@ def assert_consistent(metrics: dict) -> None:
     """Every headline figure is there and the figures agree with each other."""
     for key in REPORTED:
         assert key in metrics, key
-    assert 0 < metrics["latency_ms_p50"] <= metrics["latency_ms_p90"] <= metrics["latency_ms_p99"] \
+    assert (
+        0
+        < metrics["latency_ms_p50"]
+        <= metrics["latency_ms_p90"]
+        <= metrics["latency_ms_p99"]
         <= metrics["latency_ms_max"]
+    )
     assert 0 < metrics["au_percent_min"] <= metrics["au_percent_mean"] <= 100
     assert metrics["au_pass"] is (metrics["au_percent_min"] >= 90.0)
     assert metrics["samples_per_second"] > 0 and metrics["read_mb_per_second"] > 0
@@ -54,8 +71,9 @@ def test_local_storage_benchmark_end_to_end(bench, tmp_path):
     bench.with_store()
     root = tmp_path / "data"
     # checkpoint_keep: the checkpoint stays for the checks below (by default it is deleted once read back)
-    proc = bench.run(*TINY, "storage.workload.checkpoint_keep=true", f"storage.root={root}",
-                     f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        *TINY, "storage.workload.checkpoint_keep=true", f"storage.root={root}", f"hydra.run.dir={tmp_path}/run"
+    )
     metrics = bench.metrics(proc)
     assert_consistent(metrics)
     assert metrics["mode"] == "storage" and metrics["storage"] == "local" and metrics["storage_client"] == "posix"
@@ -102,8 +120,15 @@ def test_multirun_sweeps_accelerators_and_reuses_the_dataset(bench, tmp_path):
     """The second job finds the first one's dataset (prepare=auto); direct_io keeps the page cache out.
     The sweep uses the deprecated spelling storage.clients, which still works and says so."""
     root = tmp_path / "data"
-    proc = bench.run("-m", *TINY, "storage.clients=1,2", f"storage.root={root}", "storage.direct_io=true",
-                     "tracking.enabled=false", f"hydra.sweep.dir={tmp_path}/multi")
+    proc = bench.run(
+        "-m",
+        *TINY,
+        "storage.clients=1,2",
+        f"storage.root={root}",
+        "storage.direct_io=true",
+        "tracking.enabled=false",
+        f"hydra.sweep.dir={tmp_path}/multi",
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr.count("storage.clients is deprecated: use storage.accelerators") == 2  # once per job
     lines = [json.loads(line)["radix_metrics"] for line in proc.stdout.splitlines() if "radix_metrics" in line]
@@ -121,8 +146,14 @@ def test_multirun_sweeps_accelerators_and_reuses_the_dataset(bench, tmp_path):
     assert keys[0] and keys[1] and not keys[0] & keys[1]  # disjoint shards
     # the sweep report of a storage sweep: its own columns and plots, the runs' numbers
     report = tmp_path / "multi" / "report"
-    for name in ("report.csv", "report.md", "report.html", "throughput_vs_clients.png", "au_vs_clients.png",
-                 "read_latency_distribution.png"):
+    for name in (
+        "report.csv",
+        "report.md",
+        "report.html",
+        "throughput_vs_clients.png",
+        "au_vs_clients.png",
+        "read_latency_distribution.png",
+    ):
         assert (report / name).is_file(), name
     rows = list(csv.DictReader((report / "report.csv").open()))
     assert [float(r["samples_per_second"]) for r in rows] == pytest.approx([m["samples_per_second"] for m in lines])
@@ -133,10 +164,19 @@ def test_s3_storage_benchmark_two_accelerators_and_no_secret_anywhere(bench, tmp
     bench.with_store()
     bucket = s3_server.new_bucket()
     env = s3_server.env()
-    args = [*TINY, *s3_server.overrides(bucket, "storage.prefix=bench/run"), "storage.workload.format=npz",
-            "storage.workload.record_size_stdev=512"]
-    proc = bench.run(*args, "storage.accelerators=2", "storage.workload.checkpoint_keep=true",
-                     f"hydra.run.dir={tmp_path}/run", env=env)
+    args = [
+        *TINY,
+        *s3_server.overrides(bucket, "storage.prefix=bench/run"),
+        "storage.workload.format=npz",
+        "storage.workload.record_size_stdev=512",
+    ]
+    proc = bench.run(
+        *args,
+        "storage.accelerators=2",
+        "storage.workload.checkpoint_keep=true",
+        f"hydra.run.dir={tmp_path}/run",
+        env=env,
+    )
     metrics = bench.metrics(proc)
     assert_consistent(metrics)
     assert metrics["storage_client"] == "obstore" and metrics["clients"] == 2
@@ -159,8 +199,14 @@ def test_s3_storage_benchmark_two_accelerators_and_no_secret_anywhere(bench, tmp
             assert s3_server.secret.encode() not in path.read_bytes(), path
 
     # The AWS PyTorch client reads the same dataset (prepared above: moto cannot take its writes).
-    proc = bench.run(*args, "storage.client=s3torchconnector", "storage.workload.checkpoint_size_mb=0",
-                     "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run2", env=env)
+    proc = bench.run(
+        *args,
+        "storage.client=s3torchconnector",
+        "storage.workload.checkpoint_size_mb=0",
+        "tracking.enabled=false",
+        f"hydra.run.dir={tmp_path}/run2",
+        env=env,
+    )
     torch_client = bench.metrics(proc)
     assert torch_client["storage_client"] == "s3torchconnector" and torch_client["prepare_skipped"] is True
     assert torch_client["read_steps"] == measured_steps(FILES)
@@ -168,23 +214,45 @@ def test_s3_storage_benchmark_two_accelerators_and_no_secret_anywhere(bench, tmp
 
 
 def test_prepare_never_without_a_dataset_fails_with_one_line(bench, tmp_path):
-    proc = bench.run(*TINY, "storage.prepare=never", f"storage.root={tmp_path}/empty", "tracking.enabled=false",
-                     f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        *TINY,
+        "storage.prepare=never",
+        f"storage.root={tmp_path}/empty",
+        "tracking.enabled=false",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     line = bench.single_error(proc)
     assert "storage.prepare=never" in line and f"{tmp_path}/empty/iobench-dataset" in line
     assert "storage.prepare=auto" in line
 
 
-@pytest.mark.parametrize("overrides,expected", [
-    (["storage=s3"], "storage.bucket=None is not valid"),
-    (["storage=s3", "storage.bucket=b/data"], "storage.bucket='b/data' is not valid: accepted a bucket name (no '/'"),
-    (["storage=s3", "storage.bucket=b", "storage.endpoint=minio:9000"], "storage.endpoint='minio:9000'"),
-    (["storage.client=s3fs"], "storage.client='s3fs' is not valid: accepted one of obstore, s3torchconnector, boto3"),
-    (["storage.accelerators=9"], "at most storage.workload.num_files=8"),
-    (["storage.workload.au_threshold=90"], "storage.workload.au_threshold=90.0"),
-    (["+storage.secret_access_key=abc"], "storage.secret_access_key"),
-], ids=["s3-needs-bucket", "bucket-not-a-path", "endpoint-url", "client", "accelerators-vs-files", "au-fraction",
-        "no-credential-keys"])
+@pytest.mark.parametrize(
+    "overrides,expected",
+    [
+        (["storage=s3"], "storage.bucket=None is not valid"),
+        (
+            ["storage=s3", "storage.bucket=b/data"],
+            "storage.bucket='b/data' is not valid: accepted a bucket name (no '/'",
+        ),
+        (["storage=s3", "storage.bucket=b", "storage.endpoint=minio:9000"], "storage.endpoint='minio:9000'"),
+        (
+            ["storage.client=s3fs"],
+            "storage.client='s3fs' is not valid: accepted one of obstore, s3torchconnector, boto3",
+        ),
+        (["storage.accelerators=9"], "at most storage.workload.num_files=8"),
+        (["storage.workload.au_threshold=90"], "storage.workload.au_threshold=90.0"),
+        (["+storage.secret_access_key=abc"], "storage.secret_access_key"),
+    ],
+    ids=[
+        "s3-needs-bucket",
+        "bucket-not-a-path",
+        "endpoint-url",
+        "client",
+        "accelerators-vs-files",
+        "au-fraction",
+        "no-credential-keys",
+    ],
+)
 def test_bad_storage_config_is_refused_before_anything_runs(bench, tmp_path, overrides, expected):
     proc = bench.run(*TINY, *overrides, f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 2
@@ -194,14 +262,17 @@ def test_bad_storage_config_is_refused_before_anything_runs(bench, tmp_path, ove
 
 def test_endpoint_with_credentials_is_refused_without_echoing_them(bench, tmp_path):
     secret = "endpoint-canary-5b1e"
-    proc = bench.run(*TINY, "storage=s3", "storage.bucket=b-1", f"storage.endpoint=http://user:{secret}@minio:9000",
-                     f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        *TINY,
+        "storage=s3",
+        "storage.bucket=b-1",
+        f"storage.endpoint=http://user:{secret}@minio:9000",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     line = bench.single_error(proc)
     assert "storage.endpoint" in line and "AWS_ACCESS_KEY_ID" in line
     assert secret not in proc.stdout + proc.stderr
     assert not Path(tmp_path / "run" / "run_summary.json").exists()
-
-
 
 
 def test_compare_of_two_storage_runs_gives_their_own_samples_per_second(bench, tmp_path):
@@ -213,8 +284,9 @@ def test_compare_of_two_storage_runs_gives_their_own_samples_per_second(bench, t
     own = {}
     for side in ("base", "cand"):
         own[side] = bench.metrics(bench.run(*args, f"hydra.run.dir={tmp_path}/{side}"))["samples_per_second"]
-    proc = bench.run(str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out"),
-                     module="bench.compare")
+    proc = bench.run(
+        str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out"), module="bench.compare"
+    )
     assert proc.returncode in (0, 1), proc.stderr  # same/faster or slower: a verdict either way
     header, row = proc.stdout.splitlines()[:2]
     assert "baseline samples/s" in header and "candidate samples/s" in header and "images/s" not in proc.stdout
@@ -226,8 +298,9 @@ def test_compare_of_two_storage_runs_gives_their_own_samples_per_second(bench, t
 
     train = tmp_path / "train"  # a training run's record (the figures a compare reads of it)
     train.mkdir()
-    (train / "run_summary.json").write_text(json.dumps({"results": {"mode": "train", "images_per_second": 100.0},
-                                                        "config": {"mode": "train"}}))
+    (train / "run_summary.json").write_text(
+        json.dumps({"results": {"mode": "train", "images_per_second": 100.0}, "config": {"mode": "train"}})
+    )
     refused = bench.run(str(train), str(tmp_path / "cand"), "--out", str(tmp_path / "out2"), module="bench.compare")
     (line,) = [line for line in refused.stderr.splitlines() if "[ERROR]" in line]
     assert refused.returncode == 2 and "Traceback" not in refused.stderr, refused.stderr

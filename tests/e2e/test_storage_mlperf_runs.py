@@ -17,9 +17,16 @@ from bench.rank_context import free_port
 
 HANG_GUARD_S = 900
 FILES, SAMPLES, RECORD, EPOCHS = 8, 4, 4096, 2
-TINY = ["mode=storage", f"storage.workload.num_files={FILES}", f"storage.workload.samples_per_file={SAMPLES}",
-        f"storage.workload.record_size={RECORD}", f"storage.workload.epochs={EPOCHS}",
-        "storage.workload.read_threads=2", "storage.workload.computation_time=0.005", "storage.prepare_workers=2"]
+TINY = [
+    "mode=storage",
+    f"storage.workload.num_files={FILES}",
+    f"storage.workload.samples_per_file={SAMPLES}",
+    f"storage.workload.record_size={RECORD}",
+    f"storage.workload.epochs={EPOCHS}",
+    "storage.workload.read_threads=2",
+    "storage.workload.computation_time=0.005",
+    "storage.prepare_workers=2",
+]
 
 
 def rows(path):
@@ -30,12 +37,24 @@ def rows(path):
 def test_two_hosts_of_two_accelerators_merge_every_client_on_rank_0(bench, tmp_path):
     bench.with_store()
     root = tmp_path / "shared"  # storage both "hosts" see
-    common = [*TINY, "storage.workload.batch_size=2", "storage.workload.format=tfrecord",
-              "storage.workload.read_mode=sample", "storage.workload.shuffle=sample", "storage.workload.shuffle_buffer=4",
-              "storage.workload.checkpoint_size_mb=2", "storage.workload.checkpoint_writers=all",
-              "storage.workload.checkpoint_count=2", "storage.workload.checkpoint_keep=true", f"storage.root={root}",
-              "distributed=ddp", "distributed.nnodes=2", "distributed.nproc_per_node=2",
-              f"distributed.rdzv_endpoint=127.0.0.1:{free_port()}", f"distributed.timeout_s={HANG_GUARD_S}"]
+    common = [
+        *TINY,
+        "storage.workload.batch_size=2",
+        "storage.workload.format=tfrecord",
+        "storage.workload.read_mode=sample",
+        "storage.workload.shuffle=sample",
+        "storage.workload.shuffle_buffer=4",
+        "storage.workload.checkpoint_size_mb=2",
+        "storage.workload.checkpoint_writers=all",
+        "storage.workload.checkpoint_count=2",
+        "storage.workload.checkpoint_keep=true",
+        f"storage.root={root}",
+        "distributed=ddp",
+        "distributed.nnodes=2",
+        "distributed.nproc_per_node=2",
+        f"distributed.rdzv_endpoint=127.0.0.1:{free_port()}",
+        f"distributed.timeout_s={HANG_GUARD_S}",
+    ]
     leader, follower = bench.run_two_nodes(common, tmp_path)
     metrics = bench.metrics(leader)
     assert follower.returncode == 0, follower.stderr
@@ -68,8 +87,9 @@ def test_two_hosts_of_two_accelerators_merge_every_client_on_rank_0(bench, tmp_p
     saved = sorted(p.name for p in (root / "iobench-checkpoints").iterdir())
     assert saved == [f"checkpoint-{i}.rank{r}.pt" for i in (0, 1) for r in range(4)]
     assert metrics["checkpoint_clients"] == 4 and metrics["checkpoint_count"] == 2
-    assert metrics["checkpoint_bytes"] == sum((root / "iobench-checkpoints" / f"checkpoint-0.rank{r}.pt").stat().st_size
-                                              for r in range(4))
+    assert metrics["checkpoint_bytes"] == sum(
+        (root / "iobench-checkpoints" / f"checkpoint-0.rank{r}.pt").stat().st_size for r in range(4)
+    )
     assert metrics["checkpoint_cache_drop"] == "posix_fadvise_dontneed"
     (run,) = bench.runs()
     assert run.info.status == "FINISHED" and run.data.metrics["hosts"] == 2
@@ -81,13 +101,24 @@ def test_the_mlperf_harness_on_one_host(bench, tmp_path):
     read in transfer_size pieces, an evaluation pass per epoch, a checkpoint every 3 steps and 2
     checkpoints written and read back after each run."""
     bench.with_store()
-    proc = bench.run(*TINY, "storage.workload.batch_size=4", "storage.workload.format=hdf5",
-                     "storage.workload.transfer_size=1024", "storage.workload.eval_num_files=2",
-                     "storage.workload.eval_computation_time=0.002", "storage.workload.seed_change_epoch=false",
-                     "storage.workload.checkpoint_size_mb=1", "storage.workload.checkpoint_count=2",
-                     "storage.workload.checkpoint_every_steps=3", "storage.workload.checkpoint_keep=true",
-                     "storage.accelerators=2", "storage.runs=2",
-                     "storage.warmup_runs=1", f"storage.root={tmp_path}/data", f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        *TINY,
+        "storage.workload.batch_size=4",
+        "storage.workload.format=hdf5",
+        "storage.workload.transfer_size=1024",
+        "storage.workload.eval_num_files=2",
+        "storage.workload.eval_computation_time=0.002",
+        "storage.workload.seed_change_epoch=false",
+        "storage.workload.checkpoint_size_mb=1",
+        "storage.workload.checkpoint_count=2",
+        "storage.workload.checkpoint_every_steps=3",
+        "storage.workload.checkpoint_keep=true",
+        "storage.accelerators=2",
+        "storage.runs=2",
+        "storage.warmup_runs=1",
+        f"storage.root={tmp_path}/data",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     metrics = bench.metrics(proc)
     assert "below MLPerf's dataset size" in proc.stderr and "storage.workload.num_files=8" in proc.stderr
     run_dir = tmp_path / "run"
@@ -111,8 +142,10 @@ def test_the_mlperf_harness_on_one_host(bench, tmp_path):
     assert metrics["checkpoint_write_seconds"] > metrics["checkpoint_store_write_seconds"] > 0  # serialisation apart
     assert metrics["checkpoint_serialize_seconds"] > 0 and metrics["checkpoint_store_read_gbps"] > 0
     assert metrics["mlperf_qualifies"] is False
-    assert "dataset: 8 files" in metrics["mlperf_not_qualified_because"] and "this was 1 + 2" in \
-        metrics["mlperf_not_qualified_because"]
+    assert (
+        "dataset: 8 files" in metrics["mlperf_not_qualified_because"]
+        and "this was 1 + 2" in metrics["mlperf_not_qualified_because"]
+    )
     (run,) = bench.runs()
     assert run.info.status == "FINISHED" and run.data.tags["mlperf_qualifies"] == "False"
     client = MlflowClient(bench.uri)
@@ -126,11 +159,18 @@ def test_the_mlperf_harness_on_one_host(bench, tmp_path):
 
 
 def test_checkpoint_only_workload_with_every_accelerator_writing_its_share(bench, tmp_path):
-    proc = bench.run("mode=storage", "storage.workload.checkpoint_only=true", "storage.workload.checkpoint_size_mb=2",
-                     "storage.workload.checkpoint_count=2", "storage.workload.checkpoint_writers=all",
-                     "storage.workload.checkpoint_keep=true", "storage.accelerators=2", f"storage.root={tmp_path}/data",
-                     "tracking.enabled=false",
-                     f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        "mode=storage",
+        "storage.workload.checkpoint_only=true",
+        "storage.workload.checkpoint_size_mb=2",
+        "storage.workload.checkpoint_count=2",
+        "storage.workload.checkpoint_writers=all",
+        "storage.workload.checkpoint_keep=true",
+        "storage.accelerators=2",
+        f"storage.root={tmp_path}/data",
+        "tracking.enabled=false",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     metrics = bench.metrics(proc)
     assert "mlperf_samples_per_second" not in metrics and "read_requests" not in metrics  # nothing was read
     assert not (tmp_path / "data" / "iobench-dataset").exists()

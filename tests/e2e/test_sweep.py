@@ -17,8 +17,14 @@ import pytest
 from mlflow import MlflowClient
 
 # a sweep of process counts and precisions: no batch axis, so no throughput_vs_batch.png
-REPORT_FILES = {"report.csv", "report.md", "report.html", "throughput_vs_gpus.png", "scaling_efficiency.png",
-                "step_time_distribution.png"}
+REPORT_FILES = {
+    "report.csv",
+    "report.md",
+    "report.html",
+    "throughput_vs_gpus.png",
+    "scaling_efficiency.png",
+    "step_time_distribution.png",
+}
 
 
 def _split(runs: list) -> tuple:
@@ -51,12 +57,26 @@ def _check_scaling(rows: list) -> None:
 def sweep(tmp_path_factory, bench_at, tiny_args):
     root = tmp_path_factory.mktemp("sweep")
     bench = bench_at(root).with_store()
-    proc = bench.run("-m", *tiny_args, "distributed=ddp", "distributed.nproc_per_node=1,2", "precision=fp32,bf16",
-                     f"hydra.sweep.dir={root}/sweep")
+    proc = bench.run(
+        "-m",
+        *tiny_args,
+        "distributed=ddp",
+        "distributed.nproc_per_node=1,2",
+        "precision=fp32,bf16",
+        f"hydra.sweep.dir={root}/sweep",
+    )
     runs = bench.runs()
     parents, children = _split(runs)
-    return SimpleNamespace(root=root, uri=bench.uri, proc=proc, dir=root / "sweep", runs=runs, parents=parents,
-                           children=children, bench=bench)
+    return SimpleNamespace(
+        root=root,
+        uri=bench.uri,
+        proc=proc,
+        dir=root / "sweep",
+        runs=runs,
+        parents=parents,
+        children=children,
+        bench=bench,
+    )
 
 
 def test_sweep_is_one_parent_with_a_child_per_job(sweep):
@@ -73,8 +93,11 @@ def test_sweep_is_one_parent_with_a_child_per_job(sweep):
     assert len(links) == 1 and links[0].endswith(f"/runs?workflowType=machine_learning&viewStateShareKey={view}")
     # the saved view the link opens: throughput (rounded), the error and the swept keys as columns, fastest
     # first, the parent and its children grouped (issue 30 item 6)
-    state = json.loads(MlflowClient(tracking_uri=sweep.uri).get_experiment(parent.info.experiment_id)
-                       .tags[f"mlflow.sharedViewState.{view}"])
+    state = json.loads(
+        MlflowClient(tracking_uri=sweep.uri)
+        .get_experiment(parent.info.experiment_id)
+        .tags[f"mlflow.sharedViewState.{view}"]
+    )
     assert state["selectedColumns"][:2] == ["metrics.`images/s`", "tags.`error`"]
     assert state["orderByKey"] == "metrics.`images_per_second`" and state["orderByAsc"] is False
     assert {"params.`precision.name`", "params.`distributed.nproc_per_node`"} <= set(state["selectedColumns"])
@@ -143,7 +166,8 @@ def test_report_cli_rebuilds_the_table_from_mlflow(sweep, bench, tmp_path):
     children = {c.data.tags["sweep.job"]: c for c in sweep.children}
     for row in rows:
         assert float(row["images_per_second"]) == pytest.approx(
-            children[row["job"]].data.metrics["images_per_second"], rel=1e-6)
+            children[row["job"]].data.metrics["images_per_second"], rel=1e-6
+        )
     _check_scaling(rows)
     assert "images/s" in proc.stdout and "speedup" in proc.stdout  # the table on stdout
     assert not (tmp_path / "mlflow.db").exists()  # --tracking-uri was used, no default store created
@@ -211,8 +235,11 @@ def all_failed(sweep, tiny_args):
     """Both jobs refused (amp_fp16 on a CPU: no training, cheap), into the 4-job sweep's store, so one
     `mlflow ui` serves both in the browser test."""
     proc = sweep.bench.run("-m", *tiny_args, "precision=amp_fp16", "seed=1,2", f"hydra.sweep.dir={sweep.root}/failed")
-    (parent,) = [r for r in sweep.bench.runs()
-                 if r.data.tags.get("sweep") == "parent" and r.data.tags["sweep.dir"] == str(sweep.root / "failed")]
+    (parent,) = [
+        r
+        for r in sweep.bench.runs()
+        if r.data.tags.get("sweep") == "parent" and r.data.tags["sweep.dir"] == str(sweep.root / "failed")
+    ]
     return SimpleNamespace(proc=proc, parent=parent, dir=sweep.root / "failed")
 
 
@@ -226,8 +253,11 @@ def test_a_sweep_whose_every_job_failed_is_failed(all_failed, sweep):
     assert parent.data.tags["sweep.failed_jobs"] == "2" and parent.data.metrics["sweep_failed_jobs"] == 2
     assert proc.stdout.splitlines()[0].startswith("all 2 jobs failed: precision='amp_fp16'")
     assert (all_failed.dir / "report" / "report.md").read_text().splitlines()[2].startswith("all 2 jobs failed")
-    state = json.loads(MlflowClient(tracking_uri=sweep.uri).get_experiment(parent.info.experiment_id)
-                       .tags[f"mlflow.sharedViewState.bench-sweep-{parent.info.run_id[:12]}"])
+    state = json.loads(
+        MlflowClient(tracking_uri=sweep.uri)
+        .get_experiment(parent.info.experiment_id)
+        .tags[f"mlflow.sharedViewState.bench-sweep-{parent.info.run_id[:12]}"]
+    )
     assert state["orderByKey"] == "attributes.start_time"  # no run has the figure: not sorted by it
     assert "tags.`error`" in state["selectedColumns"]
 
@@ -241,7 +271,9 @@ def test_a_slurm_local_sweep_runs_each_job_apart_one_at_a_time_under_one_parent(
     bench.with_store()
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
     sweep_dir = tmp_path / "sweep"
-    proc = bench.run("-m", *tiny, "hydra/launcher=slurm_local", "precision=fp32,amp_fp16", f"hydra.sweep.dir={sweep_dir}")
+    proc = bench.run(
+        "-m", *tiny, "hydra/launcher=slurm_local", "precision=fp32,amp_fp16", f"hydra.sweep.dir={sweep_dir}"
+    )
     assert proc.returncode == 1, f"{proc.stdout}\n{proc.stderr[-5000:]}"  # amp_fp16 cannot run on a CPU
     assert proc.stdout.count('{"radix_metrics"') == 1 and "Traceback" not in proc.stderr
     parents, children = _split(bench.runs())
@@ -262,9 +294,26 @@ def test_a_slurm_local_sweep_runs_each_job_apart_one_at_a_time_under_one_parent(
 
 def _mlflow_ui(uri: str, port: int, log: Path) -> subprocess.Popen:
     """A real `mlflow ui` on 127.0.0.1 serving `uri`, once it answers /health (the event waited for)."""
-    ui = subprocess.Popen([sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", uri, "--host", "127.0.0.1",
-                           "--port", str(port), "--workers", "1"], stdout=log.open("w"), stderr=subprocess.STDOUT,
-                          start_new_session=True, env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"})
+    ui = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "mlflow",
+            "ui",
+            "--backend-store-uri",
+            uri,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--workers",
+            "1",
+        ],
+        stdout=log.open("w"),
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
+    )
     deadline = time.monotonic() + 300  # hang guard only
     while time.monotonic() < deadline and ui.poll() is None:
         try:
@@ -293,14 +342,18 @@ def _page_text(browser, url: str, until: str, shot: Path) -> tuple:
 def _shown_whole(browser, name: str) -> bool:
     """The run name's link is on the page and nothing in it is cut off (MLflow's cell ellipsis: an
     element narrower than its text)."""
-    cut = browser.driver.execute_script("""
+    cut = browser.driver.execute_script(
+        """
         return [...document.querySelectorAll('a')].filter(a => a.textContent === arguments[0])
-            .map(a => [a, ...a.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth))""", name)
+            .map(a => [a, ...a.querySelectorAll('*')].some(e => e.scrollWidth > e.clientWidth))""",
+        name,
+    )
     return bool(cut) and not any(cut)
 
 
-def test_the_printed_links_open_the_runs_table_with_the_parent_and_rounded_figures(sweep, all_failed, browser,
-                                                                                      tmp_path):
+def test_the_printed_links_open_the_runs_table_with_the_parent_and_rounded_figures(
+    sweep, all_failed, browser, tmp_path
+):
     """Issues 21 and 30 (items 1, 6): the link a sweep prints, in headless Chromium on a real `mlflow ui`:
     the runs table (not MLflow 3's GenAI "Traces" overview), the parent listed with its children, images/s
     rounded (not "284.62942742…" cut off), the swept keys and the failure reason as columns; an all-failed

@@ -55,8 +55,13 @@ def count_plots(frame: Any, out: Path, title: str) -> List[Path]:
 class CountReport:
     view = View(
         sample=Sample("counts_per_second", "counts/s"),  # compare: the run's own figure, in its unit
-        columns=[("job", "job", "{}"), ("overrides", "overrides", "{}"), ("counted", "counted", "{}"),
-                 ("counts/s", "counts_per_second", "{:.0f}"), ("error", "error", "{}")],
+        columns=[
+            ("job", "job", "{}"),
+            ("overrides", "overrides", "{}"),
+            ("counted", "counted", "{}"),
+            ("counts/s", "counts_per_second", "{:.0f}"),
+            ("error", "error", "{}"),
+        ],
         plots=count_plots,
         label_columns=[("counted=", "counted", "int")],
     )
@@ -75,11 +80,15 @@ class CountReport:
     def headline(self) -> str:
         return f"counted {self.record.counted} in {self.record.count_seconds:.6f} s"
 
-    def write(self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any],
-              run_id: Optional[str]) -> List[Path]:
+    def write(
+        self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]
+    ) -> List[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
-        return [write_json(out_dir / "run_summary.json", {"results": self.metrics, "config": dict(config),
-                                                          "mlflow_run_id": run_id})]
+        return [
+            write_json(
+                out_dir / "run_summary.json", {"results": self.metrics, "config": dict(config), "mlflow_run_id": run_id}
+            )
+        ]
 
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
         tracker.set_tags({"mode": self.record.mode})
@@ -166,8 +175,9 @@ def test_a_registered_toy_scenario_runs_end_to_end_with_its_own_record(count_mod
     final = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["radix_metrics"]
     assert list(final) == ["mode", "counted", "count_seconds", "counts_per_second"]  # note: None, left out
     assert final["counted"] == 1000 and final["mode"] == "count"
-    (only,) = MlflowClient(uri).search_runs([MlflowClient(uri).get_experiment_by_name(config.tracking.experiment)
-                                             .experiment_id])
+    (only,) = MlflowClient(uri).search_runs(
+        [MlflowClient(uri).get_experiment_by_name(config.tracking.experiment).experiment_id]
+    )
     assert only.info.status == "FINISHED" and only.info.run_name.startswith("count-1000")
     assert only.data.metrics["counted"] == 1000 and only.data.tags["mode"] == "count"
     assert only.data.params["count.steps"] == "1000"  # its namespace is a config group like the others
@@ -188,8 +198,18 @@ def test_the_toy_scenario_is_swept_and_two_of_its_runs_compared(count_mode, tmp_
     register_configs()  # the schema with the toy's namespace (python -m bench registers it at import)
     GlobalHydra.instance().clear()
     sweep = tmp_path / "sweep"
-    monkeypatch.setattr(sys, "argv", ["bench", "-m", f"mode={count_mode}", "count.steps=100,200",
-                                      f"tracking.uri=sqlite:///{tmp_path}/mlflow.db", f"hydra.sweep.dir={sweep}"])
+    monkeypatch.setattr(
+        sys,
+        "argv",
+        [
+            "bench",
+            "-m",
+            f"mode={count_mode}",
+            "count.steps=100,200",
+            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
+            f"hydra.sweep.dir={sweep}",
+        ],
+    )
     root = logging.getLogger()
     handlers, level = list(root.handlers), root.level
     try:
@@ -224,9 +244,11 @@ def test_a_scenario_is_one_package_and_one_registry_line():
     by bench/scenario_registry.py (and pyproject's package list)."""
     # bench/scenario_checks.py names every built-in scenario for the type checker only (never run):
     # a new scenario may add itself there to be checked, it need not
-    naming = sorted(str(path.relative_to(BENCH.parent)) for path in BENCH.rglob("*.py")
-                    if "bench.infer" in path.read_text() and path.parent.name != "infer"
-                    and path.name != "scenario_checks.py")
+    naming = sorted(
+        str(path.relative_to(BENCH.parent))
+        for path in BENCH.rglob("*.py")
+        if "bench.infer" in path.read_text() and path.parent.name != "infer" and path.name != "scenario_checks.py"
+    )
     assert naming == ["bench/scenario_registry.py"]
     assert "bench.infer" in (BENCH.parent / "pyproject.toml").read_text()
     assert "count" not in SCENARIOS  # the toy left nothing behind in bench/

@@ -19,8 +19,13 @@ def places(tmp_path, datasets):
         (tmp_path / "notimages" / "class0" / f"img{number}.jpg").write_text("a text file named like an image")
     (tmp_path / "a-file").write_text("x")
     _shards_with_a_bad_label(tmp_path / "badshards")
-    return {"tmp": tmp_path, "empty": tmp_path / "empty", "images": tmp_path / "images",
-            "notimages": tmp_path / "notimages", "badshards": tmp_path / "badshards"}
+    return {
+        "tmp": tmp_path,
+        "empty": tmp_path / "empty",
+        "images": tmp_path / "images",
+        "notimages": tmp_path / "notimages",
+        "badshards": tmp_path / "badshards",
+    }
 
 
 def _shards_with_a_bad_label(root) -> None:
@@ -45,7 +50,10 @@ def _shards_with_a_bad_label(root) -> None:
 
 def _mount_tmpfs(where: Path, options: str) -> bool:
     where.mkdir(parents=True, exist_ok=True)
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True).returncode == 0
+    return (
+        subprocess.run(["mount", "-t", "tmpfs", "-o", options, "tmpfs", str(where)], capture_output=True).returncode
+        == 0
+    )
 
 
 @pytest.fixture

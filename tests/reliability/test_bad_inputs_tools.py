@@ -9,8 +9,11 @@ TABLE = rows("radix flag misspelt")
 
 
 def test_the_table_has_at_least_sixty_rows_and_each_runs_in_one_part():
-    parts = rows("unknown model option", "S3 endpoint with a password") + \
-        rows("S3 endpoint with a password", "radix flag misspelt") + TABLE
+    parts = (
+        rows("unknown model option", "S3 endpoint with a password")
+        + rows("S3 endpoint with a password", "radix flag misspelt")
+        + TABLE
+    )
     assert len(BAD_INPUTS) >= 60 and len(set(ids(BAD_INPUTS))) == len(BAD_INPUTS)
     assert ids(parts) == ids(BAD_INPUTS)
 

@@ -35,7 +35,9 @@ def _everything_written(root: Path) -> list:
 def _assert_nowhere(secrets: list, texts: list, *roots: Path) -> None:
     for secret in secrets:
         for text in texts:
-            assert secret not in text, f"{secret} leaked into output: ...{text[max(0, text.find(secret) - 200):][:400]}"
+            assert secret not in text, (
+                f"{secret} leaked into output: ...{text[max(0, text.find(secret) - 200) :][:400]}"
+            )
         for root in roots:
             for path in _everything_written(root):
                 assert secret.encode() not in path.read_bytes(), f"{secret} leaked into {path}"
@@ -72,7 +74,9 @@ def leaky_env(bench, module_mlflow_server, request):
 
 def test_canaries_on_a_sweep_with_a_failing_job_and_its_report(bench, tiny, tmp_path, leaky_env):
     server, env = leaky_env
-    proc = bench.run("-m", *tiny, server.tracking, "precision=fp32,amp_fp16", f"hydra.sweep.dir={tmp_path}/sweep", env=env)
+    proc = bench.run(
+        "-m", *tiny, server.tracking, "precision=fp32,amp_fp16", f"hydra.sweep.dir={tmp_path}/sweep", env=env
+    )
     assert proc.returncode == 1, proc.stderr  # amp_fp16 cannot run on a CPU: one failed job
     assert proc.stdout.count('{"radix_metrics"') == 1 and "View run" not in proc.stdout
     assert (tmp_path / "sweep" / "report" / "report.html").is_file()
@@ -85,12 +89,14 @@ def test_canaries_on_a_sweep_with_a_failing_job_and_its_report(bench, tiny, tmp_
 
 
 # where credentials for S3 and an MLflow server live (the server here ignores them)
-CREDENTIAL_CANARIES = {"AWS_ACCESS_KEY_ID": f"canary-akid-{uuid.uuid4().hex[:8]}",
-                       "AWS_SECRET_ACCESS_KEY": f"canary-aws-{uuid.uuid4().hex[:8]}",
-                       "AWS_SESSION_TOKEN": f"canary-session-{uuid.uuid4().hex[:8]}",
-                       "MLFLOW_TRACKING_PASSWORD": f"canary-mlpass-{uuid.uuid4().hex[:8]}",
-                       "MLFLOW_TRACKING_TOKEN": f"canary-mltoken-{uuid.uuid4().hex[:8]}",
-                       "HF_TOKEN": f"canary-hf-{uuid.uuid4().hex[:8]}"}
+CREDENTIAL_CANARIES = {
+    "AWS_ACCESS_KEY_ID": f"canary-akid-{uuid.uuid4().hex[:8]}",
+    "AWS_SECRET_ACCESS_KEY": f"canary-aws-{uuid.uuid4().hex[:8]}",
+    "AWS_SESSION_TOKEN": f"canary-session-{uuid.uuid4().hex[:8]}",
+    "MLFLOW_TRACKING_PASSWORD": f"canary-mlpass-{uuid.uuid4().hex[:8]}",
+    "MLFLOW_TRACKING_TOKEN": f"canary-mltoken-{uuid.uuid4().hex[:8]}",
+    "HF_TOKEN": f"canary-hf-{uuid.uuid4().hex[:8]}",
+}
 
 
 def test_canaries_on_a_submitit_sweep_and_its_folder(bench, tiny, tmp_path, leaky_env, slurm_or_none):
@@ -101,8 +107,9 @@ def test_canaries_on_a_submitit_sweep_and_its_folder(bench, tiny, tmp_path, leak
     server, env = leaky_env
     env = {**env, **CREDENTIAL_CANARIES, "MLFLOW_TRACKING_USERNAME": "bench-user"}
     launcher = slurm_or_none.sweep_on_cpu if slurm_or_none else ("hydra/launcher=slurm_local",)
-    proc = bench.run("-m", *tiny, *launcher, server.tracking, "precision=fp32,amp_fp16", f"hydra.sweep.dir={tmp_path}/sweep",
-                     env=env)
+    proc = bench.run(
+        "-m", *tiny, *launcher, server.tracking, "precision=fp32,amp_fp16", f"hydra.sweep.dir={tmp_path}/sweep", env=env
+    )
     assert proc.returncode == 1, proc.stderr[-5000:]
     submitit_files = [p.name for p in (tmp_path / "sweep" / ".submitit").rglob("*") if p.is_file()]
     assert sum(name.endswith("_submitted.pkl") for name in submitit_files) == 2
@@ -118,40 +125,67 @@ def test_canaries_on_a_submitit_sweep_and_its_folder(bench, tiny, tmp_path, leak
 def test_canaries_on_a_storage_run_against_s3(bench, tmp_path, s3_server, leaky_env):
     server, env = leaky_env
     bucket = s3_server.new_bucket()
-    storage = ["mode=storage", "storage.workload.num_files=4", "storage.workload.samples_per_file=2",
-               "storage.workload.record_size=1024", "storage.workload.batch_size=2", "storage.workload.checkpoint_size_mb=1"]
-    proc = bench.run(*storage, *s3_server.overrides(bucket), server.tracking, f"hydra.run.dir={tmp_path}/run",
-                     env={**env, **s3_server.credentials})
+    storage = [
+        "mode=storage",
+        "storage.workload.num_files=4",
+        "storage.workload.samples_per_file=2",
+        "storage.workload.record_size=1024",
+        "storage.workload.batch_size=2",
+        "storage.workload.checkpoint_size_mb=1",
+    ]
+    proc = bench.run(
+        *storage,
+        *s3_server.overrides(bucket),
+        server.tracking,
+        f"hydra.run.dir={tmp_path}/run",
+        env={**env, **s3_server.credentials},
+    )
     bench.metrics(proc)
     (run,) = server.runs()
     tracked = [str(run.data.params) + str(run.data.tags)]
-    _assert_nowhere([*CANARIES.values(), URI_PASSWORD, s3_server.secret], [proc.stdout, proc.stderr, *tracked], tmp_path,
-                    server.root)
+    _assert_nowhere(
+        [*CANARIES.values(), URI_PASSWORD, s3_server.secret],
+        [proc.stdout, proc.stderr, *tracked],
+        tmp_path,
+        server.root,
+    )
 
 
 def test_canaries_on_a_run_that_fails_mid_way(bench, tiny, datasets, tmp_path, leaky_env):
     server, env = leaky_env
     datasets.image_folder(tmp_path / "flat", images=8)
     (tmp_path / "flat" / "class003" / "zz-gone.jpg").symlink_to(tmp_path / "nowhere.jpg")
-    proc = bench.run(*tiny, "data=imagefolder", f"data.root={tmp_path / 'flat'}", "data.split=val", "data.batch_size=9",
-                     "data.num_workers=0", server.tracking, f"hydra.run.dir={tmp_path}/run", env=env)
+    proc = bench.run(
+        *tiny,
+        "data=imagefolder",
+        f"data.root={tmp_path / 'flat'}",
+        "data.split=val",
+        "data.batch_size=9",
+        "data.num_workers=0",
+        server.tracking,
+        f"hydra.run.dir={tmp_path}/run",
+        env=env,
+    )
     assert proc.returncode == 1 and (tmp_path / "run" / "error.txt").is_file()
     (run,) = server.runs()
     assert run.info.status == "FAILED"
-    _assert_nowhere([*CANARIES.values(), URI_PASSWORD], [proc.stdout, proc.stderr, str(run.data.tags)], tmp_path,
-                    server.root)
+    _assert_nowhere(
+        [*CANARIES.values(), URI_PASSWORD], [proc.stdout, proc.stderr, str(run.data.tags)], tmp_path, server.root
+    )
 
 
 def test_a_credential_on_the_command_line_is_refused_before_anything_is_saved(bench, tiny, tmp_path):
     secret = f"canary-cli-{uuid.uuid4().hex[:8]}"
     env = bench.env(AWS_SECRET_ACCESS_KEY=secret)
-    for args in ([*tiny, f"storage.endpoint=http://u:{secret}@minio:9000", f"hydra.run.dir={tmp_path}/run"],
-                 ["-m", *tiny, f"tracking.uri=http://u:{secret}@h:5000,http://h:5001", f"hydra.sweep.dir={tmp_path}/sweep"],
-                 [*tiny, f"+tracking.password={secret}", f"hydra.run.dir={tmp_path}/run"],
-                 [*tiny, f"+tracking.pwd={secret}", f"hydra.run.dir={tmp_path}/run"],
-                 [*tiny, f"distributed.rdzv_endpoint=u:{secret}@node0:29400", f"hydra.run.dir={tmp_path}/run"],
-                 [*tiny, f"storage.endpoint=http://h:9000/?sig={secret}", f"hydra.run.dir={tmp_path}/run"],
-                 [*tiny, "tracking.run_name=${oc.env:AWS_SECRET_ACCESS_KEY}", f"hydra.run.dir={tmp_path}/run"]):
+    for args in (
+        [*tiny, f"storage.endpoint=http://u:{secret}@minio:9000", f"hydra.run.dir={tmp_path}/run"],
+        ["-m", *tiny, f"tracking.uri=http://u:{secret}@h:5000,http://h:5001", f"hydra.sweep.dir={tmp_path}/sweep"],
+        [*tiny, f"+tracking.password={secret}", f"hydra.run.dir={tmp_path}/run"],
+        [*tiny, f"+tracking.pwd={secret}", f"hydra.run.dir={tmp_path}/run"],
+        [*tiny, f"distributed.rdzv_endpoint=u:{secret}@node0:29400", f"hydra.run.dir={tmp_path}/run"],
+        [*tiny, f"storage.endpoint=http://h:9000/?sig={secret}", f"hydra.run.dir={tmp_path}/run"],
+        [*tiny, "tracking.run_name=${oc.env:AWS_SECRET_ACCESS_KEY}", f"hydra.run.dir={tmp_path}/run"],
+    ):
         proc = bench.run(*args, env=env)
         assert proc.returncode == 2 and len(bench.error_lines(proc.stderr)) == 1, proc.stderr
         _assert_nowhere([secret], [proc.stdout, proc.stderr], tmp_path)
@@ -167,8 +201,10 @@ def _user_config(tmp_path_factory, text: str) -> list:
     return ["+experiment@_global_=leaky", f"hydra.searchpath=[file://{root}]"]
 
 
-QUERY_CANARIES = {"TORCH_CANARY_URL": f"http://h/hub?token=canary-qtoken-{uuid.uuid4().hex[:8]}",
-                  "OMP_CANARY_URL": f"http://h/x?a=1&sig=canary-qsig-{uuid.uuid4().hex[:8]}"}
+QUERY_CANARIES = {
+    "TORCH_CANARY_URL": f"http://h/hub?token=canary-qtoken-{uuid.uuid4().hex[:8]}",
+    "OMP_CANARY_URL": f"http://h/x?a=1&sig=canary-qsig-{uuid.uuid4().hex[:8]}",
+}
 
 
 def test_canaries_in_a_config_file_and_query_strings_then_an_upload(bench, tiny, tmp_path, tmp_path_factory, leaky_env):
@@ -177,15 +213,22 @@ def test_canaries_in_a_config_file_and_query_strings_then_an_upload(bench, tiny,
     and &sig=. The run keeps every key, each credential shown as ***. Then the upload of that run,
     to the server by a URI with user:password, prints no "View run ... at <URI>"."""
     server, env = leaky_env
-    secrets = {"aws": f"canary-aws-{uuid.uuid4().hex[:8]}", "rdzv": f"canary-rdzv-{uuid.uuid4().hex[:8]}",
-               "sig": f"canary-sig-{uuid.uuid4().hex[:8]}", "amz": f"canary-amz-{uuid.uuid4().hex[:8]}"}
-    conf = _user_config(tmp_path_factory, f"""tracking:
+    secrets = {
+        "aws": f"canary-aws-{uuid.uuid4().hex[:8]}",
+        "rdzv": f"canary-rdzv-{uuid.uuid4().hex[:8]}",
+        "sig": f"canary-sig-{uuid.uuid4().hex[:8]}",
+        "amz": f"canary-amz-{uuid.uuid4().hex[:8]}",
+    }
+    conf = _user_config(
+        tmp_path_factory,
+        f"""tracking:
   run_name: ${{oc.env:AWS_SECRET_ACCESS_KEY}}
 distributed:
-  rdzv_endpoint: u:{secrets['rdzv']}@127.0.0.1:29400
+  rdzv_endpoint: u:{secrets["rdzv"]}@127.0.0.1:29400
 storage:
-  endpoint: http://127.0.0.1:9/?sig={secrets['sig']}&X-Amz-Credential={secrets['amz']}
-""")
+  endpoint: http://127.0.0.1:9/?sig={secrets["sig"]}&X-Amz-Credential={secrets["amz"]}
+""",
+    )
     env = {**env, **QUERY_CANARIES, "AWS_SECRET_ACCESS_KEY": secrets["aws"]}
     run_dir = tmp_path / "run"
     proc = bench.run(*tiny, "cpu_threads=1", *conf, server.tracking, f"hydra.run.dir={run_dir}", env=env)
@@ -204,8 +247,9 @@ storage:
     assert run.info.status == "FINISHED"
     tracked = [str(run.data.params) + str(run.data.tags) + run.info.run_name]
     canaries = [*secrets.values(), *(value.rsplit("=", 1)[1] for value in QUERY_CANARIES.values()), URI_PASSWORD]
-    _assert_nowhere(canaries, [proc.stdout, proc.stderr, uploaded.stdout, uploaded.stderr, *tracked], tmp_path,
-                    server.root)
+    _assert_nowhere(
+        canaries, [proc.stdout, proc.stderr, uploaded.stdout, uploaded.stderr, *tracked], tmp_path, server.root
+    )
 
 
 def test_canaries_in_a_signed_endpoint_of_a_storage_run_that_fails(bench, tmp_path, tmp_path_factory):
@@ -213,14 +257,28 @@ def test_canaries_in_a_signed_endpoint_of_a_storage_run_that_fails(bench, tmp_pa
     the local mlflow.db (params, the FAILED run's error tag, its artifacts) only as ***."""
     bench.with_store()
     secrets = {"sig": f"canary-sig-{uuid.uuid4().hex[:8]}", "token": f"canary-amztoken-{uuid.uuid4().hex[:8]}"}
-    conf = _user_config(tmp_path_factory, f"""storage:
-  endpoint: http://127.0.0.1:9/?sig={secrets['sig']}&X-Amz-Security-Token={secrets['token']}
-""")
-    storage = ["mode=storage", "storage=s3", "storage.bucket=canary", "storage.max_attempts=1", "storage.timeout_s=5",
-               "storage.workload.num_files=4", "storage.workload.samples_per_file=2", "storage.workload.record_size=1024",
-               "storage.workload.batch_size=2"]
-    env = bench.env(AWS_ACCESS_KEY_ID="canary-id", AWS_SECRET_ACCESS_KEY=f"canary-aws-{uuid.uuid4().hex[:8]}",
-                    AWS_DEFAULT_REGION="us-east-1")
+    conf = _user_config(
+        tmp_path_factory,
+        f"""storage:
+  endpoint: http://127.0.0.1:9/?sig={secrets["sig"]}&X-Amz-Security-Token={secrets["token"]}
+""",
+    )
+    storage = [
+        "mode=storage",
+        "storage=s3",
+        "storage.bucket=canary",
+        "storage.max_attempts=1",
+        "storage.timeout_s=5",
+        "storage.workload.num_files=4",
+        "storage.workload.samples_per_file=2",
+        "storage.workload.record_size=1024",
+        "storage.workload.batch_size=2",
+    ]
+    env = bench.env(
+        AWS_ACCESS_KEY_ID="canary-id",
+        AWS_SECRET_ACCESS_KEY=f"canary-aws-{uuid.uuid4().hex[:8]}",
+        AWS_DEFAULT_REGION="us-east-1",
+    )
     proc = bench.run(*storage, *conf, f"hydra.run.dir={tmp_path}/run", env=env)
     (line,) = bench.error_lines(proc.stderr)
     assert proc.returncode == 1 and "sig=***&X-Amz-Security-Token=***" in line, proc.stderr

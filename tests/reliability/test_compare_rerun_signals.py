@@ -28,16 +28,27 @@ def gone(process: psutil.Process, guard_s: float = HANG_GUARD_S) -> bool:
     return False
 
 
-@pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGKILL, -9)],
-                         ids=["SIGTERM", "SIGINT", "SIGKILL"])
+@pytest.mark.parametrize(
+    "sig,code",
+    [(signal.SIGTERM, 143), (signal.SIGINT, 130), (signal.SIGKILL, -9)],
+    ids=["SIGTERM", "SIGINT", "SIGKILL"],
+)
 def test_a_signal_to_compare_rerun_ends_its_running_child(bench, tiny, tmp_path, sig, code):
     config = [*tiny, "train.steps_per_epoch=100000", "benchmark.log_every=1"]  # trains until it is stopped
     for name in ("base", "cand"):
         (tmp_path / name / ".hydra").mkdir(parents=True)
         (tmp_path / name / ".hydra" / "overrides.yaml").write_text("".join(f"- {o}\n" for o in config))
     out: Path = tmp_path / "out"
-    proc = bench.start(str(tmp_path / "base"), str(tmp_path / "cand"), "--rerun", "2", "--out", str(out),
-                       module="bench.compare", start_new_session=True)
+    proc = bench.start(
+        str(tmp_path / "base"),
+        str(tmp_path / "cand"),
+        "--rerun",
+        "2",
+        "--out",
+        str(out),
+        module="bench.compare",
+        start_new_session=True,
+    )
     bench.wait_for_line(proc, out / "rerun" / "candidate-1" / "bench.log", "step 2/")  # the child is measuring
     (child,) = psutil.Process(proc.pid).children()
     assert "bench" in child.cmdline() and any(a.endswith("candidate-1") for a in child.cmdline())

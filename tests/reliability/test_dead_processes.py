@@ -48,7 +48,7 @@ def test_sigstop_of_a_rank_ends_the_job_and_names_it(bench, long_ddp_run):
     tree = long_ddp_run.tree
     psutil.Process(rank1).send_signal(signal.SIGSTOP)
     try:
-        out, err = proc.communicate(timeout=HANG_GUARD_S)
+        _out, err = proc.communicate(timeout=HANG_GUARD_S)
     except subprocess.TimeoutExpired:
         pytest.fail(f"the job was still running {HANG_GUARD_S} s after rank 1 was stopped")
 

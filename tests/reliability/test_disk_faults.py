@@ -1,5 +1,6 @@
 """Faults survived: a full or read-only output disk, for real: small tmpfs mounts (root only;
-skipped where this process may not mount), and a checkpoint root that is a file (anyone). The measurement is reported before anything optional is written (the
+skipped where this process may not mount), and a checkpoint root that is a file (anyone). The
+measurement is reported before anything optional is written (the
 end-of-run checkpoint, and the training checkpoints of checkpoint.every_epochs), files
 are written whole or not at all, and a run directory that cannot be written is one line."""
 
@@ -23,7 +24,8 @@ def test_checkpoint_on_a_full_disk_keeps_the_measurement(bench, tiny, small_disk
     assert metrics["total_images"] == 12 and "No space left on device" in metrics["checkpoint_error"]
     assert bench.error_lines(proc.stderr) == [
         f"[ERROR] run failed after its measurement was reported: the checkpoint could not be written: "
-        f"OSError: No space left on device ({run_dir}/checkpoint.pt)"]
+        f"OSError: No space left on device ({run_dir}/checkpoint.pt)"
+    ]
     assert "Traceback" not in proc.stderr and "Logging error" not in proc.stderr
     (run,) = bench.runs()
     assert run.info.status == "FAILED" and "No space left on device" in run.data.tags["error"]
@@ -49,8 +51,10 @@ def test_disk_full_before_the_outputs_keeps_the_measurement_and_no_half_file(ben
     metrics = json.loads(out.strip().splitlines()[-1])["radix_metrics"]
     assert metrics["measured_steps"] == 60
     (line,) = bench.error_lines(err)
-    assert line.startswith(f"[ERROR] run failed after its measurement was reported: the run's files could not be "
-                           f"written to {run_dir} (No space left on device")
+    assert line.startswith(
+        f"[ERROR] run failed after its measurement was reported: the run's files could not be "
+        f"written to {run_dir} (No space left on device"
+    )
     assert "Traceback" not in err and "Logging error" not in err
     # issue 28 item 10: error.txt, which the README promises, in the room the run reserved for it
     assert "(no error.txt" not in line
@@ -71,8 +75,14 @@ def test_a_training_checkpoint_on_a_full_disk_keeps_the_measurement(bench, tiny,
     file; the half-written one is gone."""
     bench.with_store()
     disk = small_disk("size=20m")  # resnet18's checkpoint (weights + momentum) is ~90 MB
-    proc = bench.run(*tiny, "model=resnet18", "train.epochs=2", "checkpoint.every_epochs=1", f"storage.root={disk}",
-                     f"hydra.run.dir={tmp_path}/run")
+    proc = bench.run(
+        *tiny,
+        "model=resnet18",
+        "train.epochs=2",
+        "checkpoint.every_epochs=1",
+        f"storage.root={disk}",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     assert proc.returncode == 1, proc.stderr
     metrics = json.loads(proc.stdout.strip().splitlines()[-1])["radix_metrics"]  # reported
     assert metrics["measured_steps"] == 6 and "checkpoints_saved" not in metrics
@@ -81,7 +91,8 @@ def test_a_training_checkpoint_on_a_full_disk_keeps_the_measurement(bench, tiny,
     assert metrics["checkpoint_save_error"] == f"no space left on {where}"
     assert bench.error_lines(proc.stderr) == [
         f"[ERROR] run failed after its measurement was reported: a training checkpoint could not be written: "
-        f"no space left on {where} (no later checkpoint was written)"]
+        f"no space left on {where} (no later checkpoint was written)"
+    ]
     assert "Traceback" not in proc.stderr and "enforce fail" not in proc.stderr
     (run,) = bench.runs()
     assert run.info.status == "FAILED" and f"no space left on {where}" in run.data.tags["error"]

@@ -12,9 +12,17 @@ import signal
 import pytest
 
 HANG_GUARD_S = 900
-STORAGE = ["mode=storage", "storage.workload.num_files=8", "storage.workload.samples_per_file=4",
-           "storage.workload.record_size=4096", "storage.workload.batch_size=4", "storage.workload.epochs=2",
-           "storage.workload.read_threads=2", "storage.workload.computation_time=0.005", "storage.prepare_workers=2"]
+STORAGE = [
+    "mode=storage",
+    "storage.workload.num_files=8",
+    "storage.workload.samples_per_file=4",
+    "storage.workload.record_size=4096",
+    "storage.workload.batch_size=4",
+    "storage.workload.epochs=2",
+    "storage.workload.read_threads=2",
+    "storage.workload.computation_time=0.005",
+    "storage.prepare_workers=2",
+]
 TINY = STORAGE  # the storage tests below were written against this name
 
 
@@ -38,7 +46,7 @@ def test_ctrl_c_to_a_ddp_job_ends_it_killed_with_130(bench, long_ddp_run):
     long_ddp_run.wait_for_rank1_steps()
     tree = long_ddp_run.tree
     os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
-    out, err = proc.communicate(timeout=HANG_GUARD_S)
+    _out, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 130, err
     assert bench.error_lines(err) == ["[ERROR] run interrupted: terminated by signal SIGINT"], err
     assert "Traceback" not in err and "death signal" not in err
@@ -54,9 +62,14 @@ def test_sigterm_during_the_read_phase_ends_the_run_and_its_accelerators(bench, 
 
     import psutil
 
-    proc = bench.start(*TINY, "storage.accelerators=2", "storage.workload.epochs=1000",
-                       "storage.workload.computation_time=0.05", "storage.workload.checkpoint_size_mb=0",
-                       f"hydra.run.dir={tmp_path}/run")
+    proc = bench.start(
+        *TINY,
+        "storage.accelerators=2",
+        "storage.workload.epochs=1000",
+        "storage.workload.computation_time=0.05",
+        "storage.workload.checkpoint_size_mb=0",
+        f"hydra.run.dir={tmp_path}/run",
+    )
     log = tmp_path / "run" / "bench.log"
     deadline = time.monotonic() + 900  # a hang guard: the event is the read phase with both accelerators up
     while time.monotonic() < deadline and proc.poll() is None:
@@ -69,7 +82,7 @@ def test_sigterm_during_the_read_phase_ends_the_run_and_its_accelerators(bench, 
     _, stderr = proc.communicate(timeout=900)
     assert proc.returncode == 143, stderr
     assert "[ERROR] run interrupted" in stderr and "Traceback" not in stderr
-    gone, alive = psutil.wait_procs(accelerators, timeout=120)
+    _gone, alive = psutil.wait_procs(accelerators, timeout=120)
     assert not alive  # no orphaned reader process
     (run,) = bench.runs()
     assert run.info.status == "KILLED"
@@ -84,8 +97,14 @@ def test_sigterm_while_the_accelerators_start_leaves_no_child_traceback(bench, t
 
     for attempt, delay in enumerate((0.0, 0.01, 0.03)):
         run_dir = tmp_path / f"run{attempt}"
-        proc = bench.start(*TINY, "storage.accelerators=2", "storage.workload.epochs=1000",
-                           "storage.workload.checkpoint_size_mb=0", "tracking.enabled=false", f"hydra.run.dir={run_dir}")
+        proc = bench.start(
+            *TINY,
+            "storage.accelerators=2",
+            "storage.workload.epochs=1000",
+            "storage.workload.checkpoint_size_mb=0",
+            "tracking.enabled=false",
+            f"hydra.run.dir={run_dir}",
+        )
         log = run_dir / "bench.log"
         deadline = time.monotonic() + 900  # a hang guard; the event is the read phase's first line
         while proc.poll() is None and time.monotonic() < deadline and not (log.exists() and "read:" in log.read_text()):
@@ -101,8 +120,15 @@ def test_sigterm_while_the_accelerators_start_leaves_no_child_traceback(bench, t
 def test_ctrl_c_to_a_sweep_ends_it_and_its_runs_killed(bench, tiny, tmp_path):
     """Ctrl-C (SIGINT to the process group) in the middle of a multirun: the whole sweep stops
     (130), the job that was running and the sweep's parent run end KILLED, none RUNNING."""
-    proc = bench.start("-m", *tiny, "train.steps_per_epoch=100000", "benchmark.log_every=1", "seed=1,2",
-                       f"hydra.sweep.dir={tmp_path}/sweep", start_new_session=True)
+    proc = bench.start(
+        "-m",
+        *tiny,
+        "train.steps_per_epoch=100000",
+        "benchmark.log_every=1",
+        "seed=1,2",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        start_new_session=True,
+    )
     bench.wait_for_line(proc, tmp_path / "sweep" / "0" / "rank0.log", "step 2/")  # the first job's worker trains
     os.killpg(proc.pid, signal.SIGINT)
     out, err = proc.communicate(timeout=HANG_GUARD_S)
@@ -115,20 +141,28 @@ def test_ctrl_c_to_a_sweep_ends_it_and_its_runs_killed(bench, tiny, tmp_path):
     assert not (tmp_path / "sweep" / "1").exists()  # the sweep stopped: job 1 never started
 
 
-@pytest.mark.parametrize("passes,sig,code", [
-    (["benchmark.breakdown=true", "benchmark.breakdown_steps=1000"], signal.SIGTERM, 143),
-    (["profile.enabled=true", "profile.steps=100", "data.image_size=64"], signal.SIGINT, 130),
-    (["profile.enabled=true", "profile.steps=100", "data.image_size=64", "data.batch_size=16", "mode=inference"],
-     signal.SIGTERM, 143),
-], ids=["breakdown-SIGTERM", "profile-SIGINT", "inference-profile-SIGTERM"])
+@pytest.mark.parametrize(
+    "passes,sig,code",
+    [
+        (["benchmark.breakdown=true", "benchmark.breakdown_steps=1000"], signal.SIGTERM, 143),
+        (["profile.enabled=true", "profile.steps=100", "data.image_size=64"], signal.SIGINT, 130),
+        (
+            ["profile.enabled=true", "profile.steps=100", "data.image_size=64", "data.batch_size=16", "mode=inference"],
+            signal.SIGTERM,
+            143,
+        ),
+    ],
+    ids=["breakdown-SIGTERM", "profile-SIGINT", "inference-profile-SIGTERM"],
+)
 def test_signal_during_the_passes_after_the_window_still_reports_the_window(bench, tiny, tmp_path, passes, sig, code):
     """Issue 18: a signal during the breakdown pass or the profiled steps lost the window already
     measured (and took 30 s to exit, the run left RUNNING under `timeout -k 5`). Now the pass ends
     after its step, the final line and the MLflow metrics carry the window, the run ends KILLED."""
     import json
 
-    proc = bench.start(*tiny, "train.steps_per_epoch=3", "benchmark.warmup_steps=1", *passes,
-                       f"hydra.run.dir={tmp_path}/run")
+    proc = bench.start(
+        *tiny, "train.steps_per_epoch=3", "benchmark.warmup_steps=1", *passes, f"hydra.run.dir={tmp_path}/run"
+    )
     started = "breakdown pass started" if "breakdown" in passes[0] else "profiling started"
     bench.wait_for_line(proc, tmp_path / "run" / "bench.log", started)
     proc.send_signal(sig)
@@ -160,10 +194,24 @@ def test_a_stopped_prepare_leaves_no_worker_behind(bench, datasets, aws_env, tmp
     datasets.image_folder(tmp_path / "images", images=4)
     silent = socket.create_server(("127.0.0.1", 0))
     endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
-    proc = bench.start("prepare", "--src", str(tmp_path / "images"), "--dst", "s3://bench-silent/shards",
-                       "--workers", "1", "--no-progress", "--storage", f"endpoint={endpoint}",
-                       "--storage", "timeout_s=3600", "--storage", "max_attempts=1", module="bench.data",
-                       start_new_session=True)
+    proc = bench.start(
+        "prepare",
+        "--src",
+        str(tmp_path / "images"),
+        "--dst",
+        "s3://bench-silent/shards",
+        "--workers",
+        "1",
+        "--no-progress",
+        "--storage",
+        f"endpoint={endpoint}",
+        "--storage",
+        "timeout_s=3600",
+        "--storage",
+        "max_attempts=1",
+        module="bench.data",
+        start_new_session=True,
+    )
     try:
         silent.settimeout(HANG_GUARD_S)
         connection, _ = silent.accept()  # the event: a pool worker sent its first request and waits
@@ -184,9 +232,11 @@ def test_a_stopped_prepare_leaves_no_worker_behind(bench, datasets, aws_env, tmp
         if how != "SIGKILL":
             assert "Traceback" not in stderr, stderr
             name = "SIGINT" if how == "Ctrl-C" else how
-            assert bench.error_lines(stderr) == [f"[ERROR] prepare stopped by {name}: its workers were ended; what "
-                                                 "was written is incomplete (a split is complete once its meta.json "
-                                                 "exists)"], stderr
+            assert bench.error_lines(stderr) == [
+                f"[ERROR] prepare stopped by {name}: its workers were ended; what "
+                "was written is incomplete (a split is complete once its meta.json "
+                "exists)"
+            ], stderr
         connection.close()
     finally:
         silent.close()

@@ -37,8 +37,9 @@ def _alive(processes: list, wait_s: float = 30.0) -> list:
 def test_a_signal_ends_the_doctors_whole_ladder_killed(bench, tmp_path, sig, code):
     out = tmp_path / "doctor"
     bench.with_store()
-    proc = bench.start(*DOCTOR, f"doctor.out={out}", module="bench.doctor", env=bench.env(bench.uri),
-                       start_new_session=True)
+    proc = bench.start(
+        *DOCTOR, f"doctor.out={out}", module="bench.doctor", env=bench.env(bench.uri), start_new_session=True
+    )
     bench.wait_for_line(proc, out / "1-compute" / "rank0.log", "worker for rank 0/1 started")  # in the first rung
     tree = psutil.Process(proc.pid).children(recursive=True)
     signalled = time.monotonic()
@@ -56,14 +57,29 @@ def test_a_signal_ends_the_doctors_whole_ladder_killed(bench, tmp_path, sig, cod
     assert not (out / "doctor.json").exists() and stdout == ""  # no verdict, no table
     assert took < 60, took  # seconds, not the budget's rungs (a hang guard on a loaded machine)
     runs = bench.runs()
-    assert sorted((r.data.tags.get("doctor", ""), r.info.status) for r in runs) == [("", "KILLED"), ("parent", "KILLED")]
+    assert sorted((r.data.tags.get("doctor", ""), r.info.status) for r in runs) == [
+        ("", "KILLED"),
+        ("parent", "KILLED"),
+    ]
     assert _alive(tree) == []
 
 
 # ---- python -m bench.tools.storage_ceiling ---------------------------------------------------------------------
 # a small dataset read for many rounds: the signal comes while the readers read
-CEILING = ["--files", "8", "--samples-per-file", "8", "--record-size", "4096", "--threads", "2", "--modes", "warm",
-           "--rounds", "100000"]
+CEILING = [
+    "--files",
+    "8",
+    "--samples-per-file",
+    "8",
+    "--record-size",
+    "4096",
+    "--threads",
+    "2",
+    "--modes",
+    "warm",
+    "--rounds",
+    "100000",
+]
 
 
 def _ceiling_started(bench, tmp_path, *args):
@@ -71,8 +87,9 @@ def _ceiling_started(bench, tmp_path, *args):
     dataset is written (its manifest: the event), so the signal comes while it reads."""
     temp = tmp_path / "temp"
     temp.mkdir()
-    proc = bench.start(*CEILING, *args, module="bench.tools.storage_ceiling", env=bench.env(TMPDIR=str(temp)),
-                       start_new_session=True)
+    proc = bench.start(
+        *CEILING, *args, module="bench.tools.storage_ceiling", env=bench.env(TMPDIR=str(temp)), start_new_session=True
+    )
     deadline = time.monotonic() + HANG_GUARD_S
     while time.monotonic() < deadline and proc.poll() is None:
         made = list(temp.glob("bench-ceiling-*/_manifest.json"))
@@ -124,8 +141,12 @@ def test_a_storage_ceiling_root_on_a_read_only_filesystem_is_one_line(bench, tmp
 
     where = tmp_path / "ro"
     where.mkdir()
-    if os.geteuid() != 0 or subprocess.run(["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(where)],
-                                           capture_output=True).returncode:
+    if (
+        os.geteuid() != 0
+        or subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", "ro,size=1m", "tmpfs", str(where)], capture_output=True
+        ).returncode
+    ):
         pytest.skip("needs permission to mount a tmpfs (root)")
     try:
         proc = bench.run("--root", str(where / "data"), module="bench.tools.storage_ceiling")
@@ -133,7 +154,9 @@ def test_a_storage_ceiling_root_on_a_read_only_filesystem_is_one_line(bench, tmp
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert bench.error_lines(proc.stderr) == [
-        f"[ERROR] --root='{where / 'data'}' is not valid: accepted a directory this user can write (Read-only file system)."]
+        f"[ERROR] --root='{where / 'data'}' is not valid: accepted a directory this user can write "
+        "(Read-only file system)."
+    ]
 
 
 # ---- sweeps: no job outlives the sweep ------------------------------------------------------------------------
@@ -145,8 +168,16 @@ def test_sigkill_of_a_slurm_local_sweep_takes_its_job_down(bench, tiny, tmp_path
     (PR_SET_PDEATHSIG), the job ends its run KILLED, no process stays."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
     bench.with_store()
-    proc = bench.start("-m", *tiny, "hydra/launcher=slurm_local", "train.steps_per_epoch=100000",
-                       "benchmark.log_every=1", "seed=1,2", f"hydra.sweep.dir={tmp_path}/sweep", start_new_session=True)
+    proc = bench.start(
+        "-m",
+        *tiny,
+        "hydra/launcher=slurm_local",
+        "train.steps_per_epoch=100000",
+        "benchmark.log_every=1",
+        "seed=1,2",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        start_new_session=True,
+    )
     bench.wait_for_line(proc, tmp_path / "sweep" / "0" / "rank0.log", "step 2/")  # the first job trains
     tree = psutil.Process(proc.pid).children(recursive=True)
     assert any("submitit" in " ".join(p.cmdline()) for p in tree)  # the controller and the job

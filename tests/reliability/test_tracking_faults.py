@@ -18,9 +18,11 @@ from bench.rank_context import free_port
 
 def test_unreachable_tracking_server_keeps_results(bench, tiny, tmp_path):
     """Port 9 on loopback has no server: the run completes, results stay local, the URI is named."""
-    proc = bench.run(*tiny, f"hydra.run.dir={tmp_path}/run",
-                     env=bench.env("http://127.0.0.1:9", MLFLOW_HTTP_REQUEST_MAX_RETRIES="0",
-                                   MLFLOW_HTTP_REQUEST_TIMEOUT="2"))
+    proc = bench.run(
+        *tiny,
+        f"hydra.run.dir={tmp_path}/run",
+        env=bench.env("http://127.0.0.1:9", MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="2"),
+    )
     metrics = bench.metrics(proc)
     assert metrics["total_images"] == 12
     assert "http://127.0.0.1:9" in proc.stderr
@@ -32,8 +34,9 @@ def test_unreachable_server_keeps_ddp_results(bench, tiny, tmp_path):
     on without tracking and keeps its results (issue 9: MLflow's retries cost minutes)."""
     uri = f"http://127.0.0.1:{free_port()}"  # nothing listens there
     run_dir = tmp_path / "run"
-    proc = bench.run(*tiny, "distributed=ddp", "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}",
-                     env=bench.env(uri))
+    proc = bench.run(
+        *tiny, "distributed=ddp", "distributed.nproc_per_node=2", f"hydra.run.dir={run_dir}", env=bench.env(uri)
+    )
     metrics = bench.metrics(proc)
     assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
     warnings = [line for line in proc.stderr.splitlines() if "WARNING" in line]
@@ -56,7 +59,9 @@ def test_a_sweep_probes_the_server_once(bench, tiny, tmp_path):
 
 def test_results_kept_while_the_server_was_down_upload_later(mlflow_server, bench, tiny, tmp_path):
     run_dir = tmp_path / "run"
-    metrics = bench.metrics(bench.run(*tiny, f"hydra.run.dir={run_dir}", env=bench.env(f"http://127.0.0.1:{free_port()}")))
+    metrics = bench.metrics(
+        bench.run(*tiny, f"hydra.run.dir={run_dir}", env=bench.env(f"http://127.0.0.1:{free_port()}"))
+    )
     uploaded = bench.run(str(run_dir), "--tracking-uri", mlflow_server, module="bench.tools.upload")
     assert uploaded.returncode == 0 and "uploaded as run" in uploaded.stdout, uploaded.stderr
     run_id = json.loads((run_dir / "run_summary.json").read_text())["mlflow_run_id"]
@@ -77,11 +82,18 @@ def test_server_that_dies_mid_run_costs_no_results_and_upload_completes_the_run(
     server = mlflow_servers()
     run_dir = tmp_path / "run"
     try:
-        proc = bench.start(*tiny, "train.steps_per_epoch=60", "benchmark.log_every=1", f"hydra.run.dir={run_dir}",
-                           env=bench.env(server.url))
+        proc = bench.start(
+            *tiny,
+            "train.steps_per_epoch=60",
+            "benchmark.log_every=1",
+            f"hydra.run.dir={run_dir}",
+            env=bench.env(server.url),
+        )
         log = run_dir / "bench.log"
         deadline = time.monotonic() + 900  # hang guard; the event: the run is open and training
-        while proc.poll() is None and time.monotonic() < deadline and not (log.exists() and "step 2/" in log.read_text()):
+        while (
+            proc.poll() is None and time.monotonic() < deadline and not (log.exists() and "step 2/" in log.read_text())
+        ):
             time.sleep(0.1)
         server.stop(signal.SIGKILL)
         out, err = proc.communicate(timeout=900)
@@ -109,7 +121,7 @@ def test_four_runs_started_at_once_on_a_fresh_sqlite_store_are_all_tracked(bench
     assert not bench.db.exists()
     procs = [bench.start(*tiny, "cpu_threads=1", f"hydra.run.dir={tmp_path}/run{i}") for i in range(4)]
     ended = [proc.communicate(timeout=900) for proc in procs]
-    for proc, (out, err) in zip(procs, ended):
+    for proc, (_out, err) in zip(procs, ended, strict=True):
         assert proc.returncode == 0, err
         assert "not tracked" not in err and "Traceback" not in err, err
     runs = bench.runs()
@@ -140,7 +152,8 @@ def _until_training(proc, log) -> None:
 
 
 def test_a_store_that_fills_up_is_one_warning_and_the_next_run_closes_the_run_it_left_running(
-        bench_at, tiny, small_disk, fill_disk, tmp_path):
+    bench_at, tiny, small_disk, fill_disk, tmp_path
+):
     """The store's disk fills up mid-run: exit 0, the final line, the run's files, one warning line
     naming the cause (it was 89 lines with two SQLAlchemy tracebacks), the run left RUNNING. Once the
     disk has room again, the next run (tracking.required=true: tracked, so exit 0) closes it KILLED,
@@ -170,8 +183,9 @@ def test_a_store_that_fills_up_is_one_warning_and_the_next_run_closes_the_run_it
     assert f"completed run {run_id}" in uploaded.stdout, uploaded.stderr
 
 
-def test_a_store_on_a_full_disk_is_one_line_and_tracking_required_makes_it_a_failure(bench_at, tiny, small_disk,
-                                                                                     fill_disk, tmp_path):
+def test_a_store_on_a_full_disk_is_one_line_and_tracking_required_makes_it_a_failure(
+    bench_at, tiny, small_disk, fill_disk, tmp_path
+):
     """Full before the run: one warning, exit 0, results kept; with tracking.required=true: one
     [ERROR] line and exit 1 before any work."""
     on_disk = bench_at(small_disk("size=3m")).with_store()

@@ -15,12 +15,12 @@ import torch.nn as nn
 from bench.config.progressive import Phase, parse_progressive, phase_at
 from bench.data.loader import eval_batch_sampler
 from bench.errors import CheckpointError, ConfigError
-from bench.train.loop import make_step, phase_figures
 from bench.runtime.models import build_model
 from bench.runtime.precision import build_precision
+from bench.runtime.timing import StepClock
+from bench.train.loop import make_step, phase_figures
 from bench.train.result import EpochRecord
 from bench.train.resume import Position, TrainingCheckpoints, fingerprint
-from bench.runtime.timing import StepClock
 
 CPU = torch.device("cpu")
 
@@ -31,8 +31,10 @@ def test_progressive_schedule_parses_into_phases():
     assert [phase_at(phases, e).image_size for e in (0, 4, 5, 9, 10, 15, 17)] == [128, 128, 160, 160, 192, 224, 224]
 
 
-@pytest.mark.parametrize("text", ["", "0,128", "1,128,512", "0,128,512;0,160,384", "0,128,512;5,0,384",
-                                  "0,a,512", "0,128,512;3,160", "0,128,-1"])
+@pytest.mark.parametrize(
+    "text",
+    ["", "0,128", "1,128,512", "0,128,512;0,160,384", "0,128,512;5,0,384", "0,a,512", "0,128,512;3,160", "0,128,-1"],
+)
 def test_a_bad_progressive_schedule_is_one_line_naming_the_key(compose, text):
     with pytest.raises(ConfigError) as info:
         compose(f"data.progressive='{text}'")
@@ -45,8 +47,11 @@ def test_keys_that_need_a_real_dataset_are_refused_on_synthetic_data(compose):
         compose("train.eval_every=1")
     with pytest.raises(ConfigError, match=r"train.target_accuracy=0.9 is not valid"):
         compose("train.target_accuracy=0.9")
-    with pytest.raises(ConfigError, match=r"train.steps_per_epoch=None is not valid: accepted a positive integer "
-                                          r"with data=synthetic"):
+    with pytest.raises(
+        ConfigError,
+        match=r"train.steps_per_epoch=None is not valid: accepted a positive integer "
+        r"with data=synthetic",
+    ):
         compose("train.steps_per_epoch=null")
 
 
@@ -55,13 +60,13 @@ def test_a_target_means_evaluating_every_epoch_unless_told(compose, tmp_path):
     assert config.train.eval_every == 1
     config = compose("data=imagefolder", f"data.root={tmp_path}", "train.target_accuracy=0.9", "train.eval_every=3")
     assert config.train.eval_every == 3
-    with pytest.raises(ConfigError, match="train.target_accuracy=1.5 is not valid: accepted a top-1 accuracy"):
+    with pytest.raises(ConfigError, match=r"train.target_accuracy=1.5 is not valid: accepted a top-1 accuracy"):
         compose("data=imagefolder", f"data.root={tmp_path}", "train.target_accuracy=1.5")
 
 
 @pytest.mark.parametrize("name", ["/abs", "../up", ""])
 def test_checkpoint_dir_stays_inside_the_storage_root(compose, name):
-    with pytest.raises(ConfigError, match="checkpoint.dir="):
+    with pytest.raises(ConfigError, match=r"checkpoint.dir="):
         compose(f"checkpoint.dir='{name}'")
 
 
@@ -151,8 +156,14 @@ def test_phase_figures_are_images_per_second_of_each_phase():
         return EpochRecord(n, 1, images, seconds, images / seconds, 0.0, 0.1, 1.0, image_size=size, batch_size=batch)
 
     figures = phase_figures([epoch(1, 128, 8, 80, 1.0), epoch(2, 128, 8, 80, 3.0), epoch(3, 224, 4, 40, 2.0)])
-    assert figures == {"phase1_image_size": 128, "phase1_batch_size": 8, "phase1_images_per_second": 40.0,
-                       "phase2_image_size": 224, "phase2_batch_size": 4, "phase2_images_per_second": 20.0}
+    assert figures == {
+        "phase1_image_size": 128,
+        "phase1_batch_size": 8,
+        "phase1_images_per_second": 40.0,
+        "phase2_image_size": 224,
+        "phase2_batch_size": 4,
+        "phase2_images_per_second": 20.0,
+    }
 
 
 def test_checkpoints_keep_the_last_and_resume_auto_skips_a_damaged_one(compose, tmp_path, monkeypatch, caplog):
@@ -168,7 +179,7 @@ def test_checkpoints_keep_the_last_and_resume_auto_skips_a_damaged_one(compose, 
     with caplog.at_level(logging.WARNING):
         state = checkpoints.load("auto")
     assert state["epoch"] == 2 and "epoch-0003.pt is damaged" in caplog.text
-    with pytest.raises(CheckpointError, match="epoch-0003.pt is damaged"):
+    with pytest.raises(CheckpointError, match=r"epoch-0003.pt is damaged"):
         checkpoints.load("epoch-0003.pt")
     with pytest.raises(CheckpointError, match="is not a checkpoint file"):
         checkpoints.load(str(tmp_path / "nope.pt"))
@@ -201,8 +212,13 @@ def test_resuming_into_more_epochs_keeps_the_schedule_of_this_run(compose, sched
     for _ in range(6):
         optimizer.step()
         first.step()
-    state = {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "scheduler": first.state_dict(),
-             "scaler": None, "rng": __import__("bench.train.resume", fromlist=["rng_states"]).rng_states()}
+    state = {
+        "model": model.state_dict(),
+        "optimizer": optimizer.state_dict(),
+        "scheduler": first.state_dict(),
+        "scaler": None,
+        "rng": __import__("bench.train.resume", fromlist=["rng_states"]).rng_states(),
+    }
 
     model, optimizer, longer = run_for(20)
     with caplog.at_level(logging.WARNING, logger="bench"):
@@ -225,6 +241,12 @@ def test_the_accuracy_figures_are_a_typed_record_written_as_they_always_were():
     base = dict(val_top1=0.5, val_top5=0.9, val_top1_best=0.6, eval_seconds=1.5, evaluations=2, train_wall_seconds=9.0)
     assert list(Accuracy(**base).figures()) == list(base)
     missed = Accuracy(**base, val_images=100, target_accuracy=0.7, reached_target=False).figures()
-    assert list(missed) == [*base, "val_images", "target_accuracy", "reached_target", "time_to_target_seconds",
-                            "epochs_to_target"]
+    assert list(missed) == [
+        *base,
+        "val_images",
+        "target_accuracy",
+        "reached_target",
+        "time_to_target_seconds",
+        "epochs_to_target",
+    ]
     assert missed["reached_target"] is False and missed["time_to_target_seconds"] is None

@@ -57,8 +57,9 @@ def test_one_round_has_no_spread_to_judge_by():
 
 
 def test_summary_names_every_side_and_every_ratio():
-    found = alternate({"bench": lambda: 4.0, "tool": lambda: 8.0, "plain": lambda: 2.0}, 2, warmup=0,
-                      echo=lambda line: None)
+    found = alternate(
+        {"bench": lambda: 4.0, "tool": lambda: 8.0, "plain": lambda: 2.0}, 2, warmup=0, echo=lambda line: None
+    )
     text = found.summary("MB/s", "cold")
     assert "cold bench: median 4.000 MB/s [4.000-4.000]" in text
     assert "cold bench/tool 0.500" in text and "slower" in text and "cold bench/plain 2.000" in text

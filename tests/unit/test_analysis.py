@@ -17,8 +17,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from bench.analysis import build_report, log_scaling_to_runs
-from bench.analysis.render import keep_varying_overrides, render_markdown, render_text, table, write_csv
 from bench.analysis.mlflow_sweep import read_mlflow_sweep
+from bench.analysis.render import keep_varying_overrides, render_markdown, render_text, table, write_csv
 from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, read_sweep_dir
 from bench.analysis.scaling import add_scaling, configuration_key, configuration_keys
 from bench.errors import ReportError
@@ -32,11 +32,27 @@ STORAGE_HEADERS = [header for header, _, _ in STORAGE_COLUMNS]
 # ---- scaling arithmetic (moved from tests/test_sweep.py, now on the frame) -----------------------
 
 
-def _record(job: str, procs: int, ips: float, batch: int = 4, precision: str = "fp32", status: str = "FINISHED",
-            wait: Optional[float] = 0.0, **config: str) -> RunRecord:
-    cfg = {"data.batch_size": str(batch), "precision.name": precision, "distributed.name": "ddp",
-           "distributed.nproc_per_node": str(procs), "distributed.nnodes": "1", "distributed.scaling": "weak",
-           "tracking.uri": f"sqlite:///job{job}.db", "storage.root": f"/tmp/{job}", **config}
+def _record(
+    job: str,
+    procs: int,
+    ips: float,
+    batch: int = 4,
+    precision: str = "fp32",
+    status: str = "FINISHED",
+    wait: Optional[float] = 0.0,
+    **config: str,
+) -> RunRecord:
+    cfg = {
+        "data.batch_size": str(batch),
+        "precision.name": precision,
+        "distributed.name": "ddp",
+        "distributed.nproc_per_node": str(procs),
+        "distributed.nnodes": "1",
+        "distributed.scaling": "weak",
+        "tracking.uri": f"sqlite:///job{job}.db",
+        "storage.root": f"/tmp/{job}",
+        **config,
+    }
     metrics: Dict[str, Any] = {"world_size": procs, "images_per_second": ips} if status == "FINISHED" else {}
     if metrics and wait is not None:
         metrics["data_wait_fraction"] = wait  # every training run reports it (0.0: it never waited)
@@ -65,11 +81,17 @@ def test_configuration_keys_is_one_key_per_row():
 
 
 def test_add_scaling_efficiency_is_throughput_over_n_times_baseline():
-    frame = frame_from_records([
-        _record("0", 1, 100.0), _record("1", 2, 180.0), _record("2", 4, 300.0),
-        _record("3", 2, 150.0, batch=8),            # no 1-process run at batch 8
-        _record("4", 2, 170.0, precision="bf16"),   # nor in bf16
-        _record("5", 1, 0.0, batch=16, status="FAILED"), _record("6", 2, 90.0, batch=16)])  # the baseline failed
+    frame = frame_from_records(
+        [
+            _record("0", 1, 100.0),
+            _record("1", 2, 180.0),
+            _record("2", 4, 300.0),
+            _record("3", 2, 150.0, batch=8),  # no 1-process run at batch 8
+            _record("4", 2, 170.0, precision="bf16"),  # nor in bf16
+            _record("5", 1, 0.0, batch=16, status="FAILED"),
+            _record("6", 2, 90.0, batch=16),
+        ]
+    )  # the baseline failed
     rows = add_scaling(frame)
     assert rows.loc[0, "speedup"] == pytest.approx(1.0)
     assert rows.loc[1, "speedup"] == pytest.approx(1.8)
@@ -96,8 +118,14 @@ def test_add_scaling_leaves_data_wait_empty_for_a_run_that_did_not_report_it():
 # ---- job dirs as Hydra and bench write them ------------------------------------------------------
 
 
-def _job_dir(root: Path, name: str, overrides: List[str], config: Dict[str, Any],
-             results: Optional[Dict[str, Any]] = None, files: Optional[Dict[str, str]] = None) -> Path:
+def _job_dir(
+    root: Path,
+    name: str,
+    overrides: List[str],
+    config: Dict[str, Any],
+    results: Optional[Dict[str, Any]] = None,
+    files: Optional[Dict[str, str]] = None,
+) -> Path:
     """A multirun job dir: .hydra/ always; run_summary.json only when the job produced results."""
     job = root / name
     (job / ".hydra").mkdir(parents=True)
@@ -112,27 +140,50 @@ def _job_dir(root: Path, name: str, overrides: List[str], config: Dict[str, Any]
 
 
 def _training_config(procs: int, precision: str = "fp32") -> Dict[str, Any]:
-    return {"mode": "train", "model": {"arch": "resnet18"}, "precision": {"name": precision},
-            "data": {"batch_size": 4, "name": "synthetic"},
-            "distributed": {"name": "ddp", "nproc_per_node": procs, "scaling": "weak"},
-            "storage": {"endpoint": "", "secret_access_key": "hunter2"}, "tracking": {"uri": None}}
+    return {
+        "mode": "train",
+        "model": {"arch": "resnet18"},
+        "precision": {"name": precision},
+        "data": {"batch_size": 4, "name": "synthetic"},
+        "distributed": {"name": "ddp", "nproc_per_node": procs, "scaling": "weak"},
+        "storage": {"endpoint": "", "secret_access_key": "hunter2"},
+        "tracking": {"uri": None},
+    }
 
 
 def _training_results(procs: int, ips: float, **extra: Any) -> Dict[str, Any]:
-    return {"images_per_second": ips, "images_per_second_per_device": ips / procs, "world_size": procs,
-            "batch_size": 4, "global_batch_size": 4 * procs, "model": "resnet18", "precision": "fp32",
-            "scaling": "weak", "device": "cpu", "data_wait_fraction": 0.02, "step_time_ms_p50": 10.0,
-            "step_time_ms_p99": 12.5, **extra}
+    return {
+        "images_per_second": ips,
+        "images_per_second_per_device": ips / procs,
+        "world_size": procs,
+        "batch_size": 4,
+        "global_batch_size": 4 * procs,
+        "model": "resnet18",
+        "precision": "fp32",
+        "scaling": "weak",
+        "device": "cpu",
+        "data_wait_fraction": 0.02,
+        "step_time_ms_p50": 10.0,
+        "step_time_ms_p99": 12.5,
+        **extra,
+    }
 
 
 STEP_TIMES = "step,step_time_ms,data_wait_ms\n1,10.5000,0.1000\n2,11.2500,0.2000\n3,9.7500,0.0000\n"
-TRACEBACK = ("Traceback (most recent call last):\n  File \"bench/app.py\", line 1, in run\n"
-             "RuntimeError: the loader died\n\n")
+TRACEBACK = (
+    'Traceback (most recent call last):\n  File "bench/app.py", line 1, in run\nRuntimeError: the loader died\n\n'
+)
 
 
 def test_read_job_dir_of_a_finished_training_job(tmp_path):
-    job = _job_dir(tmp_path, "0", ["distributed.nproc_per_node=1", "precision=fp32"], _training_config(1),
-                   _training_results(1, 100.0), {"step_times.csv": STEP_TIMES})
+    job = _job_dir(
+        tmp_path,
+        "0",
+        ["distributed.nproc_per_node=1", "precision=fp32"],
+        _training_config(1),
+        _training_results(1, 100.0),
+        {"step_times.csv": STEP_TIMES},
+    )
     record = read_job_dir(job)
     assert (record.job, record.status, record.error, record.run_id) == ("0", "FINISHED", "", "run0")
     assert record.overrides == "distributed.nproc_per_node=1 precision=fp32"
@@ -144,8 +195,9 @@ def test_read_job_dir_of_a_finished_training_job(tmp_path):
 
 
 def test_read_job_dir_of_a_failed_job_gives_its_reason(tmp_path):
-    with_traceback = read_job_dir(_job_dir(tmp_path, "1", ["precision=amp_fp16"], _training_config(1, "amp_fp16"),
-                                           files={"error.txt": TRACEBACK}))
+    with_traceback = read_job_dir(
+        _job_dir(tmp_path, "1", ["precision=amp_fp16"], _training_config(1, "amp_fp16"), files={"error.txt": TRACEBACK})
+    )
     assert (with_traceback.status, with_traceback.error) == ("FAILED", "RuntimeError: the loader died")
     assert with_traceback.metrics == {} and with_traceback.timeline == [] and with_traceback.run_id is None
     assert with_traceback.config["precision.name"] == "amp_fp16"  # from .hydra/config.yaml
@@ -158,24 +210,48 @@ def test_read_job_dir_of_a_failed_job_gives_its_reason(tmp_path):
 
 
 def _storage_config(clients: int) -> Dict[str, Any]:
-    return {"mode": "storage", "storage": {"clients": clients, "root": f"/data/{clients}", "client": "posix"},
-            "distributed": {"name": "none", "nproc_per_node": 1}}
+    return {
+        "mode": "storage",
+        "storage": {"clients": clients, "root": f"/data/{clients}", "client": "posix"},
+        "distributed": {"name": "none", "nproc_per_node": 1},
+    }
 
 
 def _storage_results(clients: int, **extra: Any) -> Dict[str, Any]:
-    return {"mode": "storage", "workload": "custom", "storage": "local", "storage_client": "posix",
-            "clients": clients, "samples_per_second": 500.0 * clients, "read_mb_per_second": 2.0 * clients,
-            "latency_ms_p50": 0.04, "latency_ms_p99": 0.3, "au_percent_mean": 96.0, "au_percent_min": 95.5,
-            "au_threshold_percent": 90.0, "au_pass": True, "potential_caching": True, "data_wait_fraction": 0.04,
-            **extra}
+    return {
+        "mode": "storage",
+        "workload": "custom",
+        "storage": "local",
+        "storage_client": "posix",
+        "clients": clients,
+        "samples_per_second": 500.0 * clients,
+        "read_mb_per_second": 2.0 * clients,
+        "latency_ms_p50": 0.04,
+        "latency_ms_p99": 0.3,
+        "au_percent_mean": 96.0,
+        "au_percent_min": 95.5,
+        "au_threshold_percent": 90.0,
+        "au_pass": True,
+        "potential_caching": True,
+        "data_wait_fraction": 0.04,
+        **extra,
+    }
 
 
 LATENCIES = "client,epoch,key,bytes,latency_ms\n0,0,file_0,4096,0.0412\n1,0,file_1,4096,0.2950\n"
 
 
 def test_read_job_dir_of_a_storage_job_reads_request_latencies(tmp_path):
-    record = read_job_dir(_job_dir(tmp_path, "0", ["storage.clients=2"], _storage_config(2), _storage_results(2),
-                                   {"read_latency.csv": LATENCIES}))
+    record = read_job_dir(
+        _job_dir(
+            tmp_path,
+            "0",
+            ["storage.clients=2"],
+            _storage_config(2),
+            _storage_results(2),
+            {"read_latency.csv": LATENCIES},
+        )
+    )
     assert record.status == "FINISHED" and record.metrics["samples_per_second"] == 1000.0
     assert record.timeline == [0.0412, 0.2950]
     assert record.config["mode"] == "storage" and record.config["storage.clients"] == "2"
@@ -199,20 +275,48 @@ def test_read_sweep_dir_orders_jobs_and_refuses_what_is_not_a_sweep(tmp_path):
 
 
 def _training_frame():
-    return add_scaling(frame_from_records([
-        RunRecord("0", "FINISHED", "precision=fp32 distributed.nproc_per_node=1", {"precision.name": "fp32"},
-                  _training_results(1, 100.0), [10.0, 11.0]),
-        RunRecord("1", "FINISHED", "precision=fp32 distributed.nproc_per_node=2", {"precision.name": "fp32"},
-                  {k: v for k, v in _training_results(2, 180.0).items() if k != "step_time_ms_p99"}, [12.0]),
-        RunRecord("2", "FAILED", "precision=amp_fp16 distributed.nproc_per_node=1", {"precision.name": "amp_fp16"},
-                  {}, error="precision='amp_fp16' is not valid | on a CPU")]))
+    return add_scaling(
+        frame_from_records(
+            [
+                RunRecord(
+                    "0",
+                    "FINISHED",
+                    "precision=fp32 distributed.nproc_per_node=1",
+                    {"precision.name": "fp32"},
+                    _training_results(1, 100.0),
+                    [10.0, 11.0],
+                ),
+                RunRecord(
+                    "1",
+                    "FINISHED",
+                    "precision=fp32 distributed.nproc_per_node=2",
+                    {"precision.name": "fp32"},
+                    {k: v for k, v in _training_results(2, 180.0).items() if k != "step_time_ms_p99"},
+                    [12.0],
+                ),
+                RunRecord(
+                    "2",
+                    "FAILED",
+                    "precision=amp_fp16 distributed.nproc_per_node=1",
+                    {"precision.name": "amp_fp16"},
+                    {},
+                    error="precision='amp_fp16' is not valid | on a CPU",
+                ),
+            ]
+        )
+    )
 
 
 def test_table_has_the_training_columns_and_formats_the_figures():
     shown = table(_training_frame())
     assert list(shown.columns) == TRAINING_HEADERS
     first = shown.iloc[0]
-    assert (first["procs"], first["images/s"], first["step p50 ms"], first["data wait %"]) == ("1", "100.0", "10.00", "2.0")
+    assert (first["procs"], first["images/s"], first["step p50 ms"], first["data wait %"]) == (
+        "1",
+        "100.0",
+        "10.00",
+        "2.0",
+    )
     assert (first["speedup"], first["scaling eff %"], first["scaling"]) == ("1.00", "100.0", "weak")
     assert (shown.iloc[1]["speedup"], shown.iloc[1]["scaling eff %"]) == ("1.80", "90.0")
 
@@ -226,8 +330,14 @@ def test_table_leaves_an_absent_figure_empty_never_zero():
 
 
 def test_table_of_a_storage_sweep_has_the_storage_columns():
-    frame = add_scaling(frame_from_records([
-        RunRecord(str(n), "FINISHED", f"storage.clients={n}", {"mode": "storage"}, _storage_results(n)) for n in (1, 2)]))
+    frame = add_scaling(
+        frame_from_records(
+            [
+                RunRecord(str(n), "FINISHED", f"storage.clients={n}", {"mode": "storage"}, _storage_results(n))
+                for n in (1, 2)
+            ]
+        )
+    )
     shown = table(frame)
     assert list(shown.columns) == STORAGE_HEADERS
     assert shown.iloc[1][["clients", "samples/s", "AU pass", "ckpt write GB/s"]].tolist() == ["2", "1000.0", "True", ""]
@@ -244,9 +354,11 @@ def test_text_and_markdown_have_a_line_per_run_under_the_headers():
 
 def test_keep_varying_overrides_drops_the_ones_every_run_shares():
     shown = keep_varying_overrides(_training_frame())
-    assert shown["overrides"].tolist() == ["precision=fp32 distributed.nproc_per_node=1",
-                                          "precision=fp32 distributed.nproc_per_node=2",
-                                          "precision=amp_fp16 distributed.nproc_per_node=1"]
+    assert shown["overrides"].tolist() == [
+        "precision=fp32 distributed.nproc_per_node=1",
+        "precision=fp32 distributed.nproc_per_node=2",
+        "precision=amp_fp16 distributed.nproc_per_node=1",
+    ]
     two = keep_varying_overrides(_training_frame().iloc[:2])
     assert two["overrides"].tolist() == ["distributed.nproc_per_node=1", "distributed.nproc_per_node=2"]
 
@@ -257,10 +369,12 @@ def test_csv_has_the_run_fields_then_every_figure_and_empty_cells_for_absent_one
     write_csv(frame, tmp_path / "report.csv")
     with (tmp_path / "report.csv").open() as fh:
         header, *rows = list(csv.reader(fh))
-    figures = sorted(set(_training_results(1, 1.0)) | {"data_wait_percent", "speedup", "scaling_efficiency",
-                                                       "scaling_efficiency_percent"})
+    figures = sorted(
+        set(_training_results(1, 1.0))
+        | {"data_wait_percent", "speedup", "scaling_efficiency", "scaling_efficiency_percent"}
+    )
     assert header == ["job", "status", "overrides", "error", *figures]
-    by_job = {row[0]: dict(zip(header, row)) for row in rows}
+    by_job = {row[0]: dict(zip(header, row, strict=True)) for row in rows}
     assert by_job["0"]["world_size"] == "1" and float(by_job["1"]["speedup"]) == pytest.approx(1.8)
     assert by_job["1"]["step_time_ms_p99"] == ""
     assert by_job["2"]["status"] == "FAILED" and "amp_fp16" in by_job["2"]["error"]
@@ -272,16 +386,39 @@ def test_csv_has_the_run_fields_then_every_figure_and_empty_cells_for_absent_one
 
 def test_build_report_of_a_training_sweep_with_a_failed_job(tmp_path, capsys):
     sweep = tmp_path / "sweep"
-    _job_dir(sweep, "0", ["precision=fp32", "distributed.nproc_per_node=1"], _training_config(1),
-             _training_results(1, 100.0), {"step_times.csv": STEP_TIMES})
-    _job_dir(sweep, "1", ["precision=fp32", "distributed.nproc_per_node=2"], _training_config(2),
-             _training_results(2, 150.0), {"step_times.csv": STEP_TIMES})
-    _job_dir(sweep, "2", ["precision=amp_fp16", "distributed.nproc_per_node=1"], _training_config(1, "amp_fp16"),
-             files={"error.txt": TRACEBACK})
+    _job_dir(
+        sweep,
+        "0",
+        ["precision=fp32", "distributed.nproc_per_node=1"],
+        _training_config(1),
+        _training_results(1, 100.0),
+        {"step_times.csv": STEP_TIMES},
+    )
+    _job_dir(
+        sweep,
+        "1",
+        ["precision=fp32", "distributed.nproc_per_node=2"],
+        _training_config(2),
+        _training_results(2, 150.0),
+        {"step_times.csv": STEP_TIMES},
+    )
+    _job_dir(
+        sweep,
+        "2",
+        ["precision=amp_fp16", "distributed.nproc_per_node=1"],
+        _training_config(1, "amp_fp16"),
+        files={"error.txt": TRACEBACK},
+    )
     files, frame = build_report(sweep, sweep / "report")
     # the sweep varies the process count (and precision), not the batch: no throughput_vs_batch.png
-    assert [p.name for p in files] == ["report.csv", "report.md", "report.html", "throughput_vs_gpus.png",
-                                       "scaling_efficiency.png", "step_time_distribution.png"]
+    assert [p.name for p in files] == [
+        "report.csv",
+        "report.md",
+        "report.html",
+        "throughput_vs_gpus.png",
+        "scaling_efficiency.png",
+        "step_time_distribution.png",
+    ]
     assert all(p.stat().st_size > 0 for p in files)
     assert frame["status"].tolist() == ["FINISHED", "FINISHED", "FAILED"]
     assert frame.loc[1, "speedup"] == pytest.approx(1.5) and frame.loc[1, "scaling_efficiency"] == pytest.approx(0.75)
@@ -293,26 +430,52 @@ def test_build_report_of_a_training_sweep_with_a_failed_job(tmp_path, capsys):
 def test_build_report_of_a_storage_sweep(tmp_path):
     sweep = tmp_path / "sweep"
     for n in (1, 2):
-        _job_dir(sweep, str(n - 1), [f"storage.clients={n}"], _storage_config(n), _storage_results(n),
-                 {"read_latency.csv": LATENCIES})
+        _job_dir(
+            sweep,
+            str(n - 1),
+            [f"storage.clients={n}"],
+            _storage_config(n),
+            _storage_results(n),
+            {"read_latency.csv": LATENCIES},
+        )
     files, _ = build_report(sweep, tmp_path / "out")
-    assert [p.name for p in files][3:] == ["throughput_vs_clients.png", "au_vs_clients.png",
-                                           "read_latency_distribution.png"]
+    assert [p.name for p in files][3:] == [
+        "throughput_vs_clients.png",
+        "au_vs_clients.png",
+        "read_latency_distribution.png",
+    ]
     assert "AU min %" in (tmp_path / "out" / "report.md").read_text()
 
 
 # ---- a real MLflow store (sqlite, in tmp_path) -----------------------------------------------------
 
 
-def _child(client: MlflowClient, experiment: str, parent: str, job: str, metrics: Dict[str, float],
-           params: Dict[str, str], status: str = "FINISHED", steps: List[float] = ()) -> str:
-    run = client.create_run(experiment, tags={"mlflow.parentRunId": parent, "sweep.job": job,
-                                              "overrides": f"distributed.nproc_per_node={params['distributed.nproc_per_node']}"})
+def _child(
+    client: MlflowClient,
+    experiment: str,
+    parent: str,
+    job: str,
+    metrics: Dict[str, float],
+    params: Dict[str, str],
+    status: str = "FINISHED",
+    steps: List[float] = (),
+) -> str:
+    run = client.create_run(
+        experiment,
+        tags={
+            "mlflow.parentRunId": parent,
+            "sweep.job": job,
+            "overrides": f"distributed.nproc_per_node={params['distributed.nproc_per_node']}",
+        },
+    )
     run_id = run.info.run_id
-    client.log_batch(run_id, metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()] +
-                     [Metric("step_time_ms", v, 0, i + 1) for i, v in enumerate(steps)],
-                     params=[Param(k, v) for k, v in params.items()],
-                     tags=[RunTag("error", "it broke")] if status == "FAILED" else [])
+    client.log_batch(
+        run_id,
+        metrics=[Metric(k, v, 0, 0) for k, v in metrics.items()]
+        + [Metric("step_time_ms", v, 0, i + 1) for i, v in enumerate(steps)],
+        params=[Param(k, v) for k, v in params.items()],
+        tags=[RunTag("error", "it broke")] if status == "FAILED" else [],
+    )
     client.set_terminated(run_id, status)
     return run_id
 
@@ -322,16 +485,41 @@ def test_read_mlflow_sweep_maps_runs_onto_the_frame_and_logs_scaling_back(tmp_pa
     client = MlflowClient(tracking_uri=uri)
     experiment = client.create_experiment("sweeps", artifact_location=(tmp_path / "art").as_uri())
     parent = client.create_run(experiment, tags={"sweep": "parent"}).info.run_id
-    params = {"model.arch": "resnet18", "precision.name": "fp32", "distributed.scaling": "weak",
-              "distributed.name": "ddp", "data.name": "synthetic"}
-    one = _child(client, experiment, parent, "0", {"world_size": 1, "images_per_second": 100.0},
-                 {**params, "distributed.nproc_per_node": "1"}, steps=[11.0, 10.0])
+    params = {
+        "model.arch": "resnet18",
+        "precision.name": "fp32",
+        "distributed.scaling": "weak",
+        "distributed.name": "ddp",
+        "data.name": "synthetic",
+    }
+    one = _child(
+        client,
+        experiment,
+        parent,
+        "0",
+        {"world_size": 1, "images_per_second": 100.0},
+        {**params, "distributed.nproc_per_node": "1"},
+        steps=[11.0, 10.0],
+    )
     # the per-epoch accuracy series a training run with train.eval_every logs (step = epoch)
-    client.log_batch(one, metrics=[Metric("val_top1", 0.9, 0, 0), Metric("val_top1", 0.5, 0, 1),
-                                   Metric("val_top1", 0.9, 0, 2), Metric("epoch_wall_seconds", 3.0, 0, 1),
-                                   Metric("epoch_wall_seconds", 6.5, 0, 2)])
-    _child(client, experiment, parent, "1", {"world_size": 2, "images_per_second": 170.0, "step_time_ms_p50": 9.0},
-           {**params, "distributed.nproc_per_node": "2"})
+    client.log_batch(
+        one,
+        metrics=[
+            Metric("val_top1", 0.9, 0, 0),
+            Metric("val_top1", 0.5, 0, 1),
+            Metric("val_top1", 0.9, 0, 2),
+            Metric("epoch_wall_seconds", 3.0, 0, 1),
+            Metric("epoch_wall_seconds", 6.5, 0, 2),
+        ],
+    )
+    _child(
+        client,
+        experiment,
+        parent,
+        "1",
+        {"world_size": 2, "images_per_second": 170.0, "step_time_ms_p50": 9.0},
+        {**params, "distributed.nproc_per_node": "2"},
+    )
     _child(client, experiment, parent, "2", {}, {**params, "distributed.nproc_per_node": "4"}, status="FAILED")
 
     monkeypatch.setenv("MLFLOW_TRACKING_URI", "sqlite:///elsewhere.db")
@@ -380,7 +568,11 @@ def test_a_batch_size_sweep_plots_only_its_batch_axis_with_the_swept_values_as_t
     fig, ax = plt.subplots()
     ax.plot([16, 32, 64], [100.0, 180.0, 300.0], marker="o")
     finish_axes(ax, [16.0, 32.0, 64.0])
-    assert list(ax.get_xticks()) == [16.0, 32.0, 64.0] and [t.get_text() for t in ax.get_xticklabels()] == ["16", "32", "64"]
+    assert list(ax.get_xticks()) == [16.0, 32.0, 64.0] and [t.get_text() for t in ax.get_xticklabels()] == [
+        "16",
+        "32",
+        "64",
+    ]
     low, high = ax.get_ylim()
     assert low == 0 and high > 300.0
     plt.close(fig)
@@ -390,16 +582,19 @@ def test_a_worker_sweep_names_the_smallest_count_within_5_percent_of_the_best(tm
     """Issue 21 (the DDP scaling study's first experiment): -m data.num_workers=0,2,4,8 gets a column
     for the swept key, throughput and data wait against the workers, and the pick."""
     sweep = tmp_path / "sweep"
-    for job, (workers, rate, wait) in enumerate([(0, 120.0, 0.62), (2, 390.0, 0.08), (4, 405.0, 0.03),
-                                                  (8, 402.0, 0.03)]):
+    for job, (workers, rate, wait) in enumerate(
+        [(0, 120.0, 0.62), (2, 390.0, 0.08), (4, 405.0, 0.03), (8, 402.0, 0.03)]
+    ):
         config = _training_config(1)
         config["data"]["num_workers"] = workers
         results = _training_results(1, rate, data_wait_fraction=wait)
         _job_dir(sweep, str(job), [f"data.num_workers={workers}"], config, results, {"step_times.csv": STEP_TIMES})
     files, frame = build_report(sweep, sweep / "report")
     printed = capsys.readouterr().out
-    sentence = ("data.num_workers: 2 is the smallest count within 5% of the best (4 workers: 405.0 images/s); "
-                "2 gives 390.0 images/s, data wait 8.0%")
+    sentence = (
+        "data.num_workers: 2 is the smallest count within 5% of the best (4 workers: 405.0 images/s); "
+        "2 gives 390.0 images/s, data wait 8.0%"
+    )
     assert sentence in printed and sentence in (sweep / "report" / "report.md").read_text()
     assert "throughput_vs_workers.png" in [p.name for p in files]
     header = printed.splitlines()[0].split()
@@ -415,11 +610,23 @@ def test_a_worker_sweep_names_the_smallest_count_within_5_percent_of_the_best(tm
 def test_the_sweep_report_shows_fit_to_measure_and_warns_of_an_unfit_job(tmp_path, capsys):
     sweep = tmp_path / "sweep"
     reason = "2 torch threads x 1 rank + 2 loader workers = 4 > 2 usable cores"
-    _job_dir(sweep, "0", ["data.batch_size=4"], _training_config(1),
-             _training_results(1, 100.0, fit_to_measure=True, fit_reasons=""), {"step_times.csv": STEP_TIMES})
-    _job_dir(sweep, "1", ["data.batch_size=8"], _training_config(1),
-             _training_results(1, 90.0, fit_to_measure=False, fit_reasons=reason), {"step_times.csv": STEP_TIMES})
-    files, frame = build_report(sweep, sweep / "report")
+    _job_dir(
+        sweep,
+        "0",
+        ["data.batch_size=4"],
+        _training_config(1),
+        _training_results(1, 100.0, fit_to_measure=True, fit_reasons=""),
+        {"step_times.csv": STEP_TIMES},
+    )
+    _job_dir(
+        sweep,
+        "1",
+        ["data.batch_size=8"],
+        _training_config(1),
+        _training_results(1, 90.0, fit_to_measure=False, fit_reasons=reason),
+        {"step_times.csv": STEP_TIMES},
+    )
+    _files, frame = build_report(sweep, sweep / "report")
     shown = table(frame)
     assert shown["fit"].tolist() == ["True", "False"] and list(shown.columns)[-1] == "error"
     warning = f"warning: 1 of 2 jobs were not fit to measure, their figures are suspect (job 1: {reason})"
@@ -443,11 +650,20 @@ def test_a_strong_scaling_sweep_plots_only_its_process_axis(tmp_path):
         config["distributed"]["scaling"] = "strong"
         config["data"]["batch_size"] = 8
         results = _training_results(procs, rate, batch_size=8 // procs, global_batch_size=8, scaling="strong")
-        _job_dir(sweep, str(job), [f"distributed.nproc_per_node={procs}", "distributed.scaling=strong"], config,
-                 results, {"step_times.csv": STEP_TIMES})
+        _job_dir(
+            sweep,
+            str(job),
+            [f"distributed.nproc_per_node={procs}", "distributed.scaling=strong"],
+            config,
+            results,
+            {"step_times.csv": STEP_TIMES},
+        )
     files, frame = build_report(sweep, sweep / "report")
-    assert [p.name for p in files][3:] == ["throughput_vs_gpus.png", "scaling_efficiency.png",
-                                           "step_time_distribution.png"]
+    assert [p.name for p in files][3:] == [
+        "throughput_vs_gpus.png",
+        "scaling_efficiency.png",
+        "step_time_distribution.png",
+    ]
     assert frame["scaling_efficiency_percent"].tolist() == pytest.approx([100.0, 90.0, 75.0])
 
 
@@ -455,7 +671,13 @@ def test_a_storage_sweep_at_one_client_count_draws_no_client_axis(tmp_path):
     """A sweep of something else (here the store's root) at one client count: no lone-point plots."""
     sweep = tmp_path / "sweep"
     for job in (0, 1):
-        _job_dir(sweep, str(job), [f"storage.root=/mnt/d{job}"], _storage_config(1), _storage_results(1),
-                 {"read_latency.csv": LATENCIES})
+        _job_dir(
+            sweep,
+            str(job),
+            [f"storage.root=/mnt/d{job}"],
+            _storage_config(1),
+            _storage_results(1),
+            {"read_latency.csv": LATENCIES},
+        )
     files, _ = build_report(sweep, tmp_path / "out")
     assert [p.name for p in files][3:] == ["read_latency_distribution.png"]

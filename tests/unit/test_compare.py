@@ -16,27 +16,46 @@ from bench.analysis.runs import RunRecord, frame_from_records
 from bench.tools.compare import main, parse_threshold
 
 
-def _run(job: str, batch: int, rates: Optional[List[float]] = None, steps: Optional[List[float]] = None,
-         threads: str = "2", status: str = "FINISHED") -> RunRecord:
-    config = {"data.batch_size": str(batch), "model.arch": "resnet18", "cpu_threads": threads,
-              "tracking.uri": f"sqlite:///{job}.db", "seed": "0"}
-    figures: Dict[str, object] = {"images_per_second": float(np.median(rates)) if rates else 100.0,
-                                  "batch_size": batch, "global_batch_size": batch, "model": "resnet18"}
-    return RunRecord(job, status, "", config, figures if status == "FINISHED" else {}, timeline=steps or [],
-                     repeat_rates=rates or [])
+def _run(
+    job: str,
+    batch: int,
+    rates: Optional[List[float]] = None,
+    steps: Optional[List[float]] = None,
+    threads: str = "2",
+    status: str = "FINISHED",
+) -> RunRecord:
+    config = {
+        "data.batch_size": str(batch),
+        "model.arch": "resnet18",
+        "cpu_threads": threads,
+        "tracking.uri": f"sqlite:///{job}.db",
+        "seed": "0",
+    }
+    figures: Dict[str, object] = {
+        "images_per_second": float(np.median(rates)) if rates else 100.0,
+        "batch_size": batch,
+        "global_batch_size": batch,
+        "model": "resnet18",
+    }
+    return RunRecord(
+        job, status, "", config, figures if status == "FINISHED" else {}, timeline=steps or [], repeat_rates=rates or []
+    )
 
 
 def _frame(*records: RunRecord):
     return frame_from_records(list(records))
 
 
-@pytest.mark.parametrize("ratio, low, high, expected, why", [
-    (0.80, 0.75, 0.85, SLOWER, "slower by 20.0%"),
-    (0.90, 0.70, 1.05, SAME, "within noise"),
-    (0.98, 0.975, 0.985, SAME, "within the 3% threshold"),
-    (1.20, 1.10, 1.30, FASTER, "faster by 20.0%"),
-    (0.80, None, None, SLOWER, "slower"),  # no samples: the point ratio alone decides
-])
+@pytest.mark.parametrize(
+    "ratio, low, high, expected, why",
+    [
+        (0.80, 0.75, 0.85, SLOWER, "slower by 20.0%"),
+        (0.90, 0.70, 1.05, SAME, "within noise"),
+        (0.98, 0.975, 0.985, SAME, "within the 3% threshold"),
+        (1.20, 1.10, 1.30, FASTER, "faster by 20.0%"),
+        (0.80, None, None, SLOWER, "slower"),  # no samples: the point ratio alone decides
+    ],
+)
 def test_the_verdict_rule(ratio, low, high, expected, why):
     decided, note = verdict(ratio, low, high, 0.03)
     assert decided == expected and why in note
@@ -65,15 +84,21 @@ def test_one_repeat_falls_back_to_a_bootstrap_over_step_times():
 def test_two_sweeps_are_matched_on_what_they_swept():
     """The candidate changed cpu_threads everywhere: that is the change under test, not a
     configuration; batch 32 ran only in the baseline."""
-    baseline = _frame(_run("0", 8, rates=[100, 101, 99]), _run("1", 16, rates=[180, 182, 178]),
-                      _run("2", 32, rates=[300, 301, 299]))
-    candidate = _frame(_run("0", 8, rates=[70, 71, 69], threads="1"), _run("1", 16, rates=[181, 179, 180], threads="1"),
-                       _run("2", 64, status="FAILED", threads="1"))
+    baseline = _frame(
+        _run("0", 8, rates=[100, 101, 99]), _run("1", 16, rates=[180, 182, 178]), _run("2", 32, rates=[300, 301, 299])
+    )
+    candidate = _frame(
+        _run("0", 8, rates=[70, 71, 69], threads="1"),
+        _run("1", 16, rates=[181, 179, 180], threads="1"),
+        _run("2", 64, status="FAILED", threads="1"),
+    )
     pairs, only_base, only_cand = match(baseline, candidate)
     assert [label for label, _, _ in pairs] == ["data.batch_size=8", "data.batch_size=16"]
     assert only_base == ["data.batch_size=32"] and only_cand == ["data.batch_size=64"]
     comparison = compare_frames(baseline, candidate, 0.03)  # FAILED jobs are not compared
-    assert [p.verdict for p in comparison.pairs] == [SLOWER, SAME] and comparison.only_baseline == ["data.batch_size=32"]
+    assert [p.verdict for p in comparison.pairs] == [SLOWER, SAME] and comparison.only_baseline == [
+        "data.batch_size=32"
+    ]
 
 
 def test_the_threshold_is_a_percentage_or_a_fraction():
@@ -100,8 +125,10 @@ def test_sweep_plots_draw_the_repeats_spread_as_error_bars(tmp_path):
 
     plt = _pyplot()
     fig, ax = plt.subplots()
-    points = [{"batch_size": 8, "images_per_second": 100.0, "images_per_second_min": 95.0,
-               "images_per_second_max": 104.0}, {"batch_size": 16, "images_per_second": 180.0}]
+    points = [
+        {"batch_size": 8, "images_per_second": 100.0, "images_per_second_min": 95.0, "images_per_second_max": 104.0},
+        {"batch_size": 16, "images_per_second": 180.0},
+    ]
     draw_line(ax, points, "batch_size", "images_per_second", "fp32")
     (bars,) = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
     segments = bars.lines[2][0].get_segments()
@@ -117,7 +144,12 @@ def test_a_comparison_says_when_the_two_runs_ran_other_code_or_packages():
     """Issue 21: every result records bench's version, the git commit (and a dirty tree) and a hash
     of the package list; compare names what differs beside the verdict."""
     base, cand = _run("a", 32, rates=[100.0, 101.0, 99.0]), _run("b", 32, rates=[100.0, 100.5, 99.5])
-    base.provenance = {"bench_version": "0.1.0", "git_commit": "a" * 40, "git_dirty": False, "packages_sha256": "1" * 16}
+    base.provenance = {
+        "bench_version": "0.1.0",
+        "git_commit": "a" * 40,
+        "git_dirty": False,
+        "packages_sha256": "1" * 16,
+    }
     cand.provenance = {"bench_version": "0.1.0", "git_commit": "b" * 40, "git_dirty": True, "packages_sha256": "2" * 16}
     (pair,) = compare_frames(_frame(base), _frame(cand), 0.03).pairs
     assert "code differs: commit aaaaaaaaaaaa vs bbbbbbbbbbbb" in pair.note
@@ -180,8 +212,10 @@ def test_a_side_that_was_not_fit_to_measure_is_not_judged(tmp_path, capsys):
         job = tmp_path / name
         job.mkdir()
         (job / "run_summary.json").write_text(json.dumps({"results": record.metrics, "config": {}}))
-        (job / "repeats.csv").write_text("repeat,images,seconds,images_per_second\n" + "".join(
-            f"{i},8,1.0,{rate}\n" for i, rate in enumerate(record.repeat_rates, start=1)))
+        (job / "repeats.csv").write_text(
+            "repeat,images,seconds,images_per_second\n"
+            + "".join(f"{i},8,1.0,{rate}\n" for i, rate in enumerate(record.repeat_rates, start=1))
+        )
     assert main([str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out")]) == 3
     err = capsys.readouterr().err
     assert "verdict: could not judge 1 configuration(s), a side was not fit to measure" in err and reason in err

@@ -64,8 +64,9 @@ def test_a_noisier_machine_still_never_calls_the_same_config_slower_simulated_pr
 
 def test_the_noise_floor_is_the_largest_gap_of_a_side_against_itself():
     values = iter([100.0, 90.0, 50.0, 55.0])  # A-B-B-A: candidate 100, baseline 90, baseline 50... per call order
-    measured = alternate({"candidate": lambda: next(values), "baseline": lambda: next(values)}, 1, warmup=0,
-                         echo=lambda line: None)
+    measured = alternate(
+        {"candidate": lambda: next(values), "baseline": lambda: next(values)}, 1, warmup=0, echo=lambda line: None
+    )
     # candidate ran 100 then 55, baseline 90 then 50: gaps 100/55 - 1 and 90/50 - 1
     assert noise_floor(measured) == pytest.approx(max(100 / 55, 90 / 50) - 1)
 
@@ -81,19 +82,22 @@ def test_rerun_takes_run_directories_and_leaves_hydra_keys_out(tmp_path: Path):
 
 def test_an_unfit_side_is_not_judged_unless_asked_simulated_processes():
     values = iter([50.0, 100.0, 101.0, 51.0, 49.0, 99.0, 100.0, 50.0])
-    measured = alternate({"candidate": lambda: next(values), "baseline": lambda: next(values)}, 2, warmup=0,
-                         echo=lambda line: None)
+    measured = alternate(
+        {"candidate": lambda: next(values), "baseline": lambda: next(values)}, 2, warmup=0, echo=lambda line: None
+    )
     slower = judge(measured, 0.03)
     assert slower.verdict == SLOWER
     unfit = {"candidate": ["swap-in 12 MB"], "baseline": []}
     judged = with_fitness(slower, unfit, {"candidate": 4, "baseline": 4})
     assert judged.verdict == UNJUDGED and judged.why.startswith(
-        "could not judge: the candidate was not fit to measure in 1 of 4 runs (swap-in 12 MB) (measured: slower by")
+        "could not judge: the candidate was not fit to measure in 1 of 4 runs (swap-in 12 MB) (measured: slower by"
+    )
     anyway = with_fitness(slower, unfit, {"candidate": 4, "baseline": 4}, judge_unfit=True)
     assert anyway.verdict == SLOWER and "judged although the candidate was not fit to measure" in anyway.why
 
 
 # ---- the command, in-process, its children's final lines canned ----------------------------------
+
 
 def run_dir(root: Path, name: str, overrides: List[str]) -> Path:
     (root / name / ".hydra").mkdir(parents=True)
@@ -113,9 +117,12 @@ class CannedChildren:
     def __call__(self, argv: List[str], timeout: float) -> subprocess.CompletedProcess:
         self.calls.append(argv)
         run = Path(next(a for a in argv if a.startswith("hydra.run.dir=")).split("=", 1)[1]).name  # candidate-3
-        side, number = run.rsplit("-", 1)
-        metrics: Dict[str, object] = {"images_per_second": next(self.figures[side]), "fit_to_measure": True,
-                                      "fit_reasons": ""}
+        side, _number = run.rsplit("-", 1)
+        metrics: Dict[str, object] = {
+            "images_per_second": next(self.figures[side]),
+            "fit_to_measure": True,
+            "fit_reasons": "",
+        }
         if self.unfit.get(run):
             metrics.update(fit_to_measure=False, fit_reasons=self.unfit[run])
         return subprocess.CompletedProcess(argv, 0, json.dumps({"radix_metrics": metrics}) + "\n", "")
@@ -140,22 +147,40 @@ def command(monkeypatch, capsys, sides, children: CannedChildren, *extra: str):
 QUIET_BASE = [100.0, 100.5, 99.8, 100.2]
 
 
-@pytest.mark.parametrize(("candidate", "exit_code", "said"), [
-    ([50.0, 50.4, 49.9, 50.1], 1, "verdict: slower by 50.0% (beyond the 3% threshold"),
-    ([200.0, 200.4, 199.9, 201.0], 0, "verdict: faster by 100.1% (beyond the 3% threshold"),
-    ([100.2, 100.1, 99.9, 100.3], 0, "verdict: same (within the 3% threshold (the interval holds 1; noise floor 0.5%))"),
-], ids=["slower", "faster", "same"])
+@pytest.mark.parametrize(
+    ("candidate", "exit_code", "said"),
+    [
+        ([50.0, 50.4, 49.9, 50.1], 1, "verdict: slower by 50.0% (beyond the 3% threshold"),
+        ([200.0, 200.4, 199.9, 201.0], 0, "verdict: faster by 100.1% (beyond the 3% threshold"),
+        (
+            [100.2, 100.1, 99.9, 100.3],
+            0,
+            "verdict: same (within the 3% threshold (the interval holds 1; noise floor 0.5%))",
+        ),
+    ],
+    ids=["slower", "faster", "same"],
+)
 def test_rerun_verdicts_exit_codes_and_page_canned_rounds(monkeypatch, capsys, sides, candidate, exit_code, said):
     children = CannedChildren({"candidate": candidate, "baseline": QUIET_BASE})
     code, out, err = command(monkeypatch, capsys, sides, children)
     assert code == exit_code and said in err, err
-    assert len(children.calls) == 8 and all(argv[1:3] == ["-m", "bench"] and "tracking.enabled=false" in argv
-                                            for argv in children.calls)
+    assert len(children.calls) == 8 and all(
+        argv[1:3] == ["-m", "bench"] and "tracking.enabled=false" in argv for argv in children.calls
+    )
     lines = out.splitlines()  # what will run first, then a line per round, then the figures
     assert lines[0].startswith("rerun: 2 rounds of candidate-baseline-baseline-candidate, 8 fresh python -m bench")
     assert [line.split(":")[0] for line in lines[1:3]] == ["round 1", "round 2"] and "noise floor" in lines[3]
-    assert lines[4].split() == ["configuration", "baseline", "images/s", "candidate", "images/s", "ratio", "95%",
-                                "interval", "verdict"]  # the unit is the runs' own (their scenario's view)
+    assert lines[4].split() == [
+        "configuration",
+        "baseline",
+        "images/s",
+        "candidate",
+        "images/s",
+        "ratio",
+        "95%",
+        "interval",
+        "verdict",
+    ]  # the unit is the runs' own (their scenario's view)
     assert lines[5].startswith("data.image_size=160 vs data.image_size=3") and len(lines) == 6  # the plain table
     page = sides[2] / "compare.html"
     assert {p.name for p in sides[2].iterdir()} >= {"compare.md", "compare.html", "compare.png", "rerun"}
@@ -173,8 +198,10 @@ def test_a_noise_floor_above_the_threshold_is_cant_tell_exit_3_canned_rounds(mon
     assert code == 3, err
     assert "verdict: can't tell at this noise: the noise floor 233.3% is larger than the 3% threshold" in err, err
     assert "same" not in err and "noise floor 233.3%" in out
-    assert "| 2 rounds of fresh processes | can't tell at this noise | the noise floor 233.3%" in \
-        (sides[2] / "compare.md").read_text()
+    assert (
+        "| 2 rounds of fresh processes | can't tell at this noise | the noise floor 233.3%"
+        in (sides[2] / "compare.md").read_text()
+    )
     assert "<td>can&#x27;t tell at this noise</td>" in (sides[2] / "compare.html").read_text()
 
 
@@ -192,8 +219,10 @@ def test_an_unfit_process_makes_it_could_not_judge_exit_3_canned_rounds(monkeypa
     reason = {"candidate-2": "other processes used 1.50 of 2 usable cores during the window (limit 0.2)"}
     code, _, err = command(monkeypatch, capsys, sides, CannedChildren(figures, reason))
     assert code == 3, err
-    assert ("verdict: could not judge: the candidate was not fit to measure in 1 of 4 runs (other processes used "
-            "1.50 of 2 usable cores during the window (limit 0.2)) (measured: slower by 50.0%") in err, err
+    assert (
+        "verdict: could not judge: the candidate was not fit to measure in 1 of 4 runs (other processes used "
+        "1.50 of 2 usable cores during the window (limit 0.2)) (measured: slower by 50.0%"
+    ) in err, err
     code, _, err = command(monkeypatch, capsys, sides, CannedChildren(figures, reason), "--judge-unfit")
     assert code == 1 and "verdict: slower by 50.0%" in err and "judged although the candidate was not fit" in err
 
@@ -206,7 +235,9 @@ def test_rerun_rounds_are_capped_in_one_line_before_any_work(monkeypatch, capsys
     base, cand, out = sides
     assert compare([str(base), str(cand), "--rerun", rounds, "--out", str(out)]) == 2
     err = capsys.readouterr().err
-    assert err == f"[ERROR] --rerun={rounds} is not valid: accepted 2 to {MAX_ROUNDS} rounds (one round has no " \
-                  "spread; each round runs 4 fresh processes)\n"
+    assert (
+        err == f"[ERROR] --rerun={rounds} is not valid: accepted 2 to {MAX_ROUNDS} rounds (one round has no "
+        "spread; each round runs 4 fresh processes)\n"
+    )
     assert children.calls == [] and not out.exists()
     check_rounds(MAX_ROUNDS)  # the cap itself is accepted

@@ -151,8 +151,14 @@ def test_storage_is_where_and_the_benchmark_in_one_group(compose):
     from bench.config.storage import StorageConfig, StorageLocation
     from bench.config.storage_benchmark import StorageBenchmarkConfig
 
-    storage = compose("+experiment=storage_unet3d_h100", "storage=s3", "storage.bucket=b", "storage.runs=3",
-                      "storage.timeout_s=7", "storage.workload.num_files=1000").storage
+    storage = compose(
+        "+experiment=storage_unet3d_h100",
+        "storage=s3",
+        "storage.bucket=b",
+        "storage.runs=3",
+        "storage.timeout_s=7",
+        "storage.workload.num_files=1000",
+    ).storage
     assert isinstance(storage, StorageLocation) and isinstance(storage, StorageBenchmarkConfig)
     assert (storage.bucket, storage.timeout_s, storage.runs, storage.workload.num_files) == ("b", 7.0, 3, 1000)
     location, benchmark = [f.name for f in fields(StorageLocation)], [f.name for f in fields(StorageBenchmarkConfig)]
@@ -256,7 +262,9 @@ def test_preflight_checks_the_dataset_then_the_device_then_the_model(compose, tm
         scenario.preflight(compose("data=imagefolder", f"data.root={tmp_path}/nope", "allow_cpu=true"))
     with pytest.raises(ConfigError, match=r"model.arch='resnet51' is not valid: .*did you mean resnet50\?"):
         scenario.preflight(compose("model.arch=resnet51", "allow_cpu=true"))
-    with pytest.raises(ConfigError, match="data.image_size=40 is not valid: accepted a multiple of 16 for model=vit_b_16"):
+    with pytest.raises(
+        ConfigError, match=r"data.image_size=40 is not valid: accepted a multiple of 16 for model=vit_b_16"
+    ):
         scenario.preflight(compose("model=vit_b_16", "data.image_size=40", "allow_cpu=true"))
     scenario.preflight(compose("model.arch=convnext_tiny", "allow_cpu=true"))  # any torchvision model
 

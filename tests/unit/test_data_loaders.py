@@ -16,15 +16,9 @@ from bench.config import compose
 from bench.config.data import DataConfig
 from bench.data.loader import epoch_batch_sampler
 from bench.data.registry import build_batches
-from bench.errors import DataError
 from bench.data.shards import consumer_plan
-from bench.data.transforms import (
-    IMAGENET_MEAN,
-    IMAGENET_STD,
-    center_crop_box,
-    decode_crop,
-    resize_into,
-)
+from bench.data.transforms import IMAGENET_MEAN, IMAGENET_STD, center_crop_box, decode_crop, resize_into
+from bench.errors import DataError
 
 CPU = torch.device("cpu")
 CLASSES = 4  # the `datasets` fixture's image folders
@@ -33,8 +27,17 @@ CLASSES = 4  # the `datasets` fixture's image folders
 def data_cfg(name: str, root: Path, **values) -> DataConfig:
     """The data group as `python -m bench data=<name> data.root=<root> data.<key>=<value> ...` has it
     (small batches, 32x32, in-process loading unless num_workers is given)."""
-    values = {"split": "train", "batch_size": 8, "image_size": 32, "num_classes": 100, "num_workers": 0,
-              "pin_memory": "false", "persistent_workers": "false", "prefetch_factor": 2, **values}
+    values = {
+        "split": "train",
+        "batch_size": 8,
+        "image_size": 32,
+        "num_classes": 100,
+        "num_workers": 0,
+        "pin_memory": "false",
+        "persistent_workers": "false",
+        "prefetch_factor": 2,
+        **values,
+    }
     overrides = [f"data.{k}={str(v).lower() if isinstance(v, bool) else v}" for k, v in values.items()]
     return compose(f"data={name}", f"data.root={root}", *overrides).data
 
@@ -65,8 +68,10 @@ def to_uint8(images: torch.Tensor) -> np.ndarray:
     return (images * std + mean).permute(0, 2, 3, 1).numpy()
 
 
-@pytest.mark.parametrize("split,memory_format,decoder", [("train", torch.contiguous_format, "simplejpeg"),
-                                                           ("val", torch.channels_last, "pil")])
+@pytest.mark.parametrize(
+    "split,memory_format,decoder",
+    [("train", torch.contiguous_format, "simplejpeg"), ("val", torch.channels_last, "pil")],
+)
 def test_imagefolder_batches_follow_the_contract(datasets, tmp_path, split, memory_format, decoder):
     layout = datasets.imagenet_layout(tmp_path / "imagenet")
     cfg = data_cfg("imagefolder", tmp_path / "imagenet", split=split, batch_size=4, num_workers=2, decoder=decoder)
@@ -75,7 +80,7 @@ def test_imagefolder_batches_follow_the_contract(datasets, tmp_path, split, memo
         assert images.shape == (4, 3, 32, 32) and images.dtype == torch.float32
         assert images.is_contiguous(memory_format=memory_format)
         assert labels.dtype == torch.int64 and labels.min() >= 0 and labels.max() < CLASSES
-        assert -2.2 < images.min() and images.max() < 2.7  # ImageNet-normalised 0..255 pixels
+        assert images.min() > -2.2 and images.max() < 2.7  # ImageNet-normalised 0..255 pixels
     labels = torch.cat([labels for _, labels in batches])
     assert set(labels.tolist()) == set(range(CLASSES))
     facts = dataset_facts()
@@ -86,13 +91,14 @@ def test_imagefolder_batches_follow_the_contract(datasets, tmp_path, split, memo
 def test_val_pass_is_the_folder_in_order_with_center_crops(datasets, tmp_path):
     paths = datasets.image_folder(tmp_path / "flat", images=8)
     cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=8)
-    (images, labels), = take(cfg, 1)
+    ((images, labels),) = take(cfg, 1)
     ordered = sorted(paths)  # ImageFolder order: class folders, then file names
     assert labels.tolist() == [int(os.path.basename(os.path.dirname(p))[-3:]) for p in ordered]
     # an independent reference: PIL's antialiased bilinear resize of the center crop (64x48 -> 42x42 -> 32x32)
     left, top, side, _ = center_crop_box(64, 48)
-    reference = np.asarray(Image.open(ordered[3]).convert("RGB").resize(
-        (32, 32), Image.BILINEAR, box=(left, top, left + side, top + side)))
+    reference = np.asarray(
+        Image.open(ordered[3]).convert("RGB").resize((32, 32), Image.BILINEAR, box=(left, top, left + side, top + side))
+    )
     assert np.abs(to_uint8(images)[3] - reference).mean() < 3.0
 
 
@@ -104,7 +110,7 @@ def test_held_batches_are_never_overwritten(datasets, tmp_path):
     held = [next(batches) for _ in range(4)]
     copies = [images.clone() for images, _ in held]
     more = [next(batches)[0] for _ in range(8)]
-    assert all(torch.equal(images, copy) for (images, _), copy in zip(held, copies))
+    assert all(torch.equal(images, copy) for (images, _), copy in zip(held, copies, strict=True))
     assert len({t.data_ptr() for t in more}) < len(more)  # ...and reused when they are free
     batches.close()
 
@@ -112,14 +118,15 @@ def test_held_batches_are_never_overwritten(datasets, tmp_path):
 def test_cifar100_reads_the_python_format(datasets, tmp_path):
     written = datasets.cifar100(tmp_path / "cifar-100-python")
     cfg = data_cfg("cifar100", tmp_path / "cifar-100-python", split="val", batch_size=12)
-    (images, labels), = take(cfg, 1)
+    ((images, labels),) = take(cfg, 1)
     assert labels.tolist() == written["test"][b"fine_labels"]
     native = written["test"][b"data"].reshape(-1, 3, 32, 32).transpose(0, 2, 3, 1)
     assert np.abs(to_uint8(images) - native).max() < 0.01  # val at 32: the pixels themselves
     assert dataset_facts()["dataset_size"] == 12 and dataset_facts()["dataset_classes"] == 100
 
-    (resized, _), = take(data_cfg("cifar100", tmp_path / "cifar-100-python", batch_size=12, image_size=64,
-                                  num_workers=1), 1)
+    ((resized, _),) = take(
+        data_cfg("cifar100", tmp_path / "cifar-100-python", batch_size=12, image_size=64, num_workers=1), 1
+    )
     assert resized.shape == (12, 3, 64, 64)
 
 
@@ -129,20 +136,37 @@ def test_shards_round_trip_labels_and_pixels(datasets, tmp_path, capsys):
     layout = datasets.imagenet_layout(tmp_path / "imagenet", train=16, val=8)
     from bench.tools.data import main as data_command
 
-    assert data_command(["prepare", "--src", str(tmp_path / "imagenet"), "--dst", str(tmp_path / "shards"),
-                         "--size", "48", "--shard-size", "3", "--workers", "2", "--no-progress"]) == 0
+    assert (
+        data_command(
+            [
+                "prepare",
+                "--src",
+                str(tmp_path / "imagenet"),
+                "--dst",
+                str(tmp_path / "shards"),
+                "--size",
+                "48",
+                "--shard-size",
+                "3",
+                "--workers",
+                "2",
+                "--no-progress",
+            ]
+        )
+        == 0
+    )
     printed = capsys.readouterr().out
     assert "train: 16 images in 6 shards" in printed and "val: 8 images in 3 shards" in printed
 
     cfg = data_cfg("shards", tmp_path / "shards", split="val", batch_size=8)
-    (images, labels), = take(cfg, 1)
+    ((images, labels),) = take(cfg, 1)
     got = to_uint8(images)
     expected = np.empty((len(layout["val"]), 32, 32, 3), np.uint8)
     for slot, path in enumerate(layout["val"]):
         resize_into(expected[slot], decode_crop(Path(path).read_bytes(), False, 32, None), flip=False)
     source_labels = [int(os.path.basename(os.path.dirname(p))[-3:]) for p in layout["val"]]
     matched = []
-    for image, label in zip(got, labels.tolist()):
+    for image, label in zip(got, labels.tolist(), strict=True):
         errors = np.abs(expected.astype(np.float32) - image).mean(axis=(1, 2, 3))
         best = int(errors.argmin())
         assert errors[best] < 6.0, errors[best]  # JPEG re-encoding at quality 90
@@ -170,11 +194,12 @@ def test_ranks_read_disjoint_samples(tmp_path):
 def test_shard_consumers_read_disjoint_records(shards):
     """Whole shards per consumer when there are enough, else every consumer strides the records."""
     counts = [5] * shards
-    starts = np.cumsum([0] + counts[:-1])
+    starts = np.cumsum([0, *counts[:-1]])
     seen = []
     for consumer in range(4):
-        for shard, record_filter in consumer_plan(counts, epoch=3, seed=0, shuffle=True, consumer=consumer,
-                                                  consumers=4):
+        for shard, record_filter in consumer_plan(
+            counts, epoch=3, seed=0, shuffle=True, consumer=consumer, consumers=4
+        ):
             rows = range(counts[shard])
             if record_filter:
                 rows = [r for r in rows if (starts[shard] + r) % record_filter[0] == record_filter[1]]
@@ -187,7 +212,7 @@ def test_corrupt_image_is_skipped_and_counted_unless_strict(datasets, tmp_path):
     bad = tmp_path / "flat" / "class001" / "broken.jpg"
     bad.write_bytes(b"\xff\xd8\xff\xe0 this is not a JPEG")
     cfg = data_cfg("imagefolder", tmp_path / "flat", split="val", batch_size=13, num_workers=1)
-    (images, labels), = take(cfg, 1)
+    ((images, labels),) = take(cfg, 1)
     assert images.shape[0] == 13 and dataset_facts()["corrupt_skipped"] == 1
     # broken.jpg sorts first in class001: its slot holds the next image, of the same class
     assert labels.tolist() == [0] * 3 + [1] * 4 + [2] * 3 + [3] * 3
@@ -207,7 +232,7 @@ def test_unreadable_file_names_its_path(datasets, tmp_path):
 
 def test_more_classes_than_the_head(datasets, tmp_path):
     datasets.image_folder(tmp_path / "flat", images=8)
-    with pytest.raises(DataError, match="has 4 classes but data.num_classes=3"):
+    with pytest.raises(DataError, match=r"has 4 classes but data.num_classes=3"):
         build_batches(data_cfg("imagefolder", tmp_path / "flat", num_classes=3), CPU, torch.contiguous_format, 0)
 
 
@@ -282,8 +307,10 @@ def test_worker_batch_slots_are_reused_only_after_release():
     again, _ = ring.take()
     assert again.data_ptr() == first.data_ptr()  # released: reused
     taken = [ring.take() for _ in range(RING_SLOTS)]  # more than the ring holds: fresh, untracked batches
-    assert taken[-1][1] is None and len({t.data_ptr() for t, _ in taken} | {first.data_ptr(), second.data_ptr()}) \
-        == RING_SLOTS + 2
+    assert (
+        taken[-1][1] is None
+        and len({t.data_ptr() for t, _ in taken} | {first.data_ptr(), second.data_ptr()}) == RING_SLOTS + 2
+    )
 
 
 def test_worker_slot_reuse_never_changes_a_batch(datasets, tmp_path):
@@ -347,14 +374,18 @@ def cifar_archive_server(tmp_path, datasets):
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/{archive.name}", hashlib.md5(archive.read_bytes()).hexdigest()
+        yield (
+            f"http://127.0.0.1:{server.server_address[1]}/{archive.name}",
+            hashlib.md5(archive.read_bytes()).hexdigest(),
+        )
     finally:
         server.shutdown()
         server.server_close()
 
 
-def test_cifar100_download_fetches_into_data_root_and_refuses_offline_in_one_line(tmp_path, monkeypatch,
-                                                                                  cifar_archive_server, compose):
+def test_cifar100_download_fetches_into_data_root_and_refuses_offline_in_one_line(
+    tmp_path, monkeypatch, cifar_archive_server, compose
+):
     """Issue 21: data=cifar100 data.download=true through torchvision's downloader (its URL pointed at
     a loopback server holding a local copy); unreachable, one line that says what to do."""
     from torchvision.datasets import CIFAR100

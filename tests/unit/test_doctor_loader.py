@@ -18,17 +18,27 @@ def _write_shards(store, jpegs: list, per_shard: int = 10) -> int:
     bench.data prepare` lays them out; returns the shard count."""
     shards = []
     for number, start in enumerate(range(0, len(jpegs), per_shard)):
-        blob = encode_shard([(Path(p).read_bytes(), i % 4) for i, p in enumerate(jpegs[start:start + per_shard])])
+        blob = encode_shard([(Path(p).read_bytes(), i % 4) for i, p in enumerate(jpegs[start : start + per_shard])])
         store.put(shard_key("train", number), blob)
-        shards.append({"key": shard_key("train", number), "count": len(jpegs[start:start + per_shard]),
-                       "bytes": len(blob)})
+        shards.append(
+            {"key": shard_key("train", number), "count": len(jpegs[start : start + per_shard]), "bytes": len(blob)}
+        )
     store.put("train/meta.json", make_meta("train", ["a", "b", "c", "d"], shards, 48, 90, []))
     return len(shards)
 
 
 def _shard_config(compose, root: str, *extra: str):
-    return compose("+experiment=cpu_smoke", "model=small_cnn", "data=shards", f"data.root={root}",
-                   "data.num_classes=4", "data.num_workers=0", "data.batch_size=8", "data.image_size=32", *extra)
+    return compose(
+        "+experiment=cpu_smoke",
+        "model=small_cnn",
+        "data=shards",
+        f"data.root={root}",
+        "data.num_classes=4",
+        "data.num_workers=0",
+        "data.batch_size=8",
+        "data.image_size=32",
+        *extra,
+    )
 
 
 def test_local_shards_are_split_by_stage_with_the_shard_read_shared_by_its_images(tmp_path, datasets, compose):
@@ -44,8 +54,9 @@ def test_local_shards_are_split_by_stage_with_the_shard_read_shared_by_its_image
     assert rung.images_per_second > 0 and rung.figures["dataset_size"] == 30
 
 
-def test_shards_on_s3_are_split_by_stage_reading_through_the_storage_group(tmp_path, datasets, compose, s3_server,
-                                                                           aws_env):
+def test_shards_on_s3_are_split_by_stage_reading_through_the_storage_group(
+    tmp_path, datasets, compose, s3_server, aws_env
+):
     bucket = s3_server.new_bucket()
     jpegs = datasets.image_folder(tmp_path / "jpegs", images=20)
     config = _shard_config(compose, f"s3://{bucket}/shards", *s3_server.overrides(bucket))
@@ -56,8 +67,16 @@ def test_shards_on_s3_are_split_by_stage_reading_through_the_storage_group(tmp_p
 
 def test_cifar100_is_split_by_stage_without_a_decode(tmp_path, datasets, compose):
     datasets.cifar100(tmp_path / "cifar", train=40)
-    config = compose("+experiment=cpu_smoke", "model=small_cnn", "data=cifar100", f"data.root={tmp_path / 'cifar'}",
-                     "data.num_classes=100", "data.num_workers=0", "data.batch_size=8", "data.image_size=32")
+    config = compose(
+        "+experiment=cpu_smoke",
+        "model=small_cnn",
+        "data=cifar100",
+        f"data.root={tmp_path / 'cifar'}",
+        "data.num_classes=100",
+        "data.num_workers=0",
+        "data.batch_size=8",
+        "data.image_size=32",
+    )
     split = stage_split(config, budget_s=2.0)
     assert split is not None and set(split) == STAGES
     assert split["decode"] == 0.0  # raw pixels in memory: nothing to decode

@@ -35,8 +35,15 @@ def test_the_rung_reads_a_jpeg_folder_whole_through_the_storage_benchmarks_reade
         return run_reader(store, files, workload, **options)
 
     monkeypatch.setattr(storage_read, "run_reader", spy)
-    config = compose("+experiment=cpu_smoke", "model=small_cnn", "data=imagefolder", f"data.root={tmp_path / 'jpegs'}",
-                     "data.num_classes=3", "data.num_workers=2", "data.batch_size=8")
+    config = compose(
+        "+experiment=cpu_smoke",
+        "model=small_cnn",
+        "data=imagefolder",
+        f"data.root={tmp_path / 'jpegs'}",
+        "data.num_classes=3",
+        "data.num_workers=2",
+        "data.batch_size=8",
+    )
     rung = storage_rung(config, window_s=0.4, images_in_dataset=24)
     total = sum(os.path.getsize(p) for p in paths)
     assert rung.figures["dataset_files"] == 24 and rung.figures["threads"] == 2
@@ -72,8 +79,15 @@ def test_the_rung_reads_shards_on_s3_through_the_storage_groups_settings(s3_serv
     from bench.storage.registry import open_store
 
     bucket = s3_server.new_bucket()
-    config = compose("+experiment=cpu_smoke", "model=small_cnn", "data=shards", f"data.root=s3://{bucket}/shards",
-                     "data.num_classes=2", "data.num_workers=2", *s3_server.overrides(bucket))
+    config = compose(
+        "+experiment=cpu_smoke",
+        "model=small_cnn",
+        "data=shards",
+        f"data.root=s3://{bucket}/shards",
+        "data.num_classes=2",
+        "data.num_workers=2",
+        *s3_server.overrides(bucket),
+    )
     store = open_store(f"s3://{bucket}/shards", config.storage)
     shards = []
     for number in range(3):
@@ -107,6 +121,7 @@ def test_the_rungs_window_starts_once_its_readers_run_however_slow_their_fork(tm
         return opened
 
     monkeypatch.setattr(reader, "open_readers", slow_open)
-    read, size, _seconds = storage_read.read_pass(store, specs, read_workload(specs, threads=2, batch=2, seed=0),
-                                                  window_s=0.2, cold=False)
+    read, size, _seconds = storage_read.read_pass(
+        store, specs, read_workload(specs, threads=2, batch=2, seed=0), window_s=0.2, cold=False
+    )
     assert read > 0 and size > 0

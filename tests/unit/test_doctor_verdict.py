@@ -16,10 +16,16 @@ STAGES = {"read": 0.02, "decode": 0.54, "augment": 0.03, "collate": 0.0, "host_t
 
 def ladder(compute=1000.0, loader=None, storage=None, full=950.0, wait=0.0, workers=2, allreduce=None, fit=True):
     rungs = [Rung(COMPUTE, compute, fit=fit, unfit_because="" if fit else "a CPU hog")]
-    rungs.append(Rung(LOADER, loader, figures={"stage_cpu_ms": STAGES, "workers": workers}) if loader
-                 else Rung(LOADER, skipped="synthetic"))
-    rungs.append(Rung(STORAGE, storage, figures={"megabytes_per_second": 12.5, "cache": "cold"}) if storage
-                 else Rung(STORAGE, skipped="synthetic"))
+    rungs.append(
+        Rung(LOADER, loader, figures={"stage_cpu_ms": STAGES, "workers": workers})
+        if loader
+        else Rung(LOADER, skipped="synthetic")
+    )
+    rungs.append(
+        Rung(STORAGE, storage, figures={"megabytes_per_second": 12.5, "cache": "cold"})
+        if storage
+        else Rung(STORAGE, skipped="synthetic")
+    )
     rungs.append(Rung(FULL, full, data_wait=wait, fit=True))
     rungs.append(Rung(ALLREDUCE, figures=allreduce) if allreduce else Rung(ALLREDUCE, skipped="one process"))
     return rungs
@@ -28,29 +34,36 @@ def ladder(compute=1000.0, loader=None, storage=None, full=950.0, wait=0.0, work
 def test_a_loader_slower_than_the_model_is_input_bound_with_the_costliest_stage_named():
     verdict, sentence = diagnose(ladder(compute=1900, loader=410, storage=5000, full=400, wait=0.7), cores=8)
     assert verdict == "input-bound"
-    assert sentence == ("input-bound: the loader gives 410 img/s, the model could take 1,900; "
-                        "decode is 90% of the loader's CPU time")
+    assert sentence == (
+        "input-bound: the loader gives 410 img/s, the model could take 1,900; decode is 90% of the loader's CPU time"
+    )
 
 
 def test_a_run_waiting_for_a_loader_that_runs_between_its_steps_is_input_bound():
     """num_workers=0: the loader alone is faster than the model, but the two add up."""
     verdict, sentence = diagnose(ladder(compute=2800, loader=7000, storage=12000, full=1460, wait=0.31, workers=0), 2)
     assert verdict == "input-bound"
-    assert "waits for data 31% of its time: with data.num_workers=0 the loader runs between the model's steps" in sentence
+    assert (
+        "waits for data 31% of its time: with data.num_workers=0 the loader runs between the model's steps" in sentence
+    )
     assert "decode is 90%" in sentence
 
 
 def test_storage_slower_than_the_loader_and_the_model_is_storage_bound():
     verdict, sentence = diagnose(ladder(compute=1900, loader=1500, storage=300, full=290, wait=0.8), 8)
     assert verdict == "storage-bound"
-    assert sentence.startswith("storage-bound: the files under data.root read at 12 MB/s (cold cache), enough for 300 img/s")
+    assert sentence.startswith(
+        "storage-bound: the files under data.root read at 12 MB/s (cold cache), enough for 300 img/s"
+    )
 
 
 def test_synthetic_data_at_the_ceiling_is_compute_bound():
     verdict, sentence = diagnose(ladder(compute=1000, full=980), 2)
     assert verdict == "compute-bound"
-    assert sentence == ("compute-bound: the full run gives 980 img/s, 98% of the compute ceiling (1,000 img/s); "
-                        "the data is synthetic (no input pipeline)")
+    assert sentence == (
+        "compute-bound: the full run gives 980 img/s, 98% of the compute ceiling (1,000 img/s); "
+        "the data is synthetic (no input pipeline)"
+    )
 
 
 def test_a_fast_enough_loader_at_the_ceiling_is_compute_bound():
@@ -83,7 +96,10 @@ RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)
 def test_no_full_run_is_no_verdict_and_says_why():
     rungs = ladder()
     rungs[3] = Rung(FULL, failed="the run exited 1; see /tmp/doctor/4-full")
-    assert diagnose(rungs, 2) == ("unknown", "unknown: the full training run failed: the run exited 1; see /tmp/doctor/4-full")
+    assert diagnose(rungs, 2) == (
+        "unknown",
+        "unknown: the full training run failed: the run exited 1; see /tmp/doctor/4-full",
+    )
 
 
 def test_a_failed_run_is_one_sentence_naming_the_rung_and_the_errors_last_line():
@@ -94,19 +110,26 @@ def test_a_failed_run_is_one_sentence_naming_the_rung_and_the_errors_last_line()
     rungs[3] = Rung(FULL, failed=TRACEBACK)
     verdict, sentence = diagnose(rungs, 2)
     assert verdict == "unknown"
-    assert sentence == ("unknown: the full training run failed (as did the compute ceiling): "
-                        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)")
+    assert sentence == (
+        "unknown: the full training run failed (as did the compute ceiling): "
+        "RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)"
+    )
     assert "\n" not in sentence and "Traceback" not in sentence
     rungs[0] = Rung(COMPUTE, failed="WorkerFailure: worker rank 0 (pid 14054) exited with code 1: RuntimeError: small")
     rungs[3] = Rung(FULL, failed="WorkerFailure: worker rank 0 (pid 14117) exited with code 1: RuntimeError: small")
-    assert diagnose(rungs, 2)[1] == ("unknown: the full training run failed (as did the compute ceiling): "
-                                     "WorkerFailure: worker rank 0 (pid 14117) exited with code 1: RuntimeError: small")
+    assert diagnose(rungs, 2)[1] == (
+        "unknown: the full training run failed (as did the compute ceiling): "
+        "WorkerFailure: worker rank 0 (pid 14117) exited with code 1: RuntimeError: small"
+    )
 
 
 def test_a_short_reason_is_a_tracebacks_exception_line_or_the_last_line():
     assert short_reason(TRACEBACK) == "RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)"
-    chained = TRACEBACK + "\nDuring handling of the above exception, another exception occurred:\n\n" + TRACEBACK.replace(
-        "RuntimeError: mat1", "ValueError: mat1")
+    chained = (
+        TRACEBACK
+        + "\nDuring handling of the above exception, another exception occurred:\n\n"
+        + TRACEBACK.replace("RuntimeError: mat1", "ValueError: mat1")
+    )
     assert short_reason(chained).startswith("ValueError: mat1")
     assert short_reason("data.root='/x' is not valid\naccepted: a folder") == "accepted: a folder"
     assert short_reason("one line") == "one line" and short_reason("") == ""
@@ -117,8 +140,10 @@ def test_a_rung_measured_on_a_busy_machine_says_so_first_and_calls_no_bound():
     """Issue 30.3: a busy machine is named before any figure and no bound is called."""
     verdict, sentence = diagnose(ladder(compute=1000, full=980, fit=False), 2)
     assert verdict == "unfit"
-    assert sentence.startswith("not fit to measure: the machine was busy during the compute ceiling (a CPU hog), "
-                               "so no bound is called from these figures (img/s: compute ceiling 1,000, full run 980)")
+    assert sentence.startswith(
+        "not fit to measure: the machine was busy during the compute ceiling (a CPU hog), "
+        "so no bound is called from these figures (img/s: compute ceiling 1,000, full run 980)"
+    )
     assert "-bound" not in sentence
     assert figures_verdict(ladder(compute=1000, full=980, fit=False), 2)[0] == "compute-bound"
 
@@ -127,8 +152,10 @@ def test_a_full_run_above_the_ceiling_is_inconsistent_not_compute_bound():
     """Issue 30.3: before, 'compute-bound: the full run gives 3 img/s, 159% of the compute ceiling (2 img/s)'."""
     verdict, sentence = diagnose(ladder(compute=2.0, full=3.18), 2)
     assert verdict == "inconsistent"
-    assert sentence.startswith("inconsistent: the full run gives 3 img/s, 59% above the compute ceiling (2 img/s) "
-                               "it cannot exceed: the figures are noise")
+    assert sentence.startswith(
+        "inconsistent: the full run gives 3 img/s, 59% above the compute ceiling (2 img/s) "
+        "it cannot exceed: the figures are noise"
+    )
     assert diagnose(ladder(compute=1000, full=1150), 2)[0] == "compute-bound"  # within the noise
 
 
@@ -140,12 +167,19 @@ def diagnosis(elapsed, setup=0.0, rung_seconds=(), what_ifs=()):
 def test_the_budget_line_says_the_wall_time_and_where_it_went_when_over():
     """Issue 30.3: before, '107 s of a 30 s budget' for a 163 s wall."""
     assert budget_line(diagnosis(29.0, 3.0, [(COMPUTE, 8.0), (FULL, 9.0)])) == "29 s wall time of a 30 s budget"
-    over = budget_line(diagnosis(163.0, 21.0, [(COMPUTE, 40.0), (LOADER, 9.0), (FULL, 58.0)],
-                                 [WhatIf("channels_last", [], FULL, 1.0, 2.0)]))
-    assert over.startswith("163 s wall time of a 30 s budget: over by 133 s, as the budget sets each rung's "
-                           "measuring window but not the set-up around it")
-    assert over.endswith("start-up before the first rung 21 s; the rungs 107 s (full run 58 s, compute ceiling 40 s); "
-                         "1 what-if run 35 s (the first runs whatever is left)")
+    over = budget_line(
+        diagnosis(
+            163.0, 21.0, [(COMPUTE, 40.0), (LOADER, 9.0), (FULL, 58.0)], [WhatIf("channels_last", [], FULL, 1.0, 2.0)]
+        )
+    )
+    assert over.startswith(
+        "163 s wall time of a 30 s budget: over by 133 s, as the budget sets each rung's "
+        "measuring window but not the set-up around it"
+    )
+    assert over.endswith(
+        "start-up before the first rung 21 s; the rungs 107 s (full run 58 s, compute ceiling 40 s); "
+        "1 what-if run 35 s (the first runs whatever is left)"
+    )
     paged = diagnosis(163.0, 21.0, [(FULL, 100.0)])
     paged.wall_s = 170.0  # the chart and the page drawn after the ladder
     assert budget_line(paged).startswith("170 s wall time of a 30 s budget: over by 140 s")
@@ -159,8 +193,11 @@ def test_the_costliest_stage_and_its_share():
 
 def test_a_what_if_replaces_the_users_override_of_its_key():
     overrides = ["+experiment=cpu_smoke", "data.num_workers=0", "+data.num_workers=1", "data.batch_size=8"]
-    assert replace(overrides, "data.num_workers", "2") == ["+experiment=cpu_smoke", "data.batch_size=8",
-                                                           "data.num_workers=2"]
+    assert replace(overrides, "data.num_workers", "2") == [
+        "+experiment=cpu_smoke",
+        "data.batch_size=8",
+        "data.num_workers=2",
+    ]
     assert replace(["data=imagefolder", "data.root=/x"], "data", "shards") == ["data.root=/x", "data=shards"]
 
 
@@ -170,6 +207,6 @@ def test_the_doctors_keys_are_split_from_the_training_overrides():
     with pytest.raises(ConfigError, match=r"doctor.budget='60' is not valid: accepted one of the doctor's keys"):
         split_keys(["doctor.budget=60"])
     for bad in ("0", "-5", "nan", "inf", "soon"):
-        with pytest.raises(ConfigError, match="doctor.budget_s=.* is not valid: accepted a number of seconds above 0"):
+        with pytest.raises(ConfigError, match=r"doctor.budget_s=.* is not valid: accepted a number of seconds above 0"):
             budget_of(bad)
     assert budget_of("90") == 90.0

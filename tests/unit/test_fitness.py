@@ -19,13 +19,16 @@ from bench.runtime.fit_watch import FIELDS, fit_problems, fit_tags, record_field
 from bench.train.result import TrainMetrics
 
 
-@pytest.mark.parametrize("threads, ranks, workers, usable, demand, reason", [
-    (2, 1, 2, 2.0, 4, "2 torch threads x 1 rank + 2 loader workers = 4 > 2 usable cores"),
-    (1, 2, 2, 2.0, 6, "1 torch thread x 2 ranks + 2 loader workers x 2 ranks = 6 > 2 usable cores"),
-    (3, 1, 0, 2.5, 3, "3 torch threads x 1 rank = 3 > 2.5 usable cores"),
-    (1, 1, 1, 2.0, 2, None),
-    (2, 1, 0, 2.0, 2, None),
-])
+@pytest.mark.parametrize(
+    "threads, ranks, workers, usable, demand, reason",
+    [
+        (2, 1, 2, 2.0, 4, "2 torch threads x 1 rank + 2 loader workers = 4 > 2 usable cores"),
+        (1, 2, 2, 2.0, 6, "1 torch thread x 2 ranks + 2 loader workers x 2 ranks = 6 > 2 usable cores"),
+        (3, 1, 0, 2.5, 3, "3 torch threads x 1 rank = 3 > 2.5 usable cores"),
+        (1, 1, 1, 2.0, 2, None),
+        (2, 1, 0, 2.0, 2, None),
+    ],
+)
 def test_oversubscription_names_threads_ranks_workers_and_cores(threads, ranks, workers, usable, demand, reason):
     assert oversubscription(threads, ranks, workers, usable) == (demand, reason)
 
@@ -55,24 +58,31 @@ def test_cpufreq_notes_name_the_governor_and_a_slow_clock(tmp_path):
         (folder / "scaling_cur_freq").write_text(f"{current}\n")
         (folder / "cpuinfo_max_freq").write_text("3000000\n")
     notes = cpufreq_notes([0, 1], tmp_path)
-    assert notes == ["CPU frequency governor powersave on 1 of 2 usable CPUs (performance holds the clock)",
-                     "CPUs at 1.30 of 3.00 GHz max (43%) at the window's end"]
+    assert notes == [
+        "CPU frequency governor powersave on 1 of 2 usable CPUs (performance holds the clock)",
+        "CPUs at 1.30 of 3.00 GHz max (43%) at the window's end",
+    ]
     assert cpufreq_notes([0, 1], tmp_path / "absent") == []  # a VM shows none of it: nothing said
 
 
 def test_the_verdict_goes_last_in_the_record_and_merges_the_ranks():
-    rank0 = Verdict(["other processes used 0.97 of 2 usable cores during the window (limit 0.2)"], ["load"],
-                    {"fit_other_cpu_cores": 0.97, "fit_usable_cores": 2.0})
+    rank0 = Verdict(
+        ["other processes used 0.97 of 2 usable cores during the window (limit 0.2)"],
+        ["load"],
+        {"fit_other_cpu_cores": 0.97, "fit_usable_cores": 2.0},
+    )
     rank1 = Verdict(["GPU 1 ran 1 other compute process(es) (pid 9)"], [], {"fit_gpu_sm_clock_ratio": 0.5})
     merged = record_fields(rank0, [rank1, None])  # typed verdicts (None: a rank whose window was not watched)
     assert rank0.reasons == ["other processes used 0.97 of 2 usable cores during the window (limit 0.2)"]  # kept
     assert merged["fit_to_measure"] is False
-    assert merged["fit_reasons"] == ("other processes used 0.97 of 2 usable cores during the window (limit 0.2); "
-                                     "GPU 1 ran 1 other compute process(es) (pid 9)")
+    assert merged["fit_reasons"] == (
+        "other processes used 0.97 of 2 usable cores during the window (limit 0.2); "
+        "GPU 1 ran 1 other compute process(es) (pid 9)"
+    )
     assert merged["fit_other_cpu_cores"] == 0.97 and merged["fit_gpu_sm_clock_ratio"] == 0.5
     assert record_fields(None) == {}  # no window watched: no fields (the record leaves them out)
     names = [f.name for f in fields(TrainMetrics)]
-    assert names[-len(FIELDS):] == list(FIELDS)  # after every existing key: their order is unchanged
+    assert names[-len(FIELDS) :] == list(FIELDS)  # after every existing key: their order is unchanged
     assert Verdict.from_dict(Verdict([], [], {"fit_usable_cores": 2.0}).as_dict()).fit
 
 
@@ -84,14 +94,19 @@ def test_unfit_reason_reads_a_record_a_frame_row_and_mlflow():
 
 
 def test_require_fit_turns_an_unfit_window_into_a_failed_run_and_tags_say_why():
-    record = SimpleNamespace(fit_to_measure=False, fit_reasons="the machine swapped in 3.0 MiB during the window",
-                             fit_notes="")
+    record = SimpleNamespace(
+        fit_to_measure=False, fit_reasons="the machine swapped in 3.0 MiB during the window", fit_notes=""
+    )
     assert fit_problems(record, require_fit=False) == []
     assert fit_problems(record, require_fit=True) == [
         "the machine was not fit to measure (benchmark.require_fit=true): the machine swapped in 3.0 MiB during the "
-        "window"]
-    assert fit_tags(record) == {"bench.fit_to_measure": "false", "bench.fit_notes": "",
-                                "bench.fit_reasons": "the machine swapped in 3.0 MiB during the window"}
+        "window"
+    ]
+    assert fit_tags(record) == {
+        "bench.fit_to_measure": "false",
+        "bench.fit_notes": "",
+        "bench.fit_reasons": "the machine swapped in 3.0 MiB during the window",
+    }
     assert fit_tags(SimpleNamespace(fit_to_measure=None)) == {}
 
 
@@ -104,9 +119,22 @@ class MockedNvml:
 
     def __init__(self, **answers: Any):
         self.answers: Dict[str, Any] = {
-            "events": 0, "sm_clock": 1900, "max_sm_clock": 1980, "processes": [], "limit": 700_000,
-            "default_limit": 700_000, "mig": (0, 0), "persistence": 1, "ecc": {1: 0, 0: 0}, "width": 16,
-            "max_width": 16, "gen": 5, "max_gen": 5, "affinity": [2**64 - 1], **answers}
+            "events": 0,
+            "sm_clock": 1900,
+            "max_sm_clock": 1980,
+            "processes": [],
+            "limit": 700_000,
+            "default_limit": 700_000,
+            "mig": (0, 0),
+            "persistence": 1,
+            "ecc": {1: 0, 0: 0},
+            "width": 16,
+            "max_width": 16,
+            "gen": 5,
+            "max_gen": 5,
+            "affinity": [2**64 - 1],
+            **answers,
+        }
         self.inits = 0
 
     def _get(self, name: str) -> Any:
@@ -180,25 +208,56 @@ def _watch(nvml: MockedNvml, during: Any = None) -> Verdict:
 ME = os.getpid()
 
 
-@pytest.mark.parametrize("answers, during, reason, note", [
-    ({}, None, None, None),  # a healthy GPU: nothing to say
-    ({"processes": [ME, 4242]}, None, "GPU 0 ran 1 other compute process(es) (pid 4242)", None),
-    ({"processes": [11, 12]}, None, "GPU 0 ran 1 other compute process(es) (pid 12)", None),  # another PID namespace
-    ({}, lambda n: n.answers.update(events=0x40), "GPU 0 throttled during the window: hardware thermal slowdown",
-     None),
-    ({"events": 0x08 | 0x20}, None,
-     "GPU 0 throttled during the window: software thermal slowdown, hardware slowdown", None),
-    ({"events": 0x04}, None, None, "GPU 0 reached its power cap during the window"),
-    ({"sm_clock": 990}, None, None, "GPU 0 SM clock 990 of 1980 MHz max (50%) during the window"),
-    ({"limit": 300_000}, None, "GPU 0 power limit 300 W < default 700 W", None),
-    ({"mig": (1, 1)}, None, None, "GPU 0 is in MIG mode: the figures are one partition's"),
-    ({"persistence": 0}, None, None, "GPU 0 persistence mode is off"),
-    ({"ecc": {1: 2, 0: 0}}, None, "GPU 0 has 2 uncorrected ECC errors since the driver loaded", None),
-    ({}, lambda n: n.answers.update(ecc={1: 0, 0: 5}), None, "GPU 0 corrected 5 ECC errors during the window"),
-    ({"width": 4}, None, "GPU 0 PCIe link x4 of x16", None),
-    ({"gen": 3}, None, None, "GPU 0 PCIe link gen 3 of gen 5 during the window"),
-], ids=["healthy", "neighbour", "namespace", "thermal", "hw-slowdown", "power-cap", "sm-clock", "power-limit", "mig",
-        "persistence", "ecc-uncorrected", "ecc-corrected", "pcie-width", "pcie-gen"])
+@pytest.mark.parametrize(
+    "answers, during, reason, note",
+    [
+        ({}, None, None, None),  # a healthy GPU: nothing to say
+        ({"processes": [ME, 4242]}, None, "GPU 0 ran 1 other compute process(es) (pid 4242)", None),
+        (
+            {"processes": [11, 12]},
+            None,
+            "GPU 0 ran 1 other compute process(es) (pid 12)",
+            None,
+        ),  # another PID namespace
+        (
+            {},
+            lambda n: n.answers.update(events=0x40),
+            "GPU 0 throttled during the window: hardware thermal slowdown",
+            None,
+        ),
+        (
+            {"events": 0x08 | 0x20},
+            None,
+            "GPU 0 throttled during the window: software thermal slowdown, hardware slowdown",
+            None,
+        ),
+        ({"events": 0x04}, None, None, "GPU 0 reached its power cap during the window"),
+        ({"sm_clock": 990}, None, None, "GPU 0 SM clock 990 of 1980 MHz max (50%) during the window"),
+        ({"limit": 300_000}, None, "GPU 0 power limit 300 W < default 700 W", None),
+        ({"mig": (1, 1)}, None, None, "GPU 0 is in MIG mode: the figures are one partition's"),
+        ({"persistence": 0}, None, None, "GPU 0 persistence mode is off"),
+        ({"ecc": {1: 2, 0: 0}}, None, "GPU 0 has 2 uncorrected ECC errors since the driver loaded", None),
+        ({}, lambda n: n.answers.update(ecc={1: 0, 0: 5}), None, "GPU 0 corrected 5 ECC errors during the window"),
+        ({"width": 4}, None, "GPU 0 PCIe link x4 of x16", None),
+        ({"gen": 3}, None, None, "GPU 0 PCIe link gen 3 of gen 5 during the window"),
+    ],
+    ids=[
+        "healthy",
+        "neighbour",
+        "namespace",
+        "thermal",
+        "hw-slowdown",
+        "power-cap",
+        "sm-clock",
+        "power-limit",
+        "mig",
+        "persistence",
+        "ecc-uncorrected",
+        "ecc-corrected",
+        "pcie-width",
+        "pcie-gen",
+    ],
+)
 def test_each_gpu_check_mocked_nvml(answers, during, reason, note):
     nvml = MockedNvml(**answers)
     verdict = _watch(nvml, during)
@@ -209,13 +268,29 @@ def test_each_gpu_check_mocked_nvml(answers, during, reason, note):
 
 def test_a_check_the_gpu_cannot_answer_is_left_out_mocked_nvml():
     unsupported = RuntimeError("NVMLError_NotSupported")
-    nvml = MockedNvml(**{name: unsupported for name in ("events", "sm_clock", "processes", "limit", "mig", "ecc",
-                                                        "width", "gen", "affinity", "persistence")})
+    nvml = MockedNvml(
+        **{
+            name: unsupported
+            for name in (
+                "events",
+                "sm_clock",
+                "processes",
+                "limit",
+                "mig",
+                "ecc",
+                "width",
+                "gen",
+                "affinity",
+                "persistence",
+            )
+        }
+    )
     assert _watch(nvml).reasons == [] and _watch(MockedNvml(**{"limit": unsupported})).reasons == []
 
 
-@pytest.mark.skipif(not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2,
-                    reason="needs 2 CPUs to pin to one")
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs to pin to one"
+)
 def test_a_rank_pinned_off_its_gpus_numa_node_mocked_nvml():
     """The rank pinned to CPU 0 while its GPU's NUMA node holds CPU 1 (and on: a remote node)."""
     allowed = os.sched_getaffinity(0)

@@ -27,12 +27,15 @@ def test_without_cuda_it_says_so_in_one_line_and_exits_2(capsys):
     assert len(err) == 1 and err[0].startswith("[ERROR] gpu_check needs a CUDA GPU: torch.cuda.is_available() is False")
 
 
-@pytest.mark.parametrize("argv, named", [
-    (["--only", "nosuchcheck"], "--only='nosuchcheck': no check named nosuchcheck; accepted fp32,tf32,"),
-    (["--only", "bf16,nosuch"], "no check named nosuch;"),
-    (["--budget-s", "0"], "--budget-s=0 is not valid: accepted a number above 0"),
-    (["--set", "tracking.enabled"], "--set='tracking.enabled' is not valid: accepted KEY=VALUE"),
-])
+@pytest.mark.parametrize(
+    "argv, named",
+    [
+        (["--only", "nosuchcheck"], "--only='nosuchcheck': no check named nosuchcheck; accepted fp32,tf32,"),
+        (["--only", "bf16,nosuch"], "no check named nosuch;"),
+        (["--budget-s", "0"], "--budget-s=0 is not valid: accepted a number above 0"),
+        (["--set", "tracking.enabled"], "--set='tracking.enabled' is not valid: accepted KEY=VALUE"),
+    ],
+)
 def test_a_bad_argument_is_named_before_the_missing_gpu(capsys, argv, named):
     """Issue 28 item 7: the arguments are checked first, so a typo is not hidden behind "needs a GPU"."""
     assert gpu_check.main(argv) == 2
@@ -44,8 +47,9 @@ def test_a_bad_argument_is_named_before_the_missing_gpu(capsys, argv, named):
 def test_the_cpu_rehearsal_runs_every_check_through_its_own_code(bench, tmp_path):
     """Every check of the GPU day, in one gpu_check process on the CPU at tiny sizes (DDP as its
     `python -m bench` child): the same runners and judges, only the CUDA-only assertions skipped."""
-    proc = bench.run("--rehearse", "--keep", str(tmp_path / "work"), module="bench.tools.gpu_check",
-                     timeout=HANG_GUARD_S)
+    proc = bench.run(
+        "--rehearse", "--keep", str(tmp_path / "work"), module="bench.tools.gpu_check", timeout=HANG_GUARD_S
+    )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     rows = [line for line in proc.stdout.splitlines() if line.startswith("| ") and " | pass | " in line]
     assert [row.split(" | ")[0][2:] for row in rows] == list(NAMES), proc.stdout
@@ -63,9 +67,20 @@ def test_sigterm_to_gpu_check_ends_its_bench_child_and_the_childs_run_is_killed(
 
     work = tmp_path / "work"
     bench.with_store()
-    proc = bench.start("--rehearse", "--only", "ddp_nccl", "--keep", str(work), "--set", "tracking.enabled=true",
-                       "--set", "train.steps_per_epoch=100000", "--set", "benchmark.log_every=1",
-                       module="bench.tools.gpu_check")
+    proc = bench.start(
+        "--rehearse",
+        "--only",
+        "ddp_nccl",
+        "--keep",
+        str(work),
+        "--set",
+        "tracking.enabled=true",
+        "--set",
+        "train.steps_per_epoch=100000",
+        "--set",
+        "benchmark.log_every=1",
+        module="bench.tools.gpu_check",
+    )
     bench.wait_for_line(proc, work / "ddp_nccl" / "bench.log", "step 2/")  # the child's window is running
     tree = psutil.Process(proc.pid).children(recursive=True)
     assert tree, "gpu_check has no child"
@@ -86,8 +101,16 @@ def test_ctrl_c_during_an_in_process_check_ends_its_run_killed_with_130(bench, t
     """The checks that share gpu_check's process: Ctrl-C ends the running one as it ends
     `python -m bench` (its MLflow run KILLED), and gpu_check exits 130 with one line."""
     bench.with_store()  # made before: polling a store while MLflow creates it races its migrations
-    proc = bench.start("--rehearse", "--only", "fp32,bf16", "--set", "tracking.enabled=true",
-                       "--set", "train.steps_per_epoch=100000", module="bench.tools.gpu_check")
+    proc = bench.start(
+        "--rehearse",
+        "--only",
+        "fp32,bf16",
+        "--set",
+        "tracking.enabled=true",
+        "--set",
+        "train.steps_per_epoch=100000",
+        module="bench.tools.gpu_check",
+    )
     deadline = time.monotonic() + HANG_GUARD_S
     while not (bench.db.exists() and any(run.info.status == "RUNNING" for run in bench.runs())):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
@@ -96,33 +119,47 @@ def test_ctrl_c_during_an_in_process_check_ends_its_run_killed_with_130(bench, t
     out, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == 130, out + err
     assert [line for line in err.splitlines() if line.startswith("[ERROR]")] == [
-        "[ERROR] gpu_check interrupted (Ctrl-C) after 0 checks"], err
+        "[ERROR] gpu_check interrupted (Ctrl-C) after 0 checks"
+    ], err
     assert [run.info.status for run in bench.runs()] == ["KILLED"]
 
 
 def recorded(metrics_by_check):
     """A runner that answers from GPU-shaped results instead of running bench (mocked_gpu)."""
+
     def runner(overrides, run_dir: Path):
         name = run_dir.name
         if name == "profiler":
             run_dir.mkdir(parents=True)
-            (run_dir / "trace_rank0.json").write_text(json.dumps({"traceEvents": [{"cat": "kernel"}, {"cat": "cpu_op"}]}))
+            (run_dir / "trace_rank0.json").write_text(
+                json.dumps({"traceEvents": [{"cat": "kernel"}, {"cat": "cpu_op"}]})
+            )
         found = metrics_by_check.get(name)
         return (found, "") if found is not None else (None, "[ERROR] run failed: CUDA error: an illegal memory access")
+
     return runner
 
 
 GOOD = {"images_per_second": 2400.0, "final_loss": 6.9, "measured_steps": 20, "world_size": 1}
 ALL_PASS = {
-    "fp32": {**GOOD, "tf32": False}, "tf32": {**GOOD, "tf32": True}, "amp_fp16": {**GOOD, "grad_scaler": True},
-    "bf16": {**GOOD, "autocast_dtype": "bfloat16"}, "channels_last": {**GOOD, "channels_last": True},
+    "fp32": {**GOOD, "tf32": False},
+    "tf32": {**GOOD, "tf32": True},
+    "amp_fp16": {**GOOD, "grad_scaler": True},
+    "bf16": {**GOOD, "autocast_dtype": "bfloat16"},
+    "channels_last": {**GOOD, "channels_last": True},
     "compile": {**GOOD, "compile": True},
     "cuda_events": {**GOOD, "step_time_ms_mean": 50.0, "elapsed_seconds": 1.02},
     "ddp_nccl": {**GOOD, "world_size": 8, "params_in_sync": True, "all_reduce": "ok"},
-    "nvml": {**GOOD, "gpu_util_mean_pct": 97.0, "gpu_power_mean_w": 390.0, "energy_joules": 400.0,
-             "images_per_joule": 6.0},
+    "nvml": {
+        **GOOD,
+        "gpu_util_mean_pct": 97.0,
+        "gpu_power_mean_w": 390.0,
+        "energy_joules": 400.0,
+        "images_per_joule": 6.0,
+    },
     "find_max_batch": {**GOOD, "batch_size_requested": 4096, "batch_size_found": 1536, "batch_size": 1536},
-    "profiler": GOOD, "inference": {**GOOD, "mode": "inference", "latency_ms_p50": 9.0, "latency_ms_p99": 11.0},
+    "profiler": GOOD,
+    "inference": {**GOOD, "mode": "inference", "latency_ms_p50": 9.0, "latency_ms_p99": 11.0},
     "pinned_loader": {**GOOD, "data": "imagefolder", "data_wait_fraction": 0.02},
     "fit_to_measure": {**GOOD, "fit_to_measure": True},
     "overhead": {"overhead_ratio": 0.995, "bench_images_per_second": 4690.0, "minimal_images_per_second": 4713.0},
@@ -130,8 +167,9 @@ ALL_PASS = {
 
 
 def test_a_gpu_box_that_passes_every_check_exits_0_mocked_gpu(tmp_path):
-    rows = gpu_check.run_checks(gpu_check.checks(8, "/images"), [], tmp_path, runner=recorded(ALL_PASS),
-                                echo=lambda line: None)
+    rows = gpu_check.run_checks(
+        gpu_check.checks(8, "/images"), [], tmp_path, runner=recorded(ALL_PASS), echo=lambda line: None
+    )
     assert all(ok for _, ok, _ in rows), [(c.name, figures) for c, ok, figures in rows if not ok]
     assert len(rows) == len(NAMES) and f"gpu_check: {len(NAMES)} of {len(NAMES)} checks passed" in gpu_check.table(rows)
 
@@ -150,16 +188,21 @@ def test_ddp_on_one_gpu_passes_on_what_one_gpu_proves_mocked_gpu(tmp_path):
 
 
 def test_what_a_failing_gpu_box_looks_like_mocked_gpu(tmp_path):
-    results = {"compile": {**GOOD, "compile": False, "compile_fallback": "inductor: no triton"},
-               "cuda_events": {**GOOD, "step_time_ms_mean": 20.0, "elapsed_seconds": 1.0},  # 0.4: events miss work
-               "ddp_nccl": {**GOOD, "world_size": 8, "params_in_sync": False, "all_reduce": "ok"},
-               "nvml": {**GOOD, "energy_joules": 72.3, "images_per_joule": 17.7},  # the GPU day's short window
-               "overhead": {"overhead_ratio": 0.93, "per_round": [0.93]},
-               "find_max_batch": {**GOOD, "batch_size_requested": 4096, "batch_size_found": 4096}}  # never OOMed
+    results = {
+        "compile": {**GOOD, "compile": False, "compile_fallback": "inductor: no triton"},
+        "cuda_events": {**GOOD, "step_time_ms_mean": 20.0, "elapsed_seconds": 1.0},  # 0.4: events miss work
+        "ddp_nccl": {**GOOD, "world_size": 8, "params_in_sync": False, "all_reduce": "ok"},
+        "nvml": {**GOOD, "energy_joules": 72.3, "images_per_joule": 17.7},  # the GPU day's short window
+        "overhead": {"overhead_ratio": 0.93, "per_round": [0.93]},
+        "find_max_batch": {**GOOD, "batch_size_requested": 4096, "batch_size_found": 4096},
+    }  # never OOMed
     chosen = [c for c in gpu_check.checks(8, "/images") if c.name in (*results, "tf32")]
-    rows = {c.name: (ok, figures) for c, ok, figures in gpu_check.run_checks(chosen, [], tmp_path,
-                                                                              runner=recorded(results),
-                                                                              echo=lambda line: None)}
+    rows = {
+        c.name: (ok, figures)
+        for c, ok, figures in gpu_check.run_checks(
+            chosen, [], tmp_path, runner=recorded(results), echo=lambda line: None
+        )
+    }
     assert not any(ok for ok, _ in rows.values())
     assert "fell back: inductor: no triton" in rows["compile"][1]
     assert "= 0.400" in rows["cuda_events"][1] and "weights in sync: False" in rows["ddp_nccl"][1]
@@ -170,8 +213,9 @@ def test_what_a_failing_gpu_box_looks_like_mocked_gpu(tmp_path):
 def test_the_budget_stops_the_running_check_and_starts_no_other(capsys):
     """--budget-s: past the deadline the running check is stopped (SIGALRM; it counts as failed: it
     did not finish in time) and the rest are listed as not run; the table of what was done is printed."""
-    code = gpu_check.main(["--rehearse", "--only", "fp32,bf16", "--budget-s", "2", "--set",
-                           "train.steps_per_epoch=100000"])  # fp32 would train for hours
+    code = gpu_check.main(
+        ["--rehearse", "--only", "fp32,bf16", "--budget-s", "2", "--set", "train.steps_per_epoch=100000"]
+    )  # fp32 would train for hours
     out = capsys.readouterr().out
     assert code == 1, out
     assert "| fp32 | fp32 training | FAIL | stopped: --budget-s 2 spent while it ran" in out
@@ -196,8 +240,13 @@ def test_the_gpu_day_script_parses_and_runs_the_first_hours_commands():
     script = Path(__file__).resolve().parents[2] / "launchers" / "gpu_day.sh"
     assert subprocess.run(["bash", "-n", str(script)], capture_output=True, text=True).returncode == 0
     text = script.read_text()
-    for command in ("-m bench.tools.gpu_check --budget-s", "-m bench +experiment=a100_bf16",
-                    "-m bench -m +experiment=a100_bf16 data.batch_size=128,256 \\\n  precision=bf16,amp_fp16 "
-                    "train.steps_per_epoch=40", "-m bench.doctor +experiment=a100_bf16 doctor.budget_s=60",
-                    "-m pytest -q -m gpu", "timeout --kill-after="):
+    for command in (
+        "-m bench.tools.gpu_check --budget-s",
+        "-m bench +experiment=a100_bf16",
+        "-m bench -m +experiment=a100_bf16 data.batch_size=128,256 \\\n  precision=bf16,amp_fp16 "
+        "train.steps_per_epoch=40",
+        "-m bench.doctor +experiment=a100_bf16 doctor.budget_s=60",
+        "-m pytest -q -m gpu",
+        "timeout --kill-after=",
+    ):
         assert command in text, command

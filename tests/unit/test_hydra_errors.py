@@ -45,33 +45,69 @@ def texts(exc: BaseException) -> str:
 
 # (overrides, the regexes that must match Hydra's text, the one line bench prints)
 CASES = [
-    pytest.param(["data=nosuch"], [he._MISSING_OPTION, he._AVAILABLE],
-                 "data='nosuch' is not valid: accepted one of cifar100, imagefolder, shards, synthetic.",
-                 id="unknown-option"),
-    pytest.param(["data.batch_size=abc"], [he._FULL_KEY, he._CONVERT],
-                 "data.batch_size='abc' is not valid: accepted an integer.", id="not-an-integer"),
-    pytest.param(["optimizer.lr=fast"], [he._FULL_KEY, he._CONVERT],
-                 "optimizer.lr='fast' is not valid: accepted a number.", id="not-a-number"),
-    pytest.param(["data.split=foo"], [he._FULL_KEY, he._ENUM],
-                 "data.split='foo' is not valid: accepted one of train, val.", id="not-a-choice"),
-    pytest.param(["data.augment=maybe"], [he._FULL_KEY, he._BOOL],
-                 "data.augment='maybe' is not valid: accepted true or false.", id="not-a-bool"),
-    pytest.param(["data.batch_sise=8"], [he._FULL_KEY, he._NOT_A_KEY, he._APPEND_HINT],
-                 "data.batch_sise='8' is not valid: accepted a key of data (did you mean data.batch_size?).",
-                 id="unknown-key"),
-    pytest.param(["data.batch_size=${nosuch}"], [he._FULL_KEY],
-                 "the config could not be resolved: Interpolation key 'nosuch' not found (at data.batch_size)",
-                 id="interpolation"),
-    pytest.param(["data.batch_size=1,2"], [],
-                 "Ambiguous value for argument 'data.batch_size=1,2': to sweep over it add -m (--multirun); "
-                 "for a list write key=[a,b]", id="ambiguous"),
-    pytest.param(["tracking.run_name=a!b"], [],
-                 "a command-line override could not be parsed (LexerNoViableAltException: tracking.run_name=a!b): "
-                 "quote a value that holds spaces or special characters, e.g. 'tracking.run_name=\"my run!\"'",
-                 id="lexer"),
-    pytest.param(["data.batch_size=[1"], [],
-                 "a command-line override could not be parsed (no viable alternative at input '[1'): see "
-                 "https://hydra.cc/docs/advanced/override_grammar/basic", id="grammar"),
+    pytest.param(
+        ["data=nosuch"],
+        [he._MISSING_OPTION, he._AVAILABLE],
+        "data='nosuch' is not valid: accepted one of cifar100, imagefolder, shards, synthetic.",
+        id="unknown-option",
+    ),
+    pytest.param(
+        ["data.batch_size=abc"],
+        [he._FULL_KEY, he._CONVERT],
+        "data.batch_size='abc' is not valid: accepted an integer.",
+        id="not-an-integer",
+    ),
+    pytest.param(
+        ["optimizer.lr=fast"],
+        [he._FULL_KEY, he._CONVERT],
+        "optimizer.lr='fast' is not valid: accepted a number.",
+        id="not-a-number",
+    ),
+    pytest.param(
+        ["data.split=foo"],
+        [he._FULL_KEY, he._ENUM],
+        "data.split='foo' is not valid: accepted one of train, val.",
+        id="not-a-choice",
+    ),
+    pytest.param(
+        ["data.augment=maybe"],
+        [he._FULL_KEY, he._BOOL],
+        "data.augment='maybe' is not valid: accepted true or false.",
+        id="not-a-bool",
+    ),
+    pytest.param(
+        ["data.batch_sise=8"],
+        [he._FULL_KEY, he._NOT_A_KEY, he._APPEND_HINT],
+        "data.batch_sise='8' is not valid: accepted a key of data (did you mean data.batch_size?).",
+        id="unknown-key",
+    ),
+    pytest.param(
+        ["data.batch_size=${nosuch}"],
+        [he._FULL_KEY],
+        "the config could not be resolved: Interpolation key 'nosuch' not found (at data.batch_size)",
+        id="interpolation",
+    ),
+    pytest.param(
+        ["data.batch_size=1,2"],
+        [],
+        "Ambiguous value for argument 'data.batch_size=1,2': to sweep over it add -m (--multirun); "
+        "for a list write key=[a,b]",
+        id="ambiguous",
+    ),
+    pytest.param(
+        ["tracking.run_name=a!b"],
+        [],
+        "a command-line override could not be parsed (LexerNoViableAltException: tracking.run_name=a!b): "
+        "quote a value that holds spaces or special characters, e.g. 'tracking.run_name=\"my run!\"'",
+        id="lexer",
+    ),
+    pytest.param(
+        ["data.batch_size=[1"],
+        [],
+        "a command-line override could not be parsed (no viable alternative at input '[1'): see "
+        "https://hydra.cc/docs/advanced/override_grammar/basic",
+        id="grammar",
+    ),
 ]
 
 
@@ -97,8 +133,10 @@ def test_a_group_not_in_the_defaults_list_is_told_to_use_plus(monkeypatch):
     monkeypatch.setattr(sys, "argv", ["bench", "experiment=cpu_smoke"])  # _given reads the command line
     exc = hydra_failure(["experiment=cpu_smoke"])
     assert he._NOT_IN_DEFAULTS.search(str(exc)).group(1) == "experiment"
-    assert he.one_line(exc) == ("experiment='cpu_smoke' is not valid: accepted +experiment=cpu_smoke: experiment "
-                                "is not in the defaults list, so it is added with a leading +.")
+    assert he.one_line(exc) == (
+        "experiment='cpu_smoke' is not valid: accepted +experiment=cpu_smoke: experiment "
+        "is not in the defaults list, so it is added with a leading +."
+    )
 
 
 def test_a_launcher_that_needs_the_submitit_plugin(tmp_path):
@@ -106,12 +144,15 @@ def test_a_launcher_that_needs_the_submitit_plugin(tmp_path):
     plugin Hydra cannot load them. The plugin is installed here, so a launcher config building
     on a submitit_* config that does not exist gives Hydra's same message."""
     conf = Path(shutil.copytree(config_dir(), tmp_path / "conf"))
-    (conf / "hydra" / "launcher" / "needs_plugin.yaml").write_text("defaults:\n  - submitit_not_installed\n"
-                                                                   "  - _self_\n")
+    (conf / "hydra" / "launcher" / "needs_plugin.yaml").write_text(
+        "defaults:\n  - submitit_not_installed\n  - _self_\n"
+    )
     exc = hydra_failure(["hydra/launcher=needs_plugin"], conf=str(conf))
     assert he._NEEDS_SUBMITIT.search(str(exc)).group(1) == "needs_plugin"
-    assert he.one_line(exc) == ("hydra/launcher='needs_plugin' is not valid: accepted where hydra-submitit-launcher "
-                                "is installed (pip install 'bench[slurm]'), and it is not.")
+    assert he.one_line(exc) == (
+        "hydra/launcher='needs_plugin' is not valid: accepted where hydra-submitit-launcher "
+        "is installed (pip install 'bench[slurm]'), and it is not."
+    )
 
 
 def test_every_regex_of_the_module_has_a_message_here():

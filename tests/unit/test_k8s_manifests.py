@@ -77,8 +77,13 @@ def override(args: List[str], key: str) -> str:
 
 
 def test_the_manifests_are_all_there():
-    assert {path.name for path in MANIFESTS} == {"radix-job.yaml", "ddp-job.yaml", "storage-job.yaml",
-                                                  "secret.example.yaml", "results-pvc.yaml"}
+    assert {path.name for path in MANIFESTS} == {
+        "radix-job.yaml",
+        "ddp-job.yaml",
+        "storage-job.yaml",
+        "secret.example.yaml",
+        "results-pvc.yaml",
+    }
 
 
 @pytest.mark.parametrize("path", MANIFESTS, ids=lambda path: path.name)
@@ -136,7 +141,13 @@ def test_radix_job_runs_the_radix_cli_on_one_gpu(compose):
     assert container["resources"]["limits"]["nvidia.com/gpu"] == 1
     args = bench_args(container)
     flags, extra = parse(args)  # bench.radix's own parser: these are the Radix flags (exit 2 otherwise)
-    assert (flags.lr, flags.batch_size, flags.epochs, flags.steps_per_epoch, flags.allow_cpu) == (0.1, 128, 1, 200, False)
+    assert (flags.lr, flags.batch_size, flags.epochs, flags.steps_per_epoch, flags.allow_cpu) == (
+        0.1,
+        128,
+        1,
+        200,
+        False,
+    )
     assert args[:8] == ["--lr", "0.1", "--batch-size", "128", "--epochs", "1", "--steps-per-epoch", "200"]
     assert all("=" in arg and not arg.startswith("-") for arg in extra)
     config = compose(*hydra_overrides(flags, extra))
@@ -156,8 +167,10 @@ def test_ddp_job_is_an_indexed_job_whose_pod_0_is_the_rendezvous(compose):
     # the node rank is the completion index
     env = {e["name"]: e for e in container["env"]}
     assert "distributed.node_rank=$(NODE_RANK)" in container["args"]
-    assert env["NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"] == \
-        "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    assert (
+        env["NODE_RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+        == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
+    )
     # pod 0 answers at <job>-0.<service> through the headless Service the pods are a subdomain of
     assert service["spec"]["clusterIP"] == "None" and service["spec"]["publishNotReadyAddresses"] is True
     assert spec["subdomain"] == service["metadata"]["name"]
@@ -192,8 +205,9 @@ def test_storage_job_runs_the_storage_benchmark_on_s3(compose):
     assert "nvidia.com/gpu" not in container["resources"].get("limits", {})  # accelerators are emulated
 
 
-@pytest.mark.parametrize("name,module", [("radix-job.yaml", "bench.radix"), ("ddp-job.yaml", "bench"),
-                                         ("storage-job.yaml", "bench")])
+@pytest.mark.parametrize(
+    "name,module", [("radix-job.yaml", "bench.radix"), ("ddp-job.yaml", "bench"), ("storage-job.yaml", "bench")]
+)
 def test_the_image_entrypoint_hands_each_job_to_the_right_module(name, module, tmp_path):
     """docker/entrypoint.sh with these args starts `python -m <module> <args>` (a stand-in python
     that prints what it was given)."""
@@ -201,8 +215,13 @@ def test_the_image_entrypoint_hands_each_job_to_the_right_module(name, module, t
     fake.write_text(f"#!{sys.executable}\nimport sys\nprint(*sys.argv[1:], sep='\\n')\n")
     fake.chmod(0o755)
     args = bench_args(main_container(one(name, "Job")))
-    proc = subprocess.run(["bash", str(REPO / "docker" / "entrypoint.sh"), *args], env={"BENCH_PYTHON": str(fake)},
-                          capture_output=True, text=True, timeout=60)
+    proc = subprocess.run(
+        ["bash", str(REPO / "docker" / "entrypoint.sh"), *args],
+        env={"BENCH_PYTHON": str(fake)},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == ["-m", module, *args]
 

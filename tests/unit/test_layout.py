@@ -41,7 +41,9 @@ def _imports(path: Path, module: str) -> Set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:  # relative import
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             names = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in MODULES else base for alias in node.names]
         for name in names:
             while name and name not in MODULES:
@@ -61,7 +63,7 @@ def _cycle(graph: Dict[str, Set[str]]) -> List[str]:
         stack.append(node)
         for nxt in sorted(graph.get(node, ())):
             if state.get(nxt) == 1:
-                return stack[stack.index(nxt):] + [nxt]
+                return [*stack[stack.index(nxt) :], nxt]
             if nxt not in state:
                 found = visit(nxt)
                 if found:
@@ -100,9 +102,12 @@ def test_config_is_read_through_typed_objects_not_dict_lookups():
     """`cfg["data"]["batch_size"]` turns a key typo into a KeyError at run time; the schema's
     attributes are checked when the config loads."""
     lookup = re.compile(r"\b(cfg|config|storage|workload|data|dist)\[[\"']\w+[\"']\]")
-    offenders = [f"{path.relative_to(BENCH.parent)}:{number}: {line.strip()}"
-                 for path in MODULES.values() for number, line in enumerate(path.read_text().splitlines(), 1)
-                 if lookup.search(line)]
+    offenders = [
+        f"{path.relative_to(BENCH.parent)}:{number}: {line.strip()}"
+        for path in MODULES.values()
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if lookup.search(line)
+    ]
     assert offenders == []
 
 
@@ -122,18 +127,27 @@ def _scenario_of(module: str) -> str:
 
 def _arrows_between_scenarios(graph: Dict[str, Set[str]]) -> Set[Tuple[str, str]]:
     """(importer, imported) where both are in scenario packages, and not in the same one."""
-    return {(name, target) for name, targets in graph.items() for target in targets
-            if _scenario_of(name) and _scenario_of(target) and _scenario_of(name) != _scenario_of(target)}
+    return {
+        (name, target)
+        for name, targets in graph.items()
+        for target in targets
+        if _scenario_of(name) and _scenario_of(target) and _scenario_of(name) != _scenario_of(target)
+    }
 
 
 GRAPH = {name: _imports(path, name) for name, path in MODULES.items()}
 
 
 def test_the_arrow_finder_finds_an_arrow_between_scenarios():
-    graph = {"bench.infer.loop": {"bench.train.models", "bench.runtime.models", "bench.infer.result"},
-             "bench.train.loop": {"bench.runtime.timing", "bench.train.step"}, "bench.iobench.x": {"bench.infer"}}
-    assert _arrows_between_scenarios(graph) == {("bench.infer.loop", "bench.train.models"),
-                                                ("bench.iobench.x", "bench.infer")}
+    graph = {
+        "bench.infer.loop": {"bench.train.models", "bench.runtime.models", "bench.infer.result"},
+        "bench.train.loop": {"bench.runtime.timing", "bench.train.step"},
+        "bench.iobench.x": {"bench.infer"},
+    }
+    assert _arrows_between_scenarios(graph) == {
+        ("bench.infer.loop", "bench.train.models"),
+        ("bench.iobench.x", "bench.infer"),
+    }
 
 
 def test_no_scenario_imports_another():
@@ -182,17 +196,28 @@ def test_test_files_have_names_of_their_own():
 # figure's name (the training loop's window dicts, DataLoader options, bench.data.prepare's own
 # statistics), and gpu_check and compare_rerun, which read other processes' final lines as JSON, as a
 # user's script does.
-RESULT_SERIALISERS = {"bench/results.py", "bench/runtime/sweep_view.py", "bench/train/sweep_view.py",
-                      "bench/infer/sweep_view.py", "bench/iobench/sweep_view.py", "bench/train/repeats.py",
-                      "bench/data/loader.py", "bench/data/prepare.py", "bench/tools/gpu_checks/checks.py",
-                      "bench/tools/gpu_checks/runners.py",
-                      "bench/tools/compare_rerun.py"}
+RESULT_SERIALISERS = {
+    "bench/results.py",
+    "bench/runtime/sweep_view.py",
+    "bench/train/sweep_view.py",
+    "bench/infer/sweep_view.py",
+    "bench/iobench/sweep_view.py",
+    "bench/train/repeats.py",
+    "bench/data/loader.py",
+    "bench/data/prepare.py",
+    "bench/tools/gpu_checks/checks.py",
+    "bench/tools/gpu_checks/runners.py",
+    "bench/tools/compare_rerun.py",
+}
 # One name in one module, where the lookup is not on a result: the evaluation pass's own dict (its
 # "eval_seconds" is also a storage figure's name), a column of the sweep table (a pandas frame).
 # Pending (issue 29 part 4, typed sub-records): a training run's checkpoint_error sits in its record's
 # spread group (read with .figure), the typed field of that name being the storage record's.
-SHARED_NAMES = {("bench/train/epochs.py", "eval_seconds"), ("bench/iobench/plots.py", "au_threshold_percent"),
-                ("bench/train/report.py", "checkpoint_error")}
+SHARED_NAMES = {
+    ("bench/train/epochs.py", "eval_seconds"),
+    ("bench/iobench/plots.py", "au_threshold_percent"),
+    ("bench/train/report.py", "checkpoint_error"),
+}
 
 
 def _record_keys() -> Set[str]:
@@ -202,7 +227,9 @@ def _record_keys() -> Set[str]:
     for path in MODULES.values():
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and any(getattr(base, "id", None) == "Record" for base in node.bases):
-                keys |= {s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)}
+                keys |= {
+                    s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
+                }
     return {key for key in keys if "_" in key}
 
 
@@ -213,9 +240,14 @@ def _string_keyed_result_lookups(source: str, keys: Set[str], allowed: Set[str] 
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in keys:
             found.append((node.lineno, node.slice.value))
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-              and node.func.attr in ("get", "pop", "figure")
-              and node.args and isinstance(node.args[0], ast.Constant) and node.args[0].value in keys):
+        elif (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Attribute)
+            and node.func.attr in ("get", "pop", "figure")
+            and node.args
+            and isinstance(node.args[0], ast.Constant)
+            and node.args[0].value in keys
+        ):
             found.append((node.lineno, node.args[0].value))
     return [line for line, key in found if key not in allowed]
 
@@ -224,10 +256,18 @@ def test_the_result_lookup_rule_sees_string_keys():
     keys = _record_keys()
     assert {"images_per_second", "latency_ms_p50", "step_time_ms_p99", "data_wait_fraction"} <= keys and len(keys) > 50
     # the storage benchmark's record (bench.iobench.result), inline parts included
-    assert {"mlperf_samples_per_second", "checkpoint_store_write_gbps", "prepare_seconds", "potential_caching",
-            "mlperf_qualifies"} <= keys
-    assert _string_keyed_result_lookups('m["images_per_second"]\nm.get("latency_ms_p50", 0)\nm.images_per_second\n'
-                                        'm.pop("images_per_second", 0)\nr.figure("step_time_ms_p99")\n', keys) == [1, 2, 4, 5]
+    assert {
+        "mlperf_samples_per_second",
+        "checkpoint_store_write_gbps",
+        "prepare_seconds",
+        "potential_caching",
+        "mlperf_qualifies",
+    } <= keys
+    assert _string_keyed_result_lookups(
+        'm["images_per_second"]\nm.get("latency_ms_p50", 0)\nm.images_per_second\n'
+        'm.pop("images_per_second", 0)\nr.figure("step_time_ms_p99")\n',
+        keys,
+    ) == [1, 2, 4, 5]
 
 
 def test_results_are_read_through_typed_records_not_string_keys():
@@ -235,17 +275,28 @@ def test_results_are_read_through_typed_records_not_string_keys():
     run time; a record's attribute is checked by the type checker. Outside the serialisers, results
     are read as `record.images_per_second` (bench.train.result.TrainMetrics, ...)."""
     keys = _record_keys()
-    offenders = [f"{path.relative_to(BENCH.parent)}:{line}" for path in MODULES.values()
-                 if str(path.relative_to(BENCH.parent)) not in RESULT_SERIALISERS
-                 for line in _string_keyed_result_lookups(
-                     path.read_text(), keys, {key for module, key in SHARED_NAMES
-                                              if module == str(path.relative_to(BENCH.parent))})]
+    offenders = [
+        f"{path.relative_to(BENCH.parent)}:{line}"
+        for path in MODULES.values()
+        if str(path.relative_to(BENCH.parent)) not in RESULT_SERIALISERS
+        for line in _string_keyed_result_lookups(
+            path.read_text(),
+            keys,
+            {key for module, key in SHARED_NAMES if module == str(path.relative_to(BENCH.parent))},
+        )
+    ]
     assert offenders == []
 
 
-DOCUMENTED = {"bench.report": "bench.tools.report", "bench.compare": "bench.tools.compare", "bench.data": "bench.tools.data",
-              "bench.radix": "bench.tools.radix", "bench.overhead": "bench.tools.overhead",
-              "bench.sweep_overhead": "bench.tools.sweep_overhead", "bench.iobench.compare": "bench.tools.iobench_compare"}
+DOCUMENTED = {
+    "bench.report": "bench.tools.report",
+    "bench.compare": "bench.tools.compare",
+    "bench.data": "bench.tools.data",
+    "bench.radix": "bench.tools.radix",
+    "bench.overhead": "bench.tools.overhead",
+    "bench.sweep_overhead": "bench.tools.sweep_overhead",
+    "bench.iobench.compare": "bench.tools.iobench_compare",
+}
 
 
 def test_every_command_is_taught_under_one_name():
@@ -255,7 +306,9 @@ def test_every_command_is_taught_under_one_name():
 
     texts = [BENCH.parent / "README.md", *sorted((BENCH.parent / "docs").glob("*.md"))]
     named = {m for path in texts for m in re.findall(r"python -m (bench(?:\.\w+)+)", path.read_text())}
-    assert not named & set(DOCUMENTED.values()), "teach the short name: " + str(sorted(named & set(DOCUMENTED.values())))
+    assert not named & set(DOCUMENTED.values()), "teach the short name: " + str(
+        sorted(named & set(DOCUMENTED.values()))
+    )
     table = (BENCH.parent / "docs" / "architecture.md").read_text().split("## Commands: one name each")[1]
     listed = set(re.findall(r"^\| `python -m (bench(?:\.\w+)+)`", table, re.M))
     assert named - {"bench"} <= listed | {"bench.tools.gpu_check", "bench.doctor"}, sorted(named - listed)
@@ -287,11 +340,13 @@ def test_the_analysis_names_no_scenarios_figure():
     and what is read back is its scenario's report class's `view` (bench.scenarios.View): no module of
     bench/analysis names a figure of a scenario's typed record."""
     keys = _record_keys()
-    named = [f"{path.relative_to(BENCH.parent)}:{node.lineno} {node.value}"
-             for path in sorted((BENCH / "analysis").glob("*.py"))
-             if str(path.relative_to(BENCH.parent)) not in ANALYSIS_MATHS
-             for node in ast.walk(ast.parse(path.read_text()))
-             if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in keys]
+    named = [
+        f"{path.relative_to(BENCH.parent)}:{node.lineno} {node.value}"
+        for path in sorted((BENCH / "analysis").glob("*.py"))
+        if str(path.relative_to(BENCH.parent)) not in ANALYSIS_MATHS
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in keys
+    ]
     assert named == []
 
 
@@ -322,12 +377,21 @@ PACKAGES = _package_graph(GRAPH)
 
 
 def test_the_package_graph_groups_modules_by_package():
-    graph = {"bench.runtime.device": {"bench.rank_context", "bench.runtime.precision"},
-             "bench.data.__main__": {"bench.tools.data"}, "bench.tools.data": {"bench.data.prepare"}}
-    assert _package_graph(graph) == {"bench.runtime": {"bench.rank_context"}, "bench.data.__main__": {"bench.tools"},
-                                     "bench.tools": {"bench.data"}}
+    graph = {
+        "bench.runtime.device": {"bench.rank_context", "bench.runtime.precision"},
+        "bench.data.__main__": {"bench.tools.data"},
+        "bench.tools.data": {"bench.data.prepare"},
+    }
+    assert _package_graph(graph) == {
+        "bench.runtime": {"bench.rank_context"},
+        "bench.data.__main__": {"bench.tools"},
+        "bench.tools": {"bench.data"},
+    }
     assert _cycle(_package_graph({"bench.a.x": {"bench.b.y"}, "bench.b.z": {"bench.a.w"}})) == [
-        "bench.a", "bench.b", "bench.a"]
+        "bench.a",
+        "bench.b",
+        "bench.a",
+    ]
 
 
 def test_no_import_circle_between_packages():
@@ -340,8 +404,11 @@ def test_no_import_circle_between_packages():
 def _documented_layers() -> List[Set[str]]:
     """docs/architecture.md's "## Layers" list, bottom first: one line per layer, `- `bench.x`, ...`."""
     section = (BENCH.parent / "docs" / "architecture.md").read_text().split("## Layers", 1)[1].split("\n## ", 1)[0]
-    return [set(re.findall(r"`(bench(?:\.\w+)*)`", line.split(":", 1)[0]))
-            for line in section.splitlines() if re.match(r"\d+\. ", line)]
+    return [
+        set(re.findall(r"`(bench(?:\.\w+)*)`", line.split(":", 1)[0]))
+        for line in section.splitlines()
+        if re.match(r"\d+\. ", line)
+    ]
 
 
 def test_the_documented_layers_match_the_tree():
@@ -351,9 +418,14 @@ def test_the_documented_layers_match_the_tree():
     layers = _documented_layers()
     listed = [name for layer in layers for name in layer]
     assert len(listed) == len(set(listed)), "listed twice: " + str(sorted({n for n in listed if listed.count(n) > 1}))
-    assert set(listed) == set(PACKAGES), f"not documented: {sorted(set(PACKAGES) - set(listed))}, " \
-                                         f"gone: {sorted(set(listed) - set(PACKAGES))}"
+    assert set(listed) == set(PACKAGES), (
+        f"not documented: {sorted(set(PACKAGES) - set(listed))}, gone: {sorted(set(listed) - set(PACKAGES))}"
+    )
     level = {name: number for number, layer in enumerate(layers) for name in layer}
-    upward = sorted(f"{source} -> {target}" for source, targets in PACKAGES.items() for target in targets
-                    if level[target] >= level[source])
+    upward = sorted(
+        f"{source} -> {target}"
+        for source, targets in PACKAGES.items()
+        for target in targets
+        if level[target] >= level[source]
+    )
     assert upward == []

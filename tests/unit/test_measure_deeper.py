@@ -21,12 +21,22 @@ from bench.runtime.peaks import peak_key, peak_tflops, utilisation
 from bench.train.breakdown import breakdown_pass
 
 CPU = torch.device("cpu")
-SMALL = ("+experiment=cpu_smoke", "model=resnet18", "data.image_size=32", "data.batch_size=4", "data.num_classes=10",
-         "train.epochs=1", "train.steps_per_epoch=3", "benchmark.warmup_steps=1", "benchmark.progress=false",
-         "cpu_threads=1")
+SMALL = (
+    "+experiment=cpu_smoke",
+    "model=resnet18",
+    "data.image_size=32",
+    "data.batch_size=4",
+    "data.num_classes=10",
+    "train.epochs=1",
+    "train.steps_per_epoch=3",
+    "benchmark.warmup_steps=1",
+    "benchmark.progress=false",
+    "cpu_threads=1",
+)
 
 
 # ---- FLOPs ---------------------------------------------------------------------------------------
+
 
 def test_flops_of_resnet50_at_224_match_the_published_4_1_gmacs(compose):
     """FlopCounterMode counts a multiply-add as 2 FLOPs: torchvision's published ResNet-50 figure,
@@ -54,26 +64,51 @@ def test_flops_scale_with_the_image_area_and_forward_only_has_no_backward(compos
 
 # ---- peaks and MFU --------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name, precision, expected", [
-    ("NVIDIA H100 80GB HBM3", "bf16", 989.5), ("NVIDIA H100 PCIe", "bf16", 756.5), ("NVIDIA H100 NVL", "tf32", 417.5),
-    ("NVIDIA H200", "fp16", 989.5), ("NVIDIA A100-SXM4-80GB", "tf32", 156.0), ("NVIDIA A100 80GB PCIe", "bf16", 312.0),
-    ("NVIDIA L4", "bf16", 121.0), ("NVIDIA L40S", "fp32", 91.6), ("NVIDIA A10", "fp16", 125.0),
-    ("Tesla V100-SXM2-16GB", "fp16", 125.0), ("Tesla V100-PCIE-32GB", "fp32", 14.0), ("Tesla T4", "fp16", 65.0),
-])
+
+@pytest.mark.parametrize(
+    "name, precision, expected",
+    [
+        ("NVIDIA H100 80GB HBM3", "bf16", 989.5),
+        ("NVIDIA H100 PCIe", "bf16", 756.5),
+        ("NVIDIA H100 NVL", "tf32", 417.5),
+        ("NVIDIA H200", "fp16", 989.5),
+        ("NVIDIA A100-SXM4-80GB", "tf32", 156.0),
+        ("NVIDIA A100 80GB PCIe", "bf16", 312.0),
+        ("NVIDIA L4", "bf16", 121.0),
+        ("NVIDIA L40S", "fp32", 91.6),
+        ("NVIDIA A10", "fp16", 125.0),
+        ("Tesla V100-SXM2-16GB", "fp16", 125.0),
+        ("Tesla V100-PCIE-32GB", "fp32", 14.0),
+        ("Tesla T4", "fp16", 65.0),
+    ],
+)
 def test_peak_dense_tflops_per_gpu_and_precision(name, precision, expected):
     assert peak_tflops(name, precision)[0] == expected
 
 
-@pytest.mark.parametrize("name, precision", [("NVIDIA A10G", "bf16"), ("NVIDIA L40", "bf16"), ("Tesla V100-SXM2-16GB", "bf16"),
-                                             ("Tesla T4", "tf32"), ("NVIDIA GeForce RTX 4090", "bf16"), ("cpu", "fp32")])
+@pytest.mark.parametrize(
+    "name, precision",
+    [
+        ("NVIDIA A10G", "bf16"),
+        ("NVIDIA L40", "bf16"),
+        ("Tesla V100-SXM2-16GB", "bf16"),
+        ("Tesla T4", "tf32"),
+        ("NVIDIA GeForce RTX 4090", "bf16"),
+        ("cpu", "fp32"),
+    ],
+)
 def test_no_peak_is_guessed_for_an_unknown_gpu_or_precision(name, precision):
     assert peak_tflops(name, precision) is None
 
 
 def test_mfu_is_achieved_over_peak_and_absent_on_a_cpu_or_an_unknown_gpu():
-    assert peak_key("bfloat16", False) == "bf16" and peak_key("none", True) == "tf32" and peak_key("none", False) == "fp32"
+    assert (
+        peak_key("bfloat16", False) == "bf16" and peak_key("none", True) == "tf32" and peak_key("none", False) == "fp32"
+    )
     figures = utilisation(24.3, 2000.0, 2, "cuda", "NVIDIA H100 80GB HBM3", "bfloat16", True)
-    assert figures["achieved_tflops"] == pytest.approx(48.6) and figures["achieved_tflops_per_device"] == pytest.approx(24.3)
+    assert figures["achieved_tflops"] == pytest.approx(48.6) and figures["achieved_tflops_per_device"] == pytest.approx(
+        24.3
+    )
     assert figures["mfu"] == pytest.approx(24.3 / 989.5) and figures["peak_gpu_model"] == "H100 SXM"
     for device, name in (("cpu", "cpu"), ("cuda", "NVIDIA GeForce RTX 4090")):
         assert "mfu" not in utilisation(24.3, 100.0, 1, device, name, "none", False)
@@ -81,6 +116,7 @@ def test_mfu_is_achieved_over_peak_and_absent_on_a_cpu_or_an_unknown_gpu():
 
 
 # ---- repeats and their interval ---------------------------------------------------------------------
+
 
 def test_repeat_figures_give_the_spread_and_an_interval_that_holds_the_median():
     rates = [100.0, 104.0, 97.0, 101.0, 99.0, 103.0, 98.0]
@@ -114,21 +150,36 @@ def test_a_training_run_with_repeats_measures_n_windows_and_pools_them(compose, 
     assert result.measured_steps == 9 and len(result.step_times_ms) == 9
     assert result.window_seconds == pytest.approx(sum(result.repeat_seconds))
     assert [e.repeat for e in result.epochs] == [1, 2, 3]
-    rank = RankSummary(0, "h", result.images, result.window_seconds, result.step_times_ms, result.data_wait_ms,
-                       result.peak_memory_bytes, result.param_checksum, result.repeat_images, result.repeat_seconds)
+    rank = RankSummary(
+        0,
+        "h",
+        result.images,
+        result.window_seconds,
+        result.step_times_ms,
+        result.data_wait_ms,
+        result.peak_memory_bytes,
+        result.param_checksum,
+        result.repeat_images,
+        result.repeat_seconds,
+    )
     report = TrainReport.from_outcome(TrainOutcome(result, [rank], "cpu", "cpu"), config)
     m = report.metrics
     assert m["images_per_second"] == pytest.approx(m["total_images"] / m["elapsed_seconds"])  # pooled, as defined
-    assert m["repeats"] == 3 and m["images_per_second_ci95_low"] <= m["images_per_second_median"] \
-        <= m["images_per_second_ci95_high"]
+    assert (
+        m["repeats"] == 3
+        and m["images_per_second_ci95_low"] <= m["images_per_second_median"] <= m["images_per_second_ci95_high"]
+    )
     assert m["parameters"] == 11181642 and m["gflops_per_image_fwd_bwd"] > m["gflops_per_image_forward"] > 0
     assert m["achieved_tflops"] > 0 and "mfu" not in m  # a CPU has no peak in the table
     files = report.write(tmp_path, {}, {}, None)
-    assert TrainReport.repeats(tmp_path) == pytest.approx(report.repeat_rates, rel=1e-4) and len(report.repeat_rates) == 3
+    assert (
+        TrainReport.repeats(tmp_path) == pytest.approx(report.repeat_rates, rel=1e-4) and len(report.repeat_rates) == 3
+    )
     assert tmp_path / "repeats.csv" in files
 
 
 # ---- breakdown ---------------------------------------------------------------------------------------
+
 
 def test_breakdown_shares_sum_to_one_and_the_phases_are_a_step(compose):
     from bench.maths.stats import step_time_stats
@@ -163,8 +214,12 @@ def test_breakdown_measures_the_exposed_comm_of_ddp_on_one_gloo_rank(tmp_path):
     try:
         ddp = DistributedDataParallel(torchvision.models.resnet18(num_classes=10))
         optimizer = torch.optim.SGD(ddp.parameters(), lr=0.1)
-        step = TrainStep(ddp, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
-                         PrecisionPolicy("fp32", "cpu", None, None, torch.contiguous_format, False))
+        step = TrainStep(
+            ddp,
+            optimizer,
+            torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0),
+            PrecisionPolicy("fp32", "cpu", None, None, torch.contiguous_format, False),
+        )
         batch = (torch.randn(2, 3, 32, 32), torch.randint(0, 10, (2,)))
         figures = breakdown_pass(step, iter(lambda: batch, None), CPU, 3, ddp=ddp)
     finally:
@@ -175,6 +230,7 @@ def test_breakdown_measures_the_exposed_comm_of_ddp_on_one_gloo_rank(tmp_path):
 
 
 # ---- profiler ------------------------------------------------------------------------------------------
+
 
 def test_the_profiler_writes_a_chrome_trace_and_the_top_operators(tmp_path):
     from bench.runtime.profiling import profile_steps
@@ -200,6 +256,7 @@ def test_the_profiler_writes_a_chrome_trace_and_the_top_operators(tmp_path):
 
 # ---- energy (NVML) --------------------------------------------------------------------------------------
 
+
 def _fake_nvml(energy_mj):
     state = {"energy": energy_mj}
 
@@ -208,11 +265,16 @@ def _fake_nvml(energy_mj):
         return state["energy"]
 
     return types.SimpleNamespace(
-        nvmlInit=lambda: None, nvmlShutdown=lambda: None, nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
-        nvmlDeviceGetTotalEnergyConsumption=energy, NVML_CLOCK_SM=1,
+        nvmlInit=lambda: None,
+        nvmlShutdown=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: f"gpu{i}",
+        nvmlDeviceGetTotalEnergyConsumption=energy,
+        NVML_CLOCK_SM=1,
         nvmlDeviceGetUtilizationRates=lambda h: types.SimpleNamespace(gpu=90),
         nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=2**30),
-        nvmlDeviceGetPowerUsage=lambda h: 300_000, nvmlDeviceGetClockInfo=lambda h, c: 1980)
+        nvmlDeviceGetPowerUsage=lambda h: 300_000,
+        nvmlDeviceGetClockInfo=lambda h, c: 1980,
+    )
 
 
 def test_energy_with_a_mocked_nvml_gpu(monkeypatch):
@@ -248,15 +310,24 @@ def test_images_per_joule_comes_from_the_windows_energy():
     from bench.train.result import TrainMetrics
     from bench.train.summary import efficiency
 
-    metrics = TrainMetrics.from_metrics({"images_per_second": 1000.0, "world_size": 1, "device": "cuda",
-                                         "device_name": "NVIDIA A100-SXM4-80GB", "autocast_dtype": "bfloat16",
-                                         "energy_joules": 400.0, "gflops_per_image_fwd_bwd": 24.3})
+    metrics = TrainMetrics.from_metrics(
+        {
+            "images_per_second": 1000.0,
+            "world_size": 1,
+            "device": "cuda",
+            "device_name": "NVIDIA A100-SXM4-80GB",
+            "autocast_dtype": "bfloat16",
+            "energy_joules": 400.0,
+            "gflops_per_image_fwd_bwd": 24.3,
+        }
+    )
     figures = efficiency(metrics, 2000, data_progressive=False)
     assert figures["images_per_joule"] == 5.0 and figures["mfu"] == pytest.approx(24.3 / 312.0)
     assert "mfu" not in efficiency(metrics, 2000, data_progressive=True)
 
 
 # ---- the largest batch that fits --------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("start", [256, 16, 97])
 def test_find_max_batch_search_against_a_mocked_memory_cap(start):
@@ -308,10 +379,22 @@ def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(comp
     from bench.train.scenario import TrainScenario
 
     config = compose(*SMALL, "data.batch_size=8")
-    result = TrainResult(batch_size=64, warmup_steps=1, measured_steps=3, window_seconds=1.0, step_times_ms=[1.0] * 3,
-                         data_wait_ms=[0.0] * 3, epochs=[], base_lr=0.1, final_lr=0.1, final_loss=1.0,
-                         peak_memory_bytes=1, parameters=1, precision={"precision": "fp32", "tf32": False},
-                         extra={"batch_size_requested": 8, "batch_size_found": 64})
+    result = TrainResult(
+        batch_size=64,
+        warmup_steps=1,
+        measured_steps=3,
+        window_seconds=1.0,
+        step_times_ms=[1.0] * 3,
+        data_wait_ms=[0.0] * 3,
+        epochs=[],
+        base_lr=0.1,
+        final_lr=0.1,
+        final_loss=1.0,
+        peak_memory_bytes=1,
+        parameters=1,
+        precision={"precision": "fp32", "tf32": False},
+        extra={"batch_size_requested": 8, "batch_size_found": 64},
+    )
     outcome = TrainOutcome(result, [RankSummary(0, "h", 192, 1.0, [1.0] * 3, [0.0] * 3, 1, 0.0)], "cuda", "gpu")
     report = TrainScenario().report(outcome, config)
     assert report.run_name == "resnet18-fp32-bs64-max" and report.metrics["batch_size"] == 64
@@ -329,14 +412,16 @@ def test_find_max_batch_on_a_gpu_trains_with_the_batch_it_found(compose):
 
     # a 32 px ResNet-18 fits at every batch up to the search's limit (8 x GROWTH_LIMIT): a few
     # seconds of trials, no cuDNN autotuning of each batch size
-    config = compose(*SMALL[:-1], "allow_cpu=false", "data.batch_size=8", "benchmark.find_max_batch=true",
-                     "cudnn_benchmark=false")
+    config = compose(
+        *SMALL[:-1], "allow_cpu=false", "data.batch_size=8", "benchmark.find_max_batch=true", "cudnn_benchmark=false"
+    )
     result = train(config, torch.device("cuda", 0))
     assert result.extra["batch_size_requested"] == 8 and 8 <= result.extra["batch_size_found"] <= 8 * GROWTH_LIMIT
     assert result.batch_size == result.extra["batch_size_found"]
 
 
 # ---- inference ----------------------------------------------------------------------------------------------
+
 
 def test_inference_runs_forward_only_and_reports_latency_percentiles(compose):
     from bench.infer.loop import infer
@@ -353,26 +438,37 @@ def test_inference_runs_forward_only_and_reports_latency_percentiles(compose):
 
 # ---- the keys: defaults keep today's run, values that cannot work are refused ------------------------------------
 
+
 def test_the_new_keys_default_to_todays_behaviour(compose):
     config = compose()
     assert config.benchmark.repeats == 1 and not config.benchmark.breakdown and not config.benchmark.find_max_batch
     assert not config.profile.enabled and not config.tracking.system_metrics and config.mode == "train"
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (("benchmark.repeats=0",), "benchmark.repeats"),
-    (("benchmark.repeats=2", "checkpoint.every_epochs=1"), "benchmark.repeats"),
-    (("benchmark.repeats=2", "data.progressive='0,64,8'"), "benchmark.repeats"),
-    (("benchmark.breakdown_steps=0",), "benchmark.breakdown_steps"),
-    (("profile.steps=0",), "profile.steps"),
-    (("mode=inference", "benchmark.breakdown=true"), "benchmark.breakdown"),
-    (("mode=inference", "distributed=ddp", "distributed.nproc_per_node=2"), "distributed.nproc_per_node"),
-    (("mode=inference", "benchmark.find_max_batch=true"), "benchmark.find_max_batch"),
-    (("benchmark.find_max_batch=true", "distributed=ddp", "distributed.nproc_per_node=2", "distributed.scaling=strong"),
-     "benchmark.find_max_batch"),
-    (("mode=storage", "benchmark.repeats=3"), "benchmark.repeats"),
-    (("mode=storage", "profile.enabled=true"), "profile.enabled"),
-])
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (("benchmark.repeats=0",), "benchmark.repeats"),
+        (("benchmark.repeats=2", "checkpoint.every_epochs=1"), "benchmark.repeats"),
+        (("benchmark.repeats=2", "data.progressive='0,64,8'"), "benchmark.repeats"),
+        (("benchmark.breakdown_steps=0",), "benchmark.breakdown_steps"),
+        (("profile.steps=0",), "profile.steps"),
+        (("mode=inference", "benchmark.breakdown=true"), "benchmark.breakdown"),
+        (("mode=inference", "distributed=ddp", "distributed.nproc_per_node=2"), "distributed.nproc_per_node"),
+        (("mode=inference", "benchmark.find_max_batch=true"), "benchmark.find_max_batch"),
+        (
+            (
+                "benchmark.find_max_batch=true",
+                "distributed=ddp",
+                "distributed.nproc_per_node=2",
+                "distributed.scaling=strong",
+            ),
+            "benchmark.find_max_batch",
+        ),
+        (("mode=storage", "benchmark.repeats=3"), "benchmark.repeats"),
+        (("mode=storage", "profile.enabled=true"), "profile.enabled"),
+    ],
+)
 def test_values_that_cannot_work_are_refused_naming_the_key(compose, overrides, key):
     with pytest.raises(ConfigError) as refused:
         compose(*overrides)

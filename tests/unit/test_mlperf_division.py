@@ -22,10 +22,11 @@ def test_the_division_is_open_unless_closed_is_asked(compose):
         compose("train.mlperf_division=semi")
 
 
-@pytest.mark.parametrize("overrides, mode", [
-    (["+experiment=cpu_smoke", "mode=inference"], "inference"),
-    (["+experiment=storage_resnet50_h100"], "storage"),
-], ids=["inference", "storage-preset"])
+@pytest.mark.parametrize(
+    "overrides, mode",
+    [(["+experiment=cpu_smoke", "mode=inference"], "inference"), (["+experiment=storage_resnet50_h100"], "storage")],
+    ids=["inference", "storage-preset"],
+)
 def test_mlperf_log_is_refused_where_no_training_log_is_written(compose, overrides, mode):
     with pytest.raises(ConfigError) as refused:
         compose(*overrides, "train.mlperf_log=true")

@@ -15,8 +15,16 @@ from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
 from bench.storage.local import LocalStore
 
-SMALL = {"name": "t", "num_files": 12, "samples_per_file": 5, "record_size": 3000, "batch_size": 5, "read_threads": 3,
-         "prefetch": 2, "checkpoint_size_mb": 0}
+SMALL = {
+    "name": "t",
+    "num_files": 12,
+    "samples_per_file": 5,
+    "record_size": 3000,
+    "batch_size": 5,
+    "read_threads": 3,
+    "prefetch": 2,
+    "checkpoint_size_mb": 0,
+}
 
 
 def workload(**changes):
@@ -40,13 +48,21 @@ def read_back(result):
     epoch (which of the first epoch's is in the warm-up step depends on which read ends first),
     how many there were, and the step totals."""
     requests = sorted((r.key, r.epoch, r.bytes) for r in result.requests if r.epoch > 1), len(result.requests)
-    return requests, [(e.steps, e.samples, e.bytes) for e in result.epochs], [(e.all_steps, e.all_bytes) for e in result.evals]
+    return (
+        requests,
+        [(e.steps, e.samples, e.bytes) for e in result.epochs],
+        [(e.all_steps, e.all_bytes) for e in result.evals],
+    )
 
 
 @pytest.mark.parametrize("read_mode", ["whole_file", "sample"])
 def test_processes_read_what_threads_read_across_epochs_and_evaluations(tmp_path, read_mode):
-    changes = {"read_mode": read_mode, "epochs": 3, "shuffle": "sample" if read_mode == "sample" else "file",
-               "eval_num_files": 4}
+    changes = {
+        "read_mode": read_mode,
+        "epochs": 3,
+        "shuffle": "sample" if read_mode == "sample" else "file",
+        "eval_num_files": 4,
+    }
     store, prepared = dataset(tmp_path, **changes)
     found = {}
     for readers in ("processes", "threads"):
@@ -54,7 +70,7 @@ def test_processes_read_what_threads_read_across_epochs_and_evaluations(tmp_path
         assert result.readers == readers
         found[readers] = read_back(result)
     assert found["processes"] == found["threads"]
-    (later, count), epochs, evals = found["processes"]
+    (later, count), _epochs, evals = found["processes"]
     per_epoch = 12 * (1 if read_mode == "whole_file" else 5)
     assert len(later) == 2 * per_epoch and count == 3 * per_epoch - (1 if read_mode == "whole_file" else 5)
     assert len(evals) == 3 and all(steps == 4 for steps, _ in evals)
@@ -92,8 +108,15 @@ def test_the_readers_cpu_is_in_the_result_as_the_threads_is_and_no_reader_outliv
     this process's alone (it waits on a pipe: a few ms); with their start-up and exit (forking,
     copy-on-write, unmapping: ~4 ms each here) it would be several times the threads'."""
     # little read ahead (4 of 40 files): the window holds nearly all the reading either way
-    changes = {"format": "tfrecord", "num_files": 40, "samples_per_file": 8, "record_size": 300_000,
-               "batch_size": 8, "read_threads": 2, "prefetch": 0}
+    changes = {
+        "format": "tfrecord",
+        "num_files": 40,
+        "samples_per_file": 8,
+        "record_size": 300_000,
+        "batch_size": 8,
+        "read_threads": 2,
+        "prefetch": 0,
+    }
     store, prepared = dataset(tmp_path, **changes)
     helpers = children_now()
     run_reader(store, prepared.files, workload(**changes))  # the page cache holds the files for both

@@ -14,32 +14,54 @@ import yaml
 
 from bench.analysis import build_report
 from bench.analysis.plots import _pyplot
-from bench.train.plots import plot_accuracy  # the training scenario draws its accuracy curve
 from bench.analysis.render import table
-from bench.train.sweep_view import TRAINING_COLUMNS
 from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir
-from bench.train.sweep_view import read_val_curve  # the training scenario reads its curve back (ReportClass.read_back)
 from bench.analysis.scaling import add_scaling
+from bench.train.plots import plot_accuracy  # the training scenario draws its accuracy curve
+from bench.train.sweep_view import (
+    TRAINING_COLUMNS,
+    read_val_curve,  # the training scenario reads its curve back (ReportClass.read_back)
+)
 
 TRAINING_HEADERS = [header for header, _, _ in TRAINING_COLUMNS]
 ACCURACY_HEADERS = ["val_top1", "reached_target", "time_to_target_seconds"]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
-CONFIG = {"mode": "train", "model": {"arch": "cifar_resnet18"}, "precision": {"name": "fp32"},
-          "data": {"batch_size": 64, "name": "imagefolder"},
-          "distributed": {"name": "single", "nproc_per_node": 1, "scaling": "weak"}}
+CONFIG = {
+    "mode": "train",
+    "model": {"arch": "cifar_resnet18"},
+    "precision": {"name": "fp32"},
+    "data": {"batch_size": 64, "name": "imagefolder"},
+    "distributed": {"name": "single", "nproc_per_node": 1, "scaling": "weak"},
+}
 
 
 def _results(lr: float, **accuracy: Any) -> Dict[str, Any]:
-    return {"images_per_second": 1000.0 * lr, "world_size": 1, "batch_size": 64, "global_batch_size": 64,
-            "model": "cifar_resnet18", "precision": "fp32", "scaling": "weak", "device": "cpu",
-            "data_wait_fraction": 0.05, "step_time_ms_p50": 64.0, "step_time_ms_p99": 70.0, **accuracy}
+    return {
+        "images_per_second": 1000.0 * lr,
+        "world_size": 1,
+        "batch_size": 64,
+        "global_batch_size": 64,
+        "model": "cifar_resnet18",
+        "precision": "fp32",
+        "scaling": "weak",
+        "device": "cpu",
+        "data_wait_fraction": 0.05,
+        "step_time_ms_p50": 64.0,
+        "step_time_ms_p99": 70.0,
+        **accuracy,
+    }
 
 
 def _accuracy(top1: float, target: Optional[float], reached_at: Optional[float], epoch: Optional[int]) -> Dict:
     """The accuracy fields of a results dict, as the trainer writes them."""
-    fields = {"val_top1": top1, "val_top5": min(1.0, top1 + 0.05), "reached_target": reached_at is not None,
-              "time_to_target_seconds": reached_at, "epochs_to_target": epoch}
+    fields = {
+        "val_top1": top1,
+        "val_top5": min(1.0, top1 + 0.05),
+        "reached_target": reached_at is not None,
+        "time_to_target_seconds": reached_at,
+        "epochs_to_target": epoch,
+    }
     if target is not None:
         fields["target_accuracy"] = target
     return fields
@@ -49,11 +71,15 @@ def _epochs(points: List[Optional[tuple]]) -> str:
     """metrics_epoch.jsonl: one line per epoch; an evaluated epoch carries (wall_seconds, val_top1)."""
     lines = []
     for number, point in enumerate(points):
-        epoch: Dict[str, Any] = {"epoch": number, "seconds": 5.0, "images_per_second": 900.0, "loss": 2.0 - number / 10,
-                                 "lr": 0.1}
+        epoch: Dict[str, Any] = {
+            "epoch": number,
+            "seconds": 5.0,
+            "images_per_second": 900.0,
+            "loss": 2.0 - number / 10,
+            "lr": 0.1,
+        }
         if point is not None:
-            epoch.update(wall_seconds=point[0], val_top1=point[1], val_top5=min(1.0, point[1] + 0.05),
-                         eval_seconds=0.5)
+            epoch.update(wall_seconds=point[0], val_top1=point[1], val_top5=min(1.0, point[1] + 0.05), eval_seconds=0.5)
         lines.append(json.dumps(epoch))
     return "\n".join(lines) + "\n"
 
@@ -72,10 +98,20 @@ def _job(root: Path, name: str, lr: float, results: Dict[str, Any], epochs: Opti
 
 def _accuracy_sweep(root: Path, targets=(0.9, 0.9)) -> Path:
     """Two jobs that evaluated every other epoch: one reached the target, one did not."""
-    _job(root, "0", 0.1, _results(0.1, **_accuracy(0.93, targets[0], 12.25, 3)),
-         _epochs([None, (6.0, 0.71), None, (12.25, 0.93)]))
-    _job(root, "1", 0.01, _results(0.01, **_accuracy(0.62, targets[1], None, None)),
-         _epochs([None, (6.5, 0.41), None, (13.0, 0.62)]))
+    _job(
+        root,
+        "0",
+        0.1,
+        _results(0.1, **_accuracy(0.93, targets[0], 12.25, 3)),
+        _epochs([None, (6.0, 0.71), None, (12.25, 0.93)]),
+    )
+    _job(
+        root,
+        "1",
+        0.01,
+        _results(0.01, **_accuracy(0.62, targets[1], None, None)),
+        _epochs([None, (6.5, 0.41), None, (13.0, 0.62)]),
+    )
     return root
 
 
@@ -83,8 +119,11 @@ def test_read_val_curve_takes_the_evaluated_epochs_in_time_order(tmp_path):
     job = tmp_path / "job"
     job.mkdir()
     assert read_val_curve(job) == []  # no metrics_epoch.jsonl
-    text = _epochs([(9.0, 0.8), None, (3.0, 0.5)]) + "not json\n[1, 2]\n" + json.dumps({"val_top1": None,
-                                                                                          "wall_seconds": 1.0})
+    text = (
+        _epochs([(9.0, 0.8), None, (3.0, 0.5)])
+        + "not json\n[1, 2]\n"
+        + json.dumps({"val_top1": None, "wall_seconds": 1.0})
+    )
     (job / "metrics_epoch.jsonl").write_text(text)
     assert read_val_curve(job) == [(3.0, 0.5), (9.0, 0.8)]
 
@@ -119,11 +158,17 @@ def test_table_with_accuracy_has_the_three_columns_before_the_error(tmp_path):
 
 
 def test_table_shows_only_the_accuracy_columns_some_job_has():
-    no_target = _results(0.1, val_top1=0.5, val_top5=0.8, reached_target=False, time_to_target_seconds=None,
-                         epochs_to_target=None)
-    shown = table(add_scaling(frame_from_records([RunRecord("0", "FINISHED", "", {}, no_target),
-                                                  RunRecord("1", "FAILED", "", {}, {}, error="it broke")])))
-    assert list(shown.columns) == TRAINING_HEADERS[:-1] + ["val_top1", "reached_target", "error"]
+    no_target = _results(
+        0.1, val_top1=0.5, val_top5=0.8, reached_target=False, time_to_target_seconds=None, epochs_to_target=None
+    )
+    shown = table(
+        add_scaling(
+            frame_from_records(
+                [RunRecord("0", "FINISHED", "", {}, no_target), RunRecord("1", "FAILED", "", {}, {}, error="it broke")]
+            )
+        )
+    )
+    assert list(shown.columns) == [*TRAINING_HEADERS[:-1], "val_top1", "reached_target", "error"]
     assert shown["val_top1"].tolist() == ["0.5000", ""]
 
 
@@ -141,8 +186,14 @@ def test_build_report_of_an_accuracy_sweep_writes_the_plot_and_the_columns(tmp_p
     assert "![accuracy_vs_time](accuracy_vs_time.png)" in markdown
     with (sweep / "report" / "report.csv").open() as fh:
         rows = list(csv.DictReader(fh))
-    assert {"val_top1", "val_top5", "target_accuracy", "reached_target", "time_to_target_seconds",
-            "epochs_to_target"} <= set(rows[0])
+    assert {
+        "val_top1",
+        "val_top5",
+        "target_accuracy",
+        "reached_target",
+        "time_to_target_seconds",
+        "epochs_to_target",
+    } <= set(rows[0])
     assert (rows[0]["time_to_target_seconds"], rows[1]["time_to_target_seconds"]) == ("12.25", "")
     assert (rows[0]["reached_target"], rows[1]["reached_target"]) == ("True", "False")
     assert "time_to_target_seconds" in capsys.readouterr().out  # the printed table
@@ -186,7 +237,7 @@ def test_the_target_line_is_drawn_only_when_every_job_shares_one(tmp_path, targe
     fig = kept.saved["accuracy_vs_time.png"]
     assert _dashed(fig) == line
     (ax,) = fig.axes
-    solid = [l for l in ax.get_lines() if l.get_linestyle() != "--"]
-    assert [list(l.get_xdata()) for l in solid] == [[6.0, 12.25], [6.5, 13.0]]  # a line per job, x = wall seconds
-    assert [list(l.get_ydata()) for l in solid] == [[0.71, 0.93], [0.41, 0.62]]
+    solid = [line for line in ax.get_lines() if line.get_linestyle() != "--"]
+    assert [list(line.get_xdata()) for line in solid] == [[6.0, 12.25], [6.5, 13.0]]  # a line per job, x = wall s
+    assert [list(line.get_ydata()) for line in solid] == [[0.71, 0.93], [0.41, 0.62]]
     kept.plt.close(fig)

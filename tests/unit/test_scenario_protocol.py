@@ -36,16 +36,35 @@ def _mypy(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
     pytest.importorskip("mypy")
     module = tmp_path / "conformance.py"
     module.write_text(source)
-    return subprocess.run([sys.executable, "-m", "mypy", "--ignore-missing-imports", "--follow-imports=silent",
-                           "--cache-dir", str(tmp_path / "cache"), str(module)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=600)
+    return subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "mypy",
+            "--ignore-missing-imports",
+            "--follow-imports=silent",
+            "--cache-dir",
+            str(tmp_path / "cache"),
+            str(module),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
 
 
 def test_the_conformance_module_is_in_what_mypy_checks():
     mypy_section = (ROOT / "pyproject.toml").read_text().split("[tool.mypy]", 1)[1].split("\n[", 1)[0]
     assert 'files = ["bench"]' in mypy_section and (ROOT / "bench" / "scenario_checks.py").is_file()
     text = (ROOT / "bench" / "scenario_checks.py").read_text()
-    built_in = ("TrainScenario()", "InferScenario()", "StorageScenario()", "MlflowTracker()", "InProcess, Elastic, Joined")
+    built_in = (
+        "TrainScenario()",
+        "InferScenario()",
+        "StorageScenario()",
+        "MlflowTracker()",
+        "InProcess, Elastic, Joined",
+    )
     for name in built_in:
         assert name in text
 

@@ -38,12 +38,16 @@ def launcher_of(tmp_path):
         context = initialize_config_dir(config_dir=config_dir(), version_base="1.3")
         context.__enter__()
         made.append(context)
-        cfg = compose("config", [f"hydra/launcher={preset}", f"hydra.sweep.dir={tmp_path}/sweep", *overrides],
-                      return_hydra_config=True)
+        cfg = compose(
+            "config",
+            [f"hydra/launcher={preset}", f"hydra.sweep.dir={tmp_path}/sweep", *overrides],
+            return_hydra_config=True,
+        )
         HydraConfig.instance().set_config(cfg)
         hydra_context = HydraContext(config_loader=GlobalHydra.instance().config_loader(), callbacks=Callbacks(cfg))
-        return Plugins.instance().instantiate_launcher(hydra_context=hydra_context, task_function=lambda c: 0,
-                                                       config=cfg)
+        return Plugins.instance().instantiate_launcher(
+            hydra_context=hydra_context, task_function=lambda c: 0, config=cfg
+        )
 
     yield make
     for context in reversed(made):
@@ -51,19 +55,36 @@ def launcher_of(tmp_path):
 
 
 def test_each_slurm_job_asks_for_what_its_own_config_needs(launcher_of, tmp_path, monkeypatch):
-    launcher = launcher_of("slurm", "hydra.launcher.partition=gpu", "hydra.launcher.account=proj7",
-                           "hydra.launcher.qos=high", "hydra.launcher.timeout_min=90",
-                           "hydra.launcher.setup=[module load cuda]", "+experiment=h100_bf16")
+    launcher = launcher_of(
+        "slurm",
+        "hydra.launcher.partition=gpu",
+        "hydra.launcher.account=proj7",
+        "hydra.launcher.qos=high",
+        "hydra.launcher.timeout_min=90",
+        "hydra.launcher.setup=[module load cuda]",
+        "+experiment=h100_bf16",
+    )
     assert type(launcher).__module__ == "hydra_plugins.bench_launcher.launchers"
     one = launcher._plan(["distributed=ddp", "distributed.nproc_per_node=1"], 0)
     eight = launcher._plan(["distributed=ddp", "distributed.nproc_per_node=8"], 1)
-    nodes = launcher._plan(["distributed=ddp", "distributed.nproc_per_node=8", "distributed.nnodes=2",
-                            "distributed.rdzv_endpoint=placeholder:1"], 2)
+    nodes = launcher._plan(
+        [
+            "distributed=ddp",
+            "distributed.nproc_per_node=8",
+            "distributed.nnodes=2",
+            "distributed.rdzv_endpoint=placeholder:1",
+        ],
+        2,
+    )
     assert eight.params == {**one.params, "gpus_per_node": 8, "cpus_per_task": 64, "mem_gb": 256}
     assert one.params["gpus_per_node"] == 1 and one.params["cpus_per_task"] == 8 and one.params["mem_gb"] == 32
     assert one.params["nodes"] == 1 and one.params["tasks_per_node"] == 1 and one.params["timeout_min"] == 90
-    assert {k: one.params[k] for k in ("slurm_partition", "slurm_account", "slurm_qos", "slurm_setup")} == \
-        {"slurm_partition": "gpu", "slurm_account": "proj7", "slurm_qos": "high", "slurm_setup": ["module load cuda"]}
+    assert {k: one.params[k] for k in ("slurm_partition", "slurm_account", "slurm_qos", "slurm_setup")} == {
+        "slurm_partition": "gpu",
+        "slurm_account": "proj7",
+        "slurm_qos": "high",
+        "slurm_setup": ["module load cuda"],
+    }
     assert nodes.params["nodes"] == 2 and nodes.params["tasks_per_node"] == 1 and nodes.params["gpus_per_node"] == 8
     assert eight.job_dir == tmp_path / "sweep" / "1"
     assert "submitit_folder" not in one.params and "_target_" not in one.params
@@ -88,8 +109,12 @@ def test_each_slurm_job_asks_for_what_its_own_config_needs(launcher_of, tmp_path
 
 
 def test_the_cores_and_memory_per_process_can_be_set_once_for_every_job(launcher_of):
-    launcher = launcher_of("slurm", "hydra.launcher.cpus_per_task='${bench.times:2,${distributed.nproc_per_node}}'",
-                           "hydra.launcher.mem_gb=4", "hydra.launcher.gpus_per_node=0")
+    launcher = launcher_of(
+        "slurm",
+        "hydra.launcher.cpus_per_task='${bench.times:2,${distributed.nproc_per_node}}'",
+        "hydra.launcher.mem_gb=4",
+        "hydra.launcher.gpus_per_node=0",
+    )
     params = launcher._plan(["distributed=ddp", "distributed.nproc_per_node=3"], 0).params
     assert (params["cpus_per_task"], params["mem_gb"], params["gpus_per_node"]) == (6, 4, 0)
 
@@ -101,8 +126,12 @@ def test_slurm_local_runs_one_job_at_a_time_with_the_jobs_gpus(launcher_of):
     assert params["gpus_per_node"] == 2 and params["nodes"] == 1 and params["tasks_per_node"] == 1
 
 
-TWO_NODES = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_NUM_NODES": "2", "SLURM_JOB_NODELIST": "gpu[07-08]",
-             "SLURM_JOB_ID": "31234"}
+TWO_NODES = {
+    "SUBMITIT_EXECUTOR": "slurm",
+    "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_JOB_NODELIST": "gpu[07-08]",
+    "SLURM_JOB_ID": "31234",
+}
 
 
 @pytest.mark.parametrize("node", [0, 1])
@@ -116,8 +145,13 @@ def test_a_task_of_a_synthetic_two_node_slurm_job_becomes_that_node_of_the_run(m
     overrides = node_overrides()
     assert overrides[:2] == [f"distributed.node_rank={node}", "distributed.rdzv_endpoint=gpu07:21234"]
     assert overrides[2:] == ([] if node == 0 else ["hydra.output_subdir=null"])  # node 0 writes .hydra/
-    config = compose("+experiment=cpu_smoke", "distributed=ddp", "distributed.nnodes=2",
-                     "distributed.nproc_per_node=8", *overrides[:2])
+    config = compose(
+        "+experiment=cpu_smoke",
+        "distributed=ddp",
+        "distributed.nnodes=2",
+        "distributed.nproc_per_node=8",
+        *overrides[:2],
+    )
     launcher = select_launcher(config, has_ranks=True, in_sweep=True)
     assert type(launcher).__name__ == "Elastic" and launcher.reports == (node == 0)
 
@@ -137,10 +171,18 @@ def test_no_node_overrides_for_a_one_node_job_or_outside_slurm(monkeypatch):
 
 
 def _sweep_config(tmp_path: Path):
-    return OmegaConf.create({
-        "tracking": {"enabled": True, "uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "bench",
-                     "run_name": None, "probe_timeout_s": 5.0},
-        "hydra": {"sweep": {"dir": str(tmp_path / "sweep")}, "overrides": {"task": ["precision=fp32,bf16,tf32"]}}})
+    return OmegaConf.create(
+        {
+            "tracking": {
+                "enabled": True,
+                "uri": f"sqlite:///{tmp_path}/mlflow.db",
+                "experiment": "bench",
+                "run_name": None,
+                "probe_timeout_s": 5.0,
+            },
+            "hydra": {"sweep": {"dir": str(tmp_path / "sweep")}, "overrides": {"task": ["precision=fp32,bf16,tf32"]}},
+        }
+    )
 
 
 def test_jobs_that_never_returned_are_failed_children_and_counted(tmp_path, monkeypatch):
@@ -166,15 +208,19 @@ def test_jobs_that_never_returned_are_failed_children_and_counted(tmp_path, monk
     (tmp_path / "sweep" / "1" / ".hydra").mkdir(parents=True)
     (tmp_path / "sweep" / "1" / ".hydra" / "overrides.yaml").write_text("- precision=bf16\n")
     (tmp_path / "sweep" / "1" / ".hydra" / "config.yaml").write_text("precision: {name: bf16}\n")
-    sweep.job_lost(1, ["precision=bf16"], tmp_path / "sweep" / "1", "Slurm job 7_1 ended CANCELLED by 0 without a result")
+    sweep.job_lost(
+        1, ["precision=bf16"], tmp_path / "sweep" / "1", "Slurm job 7_1 ended CANCELLED by 0 without a result"
+    )
     sweep.job_lost(2, ["precision=tf32"], tmp_path / "sweep" / "2", "Slurm job 7_2 ended TIMEOUT without a result")
     assert sweep.failed_jobs() == 2
     callback.on_multirun_end(config)
     assert sweep.SWEEP_ENV not in os.environ
 
     client = MlflowClient(tracking_uri=uri)
-    runs = {r.data.tags.get("sweep.job", "parent"): r for r in client.search_runs(
-        [e.experiment_id for e in client.search_experiments()])}
+    runs = {
+        r.data.tags.get("sweep.job", "parent"): r
+        for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
+    }
     assert set(runs) == {"parent", "1", "2"}
     assert runs["parent"].data.tags["sweep.jobs"] == "2" and runs["parent"].data.tags["sweep.failed_jobs"] == "2"
     assert runs["1"].info.run_id == running.run_id and runs["1"].info.status == "FAILED"

@@ -1,4 +1,6 @@
-"""The linter, the formatter and the type checker pyproject.toml configures, with 0 findings on bench/.
+"""The linter, the formatter and the type checker pyproject.toml configures, with 0 findings on bench/
+(and the linter and formatter on tests/ too: one habit for the whole repository; .pre-commit-config.yaml
+runs the same three before a commit).
 
 The type checker matters more here than usual: the CUDA, NCCL and NVML paths never run on a
 machine without a GPU, so mypy is the one check they get in CI. Both tools come with the `test`
@@ -20,18 +22,26 @@ ROOT = Path(__file__).resolve().parents[2]
 def run_tool(module: str, args: List[str]) -> subprocess.CompletedProcess:
     if importlib.util.find_spec(module) is None:
         pytest.skip(f"{module} is not installed (pip install -e '.[test]' brings it)")
-    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=ROOT, capture_output=True, text=True, timeout=600)
 
 
-def test_ruff_finds_nothing_in_bench():
-    done = run_tool("ruff", ["check", "bench", "--output-format", "concise", "--no-cache"])
-    assert done.returncode == 0, f"ruff check bench:\n{done.stdout}{done.stderr}"
+def test_ruff_finds_nothing_in_bench_and_tests():
+    done = run_tool("ruff", ["check", "bench", "tests", "--output-format", "concise", "--no-cache"])
+    assert done.returncode == 0, f"ruff check bench tests:\n{done.stdout}{done.stderr}"
 
 
-def test_bench_is_as_ruff_format_writes_it():
-    done = run_tool("ruff", ["format", "--check", "bench", "--no-cache"])
-    assert done.returncode == 0, f"ruff format --check bench (run `ruff format bench`):\n{done.stdout}{done.stderr}"
+def test_bench_and_tests_are_as_ruff_format_writes_them():
+    done = run_tool("ruff", ["format", "--check", "bench", "tests", "--no-cache"])
+    assert done.returncode == 0, (
+        f"ruff format --check bench tests (run `ruff format bench tests`):\n{done.stdout}{done.stderr}"
+    )
+
+
+def test_the_pre_commit_config_runs_the_same_checks():
+    """.pre-commit-config.yaml runs what this file runs, on the same paths, with the tools installed here."""
+    text = (ROOT / ".pre-commit-config.yaml").read_text()
+    for entry in ("entry: ruff check bench tests", "entry: ruff format --check bench tests", "entry: mypy"):
+        assert entry in text, entry
 
 
 def test_mypy_finds_nothing_in_bench():

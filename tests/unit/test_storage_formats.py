@@ -28,15 +28,28 @@ FORMAT_NAMES = [str(f) for f in FORMATS]
 
 
 def storage(*overrides: str):
-    return compose("mode=storage", "storage.workload.num_files=6", "storage.workload.samples_per_file=4",
-                   "storage.workload.record_size=3000", "storage.workload.batch_size=4",
-                   "storage.workload.read_threads=2", "storage.workload.checkpoint_size_mb=0", *overrides).storage
+    return compose(
+        "mode=storage",
+        "storage.workload.num_files=6",
+        "storage.workload.samples_per_file=4",
+        "storage.workload.record_size=3000",
+        "storage.workload.batch_size=4",
+        "storage.workload.read_threads=2",
+        "storage.workload.checkpoint_size_mb=0",
+        *overrides,
+    ).storage
 
 
 def config(*overrides: str):
     """The whole config (the storage preflight reads the distributed group too)."""
-    return compose("mode=storage", "storage.workload.num_files=6", "storage.workload.samples_per_file=4",
-                   "storage.workload.record_size=3000", "storage.workload.batch_size=4", *overrides)
+    return compose(
+        "mode=storage",
+        "storage.workload.num_files=6",
+        "storage.workload.samples_per_file=4",
+        "storage.workload.record_size=3000",
+        "storage.workload.batch_size=4",
+        *overrides,
+    )
 
 
 def for_format(fmt: str, *overrides: str):
@@ -79,7 +92,7 @@ def test_tfrecord_checked_as_it_streams_by_whatever_the_piece_size(piece):
     def streamed(view):
         stream = FrameStream(spec)
         for at in range(0, len(view), piece):
-            stream.feed(view[at:at + piece])
+            stream.feed(view[at : at + piece])
         return stream.finish()
 
     assert streamed(data) == 4
@@ -98,8 +111,9 @@ def test_every_format_is_written_and_read_back_whole_or_by_sample(tmp_path, fmt,
     workload = config.workload
     store = LocalStore(tmp_path)
     files = prepare_dataset(store, workload, "auto", workers=2).files
-    assert all(f.key.endswith("." + format_for(fmt).extension) and f.size == (tmp_path / f.key).stat().st_size
-               for f in files)
+    assert all(
+        f.key.endswith("." + format_for(fmt).extension) and f.size == (tmp_path / f.key).stat().st_size for f in files
+    )
     result = run_reader(store, files, workload)
     samples = workload.num_files * workload.samples_per_file
     assert result.total("all_samples") == samples
@@ -121,14 +135,17 @@ def test_a_sample_read_alone_is_that_sample(tmp_path, fmt):
     if fmt == "npz":
         import numpy as np
 
-        assert data[offset:offset + length] == np.load(io.BytesIO(data))["x"][last].tobytes()
+        assert data[offset : offset + length] == np.load(io.BytesIO(data))["x"][last].tobytes()
     elif fmt == "hdf5":
         import h5py
 
         with h5py.File(io.BytesIO(data), "r") as h5:
-            assert data[offset:offset + length] == h5["x"][last].tobytes()
+            assert data[offset : offset + length] == h5["x"][last].tobytes()
     elif fmt == "tfrecord":
-        assert bytes(read_frame(memoryview(data), offset, spec.key)[0]) == data[offset + 12:offset + 12 + spec.record_size]
+        assert (
+            bytes(read_frame(memoryview(data), offset, spec.key)[0])
+            == data[offset + 12 : offset + 12 + spec.record_size]
+        )
     fetcher = Fetcher(store, format_for(fmt), decode=True)
     assert fetcher.sample(spec, last) == length
     fetcher.close()
@@ -194,9 +211,13 @@ def test_sample_and_file_orders_follow_shuffle_and_seed_change_epoch(tmp_path):
 def test_files_read_ahead_in_the_warm_up_step_are_measured_requests(tmp_path):
     """One sample per file and deep read-ahead: many files finish during the (slow) warm-up step.
     Each is consumed by a later, measured step, so each is one measured request."""
-    config = storage("storage.workload.num_files=24", "storage.workload.samples_per_file=1",
-                     "storage.workload.batch_size=1", "storage.workload.prefetch=16",
-                     "storage.workload.computation_time=0.02")
+    config = storage(
+        "storage.workload.num_files=24",
+        "storage.workload.samples_per_file=1",
+        "storage.workload.batch_size=1",
+        "storage.workload.prefetch=16",
+        "storage.workload.computation_time=0.02",
+    )
     store = LocalStore(tmp_path)
     files = prepare_dataset(store, config.workload, "auto", workers=2).files
     result = run_reader(store, files, config.workload)
@@ -209,36 +230,49 @@ def test_files_read_ahead_in_the_warm_up_step_are_measured_requests(tmp_path):
 
 def test_sample_reads_through_s3_are_ranged_gets(s3_server, aws_env):
     bucket = s3_server.new_bucket()
-    config = storage("storage=s3", f"storage.endpoint={s3_server.endpoint}", f"storage.bucket={bucket}",
-                     "storage.workload.format=tfrecord", "storage.workload.read_mode=sample",
-                     "storage.workload.shuffle=sample")
+    config = storage(
+        "storage=s3",
+        f"storage.endpoint={s3_server.endpoint}",
+        f"storage.bucket={bucket}",
+        "storage.workload.format=tfrecord",
+        "storage.workload.read_mode=sample",
+        "storage.workload.shuffle=sample",
+    )
     store = open_store(f"s3://{bucket}/data", config)
     files = prepare_dataset(store, config.workload, "auto", workers=2).files
     result = run_reader(store, files, config.workload)
     assert result.total("all_samples") == 24 and {r.bytes for r in result.requests} == {3000 + 16}
 
 
-@pytest.mark.parametrize("overrides,key", [
-    (["storage.workload.shuffle=random"], "storage.workload.shuffle"),
-    (["storage.workload.format=jpeg"], "storage.workload.samples_per_file"),
-    (["storage.workload.checkpoint_only=true", "storage.workload.checkpoint_size_mb=0"],
-     "storage.workload.checkpoint_size_mb"),
-    (["storage.workload.transfer_size=0"], "storage.workload.transfer_size"),
-    (["storage.runs=0"], "storage.runs"),
-    (["storage.workload.checkpoint_count=0"], "storage.workload.checkpoint_count"),
-])
+@pytest.mark.parametrize(
+    "overrides,key",
+    [
+        (["storage.workload.shuffle=random"], "storage.workload.shuffle"),
+        (["storage.workload.format=jpeg"], "storage.workload.samples_per_file"),
+        (
+            ["storage.workload.checkpoint_only=true", "storage.workload.checkpoint_size_mb=0"],
+            "storage.workload.checkpoint_size_mb",
+        ),
+        (["storage.workload.transfer_size=0"], "storage.workload.transfer_size"),
+        (["storage.runs=0"], "storage.runs"),
+        (["storage.workload.checkpoint_count=0"], "storage.workload.checkpoint_count"),
+    ],
+)
 def test_new_keys_refuse_what_cannot_work(overrides, key):
     with pytest.raises(ConfigError) as info:
         storage(*overrides)
     assert info.value.key == key
 
 
-@pytest.mark.parametrize("overrides,key", [
-    (["distributed=ddp", "distributed.nproc_per_node=2", "storage.accelerators=2"], "storage.accelerators"),
-    (["distributed=ddp", "distributed.nnodes=2", "distributed.rdzv_endpoint=h:1"], "storage.root"),
-    (["distributed=ddp", "distributed.nproc_per_node=8"], "distributed.nproc_per_node"),
-    (["storage.workload.checkpoint_size_mb=100000000"], "storage.workload.checkpoint_size_mb"),
-])
+@pytest.mark.parametrize(
+    "overrides,key",
+    [
+        (["distributed=ddp", "distributed.nproc_per_node=2", "storage.accelerators=2"], "storage.accelerators"),
+        (["distributed=ddp", "distributed.nnodes=2", "distributed.rdzv_endpoint=h:1"], "storage.root"),
+        (["distributed=ddp", "distributed.nproc_per_node=8"], "distributed.nproc_per_node"),
+        (["storage.workload.checkpoint_size_mb=100000000"], "storage.workload.checkpoint_size_mb"),
+    ],
+)
 def test_storage_preflight_checks_what_the_launcher_and_the_machine_bring(overrides, key):
     from bench.iobench.scenario import StorageScenario
 

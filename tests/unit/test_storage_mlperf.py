@@ -24,33 +24,52 @@ RECORD = 114660  # MLPerf's ResNet-50 record: MiB of it are not MB
 
 
 def storage(*overrides: str):
-    return compose("mode=storage", "storage.workload.num_files=8", "storage.workload.samples_per_file=10",
-                   f"storage.workload.record_size={RECORD}", "storage.workload.batch_size=10",
-                   "storage.workload.computation_time=0.3", "storage.workload.checkpoint_size_mb=0", *overrides).storage
+    return compose(
+        "mode=storage",
+        "storage.workload.num_files=8",
+        "storage.workload.samples_per_file=10",
+        f"storage.workload.record_size={RECORD}",
+        "storage.workload.batch_size=10",
+        "storage.workload.computation_time=0.3",
+        "storage.workload.checkpoint_size_mb=0",
+        *overrides,
+    ).storage
 
 
 def epoch(number, steps, epoch_s, first_step_s, strict_wall=None, batch=10, compute=0.3):
     """An epoch of `steps` full batches: MLPerf's clock (all steps) and the strict one (the run's
     first step out: only in epoch 1)."""
     strict_steps = steps - 1 if number == 1 else steps
-    return EpochStats(number, steps=strict_steps, samples=strict_steps * batch, bytes=strict_steps * batch * RECORD,
-                      wall_s=strict_wall if strict_wall is not None else epoch_s - (first_step_s if number == 1 else 0),
-                      compute_s=strict_steps * compute, all_steps=steps, all_samples=steps * batch,
-                      all_bytes=steps * batch * RECORD, epoch_s=epoch_s, first_step_s=first_step_s,
-                      au_compute_s=(steps - 1) * compute)
+    return EpochStats(
+        number,
+        steps=strict_steps,
+        samples=strict_steps * batch,
+        bytes=strict_steps * batch * RECORD,
+        wall_s=strict_wall if strict_wall is not None else epoch_s - (first_step_s if number == 1 else 0),
+        compute_s=strict_steps * compute,
+        all_steps=steps,
+        all_samples=steps * batch,
+        all_bytes=steps * batch * RECORD,
+        epoch_s=epoch_s,
+        first_step_s=first_step_s,
+        au_compute_s=(steps - 1) * compute,
+    )
 
 
 def client(number, epochs, latencies=(1.0,)):
-    return ReaderResult(number, epochs, [Request(f"k{number}-{i}", 1, RECORD, ms, 0.0, step=2)
-                                         for i, ms in enumerate(latencies)])
+    return ReaderResult(
+        number, epochs, [Request(f"k{number}-{i}", 1, RECORD, ms, 0.0, step=2) for i, ms in enumerate(latencies)]
+    )
 
 
 def test_mlperf_figures_include_the_first_step_in_samples_per_second_and_pass_on_the_mean_au():
     # client 0: epoch 1 = 4 steps in 2.0 s, its first step 0.8 s: 40 samples / 2.0 s = 20/s,
     #           AU = 3 x 0.3 / (2.0 - 0.8) = 75%; epoch 2: 40 / 1.0 = 40/s, AU = 0.9 / (1.0 - 0.1) = 100%
     # client 1: epoch 1 = 40 / 1.6 = 25/s, AU = 0.9 / (1.6 - 0.4) = 75%; epoch 2: 40/s, AU = 0.9 / 0.9 = 100%
-    results = [client(0, [epoch(1, 4, 2.0, 0.8), epoch(2, 4, 1.0, 0.1)]),
-               client(1, [epoch(1, 4, 1.6, 0.4), epoch(2, 4, 1.0, 0.1)])]
+    results = [
+        client(0, [epoch(1, 4, 2.0, 0.8), epoch(2, 4, 1.0, 0.1)]),
+        client(1, [epoch(1, 4, 1.6, 0.4), epoch(2, 4, 1.0, 0.1)]),
+    ]
     m = read_figures(results, storage("storage.workload.au_threshold=0.85"))
     assert m.mlperf_samples_per_second == pytest.approx(((20 + 25) + (40 + 40)) / 2)  # summed, then averaged
     assert m.mlperf_au_percent == pytest.approx((75 + 100) / 2)  # mean over clients, then epochs
@@ -73,7 +92,9 @@ def test_a_slow_first_step_lowers_mlperf_samples_per_second_but_not_its_au():
 
 
 def test_an_io_ceiling_and_single_step_epochs_have_no_au_at_all():
-    ceiling = read_figures([client(0, [epoch(1, 4, 1.0, 0.1, compute=0.0)])], storage("storage.workload.computation_time=0"))
+    ceiling = read_figures(
+        [client(0, [epoch(1, 4, 1.0, 0.1, compute=0.0)])], storage("storage.workload.computation_time=0")
+    )
     assert ceiling.mlperf_au_percent is None and ceiling.mlperf_au_pass is False
     assert ceiling.au_percent_min is None and ceiling.mlperf_samples_per_second == pytest.approx(40.0)
     one_step = read_figures([client(0, [epoch(1, 1, 1.0, 1.0), epoch(2, 1, 1.0, 1.0)])], storage())
@@ -91,29 +112,60 @@ def test_epoch_and_client_rows_carry_both_accounts():
 
 
 def test_runs_merge_means_rates_adds_counts_and_reports_the_spread():
-    first = RunFigures(mlperf_samples_per_second=100.0, mlperf_au_percent=91.0, au_threshold_percent=90.0,
-                       au_pass=True, read_requests=10, au_percent_min=88.0, latency_ms_max=5.0, latency_ms_p50=1.0,
-                       checkpoint_count=2, checkpoint_cache_drop="posix_fadvise_dontneed")
-    second = replace(first, mlperf_samples_per_second=110.0, mlperf_au_percent=88.0, au_pass=False,
-                     read_requests=12, au_percent_min=80.0, latency_ms_max=9.0)
+    first = RunFigures(
+        mlperf_samples_per_second=100.0,
+        mlperf_au_percent=91.0,
+        au_threshold_percent=90.0,
+        au_pass=True,
+        read_requests=10,
+        au_percent_min=88.0,
+        latency_ms_max=5.0,
+        latency_ms_p50=1.0,
+        checkpoint_count=2,
+        checkpoint_cache_drop="posix_fadvise_dontneed",
+    )
+    second = replace(
+        first,
+        mlperf_samples_per_second=110.0,
+        mlperf_au_percent=88.0,
+        au_pass=False,
+        read_requests=12,
+        au_percent_min=80.0,
+        latency_ms_max=9.0,
+    )
     results = [client(0, [], latencies=(1.0, 2.0)), client(1, [], latencies=(3.0, 4.0))]
     merged = merge_runs([first, second], results)
     assert merged.mlperf_samples_per_second == pytest.approx(105.0)
     assert merged.mlperf_au_percent == pytest.approx(89.5) and merged.mlperf_au_pass is False
     assert merged.read_requests == 22 and merged.au_percent_min == 80.0 and merged.latency_ms_max == 9.0
     assert merged.latency_ms_p50 == pytest.approx(2.5)  # over every request of every run
-    assert merged.au_pass is False and merged.checkpoint_count == 2 and merged.checkpoint_cache_drop == "posix_fadvise_dontneed"
+    assert (
+        merged.au_pass is False
+        and merged.checkpoint_count == 2
+        and merged.checkpoint_cache_drop == "posix_fadvise_dontneed"
+    )
     assert merged.runs_samples_per_second_spread_percent == pytest.approx(100 * 10 / 105)
     assert merge_runs([first], results) == first
 
 
 def test_checkpoint_figures_take_the_slowest_client_and_keep_serialisation_apart():
     def record(index, size, serialize, write, read, load):
-        return {"phase": "final", "index": index, "bytes": size, "serialize_s": serialize, "write_s": write,
-                "read_s": read, "load_s": load}
+        return {
+            "phase": "final",
+            "index": index,
+            "bytes": size,
+            "serialize_s": serialize,
+            "write_s": write,
+            "read_s": read,
+            "load_s": load,
+        }
 
-    fast = ReaderResult(0, [], checkpoints=[record(0, 10**9, 0.5, 1.0, 0.5, 0.2), record(1, 10**9, 0.5, 1.0, 0.5, 0.2)],
-                        checkpoint_cache_drop="posix_fadvise_dontneed")
+    fast = ReaderResult(
+        0,
+        [],
+        checkpoints=[record(0, 10**9, 0.5, 1.0, 0.5, 0.2), record(1, 10**9, 0.5, 1.0, 0.5, 0.2)],
+        checkpoint_cache_drop="posix_fadvise_dontneed",
+    )
     slow = ReaderResult(1, [], checkpoints=[record(0, 10**9, 0.1, 2.0, 1.0, 0.1), record(1, 10**9, 0.1, 4.0, 1.0, 0.1)])
     m = add_checkpoint_figures(RunFigures(), [fast, slow])
     assert m.checkpoint_bytes == 2 * 10**9 and m.checkpoint_count == 2 and m.checkpoint_clients == 2
@@ -124,7 +176,9 @@ def test_checkpoint_figures_take_the_slowest_client_and_keep_serialisation_apart
     assert m.checkpoint_store_read_gbps == pytest.approx(2.0 / 1.0)
     assert m.checkpoint_deserialize_seconds == pytest.approx(0.2)
     assert m.checkpoint_cache_drop == "posix_fadvise_dontneed" and m.checkpoint_error is None
-    assert add_checkpoint_figures(RunFigures(), [ReaderResult(0, [])]).to_metrics() == {}  # no checkpoint: no figure, not 0
+    assert (
+        add_checkpoint_figures(RunFigures(), [ReaderResult(0, [])]).to_metrics() == {}
+    )  # no checkpoint: no figure, not 0
 
 
 def test_checkpoints_are_written_then_the_cache_dropped_then_read_back(tmp_path):
@@ -162,30 +216,58 @@ def test_dataset_size_is_mlperfs_rule():
 def test_qualification_says_every_reason_a_run_would_not_count():
     config = storage("storage.host_memory_gb=1")
     qualifies, min_files, why = qualification(
-        RunFigures(mlperf_au_pass=False, mlperf_au_percent=80.0, runs_samples_per_second_spread_percent=7.0), config,
-        accelerators=1, hosts=1)
+        RunFigures(mlperf_au_pass=False, mlperf_au_percent=80.0, runs_samples_per_second_spread_percent=7.0),
+        config,
+        accelerators=1,
+        hosts=1,
+    )
     assert qualifies is False and min_files > 8
-    for words in ("dataset: 8 files", "AU: mean 80.0% is below 90%", "1 warm-up run then 5 runs",
-                  "spread 7.0%"):
+    for words in ("dataset: 8 files", "AU: mean 80.0% is below 90%", "1 warm-up run then 5 runs", "spread 7.0%"):
         assert words in why, words
-    enough = storage("storage.host_memory_gb=0.0001", "storage.warmup_runs=1", "storage.runs=5",
-                     "storage.workload.num_files=500", "storage.workload.batch_size=1")
+    enough = storage(
+        "storage.host_memory_gb=0.0001",
+        "storage.warmup_runs=1",
+        "storage.runs=5",
+        "storage.workload.num_files=500",
+        "storage.workload.batch_size=1",
+    )
     assert qualification(RunFigures(mlperf_au_pass=True), enough, 1, 1) == (True, 50, None)
 
 
 def test_report_round_trips_through_its_files(tmp_path):
     results = [client(0, [epoch(1, 4, 2.0, 0.8), epoch(2, 4, 1.0, 0.1)], latencies=(1.0, 2.0))]
-    record = StorageMetrics(workload="t", storage="local", storage_client="posix", storage_url="x", clients=1,
-                            accelerators=1, hosts=1, format="raw", read_mode="whole_file", shuffle="file", num_files=8,
-                            samples_per_file=10, record_size=RECORD, batch_size=10, read_threads=4, prefetch=2,
-                            computation_time=0.3, epochs=2, runs=1, warmup_runs=0,
-                            figures=read_figures(results, storage()))
-    report = StorageReport(results, record, {"reason": "r"}, [{"run": 0}, {"run": 1}], client_rows(results, storage().workload))
+    record = StorageMetrics(
+        workload="t",
+        storage="local",
+        storage_client="posix",
+        storage_url="x",
+        clients=1,
+        accelerators=1,
+        hosts=1,
+        format="raw",
+        read_mode="whole_file",
+        shuffle="file",
+        num_files=8,
+        samples_per_file=10,
+        record_size=RECORD,
+        batch_size=10,
+        read_threads=4,
+        prefetch=2,
+        computation_time=0.3,
+        epochs=2,
+        runs=1,
+        warmup_runs=0,
+        figures=read_figures(results, storage()),
+    )
+    report = StorageReport(
+        results, record, {"reason": "r"}, [{"run": 0}, {"run": 1}], client_rows(results, storage().workload)
+    )
     names = {p.name for p in report.write(tmp_path, {}, {}, None)}
     assert names == {"run_summary.json", "summary.csv", "epochs.csv", "read_latency.csv", "clients.csv", "runs.csv"}
-    assert report.epoch_series() == {1: pytest.approx({"epoch_samples_per_second": 20.0, "epoch_mlperf_au_percent": 75.0}),
-                                     2: pytest.approx({"epoch_samples_per_second": 40.0,
-                                                       "epoch_mlperf_au_percent": 100.0})}
+    assert report.epoch_series() == {
+        1: pytest.approx({"epoch_samples_per_second": 20.0, "epoch_mlperf_au_percent": 75.0}),
+        2: pytest.approx({"epoch_samples_per_second": 40.0, "epoch_mlperf_au_percent": 100.0}),
+    }
     back = StorageReport.from_files(tmp_path)
     assert back.results[0].epochs[0].epoch_s == 2.0 and back.results[0].epochs[1].mlperf_au == pytest.approx(1.0)
     assert len(back.results[0].requests) == 2 and back.runs == [{"run": 0}, {"run": 1}]
@@ -196,8 +278,20 @@ def test_report_round_trips_through_its_files(tmp_path):
 def test_storage_size_command_prints_the_override(capsys):
     from bench.tools.storage_size import main
 
-    assert main(["+experiment=storage_resnet50_h100", "--hosts", "4", "--host-memory-gb", "512",
-                 "--accelerators-per-host", "8"]) == 0
+    assert (
+        main(
+            [
+                "+experiment=storage_resnet50_h100",
+                "--hosts",
+                "4",
+                "--host-memory-gb",
+                "512",
+                "--accelerators-per-host",
+                "8",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     expected = math.ceil(math.ceil(4 * 512 * 2**30 * 5 / 114660) / 1251)
     assert f"storage.workload.num_files={expected}" in out and "too few" in out

@@ -24,8 +24,15 @@ S3_CLIENTS = ["obstore", "boto3", "s3torchconnector"]
 
 def s3_config(endpoint: str, client: str, *extra: str) -> StorageConfig:
     """The storage group of `storage=s3 storage.endpoint=... storage.client=...` with short timeouts."""
-    return compose("storage=s3", f"storage.endpoint={endpoint}", f"storage.client={client}", "storage.max_attempts=3",
-                   "storage.timeout_s=10", "storage.connect_timeout_s=2", *extra).storage
+    return compose(
+        "storage=s3",
+        f"storage.endpoint={endpoint}",
+        f"storage.client={client}",
+        "storage.max_attempts=3",
+        "storage.timeout_s=10",
+        "storage.connect_timeout_s=2",
+        *extra,
+    ).storage
 
 
 def exercise(store, put) -> None:
@@ -116,7 +123,7 @@ def test_no_credentials_anywhere_is_one_clear_error(s3_server, monkeypatch, tmp_
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-    with pytest.raises(StorageError, match="no AWS credentials found .* set AWS_ACCESS_KEY_ID"):
+    with pytest.raises(StorageError, match=r"no AWS credentials found .* set AWS_ACCESS_KEY_ID"):
         open_store("s3://some-bucket/x", s3_config(s3_server.endpoint, "obstore"))
 
 
@@ -143,8 +150,11 @@ class FlakyProxy:
             def _forward(self):
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 proxy.seen.append((self.command, self.path))
-                if self.command == "GET" and "list-type" not in self.path and \
-                        proxy.seen.count((self.command, self.path)) == 1:
+                if (
+                    self.command == "GET"
+                    and "list-type" not in self.path
+                    and proxy.seen.count((self.command, self.path)) == 1
+                ):
                     self.send_response(503)
                     self.send_header("Content-Length", "0")
                     self.end_headers()
@@ -202,8 +212,14 @@ def test_training_checkpoint_goes_to_s3(s3_server, aws_env, tmp_path):
     from bench.train.checkpoint import checkpoint_writer
 
     bucket = s3_server.new_bucket()
-    config = compose("storage=s3", f"storage.endpoint={s3_server.endpoint}", f"storage.bucket={bucket}",
-                     "storage.prefix=ckpt", "storage.save_checkpoint=true", "storage.checkpoint_name=model.pt")
+    config = compose(
+        "storage=s3",
+        f"storage.endpoint={s3_server.endpoint}",
+        f"storage.bucket={bucket}",
+        "storage.prefix=ckpt",
+        "storage.save_checkpoint=true",
+        "storage.checkpoint_name=model.pt",
+    )
     model, optimizer = _model_and_optimizer()
     result = checkpoint_writer(config, tmp_path, RankContext())(model, optimizer)
     assert result["checkpoint_path"] == f"s3://{bucket}/ckpt/model.pt"
@@ -244,8 +260,10 @@ def test_credentials_from_a_profile_file(s3_server, monkeypatch, tmp_path, clien
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN"):
         monkeypatch.delenv(name, raising=False)
     credentials = tmp_path / "credentials"
-    credentials.write_text(f"[bench]\naws_access_key_id = {s3_server.credentials['AWS_ACCESS_KEY_ID']}\n"
-                           f"aws_secret_access_key = {s3_server.secret}\n")
+    credentials.write_text(
+        f"[bench]\naws_access_key_id = {s3_server.credentials['AWS_ACCESS_KEY_ID']}\n"
+        f"aws_secret_access_key = {s3_server.secret}\n"
+    )
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(credentials))
     monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_PROFILE", "bench")

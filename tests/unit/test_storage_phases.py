@@ -10,21 +10,31 @@ import pytest
 
 from bench.config import compose
 from bench.config.storage import StorageConfig
+from bench.iobench.formats.base import CorruptFile
 from bench.iobench.prepare import DatasetMissing, prepare_dataset, prepare_figures
 from bench.iobench.reader import EpochStats, ReaderResult, Request, run_reader
 from bench.iobench.report import read_figures
 from bench.iobench.workload import decode_samples, encode, plan_files
 from bench.storage.local import LocalStore
 
-SMALL = {"name": "t", "num_files": 6, "samples_per_file": 4, "record_size": 1000, "batch_size": 4, "read_threads": 2,
-         "prefetch": 1, "checkpoint_size_mb": 0}
+SMALL = {
+    "name": "t",
+    "num_files": 6,
+    "samples_per_file": 4,
+    "record_size": 1000,
+    "batch_size": 4,
+    "read_threads": 2,
+    "prefetch": 1,
+    "checkpoint_size_mb": 0,
+}
 
 
 def storage(**changes) -> StorageConfig:
     """The storage group of `mode=storage storage.workload.<key>=<value> ...`: a small workload."""
     values = {**SMALL, **changes}
-    return compose("mode=storage", *[f"storage.workload.{k}={'null' if v is None else v}" for k, v in values.items()]
-                   ).storage
+    return compose(
+        "mode=storage", *[f"storage.workload.{k}={'null' if v is None else v}" for k, v in values.items()]
+    ).storage
 
 
 def workload(**changes):
@@ -51,8 +61,10 @@ def test_prepare_auto_reuses_then_rewrites_what_changed(tmp_path):
     first = prepare_dataset(store, WORKLOAD, "auto", workers=2)
     assert not first.skipped and first.total_bytes == 6 * 4 * 1000
     summary = prepare_figures(first)
-    assert len(first.put_latencies_ms) == 6 and 0 < summary.prepare_put_latency_ms_p50 <= \
-        summary.prepare_put_latency_ms_p99
+    assert (
+        len(first.put_latencies_ms) == 6
+        and 0 < summary.prepare_put_latency_ms_p50 <= summary.prepare_put_latency_ms_p99
+    )
     assert prepare_dataset(store, WORKLOAD, "auto", workers=2).skipped
     assert prepare_dataset(store, WORKLOAD, "never", workers=2).skipped
 
@@ -62,7 +74,7 @@ def test_prepare_auto_reuses_then_rewrites_what_changed(tmp_path):
     assert (tmp_path / first.files[2].key).stat().st_size == 4000
 
     bigger = workload(record_size=2000)  # another workload: not the same dataset
-    with pytest.raises(DatasetMissing, match="storage.prepare=never but the dataset at .* was made for"):
+    with pytest.raises(DatasetMissing, match=r"storage.prepare=never but the dataset at .* was made for"):
         prepare_dataset(store, bigger, "never", workers=2)
     assert not prepare_dataset(store, bigger, "auto", workers=2).skipped
     assert not prepare_dataset(store, bigger, "always", workers=2).skipped
@@ -78,14 +90,15 @@ def test_formats_round_trip_and_catch_short_files(fmt):
     spec = plan_files(workload(num_files=2, format=fmt))[0]
     data = encode(spec, fmt, seed=0)
     assert decode_samples(data, spec, fmt) == 4
-    with pytest.raises(Exception):
+    with pytest.raises(CorruptFile):
         decode_samples(data[:-10], spec, fmt)
 
 
 def test_record_size_stdev_varies_per_file_and_is_reproducible():
     sizes = [f.record_size for f in plan_files(workload(num_files=20, record_size_stdev=300))]
-    assert len(set(sizes)) > 10 and sizes == [f.record_size for f in plan_files(workload(num_files=20,
-                                                                                         record_size_stdev=300))]
+    assert len(set(sizes)) > 10 and sizes == [
+        f.record_size for f in plan_files(workload(num_files=20, record_size_stdev=300))
+    ]
     assert 500 < sum(sizes) / len(sizes) < 1500
 
 
@@ -105,10 +118,14 @@ def test_au_drops_when_storage_cannot_keep_up(tmp_path):
     # of compute; the slow side's 250 ms reads on 2 threads give at most one file per 125 ms for
     # 20 ms of compute (AU <= ~16%).
     files = prepare_dataset(LocalStore(tmp_path), workload(num_files=8), "auto", workers=2).files
-    fast = read_figures([run_reader(LocalStore(tmp_path), files, workload(num_files=8, computation_time=0.06))],
-                        storage(num_files=8, computation_time=0.06))
-    slow = read_figures([run_reader(SlowStore(tmp_path, 0.25), files, workload(num_files=8, computation_time=0.02))],
-                        storage(num_files=8, computation_time=0.02))
+    fast = read_figures(
+        [run_reader(LocalStore(tmp_path), files, workload(num_files=8, computation_time=0.06))],
+        storage(num_files=8, computation_time=0.06),
+    )
+    slow = read_figures(
+        [run_reader(SlowStore(tmp_path, 0.25), files, workload(num_files=8, computation_time=0.02))],
+        storage(num_files=8, computation_time=0.02),
+    )
     assert fast.au_percent_mean > 90 and fast.au_pass is True, fast
     assert slow.au_percent_mean < 70 and slow.au_pass is False, slow
     assert slow.data_wait_fraction > 0.3 > fast.data_wait_fraction
@@ -116,15 +133,18 @@ def test_au_drops_when_storage_cannot_keep_up(tmp_path):
 
 
 def fake_client(client, latencies, samples, wall):
-    epoch = EpochStats(1, steps=samples // 4, samples=samples, bytes=samples * 1000.0, wall_s=wall,
-                       compute_s=wall * 0.95)
+    epoch = EpochStats(
+        1, steps=samples // 4, samples=samples, bytes=samples * 1000.0, wall_s=wall, compute_s=wall * 0.95
+    )
     requests = [Request(f"k{i}", 1, 4000, ms, 0.0) for i, ms in enumerate(latencies)]
     return ReaderResult(client, [epoch], requests, cpu_s=0.5)
 
 
 def test_clients_merge_sums_throughput_and_pools_latencies():
-    results = [fake_client(0, [1.0] * 100, samples=400, wall=2.0),
-               fake_client(1, [3.0] * 99 + [100.0], samples=200, wall=1.0)]
+    results = [
+        fake_client(0, [1.0] * 100, samples=400, wall=2.0),
+        fake_client(1, [3.0] * 99 + [100.0], samples=200, wall=1.0),
+    ]
     merged = read_figures(results, storage(computation_time=0.1))
     assert merged.samples_per_second == pytest.approx(200 + 200)
     assert merged.read_mb_per_second == pytest.approx((400_000 / 2 + 200_000 / 1) / 1e6)

@@ -24,10 +24,17 @@ from bench.storage.local import LocalStore
 
 
 def storage(*overrides: str):
-    return compose("mode=storage", "storage.workload.num_files=4", "storage.workload.samples_per_file=4",
-                   "storage.workload.record_size=3000", "storage.workload.batch_size=4",
-                   "storage.workload.read_threads=2", "storage.workload.checkpoint_size_mb=0",
-                   "storage.workload.format=tfrecord", *overrides).storage
+    return compose(
+        "mode=storage",
+        "storage.workload.num_files=4",
+        "storage.workload.samples_per_file=4",
+        "storage.workload.record_size=3000",
+        "storage.workload.batch_size=4",
+        "storage.workload.read_threads=2",
+        "storage.workload.checkpoint_size_mb=0",
+        "storage.workload.format=tfrecord",
+        *overrides,
+    ).storage
 
 
 def flip(path, where: int) -> None:
@@ -81,17 +88,25 @@ def test_verify_records_false_is_a_ceiling_not_an_mlperf_result_and_jpeg_decodin
     _, _, why = qualification(RunFigures(mlperf_au_pass=True), storage("storage.workload.computation_time=0.1"), 1, 1)
     assert "verify_records" not in why
     with pytest.raises(ConfigError) as info:
-        storage("storage.workload.format=jpeg", "storage.workload.samples_per_file=1", "storage.workload.batch_size=1",
-                "storage.workload.jpeg_decode=true", "storage.workload.verify_records=false")
+        storage(
+            "storage.workload.format=jpeg",
+            "storage.workload.samples_per_file=1",
+            "storage.workload.batch_size=1",
+            "storage.workload.jpeg_decode=true",
+            "storage.workload.verify_records=false",
+        )
     assert info.value.key == "storage.workload.jpeg_decode"
 
 
 @pytest.mark.parametrize("piece", [1, 5, 12, 13, 3000, 3016, 7777])
-@pytest.mark.parametrize("where,words", [
-    (3016 + 2, "bad length checksum of the record at byte 3016"),  # record 1's length field
-    (3016 + 9, "bad length checksum of the record at byte 3016"),  # its length's checksum
-    (2 * 3016 - 2, "bad data checksum of the record at byte 3016"),  # its data's checksum
-])
+@pytest.mark.parametrize(
+    "where,words",
+    [
+        (3016 + 2, "bad length checksum of the record at byte 3016"),  # record 1's length field
+        (3016 + 9, "bad length checksum of the record at byte 3016"),  # its length's checksum
+        (2 * 3016 - 2, "bad data checksum of the record at byte 3016"),  # its data's checksum
+    ],
+)
 def test_tfrecord_framing_is_checked_wherever_a_piece_edge_falls(piece, where, words):
     spec = FileSpec("k", 0, 3, 3000)
     data = bytearray(b"".join(frame(os.urandom(3000)) for _ in range(3)))
@@ -100,7 +115,7 @@ def test_tfrecord_framing_is_checked_wherever_a_piece_edge_falls(piece, where, w
     stream = FrameStream(spec)
     with pytest.raises(CorruptFile, match=words):
         for at in range(0, len(data), piece):
-            stream.feed(memoryview(data)[at:at + piece])
+            stream.feed(memoryview(data)[at : at + piece])
         stream.finish()
 
 

@@ -32,8 +32,13 @@ def test_step_time_stats_flags_spread():
 
 
 def test_flatten_drops_secret_looking_keys():
-    flat = flatten({"storage": {"endpoint": "http://x", "secret_access_key": "s3cr3t", "aws_access_key_id": "AKIA"},
-                    "tracking": {"token": "t", "uri": "u"}, "data": {"batch_size": 8, "sizes": [1, 2]}})
+    flat = flatten(
+        {
+            "storage": {"endpoint": "http://x", "secret_access_key": "s3cr3t", "aws_access_key_id": "AKIA"},
+            "tracking": {"token": "t", "uri": "u"},
+            "data": {"batch_size": 8, "sizes": [1, 2]},
+        }
+    )
     assert flat == {"storage.endpoint": "http://x", "tracking.uri": "u", "data.batch_size": 8, "data.sizes": [1, 2]}
 
 
@@ -42,19 +47,24 @@ def test_redact_uri_hides_credentials():
     assert redact_uri("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
 
 
-@pytest.mark.parametrize("text, shown", [
-    ("http://user:pw@mlflow.example:5000/x", "http://***@mlflow.example:5000/x"),
-    ("rdzv at u:pw@node0:29400 ok", "rdzv at ***@node0:29400 ok"),
-    ("'endpoint': 'u:p@h:1'", "'endpoint': '***@h:1'"),
-    ("http://h/?sig=abc&a=1", "http://h/?sig=***&a=1"),
-    ("https://b.s3/k?X-Amz-Credential=AK%2F1&X-Amz-Signature=ff&versionId=3",
-     "https://b.s3/k?X-Amz-Credential=***&X-Amz-Signature=***&versionId=3"),
-    ("u=http://h/?access_token=t1;jwt=t2 key", "u=http://h/?access_token=***;jwt=*** key"),
-    ("git@github.com:org/repo and a@b.c stay", "git@github.com:org/repo and a@b.c stay"),
-    ("checkpoint.on_signal=true, http://h/?page=2", "checkpoint.on_signal=true, http://h/?page=2"),
-    ("the run reads env-secret-value-1 here", "the run reads *** here"),
-    ("PWD /work/path is not a secret", "PWD /work/path is not a secret"),
-])
+@pytest.mark.parametrize(
+    "text, shown",
+    [
+        ("http://user:pw@mlflow.example:5000/x", "http://***@mlflow.example:5000/x"),
+        ("rdzv at u:pw@node0:29400 ok", "rdzv at ***@node0:29400 ok"),
+        ("'endpoint': 'u:p@h:1'", "'endpoint': '***@h:1'"),
+        ("http://h/?sig=abc&a=1", "http://h/?sig=***&a=1"),
+        (
+            "https://b.s3/k?X-Amz-Credential=AK%2F1&X-Amz-Signature=ff&versionId=3",
+            "https://b.s3/k?X-Amz-Credential=***&X-Amz-Signature=***&versionId=3",
+        ),
+        ("u=http://h/?access_token=t1;jwt=t2 key", "u=http://h/?access_token=***;jwt=*** key"),
+        ("git@github.com:org/repo and a@b.c stay", "git@github.com:org/repo and a@b.c stay"),
+        ("checkpoint.on_signal=true, http://h/?page=2", "checkpoint.on_signal=true, http://h/?page=2"),
+        ("the run reads env-secret-value-1 here", "the run reads *** here"),
+        ("PWD /work/path is not a secret", "PWD /work/path is not a secret"),
+    ],
+)
 def test_one_redaction_rule(monkeypatch, text, shown):
     from bench.secrets import redact
 
@@ -67,11 +77,15 @@ def test_credentials_on_the_command_line_are_refused_without_their_value():
     from bench.secrets import command_line_problem, looks_secret
 
     assert looks_secret("tracking.pwd") and looks_secret("+a.pass") and looks_secret("x.api_key")
-    assert not looks_secret("checkpoint.on_signal") and not looks_secret("hydra.job.config.override_dirname.exclude_keys")
-    for arg, shown in [("+tracking.pwd=S3CRET", "tracking.pwd=<hidden>"),
-                       ("distributed.rdzv_endpoint=u:S3CRET@h:1", "<hidden: it carries credentials>"),
-                       ("storage.endpoint=http://h/?X-Amz-Signature=S3CRET", "<hidden: it carries credentials>"),
-                       ("tracking.run_name=${oc.env:MY_TOKEN}", "tracking.run_name='${oc.env:MY_TOKEN}'")]:
+    assert not looks_secret("checkpoint.on_signal") and not looks_secret(
+        "hydra.job.config.override_dirname.exclude_keys"
+    )
+    for arg, shown in [
+        ("+tracking.pwd=S3CRET", "tracking.pwd=<hidden>"),
+        ("distributed.rdzv_endpoint=u:S3CRET@h:1", "<hidden: it carries credentials>"),
+        ("storage.endpoint=http://h/?X-Amz-Signature=S3CRET", "<hidden: it carries credentials>"),
+        ("tracking.run_name=${oc.env:MY_TOKEN}", "tracking.run_name='${oc.env:MY_TOKEN}'"),
+    ]:
         problem = command_line_problem(["model=resnet18", arg])
         assert problem and shown in problem and "S3CRET" not in problem
     assert command_line_problem(["tracking.run_name=${oc.env:USER}", "hydra.searchpath=[file:///a/b]"]) is None
@@ -103,8 +117,9 @@ def test_installed_packages_read_from_metadata_heads_match_the_full_parser(tmp_p
 
     from bench.tracking.environment import _name_and_version, installed_packages
 
-    full = sorted({f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]},
-                  key=str.lower)
+    full = sorted(
+        {f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]}, key=str.lower
+    )
     assert installed_packages() == full and any(p.startswith("torch==") for p in full)
     odd = tmp_path / "odd-1.0.dist-info"
     odd.mkdir()
@@ -179,19 +194,28 @@ def test_tracker_stops_after_first_failure_with_one_warning(tmp_path, caplog):
 # --- which launcher starts a run's ranks (bench.launch.select_launcher) --------------------------
 
 
-@pytest.mark.parametrize("overrides, env, in_sweep, expected, reports", [
-    ([], {}, False, "InProcess", True),
-    (["distributed=ddp"], {}, False, "InProcess", True),  # one process: the scaling baseline
-    (["distributed=ddp"], {}, True, "Elastic", True),  # every sweep job runs in processes of its own
-    (["distributed=ddp", "distributed.nproc_per_node=2"], {}, False, "Elastic", True),
-    (["distributed=ddp", "distributed.nnodes=2", "distributed.node_rank=1", "distributed.rdzv_endpoint=h:1"], {},
-     False, "Elastic", False),  # a follower node trains, node 0 reports
-    (["distributed=ddp"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, False, "Joined", True),
-    (["distributed=ddp"], {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, False, "Joined", False),
-    (["distributed=single"], {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, False, "InProcess", True),
-])
-def test_select_launcher_is_the_one_place_that_decides(compose, monkeypatch, overrides, env, in_sweep, expected,
-                                                       reports):
+@pytest.mark.parametrize(
+    "overrides, env, in_sweep, expected, reports",
+    [
+        ([], {}, False, "InProcess", True),
+        (["distributed=ddp"], {}, False, "InProcess", True),  # one process: the scaling baseline
+        (["distributed=ddp"], {}, True, "Elastic", True),  # every sweep job runs in processes of its own
+        (["distributed=ddp", "distributed.nproc_per_node=2"], {}, False, "Elastic", True),
+        (
+            ["distributed=ddp", "distributed.nnodes=2", "distributed.node_rank=1", "distributed.rdzv_endpoint=h:1"],
+            {},
+            False,
+            "Elastic",
+            False,
+        ),  # a follower node trains, node 0 reports
+        (["distributed=ddp"], {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0"}, False, "Joined", True),
+        (["distributed=ddp"], {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, False, "Joined", False),
+        (["distributed=single"], {"RANK": "1", "WORLD_SIZE": "2", "LOCAL_RANK": "1"}, False, "InProcess", True),
+    ],
+)
+def test_select_launcher_is_the_one_place_that_decides(
+    compose, monkeypatch, overrides, env, in_sweep, expected, reports
+):
     from bench.launch.select import select_launcher
 
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
@@ -229,7 +253,9 @@ def test_a_killed_rank_is_named_with_its_signal(tmp_path):
 
     from bench.launch.failures import describe_failure
 
-    killed = ChildFailedError("bench", {1: _failure(1, 222, -9, tmp_path), 0: _failure(0, 111, 1, tmp_path, "peer gone")})
+    killed = ChildFailedError(
+        "bench", {1: _failure(1, 222, -9, tmp_path), 0: _failure(0, 111, 1, tmp_path, "peer gone")}
+    )
     assert describe_failure(killed) == "worker rank 1 (pid 222) was killed by SIGKILL"
 
 
@@ -240,10 +266,14 @@ def test_the_reapers_own_kill_is_never_the_cause(tmp_path):
 
     from bench.launch.failures import describe_failure
 
-    exc = ChildFailedError("bench", {0: _failure(0, 111, 1, tmp_path, "RuntimeError: Timed out waiting 8000ms"),
-                                     1: _failure(1, 222, -9, tmp_path)})
-    assert describe_failure(exc, killed=[222]) == \
-        "worker rank 0 (pid 111) exited with code 1: RuntimeError: Timed out waiting 8000ms"
+    exc = ChildFailedError(
+        "bench",
+        {0: _failure(0, 111, 1, tmp_path, "RuntimeError: Timed out waiting 8000ms"), 1: _failure(1, 222, -9, tmp_path)},
+    )
+    assert (
+        describe_failure(exc, killed=[222])
+        == "worker rank 0 (pid 111) exited with code 1: RuntimeError: Timed out waiting 8000ms"
+    )
     assert "SIGKILL" in describe_failure(exc)  # without knowing, the signal would have been blamed
 
 
@@ -262,11 +292,17 @@ def test_a_stopped_rank_is_named_not_the_peer_that_timed_out(tmp_path):
 
     from bench.launch.failures import describe_failure
 
-    exc = ChildFailedError("bench", {0: _failure(0, 111, 1, tmp_path, "RuntimeError: Application timeout caused pair closure"),
-                                     1: _failure(1, 222, -9, tmp_path)})
+    exc = ChildFailedError(
+        "bench",
+        {
+            0: _failure(0, 111, 1, tmp_path, "RuntimeError: Application timeout caused pair closure"),
+            1: _failure(1, 222, -9, tmp_path),
+        },
+    )
     assert describe_failure(exc, killed=[222], stopped=(1, 222)) == (
         "worker rank 1 (pid 222) was stopped (SIGSTOP or a debugger) and stopped stepping; rank 0 then gave up "
-        "waiting for it after distributed.timeout_s: RuntimeError: Application timeout caused pair closure")
+        "waiting for it after distributed.timeout_s: RuntimeError: Application timeout caused pair closure"
+    )
 
 
 def test_the_final_line_is_strict_json_even_with_non_finite_figures():
@@ -330,7 +366,12 @@ def test_environment_records_cuda_cudnn_nccl_and_driver_versions_cuda_mocked(mon
 
     env = collect_environment()
     assert (env["cuda"], env["cudnn"], env["nccl"], env["gpu_driver"]) == ("12.8", "91002", "2.27.3", "580.95.05")
-    assert (env["gpu_name"], env["gpu_count"], env["gpu_capability"], env["gpu_memory_mb"]) == ("NVIDIA H200", 1, "9.0", 143771)
+    assert (env["gpu_name"], env["gpu_count"], env["gpu_capability"], env["gpu_memory_mb"]) == (
+        "NVIDIA H200",
+        1,
+        "9.0",
+        143771,
+    )
     monkeypatch.setattr(torch.cuda.nccl, "version", lambda: 2708)  # older torch: one int
     assert collect_environment()["nccl"] == "2708"
 
@@ -356,7 +397,12 @@ def test_the_ui_figure_is_rounded_to_four_significant_digits_and_sweeps_say_how_
     from bench.tracking.store import rounded
 
     assert [rounded(v) for v in (4692.43, 7.32608716, 284.62942742846934, 0.00123456, 0.0)] == [
-        4692, 7.326, 284.6, 0.001235, 0.0]
+        4692,
+        7.326,
+        284.6,
+        0.001235,
+        0.0,
+    ]
     assert failure_sentence(4, 0, ["x"]) == ""
     assert failure_sentence(4, 4, ["", "TypeError: bad"]) == "all 4 jobs failed: TypeError: bad"
     assert failure_sentence(4, 1) == "1 of 4 jobs failed"

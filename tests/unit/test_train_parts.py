@@ -5,6 +5,7 @@ fixture), never from hand-built dicts."""
 
 from __future__ import annotations
 
+import itertools
 import logging
 from pathlib import Path
 
@@ -15,8 +16,8 @@ import torchvision
 from bench import config_dir
 from bench.config import compose
 from bench.errors import ConfigError
-from bench.train.optim import build_optimizer, effective_lr
 from bench.runtime.precision import build_precision
+from bench.train.optim import build_optimizer, effective_lr
 from bench.train.schedules import build_scheduler, lr_factor_fn
 
 CONF = Path(config_dir())
@@ -55,6 +56,7 @@ def model() -> torch.nn.Module:
 
 
 # --- lr_factor_fn ---------------------------------------------------------------------------
+
 
 def test_warmup_is_linear_from_start_factor_to_one():
     cfg = sched("constant", lr_warmup_steps=10, warmup_start_factor=0.1)
@@ -108,7 +110,7 @@ def test_cosine_goes_from_one_to_min_lr_ratio():
     assert f(total) == pytest.approx(floor)
     assert f(total + 10) == pytest.approx(floor)  # clamped past the end
     values = [f(s) for s in range(total + 1)]
-    assert all(a >= b for a, b in zip(values, values[1:]))
+    assert all(a >= b for a, b in itertools.pairwise(values))
 
 
 def test_cosine_with_warmup_starts_decay_after_warmup():
@@ -218,6 +220,7 @@ def test_optimizer_step_decays_weights_but_not_bn_or_bias():
 
 # --- effective_lr ---------------------------------------------------------------------------
 
+
 def test_effective_lr_linear_scaling_rule():
     sgd = optim("sgd", lr=0.1)
     assert effective_lr(sgd, sched("constant", scale_lr=True), global_batch=1024) == pytest.approx(0.4)
@@ -226,6 +229,7 @@ def test_effective_lr_linear_scaling_rule():
 
 
 # --- onecycle ---------------------------------------------------------------------------------
+
 
 @pytest.mark.parametrize("name", ["sgd", "adagrad", "adam", "adadelta"])
 def test_onecycle_runs_total_steps(model, name):
@@ -266,6 +270,7 @@ def test_onecycle_warmup_steps_sets_the_rising_phase(model):
 
 # --- build_precision on the CPU -------------------------------------------------------------
 
+
 def test_fp32_on_cpu_has_no_autocast():
     policy = build_precision(precision("fp32"), CPU)
     assert policy.autocast_dtype is None
@@ -276,8 +281,13 @@ def test_fp32_on_cpu_has_no_autocast():
         assert not torch.is_autocast_enabled("cpu")
         out = torch.nn.Conv2d(3, 4, 3)(torch.randn(1, 3, 8, 8))
     assert out.dtype == torch.float32
-    assert policy.describe() == {"precision": "fp32", "autocast_dtype": "none", "grad_scaler": False,
-                                 "tf32": False, "channels_last": False}
+    assert policy.describe() == {
+        "precision": "fp32",
+        "autocast_dtype": "none",
+        "grad_scaler": False,
+        "tf32": False,
+        "channels_last": False,
+    }
 
 
 def test_bf16_on_cpu_autocasts_conv_to_bfloat16():
@@ -321,6 +331,7 @@ def test_channels_last_memory_format(option):
 
 
 # --- CUDA branches with torch.cuda mocked (no GPU needed) -----------------------------------
+
 
 def test_bf16_refused_on_gpu_without_bf16__mocked_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda *args, **kwargs: False)
@@ -399,13 +410,17 @@ def test_float16_autocast_on_cpu_blames_the_key_that_is_wrong():
     assert "precision='fp32'" not in str(info.value)
 
 
-@pytest.mark.parametrize("overrides, key", [
-    (["cpu_threads=1000"], "cpu_threads"),
-    (["data.num_workers=1000"], "data.num_workers"),
-    (["distributed=ddp", "distributed.nproc_per_node=1000"], "distributed.nproc_per_node"),
-    (["data.batch_size=1000000000"], "data.batch_size"),
-    (["data.image_size=100000"], "data.image_size"),
-], ids=lambda v: v[-1] if isinstance(v, list) else v)
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (["cpu_threads=1000"], "cpu_threads"),
+        (["data.num_workers=1000"], "data.num_workers"),
+        (["distributed=ddp", "distributed.nproc_per_node=1000"], "distributed.nproc_per_node"),
+        (["data.batch_size=1000000000"], "data.batch_size"),
+        (["data.image_size=100000"], "data.image_size"),
+    ],
+    ids=lambda v: v[-1] if isinstance(v, list) else v,
+)
 def test_what_cannot_fit_the_machine_is_refused_naming_the_key(overrides, key):
     from bench.train.preflight import check_training
 
