@@ -733,6 +733,9 @@ class Browser:
         self.driver = driver
 
     def open(self, path: Path) -> Page:
+        # the log holds what earlier pages of this session's browser said (an MLflow UI another test
+        # opened): drained first, so the page's own messages are the ones judged
+        self.driver.get_log("browser")
         self.driver.get(path.resolve().as_uri())
         images = self.driver.execute_script(
             "return [...document.images].map(i => [i.complete, i.naturalWidth, i.alt || i.src.slice(0, 40)])"

@@ -143,6 +143,7 @@ def start_forkserver_deaf_to_ctrl_c() -> None:
     import threading
     from multiprocessing import forkserver
 
+    make_multiprocessing_temp_dir()  # the forkserver's socket goes there: a short enough path first
     if threading.current_thread() is not threading.main_thread():
         forkserver.ensure_running()
     else:
