@@ -30,7 +30,7 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, cast
 
 from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
@@ -267,7 +267,7 @@ def _local_jobs_die_with_this_process() -> None:
     import submitit.local.local as local
 
     if not isinstance(local.subprocess, _ControllersDieWithThisProcess):
-        local.subprocess = _ControllersDieWithThisProcess(local.subprocess)  # type: ignore[assignment]
+        cast(Any, local).subprocess = _ControllersDieWithThisProcess(local.subprocess)  # a module, not a type
 
 
 def _raise_interrupted(signum: int, _frame: Any) -> None:
