@@ -7,7 +7,7 @@ in the order the radix_metrics keys have always had."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Callable, Dict, Optional
 
 
 @dataclass
@@ -30,9 +30,10 @@ class CheckpointWrite:
         }
 
     @classmethod
-    def read(cls, group: Mapping[str, Any]) -> "CheckpointWrite":
-        """The write's figures, read back from a record's spread group (run_summary.json, MLflow)."""
-        return cls(**{f.name: group.get(f.name) for f in fields(cls)})
+    def read(cls, figure: Callable[[str], Any]) -> "CheckpointWrite":
+        """The write's figures, read back from a record (`TrainMetrics.figure`: whichever spread group
+        a figure landed in, run_summary.json and MLflow read back included; None where absent)."""
+        return cls(**{f.name: figure(f.name) for f in fields(cls)})
 
 
 @dataclass
