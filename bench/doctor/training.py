@@ -12,6 +12,7 @@ from typing import List, Optional, Sequence
 
 from bench.config import BenchConfig, compose
 from bench.doctor.figures import Rung
+from bench.doctor.rung_figures import TrainingFigures
 from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, interruption_in
 
 log = logging.getLogger("bench.doctor")
@@ -107,14 +108,14 @@ class TrainingRuns:
             record.parameters,
         )
         rung.fit, rung.unfit_because = record.fit_to_measure, record.fit_reasons or ""
-        rung.figures = {
-            "measured_steps": record.measured_steps,
-            "batch_size": record.batch_size,
-            "world_size": record.world_size,
-            "precision": record.precision,
-            "channels_last": record.channels_last,
-            "device": record.device,
-        }
+        rung.figures = TrainingFigures(
+            measured_steps=record.measured_steps,
+            batch_size=record.batch_size,
+            world_size=record.world_size,
+            precision=record.precision,
+            channels_last=record.channels_last,
+            device=record.device,
+        )
         return rung
 
 
