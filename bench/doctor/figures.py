@@ -96,7 +96,6 @@ class Diagnosis:
         return next((r for r in self.rungs if r.name == name), None)
 
     def to_json(self) -> Dict[str, Any]:
-        data = asdict(self)
-        for rung, written in zip(self.rungs, data["rungs"], strict=True):
-            written["figures"] = rung.figures_json()
+        data = asdict(self)  # each rung's figures as doctor.json has them (an unset note left out)
+        data.update(rungs=[{**asdict(rung), "figures": rung.figures_json()} for rung in self.rungs])
         return data
