@@ -27,6 +27,7 @@ from bench.secrets import redact, scrub
 
 if TYPE_CHECKING:
     from bench.scenarios import Launcher, Report, Scenario, Tracker
+    from bench.tracking.sweep_job import SweepJob
 
 log = logging.getLogger("bench")
 INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)
@@ -51,8 +52,8 @@ def run_from_hydra(cfg: DictConfig) -> int:
     sweep_job = current_job(hydra_cfg) if in_sweep else None
     out_dir, launch_dir = Path(hydra_cfg.runtime.output_dir), Path(hydra_cfg.runtime.cwd)
     _scrub_saved_config(hydra_cfg, out_dir, in_sweep)
-    if sweep_job and sweep_job["launch_dir"]:  # a job on another node: the sweep's directory, for the default store
-        launch_dir = Path(sweep_job["launch_dir"])
+    if sweep_job and sweep_job.launch_dir:  # a job on another node: the sweep's directory, for the default store
+        launch_dir = Path(sweep_job.launch_dir)
     # as typed: list() would resolve them, and data.batch_size=${oops} would fail here, outside `load`
     overrides = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False) or []]
     try:
@@ -82,11 +83,10 @@ def run(
     out_dir: Path,
     launch_dir: Path,
     overrides: Optional[List[str]] = None,
-    sweep_job: Optional[Mapping[str, Any]] = None,
+    sweep_job: Optional[SweepJob] = None,
 ) -> int:
-    """Run one benchmark; returns the process exit code. `sweep_job` (parent run id, job
-    number) is set for the jobs of a multirun: a job that cannot start still leaves a FAILED
-    child run with the reason."""
+    """Run one benchmark; returns the process exit code. `sweep_job` is set for the jobs of a
+    multirun: a job that cannot start still leaves a FAILED child run with the reason."""
     from bench.scenarios import has_ranks, scenario_for
 
     overrides = overrides or []
@@ -180,7 +180,7 @@ def _tracker(
     launch_dir: Path,
     environment: Mapping[str, Any],
     overrides: List[str],
-    sweep_job: Optional[Mapping[str, Any]],
+    sweep_job: Optional[SweepJob],
     out_dir: Optional[Path] = None,
 ) -> "Tracker":
     from bench.tracking.tracker import open_run
@@ -197,9 +197,7 @@ def _tracker(
     )
 
 
-def _raw_tracker(
-    cfg: DictConfig, launch_dir: Path, overrides: List[str], sweep_job: Optional[Mapping[str, Any]]
-) -> "Tracker":
+def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str], sweep_job: Optional[SweepJob]) -> "Tracker":
     """A sweep job whose config does not load: its child run, from what the composed config says."""
     from bench.config.run import TrackingConfig
     from bench.tracking.tracker import open_run
@@ -215,9 +213,7 @@ def _raw_tracker(
     return open_run(tracking, launch_dir, "refused", params, {}, overrides, sweep_job)
 
 
-def _refuse(
-    exc: BenchError, out_dir: Path, sweep_job: Optional[Mapping[str, Any]], tracker: Callable[[], "Tracker"]
-) -> int:
+def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[SweepJob], tracker: Callable[[], "Tracker"]) -> int:
     """A run that cannot start: one line, no MLflow run (a sweep job still gets its FAILED
     child and an error.txt, so the sweep report says why)."""
     problem = str(exc)
@@ -227,7 +223,7 @@ def _refuse(
             write_error(out_dir, problem)
         except OSError as failed:
             log.warning("could not write %s: %s", out_dir / "error.txt", failed)
-        if sweep_job.get("parent_run_id"):
+        if sweep_job.parent_run_id:
             tracker().finish("FAILED", error=problem)
     return exc.exit_code
 

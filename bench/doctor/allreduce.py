@@ -16,6 +16,7 @@ import torch.multiprocessing as mp
 
 from bench.config import BenchConfig
 from bench.doctor.figures import ALLREDUCE, Rung
+from bench.doctor.rung_figures import AllreduceFigures
 
 WARMUP, ITERATIONS = 2, 5
 
@@ -69,15 +70,15 @@ def allreduce_rung(config: BenchConfig, parameters: int, step_ms: float | None) 
     )
     seconds = out.get()
     size = parameters * 4
-    rung.figures = {
-        "milliseconds": seconds * 1000,
-        "megabytes": size / 1e6,
-        "processes": world,
-        "backend": backend,
-        "bus_gigabytes_per_second": size / seconds * 2 * (world - 1) / world / 1e9,
-        "step_ms": step_ms,
-        "share_of_step": seconds * 1000 / step_ms if step_ms else None,
-        "nodes_measured": 1 if config.distributed.nnodes > 1 else None,
-    }
+    rung.figures = AllreduceFigures(
+        milliseconds=seconds * 1000,
+        megabytes=size / 1e6,
+        processes=world,
+        backend=backend,
+        bus_gigabytes_per_second=size / seconds * 2 * (world - 1) / world / 1e9,
+        step_ms=step_ms,
+        share_of_step=seconds * 1000 / step_ms if step_ms else None,
+        nodes_measured=1 if config.distributed.nnodes > 1 else None,
+    )
     rung.seconds = time.perf_counter() - started
     return rung

@@ -6,6 +6,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional
 
+from bench.doctor.rung_figures import RungFigures
+
 COMPUTE, LOADER, STORAGE, FULL, ALLREDUCE = "compute", "loader", "storage", "full", "allreduce"
 RUNG_TITLES = {
     COMPUTE: "compute ceiling (synthetic data on the device)",
@@ -19,7 +21,8 @@ RUNG_TITLES = {
 @dataclass
 class Rung:
     """One measurement. `images_per_second` is what this part alone can give (None: not a rate,
-    or skipped); `skipped` says why a rung did not run; `figures` holds the rest, named."""
+    or skipped); `skipped` says why a rung did not run; `figures` holds the rest, typed by rung
+    (bench.doctor.rung_figures; None: nothing measured)."""
 
     name: str
     images_per_second: Optional[float] = None
@@ -27,7 +30,7 @@ class Rung:
     skipped: str = ""
     failed: str = ""
     run_id: Optional[str] = None
-    figures: Dict[str, Any] = field(default_factory=dict)
+    figures: Optional[RungFigures] = None
     # a training rung's own figures, typed: its step time, data-wait share, model size, and whether
     # the machine was fit to measure during its window (bench.machine.fitness) and why not
     step_ms: Optional[float] = None
@@ -43,6 +46,10 @@ class Rung:
     @property
     def measured(self) -> bool:
         return not self.skipped and not self.failed
+
+    def figures_json(self) -> Dict[str, Any]:
+        """doctor.json's "figures" of this rung ({} when it measured none)."""
+        return self.figures.to_json() if self.figures is not None else {}
 
 
 @dataclass
@@ -89,4 +96,6 @@ class Diagnosis:
         return next((r for r in self.rungs if r.name == name), None)
 
     def to_json(self) -> Dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)  # each rung's figures as doctor.json has them (an unset note left out)
+        data.update(rungs=[{**asdict(rung), "figures": rung.figures_json()} for rung in self.rungs])
+        return data

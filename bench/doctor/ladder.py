@@ -11,6 +11,7 @@ from typing import Callable, List, Sequence
 
 from bench.config import BenchConfig
 from bench.doctor.figures import COMPUTE, FULL, LOADER, Diagnosis, Rung, WhatIf
+from bench.doctor.rung_figures import LoaderFigures
 from bench.doctor.training import TrainingRuns, synthetic_twin
 from bench.doctor.verdict import diagnose, figures_verdict
 from bench.errors import BenchError, interruption_in
@@ -80,7 +81,7 @@ def climb(
 
     compute = add(runs.run("1-compute", COMPUTE, synthetic_twin(overrides, config), budget.window(COMPUTE)))
     loader = add(_guarded(LOADER, lambda: loader_rung(config, budget.window(LOADER))))
-    dataset_size = int(loader.figures.get("dataset_size") or 0)
+    dataset_size = (loader.figures.dataset_size if isinstance(loader.figures, LoaderFigures) else None) or 0
     add(_guarded("storage", lambda: storage_rung(config, budget.window("storage"), dataset_size)))
     full = add(runs.run("4-full", FULL, overrides, budget.window(FULL)))
     parameters = full.parameters or compute.parameters or 0

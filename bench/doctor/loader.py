@@ -21,6 +21,7 @@ import torch
 
 from bench.config import BenchConfig
 from bench.doctor.figures import LOADER, Rung
+from bench.doctor.rung_figures import LoaderFigures
 from bench.machine.cpu_time import cpu_seconds_with_children
 
 MIN_BATCHES = 3
@@ -58,17 +59,15 @@ def loader_rung(config: BenchConfig, window_s: float) -> Rung:
         batches.close()
     rung.images_per_second = images / seconds
     facts = getattr(batches, "facts", {})
-    rung.figures = {
-        "cpu_ms_per_image": cpu * 1000 / images,
-        "batches": count,
-        "workers": facts.get("data_workers"),
-        "dataset_size": facts.get("dataset_size"),
-    }
     split = stage_split(config, max(0.5, window_s / 2))
-    if split:
-        rung.figures["stage_cpu_ms"] = split
-    else:
-        rung.figures["stage_note"] = f"the stages of data={config.data.name} are not split by the doctor"
+    rung.figures = LoaderFigures(
+        cpu_ms_per_image=cpu * 1000 / images,
+        batches=count,
+        workers=facts.get("data_workers"),
+        dataset_size=facts.get("dataset_size"),
+        stage_cpu_ms=split or None,
+        stage_note=None if split else f"the stages of data={config.data.name} are not split by the doctor",
+    )
     rung.seconds = time.perf_counter() - started
     return rung
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any, Dict, List, Optional
 
 from bench.doctor.figures import COMPUTE, Diagnosis, Rung, WhatIf
+from bench.doctor.rung_figures import AllreduceFigures, LoaderFigures, StorageFigures
 from bench.doctor.verdict import budget_line, short_reason
 from bench.results import write_text
 
@@ -31,30 +32,30 @@ def _details(rung: Rung) -> str:
         return f"skipped: {short_reason(rung.skipped)}"
     if rung.failed:
         return f"failed: {short_reason(rung.failed)}"
-    if rung.name == "loader":
-        stages = f.get("stage_cpu_ms") or {}
+    if isinstance(f, LoaderFigures):
+        stages = f.stage_cpu_ms or {}
         split = ", ".join(f"{s} {stages[s]:.2f}" for s in STAGES if s in stages)
-        said = f"; CPU ms/image by stage: {split}" if split else f"; {f.get('stage_note', '')}"
-        return f"{f['cpu_ms_per_image']:.2f} CPU ms/image, {f.get('workers')} workers{said}"
-    if rung.name == "storage":
-        cold, warm = f.get("cold_megabytes_per_second") or 0, f.get("warm_megabytes_per_second") or 0
-        count, kind = f["threads"], f.get("readers", "threads")  # how many readers, processes or threads
+        said = f"; CPU ms/image by stage: {split}" if split else f"; {f.stage_note or ''}"
+        return f"{f.cpu_ms_per_image:.2f} CPU ms/image, {f.workers} workers{said}"
+    if isinstance(f, StorageFigures):
+        cold, warm = f.cold_megabytes_per_second or 0, f.warm_megabytes_per_second or 0
+        count, kind = f.threads, f.readers  # how many readers, processes or threads
         readers = f"{count} reader {kind if count != 1 else {'processes': 'process', 'threads': 'thread'}[kind]}"
-        if f["cache"] == "remote":  # S3: one figure, no page cache of ours
+        if f.cache == "remote":  # S3: one figure, no page cache of ours
             return (
-                f"{f['megabytes_per_second'] or 0:,.0f} MB/s from {f['store']} "
-                f"({f['dataset_megabytes']:,.1f} MB in {f['dataset_files']} files), {readers}"
+                f"{f.megabytes_per_second or 0:,.0f} MB/s from {f.store} "
+                f"({f.dataset_megabytes:,.1f} MB in {f.dataset_files} files), {readers}"
             )
         return (
-            f"{cold:,.0f} MB/s cold, {warm:,.0f} MB/s warm ({f['cache']} used: "
-            f"{f['dataset_megabytes']:,.1f} MB in {f['dataset_files']} files), {readers}"
+            f"{cold:,.0f} MB/s cold, {warm:,.0f} MB/s warm ({f.cache} used: "
+            f"{f.dataset_megabytes:,.1f} MB in {f.dataset_files} files), {readers}"
         )
-    if rung.name == "allreduce":
-        share = f.get("share_of_step")
+    if isinstance(f, AllreduceFigures):
+        share = f.share_of_step
         return (
-            f"{f['megabytes']:,.1f} MB in {f['milliseconds']:,.1f} ms over {f['backend']} x{f['processes']}, "
-            f"{f['bus_gigabytes_per_second']:,.2f} GB/s bus"
-            + (f", {share:.0%} of a {f['step_ms']:,.1f} ms step" if share is not None else "")
+            f"{f.megabytes:,.1f} MB in {f.milliseconds:,.1f} ms over {f.backend} x{f.processes}, "
+            f"{f.bus_gigabytes_per_second:,.2f} GB/s bus"
+            + (f", {share:.0%} of a {f.step_ms or 0:,.1f} ms step" if share is not None else "")
         )
     fit = f"; not fit to measure: {rung.unfit_because}" if rung.fit is False else ""
     return f"step p50 {rung.step_ms or 0:,.1f} ms, data wait {rung.data_wait or 0:.0%}{fit}"

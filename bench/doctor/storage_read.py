@@ -18,7 +18,7 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Any, List, Sequence, Tuple
+from typing import Any, List, Optional, Sequence, Tuple
 
 import psutil
 
@@ -26,6 +26,7 @@ from bench.config import BenchConfig
 from bench.config.storage import RecordFormat
 from bench.config.storage_benchmark import StorageWorkloadConfig
 from bench.doctor.figures import STORAGE, Rung
+from bench.doctor.rung_figures import StorageFigures
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.order import file_order
 from bench.iobench.reader import run_reader, uses_processes
@@ -134,9 +135,10 @@ def storage_rung(config: BenchConfig, window_s: float, images_in_dataset: int) -
     # a JPEG folder is read a batch of images at a time; a shard set a shard at a time
     workload = read_workload(specs, threads, data.batch_size if data.name == "imagefolder" else 1, config.seed)
     images_per_byte = (images_in_dataset or len(specs)) / total
+    url: Optional[str] = None  # the store, said for a remote read only
     if not isinstance(store, LocalStore):  # S3: no page cache of ours to drop or warm, one figure
         files_read, read_bytes, seconds = passes(store, specs, workload, window_s, cold=False)
-        rung.figures = {"cache": "remote", "store": store.url}
+        cache, url = "remote", store.url
         cold = warm = (0, 0, 0.0)
     else:
         cold = passes(store, specs, workload, window_s / 2, cold=True)
@@ -147,19 +149,19 @@ def storage_rung(config: BenchConfig, window_s: float, images_in_dataset: int) -
         warm = passes(store, seen, warm_workload, window_s / 2, cold=False)
         fits = total < psutil.virtual_memory().available / 2
         files_read, read_bytes, seconds = warm if fits else cold
-        rung.figures = {"cache": "warm" if fits else "cold"}
+        cache, url = "warm" if fits else "cold", None
     rung.images_per_second = read_bytes * images_per_byte / seconds if seconds else None
-    rung.figures.update(
-        {
-            "megabytes_per_second": read_bytes / seconds / 1e6 if seconds else None,
-            "cold_megabytes_per_second": cold[1] / cold[2] / 1e6 if cold[2] else None,
-            "warm_megabytes_per_second": warm[1] / warm[2] / 1e6 if warm[2] else None,
-            "files_read": files_read,
-            "dataset_files": len(specs),
-            "dataset_megabytes": total / 1e6,
-            "threads": threads,  # the readers' number (the key it has had since it was threads only)
-            "readers": "processes" if uses_processes(store, specs, workload) else "threads",
-        }
+    rung.figures = StorageFigures(
+        cache=cache,
+        store=url,
+        megabytes_per_second=read_bytes / seconds / 1e6 if seconds else None,
+        cold_megabytes_per_second=cold[1] / cold[2] / 1e6 if cold[2] else None,
+        warm_megabytes_per_second=warm[1] / warm[2] / 1e6 if warm[2] else None,
+        files_read=files_read,
+        dataset_files=len(specs),
+        dataset_megabytes=total / 1e6,
+        threads=threads,
+        readers="processes" if uses_processes(store, specs, workload) else "threads",
     )
     rung.seconds = time.perf_counter() - started
     return rung

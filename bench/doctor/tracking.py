@@ -62,7 +62,7 @@ def log_rung(parent: Any, config: BenchConfig, rung: Rung) -> None:
         parent.uri, config.tracking.experiment, f"doctor-{rung.name}", tags, parent_run_id=parent.run_id
     )
     rate = {} if rung.images_per_second is None else {"images_per_second": rung.images_per_second}
-    child.log_metrics({**numbers(rung.figures), **rate})
+    child.log_metrics({**numbers(rung.figures_json()), **rate})
     child.finish("FAILED" if rung.failed else "FINISHED", error=rung.failed or None)
     rung.run_id = child.run_id
 

@@ -12,7 +12,9 @@ from typing import List, Optional, Sequence
 
 from bench.config import BenchConfig, compose
 from bench.doctor.figures import Rung
+from bench.doctor.rung_figures import TrainingFigures
 from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, interruption_in
+from bench.tracking.sweep_job import SweepJob
 
 log = logging.getLogger("bench.doctor")
 
@@ -85,7 +87,7 @@ class TrainingRuns:
             return rung
         job_dir = self.out_dir / job
         job_dir.mkdir(parents=True, exist_ok=True)
-        sweep_job = {"parent_run_id": self.parent_run_id, "job": job, "dir": str(self.out_dir), "tracking_down": None}
+        sweep_job = SweepJob(job=job, dir=str(self.out_dir), parent_run_id=self.parent_run_id)
         log.info("%s: %s", job, " ".join(overrides) or "(the defaults)")
         # the run's final line and log go to its directory: the doctor's stdout is its table
         with (job_dir / "stdout.txt").open("w") as out, contextlib.redirect_stdout(out):
@@ -107,14 +109,14 @@ class TrainingRuns:
             record.parameters,
         )
         rung.fit, rung.unfit_because = record.fit_to_measure, record.fit_reasons or ""
-        rung.figures = {
-            "measured_steps": record.measured_steps,
-            "batch_size": record.batch_size,
-            "world_size": record.world_size,
-            "precision": record.precision,
-            "channels_last": record.channels_last,
-            "device": record.device,
-        }
+        rung.figures = TrainingFigures(
+            measured_steps=record.measured_steps,
+            batch_size=record.batch_size,
+            world_size=record.world_size,
+            precision=record.precision,
+            channels_last=record.channels_last,
+            device=record.device,
+        )
         return rung
 
 

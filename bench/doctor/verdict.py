@@ -25,6 +25,7 @@ import re
 from typing import Dict, List, Optional, Tuple
 
 from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, Rung
+from bench.doctor.rung_figures import AllreduceFigures, LoaderFigures, StorageFigures
 
 NOISE = 0.2  # a part below the compute ceiling by less than this is not called the limit
 WAIT_SHARE = 0.25  # the full run waiting for data this share of its window is input-bound
@@ -40,7 +41,8 @@ def _rates(rungs: List[Rung]) -> Dict[str, float]:
 
 def top_stage(loader: Optional[Rung]) -> Optional[Tuple[str, float]]:
     """(stage, its share of the loader's CPU time per image), the largest, when the stages were split."""
-    stages = (loader.figures.get("stage_cpu_ms") if loader else None) or {}
+    figures = loader.figures if loader else None
+    stages = (figures.stage_cpu_ms if isinstance(figures, LoaderFigures) else None) or {}
     total = sum(stages.values())
     if not total:
         return None
@@ -131,9 +133,11 @@ def _diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
     if slowest and inputs[slowest] < (1 - NOISE) * c:
         if slowest == STORAGE:
             storage = by_name[STORAGE].figures
+            read = storage if isinstance(storage, StorageFigures) else None
+            rate = (read.megabytes_per_second if read else None) or 0
             return "storage-bound", (
-                f"storage-bound: the files under data.root read at {storage.get('megabytes_per_second', 0):,.0f} MB/s "
-                f"({storage.get('cache', '?')} cache), enough for {inputs[STORAGE]:,.0f} img/s; "
+                f"storage-bound: the files under data.root read at {rate:,.0f} MB/s "
+                f"({read.cache if read else '?'} cache), enough for {inputs[STORAGE]:,.0f} img/s; "
                 f"the model could take {c:,.0f}"
             )
         return (
@@ -143,11 +147,12 @@ def _diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
         )
     wait = by_name[FULL].data_wait or 0.0
     if LOADER in inputs and wait >= WAIT_SHARE:
-        loader = by_name[LOADER]
+        loaded = by_name[LOADER].figures
+        workers = loaded.workers if isinstance(loaded, LoaderFigures) else None
         how = (
             "with data.num_workers=0 the loader runs between the model's steps"
-            if loader.figures.get("workers") == 0
-            else f"{loader.figures.get('workers')} loader workers do not keep up"
+            if workers == 0
+            else f"{workers} loader workers do not keep up"
         )
         return "input-bound", (
             f"input-bound: the training waits for data {wait:.0%} of its time: {how} "
@@ -155,13 +160,13 @@ def _diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
         )
     if f >= (1 - NOISE) * c or not inputs:
         comm = by_name.get(ALLREDUCE)
-        said = comm.figures if comm and comm.measured else {}
-        share = said.get("share_of_step")
-        if share is not None and share >= COMM_SHARE:
+        said = comm.figures if comm and comm.measured else None
+        share = said.share_of_step if isinstance(said, AllreduceFigures) else None
+        if isinstance(said, AllreduceFigures) and share is not None and share >= COMM_SHARE:
             return "communication-bound", (
-                f"communication-bound: an all-reduce of the gradients alone takes {said['milliseconds']:,.1f} ms, "
-                f"{share:.0%} of the {said['step_ms']:,.1f} ms step "
-                f"({said['bus_gigabytes_per_second']:,.2f} GB/s bus bandwidth)"
+                f"communication-bound: an all-reduce of the gradients alone takes {said.milliseconds:,.1f} ms, "
+                f"{share:.0%} of the {said.step_ms or 0:,.1f} ms step "
+                f"({said.bus_gigabytes_per_second:,.2f} GB/s bus bandwidth)"
             )
         feeding = (
             f"; the input pipeline could give {min(inputs.values()):,.0f}"

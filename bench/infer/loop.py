@@ -24,6 +24,7 @@ import torch
 
 from bench.config import BenchConfig
 from bench.infer.result import InferResult
+from bench.machine.gpu_monitor import GpuFigures
 from bench.rank_context import RankContext
 from bench.runtime.device import peak_memory_bytes, prepare_process
 from bench.runtime.epoch_data import EpochData
@@ -73,7 +74,7 @@ def infer(
     if monitor is not None:
         monitor.start()
     windows = [_window(config, device, batches, forward, planned, on_step) for _ in range(config.benchmark.repeats)]
-    gpu = monitor.stop() if monitor is not None else {}
+    gpu = monitor.stop() if monitor is not None else GpuFigures()
     peak = peak_memory_bytes(device)
     files: List[Path] = []
     with SignalFlag(config.profile.enabled) as flag:  # a signal ends the profiled batches; the window is reported

@@ -61,7 +61,7 @@ def summarize(result: InferResult, config: BenchConfig, device: str, device_name
         device_name=device_name,
         **input_pipeline(wait_fraction),
         compile_fallback=result.compile.get("fallback_reason") or None,
-        gpu=dict(result.gpu),
+        gpu=result.gpu.figures(),
         extra=dict(result.extra),
         **repeat_figures(rates(result)),
         **record_fields(result.fit),

@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from bench.machine.gpu_monitor import GpuFigures
 from bench.results import SPREAD, Record
 
 if TYPE_CHECKING:
@@ -28,7 +29,7 @@ class InferResult:
     compile: Dict[str, Any]
     repeat_images: List[int] = field(default_factory=list)
     repeat_seconds: List[float] = field(default_factory=list)
-    gpu: Dict[str, float] = field(default_factory=dict)
+    gpu: GpuFigures = field(default_factory=GpuFigures)  # NVML samples and energy from the window
     extra: Dict[str, Any] = field(default_factory=dict)  # FLOPs per image, dataset facts
     files: List[str] = field(default_factory=list)  # the profiler's
     interrupted: Optional[str] = None  # the signal that cut the profiled batches short: the window stands, KILLED

@@ -17,7 +17,26 @@ import contextlib
 import os
 import threading
 import time
+from dataclasses import dataclass, fields
 from typing import Any, Dict, List, Optional
+
+
+@dataclass
+class GpuFigures:
+    """What the monitor measured in the window (all None: no GPU, no NVML, or no samples); the
+    energy pair only where the driver has the counter."""
+
+    gpu_util_mean_pct: Optional[float] = None
+    gpu_memory_used_max_mb: Optional[float] = None
+    gpu_power_mean_w: Optional[float] = None
+    gpu_sm_clock_mean_mhz: Optional[float] = None
+    gpu_samples: Optional[int] = None
+    energy_joules: Optional[float] = None
+    energy_power_mean_w: Optional[float] = None
+
+    def figures(self) -> Dict[str, Any]:
+        """The measured figures by name, in field order (the radix_metrics keys); none unmeasured."""
+        return {f.name: getattr(self, f.name) for f in fields(self) if getattr(self, f.name) is not None}
 
 
 def nvml_handle(nvml: Any, cuda_index: int) -> Any:
@@ -78,33 +97,29 @@ class GpuMonitor:
         while not self._stop.wait(self.interval_s):
             self._sample()
 
-    def stop(self) -> Dict[str, float]:
+    def stop(self) -> GpuFigures:
         if self._thread is None:
-            return {}
+            return GpuFigures()
         energy_end = self._energy_mj() if self._energy_start is not None else None
         self._stop.set()
         self._thread.join()
         self._sample()  # the window's end: a short window has its figures too
         with contextlib.suppress(Exception):  # the figures matter more than a clean NVML shutdown
             self._nvml.nvmlShutdown()
-        figures = self._energy_figures(energy_end)
+        energy = self._energy_figures(energy_end)
         if not self._samples:
-            return figures
+            return energy
         util, mem, power, clock = zip(*self._samples, strict=True)
         mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-        return {
-            "gpu_util_mean_pct": mean(util),
-            "gpu_memory_used_max_mb": max(mem),
-            "gpu_power_mean_w": mean(power),
-            "gpu_sm_clock_mean_mhz": mean(clock),
-            "gpu_samples": len(self._samples),
-            **figures,
-        }
+        energy.gpu_util_mean_pct, energy.gpu_memory_used_max_mb = mean(util), max(mem)
+        energy.gpu_power_mean_w, energy.gpu_sm_clock_mean_mhz = mean(power), mean(clock)
+        energy.gpu_samples = len(self._samples)
+        return energy
 
-    def _energy_figures(self, end: Optional[tuple]) -> Dict[str, float]:
+    def _energy_figures(self, end: Optional[tuple]) -> GpuFigures:
         if self._energy_start is None or end is None:
-            return {}
+            return GpuFigures()
         joules, seconds = (end[0] - self._energy_start[0]) / 1000.0, end[1] - self._energy_start[1]
         if joules < 0 or seconds <= 0:  # the counter wrapped or was reset by the driver
-            return {}
-        return {"energy_joules": joules, "energy_power_mean_w": joules / seconds}
+            return GpuFigures()
+        return GpuFigures(energy_joules=joules, energy_power_mean_w=joules / seconds)

@@ -17,6 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from bench.config import BenchConfig
 from bench.errors import ConfigProblem
 from bench.machine.fitness import MachineWatch, Verdict, affinity, oversubscription, usable_cores, wait_until_quiet
+from bench.machine.gpu_monitor import GpuFigures
 from bench.rank_context import RankContext
 
 FIELDS = (
@@ -72,8 +73,8 @@ class WindowMonitor:
             self.gpu_monitor.start()
         return self
 
-    def stop(self) -> Dict[str, Any]:
-        figures = self.gpu_monitor.stop() if self.gpu_monitor is not None else {}
+    def stop(self) -> GpuFigures:
+        figures = self.gpu_monitor.stop() if self.gpu_monitor is not None else GpuFigures()
         self.verdict = self.watch.stop()
         return figures
 

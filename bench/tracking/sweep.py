@@ -29,6 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence
 from hydra.experimental.callback import Callback
 
 from bench.secrets import redact, scrub
+from bench.tracking.sweep_job import SweepJob
 
 log = logging.getLogger("bench")
 
@@ -37,17 +38,17 @@ SWEEP_ENV = "BENCH_SWEEP"  # JSON: parent_run_id, launch_dir, tracking_down
 _state: Dict[str, Any] = {"tracker": None, "jobs": 0, "failed": 0, "owner": None, "experiment": None, "sweep_dir": None}
 
 
-def current_job(hydra_cfg: Any) -> Dict[str, Any]:
+def current_job(hydra_cfg: Any) -> SweepJob:
     """What a sweep job needs to log as a child of the sweep (or to skip tracking when the
     server did not answer the sweep's one probe), wherever the job runs."""
     carried = json.loads(os.environ.get(SWEEP_ENV) or "{}")
-    return {
-        "parent_run_id": carried.get("parent_run_id"),
-        "launch_dir": carried.get("launch_dir"),
-        "tracking_down": carried.get("tracking_down"),
-        "job": hydra_cfg.job.num,
-        "dir": hydra_cfg.sweep.dir,
-    }
+    return SweepJob(
+        job=hydra_cfg.job.num,
+        dir=hydra_cfg.sweep.dir,
+        parent_run_id=carried.get("parent_run_id"),
+        launch_dir=carried.get("launch_dir"),
+        tracking_down=carried.get("tracking_down"),
+    )
 
 
 def failed_jobs() -> int:

@@ -20,6 +20,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 from bench.secrets import flatten, redact  # flatten is re-exported (tests import it from here)
 from bench.tracking.probe import quiet_store_errors, store_error
 from bench.tracking.store import FAMILY_TAG, open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported
+from bench.tracking.sweep_job import SweepJob
 
 log = logging.getLogger(__name__)
 
@@ -228,7 +229,7 @@ def open_run(
     params: Mapping[str, Any],
     environment: Mapping[str, Any],
     overrides: Sequence[str],
-    sweep_job: Optional[Mapping[str, Any]] = None,
+    sweep_job: Optional[SweepJob] = None,
     out_dir: Optional[Path] = None,
 ) -> Tracker:
     """The MLflow run of one bench run (a child of the sweep's parent run in a multirun):
@@ -240,10 +241,10 @@ def open_run(
     if not tracking.enabled:
         return Tracker()
     uri = resolve_tracking_uri(tracking.uri, launch_dir)
-    if sweep_job and sweep_job.get("tracking_down"):  # the sweep probed once, at its start
-        log.info("no MLflow tracking for this job: %s", sweep_job["tracking_down"])
+    if sweep_job and sweep_job.tracking_down:  # the sweep probed once, at its start
+        log.info("no MLflow tracking for this job: %s", sweep_job.tracking_down)
         untracked = Tracker(uri=uri)
-        untracked.lost = sweep_job["tracking_down"]
+        untracked.lost = sweep_job.tracking_down
         return untracked
     bound_mlflow_retries()
     problem = probe(uri, tracking.probe_timeout_s)
@@ -261,12 +262,12 @@ def open_run(
     name = tracking.run_name or run_name
     parent = None
     if sweep_job:
-        parent = sweep_job.get("parent_run_id")
-        tags.update({"sweep.job": str(sweep_job["job"]), "sweep.dir": str(sweep_job["dir"])})
-        name = f"{name}-job{sweep_job['job']}"
+        parent = sweep_job.parent_run_id
+        tags.update({"sweep.job": str(sweep_job.job), "sweep.dir": str(sweep_job.dir)})
+        name = f"{name}-job{sweep_job.job}"
     tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent, warn=not tracking.required)
     tracker.out_dir = out_dir
-    tracker.name_suffix = f"-job{sweep_job['job']}" if sweep_job else ""
+    tracker.name_suffix = f"-job{sweep_job.job}" if sweep_job else ""
     if tracker.active:  # the store is writable (again): runs its errors left RUNNING here are closed
         from bench.tracking.stale_runs import close_stale
 

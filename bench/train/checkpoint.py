@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional
+from typing import Any, Callable, Optional
 
 from bench.config import BenchConfig
 from bench.rank_context import RankContext
 from bench.storage.base import serialize
 from bench.storage.registry import backend
+from bench.train.extras import CheckpointWrite
 
-Writer = Callable[[Any, Any], Dict[str, Any]]
+Writer = Callable[[Any, Any], CheckpointWrite]
 
 
 def checkpoint_writer(config: BenchConfig, out_dir: Path, ctx: RankContext) -> Optional[Writer]:
@@ -21,23 +22,21 @@ def checkpoint_writer(config: BenchConfig, out_dir: Path, ctx: RankContext) -> O
     store = backend(config.storage).checkpoint_store(out_dir)
     name = config.storage.checkpoint_name
 
-    def write(model: Any, optimizer: Any) -> Dict[str, Any]:
+    def write(model: Any, optimizer: Any) -> CheckpointWrite:
         """Its figures; a failure (a full disk) is reported, not raised: the measurement is done."""
         start = time.perf_counter()
         data = serialize({"model": model.state_dict(), "optimizer": optimizer.state_dict()})
         try:
             store.put(name, data)  # all or nothing, fsync'd on a local disk (storage.fsync)
         except Exception as exc:  # any backend's write error
-            return {
-                "checkpoint_error": f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc} "
-                f"({store.url}/{name})"
-            }
+            reason = getattr(exc, "strerror", None) or exc
+            return CheckpointWrite(checkpoint_error=f"{type(exc).__name__}: {reason} ({store.url}/{name})")
         seconds = time.perf_counter() - start
-        return {
-            "checkpoint_path": f"{store.url}/{name}",
-            "checkpoint_bytes": len(data),
-            "checkpoint_write_seconds": seconds,
-            "checkpoint_write_gbps": len(data) / seconds / 1e9,
-        }
+        return CheckpointWrite(
+            checkpoint_path=f"{store.url}/{name}",
+            checkpoint_bytes=len(data),
+            checkpoint_write_seconds=seconds,
+            checkpoint_write_gbps=len(data) / seconds / 1e9,
+        )
 
     return write

@@ -27,6 +27,7 @@ import torch.nn as nn
 from bench.config import BenchConfig
 from bench.data.registry import build_val_batches
 from bench.errors import CheckpointError
+from bench.machine.gpu_monitor import GpuFigures
 from bench.rank_context import RankContext
 from bench.runtime.device import peak_memory_bytes
 from bench.runtime.models import count_parameters
@@ -34,6 +35,7 @@ from bench.runtime.precision import PrecisionPolicy
 from bench.train.after_window import after_window
 from bench.train.build import TrainingRun, build_training
 from bench.train.epochs import Session
+from bench.train.extras import BatchSearch, CheckpointWrite, RunExtras
 from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
 from bench.train.repeats import measure_windows
 from bench.train.result import EpochRecord, TrainResult, Window
@@ -49,14 +51,14 @@ def train(
     config: BenchConfig,
     device: torch.device,
     monitor: Any = None,
-    on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]] = None,
+    on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], CheckpointWrite]] = None,
     ctx: Optional[RankContext] = None,
     on_step: Optional[Callable[[], None]] = None,
     out_dir: Optional[Path] = None,
 ) -> TrainResult:
     """Build model, data, precision, optimizer and scheduler from `config` and run.
 
-    `monitor` (start()/stop() -> dict) samples the device during the measured window only;
+    `monitor` (start()/stop() -> GpuFigures) samples the device during the measured window only;
     `on_finish(model, optimizer)` runs after the window (a checkpoint write, say);
     `ctx` is this process's rank: with world_size > 1 the model is wrapped in DDP (the
     process group must exist) and each rank reads its own data; `on_step()` is called after
@@ -136,9 +138,7 @@ def open_session(run: TrainingRun) -> Session:
     )
 
 
-def measure(
-    run: TrainingRun, session: Session, monitor: Any, first_step_at: float
-) -> Tuple[Window, Dict[str, Any], int]:
+def measure(run: TrainingRun, session: Session, monitor: Any, first_step_at: float) -> Tuple[Window, GpuFigures, int]:
     """(the window's figures, the GPU monitor's, the window's peak memory)."""
     config, checkpoints = run.config, run.checkpoints
     if monitor is not None:
@@ -146,7 +146,7 @@ def measure(
     every_epochs, on_signal = config.checkpoint.every_epochs, config.checkpoint.on_signal
     checkpoint_on_signal = checkpoints is not None and every_epochs > 0 and on_signal
     window = measure_windows(session, run.device, run.planned, first_step_at, checkpoint_on_signal)
-    gpu = monitor.stop() if monitor is not None else {}
+    gpu = monitor.stop() if monitor is not None else GpuFigures()
     peak_memory = peak_memory_bytes(run.device)  # the window's: the passes after it may profile, or allocate more
     return window, gpu, peak_memory
 
@@ -154,26 +154,25 @@ def measure(
 def collect_result(
     run: TrainingRun,
     window: Window,
-    gpu: Dict[str, Any],
+    gpu: GpuFigures,
     peak_memory: int,
-    on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], Dict[str, Any]]],
+    on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], CheckpointWrite]],
     out_dir: Optional[Path],
 ) -> TrainResult:
     """The passes after the window, the end-of-run checkpoint, and the run's TrainResult."""
     config, ctx, data = run.config, run.ctx, run.data
-    extra = dict(getattr(data.batches, "facts", {}))  # real data: dataset_size, corrupt_skipped, ...
+    extra = RunExtras(dataset=dict(getattr(data.batches, "facts", {})))  # real data: dataset_size, ...
     if config.benchmark.find_max_batch:
-        extra.update(batch_size_requested=run.requested_batch, batch_size_found=data.batch_size)
-    figures, files, interrupted = after_window(
+        extra.batch_search = BatchSearch(batch_size_requested=run.requested_batch, batch_size_found=data.batch_size)
+    extra.passes, files, interrupted = after_window(
         config, run.device, ctx, run.step, data.batches, run.wrapped if ctx.distributed else None, out_dir
     )
-    extra.update(figures)
     if run.checkpoints is not None:
-        extra.update(run.checkpoints.figures())
+        extra.checkpoints = run.checkpoints.figures()
     if data.progressive:
-        extra.update(phase_figures(window.epochs))
+        extra.phases = phase_figures(window.epochs)
     if on_finish is not None and not interrupted:  # a signal asks for a prompt end: no checkpoint write
-        extra.update(on_finish(run.eager, run.optimizer))
+        extra.written = on_finish(run.eager, run.optimizer)
     return TrainResult(
         gpu=gpu,
         extra=extra,

@@ -19,6 +19,7 @@ from bench.results import read_column, read_summary, read_window, write_csv, wri
 from bench.runtime.fit_watch import fit_problems, fit_tags
 from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, read_repeats, write_repeats
 from bench.train import sweep_view
+from bench.train.extras import CheckpointWrite
 from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
 from bench.train.summary import merge_ranks, repeat_throughputs, summarize
 
@@ -114,7 +115,8 @@ class TrainReport:
     @property
     def problems(self) -> List[str]:
         """What failed after the measurement (it does not void it, but the run is not FINISHED)."""
-        error, save_error = self.record.figure("checkpoint_error"), self.record.figure("checkpoint_save_error")
+        error = CheckpointWrite.read(self.record.figure).checkpoint_error
+        save_error = self.record.figure("checkpoint_save_error")
         found = [f"the checkpoint could not be written: {error}"] if error is not None else []
         if save_error is not None:  # checkpoint.every_epochs: none was written after it
             found.append(f"a training checkpoint could not be written: {save_error} (no later checkpoint was written)")

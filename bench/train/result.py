@@ -6,7 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from bench.machine.gpu_monitor import GpuFigures
 from bench.results import KEPT, SPREAD, Record
+from bench.train.extras import RunExtras
 
 if TYPE_CHECKING:
     from bench.machine.fitness import Verdict
@@ -102,8 +104,8 @@ class TrainResult:
     compile: Dict[str, Any] = field(default_factory=dict)
     fused_optimizer: bool = False
     param_checksum: float = 0.0  # sum of all weights after training: equal on every rank when DDP synced them
-    gpu: Dict[str, float] = field(default_factory=dict)  # NVML samples from the window
-    extra: Dict[str, Any] = field(default_factory=dict)  # dataset facts, checkpoint write figures
+    gpu: GpuFigures = field(default_factory=GpuFigures)  # NVML samples and energy from the window
+    extra: RunExtras = field(default_factory=RunExtras)  # dataset facts, checkpoint write figures, ...
     accuracy: Optional[Accuracy] = None  # val top-1/top-5, time-to-target (None: nothing evaluated)
 
     measured_images: int = 0  # images of the measured steps (the batch changes with data.progressive)

@@ -131,9 +131,9 @@ def summarize(
         device_name=device_name,
         **input_pipeline(wait_fraction),
         compile_fallback=result.compile.get("fallback_reason") or None,
-        gpu=dict(result.gpu),
+        gpu=result.gpu.figures(),
         extra={
-            **{k: v for k, v in result.extra.items() if k != "checkpoint_path"},
+            **result.extra.figures(path=False),
             **(result.accuracy.figures() if result.accuracy is not None else {}),
         },
         **repeat_figures(repeat_throughputs(ranks)),

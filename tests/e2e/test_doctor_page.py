@@ -12,6 +12,7 @@ from pathlib import Path
 
 from bench.doctor import page as doctor_page
 from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, Rung, WhatIf
+from bench.doctor.rung_figures import LoaderFigures
 from bench.doctor.verdict import diagnose
 
 TRACEBACK = """Traceback (most recent call last):
@@ -22,7 +23,7 @@ TRACEBACK = """Traceback (most recent call last):
 RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)
 """
 REASON = "RuntimeError: mat1 and mat2 shapes cannot be multiplied (64x512 and 256x10)"
-LOADER_FIGURES = {"cpu_ms_per_image": 2.5, "workers": 0, "stage_cpu_ms": {"read": 0.1, "decode": 2.0}}
+LOADER_FIGURES = LoaderFigures(2.5, 10, 0, None, stage_cpu_ms={"read": 0.1, "decode": 2.0})
 BUSY = "other processes used 1.41 of 2 usable cores during the window (limit 0.2)"
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from bench.data.shardformat import encode_shard, make_meta, shard_key
 from bench.doctor.loader import loader_rung, stage_split
+from bench.doctor.rung_figures import LoaderFigures
 from bench.storage.registry import open_store
 
 STAGES = {"read", "decode", "augment", "collate", "host_to_device"}
@@ -50,8 +51,11 @@ def test_local_shards_are_split_by_stage_with_the_shard_read_shared_by_its_image
     assert split["read"] > 0 and split["decode"] > 0 and split["augment"] > 0 and split["host_to_device"] > 0
     assert split["decode"] > split["read"]  # a shard is read whole once; every image is decoded
     rung = loader_rung(config, window_s=0.3)  # the rung carries it, and no "not split" note
-    assert set(rung.figures["stage_cpu_ms"]) == STAGES and "stage_note" not in rung.figures
-    assert rung.images_per_second > 0 and rung.figures["dataset_size"] == 30
+    figures = rung.figures
+    assert isinstance(figures, LoaderFigures) and figures.stage_cpu_ms is not None
+    assert set(figures.stage_cpu_ms) == STAGES and figures.stage_note is None
+    assert "stage_note" not in rung.figures_json()  # doctor.json: the note only where nothing was split
+    assert rung.images_per_second > 0 and figures.dataset_size == 30
 
 
 def test_shards_on_s3_are_split_by_stage_reading_through_the_storage_group(

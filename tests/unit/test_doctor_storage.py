@@ -9,6 +9,7 @@ import time
 
 import bench.doctor.storage_read as storage_read
 from bench.doctor.page import _details
+from bench.doctor.rung_figures import StorageFigures
 from bench.doctor.storage_read import read_workload, storage_rung
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.reader import run_reader
@@ -45,13 +46,15 @@ def test_the_rung_reads_a_jpeg_folder_whole_through_the_storage_benchmarks_reade
         "data.batch_size=8",
     )
     rung = storage_rung(config, window_s=0.4, images_in_dataset=24)
+    figures = rung.figures
+    assert isinstance(figures, StorageFigures)
     total = sum(os.path.getsize(p) for p in paths)
-    assert rung.figures["dataset_files"] == 24 and rung.figures["threads"] == 2
-    assert rung.figures["readers"] == "processes"  # local files: forked readers, as the loader's workers
-    assert rung.figures["dataset_megabytes"] == total / 1e6
-    assert rung.figures["files_read"] >= 24  # whole passes: a small folder is read again and again in the window
-    assert rung.figures["warm_megabytes_per_second"] > 0 and rung.figures["cold_megabytes_per_second"] > 0
-    assert rung.images_per_second > 0 and rung.figures["cache"] == "warm"  # 24 small files fit in memory
+    assert figures.dataset_files == 24 and figures.threads == 2
+    assert figures.readers == "processes"  # local files: forked readers, as the loader's workers
+    assert figures.dataset_megabytes == total / 1e6
+    assert figures.files_read >= 24  # whole passes: a small folder is read again and again in the window
+    assert figures.warm_megabytes_per_second > 0 and figures.cold_megabytes_per_second > 0
+    assert rung.images_per_second > 0 and figures.cache == "warm"  # 24 small files fit in memory
     store, files, workload, options = calls[0]
     assert isinstance(store, LocalStore) and store.root == tmp_path / "jpegs"
     assert sorted(f.key for f in files) == sorted(os.path.relpath(p, tmp_path / "jpegs") for p in paths)
@@ -98,11 +101,12 @@ def test_the_rung_reads_shards_on_s3_through_the_storage_groups_settings(s3_serv
     store.put("val/ignored.bin", b"x" * 5000)  # not the split's: never read
     rung = storage_rung(config, window_s=0.5, images_in_dataset=12)
     figures = rung.figures
-    assert figures["cache"] == "remote" and figures["store"].endswith(f"{bucket}/shards")
-    assert figures["dataset_files"] == 3 and figures["dataset_megabytes"] == sum(s["bytes"] for s in shards) / 1e6
-    assert figures["files_read"] >= 3 and figures["megabytes_per_second"] > 0 and rung.images_per_second > 0
-    assert figures["cold_megabytes_per_second"] is None and figures["warm_megabytes_per_second"] is None
-    assert _details(rung).startswith(f"{figures['megabytes_per_second']:,.0f} MB/s from ")  # the page's row
+    assert isinstance(figures, StorageFigures)
+    assert figures.cache == "remote" and figures.store.endswith(f"{bucket}/shards")
+    assert figures.dataset_files == 3 and figures.dataset_megabytes == sum(s["bytes"] for s in shards) / 1e6
+    assert figures.files_read >= 3 and figures.megabytes_per_second > 0 and rung.images_per_second > 0
+    assert figures.cold_megabytes_per_second is None and figures.warm_megabytes_per_second is None
+    assert _details(rung).startswith(f"{figures.megabytes_per_second:,.0f} MB/s from ")  # the page's row
 
 
 def test_the_rungs_window_starts_once_its_readers_run_however_slow_their_fork(tmp_path, monkeypatch):

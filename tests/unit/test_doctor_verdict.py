@@ -3,10 +3,13 @@ what-if changes the user's overrides. The ladder itself runs for real in tests/e
 
 from __future__ import annotations
 
+from dataclasses import fields
+
 import pytest
 
 from bench.doctor.cli import budget_of, split_keys
 from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, Rung, WhatIf
+from bench.doctor.rung_figures import AllreduceFigures, LoaderFigures, StorageFigures
 from bench.doctor.verdict import budget_line, diagnose, figures_verdict, short_reason, top_stage
 from bench.doctor.what_ifs import replace
 from bench.errors import ConfigError
@@ -17,12 +20,12 @@ STAGES = {"read": 0.02, "decode": 0.54, "augment": 0.03, "collate": 0.0, "host_t
 def ladder(compute=1000.0, loader=None, storage=None, full=950.0, wait=0.0, workers=2, allreduce=None, fit=True):
     rungs = [Rung(COMPUTE, compute, fit=fit, unfit_because="" if fit else "a CPU hog")]
     rungs.append(
-        Rung(LOADER, loader, figures={"stage_cpu_ms": STAGES, "workers": workers})
+        Rung(LOADER, loader, figures=LoaderFigures(1.0, 10, workers, None, stage_cpu_ms=STAGES))
         if loader
         else Rung(LOADER, skipped="synthetic")
     )
     rungs.append(
-        Rung(STORAGE, storage, figures={"megabytes_per_second": 12.5, "cache": "cold"})
+        Rung(STORAGE, storage, figures=StorageFigures(cache="cold", megabytes_per_second=12.5))
         if storage
         else Rung(STORAGE, skipped="synthetic")
     )
@@ -78,7 +81,9 @@ def test_parts_each_faster_than_the_whole_are_contended():
 
 
 def test_an_all_reduce_taking_most_of_a_step_is_communication_bound():
-    comm = {"milliseconds": 60.0, "share_of_step": 0.6, "step_ms": 100.0, "bus_gigabytes_per_second": 1.5}
+    comm = AllreduceFigures(
+        60.0, 40.0, 2, "gloo", bus_gigabytes_per_second=1.5, step_ms=100.0, share_of_step=0.6, nodes_measured=None
+    )
     verdict, sentence = diagnose(ladder(compute=1000, full=990, allreduce=comm), 8)
     assert verdict == "communication-bound"
     assert "takes 60.0 ms, 60% of the 100.0 ms step (1.50 GB/s bus bandwidth)" in sentence
@@ -187,7 +192,8 @@ def test_the_budget_line_says_the_wall_time_and_where_it_went_when_over():
 
 
 def test_the_costliest_stage_and_its_share():
-    assert top_stage(Rung(LOADER, 1.0, figures={"stage_cpu_ms": STAGES})) == ("decode", pytest.approx(0.9))
+    loader = Rung(LOADER, 1.0, figures=LoaderFigures(1.0, 10, 2, None, stage_cpu_ms=STAGES))
+    assert top_stage(loader) == ("decode", pytest.approx(0.9))
     assert top_stage(Rung(LOADER, 1.0)) is None
 
 
@@ -210,3 +216,32 @@ def test_the_doctors_keys_are_split_from_the_training_overrides():
         with pytest.raises(ConfigError, match=r"doctor.budget_s=.* is not valid: accepted a number of seconds above 0"):
             budget_of(bad)
     assert budget_of("90") == 90.0
+
+
+def test_typed_rung_figures_keep_doctor_json_keys_and_order():
+    """doctor.json's "figures" of each rung: the keys and order they had as dicts; a loader's note
+    only where its stages were not split, a store only for a remote read, a skipped rung's {}."""
+    split = LoaderFigures(1.0, 10, 2, 30, stage_cpu_ms=STAGES)
+    noted = LoaderFigures(1.0, 10, None, None, stage_note="not split")
+    local = StorageFigures(cache="warm", megabytes_per_second=5.0, files_read=3, dataset_files=3, threads=2)
+    remote = StorageFigures(cache="remote", store="s3://b/shards")
+    comm = AllreduceFigures(60.0, 40.0, 2, "gloo", 1.5, step_ms=None, share_of_step=None, nodes_measured=None)
+    rungs = [Rung(LOADER, 1.0, figures=split), Rung(STORAGE, skipped="synthetic"), Rung(ALLREDUCE, figures=comm)]
+    written = Diagnosis("compute-bound", "", rungs).to_json()["rungs"]
+    assert [rung["figures"] for rung in written] == [split.to_json(), {}, comm.to_json()]
+    assert list(written[0]) == [f.name for f in fields(Rung)]  # the rung's own keys unchanged
+    assert list(split.to_json()) == ["cpu_ms_per_image", "batches", "workers", "dataset_size", "stage_cpu_ms"]
+    assert list(noted.to_json()) == ["cpu_ms_per_image", "batches", "workers", "dataset_size", "stage_note"]
+    tail = ["megabytes_per_second", "cold_megabytes_per_second", "warm_megabytes_per_second", "files_read"]
+    tail += ["dataset_files", "dataset_megabytes", "threads", "readers"]
+    assert list(local.to_json()) == ["cache", *tail] and list(remote.to_json()) == ["cache", "store", *tail]
+    assert list(comm.to_json()) == [
+        "milliseconds",
+        "megabytes",
+        "processes",
+        "backend",
+        "bus_gigabytes_per_second",
+        "step_ms",
+        "share_of_step",
+        "nodes_measured",
+    ]

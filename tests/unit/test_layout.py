@@ -211,13 +211,7 @@ RESULT_SERIALISERS = {
 }
 # One name in one module, where the lookup is not on a result: the evaluation pass's own dict (its
 # "eval_seconds" is also a storage figure's name), a column of the sweep table (a pandas frame).
-# Pending (issue 29 part 4, typed sub-records): a training run's checkpoint_error sits in its record's
-# spread group (read with .figure), the typed field of that name being the storage record's.
-SHARED_NAMES = {
-    ("bench/train/epochs.py", "eval_seconds"),
-    ("bench/iobench/plots.py", "au_threshold_percent"),
-    ("bench/train/report.py", "checkpoint_error"),
-}
+SHARED_NAMES = {("bench/train/epochs.py", "eval_seconds"), ("bench/iobench/plots.py", "au_threshold_percent")}
 
 
 def _record_keys() -> Set[str]:

@@ -186,7 +186,7 @@ def test_breakdown_shares_sum_to_one_and_the_phases_are_a_step(compose):
     from bench.train.loop import train
 
     result = train(compose(*SMALL, "benchmark.breakdown=true", "benchmark.breakdown_steps=4"), CPU)
-    b = result.extra
+    b = result.extra.passes
     assert b["breakdown_steps"] == 4
     shares = [b[f"breakdown_{p}_share"] for p in ("data", "forward", "backward", "optimizer")]
     assert sum(shares) == pytest.approx(1.0) and all(s >= 0 for s in shares)
@@ -282,8 +282,18 @@ def test_energy_with_a_mocked_nvml_gpu(monkeypatch):
 
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(1_000_000))
     figures = GpuMonitor(0, interval_s=0.01).start().stop()
-    assert figures["energy_joules"] == pytest.approx(50.0)  # two reads of the counter, 50 J apart
-    assert figures["energy_power_mean_w"] > 0
+    assert figures.energy_joules == pytest.approx(50.0)  # two reads of the counter, 50 J apart
+    assert figures.energy_power_mean_w is not None and figures.energy_power_mean_w > 0
+    # the radix_metrics keys, in the order the record has always written them
+    assert list(figures.figures()) == [
+        "gpu_util_mean_pct",
+        "gpu_memory_used_max_mb",
+        "gpu_power_mean_w",
+        "gpu_sm_clock_mean_mhz",
+        "gpu_samples",
+        "energy_joules",
+        "energy_power_mean_w",
+    ]
 
 
 def test_a_window_shorter_than_the_sampling_interval_has_utilisation_and_power_with_a_mocked_nvml(monkeypatch):
@@ -293,7 +303,7 @@ def test_a_window_shorter_than_the_sampling_interval_has_utilisation_and_power_w
 
     monkeypatch.setitem(sys.modules, "pynvml", _fake_nvml(0))
     figures = GpuMonitor(0, interval_s=3600).start().stop()
-    assert figures["gpu_samples"] == 2 and figures["gpu_util_mean_pct"] == 90 and figures["gpu_power_mean_w"] == 300
+    assert figures.gpu_samples == 2 and figures.gpu_util_mean_pct == 90 and figures.gpu_power_mean_w == 300
 
 
 def test_energy_of_a_gpu_without_the_counter_is_absent_with_a_mocked_nvml(monkeypatch):
@@ -303,7 +313,8 @@ def test_energy_of_a_gpu_without_the_counter_is_absent_with_a_mocked_nvml(monkey
     nvml.nvmlDeviceGetTotalEnergyConsumption = lambda h: (_ for _ in ()).throw(RuntimeError("not supported"))
     monkeypatch.setitem(sys.modules, "pynvml", nvml)
     figures = GpuMonitor(0, interval_s=0.01).start().stop()
-    assert "energy_joules" not in figures
+    assert figures.energy_joules is None and "energy_joules" not in figures.figures()
+    assert figures.gpu_samples is not None
 
 
 def test_images_per_joule_comes_from_the_windows_energy():
@@ -375,6 +386,7 @@ def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(comp
     from mlflow import MlflowClient
 
     from bench.tracking.tracker import Tracker
+    from bench.train.extras import BatchSearch, RunExtras
     from bench.train.result import RankSummary, TrainOutcome, TrainResult
     from bench.train.scenario import TrainScenario
 
@@ -393,7 +405,7 @@ def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(comp
         peak_memory_bytes=1,
         parameters=1,
         precision={"precision": "fp32", "tf32": False},
-        extra={"batch_size_requested": 8, "batch_size_found": 64},
+        extra=RunExtras(batch_search=BatchSearch(batch_size_requested=8, batch_size_found=64)),
     )
     outcome = TrainOutcome(result, [RankSummary(0, "h", 192, 1.0, [1.0] * 3, [0.0] * 3, 1, 0.0)], "cuda", "gpu")
     report = TrainScenario().report(outcome, config)
@@ -416,8 +428,10 @@ def test_find_max_batch_on_a_gpu_trains_with_the_batch_it_found(compose):
         *SMALL[:-1], "allow_cpu=false", "data.batch_size=8", "benchmark.find_max_batch=true", "cudnn_benchmark=false"
     )
     result = train(config, torch.device("cuda", 0))
-    assert result.extra["batch_size_requested"] == 8 and 8 <= result.extra["batch_size_found"] <= 8 * GROWTH_LIMIT
-    assert result.batch_size == result.extra["batch_size_found"]
+    search = result.extra.batch_search
+    assert search is not None and search.batch_size_requested == 8
+    assert 8 <= search.batch_size_found <= 8 * GROWTH_LIMIT
+    assert result.batch_size == search.batch_size_found
 
 
 # ---- inference ----------------------------------------------------------------------------------------------

@@ -201,7 +201,7 @@ def test_jobs_that_never_returned_are_failed_children_and_counted(tmp_path, monk
     parent_id = carried["parent_run_id"]
     assert parent_id and carried["launch_dir"] == str(tmp_path.resolve()) and carried["tracking_down"] is None
     hydra_job = OmegaConf.create({"job": {"num": 1}, "sweep": {"dir": "sweep"}})
-    assert sweep.current_job(hydra_job)["parent_run_id"] == parent_id  # what a job on any node reads
+    assert sweep.current_job(hydra_job).parent_run_id == parent_id  # what a job on any node reads
 
     uri = config.tracking.uri
     running = Tracker.start(uri, "bench", "resnet50-job1", {"sweep.job": "1"}, parent_run_id=parent_id)
@@ -250,6 +250,6 @@ def test_a_sweep_without_tracking_still_tells_its_jobs_where_it_started(tmp_path
     sweep.MlflowSweepCallback().on_multirun_start(config)
     try:
         job = sweep.current_job(OmegaConf.create({"job": {"num": 0}, "sweep": {"dir": "s"}}))
-        assert job["parent_run_id"] is None and job["launch_dir"] == str(tmp_path.resolve())
+        assert job.parent_run_id is None and job.launch_dir == str(tmp_path.resolve())
     finally:
         os.environ.pop(sweep.SWEEP_ENV, None)

@@ -222,9 +222,9 @@ def test_training_checkpoint_goes_to_s3(s3_server, aws_env, tmp_path):
     )
     model, optimizer = _model_and_optimizer()
     result = checkpoint_writer(config, tmp_path, RankContext())(model, optimizer)
-    assert result["checkpoint_path"] == f"s3://{bucket}/ckpt/model.pt"
+    assert result.checkpoint_path == f"s3://{bucket}/ckpt/model.pt"
     body = s3_server.admin().get_object(Bucket=bucket, Key="ckpt/model.pt")["Body"].read()
-    assert len(body) == result["checkpoint_bytes"]
+    assert len(body) == result.checkpoint_bytes
     state = torch.load(io.BytesIO(body), weights_only=True)
     assert torch.equal(state["model"]["weight"], model.weight.detach())
 
@@ -239,8 +239,8 @@ def test_training_checkpoint_goes_to_the_run_dir_and_only_rank_0_writes(tmp_path
     assert checkpoint_writer(config, tmp_path, RankContext(rank=1, local_rank=1, world_size=2)) is None
     assert checkpoint_writer(compose(), tmp_path, RankContext()) is None  # not asked for
     result = checkpoint_writer(config, tmp_path, RankContext())(*_model_and_optimizer())
-    assert Path(result["checkpoint_path"]) == tmp_path / "c.pt"
-    assert result["checkpoint_bytes"] == (tmp_path / "c.pt").stat().st_size > 0
+    assert Path(result.checkpoint_path) == tmp_path / "c.pt"
+    assert result.checkpoint_bytes == (tmp_path / "c.pt").stat().st_size > 0
     assert "weight" in torch.load(tmp_path / "c.pt", weights_only=True)["model"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["c.pt"]  # written whole: no temporary left
 

@@ -151,7 +151,7 @@ def test_the_torchvision_version_without_importing_it_is_the_imported_ones(monke
 def test_nvml_missing_degrades_quietly():
     assert nvml_devices() == []
     monitor = GpuMonitor(0, interval_s=0.01).start()
-    assert monitor.stop() == {}
+    assert monitor.stop().figures() == {}
 
 
 class _FakeNvml:

@@ -453,3 +453,27 @@ def test_a_folder_of_non_images_is_a_dataset_problem_before_the_run(tmp_path):
         note.unlink()
     with pytest.raises(ConfigProblem, match="holds no images"):
         check_training(compose("data=imagefolder", f"data.root={tmp_path}", "allow_cpu=true"))
+
+
+def test_a_failed_checkpoint_write_is_read_back_typed_and_makes_the_run_a_problem():
+    """The end-of-run checkpoint's failure is a typed CheckpointWrite; read back from the record's
+    figures (run_summary.json: the key lands in the record's last spread group) it is found by the
+    typed read, and the run reports it as a problem; a run that wrote its checkpoint has none."""
+    from bench.train.extras import CheckpointWrite, RunExtras
+    from bench.train.report import TrainReport
+    from bench.train.result import TrainMetrics, TrainResult
+
+    failed = CheckpointWrite(checkpoint_error="OSError: No space left on device (/runs/c.pt)")
+    assert list(RunExtras(written=failed).figures()) == ["checkpoint_error"]
+    written = CheckpointWrite("/runs/c.pt", 10, 0.5, 2e-8)
+    assert list(RunExtras(written=written).figures(path=False)) == [
+        "checkpoint_bytes",
+        "checkpoint_write_seconds",
+        "checkpoint_write_gbps",
+    ]
+    result = TrainResult(8, 1, 3, 1.0, [1.0] * 3, [0.0] * 3, [], 0.1, 0.1, 1.0, 1, 1, {"precision": "fp32"})
+    for figures, problem in ((failed.figures(), True), (written.figures(path=False), False)):
+        record = TrainMetrics.from_metrics({"images_per_second": 1.0, **figures})
+        assert CheckpointWrite.read(record.figure) == CheckpointWrite(**figures)
+        problems = TrainReport(result, [], record).problems
+        assert problems == (["the checkpoint could not be written: " + str(failed.checkpoint_error)] if problem else [])

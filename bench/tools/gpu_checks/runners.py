@@ -78,7 +78,7 @@ def run_search_on_cpu(overrides: Sequence[str], _run_dir: Path) -> Outcome:
         except BenchError as exc:
             return None, f"[ERROR] {exc}"
     return {
-        **result.extra,
+        **result.extra.figures(),
         "batch_size": result.batch_size,
         "images_per_second": result.images / result.window_seconds if result.window_seconds > 0 else 0.0,
     }, ""
