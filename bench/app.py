@@ -110,8 +110,8 @@ def run(
         error(f"this run cannot be tracked and tracking.required=true: {tracker.lost}")
         return EXIT_FAILED
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
-    reserve(out_dir)  # room for error.txt, should the disk fill up
     try:
+        reserve(out_dir)  # room for error.txt, should the disk fill up
         report = scenario.report(launcher.run(scenario, config, out_dir), config)
         _report_the_measurement(report, tracker)
         problems = list(report.problems) + _write_outputs(report, config, environment, tracker, out_dir)

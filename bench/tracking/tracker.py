@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
+from bench.errors import Interrupted
 from bench.secrets import flatten, redact  # flatten is re-exported (tests import it from here)
 from bench.tracking.probe import quiet_store_errors, store_error
 from bench.tracking.store import FAMILY_TAG, open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported
@@ -268,11 +269,16 @@ def open_run(
     tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent, warn=not tracking.required)
     tracker.out_dir = out_dir
     tracker.name_suffix = f"-job{sweep_job.job}" if sweep_job else ""
-    if tracker.active:  # the store is writable (again): runs its errors left RUNNING here are closed
-        from bench.tracking.stale_runs import close_stale
+    try:
+        if tracker.active:  # the store is writable (again): runs its errors left RUNNING here are closed
+            from bench.tracking.stale_runs import close_stale
 
-        close_stale(tracker.client, tracker.experiment_id, by="the next bench run")
-    tracker.log_params(params)
-    if getattr(tracking, "system_metrics", False):
-        tracker.start_system_metrics()
+            close_stale(tracker.client, tracker.experiment_id, by="the next bench run")
+        tracker.log_params(params)
+        if getattr(tracking, "system_metrics", False):
+            tracker.start_system_metrics()
+    except BaseException as exc:  # Ctrl-C or SIGTERM while the run is being set up: it is not left RUNNING
+        interrupted = isinstance(exc, (KeyboardInterrupt, Interrupted))
+        tracker.finish("KILLED" if interrupted else "FAILED", error=str(exc) or type(exc).__name__)
+        raise
     return tracker
