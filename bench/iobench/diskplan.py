@@ -31,9 +31,6 @@ log = logging.getLogger(__name__)
 
 BLOCK = 4096  # a file takes whole blocks
 MANIFEST_PER_FILE = 256  # bytes of the manifest's JSON per file
-# what a format adds: (bytes per file, bytes per sample); measured: npz 256 B and hdf5 ~4 KiB a file,
-# tfrecord 16 B a record; a JPEG is encoded to about record_size.
-FORMAT_OVERHEAD = {"raw": (0, 0), "npz": (1024, 0), "hdf5": (8192, 64), "tfrecord": (0, 16), "jpeg": (4096, 0)}
 
 
 @dataclass
@@ -75,7 +72,10 @@ def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> Non
 
 
 def file_bytes(samples: int, record_size: int, fmt: str) -> int:
-    per_file, per_sample = FORMAT_OVERHEAD.get(str(fmt), (BLOCK, 64))
+    from bench.iobench.formats.registry import format_for
+
+    layout = format_for(str(fmt))  # what the format adds: its own declaration, no table here
+    per_file, per_sample = layout.overhead_per_file, layout.overhead_per_sample
     return -(-(samples * (record_size + per_sample) + per_file) // BLOCK) * BLOCK
 
 

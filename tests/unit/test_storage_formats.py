@@ -304,3 +304,17 @@ def test_ceiling_command_without_fio_compares_bench_with_plain_python(tmp_path, 
     assert storage_ceiling.main([*CEILING_ARGS, "--root", str(tmp_path / "data"), "--modes", "warm"]) == 0
     out = capsys.readouterr().out
     assert "fio: not installed" in out and "bench/fio" not in out and "warm ratios: bench/plain" in out
+
+
+def test_each_format_declares_what_it_adds_on_disk_in_its_own_class():
+    """issue 29: the free-space check's per-format overhead was a table in diskplan.py (a fourth place
+    to edit for a new format, with a silent default for a name it lacked): each Format declares it."""
+    from bench.iobench.diskplan import file_bytes
+    from bench.iobench.formats.registry import FORMATS, format_for
+
+    for name in FORMATS:
+        layout = type(format_for(str(name.value)))
+        assert {"overhead_per_file", "overhead_per_sample"} <= set(vars(layout)), layout
+    assert file_bytes(10, 1000, "tfrecord") >= 10 * (1000 + 16)
+    with pytest.raises(ValueError):
+        file_bytes(10, 1000, "parquet")  # an unknown format is an error, not a guess

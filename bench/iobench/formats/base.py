@@ -59,6 +59,10 @@ class LengthCheck:
 class Format:
     name = ""
     extension = "bin"
+    # what the format adds on disk, for the free-space check before any write (bench.iobench.diskplan):
+    # bytes per file (headers, an index) and per sample (framing); the defaults are a generous guess
+    overhead_per_file = 4096
+    overhead_per_sample = 64
 
     def stream(self, spec: FileSpec, decode: bool = False) -> Optional[StreamCheck]:
         """A checker fed the file piece by piece, so a whole-file read can go through one small

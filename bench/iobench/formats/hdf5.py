@@ -22,6 +22,7 @@ DATASET = "x"
 
 class HDF5Format(Format):
     name, extension = "hdf5", "h5"
+    overhead_per_file, overhead_per_sample = 8192, 64  # on disk: measured: ~4 KiB of HDF5 metadata a file
 
     def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
         import h5py

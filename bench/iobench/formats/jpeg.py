@@ -38,6 +38,7 @@ def encode_image(target: int, seed: int) -> bytes:
 
 class JPEGFormat(Format):
     name, extension = "jpeg", "jpg"
+    overhead_per_file, overhead_per_sample = 4096, 0  # on disk: a JPEG is encoded to about record_size
 
     def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
         seed = int.from_bytes(payload[:8].ljust(8, b"\0"), "little")

@@ -49,6 +49,7 @@ def array_view(data: memoryview, key: str) -> np.ndarray:
 
 class NpzFormat(Format):
     name, extension = "npz", "npz"
+    overhead_per_file, overhead_per_sample = 1024, 0  # on disk: measured: ~256 B of zip and npy headers a file
 
     def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
         buffer = io.BytesIO()

@@ -9,6 +9,7 @@ from bench.iobench.formats.base import FileSpec, Format, LengthCheck, StreamChec
 
 class RawFormat(Format):
     name, extension = "raw", "bin"
+    overhead_per_file, overhead_per_sample = 0, 0  # on disk: nothing: the records back to back
 
     def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
         return payload, spec.written(len(payload))

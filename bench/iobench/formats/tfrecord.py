@@ -156,6 +156,7 @@ class FrameStream:
 
 class TFRecordFormat(Format):
     name, extension = "tfrecord", "tfrecord"
+    overhead_per_file, overhead_per_sample = 0, 16  # on disk: a 16-byte frame a record (length, two CRCs)
 
     def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
         size = spec.record_size
