@@ -523,23 +523,7 @@ class LongDdpRun:
         out, err = self.proc.communicate(timeout=60)
         pytest.fail(f"rank 1 never trained 2 steps (exit {self.proc.returncode})\n{out}\n{err}")
 
-    @staticmethod
-    def left_alive(processes: list, wait_s: float = 60.0) -> list:
-        """The processes still there after waiting up to `wait_s` for them to go."""
-        import psutil
-
-        deadline = time.time() + wait_s
-        while True:
-            alive = []
-            for process in processes:
-                try:
-                    if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                        alive.append(process)
-                except psutil.NoSuchProcess:
-                    pass
-            if not alive or time.time() > deadline:
-                return alive
-            time.sleep(0.2)
+    left_alive = staticmethod(forked_bench.left_alive)
 
     def cleanup(self) -> None:
         import psutil

@@ -54,6 +54,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from typing import Optional
 
 SERVER_FILE = os.path.abspath(__file__)
@@ -1010,3 +1011,22 @@ def _server_main(fd: int) -> None:
 
 if __name__ == "__main__":
     _server_main(int(sys.argv[1]))
+
+
+def left_alive(processes: list, wait_s: float = 60.0) -> list:
+    """The processes (psutil) still there after waiting up to `wait_s` for them to go (a zombie is
+    gone): what the signal tests assert is empty."""
+    import psutil
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        alive = []
+        for process in processes:
+            try:
+                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
+                    alive.append(process)
+            except psutil.NoSuchProcess:
+                pass
+        if not alive or time.monotonic() > deadline:
+            return alive
+        time.sleep(0.1)

@@ -11,26 +11,11 @@ import time
 
 import psutil
 import pytest
+from forked_bench import left_alive
 
 HANG_GUARD_S = 900
 # the e2e doctor tests' fast model; a budget whose rungs would each run for a minute or more
 DOCTOR = ["allow_cpu=true", "model=small_cnn", "data.image_size=8", "data.batch_size=64", "doctor.budget_s=900"]
-
-
-def _alive(processes: list, wait_s: float = 30.0) -> list:
-    """The processes (psutil) still running after up to `wait_s` (a zombie is not running)."""
-    deadline = time.monotonic() + wait_s
-    while True:
-        alive = []
-        for process in processes:
-            try:
-                if process.is_running() and process.status() != psutil.STATUS_ZOMBIE:
-                    alive.append(process)
-            except psutil.NoSuchProcess:
-                pass
-        if not alive or time.monotonic() > deadline:
-            return alive
-        time.sleep(0.1)
 
 
 @pytest.mark.parametrize("sig,code", [(signal.SIGTERM, 143), (signal.SIGINT, 130)], ids=["SIGTERM", "Ctrl-C"])
@@ -61,7 +46,7 @@ def test_a_signal_ends_the_doctors_whole_ladder_killed(bench, tmp_path, sig, cod
         ("", "KILLED"),
         ("parent", "KILLED"),
     ]
-    assert _alive(tree) == []
+    assert left_alive(tree, 30.0) == []
 
 
 # ---- python -m bench.tools.storage_ceiling ---------------------------------------------------------------------
@@ -119,7 +104,7 @@ def test_a_signal_ends_the_storage_ceiling_in_seconds_and_removes_its_dataset(be
     assert took < 30, took
     assert not dataset.exists() and list((tmp_path / "temp").iterdir()) == []
     assert [p for p in tmp_path.iterdir() if p.name.startswith("bench-ceiling-")] == []  # nothing in the cwd
-    assert _alive(tree) == []
+    assert left_alive(tree, 30.0) == []
 
 
 def test_a_dataset_left_by_a_sigkilled_storage_ceiling_is_removed_by_the_next_run(bench, tmp_path):
@@ -183,7 +168,7 @@ def test_sigkill_of_a_slurm_local_sweep_takes_its_job_down(bench, tiny, tmp_path
     assert any("submitit" in " ".join(p.cmdline()) for p in tree)  # the controller and the job
     proc.send_signal(signal.SIGKILL)
     proc.communicate(timeout=HANG_GUARD_S)
-    assert _alive(tree, wait_s=120) == []
+    assert left_alive(tree, 120.0) == []
     jobs = [r for r in bench.runs() if r.data.tags.get("sweep") != "parent"]
     assert [r.info.status for r in jobs] == ["KILLED"]  # the job's run, ended by its SIGTERM
     assert not (tmp_path / "sweep" / "1").exists()
