@@ -65,7 +65,7 @@ from bench.tracking.store import sqlite_path
 log = logging.getLogger("bench")
 EXIT_UNJUDGED = 3  # nothing slower, but a side was not fit to measure (or, with --rerun, the noise too large)
 RUN_ID = re.compile(r"[0-9a-f]{32}")  # an MLflow run id (uuid4 hex)
-SAME_RUN = "the same run on both sides"
+SAME = "the same {} on both sides"  # run, or sweep
 
 
 def parse_threshold(text: str) -> float:
@@ -135,11 +135,12 @@ def same_sides(baseline: str, candidate: str, frames: Sequence[pd.DataFrame] = (
     return len(ids) == 2 and bool(ids[0]) and ids[0] == ids[1]
 
 
-def said_same(comparison: Comparison, argument: str, what_then: str) -> str:
-    """The same run on both sides: a reason of each pair (the page says it) and a line for the terminal."""
+def said_same(comparison: Comparison, argument: str, what_then: str, what: str = "run") -> str:
+    """The same run (or sweep) on both sides: a reason of each pair (the page says it) and a line
+    for the terminal."""
     for pair in comparison.pairs:
-        pair.reasons.insert(0, SAME_RUN)
-    return f"compare: {SAME_RUN} ({argument}): {what_then}"
+        pair.reasons.insert(0, SAME.format(what))
+    return f"compare: {SAME.format(what)} ({argument}): {what_then}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -192,7 +193,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     notes = []
     if same_sides(args.baseline, args.candidate, (baseline, candidate)):
         then = "its figures are compared with themselves: the ratio is 1 by construction and says nothing about speed"
-        notes.append(said_same(comparison, args.baseline, f"{then} (--rerun N measures its config against itself)"))
+        then += " (--rerun N measures a run's config against itself)"
+        notes.append(said_same(comparison, args.baseline, then, "sweep" if len(baseline) > 1 else "run"))
     out, moved = own_folder(args.out or Path("compare"), named=args.out is not None)
     for line in [moved, *notes] if moved else notes:
         print(line, file=sys.stderr)
@@ -230,7 +232,7 @@ def main_rerun(args: argparse.Namespace) -> int:
             out, moved = own_folder(out, named=args.out is not None)
             same = same_sides(args.baseline, args.candidate)
             then = "its config runs against itself, so the verdict measures this machine's noise between processes"
-            for line in (moved, f"compare: {SAME_RUN} ({args.baseline}): {then}" if same else ""):
+            for line in (moved, f"compare: {SAME.format('run')} ({args.baseline}): {then}" if same else ""):
                 if line:
                     print(line, file=sys.stderr, flush=True)
             measured, result = rerun_compare(

@@ -139,7 +139,8 @@ def draw(comparison: Comparison, ax: Any) -> None:  # ax: a matplotlib Axes
     ax.grid(True, axis="x", alpha=0.3)
     handles, labels = ax.get_legend_handles_labels()
     unique = dict(zip(labels, handles, strict=True))  # one entry per kind, however many pairs
-    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="lower right")
+    # beside the axes, never over a ratio or a line
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
 def plot(comparison: Comparison, path: Path, title: str) -> Path:
@@ -149,9 +150,9 @@ def plot(comparison: Comparison, path: Path, title: str) -> Path:
     fig, ax = plt.subplots(figsize=(8, max(2.5, 0.45 * len(comparison.pairs) + 1.5)))
     draw(comparison, ax)
     # wrapped, never cut: a title is two run directories or run ids, often longer than the plot is wide
-    ax.set_title(textwrap.fill(f"Speed ratio, candidate / baseline, 95% interval ({title})", 75), fontsize=10)
+    ax.set_title(textwrap.fill(f"Speed of the candidate against the baseline, 95% interval ({title})", 75), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend beside the axes included
     plt.close(fig)
     return path
 

@@ -219,7 +219,10 @@ def test_a_side_that_was_not_fit_to_measure_is_not_judged(tmp_path, capsys):
         )
     assert main([str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out")]) == 3
     err = capsys.readouterr().err
-    assert f"verdict: not judged: the baseline was not fit to measure\n  ratio: candidate / baseline of the medians of 3 and 3 repeats\n  baseline: {reason}\n" in err, err
+    assert (
+        "verdict: not judged: the baseline was not fit to measure\n"
+        f"  ratio: candidate / baseline of the medians of 3 and 3 repeats\n  baseline: {reason}\n" in err
+    ), err
     assert main([str(tmp_path / "cand"), str(tmp_path / "cand"), "--out", str(tmp_path / "out")]) == 0
     assert main([str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out"), "--judge-unfit"]) == 0
 

@@ -264,3 +264,20 @@ def test_rerun_rounds_are_capped_in_one_line_before_any_work(monkeypatch, capsys
     )
     assert children.calls == [] and not out.exists()
     check_rounds(MAX_ROUNDS)  # the cap itself is accepted
+
+
+def test_the_same_run_on_both_sides_is_said_and_measures_the_noise_canned_rounds(monkeypatch, capsys, sides):
+    """Issue 33 §5: `compare D D --rerun` said nothing of both sides being one run; it runs the config
+    against itself (the noise between processes, a real use) and says so, on the terminal and the page."""
+    base, _, out = sides
+    children = CannedChildren({"candidate": [100.1, 99.9, 100.3, 100.0], "baseline": QUIET_BASE})
+    monkeypatch.setattr(compare_rerun, "run_child", children)
+    assert compare([str(base), str(base), "--rerun", "2", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == (
+        f"compare: the same run on both sides ({base}): its config runs against itself, so the verdict measures "
+        "this machine's noise between processes"
+    )
+    assert (
+        "\n  the same run on both sides\n" in err and "the same run on both sides" in (out / "compare.md").read_text()
+    )
