@@ -150,7 +150,7 @@ def test_compare_rerun_runs_both_configs_again_interleaved_and_calls_the_slowed_
     """Issue 20: a verdict that holds between processes. Both configs run again as fresh processes,
     A-B-B-A, 2 rounds; the 25x heavier config is slower beyond the 50% threshold and its whole interval
     beyond the noise floor. This suite's load makes the fresh processes unfit to measure (other
-    processes' CPU), which --rerun counts as a plain compare does (exit 3, could not judge:
+    processes' CPU), which --rerun counts as a plain compare does (exit 3, not judged:
     tests/e2e/test_compare_rerun_runs.py): --judge-unfit asks for the verdict anyway, as above.
     Issue 30 item 4: a line before the first process, a line per round, and the plain compare's page."""
     for proc in (runs.same, runs.slowed):

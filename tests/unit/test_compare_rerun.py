@@ -234,7 +234,7 @@ def test_a_slowdown_within_the_noise_floor_is_cant_tell_not_slower_canned_rounds
 
 def test_an_unfit_process_makes_it_could_not_judge_exit_3_canned_rounds(monkeypatch, capsys, sides):
     """The runs' fit_to_measure count with --rerun as without it: a clear slowdown, but one candidate
-    process was not fit to measure: "could not judge", exit 3; --judge-unfit gives the verdict (exit 1)."""
+    process was not fit to measure: "not judged", exit 3; --judge-unfit gives the verdict (exit 1)."""
     figures = {"candidate": [50.0, 50.4, 49.9, 50.1], "baseline": QUIET_BASE}
     reason = {"candidate-2": "other processes used 1.50 of 2 usable cores during the window (limit 0.2)"}
     code, _, err = command(monkeypatch, capsys, sides, CannedChildren(figures, reason))
