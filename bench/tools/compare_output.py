@@ -46,8 +46,9 @@ def rows(pair: Pair) -> List[Dict[str, str]]:
     return shown
 
 
-def _row(pair: Pair, label: str, base: str, cand: str, ratio: float, interval: str, *rest: str) -> Dict[str, str]:
-    basis, verdict = rest
+def _row(
+    pair: Pair, label: str, base: str, cand: str, ratio: float, interval: str, basis: str, verdict: str
+) -> Dict[str, str]:
     return {
         "configuration": label,
         f"baseline {pair.unit}": base,  # the sampled figure in its scenario's unit
