@@ -20,69 +20,28 @@ Verdict, for a threshold t (default 3%): `slower` when the ratio is below 1 - t 
 interval is below 1 (slower beyond the threshold, and not noise); `faster` the mirror image;
 otherwise `same` (within noise: the interval holds 1; or within the threshold). A pair where
 either run was not fit to measure (its fit_to_measure is false: bench.machine.fitness) is
-`not judged`, whatever its ratio, and its note says which side and why.
+`not judged`, whatever its ratio, and its reasons say which side and why.
 """
 
 from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent
+from bench.analysis.verdicts import FASTER, SAME, SLOWER, UNJUDGED, Comparison, Pair, headline, not_fit
 from bench.errors import ReportError
 from bench.machine.fitness import unfit_reason
 from bench.maths.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
 from bench.scenario_registry import DEFAULT_MODE
 from bench.scenarios import Sample, mode_name, report_class
 
-SLOWER, FASTER, SAME, UNJUDGED = "slower", "faster", "same", "not judged"
 TIMELINE_RESAMPLES = 2_000  # step timelines can be long: fewer resamples keep a compare quick
 NOISE_KEYS = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # never a configuration
-
-
-@dataclass
-class Pair:
-    """One configuration, compared."""
-
-    label: str
-    baseline_run: Optional[str]
-    candidate_run: Optional[str]
-    baseline: float  # the sampled figure (the statistic of its samples), in `unit`
-    candidate: float
-    ratio: float  # candidate / baseline; baseline / candidate for a latency: > 1 is faster
-    low: Optional[float]  # the 95% interval of the ratio (None without samples)
-    high: Optional[float]
-    samples: str  # "repeats", "steps" or "none"
-    verdict: str
-    note: str = ""
-    unit: str = "images/s"  # the sampled figure's (its scenario's Sample.unit)
-
-
-@dataclass
-class Comparison:
-    pairs: List[Pair]
-    threshold: float
-    only_baseline: List[str] = field(default_factory=list)
-    only_candidate: List[str] = field(default_factory=list)
-
-    @property
-    def slower(self) -> List[Pair]:
-        return [p for p in self.pairs if p.verdict == SLOWER]
-
-    @property
-    def unjudged(self) -> List[Pair]:
-        return [p for p in self.pairs if p.verdict == UNJUDGED]
-
-    @property
-    def unit(self) -> str:
-        """The pairs' one unit ("" when they differ: each value then carries its own)."""
-        units = {p.unit for p in self.pairs}
-        return units.pop() if len(units) == 1 else ""
 
 
 def finished(frame: pd.DataFrame) -> pd.DataFrame:
@@ -184,15 +143,17 @@ def sample_of(base: Dict[str, Any], cand: Dict[str, Any]) -> Sample:
 
 
 def verdict(ratio: float, low: Optional[float], high: Optional[float], threshold: float) -> Tuple[str, str]:
+    """(the verdict, why: the words after the ratio in its headline)."""
     if low is None or high is None:  # no samples: the point ratio alone
         low = high = ratio
+    pct = f"{100 * threshold:g}%"
     if ratio < 1 - threshold and high < 1:
-        return SLOWER, f"slower by {100 * (1 - ratio):.1f}% (beyond {100 * threshold:g}%)"
+        return SLOWER, f"beyond the {pct} threshold"
     if ratio > 1 + threshold and low > 1:
-        return FASTER, f"faster by {100 * (ratio - 1):.1f}%"
+        return FASTER, f"beyond the {pct} threshold"
     if low <= 1 <= high:
-        return SAME, "within noise (the interval holds 1)"
-    return SAME, f"within the {100 * threshold:g}% threshold"
+        return SAME, "within noise: the interval holds 1"
+    return SAME, f"within the {pct} threshold"
 
 
 def compare_pair(
@@ -201,10 +162,10 @@ def compare_pair(
     sample = sample_of(base, cand)  # what their scenario samples, in its unit
     kind = _kind(base, cand, sample)
     low = high = None
-    note = ""
+    reasons = []
     if kind == "none":
         b, c = float(base[sample.figure]), float(cand[sample.figure])  # the runs' own figure
-        note = "no repeats or step times: no interval"
+        reasons.append("no repeats or step times: no interval")
     else:
         (bv, bstat, b), (cv, cstat, c) = _samples(base, kind, sample), _samples(cand, kind, sample)
         resamples = {"resamples": TIMELINE_RESAMPLES} if kind == "steps" else {}
@@ -213,19 +174,18 @@ def compare_pair(
     over, under = (b, c) if sample.lower_is_better else (c, b)  # > 1: the candidate is faster
     ratio = over / under if under > 0 else math.inf
     decided, why = verdict(ratio, low, high, threshold)
-    sides = [
-        f"the {side} was not fit to measure ({reason})"
-        for side, reason in (("baseline", unfit_reason(base)), ("candidate", unfit_reason(cand)))
-        if reason
-    ]
-    if sides and judge_unfit:  # asked for a verdict anyway (a shared CI box): it says what it stands on
-        why += f"; judged although {'; '.join(sides)}"
-    elif sides:
-        decided, why = UNJUDGED, f"could not judge: {'; '.join(sides)} (measured: {why})"
+    sides = (("baseline", unfit_reason(base)), ("candidate", unfit_reason(cand)))
+    unfit_sides = [(side, reason) for side, reason in sides if reason]
+    if unfit_sides and judge_unfit:  # asked for a verdict anyway (a shared CI box): it says what it stands on
+        reasons += [f"judged although the {side} was not fit to measure: {reason}" for side, reason in unfit_sides]
+    elif unfit_sides:
+        measured = headline(decided, ratio, low, high, why)
+        reasons = [f"{side}: {reason}" for side, reason in unfit_sides] + [f"measured: {measured}"] + reasons
+        decided, why = UNJUDGED, not_fit([(side, "") for side, _ in unfit_sides])
     if kind == "repeats" and decided == SAME and low is not None and high is not None and low < 1 < high:
         needed = _repeats_for(base, cand, threshold)
         if needed and needed > min(len(base["repeat_rates"]), len(cand["repeat_rates"])):
-            why += f"; about {needed} repeats per side would resolve {100 * threshold:g}%"
+            reasons.append(f"about {needed} repeats per side would resolve {100 * threshold:g}%")
     return Pair(
         label,
         base.get("run_id") if not absent(base.get("run_id")) else None,
@@ -237,9 +197,25 @@ def compare_pair(
         high,
         kind,
         decided,
-        "; ".join(x for x in (why, note, provenance_differences(base, cand)) if x),
+        why,
+        [x for x in (*reasons, provenance_differences(base, cand)) if x],
         sample.unit,
+        basis_of(kind, base, cand, sample),
     )
+
+
+def basis_of(kind: str, base: Dict[str, Any], cand: Dict[str, Any], sample: Sample) -> str:
+    """What the ratio is of, in words: the definition the table, the page and the plot share."""
+    ratio = "baseline / candidate (lower is faster)" if sample.lower_is_better else "candidate / baseline"
+    if kind == "repeats":
+        of = f"the medians of {len(base['repeat_rates'])} and {len(cand['repeat_rates'])} repeats"
+    elif kind == "steps" and sample.timeline_is_figure:
+        of = f"the medians of {len(base['timeline'])} and {len(cand['timeline'])} batches"
+    elif kind == "steps":
+        of = f"the pooled rates of {len(base['timeline'])} and {len(cand['timeline'])} steps"
+    else:
+        of = "the runs' own figures"
+    return f"{ratio} of {of}"
 
 
 def provenance_differences(base: Dict[str, Any], cand: Dict[str, Any]) -> str:

@@ -1,7 +1,9 @@
 """The verdict of `python -m bench.compare A B --rerun N`: candidate / baseline from fresh processes,
-run A-B-B-A for N rounds (bench.analysis.rounds), judged against the noise between processes.
+run A-B-B-A (A the baseline, B the candidate) for N rounds (bench.analysis.rounds), judged against
+the noise between processes.
 
-- the ratio is the median of the per-round ratios, with its 95% interval;
+- the ratio is paired: the median of the per-round ratios (a round's candidate / baseline, each
+  side's mean of its two runs in the round), with its 95% interval;
 - the noise floor is what a config does against itself: the largest gap between the two runs of
   one side within a round (A against A, B against B), as a fraction;
 - **slower** (faster): the ratio beyond the threshold and the whole interval beyond the noise
@@ -10,10 +12,11 @@ run A-B-B-A for N rounds (bench.analysis.rounds), judged against the noise betwe
   machine cannot resolve the threshold: a difference the size of the threshold hides in the
   noise), or when the interval holds 1 but the ratio is beyond the threshold, or the ratio is
   beyond the threshold but the interval reaches within the floor of 1;
-- **same**: the noise floor within the threshold and the ratio within the threshold.
-- **not judged** ("could not judge"): a fresh process of either side was not fit to measure (its
+- **same**: the noise floor within the threshold and the ratio within the threshold (1 / (1 + t)
+  to 1 + t: the band compare.png draws, with the noise floor's lines);
+- **not judged**: a fresh process of either side was not fit to measure (its
   fit_to_measure is false, bench.machine.fitness), whatever the figures say, as a plain compare
-  does; `judge_unfit` gives the verdict anyway, its note naming the unfit side.
+  does; `judge_unfit` gives the verdict anyway, its reasons naming the unfit side.
 
 bench.tools.compare exits 1 on slower, 3 on can't tell and not judged (as on an unfit machine), 0
 on same or faster.
@@ -21,24 +24,13 @@ on same or faster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Dict, List
 
-from bench.analysis.compare import FASTER, SAME, SLOWER, UNJUDGED
 from bench.analysis.rounds import CANT_TELL, Rounds
+from bench.analysis.verdicts import FASTER, SAME, SLOWER, UNJUDGED, headline, not_fit
 
-__all__ = [
-    "CANT_TELL",
-    "FASTER",
-    "SAME",
-    "SLOWER",
-    "UNJUDGED",
-    "RerunVerdict",
-    "judge",
-    "noise_floor",
-    "said",
-    "with_fitness",
-]
+__all__ = ["CANT_TELL", "FASTER", "SAME", "SLOWER", "UNJUDGED", "RerunVerdict", "judge", "noise_floor", "with_fitness"]
 
 
 @dataclass
@@ -48,7 +40,13 @@ class RerunVerdict:
     high: float
     noise_floor: float  # the largest A-against-A (or B-against-B) gap within a round, as a fraction
     verdict: str
-    why: str
+    why: str  # the words that end its headline: "beyond the 3% threshold and the 0.5% noise floor"
+    reasons: List[str] = field(default_factory=list)  # the lines after the headline
+
+    @property
+    def headline(self) -> str:
+        """The verdict in one sentence: "slower: 0.500× [0.499–0.501], beyond the 3% threshold and ..."."""
+        return headline(self.verdict, self.ratio, self.low, self.high, self.why)
 
 
 def noise_floor(rounds: Rounds) -> float:
@@ -67,30 +65,27 @@ def judge(rounds: Rounds, threshold: float) -> RerunVerdict:
     floor = noise_floor(rounds)
     r, low, high = ratio.ratio, ratio.low, ratio.high
     margin = max(threshold, floor)
-    pct = f"{100 * threshold:g}%"
-    beyond = f"beyond the {pct} threshold, the whole interval beyond the {100 * floor:.1f}% noise floor"
+    pct, noise = f"{100 * threshold:g}%", f"{100 * floor:.1f}%"
 
-    def given(verdict: str, why: str) -> RerunVerdict:
-        return RerunVerdict(r, low, high, floor, verdict, why)
+    def given(verdict: str, why: str, *reasons: str) -> RerunVerdict:
+        return RerunVerdict(r, low, high, floor, verdict, why, list(reasons))
 
     if r < 1 / (1 + margin) and high < 1 / (1 + floor) and high < 1:
-        return given(SLOWER, f"slower by {100 * (1 - r):.1f}% ({beyond})")
+        return given(SLOWER, f"beyond the {pct} threshold and the {noise} noise floor")
     if r > 1 + margin and low > 1 + floor and low > 1:
-        return given(FASTER, f"faster by {100 * (r - 1):.1f}% ({beyond})")
+        return given(FASTER, f"beyond the {pct} threshold and the {noise} noise floor")
     if floor > threshold:
         return given(
             CANT_TELL,
-            f"the noise floor {100 * floor:.1f}% is larger than the {pct} threshold and the interval "
-            f"[{low:.3f}, {high:.3f}] does not clear 1 by more than it (a quieter machine, more rounds, "
-            f"or a threshold above the floor)",
+            f"the {noise} noise floor is larger than the {pct} threshold",
+            "the interval does not clear 1 by more than the noise floor",
+            "a quieter machine, more rounds, or a threshold above the floor would tell",
         )
-    within = 1 / (1 + threshold) <= r <= 1 + threshold
-    if within:
-        held = "the interval holds 1" if low <= 1 <= high else f"the interval [{low:.3f}, {high:.3f}]"
-        return given(SAME, f"within the {pct} threshold ({held}; noise floor {100 * floor:.1f}%)")
+    if 1 / (1 + threshold) <= r <= 1 + threshold:
+        return given(SAME, f"within the {pct} threshold, at a {noise} noise floor")
     if low <= 1 <= high:
-        return given(CANT_TELL, f"the ratio is beyond the {pct} threshold but the interval holds 1 (more rounds)")
-    return given(CANT_TELL, f"the ratio is beyond the {pct} threshold but the interval comes within the noise floor")
+        return given(CANT_TELL, f"beyond the {pct} threshold, but the interval holds 1", "more rounds would tell")
+    return given(CANT_TELL, f"beyond the {pct} threshold, but the interval comes within the {noise} noise floor of 1")
 
 
 def with_fitness(
@@ -98,23 +93,19 @@ def with_fitness(
 ) -> RerunVerdict:
     """`unfit`: per side, the reasons of its fresh processes that were not fit to measure; `runs`:
     how many each side ran. An unfit side makes the pair "not judged" unless `judge_unfit`."""
-    sides = [
-        f"the {side} was not fit to measure in {len(reasons)} of {runs.get(side, len(reasons))} runs ({reasons[0]})"
-        for side, reasons in unfit.items()
-        if reasons
-    ]
+    sides = [(side, reasons) for side, reasons in unfit.items() if reasons]
     if not sides:
         return result
     if judge_unfit:  # asked for a verdict anyway (a shared CI box): it says what it stands on
-        return replace(result, why=f"{result.why}; judged although {'; '.join(sides)}")
-    return replace(result, verdict=UNJUDGED, why=f"could not judge: {'; '.join(sides)} (measured: {said(result)})")
-
-
-def said(result: RerunVerdict) -> str:
-    """The verdict in words: "slower by 76.8% (beyond ...)", "same (within ...)", "can't tell at this
-    noise: ...", "could not judge: ..."."""
-    if result.verdict == SAME:
-        return f"same ({result.why})"
-    if result.verdict == CANT_TELL:
-        return f"{CANT_TELL}: {result.why}"
-    return result.why
+        judged = [
+            f"judged although the {side} was not fit to measure in {len(why)} of {runs.get(side, len(why))} runs: "
+            f"{why[0]}"
+            for side, why in sides
+        ]
+        return replace(result, reasons=[*result.reasons, *judged])
+    return replace(
+        result,
+        verdict=UNJUDGED,
+        why=not_fit([(side, f"{len(why)} of {runs.get(side, len(why))} runs") for side, why in sides]),
+        reasons=[*(f"{side}: {why[0]}" for side, why in sides), f"measured: {result.headline}", *result.reasons],
+    )

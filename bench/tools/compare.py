@@ -13,22 +13,29 @@ when a run has one repeat), a storage run's samples/s (over storage.runs' runs),
 run's per-batch latency in ms; runs of two scenarios are refused (exit 2). See
 bench.analysis.compare for the rule.
 
-Writes compare.md, compare.html (one page, the plot embedded) and compare.png into --out
-(default ./compare). When an input was an MLflow run id, the files are logged to the
+Prints the table, then the verdict in one sentence ("slower: 0.800× [0.750–0.850], beyond the 3%
+threshold") and its reasons a line each; writes the same into compare.md, compare.html (one page,
+the plot embedded) and compare.png, in --out (default ./compare: when that holds an earlier compare,
+it is kept and this one goes to ./compare-2, -3, ..., said in a line; a folder named with --out is
+replaced, said in a line). A path that does not exist, and is not a run id (32 hex digits), is
+refused before any store is opened; a store is read only for a run id, and a missing sqlite store
+is refused, never created. The same run on both sides is said in a line (its ratio is 1 by
+construction). When an input was an MLflow run id, the files are logged to the
 candidate's run under compare/ (or the baseline's, when only it came from MLflow), and each
 compared candidate run gets the metric throughput_ratio_vs_baseline and a compare.verdict tag.
 
---rerun N (2 to 20 rounds) runs both configs again as fresh processes, interleaved A-B-B-A, and
-judges the ratio against the noise between processes (bench.tools.compare_rerun,
+--rerun N (2 to 20 rounds) runs both configs again as fresh processes, interleaved A-B-B-A (A the
+baseline, B the candidate), and judges the paired ratio (the median of the rounds' ratios, each
+round a row of the table) against the noise between processes (bench.tools.compare_rerun,
 bench.analysis.rerun_verdict): the same page and exit codes, plus "can't tell at this noise" (exit
 3) when the noise floor is larger than the threshold and the interval does not clear it; a fresh
-process not fit to measure makes it "could not judge" (exit 3) as above. Ctrl-C / SIGTERM stop its
+process not fit to measure makes it "not judged" (exit 3) as above. Ctrl-C / SIGTERM stop its
 running child and exit 130 / 143.
 
 Exit codes: 0 nothing slower, 1 some configuration slower beyond the threshold (a CI gate),
 2 an input or the threshold cannot be used (one `[ERROR] ...` line), 3 nothing slower but some
 configuration could not be judged: a side was not fit to measure (its fit_to_measure is false;
-the verdict line names the side and the reasons; run it again on a quiet machine, or pass
+the verdict names the side, its reasons follow; run it again on a quiet machine, or pass
 --judge-unfit to be given the verdict anyway, its note saying which side was unfit).
 """
 
@@ -36,21 +43,29 @@ from __future__ import annotations
 
 import argparse
 import logging
+import re
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence
+from urllib.parse import urlparse
 
 import pandas as pd
 
-from bench.analysis.compare import SLOWER, Comparison, compare_frames
+from bench.analysis.compare import compare_frames
+from bench.analysis.rounds import CANT_TELL
+from bench.analysis.verdicts import Comparison
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, Interrupted, ReportError
 from bench.output_redaction import install as redact_output
-from bench.tools.compare_output import log_to_mlflow, write_outputs
+from bench.secrets import redact
+from bench.tools.compare_output import log_to_mlflow, own_folder, render_text, verdict_lines, write_outputs
 from bench.tools.report import default_tracking_uri
 from bench.tracking.probe import store_problem
+from bench.tracking.store import sqlite_path
 
 log = logging.getLogger("bench")
 EXIT_UNJUDGED = 3  # nothing slower, but a side was not fit to measure (or, with --rerun, the noise too large)
+RUN_ID = re.compile(r"[0-9a-f]{32}")  # an MLflow run id (uuid4 hex)
+SAME = "the same {} on both sides"  # run, or sweep
 
 
 def parse_threshold(text: str) -> float:
@@ -67,41 +82,65 @@ def parse_threshold(text: str) -> float:
     return value
 
 
-def read_input(what: str, argument: str, tracking_uri: str) -> Tuple[pd.DataFrame, bool]:
-    """(the frame of its runs, whether it came from MLflow)."""
+def is_run_id(what: str, argument: str) -> bool:
+    """False for a directory, True for an MLflow run id; ReportError for anything else, before any
+    store is opened (a typo is never looked up, and never makes a store)."""
+    path = Path(argument)
+    if path.is_dir():
+        return False
+    if not path.exists() and RUN_ID.fullmatch(argument):
+        return True
+    raise ReportError(
+        f"{what} {argument} is not a directory nor an MLflow run id (32 hex digits): pass a run's directory, "
+        "a sweep's directory or a run id"
+    )
+
+
+def store_missing(uri: str) -> Optional[str]:
+    """Why a local store (a sqlite file, an mlruns folder) cannot hold the run: it does not exist
+    (reading it would create it). None for one that exists, and for a server (probed instead)."""
+    scheme = urlparse(uri).scheme
+    path = sqlite_path(uri) or (Path(urlparse(uri).path) if scheme in ("", "file") else None)
+    if path is None or path.exists():
+        return None
+    return (
+        f"there is no MLflow store at {redact(uri)} to read a run id from: name the store that holds it "
+        "with --tracking-uri or MLFLOW_TRACKING_URI"
+    )
+
+
+def read_input(what: str, argument: str, tracking_uri: str) -> pd.DataFrame:
+    """The frame of its runs (a directory's, or an MLflow run's: is_run_id said which)."""
     from bench.analysis.mlflow_sweep import read_mlflow_sweep
     from bench.analysis.runs import frame_from_records, read_job_dir, read_sweep_dir
 
     path = Path(argument)
-    if path.is_dir():
-        if (path / "run_summary.json").is_file() or not any(path.glob("*/.hydra")):
-            if not (path / "run_summary.json").is_file() and not (path / "error.txt").is_file():
-                raise ReportError(
-                    f"{what} {argument} holds no run_summary.json and no job directories: pass a "
-                    "run's directory, a sweep's directory or an MLflow run id"
-                )
-            return frame_from_records([read_job_dir(path)]), False
-        return read_sweep_dir(path), False
-    if path.exists() or "/" in argument:
-        raise ReportError(f"{what} {argument} is not a directory nor an MLflow run id")
-    return read_mlflow_sweep(argument, tracking_uri, single=True, argument=what), True
+    if not path.is_dir():
+        return read_mlflow_sweep(argument, tracking_uri, single=True, argument=what)
+    if (path / "run_summary.json").is_file() or not any(path.glob("*/.hydra")):
+        if not (path / "run_summary.json").is_file() and not (path / "error.txt").is_file():
+            raise ReportError(
+                f"{what} {argument} holds no run_summary.json and no job directories: pass a "
+                "run's directory, a sweep's directory or an MLflow run id"
+            )
+        return frame_from_records([read_job_dir(path)])
+    return read_sweep_dir(path)
 
 
-def render_text(comparison: Comparison) -> str:
-    unit = comparison.unit  # the sampled figure's unit (its scenario's); "" when pairs differ: on each value
-    base, cand = (f"baseline {unit}", f"candidate {unit}") if unit else ("baseline", "candidate")
-    lines = [f"{'configuration':<40} {base:>20} {cand:>20} {'ratio':>7}  {'95% interval':<17} verdict"]
-    for p in comparison.pairs:
-        interval = f"[{p.low:.3f}, {p.high:.3f}]" if p.low is not None else "n/a"
-        b, c = (
-            (f"{p.baseline:.1f}", f"{p.candidate:.1f}")
-            if unit
-            else (f"{p.baseline:.1f} {p.unit}", f"{p.candidate:.1f} {p.unit}")
-        )
-        lines.append(f"{p.label[:40]:<40} {b:>20} {c:>20} {p.ratio:>7.3f}  {interval:<17} {p.verdict} ({p.note})")
-    lines += [f"only in the baseline: {label}" for label in comparison.only_baseline]
-    lines += [f"only in the candidate: {label}" for label in comparison.only_candidate]
-    return "\n".join(lines)
+def same_sides(baseline: str, candidate: str, frames: Sequence[pd.DataFrame] = ()) -> bool:
+    """Both sides are one run (or one sweep): one path, one id, or the same recorded MLflow runs."""
+    if baseline == candidate or Path(baseline).resolve() == Path(candidate).resolve():
+        return True
+    ids = [{i for i in frame["run_id"] if isinstance(i, str) and i} for frame in frames]
+    return len(ids) == 2 and bool(ids[0]) and ids[0] == ids[1]
+
+
+def said_same(comparison: Comparison, argument: str, what_then: str, what: str = "run") -> str:
+    """The same run (or sweep) on both sides: a reason of each pair (the page says it) and a line
+    for the terminal."""
+    for pair in comparison.pairs:
+        pair.reasons.insert(0, SAME.format(what))
+    return f"compare: {SAME.format(what)} ({argument}): {what_then}"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -110,7 +149,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("baseline", help="a run's directory, a sweep's directory or an MLflow run id")
     parser.add_argument("candidate", help="the same kinds as the baseline")
     parser.add_argument("--threshold", default="3%", help="what counts as slower or faster (default 3%%)")
-    parser.add_argument("--out", type=Path, default=Path("compare"), help="where the files go (default ./compare)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="where the files go, replacing an earlier compare there (default ./compare, or ./compare-2, ... "
+        "when it holds one)",
+    )
     parser.add_argument(
         "--judge-unfit",
         action="store_true",
@@ -120,23 +164,24 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         "--rerun",
         type=int,
         metavar="N",
-        help="run both configs again as fresh processes, A-B-B-A for N rounds (2 to 20), and judge against the noise "
-        "between processes (A and B: run directories)",
+        help="run both configs again as fresh processes, A-B-B-A (A the baseline, B the candidate) for N rounds "
+        "(2 to 20), and judge against the noise between processes (A and B: run directories)",
     )
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    uri = args.tracking_uri or default_tracking_uri()
     if args.rerun is not None:
         return main_rerun(args)
+    uri = args.tracking_uri or default_tracking_uri()
     try:
         threshold = parse_threshold(args.threshold)
-        if not (Path(args.baseline).exists() and Path(args.candidate).exists()):  # one of them is a run id
-            problem = store_problem(uri)
+        base_mlflow, cand_mlflow = is_run_id("baseline", args.baseline), is_run_id("candidate", args.candidate)
+        if base_mlflow or cand_mlflow:  # only then is a store opened
+            problem = store_missing(uri) or store_problem(uri)
             if problem:
                 raise ReportError(problem)
-        baseline, base_mlflow = read_input("baseline", args.baseline, uri)
-        candidate, cand_mlflow = read_input("candidate", args.candidate, uri)
+        baseline = read_input("baseline", args.baseline, uri)
+        candidate = read_input("candidate", args.candidate, uri)
         comparison = compare_frames(baseline, candidate, threshold, args.judge_unfit)
         if not comparison.pairs:
             raise ReportError(
@@ -145,48 +190,58 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except ReportError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return EXIT_CONFIG
+    notes = []
+    if same_sides(args.baseline, args.candidate, (baseline, candidate)):
+        then = "its figures are compared with themselves: the ratio is 1 by construction and says nothing about speed"
+        then += " (--rerun N measures a run's config against itself)"
+        notes.append(said_same(comparison, args.baseline, then, "sweep" if len(baseline) > 1 else "run"))
+    out, moved = own_folder(args.out or Path("compare"), named=args.out is not None)
+    for line in [moved, *notes] if moved else notes:
+        print(line, file=sys.stderr)
     print(render_text(comparison), flush=True)
-    files = write_outputs(comparison, args.out, f"{args.candidate} vs {args.baseline}")
-    target: List[str] = [
-        x for x, from_mlflow in ((args.candidate, cand_mlflow), (args.baseline, base_mlflow)) if from_mlflow
-    ]
+    files = write_outputs(comparison, out, f"{args.candidate} vs {args.baseline}", notes)
+    target: List[str] = [x for x, mlflow in ((args.candidate, cand_mlflow), (args.baseline, base_mlflow)) if mlflow]
     if target:
         log_to_mlflow(comparison, files, target[0], args.baseline, uri, tag_candidates=cand_mlflow)
+    return said(comparison, files)
+
+
+def said(comparison: Comparison, files: Sequence[Path]) -> int:
+    """The page's path and the verdict on stderr; the exit code."""
     print(f"compare: {files[1].resolve()}", file=sys.stderr)  # compare.html
-    slower = [p.label for p in comparison.pairs if p.verdict == SLOWER]
-    if slower:
-        print(
-            f"verdict: slower beyond {100 * threshold:g}% in {len(slower)} configuration(s): {', '.join(slower)}",
-            file=sys.stderr,
-        )
+    print("\n".join(verdict_lines(comparison)), file=sys.stderr)
+    if comparison.slower:
         return EXIT_FAILED
-    if comparison.unjudged:
-        print(
-            f"verdict: could not judge {len(comparison.unjudged)} configuration(s), a side was not fit to measure: "
-            + "; ".join(f"{p.label}: {p.note}" for p in comparison.unjudged),
-            file=sys.stderr,
-        )
-        return EXIT_UNJUDGED
-    return 0
+    return EXIT_UNJUDGED if comparison.unjudged or any(p.verdict == CANT_TELL for p in comparison.pairs) else 0
 
 
 def main_rerun(args: argparse.Namespace) -> int:
     """--rerun N: the verdict from fresh processes of both configs (bench.tools.compare_rerun).
     SIGTERM or Ctrl-C stops the running child (it gets SIGTERM if this process is killed) and
     ends with one line, exit 143 / 130."""
-    from bench.analysis.rerun_verdict import CANT_TELL, UNJUDGED
     from bench.machine.children import sigterm_raises
-    from bench.tools.compare_rerun import as_comparison, check_rounds, label, rerun_compare, said
+    from bench.tools.compare_rerun import ORDER, as_comparison, check_rounds, label, rerun_compare, rerun_overrides
 
+    out = args.out or Path("compare")
     try:
         with sigterm_raises():
             threshold = parse_threshold(args.threshold)
             check_rounds(args.rerun)
+            for side, run in (("baseline", args.baseline), ("candidate", args.candidate)):
+                rerun_overrides(run, side)  # refused before a folder is made
+            out, moved = own_folder(out, named=args.out is not None)
+            same = same_sides(args.baseline, args.candidate)
+            then = "its config runs against itself, so the verdict measures this machine's noise between processes"
+            for line in (moved, f"compare: {SAME.format('run')} ({args.baseline}): {then}" if same else ""):
+                if line:
+                    print(line, file=sys.stderr, flush=True)
             measured, result = rerun_compare(
-                args.baseline, args.candidate, args.rerun, threshold, args.out, args.judge_unfit
+                args.baseline, args.candidate, args.rerun, threshold, out, args.judge_unfit
             )
             comparison = as_comparison(measured, result, label(args.baseline, args.candidate), threshold)
-            files = write_outputs(comparison, args.out, f"{args.candidate} vs {args.baseline}, {args.rerun} rounds")
+            notes = [said_same(comparison, args.baseline, then)] if same else []
+            title = f"{args.candidate} vs {args.baseline}, {args.rerun} rounds of {ORDER} in fresh processes"
+            files = write_outputs(comparison, out, title, notes)
     except ReportError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return EXIT_CONFIG
@@ -194,16 +249,12 @@ def main_rerun(args: argparse.Namespace) -> int:
         name = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
         print(
             f"[ERROR] bench.compare --rerun interrupted by {name}: a running python -m bench child was stopped; "
-            f"the runs so far are in {args.out / 'rerun'}",
+            f"the runs so far are in {out / 'rerun'}",
             file=sys.stderr,
         )
         return EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM
-    print(render_text(comparison), flush=True)  # the plain compare's table
-    print(f"compare: {files[1].resolve()}", file=sys.stderr)  # compare.html
-    print(f"verdict: {said(result)}", file=sys.stderr)
-    if result.verdict == SLOWER:
-        return EXIT_FAILED
-    return EXIT_UNJUDGED if result.verdict in (CANT_TELL, UNJUDGED) else 0
+    print(render_text(comparison), flush=True)  # the plain compare's table, a row per round under the ratio
+    return said(comparison, files)
 
 
 if __name__ == "__main__":

@@ -1,89 +1,198 @@
-"""What `python -m bench.compare` leaves behind: compare.md, compare.html (the plot embedded),
-compare.png, and, when an input came from MLflow, the same files on a run plus a ratio metric and
-a verdict tag on every compared candidate run."""
+"""What `python -m bench.compare` shows and leaves behind: the table on the terminal, the verdict
+(one sentence, then its reasons), compare.md, compare.html (the plot embedded), compare.png, and,
+when an input came from MLflow, the same files on a run plus a ratio metric and a verdict tag on
+every compared candidate run.
+
+Every figure on all of them comes from the Pair (bench.analysis.verdicts): `rows` is the one table
+the terminal and the page print, and the plot draws the same ratios, the threshold band the
+verdict used and, for --rerun, the noise floor and each round's ratio.
+"""
 
 from __future__ import annotations
 
+import itertools
 import logging
+import shutil
 import textwrap
 import time
 from pathlib import Path
-from typing import List
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import pandas as pd
 
 from bench.analysis import render
-from bench.analysis.compare import FASTER, SLOWER, Comparison
+from bench.analysis.rounds import figure
+from bench.analysis.verdicts import FASTER, SAME, SLOWER, UNJUDGED, Comparison, Pair
 
 log = logging.getLogger("bench")
 
 COLOURS = {SLOWER: "tab:red", FASTER: "tab:green"}  # same: grey
+WRITTEN = ("compare.md", "compare.html", "compare.png", "rerun")  # what a compare leaves in its folder
+UNFIT_HINT = "run it again on a quiet machine, or pass --judge-unfit for a verdict anyway"
+
+
+def _interval(low: Optional[float], high: Optional[float]) -> str:
+    return f"[{low:.3f}, {high:.3f}]" if low is not None and high is not None else ""
+
+
+def rows(pair: Pair) -> List[Dict[str, str]]:
+    """A pair's rows, as the terminal and the page show them: its two figures and their ratio; a
+    paired ratio (--rerun) with a row per round under it, whose ratios it is the median of."""
+    base, cand = ("" if x is None else figure(x) for x in (pair.baseline, pair.candidate))
+    shown = [_row(pair, pair.label, base, cand, pair.ratio, _interval(pair.low, pair.high), pair.basis, pair.verdict)]
+    each = "candidate / baseline, each side's mean of its 2 runs in the round"
+    for number, ((b, c), ratio) in enumerate(zip(pair.rounds, pair.round_ratios, strict=True), start=1):
+        shown.append(_row(pair, f"round {number}", figure(b), figure(c), ratio, "", each, ""))
+    return shown
+
+
+def _row(
+    pair: Pair, label: str, base: str, cand: str, ratio: float, interval: str, basis: str, verdict: str
+) -> Dict[str, str]:
+    return {
+        "configuration": label,
+        f"baseline {pair.unit}": base,  # the sampled figure in its scenario's unit
+        f"candidate {pair.unit}": cand,
+        "ratio": f"{ratio:.3f}",
+        "95% interval": interval,
+        "ratio of": basis,
+        "verdict": verdict,
+        "why": pair.note if verdict else "",  # a round's row: none
+    }
 
 
 def table(comparison: Comparison) -> pd.DataFrame:
-    rows = [
-        {
-            "configuration": p.label,
-            f"baseline {p.unit}": f"{p.baseline:.1f}",  # the sampled figure in its scenario's unit
-            f"candidate {p.unit}": f"{p.candidate:.1f}",
-            "ratio": f"{p.ratio:.3f}",
-            "95% interval": f"[{p.low:.3f}, {p.high:.3f}]" if p.low is not None else "",
-            "samples": p.samples,
-            "verdict": p.verdict,
-            "why": p.note,
-        }
-        for p in comparison.pairs
-    ]
-    rows += [{"configuration": label, "verdict": "only in the baseline"} for label in comparison.only_baseline]
-    rows += [{"configuration": label, "verdict": "only in the candidate"} for label in comparison.only_candidate]
-    return pd.DataFrame(rows, dtype=object).fillna("")
+    shown = [row for pair in comparison.pairs for row in rows(pair)]
+    shown += [{"configuration": label, "verdict": "only in the baseline"} for label in comparison.only_baseline]
+    shown += [{"configuration": label, "verdict": "only in the candidate"} for label in comparison.only_candidate]
+    return pd.DataFrame(shown, dtype=object).fillna("")
+
+
+def render_text(comparison: Comparison) -> str:
+    """The terminal's table: `rows` in fixed columns (baseline at 41-61, candidate at 62-82)."""
+    unit = comparison.unit  # "" when pairs differ: each value then carries its own
+    base, cand = (f"baseline {unit}", f"candidate {unit}") if unit else ("baseline", "candidate")
+    lines = [f"{'configuration':<40} {base:>20} {cand:>20} {'ratio':>7}  {'95% interval':<17} verdict"]
+    for pair in comparison.pairs:
+        for number, row in enumerate(rows(pair)):
+            b, c = (row[f"{side} {pair.unit}"] for side in ("baseline", "candidate"))
+            b, c = (f"{x} {pair.unit}" if x and not unit else x for x in (b, c))
+            label = f"  {row['configuration']}" if number else row["configuration"]  # a round under its pair
+            ratio, interval = row["ratio"], row["95% interval"]
+            lines.append(f"{label[:40]:<40} {b:>20} {c:>20} {ratio:>7}  {interval:<17} {row['verdict']}".rstrip())
+    lines += [f"only in the baseline: {label}" for label in comparison.only_baseline]
+    lines += [f"only in the candidate: {label}" for label in comparison.only_candidate]
+    return "\n".join(lines)
+
+
+def verdict_lines(comparison: Comparison) -> List[str]:
+    """The verdict in one sentence, then its reasons a line each (indented)."""
+    pairs, pct = comparison.pairs, f"{100 * comparison.threshold:g}%"
+    if len(pairs) == 1:
+        (pair,) = pairs
+        return [f"verdict: {pair.headline}", *(f"  {line}" for line in _reasons(pair))]
+    count = {v: sum(p.verdict == v for p in pairs) for v in (SLOWER, UNJUDGED, FASTER, SAME)}
+    if count[SLOWER]:
+        first = f"slower: {count[SLOWER]} of {len(pairs)} configurations, beyond the {pct} threshold"
+    elif count[UNJUDGED]:
+        first = f"not judged: a side was not fit to measure in {count[UNJUDGED]} of {len(pairs)} configurations"
+    else:
+        first = f"not slower: {count[SAME]} of {len(pairs)} configurations same, {count[FASTER]} faster"
+    lines = [f"verdict: {first}"]
+    for pair in pairs:
+        lines += [f"  {pair.label}: {pair.headline}", *(f"    {line}" for line in _reasons(pair))]
+    return lines
+
+
+def _reasons(pair: Pair) -> List[str]:
+    return [f"ratio: {pair.basis}", *pair.reasons, *([UNFIT_HINT] if pair.verdict == UNJUDGED else [])]
+
+
+def draw(comparison: Comparison, ax: Any) -> None:  # ax: a matplotlib Axes
+    """Each ratio with its interval, the threshold band the verdict used, and where a verdict used
+    a noise floor (--rerun) its lines and each round's ratio, on the pair's row."""
+    low_edge, high_edge = comparison.edges
+    ax.axvspan(low_edge, high_edge, color="grey", alpha=0.15, label=f"threshold ±{100 * comparison.threshold:g}%")
+    ax.axvline(1.0, color="black", linewidth=1)
+    for y, pair in enumerate(comparison.pairs):
+        colour = COLOURS.get(pair.verdict, "tab:grey")
+        if pair.noise_floor is not None:
+            floor = pair.noise_floor
+            ax.vlines(
+                [1 / (1 + floor), 1 + floor],
+                y - 0.4,
+                y + 0.4,
+                colors="tab:orange",
+                linestyles="dashed",
+                label=f"noise floor ±{100 * floor:.1f}%",
+            )
+        if pair.rounds:
+            ax.plot(pair.round_ratios, [y] * len(pair.rounds), "x", color=colour, alpha=0.6, label="each round's ratio")
+        if pair.low is not None and pair.high is not None:  # an interval: both ends
+            xerr = [[pair.ratio - pair.low], [pair.high - pair.ratio]]
+            ax.errorbar(pair.ratio, y, xerr=xerr, fmt="o", color=colour, capsize=4, label="ratio, 95% interval")
+        else:
+            ax.plot(pair.ratio, y, "o", color=colour, label="ratio")
+    ax.set_yticks(range(len(comparison.pairs)))
+    ax.set_yticklabels([textwrap.fill(p.label, 40) for p in comparison.pairs], fontsize=8)
+    ax.invert_yaxis()
+    ax.set(xlabel="speed ratio of the candidate to the baseline (> 1: faster)")
+    ax.grid(True, axis="x", alpha=0.3)
+    handles, labels = ax.get_legend_handles_labels()
+    unique = dict(zip(labels, handles, strict=True))  # one entry per kind, however many pairs
+    # beside the axes, never over a ratio or a line
+    ax.legend(unique.values(), unique.keys(), fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
 
 
 def plot(comparison: Comparison, path: Path, title: str) -> Path:
-    """The ratio of every configuration with its interval, the threshold band around 1."""
     from bench.analysis.plots import _pyplot
 
     plt = _pyplot()
-    pairs = comparison.pairs
-    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.45 * len(pairs) + 1.5)))
-    for y, pair in enumerate(pairs):
-        colour = COLOURS.get(pair.verdict, "tab:grey")
-        if pair.low is not None and pair.high is not None:  # an interval: both ends
-            ax.errorbar(
-                pair.ratio,
-                y,
-                xerr=[[pair.ratio - pair.low], [pair.high - pair.ratio]],
-                fmt="o",
-                color=colour,
-                capsize=4,
-            )
-        else:
-            ax.plot(pair.ratio, y, "o", color=colour)
-    t = comparison.threshold
-    ax.axvline(1.0, color="black", linewidth=1)
-    ax.axvspan(1 - t, 1 + t, color="grey", alpha=0.15, label=f"threshold (±{100 * t:g}%)")
-    ax.set_yticks(range(len(pairs)))
-    ax.set_yticklabels([textwrap.fill(p.label, 40) for p in pairs], fontsize=8)
-    ax.invert_yaxis()
+    fig, ax = plt.subplots(figsize=(8, max(2.5, 0.45 * len(comparison.pairs) + 1.5)))
+    draw(comparison, ax)
     # wrapped, never cut: a title is two run directories or run ids, often longer than the plot is wide
-    ax.set_title(textwrap.fill(f"Throughput candidate / baseline, 95% interval ({title})", 75), fontsize=10)
-    ax.set(xlabel="ratio (> 1: faster)")
-    ax.grid(True, axis="x", alpha=0.3)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.set_title(textwrap.fill(f"Speed of the candidate against the baseline, 95% interval ({title})", 75), fontsize=10)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, bbox_inches="tight")  # the legend beside the axes included
     plt.close(fig)
     return path
 
 
-def write_outputs(comparison: Comparison, out: Path, title: str) -> List[Path]:
-    """[compare.md, compare.html, compare.png], written into `out`."""
+def own_folder(out: Path, named: bool) -> Tuple[Path, str]:
+    """Where this compare writes, and a line saying so when it is not simply `out`: a folder the
+    user named (--out) is replaced (the earlier compare's files removed, and said); the default
+    one, when it holds an earlier compare, is kept, and this one goes to the next free `out`-2, -3..."""
+    if named:
+        earlier = [name for name in WRITTEN if (out / name).exists()]
+        for name in earlier:
+            shutil.rmtree(out / name) if (out / name).is_dir() else (out / name).unlink()
+        out.mkdir(parents=True, exist_ok=True)
+        return out, f"compare: replacing the earlier compare in {out} ({', '.join(earlier)})" if earlier else ""
+    for number in itertools.count(1):
+        folder = out if number == 1 else out.with_name(f"{out.name}-{number}")
+        if any((folder / name).exists() for name in WRITTEN):
+            continue
+        folder.mkdir(parents=True, exist_ok=True)
+        try:
+            (folder / "compare.md").open("x").close()  # claimed: a compare started at once takes the next
+        except FileExistsError:
+            continue
+        return (
+            folder,
+            "" if number == 1 else f"compare: {out} holds an earlier compare (kept); this one goes to {folder}",
+        )
+    raise AssertionError("unreachable")
+
+
+def write_outputs(comparison: Comparison, out: Path, title: str, notes: Sequence[str] = ()) -> List[Path]:
+    """[compare.md, compare.html, compare.png], written into `out`, the verdict's lines above the table."""
     out.mkdir(parents=True, exist_ok=True)
     shown = table(comparison)
     image = plot(comparison, out / "compare.png", title)
     md, page = out / "compare.md", out / "compare.html"
-    render.write_markdown(shown, [image], md, f"compare: {title}")
-    render.write_html(shown, [image], page, f"compare: {title}")
+    said = [*notes, *(line.strip() for line in verdict_lines(comparison))]  # a paragraph each
+    render.write_markdown(shown, [image], md, f"compare: {title}", said)
+    render.write_html(shown, [image], page, f"compare: {title}", said)
     return [md, page, image]
 
 

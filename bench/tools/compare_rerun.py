@@ -3,16 +3,18 @@
 Repeats inside one process (benchmark.repeats) miss the run-to-run spread: process start, memory
 layout, clocks, neighbours. Two runs of one unchanged config differ by more than their in-process
 interval admits, and a CI gate that fails on an unchanged commit gets switched off. Here both
-configs are run again as fresh processes, interleaved A-B-B-A for N rounds (2 to MAX_ROUNDS;
-bench.analysis.rounds), each run's images/s one figure, and judged against the noise between the
-processes (bench.analysis.rerun_verdict: slower, faster, same, can't tell at this noise, or not
-judged when a process was not fit to measure).
+configs are run again as fresh processes, interleaved A-B-B-A (A the baseline, B the candidate:
+baseline, candidate, candidate, baseline) for N rounds (2 to MAX_ROUNDS; bench.analysis.rounds),
+each run's images/s one figure, and judged against the noise between the processes
+(bench.analysis.rerun_verdict: slower, faster, same, can't tell at this noise, or not judged when a
+process was not fit to measure).
 
 A and B are run directories (a run's, or a sweep job's): their `.hydra/overrides.yaml` is the
 command run again, with tracking off and the outputs under --out/rerun. Each child is started by
 bench.machine.children.run_child: it ends when this command is interrupted or killed. A line
 says what will run, a tqdm bar (on a terminal) follows the processes, a line per round gives its
-figures, and the result is the page a plain compare writes (bench.tools.compare_output).
+figures, and the result is the page a plain compare writes (bench.tools.compare_output): a row per
+round (each side's mean, their ratio) under the paired ratio, the median of those ratios.
 """
 
 from __future__ import annotations
@@ -26,17 +28,18 @@ from typing import Callable, Dict, List, Optional, Tuple
 import yaml
 from tqdm import tqdm
 
-from bench.analysis.compare import Comparison, Pair
-from bench.analysis.rerun_verdict import SAME, SLOWER, RerunVerdict, judge, noise_floor, said, with_fitness
-from bench.analysis.rounds import Rounds, alternate, figure
+from bench.analysis.rerun_verdict import SAME, SLOWER, RerunVerdict, judge, noise_floor, with_fitness
+from bench.analysis.rounds import Rounds, alternate
+from bench.analysis.verdicts import Comparison, Pair
 from bench.errors import ReportError
 from bench.machine.children import run_child
 from bench.machine.fitness import unfit_reason
 
-__all__ = ["MAX_ROUNDS", "SAME", "SLOWER", "check_rounds", "judge", "noise_floor", "rerun_compare", "said"]
+__all__ = ["MAX_ROUNDS", "ORDER", "SAME", "SLOWER", "check_rounds", "judge", "noise_floor", "rerun_compare"]
 
 RERUN_TIMEOUT_S = 3600  # one run of the config, however large: a hang guard only
 MAX_ROUNDS = 20  # 4 fresh processes a round: 80 at most (more rounds narrow the interval slowly)
+ORDER = "A-B-B-A (A the baseline, B the candidate)"  # the rounds' order, as the line, the page and the docs name it
 
 
 def check_rounds(rounds: int) -> None:
@@ -101,12 +104,12 @@ def rerun_compare(
 ) -> Tuple[Rounds, RerunVerdict]:
     """Both configs run again, interleaved, `rounds` rounds: the figures and the verdict on candidate / baseline."""
     check_rounds(rounds)
-    sides = {"candidate": rerun_overrides(candidate, "candidate"), "baseline": rerun_overrides(baseline, "baseline")}
+    sides = {"baseline": rerun_overrides(baseline, "baseline"), "candidate": rerun_overrides(candidate, "candidate")}
     counts = {name: 0 for name in sides}
     unfit: Dict[str, List[str]] = {name: [] for name in sides}
     echo(
-        f"rerun: {rounds} rounds of candidate-baseline-baseline-candidate, {4 * rounds} fresh python -m bench "
-        f"processes, their outputs in {out / 'rerun'}"
+        f"rerun: {rounds} rounds of {ORDER}, {4 * rounds} fresh python -m bench processes, "
+        f"their outputs in {out / 'rerun'}"
     )
     bar = tqdm(total=4 * rounds, unit="run", desc="rerun", file=sys.stderr, leave=False, disable=None)
 
@@ -126,33 +129,32 @@ def rerun_compare(
         measured = alternate({name: measure(name) for name in sides}, rounds, warmup=0, unit="images/s", echo=echo)
     finally:
         bar.close()
-    result = with_fitness(judge(measured, threshold), unfit, counts, judge_unfit)
-    echo(
-        f"baseline median {figure(measured.median('baseline'))}, candidate median "
-        f"{figure(measured.median('candidate'))} images/s over {rounds} rounds of fresh processes; "
-        f"ratio {result.ratio:.3f} [95% {result.low:.3f}-{result.high:.3f}], noise floor "
-        f"{100 * result.noise_floor:.1f}%"
-    )
-    return measured, result
+    return measured, with_fitness(judge(measured, threshold), unfit, counts, judge_unfit)
 
 
 def as_comparison(measured: Rounds, result: RerunVerdict, label: str, threshold: float) -> Comparison:
-    """The rerun as a plain compare's one pair, for its page (bench.tools.compare_output)."""
-    rounds = len(measured.per_round["baseline"])
+    """The rerun as a plain compare's one pair, for its page (bench.tools.compare_output): the paired
+    ratio with each round's figures (each side's mean of its two runs), whose ratios it is the median of."""
+    rounds = list(zip(measured.per_round["baseline"], measured.per_round["candidate"], strict=True))
     pair = Pair(
         label,
         None,
         None,
-        measured.median("baseline"),
-        measured.median("candidate"),
+        None,
+        None,
         result.ratio,
         result.low,
         result.high,
-        f"{rounds} rounds of fresh processes",
+        "rounds",
         result.verdict,
         result.why,
+        result.reasons,
+        "images/s",
+        f"candidate / baseline, paired: the median of the ratios of {len(rounds)} rounds of fresh processes",
+        rounds,
+        result.noise_floor,
     )
-    return Comparison([pair], threshold)
+    return Comparison([pair], threshold, band=(1 / (1 + threshold), 1 + threshold))  # rerun_verdict's band
 
 
 def label(baseline: str, candidate: str) -> str:

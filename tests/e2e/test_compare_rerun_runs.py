@@ -1,5 +1,5 @@
 """`python -m bench.compare A B --rerun 2` in real processes (issue 28 item 8): its 8 fresh
-`python -m bench` children report fit_to_measure, and an unfit pair is "could not judge", exit 3, as
+`python -m bench` children report fit_to_measure, and an unfit pair is "not judged", exit 3, as
 without --rerun. The slower branch in real processes is in tests/e2e/test_measure_deeper_runs.py;
 every branch with canned figures in tests/unit/test_compare_rerun.py."""
 
@@ -22,8 +22,8 @@ def run_dir(root: Path, name: str, overrides: List[str]) -> Path:
 
 def test_unfit_fresh_processes_make_it_could_not_judge_exit_3_and_the_noise_cant_tell(bench, tiny, datasets, tmp_path):
     """One config against itself, a torch thread per usable core and a loader worker beside them
-    (oversubscribed: unfit on any machine, as in test_fit_to_measure.py), at a 0% threshold: "could
-    not judge", exit 3, naming both sides' unfit runs;
+    (oversubscribed: unfit on any machine, as in test_fit_to_measure.py), at a 0% threshold: "not
+    judged", exit 3, naming both sides' unfit runs;
     what was measured is the same config against itself, so its verdict is the noise's: "can't tell
     at this noise" (the floor of two real processes is above 0%) unless the interval clears 1 by
     more than the floor, which the figures printed decide (checked against the rule either way)."""
@@ -43,27 +43,28 @@ def test_unfit_fresh_processes_make_it_could_not_judge_exit_3_and_the_noise_cant
         str(base), str(cand), "--rerun", "2", "--threshold", "0%", "--out", str(out), module="bench.compare"
     )
     assert proc.returncode == 3, proc.stdout + proc.stderr
-    (verdict,) = [line for line in proc.stderr.splitlines() if line.startswith("verdict: ")]
-    assert verdict.startswith("verdict: could not judge: the candidate was not fit to measure in 4 of 4 runs ("), (
-        verdict
-    )
-    candidate, baseline = verdict.split("; the baseline was not fit to measure in 4 of 4 runs (")
+    err = proc.stderr.splitlines()
+    (at,) = [n for n, line in enumerate(err) if line.startswith("verdict: ")]
+    assert err[at] == (
+        "verdict: not judged: the baseline was not fit to measure in 4 of 4 runs, the candidate in 4 of 4 runs"
+    ), proc.stderr
+    baseline, candidate, measured = err[at + 2 : at + 5]  # after the ratio's definition
     oversubscribed = re.compile(r"torch threads? x 1 rank \+ 1 loader worker = \d+ > [\d.]+ usable cores")
-    assert oversubscribed.search(candidate) and oversubscribed.search(baseline), verdict
-    assert "(measured: " in baseline
+    assert baseline.startswith("  baseline: ") and oversubscribed.search(baseline), proc.stderr
+    assert candidate.startswith("  candidate: ") and oversubscribed.search(candidate), proc.stderr
     _ratio, low, high, floor = map(
-        float, re.search(r"ratio ([\d.]+) \[95% ([\d.]+)-([\d.]+)\], noise floor ([\d.]+)%", proc.stdout).groups()
+        float, re.search(r"measured: .*: ([\d.]+)× \[([\d.]+)–([\d.]+)\], .*?([\d.]+)% noise floor", measured).groups()
     )
     floor /= 100
-    assert floor > 0, proc.stdout
+    assert floor > 0, proc.stderr
     if high < 1 / (1 + floor):
-        assert "(measured: slower by " in verdict
+        assert measured.startswith("  measured: slower: "), measured
     elif low > 1 + floor:
-        assert "(measured: faster by " in verdict
+        assert measured.startswith("  measured: faster: "), measured
     else:
-        assert (
-            f"(measured: can't tell at this noise: the noise floor {100 * floor:.1f}% is larger than the 0%" in verdict
-        ), verdict
+        assert measured.startswith("  measured: can't tell at this noise: ") and (
+            f"the {100 * floor:.1f}% noise floor is larger than the 0% threshold" in measured
+        ), measured
     assert "Traceback" not in proc.stderr
     assert {p.name for p in out.iterdir()} == {"compare.md", "compare.html", "compare.png", "rerun"}
     assert "<td>not judged</td>" in (out / "compare.html").read_text()

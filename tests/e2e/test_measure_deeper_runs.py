@@ -14,6 +14,7 @@ from types import SimpleNamespace
 import pytest
 from mlflow import MlflowClient
 
+from bench.analysis.rounds import figure
 from bench.tools.compare import main as compare
 
 DEEP = [
@@ -111,7 +112,7 @@ def test_compare_calls_the_same_config_same_and_a_slowed_one_slower_with_exit_1(
     # The gate holds (exit 0, never "slower"); "same" itself is not asked: in-process repeats miss the
     # spread between processes, and under this suite's load the profiled baseline once ran 2x slower
     # than its twin ("faster"). That spread is what --rerun measures (the next test).
-    assert (" same (" in printed or " faster (" in printed) and "slower" not in printed, printed
+    assert printed.splitlines()[1].split()[-1] in ("same", "faster") and "slower" not in printed, printed
     assert {p.name for p in out.iterdir()} == {"compare.md", "compare.html", "compare.png"}
 
     gate = runs.bench.run(
@@ -125,7 +126,8 @@ def test_compare_calls_the_same_config_same_and_a_slowed_one_slower_with_exit_1(
         module="bench.compare",
     )
     assert gate.returncode == 1, gate.stdout + gate.stderr
-    assert " slower (" in gate.stdout and "verdict: slower beyond 30% in 1 configuration" in gate.stderr
+    assert gate.stdout.splitlines()[1].endswith(" slower"), gate.stdout
+    assert "verdict: slower: " in gate.stderr and ", beyond the 30% threshold\n" in gate.stderr
     assert "Traceback" not in gate.stderr
     page = (runs.root / "cmp-slowed" / "compare.html").read_text()
     assert "slower" in page and "data:image/png;base64," in page
@@ -139,17 +141,18 @@ def test_the_compare_page_opens_in_a_real_browser(runs, browser):
     assert page.console_errors == []
     ((loaded, width, _),) = page.images
     assert loaded and width > 100
-    # both sides ran 3 repeats: the figures compared are the repeats' medians
+    # both sides ran 3 repeats: the figures compared are the repeats' medians, as the table writes a
+    # figure (bench.analysis.rounds.figure: one decimal from 10 up, three below)
     base = json.loads((runs.root / "same" / "run_summary.json").read_text())["results"]["images_per_second_median"]
     cand = json.loads((runs.root / "slowed" / "run_summary.json").read_text())["results"]["images_per_second_median"]
-    assert f"{base:.1f}" in page.cells and f"{cand:.1f}" in page.cells and "slower" in page.cells, page.cells
+    assert figure(base) in page.cells and figure(cand) in page.cells and "slower" in page.cells, page.cells
 
 
 def test_compare_rerun_runs_both_configs_again_interleaved_and_calls_the_slowed_one_slower(runs):
     """Issue 20: a verdict that holds between processes. Both configs run again as fresh processes,
     A-B-B-A, 2 rounds; the 25x heavier config is slower beyond the 50% threshold and its whole interval
     beyond the noise floor. This suite's load makes the fresh processes unfit to measure (other
-    processes' CPU), which --rerun counts as a plain compare does (exit 3, could not judge:
+    processes' CPU), which --rerun counts as a plain compare does (exit 3, not judged:
     tests/e2e/test_compare_rerun_runs.py): --judge-unfit asks for the verdict anyway, as above.
     Issue 30 item 4: a line before the first process, a line per round, and the plain compare's page."""
     for proc in (runs.same, runs.slowed):
@@ -169,11 +172,11 @@ def test_compare_rerun_runs_both_configs_again_interleaved_and_calls_the_slowed_
     )
     assert gate.returncode == 1, gate.stdout + gate.stderr
     assert gate.stdout.startswith(
-        "rerun: 2 rounds of candidate-baseline-baseline-candidate, 8 fresh python -m bench"
+        "rerun: 2 rounds of A-B-B-A (A the baseline, B the candidate), 8 fresh python -m bench"
     ), gate.stdout
     rounds = [line for line in gate.stdout.splitlines() if line.startswith("round ")]
     assert len(rounds) == 2 and all(line.count(",") == 2 for line in rounds), gate.stdout  # each side twice a round
-    assert "noise floor" in gate.stdout and "verdict: slower by " in gate.stderr, gate.stdout + gate.stderr
+    assert "verdict: slower: " in gate.stderr and "% noise floor\n" in gate.stderr, gate.stdout + gate.stderr
     assert "Traceback" not in gate.stderr
     assert {p.name for p in out.iterdir()} == {"compare.md", "compare.html", "compare.png", "rerun"}
     page = (out / "compare.html").read_text()
@@ -247,8 +250,11 @@ def test_a_sweep_compared_through_mlflow_is_matched_by_batch_size_and_logged(inf
         )
         == 0
     )  # the same runs both sides; on a busy box, unfit
-    printed = capsys.readouterr().out
-    assert "data.batch_size=1 " in printed and "data.batch_size=4 " in printed and printed.count(" same (") == 2
+    printed = capsys.readouterr()
+    rows = printed.out.splitlines()[1:]
+    assert [row.split()[0] for row in rows] == ["data.batch_size=1", "data.batch_size=4"], printed.out
+    assert [row.split()[-1] for row in rows] == ["same", "same"], printed.out
+    assert f"compare: the same sweep on both sides ({inference_sweep.dir}): " in printed.err  # its MLflow runs
     client = MlflowClient(tracking_uri=bench.uri)
     assert {a.path for a in client.list_artifacts(parent.info.run_id, "compare")} == {
         "compare/compare.md",

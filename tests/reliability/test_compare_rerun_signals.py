@@ -49,14 +49,15 @@ def test_a_signal_to_compare_rerun_ends_its_running_child(bench, tiny, tmp_path,
         module="bench.compare",
         start_new_session=True,
     )
-    bench.wait_for_line(proc, out / "rerun" / "candidate-1" / "bench.log", "step 2/")  # the child is measuring
+    # A-B-B-A, A the baseline: its first run is the first child
+    bench.wait_for_line(proc, out / "rerun" / "baseline-1" / "bench.log", "step 2/")  # the child is measuring
     (child,) = psutil.Process(proc.pid).children()
-    assert "bench" in child.cmdline() and any(a.endswith("candidate-1") for a in child.cmdline())
+    assert "bench" in child.cmdline() and any(a.endswith("baseline-1") for a in child.cmdline())
     proc.send_signal(sig)
     _, err = proc.communicate(timeout=HANG_GUARD_S)
     assert proc.returncode == code, err
     assert gone(child, 60), f"the python -m bench child {child.pid} outlived the compare ({sig.name})"
-    assert not (out / "rerun" / "candidate-2").exists()  # nothing started after the signal
+    assert not (out / "rerun" / "candidate-1").exists()  # nothing started after the signal
     if sig != signal.SIGKILL:
         assert err.splitlines() == [
             f"[ERROR] bench.compare --rerun interrupted by {sig.name}: a running python -m bench child was "

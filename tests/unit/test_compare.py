@@ -49,16 +49,16 @@ def _frame(*records: RunRecord):
 @pytest.mark.parametrize(
     "ratio, low, high, expected, why",
     [
-        (0.80, 0.75, 0.85, SLOWER, "slower by 20.0%"),
-        (0.90, 0.70, 1.05, SAME, "within noise"),
+        (0.80, 0.75, 0.85, SLOWER, "beyond the 3% threshold"),
+        (0.90, 0.70, 1.05, SAME, "within noise: the interval holds 1"),
         (0.98, 0.975, 0.985, SAME, "within the 3% threshold"),
-        (1.20, 1.10, 1.30, FASTER, "faster by 20.0%"),
-        (0.80, None, None, SLOWER, "slower"),  # no samples: the point ratio alone decides
+        (1.20, 1.10, 1.30, FASTER, "beyond the 3% threshold"),
+        (0.80, None, None, SLOWER, "beyond the 3% threshold"),  # no samples: the point ratio alone decides
     ],
 )
 def test_the_verdict_rule(ratio, low, high, expected, why):
-    decided, note = verdict(ratio, low, high, 0.03)
-    assert decided == expected and why in note
+    decided, said = verdict(ratio, low, high, 0.03)
+    assert decided == expected and said == why
 
 
 def test_repeats_give_the_interval_of_the_ratio_of_medians():
@@ -188,7 +188,7 @@ def test_two_different_configurations_are_both_named_and_the_plot_title_is_wrapp
 def test_a_side_that_was_not_fit_to_measure_is_not_judged(tmp_path, capsys):
     """The issue's case: the 2-thread baseline ran beside other load, the 1-thread candidate did
     not; "faster by 439%" said nothing of why. Now the pair is not judged, the note names the side
-    and its reasons, and the command exits 3 (could not judge), not 0."""
+    and its reasons, and the command exits 3 (not judged), not 0."""
     from bench.analysis.compare import UNJUDGED
 
     reason = "other processes used 0.97 of 2 usable cores during the window (limit 0.2)"
@@ -198,15 +198,16 @@ def test_a_side_that_was_not_fit_to_measure_is_not_judged(tmp_path, capsys):
     cand.metrics.update(fit_to_measure=True, fit_reasons="")
     (pair,) = compare_frames(_frame(base), _frame(cand), 0.03).pairs
     assert pair.verdict == UNJUDGED and pair.ratio == pytest.approx(141 / 26)
-    assert pair.note.startswith(f"could not judge: the baseline was not fit to measure ({reason})")
-    assert "measured: faster by" in pair.note
+    assert pair.headline == "not judged: the baseline was not fit to measure"
+    assert pair.reasons == [f"baseline: {reason}", "measured: faster: 5.423× [5.283–5.569], beyond the 3% threshold"]
     fit_base = _run("c", 8, rates=[26.0, 25.5, 26.5])
     fit_base.metrics.update(fit_to_measure=1.0)  # as MLflow gives it back
     assert compare_frames(_frame(fit_base), _frame(cand), 0.03).pairs[0].verdict == FASTER
     older = _run("d", 8, rates=[141.0, 140.0, 142.0])  # recorded before the verdict existed: judged as before
     assert compare_frames(_frame(older), _frame(cand), 0.03).pairs[0].verdict == SAME
     (judged,) = compare_frames(_frame(base), _frame(cand), 0.03, judge_unfit=True).pairs  # a shared CI box asks anyway
-    assert judged.verdict == FASTER and f"judged although the baseline was not fit to measure ({reason})" in judged.note
+    assert judged.verdict == FASTER and judged.headline == "faster: 5.423× [5.283–5.569], beyond the 3% threshold"
+    assert judged.reasons == [f"judged although the baseline was not fit to measure: {reason}"]
 
     for name, record in (("base", base), ("cand", cand)):
         job = tmp_path / name
@@ -218,7 +219,10 @@ def test_a_side_that_was_not_fit_to_measure_is_not_judged(tmp_path, capsys):
         )
     assert main([str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out")]) == 3
     err = capsys.readouterr().err
-    assert "verdict: could not judge 1 configuration(s), a side was not fit to measure" in err and reason in err
+    assert (
+        "verdict: not judged: the baseline was not fit to measure\n"
+        f"  ratio: candidate / baseline of the medians of 3 and 3 repeats\n  baseline: {reason}\n" in err
+    ), err
     assert main([str(tmp_path / "cand"), str(tmp_path / "cand"), "--out", str(tmp_path / "out")]) == 0
     assert main([str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out"), "--judge-unfit"]) == 0
 

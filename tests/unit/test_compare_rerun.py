@@ -89,11 +89,13 @@ def test_an_unfit_side_is_not_judged_unless_asked_simulated_processes():
     assert slower.verdict == SLOWER
     unfit = {"candidate": ["swap-in 12 MB"], "baseline": []}
     judged = with_fitness(slower, unfit, {"candidate": 4, "baseline": 4})
-    assert judged.verdict == UNJUDGED and judged.why.startswith(
-        "could not judge: the candidate was not fit to measure in 1 of 4 runs (swap-in 12 MB) (measured: slower by"
-    )
+    assert judged.verdict == UNJUDGED
+    assert judged.headline == "not judged: the candidate was not fit to measure in 1 of 4 runs"
+    assert judged.reasons == ["candidate: swap-in 12 MB", f"measured: {slower.headline}"]
+    assert slower.headline.startswith("slower: 0.500× [")
     anyway = with_fitness(slower, unfit, {"candidate": 4, "baseline": 4}, judge_unfit=True)
-    assert anyway.verdict == SLOWER and "judged although the candidate was not fit to measure" in anyway.why
+    assert anyway.verdict == SLOWER and anyway.headline == slower.headline
+    assert anyway.reasons == ["judged although the candidate was not fit to measure in 1 of 4 runs: swap-in 12 MB"]
 
 
 # ---- the command, in-process, its children's final lines canned ----------------------------------
@@ -143,19 +145,27 @@ def command(monkeypatch, capsys, sides, children: CannedChildren, *extra: str):
     return code, printed.out, printed.err
 
 
-# each side's figures in the order it runs: candidate-1, -2 (round 1), -3, -4 (round 2)
+# each side's figures in the order it runs: baseline-1, -2 (round 1), -3, -4 (round 2)
 QUIET_BASE = [100.0, 100.5, 99.8, 100.2]
 
 
 @pytest.mark.parametrize(
     ("candidate", "exit_code", "said"),
     [
-        ([50.0, 50.4, 49.9, 50.1], 1, "verdict: slower by 50.0% (beyond the 3% threshold"),
-        ([200.0, 200.4, 199.9, 201.0], 0, "verdict: faster by 100.1% (beyond the 3% threshold"),
+        (
+            [50.0, 50.4, 49.9, 50.1],
+            1,
+            "verdict: slower: 0.500× [0.500–0.501], beyond the 3% threshold and the 0.8% noise floor\n",
+        ),
+        (
+            [200.0, 200.4, 199.9, 201.0],
+            0,
+            "verdict: faster: 2.001× [1.997–2.004], beyond the 3% threshold and the 0.6% noise floor\n",
+        ),
         (
             [100.2, 100.1, 99.9, 100.3],
             0,
-            "verdict: same (within the 3% threshold (the interval holds 1; noise floor 0.5%))",
+            "verdict: same: 1.000× [0.999–1.001], within the 3% threshold, at a 0.5% noise floor\n",
         ),
     ],
     ids=["slower", "faster", "same"],
@@ -167,10 +177,14 @@ def test_rerun_verdicts_exit_codes_and_page_canned_rounds(monkeypatch, capsys, s
     assert len(children.calls) == 8 and all(
         argv[1:3] == ["-m", "bench"] and "tracking.enabled=false" in argv for argv in children.calls
     )
-    lines = out.splitlines()  # what will run first, then a line per round, then the figures
-    assert lines[0].startswith("rerun: 2 rounds of candidate-baseline-baseline-candidate, 8 fresh python -m bench")
-    assert [line.split(":")[0] for line in lines[1:3]] == ["round 1", "round 2"] and "noise floor" in lines[3]
-    assert lines[4].split() == [
+    lines = out.splitlines()  # what will run first, then a line per round, then the table
+    assert lines[0].startswith(
+        "rerun: 2 rounds of A-B-B-A (A the baseline, B the candidate), 8 fresh python -m bench processes"
+    )
+    assert [line.split(":")[0] for line in lines[1:3]] == ["round 1", "round 2"]
+    assert lines[1].startswith("round 1: baseline 100.0, 100.5 | candidate ")  # A first: the baseline
+    assert children.calls[0][-1].endswith("/rerun/baseline-1")
+    assert lines[3].split() == [
         "configuration",
         "baseline",
         "images/s",
@@ -181,7 +195,9 @@ def test_rerun_verdicts_exit_codes_and_page_canned_rounds(monkeypatch, capsys, s
         "interval",
         "verdict",
     ]  # the unit is the runs' own (their scenario's view)
-    assert lines[5].startswith("data.image_size=160 vs data.image_size=3") and len(lines) == 6  # the plain table
+    # the plain table: the paired ratio, then the rounds it is the median of
+    assert lines[4].startswith("data.image_size=160 vs data.image_size=3") and len(lines) == 7
+    assert [line.split()[:1] for line in lines[5:]] == [["round"], ["round"]]
     page = sides[2] / "compare.html"
     assert {p.name for p in sides[2].iterdir()} >= {"compare.md", "compare.html", "compare.png", "rerun"}
     text = page.read_text()
@@ -196,10 +212,14 @@ def test_a_noise_floor_above_the_threshold_is_cant_tell_exit_3_canned_rounds(mon
     children = CannedChildren({"candidate": [45.0, 20.0, 60.0, 50.0], "baseline": [100.0, 30.0, 110.0, 95.0]})
     code, out, err = command(monkeypatch, capsys, sides, children)
     assert code == 3, err
-    assert "verdict: can't tell at this noise: the noise floor 233.3% is larger than the 3% threshold" in err, err
-    assert "same" not in err and "noise floor 233.3%" in out
     assert (
-        "| 2 rounds of fresh processes | can't tell at this noise | the noise floor 233.3%"
+        "verdict: can't tell at this noise: 0.518× [0.500–0.537], the 233.3% noise floor is larger than the 3% "
+        "threshold\n  ratio: candidate / baseline, paired: the median of the ratios of 2 rounds of fresh processes\n"
+        "  the interval does not clear 1 by more than the noise floor\n"
+    ) in err, err
+    assert "same" not in err and "noise floor" not in out  # the table's figures on stdout, the verdict on stderr
+    assert (
+        " 2 rounds of fresh processes | can't tell at this noise | the 233.3% noise floor is larger"
         in (sides[2] / "compare.md").read_text()
     )
     assert "<td>can&#x27;t tell at this noise</td>" in (sides[2] / "compare.html").read_text()
@@ -209,22 +229,25 @@ def test_a_slowdown_within_the_noise_floor_is_cant_tell_not_slower_canned_rounds
     """The interval excludes 1, but not by more than the noise floor (20%): not "slower"."""
     children = CannedChildren({"candidate": [90.0, 75.0, 88.0, 74.0], "baseline": [100.0, 98.0, 99.0, 101.0]})
     code, _, err = command(monkeypatch, capsys, sides, children, "--threshold", "5%")
-    assert code == 3 and "verdict: can't tell at this noise: the noise floor 20.0% is larger than the 5%" in err, err
+    assert code == 3 and "verdict: can't tell at this noise: 0.822× [0.810–0.833], the 20.0% noise floor is" in err, err
 
 
 def test_an_unfit_process_makes_it_could_not_judge_exit_3_canned_rounds(monkeypatch, capsys, sides):
     """The runs' fit_to_measure count with --rerun as without it: a clear slowdown, but one candidate
-    process was not fit to measure: "could not judge", exit 3; --judge-unfit gives the verdict (exit 1)."""
+    process was not fit to measure: "not judged", exit 3; --judge-unfit gives the verdict (exit 1)."""
     figures = {"candidate": [50.0, 50.4, 49.9, 50.1], "baseline": QUIET_BASE}
     reason = {"candidate-2": "other processes used 1.50 of 2 usable cores during the window (limit 0.2)"}
     code, _, err = command(monkeypatch, capsys, sides, CannedChildren(figures, reason))
     assert code == 3, err
-    assert (
-        "verdict: could not judge: the candidate was not fit to measure in 1 of 4 runs (other processes used "
-        "1.50 of 2 usable cores during the window (limit 0.2)) (measured: slower by 50.0%"
-    ) in err, err
+    assert err.splitlines()[1:] == [
+        "verdict: not judged: the candidate was not fit to measure in 1 of 4 runs",
+        "  ratio: candidate / baseline, paired: the median of the ratios of 2 rounds of fresh processes",
+        "  candidate: other processes used 1.50 of 2 usable cores during the window (limit 0.2)",
+        "  measured: slower: 0.500× [0.500–0.501], beyond the 3% threshold and the 0.8% noise floor",
+        "  run it again on a quiet machine, or pass --judge-unfit for a verdict anyway",
+    ], err
     code, _, err = command(monkeypatch, capsys, sides, CannedChildren(figures, reason), "--judge-unfit")
-    assert code == 1 and "verdict: slower by 50.0%" in err and "judged although the candidate was not fit" in err
+    assert code == 1 and "verdict: slower: 0.500×" in err and "  judged although the candidate was not fit" in err
 
 
 @pytest.mark.parametrize("rounds", ["1000", "21", "1", "0", "-3"])
@@ -241,3 +264,20 @@ def test_rerun_rounds_are_capped_in_one_line_before_any_work(monkeypatch, capsys
     )
     assert children.calls == [] and not out.exists()
     check_rounds(MAX_ROUNDS)  # the cap itself is accepted
+
+
+def test_the_same_run_on_both_sides_is_said_and_measures_the_noise_canned_rounds(monkeypatch, capsys, sides):
+    """Issue 33 §5: `compare D D --rerun` said nothing of both sides being one run; it runs the config
+    against itself (the noise between processes, a real use) and says so, on the terminal and the page."""
+    base, _, out = sides
+    children = CannedChildren({"candidate": [100.1, 99.9, 100.3, 100.0], "baseline": QUIET_BASE})
+    monkeypatch.setattr(compare_rerun, "run_child", children)
+    assert compare([str(base), str(base), "--rerun", "2", "--out", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert err.splitlines()[0] == (
+        f"compare: the same run on both sides ({base}): its config runs against itself, so the verdict measures "
+        "this machine's noise between processes"
+    )
+    assert (
+        "\n  the same run on both sides\n" in err and "the same run on both sides" in (out / "compare.md").read_text()
+    )
