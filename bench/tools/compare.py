@@ -44,6 +44,7 @@ import pandas as pd
 
 from bench.analysis.compare import SLOWER, Comparison, compare_frames
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, Interrupted, ReportError
+from bench.machine.writable import writable_dir_refusal
 from bench.output_redaction import install as redact_output
 from bench.tools.compare_output import log_to_mlflow, write_outputs
 from bench.tools.report import default_tracking_uri
@@ -127,6 +128,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     uri = args.tracking_uri or default_tracking_uri()
+    unwritable = writable_dir_refusal("--out", str(args.out))  # before any run is read or rerun
+    if unwritable:
+        print(f"[ERROR] {unwritable}", file=sys.stderr)
+        return EXIT_CONFIG
     if args.rerun is not None:
         return main_rerun(args)
     try:
