@@ -195,10 +195,14 @@ def describe(dst: str, summary: Mapping[str, Any]) -> str:
 
 
 def _leftovers(removed: Sequence[str], foreign: Sequence[str]) -> str:
-    said = f", {len(removed)} shards of an earlier prepare deleted ({_span(removed)})" if removed else ""
+    said = f", {_count(removed, 'shard')} of an earlier prepare deleted ({_span(removed)})" if removed else ""
     if foreign:
-        said += f", {len(foreign)} files named like shards that are not bench's left as they are ({_span(foreign)})"
+        said += f", {_count(foreign, 'file')} named like shards but not bench's left as they are ({_span(foreign)})"
     return said
+
+
+def _count(keys: Sequence[str], noun: str) -> str:
+    return f"{len(keys)} {noun}{'' if len(keys) == 1 else 's'}"
 
 
 def _span(keys: Sequence[str]) -> str:

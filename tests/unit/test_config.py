@@ -210,8 +210,6 @@ def test_deprecated_spellings_still_work(compose, caplog):
 # ---- refused by the schema, in one sentence ----------------------------------------------------------
 
 
-
-
 def test_secret_looking_key_is_never_echoed(compose):
     line = refused(compose, "+storage.secret_access_key=s3cr3t-canary")
     assert line.startswith("storage.secret_access_key=<hidden> is not valid: accepted a key of storage")
