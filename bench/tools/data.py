@@ -108,8 +108,8 @@ def main(argv: Optional[List[str]] = None) -> int:
                     raise DataError(f"{name}={value} must be a positive integer")
             if not 1 <= args.quality <= 100:
                 raise DataError(f"--quality={args.quality} must be between 1 and 100")
-            if args.workers is not None and args.workers < 1:
-                raise ConfigError("--workers", args.workers, "a positive integer (default: the CPU count)")
+            if args.workers is not None and args.workers < 0:  # 0 has always meant the default
+                raise ConfigError("--workers", args.workers, "an integer of 1 or more (0, or none: the CPU count)")
             if "://" not in args.dst:  # a local directory; s3:// is checked when its store is opened
                 check_writable_dir("--dst", args.dst)
             summary = prepare(

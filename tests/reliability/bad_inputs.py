@@ -1013,11 +1013,11 @@ BAD_INPUTS = [
         "{tmp}/a-file is a file.",
     ),
     (
-        "prepare with no workers",
+        "prepare with negative workers",
         "bench.data",
-        ["prepare", "--src", "{images}", "--dst", "{tmp}/out", "--workers", "0"],
+        ["prepare", "--src", "{images}", "--dst", "{tmp}/out", "--workers", "-1"],
         2,
-        "--workers=0 is not valid: accepted a positive integer",
+        "--workers=-1 is not valid: accepted an integer of 1 or more (0, or none: the CPU count).",
     ),
     ("digits under a file", "bench.data", ["digits", "--dst", "{tmp}/a-file/d"], 2, "{tmp}/a-file is a file"),
     (
