@@ -1078,6 +1078,13 @@ BAD_INPUTS = [
         2,
         "--host-memory-gb=nan is not valid: accepted a number of GB above 0.",
     ),
+    (
+        "storage size of negative memory",
+        "bench.tools.storage_size",
+        ["--host-memory-gb", "-1"],
+        2,
+        "--host-memory-gb=-1.0 is not valid: accepted a number of GB above 0.",
+    ),
     ("storage size flag misspelt", "bench.tools.storage_size", ["--hots", "4"], 2, "unrecognized arguments: --hots"),
     (
         "storage compare root is a file",
