@@ -4,8 +4,9 @@ directory key bench writes into (storage.root and what goes under it, doctor.out
 once a run has started (a NotADirectoryError after the measurement, a FAILED run).
 
 Nothing is made: the nearest part of the path that exists must be a directory (made if missing
-below it) that this user can write; a probe file (an unnamed temporary, gone when closed) asks
-the filesystem itself, so a read-only mount is told apart from a full one.
+below it) that this user can write: a probe file (an unnamed temporary, gone when closed) asks
+the filesystem itself, so a read-only mount is found where permission bits (root's) would not
+show it. A full disk is not this check's: the free-space checks say how much is missing.
 """
 
 from __future__ import annotations
