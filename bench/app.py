@@ -23,6 +23,7 @@ from bench.config import BenchConfig, as_plain, load
 from bench.error_file import release, reserve, write_error
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
 from bench.output_redaction import install as redact_output
+from bench.results import note_run
 from bench.secrets import redact, scrub
 
 if TYPE_CHECKING:
@@ -157,10 +158,11 @@ def _write_outputs(
     try:
         files = report.write(out_dir, as_plain(config), environment, tracker.run_id)
         files.append(_write_packages(out_dir))
+        report.log_to(tracker, files, out_dir, config.tracking.log_step_metrics)  # never raises
+        note_run(out_dir, tracker.name, files)  # what an upload sends later, and by which name
     except OSError as exc:
         where = exc.filename or out_dir
         return [f"the run's files could not be written to {out_dir} ({exc.strerror or exc}: {where})"]
-    report.log_to(tracker, files, out_dir, config.tracking.log_step_metrics)
     return []
 
 

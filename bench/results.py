@@ -130,6 +130,16 @@ def read_summary(job_dir: Path) -> Dict[str, Any]:
     return json.loads((job_dir / "run_summary.json").read_text())
 
 
+def note_run(out_dir: Path, run_name: str, files: Sequence[Path]) -> None:
+    """run_summary.json gets the run's name (its MLflow name, tracked or not) and the files it wrote
+    (names in `out_dir`), written after the tracker has them: what `bench.tools.upload` sends later."""
+    if not (out_dir / "run_summary.json").is_file():  # a scenario that keeps none cannot be uploaded anyway
+        return
+    summary = read_summary(out_dir)
+    names = [str(Path(f).relative_to(out_dir)) for f in files if Path(f).is_relative_to(out_dir)]
+    write_json(out_dir / "run_summary.json", {**summary, "run_name": run_name, "files": names})
+
+
 def read_column(path: Path, column: str) -> List[float]:
     """One numeric column of a CSV file ([] when the file is not there)."""
     if not path.is_file():

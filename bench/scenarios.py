@@ -47,6 +47,7 @@ class Tracker(Protocol):
     """An MLflow run, or none (bench.tracking.tracker)."""
 
     run_id: Optional[str]
+    name: str  # the run's name, tracked or not
 
     @property
     def active(self) -> bool: ...

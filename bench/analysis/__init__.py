@@ -13,6 +13,7 @@ stays free of pandas, matplotlib and mlflow.
 from __future__ import annotations
 
 import logging
+import sys
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Tuple
@@ -47,23 +48,38 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     workers_plot = plot_workers(picks, out, title)
     images += [workers_plot] if workers_plot else []
     warning = render.unfit_warning(frame)  # a job that was not fit to measure: said under the table
-    failed = render.failure_note(frame)  # jobs that failed: said first, above the table
-    notes = ([failed] if failed else []) + [pick.sentence() for pick in picks] + ([warning] if warning else [])
+    # jobs whose directory is gone, jobs that failed: said first, above the table
+    first = [note for note in (render.missing_note(frame), render.failure_note(frame)) if note]
+    notes = first + [pick.sentence() for pick in picks] + ([warning] if warning else [])
     render.write_markdown(shown, images, md_path, title, notes)
     render.write_html(shown, images, html_path, title, notes)
-    if failed:
-        print(failed, flush=True)
+    for note in first:
+        print(note, flush=True)
     print(render.render_text(shown), flush=True)
-    for note in notes[1:] if failed else notes:
+    for note in notes[len(first) :]:
         print(note, flush=True)
     return [csv_path, md_path, html_path, *images], frame
 
 
 def build_report(sweep_dir: Path, out: Path) -> Tuple[List[Path], "pd.DataFrame"]:
-    """The report of a multirun dir, written into `out`: (files written, the frame)."""
+    """The report of a multirun dir, written into `out`: (files written, the frame). A report already
+    in `out` that holds jobs whose directories are gone now is kept: this one goes beside it, into
+    `<out>-partial`, and a line on stderr says so (it was overwritten by a report of fewer jobs)."""
+    from bench.analysis.render import missing_jobs, reported_jobs
     from bench.analysis.runs import read_sweep_dir
 
-    return write_report(read_sweep_dir(sweep_dir), out, f"sweep {sweep_dir}")
+    frame = read_sweep_dir(sweep_dir)
+    kept = [row["job"] for row in missing_jobs(frame) if row["job"] in reported_jobs(out)]
+    if kept:
+        beside = out.with_name(out.name + "-partial")
+        print(
+            f"the report in {out} holds job(s) {', '.join(kept)}, whose directories are gone: it is kept, and "
+            f"this report goes beside it, into {beside}",
+            file=sys.stderr,
+            flush=True,
+        )
+        out = beside
+    return write_report(frame, out, f"sweep {sweep_dir}")
 
 
 def report_from_mlflow(parent_run_id: str, tracking_uri: str, out: Path) -> Tuple[List[Path], "pd.DataFrame"]:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import pandas as pd
 
-from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent, metric_columns, sweep_report_class
+from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, MISSING, absent, metric_columns, sweep_report_class
 from bench.machine.fitness import unfit_reason
 
 CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
@@ -100,7 +100,31 @@ def unfit_warning(frame: pd.DataFrame) -> str:
     if not unfit:
         return ""
     jobs = "; ".join(f"job {job}: {reason}" for job, reason in unfit)
-    return f"warning: {len(unfit)} of {len(frame)} jobs were not fit to measure, their figures are suspect ({jobs})"
+    read = len(frame) - len(missing_jobs(frame))
+    return f"warning: {len(unfit)} of {read} jobs were not fit to measure, their figures are suspect ({jobs})"
+
+
+def missing_jobs(frame: pd.DataFrame) -> List[Dict[str, Any]]:
+    """The rows of jobs the sweep launched whose directory is gone (bench.analysis.runs.MISSING)."""
+    return [row for row in frame.to_dict("records") if row.get("status") == MISSING] if "status" in frame else []
+
+
+def reported_jobs(out: Path) -> List[str]:
+    """The jobs the report.csv in `out` read (its MISSING rows not counted); [] when there is none."""
+    try:
+        earlier = pd.read_csv(out / "report.csv", usecols=["job", "status"], dtype=str)
+    except (OSError, ValueError):  # no report there, or not one of bench's
+        return []
+    return list(earlier.loc[earlier["status"] != MISSING, "job"])
+
+
+def missing_note(frame: pd.DataFrame) -> str:
+    """ "report of 2 of 3 jobs: job 1 (data.batch_size=8): its directory is gone" / "" (none missing)."""
+    gone = missing_jobs(frame)
+    if not gone:
+        return ""
+    named = "; ".join(f"job {row['job']} ({row['overrides']}): {row['error']}" for row in gone)
+    return f"report of {len(frame) - len(gone)} of {len(frame)} jobs: {named}"
 
 
 def failure_sentence(jobs: int, failed: int, reasons: Sequence[str] = ()) -> str:
@@ -116,7 +140,7 @@ def failure_note(frame: pd.DataFrame) -> str:
     """The report's first line when jobs failed (the first failed job's reason), "" when none did."""
     if not len(frame) or "status" not in frame:
         return ""
-    failed = frame[frame["status"] != "FINISHED"]
+    failed = frame[~frame["status"].isin(["FINISHED", MISSING])]  # a missing job is said on its own
     reasons = list(failed["error"]) if "error" in failed else []
     return failure_sentence(len(frame), len(failed), reasons)
 

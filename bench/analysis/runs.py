@@ -19,6 +19,7 @@ shown as an empty cell, never as 0.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -186,6 +187,49 @@ def job_dirs(sweep_dir: Path) -> List[Path]:
     return found
 
 
+MISSING = "MISSING"  # the status of a job multirun.yaml lists whose directory is gone
+
+
 def read_sweep_dir(sweep_dir: Path) -> pd.DataFrame:
-    """The frame of a multirun dir: one row per job, successful or not."""
-    return frame_from_records([read_job_dir(job_dir) for job_dir in job_dirs(sweep_dir)])
+    """The frame of a multirun dir: one row per job, successful or not, and one (status MISSING) per
+    job the sweep launched whose directory is gone (deleted, or on a node whose disk was lost)."""
+    found = {_job_number(job_dir): read_job_dir(job_dir) for job_dir in job_dirs(sweep_dir)}
+    last = max((n for n in found if isinstance(n, int)), default=-1)
+    for number, overrides in enumerate(launched_jobs(sweep_dir) or []):
+        if number not in found:  # after the last job that ran, it may not have run at all (a stopped sweep)
+            why = "its directory is gone" if number < last else "it has no directory (not run, or removed)"
+            found[number] = RunRecord(str(number), MISSING, overrides, {}, {}, error=why)
+    order = sorted(found, key=lambda n: (isinstance(n, str), len(str(n)), str(n)))  # 2 before 10
+    return frame_from_records([found[n] for n in order])
+
+
+def _job_number(job_dir: Path) -> Any:
+    """hydra.job.num of a job dir (what multirun.yaml's order numbers), else its name."""
+    try:
+        return int(yaml.safe_load((job_dir / ".hydra" / "hydra.yaml").read_text())["hydra"]["job"]["num"])
+    except (OSError, ValueError, TypeError, KeyError, yaml.YAMLError):
+        return job_dir.name
+
+
+def launched_jobs(sweep_dir: Path) -> Optional[List[str]]:
+    """The overrides of each job the sweep launched, in job order, from its multirun.yaml (what Hydra's
+    basic sweeper runs: the product of the swept values, in the order given); None when it cannot tell
+    (no multirun.yaml, or another sweeper)."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        hydra = yaml.safe_load((sweep_dir / "multirun.yaml").read_text())["hydra"]
+        if not str(hydra["sweeper"]["_target_"]).endswith(".BasicSweeper"):
+            return None
+        given = [f"{k}={v}" for k, v in (hydra["sweeper"].get("params") or {}).items()] + list(
+            hydra["overrides"]["task"]
+        )
+        parsed = OverridesParser.create().parse_overrides(given)
+    except Exception:  # unreadable, or written by another Hydra: the report reads the job dirs alone
+        return None
+    choices: Dict[str, List[str]] = {}  # by key, as BasicSweeper.split_arguments: a later value replaces one
+    for o in parsed:
+        key = o.get_key_element()
+        values = list(o.sweep_string_iterator()) if o.is_sweep_override() else [o.get_value_element_as_str()]
+        choices[key] = [f"{key}={value}" for value in values]
+    return [" ".join(job) for job in itertools.product(*choices.values())]

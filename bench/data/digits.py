@@ -18,6 +18,7 @@ import tempfile
 from typing import Any, Dict, Tuple
 
 from bench.errors import ConfigError, DataError
+from bench.machine.writable import check_writable_dir
 
 MANIFEST = "digits.json"
 FORMATS = {"png": ("PNG", ".png"), "jpeg": ("JPEG", ".jpg")}
@@ -42,8 +43,7 @@ def check_options(dst: str, val_fraction: float, size: int, image_format: str, s
         )
     if image_format not in FORMATS:
         raise ConfigError("--format", image_format, " or ".join(FORMATS))
-    if os.path.exists(dst) and not os.path.isdir(dst):
-        raise ConfigError("--dst", dst, "a directory (new, empty, or written by this command); this is a file")
+    check_writable_dir("--dst", dst)
 
 
 def read_manifest(dst: str) -> Dict[str, Any] | None:

@@ -13,6 +13,7 @@ from typing import List, Tuple
 
 from bench.config.data import DataConfig
 from bench.errors import DataError
+from bench.machine.writable import check_writable_dir
 
 log = logging.getLogger(__name__)
 
@@ -77,6 +78,7 @@ def download_cifar100(root: str) -> None:
     after a check that the disk has room; offline or refused, one line saying what to do instead."""
     import shutil
 
+    check_writable_dir("data.root", root)  # a file there, or a read-only mount: one line, not a traceback
     os.makedirs(root, exist_ok=True)
     free = shutil.disk_usage(root).free
     if free < CIFAR_DOWNLOAD_BYTES:

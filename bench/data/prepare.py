@@ -16,24 +16,26 @@ import io
 import multiprocessing
 import os
 import random
+import re
 import signal
 import sys
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 from PIL import Image
 from tqdm import tqdm
 
 from bench.config.storage import StorageLocation
-from bench.data.layout import imagefolder_base, scan_image_folder
-from bench.data.shardformat import encode_shard, make_meta, shard_key
+from bench.data.layout import imagefolder_base, scan_image_folder, shard_split_key
+from bench.data.shardformat import encode_shard, is_bench_shard, make_meta, shard_key
 from bench.errors import DataError, Interrupted
 from bench.machine.children import die_with_parent
 from bench.storage.registry import open_store
 
 SPLITS = ("train", "val")
+SHARD_NAME = re.compile(r"shard-\d{5,}\.bin")  # bench.data.shardformat.shard_key's names
 _stores: Dict[str, Any] = {}
 
 
@@ -106,6 +108,26 @@ def _pool(processes: int) -> Iterator[Any]:
             signal.signal(signal.SIGTERM, previous)
 
 
+def clear_split(store: Any, split: str, keep: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """Before a split is written: its meta.json goes (written again last, it marks the split complete:
+    an interrupted prepare must not leave an earlier one's index over new shards), and the shards an
+    earlier prepare left that this one does not overwrite (it had more, or was interrupted) are deleted,
+    each proven bench's by its trailer. Files named like shards that are not bench's are left.
+    Returns (deleted, left alone): keys."""
+    store.delete(shard_split_key(split))
+    removed, foreign = [], []
+    for key, size in store.list(f"{split}/"):
+        name = key[len(split) + 1 :]
+        if key in keep or not SHARD_NAME.fullmatch(name):
+            continue
+        if is_bench_shard(store, key, size):
+            store.delete(key)
+            removed.append(key)
+        else:
+            foreign.append(key)
+    return removed, foreign
+
+
 def prepare(
     src: str,
     dst: str,
@@ -130,6 +152,7 @@ def prepare(
             (dst, storage, shard_key(split, number), items[start : start + shard_size], size, quality)
             for number, start in enumerate(range(0, len(items), shard_size))
         ]
+        removed, foreign = clear_split(open_store(dst, storage), split, [task[2] for task in tasks])
         started = time.perf_counter()
         shards, skipped = [], []
         bar = tqdm(
@@ -156,6 +179,8 @@ def prepare(
             "skipped": len(skipped),
             "seconds": seconds,
             "images_per_second": written / seconds,
+            "removed": removed,
+            "foreign": foreign,
         }
     return summary
 
@@ -164,6 +189,21 @@ def describe(dst: str, summary: Mapping[str, Any]) -> str:
     return "; ".join(
         f"{split}: {s['images']} images in {s['shards']} shards ({s['bytes'] / 2**20:.1f} MiB) "
         f"to {dst} in {s['seconds']:.1f} s ({s['images_per_second']:.0f} images/s), "
-        f"{s['skipped']} unreadable skipped"
+        f"{s['skipped']} unreadable skipped" + _leftovers(s["removed"], s["foreign"])
         for split, s in summary.items()
     )
+
+
+def _leftovers(removed: Sequence[str], foreign: Sequence[str]) -> str:
+    said = f", {_count(removed, 'shard')} of an earlier prepare deleted ({_span(removed)})" if removed else ""
+    if foreign:
+        said += f", {_count(foreign, 'file')} named like shards but not bench's left as they are ({_span(foreign)})"
+    return said
+
+
+def _count(keys: Sequence[str], noun: str) -> str:
+    return f"{len(keys)} {noun}{'' if len(keys) == 1 else 's'}"
+
+
+def _span(keys: Sequence[str]) -> str:
+    return keys[0] if len(keys) == 1 else f"{keys[0]} .. {keys[-1]}"

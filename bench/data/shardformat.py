@@ -28,6 +28,15 @@ def shard_key(split: str, number: int) -> str:
     return f"{split}/shard-{number:05d}.bin"
 
 
+def is_bench_shard(store: Any, key: str, size: int) -> bool:
+    """Whether the object at `key` is a shard bench wrote: its trailer's magic, and an index that ends
+    where the trailer starts (read with one ranged get of the trailer)."""
+    if size < TRAILER.size:
+        return False
+    index_offset, count, magic = TRAILER.unpack(store.get_range(key, size - TRAILER.size, TRAILER.size))
+    return magic == MAGIC and index_offset + count * 24 + TRAILER.size == size
+
+
 def encode_shard(records: Sequence[Tuple[bytes, int]]) -> bytes:
     """records: (JPEG bytes, label) pairs."""
     index = np.zeros((len(records), 3), dtype="<i8")

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, interruption_in
+from bench.machine.writable import check_writable_dir
 from bench.output_redaction import install as redact_output
 from bench.secrets import command_line_problem, redact
 
@@ -64,13 +65,7 @@ def out_dir_of(text: str) -> Path:
     """doctor.out as a directory this process can make or write: ConfigError for an existing file
     (or a file on the way to it) and for a place it may not write, before any work."""
     out_dir = Path(text or os.path.join("doctor", time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S"))).resolve()
-    existing = out_dir
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise ConfigError("doctor.out", text, f"a directory (made if missing); {existing} is a file")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise ConfigError("doctor.out", text, f"a directory this user may write; {existing} is not writable")
+    check_writable_dir("doctor.out", text, out_dir)
     return out_dir
 
 

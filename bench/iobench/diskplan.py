@@ -7,8 +7,9 @@ periodic ones: one at a time, or all of them with checkpoint_keep). Both are sum
 share a filesystem, and must leave the margin of bench.iobench.freespace free. The files must
 also fit in the filesystem's free inodes. Storage on S3 has no free-space figure: not checked.
 
-Leftovers of a killed write (`<name>.tmp<pid>`) in the dataset's and the checkpoints' directories
-are deleted first, so their bytes count as free.
+First, each directory the run writes into can be one (a file there, or a read-only mount, is
+refused naming its key: bench.machine.writable). Leftovers of a killed write (`<name>.tmp<pid>`)
+in the dataset's and the checkpoints' directories are deleted first, so their bytes count as free.
 """
 
 from __future__ import annotations
@@ -24,7 +25,8 @@ from bench.errors import ConfigProblem
 from bench.iobench.checkpoint import CHECKPOINT_DIR, OVERHEAD, checkpoint_key
 from bench.iobench.freespace import free_inodes, nearest_existing, remove_stale_temporaries, shortfall
 from bench.iobench.prepare import existing_dataset, planned
-from bench.storage.local import LocalStore
+from bench.machine.writable import check_writable_dir
+from bench.storage.local import LocalStore, check_local_dirs
 from bench.storage.registry import backend
 
 log = logging.getLogger(__name__)
@@ -48,6 +50,10 @@ def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> Non
     where = backend(storage)
     dataset = Path(where.location(run_dir, storage.dataset_dir))
     checkpoints = Path(where.location(run_dir, CHECKPOINT_DIR))
+    writes_dataset = not storage.workload.checkpoint_only and storage.prepare != PrepareMode.never
+    check_local_dirs(storage, run_dir, {"storage.dataset_dir": storage.dataset_dir} if writes_dataset else {})
+    if storage.workload.checkpoint_size_mb:  # a folder of its own, named by no key: storage.root says where
+        check_writable_dir("storage.root", storage.root, checkpoints)
     for directory in (dataset, checkpoints):
         remove_stale_temporaries(directory)
     needs = [

@@ -15,9 +15,10 @@ import mmap
 import os
 import re
 from pathlib import Path
-from typing import Any, BinaryIO, Callable, Iterable, List, Optional, Tuple
+from typing import Any, BinaryIO, Callable, Iterable, List, Mapping, Optional, Tuple
 
-from bench.config.storage import StorageLocation
+from bench.config.storage import StorageLocation, StorageName
+from bench.machine.writable import check_writable_dir
 from bench.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -226,3 +227,17 @@ class LocalBackend:
 
     def describe(self, store: ObjectStore) -> str:
         return getattr(store, "mode", "posix")
+
+
+def check_local_dirs(cfg: StorageLocation, base: Path, folders: Mapping[str, str]) -> None:
+    """storage=local, before any work: storage.root (else `base`: the launch or run directory) and
+    each folder under it that the run writes into ({key naming it: folder}) can be directories this
+    process writes; else one ConfigError naming the key (a file where a directory goes, a read-only
+    mount). Nothing is made."""
+    if cfg.name != StorageName.local:
+        return
+    if cfg.root:
+        check_writable_dir("storage.root", cfg.root)
+    root = Path(cfg.root) if cfg.root else base
+    for key, folder in folders.items():
+        check_writable_dir(key, folder, root / folder)

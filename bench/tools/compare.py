@@ -55,6 +55,7 @@ from bench.analysis.compare import compare_frames
 from bench.analysis.rounds import CANT_TELL
 from bench.analysis.verdicts import Comparison
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, Interrupted, ReportError
+from bench.machine.writable import writable_dir_refusal
 from bench.output_redaction import install as redact_output
 from bench.secrets import redact
 from bench.tools.compare_output import log_to_mlflow, own_folder, render_text, verdict_lines, write_outputs
@@ -170,6 +171,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    unwritable = writable_dir_refusal("--out", str(args.out or "compare"))  # before any run is read or rerun
+    if unwritable:
+        print(f"[ERROR] {unwritable}", file=sys.stderr)
+        return EXIT_CONFIG
     if args.rerun is not None:
         return main_rerun(args)
     uri = args.tracking_uri or default_tracking_uri()

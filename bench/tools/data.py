@@ -15,6 +15,7 @@ from typing import Any, List, Optional
 
 from bench.config.storage import StorageLocation
 from bench.errors import ConfigError, ConfigProblem, DataError, Interrupted
+from bench.machine.writable import check_writable_dir
 from bench.output_redaction import install as redact_output
 
 
@@ -107,6 +108,10 @@ def main(argv: Optional[List[str]] = None) -> int:
                     raise DataError(f"{name}={value} must be a positive integer")
             if not 1 <= args.quality <= 100:
                 raise DataError(f"--quality={args.quality} must be between 1 and 100")
+            if args.workers is not None and args.workers < 0:  # 0 has always meant the default
+                raise ConfigError("--workers", args.workers, "an integer of 1 or more (0, or none: the CPU count)")
+            if "://" not in args.dst:  # a local directory; s3:// is checked when its store is opened
+                check_writable_dir("--dst", args.dst)
             summary = prepare(
                 args.src,
                 args.dst,
@@ -123,6 +128,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         else:
             from bench.tools.loader_benchmark import report, run
 
+            check_writable_dir("--dir", args.dir)
             rates = run(
                 args.images,
                 args.classes,

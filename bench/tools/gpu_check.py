@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from bench.errors import EXIT_CONFIG, EXIT_SIGINT, Interrupted
+from bench.machine.writable import writable_dir_refusal
 from bench.tools.gpu_checks.checks import CHILD, NAMES, OVERHEAD, Check, Metrics, checks
 from bench.tools.gpu_checks.runners import (
     max_batch_start,
@@ -191,7 +192,9 @@ def _argument_problem(args: argparse.Namespace) -> Optional[str]:
         if value is not None and value <= 0:
             return f"{flag}={value:g} is not valid: accepted a number above 0"
     bad = [s for s in args.set if "=" not in s]
-    return f"--set={bad[0]!r} is not valid: accepted KEY=VALUE (a bench override)" if bad else None
+    if bad:
+        return f"--set={bad[0]!r} is not valid: accepted KEY=VALUE (a bench override)"
+    return writable_dir_refusal("--keep", str(args.keep)) if args.keep is not None else None
 
 
 def base_overrides(args: argparse.Namespace, on_gpu: bool) -> List[str]:

@@ -37,6 +37,7 @@ from bench.config.storage import PrepareMode, S3Client, StorageConfig, StorageWo
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
 from bench.iobench.workload import FileSpec
+from bench.machine.writable import writable_dir_refusal
 from bench.storage.base import ObjectStore
 from bench.storage.local import LocalStore
 from bench.storage.registry import open_store
@@ -185,6 +186,10 @@ def main(argv: List[str] | None = None) -> int:
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request access log
     args.files = args.files or (512 if args.backend == "local" else 64)
+    unwritable = writable_dir_refusal("--root", str(args.root)) if args.root else None
+    if unwritable:
+        print(f"[ERROR] {unwritable}", file=sys.stderr)
+        return 2
     if args.backend == "s3":
         ratio = compare_s3(args)
     elif args.root:

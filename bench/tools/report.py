@@ -22,8 +22,10 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from bench.analysis import ReportError, build_report, report_from_mlflow
+from bench.errors import ConfigError
+from bench.machine.writable import check_writable_dir
 from bench.output_redaction import install as redact_output
-from bench.tracking.probe import store_problem
+from bench.tracking.probe import missing_sqlite_store, store_problem
 
 
 def default_tracking_uri() -> str:
@@ -40,16 +42,26 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
+    local = Path(args.sweep).exists()
+    out = args.out or (Path(args.sweep) / "report" if local else Path(f"report-{args.sweep[:8]}"))
     try:
-        if Path(args.sweep).exists():
-            files, _ = build_report(Path(args.sweep), args.out or Path(args.sweep) / "report")
+        check_writable_dir("--out", str(out))  # before the sweep is read (or a store opened)
+        if local:
+            files, _ = build_report(Path(args.sweep), out)
         else:
             uri = args.tracking_uri or default_tracking_uri()
+            missing = missing_sqlite_store(uri)
+            if missing:
+                raise ReportError(
+                    f"--sweep {args.sweep} is neither a directory nor a run in the MLflow store at {uri}: "
+                    f"{missing} does not exist (pass a multirun directory, or name the sweep's store with "
+                    "--tracking-uri)"
+                )
             problem = store_problem(uri)
             if problem:
                 raise ReportError(problem)
-            files, _ = report_from_mlflow(args.sweep, uri, args.out or Path(f"report-{args.sweep[:8]}"))
-    except ReportError as exc:
+            files, _ = report_from_mlflow(args.sweep, uri, out)
+    except (ReportError, ConfigError) as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return exc.exit_code
     print(f"report: {files[2].resolve()}", file=sys.stderr)  # report.html

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from bench.output_redaction import install as redact_output
-from bench.tracking.probe import store_problem
+from bench.tracking.probe import missing_sqlite_store, store_problem
 from bench.tracking.stale_runs import close_stale, find_stale, kill_reason, running_runs, state_of
 
 __all__ = ["close_stale", "find_stale", "kill_reason", "main", "running_runs", "state_of"]
@@ -37,6 +37,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         or os.environ.get("MLFLOW_TRACKING_URI")
         or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
     )
+    missing = missing_sqlite_store(uri)
+    if missing:  # nothing can be RUNNING in a store that does not exist; none is made to say so
+        print(f"no MLflow store at {missing}: 0 RUNNING, 0 stale", file=sys.stderr)
+        return 0
     problem = store_problem(uri)
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)

@@ -41,7 +41,6 @@ import argparse
 import shutil
 import statistics
 import sys
-import tempfile
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -53,6 +52,7 @@ from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import uses_processes
 from bench.machine.children import sigterm_raises
 from bench.machine.leftovers import clean_leftovers, owned_tempdir
+from bench.machine.writable import writable_dir_refusal
 from bench.storage.local import LocalStore
 from bench.tools.ceiling_readers import Costs, Reader, bench_reader, fio_reader, plain_reader
 
@@ -190,20 +190,7 @@ def argument_problem(args: argparse.Namespace) -> Optional[str]:
         workload_for(args)  # every other value, as the storage benchmark checks it
     except BenchError as exc:
         return str(exc)
-    if args.root is not None:
-        return root_problem(args.root)
-    return None
-
-
-def root_problem(root: Path) -> Optional[str]:
-    """--root must be a directory this process can make and write (a read-only filesystem cannot)."""
-    try:
-        root.mkdir(parents=True, exist_ok=True)
-        with tempfile.TemporaryFile(dir=root):
-            pass
-    except OSError as exc:
-        return f"--root={str(root)!r} is not valid: accepted a directory this user can write ({exc.strerror or exc})."
-    return None
+    return writable_dir_refusal("--root", str(args.root)) if args.root is not None else None
 
 
 def _block_note(size: int, block: int) -> Optional[str]:

@@ -12,12 +12,23 @@ and the override to add.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import List, Optional
 
 from bench.config import compose
 from bench.errors import BenchError
 from bench.iobench.qualify import dataset_size, host_memory
+
+
+def _argument_problem(args: argparse.Namespace) -> Optional[str]:
+    for flag, value in (("--hosts", args.hosts), ("--accelerators-per-host", args.accelerators_per_host)):
+        if value is not None and value < 1:
+            return f"{flag}={value} is not valid: accepted an integer of 1 or more."
+    memory = args.host_memory_gb
+    if memory is not None and not (math.isfinite(memory) and memory > 0):
+        return f"--host-memory-gb={memory} is not valid: accepted a number of GB above 0."
+    return None
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -28,8 +39,12 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument("--accelerators-per-host", type=int, help="default: storage.accelerators")
     args, overrides = parser.parse_known_args(argv)
-    if args.hosts < 1 or (args.accelerators_per_host is not None and args.accelerators_per_host < 1):
-        print("[ERROR] --hosts and --accelerators-per-host must be positive integers", file=sys.stderr)
+    flags = [o for o in overrides if o.startswith("-")]  # the rest are overrides of the workload
+    if flags:
+        parser.error(f"unrecognized arguments: {' '.join(flags)}")
+    problem = _argument_problem(args)
+    if problem:
+        print(f"[ERROR] {problem}", file=sys.stderr)
         return 2
     try:
         config = compose("mode=storage", *overrides)

@@ -17,16 +17,19 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import torch
 
 from bench.analysis.rounds import Ratio, alternate
 from bench.config import compose
 from bench.data.digits import write_digits
+from bench.errors import EXIT_CONFIG
+from bench.machine.writable import writable_dir_refusal
 from bench.train.resume import Position, TrainingCheckpoints
 
 
@@ -103,6 +106,20 @@ def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
     )
 
 
+def argument_problem(args: argparse.Namespace) -> Optional[str]:
+    """The first argument that cannot work, in one sentence, before any work (each one cost a
+    traceback after the digits were written); None when all can."""
+    least = {"--rounds": (args.rounds, 1), "--epochs": (args.epochs, 1), "--threads": (args.threads, 1)}
+    for flag, (value, lowest) in {**least, "--workers": (args.workers, 0)}.items():
+        if value < lowest:
+            return f"{flag}={value} is not valid: accepted an integer of {lowest} or more."
+    import torchvision
+
+    if args.only != "eval" and args.model not in torchvision.models.list_models(module=torchvision.models):
+        return f"--model={args.model!r} is not valid: accepted a torchvision classification model, e.g. resnet50."
+    return writable_dir_refusal("--dir", args.dir) if args.dir is not None else None
+
+
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.train_costs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4, help="A-B-B-A rounds")
@@ -113,6 +130,10 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--only", choices=["eval", "checkpoint"], help="one comparison only")
     parser.add_argument("--dir", default=None, help="where the digits and checkpoints go (default: a temp dir)")
     args = parser.parse_args(argv)
+    problem = argument_problem(args)
+    if problem:
+        print(f"[ERROR] {problem}", file=sys.stderr)
+        return EXIT_CONFIG
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         print(f"threads={args.threads} rounds={args.rounds} in {tmp}", flush=True)
         if args.only != "checkpoint":

@@ -24,6 +24,8 @@ from bench.scenarios import report_class
 from bench.tracking.store import open_client
 from bench.tracking.tracker import Tracker, flatten, redact_uri
 
+# what a run's summary names as its files (bench.results.note_run), else, for a run recorded before
+# it did, these; error.txt whenever it is there (written after the summary, when the run fails late)
 RESULT_FILES = (
     "run_summary.json",
     "summary.csv",
@@ -31,7 +33,7 @@ RESULT_FILES = (
     "step_times.csv",
     "epochs.csv",
     "read_latency.csv",
-    "error.txt",
+    "packages.txt",
 )
 
 
@@ -52,6 +54,8 @@ def upload(run_dir: Path, uri: str) -> str:
     report = reports.from_files(run_dir)
     client = open_client(uri)
     existing = _existing_run(client, summary.get("mlflow_run_id"))
+    # the name the run had (or would have had, untracked); a run recorded before bench kept it: its directory's
+    run_name = summary.get("run_name") or config.get("tracking", {}).get("run_name") or run_dir.name
     if existing is not None and existing.info.status == "FINISHED":
         return f"already in MLflow: run {existing.info.run_id} (FINISHED)"
     if existing is not None:
@@ -61,13 +65,14 @@ def upload(run_dir: Path, uri: str) -> str:
         tracking = config.get("tracking", {})
         tags = {f"env.{k}": v for k, v in flatten(summary.get("environment", {})).items()}
         tags["uploaded_from"] = str(run_dir.resolve())
-        experiment, run_name = tracking.get("experiment") or "bench", tracking.get("run_name") or run_dir.name
+        experiment = tracking.get("experiment") or "bench"
         tracker = Tracker.start(uri, experiment, run_name, tags)
         if not tracker.active:
             raise RuntimeError(f"the MLflow store at {redact_uri(uri)} could not be reached")
         tracker.log_params(config)
         partly_logged = False
-    files: List[Path] = [run_dir / name for name in RESULT_FILES if (run_dir / name).is_file()]
+    names = dict.fromkeys([*summary.get("files", RESULT_FILES), "error.txt"])
+    files: List[Path] = [run_dir / name for name in names if (run_dir / name).is_file()]
     tracker.log_metrics(report.metrics)
     if partly_logged:  # its series and epochs reached the server before it went away
         tracker.log_artifacts([*files, *sorted(run_dir.glob("*.log")), run_dir / ".hydra"])
@@ -78,7 +83,7 @@ def upload(run_dir: Path, uri: str) -> str:
         raise RuntimeError(f"the MLflow store at {redact_uri(uri)} stopped answering during the upload")
     if existing is None:  # a second upload finds this run instead of making another
         write_json(run_dir / "run_summary.json", {**summary, "mlflow_run_id": tracker.run_id})
-    return f"{'completed' if existing is not None else 'uploaded as'} run {tracker.run_id} (FINISHED)"
+    return f"{'completed' if existing is not None else 'uploaded as'} run {tracker.run_id} {run_name!r} (FINISHED)"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -66,6 +66,15 @@ def store_problem(uri: str, timeout_s: float = 5.0) -> Optional[str]:
     )
 
 
+def missing_sqlite_store(uri: str) -> Optional[str]:
+    """The file of a sqlite store that does not exist, else None: a command that only reads (report,
+    stale) says so instead of opening it, which makes a 1 MB store and logs its table creation."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    path = uri[len("sqlite:///") :].split("?", 1)[0]
+    return path if path and path != ":memory:" and not os.path.exists(path) else None
+
+
 def quiet_store_errors() -> None:
     """MLflow's sqlite store logs every database error with two SQLAlchemy tracebacks (ERROR,
     mlflow.store.db.utils) before raising it: bench says it once, in one line (store_error)."""

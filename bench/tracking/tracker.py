@@ -37,6 +37,7 @@ class Tracker:
         self.experiment_id: Optional[str] = None
         self.out_dir: Optional[Path] = None  # where the results stay when the server goes away
         self.name_suffix = ""  # "-job<N>" for a sweep job: kept when the run is renamed
+        self.name = ""  # the run's name, tracked or not (run_summary.json keeps it: an upload later uses it)
         self._system_metrics: Any = None  # mlflow's SystemMetricsMonitor (tracking.system_metrics)
         self.lost = ""  # why this run is not (or no longer) tracked: tracking.required makes it a failure
 
@@ -169,7 +170,8 @@ class Tracker:
 
     def rename(self, name: str) -> None:
         """A new run name, decided by the run itself (the batch benchmark.find_max_batch found)."""
-        self.set_tags({"mlflow.runName": name + self.name_suffix})
+        self.name = name + self.name_suffix
+        self.set_tags({"mlflow.runName": self.name})
 
     def start_system_metrics(self) -> None:
         """MLflow's own system metrics (system/cpu_utilization_percentage, system/gpu_0_*, ...) for
@@ -239,36 +241,38 @@ def open_run(
     answer a short probe (made once per sweep) means no tracking, said in one line."""
     from bench.tracking.probe import bound_mlflow_retries, probe, unreachable_line
 
+    suffix = f"-job{sweep_job.job}" if sweep_job else ""
+    name = (tracking.run_name or run_name) + suffix
+
+    def untracked(uri: str = "", lost: str = "") -> Tracker:
+        off = Tracker(uri=uri)
+        off.name, off.name_suffix, off.lost = name, suffix, lost
+        return off
+
     if not tracking.enabled:
-        return Tracker()
+        return untracked()
     uri = resolve_tracking_uri(tracking.uri, launch_dir)
     if sweep_job and sweep_job.tracking_down:  # the sweep probed once, at its start
         log.info("no MLflow tracking for this job: %s", sweep_job.tracking_down)
-        untracked = Tracker(uri=uri)
-        untracked.lost = sweep_job.tracking_down
-        return untracked
+        return untracked(uri, sweep_job.tracking_down)
     bound_mlflow_retries()
     problem = probe(uri, tracking.probe_timeout_s)
     if problem:
-        untracked = Tracker(uri=uri)
-        untracked.lost = unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir)
+        lost = unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir)
         if not tracking.required:  # else the run's [ERROR] line says it
-            log.warning(untracked.lost)
-        return untracked
+            log.warning(lost)
+        return untracked(uri, lost)
     tags = {f"env.{k}": v for k, v in flatten(environment).items()}
     tags["overrides"] = " ".join(overrides)
     tags.update(process_tags())
     if out_dir:
         tags["bench.out_dir"] = str(out_dir)  # where its results stay if the store fails mid-run
-    name = tracking.run_name or run_name
     parent = None
     if sweep_job:
         parent = sweep_job.parent_run_id
         tags.update({"sweep.job": str(sweep_job.job), "sweep.dir": str(sweep_job.dir)})
-        name = f"{name}-job{sweep_job.job}"
     tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent, warn=not tracking.required)
-    tracker.out_dir = out_dir
-    tracker.name_suffix = f"-job{sweep_job.job}" if sweep_job else ""
+    tracker.out_dir, tracker.name, tracker.name_suffix = out_dir, name, suffix
     try:
         if tracker.active:  # the store is writable (again): runs its errors left RUNNING here are closed
             from bench.tracking.stale_runs import close_stale

@@ -24,7 +24,7 @@ from bench.train.after_window import optimizer_steps
 from bench.train.checkpoint_format import check_model_fits
 from bench.train.optim import build_optimizer, effective_lr
 from bench.train.resume import Position, TrainingCheckpoints
-from bench.train.schedules import build_scheduler
+from bench.train.schedules import build_scheduler, unreached
 from bench.train.step import TrainStep
 
 log = logging.getLogger("bench")
@@ -89,12 +89,13 @@ def build_training(
         planned = min(planned, config.benchmark.measure_steps)
     base_lr = effective_lr(config.optimizer, config.scheduler, data.batch_size * ctx.world_size)
     optimizer = build_optimizer(eager, config.optimizer, base_lr, device)
-    scheduler = build_scheduler(
-        optimizer,
-        _in_steps(config.scheduler, data, warmup),
-        warmup + total * config.benchmark.repeats + optimizer_steps(config),
-        base_lr,
-    )
+    placed = _in_steps(config.scheduler, data, warmup)
+    span = warmup + total * config.benchmark.repeats + optimizer_steps(config)
+    if ctx.is_reporter:  # what of the schedule the run will not reach: said, never squeezed into the run
+        trained = warmup + total - data.planned(start.epoch, start.step_in_epoch) + planned * config.benchmark.repeats
+        for line in unreached(config.scheduler, placed, trained, span - optimizer_steps(config)):
+            log.warning(line)
+    scheduler = build_scheduler(optimizer, placed, span, base_lr)
     if config.scheduler.scale_lr:
         data.on_batch_change = lambda old, new: scale_lr(optimizer, scheduler, new / old)
     wrapped = _wrap_ddp(eager, config, device) if ctx.distributed else eager
@@ -131,8 +132,9 @@ def build_training(
 
 
 def _in_steps(scheduler: Any, data: EpochData, warmup: int) -> Any:
-    """scheduler.milestone_unit=epochs: each milestone becomes the optimizer step its epoch starts at.
-    Milestones in steps that all fall inside the first of several epochs are named in a warning."""
+    """scheduler.milestone_unit=epochs: each milestone becomes the optimizer step its epoch starts at
+    (bench.train.schedules.unreached names those past the run's end). Milestones in steps that all
+    fall inside the first of several epochs are named in a warning."""
     if scheduler.milestone_unit != "epochs":
         first_epoch = data.planned(0) - data.planned(1)
         if scheduler.name == "multistep" and data.config.train.epochs > 1 and max(scheduler.milestones) < first_epoch:
@@ -146,8 +148,17 @@ def _in_steps(scheduler: Any, data: EpochData, warmup: int) -> Any:
                 max(scheduler.milestones),
             )
         return scheduler
-    steps = [warmup + data.planned(0) - data.planned(epoch) for epoch in scheduler.milestones]
+    steps = [warmup + _steps_before(data, epoch) for epoch in scheduler.milestones]
     return dataclasses.replace(scheduler, milestones=steps, milestone_unit="steps")
+
+
+def _steps_before(data: EpochData, epoch: int) -> int:
+    """Optimizer steps before epoch `epoch` (from 0) starts, counted on past the run's last epoch at its
+    length: a milestone after the run stays after it (it was clamped to the run's last step, and the
+    lr reported at the end was decayed by a milestone no step trained under)."""
+    epochs = data.config.train.epochs
+    past = epoch - epochs
+    return data.planned(0) - data.planned(min(epoch, epochs)) + (past * data.steps(epochs - 1) if past > 0 else 0)
 
 
 def scale_lr(optimizer: torch.optim.Optimizer, scheduler: Any, ratio: float) -> None:

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from tqdm import tqdm
@@ -32,6 +32,7 @@ from bench.train.evaluate import accuracy_figures, evaluate
 from bench.train.mlperf_log import NoMlperfLog
 from bench.train.result import EpochRecord, Window
 from bench.train.resume import Position, TrainingCheckpoints, rng_states
+from bench.train.step import TrainStep
 
 log = logging.getLogger(__name__)
 
@@ -46,7 +47,7 @@ class Session:
     optimizer: torch.optim.Optimizer
     scheduler: Any  # a torch lr scheduler (bench.train.schedules)
     policy: PrecisionPolicy
-    step: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]  # bench.train.step.TrainStep
+    step: TrainStep
     data: EpochData  # batches by epoch (progressive phases, passes)
     val: Any = None  # one_pass() of the val split, when train.eval_every
     checkpoints: Optional[TrainingCheckpoints] = None
@@ -237,7 +238,7 @@ class MeasuredWindow:
             seconds=span,
             images_per_second=steps * batch / span if span > 0 else 0.0,
             loss=float(self.tally.loss.item()),
-            lr=float(self.session.optimizer.param_groups[0]["lr"]),
+            lr=float(self.session.step.applied_lr),  # the lr its last step trained with
             step_time_ms_p50=percentile(times, 50),
             data_wait_seconds=data_wait,
             compute_seconds=max(0.0, span - data_wait),
@@ -260,7 +261,7 @@ class MeasuredWindow:
             step_times_ms=clock.step_times_ms(),
             data_wait_ms=tally.data_wait_ms,
             epochs=tally.epochs,
-            final_lr=float(self.session.optimizer.param_groups[0]["lr"]),
+            final_lr=float(self.session.step.applied_lr),
             final_loss=float(tally.loss.item()),
             accuracy=accuracy_figures(
                 self.session.config,

@@ -1,7 +1,7 @@
 """What must hold before a training run starts, beyond the schema: what every run of a model
 needs (bench.runtime.preflight: the dataset on disk, the device and its precision, the model,
-the machine's cores and memory) and what training adds: the val split, the checkpoint to resume
-from, BatchNorm's batch, the batch search's GPU. Each failure is one sentence naming the key
+the machine's cores and memory) and what training adds: the val split, where checkpoints go, the
+checkpoint to resume from, BatchNorm's batch, the batch search's GPU. Each failure is one sentence naming the key
 (exit 2), and all of it runs before an MLflow run is opened. Cheapest first: the dataset check
 needs no torch.
 """
@@ -21,6 +21,7 @@ def check_training(config: BenchConfig) -> Any:
     """Raise the first problem; return the device the run will use."""
     check_dataset(config, validation=bool(config.train.eval_every))
     _check_resume_path(config.train.resume)
+    check_checkpoint_dirs(config)
     device = check_device_and_model(config)
     check_resume_file(config)
     check_fits(config, device)
@@ -54,6 +55,18 @@ def check_batch_norm_batch(config: BenchConfig) -> None:
             f"at least 2 images per process to train model={config.model.arch} (it has BatchNorm, "
             "which normalises over the batch); or model.norm=none",
         )
+
+
+def check_checkpoint_dirs(config: BenchConfig) -> None:
+    """Where checkpoints go on a local disk can be written: storage.root, and checkpoint.dir under it
+    (else under the launch directory) when training checkpoints are written (bench.train.resume)."""
+    from pathlib import Path
+
+    from bench.storage.local import check_local_dirs
+
+    epochs = bool(config.checkpoint.every_epochs or config.train.resume)
+    if epochs or config.storage.save_checkpoint:
+        check_local_dirs(config.storage, Path.cwd(), {"checkpoint.dir": config.checkpoint.dir} if epochs else {})
 
 
 def _check_resume_path(resume: Optional[str]) -> None:

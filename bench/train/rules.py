@@ -5,14 +5,10 @@ any MLflow run; torch-free.
 
 from __future__ import annotations
 
-import logging
-
 from bench.config.distributed import Scaling
 from bench.config.schema import BenchConfig
 from bench.errors import ConfigError
 from bench.runtime.rules import check_once_per_run, check_training_for_accuracy
-
-log = logging.getLogger("bench")
 
 
 def check_train(config: BenchConfig) -> None:
@@ -28,7 +24,6 @@ def check_train(config: BenchConfig) -> None:
         )
         if reason:
             raise ConfigError("benchmark.find_max_batch", True, reason)
-    warn_warmup_longer_than_the_run(config)
     check_mlperf_log(config)
     if config.train.resume and not config.checkpoint.every_epochs:
         # resume is there to survive a crash: with no interval set it writes one at every epoch end
@@ -46,23 +41,4 @@ def check_mlperf_log(config: BenchConfig) -> None:
     if importlib.util.find_spec("mlperf_logging") is None:
         raise ConfigError(
             "train.mlperf_log", True, "false without the mlperf-logging package (pip install -e '.[mlperf]' brings it)"
-        )
-
-
-def warn_warmup_longer_than_the_run(config: BenchConfig) -> None:
-    """The lr warm-up counts every optimizer step (the unmeasured ones too): one longer than
-    the run leaves the lr below optimizer.lr at the end, and the result's lr is not the one used."""
-    if config.train.steps_per_epoch is None:
-        return  # the run's length is known once the dataset is listed
-    planned = config.train.epochs * config.train.steps_per_epoch
-    if config.benchmark.measure_steps:
-        planned = min(planned, config.benchmark.measure_steps)
-    steps = config.benchmark.warmup_steps + planned
-    if config.scheduler.lr_warmup_steps > steps:
-        log.warning(
-            "scheduler.lr_warmup_steps=%d is longer than the run (%d optimizer steps: "
-            "benchmark.warmup_steps + the measured window): the lr never reaches optimizer.lr=%g",
-            config.scheduler.lr_warmup_steps,
-            steps,
-            config.optimizer.lr,
         )

@@ -30,6 +30,8 @@ class TrainStep:
         self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
         self.scaler = policy.scaler
         self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        # the lr the last update applied: the schedule steps after it, so the optimizer's lr is the next step's
+        self.applied_lr = float(optimizer.param_groups[0]["lr"])
 
     def zero_grad(self) -> None:
         self.optimizer.zero_grad(set_to_none=True)
@@ -53,6 +55,7 @@ class TrainStep:
             if clip_norm is not None:
                 torch.nn.utils.clip_grad_norm_(self.params, clip_norm)
             self.optimizer.step()
+        self.applied_lr = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
 
     def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -293,8 +293,9 @@ def test_prepare_errors_are_one_line(bench, datasets, tmp_path):
     assert f"--src '{tmp_path / 'nope'}' does not exist" in one_error_line(bench, missing, 2)
     datasets.image_folder(tmp_path / "flat", images=4)
     blocker = tmp_path / "a-file"
-    blocker.write_text("x")  # the destination cannot be a directory
-    assert "[ERROR] prepare failed: " in one_error_line(bench, prepare(bench, tmp_path / "flat", blocker), 1)
+    blocker.write_text("x")  # the destination cannot be a directory: refused before any work (issue 33)
+    refused = one_error_line(bench, prepare(bench, tmp_path / "flat", blocker), 2)
+    assert f"--dst='{blocker}' is not valid: accepted a directory this user can write" in refused
     # --storage goes through the schema like any storage.KEY=VALUE override
     bad_key = prepare(bench, tmp_path / "flat", "s3://b/p", "--storage", "endpont=http://x:1")
     assert "storage.endpont" in one_error_line(bench, bad_key, 2) and "did you mean storage.endpoint" in bad_key.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -225,6 +226,32 @@ def test_sweep_report_gives_the_failed_jobs_reason(failing_sweep):
     """The report built at the end of the sweep says why a job failed (as its MLflow run does)."""
     rows = {r["job"]: r for r in _csv_rows(failing_sweep.dir / "report" / "report.csv")}
     assert "amp_fp16" in rows["1"]["error"], rows["1"]
+
+
+def test_a_report_after_a_job_directory_was_deleted_names_it_and_keeps_the_fuller_report(
+    failing_sweep, bench, tmp_path
+):
+    """Issue 33.5: with job 0's directory deleted, `bench.report --sweep` said "1 of 1 jobs" and
+    overwrote the 2-job report. Now the job is named from multirun.yaml, counted, and the report
+    that held it is kept: this one goes beside it (into report-partial)."""
+    sweep = tmp_path / "sweep"
+    shutil.copytree(failing_sweep.dir, sweep)
+    shutil.rmtree(sweep / "0")
+    proc = bench.run("--sweep", str(sweep), module="bench.report")
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert lines[0] == "report of 1 of 2 jobs: job 0 (precision=fp32): its directory is gone", proc.stdout
+    assert lines[1].startswith("1 of 2 jobs failed: precision='amp_fp16'")
+    assert (
+        f"the report in {sweep}/report holds job(s) 0, whose directories are gone: it is kept, and this report "
+        f"goes beside it, into {sweep}/report-partial"
+    ) in proc.stderr
+    kept = {r["job"]: r["status"] for r in _csv_rows(sweep / "report" / "report.csv")}
+    assert kept == {"0": "FINISHED", "1": "FAILED"}  # as the sweep wrote it
+    rows = {r["job"]: r for r in _csv_rows(sweep / "report-partial" / "report.csv")}
+    assert (rows["0"]["status"], rows["0"]["error"]) == ("MISSING", "its directory is gone")
+    assert rows["1"]["status"] == "FAILED"
+    assert (sweep / "report-partial" / "report.md").read_text().splitlines()[2] == lines[0]
 
 
 # ---- a sweep whose every job failed (issue 27 §4, issue 30 item 1) ----------------------------------

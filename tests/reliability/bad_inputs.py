@@ -804,6 +804,61 @@ BAD_INPUTS = [
         2,
         "data.download=True is not valid: accepted false with data=synthetic (only data=cifar100 can be downloaded)",
     ),
+    # -- issue 33.3: a directory bench writes into that cannot be one: refused before any run (a
+    # NotADirectoryError or FileExistsError after the measurement, a FAILED run) -----------------------
+    (
+        "storage root is a file",
+        "bench",
+        ["mode=storage", "storage.root={tmp}/a-file"],
+        2,
+        "storage.root='{tmp}/a-file' is not valid: accepted a directory this user can write (made if missing); "
+        "{tmp}/a-file is a file.",
+    ),
+    (
+        "storage root under a file, epoch checkpoints",
+        "bench",
+        ["+experiment=cpu_smoke", "checkpoint.every_epochs=1", "storage.root={tmp}/a-file/ckpt"],
+        2,
+        "storage.root='{tmp}/a-file/ckpt' is not valid: accepted a directory this user can write (made if "
+        "missing); {tmp}/a-file is a file.",
+    ),
+    (
+        "end-of-run checkpoint into a file",
+        "bench",
+        ["+experiment=cpu_smoke", "storage.save_checkpoint=true", "storage.root={tmp}/a-file"],
+        2,
+        "storage.root='{tmp}/a-file' is not valid",
+    ),
+    (
+        "resume into a file",
+        "bench",
+        ["+experiment=cpu_smoke", "train.resume=auto", "storage.root={tmp}/a-file"],
+        2,
+        "storage.root='{tmp}/a-file' is not valid",
+    ),
+    (
+        "checkpoint dir is a file",
+        "bench",
+        ["+experiment=cpu_smoke", "checkpoint.every_epochs=1", "storage.root={tmp}", "checkpoint.dir=a-file"],
+        2,
+        "checkpoint.dir='a-file' is not valid: accepted a directory this user can write (made if missing); "
+        "{tmp}/a-file is a file.",
+    ),
+    (
+        "storage dataset dir is a file",
+        "bench",
+        ["mode=storage", "storage.root={tmp}", "storage.dataset_dir=a-file"],
+        2,
+        "storage.dataset_dir='a-file' is not valid: accepted a directory this user can write (made if missing); "
+        "{tmp}/a-file is a file.",
+    ),
+    (
+        "CIFAR download into a file",
+        "bench",
+        ["data=cifar100", "data.root={tmp}/a-file", "data.download=true", CPU],
+        2,
+        "data.root='{tmp}/a-file' is not valid: accepted a directory this user can write",
+    ),
     # -- the other commands ---------------------------------------------------------------------------
     ("radix flag misspelt", "bench.radix", ["--batchsize", "3"], 2, "unrecognized arguments: --batchsize"),
     ("radix bad override", "bench.radix", ["--allow-cpu", "data.batch_size=0"], 2, "data.batch_size=0"),
@@ -916,7 +971,8 @@ BAD_INPUTS = [
         "bench.doctor",
         ["doctor.out={tmp}/a-file", CPU],
         2,
-        "doctor.out='{tmp}/a-file' is not valid: accepted a directory (made if missing); {tmp}/a-file is a file.",
+        "doctor.out='{tmp}/a-file' is not valid: accepted a directory this user can write (made if missing); "
+        "{tmp}/a-file is a file.",
     ),
     ("doctor out under a file", "bench.doctor", ["doctor.out={tmp}/a-file/doctor", CPU], 2, "{tmp}/a-file is a file"),
     (
@@ -946,6 +1002,103 @@ BAD_INPUTS = [
         ["--root", "{tmp}/a-file/data"],
         2,
         "--root='{tmp}/a-file/data' is not valid: accepted a directory this user can write",
+    ),
+    # -- issue 33: a directory a tool writes into, and the tools' own arguments ----------------------------
+    (
+        "prepare into a file",
+        "bench.data",
+        ["prepare", "--src", "{images}", "--dst", "{tmp}/a-file"],
+        2,
+        "--dst='{tmp}/a-file' is not valid: accepted a directory this user can write (made if missing); "
+        "{tmp}/a-file is a file.",
+    ),
+    (
+        "prepare with negative workers",
+        "bench.data",
+        ["prepare", "--src", "{images}", "--dst", "{tmp}/out", "--workers", "-1"],
+        2,
+        "--workers=-1 is not valid: accepted an integer of 1 or more (0, or none: the CPU count).",
+    ),
+    ("digits under a file", "bench.data", ["digits", "--dst", "{tmp}/a-file/d"], 2, "{tmp}/a-file is a file"),
+    (
+        "loader benchmark dir is a file",
+        "bench.data",
+        ["bench-loader", "--dir", "{tmp}/a-file"],
+        2,
+        "--dir='{tmp}/a-file' is not valid",
+    ),
+    (
+        "report out is a file",
+        "bench.report",
+        ["--sweep", "{empty}", "--out", "{tmp}/a-file"],
+        2,
+        "--out='{tmp}/a-file' is not valid: accepted a directory this user can write (made if missing); "
+        "{tmp}/a-file is a file.",
+    ),
+    (
+        "report of a run id in a store that is not there",
+        "bench.report",
+        ["--sweep", "0123456789abcdef0123456789abcdef", "--tracking-uri", "sqlite:///{tmp}/none.db"],
+        2,
+        "is neither a directory nor a run in the MLflow store at sqlite:///{tmp}/none.db: {tmp}/none.db does not exist",
+    ),
+    (
+        "compare out is a file",
+        "bench.compare",
+        ["{empty}", "{empty}", "--out", "{tmp}/a-file"],
+        2,
+        "--out='{tmp}/a-file' is not valid",
+    ),
+    ("train costs dir is a file", "bench.tools.train_costs", ["--dir", "{tmp}/a-file"], 2, "{tmp}/a-file is a file"),
+    (
+        "train costs of no rounds",
+        "bench.tools.train_costs",
+        ["--rounds", "0"],
+        2,
+        "--rounds=0 is not valid: accepted an integer of 1 or more.",
+    ),
+    (
+        "train costs of an unknown model",
+        "bench.tools.train_costs",
+        ["--model", "resnet51"],
+        2,
+        "--model='resnet51' is not valid: accepted a torchvision classification model",
+    ),
+    (
+        "storage size of no hosts",
+        "bench.tools.storage_size",
+        ["--hosts", "0"],
+        2,
+        "--hosts=0 is not valid: accepted an integer of 1 or more.",
+    ),
+    (
+        "storage size of nan memory",
+        "bench.tools.storage_size",
+        ["--host-memory-gb", "nan"],
+        2,
+        "--host-memory-gb=nan is not valid: accepted a number of GB above 0.",
+    ),
+    (
+        "storage size of negative memory",
+        "bench.tools.storage_size",
+        ["--host-memory-gb", "-1"],
+        2,
+        "--host-memory-gb=-1.0 is not valid: accepted a number of GB above 0.",
+    ),
+    ("storage size flag misspelt", "bench.tools.storage_size", ["--hots", "4"], 2, "unrecognized arguments: --hots"),
+    (
+        "storage compare root is a file",
+        "bench.iobench.compare",
+        ["local", "--root", "{tmp}/a-file"],
+        2,
+        "--root='{tmp}/a-file' is not valid",
+    ),
+    (
+        "gpu check keep is a file",
+        "bench.tools.gpu_check",
+        ["--rehearse", "--keep", "{tmp}/a-file"],
+        2,
+        "--keep='{tmp}/a-file' is not valid",
     ),
 ]
 

@@ -115,11 +115,12 @@ def test_a_run_dir_that_cannot_be_written_is_one_line(bench, tiny, small_disk, f
 
 def test_a_checkpoint_that_cannot_be_written_keeps_the_measurement(bench, tiny, tmp_path):
     """The measurement is reported (final line, MLflow metrics) before the checkpoint is
-    written; a checkpoint that fails (its root is a file) ends the run FAILED, naming it."""
+    written; a checkpoint that fails (a directory holds its name: a root that is a file is refused
+    before the run now, issue 33) ends the run FAILED, naming it."""
     bench.with_store()
-    blocker = tmp_path / "not-a-dir"
-    blocker.write_text("x")
-    proc = bench.run(*tiny, "storage.save_checkpoint=true", f"storage.root={blocker}", f"hydra.run.dir={tmp_path}/run")
+    root = tmp_path / "root"
+    (root / "checkpoint.pt" / "in-the-way").mkdir(parents=True)
+    proc = bench.run(*tiny, "storage.save_checkpoint=true", f"storage.root={root}", f"hydra.run.dir={tmp_path}/run")
     assert proc.returncode == 1
     metrics = json.loads(proc.stdout.strip().splitlines()[-1])["radix_metrics"]
     assert metrics["total_images"] == 12 and "checkpoint.pt" in metrics["checkpoint_error"]

@@ -139,8 +139,8 @@ def test_a_storage_ceiling_root_on_a_read_only_filesystem_is_one_line(bench, tmp
         subprocess.run(["umount", "-l", str(where)], capture_output=True)
     assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
     assert bench.error_lines(proc.stderr) == [
-        f"[ERROR] --root='{where / 'data'}' is not valid: accepted a directory this user can write "
-        "(Read-only file system)."
+        f"[ERROR] --root='{where / 'data'}' is not valid: accepted a directory this user can write (made if "
+        f"missing); {where} is not writable (Read-only file system)."
     ]
 
 

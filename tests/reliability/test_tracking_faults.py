@@ -71,6 +71,9 @@ def test_results_kept_while_the_server_was_down_upload_later(mlflow_server, benc
     assert run.data.metrics["images_per_second"] == pytest.approx(metrics["images_per_second"])
     assert len(client.get_metric_history(run_id, "step_time_ms")) == metrics["measured_steps"]
     assert {"run_summary.json", "step_times.csv", ".hydra"} <= {a.path for a in client.list_artifacts(run_id)}
+    # issue 33.5: every file the run wrote (packages.txt was never sent), under the run's name (not "run")
+    assert "packages.txt" in {a.path for a in client.list_artifacts(run_id)}
+    assert run.info.run_name == "small_cnn-fp32-bs4" and f"'{run.info.run_name}'" in uploaded.stdout
     again = bench.run(str(run_dir), "--tracking-uri", mlflow_server, module="bench.tools.upload")
     assert again.returncode == 0 and "already in MLflow" in again.stdout  # no second copy
 

@@ -210,14 +210,6 @@ def test_deprecated_spellings_still_work(compose, caplog):
 # ---- refused by the schema, in one sentence ----------------------------------------------------------
 
 
-def test_warm_up_longer_than_the_run_is_a_warning(compose, caplog):
-    compose("+experiment=cpu_smoke", "scheduler.lr_warmup_steps=1000")  # 2 + 2 x 5 steps
-    assert "scheduler.lr_warmup_steps=1000 is longer than the run (12 optimizer steps" in caplog.text
-    caplog.clear()
-    compose("+experiment=cpu_smoke", "scheduler.lr_warmup_steps=12")
-    assert "longer than the run" not in caplog.text
-
-
 def test_secret_looking_key_is_never_echoed(compose):
     line = refused(compose, "+storage.secret_access_key=s3cr3t-canary")
     assert line.startswith("storage.secret_access_key=<hidden> is not valid: accepted a key of storage")

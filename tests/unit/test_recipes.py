@@ -98,7 +98,10 @@ class Epochs:
         self.config, self.per_epoch = config, steps_per_epoch
 
     def planned(self, first: int, skip: int = 0) -> int:
-        return (self.config.train.epochs - first) * self.per_epoch - skip
+        return max(0, self.config.train.epochs - first) * self.per_epoch - skip
+
+    def steps(self, epoch: int) -> int:
+        return self.per_epoch
 
 
 def test_milestones_in_steps_inside_the_first_of_several_epochs_are_named_in_a_warning(compose, caplog):
@@ -114,3 +117,8 @@ def test_milestones_in_steps_inside_the_first_of_several_epochs_are_named_in_a_w
     epochs = compose("+experiment=imagenet_fast", "scheduler=multistep", "data.root=/data/imagenet")
     placed = _in_steps(epochs.scheduler, Epochs(epochs, 5004), warmup=0)
     assert placed.milestones == [6 * 5004, 12 * 5004, 16 * 5004] and not caplog.text
+    # issue 33.3: recipe 10 keeps the seed's 30/60/80 in a 5-epoch run: past its end, never clamped to it
+    debug = configs(compose, 10)[0]
+    assert list(debug.scheduler.milestones) == [30, 60, 80] and debug.train.epochs == 5
+    past = _in_steps(debug.scheduler, Epochs(debug, 40037), warmup=10)
+    assert past.milestones == [10 + 30 * 40037, 10 + 60 * 40037, 10 + 80 * 40037]

@@ -5,6 +5,7 @@ fixture), never from hand-built dicts."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import logging
 from pathlib import Path
@@ -266,6 +267,38 @@ def test_onecycle_warmup_steps_sets_the_rising_phase(model):
         opt.step()
         scheduler.step()
     assert lrs.index(max(lrs)) == 10
+
+
+def test_a_onecycle_rise_longer_than_the_run_is_not_squeezed_into_it(model):
+    """Issue 33.3: lr_warmup_steps past the end was clamped to 99.9% of the run (the peak reached
+    anyway); the rise keeps its length, so the lr climbs as slowly as asked and never peaks."""
+    opt = build_optimizer(model, optim("sgd"), lr=0.1, device=CPU)
+    scheduler = build_scheduler(opt, sched("onecycle", lr_warmup_steps=100), total_steps=10, base_lr=0.1)
+    lrs = []
+    for _ in range(10):
+        lrs.append(opt.param_groups[0]["lr"])
+        opt.step()
+        scheduler.step()
+    assert all(a < b for a, b in itertools.pairwise(lrs)) and max(lrs) < 0.1 * 0.1  # 10 of its 100 rising steps
+
+
+def test_what_of_the_schedule_a_run_does_not_reach_is_named_never_clamped():
+    """Issue 33.3: the lines bench.train.build logs (rank 0) for a schedule the run does not reach."""
+    from bench.train.schedules import unreached
+
+    asked = sched("multistep", milestones=[1, 100], milestone_unit="epochs")
+    placed = dataclasses.replace(asked, milestones=[4, 301], milestone_unit="steps")  # 3 steps an epoch, 1 warm-up
+    (line,) = unreached(asked, placed, trained=7, span=7)
+    assert line.startswith("scheduler.milestones [100] of [1, 100] (in epochs) fall past this run's end (7 optimizer")
+    in_steps = sched("multistep", milestones=[6, 7])
+    assert "[7] of [6, 7] (in steps)" in unreached(in_steps, in_steps, trained=7, span=7)[0]  # step 7 is the 8th
+    assert unreached(in_steps, in_steps, trained=8, span=8) == []
+    warm = sched("constant", lr_warmup_steps=12)
+    assert "scheduler.lr_warmup_steps=12 is past this run's end (12 optimizer steps" in unreached(warm, warm, 12, 12)[0]
+    assert unreached(warm, warm, trained=13, span=13) == []  # the 13th step trains at optimizer.lr
+    cosine = sched("cosine")
+    assert "this run stops after 4" in unreached(cosine, cosine, trained=4, span=9)[0]  # benchmark.measure_steps
+    assert unreached(cosine, cosine, trained=9, span=9) == []
 
 
 # --- build_precision on the CPU -------------------------------------------------------------
