@@ -15,8 +15,9 @@ if TYPE_CHECKING:
 __all__ = ["DISPLAY", "Column", "Plots", "Sample", "Scaling", "View"]
 
 # the figures MLflow's UI shows as a rounded copy (a metric of its own: the UI prints raw floats cut
-# off), and the copy's name; the copies are dropped again when runs are read back
-DISPLAY = {"images_per_second": "images/s"}
+# off), and the copy's name; the copies are dropped again when runs are read back. Each scenario's
+# headline (its Sample.figure) is one: a sweep's view shows it as a column
+DISPLAY = {"images_per_second": "images/s", "samples_per_second": "samples/s", "latency_ms_p50": "latency p50 ms"}
 
 Column = Tuple[str, str, str]  # (header, frame column = a radix_metrics key, format)
 Plots = Callable[["pd.DataFrame", Path, str], List[Path]]

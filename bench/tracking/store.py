@@ -15,10 +15,7 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
-
-from bench.report_view import DISPLAY
-from bench.secrets import redact
+from typing import Any, Iterator, Optional, Tuple
 
 SQLITE = "sqlite:///"
 LOCK_TIMEOUT_S = 600  # a hang guard: creating the schema takes seconds, even on a loaded machine
@@ -115,18 +112,6 @@ def ensure_experiment(client: Any, name: str, uri: str) -> str:
 
 
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
-UI_ORDER = "orderByKey=metrics.%60images_per_second%60&orderByAsc=false"  # fastest first
-# MLflow 3.x's UI ignores mlflow.experimentKind: it opens an experiment on the GenAI overview
-# ("Traces 0") unless the link says workflowType=machine_learning (or the browser saved that
-# choice, made with the sidebar's "Model training" switch, in localStorage mlflow.workflowType)
-WORKFLOW = "workflowType=machine_learning"
-# MLflow's shareable views: the UI reads a view (columns, order, filter, grouping) from this experiment
-# tag when the link says ?viewStateShareKey=<key> and no other view parameter (one in the link wins)
-VIEW_TAG = "mlflow.sharedViewState."
-# a run and its children carry the parent's id in this tag (the parent its own): a filter on it shows
-# the parent too (mlflow.parentRunId would leave it out), grouped with its children, none collapsed
-FAMILY_TAG = "bench.parent"
-NAME_COLUMN = "attributes.`Run Name`"  # the UI's id of the run name column
 
 
 def rounded(value: float, digits: int = 4) -> float:
@@ -136,56 +121,6 @@ def rounded(value: float, digits: int = 4) -> float:
     if not math.isfinite(value) or value == 0:
         return value
     return round(value, max(0, digits - 1 - math.floor(math.log10(abs(value)))))
-
-
-def share_view(
-    client: Any,
-    experiment_id: str,
-    figure: str = "images_per_second",
-    params: Sequence[str] = (),
-    parent_run_id: Optional[str] = None,
-    has_figure: bool = True,
-) -> str:
-    """A saved view of the experiment's runs: `figure` (rounded), the swept `params` and the
-    failure reason as columns, fastest first (oldest first when no run has the figure); a parent's:
-    the parent and its children, grouped, none collapsed; its share key."""
-    import json
-
-    columns = [f"metrics.`{DISPLAY.get(figure, figure)}`", "tags.`error`", *(f"params.`{name}`" for name in params)]
-    state: Dict[str, Any] = {
-        "selectedColumns": columns,
-        # the figure and the reason first, by the name (the UI groups columns by kind: the error tag
-        # would come after every param, off the page), the name and the reason wide enough to read
-        "columnOrder": [NAME_COLUMN, *columns],
-        "columnWidths": {NAME_COLUMN: 330, "tags.`error`": 400},
-        "orderByKey": f"metrics.`{figure}`" if has_figure else "attributes.start_time",
-        "orderByAsc": not has_figure,
-    }
-    if parent_run_id:
-        state["searchFilter"] = f"tags.`{FAMILY_TAG}` = '{parent_run_id}'"
-        state["groupBy"] = {"aggregateFunction": "average", "groupByKeys": [{"mode": "tag", "groupByData": FAMILY_TAG}]}
-    key = f"bench-sweep-{parent_run_id[:12]}" if parent_run_id else "bench-runs"
-    client.set_experiment_tag(experiment_id, VIEW_TAG + key, json.dumps(state))
-    return key
-
-
-def ui_link(uri: str, experiment_id: str, parent_run_id: Optional[str] = None, view_key: Optional[str] = None) -> str:
-    """Where to look at the runs in the MLflow UI: the command that serves a local store and the
-    link to the experiment's runs table (workflowType: not the GenAI overview): a shared view
-    (share_view) where one was saved, else fastest first by the link's own parameters (a sweep's:
-    the parent and its children)."""
-    from urllib.parse import quote
-
-    if view_key:
-        query = f"{WORKFLOW}&viewStateShareKey={quote(view_key)}"
-    else:
-        query = f"{WORKFLOW}&{UI_ORDER}"
-        if parent_run_id:
-            query += "&searchFilter=" + quote(f"tags.`{FAMILY_TAG}` = '{parent_run_id}'")
-    path = f"#/experiments/{experiment_id}/runs?{query}"
-    if uri.startswith(("http://", "https://")):
-        return f"MLflow UI: {redact(uri).rstrip('/')}/{path}"
-    return f"MLflow UI: mlflow ui --backend-store-uri {uri}, then open http://127.0.0.1:5000/{path}"
 
 
 def open_client(uri: str) -> Any:

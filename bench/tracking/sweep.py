@@ -166,8 +166,8 @@ class MlflowSweepCallback(Callback):
         if not config.tracking.enabled:
             return
         from bench.tracking.probe import bound_mlflow_retries, probe, unreachable_line
-        from bench.tracking.store import FAMILY_TAG
         from bench.tracking.tracker import Tracker, process_tags, resolve_tracking_uri  # mlflow: when a sweep starts
+        from bench.tracking.ui_view import FAMILY_TAG
 
         overrides = list(config.hydra.overrides.task)
         uri = resolve_tracking_uri(config.tracking.uri, Path(launch_dir))
@@ -206,13 +206,15 @@ class MlflowSweepCallback(Callback):
         scrub([sweep_dir / "multirun.yaml"])  # as each job's .hydra/: what a config file held goes
         files: List[Path] = []
         swept: List[str] = []  # the config keys the jobs differ in: the UI view's columns
+        sample = None  # the jobs' headline figure (their report class's): what the UI view charts per job
         try:
             from bench.analysis import build_report, log_scaling_to_runs
             from bench.analysis.compare import swept_keys
-            from bench.analysis.runs import CONFIG_PREFIX
+            from bench.analysis.runs import CONFIG_PREFIX, sweep_report_class
 
             files, frame = build_report(sweep_dir, sweep_dir / "report")
             swept = [key[len(CONFIG_PREFIX) :] for key in swept_keys(frame)]
+            sample = sweep_report_class(frame).view.sample
             if tracker is not None and tracker.active:
                 log_scaling_to_runs(frame, tracker.client)
         except Exception as exc:  # a report problem must not hide the sweep's results
@@ -227,9 +229,10 @@ class MlflowSweepCallback(Callback):
         os.environ.pop(SWEEP_ENV, None)
         if tracker is not None:
             _close_parent(tracker, jobs, failed, files, config.tracking.run_name)
-            link = tracker.ui_link(children=True, params=swept)
-            if link:
-                log.info(link)
+            # the runs table (a bar per job in its chart mode), then MLflow's compare page of the jobs
+            for link in (tracker.ui_link(children=True, params=swept, sample=sample), tracker.compare_link(sample)):
+                if link:
+                    log.info(link)
             _state["tracker"] = None
 
 

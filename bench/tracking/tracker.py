@@ -15,13 +15,17 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from bench.errors import Interrupted
 from bench.secrets import flatten, redact  # flatten is re-exported (tests import it from here)
 from bench.tracking.probe import quiet_store_errors, store_error
-from bench.tracking.store import FAMILY_TAG, open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported
+from bench.tracking.store import open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported
 from bench.tracking.sweep_job import SweepJob
+from bench.tracking.ui_view import FAMILY_TAG
+
+if TYPE_CHECKING:
+    from bench.report_view import Sample
 
 log = logging.getLogger(__name__)
 
@@ -79,28 +83,26 @@ class Tracker:
         tracker.experiment_id = experiment_id
         return tracker
 
-    def ui_link(self, children: bool = False, params: Sequence[str] = ()) -> Optional[str]:
+    def ui_link(
+        self, children: bool = False, params: Sequence[str] = (), sample: Optional[Sample] = None
+    ) -> Optional[str]:
         """The MLflow UI command and link for this run's experiment (a sweep parent's: the parent
-        and its children), opening a saved view with the throughput, the swept `params` and the
-        failure reason as columns."""
+        and its children), opening a saved view of the headline figure (`sample`'s, else images/s),
+        the swept `params` and the failure reason (bench.tracking.ui_view)."""
         if not self.active or self.experiment_id is None:
             return None
-        from bench.tracking.store import share_view, ui_link
+        from bench.tracking.ui_view import runs_link
 
         parent = self.run_id if children else None
-        try:
-            has_figure = True
-            if parent:
-                self.client.set_tag(parent, FAMILY_TAG, parent)  # the parent is listed with its children
-                family = f"tags.`{FAMILY_TAG}` = '{parent}' and metrics.`images_per_second` >= 0"
-                has_figure = bool(self.client.search_runs([self.experiment_id], family, max_results=1))
-            key: Optional[str] = share_view(
-                self.client, self.experiment_id, params=params, parent_run_id=parent, has_figure=has_figure
-            )
-        except Exception as exc:  # the link without the saved columns is still a link
-            log.debug("no shared MLflow view (%s: %s)", type(exc).__name__, exc)
-            key = None
-        return ui_link(self.uri, self.experiment_id, parent, key)
+        return runs_link(self.client, self.uri, self.experiment_id, parent, params, sample)
+
+    def compare_link(self, sample: Optional[Sample] = None) -> Optional[str]:
+        """MLflow's compare-runs page of this parent run's children (None without any)."""
+        if not self.active or self.experiment_id is None:
+            return None
+        from bench.tracking.ui_view import jobs_compare_link
+
+        return jobs_compare_link(self.client, self.uri, self.experiment_id, str(self.run_id), sample)
 
     def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> None:
         if not self.active:

@@ -87,13 +87,19 @@ def test_sweep_is_one_parent_with_a_child_per_job(sweep):
     assert len(finals) == 4, proc.stdout
 
     assert len(sweep.parents) == 1 and len(sweep.children) == 4 and len(sweep.runs) == 5
-    # one UI link at the sweep's end, to its children fastest first (none per job)
+    # one UI link at the sweep's end, to its children fastest first (none per job), and one to MLflow's
+    # compare page of the jobs, fastest first (issue 34 §1)
     (parent,) = sweep.parents
     links = [line for line in proc.stderr.splitlines() if "MLflow UI:" in line]
     view = f"bench-sweep-{parent.info.run_id[:12]}"
     assert len(links) == 1 and links[0].endswith(f"/runs?workflowType=machine_learning&viewStateShareKey={view}")
+    fastest = sorted(sweep.children, key=lambda child: -child.data.metrics["images_per_second"])
+    runs = "%2C".join(f"%22{child.info.run_id}%22" for child in fastest)
+    compare = f"/#/compare-runs?runs=%5B{runs}%5D&experiments=%5B%22{parent.info.experiment_id}%22%5D"
+    (compare_link,) = [line for line in proc.stderr.splitlines() if "MLflow compare:" in line]
+    assert compare_link.endswith(compare)
     # the saved view the link opens: throughput (rounded), the error and the swept keys as columns, fastest
-    # first, the parent and its children grouped (issue 30 item 6)
+    # first, the parent and each child a run of its own, not grouped (issue 30 item 6, issue 34 §1)
     state = json.loads(
         MlflowClient(tracking_uri=sweep.uri)
         .get_experiment(parent.info.experiment_id)
@@ -103,6 +109,12 @@ def test_sweep_is_one_parent_with_a_child_per_job(sweep):
     assert state["orderByKey"] == "metrics.`images_per_second`" and state["orderByAsc"] is False
     assert {"params.`precision.name`", "params.`distributed.nproc_per_node`"} <= set(state["selectedColumns"])
     assert state["searchFilter"] == f"tags.`bench.parent` = '{parent.info.run_id}'"
+    assert state["groupBy"] is None and state["runsHidden"] == [parent.info.run_id]
+    # chart mode: a bar per job of the figure, then the swept keys against it
+    bar, swept = state["compareRunCharts"]
+    assert bar["type"] == "BAR" and bar["metricKey"] == "images_per_second"
+    assert swept["type"] == "PARALLEL" and swept["selectedMetrics"] == ["images_per_second"]
+    assert {"precision.name", "distributed.nproc_per_node"} <= set(swept["selectedParams"])
     assert parent.data.tags["bench.parent"] == parent.info.run_id
     parent = sweep.parents[0]
     assert parent.info.status == "FINISHED"
@@ -285,7 +297,7 @@ def test_a_sweep_whose_every_job_failed_is_failed(all_failed, sweep):
         .get_experiment(parent.info.experiment_id)
         .tags[f"mlflow.sharedViewState.bench-sweep-{parent.info.run_id[:12]}"]
     )
-    assert state["orderByKey"] == "attributes.start_time"  # no run has the figure: not sorted by it
+    assert state["orderByKey"] == "tags.`mlflow.runName`"  # no run has the figure: by name, not by it
     assert "tags.`error`" in state["selectedColumns"]
 
 
@@ -319,38 +331,86 @@ def test_a_slurm_local_sweep_runs_each_job_apart_one_at_a_time_under_one_parent(
     assert rows["0"]["status"] == "FINISHED" and rows["1"]["status"] == "FAILED"
 
 
-def _mlflow_ui(uri: str, port: int, log: Path) -> subprocess.Popen:
-    """A real `mlflow ui` on 127.0.0.1 serving `uri`, once it answers /health (the event waited for)."""
+# ---- the printed links in a real browser: the runs table, chart mode, MLflow's compare page ---------
+# a storage and an inference sweep, 2 small jobs each, into the 4-job sweep's store: one `mlflow ui`
+# serves every scenario's links
+
+STORAGE = [
+    "mode=storage",
+    "storage.workload.num_files=4",
+    "storage.workload.samples_per_file=2",
+    "storage.workload.record_size=4096",
+    "storage.workload.epochs=1",
+    "storage.workload.read_threads=1",
+    "storage.workload.checkpoint_size_mb=0",
+    "storage.prepare_workers=1",
+]
+
+
+def _another_sweep(sweep, name: str, *args: str) -> SimpleNamespace:
+    """A sweep of `args` into the 4-job sweep's store: its process, parent and children."""
+    proc = sweep.bench.run("-m", *args, f"hydra.sweep.dir={sweep.root}/{name}")
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr[-3000:]}"
+    runs = sweep.bench.runs()
+    (parent,) = [
+        r for r in runs if r.data.tags.get("sweep.dir") == str(sweep.root / name) and "sweep.jobs" in r.data.tags
+    ]
+    children = [r for r in runs if r.data.tags.get("mlflow.parentRunId") == parent.info.run_id]
+    return SimpleNamespace(proc=proc, parent=parent, children=children)
+
+
+@pytest.fixture(scope="module")
+def storage_sweep(sweep):
+    return _another_sweep(
+        sweep, "storage", *STORAGE, f"storage.root={sweep.root}/data", "storage.workload.batch_size=2,4"
+    )
+
+
+@pytest.fixture(scope="module")
+def inference_sweep(sweep, tiny_args):
+    args = [a for a in tiny_args if not a.startswith(("data.batch_size=", "train.steps_per_epoch="))]
+    return _another_sweep(sweep, "inference", "mode=inference", *args, "train.steps_per_epoch=2", "data.batch_size=1,4")
+
+
+@pytest.fixture(scope="module")
+def mlflow_ui(sweep, tmp_path_factory):
+    """A real `mlflow ui` on 127.0.0.1 serving the sweeps' store (once it answers /health, the event
+    waited for); `.url(proc, which)` is the link `proc` printed (`MLflow UI` or `MLflow compare`) on it."""
+    from bench.rank_context import free_port
+
+    port, log = free_port(), tmp_path_factory.mktemp("ui") / "ui.log"
+    command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", sweep.uri, "--host", "127.0.0.1"]
     ui = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "mlflow",
-            "ui",
-            "--backend-store-uri",
-            uri,
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--workers",
-            "1",
-        ],
+        [*command, "--port", str(port), "--workers", "1"],
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
         env={**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"},
     )
-    deadline = time.monotonic() + 300  # hang guard only
-    while time.monotonic() < deadline and ui.poll() is None:
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as answer:
-                if answer.status == 200:
-                    return ui
-        except OSError:
+
+    def url(proc, which: str = "MLflow UI") -> str:
+        (link,) = [line for line in proc.stderr.splitlines() if f"{which}:" in line]
+        assert f"{which}: mlflow ui --backend-store-uri {sweep.uri}, then open http://127.0.0.1:5000/#/" in link
+        return link.split("then open ", 1)[1].replace("127.0.0.1:5000", f"127.0.0.1:{port}")
+
+    try:
+        deadline = time.monotonic() + 300  # hang guard only
+        while ui.poll() is None and not _answers(f"http://127.0.0.1:{port}/health"):
+            assert time.monotonic() < deadline, f"mlflow ui did not come up:\n{log.read_text()[-2000:]}"
             time.sleep(0.3)
-    ui.kill()
-    pytest.fail(f"mlflow ui did not come up:\n{log.read_text()[-2000:]}")
+        assert ui.poll() is None, f"mlflow ui ended:\n{log.read_text()[-2000:]}"
+        yield SimpleNamespace(port=port, url=url)
+    finally:
+        os.killpg(ui.pid, 15)
+        ui.wait(timeout=60)
+
+
+def _answers(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as answer:
+            return answer.status == 200
+    except OSError:
+        return False
 
 
 def _page_text(browser, url: str, until: str, shot: Path) -> tuple:
@@ -358,12 +418,18 @@ def _page_text(browser, url: str, until: str, shot: Path) -> tuple:
     waited for; the time is a hang guard), with a screenshot in `shot`."""
     driver = browser.driver
     driver.get(url)
-    deadline, text = time.monotonic() + 120, ""
-    while time.monotonic() < deadline and until not in text:
-        time.sleep(0.3)
-        text = driver.execute_script("return document.body.innerText")
+    text = _wait(browser, "return document.body.innerText", lambda text: until in text)
     driver.save_screenshot(str(shot))
     return driver.current_url, text
+
+
+def _wait(browser, script: str, done):
+    """What `script` returns in the page once `done` says so (the event waited for; 120 s: a hang guard)."""
+    deadline = time.monotonic() + 120
+    while not done(value := browser.driver.execute_script(script)):
+        assert time.monotonic() < deadline, f"not seen in the page: {value!r}"
+        time.sleep(0.3)
+    return value
 
 
 def _shown_whole(browser, name: str) -> bool:
@@ -379,47 +445,93 @@ def _shown_whole(browser, name: str) -> bool:
 
 
 def test_the_printed_links_open_the_runs_table_with_the_parent_and_rounded_figures(
-    sweep, all_failed, browser, tmp_path
+    sweep, all_failed, browser, mlflow_ui, tmp_path
 ):
     """Issues 21 and 30 (items 1, 6): the link a sweep prints, in headless Chromium on a real `mlflow ui`:
-    the runs table (not MLflow 3's GenAI "Traces" overview), the parent listed with its children, images/s
-    rounded (not "284.62942742…" cut off), the swept keys and the failure reason as columns; an all-failed
-    sweep's view says why, sorted by time (no images/s to sort by); the experiment page with the link's
+    the runs table (not MLflow 3's GenAI "Traces" overview), the parent listed by its name with its
+    children, each a row of its own (issue 34: not grouped), images/s rounded (not "284.62942742…" cut
+    off), the swept keys and the failure reason as columns; an all-failed sweep's view says why, each
+    job's reason in sight, by name (no images/s to sort by); the experiment page with the link's
     workflowType lands on its runs."""
-    from bench.rank_context import free_port
     from bench.tracking.store import rounded
 
-    port = free_port()
-    ui = _mlflow_ui(sweep.uri, port, tmp_path / "ui.log")
+    parent = sweep.parents[0]
+    url, text = _page_text(browser, mlflow_ui.url(sweep.proc), parent.info.run_name, tmp_path / "sweep.png")
+    assert _shown_whole(browser, parent.info.run_name)
+    assert "/runs?" in url and "Error loading shared view state" not in text
+    assert "Model training" in text and "Observability" not in text, text  # not the GenAI side's overview
+    assert "Group by: bench.parent" not in text and "Group:" not in text and "(average)" not in text
+    assert f"{len(sweep.children) + 1} matching runs" in text
+    for child in sweep.children:
+        figure = child.data.metrics["images_per_second"]
+        assert child.info.run_name in text
+        assert f"{rounded(figure):g}" in text and repr(figure) not in text, (figure, text)
+    assert "distributed.nproc_per_node" in text and "images/s" in text
 
-    def local(proc) -> str:
-        (link,) = [line for line in proc.stderr.splitlines() if "MLflow UI:" in line]
-        return link.split("then open ", 1)[1].replace("127.0.0.1:5000", f"127.0.0.1:{port}")
+    failed = all_failed.parent
+    url, text = _page_text(browser, mlflow_ui.url(all_failed.proc), failed.info.run_name, tmp_path / "failed.png")
+    assert failed.info.run_name.endswith("(2 of 2 failed)") and failed.info.run_name in text
+    assert _shown_whole(browser, failed.info.run_name)  # not cut off before its count
+    assert "all 2 jobs failed: precision='amp_fp16' is not valid" in text
+    assert text.count("precision='amp_fp16' is not valid") == 3  # the parent's reason and each child's
+    assert "Sort: Run Name" in text and "images_per_second" not in text
 
-    try:
-        parent = sweep.parents[0]
-        url, text = _page_text(browser, local(sweep.proc), parent.info.run_name, tmp_path / "sweep.png")
-        assert _shown_whole(browser, parent.info.run_name)
-        assert "/runs?" in url and "Error loading shared view state" not in text
-        assert "Model training" in text and "Observability" not in text, text  # not the GenAI side's overview
-        assert parent.info.run_name in text and "Group by: bench.parent" in text
-        for child in sweep.children:
-            figure = child.data.metrics["images_per_second"]
-            assert child.info.run_name in text
-            assert f"{rounded(figure):g}" in text and repr(figure) not in text, (figure, text)
-        assert "distributed.nproc_per_node" in text and "images/s" in text
+    experiment = (
+        f"http://127.0.0.1:{mlflow_ui.port}/#/experiments/{parent.info.experiment_id}?workflowType=machine_learning"
+    )
+    url, text = _page_text(browser, experiment, failed.info.run_name, tmp_path / "experiment.png")
+    assert f"/experiments/{parent.info.experiment_id}/runs" in url and "overview" not in url, url
 
-        failed = all_failed.parent
-        url, text = _page_text(browser, local(all_failed.proc), failed.info.run_name, tmp_path / "failed.png")
-        assert failed.info.run_name.endswith("(2 of 2 failed)") and failed.info.run_name in text
-        assert _shown_whole(browser, failed.info.run_name)  # not cut off before its count
-        assert "all 2 jobs failed: precision='amp_fp16' is not valid" in text
-        assert text.count("precision='amp_fp16' is not valid") == 3  # the parent's reason and each child's
-        assert "Sort: Created" in text and "images_per_second" not in text
 
-        experiment = f"http://127.0.0.1:{port}/#/experiments/{parent.info.experiment_id}?workflowType=machine_learning"
-        url, text = _page_text(browser, experiment, failed.info.run_name, tmp_path / "experiment.png")
-        assert f"/experiments/{parent.info.experiment_id}/runs" in url and "overview" not in url, url
-    finally:
-        os.killpg(ui.pid, 15)
-        ui.wait(timeout=60)
+# what a sweep's first chart reads: the section's title and, per card, its text and its plotly bars
+FIRST_CHARTS = """
+    const area = document.querySelector('[data-testid=experiment-view-compare-runs-chart-area]');
+    if (!area) return null;
+    const section = area.querySelector('[data-testid=experiment-view-compare-runs-section-header]');
+    const cards = [...area.querySelectorAll('[data-testid=experiment-view-compare-runs-card]')].slice(0, 2);
+    return [section && section.innerText, cards.map(card => {
+        const plot = card.querySelector('.js-plotly-plot');
+        const bars = plot && plot.data ? plot.data.flatMap(t => t.y.map((run, i) => [run, t.x[i]])) : null;
+        return [card.innerText, bars, plot ? plot.querySelectorAll('.point').length : 0];
+    })]"""
+
+
+@pytest.mark.parametrize(
+    "scenario, figure, swept",
+    [
+        ("sweep", "images_per_second", "distributed.nproc_per_node"),
+        ("storage_sweep", "samples_per_second", "storage.workload.batch_size"),
+        ("inference_sweep", "latency_ms_p50", "data.batch_size"),
+    ],
+)
+def test_a_sweeps_link_charts_a_bar_per_job_and_its_compare_link_opens_the_jobs(
+    request, scenario, figure, swept, browser, mlflow_ui, tmp_path
+):
+    """Issue 34 §1, as a user sees it: the link a sweep prints, then MLflow's chart mode: a bar per job
+    of the scenario's headline (its report class's view: images/s, samples/s, the p50 latency), each
+    labelled by its job and of its value, the parent (which has no figure) not among them and no
+    average, and the swept keys against the figure beside it; then the second link, MLflow's
+    compare-runs page of the jobs: each job, and the parallel coordinates of the swept keys."""
+    ran = request.getfixturevalue(scenario)
+    parent = ran.parents[0] if scenario == "sweep" else ran.parent
+    jobs = {child.info.run_id: child for child in ran.children}
+    assert len(jobs) >= 2 and all(figure in child.data.metrics for child in jobs.values())
+
+    _page_text(browser, mlflow_ui.url(ran.proc), parent.info.run_name, tmp_path / "table.png")
+    assert _shown_whole(browser, parent.info.run_name)  # the sweep by its name, not a group's run id
+    chart_mode = browser.driver.execute_script(
+        "return document.querySelector('input[name=runs-view-mode][value=CHART]').closest('label')"
+    )
+    chart_mode.click()
+    section, cards = _wait(browser, FIRST_CHARTS, lambda seen: seen and seen[1] and seen[1][0][1] is not None)
+    browser.driver.save_screenshot(str(tmp_path / "chart.png"))
+    assert section.startswith(f"the sweep's jobs: {figure}"), section
+    (text, bars, drawn), (swept_text, _, _) = cards
+    assert drawn == len(jobs) and dict(bars) == {run_id: jobs[run_id].data.metrics[figure] for run_id in jobs}
+    assert all(child.info.run_name in text for child in jobs.values()) and parent.info.run_name not in text
+    assert swept_text.startswith("Parallel Coordinates") and swept[:6] in swept_text, swept_text
+
+    _, text = _page_text(browser, mlflow_ui.url(ran.proc, "MLflow compare"), "Run details", tmp_path / "compare.png")
+    assert f"Comparing {len(jobs)} Runs from 1 Experiment" in text and "Parallel Coordinates Plot" in text
+    assert all(child.info.run_name in text for child in jobs.values()) and parent.info.run_name not in text
+    assert f"Parameters:\n{swept}" in text, text  # the plot's first axis: the key the jobs differ in

@@ -406,3 +406,52 @@ def test_the_ui_figure_is_rounded_to_four_significant_digits_and_sweeps_say_how_
     assert failure_sentence(4, 0, ["x"]) == ""
     assert failure_sentence(4, 4, ["", "TypeError: bad"]) == "all 4 jobs failed: TypeError: bad"
     assert failure_sentence(4, 1) == "1 of 4 jobs failed"
+
+
+def test_a_latency_sweeps_view_and_compare_link_put_the_fastest_job_first_and_chart_each_job(bench):
+    """Issue 34 §1 on a real sqlite store: an inference sweep's figure is a latency, lowest first; its
+    view lists the parent and each job ungrouped and charts a bar per job (the parent hidden where
+    MLflow 2.x would draw it empty), the compare link names the jobs lowest latency first; a sweep
+    whose jobs have no figure is sorted by name (by start time MLflow would fold the jobs away)."""
+    import json
+    from urllib.parse import unquote
+
+    from mlflow import MlflowClient
+
+    from bench.infer.sweep_view import VIEW
+    from bench.tracking.ui_view import jobs_compare_link, runs_link
+
+    uri = bench.with_store().uri  # a made store's copy: no migrations
+    client = MlflowClient(tracking_uri=uri)
+    experiment = client.create_experiment("bench")
+    parent = client.create_run(experiment, run_name="sweep").info.run_id
+    jobs = {}
+    for latency in (9.5, 2.25, 4.0):
+        job = client.create_run(experiment, tags={"mlflow.parentRunId": parent, "bench.parent": parent}).info.run_id
+        client.log_metric(job, "latency_ms_p50", latency)
+        jobs[latency] = job
+
+    link = runs_link(client, uri, experiment, parent, ["data.batch_size"], VIEW.sample)
+    assert link.endswith(
+        f"#/experiments/{experiment}/runs?workflowType=machine_learning&viewStateShareKey=bench-sweep-{parent[:12]}"
+    )
+    state = json.loads(client.get_experiment(experiment).tags[f"mlflow.sharedViewState.bench-sweep-{parent[:12]}"])
+    assert (state["orderByKey"], state["orderByAsc"], state["groupBy"]) == ("metrics.`latency_ms_p50`", True, None)
+    assert state["selectedColumns"][:3] == ["metrics.`latency p50 ms`", "tags.`error`", "params.`data.batch_size`"]
+    assert [(c["type"], c.get("metricKey"), c.get("selectedParams")) for c in state["compareRunCharts"]] == [
+        ("BAR", "latency_ms_p50", None),
+        ("PARALLEL", None, ["data.batch_size"]),
+    ]
+    assert (state["runsHiddenMode"], state["runsHidden"]) == ("CUSTOM", [parent])
+
+    compare = unquote(jobs_compare_link(client, uri, experiment, parent, VIEW.sample) or "")
+    ordered = json.dumps([jobs[2.25], jobs[4.0], jobs[9.5]], separators=(",", ":"))
+    assert compare.endswith(f'/#/compare-runs?runs={ordered}&experiments=["{experiment}"]'), compare
+    assert compare.startswith(f"MLflow compare: mlflow ui --backend-store-uri {uri}, then open http://127.0.0.1:5000/")
+
+    failed = client.create_run(experiment, run_name="all failed").info.run_id  # its one job has no figure
+    client.create_run(experiment, tags={"mlflow.parentRunId": failed, "bench.parent": failed})
+    runs_link(client, uri, experiment, failed, (), VIEW.sample)
+    state = json.loads(client.get_experiment(experiment).tags[f"mlflow.sharedViewState.bench-sweep-{failed[:12]}"])
+    assert (state["orderByKey"], state["orderByAsc"]) == ("tags.`mlflow.runName`", True)
+    assert [c["type"] for c in state["compareRunCharts"]] == ["BAR"]  # nothing swept: no parallel coordinates
