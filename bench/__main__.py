@@ -60,8 +60,8 @@ def cli() -> None:
     register_bench_launchers()
     # its own directory, even when another command starts in the same second (bench.run_dirs)
     reserved = run_dirs.for_command(sys.argv[1:])
-    if reserved is not None:
-        sys.argv.append(run_dirs.override(reserved, sys.argv[1:]))
+    if reserved is not None and reserved.override:
+        sys.argv.append(reserved.override)
     try:
         reporting_one_line(main)
     except SystemExit as exc:

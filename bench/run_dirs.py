@@ -10,12 +10,15 @@ it is); `bench.api.run` reserves its default the same way. A process started by 
 launcher (torchrun sets RANK) keeps Hydra's default: its ranks are one run.
 
 A command refused before it ran (exit 2) removes the directory it reserved, and the date folder
-and `outputs/` when it made them and they are empty (`discard`): a refusal leaves nothing.
+and `outputs/` when it made them and they are empty (`discard`); in a directory the user named,
+what Hydra wrote there (`.hydra/`, `bench.log`), and the directory itself when this command made
+it: a refusal leaves nothing it made, and never removes what was there before.
 Imports nothing of bench's: the console script calls it before Hydra starts.
 """
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import re
@@ -34,8 +37,9 @@ RESERVED_NAME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})/(\d{2})-(\d{2})-(\d{2})(-\
 
 @dataclass
 class Reserved:
-    path: Path  # the directory this process now owns
-    made: List[Path] = field(default_factory=list)  # what reserve() created: `path`, then its new parents upwards
+    path: Path  # the run's (or sweep's) directory
+    made: List[Path] = field(default_factory=list)  # what this command creates: `path`, then its new parents upwards
+    override: Optional[str] = None  # the Hydra override that puts the command there; None: the user named it
 
 
 def reserve(base: Path, now: Optional[float] = None) -> Reserved:
@@ -72,36 +76,54 @@ def _make_parents(path: Path, made: List[Path]) -> None:
 
 
 def discard(reserved: Reserved) -> None:
-    """Remove what reserve() made: the directory with what this command wrote in it, then each
-    parent it created while that is empty (another command may have reserved beside it since)."""
-    shutil.rmtree(reserved.path, ignore_errors=True)
-    for parent in reserved.made[1:]:
+    """Remove what this command made: a reserved directory with what it wrote in it (a directory the
+    user named: only what Hydra writes there before bench runs), then each directory it created
+    while that is empty (another command may have started beside it since)."""
+    if reserved.override is not None:
+        shutil.rmtree(reserved.path, ignore_errors=True)
+    else:
+        shutil.rmtree(reserved.path / ".hydra", ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (reserved.path / "bench.log").unlink()  # hydra.job.name's log (conf/config.yaml)
+    for made in reserved.made:
         try:
-            os.rmdir(parent)
+            os.rmdir(made)
+        except FileNotFoundError:
+            continue
         except OSError:
             return
 
 
 def for_command(args: Sequence[str]) -> Optional[Reserved]:
-    """The directory `python -m bench <args>` gets, reserved; None when the command line names one,
-    Hydra will not run the task, an outside launcher started this process, or the directory cannot
-    be made here (Hydra then reports that in its one line, as it always did)."""
+    """The directory `python -m bench <args>` runs in: reserved here (`override` set) unless the
+    command line names one; a named one is the user's, and only what this command creates of it is
+    noted (for discard). None when Hydra will not run the task, an outside launcher started this
+    process, or the directory cannot be made here (Hydra then says that in its one line)."""
     multirun = any(arg in ("-m", "--multirun") for arg in args)
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
-    named = any(arg.lstrip("+~").split("=", 1)[0] == key for arg in args)
+    named = [arg.split("=", 1)[1] for arg in args if arg.lstrip("+~").split("=", 1)[0] == key and "=" in arg]
     quiet = any(arg in NOT_RUNNING or arg.startswith(NOT_RUNNING_PREFIXES) for arg in args)
-    if named or quiet or all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+    if quiet or all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
         return None
+    if named:  # the user's: noted only when this command is the one to make it
+        path = Path(named[-1].strip("'\""))
+        missing = [] if "${" in named[-1] else _missing(path)
+        return Reserved(path, missing) if missing else None
     try:
-        return reserve(Path(SWEEP_BASE if multirun else RUN_BASE))
+        reserved = reserve(Path(SWEEP_BASE if multirun else RUN_BASE))
     except OSError:
         return None
+    reserved.override = f"{key}={reserved.path.as_posix()}"
+    return reserved
 
 
-def override(reserved: Reserved, args: Sequence[str]) -> str:
-    """The Hydra override that puts the command in its reserved directory."""
-    key = "hydra.sweep.dir" if any(arg in ("-m", "--multirun") for arg in args) else "hydra.run.dir"
-    return f"{key}={reserved.path.as_posix()}"
+def _missing(path: Path) -> List[Path]:
+    """`path` and its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
 
 
 def stamp_of(path: Path) -> Optional[str]:
