@@ -36,12 +36,10 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_temporaries(root: Path, recursive: bool = True, writers_gone: bool = False) -> List[Path]:
+def remove_stale_temporaries(root: Path, recursive: bool = True) -> List[Path]:
     """Delete the `<name>.tmp<pid>` files (put_with's temporaries) under `root` whose writer, a pid on
     this host, is gone: a write killed midway. Returns them. A live pid's file is left alone: that
-    write may be in progress, unless `writers_gone` (the caller holds the folder's writer lock, so
-    no other writer is alive, on this host or another). The training checkpoints and the storage
-    benchmark use this."""
+    write may be in progress. Both the training checkpoints and the storage benchmark use this."""
     root = Path(root)
     if not root.is_dir():
         return []
@@ -49,7 +47,7 @@ def remove_stale_temporaries(root: Path, recursive: bool = True, writers_gone: b
     for path in (root.rglob if recursive else root.glob)("*.tmp*"):
         match = STALE_TMP.match(path.name)
         pid = int(match.group(1)) if match else None
-        if pid is not None and pid != os.getpid() and path.is_file() and (writers_gone or not _alive(pid)):
+        if pid is not None and pid != os.getpid() and path.is_file() and not _alive(pid):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
@@ -104,11 +102,11 @@ class LocalStore:
             tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind
         return size
 
-    def remove_stale_temporaries(self, writers_gone: bool = False) -> List[str]:
+    def remove_stale_temporaries(self) -> List[str]:
         """The `<name>.tmp<pid>` files here whose writer is dead (a save killed mid-write): removed,
-        their names returned. A live process's is a write in progress and stays, unless
-        `writers_gone`: the caller holds this folder's writer lock (bench.storage.writer_lock)."""
-        return sorted(path.name for path in remove_stale_temporaries(self.root, False, writers_gone))
+        their names returned. A live process's is a write in progress and stays. (The pid is
+        looked up on this host: on a directory shared between hosts, keep runs of one config apart.)"""
+        return sorted(path.name for path in remove_stale_temporaries(self.root, recursive=False))
 
     def list(self, prefix: str = "") -> List[Tuple[str, int]]:
         base = self.root / prefix if prefix else self.root

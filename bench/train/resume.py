@@ -122,8 +122,9 @@ class TrainingCheckpoints:
 
     def claim(self, ctx: RankContext, run_dir: Path) -> None:
         """Before any checkpoint is read: rank 0 makes this run the folder's one writer, or every rank
-        raises the FolderBusy that names the run holding it (bench.storage.writer_lock); then
-        what killed writers left is removed: only now, when none of them can be mid-write."""
+        raises the FolderBusy that names the run holding it (bench.storage.writer_lock); then the
+        temporary files of killed writes are removed: only now, holding the folder (a refused run
+        removes nothing)."""
         refusal = None
         if ctx.is_reporter:
             try:
@@ -136,7 +137,7 @@ class TrainingCheckpoints:
             raise FolderBusy(refusal)
         if not ctx.is_reporter:
             return
-        removed: List[str] = getattr(self.store, "remove_stale_temporaries", lambda **_: [])(writers_gone=True)
+        removed: List[str] = getattr(self.store, "remove_stale_temporaries", lambda: [])()
         if removed:
             log.info(
                 "removed %d temporary file(s) of killed checkpoint writes in %s: %s",

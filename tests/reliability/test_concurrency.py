@@ -15,6 +15,7 @@ import json
 import os
 import re
 import signal
+import subprocess
 import time
 from pathlib import Path
 from typing import List, Set
@@ -110,7 +111,9 @@ def test_two_resume_runs_at_once_one_writes_the_other_is_refused_and_a_killed_wr
     assert writer_dir.relative_to(bench.cwd.resolve()) not in {t.relative_to(bench.cwd) for t in taken}
     assert "is being written by another run" in (refused_dir / "error.txt").read_text()
 
-    leftover = folder / f"epoch-0001.pt.tmp{os.getpid()}"  # a temporary whose pid lives: kept without the lock
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    leftover = folder / f"epoch-0001.pt.tmp{gone.pid}"  # a write killed midway
     leftover.write_bytes(b"half a checkpoint")
     writer.kill()  # SIGKILL (stopped or not): no clean-up runs; the kernel drops its flock
     writer.communicate(timeout=HANG_GUARD_S)
@@ -121,7 +124,7 @@ def test_two_resume_runs_at_once_one_writes_the_other_is_refused_and_a_killed_wr
     assert f"took over the lock of pid {writer.pid} on " in proc.stderr and "ended without releasing it" in proc.stderr
     (removed,) = [line for line in proc.stderr.splitlines() if "temporary file(s) of killed checkpoint writes" in line]
     assert f"in {folder}: " in removed and leftover.name in removed  # and the killed writer's own, if any
-    assert not list(folder.glob("*.tmp*")) and not (folder / LOCK_FILE).exists()
+    assert not leftover.exists() and not (folder / LOCK_FILE).exists()
     assert metrics["resumed_epoch"] == last
 
     runs = {run.data.tags.get("bench.pid"): run for run in bench.runs()}

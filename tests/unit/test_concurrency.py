@@ -76,8 +76,19 @@ def test_which_commands_get_a_reserved_directory(tmp_path, monkeypatch):
     assert for_command(["distributed=ddp"]) is None
 
 
-def test_one_writer_per_checkpoint_folder_and_a_sigkilled_writers_lock_is_taken_over(tmp_path, caplog):
-    folder = tmp_path / "checkpoints" / "cfg"
+def test_one_writer_per_checkpoint_folder_and_a_sigkilled_writers_lock_is_taken_over(tmp_path, compose, caplog):
+    """The lock a real process holds refuses a training run's claim, which then removes nothing; once
+    that process is SIGKILLed the claim takes the lock over (said) and only then cleans the folder."""
+    from bench.rank_context import RankContext
+    from bench.train.resume import TrainingCheckpoints
+
+    checkpoints = TrainingCheckpoints(compose(f"storage.root={tmp_path}", "checkpoint.every_epochs=1"))
+    folder = Path(checkpoints.url)
+    folder.mkdir(parents=True)
+    ended = subprocess.Popen(["true"])
+    ended.wait()
+    killed_write = folder / f"epoch-0001.pt.tmp{ended.pid}"
+    killed_write.write_bytes(b"half a checkpoint")
     child = subprocess.Popen(
         [
             sys.executable,
@@ -98,15 +109,19 @@ def test_one_writer_per_checkpoint_folder_and_a_sigkilled_writers_lock_is_taken_
         said = str(refused.value)
         assert f"is being written by another run: pid {child.pid} on " in said
         assert "(run dir outputs/first), since " in said and said.endswith("wait for it to end")
+        with pytest.raises(FolderBusy):
+            checkpoints.claim(RankContext(), tmp_path / "run")
+        assert killed_write.exists()  # a refused run cleans nothing: the holder may be writing it
         child.kill()  # SIGKILL: the kernel releases its flock; its owner stays written in the file
         child.wait()
     finally:
         child.kill()
-    with caplog.at_level(logging.WARNING, logger="bench"):
-        mine = hold(LocalStore(folder), tmp_path / "run", "x")
+    with caplog.at_level(logging.INFO, logger="bench"):
+        checkpoints.claim(RankContext(), tmp_path / "run")
     assert f"took over the lock of pid {child.pid} on " in caplog.text and "ended without releasing it" in caplog.text
     assert json.loads((folder / writer_lock.LOCK_FILE).read_text())["pid"] == os.getpid()
-    mine.release()
+    assert not killed_write.exists() and f"temporary file(s) of killed checkpoint writes in {folder}" in caplog.text
+    checkpoints.release()
     assert not (folder / writer_lock.LOCK_FILE).exists()  # a clean release leaves nothing
     caplog.clear()
     with caplog.at_level(logging.WARNING, logger="bench"):
