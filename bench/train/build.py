@@ -62,7 +62,7 @@ def build_training(
     device: torch.device,
     ctx: RankContext,
     on_step: Optional[Callable[[], None]],
-    checkpoints: Optional[TrainingCheckpoints] = None,
+    checkpoints: Optional[TrainingCheckpoints],
 ) -> TrainingRun:
     """`on_step()` runs after every step (the launched workers' hang watchdog); `checkpoints`: the
     run's folder, claimed (bench.train.resume.claimed_checkpoints), when it writes or resumes."""
