@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterator, Optional
+from typing import Any, Dict, Optional
 
 from bench.errors import CheckpointError
 
@@ -64,15 +64,6 @@ def hold(store: Any, run_dir: Path, hint: str) -> WriterLock:
     if root is not None:
         return _FileLock(Path(root), owner, hint)
     return _OwnerObject(store, owner, hint)
-
-
-@contextlib.contextmanager
-def held(store: Any, run_dir: Path, hint: str) -> Iterator[None]:
-    lock = hold(store, run_dir, hint)
-    try:
-        yield
-    finally:
-        lock.release()
 
 
 def describe(owner: Optional[Dict[str, Any]]) -> str:
