@@ -6,7 +6,7 @@ import sys
 import hydra
 from omegaconf import DictConfig
 
-from bench import config_dir
+from bench import config_dir, run_dirs
 from bench.config.argv import as_overrides
 from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.schema import register_configs
@@ -41,9 +41,10 @@ def quote_list_values(arg: str) -> str:
 
 def cli() -> None:
     """The console script: config keys given as flags (--data.batch_size=8) are read as overrides; a
-    bad override is one [ERROR] line (exit 2); a multirun exits with
-    the number of jobs that failed. A credential on the command line is refused before Hydra
-    saves the overrides in .hydra/ or logs them; what gets through is redacted on its way out."""
+    bad override is one [ERROR] line (exit 2), and the directory this command made is removed
+    again; a multirun exits with the number of jobs that failed. A credential on the command line
+    is refused before Hydra saves the overrides in .hydra/ or logs them; what gets through is
+    redacted on its way out."""
     redact_output()  # before Hydra makes its log handlers: they write to the wrapped streams
     sys.argv[1:], problem = as_overrides(sys.argv[1:])  # --data.batch_size=8 is data.batch_size=8
     problem = problem or command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])
@@ -57,7 +58,16 @@ def cli() -> None:
             print(f"[ERROR] {reason}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG if reason else 0)
     register_bench_launchers()
-    reporting_one_line(main)
+    # its own directory, even when another command starts in the same second (bench.run_dirs)
+    reserved = run_dirs.for_command(sys.argv[1:])
+    if reserved is not None and reserved.override:
+        sys.argv.append(reserved.override)
+    try:
+        reporting_one_line(main)
+    except SystemExit as exc:
+        if reserved is not None and exc.code == EXIT_CONFIG:  # refused before it ran: nothing of it stays
+            run_dirs.discard(reserved)
+        raise
     from bench.tracking.sweep import failed_jobs
 
     if failed_jobs():

@@ -18,7 +18,6 @@ sentence `python -m bench` prints) before any work; a run that fails returns its
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, List, Optional, Sequence, Union
@@ -71,7 +70,7 @@ def run(
     overrides = [] if isinstance(config, BenchConfig) else [str(o) for o in config]
     checked = load(OmegaConf.structured(config)) if isinstance(config, BenchConfig) else compose(*overrides)
     launch = Path(launch_dir or Path.cwd()).resolve()
-    where = Path(out_dir) if out_dir is not None else launch / "outputs" / time.strftime("%Y-%m-%d/%H-%M-%S")
+    where = Path(out_dir) if out_dir is not None else default_out_dir(launch)
     where.mkdir(parents=True, exist_ok=True)
     code = run_bench(checked, where, launch, overrides)
     result = RunResult(exit_code=code, out_dir=where, config=checked)
@@ -82,3 +81,11 @@ def run(
     if (where / "error.txt").is_file():
         result.error = (where / "error.txt").read_text().strip()
     return result
+
+
+def default_out_dir(launch: Path) -> Path:
+    """`<launch>/outputs/<date>/<time>`, this call's own even when another run starts in the same
+    second (`-2`, `-3`, ... then: bench.run_dirs, as `python -m bench`)."""
+    from bench.run_dirs import RUN_BASE, reserve
+
+    return reserve(launch / RUN_BASE).path

@@ -102,6 +102,7 @@ LONGEST_FIRST = (
     "test_sweep",
     "test_canaries",
     "test_resume",
+    "test_concurrency",
     "test_dead_processes",
     "test_distributed",
     "test_accuracy",

@@ -70,6 +70,10 @@ class Elastic(Launcher):
         from torch.distributed.launcher.api import LaunchConfig, elastic_launch
 
         dist = config.distributed
+        # everything this launch keeps about its workers (pid files, torch's error files) is under a
+        # folder of its own: another launch given the same run directory never reads or kills them
+        launch = uuid.uuid4().hex[:12]
+        workers = out_dir / "workers" / launch
         endpoint = dist.rdzv_endpoint or f"127.0.0.1:{free_port()}"
         rdzv_configs: Dict[str, Any] = {"timeout": int(dist.timeout_s)}
         backend = "c10d"
@@ -83,14 +87,14 @@ class Elastic(Launcher):
             max_nodes=dist.nnodes,
             nproc_per_node=dist.nproc_per_node,
             # every node of one run must name the same run: derived from the shared endpoint
-            run_id=f"bench-{endpoint.replace(':', '-')}" if dist.nnodes > 1 else f"bench-{uuid.uuid4().hex[:12]}",
+            run_id=f"bench-{endpoint.replace(':', '-')}" if dist.nnodes > 1 else f"bench-{launch}",
             rdzv_backend=backend,
             rdzv_endpoint=endpoint,
             rdzv_configs=rdzv_configs,
             max_restarts=0,
             monitor_interval=0.2,
             start_method="forkserver",
-            logs_specs=DefaultLogsSpecs(log_dir=str(out_dir / "workers")),
+            logs_specs=DefaultLogsSpecs(log_dir=str(workers)),
             # seconds between SIGTERM and SIGKILL for the survivors of a failed rank (torch >= 2.13;
             # older torch waits its own default, and bench's SurvivorReaper ends a stopped rank)
             **accepted_by(LaunchConfig, shutdown_timeout=5),
@@ -106,13 +110,12 @@ class Elastic(Launcher):
         # is a fresh interpreter, so forking from it is safe with CUDA; later sweep jobs reuse it.
         multiprocessing.set_forkserver_preload(list(scenario.preload(config)))
         start_forkserver_deaf_to_ctrl_c()
-        reaper = SurvivorReaper(dist.nproc_per_node, out_dir / "workers")
+        reaper = SurvivorReaper(dist.nproc_per_node, workers)
         try:
             with private_tempdir():
-                returns = elastic_launch(launch_config, worker_entry)(config, str(out_dir), os.getpid())
+                returns = elastic_launch(launch_config, worker_entry)(config, str(out_dir), str(workers), os.getpid())
         except ChildFailedError as exc:
             reaper.stop()
-            workers = out_dir / "workers"
             first = first_to_die(reaper.first_gone, workers)
             stopped = [(rank_of(pid, workers), pid) for pid in reaper.stopped]
             stopped_rank = next(((r, pid) for r, pid in stopped if r is not None), None)

@@ -2,8 +2,9 @@
 
 The elastic launcher gives survivors 30 s after SIGTERM, and a stopped (or wedged) process
 never acts on SIGTERM: without this a failed job could outlive its timeout. Workers are known
-by the pid files they write (workers/rank<N>.pid), never by scanning processes: a short-lived
-helper process must not count as a worker that ended.
+by the pid files they write in their launch's own folder (workers/<launch>/rank<N>.pid), never by
+scanning processes: a short-lived helper process must not count as a worker that ended, and a
+launch never reads (or kills) the workers of another launch given the same run directory.
 """
 
 from __future__ import annotations
@@ -23,7 +24,6 @@ class SurvivorReaper:
 
     def __init__(self, expected: int, workers_dir: Path):
         self.expected, self.workers_dir = expected, workers_dir
-        self.started = time.time()
         self.first_gone: List[int] = []  # pids of the first worker(s) seen to end
         self.killed: List[int] = []  # pids this reaper killed: never the cause of a failure
         self.stopped: List[int] = []  # pids seen stopped (SIGSTOP, a debugger): they hang their peers
@@ -44,7 +44,7 @@ class SurvivorReaper:
         # Polled often: which worker ends first tells the root cause from the ranks that failed
         # because of it (the launcher reports only one failure, often a peer's).
         while not self._stop.wait(0.05):
-            for pid in fresh_worker_pids(self.workers_dir, self.started):
+            for pid in worker_pids(self.workers_dir):
                 if pid not in workers:
                     try:
                         workers[pid] = psutil.Process(pid)
@@ -75,15 +75,12 @@ def pid_file(workers_dir: Path, rank: int) -> Path:
     return workers_dir / f"rank{rank}.pid"
 
 
-def fresh_worker_pids(workers_dir: Path, since: float) -> List[int]:
-    """Pids from this launch's pid files (older files are from an earlier run in the same dir)."""
+def worker_pids(workers_dir: Path) -> List[int]:
+    """Pids from this launch's pid files (its folder is its own: every file in it is this launch's)."""
     pids = []
     for path in workers_dir.glob("rank*.pid"):
-        try:
-            if path.stat().st_mtime >= since - 1.0:
-                pids.append(int(path.read_text().split()[0]))
-        except (OSError, ValueError, IndexError):
-            pass  # being written right now: read on the next poll
+        with contextlib.suppress(OSError, ValueError, IndexError):  # being written right now: the next poll reads it
+            pids.append(int(path.read_text().split()[0]))
     return pids
 
 

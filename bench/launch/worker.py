@@ -22,7 +22,7 @@ log = logging.getLogger("bench")
 
 
 @record
-def worker_entry(config: BenchConfig, out_dir: str, launcher_pid: int) -> Any:
+def worker_entry(config: BenchConfig, out_dir: str, workers_dir: str, launcher_pid: int) -> Any:
     # Ctrl-C reaches the whole process group, and the launcher then stops its workers with the
     # same signal: a worker ends at once, as on SIGTERM, instead of raising KeyboardInterrupt twice
     # (the second one inside torch's error recording printed a traceback). The launcher reports
@@ -33,7 +33,7 @@ def worker_entry(config: BenchConfig, out_dir: str, launcher_pid: int) -> Any:
     setup_rank_logging(Path(out_dir), ctx.rank)
     log.info("worker for rank %d/%d started (pid %d)", ctx.rank, ctx.world_size, os.getpid())
     # lets the launcher name a rank that died without a word (SIGKILL, the OOM killer)
-    path = pid_file(Path(out_dir) / "workers", ctx.rank)
+    path = pid_file(Path(workers_dir), ctx.rank)  # this launch's own folder: no other launch reads it
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{os.getpid()} {ctx.local_rank}")
     watchdog = StepWatchdog(config.distributed.timeout_s, ctx.rank, launcher_pid)

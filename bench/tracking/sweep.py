@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 
+from bench.run_dirs import stamp_of
 from bench.secrets import redact, scrub
 from bench.tracking.sweep_job import SweepJob
 
@@ -181,7 +182,8 @@ class MlflowSweepCallback(Callback):
                 tracking_down=f"the MLflow server did not answer at the sweep's start ({problem})",
             )
             return
-        name = config.tracking.run_name or f"sweep-{time.strftime('%Y%m%d-%H%M%S')}"
+        # as distinct as the sweep's directory: two sweeps started in the same second are -N apart
+        name = config.tracking.run_name or f"sweep-{stamp_of(sweep_dir) or time.strftime('%Y%m%d-%H%M%S')}"
         # Opened before any job starts: a fresh sqlite store is created here, once (jobs creating
         # it at the same time would race on its schema)
         tracker = Tracker.start(

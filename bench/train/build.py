@@ -58,13 +58,15 @@ class TrainingRun:
 
 
 def build_training(
-    config: BenchConfig, device: torch.device, ctx: RankContext, on_step: Optional[Callable[[], None]]
+    config: BenchConfig,
+    device: torch.device,
+    ctx: RankContext,
+    on_step: Optional[Callable[[], None]],
+    checkpoints: Optional[TrainingCheckpoints],
 ) -> TrainingRun:
-    """`on_step()` runs after every step (the launched workers' hang watchdog)."""
+    """`on_step()` runs after every step (the launched workers' hang watchdog); `checkpoints`: the
+    run's folder, claimed (bench.train.resume.claimed_checkpoints), when it writes or resumes."""
     prepare_process(config, device, ctx)
-    checkpoints = TrainingCheckpoints(config) if config.checkpoint.every_epochs or config.train.resume else None
-    if checkpoints is not None and ctx.is_reporter:
-        checkpoints.remove_stale_temporaries()
     resumed = checkpoints.load(config.train.resume) if checkpoints and config.train.resume else None
     start = Position(resumed["epoch"], resumed["step_in_epoch"]) if resumed else Position(0)
     policy = build_precision(config.precision, device)

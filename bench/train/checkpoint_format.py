@@ -1,4 +1,5 @@
-"""What a training checkpoint file holds, and how it is read without running code.
+"""What a training checkpoint file holds, how it is read without running code, and how a failed
+write is said.
 
 Checkpoints are read from shared directories and S3 prefixes, so a file is data, never code:
 it holds only tensors, dicts, lists, tuples, numbers, strings and None, and is read with
@@ -15,6 +16,7 @@ checked on the model's tensors before the warm-up and on the optimizer's state w
 
 from __future__ import annotations
 
+import errno
 import io
 import re
 import warnings
@@ -178,3 +180,28 @@ def _refusal(where: str, needed: str) -> CheckpointError:
         "plain tensors, dicts, lists, numbers and strings with torch.load(weights_only=True), "
         "which runs no code)"
     )
+
+
+class WriteRecorder:
+    """A file for torch.save that keeps the OSError a write raised (torch reports its own error)."""
+
+    def __init__(self, fh: Any):
+        self.fh = fh
+        self.error: Optional[OSError] = None
+
+    def write(self, data: Any) -> int:
+        try:
+            return self.fh.write(data)
+        except OSError as exc:
+            self.error = exc
+            raise
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def write_failure(exc: BaseException, where: str) -> str:
+    """A checkpoint write's failure in words: a full disk says so, naming the file."""
+    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
+        return f"no space left on {where}"
+    return f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc} ({where})"

@@ -39,7 +39,7 @@ from bench.train.extras import BatchSearch, CheckpointWrite, RunExtras
 from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
 from bench.train.repeats import measure_windows
 from bench.train.result import EpochRecord, TrainResult, Window
-from bench.train.resume import restore_rng
+from bench.train.resume import claimed_checkpoints, restore_rng
 from bench.train.step import TrainStep
 
 log = logging.getLogger(__name__)
@@ -64,17 +64,19 @@ def train(
     process group must exist) and each rank reads its own data; `on_step()` is called after
     every step; `out_dir` receives the profiler's files.
     """
-    mlperf = open_mlperf_log(config, out_dir, (ctx or RankContext()).is_reporter)  # init_start: now
-    run = build_training(config, device, ctx or RankContext(), on_step)
-    first_step_at = time.perf_counter()  # time-to-accuracy counts from here
-    mlperf.run_start(mlperf_hyper_parameters(run))
-    warm_up(run)
-    session = open_session(run)
-    session.mlperf = mlperf
-    mlperf.event("eval_samples", getattr(session.val, "facts", {}).get("val_dataset_size", 0))
-    window, gpu, peak_memory = measure(run, session, monitor, first_step_at)
-    mlperf.run_stop(window.accuracy.reached_target if window.accuracy is not None else None)
-    return collect_result(run, window, gpu, peak_memory, on_finish, out_dir)
+    ctx = ctx or RankContext()
+    mlperf = open_mlperf_log(config, out_dir, ctx.is_reporter)  # init_start: now
+    with claimed_checkpoints(config, ctx, out_dir or Path.cwd()) as checkpoints:  # one writer per folder
+        run = build_training(config, device, ctx, on_step, checkpoints)
+        first_step_at = time.perf_counter()  # time-to-accuracy counts from here
+        mlperf.run_start(mlperf_hyper_parameters(run))
+        warm_up(run)
+        session = open_session(run)
+        session.mlperf = mlperf
+        mlperf.event("eval_samples", getattr(session.val, "facts", {}).get("val_dataset_size", 0))
+        window, gpu, peak_memory = measure(run, session, monitor, first_step_at)
+        mlperf.run_stop(window.accuracy.reached_target if window.accuracy is not None else None)
+        return collect_result(run, window, gpu, peak_memory, on_finish, out_dir)
 
 
 def mlperf_hyper_parameters(run: TrainingRun) -> Dict[str, Any]:

@@ -4,9 +4,11 @@ Where: `<checkpoint.dir>/<fingerprint>/` in the storage backend, under storage.r
 launch directory) or the S3 prefix. The fingerprint names the config a checkpoint belongs to
 (model, data, precision, optimizer, schedule, batch, world size, seed; not the epoch count), so
 the same command line run again finds its own checkpoints with train.resume=auto, and two
-configs never load each other's. Rank 0 writes; a write is all or nothing (temp + rename on
-a disk, one PUT on S3), so a crash never leaves a half file that resume would load; a temporary
-file a killed writer left behind is removed when the next run starts. A write that fails (a
+configs never load each other's. One run writes a folder at a time: its rank 0 claims it before
+anything is read (bench.storage.writer_lock; a second run is refused in one line naming the first).
+A write is all or nothing (temp + rename on a disk, one PUT on S3), so a crash never leaves a half
+file that resume would load; a temporary file a killed writer left behind is removed once the next
+run holds the folder. A write that fails (a
 full disk) is reported, not raised: training goes on without further checkpoints, and the run
 reports its figures and ends FAILED naming the file (bench.train.report).
 
@@ -18,8 +20,8 @@ file is plain data, read without running code (bench.train.checkpoint_format).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-import errno
 import hashlib
 import io
 import json
@@ -29,7 +31,7 @@ import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, Iterator, List, Optional
 
 import numpy as np
 import torch
@@ -38,10 +40,13 @@ from bench.config import BenchConfig
 from bench.config.run import RESUME_AUTO
 from bench.config.scheduler import MilestoneUnit
 from bench.errors import CheckpointError
+from bench.launch.process_group import all_gather
+from bench.rank_context import RankContext
 from bench.storage.local import LocalStore
 from bench.storage.registry import backend
+from bench.storage.writer_lock import FolderBusy, WriterLock, hold
 from bench.train import checkpoint_format
-from bench.train.checkpoint_format import FORMAT, numpy_rng_state, run_meta, to_file_state
+from bench.train.checkpoint_format import FORMAT, WriteRecorder, numpy_rng_state, run_meta, to_file_state, write_failure
 
 log = logging.getLogger("bench")
 
@@ -113,9 +118,25 @@ class TrainingCheckpoints:
         self.saved: List[Dict[str, float]] = []  # figures of each write
         self.loaded: Dict[str, Any] = {}
         self.failed: Optional[str] = None  # the write that failed: no checkpoint is written after it
+        self.lock: Optional[WriterLock] = None  # claim(): this run is the folder's one writer
 
-    def remove_stale_temporaries(self) -> None:
-        """At the start of the run (rank 0): what a killed writer left, on a disk."""
+    def claim(self, ctx: RankContext, run_dir: Path) -> None:
+        """Before any checkpoint is read: rank 0 makes this run the folder's one writer, or every rank
+        raises the FolderBusy that names the run holding it (bench.storage.writer_lock); then the
+        temporary files of killed writes are removed: only now, holding the folder (a refused run
+        removes nothing)."""
+        refusal = None
+        if ctx.is_reporter:
+            try:
+                self.lock = hold(self.store, run_dir, "wait for it to end, or give this run another checkpoint.dir")
+            except FolderBusy as exc:
+                refusal = str(exc)
+        if ctx.distributed:  # the ranks load after rank 0 holds the folder: all the same checkpoint
+            refusal = all_gather(refusal, ctx)[0]
+        if refusal:
+            raise FolderBusy(refusal)
+        if not ctx.is_reporter:
+            return
         removed: List[str] = getattr(self.store, "remove_stale_temporaries", lambda: [])()
         if removed:
             log.info(
@@ -124,6 +145,11 @@ class TrainingCheckpoints:
                 self.url,
                 ", ".join(removed),
             )
+
+    def release(self) -> None:
+        if self.lock is not None:
+            self.lock.release()
+            self.lock = None
 
     @property
     def url(self) -> str:
@@ -154,7 +180,7 @@ class TrainingCheckpoints:
         try:
             size = self._write(position.name, state)
         except Exception as exc:  # any backend's write error (a full disk, a refused PUT)
-            self.failed = _write_failure(exc, f"{self.url}/{position.name}")
+            self.failed = write_failure(exc, f"{self.url}/{position.name}")
             log.warning("checkpoint not written: %s; training goes on without checkpoints", self.failed)
             return
         seconds = time.perf_counter() - start
@@ -167,7 +193,7 @@ class TrainingCheckpoints:
         if hasattr(self.store, "put_with"):  # a disk: torch.save streams into the (temporary) file
 
             def stream(fh: Any) -> None:
-                recorder = _WriteRecorder(fh)
+                recorder = WriteRecorder(fh)
                 try:
                     torch.save(state, recorder)  # type: ignore[arg-type]  # torch.save takes any object with write()
                 except RuntimeError:  # torch's zip writer hides the OSError (a full disk) behind its own
@@ -239,29 +265,21 @@ class TrainingCheckpoints:
         return figures
 
 
+@contextlib.contextmanager
+def claimed_checkpoints(
+    config: BenchConfig, ctx: RankContext, run_dir: Path
+) -> Iterator[Optional[TrainingCheckpoints]]:
+    """The run's checkpoint folder (checkpoint.every_epochs or train.resume), claimed for the run's length."""
+    if not (config.checkpoint.every_epochs or config.train.resume):
+        yield None
+        return
+    checkpoints = TrainingCheckpoints(config)
+    try:
+        checkpoints.claim(ctx, run_dir)
+        yield checkpoints
+    finally:
+        checkpoints.release()
+
+
 def backend_for_file(path: Path) -> Any:
     return LocalStore(path.parent)
-
-
-class _WriteRecorder:
-    """A file for torch.save that keeps the OSError a write raised (torch reports its own error)."""
-
-    def __init__(self, fh: Any):
-        self.fh = fh
-        self.error: Optional[OSError] = None
-
-    def write(self, data: Any) -> int:
-        try:
-            return self.fh.write(data)
-        except OSError as exc:
-            self.error = exc
-            raise
-
-    def flush(self) -> None:
-        self.fh.flush()
-
-
-def _write_failure(exc: BaseException, where: str) -> str:
-    if isinstance(exc, OSError) and exc.errno == errno.ENOSPC:
-        return f"no space left on {where}"
-    return f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc} ({where})"

@@ -87,6 +87,12 @@ class TrainScenario(ModelScenario):
             destroy_process_group()
         return TrainOutcome(result, ranks, device.type, device_name(device)) if ctx.is_reporter else None
 
+    def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
+        """Another run writing the checkpoint folder is said in its own line; out of memory as any model run."""
+        from bench.storage.writer_lock import FolderBusy
+
+        return str(exc) if isinstance(exc, FolderBusy) else super().explain(exc, config)
+
     def report(self, outcome: TrainOutcome, config: BenchConfig) -> TrainReport:
         report = TrainReport.from_outcome(outcome, config)
         found = report.record.figure("batch_size_found")

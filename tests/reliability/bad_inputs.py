@@ -1219,3 +1219,6 @@ def check_bad_input(bench, places, name, module, args, code, words, *, capfd=Non
         assert [line for line in proc.stderr.splitlines() if line.strip()] == errors, proc.stderr
     assert "CANARY" not in proc.stderr + proc.stdout
     assert not bench.db.exists() or all(run.info.status != "RUNNING" for run in bench.runs())
+    if module == "bench":  # nothing this command made stays: not the run dir it named, no outputs/ or multirun/
+        left = [path for path in ("run", "outputs", "multirun") if (bench.cwd / path).exists()]
+        assert left == [], f"left behind: {left}"

@@ -71,7 +71,9 @@ def test_kill_9_of_the_launcher_takes_its_workers_down_and_the_run_is_found_stal
     proc, run_dir = long_ddp_run.start(timeout_s=3600), long_ddp_run.run_dir
     long_ddp_run.wait_for_rank1_steps()
     tree = long_ddp_run.tree
-    workers = [p for p in tree if p.pid in {int(f.read_text().split()[0]) for f in (run_dir / "workers").glob("*.pid")}]
+    workers = [
+        p for p in tree if p.pid in {int(f.read_text().split()[0]) for f in (run_dir / "workers").glob("*/rank*.pid")}
+    ]
     assert len(workers) == 2
     proc.kill()  # SIGKILL: no handler runs, nothing is cleaned up by the launcher
     proc.communicate(timeout=HANG_GUARD_S)
@@ -82,7 +84,7 @@ def test_kill_9_of_the_launcher_takes_its_workers_down_and_the_run_is_found_stal
     noticed = [rank for rank in (0, 1) if "the process that launched it" in (run_dir / f"rank{rank}.log").read_text()]
     assert noticed, "neither rank logged that its launcher is gone"
     for rank in {0, 1} - set(noticed):
-        (error,) = (run_dir / "workers").glob(f"*/attempt_0/{rank}/error.json")
+        (error,) = (run_dir / "workers").glob(f"*/*/attempt_0/{rank}/error.json")
         text = error.read_text()
         assert any(lost in text for lost in ("Connection reset by peer", "Connection closed", "Broken pipe")), text
     (run,) = bench.runs()

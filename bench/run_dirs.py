@@ -1,0 +1,136 @@
+"""Each run's and each sweep's own directory, even when two start in the same second.
+
+Hydra's default is `outputs/<date>/<time>` (`multirun/<date>/<time>` for a sweep): two commands
+started in the same second from one directory shared it, and with it their pid files, logs and
+results. `reserve(base)` makes `<base>/<date>/<time>` with os.mkdir, which fails when the
+directory exists, so exactly one process gets it; the next one gets `<time>-2`, then `-3`, ...
+`python -m bench` reserves one for a command that runs and hands it to Hydra as `hydra.run.dir`
+(`hydra.sweep.dir` with -m), unless the command line names one (that one is the user's, used as
+it is); `bench.api.run` reserves its default the same way. A process started by an outside
+launcher (torchrun sets RANK) keeps Hydra's default: its ranks are one run.
+
+A command refused before it ran (exit 2) removes the directory it reserved, and the date folder
+and `outputs/` when it made them and they are empty (`discard`); in a directory the user named,
+what Hydra wrote there (`.hydra/`, `bench.log`), and the directory itself when this command made
+it: a refusal leaves nothing it made, and never removes what was there before.
+Imports nothing of bench's: the console script calls it before Hydra starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import List, Optional, Sequence
+
+RUN_BASE, SWEEP_BASE = "outputs", "multirun"  # Hydra 1.3's defaults: <base>/${now:%Y-%m-%d}/${now:%H-%M-%S}
+# flags after which Hydra does not run the task (it prints or exits), so no directory is needed
+NOT_RUNNING = {"--cfg", "-c", "--help", "-h", "--hydra-help", "--info", "-i", "--version", "--shell-completion", "-sc"}
+NOT_RUNNING_PREFIXES = ("--cfg=", "--info=", "--shell-completion=", "--experimental-rerun")
+RESERVED_NAME = re.compile(r"^(\d{4})-(\d{2})-(\d{2})/(\d{2})-(\d{2})-(\d{2})(-\d+)?$")
+
+
+@dataclass
+class Reserved:
+    path: Path  # the run's (or sweep's) directory
+    made: List[Path] = field(default_factory=list)  # what this command creates: `path`, then its new parents upwards
+    override: Optional[str] = None  # the Hydra override that puts the command there; None: the user named it
+
+
+def reserve(base: Path, now: Optional[float] = None) -> Reserved:
+    """`base/<date>/<time>` (local time, as Hydra's `now`), or `<time>-N` for the first N free."""
+    stamp = time.localtime(now)
+    day = Path(base) / time.strftime("%Y-%m-%d", stamp)
+    hms = time.strftime("%H-%M-%S", stamp)
+    made: List[Path] = []
+    _make_parents(day, made)
+    for n in itertools.count(1):
+        path = day / (hms if n == 1 else f"{hms}-{n}")
+        while True:
+            try:
+                os.mkdir(path)
+            except FileExistsError:
+                break  # another process's: try the next suffix
+            except FileNotFoundError:  # a refused command removed the date folder it had just made
+                _make_parents(day, made)
+                continue
+            return Reserved(path, [path, *made])
+    raise AssertionError("unreachable")  # itertools.count never ends
+
+
+def _make_parents(path: Path, made: List[Path]) -> None:
+    """mkdir -p, noting (deepest first) each directory this call created."""
+    if path.is_dir():
+        return
+    _make_parents(path.parent, made)
+    try:
+        os.mkdir(path)
+    except FileExistsError:
+        return
+    made.insert(0, path)
+
+
+def discard(reserved: Reserved) -> None:
+    """Remove what this command made: a reserved directory with what it wrote in it (a directory the
+    user named: only what Hydra writes there before bench runs), then each directory it created
+    while that is empty (another command may have started beside it since)."""
+    if reserved.override is not None:
+        shutil.rmtree(reserved.path, ignore_errors=True)
+    else:
+        shutil.rmtree(reserved.path / ".hydra", ignore_errors=True)
+        with contextlib.suppress(OSError):
+            (reserved.path / "bench.log").unlink()  # hydra.job.name's log (conf/config.yaml)
+    for made in reserved.made:
+        try:
+            os.rmdir(made)
+        except FileNotFoundError:
+            continue
+        except OSError:
+            return
+
+
+def for_command(args: Sequence[str]) -> Optional[Reserved]:
+    """The directory `python -m bench <args>` runs in: reserved here (`override` set) unless the
+    command line names one; a named one is the user's, and only what this command creates of it is
+    noted (for discard). None when Hydra will not run the task, an outside launcher started this
+    process, or the directory cannot be made here (Hydra then says that in its one line)."""
+    multirun = any(arg in ("-m", "--multirun") for arg in args)
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    named = [arg.split("=", 1)[1] for arg in args if arg.lstrip("+~").split("=", 1)[0] == key and "=" in arg]
+    quiet = any(arg in NOT_RUNNING or arg.startswith(NOT_RUNNING_PREFIXES) for arg in args)
+    if quiet or all(name in os.environ for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+        return None
+    if named:  # the user's: noted only when this command is the one to make it
+        path = Path(named[-1].strip("'\""))
+        missing = [] if "${" in named[-1] else _missing(path)
+        return Reserved(path, missing) if missing else None
+    try:
+        reserved = reserve(Path(SWEEP_BASE if multirun else RUN_BASE))
+    except OSError:
+        return None
+    reserved.override = f"{key}={reserved.path.as_posix()}"
+    return reserved
+
+
+def _missing(path: Path) -> List[Path]:
+    """`path` and its parents that do not exist yet, deepest first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def stamp_of(path: Path) -> Optional[str]:
+    """`20261127-171652-2` for a reserved `.../2026-11-27/17-16-52-2` (None for a directory of another
+    name): what names a sweep's MLflow parent, as distinct as the directory."""
+    found = RESERVED_NAME.match(f"{Path(path).parent.name}/{Path(path).name}")
+    if not found:
+        return None
+    year, month, day, hour, minute, second, suffix = found.groups()
+    return f"{year}{month}{day}-{hour}{minute}{second}{suffix or ''}"

@@ -1,0 +1,151 @@
+"""Issue 33 §1: two runs started at once share nothing by accident. Real processes started together,
+the way it broke: two sweeps (B's worker was killed by A's reaper, A's report showed B's figure, both
+MLflow parents had one name), two single runs (one run_summary.json survived), two
+`train.resume=auto` runs on one checkpoint folder (both wrote the same epoch files), and a writer
+killed with SIGKILL whose lock the next run takes over.
+
+"The same second" without wall-clock luck: every directory Hydra's default pattern would give in
+the next minutes is taken before the commands start, so each must reserve one of its own (`-N`);
+tests/unit/test_concurrency.py reserves one timestamp many times over, in many processes."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import re
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import List, Set
+
+from mlflow import MlflowClient
+
+from bench.storage.writer_lock import LOCK_FILE
+
+HANG_GUARD_S = 900
+
+
+def _take_the_coming_seconds(base: Path, seconds: int = 600) -> Set[Path]:
+    """`base/<date>/<time>` for each of the next `seconds` seconds, made now (by "another command")."""
+    now = int(time.time())
+    taken = {base / time.strftime("%Y-%m-%d/%H-%M-%S", time.localtime(t)) for t in range(now - 2, now + seconds)}
+    for path in taken:
+        path.mkdir(parents=True, exist_ok=True)
+    return taken
+
+
+def _new_dirs(base: Path, taken: Set[Path]) -> List[Path]:
+    return sorted(p for p in base.glob("*/*") if p.is_dir() and p not in taken)
+
+
+def test_two_sweeps_started_together_keep_their_own_dirs_workers_reports_and_parents(bench, tiny):
+    bench.with_store()
+    taken = _take_the_coming_seconds(bench.cwd / "multirun")
+    sweep = ["-m", *tiny, "seed=1,2"]
+    procs = [bench.start(*sweep), bench.start(*sweep)]  # the second while the first starts
+    ended = [proc.communicate(timeout=HANG_GUARD_S) for proc in procs]
+    dirs = []
+    for proc, (out, err) in zip(procs, ended, strict=True):
+        assert proc.returncode == 0, err
+        assert "killing pid" not in err and "WorkerFailure" not in err and "Traceback" not in err, err
+        assert out.count('{"radix_metrics"') == 2
+        (said,) = re.findall(r"report in (\S+)/report", err)
+        dirs.append((bench.cwd / said).resolve())
+    assert dirs[0] != dirs[1] and not {d.relative_to(bench.cwd.resolve()) for d in dirs} & {
+        t.relative_to(bench.cwd) for t in taken
+    }
+    assert sorted(dirs) == [d.resolve() for d in _new_dirs(bench.cwd / "multirun", taken)]
+
+    client = MlflowClient(tracking_uri=bench.uri)
+    runs = bench.runs()
+    parents = {run.data.tags["sweep.dir"]: run for run in runs if run.data.tags.get("sweep") == "parent"}
+    assert set(parents) == {str(d) for d in dirs}
+    names = {run.info.run_name for run in parents.values()}
+    assert names == {"sweep-" + d.parent.name.replace("-", "") + "-" + d.name.replace("-", "", 2) for d in dirs}
+    for sweep_dir in dirs:
+        parent = parents[str(sweep_dir)]
+        children = {
+            c.data.tags["sweep.job"]: c for c in runs if c.data.tags.get("mlflow.parentRunId") == parent.info.run_id
+        }
+        with (sweep_dir / "report" / "report.csv").open() as fh:
+            rows = {row["job"]: row for row in csv.DictReader(fh)}
+        assert set(rows) == set(children) == {"0", "1"}
+        for job, child in children.items():
+            summary = json.loads((sweep_dir / job / "run_summary.json").read_text())
+            assert summary["mlflow_run_id"] == child.info.run_id and child.info.status == "FINISHED"
+            own = summary["results"]["images_per_second"]
+            assert child.data.metrics["images_per_second"] == own  # its own figure, in its own MLflow run
+            assert float(rows[job]["images_per_second"]) == own  # and in its own sweep's report
+            (launch,) = (sweep_dir / job / "workers").iterdir()  # the launch's pid files, in a folder of its own
+            assert [p.name for p in launch.glob("rank*.pid")] == ["rank0.pid"]
+        assert client.get_run(parent.info.run_id).info.status == "FINISHED"
+
+
+def test_two_resume_runs_at_once_one_writes_the_other_is_refused_and_a_killed_writers_lock_is_taken_over(bench, tiny):
+    """Two `train.resume=auto` runs of one config started together: one holds the checkpoint folder,
+    the other is refused in one line naming it (pid, host, run dir); each has its own run directory
+    and log. The holder is then killed with SIGKILL: the next run says whose lock it took over,
+    removes the temporary files left in the folder (only now, holding it), resumes from the killed
+    run's last checkpoint and finishes."""
+    bench.with_store()
+    taken = _take_the_coming_seconds(bench.cwd / "outputs")
+    resume = [arg for arg in tiny if not arg.startswith("train.epochs=")] + ["train.epochs=100000", "train.resume=auto"]
+    procs = [bench.start(*resume), bench.start(*resume)]
+    folder = _first_checkpoint(bench.cwd / "checkpoints", procs).parent  # the event: one run writes
+    owner = json.loads((folder / LOCK_FILE).read_text())
+    (writer,) = [proc for proc in procs if proc.pid == owner["pid"]]
+    (refused,) = [proc for proc in procs if proc is not writer]
+    os.kill(writer.pid, signal.SIGSTOP)  # it keeps the folder, and leaves the CPU to the others
+    out, err = refused.communicate(timeout=HANG_GUARD_S)
+    assert refused.returncode == 1 and "Traceback" not in err and "radix_metrics" not in out, err
+    (line,) = [line for line in err.splitlines() if line.startswith("[ERROR]")]
+    assert f"{folder} is being written by another run: pid {writer.pid} on " in line, line
+    assert f"(run dir {owner['run_dir']})" in line and "give this run another checkpoint.dir" in line, line
+
+    # two single runs at once: a directory each (none of the taken ones), a log each
+    writer_dir = Path(owner["run_dir"])
+    refused_dir = next(d.resolve() for d in _new_dirs(bench.cwd / "outputs", taken) if (d / "error.txt").exists())
+    assert writer_dir != refused_dir and writer_dir.parent == refused_dir.parent
+    assert writer_dir.relative_to(bench.cwd.resolve()) not in {t.relative_to(bench.cwd) for t in taken}
+    assert "is being written by another run" in (refused_dir / "error.txt").read_text()
+
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    leftover = folder / f"epoch-0001.pt.tmp{gone.pid}"  # a write killed midway
+    leftover.write_bytes(b"half a checkpoint")
+    writer.kill()  # SIGKILL (stopped or not): no clean-up runs; the kernel drops its flock
+    writer.communicate(timeout=HANG_GUARD_S)
+    last = max(int(p.name[len("epoch-") : -len(".pt")]) for p in folder.glob("epoch-*.pt"))
+
+    proc = bench.run(*resume, "benchmark.measure_steps=3")
+    metrics = bench.metrics(proc)
+    assert f"took over the lock of pid {writer.pid} on " in proc.stderr and "ended without releasing it" in proc.stderr
+    (removed,) = [line for line in proc.stderr.splitlines() if "temporary file(s) of killed checkpoint writes" in line]
+    assert f"in {folder}: " in removed and leftover.name in removed  # and the killed writer's own, if any
+    assert not leftover.exists() and not (folder / LOCK_FILE).exists()
+    assert metrics["resumed_epoch"] == last
+
+    runs = {run.data.tags.get("bench.pid"): run for run in bench.runs()}
+    failed, killed = runs[str(refused.pid)], runs[str(writer.pid)]
+    assert failed.info.status == "FAILED" and "is being written by another run" in failed.data.tags["error"]
+    assert killed.info.status == "KILLED"  # closed by the next run: its process is gone
+    for run_dir, mine, other in ((writer_dir, killed, failed), (refused_dir, failed, killed)):
+        log = (run_dir / "bench.log").read_text()  # each run's log holds its own MLflow run, not the other's
+        assert f"MLflow run {mine.info.run_id}" in log and other.info.run_id not in log
+    (finished,) = [run for run in runs.values() if run.info.status == "FINISHED"]
+    assert finished.data.metrics["images_per_second"] == metrics["images_per_second"]
+
+
+def _first_checkpoint(root: Path, procs) -> Path:
+    """The first `epoch-N.pt` written under `root`; fails if every process ended first."""
+    deadline = time.monotonic() + HANG_GUARD_S  # a hang guard
+    while time.monotonic() < deadline:
+        written = sorted(root.glob("*/epoch-*.pt"))
+        if written:
+            return written[0]
+        if all(proc.poll() is not None for proc in procs):
+            raise AssertionError("\n".join(proc.communicate()[1] for proc in procs))
+        time.sleep(0.05)
+    raise AssertionError(f"no checkpoint under {root}")
