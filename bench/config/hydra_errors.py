@@ -54,7 +54,10 @@ def one_line(exc: BaseException) -> str:
         choices = _AVAILABLE.search(text)
         names = [n.strip() for n in choices.group(1).splitlines() if n.strip()] if choices else []
         key = f"+{group}" if group == "experiment" else group
-        return str(ConfigError(key, option, "one of " + ", ".join(names) if names else f"an option in conf/{group}/"))
+        accepted = (
+            "one of " + ", ".join(names) + did_you_mean(option, names) if names else f"an option in conf/{group}/"
+        )
+        return str(ConfigError(key, option, accepted))
     not_in_defaults = _NOT_IN_DEFAULTS.search(text)
     if not_in_defaults:  # `experiment=x`: a group that is not in the defaults list is added with +
         group = not_in_defaults.group(1)
@@ -97,7 +100,8 @@ def _value_error(text: str, given: Optional[str]) -> Optional[str]:
         return None
     enum = _ENUM.search(text)
     if enum:
-        return str(ConfigError(key, enum.group(1), "one of " + enum.group(2)))
+        value, names = enum.group(1), enum.group(2).split(", ")
+        return str(ConfigError(key, value, "one of " + ", ".join(names) + did_you_mean(value, names)))
     converted = _CONVERT.search(text)
     if converted:
         return str(ConfigError(key, converted.group(1), _TYPE_WORDS.get(converted.group(2), converted.group(2))))
@@ -123,6 +127,15 @@ def unknown_key(dotted: str, value: Any = None) -> ConfigError:
     group = ".".join(path) or "the config"
     prefix = ".".join(path) + "." if path else ""
     return ConfigError(dotted, value, f"a key of {group}" + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+
+
+def did_you_mean(given: str, names: List[str]) -> str:
+    """` (did you mean resnet50?)` for a value close to one of `names` (the first name that holds it, as
+    amp_fp16 holds fp16, else difflib's closest), else ''."""
+    lower = {n.lower(): n for n in names}
+    want = given.lower()
+    close = [n for n in lower if len(want) >= 3 and want in n] or difflib.get_close_matches(want, list(lower), n=1)
+    return f" (did you mean {lower[close[0]]}?)" if close else ""
 
 
 def _given(key: str) -> Optional[str]:
