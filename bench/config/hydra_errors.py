@@ -176,6 +176,9 @@ def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
     except (HydraException, OmegaConfBaseException) as exc:
         print(f"[ERROR] {one_line(exc)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
+    except BrokenPipeError:  # `--help | head`: the reader is gone, not the run directory
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        sys.exit(1)
     except OSError as exc:  # Hydra could not make the run's directory or write .hydra/ there
         where = exc.filename or _run_dir_named_in(sys.argv[1:])
         print(
