@@ -87,8 +87,10 @@ def _keys(schema: type, prefix: str = "") -> List[str]:
     keys = []
     for field in dataclasses.fields(schema):
         hint = hints.get(field.name)
-        nested = dataclasses.is_dataclass(hint) and isinstance(hint, type)
-        keys += _keys(hint, f"{prefix}{field.name}.") if nested else [prefix + field.name]
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            keys += _keys(hint, f"{prefix}{field.name}.")
+        else:
+            keys.append(prefix + field.name)
     return keys
 
 
