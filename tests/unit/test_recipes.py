@@ -263,7 +263,10 @@ def test_the_defaults_table_holds_the_seeds_values_and_the_presets(compose):
         for part in bench.split("; "):  # "`VALUE` in `preset`, `preset` (prose)"
             ticked = re.findall(r"`([^`]+)`", part)
             for preset in [t for t in ticked[1:] if t in presets]:
-                assert shown(recipe_values(composed(f"+experiment={preset}"))[key]) == ticked[0], (key, preset)
+                assert (
+                    shown(recipe_values(composed(f"+experiment={preset}", "data.root=/data/imagenet"))[key])
+                    == ticked[0]
+                ), (key, preset)
 
 
 # "the baseline's" / "the fast recipe" in a row: the differences of imagenet_baseline / imagenet_fast
@@ -283,7 +286,7 @@ def test_every_difference_from_the_seed_is_named_in_its_row(compose, number, wha
     shorthand = set()
     for words, (seed_number, preset) in SHORTHANDS.items():
         if words in cell:
-            covered = set(differences(seed_number, composed(f"+experiment={preset}")))
+            covered = set(differences(seed_number, composed(f"+experiment={preset}", "data.root=/data/imagenet")))
             assert covered & found, f"#{number} names {words!r} and differs in none of its keys"
             shorthand |= covered
     assert named <= found, f"#{number} names keys that do not differ: {sorted(named - found)}"
