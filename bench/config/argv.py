@@ -39,9 +39,11 @@ def top_level_keys() -> List[str]:
 def bench_key(key: str) -> Optional[str]:
     """bench's name for a key in the seed's spelling (`training.epochs` -> `train.epochs`); None if it is not one."""
     first, dot, rest = key.partition(".")
+    if not dot:  # `training=5` names no key of the seed's either
+        return None
     if key in SEED_KEYS:
         return SEED_KEYS[key]
-    return f"{SEED_KEYS[first]}{dot}{rest}" if first in SEED_KEYS and "." not in SEED_KEYS[first] else None
+    return f"{SEED_KEYS[first]}.{rest}" if first in SEED_KEYS and "." not in SEED_KEYS[first] else None
 
 
 def seed_spelling(argv: Sequence[str]) -> Tuple[List[str], List[str]]:

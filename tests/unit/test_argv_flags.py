@@ -111,6 +111,7 @@ def test_the_seeds_keys_table_in_the_docs_is_the_mapping():
     rows = dict(re.findall(r"^\| `([\w.<>]+)` \| `([\w.<>]+)`", table, re.M))
     assert {seed.replace(".<key>", ""): bench.replace(".<key>", "") for seed, bench in rows.items()} == SEED_KEYS
     assert bench_key("training.steps_per_epoch") == "train.steps_per_epoch" and bench_key("train.epochs") is None
+    assert bench_key("training") is None  # not a key in either spelling: refused as an unknown key
 
 
 @pytest.mark.parametrize(
