@@ -71,7 +71,7 @@ def one_line(exc: BaseException) -> str:
             )
         )
     appended = _APPEND_HINT.search(text)  # "Could not override 'data.x'. To append ... use +data.x=8"
-    reworded = _value_error(cause or text, appended.group(2) if appended else None)
+    reworded = _value_error(cause or text, *(appended.groups() if appended else (None, None)))
     if reworded:
         return reworded
     if "Interpolation" in text or "Interpolation" in cause:
@@ -93,7 +93,9 @@ def one_line(exc: BaseException) -> str:
     return f"the config could not be composed: {detail}"
 
 
-def _value_error(text: str, given: Optional[str]) -> Optional[str]:
+def _value_error(text: str, dotted: Optional[str], given: Optional[str]) -> Optional[str]:
+    """`dotted`, `given`: the key and value Hydra's "use +key=value" hint names (the key in full, where
+    OmegaConf's full_key stops at the first unknown part)."""
     key_match = _FULL_KEY.search(text)
     key = key_match.group(1) if key_match else None
     if key is None:
@@ -109,24 +111,28 @@ def _value_error(text: str, given: Optional[str]) -> Optional[str]:
     if boolean:
         return str(ConfigError(key, boolean.group(1), "true or false"))
     if _NOT_A_KEY.search(text):
-        return str(unknown_key(key, given))
+        return str(unknown_key(dotted or key, given))
     return None
 
 
 def unknown_key(dotted: str, value: Any = None) -> ConfigError:
-    """`data.batch_sise` -> the ConfigError naming the group's keys and the closest one."""
+    """`data.batch_sise` (or `trainn.epochs`) -> the ConfigError naming the group whose key is unknown
+    and the closest key (`data.batch_size`, `train.epochs`)."""
     from bench.config.schema import BenchConfig
 
-    *path, leaf = dotted.split(".")
+    parts = dotted.split(".")
     schema: Any = BenchConfig
-    for part in path:
+    depth = 0
+    for depth, part in enumerate(parts[:-1]):  # down to the first part that is not a group of the schema
         hint = typing.get_type_hints(schema).get(part) if dataclasses.is_dataclass(schema) else None
-        schema = hint if dataclasses.is_dataclass(hint) else None
-    names: List[str] = [f.name for f in dataclasses.fields(schema)] if schema else []
-    close = difflib.get_close_matches(leaf, names, n=1)
-    group = ".".join(path) or "the config"
-    prefix = ".".join(path) + "." if path else ""
-    return ConfigError(dotted, value, f"a key of {group}" + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+        if not dataclasses.is_dataclass(hint):
+            break
+        schema, depth = hint, depth + 1
+    names: List[str] = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else []
+    close = difflib.get_close_matches(parts[depth], names, n=1)
+    group = ".".join(parts[:depth]) or "the config"
+    fix = ".".join(parts[:depth] + close + parts[depth + 1 :])
+    return ConfigError(dotted, value, f"a key of {group}" + (f" (did you mean {fix}?)" if close else ""))
 
 
 def did_you_mean(given: str, names: List[str]) -> str:

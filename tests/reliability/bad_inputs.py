@@ -86,6 +86,13 @@ BAD_INPUTS = [
     ),
     ("unknown top-level key", "bench", ["nope=1"], 2, "nope='1' is not valid: accepted a key of the config."),
     (
+        "misspelt group of a key",  # issue 34.5: the whole key named, and the key meant
+        "bench",
+        ["trainn.epochs=5"],
+        2,
+        "trainn.epochs='5' is not valid: accepted a key of the config (did you mean train.epochs?).",
+    ),
+    (
         "misspelt key, another group",
         "bench",
         ["optimizer.momentun=0.5"],
