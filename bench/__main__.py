@@ -7,7 +7,7 @@ import hydra
 from omegaconf import DictConfig
 
 from bench import config_dir, run_dirs
-from bench.config.argv import as_overrides
+from bench.config.argv import as_overrides, seed_spelling, unknown_flag
 from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG
@@ -47,10 +47,14 @@ def cli() -> None:
     redacted on its way out."""
     redact_output()  # before Hydra makes its log handlers: they write to the wrapped streams
     sys.argv[1:], problem = as_overrides(sys.argv[1:])  # --data.batch_size=8 is data.batch_size=8
+    problem = problem or unknown_flag(sys.argv[1:])
     problem = problem or command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
+    sys.argv[1:], read = seed_spelling(sys.argv[1:])  # training.epochs=5 is train.epochs=5
+    if read:
+        print(f"[INFO] the seed's keys read as bench's: {', '.join(read)}", file=sys.stderr, flush=True)
     sys.argv[1:] = [quote_list_values(arg) for arg in sys.argv[1:]]
     if wants_preview(sys.argv[1:]):  # -m ... --cfg job: list the sweep's jobs (Hydra refuses the pair)
         reason = preview(sys.argv[1:], sys.stdout)

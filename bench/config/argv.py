@@ -1,24 +1,99 @@
 """Config keys spelled as flags (`--data.batch_size=8`, `--data.batch_size 8`, the style of argparse
 CLIs such as the seed's) read as Hydra's overrides (`data.batch_size=8`). Hydra's own flags (--cfg,
 --help, -m, --config-name, ...) hold no dot and name no config key, so they pass untouched;
-`--experiment=NAME` is `+experiment=NAME`.
+`--experiment=NAME` is `+experiment=NAME`; any other flag is refused in one line (not Hydra's usage
+dump). The GPU-benchmark seed's key names (`training.epochs`, `profiling.enabled`, ...) are read as
+bench's (SEED_KEYS; docs/configuration.md, "The seed's keys").
 Import-light: run by `python -m bench` before Hydra starts."""
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import re
+import typing
 from typing import List, Optional, Sequence, Tuple
+
+from hydra._internal.utils import get_args_parser
 
 from bench.config.schema import BenchConfig
 
 DOTTED = re.compile(r"^[A-Za-z_]\w*(\.\w+)+$")  # data.batch_size, storage.s3.bucket
 PRESET = "experiment"  # --experiment=NAME is +experiment=NAME
+# The GPU-benchmark seed's spelling -> bench's: a whole key, or a first part that maps every key under it
+SEED_KEYS = {
+    "training.batch_size": "data.batch_size",
+    "training.precision": "precision",
+    "training.seed": "seed",
+    "model.channels_last": "precision.channels_last",
+    "training": "train",  # training.epochs, training.steps_per_epoch, ...
+    "profiling": "profile",  # profiling.enabled, profiling.steps, ...
+}
 
 
 def top_level_keys() -> List[str]:
     """The schema's top-level keys and groups (mode, seed, model, data, ...), `experiment` and `hydra`."""
     return [f.name for f in dataclasses.fields(BenchConfig) if f.name != "defaults"] + [PRESET, "hydra"]
+
+
+def bench_key(key: str) -> Optional[str]:
+    """bench's name for a key in the seed's spelling (`training.epochs` -> `train.epochs`); None if it is not one."""
+    first, dot, rest = key.partition(".")
+    if not dot:  # `training=5` names no key of the seed's either
+        return None
+    if key in SEED_KEYS:
+        return SEED_KEYS[key]
+    return f"{SEED_KEYS[first]}.{rest}" if first in SEED_KEYS and "." not in SEED_KEYS[first] else None
+
+
+def seed_spelling(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
+    """argv with each override in the seed's spelling in bench's (`training.epochs=5` -> `train.epochs=5`,
+    a `+`/`~` kept), and `seed key -> bench key` for each one read so."""
+    out, read = [], []
+    for arg in argv:
+        prefix = arg[: len(arg) - len(arg.lstrip("+~"))]
+        key, sep, value = arg[len(prefix) :].partition("=")
+        new = bench_key(key) if (sep or prefix == "~") and not arg.startswith("-") else None
+        if new is None:
+            out.append(arg)
+            continue
+        out.append(f"{prefix}{new}{sep}{value}")
+        read.append(f"{key} -> {new}")
+    return out, read
+
+
+def hydra_flags() -> List[str]:
+    """Hydra's own command-line flags (--cfg, -m, --help, ...), from its argument parser."""
+    return sorted(s for action in get_args_parser()._actions for s in action.option_strings)
+
+
+def unknown_flag(argv: Sequence[str]) -> Optional[str]:
+    """The one-line reason for a flag that is neither Hydra's nor a config key (argparse would print
+    Hydra's usage and `unrecognized arguments`); None when there is none."""
+    flags = hydra_flags()
+    for arg in argv:
+        name = arg.split("=", 1)[0]
+        if arg.startswith("-") and name not in flags and not re.fullmatch(r"-[\d.]+", arg):
+            close = difflib.get_close_matches(name, flags + [f"--{key}" for key in _keys(BenchConfig)], n=1)
+            return (
+                f"{arg} is not valid: accepted a config key as a flag (--data.batch_size=8) or one of Hydra's "
+                "flags (--help, --cfg job, -m, --config-name, ...: --hydra-help lists them)"
+                + (f" (did you mean {close[0]}?)" if close else "")
+            )
+    return None
+
+
+def _keys(schema: type, prefix: str = "") -> List[str]:
+    """Every key of the schema, dotted (data.batch_size, storage.workload.format, ...)."""
+    hints = typing.get_type_hints(schema)
+    keys = []
+    for field in dataclasses.fields(schema):
+        hint = hints.get(field.name)
+        if isinstance(hint, type) and dataclasses.is_dataclass(hint):
+            keys += _keys(hint, f"{prefix}{field.name}.")
+        else:
+            keys.append(prefix + field.name)
+    return keys
 
 
 def _config_key(name: str, top: Sequence[str]) -> bool:
@@ -34,7 +109,7 @@ def _not_a_value(arg: str, top: Sequence[str]) -> bool:
 def as_overrides(argv: Sequence[str]) -> Tuple[List[str], Optional[str]]:
     """argv with every `--key=value` / `--key value` whose key is a config key as `key=value`; and the
     one-line reason when such a flag has no value (None when all is well)."""
-    top, out, args = top_level_keys(), [], list(argv)
+    top, out, args = top_level_keys() + list(SEED_KEYS), [], list(argv)
     index = 0
     while index < len(args):
         arg = args[index]

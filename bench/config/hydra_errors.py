@@ -54,7 +54,10 @@ def one_line(exc: BaseException) -> str:
         choices = _AVAILABLE.search(text)
         names = [n.strip() for n in choices.group(1).splitlines() if n.strip()] if choices else []
         key = f"+{group}" if group == "experiment" else group
-        return str(ConfigError(key, option, "one of " + ", ".join(names) if names else f"an option in conf/{group}/"))
+        accepted = (
+            "one of " + ", ".join(names) + did_you_mean(option, names) if names else f"an option in conf/{group}/"
+        )
+        return str(ConfigError(key, option, accepted))
     not_in_defaults = _NOT_IN_DEFAULTS.search(text)
     if not_in_defaults:  # `experiment=x`: a group that is not in the defaults list is added with +
         group = not_in_defaults.group(1)
@@ -68,7 +71,7 @@ def one_line(exc: BaseException) -> str:
             )
         )
     appended = _APPEND_HINT.search(text)  # "Could not override 'data.x'. To append ... use +data.x=8"
-    reworded = _value_error(cause or text, appended.group(2) if appended else None)
+    reworded = _value_error(cause or text, *(appended.groups() if appended else (None, None)))
     if reworded:
         return reworded
     if "Interpolation" in text or "Interpolation" in cause:
@@ -90,14 +93,17 @@ def one_line(exc: BaseException) -> str:
     return f"the config could not be composed: {detail}"
 
 
-def _value_error(text: str, given: Optional[str]) -> Optional[str]:
+def _value_error(text: str, dotted: Optional[str], given: Optional[str]) -> Optional[str]:
+    """`dotted`, `given`: the key and value Hydra's "use +key=value" hint names (the key in full, where
+    OmegaConf's full_key stops at the first unknown part)."""
     key_match = _FULL_KEY.search(text)
     key = key_match.group(1) if key_match else None
     if key is None:
         return None
     enum = _ENUM.search(text)
     if enum:
-        return str(ConfigError(key, enum.group(1), "one of " + enum.group(2)))
+        value, names = enum.group(1), enum.group(2).split(", ")
+        return str(ConfigError(key, value, "one of " + ", ".join(names) + did_you_mean(value, names)))
     converted = _CONVERT.search(text)
     if converted:
         return str(ConfigError(key, converted.group(1), _TYPE_WORDS.get(converted.group(2), converted.group(2))))
@@ -105,24 +111,37 @@ def _value_error(text: str, given: Optional[str]) -> Optional[str]:
     if boolean:
         return str(ConfigError(key, boolean.group(1), "true or false"))
     if _NOT_A_KEY.search(text):
-        return str(unknown_key(key, given))
+        return str(unknown_key(dotted or key, given))
     return None
 
 
 def unknown_key(dotted: str, value: Any = None) -> ConfigError:
-    """`data.batch_sise` -> the ConfigError naming the group's keys and the closest one."""
+    """`data.batch_sise` (or `trainn.epochs`) -> the ConfigError naming the group whose key is unknown
+    and the closest key (`data.batch_size`, `train.epochs`)."""
     from bench.config.schema import BenchConfig
 
-    *path, leaf = dotted.split(".")
+    parts = dotted.split(".")
     schema: Any = BenchConfig
-    for part in path:
+    depth = 0
+    for depth, part in enumerate(parts[:-1]):  # down to the first part that is not a group of the schema
         hint = typing.get_type_hints(schema).get(part) if dataclasses.is_dataclass(schema) else None
-        schema = hint if dataclasses.is_dataclass(hint) else None
-    names: List[str] = [f.name for f in dataclasses.fields(schema)] if schema else []
-    close = difflib.get_close_matches(leaf, names, n=1)
-    group = ".".join(path) or "the config"
-    prefix = ".".join(path) + "." if path else ""
-    return ConfigError(dotted, value, f"a key of {group}" + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+        if not dataclasses.is_dataclass(hint):
+            break
+        schema, depth = hint, depth + 1
+    names: List[str] = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else []
+    close = difflib.get_close_matches(parts[depth], names, n=1)
+    group = ".".join(parts[:depth]) or "the config"
+    fix = ".".join(parts[:depth] + close + parts[depth + 1 :])
+    return ConfigError(dotted, value, f"a key of {group}" + (f" (did you mean {fix}?)" if close else ""))
+
+
+def did_you_mean(given: str, names: List[str]) -> str:
+    """` (did you mean resnet50?)` for a value close to one of `names` (the first name that holds it, as
+    amp_fp16 holds fp16, else difflib's closest), else ''."""
+    lower = {n.lower(): n for n in names}
+    want = given.lower()
+    close = [n for n in lower if len(want) >= 3 and want in n] or difflib.get_close_matches(want, list(lower), n=1)
+    return f" (did you mean {lower[close[0]]}?)" if close else ""
 
 
 def _given(key: str) -> Optional[str]:
@@ -163,6 +182,9 @@ def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
     except (HydraException, OmegaConfBaseException) as exc:
         print(f"[ERROR] {one_line(exc)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
+    except BrokenPipeError:  # `--help | head`: the reader is gone, not the run directory
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        sys.exit(1)
     except OSError as exc:  # Hydra could not make the run's directory or write .hydra/ there
         where = exc.filename or _run_dir_named_in(sys.argv[1:])
         print(

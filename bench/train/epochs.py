@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import sys
 import threading
 import time
 from dataclasses import asdict, dataclass, field
@@ -30,6 +29,7 @@ from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
 from bench.train.evaluate import accuracy_figures, evaluate
 from bench.train.mlperf_log import NoMlperfLog
+from bench.train.progress import logs_above, progress_bar
 from bench.train.result import EpochRecord, Window
 from bench.train.resume import Position, TrainingCheckpoints, rng_states
 from bench.train.step import TrainStep
@@ -101,13 +101,8 @@ class MeasuredWindow:
         # a thread lock for the bar: tqdm's default takes a multiprocessing one, which a rank ended by
         # SIGTERM left to the resource tracker's "leaked semaphore" warning (issue 28)
         tqdm.set_lock(threading.RLock())
-        self.progress = tqdm(
-            total=planned,
-            unit="step",
-            file=sys.stderr,
-            mininterval=1.0,
-            leave=False,
-            disable=None if benchmark.progress and session.ctx.is_reporter else True,
+        self.progress = progress_bar(
+            planned, session.config.train.target_accuracy, benchmark.progress and session.ctx.is_reporter
         )
         self.tally = WindowTally(epochs=list(session.history))
 
@@ -118,17 +113,19 @@ class MeasuredWindow:
     def run(self) -> Window:
         session, tally, epochs = self.session, self.tally, self.session.config.train.epochs
         epoch, skip = session.start.epoch, session.start.step_in_epoch
-        self.clock.mark()  # the window opens here
-        while epoch < epochs and tally.steps < self.planned and not tally.stop:
-            session.mlperf.epoch_start(epoch + 1)
-            batches = session.data.enter(epoch, skip)
-            first_mark, first_wait, steps = len(self.clock) - 1, len(tally.data_wait_ms), session.data.steps(epoch)
-            index = self.run_steps(batches, epoch, skip, steps)
-            skip = 0
-            self.close_epoch(epoch, (first_mark, first_wait), index, steps)
-            epoch += 1
-        self.clock.sync()
-        self.progress.close()
+        with logs_above(self.progress):
+            self.clock.mark()  # the window opens here
+            while epoch < epochs and tally.steps < self.planned and not tally.stop:
+                session.mlperf.epoch_start(epoch + 1)
+                batches = session.data.enter(epoch, skip)
+                first_mark, first_wait = len(self.clock) - 1, len(tally.data_wait_ms)
+                steps = session.data.steps(epoch)
+                index = self.run_steps(batches, epoch, skip, steps)
+                skip = 0
+                self.close_epoch(epoch, (first_mark, first_wait), index, steps)
+                epoch += 1
+            self.clock.sync()
+            self.progress.close()
         return self.figures()
 
     def run_steps(self, batches: Any, epoch: int, skip: int, steps: int) -> int:

@@ -41,6 +41,18 @@ BAD_INPUTS = [
         2,
         "+experiment='nope' is not valid: accepted one of a100_bf16, cifar100_resnet18, cpu_smoke",
     ),
+    # issue 34.5: a value close to an option is named, as a misspelt key's is
+    ("misspelt model option", "bench", ["model=resnet5"], 2, "small_cnn, vit_b_16 (did you mean resnet50?)."),
+    ("misspelt preset", "bench", ["+experiment=cpu_smok"], 2, "t4_amp, v100_amp (did you mean cpu_smoke?)."),
+    # a flag that is neither Hydra's nor a config key: one line, not Hydra's usage text
+    (
+        "misspelt flag",
+        "bench",
+        ["--trian.epochs=5", "+experiment=cpu_smoke"],
+        2,
+        "--trian.epochs=5 is not valid: accepted a config key as a flag (--data.batch_size=8) or one of Hydra's flags "
+        "(--help, --cfg job, -m, --config-name, ...: --hydra-help lists them) (did you mean --train.epochs?)",
+    ),
     ("unknown data option", "bench", ["data=nope"], 2, "data='nope' is not valid"),
     ("unknown precision option", "bench", ["precision=fp64"], 2, "precision='fp64' is not valid"),
     (
@@ -73,6 +85,13 @@ BAD_INPUTS = [
         "data.batch_sise='8' is not valid: accepted a key of data (did you mean data.batch_size?).",
     ),
     ("unknown top-level key", "bench", ["nope=1"], 2, "nope='1' is not valid: accepted a key of the config."),
+    (
+        "misspelt group of a key",  # issue 34.5: the whole key named, and the key meant
+        "bench",
+        ["trainn.epochs=5"],
+        2,
+        "trainn.epochs='5' is not valid: accepted a key of the config (did you mean train.epochs?).",
+    ),
     (
         "misspelt key, another group",
         "bench",

@@ -5,6 +5,7 @@ clock's pauses, validation sharding (each sample read by one rank, once), and ch
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -92,12 +93,14 @@ class _Capture(torch.optim.SGD):
         return super().step(closure)
 
 
-def _one_step(compose, clip, smoothing=0.0):
+def _one_step(compose, clip, smoothing=0.0, scaler=None):
     torch.manual_seed(0)
     model = nn.Sequential(nn.Flatten(), nn.Linear(12, 5))
     optimizer = _Capture(model.parameters(), lr=0.1)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.0)
     policy = build_precision(compose().precision, CPU)
+    if scaler is not None:
+        policy = dataclasses.replace(policy, scaler=scaler)
     step = make_step(model, optimizer, scheduler, policy, label_smoothing=smoothing, clip_norm=clip)
     loss = step(torch.randn(8, 3, 2, 2) * 100, torch.randint(0, 5, (8,)))
     return optimizer.seen, float(loss)
@@ -110,6 +113,14 @@ def test_gradient_clipping_bounds_the_norm_and_label_smoothing_changes_the_loss(
     assert clipped == pytest.approx(0.5, rel=1e-4)
     _, smoothed = _one_step(compose, None, smoothing=0.2)
     assert smoothed != pytest.approx(loss)
+
+
+def test_gradient_clipping_under_a_grad_scaler_clips_the_unscaled_gradients_cpu_scaler_for_the_gpus(compose):
+    """fp16's GradScaler (a CUDA one on a GPU; torch's CPU GradScaler stands in here) multiplies the loss by
+    2**10: the step unscales before clipping, so the optimizer steps with the true gradients clipped to
+    the norm asked (clipped while scaled, they would reach it as 0.5 / 1024)."""
+    clipped, _ = _one_step(compose, 0.5, scaler=torch.amp.GradScaler("cpu", init_scale=2.0**10))
+    assert clipped == pytest.approx(0.5, rel=1e-4)
 
 
 def test_the_step_clock_leaves_pauses_out_of_steps_and_window():

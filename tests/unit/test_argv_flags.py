@@ -3,6 +3,8 @@ Hydra's overrides; Hydra's own flags pass untouched; a flag without its value is
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from bench.config.argv import as_overrides
@@ -57,3 +59,75 @@ def test_a_flag_without_its_value_is_refused_naming_the_hydra_spelling(argv):
         f"--{name} is not valid: accepted {name}=VALUE (Hydra's spelling; --{name}=VALUE and "
         f"--{name} VALUE are read as it)"
     )
+
+
+# ---- issue 34.5: the GPU-benchmark seed's spelling, other flags ----------------------------------------
+
+
+@pytest.mark.parametrize(
+    "argv, expected, read",
+    [
+        (
+            ["--training.epochs=5", "--data.batch_size=512", "+experiment=cpu_smoke"],  # the issue's command
+            ["train.epochs=5", "data.batch_size=512", "+experiment=cpu_smoke"],
+            ["training.epochs -> train.epochs"],
+        ),
+        (
+            ["--training.batch_size", "64", "--training.precision=bf16", "--training.seed", "3"],
+            ["data.batch_size=64", "precision=bf16", "seed=3"],
+            ["training.batch_size -> data.batch_size", "training.precision -> precision", "training.seed -> seed"],
+        ),
+        (
+            ["profiling.enabled=true", "--model.channels_last=true", "-m", "training.batch_size=8,16"],
+            ["profile.enabled=true", "precision.channels_last=true", "-m", "data.batch_size=8,16"],
+            [
+                "profiling.enabled -> profile.enabled",
+                "model.channels_last -> precision.channels_last",
+                "training.batch_size -> data.batch_size",
+            ],
+        ),
+        (["+profiling.steps=3", "~training.resume"], ["+profile.steps=3", "~train.resume"], None),
+        (["train.epochs=5", "model.arch=resnet18", "--cfg", "job"], None, []),  # bench's own: untouched
+    ],
+)
+def test_the_seeds_keys_are_read_as_benchs(argv, expected, read):
+    from bench.config.argv import seed_spelling
+
+    flags, problem = as_overrides(argv)
+    assert problem is None
+    out, names = seed_spelling(flags)
+    assert out == (flags if expected is None else expected)
+    if read is not None:
+        assert names == read
+
+
+def test_the_seeds_keys_table_in_the_docs_is_the_mapping():
+    from pathlib import Path
+
+    from bench.config.argv import SEED_KEYS, bench_key
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "configuration.md").read_text()
+    table = doc.split("## The seed's keys")[1].split("\n## ")[0]
+    rows = dict(re.findall(r"^\| `([\w.<>]+)` \| `([\w.<>]+)`", table, re.M))
+    assert {seed.replace(".<key>", ""): bench.replace(".<key>", "") for seed, bench in rows.items()} == SEED_KEYS
+    assert bench_key("training.steps_per_epoch") == "train.steps_per_epoch" and bench_key("train.epochs") is None
+    assert bench_key("training") is None  # not a key in either spelling: refused as an unknown key
+
+
+@pytest.mark.parametrize(
+    "argv, hint",
+    [
+        (["--zzz=3"], ""),
+        (["-x"], ""),
+        (["--trian.epochs=3"], " (did you mean --train.epochs?)"),
+        (["--cfg", "job", "--multirun", "--confg-name=x"], " (did you mean --config-name?)"),
+    ],
+)
+def test_a_flag_that_is_neither_hydras_nor_a_key_is_one_line(argv, hint):
+    from bench.config.argv import unknown_flag
+
+    assert unknown_flag(argv) == (
+        f"{argv[-1]} is not valid: accepted a config key as a flag (--data.batch_size=8) or one of Hydra's "
+        "flags (--help, --cfg job, -m, --config-name, ...: --hydra-help lists them)" + hint
+    )
+    assert unknown_flag(["--cfg=job", "-m", "--info", "plugins", "-cn", "config", "data.batch_size=-1", "-1"]) is None
