@@ -231,9 +231,18 @@ def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[SweepJob], track
 def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchConfig, out_dir: Path) -> int:
     """A process that does not hold rank 0 (a follower node, a non-zero rank under torchrun):
     train, hand the timing to rank 0, report nothing but a failure."""
+    from bench.machine.children import sigterm_raises
+
     try:
-        launcher.run(scenario, config, out_dir)
-    except Exception as exc:  # one line here; rank 0 reports the run
+        with sigterm_raises():  # a follower waiting for its hosts ends on SIGTERM as on Ctrl-C
+            launcher.run(scenario, config, out_dir)
+    except BaseException as exc:  # one line here; rank 0 reports the run
+        interrupted = _interruption(exc)
+        if interrupted:
+            error(f"{launcher.who} interrupted: {interrupted[0]}")
+            return interrupted[1]
+        if not isinstance(exc, Exception):
+            raise
         reason = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
         error(f"{launcher.who} failed: {reason}")
         return EXIT_FAILED
