@@ -93,6 +93,10 @@ def run(
     scenario: Scenario = scenario_for(config.mode)
     try:
         scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
+        if config.tracking.enabled:  # a store MLflow cannot use: refused before any work
+            from bench.tracking.probe import checked_uri
+
+            checked_uri(config.tracking.uri, launch_dir)
     except BenchError as exc:
         return _refuse(
             exc, out_dir, sweep_job, lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job)

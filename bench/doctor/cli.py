@@ -111,6 +111,10 @@ def _checked_config(overrides: Sequence[str]) -> "BenchConfig":
     if config.mode != "train":
         raise ConfigError("mode", config.mode, "train: the doctor diagnoses training runs")
     scenario_for(config.mode).preflight(config)  # data on disk, the device: before anything runs
+    if config.tracking.enabled:  # a store MLflow cannot use
+        from bench.tracking.probe import checked_uri
+
+        checked_uri(config.tracking.uri, Path.cwd())
     return config
 
 

@@ -7,8 +7,9 @@ chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFIL
 plain-http endpoints are allowed explicitly. A failed request (5xx, throttling, timeouts,
 dropped connections) is retried here, not in the clients, with exponential backoff,
 `storage.max_attempts` tries in all, each retry said in one line as it happens (s3torchconnector's
-CRT retries inside, unsaid); a missing key, a missing bucket or refused credentials are not retried. What stops the store from working
-becomes one StorageError sentence naming the endpoint and the bucket.
+CRT retries inside, unsaid); a missing key, a missing bucket or refused credentials are not
+retried. What stops the store from working becomes one StorageError sentence naming the
+endpoint and the bucket.
 """
 
 from __future__ import annotations
