@@ -70,7 +70,8 @@ class Wait:
 
     def missing(self, joined: int, absent: List[int]) -> str:
         """'3 more hosts of 4 (distributed.node_rank 1, 2, 3)'."""
-        return f"{self.members - joined} more {self.noun}s of {self.members}" + (
+        more = self.members - joined
+        return f"{more} more {self.noun}{'s' if more > 1 else ''} of {self.members}" + (
             f" ({self.names(absent)})" if absent else ""
         )
 
