@@ -15,15 +15,17 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from bench.config import BenchConfig, as_plain, load
 from bench.error_file import release, reserve, write_error
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
+from bench.errors import stopped_by as _interruption
 from bench.output_redaction import install as redact_output
 from bench.secrets import redact, scrub
+from bench.tracking.probe import checked_uri
 
 if TYPE_CHECKING:
     from bench.scenarios import Launcher, Report, Scenario, Tracker
@@ -93,10 +95,7 @@ def run(
     scenario: Scenario = scenario_for(config.mode)
     try:
         scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
-        if config.tracking.enabled:  # a store MLflow cannot use: refused before any work
-            from bench.tracking.probe import checked_uri
-
-            checked_uri(config.tracking.uri, launch_dir)
+        checked_uri(config.tracking, launch_dir)  # a store MLflow has no scheme for: refused before any work
     except BenchError as exc:
         return _refuse(
             exc, out_dir, sweep_job, lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job)
@@ -242,14 +241,12 @@ def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchCon
             launcher.run(scenario, config, out_dir)
     except BaseException as exc:  # one line here; rank 0 reports the run
         interrupted = _interruption(exc)
-        if interrupted:
-            error(f"{launcher.who} interrupted: {interrupted[0]}")
-            return interrupted[1]
-        if not isinstance(exc, Exception):
+        if not interrupted and not isinstance(exc, Exception):
             raise
-        reason = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
-        error(f"{launcher.who} failed: {reason}")
-        return EXIT_FAILED
+        failed = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
+        reason, code = interrupted or (failed, EXIT_FAILED)
+        error(f"{launcher.who} {'interrupted' if interrupted else 'failed'}: {reason}")
+        return code
     log.info("%s done; rank 0 reports the run", launcher.who)
     return 0
 
@@ -266,19 +263,6 @@ def _kept(out_dir: Path, reason: str) -> str:
 
 def _raise_interrupted(signum: int, _frame: Any) -> None:
     raise Interrupted(signal.Signals(signum).name)
-
-
-def _interruption(exc: BaseException) -> Optional[Tuple[str, int]]:
-    """(reason, exit code) when the run was stopped by Ctrl-C or a signal."""
-    if isinstance(exc, KeyboardInterrupt):
-        return str(exc) or "KeyboardInterrupt", EXIT_SIGINT
-    if isinstance(exc, Interrupted):
-        return str(exc), exc.exit_code
-    sigval = getattr(exc, "sigval", None)  # torch's elastic agent turns a signal into SignalException
-    if sigval is not None:
-        name = signal.Signals(sigval).name
-        return f"terminated by signal {name}", EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM
-    return None
 
 
 def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir: Path, tracker: "Tracker") -> int:

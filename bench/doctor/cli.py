@@ -111,10 +111,9 @@ def _checked_config(overrides: Sequence[str]) -> "BenchConfig":
     if config.mode != "train":
         raise ConfigError("mode", config.mode, "train: the doctor diagnoses training runs")
     scenario_for(config.mode).preflight(config)  # data on disk, the device: before anything runs
-    if config.tracking.enabled:  # a store MLflow cannot use
-        from bench.tracking.probe import checked_uri
+    from bench.tracking.probe import checked_uri
 
-        checked_uri(config.tracking.uri, Path.cwd())
+    checked_uri(config.tracking, Path.cwd())  # a store MLflow has no scheme for
     return config
 
 

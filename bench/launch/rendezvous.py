@@ -146,8 +146,8 @@ def rank_store(ctx: RankContext, timeout_s: float) -> Any:
     launcher, torchrun, or the job's script), hosted by rank 0 unless an elastic agent hosts it
     (TORCHELASTIC_USE_AGENT_STORE). None when MASTER_ADDR / MASTER_PORT are not set (torch's
     env:// then says so)."""
-    host, port = os.environ.get("MASTER_ADDR"), os.environ.get("MASTER_PORT")
-    if not host or not (port or "").isdigit():
+    host, port = os.environ.get("MASTER_ADDR", ""), os.environ.get("MASTER_PORT", "")
+    if not host or not port.isdigit():
         return None
     agent_hosts = os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == str(True)
     restart = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")  # a restarted group counts afresh

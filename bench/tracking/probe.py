@@ -17,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 from bench.errors import ConfigError
 from bench.secrets import USERINFO, redact
@@ -34,10 +34,13 @@ def bound_mlflow_retries() -> None:
 DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
-def checked_uri(configured: Optional[str], launch_dir: Path) -> str:
-    """The tracking URI of a run (bench.tracking.store.resolve_tracking_uri); a ConfigError naming
+def checked_uri(tracking: Any, launch_dir: Path) -> Optional[str]:
+    """The tracking URI of a run (bench.tracking.store.resolve_tracking_uri; None with tracking off)
+    from its tracking group (bench.config.run.TrackingConfig); a ConfigError naming
     MLFLOW_TRACKING_URI or tracking.uri when MLflow has no store for it."""
-    uri = resolve_tracking_uri(configured, launch_dir)
+    if not tracking.enabled:
+        return None
+    uri = resolve_tracking_uri(tracking.uri, launch_dir)
     accepted = unusable(uri)
     if accepted:
         key = "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking.uri"

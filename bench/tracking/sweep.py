@@ -172,7 +172,7 @@ class MlflowSweepCallback(Callback):
 
         overrides = list(config.hydra.overrides.task)
         try:
-            uri = checked_uri(config.tracking.uri, Path(launch_dir))
+            uri = str(checked_uri(config.tracking, Path(launch_dir)))  # tracking is on here
         except ConfigError as exc:  # before any job or parent run (SystemExit: see above)
             print(f"[ERROR] {redact(str(exc))}", file=sys.stderr, flush=True)
             raise SystemExit(EXIT_CONFIG) from None
