@@ -104,6 +104,7 @@ LONGEST_FIRST = (
     "test_resume",
     "test_dead_processes",
     "test_distributed",
+    "test_waits",
     "test_accuracy",
     "test_doctor",
     "test_data",
