@@ -102,18 +102,20 @@ def run(
         )
     from bench.launch.select import select_launcher
     from bench.tracking.environment import collect_environment
+    from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
     launcher: Launcher = select_launcher(config, has_ranks(scenario, config), in_sweep=sweep_job is not None)
     if not launcher.reports:
         return _run_unreported(launcher, scenario, config, out_dir)
 
     environment = collect_environment()
-    tracker = _tracker(config, scenario, launch_dir, environment, overrides, sweep_job, out_dir)
-    if config.tracking.required and not tracker.active:  # before any work: the record is what was asked for
-        error(f"this run cannot be tracked and tracking.required=true: {tracker.lost}")
-        return EXIT_FAILED
+    tracker: Tracker = Untracked()  # until the run opens: a signal while the server is probed is said too
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
+        tracker = _tracker(config, scenario, launch_dir, environment, overrides, sweep_job, out_dir)
+        if config.tracking.required and not tracker.active:  # before any work: the record is what was asked for
+            error(f"this run cannot be tracked and tracking.required=true: {tracker.lost}")
+            return EXIT_FAILED
         reserve(out_dir)  # room for error.txt, should the disk fill up
         report = scenario.report(launcher.run(scenario, config, out_dir), config)
         _report_the_measurement(report, tracker)

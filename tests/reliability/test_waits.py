@@ -134,6 +134,26 @@ def test_an_s3_endpoint_that_never_answers_is_one_line_in_seconds(bench, tmp_pat
     assert run.info.status == "FAILED" and "did not answer" in run.data.tags["error"]
 
 
+def test_ctrl_c_while_the_tracking_server_is_probed_is_one_line(bench, tiny, tmp_path):
+    """A tracking server that takes the connection and never answers is probed for
+    tracking.probe_timeout_s; a signal in that wait was a KeyboardInterrupt traceback (Ctrl-C) or a
+    death by SIGTERM (-15), before the run's handlers were installed."""
+    silent = Silent()
+    try:
+        proc = bench.start(
+            *tiny, "tracking.probe_timeout_s=600", f"hydra.run.dir={tmp_path}/run", env=bench.env(silent.endpoint)
+        )
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not silent.held and proc.poll() is None and time.monotonic() < deadline:  # the event: the probe connected
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
+    finally:
+        silent.close()
+    assert proc.returncode == 130, err
+    assert bench.error_lines(err) == ["[ERROR] run interrupted: KeyboardInterrupt"] and "Traceback" not in err, err
+
+
 def test_a_tracking_uri_mlflow_has_no_store_for_is_refused_before_any_work(bench, tiny, tmp_path, capfd, monkeypatch):
     """Issue 33: MLFLOW_TRACKING_URI=foo://bar was accepted, and cost 41 s before a warning."""
     for variable, value in bench.env("foo://bar").items():
