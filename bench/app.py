@@ -15,16 +15,18 @@ import signal
 import sys
 import traceback
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional
 
 from omegaconf import DictConfig, OmegaConf
 
 from bench.config import BenchConfig, as_plain, load
 from bench.error_file import release, reserve, write_error
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
+from bench.errors import stopped_by as _interruption
 from bench.output_redaction import install as redact_output
 from bench.results import note_run
 from bench.secrets import redact, scrub
+from bench.tracking.probe import checked_uri
 
 if TYPE_CHECKING:
     from bench.scenarios import Launcher, Report, Scenario, Tracker
@@ -94,24 +96,27 @@ def run(
     scenario: Scenario = scenario_for(config.mode)
     try:
         scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
+        checked_uri(config.tracking, launch_dir)  # a store MLflow has no scheme for: refused before any work
     except BenchError as exc:
         return _refuse(
             exc, out_dir, sweep_job, lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job)
         )
     from bench.launch.select import select_launcher
     from bench.tracking.environment import collect_environment
+    from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
     launcher: Launcher = select_launcher(config, has_ranks(scenario, config), in_sweep=sweep_job is not None)
     if not launcher.reports:
         return _run_unreported(launcher, scenario, config, out_dir)
 
     environment = collect_environment()
-    tracker = _tracker(config, scenario, launch_dir, environment, overrides, sweep_job, out_dir)
-    if config.tracking.required and not tracker.active:  # before any work: the record is what was asked for
-        error(f"this run cannot be tracked and tracking.required=true: {tracker.lost}")
-        return EXIT_FAILED
+    tracker: Tracker = Untracked()  # until the run opens: a signal while the server is probed is said too
     previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
     try:
+        tracker = _tracker(config, scenario, launch_dir, environment, overrides, sweep_job, out_dir)
+        if config.tracking.required and not tracker.active:  # before any work: the record is what was asked for
+            error(f"this run cannot be tracked and tracking.required=true: {tracker.lost}")
+            return EXIT_FAILED
         reserve(out_dir)  # room for error.txt, should the disk fill up
         report = scenario.report(launcher.run(scenario, config, out_dir), config)
         _report_the_measurement(report, tracker)
@@ -233,12 +238,19 @@ def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[SweepJob], track
 def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchConfig, out_dir: Path) -> int:
     """A process that does not hold rank 0 (a follower node, a non-zero rank under torchrun):
     train, hand the timing to rank 0, report nothing but a failure."""
+    from bench.machine.children import sigterm_raises
+
     try:
-        launcher.run(scenario, config, out_dir)
-    except Exception as exc:  # one line here; rank 0 reports the run
-        reason = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
-        error(f"{launcher.who} failed: {reason}")
-        return EXIT_FAILED
+        with sigterm_raises():  # a follower waiting for its hosts ends on SIGTERM as on Ctrl-C
+            launcher.run(scenario, config, out_dir)
+    except BaseException as exc:  # one line here; rank 0 reports the run
+        interrupted = _interruption(exc)
+        if not interrupted and not isinstance(exc, Exception):
+            raise
+        failed = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
+        reason, code = interrupted or (failed, EXIT_FAILED)
+        error(f"{launcher.who} {'interrupted' if interrupted else 'failed'}: {reason}")
+        return code
     log.info("%s done; rank 0 reports the run", launcher.who)
     return 0
 
@@ -255,19 +267,6 @@ def _kept(out_dir: Path, reason: str) -> str:
 
 def _raise_interrupted(signum: int, _frame: Any) -> None:
     raise Interrupted(signal.Signals(signum).name)
-
-
-def _interruption(exc: BaseException) -> Optional[Tuple[str, int]]:
-    """(reason, exit code) when the run was stopped by Ctrl-C or a signal."""
-    if isinstance(exc, KeyboardInterrupt):
-        return str(exc) or "KeyboardInterrupt", EXIT_SIGINT
-    if isinstance(exc, Interrupted):
-        return str(exc), exc.exit_code
-    sigval = getattr(exc, "sigval", None)  # torch's elastic agent turns a signal into SignalException
-    if sigval is not None:
-        name = signal.Signals(sigval).name
-        return f"terminated by signal {name}", EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM
-    return None
 
 
 def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir: Path, tracker: "Tracker") -> int:

@@ -84,6 +84,21 @@ class Interrupted(BaseException):
         return EXIT_SIGINT if self.signal_name == "SIGINT" else EXIT_SIGTERM
 
 
+def stopped_by(exc: BaseException) -> "tuple[str, int] | None":
+    """(reason, exit code) when a run was stopped by Ctrl-C or a signal."""
+    import signal
+
+    if isinstance(exc, KeyboardInterrupt):
+        return str(exc) or "KeyboardInterrupt", EXIT_SIGINT
+    if isinstance(exc, Interrupted):
+        return str(exc), exc.exit_code
+    sigval = getattr(exc, "sigval", None)  # torch's elastic agent turns a signal into SignalException
+    if sigval is not None:
+        name = signal.Signals(sigval).name
+        return f"terminated by signal {name}", EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM
+    return None
+
+
 def interruption_in(exc: BaseException) -> "Interrupted | None":
     """The Ctrl-C or SIGTERM behind `exc`, if one is: a signal raised inside a library (Hydra's
     compose, a finally block) can come out as another error whose context is the interruption."""

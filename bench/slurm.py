@@ -45,7 +45,8 @@ log = logging.getLogger("bench")
 
 EXECUTOR_INIT_KEYS = ("submitit_folder", "max_num_timeout")  # how the plugin splits its keys
 RENDEZVOUS_PORT_BASE, RENDEZVOUS_PORT_SPAN = 20000, 10000  # a multi-node job's port: base + job id % span
-STATE_CHECK_S = 30  # how often a job's state is asked while it has no result
+STATE_CHECK_S = 30  # how often a job's state is asked (and said) while it has no result
+FIRST_WORD_S = 2  # a job that ends sooner goes unsaid
 
 
 @dataclass
@@ -187,7 +188,7 @@ class SweepLauncher(BaseSubmititLauncher):
         """The job's return, counted by the sweep; a job that left none is a failed job, not the
         end of the sweep (Hydra's sweeper would raise a FAILED return)."""
         try:
-            _wait(handle)
+            _wait(handle, f"{self.cluster} job {handle.job_id} (#{job.num})", job.params.get("timeout_min"))
             returned = handle.results()[0]
         except Exception as exc:  # submitit's UncompletedJobError / FailedJobError
             return self._lost(job, self._why_lost(handle, exc))
@@ -211,12 +212,17 @@ class SweepLauncher(BaseSubmititLauncher):
         return f"{self.cluster} job {handle.job_id} ended {handle.state} without a result"
 
 
-def _wait(handle: Any) -> None:
+def _wait(handle: Any, job: str, limit_min: Any) -> None:
     """Until the job has ended: its result file, looked for every second, or its state (sacct for
     Slurm) asked every STATE_CHECK_S; submitit alone asks ever less often (up to every 10 min), so
-    a job cancelled an hour into a sweep would be seen to end only minutes later."""
+    a job cancelled an hour into a sweep would be seen to end only minutes later. Said after
+    FIRST_WORD_S, then every STATE_CHECK_S: the job, its state, how long so far and at most
+    (the queue's wait has no bound bench knows of; Ctrl-C cancels the sweep's jobs)."""
     waited = 0
     while not handle.done(force_check=waited > 0 and waited % STATE_CHECK_S == 0):
+        if waited == FIRST_WORD_S or (waited > FIRST_WORD_S and waited % STATE_CHECK_S == 0):
+            at_most = f"it runs at most {limit_min} min (hydra.launcher.timeout_min)" if limit_min else ""
+            log.info("waiting for %s: %s, %d s so far; %s", job, handle.state, waited, at_most or "no time limit")
         time.sleep(1)
         waited += 1
 

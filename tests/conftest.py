@@ -105,6 +105,7 @@ LONGEST_FIRST = (
     "test_concurrency",
     "test_dead_processes",
     "test_distributed",
+    "test_waits",
     "test_accuracy",
     "test_doctor",
     "test_data",

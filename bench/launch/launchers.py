@@ -79,8 +79,11 @@ class Elastic(Launcher):
         backend = "c10d"
         if dist.nnodes > 1:
             # static rendezvous: node_rank fixes the global ranks, so rank 0 (the reporter) is on
-            # node 0, whose agent hosts the store at rdzv_endpoint
-            backend = "static"
+            # node 0, whose agent hosts the store at rdzv_endpoint; bench's own (a signal ends its
+            # wait, which says which hosts it waits for)
+            from bench.launch.rendezvous import hosts_backend
+
+            backend = hosts_backend()
             rdzv_configs["rank"] = dist.node_rank
         launch_config = LaunchConfig(
             min_nodes=dist.nnodes,

@@ -1,6 +1,8 @@
-"""Is the tracking server there? A short probe before a run (once per sweep) instead of MLflow's
-retries: against a server that cannot be reached, MLflow's defaults spend minutes in back-off at
-the first call and again at the next. Only http(s) stores are probed: a sqlite file is local.
+"""Can MLflow track there, and is the tracking server there? A URI whose scheme MLflow has no
+store for is refused before any work (checked_uri). A short probe before a run (once per sweep)
+replaces MLflow's retries: against a server that cannot be reached, MLflow's defaults spend
+minutes in back-off at the first call and again at the next. http(s) servers are asked for
+/health, database servers (postgresql, mysql, mssql) for a TCP connection; a sqlite file is local.
 
 MLflow's own retries are bounded too, for a server that goes away during a run: unless the
 user set them, MLFLOW_HTTP_REQUEST_MAX_RETRIES=2 and MLFLOW_HTTP_REQUEST_TIMEOUT=15 s.
@@ -10,11 +12,16 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import urllib.error
+import urllib.parse
 import urllib.request
-from typing import Optional
+from pathlib import Path
+from typing import Any, Optional
 
+from bench.errors import ConfigError
 from bench.secrets import USERINFO, redact
+from bench.tracking.store import resolve_tracking_uri
 
 RETRY_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
 
@@ -24,9 +31,57 @@ def bound_mlflow_retries() -> None:
         os.environ.setdefault(name, value)
 
 
+DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+
+
+def checked_uri(tracking: Any, launch_dir: Path) -> Optional[str]:
+    """The tracking URI of a run (bench.tracking.store.resolve_tracking_uri; None with tracking off)
+    from its tracking group (bench.config.run.TrackingConfig); a ConfigError naming
+    MLFLOW_TRACKING_URI or tracking.uri when MLflow has no store for it."""
+    if not tracking.enabled:
+        return None
+    uri = resolve_tracking_uri(tracking.uri, launch_dir)
+    accepted = unusable(uri)
+    if accepted:
+        key = "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking.uri"
+        raise ConfigError(key, uri, accepted)
+    return uri
+
+
+def unusable(uri: str) -> Optional[str]:
+    """What MLflow accepts, when it has no tracking store for `uri`'s scheme (its own registry,
+    plugins included; a file store only where this MLflow still opens one); None when it has."""
+    try:
+        import mlflow.environment_variables as variables
+        from mlflow.tracking._tracking_service.utils import _tracking_store_registry as registry
+        from mlflow.utils.uri import get_uri_scheme
+    except ImportError:  # another MLflow's layout: MLflow itself says it at the first call
+        return None
+    schemes = set(getattr(registry, "_registry", {}))
+    allow_files = getattr(variables, "MLFLOW_ALLOW_FILE_STORE", None)  # MLflow 3 refuses ./mlruns unless set
+    if allow_files is not None and not allow_files.get():
+        schemes -= {"", "file"}
+    try:
+        registry.get_store_builder(uri)  # raises for a scheme it has no store for
+        known = get_uri_scheme(uri) in schemes or uri in schemes
+    except Exception:
+        known = False
+    if known or not schemes:
+        return None
+    files = "" if "file" in schemes else " (a file store only with MLFLOW_ALLOW_FILE_STORE=true)"
+    return (
+        f"a URI of a store MLflow can track to: {', '.join(sorted(s for s in schemes if s))}{files}, "
+        "e.g. sqlite:///mlflow.db or http://host:5000"
+    )
+
+
 def probe(uri: str, timeout_s: float) -> Optional[str]:
     """None when the store answers (any HTTP answer will do: 404 and 401 come from a live
-    server) or is not a server; else why not, in a few words (credentials never shown)."""
+    server; a database server: a TCP connection) or is not a server; else why not, in a few
+    words (credentials never shown)."""
+    scheme = urllib.parse.urlparse(uri).scheme.split("+")[0]
+    if scheme in DATABASE_PORTS:
+        return _connect(uri, DATABASE_PORTS[scheme], timeout_s)
     if not uri.startswith(("http://", "https://")):
         return None
     url = USERINFO.sub(r"\1", uri).rstrip("/") + "/health"  # urllib takes no user:password in a URL
@@ -38,6 +93,17 @@ def probe(uri: str, timeout_s: float) -> Optional[str]:
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         return redact(f"{type(reason).__name__}: {reason}")
+
+
+def _connect(uri: str, default_port: int, timeout_s: float) -> Optional[str]:
+    parsed = urllib.parse.urlparse(uri)
+    if not parsed.hostname:  # a local socket: nothing to wait for
+        return None
+    try:
+        with socket.create_connection((parsed.hostname, parsed.port or default_port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return redact(f"{type(exc).__name__}: {exc.strerror or exc}")
 
 
 def unreachable_line(uri: str, problem: str, timeout_s: float, out_dir: object = None) -> str:
@@ -56,6 +122,9 @@ def store_problem(uri: str, timeout_s: float = 5.0) -> Optional[str]:
     """For the commands that read a store (report, compare, stale): MLflow's retries bounded, and an
     http(s) store that does not answer within `timeout_s` is one sentence instead of minutes of
     MLflow's back-off. None when the store can be read."""
+    accepted = unusable(uri)
+    if accepted:
+        return f"MLflow has no tracking store for {redact(uri)}: accepted {accepted}"
     bound_mlflow_retries()
     problem = probe(uri, timeout_s)
     if problem is None:

@@ -166,12 +166,17 @@ class MlflowSweepCallback(Callback):
         _carry(parent_run_id=None, launch_dir=launch_dir, tracking_down=None)
         if not config.tracking.enabled:
             return
-        from bench.tracking.probe import bound_mlflow_retries, probe, unreachable_line
-        from bench.tracking.tracker import Tracker, process_tags, resolve_tracking_uri  # mlflow: when a sweep starts
+        from bench.errors import EXIT_CONFIG, ConfigError
+        from bench.tracking.probe import bound_mlflow_retries, checked_uri, probe, unreachable_line
+        from bench.tracking.tracker import Tracker, process_tags  # mlflow: when a sweep starts
         from bench.tracking.ui_view import FAMILY_TAG
 
         overrides = list(config.hydra.overrides.task)
-        uri = resolve_tracking_uri(config.tracking.uri, Path(launch_dir))
+        try:
+            uri = str(checked_uri(config.tracking, Path(launch_dir)))  # tracking is on here
+        except ConfigError as exc:  # before any job or parent run (SystemExit: see above)
+            print(f"[ERROR] {redact(str(exc))}", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_CONFIG) from None
         bound_mlflow_retries()
         problem = probe(uri, config.tracking.probe_timeout_s)  # once for the whole sweep
         if problem:

@@ -932,6 +932,13 @@ BAD_INPUTS = [
         2,
         "--rerun=1000 is not valid: accepted 2 to 20 rounds",
     ),
+    (  # issue 33: accepted, then MLflow's KeyError at the first call
+        "report from a store MLflow has no scheme for",
+        "bench.report",
+        ["--sweep", "0123456789abcdef0123456789abcdef", "--tracking-uri", "foo://bar"],
+        2,
+        "MLflow has no tracking store for foo://bar: accepted a URI of a store MLflow can track to: ",
+    ),
     (
         "stale runs on an MLflow server that is down",
         "bench.tools.stale",

@@ -183,15 +183,21 @@ class FlakyProxy:
 
 
 @pytest.mark.parametrize("client", S3_CLIENTS)
-def test_transient_5xx_is_retried(s3_server, aws_env, client):
+def test_transient_5xx_is_retried_and_said(s3_server, aws_env, client, caplog):
     bucket = s3_server.new_bucket()
     s3_server.admin().put_object(Bucket=bucket, Key="k/obj.bin", Body=b"payload")
     proxy = FlakyProxy(s3_server.endpoint)
     try:
         store = open_store(f"s3://{bucket}/k", s3_config(proxy.endpoint, client))
-        assert store.get("obj.bin") == b"payload"
+        with caplog.at_level("WARNING", logger="bench"):
+            assert store.get("obj.bin") == b"payload"
         gets = [seen for seen in proxy.seen if seen[0] == "GET" and seen[1].endswith("/obj.bin")]
         assert len(gets) == 2  # the 503, then the retry that worked
+        said = [r.getMessage() for r in caplog.records if "try 1 of 3" in r.getMessage()]  # as it happened
+        if client == "s3torchconnector":  # the CRT retries inside, unsaid
+            return
+        (said,) = said
+        assert "S3 GET of 'k/obj.bin' failed" in said and "503" in said and "trying again in 0.1 s" in said
     finally:
         proxy.close()
 

@@ -99,6 +99,34 @@ def test_tracking_uri_precedence(tmp_path, monkeypatch):
     assert resolve_tracking_uri("http://a:1", tmp_path) == "http://b:2"
 
 
+@pytest.mark.parametrize(
+    "uri, usable",
+    [
+        ("sqlite:////tmp/x/mlflow.db", True),
+        ("http://host:5000", True),
+        ("https://u:pw@host", True),
+        ("postgresql+psycopg2://u@db:5432/mlflow", True),
+        ("databricks", True),
+        ("foo://bar", False),
+        ("file:///tmp/mlruns", None),  # MLflow 3 refuses a file store unless MLFLOW_ALLOW_FILE_STORE is set
+        ("./mlruns", None),
+    ],
+)
+def test_a_tracking_uri_is_usable_when_mlflows_registry_has_a_store_for_it(monkeypatch, uri, usable):
+    import mlflow.environment_variables
+
+    from bench.tracking.probe import unusable
+
+    files_gated = hasattr(mlflow.environment_variables, "MLFLOW_ALLOW_FILE_STORE")  # MLflow 3
+    monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
+    accepted = unusable(uri)
+    assert (accepted is None) is (usable if usable is not None else not files_gated), accepted
+    if accepted:
+        assert "http, https, mssql, mysql, postgresql, sqlite" in accepted and "e.g. sqlite:///mlflow.db" in accepted
+    monkeypatch.setenv("MLFLOW_ALLOW_FILE_STORE", "true")
+    assert unusable("file:///tmp/mlruns") is None
+
+
 def test_environment_records_versions_and_speed_env_but_no_secrets(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")

@@ -19,13 +19,16 @@ CLIENTS = {
 
 def open_s3_store(location: str, storage: StorageLocation) -> S3Store:
     """An ObjectStore for s3://bucket/prefix with the client, endpoint, region and retries of
-    the storage config; checks access once (one LIST) so a bad setup fails here, clearly."""
+    the storage config; the endpoint is checked first (one short LIST), so a bad setup or an
+    endpoint that does not answer fails here, in seconds, clearly."""
+    from bench.storage.s3.boto3_store import check_endpoint
+
     bucket, prefix = parse_s3_url(location)
     settings = S3Settings.from_config(bucket, prefix, storage)
     require_credentials(settings)
+    check_endpoint(settings, str(storage.client))
     module, _, name = CLIENTS[storage.client].partition(":")
     store: S3Store = getattr(importlib.import_module(module), name)(settings)
-    store.check_access()
     return store
 
 

@@ -1,14 +1,16 @@
-"""storage.client=boto3: the reference Python client (also what tests and admin work use)."""
+"""storage.client=boto3: the reference Python client (also what tests and admin work use), and
+the endpoint check every S3 store makes first, whatever its client."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, List, Tuple
+from typing import Any, Iterator, List, Optional, Tuple
 
 from bench.storage.s3.settings import S3Settings, S3Store
 
 
-def boto3_client(settings: S3Settings, max_pool_connections: int = 64) -> Any:
-    """A boto3 S3 client with the store's endpoint, timeouts and retries."""
+def boto3_client(settings: S3Settings, max_pool_connections: int = 64, attempts: Optional[int] = None) -> Any:
+    """A boto3 S3 client with the store's endpoint and timeouts; `attempts` tries per request
+    (default storage.max_attempts; a store's client makes one: S3Store retries, saying so)."""
     import boto3
     from botocore.config import Config
 
@@ -17,10 +19,24 @@ def boto3_client(settings: S3Settings, max_pool_connections: int = 64) -> Any:
         connect_timeout=settings.connect_timeout_s,
         read_timeout=settings.timeout_s,
         max_pool_connections=max_pool_connections,
-        retries={"max_attempts": settings.max_attempts, "mode": "standard"},
+        retries={"total_max_attempts": attempts or settings.max_attempts, "mode": "standard"},  # the first included
         s3={"addressing_style": "path"} if settings.endpoint else None,
     )
     return boto3.session.Session().client("s3", endpoint_url=settings.endpoint, config=config)
+
+
+def check_endpoint(settings: S3Settings, client: str) -> None:
+    """One LIST of at most one key, once, with storage.connect_timeout_s to connect and to answer,
+    before any long work: a missing bucket, refused credentials, an endpoint that refuses or
+    never answers fail here in seconds (a request of the run waits storage.timeout_s for large
+    transfers, storage.max_attempts times). Made with boto3 whatever the store's client (the
+    CRT of s3torchconnector has no timeout to set)."""
+    checker = Boto3Store(settings.checking())
+    checker.client_name = (
+        f"{client} (its endpoint check, by boto3: one request, "
+        f"storage.connect_timeout_s={settings.connect_timeout_s:g} s)"
+    )
+    checker._call("LIST", "", checker._list_one, missing_key=False)
 
 
 class Boto3Store(S3Store):
@@ -28,7 +44,7 @@ class Boto3Store(S3Store):
 
     def __init__(self, settings: S3Settings):
         super().__init__(settings)
-        self._client = boto3_client(settings)
+        self._client = boto3_client(settings, attempts=1)
 
     def _missing(self, exc: BaseException) -> bool:
         code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")

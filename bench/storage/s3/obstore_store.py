@@ -30,9 +30,9 @@ class ObstoreStore(S3Store):
             s3_config["endpoint"] = settings.endpoint
             s3_config["virtual_hosted_style_request"] = False
             options["allow_http"] = settings.endpoint.startswith("http://")
-        retry: RetryConfig = {
-            "max_retries": settings.max_attempts - 1,
-            "retry_timeout": timedelta(seconds=settings.timeout_s * settings.max_attempts),
+        retry: RetryConfig = {  # one try: S3Store retries, saying so
+            "max_retries": 0,
+            "retry_timeout": timedelta(seconds=settings.timeout_s),
             "backoff": {"init_backoff": timedelta(milliseconds=100), "max_backoff": timedelta(seconds=5), "base": 2},
         }
         self._store = ObstoreS3(
@@ -70,9 +70,6 @@ class ObstoreStore(S3Store):
 
     def _head(self, key: str) -> Any:
         return self._obstore.head(self._store, key)
-
-    def _list_one(self) -> None:
-        next(iter(self._obstore.list(self._store, chunk_size=1)), None)
 
 
 def _boto3_credentials_unless_in_env() -> Any:

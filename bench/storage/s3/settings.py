@@ -4,16 +4,20 @@ errors, and the base class that turns each client's exceptions into them.
 Credentials are never read from the config: each client takes them from the standard AWS
 chain (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY / AWS_SESSION_TOKEN, AWS_PROFILE and
 ~/.aws, instance roles). Custom endpoints (MinIO, Ceph, moto) get path-style requests, and
-plain-http endpoints are allowed explicitly. Transient failures (5xx, throttling, timeouts,
-dropped connections) are retried with exponential backoff by each client's own retry logic,
-`storage.max_attempts` tries in all. Anything else that stops the store from working (missing
-bucket, refused credentials, unreachable endpoint) becomes one StorageError sentence naming
-the endpoint and the bucket.
+plain-http endpoints are allowed explicitly. A failed request (5xx, throttling, timeouts,
+dropped connections) is retried here, not in the clients, with exponential backoff,
+`storage.max_attempts` tries in all, each retry said in one line as it happens (s3torchconnector's
+CRT retries inside, unsaid); a missing key, a missing bucket or refused credentials are not
+retried. What stops the store from working becomes one StorageError sentence naming the
+endpoint and the bucket.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple, TypeVar
 
@@ -23,10 +27,16 @@ from bench.storage.base import join_key
 
 T = TypeVar("T")
 
+log = logging.getLogger("bench")
+
 NO_BUCKET = "the bucket does not exist"
+DENIED = "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
+UNANSWERED = "the endpoint took the connection but did not answer in time"
+MAX_BACKOFF_S = 5.0  # between tries: 0.1 s, doubled each time, at most this
 # Phrases in the clients' error texts, mapped to what the user should hear.
 _REASONS = (
     (("NoSuchBucket", "bucket does not exist"), NO_BUCKET),
+    (("Read timeout", "ReadTimeout"), UNANSWERED),
     (
         (
             "InvalidAccessKeyId",
@@ -38,7 +48,7 @@ _REASONS = (
             "PermissionDenied",
             "credentials",
         ),
-        "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE",
+        DENIED,
     ),
     (
         (
@@ -46,6 +56,7 @@ _REASONS = (
             "CONNECTION_REFUSED",
             "Connection refused",
             "Could not connect",
+            "Connect timeout",
             "timed out",
             "dns error",
             "Name or service not known",
@@ -94,6 +105,10 @@ class S3Settings:
     def where(self) -> str:
         return f"bucket {self.bucket!r} at {self.endpoint or 'AWS (region ' + self.region + ')'}"
 
+    def checking(self) -> "S3Settings":
+        """For the endpoint check: one try, storage.connect_timeout_s for the answer too."""
+        return dataclasses.replace(self, max_attempts=1, timeout_s=self.connect_timeout_s)
+
     def key(self, key: str) -> str:
         return join_key(self.prefix, key)
 
@@ -123,6 +138,7 @@ class S3Store:
     a store-level failure becomes StorageError."""
 
     client_name = ""
+    retries_itself = False  # True: the client's own retries, storage.max_attempts tries
 
     def __init__(self, settings: S3Settings):
         self.settings = settings
@@ -133,19 +149,29 @@ class S3Store:
         raise NotImplementedError
 
     def _call(self, operation: str, key: str, action: Callable[[], T], missing_key: Optional[bool] = True) -> T:
-        try:
-            return action()
-        except StorageError:
-            raise
-        except Exception as exc:  # each client has its own exception tree
-            reason = _reason(exc)
-            if missing_key and reason != NO_BUCKET and self._missing(exc):
-                raise FileNotFoundError(f"{self.settings.url}/{key}: no such object") from exc
-            raise StorageError(
-                f"S3 {operation} of {self.settings.key(key) or '/'!r} failed for {self.settings.where} "
-                f"with client {self.client_name}: {reason or 'request failed'} "
-                f"({type(exc).__name__}: {_first_line(exc)})"
-            ) from exc
+        attempts = 1 if self.retries_itself else self.settings.max_attempts
+        for attempt in range(1, attempts + 1):
+            try:
+                return action()
+            except StorageError:
+                raise
+            except Exception as exc:  # each client has its own exception tree
+                reason = _reason(exc)
+                if missing_key and reason != NO_BUCKET and self._missing(exc):
+                    raise FileNotFoundError(f"{self.settings.url}/{key}: no such object") from exc
+                what = (
+                    f"S3 {operation} of {self.settings.key(key) or '/'!r} failed for {self.settings.where} "
+                    f"with client {self.client_name}"
+                )
+                error = f"{type(exc).__name__}: {_first_line(exc)}"
+                # after Ctrl-C the interpreter waits for reader threads: no more tries then
+                if attempt == attempts or reason in (NO_BUCKET, DENIED) or not threading.main_thread().is_alive():
+                    tries = f" after {attempt} tries" if attempt > 1 else ""
+                    raise StorageError(f"{what}: {reason or 'request failed'} ({error}){tries}") from exc
+                pause = min(MAX_BACKOFF_S, 0.1 * 2 ** (attempt - 1))
+                log.warning("%s (try %d of %d: %s); trying again in %.1f s", what, attempt, attempts, error, pause)
+                time.sleep(pause)
+        raise AssertionError("unreachable")  # the last try returned or raised
 
     def exists(self, key: str) -> bool:
         try:
@@ -153,10 +179,6 @@ class S3Store:
         except FileNotFoundError:
             return False
         return True
-
-    def check_access(self) -> None:
-        """One LIST request: a missing bucket, refused credentials or a dead endpoint fail here."""
-        self._call("LIST", "", self._list_one, missing_key=False)
 
     # the ObjectStore operations, each client's own
     def get(self, key: str) -> bytes:
@@ -175,9 +197,6 @@ class S3Store:
         raise NotImplementedError
 
     def _head(self, key: str) -> object:
-        raise NotImplementedError
-
-    def _list_one(self) -> None:
         raise NotImplementedError
 
 

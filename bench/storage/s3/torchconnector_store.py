@@ -15,6 +15,7 @@ from bench.storage.s3.settings import S3Settings, S3Store
 
 class S3TorchConnectorStore(S3Store):
     client_name = "s3torchconnector"
+    retries_itself = True  # the CRT retries a 503 even when told to try once: its retries go unsaid
 
     def __init__(self, settings: S3Settings):
         super().__init__(settings)
@@ -72,6 +73,3 @@ class S3TorchConnectorStore(S3Store):
 
     def _head(self, key: str) -> Any:
         return self._client.head_object(self.settings.bucket, self.settings.key(key))
-
-    def _list_one(self) -> None:
-        next(iter(self._client.list_objects(self.settings.bucket, self.settings.list_prefix(""))), None)

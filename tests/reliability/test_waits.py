@@ -1,0 +1,167 @@
+"""Every wait ends on Ctrl-C and says what it waits for (issue 33 §2): a rendezvous of hosts (the
+storage_hosts4 preset on one host) and of ranks (rank 0 under an outside launcher, its peer never
+started) says whom it waits for, where and for how long at most, and a signal ends it at once:
+130 / 143, the MLflow run KILLED, no process left. An S3 endpoint that takes connections and never
+answers is one line in seconds, not storage.timeout_s x storage.max_attempts; a tracking URI MLflow
+has no store for is refused before any work."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import threading
+import time
+
+import psutil
+from bad_inputs import run_in_process
+from forked_bench import left_alive
+
+from bench.rank_context import free_port
+
+HANG_GUARD_S = 900
+SIGNAL_TO_EXIT_S = 5  # the promise: a signal ends a wait within seconds
+STORAGE = [
+    "storage.workload.num_files=8",
+    "storage.workload.samples_per_file=4",
+    "storage.workload.record_size=4096",
+    "storage.workload.batch_size=2",
+    "storage.workload.read_threads=2",
+    "storage.workload.checkpoint_size_mb=1",
+    "storage.prepare_workers=2",
+]
+HOSTS4 = ["+experiment=[storage_resnet50_h100,storage_hosts4]", *STORAGE, "distributed.nproc_per_node=1"]
+
+
+def test_a_rendezvous_of_hosts_or_ranks_says_whom_it_waits_for_and_ends_on_a_signal(bench, tiny, tmp_path):
+    """Three waits at once, each its own process: node 0 of 4 hosts gets Ctrl-C, another SIGTERM;
+    a training rank 0 of 2 under an outside launcher (RANK, WORLD_SIZE set) gets SIGTERM."""
+    bench.with_store()
+    timeout = f"distributed.timeout_s={HANG_GUARD_S}"  # only the signal may end these waits
+    waits = {}
+    for name, sig in (("hosts-ctrl-c", signal.SIGINT), ("hosts-sigterm", signal.SIGTERM)):
+        port = free_port()
+        args = [*HOSTS4, f"storage.root={tmp_path}/{name}-data", f"distributed.rdzv_endpoint=127.0.0.1:{port}"]
+        proc = bench.start(*args, timeout, f"hydra.run.dir={tmp_path}/{name}", start_new_session=True)
+        line = (
+            f"waiting for 3 more hosts of 4 (distributed.node_rank 1, 2, 3) at 127.0.0.1:{port}, up to {HANG_GUARD_S} s"
+        )
+        waits[name] = (proc, sig, line, tmp_path / name)
+    port = free_port()
+    ranks = {"RANK": "0", "WORLD_SIZE": "2", "LOCAL_RANK": "0", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
+    proc = bench.start(
+        *tiny, "distributed=ddp", timeout, f"hydra.run.dir={tmp_path}/rank0", env=bench.env(bench.uri, **ranks)
+    )
+    line = f"waiting for 1 more rank of 2 (rank 1) at 127.0.0.1:{port}, up to {HANG_GUARD_S} s (distributed.timeout_s)"
+    waits["rank-sigterm"] = (proc, signal.SIGTERM, line, tmp_path / "rank0")
+
+    trees, signalled = {}, {}
+    for name, (proc, _, line, run_dir) in waits.items():
+        bench.wait_for_line(proc, run_dir / "bench.log", line)
+        trees[name] = [psutil.Process(proc.pid), *psutil.Process(proc.pid).children(recursive=True)]
+    for name, (proc, sig, *_) in waits.items():
+        if sig == signal.SIGINT:
+            os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does
+        else:
+            proc.send_signal(sig)
+        signalled[name] = time.monotonic()
+    ended = {}
+    deadline = time.monotonic() + HANG_GUARD_S
+    while len(ended) < len(waits) and time.monotonic() < deadline:
+        ended.update({name: time.monotonic() for name, (proc, *_) in waits.items() if proc.poll() is not None})
+        time.sleep(0.02)
+
+    for name, (proc, sig, *_) in waits.items():
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
+        assert proc.returncode == 128 + sig, (name, err)
+        assert ended[name] - signalled[name] < SIGNAL_TO_EXIT_S, (name, ended[name] - signalled[name])
+        assert len(bench.error_lines(err)) == 1 and "[ERROR] run interrupted" in err and "Traceback" not in err, err
+        assert left_alive(trees[name]) == [], name
+    runs = bench.runs()
+    assert len(runs) == 3 and {run.info.status for run in runs} == {"KILLED"}
+
+
+class Silent:
+    """A TCP server on 127.0.0.1 that takes every connection and never answers."""
+
+    def __init__(self) -> None:
+        self.server = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self.server.getsockname()[1]}"
+        self.held: list = []
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                self.held.append(self.server.accept()[0])
+            except OSError:  # closed
+                return
+
+    def close(self) -> None:
+        self.server.close()
+        for conn in self.held:
+            conn.close()
+
+
+def test_an_s3_endpoint_that_never_answers_is_one_line_in_seconds(bench, tmp_path):
+    """Issue 33: 301 silent seconds (storage.timeout_s 60 x storage.max_attempts 5) before one line.
+    Each request of the run may take 600 s here: the endpoint check alone must end it."""
+    bench.with_store()
+    silent = Silent()
+    credentials = {"AWS_ACCESS_KEY_ID": "benchtestkey", "AWS_SECRET_ACCESS_KEY": "never-answered"}
+    started = time.monotonic()
+    try:
+        proc = bench.run(
+            "mode=storage",
+            *STORAGE,
+            "storage=s3",
+            f"storage.endpoint={silent.endpoint}",
+            "storage.bucket=silent",
+            "storage.timeout_s=600",
+            "storage.max_attempts=5",
+            "storage.connect_timeout_s=2",
+            f"hydra.run.dir={tmp_path}/run",
+            env=bench.env(bench.uri, **credentials),
+        )
+    finally:
+        silent.close()
+    took = time.monotonic() - started
+    line = bench.single_error(proc)
+    assert proc.returncode == 1 and silent.endpoint in line and "'silent'" in line, line
+    assert "did not answer in time" in line and "storage.connect_timeout_s=2 s" in line, line
+    assert took < 600, took  # not one request's timeout, let alone five
+    (run,) = bench.runs()
+    assert run.info.status == "FAILED" and "did not answer" in run.data.tags["error"]
+
+
+def test_ctrl_c_while_the_tracking_server_is_probed_is_one_line(bench, tiny, tmp_path):
+    """A tracking server that takes the connection and never answers is probed for
+    tracking.probe_timeout_s; a signal in that wait was a KeyboardInterrupt traceback (Ctrl-C) or a
+    death by SIGTERM (-15), before the run's handlers were installed."""
+    silent = Silent()
+    try:
+        proc = bench.start(
+            *tiny, "tracking.probe_timeout_s=600", f"hydra.run.dir={tmp_path}/run", env=bench.env(silent.endpoint)
+        )
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not silent.held and proc.poll() is None and time.monotonic() < deadline:  # the event: the probe connected
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
+    finally:
+        silent.close()
+    assert proc.returncode == 130, err
+    assert bench.error_lines(err) == ["[ERROR] run interrupted: KeyboardInterrupt"] and "Traceback" not in err, err
+
+
+def test_a_tracking_uri_mlflow_has_no_store_for_is_refused_before_any_work(bench, tiny, tmp_path, capfd, monkeypatch):
+    """Issue 33: MLFLOW_TRACKING_URI=foo://bar was accepted, and cost 41 s before a warning."""
+    for variable, value in bench.env("foo://bar").items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.chdir(tmp_path)
+    proc = run_in_process("bench", [*tiny, f"hydra.run.dir={tmp_path}/run"], capfd)
+    assert proc.returncode == 2, proc.stderr
+    (line,) = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert line.startswith("[ERROR] MLFLOW_TRACKING_URI='foo://bar' is not valid: accepted a URI of a store"), line
+    assert "sqlite" in line and "http" in line and proc.stdout == ""
+    assert not list(tmp_path.rglob("mlflow.db")) and not (tmp_path / "run" / "run_summary.json").exists()
