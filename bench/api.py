@@ -11,23 +11,43 @@ report, files, MLflow), so the same overrides give the same run and the same fil
     result.ok, result.metrics.images_per_second, result.metrics.val_top1
     [(e.epoch, e.data_wait_seconds, e.compute_seconds) for e in result.epochs]
 
-A config that cannot work raises bench.errors.BenchError (ConfigError, ConfigProblem: the
-sentence `python -m bench` prints) before any work; a run that fails returns its exit code and
-`error` (error.txt's text), as the command's exit code and files say it.
+What the command refuses with exit 2 raises a bench.errors.BenchError here (ConfigError,
+ConfigProblem, DeviceError: str() is the sentence the command prints; `key`, `value`,
+`accepted` for a program), before any MLflow run: compose_config for the config itself,
+run() also for what the world says (the dataset on disk, the device). A run that starts and
+fails returns `ok=False` with `error` set; Ctrl-C raises KeyboardInterrupt once the run is
+marked KILLED. Nothing goes to stdout unless run(..., echo=True). Any thread may call run().
 """
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
-from omegaconf import OmegaConf
+from bench.config import BenchConfig, check, compose
+from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError
+from bench.infer.result import InferMetrics
+from bench.iobench.result import StorageMetrics
+from bench.train.result import EpochRecord, TrainMetrics
 
-from bench.config import BenchConfig, compose, load
+__all__ = [
+    "EpochRecord",
+    "InferMetrics",
+    "Metrics",
+    "RunResult",
+    "StorageMetrics",
+    "TrainMetrics",
+    "compose_config",
+    "default_config",
+    "run",
+]
 
-__all__ = ["RunResult", "compose_config", "default_config", "run"]
+# the record of each mode: narrow it with isinstance(result.metrics, TrainMetrics)
+Metrics = Union[TrainMetrics, InferMetrics, StorageMetrics]
 
 
 def default_config() -> BenchConfig:
@@ -36,20 +56,23 @@ def default_config() -> BenchConfig:
 
 
 def compose_config(*overrides: str) -> BenchConfig:
-    """The checked config of `python -m bench <overrides>` (Hydra's compose API; no run directory)."""
+    """The checked config of `python -m bench <overrides>` (Hydra's compose API; no run directory):
+    every key, value and rule the command checks before it imports torch, the model's name
+    included. Raises BenchError."""
     return compose(*overrides)
 
 
 @dataclass
 class RunResult:
-    """What one run gave back: its exit code, its directory, and its typed records."""
+    """What one run gave back: its exit code, its directory, and its typed records. A run refused
+    before any work never gets here (run() raises); `ok` is False exactly when `error` is set."""
 
-    exit_code: int  # 0: finished; 2: refused before any work; 1: failed; 130/143: interrupted
+    exit_code: int  # 0: finished; 1: the run failed (`error` says why); 143: SIGTERM, handled by the caller
     out_dir: Path  # run_summary.json, metrics_epoch.jsonl, ... as `python -m bench` writes them
     config: BenchConfig
-    metrics: Any = None  # the mode's record (TrainMetrics, InferMetrics, StorageMetrics); None if none was written
-    epochs: List[Any] = field(default_factory=list)  # training: an EpochRecord per epoch
-    error: Optional[str] = None  # error.txt: why the run failed
+    metrics: Optional[Metrics] = None  # the mode's record; None if the run wrote none
+    epochs: List[EpochRecord] = field(default_factory=list)  # training: an EpochRecord per epoch
+    error: Optional[str] = None  # why the run failed (error.txt's text)
 
     @property
     def ok(self) -> bool:
@@ -60,20 +83,32 @@ def run(
     config: Union[BenchConfig, Sequence[str]],
     out_dir: Union[str, Path, None] = None,
     launch_dir: Union[str, Path, None] = None,
+    *,
+    echo: bool = False,
 ) -> RunResult:
     """Run one benchmark in this process: `config` is a BenchConfig (checked again, so edits count)
     or the overrides of `python -m bench`. `out_dir`: the run's directory (default
     `outputs/<date>/<time>` under `launch_dir`, the current directory unless given, where the
-    default MLflow store `mlflow.db` lives too)."""
+    default MLflow store `mlflow.db` lives too). `echo=True` prints the command's final
+    `{"radix_metrics": ...}` line on stdout. Raises BenchError for what the command refuses."""
     from bench.app import run as run_bench
     from bench.scenarios import report_class
 
     overrides = [] if isinstance(config, BenchConfig) else [str(o) for o in config]
-    checked = load(OmegaConf.structured(config)) if isinstance(config, BenchConfig) else compose(*overrides)
+    checked = check(config) if isinstance(config, BenchConfig) else compose(*overrides)
     launch = Path(launch_dir or Path.cwd()).resolve()
     where = Path(out_dir) if out_dir is not None else launch / "outputs" / time.strftime("%Y-%m-%d/%H-%M-%S")
+    made = _missing_dirs(where)
     where.mkdir(parents=True, exist_ok=True)
-    code = run_bench(checked, where, launch, overrides)
+    try:
+        code = run_bench(checked, where, launch, overrides, raise_refusals=True, echo=echo)
+    except BenchError:
+        _remove(made)  # refused before any work: nothing of this call stays on disk
+        raise
+    if code == EXIT_SIGINT:  # Ctrl-C: the run is marked KILLED; the program stops as Python's do
+        raise KeyboardInterrupt(f"bench run in {where} interrupted")
+    if code == EXIT_SIGTERM:  # handled as the program would have had it not been in a run (default: it ends)
+        signal.raise_signal(signal.SIGTERM)
     result = RunResult(exit_code=code, out_dir=where, config=checked)
     if (where / "run_summary.json").is_file():
         report = report_class(checked.mode).from_files(where)
@@ -81,4 +116,25 @@ def run(
         result.epochs = list(getattr(getattr(report, "result", None), "epochs", None) or [])
     if (where / "error.txt").is_file():
         result.error = (where / "error.txt").read_text().strip()
+    if code and not result.error:  # error.txt could not be written: the [ERROR] line on stderr said it
+        result.error = f"the run ended with exit code {code} (see its [ERROR] line on stderr)"
     return result
+
+
+def _missing_dirs(path: Path) -> List[Path]:
+    """The directories that making `path` creates, deepest first."""
+    missing = []
+    while not path.exists() and path != path.parent:
+        missing.append(path)
+        path = path.parent
+    return missing
+
+
+def _remove(made: List[Path]) -> None:
+    """Remove the directories this call made, deepest first, each only if empty (another run may
+    have made its own directory beside ours meanwhile)."""
+    for path in made:
+        try:
+            os.rmdir(path)
+        except OSError:
+            return
