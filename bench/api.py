@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -67,7 +68,7 @@ class RunResult:
     """What one run gave back: its exit code, its directory, and its typed records. A run refused
     before any work never gets here (run() raises); `ok` is False exactly when `error` is set."""
 
-    exit_code: int  # 0: finished; 1: the run failed (`error` says why); 143: SIGTERM, handled by the caller
+    exit_code: int  # 0: finished; 1: failed (`error` says why); 143: SIGTERM, and the program's handler returned
     out_dir: Path  # run_summary.json, metrics_epoch.jsonl, ... as `python -m bench` writes them
     config: BenchConfig
     metrics: Optional[Metrics] = None  # the mode's record; None if the run wrote none
@@ -107,8 +108,8 @@ def run(
         raise
     if code == EXIT_SIGINT:  # Ctrl-C: the run is marked KILLED; the program stops as Python's do
         raise KeyboardInterrupt(f"bench run in {where} interrupted")
-    if code == EXIT_SIGTERM:  # handled as the program would have had it not been in a run (default: it ends)
-        signal.raise_signal(signal.SIGTERM)
+    if code == EXIT_SIGTERM and threading.current_thread() is threading.main_thread():
+        signal.raise_signal(signal.SIGTERM)  # now the program's own handling: by default it ends here (143)
     result = RunResult(exit_code=code, out_dir=where, config=checked)
     if (where / "run_summary.json").is_file():
         report = report_class(checked.mode).from_files(where)
@@ -116,7 +117,9 @@ def run(
         result.epochs = list(getattr(getattr(report, "result", None), "epochs", None) or [])
     if (where / "error.txt").is_file():
         result.error = (where / "error.txt").read_text().strip()
-    if code and not result.error:  # error.txt could not be written: the [ERROR] line on stderr said it
+    if code == EXIT_SIGTERM:  # the program's SIGTERM handler let it go on
+        result.error = "run interrupted: terminated by signal SIGTERM (the MLflow run is KILLED)"
+    elif code and not result.error:  # error.txt could not be written: the [ERROR] line on stderr said it
         result.error = f"the run ended with exit code {code} (see its [ERROR] line on stderr)"
     return result
 
