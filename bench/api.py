@@ -11,22 +11,43 @@ report, files, MLflow), so the same overrides give the same run and the same fil
     result.ok, result.metrics.images_per_second, result.metrics.val_top1
     [(e.epoch, e.data_wait_seconds, e.compute_seconds) for e in result.epochs]
 
-A config that cannot work raises bench.errors.BenchError (ConfigError, ConfigProblem: the
-sentence `python -m bench` prints) before any work; a run that fails returns its exit code and
-`error` (error.txt's text), as the command's exit code and files say it.
+What the command refuses with exit 2 raises a bench.errors.BenchError here (ConfigError,
+ConfigProblem, DeviceError: str() is the sentence the command prints; `key`, `value`,
+`accepted` for a program), before any MLflow run: compose_config for the config itself,
+run() also for what the world says (the dataset on disk, the device). A run that starts and
+fails returns `ok=False` with `error` set; Ctrl-C raises KeyboardInterrupt once the run is
+marked KILLED. Nothing goes to stdout unless run(..., echo=True). Any thread may call run().
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
-from omegaconf import OmegaConf
+from bench.config import BenchConfig, check, compose
+from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError
+from bench.infer.result import InferMetrics
+from bench.iobench.result import StorageMetrics
+from bench.run_dirs import RUN_BASE, Reserved, discard, missing_dirs, reserve
+from bench.train.result import EpochRecord, TrainMetrics
 
-from bench.config import BenchConfig, compose, load
+__all__ = [
+    "EpochRecord",
+    "InferMetrics",
+    "Metrics",
+    "RunResult",
+    "StorageMetrics",
+    "TrainMetrics",
+    "compose_config",
+    "default_config",
+    "run",
+]
 
-__all__ = ["RunResult", "compose_config", "default_config", "run"]
+# the record of each mode: narrow it with isinstance(result.metrics, TrainMetrics)
+Metrics = Union[TrainMetrics, InferMetrics, StorageMetrics]
 
 
 def default_config() -> BenchConfig:
@@ -35,20 +56,23 @@ def default_config() -> BenchConfig:
 
 
 def compose_config(*overrides: str) -> BenchConfig:
-    """The checked config of `python -m bench <overrides>` (Hydra's compose API; no run directory)."""
+    """The checked config of `python -m bench <overrides>` (Hydra's compose API; no run directory):
+    every key, value and rule the command checks before it imports torch, the model's name
+    included. Raises BenchError."""
     return compose(*overrides)
 
 
 @dataclass
 class RunResult:
-    """What one run gave back: its exit code, its directory, and its typed records."""
+    """What one run gave back: its exit code, its directory, and its typed records. A run refused
+    before any work never gets here (run() raises); `ok` is False exactly when `error` is set."""
 
-    exit_code: int  # 0: finished; 2: refused before any work; 1: failed; 130/143: interrupted
+    exit_code: int  # 0: finished; 1: failed (`error` says why); 143: SIGTERM, and the program's handler returned
     out_dir: Path  # run_summary.json, metrics_epoch.jsonl, ... as `python -m bench` writes them
     config: BenchConfig
-    metrics: Any = None  # the mode's record (TrainMetrics, InferMetrics, StorageMetrics); None if none was written
-    epochs: List[Any] = field(default_factory=list)  # training: an EpochRecord per epoch
-    error: Optional[str] = None  # error.txt: why the run failed
+    metrics: Optional[Metrics] = None  # the mode's record; None if the run wrote none
+    epochs: List[EpochRecord] = field(default_factory=list)  # training: an EpochRecord per epoch
+    error: Optional[str] = None  # why the run failed (error.txt's text)
 
     @property
     def ok(self) -> bool:
@@ -59,20 +83,32 @@ def run(
     config: Union[BenchConfig, Sequence[str]],
     out_dir: Union[str, Path, None] = None,
     launch_dir: Union[str, Path, None] = None,
+    *,
+    echo: bool = False,
 ) -> RunResult:
     """Run one benchmark in this process: `config` is a BenchConfig (checked again, so edits count)
     or the overrides of `python -m bench`. `out_dir`: the run's directory (default
     `outputs/<date>/<time>` under `launch_dir`, the current directory unless given, where the
-    default MLflow store `mlflow.db` lives too)."""
+    default MLflow store `mlflow.db` lives too). `echo=True` prints the command's final
+    `{"radix_metrics": ...}` line on stdout. Raises BenchError for what the command refuses."""
     from bench.app import run as run_bench
     from bench.scenarios import report_class
 
     overrides = [] if isinstance(config, BenchConfig) else [str(o) for o in config]
-    checked = load(OmegaConf.structured(config)) if isinstance(config, BenchConfig) else compose(*overrides)
+    checked = check(config) if isinstance(config, BenchConfig) else compose(*overrides)
     launch = Path(launch_dir or Path.cwd()).resolve()
-    where = Path(out_dir) if out_dir is not None else default_out_dir(launch)
+    reserved = own_dir(out_dir, launch)
+    where = reserved.path
     where.mkdir(parents=True, exist_ok=True)
-    code = run_bench(checked, where, launch, overrides)
+    try:
+        code = run_bench(checked, where, launch, overrides, raise_refusals=True, echo=echo)
+    except BenchError:
+        discard(reserved)  # refused before any work: nothing of this call stays on disk
+        raise
+    if code == EXIT_SIGINT:  # Ctrl-C: the run is marked KILLED; the program stops as Python's do
+        raise KeyboardInterrupt(f"bench run in {where} interrupted")
+    if code == EXIT_SIGTERM and threading.current_thread() is threading.main_thread():
+        signal.raise_signal(signal.SIGTERM)  # now the program's own handling: by default it ends here (143)
     result = RunResult(exit_code=code, out_dir=where, config=checked)
     if (where / "run_summary.json").is_file():
         report = report_class(checked.mode).from_files(where)
@@ -80,12 +116,19 @@ def run(
         result.epochs = list(getattr(getattr(report, "result", None), "epochs", None) or [])
     if (where / "error.txt").is_file():
         result.error = (where / "error.txt").read_text().strip()
+    if code == EXIT_SIGTERM:  # the program's SIGTERM handler let it go on
+        result.error = "run interrupted: terminated by signal SIGTERM (the MLflow run is KILLED)"
+    elif code and not result.error:  # error.txt could not be written: the [ERROR] line on stderr said it
+        result.error = f"the run ended with exit code {code} (see its [ERROR] line on stderr)"
     return result
 
 
-def default_out_dir(launch: Path) -> Path:
-    """`<launch>/outputs/<date>/<time>`, this call's own even when another run starts in the same
-    second (`-2`, `-3`, ... then: bench.run_dirs, as `python -m bench`)."""
-    from bench.run_dirs import RUN_BASE, reserve
-
-    return reserve(launch / RUN_BASE).path
+def own_dir(out_dir: Union[str, Path, None], launch: Path) -> "Reserved":
+    """The run's directory: `out_dir` as given, else `<launch>/outputs/<date>/<time>`, this call's own
+    even when another run starts in the same second (`-2`, `-3`, ...: bench.run_dirs, as `python -m
+    bench`); with what this call makes of it, which a refusal removes again (run_dirs.discard)."""
+    if out_dir is None:
+        reserved = reserve(launch / RUN_BASE)
+        reserved.override = f"hydra.run.dir={reserved.path}"  # this call's: removed whole on a refusal
+        return reserved
+    return Reserved(Path(out_dir), missing_dirs(Path(out_dir)))

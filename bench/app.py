@@ -11,7 +11,6 @@ its ranks start.
 from __future__ import annotations
 
 import logging
-import signal
 import sys
 import traceback
 from pathlib import Path
@@ -20,9 +19,10 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from bench.config import BenchConfig, as_plain, load
-from bench.error_file import release, reserve, write_error
+from bench.error_file import room_kept, write_error
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
 from bench.errors import stopped_by as _interruption
+from bench.machine.children import sigterm_raises
 from bench.output_redaction import install as redact_output
 from bench.results import note_run
 from bench.secrets import redact, scrub
@@ -87,9 +87,12 @@ def run(
     launch_dir: Path,
     overrides: Optional[List[str]] = None,
     sweep_job: Optional[SweepJob] = None,
+    *,
+    raise_refusals: bool = False,
+    echo: bool = True,
 ) -> int:
-    """Run one benchmark; returns the process exit code. `sweep_job` is set for the jobs of a
-    multirun: a job that cannot start still leaves a FAILED child run with the reason."""
+    """Run one benchmark; returns the process exit code. `sweep_job`: a multirun's job (one that cannot
+    start still leaves a FAILED child run with the reason). bench.api's: raise_refusals, echo=False."""
     from bench.scenarios import has_ranks, scenario_for
 
     overrides = overrides or []
@@ -98,6 +101,8 @@ def run(
         scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
         checked_uri(config.tracking, launch_dir)  # a store MLflow has no scheme for: refused before any work
     except BenchError as exc:
+        if raise_refusals:
+            raise
         return _refuse(
             exc, out_dir, sweep_job, lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job)
         )
@@ -111,33 +116,36 @@ def run(
 
     environment = collect_environment()
     tracker: Tracker = Untracked()  # until the run opens: a signal while the server is probed is said too
-    previous_sigterm = signal.signal(signal.SIGTERM, _raise_interrupted)
-    try:
-        tracker = _tracker(config, scenario, launch_dir, environment, overrides, sweep_job, out_dir)
+    with room_kept(out_dir), sigterm_raises():  # room for error.txt; SIGTERM raises (in the main thread)
+        try:
+            tracker = _tracker(config, scenario, launch_dir, environment, overrides, sweep_job, out_dir)
+        except BaseException as exc:
+            return _fail(exc, scenario, config, out_dir, tracker)
         if config.tracking.required and not tracker.active:  # before any work: the record is what was asked for
-            error(f"this run cannot be tracked and tracking.required=true: {tracker.lost}")
+            untracked = BenchError(f"this run cannot be tracked and tracking.required=true: {tracker.lost}")
+            if raise_refusals:
+                raise untracked
+            error(str(untracked))
             return EXIT_FAILED
-        reserve(out_dir)  # room for error.txt, should the disk fill up
-        report = scenario.report(launcher.run(scenario, config, out_dir), config)
-        _report_the_measurement(report, tracker)
-        problems = list(report.problems) + _write_outputs(report, config, environment, tracker, out_dir)
-        stopped = report.interrupted  # a signal during the passes after the window
-        if stopped:
-            raise Interrupted(stopped)  # the window is reported: the run ends KILLED, as at any signal
-        if problems:  # the measurement stands; an output it was to leave behind does not
-            reason = "; ".join(problems)
-            tracker.finish("FAILED", error=reason)
-            error(f"run failed after its measurement was reported: {reason}{_kept(out_dir, reason)}")
-            return EXIT_FAILED
-        tracker.finish("FINISHED")
-    except BaseException as exc:  # every way out ends the MLflow run with a status
-        return _fail(exc, scenario, config, out_dir, tracker)
-    finally:
-        signal.signal(signal.SIGTERM, previous_sigterm)
-        release(out_dir)
+        try:
+            report = scenario.report(launcher.run(scenario, config, out_dir), config)
+            _report_the_measurement(report, tracker, echo)
+            problems = list(report.problems) + _write_outputs(report, config, environment, tracker, out_dir)
+            stopped = report.interrupted  # a signal during the passes after the window
+            if stopped:
+                raise Interrupted(stopped)  # the window is reported: the run ends KILLED, as at any signal
+            if problems:  # the measurement stands; an output it was to leave behind does not
+                reason = "; ".join(problems)
+                tracker.finish("FAILED", error=reason)
+                error(f"run failed after its measurement was reported: {reason}{_kept(out_dir, reason)}")
+                return EXIT_FAILED
+            tracker.finish("FINISHED")
+        except BaseException as exc:  # every way out ends the MLflow run with a status
+            return _fail(exc, scenario, config, out_dir, tracker)
     log.info("results in %s", out_dir)
     if config.tracking.required and tracker.lost:  # the files are kept; the record is not complete
-        error(f"run not tracked (tracking.required=true): {tracker.lost}; its results are in {out_dir}")
+        reason = f"run not tracked (tracking.required=true): {tracker.lost}"
+        error(f"{reason}; its results are in {out_dir}{_kept(out_dir, reason)}")
         return EXIT_FAILED
     link = tracker.ui_link() if sweep_job is None else None  # a sweep's jobs: the sweep says it once, at its end
     if link:
@@ -145,13 +153,14 @@ def run(
     return 0
 
 
-def _report_the_measurement(report: "Report", tracker: "Tracker") -> None:
+def _report_the_measurement(report: "Report", tracker: "Tracker", echo: bool) -> None:
     """First, before any optional file or artifact: the final stdout line and the MLflow
     metrics, so a full disk or a failed checkpoint cannot cost the measurement."""
     from bench.results import final_line
 
     log.info(report.headline())
-    print(final_line(report.metrics), flush=True)
+    if echo:
+        print(final_line(report.metrics), flush=True)
     tracker.log_metrics(report.metrics)
 
 
@@ -160,25 +169,17 @@ def _write_outputs(
 ) -> List[str]:
     """The run's files (each written whole or not at all) and the rest of its MLflow record;
     what could not be written, as problems."""
+    from bench.tracking.environment import write_packages
+
     try:
         files = report.write(out_dir, as_plain(config), environment, tracker.run_id)
-        files.append(_write_packages(out_dir))
+        files.append(write_packages(out_dir))
         report.log_to(tracker, files, out_dir, config.tracking.log_step_metrics)  # never raises
         note_run(out_dir, tracker.name, files)  # what an upload sends later, and by which name
     except OSError as exc:
         where = exc.filename or out_dir
         return [f"the run's files could not be written to {out_dir} ({exc.strerror or exc}: {where})"]
     return []
-
-
-def _write_packages(out_dir: Path) -> Path:
-    """packages.txt: every installed package as name==version (the environment holds its hash)."""
-    from bench.results import write_text
-    from bench.tracking.environment import PACKAGES_FILE, installed_packages
-
-    path = out_dir / PACKAGES_FILE
-    write_text(path, "\n".join(installed_packages()) + "\n")
-    return path
 
 
 def _tracker(
@@ -238,8 +239,6 @@ def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[SweepJob], track
 def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchConfig, out_dir: Path) -> int:
     """A process that does not hold rank 0 (a follower node, a non-zero rank under torchrun):
     train, hand the timing to rank 0, report nothing but a failure."""
-    from bench.machine.children import sigterm_raises
-
     try:
         with sigterm_raises():  # a follower waiting for its hosts ends on SIGTERM as on Ctrl-C
             launcher.run(scenario, config, out_dir)
@@ -249,7 +248,8 @@ def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchCon
             raise
         failed = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
         reason, code = interrupted or (failed, EXIT_FAILED)
-        error(f"{launcher.who} {'interrupted' if interrupted else 'failed'}: {reason}")
+        reason = f"{launcher.who} {'interrupted' if interrupted else 'failed'}: {reason}"
+        error(reason + ("" if interrupted else _kept(out_dir, reason)))
         return code
     log.info("%s done; rank 0 reports the run", launcher.who)
     return 0
@@ -263,10 +263,6 @@ def _kept(out_dir: Path, reason: str) -> str:
     except OSError as exc:
         return f" (no error.txt: {exc.strerror or exc})"
     return ""
-
-
-def _raise_interrupted(signum: int, _frame: Any) -> None:
-    raise Interrupted(signal.Signals(signum).name)
 
 
 def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir: Path, tracker: "Tracker") -> int:

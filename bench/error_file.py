@@ -6,7 +6,9 @@ either way (a run killed with SIGKILL leaves it in its own directory)."""
 from __future__ import annotations
 
 import logging
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Iterator
 
 from bench.secrets import redact
 
@@ -25,6 +27,16 @@ def reserve(out_dir: Path) -> None:
             fh.flush()
     except OSError:
         path.unlink(missing_ok=True)
+
+
+@contextmanager
+def room_kept(out_dir: Path) -> Iterator[None]:
+    """reserve() while a run runs, release() when it ends, however it ends."""
+    reserve(out_dir)
+    try:
+        yield
+    finally:
+        release(out_dir)
 
 
 def release(out_dir: Path) -> None:

@@ -8,7 +8,7 @@ Torch-free: every layer may raise these.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Optional
 
 from bench.secrets import has_userinfo, looks_secret
 
@@ -19,9 +19,14 @@ EXIT_SIGTERM = 143  # terminated (128 + SIGTERM)
 
 
 class BenchError(Exception):
-    """An error with one sentence for the user (str()) and the exit code it ends the run with."""
+    """An error with one sentence for the user (str()) and the exit code it ends the run with.
+    `key`, `value`, `accepted`: the config key it is about, its value and what is accepted, for a
+    program to read (bench.api); None where the error is not about one key's value."""
 
     exit_code = EXIT_FAILED
+    key: Optional[str] = None
+    value: Any = None
+    accepted: Optional[str] = None
 
 
 class ConfigError(BenchError, ValueError):
@@ -39,15 +44,24 @@ class ConfigError(BenchError, ValueError):
 
 class ConfigProblem(BenchError, ValueError):
     """A config that cannot be used for a reason that is not one key's value (a file that is
-    not there, a syntax error in an override); str() is the sentence shown."""
+    not there, a syntax error in an override); str() is the sentence shown, `key` and `value`
+    the key it names, when it names one."""
 
     exit_code = EXIT_CONFIG
+
+    def __init__(self, sentence: str, key: Optional[str] = None, value: Any = None):
+        self.key, self.value = key, value
+        super().__init__(sentence)
 
 
 class DeviceError(BenchError):
     """No usable device for the requested run (no CUDA and allow_cpu=false, too few GPUs)."""
 
     exit_code = EXIT_CONFIG
+
+    def __init__(self, sentence: str, key: str, value: Any, accepted: str):
+        self.key, self.value, self.accepted = key, value, accepted
+        super().__init__(sentence)
 
 
 class DataError(BenchError):

@@ -107,7 +107,7 @@ def for_command(args: Sequence[str]) -> Optional[Reserved]:
         return None
     if named:  # the user's: noted only when this command is the one to make it
         path = Path(named[-1].strip("'\""))
-        missing = [] if "${" in named[-1] else _missing(path)
+        missing = [] if "${" in named[-1] else missing_dirs(path)
         return Reserved(path, missing) if missing else None
     try:
         reserved = reserve(Path(SWEEP_BASE if multirun else RUN_BASE))
@@ -117,7 +117,7 @@ def for_command(args: Sequence[str]) -> Optional[Reserved]:
     return reserved
 
 
-def _missing(path: Path) -> List[Path]:
+def missing_dirs(path: Path) -> List[Path]:
     """`path` and its parents that do not exist yet, deepest first."""
     missing = []
     while not path.exists() and path != path.parent:

@@ -3,6 +3,7 @@ and composing one outside `python -m bench` (tools, tests). Torch-free.
 
     config = load(cfg)            # a composed DictConfig -> a checked BenchConfig
     config = compose("model=resnet18", "data.batch_size=8")   # the same, from overrides
+    config = check(config)        # a BenchConfig edited in Python, checked again as `load` checks
     as_plain(config)              # nested dict of plain values: files, MLflow params
 """
 
@@ -15,11 +16,10 @@ from typing import Any, Dict
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
-from bench.config.preflight import reject_non_finite, reject_unknown_keys
+from bench.config.preflight import reject_non_finite, reject_unknown_attributes, reject_unknown_keys
 from bench.config.schema import BenchConfig, register_configs, schema_class
-from bench.errors import ConfigProblem
 
-__all__ = ["BenchConfig", "as_plain", "compose", "load", "register_configs"]
+__all__ = ["BenchConfig", "as_plain", "check", "compose", "load", "register_configs"]
 
 
 def load(cfg: DictConfig) -> BenchConfig:
@@ -30,9 +30,9 @@ def load(cfg: DictConfig) -> BenchConfig:
     try:
         config = OmegaConf.to_object(cfg)
     except OmegaConfBaseException as exc:  # e.g. a ${...} that points nowhere
-        from bench.config.hydra_errors import one_line
+        from bench.config.hydra_errors import as_error
 
-        raise ConfigProblem(one_line(exc)) from None
+        raise as_error(exc) from None
     assert isinstance(config, BenchConfig)
     from bench.scenario_registry import check_config  # import-free itself: the scenario's module loads here
 
@@ -48,15 +48,30 @@ def compose(*overrides: str) -> BenchConfig:
     from hydra.errors import HydraException
 
     from bench import config_dir
-    from bench.config.hydra_errors import one_line
+    from bench.config.hydra_errors import as_error
 
     register_configs()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         try:
             composed = hydra_compose(config_name="config", overrides=list(overrides))
         except (HydraException, OmegaConfBaseException) as exc:
-            raise ConfigProblem(one_line(exc)) from None
+            raise as_error(exc) from None
         return load(composed)
+
+
+def check(config: BenchConfig) -> BenchConfig:
+    """A BenchConfig edited as a dataclass (bench.api), checked again as the command line checks
+    its config: a key that is not the schema's (`config.data.batch_sise = 8`), a value of the
+    wrong type (`config.data.batch_size = "abc"`), then everything `load` checks. A new one."""
+    from bench.config.hydra_errors import as_error
+
+    reject_unknown_attributes(config)
+    try:  # merged into the schema as Hydra merges an override: OmegaConf names the full key
+        cfg = OmegaConf.merge(OmegaConf.structured(schema_class()), dataclasses.asdict(config))
+    except OmegaConfBaseException as exc:
+        raise as_error(exc) from None
+    assert isinstance(cfg, DictConfig)
+    return load(cfg)
 
 
 def as_plain(config: Any) -> Dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, Callable, List, Optional
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
-from bench.errors import EXIT_CONFIG, ConfigError
+from bench.errors import EXIT_CONFIG, BenchError, ConfigError, ConfigProblem
 
 _MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
 # conf/hydra/launcher/slurm*.yaml build on hydra-submitit-launcher's configs: not installed, they cannot load
@@ -37,16 +37,20 @@ _TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or
 
 def one_line(exc: BaseException) -> str:
     """The sentence to show for a composition or resolution error."""
+    return str(as_error(exc))
+
+
+def as_error(exc: BaseException) -> BenchError:
+    """A composition or resolution error as bench's: a ConfigError (key, value, what is accepted)
+    when it is about one key's value, else a ConfigProblem holding the sentence."""
     text = str(exc)
     cause = str(exc.__cause__) if exc.__cause__ is not None else ""
     needs_submitit = _NEEDS_SUBMITIT.search(text)
     if needs_submitit:
-        return str(
-            ConfigError(
-                "hydra/launcher",
-                needs_submitit.group(1),
-                "where hydra-submitit-launcher is installed (pip install 'bench[slurm]'), and it is not",
-            )
+        return ConfigError(
+            "hydra/launcher",
+            needs_submitit.group(1),
+            "where hydra-submitit-launcher is installed (pip install 'bench[slurm]'), and it is not",
         )
     missing = _MISSING_OPTION.search(text)
     if missing:
@@ -57,18 +61,16 @@ def one_line(exc: BaseException) -> str:
         accepted = (
             "one of " + ", ".join(names) + did_you_mean(option, names) if names else f"an option in conf/{group}/"
         )
-        return str(ConfigError(key, option, accepted))
+        return ConfigError(key, option, accepted)
     not_in_defaults = _NOT_IN_DEFAULTS.search(text)
     if not_in_defaults:  # `experiment=x`: a group that is not in the defaults list is added with +
         group = not_in_defaults.group(1)
         value = _given(group)
-        return str(
-            ConfigError(
-                group,
-                value,
-                f"+{group}={value if value is not None else '<name>'}: {group} is not in "
-                "the defaults list, so it is added with a leading +",
-            )
+        return ConfigError(
+            group,
+            value,
+            f"+{group}={value if value is not None else '<name>'}: {group} is not in "
+            "the defaults list, so it is added with a leading +",
         )
     appended = _APPEND_HINT.search(text)  # "Could not override 'data.x'. To append ... use +data.x=8"
     reworded = _value_error(cause or text, *(appended.groups() if appended else (None, None)))
@@ -76,24 +78,27 @@ def one_line(exc: BaseException) -> str:
         return reworded
     if "Interpolation" in text or "Interpolation" in cause:
         where = _FULL_KEY.search(text + cause)
-        return f"the config could not be resolved: {_first_line(text)}" + (f" (at {where.group(1)})" if where else "")
+        key = where.group(1) if where else None
+        return ConfigProblem(
+            f"the config could not be resolved: {_first_line(text)}" + (f" (at {key})" if key else ""), key
+        )
     if text.startswith("Ambiguous value"):
-        return f"{_first_line(text)}: to sweep over it add -m (--multirun); for a list write key=[a,b]"
+        return ConfigProblem(f"{_first_line(text)}: to sweep over it add -m (--multirun); for a list write key=[a,b]")
     if "LexerNoViableAltException" in text:  # a character the override grammar has no token for
-        return (
+        return ConfigProblem(
             f"a command-line override could not be parsed ({_first_line(text)}): quote a value that holds "
             "spaces or special characters, e.g. 'tracking.run_name=\"my run!\"'"
         )
     if "no viable alternative" in text or "mismatched input" in text or "extraneous input" in text:
-        return (
+        return ConfigProblem(
             f"a command-line override could not be parsed ({_first_line(text)}): see "
             "https://hydra.cc/docs/advanced/override_grammar/basic"
         )
     detail = _first_line(text) + (f" ({_first_line(cause)})" if cause else "")
-    return f"the config could not be composed: {detail}"
+    return ConfigProblem(f"the config could not be composed: {detail}")
 
 
-def _value_error(text: str, dotted: Optional[str], given: Optional[str]) -> Optional[str]:
+def _value_error(text: str, dotted: Optional[str], given: Optional[str]) -> Optional[ConfigError]:
     """`dotted`, `given`: the key and value Hydra's "use +key=value" hint names (the key in full, where
     OmegaConf's full_key stops at the first unknown part)."""
     key_match = _FULL_KEY.search(text)
@@ -103,15 +108,15 @@ def _value_error(text: str, dotted: Optional[str], given: Optional[str]) -> Opti
     enum = _ENUM.search(text)
     if enum:
         value, names = enum.group(1), enum.group(2).split(", ")
-        return str(ConfigError(key, value, "one of " + ", ".join(names) + did_you_mean(value, names)))
+        return ConfigError(key, value, "one of " + ", ".join(names) + did_you_mean(value, names))
     converted = _CONVERT.search(text)
     if converted:
-        return str(ConfigError(key, converted.group(1), _TYPE_WORDS.get(converted.group(2), converted.group(2))))
+        return ConfigError(key, converted.group(1), _TYPE_WORDS.get(converted.group(2), converted.group(2)))
     boolean = _BOOL.search(text)
     if boolean:
-        return str(ConfigError(key, boolean.group(1), "true or false"))
+        return ConfigError(key, boolean.group(1), "true or false")
     if _NOT_A_KEY.search(text):
-        return str(unknown_key(dotted or key, given))
+        return unknown_key(dotted or key, given)
     return None
 
 

@@ -13,7 +13,7 @@ import dataclasses
 import difflib
 import math
 import typing
-from typing import Any
+from typing import Any, List
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -28,15 +28,29 @@ def reject_unknown_keys(cfg: DictConfig, schema: type, prefix: str = "") -> None
         if key == "defaults":
             continue
         if key not in names:
-            close = difflib.get_close_matches(key, names, n=1)
-            where = f"a key of {prefix.rstrip('.') or 'the config'}"
             container = OmegaConf.to_container(cfg, resolve=False)
             assert isinstance(container, dict)  # a DictConfig's container is a dict
-            value = container.get(key)
-            raise ConfigError(prefix + key, value, where + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+            raise _unknown(prefix, key, container.get(key), names)
         child: Any = cfg._get_node(key)
         if dataclasses.is_dataclass(hints.get(key)) and isinstance(child, DictConfig):
             reject_unknown_keys(child, hints[key], f"{prefix}{key}.")
+
+
+def reject_unknown_attributes(node: Any, prefix: str = "") -> None:
+    """A dataclass takes any attribute (`config.data.batch_sise = 8` in Python), and asdict drops
+    it without a word: the same typo as `+data.batch_sise=8`, refused the same way."""
+    names = [field.name for field in dataclasses.fields(node)]
+    for name, value in vars(node).items():
+        if name not in names:
+            raise _unknown(prefix, name, value, names)
+        if dataclasses.is_dataclass(value):
+            reject_unknown_attributes(value, f"{prefix}{name}.")
+
+
+def _unknown(prefix: str, key: str, value: Any, names: List[str]) -> ConfigError:
+    close = difflib.get_close_matches(key, names, n=1)
+    where = f"a key of {prefix.rstrip('.') or 'the config'}"
+    return ConfigError(prefix + key, value, where + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
 
 
 def reject_non_finite(node: Any, prefix: str = "") -> None:

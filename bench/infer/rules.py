@@ -11,6 +11,7 @@ from bench.config.fields import Choice
 from bench.config.run import TrainConfig
 from bench.config.schema import BenchConfig
 from bench.errors import ConfigError
+from bench.runtime.model_names import check_arch
 from bench.runtime.rules import check_once_per_run, check_training_for_accuracy, refuse_find_max_batch
 
 TRAINING_ONLY_GROUPS = ("optimizer", "scheduler", "checkpoint")
@@ -18,6 +19,7 @@ TRAINING_ONLY_TRAIN_KEYS = ("eval_every", "target_accuracy", "label_smoothing", 
 
 
 def check_inference(config: BenchConfig) -> None:
+    check_arch(config.model)  # torch-free: before any run, from compose_config too
     check_training_for_accuracy(config)
     training_only = {
         "train.eval_every": config.train.eval_every,

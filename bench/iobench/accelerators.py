@@ -12,6 +12,7 @@ from __future__ import annotations
 import multiprocessing
 import queue as queue_module
 import signal
+import threading
 import time
 from typing import Any, Dict, List
 
@@ -71,7 +72,11 @@ def _start_all(processes: List[Any]) -> None:
     _accelerator_main) and at the Python level, for a signal that arrived just before the block
     and whose handler would otherwise run at any point inside start()."""
     held: List[int] = []
-    handlers = {signum: signal.signal(signum, lambda number, _frame: held.append(number)) for signum in STOP_SIGNALS}
+    in_main_thread = threading.current_thread() is threading.main_thread()  # elsewhere: no Python handlers (bench.api)
+    handlers = {
+        signum: signal.signal(signum, lambda number, _frame: held.append(number))
+        for signum in (STOP_SIGNALS if in_main_thread else ())
+    }
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         for process in processes:

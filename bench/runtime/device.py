@@ -24,7 +24,10 @@ def resolve_device(allow_cpu: bool) -> torch.device:
     if not allow_cpu:
         raise DeviceError(
             "CUDA not available and allow_cpu=false: pass allow_cpu=true "
-            "(or use +experiment=cpu_smoke) to run on the CPU."
+            "(or use +experiment=cpu_smoke) to run on the CPU.",
+            "allow_cpu",
+            False,
+            "true where no CUDA GPU is visible",
         )
     return torch.device("cpu")
 

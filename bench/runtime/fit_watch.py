@@ -101,14 +101,18 @@ def check_quiet(config: BenchConfig, device: Any) -> None:
     if reason:
         raise ConfigProblem(
             f"benchmark.require_fit=true and {reason}: lower cpu_threads, data.num_workers or "
-            "distributed.nproc_per_node, or run without benchmark.require_fit"
+            "distributed.nproc_per_node, or run without benchmark.require_fit",
+            "benchmark.require_fit",
+            True,
         )
     verdict = wait_until_quiet(bench.require_fit_wait_s)
     if not verdict.fit:
         raise ConfigProblem(
             f"benchmark.require_fit=true and the machine was not fit to measure after "
             f"benchmark.require_fit_wait_s={bench.require_fit_wait_s:g}: {'; '.join(verdict.reasons)}; "
-            "stop what runs beside it, or raise benchmark.require_fit_wait_s"
+            "stop what runs beside it, or raise benchmark.require_fit_wait_s",
+            "benchmark.require_fit",
+            True,
         )
 
 

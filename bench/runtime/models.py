@@ -7,7 +7,6 @@ holding `arch: <name>`. bench's own models are the OWN registry below.
 
 from __future__ import annotations
 
-import difflib
 import logging
 import sys
 from typing import Any, Callable, Dict, List, Optional, Tuple, cast
@@ -16,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from bench.config.model import ModelConfig, Norm
-from bench.errors import ConfigError
+from bench.runtime.model_names import OWN_MODELS, check_arch, vit_patch
 
 log = logging.getLogger(__name__)
 
@@ -52,7 +51,7 @@ def small_cnn(cfg: ModelConfig) -> nn.Module:
     )
 
 
-OWN: Dict[str, Callable[[ModelConfig], nn.Module]] = {"cifar_resnet18": cifar_resnet18, "small_cnn": small_cnn}
+OWN: Dict[str, Callable[[ModelConfig], nn.Module]] = dict(zip(OWN_MODELS, (cifar_resnet18, small_cnn), strict=True))
 
 
 # torchvision is imported where a model needs it, not with this module: its import (~1.5 CPU-s,
@@ -67,29 +66,10 @@ def torchvision_models() -> List[str]:
     return torchvision.models.list_models(module=torchvision.models)  # classification models only
 
 
-def _vit_patch(arch: str) -> Optional[int]:
-    """torchvision's ViTs are built for one input size, a multiple of the patch (vit_b_16: 16)."""
-    tail = arch.rsplit("_", 1)[-1]
-    return int(tail) if arch.startswith("vit_") and tail.isdigit() else None
-
-
 def check_model(cfg: ModelConfig) -> None:
-    """The arch exists here and the input size suits it; one ConfigError otherwise."""
-    if cfg.arch not in OWN and cfg.arch not in (known := torchvision_models()):
-        close = difflib.get_close_matches(cfg.arch, [*OWN, *known], n=1)
-        raise ConfigError(
-            "model.arch",
-            cfg.arch,
-            "a torchvision classification model (e.g. resnet50, resnet18, vit_b_16, efficientnet_b0, "
-            "convnext_tiny; all: torchvision.models.list_models()) or bench's own "
-            + ", ".join(OWN)
-            + (f" (did you mean {close[0]}?)" if close else ""),
-        )
-    patch = _vit_patch(cfg.arch)
-    if patch and cfg.image_size % patch:
-        raise ConfigError(
-            "data.image_size", cfg.image_size, f"a multiple of {patch} for model={cfg.arch} (its patch size)"
-        )
+    """The arch exists here (torchvision's own list, as the model is built from it) and the input
+    size suits it; one ConfigError otherwise. The config check did the same from torchvision's source."""
+    check_arch(cfg, known=[] if cfg.arch in OWN else torchvision_models())
 
 
 def build_model(cfg: ModelConfig) -> nn.Module:
@@ -98,7 +78,7 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     else:
         import torchvision
 
-        sized = {"image_size": cfg.image_size} if _vit_patch(cfg.arch) else {}
+        sized = {"image_size": cfg.image_size} if vit_patch(cfg.arch) else {}
         model = torchvision.models.get_model(cfg.arch, weights=None, num_classes=cfg.num_classes, **sized)
     if cfg.zero_init_residual:
         zero_init_residuals(model, convs=cfg.norm == Norm.none)

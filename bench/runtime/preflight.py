@@ -47,7 +47,7 @@ def check_dataset(config: BenchConfig, validation: bool = False) -> None:
 
             check_s3_shards(config.data.root, config.storage, [config.data.split] + ([Split.val] if validation else []))
     except DataError as exc:
-        raise ConfigProblem(str(exc)) from None
+        raise ConfigProblem(str(exc), "data.root", config.data.root) from None
 
 
 def check_device_and_model(config: BenchConfig) -> Any:

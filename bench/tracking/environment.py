@@ -93,6 +93,15 @@ def _installed_packages() -> Tuple[str, ...]:
     return tuple(sorted(found, key=str.lower))
 
 
+def write_packages(out_dir: Path) -> Path:
+    """packages.txt: every installed package as name==version (the environment holds its hash)."""
+    from bench.results import write_text
+
+    path = out_dir / PACKAGES_FILE
+    write_text(path, "\n".join(installed_packages()) + "\n")
+    return path
+
+
 def installed_packages() -> List[str]:
     """Every installed distribution as `name==version`, sorted: what a run needs to be reproduced
     (read once a process: the environment capture and packages.txt both ask)."""

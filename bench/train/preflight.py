@@ -96,4 +96,4 @@ def check_resume_file(config: BenchConfig) -> None:
     try:
         check_meta(read(Path(resume), resume, mmap=True), config, resume)
     except CheckpointError as exc:
-        raise ConfigProblem(f"train.resume: {exc}") from None
+        raise ConfigProblem(f"train.resume: {exc}", "train.resume", resume) from None

@@ -8,10 +8,12 @@ from __future__ import annotations
 from bench.config.distributed import Scaling
 from bench.config.schema import BenchConfig
 from bench.errors import ConfigError
+from bench.runtime.model_names import check_arch
 from bench.runtime.rules import check_once_per_run, check_training_for_accuracy
 
 
 def check_train(config: BenchConfig) -> None:
+    check_arch(config.model)  # torch-free: before any run, from compose_config too
     check_training_for_accuracy(config)
     check_once_per_run(config)
     if config.benchmark.find_max_batch:

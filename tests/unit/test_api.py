@@ -1,17 +1,22 @@
-"""bench.api (issue 30.11, seed 004's Python API): the docs' example runs as written, a real tiny
-CPU run in this process on the command's own path, and gives back the typed records; each epoch
-splits its seconds into data wait and compute (issue 30.12)."""
+"""bench.api (issue 30.11, seed 004's Python API; issue 33.4, its contract): the docs' example runs
+as written, a real tiny CPU run in this process on the command's own path, and gives back the typed
+records; each epoch splits its seconds into data wait and compute (issue 30.12). Called as a user's
+script calls it: twice in one process, the second time from a thread (no signal handlers there, and
+its MLflow run still ends FINISHED); nothing on stdout unless asked; what the command refuses with
+exit 2 raises a BenchError naming the key, the value and what is accepted, and leaves nothing behind."""
 
 from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 
 import pytest
+import torch
 
-from bench.api import RunResult, compose_config, default_config, run
-from bench.errors import ConfigError
+from bench.api import RunResult, TrainMetrics, compose_config, default_config, run
+from bench.errors import BenchError, ConfigError, DeviceError
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "training.md"
 
@@ -21,18 +26,36 @@ def docs_example() -> str:
     return re.search(r"```python\n(.+?)```", section, re.S).group(1)
 
 
-def test_the_docs_example_runs_and_gives_the_typed_records_back(tmp_path, monkeypatch, capsys):
+def in_a_thread(call):
+    """call() in a threading.Thread of its own: what it returned, or what it raised."""
+    outcome: dict = {}
+
+    def body():
+        try:
+            outcome["returned"] = call()
+        except BaseException as exc:  # handed to the test, which fails on it
+            outcome["raised"] = exc
+
+    thread = threading.Thread(target=body)
+    thread.start()
+    thread.join(timeout=600)  # a hang guard only
+    assert not thread.is_alive() and "raised" not in outcome, outcome.get("raised")
+    return outcome["returned"]
+
+
+def test_the_docs_example_then_a_tracked_run_from_a_thread_in_the_same_process(
+    tmp_path, monkeypatch, capsys, bench, tiny
+):
     monkeypatch.chdir(tmp_path)
+    bench.with_store()  # tmp_path/mlflow.db: the default store of a run launched here
     scope: dict = {}
     exec(compile(docs_example(), "docs/training.md", "exec"), scope)
     result = scope["result"]
     assert isinstance(result, RunResult) and result.ok and result.exit_code == 0 and result.error is None
     assert result.out_dir == Path("runs/api") and result.config.data.batch_size == 8
     metrics = result.metrics
-    assert type(metrics).__name__ == "TrainMetrics" and metrics.batch_size == 8 and metrics.images_per_second > 0
-    # the command's own outputs: the final line on stdout, the run's files
-    line = [text for text in capsys.readouterr().out.splitlines() if text.startswith('{"radix_metrics"')]
-    assert json.loads(line[0])["radix_metrics"]["images_per_second"] == pytest.approx(metrics.images_per_second)
+    assert isinstance(metrics, TrainMetrics) and metrics.batch_size == 8 and metrics.images_per_second > 0
+    assert "radix_metrics" not in capsys.readouterr().out  # nothing on stdout unless asked
     # issue 30.12: per epoch, data wait + compute = the epoch's seconds, in the file and the records
     lines = [json.loads(text) for text in (tmp_path / "runs/api/metrics_epoch.jsonl").read_text().splitlines()]
     assert [e.epoch for e in result.epochs] == [e["epoch"] for e in lines] == [1, 2]
@@ -40,11 +63,78 @@ def test_the_docs_example_runs_and_gives_the_typed_records_back(tmp_path, monkey
         assert epoch["data_wait_seconds"] >= 0 and epoch["compute_seconds"] > 0
         assert epoch["data_wait_seconds"] + epoch["compute_seconds"] == pytest.approx(epoch["seconds"])
 
+    # the same process again, from a thread (signal handlers cannot be set there), tracked, echoed
+    second = in_a_thread(lambda: run(tiny, echo=True))
+    assert second.ok and second.error is None and second.out_dir.parent.parent == tmp_path / "outputs"
+    assert second.metrics.batch_size == 4 and result.metrics.batch_size == 8  # each its own records
+    (line,) = [text for text in capsys.readouterr().out.splitlines() if text.startswith('{"radix_metrics"')]
+    assert json.loads(line)["radix_metrics"]["images_per_second"] == second.metrics.images_per_second
+    (tracked,) = bench.runs()  # the docs example's run is not tracked
+    summary = json.loads((second.out_dir / "run_summary.json").read_text())
+    assert tracked.info.status == "FINISHED" and tracked.info.run_id == summary["mlflow_run_id"]
+    assert tracked.data.metrics["images_per_second"] == pytest.approx(second.metrics.images_per_second)
 
-def test_a_config_that_cannot_work_raises_before_any_work(tmp_path):
-    config = compose_config("+experiment=cpu_smoke")
-    config.data.batch_size = 0  # edited after the checks: run() checks again
-    with pytest.raises(ConfigError, match=r"data.batch_size=0 is not valid: accepted a positive integer"):
-        run(config, out_dir=tmp_path / "never")
-    assert not (tmp_path / "never").exists()
-    assert default_config().model.arch == "resnet50"  # the schema's defaults, as `python -m bench`
+
+def edited(tiny, key, value):
+    config = compose_config(*tiny)
+    group, name = key.split(".")
+    setattr(getattr(config, group), name, value)  # after the checks: run() checks again
+    return config
+
+
+REFUSALS = [
+    pytest.param(
+        lambda tiny, where: compose_config(*tiny, "model.arch=resnet51"),  # torch-free, before any run
+        ConfigError,
+        ("model.arch", "resnet51", "did you mean resnet50?"),
+        id="model-name-at-compose",
+    ),
+    pytest.param(
+        lambda tiny, where: run(compose_config(*tiny, "precision=amp_fp16"), launch_dir=where),  # preflight's
+        ConfigError,
+        ("precision", "amp_fp16", "fp32, tf32 or bf16 on a CPU"),
+        id="precision-on-this-device",
+    ),
+    pytest.param(
+        lambda tiny, where: run([*tiny, "allow_cpu=false"], launch_dir=where),
+        DeviceError,
+        ("allow_cpu", False, "true where no CUDA GPU is visible"),
+        id="no-gpu",
+        marks=pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without CUDA"),
+    ),
+    pytest.param(
+        lambda tiny, where: run(edited(tiny, "data.batch_size", "abc"), launch_dir=where),
+        ConfigError,
+        ("data.batch_size", "abc", "an integer"),
+        id="edited-to-a-wrong-type",
+    ),
+    pytest.param(
+        lambda tiny, where: run(edited(tiny, "data.batch_size", 0), launch_dir=where),
+        ConfigError,
+        ("data.batch_size", 0, "a positive integer"),
+        id="edited-out-of-range",
+    ),
+    pytest.param(
+        lambda tiny, where: run(edited(tiny, "data.batch_sise", 8), launch_dir=where),
+        ConfigError,
+        ("data.batch_sise", 8, "a key of data (did you mean data.batch_size?)"),
+        id="edited-a-key-the-schema-has-not",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, kind, named", REFUSALS)
+def test_what_the_command_refuses_raises_naming_the_key_and_leaves_nothing(tmp_path, tiny, call, kind, named):
+    with pytest.raises(BenchError) as raised:
+        call(tiny, tmp_path)
+    exc = raised.value
+    key, value, accepted = named
+    assert type(exc) is kind and exc.exit_code == 2  # the command's exit code for it
+    assert (exc.key, exc.value) == (key, value) and accepted in exc.accepted
+    if kind is ConfigError:  # the command's one line, as it prints it after "[ERROR] "
+        assert str(exc) == f"{key}={value!r} is not valid: accepted {exc.accepted}."
+    assert list(tmp_path.iterdir()) == []  # no outputs/<date>/<time>, no MLflow store
+
+
+def test_the_defaults_are_the_schemas():
+    assert default_config().model.arch == "resnet50"  # as `python -m bench` with no override

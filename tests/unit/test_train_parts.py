@@ -424,6 +424,16 @@ def test_models_come_from_torchvision_by_name_and_bench_adds_its_own():
     assert build_model(squeeze)(torch.randn(1, 3, 64, 64)).shape == (1, 3)
 
 
+def test_the_model_names_read_from_torchvisions_source_are_its_list():
+    """The config check refuses an unknown model.arch before torch loads (compose_config too), from the
+    names in torchvision's source: they must be exactly what torchvision itself lists."""
+    import torchvision
+
+    from bench.runtime.model_names import torchvision_names
+
+    assert torchvision_names() == set(torchvision.models.list_models(module=torchvision.models))
+
+
 def test_unknown_model_is_one_sentence_with_a_suggestion():
     from bench.runtime.models import check_model
 

@@ -1,0 +1,75 @@
+"""Which `model.arch` names exist, known before torch loads: the config check
+(bench.runtime.rules, when the config loads) refuses an unknown name torch-free, so
+`bench.api.compose_config` and `python -m bench` both refuse it before any import of torch.
+
+torchvision's registry fills as its model modules are imported (with torch, ~1.5 CPU-s), so its
+names are read from its source instead: the functions decorated `@register_model()` in
+torchvision/models/*.py are what `torchvision.models.list_models(module=torchvision.models)` gives
+(classification models; detection, segmentation and video live in its subpackages).
+tests/unit/test_train_parts.py holds the two lists equal; bench.runtime.models checks against
+torchvision's own list again when the model is built.
+"""
+
+from __future__ import annotations
+
+import difflib
+import functools
+import importlib.util
+import re
+from pathlib import Path
+from typing import Collection, FrozenSet, Optional
+
+from bench.config.model import ModelConfig
+from bench.errors import ConfigError
+
+OWN_MODELS = ("cifar_resnet18", "small_cnn")  # bench's own (bench.runtime.models.OWN)
+
+_REGISTERED = re.compile(r"^@register_model\((?:name\s*=\s*)?(?:[\"'](\w+)[\"'])?\s*\)", re.MULTILINE)
+_DEF = re.compile(r"^def (\w+)", re.MULTILINE)
+
+
+@functools.lru_cache(maxsize=1)
+def torchvision_names() -> FrozenSet[str]:
+    """torchvision's classification models, read from its source (empty when torchvision is not
+    installed or its source does not read this way: then only the check with torch refuses)."""
+    try:
+        spec = importlib.util.find_spec("torchvision")
+    except (ImportError, ValueError):
+        return frozenset()
+    if spec is None or not spec.submodule_search_locations:
+        return frozenset()
+    names = set()
+    for path in (Path(next(iter(spec.submodule_search_locations))) / "models").glob("*.py"):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        for registered in _REGISTERED.finditer(text):
+            builder = _DEF.search(text, registered.end())
+            names.add(registered.group(1) or (builder.group(1) if builder else ""))
+    names.discard("")
+    return frozenset(names)
+
+
+def check_arch(model: ModelConfig, known: Optional[Collection[str]] = None) -> None:
+    """model.arch is bench's own or one of `known` (torchvision's; read from its source when not
+    given, and not checked when that finds none), and the input size suits it."""
+    known = torchvision_names() if known is None else known
+    if known and model.arch not in OWN_MODELS and model.arch not in known:
+        close = difflib.get_close_matches(model.arch, [*OWN_MODELS, *known], n=1)
+        raise ConfigError(
+            "model.arch",
+            model.arch,
+            "a torchvision classification model (e.g. resnet50, resnet18, vit_b_16, efficientnet_b0, "
+            "convnext_tiny; all: torchvision.models.list_models()) or bench's own "
+            + ", ".join(OWN_MODELS)
+            + (f" (did you mean {close[0]}?)" if close else ""),
+        )
+    patch = vit_patch(model.arch)
+    if patch and model.image_size % patch:
+        raise ConfigError(
+            "data.image_size", model.image_size, f"a multiple of {patch} for model={model.arch} (its patch size)"
+        )
+
+
+def vit_patch(arch: str) -> Optional[int]:
+    """torchvision's ViTs are built for one input size, a multiple of the patch (vit_b_16: 16)."""
+    tail = arch.rsplit("_", 1)[-1]
+    return int(tail) if arch.startswith("vit_") and tail.isdigit() else None
