@@ -523,7 +523,12 @@ def test_a_sweeps_link_charts_a_bar_per_job_and_its_compare_link_opens_the_jobs(
         "return document.querySelector('input[name=runs-view-mode][value=CHART]').closest('label')"
     )
     chart_mode.click()
-    section, cards = _wait(browser, FIRST_CHARTS, lambda seen: seen and seen[1] and seen[1][0][1] is not None)
+    # both drawn: the bars, and the parallel coordinates (plotly draws it after the bars, a spinner until then)
+    section, cards = _wait(
+        browser,
+        FIRST_CHARTS,
+        lambda seen: seen and len(seen[1]) == 2 and seen[1][0][1] is not None and swept[:6] in seen[1][1][0],
+    )
     browser.driver.save_screenshot(str(tmp_path / "chart.png"))
     assert section.startswith(f"the sweep's jobs: {figure}"), section
     (text, bars, drawn), (swept_text, _, _) = cards
