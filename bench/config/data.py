@@ -7,7 +7,7 @@ from typing import Optional
 
 from bench.config.fields import Checks, Choice
 from bench.config.progressive import parse_progressive
-from bench.registries import is_own
+from bench.registries import DATA
 
 # the classifier's head is num_classes x features weights: 1M classes on a 2048-feature model is
 # 8 GiB of float32 before gradients and optimizer state; a count beyond this is a typo, not a run
@@ -70,7 +70,8 @@ class DataConfig(Checks):
             parse_progressive(self.progressive)  # raises the one-line error naming data.progressive
         if self.download and self.name != "cifar100":
             self._fail("download", f"false with data={self.name} (only data=cifar100 can be downloaded)")
-        if self.synthetic or is_own(self.name):  # a builder of the user's own reads what it reads
+        option = DATA.get(self.name)
+        if option is None or option.check is None:  # made, not read from files; or a builder of the user's own
             return
         if not self.root:
             where = "a directory or s3://bucket/prefix" if self.name == "shards" else "a directory"

@@ -34,10 +34,6 @@ class Batches(Protocol):
     def close(self) -> None: ...
 
 
-# data.name -> its batches builder: a registered option's, or the user's own module:function
-BUILDERS = {name: option.batches for name, option in DATA.items()}
-
-
 def _option(data: DataConfig) -> DataOption:
     return DATA.get(data.name) or DataOption(data.name)  # a user's own: its builder, no check or val split
 
@@ -52,7 +48,8 @@ def build_batches(
     storage: Optional[StorageLocation] = None,
 ) -> Batches:
     """`rank`/`world_size` shard real datasets; `storage` opens datasets read through it (s3:// roots)."""
-    return load_named("data.name", data.name, BUILDERS)(
+    builders = {name: option.batches for name, option in DATA.items()}
+    return load_named("data.name", data.name, builders)(
         data, device, memory_format, seed, rank, world_size, storage or StorageLocation()
     )
 
