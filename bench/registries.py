@@ -80,20 +80,15 @@ KEYS: Dict[str, Mapping[str, Any]] = {
 _OWN = re.compile(r"^[A-Za-z_]\w*(\.[A-Za-z_]\w*)*:[A-Za-z_]\w*$")  # package.module:Attr
 
 
-def is_own(value: str) -> bool:
-    """A user's own module:attr rather than a registered name."""
-    return ":" in value
-
-
-def check_name(key: str, value: Any) -> None:
-    """At composition: `value` of `key` is a registered name, or a user's module:attr whose top-level
-    package Python can find (none of the user's code runs here; preflight imports it). The refusal
-    names the accepted names, as an Enum's did."""
+def check_name(key: str, value: str) -> None:
+    """At composition: `value` of `key` is a registered name, or a user's own module:attr (a value
+    with a colon) whose top-level package Python can find (none of the user's code runs here;
+    preflight imports it). The refusal names the accepted names, as an Enum's did."""
     table = KEYS[key]
     if value in table:
         return
     names = "one of " + ", ".join(table)
-    if not isinstance(value, str) or not is_own(value):
+    if ":" not in value:
         raise ConfigError(key, value, names)
     if not _OWN.match(value):
         raise ConfigError(key, value, f"{names}, or a module:attr of your own such as mypkg.module:MyClass")
@@ -111,11 +106,7 @@ def load(target: str) -> Any:
 
 def load_named(key: str, value: str, table: Mapping[str, str]) -> Any:
     """The code `value` of `key` names: a registered option's, or a user's own module:attr."""
-    if value in table:
-        return load(table[value])
-    if not is_own(value):
-        raise ConfigError(key, value, "one of " + ", ".join(table))
-    return load_own(key, value)
+    return load(table[value]) if value in table else load_own(key, value)
 
 
 def load_own(key: str, value: str) -> Any:
@@ -131,5 +122,5 @@ def import_own(values: Mapping[str, str]) -> None:
     """Preflight: each of `values` ({key: value}) that is a user's own module:attr imported now, so
     one that does not import is one line naming its key before any work."""
     for key, value in values.items():
-        if is_own(value):
+        if ":" in value:
             load_own(key, value)

@@ -1,5 +1,5 @@
 """Building blocks of the schema: closed choices as Enums, and the range checks that each
-group's `__post_init__` runs on its own fields.
+group's `__post_init__` runs on its own fields (`registered`: an open set's name, bench.registries).
 
 OmegaConf types a field with an Enum (it refuses `Literal`), so a value outside the choices
 fails when it is set, naming the key and the choices. `Choice` members are also strings, so

@@ -5,6 +5,7 @@ without editing bench: looked for when the config is composed, imported at prefl
 
 from __future__ import annotations
 
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -38,7 +39,7 @@ def test_an_unknown_name_is_refused_in_one_line_naming_the_registered_ones():
         with pytest.raises(ConfigError) as refused:
             compose(f"{key}=nope")
         assert str(refused.value) == f"{key}='nope' is not valid: accepted one of {', '.join(table)}."
-    assert str(refused.value) == "data.name='nope' is not valid: accepted one of synthetic, imagefolder, cifar100, shards."
+    assert str(refused.value).endswith("accepted one of synthetic, imagefolder, cifar100, shards.")  # data.name's
 
 
 def test_a_format_and_a_data_option_are_added_by_registration_alone(mylab, monkeypatch):
@@ -50,7 +51,7 @@ def test_a_format_and_a_data_option_are_added_by_registration_alone(mylab, monke
         ConfigStore.instance().repo["data"].pop("zeros.yaml", None)
     assert (config.storage.workload.format, config.data.name) == ("framed", "zeros")
     assert type(format_for("framed")).__name__ == "Framed"
-    images, labels = next(build_batches(config.data, torch.device("cpu"), torch.contiguous_format, seed=0))
+    images, _labels = next(build_batches(config.data, torch.device("cpu"), torch.contiguous_format, seed=0))
     assert images.shape == (config.data.batch_size, 3, config.data.image_size, config.data.image_size)
     with pytest.raises(ConfigError, match=r"accepted one of raw, npz, tfrecord, hdf5, jpeg, framed\.$"):
         compose("storage.workload.format=parquet")
@@ -70,7 +71,7 @@ def test_own_code_is_looked_for_when_composed_and_imported_at_preflight(mylab):
         f"storage.workload.format='{mylab}:Nope' is not valid: accepted a module:attr Python can import "
         f"(AttributeError: module '{mylab}' has no attribute 'Nope')."
     )
-    with pytest.raises(ConfigError, match="accepted a subclass of bench.iobench.formats.base.Format"):
+    with pytest.raises(ConfigError, match=re.escape("accepted a subclass of bench.iobench.formats.base.Format")):
         format_for(f"{mylab}:zero_batches")
 
 
@@ -84,7 +85,7 @@ def test_own_code_is_looked_for_when_composed_and_imported_at_preflight(mylab):
     ids=["package-not-on-the-path", "not-a-module-name", "no-attr"],
 )
 def test_own_code_of_the_wrong_shape_or_not_on_the_path_is_refused_when_composed(mylab, override, accepted):
-    with pytest.raises(ConfigError, match="is not valid: accepted " + accepted.replace("(", r"\(").replace(".", r"\.")):
+    with pytest.raises(ConfigError, match=re.escape("is not valid: accepted " + accepted)):
         compose(override)
 
 
