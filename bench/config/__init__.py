@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 from enum import Enum
-from typing import Any, Dict
+from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
@@ -19,7 +19,7 @@ from omegaconf.errors import OmegaConfBaseException
 from bench.config.preflight import reject_non_finite, reject_unknown_attributes, reject_unknown_keys
 from bench.config.schema import BenchConfig, register_configs, schema_class
 
-__all__ = ["BenchConfig", "as_plain", "check", "compose", "load", "register_configs"]
+__all__ = ["BenchConfig", "as_plain", "check", "compose", "load", "register_configs", "sweep_problem"]
 
 
 def load(cfg: DictConfig) -> BenchConfig:
@@ -72,6 +72,26 @@ def check(config: BenchConfig) -> BenchConfig:
         raise as_error(exc) from None
     assert isinstance(cfg, DictConfig)
     return load(cfg)
+
+
+def sweep_problem(overrides: List[str]) -> Optional[str]:
+    """A multirun's overrides, before any job: each value given to an open set's key
+    (`storage.workload.format=raw,xyz`) is checked as an Enum key's are, so that a bad one refuses the
+    sweep rather than its job. The one-line reason, or None."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    from bench.errors import ConfigError
+    from bench.registries import KEYS, check_name
+
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.key_or_group
+        if key in KEYS and not override.is_delete():
+            try:
+                for value in override.sweep_iterator() if override.is_sweep_override() else [override.value()]:
+                    check_name(key, str(value))
+            except ConfigError as exc:
+                return str(exc)
+    return None
 
 
 def as_plain(config: Any) -> Dict[str, Any]:

@@ -7,17 +7,11 @@ from typing import Optional
 
 from bench.config.fields import Checks, Choice
 from bench.config.progressive import parse_progressive
+from bench.registries import DATA
 
 # the classifier's head is num_classes x features weights: 1M classes on a 2048-feature model is
 # 8 GiB of float32 before gradients and optimizer state; a count beyond this is a typo, not a run
 MAX_CLASSES = 1_000_000
-
-
-class DataName(Choice):
-    synthetic = "synthetic"  # one batch made once on the device
-    imagefolder = "imagefolder"  # JPEG/PNG files, one folder per class
-    cifar100 = "cifar100"  # the official CIFAR-100 python files
-    shards = "shards"  # pre-resized JPEG shards (python -m bench.data prepare)
 
 
 class Split(Choice):
@@ -33,7 +27,8 @@ class Decoder(Choice):
 @dataclass
 class DataConfig(Checks):
     KEY = "data"
-    name: DataName = DataName.synthetic
+    # an option in bench.registries.DATA, or a batches builder of your own: mypkg.data:my_batches
+    name: str = "synthetic"
     batch_size: int = 128  # per process (the global batch with distributed.scaling=strong)
     image_size: int = 224
     num_classes: int = 1000
@@ -63,21 +58,23 @@ class DataConfig(Checks):
 
     @property
     def synthetic(self) -> bool:
-        return self.name == DataName.synthetic
+        return self.name == "synthetic"
 
     def __post_init__(self) -> None:
+        self.registered("name")
         self.positive("batch_size", "image_size", "num_classes", "prefetch_factor")
         self.non_negative("num_workers", optional=True)
         if self.num_classes > MAX_CLASSES:
             self._fail("num_classes", f"at most {MAX_CLASSES:,} (the classifier holds num_classes x features weights)")
         if self.progressive is not None:
             parse_progressive(self.progressive)  # raises the one-line error naming data.progressive
-        if self.download and self.name != DataName.cifar100:
+        if self.download and self.name != "cifar100":
             self._fail("download", f"false with data={self.name} (only data=cifar100 can be downloaded)")
-        if self.synthetic:
+        option = DATA.get(self.name)
+        if option is None or option.check is None:  # made, not read from files; or a builder of the user's own
             return
         if not self.root:
-            where = "a directory or s3://bucket/prefix" if self.name == DataName.shards else "a directory"
+            where = "a directory or s3://bucket/prefix" if self.name == "shards" else "a directory"
             self._fail("root", f"{where} holding the {self.name} dataset")
-        if self.root.startswith("s3://") and self.name != DataName.shards:
+        if self.root.startswith("s3://") and self.name != "shards":
             self._fail("root", f"a local directory for data={self.name} (s3:// is read by data=shards)")

@@ -1,5 +1,5 @@
 """Building blocks of the schema: closed choices as Enums, and the range checks that each
-group's `__post_init__` runs on its own fields.
+group's `__post_init__` runs on its own fields (`registered`: an open set's name, bench.registries).
 
 OmegaConf types a field with an Enum (it refuses `Literal`), so a value outside the choices
 fails when it is set, naming the key and the choices. `Choice` members are also strings, so
@@ -14,6 +14,7 @@ from enum import Enum
 from typing import Any, NoReturn, Optional
 
 from bench.errors import ConfigError
+from bench.registries import check_name
 
 
 class Choice(str, Enum):
@@ -40,6 +41,10 @@ class Checks:
 
     def _fail(self, name: str, accepted: str, value: Any = ...) -> NoReturn:
         raise self._error(name, accepted, value)
+
+    def registered(self, name: str) -> None:
+        """A key of an open set (bench.registries.KEYS): a registered name, or a user's module:attr."""
+        check_name(self._key(name), getattr(self, name))
 
     def positive(self, *names: str, optional: bool = False, integer: bool = True) -> None:
         for name in names:

@@ -9,12 +9,14 @@ per run, running each group's `__post_init__` checks. Torch-free.
 from __future__ import annotations
 
 import logging
+import os
 from dataclasses import dataclass, field, make_dataclass
 from typing import Any, Dict, List, Optional, Tuple
 
 from hydra.core.config_store import ConfigStore
 from omegaconf import OmegaConf
 
+from bench import config_dir
 from bench.config.data import DataConfig
 from bench.config.distributed import DistributedConfig, Scaling
 from bench.config.fields import Checks
@@ -25,6 +27,7 @@ from bench.config.run import BenchmarkConfig, CheckpointConfig, ProfileConfig, T
 from bench.config.scheduler import SchedulerConfig
 from bench.config.storage import StorageConfig
 from bench.errors import ConfigError
+from bench.registries import BACKENDS, DATA
 
 log = logging.getLogger("bench")
 
@@ -87,6 +90,17 @@ def register_configs() -> None:
     multiplies: the Slurm presets (conf/hydra/launcher/) ask for cores and memory per process."""
     ConfigStore.instance().store(name="bench_schema", node=schema_class())
     OmegaConf.register_new_resolver("bench.times", _times, replace=True)
+    _register_options()
+
+
+def _register_options() -> None:
+    """Every registered data option and storage backend (bench.registries) is a group option too:
+    `data=<name>`, `storage=<name>`. One with a YAML of its own (conf/data/<name>.yaml: defaults, a
+    comment) is that file; one without needs none."""
+    for group, names in (("data", DATA), ("storage", BACKENDS)):
+        for name in names:
+            if not os.path.exists(os.path.join(config_dir(), group, f"{name}.yaml")):
+                ConfigStore.instance().store(group=group, name=name, node={"name": name})
 
 
 _SCHEMAS: Dict[Tuple[Tuple[str, type], ...], type] = {}

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import urlparse
 
-from bench.config.fields import Checks, Choice
+from bench.config.fields import Checks
 from bench.config.storage_benchmark import (  # noqa: F401  (re-exported: their home before the split)
     MAX_THREADS,
     MAX_TRANSFER_SIZE,
@@ -23,7 +23,6 @@ from bench.config.storage_benchmark import (  # noqa: F401  (re-exported: their 
     PrepareMode,
     Readers,
     ReadMode,
-    RecordFormat,
     Shuffle,
     StorageBenchmarkConfig,
     StorageWorkloadConfig,
@@ -35,23 +34,12 @@ from bench.errors import ConfigError
 BUCKET_NAME = re.compile(r"^[^/\s]+$")
 
 
-class StorageName(Choice):
-    local = "local"  # a local directory
-    s3 = "s3"  # an S3 bucket (AWS, MinIO, Ceph, ...)
-
-
-class S3Client(Choice):
-    obstore = "obstore"  # Rust object_store: the fastest and leanest here
-    s3torchconnector = "s3torchconnector"  # the AWS CRT client (pip install 'bench[s3torch]')
-    boto3 = "boto3"
-
-
 @dataclass
 class StorageLocation(Checks):
     """Where data lives, and how the store is reached: a local directory or an S3 bucket."""
 
     KEY = "storage"
-    name: StorageName = StorageName.local
+    name: str = "local"  # a backend in bench.registries.BACKENDS, or one of your own: mypkg.store:MyBackend
     # local: a directory (null: the run's output directory)
     root: Optional[str] = None
     save_checkpoint: bool = False  # training: write a checkpoint after the measured window
@@ -64,7 +52,7 @@ class StorageLocation(Checks):
     bucket: Optional[str] = None
     prefix: str = ""
     region: str = "us-east-1"
-    client: S3Client = S3Client.obstore
+    client: str = "obstore"  # an S3 client in bench.registries.S3_CLIENTS, or mypkg.s3:MyStore
     max_attempts: int = 5  # tries per request (5xx, throttling, timeouts retried with backoff)
     timeout_s: float = 60.0  # per request
     connect_timeout_s: float = 5.0
@@ -73,11 +61,13 @@ class StorageLocation(Checks):
         self.check_location()
 
     def check_location(self) -> None:
+        self.registered("name")
+        self.registered("client")
         self.positive("max_attempts")
         self.positive("timeout_s", "connect_timeout_s", integer=False)
         if not self.checkpoint_name or "/" in self.checkpoint_name or self.checkpoint_name in (".", ".."):
             self._fail("checkpoint_name", "a file name (no '/'): the checkpoint goes into storage.root")
-        if self.name == StorageName.s3:
+        if self.name == "s3":
             self._check_endpoint()
 
     def _check_endpoint(self) -> None:
@@ -96,7 +86,7 @@ class StorageLocation(Checks):
 
     def check_bucket(self) -> None:
         """storage=s3 with something to store (the storage benchmark, or checkpoints) needs a bucket."""
-        if self.name == StorageName.s3 and not BUCKET_NAME.match(self.bucket or ""):
+        if self.name == "s3" and not BUCKET_NAME.match(self.bucket or ""):
             self._fail(
                 "bucket",
                 "a bucket name (no '/': put paths in storage.prefix) with storage=s3 "
@@ -111,6 +101,6 @@ class StorageConfig(StorageBenchmarkConfig, StorageLocation):
     def __post_init__(self) -> None:
         self.check_benchmark()
         self.check_location()
-        if self.workload.readers == Readers.processes and (self.name == StorageName.s3 or self.direct_io):
+        if self.workload.readers == Readers.processes and (self.name == "s3" or self.direct_io):
             # the same sentence as bench.iobench.reader's, where a store is met that the config did not name
             raise ConfigError("storage.workload.readers", "processes", PROCESSES_NEED)

@@ -33,14 +33,6 @@ class PrepareMode(Choice):
     never = "never"  # a missing or different dataset is an error
 
 
-class RecordFormat(Choice):
-    raw = "raw"  # records back to back
-    npz = "npz"  # a numpy archive of a (samples, record_size) uint8 array
-    tfrecord = "tfrecord"  # real TFRecord framing (length, masked CRC-32C of it, data, masked CRC-32C of data)
-    hdf5 = "hdf5"  # an h5py dataset chunked one sample per chunk
-    jpeg = "jpeg"  # one real JPEG image per file (samples_per_file=1)
-
-
 class ReadMode(Choice):
     whole_file = "whole_file"  # one request per file, read whole (in transfer_size pieces)
     sample = "sample"  # one request per sample: a seek and a read of one record
@@ -92,7 +84,7 @@ class StorageWorkloadConfig(Checks):
     samples_per_file: int = 8
     record_size: int = 65536  # bytes per sample
     record_size_stdev: int = 0  # per-file record sizes drawn from N(record_size, stdev)
-    format: RecordFormat = RecordFormat.raw
+    format: str = "raw"  # a name in bench.registries.FORMATS, or a Format of your own: mypkg.formats:MyFormat
     read_mode: ReadMode = ReadMode.whole_file
     transfer_size: Optional[int] = None  # bytes per read call into a reused buffer; null: one record
     jpeg_decode: bool = False  # format=jpeg: decode every image (simplejpeg), as a loader would
@@ -147,10 +139,11 @@ class StorageWorkloadConfig(Checks):
             "eval_num_files",
             "eval_computation_time",
         )
+        self.registered("format")
         self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", include_high=True)
         self._check_bounds()
         self.shuffle = self._shuffle_mode().value
-        if self.format == RecordFormat.jpeg and self.samples_per_file != 1:
+        if self.format == "jpeg" and self.samples_per_file != 1:
             self._fail("samples_per_file", "1 with format=jpeg (one image per file)")
         if self.jpeg_decode and not self.verify_records:
             self._fail("jpeg_decode", "false with verify_records=false (decoding an image checks it)")

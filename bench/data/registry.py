@@ -1,21 +1,21 @@
-"""The data options, by `data.name`: the one place that maps an option to its code.
+"""The data options, by `data.name`, from the one table (bench.registries.DATA) or a user's own
+batches builder (`data.name=mypkg.data:my_batches`).
 
 Each option has a builder that returns an endless iterator of (images, labels) batches on the
 device, and (real datasets) a torch-free check of `data.root` that runs before anything else.
-Adding a format: a module with its builder (the signature of `build_batches` below), one line
-here, a DataName member (bench.config.data) and conf/data/<name>.yaml.
+Adding a format: a module with its builder (the signature of `build_batches` below), one line in
+bench.registries.DATA (and conf/data/<name>.yaml for defaults of its own).
 """
 
 from __future__ import annotations
 
-import importlib
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Iterator, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, Iterator, Optional, Protocol, Tuple
 
-from bench.config.data import DataConfig, DataName
+from bench.config.data import DataConfig
 from bench.config.storage import StorageLocation
 from bench.data.layout import check_separate_val
 from bench.errors import DataError
+from bench.registries import DATA, DataOption, import_own, load, load_named
 
 if TYPE_CHECKING:
     import torch
@@ -34,36 +34,8 @@ class Batches(Protocol):
     def close(self) -> None: ...
 
 
-@dataclass(frozen=True)
-class DataOption:
-    batches: str  # "module:function" building the batch iterator
-    check: Optional[str] = None  # "module:function(data)": data.root holds this dataset (lists, never reads)
-    val: Optional[str] = None  # "module:function" building one rank's validation pass (train.eval_every)
-
-
-OPTIONS: Dict[DataName, DataOption] = {
-    DataName.synthetic: DataOption("bench.data.synthetic:synthetic_batches"),
-    DataName.imagefolder: DataOption(
-        "bench.data.imagefolder:imagefolder_batches",
-        "bench.data.layout:check_imagefolder",
-        "bench.data.imagefolder:imagefolder_val_batches",
-    ),
-    DataName.cifar100: DataOption(
-        "bench.data.cifar100:cifar100_batches",
-        "bench.data.layout:check_cifar100",
-        "bench.data.cifar100:cifar100_val_batches",
-    ),
-    DataName.shards: DataOption(
-        "bench.data.shards:shard_batches",
-        "bench.data.shardformat:check_shard_dataset",
-        "bench.data.shards:shard_val_batches",
-    ),
-}
-
-
-def _load(target: str) -> Callable[..., Any]:
-    module, _, name = target.partition(":")
-    return getattr(importlib.import_module(module), name)
+def _option(data: DataConfig) -> DataOption:
+    return DATA.get(data.name) or DataOption(data.name)  # a user's own: its builder, no check or val split
 
 
 def build_batches(
@@ -76,7 +48,8 @@ def build_batches(
     storage: Optional[StorageLocation] = None,
 ) -> Batches:
     """`rank`/`world_size` shard real datasets; `storage` opens datasets read through it (s3:// roots)."""
-    return _load(OPTIONS[data.name].batches)(
+    builders = {name: option.batches for name, option in DATA.items()}
+    return load_named("data.name", data.name, builders)(
         data, device, memory_format, seed, rank, world_size, storage or StorageLocation()
     )
 
@@ -91,21 +64,23 @@ def build_val_batches(
 ) -> Any:
     """This rank's share of the validation split (every sample read by one rank, once): an object
     whose one_pass() yields device batches; DataError when the option or data.root has none."""
-    target = OPTIONS[data.name].val
+    target = _option(data).val
     if target is None:
+        *others, last = [name for name, option in DATA.items() if option.val]
         raise DataError(
             f"data={data.name} has no validation split reader: train.eval_every and "
-            "train.target_accuracy need data=imagefolder, cifar100 or shards"
+            f"train.target_accuracy need data={', '.join(others)} or {last}"
         )
-    extra = {"storage": storage} if data.name == DataName.shards else {}  # shards may live on S3
-    return _load(target)(data, device, memory_format, rank, world_size, **extra)
+    extra = {"storage": storage} if data.name == "shards" else {}  # shards may live on S3
+    return load(target)(data, device, memory_format, rank, world_size, **extra)
 
 
 def check_location(data: DataConfig, validation: bool = False) -> None:
     """Raise DataError when data.root does not hold the option's dataset (cheap: listings only);
     validation=True: its val split, which must be a split of its own (not the training images)."""
-    check = OPTIONS[data.name].check
+    check = _option(data).check
     if check:
-        _load(check)(data)
-    if validation and data.name == DataName.imagefolder:
+        load(check)(data)
+    import_own({"data.name": data.name})  # a user's builder: one that does not import is one line now
+    if validation and data.name == "imagefolder":
         check_separate_val(data.dataset_root)

@@ -23,7 +23,6 @@ from typing import Any, List, Optional, Sequence, Tuple
 import psutil
 
 from bench.config import BenchConfig
-from bench.config.storage import RecordFormat
 from bench.config.storage_benchmark import StorageWorkloadConfig
 from bench.doctor.figures import STORAGE, Rung
 from bench.doctor.rung_figures import StorageFigures
@@ -56,7 +55,7 @@ def read_workload(files: Sequence[FileSpec], threads: int, batch: int, seed: int
         num_files=len(files),
         samples_per_file=1,
         record_size=max(1, sum(f.size for f in files) // len(files)),
-        format=RecordFormat.raw,
+        format="raw",
         transfer_size=TRANSFER,
         verify_records=False,
         batch_size=batch,
@@ -124,6 +123,9 @@ def storage_rung(config: BenchConfig, window_s: float, images_in_dataset: int) -
     data = config.data
     if data.synthetic:
         rung.skipped = "synthetic data: nothing is read from storage"
+        return rung
+    if not data.root:  # a data option of the user's own (data.name=module:function) may name no files
+        rung.skipped = f"data={data.name} names no data.root: no files to read alone"
         return rung
     started = time.perf_counter()
     store, specs = dataset_specs(config)

@@ -20,7 +20,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Dict, List, Optional
 
-from bench.config.storage import CheckpointWriters, PrepareMode, StorageConfig, StorageName
+from bench.config.storage import CheckpointWriters, PrepareMode, StorageConfig
 from bench.errors import ConfigProblem
 from bench.iobench.checkpoint import CHECKPOINT_DIR, OVERHEAD, checkpoint_key
 from bench.iobench.freespace import free_inodes, nearest_existing, remove_stale_temporaries, shortfall
@@ -45,7 +45,7 @@ class Need:
 
 def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> None:
     """Raise ConfigProblem (one line, exit 2) when the run's planned writes do not fit."""
-    if storage.name != StorageName.local:
+    if storage.name != "local":
         return
     where = backend(storage)
     dataset = Path(where.location(run_dir, storage.dataset_dir))
@@ -80,7 +80,7 @@ def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> Non
 def file_bytes(samples: int, record_size: int, fmt: str) -> int:
     from bench.iobench.formats.registry import format_for
 
-    layout = format_for(str(fmt))  # what the format adds: its own declaration, no table here
+    layout = format_for(fmt)  # what the format adds: its own declaration, no table here
     per_file, per_sample = layout.overhead_per_file, layout.overhead_per_sample
     return -(-(samples * (record_size + per_sample) + per_file) // BLOCK) * BLOCK
 

@@ -12,9 +12,11 @@ from typing import Optional
 import psutil
 
 from bench.config import BenchConfig
-from bench.config.storage import CheckpointWriters, ReadMode, StorageName
+from bench.config.storage import CheckpointWriters, ReadMode
 from bench.errors import ConfigError
+from bench.iobench.formats.registry import format_for
 from bench.iobench.qualify import dataset_size, host_memory
+from bench.registries import import_own
 
 log = logging.getLogger(__name__)
 
@@ -28,6 +30,8 @@ BYTES_PER_ACCELERATOR = 300 * 2**20
 
 def check_storage_run(config: BenchConfig, clients: int, ranked: bool, run_dir: Optional[Path] = None) -> None:
     storage, workload = config.storage, config.storage.workload
+    format_for(workload.format)  # a Format of the user's own (module:Class) imported now: one line if it fails
+    import_own({"storage.name": storage.name, "storage.client": storage.client})
     if ranked:
         if storage.accelerators != 1:
             raise ConfigError(
@@ -36,7 +40,7 @@ def check_storage_run(config: BenchConfig, clients: int, ranked: bool, run_dir: 
                 "1 with distributed=ddp: each rank is one simulated accelerator "
                 "(distributed.nproc_per_node per host x distributed.nnodes hosts)",
             )
-        if config.distributed.nnodes > 1 and storage.name == StorageName.local and storage.root is None:
+        if config.distributed.nnodes > 1 and storage.name == "local" and storage.root is None:
             raise ConfigError(
                 "storage.root",
                 None,

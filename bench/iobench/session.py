@@ -112,13 +112,13 @@ def build_report(
     storage, workload = config.storage, config.storage.workload
     record = StorageMetrics(
         workload=workload.name,
-        storage=str(storage.name),
+        storage=storage.name,
         storage_client=client_name,
         storage_url=store_url,
         clients=clients,
         accelerators=clients,
         hosts=hosts,
-        format=str(workload.format),
+        format=workload.format,
         verify_records=workload.verify_records,
         read_mode=str(workload.read_mode),
         shuffle=str(workload.shuffle),

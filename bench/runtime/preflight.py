@@ -11,8 +11,9 @@ import os
 from typing import Any
 
 from bench.config import BenchConfig
-from bench.config.data import DataName, Split
+from bench.config.data import Split
 from bench.errors import ConfigError, ConfigProblem, DataError
+from bench.registries import import_own
 
 FLOAT32 = 4
 
@@ -20,6 +21,7 @@ FLOAT32 = 4
 def check_model_run(config: BenchConfig) -> Any:
     """Raise the first problem; return the device the run will use."""
     check_dataset(config)
+    import_own({"storage.name": config.storage.name, "storage.client": config.storage.client})  # checkpoints' store
     device = check_device_and_model(config)
     check_fits(config, device)
     check_quiet(config, device)
@@ -42,7 +44,7 @@ def check_dataset(config: BenchConfig, validation: bool = False) -> None:
         check_location(config.data)
         if validation:  # the val split too: its absence is found now, not after an epoch
             check_location(dataclasses.replace(config.data, split=Split.val), validation=True)
-        if config.data.root and config.data.root.startswith("s3://") and config.data.name == DataName.shards:
+        if config.data.root and config.data.root.startswith("s3://") and config.data.name == "shards":
             from bench.data.shardformat import check_s3_shards
 
             check_s3_shards(config.data.root, config.storage, [config.data.split] + ([Split.val] if validation else []))

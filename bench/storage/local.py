@@ -17,7 +17,7 @@ import re
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, List, Mapping, Optional, Tuple
 
-from bench.config.storage import StorageLocation, StorageName
+from bench.config.storage import StorageLocation
 from bench.machine.writable import check_writable_dir
 from bench.storage.base import ObjectStore
 
@@ -234,7 +234,7 @@ def check_local_dirs(cfg: StorageLocation, base: Path, folders: Mapping[str, str
     each folder under it that the run writes into ({key naming it: folder}) can be directories this
     process writes; else one ConfigError naming the key (a file where a directory goes, a read-only
     mount). Nothing is made."""
-    if cfg.name != StorageName.local:
+    if cfg.name != "local":
         return
     if cfg.root:
         check_writable_dir("storage.root", cfg.root)

@@ -33,7 +33,7 @@ from typing import Callable, List, Sequence
 
 from bench.analysis.rounds import Rounds, alternate
 from bench.config import compose
-from bench.config.storage import PrepareMode, S3Client, StorageConfig, StorageWorkloadConfig
+from bench.config.storage import PrepareMode, StorageConfig, StorageWorkloadConfig
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
 from bench.iobench.workload import FileSpec
@@ -148,7 +148,7 @@ def compare_s3(args: argparse.Namespace) -> float:
             f"storage.client={args.client}",
         )
         location = f"s3://{settings.bucket}/{settings.prefix}"
-        writer = dataclasses.replace(storage, client=S3Client.obstore)  # moto refuses s3torchconnector's writes
+        writer = dataclasses.replace(storage, client="obstore")  # moto refuses s3torchconnector's writes
         files = prepare_dataset(open_store(location, writer), storage.workload, PrepareMode.auto, 4).files
         store = open_store(location, storage)
 

@@ -46,13 +46,14 @@ from typing import Dict, List, Optional
 
 from bench.analysis.rounds import Rounds, alternate
 from bench.config import compose
-from bench.config.storage import PrepareMode, RecordFormat, StorageWorkloadConfig
+from bench.config.storage import PrepareMode, StorageWorkloadConfig
 from bench.errors import EXIT_CONFIG, BenchError, interruption_in
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import uses_processes
 from bench.machine.children import sigterm_raises
 from bench.machine.leftovers import clean_leftovers, owned_tempdir
 from bench.machine.writable import writable_dir_refusal
+from bench.registries import FORMATS
 from bench.storage.local import LocalStore
 from bench.tools.ceiling_readers import Costs, Reader, bench_reader, fio_reader, plain_reader
 
@@ -81,7 +82,7 @@ def workload_for(args: argparse.Namespace, verify: bool = True, readers: str = "
 
 def checks_anything(fmt: str) -> bool:
     """Does the format check more than lengths (so that an unchecked reader differs from bench)?"""
-    return RecordFormat(fmt) != RecordFormat.raw
+    return fmt != "raw"
 
 
 def summarise(found: Rounds, costs: Costs, label: str) -> Dict[str, float]:
@@ -136,7 +137,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument(
         "--format",
         default="raw",
-        choices=[str(f) for f in RecordFormat],
+        choices=list(FORMATS),
         help="how the files are written and checked (default raw: lengths only; tfrecord: CRC-32C, as the preset)",
     )
     parser.add_argument("--transfer-size", type=int, help="bytes per read call (default: one record)")

@@ -138,13 +138,15 @@ def _carry(**carried: Any) -> None:
     os.environ[SWEEP_ENV] = json.dumps(carried)
 
 
-def _refuse_a_launcher_that_cannot_start(config: Any) -> None:
-    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun is one line and
-    exit 2. SystemExit, because Hydra turns any Exception a callback raises into a warning."""
+def _refuse_a_sweep_that_cannot_start(config: Any) -> None:
+    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun, or a value no job
+    can take (storage.workload.format=raw,xyz), is one line and exit 2. SystemExit, because Hydra
+    turns any Exception a callback raises into a warning."""
+    from bench.config import sweep_problem
     from bench.errors import EXIT_CONFIG
     from bench.launch.plugins import cluster_commands_problem
 
-    problem = cluster_commands_problem(config)
+    problem = cluster_commands_problem(config) or sweep_problem(list(config.hydra.overrides.task))
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_CONFIG)
@@ -152,7 +154,7 @@ def _refuse_a_launcher_that_cannot_start(config: Any) -> None:
 
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        _refuse_a_launcher_that_cannot_start(config)
+        _refuse_a_sweep_that_cannot_start(config)
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
         _state.update(
             tracker=None,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import csv
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -224,6 +225,31 @@ def test_prepare_never_without_a_dataset_fails_with_one_line(bench, tmp_path):
     line = bench.single_error(proc)
     assert "storage.prepare=never" in line and f"{tmp_path}/empty/iobench-dataset" in line
     assert "storage.prepare=auto" in line
+
+
+def test_a_record_format_of_ones_own_named_as_module_and_class(bench, tmp_path):
+    """issue 35.4: a Format written outside bench (tests/own_code.py, copied into a package of the
+    user's in the directory the command runs from: on Python's path, as PYTHONPATH would put it) is
+    named on the command line; a real run writes its files with it, reads and checks them through
+    it, and reports the name as given. No line of bench edited. (The working directory rather than
+    PYTHONPATH: a changed PYTHONPATH execs a new interpreter, ~5 s more, where this forks.)"""
+    (tmp_path / "mylab").mkdir()
+    (tmp_path / "mylab" / "__init__.py").write_text("")
+    shutil.copyfile(Path(__file__).parents[1] / "own_code.py", tmp_path / "mylab" / "own.py")
+    proc = bench.run(
+        *TINY,
+        "storage.workload.format=mylab.own:Framed",
+        "storage.workload.checkpoint_size_mb=0",
+        f"storage.root={tmp_path}/data",
+        "tracking.enabled=false",
+        f"hydra.run.dir={tmp_path}/run",
+        cwd=tmp_path,
+    )
+    metrics = bench.metrics(proc)
+    assert metrics["format"] == "mylab.own:Framed" and metrics["read_samples"] == measured_steps(FILES) * BATCH
+    files = sorted((tmp_path / "data" / "iobench-dataset").rglob("*.own"))
+    assert len(files) == FILES and all(f.read_bytes()[:4] == b"OWN1" for f in files)
+    assert all(f.stat().st_size == 4 + SAMPLES * RECORD for f in files)
 
 
 @pytest.mark.parametrize(

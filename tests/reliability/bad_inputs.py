@@ -133,6 +133,29 @@ BAD_INPUTS = [
     ),
     ("unknown prepare mode", "bench", ["storage.prepare=sometimes"], 2, "storage.prepare='sometimes'"),
     ("unknown record format", "bench", ["storage.workload.format=parquet"], 2, "storage.workload.format='parquet'"),
+    (
+        "unknown record format in a sweep",
+        "bench",
+        ["-m", "storage.workload.format=raw,parquet"],
+        2,
+        "storage.workload.format='parquet' is not valid: accepted one of raw, npz, tfrecord, hdf5, jpeg.",
+    ),
+    (
+        "own record format not on the path",
+        "bench",
+        ["storage.workload.format=nolab.formats:MyFormat"],
+        2,
+        "storage.workload.format='nolab.formats:MyFormat' is not valid: accepted a module:attr Python can import "
+        "(no package 'nolab' on Python's path",
+    ),
+    (
+        "own record format not in its module",
+        "bench",
+        ["mode=storage", "storage.workload.format=json:NoFormat"],
+        2,
+        "storage.workload.format='json:NoFormat' is not valid: accepted a module:attr Python can import "
+        "(AttributeError: module 'json' has no attribute 'NoFormat').",
+    ),
     ("unknown mode", "bench", ["mode=serve"], 2, "mode='serve'"),
     ("override that does not parse", "bench", ["data.batch_size=["], 2, "a command-line override could not be parsed"),
     ("a list given without -m", "bench", ["data=synthetic,imagefolder"], 2, "to sweep over it add -m"),

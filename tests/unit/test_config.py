@@ -17,7 +17,7 @@ from omegaconf import OmegaConf
 
 from bench import config_dir
 from bench.config import BenchConfig, as_plain, load, register_configs
-from bench.config.data import DataName, Split
+from bench.config.data import Split
 from bench.config.hydra_errors import one_line
 from bench.config.precision import AutocastDtype
 from bench.errors import ConfigError, ConfigProblem
@@ -67,7 +67,7 @@ def test_default_config_is_typed(compose):
     assert isinstance(config, BenchConfig)
     assert config.model.arch == "resnet50" and config.precision.name == "fp32"
     assert config.optimizer.name == "sgd" and config.scheduler.name == "constant"
-    assert config.data.name is DataName.synthetic and config.data.split is Split.train
+    assert config.data.name == "synthetic" and config.data.split is Split.train
     assert config.model.num_classes == 1000 and isinstance(config.model.num_classes, int)  # interpolation resolved
     assert config.allow_cpu is False
 

@@ -151,7 +151,7 @@ def test_radix_job_runs_the_radix_cli_on_one_gpu(compose):
     assert args[:8] == ["--lr", "0.1", "--batch-size", "128", "--epochs", "1", "--steps-per-epoch", "200"]
     assert all("=" in arg and not arg.startswith("-") for arg in extra)
     config = compose(*hydra_overrides(flags, extra))
-    assert (config.model.arch, config.data.name.value, config.optimizer.lr) == ("resnet50", "synthetic", 0.1)
+    assert (config.model.arch, config.data.name, config.optimizer.lr) == ("resnet50", "synthetic", 0.1)
     assert (config.data.batch_size, config.train.epochs, config.train.steps_per_epoch) == (128, 1, 200)
     assert config.allow_cpu is False  # a GPU job: no silent CPU run
 
@@ -197,7 +197,7 @@ def test_storage_job_runs_the_storage_benchmark_on_s3(compose):
     assert args[0] == "+experiment=storage_resnet50_h100"
     config = compose(*args)
     assert config.mode == "storage"  # a registered mode name (bench.scenario_registry), a str
-    assert config.storage.name.value == "s3" and config.storage.bucket and config.storage.endpoint
+    assert config.storage.name == "s3" and config.storage.bucket and config.storage.endpoint
     env = {e["name"]: e for e in container["env"]}
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # required: the run cannot work without them
         ref = env[name]["valueFrom"]["secretKeyRef"]

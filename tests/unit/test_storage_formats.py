@@ -15,16 +15,17 @@ from bench.config import compose
 from bench.errors import ConfigError
 from bench.iobench.fetch import Fetcher
 from bench.iobench.formats.base import CorruptFile
-from bench.iobench.formats.registry import FORMATS, format_for
+from bench.iobench.formats.registry import format_for
 from bench.iobench.formats.tfrecord import crc32c, crc32c_by_table, frame, masked_crc, read_frame
 from bench.iobench.order import buffered_shuffle, file_order, sample_order
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
 from bench.iobench.report import read_figures
+from bench.registries import FORMATS
 from bench.storage.local import LocalStore
 from bench.storage.registry import open_store
 
-FORMAT_NAMES = [str(f) for f in FORMATS]
+FORMAT_NAMES = list(FORMATS)
 
 
 def storage(*overrides: str):
@@ -310,10 +311,9 @@ def test_each_format_declares_what_it_adds_on_disk_in_its_own_class():
     """issue 29: the free-space check's per-format overhead was a table in diskplan.py (a fourth place
     to edit for a new format, with a silent default for a name it lacked): each Format declares it."""
     from bench.iobench.diskplan import file_bytes
-    from bench.iobench.formats.registry import FORMATS, format_for
 
     for name in FORMATS:
-        layout = type(format_for(str(name.value)))
+        layout = type(format_for(name))
         assert {"overhead_per_file", "overhead_per_sample"} <= set(vars(layout)), layout
     assert file_bytes(10, 1000, "tfrecord") >= 10 * (1000 + 16)
     with pytest.raises(ValueError):

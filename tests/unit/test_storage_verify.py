@@ -14,12 +14,13 @@ from bench.config import compose
 from bench.errors import ConfigError
 from bench.iobench.fetch import Fetcher
 from bench.iobench.formats.base import CorruptFile, FileSpec, Unchecked
-from bench.iobench.formats.registry import FORMATS, format_for
+from bench.iobench.formats.registry import format_for
 from bench.iobench.formats.tfrecord import FrameStream, frame
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.qualify import qualification
 from bench.iobench.reader import run_reader
 from bench.iobench.report import read_figures
+from bench.registries import FORMATS
 from bench.storage.local import LocalStore
 
 
@@ -62,7 +63,7 @@ def test_a_flipped_byte_fails_the_read_with_checks_on_and_is_read_and_counted_wi
     assert figures.read_samples == samples - unchecked.workload.batch_size and figures.read_bytes > 0
 
 
-@pytest.mark.parametrize("fmt", [str(f) for f in FORMATS])
+@pytest.mark.parametrize("fmt", list(FORMATS))
 def test_unchecked_reads_still_catch_a_short_file_in_every_format(tmp_path, fmt):
     per_file = ["storage.workload.samples_per_file=1", "storage.workload.batch_size=1"] if fmt == "jpeg" else []
     workload = storage(f"storage.workload.format={fmt}", *per_file).workload

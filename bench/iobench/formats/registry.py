@@ -1,27 +1,24 @@
-"""storage.workload.format -> its Format: the one place that maps a format name to its code.
+"""storage.workload.format -> its Format, from the one table (bench.registries.FORMATS) or the
+user's own module:Class.
 
-Adding a format: a module with a Format subclass (bench.iobench.formats.base), one line here,
-a RecordFormat member (bench.config.storage)."""
+Adding a format: a module with a Format subclass (bench.iobench.formats.base), one line in
+bench.registries.FORMATS."""
 
 from __future__ import annotations
 
-import importlib
 from functools import lru_cache
-from typing import Dict
 
-from bench.config.storage import RecordFormat
 from bench.iobench.formats.base import Format
-
-FORMATS: Dict[RecordFormat, str] = {
-    RecordFormat.raw: "bench.iobench.formats.raw:RawFormat",
-    RecordFormat.npz: "bench.iobench.formats.npz:NpzFormat",
-    RecordFormat.tfrecord: "bench.iobench.formats.tfrecord:TFRecordFormat",
-    RecordFormat.hdf5: "bench.iobench.formats.hdf5:HDF5Format",
-    RecordFormat.jpeg: "bench.iobench.formats.jpeg:JPEGFormat",
-}
+from bench.registries import FORMATS, load_named
 
 
 @lru_cache(maxsize=None)
 def format_for(name: str) -> Format:
-    module, _, cls = FORMATS[RecordFormat(str(name))].partition(":")
-    return getattr(importlib.import_module(module), cls)()
+    """The format's instance; a user's module:Class that does not import, or is no Format, is a
+    ConfigError naming storage.workload.format."""
+    cls = load_named("storage.workload.format", name, FORMATS)
+    if not (isinstance(cls, type) and issubclass(cls, Format)):
+        from bench.errors import ConfigError
+
+        raise ConfigError("storage.workload.format", name, "a subclass of bench.iobench.formats.base.Format")
+    return cls()

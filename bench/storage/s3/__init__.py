@@ -1,20 +1,14 @@
 """storage=s3: an S3 bucket through one of three clients, picked by `storage.client`
-(a registry: the client name maps to its store class)."""
+(bench.registries.S3_CLIENTS maps the client name to its store class)."""
 
 from __future__ import annotations
 
-import importlib
 from pathlib import Path
 
-from bench.config.storage import S3Client, StorageLocation
+from bench.config.storage import StorageLocation
+from bench.registries import S3_CLIENTS, load_named
 from bench.storage.base import ObjectStore, join_key
 from bench.storage.s3.settings import S3Settings, S3Store, parse_s3_url, require_credentials
-
-CLIENTS = {
-    S3Client.obstore: "bench.storage.s3.obstore_store:ObstoreStore",
-    S3Client.boto3: "bench.storage.s3.boto3_store:Boto3Store",
-    S3Client.s3torchconnector: "bench.storage.s3.torchconnector_store:S3TorchConnectorStore",
-}
 
 
 def open_s3_store(location: str, storage: StorageLocation) -> S3Store:
@@ -27,8 +21,7 @@ def open_s3_store(location: str, storage: StorageLocation) -> S3Store:
     settings = S3Settings.from_config(bucket, prefix, storage)
     require_credentials(settings)
     check_endpoint(settings, str(storage.client))
-    module, _, name = CLIENTS[storage.client].partition(":")
-    store: S3Store = getattr(importlib.import_module(module), name)(settings)
+    store: S3Store = load_named("storage.client", storage.client, S3_CLIENTS)(settings)
     return store
 
 
@@ -48,4 +41,4 @@ class S3Backend:
         return self.open(self.location(run_dir, subdir))
 
     def describe(self, store: ObjectStore) -> str:
-        return str(self.cfg.client)
+        return self.cfg.client

@@ -1,0 +1,96 @@
+"""The open sets (bench.registries, issue 35.4): a storage format, a storage backend, an S3 client
+and a data option are one line each in a table that the config reads (its refusal names the
+table's names, as an Enum's did), and a user's own class or function is named as module:attr
+without editing bench: looked for when the config is composed, imported at preflight."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from hydra.core.config_store import ConfigStore
+
+from bench.config import compose, sweep_problem
+from bench.data.registry import build_batches
+from bench.errors import ConfigError
+from bench.iobench.formats.registry import format_for
+from bench.registries import DATA, FORMATS, KEYS, DataOption
+
+
+@pytest.fixture
+def mylab(tmp_path, monkeypatch):
+    """tests/own_code.py as a user's package `mylab.own`, on Python's path."""
+    (tmp_path / "mylab").mkdir()
+    (tmp_path / "mylab" / "__init__.py").write_text("")
+    shutil.copyfile(Path(__file__).parents[1] / "own_code.py", tmp_path / "mylab" / "own.py")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield "mylab.own"
+    for name in [m for m in sys.modules if m == "mylab" or m.startswith("mylab.")]:
+        del sys.modules[name]
+    format_for.cache_clear()
+
+
+def test_an_unknown_name_is_refused_in_one_line_naming_the_registered_ones():
+    for key, table in KEYS.items():
+        with pytest.raises(ConfigError) as refused:
+            compose(f"{key}=nope")
+        assert str(refused.value) == f"{key}='nope' is not valid: accepted one of {', '.join(table)}."
+    assert str(refused.value).endswith("accepted one of synthetic, imagefolder, cifar100, shards.")  # data.name's
+
+
+def test_a_format_and_a_data_option_are_added_by_registration_alone(mylab, monkeypatch):
+    monkeypatch.setitem(FORMATS, "framed", f"{mylab}:Framed")
+    monkeypatch.setitem(DATA, "zeros", DataOption(f"{mylab}:zero_batches"))
+    try:
+        config = compose("mode=storage", "storage.workload.format=framed", "data=zeros")  # data=: a group option too
+    finally:
+        ConfigStore.instance().repo["data"].pop("zeros.yaml", None)
+    assert (config.storage.workload.format, config.data.name) == ("framed", "zeros")
+    assert type(format_for("framed")).__name__ == "Framed"
+    images, _labels = next(build_batches(config.data, torch.device("cpu"), torch.contiguous_format, seed=0))
+    assert images.shape == (config.data.batch_size, 3, config.data.image_size, config.data.image_size)
+    with pytest.raises(ConfigError, match=r"accepted one of raw, npz, tfrecord, hdf5, jpeg, framed\.$"):
+        compose("storage.workload.format=parquet")
+
+
+def test_own_code_is_looked_for_when_composed_and_imported_at_preflight(mylab):
+    config = compose("mode=storage", f"storage.workload.format={mylab}:Framed", f"data.name={mylab}:zero_batches")
+    assert mylab not in sys.modules  # composing ran none of the user's code
+    assert config.data.root is None  # a builder of one's own reads what it reads: no data.root asked for
+    assert format_for(f"{mylab}:Framed").extension == "own"
+    assert next(build_batches(config.data, torch.device("cpu"), torch.contiguous_format, seed=0))[1].sum() == 0
+
+    compose(f"storage.workload.format={mylab}:Nope")  # its package is there: what it holds is preflight's to say
+    with pytest.raises(ConfigError) as refused:
+        format_for(f"{mylab}:Nope")
+    assert str(refused.value) == (
+        f"storage.workload.format='{mylab}:Nope' is not valid: accepted a module:attr Python can import "
+        f"(AttributeError: module '{mylab}' has no attribute 'Nope')."
+    )
+    with pytest.raises(ConfigError, match=re.escape("accepted a subclass of bench.iobench.formats.base.Format")):
+        format_for(f"{mylab}:zero_batches")
+
+
+@pytest.mark.parametrize(
+    "override, accepted",
+    [
+        ("storage.workload.format=nolab.own:Framed", "a module:attr Python can import (no package 'nolab' on Python's"),
+        ("data.name=my-lab:batches", "one of synthetic, imagefolder, cifar100, shards, or a module:attr of your own"),
+        ("storage.name=mylab.own", "one of local, s3."),
+    ],
+    ids=["package-not-on-the-path", "not-a-module-name", "no-attr"],
+)
+def test_own_code_of_the_wrong_shape_or_not_on_the_path_is_refused_when_composed(mylab, override, accepted):
+    with pytest.raises(ConfigError, match=re.escape("is not valid: accepted " + accepted)):
+        compose(override)
+
+
+def test_a_sweep_is_refused_before_any_job_for_a_name_no_job_can_take(mylab):
+    assert sweep_problem([f"storage.workload.format=raw,{mylab}:Framed", "data.name=choice(synthetic,shards)"]) is None
+    assert sweep_problem(["data.batch_size=8", "storage.workload.format=raw,parquet"]) == (
+        "storage.workload.format='parquet' is not valid: accepted one of raw, npz, tfrecord, hdf5, jpeg."
+    )
