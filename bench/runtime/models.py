@@ -148,7 +148,11 @@ def maybe_compile(
     if not enabled:
         return model, {"requested": False, "active": False}
     if mode in CUDA_COMPILE_MODES and device is not None and device.type != "cuda":
-        log.warning("compile_mode=%s needs CUDA (CUDA graphs, GPU autotuning); compiling with the default mode on %s", mode, device.type)
+        log.warning(
+            "compile_mode=%s needs CUDA (CUDA graphs, GPU autotuning); compiling with the default mode on %s",
+            mode,
+            device.type,
+        )
         mode = None
     try:
         compiled = cast(nn.Module, torch.compile(model, mode=mode))  # an OptimizedModule: the stub says Callable

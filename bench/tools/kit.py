@@ -77,18 +77,11 @@ def platform_args(python: str, glibc: str, arch: str) -> List[str]:
 
 
 def marker_env(python: str, arch: str) -> Dict[str, str]:
-    env = dict(default_environment())
-    env.update(
-        python_version=python,
-        python_full_version=f"{python}.0",
-        implementation_name="cpython",
-        platform_python_implementation="CPython",
-        sys_platform="linux",
-        platform_system="Linux",
-        platform_machine=arch,
-        os_name="posix",
-    )
-    return env
+    """The target's environment markers (python_version, platform_machine, ...), not this machine's."""
+    env: Dict[str, str] = {key: str(value) for key, value in default_environment().items()}
+    target = {"python_version": python, "python_full_version": f"{python}.0", "implementation_name": "cpython"}
+    target.update(platform_python_implementation="CPython", sys_platform="linux", platform_system="Linux")
+    return {**env, **target, "platform_machine": arch, "os_name": "posix"}
 
 
 def pip(*args: str) -> subprocess.CompletedProcess:
@@ -96,8 +89,10 @@ def pip(*args: str) -> subprocess.CompletedProcess:
 
 
 def pip_errors(done: subprocess.CompletedProcess) -> str:
+    """pip's own ERROR lines (the last three), else its last line."""
     lines = [line[len("ERROR: ") :] for line in done.stderr.splitlines() if line.startswith("ERROR: ")]
-    return " / ".join(lines[-3:]) or done.stderr.strip().splitlines()[-1:][0] if done.stderr.strip() else "no output"
+    last = done.stderr.strip().splitlines()[-1:] or ["no output"]
+    return " / ".join(lines[-3:]) or last[0]
 
 
 def build_bench_wheel(source: Path, out: Path) -> Path:
@@ -125,7 +120,9 @@ def pins(have: Dict[str, Optional[str]]) -> List[str]:
     return found
 
 
-def resolve(wheel: Path, extras: Sequence[str], out: Path, flags: Sequence[str], have: Dict[str, Optional[str]]) -> List[dict]:
+def resolve(
+    wheel: Path, extras: Sequence[str], out: Path, flags: Sequence[str], have: Dict[str, Optional[str]]
+) -> List[dict]:
     """pip's resolution for the target (metadata only: nothing large is downloaded), held to the target's
     versions, as its report's `install` list. A requirement found only as an sdist is built to a
     pure-Python wheel into `out`."""
@@ -224,7 +221,8 @@ def build(args: argparse.Namespace) -> dict:
         "wheels": wheels,
         "size_bytes": sum(wheels.values()),
         "from_target": dict(sorted(from_target.items())),
-        "install": f"pip install --no-index --find-links {out} bench" + (f"[{','.join(args.extras)}]" * bool(args.extras)),
+        "install": f"pip install --no-index --find-links {out} "
+        + (f"'bench[{','.join(args.extras)}]'" if args.extras else "bench"),
     }
     (out / "kit.json").write_text(json.dumps(manifest, indent=1) + "\n")
     return manifest
@@ -261,7 +259,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 130
     mib = manifest["size_bytes"] / 2**20
     names = ", ".join(sorted(normalise(n.split("-")[0]) for n in manifest["wheels"]))
-    print(f"kit: {len(manifest['wheels'])} wheels, {mib:.1f} MiB in {args.out} (Python {args.python}, {manifest['platform']}): {names}")
+    where = f"{args.out} (Python {args.python}, {manifest['platform']})"
+    print(f"kit: {len(manifest['wheels'])} wheels, {mib:.1f} MiB in {where}: {names}")
     print(f"from the target ({len(manifest['from_target'])}): {', '.join(manifest['from_target'])}")
     print(f"on the target: {manifest['install']}")
     return 0

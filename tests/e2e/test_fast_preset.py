@@ -32,7 +32,8 @@ def test_a_cuda_compile_mode_off_cuda_compiles_with_the_default_mode_in_one_line
     model, info = maybe_compile(torch.nn.Linear(2, 2), True, "reduce-overhead", torch.device("cpu"))
     assert info == {"requested": True, "active": True, "mode": "default"}
     (line,) = [r.getMessage() for r in caplog.records]
-    assert line == "compile_mode=reduce-overhead needs CUDA (CUDA graphs, GPU autotuning); compiling with the default mode on cpu"
+    assert line.startswith("compile_mode=reduce-overhead needs CUDA (CUDA graphs, GPU autotuning)")
+    assert line.endswith("compiling with the default mode on cpu")
     assert type(model).__name__ == "OptimizedModule"  # compiled lazily: calling it here would cost the compile
 
 
@@ -62,9 +63,12 @@ def test_h100_fast_is_at_least_1_25x_a100_bf16_on_this_gpu(bench, tmp_path):
     def side(name: str):
         def once() -> float:
             out = tmp_path / f"{name}-{len(runs[name])}"
-            metrics = bench.metrics(bench.run(f"+experiment={name}", "tracking.enabled=false", f"hydra.run.dir={out}", fresh=True))
+            metrics = bench.metrics(
+                bench.run(f"+experiment={name}", "tracking.enabled=false", f"hydra.run.dir={out}", fresh=True)
+            )
             runs[name].append(metrics)
-            print(f"{name}: {metrics['images_per_second']:.0f} img/s, MFU {metrics.get('mfu')}, compile_s {metrics['compile_s']}")
+            figures = f"{metrics['images_per_second']:.0f} img/s, MFU {metrics.get('mfu')}"
+            print(f"{name}: {figures}, compile_s {metrics.get('compile_s')}")
             return float(metrics["images_per_second"])
 
         return once

@@ -4,11 +4,9 @@
 from __future__ import annotations
 
 import importlib
-import importlib.util
 from pathlib import Path
 
 from bench.config.storage import S3Client, StorageLocation
-from bench.errors import ConfigProblem
 from bench.storage.base import ObjectStore, join_key
 from bench.storage.s3.settings import S3Settings, S3Store, parse_s3_url, require_credentials
 
@@ -17,19 +15,6 @@ CLIENTS = {
     S3Client.boto3: "bench.storage.s3.boto3_store:Boto3Store",
     S3Client.s3torchconnector: "bench.storage.s3.torchconnector_store:S3TorchConnectorStore",
 }
-# the clients of the `s3` extra (an offline kit may leave them out): boto3's credential chain serves all three
-S3_EXTRA = ("boto3", "obstore")
-
-
-def require_s3_extra(client: S3Client) -> None:
-    """storage=s3 where `pip install 'bench[s3]'` was not done: one sentence, exit 2, before any run starts."""
-    wanted = [name for name in S3_EXTRA if name == "boto3" or client == S3Client.obstore]
-    missing = [name for name in wanted if importlib.util.find_spec(name) is None]
-    if missing:
-        raise ConfigProblem(
-            f"storage=s3 with storage.client={client} needs {' and '.join(missing)}, not installed here: "
-            "pip install 'bench[s3]' (offline: a kit built with --extras s3)"
-        )
 
 
 def open_s3_store(location: str, storage: StorageLocation) -> S3Store:
@@ -37,7 +22,7 @@ def open_s3_store(location: str, storage: StorageLocation) -> S3Store:
     the storage config; checks access once (one LIST) so a bad setup fails here, clearly."""
     bucket, prefix = parse_s3_url(location)
     settings = S3Settings.from_config(bucket, prefix, storage)
-    require_s3_extra(storage.client)
+    storage.check_s3_extra()  # where the config's own check did not run (bench.data, the doctor)
     require_credentials(settings)
     module, _, name = CLIENTS[storage.client].partition(":")
     store: S3Store = getattr(importlib.import_module(module), name)(settings)
