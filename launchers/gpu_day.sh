@@ -7,7 +7,7 @@
 #
 # --part day (default), one device call of at most 6 minutes (GPU_DAY_TOTAL_S, default 340 s):
 #   kit        pip's offline check of the kit (--dry-run --no-index), then its wheels into a site folder
-#   gpu_check  python -m bench.tools.gpu_check --budget-s 85         every GPU path, pass/fail
+#   gpu_check  python -m bench.tools.gpu_check --budget-s 80         every GPU path, pass/fail
 #   card       python -m bench +experiment=a100_bf16                  the card's command
 #   sweep      python -m bench -m +experiment=a100_bf16 data.batch_size=128,256 precision=bf16,amp_fp16
 #   doctor     python -m bench.doctor +experiment=a100_bf16 doctor.budget_s=30
@@ -110,7 +110,7 @@ python3 -c "import mlflow" 2>/dev/null || tracking=(tracking.enabled=false)  # a
 [ ${#tracking[@]} -eq 0 ] || echo "    (no mlflow here: tracking.enabled=false)" >> "$summary"
 
 # the GPU's sizes, or on the CPU (--rehearse) the same commands at tiny sizes
-small=() batches=128,256 steps=30 budget=85
+small=() batches=128,256 steps=30 budget=80
 if [ $rehearse = 1 ]; then
   small=(allow_cpu=true model=small_cnn data.image_size=32 data.batch_size=4 data.num_classes=10 benchmark.warmup_steps=1
          train.steps_per_epoch=3 benchmark.progress=false)
@@ -120,7 +120,7 @@ check=(python3 -m bench.tools.gpu_check --budget-s "$budget")
 [ $rehearse = 1 ] && check+=(--rehearse)
 work="$out/work"
 if [ "$part" = day ]; then
-  step gpu_check 100 "$work/gpu_check" "${check[@]}" --keep "$work/gpu_check/runs"
+  step gpu_check 95 "$work/gpu_check" "${check[@]}" --keep "$work/gpu_check/runs"
   step card 40 "$work/card" python3 -m bench +experiment=a100_bf16 "${small[@]}" "${tracking[@]}"
   step sweep 70 "$work/sweep" python3 -m bench -m +experiment=a100_bf16 "${small[@]}" data.batch_size=$batches \
     precision=bf16,amp_fp16 train.steps_per_epoch=$steps "${tracking[@]}"
@@ -129,7 +129,7 @@ if [ "$part" = day ]; then
   # rehearsed: their collection, and the CPU-runnable tests beside them
   marks=(-m gpu)
   [ $rehearse = 1 ] && marks=()
-  step pytest_gpu 55 "$root" python3 -m pytest -q "${marks[@]}" -p no:cacheprovider --durations=10 tests/e2e/test_gpu.py \
+  step pytest_gpu 50 "$root" python3 -m pytest -q "${marks[@]}" -p no:cacheprovider --durations=10 tests/e2e/test_gpu.py \
     tests/unit/test_measure_deeper.py tests/e2e/test_fast_preset.py
 else
   # the fast preset vs the eager one, A-B-B-A in fresh processes; rehearsed: the preset at tiny sizes on the
