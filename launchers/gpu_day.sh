@@ -14,7 +14,9 @@
 #   pytest_gpu python -m pytest -m gpu (the files that hold gpu-marked tests)
 # --part fast, a second call (GPU_DAY_TOTAL_S default 540 s): the fast preset against the eager one on
 #   the same GPU, A-B-B-A in fresh processes (tests/e2e/test_fast_preset.py: >= 1.25x is its claim)
-# --rehearse: every step on the CPU at tiny sizes, under the same limits (CI: .ci/gpu_day, offline).
+# --rehearse: every step on the CPU at tiny sizes (CI: .ci/gpu_day, offline), under the same limits times
+#   GPU_DAY_SCALE (default 1; CI's 2-core CPU pays each step's start-up, imports and MLflow store without
+#   a GPU's speed, and uses 4).
 #
 # Each step runs under `timeout` (SIGTERM, SIGKILL 20 s later) and never past the total; its output
 # goes to OUT_DIR/<step>.{out,err}, and OUT_DIR/summary.md gets a row (exit, seconds) and the step's
@@ -50,7 +52,8 @@ if [ -n "$kit" ] && [ ! -f "$kit/kit.json" ]; then
 fi
 out=${out:-${OUT:-./gpu-day}}
 mkdir -p "$out" && out=$(cd "$out" && pwd)
-total_s=${GPU_DAY_TOTAL_S:-$default_total}
+scale=${GPU_DAY_SCALE:-1}
+total_s=$(( ${GPU_DAY_TOTAL_S:-$default_total} * scale ))
 start=$SECONDS
 summary="$out/summary.md"
 [ "$part" = fast ] && summary="$out/summary-fast.md"
@@ -60,7 +63,7 @@ export PYTHONUNBUFFERED=1
 # step NAME LIMIT_S DIR COMMAND...: run COMMAND in DIR under timeout (the smaller of LIMIT_S and what is
 # left of the total), its output in OUT_DIR/NAME.out|.err, one row in the summary
 step() {
-  local name=$1 limit=$2 dir=$3; shift 3
+  local name=$1 limit=$(($2 * scale)) dir=$3; shift 3
   local left=$((total_s - (SECONDS - start)))
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 10 ]; then
@@ -68,12 +71,12 @@ step() {
   fi
   mkdir -p "$dir"
   local began=$SECONDS code
-  echo "== $name (limit ${limit} s): $*"
+  echo "== $name (limit ${limit} s): ${label:-$*}"
   (cd "$dir" && timeout --kill-after=20s "${limit}s" "$@") > "$out/$name.out" 2> "$out/$name.err"
   code=$?
   [ "$code" -eq 124 ] && code="124 (timed out)"
   [ "$code" = 0 ] || status=1
-  echo "| $name | $code | $((SECONDS - began)) | \`$*\` |" >> "$summary"
+  echo "| $name | $code | $((SECONDS - began)) | \`${label:-$*}\` |" >> "$summary"
   echo "   exit $code after $((SECONDS - began)) s"
 }
 lines() { sed 's/^/    /'; }  # a step's key lines, indented in the summary
@@ -81,7 +84,7 @@ lines() { sed 's/^/    /'; }  # a step's key lines, indented in the summary
 {
   echo "# GPU day ($part$([ $rehearse = 1 ] && echo ', rehearsed on the CPU')): $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
   echo
-  nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv,noheader 2>&1 | lines
+  { nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv,noheader 2>&1 || echo "no nvidia-smi here"; } | lines
   [ -n "$kit" ] && python3 -c "import json,sys; k=json.load(open(sys.argv[1])); print(f\"    kit: {len(k['wheels'])} wheels, {k['size_bytes']/2**20:.1f} MiB, Python {k['python']}\")" "$kit/kit.json"
   echo
   echo "| step | exit | seconds | command |"
@@ -93,24 +96,26 @@ if [ -n "$kit" ]; then
   stamp=$(sha256sum "$kit/kit.json" | cut -c1-16)
   # the documented install, checked offline (resolves against this Python's packages), then the kit's
   # wheels into a folder of their own (an image's site-packages may be read-only); once per machine
+  label="pip install --dry-run --no-index --find-links $kit bench; pip install --no-index --no-deps --target $site"
   # shellcheck disable=SC2016  # expanded by the inner bash, from its arguments
   step kit 40 "$root" bash -c '
     python3 -m pip install -q --dry-run --no-index --find-links "$1" bench || exit 1
     [ "$(cat "$2/.kit" 2>/dev/null)" = "$3" ] && exit 0
     rm -rf "$2" && python3 -m pip install -q --no-index --no-deps --no-compile --target "$2" "$1"/*.whl \
       && echo "$3" > "$2/.kit"' kit "$kit" "$site" "$stamp"
+  label=""
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 else
   export PYTHONPATH="$root${PYTHONPATH:+:$PYTHONPATH}"  # bench and its dependencies already installed
 fi
-python3 -c "import sys, torch, torchvision, bench; print('    python', sys.version.split()[0], '| torch', torch.__version__,
-'| torchvision', torchvision.__version__, '| CUDA', torch.version.cuda, '| bench from', bench.__file__)" >> "$summary" 2>&1
+(cd / && python3 -c "import sys, torch, torchvision, bench; print('    python', sys.version.split()[0], '| torch', torch.__version__,
+'| torchvision', torchvision.__version__, '| CUDA', torch.version.cuda, '| bench from', bench.__file__)") >> "$summary" 2>&1
 tracking=()
 python3 -c "import mlflow" 2>/dev/null || tracking=(tracking.enabled=false)  # a kit without MLflow: runs still measure
 [ ${#tracking[@]} -eq 0 ] || echo "    (no mlflow here: tracking.enabled=false)" >> "$summary"
 
 # the GPU's sizes, or on the CPU (--rehearse) the same commands at tiny sizes
-small=() batches=128,256 steps=30 budget=80
+small=() batches=128,256 steps=30 budget=80 label=""
 if [ $rehearse = 1 ]; then
   small=(allow_cpu=true model=small_cnn data.image_size=32 data.batch_size=4 data.num_classes=10 benchmark.warmup_steps=1
          train.steps_per_epoch=3 benchmark.progress=false)
@@ -125,12 +130,12 @@ if [ "$part" = day ]; then
   step sweep 70 "$work/sweep" python3 -m bench -m +experiment=a100_bf16 "${small[@]}" data.batch_size=$batches \
     precision=bf16,amp_fp16 train.steps_per_epoch=$steps "${tracking[@]}"
   step doctor 45 "$work/doctor" python3 -m bench.doctor +experiment=a100_bf16 "${small[@]}" doctor.budget_s=30 "${tracking[@]}"
-  # the files that hold gpu-marked tests (collecting the whole suite imports what the CUDA image may lack);
-  # rehearsed: their collection, and the CPU-runnable tests beside them
+  # the files that hold gpu-marked tests (collecting the whole suite imports what the CUDA image may lack),
+  # but the fast preset's (--part fast); rehearsed: their collection, and the CPU-runnable tests beside them
   marks=(-m gpu)
-  [ $rehearse = 1 ] && marks=()
+  [ $rehearse = 1 ] && marks=(-n 0)  # all of them, in one process: the gpu-marked ones skip on a CPU
   step pytest_gpu 50 "$root" python3 -m pytest -q "${marks[@]}" -p no:cacheprovider --durations=10 tests/e2e/test_gpu.py \
-    tests/unit/test_measure_deeper.py tests/e2e/test_fast_preset.py
+    tests/unit/test_measure_deeper.py
 else
   # the fast preset vs the eager one, A-B-B-A in fresh processes; rehearsed: the preset at tiny sizes on the
   # CPU (its compile-mode fallback line, compile_s), then the test file (its GPU test skips there)

@@ -1,6 +1,6 @@
 """bench.tools.kit's logic in-process: the target's `pip freeze` read, the platform's wheel tags, and the
 check of what the kit's packages require of the target's versions (the kit built for real, from the
-index, is .ci/gpu_day's; tests/e2e/test_kit.py installs it)."""
+index, is .ci/gpu_day's; tests/e2e/test_offline_kit.py installs it)."""
 
 from __future__ import annotations
 
