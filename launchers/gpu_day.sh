@@ -80,11 +80,22 @@ step() {
   echo "   exit $code after $((SECONDS - began)) s"
 }
 lines() { sed 's/^/    /'; }  # a step's key lines, indented in the summary
+# the figures of a run's final line that the day is for (the speed, the GPU's use, the compile)
+figures() {
+  tail -n 1 "$1" | python3 -c 'import json, sys
+m = json.loads(sys.stdin.read())["radix_metrics"]
+print(", ".join(f"{k} {m[k]}" for k in ("images_per_second", "step_time_ms_p50", "mfu", "device_name", "precision",
+      "channels_last", "fused_optimizer", "compile", "compile_s", "compile_fallback", "fit_to_measure") if k in m))' 2>&1 | lines
+}
 
 {
   echo "# GPU day ($part$([ $rehearse = 1 ] && echo ', rehearsed on the CPU')): $(date -u +%Y-%m-%dT%H:%MZ), commit $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')"
   echo
-  { nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv,noheader 2>&1 || echo "no nvidia-smi here"; } | lines
+  if command -v nvidia-smi >/dev/null; then
+    nvidia-smi --query-gpu=name,memory.total,driver_version,power.limit --format=csv,noheader 2>&1 | lines
+  else
+    echo "    no nvidia-smi here"
+  fi
   [ -n "$kit" ] && python3 -c "import json,sys; k=json.load(open(sys.argv[1])); print(f\"    kit: {len(k['wheels'])} wheels, {k['size_bytes']/2**20:.1f} MiB, Python {k['python']}\")" "$kit/kit.json"
   echo
   echo "| step | exit | seconds | command |"
@@ -115,11 +126,11 @@ python3 -c "import mlflow" 2>/dev/null || tracking=(tracking.enabled=false)  # a
 [ ${#tracking[@]} -eq 0 ] || echo "    (no mlflow here: tracking.enabled=false)" >> "$summary"
 
 # the GPU's sizes, or on the CPU (--rehearse) the same commands at tiny sizes
-small=() batches=128,256 steps=30 budget=80 label=""
+small=() batches=128,256 precisions=bf16,amp_fp16 steps=30 budget=80 label=""
 if [ $rehearse = 1 ]; then
   small=(allow_cpu=true model=small_cnn data.image_size=32 data.batch_size=4 data.num_classes=10 benchmark.warmup_steps=1
          train.steps_per_epoch=3 benchmark.progress=false)
-  batches=4,8 steps=3
+  batches=4,8 precisions=bf16,fp32 steps=3 budget=$((budget * scale))  # amp_fp16 needs CUDA: bench refuses it on a CPU
 fi
 check=(python3 -m bench.tools.gpu_check --budget-s "$budget")
 [ $rehearse = 1 ] && check+=(--rehearse)
@@ -128,7 +139,7 @@ if [ "$part" = day ]; then
   step gpu_check 95 "$work/gpu_check" "${check[@]}" --keep "$work/gpu_check/runs"
   step card 40 "$work/card" python3 -m bench +experiment=a100_bf16 "${small[@]}" "${tracking[@]}"
   step sweep 70 "$work/sweep" python3 -m bench -m +experiment=a100_bf16 "${small[@]}" data.batch_size=$batches \
-    precision=bf16,amp_fp16 train.steps_per_epoch=$steps "${tracking[@]}"
+    precision=$precisions train.steps_per_epoch=$steps "${tracking[@]}"
   step doctor 45 "$work/doctor" python3 -m bench.doctor +experiment=a100_bf16 "${small[@]}" doctor.budget_s=30 "${tracking[@]}"
   # the files that hold gpu-marked tests (collecting the whole suite imports what the CUDA image may lack),
   # but the fast preset's (--part fast); rehearsed: their collection, and the CPU-runnable tests beside them
@@ -148,14 +159,16 @@ fi
 {
   echo
   echo "total: $((SECONDS - start)) s"
-  for name in kit gpu_check card sweep doctor pytest_gpu fast_preset fast_abba; do
+  steps=(kit gpu_check card sweep doctor pytest_gpu)
+  [ "$part" = fast ] && steps=(kit fast_preset fast_abba)
+  for name in "${steps[@]}"; do
     [ -f "$out/$name.out" ] || continue
     echo
     echo "## $name"
     echo
     case $name in
       gpu_check) sed -n '/^| check |/,$p' "$out/$name.out" ;;
-      card|fast_preset) grep -h "images/s\|compile" "$out/$name.err" | tail -n 3 | lines; tail -n 1 "$out/$name.out" | cut -c1-400 | lines ;;
+      card|fast_preset) grep -h "images/s\|compile" "$out/$name.err" | tail -n 3 | lines; figures "$out/$name.out" ;;
       sweep) grep -h "images/s" "$out/$name.out" "$out/$name.err" | tail -n 12 | lines ;;
       doctor) tail -n 25 "$out/$name.out" | lines ;;
       *) grep -E "passed|failed|skipped|error|round|ratio|^[0-9.]+s (call|setup)" "$out/$name.out" | tail -n 16 | lines ;;

@@ -246,7 +246,8 @@ def test_the_gpu_day_script_parses_runs_the_first_hours_commands_and_fits_one_de
     for command in (
         "-m bench.tools.gpu_check --budget-s",
         "-m bench +experiment=a100_bf16",
-        '-m bench -m +experiment=a100_bf16 "${small[@]}" data.batch_size=$batches \\\n    precision=bf16,amp_fp16',
+        '-m bench -m +experiment=a100_bf16 "${small[@]}" data.batch_size=$batches \\\n    precision=$precisions',
+        "batches=128,256 precisions=bf16,amp_fp16 steps=30",
         "-m bench.doctor +experiment=a100_bf16",
         '-m pytest -q "${marks[@]}"',
         "timeout --kill-after=",
