@@ -256,7 +256,7 @@ def test_the_gpu_day_script_parses_runs_the_first_hours_commands_and_fits_one_de
         assert command in text, command
     total = int(re.search(r"day\) default_total=(\d+)", text).group(1))
     day = text[text.index('if [ "$part" = day ]; then') : text.index("else\n  # the fast preset")]
-    limits = dict(re.findall(r"^\s*step (\w+) (\d+) ", text[: text.index("if [ \"$part\" = day ]")] + day, re.M))
+    limits = dict(re.findall(r"^\s*step (\w+) (\d+) ", text[: text.index('if [ "$part" = day ]')] + day, re.M))
     assert set(limits) == {"kit", "gpu_check", "card", "sweep", "doctor", "pytest_gpu"}
     assert sum(map(int, limits.values())) <= total <= 345  # the summary's few seconds, inside 360
     assert int(re.search(r"budget=(\d+)", text).group(1)) + 10 <= int(limits["gpu_check"])
