@@ -3,7 +3,7 @@ without it (an air-gapped cluster, a GPU box with no network). The kit is one fo
 own (conf/ inside) and every dependency the target lacks, for the target's Python and platform;
 packages that ship only an sdist (antlr4-python3-runtime, hydra's parser runtime) are built to wheels.
 
-    pip freeze > installed.txt                                        # on the target
+    pip freeze --all > installed.txt                                  # on the target (--all: pip, setuptools too)
     python -m bench.tools.kit --have installed.txt --out ./bench-kit  # here: --python 3.12 by default
     pip install --no-index --find-links ./bench-kit bench             # on the target, no network
 
@@ -205,6 +205,9 @@ def build(args: argparse.Namespace) -> dict:
         )
     pins = {normalise(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
     from_target = {name: version for name, version in pins.items() if name in have}
+    for path in out.glob("*.whl"):  # an sdist built on the way for a package the target turned out to have
+        if normalise(path.name.split("-")[0]) in have and path != wheel:
+            path.unlink()
     present = {normalise(path.name.split("-")[0]) for path in out.glob("*.whl")}  # bench's, the sdists built
     wanted = [f"{name}=={version}" for name, version in pins.items() if name not in have and name not in present]
     if wanted:
@@ -230,7 +233,9 @@ def build(args: argparse.Namespace) -> dict:
 
 def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.kit", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--have", type=Path, required=True, help="the target's `pip freeze` (what it already has)")
+    parser.add_argument(
+        "--have", type=Path, required=True, help="the target's `pip freeze --all` (what it already has)"
+    )
     parser.add_argument("--out", type=Path, default=Path("bench-kit"), help="the kit's folder (default ./bench-kit)")
     parser.add_argument("--python", default="3.12", help="the target's Python, major.minor (default 3.12)")
     parser.add_argument("--glibc", default="2.28", help="the target's glibc (default 2.28: torch's own floor)")
