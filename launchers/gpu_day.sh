@@ -106,14 +106,15 @@ if [ -n "$kit" ]; then
   site=${GPU_DAY_SITE:-${TMPDIR:-/tmp}/bench-site}
   stamp=$(sha256sum "$kit/kit.json" | cut -c1-16)
   # the documented install, checked offline (resolves against this Python's packages), then the kit's
-  # wheels into a folder of their own (an image's site-packages may be read-only); once per machine
+  # wheels into a folder of their own (an image's site-packages may be read-only), once per machine, even
+  # when the check fails: each step then says what it cannot import
   label="pip install --dry-run --no-index --find-links $kit bench; pip install --no-index --no-deps --target $site"
   # shellcheck disable=SC2016  # expanded by the inner bash, from its arguments
   step kit 40 "$root" bash -c '
-    python3 -m pip install -q --dry-run --no-index --find-links "$1" bench || exit 1
-    [ "$(cat "$2/.kit" 2>/dev/null)" = "$3" ] && exit 0
+    python3 -m pip install -q --dry-run --no-index --find-links "$1" bench; complete=$?
+    [ "$(cat "$2/.kit" 2>/dev/null)" = "$3" ] && exit $complete
     rm -rf "$2" && python3 -m pip install -q --no-index --no-deps --no-compile --target "$2" "$1"/*.whl \
-      && echo "$3" > "$2/.kit"' kit "$kit" "$site" "$stamp"
+      && echo "$3" > "$2/.kit" && exit $complete' kit "$kit" "$site" "$stamp"
   label=""
   export PYTHONPATH="$site${PYTHONPATH:+:$PYTHONPATH}"
 else
