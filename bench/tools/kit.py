@@ -141,19 +141,23 @@ def resolve(
                 return list(json.loads(report.read_text())["install"])
             # pip names what it found no wheel of: "satisfies the requirement X", or "depends on X" in a conflict
             named = re.findall(r"(?:satisfies the requirement|depends on) ([^\s;]+)", done.stdout + done.stderr)
-            todo = [req for req in dict.fromkeys(named) if req not in built]
+            # (a package the target has is never built here: its version came from --have)
+            todo = [req for req in dict.fromkeys(named) if req not in built and normalise(name_of(req)) not in have]
             if not todo or not build_sdist(todo[0], out):
                 raise KitError(f"the dependencies did not resolve for the target: {pip_errors(done)}")
             built.append(todo[0])
     raise KitError(f"more than {SDIST_TRIES} packages ship only as sdists: {', '.join(built)}")
 
 
+def name_of(requirement: str) -> str:
+    return re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0]
+
+
 def build_sdist(requirement: str, out: Path) -> bool:
     """Builds `requirement` from its sdist into a wheel in `out`; False where it has none or it builds
     for this machine only (not pure Python)."""
     before = set(out.glob("*.whl"))
-    name = re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0]
-    done = pip("wheel", "-q", "--no-deps", "--no-binary", name, "-w", str(out), requirement)
+    done = pip("wheel", "-q", "--no-deps", "--no-binary", name_of(requirement), "-w", str(out), requirement)
     made = set(out.glob("*.whl")) - before
     for path in made:
         if not path.name.endswith("-none-any.whl"):
