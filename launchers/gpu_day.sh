@@ -11,7 +11,8 @@
 #   card       python -m bench +experiment=a100_bf16                  the card's command
 #   sweep      python -m bench -m +experiment=a100_bf16 data.batch_size=128,256 precision=bf16,amp_fp16
 #   doctor     python -m bench.doctor +experiment=a100_bf16 doctor.budget_s=30
-#   pytest_gpu python -m pytest -m gpu (the files that hold gpu-marked tests)
+#   pytest_gpu python -m pytest -m gpu (the files that hold gpu-marked tests, but the fast preset's)
+#   (the limits, 40+95+40+70+45+50 s, add up to the total: every step gets its own)
 # --part fast, a second call (GPU_DAY_TOTAL_S default 540 s): the fast preset against the eager one on
 #   the same GPU, A-B-B-A in fresh processes (tests/e2e/test_fast_preset.py: >= 1.25x is its claim)
 # --rehearse: every step on the CPU at tiny sizes (CI: .ci/gpu_day, offline), under the same limits times
@@ -20,12 +21,14 @@
 #
 # Each step runs under `timeout` (SIGTERM, SIGKILL 20 s later) and never past the total; its output
 # goes to OUT_DIR/<step>.{out,err}, and OUT_DIR/summary.md gets a row (exit, seconds) and the step's
-# key lines. Exit 0 when every step exited 0, else 1. OUT_DIR: the argument, else $OUT, else ./gpu-day.
+# key lines (summary-fast.md for --part fast). Exit 0 when every step exited 0, else 1, 2 for a bad
+# argument. OUT_DIR: the argument, else $OUT, else ./gpu-day.
 # The kit: --kit DIR, else ./bench-kit at the project's root when it is there, else none (bench and
 # its dependencies installed already). It is installed once per machine into GPU_DAY_SITE (default
 # /tmp/bench-site; --target, so a read-only image works) and put first on PYTHONPATH.
 #
-# Here (with the index), from the project's root:
+# Here (with the index), from the project's root (35.7 MiB; git-ignored; the GPU machine takes 64 MiB
+# with the 2 MB tree):
 #     python -m bench.tools.kit --have launchers/cuda_image_packages.txt --out bench-kit
 # On the GPU machine (the device tool: carry ["bench-kit"], timeout_s 360), from the project's root:
 #     bash launchers/gpu_day.sh "$OUT"                    # then, in a second call: --part fast "$OUT"
