@@ -9,6 +9,7 @@ only, since the config is saved in .hydra/ and logged to MLflow."""
 
 from __future__ import annotations
 
+import importlib.util
 import re
 from dataclasses import dataclass
 from typing import Optional
@@ -92,6 +93,28 @@ class StorageLocation(Checks):
                 "a bucket name (no '/': put paths in storage.prefix) with storage=s3 "
                 "(mode=storage or storage.save_checkpoint=true)",
             )
+        if self.name == StorageName.s3:
+            self.check_s3_extra()
+
+    def check_s3_extra(self) -> None:
+        """The clients of the `s3` extra (an offline kit may leave them out): boto3 (its credential chain
+        serves every client) and the one storage.client names; s3torchconnector says its own."""
+        wanted = ["boto3"] + (["obstore"] if self.client == S3Client.obstore else [])
+        missing = [name for name in wanted if not _installed(name)]
+        if missing:
+            self._fail(
+                "client",
+                f"a client that is installed here: {' and '.join(missing)} missing, "
+                "pip install 'bench[s3]' brings them (offline: a kit built with --extras s3)",
+                str(self.client),
+            )
+
+
+def _installed(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except (ImportError, ValueError):  # a module set to None in sys.modules
+        return False
 
 
 @dataclass

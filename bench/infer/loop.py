@@ -51,7 +51,7 @@ def infer(
     policy = build_precision(config.precision, device)
     # Module.to takes device and memory_format together at runtime; its stub has them in separate overloads
     eager = build_model(config.model).to(device=device, memory_format=policy.memory_format).eval()  # type: ignore[call-overload]
-    model, compile_info = maybe_compile(eager, config.compile, config.compile_mode)
+    model, compile_info = maybe_compile(eager, config.compile, config.compile_mode, device)
     data = EpochData(config, device, policy.memory_format, ctx)
     planned = data.planned(0)
     if config.benchmark.measure_steps:

@@ -115,11 +115,25 @@ def count_parameters(model: nn.Module) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def maybe_compile(model: nn.Module, enabled: bool, mode: Optional[str]) -> Tuple[nn.Module, Dict[str, Any]]:
+# modes whose point is the GPU: CUDA graphs (reduce-overhead, max-autotune) and autotuned GPU kernels
+CUDA_COMPILE_MODES = ("reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs")
+
+
+def maybe_compile(
+    model: nn.Module, enabled: bool, mode: Optional[str], device: Optional[torch.device] = None
+) -> Tuple[nn.Module, Dict[str, Any]]:
     """torch.compile when asked; a failure here means: run eager, and say so (it may also fail later, at
-    the first call: the caller tries one step outside the measurement)."""
+    the first call: the caller tries one step outside the measurement). A GPU-only mode on another
+    device compiles with the default mode instead, said in one line."""
     if not enabled:
         return model, {"requested": False, "active": False}
+    if mode in CUDA_COMPILE_MODES and device is not None and device.type != "cuda":
+        log.warning(
+            "compile_mode=%s needs CUDA (CUDA graphs, GPU autotuning); compiling with the default mode on %s",
+            mode,
+            device.type,
+        )
+        mode = None
     try:
         compiled = cast(nn.Module, torch.compile(model, mode=mode))  # an OptimizedModule: the stub says Callable
         return compiled, {"requested": True, "active": True, "mode": mode or "default"}

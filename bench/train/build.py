@@ -101,7 +101,7 @@ def build_training(
     if config.scheduler.scale_lr:
         data.on_batch_change = lambda old, new: scale_lr(optimizer, scheduler, new / old)
     wrapped = _wrap_ddp(eager, config, device) if ctx.distributed else eager
-    model, compile_info = maybe_compile(wrapped, config.compile, config.compile_mode)
+    model, compile_info = maybe_compile(wrapped, config.compile, config.compile_mode, device)
     model.train()
     step = TrainStep(
         model,

@@ -212,6 +212,7 @@ class TrainMetrics(Record):
     au: float  # accelerator utilization: the share of the window not spent waiting for data
     input_bound: bool
     compile_fallback: Optional[str] = None
+    compile_s: Optional[float] = None  # torch.compile's first call (the compile), outside the window
     gpu: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # NVML samples and energy of rank 0's GPU
     # dataset facts, FLOPs per image, the batch find_max_batch found, checkpoint figures, accuracy
     extra: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)

@@ -131,6 +131,7 @@ def summarize(
         device_name=device_name,
         **input_pipeline(wait_fraction),
         compile_fallback=result.compile.get("fallback_reason") or None,
+        compile_s=result.compile.get("first_call_s"),
         gpu=result.gpu.figures(),
         extra={
             **result.extra.figures(path=False),

@@ -232,9 +232,12 @@ def test_find_max_batch_starts_above_what_memory_holds_not_at_65536():
     assert max_batch_start({}, 10.0, 224) == 8
 
 
-def test_the_gpu_day_script_parses_and_runs_the_first_hours_commands():
-    """launchers/gpu_day.sh cannot run here (no GPU): it parses, and it runs what issue 27 §6 lists,
-    each under a timeout that ends its process group."""
+def test_the_gpu_day_script_parses_runs_the_first_hours_commands_and_fits_one_device_call():
+    """launchers/gpu_day.sh cannot run here (no GPU; CI rehearses it on the CPU, offline: .ci/gpu_day): it
+    parses, runs what issue 27 §6 lists, each under a timeout that ends its process group, and its day
+    fits one device call of 6 minutes (issue 36): every step's limit inside the total, the total inside
+    360 s, gpu_check's budget inside its step."""
+    import re
     import subprocess
 
     script = Path(__file__).resolve().parents[2] / "launchers" / "gpu_day.sh"
@@ -243,10 +246,17 @@ def test_the_gpu_day_script_parses_and_runs_the_first_hours_commands():
     for command in (
         "-m bench.tools.gpu_check --budget-s",
         "-m bench +experiment=a100_bf16",
-        "-m bench -m +experiment=a100_bf16 data.batch_size=128,256 \\\n  precision=bf16,amp_fp16 "
-        "train.steps_per_epoch=40",
-        "-m bench.doctor +experiment=a100_bf16 doctor.budget_s=60",
-        "-m pytest -q -m gpu",
+        '-m bench -m +experiment=a100_bf16 "${small[@]}" data.batch_size=$batches \\\n    precision=$precisions',
+        "batches=128,256 precisions=bf16,amp_fp16 steps=30",
+        "-m bench.doctor +experiment=a100_bf16",
+        '-m pytest -q "${marks[@]}"',
         "timeout --kill-after=",
+        "pip install -q --dry-run --no-index --find-links",
     ):
         assert command in text, command
+    total = int(re.search(r"day\) default_total=(\d+)", text).group(1))
+    day = text[text.index('if [ "$part" = day ]; then') : text.index("else\n  # the fast preset")]
+    limits = dict(re.findall(r"^\s*step (\w+) (\d+) ", text[: text.index('if [ "$part" = day ]')] + day, re.M))
+    assert set(limits) == {"kit", "gpu_check", "card", "sweep", "doctor", "pytest_gpu"}
+    assert sum(map(int, limits.values())) <= total <= 345  # the summary's few seconds, inside 360
+    assert int(re.search(r"budget=(\d+)", text).group(1)) + 10 <= int(limits["gpu_check"])

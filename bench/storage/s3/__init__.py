@@ -19,6 +19,7 @@ def open_s3_store(location: str, storage: StorageLocation) -> S3Store:
 
     bucket, prefix = parse_s3_url(location)
     settings = S3Settings.from_config(bucket, prefix, storage)
+    storage.check_s3_extra()  # where the config's own check did not run (bench.data, the doctor)
     require_credentials(settings)
     check_endpoint(settings, str(storage.client))
     store: S3Store = load_named("storage.client", storage.client, S3_CLIENTS)(settings)

@@ -1,0 +1,279 @@
+"""`python -m bench.tools.kit`: an offline install kit, built where the package index is, for a machine
+without it (an air-gapped cluster, a GPU box with no network). The kit is one folder of wheels: bench's
+own (conf/ inside) and every dependency the target lacks, for the target's Python and platform;
+packages that ship only an sdist (antlr4-python3-runtime, hydra's parser runtime) are built to wheels.
+
+    pip freeze --all > installed.txt                                  # on the target (--all: pip, setuptools too)
+    python -m bench.tools.kit --have installed.txt --out ./bench-kit  # here: --python 3.12 by default
+    pip install --no-index --find-links ./bench-kit bench             # on the target, no network
+
+`--have` is the target's `pip freeze` (names with versions; a bare name is taken as present in any
+version): the kit leaves those out, and every requirement of bench and of the kit's packages on a
+version listed there is checked (exit 2 naming the ones the target does not meet). The wheels are
+resolved for `--python`/`--glibc`/`--arch`, whatever this machine runs. kit.json lists them with their
+sizes and what the kit takes from the target (`from_target`, the versions the index had: CI installs
+exactly those to rehearse the target). Exit 0 built, 1 the index or a build failed, 2 bad arguments.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+from packaging.markers import default_environment
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from bench.errors import EXIT_CONFIG, EXIT_FAILED
+
+ROOT = Path(__file__).resolve().parents[2]
+# what the wheel is built from (pyproject's package-dir): a copy of these only, so results, data sets
+# and a stale build/ never reach the wheel
+SOURCES = ("pyproject.toml", "README.md", "bench", "conf", "launchers/hydra_plugins")
+SDIST_TRIES = 5  # packages found only as an sdist, built to wheels one at a time
+PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check")
+
+
+class KitError(Exception):
+    def __init__(self, message: str, code: int = EXIT_FAILED):
+        super().__init__(message)
+        self.code = code
+
+
+def normalise(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def read_have(path: Path) -> Dict[str, Optional[str]]:
+    """A `pip freeze`: name -> version (None for a bare name, an URL or a local build's path)."""
+    have: Dict[str, Optional[str]] = {}
+    for raw in path.read_text().splitlines():
+        line = raw.split("#", 1)[0].strip()
+        if not line or line.startswith("-"):
+            continue  # comments, blank lines, -e / --index-url lines
+        found = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[.*\])?\s*(?:===?\s*(\S+)|@.*)?", line)
+        if not found:
+            raise KitError(f"--have {path}: {raw.strip()!r} is not a line of `pip freeze` (name==version)", EXIT_CONFIG)
+        have[normalise(found.group(1))] = found.group(2)
+    return have
+
+
+def platform_args(python: str, glibc: str, arch: str) -> List[str]:
+    """pip's flags for wheels that run on the target: its CPython, and every manylinux tag up to its glibc."""
+    major, minor = (int(part) for part in glibc.split("."))
+    tags = [f"manylinux_{major}_{m}_{arch}" for m in range(minor, 16, -1)]
+    tags += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}"]
+    flags = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
+    for tag in tags:
+        flags += ["--platform", tag]
+    return flags
+
+
+def marker_env(python: str, arch: str) -> Dict[str, str]:
+    """The target's environment markers (python_version, platform_machine, ...), not this machine's."""
+    env: Dict[str, str] = {key: str(value) for key, value in default_environment().items()}
+    target = {"python_version": python, "python_full_version": f"{python}.0", "implementation_name": "cpython"}
+    target.update(platform_python_implementation="CPython", sys_platform="linux", platform_system="Linux")
+    return {**env, **target, "platform_machine": arch, "os_name": "posix"}
+
+
+def pip(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*PIP, *args], capture_output=True, text=True)
+
+
+def pip_errors(done: subprocess.CompletedProcess) -> str:
+    """pip's own ERROR lines (the last three), else its last line."""
+    lines = [line[len("ERROR: ") :] for line in done.stderr.splitlines() if line.startswith("ERROR: ")]
+    last = done.stderr.strip().splitlines()[-1:] or ["no output"]
+    return " / ".join(lines[-3:]) or last[0]
+
+
+def build_bench_wheel(source: Path, out: Path) -> Path:
+    with tempfile.TemporaryDirectory(prefix="bench-kit-src-") as tmp:
+        for name in SOURCES:
+            if (source / name).is_dir():
+                shutil.copytree(source / name, Path(tmp) / name, ignore=shutil.ignore_patterns("__pycache__"))
+            elif (source / name).is_file():
+                shutil.copy2(source / name, Path(tmp) / name)
+        done = pip("wheel", "-q", "--no-deps", "-w", str(out), tmp)
+    if done.returncode != 0:
+        raise KitError(f"bench's wheel did not build: {pip_errors(done)}")
+    return max(out.glob("bench-*.whl"), key=lambda path: path.stat().st_mtime)
+
+
+def pins(have: Dict[str, Optional[str]]) -> List[str]:
+    """The target's versions as constraints, where the index can have them (not a local build's 2.11.0a0+nv)."""
+    found = []
+    for name, version in have.items():
+        try:
+            if version and not Version(version).local:
+                found.append(f"{name}=={version}")
+        except InvalidVersion:
+            pass
+    return found
+
+
+def resolve(
+    wheel: Path, extras: Sequence[str], out: Path, flags: Sequence[str], have: Dict[str, Optional[str]]
+) -> List[dict]:
+    """pip's resolution for the target (metadata only: nothing large is downloaded), held to the target's
+    versions, as its report's `install` list. A requirement found only as an sdist is built to a
+    pure-Python wheel into `out`."""
+    spec = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
+    built: List[str] = []
+    with tempfile.TemporaryDirectory(prefix="bench-kit-resolve-") as tmp:
+        constraints = Path(tmp) / "have.txt"
+        constraints.write_text("".join(f"{pin}\n" for pin in pins(have)))
+        for _ in range(SDIST_TRIES + 1):
+            report = Path(tmp) / "report.json"
+            done = pip(
+                "install", "--dry-run", "--ignore-installed", "--report", str(report), "--target",
+                f"{tmp}/target", "--find-links", str(out), "-c", str(constraints), *flags, spec,
+            )  # fmt: skip
+            if done.returncode == 0:
+                return list(json.loads(report.read_text())["install"])
+            # pip names what it found no wheel of: "satisfies the requirement X", or "depends on X" in a conflict
+            named = re.findall(r"(?:satisfies the requirement|depends on) ([^\s;]+)", done.stdout + done.stderr)
+            # (a package the target has is never built here: its version came from --have)
+            todo = [req for req in dict.fromkeys(named) if req not in built and normalise(name_of(req)) not in have]
+            if not todo or not build_sdist(todo[0], out):
+                raise KitError(f"the dependencies did not resolve for the target: {pip_errors(done)}")
+            built.append(todo[0])
+    raise KitError(f"more than {SDIST_TRIES} packages ship only as sdists: {', '.join(built)}")
+
+
+def name_of(requirement: str) -> str:
+    return re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0]
+
+
+def build_sdist(requirement: str, out: Path) -> bool:
+    """Builds `requirement` from its sdist into a wheel in `out`; False where it has none or it builds
+    for this machine only (not pure Python)."""
+    before = set(out.glob("*.whl"))
+    done = pip("wheel", "-q", "--no-deps", "--no-binary", name_of(requirement), "-w", str(out), requirement)
+    made = set(out.glob("*.whl")) - before
+    for path in made:
+        if not path.name.endswith("-none-any.whl"):
+            path.unlink()
+    return done.returncode == 0 and bool(made) and all(path.exists() for path in made)
+
+
+def unmet(items: Sequence[dict], have: Dict[str, Optional[str]], env: Dict[str, str]) -> List[str]:
+    """Requirements of the kit's packages on a version the target has that it does not meet."""
+    problems = []
+    for item in items:
+        meta = item["metadata"]
+        extras = item.get("requested_extras") or [""]
+        for line in meta.get("requires_dist") or []:
+            try:
+                req = Requirement(line)
+            except InvalidRequirement:
+                continue
+            version = have.get(normalise(req.name))
+            if version is None or (req.marker and not any(req.marker.evaluate({**env, "extra": e}) for e in extras)):
+                continue
+            try:
+                fits = req.specifier.contains(Version(version), prereleases=True)
+            except InvalidVersion:
+                continue
+            if not fits:
+                problems.append(f"{meta['name']} needs {req.name}{req.specifier}, the target has {version}")
+    return problems
+
+
+def build(args: argparse.Namespace) -> dict:
+    have = read_have(args.have)
+    out: Path = args.out
+    if out.exists() and any(out.iterdir()) and not (out / "kit.json").exists():
+        raise KitError(f"--out {out} is a folder with files and not a kit: give an empty or new folder", EXIT_CONFIG)
+    if out.exists():
+        shutil.rmtree(out)
+    out.mkdir(parents=True)
+    (out / "kit.json").write_text('{"complete": false}\n')  # a failed build leaves a folder a re-run may clear
+    flags = platform_args(args.python, args.glibc, args.arch)
+    wheel = build_bench_wheel(args.source, out)
+    items = resolve(wheel, args.extras, out, flags, have)
+    problems = unmet(items, have, marker_env(args.python, args.arch))
+    if problems:
+        raise KitError(
+            f"--have {args.have}: the target falls short: {'; '.join(problems)}. Upgrade it there, or leave "
+            "the package out of --have so the kit carries it",
+            EXIT_CONFIG,
+        )
+    pins = {normalise(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
+    from_target = {name: version for name, version in pins.items() if name in have}
+    for path in out.glob("*.whl"):  # an sdist built on the way for a package the target turned out to have
+        if normalise(path.name.split("-")[0]) in have and path != wheel:
+            path.unlink()
+    present = {normalise(path.name.split("-")[0]) for path in out.glob("*.whl")}  # bench's, the sdists built
+    wanted = [f"{name}=={version}" for name, version in pins.items() if name not in have and name not in present]
+    if wanted:
+        done = pip("download", "-q", "--no-deps", "-d", str(out), *flags, *wanted)
+        if done.returncode != 0:
+            raise KitError(f"the kit's wheels did not download: {pip_errors(done)}")
+    wheels = {path.name: path.stat().st_size for path in sorted(out.glob("*.whl"))}
+    manifest = {
+        "complete": True,
+        "python": args.python,
+        "platform": f"manylinux (glibc {args.glibc}) {args.arch}",
+        "extras": list(args.extras),
+        "bench": wheel.name,
+        "wheels": wheels,
+        "size_bytes": sum(wheels.values()),
+        "from_target": dict(sorted(from_target.items())),
+        "install": f"pip install --no-index --find-links {out} "
+        + (f"'bench[{','.join(args.extras)}]'" if args.extras else "bench"),
+    }
+    (out / "kit.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    return manifest
+
+
+def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m bench.tools.kit", description=__doc__.split("\n\n")[0])
+    parser.add_argument(
+        "--have", type=Path, required=True, help="the target's `pip freeze --all` (what it already has)"
+    )
+    parser.add_argument("--out", type=Path, default=Path("bench-kit"), help="the kit's folder (default ./bench-kit)")
+    parser.add_argument("--python", default="3.12", help="the target's Python, major.minor (default 3.12)")
+    parser.add_argument("--glibc", default="2.28", help="the target's glibc (default 2.28: torch's own floor)")
+    parser.add_argument("--arch", default="x86_64", help="the target's machine (default x86_64)")
+    parser.add_argument("--extras", default="", help="bench's extras to carry, comma-separated (s3, slurm, ...)")
+    parser.add_argument("--source", type=Path, default=ROOT, help="bench's source tree (default: this checkout)")
+    args = parser.parse_args(argv)
+    args.extras = [e.strip() for e in args.extras.split(",") if e.strip()]
+    if not re.fullmatch(r"3\.\d+", args.python) or not re.fullmatch(r"2\.\d+", args.glibc):
+        raise KitError(f"--python {args.python} --glibc {args.glibc}: accepted 3.N and 2.N", EXIT_CONFIG)
+    if not args.have.is_file():
+        raise KitError(f"--have {args.have} is not a file: give the target's `pip freeze` output", EXIT_CONFIG)
+    if not (args.source / "pyproject.toml").is_file():
+        raise KitError(f"--source {args.source} has no pyproject.toml: give bench's source tree", EXIT_CONFIG)
+    return args
+
+
+def main(argv: Optional[Sequence[str]] = None) -> int:
+    try:
+        args = parse(argv)
+        manifest = build(args)
+    except KitError as exc:
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return exc.code
+    except KeyboardInterrupt:
+        return 130
+    mib = manifest["size_bytes"] / 2**20
+    names = ", ".join(sorted(normalise(n.split("-")[0]) for n in manifest["wheels"]))
+    where = f"{args.out} (Python {args.python}, {manifest['platform']})"
+    print(f"kit: {len(manifest['wheels'])} wheels, {mib:.1f} MiB in {where}: {names}")
+    print(f"from the target ({len(manifest['from_target'])}): {', '.join(manifest['from_target'])}")
+    print(f"on the target: {manifest['install']}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
