@@ -87,19 +87,20 @@ class StorageLocation(Checks):
 
     def check_bucket(self) -> None:
         """storage=s3 with something to store (the storage benchmark, or checkpoints) needs a bucket."""
-        if self.name == "s3" and not BUCKET_NAME.match(self.bucket or ""):
+        if self.name != "s3":
+            return
+        if not BUCKET_NAME.match(self.bucket or ""):
             self._fail(
                 "bucket",
                 "a bucket name (no '/': put paths in storage.prefix) with storage=s3 "
                 "(mode=storage or storage.save_checkpoint=true)",
             )
-        if self.name == StorageName.s3:
-            self.check_s3_extra()
+        self.check_s3_extra()
 
     def check_s3_extra(self) -> None:
         """The clients of the `s3` extra (an offline kit may leave them out): boto3 (its credential chain
         serves every client) and the one storage.client names; s3torchconnector says its own."""
-        wanted = ["boto3"] + (["obstore"] if self.client == S3Client.obstore else [])
+        wanted = ["boto3"] + (["obstore"] if self.client == "obstore" else [])
         missing = [name for name in wanted if not _installed(name)]
         if missing:
             self._fail(
