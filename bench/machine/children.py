@@ -102,17 +102,30 @@ def run_child(
 @contextmanager
 def sigterm_raises() -> Iterator[None]:
     """In a command's main thread: SIGTERM raises bench.errors.Interrupted (as Ctrl-C raises
-    KeyboardInterrupt), so `finally` blocks run, children are stopped and runs are marked."""
+    KeyboardInterrupt), so `finally` blocks run, children are stopped and runs are marked. A
+    signal whose exception Python swallows (raised inside a garbage-collection callback, such as
+    SQLAlchemy's: "Exception ignored in ...") is sent again, so it is never lost."""
+    import sys
+
     from bench.errors import Interrupted
 
     def _raise(signum: int, _frame: Any) -> None:
         raise Interrupted(signal.Signals(signum).name)
 
+    def _resend(unraisable: Any) -> None:
+        signum = {Interrupted: signal.SIGTERM, KeyboardInterrupt: signal.SIGINT}.get(type(unraisable.exc_value))
+        if signum is None:
+            return hook(unraisable)
+        # from another thread, a moment later: the main thread is out of the callback by then
+        threading.Timer(0.05, os.kill, (os.getpid(), signum)).start()
+
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous = signal.signal(signal.SIGTERM, _raise)
+    previous, hook = signal.signal(signal.SIGTERM, _raise), sys.unraisablehook
+    sys.unraisablehook = _resend
     try:
         yield
     finally:
         signal.signal(signal.SIGTERM, previous)
+        sys.unraisablehook = hook

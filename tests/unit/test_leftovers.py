@@ -11,6 +11,7 @@ import threading
 import time
 
 import psutil
+import pytest
 
 from bench.machine.leftovers import OWNER_FILE, clean_leftovers, owned_tempdir
 
@@ -129,3 +130,29 @@ def test_an_interruption_turned_into_another_error_by_a_library_is_still_found()
         assert interruption_in(exc).exit_code == 143
     assert interruption_in(ConfigProblem("a real problem")) is None
     assert interruption_in(KeyboardInterrupt()).exit_code == 130
+
+
+def test_a_sigterm_swallowed_inside_a_garbage_collection_callback_is_sent_again():
+    """A signal's exception raised inside a __del__ or weakref callback (SQLAlchemy's, when the GC runs)
+    is printed and dropped by Python ("Exception ignored in ..."): the run went on until killed. Inside
+    sigterm_raises it is sent again, and raised where the main thread is next."""
+    import gc
+    import signal
+
+    from bench.errors import Interrupted
+    from bench.machine.children import sigterm_raises
+
+    class Cycle:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)
+            for _ in range(100_000):  # the handler runs here, inside the collection: its raise is dropped
+                pass
+
+    with sigterm_raises(), pytest.raises(Interrupted, match="SIGTERM"):
+        cycle = Cycle()
+        cycle.me = cycle
+        del cycle
+        gc.collect()
+        deadline = time.monotonic() + 60  # a hang guard: the resent signal comes within moments
+        while time.monotonic() < deadline:
+            time.sleep(0.01)
