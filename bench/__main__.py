@@ -14,7 +14,7 @@ from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG
 from bench.launch.plugins import register_bench_launchers
-from bench.launch.preview import preview, wants_preview
+from bench.launch.preview import job_config, preview, wants_job_config, wants_preview
 from bench.output_redaction import install as redact_output
 from bench.secrets import command_line_problem
 
@@ -62,8 +62,9 @@ def cli() -> None:
     if read:
         print(f"[INFO] the seed's keys read as bench's: {', '.join(read)}", file=sys.stderr, flush=True)
     sys.argv[1:] = [quote_list_values(arg) for arg in sys.argv[1:]]
-    if wants_preview(sys.argv[1:]):  # -m ... --cfg job: list the sweep's jobs (Hydra refuses the pair)
-        reason = preview(sys.argv[1:], sys.stdout)
+    if wants_preview(sys.argv[1:]) or wants_job_config(sys.argv[1:]):
+        # -m ... --cfg job: list the sweep's jobs (Hydra refuses the pair); --cfg job: the scenario's keys
+        reason = (preview if wants_preview(sys.argv[1:]) else job_config)(sys.argv[1:], sys.stdout)
         if reason:
             print(f"[ERROR] {reason}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG if reason else 0)
