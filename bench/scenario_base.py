@@ -76,7 +76,8 @@ class BaseReport:
 
     def headline(self) -> str:
         sample = self.view.sample
-        return f"{self.record.mode}: {self.metrics.get(sample.figure)} {sample.unit}"
+        value = self.metrics.get(sample.figure)
+        return f"{self.record.mode}: {value:.4g} {sample.unit}" if value is not None else str(self.record.mode)
 
     def write(
         self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]

@@ -81,7 +81,7 @@ def shown(cfg: DictConfig) -> DictConfig:
     cfg = _scenario_typed(cfg)
     if not cfg.scenario:
         with open_dict(cfg):
-            del cfg["scenario"]
+            cfg.pop("scenario")
     return cfg
 
 

@@ -30,7 +30,7 @@ def reject_unknown_keys(cfg: DictConfig, schema: type, prefix: str = "") -> None
         if key not in names:
             container = OmegaConf.to_container(cfg, resolve=False)
             assert isinstance(container, dict)  # a DictConfig's container is a dict
-            raise unknown(prefix, key, container.get(key), names)
+            raise _unknown(prefix, key, container.get(key), names)
         child: Any = cfg._get_node(key)
         if dataclasses.is_dataclass(hints.get(key)) and isinstance(child, DictConfig):
             reject_unknown_keys(child, hints[key], f"{prefix}{key}.")
@@ -42,12 +42,12 @@ def reject_unknown_attributes(node: Any, prefix: str = "") -> None:
     names = [field.name for field in dataclasses.fields(node)]
     for name, value in vars(node).items():
         if name not in names:
-            raise unknown(prefix, name, value, names)
+            raise _unknown(prefix, name, value, names)
         if dataclasses.is_dataclass(value):
             reject_unknown_attributes(value, f"{prefix}{name}.")
 
 
-def unknown(prefix: str, key: str, value: Any, names: List[str]) -> ConfigError:
+def _unknown(prefix: str, key: str, value: Any, names: List[str]) -> ConfigError:
     close = difflib.get_close_matches(key, names, n=1)
     where = f"a key of {prefix.rstrip('.') or 'the config'}"
     return ConfigError(prefix + key, value, where + (f" (did you mean {prefix}{close[0]}?)" if close else ""))

@@ -20,7 +20,6 @@ from typing import Any, Dict, List, Mapping
 from omegaconf import DictConfig, OmegaConf
 
 from bench import config_dir
-from bench.config.preflight import unknown
 from bench.errors import ConfigError
 
 TARGET = "_target_"
@@ -33,8 +32,8 @@ def names() -> List[str]:
 
 @functools.lru_cache(maxsize=None)
 def _node(mode: str) -> Dict[str, Any]:
-    node = OmegaConf.load(Path(config_dir()) / "scenario" / f"{mode}.yaml").get("scenario")
-    return dict(OmegaConf.to_container(node, resolve=False) or {})  # type: ignore[arg-type]
+    option = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "scenario" / f"{mode}.yaml"), resolve=False)
+    return dict(option.get("scenario") or {}) if isinstance(option, dict) else {}
 
 
 def node_of(mode: str) -> Dict[str, Any]:
@@ -72,7 +71,9 @@ def typed(cfg: DictConfig) -> None:
     fields = [f.name for f in dataclasses.fields(kind)]
     for key, value in keys.items():
         if key not in fields:
-            raise unknown("scenario.", key, value, fields)
+            raise ConfigError(
+                f"scenario.{key}", value, f"a key of scenario={mode}: {', '.join(fields) or 'it has none'}"
+            )
     cfg.scenario = OmegaConf.structured(kind)
     cfg.scenario.merge_with(keys)  # a wrong type: OmegaConf's error names scenario.<key>
 
