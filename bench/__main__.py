@@ -4,6 +4,7 @@ bench.app. Import-light: `--cfg job` and `--help` load neither torch nor mlflow.
 import atexit
 import gc
 import sys
+from typing import NoReturn, Optional
 
 import hydra
 from omegaconf import DictConfig
@@ -41,6 +42,13 @@ def quote_list_values(arg: str) -> str:
     return arg
 
 
+def print_or_refuse(reason: Optional[str]) -> NoReturn:
+    """The end of a command that printed what it was asked for (0), or could not (one line, 2)."""
+    if reason:
+        print(f"[ERROR] {reason}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_CONFIG if reason else 0)
+
+
 def cli() -> None:
     """The console script: config keys given as flags (--data.batch_size=8) are read as overrides; a
     bad override is one [ERROR] line (exit 2), and the directory this command made is removed
@@ -62,13 +70,11 @@ def cli() -> None:
     if read:
         print(f"[INFO] the seed's keys read as bench's: {', '.join(read)}", file=sys.stderr, flush=True)
     sys.argv[1:] = [quote_list_values(arg) for arg in sys.argv[1:]]
-    if wants_preview(sys.argv[1:]) or wants_job_config(sys.argv[1:]):
-        # -m ... --cfg job: list the sweep's jobs (Hydra refuses the pair); --cfg job: the scenario's keys
-        reason = (preview if wants_preview(sys.argv[1:]) else job_config)(sys.argv[1:], sys.stdout)
-        if reason:
-            print(f"[ERROR] {reason}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_CONFIG if reason else 0)
+    if wants_preview(sys.argv[1:]):  # -m ... --cfg job: list the sweep's jobs (Hydra refuses the pair)
+        print_or_refuse(preview(sys.argv[1:], sys.stdout))
     register_bench_launchers()
+    if wants_job_config(sys.argv[1:]):  # --cfg job: the scenario's node as its class types it (no _target_)
+        print_or_refuse(job_config(sys.argv[1:], sys.stdout))
     # its own directory, even when another command starts in the same second (bench.run_dirs)
     reserved = run_dirs.for_command(sys.argv[1:])
     if reserved is not None and reserved.override:
