@@ -16,7 +16,7 @@ from bench.runtime.scenario import ModelScenario, window_monitor
 
 
 class InferScenario(ModelScenario):
-    loop_modules = ("bench.infer.scenario", "bench.infer.loop", "bench.launch.worker")
+    loop_modules = ("bench.infer.scenario", "bench.infer.loop")
     report_class = InferReport  # one rank; a launcher gives every sweep job a fresh process
 
     def check(self, config: BenchConfig) -> None:

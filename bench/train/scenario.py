@@ -18,7 +18,7 @@ from bench.train.result import RankSummary, TrainOutcome
 class TrainScenario(ModelScenario):
     # torch._dynamo: every optimizer imports it when built (add_param_group is wrapped by
     # torch._disable_dynamo), ~1 CPU-s that each rank would pay again
-    loop_modules = ("torch._dynamo", "bench.train.scenario", "bench.train.loop", "bench.launch.worker")
+    loop_modules = ("torch._dynamo", "bench.train.scenario", "bench.train.loop")
     report_class = TrainReport
 
     def check(self, config: BenchConfig) -> None:
