@@ -21,7 +21,7 @@ from bench.results import read_summary, read_window, write_csv
 from bench.runtime.fit_watch import fit_problems, fit_tags, record_fields
 from bench.runtime.malloc import in_effect as malloc_in_effect
 from bench.runtime.peaks import utilisation
-from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, input_pipeline, read_repeats, write_repeats
+from bench.runtime.reporting import PROFILE_FILES, input_pipeline, read_repeats, write_repeats
 from bench.scenario_base import BaseReport
 
 
@@ -91,7 +91,6 @@ def rates(result: InferResult) -> List[float]:
 class InferReport(BaseReport):
     view = sweep_view.VIEW  # what a sweep and compare show of inference runs (bench.infer.sweep_view)
     TIMELINE_FILE, TIMELINE_COLUMN = "latency.csv", "latency_ms"
-    REPEATS_FILE = REPEATS_FILE
     result: InferResult
     record: InferMetrics  # the radix_metrics contract, typed
     repeat_rates: List[float] = field(default_factory=list)

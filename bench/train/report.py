@@ -36,7 +36,6 @@ class TrainReport(BaseReport):
     view = sweep_view.VIEW
     # the per-step file and column the timeline is read back from
     TIMELINE_FILE, TIMELINE_COLUMN = "step_times.csv", "step_time_ms"
-    REPEATS_FILE = REPEATS_FILE  # benchmark.repeats > 1: a row per measured window
 
     result: TrainResult  # rank 0's, with the job's step timeline
     ranks: List[RankSummary]
@@ -170,8 +169,8 @@ class TrainReport(BaseReport):
             base_lr=record.lr,
             final_lr=record.final_lr,
             final_loss=record.final_loss,
-            repeat_images=[int(v) for v in read_column(job_dir / cls.REPEATS_FILE, "images")],
-            repeat_seconds=read_column(job_dir / cls.REPEATS_FILE, "seconds"),
+            repeat_images=[int(v) for v in read_column(job_dir / REPEATS_FILE, "images")],
+            repeat_seconds=read_column(job_dir / REPEATS_FILE, "seconds"),
         )
         ranks = [
             RankSummary(
