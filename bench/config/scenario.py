@@ -66,6 +66,8 @@ def typed(cfg: DictConfig) -> None:
     target = keys.pop(TARGET, None)
     own = node_of(mode)
     if target != own[TARGET]:  # `mode` was set after the group chose: mode wins, keys given stay
+        if target is not None and target not in [_node(name).get(TARGET) for name in names()]:
+            raise ConfigError("scenario._target_", target, "the class an option of conf/scenario/ names")
         keys = {**{k: v for k, v in own.items() if k != TARGET}, **keys}
     kind = import_target(own[TARGET])
     fields = [f.name for f in dataclasses.fields(kind)]

@@ -200,9 +200,13 @@ def test_every_scenario_is_chosen_by_group_or_by_mode_and_its_config_pickles(com
     assert f"\nmode: {name}\n" in shown.getvalue()
 
 
-def test_a_preset_that_still_sets_mode_gets_that_scenario(tmp_path):
+def test_a_preset_that_still_sets_mode_gets_that_scenario(compose, tmp_path):
     """A user's YAML of an earlier release says `mode: storage` (the shipped presets now say `override
-    /scenario: storage`): mode, set after the group chose, wins."""
+    /scenario: storage`): mode, set after the group chose, wins. A class no option names is refused: the
+    group is the one list (an old run is read back through it)."""
+    assert refused(compose, "scenario._target_=mine.Mine") == (
+        "scenario._target_='mine.Mine' is not valid: accepted the class an option of conf/scenario/ names."
+    )
     conf = tmp_path / "conf"
     shutil.copytree(CONF, conf)
     (conf / "experiment" / "old.yaml").write_text("# @package _global_\nmode: storage\nstorage:\n  accelerators: 2\n")
