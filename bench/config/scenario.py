@@ -55,7 +55,7 @@ def import_target(target: str) -> Any:
     except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError("scenario._target_", target, f"a class bench can import ({exc})") from None
     if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
-        raise ConfigError("scenario._target_", target, "a dataclass (bench.scenarios.BaseScenario's subclass)")
+        raise ConfigError("scenario._target_", target, "a dataclass (a subclass of bench.scenario_base.BaseScenario)")
     return found
 
 
