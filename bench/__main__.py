@@ -4,6 +4,7 @@ bench.app. Import-light: `--cfg job` and `--help` load neither torch nor mlflow.
 import atexit
 import gc
 import sys
+from typing import NoReturn, Optional
 
 import hydra
 from omegaconf import DictConfig
@@ -14,7 +15,7 @@ from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG
 from bench.launch.plugins import register_bench_launchers
-from bench.launch.preview import preview, wants_preview
+from bench.launch.preview import job_config, preview, wants_job_config, wants_preview
 from bench.output_redaction import install as redact_output
 from bench.secrets import command_line_problem
 
@@ -41,6 +42,13 @@ def quote_list_values(arg: str) -> str:
     return arg
 
 
+def print_or_refuse(reason: Optional[str]) -> NoReturn:
+    """The end of a command that printed what it was asked for (0), or could not (one line, 2)."""
+    if reason:
+        print(f"[ERROR] {reason}", file=sys.stderr, flush=True)
+    sys.exit(EXIT_CONFIG if reason else 0)
+
+
 def cli() -> None:
     """The console script: config keys given as flags (--data.batch_size=8) are read as overrides; a
     bad override is one [ERROR] line (exit 2), and the directory this command made is removed
@@ -63,11 +71,10 @@ def cli() -> None:
         print(f"[INFO] the seed's keys read as bench's: {', '.join(read)}", file=sys.stderr, flush=True)
     sys.argv[1:] = [quote_list_values(arg) for arg in sys.argv[1:]]
     if wants_preview(sys.argv[1:]):  # -m ... --cfg job: list the sweep's jobs (Hydra refuses the pair)
-        reason = preview(sys.argv[1:], sys.stdout)
-        if reason:
-            print(f"[ERROR] {reason}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_CONFIG if reason else 0)
+        print_or_refuse(preview(sys.argv[1:], sys.stdout))
     register_bench_launchers()
+    if wants_job_config(sys.argv[1:]):  # --cfg job: the scenario's node as its class types it (no _target_)
+        print_or_refuse(job_config(sys.argv[1:], sys.stdout))
     # its own directory, even when another command starts in the same second (bench.run_dirs)
     reserved = run_dirs.for_command(sys.argv[1:])
     if reserved is not None and reserved.override:

@@ -92,7 +92,6 @@ def run(
     default MLflow store `mlflow.db` lives too). `echo=True` prints the command's final
     `{"radix_metrics": ...}` line on stdout. Raises BenchError for what the command refuses."""
     from bench.app import run as run_bench
-    from bench.scenarios import report_class
 
     overrides = [] if isinstance(config, BenchConfig) else [str(o) for o in config]
     checked = check(config) if isinstance(config, BenchConfig) else compose(*overrides)
@@ -111,7 +110,7 @@ def run(
         signal.raise_signal(signal.SIGTERM)  # now the program's own handling: by default it ends here (143)
     result = RunResult(exit_code=code, out_dir=where, config=checked)
     if (where / "run_summary.json").is_file():
-        report = report_class(checked.mode).from_files(where)
+        report = checked.scenario.report_class.from_files(where)
         result.metrics = report.record
         result.epochs = list(getattr(getattr(report, "result", None), "epochs", None) or [])
     if (where / "error.txt").is_file():

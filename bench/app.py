@@ -4,8 +4,8 @@ runs the scenario -> files and MLflow -> the final stdout line.
 Order matters: the config is checked (schema, then the scenario's preflight: data on disk, the
 device) before an MLflow run is opened, so a bad config never leaves a run behind. Once the run
 is open, every way out (success, error, Ctrl-C, SIGTERM) ends it with a final status. Nothing
-here depends on the scenario: bench.scenarios maps `mode` to its code, bench.launch picks how
-its ranks start.
+here depends on the scenario: the config holds it (`config.scenario`, the class its conf/scenario/
+option names), bench.launch picks how its ranks start.
 """
 
 from __future__ import annotations
@@ -93,10 +93,8 @@ def run(
 ) -> int:
     """Run one benchmark; returns the process exit code. `sweep_job`: a multirun's job (one that cannot
     start still leaves a FAILED child run with the reason). bench.api's: raise_refusals, echo=False."""
-    from bench.scenarios import has_ranks, scenario_for
-
     overrides = overrides or []
-    scenario: Scenario = scenario_for(config.mode)
+    scenario: Scenario = config.scenario  # the class conf/scenario/<mode>.yaml names, with its own keys
     try:
         scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
         checked_uri(config.tracking, launch_dir)  # a store MLflow has no scheme for: refused before any work
@@ -110,7 +108,7 @@ def run(
     from bench.tracking.environment import collect_environment
     from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
-    launcher: Launcher = select_launcher(config, has_ranks(scenario, config), in_sweep=sweep_job is not None)
+    launcher: Launcher = select_launcher(config, scenario.has_ranks(config), in_sweep=sweep_job is not None)
     if not launcher.reports:
         return _run_unreported(launcher, scenario, config, out_dir)
 
@@ -208,16 +206,16 @@ def _tracker(
 def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str], sweep_job: Optional[SweepJob]) -> "Tracker":
     """A sweep job whose config does not load: its child run, from what the composed config says."""
     from bench.config.run import TrackingConfig
+    from bench.config.scenario import without_target
     from bench.tracking.tracker import open_run
 
     tracking: Any
     params: Any
     try:
         tracking = OmegaConf.to_object(cfg.tracking)
-        params = OmegaConf.to_container(cfg, resolve=False)
+        params = without_target(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
     except Exception:  # the tracking group itself is broken: the defaults
         tracking, params = TrackingConfig(), {}
-    params.pop("defaults", None)
     return open_run(tracking, launch_dir, "refused", params, {}, overrides, sweep_job)
 
 

@@ -1,12 +1,13 @@
-"""The scenario protocol: what a run's code must offer, checked by the type checker, and the
-helpers the app and the analysis use to reach a mode's code (bench.scenario_registry maps a
-mode name to its class).
+"""What a scenario is: the Protocols a type checker verifies (bench.scenario_base gives a scenario and its
+report what most share, so a new one writes only what differs: bench/echo.py, the documented example).
 
-A scenario measures one thing (training, inference, the storage benchmark). It owns its config
-rules (`check`, run when the config loads, before any MLflow run), what must hold before a run
-starts (`preflight`), one rank's work (`run_rank`) and its report type (`report_class`), whose
-typed result record is the run's output contract and which tells the sweep report, the plots and
-`compare` what to show: bench.analysis asks it and branches on no mode name.
+A scenario measures one thing (training, inference, the storage benchmark). It is the class an option of
+the config group conf/scenario/ names (`_target_`): a dataclass whose fields are its own keys
+(`scenario.<key>`), built when the config loads (`config.scenario`, bench.config.scenario). It owns its
+config rules (`check`, run when the config loads, before any MLflow run), what must hold before a run
+starts (`preflight`), one rank's work (`run_rank`) and its report type (`report_class`), whose typed
+result record is the run's output contract and which tells the sweep report, the plots and `compare` what
+to show: bench.analysis asks it and branches on no mode name.
 """
 
 from __future__ import annotations
@@ -14,12 +15,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Sequence, Tuple, TypeVar
 
-from bench.errors import ReportError
+from bench.config.scenario import names, scenario_class
+from bench.errors import ConfigError, ReportError
 from bench.report_view import Sample, Scaling, View
-from bench.scenario_registry import DEFAULT_MODE, SCENARIOS, register, scenario_class, unregister
 
 __all__ = [
-    "SCENARIOS",
     "AnyScenario",
     "Launcher",
     "Report",
@@ -29,14 +29,11 @@ __all__ = [
     "Scenario",
     "Tracker",
     "View",
-    "has_ranks",
-    "register",
     "report_class",
     "report_class_of_modes",
-    "scenario_class",
-    "scenario_for",
-    "unregister",
 ]
+
+DEFAULT_MODE = "train"  # runs recorded before `mode` existed are training runs
 
 if TYPE_CHECKING:
     from bench.config import BenchConfig
@@ -156,15 +153,6 @@ class Launcher(Protocol):
     def run(self, scenario: AnyScenario, config: "BenchConfig", out_dir: Path) -> Any: ...
 
 
-def scenario_for(mode: Any) -> AnyScenario:
-    scenario: AnyScenario = scenario_class(mode)()
-    return scenario
-
-
-def has_ranks(scenario: AnyScenario, config: "BenchConfig") -> bool:
-    return bool(scenario.has_ranks(config))
-
-
 def mode_name(mode: Any) -> str:
     """A recorded mode as a name: none recorded (None, NaN, "": a run from before modes) is training."""
     if mode is None or (isinstance(mode, float) and mode != mode) or str(mode) in ("", "None"):
@@ -177,21 +165,18 @@ def report_class(mode: Any) -> ReportClass[Report]:
     runs recorded before `mode` existed, None here, are training runs). A mode no scenario has is
     refused in one line (ReportError, exit 2): its figures cannot be read as another scenario's."""
     mode = mode_name(mode)
-    if mode not in SCENARIOS:
+    try:
+        reports: ReportClass[Report] = scenario_class(mode).report_class
+    except ConfigError:
         raise ReportError(
-            f"a run recorded with mode={mode} has no scenario here (registered: {', '.join(SCENARIOS)}): "
+            f"a run recorded with mode={mode} has no scenario here (conf/scenario/: {', '.join(names())}): "
             "its figures cannot be read as another scenario's"
-        )
-    reports: ReportClass[Report] = scenario_class(mode).report_class
+        ) from None
     return reports
 
 
 def report_class_of_modes(modes: Sequence[Any]) -> ReportClass[Report]:
     """The report type that shows a sweep: its jobs' one mode (a sweep of mixed modes, or with
     none recorded, is shown as training runs are)."""
-    names = {mode_name(m) for m in modes}
-    return report_class(names.pop() if len(names) == 1 else DEFAULT_MODE)
-
-
-def all_report_classes() -> Dict[str, ReportClass[Report]]:
-    return {mode: report_class(mode) for mode in SCENARIOS}
+    found = {mode_name(m) for m in modes}
+    return report_class(found.pop() if len(found) == 1 else DEFAULT_MODE)

@@ -37,8 +37,7 @@ from bench.analysis.verdicts import FASTER, SAME, SLOWER, UNJUDGED, Comparison, 
 from bench.errors import ReportError
 from bench.machine.fitness import unfit_reason
 from bench.maths.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
-from bench.scenario_registry import DEFAULT_MODE
-from bench.scenarios import Sample, mode_name, report_class
+from bench.scenarios import DEFAULT_MODE, Sample, mode_name, report_class
 
 TIMELINE_RESAMPLES = 2_000  # step timelines can be long: fewer resamples keep a compare quick
 NOISE_KEYS = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # never a configuration

@@ -29,6 +29,7 @@ import pandas as pd
 import yaml
 
 from bench.analysis.cells import absent, shown
+from bench.config.scenario import without_target
 from bench.errors import ReportError
 from bench.scenarios import Report, ReportClass, report_class, report_class_of_modes
 from bench.secrets import flatten
@@ -156,7 +157,7 @@ def read_job_dir(job_dir: Path) -> RunRecord:
             provenance={k: v for k, v in summary.get("environment", {}).items() if k in PROVENANCE},
             own=reports.read_back(job_dir),
         )
-    composed = yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {}
+    composed = without_target(yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {})
     return RunRecord(job_dir.name, "FAILED", overrides, flatten_config(composed), {}, error=failure_reason(job_dir))
 
 

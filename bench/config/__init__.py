@@ -9,40 +9,67 @@ and composing one outside `python -m bench` (tools, tests). Torch-free.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
 from bench.config.preflight import reject_non_finite, reject_unknown_attributes, reject_unknown_keys
-from bench.config.schema import BenchConfig, register_configs, schema_class
+from bench.config.schema import BenchConfig, register_configs, schema
 
-__all__ = ["BenchConfig", "as_plain", "check", "compose", "load", "register_configs", "sweep_problem"]
+__all__ = [
+    "BenchConfig",
+    "as_plain",
+    "check",
+    "compose",
+    "composed",
+    "load",
+    "register_configs",
+    "shown",
+    "sweep_problem",
+]
 
 
 def load(cfg: DictConfig) -> BenchConfig:
-    """Check the keys, resolve every interpolation and build the typed config (each group's
-    __post_init__ runs here), then the mode's scenario checks it (bench.scenario_registry.check_config:
-    a registered mode, its own rules). Raises ConfigError / ConfigProblem: one sentence, exit 2."""
-    reject_unknown_keys(cfg, schema_class())
-    try:
-        config = OmegaConf.to_object(cfg)
-    except OmegaConfBaseException as exc:  # e.g. a ${...} that points nowhere
-        from bench.config.hydra_errors import as_error
+    """Check the keys, type the scenario's node (bench.config.scenario), resolve every interpolation and
+    build the typed config (each group's __post_init__ runs here), then the scenario checks it (its
+    `check`: its own rules). Raises ConfigError / ConfigProblem: one sentence, exit 2."""
+    from bench.config.hydra_errors import as_error
 
+    reject_unknown_keys(cfg, BenchConfig)
+    try:
+        config = OmegaConf.to_object(_scenario_typed(cfg))
+    except OmegaConfBaseException as exc:  # e.g. a ${...} that points nowhere
         raise as_error(exc) from None
     assert isinstance(config, BenchConfig)
-    from bench.scenario_registry import check_config  # import-free itself: the scenario's module loads here
-
-    check_config(config)
+    config.scenario.check(config)  # the scenario's own rules, beside its code (e.g. bench.train.rules)
     reject_non_finite(config)
     return config
 
 
+def _scenario_typed(cfg: DictConfig) -> DictConfig:
+    """A copy of `cfg` (the caller's stays as composed) whose scenario node is its class's."""
+    from bench.config.hydra_errors import as_error
+    from bench.config.scenario import typed
+
+    cfg = copy.deepcopy(cfg)
+    try:
+        typed(cfg)
+    except OmegaConfBaseException as exc:  # a scenario key of the wrong type
+        raise as_error(exc) from None
+    return cfg
+
+
 def compose(*overrides: str) -> BenchConfig:
     """The config `python -m bench <overrides>` would run (no Hydra run dir, no job)."""
+    return load(composed(*overrides))
+
+
+def composed(*overrides: str) -> DictConfig:
+    """Hydra's composition of `overrides`, as `python -m bench` composes it (not loaded: not checked)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
     from hydra.errors import HydraException
@@ -53,10 +80,19 @@ def compose(*overrides: str) -> BenchConfig:
     register_configs()
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         try:
-            composed = hydra_compose(config_name="config", overrides=list(overrides))
+            return hydra_compose(config_name="config", overrides=list(overrides))
         except (HydraException, OmegaConfBaseException) as exc:
             raise as_error(exc) from None
-        return load(composed)
+
+
+def shown(cfg: DictConfig) -> DictConfig:
+    """A composed config as `--cfg job` shows it: the scenario's keys with their defaults, no `_target_`
+    (none at all for a scenario without keys of its own: the built-in ones)."""
+    cfg = _scenario_typed(cfg)
+    if not cfg.scenario:
+        with open_dict(cfg):
+            cfg.pop("scenario")
+    return cfg
 
 
 def check(config: BenchConfig) -> BenchConfig:
@@ -67,7 +103,7 @@ def check(config: BenchConfig) -> BenchConfig:
 
     reject_unknown_attributes(config)
     try:  # merged into the schema as Hydra merges an override: OmegaConf names the full key
-        cfg = OmegaConf.merge(OmegaConf.structured(schema_class()), dataclasses.asdict(config))
+        cfg = OmegaConf.merge(schema(), dataclasses.asdict(config))
     except OmegaConfBaseException as exc:
         raise as_error(exc) from None
     assert isinstance(cfg, DictConfig)
@@ -108,4 +144,6 @@ def as_plain(config: Any) -> Dict[str, Any]:
 
     tree = plain(dataclasses.asdict(config))
     tree.pop("defaults", None)
+    if not tree.get("scenario", True):  # a scenario with no keys of its own (the built-in ones) shows none
+        del tree["scenario"]
     return tree

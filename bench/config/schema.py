@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import logging
 import os
-from dataclasses import dataclass, field, make_dataclass
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
 
 from hydra.core.config_store import ConfigStore
-from omegaconf import OmegaConf
+from omegaconf import DictConfig, OmegaConf
 
 from bench import config_dir
 from bench.config.data import DataConfig
@@ -49,9 +49,11 @@ class BenchConfig(Checks):
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
     tracking: TrackingConfig = field(default_factory=TrackingConfig)
     profile: ProfileConfig = field(default_factory=ProfileConfig)
-    # the scenario: a name bench.scenario_registry knows (checked, with that scenario's own rules, once the
-    # config is composed: bench.config.load)
+    # the scenario: an option of the config group conf/scenario/ (`scenario=storage`; `mode=storage` too)
     mode: str = "train"
+    # its class (`_target_`) and own keys: untyped while Hydra composes, its class's instance once the config
+    # loads (bench.config.scenario: checked there, with that scenario's own rules)
+    scenario: Any = field(default_factory=dict)
     allow_cpu: bool = False  # refuse to "benchmark" a CPU by accident
     seed: int = 0
     cudnn_benchmark: bool = True
@@ -88,7 +90,7 @@ def register_configs() -> None:
     """Store the schema; conf/config.yaml lists it first in its defaults, so every group option
     is merged into (and type-checked by) these dataclasses. `${bench.times:8,${distributed.nproc_per_node}}`
     multiplies: the Slurm presets (conf/hydra/launcher/) ask for cores and memory per process."""
-    ConfigStore.instance().store(name="bench_schema", node=schema_class())
+    ConfigStore.instance().store(name="bench_schema", node=schema())
     OmegaConf.register_new_resolver("bench.times", _times, replace=True)
     _register_options()
 
@@ -103,22 +105,12 @@ def _register_options() -> None:
                 ConfigStore.instance().store(group=group, name=name, node={"name": name})
 
 
-_SCHEMAS: Dict[Tuple[Tuple[str, type], ...], type] = {}
-
-
-def schema_class() -> type:
-    """BenchConfig, with a field per scenario that has a config namespace of its own
-    (bench.scenario_registry.OPTIONS): `count.steps=5` is then a key like any other (typed, defaulted,
-    refused in one line when wrong, shown by --cfg job)."""
-    from bench.scenario_registry import namespaces  # import-free itself; the dataclasses' modules load here
-
-    key = tuple(sorted(namespaces().items()))
-    if not key:
-        return BenchConfig
-    if key not in _SCHEMAS:
-        extra = [(name, options, field(default_factory=options)) for name, options in key]
-        _SCHEMAS[key] = make_dataclass("BenchConfig", extra, bases=(BenchConfig,))
-    return _SCHEMAS[key]
+def schema() -> DictConfig:
+    """BenchConfig as a structured node, its `scenario` node open: a scenario's own keys (`scenario.steps=5`)
+    are known once its class is (bench.config.scenario.typed, when the config loads)."""
+    node = OmegaConf.structured(BenchConfig)
+    OmegaConf.set_struct(node.scenario, False)
+    return node
 
 
 def _times(*factors: Any) -> Any:

@@ -100,12 +100,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 def _checked_config(overrides: Sequence[str]) -> "BenchConfig":
     from bench.config import compose
-    from bench.scenarios import scenario_for
 
     config = compose(*overrides)
     if config.mode != "train":
         raise ConfigError("mode", config.mode, "train: the doctor diagnoses training runs")
-    scenario_for(config.mode).preflight(config)  # data on disk, the device: before anything runs
+    config.scenario.preflight(config)  # data on disk, the device: before anything runs
     from bench.tracking.probe import checked_uri
 
     checked_uri(config.tracking, Path.cwd())  # a store MLflow has no scheme for

@@ -10,18 +10,19 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Union
+from typing import Any, List, Mapping, Optional, Union
 
 from bench.config import BenchConfig
 from bench.infer import sweep_view
 from bench.infer.result import InferMetrics, InferOutcome, InferResult
 from bench.maths.confidence import repeat_figures
 from bench.maths.stats import mean, percentile
-from bench.results import read_column, read_summary, read_window, write_csv, write_json
+from bench.results import read_summary, read_window, write_csv
 from bench.runtime.fit_watch import fit_problems, fit_tags, record_fields
 from bench.runtime.malloc import in_effect as malloc_in_effect
 from bench.runtime.peaks import utilisation
-from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, input_pipeline, read_repeats, write_repeats
+from bench.runtime.reporting import PROFILE_FILES, input_pipeline, read_repeats, write_repeats
+from bench.scenario_base import BaseReport
 
 
 def summarize(result: InferResult, config: BenchConfig, device: str, device_name: str) -> InferMetrics:
@@ -87,10 +88,9 @@ def rates(result: InferResult) -> List[float]:
 
 
 @dataclass
-class InferReport:
+class InferReport(BaseReport):
     view = sweep_view.VIEW  # what a sweep and compare show of inference runs (bench.infer.sweep_view)
     TIMELINE_FILE, TIMELINE_COLUMN = "latency.csv", "latency_ms"
-    REPEATS_FILE = REPEATS_FILE
     result: InferResult
     record: InferMetrics  # the radix_metrics contract, typed
     repeat_rates: List[float] = field(default_factory=list)
@@ -115,11 +115,6 @@ class InferReport:
             require_fit=bool(config.benchmark.require_fit),
         )
 
-    @property
-    def metrics(self) -> Dict[str, Any]:
-        """The radix_metrics dict (final line, summary.csv, MLflow): the record, serialised."""
-        return self.record.to_metrics()
-
     def headline(self) -> str:
         r = self.record
         return (
@@ -133,9 +128,8 @@ class InferReport:
     ) -> List[Path]:
         out_dir.mkdir(parents=True, exist_ok=True)
         result = self.result
-        metrics = self.metrics
         summary = {
-            "results": metrics,
+            "results": self.metrics,
             "compile": result.compile,
             "environment": dict(environment),
             "config": dict(config),
@@ -145,8 +139,7 @@ class InferReport:
         rows = [(i, f"{latency:.4f}", f"{wait:.4f}") for i, (latency, wait) in enumerate(pairs, start=1)]
         files = [
             write_csv(out_dir / self.TIMELINE_FILE, ["batch", "latency_ms", "data_wait_ms"], rows),
-            write_json(out_dir / "run_summary.json", summary),
-            write_csv(out_dir / "summary.csv", list(metrics), [metrics]),
+            *self.write_summary(out_dir, summary),
         ]
         if len(self.repeat_rates) > 1:
             files.append(write_repeats(out_dir, result.repeat_images, result.repeat_seconds, self.repeat_rates))
@@ -163,7 +156,7 @@ class InferReport:
         tracker.set_tags(
             {"mode": r.mode, "model": r.model, "precision": r.precision, "device_name": r.device_name, **fit_tags(r)}
         )
-        tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
+        self.log_files(tracker, files, out_dir)
 
     @classmethod
     def from_files(cls, job_dir: Path) -> "InferReport":
@@ -177,15 +170,3 @@ class InferReport:
     @classmethod
     def repeats(cls, job_dir: Path) -> List[float]:
         return read_repeats(job_dir)
-
-    @classmethod
-    def timeline(cls, job_dir: Path) -> List[float]:
-        return read_column(job_dir / cls.TIMELINE_FILE, cls.TIMELINE_COLUMN)
-
-    @classmethod
-    def read_back(cls, job_dir: Path) -> Dict[str, Any]:
-        return {}  # no columns of its own
-
-    @classmethod
-    def read_back_mlflow(cls, client: Any, run_id: str) -> Dict[str, Any]:
-        return {}

@@ -16,11 +16,8 @@ from bench.runtime.scenario import ModelScenario, window_monitor
 
 
 class InferScenario(ModelScenario):
-    loop_modules = ("bench.infer.scenario", "bench.infer.loop", "bench.launch.worker")
-    report_class = InferReport
-
-    def has_ranks(self, config: BenchConfig) -> bool:
-        return True  # one rank; a launcher gives every sweep job a fresh process
+    loop_modules = ("bench.infer.scenario", "bench.infer.loop")
+    report_class = InferReport  # one rank; a launcher gives every sweep job a fresh process
 
     def check(self, config: BenchConfig) -> None:
         """mode=inference's config rules (bench.infer.rules): training-only keys refused."""
@@ -42,6 +39,3 @@ class InferScenario(ModelScenario):
         result = infer(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, out_dir=out_dir)
         result.fit = monitor.fit()
         return InferOutcome(result, device.type, device_name(device))
-
-    def report(self, outcome: InferOutcome, config: BenchConfig) -> InferReport:
-        return InferReport.from_outcome(outcome, config)

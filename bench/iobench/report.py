@@ -22,8 +22,9 @@ from bench.iobench.figures import epoch_rows, per_epoch, read_figures
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.result import CachingFigures, StorageMetrics
 from bench.maths.stats import mean
-from bench.results import read_column, read_summary, write_csv, write_json
+from bench.results import read_summary, write_csv
 from bench.runtime.fit_watch import fit_tags
+from bench.scenario_base import BaseReport
 
 __all__ = ["StorageReport", "caching_figures", "epoch_rows", "read_figures"]
 
@@ -68,7 +69,7 @@ def _figure(value: Optional[float], unit: str = "", digits: int = 1) -> str:
 
 
 @dataclass
-class StorageReport:
+class StorageReport(BaseReport):
     view = sweep_view.VIEW  # what a sweep and compare show of storage runs (bench.iobench.sweep_view)
     # the per-request file and column the timeline is read back from
     TIMELINE_FILE, TIMELINE_COLUMN = "read_latency.csv", "latency_ms"
@@ -78,11 +79,6 @@ class StorageReport:
     prepare: Dict[str, Any] = field(default_factory=dict)  # why the dataset was (re)written or reused
     runs: List[Dict[str, Any]] = field(default_factory=list)  # the headline figures of each measured run
     clients: List[Dict[str, Any]] = field(default_factory=list)  # one row per simulated accelerator
-
-    @property
-    def metrics(self) -> Dict[str, Any]:
-        """The radix_metrics dict (final line, summary.csv, MLflow): the record, serialised."""
-        return self.record.to_metrics()
 
     def headline(self) -> str:
         r, f = self.record, self.record.figures
@@ -127,9 +123,8 @@ class StorageReport:
             for r in self.results
             for q in r.requests
         ]
-        metrics = self.metrics
         summary = {
-            "results": metrics,
+            "results": self.metrics,
             "epochs": epochs,
             "clients": self.clients,
             "runs": self.runs,
@@ -139,8 +134,7 @@ class StorageReport:
             "mlflow_run_id": run_id,
         }
         files = [
-            write_json(out_dir / "run_summary.json", summary),
-            write_csv(out_dir / "summary.csv", list(metrics), [metrics]),
+            *self.write_summary(out_dir, summary),
             write_csv(out_dir / "epochs.csv", list(epochs[0]) if epochs else ["client", "epoch"], epochs),
             write_csv(out_dir / "read_latency.csv", [*REQUEST_FIELDS, "run"], requests),
         ]
@@ -175,7 +169,7 @@ class StorageReport:
         tracker.set_tags(
             {**{key: value for key, value in self.metrics.items() if key in TAG_FIELDS}, **fit_tags(self.record.fit)}
         )
-        tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
+        self.log_files(tracker, files, out_dir)
 
     def epoch_series(self) -> Dict[int, Dict[str, float]]:
         """Per epoch (of the first measured run): MLPerf samples/s summed over accelerators and AU
@@ -221,20 +215,3 @@ class StorageReport:
     def repeats(cls, job_dir: Path) -> List[float]:
         """samples/s of each measured run (storage.runs > 1: runs.csv; [] with one run)."""
         return run_rates(read_summary(job_dir).get("runs", []))
-
-    @classmethod
-    def read_back(cls, job_dir: Path) -> Dict[str, Any]:
-        return {}  # no columns of its own
-
-    @classmethod
-    def read_back_mlflow(cls, client: Any, run_id: str) -> Dict[str, Any]:
-        return {}
-
-    @property
-    def interrupted(self) -> Optional[str]:
-        return None  # a signal ends the run before its report exists
-
-    @classmethod
-    def timeline(cls, job_dir: Path) -> List[float]:
-        """The per-request latencies a finished run wrote (for the sweep report)."""
-        return read_column(job_dir / cls.TIMELINE_FILE, cls.TIMELINE_COLUMN)

@@ -12,12 +12,13 @@ from __future__ import annotations
 import logging
 import os
 from pathlib import Path
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Optional
 
 from bench.config import BenchConfig
 from bench.config.distributed import DistributedName
 from bench.iobench.reader import uses_processes
 from bench.iobench.report import StorageReport
+from bench.scenario_base import BaseScenario
 
 log = logging.getLogger(__name__)
 
@@ -30,11 +31,8 @@ def clients_of(config: BenchConfig) -> int:
     return config.storage.accelerators
 
 
-class StorageScenario:
+class StorageScenario(BaseScenario):
     report_class = StorageReport
-
-    def preload(self, config: BenchConfig) -> Tuple[str, ...]:
-        return ()
 
     def has_ranks(self, config: BenchConfig) -> bool:
         """With distributed=ddp the simulated accelerators are ranks started by a launcher;

@@ -108,10 +108,11 @@ class Elastic(Launcher):
             logging.getLogger(name).setLevel(logging.CRITICAL)
         logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
         logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
-        # Workers fork from one server process that has torch imported already: a job's workers
-        # start in well under a second instead of paying torch's import each (spawn). The server
-        # is a fresh interpreter, so forking from it is safe with CUDA; later sweep jobs reuse it.
-        multiprocessing.set_forkserver_preload(list(scenario.preload(config)))
+        # Workers fork from one server process that has torch imported already (this module's worker
+        # imports it; the scenario adds its own modules): a job's workers start in well under a second
+        # instead of paying torch's import each (spawn). The server is a fresh interpreter, so forking
+        # from it is safe with CUDA; later sweep jobs reuse it.
+        multiprocessing.set_forkserver_preload(["bench.launch.worker", *scenario.preload(config)])
         start_forkserver_deaf_to_ctrl_c()
         reaper = SurvivorReaper(dist.nproc_per_node, workers)
         try:

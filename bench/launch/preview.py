@@ -1,6 +1,8 @@
 """`python -m bench -m <overrides> --cfg job`: the jobs a sweep would run, one line each, without
 running them (Hydra itself refuses --cfg with --multirun: "Only one of --run, --multirun,
---cfg, --info and --shell can be specified").
+--cfg, --info and --shell can be specified"). And a plain `--cfg job` [--resolve]: the composed config
+as Hydra prints it, but with the scenario's node as its class types it (its keys with their defaults,
+no `_target_`: bench.config.shown).
 
 The jobs are expanded by Hydra's own basic sweeper from the command line's overrides after
 the sweep a preset writes into `hydra.sweeper.params` (imagenet_schedulers), as `-m` does, so
@@ -33,6 +35,30 @@ def wants_preview(argv: Sequence[str]) -> bool:
     """-m (or --multirun) together with --cfg: a sweep to list, not to run."""
     has_cfg = any(arg in CFG or arg.startswith("--cfg=") for arg in argv)
     return has_cfg and any(arg in MULTIRUN for arg in argv)
+
+
+def wants_job_config(argv: Sequence[str]) -> bool:
+    """`--cfg job` (or `-c job`, `--cfg=job`), `--resolve` at most beside it: no other flag of Hydra's."""
+    flags = [arg for number, arg in enumerate(argv) if arg.startswith("-") or (number and argv[number - 1] in CFG)]
+    return sorted(set(flags) - {"--resolve"}) in (["--cfg", "job"], ["-c", "job"], ["--cfg=job"])
+
+
+def job_config(argv: Sequence[str], out: TextIO) -> Optional[str]:
+    """Print one job's composed config; returns None, or the one-line reason it does not compose."""
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from bench.config import composed, shown
+    from bench.config.hydra_errors import one_line
+    from bench.errors import BenchError
+
+    try:
+        out.write(OmegaConf.to_yaml(shown(composed(*overrides_of(argv))), resolve="--resolve" in argv))
+    except BenchError as exc:
+        return str(exc)
+    except OmegaConfBaseException as exc:  # --resolve: a ${...} that points nowhere
+        return one_line(exc)
+    return None
 
 
 def overrides_of(argv: Sequence[str]) -> List[str]:

@@ -16,7 +16,6 @@ from bench.launch.reaper import pid_file
 from bench.launch.watchdog import StepWatchdog
 from bench.machine.fitness import ROOT_ENV
 from bench.rank_context import RankContext
-from bench.scenarios import scenario_for
 
 log = logging.getLogger("bench")
 
@@ -37,4 +36,4 @@ def worker_entry(config: BenchConfig, out_dir: str, workers_dir: str, launcher_p
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(f"{os.getpid()} {ctx.local_rank}")
     watchdog = StepWatchdog(config.distributed.timeout_s, ctx.rank, launcher_pid)
-    return scenario_for(config.mode).run_rank(config, ctx, Path(out_dir), heartbeat=watchdog.beat)
+    return config.scenario.run_rank(config, ctx, Path(out_dir), heartbeat=watchdog.beat)

@@ -1,18 +1,18 @@
 """What a scenario that runs a model (training, inference) is beyond its loop: the checks before
-the run (bench.runtime.preflight), the device it found, the out-of-memory line, and rank 0's GPU
-monitor. The training and the inference scenario classes build on it
-and add run_name, run_rank, report, preload and report_class (bench.scenarios)."""
+the run (bench.runtime.preflight), the out-of-memory line, and rank 0's GPU monitor. The training and
+the inference scenario classes build on it and add check, run_name, run_rank and report_class."""
 
 from __future__ import annotations
 
-from typing import Any, Optional, Tuple
+from typing import Any, ClassVar, Optional, Tuple
 
 from bench.config import BenchConfig
 from bench.rank_context import RankContext
+from bench.scenario_base import BaseScenario
 
 
-class ModelScenario:
-    loop_modules: Tuple[str, ...] = ()  # the scenario's own modules a rank runs
+class ModelScenario(BaseScenario):
+    loop_modules: ClassVar[Tuple[str, ...]] = ()  # the scenario's own modules a rank runs
 
     def preload(self, config: BenchConfig) -> Tuple[str, ...]:
         """What the elastic launcher's forkserver imports once, so workers start in well under a
@@ -22,28 +22,21 @@ class ModelScenario:
 
         return ("torch", *(("torchvision",) if uses_torchvision(config.model) else ()), *self.loop_modules)
 
-    def has_ranks(self, config: BenchConfig) -> bool:
-        return True  # started by a launcher, one process per rank
-
-    def __init__(self) -> None:
-        self.device_name = "cpu"  # the device the preflight found: the out-of-memory line names it
-
     def preflight(self, config: BenchConfig) -> None:
         """The dataset, the device, the model, the machine: bench.runtime.preflight."""
         from bench.runtime.preflight import check_model_run
 
-        device = check_model_run(config)  # the dataset first: a missing one is refused before torch loads
-        from bench.runtime.device import device_name
-
-        self.device_name = device_name(device)
+        check_model_run(config)  # the dataset first: a missing one is refused before torch loads
 
     def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
-        """A known failure in one line: out of memory names the batch size and what to try."""
+        """A known failure in one line: out of memory names the batch size, the device and what to try."""
         text = str(exc)
         if type(exc).__name__ == "OutOfMemoryError" or "out of memory" in text.lower() or "OutOfMemoryError" in text:
-            batch = config.data.batch_size
+            import torch
+
+            batch, cuda = config.data.batch_size, torch.cuda.is_available()
             return (
-                f"out of memory at data.batch_size={batch} on {self.device_name}: "
+                f"out of memory at data.batch_size={batch} on {torch.cuda.get_device_name() if cuda else 'cpu'}: "
                 f"try data.batch_size={max(1, batch // 2)}"
             )
         return None

@@ -15,9 +15,10 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from bench.config import BenchConfig
 from bench.machine.fitness import Verdict
-from bench.results import read_column, read_summary, read_window, write_csv, write_json, write_jsonl
+from bench.results import read_column, read_summary, read_window, write_csv, write_jsonl
 from bench.runtime.fit_watch import fit_problems, fit_tags
 from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, read_repeats, write_repeats
+from bench.scenario_base import BaseReport
 from bench.train import sweep_view
 from bench.train.extras import CheckpointWrite
 from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
@@ -30,12 +31,11 @@ def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
 
 
 @dataclass
-class TrainReport:
+class TrainReport(BaseReport):
     # what a sweep and compare show of training runs (bench.analysis asks; bench.train.sweep_view holds it)
     view = sweep_view.VIEW
     # the per-step file and column the timeline is read back from
     TIMELINE_FILE, TIMELINE_COLUMN = "step_times.csv", "step_time_ms"
-    REPEATS_FILE = REPEATS_FILE  # benchmark.repeats > 1: a row per measured window
 
     result: TrainResult  # rank 0's, with the job's step timeline
     ranks: List[RankSummary]
@@ -54,11 +54,6 @@ class TrainReport:
             repeat_throughputs(outcome.ranks),
             require_fit=bool(config.benchmark.require_fit),
         )
-
-    @property
-    def metrics(self) -> Dict[str, Any]:
-        """The radix_metrics dict (final line, summary.csv, MLflow): the record, serialised."""
-        return self.record.to_metrics()
 
     def headline(self) -> str:
         r = self.record
@@ -84,9 +79,8 @@ class TrainReport:
             }
             for r in self.ranks
         ]
-        metrics = self.metrics
         summary = {
-            "results": metrics,
+            "results": self.metrics,
             "epochs": epochs,
             "compile": result.compile,
             "environment": dict(environment),
@@ -100,11 +94,10 @@ class TrainReport:
         files = [
             write_jsonl(out_dir / "metrics_epoch.jsonl", epochs),
             write_csv(out_dir / "step_times.csv", ["step", "step_time_ms", "data_wait_ms"], steps),
-            write_json(out_dir / "run_summary.json", summary),
-            write_csv(out_dir / "summary.csv", list(metrics), [metrics]),
+            *self.write_summary(out_dir, summary),
         ]
         if len(self.repeat_rates) > 1:
-            files.append(self.write_repeats(out_dir, result.repeat_images, result.repeat_seconds, self.repeat_rates))
+            files.append(write_repeats(out_dir, result.repeat_images, result.repeat_seconds, self.repeat_rates))
         return files + [Path(f) for f in result.files if Path(f).is_file()]
 
     @property
@@ -162,7 +155,7 @@ class TrainReport:
         resumed = r.figure("resumed_from")
         if resumed is not None:  # which checkpoint train.resume=auto (or a path) continued from
             tracker.log_params({"resumed_from": resumed})
-        tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
+        self.log_files(tracker, files, out_dir)
 
     @classmethod
     def from_files(cls, job_dir: Path) -> "TrainReport":
@@ -176,8 +169,8 @@ class TrainReport:
             base_lr=record.lr,
             final_lr=record.final_lr,
             final_loss=record.final_loss,
-            repeat_images=[int(v) for v in read_column(job_dir / cls.REPEATS_FILE, "images")],
-            repeat_seconds=read_column(job_dir / cls.REPEATS_FILE, "seconds"),
+            repeat_images=[int(v) for v in read_column(job_dir / REPEATS_FILE, "images")],
+            repeat_seconds=read_column(job_dir / REPEATS_FILE, "seconds"),
         )
         ranks = [
             RankSummary(
@@ -188,19 +181,8 @@ class TrainReport:
         return cls(result, ranks, record, cls.repeats(job_dir))
 
     @classmethod
-    def write_repeats(
-        cls, out_dir: Path, images: Sequence[int], seconds: Sequence[float], rates: Sequence[float]
-    ) -> Path:
-        return write_repeats(out_dir, images, seconds, rates)
-
-    @classmethod
     def repeats(cls, job_dir: Path) -> List[float]:
         return read_repeats(job_dir)
-
-    @classmethod
-    def timeline(cls, job_dir: Path) -> List[float]:
-        """The per-step times a finished run wrote (for the sweep report)."""
-        return read_column(job_dir / cls.TIMELINE_FILE, cls.TIMELINE_COLUMN)
 
     @classmethod
     def read_back(cls, job_dir: Path) -> Dict[str, Any]:

@@ -18,11 +18,8 @@ from bench.train.result import RankSummary, TrainOutcome
 class TrainScenario(ModelScenario):
     # torch._dynamo: every optimizer imports it when built (add_param_group is wrapped by
     # torch._disable_dynamo), ~1 CPU-s that each rank would pay again
-    loop_modules = ("torch._dynamo", "bench.train.scenario", "bench.train.loop", "bench.launch.worker")
+    loop_modules = ("torch._dynamo", "bench.train.scenario", "bench.train.loop")
     report_class = TrainReport
-
-    def has_ranks(self, config: BenchConfig) -> bool:
-        return True  # started by a launcher, one process per rank
 
     def check(self, config: BenchConfig) -> None:
         """mode=train's config rules (bench.train.rules), when the config loads."""
@@ -34,10 +31,7 @@ class TrainScenario(ModelScenario):
         """The dataset, the device, the model, the machine: bench.train.preflight."""
         from bench.train.preflight import check_training
 
-        device = check_training(config)  # the dataset first: a missing one is refused before torch loads
-        from bench.runtime.device import device_name
-
-        self.device_name = device_name(device)
+        check_training(config)  # the dataset first: a missing one is refused before torch loads
 
     def run_name(self, config: BenchConfig, batch_size: Optional[int] = None) -> str:
         """<model>-<precision>-bs<batch>[-x<processes>]; `batch_size`: the one find_max_batch found."""

@@ -1,258 +1,140 @@
-"""Adding a scenario takes one module and one registry line: a toy scenario ("count": it counts to
-N and reports how fast) with its own config namespace (`count.steps`: it borrows no other scenario's
-keys), its own typed result record and its own report class (what a sweep and a compare show of it)
-is registered here, in the test, run end to end through bench.app.run (the function the Hydra task
-calls) with a real sqlite MLflow store, swept by Hydra's multirun (in this process: the registration
-lives here) and two of its runs compared. Nothing in bench/ changes for it: no column list, plot,
-key or mode branch names it."""
+"""Adding a scenario is what docs/architecture.md says, and nothing more: the echo scenario (bench/echo.py,
+conf/scenario/echo.yaml), the documented example, is exactly those two files, under the documented size,
+named nowhere else (no list of scenarios or packages in bench/, conf/ or the tests to edit), and it runs
+through every path a scenario has: its own keys typed and refused in one line, a 2-process DDP run (its
+config pickled to the elastic launcher's workers), a 2-job sweep whose jobs are processes of their own
+(submitit's local executor: each job composes its config afresh and starts its rank through the elastic
+launcher), its row in the sweep table and in MLflow, and `bench.compare` of two of its runs."""
 
 from __future__ import annotations
 
+import ast
+import io
 import json
-import logging
 import re
-import sys
-import time
-from dataclasses import dataclass
+import tokenize
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Tuple
 
 import pytest
 
 from bench.errors import ConfigError
-from bench.results import Record, read_summary, write_json
-from bench.scenario_registry import SCENARIOS
-from bench.scenarios import Sample, View, register, unregister
 
-BENCH = Path(__file__).resolve().parents[2] / "bench"
+ROOT = Path(__file__).resolve().parents[2]
+ECHO = ["scenario.steps=5", "scenario.step_s=0.001"]
 
 
-@dataclass
-class CountOptions:
-    """The toy's own config namespace: `count.steps=...` (checked here, one line when wrong)."""
-
-    steps: int = 1000
-
-    def __post_init__(self) -> None:
-        if self.steps < 1:
-            raise ConfigError("count.steps", self.steps, "a positive count")
-
-
-@dataclass(kw_only=True)
-class CountMetrics(Record):
-    mode: str = "count"
-    counted: int
-    count_seconds: float
-    counts_per_second: float
-    note: Optional[str] = None  # absent from the final line unless set
-
-
-def count_plots(frame: Any, out: Path, title: str) -> List[Path]:
-    return []  # a toy: no plots
-
-
-@dataclass
-class CountReport:
-    view = View(
-        sample=Sample("counts_per_second", "counts/s"),  # compare: the run's own figure, in its unit
-        columns=[
-            ("job", "job", "{}"),
-            ("overrides", "overrides", "{}"),
-            ("counted", "counted", "{}"),
-            ("counts/s", "counts_per_second", "{:.0f}"),
-            ("error", "error", "{}"),
-        ],
-        plots=count_plots,
-        label_columns=[("counted=", "counted", "int")],
+def code_lines(path: Path) -> int:
+    """Lines holding code: no blank line, comment or docstring (issue 35's count)."""
+    source = path.read_text()
+    docstrings = set()
+    for node in ast.walk(ast.parse(source)):
+        body = getattr(node, "body", None)
+        first = body[0] if isinstance(node, (ast.Module, ast.FunctionDef, ast.ClassDef)) and body else None
+        if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+            docstrings.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
+    skipped = (tokenize.COMMENT, tokenize.NL, tokenize.NEWLINE, tokenize.INDENT, tokenize.DEDENT, tokenize.ENDMARKER)
+    return len(
+        {
+            line
+            for token in tokenize.generate_tokens(io.StringIO(source).readline)
+            if token.type not in skipped
+            for line in range(token.start[0], token.end[0] + 1)
+            if line not in docstrings
+        }
     )
 
-    record: CountMetrics
-    interrupted: Optional[str] = None  # no passes after the count: never
 
-    @property
-    def metrics(self) -> Dict[str, Any]:
-        return self.record.to_metrics()
-
-    @property
-    def problems(self) -> List[str]:
-        return []
-
-    def headline(self) -> str:
-        return f"counted {self.record.counted} in {self.record.count_seconds:.6f} s"
-
-    def write(
-        self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]
-    ) -> List[Path]:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        return [
-            write_json(
-                out_dir / "run_summary.json", {"results": self.metrics, "config": dict(config), "mlflow_run_id": run_id}
-            )
-        ]
-
-    def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
-        tracker.set_tags({"mode": self.record.mode})
-        tracker.log_artifacts(files)
-
-    @classmethod
-    def from_files(cls, job_dir: Path) -> "CountReport":
-        return cls(CountMetrics.from_metrics(read_summary(job_dir)["results"]))
-
-    @classmethod
-    def timeline(cls, job_dir: Path) -> List[float]:
-        return []
-
-    @classmethod
-    def repeats(cls, job_dir: Path) -> List[float]:
-        return []
-
-    @classmethod
-    def read_back(cls, job_dir: Path) -> Dict[str, Any]:
-        return {}
-
-    @classmethod
-    def read_back_mlflow(cls, client: Any, run_id: str) -> Dict[str, Any]:
-        return {}
-
-
-class CountScenario:
-    report_class = CountReport
-
-    def preload(self, config: Any) -> Tuple[str, ...]:
-        return ()  # nothing for a forkserver: this scenario has no ranks
-
-    def has_ranks(self, config: Any) -> bool:
-        return False  # this process counts
-
-    def check(self, config: Any) -> None:
-        pass
-
-    def preflight(self, config: Any) -> None:
-        pass
-
-    def run_name(self, config: Any) -> str:
-        return f"count-{config.count.steps}"
-
-    def run_rank(self, config: Any, ctx: Any, out_dir: Path, heartbeat: Any = None) -> CountMetrics:
-        start, total = time.perf_counter(), 0
-        for _ in range(config.count.steps):
-            total += 1
-        seconds = time.perf_counter() - start
-        return CountMetrics(counted=total, count_seconds=seconds, counts_per_second=total / seconds if seconds else 0.0)
-
-    def report(self, outcome: CountMetrics, config: Any) -> CountReport:
-        return CountReport(outcome)
-
-    def explain(self, exc: BaseException, config: Any) -> Optional[str]:
-        return None
-
-
-@pytest.fixture
-def count_mode():
-    # the namespace as a built-in names it in bench/scenario_registry.py's OPTIONS: "module:Class"
-    register("count", CountScenario, options=f"{__name__}:CountOptions")
-    yield "count"
-    unregister("count")
-    from bench.config.schema import register_configs
-
-    register_configs()  # the stored schema without the toy's namespace again, for whatever runs next here
-
-
-def test_a_registered_toy_scenario_runs_end_to_end_with_its_own_record(count_mode, compose, tmp_path, capsys):
-    from mlflow import MlflowClient
-
-    from bench.app import run
-    from bench.scenarios import Scenario
-
-    scenario: Scenario[CountMetrics, CountReport] = CountScenario()  # mypy checks the built-in ones
-    assert scenario.has_ranks(compose()) is False
-    uri = f"sqlite:///{tmp_path}/mlflow.db"
-    overrides = [f"mode={count_mode}", "count.steps=1000", f"tracking.uri={uri}", "cpu_threads=1"]
-    config = compose(*overrides)
-    assert config.count.steps == 1000 and config.train.steps_per_epoch != 1000  # its own key, no other's
-    code = run(config, tmp_path / "run", tmp_path, overrides)
-    assert code == 0
-    final = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["radix_metrics"]
-    assert list(final) == ["mode", "counted", "count_seconds", "counts_per_second"]  # note: None, left out
-    assert final["counted"] == 1000 and final["mode"] == "count"
-    (only,) = MlflowClient(uri).search_runs(
-        [MlflowClient(uri).get_experiment_by_name(config.tracking.experiment).experiment_id]
-    )
-    assert only.info.status == "FINISHED" and only.info.run_name.startswith("count-1000")
-    assert only.data.metrics["counted"] == 1000 and only.data.tags["mode"] == "count"
-    assert only.data.params["count.steps"] == "1000"  # its namespace is a config group like the others
-    assert json.loads((tmp_path / "run" / "run_summary.json").read_text())["results"] == final
-    with pytest.raises(ConfigError, match=r"count.steps=0 is not valid: accepted a positive count"):
-        compose(f"mode={count_mode}", "count.steps=0")
-
-
-def test_the_toy_scenario_is_swept_and_two_of_its_runs_compared(count_mode, tmp_path, monkeypatch, capsys):
-    """A Hydra multirun over its own key (the sweep callback's MLflow parent run and report: the
-    toy's columns), then `bench.compare` of two of its jobs: its figure, in its unit."""
-    from hydra.core.global_hydra import GlobalHydra
-
-    from bench.__main__ import main
-    from bench.config.schema import register_configs
-    from bench.tools.compare import main as compare
-
-    register_configs()  # the schema with the toy's namespace (python -m bench registers it at import)
-    GlobalHydra.instance().clear()
-    sweep = tmp_path / "sweep"
-    monkeypatch.setattr(
-        sys,
-        "argv",
-        [
-            "bench",
-            "-m",
-            f"mode={count_mode}",
-            "count.steps=100,200",
-            f"tracking.uri=sqlite:///{tmp_path}/mlflow.db",
-            f"hydra.sweep.dir={sweep}",
-        ],
-    )
-    root = logging.getLogger()
-    handlers, level = list(root.handlers), root.level
-    try:
-        main()
-    finally:  # Hydra's state and its logging set-up stay in this test
-        GlobalHydra.instance().clear()
-        root.handlers[:] = handlers
-        root.setLevel(level)
-    jobs = [json.loads((sweep / str(n) / "run_summary.json").read_text())["results"] for n in (0, 1)]
-    assert [j["counted"] for j in jobs] == [100, 200]
-    report = (sweep / "report" / "report.md").read_text() if (sweep / "report").is_dir() else ""
-    table = capsys.readouterr().out
-    assert "counts/s" in table and "count.steps" in table + report  # the toy's own columns, its swept key
-
-    assert compare([str(sweep / "0"), str(sweep / "1"), "--out", str(tmp_path / "out")]) in (0, 1)
-    header, row = capsys.readouterr().out.splitlines()[:2]
-    assert "baseline counts/s" in header and "candidate counts/s" in header
-    assert float(row[41:61]) == pytest.approx(jobs[0]["counts_per_second"], abs=0.051)
-    assert float(row[62:82]) == pytest.approx(jobs[1]["counts_per_second"], abs=0.051)
-
-
-def test_an_unregistered_mode_is_refused_naming_the_registered_ones(compose):
-    from bench.errors import ConfigError
-
-    with pytest.raises(ConfigError, match=r"mode='count' is not valid: accepted one of train, storage, inference"):
-        compose("mode=count")
-
-
-def test_a_scenario_is_one_package_and_one_registry_line():
-    """The file count of docs/architecture.md ("a scenario: 4 files"): the toy above needed this one
-    module and a register() call; the built-in inference scenario is named outside its package only
-    by bench/scenario_registry.py (and pyproject's package list)."""
-    # bench/scenario_checks.py names every built-in scenario for the type checker only (never run):
-    # a new scenario may add itself there to be checked, it need not
+def test_a_scenario_is_the_two_documented_files_and_nothing_else_names_it():
+    """docs/architecture.md's row for a scenario names its files; echo is those files, under the size the
+    docs give, and no other file of bench/, conf/ or the tests' layer and compare checks names it."""
+    docs = (ROOT / "docs" / "architecture.md").read_text()
+    row = re.search(r"^\| a scenario \| (\d+) \| `(bench/<name>\.py)`.*?`(conf/scenario/<name>\.yaml)`", docs, re.M)
+    assert row and int(row.group(1)) == 2, "docs/architecture.md: | a scenario | 2 | `bench/<name>.py` ... |"
+    files = [ROOT / row.group(n).replace("<name>", "echo") for n in (2, 3)]
+    assert all(f.is_file() for f in files)
+    lines = code_lines(files[0])
+    limit = re.search(r"`bench/echo\.py`[^|]*?(\d+) code lines", docs)
+    assert limit and lines == int(limit.group(1)) <= 80, f"bench/echo.py: {lines} code lines, the docs say otherwise"
     naming = sorted(
-        str(path.relative_to(BENCH.parent))
-        for path in BENCH.rglob("*.py")
-        if "bench.infer" in path.read_text() and path.parent.name != "infer" and path.name != "scenario_checks.py"
+        str(path.relative_to(ROOT))
+        for folder in ("bench", "conf")
+        for path in (ROOT / folder).rglob("*.*")
+        if path.suffix in (".py", ".yaml") and re.search(r"bench\.echo\b|\bEcho\b", path.read_text())
     )
-    assert naming == ["bench/scenario_registry.py"]
-    assert "bench.infer" in (BENCH.parent / "pyproject.toml").read_text()
-    assert "count" not in SCENARIOS  # the toy left nothing behind in bench/
-    # the package (its __init__.py and one module, as the toy's one module here) + the registry + pyproject
-    needed = ["bench/<name>/__init__.py", "bench/<name>/scenario.py", *naming, "pyproject.toml"]
-    documented = re.search(r"^\| a scenario \| (\d+) \|", (BENCH.parent / "docs" / "architecture.md").read_text(), re.M)
-    assert documented and int(documented.group(1)) == len(needed) == 4
+    assert naming == ["bench/echo.py", "conf/scenario/echo.yaml"]
+    for check in ("tests/unit/test_layout.py", "tests/unit/test_compare.py", "pyproject.toml"):
+        assert "echo" not in (ROOT / check).read_text().lower(), f"{check} names a scenario: derive it instead"
+
+
+def test_its_keys_are_typed_defaulted_and_refused_in_one_line(compose):
+    from bench.config import as_plain
+    from bench.launch.preview import job_config
+
+    config = compose("scenario=echo", "scenario.steps=7")
+    assert (config.mode, config.scenario.steps, config.scenario.step_s) == ("echo", 7, 0.01)
+    assert as_plain(config)["scenario"] == {"steps": 7, "step_s": 0.01}  # files and MLflow params: no _target_
+    assert compose("mode=echo", "scenario.steps=7") == config  # mode=echo chooses it too
+    shown = io.StringIO()
+    assert job_config(["mode=echo", "scenario.steps=7", "--cfg", "job"], shown) is None
+    assert "\nmode: echo\nscenario:\n  steps: 7\n  step_s: 0.01\n" in shown.getvalue()  # `--cfg job`: no _target_
+    refusals = {
+        ("scenario.steps=0",): "scenario.steps=0 is not valid: accepted a positive count.",
+        ("scenario.steps=abc",): "scenario.steps='abc' is not valid: accepted an integer.",
+        ("scenario.stepz=1",): "scenario.stepz=1 is not valid: accepted a key of scenario=echo: steps, step_s.",
+    }
+    for overrides, sentence in refusals.items():
+        with pytest.raises(ConfigError) as refused:
+            compose("scenario=echo", *overrides)
+        assert str(refused.value) == sentence
+    with pytest.raises(ConfigError, match=r"scenario.steps=5 is not valid: accepted a key of scenario=train: it has"):
+        compose("scenario.steps=5")  # its keys exist only when it is chosen
+
+
+def test_a_ddp_run_pickles_its_config_to_each_rank_and_reports_rank_0(bench, tmp_path):
+    """mode=echo, as a user with the old spelling runs it: two ranks started by the elastic launcher
+    (the config, echo's instance in it, pickled to each), rank 0's steps/s reported."""
+    bench.with_store()
+    ddp = ["distributed=ddp", "distributed.nproc_per_node=2"]
+    proc = bench.run("mode=echo", *ECHO, *ddp, f"hydra.run.dir={tmp_path}/run")
+    final = bench.metrics(proc)
+    assert list(final) == ["mode", "steps", "step_s", "world_size", "seconds", "steps_per_second"]
+    assert final["world_size"] == 2 and final["steps"] == 5 and final["steps_per_second"] > 0
+    assert "worker for rank 1/2 started" in (tmp_path / "run" / "rank1.log").read_text()  # a process of its own
+    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    assert summary["results"] == final and summary["config"]["scenario"] == {"steps": 5, "step_s": 0.001}
+    (run,) = bench.runs()
+    assert run.info.status == "FINISHED" and run.info.run_name.startswith("echo")
+    assert run.data.params["scenario.steps"] == "5" and run.data.params["mode"] == "echo"
+    assert not [name for name in run.data.params if "_target_" in name]
+    assert run.data.tags["mode"] == "echo" and run.data.metrics["steps_per_second"] == final["steps_per_second"]
+
+
+def test_a_sweep_of_process_jobs_shows_its_rows_and_two_of_its_runs_compare(bench, tmp_path):
+    """-m on submitit's local executor (what a Slurm job does, without Slurm: every job a fresh process
+    that composes its config from the overrides alone, then starts its rank through the elastic launcher),
+    the sweep's table and MLflow children, then `bench.compare` of its two jobs: echo's figure, its unit."""
+    bench.with_store()
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
+    sweep = tmp_path / "sweep"
+    proc = bench.run(
+        "-m", "scenario=echo", "hydra/launcher=slurm_local", "scenario.steps=5", "scenario.step_s=0.001,0.002",
+        f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = [json.loads((sweep / str(n) / "run_summary.json").read_text()) for n in (0, 1)]
+    assert [job["results"]["step_s"] for job in jobs] == [0.001, 0.002]
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("job "))
+    assert "scenario.step_s" in header and "steps/s" in header  # the swept key, echo's own column
+    runs = bench.runs()
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    children = sorted((r for r in runs if "sweep.job" in r.data.tags), key=lambda r: r.data.tags["sweep.job"])
+    assert [c.data.params["scenario.step_s"] for c in children] == ["0.001", "0.002"]
+    assert all(c.data.tags["bench.pid"] != parent.data.tags["bench.pid"] for c in children)  # jobs apart
+    assert not [name for run in runs for name in run.data.params if "_target_" in name]
+
+    compared = bench.run(str(sweep / "0"), str(sweep / "1"), "--out", str(tmp_path / "compare"), module="bench.compare")
+    assert compared.returncode in (0, 1), compared.stderr
+    head, row = compared.stdout.splitlines()[:2]
+    assert "baseline steps/s" in head and "candidate steps/s" in head
+    shown = [float(value) for value in re.findall(r"\d+\.\d+", row)[:2]]
+    assert shown == [pytest.approx(job["results"]["steps_per_second"], abs=0.051) for job in jobs]

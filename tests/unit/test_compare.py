@@ -252,6 +252,6 @@ def test_runs_of_two_scenarios_or_of_an_unknown_one_are_refused_in_one_line():
     storage.config["mode"] = "storage"
     with pytest.raises(ReportError, match=r"the baseline is a mode=train run and the candidate a mode=storage run"):
         compare_frames(_frame(train), _frame(storage), 0.03)
-    with pytest.raises(ReportError, match=r"mode=count has no scenario here \(registered: train, storage, inference\)"):
+    with pytest.raises(ReportError, match=r"mode=count has no scenario here \(conf/scenario/: .*train.*\): its"):
         report_class("count")  # no quiet fallback to training's figures
     assert report_class(None) is report_class("train")  # recorded before modes existed: training

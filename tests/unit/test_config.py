@@ -7,6 +7,9 @@ No torch here except where a check needs the device or the model registry.
 
 from __future__ import annotations
 
+import io
+import json
+import pickle
 import shutil
 from pathlib import Path
 
@@ -26,7 +29,7 @@ register_configs()
 
 CONF = Path(config_dir())
 GROUPS = ("model", "data", "precision", "optimizer", "scheduler", "distributed", "storage")
-NOT_RUN_GROUPS = {"experiment", "hydra"}  # selected with +experiment= / Hydra's own
+NOT_RUN_GROUPS = {"experiment", "hydra", "scenario"}  # +experiment= / Hydra's own / the scenarios' test below
 
 
 def _options(group: str) -> list[str]:
@@ -174,6 +177,42 @@ def test_command_line_group_choice_beats_experiment_default(compose):
     config = compose("precision=amp_fp16", "+experiment=cpu_smoke")
     assert config.precision.name == "amp_fp16"
     assert config.model.arch == "resnet18"
+
+
+# ---- scenarios: an option of conf/scenario/ each, `mode=<name>` choosing it too (issue 35) ----------
+
+SCENARIOS = _options("scenario")
+
+
+@pytest.mark.parametrize("name", SCENARIOS)
+def test_every_scenario_is_chosen_by_group_or_by_mode_and_its_config_pickles(compose, name):
+    """A launcher's workers and a Slurm job get the config pickled: it pickles for every scenario (its
+    class is defined in source, never built at run time), and `mode=<name>` chooses what `scenario=<name>`
+    does. Its `_target_` is in no file's or MLflow param's config, nor in `--cfg job`."""
+    from bench.launch.preview import job_config
+
+    config = compose(f"scenario={name}")
+    assert config.mode == name and compose(f"mode={name}") == config
+    assert pickle.loads(pickle.dumps(config)) == config
+    shown = io.StringIO()
+    assert job_config([f"mode={name}", "--cfg", "job"], shown) is None
+    assert "_target_" not in json.dumps(as_plain(config)) + shown.getvalue()
+    assert f"\nmode: {name}\n" in shown.getvalue()
+
+
+def test_a_preset_that_still_sets_mode_gets_that_scenario(compose, tmp_path):
+    """A user's YAML of an earlier release says `mode: storage` (the shipped presets now say `override
+    /scenario: storage`): mode, set after the group chose, wins. A class no option names is refused: the
+    group is the one list (an old run is read back through it)."""
+    assert refused(compose, "scenario._target_=mine.Mine") == (
+        "scenario._target_='mine.Mine' is not valid: accepted the class an option of conf/scenario/ names."
+    )
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    (conf / "experiment" / "old.yaml").write_text("# @package _global_\nmode: storage\nstorage:\n  accelerators: 2\n")
+    config = load(_composed(["+experiment=old"], conf=conf))
+    assert config.mode == "storage" and type(config.scenario).__name__ == "StorageScenario"
+    assert load(_composed(["+experiment=storage_hosts1", "mode=storage"])).mode == "storage"  # both spellings
 
 
 @pytest.mark.parametrize("model", ["resnet50", "cifar_resnet18", "vit_b_16"])

@@ -196,7 +196,7 @@ def test_storage_job_runs_the_storage_benchmark_on_s3(compose):
     args = bench_args(container)
     assert args[0] == "+experiment=storage_resnet50_h100"
     config = compose(*args)
-    assert config.mode == "storage"  # a registered mode name (bench.scenario_registry), a str
+    assert config.mode == "storage"  # a scenario's name (an option of conf/scenario/), a str
     assert config.storage.name == "s3" and config.storage.bucket and config.storage.endpoint
     env = {e["name"]: e for e in container["env"]}
     for name in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"):  # required: the run cannot work without them
