@@ -23,8 +23,9 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 
@@ -32,11 +33,29 @@ from bench.run_dirs import stamp_of
 from bench.secrets import redact, scrub
 from bench.tracking.sweep_job import SweepJob
 
+if TYPE_CHECKING:
+    from hydra.core.utils import JobReturn
+
+    from bench.tracking.tracker import Tracker  # mlflow: imported when a sweep is tracked
+
 log = logging.getLogger("bench")
 
 SWEEP_ENV = "BENCH_SWEEP"  # JSON: parent_run_id, launch_dir, tracking_down
 
-_state: Dict[str, Any] = {"tracker": None, "jobs": 0, "failed": 0, "owner": None, "experiment": None, "sweep_dir": None}
+
+@dataclass
+class SweepState:
+    """The sweep this process owns (set at on_multirun_start): its parent run, the jobs counted so far."""
+
+    tracker: Optional[Tracker] = None  # the parent run (None: not tracked, or closed)
+    jobs: int = 0
+    failed: int = 0
+    owner: Optional[int] = None  # the pid that started the multirun: jobs that ran in it are counted there
+    experiment: str = ""
+    sweep_dir: Optional[Path] = None
+
+
+_state = SweepState()
 
 
 def current_job(hydra_cfg: Any) -> SweepJob:
@@ -53,14 +72,14 @@ def current_job(hydra_cfg: Any) -> SweepJob:
 
 
 def failed_jobs() -> int:
-    return _state["failed"]
+    return _state.failed
 
 
-def job_returned(num: Any, job_return: Any) -> bool:
+def job_returned(num: Any, job_return: JobReturn) -> bool:
     """Count a job that came back (its task's return value is bench's exit code); True if it failed."""
     from hydra.core.utils import JobStatus
 
-    failed = job_return.status != JobStatus.COMPLETED or bool(job_return._return_value)
+    failed = job_return.status != JobStatus.COMPLETED or bool(job_return.return_value)
     _count(num, failed)
     return failed
 
@@ -70,7 +89,7 @@ def job_lost(num: Any, overrides: Sequence[str], job_dir: Path, reason: str) -> 
     when the job never opened one), the reason in its job dir for the report."""
     _count(num, True, reason)
     _record_in_job_dir(job_dir, overrides, reason)
-    tracker = _state["tracker"]
+    tracker = _state.tracker
     if tracker is None or not tracker.active:
         return
     try:
@@ -80,9 +99,9 @@ def job_lost(num: Any, overrides: Sequence[str], job_dir: Path, reason: str) -> 
 
 
 def _count(num: Any, failed: bool, reason: str = "") -> None:
-    _state["jobs"] += 1
+    _state.jobs += 1
     if failed:
-        _state["failed"] += 1
+        _state.failed += 1
         log.warning("sweep job %s failed%s; going on with the others", num, f" ({reason})" if reason else "")
 
 
@@ -103,7 +122,7 @@ def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> 
         log.warning("could not write the reason into %s: %s", job_dir, exc)
 
 
-def _fail_child(parent: Any, num: str, overrides: list, reason: str) -> None:
+def _fail_child(parent: Tracker, num: str, overrides: List[str], reason: str) -> None:
     from bench.tracking.tracker import Tracker
 
     client = parent.client
@@ -119,8 +138,8 @@ def _fail_child(parent: Any, num: str, overrides: list, reason: str) -> None:
                 "FAILED", error=f"{reason}; the run said: {said}" if said else reason
             )
         return
-    tags = {"sweep.job": num, "sweep.dir": str(_state["sweep_dir"]), "overrides": " ".join(overrides)}
-    child = Tracker.start(parent.uri, _state["experiment"], f"job{num}", tags, parent_run_id=parent.run_id)
+    tags = {"sweep.job": num, "sweep.dir": str(_state.sweep_dir), "overrides": " ".join(overrides)}
+    child = Tracker.start(parent.uri, _state.experiment, f"job{num}", tags, parent_run_id=parent.run_id)
     child.log_params(_sweep_params(overrides))
     child.finish("FAILED", error=reason)
 
@@ -155,15 +174,9 @@ def _refuse_a_sweep_that_cannot_start(config: Any) -> None:
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         _refuse_a_sweep_that_cannot_start(config)
+        global _state
         sweep_dir = Path(config.hydra.sweep.dir).resolve()
-        _state.update(
-            tracker=None,
-            jobs=0,
-            failed=0,
-            owner=os.getpid(),
-            experiment=config.tracking.experiment,
-            sweep_dir=sweep_dir,
-        )
+        _state = SweepState(owner=os.getpid(), experiment=config.tracking.experiment, sweep_dir=sweep_dir)
         launch_dir = str(Path(os.getcwd()).resolve())
         _carry(parent_run_id=None, launch_dir=launch_dir, tracking_down=None)
         if not config.tracking.enabled:
@@ -201,16 +214,16 @@ class MlflowSweepCallback(Callback):
         )
         tracker.log_params(_sweep_params(overrides))
         tracker.set_tags({FAMILY_TAG: tracker.run_id})  # listed with its children in the UI's view
-        _state["tracker"] = tracker
+        _state.tracker = tracker
         _carry(parent_run_id=tracker.run_id if tracker.active else None, launch_dir=launch_dir, tracking_down=None)
         atexit.register(_end_interrupted_sweep, tracker)
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        if _state["owner"] == os.getpid():  # the job ran here; elsewhere its launcher reports it
+        if _state.owner == os.getpid():  # the job ran here; elsewhere its launcher reports it
             job_returned(config.hydra.job.num, job_return)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        tracker: Optional[Any] = _state["tracker"]
+        tracker = _state.tracker
         sweep_dir = Path(config.hydra.sweep.dir)
         scrub([sweep_dir / "multirun.yaml"])  # as each job's .hydra/: what a config file held goes
         files: List[Path] = []
@@ -233,7 +246,7 @@ class MlflowSweepCallback(Callback):
                 exc,
                 sweep_dir,
             )
-        jobs, failed = _state["jobs"], _state["failed"]
+        jobs, failed = _state.jobs, _state.failed
         log.info("sweep done: %d jobs, %d failed; report in %s", jobs, failed, sweep_dir / "report")
         os.environ.pop(SWEEP_ENV, None)
         if tracker is not None:
@@ -242,10 +255,10 @@ class MlflowSweepCallback(Callback):
             for link in (tracker.ui_link(children=True, params=swept, sample=sample), tracker.compare_link(sample)):
                 if link:
                     log.info(link)
-            _state["tracker"] = None
+            _state.tracker = None
 
 
-def _close_parent(tracker: Any, jobs: int, failed: int, files: List[Path], named: Optional[str]) -> None:
+def _close_parent(tracker: Tracker, jobs: int, failed: int, files: List[Path], named: Optional[str]) -> None:
     """FAILED when every job failed (the reason: the first job's), else FINISHED; the failed count
     as tags, a metric, the run's description and (when some failed) its name."""
     reasons: List[str] = []
@@ -282,13 +295,13 @@ def _close_parent(tracker: Any, jobs: int, failed: int, files: List[Path], named
 def end_unsubmitted_sweep(reason: str) -> None:
     """The launcher could not hand the jobs over (sbatch refused them): the parent ends FAILED with
     the reason, not KILLED as an interrupted sweep."""
-    tracker = _state["tracker"]
+    tracker = _state.tracker
     if tracker is not None and tracker.active:
         tracker.finish("FAILED", error=reason)
-    _state["tracker"] = None
+    _state.tracker = None
 
 
-def _end_interrupted_sweep(tracker: Any) -> None:
+def _end_interrupted_sweep(tracker: Tracker) -> None:
     """A sweep stopped by Ctrl-C/SIGTERM never reaches on_multirun_end: end its parent KILLED."""
-    if _state["tracker"] is tracker and tracker.active:
+    if _state.tracker is tracker and tracker.active:
         tracker.finish("KILLED", error="the sweep was interrupted")
