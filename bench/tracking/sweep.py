@@ -53,6 +53,7 @@ class SweepState:
     owner: Optional[int] = None  # the pid that started the multirun: jobs that ran in it are counted there
     experiment: str = ""
     sweep_dir: Optional[Path] = None
+    launch_dir: str = ""  # the directory the sweep started in (a job on another node reads files there)
 
 
 _state = SweepState()
@@ -61,14 +62,8 @@ _state = SweepState()
 def current_job(hydra_cfg: Any) -> SweepJob:
     """What a sweep job needs to log as a child of the sweep (or to skip tracking when the
     server did not answer the sweep's one probe), wherever the job runs."""
-    carried = json.loads(os.environ.get(SWEEP_ENV) or "{}")
-    return SweepJob(
-        job=hydra_cfg.job.num,
-        dir=hydra_cfg.sweep.dir,
-        parent_run_id=carried.get("parent_run_id"),
-        launch_dir=carried.get("launch_dir"),
-        tracking_down=carried.get("tracking_down"),
-    )
+    carried = json.loads(os.environ.get(SWEEP_ENV) or "{}")  # _carry's: parent_run_id, launch_dir, tracking_down
+    return SweepJob(job=hydra_cfg.job.num, dir=hydra_cfg.sweep.dir, **carried)
 
 
 def failed_jobs() -> int:
@@ -146,14 +141,12 @@ def _fail_child(parent: Tracker, num: str, overrides: List[str], reason: str) ->
 
 def _sweep_params(overrides: Any) -> Dict[str, str]:
     """['data.batch_size=16,32', 'precision=fp32,bf16'] -> {'data.batch_size': '16,32', ...}"""
-    params = {}
-    for override in overrides:
-        key, _, value = str(override).partition("=")
-        params[key.lstrip("+~")] = value
-    return params
+    return {key.lstrip("+~"): value for key, _, value in (str(o).partition("=") for o in overrides)}
 
 
-def _carry(**carried: Any) -> None:
+def _carry(parent_run_id: Optional[str] = None, tracking_down: Optional[str] = None) -> None:
+    """What every job needs from the sweep (current_job reads it), where every launcher hands it on."""
+    carried = {"parent_run_id": parent_run_id, "launch_dir": _state.launch_dir, "tracking_down": tracking_down}
     os.environ[SWEEP_ENV] = json.dumps(carried)
 
 
@@ -175,10 +168,11 @@ class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         _refuse_a_sweep_that_cannot_start(config)
         global _state
-        sweep_dir = Path(config.hydra.sweep.dir).resolve()
-        _state = SweepState(owner=os.getpid(), experiment=config.tracking.experiment, sweep_dir=sweep_dir)
-        launch_dir = str(Path(os.getcwd()).resolve())
-        _carry(parent_run_id=None, launch_dir=launch_dir, tracking_down=None)
+        sweep_dir, launch_dir = Path(config.hydra.sweep.dir).resolve(), str(Path(os.getcwd()).resolve())
+        _state = SweepState(
+            owner=os.getpid(), experiment=config.tracking.experiment, sweep_dir=sweep_dir, launch_dir=launch_dir
+        )
+        _carry()
         if not config.tracking.enabled:
             return
         from bench.errors import EXIT_CONFIG, ConfigError
@@ -196,11 +190,7 @@ class MlflowSweepCallback(Callback):
         problem = probe(uri, config.tracking.probe_timeout_s)  # once for the whole sweep
         if problem:
             log.warning(unreachable_line(uri, problem, config.tracking.probe_timeout_s))
-            _carry(
-                parent_run_id=None,
-                launch_dir=launch_dir,
-                tracking_down=f"the MLflow server did not answer at the sweep's start ({problem})",
-            )
+            _carry(tracking_down=f"the MLflow server did not answer at the sweep's start ({problem})")
             return
         # as distinct as the sweep's directory: two sweeps started in the same second are -N apart
         name = config.tracking.run_name or f"sweep-{stamp_of(sweep_dir) or time.strftime('%Y%m%d-%H%M%S')}"
@@ -215,7 +205,7 @@ class MlflowSweepCallback(Callback):
         tracker.log_params(_sweep_params(overrides))
         tracker.set_tags({FAMILY_TAG: tracker.run_id})  # listed with its children in the UI's view
         _state.tracker = tracker
-        _carry(parent_run_id=tracker.run_id if tracker.active else None, launch_dir=launch_dir, tracking_down=None)
+        _carry(parent_run_id=tracker.run_id if tracker.active else None)
         atexit.register(_end_interrupted_sweep, tracker)
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
