@@ -16,7 +16,7 @@ import math
 import os
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Type, TypeVar
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Type, TypeVar, get_type_hints
 
 from bench.secrets import redact
 
@@ -29,9 +29,9 @@ KEPT = {"kept": True}  # a field written even when None (null in the final line)
 SPREAD = {"spread": True}
 
 
-# a field holding another record (field(default_factory=Kind, metadata=INLINE): a group of figures
-# computed and merged apart, such as one storage run's): its fields are written in its place, as if
-# they were the outer record's; read back, its default_factory builds it
+# a field holding another record (field(metadata=INLINE), or with default_factory=Kind: a group of
+# figures computed and merged apart, such as one storage run's, or shared by every record): its fields
+# are written in its place, as if they were the outer record's; read back, its type builds it
 INLINE = {"inline": True}
 
 
@@ -59,9 +59,8 @@ class Record:
         """The record of a radix_metrics dict read back (run_summary.json's results, MLflow)."""
         own = {f.name: f for f in fields(cls) if not f.metadata.get("spread")}  # type: ignore[arg-type]
         groups = [f.name for f in fields(cls) if f.metadata.get("spread")]  # type: ignore[arg-type]
-        # an INLINE field's factory is its record class
-        inline = ((name, f.default_factory) for name, f in own.items() if f.metadata.get("inline"))
-        nested: Dict[str, Type[Record]] = dict(inline)  # type: ignore[arg-type]
+        hints = get_type_hints(cls)  # an INLINE field's type is its record class
+        nested: Dict[str, Type[Record]] = {name: hints[name] for name, f in own.items() if f.metadata.get("inline")}
         values: Dict[str, Any] = {
             name: metrics.get(name)
             for name, f in own.items()

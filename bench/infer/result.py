@@ -78,7 +78,7 @@ class InferMetrics(Record):
     model: str
     data: str
     image_size: int
-    execution: Execution = field(default_factory=Execution, metadata=INLINE)  # precision, compile, device, AU
+    execution: Execution = field(metadata=INLINE)  # precision, compile, device, AU
     gpu: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # NVML samples and energy
     extra: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # FLOPs per image, dataset facts
     repeat: RepeatFigures = field(default_factory=RepeatFigures, metadata=INLINE)  # benchmark.repeats > 1

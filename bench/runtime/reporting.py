@@ -32,15 +32,15 @@ class Execution(Record):
     grad_scaler: Optional[bool] = None
     tf32: Optional[bool] = None
     channels_last: Optional[bool] = None
-    compile: bool = False
-    cudnn_benchmark: bool = False
+    compile: bool
+    cudnn_benchmark: bool
     cpu_malloc_reuse: Optional[bool] = None  # on a CPU: freed memory kept for reuse (bench.runtime.malloc)
-    device: str = ""  # cpu | cuda
-    device_name: str = ""
+    device: str  # cpu | cuda
+    device_name: str
     # accelerator utilization: the share of the measured window not spent waiting for data (compute
     # time / wall time, as MLPerf Storage defines AU); input_bound when au < AU_THRESHOLD
-    au: float = 0.0
-    input_bound: bool = False
+    au: float
+    input_bound: bool
     compile_fallback: Optional[str] = None  # why torch.compile fell back to eager
     compile_s: Optional[float] = None  # torch.compile's first call (the compile), outside the window (training)
 

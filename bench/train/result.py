@@ -177,7 +177,7 @@ class TrainMetrics(Record):
     nesterov: Optional[bool] = None  # optimizer=sgd only: Nesterov momentum on or off
     norm: Optional[str] = None  # model.norm: batch (the models' own) or none (normalisation layers removed)
     fused_optimizer: bool
-    execution: Execution = field(default_factory=Execution, metadata=INLINE)  # precision, compile, device, AU
+    execution: Execution = field(metadata=INLINE)  # precision, compile, device, AU
     gpu: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # NVML samples and energy of rank 0's GPU
     # dataset facts, FLOPs per image, the batch find_max_batch found, checkpoint figures, accuracy
     extra: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)

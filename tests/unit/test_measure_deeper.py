@@ -309,7 +309,9 @@ def test_energy_of_a_gpu_without_the_counter_is_absent_with_a_mocked_nvml(monkey
 def test_images_per_joule_comes_from_the_windows_energy():
     from bench.runtime.reporting import Execution, efficiency
 
-    run = Execution(device="cuda", device_name="NVIDIA A100-SXM4-80GB", autocast_dtype="bfloat16")
+    run = Execution.from_metrics(
+        {"device": "cuda", "device_name": "NVIDIA A100-SXM4-80GB", "autocast_dtype": "bfloat16"}
+    )
     figures = efficiency(run, 24.3, 1000.0, 1, 2000, 400.0)
     assert figures["images_per_joule"] == 5.0 and figures["mfu"] == pytest.approx(24.3 / 312.0)
     assert "mfu" not in efficiency(run, None, 1000.0, 1, 2000, 400.0)  # no FLOPs per image (progressive phases)
