@@ -8,7 +8,7 @@ report, files, MLflow), so the same overrides give the same run and the same fil
     config = compose_config("+experiment=digits_tta", "data.root=./digits")  # a checked BenchConfig
     config.train.epochs = 3                       # edit it as a dataclass: run() checks it again
     result = run(config, out_dir="runs/digits")   # or run(["+experiment=digits_tta", ...])
-    result.ok, result.metrics.images_per_second, result.metrics.val_top1
+    result.ok, result.metrics.images_per_second, result.metrics.figure("val_top1")
     [(e.epoch, e.data_wait_seconds, e.compute_seconds) for e in result.epochs]
 
 What the command refuses with exit 2 raises a bench.errors.BenchError here (ConfigError,

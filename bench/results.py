@@ -14,9 +14,9 @@ import io
 import json
 import math
 import os
-from dataclasses import MISSING, fields
+from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Sequence, Type, TypeVar
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Type, TypeVar, get_type_hints
 
 from bench.secrets import redact
 
@@ -29,9 +29,9 @@ KEPT = {"kept": True}  # a field written even when None (null in the final line)
 SPREAD = {"spread": True}
 
 
-# a field holding another record (field(default_factory=Kind, metadata=INLINE): a group of figures
-# computed and merged apart, such as one storage run's): its fields are written in its place, as if
-# they were the outer record's; read back, its default_factory builds it
+# a field holding another record (field(metadata=INLINE), or with default_factory=Kind: a group of
+# figures computed and merged apart, such as one storage run's, or shared by every record): its fields
+# are written in its place, as if they were the outer record's; read back, its type builds it
 INLINE = {"inline": True}
 
 
@@ -59,9 +59,8 @@ class Record:
         """The record of a radix_metrics dict read back (run_summary.json's results, MLflow)."""
         own = {f.name: f for f in fields(cls) if not f.metadata.get("spread")}  # type: ignore[arg-type]
         groups = [f.name for f in fields(cls) if f.metadata.get("spread")]  # type: ignore[arg-type]
-        # an INLINE field's factory is its record class
-        inline = ((name, f.default_factory) for name, f in own.items() if f.metadata.get("inline"))
-        nested: Dict[str, Type[Record]] = dict(inline)  # type: ignore[arg-type]
+        hints = get_type_hints(cls)  # an INLINE field's type is its record class
+        nested: Dict[str, Type[Record]] = {name: hints[name] for name, f in own.items() if f.metadata.get("inline")}
         values: Dict[str, Any] = {
             name: metrics.get(name)
             for name, f in own.items()
@@ -73,6 +72,83 @@ class Record:
         if groups:
             values[groups[-1]] = rest
         return cls(**values)
+
+    def figure(self, name: str) -> Any:
+        """One of the open-ended figures (the spread groups': gpu, extra, efficiency) by name; None when
+        the run has none."""
+        groups = [getattr(self, f.name) for f in fields(self) if f.metadata.get("spread")]  # type: ignore[arg-type]
+        return next((group[name] for group in groups if name in group), None)
+
+
+# The figure groups every scenario's record shares, defined here once and nested INLINE (their
+# fields written in their place, so a record's key order is the one it always had).
+
+
+@dataclass(kw_only=True)
+class RepeatFigures(Record):
+    """benchmark.repeats > 1 (a model run's N measured windows): the median images/s, min/max, IQR,
+    the 95% bootstrap interval of the median (bench.maths.confidence), the coefficient of variation
+    and `stable` (cv <= STABLE_CV). All None (none written) with fewer than 2 windows."""
+
+    repeats: Optional[int] = None
+    images_per_second_median: Optional[float] = None
+    images_per_second_min: Optional[float] = None
+    images_per_second_max: Optional[float] = None
+    images_per_second_iqr: Optional[float] = None
+    images_per_second_ci95_low: Optional[float] = None
+    images_per_second_ci95_high: Optional[float] = None
+    images_per_second_ci95_halfwidth_pct: Optional[float] = None
+    images_per_second_cv: Optional[float] = None
+    stable: Optional[bool] = None
+
+    @classmethod
+    def of(cls, throughputs: Sequence[float]) -> "RepeatFigures":
+        """The figures of the windows' images/s (numpy, imported here: the records stay light)."""
+        if len(throughputs) < 2:
+            return cls()
+        import numpy as np
+
+        from bench.maths.confidence import STABLE_CV, bootstrap, interval
+
+        values = np.asarray(throughputs, dtype=float)
+        median = float(np.median(values))
+        low, high = interval(bootstrap(values))
+        q1, q3 = np.percentile(values, [25, 75])
+        cv = float(values.std(ddof=1) / values.mean()) if values.mean() > 0 else math.inf
+        return cls(
+            repeats=len(values),
+            images_per_second_median=median,
+            images_per_second_min=float(values.min()),
+            images_per_second_max=float(values.max()),
+            images_per_second_iqr=float(q3 - q1),
+            images_per_second_ci95_low=low,
+            images_per_second_ci95_high=high,
+            images_per_second_ci95_halfwidth_pct=100.0 * (high - low) / 2.0 / median if median else None,
+            images_per_second_cv=cv,
+            stable=cv <= STABLE_CV,
+        )
+
+
+@dataclass(kw_only=True)
+class FitFigures(Record):
+    """Fit to measure (bench.machine.fitness): the verdict on the machine during the measured window
+    (or runs), its reasons ('; '-joined, empty when fit) and notes, and the figures behind them; last
+    in every scenario's record. All None (none written) when nothing was watched."""
+
+    fit_to_measure: Optional[bool] = None
+    fit_reasons: Optional[str] = None
+    fit_notes: Optional[str] = None
+    fit_other_cpu_cores: Optional[float] = None  # CPU used by processes outside the run, in cores
+    fit_usable_cores: Optional[float] = None  # affinity, capped by the cgroup CPU quota
+    fit_cpu_demand: Optional[int] = None  # threads x ranks + loader workers on this host (model runs)
+    fit_load_average: Optional[float] = None  # 1-minute, at the window's start
+    fit_swap_in_mb: Optional[float] = None
+    fit_gpu_sm_clock_ratio: Optional[float] = None  # mean SM clock over the window / max
+
+    @classmethod
+    def of(cls, verdict: Mapping[str, Any]) -> "FitFigures":
+        """The fields of a verdict's dict (bench.machine.fitness.Verdict.as_dict; {}: not watched)."""
+        return cls(**{f.name: verdict[f.name] for f in fields(cls) if f.name in verdict})
 
 
 def strict(value: Any) -> Any:

@@ -193,14 +193,16 @@ class SweepLauncher(BaseSubmititLauncher):
         except Exception as exc:  # submitit's UncompletedJobError / FailedJobError
             return self._lost(job, self._why_lost(handle, exc))
         if returned.status != JobStatus.COMPLETED:  # bench's task returns its exit code; it raised instead
-            return self._lost(job, f"{type(returned._return_value).__name__}: {returned._return_value}")
+            return self._lost(job, _raised(returned))
         _echo_final_line(handle)
         sweep.job_returned(job.num, returned)
         return returned
 
     def _lost(self, job: PlannedJob, reason: str) -> JobReturn:
         sweep.job_lost(job.num, job.overrides, job.job_dir, reason)
-        return JobReturn(overrides=job.overrides, status=JobStatus.COMPLETED, _return_value=EXIT_FAILED)
+        lost = JobReturn(overrides=job.overrides, status=JobStatus.COMPLETED)
+        lost.return_value = EXIT_FAILED
+        return lost
 
     def _why_lost(self, handle: Any, exc: Exception) -> str:
         from submitit.core.utils import FailedJobError
@@ -210,6 +212,14 @@ class SweepLauncher(BaseSubmititLauncher):
             lines = [line for line in (trace[1] if len(trace) > 2 else str(exc)).splitlines() if line.strip()]
             return f"{self.cluster} job {handle.job_id} failed: {lines[-1] if lines else type(exc).__name__}"
         return f"{self.cluster} job {handle.job_id} ended {handle.state} without a result"
+
+
+def _raised(returned: JobReturn) -> str:
+    """What a job's task raised, through Hydra's accessor: it re-raises it (and names the overrides on stderr)."""
+    try:
+        return f"returned {returned.return_value!r}"  # not reached: a return that is not COMPLETED raises
+    except Exception as exc:
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _wait(handle: Any, job: str, limit_min: Any) -> None:

@@ -108,14 +108,14 @@ class TrainingRuns:
             record.data_wait_fraction,
             record.parameters,
         )
-        rung.fit, rung.unfit_because = record.fit_to_measure, record.fit_reasons or ""
+        rung.fit, rung.unfit_because = record.fit.fit_to_measure, record.fit.fit_reasons or ""
         rung.figures = TrainingFigures(
             measured_steps=record.measured_steps,
             batch_size=record.batch_size,
             world_size=record.world_size,
-            precision=record.precision,
-            channels_last=record.channels_last,
-            device=record.device,
+            precision=record.execution.precision,
+            channels_last=record.execution.channels_last,
+            device=record.execution.device,
         )
         return rung
 

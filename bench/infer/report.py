@@ -15,13 +15,10 @@ from typing import Any, List, Mapping, Optional, Union
 from bench.config import BenchConfig
 from bench.infer import sweep_view
 from bench.infer.result import InferMetrics, InferOutcome, InferResult
-from bench.maths.confidence import repeat_figures
 from bench.maths.stats import mean, percentile
-from bench.results import read_summary, read_window, write_csv
-from bench.runtime.fit_watch import fit_problems, fit_tags, record_fields
-from bench.runtime.malloc import in_effect as malloc_in_effect
-from bench.runtime.peaks import utilisation
-from bench.runtime.reporting import PROFILE_FILES, input_pipeline, read_repeats, write_repeats
+from bench.results import RepeatFigures, read_summary, read_window, write_csv
+from bench.runtime.fit_watch import fit_figures, fit_problems, fit_tags
+from bench.runtime.reporting import PROFILE_FILES, Execution, efficiency, read_repeats, write_repeats
 from bench.scenario_base import BaseReport
 
 
@@ -31,7 +28,8 @@ def summarize(result: InferResult, config: BenchConfig, device: str, device_name
     data_wait_s = sum(result.data_wait_ms) / 1000.0
     wait_fraction = data_wait_s / seconds if seconds > 0 else 0.0
     latency = result.latency_ms
-    record = InferMetrics(
+    execution = Execution.of(config, result.precision, result.compile, device, device_name, wait_fraction)
+    return InferMetrics(
         images_per_second=throughput,
         total_images=images,
         elapsed_seconds=seconds,
@@ -54,33 +52,15 @@ def summarize(result: InferResult, config: BenchConfig, device: str, device_name
         model=config.model.arch,
         data=str(config.data.name),
         image_size=config.data.image_size,
-        **result.precision,
-        compile=bool(result.compile.get("active")),
-        cudnn_benchmark=bool(config.cudnn_benchmark),
-        cpu_malloc_reuse=malloc_in_effect(config.cpu_malloc_reuse, device),
-        device=device,
-        device_name=device_name,
-        **input_pipeline(wait_fraction),
-        compile_fallback=result.compile.get("fallback_reason") or None,
+        execution=execution,
         gpu=result.gpu.figures(),
         extra=dict(result.extra),
-        **repeat_figures(rates(result)),
-        **record_fields(result.fit),
+        repeat=RepeatFigures.of(rates(result)),
+        efficiency=efficiency(
+            execution, result.extra.get("gflops_per_image_forward"), throughput, 1, images, result.gpu.energy_joules
+        ),
+        fit=fit_figures(result.fit),
     )
-    efficiency = utilisation(
-        record.figure("gflops_per_image_forward"),
-        throughput,
-        1,
-        device,
-        device_name,
-        record.autocast_dtype or "none",
-        bool(record.tf32),
-    )
-    energy = record.figure("energy_joules")
-    if energy:
-        efficiency["images_per_joule"] = images / energy
-    record.efficiency = dict(efficiency)
-    return record
 
 
 def rates(result: InferResult) -> List[float]:
@@ -102,7 +82,7 @@ class InferReport(BaseReport):
 
     @property
     def problems(self) -> List[str]:
-        return fit_problems(self.record, self.require_fit)  # nothing but the files is written after the measurement
+        return fit_problems(self.record.fit, self.require_fit)  # nothing but the files is written after the measurement
 
     @classmethod
     def from_outcome(cls, outcome: Union[InferOutcome, Mapping[str, Any]], config: BenchConfig) -> "InferReport":
@@ -118,7 +98,7 @@ class InferReport(BaseReport):
     def headline(self) -> str:
         r = self.record
         return (
-            f"inference {r.model} {r.precision} bs={r.batch_size} on {r.device_name}: "
+            f"inference {r.model} {r.execution.precision} bs={r.batch_size} on {r.execution.device_name}: "
             f"{r.images_per_second:.1f} images/s, latency p50 {r.latency_ms_p50:.2f} ms, "
             f"p99 {r.latency_ms_p99:.2f} ms ({r.measured_steps} batches, {r.elapsed_seconds:.2f} s)"
         )
@@ -154,7 +134,13 @@ class InferReport(BaseReport):
             tracker.log_series(sweep_view.REPEATS_METRIC, self.repeat_rates)
         r = self.record
         tracker.set_tags(
-            {"mode": r.mode, "model": r.model, "precision": r.precision, "device_name": r.device_name, **fit_tags(r)}
+            {
+                "mode": r.mode,
+                "model": r.model,
+                "precision": r.execution.precision,
+                "device_name": r.execution.device_name,
+                **fit_tags(r.fit),
+            }
         )
         self.log_files(tracker, files, out_dir)
 

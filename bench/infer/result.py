@@ -7,7 +7,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from bench.machine.gpu_monitor import GpuFigures
-from bench.results import SPREAD, Record
+from bench.results import INLINE, SPREAD, FitFigures, Record, RepeatFigures
+from bench.runtime.reporting import Execution
 
 if TYPE_CHECKING:
     from bench.machine.fitness import Verdict
@@ -77,47 +78,9 @@ class InferMetrics(Record):
     model: str
     data: str
     image_size: int
-    precision: Optional[str] = None  # the precision policy (describe())
-    autocast_dtype: Optional[str] = None
-    grad_scaler: Optional[bool] = None
-    tf32: Optional[bool] = None
-    channels_last: Optional[bool] = None
-    compile: bool
-    cudnn_benchmark: bool
-    cpu_malloc_reuse: Optional[bool] = None  # on a CPU: freed memory kept for reuse (bench.runtime.malloc)
-    device: str
-    device_name: str
-    au: float
-    input_bound: bool
-    compile_fallback: Optional[str] = None
+    execution: Execution = field(metadata=INLINE)  # precision, compile, device, AU
     gpu: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # NVML samples and energy
     extra: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # FLOPs per image, dataset facts
-    repeats: Optional[int] = None  # benchmark.repeats > 1
-    images_per_second_median: Optional[float] = None
-    images_per_second_min: Optional[float] = None
-    images_per_second_max: Optional[float] = None
-    images_per_second_iqr: Optional[float] = None
-    images_per_second_ci95_low: Optional[float] = None
-    images_per_second_ci95_high: Optional[float] = None
-    images_per_second_ci95_halfwidth_pct: Optional[float] = None
-    images_per_second_cv: Optional[float] = None
-    stable: Optional[bool] = None
+    repeat: RepeatFigures = field(default_factory=RepeatFigures, metadata=INLINE)  # benchmark.repeats > 1
     efficiency: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # achieved TFLOP/s, MFU, images per joule
-    # fit to measure (bench.machine.fitness): the verdict on the machine during the window, its
-    # reasons ('; '-joined, empty when fit) and notes, and the figures behind them
-    fit_to_measure: Optional[bool] = None
-    fit_reasons: Optional[str] = None
-    fit_notes: Optional[str] = None
-    fit_other_cpu_cores: Optional[float] = None  # CPU used by processes outside the run, in cores
-    fit_usable_cores: Optional[float] = None  # affinity, capped by the cgroup CPU quota
-    fit_cpu_demand: Optional[int] = None  # threads x ranks + loader workers on this host
-    fit_load_average: Optional[float] = None  # 1-minute, at the window's start
-    fit_swap_in_mb: Optional[float] = None
-    fit_gpu_sm_clock_ratio: Optional[float] = None  # mean SM clock over the window / max
-
-    def figure(self, name: str) -> Any:
-        """One of the open-ended figures (gpu, extra, efficiency) by name; None when the run has none."""
-        for group in (self.gpu, self.extra, self.efficiency):
-            if name in group:
-                return group[name]
-        return None
+    fit: FitFigures = field(default_factory=FitFigures, metadata=INLINE)  # fit to measure, last

@@ -3,16 +3,16 @@
 `RunFigures` are one measured run's figures (read phase, evaluation, checkpoints), merged over
 `storage.runs` by bench.iobench.runs; `StorageMetrics` is the whole record: the settings, the
 prepare phase, the (merged) run figures, the caching verdict (each an inline record: its fields
-are written in its place), MLPerf's qualification and the fit-to-measure verdict. Field order is
-key order in the final line; a None field is left out (a figure with no samples behind it, or a
-phase that did not run), never written as 0."""
+are written in its place), MLPerf's qualification and the fit-to-measure verdict (every scenario's
+bench.results.FitFigures). Field order is key order in the final line; a None field is left out
+(a figure with no samples behind it, or a phase that did not run), never written as 0."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Optional
 
-from bench.results import INLINE, Record
+from bench.results import INLINE, FitFigures, Record
 
 
 @dataclass(kw_only=True)
@@ -34,21 +34,6 @@ class CachingFigures(Record):
     dataset_bytes: int = 0
     client_ram_bytes: int = 0
     potential_caching: bool = False
-
-
-@dataclass(kw_only=True)
-class FitFigures(Record):
-    """Was the machine fit to measure over the measured runs (bench.machine.fitness, as a training
-    run's window is judged: other processes' CPU, swap-in; the run's accelerator and reader
-    processes are its own tree)? Its reasons ('; '-joined, empty when fit), notes and figures."""
-
-    fit_to_measure: Optional[bool] = None
-    fit_reasons: Optional[str] = None
-    fit_notes: Optional[str] = None
-    fit_other_cpu_cores: Optional[float] = None  # CPU used by processes outside the run, in cores
-    fit_usable_cores: Optional[float] = None  # affinity, capped by the cgroup CPU quota
-    fit_load_average: Optional[float] = None  # 1-minute, at the first measured run's start
-    fit_swap_in_mb: Optional[float] = None
 
 
 @dataclass(kw_only=True)

@@ -20,8 +20,9 @@ from bench.iobench.measured import ReaderResult
 from bench.iobench.prepare import Prepared, prepare_figures
 from bench.iobench.qualify import qualification
 from bench.iobench.report import StorageReport, caching_figures
-from bench.iobench.result import FitFigures, RunFigures, StorageMetrics
+from bench.iobench.result import RunFigures, StorageMetrics
 from bench.iobench.runs import merge_runs, run_rows
+from bench.results import FitFigures
 from bench.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -92,12 +93,6 @@ def measure(
     return per_run, measured, fit if measured else {}
 
 
-def fit_figures(fit: Dict[str, Any]) -> FitFigures:
-    """The record's fit_* fields from the watch's verdict ({}: not judged, none written)."""
-    known = {f for f in FitFigures.__dataclass_fields__}
-    return FitFigures(**{k: v for k, v in fit.items() if k in known})
-
-
 def build_report(
     config: BenchConfig,
     prepared: Prepared,
@@ -136,7 +131,7 @@ def build_report(
         prepare=prepare_figures(prepared),
         figures=merge_runs(per_run, results),
         caching=caching_figures(prepared.total_bytes, hosts),
-        fit=fit_figures(fit or {}),
+        fit=FitFigures.of(fit or {}),
     )
     record.mlperf_qualifies, record.mlperf_min_num_files, record.mlperf_not_qualified_because = qualification(
         record.figures, storage, clients, hosts

@@ -16,14 +16,14 @@ from __future__ import annotations
 
 import math
 from statistics import NormalDist
-from typing import Callable, Optional, Sequence, Tuple, TypedDict
+from typing import Callable, Optional, Sequence, Tuple
 
 import numpy as np
 
 RESAMPLES = 10_000
 LEVEL = 0.95
 SEED = 0
-STABLE_CV = 0.03  # `stable`: the repeats' throughputs have a coefficient of variation at most this (3%)
+STABLE_CV = 0.03  # `stable` (bench.results.RepeatFigures): the repeats' throughputs vary by at most this (cv, 3%)
 CHUNK = 4_000_000  # resampled values per numpy block: bounded memory for long step timelines
 
 Statistic = Callable[[np.ndarray], np.ndarray]  # rows of resampled values -> one figure per row
@@ -54,45 +54,6 @@ def interval(estimates: np.ndarray, level: float = LEVEL) -> Tuple[float, float]
     tail = (1.0 - level) / 2.0 * 100.0
     low, high = np.percentile(estimates, [tail, 100.0 - tail])
     return float(low), float(high)
-
-
-class RepeatFigures(TypedDict, total=False):
-    """repeat_figures' figures: the repeat fields of a training or inference record, by name."""
-
-    repeats: int
-    images_per_second_median: float
-    images_per_second_min: float
-    images_per_second_max: float
-    images_per_second_iqr: float
-    images_per_second_ci95_low: float
-    images_per_second_ci95_high: float
-    images_per_second_ci95_halfwidth_pct: Optional[float]
-    images_per_second_cv: float
-    stable: bool
-
-
-def repeat_figures(throughputs: Sequence[float]) -> RepeatFigures:
-    """The figures of N repeated windows ({} for fewer than 2): median, min/max, IQR, the 95%
-    bootstrap interval of the median, the coefficient of variation and `stable` (cv <= 3%)."""
-    if len(throughputs) < 2:
-        return {}
-    values = np.asarray(throughputs, dtype=float)
-    median = float(np.median(values))
-    low, high = interval(bootstrap(values))
-    q1, q3 = np.percentile(values, [25, 75])
-    cv = float(values.std(ddof=1) / values.mean()) if values.mean() > 0 else math.inf
-    return {
-        "repeats": len(values),
-        "images_per_second_median": median,
-        "images_per_second_min": float(values.min()),
-        "images_per_second_max": float(values.max()),
-        "images_per_second_iqr": float(q3 - q1),
-        "images_per_second_ci95_low": low,
-        "images_per_second_ci95_high": high,
-        "images_per_second_ci95_halfwidth_pct": 100.0 * (high - low) / 2.0 / median if median else None,
-        "images_per_second_cv": cv,
-        "stable": cv <= STABLE_CV,
-    }
 
 
 def pooled_rate_rows(images_per_step: float) -> Statistic:

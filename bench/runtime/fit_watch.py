@@ -19,18 +19,7 @@ from bench.errors import ConfigProblem
 from bench.machine.fitness import MachineWatch, Verdict, affinity, oversubscription, usable_cores, wait_until_quiet
 from bench.machine.gpu_monitor import GpuFigures
 from bench.rank_context import RankContext
-
-FIELDS = (
-    "fit_to_measure",
-    "fit_reasons",
-    "fit_notes",
-    "fit_other_cpu_cores",
-    "fit_usable_cores",
-    "fit_cpu_demand",
-    "fit_load_average",
-    "fit_swap_in_mb",
-    "fit_gpu_sm_clock_ratio",
-)  # the records' fields, last
+from bench.results import FitFigures
 
 
 def loader_workers(config: BenchConfig, ranks: int) -> int:
@@ -116,31 +105,32 @@ def check_quiet(config: BenchConfig, device: Any) -> None:
         )
 
 
-def record_fields(fit: Optional[Verdict], others: Sequence[Optional[Verdict]] = ()) -> Dict[str, Any]:
-    """The record's fit_* fields from rank 0's verdict and the other ranks' (their GPUs')."""
+def fit_figures(fit: Optional[Verdict], others: Sequence[Optional[Verdict]] = ()) -> FitFigures:
+    """The record's fit_* fields from rank 0's verdict and the other ranks' (their GPUs'); none
+    (all None) when no window was watched."""
     if fit is None:
-        return {}
+        return FitFigures()
     verdict = Verdict.from_dict(fit.as_dict())  # a copy: the ranks' own verdicts stay as they were
     for other in others:
         if other is not None:
             verdict.add(other)
-    return {k: v for k, v in verdict.as_dict().items() if k in FIELDS}
+    return FitFigures.of(verdict.as_dict())
 
 
-def fit_tags(record: Any) -> Dict[str, Any]:
+def fit_tags(fit: FitFigures) -> Dict[str, Any]:
     """The MLflow tags: bench.fit_to_measure (true/false) and its reasons and notes. (Not params:
     params are the config, and bench.compare matches configurations on them.)"""
-    if record.fit_to_measure is None:
+    if fit.fit_to_measure is None:
         return {}
     return {
-        "bench.fit_to_measure": str(bool(record.fit_to_measure)).lower(),
-        "bench.fit_reasons": record.fit_reasons or "",
-        "bench.fit_notes": record.fit_notes or "",
+        "bench.fit_to_measure": str(bool(fit.fit_to_measure)).lower(),
+        "bench.fit_reasons": fit.fit_reasons or "",
+        "bench.fit_notes": fit.fit_notes or "",
     }
 
 
-def fit_problems(record: Any, require_fit: bool) -> List[str]:
+def fit_problems(fit: FitFigures, require_fit: bool) -> List[str]:
     """benchmark.require_fit=true and an unfit window: the run ends FAILED, its figures stand."""
-    if require_fit and record.fit_to_measure is False:
-        return [f"the machine was not fit to measure (benchmark.require_fit=true): {record.fit_reasons}"]
+    if require_fit and fit.fit_to_measure is False:
+        return [f"the machine was not fit to measure (benchmark.require_fit=true): {fit.fit_reasons}"]
     return []

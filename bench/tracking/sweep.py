@@ -23,8 +23,9 @@ import logging
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 
@@ -32,35 +33,48 @@ from bench.run_dirs import stamp_of
 from bench.secrets import redact, scrub
 from bench.tracking.sweep_job import SweepJob
 
+if TYPE_CHECKING:
+    from hydra.core.utils import JobReturn
+
+    from bench.tracking.tracker import Tracker  # mlflow: imported when a sweep is tracked
+
 log = logging.getLogger("bench")
 
 SWEEP_ENV = "BENCH_SWEEP"  # JSON: parent_run_id, launch_dir, tracking_down
 
-_state: Dict[str, Any] = {"tracker": None, "jobs": 0, "failed": 0, "owner": None, "experiment": None, "sweep_dir": None}
+
+@dataclass
+class SweepState:
+    """The sweep this process owns (set at on_multirun_start): its parent run, the jobs counted so far."""
+
+    tracker: Optional[Tracker] = None  # the parent run (None: not tracked, or closed)
+    jobs: int = 0
+    failed: int = 0
+    owner: Optional[int] = None  # the pid that started the multirun: jobs that ran in it are counted there
+    experiment: str = ""
+    sweep_dir: Optional[Path] = None
+    launch_dir: str = ""  # the directory the sweep started in (a job on another node reads files there)
+
+
+_state = SweepState()
 
 
 def current_job(hydra_cfg: Any) -> SweepJob:
     """What a sweep job needs to log as a child of the sweep (or to skip tracking when the
     server did not answer the sweep's one probe), wherever the job runs."""
-    carried = json.loads(os.environ.get(SWEEP_ENV) or "{}")
-    return SweepJob(
-        job=hydra_cfg.job.num,
-        dir=hydra_cfg.sweep.dir,
-        parent_run_id=carried.get("parent_run_id"),
-        launch_dir=carried.get("launch_dir"),
-        tracking_down=carried.get("tracking_down"),
-    )
+    carried = json.loads(os.environ.get(SWEEP_ENV) or "{}")  # _carry's: parent_run_id, launch_dir, tracking_down
+    return SweepJob(job=hydra_cfg.job.num, dir=hydra_cfg.sweep.dir, **carried)
 
 
 def failed_jobs() -> int:
-    return _state["failed"]
+    return _state.failed
 
 
-def job_returned(num: Any, job_return: Any) -> bool:
+def job_returned(num: Any, job_return: JobReturn) -> bool:
     """Count a job that came back (its task's return value is bench's exit code); True if it failed."""
     from hydra.core.utils import JobStatus
 
-    failed = job_return.status != JobStatus.COMPLETED or bool(job_return._return_value)
+    failed = job_return.status != JobStatus.COMPLETED or bool(job_return.return_value)
     _count(num, failed)
     return failed
 
@@ -70,7 +84,7 @@ def job_lost(num: Any, overrides: Sequence[str], job_dir: Path, reason: str) -> 
     when the job never opened one), the reason in its job dir for the report."""
     _count(num, True, reason)
     _record_in_job_dir(job_dir, overrides, reason)
-    tracker = _state["tracker"]
+    tracker = _state.tracker
     if tracker is None or not tracker.active:
         return
     try:
@@ -80,9 +94,9 @@ def job_lost(num: Any, overrides: Sequence[str], job_dir: Path, reason: str) -> 
 
 
 def _count(num: Any, failed: bool, reason: str = "") -> None:
-    _state["jobs"] += 1
+    _state.jobs += 1
     if failed:
-        _state["failed"] += 1
+        _state.failed += 1
         log.warning("sweep job %s failed%s; going on with the others", num, f" ({reason})" if reason else "")
 
 
@@ -103,7 +117,7 @@ def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> 
         log.warning("could not write the reason into %s: %s", job_dir, exc)
 
 
-def _fail_child(parent: Any, num: str, overrides: list, reason: str) -> None:
+def _fail_child(parent: Tracker, num: str, overrides: List[str], reason: str) -> None:
     from bench.tracking.tracker import Tracker
 
     client = parent.client
@@ -119,22 +133,20 @@ def _fail_child(parent: Any, num: str, overrides: list, reason: str) -> None:
                 "FAILED", error=f"{reason}; the run said: {said}" if said else reason
             )
         return
-    tags = {"sweep.job": num, "sweep.dir": str(_state["sweep_dir"]), "overrides": " ".join(overrides)}
-    child = Tracker.start(parent.uri, _state["experiment"], f"job{num}", tags, parent_run_id=parent.run_id)
+    tags = {"sweep.job": num, "sweep.dir": str(_state.sweep_dir), "overrides": " ".join(overrides)}
+    child = Tracker.start(parent.uri, _state.experiment, f"job{num}", tags, parent_run_id=parent.run_id)
     child.log_params(_sweep_params(overrides))
     child.finish("FAILED", error=reason)
 
 
 def _sweep_params(overrides: Any) -> Dict[str, str]:
     """['data.batch_size=16,32', 'precision=fp32,bf16'] -> {'data.batch_size': '16,32', ...}"""
-    params = {}
-    for override in overrides:
-        key, _, value = str(override).partition("=")
-        params[key.lstrip("+~")] = value
-    return params
+    return {key.lstrip("+~"): value for key, _, value in (str(o).partition("=") for o in overrides)}
 
 
-def _carry(**carried: Any) -> None:
+def _carry(parent_run_id: Optional[str] = None, tracking_down: Optional[str] = None) -> None:
+    """What every job needs from the sweep (current_job reads it), where every launcher hands it on."""
+    carried = {"parent_run_id": parent_run_id, "launch_dir": _state.launch_dir, "tracking_down": tracking_down}
     os.environ[SWEEP_ENV] = json.dumps(carried)
 
 
@@ -155,17 +167,12 @@ def _refuse_a_sweep_that_cannot_start(config: Any) -> None:
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         _refuse_a_sweep_that_cannot_start(config)
-        sweep_dir = Path(config.hydra.sweep.dir).resolve()
-        _state.update(
-            tracker=None,
-            jobs=0,
-            failed=0,
-            owner=os.getpid(),
-            experiment=config.tracking.experiment,
-            sweep_dir=sweep_dir,
+        global _state
+        sweep_dir, launch_dir = Path(config.hydra.sweep.dir).resolve(), str(Path(os.getcwd()).resolve())
+        _state = SweepState(
+            owner=os.getpid(), experiment=config.tracking.experiment, sweep_dir=sweep_dir, launch_dir=launch_dir
         )
-        launch_dir = str(Path(os.getcwd()).resolve())
-        _carry(parent_run_id=None, launch_dir=launch_dir, tracking_down=None)
+        _carry()
         if not config.tracking.enabled:
             return
         from bench.errors import EXIT_CONFIG, ConfigError
@@ -183,11 +190,7 @@ class MlflowSweepCallback(Callback):
         problem = probe(uri, config.tracking.probe_timeout_s)  # once for the whole sweep
         if problem:
             log.warning(unreachable_line(uri, problem, config.tracking.probe_timeout_s))
-            _carry(
-                parent_run_id=None,
-                launch_dir=launch_dir,
-                tracking_down=f"the MLflow server did not answer at the sweep's start ({problem})",
-            )
+            _carry(tracking_down=f"the MLflow server did not answer at the sweep's start ({problem})")
             return
         # as distinct as the sweep's directory: two sweeps started in the same second are -N apart
         name = config.tracking.run_name or f"sweep-{stamp_of(sweep_dir) or time.strftime('%Y%m%d-%H%M%S')}"
@@ -201,16 +204,16 @@ class MlflowSweepCallback(Callback):
         )
         tracker.log_params(_sweep_params(overrides))
         tracker.set_tags({FAMILY_TAG: tracker.run_id})  # listed with its children in the UI's view
-        _state["tracker"] = tracker
-        _carry(parent_run_id=tracker.run_id if tracker.active else None, launch_dir=launch_dir, tracking_down=None)
+        _state.tracker = tracker
+        _carry(parent_run_id=tracker.run_id if tracker.active else None)
         atexit.register(_end_interrupted_sweep, tracker)
 
     def on_job_end(self, config: Any, job_return: Any, **kwargs: Any) -> None:
-        if _state["owner"] == os.getpid():  # the job ran here; elsewhere its launcher reports it
+        if _state.owner == os.getpid():  # the job ran here; elsewhere its launcher reports it
             job_returned(config.hydra.job.num, job_return)
 
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
-        tracker: Optional[Any] = _state["tracker"]
+        tracker = _state.tracker
         sweep_dir = Path(config.hydra.sweep.dir)
         scrub([sweep_dir / "multirun.yaml"])  # as each job's .hydra/: what a config file held goes
         files: List[Path] = []
@@ -233,7 +236,7 @@ class MlflowSweepCallback(Callback):
                 exc,
                 sweep_dir,
             )
-        jobs, failed = _state["jobs"], _state["failed"]
+        jobs, failed = _state.jobs, _state.failed
         log.info("sweep done: %d jobs, %d failed; report in %s", jobs, failed, sweep_dir / "report")
         os.environ.pop(SWEEP_ENV, None)
         if tracker is not None:
@@ -242,10 +245,10 @@ class MlflowSweepCallback(Callback):
             for link in (tracker.ui_link(children=True, params=swept, sample=sample), tracker.compare_link(sample)):
                 if link:
                     log.info(link)
-            _state["tracker"] = None
+            _state.tracker = None
 
 
-def _close_parent(tracker: Any, jobs: int, failed: int, files: List[Path], named: Optional[str]) -> None:
+def _close_parent(tracker: Tracker, jobs: int, failed: int, files: List[Path], named: Optional[str]) -> None:
     """FAILED when every job failed (the reason: the first job's), else FINISHED; the failed count
     as tags, a metric, the run's description and (when some failed) its name."""
     reasons: List[str] = []
@@ -282,13 +285,13 @@ def _close_parent(tracker: Any, jobs: int, failed: int, files: List[Path], named
 def end_unsubmitted_sweep(reason: str) -> None:
     """The launcher could not hand the jobs over (sbatch refused them): the parent ends FAILED with
     the reason, not KILLED as an interrupted sweep."""
-    tracker = _state["tracker"]
+    tracker = _state.tracker
     if tracker is not None and tracker.active:
         tracker.finish("FAILED", error=reason)
-    _state["tracker"] = None
+    _state.tracker = None
 
 
-def _end_interrupted_sweep(tracker: Any) -> None:
+def _end_interrupted_sweep(tracker: Tracker) -> None:
     """A sweep stopped by Ctrl-C/SIGTERM never reaches on_multirun_end: end its parent KILLED."""
-    if _state["tracker"] is tracker and tracker.active:
+    if _state.tracker is tracker and tracker.active:
         tracker.finish("KILLED", error="the sweep was interrupted")

@@ -30,7 +30,7 @@ from bench.runtime.timing import StepClock
 from bench.train.evaluate import accuracy_figures, evaluate
 from bench.train.mlperf_log import NoMlperfLog
 from bench.train.progress import logs_above, progress_bar
-from bench.train.result import EpochRecord, Window
+from bench.train.result import EpochRecord, TrainResult
 from bench.train.resume import Position, TrainingCheckpoints, rng_states
 from bench.train.step import TrainStep
 
@@ -83,7 +83,7 @@ class WindowTally:
     evaluation: Dict[str, Any] = field(default_factory=dict)  # the last evaluation's figures
 
 
-def run_epochs(session: Session, clock: StepClock, planned: int, first_step_at: float, flag: SignalFlag) -> Window:
+def run_epochs(session: Session, clock: StepClock, planned: int, first_step_at: float, flag: SignalFlag) -> TrainResult:
     """One measured window of at most `planned` steps on `clock`; its figures (bench.train.repeats pools them)."""
     return MeasuredWindow(session, clock, planned, first_step_at, flag).run()
 
@@ -110,7 +110,7 @@ class MeasuredWindow:
         """Training wall time so far (time-to-accuracy's clock), a resumed run's earlier time included."""
         return time.perf_counter() - self.first_step_at + self.session.wall_offset
 
-    def run(self) -> Window:
+    def run(self) -> TrainResult:
         session, tally, epochs = self.session, self.tally, self.session.config.train.epochs
         epoch, skip = session.start.epoch, session.start.step_in_epoch
         with logs_above(self.progress):
@@ -248,10 +248,10 @@ class MeasuredWindow:
         if session.checkpoints is not None and session.ctx.is_reporter:
             session.checkpoints.save(session.state(self.wall_seconds(), self.tally.epochs), position)
 
-    def figures(self) -> Window:
-        """The window's figures (bench.train.repeats pools them; TrainResult is built from them)."""
+    def figures(self) -> TrainResult:
+        """The window's figures (bench.train.repeats pools them; bench.train.loop adds the run's)."""
         tally, clock = self.tally, self.clock
-        return Window(
+        return TrainResult(
             measured_steps=tally.steps,
             measured_images=tally.images,
             window_seconds=clock.seconds_between(0, len(clock) - 1),

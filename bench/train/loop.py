@@ -16,10 +16,12 @@ picks the batch before anything else is built (bench.train.max_batch).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
+import socket
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.nn as nn
@@ -38,7 +40,7 @@ from bench.train.epochs import Session
 from bench.train.extras import BatchSearch, CheckpointWrite, RunExtras
 from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
 from bench.train.repeats import measure_windows
-from bench.train.result import EpochRecord, TrainResult, Window
+from bench.train.result import EpochRecord, TrainResult
 from bench.train.resume import claimed_checkpoints, restore_rng
 from bench.train.step import TrainStep
 
@@ -74,9 +76,9 @@ def train(
         session = open_session(run)
         session.mlperf = mlperf
         mlperf.event("eval_samples", getattr(session.val, "facts", {}).get("val_dataset_size", 0))
-        window, gpu, peak_memory = measure(run, session, monitor, first_step_at)
+        window = measure(run, session, monitor, first_step_at)
         mlperf.run_stop(window.accuracy.reached_target if window.accuracy is not None else None)
-        return collect_result(run, window, gpu, peak_memory, on_finish, out_dir)
+        return collect_result(run, window, on_finish, out_dir)
 
 
 def mlperf_hyper_parameters(run: TrainingRun) -> Dict[str, Any]:
@@ -145,28 +147,26 @@ def open_session(run: TrainingRun) -> Session:
     )
 
 
-def measure(run: TrainingRun, session: Session, monitor: Any, first_step_at: float) -> Tuple[Window, GpuFigures, int]:
-    """(the window's figures, the GPU monitor's, the window's peak memory)."""
+def measure(run: TrainingRun, session: Session, monitor: Any, first_step_at: float) -> TrainResult:
+    """The window's figures, with the GPU monitor's and the window's peak memory."""
     config, checkpoints = run.config, run.checkpoints
     if monitor is not None:
         monitor.start()
     every_epochs, on_signal = config.checkpoint.every_epochs, config.checkpoint.on_signal
     checkpoint_on_signal = checkpoints is not None and every_epochs > 0 and on_signal
     window = measure_windows(session, run.device, run.planned, first_step_at, checkpoint_on_signal)
-    gpu = monitor.stop() if monitor is not None else GpuFigures()
-    peak_memory = peak_memory_bytes(run.device)  # the window's: the passes after it may profile, or allocate more
-    return window, gpu, peak_memory
+    window.gpu = monitor.stop() if monitor is not None else GpuFigures()
+    window.peak_memory_bytes = peak_memory_bytes(run.device)  # the window's: the passes after it may allocate more
+    return window
 
 
 def collect_result(
     run: TrainingRun,
-    window: Window,
-    gpu: GpuFigures,
-    peak_memory: int,
+    window: TrainResult,
     on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], CheckpointWrite]],
     out_dir: Optional[Path],
 ) -> TrainResult:
-    """The passes after the window, the end-of-run checkpoint, and the run's TrainResult."""
+    """The passes after the window, the end-of-run checkpoint, and the run's figures added to the window's."""
     config, ctx, data = run.config, run.ctx, run.data
     extra = RunExtras(dataset=dict(getattr(data.batches, "facts", {})))  # real data: dataset_size, ...
     if config.benchmark.find_max_batch:
@@ -180,13 +180,14 @@ def collect_result(
         extra.phases = phase_figures(window.epochs)
     if on_finish is not None and not interrupted:  # a signal asks for a prompt end: no checkpoint write
         extra.written = on_finish(run.eager, run.optimizer)
-    return TrainResult(
-        gpu=gpu,
+    return dataclasses.replace(
+        window,
+        rank=ctx.rank,
+        host=socket.gethostname(),
         extra=extra,
         batch_size=data.batch_size,
         warmup_steps=run.warmup,
         base_lr=run.base_lr,
-        peak_memory_bytes=peak_memory,
         parameters=count_parameters(run.eager),
         precision=run.policy.describe(),
         compile=run.compile_info,
@@ -194,17 +195,6 @@ def collect_result(
         param_checksum=_param_checksum(run.eager),
         files=files,
         interrupted=interrupted,
-        measured_steps=window.measured_steps,
-        measured_images=window.measured_images,
-        window_seconds=window.window_seconds,
-        step_times_ms=window.step_times_ms,
-        data_wait_ms=window.data_wait_ms,
-        epochs=window.epochs,
-        final_lr=window.final_lr,
-        final_loss=window.final_loss,
-        accuracy=window.accuracy,
-        repeat_images=window.repeat_images,
-        repeat_seconds=window.repeat_seconds,
     )
 
 

@@ -19,17 +19,17 @@ import torch
 from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
 from bench.train.epochs import Session, run_epochs
-from bench.train.result import Window
+from bench.train.result import TrainResult
 
 log = logging.getLogger(__name__)
 
 
 def measure_windows(
     session: Session, device: torch.device, planned: int, first_step_at: float, checkpoint_on_signal: bool
-) -> Window:
+) -> TrainResult:
     config = session.config
     repeats = config.benchmark.repeats
-    windows: List[Window] = []
+    windows: List[TrainResult] = []
     for repeat in range(1, repeats + 1):
         clock = StepClock(device, strict_sync=config.benchmark.sync)
         clock.sync()
@@ -49,7 +49,7 @@ def measure_windows(
     return pool(windows)
 
 
-def pool(windows: List[Window]) -> Window:
+def pool(windows: List[TrainResult]) -> TrainResult:
     """One window's figures from several; `repeat_images`/`repeat_seconds` list each repeat's."""
     last = windows[-1]  # final loss, lr and accuracy are the last repeat's
     images, seconds = [w.measured_images for w in windows], [w.window_seconds for w in windows]

@@ -21,8 +21,10 @@ from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, read_repeats, w
 from bench.scenario_base import BaseReport
 from bench.train import sweep_view
 from bench.train.extras import CheckpointWrite
-from bench.train.result import EpochRecord, RankSummary, TrainMetrics, TrainOutcome, TrainResult
+from bench.train.result import EpochRecord, TrainMetrics, TrainOutcome, TrainResult
 from bench.train.summary import merge_ranks, repeat_throughputs, summarize
+
+RANK_FIELDS = ("rank", "host", "images", "window_seconds", "peak_memory_bytes", "param_checksum")  # run_summary.json
 
 
 def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
@@ -38,7 +40,7 @@ class TrainReport(BaseReport):
     TIMELINE_FILE, TIMELINE_COLUMN = "step_times.csv", "step_time_ms"
 
     result: TrainResult  # rank 0's, with the job's step timeline
-    ranks: List[RankSummary]
+    ranks: List[TrainResult]  # every rank's (read back: their run_summary.json figures only)
     record: TrainMetrics  # the radix_metrics contract, typed
     repeat_rates: List[float] = field(default_factory=list)  # images/s of each window (benchmark.repeats)
     run_name: Optional[str] = None  # a new MLflow run name (the batch benchmark.find_max_batch found)
@@ -46,11 +48,10 @@ class TrainReport(BaseReport):
 
     @classmethod
     def from_outcome(cls, outcome: TrainOutcome, config: BenchConfig) -> "TrainReport":
-        result = merge_ranks(outcome.result, outcome.ranks)
         return cls(
-            result,
+            merge_ranks(outcome.ranks),
             list(outcome.ranks),
-            summarize(result, config, outcome.device, outcome.device_name, outcome.ranks),
+            summarize(outcome.ranks, config, outcome.device, outcome.device_name),
             repeat_throughputs(outcome.ranks),
             require_fit=bool(config.benchmark.require_fit),
         )
@@ -58,7 +59,7 @@ class TrainReport(BaseReport):
     def headline(self) -> str:
         r = self.record
         return (
-            f"{r.model} {r.precision} bs={r.batch_size} x{r.world_size} on {r.device_name}: "
+            f"{r.model} {r.execution.precision} bs={r.batch_size} x{r.world_size} on {r.execution.device_name}: "
             f"{r.images_per_second:.1f} images/s, step p50 {r.step_time_ms_p50:.2f} ms, "
             f"p99 {r.step_time_ms_p99:.2f} ms ({r.measured_steps} steps, {r.elapsed_seconds:.2f} s)"
         )
@@ -69,14 +70,7 @@ class TrainReport(BaseReport):
         out_dir.mkdir(parents=True, exist_ok=True)
         result, epochs = self.result, epoch_dicts(self.result.epochs)
         ranks = [
-            {
-                **{
-                    k: v
-                    for k, v in asdict(r).items()
-                    if k not in ("step_times_ms", "data_wait_ms", "repeat_images", "repeat_seconds")
-                },
-                "fit": r.fit.as_dict() if r.fit is not None else {},  # the record's fit_* names, as always
-            }
+            {**{k: getattr(r, k) for k in RANK_FIELDS}, "fit": r.fit.as_dict() if r.fit is not None else {}}
             for r in self.ranks
         ]
         summary = {
@@ -113,7 +107,7 @@ class TrainReport(BaseReport):
         found = [f"the checkpoint could not be written: {error}"] if error is not None else []
         if save_error is not None:  # checkpoint.every_epochs: none was written after it
             found.append(f"a training checkpoint could not be written: {save_error} (no later checkpoint was written)")
-        return found + fit_problems(self.record, self.require_fit)
+        return found + fit_problems(self.record.fit, self.require_fit)
 
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
         """Everything but the metrics (logged first, on their own): series, tags, artifacts."""
@@ -146,10 +140,10 @@ class TrainReport(BaseReport):
         tracker.set_tags(
             {
                 "model": r.model,
-                "precision": r.precision,
-                "device_name": r.device_name,
+                "precision": r.execution.precision,
+                "device_name": r.execution.device_name,
                 "unstable": r.unstable,
-                **fit_tags(r),
+                **fit_tags(r.fit),
             }
         )
         resumed = r.figure("resumed_from")
@@ -173,8 +167,10 @@ class TrainReport(BaseReport):
             repeat_seconds=read_column(job_dir / REPEATS_FILE, "seconds"),
         )
         ranks = [
-            RankSummary(
-                **{**r, "fit": Verdict.from_dict(r["fit"]) if r.get("fit") else None}, step_times_ms=[], data_wait_ms=[]
+            TrainResult(
+                **{k: v for k, v in r.items() if k not in ("images", "fit")},
+                measured_images=r["images"],
+                fit=Verdict.from_dict(r["fit"]) if r.get("fit") else None,
             )
             for r in summary.get("ranks", [])
         ]

@@ -1,5 +1,5 @@
-"""What a training rank measured, as plain data (torch-free: it crosses process boundaries
-and is read back by the report)."""
+"""What a training rank measured (TrainResult) and the run's record (TrainMetrics), as plain data
+(torch-free: it crosses process boundaries and is read back by the report)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,8 @@ from dataclasses import dataclass, field, fields
 from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from bench.machine.gpu_monitor import GpuFigures
-from bench.results import KEPT, SPREAD, Record
+from bench.results import INLINE, KEPT, SPREAD, FitFigures, Record, RepeatFigures
+from bench.runtime.reporting import Execution
 from bench.train.extras import RunExtras
 
 if TYPE_CHECKING:
@@ -68,49 +69,40 @@ class Accuracy:
         }
 
 
-@dataclass
-class Window:
-    """One measured window's figures (bench.train.epochs), or several windows pooled into one
-    (bench.train.repeats: benchmark.repeats > 1); what the run's TrainResult is built from."""
+@dataclass(kw_only=True)
+class TrainResult:
+    """What one training rank measured, the one type from the loop to the report: its measured
+    window's figures (bench.train.epochs; benchmark.repeats' windows pooled by bench.train.repeats),
+    then what the run adds after the window (bench.train.loop.collect_result) and who measured it
+    (bench.train.scenario). Every rank's reaches rank 0 (all_gather); rank 0's, with the job's step
+    timeline merged in, becomes the record (bench.train.summary)."""
 
-    measured_steps: int
-    measured_images: int  # images of the measured steps (the batch changes with data.progressive)
-    window_seconds: float
-    step_times_ms: List[float]
-    data_wait_ms: List[float]
-    epochs: List[EpochRecord]
-    final_lr: float
-    final_loss: float
-    accuracy: Optional[Accuracy]  # val top-1/top-5, time-to-target (None: nothing evaluated)
+    # the measured window
+    measured_steps: int = 0
+    measured_images: int = 0  # images of the measured steps (the batch changes with data.progressive)
+    window_seconds: float = 0.0
+    step_times_ms: List[float] = field(default_factory=list)
+    data_wait_ms: List[float] = field(default_factory=list)
+    epochs: List[EpochRecord] = field(default_factory=list)
+    final_lr: float = 0.0
+    final_loss: float = 0.0
+    accuracy: Optional[Accuracy] = None  # val top-1/top-5, time-to-target (None: nothing evaluated)
     repeat_images: List[int] = field(default_factory=list)  # per measured window (benchmark.repeats)
     repeat_seconds: List[float] = field(default_factory=list)
-
-
-@dataclass
-class TrainResult:
-    batch_size: int  # per process
-    warmup_steps: int
-    measured_steps: int
-    window_seconds: float
-    step_times_ms: List[float]
-    data_wait_ms: List[float]
-    epochs: List[EpochRecord]
-    base_lr: float
-    final_lr: float
-    final_loss: float
-    peak_memory_bytes: int
-    parameters: int
-    precision: Dict[str, Any]
+    # the run, and the rank
+    rank: int = 0
+    host: str = ""
+    batch_size: int = 0  # per process
+    warmup_steps: int = 0
+    base_lr: float = 0.0
+    peak_memory_bytes: int = 0  # the window's
+    parameters: int = 0
+    precision: Dict[str, Any] = field(default_factory=dict)  # the policy's describe()
     compile: Dict[str, Any] = field(default_factory=dict)
     fused_optimizer: bool = False
     param_checksum: float = 0.0  # sum of all weights after training: equal on every rank when DDP synced them
     gpu: GpuFigures = field(default_factory=GpuFigures)  # NVML samples and energy from the window
     extra: RunExtras = field(default_factory=RunExtras)  # dataset facts, checkpoint write figures, ...
-    accuracy: Optional[Accuracy] = None  # val top-1/top-5, time-to-target (None: nothing evaluated)
-
-    measured_images: int = 0  # images of the measured steps (the batch changes with data.progressive)
-    repeat_images: List[int] = field(default_factory=list)  # per measured window (benchmark.repeats)
-    repeat_seconds: List[float] = field(default_factory=list)
     files: List[str] = field(default_factory=list)  # written by the rank after the window (profiler trace, table)
     interrupted: Optional[str] = None  # the signal (SIGTERM, SIGINT) that cut the passes after the window short
     fit: Optional[Verdict] = None  # this rank's fit-to-measure verdict (bench.runtime.fit_watch; None: not watched)
@@ -119,23 +111,6 @@ class TrainResult:
     def images(self) -> int:
         return self.measured_images or self.measured_steps * self.batch_size
 
-
-@dataclass
-class RankSummary:
-    """One rank's timing, exchanged once after the window."""
-
-    rank: int
-    host: str
-    images: int
-    window_seconds: float
-    step_times_ms: List[float]
-    data_wait_ms: List[float]
-    peak_memory_bytes: int
-    param_checksum: float
-    repeat_images: List[int] = field(default_factory=list)
-    repeat_seconds: List[float] = field(default_factory=list)
-    fit: Optional[Verdict] = None  # this rank's fit-to-measure verdict (bench.runtime.fit_watch; None: not watched)
-
     @property
     def images_per_second(self) -> float:
         return self.images / self.window_seconds if self.window_seconds > 0 else 0.0
@@ -143,12 +118,15 @@ class RankSummary:
 
 @dataclass
 class TrainOutcome:
-    """What rank 0 hands the reporting process."""
+    """What rank 0 hands the reporting process: every rank's result, in rank order."""
 
-    result: TrainResult
-    ranks: List[RankSummary]
+    ranks: List[TrainResult]
     device: str  # cpu | cuda
     device_name: str
+
+    @property
+    def result(self) -> TrainResult:
+        return self.ranks[0]  # rank 0's
 
 
 @dataclass(kw_only=True)
@@ -199,50 +177,11 @@ class TrainMetrics(Record):
     nesterov: Optional[bool] = None  # optimizer=sgd only: Nesterov momentum on or off
     norm: Optional[str] = None  # model.norm: batch (the models' own) or none (normalisation layers removed)
     fused_optimizer: bool
-    precision: Optional[str] = None  # the precision policy (bench.train.precision: describe())
-    autocast_dtype: Optional[str] = None
-    grad_scaler: Optional[bool] = None
-    tf32: Optional[bool] = None
-    channels_last: Optional[bool] = None
-    compile: bool
-    cudnn_benchmark: bool
-    cpu_malloc_reuse: Optional[bool] = None  # on a CPU: freed memory kept for reuse (bench.runtime.malloc)
-    device: str
-    device_name: str
-    au: float  # accelerator utilization: the share of the window not spent waiting for data
-    input_bound: bool
-    compile_fallback: Optional[str] = None
-    compile_s: Optional[float] = None  # torch.compile's first call (the compile), outside the window
+    execution: Execution = field(metadata=INLINE)  # precision, compile, device, AU
     gpu: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)  # NVML samples and energy of rank 0's GPU
     # dataset facts, FLOPs per image, the batch find_max_batch found, checkpoint figures, accuracy
     extra: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)
-    repeats: Optional[int] = None  # benchmark.repeats > 1: the windows' spread and the median's interval
-    images_per_second_median: Optional[float] = None
-    images_per_second_min: Optional[float] = None
-    images_per_second_max: Optional[float] = None
-    images_per_second_iqr: Optional[float] = None
-    images_per_second_ci95_low: Optional[float] = None
-    images_per_second_ci95_high: Optional[float] = None
-    images_per_second_ci95_halfwidth_pct: Optional[float] = None
-    images_per_second_cv: Optional[float] = None
-    stable: Optional[bool] = None
+    repeat: RepeatFigures = field(default_factory=RepeatFigures, metadata=INLINE)  # benchmark.repeats > 1
     # achieved TFLOP/s, MFU where the peak is known, images per joule
     efficiency: Dict[str, Any] = field(default_factory=dict, metadata=SPREAD)
-    # fit to measure (bench.machine.fitness): the verdict on the machine during the window, its
-    # reasons ('; '-joined, empty when fit) and notes, and the figures behind them
-    fit_to_measure: Optional[bool] = None
-    fit_reasons: Optional[str] = None
-    fit_notes: Optional[str] = None
-    fit_other_cpu_cores: Optional[float] = None  # CPU used by processes outside the run, in cores
-    fit_usable_cores: Optional[float] = None  # affinity, capped by the cgroup CPU quota
-    fit_cpu_demand: Optional[int] = None  # threads x ranks + loader workers on this host
-    fit_load_average: Optional[float] = None  # 1-minute, at the window's start
-    fit_swap_in_mb: Optional[float] = None
-    fit_gpu_sm_clock_ratio: Optional[float] = None  # mean SM clock over the window / max
-
-    def figure(self, name: str) -> Any:
-        """One of the open-ended figures (gpu, extra, efficiency) by name; None when the run has none."""
-        for group in (self.gpu, self.extra, self.efficiency):
-            if name in group:
-                return group[name]
-        return None
+    fit: FitFigures = field(default_factory=FitFigures, metadata=INLINE)  # fit to measure, last

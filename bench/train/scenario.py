@@ -4,7 +4,6 @@ line, the GPU monitor) is bench.runtime.scenario's."""
 
 from __future__ import annotations
 
-import socket
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -12,7 +11,7 @@ from bench.config import BenchConfig
 from bench.rank_context import RankContext
 from bench.runtime.scenario import ModelScenario, window_monitor
 from bench.train.report import TrainReport
-from bench.train.result import RankSummary, TrainOutcome
+from bench.train.result import TrainOutcome
 
 
 class TrainScenario(ModelScenario):
@@ -63,23 +62,10 @@ class TrainScenario(ModelScenario):
                 out_dir=out_dir,
             )
             result.fit = monitor.fit()
-            mine = RankSummary(
-                ctx.rank,
-                socket.gethostname(),
-                result.images,
-                result.window_seconds,
-                result.step_times_ms,
-                result.data_wait_ms,
-                result.peak_memory_bytes,
-                result.param_checksum,
-                result.repeat_images,
-                result.repeat_seconds,
-                result.fit,
-            )
-            ranks = all_gather(mine, ctx)
+            ranks = all_gather(result, ctx)
         finally:
             destroy_process_group()
-        return TrainOutcome(result, ranks, device.type, device_name(device)) if ctx.is_reporter else None
+        return TrainOutcome(ranks, device.type, device_name(device)) if ctx.is_reporter else None
 
     def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
         """Another run writing the checkpoint folder is said in its own line; out of memory as any model run."""

@@ -8,17 +8,16 @@ from dataclasses import replace
 from typing import Any, Dict, List, Sequence
 
 from bench.config import BenchConfig
-from bench.maths.confidence import repeat_figures
 from bench.maths.stats import UNSTABLE_CV, step_time_stats
-from bench.runtime.fit_watch import record_fields
-from bench.runtime.malloc import in_effect as malloc_in_effect
-from bench.runtime.peaks import utilisation
-from bench.runtime.reporting import input_pipeline
-from bench.train.result import RankSummary, TrainMetrics, TrainResult
+from bench.results import RepeatFigures
+from bench.runtime.fit_watch import fit_figures
+from bench.runtime.reporting import Execution, efficiency
+from bench.train.result import TrainMetrics, TrainResult
 
 
-def merge_ranks(result: TrainResult, ranks: Sequence[RankSummary]) -> TrainResult:
+def merge_ranks(ranks: Sequence[TrainResult]) -> TrainResult:
     """Rank 0's result with the step timeline of the whole job (the max over ranks per step)."""
+    result = ranks[0]
     if len(ranks) <= 1:
         return result
     steps = min(len(r.step_times_ms) for r in ranks)
@@ -32,7 +31,7 @@ def merge_ranks(result: TrainResult, ranks: Sequence[RankSummary]) -> TrainResul
     )
 
 
-def rank_figures(ranks: Sequence[RankSummary]) -> Dict[str, Any]:
+def rank_figures(ranks: Sequence[TrainResult]) -> Dict[str, Any]:
     """Per-rank throughput, so a straggler shows, and whether DDP kept the weights identical (the global
     images/s, their sum, is summarize's)."""
     throughputs = [r.images_per_second for r in ranks]
@@ -45,7 +44,7 @@ def rank_figures(ranks: Sequence[RankSummary]) -> Dict[str, Any]:
     }
 
 
-def repeat_throughputs(ranks: Sequence[RankSummary]) -> List[float]:
+def repeat_throughputs(ranks: Sequence[TrainResult]) -> List[float]:
     """images/s of each measured window (benchmark.repeats), summed over ranks like the run's own."""
     count = min((len(r.repeat_seconds) for r in ranks), default=0)
     return [
@@ -53,36 +52,13 @@ def repeat_throughputs(ranks: Sequence[RankSummary]) -> List[float]:
     ]
 
 
-def efficiency(m: TrainMetrics, images_per_device: int, data_progressive: bool) -> Dict[str, Any]:
-    """Achieved TFLOP/s and MFU (bench.runtime.peaks), images per joule (NVML energy, rank 0's GPU)."""
-    figures: Dict[str, Any] = {}
-    if not data_progressive:  # progressive phases change the FLOPs per image: no single figure
-        figures.update(
-            utilisation(
-                m.figure("gflops_per_image_fwd_bwd"),
-                m.images_per_second,
-                m.world_size,
-                m.device,
-                m.device_name,
-                m.autocast_dtype or "none",
-                bool(m.tf32),
-            )
-        )
-    energy = m.figure("energy_joules")
-    if energy:
-        figures["images_per_joule"] = images_per_device / energy
-    return figures
-
-
-def summarize(
-    result: TrainResult, config: BenchConfig, device: str, device_name: str, ranks: Sequence[RankSummary]
-) -> TrainMetrics:
-    """The run's record: every number a run reports, plus the settings that change speed."""
-    world_size = len(ranks)
+def summarize(ranks: Sequence[TrainResult], config: BenchConfig, device: str, device_name: str) -> TrainMetrics:
+    """The run's record from every rank's result: every number a run reports, plus the settings that
+    change speed."""
+    result, world_size = merge_ranks(ranks), len(ranks)
     seconds = result.window_seconds
     images = result.images * world_size
     data_wait_s = sum(result.data_wait_ms) / 1000.0
-    per_rank = rank_figures(ranks) if world_size > 1 else {}
     if world_size > 1:  # global: the sum over ranks of each one's images / its own window
         throughput = sum(r.images_per_second for r in ranks)
     else:
@@ -92,6 +68,8 @@ def summarize(
     steps_per_epoch = config.train.steps_per_epoch
     if steps_per_epoch is None and result.epochs:
         steps_per_epoch = max(e.steps for e in result.epochs)  # one pass over the dataset
+    execution = Execution.of(config, result.precision, result.compile, device, device_name, wait_fraction)
+    extra = {**result.extra.figures(path=False), **(result.accuracy.figures() if result.accuracy is not None else {})}
     record = TrainMetrics(
         images_per_second=throughput,
         total_images=images,
@@ -107,7 +85,7 @@ def summarize(
         images_per_second_per_device=throughput / world_size,
         distributed=str(config.distributed.name),
         scaling=str(config.distributed.scaling),
-        **per_rank,
+        **(rank_figures(ranks) if world_size > 1 else {}),
         **stats,
         data_wait_seconds=data_wait_s,
         data_wait_fraction=wait_fraction,
@@ -123,23 +101,20 @@ def summarize(
         nesterov=bool(config.optimizer.nesterov) if str(config.optimizer.name) == "sgd" else None,
         norm=str(config.model.norm),
         fused_optimizer=result.fused_optimizer,
-        **result.precision,
-        compile=bool(result.compile.get("active")),
-        cudnn_benchmark=bool(config.cudnn_benchmark),
-        cpu_malloc_reuse=malloc_in_effect(config.cpu_malloc_reuse, device),
-        device=device,
-        device_name=device_name,
-        **input_pipeline(wait_fraction),
-        compile_fallback=result.compile.get("fallback_reason") or None,
-        compile_s=result.compile.get("first_call_s"),
+        execution=execution,
         gpu=result.gpu.figures(),
-        extra={
-            **result.extra.figures(path=False),
-            **(result.accuracy.figures() if result.accuracy is not None else {}),
-        },
-        **repeat_figures(repeat_throughputs(ranks)),
-        **record_fields(result.fit, [r.fit for r in ranks if r.rank != 0]),
+        extra=extra,
+        repeat=RepeatFigures.of(repeat_throughputs(ranks)),
+        # progressive phases change the FLOPs per image: no single TFLOP/s figure
+        efficiency=efficiency(
+            execution,
+            None if config.data.progressive else extra.get("gflops_per_image_fwd_bwd"),
+            throughput,
+            world_size,
+            result.images,
+            result.gpu.energy_joules,
+        ),
+        fit=fit_figures(result.fit, [r.fit for r in ranks if r.rank != 0]),
     )
     record.unstable = (record.step_time_cv or 0.0) > UNSTABLE_CV
-    record.efficiency = efficiency(record, result.images, bool(config.data.progressive))
     return record

@@ -15,8 +15,11 @@ import pytest
 
 from bench.machine.fitness import Verdict, cgroup_quota, cpufreq_notes, oversubscription, unfit_reason, usable_cores
 from bench.machine.fitness_gpu import GpuWatch, cpus_of_mask, gpu_watch
-from bench.runtime.fit_watch import FIELDS, fit_problems, fit_tags, record_fields
+from bench.results import FitFigures
+from bench.runtime.fit_watch import fit_figures, fit_problems, fit_tags
 from bench.train.result import TrainMetrics
+
+FIELDS = [f.name for f in fields(FitFigures)]
 
 
 @pytest.mark.parametrize(
@@ -72,17 +75,18 @@ def test_the_verdict_goes_last_in_the_record_and_merges_the_ranks():
         {"fit_other_cpu_cores": 0.97, "fit_usable_cores": 2.0},
     )
     rank1 = Verdict(["GPU 1 ran 1 other compute process(es) (pid 9)"], [], {"fit_gpu_sm_clock_ratio": 0.5})
-    merged = record_fields(rank0, [rank1, None])  # typed verdicts (None: a rank whose window was not watched)
+    merged = fit_figures(rank0, [rank1, None])  # typed verdicts (None: a rank whose window was not watched)
     assert rank0.reasons == ["other processes used 0.97 of 2 usable cores during the window (limit 0.2)"]  # kept
-    assert merged["fit_to_measure"] is False
-    assert merged["fit_reasons"] == (
+    assert merged.fit_to_measure is False
+    assert merged.fit_reasons == (
         "other processes used 0.97 of 2 usable cores during the window (limit 0.2); "
         "GPU 1 ran 1 other compute process(es) (pid 9)"
     )
-    assert merged["fit_other_cpu_cores"] == 0.97 and merged["fit_gpu_sm_clock_ratio"] == 0.5
-    assert record_fields(None) == {}  # no window watched: no fields (the record leaves them out)
-    names = [f.name for f in fields(TrainMetrics)]
-    assert names[-len(FIELDS) :] == list(FIELDS)  # after every existing key: their order is unchanged
+    assert merged.fit_other_cpu_cores == 0.97 and merged.fit_gpu_sm_clock_ratio == 0.5
+    assert fit_figures(None).to_metrics() == {}  # no window watched: no fields (the record leaves them out)
+    record = TrainMetrics.from_metrics({"images_per_second": 1.0, "fit_reasons": "swap", "fit_to_measure": False})
+    names = list(record.to_metrics())
+    assert names[-2:] == ["fit_to_measure", "fit_reasons"]  # after every other key: their order is unchanged
     assert Verdict.from_dict(Verdict([], [], {"fit_usable_cores": 2.0}).as_dict()).fit
 
 
@@ -94,7 +98,7 @@ def test_unfit_reason_reads_a_record_a_frame_row_and_mlflow():
 
 
 def test_require_fit_turns_an_unfit_window_into_a_failed_run_and_tags_say_why():
-    record = SimpleNamespace(
+    record = FitFigures(
         fit_to_measure=False, fit_reasons="the machine swapped in 3.0 MiB during the window", fit_notes=""
     )
     assert fit_problems(record, require_fit=False) == []
@@ -107,7 +111,7 @@ def test_require_fit_turns_an_unfit_window_into_a_failed_run_and_tags_say_why():
         "bench.fit_notes": "",
         "bench.fit_reasons": "the machine swapped in 3.0 MiB during the window",
     }
-    assert fit_tags(SimpleNamespace(fit_to_measure=None)) == {}
+    assert fit_tags(FitFigures()) == {}
 
 
 # ---- the GPU's checks, against a mocked NVML ------------------------------------------------------------

@@ -296,6 +296,43 @@ def test_results_are_read_through_typed_records_not_string_keys():
     assert offenders == []
 
 
+def _declared_twice(sources: Dict[str, str], shared: Set[str]) -> Dict[str, List[str]]:
+    """Fields declared in more than one class: a fit_* field in any class, a shared group's field in
+    any two records (subclasses of Record); {name: ["path:Class", ...]}."""
+    where: Dict[str, List[str]] = {}
+    for path, source in sources.items():
+        for node in ast.walk(ast.parse(source)):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            record = any(getattr(base, "id", None) == "Record" for base in node.bases)
+            for statement in node.body:
+                if isinstance(statement, ast.AnnAssign) and isinstance(statement.target, ast.Name):
+                    name = statement.target.id
+                    if name.startswith("fit_") or (record and name in shared):
+                        where.setdefault(name, []).append(f"{path}:{node.name}")
+    return {name: places for name, places in where.items() if len(places) > 1}
+
+
+def test_a_figure_group_the_records_share_is_declared_once():
+    """FitFigures, RepeatFigures (bench.results) and Execution (bench.runtime.reporting) are nested in
+    every record that reports them (INLINE: the key order stays); a second declaration of one of
+    their fields (a fit_* field anywhere in bench) is a copy that would drift from the first."""
+    from dataclasses import fields
+
+    from bench.results import FitFigures, RepeatFigures
+    from bench.runtime.reporting import Execution
+
+    shared = {f.name for group in (FitFigures, RepeatFigures, Execution) for f in fields(group)}
+    copy = "class Copy(Record):\n    fit_to_measure: bool\n    stable: bool\nclass Other:\n    fit_notes: str\n"
+    assert _declared_twice({"a.py": copy, "bench/results.py": (BENCH / "results.py").read_text()}, shared) == {
+        "fit_to_measure": ["a.py:Copy", "bench/results.py:FitFigures"],
+        "stable": ["a.py:Copy", "bench/results.py:RepeatFigures"],
+        "fit_notes": ["a.py:Other", "bench/results.py:FitFigures"],
+    }
+    sources = {str(path.relative_to(BENCH.parent)): path.read_text() for path in MODULES.values()}
+    assert _declared_twice(sources, shared) == {}
+
+
 DOCUMENTED = {
     "bench.report": "bench.tools.report",
     "bench.compare": "bench.tools.compare",

@@ -15,7 +15,8 @@ import torch
 import torchvision
 
 from bench.errors import BenchError, ConfigError
-from bench.maths.confidence import STABLE_CV, bootstrap, interval, repeat_figures, repeats_needed
+from bench.maths.confidence import STABLE_CV, bootstrap, interval, repeats_needed
+from bench.results import RepeatFigures
 from bench.runtime.flops import flops_per_image
 from bench.runtime.peaks import peak_key, peak_tflops, utilisation
 from bench.train.breakdown import breakdown_pass
@@ -120,16 +121,16 @@ def test_mfu_is_achieved_over_peak_and_absent_on_a_cpu_or_an_unknown_gpu():
 
 def test_repeat_figures_give_the_spread_and_an_interval_that_holds_the_median():
     rates = [100.0, 104.0, 97.0, 101.0, 99.0, 103.0, 98.0]
-    figures = repeat_figures(rates)
-    assert figures["repeats"] == 7 and figures["images_per_second_median"] == 100.0
-    assert figures["images_per_second_min"] == 97.0 and figures["images_per_second_max"] == 104.0
-    assert figures["images_per_second_iqr"] == pytest.approx(102.0 - 98.5)  # numpy's linear quartiles
-    assert figures["images_per_second_ci95_low"] <= 100.0 <= figures["images_per_second_ci95_high"]
-    assert figures["images_per_second_ci95_high"] - figures["images_per_second_ci95_low"] < 104.0 - 97.0
-    assert figures["stable"] is (figures["images_per_second_cv"] <= STABLE_CV) and figures["stable"]
-    assert repeat_figures([100.0]) == {}  # one window: no spread to report
-    assert repeat_figures([100.0, 60.0, 140.0])["stable"] is False
-    assert repeat_figures(rates) == figures  # a fixed seed: the same figures give the same interval
+    figures = RepeatFigures.of(rates)
+    assert figures.repeats == 7 and figures.images_per_second_median == 100.0
+    assert figures.images_per_second_min == 97.0 and figures.images_per_second_max == 104.0
+    assert figures.images_per_second_iqr == pytest.approx(102.0 - 98.5)  # numpy's linear quartiles
+    assert figures.images_per_second_ci95_low <= 100.0 <= figures.images_per_second_ci95_high
+    assert figures.images_per_second_ci95_high - figures.images_per_second_ci95_low < 104.0 - 97.0
+    assert figures.stable is (figures.images_per_second_cv <= STABLE_CV) and figures.stable
+    assert RepeatFigures.of([100.0]).to_metrics() == {}  # one window: no spread to report
+    assert RepeatFigures.of([100.0, 60.0, 140.0]).stable is False
+    assert RepeatFigures.of(rates) == figures  # a fixed seed: the same figures give the same interval
 
 
 def test_bootstrap_interval_narrows_with_more_samples_and_repeats_needed_follows_the_noise():
@@ -142,7 +143,7 @@ def test_bootstrap_interval_narrows_with_more_samples_and_repeats_needed_follows
 def test_a_training_run_with_repeats_measures_n_windows_and_pools_them(compose, tmp_path):
     from bench.train.loop import train
     from bench.train.report import TrainReport
-    from bench.train.result import RankSummary, TrainOutcome
+    from bench.train.result import TrainOutcome
 
     config = compose(*SMALL, "benchmark.repeats=3")
     result = train(config, CPU)
@@ -150,19 +151,7 @@ def test_a_training_run_with_repeats_measures_n_windows_and_pools_them(compose, 
     assert result.measured_steps == 9 and len(result.step_times_ms) == 9
     assert result.window_seconds == pytest.approx(sum(result.repeat_seconds))
     assert [e.repeat for e in result.epochs] == [1, 2, 3]
-    rank = RankSummary(
-        0,
-        "h",
-        result.images,
-        result.window_seconds,
-        result.step_times_ms,
-        result.data_wait_ms,
-        result.peak_memory_bytes,
-        result.param_checksum,
-        result.repeat_images,
-        result.repeat_seconds,
-    )
-    report = TrainReport.from_outcome(TrainOutcome(result, [rank], "cpu", "cpu"), config)
+    report = TrainReport.from_outcome(TrainOutcome([result], "cpu", "cpu"), config)
     m = report.metrics
     assert m["images_per_second"] == pytest.approx(m["total_images"] / m["elapsed_seconds"])  # pooled, as defined
     assert (
@@ -318,23 +307,14 @@ def test_energy_of_a_gpu_without_the_counter_is_absent_with_a_mocked_nvml(monkey
 
 
 def test_images_per_joule_comes_from_the_windows_energy():
-    from bench.train.result import TrainMetrics
-    from bench.train.summary import efficiency
+    from bench.runtime.reporting import Execution, efficiency
 
-    metrics = TrainMetrics.from_metrics(
-        {
-            "images_per_second": 1000.0,
-            "world_size": 1,
-            "device": "cuda",
-            "device_name": "NVIDIA A100-SXM4-80GB",
-            "autocast_dtype": "bfloat16",
-            "energy_joules": 400.0,
-            "gflops_per_image_fwd_bwd": 24.3,
-        }
+    run = Execution.from_metrics(
+        {"device": "cuda", "device_name": "NVIDIA A100-SXM4-80GB", "autocast_dtype": "bfloat16"}
     )
-    figures = efficiency(metrics, 2000, data_progressive=False)
+    figures = efficiency(run, 24.3, 1000.0, 1, 2000, 400.0)
     assert figures["images_per_joule"] == 5.0 and figures["mfu"] == pytest.approx(24.3 / 312.0)
-    assert "mfu" not in efficiency(metrics, 2000, data_progressive=True)
+    assert "mfu" not in efficiency(run, None, 1000.0, 1, 2000, 400.0)  # no FLOPs per image (progressive phases)
 
 
 # ---- the largest batch that fits --------------------------------------------------------------------------
@@ -387,7 +367,7 @@ def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(comp
 
     from bench.tracking.tracker import Tracker
     from bench.train.extras import BatchSearch, RunExtras
-    from bench.train.result import RankSummary, TrainOutcome, TrainResult
+    from bench.train.result import TrainOutcome, TrainResult
     from bench.train.scenario import TrainScenario
 
     config = compose(*SMALL, "data.batch_size=8")
@@ -407,7 +387,7 @@ def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(comp
         precision={"precision": "fp32", "tf32": False},
         extra=RunExtras(batch_search=BatchSearch(batch_size_requested=8, batch_size_found=64)),
     )
-    outcome = TrainOutcome(result, [RankSummary(0, "h", 192, 1.0, [1.0] * 3, [0.0] * 3, 1, 0.0)], "cuda", "gpu")
+    outcome = TrainOutcome([result], "cuda", "gpu")
     report = TrainScenario().report(outcome, config)
     assert report.run_name == "resnet18-fp32-bs64-max" and report.metrics["batch_size"] == 64
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"

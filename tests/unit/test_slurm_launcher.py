@@ -253,3 +253,23 @@ def test_a_sweep_without_tracking_still_tells_its_jobs_where_it_started(tmp_path
         assert job.parent_run_id is None and job.launch_dir == str(tmp_path.resolve())
     finally:
         os.environ.pop(sweep.SWEEP_ENV, None)
+
+
+def test_a_jobs_return_is_read_through_hydras_public_accessor(monkeypatch):
+    """A return is counted by its status and value (an exit code); a task that raised is said by
+    what it raised, read through JobReturn.return_value (Hydra's accessor), not its private field."""
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from bench import slurm
+    from bench.tracking import sweep
+
+    monkeypatch.setattr(sweep, "_state", sweep.SweepState())
+    for code, failed in ((0, False), (1, True)):
+        returned = JobReturn(status=JobStatus.COMPLETED)
+        returned.return_value = code
+        assert sweep.job_returned(code, returned) is failed
+    raised = JobReturn(status=JobStatus.FAILED)
+    raised.return_value = RuntimeError("the task broke")
+    assert sweep.job_returned(2, raised) is True
+    assert (sweep.failed_jobs(), sweep._state.jobs) == (2, 3)
+    assert slurm._raised(raised) == "RuntimeError: the task broke"

@@ -514,7 +514,7 @@ def test_a_failed_checkpoint_write_is_read_back_typed_and_makes_the_run_a_proble
         "checkpoint_write_seconds",
         "checkpoint_write_gbps",
     ]
-    result = TrainResult(8, 1, 3, 1.0, [1.0] * 3, [0.0] * 3, [], 0.1, 0.1, 1.0, 1, 1, {"precision": "fp32"})
+    result = TrainResult(batch_size=8, measured_steps=3, window_seconds=1.0, precision={"precision": "fp32"})
     for figures, problem in ((failed.figures(), True), (written.figures(path=False), False)):
         record = TrainMetrics.from_metrics({"images_per_second": 1.0, **figures})
         assert CheckpointWrite.read(record.figure) == CheckpointWrite(**figures)
