@@ -3,9 +3,10 @@ what a run of a model sets on its process before building anything (seed, thread
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
-from typing import Optional
+from typing import Tuple
 
 import torch
 
@@ -55,9 +56,8 @@ def prepare_process(config: BenchConfig, device: torch.device, ctx: RankContext)
     """The seed, the CPU threads, the allocator, cuDNN's autotuner and a fresh peak-memory count,
     before the model is built."""
     torch.manual_seed(config.seed)
-    threads = cpu_threads(config, device, ctx)
-    if threads:
-        torch.set_num_threads(threads)
+    if config.cpu_threads:
+        torch.set_num_threads(config.cpu_threads)
     if device.type == "cpu" and config.cpu_malloc_reuse:
         keep_freed_memory()
     torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
@@ -65,9 +65,25 @@ def prepare_process(config: BenchConfig, device: torch.device, ctx: RankContext)
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def cpu_threads(config: BenchConfig, device: torch.device, ctx: RankContext) -> Optional[int]:
-    """CPU ranks share the cores: without a split each would start one thread per core and
-    oversubscribe (torchrun sets OMP_NUM_THREADS=1 for the same reason). One process: cpu_threads."""
-    if config.cpu_threads or device.type != "cpu" or not ctx.distributed:
-        return config.cpu_threads
-    return max(1, (os.cpu_count() or 1) // config.distributed.nproc_per_node)
+def fit_cpu(config: BenchConfig, device_type: str) -> Tuple[BenchConfig, str]:
+    """On the CPU, the cpu_threads and data.num_workers left unset (null) become a split of the
+    usable cores (bench.machine.cpu_facts.cpu_split): torch's default (a thread per core) beside a
+    worker per core would oversubscribe them, and CPU ranks would each start a thread per core.
+    (The config to run, the sentence naming what was chosen; "" when nothing was.) On a GPU the
+    torch threads idle and fewer workers would starve it: the config is left as it is."""
+    data = config.data
+    if device_type != "cpu" or (config.cpu_threads is not None and (data.synthetic or data.num_workers is not None)):
+        return config, ""
+    from bench.machine.cpu_facts import affinity, cpu_split, usable_cores
+
+    usable = usable_cores(affinity())
+    ranks = config.distributed.nproc_per_node if config.distributed.world_size > 1 else 1
+    threads, workers = cpu_split(usable, ranks, config.cpu_threads, data.num_workers, not data.synthetic)
+    chosen = [f"cpu_threads={threads}"] if config.cpu_threads is None else []
+    if not data.synthetic and data.num_workers is None:
+        chosen.append(f"data.num_workers={workers}")
+        data = dataclasses.replace(data, num_workers=workers)
+    per_rank = " per rank" if ranks > 1 else ""
+    said = f"{' and '.join(chosen)}{per_rank}: bench's choice on the CPU, to fit the {usable:g} usable cores"
+    said += " (set them to choose)"
+    return dataclasses.replace(config, cpu_threads=threads, data=data), said

@@ -8,15 +8,29 @@ from __future__ import annotations
 
 import os
 from dataclasses import fields
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List
 
 import pytest
+import yaml
 
-from bench.machine.fitness import Verdict, cgroup_quota, cpufreq_notes, oversubscription, unfit_reason, usable_cores
+from bench.machine.cpu_facts import cpu_split
+from bench.machine.fitness import (
+    Verdict,
+    affinity,
+    cgroup_quota,
+    cpufreq_notes,
+    oversubscription,
+    unfit_reason,
+    usable_cores,
+)
 from bench.machine.fitness_gpu import GpuWatch, cpus_of_mask, gpu_watch
 from bench.runtime.fit_watch import FIELDS, fit_problems, fit_tags, record_fields
 from bench.train.result import TrainMetrics
+
+CONF = Path(__file__).resolve().parents[2] / "conf" / "experiment"
+TRAINING_PRESETS = sorted(p.stem for p in CONF.glob("*.yaml") if yaml.safe_load(p.read_text()).get("mode") != "storage")
 
 
 @pytest.mark.parametrize(
@@ -31,6 +45,50 @@ from bench.train.result import TrainMetrics
 )
 def test_oversubscription_names_threads_ranks_workers_and_cores(threads, ranks, workers, usable, demand, reason):
     assert oversubscription(threads, ranks, workers, usable) == (demand, reason)
+
+
+@pytest.mark.parametrize(
+    "usable, ranks, threads, workers, reads_files, split",
+    [
+        (2.0, 1, None, None, True, (1, 1)),  # this machine: the digits run was 2 threads + 2 workers
+        (1.5, 1, None, None, True, (1, 0)),  # a one-core share loads in the main process
+        (8.0, 1, None, None, True, (6, 2)),  # a quarter of the cores load
+        (64.0, 1, None, None, True, (56, 8)),  # at most 8 workers, as on a GPU
+        (8.0, 2, None, None, True, (3, 1)),  # each rank's share: 4 cores
+        (2.0, 1, None, None, False, (2, 0)),  # synthetic data: every core computes
+        (4.0, 1, 3, None, True, (3, 1)),  # the user's threads kept, the workers what is left
+        (2.0, 1, 2, None, True, (2, 0)),
+        (4.0, 1, None, 3, True, (1, 3)),  # the user's workers kept, the threads what is left
+        (2.0, 1, 2, 2, True, (2, 2)),  # both set: the user's, fit or not
+    ],
+)
+def test_a_cpu_run_splits_the_usable_cores_between_threads_and_workers(
+    usable, ranks, threads, workers, reads_files, split
+):
+    assert cpu_split(usable, ranks, threads, workers, reads_files) == split
+
+
+@pytest.mark.parametrize("preset", TRAINING_PRESETS)
+def test_a_cpu_run_of_every_training_preset_fits_this_machines_cores(compose, preset):
+    """Issue 34.3: bench's defaults on the CPU (bench.runtime.device.fit_cpu) keep torch threads x
+    ranks + loader workers x ranks within this machine's usable cores, for each training preset as
+    composed here (the ones that ask for more ranks or workers than there are cores are refused
+    before they run, exit 2); the choice is said in one line."""
+    from bench.errors import ConfigError
+    from bench.runtime.device import fit_cpu
+    from bench.runtime.fit_watch import demand
+    from bench.runtime.preflight import check_cores
+
+    config = compose(f"+experiment={preset}", "allow_cpu=true")
+    try:
+        check_cores(config, SimpleNamespace(type="cpu"))
+    except ConfigError as refused:
+        assert refused.key in ("distributed.nproc_per_node", "data.num_workers"), refused
+        return
+    run, said = fit_cpu(config, "cpu")
+    threads, ranks, workers, word = demand(run, "cpu", run.distributed.nproc_per_node, run.cpu_threads)
+    assert oversubscription(threads, ranks, workers, usable_cores(affinity()), word)[1] is None
+    assert f"cpu_threads={run.cpu_threads}" in said and "usable cores (set them to choose)" in said
 
 
 def test_the_cgroup_quota_caps_the_usable_cores(tmp_path):
