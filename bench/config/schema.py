@@ -54,8 +54,8 @@ class BenchConfig(Checks):
     cudnn_benchmark: bool = True
     compile: bool = False  # torch.compile; falls back to eager (and says so) if it fails
     compile_mode: Optional[str] = None  # passed to torch.compile(mode=...)
-    # torch.set_num_threads; null: torch's default on a GPU, on the CPU what fits beside the loader's
-    # workers in the usable cores (bench.runtime.device.fit_cpu)
+    # torch.set_num_threads; null: torch's default on a GPU, on the CPU OMP_NUM_THREADS or what fits
+    # beside the loader's workers in the usable cores (bench.runtime.device.fit_cpu)
     cpu_threads: Optional[int] = None
     cpu_malloc_reuse: bool = True  # on a CPU: glibc keeps freed memory for the next step (bench.runtime.malloc)
 

@@ -69,11 +69,12 @@ def test_a_cpu_run_splits_the_usable_cores_between_threads_and_workers(
 
 
 @pytest.mark.parametrize("preset", TRAINING_PRESETS)
-def test_a_cpu_run_of_every_training_preset_fits_this_machines_cores(compose, preset):
+def test_a_cpu_run_of_every_training_preset_fits_this_machines_cores(compose, preset, monkeypatch):
     """Issue 34.3: bench's defaults on the CPU (bench.runtime.device.fit_cpu) keep torch threads x
     ranks + loader workers x ranks within this machine's usable cores, for each training preset as
     composed here (the ones that ask for more ranks or workers than there are cores are refused
-    before they run, exit 2); the choice is said in one line."""
+    before they run, exit 2); the choice is said in one line. Without OMP_NUM_THREADS (a user's
+    shell; the suite sets it to 1) bench picks the threads too."""
     from bench.errors import ConfigError
     from bench.runtime.device import fit_cpu
     from bench.runtime.fit_watch import demand
@@ -85,10 +86,16 @@ def test_a_cpu_run_of_every_training_preset_fits_this_machines_cores(compose, pr
     except ConfigError as refused:
         assert refused.key in ("distributed.nproc_per_node", "data.num_workers"), refused
         return
+    monkeypatch.delenv("OMP_NUM_THREADS")
     run, said = fit_cpu(config, "cpu")
     threads, ranks, workers, word = demand(run, "cpu", run.distributed.nproc_per_node, run.cpu_threads)
     assert oversubscription(threads, ranks, workers, usable_cores(affinity()), word)[1] is None
     assert f"cpu_threads={run.cpu_threads}" in said and "usable cores (set them to choose)" in said
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the user's thread count: kept, the workers fit beside it
+    run, said = fit_cpu(config, "cpu")
+    threads, ranks, workers, word = demand(run, "cpu", run.distributed.nproc_per_node, run.cpu_threads)
+    assert threads == 1 and oversubscription(threads, ranks, workers, usable_cores(affinity()), word)[1] is None
+    assert "cpu_threads" not in said and (said == "" or said.endswith("beside OMP_NUM_THREADS=1 (set them to choose)"))
 
 
 def test_the_cgroup_quota_caps_the_usable_cores(tmp_path):
