@@ -35,7 +35,9 @@ class DataConfig(Checks):
     # real data (ignored by synthetic): a directory, or s3://bucket/prefix for shards
     root: Optional[str] = None
     split: Split = Split.train
-    num_workers: Optional[int] = None  # DataLoader workers; null: this rank's share of the CPUs, <= 8
+    # DataLoader workers; null: on a GPU this rank's share of the CPUs (<= 8), on the CPU what fits
+    # beside cpu_threads in the usable cores (bench.runtime.device.fit_cpu)
+    num_workers: Optional[int] = None
     pin_memory: bool = True  # page-locked batches for async host-to-GPU copies (CUDA only)
     persistent_workers: bool = True  # keep workers between epochs (map-style datasets)
     prefetch_factor: int = 4  # batches each worker prepares ahead

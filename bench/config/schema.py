@@ -59,7 +59,9 @@ class BenchConfig(Checks):
     cudnn_benchmark: bool = True
     compile: bool = False  # torch.compile; falls back to eager (and says so) if it fails
     compile_mode: Optional[str] = None  # passed to torch.compile(mode=...)
-    cpu_threads: Optional[int] = None  # torch.set_num_threads; null keeps torch's default
+    # torch.set_num_threads; null: torch's default on a GPU, on the CPU OMP_NUM_THREADS or what fits
+    # beside the loader's workers in the usable cores (bench.runtime.device.fit_cpu)
+    cpu_threads: Optional[int] = None
     cpu_malloc_reuse: bool = True  # on a CPU: glibc keeps freed memory for the next step (bench.runtime.malloc)
 
     def __post_init__(self) -> None:
@@ -90,7 +92,9 @@ def register_configs() -> None:
     """Store the schema; conf/config.yaml lists it first in its defaults, so every group option
     is merged into (and type-checked by) these dataclasses. `${bench.times:8,${distributed.nproc_per_node}}`
     multiplies: the Slurm presets (conf/hydra/launcher/) ask for cores and memory per process."""
-    ConfigStore.instance().store(name="bench_schema", node=schema())
+    if not _STORED:  # storing converts the dataclasses (~0.1 s per compose); ConfigStore is process-wide
+        ConfigStore.instance().store(name="bench_schema", node=schema())
+        _STORED.append("bench_schema")
     OmegaConf.register_new_resolver("bench.times", _times, replace=True)
     _register_options()
 
@@ -103,6 +107,9 @@ def _register_options() -> None:
         for name in names:
             if not os.path.exists(os.path.join(config_dir(), group, f"{name}.yaml")):
                 ConfigStore.instance().store(group=group, name=name, node={"name": name})
+
+
+_STORED: List[str] = []  # what this process stored in Hydra's ConfigStore already
 
 
 def schema() -> DictConfig:

@@ -35,8 +35,9 @@ OUTPUT_RING = 3  # float32 output batches kept for reuse on the CPU
 
 
 def resolve_workers(cfg: DataConfig) -> int:
-    """data.num_workers, or (null) this process's share of the CPUs it may run on, at most 8:
-    the CPUs are split between the ranks of this node (LOCAL_WORLD_SIZE, set by torch's launcher)."""
+    """data.num_workers, or (null: a GPU run; a CPU run has it set by bench.runtime.device.fit_cpu)
+    this process's share of the CPUs it may run on, at most 8: the CPUs are split between the
+    ranks of this node (LOCAL_WORLD_SIZE, set by torch's launcher)."""
     if cfg.num_workers is not None:
         return int(cfg.num_workers)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1

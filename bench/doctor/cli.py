@@ -118,8 +118,11 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
     from bench.doctor.training import TrainingRuns
     from bench.machine.children import sigterm_raises
     from bench.machine.cpu_facts import affinity, usable_cores
+    from bench.runtime.device import fit_cpu, resolve_device
 
     launch_dir = Path.cwd()
+    # the loader, storage and what-if rungs take the threads and workers the runs will have
+    as_run, _ = fit_cpu(config, resolve_device(config.allow_cpu).type)
     parent = open_parent(config, launch_dir, overrides, {"doctor.budget_s": budget_s, "doctor.what_ifs": with_what_ifs})
     runs = TrainingRuns(out_dir, launch_dir, parent.run_id)
 
@@ -131,7 +134,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
     try:
         with sigterm_raises():  # SIGTERM as Ctrl-C: the ladder ends at once, not at its next rung
             diagnosis = climb(
-                config, overrides, budget_s, out_dir, runs, usable_cores(affinity()), with_what_ifs, on_rung
+                as_run, overrides, budget_s, out_dir, runs, usable_cores(affinity()), with_what_ifs, on_rung
             )
             diagnosis.parent_run_id = parent.run_id
             files = write(diagnosis, out_dir)

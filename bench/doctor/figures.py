@@ -9,6 +9,7 @@ from typing import Any, Dict, List, Optional
 from bench.doctor.rung_figures import RungFigures
 
 COMPUTE, LOADER, STORAGE, FULL, ALLREDUCE = "compute", "loader", "storage", "full", "allreduce"
+UNFIT = "not fit to measure"  # a training run whose window the machine's other load (or oversubscription) spoilt
 RUNG_TITLES = {
     COMPUTE: "compute ceiling (synthetic data on the device)",
     LOADER: "input pipeline alone (no model)",
@@ -65,6 +66,8 @@ class WhatIf:
     skipped: str = ""
     failed: str = ""
     run_id: Optional[str] = None
+    fit: Optional[bool] = None  # as a training rung's: was its run fit to measure, and why not
+    unfit_because: str = ""
 
     @property
     def gain(self) -> Optional[float]:

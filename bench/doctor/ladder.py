@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Callable, List, Sequence
 
 from bench.config import BenchConfig
-from bench.doctor.figures import COMPUTE, FULL, LOADER, Diagnosis, Rung, WhatIf
-from bench.doctor.rung_figures import LoaderFigures
+from bench.doctor.figures import COMPUTE, FULL, LOADER, UNFIT, Diagnosis, Rung, WhatIf
+from bench.doctor.rung_figures import LoaderFigures, TrainingFigures
 from bench.doctor.training import TrainingRuns, synthetic_twin
 from bench.doctor.verdict import diagnose, figures_verdict
 from bench.errors import BenchError, interruption_in
@@ -110,7 +110,8 @@ def _measure_what_ifs(
 ) -> List[WhatIf]:
     from bench.doctor.what_ifs import candidates, make_shards, measure
 
-    what_ifs = candidates(config, overrides, cores, input_first=verdict in ("input-bound", "storage-bound"))
+    on_cpu = isinstance(full.figures, TrainingFigures) and full.figures.device == "cpu"
+    what_ifs = candidates(config, overrides, cores, verdict in ("input-bound", "storage-bound"), on_cpu)
     cost = full.seconds  # a what-if is a full run: about as long as the full rung took
 
     def affordable() -> str:
@@ -134,7 +135,10 @@ def _measure_what_ifs(
             measured.failed,
             measured.run_id,
         )
-        log.info("what if %s: %s", what_if.name, f"{what_if.gain:.2f}x" if what_if.gain else what_if.failed)
+        what_if.fit, what_if.unfit_because = measured.fit, measured.unfit_because
+        said = f"{what_if.gain:.2f}x" if what_if.gain else what_if.failed
+        unfit = f" ({UNFIT}: {what_if.unfit_because})" if what_if.fit is False else ""
+        log.info("what if %s: %s%s", what_if.name, said, unfit)
 
     measure(what_ifs, full.images_per_second, run, affordable)
     return what_ifs

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any, Dict, List, Optional
 
-from bench.doctor.figures import COMPUTE, Diagnosis, Rung, WhatIf
+from bench.doctor.figures import COMPUTE, UNFIT, Diagnosis, Rung, WhatIf
 from bench.doctor.rung_figures import AllreduceFigures, LoaderFigures, StorageFigures
 from bench.doctor.verdict import budget_line, short_reason
 from bench.results import write_text
@@ -57,7 +57,7 @@ def _details(rung: Rung) -> str:
             f"{f.bus_gigabytes_per_second:,.2f} GB/s bus"
             + (f", {share:.0%} of a {f.step_ms or 0:,.1f} ms step" if share is not None else "")
         )
-    fit = f"; not fit to measure: {rung.unfit_because}" if rung.fit is False else ""
+    fit = f"; {UNFIT}: {rung.unfit_because}" if rung.fit is False else ""
     return f"step p50 {rung.step_ms or 0:,.1f} ms, data wait {rung.data_wait or 0:.0%}{fit}"
 
 
@@ -76,15 +76,21 @@ def rung_rows(diagnosis: Diagnosis) -> List[List[str]]:
 
 
 def what_if_rows(what_ifs: List[WhatIf]) -> List[List[str]]:
+    """A what-if whose run was not fit to measure says so in its gain and its note."""
     return [
         [
             w.name,
             _rate(w.images_per_second),
-            f"{w.gain:.2f}x" if w.gain else "-",
-            w.skipped or (f"failed: {short_reason(w.failed)}" if w.failed else "measured as the full run"),
+            (f"{w.gain:.2f}x" + (" (unfit)" if w.fit is False else "")) if w.gain else "-",
+            w.skipped or (f"failed: {short_reason(w.failed)}" if w.failed else _measured(w)),
         ]
         for w in what_ifs
     ]
+
+
+def _measured(what_if: WhatIf) -> str:
+    unfit = f"; {UNFIT}: {what_if.unfit_because or 'no reason recorded'}" if what_if.fit is False else ""
+    return f"measured as the full run{unfit}"
 
 
 def _markdown(headers: List[str], rows: List[List[str]]) -> str:
@@ -116,8 +122,9 @@ def bar_chart(diagnosis: Diagnosis, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    bars = [(r.title, r.images_per_second) for r in diagnosis.rungs if r.images_per_second]
-    bars += [(f"what if {w.name}", w.images_per_second) for w in diagnosis.what_ifs if w.images_per_second]
+    unfit = lambda m: f" ({UNFIT})" if m.fit is False else ""  # noqa: E731
+    bars = [(r.title + unfit(r), r.images_per_second) for r in diagnosis.rungs if r.images_per_second]
+    bars += [(f"what if {w.name}{unfit(w)}", w.images_per_second) for w in diagnosis.what_ifs if w.images_per_second]
     title = chart_title(diagnosis.sentence)
     lines = title.count("\n") + 1
     figure, axes = plt.subplots(figsize=(9, 0.5 * max(1, len(bars)) + 1.2 + 0.18 * lines))

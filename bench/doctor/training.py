@@ -5,12 +5,14 @@ child MLflow run of the doctor's parent run. Its figures are read back from its 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import time
 from pathlib import Path
 from typing import List, Optional, Sequence
 
 from bench.config import BenchConfig, compose
+from bench.config.run import TrainConfig
 from bench.doctor.figures import Rung
 from bench.doctor.rung_figures import TrainingFigures
 from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, interruption_in
@@ -45,23 +47,43 @@ def names_length(overrides: Sequence[str]) -> bool:
     return any(o.lstrip("+~").partition("=")[0] in LENGTH_KEYS for o in overrides)
 
 
-def brief(config: BenchConfig, window_s: float, overrides: Sequence[str] = ()) -> List[str]:
-    warmup = max(1, min(config.benchmark.warmup_steps, 5))
-    length = [] if names_length(overrides) else [MANY_EPOCHS]
-    return [*length, *BRIEF, f"benchmark.measure_seconds={window_s:.3g}", f"benchmark.warmup_steps={warmup}"]
+MAX_WARMUP_STEPS = 5
 
 
 def synthetic_twin(overrides: Sequence[str], config: BenchConfig) -> List[str]:
-    """The same model, batch, image size and precision on synthetic data made on the device."""
+    """The same model, batch, image size and precision on synthetic data made on the device. An
+    epoch that is a pass over the user's dataset (train.steps_per_epoch=null) has no meaning on
+    synthetic data: the twin's epochs are train.steps_per_epoch's default length, as many as the
+    user's run has when its length is named, else MANY_EPOCHS (its window ends it)."""
     kept = [o for o in overrides if not o.lstrip("+~").startswith(("data=", "data."))]
     data = config.data
-    return [
+    twin = [
         *kept,
         "data=synthetic",
         f"data.batch_size={data.batch_size}",
         f"data.image_size={data.image_size}",
         f"data.num_classes={data.num_classes}",
     ]
+    if config.train.steps_per_epoch is None:
+        length = [] if names_length(overrides) else [MANY_EPOCHS]  # the twin names its length: rung_config would not
+        twin = [*replace(twin, "train.steps_per_epoch", str(TrainConfig.steps_per_epoch)), *length]
+    return twin
+
+
+def rung_config(overrides: Sequence[str], window_s: float) -> BenchConfig:
+    """The config a training rung runs: `overrides` made brief (BRIEF, a `window_s` window, at most
+    MAX_WARMUP_STEPS of warm-up), checked as a whole (the user's evaluation is off before its rules
+    apply). A BenchError when it is not valid: the rung's row says why."""
+    length = [] if names_length(overrides) else [MANY_EPOCHS]
+    config = compose(*overrides, *length, *BRIEF, f"benchmark.measure_seconds={window_s:.3g}")
+    warmup = max(1, min(config.benchmark.warmup_steps, MAX_WARMUP_STEPS))
+    return dataclasses.replace(config, benchmark=dataclasses.replace(config.benchmark, warmup_steps=warmup))
+
+
+def replace(overrides: Sequence[str], key: str, value: str) -> List[str]:
+    """`overrides` with every override of `key` dropped and `key=value` appended."""
+    kept = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != key]
+    return [*kept, f"{key}={value}"]
 
 
 class TrainingRuns:
@@ -78,7 +100,7 @@ class TrainingRuns:
         started = time.perf_counter()
         rung = Rung(name=name)
         try:
-            config = compose(*overrides, *brief(compose(*overrides), window_s, overrides))
+            config = rung_config(overrides, window_s)
         except BenchError as exc:
             stopped = interruption_in(exc)  # a signal inside Hydra's compose: the ladder ends
             if stopped is not None:

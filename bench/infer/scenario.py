@@ -32,9 +32,10 @@ class InferScenario(ModelScenario):
         self, config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
     ) -> Optional[InferOutcome]:
         from bench.infer.loop import infer
-        from bench.runtime.device import device_name, resolve_device
+        from bench.runtime.device import device_name
+        from bench.runtime.scenario import rank_device
 
-        device = resolve_device(config.allow_cpu)
+        device, config = rank_device(config, ctx)
         monitor = window_monitor(config, device, ctx)
         result = infer(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, out_dir=out_dir)
         result.fit = monitor.fit()

@@ -42,6 +42,27 @@ def usable_cores(cpus: Sequence[int], root: Path = CGROUP) -> float:
     return min(float(len(cpus)), quota) if quota else float(len(cpus))
 
 
+LOADER_SHARE = 4  # a CPU run's default split gives the loader one core in four (at least one, at most 8)
+
+
+def cpu_split(
+    usable: float, ranks: int, threads: Optional[int], workers: Optional[int], reads_files: bool
+) -> Tuple[int, int]:
+    """(torch threads, loader workers) per rank for a run on the CPU whose threads x ranks + workers
+    x ranks fit the usable cores: what the user set is kept, what is unset (None) takes what fits
+    beside it. Each rank's share is its whole cores; with both unset a quarter of it loads the data
+    and the rest computes, and a one-core share loads in the main process (0 workers: the loader
+    then runs between the steps, on the compute thread's core). Synthetic data has no workers."""
+    share = max(1, int(usable // max(1, ranks)))
+    if not reads_files:
+        return (threads or share), 0
+    if workers is None:
+        loader = max(1, share // LOADER_SHARE) if share > 1 else 0
+        room = share - (threads or 1)  # what is left once the compute has its threads (at least one)
+        workers = max(0, min(8, loader, room))
+    return (threads or max(1, share - workers)), workers
+
+
 def _plural(n: int, word: str) -> str:
     return f"{n} {word}{'' if n == 1 else 's'}"
 

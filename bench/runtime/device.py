@@ -3,9 +3,10 @@ what a run of a model sets on its process before building anything (seed, thread
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import resource
-from typing import Optional
+from typing import Optional, Tuple
 
 import torch
 
@@ -58,9 +59,8 @@ def prepare_process(config: BenchConfig, device: torch.device, ctx: RankContext)
     """The seed, the CPU threads, the allocator, cuDNN's autotuner and a fresh peak-memory count,
     before the model is built."""
     torch.manual_seed(config.seed)
-    threads = cpu_threads(config, device, ctx)
-    if threads:
-        torch.set_num_threads(threads)
+    if config.cpu_threads:
+        torch.set_num_threads(config.cpu_threads)
     if device.type == "cpu" and config.cpu_malloc_reuse:
         keep_freed_memory()
     torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
@@ -68,9 +68,35 @@ def prepare_process(config: BenchConfig, device: torch.device, ctx: RankContext)
         torch.cuda.reset_peak_memory_stats(device)
 
 
-def cpu_threads(config: BenchConfig, device: torch.device, ctx: RankContext) -> Optional[int]:
-    """CPU ranks share the cores: without a split each would start one thread per core and
-    oversubscribe (torchrun sets OMP_NUM_THREADS=1 for the same reason). One process: cpu_threads."""
-    if config.cpu_threads or device.type != "cpu" or not ctx.distributed:
-        return config.cpu_threads
-    return max(1, (os.cpu_count() or 1) // config.distributed.nproc_per_node)
+def fit_cpu(config: BenchConfig, device_type: str) -> Tuple[BenchConfig, str]:
+    """On the CPU, the cpu_threads and data.num_workers left unset (null; the threads also where
+    OMP_NUM_THREADS sets them, as torch reads it) become a split of the usable cores
+    (bench.machine.cpu_facts.cpu_split): torch's default (a thread per core) beside a worker per
+    core would oversubscribe them, and CPU ranks would each start a thread per core. (The config
+    to run, both keys set; the sentence naming what bench chose, "" when it chose nothing.) On a
+    GPU the torch threads idle and fewer workers would starve it: the config is left as it is."""
+    data, given = config.data, config.cpu_threads or omp_threads()
+    if device_type != "cpu":
+        return config, ""
+    from bench.machine.cpu_facts import affinity, cpu_split, usable_cores
+
+    usable = usable_cores(affinity())
+    ranks = config.distributed.nproc_per_node if config.distributed.world_size > 1 else 1
+    threads, workers = cpu_split(usable, ranks, given, data.num_workers, not data.synthetic)
+    chosen = [f"cpu_threads={threads}"] if given is None else []
+    if not data.synthetic and data.num_workers is None:
+        chosen.append(f"data.num_workers={workers}")
+        data = dataclasses.replace(data, num_workers=workers)
+    if not chosen:
+        return dataclasses.replace(config, cpu_threads=threads), ""
+    per_rank = " per rank" if ranks > 1 else ""
+    beside = f" beside OMP_NUM_THREADS={given}" if given and config.cpu_threads is None else ""
+    said = f"{' and '.join(chosen)}{per_rank}: bench's choice on the CPU, to fit the {usable:g} usable cores"
+    said += f"{beside} (set them to choose)"
+    return dataclasses.replace(config, cpu_threads=threads, data=data), said
+
+
+def omp_threads() -> Optional[int]:
+    """OMP_NUM_THREADS when set to a count: torch's threads, as the user (or a launcher) chose them."""
+    text = os.environ.get("OMP_NUM_THREADS", "").strip()
+    return int(text) if text.isdigit() and int(text) > 0 else None

@@ -79,12 +79,11 @@ def check_quiet(config: BenchConfig, device: Any) -> None:
         return
     import torch
 
-    from bench.runtime.device import cpu_threads
+    from bench.runtime.device import fit_cpu
 
+    config, _ = fit_cpu(config, device.type)  # the threads and workers the run will have
     ranks = config.distributed.nproc_per_node
-    threads = (
-        cpu_threads(config, device, RankContext(world_size=config.distributed.world_size)) or torch.get_num_threads()
-    )
+    threads = config.cpu_threads or torch.get_num_threads()
     threads_, ranks_, workers, word = demand(config, device.type, ranks, threads)
     _, reason = oversubscription(threads_, ranks_, workers, usable_cores(affinity()), word)
     if reason:

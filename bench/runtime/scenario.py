@@ -4,6 +4,7 @@ the inference scenario classes build on it and add check, run_name, run_rank and
 
 from __future__ import annotations
 
+import logging
 from typing import Any, ClassVar, Optional, Tuple
 
 from bench.config import BenchConfig
@@ -40,6 +41,18 @@ class ModelScenario(BaseScenario):
                 f"try data.batch_size={max(1, batch // 2)}"
             )
         return None
+
+
+def rank_device(config: BenchConfig, ctx: RankContext) -> Tuple[Any, BenchConfig]:
+    """This rank's device and the config it runs: on the CPU with the threads and loader workers
+    the user left unset chosen to fit the cores (bench.runtime.device.fit_cpu), said once by rank 0."""
+    from bench.runtime.device import fit_cpu, resolve_device
+
+    device = resolve_device(config.allow_cpu)
+    config, chosen = fit_cpu(config, device.type)
+    if chosen and ctx.is_reporter:
+        logging.getLogger("bench").info("%s", chosen)
+    return device, config
 
 
 def window_monitor(config: BenchConfig, device: Any, ctx: RankContext) -> Any:

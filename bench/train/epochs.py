@@ -128,6 +128,14 @@ class MeasuredWindow:
             self.progress.close()
         return self.figures()
 
+    def toward(self, done: int) -> str:
+        """The progress line's goal: the planned steps, or the window's clock when benchmark.measure_seconds
+        ends the window first at the pace so far (a doctor's rung: its seconds, not 100000 epochs' steps)."""
+        seconds, left = self.session.config.benchmark.measure_seconds, (self.deadline or 0.0) - time.perf_counter()
+        if not seconds or (seconds - left) / done * (self.planned - done) <= left:
+            return f"/{self.planned}"
+        return f" ({seconds - left:.1f} of {seconds:g} s)"
+
     def run_steps(self, batches: Any, epoch: int, skip: int, steps: int) -> int:
         """Epoch `epoch`'s steps from `skip` on; the index after the last step taken. The hot loop:
         the counters are locals, written back to the tally once the epoch's steps end."""
@@ -161,9 +169,9 @@ class MeasuredWindow:
                 recent = min(log_every, done)
                 window = clock.seconds_between(len(clock) - 1 - recent, len(clock) - 1)
                 log.info(
-                    "step %d/%d  loss %.4f  %.1f img/s (last %d steps)",
+                    "step %d%s  loss %.4f  %.1f img/s (last %d steps)",
                     done,
-                    planned,
+                    self.toward(done),
                     loss.item(),
                     recent * session.data.batch_size / window,
                     recent,

@@ -43,11 +43,12 @@ class TrainScenario(ModelScenario):
     ) -> Optional[TrainOutcome]:
         """Train as one rank; rank 0 returns what every rank measured, the others None."""
         from bench.launch.process_group import all_gather, destroy_process_group, init_process_group
-        from bench.runtime.device import device_name, resolve_device
+        from bench.runtime.device import device_name
+        from bench.runtime.scenario import rank_device
         from bench.train.checkpoint import checkpoint_writer
         from bench.train.loop import train
 
-        device = resolve_device(config.allow_cpu)
+        device, config = rank_device(config, ctx)
         if ctx.distributed:
             init_process_group(config.distributed, ctx, device)
         try:

@@ -8,18 +8,42 @@ from __future__ import annotations
 
 import os
 from dataclasses import fields
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, Dict, List
 
 import pytest
+import yaml
 
-from bench.machine.fitness import Verdict, cgroup_quota, cpufreq_notes, oversubscription, unfit_reason, usable_cores
+from bench.machine.cpu_facts import cpu_split
+from bench.machine.fitness import (
+    Verdict,
+    affinity,
+    cgroup_quota,
+    cpufreq_notes,
+    oversubscription,
+    unfit_reason,
+    usable_cores,
+)
 from bench.machine.fitness_gpu import GpuWatch, cpus_of_mask, gpu_watch
 from bench.results import FitFigures
 from bench.runtime.fit_watch import fit_figures, fit_problems, fit_tags
 from bench.train.result import TrainMetrics
 
 FIELDS = [f.name for f in fields(FitFigures)]
+CONF = Path(__file__).resolve().parents[2] / "conf" / "experiment"
+
+
+def preset_scenario(path: Path) -> str:
+    """The scenario a preset chooses: `override /scenario: <name>` in its defaults (an older one: `mode:`)."""
+    data = yaml.safe_load(path.read_text()) or {}
+    chosen = [
+        e["override /scenario"] for e in data.get("defaults", []) if isinstance(e, dict) and "override /scenario" in e
+    ]
+    return chosen[-1] if chosen else data.get("mode", "train")
+
+
+TRAINING_PRESETS = sorted(p.stem for p in CONF.glob("*.yaml") if preset_scenario(p) == "train")
 
 
 @pytest.mark.parametrize(
@@ -34,6 +58,57 @@ FIELDS = [f.name for f in fields(FitFigures)]
 )
 def test_oversubscription_names_threads_ranks_workers_and_cores(threads, ranks, workers, usable, demand, reason):
     assert oversubscription(threads, ranks, workers, usable) == (demand, reason)
+
+
+@pytest.mark.parametrize(
+    "usable, ranks, threads, workers, reads_files, split",
+    [
+        (2.0, 1, None, None, True, (1, 1)),  # this machine: the digits run was 2 threads + 2 workers
+        (1.5, 1, None, None, True, (1, 0)),  # a one-core share loads in the main process
+        (8.0, 1, None, None, True, (6, 2)),  # a quarter of the cores load
+        (64.0, 1, None, None, True, (56, 8)),  # at most 8 workers, as on a GPU
+        (8.0, 2, None, None, True, (3, 1)),  # each rank's share: 4 cores
+        (2.0, 1, None, None, False, (2, 0)),  # synthetic data: every core computes
+        (4.0, 1, 3, None, True, (3, 1)),  # the user's threads kept, the workers what is left
+        (2.0, 1, 2, None, True, (2, 0)),
+        (4.0, 1, None, 3, True, (1, 3)),  # the user's workers kept, the threads what is left
+        (2.0, 1, 2, 2, True, (2, 2)),  # both set: the user's, fit or not
+    ],
+)
+def test_a_cpu_run_splits_the_usable_cores_between_threads_and_workers(
+    usable, ranks, threads, workers, reads_files, split
+):
+    assert cpu_split(usable, ranks, threads, workers, reads_files) == split
+
+
+@pytest.mark.parametrize("preset", TRAINING_PRESETS)
+def test_a_cpu_run_of_every_training_preset_fits_this_machines_cores(compose, preset, monkeypatch):
+    """Issue 34.3: bench's defaults on the CPU (bench.runtime.device.fit_cpu) keep torch threads x
+    ranks + loader workers x ranks within this machine's usable cores, for each training preset as
+    composed here (the ones that ask for more ranks or workers than there are cores are refused
+    before they run, exit 2); the choice is said in one line. Without OMP_NUM_THREADS (a user's
+    shell; the suite sets it to 1) bench picks the threads too."""
+    from bench.errors import ConfigError
+    from bench.runtime.device import fit_cpu
+    from bench.runtime.fit_watch import demand
+    from bench.runtime.preflight import check_cores
+
+    config = compose(f"+experiment={preset}", "allow_cpu=true")
+    try:
+        check_cores(config, SimpleNamespace(type="cpu"))
+    except ConfigError as refused:
+        assert refused.key in ("distributed.nproc_per_node", "data.num_workers"), refused
+        return
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    run, said = fit_cpu(config, "cpu")
+    threads, ranks, workers, word = demand(run, "cpu", run.distributed.nproc_per_node, run.cpu_threads)
+    assert oversubscription(threads, ranks, workers, usable_cores(affinity()), word)[1] is None
+    assert f"cpu_threads={run.cpu_threads}" in said and "usable cores (set them to choose)" in said
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # the user's thread count: kept, the workers fit beside it
+    run, said = fit_cpu(config, "cpu")
+    threads, ranks, workers, word = demand(run, "cpu", run.distributed.nproc_per_node, run.cpu_threads)
+    assert threads == 1 and oversubscription(threads, ranks, workers, usable_cores(affinity()), word)[1] is None
+    assert "cpu_threads" not in said and (said == "" or said.endswith("beside OMP_NUM_THREADS=1 (set them to choose)"))
 
 
 def test_the_cgroup_quota_caps_the_usable_cores(tmp_path):

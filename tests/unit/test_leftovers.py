@@ -74,16 +74,6 @@ def test_the_store_lock_is_removed_when_released_and_still_excludes(tmp_path):
     assert most[0] == 1 and not path.exists()
 
 
-def test_the_doctors_rungs_keep_the_users_run_length_when_it_is_named(compose):
-    from bench.doctor.training import brief
-
-    named = ["+experiment=cpu_smoke", "train.steps_per_epoch=2"]
-    config = compose(*named, *brief(compose(*named), 1e8, named))
-    assert (config.train.epochs, config.train.steps_per_epoch) == (2, 2)  # cpu_smoke's 2 epochs of 2 steps
-    unnamed = ["+experiment=cpu_smoke"]
-    assert compose(*unnamed, *brief(compose(*unnamed), 5, unnamed)).train.epochs == 100000  # the clock ends it
-
-
 def test_the_semaphores_a_launch_made_are_unlinked_once_its_owner_is_gone(tmp_path, monkeypatch):
     """A SIGKILL of the whole process group kills multiprocessing's resource tracker too, and the
     launch's /dev/shm/sem.mp-* stayed. The launch lists them in its owned directory; the next

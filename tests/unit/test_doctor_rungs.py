@@ -1,0 +1,91 @@
+"""The doctor's rungs on the shipped presets (issue 34.3), in-process: every training preset's
+compute ceiling, full run and what-ifs compose to a valid config (the ceiling of a pass-based
+recipe failed on train.steps_per_epoch=null), the ceiling of a pass-based recipe runs and its log
+counts its own window, a rung keeps the user's run length when it is named, and a what-if measured
+on a busy machine says so on its row. The ladder itself runs for real in tests/e2e/test_doctor.py."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import pytest
+import torch
+from test_fitness import preset_scenario  # tests/unit is on the path (no __init__.py)
+
+from bench.doctor.figures import FULL, Diagnosis, WhatIf
+from bench.doctor.page import table, what_if_rows
+from bench.doctor.training import rung_config, synthetic_twin
+from bench.doctor.what_ifs import candidates, reading_shards
+
+# the training presets (the doctor refuses the others, mode=storage, before any rung)
+PRESETS = sorted(
+    p.stem
+    for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml")
+    if preset_scenario(p) == "train"
+)
+
+
+def test_the_training_presets_are_found():
+    assert {"cpu_smoke", "digits_tta", "a100_bf16", "imagenet_fast"} <= set(PRESETS)
+    assert not any(p.startswith("storage_") for p in PRESETS)
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_every_rung_of_every_training_preset_composes_a_valid_config(compose, preset, tmp_path):
+    """What the ladder composes for a preset (bench.doctor.training.rung_config, as TrainingRuns.run
+    does), the what-ifs as this machine's device gets them; none raises."""
+    overrides = [f"+experiment={preset}"]
+    config = compose(*overrides)
+    rungs = {"compute": synthetic_twin(overrides, config), FULL: overrides}
+    for what_if in candidates(config, overrides, 8.0, input_first=True, on_cpu=not torch.cuda.is_available()):
+        rungs[what_if.name] = what_if.overrides or reading_shards(overrides, tmp_path)  # data=shards
+    for name, rung in rungs.items():
+        checked = rung_config(rung, 1.0)
+        assert checked.benchmark.measure_seconds == 1.0 and checked.train.eval_every == 0, name
+    twin = rung_config(rungs["compute"], 1.0)
+    assert twin.data.synthetic and twin.train.steps_per_epoch and twin.model == config.model
+
+
+def test_the_ceiling_of_a_pass_based_recipe_runs_and_its_log_counts_its_own_window(compose, caplog):
+    """digits_tta's epochs are passes over its folder: the synthetic twin has epochs of a fixed
+    length, and its progress lines count toward the window's seconds, not 100000 epochs of steps."""
+    from bench.train.loop import train
+
+    user = ["+experiment=digits_tta", "data.batch_size=4", "cpu_threads=1"]
+    twin = rung_config([*synthetic_twin(user, compose(*user)), "benchmark.log_every=1"], 0.5)
+    assert (twin.train.epochs, twin.train.steps_per_epoch, twin.benchmark.warmup_steps) == (100000, 200, 2)
+    with caplog.at_level(logging.INFO, logger="bench.train.epochs"):
+        result = train(twin, torch.device("cpu"))
+    assert result.measured_steps >= 1 and result.images > 0
+    steps = [r.getMessage() for r in caplog.records if r.getMessage().startswith("step ")]
+    assert steps and all(" of 0.5 s)" in line and "/" not in line.split()[1] for line in steps), steps
+
+
+def test_the_doctors_rungs_keep_the_users_run_length_when_it_is_named():
+    named = rung_config(["+experiment=cpu_smoke", "train.steps_per_epoch=2"], 1e8)
+    assert (named.train.epochs, named.train.steps_per_epoch) == (2, 2)  # cpu_smoke's 2 epochs of 2 steps
+    assert rung_config(["+experiment=cpu_smoke"], 5).train.epochs == 100000  # the clock ends it
+
+
+def test_a_what_if_measured_on_a_busy_machine_says_so_on_its_row():
+    busy = "other processes used 1.62 of 2 usable cores during the window (limit 0.2)"
+    unfit = WhatIf("channels_last", [], FULL, before=20.0, images_per_second=13.0, fit=False, unfit_because=busy)
+    fit = WhatIf("precision=bf16", [], FULL, before=20.0, images_per_second=30.0, fit=True)
+    rows = what_if_rows([unfit, fit])
+    assert rows[0] == ["channels_last", "13", "0.65x (unfit)", f"measured as the full run; not fit to measure: {busy}"]
+    assert rows[1] == ["precision=bf16", "30", "1.50x", "measured as the full run"]
+    page = table(Diagnosis("compute-bound", "compute-bound: ...", [], [unfit, fit]))  # stdout and doctor.md
+    assert "| channels_last | 13 | 0.65x (unfit) | measured as the full run; not fit to measure: other" in page
+
+
+def test_on_the_cpu_more_loader_workers_take_their_cores_from_the_models_threads(compose):
+    """The workers what-if on a CPU keeps threads + workers within the cores (as many workers as
+    cores, beside the model's threads, would be unfit by construction); on a GPU: one per core."""
+    user = ["+experiment=digits_tta"]
+    config = compose(*user, "cpu_threads=3", "data.num_workers=1")
+    on_cpu = [w.name for w in candidates(config, user, 4.0, input_first=True, on_cpu=True)]
+    assert on_cpu[0] == "data.num_workers=2 cpu_threads=2"
+    assert candidates(config, user, 4.0, input_first=True)[0].name == "data.num_workers=4"
+    two_cores = compose(*user, "cpu_threads=1", "data.num_workers=1")  # bench's own split of 2 cores
+    assert not any("num_workers" in w.name for w in candidates(two_cores, user, 2.0, True, on_cpu=True))
