@@ -232,7 +232,7 @@ def run_reader(
     files: Sequence[FileSpec],
     workload: StorageWorkloadConfig,
     client: int = 0,
-    start_gate: Optional[Any] = None,
+    start_gate: Optional[Callable[[], Any]] = None,
     *,
     run: int = 0,
     eval_files: Sequence[FileSpec] = (),
@@ -242,7 +242,7 @@ def run_reader(
     window_s: Optional[float] = None,
 ) -> ReaderResult:
     """The emulated training loop of one accelerator over `files` (its shard of the dataset).
-    `start_gate` (a barrier) lines the clients up so their measured windows overlap; `deadline`
+    `start_gate` (a barrier's wait) lines the clients up so their measured windows overlap; `deadline`
     (a time.perf_counter() value) ends the read early, after the step that passes it; `window_s`
     does the same `window_s` seconds after the readers started (the doctor's budget: a deadline
     set before a slow fork could pass before the first read, issue 29)."""
@@ -255,7 +255,7 @@ def run_reader(
     loop.result.readers = "processes" if isinstance(readers, ReaderProcesses) else "threads"
     try:
         if start_gate is not None:  # after the readers started: a fork is in no one's window
-            start_gate.wait()
+            start_gate()
         for epoch in range(1, workload.epochs + 1):
             going = loop.epoch(epoch)
             if eval_files and epoch % workload.eval_every_epochs == 0:

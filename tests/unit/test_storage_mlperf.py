@@ -10,14 +10,13 @@ from dataclasses import replace
 import pytest
 
 from bench.config import compose
-from bench.iobench.checkpoint import Checkpointer, checkpoint_key, run_checkpoints
-from bench.iobench.checkpoint_figures import add_checkpoint_figures
+from bench.iobench.checkpoint import Checkpointer, add_checkpoint_figures, checkpoint_key, run_checkpoints
 from bench.iobench.figures import client_rows, epoch_rows, read_figures
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.qualify import dataset_size, qualification
 from bench.iobench.report import StorageReport
 from bench.iobench.result import RunFigures, StorageMetrics
-from bench.iobench.runs import merge_runs
+from bench.iobench.session import merge_runs
 from bench.storage.local import LocalStore
 
 RECORD = 114660  # MLPerf's ResNet-50 record: MiB of it are not MB

@@ -4,14 +4,16 @@ Each record is framed as
     uint64 length (little-endian) | uint32 masked CRC-32C of those 8 bytes | data | uint32 masked CRC-32C of data
 and both checksums are verified on every read (a whole file, or one record read on its own).
 CRC-32C (Castagnoli) comes from the `crc32c` package (hardware instructions, no copy of the
-buffer); without it, a table-driven fallback (correct, slow).
+buffer; a dependency of bench).
 """
 
 from __future__ import annotations
 
 import struct
 from functools import lru_cache
-from typing import Callable, List, Optional, Tuple
+from typing import Optional, Tuple
+
+from crc32c import crc32c
 
 from bench.iobench.formats.base import CorruptFile, FileSpec, Format, StreamCheck
 
@@ -19,38 +21,6 @@ HEADER, FOOTER = 12, 4  # length + its CRC; the data's CRC
 MASK_DELTA = 0xA282EAD8
 _LENGTH = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
-
-
-def _table() -> List[int]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-def crc32c_by_table(data: bytes | memoryview, value: int = 0) -> int:
-    """CRC-32C of `data`, continuing from `value` (the CRC of what came before)."""
-    table, crc = _TABLE, value ^ 0xFFFFFFFF
-    for byte in bytes(data):
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-_TABLE = _table()
-
-
-def _fast_crc32c() -> Callable[..., int]:
-    try:
-        from crc32c import crc32c
-    except ImportError:  # pragma: no cover - the package is a dependency; this keeps the format working without it
-        return crc32c_by_table
-    return crc32c
-
-
-crc32c = _fast_crc32c()
 
 
 def mask(crc: int) -> int:
@@ -168,15 +138,9 @@ class TFRecordFormat(Format):
         return FrameStream(spec)
 
     def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
-        at, records = 0, 0
-        while at < len(data):
-            record, at = read_frame(data, at, spec.key)
-            if len(record) != spec.record_size:
-                raise CorruptFile(f"{spec.key}: a record of {len(record)} bytes, expected {spec.record_size}")
-            records += 1
-        if records != spec.samples:
-            raise CorruptFile(f"{spec.key}: {records} records, expected {spec.samples}")
-        return records
+        stream = FrameStream(spec)  # a file read whole is checked as one streamed through a buffer is
+        stream.feed(data)
+        return stream.finish()
 
     def sample_span(self, spec: FileSpec, sample: int) -> Tuple[int, int]:
         return sample * spec.stride, spec.stride
