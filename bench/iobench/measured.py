@@ -41,6 +41,17 @@ class EpochStats:
     au_compute_s: float = 0.0  # emulated compute of steps 2..n
     checkpoint_s: float = 0.0  # periodic checkpoints written during the epoch (left out of both clocks)
 
+    def add_step(self, samples: int, size: float, compute: float, elapsed: float) -> None:
+        """One more step by MLPerf's account; `elapsed`: from the epoch's start to the step's end."""
+        self.all_steps += 1
+        self.all_samples += samples
+        self.all_bytes += size
+        if self.all_steps == 1:
+            self.first_step_s = elapsed
+        else:
+            self.au_compute_s += compute
+        self.epoch_s = elapsed - self.checkpoint_s
+
     @property
     def au(self) -> float:
         return self.compute_s / self.wall_s if self.wall_s > 0 else 0.0

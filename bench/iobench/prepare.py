@@ -15,7 +15,7 @@ different dataset is an error). With several hosts each client writes its 1/N of
 A prepare that fails (a full disk, a store error) deletes the files it wrote before it raises:
 without a manifest they could not be reused anyway, and they would leave the disk full. An
 interrupted one (Ctrl-C, SIGTERM) stops after the writes in flight and leaves its whole files.
-Whether the dataset fits on a local disk is checked before any write (bench.iobench.diskplan).
+Whether the dataset fits on a local disk is checked before any write (bench.iobench.preflight).
 """
 
 from __future__ import annotations

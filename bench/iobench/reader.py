@@ -16,7 +16,6 @@ import math
 import os
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from bench.config.storage import ReadMode, StorageWorkloadConfig
@@ -27,11 +26,9 @@ from bench.iobench.formats.base import FileSpec, Unchecked
 from bench.iobench.formats.registry import format_for
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.order import file_order, sample_order
-from bench.iobench.pipeline import BatchStream, Pipeline, Source, WorkItem
+from bench.iobench.pipeline import ThreadReaders, WorkItem
 from bench.iobench.reader_processes import ReaderProcesses
 from bench.storage.base import ObjectStore
-
-__all__ = ["EpochStats", "ReaderResult", "Request", "files_in_flight", "run_reader"]
 
 Periodic = Callable[[int], float]  # called after step K, 2K, ...: writes a checkpoint, returns its seconds
 
@@ -61,37 +58,7 @@ def uses_processes(store: ObjectStore, files: Sequence[FileSpec], workload: Stor
     return can and workload.readers != Readers.threads
 
 
-class _ThreadReaders:
-    """read_threads threads of this process, each with its own Fetcher (any store)."""
-
-    def __init__(self, make_fetcher: Callable[[], Fetcher], workload: StorageWorkloadConfig, work: "Work"):
-        self.workload, self.work = workload, work
-        self.source = Source(make_fetcher)
-        self.pool = ThreadPoolExecutor(max_workers=workload.read_threads, thread_name_prefix="reader")
-
-    def start(self, evaluation: bool, epoch: int, requests: List[Request]) -> BatchStream:
-        workload = self.workload
-        return Pipeline(
-            self.pool,
-            workload.read_threads,
-            self.source,
-            self.work(evaluation, epoch),
-            files_in_flight(workload),
-            epoch,
-            requests,
-        )
-
-    @staticmethod
-    def children_cpu_s() -> float:
-        return 0.0  # the threads' CPU is this process's
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
-        self.source.close()
-
-
-Work = Callable[[bool, int], Sequence[WorkItem]]  # (evaluation?, epoch) -> the pass's items
-ReaderPool = Union[_ThreadReaders, ReaderProcesses]  # the same start / children_cpu_s / close
+ReaderPool = Union[ThreadReaders, ReaderProcesses]  # the same start / children_cpu_s / close
 
 
 def open_readers(
@@ -112,7 +79,7 @@ def open_readers(
 
     if uses_processes(store, files, workload):
         return ReaderProcesses(make_fetcher, workload, work, files_in_flight(workload))
-    return _ThreadReaders(make_fetcher, workload, work)
+    return ThreadReaders(make_fetcher, workload.read_threads, files_in_flight(workload), work)
 
 
 class _Loop:
@@ -163,14 +130,7 @@ class _Loop:
                 self.step += 1
                 for index in batch.requests:
                     self.requests[index].step = self.step
-                stats.all_steps += 1
-                stats.all_samples += batch.samples
-                stats.all_bytes += batch.bytes
-                if stats.all_steps == 1:
-                    stats.first_step_s = ended - epoch_start
-                else:
-                    stats.au_compute_s += compute
-                stats.epoch_s = ended - epoch_start - stats.checkpoint_s
+                stats.add_step(batch.samples, batch.bytes, compute, ended - epoch_start)
                 if self.heartbeat is not None:
                     self.heartbeat()
                 if self.step == 1:  # warm-up: the strict window opens when the run's first step ends
@@ -204,13 +164,7 @@ class _Loop:
             for batch in pipeline.batches(workload.eval_batch):
                 if compute > 0:
                     time.sleep(compute)
-                stats.all_steps += 1
-                stats.all_samples += batch.samples
-                stats.all_bytes += batch.bytes
-                if stats.all_steps == 1:
-                    stats.first_step_s = time.perf_counter() - start
-                else:
-                    stats.au_compute_s += compute
+                stats.add_step(batch.samples, batch.bytes, compute, time.perf_counter() - start)
         finally:
             pipeline.stop()
         stats.epoch_s = time.perf_counter() - start

@@ -310,7 +310,7 @@ def test_ceiling_command_without_fio_compares_bench_with_plain_python(tmp_path, 
 def test_each_format_declares_what_it_adds_on_disk_in_its_own_class():
     """issue 29: the free-space check's per-format overhead was a table in diskplan.py (a fourth place
     to edit for a new format, with a silent default for a name it lacked): each Format declares it."""
-    from bench.iobench.diskplan import file_bytes
+    from bench.iobench.preflight import file_bytes
 
     for name in FORMATS:
         layout = type(format_for(name))

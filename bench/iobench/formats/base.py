@@ -59,7 +59,7 @@ class LengthCheck:
 class Format:
     name = ""
     extension = "bin"
-    # what the format adds on disk, for the free-space check before any write (bench.iobench.diskplan):
+    # what the format adds on disk, for the free-space check before any write (bench.iobench.preflight):
     # bytes per file (headers, an index) and per sample (framing); the defaults are a generous guess
     overhead_per_file = 4096
     overhead_per_sample = 64
