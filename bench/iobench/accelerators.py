@@ -198,7 +198,7 @@ def _collect(processes: List[Any], results: Any, count: int) -> List[ReaderResul
             continue
         if not ok:
             raise AcceleratorFailed(f"simulated accelerator {index} failed: {payload}")
-        collected[index] = ReaderResult.from_dict(payload)
+        collected[index] = payload
     return [collected[i] for i in range(count)]
 
 
@@ -210,7 +210,7 @@ def _accelerator_main(storage: StorageConfig, job: ClientJob, gate: Any, checkpo
     index = job.client
     try:
         result = run_client(storage, job, sync=checkpoint_gate.wait, start_gate=gate.wait)
-        results.put((index, True, result.to_dict()))
+        results.put((index, True, result))
     except BaseException as exc:
         results.put((index, False, f"{type(exc).__name__}: {exc}"))  # first, so the parent sees the cause
         gate.abort()  # then release the others from the barriers

@@ -25,7 +25,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -211,8 +211,8 @@ def finish(
     evaluation = [f for f in ordered if f.key.startswith(EVAL_DIR + "/")]
     manifest = {
         "spec": dataset_spec(workload),
-        "files": [f.to_dict() for f in train],
-        "eval_files": [f.to_dict() for f in evaluation],
+        "files": [asdict(f) for f in train],
+        "eval_files": [asdict(f) for f in evaluation],
     }
     store.put(MANIFEST, json.dumps(manifest).encode())
     prepared = Prepared(

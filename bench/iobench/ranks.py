@@ -106,8 +106,8 @@ class Ranks(Clients):
     def run(self, prepared: Prepared, run: int) -> Optional[List[ReaderResult]]:
         job = self.job(prepared, self.ctx.rank, run)
         result = run_client(self.storage, job, sync=_barrier, start_gate=_barrier, heartbeat=self.heartbeat)
-        gathered = _gather(result.to_dict())
-        return [ReaderResult.from_dict(r) for r in gathered] if self.reporter else None
+        gathered = _gather(result)
+        return gathered if self.reporter else None
 
     def drop(self, store: ObjectStore, prepared: Prepared, run: int) -> None:
         mine = self.job(prepared, self.ctx.rank, run)

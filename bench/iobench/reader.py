@@ -41,14 +41,6 @@ def files_in_flight(workload: StorageWorkloadConfig) -> int:
     return 2 * workload.read_threads + math.ceil(workload.prefetch * workload.batch_size / per_item)
 
 
-def work_items(
-    files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int, run: int
-) -> List[WorkItem]:
-    if workload.read_mode == ReadMode.sample:
-        return list(sample_order(files, workload, client, epoch, run))
-    return [(spec, None) for spec in file_order(files, workload, client, epoch, run)]
-
-
 def uses_processes(store: ObjectStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig) -> bool:
     """Are this accelerator's readers processes (storage.workload.readers)?"""
     local = bool(files) and getattr(store, "local_path", lambda key: None)(files[0].key) is not None
@@ -75,11 +67,14 @@ def open_readers(
         return Fetcher(store, fmt, workload.transfer_size, workload.jpeg_decode)
 
     def work(evaluation: bool, epoch: int) -> Sequence[WorkItem]:
-        return work_items(eval_files if evaluation else files, workload, client, epoch, run)
+        """The pass's items in its order: whole files, or with read_mode=sample one sample each."""
+        passed = eval_files if evaluation else files
+        if workload.read_mode == ReadMode.sample:
+            return sample_order(passed, workload, client, epoch, run)
+        return [(spec, None) for spec in file_order(passed, workload, client, epoch, run)]
 
-    if uses_processes(store, files, workload):
-        return ReaderProcesses(make_fetcher, workload, work, files_in_flight(workload))
-    return ThreadReaders(make_fetcher, workload.read_threads, files_in_flight(workload), work)
+    readers = ReaderProcesses if uses_processes(store, files, workload) else ThreadReaders
+    return readers(make_fetcher, workload.read_threads, files_in_flight(workload), work)
 
 
 class _Loop:

@@ -33,7 +33,6 @@ import time
 from contextlib import suppress
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from bench.config.storage import StorageWorkloadConfig
 from bench.iobench.fetch import Fetcher
 from bench.iobench.measured import Request
 from bench.iobench.pipeline import BatchStream, Work, WorkItem
@@ -101,9 +100,9 @@ class _Pass(BatchStream):
 
 
 class ReaderProcesses:
-    def __init__(self, make_fetcher: Callable[[], Fetcher], workload: StorageWorkloadConfig, work: Work, depth: int):
+    def __init__(self, make_fetcher: Callable[[], Fetcher], count: int, depth: int, work: Work):
         """`work(evaluation, epoch)` is a pass's item list; the readers call it too."""
-        self.count, self.depth, self.work = workload.read_threads, depth, work
+        self.count, self.depth, self.work = count, depth, work
         ctx = multiprocessing.get_context("fork")
         self.counter = ctx.RawValue("q", 0)
         self.counter_lock = ctx.Lock()

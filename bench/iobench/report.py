@@ -150,7 +150,6 @@ class StorageReport(BaseReport):
         """run_summary.json, summary.csv (one row), epochs.csv (accelerator x epoch), clients.csv
         (one row per accelerator), read_latency.csv (one row per measured request), runs.csv
         (one row per measured run) when there were several."""
-        out_dir.mkdir(parents=True, exist_ok=True)
         epochs = [{**row, "run": r.run} for r in self.results for row in epoch_rows([r])]
         requests = [
             {
