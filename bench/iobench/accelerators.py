@@ -55,21 +55,14 @@ class ClientJob:
 
 
 def _checkpointer(storage: StorageConfig, job: ClientJob) -> Optional[Checkpointer]:
+    """Client 0's checkpointer (checkpoint_writers=one), or every client's, each writing its share (all)."""
     workload = storage.workload
-    shared = workload.checkpoint_writers == CheckpointWriters.all
-    if not workload.checkpoint_size_mb or (not shared and job.client != 0):
+    writers = job.clients if workload.checkpoint_writers == CheckpointWriters.all else 1
+    if not workload.checkpoint_size_mb or job.client >= writers:
         return None
     store = backend(storage).checkpoint_store(Path(job.out_dir), CHECKPOINT_DIR)
-    share = workload.checkpoint_size_mb / job.clients if shared else workload.checkpoint_size_mb
-    return Checkpointer(
-        store,
-        storage.checkpoint_name,
-        share,
-        job.client,
-        shared and job.clients > 1,
-        writers=job.clients if shared else 1,
-        keep=workload.checkpoint_keep,
-    )
+    share = workload.checkpoint_size_mb / writers
+    return Checkpointer(store, storage.checkpoint_name, share, job.client, writers, workload.checkpoint_keep)
 
 
 def run_client(

@@ -70,18 +70,9 @@ def drop_cache(store: ObjectStore, keys: List[str]) -> str:
 class Checkpointer:
     """One client's checkpoints: its share of the state, serialised fresh for every write."""
 
-    def __init__(
-        self,
-        store: ObjectStore,
-        name: str,
-        size_mb: float,
-        client: int,
-        shared: bool,
-        writers: int = 1,
-        keep: bool = True,
-    ):
+    def __init__(self, store: ObjectStore, name: str, size_mb: float, client: int, writers: int = 1, keep: bool = True):
         self.store, self.name, self.client = store, name, client
-        self.owner = client if shared else None  # a key of its own when every client writes a share
+        self.owner = client if writers > 1 else None  # a key of its own when several clients write a share
         self.writers, self.keep = writers, keep  # clients writing a share at once; keep: leave the files
         self.state = make_state(size_mb, seed=client)
         self.nbytes = sum(t.numel() * t.element_size() for t in self.state["model"].values()) + OVERHEAD

@@ -76,30 +76,24 @@ class Ranks(Clients):
         decision: Any = None
         if ctx.rank == 0:
             try:
-                prepared, why = reusable(store, workload, storage.prepare)
-                decision = ("reuse", prepared) if prepared is not None else ("write", why)
+                decision = reusable(store, workload, storage.prepare)  # (the dataset or None, why)
             except DatasetMissing as exc:
-                decision = ("missing", str(exc))
-        kind, detail = _broadcast(decision)
-        if kind == "missing":
-            raise DatasetMissing(detail)
-        if kind == "reuse":
-            return detail
+                decision = exc  # raised on every rank
+        decision = _broadcast(decision)
+        if isinstance(decision, DatasetMissing):
+            raise decision
+        prepared, why = decision
+        if prepared is not None:
+            return prepared
         specs = planned(workload)[ctx.rank :: ctx.world_size]
         log.info("prepare: rank %d writes %d of the dataset's files to %s", ctx.rank, len(specs), store.url)
         start = time.perf_counter()
         written, latencies = write_files(store, workload, specs, storage.prepare_workers)
         shares = _gather((written, latencies, time.perf_counter() - start))
-        prepared = None
         if ctx.rank == 0:
-            prepared = finish(
-                store,
-                workload,
-                [f for share in shares for f in share[0]],
-                max(s[2] for s in shares),
-                detail,
-                [ms for share in shares for ms in share[1]],
-            )
+            every_file = [f for share in shares for f in share[0]]
+            every_latency = [ms for share in shares for ms in share[1]]
+            prepared = finish(store, workload, every_file, max(s[2] for s in shares), why, every_latency)
             prepared.written_by_client = [len(share[0]) for share in shares]
         return _broadcast(prepared)
 

@@ -183,7 +183,7 @@ def test_checkpoint_figures_take_the_slowest_client_and_keep_serialisation_apart
 def test_checkpoints_are_written_then_the_cache_dropped_then_read_back(tmp_path):
     store = LocalStore(tmp_path, fsync=True)
     syncs = []
-    checkpointer = Checkpointer(store, "checkpoint.pt", 1.0, client=1, shared=True)
+    checkpointer = Checkpointer(store, "checkpoint.pt", 1.0, client=1, writers=2)
     how, error = run_checkpoints(checkpointer, 2, lambda: syncs.append(1))
     assert error is None and how == "posix_fadvise_dontneed" and len(syncs) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-0.rank1.pt", "checkpoint-1.rank1.pt"]
@@ -196,7 +196,7 @@ def test_checkpoints_are_written_then_the_cache_dropped_then_read_back(tmp_path)
             raise OSError(28, "No space left on device")
 
     syncs.clear()
-    how, error = run_checkpoints(Checkpointer(FullDisk(tmp_path), "c.pt", 1.0, 0, False), 1, lambda: syncs.append(1))
+    how, error = run_checkpoints(Checkpointer(FullDisk(tmp_path), "c.pt", 1.0, 0), 1, lambda: syncs.append(1))
     # the barriers still line up; a full disk names the file (issue 18)
     assert error == f"no space left on {tmp_path}/c.pt (No space left on device)" and len(syncs) == 3
     assert run_checkpoints(None, 3, lambda: syncs.append(1)) == ("", None)  # a client that writes nothing syncs

@@ -2,7 +2,8 @@
 
 Each record is framed as
     uint64 length (little-endian) | uint32 masked CRC-32C of those 8 bytes | data | uint32 masked CRC-32C of data
-and both checksums are verified on every read (a whole file, or one record read on its own).
+and both checksums are verified on every read (a whole file, or one record read on its own), by
+one checker fed the bytes as they come (FrameStream).
 CRC-32C (Castagnoli) comes from the `crc32c` package (hardware instructions, no copy of the
 buffer; a dependency of bench).
 """
@@ -10,6 +11,7 @@ buffer; a dependency of bench).
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 from functools import lru_cache
 from typing import Optional, Tuple
 
@@ -41,22 +43,6 @@ def length_crc(length: int) -> int:
     """The masked CRC-32C of a record's 8-byte length field: a function of the length alone, so a
     file's records (all of one size) have it computed once, not once per record."""
     return masked_crc(struct.pack("<Q", length))
-
-
-def read_frame(data: memoryview, at: int, key: str) -> Tuple[memoryview, int]:
-    """The record framed at `at` and where the next frame starts; raises CorruptFile."""
-    if at + HEADER > len(data):
-        raise CorruptFile(f"{key}: a record header cut short at byte {at}")
-    length, stored = _LENGTH.unpack_from(data, at)
-    if length_crc(length) != stored:
-        raise CorruptFile(f"{key}: bad length checksum of the record at byte {at}")
-    end = at + HEADER + length
-    if end + FOOTER > len(data):
-        raise CorruptFile(f"{key}: the record at byte {at} is cut short")
-    record = data[at + HEADER : end]
-    if masked_crc(record) != _CRC.unpack_from(data, end)[0]:
-        raise CorruptFile(f"{key}: bad data checksum of the record at byte {at}")
-    return record, end + FOOTER
 
 
 class FrameStream:
@@ -146,6 +132,4 @@ class TFRecordFormat(Format):
         return sample * spec.stride, spec.stride
 
     def check_sample(self, data: memoryview, spec: FileSpec, decode: bool = False) -> None:
-        record, end = read_frame(data, 0, spec.key)
-        if len(record) != spec.record_size or end != len(data):
-            raise CorruptFile(f"{spec.key}: a record of {len(record)} bytes, expected {spec.record_size}")
+        self.check_file(data, replace(spec, samples=1))  # one whole frame
