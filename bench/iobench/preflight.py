@@ -67,11 +67,7 @@ def check_storage_run(config: BenchConfig, clients: int, ranked: bool, run_dir: 
             )
         if not workload.checkpoint_only:
             storage.check_clients(clients, "distributed.nproc_per_node")
-    local_clients = config.distributed.nproc_per_node if ranked else storage.accelerators
-    ram = psutil.virtual_memory().total
-    _check_counts(config, ranked, ram)
-    _check_read_buffers(config, local_clients, ram)
-    _check_checkpoint_memory(config, clients, local_clients, ram)
+    _check_memory(config, clients, ranked)
     if run_dir is not None or storage.root is not None:  # where the run writes is known
         check_disk_space(storage, run_dir or Path.cwd(), clients)
     hosts = config.distributed.nnodes if ranked else 1
@@ -86,9 +82,14 @@ def check_storage_run(config: BenchConfig, clients: int, ranked: bool, run_dir: 
         )
 
 
-def _check_counts(config: BenchConfig, ranked: bool, ram: int) -> None:
-    """Files and accelerator processes bounded by this machine's memory (before anything is planned)."""
+def _check_memory(config: BenchConfig, clients: int, ranked: bool) -> None:
+    """What this machine's memory must hold: the files' plans and the accelerator processes (checked
+    before anything is planned), each reader's buffer (a thread's or a process's own, as large as its
+    largest read), and this host's clients' checkpoint shares, each held twice while it is written
+    (the tensors and their bytes)."""
     storage, workload = config.storage, config.storage.workload
+    ram = psutil.virtual_memory().total
+    local_clients = config.distributed.nproc_per_node if ranked else storage.accelerators
     most_files = ram // BYTES_PER_FILE
     if not workload.checkpoint_only and workload.num_files + workload.eval_num_files > most_files:
         raise ConfigError(
@@ -106,40 +107,26 @@ def _check_counts(config: BenchConfig, ranked: bool, ram: int) -> None:
             f"an integer in [1, {most_processes}] on this machine (each simulated accelerator is a "
             f"process of about {BYTES_PER_ACCELERATOR // 2**20} MiB; {ram / 2**30:.1f} GiB here)",
         )
-
-
-def _check_read_buffers(config: BenchConfig, local_clients: int, ram: int) -> None:
-    """Each reader (a thread or a process) reads into a buffer of its own, as large as its largest read."""
-    workload = config.storage.workload
-    if workload.checkpoint_only:
-        return
     largest = workload.record_size + 3 * workload.record_size_stdev
     whole = workload.read_mode != ReadMode.sample
-    held = largest * (workload.samples_per_file if whole else 1) * workload.read_threads * local_clients
-    if held > ram:
+    buffers = largest * (workload.samples_per_file if whole else 1) * workload.read_threads * local_clients
+    if not workload.checkpoint_only and buffers > ram:
         raise ConfigError(
             "storage.workload.record_size",
             workload.record_size,
             f"records whose files fit in memory: each reader reads a whole "
-            f"{'file' if whole else 'record'} into a buffer of its own, {held / 2**30:.1f} GiB in all, "
+            f"{'file' if whole else 'record'} into a buffer of its own, {buffers / 2**30:.1f} GiB in all, "
             f"and this machine has {ram / 2**30:.1f} GiB (lower record_size, samples_per_file or "
             "read_threads)",
         )
-
-
-def _check_checkpoint_memory(config: BenchConfig, clients: int, local_clients: int, ram: int) -> None:
-    """A client holds its share of the checkpoint twice while writing: the tensors and their bytes."""
-    workload = config.storage.workload
-    if not workload.checkpoint_size_mb:
-        return
     shared = workload.checkpoint_writers == CheckpointWriters.all
-    held = 2 * workload.checkpoint_size_mb * 2**20 * (local_clients / clients if shared else 1)
-    if held > ram:
+    shares = 2 * workload.checkpoint_size_mb * 2**20 * (local_clients / clients if shared else 1)
+    if shares > ram:  # none without checkpoints (checkpoint_size_mb=0)
         raise ConfigError(
             "storage.workload.checkpoint_size_mb",
             workload.checkpoint_size_mb,
             f"a checkpoint this host can hold: its clients keep their share twice (tensors and "
-            f"serialised bytes), {held / 2**30:.1f} GiB, and this machine has {ram / 2**30:.1f} GiB",
+            f"serialised bytes), {shares / 2**30:.1f} GiB, and this machine has {ram / 2**30:.1f} GiB",
         )
 
 
