@@ -1,28 +1,110 @@
-"""storage.accelerators=N on one host: N processes (simulated accelerators), each on its own files.
+"""The simulated accelerators: one accelerator's whole job, and storage.accelerators=N of them as
+processes on one host.
 
-Accelerator i reads files i, i+N, i+2N, ... (disjoint shards) and does its part of the
-checkpoint phase (bench.iobench.client). With N > 1 each one is a fresh spawned process (no
-forked threads or MLflow state) that opens its own store; a barrier starts their measured loops
-together, another lines up their checkpoint writes and reads. One that fails or dies fails the
-phase, with its reason, within a bounded time.
+One accelerator's job (`run_client`): its share of the read phase (with periodic checkpoints and
+evaluation passes), then its part of the checkpoint phase. The same function runs in this process
+(one accelerator), in a spawned accelerator process (N on one host) or in a torch.distributed rank
+(several hosts, bench.iobench.ranks); only `sync` (a barrier across the clients, or nothing) and
+where the result goes differ.
+
+N on one host (`run_accelerators`): accelerator i reads files i, i+N, i+2N, ... (disjoint shards).
+With N > 1 each one is a fresh spawned process (no forked threads or MLflow state) that opens its
+own store; a barrier starts their measured loops together, another lines up their checkpoint
+writes and reads. One that fails or dies fails the phase, with its reason, within a bounded time.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import queue as queue_module
 import signal
+import socket
 import threading
 import time
-from typing import Any, Dict, List
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Dict, List, Optional
 
-from bench.config.storage import StorageConfig
+from bench.config.storage import CheckpointWriters, StorageConfig
 from bench.errors import BenchError
-from bench.iobench.client import ClientJob, run_client
+from bench.iobench.checkpoint import CHECKPOINT_DIR, Checkpointer, Sync, run_checkpoints
+from bench.iobench.formats.base import FileSpec
 from bench.iobench.measured import ReaderResult
+from bench.iobench.reader import run_reader
+from bench.storage.registry import backend
+
+log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0  # spawning and importing an accelerator process
 STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+
+
+@dataclass
+class ClientJob:
+    """What one simulated accelerator does (picklable: sent to a spawned process)."""
+
+    location: str  # the dataset: a local directory or s3://bucket/prefix
+    out_dir: str  # the run's directory (checkpoints go under storage.root, or there)
+    client: int
+    clients: int
+    files: List[FileSpec] = field(default_factory=list)  # its shard
+    eval_files: List[FileSpec] = field(default_factory=list)
+    run: int = 0
+    node: int = 0
+
+
+def _checkpointer(storage: StorageConfig, job: ClientJob) -> Optional[Checkpointer]:
+    """Client 0's checkpointer (checkpoint_writers=one), or every client's, each writing its share (all)."""
+    workload = storage.workload
+    writers = job.clients if workload.checkpoint_writers == CheckpointWriters.all else 1
+    if not workload.checkpoint_size_mb or job.client >= writers:
+        return None
+    store = backend(storage).checkpoint_store(Path(job.out_dir), CHECKPOINT_DIR)
+    share = workload.checkpoint_size_mb / writers
+    return Checkpointer(store, storage.checkpoint_name, share, job.client, writers, workload.checkpoint_keep)
+
+
+def run_client(
+    storage: StorageConfig,
+    job: ClientJob,
+    sync: Sync = lambda: None,
+    start_gate: Optional[Sync] = None,
+    heartbeat: Optional[Callable[[], None]] = None,
+) -> ReaderResult:
+    """`start_gate` waits until every client is ready to read (bench.iobench.reader.run_reader);
+    `sync` lines the clients' checkpoint writes and reads up (bench.iobench.checkpoint)."""
+    workload = storage.workload
+    checkpointer = _checkpointer(storage, job)
+    try:
+        if workload.checkpoint_only:
+            result = ReaderResult(job.client, [], host=socket.gethostname())
+        else:
+            result = run_reader(
+                backend(storage).open(job.location),
+                job.files,
+                workload,
+                job.client,
+                start_gate,
+                run=job.run,
+                eval_files=job.eval_files,
+                periodic=checkpointer.periodic() if checkpointer is not None else None,
+                heartbeat=heartbeat,
+            )
+        if workload.checkpoint_size_mb:
+            result.checkpoint_cache_drop, result.checkpoint_error = run_checkpoints(
+                checkpointer, workload.checkpoint_count, sync, heartbeat or (lambda: None)
+            )
+        if checkpointer is not None:
+            result.checkpoints = [{k: v for k, v in r.items() if k != "key"} for r in checkpointer.records]
+    finally:  # also after a failure: a checkpoint left behind is only litter
+        if checkpointer is not None and not checkpointer.keep:
+            try:
+                checkpointer.remove_written()
+            except Exception as exc:
+                log.warning("could not delete the benchmark's checkpoints at %s: %s", checkpointer.store.url, exc)
+    result.run, result.node = job.run, job.node
+    return result
 
 
 class AcceleratorFailed(BenchError):
@@ -109,7 +191,7 @@ def _collect(processes: List[Any], results: Any, count: int) -> List[ReaderResul
             continue
         if not ok:
             raise AcceleratorFailed(f"simulated accelerator {index} failed: {payload}")
-        collected[index] = ReaderResult.from_dict(payload)
+        collected[index] = payload
     return [collected[i] for i in range(count)]
 
 
@@ -120,8 +202,8 @@ def _accelerator_main(storage: StorageConfig, job: ClientJob, gate: Any, checkpo
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     index = job.client
     try:
-        result = run_client(storage, job, sync=checkpoint_gate.wait, start_gate=gate)
-        results.put((index, True, result.to_dict()))
+        result = run_client(storage, job, sync=checkpoint_gate.wait, start_gate=gate.wait)
+        results.put((index, True, result))
     except BaseException as exc:
         results.put((index, False, f"{type(exc).__name__}: {exc}"))  # first, so the parent sees the cause
         gate.abort()  # then release the others from the barriers

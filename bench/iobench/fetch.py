@@ -35,6 +35,10 @@ class Fetcher:
         self._piece = memoryview(b"")
         self._open: "OrderedDict[str, int]" = OrderedDict()
 
+    def read(self, spec: FileSpec, sample: Optional[int]) -> Tuple[int, int]:
+        """(samples, bytes) of one work item read and checked: the whole file (sample None) or one sample."""
+        return self.whole_file(spec) if sample is None else (1, self.sample(spec, sample))
+
     def whole_file(self, spec: FileSpec) -> Tuple[int, int]:
         """(samples, bytes) of one file read whole and checked."""
         path = self._local(spec.key) if self._local else None

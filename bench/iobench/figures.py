@@ -17,7 +17,7 @@ accelerators. A figure with no samples behind it is left out, never 0.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from bench.config.storage_benchmark import StorageBenchmarkConfig, StorageWorkloadConfig
@@ -51,29 +51,21 @@ def per_epoch(
     return {epoch: merged for epoch, values in sorted(found.items()) if (merged := merge(values)) is not None}
 
 
-@dataclass
-class MlperfFigures:
-    """MLPerf's account of a set of passes (training's, or evaluation's): None where no sample is behind it."""
-
-    samples_per_second: Optional[float]
-    mib_per_second: Optional[float]
-    au_percent: Optional[float]
-    au_pass: bool  # the mean AU meets the threshold (a pass mark is for training; evaluation reports none)
-
-
 def mlperf_figures(
     passes: Sequence[Sequence[EpochStats]], workload: StorageWorkloadConfig, computation_time: float
-) -> MlperfFigures:
+) -> RunFigures:
+    """MLPerf's account of a set of passes (training's, or evaluation's): its mlperf_* figures, None
+    where no sample is behind them (the pass mark, on the mean AU, is for training's)."""
     rates = per_epoch(passes, lambda e: e.mlperf_samples_per_second, lambda v: sum(v))
     aus = per_epoch(passes, lambda e: e.mlperf_au, mean)
     samples_per_second = mean(list(rates.values()))
     au_mean = mean(list(aus.values()))
     au = 100.0 * au_mean if computation_time > 0 and au_mean is not None else None
-    return MlperfFigures(
-        samples_per_second,
-        samples_per_second * workload.record_size / MIB if samples_per_second else None,
-        au,
-        bool(au is not None and au >= 100.0 * workload.au_threshold),
+    return RunFigures(
+        mlperf_samples_per_second=samples_per_second,
+        mlperf_mib_per_second=samples_per_second * workload.record_size / MIB if samples_per_second else None,
+        mlperf_au_percent=au,
+        mlperf_au_pass=bool(au is not None and au >= 100.0 * workload.au_threshold),
     )
 
 
@@ -90,15 +82,11 @@ def read_figures(results: Sequence[ReaderResult], storage: StorageBenchmarkConfi
     read_mb = _total_rate(results, "bytes")
     steady = _total_rate(results, "samples")
     steps = int(sum(result.total("steps") for result in results))
-    mlperf = mlperf_figures([r.epochs for r in results], workload, workload.computation_time)
     threshold = 100.0 * workload.au_threshold
     au_mean = mean([a for a in per_accelerator_au if a is not None])
     au_min = 100.0 * min(epoch_aus) if computing and epoch_aus else None
-    figures = RunFigures(
-        mlperf_samples_per_second=mlperf.samples_per_second,
-        mlperf_mib_per_second=mlperf.mib_per_second,
-        mlperf_au_percent=mlperf.au_percent,
-        mlperf_au_pass=mlperf.au_pass,
+    figures = replace(
+        mlperf_figures([r.epochs for r in results], workload, workload.computation_time),
         samples_per_second=steady,
         steady_samples_per_second=steady,
         read_mb_per_second=read_mb / 1e6 if read_mb is not None else None,
@@ -128,9 +116,9 @@ def read_figures(results: Sequence[ReaderResult], storage: StorageBenchmarkConfi
     evals = [r.evals for r in results if r.evals]
     if evals:
         evaluation = mlperf_figures(evals, workload, workload.eval_computation_time)
-        figures.eval_samples_per_second = evaluation.samples_per_second
-        figures.eval_mib_per_second = evaluation.mib_per_second
-        figures.eval_au_percent = evaluation.au_percent
+        figures.eval_samples_per_second = evaluation.mlperf_samples_per_second
+        figures.eval_mib_per_second = evaluation.mlperf_mib_per_second
+        figures.eval_au_percent = evaluation.mlperf_au_percent
         figures.eval_seconds = max(sum(e.epoch_s for e in passes) for passes in evals)
     if not latencies or steps < 2 * len(results):
         log.warning(
@@ -192,8 +180,8 @@ def client_rows(results: Sequence[ReaderResult], workload: StorageWorkloadConfig
                 "host": r.host,
                 "node": r.node,
                 "run": r.run,
-                "mlperf_samples_per_second": shown(mlperf.samples_per_second),
-                "mlperf_au_percent": shown(mlperf.au_percent),
+                "mlperf_samples_per_second": shown(mlperf.mlperf_samples_per_second),
+                "mlperf_au_percent": shown(mlperf.mlperf_au_percent),
                 "au_percent": shown(100.0 * au if au is not None else None),
                 "read_requests": len(latencies),
                 "latency_ms_p50": shown(percentile(latencies, 50)),

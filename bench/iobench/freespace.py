@@ -6,24 +6,18 @@ so none of this applies there).
 - `margin(total)`: what a plan must leave free: 5% of the filesystem, at most 1 GiB, so a run
   that fits by a hair does not leave the disk full for everything else on it.
 - `no_space(exc)`, `write_error(exc, path)`: a failed write in one phrase that names the path.
-- `remove_stale_temporaries(root)`: `<name>.tmp<pid>` files left by a write whose process was
-  killed (bench.storage.local writes to such a name, then renames it).
 Torch-free.
 """
 
 from __future__ import annotations
 
 import errno
-import logging
 import os
 import shutil
 from pathlib import Path
-from typing import List, Tuple
+from typing import Tuple
 
 from bench.errors import BenchError
-from bench.storage.local import remove_stale_temporaries as remove_stale_files
-
-log = logging.getLogger(__name__)
 
 MARGIN_FRACTION = 0.05
 MARGIN_MAX = 2**30
@@ -86,17 +80,3 @@ def write_error(exc: BaseException, path: str) -> str:
         return f"no space left on {path} ({getattr(exc, 'strerror', None) or exc})"
     text = f"{type(exc).__name__}: {getattr(exc, 'strerror', None) or exc}"
     return f"{text} ({path})" if isinstance(exc, OSError) else text
-
-
-def remove_stale_temporaries(root: Path) -> List[Path]:
-    """Delete `*.tmp<pid>` under `root` whose writer (pid, on this host) is gone; returns them, and
-    says so in the log (bench.storage.local keeps the one rule for put_with's temporaries)."""
-    removed = remove_stale_files(root)
-    if removed:
-        log.warning(
-            "removed %d temporary file(s) left by a killed write under %s (first: %s)",
-            len(removed),
-            root,
-            removed[0].name,
-        )
-    return removed

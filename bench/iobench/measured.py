@@ -1,5 +1,5 @@
 """What one simulated accelerator measured: its requests, its epochs (and eval passes), its
-checkpoints. Plain dataclasses, sent from an accelerator process or rank to the reporter as dicts.
+checkpoints. Plain dataclasses, pickled from an accelerator process or rank to the reporter.
 
 Two accounts of every epoch, side by side:
 - strict (bench's own, the fields it always had): the run's first step is warm-up, its time and
@@ -10,8 +10,8 @@ Two accounts of every epoch, side by side:
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
 
 
 @dataclass
@@ -40,6 +40,17 @@ class EpochStats:
     first_step_s: float = 0.0  # the epoch's first step: its start-up, read and compute
     au_compute_s: float = 0.0  # emulated compute of steps 2..n
     checkpoint_s: float = 0.0  # periodic checkpoints written during the epoch (left out of both clocks)
+
+    def add_step(self, samples: int, size: float, compute: float, elapsed: float) -> None:
+        """One more step by MLPerf's account; `elapsed`: from the epoch's start to the step's end."""
+        self.all_steps += 1
+        self.all_samples += samples
+        self.all_bytes += size
+        if self.all_steps == 1:
+            self.first_step_s = elapsed
+        else:
+            self.au_compute_s += compute
+        self.epoch_s = elapsed - self.checkpoint_s
 
     @property
     def au(self) -> float:
@@ -79,16 +90,3 @@ class ReaderResult:
 
     def total(self, name: str) -> float:
         return sum(getattr(e, name) for e in self.epochs)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
-
-    @classmethod
-    def from_dict(cls, sent: Mapping[str, Any]) -> "ReaderResult":
-        """Back from to_dict() (what an accelerator process or rank sends the reporter)."""
-        fields = dict(sent)
-        fields["epochs"] = [EpochStats(**e) for e in sent["epochs"]]
-        fields["evals"] = [EpochStats(**e) for e in sent.get("evals", [])]
-        fields["requests"] = [Request(**r) for r in sent["requests"]]
-        fields["step_times_ms"] = list(sent["step_times_ms"])
-        return cls(**fields)

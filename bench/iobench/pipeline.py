@@ -22,37 +22,13 @@ from bench.iobench.formats.base import FileSpec
 from bench.iobench.measured import Request
 
 WorkItem = Tuple[FileSpec, Optional[int]]  # (file, None): the whole file; (file, i): its sample i
+Work = Callable[[bool, int], Sequence[WorkItem]]  # (evaluation?, epoch) -> the pass's items
 
 
 class Batch(NamedTuple):
     samples: int
     bytes: float
     requests: List[int]  # indices into the request list: the requests whose last sample is in this batch
-
-
-class Source:
-    """What reader threads read with: one Fetcher (one reused buffer) per thread."""
-
-    def __init__(self, make_fetcher: Callable[[], Fetcher]):
-        self._make = make_fetcher
-        self._local = threading.local()
-        self._all: List[Fetcher] = []
-        self._lock = threading.Lock()
-
-    def read(self, item: WorkItem) -> Tuple[int, int]:
-        fetcher = getattr(self._local, "fetcher", None)
-        if fetcher is None:
-            fetcher = self._local.fetcher = self._make()
-            with self._lock:
-                self._all.append(fetcher)
-        spec, sample = item
-        if sample is None:
-            return fetcher.whole_file(spec)
-        return 1, fetcher.sample(spec, sample)
-
-    def close(self) -> None:
-        for fetcher in self._all:
-            fetcher.close()
 
 
 _WORKER_DONE = object()
@@ -99,27 +75,47 @@ class BatchStream:
         return Batch(count, size, finished)
 
 
-class Pipeline(BatchStream):
-    """Reader threads of one process."""
+class ThreadReaders:
+    """read_threads threads of this process, each with a Fetcher (one reused buffer) of its own: any store."""
 
-    def __init__(
-        self,
-        pool: ThreadPoolExecutor,
-        threads: int,
-        source: Source,
-        work: Sequence[WorkItem],
-        depth: int,
-        epoch: int,
-        requests: List[Request],
-    ):
-        self.source, self.epoch, self.requests, self.threads = source, epoch, requests, threads
+    def __init__(self, make_fetcher: Callable[[], Fetcher], threads: int, depth: int, work: Work):
+        self.make_fetcher, self.threads, self.depth, self.work = make_fetcher, threads, depth, work
+        self.pool = ThreadPoolExecutor(max_workers=threads, thread_name_prefix="reader")
+        self._local = threading.local()
+        self._fetchers: List[Fetcher] = []  # every thread's (list.append is atomic)
+
+    def read(self, item: WorkItem) -> Tuple[int, int]:
+        fetcher = getattr(self._local, "fetcher", None)
+        if fetcher is None:
+            fetcher = self._local.fetcher = self.make_fetcher()
+            self._fetchers.append(fetcher)
+        return fetcher.read(*item)
+
+    def start(self, evaluation: bool, epoch: int, requests: List[Request]) -> "Pipeline":
+        return Pipeline(self, self.work(evaluation, epoch), epoch, requests)
+
+    @staticmethod
+    def children_cpu_s() -> float:
+        return 0.0  # the threads' CPU is this process's
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=True)
+        for fetcher in self._fetchers:
+            fetcher.close()
+
+
+class Pipeline(BatchStream):
+    """One pass of the reader threads."""
+
+    def __init__(self, readers: ThreadReaders, work: Sequence[WorkItem], epoch: int, requests: List[Request]):
+        self.readers, self.epoch, self.requests, self.threads = readers, epoch, requests, readers.threads
         self._todo: Iterator[WorkItem] = iter(work)
         self._todo_lock = threading.Lock()
-        self._slots = threading.Semaphore(depth)
+        self._slots = threading.Semaphore(readers.depth)
         self._done: "queue.SimpleQueue[Any]" = queue.SimpleQueue()
         self._stopped = False
-        for _ in range(threads):
-            pool.submit(self._worker)
+        for _ in range(self.threads):
+            readers.pool.submit(self._worker)
 
     def _worker(self) -> None:
         while True:
@@ -131,7 +127,7 @@ class Pipeline(BatchStream):
                 return
             try:
                 start = time.perf_counter()
-                samples, size = self.source.read(item)
+                samples, size = self.readers.read(item)
                 end = time.perf_counter()
                 request = Request(item[0].key, self.epoch, size, (end - start) * 1000.0, end)
                 with _RECORD_LOCK:  # a stopped pipeline's last reads may still land beside the next one's

@@ -1,5 +1,6 @@
 """A storage sweep's plots: read throughput and accelerator utilization vs client count (when the
-sweep moved the client count), and the per-request read latency of every run (bench.iobench.sweep_view picks them)."""
+sweep moved the client count), and the per-request read latency of every run (bench.iobench.report's
+view picks them)."""
 
 from __future__ import annotations
 

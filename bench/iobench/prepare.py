@@ -1,5 +1,11 @@
 """Prepare phase: write the emulated dataset to the store, in parallel, unless it is already there.
 
+The dataset: `num_files` files of `samples_per_file` records of one size; with
+`record_size_stdev` each file draws its own record size from N(record_size, stdev) (seeded, so
+every client and every run agrees without reading anything). The bytes are seeded random records
+(incompressible, like decoded-then-encoded media), written in one of the formats of
+bench.iobench.formats. Evaluation files (`eval_num_files`) live under eval/ beside the training files.
+
 A dataset is "there" when its manifest (written last, so an interrupted prepare never looks
 complete) describes the same workload and every listed file exists with its recorded size.
 storage.prepare: auto (reuse a matching dataset, else write) | always | never (a missing or
@@ -9,7 +15,7 @@ different dataset is an error). With several hosts each client writes its 1/N of
 A prepare that fails (a full disk, a store error) deletes the files it wrote before it raises:
 without a manifest they could not be reused anyway, and they would leave the disk full. An
 interrupted one (Ctrl-C, SIGTERM) stops after the writes in flight and leaves its whole files.
-Whether the dataset fits on a local disk is checked before any write (bench.iobench.diskplan).
+Whether the dataset fits on a local disk is checked before any write (bench.iobench.preflight).
 """
 
 from __future__ import annotations
@@ -19,19 +25,64 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
-from typing import List, Optional, Sequence, Tuple
+from dataclasses import asdict, dataclass, field
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
 
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
+from bench.iobench.formats.base import FileSpec
+from bench.iobench.formats.registry import format_for
 from bench.iobench.freespace import DiskFull, no_space, write_error
 from bench.iobench.result import PrepareFigures
-from bench.iobench.workload import EVAL_DIR, FileSpec, dataset_spec, encode_file, plan_files
 from bench.maths.stats import percentile
 from bench.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
 
 MANIFEST = "_manifest.json"
+# The workload keys that change the dataset's bytes: a prepared dataset is reused only when
+# all of them match.
+DATASET_KEYS = ("num_files", "samples_per_file", "record_size", "record_size_stdev", "format", "seed", "eval_num_files")
+EVAL_DIR = "eval"
+EVAL_INDEX = 1_000_000  # eval files draw their bytes and sizes from indices of their own
+
+
+def dataset_spec(workload: StorageWorkloadConfig) -> Dict[str, Any]:
+    spec = {key: getattr(workload, key) for key in DATASET_KEYS}
+    if not spec["eval_num_files"]:
+        del spec["eval_num_files"]  # so a dataset prepared before eval files existed still matches
+    return {key: str(value) if key == "format" else value for key, value in spec.items()}
+
+
+def _record_size(workload: StorageWorkloadConfig, index: int) -> int:
+    if not workload.record_size_stdev:
+        return workload.record_size
+    rng = np.random.default_rng([workload.seed, index])
+    return max(1, int(np.rint(rng.normal(workload.record_size, workload.record_size_stdev))))
+
+
+def plan_files(workload: StorageWorkloadConfig, evaluation: bool = False) -> List[FileSpec]:
+    """The training files (or, with evaluation=True, the eval files), not yet written (size 0)."""
+    extension = format_for(workload.format).extension
+    count = workload.eval_num_files if evaluation else workload.num_files
+    width = max(5, len(str(count)))
+    prefix, first = (f"{EVAL_DIR}/", EVAL_INDEX) if evaluation else ("", 0)
+    return [
+        FileSpec(
+            f"{prefix}file_{i:0{width}d}.{extension}",
+            first + i,
+            workload.samples_per_file,
+            _record_size(workload, first + i),
+        )
+        for i in range(count)
+    ]
+
+
+def encode_file(spec: FileSpec, fmt: str, seed: int) -> Tuple[bytes, FileSpec]:
+    """The file's bytes and its spec as written (size, where its samples lie)."""
+    payload = np.random.default_rng([seed, spec.index, 1]).bytes(spec.samples * spec.record_size)
+    return format_for(fmt).encode(spec, payload)
 
 
 class DatasetMissing(RuntimeError):
@@ -160,8 +211,8 @@ def finish(
     evaluation = [f for f in ordered if f.key.startswith(EVAL_DIR + "/")]
     manifest = {
         "spec": dataset_spec(workload),
-        "files": [f.to_dict() for f in train],
-        "eval_files": [f.to_dict() for f in evaluation],
+        "files": [asdict(f) for f in train],
+        "eval_files": [asdict(f) for f in evaluation],
     }
     store.put(MANIFEST, json.dumps(manifest).encode())
     prepared = Prepared(

@@ -26,7 +26,6 @@ MAX_SPREAD_PERCENT = 5.0
 @dataclass(frozen=True)
 class DatasetSize:
     min_files: int
-    min_samples: int
     min_bytes: int
     by_steps: int  # samples the 500-steps rule needs
     by_memory: int  # samples the 5x-RAM rule needs
@@ -45,7 +44,7 @@ def dataset_size(storage: StorageBenchmarkConfig, accelerators: int, hosts: int,
     by_memory = math.ceil(hosts * memory_bytes * HOST_MEMORY_MULTIPLIER / workload.record_size)
     samples = max(by_steps, by_memory)
     files = math.ceil(samples / workload.samples_per_file)
-    return DatasetSize(files, samples, samples * workload.record_size, by_steps, by_memory)
+    return DatasetSize(files, samples * workload.record_size, by_steps, by_memory)
 
 
 def host_memory(storage: StorageBenchmarkConfig) -> float:
@@ -63,15 +62,13 @@ def qualification(
 ) -> Tuple[bool, int, Optional[str]]:
     """(mlperf_qualifies, the number of files it needed, and every reason why not; None when it does)."""
     workload = storage.workload
-    size = dataset_size(storage, accelerators, hosts, host_memory(storage))
+    memory = host_memory(storage)
+    size = dataset_size(storage, accelerators, hosts, memory)
     why: List[str] = []
     if workload.checkpoint_only:
         why.append("a checkpoint-only run is not a training result")
     if workload.num_files < size.min_files:
-        why.append(
-            f"dataset: {workload.num_files} files, MLPerf needs "
-            f"{size.explain(hosts, host_memory(storage), accelerators)}"
-        )
+        why.append(f"dataset: {workload.num_files} files, MLPerf needs {size.explain(hosts, memory, accelerators)}")
     if workload.computation_time <= 0:
         why.append("computation_time=0: an I/O ceiling, no emulated accelerator to keep busy")
     elif not figures.mlperf_au_pass:

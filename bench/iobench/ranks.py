@@ -19,32 +19,15 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 from bench.config import BenchConfig
-from bench.iobench.client import run_client
+from bench.iobench.accelerators import run_client
 from bench.iobench.measured import ReaderResult
-from bench.iobench.prepare import DatasetMissing, finish, planned, reusable, write_files
-from bench.iobench.reader import uses_processes
+from bench.iobench.prepare import DatasetMissing, Prepared, finish, planned, reusable, write_files
 from bench.iobench.report import StorageReport
-from bench.iobench.session import build_report, drop_dataset_cache, jobs_for, measure
+from bench.iobench.session import Clients, drop_dataset_cache, run_storage
 from bench.rank_context import RankContext
-from bench.storage.registry import backend, open_store
+from bench.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
-
-
-def _barrier() -> None:
-    """Every rank here: torch.distributed's barrier, its handle dropped (a blocking call returns none)."""
-    import torch.distributed as dist
-
-    dist.barrier()
-
-
-class _Barrier:
-    """A start gate over the process group (what run_reader waits on)."""
-
-    def wait(self) -> None:
-        import torch.distributed as dist
-
-        dist.barrier()
 
 
 def hosts_and_node(ctx: RankContext) -> tuple:
@@ -70,86 +53,69 @@ def _gather(value: Any) -> List[Any]:
     return gathered
 
 
-def prepare_split(store: Any, config: BenchConfig, ctx: RankContext) -> Any:
-    """The dataset, reused (rank 0 checks) or written 1/N by every rank."""
-    storage, workload = config.storage, config.storage.workload
-    decision: Any = None
-    if ctx.rank == 0:
-        try:
-            prepared, why = reusable(store, workload, storage.prepare)
-            decision = ("reuse", prepared) if prepared is not None else ("write", why)
-        except DatasetMissing as exc:
-            decision = ("missing", str(exc))
-    kind, detail = _broadcast(decision)
-    if kind == "missing":
-        raise DatasetMissing(detail)
-    if kind == "reuse":
-        return detail
-    specs = planned(workload)[ctx.rank :: ctx.world_size]
-    log.info("prepare: rank %d writes %d of the dataset's files to %s", ctx.rank, len(specs), store.url)
-    start = time.perf_counter()
-    written, latencies = write_files(store, workload, specs, storage.prepare_workers)
-    shares = _gather((written, latencies, time.perf_counter() - start))
-    prepared = None
-    if ctx.rank == 0:
-        prepared = finish(
-            store,
-            workload,
-            [f for share in shares for f in share[0]],
-            max(s[2] for s in shares),
-            detail,
-            [ms for share in shares for ms in share[1]],
-        )
-        prepared.written_by_client = [len(share[0]) for share in shares]
-    return _broadcast(prepared)
+def _barrier() -> None:
+    """Every rank here: torch.distributed's barrier (what lines the clients up)."""
+    import torch.distributed as dist
+
+    dist.barrier()
+
+
+class Ranks(Clients):
+    """Every rank one simulated accelerator; the dataset's location and the run directory are rank 0's."""
+
+    def __init__(self, config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Any = None):
+        super().__init__(config, out_dir)
+        self.ctx, self.heartbeat, self.reporter = ctx, heartbeat, ctx.rank == 0
+        self.count = ctx.world_size
+        self.hosts, self.node = hosts_and_node(ctx)
+        self.location, self.run_dir = _broadcast((self.location, self.run_dir))
+
+    def prepare(self, store: ObjectStore) -> Prepared:
+        """The dataset, reused (rank 0 checks) or written 1/N by every rank."""
+        storage, workload, ctx = self.storage, self.storage.workload, self.ctx
+        decision: Any = None
+        if ctx.rank == 0:
+            try:
+                decision = reusable(store, workload, storage.prepare)  # (the dataset or None, why)
+            except DatasetMissing as exc:
+                decision = exc  # raised on every rank
+        decision = _broadcast(decision)
+        if isinstance(decision, DatasetMissing):
+            raise decision
+        prepared, why = decision
+        if prepared is not None:
+            return prepared
+        specs = planned(workload)[ctx.rank :: ctx.world_size]
+        log.info("prepare: rank %d writes %d of the dataset's files to %s", ctx.rank, len(specs), store.url)
+        start = time.perf_counter()
+        written, latencies = write_files(store, workload, specs, storage.prepare_workers)
+        shares = _gather((written, latencies, time.perf_counter() - start))
+        if ctx.rank == 0:
+            every_file = [f for share in shares for f in share[0]]
+            every_latency = [ms for share in shares for ms in share[1]]
+            prepared = finish(store, workload, every_file, max(s[2] for s in shares), why, every_latency)
+            prepared.written_by_client = [len(share[0]) for share in shares]
+        return _broadcast(prepared)
+
+    def run(self, prepared: Prepared, run: int) -> Optional[List[ReaderResult]]:
+        job = self.job(prepared, self.ctx.rank, run)
+        result = run_client(self.storage, job, sync=_barrier, start_gate=_barrier, heartbeat=self.heartbeat)
+        gathered = _gather(result)
+        return gathered if self.reporter else None
+
+    def drop(self, store: ObjectStore, prepared: Prepared, run: int) -> None:
+        mine = self.job(prepared, self.ctx.rank, run)
+        drop_dataset_cache(store, [f.key for f in mine.files + mine.eval_files], run)
+        _barrier()
 
 
 def run_as_rank(config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Any = None) -> Optional[StorageReport]:
     import torch
-    import torch.distributed as dist
 
     from bench.launch.process_group import destroy_process_group, init_process_group
 
     init_process_group(config.distributed, ctx, torch.device("cpu"))
     try:
-        storage = config.storage
-        hosts, node = hosts_and_node(ctx)
-        location, run_dir = _broadcast((backend(storage).location(out_dir, storage.dataset_dir), str(out_dir)))
-        store = open_store(location, storage)
-        prepared = prepare_split(store, config, ctx) if not storage.workload.checkpoint_only else _no_dataset()
-        if ctx.rank == 0:
-            log.info(
-                "read: %d files, %d simulated accelerators (ranks) on %d host(s) x %d reader %s, batch %d",
-                len(prepared.files),
-                ctx.world_size,
-                hosts,
-                storage.workload.read_threads,
-                "processes" if uses_processes(store, prepared.files, storage.workload) else "threads",
-                storage.workload.batch_size,
-            )
-
-        def run_clients(run: int) -> Optional[List[ReaderResult]]:
-            (job,) = jobs_for(config, prepared, location, run_dir, ctx.world_size, run, only=ctx.rank, node=node)
-            result = run_client(storage, job, sync=_barrier, start_gate=_Barrier(), heartbeat=heartbeat)
-            gathered = _gather(result.to_dict())
-            return [ReaderResult.from_dict(r) for r in gathered] if ctx.rank == 0 else None
-
-        def drop(run: int) -> None:
-            mine = jobs_for(config, prepared, location, run_dir, ctx.world_size, run, only=ctx.rank)[0]
-            drop_dataset_cache(store, [f["key"] for f in mine.files + mine.eval_files], run)
-            dist.barrier()
-
-        per_run, results, fit = measure(config, run_clients, drop)
-        if ctx.rank != 0:
-            return None
-        return build_report(
-            config, prepared, store.url, backend(storage).describe(store), per_run, results, ctx.world_size, hosts, fit
-        )
+        return run_storage(config, Ranks(config, ctx, out_dir, heartbeat))
     finally:
         destroy_process_group()
-
-
-def _no_dataset() -> Any:
-    from bench.iobench.prepare import Prepared
-
-    return Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset")

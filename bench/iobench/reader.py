@@ -16,7 +16,6 @@ import math
 import os
 import socket
 import time
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, List, Optional, Sequence, Union
 
 from bench.config.storage import ReadMode, StorageWorkloadConfig
@@ -27,11 +26,9 @@ from bench.iobench.formats.base import FileSpec, Unchecked
 from bench.iobench.formats.registry import format_for
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.order import file_order, sample_order
-from bench.iobench.pipeline import BatchStream, Pipeline, Source, WorkItem
+from bench.iobench.pipeline import ThreadReaders, WorkItem
 from bench.iobench.reader_processes import ReaderProcesses
 from bench.storage.base import ObjectStore
-
-__all__ = ["EpochStats", "ReaderResult", "Request", "files_in_flight", "run_reader"]
 
 Periodic = Callable[[int], float]  # called after step K, 2K, ...: writes a checkpoint, returns its seconds
 
@@ -44,14 +41,6 @@ def files_in_flight(workload: StorageWorkloadConfig) -> int:
     return 2 * workload.read_threads + math.ceil(workload.prefetch * workload.batch_size / per_item)
 
 
-def work_items(
-    files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int, run: int
-) -> List[WorkItem]:
-    if workload.read_mode == ReadMode.sample:
-        return list(sample_order(files, workload, client, epoch, run))
-    return [(spec, None) for spec in file_order(files, workload, client, epoch, run)]
-
-
 def uses_processes(store: ObjectStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig) -> bool:
     """Are this accelerator's readers processes (storage.workload.readers)?"""
     local = bool(files) and getattr(store, "local_path", lambda key: None)(files[0].key) is not None
@@ -61,37 +50,7 @@ def uses_processes(store: ObjectStore, files: Sequence[FileSpec], workload: Stor
     return can and workload.readers != Readers.threads
 
 
-class _ThreadReaders:
-    """read_threads threads of this process, each with its own Fetcher (any store)."""
-
-    def __init__(self, make_fetcher: Callable[[], Fetcher], workload: StorageWorkloadConfig, work: "Work"):
-        self.workload, self.work = workload, work
-        self.source = Source(make_fetcher)
-        self.pool = ThreadPoolExecutor(max_workers=workload.read_threads, thread_name_prefix="reader")
-
-    def start(self, evaluation: bool, epoch: int, requests: List[Request]) -> BatchStream:
-        workload = self.workload
-        return Pipeline(
-            self.pool,
-            workload.read_threads,
-            self.source,
-            self.work(evaluation, epoch),
-            files_in_flight(workload),
-            epoch,
-            requests,
-        )
-
-    @staticmethod
-    def children_cpu_s() -> float:
-        return 0.0  # the threads' CPU is this process's
-
-    def close(self) -> None:
-        self.pool.shutdown(wait=True)
-        self.source.close()
-
-
-Work = Callable[[bool, int], Sequence[WorkItem]]  # (evaluation?, epoch) -> the pass's items
-ReaderPool = Union[_ThreadReaders, ReaderProcesses]  # the same start / children_cpu_s / close
+ReaderPool = Union[ThreadReaders, ReaderProcesses]  # the same start / children_cpu_s / close
 
 
 def open_readers(
@@ -108,11 +67,14 @@ def open_readers(
         return Fetcher(store, fmt, workload.transfer_size, workload.jpeg_decode)
 
     def work(evaluation: bool, epoch: int) -> Sequence[WorkItem]:
-        return work_items(eval_files if evaluation else files, workload, client, epoch, run)
+        """The pass's items in its order: whole files, or with read_mode=sample one sample each."""
+        passed = eval_files if evaluation else files
+        if workload.read_mode == ReadMode.sample:
+            return sample_order(passed, workload, client, epoch, run)
+        return [(spec, None) for spec in file_order(passed, workload, client, epoch, run)]
 
-    if uses_processes(store, files, workload):
-        return ReaderProcesses(make_fetcher, workload, work, files_in_flight(workload))
-    return _ThreadReaders(make_fetcher, workload, work)
+    readers = ReaderProcesses if uses_processes(store, files, workload) else ThreadReaders
+    return readers(make_fetcher, workload.read_threads, files_in_flight(workload), work)
 
 
 class _Loop:
@@ -163,14 +125,7 @@ class _Loop:
                 self.step += 1
                 for index in batch.requests:
                     self.requests[index].step = self.step
-                stats.all_steps += 1
-                stats.all_samples += batch.samples
-                stats.all_bytes += batch.bytes
-                if stats.all_steps == 1:
-                    stats.first_step_s = ended - epoch_start
-                else:
-                    stats.au_compute_s += compute
-                stats.epoch_s = ended - epoch_start - stats.checkpoint_s
+                stats.add_step(batch.samples, batch.bytes, compute, ended - epoch_start)
                 if self.heartbeat is not None:
                     self.heartbeat()
                 if self.step == 1:  # warm-up: the strict window opens when the run's first step ends
@@ -204,13 +159,7 @@ class _Loop:
             for batch in pipeline.batches(workload.eval_batch):
                 if compute > 0:
                     time.sleep(compute)
-                stats.all_steps += 1
-                stats.all_samples += batch.samples
-                stats.all_bytes += batch.bytes
-                if stats.all_steps == 1:
-                    stats.first_step_s = time.perf_counter() - start
-                else:
-                    stats.au_compute_s += compute
+                stats.add_step(batch.samples, batch.bytes, compute, time.perf_counter() - start)
         finally:
             pipeline.stop()
         stats.epoch_s = time.perf_counter() - start
@@ -232,7 +181,7 @@ def run_reader(
     files: Sequence[FileSpec],
     workload: StorageWorkloadConfig,
     client: int = 0,
-    start_gate: Optional[Any] = None,
+    start_gate: Optional[Callable[[], Any]] = None,
     *,
     run: int = 0,
     eval_files: Sequence[FileSpec] = (),
@@ -242,7 +191,7 @@ def run_reader(
     window_s: Optional[float] = None,
 ) -> ReaderResult:
     """The emulated training loop of one accelerator over `files` (its shard of the dataset).
-    `start_gate` (a barrier) lines the clients up so their measured windows overlap; `deadline`
+    `start_gate` (a barrier's wait) lines the clients up so their measured windows overlap; `deadline`
     (a time.perf_counter() value) ends the read early, after the step that passes it; `window_s`
     does the same `window_s` seconds after the readers started (the doctor's budget: a deadline
     set before a slow fork could pass before the first read, issue 29)."""
@@ -255,7 +204,7 @@ def run_reader(
     loop.result.readers = "processes" if isinstance(readers, ReaderProcesses) else "threads"
     try:
         if start_gate is not None:  # after the readers started: a fork is in no one's window
-            start_gate.wait()
+            start_gate()
         for epoch in range(1, workload.epochs + 1):
             going = loop.epoch(epoch)
             if eval_files and epoch % workload.eval_every_epochs == 0:

@@ -33,10 +33,9 @@ import time
 from contextlib import suppress
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from bench.config.storage import StorageWorkloadConfig
 from bench.iobench.fetch import Fetcher
 from bench.iobench.measured import Request
-from bench.iobench.pipeline import BatchStream, WorkItem
+from bench.iobench.pipeline import BatchStream, Work, WorkItem
 from bench.machine.children import die_with_parent, reap
 
 _TASK = struct.Struct("qq")  # kind, epoch
@@ -101,15 +100,9 @@ class _Pass(BatchStream):
 
 
 class ReaderProcesses:
-    def __init__(
-        self,
-        make_fetcher: Callable[[], Fetcher],
-        workload: StorageWorkloadConfig,
-        work: Callable[[bool, int], Sequence[WorkItem]],
-        depth: int,
-    ):
+    def __init__(self, make_fetcher: Callable[[], Fetcher], count: int, depth: int, work: Work):
         """`work(evaluation, epoch)` is a pass's item list; the readers call it too."""
-        self.count, self.depth, self.work = workload.read_threads, depth, work
+        self.count, self.depth, self.work = count, depth, work
         ctx = multiprocessing.get_context("fork")
         self.counter = ctx.RawValue("q", 0)
         self.counter_lock = ctx.Lock()
@@ -184,10 +177,9 @@ class ReaderProcesses:
                     self.counter.value = index + 1
                 if self.stopped.value or index >= len(items):
                     break
-                spec, sample = items[index]
                 try:
                     start = time.perf_counter()
-                    samples, size = fetcher.whole_file(spec) if sample is None else (1, fetcher.sample(spec, sample))
+                    samples, size = fetcher.read(*items[index])
                     end = time.perf_counter()
                 except Exception as exc:
                     send(_ERROR, payload=_pickled(exc))

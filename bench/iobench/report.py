@@ -13,28 +13,24 @@ import csv
 import logging
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
-import psutil
-
-from bench.iobench import sweep_view
-from bench.iobench.figures import epoch_rows, per_epoch, read_figures
+from bench.iobench.figures import epoch_rows, per_epoch
 from bench.iobench.measured import EpochStats, ReaderResult, Request
-from bench.iobench.result import CachingFigures, StorageMetrics
+from bench.iobench.result import StorageMetrics
 from bench.maths.stats import mean
+from bench.report_view import Sample, View
 from bench.results import read_summary, write_csv
 from bench.runtime.fit_watch import fit_tags
+from bench.runtime.sweep_view import FIT_COLUMNS
 from bench.scenario_base import BaseReport
 
-__all__ = ["StorageReport", "caching_figures", "epoch_rows", "read_figures"]
+if TYPE_CHECKING:
+    import pandas as pd
 
 log = logging.getLogger(__name__)
 
-# MLPerf Storage asks for a dataset of at least 5x the hosts' RAM so the page cache cannot hold it.
-CACHE_SAFE_RAM_MULTIPLE = 5
 REQUEST_FIELDS = ["client", "epoch", "key", "bytes", "latency_ms"]
-
-
 # the record's fields that are also MLflow tags (to filter runs by)
 TAG_FIELDS = (
     "mode",
@@ -48,19 +44,64 @@ TAG_FIELDS = (
     "mlperf_qualifies",
 )
 
+# ---- how a storage run shows in a sweep and in `compare` ----
 
-def caching_figures(dataset_bytes: int, hosts: int = 1) -> CachingFigures:
-    ram = psutil.virtual_memory().total
-    return CachingFigures(
-        dataset_bytes=dataset_bytes,
-        client_ram_bytes=ram,
-        potential_caching=dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * hosts,
-    )
+STORAGE_COLUMNS = [  # a sweep of mode=storage runs (the storage benchmark)
+    ("job", "job", "{}"),
+    ("status", "status", "{}"),
+    ("overrides", "overrides", "{}"),
+    ("workload", "workload", "{}"),
+    ("storage", "storage", "{}"),
+    ("client", "storage_client", "{}"),
+    ("clients", "clients", "{}"),
+    ("MLPerf samples/s", "mlperf_samples_per_second", "{:.1f}"),
+    ("MLPerf MiB/s", "mlperf_mib_per_second", "{:.1f}"),
+    ("MLPerf AU %", "mlperf_au_percent", "{:.1f}"),
+    ("MLPerf pass", "mlperf_au_pass", "{}"),
+    ("samples/s", "samples_per_second", "{:.1f}"),
+    ("read MB/s", "read_mb_per_second", "{:.1f}"),
+    ("latency p50 ms", "latency_ms_p50", "{:.2f}"),
+    ("latency p99 ms", "latency_ms_p99", "{:.2f}"),
+    ("AU mean %", "au_percent_mean", "{:.1f}"),
+    ("AU min %", "au_percent_min", "{:.1f}"),
+    ("AU pass", "au_pass", "{}"),
+    ("caching?", "potential_caching", "{}"),
+    ("ckpt write GB/s", "checkpoint_write_gbps", "{:.2f}"),
+    ("error", "error", "{}"),
+]
+
+# what names a single run in `compare` (prefix, figure, format)
+LABEL_COLUMNS = [("", "workload", "{}"), ("", "storage", "{}"), ("x", "clients", "int")]
+COMPARE_FIGURE = "samples_per_second"  # bench's strict samples/s (warm-up step out), the final line's
+TIMELINE_METRIC = "read_latency_ms"  # the MLflow series of the per-request read latencies
+REPEATS_METRIC = "run_samples_per_second"  # the MLflow series of each measured run's samples/s (storage.runs > 1)
+
+
+def storage_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
+    """A storage sweep's plots (bench.iobench.plots: pandas and matplotlib, imported when drawn)."""
+    from bench.iobench.plots import plot_storage
+
+    return plot_storage(frame, out, title)
+
+
+VIEW = View(
+    # compare: samples/s of each measured run (storage.runs > 1, runs.csv), else the run's own figure;
+    # the per-request latencies overlap across readers and accelerators: not a rate, not sampled
+    sample=Sample(COMPARE_FIGURE, "samples/s"),
+    columns=STORAGE_COLUMNS,
+    optional_columns=FIT_COLUMNS,  # the fit column, when judged
+    plots=storage_plots,
+    label_columns=LABEL_COLUMNS,
+    timeline_metric=TIMELINE_METRIC,
+    repeats_metric=REPEATS_METRIC,
+    named_in_config={"storage.workload.name": "workload", "storage.name": "storage"},
+    shown_config=("mode",),
+)
 
 
 def run_rates(runs: List[Dict[str, Any]]) -> List[float]:
     """samples/s of each measured run (runs.csv's rows), [] with one run: what compare samples."""
-    rates = [row.get(sweep_view.COMPARE_FIGURE) for row in runs]
+    rates = [row.get(COMPARE_FIGURE) for row in runs]
     return [float(r) for r in rates if r not in (None, "")] if len(runs) > 1 else []
 
 
@@ -70,7 +111,7 @@ def _figure(value: Optional[float], unit: str = "", digits: int = 1) -> str:
 
 @dataclass
 class StorageReport(BaseReport):
-    view = sweep_view.VIEW  # what a sweep and compare show of storage runs (bench.iobench.sweep_view)
+    view = VIEW  # what a sweep and compare show of storage runs
     # the per-request file and column the timeline is read back from
     TIMELINE_FILE, TIMELINE_COLUMN = "read_latency.csv", "latency_ms"
 
@@ -109,7 +150,6 @@ class StorageReport(BaseReport):
         """run_summary.json, summary.csv (one row), epochs.csv (accelerator x epoch), clients.csv
         (one row per accelerator), read_latency.csv (one row per measured request), runs.csv
         (one row per measured run) when there were several."""
-        out_dir.mkdir(parents=True, exist_ok=True)
         epochs = [{**row, "run": r.run} for r in self.results for row in epoch_rows([r])]
         requests = [
             {
@@ -163,9 +203,9 @@ class StorageReport(BaseReport):
             tracker.log_metrics(figures, step=epoch)
         if log_series:
             requests = sorted((q for r in self.results for q in r.requests), key=lambda q: q.finished)
-            tracker.log_series(sweep_view.TIMELINE_METRIC, [q.latency_ms for q in requests])
+            tracker.log_series(TIMELINE_METRIC, [q.latency_ms for q in requests])
         if len(self.runs) > 1:  # what compare samples of a storage run read back from MLflow (step = run)
-            tracker.log_series(sweep_view.REPEATS_METRIC, run_rates(self.runs))
+            tracker.log_series(REPEATS_METRIC, run_rates(self.runs))
         tracker.set_tags(
             {**{key: value for key, value in self.metrics.items() if key in TAG_FIELDS}, **fit_tags(self.record.fit)}
         )

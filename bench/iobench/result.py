@@ -1,7 +1,7 @@
 """What a storage-benchmark run reports, typed: the `radix_metrics` contract of mode=storage.
 
 `RunFigures` are one measured run's figures (read phase, evaluation, checkpoints), merged over
-`storage.runs` by bench.iobench.runs; `StorageMetrics` is the whole record: the settings, the
+`storage.runs` by bench.iobench.session; `StorageMetrics` is the whole record: the settings, the
 prepare phase, the (merged) run figures, the caching verdict (each an inline record: its fields
 are written in its place), MLPerf's qualification and the fit-to-measure verdict (every scenario's
 bench.results.FitFigures). Field order is key order in the final line; a None field is left out
@@ -38,7 +38,7 @@ class CachingFigures(Record):
 
 @dataclass(kw_only=True)
 class RunFigures(Record):
-    """One measured run's figures (bench.iobench.figures, bench.iobench.checkpoint_figures)."""
+    """One measured run's figures (bench.iobench.figures, bench.iobench.checkpoint.add_checkpoint_figures)."""
 
     # read phase, MLPerf Storage's account (first step in; pass on the mean AU)
     mlperf_samples_per_second: Optional[float] = None

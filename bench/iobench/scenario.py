@@ -9,18 +9,16 @@ storage.warmup_runs repeat the read and checkpoint phases as MLPerf's harness do
 
 from __future__ import annotations
 
-import logging
 import os
 from pathlib import Path
 from typing import Any, Callable, Optional
 
 from bench.config import BenchConfig
 from bench.config.distributed import DistributedName
-from bench.iobench.reader import uses_processes
+from bench.errors import ConfigError
 from bench.iobench.report import StorageReport
+from bench.runtime.rules import refuse_find_max_batch
 from bench.scenario_base import BaseScenario
-
-log = logging.getLogger(__name__)
 
 
 def clients_of(config: BenchConfig) -> int:
@@ -40,10 +38,25 @@ class StorageScenario(BaseScenario):
         return config.distributed.name == DistributedName.ddp
 
     def check(self, config: BenchConfig) -> None:
-        """mode=storage's config rules (bench.iobench.rules), when the config loads."""
-        from bench.iobench.rules import check_storage
-
-        check_storage(config)
+        """mode=storage's config rules, when the config loads (torch-free): no model runs, so the
+        model-run knobs are refused; an S3 store needs its bucket."""
+        config.storage.check_bucket()
+        if config.benchmark.repeats != 1:  # storage.workload.epochs repeats the read phase; no model runs
+            raise ConfigError(
+                "benchmark.repeats",
+                config.benchmark.repeats,
+                "1 with mode=storage (storage.workload.epochs repeats the read phase)",
+            )
+        if config.profile.enabled:
+            raise ConfigError("profile.enabled", True, "false with mode=storage (no model runs)")
+        if config.train.mlperf_log:  # MLPerf Storage's figures are in the results (mlperf_* keys), not a log
+            raise ConfigError(
+                "train.mlperf_log",
+                True,
+                "false with mode=storage (MLPerf Training's log times a training run; MLPerf Storage's "
+                "figures are in the results)",
+            )
+        refuse_find_max_batch(config)
 
     def preflight(self, config: BenchConfig) -> None:
         from bench.iobench.preflight import check_storage_run
@@ -62,40 +75,9 @@ class StorageScenario(BaseScenario):
             from bench.iobench.ranks import run_as_rank
 
             return run_as_rank(config, ctx, out_dir, heartbeat)
-        from bench.iobench.accelerators import run_accelerators
-        from bench.iobench.prepare import Prepared, prepare_dataset
-        from bench.iobench.session import build_report, drop_dataset_cache, jobs_for, measure
-        from bench.storage.registry import backend
+        from bench.iobench.session import Clients, run_storage
 
-        storage, workload = config.storage, config.storage.workload
-        where = backend(storage)
-        dataset = where.location(out_dir, storage.dataset_dir)
-        store = where.open(dataset)  # S3: one LIST, so a bad bucket/endpoint/credential fails here
-        prepared = (
-            Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset")
-            if workload.checkpoint_only
-            else prepare_dataset(store, workload, storage.prepare, storage.prepare_workers)
-        )
-        log.info(
-            "read: %d files, %d simulated accelerators x %d reader %s, batch %d, computation_time %gs",
-            len(prepared.files),
-            storage.accelerators,
-            workload.read_threads,
-            "processes" if uses_processes(store, prepared.files, workload) else "threads",
-            workload.batch_size,
-            workload.computation_time,
-        )
-        keys = [f.key for f in prepared.files + prepared.eval_files]
-        per_run, results, fit = measure(
-            config,
-            lambda run: run_accelerators(
-                storage, jobs_for(config, prepared, dataset, str(out_dir), storage.accelerators, run)
-            ),
-            lambda run: drop_dataset_cache(store, keys, run),
-        )
-        return build_report(
-            config, prepared, store.url, where.describe(store), per_run, results, storage.accelerators, 1, fit
-        )
+        return run_storage(config, Clients(config, out_dir))
 
     def report(self, outcome: StorageReport, config: BenchConfig) -> StorageReport:
         return outcome

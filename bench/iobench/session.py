@@ -1,58 +1,97 @@
-"""One storage benchmark, whoever runs its clients: the runs (warm-up, then measured), the cache
-dropped between them, and the report built from every client's results.
+"""One storage benchmark, whoever runs its clients: the dataset prepared, the runs (warm-up, then
+measured) with the cache dropped between them, the runs' figures merged, and the report built from
+every client's results.
 
-`run_clients(run)` runs one read (+ checkpoint) phase on every client and returns their results:
-spawned processes on one host (bench.iobench.accelerators), or torch.distributed ranks gathered
-on rank 0 (bench.iobench.ranks, which returns them on rank 0 only).
+The clients are this host's simulated accelerators (`Clients`: spawned processes,
+bench.iobench.accelerators) or torch.distributed ranks (bench.iobench.ranks.Ranks, which gathers
+their results on rank 0 and reports there only).
+
+storage.runs / storage.warmup_runs are MLPerf's harness around the read phase. Warm-up runs are run
+and dropped; the measured runs' figures are merged: rates and percents are the mean over runs
+(MLPerf: "A benchmark result is the mean of 5 run results"), counts add up, minima and maxima stay
+minima and maxima, latency percentiles are taken again over every request of every run, pass flags
+are decided again on the merged figures; the spread of samples/s over the runs is reported beside
+them. Each run draws a new shuffle seed, and the page cache is dropped for the dataset's files
+between runs where the store allows it.
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from dataclasses import fields, replace
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence
+
+import psutil
 
 from bench.config import BenchConfig
-from bench.iobench.checkpoint import drop_cache
-from bench.iobench.checkpoint_figures import add_checkpoint_figures
-from bench.iobench.client import ClientJob, shard
+from bench.iobench.accelerators import ClientJob, run_accelerators
+from bench.iobench.checkpoint import add_checkpoint_figures, drop_cache
 from bench.iobench.figures import client_rows, read_figures
 from bench.iobench.measured import ReaderResult
-from bench.iobench.prepare import Prepared, prepare_figures
+from bench.iobench.prepare import Prepared, prepare_dataset, prepare_figures
 from bench.iobench.qualify import qualification
-from bench.iobench.report import StorageReport, caching_figures
-from bench.iobench.result import RunFigures, StorageMetrics
-from bench.iobench.runs import merge_runs, run_rows
+from bench.iobench.reader import uses_processes
+from bench.iobench.report import StorageReport
+from bench.iobench.result import CachingFigures, RunFigures, StorageMetrics
+from bench.maths.stats import mean, percentile
 from bench.results import FitFigures
 from bench.storage.base import ObjectStore
+from bench.storage.registry import backend
 
 log = logging.getLogger(__name__)
 
+# MLPerf Storage asks for a dataset of at least 5x the hosts' RAM so the page cache cannot hold it.
+CACHE_SAFE_RAM_MULTIPLE = 5
+SUMMED = ("read_samples", "read_bytes", "read_requests", "read_steps")
+LATENCY = {"latency_ms_p50": 50, "latency_ms_p90": 90, "latency_ms_p99": 99}
+# runs.csv: the headline figures of each measured run
+RUN_COLUMNS = (
+    "mlperf_samples_per_second",
+    "mlperf_mib_per_second",
+    "mlperf_au_percent",
+    "samples_per_second",
+    "read_mb_per_second",
+    "au_percent_min",
+    "latency_ms_p99",
+    "checkpoint_store_write_gbps",
+    "checkpoint_store_read_gbps",
+)
+# the settings the record repeats as the workload has them
+WORKLOAD_SETTINGS = ("format", "verify_records", "samples_per_file", "record_size", "batch_size", "read_threads")
 
-def jobs_for(
-    config: BenchConfig,
-    prepared: Prepared,
-    location: str,
-    out_dir: str,
-    clients: int,
-    run: int,
-    only: Optional[int] = None,
-    node: int = 0,
-) -> List[ClientJob]:
-    """Every client's job for one run (or client `only`'s)."""
-    wanted = range(clients) if only is None else [only]
-    return [
-        ClientJob(
-            location,
-            out_dir,
-            i,
-            clients,
-            [f.to_dict() for f in shard(prepared.files, i, clients)],
-            [f.to_dict() for f in shard(prepared.eval_files, i, clients)],
-            run,
-            node,
-        )
-        for i in wanted
-    ]
+
+class Clients:
+    """storage.accelerators simulated accelerators on this host, each a process of this run (one:
+    this process); accelerator i reads files i, i+N, i+2N, ... of the dataset."""
+
+    reporter = True  # this process builds the report
+    node = 0  # this host's index among the run's hosts
+
+    def __init__(self, config: BenchConfig, out_dir: Path):
+        self.config, self.storage = config, config.storage
+        self.count, self.hosts = config.storage.accelerators, 1
+        self.where = backend(self.storage)
+        self.location = self.where.location(out_dir, self.storage.dataset_dir)
+        self.run_dir = str(out_dir)  # the checkpoints go under storage.root, or here
+
+    def prepare(self, store: ObjectStore) -> Prepared:
+        storage = self.storage
+        return prepare_dataset(store, storage.workload, storage.prepare, storage.prepare_workers)
+
+    def job(self, prepared: Prepared, client: int, run: int) -> ClientJob:
+        """What client `client` does in run `run`: its shard of the files and of the eval files."""
+        shard = slice(client, None, self.count)  # client i reads files i, i+N, i+2N, ... (disjoint shards)
+        files, eval_files = prepared.files[shard], prepared.eval_files[shard]
+        return ClientJob(self.location, self.run_dir, client, self.count, files, eval_files, run, self.node)
+
+    def run(self, prepared: Prepared, run: int) -> Optional[List[ReaderResult]]:
+        """One read (+ checkpoint) phase on every client: their results (None where this process
+        does not report)."""
+        return run_accelerators(self.storage, [self.job(prepared, i, run) for i in range(self.count)])
+
+    def drop(self, store: ObjectStore, prepared: Prepared, run: int) -> None:
+        drop_dataset_cache(store, [f.key for f in prepared.files + prepared.eval_files], run)
 
 
 def drop_dataset_cache(store: ObjectStore, keys: Sequence[str], run: int) -> None:
@@ -60,13 +99,35 @@ def drop_dataset_cache(store: ObjectStore, keys: Sequence[str], run: int) -> Non
     log.info("run %d: page cache of %d dataset files dropped: %s", run, len(keys), how)
 
 
-def measure(
-    config: BenchConfig, run_clients: Callable[[int], Optional[List[ReaderResult]]], drop: Callable[[int], None]
-) -> tuple:
+def run_storage(config: BenchConfig, clients: Clients) -> Optional[StorageReport]:
+    """Prepare, read and checkpoint phases, runs times; the report where `clients` report."""
+    workload = config.storage.workload
+    store = clients.where.open(clients.location)  # S3: one LIST, so a bad bucket/endpoint/credential fails here
+    prepared = (
+        Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset")
+        if workload.checkpoint_only
+        else clients.prepare(store)
+    )
+    if clients.reporter:
+        log.info(
+            "read: %d files, %d simulated accelerators on %d host(s) x %d reader %s, batch %d, computation_time %gs",
+            len(prepared.files),
+            clients.count,
+            clients.hosts,
+            workload.read_threads,
+            "processes" if uses_processes(store, prepared.files, workload) else "threads",
+            workload.batch_size,
+            workload.computation_time,
+        )
+    per_run, results, fit = measure(config, clients, store, prepared)
+    return build_report(config, clients, store, prepared, per_run, results, fit) if clients.reporter else None
+
+
+def measure(config: BenchConfig, clients: Clients, store: ObjectStore, prepared: Prepared) -> tuple:
     """(per-run figures, every measured result, the fit-to-measure verdict's fields) of warmup_runs +
-    runs runs; ([], [], {}) off rank 0. The machine is watched (bench.machine.fitness) from the first
-    measured run's start to the last one's end: this process and its accelerator and reader
-    processes are the run's own; any other process's CPU in that time makes the runs unfit."""
+    runs runs; ([], [], {}) where `clients` do not report. The machine is watched (bench.machine.fitness)
+    from the first measured run's start to the last one's end: this process and its accelerator and
+    reader processes are the run's own; any other process's CPU in that time makes the runs unfit."""
     from bench.machine.fitness import MachineWatch
 
     storage = config.storage
@@ -77,12 +138,12 @@ def measure(
     try:
         for run in range(total):
             if run:
-                drop(run)
+                clients.drop(store, prepared, run)
             if total > 1:
                 log.info("run %d of %d (%s)", run + 1, total, "warm-up" if run < storage.warmup_runs else "measured")
             if run == storage.warmup_runs:
                 watch = MachineWatch().start()
-            results = run_clients(run)
+            results = clients.run(prepared, run)
             if results is None or run < storage.warmup_runs:
                 continue
             figures = RunFigures() if storage.workload.checkpoint_only else read_figures(results, storage)
@@ -93,35 +154,85 @@ def measure(
     return per_run, measured, fit if measured else {}
 
 
+def _merged(key: str, values: List[Any]) -> Any:
+    if key in SUMMED:
+        return sum(values)
+    if all(v == values[0] for v in values):  # a setting or a count every run shares (checkpoint_count)
+        return values[0]
+    if key.endswith("_min"):
+        return min(values)
+    if key.endswith("_max"):
+        return max(values)
+    return mean(values)
+
+
+def merge_runs(per_run: Sequence[RunFigures], results: Sequence[ReaderResult]) -> RunFigures:
+    """One set of figures from the measured runs' (`per_run`, in order; `results` of all of them):
+    each figure the last run has, merged over the runs (field by field, whatever the figure)."""
+    if len(per_run) == 1:
+        return replace(per_run[0])
+    merged = RunFigures()
+    for f in fields(RunFigures):
+        last = getattr(per_run[-1], f.name)
+        if last is None:
+            continue
+        values = [value for m in per_run if (value := getattr(m, f.name)) is not None]
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+        setattr(merged, f.name, _merged(f.name, values) if numbers and len(values) == len(per_run) else last)
+    latencies = [q.latency_ms for r in results for q in r.requests]
+    for key, q in LATENCY.items():
+        if getattr(merged, key) is not None:
+            setattr(merged, key, percentile(latencies, q))
+    if merged.latency_ms_mean is not None:
+        merged.latency_ms_mean = mean(latencies)
+    if merged.au_pass is not None:
+        merged.au_pass = all(m.au_pass for m in per_run)  # strict: every run's slowest epoch passes
+    if merged.mlperf_au_percent is not None and merged.au_threshold_percent is not None:
+        merged.mlperf_au_pass = merged.mlperf_au_percent >= merged.au_threshold_percent
+    rates = [m.mlperf_samples_per_second for m in per_run if m.mlperf_samples_per_second is not None]
+    if len(rates) == len(per_run) and (average := mean(rates)):
+        merged.runs_samples_per_second_spread_percent = 100.0 * (max(rates) - min(rates)) / average
+    return merged
+
+
+def run_rows(per_run: Sequence[RunFigures]) -> List[Dict[str, Any]]:
+    """runs.csv: the headline figures of each measured run (an empty cell: none)."""
+    return [
+        {"run": i, **{k: v if (v := getattr(m, k)) is not None else "" for k in RUN_COLUMNS}}
+        for i, m in enumerate(per_run)
+    ]
+
+
+def caching_figures(dataset_bytes: int, hosts: int = 1) -> CachingFigures:
+    ram = psutil.virtual_memory().total
+    return CachingFigures(
+        dataset_bytes=dataset_bytes,
+        client_ram_bytes=ram,
+        potential_caching=dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * hosts,
+    )
+
+
 def build_report(
     config: BenchConfig,
+    clients: Clients,
+    store: ObjectStore,
     prepared: Prepared,
-    store_url: str,
-    client_name: str,
     per_run: List[RunFigures],
     results: List[ReaderResult],
-    clients: int,
-    hosts: int,
-    fit: Optional[Dict[str, Any]] = None,
+    fit: Dict[str, Any],
 ) -> StorageReport:
     storage, workload = config.storage, config.storage.workload
     record = StorageMetrics(
         workload=workload.name,
         storage=storage.name,
-        storage_client=client_name,
-        storage_url=store_url,
-        clients=clients,
-        accelerators=clients,
-        hosts=hosts,
-        format=workload.format,
-        verify_records=workload.verify_records,
+        storage_client=clients.where.describe(store),
+        storage_url=store.url,
+        clients=clients.count,
+        accelerators=clients.count,
+        hosts=clients.hosts,
         read_mode=str(workload.read_mode),
         shuffle=str(workload.shuffle),
         num_files=len(prepared.files),
-        samples_per_file=workload.samples_per_file,
-        record_size=workload.record_size,
-        batch_size=workload.batch_size,
-        read_threads=workload.read_threads,
         readers=next((r.readers for r in results if r.readers), "none"),
         prefetch=workload.prefetch,
         computation_time=workload.computation_time,
@@ -130,11 +241,12 @@ def build_report(
         warmup_runs=storage.warmup_runs,
         prepare=prepare_figures(prepared),
         figures=merge_runs(per_run, results),
-        caching=caching_figures(prepared.total_bytes, hosts),
-        fit=FitFigures.of(fit or {}),
+        caching=caching_figures(prepared.total_bytes, clients.hosts),
+        fit=FitFigures.of(fit),
+        **{key: getattr(workload, key) for key in WORKLOAD_SETTINGS},
     )
     record.mlperf_qualifies, record.mlperf_min_num_files, record.mlperf_not_qualified_because = qualification(
-        record.figures, storage, clients, hosts
+        record.figures, storage, clients.count, clients.hosts
     )
     prepare = {"reason": prepared.reason, "files": len(prepared.files), "eval_files": len(prepared.eval_files)}
     if prepared.written_by_client:

@@ -17,6 +17,8 @@ import re
 from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterable, List, Mapping, Optional, Tuple
 
+import psutil
+
 from bench.config.storage import StorageLocation
 from bench.machine.writable import check_writable_dir
 from bench.storage.base import ObjectStore
@@ -25,16 +27,6 @@ log = logging.getLogger(__name__)
 
 ALIGN = 4096
 STALE_TMP = re.compile(r"^.+\.tmp(\d+)$")  # put_with's temporary: <name>.tmp<pid of the writer>
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process: alive
-        return True
-    return True
 
 
 def remove_stale_temporaries(root: Path, recursive: bool = True) -> List[Path]:
@@ -48,7 +40,7 @@ def remove_stale_temporaries(root: Path, recursive: bool = True) -> List[Path]:
     for path in (root.rglob if recursive else root.glob)("*.tmp*"):
         match = STALE_TMP.match(path.name)
         pid = int(match.group(1)) if match else None
-        if pid is not None and pid != os.getpid() and path.is_file() and not _alive(pid):
+        if pid is not None and pid != os.getpid() and path.is_file() and not psutil.pid_exists(pid):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed

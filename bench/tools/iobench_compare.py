@@ -34,9 +34,9 @@ from typing import Callable, List, Sequence
 from bench.analysis.rounds import Rounds, alternate
 from bench.config import compose
 from bench.config.storage import PrepareMode, StorageConfig, StorageWorkloadConfig
+from bench.iobench.formats.base import FileSpec
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
-from bench.iobench.workload import FileSpec
 from bench.machine.writable import writable_dir_refusal
 from bench.storage.base import ObjectStore
 from bench.storage.local import LocalStore

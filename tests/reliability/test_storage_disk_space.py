@@ -208,7 +208,7 @@ def test_the_checkpoint_phase_checks_the_space_again_before_it_writes(small_disk
 
     disk = small_disk("size=20m")
     (disk / "filler").write_bytes(b"\0" * 15 * MIB)
-    checkpointer = Checkpointer(LocalStore(disk / "iobench-checkpoints"), "checkpoint.pt", 1.0, 0, False)
+    checkpointer = Checkpointer(LocalStore(disk / "iobench-checkpoints"), "checkpoint.pt", 1.0, 0)
     how, error = run_checkpoints(checkpointer, 5, lambda: None)
     assert error is not None and error.startswith(
         f"5 checkpoint(s) of 1.1 MB needs 5.3 MB on {disk}/iobench-checkpoints; "

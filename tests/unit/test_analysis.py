@@ -22,7 +22,7 @@ from bench.analysis.render import keep_varying_overrides, render_markdown, rende
 from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, read_sweep_dir
 from bench.analysis.scaling import add_scaling, configuration_key, configuration_keys
 from bench.errors import ReportError
-from bench.iobench.sweep_view import STORAGE_COLUMNS
+from bench.iobench.report import STORAGE_COLUMNS
 from bench.train.sweep_view import TRAINING_COLUMNS
 
 TRAINING_HEADERS = [header for header, _, _ in TRAINING_COLUMNS]

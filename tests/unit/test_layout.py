@@ -215,7 +215,6 @@ RESULT_SERIALISERS = {
     "bench/runtime/sweep_view.py",
     "bench/train/sweep_view.py",
     "bench/infer/sweep_view.py",
-    "bench/iobench/sweep_view.py",
     "bench/train/repeats.py",
     "bench/data/loader.py",
     "bench/data/prepare.py",

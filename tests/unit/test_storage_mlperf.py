@@ -10,14 +10,13 @@ from dataclasses import replace
 import pytest
 
 from bench.config import compose
-from bench.iobench.checkpoint import Checkpointer, checkpoint_key, run_checkpoints
-from bench.iobench.checkpoint_figures import add_checkpoint_figures
+from bench.iobench.checkpoint import Checkpointer, add_checkpoint_figures, checkpoint_key, run_checkpoints
 from bench.iobench.figures import client_rows, epoch_rows, read_figures
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.qualify import dataset_size, qualification
 from bench.iobench.report import StorageReport
 from bench.iobench.result import RunFigures, StorageMetrics
-from bench.iobench.runs import merge_runs
+from bench.iobench.session import merge_runs
 from bench.storage.local import LocalStore
 
 RECORD = 114660  # MLPerf's ResNet-50 record: MiB of it are not MB
@@ -184,7 +183,7 @@ def test_checkpoint_figures_take_the_slowest_client_and_keep_serialisation_apart
 def test_checkpoints_are_written_then_the_cache_dropped_then_read_back(tmp_path):
     store = LocalStore(tmp_path, fsync=True)
     syncs = []
-    checkpointer = Checkpointer(store, "checkpoint.pt", 1.0, client=1, shared=True)
+    checkpointer = Checkpointer(store, "checkpoint.pt", 1.0, client=1, writers=2)
     how, error = run_checkpoints(checkpointer, 2, lambda: syncs.append(1))
     assert error is None and how == "posix_fadvise_dontneed" and len(syncs) == 3
     assert sorted(p.name for p in tmp_path.iterdir()) == ["checkpoint-0.rank1.pt", "checkpoint-1.rank1.pt"]
@@ -197,7 +196,7 @@ def test_checkpoints_are_written_then_the_cache_dropped_then_read_back(tmp_path)
             raise OSError(28, "No space left on device")
 
     syncs.clear()
-    how, error = run_checkpoints(Checkpointer(FullDisk(tmp_path), "c.pt", 1.0, 0, False), 1, lambda: syncs.append(1))
+    how, error = run_checkpoints(Checkpointer(FullDisk(tmp_path), "c.pt", 1.0, 0), 1, lambda: syncs.append(1))
     # the barriers still line up; a full disk names the file (issue 18)
     assert error == f"no space left on {tmp_path}/c.pt (No space left on device)" and len(syncs) == 3
     assert run_checkpoints(None, 3, lambda: syncs.append(1)) == ("", None)  # a client that writes nothing syncs

@@ -10,11 +10,12 @@ import pytest
 
 from bench.config import compose
 from bench.config.storage import StorageConfig
+from bench.iobench.figures import read_figures
 from bench.iobench.formats.base import CorruptFile
-from bench.iobench.prepare import DatasetMissing, prepare_dataset, prepare_figures
-from bench.iobench.reader import EpochStats, ReaderResult, Request, run_reader
-from bench.iobench.report import read_figures
-from bench.iobench.workload import decode_samples, encode, plan_files
+from bench.iobench.formats.registry import format_for
+from bench.iobench.measured import EpochStats, ReaderResult, Request
+from bench.iobench.prepare import DatasetMissing, encode_file, plan_files, prepare_dataset, prepare_figures
+from bench.iobench.reader import run_reader
 from bench.storage.local import LocalStore
 
 SMALL = {
@@ -88,10 +89,10 @@ def test_prepare_never_on_an_empty_store(tmp_path):
 @pytest.mark.parametrize("fmt", ["raw", "npz"])
 def test_formats_round_trip_and_catch_short_files(fmt):
     spec = plan_files(workload(num_files=2, format=fmt))[0]
-    data = encode(spec, fmt, seed=0)
-    assert decode_samples(data, spec, fmt) == 4
+    data = encode_file(spec, fmt, seed=0)[0]
+    assert format_for(fmt).check_file(memoryview(data), spec) == 4
     with pytest.raises(CorruptFile):
-        decode_samples(data[:-10], spec, fmt)
+        format_for(fmt).check_file(memoryview(data[:-10]), spec)
 
 
 def test_record_size_stdev_varies_per_file_and_is_reproducible():

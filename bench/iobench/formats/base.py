@@ -8,8 +8,8 @@ works on a memoryview of a reused buffer: no copy of the data on the way.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, replace
-from typing import Any, Dict, Optional, Protocol, Tuple
+from dataclasses import dataclass, replace
+from typing import Optional, Protocol, Tuple
 
 
 @dataclass(frozen=True)
@@ -21,9 +21,6 @@ class FileSpec:
     size: int = 0  # bytes on the store, known once written (headers and framing included)
     offset: int = 0  # where sample 0 starts in the file
     stride: int = 0  # bytes from one sample's start to the next's (0: record_size)
-
-    def to_dict(self) -> Dict[str, Any]:
-        return asdict(self)
 
     def written(self, size: int, offset: int = 0, stride: int = 0) -> "FileSpec":
         return replace(self, size=size, offset=offset, stride=stride or self.record_size)
@@ -59,7 +56,7 @@ class LengthCheck:
 class Format:
     name = ""
     extension = "bin"
-    # what the format adds on disk, for the free-space check before any write (bench.iobench.diskplan):
+    # what the format adds on disk, for the free-space check before any write (bench.iobench.preflight):
     # bytes per file (headers, an index) and per sample (framing); the defaults are a generous guess
     overhead_per_file = 4096
     overhead_per_sample = 64

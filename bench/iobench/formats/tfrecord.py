@@ -2,16 +2,20 @@
 
 Each record is framed as
     uint64 length (little-endian) | uint32 masked CRC-32C of those 8 bytes | data | uint32 masked CRC-32C of data
-and both checksums are verified on every read (a whole file, or one record read on its own).
+and both checksums are verified on every read (a whole file, or one record read on its own), by
+one checker fed the bytes as they come (FrameStream).
 CRC-32C (Castagnoli) comes from the `crc32c` package (hardware instructions, no copy of the
-buffer); without it, a table-driven fallback (correct, slow).
+buffer; a dependency of bench).
 """
 
 from __future__ import annotations
 
 import struct
+from dataclasses import replace
 from functools import lru_cache
-from typing import Callable, List, Optional, Tuple
+from typing import Optional, Tuple
+
+from crc32c import crc32c
 
 from bench.iobench.formats.base import CorruptFile, FileSpec, Format, StreamCheck
 
@@ -19,38 +23,6 @@ HEADER, FOOTER = 12, 4  # length + its CRC; the data's CRC
 MASK_DELTA = 0xA282EAD8
 _LENGTH = struct.Struct("<QI")
 _CRC = struct.Struct("<I")
-
-
-def _table() -> List[int]:
-    table = []
-    for byte in range(256):
-        crc = byte
-        for _ in range(8):
-            crc = (crc >> 1) ^ 0x82F63B78 if crc & 1 else crc >> 1
-        table.append(crc)
-    return table
-
-
-def crc32c_by_table(data: bytes | memoryview, value: int = 0) -> int:
-    """CRC-32C of `data`, continuing from `value` (the CRC of what came before)."""
-    table, crc = _TABLE, value ^ 0xFFFFFFFF
-    for byte in bytes(data):
-        crc = table[(crc ^ byte) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
-
-
-_TABLE = _table()
-
-
-def _fast_crc32c() -> Callable[..., int]:
-    try:
-        from crc32c import crc32c
-    except ImportError:  # pragma: no cover - the package is a dependency; this keeps the format working without it
-        return crc32c_by_table
-    return crc32c
-
-
-crc32c = _fast_crc32c()
 
 
 def mask(crc: int) -> int:
@@ -71,22 +43,6 @@ def length_crc(length: int) -> int:
     """The masked CRC-32C of a record's 8-byte length field: a function of the length alone, so a
     file's records (all of one size) have it computed once, not once per record."""
     return masked_crc(struct.pack("<Q", length))
-
-
-def read_frame(data: memoryview, at: int, key: str) -> Tuple[memoryview, int]:
-    """The record framed at `at` and where the next frame starts; raises CorruptFile."""
-    if at + HEADER > len(data):
-        raise CorruptFile(f"{key}: a record header cut short at byte {at}")
-    length, stored = _LENGTH.unpack_from(data, at)
-    if length_crc(length) != stored:
-        raise CorruptFile(f"{key}: bad length checksum of the record at byte {at}")
-    end = at + HEADER + length
-    if end + FOOTER > len(data):
-        raise CorruptFile(f"{key}: the record at byte {at} is cut short")
-    record = data[at + HEADER : end]
-    if masked_crc(record) != _CRC.unpack_from(data, end)[0]:
-        raise CorruptFile(f"{key}: bad data checksum of the record at byte {at}")
-    return record, end + FOOTER
 
 
 class FrameStream:
@@ -168,20 +124,12 @@ class TFRecordFormat(Format):
         return FrameStream(spec)
 
     def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
-        at, records = 0, 0
-        while at < len(data):
-            record, at = read_frame(data, at, spec.key)
-            if len(record) != spec.record_size:
-                raise CorruptFile(f"{spec.key}: a record of {len(record)} bytes, expected {spec.record_size}")
-            records += 1
-        if records != spec.samples:
-            raise CorruptFile(f"{spec.key}: {records} records, expected {spec.samples}")
-        return records
+        stream = FrameStream(spec)  # a file read whole is checked as one streamed through a buffer is
+        stream.feed(data)
+        return stream.finish()
 
     def sample_span(self, spec: FileSpec, sample: int) -> Tuple[int, int]:
         return sample * spec.stride, spec.stride
 
     def check_sample(self, data: memoryview, spec: FileSpec, decode: bool = False) -> None:
-        record, end = read_frame(data, 0, spec.key)
-        if len(record) != spec.record_size or end != len(data):
-            raise CorruptFile(f"{spec.key}: a record of {len(record)} bytes, expected {spec.record_size}")
+        self.check_file(data, replace(spec, samples=1))  # one whole frame

@@ -3,7 +3,7 @@ the endpoint check every S3 store makes first, whatever its client."""
 
 from __future__ import annotations
 
-from typing import Any, Iterator, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from bench.storage.s3.settings import S3Settings, S3Store
 
@@ -51,40 +51,23 @@ class Boto3Store(S3Store):
         return code in ("NoSuchKey", "404", "NotFound")
 
     def _get(self, key: str, **extra: Any) -> bytes:
-        response = self._client.get_object(Bucket=self.settings.bucket, Key=self.settings.key(key), **extra)
-        return response["Body"].read()
+        return self._client.get_object(Bucket=self.settings.bucket, Key=self.settings.key(key), **extra)["Body"].read()
 
-    def get(self, key: str) -> bytes:
-        return self._call("GET", key, lambda: self._get(key))
+    def _get_range(self, key: str, start: int, length: int) -> bytes:
+        return self._get(key, Range=f"bytes={start}-{start + length - 1}")
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        return self._call("GET", key, lambda: self._get(key, Range=f"bytes={start}-{start + length - 1}"))
+    def _put(self, key: str, data: bytes) -> None:
+        self._client.put_object(Bucket=self.settings.bucket, Key=self.settings.key(key), Body=data)
 
-    def put(self, key: str, data: bytes) -> None:
-        self._call(
-            "PUT",
-            key,
-            lambda: self._client.put_object(Bucket=self.settings.bucket, Key=self.settings.key(key), Body=data),
+    def _list(self, prefix: str) -> List[Tuple[str, int]]:
+        pages = self._client.get_paginator("list_objects_v2").paginate(
+            Bucket=self.settings.bucket, Prefix=self.settings.list_prefix(prefix)
         )
+        found = [(obj["Key"], obj["Size"]) for page in pages for obj in page.get("Contents", [])]
+        return self.settings.relative_sorted(found)
 
-    def _pages(self, prefix: str) -> Iterator[dict]:
-        paginator = self._client.get_paginator("list_objects_v2")
-        return paginator.paginate(Bucket=self.settings.bucket, Prefix=self.settings.list_prefix(prefix))
-
-    def list(self, prefix: str = "") -> List[Tuple[str, int]]:
-        def run() -> List[Tuple[str, int]]:
-            found = [(obj["Key"], obj["Size"]) for page in self._pages(prefix) for obj in page.get("Contents", [])]
-            return self.settings.relative_sorted(found)
-
-        return self._call("LIST", prefix, run, missing_key=False)
-
-    def delete(self, key: str) -> None:
-        self._call(
-            "DELETE",
-            key,
-            lambda: self._client.delete_object(Bucket=self.settings.bucket, Key=self.settings.key(key)),
-            missing_key=False,
-        )
+    def _delete(self, key: str) -> None:
+        self._client.delete_object(Bucket=self.settings.bucket, Key=self.settings.key(key))
 
     def _head(self, key: str) -> Any:
         return self._client.head_object(Bucket=self.settings.bucket, Key=self.settings.key(key))

@@ -47,26 +47,21 @@ class ObstoreStore(S3Store):
     def _missing(self, exc: BaseException) -> bool:
         return isinstance(exc, FileNotFoundError)
 
-    def get(self, key: str) -> bytes:
-        return self._call("GET", key, lambda: bytes(self._obstore.get(self._store, key).bytes()))
+    def _get(self, key: str) -> bytes:
+        return bytes(self._obstore.get(self._store, key).bytes())
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        return self._call(
-            "GET", key, lambda: bytes(self._obstore.get_range(self._store, key, start=start, length=length))
-        )
+    def _get_range(self, key: str, start: int, length: int) -> bytes:
+        return bytes(self._obstore.get_range(self._store, key, start=start, length=length))
 
-    def put(self, key: str, data: bytes) -> None:
-        self._call("PUT", key, lambda: self._obstore.put(self._store, key, data))
+    def _put(self, key: str, data: bytes) -> None:
+        self._obstore.put(self._store, key, data)
 
-    def list(self, prefix: str = "") -> List[Tuple[str, int]]:
-        def run() -> List[Tuple[str, int]]:
-            stream = self._obstore.list(self._store, prefix=prefix or None)
-            return sorted((meta["path"], meta["size"]) for meta in stream.collect())
+    def _list(self, prefix: str) -> List[Tuple[str, int]]:
+        stream = self._obstore.list(self._store, prefix=prefix or None)
+        return sorted((meta["path"], meta["size"]) for meta in stream.collect())
 
-        return self._call("LIST", prefix, run, missing_key=False)
-
-    def delete(self, key: str) -> None:
-        self._call("DELETE", key, lambda: self._obstore.delete(self._store, key), missing_key=False)
+    def _delete(self, key: str) -> None:
+        self._obstore.delete(self._store, key)
 
     def _head(self, key: str) -> Any:
         return self._obstore.head(self._store, key)

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import re
 import threading
 import time
 from dataclasses import dataclass
@@ -33,34 +34,23 @@ NO_BUCKET = "the bucket does not exist"
 DENIED = "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
 UNANSWERED = "the endpoint took the connection but did not answer in time"
 MAX_BACKOFF_S = 5.0  # between tries: 0.1 s, doubled each time, at most this
-# Phrases in the clients' error texts, mapped to what the user should hear.
+# Phrases in the clients' error texts (any case), mapped to what the user should hear.
 _REASONS = (
-    (("NoSuchBucket", "bucket does not exist"), NO_BUCKET),
-    (("Read timeout", "ReadTimeout"), UNANSWERED),
+    (re.compile("NoSuchBucket|bucket does not exist", re.IGNORECASE), NO_BUCKET),
+    (re.compile("Read timeout|ReadTimeout", re.IGNORECASE), UNANSWERED),
     (
-        (
-            "InvalidAccessKeyId",
-            "SignatureDoesNotMatch",
-            "AccessDenied",
-            "403 Forbidden",
-            "ExpiredToken",
-            "Unauthenticated",
-            "PermissionDenied",
-            "credentials",
+        re.compile(
+            "InvalidAccessKeyId|SignatureDoesNotMatch|AccessDenied|403 Forbidden|ExpiredToken|Unauthenticated|"
+            "PermissionDenied|credentials",
+            re.IGNORECASE,
         ),
         DENIED,
     ),
     (
-        (
-            "error sending request",
-            "CONNECTION_REFUSED",
-            "Connection refused",
-            "Could not connect",
-            "Connect timeout",
-            "timed out",
-            "dns error",
-            "Name or service not known",
-            "HOST_NOT_FOUND",
+        re.compile(
+            "error sending request|CONNECTION_REFUSED|Connection refused|Could not connect|Connect timeout|timed out|"
+            "dns error|Name or service not known|HOST_NOT_FOUND",
+            re.IGNORECASE,
         ),
         "the endpoint cannot be reached",
     ),
@@ -87,15 +77,8 @@ class S3Settings:
 
     @classmethod
     def from_config(cls, bucket: str, prefix: str, storage: StorageLocation) -> "S3Settings":
-        return cls(
-            bucket=bucket,
-            prefix=prefix,
-            endpoint=storage.endpoint or None,
-            region=storage.region,
-            max_attempts=storage.max_attempts,
-            timeout_s=storage.timeout_s,
-            connect_timeout_s=storage.connect_timeout_s,
-        )
+        endpoint, region = storage.endpoint or None, storage.region
+        return cls(bucket, prefix, endpoint, region, storage.max_attempts, storage.timeout_s, storage.connect_timeout_s)
 
     @property
     def url(self) -> str:
@@ -123,10 +106,7 @@ class S3Settings:
 
 def _reason(exc: BaseException) -> Optional[str]:
     text = str(exc).split("Debug source:")[0]  # obstore appends its config (retry_timeout: ...)
-    for phrases, reason in _REASONS:
-        if any(p.lower() in text.lower() for p in phrases):
-            return reason
-    return None
+    return next((reason for phrases, reason in _REASONS if phrases.search(text)), None)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -145,8 +125,7 @@ class S3Store:
         self.url = settings.url
         self.mode = self.client_name
 
-    def _missing(self, exc: BaseException) -> bool:
-        raise NotImplementedError
+    _missing: Callable[[BaseException], bool]  # is this client's exception a missing key?
 
     def _call(self, operation: str, key: str, action: Callable[[], T], missing_key: Optional[bool] = True) -> T:
         attempts = 1 if self.retries_itself else self.settings.max_attempts
@@ -173,6 +152,26 @@ class S3Store:
                 time.sleep(pause)
         raise AssertionError("unreachable")  # the last try returned or raised
 
+    # the ObjectStore operations, through _call; each client writes the raw ones (_get, _put, ...)
+    _get: Callable[[str], bytes]
+    _get_range: Callable[[str, int, int], bytes]
+    _put: Callable[[str, bytes], object]
+    _list: Callable[[str], List[Tuple[str, int]]]  # (key, size) under the prefix, sorted
+    _delete: Callable[[str], object]
+    _head: Callable[[str], object]
+
+    def get(self, key: str) -> bytes:
+        return self._call("GET", key, lambda: self._get(key))
+
+    def get_range(self, key: str, start: int, length: int) -> bytes:
+        return self._call("GET", key, lambda: self._get_range(key, start, length))
+
+    def put(self, key: str, data: bytes) -> None:
+        self._call("PUT", key, lambda: self._put(key, data))
+
+    def list(self, prefix: str = "") -> List[Tuple[str, int]]:
+        return self._call("LIST", prefix, lambda: self._list(prefix), missing_key=False)
+
     def exists(self, key: str) -> bool:
         try:
             self._call("HEAD", key, lambda: self._head(key))
@@ -180,24 +179,8 @@ class S3Store:
             return False
         return True
 
-    # the ObjectStore operations, each client's own
-    def get(self, key: str) -> bytes:
-        raise NotImplementedError
-
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        raise NotImplementedError
-
-    def put(self, key: str, data: bytes) -> None:
-        raise NotImplementedError
-
-    def list(self, prefix: str = "") -> List[Tuple[str, int]]:
-        raise NotImplementedError
-
     def delete(self, key: str) -> None:
-        raise NotImplementedError
-
-    def _head(self, key: str) -> object:
-        raise NotImplementedError
+        self._call("DELETE", key, lambda: self._delete(key), missing_key=False)
 
 
 def require_credentials(settings: S3Settings) -> None:

@@ -33,43 +33,25 @@ class S3TorchConnectorStore(S3Store):
     def _missing(self, exc: BaseException) -> bool:
         return any(phrase in str(exc) for phrase in ("object was not found", "key does not exist", "NoSuchKey"))
 
-    def get(self, key: str) -> bytes:
-        return self._call(
-            "GET", key, lambda: self._client.get_object(self.settings.bucket, self.settings.key(key)).read()
-        )
+    def _get(self, key: str) -> bytes:
+        return self._client.get_object(self.settings.bucket, self.settings.key(key)).read()
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        def run() -> bytes:
-            reader = self._client.get_object(
-                self.settings.bucket, self.settings.key(key), reader_constructor=self._ranged
-            )
-            reader.seek(start)
-            return reader.read(length)
+    def _get_range(self, key: str, start: int, length: int) -> bytes:
+        reader = self._client.get_object(self.settings.bucket, self.settings.key(key), reader_constructor=self._ranged)
+        reader.seek(start)
+        return reader.read(length)
 
-        return self._call("GET", key, run)
+    def _put(self, key: str, data: bytes) -> None:
+        writer = self._client.put_object(self.settings.bucket, self.settings.key(key))
+        writer.write(data)
+        writer.close()
 
-    def put(self, key: str, data: bytes) -> None:
-        def run() -> None:
-            writer = self._client.put_object(self.settings.bucket, self.settings.key(key))
-            writer.write(data)
-            writer.close()
+    def _list(self, prefix: str) -> List[Tuple[str, int]]:
+        pages = self._client.list_objects(self.settings.bucket, self.settings.list_prefix(prefix))
+        return self.settings.relative_sorted([(o.key, o.size) for page in pages for o in page.object_info])
 
-        self._call("PUT", key, run)
-
-    def list(self, prefix: str = "") -> List[Tuple[str, int]]:
-        def run() -> List[Tuple[str, int]]:
-            pages = self._client.list_objects(self.settings.bucket, self.settings.list_prefix(prefix))
-            return self.settings.relative_sorted([(o.key, o.size) for page in pages for o in page.object_info])
-
-        return self._call("LIST", prefix, run, missing_key=False)
-
-    def delete(self, key: str) -> None:
-        self._call(
-            "DELETE",
-            key,
-            lambda: self._client.delete_object(self.settings.bucket, self.settings.key(key)),
-            missing_key=False,
-        )
+    def _delete(self, key: str) -> None:
+        self._client.delete_object(self.settings.bucket, self.settings.key(key))
 
     def _head(self, key: str) -> Any:
         return self._client.head_object(self.settings.bucket, self.settings.key(key))
