@@ -111,7 +111,7 @@ def log_scaling_to_runs(frame: "pd.DataFrame", client: Any) -> None:
     compares them; rows without a run id or without a speedup are skipped."""
     from mlflow.entities import Metric
 
-    from bench.analysis.runs import absent
+    from bench.analysis.cells import absent
 
     now = int(time.time() * 1000)
     for row in frame.to_dict("records"):

@@ -224,8 +224,9 @@ def main_rerun(args: argparse.Namespace) -> int:
     """--rerun N: the verdict from fresh processes of both configs (bench.tools.compare_rerun).
     SIGTERM or Ctrl-C stops the running child (it gets SIGTERM if this process is killed) and
     ends with one line, exit 143 / 130."""
+    from bench.analysis.rerun_verdict import as_comparison
     from bench.machine.children import sigterm_raises
-    from bench.tools.compare_rerun import ORDER, as_comparison, check_rounds, label, rerun_compare, rerun_overrides
+    from bench.tools.compare_rerun import ORDER, check_rounds, label, rerun_compare, rerun_overrides
 
     out = args.out or Path("compare")
     try:
@@ -240,10 +241,8 @@ def main_rerun(args: argparse.Namespace) -> int:
             for line in (moved, f"compare: {SAME.format('run')} ({args.baseline}): {then}" if same else ""):
                 if line:
                     print(line, file=sys.stderr, flush=True)
-            measured, result = rerun_compare(
-                args.baseline, args.candidate, args.rerun, threshold, out, args.judge_unfit
-            )
-            comparison = as_comparison(measured, result, label(args.baseline, args.candidate), threshold)
+            result = rerun_compare(args.baseline, args.candidate, args.rerun, threshold, out, args.judge_unfit)
+            comparison = as_comparison(result, label(args.baseline, args.candidate), threshold)
             notes = [said_same(comparison, args.baseline, then)] if same else []
             title = f"{args.candidate} vs {args.baseline}, {args.rerun} rounds of {ORDER} in fresh processes"
             files = write_outputs(comparison, out, title, notes)

@@ -28,14 +28,12 @@ from typing import Callable, Dict, List, Optional, Tuple
 import yaml
 from tqdm import tqdm
 
-from bench.analysis.rerun_verdict import SAME, SLOWER, RerunVerdict, judge, noise_floor, with_fitness
-from bench.analysis.rounds import Rounds, alternate
-from bench.analysis.verdicts import Comparison, Pair
+from bench.analysis.rerun_verdict import judge, unfit_sides
+from bench.analysis.rounds import alternate
+from bench.analysis.verdicts import Pair, with_fitness
 from bench.errors import ReportError
 from bench.machine.children import run_child
 from bench.machine.fitness import unfit_reason
-
-__all__ = ["MAX_ROUNDS", "ORDER", "SAME", "SLOWER", "check_rounds", "judge", "noise_floor", "rerun_compare"]
 
 RERUN_TIMEOUT_S = 3600  # one run of the config, however large: a hang guard only
 MAX_ROUNDS = 20  # 4 fresh processes a round: 80 at most (more rounds narrow the interval slowly)
@@ -101,8 +99,9 @@ def rerun_compare(
     judge_unfit: bool = False,
     echo: Callable[[str], None] = _print,
     runner: Runner = run_once,
-) -> Tuple[Rounds, RerunVerdict]:
-    """Both configs run again, interleaved, `rounds` rounds: the figures and the verdict on candidate / baseline."""
+) -> Pair:
+    """Both configs run again, interleaved, `rounds` rounds: the verdict on candidate / baseline, with
+    each round's figures (bench.analysis.rerun_verdict.judge)."""
     check_rounds(rounds)
     sides = {"baseline": rerun_overrides(baseline, "baseline"), "candidate": rerun_overrides(candidate, "candidate")}
     counts = {name: 0 for name in sides}
@@ -129,32 +128,7 @@ def rerun_compare(
         measured = alternate({name: measure(name) for name in sides}, rounds, warmup=0, unit="images/s", echo=echo)
     finally:
         bar.close()
-    return measured, with_fitness(judge(measured, threshold), unfit, counts, judge_unfit)
-
-
-def as_comparison(measured: Rounds, result: RerunVerdict, label: str, threshold: float) -> Comparison:
-    """The rerun as a plain compare's one pair, for its page (bench.tools.compare_output): the paired
-    ratio with each round's figures (each side's mean of its two runs), whose ratios it is the median of."""
-    rounds = list(zip(measured.per_round["baseline"], measured.per_round["candidate"], strict=True))
-    pair = Pair(
-        label,
-        None,
-        None,
-        None,
-        None,
-        result.ratio,
-        result.low,
-        result.high,
-        "rounds",
-        result.verdict,
-        result.why,
-        result.reasons,
-        "images/s",
-        f"candidate / baseline, paired: the median of the ratios of {len(rounds)} rounds of fresh processes",
-        rounds,
-        result.noise_floor,
-    )
-    return Comparison([pair], threshold, band=(1 / (1 + threshold), 1 + threshold))  # rerun_verdict's band
+    return with_fitness(judge(measured, threshold), unfit_sides(unfit, counts), judge_unfit)
 
 
 def label(baseline: str, candidate: str) -> str:
