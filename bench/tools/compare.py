@@ -59,9 +59,8 @@ from bench.machine.writable import writable_dir_refusal
 from bench.output_redaction import install as redact_output
 from bench.secrets import redact
 from bench.tools.compare_output import log_to_mlflow, own_folder, render_text, verdict_lines, write_outputs
-from bench.tools.report import default_tracking_uri
 from bench.tracking.probe import store_problem
-from bench.tracking.store import sqlite_path
+from bench.tracking.store import resolve_tracking_uri, sqlite_path
 
 log = logging.getLogger("bench")
 EXIT_UNJUDGED = 3  # nothing slower, but a side was not fit to measure (or, with --rerun, the noise too large)
@@ -177,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_CONFIG
     if args.rerun is not None:
         return main_rerun(args)
-    uri = args.tracking_uri or default_tracking_uri()
+    uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())
     try:
         threshold = parse_threshold(args.threshold)
         base_mlflow, cand_mlflow = is_run_id("baseline", args.baseline), is_run_id("candidate", args.candidate)

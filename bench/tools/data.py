@@ -129,21 +129,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             from bench.tools.loader_benchmark import report, run
 
             check_writable_dir("--dir", args.dir)
-            rates = run(
-                args.images,
-                args.classes,
-                args.workers,
-                args.batch_size,
-                args.rounds,
-                args.batches,
-                args.warmup,
-                args.image_size,
-                args.shard_image_size,
-                args.shard_size,
-                args.dir,
-                args.loaders.split(","),
-            )
-            print(report(rates), flush=True)
+            print(report(run(args)), flush=True)
     except Interrupted as exc:  # the pool's processes were ended with it
         print(
             f"[ERROR] {args.command} stopped by {exc.signal_name}: its workers were ended; what was written "
