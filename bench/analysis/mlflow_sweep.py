@@ -31,13 +31,13 @@ def read_mlflow_sweep(
             f"{argument} {parent_run_id} is neither a directory nor a run in the MLflow store at "
             f"{tracking_uri} ({type(exc).__name__})"
         ) from None
-    runs = client.search_runs(
+    children = client.search_runs(
         experiment_ids=[parent.info.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{parent_run_id}'",
         order_by=["attributes.start_time ASC"],
         max_results=10000,
     )
-    runs = list(runs) or ([parent] if single else [])
+    runs = list(children) or ([parent] if single else [])
     if not runs:
         raise ReportError(f"MLflow run {parent_run_id} has no child runs: pass the parent run of a sweep")
     return frame_from_records([_record(client, run) for run in runs])
