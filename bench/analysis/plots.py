@@ -41,16 +41,10 @@ def draw_line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
     if not points:
         return
     xs, ys = [float(p[x]) for p in points], [float(p[y]) for p in points]
-    spread = [(p.get(f"{y}_min"), p.get(f"{y}_max")) for p in points]
+    spread: List[Tuple[Any, Any]] = [(p.get(f"{y}_min"), p.get(f"{y}_max")) for p in points]
     if any(not absent(low) for low, _ in spread):  # the repeats' spread (images/s of benchmark.repeats)
-        below = [
-            0.0 if low is None or absent(low) else max(0.0, v - float(low))
-            for v, (low, _) in zip(ys, spread, strict=True)
-        ]
-        above = [
-            0.0 if high is None or absent(high) else max(0.0, float(high) - v)
-            for v, (_, high) in zip(ys, spread, strict=True)
-        ]
+        below = [0.0 if absent(low) else max(0.0, v - float(low)) for v, (low, _) in zip(ys, spread, strict=True)]
+        above = [0.0 if absent(high) else max(0.0, float(high) - v) for v, (_, high) in zip(ys, spread, strict=True)]
         ax.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=4, label=f"{label} (bars: repeats' min-max)")
         return
     ax.plot(xs, ys, marker="o", label=label)

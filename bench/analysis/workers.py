@@ -93,26 +93,11 @@ def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> Optional[Pat
     for pick in picks:
         label = pick.group or "images/s"
         ax.plot([p.workers for p in pick.points], [p.images_per_second for p in pick.points], marker="o", label=label)
-        ax.plot(
-            [pick.pick.workers],
-            [pick.pick.images_per_second],
-            marker="o",
-            markersize=14,
-            fillstyle="none",
-            color="black",
-            linestyle="none",
-            label=f"the pick: {pick.pick.workers} workers",
-        )
+        circled = f"the pick: {pick.pick.workers} workers"  # a circle round its point, no line
+        ax.plot(pick.pick.workers, pick.pick.images_per_second, "o", ms=14, fillstyle="none", color="k", label=circled)
         waits = [(p.workers, p.data_wait_percent) for p in pick.points if p.data_wait_percent is not None]
         if waits:
-            wait_ax.plot(
-                [w for w, _ in waits],
-                [p for _, p in waits],
-                linestyle="--",
-                marker="x",
-                alpha=0.6,
-                label=f"data wait % ({label})",
-            )
+            wait_ax.plot([w for w, _ in waits], [p for _, p in waits], "x--", alpha=0.6, label=f"data wait % ({label})")
     ax.set(
         title=f"Throughput and data wait vs loader workers ({title})",
         xlabel="data.num_workers",
@@ -124,8 +109,7 @@ def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> Optional[Pat
     ax.set_ylim(0, top * 1.15)
     wait_ax.set_ylim(0, 100)
     ax.grid(True, alpha=0.3)
-    handles = ax.get_legend_handles_labels()[0] + wait_ax.get_legend_handles_labels()[0]
-    labels = ax.get_legend_handles_labels()[1] + wait_ax.get_legend_handles_labels()[1]
-    ax.legend(handles, labels, fontsize=8, loc="lower right")
+    (handles, labels), (wait_handles, wait_labels) = ax.get_legend_handles_labels(), wait_ax.get_legend_handles_labels()
+    ax.legend(handles + wait_handles, labels + wait_labels, fontsize=8, loc="lower right")  # both axes' lines
     figures.save(fig, "throughput_vs_workers.png")
     return figures.written[0]

@@ -41,10 +41,7 @@ from bench.tools.gpu_checks.runners import (
     run_in_process,
     run_overhead,
     run_search_on_cpu,
-    write_images,
 )
-
-__all__ = ["Check", "checks", "main", "run_bench", "run_checks", "table"]
 
 Runner = Callable[[Sequence[str], Path], Tuple[Optional[Metrics], str]]
 Row = Tuple[Check, Optional[bool], str]  # passed (None: not run), figures
@@ -248,7 +245,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 chosen = [c for c in chosen if c.name in wanted]
             if any(c.name == "pinned_loader" for c in chosen):  # enough for its steps at the batch asked
                 batch = args.batch_size if on_gpu else 4
-                write_images(work / "images", per_class=max(16, -(-batch * 16 // 10)))
+                from bench.data.sample_images import write_image_folder
+
+                per_class = max(16, -(-batch * 16 // 10))  # small JPEGs: written in a second
+                write_image_folder(str(work / "images"), 10 * per_class, 10, width=48, height=48)
             where = f"{gpus} GPU(s): {torch.cuda.get_device_name(0)}" if on_gpu else "rehearsal on the CPU"
             print(f"{where}; {len(chosen)} checks, {args.model if on_gpu else 'tiny sizes'}", flush=True)
             run_checks(chosen, base_overrides(args, on_gpu), work, on_gpu=on_gpu, budget=budget, rows=rows)
