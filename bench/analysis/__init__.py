@@ -95,13 +95,8 @@ def report_from_mlflow(parent_run_id: str, tracking_uri: str, out: Path) -> Tupl
         try:
             client.log_artifact(parent_run_id, str(path), REPORT_ARTIFACT_PATH)
         except Exception as exc:  # the files are written; the store is a copy
-            log.warning(
-                "logging the report to MLflow run %s failed (%s: %s); it is in %s",
-                parent_run_id,
-                type(exc).__name__,
-                exc,
-                out,
-            )
+            why = f"{type(exc).__name__}: {exc}"
+            log.warning("logging the report to MLflow run %s failed (%s); it is in %s", parent_run_id, why, out)
             break
     return files, frame
 

@@ -69,15 +69,7 @@ def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
         row.update({CONFIG_PREFIX + key: value for key, value in record.config.items()})
         row.update({ENV_PREFIX + key: value for key, value in record.provenance.items()})
         # the run fields last: they win over a figure of the same name (none is named so today)
-        row.update(
-            job=record.job,
-            status=record.status,
-            overrides=record.overrides,
-            error=record.error,
-            run_id=record.run_id,
-            timeline=list(record.timeline),
-            repeat_rates=list(record.repeat_rates),
-        )
+        row.update({name: getattr(record, name) for name in RUN_FIELDS})
         rows.append(row)
     frame = pd.DataFrame(rows, dtype=object)
     return frame.reindex(columns=ordered_columns(frame.columns))

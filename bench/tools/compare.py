@@ -232,16 +232,16 @@ def main_rerun(args: argparse.Namespace) -> int:
         with sigterm_raises():
             threshold = parse_threshold(args.threshold)
             check_rounds(args.rerun)
-            for side, run in (("baseline", args.baseline), ("candidate", args.candidate)):
-                rerun_overrides(run, side)  # refused before a folder is made
+            runs = (("baseline", args.baseline), ("candidate", args.candidate))
+            sides = {side: rerun_overrides(run, side) for side, run in runs}  # refused before a folder is made
             out, moved = own_folder(out, named=args.out is not None)
             same = same_sides(args.baseline, args.candidate)
             then = "its config runs against itself, so the verdict measures this machine's noise between processes"
             for line in (moved, f"compare: {SAME.format('run')} ({args.baseline}): {then}" if same else ""):
                 if line:
                     print(line, file=sys.stderr, flush=True)
-            result = rerun_compare(args.baseline, args.candidate, args.rerun, threshold, out, args.judge_unfit)
-            comparison = as_comparison(result, label(args.baseline, args.candidate), threshold)
+            result = rerun_compare(sides, args.rerun, threshold, out, args.judge_unfit)
+            comparison = as_comparison(result, label(sides), threshold)
             notes = [said_same(comparison, args.baseline, then)] if same else []
             title = f"{args.candidate} vs {args.baseline}, {args.rerun} rounds of {ORDER} in fresh processes"
             files = write_outputs(comparison, out, title, notes)

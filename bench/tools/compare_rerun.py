@@ -82,31 +82,20 @@ def run_once(overrides: List[str], out_dir: Path, side: str) -> Tuple[float, Opt
     return float(metrics["images_per_second"]), unfit_reason(metrics)
 
 
-Runner = Callable[[List[str], Path, str], Tuple[float, Optional[str]]]
-
-
 def _print(line: str) -> None:
     tqdm.write(line, file=sys.stdout)  # above the bar on a terminal
     sys.stdout.flush()  # a line per round even into a pipe or a CI log
 
 
 def rerun_compare(
-    baseline: str,
-    candidate: str,
-    rounds: int,
-    threshold: float,
-    out: Path,
-    judge_unfit: bool = False,
-    echo: Callable[[str], None] = _print,
-    runner: Runner = run_once,
+    sides: Dict[str, List[str]], rounds: int, threshold: float, out: Path, judge_unfit: bool = False
 ) -> Pair:
-    """Both configs run again, interleaved, `rounds` rounds: the verdict on candidate / baseline, with
-    each round's figures (bench.analysis.rerun_verdict.judge)."""
-    check_rounds(rounds)
-    sides = {"baseline": rerun_overrides(baseline, "baseline"), "candidate": rerun_overrides(candidate, "candidate")}
+    """Both configs (`sides`: the baseline's and the candidate's overrides) run again, interleaved,
+    `rounds` rounds: the verdict on candidate / baseline, with each round's figures
+    (bench.analysis.rerun_verdict.judge)."""
     counts = {name: 0 for name in sides}
     unfit: Dict[str, List[str]] = {name: [] for name in sides}
-    echo(
+    _print(
         f"rerun: {rounds} rounds of {ORDER}, {4 * rounds} fresh python -m bench processes, "
         f"their outputs in {out / 'rerun'}"
     )
@@ -116,7 +105,7 @@ def rerun_compare(
         def once() -> float:
             counts[name] += 1
             bar.set_postfix_str(f"round {(sum(counts.values()) + 3) // 4}/{rounds}: {name}")
-            rate, reason = runner(sides[name], out / "rerun" / f"{name}-{counts[name]}", name)
+            rate, reason = run_once(sides[name], out / "rerun" / f"{name}-{counts[name]}", name)
             if reason:
                 unfit[name].append(reason)
             bar.update(1)
@@ -125,15 +114,15 @@ def rerun_compare(
         return once
 
     try:
-        measured = alternate({name: measure(name) for name in sides}, rounds, warmup=0, unit="images/s", echo=echo)
+        measured = alternate({name: measure(name) for name in sides}, rounds, warmup=0, unit="images/s", echo=_print)
     finally:
         bar.close()
     return with_fitness(judge(measured, threshold), unfit_sides(unfit, counts), judge_unfit)
 
 
-def label(baseline: str, candidate: str) -> str:
+def label(sides: Dict[str, List[str]]) -> str:
     """What the candidate's overrides change against the baseline's ("same overrides" when nothing)."""
-    base, cand = rerun_overrides(baseline, "baseline"), rerun_overrides(candidate, "candidate")
+    base, cand = sides["baseline"], sides["candidate"]
     added, dropped = [o for o in cand if o not in base], [o for o in base if o not in cand]
     if not added and not dropped:
         return "same overrides"

@@ -112,15 +112,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 raise ConfigError("--workers", args.workers, "an integer of 1 or more (0, or none: the CPU count)")
             if "://" not in args.dst:  # a local directory; s3:// is checked when its store is opened
                 check_writable_dir("--dst", args.dst)
+            storage, progress = _storage_config(args.storage), False if args.no_progress else None
             summary = prepare(
-                args.src,
-                args.dst,
-                args.size,
-                args.quality,
-                args.shard_size,
-                args.workers,
-                _storage_config(args.storage),
-                progress=False if args.no_progress else None,
+                args.src, args.dst, args.size, args.quality, args.shard_size, args.workers, storage, progress=progress
             )
             print(describe(args.dst, summary), flush=True)
         elif args.command == "digits":
