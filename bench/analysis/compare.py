@@ -169,7 +169,8 @@ def compare_pair(
     ]
     pair = with_fitness(measured, unfit, judge_unfit)
     if kind == "repeats" and pair.verdict == SAME and low is not None and high is not None and low < 1 < high:
-        needed = _repeats_for(base, cand, threshold)
+        cvs = [statistics.stdev(r["repeat_rates"]) / statistics.mean(r["repeat_rates"]) for r in (base, cand)]
+        needed = repeats_needed(max(cvs), threshold)
         if needed and needed > min(len(base["repeat_rates"]), len(cand["repeat_rates"])):
             pair.reasons.append(f"about {needed} repeats per side would resolve {100 * threshold:g}%")
     differences = provenance_differences(base, cand)
@@ -214,11 +215,6 @@ def provenance_differences(base: Dict[str, Any], cand: Dict[str, Any]) -> str:
     if dirty:
         said.append(f"{' and '.join(dirty)} ran from a checkout with uncommitted changes")
     return "; ".join(said)
-
-
-def _repeats_for(base: Dict[str, Any], cand: Dict[str, Any], threshold: float) -> Optional[int]:
-    cvs = [statistics.stdev(r["repeat_rates"]) / statistics.mean(r["repeat_rates"]) for r in (base, cand)]
-    return repeats_needed(max(cvs), threshold)
 
 
 def compare_frames(

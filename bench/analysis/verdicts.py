@@ -78,15 +78,13 @@ class Comparison:
         return units.pop() if len(units) == 1 else ""
 
 
-def ratio_text(ratio: float, low: Optional[float], high: Optional[float]) -> str:
-    """ "0.800× [0.750–0.850]": a ratio as every headline gives it."""
-    return f"{ratio:.3f}×" + (f" [{low:.3f}–{high:.3f}]" if low is not None and high is not None else "")
-
-
 def headline(decided: str, ratio: float, low: Optional[float], high: Optional[float], why: str) -> str:
     """The verdict in one sentence: "slower: 0.800× [0.750–0.850], beyond the 3% threshold"; "not
     judged: the baseline was not fit to measure" (its ratio is on a line of its reasons)."""
-    return f"{decided}: {why}" if decided == UNJUDGED else f"{decided}: {ratio_text(ratio, low, high)}, {why}"
+    if decided == UNJUDGED:
+        return f"{decided}: {why}"
+    interval = f" [{low:.3f}–{high:.3f}]" if low is not None and high is not None else ""
+    return f"{decided}: {ratio:.3f}×{interval}, {why}"
 
 
 def with_fitness(pair: Pair, unfit: Sequence[Tuple[str, str, str]], judge_unfit: bool = False) -> Pair:

@@ -48,9 +48,9 @@ Reader = Callable[[], float]  # one timed pass over every file: MB/s
 
 
 def ceiling_storage(workload: Mapping[str, Any], *overrides: str) -> StorageConfig:
-    """The storage group of a read phase at the I/O ceiling (computation_time=0, no checkpoint), a
-    batch a file: `workload` the other storage.workload keys, `overrides` any other key."""
-    values = {"computation_time": 0, "checkpoint_size_mb": 0, "batch_size": workload["samples_per_file"], **workload}
+    """The storage group of a read phase at the I/O ceiling (computation_time=0, no checkpoint):
+    `workload` the other storage.workload keys, `overrides` any other key."""
+    values = {"computation_time": 0, "checkpoint_size_mb": 0, **workload}
     return compose("mode=storage", *[f"storage.workload.{k}={v}" for k, v in values.items()], *overrides).storage
 
 

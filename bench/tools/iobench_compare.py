@@ -51,6 +51,7 @@ def storage_for(args: argparse.Namespace, *overrides: str) -> StorageConfig:
         "name": "compare",
         "num_files": args.files,
         "samples_per_file": SAMPLES_PER_FILE,
+        "batch_size": SAMPLES_PER_FILE,  # a batch a file
         "record_size": record,
         "read_threads": args.threads,
         "prefetch": args.prefetch,
