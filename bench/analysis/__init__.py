@@ -45,8 +45,7 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     render.write_csv(frame, csv_path)
     images = plots.plot_all(frame, out, title)
     picks = worker_picks(frame)  # a DataLoader worker sweep: the smallest count within 5% of the best
-    workers_plot = plot_workers(picks, out, title)
-    images += [workers_plot] if workers_plot else []
+    images += plot_workers(picks, out, title)
     warning = render.unfit_warning(frame)  # a job that was not fit to measure: said under the table
     # jobs whose directory is gone, jobs that failed: said first, above the table
     first = [note for note in (render.missing_note(frame), render.failure_note(frame)) if note]

@@ -79,11 +79,11 @@ def worker_picks(frame: "pd.DataFrame") -> List[WorkerPick]:
     return picks
 
 
-def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> Optional[Path]:
+def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> List[Path]:
     """throughput_vs_workers.png: images/s (left axis) and data wait % (right axis) per worker count,
-    the pick circled."""
+    the pick circled; none without a pick."""
     if not picks:
-        return None
+        return []
     from bench.analysis.plots import Figures
 
     figures = Figures(out)
@@ -112,4 +112,4 @@ def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> Optional[Pat
     (handles, labels), (wait_handles, wait_labels) = ax.get_legend_handles_labels(), wait_ax.get_legend_handles_labels()
     ax.legend(handles + wait_handles, labels + wait_labels, fontsize=8, loc="lower right")  # both axes' lines
     figures.save(fig, "throughput_vs_workers.png")
-    return figures.written[0]
+    return figures.written
