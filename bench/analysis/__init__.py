@@ -45,8 +45,7 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     render.write_csv(frame, csv_path)
     images = plots.plot_all(frame, out, title)
     picks = worker_picks(frame)  # a DataLoader worker sweep: the smallest count within 5% of the best
-    workers_plot = plot_workers(picks, out, title)
-    images += [workers_plot] if workers_plot else []
+    images += plot_workers(picks, out, title)
     warning = render.unfit_warning(frame)  # a job that was not fit to measure: said under the table
     # jobs whose directory is gone, jobs that failed: said first, above the table
     first = [note for note in (render.missing_note(frame), render.failure_note(frame)) if note]
@@ -95,13 +94,8 @@ def report_from_mlflow(parent_run_id: str, tracking_uri: str, out: Path) -> Tupl
         try:
             client.log_artifact(parent_run_id, str(path), REPORT_ARTIFACT_PATH)
         except Exception as exc:  # the files are written; the store is a copy
-            log.warning(
-                "logging the report to MLflow run %s failed (%s: %s); it is in %s",
-                parent_run_id,
-                type(exc).__name__,
-                exc,
-                out,
-            )
+            why = f"{type(exc).__name__}: {exc}"
+            log.warning("logging the report to MLflow run %s failed (%s); it is in %s", parent_run_id, why, out)
             break
     return files, frame
 
@@ -111,7 +105,7 @@ def log_scaling_to_runs(frame: "pd.DataFrame", client: Any) -> None:
     compares them; rows without a run id or without a speedup are skipped."""
     from mlflow.entities import Metric
 
-    from bench.analysis.runs import absent
+    from bench.analysis.cells import absent
 
     now = int(time.time() * 1000)
     for row in frame.to_dict("records"):

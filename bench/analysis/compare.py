@@ -32,30 +32,19 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 
-from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, absent
-from bench.analysis.verdicts import FASTER, SAME, SLOWER, UNJUDGED, Comparison, Pair, headline, not_fit
+from bench.analysis.cells import absent
+from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, swept_keys
+from bench.analysis.verdicts import FASTER, SAME, SLOWER, Comparison, Pair, with_fitness
 from bench.errors import ReportError
 from bench.machine.fitness import unfit_reason
 from bench.maths.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
 from bench.scenarios import DEFAULT_MODE, Sample, mode_name, report_class
 
 TIMELINE_RESAMPLES = 2_000  # step timelines can be long: fewer resamples keep a compare quick
-NOISE_KEYS = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # never a configuration
 
 
 def finished(frame: pd.DataFrame) -> pd.DataFrame:
     return frame[frame["status"].eq("FINISHED")].reset_index(drop=True)
-
-
-def swept_keys(*frames: pd.DataFrame) -> List[str]:
-    """Config keys whose value differs between the rows of one of the frames."""
-    keys = set()
-    for frame in frames:
-        for column in (c for c in frame.columns if c.startswith(CONFIG_PREFIX)):
-            name = column[len(CONFIG_PREFIX) :]
-            if not name.startswith(NOISE_KEYS) and frame[column].map(str).nunique() > 1:
-                keys.add(column)
-    return sorted(keys)
 
 
 def label_of(row: Dict[str, Any], keys: Sequence[str]) -> str:
@@ -173,34 +162,21 @@ def compare_pair(
     over, under = (b, c) if sample.lower_is_better else (c, b)  # > 1: the candidate is faster
     ratio = over / under if under > 0 else math.inf
     decided, why = verdict(ratio, low, high, threshold)
-    sides = (("baseline", unfit_reason(base)), ("candidate", unfit_reason(cand)))
-    unfit_sides = [(side, reason) for side, reason in sides if reason]
-    if unfit_sides and judge_unfit:  # asked for a verdict anyway (a shared CI box): it says what it stands on
-        reasons += [f"judged although the {side} was not fit to measure: {reason}" for side, reason in unfit_sides]
-    elif unfit_sides:
-        measured = headline(decided, ratio, low, high, why)
-        reasons = [f"{side}: {reason}" for side, reason in unfit_sides] + [f"measured: {measured}"] + reasons
-        decided, why = UNJUDGED, not_fit([(side, "") for side, _ in unfit_sides])
-    if kind == "repeats" and decided == SAME and low is not None and high is not None and low < 1 < high:
-        needed = _repeats_for(base, cand, threshold)
+    run_id = None if absent(cand.get("run_id")) else cand["run_id"]
+    measured = Pair(label, run_id, b, c, ratio, low, high, kind, decided, why, reasons, sample.unit)
+    unfit = [
+        (side, "", reason) for side, row in (("baseline", base), ("candidate", cand)) if (reason := unfit_reason(row))
+    ]
+    pair = with_fitness(measured, unfit, judge_unfit)
+    if kind == "repeats" and pair.verdict == SAME and low is not None and high is not None and low < 1 < high:
+        cvs = [statistics.stdev(r["repeat_rates"]) / statistics.mean(r["repeat_rates"]) for r in (base, cand)]
+        needed = repeats_needed(max(cvs), threshold)
         if needed and needed > min(len(base["repeat_rates"]), len(cand["repeat_rates"])):
-            reasons.append(f"about {needed} repeats per side would resolve {100 * threshold:g}%")
-    return Pair(
-        label,
-        base.get("run_id") if not absent(base.get("run_id")) else None,
-        cand.get("run_id") if not absent(cand.get("run_id")) else None,
-        b,
-        c,
-        ratio,
-        low,
-        high,
-        kind,
-        decided,
-        why,
-        [x for x in (*reasons, provenance_differences(base, cand)) if x],
-        sample.unit,
-        basis_of(kind, base, cand, sample),
-    )
+            pair.reasons.append(f"about {needed} repeats per side would resolve {100 * threshold:g}%")
+    differences = provenance_differences(base, cand)
+    pair.reasons += [differences] if differences else []
+    pair.basis = basis_of(kind, base, cand, sample)
+    return pair
 
 
 def basis_of(kind: str, base: Dict[str, Any], cand: Dict[str, Any], sample: Sample) -> str:
@@ -239,11 +215,6 @@ def provenance_differences(base: Dict[str, Any], cand: Dict[str, Any]) -> str:
     if dirty:
         said.append(f"{' and '.join(dirty)} ran from a checkout with uncommitted changes")
     return "; ".join(said)
-
-
-def _repeats_for(base: Dict[str, Any], cand: Dict[str, Any], threshold: float) -> Optional[int]:
-    cvs = [statistics.stdev(r["repeat_rates"]) / statistics.mean(r["repeat_rates"]) for r in (base, cand)]
-    return repeats_needed(max(cvs), threshold)
 
 
 def compare_frames(

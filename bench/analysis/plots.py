@@ -15,12 +15,10 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 import pandas as pd
 
-from bench.analysis.runs import absent, shown
+from bench.analysis.cells import absent, shown
+from bench.analysis.runs import sweep_report_class
 
 Row = Dict[str, Any]
-
-
-_shown = shown
 
 
 def points_by_series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Iterator[Tuple[str, List[Row]]]:
@@ -29,7 +27,7 @@ def points_by_series(frame: pd.DataFrame, x: str, group: Sequence[str]) -> Itera
     for row in frame.to_dict("records"):
         if row["status"] != "FINISHED" or absent(row.get(x)):
             continue
-        label = ", ".join(f"{g.replace('_', ' ')}={_shown(row.get(g), '?')}" for g in group)
+        label = ", ".join(f"{g.replace('_', ' ')}={shown(row.get(g), '?')}" for g in group)
         lines.setdefault(label, []).append((float(row[x]), row))
     for label, points in sorted(lines.items()):
         yield label, [row for _, row in sorted(points, key=lambda p: p[0])]
@@ -43,16 +41,10 @@ def draw_line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
     if not points:
         return
     xs, ys = [float(p[x]) for p in points], [float(p[y]) for p in points]
-    spread = [(p.get(f"{y}_min"), p.get(f"{y}_max")) for p in points]
+    spread: List[Tuple[Any, Any]] = [(p.get(f"{y}_min"), p.get(f"{y}_max")) for p in points]
     if any(not absent(low) for low, _ in spread):  # the repeats' spread (images/s of benchmark.repeats)
-        below = [
-            0.0 if low is None or absent(low) else max(0.0, v - float(low))
-            for v, (low, _) in zip(ys, spread, strict=True)
-        ]
-        above = [
-            0.0 if high is None or absent(high) else max(0.0, float(high) - v)
-            for v, (_, high) in zip(ys, spread, strict=True)
-        ]
+        below = [0.0 if absent(low) else max(0.0, v - float(low)) for v, (low, _) in zip(ys, spread, strict=True)]
+        above = [0.0 if absent(high) else max(0.0, float(high) - v) for v, (_, high) in zip(ys, spread, strict=True)]
         ax.errorbar(xs, ys, yerr=[below, above], marker="o", capsize=4, label=f"{label} (bars: repeats' min-max)")
         return
     ax.plot(xs, ys, marker="o", label=label)
@@ -146,6 +138,4 @@ def draw_distribution(
 
 def plot_all(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
     """The plots the sweep's report class draws (bench.analysis.runs.sweep_report_class), written into `out`."""
-    from bench.analysis.runs import sweep_report_class
-
     return list(sweep_report_class(frame).view.plots(frame, out, title))

@@ -15,11 +15,11 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import pandas as pd
 
-from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, MISSING, absent, metric_columns, sweep_report_class
+from bench.analysis.cells import absent
+from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, MISSING, NOISE_KEYS, metric_columns, sweep_report_class
 from bench.machine.fitness import unfit_reason
 
 CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
-NOT_SWEPT = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # never a configuration
 
 
 def keep_varying_overrides(frame: pd.DataFrame) -> pd.DataFrame:
@@ -50,7 +50,7 @@ def swept_override_keys(frame: pd.DataFrame) -> List[str]:
     for overrides in frame.get("overrides", []):
         for item in str(overrides).split():
             key, sep, value = item.lstrip("+~").partition("=")
-            if sep and not key.startswith(NOT_SWEPT):
+            if sep and not key.startswith(NOISE_KEYS):
                 values.setdefault(key, set()).add(value)
     jobs = len(frame)
     return sorted(

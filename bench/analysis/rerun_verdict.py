@@ -24,29 +24,13 @@ on same or faster.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import Dict, List
 
 from bench.analysis.rounds import CANT_TELL, Rounds
-from bench.analysis.verdicts import FASTER, SAME, SLOWER, UNJUDGED, headline, not_fit
+from bench.analysis.verdicts import FASTER, SAME, SLOWER, UNJUDGED, Comparison, Pair
 
-__all__ = ["CANT_TELL", "FASTER", "SAME", "SLOWER", "UNJUDGED", "RerunVerdict", "judge", "noise_floor", "with_fitness"]
-
-
-@dataclass
-class RerunVerdict:
-    ratio: float  # candidate / baseline, the median of the per-round ratios
-    low: float
-    high: float
-    noise_floor: float  # the largest A-against-A (or B-against-B) gap within a round, as a fraction
-    verdict: str
-    why: str  # the words that end its headline: "beyond the 3% threshold and the 0.5% noise floor"
-    reasons: List[str] = field(default_factory=list)  # the lines after the headline
-
-    @property
-    def headline(self) -> str:
-        """The verdict in one sentence: "slower: 0.500× [0.499–0.501], beyond the 3% threshold and ..."."""
-        return headline(self.verdict, self.ratio, self.low, self.high, self.why)
+__all__ = ["CANT_TELL", "FASTER", "SAME", "SLOWER", "UNJUDGED", "as_comparison", "judge", "noise_floor", "unfit_sides"]
 
 
 def noise_floor(rounds: Rounds) -> float:
@@ -59,16 +43,22 @@ def noise_floor(rounds: Rounds) -> float:
     return max(gaps, default=0.0)
 
 
-def judge(rounds: Rounds, threshold: float) -> RerunVerdict:
-    """The verdict on candidate / baseline from the figures alone (fitness: `with_fitness`)."""
+def judge(rounds: Rounds, threshold: float) -> Pair:
+    """The verdict on candidate / baseline from the figures alone (fitness: `unfit_sides`), as a
+    plain compare's pair: the paired ratio with each round's figures (each side's mean of its two
+    runs), whose ratios it is the median of, and the noise floor."""
     ratio = rounds.ratio("baseline", "candidate")
     floor = noise_floor(rounds)
     r, low, high = ratio.ratio, ratio.low, ratio.high
     margin = max(threshold, floor)
     pct, noise = f"{100 * threshold:g}%", f"{100 * floor:.1f}%"
+    each = list(zip(rounds.per_round["baseline"], rounds.per_round["candidate"], strict=True))
+    basis = f"candidate / baseline, paired: the median of the ratios of {len(each)} rounds of fresh processes"
 
-    def given(verdict: str, why: str, *reasons: str) -> RerunVerdict:
-        return RerunVerdict(r, low, high, floor, verdict, why, list(reasons))
+    def given(verdict: str, why: str, *reasons: str) -> Pair:
+        return Pair(
+            "", None, None, None, r, low, high, "rounds", verdict, why, list(reasons), "images/s", basis, each, floor
+        )
 
     if r < 1 / (1 + margin) and high < 1 / (1 + floor) and high < 1:
         return given(SLOWER, f"beyond the {pct} threshold and the {noise} noise floor")
@@ -88,24 +78,12 @@ def judge(rounds: Rounds, threshold: float) -> RerunVerdict:
     return given(CANT_TELL, f"beyond the {pct} threshold, but the interval comes within the {noise} noise floor of 1")
 
 
-def with_fitness(
-    result: RerunVerdict, unfit: Dict[str, List[str]], runs: Dict[str, int], judge_unfit: bool = False
-) -> RerunVerdict:
-    """`unfit`: per side, the reasons of its fresh processes that were not fit to measure; `runs`:
-    how many each side ran. An unfit side makes the pair "not judged" unless `judge_unfit`."""
-    sides = [(side, reasons) for side, reasons in unfit.items() if reasons]
-    if not sides:
-        return result
-    if judge_unfit:  # asked for a verdict anyway (a shared CI box): it says what it stands on
-        judged = [
-            f"judged although the {side} was not fit to measure in {len(why)} of {runs.get(side, len(why))} runs: "
-            f"{why[0]}"
-            for side, why in sides
-        ]
-        return replace(result, reasons=[*result.reasons, *judged])
-    return replace(
-        result,
-        verdict=UNJUDGED,
-        why=not_fit([(side, f"{len(why)} of {runs.get(side, len(why))} runs") for side, why in sides]),
-        reasons=[*(f"{side}: {why[0]}" for side, why in sides), f"measured: {result.headline}", *result.reasons],
-    )
+def unfit_sides(unfit: Dict[str, List[str]], runs: Dict[str, int]) -> List[tuple]:
+    """`unfit`: per side, the reasons of its fresh processes that were not fit to measure; `runs`: how
+    many each side ran. As bench.analysis.verdicts.with_fitness takes them: (side, "N of M runs", reason)."""
+    return [(side, f"{len(why)} of {runs.get(side, len(why))} runs", why[0]) for side, why in unfit.items() if why]
+
+
+def as_comparison(result: Pair, label: str, threshold: float) -> Comparison:
+    """The rerun as a plain compare's one pair, for its page (bench.tools.compare_output)."""
+    return Comparison([replace(result, label=label)], threshold, band=(1 / (1 + threshold), 1 + threshold))

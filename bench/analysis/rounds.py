@@ -29,10 +29,6 @@ Measure = Callable[[], float]
 FASTER, SLOWER, CANT_TELL = "faster", "slower", "can't tell at this noise"
 
 
-def _nothing() -> None:
-    return None
-
-
 def figure(value: float) -> str:
     """A rate for a round line: one decimal from 10 up, three below (GB/s reads 1.397, not 1.4)."""
     return f"{value:.1f}" if abs(value) >= 10 else f"{value:.3f}"
@@ -111,7 +107,7 @@ def alternate(
     rounds: int,
     *,
     warmup: int = 1,
-    before: Callable[[], None] = _nothing,
+    before: Callable[[], None] = lambda: None,
     label: str = "",
     unit: str = "",
     echo: Callable[[str], None] = print,

@@ -28,23 +28,11 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 import pandas as pd
 import yaml
 
-from bench.analysis.cells import absent, shown
+from bench.analysis.cells import absent
 from bench.config.scenario import without_target
 from bench.errors import ReportError
 from bench.scenarios import Report, ReportClass, report_class, report_class_of_modes
 from bench.secrets import flatten
-
-__all__ = [
-    "CONFIG_PREFIX",
-    "ENV_PREFIX",
-    "RunRecord",
-    "absent",
-    "frame_from_records",
-    "read_job_dir",
-    "read_sweep_dir",
-    "shown",
-    "sweep_report_class",
-]
 
 RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates")
 CONFIG_PREFIX = "config."
@@ -52,6 +40,7 @@ CONFIG_PREFIX = "config."
 # "env.<name>": compare says when two runs differ in them
 ENV_PREFIX = "env."
 PROVENANCE = ("bench_version", "git_commit", "git_dirty", "packages_sha256")
+NOISE_KEYS = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # never a configuration
 
 
 @dataclass
@@ -80,15 +69,7 @@ def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
         row.update({CONFIG_PREFIX + key: value for key, value in record.config.items()})
         row.update({ENV_PREFIX + key: value for key, value in record.provenance.items()})
         # the run fields last: they win over a figure of the same name (none is named so today)
-        row.update(
-            job=record.job,
-            status=record.status,
-            overrides=record.overrides,
-            error=record.error,
-            run_id=record.run_id,
-            timeline=list(record.timeline),
-            repeat_rates=list(record.repeat_rates),
-        )
+        row.update({name: getattr(record, name) for name in RUN_FIELDS})
         rows.append(row)
     frame = pd.DataFrame(rows, dtype=object)
     return frame.reindex(columns=ordered_columns(frame.columns))
@@ -120,6 +101,17 @@ def sweep_report_class(frame: pd.DataFrame) -> ReportClass[Report]:
     """The report class of the sweep's runs (bench.scenarios decides; recorded without a mode: training)."""
     modes = frame.get(CONFIG_PREFIX + "mode")
     return report_class_of_modes(list(modes) if modes is not None and len(frame) else [])
+
+
+def swept_keys(*frames: pd.DataFrame) -> List[str]:
+    """Config columns whose value differs between the rows of one of the frames (what was swept)."""
+    keys = set()
+    for frame in frames:
+        for column in (c for c in frame.columns if c.startswith(CONFIG_PREFIX)):
+            name = column[len(CONFIG_PREFIX) :]
+            if not name.startswith(NOISE_KEYS) and frame[column].map(str).nunique() > 1:
+                keys.add(column)
+    return sorted(keys)
 
 
 def config_of(row: Mapping[str, Any]) -> Dict[str, str]:

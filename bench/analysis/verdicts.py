@@ -9,7 +9,7 @@ sentence ("slower: 0.800× [0.750–0.850], beyond the 3% threshold"), `reasons`
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import List, Optional, Sequence, Tuple
 
 SLOWER, FASTER, SAME, UNJUDGED = "slower", "faster", "same", "not judged"
@@ -20,8 +20,7 @@ class Pair:
     """One configuration, compared."""
 
     label: str
-    baseline_run: Optional[str]
-    candidate_run: Optional[str]
+    candidate_run: Optional[str]  # its MLflow run, when known: compare tags it with the verdict
     baseline: Optional[float]  # the sampled figure (the statistic of its samples), in `unit`; None when paired
     candidate: Optional[float]
     ratio: float  # candidate / baseline; baseline / candidate for a latency: > 1 is faster
@@ -79,20 +78,35 @@ class Comparison:
         return units.pop() if len(units) == 1 else ""
 
 
-def ratio_text(ratio: float, low: Optional[float], high: Optional[float]) -> str:
-    """ "0.800× [0.750–0.850]": a ratio as every headline gives it."""
-    return f"{ratio:.3f}×" + (f" [{low:.3f}–{high:.3f}]" if low is not None and high is not None else "")
-
-
 def headline(decided: str, ratio: float, low: Optional[float], high: Optional[float], why: str) -> str:
     """The verdict in one sentence: "slower: 0.800× [0.750–0.850], beyond the 3% threshold"; "not
     judged: the baseline was not fit to measure" (its ratio is on a line of its reasons)."""
-    return f"{decided}: {why}" if decided == UNJUDGED else f"{decided}: {ratio_text(ratio, low, high)}, {why}"
+    if decided == UNJUDGED:
+        return f"{decided}: {why}"
+    interval = f" [{low:.3f}–{high:.3f}]" if low is not None and high is not None else ""
+    return f"{decided}: {ratio:.3f}×{interval}, {why}"
 
 
-def not_fit(sides: Sequence[Tuple[str, str]]) -> str:
-    """ "the baseline was not fit to measure in 4 of 4 runs, the candidate in 1 of 4": a not judged
-    verdict's why (`sides`: (side, how many of its runs: "" for one run each))."""
-    (first, many), *rest = sides
-    more = "".join(f", the {side}{f' in {n}' if n else ''}" for side, n in rest)
-    return f"the {first} was not fit to measure{f' in {many}' if many else ''}{more}"
+def with_fitness(pair: Pair, unfit: Sequence[Tuple[str, str, str]], judge_unfit: bool = False) -> Pair:
+    """The pair judged on its sides' fitness to measure (bench.machine.fitness). `unfit`: a
+    (side, in how many of its runs: "" for one run, its first reason) per side that was not fit.
+    Such a pair is "not judged" ("the baseline was not fit to measure in 4 of 4 runs, the candidate
+    in 1 of 4"), whatever its ratio, its reasons saying which side, why, and what was measured;
+    `judge_unfit` (a shared CI box) keeps the verdict, its reasons saying what it stands on."""
+    if not unfit:
+        return pair
+    if judge_unfit:
+        judged = [f"judged although the {side} was not fit to measure{_in(n)}: {why}" for side, n, why in unfit]
+        return replace(pair, reasons=[*pair.reasons, *judged])
+    (first, many, _), *rest = unfit
+    more = "".join(f", the {side}{_in(n)}" for side, n, _ in rest)
+    return replace(
+        pair,
+        verdict=UNJUDGED,
+        why=f"the {first} was not fit to measure{_in(many)}{more}",
+        reasons=[*(f"{side}: {why}" for side, _, why in unfit), f"measured: {pair.headline}", *pair.reasons],
+    )
+
+
+def _in(runs: str) -> str:
+    return f" in {runs}" if runs else ""

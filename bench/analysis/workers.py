@@ -9,14 +9,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from bench.analysis.runs import CONFIG_PREFIX, absent
+from bench.analysis.cells import absent
+from bench.analysis.runs import CONFIG_PREFIX, sweep_report_class, swept_keys
 
 if TYPE_CHECKING:
     import pandas as pd
 
 WORKERS = CONFIG_PREFIX + "data.num_workers"
 WITHIN = 0.05  # a worker count within 5% of the best throughput is as good
-NOISE = ("tracking.", "hydra.", "seed", "storage.root", "benchmark.progress")  # keys that are never a configuration
 
 
 @dataclass(frozen=True)
@@ -51,27 +51,14 @@ def _count(value: Any) -> Optional[int]:
         return None
 
 
-def _other_swept(frame: "pd.DataFrame") -> List[str]:
-    return sorted(
-        c
-        for c in frame.columns
-        if c.startswith(CONFIG_PREFIX)
-        and c != WORKERS
-        and not c[len(CONFIG_PREFIX) :].startswith(NOISE)
-        and frame[c].map(str).nunique() > 1
-    )
-
-
 def worker_picks(frame: "pd.DataFrame") -> List[WorkerPick]:
     """A pick per group of finished runs that tried two or more worker counts; [] for other sweeps."""
     if WORKERS not in frame or len({_count(v) for v in frame[WORKERS]} - {None}) < 2:
         return []  # not a worker sweep
-    from bench.analysis.runs import sweep_report_class
-
     view = sweep_report_class(frame).view
     figure = view.sample.figure  # the runs' figure, as their report class names it
     wait_column = view.scaling.wait_fraction if view.scaling else None  # the window's share waiting for data
-    others = _other_swept(frame)
+    others = [c for c in swept_keys(frame) if c != WORKERS]
     groups: Dict[str, List[Point]] = {}
     for row in frame.to_dict("records"):
         workers = _count(row.get(WORKERS))
@@ -92,40 +79,25 @@ def worker_picks(frame: "pd.DataFrame") -> List[WorkerPick]:
     return picks
 
 
-def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> Optional[Path]:
+def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> List[Path]:
     """throughput_vs_workers.png: images/s (left axis) and data wait % (right axis) per worker count,
-    the pick circled."""
+    the pick circled; none without a pick."""
     if not picks:
-        return None
-    from bench.analysis.plots import _pyplot, wrap_titles
+        return []
+    from bench.analysis.plots import Figures
 
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7, 4.5))
+    figures = Figures(out)
+    fig, ax = figures.new()
     wait_ax: Any = ax.twinx()
     counts = sorted({p.workers for pick in picks for p in pick.points})
     for pick in picks:
         label = pick.group or "images/s"
         ax.plot([p.workers for p in pick.points], [p.images_per_second for p in pick.points], marker="o", label=label)
-        ax.plot(
-            [pick.pick.workers],
-            [pick.pick.images_per_second],
-            marker="o",
-            markersize=14,
-            fillstyle="none",
-            color="black",
-            linestyle="none",
-            label=f"the pick: {pick.pick.workers} workers",
-        )
+        circled = f"the pick: {pick.pick.workers} workers"  # a circle round its point, no line
+        ax.plot(pick.pick.workers, pick.pick.images_per_second, "o", ms=14, fillstyle="none", color="k", label=circled)
         waits = [(p.workers, p.data_wait_percent) for p in pick.points if p.data_wait_percent is not None]
         if waits:
-            wait_ax.plot(
-                [w for w, _ in waits],
-                [p for _, p in waits],
-                linestyle="--",
-                marker="x",
-                alpha=0.6,
-                label=f"data wait % ({label})",
-            )
+            wait_ax.plot([w for w, _ in waits], [p for _, p in waits], "x--", alpha=0.6, label=f"data wait % ({label})")
     ax.set(
         title=f"Throughput and data wait vs loader workers ({title})",
         xlabel="data.num_workers",
@@ -137,12 +109,7 @@ def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> Optional[Pat
     ax.set_ylim(0, top * 1.15)
     wait_ax.set_ylim(0, 100)
     ax.grid(True, alpha=0.3)
-    handles = ax.get_legend_handles_labels()[0] + wait_ax.get_legend_handles_labels()[0]
-    labels = ax.get_legend_handles_labels()[1] + wait_ax.get_legend_handles_labels()[1]
-    ax.legend(handles, labels, fontsize=8, loc="lower right")
-    wrap_titles(fig)
-    fig.tight_layout()
-    path = out / "throughput_vs_workers.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    (handles, labels), (wait_handles, wait_labels) = ax.get_legend_handles_labels(), wait_ax.get_legend_handles_labels()
+    ax.legend(handles + wait_handles, labels + wait_labels, fontsize=8, loc="lower right")  # both axes' lines
+    figures.save(fig, "throughput_vs_workers.png")
+    return figures.written

@@ -1,6 +1,7 @@
 """The readers `python -m bench.tools.storage_ceiling` alternates: bench's read phase (records
 checked, or not), fio and a plain Python loop. Each one pass over every file returns MB/s and
-notes the CPU seconds per GB it took in a `Costs`.
+notes the CPU seconds per GB it took in a `Costs`. `python -m bench.iobench.compare` alternates
+two of them: the read phase (through any backend) and a thread pool's plain reads.
 
 fio is timed by the span of its I/O, not by its own figure: fio's bandwidth is io_bytes over the
 runtime of its longest job, each job timed from its own start. With more jobs than cores (8 on
@@ -34,15 +35,23 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
 
-from bench.config.storage import StorageWorkloadConfig
+from bench.config import compose
+from bench.config.storage import StorageConfig, StorageWorkloadConfig
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.reader import run_reader
 from bench.machine.children import run_child
-from bench.storage.local import LocalStore
+from bench.storage.base import ObjectStore
 
 Reader = Callable[[], float]  # one timed pass over every file: MB/s
+
+
+def ceiling_storage(workload: Mapping[str, Any], *overrides: str) -> StorageConfig:
+    """The storage group of a read phase at the I/O ceiling (computation_time=0, no checkpoint):
+    `workload` the other storage.workload keys, `overrides` any other key."""
+    values = {"computation_time": 0, "checkpoint_size_mb": 0, **workload}
+    return compose("mode=storage", *[f"storage.workload.{k}={v}" for k, v in values.items()], *overrides).storage
 
 
 class Costs:
@@ -83,8 +92,9 @@ def _cpu_seconds() -> float:
 
 
 def bench_reader(
-    store: LocalStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig, name: str, costs: Costs
+    store: ObjectStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig, name: str, costs: Costs
 ) -> Reader:
+    """One pass of the storage benchmark's read phase; its MB/s over its epoch."""
     total = sum(f.size for f in files)
 
     def run() -> float:
@@ -102,7 +112,23 @@ def bench_reader(
     return run
 
 
+def pool_reader(read: Callable[[str], int], keys: Sequence[str], threads: int, costs: Costs) -> Reader:
+    """A plain baseline: `read` (bytes read) every key from a ThreadPoolExecutor of `threads` threads."""
+
+    def run() -> float:
+        cpu, start = _cpu_seconds(), time.perf_counter()
+        with ThreadPoolExecutor(threads) as pool:
+            total = sum(pool.map(read, keys))
+        seconds = time.perf_counter() - start
+        costs.note("plain", _cpu_seconds() - cpu, total)
+        return total / seconds / 1e6
+
+    return run
+
+
 def plain_reader(paths: Sequence[str], threads: int, block: int, costs: Costs) -> Reader:
+    """`open(path, "rb")`, then `read(block)` until the end, for every file."""
+
     def read(path: str) -> int:
         size = 0
         with open(path, "rb") as fh:
@@ -110,15 +136,7 @@ def plain_reader(paths: Sequence[str], threads: int, block: int, costs: Costs) -
                 size += len(piece)
         return size
 
-    def run() -> float:
-        cpu, start = _cpu_seconds(), time.perf_counter()
-        with ThreadPoolExecutor(threads) as pool:
-            total = sum(pool.map(read, paths))
-        seconds = time.perf_counter() - start
-        costs.note("plain", _cpu_seconds() - cpu, total)
-        return total / seconds / 1e6
-
-    return run
+    return pool_reader(read, paths, threads, costs)
 
 
 def fio_job(paths: Sequence[str], threads: int, block: int, log_prefix: str = "") -> str:

@@ -59,9 +59,8 @@ from bench.machine.writable import writable_dir_refusal
 from bench.output_redaction import install as redact_output
 from bench.secrets import redact
 from bench.tools.compare_output import log_to_mlflow, own_folder, render_text, verdict_lines, write_outputs
-from bench.tools.report import default_tracking_uri
 from bench.tracking.probe import store_problem
-from bench.tracking.store import sqlite_path
+from bench.tracking.store import resolve_tracking_uri, sqlite_path
 
 log = logging.getLogger("bench")
 EXIT_UNJUDGED = 3  # nothing slower, but a side was not fit to measure (or, with --rerun, the noise too large)
@@ -177,7 +176,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return EXIT_CONFIG
     if args.rerun is not None:
         return main_rerun(args)
-    uri = args.tracking_uri or default_tracking_uri()
+    uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())
     try:
         threshold = parse_threshold(args.threshold)
         base_mlflow, cand_mlflow = is_run_id("baseline", args.baseline), is_run_id("candidate", args.candidate)
@@ -224,26 +223,25 @@ def main_rerun(args: argparse.Namespace) -> int:
     """--rerun N: the verdict from fresh processes of both configs (bench.tools.compare_rerun).
     SIGTERM or Ctrl-C stops the running child (it gets SIGTERM if this process is killed) and
     ends with one line, exit 143 / 130."""
+    from bench.analysis.rerun_verdict import as_comparison
     from bench.machine.children import sigterm_raises
-    from bench.tools.compare_rerun import ORDER, as_comparison, check_rounds, label, rerun_compare, rerun_overrides
+    from bench.tools.compare_rerun import ORDER, check_rounds, label, rerun_compare, rerun_overrides
 
     out = args.out or Path("compare")
     try:
         with sigterm_raises():
             threshold = parse_threshold(args.threshold)
             check_rounds(args.rerun)
-            for side, run in (("baseline", args.baseline), ("candidate", args.candidate)):
-                rerun_overrides(run, side)  # refused before a folder is made
+            runs = (("baseline", args.baseline), ("candidate", args.candidate))
+            sides = {side: rerun_overrides(run, side) for side, run in runs}  # refused before a folder is made
             out, moved = own_folder(out, named=args.out is not None)
             same = same_sides(args.baseline, args.candidate)
             then = "its config runs against itself, so the verdict measures this machine's noise between processes"
             for line in (moved, f"compare: {SAME.format('run')} ({args.baseline}): {then}" if same else ""):
                 if line:
                     print(line, file=sys.stderr, flush=True)
-            measured, result = rerun_compare(
-                args.baseline, args.candidate, args.rerun, threshold, out, args.judge_unfit
-            )
-            comparison = as_comparison(measured, result, label(args.baseline, args.candidate), threshold)
+            result = rerun_compare(sides, args.rerun, threshold, out, args.judge_unfit)
+            comparison = as_comparison(result, label(sides), threshold)
             notes = [said_same(comparison, args.baseline, then)] if same else []
             title = f"{args.candidate} vs {args.baseline}, {args.rerun} rounds of {ORDER} in fresh processes"
             files = write_outputs(comparison, out, title, notes)

@@ -16,7 +16,7 @@ import shutil
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import pandas as pd
 
@@ -31,15 +31,12 @@ WRITTEN = ("compare.md", "compare.html", "compare.png", "rerun")  # what a compa
 UNFIT_HINT = "run it again on a quiet machine, or pass --judge-unfit for a verdict anyway"
 
 
-def _interval(low: Optional[float], high: Optional[float]) -> str:
-    return f"[{low:.3f}, {high:.3f}]" if low is not None and high is not None else ""
-
-
 def rows(pair: Pair) -> List[Dict[str, str]]:
     """A pair's rows, as the terminal and the page show them: its two figures and their ratio; a
     paired ratio (--rerun) with a row per round under it, whose ratios it is the median of."""
     base, cand = ("" if x is None else figure(x) for x in (pair.baseline, pair.candidate))
-    shown = [_row(pair, pair.label, base, cand, pair.ratio, _interval(pair.low, pair.high), pair.basis, pair.verdict)]
+    interval = f"[{pair.low:.3f}, {pair.high:.3f}]" if pair.low is not None and pair.high is not None else ""
+    shown = [_row(pair, pair.label, base, cand, pair.ratio, interval, pair.basis, pair.verdict)]
     each = "candidate / baseline, each side's mean of its 2 runs in the round"
     for number, ((b, c), ratio) in enumerate(zip(pair.rounds, pair.round_ratios, strict=True), start=1):
         shown.append(_row(pair, f"round {number}", figure(b), figure(c), ratio, "", each, ""))
@@ -117,15 +114,8 @@ def draw(comparison: Comparison, ax: Any) -> None:  # ax: a matplotlib Axes
     for y, pair in enumerate(comparison.pairs):
         colour = COLOURS.get(pair.verdict, "tab:grey")
         if pair.noise_floor is not None:
-            floor = pair.noise_floor
-            ax.vlines(
-                [1 / (1 + floor), 1 + floor],
-                y - 0.4,
-                y + 0.4,
-                colors="tab:orange",
-                linestyles="dashed",
-                label=f"noise floor ±{100 * floor:.1f}%",
-            )
+            floor, said = pair.noise_floor, f"noise floor ±{100 * pair.noise_floor:.1f}%"
+            ax.vlines([1 / (1 + floor), 1 + floor], y - 0.4, y + 0.4, colors="tab:orange", linestyles="--", label=said)
         if pair.rounds:
             ax.plot(pair.round_ratios, [y] * len(pair.rounds), "x", color=colour, alpha=0.6, label="each round's ratio")
         if pair.low is not None and pair.high is not None:  # an interval: both ends

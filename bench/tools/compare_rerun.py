@@ -28,14 +28,12 @@ from typing import Callable, Dict, List, Optional, Tuple
 import yaml
 from tqdm import tqdm
 
-from bench.analysis.rerun_verdict import SAME, SLOWER, RerunVerdict, judge, noise_floor, with_fitness
-from bench.analysis.rounds import Rounds, alternate
-from bench.analysis.verdicts import Comparison, Pair
+from bench.analysis.rerun_verdict import judge, unfit_sides
+from bench.analysis.rounds import alternate
+from bench.analysis.verdicts import Pair, with_fitness
 from bench.errors import ReportError
 from bench.machine.children import run_child
 from bench.machine.fitness import unfit_reason
-
-__all__ = ["MAX_ROUNDS", "ORDER", "SAME", "SLOWER", "check_rounds", "judge", "noise_floor", "rerun_compare"]
 
 RERUN_TIMEOUT_S = 3600  # one run of the config, however large: a hang guard only
 MAX_ROUNDS = 20  # 4 fresh processes a round: 80 at most (more rounds narrow the interval slowly)
@@ -84,30 +82,20 @@ def run_once(overrides: List[str], out_dir: Path, side: str) -> Tuple[float, Opt
     return float(metrics["images_per_second"]), unfit_reason(metrics)
 
 
-Runner = Callable[[List[str], Path, str], Tuple[float, Optional[str]]]
-
-
 def _print(line: str) -> None:
     tqdm.write(line, file=sys.stdout)  # above the bar on a terminal
     sys.stdout.flush()  # a line per round even into a pipe or a CI log
 
 
 def rerun_compare(
-    baseline: str,
-    candidate: str,
-    rounds: int,
-    threshold: float,
-    out: Path,
-    judge_unfit: bool = False,
-    echo: Callable[[str], None] = _print,
-    runner: Runner = run_once,
-) -> Tuple[Rounds, RerunVerdict]:
-    """Both configs run again, interleaved, `rounds` rounds: the figures and the verdict on candidate / baseline."""
-    check_rounds(rounds)
-    sides = {"baseline": rerun_overrides(baseline, "baseline"), "candidate": rerun_overrides(candidate, "candidate")}
+    sides: Dict[str, List[str]], rounds: int, threshold: float, out: Path, judge_unfit: bool = False
+) -> Pair:
+    """Both configs (`sides`: the baseline's and the candidate's overrides) run again, interleaved,
+    `rounds` rounds: the verdict on candidate / baseline, with each round's figures
+    (bench.analysis.rerun_verdict.judge)."""
     counts = {name: 0 for name in sides}
     unfit: Dict[str, List[str]] = {name: [] for name in sides}
-    echo(
+    _print(
         f"rerun: {rounds} rounds of {ORDER}, {4 * rounds} fresh python -m bench processes, "
         f"their outputs in {out / 'rerun'}"
     )
@@ -117,7 +105,7 @@ def rerun_compare(
         def once() -> float:
             counts[name] += 1
             bar.set_postfix_str(f"round {(sum(counts.values()) + 3) // 4}/{rounds}: {name}")
-            rate, reason = runner(sides[name], out / "rerun" / f"{name}-{counts[name]}", name)
+            rate, reason = run_once(sides[name], out / "rerun" / f"{name}-{counts[name]}", name)
             if reason:
                 unfit[name].append(reason)
             bar.update(1)
@@ -126,40 +114,15 @@ def rerun_compare(
         return once
 
     try:
-        measured = alternate({name: measure(name) for name in sides}, rounds, warmup=0, unit="images/s", echo=echo)
+        measured = alternate({name: measure(name) for name in sides}, rounds, warmup=0, unit="images/s", echo=_print)
     finally:
         bar.close()
-    return measured, with_fitness(judge(measured, threshold), unfit, counts, judge_unfit)
+    return with_fitness(judge(measured, threshold), unfit_sides(unfit, counts), judge_unfit)
 
 
-def as_comparison(measured: Rounds, result: RerunVerdict, label: str, threshold: float) -> Comparison:
-    """The rerun as a plain compare's one pair, for its page (bench.tools.compare_output): the paired
-    ratio with each round's figures (each side's mean of its two runs), whose ratios it is the median of."""
-    rounds = list(zip(measured.per_round["baseline"], measured.per_round["candidate"], strict=True))
-    pair = Pair(
-        label,
-        None,
-        None,
-        None,
-        None,
-        result.ratio,
-        result.low,
-        result.high,
-        "rounds",
-        result.verdict,
-        result.why,
-        result.reasons,
-        "images/s",
-        f"candidate / baseline, paired: the median of the ratios of {len(rounds)} rounds of fresh processes",
-        rounds,
-        result.noise_floor,
-    )
-    return Comparison([pair], threshold, band=(1 / (1 + threshold), 1 + threshold))  # rerun_verdict's band
-
-
-def label(baseline: str, candidate: str) -> str:
+def label(sides: Dict[str, List[str]]) -> str:
     """What the candidate's overrides change against the baseline's ("same overrides" when nothing)."""
-    base, cand = rerun_overrides(baseline, "baseline"), rerun_overrides(candidate, "candidate")
+    base, cand = sides["baseline"], sides["candidate"]
     added, dropped = [o for o in cand if o not in base], [o for o in base if o not in cand]
     if not added and not dropped:
         return "same overrides"

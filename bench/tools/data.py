@@ -112,15 +112,9 @@ def main(argv: Optional[List[str]] = None) -> int:
                 raise ConfigError("--workers", args.workers, "an integer of 1 or more (0, or none: the CPU count)")
             if "://" not in args.dst:  # a local directory; s3:// is checked when its store is opened
                 check_writable_dir("--dst", args.dst)
+            storage, progress = _storage_config(args.storage), False if args.no_progress else None
             summary = prepare(
-                args.src,
-                args.dst,
-                args.size,
-                args.quality,
-                args.shard_size,
-                args.workers,
-                _storage_config(args.storage),
-                progress=False if args.no_progress else None,
+                args.src, args.dst, args.size, args.quality, args.shard_size, args.workers, storage, progress=progress
             )
             print(describe(args.dst, summary), flush=True)
         elif args.command == "digits":
@@ -129,21 +123,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             from bench.tools.loader_benchmark import report, run
 
             check_writable_dir("--dir", args.dir)
-            rates = run(
-                args.images,
-                args.classes,
-                args.workers,
-                args.batch_size,
-                args.rounds,
-                args.batches,
-                args.warmup,
-                args.image_size,
-                args.shard_image_size,
-                args.shard_size,
-                args.dir,
-                args.loaders.split(","),
-            )
-            print(report(rates), flush=True)
+            print(report(run(args)), flush=True)
     except Interrupted as exc:  # the pool's processes were ended with it
         print(
             f"[ERROR] {args.command} stopped by {exc.signal_name}: its workers were ended; what was written "

@@ -33,18 +33,8 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 
 from bench.errors import EXIT_CONFIG, EXIT_SIGINT, Interrupted
 from bench.machine.writable import writable_dir_refusal
+from bench.tools.gpu_checks import runners
 from bench.tools.gpu_checks.checks import CHILD, NAMES, OVERHEAD, Check, Metrics, checks
-from bench.tools.gpu_checks.runners import (
-    max_batch_start,
-    run_bench,
-    run_ddp,
-    run_in_process,
-    run_overhead,
-    run_search_on_cpu,
-    write_images,
-)
-
-__all__ = ["Check", "checks", "main", "run_bench", "run_checks", "table"]
 
 Runner = Callable[[Sequence[str], Path], Tuple[Optional[Metrics], str]]
 Row = Tuple[Check, Optional[bool], str]  # passed (None: not run), figures
@@ -83,13 +73,13 @@ def _run_one(check: Check, overrides: List[str], run_dir: Path, on_gpu: bool, ru
         return runner(overrides, run_dir)
     if check.where == CHILD:
         _release_gpu_memory(on_gpu)  # what earlier checks cached is the child's to use
-        return run_ddp(overrides, run_dir, on_gpu, run_bench)
+        return runners.run_ddp(overrides, run_dir, on_gpu, runners.run_bench)
     try:
         if check.where == OVERHEAD:
-            return run_overhead(on_gpu, echo=lambda line: None)
+            return runners.run_overhead(on_gpu, echo=lambda line: None)
         if check.name == "find_max_batch" and not on_gpu:
-            return run_search_on_cpu(overrides, run_dir)
-        return run_in_process(overrides, run_dir, rehearse=not on_gpu)
+            return runners.run_search_on_cpu(overrides, run_dir)
+        return runners.run_in_process(overrides, run_dir, rehearse=not on_gpu)
     finally:
         _release_gpu_memory(on_gpu)  # each check starts from an empty cache, as its own process would
 
@@ -112,7 +102,7 @@ def _extra(check: Check, done: Dict[str, Metrics], base: Sequence[str], on_gpu: 
 
     free, _total = torch.cuda.mem_get_info()
     size = next((int(o.split("=", 1)[1]) for o in reversed(base) if o.startswith("data.image_size=")), 224)
-    return [f"data.batch_size={max_batch_start(done, free / 2**20, size)}"]
+    return [f"data.batch_size={runners.max_batch_start(done, free / 2**20, size)}"]
 
 
 def run_checks(
@@ -248,7 +238,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 chosen = [c for c in chosen if c.name in wanted]
             if any(c.name == "pinned_loader" for c in chosen):  # enough for its steps at the batch asked
                 batch = args.batch_size if on_gpu else 4
-                write_images(work / "images", per_class=max(16, -(-batch * 16 // 10)))
+                from bench.data.sample_images import write_image_folder
+
+                per_class = max(16, -(-batch * 16 // 10))  # small JPEGs: written in a second
+                write_image_folder(str(work / "images"), 10 * per_class, 10, width=48, height=48)
             where = f"{gpus} GPU(s): {torch.cuda.get_device_name(0)}" if on_gpu else "rehearsal on the CPU"
             print(f"{where}; {len(chosen)} checks, {args.model if on_gpu else 'tiny sizes'}", flush=True)
             run_checks(chosen, base_overrides(args, on_gpu), work, on_gpu=on_gpu, budget=budget, rows=rows)

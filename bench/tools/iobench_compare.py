@@ -26,21 +26,18 @@ import logging
 import os
 import sys
 import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Callable, List, Sequence
+from typing import Callable, List, Sequence, Tuple
 
-from bench.analysis.rounds import Rounds, alternate
-from bench.config import compose
-from bench.config.storage import PrepareMode, StorageConfig, StorageWorkloadConfig
+from bench.analysis.rounds import alternate
+from bench.config.storage import PrepareMode, StorageConfig
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.prepare import prepare_dataset
-from bench.iobench.reader import run_reader
 from bench.machine.writable import writable_dir_refusal
 from bench.storage.base import ObjectStore
 from bench.storage.local import LocalStore
 from bench.storage.registry import open_store
+from bench.tools.ceiling_readers import Costs, bench_reader, ceiling_storage, pool_reader
 
 SAMPLES_PER_FILE = 16
 # Only for the throw-away loopback server this command starts; real credentials are never needed.
@@ -54,71 +51,50 @@ def storage_for(args: argparse.Namespace, *overrides: str) -> StorageConfig:
         "name": "compare",
         "num_files": args.files,
         "samples_per_file": SAMPLES_PER_FILE,
+        "batch_size": SAMPLES_PER_FILE,  # a batch a file
         "record_size": record,
-        "batch_size": SAMPLES_PER_FILE,
         "read_threads": args.threads,
         "prefetch": args.prefetch,
-        "computation_time": 0,
         "shuffle": "false",
-        "checkpoint_size_mb": 0,
     }
-    return compose("mode=storage", *[f"storage.workload.{k}={v}" for k, v in workload.items()], *overrides).storage
+    return ceiling_storage(workload, *overrides)
 
 
-def timed_mb_per_s(read_all: Callable[[], int]) -> float:
-    start = time.perf_counter()
-    size = read_all()
-    return size / (time.perf_counter() - start) / 1e6
-
-
-def alternate_reads(ours: Callable[[], float], baseline: Callable[[], int], rounds: int) -> Rounds:
-    """A-B-B-A rounds of MB/s (ours gives its own) after one warm-up pass of each (page cache,
-    connection pools, imports)."""
-    return alternate({"ours": ours, "baseline": lambda: timed_mb_per_s(baseline)}, rounds, warmup=1, unit="MB/s")
-
-
-def report(found: Rounds, ours_name: str, baseline_name: str) -> float:
+def compare_reads(
+    store: ObjectStore,
+    files: Sequence[FileSpec],
+    storage: StorageConfig,
+    read: Callable[[str], int],
+    args: argparse.Namespace,
+    names: Tuple[str, str],
+) -> float:
+    """A-B-B-A rounds of MB/s after one warm-up pass of each (page cache, connection pools, imports):
+    ours, one pass of the storage benchmark's read phase (its MB/s over its epoch), against `read`
+    of every file from a plain ThreadPoolExecutor. Prints the medians and the ratio; returns it."""
+    costs = Costs()  # (the storage ceiling's CPU figures: not printed here)
+    ours = bench_reader(store, files, storage.workload, "ours", costs)
+    sides = {"ours": ours, "baseline": pool_reader(read, [f.key for f in files], args.threads, costs)}
+    found = alternate(sides, args.rounds, warmup=1, unit="MB/s")
     ratio = found.ratio("baseline")
-    for side, name in (("ours", ours_name), ("baseline", baseline_name)):
+    for side, name in zip(sides, names, strict=True):
         values = found.figures[side]
         print(f"{side} ({name}): median {found.median(side):.0f} MB/s [{min(values):.0f}-{max(values):.0f}]")
     print(f"ratio ours/baseline: {ratio.ratio:.2f} [95% {ratio.low:.2f}-{ratio.high:.2f}] {ratio.verdict}")
     return ratio.ratio
 
 
-def read_phase(store: ObjectStore, files: Sequence[FileSpec], workload: StorageWorkloadConfig) -> Callable[[], float]:
-    """Ours: one pass of the storage benchmark's read phase; its MB/s over its epoch."""
-    total = sum(f.size for f in files)
-
-    def run() -> float:
-        result = run_reader(store, files, workload)
-        return total / sum(epoch.epoch_s for epoch in result.epochs) / 1e6
-
-    return run
-
-
-def thread_pool(read: Callable[[str], int], files: Sequence[FileSpec], threads: int) -> Callable[[], int]:
-    """The baseline: `read` every key from a plain ThreadPoolExecutor."""
-
-    def run() -> int:
-        with ThreadPoolExecutor(threads) as pool:
-            return sum(pool.map(read, [f.key for f in files]))
-
-    return run
-
-
 def compare_local(args: argparse.Namespace, root: Path) -> float:
-    workload = storage_for(args).workload
+    storage = storage_for(args)
     store = LocalStore(root)
-    files = prepare_dataset(store, workload, PrepareMode.auto, workers=4).files
+    files = prepare_dataset(store, storage.workload, PrepareMode.auto, workers=4).files
 
     def read(key: str) -> int:
         with open(root / key, "rb") as fh:
             return len(fh.read())
 
     print(f"local: {len(files)} files x {args.file_kb} KiB in {root}, {args.threads} threads (page cache warm)")
-    found = alternate_reads(read_phase(store, files, workload), thread_pool(read, files, args.threads), args.rounds)
-    return report(found, "storage read phase, computation_time=0", "open/read in a ThreadPoolExecutor")
+    names = ("storage read phase, computation_time=0", "open/read in a ThreadPoolExecutor")
+    return compare_reads(store, files, storage, read, args, names)
 
 
 def compare_s3(args: argparse.Namespace) -> float:
@@ -156,10 +132,8 @@ def compare_s3(args: argparse.Namespace) -> float:
             return len(admin.get_object(Bucket=settings.bucket, Key=f"{settings.prefix}/{key}")["Body"].read())
 
         print(f"s3: {len(files)} objects x {args.file_kb} KiB on moto at {endpoint}, {args.threads} threads")
-        found = alternate_reads(
-            read_phase(store, files, storage.workload), thread_pool(read, files, args.threads), args.rounds
-        )
-        return report(found, f"storage read phase via {args.client}", "boto3 get_object in a ThreadPoolExecutor")
+        names = (f"storage read phase via {args.client}", "boto3 get_object in a ThreadPoolExecutor")
+        return compare_reads(store, files, storage, read, args, names)
     finally:
         server.stop()
         for name in added:

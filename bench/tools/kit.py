@@ -29,6 +29,7 @@ from typing import Dict, List, Optional, Sequence
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
+from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from bench.errors import EXIT_CONFIG, EXIT_FAILED
@@ -47,10 +48,6 @@ class KitError(Exception):
         self.code = code
 
 
-def normalise(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def read_have(path: Path) -> Dict[str, Optional[str]]:
     """A `pip freeze`: name -> version (None for a bare name, an URL or a local build's path)."""
     have: Dict[str, Optional[str]] = {}
@@ -61,7 +58,7 @@ def read_have(path: Path) -> Dict[str, Optional[str]]:
         found = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[.*\])?\s*(?:===?\s*(\S+)|@.*)?", line)
         if not found:
             raise KitError(f"--have {path}: {raw.strip()!r} is not a line of `pip freeze` (name==version)", EXIT_CONFIG)
-        have[normalise(found.group(1))] = found.group(2)
+        have[canonicalize_name(found.group(1))] = found.group(2)
     return have
 
 
@@ -142,7 +139,7 @@ def resolve(
             # pip names what it found no wheel of: "satisfies the requirement X", or "depends on X" in a conflict
             named = re.findall(r"(?:satisfies the requirement|depends on) ([^\s;]+)", done.stdout + done.stderr)
             # (a package the target has is never built here: its version came from --have)
-            todo = [req for req in dict.fromkeys(named) if req not in built and normalise(name_of(req)) not in have]
+            todo = [req for req in dict.fromkeys(named) if req not in built and name_of(req) not in have]
             if not todo or not build_sdist(todo[0], out):
                 raise KitError(f"the dependencies did not resolve for the target: {pip_errors(done)}")
             built.append(todo[0])
@@ -150,7 +147,8 @@ def resolve(
 
 
 def name_of(requirement: str) -> str:
-    return re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0]
+    """A requirement's package name, canonical (pip's messages name requirements as they were written)."""
+    return canonicalize_name(re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0])
 
 
 def build_sdist(requirement: str, out: Path) -> bool:
@@ -176,7 +174,7 @@ def unmet(items: Sequence[dict], have: Dict[str, Optional[str]], env: Dict[str, 
                 req = Requirement(line)
             except InvalidRequirement:
                 continue
-            version = have.get(normalise(req.name))
+            version = have.get(canonicalize_name(req.name))
             if version is None or (req.marker and not any(req.marker.evaluate({**env, "extra": e}) for e in extras)):
                 continue
             try:
@@ -207,12 +205,12 @@ def build(args: argparse.Namespace) -> dict:
             "the package out of --have so the kit carries it",
             EXIT_CONFIG,
         )
-    pins = {normalise(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
+    pins = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
     from_target = {name: version for name, version in pins.items() if name in have}
     for path in out.glob("*.whl"):  # an sdist built on the way for a package the target turned out to have
-        if normalise(path.name.split("-")[0]) in have and path != wheel:
+        if canonicalize_name(path.name.split("-")[0]) in have and path != wheel:
             path.unlink()
-    present = {normalise(path.name.split("-")[0]) for path in out.glob("*.whl")}  # bench's, the sdists built
+    present = {canonicalize_name(path.name.split("-")[0]) for path in out.glob("*.whl")}  # bench's, the sdists built
     wanted = [f"{name}=={version}" for name, version in pins.items() if name not in have and name not in present]
     if wanted:
         done = pip("download", "-q", "--no-deps", "-d", str(out), *flags, *wanted)
@@ -267,7 +265,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KeyboardInterrupt:
         return 130
     mib = manifest["size_bytes"] / 2**20
-    names = ", ".join(sorted(normalise(n.split("-")[0]) for n in manifest["wheels"]))
+    names = ", ".join(sorted(canonicalize_name(n.split("-")[0]) for n in manifest["wheels"]))
     where = f"{args.out} (Python {args.python}, {manifest['platform']})"
     print(f"kit: {len(manifest['wheels'])} wheels, {mib:.1f} MiB in {where}: {names}")
     print(f"from the target ({len(manifest['from_target'])}): {', '.join(manifest['from_target'])}")

@@ -11,6 +11,7 @@ shared machine barely moves.
 
 from __future__ import annotations
 
+import argparse
 import math
 import os
 import statistics
@@ -27,7 +28,10 @@ if TYPE_CHECKING:
 BASELINE = "torchvision-baseline"
 
 
-def ensure_images(root: str, images: int, classes: int) -> str:
+def ensure_images(args: argparse.Namespace) -> str:
+    """--images generated JPEGs in --classes class folders under --dir (reused between runs)."""
+    images, classes = args.images, args.classes
+    root = os.path.join(args.dir, f"images-{images}-{classes}")
     existing = sum(len(files) for _, _, files in os.walk(root)) if os.path.isdir(root) else 0
     if existing != images:
         import shutil
@@ -37,16 +41,19 @@ def ensure_images(root: str, images: int, classes: int) -> str:
     return root
 
 
-def ensure_shards(images_root: str, shards_root: str, size: int, shard_size: int, workers: int) -> str:
+def ensure_shards(images_root: str, args: argparse.Namespace) -> str:
+    """Those images as shards (prepare --size --shard-size), made again when the images are newer."""
     from bench.data.prepare import prepare
 
+    size, shard_size, workers = args.shard_image_size, args.shard_size, max(1, args.workers)
+    shards_root = os.path.join(args.dir, f"shards-{args.images}-{args.classes}-{size}-{shard_size}")
     meta = os.path.join(shards_root, "train", "meta.json")  # written last: its presence means complete
     if not os.path.isfile(meta) or os.path.getmtime(meta) < os.path.getmtime(images_root):
         prepare(images_root, shards_root, size=size, shard_size=shard_size, workers=workers, progress=False)
     return shards_root
 
 
-def baseline_batches(root: str, workers: int, batch_size: int, image_size: int) -> Generator[Any, None, None]:
+def baseline_batches(root: str, args: argparse.Namespace) -> Generator[Any, None, None]:
     """What people write by hand: ImageFolder + PIL + RandomResizedCrop + flip + ToTensor + Normalize."""
     import itertools
 
@@ -55,7 +62,7 @@ def baseline_batches(root: str, workers: int, batch_size: int, image_size: int) 
 
     transform = transforms.Compose(
         [
-            transforms.RandomResizedCrop(image_size),
+            transforms.RandomResizedCrop(args.image_size),
             transforms.RandomHorizontalFlip(),
             transforms.ToTensor(),
             transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
@@ -63,18 +70,18 @@ def baseline_batches(root: str, workers: int, batch_size: int, image_size: int) 
     )
     loader = torch.utils.data.DataLoader(
         datasets.ImageFolder(root, transform),
-        batch_size=batch_size,
+        batch_size=args.batch_size,
         shuffle=True,
-        num_workers=workers,
+        num_workers=args.workers,
         drop_last=True,
-        persistent_workers=workers > 0,
-        prefetch_factor=4 if workers else None,
+        persistent_workers=args.workers > 0,
+        prefetch_factor=4 if args.workers else None,
     )
     for _ in itertools.count():
         yield from loader
 
 
-def our_batches(name: str, root: str, workers: int, batch_size: int, image_size: int, classes: int) -> Batches:
+def our_batches(name: str, root: str, args: argparse.Namespace) -> Batches:
     import torch
 
     from bench.config import compose
@@ -83,76 +90,58 @@ def our_batches(name: str, root: str, workers: int, batch_size: int, image_size:
     data = compose(
         f"data={name}",
         f"data.root={root}",
-        f"data.batch_size={batch_size}",
-        f"data.image_size={image_size}",
-        f"data.num_classes={classes}",
-        f"data.num_workers={workers}",
+        f"data.batch_size={args.batch_size}",
+        f"data.image_size={args.image_size}",
+        f"data.num_classes={args.classes}",
+        f"data.num_workers={args.workers}",
         "data.pin_memory=false",
     ).data
     return build_batches(data, torch.device("cpu"), torch.contiguous_format, seed=0)
 
 
-def measure(
-    make: Callable[[], Batches | Generator[Any, None, None]], warmup: int, batches: int, batch_size: int
-) -> Tuple[float, float]:
-    """(images/s, CPU milliseconds per image) over `batches` batches after `warmup` discarded ones."""
+def measure(make: Callable[[], Batches | Generator[Any, None, None]], args: argparse.Namespace) -> Tuple[float, float]:
+    """(images/s, CPU milliseconds per image) over --batches batches after --warmup discarded ones."""
     iterator = make()
-    for _ in range(warmup):
+    for _ in range(args.warmup):
         next(iterator)
     cpu, started = cpu_seconds_with_children(), time.perf_counter()
-    for _ in range(batches):
+    for _ in range(args.batches):
         images, _labels = next(iterator)
     seconds, cpu = time.perf_counter() - started, cpu_seconds_with_children() - cpu
-    assert images.shape[0] == batch_size
+    assert images.shape[0] == args.batch_size
     iterator.close()  # stops its workers before the next loader starts
-    return batches * batch_size / seconds, cpu * 1000 / (batches * batch_size)
+    return args.batches * args.batch_size / seconds, cpu * 1000 / (args.batches * args.batch_size)
 
 
-def run(
-    images: int,
-    classes: int,
-    workers: int,
-    batch_size: int,
-    rounds: int,
-    batches: int,
-    warmup: int,
-    image_size: int,
-    shard_image_size: int,
-    shard_size: int,
-    directory: str,
-    loaders: List[str],
-) -> Dict[str, List[Tuple[float, float]]]:
+def run(args: argparse.Namespace) -> Dict[str, List[Tuple[float, float]]]:
+    """Every loader of --loaders and the baseline, --rounds rounds (the bench-loader command's arguments)."""
     import torch
 
     # The device step (normalising on the CPU) stands in for a GPU: one intra-op thread, since
     # idle OpenMP threads spin and take CPU from the workers of every loader alike.
     torch.set_num_threads(1)
-    images_root = ensure_images(os.path.join(directory, f"images-{images}-{classes}"), images, classes)
+    images_root, loaders = ensure_images(args), args.loaders.split(",")
     makers: Dict[str, Callable[[], Batches | Generator[Any, None, None]]] = {
-        BASELINE: lambda: baseline_batches(images_root, workers, batch_size, image_size)
+        BASELINE: lambda: baseline_batches(images_root, args)
     }
     if "imagefolder" in loaders:
-        makers["imagefolder"] = lambda: our_batches(
-            "imagefolder", images_root, workers, batch_size, image_size, classes
-        )
+        makers["imagefolder"] = lambda: our_batches("imagefolder", images_root, args)
     if "shards" in loaders:
-        shards_dir = os.path.join(directory, f"shards-{images}-{classes}-{shard_image_size}-{shard_size}")
-        shards_root = ensure_shards(images_root, shards_dir, shard_image_size, shard_size, workers=max(1, workers))
-        makers["shards"] = lambda: our_batches("shards", shards_root, workers, batch_size, image_size, classes)
+        shards_root = ensure_shards(images_root, args)
+        makers["shards"] = lambda: our_batches("shards", shards_root, args)
     cpu_ms: Dict[str, List[float]] = {name: [] for name in makers}
 
     def timed(name: str) -> Callable[[], float]:
         def one() -> float:
-            speed, cpu = measure(makers[name], warmup, batches, batch_size)
+            speed, cpu = measure(makers[name], args)
             cpu_ms[name].append(cpu)
             return speed
 
         return one
 
     # no extra warm-up pass: every measurement discards its own warm-up batches
-    found = alternate({name: timed(name) for name in makers}, rounds, warmup=0, unit="images/s")
-    rates = {name: list(zip(found.figures[name], cpu_ms[name], strict=True)) for name in makers}
-    return rates
+    found = alternate({name: timed(name) for name in makers}, args.rounds, warmup=0, unit="images/s")
+    return {name: list(zip(found.figures[name], cpu_ms[name], strict=True)) for name in makers}
 
 
 def report(rates: Dict[str, List[Tuple[float, float]]]) -> str:

@@ -17,13 +17,13 @@ import argparse
 import contextlib
 import time
 from functools import partial
-from typing import Any, List
+from typing import Any, Callable, List
 
 import torch
 import torch.nn as nn
 import torchvision
 
-from bench.analysis.rounds import alternate
+from bench.analysis.rounds import Rounds, alternate
 from bench.config import BenchConfig, compose
 from bench.runtime.malloc import in_effect
 
@@ -77,16 +77,24 @@ def run_minimal(args: argparse.Namespace, precision: str, device: torch.device) 
         loss.backward()
         optimizer.step()
 
+    sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None  # the GPU's queue drained
     for _ in range(args.warmup):
         one_step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    sync()
     start = time.perf_counter()
     for _ in range(args.steps):
         one_step()
-    if device.type == "cuda":
-        torch.cuda.synchronize()
+    sync()
     return args.steps * args.batch_size / (time.perf_counter() - start)
+
+
+def alternate_sides(
+    args: argparse.Namespace, precision: str, device: torch.device, rounds: int, label: str, echo: Callable = print
+) -> Rounds:
+    """bench's trainer and the minimal loop on one workload, alternating A-B-B-A (bench.analysis.rounds)."""
+    config = framework_config(args, precision)
+    sides = {"bench": partial(run_framework, config, device), "minimal": partial(run_minimal, args, precision, device)}
+    return alternate(sides, rounds, warmup=0, label=label, unit="img/s", echo=echo)
 
 
 def main(argv: List[str] | None = None) -> int:
@@ -117,14 +125,7 @@ def main(argv: List[str] | None = None) -> int:
         "   95% interval, verdict, per-round ratios"
     )
     for precision in args.precisions.split(","):
-        cfg = framework_config(args, precision)
-        found = alternate(
-            {"bench": partial(run_framework, cfg, device), "minimal": partial(run_minimal, args, precision, device)},
-            args.rounds,
-            warmup=0,
-            label=precision,
-            unit="img/s",
-        )
+        found = alternate_sides(args, precision, device, args.rounds, label=precision)
         ratio = found.ratio("minimal")
         print(
             f"{precision:<10}{found.median('bench'):>14.1f}{found.median('minimal'):>16.1f}{ratio.ratio:>8.3f}   "

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
@@ -26,12 +25,7 @@ from bench.errors import ConfigError
 from bench.machine.writable import check_writable_dir
 from bench.output_redaction import install as redact_output
 from bench.tracking.probe import missing_sqlite_store, store_problem
-
-
-def default_tracking_uri() -> str:
-    """MLFLOW_TRACKING_URI, else the mlflow.db of the current directory: where `python -m bench`
-    run from here logs by default (bench.tracking's rule, without its config argument)."""
-    return os.environ.get("MLFLOW_TRACKING_URI") or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
+from bench.tracking.store import resolve_tracking_uri
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -49,7 +43,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         if local:
             files, _ = build_report(Path(args.sweep), out)
         else:
-            uri = args.tracking_uri or default_tracking_uri()
+            uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())  # where `python -m bench` run here logs
             missing = missing_sqlite_store(uri)
             if missing:
                 raise ReportError(

@@ -14,16 +14,14 @@ its `error` tag naming the run directory that `python -m bench.tools.upload` com
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
 from bench.output_redaction import install as redact_output
 from bench.tracking.probe import missing_sqlite_store, store_problem
-from bench.tracking.stale_runs import close_stale, find_stale, kill_reason, running_runs, state_of
-
-__all__ = ["close_stale", "find_stale", "kill_reason", "main", "running_runs", "state_of"]
+from bench.tracking.stale_runs import find_stale, kill_reason
+from bench.tracking.store import resolve_tracking_uri
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
@@ -32,11 +30,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     parser.add_argument("--mark", action="store_true", help="end the stale runs KILLED")
     args = parser.parse_args(argv)
-    uri = (
-        args.tracking_uri
-        or os.environ.get("MLFLOW_TRACKING_URI")
-        or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
-    )
+    uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())
     missing = missing_sqlite_store(uri)
     if missing:  # nothing can be RUNNING in a store that does not exist; none is made to say so
         print(f"no MLflow store at {missing}: 0 RUNNING, 0 stale", file=sys.stderr)

@@ -45,7 +45,6 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from bench.analysis.rounds import Rounds, alternate
-from bench.config import compose
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
 from bench.errors import EXIT_CONFIG, BenchError, interruption_in
 from bench.iobench.prepare import prepare_dataset
@@ -55,7 +54,7 @@ from bench.machine.leftovers import clean_leftovers, owned_tempdir
 from bench.machine.writable import writable_dir_refusal
 from bench.registries import FORMATS
 from bench.storage.local import LocalStore
-from bench.tools.ceiling_readers import Costs, Reader, bench_reader, fio_reader, plain_reader
+from bench.tools.ceiling_readers import Costs, Reader, bench_reader, ceiling_storage, fio_reader, plain_reader
 
 PREFIX = "bench-ceiling-"  # the default dataset's directory, under the system temp dir
 
@@ -65,24 +64,17 @@ def workload_for(args: argparse.Namespace, verify: bool = True, readers: str = "
         "name": "ceiling",
         "num_files": args.files,
         "samples_per_file": args.samples_per_file,
+        "batch_size": args.samples_per_file,  # a batch a file
         "record_size": args.record_size,
         "format": args.format,
-        "batch_size": args.samples_per_file,
         "read_threads": args.threads,
         "prefetch": args.prefetch,
-        "computation_time": 0,
         "shuffle": "none",
-        "checkpoint_size_mb": 0,
         "transfer_size": args.transfer_size or "null",
         "verify_records": str(verify).lower(),
         "readers": readers,
     }
-    return compose("mode=storage", *[f"storage.workload.{k}={v}" for k, v in values.items()]).storage.workload
-
-
-def checks_anything(fmt: str) -> bool:
-    """Does the format check more than lengths (so that an unchecked reader differs from bench)?"""
-    return fmt != "raw"
+    return ceiling_storage(values).workload
 
 
 def summarise(found: Rounds, costs: Costs, label: str) -> Dict[str, float]:
@@ -217,7 +209,7 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
     block = args.transfer_size or args.record_size
     costs = Costs()
     readers: Dict[str, Reader] = {"bench": bench_reader(store, files, workload, "bench", costs)}
-    if checks_anything(args.format):
+    if args.format != "raw":  # it checks more than lengths: an unchecked reader differs from bench
         readers["unchecked"] = bench_reader(store, files, workload_for(args, verify=False), "unchecked", costs)
     note = _block_note(files[0].size, block)
     if note:

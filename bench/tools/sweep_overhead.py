@@ -17,23 +17,29 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Sequence
+from typing import List, Sequence
 
 from bench.analysis.rounds import alternate
 from bench.results import read_summary
 from bench.train.result import TrainMetrics
 
-TINY = [
-    "+experiment=cpu_smoke",
-    "model=resnet18",
-    "data.image_size=32",
-    "data.batch_size=4",
-    "train.epochs=1",
-    "train.steps_per_epoch=3",
-    "benchmark.warmup_steps=1",
-    "benchmark.progress=false",
-    "tracking.enabled=false",
-]
+
+def workload(image_size: int, batch_size: int, steps: int, warmup: int) -> List[str]:
+    """A resnet18 training run on the CPU, one epoch, untracked."""
+    return [
+        "+experiment=cpu_smoke",
+        "model=resnet18",
+        f"data.image_size={image_size}",
+        f"data.batch_size={batch_size}",
+        "train.epochs=1",
+        f"train.steps_per_epoch={steps}",
+        f"benchmark.warmup_steps={warmup}",
+        "benchmark.progress=false",
+        "tracking.enabled=false",
+    ]
+
+
+TINY = workload(32, 4, steps=3, warmup=1)
 
 
 def _bench(args: Sequence[str], cwd: Path) -> float:
@@ -74,23 +80,12 @@ def job_overhead(rounds: int, work: Path) -> None:
 
 
 def gloo_scaling(rounds: int, work: Path, steps: int) -> None:
-    workload = [
-        "+experiment=cpu_smoke",
-        "model=resnet18",
-        "data.image_size=64",
-        "data.batch_size=16",
-        "train.epochs=1",
-        f"train.steps_per_epoch={steps}",
-        "benchmark.warmup_steps=3",
-        "benchmark.progress=false",
-        "tracking.enabled=false",
-        "distributed=ddp",
-    ]
+    ddp = [*workload(64, 16, steps, warmup=3), "distributed=ddp"]
     runs = iter(range(1_000_000))
 
     def throughput(processes: int) -> float:
         run_dir = work / f"scaling{next(runs)}-{processes}"
-        _bench([*workload, f"distributed.nproc_per_node={processes}", f"hydra.run.dir={run_dir}"], work)
+        _bench([*ddp, f"distributed.nproc_per_node={processes}", f"hydra.run.dir={run_dir}"], work)
         return TrainMetrics.from_metrics(read_summary(run_dir)["results"]).images_per_second
 
     found = alternate(

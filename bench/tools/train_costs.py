@@ -56,13 +56,8 @@ def eval_cost(args: argparse.Namespace, root: str) -> None:
         result = train(config, torch.device("cpu"))
         return result.images / result.window_seconds
 
-    found = alternate(
-        {"ours": lambda: images_per_second(1), "base": lambda: images_per_second(0)},
-        args.rounds,
-        warmup=0,
-        label="eval",
-        unit="img/s",
-    )
+    sides = {"ours": lambda: images_per_second(1), "base": lambda: images_per_second(0)}  # eval_every=1, 0
+    found = alternate(sides, args.rounds, warmup=0, label="eval", unit="img/s")
     print(
         f"eval        with eval_every=1 {found.median('ours'):9.1f} img/s   without {found.median('base'):9.1f} "
         f"img/s   {_figures(found.ratio('base'))}",

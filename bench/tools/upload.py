@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import logging
-import os
 import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
@@ -21,7 +20,7 @@ from typing import Any, List, Optional, Sequence
 from bench.output_redaction import install as redact_output
 from bench.results import read_summary, write_json
 from bench.scenarios import report_class
-from bench.tracking.store import open_client
+from bench.tracking.store import open_client, resolve_tracking_uri
 from bench.tracking.tracker import Tracker, flatten, redact_uri
 
 # what a run's summary names as its files (bench.results.note_run), else, for a run recorded before
@@ -99,11 +98,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             file=sys.stderr,
         )
         return 2
-    uri = (
-        args.tracking_uri
-        or os.environ.get("MLFLOW_TRACKING_URI")
-        or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
-    )
+    uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())
     try:
         done = upload(args.run_dir, uri)
     except Exception as exc:  # one line, no traceback

@@ -221,8 +221,7 @@ class MlflowSweepCallback(Callback):
         sample = None  # the jobs' headline figure (their report class's): what the UI view charts per job
         try:
             from bench.analysis import build_report, log_scaling_to_runs
-            from bench.analysis.compare import swept_keys
-            from bench.analysis.runs import CONFIG_PREFIX, sweep_report_class
+            from bench.analysis.runs import CONFIG_PREFIX, sweep_report_class, swept_keys
 
             files, frame = build_report(sweep_dir, sweep_dir / "report")
             swept = [key[len(CONFIG_PREFIX) :] for key in swept_keys(frame)]

@@ -189,7 +189,7 @@ def test_a_side_that_was_not_fit_to_measure_is_not_judged(tmp_path, capsys):
     """The issue's case: the 2-thread baseline ran beside other load, the 1-thread candidate did
     not; "faster by 439%" said nothing of why. Now the pair is not judged, the note names the side
     and its reasons, and the command exits 3 (not judged), not 0."""
-    from bench.analysis.compare import UNJUDGED
+    from bench.analysis.verdicts import UNJUDGED
 
     reason = "other processes used 0.97 of 2 usable cores during the window (limit 0.2)"
     base = _run("a", 8, rates=[26.0, 25.5, 26.5])

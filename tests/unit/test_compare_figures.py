@@ -14,13 +14,12 @@ from typing import List
 
 import pytest
 
-from bench.analysis.rerun_verdict import CANT_TELL, judge
+from bench.analysis.rerun_verdict import CANT_TELL, as_comparison, judge
 from bench.analysis.rounds import Rounds
 from bench.analysis.runs import RunRecord, frame_from_records
 from bench.analysis.verdicts import Comparison
 from bench.tools.compare import main
 from bench.tools.compare_output import draw, render_text, table, verdict_lines, write_outputs
-from bench.tools.compare_rerun import as_comparison
 
 
 def rounds_of(baseline: List[float], candidate: List[float]) -> Rounds:
@@ -67,7 +66,7 @@ def test_a_paired_ratio_is_shown_with_its_rounds_everywhere_never_with_side_medi
     measured = rounds_of([20.0, 20.4, 5.0, 5.1], [9.0, 9.2, 8.0, 8.2])
     assert statistics.median(measured.figures["candidate"]) / statistics.median(measured.figures["baseline"]) < 0.7
     result = judge(measured, 0.03)
-    comparison = as_comparison(measured, result, "data.image_size=64 vs data.image_size=32", 0.03)
+    comparison = as_comparison(result, "data.image_size=64 vs data.image_size=32", 0.03)
     (pair,) = comparison.pairs
     assert pair.ratio == pytest.approx(statistics.median(pair.round_ratios)) and pair.ratio > 1
     ratio, rounds = f"{pair.ratio:.3f}", [f"{r:.3f}" for r in pair.round_ratios]
@@ -99,7 +98,7 @@ def test_the_chart_draws_the_threshold_band_and_the_noise_floor_the_verdict_used
     measured = rounds_of([100.0, 103.8, 101.0, 100.5], [100.2, 100.0, 101.5, 100.9])
     result = judge(measured, 0.03)
     assert result.verdict == CANT_TELL and result.noise_floor == pytest.approx(0.038)
-    comparison = as_comparison(measured, result, "same overrides", 0.03)
+    comparison = as_comparison(result, "same overrides", 0.03)
     ax = axes_of(comparison)
     assert band(ax) == pytest.approx([1 / 1.03, 1.03])  # rerun_verdict's rule: 1 / (1 + t) to 1 + t
     floor = drawn(ax, f"noise floor ±{100 * result.noise_floor:.1f}%")

@@ -15,12 +15,13 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
-from bench.analysis.rerun_verdict import CANT_TELL, FASTER, UNJUDGED, with_fitness
+from bench.analysis.rerun_verdict import CANT_TELL, FASTER, SAME, SLOWER, UNJUDGED, judge, noise_floor, unfit_sides
 from bench.analysis.rounds import alternate
+from bench.analysis.verdicts import with_fitness
 from bench.errors import ReportError
 from bench.tools import compare_rerun
 from bench.tools.compare import main as compare
-from bench.tools.compare_rerun import MAX_ROUNDS, SAME, SLOWER, check_rounds, judge, noise_floor, rerun_overrides
+from bench.tools.compare_rerun import MAX_ROUNDS, check_rounds, rerun_overrides
 
 
 def simulated_process(rng: random.Random, rate: float, spread: float) -> Callable[[], float]:
@@ -88,12 +89,12 @@ def test_an_unfit_side_is_not_judged_unless_asked_simulated_processes():
     slower = judge(measured, 0.03)
     assert slower.verdict == SLOWER
     unfit = {"candidate": ["swap-in 12 MB"], "baseline": []}
-    judged = with_fitness(slower, unfit, {"candidate": 4, "baseline": 4})
+    judged = with_fitness(slower, unfit_sides(unfit, {"candidate": 4, "baseline": 4}))
     assert judged.verdict == UNJUDGED
     assert judged.headline == "not judged: the candidate was not fit to measure in 1 of 4 runs"
     assert judged.reasons == ["candidate: swap-in 12 MB", f"measured: {slower.headline}"]
     assert slower.headline.startswith("slower: 0.500× [")
-    anyway = with_fitness(slower, unfit, {"candidate": 4, "baseline": 4}, judge_unfit=True)
+    anyway = with_fitness(slower, unfit_sides(unfit, {"candidate": 4, "baseline": 4}), judge_unfit=True)
     assert anyway.verdict == SLOWER and anyway.headline == slower.headline
     assert anyway.reasons == ["judged although the candidate was not fit to measure in 1 of 4 runs: swap-in 12 MB"]
 

@@ -142,18 +142,15 @@ def run_overhead(on_gpu: bool, echo: Callable[[str], None] = print) -> Outcome:
     """bench's trainer vs a minimal loop, one process, alternating (A B B A), bf16 + channels_last."""
     import torch
 
-    from bench.analysis.rounds import alternate
-    from bench.tools.overhead import framework_config, run_framework, run_minimal
+    from bench.tools.overhead import alternate_sides
 
     args = overhead_args(on_gpu, torch.get_num_threads() if on_gpu else 1)
     device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
     try:
-        config = framework_config(args, "bf16")
+        with contextlib.redirect_stderr(io.StringIO()):  # the trainer's warnings (a CPU run's TF32 note...)
+            found = alternate_sides(args, "bf16", device, 2 if on_gpu else 1, "overhead", echo)
     except BenchError as exc:
         return None, f"[ERROR] {exc}"
-    sides = {"bench": partial(run_framework, config, device), "minimal": partial(run_minimal, args, "bf16", device)}
-    with contextlib.redirect_stderr(io.StringIO()):  # the trainer's warnings (a CPU run's TF32 note...)
-        found = alternate(sides, 2 if on_gpu else 1, warmup=0, label="overhead", unit="img/s", echo=echo)
     ratio = found.ratio("minimal")
     return {
         "overhead_ratio": ratio.ratio if math.isfinite(ratio.ratio) else math.nan,
@@ -177,19 +174,3 @@ def max_batch_start(done: Dict[str, Metrics], free_mb: float, image_size: int) -
             break
     expected = free_mb / max(per_image, 1e-3)
     return max(8, math.ceil(2 * expected / 8) * 8)
-
-
-def write_images(root: Path, per_class: int, classes: int = 10, size: int = 48) -> str:
-    """The pinned loader's image folder: `classes` folders of `per_class` noise JPEGs (a second,
-    where the digits data set took ten to write and needs scikit-learn)."""
-    import numpy as np
-    from PIL import Image
-
-    rng = np.random.default_rng(0)
-    for label in range(classes):
-        folder = root / str(label)
-        folder.mkdir(parents=True, exist_ok=True)
-        for number in range(per_class):
-            pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
-            Image.fromarray(pixels).save(folder / f"{number:04d}.jpg", "JPEG", quality=90)
-    return str(root)
