@@ -302,6 +302,13 @@ BAD_INPUTS = [
         2,
         "scheduler.milestones=[20, 10] is not valid",
     ),
+    (  # issue 33 probe: a repeated milestone was accepted (torch applies gamma twice there)
+        "milestone repeated",
+        "bench",
+        ["scheduler=multistep", "scheduler.milestones=[2,2]"],
+        2,
+        "scheduler.milestones=[2, 2] is not valid: accepted a non-empty increasing list of positive step numbers.",
+    ),
     (
         "one-cycle share over 1",
         "bench",
