@@ -158,10 +158,36 @@ def _refuse_a_sweep_that_cannot_start(config: Any) -> None:
     from bench.errors import EXIT_CONFIG
     from bench.launch.plugins import cluster_commands_problem
 
-    problem = cluster_commands_problem(config) or sweep_problem(list(config.hydra.overrides.task))
+    overrides = list(config.hydra.overrides.task)
+    problem = cluster_commands_problem(config) or sweep_problem(overrides) or _job_problem(config, overrides)
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_CONFIG)
+
+
+def _job_problem(config: Any, overrides: List[str]) -> Optional[str]:
+    """The first job the sweep would refuse (`data.batch_size=4,0`, `model=small_cnn,nope`), composed
+    and checked as its run will check it: the sweep is refused before any job runs, not after the
+    jobs before it (Hydra composes a batch only once the parent run is open). One line, or None."""
+    from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from bench.config import load
+    from bench.config.hydra_errors import one_line
+    from bench.errors import BenchError
+    from bench.launch.preview import jobs_of
+
+    preset = [f"{key}={value}" for key, value in (config.hydra.sweeper.params or {}).items()]
+    for job in jobs_of(preset + overrides):
+        own = [o for o in job if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]  # the run's keys only
+        try:
+            load(compose(config_name="config", overrides=own))
+        except BenchError as exc:
+            return str(exc)
+        except (HydraException, OmegaConfBaseException) as exc:
+            return one_line(exc)
+    return None
 
 
 class MlflowSweepCallback(Callback):

@@ -140,6 +140,20 @@ BAD_INPUTS = [
         2,
         "storage.workload.format='parquet' is not valid: accepted one of raw, npz, tfrecord, hdf5, jpeg.",
     ),
+    (  # issue 33 probe: job 0 ran (minutes), then job 1 was refused: exit 1, a sweep dir and a store
+        "a bad value in a sweep",
+        "bench",
+        ["-m", "+experiment=cpu_smoke", "data.batch_size=4,0"],
+        2,
+        "data.batch_size=0 is not valid: accepted a positive integer.",
+    ),
+    (  # issue 33 probe: refused by Hydra once the sweep's parent run was open (a store left behind)
+        "an unknown option in a sweep",
+        "bench",
+        ["-m", "+experiment=cpu_smoke", "model=small_cnn,nope"],
+        2,
+        "model='nope' is not valid: accepted one of cifar_resnet18",
+    ),
     (
         "own record format not on the path",
         "bench",
@@ -1275,6 +1289,8 @@ def check_bad_input(bench, places, name, module, args, code, words, *, capfd=Non
         assert [line for line in proc.stderr.splitlines() if line.strip()] == errors, proc.stderr
     assert "CANARY" not in proc.stderr + proc.stdout
     assert not bench.db.exists() or all(run.info.status != "RUNNING" for run in bench.runs())
+    if module == "bench" and "-m" in args:  # a refused sweep opens no parent run: no store is made for it
+        assert not bench.db.exists()
     if module == "bench":  # nothing this command made stays: not the run dir it named, no outputs/ or multirun/
         left = [path for path in ("run", "outputs", "multirun") if (bench.cwd / path).exists()]
         assert left == [], f"left behind: {left}"
