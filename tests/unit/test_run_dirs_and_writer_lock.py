@@ -193,17 +193,3 @@ def test_a_reaper_kills_only_its_own_launchs_workers(tmp_path):
         for proc in (survivor, other):
             proc.kill()
             proc.wait()
-
-
-def test_two_doctors_started_together_get_their_own_folder(tmp_path, monkeypatch):
-    """Issue 33 probe: two `python -m bench.doctor` started in the same second wrote one
-    doctor/<date>/<time> (one doctor.json survived). The default is reserved as a run's directory is,
-    once the config is checked (a refused doctor makes nothing); a doctor.out the user names is theirs."""
-    from bench.doctor.cli import out_dir_of, own_out_dir
-
-    monkeypatch.chdir(tmp_path)
-    assert out_dir_of("") is None and not (tmp_path / "doctor").exists()
-    first, second = own_out_dir(), own_out_dir()
-    assert first != second and first.is_dir() and second.is_dir()
-    assert first.parent.parent == second.parent.parent == tmp_path / "doctor"
-    assert out_dir_of("mine") == tmp_path / "mine"
