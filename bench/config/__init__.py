@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import threading
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
@@ -63,6 +64,11 @@ def _scenario_typed(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+# Hydra's compose API keeps one global state (GlobalHydra): two threads composing at once (bench.api.run
+# from two threads) raised "GlobalHydra is already initialized" in the second
+_COMPOSING = threading.Lock()
+
+
 def compose(*overrides: str) -> BenchConfig:
     """The config `python -m bench <overrides>` would run (no Hydra run dir, no job)."""
     return load(composed(*overrides))
@@ -78,7 +84,7 @@ def composed(*overrides: str) -> DictConfig:
     from bench.config.hydra_errors import as_error
 
     register_configs()
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+    with _COMPOSING, initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         try:
             return hydra_compose(config_name="config", overrides=list(overrides))
         except (HydraException, OmegaConfBaseException) as exc:

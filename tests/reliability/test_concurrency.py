@@ -184,3 +184,35 @@ def test_two_digits_into_one_dst_at_once_both_end_with_the_folder(tmp_path, monk
     monkeypatch.setattr(module, "_put_in_place", the_other_finishes_first)
     manifest, already = module.write_digits(dst, size=8)
     assert already and manifest == module.read_manifest(dst) and sorted(os.listdir(tmp_path)) == ["digits"]
+
+
+def test_two_api_runs_from_two_threads_at_once_are_two_runs(bench, tiny, monkeypatch):
+    """Issue 33 probe: `bench.api.run` from two threads at once: the second raised `ValueError:
+    GlobalHydra is already initialized` (Hydra's compose API has one global state). Both finish
+    now, each its own directory, records and FINISHED MLflow run."""
+    import threading
+
+    from bench.api import run
+
+    monkeypatch.chdir(bench.with_store().cwd)
+    outcome: dict = {}
+
+    def one(seed: int) -> None:
+        try:
+            outcome[seed] = run([*tiny, f"seed={seed}"])
+        except BaseException as exc:  # handed to the test, which fails on it
+            outcome[seed] = exc
+
+    threads = [threading.Thread(target=one, args=(seed,)) for seed in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=HANG_GUARD_S)  # a hang guard only
+    results = [outcome[1], outcome[2]]
+    assert all(getattr(result, "ok", False) for result in results), results
+    assert results[0].out_dir != results[1].out_dir
+    runs = {run.info.run_id: run for run in bench.runs()}
+    for result in results:
+        summary = json.loads((result.out_dir / "run_summary.json").read_text())
+        assert runs[summary["mlflow_run_id"]].info.status == "FINISHED" and summary["config"]["seed"] in (1, 2)
+    assert len(runs) == 2
