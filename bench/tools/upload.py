@@ -12,6 +12,7 @@ Exit 0 uploaded or already there, 2 not a run directory.
 from __future__ import annotations
 
 import argparse
+import fcntl
 import logging
 import os
 import sys
@@ -105,7 +106,11 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
     )
     try:
-        done = upload(args.run_dir, uri)
+        with open(args.run_dir / "run_summary.json", "rb") as held:
+            # one upload of a run at a time: a second one started together waits, then finds the run this
+            # one made (its id written into run_summary.json) instead of making another
+            fcntl.flock(held, fcntl.LOCK_EX)
+            done = upload(args.run_dir, uri)
     except Exception as exc:  # one line, no traceback
         print(f"[ERROR] upload of {args.run_dir} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
