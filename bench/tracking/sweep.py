@@ -151,15 +151,19 @@ def _carry(parent_run_id: Optional[str] = None, tracking_down: Optional[str] = N
 
 
 def _refuse_a_sweep_that_cannot_start(config: Any) -> None:
-    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun, or a value no job
-    can take (storage.workload.format=raw,xyz), is one line and exit 2. SystemExit, because Hydra
+    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun, a value no job
+    can take (storage.workload.format=raw,xyz), a job that would be refused, or a sweep directory
+    that cannot be one, is one line and exit 2. SystemExit, because Hydra
     turns any Exception a callback raises into a warning."""
     from bench.config import sweep_problem
     from bench.errors import EXIT_CONFIG
     from bench.launch.plugins import cluster_commands_problem
+    from bench.machine.writable import writable_dir_refusal
 
     overrides = list(config.hydra.overrides.task)
     problem = cluster_commands_problem(config) or sweep_problem(overrides) or _job_problem(config, overrides)
+    # Hydra makes the sweep's directory only once the parent run is open: a file there left a store behind
+    problem = problem or writable_dir_refusal("hydra.sweep.dir", config.hydra.sweep.dir)
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_CONFIG)

@@ -147,6 +147,13 @@ BAD_INPUTS = [
         2,
         "data.batch_size=0 is not valid: accepted a positive integer.",
     ),
+    (  # issue 33 probe: Hydra's own refusal came once the sweep's parent run was open (a store left behind)
+        "sweep dir is a file",
+        "bench",
+        ["-m", "+experiment=cpu_smoke", "data.batch_size=4,8", "hydra.sweep.dir={tmp}/a-file"],
+        2,
+        "hydra.sweep.dir='{tmp}/a-file' is not valid: accepted a directory this user can write (made if missing); ",
+    ),
     (  # issue 33 probe: refused by Hydra once the sweep's parent run was open (a store left behind)
         "an unknown option in a sweep",
         "bench",
