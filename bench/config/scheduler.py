@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -61,7 +62,7 @@ class SchedulerConfig(Checks):
             if (
                 not milestones
                 or any(m <= 0 for m in milestones)
-                or any(a >= b for a, b in zip(milestones, milestones[1:]))
+                or any(a >= b for a, b in itertools.pairwise(milestones))
             ):
                 self._fail("milestones", "a non-empty increasing list of positive step numbers", milestones)
         if self.name == SchedulerName.onecycle:
