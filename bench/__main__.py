@@ -12,6 +12,7 @@ from omegaconf import DictConfig
 from bench import config_dir, run_dirs
 from bench.config.argv import as_overrides, seed_spelling, unknown_flag
 from bench.config.hydra_errors import reporting_one_line, unquoted_space
+from bench.config.scenario import named_twice
 from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG
 from bench.launch.plugins import register_bench_launchers
@@ -63,6 +64,7 @@ def cli() -> None:
     sys.argv[1:], problem = as_overrides(sys.argv[1:])  # --data.batch_size=8 is data.batch_size=8
     problem = problem or unknown_flag(sys.argv[1:])
     problem = problem or command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])
+    problem = problem or (str(named_twice(sys.argv[1:]) or "") or None)  # mode=storage scenario=echo
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)

@@ -82,7 +82,11 @@ def composed(*overrides: str) -> DictConfig:
 
     from bench import config_dir
     from bench.config.hydra_errors import as_error
+    from bench.config.scenario import named_twice
 
+    twice = named_twice(overrides)
+    if twice is not None:
+        raise twice
     register_configs()
     with _COMPOSING, initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         try:

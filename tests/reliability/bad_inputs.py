@@ -178,6 +178,20 @@ BAD_INPUTS = [
         "(AttributeError: module 'json' has no attribute 'NoFormat').",
     ),
     ("unknown mode", "bench", ["mode=serve"], 2, "mode='serve'"),
+    (  # issue 33 probe: mode won unsaid (a storage run)
+        "mode and scenario naming two",
+        "bench",
+        ["mode=storage", "scenario=echo"],
+        2,
+        "scenario='echo' is not valid: accepted storage with mode=storage (mode=NAME chooses scenario=NAME: give one",
+    ),
+    (  # issue 33 probe: a key of another scenario
+        "scenario key of another scenario",
+        "bench",
+        ["+experiment=cpu_smoke", "scenario.steps=5"],
+        2,
+        "scenario.steps=5 is not valid: accepted a key of scenario=train: it has none.",
+    ),
     ("override that does not parse", "bench", ["data.batch_size=["], 2, "a command-line override could not be parsed"),
     ("a list given without -m", "bench", ["data=synthetic,imagefolder"], 2, "to sweep over it add -m"),
     (
