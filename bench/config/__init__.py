@@ -20,6 +20,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from bench.config.preflight import reject_non_finite, reject_unknown_attributes, reject_unknown_keys
 from bench.config.schema import BenchConfig, register_configs, schema
+from bench.config.storage_benchmark import changed_benchmark_keys
+from bench.errors import ConfigError
 
 __all__ = [
     "BenchConfig",
@@ -47,6 +49,9 @@ def load(cfg: DictConfig) -> BenchConfig:
         raise as_error(exc) from None
     assert isinstance(config, BenchConfig)
     config.scenario.check(config)  # the scenario's own rules, beside its code (e.g. bench.train.rules)
+    if config.mode != "storage":  # the storage benchmark's keys, read by it alone: never ignored unsaid
+        for key, value in changed_benchmark_keys(config.storage)[:1]:
+            raise ConfigError(key, value, f"its default with mode={config.mode} (read by mode=storage only)")
     reject_non_finite(config)
     return config
 

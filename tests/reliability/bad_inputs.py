@@ -185,6 +185,20 @@ BAD_INPUTS = [
         2,
         "scenario='echo' is not valid: accepted storage with mode=storage (mode=NAME chooses scenario=NAME: give one",
     ),
+    (  # issue 33 probe: ignored unsaid (an echo run)
+        "storage benchmark key with another mode",
+        "bench",
+        ["mode=echo", "storage.workload.num_files=4"],
+        2,
+        "storage.workload.num_files=4 is not valid: accepted its default with mode=echo (read by mode=storage only).",
+    ),
+    (  # issue 33 probe: the preset's workload ignored unsaid, and a CPU ResNet-50 run of 10 minutes
+        "storage preset with mode=train",
+        "bench",
+        ["+experiment=storage_resnet50_h100", "mode=train", "allow_cpu=true"],
+        2,
+        "storage.workload.name='resnet50_h100' is not valid: accepted its default with mode=train (read by mode=",
+    ),
     (  # issue 33 probe: a key of another scenario
         "scenario key of another scenario",
         "bench",
