@@ -6,7 +6,8 @@ The run directory holds everything: run_summary.json (results, config, environme
 per-step files and the logs. If the MLflow run named in run_summary.json is in the store and
 not FINISHED, it is completed there (its partly logged series are not logged twice); if it is
 not in the store, a new run is made in the run's experiment. A FINISHED run is left alone.
-Exit 0 uploaded or already there, 2 not a run directory.
+Exit 0 uploaded or already there, 1 the upload failed, 2 not a run directory or a store that cannot
+be used (a server that does not answer within 5 s, a scheme MLflow has no store for).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from typing import Any, List, Optional, Sequence
 from bench.output_redaction import install as redact_output
 from bench.results import read_summary, write_json
 from bench.scenarios import report_class
+from bench.tracking.probe import store_problem
 from bench.tracking.store import open_client
 from bench.tracking.tracker import Tracker, flatten, redact_uri
 
@@ -105,6 +107,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         or os.environ.get("MLFLOW_TRACKING_URI")
         or f"sqlite:///{(Path.cwd() / 'mlflow.db').resolve()}"
     )
+    problem = store_problem(uri)  # a server that takes the connection and never answers: 5 s, not MLflow's minutes
+    if problem:
+        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        return 2
     try:
         with open(args.run_dir / "run_summary.json", "rb") as held:
             # one upload of a run at a time: a second one started together waits, then finds the run this

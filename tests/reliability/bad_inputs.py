@@ -5,8 +5,8 @@ same argument checks, Hydra composition, schema and preflight), and the rows nam
 THROUGH_A_PROCESS also as real processes, so the command-line path itself is proven. Every row is
 also checked for: exactly one `[ERROR]` line, no traceback, nothing on stdout, and no MLflow run
 left RUNNING (for a refused config: no MLflow store at all). `{tmp}` is the test's directory,
-`{empty}` an empty directory there, `{images}` an image folder of 4 classes, `{notimages}` a
-class folder of files named .jpg that are not images.
+`{empty}` an empty directory there, `{finished}` a run directory (its run_summary.json), `{images}`
+an image folder of 4 classes, `{notimages}` a class folder of files named .jpg that are not images.
 """
 
 from __future__ import annotations
@@ -1022,6 +1022,13 @@ BAD_INPUTS = [
         "stale runs on an MLflow server that is down",
         "bench.tools.stale",
         ["--tracking-uri", "http://u:CANARY@127.0.0.1:9"],
+        2,
+        "the MLflow server at http://***@127.0.0.1:9 cannot be reached",
+    ),
+    (  # issue 33 probe: MLflow's own back-off (a silent server: 7 tries of 120 s)
+        "upload to an MLflow server that is down",
+        "bench.tools.upload",
+        ["{finished}", "--tracking-uri", "http://u:CANARY@127.0.0.1:9"],
         2,
         "the MLflow server at http://***@127.0.0.1:9 cannot be reached",
     ),
