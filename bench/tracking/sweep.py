@@ -196,6 +196,22 @@ def _job_problem(config: Any, overrides: List[str]) -> Optional[str]:
 
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        """Before any job: the checks, the tracking server's probe and the parent run, where Ctrl-C and
+        SIGTERM end the sweep in one line (130 / 143): no job's handlers are there yet to catch them."""
+        from bench.errors import Interrupted, stopped_by
+        from bench.machine.children import sigterm_raises
+
+        try:
+            with sigterm_raises():
+                self._start(config)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            reason, code = stopped_by(exc) or ("interrupted", 1)
+            if _state.tracker is not None:
+                _end_interrupted_sweep(_state.tracker)
+            print(f"[ERROR] sweep interrupted: {reason}", file=sys.stderr, flush=True)
+            raise SystemExit(code) from None
+
+    def _start(self, config: Any) -> None:
         _refuse_a_sweep_that_cannot_start(config)
         global _state
         sweep_dir, launch_dir = Path(config.hydra.sweep.dir).resolve(), str(Path(os.getcwd()).resolve())
