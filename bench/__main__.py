@@ -12,8 +12,9 @@ from omegaconf import DictConfig
 from bench import config_dir, run_dirs
 from bench.config.argv import as_overrides, seed_spelling, unknown_flag
 from bench.config.hydra_errors import reporting_one_line, unquoted_space
+from bench.config.scenario import named_twice
 from bench.config.schema import register_configs
-from bench.errors import EXIT_CONFIG
+from bench.errors import EXIT_CONFIG, EXIT_SIGINT, EXIT_SIGTERM
 from bench.launch.plugins import register_bench_launchers
 from bench.launch.preview import job_config, preview, wants_job_config, wants_preview
 from bench.output_redaction import install as redact_output
@@ -63,6 +64,7 @@ def cli() -> None:
     sys.argv[1:], problem = as_overrides(sys.argv[1:])  # --data.batch_size=8 is data.batch_size=8
     problem = problem or unknown_flag(sys.argv[1:])
     problem = problem or command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])
+    problem = problem or (str(named_twice(sys.argv[1:]) or "") or None)  # mode=storage scenario=echo
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
@@ -82,13 +84,20 @@ def cli() -> None:
     try:
         reporting_one_line(main)
     except SystemExit as exc:
-        if reserved is not None and exc.code == EXIT_CONFIG:  # refused before it ran: nothing of it stays
+        # refused before it ran, or stopped before it wrote anything (a sweep while its server is probed)
+        stopped_unwritten = exc.code in (EXIT_SIGINT, EXIT_SIGTERM) and _made_and_empty(reserved)
+        if reserved is not None and (exc.code == EXIT_CONFIG or stopped_unwritten):
             run_dirs.discard(reserved)
         raise
     from bench.tracking.sweep import failed_jobs
 
     if failed_jobs():
         sys.exit(min(failed_jobs(), 100))
+
+
+def _made_and_empty(reserved: Optional[run_dirs.Reserved]) -> bool:
+    """The directory this command reserved (not one the user named), still empty."""
+    return bool(reserved and reserved.override and reserved.path.is_dir() and not any(reserved.path.iterdir()))
 
 
 if __name__ == "__main__":

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import threading
 from enum import Enum
 from typing import Any, Dict, List, Optional
 
@@ -19,6 +20,8 @@ from omegaconf.errors import OmegaConfBaseException
 
 from bench.config.preflight import reject_non_finite, reject_unknown_attributes, reject_unknown_keys
 from bench.config.schema import BenchConfig, register_configs, schema
+from bench.config.storage_benchmark import changed_benchmark_keys
+from bench.errors import ConfigError
 
 __all__ = [
     "BenchConfig",
@@ -46,6 +49,9 @@ def load(cfg: DictConfig) -> BenchConfig:
         raise as_error(exc) from None
     assert isinstance(config, BenchConfig)
     config.scenario.check(config)  # the scenario's own rules, beside its code (e.g. bench.train.rules)
+    if config.mode != "storage":  # the storage benchmark's keys, read by it alone: never ignored unsaid
+        for key, value in changed_benchmark_keys(config.storage)[:1]:
+            raise ConfigError(key, value, f"its default with mode={config.mode} (read by mode=storage only)")
     reject_non_finite(config)
     return config
 
@@ -63,6 +69,11 @@ def _scenario_typed(cfg: DictConfig) -> DictConfig:
     return cfg
 
 
+# Hydra's compose API keeps one global state (GlobalHydra): two threads composing at once (bench.api.run
+# from two threads) raised "GlobalHydra is already initialized" in the second
+_COMPOSING = threading.Lock()
+
+
 def compose(*overrides: str) -> BenchConfig:
     """The config `python -m bench <overrides>` would run (no Hydra run dir, no job)."""
     return load(composed(*overrides))
@@ -76,9 +87,13 @@ def composed(*overrides: str) -> DictConfig:
 
     from bench import config_dir
     from bench.config.hydra_errors import as_error
+    from bench.config.scenario import named_twice
 
+    twice = named_twice(overrides)
+    if twice is not None:
+        raise twice
     register_configs()
-    with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
+    with _COMPOSING, initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         try:
             return hydra_compose(config_name="config", overrides=list(overrides))
         except (HydraException, OmegaConfBaseException) as exc:

@@ -192,6 +192,9 @@ def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
         sys.exit(1)
     except OSError as exc:  # Hydra could not make the run's directory or write .hydra/ there
         where = exc.filename or _run_dir_named_in(sys.argv[1:])
+        if not _on_the_run_dirs_path(str(where), _run_dir_named_in(sys.argv[1:])):  # bench's own check missed it
+            print(f"[ERROR] cannot use {where}: {exc.strerror or exc}", file=sys.stderr, flush=True)
+            sys.exit(EXIT_CONFIG)
         print(
             f"[ERROR] cannot write the run directory: {where}: {exc.strerror or exc} (set hydra.run.dir, "
             "or hydra.sweep.dir for -m, to a writable directory with free space)",
@@ -201,6 +204,12 @@ def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
         sys.exit(EXIT_CONFIG)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def _on_the_run_dirs_path(path: str, run_dir: str) -> bool:
+    """Whether `path` is the run directory, one of its parents or a file in it: what Hydra makes."""
+    path, run_dir = os.path.abspath(path), os.path.abspath(run_dir)
+    return os.path.commonpath([path, run_dir]) in (path, run_dir) or "<" in run_dir
 
 
 def _run_dir_named_in(args: List[str]) -> str:

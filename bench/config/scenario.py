@@ -15,7 +15,7 @@ import dataclasses
 import functools
 import importlib
 from pathlib import Path
-from typing import Any, Dict, List, Mapping
+from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -34,6 +34,23 @@ def names() -> List[str]:
 def _node(mode: str) -> Dict[str, Any]:
     option = OmegaConf.to_container(OmegaConf.load(Path(config_dir()) / "scenario" / f"{mode}.yaml"), resolve=False)
     return dict(option.get("scenario") or {}) if isinstance(option, dict) else {}
+
+
+def named_twice(overrides: Sequence[str]) -> Optional[ConfigError]:
+    """`mode=storage scenario=echo`: two scenarios named on one command line, of which `mode` would
+    win unsaid: the refusal (one line, exit 2), or None; the same name twice, or a sweep of either, is fine."""
+    given = {}
+    for override in overrides:
+        key, sep, value = override.lstrip("+~").partition("=")
+        if sep and key in ("mode", "scenario") and "," not in value:
+            given[key] = value.strip("'\"")
+    if len(given) == 2 and given["mode"] != given["scenario"]:
+        return ConfigError(
+            "scenario",
+            given["scenario"],
+            f"{given['mode']} with mode={given['mode']} (mode=NAME chooses scenario=NAME: give one of them)",
+        )
+    return None
 
 
 def node_of(mode: str) -> Dict[str, Any]:

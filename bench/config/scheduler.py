@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -58,7 +59,11 @@ class SchedulerConfig(Checks):
         self.between("warmup_start_factor", 0, 1, "a number in [0, 1]", include_low=True, include_high=True)
         if self.name == SchedulerName.multistep:
             milestones = list(self.milestones)
-            if not milestones or any(m <= 0 for m in milestones) or milestones != sorted(milestones):
+            if (
+                not milestones
+                or any(m <= 0 for m in milestones)
+                or any(a >= b for a, b in itertools.pairwise(milestones))
+            ):
                 self._fail("milestones", "a non-empty increasing list of positive step numbers", milestones)
         if self.name == SchedulerName.onecycle:
             self.between("pct_start", 0, 1, "a number between 0 and 1")

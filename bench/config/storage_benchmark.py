@@ -7,8 +7,8 @@ bench.config.storage.StorageConfig is both, so every key keeps its path (`storag
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Optional, Union
+from dataclasses import dataclass, field, fields
+from typing import Any, List, Optional, Tuple, Union
 
 from bench.config.fields import Checks, Choice
 from bench.errors import ConfigError
@@ -262,3 +262,18 @@ class StorageBenchmarkConfig(Checks):
                 f"epoch x {workload.epochs} epochs; its first step is warm-up, so it needs 2 steps "
                 "or more to measure anything)",
             )
+
+
+def changed_benchmark_keys(storage: StorageBenchmarkConfig) -> List[Tuple[str, Any]]:
+    """(dotted key, value) of each storage benchmark key (`storage.runs`, `storage.workload.*`, ...)
+    set away from the schema's default: what another mode would ignore unsaid."""
+    changed = []
+    for group, current, default in (
+        ("storage", storage, StorageBenchmarkConfig()),
+        ("storage.workload", storage.workload, StorageWorkloadConfig()),
+    ):
+        for name in (f.name for f in fields(default) if f.name != "workload"):
+            value = getattr(current, name)
+            if value != getattr(default, name):
+                changed.append((f"{group}.{name}", value.value if isinstance(value, Choice) else value))
+    return changed

@@ -10,6 +10,8 @@ either absent or complete. Torch-free; numpy, PIL and sklearn are imported when 
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import json
 import math
 import os
@@ -130,10 +132,24 @@ def write_digits(
         }
         with open(os.path.join(tmp, MANIFEST), "w") as fh:  # last: its presence means complete
             json.dump(manifest, fh, indent=2)
-        if os.path.isdir(dst):
-            os.rmdir(dst)  # empty (checked above): the rename takes its place
-        os.rename(tmp, dst)
+        placed = _put_in_place(tmp, dst)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    if not placed:  # another digits command filled dst meanwhile: the same images if its options are these
+        shutil.rmtree(tmp, ignore_errors=True)
+        return write_digits(dst, val_fraction, size, image_format, seed)
     return manifest, False
+
+
+def _put_in_place(tmp: str, dst: str) -> bool:
+    """Rename the written folder to dst (an empty dst is replaced); False when dst holds files by now."""
+    try:
+        with contextlib.suppress(FileNotFoundError):
+            os.rmdir(dst)  # empty (checked above): the rename takes its place
+        os.rename(tmp, dst)
+    except OSError as exc:
+        if exc.errno in (errno.ENOTEMPTY, errno.EEXIST):
+            return False
+        raise
+    return True

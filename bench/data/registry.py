@@ -80,7 +80,10 @@ def check_location(data: DataConfig, validation: bool = False) -> None:
     validation=True: its val split, which must be a split of its own (not the training images)."""
     check = _option(data).check
     if check:
-        load(check)(data)
+        try:
+            load(check)(data)
+        except PermissionError as exc:  # a folder this user may not list or enter: the data key's, not the run dir's
+            raise DataError(f"data.root={data.root!r} cannot be read: {exc.filename}: {exc.strerror}") from None
     import_own({"data.name": data.name})  # a user's builder: one that does not import is one line now
     if validation and data.name == "imagefolder":
         check_separate_val(data.dataset_root)

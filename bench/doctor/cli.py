@@ -1,8 +1,8 @@
 """`python -m bench.doctor <training overrides>`: the bottleneck ladder (bench.doctor) for the run
 `python -m bench <overrides>` would make. Its own keys: doctor.budget_s (default 180, at most 3600:
 the whole, what-ifs included; the rungs and the first what-if always run, the others while the
-budget lasts), doctor.what_ifs (default true) and doctor.out (default doctor/<date>/<time>; a
-directory, made if missing).
+budget lasts), doctor.what_ifs (default true) and doctor.out (default doctor/<date>/<time>, `-2`, `-3`, ... when
+another doctor started in the same second took it; a directory, made if missing).
 
 Exit codes: 0 a verdict, 1 no verdict (the full run failed), 2 a bad key or config (one [ERROR]
 line, nothing run), 130/143 interrupted by Ctrl-C/SIGTERM (the ladder ends at once: no further
@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import logging
 import math
-import os
 import sys
-import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, interruption_in
 from bench.machine.writable import check_writable_dir
 from bench.output_redaction import install as redact_output
+from bench.run_dirs import reserve
 from bench.secrets import command_line_problem, redact
 
 if TYPE_CHECKING:
@@ -29,6 +28,7 @@ if TYPE_CHECKING:
     from bench.doctor.figures import Rung
 
 DEFAULTS = {"budget_s": "180", "what_ifs": "true", "out": ""}
+DEFAULT_OUT = "doctor"  # doctor/<date>/<time>, as Hydra names a run's
 MAX_BUDGET_S = 3600.0  # an hour: a longer diagnosis is a mistyped budget, not a wish (issue 28)
 log = logging.getLogger("bench.doctor")
 
@@ -61,12 +61,19 @@ def budget_of(text: str) -> float:
     return value
 
 
-def out_dir_of(text: str) -> Path:
+def out_dir_of(text: str) -> Optional[Path]:
     """doctor.out as a directory this process can make or write: ConfigError for an existing file
-    (or a file on the way to it) and for a place it may not write, before any work."""
-    out_dir = Path(text or os.path.join("doctor", time.strftime("%Y-%m-%d"), time.strftime("%H-%M-%S"))).resolve()
+    (or a file on the way to it) and for a place it may not write, before any work. None: the
+    default, doctor/<date>/<time>, reserved once the config is checked (own_out_dir)."""
+    out_dir = Path(text or DEFAULT_OUT).resolve()
     check_writable_dir("doctor.out", text, out_dir)
-    return out_dir
+    return out_dir if text else None
+
+
+def own_out_dir() -> Path:
+    """doctor/<date>/<time>, or <time>-2, ...: this doctor's own, even beside another started in the
+    same second (bench.run_dirs), as a run's directory is."""
+    return reserve(Path(DEFAULT_OUT).resolve()).path
 
 
 def flag_of(text: str) -> bool:
@@ -95,7 +102,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except BenchError as exc:
         print(f"[ERROR] {redact(str(exc))}", file=sys.stderr, flush=True)
         return exc.exit_code
-    return _diagnose(config, overrides, budget_s, with_what_ifs, out_dir)
+    return _diagnose(config, overrides, budget_s, with_what_ifs, out_dir or own_out_dir())
 
 
 def _checked_config(overrides: Sequence[str]) -> "BenchConfig":

@@ -25,8 +25,11 @@ def directory_problem(path: Union[str, Path]) -> Optional[str]:
     """Why `path` cannot be a directory written into ("<where> is a file", "<where> is not
     writable (<reason>)"), or None when it can. Makes nothing."""
     existing = Path(os.path.abspath(path))
-    while not existing.exists() and existing != existing.parent:
-        existing = existing.parent
+    try:
+        while not existing.exists() and existing != existing.parent:
+            existing = existing.parent
+    except PermissionError as exc:  # a folder on the way this user may not enter (3.11's exists() raises it)
+        return f"{existing.parent} is not writable ({exc.strerror})"
     if not existing.is_dir():
         return f"{existing} is a file"
     try:  # the filesystem's own answer: permissions, a read-only mount, no inode left

@@ -15,6 +15,7 @@ from typing import Any, List, Optional
 
 from bench.config.storage import StorageLocation
 from bench.errors import ConfigError, ConfigProblem, DataError, Interrupted
+from bench.machine.children import sigterm_raises
 from bench.machine.writable import check_writable_dir
 from bench.output_redaction import install as redact_output
 
@@ -99,6 +100,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     bench.add_argument("--loaders", default="imagefolder,shards")
 
     args = parser.parse_args(argv)
+    with sigterm_raises():  # SIGTERM ends it as Ctrl-C does, wherever it waits (an S3 endpoint's check too)
+        return _command(args)
+
+
+def _command(args: argparse.Namespace) -> int:
     try:
         if args.command == "prepare":
             from bench.data.prepare import describe, prepare
@@ -124,14 +130,15 @@ def main(argv: Optional[List[str]] = None) -> int:
 
             check_writable_dir("--dir", args.dir)
             print(report(run(args)), flush=True)
-    except Interrupted as exc:  # the pool's processes were ended with it
+    except (Interrupted, KeyboardInterrupt) as exc:  # the pool's processes were ended with it
+        stopped = exc if isinstance(exc, Interrupted) else Interrupted("SIGINT")
         print(
-            f"[ERROR] {args.command} stopped by {exc.signal_name}: its workers were ended; what was written "
+            f"[ERROR] {args.command} stopped by {stopped.signal_name}: its workers were ended; what was written "
             "is incomplete (a split is complete once its meta.json exists)",
             file=sys.stderr,
             flush=True,
         )
-        return exc.exit_code
+        return stopped.exit_code
     except (DataError, ConfigError, ConfigProblem) as exc:  # a bad argument or source folder: nothing was written
         print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
         return 2

@@ -6,12 +6,14 @@ The run directory holds everything: run_summary.json (results, config, environme
 per-step files and the logs. If the MLflow run named in run_summary.json is in the store and
 not FINISHED, it is completed there (its partly logged series are not logged twice); if it is
 not in the store, a new run is made in the run's experiment. A FINISHED run is left alone.
-Exit 0 uploaded or already there, 2 not a run directory.
+Exit 0 uploaded or already there, 1 the upload failed, 2 not a run directory or a store that cannot
+be used (a server that does not answer within 5 s, a scheme MLflow has no store for).
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import logging
 import sys
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any, List, Optional, Sequence
 from bench.output_redaction import install as redact_output
 from bench.results import read_summary, write_json
 from bench.scenarios import report_class
+from bench.tracking.probe import store_problem
 from bench.tracking.store import open_client, resolve_tracking_uri
 from bench.tracking.tracker import Tracker, flatten, redact_uri
 
@@ -99,8 +102,16 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         return 2
     uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())
+    problem = store_problem(uri)  # a server that takes the connection and never answers: 5 s, not MLflow's minutes
+    if problem:
+        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        return 2
     try:
-        done = upload(args.run_dir, uri)
+        with open(args.run_dir / "run_summary.json", "rb") as held:
+            # one upload of a run at a time: a second one started together waits, then finds the run this
+            # one made (its id written into run_summary.json) instead of making another
+            fcntl.flock(held, fcntl.LOCK_EX)
+            done = upload(args.run_dir, uri)
     except Exception as exc:  # one line, no traceback
         print(f"[ERROR] upload of {args.run_dir} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1

@@ -151,21 +151,67 @@ def _carry(parent_run_id: Optional[str] = None, tracking_down: Optional[str] = N
 
 
 def _refuse_a_sweep_that_cannot_start(config: Any) -> None:
-    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun, or a value no job
-    can take (storage.workload.format=raw,xyz), is one line and exit 2. SystemExit, because Hydra
+    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun, a value no job
+    can take (storage.workload.format=raw,xyz), a job that would be refused, or a sweep directory
+    that cannot be one, is one line and exit 2. SystemExit, because Hydra
     turns any Exception a callback raises into a warning."""
     from bench.config import sweep_problem
     from bench.errors import EXIT_CONFIG
     from bench.launch.plugins import cluster_commands_problem
+    from bench.machine.writable import writable_dir_refusal
 
-    problem = cluster_commands_problem(config) or sweep_problem(list(config.hydra.overrides.task))
+    overrides = list(config.hydra.overrides.task)
+    problem = cluster_commands_problem(config) or sweep_problem(overrides) or _job_problem(config, overrides)
+    # Hydra makes the sweep's directory only once the parent run is open: a file there left a store behind
+    problem = problem or writable_dir_refusal("hydra.sweep.dir", config.hydra.sweep.dir)
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         raise SystemExit(EXIT_CONFIG)
 
 
+def _job_problem(config: Any, overrides: List[str]) -> Optional[str]:
+    """The first job the sweep would refuse (`data.batch_size=4,0`, `model=small_cnn,nope`), composed
+    and checked as its run will check it: the sweep is refused before any job runs, not after the
+    jobs before it (Hydra composes a batch only once the parent run is open). One line, or None."""
+    from hydra import compose
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from bench.config import load
+    from bench.config.hydra_errors import one_line
+    from bench.errors import BenchError
+    from bench.launch.preview import jobs_of
+
+    preset = [f"{key}={value}" for key, value in (config.hydra.sweeper.params or {}).items()]
+    for job in jobs_of(preset + overrides):
+        own = [o for o in job if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]  # the run's keys only
+        try:
+            load(compose(config_name="config", overrides=own))
+        except BenchError as exc:
+            return str(exc)
+        except (HydraException, OmegaConfBaseException) as exc:
+            return one_line(exc)
+    return None
+
+
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
+        """Before any job: the checks, the tracking server's probe and the parent run, where Ctrl-C and
+        SIGTERM end the sweep in one line (130 / 143): no job's handlers are there yet to catch them."""
+        from bench.errors import Interrupted, stopped_by
+        from bench.machine.children import sigterm_raises
+
+        try:
+            with sigterm_raises():
+                self._start(config)
+        except (KeyboardInterrupt, Interrupted) as exc:
+            reason, code = stopped_by(exc) or ("interrupted", 1)
+            if _state.tracker is not None:
+                _end_interrupted_sweep(_state.tracker)
+            print(f"[ERROR] sweep interrupted: {reason}", file=sys.stderr, flush=True)
+            raise SystemExit(code) from None
+
+    def _start(self, config: Any) -> None:
         _refuse_a_sweep_that_cannot_start(config)
         global _state
         sweep_dir, launch_dir = Path(config.hydra.sweep.dir).resolve(), str(Path(os.getcwd()).resolve())

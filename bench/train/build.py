@@ -15,6 +15,7 @@ import torch
 import torch.nn as nn
 
 from bench.config import BenchConfig
+from bench.errors import CheckpointError
 from bench.rank_context import RankContext
 from bench.runtime.device import prepare_process
 from bench.runtime.epoch_data import EpochData
@@ -69,6 +70,12 @@ def build_training(
     prepare_process(config, device, ctx)
     resumed = checkpoints.load(config.train.resume) if checkpoints and config.train.resume else None
     start = Position(resumed["epoch"], resumed["step_in_epoch"]) if resumed else Position(0)
+    if resumed and checkpoints is not None and start.epoch >= config.train.epochs:
+        raise CheckpointError(  # nothing left to measure: a run of no steps would report no figures
+            f"train.resume={config.train.resume}: {checkpoints.loaded['resumed_from']} ends epoch {start.epoch}, "
+            f"and this run has train.epochs={config.train.epochs}: no epoch is left to train. Raise "
+            "train.epochs to go on, or start without train.resume"
+        )
     policy = build_precision(config.precision, device)
     # Module.to takes device and memory_format together at runtime; its stub has them in separate overloads
     eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)  # type: ignore[call-overload]

@@ -94,6 +94,14 @@ def check_resume_file(config: BenchConfig) -> None:
     from bench.train.checkpoint_format import check_meta, read
 
     try:
-        check_meta(read(Path(resume), resume, mmap=True), config, resume)
+        state = read(Path(resume), resume, mmap=True)
+        check_meta(state, config, resume)
     except CheckpointError as exc:
         raise ConfigProblem(f"train.resume: {exc}", "train.resume", resume) from None
+    if int(state["epoch"]) >= config.train.epochs:  # a run of no steps would report no figures
+        raise ConfigProblem(
+            f"train.resume: checkpoint {resume} ends epoch {state['epoch']}, and this run has "
+            f"train.epochs={config.train.epochs}: no epoch is left to train. Raise train.epochs to go on",
+            "train.resume",
+            resume,
+        )

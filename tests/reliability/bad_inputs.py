@@ -5,8 +5,8 @@ same argument checks, Hydra composition, schema and preflight), and the rows nam
 THROUGH_A_PROCESS also as real processes, so the command-line path itself is proven. Every row is
 also checked for: exactly one `[ERROR]` line, no traceback, nothing on stdout, and no MLflow run
 left RUNNING (for a refused config: no MLflow store at all). `{tmp}` is the test's directory,
-`{empty}` an empty directory there, `{images}` an image folder of 4 classes, `{notimages}` a
-class folder of files named .jpg that are not images.
+`{empty}` an empty directory there, `{finished}` a run directory (its run_summary.json), `{images}`
+an image folder of 4 classes, `{notimages}` a class folder of files named .jpg that are not images.
 """
 
 from __future__ import annotations
@@ -140,6 +140,27 @@ BAD_INPUTS = [
         2,
         "storage.workload.format='parquet' is not valid: accepted one of raw, npz, tfrecord, hdf5, jpeg.",
     ),
+    (  # issue 33 probe: job 0 ran (minutes), then job 1 was refused: exit 1, a sweep dir and a store
+        "a bad value in a sweep",
+        "bench",
+        ["-m", "+experiment=cpu_smoke", "data.batch_size=4,0"],
+        2,
+        "data.batch_size=0 is not valid: accepted a positive integer.",
+    ),
+    (  # issue 33 probe: Hydra's own refusal came once the sweep's parent run was open (a store left behind)
+        "sweep dir is a file",
+        "bench",
+        ["-m", "+experiment=cpu_smoke", "data.batch_size=4,8", "hydra.sweep.dir={tmp}/a-file"],
+        2,
+        "hydra.sweep.dir='{tmp}/a-file' is not valid: accepted a directory this user can write (made if missing); ",
+    ),
+    (  # issue 33 probe: refused by Hydra once the sweep's parent run was open (a store left behind)
+        "an unknown option in a sweep",
+        "bench",
+        ["-m", "+experiment=cpu_smoke", "model=small_cnn,nope"],
+        2,
+        "model='nope' is not valid: accepted one of cifar_resnet18",
+    ),
     (
         "own record format not on the path",
         "bench",
@@ -157,6 +178,34 @@ BAD_INPUTS = [
         "(AttributeError: module 'json' has no attribute 'NoFormat').",
     ),
     ("unknown mode", "bench", ["mode=serve"], 2, "mode='serve'"),
+    (  # issue 33 probe: mode won unsaid (a storage run)
+        "mode and scenario naming two",
+        "bench",
+        ["mode=storage", "scenario=echo"],
+        2,
+        "scenario='echo' is not valid: accepted storage with mode=storage (mode=NAME chooses scenario=NAME: give one",
+    ),
+    (  # issue 33 probe: ignored unsaid (an echo run)
+        "storage benchmark key with another mode",
+        "bench",
+        ["mode=echo", "storage.workload.num_files=4"],
+        2,
+        "storage.workload.num_files=4 is not valid: accepted its default with mode=echo (read by mode=storage only).",
+    ),
+    (  # issue 33 probe: the preset's workload ignored unsaid, and a CPU ResNet-50 run of 10 minutes
+        "storage preset with mode=train",
+        "bench",
+        ["+experiment=storage_resnet50_h100", "mode=train", "allow_cpu=true"],
+        2,
+        "storage.workload.name='resnet50_h100' is not valid: accepted its default with mode=train (read by mode=",
+    ),
+    (  # issue 33 probe: a key of another scenario
+        "scenario key of another scenario",
+        "bench",
+        ["+experiment=cpu_smoke", "scenario.steps=5"],
+        2,
+        "scenario.steps=5 is not valid: accepted a key of scenario=train: it has none.",
+    ),
     ("override that does not parse", "bench", ["data.batch_size=["], 2, "a command-line override could not be parsed"),
     ("a list given without -m", "bench", ["data=synthetic,imagefolder"], 2, "to sweep over it add -m"),
     (
@@ -301,6 +350,13 @@ BAD_INPUTS = [
         ["scheduler=multistep", "scheduler.milestones=[20,10]"],
         2,
         "scheduler.milestones=[20, 10] is not valid",
+    ),
+    (  # issue 33 probe: a repeated milestone was accepted (torch applies gamma twice there)
+        "milestone repeated",
+        "bench",
+        ["scheduler=multistep", "scheduler.milestones=[2,2]"],
+        2,
+        "scheduler.milestones=[2, 2] is not valid: accepted a non-empty increasing list of positive step numbers.",
     ),
     (
         "one-cycle share over 1",
@@ -969,6 +1025,13 @@ BAD_INPUTS = [
         2,
         "the MLflow server at http://***@127.0.0.1:9 cannot be reached",
     ),
+    (  # issue 33 probe: MLflow's own back-off (a silent server: 7 tries of 120 s)
+        "upload to an MLflow server that is down",
+        "bench.tools.upload",
+        ["{finished}", "--tracking-uri", "http://u:CANARY@127.0.0.1:9"],
+        2,
+        "the MLflow server at http://***@127.0.0.1:9 cannot be reached",
+    ),
     # -- the doctor: its own keys, and the training config it diagnoses ------------------------------------
     (
         "doctor budget not a number",
@@ -1268,6 +1331,8 @@ def check_bad_input(bench, places, name, module, args, code, words, *, capfd=Non
         assert [line for line in proc.stderr.splitlines() if line.strip()] == errors, proc.stderr
     assert "CANARY" not in proc.stderr + proc.stdout
     assert not bench.db.exists() or all(run.info.status != "RUNNING" for run in bench.runs())
+    if module == "bench" and "-m" in args:  # a refused sweep opens no parent run: no store is made for it
+        assert not bench.db.exists()
     if module == "bench":  # nothing this command made stays: not the run dir it named, no outputs/ or multirun/
         left = [path for path in ("run", "outputs", "multirun") if (bench.cwd / path).exists()]
         assert left == [], f"left behind: {left}"

@@ -18,6 +18,8 @@ def places(tmp_path, datasets):
     for number in range(3):
         (tmp_path / "notimages" / "class0" / f"img{number}.jpg").write_text("a text file named like an image")
     (tmp_path / "a-file").write_text("x")
+    (tmp_path / "finished").mkdir()
+    (tmp_path / "finished" / "run_summary.json").write_text("{}")
     _shards_with_a_bad_label(tmp_path / "badshards")
     return {
         "tmp": tmp_path,
@@ -25,6 +27,7 @@ def places(tmp_path, datasets):
         "images": tmp_path / "images",
         "notimages": tmp_path / "notimages",
         "badshards": tmp_path / "badshards",
+        "finished": tmp_path / "finished",
     }
 
 

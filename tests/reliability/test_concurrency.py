@@ -2,7 +2,8 @@
 the way it broke: two sweeps (B's worker was killed by A's reaper, A's report showed B's figure, both
 MLflow parents had one name), two single runs (one run_summary.json survived), two
 `train.resume=auto` runs on one checkpoint folder (both wrote the same epoch files), and a writer
-killed with SIGKILL whose lock the next run takes over.
+killed with SIGKILL whose lock the next run takes over. From the issue's probe, in-process: two
+doctors' folders, two `bench.data digits` into one --dst.
 
 "The same second" without wall-clock luck: every directory Hydra's default pattern would give in
 the next minutes is taken before the commands start, so each must reserve one of its own (`-N`);
@@ -149,3 +150,69 @@ def _first_checkpoint(root: Path, procs) -> Path:
             raise AssertionError("\n".join(proc.communicate()[1] for proc in procs))
         time.sleep(0.05)
     raise AssertionError(f"no checkpoint under {root}")
+
+
+def test_two_doctors_started_together_get_their_own_folder(tmp_path, monkeypatch):
+    """Issue 33 probe: two `python -m bench.doctor` started in the same second wrote one
+    doctor/<date>/<time> (one doctor.json survived). The default is reserved as a run's directory is,
+    once the config is checked (a refused doctor makes nothing); a doctor.out the user names is theirs."""
+    from bench.doctor.cli import out_dir_of, own_out_dir
+
+    monkeypatch.chdir(tmp_path)
+    assert out_dir_of("") is None and not (tmp_path / "doctor").exists()
+    first, second = own_out_dir(), own_out_dir()
+    assert first != second and first.is_dir() and second.is_dir()
+    assert first.parent.parent == second.parent.parent == tmp_path / "doctor"
+    assert out_dir_of("mine") == tmp_path / "mine"
+
+
+def test_two_digits_into_one_dst_at_once_both_end_with_the_folder(tmp_path, monkeypatch):
+    """Issue 33 probe: the second of two `digits --dst D` started together found D filled when it
+    put its own folder in place: `digits failed: OSError: [Errno 39] Directory not empty` (exit 1).
+    In-process, the other command finishing first just before this one's rename (the race, made
+    certain): this one reads the folder the other wrote, as a rerun does, and leaves no temp dir."""
+    from bench.data import digits as module
+
+    put = module._put_in_place
+    dst = str(tmp_path / "digits")
+
+    def the_other_finishes_first(tmp: str, where: str) -> bool:
+        monkeypatch.setattr(module, "_put_in_place", put)
+        assert module.write_digits(dst, size=8) == (module.read_manifest(dst), False)  # the other command
+        return put(tmp, where)
+
+    monkeypatch.setattr(module, "_put_in_place", the_other_finishes_first)
+    manifest, already = module.write_digits(dst, size=8)
+    assert already and manifest == module.read_manifest(dst) and sorted(os.listdir(tmp_path)) == ["digits"]
+
+
+def test_two_api_runs_from_two_threads_at_once_are_two_runs(bench, tiny, monkeypatch):
+    """Issue 33 probe: `bench.api.run` from two threads at once: the second raised `ValueError:
+    GlobalHydra is already initialized` (Hydra's compose API has one global state). Both finish
+    now, each its own directory, records and FINISHED MLflow run."""
+    import threading
+
+    from bench.api import run
+
+    monkeypatch.chdir(bench.with_store().cwd)
+    outcome: dict = {}
+
+    def one(seed: int) -> None:
+        try:
+            outcome[seed] = run([*tiny, f"seed={seed}"])
+        except BaseException as exc:  # handed to the test, which fails on it
+            outcome[seed] = exc
+
+    threads = [threading.Thread(target=one, args=(seed,)) for seed in (1, 2)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=HANG_GUARD_S)  # a hang guard only
+    results = [outcome[1], outcome[2]]
+    assert all(getattr(result, "ok", False) for result in results), results
+    assert results[0].out_dir != results[1].out_dir
+    runs = {run.info.run_id: run for run in bench.runs()}
+    for result in results:
+        summary = json.loads((result.out_dir / "run_summary.json").read_text())
+        assert runs[summary["mlflow_run_id"]].info.status == "FINISHED" and summary["config"]["seed"] in (1, 2)
+    assert len(runs) == 2

@@ -32,6 +32,28 @@ def test_a_milestone_past_the_run_is_said_and_the_lr_reported_is_the_lr_applied(
     assert metrics["final_lr"] == pytest.approx(0.01)
 
 
+def test_a_resume_with_no_epoch_left_is_one_line_not_a_run_of_no_steps(bench, tiny, tmp_path):
+    """Issue 33 probe: a finished run started again with train.resume=auto (a job requeued after it
+    ended, or another config of fewer epochs on the folder) resumed at its end, trained nothing and
+    died formatting its figures: `run failed: TypeError: unsupported format string passed to
+    NoneType.__format__` (1). Now one line saying why, the run FAILED with it; a checkpoint file named
+    on the command line is refused before any run (2)."""
+    bench.with_store()
+    keep = [*tiny, "checkpoint.every_epochs=1", f"storage.root={tmp_path}/store"]
+    first = bench.run(*keep, f"hydra.run.dir={tmp_path}/first")
+    assert first.returncode == 0, first.stderr
+    again = bench.run(*keep, "train.resume=auto", f"hydra.run.dir={tmp_path}/again")
+    line = bench.single_error(again)
+    assert again.returncode == 1 and "TypeError" not in again.stderr, again.stderr
+    assert "epoch-0001.pt ends epoch 1, and this run has train.epochs=1: no epoch is left to train" in line, line
+    failed = [run for run in bench.runs() if run.info.status == "FAILED"]
+    assert len(failed) == 1 and "no epoch is left to train" in failed[0].data.tags["error"]
+    (checkpoint,) = (tmp_path / "store").rglob("epoch-0001.pt")
+    named = bench.run(*keep, f"train.resume={checkpoint}", f"hydra.run.dir={tmp_path}/named")
+    assert named.returncode == 2 and "no epoch is left to train" in bench.single_error(named), named.stderr
+    assert not (tmp_path / "named").exists() and len(bench.runs()) == 2
+
+
 def test_prepare_deletes_the_shards_an_earlier_prepare_left_and_names_look_alikes(bench, places):
     """An earlier (interrupted) prepare's 5 shards and meta.json in --dst: the new one wrote 2 and left
     3 stale shards a reader of the folder would take for data; a file named like a shard that is not

@@ -7,7 +7,9 @@ worker outlives it. Waits are for events; timeouts are hang guards only."""
 from __future__ import annotations
 
 import os
+import re
 import signal
+import time
 
 import pytest
 
@@ -181,25 +183,83 @@ def test_signal_during_the_passes_after_the_window_still_reports_the_window(benc
     assert run.data.metrics["images_per_second"] == pytest.approx(metrics["images_per_second"])
 
 
-@pytest.mark.parametrize("how,code", [("SIGTERM", 143), ("Ctrl-C", 130), ("SIGKILL", -9)])
-def test_a_stopped_prepare_leaves_no_worker_behind(bench, datasets, aws_env, tmp_path, how, code):
-    """Issue 18: `timeout` (SIGTERM) of a `python -m bench.data prepare` to S3 left its pool
-    workers alive under PID 1. Here the S3 endpoint accepts connections and never answers (a
-    hung server), so a worker is stuck in its first request when the signal comes: SIGTERM and
-    Ctrl-C end the pool with one line; SIGKILL of the command takes its workers down too."""
-    import socket
+EMPTY_LIST = (
+    b'<?xml version="1.0" encoding="UTF-8"?><ListBucketResult xmlns="http://s3.amazonaws.com/doc/2006-03-01/">'
+    b"<Name>bench-held</Name><KeyCount>0</KeyCount><MaxKeys>1000</MaxKeys><IsTruncated>false</IsTruncated>"
+    b"</ListBucketResult>"
+)
 
+
+def _s3_that_holds_writes(answer: bool):
+    """An S3 endpoint on 127.0.0.1 that lists an empty bucket and deletes nothing (what prepare asks
+    before its pool starts) and holds every PUT unanswered (`answer=False`: holds every request).
+    Returns (server, endpoint, held): `held` is set once a request is being held."""
+    import http.server
+    import threading
+
+    held, release = threading.Event(), threading.Event()
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def _hold(self) -> None:
+            held.set()
+            release.wait(HANG_GUARD_S)
+
+        def do_GET(self) -> None:
+            if not answer:
+                return self._hold()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/xml")
+            self.send_header("Content-Length", str(len(EMPTY_LIST)))
+            self.end_headers()
+            self.wfile.write(EMPTY_LIST)
+
+        def do_POST(self) -> None:  # a batch delete (obstore's): nothing was there
+            asked = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            deleted = b"".join(b"<Deleted>" + key + b"</Deleted>" for key in re.findall(rb"<Key>.*?</Key>", asked))
+            body = b'<?xml version="1.0" encoding="UTF-8"?><DeleteResult>' + deleted + b"</DeleteResult>"
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_DELETE(self) -> None:
+            self.send_response(204)
+            self.end_headers()
+
+        def do_PUT(self) -> None:
+            self._hold()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    server.release = release  # type: ignore[attr-defined]
+    return server, f"http://127.0.0.1:{server.server_address[1]}", held
+
+
+@pytest.mark.parametrize(
+    "how,code,during",
+    [("SIGTERM", 143, "write"), ("Ctrl-C", 130, "write"), ("SIGKILL", -9, "write"), ("Ctrl-C", 130, "check")],
+)
+def test_a_stopped_prepare_leaves_no_worker_behind(bench, datasets, aws_env, tmp_path, how, code, during):
+    """Issue 18: `timeout` (SIGTERM) of a `python -m bench.data prepare` to S3 left its pool
+    workers alive under PID 1. Here the S3 endpoint holds every write (a hung server), so a worker
+    is stuck in its first request when the signal comes: SIGTERM and Ctrl-C end the pool with one
+    line; SIGKILL of the command takes its workers down too. Issue 33 probe: a signal while the
+    command itself asks the endpoint, before any worker (`check`: an endpoint that never answers),
+    was a KeyboardInterrupt traceback (SIGTERM: a death without a word)."""
     import psutil
 
     datasets.image_folder(tmp_path / "images", images=4)
-    silent = socket.create_server(("127.0.0.1", 0))
-    endpoint = f"http://127.0.0.1:{silent.getsockname()[1]}"
+    server, endpoint, held = _s3_that_holds_writes(answer=during == "write")
     proc = bench.start(
         "prepare",
         "--src",
         str(tmp_path / "images"),
         "--dst",
-        "s3://bench-silent/shards",
+        "s3://bench-held/shards",
         "--workers",
         "1",
         "--no-progress",
@@ -208,15 +268,19 @@ def test_a_stopped_prepare_leaves_no_worker_behind(bench, datasets, aws_env, tmp
         "--storage",
         "timeout_s=3600",
         "--storage",
+        "connect_timeout_s=3600",
+        "--storage",
         "max_attempts=1",
         module="bench.data",
         start_new_session=True,
     )
     try:
-        silent.settimeout(HANG_GUARD_S)
-        connection, _ = silent.accept()  # the event: a pool worker sent its first request and waits
+        deadline = time.monotonic() + HANG_GUARD_S  # the event: a pool worker's write (or the command's check) is held
+        while not held.wait(0.05) and proc.poll() is None and time.monotonic() < deadline:
+            pass
+        assert held.is_set(), proc.communicate(timeout=60)
         children = psutil.Process(proc.pid).children(recursive=True)
-        assert children  # the pool's worker (the one whose request the endpoint holds), at least
+        assert children or during == "check"  # the pool's worker (the one whose request is held), at least
         if how == "Ctrl-C":
             os.killpg(proc.pid, signal.SIGINT)  # what a terminal's Ctrl-C does: the workers get it too
         else:
@@ -237,6 +301,6 @@ def test_a_stopped_prepare_leaves_no_worker_behind(bench, datasets, aws_env, tmp
                 "was written is incomplete (a split is complete once its meta.json "
                 "exists)"
             ], stderr
-        connection.close()
     finally:
-        silent.close()
+        server.release.set()
+        server.shutdown()

@@ -62,8 +62,12 @@ def test_results_kept_while_the_server_was_down_upload_later(mlflow_server, benc
     metrics = bench.metrics(
         bench.run(*tiny, f"hydra.run.dir={run_dir}", env=bench.env(f"http://127.0.0.1:{free_port()}"))
     )
-    uploaded = bench.run(str(run_dir), "--tracking-uri", mlflow_server, module="bench.tools.upload")
-    assert uploaded.returncode == 0 and "uploaded as run" in uploaded.stdout, uploaded.stderr
+    # issue 33 probe: two uploads started together made two runs of it; the second now finds the first's
+    both = [bench.start(str(run_dir), "--tracking-uri", mlflow_server, module="bench.tools.upload") for _ in "ab"]
+    said = sorted((proc.communicate(timeout=900)[0], proc.returncode) for proc in both)
+    assert [code for _, code in said] == [0, 0] and "already in MLflow" in said[0][0], said
+    uploaded = said[1][0]
+    assert "uploaded as run" in uploaded, said
     run_id = json.loads((run_dir / "run_summary.json").read_text())["mlflow_run_id"]
     client = MlflowClient(tracking_uri=mlflow_server)
     run = client.get_run(run_id)
@@ -73,9 +77,8 @@ def test_results_kept_while_the_server_was_down_upload_later(mlflow_server, benc
     assert {"run_summary.json", "step_times.csv", ".hydra"} <= {a.path for a in client.list_artifacts(run_id)}
     # issue 33.5: every file the run wrote (packages.txt was never sent), under the run's name (not "run")
     assert "packages.txt" in {a.path for a in client.list_artifacts(run_id)}
-    assert run.info.run_name == "small_cnn-fp32-bs4" and f"'{run.info.run_name}'" in uploaded.stdout
-    again = bench.run(str(run_dir), "--tracking-uri", mlflow_server, module="bench.tools.upload")
-    assert again.returncode == 0 and "already in MLflow" in again.stdout  # no second copy
+    assert run.info.run_name == "small_cnn-fp32-bs4" and f"'{run.info.run_name}'" in uploaded
+    assert [r.info.run_id for r in client.search_runs([run.info.experiment_id])] == [run_id]  # no second copy
 
 
 def test_server_that_dies_mid_run_costs_no_results_and_upload_completes_the_run(bench, tiny, tmp_path, mlflow_servers):

@@ -2,8 +2,9 @@
 storage_hosts4 preset on one host) and of ranks (rank 0 under an outside launcher, its peer never
 started) says whom it waits for, where and for how long at most, and a signal ends it at once:
 130 / 143, the MLflow run KILLED, no process left. An S3 endpoint that takes connections and never
-answers is one line in seconds, not storage.timeout_s x storage.max_attempts; a tracking URI MLflow
-has no store for is refused before any work."""
+answers is one line in seconds, not storage.timeout_s x storage.max_attempts; a signal while the
+tracking server is probed (a run's, a sweep's) is one line; a tracking URI MLflow has no store for is
+refused before any work."""
 
 from __future__ import annotations
 
@@ -152,6 +153,24 @@ def test_ctrl_c_while_the_tracking_server_is_probed_is_one_line(bench, tiny, tmp
         silent.close()
     assert proc.returncode == 130, err
     assert bench.error_lines(err) == ["[ERROR] run interrupted: KeyboardInterrupt"] and "Traceback" not in err, err
+
+
+def test_sigterm_while_a_sweep_probes_the_tracking_server_is_one_line_and_leaves_nothing(bench, tiny):
+    """Issue 33 probe: a sweep probes its server once, before any job, where no handler was set yet:
+    SIGTERM killed it outright (-15, no word) and left its multirun/<date>/<time>."""
+    silent = Silent()
+    try:
+        proc = bench.start("-m", *tiny, "seed=1,2", "tracking.probe_timeout_s=600", env=bench.env(silent.endpoint))
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not silent.held and proc.poll() is None and time.monotonic() < deadline:  # the event: it probes
+            time.sleep(0.02)
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=HANG_GUARD_S)
+    finally:
+        silent.close()
+    assert proc.returncode == 143, err
+    assert bench.error_lines(err) == ["[ERROR] sweep interrupted: terminated by signal SIGTERM"], err
+    assert "Traceback" not in err and not (bench.cwd / "multirun").exists()
 
 
 def test_a_tracking_uri_mlflow_has_no_store_for_is_refused_before_any_work(bench, tiny, tmp_path, capfd, monkeypatch):

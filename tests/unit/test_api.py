@@ -90,6 +90,12 @@ REFUSALS = [
         id="model-name-at-compose",
     ),
     pytest.param(
+        lambda tiny, where: compose_config("mode=storage", "scenario=echo"),  # issue 33 probe: mode won unsaid
+        ConfigError,
+        ("scenario", "echo", "storage with mode=storage"),
+        id="mode-and-scenario-naming-two",
+    ),
+    pytest.param(
         lambda tiny, where: run(compose_config(*tiny, "precision=amp_fp16"), launch_dir=where),  # preflight's
         ConfigError,
         ("precision", "amp_fp16", "fp32, tf32 or bf16 on a CPU"),

@@ -239,7 +239,7 @@ def test_choices_are_enums_that_read_as_plain_strings(compose):
 
 
 def test_deprecated_spellings_still_work(compose, caplog):
-    config = compose("scheduler.warmup_steps=7", "storage.clients=3")
+    config = compose("mode=storage", "scheduler.warmup_steps=7", "storage.clients=3")
     assert config.scheduler.lr_warmup_steps == 7 and config.scheduler.warmup_steps is None
     assert config.storage.accelerators == 3 and config.storage.clients is None
     assert "scheduler.warmup_steps is deprecated: use scheduler.lr_warmup_steps" in caplog.text

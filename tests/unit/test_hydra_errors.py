@@ -164,3 +164,26 @@ def test_every_regex_of_the_module_has_a_message_here():
     covered |= {he._MISSING_OPTION.pattern, he._NOT_IN_DEFAULTS.pattern, he._NEEDS_SUBMITIT.pattern}
     module = {value.pattern for name, value in vars(he).items() if isinstance(value, re.Pattern)}
     assert module - covered == set()
+
+
+def test_an_os_error_blames_the_run_directory_only_when_it_is_on_its_path(tmp_path, monkeypatch, capsys):
+    """Issue 33 probe: a PermissionError from bench's own check of data.root reached this fallback,
+    which said `cannot write the run directory: <data.root>`."""
+
+    def raising(filename):
+        def hydra_main():
+            raise PermissionError(13, "Permission denied", filename)
+
+        return hydra_main
+
+    run_dir = tmp_path / "outputs" / "2026-11-27" / "10-00-00"
+    monkeypatch.setattr(sys, "argv", ["bench", f"hydra.run.dir={run_dir}"])
+    for filename, words in (
+        (str(tmp_path / "data"), f"[ERROR] cannot use {tmp_path / 'data'}: Permission denied"),
+        (str(run_dir / ".hydra"), f"[ERROR] cannot write the run directory: {run_dir / '.hydra'}: Permission"),
+        (str(tmp_path / "outputs"), f"[ERROR] cannot write the run directory: {tmp_path / 'outputs'}: Permission"),
+    ):
+        with pytest.raises(SystemExit) as ended:
+            he.reporting_one_line(raising(filename))
+        assert ended.value.code == 2
+        assert capsys.readouterr().err.startswith(words)

@@ -64,7 +64,8 @@ def test_own_code_is_looked_for_when_composed_and_imported_at_preflight(mylab):
     assert format_for(f"{mylab}:Framed").extension == "own"
     assert next(build_batches(config.data, torch.device("cpu"), torch.contiguous_format, seed=0))[1].sum() == 0
 
-    compose(f"storage.workload.format={mylab}:Nope")  # its package is there: what it holds is preflight's to say
+    # its package is there: what it holds is preflight's to say
+    compose("mode=storage", f"storage.workload.format={mylab}:Nope")
     with pytest.raises(ConfigError) as refused:
         format_for(f"{mylab}:Nope")
     assert str(refused.value) == (
