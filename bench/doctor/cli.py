@@ -133,9 +133,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
 
     try:
         with sigterm_raises():  # SIGTERM as Ctrl-C: the ladder ends at once, not at its next rung
-            diagnosis = climb(
-                as_run, overrides, budget_s, out_dir, runs, usable_cores(affinity()), with_what_ifs, on_rung
-            )
+            diagnosis = climb(as_run, overrides, budget_s, runs, usable_cores(affinity()), with_what_ifs, on_rung)
             diagnosis.parent_run_id = parent.run_id
             files = write(diagnosis, out_dir)
             print(table(diagnosis), flush=True)

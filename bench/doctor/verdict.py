@@ -24,8 +24,18 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
-from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, Rung
-from bench.doctor.rung_figures import AllreduceFigures, LoaderFigures, StorageFigures
+from bench.doctor.figures import (
+    ALLREDUCE,
+    COMPUTE,
+    FULL,
+    LOADER,
+    STORAGE,
+    AllreduceFigures,
+    Diagnosis,
+    LoaderFigures,
+    Rung,
+    StorageFigures,
+)
 
 NOISE = 0.2  # a part below the compute ceiling by less than this is not called the limit
 WAIT_SHARE = 0.25  # the full run waiting for data this share of its window is input-bound
