@@ -21,7 +21,7 @@ from typing import Any, Optional
 
 from bench.errors import ConfigError
 from bench.secrets import USERINFO, redact
-from bench.tracking.store import resolve_tracking_uri
+from bench.tracking.store import resolve_tracking_uri, sqlite_path
 
 RETRY_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
 
@@ -138,10 +138,8 @@ def store_problem(uri: str, timeout_s: float = 5.0) -> Optional[str]:
 def missing_sqlite_store(uri: str) -> Optional[str]:
     """The file of a sqlite store that does not exist, else None: a command that only reads (report,
     stale) says so instead of opening it, which makes a 1 MB store and logs its table creation."""
-    if not uri.startswith("sqlite:///"):
-        return None
-    path = uri[len("sqlite:///") :].split("?", 1)[0]
-    return path if path and path != ":memory:" and not os.path.exists(path) else None
+    path = sqlite_path(uri)
+    return str(path) if path is not None and not path.exists() else None
 
 
 def quiet_store_errors() -> None:

@@ -38,12 +38,6 @@ def sqlite_path(uri: str) -> Optional[Path]:
     return Path(path) if path and path != ":memory:" else None
 
 
-def _sqlite_artifact_root(uri: str) -> Optional[str]:
-    """For sqlite stores keep artifacts next to the database, not in whatever the cwd is."""
-    path = sqlite_path(uri)
-    return (path.parent / "mlartifacts").resolve().as_uri() if path else None
-
-
 @contextlib.contextmanager
 def store_lock(uri: str) -> Iterator[None]:
     """Held while a sqlite store is first touched by this process; nothing to hold for a server
@@ -91,26 +85,6 @@ def removed_lock(path: Path, timeout_s: float) -> Iterator[None]:
         os.close(fd)
 
 
-def ensure_experiment(client: Any, name: str, uri: str) -> str:
-    """Experiment id for `name`, created if missing (tolerates a concurrent creator: a server's
-    clients are not serialised by the lock)."""
-    existing = client.get_experiment_by_name(name)
-    if existing is None:
-        try:
-            experiment_id = client.create_experiment(name, artifact_location=_sqlite_artifact_root(uri))
-        except Exception:  # another process created it first
-            existing = client.get_experiment_by_name(name)
-            if existing is None:
-                raise
-            experiment_id = existing.experiment_id
-    else:
-        experiment_id = existing.experiment_id
-    if existing is None or existing.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
-        # MLflow 3's UI opens an experiment of no kind on its GenAI overview ("Traces 0"): say it is training
-        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
-    return experiment_id
-
-
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 
@@ -134,9 +108,27 @@ def open_client(uri: str) -> Any:
 
 
 def open_experiment(uri: str, name: str) -> Tuple[Any, str]:
-    """(client, experiment id) for `name` in the store at `uri`, both made under the lock."""
+    """(client, experiment id) for `name` in the store at `uri`, both made under the lock: the
+    experiment created if missing (tolerating a concurrent creator: a server's clients are not
+    serialised by the lock), its artifacts next to a sqlite database, not in whatever the cwd is."""
     from mlflow import MlflowClient
 
     with store_lock(uri):
         client = MlflowClient(tracking_uri=uri)
-        return client, ensure_experiment(client, name, uri)
+        existing = client.get_experiment_by_name(name)
+        if existing is None:
+            path = sqlite_path(uri)
+            try:
+                root = (path.parent / "mlartifacts").resolve().as_uri() if path else None
+                experiment_id = client.create_experiment(name, artifact_location=root)
+            except Exception:  # another process created it first
+                existing = client.get_experiment_by_name(name)
+                if existing is None:
+                    raise
+                experiment_id = existing.experiment_id
+        else:
+            experiment_id = existing.experiment_id
+        if existing is None or existing.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+            # MLflow 3's UI opens an experiment of no kind on its GenAI overview ("Traces 0"): say it is training
+            client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        return client, experiment_id

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from bench.errors import Interrupted
-from bench.secrets import flatten, redact  # flatten is re-exported (tests import it from here)
+from bench.secrets import flatten, redact
 from bench.tracking.probe import quiet_store_errors, store_error
 from bench.tracking.store import open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported
 from bench.tracking.sweep_job import SweepJob
@@ -72,13 +72,13 @@ class Tracker:
             run = client.create_run(experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags)
         except Exception as exc:  # a run that cannot be tracked still runs: said on stderr, in one line
             untracked = cls(uri=uri)
-            untracked.lost = f"MLflow tracking at {redact_uri(uri)} failed ({store_error(exc)})"
+            untracked.lost = f"MLflow tracking at {redact(uri)} failed ({store_error(exc)})"
             if warn:  # else the caller says it (tracking.required: the run's one [ERROR] line)
                 log.warning(
                     "%s; this run is not tracked, its results are kept in the output directory only", untracked.lost
                 )
             return untracked
-        log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact_uri(uri))
+        log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact(uri))
         tracker = cls(client, run.info.run_id, uri)
         tracker.experiment_id = experiment_id
         return tracker
@@ -115,7 +115,7 @@ class Tracker:
             later = ""
             if self.out_dir:
                 later = f"; upload the results later with python -m bench.tools.upload {self.out_dir}"
-            self.lost = f"MLflow {what} failed at {redact_uri(self.uri)} ({store_error(exc)})"
+            self.lost = f"MLflow {what} failed at {redact(self.uri)} ({store_error(exc)})"
             log.warning("%s; no further tracking for this run%s", self.lost, later)
             self.client = None
 
@@ -206,11 +206,6 @@ def quiet_mlflow() -> None:
     """MLflow prints "View run ... at <server URL>" on stdout when a run ends against a server:
     stdout carries only the final line, and the URL may carry credentials."""
     os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
-
-
-def redact_uri(uri: str) -> str:
-    """http://user:password@host -> http://***@host: a URI may carry credentials."""
-    return redact(uri)
 
 
 def process_tags() -> Dict[str, str]:

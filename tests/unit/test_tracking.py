@@ -9,8 +9,9 @@ import pytest
 
 from bench.machine.gpu_monitor import GpuMonitor, nvml_handle
 from bench.maths.stats import percentile, present, step_time_stats
+from bench.secrets import flatten, redact
 from bench.tracking.environment import collect_environment, nvml_devices
-from bench.tracking.tracker import flatten, redact_uri, resolve_tracking_uri
+from bench.tracking.tracker import resolve_tracking_uri
 
 
 @pytest.mark.parametrize("q", [0, 1, 50, 90, 95, 99, 100])
@@ -43,8 +44,8 @@ def test_flatten_drops_secret_looking_keys():
 
 
 def test_redact_uri_hides_credentials():
-    assert redact_uri("http://user:pw@mlflow.example:5000") == "http://***@mlflow.example:5000"
-    assert redact_uri("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
+    assert redact("http://user:pw@mlflow.example:5000") == "http://***@mlflow.example:5000"
+    assert redact("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
 
 
 @pytest.mark.parametrize(
@@ -148,7 +149,7 @@ def test_installed_packages_read_from_metadata_heads_match_the_full_parser(tmp_p
     full = sorted(
         {f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]}, key=str.lower
     )
-    assert installed_packages() == full and any(p.startswith("torch==") for p in full)
+    assert list(installed_packages()) == full and any(p.startswith("torch==") for p in full)
     odd = tmp_path / "odd-1.0.dist-info"
     odd.mkdir()
     (odd / "METADATA").write_text("Metadata-Version: 2.1\nname: odd\nVersion: 1.0\n\nName: not-a-header\n")
