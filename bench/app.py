@@ -24,7 +24,7 @@ from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Int
 from bench.errors import stopped_by as _interruption
 from bench.machine.children import sigterm_raises
 from bench.output_redaction import install as redact_output
-from bench.results import note_run
+from bench.results import final_line, note_run
 from bench.secrets import redact, scrub
 from bench.tracking.probe import checked_uri
 
@@ -54,7 +54,12 @@ def run_from_hydra(cfg: DictConfig) -> int:
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     sweep_job = current_job(hydra_cfg) if in_sweep else None
     out_dir, launch_dir = Path(hydra_cfg.runtime.output_dir), Path(hydra_cfg.runtime.cwd)
-    _scrub_saved_config(hydra_cfg, out_dir, in_sweep)
+    # what Hydra saved before this task ran (.hydra/*.yaml, a sweep's multirun.yaml) may hold what a config
+    # file said: the credentials in it go, before the run's artifacts are logged
+    saved = list((out_dir / hydra_cfg.output_subdir).glob("*.yaml")) if hydra_cfg.output_subdir else []
+    if in_sweep:
+        saved.append(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
+    scrub(path for path in saved if path.is_file())
     if sweep_job and sweep_job.launch_dir:  # a job on another node: the sweep's directory, for the default store
         launch_dir = Path(sweep_job.launch_dir)
     # as typed: list() would resolve them, and data.batch_size=${oops} would fail here, outside `load`
@@ -72,15 +77,6 @@ def run_from_hydra(cfg: DictConfig) -> int:
     return code
 
 
-def _scrub_saved_config(hydra_cfg: Any, out_dir: Path, in_sweep: bool) -> None:
-    """What Hydra saved before this task ran (.hydra/*.yaml, a sweep's multirun.yaml) may hold
-    what a config file said: the credentials in it go, before the run's artifacts are logged."""
-    saved = list((out_dir / hydra_cfg.output_subdir).glob("*.yaml")) if hydra_cfg.output_subdir else []
-    if in_sweep:
-        saved.append(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
-    scrub(path for path in saved if path.is_file())
-
-
 def run(
     config: BenchConfig,
     out_dir: Path,
@@ -95,15 +91,20 @@ def run(
     start still leaves a FAILED child run with the reason). bench.api's: raise_refusals, echo=False."""
     overrides = overrides or []
     scenario: Scenario = config.scenario  # the class conf/scenario/<mode>.yaml names, with its own keys
+
+    def open_tracker(environment: Mapping[str, Any], out: Optional[Path] = None) -> "Tracker":
+        from bench.tracking.tracker import open_run
+
+        name, params = scenario.run_name(config), as_plain(config)
+        return open_run(config.tracking, launch_dir, name, params, environment, overrides, sweep_job, out)
+
     try:
         scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
         checked_uri(config.tracking, launch_dir)  # a store MLflow has no scheme for: refused before any work
     except BenchError as exc:
         if raise_refusals:
             raise
-        return _refuse(
-            exc, out_dir, sweep_job, lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job)
-        )
+        return _refuse(exc, out_dir, sweep_job, lambda: open_tracker({}))
     from bench.launch.select import select_launcher
     from bench.tracking.environment import collect_environment
     from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
@@ -116,7 +117,7 @@ def run(
     tracker: Tracker = Untracked()  # until the run opens: a signal while the server is probed is said too
     with room_kept(out_dir), sigterm_raises():  # room for error.txt; SIGTERM raises (in the main thread)
         try:
-            tracker = _tracker(config, scenario, launch_dir, environment, overrides, sweep_job, out_dir)
+            tracker = open_tracker(environment, out_dir)
         except BaseException as exc:
             return _fail(exc, scenario, config, out_dir, tracker)
         if config.tracking.required and not tracker.active:  # before any work: the record is what was asked for
@@ -127,7 +128,12 @@ def run(
             return EXIT_FAILED
         try:
             report = scenario.report(launcher.run(scenario, config, out_dir), config)
-            _report_the_measurement(report, tracker, echo)
+            # first, before any optional file or artifact: the final stdout line and the MLflow
+            # metrics, so a full disk or a failed checkpoint cannot cost the measurement
+            log.info(report.headline())
+            if echo:
+                print(final_line(report.metrics), flush=True)
+            tracker.log_metrics(report.metrics)
             problems = list(report.problems) + _write_outputs(report, config, environment, tracker, out_dir)
             stopped = report.interrupted  # a signal during the passes after the window
             if stopped:
@@ -151,17 +157,6 @@ def run(
     return 0
 
 
-def _report_the_measurement(report: "Report", tracker: "Tracker", echo: bool) -> None:
-    """First, before any optional file or artifact: the final stdout line and the MLflow
-    metrics, so a full disk or a failed checkpoint cannot cost the measurement."""
-    from bench.results import final_line
-
-    log.info(report.headline())
-    if echo:
-        print(final_line(report.metrics), flush=True)
-    tracker.log_metrics(report.metrics)
-
-
 def _write_outputs(
     report: "Report", config: BenchConfig, environment: Mapping[str, Any], tracker: "Tracker", out_dir: Path
 ) -> List[str]:
@@ -178,29 +173,6 @@ def _write_outputs(
         where = exc.filename or out_dir
         return [f"the run's files could not be written to {out_dir} ({exc.strerror or exc}: {where})"]
     return []
-
-
-def _tracker(
-    config: BenchConfig,
-    scenario: "Scenario",
-    launch_dir: Path,
-    environment: Mapping[str, Any],
-    overrides: List[str],
-    sweep_job: Optional[SweepJob],
-    out_dir: Optional[Path] = None,
-) -> "Tracker":
-    from bench.tracking.tracker import open_run
-
-    return open_run(
-        config.tracking,
-        launch_dir,
-        scenario.run_name(config),
-        as_plain(config),
-        environment,
-        overrides,
-        sweep_job,
-        out_dir,
-    )
 
 
 def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str], sweep_job: Optional[SweepJob]) -> "Tracker":

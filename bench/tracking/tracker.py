@@ -15,17 +15,15 @@ import logging
 import os
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
 
 from bench.errors import Interrupted
+from bench.report_view import DISPLAY, Sample
 from bench.secrets import flatten, redact
 from bench.tracking.probe import quiet_store_errors, store_error
-from bench.tracking.store import open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported
+from bench.tracking.store import open_experiment, resolve_tracking_uri, rounded  # resolve_tracking_uri: re-exported
 from bench.tracking.sweep_job import SweepJob
 from bench.tracking.ui_view import FAMILY_TAG
-
-if TYPE_CHECKING:
-    from bench.report_view import Sample
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +130,6 @@ class Tracker:
         if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
             return
         from mlflow.entities import Metric
-
-        from bench.report_view import DISPLAY
-        from bench.tracking.store import rounded
 
         now = int(time.time() * 1000)
         # numbers only (bools become 0/1); strings such as the model name are params/tags
