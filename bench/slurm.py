@@ -194,7 +194,10 @@ class SweepLauncher(BaseSubmititLauncher):
             return self._lost(job, self._why_lost(handle, exc))
         if returned.status != JobStatus.COMPLETED:  # bench's task returns its exit code; it raised instead
             return self._lost(job, _raised(returned))
-        _echo_final_line(handle)
+        # the job's `{"radix_metrics": ...}` line (node 0 prints it) on this process's stdout
+        finals = [line for line in (handle.stdout() or "").splitlines() if line.startswith('{"radix_metrics"')]
+        if finals:
+            print(finals[-1], flush=True)
         sweep.job_returned(job.num, returned)
         return returned
 
@@ -242,13 +245,6 @@ def _grouped(jobs: List[PlannedJob]) -> List[List[PlannedJob]]:
     for job in jobs:
         groups.setdefault(job.request, []).append(job)
     return list(groups.values())
-
-
-def _echo_final_line(handle: Any) -> None:
-    """The job's `{"radix_metrics": ...}` line (node 0 prints it) on this process's stdout."""
-    finals = [line for line in (handle.stdout() or "").splitlines() if line.startswith('{"radix_metrics"')]
-    if finals:
-        print(finals[-1], flush=True)
 
 
 def _cancel_unfinished(handles: List[Any]) -> None:

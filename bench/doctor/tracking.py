@@ -17,23 +17,14 @@ log = logging.getLogger("bench.doctor")
 
 
 def open_parent(config: BenchConfig, launch_dir: Path, overrides: Sequence[str], params: Dict[str, Any]) -> Any:
-    """The parent run's tracker (inactive: tracking off, or the store did not answer)."""
-    from bench.tracking.probe import bound_mlflow_retries, probe, unreachable_line
-    from bench.tracking.tracker import Tracker, process_tags, resolve_tracking_uri
+    """The parent run's tracker, opened as a run's (bench.tracking.tracker.open_run: inactive with
+    tracking off, or when the store did not answer), tagged as the doctor's."""
+    from bench.tracking.tracker import open_run
 
-    if not config.tracking.enabled:
-        return Tracker()
-    uri = resolve_tracking_uri(config.tracking.uri, launch_dir)
-    bound_mlflow_retries()
-    problem = probe(uri, config.tracking.probe_timeout_s)
-    if problem:
-        log.warning(unreachable_line(uri, problem, config.tracking.probe_timeout_s))
-        return Tracker(uri=uri)
-    name = config.tracking.run_name or f"doctor-{time.strftime('%Y%m%d-%H%M%S')}"
-    tags = {"doctor": "parent", "overrides": " ".join(overrides), **process_tags()}
-    tracker = Tracker.start(uri, config.tracking.experiment, name, tags)
-    tracker.log_params({**params, "overrides": " ".join(overrides)})
-    return tracker
+    name = f"doctor-{time.strftime('%Y%m%d-%H%M%S')}"
+    parent = open_run(config.tracking, launch_dir, name, {**params, "overrides": " ".join(overrides)}, {}, overrides)
+    parent.set_tags({"doctor": "parent"})
+    return parent
 
 
 def numbers(figures: Dict[str, Any], prefix: str = "") -> Dict[str, float]:

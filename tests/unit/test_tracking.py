@@ -8,7 +8,8 @@ import numpy as np
 import pytest
 
 from bench.machine.gpu_monitor import GpuMonitor, nvml_handle
-from bench.maths.stats import percentile, present, step_time_stats
+from bench.maths.stats import percentile, step_time_stats
+from bench.results import FitFigures
 from bench.secrets import flatten, redact
 from bench.tracking.environment import collect_environment, nvml_devices
 from bench.tracking.tracker import resolve_tracking_uri
@@ -22,7 +23,7 @@ def test_percentile_matches_numpy(q):
 
 def test_a_figure_without_samples_is_absent_not_zero():
     assert percentile([], 50) is None and step_time_stats([]) == {}
-    assert present({"latency_ms_p50": percentile([], 50), "read_requests": 0}) == {"read_requests": 0}
+    assert FitFigures(fit_to_measure=True, fit_reasons=None).to_metrics() == {"fit_to_measure": True}
 
 
 def test_step_time_stats_flags_spread():
