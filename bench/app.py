@@ -30,7 +30,7 @@ from bench.tracking.probe import checked_uri
 
 if TYPE_CHECKING:
     from bench.scenarios import Launcher, Report, Scenario, Tracker
-    from bench.tracking.sweep_job import SweepJob
+    from bench.tracking.tracker import SweepJob
 
 log = logging.getLogger("bench")
 INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)

@@ -16,7 +16,7 @@ from bench.config.run import TrainConfig
 from bench.doctor.figures import Rung, TrainingFigures
 from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, interruption_in
 from bench.results import read_summary
-from bench.tracking.sweep_job import SweepJob
+from bench.tracking.tracker import SweepJob
 
 log = logging.getLogger("bench.doctor")
 

@@ -29,14 +29,16 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 
+from bench.errors import EXIT_CONFIG, ConfigError
 from bench.run_dirs import stamp_of
 from bench.secrets import redact, scrub
-from bench.tracking.sweep_job import SweepJob
+from bench.tracking.probe import bound_mlflow_retries, checked_uri, probe, unreachable_line
+from bench.tracking.tracker import SweepJob, Tracker, process_tags
+from bench.tracking.ui_view import FAMILY_TAG
 
 if TYPE_CHECKING:
     from hydra.core.utils import JobReturn
 
-    from bench.tracking.tracker import Tracker  # mlflow: imported when a sweep is tracked
 
 log = logging.getLogger("bench")
 
@@ -118,8 +120,6 @@ def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> 
 
 
 def _fail_child(parent: Tracker, num: str, overrides: List[str], reason: str) -> None:
-    from bench.tracking.tracker import Tracker
-
     client = parent.client
     experiment_id = client.get_run(parent.run_id).info.experiment_id
     found = client.search_runs(
@@ -155,7 +155,6 @@ def _refuse_a_sweep_that_cannot_start(config: Any) -> None:
     can take (storage.workload.format=raw,xyz), is one line and exit 2. SystemExit, because Hydra
     turns any Exception a callback raises into a warning."""
     from bench.config import sweep_problem
-    from bench.errors import EXIT_CONFIG
     from bench.launch.plugins import cluster_commands_problem
 
     problem = cluster_commands_problem(config) or sweep_problem(list(config.hydra.overrides.task))
@@ -175,11 +174,6 @@ class MlflowSweepCallback(Callback):
         _carry()
         if not config.tracking.enabled:
             return
-        from bench.errors import EXIT_CONFIG, ConfigError
-        from bench.tracking.probe import bound_mlflow_retries, checked_uri, probe, unreachable_line
-        from bench.tracking.tracker import Tracker, process_tags  # mlflow: when a sweep starts
-        from bench.tracking.ui_view import FAMILY_TAG
-
         overrides = list(config.hydra.overrides.task)
         try:
             uri = str(checked_uri(config.tracking, Path(launch_dir)))  # tracking is on here

@@ -14,20 +14,32 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 
 from bench.errors import Interrupted
 from bench.report_view import DISPLAY, Sample
 from bench.secrets import flatten, redact
 from bench.tracking.probe import quiet_store_errors, store_error
 from bench.tracking.store import open_experiment, resolve_tracking_uri, rounded  # resolve_tracking_uri: re-exported
-from bench.tracking.sweep_job import SweepJob
 from bench.tracking.ui_view import FAMILY_TAG
 
 log = logging.getLogger(__name__)
 
 MAX_PARAM_CHARS = 6000
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """What a sweep job needs to log as a child of its sweep (bench.tracking.sweep.current_job, the
+    doctor's training rungs): torch-free and hydra-free, passed from the app to the tracker."""
+
+    job: Union[int, str]  # Hydra's job number (the doctor's: its rung's job name, "1-compute")
+    dir: str  # the sweep's directory (the doctor's: its output directory)
+    parent_run_id: Optional[str] = None  # the sweep's MLflow parent run (None: not tracked)
+    launch_dir: Optional[str] = None  # the directory the sweep started in (a job on another node)
+    tracking_down: Optional[str] = None  # why the sweep's one probe found no tracking server
 
 
 class Tracker:
