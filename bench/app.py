@@ -26,7 +26,7 @@ from bench.machine.children import sigterm_raises
 from bench.output_redaction import install as redact_output
 from bench.results import final_line, note_run
 from bench.secrets import redact, scrub
-from bench.tracking.probe import checked_uri
+from bench.tracking.store import checked_uri
 
 if TYPE_CHECKING:
     from bench.scenarios import Launcher, Report, Scenario, Tracker

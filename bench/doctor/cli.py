@@ -105,7 +105,7 @@ def _checked_config(overrides: Sequence[str]) -> "BenchConfig":
     if config.mode != "train":
         raise ConfigError("mode", config.mode, "train: the doctor diagnoses training runs")
     config.scenario.preflight(config)  # data on disk, the device: before anything runs
-    from bench.tracking.probe import checked_uri
+    from bench.tracking.store import checked_uri
 
     checked_uri(config.tracking, Path.cwd())  # a store MLflow has no scheme for
     return config

@@ -60,8 +60,7 @@ from bench.output_redaction import install as redact_output
 from bench.secrets import redact
 from bench.tools.compare_output import log_to_mlflow, own_folder, render_text, verdict_lines, write_outputs
 from bench.tools.report import default_tracking_uri
-from bench.tracking.probe import store_problem
-from bench.tracking.store import sqlite_path
+from bench.tracking.store import sqlite_path, store_problem
 
 log = logging.getLogger("bench")
 EXIT_UNJUDGED = 3  # nothing slower, but a side was not fit to measure (or, with --rerun, the noise too large)

@@ -32,7 +32,7 @@ from hydra.experimental.callback import Callback
 from bench.errors import EXIT_CONFIG, ConfigError
 from bench.run_dirs import stamp_of
 from bench.secrets import redact, scrub
-from bench.tracking.probe import bound_mlflow_retries, checked_uri, probe, unreachable_line
+from bench.tracking.store import checked_uri, probe, unreachable_line
 from bench.tracking.tracker import SweepJob, Tracker, process_tags
 from bench.tracking.ui_view import FAMILY_TAG
 
@@ -180,7 +180,6 @@ class MlflowSweepCallback(Callback):
         except ConfigError as exc:  # before any job or parent run (SystemExit: see above)
             print(f"[ERROR] {redact(str(exc))}", file=sys.stderr, flush=True)
             raise SystemExit(EXIT_CONFIG) from None
-        bound_mlflow_retries()
         problem = probe(uri, config.tracking.probe_timeout_s)  # once for the whole sweep
         if problem:
             log.warning(unreachable_line(uri, problem, config.tracking.probe_timeout_s))

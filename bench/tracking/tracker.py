@@ -21,8 +21,7 @@ from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
 from bench.errors import Interrupted
 from bench.report_view import DISPLAY, Sample
 from bench.secrets import flatten, redact
-from bench.tracking.probe import quiet_store_errors, store_error
-from bench.tracking.store import open_experiment, resolve_tracking_uri, rounded  # resolve_tracking_uri: re-exported
+from bench.tracking import store
 from bench.tracking.ui_view import FAMILY_TAG
 
 log = logging.getLogger(__name__)
@@ -74,15 +73,15 @@ class Tracker:
             import mlflow  # noqa: F401 - imported first: mlflow resets its logger to INFO on import
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)
-            quiet_store_errors()
-            client, experiment_id = open_experiment(uri, experiment)
+            store.quiet_store_errors()
+            client, experiment_id = store.open_experiment(uri, experiment)
             run_tags = {k: redact(str(v))[:5000] for k, v in tags.items()}
             if parent_run_id:
                 run_tags.update({"mlflow.parentRunId": parent_run_id, FAMILY_TAG: parent_run_id})
             run = client.create_run(experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags)
         except Exception as exc:  # a run that cannot be tracked still runs: said on stderr, in one line
             untracked = cls(uri=uri)
-            untracked.lost = f"MLflow tracking at {redact(uri)} failed ({store_error(exc)})"
+            untracked.lost = f"MLflow tracking at {redact(uri)} failed ({store.store_error(exc)})"
             if warn:  # else the caller says it (tracking.required: the run's one [ERROR] line)
                 log.warning(
                     "%s; this run is not tracked, its results are kept in the output directory only", untracked.lost
@@ -125,7 +124,7 @@ class Tracker:
             later = ""
             if self.out_dir:
                 later = f"; upload the results later with python -m bench.tools.upload {self.out_dir}"
-            self.lost = f"MLflow {what} failed at {redact(self.uri)} ({store_error(exc)})"
+            self.lost = f"MLflow {what} failed at {redact(self.uri)} ({store.store_error(exc)})"
             log.warning("%s; no further tracking for this run%s", self.lost, later)
             self.client = None
 
@@ -147,7 +146,7 @@ class Tracker:
         # numbers only (bools become 0/1); strings such as the model name are params/tags
         numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         # and a rounded copy of the headline for the UI's table (it cuts a raw float off)
-        numbers.update({DISPLAY[k]: rounded(numbers[k]) for k in DISPLAY if k in numbers})
+        numbers.update({DISPLAY[k]: store.rounded(numbers[k]) for k in DISPLAY if k in numbers})
         self._log_metric_items([Metric(k, v, now, step) for k, v in numbers.items()])
 
     def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
@@ -243,8 +242,6 @@ def open_run(
     tags = the environment and the overrides, params = the flattened config (secrets dropped).
     `tracking` is the tracking group (bench.config.run.TrackingConfig). A server that does not
     answer a short probe (made once per sweep) means no tracking, said in one line."""
-    from bench.tracking.probe import bound_mlflow_retries, probe, unreachable_line
-
     suffix = f"-job{sweep_job.job}" if sweep_job else ""
     name = (tracking.run_name or run_name) + suffix
 
@@ -255,14 +252,13 @@ def open_run(
 
     if not tracking.enabled:
         return untracked()
-    uri = resolve_tracking_uri(tracking.uri, launch_dir)
+    uri = store.resolve_tracking_uri(tracking.uri, launch_dir)
     if sweep_job and sweep_job.tracking_down:  # the sweep probed once, at its start
         log.info("no MLflow tracking for this job: %s", sweep_job.tracking_down)
         return untracked(uri, sweep_job.tracking_down)
-    bound_mlflow_retries()
-    problem = probe(uri, tracking.probe_timeout_s)
+    problem = store.probe(uri, tracking.probe_timeout_s)
     if problem:
-        lost = unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir)
+        lost = store.unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir)
         if not tracking.required:  # else the run's [ERROR] line says it
             log.warning(lost)
         return untracked(uri, lost)

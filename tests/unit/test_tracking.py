@@ -12,7 +12,7 @@ from bench.maths.stats import percentile, step_time_stats
 from bench.results import FitFigures
 from bench.secrets import flatten, redact
 from bench.tracking.environment import collect_environment, nvml_devices
-from bench.tracking.tracker import resolve_tracking_uri
+from bench.tracking.store import resolve_tracking_uri
 
 
 @pytest.mark.parametrize("q", [0, 1, 50, 90, 95, 99, 100])
@@ -117,7 +117,7 @@ def test_tracking_uri_precedence(tmp_path, monkeypatch):
 def test_a_tracking_uri_is_usable_when_mlflows_registry_has_a_store_for_it(monkeypatch, uri, usable):
     import mlflow.environment_variables
 
-    from bench.tracking.probe import unusable
+    from bench.tracking.store import unusable
 
     files_gated = hasattr(mlflow.environment_variables, "MLFLOW_ALLOW_FILE_STORE")  # MLflow 3
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
@@ -410,7 +410,7 @@ def test_store_errors_are_one_line_naming_the_innermost_cause():
     """Issue 28 item 9: MLflow wraps SQLAlchemy wraps sqlite3; the warning names sqlite's reason."""
     import sqlite3
 
-    from bench.tracking.probe import store_error
+    from bench.tracking.store import store_error
 
     try:
         try:
