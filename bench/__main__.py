@@ -16,8 +16,7 @@ from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG
 from bench.launch.plugins import register_bench_launchers
 from bench.launch.preview import job_config, preview, wants_job_config, wants_preview
-from bench.output_redaction import install as redact_output
-from bench.secrets import command_line_problem
+from bench.secrets import command_line_problem, redact_output
 
 register_configs()
 

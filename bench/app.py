@@ -23,9 +23,8 @@ from bench.error_file import room_kept, write_error
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
 from bench.errors import stopped_by as _interruption
 from bench.machine.children import sigterm_raises
-from bench.output_redaction import install as redact_output
 from bench.results import final_line, note_run
-from bench.secrets import redact, scrub
+from bench.secrets import redact, redact_output, scrub
 from bench.tracking.store import checked_uri
 
 if TYPE_CHECKING:

@@ -21,8 +21,7 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
 
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, interruption_in
 from bench.machine.writable import check_writable_dir
-from bench.output_redaction import install as redact_output
-from bench.secrets import command_line_problem, redact
+from bench.secrets import command_line_problem, redact, redact_output
 
 if TYPE_CHECKING:
     from bench.config import BenchConfig

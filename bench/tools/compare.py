@@ -56,8 +56,7 @@ from bench.analysis.rounds import CANT_TELL
 from bench.analysis.verdicts import Comparison
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, Interrupted, ReportError
 from bench.machine.writable import writable_dir_refusal
-from bench.output_redaction import install as redact_output
-from bench.secrets import redact
+from bench.secrets import redact, redact_output
 from bench.tools.compare_output import log_to_mlflow, own_folder, render_text, verdict_lines, write_outputs
 from bench.tools.report import default_tracking_uri
 from bench.tracking.store import sqlite_path, store_problem

@@ -16,7 +16,7 @@ from typing import Any, List, Optional
 from bench.config.storage import StorageLocation
 from bench.errors import ConfigError, ConfigProblem, DataError, Interrupted
 from bench.machine.writable import check_writable_dir
-from bench.output_redaction import install as redact_output
+from bench.secrets import redact_output
 
 
 def _storage_config(pairs: List[str]) -> StorageLocation:

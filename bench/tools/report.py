@@ -24,7 +24,7 @@ from typing import Optional, Sequence
 from bench.analysis import ReportError, build_report, report_from_mlflow
 from bench.errors import ConfigError
 from bench.machine.writable import check_writable_dir
-from bench.output_redaction import install as redact_output
+from bench.secrets import redact_output
 from bench.tracking.store import missing_sqlite_store, store_problem
 
 

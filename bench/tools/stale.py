@@ -19,7 +19,7 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bench.output_redaction import install as redact_output
+from bench.secrets import redact_output
 from bench.tracking.stale_runs import close_stale, find_stale, kill_reason, running_runs, state_of
 from bench.tracking.store import missing_sqlite_store, store_problem
 

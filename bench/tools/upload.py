@@ -18,10 +18,9 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
-from bench.output_redaction import install as redact_output
 from bench.results import read_summary, write_json
 from bench.scenarios import report_class
-from bench.secrets import flatten, redact
+from bench.secrets import flatten, redact, redact_output
 from bench.tracking.store import open_client
 from bench.tracking.tracker import Tracker
 
