@@ -194,14 +194,9 @@ def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[SweepJob], track
     """A run that cannot start: one line, no MLflow run (a sweep job still gets its FAILED
     child and an error.txt, so the sweep report says why)."""
     problem = str(exc)
-    error(problem)
-    if sweep_job:
-        try:
-            write_error(out_dir, problem)
-        except OSError as failed:
-            log.warning("could not write %s: %s", out_dir / "error.txt", failed)
-        if sweep_job.parent_run_id:
-            tracker().finish("FAILED", error=problem)
+    error(problem + (_kept(out_dir, problem) if sweep_job else ""))
+    if sweep_job and sweep_job.parent_run_id:
+        tracker().finish("FAILED", error=problem)
     return exc.exit_code
 
 
