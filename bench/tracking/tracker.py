@@ -16,13 +16,12 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Dict, Iterable, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from bench.errors import Interrupted
 from bench.report_view import DISPLAY, Sample
 from bench.secrets import flatten, redact
-from bench.tracking import store
-from bench.tracking.ui_view import FAMILY_TAG
+from bench.tracking import store, ui_view
 
 log = logging.getLogger(__name__)
 
@@ -77,7 +76,7 @@ class Tracker:
             client, experiment_id = store.open_experiment(uri, experiment)
             run_tags = {k: redact(str(v))[:5000] for k, v in tags.items()}
             if parent_run_id:
-                run_tags.update({"mlflow.parentRunId": parent_run_id, FAMILY_TAG: parent_run_id})
+                run_tags.update({"mlflow.parentRunId": parent_run_id, ui_view.FAMILY_TAG: parent_run_id})
             run = client.create_run(experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags)
         except Exception as exc:  # a run that cannot be tracked still runs: said on stderr, in one line
             untracked = cls(uri=uri)
@@ -100,18 +99,14 @@ class Tracker:
         the swept `params` and the failure reason (bench.tracking.ui_view)."""
         if not self.active or self.experiment_id is None:
             return None
-        from bench.tracking.ui_view import runs_link
-
         parent = self.run_id if children else None
-        return runs_link(self.client, self.uri, self.experiment_id, parent, params, sample)
+        return ui_view.runs_link(self.client, self.uri, self.experiment_id, parent, params, sample)
 
     def compare_link(self, sample: Optional[Sample] = None) -> Optional[str]:
         """MLflow's compare-runs page of this parent run's children (None without any)."""
         if not self.active or self.experiment_id is None:
             return None
-        from bench.tracking.ui_view import jobs_compare_link
-
-        return jobs_compare_link(self.client, self.uri, self.experiment_id, str(self.run_id), sample)
+        return ui_view.jobs_compare_link(self.client, self.uri, self.experiment_id, str(self.run_id), sample)
 
     def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> None:
         if not self.active:
@@ -134,8 +129,7 @@ class Tracker:
         from mlflow.entities import Param
 
         items = [Param(k, redact(str(v))[:MAX_PARAM_CHARS]) for k, v in flatten(params).items()]
-        for i in range(0, len(items), 100):
-            self._call("log params", "log_batch", params=items[i : i + 100])
+        self._batches("log params", "params", items, 100)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> None:
         if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
@@ -147,7 +141,7 @@ class Tracker:
         numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         # and a rounded copy of the headline for the UI's table (it cuts a raw float off)
         numbers.update({DISPLAY[k]: store.rounded(numbers[k]) for k in DISPLAY if k in numbers})
-        self._log_metric_items([Metric(k, v, now, step) for k, v in numbers.items()])
+        self._batches("log metrics", "metrics", [Metric(k, v, now, step) for k, v in numbers.items()], 1000)
 
     def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
         if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
@@ -155,11 +149,12 @@ class Tracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self._log_metric_items([Metric(name, float(v), now, first_step + i) for i, v in enumerate(values)])
+        series = [Metric(name, float(v), now, first_step + i) for i, v in enumerate(values)]
+        self._batches("log metrics", "metrics", series, 1000)
 
-    def _log_metric_items(self, items: list) -> None:
-        for i in range(0, len(items), 1000):  # MLflow's log_batch takes at most 1000 metrics
-            self._call("log metrics", "log_batch", metrics=items[i : i + 1000])
+    def _batches(self, what: str, kind: str, items: List[Any], size: int) -> None:
+        for i in range(0, len(items), size):  # MLflow's log_batch takes at most 1000 metrics, 100 params
+            self._call(what, "log_batch", **{kind: items[i : i + size]})
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
