@@ -120,11 +120,8 @@ def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> 
 
 
 def _fail_child(parent: Tracker, num: str, overrides: List[str], reason: str) -> None:
-    client = parent.client
-    experiment_id = client.get_run(parent.run_id).info.experiment_id
-    found = client.search_runs(
-        [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}' and tags.`sweep.job` = '{num}'"
-    )
+    client, family = parent.client, f"tags.mlflow.parentRunId = '{parent.run_id}'"
+    found = client.search_runs([parent.experiment_id], filter_string=f"{family} and tags.`sweep.job` = '{num}'")
     if found:
         child = found[0]
         if child.info.status != "FAILED":
@@ -248,7 +245,7 @@ def _close_parent(tracker: Tracker, jobs: int, failed: int, files: List[Path], n
     if failed and tracker.active:
         try:
             children = tracker.client.search_runs(
-                [tracker.experiment_id or tracker.client.get_run(tracker.run_id).info.experiment_id],
+                [tracker.experiment_id],
                 f"tags.mlflow.parentRunId = '{tracker.run_id}' and attributes.status = 'FAILED'",
                 order_by=["attributes.start_time ASC"],
             )
