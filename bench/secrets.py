@@ -147,17 +147,6 @@ def redact(text: str) -> str:
     return QUERY_PARAM.sub(_hide_query_value, text)
 
 
-def redact_tree(value: Any) -> Any:
-    """redact() over every string of a dict/list tree (keys kept)."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {key: redact_tree(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(redact_tree(item) for item in value)
-    return value
-
-
 def command_line_problem(args: List[str]) -> Optional[str]:
     """The sentence refusing a credential typed into a `key=value` override, before Hydra writes
     it to .hydra/ or logs it (None when there is none). The value is never echoed."""
