@@ -19,11 +19,10 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from bench.config import BenchConfig, as_plain, load
-from bench.error_file import room_kept, write_error
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
 from bench.errors import stopped_by as _interruption
 from bench.machine.children import sigterm_raises
-from bench.results import final_line, note_run
+from bench.results import final_line, note_run, room_kept, write_error
 from bench.secrets import redact, redact_output, scrub
 from bench.tracking.store import checked_uri
 
