@@ -25,10 +25,11 @@ from bench.machine.children import sigterm_raises
 from bench.results import final_line, note_run, room_kept, write_error
 from bench.secrets import redact, redact_output, scrub
 from bench.tracking.store import checked_uri
+from bench.tracking.tracker import SweepJob, open_run
+from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
 if TYPE_CHECKING:
     from bench.scenarios import Launcher, Report, Scenario, Tracker
-    from bench.tracking.tracker import SweepJob
 
 log = logging.getLogger("bench")
 INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)
@@ -91,8 +92,6 @@ def run(
     scenario: Scenario = config.scenario  # the class conf/scenario/<mode>.yaml names, with its own keys
 
     def open_tracker(environment: Mapping[str, Any], out: Optional[Path] = None) -> "Tracker":
-        from bench.tracking.tracker import open_run
-
         name, params = scenario.run_name(config), as_plain(config)
         return open_run(config.tracking, launch_dir, name, params, environment, overrides, sweep_job, out)
 
@@ -105,7 +104,6 @@ def run(
         return _refuse(exc, out_dir, sweep_job, lambda: open_tracker({}))
     from bench.launch.select import select_launcher
     from bench.tracking.environment import collect_environment
-    from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
     launcher: Launcher = select_launcher(config, scenario.has_ranks(config), in_sweep=sweep_job is not None)
     if not launcher.reports:
@@ -177,7 +175,6 @@ def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str], sweep_
     """A sweep job whose config does not load: its child run, from what the composed config says."""
     from bench.config.run import TrackingConfig
     from bench.config.scenario import without_target
-    from bench.tracking.tracker import open_run
 
     tracking: Any
     params: Any
