@@ -15,7 +15,7 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from typing import Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, TypeVar, Union
 
 import torch
 
@@ -24,6 +24,7 @@ from bench.doctor.figures import LOADER, STAGES, LoaderFigures, Rung
 from bench.machine.cpu_time import cpu_seconds_with_children
 
 MIN_BATCHES = 3
+T = TypeVar("T")
 SPLIT_SAMPLES = 64  # images the stage split decodes (fewer when the window is short)
 
 
@@ -149,18 +150,11 @@ def encoded_split(config: BenchConfig, budget_s: float, spent: Dict[str, float])
         chunk = list(itertools.islice(images_of, data.batch_size))
         if not chunk:
             break
-        mark = time.process_time()
-        images, labels, _release = empty_batch(len(chunk), size)
-        slots = images.numpy()
-        spent["collate"] += time.process_time() - mark
-        for slot, (raw, read_s) in zip(slots, chunk, strict=True):
-            mark = time.process_time()
-            crop = decode_crop(raw, train, size, rng, data.decoder)
-            after_decode = time.process_time()
-            resize_into(slot, crop, flip=train and rng.random() < 0.5)
+        images, labels, _release = _timed(spent, "collate", empty_batch, len(chunk), size)
+        for slot, (raw, read_s) in zip(_timed(spent, "collate", images.numpy), chunk, strict=True):
             spent["read"] += read_s
-            spent["decode"] += after_decode - mark
-            spent["augment"] += time.process_time() - after_decode
+            crop = _timed(spent, "decode", decode_crop, raw, train, size, rng, data.decoder)
+            _timed(spent, "augment", resize_into, slot, crop, flip=train and rng.random() < 0.5)
         spent["host_to_device"] += to_device(config, images, labels)
         done += len(chunk)
     return done
@@ -182,26 +176,24 @@ def cifar_split(config: BenchConfig, budget_s: float, spent: Dict[str, float]) -
     deadline, done = time.perf_counter() + budget_s, 0
     for start in range(0, len(order), data.batch_size):
         indices = order[start : start + data.batch_size]
-        marks = [time.process_time()]
-        picked = pixels[indices]
-        marks.append(time.process_time())
-        dataset.crop_and_flip(picked)
-        marks.append(time.process_time())
-        images, batch_labels, _release = empty_batch(len(indices), data.image_size)
-        marks.append(time.process_time())
-        resize_batch_into(images, torch.from_numpy(picked))
-        marks.append(time.process_time())
-        batch_labels.copy_(torch.from_numpy(labels[indices]))
-        marks.append(time.process_time())
-        read, crop, batch, resize, label = (b - a for a, b in itertools.pairwise(marks))
-        spent["read"] += read
-        spent["augment"] += crop + resize
-        spent["collate"] += batch + label
+        picked = _timed(spent, "read", pixels.__getitem__, indices)
+        _timed(spent, "augment", dataset.crop_and_flip, picked)
+        images, batch_labels, _release = _timed(spent, "collate", empty_batch, len(indices), data.image_size)
+        _timed(spent, "augment", resize_batch_into, images, torch.from_numpy(picked))
+        _timed(spent, "collate", batch_labels.copy_, torch.from_numpy(labels[indices]))
         spent["host_to_device"] += to_device(config, images, batch_labels)
         done += len(indices)
         if time.perf_counter() > deadline:
             break
     return done
+
+
+def _timed(spent: Dict[str, float], stage: str, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`step(*args, **kwargs)`, its CPU seconds (this process's, on one thread) added to `spent[stage]`."""
+    mark = time.process_time()
+    out = step(*args, **kwargs)
+    spent[stage] += time.process_time() - mark
+    return out
 
 
 def to_device(config: BenchConfig, images: torch.Tensor, labels: torch.Tensor) -> float:
