@@ -13,7 +13,7 @@ from bench import config_dir, run_dirs
 from bench.config.argv import as_overrides, seed_spelling, unknown_flag
 from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.schema import register_configs
-from bench.errors import EXIT_CONFIG
+from bench.errors import EXIT_CONFIG, print_error
 from bench.launch.plugins import register_bench_launchers
 from bench.launch.preview import job_config, preview, wants_job_config, wants_preview
 from bench.secrets import command_line_problem, redact_output
@@ -44,7 +44,7 @@ def quote_list_values(arg: str) -> str:
 def print_or_refuse(reason: Optional[str]) -> NoReturn:
     """The end of a command that printed what it was asked for (0), or could not (one line, 2)."""
     if reason:
-        print(f"[ERROR] {reason}", file=sys.stderr, flush=True)
+        print_error(reason)
     sys.exit(EXIT_CONFIG if reason else 0)
 
 
@@ -63,7 +63,7 @@ def cli() -> None:
     problem = problem or unknown_flag(sys.argv[1:])
     problem = problem or command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])
     if problem:
-        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        print_error(problem)
         sys.exit(EXIT_CONFIG)
     sys.argv[1:], read = seed_spelling(sys.argv[1:])  # training.epochs=5 is train.epochs=5
     if read:

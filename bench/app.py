@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from bench.config import BenchConfig, as_plain, load
-from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
+from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, print_error
 from bench.errors import stopped_by as _interruption
 from bench.machine.children import sigterm_raises
 from bench.results import final_line, note_run, room_kept, write_error
-from bench.secrets import redact, redact_output, scrub
+from bench.secrets import redact_output, scrub
 from bench.tracking.store import checked_uri
 from bench.tracking.tracker import SweepJob, open_run
 from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
@@ -33,10 +33,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("bench")
 INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)
-
-
-def error(message: str) -> None:
-    print(f"[ERROR] {redact(message)}", file=sys.stderr, flush=True)
 
 
 def run_from_hydra(cfg: DictConfig) -> int:
@@ -120,7 +116,7 @@ def run(
             untracked = BenchError(f"this run cannot be tracked and tracking.required=true: {tracker.lost}")
             if raise_refusals:
                 raise untracked
-            error(str(untracked))
+            print_error(str(untracked))
             return EXIT_FAILED
         try:
             report = scenario.report(launcher.run(scenario, config, out_dir), config)
@@ -137,7 +133,7 @@ def run(
             if problems:  # the measurement stands; an output it was to leave behind does not
                 reason = "; ".join(problems)
                 tracker.finish("FAILED", error=reason)
-                error(f"run failed after its measurement was reported: {reason}{_kept(out_dir, reason)}")
+                print_error(f"run failed after its measurement was reported: {reason}{_kept(out_dir, reason)}")
                 return EXIT_FAILED
             tracker.finish("FINISHED")
         except BaseException as exc:  # every way out ends the MLflow run with a status
@@ -145,7 +141,7 @@ def run(
     log.info("results in %s", out_dir)
     if config.tracking.required and tracker.lost:  # the files are kept; the record is not complete
         reason = f"run not tracked (tracking.required=true): {tracker.lost}"
-        error(f"{reason}; its results are in {out_dir}{_kept(out_dir, reason)}")
+        print_error(f"{reason}; its results are in {out_dir}{_kept(out_dir, reason)}")
         return EXIT_FAILED
     link = tracker.ui_link() if sweep_job is None else None  # a sweep's jobs: the sweep says it once, at its end
     if link:
@@ -190,7 +186,7 @@ def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[SweepJob], track
     """A run that cannot start: one line, no MLflow run (a sweep job still gets its FAILED
     child and an error.txt, so the sweep report says why)."""
     problem = str(exc)
-    error(problem + (_kept(out_dir, problem) if sweep_job else ""))
+    print_error(problem + (_kept(out_dir, problem) if sweep_job else ""))
     if sweep_job and sweep_job.parent_run_id:
         tracker().finish("FAILED", error=problem)
     return exc.exit_code
@@ -209,7 +205,7 @@ def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchCon
         failed = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
         reason, code = interrupted or (failed, EXIT_FAILED)
         reason = f"{launcher.who} {'interrupted' if interrupted else 'failed'}: {reason}"
-        error(reason + ("" if interrupted else _kept(out_dir, reason)))
+        print_error(reason + ("" if interrupted else _kept(out_dir, reason)))
         return code
     log.info("%s done; rank 0 reports the run", launcher.who)
     return 0
@@ -231,7 +227,7 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     if interrupted:
         reason, code = interrupted
         tracker.finish("KILLED", error=reason)
-        error(f"run interrupted: {reason}")
+        print_error(f"run interrupted: {reason}")
         return code
     if not isinstance(exc, Exception):  # SystemExit and friends: not ours to swallow
         tracker.finish("FAILED", error=f"{type(exc).__name__}: {exc}")
@@ -239,7 +235,7 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     known = scenario.explain(exc, config)
     if known:
         tracker.finish("FAILED", error=known)
-        error(known + _kept(out_dir, known))
+        print_error(known + _kept(out_dir, known))
         return EXIT_FAILED
     reason = f"{type(exc).__name__}: {exc}"
     try:
@@ -249,5 +245,5 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     except OSError as failed:  # a read-only disk must not hide the reason: it is this line and the MLflow tag
         saved = f"no traceback file: {failed.strerror or failed}"
     tracker.finish("FAILED", error=reason)
-    error(f"run failed: {reason} ({saved})")
+    print_error(f"run failed: {reason} ({saved})")
     return EXIT_FAILED

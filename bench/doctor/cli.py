@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from bench.doctor.figures import Diagnosis, Rung
-from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, interruption_in
+from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, interruption_in, print_error
 from bench.machine.writable import check_writable_dir
-from bench.secrets import command_line_problem, redact, redact_output
+from bench.secrets import command_line_problem, redact_output
 
 if TYPE_CHECKING:
     from bench.config import BenchConfig
@@ -70,7 +70,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     log.setLevel(logging.INFO)
     problem = command_line_problem(args)
     if problem:
-        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        print_error(problem)
         return EXIT_CONFIG
     try:
         own, overrides = split_keys(args)
@@ -82,7 +82,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         check_writable_dir("doctor.out", own["out"], out_dir.resolve())
         config = _checked_config(overrides)
     except BenchError as exc:
-        print(f"[ERROR] {redact(str(exc))}", file=sys.stderr, flush=True)
+        print_error(str(exc))
         return exc.exit_code
     return _diagnose(config, overrides, budget_s, with_what_ifs == "true", out_dir.resolve())
 
@@ -136,11 +136,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
         if stopped is None:
             raise
         parent.finish("KILLED", error=str(stopped))
-        print(
-            f"[ERROR] the doctor was interrupted ({stopped}); the rungs measured so far are in {out_dir}",
-            file=sys.stderr,
-            flush=True,
-        )
+        print_error(f"the doctor was interrupted ({stopped}); the rungs measured so far are in {out_dir}")
         return stopped.exit_code
     log.info("results in %s", out_dir)
     if link:

@@ -21,7 +21,6 @@ import atexit
 import json
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 
-from bench.errors import EXIT_CONFIG, ConfigError
+from bench.errors import EXIT_CONFIG, ConfigError, print_error
 from bench.run_dirs import stamp_of
 from bench.secrets import redact, scrub
 from bench.tracking.store import checked_uri, probe, unreachable_line
@@ -156,7 +155,7 @@ def _refuse_a_sweep_that_cannot_start(config: Any) -> None:
 
     problem = cluster_commands_problem(config) or sweep_problem(list(config.hydra.overrides.task))
     if problem:
-        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        print_error(problem)
         raise SystemExit(EXIT_CONFIG)
 
 
@@ -175,7 +174,7 @@ class MlflowSweepCallback(Callback):
         try:
             uri = str(checked_uri(config.tracking, Path(launch_dir)))  # tracking is on here
         except ConfigError as exc:  # before any job or parent run (SystemExit: see above)
-            print(f"[ERROR] {redact(str(exc))}", file=sys.stderr, flush=True)
+            print_error(str(exc))
             raise SystemExit(EXIT_CONFIG) from None
         problem = probe(uri, config.tracking.probe_timeout_s)  # once for the whole sweep
         if problem:
