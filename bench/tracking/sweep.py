@@ -146,36 +146,37 @@ def _carry(parent_run_id: Optional[str] = None, tracking_down: Optional[str] = N
     os.environ[SWEEP_ENV] = json.dumps(carried)
 
 
-def _refuse_a_sweep_that_cannot_start(config: Any) -> None:
-    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun, or a value no job
-    can take (storage.workload.format=raw,xyz), is one line and exit 2. SystemExit, because Hydra
-    turns any Exception a callback raises into a warning."""
+def _refuse_a_sweep_that_cannot_start(config: Any) -> Optional[str]:
+    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun, a value no job can
+    take (storage.workload.format=raw,xyz) or a tracking URI MLflow has no store for is one line and
+    exit 2 (SystemExit, because Hydra turns any Exception a callback raises into a warning). Else the
+    sweep's tracking URI (None: tracking off)."""
     from bench.config import sweep_problem
     from bench.launch.plugins import cluster_commands_problem
 
-    problem = cluster_commands_problem(config) or sweep_problem(list(config.hydra.overrides.task))
+    try:
+        problem = cluster_commands_problem(config) or sweep_problem(list(config.hydra.overrides.task))
+        uri = checked_uri(config.tracking, Path.cwd())
+    except ConfigError as exc:
+        problem = str(exc)
     if problem:
         print_error(problem)
         raise SystemExit(EXIT_CONFIG)
+    return uri
 
 
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        _refuse_a_sweep_that_cannot_start(config)
+        uri = _refuse_a_sweep_that_cannot_start(config)
         global _state
         sweep_dir, launch_dir = Path(config.hydra.sweep.dir).resolve(), str(Path(os.getcwd()).resolve())
         _state = SweepState(
             owner=os.getpid(), experiment=config.tracking.experiment, sweep_dir=sweep_dir, launch_dir=launch_dir
         )
         _carry()
-        if not config.tracking.enabled:
+        if uri is None:  # tracking off
             return
         overrides = list(config.hydra.overrides.task)
-        try:
-            uri = str(checked_uri(config.tracking, Path(launch_dir)))  # tracking is on here
-        except ConfigError as exc:  # before any job or parent run (SystemExit: see above)
-            print_error(str(exc))
-            raise SystemExit(EXIT_CONFIG) from None
         problem = probe(uri, config.tracking.probe_timeout_s)  # once for the whole sweep
         if problem:
             log.warning(unreachable_line(uri, problem, config.tracking.probe_timeout_s))
@@ -185,12 +186,8 @@ class MlflowSweepCallback(Callback):
         name = config.tracking.run_name or f"sweep-{stamp_of(sweep_dir) or time.strftime('%Y%m%d-%H%M%S')}"
         # Opened before any job starts: a fresh sqlite store is created here, once (jobs creating
         # it at the same time would race on its schema)
-        tracker = Tracker.start(
-            uri,
-            config.tracking.experiment,
-            name,
-            {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides), **process_tags()},
-        )
+        tags = {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides), **process_tags()}
+        tracker = Tracker.start(uri, config.tracking.experiment, name, tags)
         tracker.log_params(_sweep_params(overrides))
         tracker.set_tags({FAMILY_TAG: tracker.run_id})  # listed with its children in the UI's view
         _state.tracker = tracker
