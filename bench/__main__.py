@@ -14,11 +14,10 @@ from bench.config.argv import as_overrides, seed_spelling, unknown_flag
 from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.scenario import named_twice
 from bench.config.schema import register_configs
-from bench.errors import EXIT_CONFIG, EXIT_SIGINT, EXIT_SIGTERM
+from bench.errors import EXIT_CONFIG, EXIT_SIGINT, EXIT_SIGTERM, print_error
 from bench.launch.plugins import register_bench_launchers
 from bench.launch.preview import job_config, preview, wants_job_config, wants_preview
-from bench.output_redaction import install as redact_output
-from bench.secrets import command_line_problem
+from bench.secrets import command_line_problem, redact_output
 
 register_configs()
 
@@ -46,7 +45,7 @@ def quote_list_values(arg: str) -> str:
 def print_or_refuse(reason: Optional[str]) -> NoReturn:
     """The end of a command that printed what it was asked for (0), or could not (one line, 2)."""
     if reason:
-        print(f"[ERROR] {reason}", file=sys.stderr, flush=True)
+        print_error(reason)
     sys.exit(EXIT_CONFIG if reason else 0)
 
 
@@ -66,7 +65,7 @@ def cli() -> None:
     problem = problem or command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])
     problem = problem or (str(named_twice(sys.argv[1:]) or "") or None)  # mode=storage scenario=echo
     if problem:
-        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        print_error(problem)
         sys.exit(EXIT_CONFIG)
     sys.argv[1:], read = seed_spelling(sys.argv[1:])  # training.epochs=5 is train.epochs=5
     if read:

@@ -96,7 +96,14 @@ def run(
     overrides = [] if isinstance(config, BenchConfig) else [str(o) for o in config]
     checked = check(config) if isinstance(config, BenchConfig) else compose(*overrides)
     launch = Path(launch_dir or Path.cwd()).resolve()
-    reserved = own_dir(out_dir, launch)
+    # the run's directory: `out_dir` as given, else `<launch>/outputs/<date>/<time>`, this call's own even when
+    # another run starts in the same second (bench.run_dirs, as `python -m bench`); with what this call makes of
+    # it, which a refusal removes again (run_dirs.discard)
+    if out_dir is None:
+        reserved = reserve(launch / RUN_BASE)
+        reserved.override = f"hydra.run.dir={reserved.path}"  # this call's: removed whole on a refusal
+    else:
+        reserved = Reserved(Path(out_dir), missing_dirs(Path(out_dir)))
     where = reserved.path
     where.mkdir(parents=True, exist_ok=True)
     try:
@@ -120,14 +127,3 @@ def run(
     elif code and not result.error:  # error.txt could not be written: the [ERROR] line on stderr said it
         result.error = f"the run ended with exit code {code} (see its [ERROR] line on stderr)"
     return result
-
-
-def own_dir(out_dir: Union[str, Path, None], launch: Path) -> "Reserved":
-    """The run's directory: `out_dir` as given, else `<launch>/outputs/<date>/<time>`, this call's own
-    even when another run starts in the same second (`-2`, `-3`, ...: bench.run_dirs, as `python -m
-    bench`); with what this call makes of it, which a refusal removes again (run_dirs.discard)."""
-    if out_dir is None:
-        reserved = reserve(launch / RUN_BASE)
-        reserved.override = f"hydra.run.dir={reserved.path}"  # this call's: removed whole on a refusal
-        return reserved
-    return Reserved(Path(out_dir), missing_dirs(Path(out_dir)))

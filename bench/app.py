@@ -19,25 +19,20 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from bench.config import BenchConfig, as_plain, load
-from bench.error_file import room_kept, write_error
-from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
+from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, print_error
 from bench.errors import stopped_by as _interruption
 from bench.machine.children import sigterm_raises
-from bench.output_redaction import install as redact_output
-from bench.results import note_run
-from bench.secrets import redact, scrub
-from bench.tracking.probe import checked_uri
+from bench.results import final_line, note_run, room_kept, write_error
+from bench.secrets import redact_output, scrub
+from bench.tracking.store import checked_uri
+from bench.tracking.tracker import SweepJob, open_run
+from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
 if TYPE_CHECKING:
     from bench.scenarios import Launcher, Report, Scenario, Tracker
-    from bench.tracking.sweep_job import SweepJob
 
 log = logging.getLogger("bench")
 INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)
-
-
-def error(message: str) -> None:
-    print(f"[ERROR] {redact(message)}", file=sys.stderr, flush=True)
 
 
 def run_from_hydra(cfg: DictConfig) -> int:
@@ -54,7 +49,12 @@ def run_from_hydra(cfg: DictConfig) -> int:
     in_sweep = hydra_cfg.mode == RunMode.MULTIRUN
     sweep_job = current_job(hydra_cfg) if in_sweep else None
     out_dir, launch_dir = Path(hydra_cfg.runtime.output_dir), Path(hydra_cfg.runtime.cwd)
-    _scrub_saved_config(hydra_cfg, out_dir, in_sweep)
+    # what Hydra saved before this task ran (.hydra/*.yaml, a sweep's multirun.yaml) may hold what a config
+    # file said: the credentials in it go, before the run's artifacts are logged
+    saved = list((out_dir / hydra_cfg.output_subdir).glob("*.yaml")) if hydra_cfg.output_subdir else []
+    if in_sweep:
+        saved.append(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
+    scrub(path for path in saved if path.is_file())
     if sweep_job and sweep_job.launch_dir:  # a job on another node: the sweep's directory, for the default store
         launch_dir = Path(sweep_job.launch_dir)
     # as typed: list() would resolve them, and data.batch_size=${oops} would fail here, outside `load`
@@ -72,15 +72,6 @@ def run_from_hydra(cfg: DictConfig) -> int:
     return code
 
 
-def _scrub_saved_config(hydra_cfg: Any, out_dir: Path, in_sweep: bool) -> None:
-    """What Hydra saved before this task ran (.hydra/*.yaml, a sweep's multirun.yaml) may hold
-    what a config file said: the credentials in it go, before the run's artifacts are logged."""
-    saved = list((out_dir / hydra_cfg.output_subdir).glob("*.yaml")) if hydra_cfg.output_subdir else []
-    if in_sweep:
-        saved.append(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
-    scrub(path for path in saved if path.is_file())
-
-
 def run(
     config: BenchConfig,
     out_dir: Path,
@@ -95,18 +86,20 @@ def run(
     start still leaves a FAILED child run with the reason). bench.api's: raise_refusals, echo=False."""
     overrides = overrides or []
     scenario: Scenario = config.scenario  # the class conf/scenario/<mode>.yaml names, with its own keys
+
+    def open_tracker(environment: Mapping[str, Any], out: Optional[Path] = None) -> "Tracker":
+        name, params = scenario.run_name(config), as_plain(config)
+        return open_run(config.tracking, launch_dir, name, params, environment, overrides, sweep_job, out)
+
     try:
         scenario.preflight(config)  # first, and before heavy imports: a refusal comes back fast
         checked_uri(config.tracking, launch_dir)  # a store MLflow has no scheme for: refused before any work
     except BenchError as exc:
         if raise_refusals:
             raise
-        return _refuse(
-            exc, out_dir, sweep_job, lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job)
-        )
+        return _refuse(exc, out_dir, sweep_job, lambda: open_tracker({}))
     from bench.launch.select import select_launcher
     from bench.tracking.environment import collect_environment
-    from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
     launcher: Launcher = select_launcher(config, scenario.has_ranks(config), in_sweep=sweep_job is not None)
     if not launcher.reports:
@@ -116,18 +109,23 @@ def run(
     tracker: Tracker = Untracked()  # until the run opens: a signal while the server is probed is said too
     with room_kept(out_dir), sigterm_raises():  # room for error.txt; SIGTERM raises (in the main thread)
         try:
-            tracker = _tracker(config, scenario, launch_dir, environment, overrides, sweep_job, out_dir)
+            tracker = open_tracker(environment, out_dir)
         except BaseException as exc:
             return _fail(exc, scenario, config, out_dir, tracker)
         if config.tracking.required and not tracker.active:  # before any work: the record is what was asked for
             untracked = BenchError(f"this run cannot be tracked and tracking.required=true: {tracker.lost}")
             if raise_refusals:
                 raise untracked
-            error(str(untracked))
+            print_error(str(untracked))
             return EXIT_FAILED
         try:
             report = scenario.report(launcher.run(scenario, config, out_dir), config)
-            _report_the_measurement(report, tracker, echo)
+            # first, before any optional file or artifact: the final stdout line and the MLflow
+            # metrics, so a full disk or a failed checkpoint cannot cost the measurement
+            log.info(report.headline())
+            if echo:
+                print(final_line(report.metrics), flush=True)
+            tracker.log_metrics(report.metrics)
             problems = list(report.problems) + _write_outputs(report, config, environment, tracker, out_dir)
             stopped = report.interrupted  # a signal during the passes after the window
             if stopped:
@@ -135,7 +133,7 @@ def run(
             if problems:  # the measurement stands; an output it was to leave behind does not
                 reason = "; ".join(problems)
                 tracker.finish("FAILED", error=reason)
-                error(f"run failed after its measurement was reported: {reason}{_kept(out_dir, reason)}")
+                print_error(f"run failed after its measurement was reported: {reason}{_kept(out_dir, reason)}")
                 return EXIT_FAILED
             tracker.finish("FINISHED")
         except BaseException as exc:  # every way out ends the MLflow run with a status
@@ -143,23 +141,12 @@ def run(
     log.info("results in %s", out_dir)
     if config.tracking.required and tracker.lost:  # the files are kept; the record is not complete
         reason = f"run not tracked (tracking.required=true): {tracker.lost}"
-        error(f"{reason}; its results are in {out_dir}{_kept(out_dir, reason)}")
+        print_error(f"{reason}; its results are in {out_dir}{_kept(out_dir, reason)}")
         return EXIT_FAILED
     link = tracker.ui_link() if sweep_job is None else None  # a sweep's jobs: the sweep says it once, at its end
     if link:
         log.info(link)
     return 0
-
-
-def _report_the_measurement(report: "Report", tracker: "Tracker", echo: bool) -> None:
-    """First, before any optional file or artifact: the final stdout line and the MLflow
-    metrics, so a full disk or a failed checkpoint cannot cost the measurement."""
-    from bench.results import final_line
-
-    log.info(report.headline())
-    if echo:
-        print(final_line(report.metrics), flush=True)
-    tracker.log_metrics(report.metrics)
 
 
 def _write_outputs(
@@ -180,34 +167,10 @@ def _write_outputs(
     return []
 
 
-def _tracker(
-    config: BenchConfig,
-    scenario: "Scenario",
-    launch_dir: Path,
-    environment: Mapping[str, Any],
-    overrides: List[str],
-    sweep_job: Optional[SweepJob],
-    out_dir: Optional[Path] = None,
-) -> "Tracker":
-    from bench.tracking.tracker import open_run
-
-    return open_run(
-        config.tracking,
-        launch_dir,
-        scenario.run_name(config),
-        as_plain(config),
-        environment,
-        overrides,
-        sweep_job,
-        out_dir,
-    )
-
-
 def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str], sweep_job: Optional[SweepJob]) -> "Tracker":
     """A sweep job whose config does not load: its child run, from what the composed config says."""
     from bench.config.run import TrackingConfig
     from bench.config.scenario import without_target
-    from bench.tracking.tracker import open_run
 
     tracking: Any
     params: Any
@@ -223,14 +186,9 @@ def _refuse(exc: BenchError, out_dir: Path, sweep_job: Optional[SweepJob], track
     """A run that cannot start: one line, no MLflow run (a sweep job still gets its FAILED
     child and an error.txt, so the sweep report says why)."""
     problem = str(exc)
-    error(problem)
-    if sweep_job:
-        try:
-            write_error(out_dir, problem)
-        except OSError as failed:
-            log.warning("could not write %s: %s", out_dir / "error.txt", failed)
-        if sweep_job.parent_run_id:
-            tracker().finish("FAILED", error=problem)
+    print_error(problem + (_kept(out_dir, problem) if sweep_job else ""))
+    if sweep_job and sweep_job.parent_run_id:
+        tracker().finish("FAILED", error=problem)
     return exc.exit_code
 
 
@@ -247,7 +205,7 @@ def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchCon
         failed = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
         reason, code = interrupted or (failed, EXIT_FAILED)
         reason = f"{launcher.who} {'interrupted' if interrupted else 'failed'}: {reason}"
-        error(reason + ("" if interrupted else _kept(out_dir, reason)))
+        print_error(reason + ("" if interrupted else _kept(out_dir, reason)))
         return code
     log.info("%s done; rank 0 reports the run", launcher.who)
     return 0
@@ -269,7 +227,7 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     if interrupted:
         reason, code = interrupted
         tracker.finish("KILLED", error=reason)
-        error(f"run interrupted: {reason}")
+        print_error(f"run interrupted: {reason}")
         return code
     if not isinstance(exc, Exception):  # SystemExit and friends: not ours to swallow
         tracker.finish("FAILED", error=f"{type(exc).__name__}: {exc}")
@@ -277,7 +235,7 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     known = scenario.explain(exc, config)
     if known:
         tracker.finish("FAILED", error=known)
-        error(known + _kept(out_dir, known))
+        print_error(known + _kept(out_dir, known))
         return EXIT_FAILED
     reason = f"{type(exc).__name__}: {exc}"
     try:
@@ -287,5 +245,5 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     except OSError as failed:  # a read-only disk must not hide the reason: it is this line and the MLflow tag
         saved = f"no traceback file: {failed.strerror or failed}"
     tracker.finish("FAILED", error=reason)
-    error(f"run failed: {reason} ({saved})")
+    print_error(f"run failed: {reason} ({saved})")
     return EXIT_FAILED

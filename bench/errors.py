@@ -8,14 +8,20 @@ Torch-free: every layer may raise these.
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Optional
 
-from bench.secrets import has_userinfo, looks_secret
+from bench.secrets import has_userinfo, looks_secret, redact
 
 EXIT_FAILED = 1  # the run started and failed
 EXIT_CONFIG = 2  # the config, the data location or the device cannot run this
 EXIT_SIGINT = 130  # Ctrl-C (128 + SIGINT)
 EXIT_SIGTERM = 143  # terminated (128 + SIGTERM)
+
+
+def print_error(message: str) -> None:
+    """The one [ERROR] line on stderr (redacted), flushed: what a refusal or a failure says."""
+    print(f"[ERROR] {redact(message)}", file=sys.stderr, flush=True)
 
 
 class BenchError(Exception):

@@ -1,5 +1,6 @@
 """What every scenario's report shares: the typed record, the final stdout line, and output files
-written whole or not at all (the interface the app drives is bench.scenarios.Report, the one protocol).
+written whole or not at all, error.txt even on a full disk (the interface the app drives is
+bench.scenarios.Report, the one protocol).
 
 A report (bench.train.report.TrainReport, bench.iobench.report.StorageReport) aggregates what
 the ranks or simulated accelerators measured, flattens it to the `radix_metrics` dict (the
@@ -12,15 +13,20 @@ from __future__ import annotations
 import csv
 import io
 import json
+import logging
 import math
 import os
+from contextlib import contextmanager
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Type, TypeVar, get_type_hints
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Type, TypeVar, get_type_hints
 
 from bench.secrets import redact
 
 R = TypeVar("R", bound="Record")
+ERROR_RESERVE = ".error.txt.reserve"  # room held for error.txt while a run runs (room_kept)
+ERROR_ROOM = 16 * 1024  # a traceback of a few KiB; a longer one keeps its end (the exception)
+log = logging.getLogger("bench")
 KEPT = {"kept": True}  # a field written even when None (null in the final line), as it always was
 
 
@@ -240,3 +246,37 @@ def read_window(job_dir: Path, record: Any, timeline_file: str, profile_files: S
         compile=summary.get("compile", {}),
         files=[str(job_dir / name) for name in profile_files if (job_dir / name).is_file()],
     )
+
+
+@contextmanager
+def room_kept(out_dir: Path) -> Iterator[None]:
+    """error.txt, even on a full disk: while a run runs, room for the file is held in its directory
+    (ERROR_RESERVE, a hidden file of ERROR_ROOM bytes; nothing held when the disk is full already);
+    write_error gives the room back and writes the reason there. The reservation goes when the run
+    ends, however it ends (a run killed with SIGKILL leaves it in its own directory)."""
+    try:
+        (out_dir / ERROR_RESERVE).write_bytes(b"\0" * ERROR_ROOM)
+    except OSError:
+        (out_dir / ERROR_RESERVE).unlink(missing_ok=True)
+    try:
+        yield
+    finally:
+        _release_room(out_dir)
+
+
+def _release_room(out_dir: Path) -> None:
+    try:
+        (out_dir / ERROR_RESERVE).unlink(missing_ok=True)
+    except OSError as exc:
+        log.debug("could not remove %s: %s", out_dir / ERROR_RESERVE, exc)
+
+
+def write_error(out_dir: Path, text: str) -> Path:
+    """error.txt with `text` (redacted; its last ERROR_ROOM bytes when longer), written in the room
+    the run reserved; raises OSError when even that cannot be done."""
+    _release_room(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    data = redact(text).encode()[-ERROR_ROOM:]
+    path = out_dir / "error.txt"
+    path.write_bytes(data if data.endswith(b"\n") else data + b"\n")
+    return path

@@ -17,21 +17,9 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from bench.config.scenario import names, scenario_class
 from bench.errors import ConfigError, ReportError
-from bench.report_view import Sample, Scaling, View
-
-__all__ = [
-    "AnyScenario",
-    "Launcher",
-    "Report",
-    "ReportClass",
-    "Sample",
-    "Scaling",
-    "Scenario",
-    "Tracker",
-    "View",
-    "report_class",
-    "report_class_of_modes",
-]
+from bench.report_view import Sample as Sample  # re-exported: the protocols' value types
+from bench.report_view import Scaling as Scaling
+from bench.report_view import View as View
 
 DEFAULT_MODE = "train"  # runs recorded before `mode` existed are training runs
 

@@ -8,7 +8,7 @@ never logged, and environment variables are recorded only from an allow-list of 
 prefixes, minus anything that looks secret.
 
 `redact` is the one rule every output goes through (stdout/stderr and logs via
-bench.output_redaction, run files via bench.results.write_text, .hydra/ via `scrub`, MLflow via
+redact_output, run files via bench.results.write_text, .hydra/ via `scrub`, MLflow via
 the tracker): it shows as *** the user:password of a URL (with or without a scheme:
 `u:pw@host:port`), the values of query parameters that carry credentials (?sig=, &token=,
 X-Amz-*, ...) and any value of a secret-looking environment variable of this process.
@@ -16,8 +16,10 @@ X-Amz-*, ...) and any value of a secret-looking environment variable of this pro
 
 from __future__ import annotations
 
+import logging
 import os
 import re
+import sys
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -45,33 +47,9 @@ USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s@]+@")
 # user:password@host without a scheme (a c10d endpoint `u:pw@host:29400`); not after / or : (a URL's path, a scheme)
 BARE_USERINFO = re.compile(r"(?<![\w.+\-~%/:@])[\w.+\-~%!$]+:[^\s@/'\"]+@(?=[\w\-.\[])")
 QUERY_PARAM = re.compile(r"([?&;])([\w.\-]+)=([^&#\s'\"<>;]*)")
-SECRET_QUERY_NAMES = frozenset(
-    {
-        "sig",
-        "signature",
-        "token",
-        "access_token",
-        "id_token",
-        "refresh_token",
-        "jwt",
-        "key",
-        "apikey",
-        "api_key",
-        "api-key",
-        "password",
-        "passwd",
-        "pwd",
-        "secret",
-        "client_secret",
-        "code",
-        "auth",
-        "authorization",
-        "credential",
-        "credentials",
-        "session",
-        "sessiontoken",
-    }
-)
+# query parameters that carry credentials: every name looks_secret knows (sig, token, key, auth, password, ...;
+# secret_query_name asks it), X-Amz-*, and these two it does not (an OAuth code, a session id)
+SECRET_QUERY_NAMES = frozenset({"code", "session"})
 # ${oc.env:NAME} / ${oc.env:NAME,default}: a config value that reads an environment variable
 ENV_REFERENCE = re.compile(r"\$\{\s*oc\.env\s*:\s*([^,}\s]+)")
 SECRET_ENV_MIN_CHARS = 8  # shorter values ("1", "true") would hide ordinary words
@@ -145,17 +123,6 @@ def redact(text: str) -> str:
     return QUERY_PARAM.sub(_hide_query_value, text)
 
 
-def redact_tree(value: Any) -> Any:
-    """redact() over every string of a dict/list tree (keys kept)."""
-    if isinstance(value, str):
-        return redact(value)
-    if isinstance(value, dict):
-        return {key: redact_tree(item) for key, item in value.items()}
-    if isinstance(value, (list, tuple)):
-        return type(value)(redact_tree(item) for item in value)
-    return value
-
-
 def command_line_problem(args: List[str]) -> Optional[str]:
     """The sentence refusing a credential typed into a `key=value` override, before Hydra writes
     it to .hydra/ or logs it (None when there is none). The value is never echoed."""
@@ -220,3 +187,56 @@ def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:
         else:
             flat[name] = value
     return flat
+
+
+class RedactingStream:
+    """A text stream whose writes go through redact(); everything else is the wrapped stream's."""
+
+    def __init__(self, stream: Any):
+        self._stream = stream
+
+    def write(self, text: Any) -> int:
+        self._stream.write(redact(text) if isinstance(text, str) else text)
+        return len(text)
+
+    def writelines(self, lines: Iterable[str]) -> None:
+        for line in lines:
+            self.write(line)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stream, name)
+
+
+def _redacting_record_factory(make_record: Any) -> Any:
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        record = make_record(*args, **kwargs)
+        try:
+            message = record.getMessage()
+        except Exception:  # a bad format string: logging reports it as it always did
+            return record
+        cleaned = redact(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, ()
+        if record.exc_info and not record.exc_text:  # the formatter uses exc_text when it is set
+            record.exc_text = redact(logging.Formatter().formatException(record.exc_info))
+        if record.stack_info:
+            record.stack_info = redact(record.stack_info)
+        return record
+
+    factory.redacting = True  # type: ignore[attr-defined]
+    return factory
+
+
+def redact_output() -> None:
+    """redact() on everything this process prints or logs: sys.stdout / sys.stderr (the [ERROR] lines,
+    Python's warnings, what a library prints) and every log record (bench.log, rank<N>.log and the
+    console alike). Installed once per process, first thing: by the console script before Hydra sets
+    up its log handlers, by a job that runs in a process of its own (submitit), by each rank, and by
+    the tools that talk to MLflow. Idempotent: a second call wraps nothing twice."""
+    for name in ("stdout", "stderr"):
+        stream = getattr(sys, name)
+        if stream is not None and not isinstance(stream, RedactingStream):
+            setattr(sys, name, RedactingStream(stream))
+    current = logging.getLogRecordFactory()
+    if not getattr(current, "redacting", False):
+        logging.setLogRecordFactory(_redacting_record_factory(current))

@@ -36,7 +36,7 @@ from hydra.core.singleton import Singleton
 from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf, open_dict
 
-from bench.errors import EXIT_FAILED, EXIT_SIGINT, Interrupted
+from bench.errors import EXIT_FAILED, EXIT_SIGINT, Interrupted, print_error
 from bench.tracking import sweep
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
@@ -132,11 +132,7 @@ class SweepLauncher(BaseSubmititLauncher):
         except (KeyboardInterrupt, Interrupted) as exc:
             _cancel_unfinished(list(handles.values()))
             code, why = (exc.exit_code, str(exc)) if isinstance(exc, Interrupted) else (EXIT_SIGINT, "Ctrl-C")
-            print(
-                f"[ERROR] sweep interrupted ({why}): its {self.cluster} jobs still queued or running were cancelled",
-                file=sys.stderr,
-                flush=True,
-            )
+            print_error(f"sweep interrupted ({why}): its {self.cluster} jobs still queued or running were cancelled")
             sys.exit(code)  # the parent run ends KILLED (bench.tracking.sweep)
         finally:
             signal.signal(signal.SIGTERM, previous)
@@ -175,11 +171,7 @@ class SweepLauncher(BaseSubmititLauncher):
         except Exception as exc:  # submitit's FailedJobError holds sbatch's own words
             said = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             reason = f"{self.cluster} refused the sweep's jobs #{group[0].num}..#{group[-1].num}: {said}"
-            print(
-                f"[ERROR] {reason} (what each job asks for: hydra.launcher.*, docs/distributed.md)",
-                file=sys.stderr,
-                flush=True,
-            )
+            print_error(f"{reason} (what each job asks for: hydra.launcher.*, docs/distributed.md)")
             sweep.end_unsubmitted_sweep(reason)
             raise SystemExit(EXIT_FAILED) from None
         return {job.num: handle for job, handle in zip(group, handles, strict=True)}
@@ -194,7 +186,10 @@ class SweepLauncher(BaseSubmititLauncher):
             return self._lost(job, self._why_lost(handle, exc))
         if returned.status != JobStatus.COMPLETED:  # bench's task returns its exit code; it raised instead
             return self._lost(job, _raised(returned))
-        _echo_final_line(handle)
+        # the job's `{"radix_metrics": ...}` line (node 0 prints it) on this process's stdout
+        finals = [line for line in (handle.stdout() or "").splitlines() if line.startswith('{"radix_metrics"')]
+        if finals:
+            print(finals[-1], flush=True)
         sweep.job_returned(job.num, returned)
         return returned
 
@@ -242,13 +237,6 @@ def _grouped(jobs: List[PlannedJob]) -> List[List[PlannedJob]]:
     for job in jobs:
         groups.setdefault(job.request, []).append(job)
     return list(groups.values())
-
-
-def _echo_final_line(handle: Any) -> None:
-    """The job's `{"radix_metrics": ...}` line (node 0 prints it) on this process's stdout."""
-    finals = [line for line in (handle.stdout() or "").splitlines() if line.startswith('{"radix_metrics"')]
-    if finals:
-        print(finals[-1], flush=True)
 
 
 def _cancel_unfinished(handles: List[Any]) -> None:

@@ -6,7 +6,6 @@ x 2 (n - 1) / n. With several nodes only this node's processes take part (said i
 from __future__ import annotations
 
 import os
-import socket
 import time
 from typing import Any
 
@@ -15,16 +14,10 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from bench.config import BenchConfig
-from bench.doctor.figures import ALLREDUCE, Rung
-from bench.doctor.rung_figures import AllreduceFigures
+from bench.doctor.figures import ALLREDUCE, AllreduceFigures, Rung
+from bench.rank_context import free_port
 
 WARMUP, ITERATIONS = 2, 5
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def _rank(rank: int, world: int, port: int, elements: int, backend: str, out: Any) -> None:
@@ -35,17 +28,18 @@ def _rank(rank: int, world: int, port: int, elements: int, backend: str, out: An
         if device.type == "cuda":
             torch.cuda.set_device(device)
         tensor = torch.ones(elements, dtype=torch.float32, device=device)
-        for _ in range(WARMUP):
-            dist.all_reduce(tensor)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
+
+        def reduce(times: int) -> float:
+            started = time.perf_counter()
+            for _ in range(times):
+                dist.all_reduce(tensor)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            return time.perf_counter() - started
+
+        reduce(WARMUP)
         dist.barrier()
-        started = time.perf_counter()
-        for _ in range(ITERATIONS):
-            dist.all_reduce(tensor)
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds = (time.perf_counter() - started) / ITERATIONS
+        seconds = reduce(ITERATIONS) / ITERATIONS
         if rank == 0:
             out.put(seconds)
     finally:
@@ -66,7 +60,7 @@ def allreduce_rung(config: BenchConfig, parameters: int, step_ms: float | None) 
     context = mp.get_context("spawn")
     out = context.SimpleQueue()
     mp.start_processes(
-        _rank, args=(world, _free_port(), parameters, backend, out), nprocs=world, join=True, start_method="spawn"
+        _rank, args=(world, free_port(), parameters, backend, out), nprocs=world, join=True, start_method="spawn"
     )
     seconds = out.get()
     size = parameters * 4

@@ -15,17 +15,16 @@ import logging
 import math
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Dict, List, Optional, Sequence, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
-from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, interruption_in
+from bench.doctor.figures import Diagnosis, Rung
+from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, interruption_in, print_error
 from bench.machine.writable import check_writable_dir
-from bench.output_redaction import install as redact_output
 from bench.run_dirs import reserve
-from bench.secrets import command_line_problem, redact
+from bench.secrets import command_line_problem, redact_output
 
 if TYPE_CHECKING:
     from bench.config import BenchConfig
-    from bench.doctor.figures import Rung
 
 DEFAULTS = {"budget_s": "180", "what_ifs": "true", "out": ""}
 DEFAULT_OUT = "doctor"  # doctor/<date>/<time>, as Hydra names a run's
@@ -92,7 +91,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     log.setLevel(logging.INFO)
     problem = command_line_problem(args)
     if problem:
-        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        print_error(problem)
         return EXIT_CONFIG
     try:
         own, overrides = split_keys(args)
@@ -100,7 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         out_dir = out_dir_of(own["out"])
         config = _checked_config(overrides)
     except BenchError as exc:
-        print(f"[ERROR] {redact(str(exc))}", file=sys.stderr, flush=True)
+        print_error(str(exc))
         return exc.exit_code
     return _diagnose(config, overrides, budget_s, with_what_ifs, out_dir or own_out_dir())
 
@@ -112,7 +111,7 @@ def _checked_config(overrides: Sequence[str]) -> "BenchConfig":
     if config.mode != "train":
         raise ConfigError("mode", config.mode, "train: the doctor diagnoses training runs")
     config.scenario.preflight(config)  # data on disk, the device: before anything runs
-    from bench.tracking.probe import checked_uri
+    from bench.tracking.store import checked_uri
 
     checked_uri(config.tracking, Path.cwd())  # a store MLflow has no scheme for
     return config
@@ -121,45 +120,95 @@ def _checked_config(overrides: Sequence[str]) -> "BenchConfig":
 def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with_what_ifs: bool, out_dir: Path) -> int:
     from bench.doctor.ladder import climb
     from bench.doctor.page import table, write
-    from bench.doctor.tracking import close_parent, log_rung, open_parent
     from bench.doctor.training import TrainingRuns
     from bench.machine.children import sigterm_raises
     from bench.machine.cpu_facts import affinity, usable_cores
     from bench.runtime.device import fit_cpu, resolve_device
+    from bench.tracking.tracker import open_run
 
     launch_dir = Path.cwd()
     # the loader, storage and what-if rungs take the threads and workers the runs will have
     as_run, _ = fit_cpu(config, resolve_device(config.allow_cpu).type)
-    parent = open_parent(config, launch_dir, overrides, {"doctor.budget_s": budget_s, "doctor.what_ifs": with_what_ifs})
+    # the parent run (as a run's: inactive with tracking off, or when the store did not answer); a rung's is its child
+    params = {"doctor.budget_s": budget_s, "doctor.what_ifs": with_what_ifs, "overrides": " ".join(overrides)}
+    parent = open_run(config.tracking, launch_dir, f"doctor-{time.strftime('%Y%m%d-%H%M%S')}", params, {}, overrides)
+    parent.set_tags({"doctor": "parent"})
     runs = TrainingRuns(out_dir, launch_dir, parent.run_id)
 
-    def on_rung(rung: "Rung") -> None:
+    def on_rung(rung: Rung) -> None:
         said = rung.skipped or rung.failed or f"{rung.images_per_second or 0:,.0f} img/s"
         log.info("%s: %s (%.1f s)", rung.title, said, rung.seconds)
-        log_rung(parent, config, rung)
+        _log_rung(parent, config, rung)
 
     try:
         with sigterm_raises():  # SIGTERM as Ctrl-C: the ladder ends at once, not at its next rung
-            diagnosis = climb(
-                as_run, overrides, budget_s, out_dir, runs, usable_cores(affinity()), with_what_ifs, on_rung
-            )
+            diagnosis = climb(as_run, overrides, budget_s, runs, usable_cores(affinity()), with_what_ifs, on_rung)
             diagnosis.parent_run_id = parent.run_id
             files = write(diagnosis, out_dir)
             print(table(diagnosis), flush=True)
             status = "FINISHED" if diagnosis.verdict != "unknown" else "FAILED"
-            link = close_parent(parent, diagnosis, files, status)
+            link = _close_parent(parent, diagnosis, files, status)
     except BaseException as exc:
         stopped = interruption_in(exc)  # also one that a library turned into its own error
         if stopped is None:
             raise
         parent.finish("KILLED", error=str(stopped))
-        print(
-            f"[ERROR] the doctor was interrupted ({stopped}); the rungs measured so far are in {out_dir}",
-            file=sys.stderr,
-            flush=True,
-        )
+        print_error(f"the doctor was interrupted ({stopped}); the rungs measured so far are in {out_dir}")
         return stopped.exit_code
     log.info("results in %s", out_dir)
     if link:
         log.info(link)
     return EXIT_FAILED if diagnosis.verdict == "unknown" else 0
+
+
+def _numbers(figures: Dict[str, Any], prefix: str = "") -> Dict[str, float]:
+    flat: Dict[str, float] = {}
+    for key, value in figures.items():
+        if isinstance(value, dict):
+            flat.update(_numbers(value, f"{prefix}{key}_"))
+        elif isinstance(value, (int, float)) and not isinstance(value, bool):
+            flat[f"{prefix}{key}"] = float(value)
+    return flat
+
+
+def _log_rung(parent: Any, config: BenchConfig, rung: Rung) -> None:
+    """A rung's child run: made here for the rungs bench.app did not run (the loader, storage and
+    all-reduce rungs), tagged in either case (a training rung's is bench's own run, already a child)."""
+    from bench.tracking.tracker import Tracker
+
+    if not parent.active:
+        return
+    tags = {"doctor.rung": rung.name, "doctor.title": rung.title}
+    if rung.skipped:
+        tags["doctor.skipped"] = rung.skipped
+    if rung.run_id:  # a training rung: bench's run, already a child
+        Tracker(parent.client, rung.run_id, parent.uri).set_tags(tags)
+        return
+    child = Tracker.start(
+        parent.uri, config.tracking.experiment, f"doctor-{rung.name}", tags, parent_run_id=parent.run_id
+    )
+    rate = {} if rung.images_per_second is None else {"images_per_second": rung.images_per_second}
+    child.log_metrics({**_numbers(rung.figures_json()), **rate})
+    child.finish("FAILED" if rung.failed else "FINISHED", error=rung.failed or None)
+    rung.run_id = child.run_id
+
+
+def _close_parent(parent: Any, diagnosis: Diagnosis, files: List[Path], status: str = "FINISHED") -> Optional[str]:
+    """The parent run's figures (each rung's images/s, each what-if's gain), the verdict as tags, the
+    table, chart and page as artifacts; the UI link to its children."""
+    if not parent.active:
+        return None
+    metrics = {f"{r.name}_images_per_second": r.images_per_second for r in diagnosis.rungs if r.images_per_second}
+    for what_if in diagnosis.what_ifs:
+        if what_if.gain:
+            metrics[f"what_if_gain_{_metric_name(what_if.name)}"] = what_if.gain
+    parent.log_metrics({**metrics, "doctor_seconds": diagnosis.elapsed_s})
+    parent.set_tags({"doctor.verdict": diagnosis.verdict, "doctor.sentence": diagnosis.sentence})
+    parent.log_artifacts(files)
+    parent.finish(status, error=None if status == "FINISHED" else diagnosis.sentence)
+    link: Optional[str] = parent.ui_link(children=True)
+    return link
+
+
+def _metric_name(text: str) -> str:
+    return "".join(c if c.isalnum() or c in "_-." else "_" for c in text)

@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import logging
 import time
-from pathlib import Path
 from typing import Callable, List, Sequence
 
 from bench.config import BenchConfig
-from bench.doctor.figures import COMPUTE, FULL, LOADER, UNFIT, Diagnosis, Rung, WhatIf
-from bench.doctor.rung_figures import LoaderFigures, TrainingFigures
+from bench.doctor.figures import COMPUTE, FULL, LOADER, UNFIT, Diagnosis, LoaderFigures, Rung, TrainingFigures, WhatIf
 from bench.doctor.training import TrainingRuns, synthetic_twin
 from bench.doctor.verdict import diagnose, figures_verdict
 from bench.errors import BenchError, interruption_in
@@ -60,7 +58,6 @@ def climb(
     config: BenchConfig,
     overrides: Sequence[str],
     budget_s: float,
-    out_dir: Path,
     runs: TrainingRuns,
     cores: float,
     with_what_ifs: bool,
@@ -69,6 +66,7 @@ def climb(
     from bench.doctor.allreduce import allreduce_rung
     from bench.doctor.loader import loader_rung
     from bench.doctor.storage_read import storage_rung
+    from bench.doctor.what_ifs import candidates, make_shards
 
     budget = Budget(budget_s)
     setup_s = budget.elapsed()
@@ -91,54 +89,29 @@ def climb(
     log.info("%s", sentence)
     what_ifs: List[WhatIf] = []
     if with_what_ifs and full.measured:
-        what_ifs = _measure_what_ifs(config, overrides, cores, leaning, full, budget, runs, out_dir)
+        on_cpu = isinstance(full.figures, TrainingFigures) and full.figures.device == "cpu"
+        what_ifs = candidates(config, overrides, cores, leaning in ("input-bound", "storage-bound"), on_cpu)
+    # each measured as the full run: the first (the likeliest fix, on the side the verdict points at)
+    # whatever the budget says, each other one while the budget left covers a run as long as the full rung took
+    for number, what_if in enumerate(what_ifs):
+        what_if.before, left = full.images_per_second, budget.left()
+        if number and left < full.seconds:
+            what_if.skipped = (
+                f"not measured: {max(0.0, left):.0f} s of the budget left, a run takes ~{full.seconds:.0f} s"
+            )
+            continue
+        if what_if.name == "data=shards":
+            what_if.overrides, what_if.skipped = make_shards(config, overrides, runs.out_dir)
+            if what_if.skipped:
+                continue
+        job = f"what-if-{len([w for w in what_ifs if w.images_per_second or w.failed]) + 1}"
+        measured = runs.run(job, what_if.name, what_if.overrides, budget.window("what_if"))
+        for shared in ("images_per_second", "failed", "run_id", "fit", "unfit_because"):  # the run's, as a rung's
+            setattr(what_if, shared, getattr(measured, shared))
+        said = f"{what_if.gain:.2f}x" if what_if.gain else what_if.failed
+        unfit = f" ({UNFIT}: {what_if.unfit_because})" if what_if.fit is False else ""
+        log.info("what if %s: %s%s", what_if.name, said, unfit)
     diagnosis = Diagnosis(verdict, sentence, rungs, what_ifs, budget_s, budget.elapsed(), list(overrides))
     diagnosis.setup_s, diagnosis.started_at = setup_s, budget.started_at
     diagnosis.figures_verdict, diagnosis.figures_sentence = leaning, leaning_sentence
     return diagnosis
-
-
-def _measure_what_ifs(
-    config: BenchConfig,
-    overrides: Sequence[str],
-    cores: float,
-    verdict: str,
-    full: Rung,
-    budget: Budget,
-    runs: TrainingRuns,
-    out_dir: Path,
-) -> List[WhatIf]:
-    from bench.doctor.what_ifs import candidates, make_shards, measure
-
-    on_cpu = isinstance(full.figures, TrainingFigures) and full.figures.device == "cpu"
-    what_ifs = candidates(config, overrides, cores, verdict in ("input-bound", "storage-bound"), on_cpu)
-    cost = full.seconds  # a what-if is a full run: about as long as the full rung took
-
-    def affordable() -> str:
-        left = budget.left()
-        return (
-            ""
-            if left >= cost
-            else f"not measured: {max(0.0, left):.0f} s of the budget left, a run takes ~{cost:.0f} s"
-        )
-
-    def run(what_if: WhatIf) -> None:
-        if what_if.name == "data=shards":
-            what_if.overrides, why = make_shards(config, overrides, out_dir)
-            if why:
-                what_if.skipped = why
-                return
-        job = f"what-if-{len([w for w in what_ifs if w.images_per_second or w.failed]) + 1}"
-        measured = runs.run(job, what_if.name, what_if.overrides, budget.window("what_if"))
-        what_if.images_per_second, what_if.failed, what_if.run_id = (
-            measured.images_per_second,
-            measured.failed,
-            measured.run_id,
-        )
-        what_if.fit, what_if.unfit_because = measured.fit, measured.unfit_because
-        said = f"{what_if.gain:.2f}x" if what_if.gain else what_if.failed
-        unfit = f" ({UNFIT}: {what_if.unfit_because})" if what_if.fit is False else ""
-        log.info("what if %s: %s%s", what_if.name, said, unfit)
-
-    measure(what_ifs, full.images_per_second, run, affordable)
-    return what_ifs

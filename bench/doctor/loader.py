@@ -15,16 +15,16 @@ from __future__ import annotations
 import itertools
 import random
 import time
-from typing import Dict, Iterator, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Iterator, Optional, Tuple, TypeVar, Union
 
 import torch
 
 from bench.config import BenchConfig
-from bench.doctor.figures import LOADER, Rung
-from bench.doctor.rung_figures import LoaderFigures
+from bench.doctor.figures import LOADER, STAGES, LoaderFigures, Rung
 from bench.machine.cpu_time import cpu_seconds_with_children
 
 MIN_BATCHES = 3
+T = TypeVar("T")
 SPLIT_SAMPLES = 64  # images the stage split decodes (fewer when the window is short)
 
 
@@ -72,7 +72,6 @@ def loader_rung(config: BenchConfig, window_s: float) -> Rung:
     return rung
 
 
-STAGE_NAMES = ("read", "decode", "augment", "collate", "host_to_device")
 Source = Iterator[Tuple[Union[bytes, memoryview], float]]  # (an encoded image, CPU seconds its read cost)
 
 
@@ -121,10 +120,23 @@ ENCODED = {"imagefolder": folder_images, "shards": shard_images}
 def stage_split(config: BenchConfig, budget_s: float) -> Optional[Dict[str, float]]:
     """CPU milliseconds per image of each stage of the configured loader (a JPEG/PNG folder,
     shards, CIFAR-100), or None for a loader whose stages are not known here."""
-    if config.data.name == "cifar100":
-        return cifar_split(config, budget_s)
-    if config.data.name not in ENCODED:
+    name = config.data.name
+    split = cifar_split if name == "cifar100" else encoded_split if name in ENCODED else None
+    if split is None:
         return None
+    spent = dict.fromkeys(STAGES, 0.0)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # process CPU time is this thread's: one stage at a time
+    try:
+        done = split(config, budget_s, spent)
+    finally:
+        torch.set_num_threads(threads)
+    return {stage: seconds * 1000 / done for stage, seconds in spent.items()} if done else None
+
+
+def encoded_split(config: BenchConfig, budget_s: float, spent: Dict[str, float]) -> int:
+    """A JPEG/PNG folder's or a shard set's images by stage, through the loader's decode_crop and
+    resize_into (CPU seconds added to `spent`); the images done."""
     from bench.data.loader import empty_batch
     from bench.data.transforms import decode_crop, resize_into
 
@@ -133,39 +145,26 @@ def stage_split(config: BenchConfig, budget_s: float) -> Optional[Dict[str, floa
     images_of = ENCODED[config.data.name](config, rng)
     train = data.split == "train" and data.augment
     size = data.image_size
-    spent = dict.fromkeys(STAGE_NAMES, 0.0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # process CPU time is this thread's: one stage at a time
     deadline, done = time.perf_counter() + budget_s, 0
-    try:
-        while time.perf_counter() <= deadline:
-            chunk = list(itertools.islice(images_of, data.batch_size))
-            if not chunk:
-                break
-            mark = time.process_time()
-            images, labels, _release = empty_batch(len(chunk), size)
-            slots = images.numpy()
-            spent["collate"] += time.process_time() - mark
-            for slot, (raw, read_s) in zip(slots, chunk, strict=True):
-                mark = time.process_time()
-                crop = decode_crop(raw, train, size, rng, data.decoder)
-                after_decode = time.process_time()
-                resize_into(slot, crop, flip=train and rng.random() < 0.5)
-                spent["read"] += read_s
-                spent["decode"] += after_decode - mark
-                spent["augment"] += time.process_time() - after_decode
-            spent["host_to_device"] += to_device(config, images, labels)
-            done += len(chunk)
-    finally:
-        torch.set_num_threads(threads)
-    return {stage: seconds * 1000 / done for stage, seconds in spent.items()} if done else None
+    while time.perf_counter() <= deadline:
+        chunk = list(itertools.islice(images_of, data.batch_size))
+        if not chunk:
+            break
+        images, labels, _release = _timed(spent, "collate", empty_batch, len(chunk), size)
+        for slot, (raw, read_s) in zip(_timed(spent, "collate", images.numpy), chunk, strict=True):
+            spent["read"] += read_s
+            crop = _timed(spent, "decode", decode_crop, raw, train, size, rng, data.decoder)
+            _timed(spent, "augment", resize_into, slot, crop, flip=train and rng.random() < 0.5)
+        spent["host_to_device"] += to_device(config, images, labels)
+        done += len(chunk)
+    return done
 
 
-def cifar_split(config: BenchConfig, budget_s: float) -> Optional[Dict[str, float]]:
+def cifar_split(config: BenchConfig, budget_s: float, spent: Dict[str, float]) -> int:
     """CIFAR-100's loader by stage, through Cifar100Batches' own steps: read (its images picked
     from the arrays it holds in memory; the files are read once, at the start), no decode (raw
     pixels), augment (pad-crop-flip, then the resize to data.image_size), collate (the batch and
-    its labels), host-to-device."""
+    its labels), host-to-device. CPU seconds added to `spent`; the images done."""
     from bench.data.cifar100 import Cifar100Batches, load_cifar100
     from bench.data.loader import empty_batch
     from bench.data.transforms import resize_batch_into
@@ -174,35 +173,27 @@ def cifar_split(config: BenchConfig, budget_s: float) -> Optional[Dict[str, floa
     pixels, labels, _names = load_cifar100(data.dataset_root, str(data.split))
     dataset = Cifar100Batches(pixels, labels, data.image_size, data.split == "train" and data.augment, config.seed, 0)
     order = random.Random(config.seed).sample(range(len(pixels)), min(SPLIT_SAMPLES, len(pixels)))
-    spent = dict.fromkeys(STAGE_NAMES, 0.0)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
     deadline, done = time.perf_counter() + budget_s, 0
-    try:
-        for start in range(0, len(order), data.batch_size):
-            indices = order[start : start + data.batch_size]
-            marks = [time.process_time()]
-            picked = pixels[indices]
-            marks.append(time.process_time())
-            dataset.crop_and_flip(picked)
-            marks.append(time.process_time())
-            images, batch_labels, _release = empty_batch(len(indices), data.image_size)
-            marks.append(time.process_time())
-            resize_batch_into(images, torch.from_numpy(picked))
-            marks.append(time.process_time())
-            batch_labels.copy_(torch.from_numpy(labels[indices]))
-            marks.append(time.process_time())
-            read, crop, batch, resize, label = (b - a for a, b in itertools.pairwise(marks))
-            spent["read"] += read
-            spent["augment"] += crop + resize
-            spent["collate"] += batch + label
-            spent["host_to_device"] += to_device(config, images, batch_labels)
-            done += len(indices)
-            if time.perf_counter() > deadline:
-                break
-    finally:
-        torch.set_num_threads(threads)
-    return {stage: seconds * 1000 / done for stage, seconds in spent.items()} if done else None
+    for start in range(0, len(order), data.batch_size):
+        indices = order[start : start + data.batch_size]
+        picked = _timed(spent, "read", pixels.__getitem__, indices)
+        _timed(spent, "augment", dataset.crop_and_flip, picked)
+        images, batch_labels, _release = _timed(spent, "collate", empty_batch, len(indices), data.image_size)
+        _timed(spent, "augment", resize_batch_into, images, torch.from_numpy(picked))
+        _timed(spent, "collate", batch_labels.copy_, torch.from_numpy(labels[indices]))
+        spent["host_to_device"] += to_device(config, images, batch_labels)
+        done += len(indices)
+        if time.perf_counter() > deadline:
+            break
+    return done
+
+
+def _timed(spent: Dict[str, float], stage: str, step: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    """`step(*args, **kwargs)`, its CPU seconds (this process's, on one thread) added to `spent[stage]`."""
+    mark = time.process_time()
+    out = step(*args, **kwargs)
+    spent[stage] += time.process_time() - mark
+    return out
 
 
 def to_device(config: BenchConfig, images: torch.Tensor, labels: torch.Tensor) -> float:

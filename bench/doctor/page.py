@@ -10,15 +10,16 @@ import json
 import textwrap
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
-from bench.doctor.figures import COMPUTE, UNFIT, Diagnosis, Rung, WhatIf
-from bench.doctor.rung_figures import AllreduceFigures, LoaderFigures, StorageFigures
+from bench.doctor.figures import COMPUTE, STAGES, UNFIT, AllreduceFigures, LoaderFigures, StorageFigures
 from bench.doctor.verdict import budget_line, short_reason
 from bench.results import write_text
 
+if TYPE_CHECKING:
+    from bench.doctor.figures import Diagnosis, Rung, WhatIf
+
 FILES = ("doctor.md", "doctor.html", "doctor.png", "doctor.json")
-STAGES = ("read", "decode", "augment", "collate", "host_to_device")
 TITLE_CHARS = 110  # the chart's title (the verdict) wraps at this many characters a line
 
 

@@ -24,8 +24,7 @@ import psutil
 
 from bench.config import BenchConfig
 from bench.config.storage_benchmark import StorageWorkloadConfig
-from bench.doctor.figures import STORAGE, Rung
-from bench.doctor.rung_figures import StorageFigures
+from bench.doctor.figures import STORAGE, Rung, StorageFigures
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.order import file_order
 from bench.iobench.reader import run_reader, uses_processes

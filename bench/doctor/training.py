@@ -13,10 +13,10 @@ from typing import List, Optional, Sequence
 
 from bench.config import BenchConfig, compose
 from bench.config.run import TrainConfig
-from bench.doctor.figures import Rung
-from bench.doctor.rung_figures import TrainingFigures
+from bench.doctor.figures import Rung, TrainingFigures
 from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, interruption_in
-from bench.tracking.sweep_job import SweepJob
+from bench.results import read_summary
+from bench.tracking.tracker import SweepJob
 
 log = logging.getLogger("bench.doctor")
 
@@ -95,7 +95,7 @@ class TrainingRuns:
 
     def run(self, job: str, name: str, overrides: Sequence[str], window_s: float) -> Rung:
         from bench.app import run as run_bench
-        from bench.train.report import TrainReport
+        from bench.train.result import TrainMetrics
 
         started = time.perf_counter()
         rung = Rung(name=name)
@@ -120,16 +120,14 @@ class TrainingRuns:
         if code == EXIT_SIGTERM:
             raise Interrupted("SIGTERM")
         if code or not (job_dir / "run_summary.json").is_file():
-            rung.failed = _failure(job_dir, code)
+            error = job_dir / "error.txt"
+            rung.failed = error.read_text().strip() if error.is_file() else f"the run exited {code}; see {job_dir}"
             return rung
-        record = TrainReport.from_files(job_dir).record
-        rung.images_per_second = record.images_per_second
-        rung.run_id = _run_id(job_dir)
-        rung.step_ms, rung.data_wait, rung.parameters = (
-            record.step_time_ms_p50,
-            record.data_wait_fraction,
-            record.parameters,
-        )
+        summary = read_summary(job_dir)
+        record = TrainMetrics.from_metrics(summary["results"])
+        rung.images_per_second, rung.run_id = record.images_per_second, summary.get("mlflow_run_id")
+        rung.step_ms, rung.data_wait = record.step_time_ms_p50, record.data_wait_fraction
+        rung.parameters = record.parameters
         rung.fit, rung.unfit_because = record.fit.fit_to_measure, record.fit.fit_reasons or ""
         rung.figures = TrainingFigures(
             measured_steps=record.measured_steps,
@@ -140,16 +138,3 @@ class TrainingRuns:
             device=record.execution.device,
         )
         return rung
-
-
-def _failure(job_dir: Path, code: int) -> str:
-    error = job_dir / "error.txt"
-    if error.is_file():
-        return error.read_text().strip()
-    return f"the run exited {code}; see {job_dir}"
-
-
-def _run_id(job_dir: Path) -> Optional[str]:
-    from bench.results import read_summary
-
-    return read_summary(job_dir).get("mlflow_run_id")

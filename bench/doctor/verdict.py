@@ -24,8 +24,18 @@ from __future__ import annotations
 import re
 from typing import Dict, List, Optional, Tuple
 
-from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, Rung
-from bench.doctor.rung_figures import AllreduceFigures, LoaderFigures, StorageFigures
+from bench.doctor.figures import (
+    ALLREDUCE,
+    COMPUTE,
+    FULL,
+    LOADER,
+    STORAGE,
+    AllreduceFigures,
+    Diagnosis,
+    LoaderFigures,
+    Rung,
+    StorageFigures,
+)
 
 NOISE = 0.2  # a part below the compute ceiling by less than this is not called the limit
 WAIT_SHARE = 0.25  # the full run waiting for data this share of its window is input-bound
@@ -88,13 +98,7 @@ def diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
             f"({unfit[0].unfit_because or 'no reason recorded'}), so no bound is called from these figures "
             f"(img/s: {figures}); rerun when nothing else runs beside it"
         )
-    return _diagnose(rungs, cores)
-
-
-def figures_verdict(rungs: List[Rung], cores: float) -> Tuple[str, str]:
-    """(verdict, sentence) of the figures alone, the machine's fitness aside: kept in doctor.json
-    beside an unfit verdict (what a quiet machine would likely be told); the verdict when fit."""
-    return _diagnose(rungs, cores) if FULL in _rates(rungs) else ("unknown", "")
+    return figures_verdict(rungs, cores)
 
 
 def _alike(one: str, other: str) -> bool:
@@ -115,9 +119,13 @@ def _no_figure(rungs: List[Rung], full: Optional[Rung]) -> str:
     return f"unknown: the full training run failed{also}: {why}"
 
 
-def _diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
+def figures_verdict(rungs: List[Rung], cores: float) -> Tuple[str, str]:
+    """(verdict, sentence) of the figures alone, the machine's fitness aside: kept in doctor.json
+    beside an unfit verdict (what a quiet machine would likely be told); the verdict when fit."""
     by_name = {r.name: r for r in rungs}
     rates = _rates(rungs)
+    if FULL not in rates:
+        return "unknown", ""
     f = rates[FULL]
     c = rates.get(COMPUTE)
     if c is None:

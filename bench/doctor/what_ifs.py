@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Callable, List, Optional, Sequence
+from typing import List, Sequence
 
 from bench.config import BenchConfig
 from bench.doctor.figures import FULL, WhatIf
@@ -90,17 +90,3 @@ def make_shards(config: BenchConfig, overrides: Sequence[str], out_dir: Path) ->
 def reading_shards(overrides: Sequence[str], shards: Path) -> List[str]:
     """The shards what-if's overrides: the user's, reading the shard set at `shards`."""
     return replace(replace(overrides, "data", "shards"), "data.root", str(shards))
-
-
-def measure(
-    what_ifs: List[WhatIf], full_rate: Optional[float], run: Callable[[WhatIf], None], affordable: Callable[[], str]
-) -> None:
-    """Run each what-if (`run` sets its figures) while `affordable()` says nothing against it; the
-    first (the likeliest fix, on the side the verdict points at) runs whatever the budget says."""
-    for number, what_if in enumerate(what_ifs):
-        what_if.before = full_rate
-        reason = affordable() if number else ""
-        if reason:
-            what_if.skipped = reason
-            continue
-        run(what_if)

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import List
 
-from bench.output_redaction import install as redact_output
+from bench.secrets import redact_output
 
 RANK_LOG_FORMAT = "[%(asctime)s][rank{rank}][%(name)s][%(levelname)s] %(message)s"
 NOISY_LOGGERS = ("mlflow", "urllib3", "alembic", "matplotlib")

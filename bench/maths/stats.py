@@ -6,7 +6,7 @@ A figure with no samples behind it is None (reported as absent), never 0.0.
 from __future__ import annotations
 
 import math
-from typing import Dict, Optional, Sequence, TypedDict
+from typing import Any, Dict, Optional, Sequence
 
 UNSTABLE_CV = 0.2  # step-time coefficient of variation above which a result is flagged
 
@@ -30,21 +30,9 @@ def rate(amount: float, seconds: float) -> Optional[float]:
     return amount / seconds if seconds > 0 else None
 
 
-class StepTimeStats(TypedDict, total=False):
-    """step_time_stats' figures: the step-time fields of a training record, by name."""
-
-    step_time_ms_mean: float
-    step_time_ms_p50: Optional[float]
-    step_time_ms_p95: Optional[float]
-    step_time_ms_p99: Optional[float]
-    step_time_ms_min: float
-    step_time_ms_max: float
-    step_time_ms_std: float
-    step_time_cv: float
-
-
-def step_time_stats(times_ms: Sequence[float]) -> StepTimeStats:
-    """Mean, percentiles, min/max, std and coefficient of variation of step times ({} without any)."""
+def step_time_stats(times_ms: Sequence[float]) -> Dict[str, Any]:
+    """Mean, percentiles, min/max, std and coefficient of variation of step times ({} without any):
+    the step-time fields of a training record (bench.train.result.TrainMetrics), by name."""
     if not times_ms:
         return {}
     average = sum(times_ms) / len(times_ms)
@@ -59,8 +47,3 @@ def step_time_stats(times_ms: Sequence[float]) -> StepTimeStats:
         "step_time_ms_std": std,
         "step_time_cv": std / average if average else 0.0,
     }
-
-
-def present(figures: Dict[str, Optional[float]]) -> Dict[str, float]:
-    """The figures that have samples behind them (None means: leave the field out)."""
-    return {key: value for key, value in figures.items() if value is not None}

@@ -56,11 +56,9 @@ from bench.analysis.rounds import CANT_TELL
 from bench.analysis.verdicts import Comparison
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, Interrupted, ReportError
 from bench.machine.writable import writable_dir_refusal
-from bench.output_redaction import install as redact_output
-from bench.secrets import redact
+from bench.secrets import redact, redact_output
 from bench.tools.compare_output import log_to_mlflow, own_folder, render_text, verdict_lines, write_outputs
-from bench.tracking.probe import store_problem
-from bench.tracking.store import resolve_tracking_uri, sqlite_path
+from bench.tracking.store import resolve_tracking_uri, sqlite_path, store_problem
 
 log = logging.getLogger("bench")
 EXIT_UNJUDGED = 3  # nothing slower, but a side was not fit to measure (or, with --rerun, the noise too large)

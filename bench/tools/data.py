@@ -17,7 +17,7 @@ from bench.config.storage import StorageLocation
 from bench.errors import ConfigError, ConfigProblem, DataError, Interrupted
 from bench.machine.children import sigterm_raises
 from bench.machine.writable import check_writable_dir
-from bench.output_redaction import install as redact_output
+from bench.secrets import redact_output
 
 
 def _storage_config(pairs: List[str]) -> StorageLocation:

@@ -23,9 +23,8 @@ from typing import Optional, Sequence
 from bench.analysis import ReportError, build_report, report_from_mlflow
 from bench.errors import ConfigError
 from bench.machine.writable import check_writable_dir
-from bench.output_redaction import install as redact_output
-from bench.tracking.probe import missing_sqlite_store, store_problem
-from bench.tracking.store import resolve_tracking_uri
+from bench.secrets import redact_output
+from bench.tracking.store import missing_sqlite_store, resolve_tracking_uri, store_problem
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

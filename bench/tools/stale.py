@@ -18,10 +18,11 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bench.output_redaction import install as redact_output
-from bench.tracking.probe import missing_sqlite_store, store_problem
-from bench.tracking.stale_runs import find_stale, kill_reason
-from bench.tracking.store import resolve_tracking_uri
+from bench.secrets import redact_output
+from bench.tracking.stale_runs import close_stale, find_stale, kill_reason, running_runs, state_of
+from bench.tracking.store import missing_sqlite_store, resolve_tracking_uri, store_problem
+
+__all__ = ["close_stale", "find_stale", "kill_reason", "main", "running_runs", "state_of"]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -19,12 +19,11 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
-from bench.output_redaction import install as redact_output
 from bench.results import read_summary, write_json
 from bench.scenarios import report_class
-from bench.tracking.probe import store_problem
-from bench.tracking.store import open_client, resolve_tracking_uri
-from bench.tracking.tracker import Tracker, flatten, redact_uri
+from bench.secrets import flatten, redact, redact_output
+from bench.tracking.store import open_client, resolve_tracking_uri, store_problem
+from bench.tracking.tracker import Tracker
 
 # what a run's summary names as its files (bench.results.note_run), else, for a run recorded before
 # it did, these; error.txt whenever it is there (written after the summary, when the run fails late)
@@ -70,7 +69,7 @@ def upload(run_dir: Path, uri: str) -> str:
         experiment = tracking.get("experiment") or "bench"
         tracker = Tracker.start(uri, experiment, run_name, tags)
         if not tracker.active:
-            raise RuntimeError(f"the MLflow store at {redact_uri(uri)} could not be reached")
+            raise RuntimeError(f"the MLflow store at {redact(uri)} could not be reached")
         tracker.log_params(config)
         partly_logged = False
     names = dict.fromkeys([*summary.get("files", RESULT_FILES), "error.txt"])
@@ -82,7 +81,7 @@ def upload(run_dir: Path, uri: str) -> str:
         report.log_to(tracker, files, run_dir, log_series=True)
     tracker.finish("FINISHED")
     if not tracker.active:
-        raise RuntimeError(f"the MLflow store at {redact_uri(uri)} stopped answering during the upload")
+        raise RuntimeError(f"the MLflow store at {redact(uri)} stopped answering during the upload")
     if existing is None:  # a second upload finds this run instead of making another
         write_json(run_dir / "run_summary.json", {**summary, "mlflow_run_id": tracker.run_id})
     return f"{'completed' if existing is not None else 'uploaded as'} run {tracker.run_id} {run_name!r} (FINISHED)"
@@ -115,7 +114,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except Exception as exc:  # one line, no traceback
         print(f"[ERROR] upload of {args.run_dir} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 1
-    print(f"{args.run_dir}: {done} at {redact_uri(uri)}")
+    print(f"{args.run_dir}: {done} at {redact(uri)}")
     return 0
 
 

@@ -15,7 +15,7 @@ import subprocess
 import sys
 from importlib import metadata, util
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Sequence, Tuple
 
 import torch
 
@@ -84,7 +84,9 @@ def _name_and_version(dist: metadata.Distribution) -> Tuple[Optional[str], Optio
 
 
 @functools.lru_cache(maxsize=1)
-def _installed_packages() -> Tuple[str, ...]:
+def installed_packages() -> Tuple[str, ...]:
+    """Every installed distribution as `name==version`, sorted: what a run needs to be reproduced
+    (read once a process: the environment capture and packages.txt both ask)."""
     found = set()
     for dist in metadata.distributions():
         name, version = _name_and_version(dist)
@@ -102,12 +104,6 @@ def write_packages(out_dir: Path) -> Path:
     return path
 
 
-def installed_packages() -> List[str]:
-    """Every installed distribution as `name==version`, sorted: what a run needs to be reproduced
-    (read once a process: the environment capture and packages.txt both ask)."""
-    return list(_installed_packages())
-
-
 def _git(*args: str) -> Optional[str]:
     """A git command in the directory bench's code runs from; None outside a checkout (a wheel) or without git."""
     try:
@@ -119,7 +115,7 @@ def _git(*args: str) -> Optional[str]:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
-def code_provenance(packages: List[str]) -> Dict[str, Any]:
+def code_provenance(packages: Sequence[str]) -> Dict[str, Any]:
     """Which code ran: bench's version, the git commit of its checkout and whether tracked files
     differed from it (dirty), and a short hash of the package list (two runs with the same hash ran
     the same packages)."""

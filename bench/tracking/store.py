@@ -1,4 +1,4 @@
-"""Where a run is tracked and how the store is opened.
+"""The MLflow store: where a run is tracked, whether it can be and is there, and how it is opened.
 
 Where: MLFLOW_TRACKING_URI if set, else tracking.uri, else sqlite:///<launch dir>/mlflow.db.
 
@@ -8,14 +8,31 @@ exists`, an alembic migration that finds no row) and one of them is not tracked.
 touch of a sqlite store — its schema and the experiment — happens under a file lock,
 <db>.lock beside the database, before any run is created; the lock file is removed when the
 lock is released (a SIGKILL in those seconds leaves an empty one, which the next run reuses).
+
+Can MLflow track there, and is the tracking server there? A URI whose scheme MLflow has no
+store for is refused before any work (checked_uri). A short probe before a run (once per sweep)
+replaces MLflow's retries: against a server that cannot be reached, MLflow's defaults spend
+minutes in back-off at the first call and again at the next. http(s) servers are asked for
+/health, database servers (postgresql, mysql, mssql) for a TCP connection; a sqlite file is local.
+
+MLflow's own retries are bounded too, for a server that goes away during a run: unless the
+user set them, MLFLOW_HTTP_REQUEST_MAX_RETRIES=2 and MLFLOW_HTTP_REQUEST_TIMEOUT=15 s.
 """
 
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
+import socket
+import urllib.error
+import urllib.parse
+import urllib.request
 from pathlib import Path
 from typing import Any, Iterator, Optional, Tuple
+
+from bench.errors import ConfigError
+from bench.secrets import USERINFO, redact
 
 SQLITE = "sqlite:///"
 LOCK_TIMEOUT_S = 600  # a hang guard: creating the schema takes seconds, even on a loaded machine
@@ -36,12 +53,6 @@ def sqlite_path(uri: str) -> Optional[Path]:
         return None
     path = uri[len(SQLITE) :].split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None
-
-
-def _sqlite_artifact_root(uri: str) -> Optional[str]:
-    """For sqlite stores keep artifacts next to the database, not in whatever the cwd is."""
-    path = sqlite_path(uri)
-    return (path.parent / "mlartifacts").resolve().as_uri() if path else None
 
 
 @contextlib.contextmanager
@@ -91,26 +102,6 @@ def removed_lock(path: Path, timeout_s: float) -> Iterator[None]:
         os.close(fd)
 
 
-def ensure_experiment(client: Any, name: str, uri: str) -> str:
-    """Experiment id for `name`, created if missing (tolerates a concurrent creator: a server's
-    clients are not serialised by the lock)."""
-    existing = client.get_experiment_by_name(name)
-    if existing is None:
-        try:
-            experiment_id = client.create_experiment(name, artifact_location=_sqlite_artifact_root(uri))
-        except Exception:  # another process created it first
-            existing = client.get_experiment_by_name(name)
-            if existing is None:
-                raise
-            experiment_id = existing.experiment_id
-    else:
-        experiment_id = existing.experiment_id
-    if existing is None or existing.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
-        # MLflow 3's UI opens an experiment of no kind on its GenAI overview ("Traces 0"): say it is training
-        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
-    return experiment_id
-
-
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 
@@ -134,9 +125,161 @@ def open_client(uri: str) -> Any:
 
 
 def open_experiment(uri: str, name: str) -> Tuple[Any, str]:
-    """(client, experiment id) for `name` in the store at `uri`, both made under the lock."""
+    """(client, experiment id) for `name` in the store at `uri`, both made under the lock: the
+    experiment created if missing (tolerating a concurrent creator: a server's clients are not
+    serialised by the lock), its artifacts next to a sqlite database, not in whatever the cwd is."""
     from mlflow import MlflowClient
 
     with store_lock(uri):
         client = MlflowClient(tracking_uri=uri)
-        return client, ensure_experiment(client, name, uri)
+        existing = client.get_experiment_by_name(name)
+        if existing is None:
+            path = sqlite_path(uri)
+            try:
+                root = (path.parent / "mlartifacts").resolve().as_uri() if path else None
+                experiment_id = client.create_experiment(name, artifact_location=root)
+            except Exception:  # another process created it first
+                existing = client.get_experiment_by_name(name)
+                if existing is None:
+                    raise
+                experiment_id = existing.experiment_id
+        else:
+            experiment_id = existing.experiment_id
+        if existing is None or existing.tags.get(EXPERIMENT_KIND_TAG) != EXPERIMENT_KIND:
+            # MLflow 3's UI opens an experiment of no kind on its GenAI overview ("Traces 0"): say it is training
+            client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
+        return client, experiment_id
+
+
+RETRY_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "15"}
+
+
+DATABASE_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+
+
+def checked_uri(tracking: Any, launch_dir: Path) -> Optional[str]:
+    """The tracking URI of a run (bench.tracking.store.resolve_tracking_uri; None with tracking off)
+    from its tracking group (bench.config.run.TrackingConfig); a ConfigError naming
+    MLFLOW_TRACKING_URI or tracking.uri when MLflow has no store for it."""
+    if not tracking.enabled:
+        return None
+    uri = resolve_tracking_uri(tracking.uri, launch_dir)
+    accepted = unusable(uri)
+    if accepted:
+        key = "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking.uri"
+        raise ConfigError(key, uri, accepted)
+    return uri
+
+
+def unusable(uri: str) -> Optional[str]:
+    """What MLflow accepts, when it has no tracking store for `uri`'s scheme (its own registry,
+    plugins included; a file store only where this MLflow still opens one); None when it has."""
+    try:
+        import mlflow.environment_variables as variables
+        from mlflow.tracking._tracking_service.utils import _tracking_store_registry as registry
+        from mlflow.utils.uri import get_uri_scheme
+    except ImportError:  # another MLflow's layout: MLflow itself says it at the first call
+        return None
+    schemes = set(getattr(registry, "_registry", {}))
+    allow_files = getattr(variables, "MLFLOW_ALLOW_FILE_STORE", None)  # MLflow 3 refuses ./mlruns unless set
+    if allow_files is not None and not allow_files.get():
+        schemes -= {"", "file"}
+    try:
+        registry.get_store_builder(uri)  # raises for a scheme it has no store for
+        known = get_uri_scheme(uri) in schemes or uri in schemes
+    except Exception:
+        known = False
+    if known or not schemes:
+        return None
+    files = "" if "file" in schemes else " (a file store only with MLFLOW_ALLOW_FILE_STORE=true)"
+    return (
+        f"a URI of a store MLflow can track to: {', '.join(sorted(s for s in schemes if s))}{files}, "
+        "e.g. sqlite:///mlflow.db or http://host:5000"
+    )
+
+
+def probe(uri: str, timeout_s: float) -> Optional[str]:
+    """None when the store answers (any HTTP answer will do: 404 and 401 come from a live
+    server; a database server: a TCP connection) or is not a server; else why not, in a few
+    words (credentials never shown). MLflow's own retries are bounded first (RETRY_DEFAULTS)."""
+    for name, value in RETRY_DEFAULTS.items():
+        os.environ.setdefault(name, value)
+    scheme = urllib.parse.urlparse(uri).scheme.split("+")[0]
+    if scheme in DATABASE_PORTS:
+        return _connect(uri, DATABASE_PORTS[scheme], timeout_s)
+    if not uri.startswith(("http://", "https://")):
+        return None
+    url = USERINFO.sub(r"\1", uri).rstrip("/") + "/health"  # urllib takes no user:password in a URL
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s):
+            return None
+    except urllib.error.HTTPError:
+        return None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        return redact(f"{type(reason).__name__}: {reason}")
+
+
+def _connect(uri: str, default_port: int, timeout_s: float) -> Optional[str]:
+    parsed = urllib.parse.urlparse(uri)
+    if not parsed.hostname:  # a local socket: nothing to wait for
+        return None
+    try:
+        with socket.create_connection((parsed.hostname, parsed.port or default_port), timeout=timeout_s):
+            return None
+    except OSError as exc:
+        return redact(f"{type(exc).__name__}: {exc.strerror or exc}")
+
+
+def unreachable_line(uri: str, problem: str, timeout_s: float, out_dir: object = None) -> str:
+    kept = (
+        f"results stay in {out_dir}: upload them later with python -m bench.tools.upload {out_dir}"
+        if out_dir
+        else "results stay in the run directories (python -m bench.tools.upload <dir> sends them later)"
+    )
+    return (
+        f"MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "
+        f"going on without tracking; {kept}"
+    )
+
+
+def store_problem(uri: str, timeout_s: float = 5.0) -> Optional[str]:
+    """For the commands that read a store (report, compare, stale): MLflow's retries bounded, and an
+    http(s) store that does not answer within `timeout_s` is one sentence instead of minutes of
+    MLflow's back-off. None when the store can be read."""
+    accepted = unusable(uri)
+    if accepted:
+        return f"MLflow has no tracking store for {redact(uri)}: accepted {accepted}"
+    problem = probe(uri, timeout_s)
+    if problem is None:
+        return None
+    return (
+        f"the MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "
+        "start it, or name another store with --tracking-uri or MLFLOW_TRACKING_URI"
+    )
+
+
+def missing_sqlite_store(uri: str) -> Optional[str]:
+    """The file of a sqlite store that does not exist, else None: a command that only reads (report,
+    stale) says so instead of opening it, which makes a 1 MB store and logs its table creation."""
+    path = sqlite_path(uri)
+    return str(path) if path is not None and not path.exists() else None
+
+
+def quiet_store_errors() -> None:
+    """MLflow's sqlite store logs every database error with two SQLAlchemy tracebacks (ERROR,
+    mlflow.store.db.utils) before raising it: bench says it once, in one line (store_error)."""
+    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
+
+
+def store_error(exc: BaseException) -> str:
+    """A store's exception in one line: the innermost cause ("OperationalError: database or disk
+    is full", not MLflow's and SQLAlchemy's wrappers around it), credentials never shown."""
+    seen, inner = set(), exc
+    found: Optional[BaseException] = exc
+    while found is not None and id(found) not in seen:
+        seen.add(id(found))
+        inner = found
+        found = getattr(found, "orig", None) or found.__cause__ or found.__context__
+    lines = [line for line in redact(str(inner)).splitlines() if line.strip()]
+    return f"{type(inner).__name__}: {lines[0].strip() if lines else ''}".rstrip(": ")

@@ -21,7 +21,6 @@ import atexit
 import json
 import logging
 import os
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,14 +28,16 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 
+from bench.errors import EXIT_CONFIG, ConfigError, print_error
 from bench.run_dirs import stamp_of
 from bench.secrets import redact, scrub
-from bench.tracking.sweep_job import SweepJob
+from bench.tracking.store import checked_uri, probe, unreachable_line
+from bench.tracking.tracker import SweepJob, Tracker, process_tags
+from bench.tracking.ui_view import FAMILY_TAG
 
 if TYPE_CHECKING:
     from hydra.core.utils import JobReturn
 
-    from bench.tracking.tracker import Tracker  # mlflow: imported when a sweep is tracked
 
 log = logging.getLogger("bench")
 
@@ -118,13 +119,8 @@ def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> 
 
 
 def _fail_child(parent: Tracker, num: str, overrides: List[str], reason: str) -> None:
-    from bench.tracking.tracker import Tracker
-
-    client = parent.client
-    experiment_id = client.get_run(parent.run_id).info.experiment_id
-    found = client.search_runs(
-        [experiment_id], filter_string=f"tags.mlflow.parentRunId = '{parent.run_id}' and tags.`sweep.job` = '{num}'"
-    )
+    client, family = parent.client, f"tags.mlflow.parentRunId = '{parent.run_id}'"
+    found = client.search_runs([parent.experiment_id], filter_string=f"{family} and tags.`sweep.job` = '{num}'")
     if found:
         child = found[0]
         if child.info.status != "FAILED":
@@ -150,23 +146,28 @@ def _carry(parent_run_id: Optional[str] = None, tracking_down: Optional[str] = N
     os.environ[SWEEP_ENV] = json.dumps(carried)
 
 
-def _refuse_a_sweep_that_cannot_start(config: Any) -> None:
-    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun, a value no job
-    can take (storage.workload.format=raw,xyz), a job that would be refused, or a sweep directory
-    that cannot be one, is one line and exit 2. SystemExit, because Hydra
-    turns any Exception a callback raises into a warning."""
+def _refuse_a_sweep_that_cannot_start(config: Any) -> Optional[str]:
+    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun, a value no job can
+    take (storage.workload.format=raw,xyz), a job that would be refused, a sweep directory that
+    cannot be one, or a tracking URI MLflow has no store for is one line and exit 2 (SystemExit,
+    because Hydra turns any Exception a callback raises into a warning). Else the sweep's tracking
+    URI (None: tracking off)."""
     from bench.config import sweep_problem
-    from bench.errors import EXIT_CONFIG
     from bench.launch.plugins import cluster_commands_problem
     from bench.machine.writable import writable_dir_refusal
 
     overrides = list(config.hydra.overrides.task)
-    problem = cluster_commands_problem(config) or sweep_problem(overrides) or _job_problem(config, overrides)
-    # Hydra makes the sweep's directory only once the parent run is open: a file there left a store behind
-    problem = problem or writable_dir_refusal("hydra.sweep.dir", config.hydra.sweep.dir)
+    try:
+        problem = cluster_commands_problem(config) or sweep_problem(overrides) or _job_problem(config, overrides)
+        # Hydra makes the sweep's directory only once the parent run is open: a file there left a store behind
+        problem = problem or writable_dir_refusal("hydra.sweep.dir", config.hydra.sweep.dir)
+        uri = checked_uri(config.tracking, Path.cwd())
+    except ConfigError as exc:
+        problem = str(exc)
     if problem:
-        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
+        print_error(problem)
         raise SystemExit(EXIT_CONFIG)
+    return uri
 
 
 def _job_problem(config: Any, overrides: List[str]) -> Optional[str]:
@@ -208,31 +209,20 @@ class MlflowSweepCallback(Callback):
             reason, code = stopped_by(exc) or ("interrupted", 1)
             if _state.tracker is not None:
                 _end_interrupted_sweep(_state.tracker)
-            print(f"[ERROR] sweep interrupted: {reason}", file=sys.stderr, flush=True)
+            print_error(f"sweep interrupted: {reason}")
             raise SystemExit(code) from None
 
     def _start(self, config: Any) -> None:
-        _refuse_a_sweep_that_cannot_start(config)
+        uri = _refuse_a_sweep_that_cannot_start(config)
         global _state
         sweep_dir, launch_dir = Path(config.hydra.sweep.dir).resolve(), str(Path(os.getcwd()).resolve())
         _state = SweepState(
             owner=os.getpid(), experiment=config.tracking.experiment, sweep_dir=sweep_dir, launch_dir=launch_dir
         )
         _carry()
-        if not config.tracking.enabled:
+        if uri is None:  # tracking off
             return
-        from bench.errors import EXIT_CONFIG, ConfigError
-        from bench.tracking.probe import bound_mlflow_retries, checked_uri, probe, unreachable_line
-        from bench.tracking.tracker import Tracker, process_tags  # mlflow: when a sweep starts
-        from bench.tracking.ui_view import FAMILY_TAG
-
         overrides = list(config.hydra.overrides.task)
-        try:
-            uri = str(checked_uri(config.tracking, Path(launch_dir)))  # tracking is on here
-        except ConfigError as exc:  # before any job or parent run (SystemExit: see above)
-            print(f"[ERROR] {redact(str(exc))}", file=sys.stderr, flush=True)
-            raise SystemExit(EXIT_CONFIG) from None
-        bound_mlflow_retries()
         problem = probe(uri, config.tracking.probe_timeout_s)  # once for the whole sweep
         if problem:
             log.warning(unreachable_line(uri, problem, config.tracking.probe_timeout_s))
@@ -242,12 +232,8 @@ class MlflowSweepCallback(Callback):
         name = config.tracking.run_name or f"sweep-{stamp_of(sweep_dir) or time.strftime('%Y%m%d-%H%M%S')}"
         # Opened before any job starts: a fresh sqlite store is created here, once (jobs creating
         # it at the same time would race on its schema)
-        tracker = Tracker.start(
-            uri,
-            config.tracking.experiment,
-            name,
-            {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides), **process_tags()},
-        )
+        tags = {"sweep": "parent", "sweep.dir": str(sweep_dir), "overrides": " ".join(overrides), **process_tags()}
+        tracker = Tracker.start(uri, config.tracking.experiment, name, tags)
         tracker.log_params(_sweep_params(overrides))
         tracker.set_tags({FAMILY_TAG: tracker.run_id})  # listed with its children in the UI's view
         _state.tracker = tracker
@@ -300,7 +286,7 @@ def _close_parent(tracker: Tracker, jobs: int, failed: int, files: List[Path], n
     if failed and tracker.active:
         try:
             children = tracker.client.search_runs(
-                [tracker.experiment_id or tracker.client.get_run(tracker.run_id).info.experiment_id],
+                [tracker.experiment_id],
                 f"tags.mlflow.parentRunId = '{tracker.run_id}' and attributes.status = 'FAILED'",
                 order_by=["attributes.start_time ASC"],
             )

@@ -14,22 +14,30 @@ from __future__ import annotations
 import logging
 import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from bench.errors import Interrupted
-from bench.secrets import flatten, redact  # flatten is re-exported (tests import it from here)
-from bench.tracking.probe import quiet_store_errors, store_error
-from bench.tracking.store import open_experiment, resolve_tracking_uri  # resolve_tracking_uri: re-exported
-from bench.tracking.sweep_job import SweepJob
-from bench.tracking.ui_view import FAMILY_TAG
-
-if TYPE_CHECKING:
-    from bench.report_view import Sample
+from bench.report_view import DISPLAY, Sample
+from bench.secrets import flatten, redact
+from bench.tracking import store, ui_view
 
 log = logging.getLogger(__name__)
 
 MAX_PARAM_CHARS = 6000
+
+
+@dataclass(frozen=True)
+class SweepJob:
+    """What a sweep job needs to log as a child of its sweep (bench.tracking.sweep.current_job, the
+    doctor's training rungs): torch-free and hydra-free, passed from the app to the tracker."""
+
+    job: Union[int, str]  # Hydra's job number (the doctor's: its rung's job name, "1-compute")
+    dir: str  # the sweep's directory (the doctor's: its output directory)
+    parent_run_id: Optional[str] = None  # the sweep's MLflow parent run (None: not tracked)
+    launch_dir: Optional[str] = None  # the directory the sweep started in (a job on another node)
+    tracking_down: Optional[str] = None  # why the sweep's one probe found no tracking server
 
 
 class Tracker:
@@ -64,21 +72,21 @@ class Tracker:
             import mlflow  # noqa: F401 - imported first: mlflow resets its logger to INFO on import
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)
-            quiet_store_errors()
-            client, experiment_id = open_experiment(uri, experiment)
+            store.quiet_store_errors()
+            client, experiment_id = store.open_experiment(uri, experiment)
             run_tags = {k: redact(str(v))[:5000] for k, v in tags.items()}
             if parent_run_id:
-                run_tags.update({"mlflow.parentRunId": parent_run_id, FAMILY_TAG: parent_run_id})
+                run_tags.update({"mlflow.parentRunId": parent_run_id, ui_view.FAMILY_TAG: parent_run_id})
             run = client.create_run(experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags)
         except Exception as exc:  # a run that cannot be tracked still runs: said on stderr, in one line
             untracked = cls(uri=uri)
-            untracked.lost = f"MLflow tracking at {redact_uri(uri)} failed ({store_error(exc)})"
+            untracked.lost = f"MLflow tracking at {redact(uri)} failed ({store.store_error(exc)})"
             if warn:  # else the caller says it (tracking.required: the run's one [ERROR] line)
                 log.warning(
                     "%s; this run is not tracked, its results are kept in the output directory only", untracked.lost
                 )
             return untracked
-        log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact_uri(uri))
+        log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact(uri))
         tracker = cls(client, run.info.run_id, uri)
         tracker.experiment_id = experiment_id
         return tracker
@@ -91,18 +99,14 @@ class Tracker:
         the swept `params` and the failure reason (bench.tracking.ui_view)."""
         if not self.active or self.experiment_id is None:
             return None
-        from bench.tracking.ui_view import runs_link
-
         parent = self.run_id if children else None
-        return runs_link(self.client, self.uri, self.experiment_id, parent, params, sample)
+        return ui_view.runs_link(self.client, self.uri, self.experiment_id, parent, params, sample)
 
     def compare_link(self, sample: Optional[Sample] = None) -> Optional[str]:
         """MLflow's compare-runs page of this parent run's children (None without any)."""
         if not self.active or self.experiment_id is None:
             return None
-        from bench.tracking.ui_view import jobs_compare_link
-
-        return jobs_compare_link(self.client, self.uri, self.experiment_id, str(self.run_id), sample)
+        return ui_view.jobs_compare_link(self.client, self.uri, self.experiment_id, str(self.run_id), sample)
 
     def _call(self, what: str, method: str, *args: Any, **kwargs: Any) -> None:
         if not self.active:
@@ -115,7 +119,7 @@ class Tracker:
             later = ""
             if self.out_dir:
                 later = f"; upload the results later with python -m bench.tools.upload {self.out_dir}"
-            self.lost = f"MLflow {what} failed at {redact_uri(self.uri)} ({store_error(exc)})"
+            self.lost = f"MLflow {what} failed at {redact(self.uri)} ({store.store_error(exc)})"
             log.warning("%s; no further tracking for this run%s", self.lost, later)
             self.client = None
 
@@ -125,23 +129,19 @@ class Tracker:
         from mlflow.entities import Param
 
         items = [Param(k, redact(str(v))[:MAX_PARAM_CHARS]) for k, v in flatten(params).items()]
-        for i in range(0, len(items), 100):
-            self._call("log params", "log_batch", params=items[i : i + 100])
+        self._batches("log params", "params", items, 100)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> None:
         if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
             return
         from mlflow.entities import Metric
 
-        from bench.report_view import DISPLAY
-        from bench.tracking.store import rounded
-
         now = int(time.time() * 1000)
         # numbers only (bools become 0/1); strings such as the model name are params/tags
         numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         # and a rounded copy of the headline for the UI's table (it cuts a raw float off)
-        numbers.update({DISPLAY[k]: rounded(numbers[k]) for k in DISPLAY if k in numbers})
-        self._log_metric_items([Metric(k, v, now, step) for k, v in numbers.items()])
+        numbers.update({DISPLAY[k]: store.rounded(numbers[k]) for k in DISPLAY if k in numbers})
+        self._batches("log metrics", "metrics", [Metric(k, v, now, step) for k, v in numbers.items()], 1000)
 
     def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
         if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
@@ -149,11 +149,12 @@ class Tracker:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        self._log_metric_items([Metric(name, float(v), now, first_step + i) for i, v in enumerate(values)])
+        series = [Metric(name, float(v), now, first_step + i) for i, v in enumerate(values)]
+        self._batches("log metrics", "metrics", series, 1000)
 
-    def _log_metric_items(self, items: list) -> None:
-        for i in range(0, len(items), 1000):  # MLflow's log_batch takes at most 1000 metrics
-            self._call("log metrics", "log_batch", metrics=items[i : i + 1000])
+    def _batches(self, what: str, kind: str, items: List[Any], size: int) -> None:
+        for i in range(0, len(items), size):  # MLflow's log_batch takes at most 1000 metrics, 100 params
+            self._call(what, "log_batch", **{kind: items[i : i + size]})
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
@@ -208,11 +209,6 @@ def quiet_mlflow() -> None:
     os.environ["MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"] = "true"
 
 
-def redact_uri(uri: str) -> str:
-    """http://user:password@host -> http://***@host: a URI may carry credentials."""
-    return redact(uri)
-
-
 def process_tags() -> Dict[str, str]:
     """Which process runs this MLflow run (host, pid, its start time): a run left RUNNING by a
     process that is gone can be told from one still running (python -m bench.tools.stale)."""
@@ -241,8 +237,6 @@ def open_run(
     tags = the environment and the overrides, params = the flattened config (secrets dropped).
     `tracking` is the tracking group (bench.config.run.TrackingConfig). A server that does not
     answer a short probe (made once per sweep) means no tracking, said in one line."""
-    from bench.tracking.probe import bound_mlflow_retries, probe, unreachable_line
-
     suffix = f"-job{sweep_job.job}" if sweep_job else ""
     name = (tracking.run_name or run_name) + suffix
 
@@ -253,14 +247,13 @@ def open_run(
 
     if not tracking.enabled:
         return untracked()
-    uri = resolve_tracking_uri(tracking.uri, launch_dir)
+    uri = store.resolve_tracking_uri(tracking.uri, launch_dir)
     if sweep_job and sweep_job.tracking_down:  # the sweep probed once, at its start
         log.info("no MLflow tracking for this job: %s", sweep_job.tracking_down)
         return untracked(uri, sweep_job.tracking_down)
-    bound_mlflow_retries()
-    problem = probe(uri, tracking.probe_timeout_s)
+    problem = store.probe(uri, tracking.probe_timeout_s)
     if problem:
-        lost = unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir)
+        lost = store.unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir)
         if not tracking.required:  # else the run's [ERROR] line says it
             log.warning(lost)
         return untracked(uri, lost)

@@ -61,21 +61,21 @@ def runs_link(
     params: Sequence[str] = (),
     sample: Optional[Sample] = None,
 ) -> str:
-    """The `MLflow UI:` line of a run's experiment, or of a sweep (`parent_run_id`): its view saved
-    first (share_view) with the headline figure (`sample`'s, else images/s), else the bare link."""
+    """The `MLflow UI:` line of a run's experiment, or of a sweep (`parent_run_id`): the command that
+    serves a local store and the link to the experiment's runs table (workflowType: not the GenAI
+    overview), opening the view share_view saved with the headline figure (`sample`'s, else images/s);
+    when none could be saved, best first by the link's own parameters (a sweep's: the parent and its
+    children)."""
     figure = sample.figure if sample else "images_per_second"
     try:
-        has_figure = True
-        if parent_run_id:
-            client.set_tag(parent_run_id, FAMILY_TAG, parent_run_id)  # the parent is listed with its children
-            family = f"tags.`{FAMILY_TAG}` = '{parent_run_id}' and metrics.`{figure}` >= 0"
-            has_figure = bool(client.search_runs([experiment_id], family, max_results=1))
-        lower = bool(sample and sample.lower_is_better)
-        key: Optional[str] = share_view(client, experiment_id, figure, params, parent_run_id, has_figure, lower)
+        key = share_view(client, experiment_id, figure, params, parent_run_id, bool(sample and sample.lower_is_better))
+        query = f"{WORKFLOW}&viewStateShareKey={quote(key)}"
     except Exception as exc:  # the link without the saved columns is still a link
         log.debug("no shared MLflow view (%s: %s)", type(exc).__name__, exc)
-        key = None
-    return ui_link(uri, experiment_id, parent_run_id, key, figure)
+        query = f"{WORKFLOW}&orderByKey={quote(f'metrics.`{figure}`')}&orderByAsc=false"
+        if parent_run_id:
+            query += "&searchFilter=" + quote(f"tags.`{FAMILY_TAG}` = '{parent_run_id}'")
+    return _page("MLflow UI", uri, f"#/experiments/{experiment_id}/runs?{query}")
 
 
 def jobs_compare_link(
@@ -97,19 +97,18 @@ def jobs_compare_link(
 
 
 def share_view(
-    client: Any,
-    experiment_id: str,
-    figure: str = "images_per_second",
-    params: Sequence[str] = (),
-    parent_run_id: Optional[str] = None,
-    has_figure: bool = True,
-    lower_is_better: bool = False,
+    client: Any, experiment_id: str, figure: str, params: Sequence[str], parent_run_id: Optional[str], lower: bool
 ) -> str:
     """A saved view of the experiment's runs: `figure` (rounded), the failure reason and the swept
-    `params` as columns, best first (by name when no run has the figure); a parent's: the parent
-    and its children, each a row and a bar of its own (not grouped: MLflow draws a group as one bar,
-    its jobs' mean), in chart mode first a bar per job of `figure` and the swept keys against it;
-    its share key."""
+    `params` as columns, best first (`lower`: a latency; by name when no run has the figure); a
+    parent's: the parent and its children, each a row and a bar of its own (not grouped: MLflow draws
+    a group as one bar, its jobs' mean), in chart mode first a bar per job of `figure` and the swept
+    keys against it; its share key."""
+    has_figure = True
+    if parent_run_id:
+        client.set_tag(parent_run_id, FAMILY_TAG, parent_run_id)  # the parent is listed with its children
+        family = f"tags.`{FAMILY_TAG}` = '{parent_run_id}' and metrics.`{figure}` >= 0"
+        has_figure = bool(client.search_runs([experiment_id], family, max_results=1))
     columns = [f"metrics.`{DISPLAY.get(figure, figure)}`", "tags.`error`", *(f"params.`{name}`" for name in params)]
     state: Dict[str, Any] = {
         **UI_DEFAULTS,
@@ -121,7 +120,7 @@ def share_view(
         # not by start time: the UI then nests the jobs under their parent, collapsed (3.x keeps no
         # runsExpanded from a view), and the jobs' reasons are out of sight
         "orderByKey": f"metrics.`{figure}`" if has_figure else RUN_NAME_ORDER,
-        "orderByAsc": lower_is_better or not has_figure,
+        "orderByAsc": lower or not has_figure,
     }
     if parent_run_id:
         state["searchFilter"] = f"tags.`{FAMILY_TAG}` = '{parent_run_id}'"
@@ -160,26 +159,6 @@ def _job_charts(parent_run_id: str, figure: str, params: Sequence[str]) -> Dict[
         "compareRunSections": [{**section, "deleted": False, "isGenerated": False}],
         "isAccordionReordered": True,  # the sections in this order (else sorted by name, this one among them)
     }
-
-
-def ui_link(
-    uri: str,
-    experiment_id: str,
-    parent_run_id: Optional[str] = None,
-    view_key: Optional[str] = None,
-    figure: str = "images_per_second",
-) -> str:
-    """Where to look at the runs in the MLflow UI: the command that serves a local store and the
-    link to the experiment's runs table (workflowType: not the GenAI overview): a shared view
-    (share_view) where one was saved, else best first by the link's own parameters (a sweep's:
-    the parent and its children)."""
-    if view_key:
-        query = f"{WORKFLOW}&viewStateShareKey={quote(view_key)}"
-    else:
-        query = f"{WORKFLOW}&orderByKey={quote(f'metrics.`{figure}`')}&orderByAsc=false"
-        if parent_run_id:
-            query += "&searchFilter=" + quote(f"tags.`{FAMILY_TAG}` = '{parent_run_id}'")
-    return _page("MLflow UI", uri, f"#/experiments/{experiment_id}/runs?{query}")
 
 
 def compare_link(uri: str, experiment_id: str, run_ids: Sequence[str]) -> str:

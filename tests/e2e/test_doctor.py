@@ -156,7 +156,7 @@ def test_synthetic_data_with_a_small_model_is_compute_bound_and_its_what_ifs_are
 def test_the_ddp_rung_all_reduces_the_gradient_size_between_real_processes():
     from bench.config import compose
     from bench.doctor.allreduce import allreduce_rung
-    from bench.doctor.rung_figures import AllreduceFigures
+    from bench.doctor.figures import AllreduceFigures
 
     config = compose("allow_cpu=true", "distributed=ddp", "distributed.nproc_per_node=2")
     rung = allreduce_rung(config, parameters=1_000_000, step_ms=100.0)

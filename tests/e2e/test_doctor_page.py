@@ -11,8 +11,7 @@ import shutil
 from pathlib import Path
 
 from bench.doctor import page as doctor_page
-from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, Rung, WhatIf
-from bench.doctor.rung_figures import LoaderFigures
+from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, LoaderFigures, Rung, WhatIf
 from bench.doctor.verdict import diagnose
 
 TRACEBACK = """Traceback (most recent call last):

@@ -7,8 +7,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from bench.data.shardformat import encode_shard, make_meta, shard_key
+from bench.doctor.figures import LoaderFigures
 from bench.doctor.loader import loader_rung, stage_split
-from bench.doctor.rung_figures import LoaderFigures
 from bench.storage.registry import open_store
 
 STAGES = {"read", "decode", "augment", "collate", "host_to_device"}

@@ -8,8 +8,8 @@ import os
 import time
 
 import bench.doctor.storage_read as storage_read
+from bench.doctor.figures import StorageFigures
 from bench.doctor.page import _details
-from bench.doctor.rung_figures import StorageFigures
 from bench.doctor.storage_read import read_workload, storage_rung
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.reader import run_reader

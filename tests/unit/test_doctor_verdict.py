@@ -8,8 +8,19 @@ from dataclasses import fields
 import pytest
 
 from bench.doctor.cli import budget_of, split_keys
-from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, Rung, WhatIf
-from bench.doctor.rung_figures import AllreduceFigures, LoaderFigures, StorageFigures
+from bench.doctor.figures import (
+    ALLREDUCE,
+    COMPUTE,
+    FULL,
+    LOADER,
+    STORAGE,
+    AllreduceFigures,
+    Diagnosis,
+    LoaderFigures,
+    Rung,
+    StorageFigures,
+    WhatIf,
+)
 from bench.doctor.verdict import budget_line, diagnose, figures_verdict, short_reason, top_stage
 from bench.doctor.what_ifs import replace
 from bench.errors import ConfigError

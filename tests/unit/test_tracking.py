@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 
 from bench.machine.gpu_monitor import GpuMonitor, nvml_handle
-from bench.maths.stats import percentile, present, step_time_stats
+from bench.maths.stats import percentile, step_time_stats
+from bench.results import FitFigures
+from bench.secrets import flatten, redact
 from bench.tracking.environment import collect_environment, nvml_devices
-from bench.tracking.tracker import flatten, redact_uri, resolve_tracking_uri
+from bench.tracking.store import resolve_tracking_uri
 
 
 @pytest.mark.parametrize("q", [0, 1, 50, 90, 95, 99, 100])
@@ -21,7 +23,7 @@ def test_percentile_matches_numpy(q):
 
 def test_a_figure_without_samples_is_absent_not_zero():
     assert percentile([], 50) is None and step_time_stats([]) == {}
-    assert present({"latency_ms_p50": percentile([], 50), "read_requests": 0}) == {"read_requests": 0}
+    assert FitFigures(fit_to_measure=True, fit_reasons=None).to_metrics() == {"fit_to_measure": True}
 
 
 def test_step_time_stats_flags_spread():
@@ -43,8 +45,8 @@ def test_flatten_drops_secret_looking_keys():
 
 
 def test_redact_uri_hides_credentials():
-    assert redact_uri("http://user:pw@mlflow.example:5000") == "http://***@mlflow.example:5000"
-    assert redact_uri("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
+    assert redact("http://user:pw@mlflow.example:5000") == "http://***@mlflow.example:5000"
+    assert redact("sqlite:////tmp/mlflow.db") == "sqlite:////tmp/mlflow.db"
 
 
 @pytest.mark.parametrize(
@@ -115,7 +117,7 @@ def test_tracking_uri_precedence(tmp_path, monkeypatch):
 def test_a_tracking_uri_is_usable_when_mlflows_registry_has_a_store_for_it(monkeypatch, uri, usable):
     import mlflow.environment_variables
 
-    from bench.tracking.probe import unusable
+    from bench.tracking.store import unusable
 
     files_gated = hasattr(mlflow.environment_variables, "MLFLOW_ALLOW_FILE_STORE")  # MLflow 3
     monkeypatch.delenv("MLFLOW_ALLOW_FILE_STORE", raising=False)
@@ -148,7 +150,7 @@ def test_installed_packages_read_from_metadata_heads_match_the_full_parser(tmp_p
     full = sorted(
         {f"{d.metadata['Name']}=={d.version}" for d in metadata.distributions() if d.metadata["Name"]}, key=str.lower
     )
-    assert installed_packages() == full and any(p.startswith("torch==") for p in full)
+    assert list(installed_packages()) == full and any(p.startswith("torch==") for p in full)
     odd = tmp_path / "odd-1.0.dist-info"
     odd.mkdir()
     (odd / "METADATA").write_text("Metadata-Version: 2.1\nname: odd\nVersion: 1.0\n\nName: not-a-header\n")
@@ -408,7 +410,7 @@ def test_store_errors_are_one_line_naming_the_innermost_cause():
     """Issue 28 item 9: MLflow wraps SQLAlchemy wraps sqlite3; the warning names sqlite's reason."""
     import sqlite3
 
-    from bench.tracking.probe import store_error
+    from bench.tracking.store import store_error
 
     try:
         try:
