@@ -19,7 +19,7 @@ from omegaconf import DictConfig, OmegaConf
 from bench import config_dir
 from bench.config.data import DataConfig
 from bench.config.distributed import DistributedConfig, Scaling
-from bench.config.fields import Checks
+from bench.config.fields import Checks, positive
 from bench.config.model import ModelConfig
 from bench.config.optimizer import OptimizerConfig
 from bench.config.precision import PrecisionConfig
@@ -61,11 +61,11 @@ class BenchConfig(Checks):
     compile_mode: Optional[str] = None  # passed to torch.compile(mode=...)
     # torch.set_num_threads; null: torch's default on a GPU, on the CPU OMP_NUM_THREADS or what fits
     # beside the loader's workers in the usable cores (bench.runtime.device.fit_cpu)
-    cpu_threads: Optional[int] = None
+    cpu_threads: Optional[int] = positive(None)
     cpu_malloc_reuse: bool = True  # on a CPU: glibc keeps freed memory for the next step (bench.runtime.malloc)
 
     def __post_init__(self) -> None:
-        self.positive("cpu_threads", optional=True)
+        self.check_ranges()
         world = self.distributed.world_size
         if self.distributed.scaling == Scaling.strong and self.data.batch_size % world:
             raise self.data._error(
