@@ -39,7 +39,7 @@ def load(cfg: DictConfig) -> BenchConfig:
     `check`: its own rules). Raises ConfigError / ConfigProblem: one sentence, exit 2."""
     from bench.config.hydra_errors import as_error
 
-    reject_unknown_keys(cfg, BenchConfig)
+    reject_unknown_keys(cfg)
     try:
         config = OmegaConf.to_object(_scenario_typed(cfg))
     except OmegaConfBaseException as exc:  # e.g. a ${...} that points nowhere
