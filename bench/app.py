@@ -104,7 +104,7 @@ def run(
         return _refuse(
             exc, out_dir, sweep_job, lambda: _tracker(config, scenario, launch_dir, {}, overrides, sweep_job)
         )
-    from bench.launch.select import select_launcher
+    from bench.launch.launchers import select_launcher
     from bench.tracking.environment import collect_environment
     from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 

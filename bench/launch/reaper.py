@@ -44,7 +44,7 @@ class SurvivorReaper:
         # Polled often: which worker ends first tells the root cause from the ranks that failed
         # because of it (the launcher reports only one failure, often a peer's).
         while not self._stop.wait(0.05):
-            for pid in worker_pids(self.workers_dir):
+            for pid, _local_rank in pid_files(self.workers_dir).values():
                 if pid not in workers:
                     try:
                         workers[pid] = psutil.Process(pid)
@@ -75,13 +75,15 @@ def pid_file(workers_dir: Path, rank: int) -> Path:
     return workers_dir / f"rank{rank}.pid"
 
 
-def worker_pids(workers_dir: Path) -> List[int]:
-    """Pids from this launch's pid files (its folder is its own: every file in it is this launch's)."""
-    pids = []
+def pid_files(workers_dir: Path) -> Dict[int, Tuple[int, str]]:
+    """rank -> (pid, local rank), from this launch's pid files (its folder is its own: every file in
+    it is this launch's). One being written right now is read at the next call."""
+    found = {}
     for path in workers_dir.glob("rank*.pid"):
-        with contextlib.suppress(OSError, ValueError, IndexError):  # being written right now: the next poll reads it
-            pids.append(int(path.read_text().split()[0]))
-    return pids
+        with contextlib.suppress(OSError, ValueError):
+            pid, local_rank = path.read_text().split()
+            found[int(path.stem[len("rank") :])] = (int(pid), local_rank)
+    return found
 
 
 def first_to_die(pids: List[int], workers_dir: Path) -> Optional[Tuple[int, int]]:
@@ -90,10 +92,9 @@ def first_to_die(pids: List[int], workers_dir: Path) -> Optional[Tuple[int, int]
     `pids` are the workers the reaper saw gone at its first sighting of a death (several when
     they went within one poll); a rank that raised left an error.json (torch's @record), a
     rank killed by a signal left none, and that one is the root cause."""
-    for path in sorted(workers_dir.glob("rank*.pid"), key=lambda p: int(p.stem[len("rank") :])):
-        pid, local_rank = path.read_text().split()
-        if int(pid) in pids and not list(workers_dir.glob(f"*/attempt_*/{local_rank}/error.json")):
-            return int(path.stem[len("rank") :]), int(pid)
+    for rank, (pid, local_rank) in sorted(pid_files(workers_dir).items()):
+        if pid in pids and not list(workers_dir.glob(f"*/attempt_*/{local_rank}/error.json")):
+            return rank, pid
     return None
 
 
@@ -107,14 +108,3 @@ def _state(process: Any) -> Optional[str]:
         return process.status()
     except psutil.Error:
         return None
-
-
-def rank_of(pid: int, workers_dir: Path) -> Optional[int]:
-    """The rank whose pid file names `pid`."""
-    for path in workers_dir.glob("rank*.pid"):
-        try:
-            if int(path.read_text().split()[0]) == pid:
-                return int(path.stem[len("rank") :])
-        except (OSError, ValueError, IndexError):
-            continue
-    return None

@@ -16,23 +16,14 @@ import logging
 import os
 import threading
 import time
-from typing import Optional, Tuple
+from typing import Optional
+
+from bench.machine.children import process_identity
 
 log = logging.getLogger("bench")
 
 EXIT_HUNG = 124  # a rank whose steps stopped (the exit code `timeout` uses)
 EXIT_ORPHANED = 125  # a rank whose launcher is gone
-
-
-def process_identity(pid: int) -> Optional[Tuple[int, float]]:
-    """(pid, start time) of a live process, None when there is none (or only a zombie)."""
-    import psutil
-
-    try:
-        process = psutil.Process(pid)
-        return None if process.status() == psutil.STATUS_ZOMBIE else (pid, process.create_time())
-    except psutil.Error:
-        return None
 
 
 class StepWatchdog:

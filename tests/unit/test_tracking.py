@@ -244,7 +244,7 @@ def test_tracker_stops_after_first_failure_with_one_warning(tmp_path, caplog):
 def test_select_launcher_is_the_one_place_that_decides(
     compose, monkeypatch, overrides, env, in_sweep, expected, reports
 ):
-    from bench.launch.select import select_launcher
+    from bench.launch.launchers import select_launcher
 
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
@@ -255,7 +255,7 @@ def test_select_launcher_is_the_one_place_that_decides(
 
 
 def test_a_scenario_without_ranks_runs_in_process(compose):
-    from bench.launch.select import select_launcher
+    from bench.launch.launchers import select_launcher
 
     config = compose("mode=storage", "distributed=ddp", "distributed.nproc_per_node=2")
     assert type(select_launcher(config, has_ranks=False, in_sweep=True)).__name__ == "InProcess"
