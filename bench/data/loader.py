@@ -14,7 +14,7 @@ import logging
 import os
 import random
 import zlib
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -189,17 +189,6 @@ def epoch_batch_sampler(
             f"(data.batch_size={cfg.batch_size} x {world_size} processes)"
         )
     return batches
-
-
-def map_style_passes(loader: DataLoader, batch_sampler: BatchSampler) -> Callable[[int], Iterable[HostBatch]]:
-    sampler = batch_sampler.sampler
-    assert isinstance(sampler, DistributedSampler), "epoch_batch_sampler builds every map-style batch sampler"
-
-    def one_pass(epoch: int) -> Iterable[HostBatch]:
-        sampler.set_epoch(epoch)
-        return loader
-
-    return one_pass
 
 
 def eval_batch_sampler(dataset_len: int, batch_size: int, rank: int, world_size: int) -> BatchSampler:
