@@ -20,18 +20,6 @@ from omegaconf.errors import OmegaConfBaseException
 from bench.config.preflight import reject_non_finite, reject_unknown_attributes, reject_unknown_keys
 from bench.config.schema import BenchConfig, register_configs, schema
 
-__all__ = [
-    "BenchConfig",
-    "as_plain",
-    "check",
-    "compose",
-    "composed",
-    "load",
-    "register_configs",
-    "shown",
-    "sweep_problem",
-]
-
 
 def load(cfg: DictConfig) -> BenchConfig:
     """Check the keys, type the scenario's node (bench.config.scenario), resolve every interpolation and

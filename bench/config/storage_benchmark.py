@@ -134,19 +134,14 @@ class StorageWorkloadConfig(Checks):
     def _check_bounds(self) -> None:
         if _number(self.read_threads) and self.read_threads > MAX_THREADS:
             self._fail("read_threads", f"an integer in [1, {MAX_THREADS}] (readers per simulated accelerator)")
-        if (
-            self.record_size_stdev is not None
-            and self.record_size is not None
-            and _number(self.record_size_stdev, self.record_size)
-            and self.record_size_stdev > self.record_size
-        ):
+        if _number(self.record_size_stdev, self.record_size) and self.record_size_stdev > self.record_size:
             self._fail(
                 "record_size_stdev",
                 f"an integer in [0, record_size={self.record_size}] (record sizes "
                 "are drawn from N(record_size, stdev); a wider spread is mostly 1-byte "
                 "records)",
             )
-        if self.transfer_size is not None and _number(self.transfer_size) and self.transfer_size > MAX_TRANSFER_SIZE:
+        if isinstance(self.transfer_size, int) and self.transfer_size > MAX_TRANSFER_SIZE:
             self._fail(
                 "transfer_size",
                 f"an integer in [1, {MAX_TRANSFER_SIZE}] or null (2 GiB - 4 KiB: the most one "

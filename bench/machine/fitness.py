@@ -65,12 +65,7 @@ def unfit_reason(row: Mapping[str, Any]) -> Optional[str]:
     """Why a result (a record's dict, a sweep frame's row; MLflow gives the verdict back as 0/1) was not
     fit to measure; None when it was, or when it holds no verdict (recorded before there was one)."""
     value = row.get(VERDICT)
-    if (
-        value is None
-        or value == ""
-        or (isinstance(value, float) and value != value)
-        or str(value).lower() in ("true", "1", "1.0")
-    ):
+    if value is None or value != value or str(value).lower() in ("", "true", "1", "1.0"):  # value != value: NaN
         return None
     reasons = row.get(REASONS)
     return str(reasons) if isinstance(reasons, str) and reasons else "no reason recorded"
