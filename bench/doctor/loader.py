@@ -22,7 +22,7 @@ import torch
 from bench.config import BenchConfig
 from bench.doctor.figures import LOADER, Rung
 from bench.doctor.rung_figures import LoaderFigures
-from bench.machine.cpu_time import cpu_seconds_with_children
+from bench.machine.fitness import cpu_seconds_with_children
 
 MIN_BATCHES = 3
 SPLIT_SAMPLES = 64  # images the stage split decodes (fewer when the window is short)

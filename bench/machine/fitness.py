@@ -126,6 +126,22 @@ class TreeClock:
         return sum(last - self.first.get(key, 0.0) for key, last in self.last.items())
 
 
+def cpu_seconds_with_children() -> float:
+    """CPU time of this process and its live children (the loader's workers); clock-tick
+    resolution (10 ms), so it needs a few hundred milliseconds of work to mean anything."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
+
+
 class MachineWatch:
     """start() before the window, stop() -> Verdict after it; `gpu` (fitness_gpu.GpuWatch) is sampled alongside."""
 
