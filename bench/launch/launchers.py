@@ -20,10 +20,8 @@ from typing import Any, Dict, Iterator, Optional
 from bench.config import BenchConfig
 from bench.config.distributed import DistributedConfig
 from bench.errors import WorkerFailure
-from bench.launch.failures import describe_failure
-from bench.launch.rank_logs import setup_rank_logging
-from bench.launch.reaper import SurvivorReaper, first_to_die, pid_files
-from bench.launch.worker import worker_entry
+from bench.launch.reaper import SurvivorReaper, describe_failure, first_to_die, pid_files
+from bench.launch.worker import setup_rank_logging, worker_entry
 from bench.rank_context import RankContext, free_port, outside_launcher_context
 
 log = logging.getLogger("bench")
