@@ -189,6 +189,7 @@ def _kill_quietly(pid: int) -> None:
 # A Unix socket's path holds at most 107 bytes; the forkserver's is <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX.
 SOCKET_PATH_MAX = 107
 SOCKET_SUFFIX = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+SHORT_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # where multiprocessing's temp dir goes when $TMPDIR is too long
 
 
 def make_multiprocessing_temp_dir() -> None:
@@ -198,12 +199,10 @@ def make_multiprocessing_temp_dir() -> None:
     import multiprocessing.util
     import tempfile
 
-    if len(tempfile.gettempdir()) + SOCKET_SUFFIX <= SOCKET_PATH_MAX:
-        multiprocessing.util.get_temp_dir()
-        return
-    short = next((d for d in ("/tmp", "/var/tmp", "/dev/shm") if os.access(d, os.W_OK | os.X_OK)), None)
+    too_long = len(tempfile.gettempdir()) + SOCKET_SUFFIX > SOCKET_PATH_MAX
     previous = tempfile.tempdir
-    tempfile.tempdir = short or previous
+    if too_long:
+        tempfile.tempdir = next((d for d in SHORT_TEMP_DIRS if os.access(d, os.W_OK | os.X_OK)), previous)
     try:
         multiprocessing.util.get_temp_dir()
     finally:
