@@ -13,9 +13,11 @@ from bench.config.data import DataConfig
 from bench.config.storage import StorageLocation
 from bench.data.device_batches import DeviceBatches, map_style_batches
 from bench.data.layout import check_class_count, check_separate_val, imagefolder_base, scan_image_folder
-from bench.data.loader import BatchDataset, HostBatch, fill_batch
+from bench.data.loader import BatchDataset, HostBatch, empty_batch
 from bench.data.registry import Batch
-from bench.data.transforms import decode_crop, resize_into
+from bench.data.transforms import CorruptImage, decode_crop, resize_into
+
+MAX_REPLACEMENTS = 16  # consecutive undecodable images tolerated before giving up on a batch slot
 
 
 class ImageFolderBatches(BatchDataset):
@@ -34,7 +36,25 @@ class ImageFolderBatches(BatchDataset):
         return int(self.labels[index])
 
     def __getitems__(self, indices: List[int]) -> HostBatch:
-        return fill_batch(len(indices), self.size, self.load, indices, len(self.paths), self.paths.__getitem__)
+        """The batch slot by slot: an image that does not decode is replaced by the next one (reported as a
+        skipped failure), an OSError is reported as fatal."""
+        images, labels, release = empty_batch(len(indices), self.size)
+        slots, failures = images.numpy(), []
+        for slot, index in enumerate(indices):
+            for attempt in range(MAX_REPLACEMENTS):
+                candidate = (index + attempt) % len(self.paths)
+                try:
+                    labels[slot] = self.load(slots[slot], candidate)
+                    break
+                except CorruptImage as exc:
+                    failures.append((self.paths[candidate], str(exc), False))
+                except OSError as exc:
+                    failures.append((self.paths[candidate], exc.strerror or str(exc), True))
+                    return images, labels, failures, release
+            else:
+                failures.append((self.paths[index], f"{MAX_REPLACEMENTS} undecodable images in a row from here", True))
+                return images, labels, failures, release
+        return images, labels, failures, release
 
 
 def imagefolder_batches(
