@@ -75,18 +75,10 @@ class Checks:
             if kind == "non_negative" and (value is None or value < 0):
                 self._fail(item.name, "a number >= 0" + or_null)
 
-    def between(
-        self,
-        name: str,
-        low: float,
-        high: float,
-        accepted: str,
-        *,
-        include_low: bool = False,
-        include_high: bool = False,
-    ) -> None:
+    def between(self, name: str, low: float, high: float, accepted: str, ends: str = "()") -> None:
+        """`ends`: the interval's brackets, "[" and "]" taking its end in ("[)": low <= value < high)."""
         value = getattr(self, name)
-        above = value >= low if include_low else value > low
-        below = value <= high if include_high else value < high
+        above = value >= low if ends[0] == "[" else value > low
+        below = value <= high if ends[1] == "]" else value < high
         if not (above and below):
             self._fail(name, accepted)

@@ -36,9 +36,9 @@ class TrainConfig(Checks):
 
     def __post_init__(self) -> None:
         self.check_ranges()
-        self.between("label_smoothing", 0, 1, "a number in [0, 1)", include_low=True)
+        self.between("label_smoothing", 0, 1, "a number in [0, 1)", "[)")
         if self.target_accuracy is not None:
-            self.between("target_accuracy", 0, 1, "a top-1 accuracy in (0, 1], e.g. 0.95", include_high=True)
+            self.between("target_accuracy", 0, 1, "a top-1 accuracy in (0, 1], e.g. 0.95", "(]")
             if not self.eval_every:
                 self.eval_every = 1  # a target is checked at evaluations: every epoch unless told otherwise
         if self.resume is not None and not str(self.resume).strip():

@@ -54,7 +54,7 @@ class SchedulerConfig(Checks):
             )
             self.lr_warmup_steps, self.warmup_steps = self.warmup_steps, None
         self.check_ranges()
-        self.between("warmup_start_factor", 0, 1, "a number in [0, 1]", include_low=True, include_high=True)
+        self.between("warmup_start_factor", 0, 1, "a number in [0, 1]", "[]")
         if self.name == SchedulerName.multistep:
             milestones = list(self.milestones)
             if not milestones or any(m <= 0 for m in milestones) or milestones != sorted(milestones):

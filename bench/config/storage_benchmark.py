@@ -121,7 +121,7 @@ class StorageWorkloadConfig(Checks):
     def __post_init__(self) -> None:
         self.check_ranges()
         self.registered("format")
-        self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", include_high=True)
+        self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", "(]")
         self._check_bounds()
         self.shuffle = self._shuffle_mode().value
         if self.format == "jpeg" and self.samples_per_file != 1:
