@@ -98,7 +98,7 @@ def run(
         if raise_refusals:
             raise
         return _refuse(exc, out_dir, sweep_job, lambda: open_tracker({}))
-    from bench.launch.select import select_launcher
+    from bench.launch.launchers import select_launcher
     from bench.tracking.environment import collect_environment
 
     launcher: Launcher = select_launcher(config, scenario.has_ranks(config), in_sweep=sweep_job is not None)

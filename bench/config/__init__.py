@@ -23,18 +23,6 @@ from bench.config.schema import BenchConfig, register_configs, schema
 from bench.config.storage_benchmark import changed_benchmark_keys
 from bench.errors import ConfigError
 
-__all__ = [
-    "BenchConfig",
-    "as_plain",
-    "check",
-    "compose",
-    "composed",
-    "load",
-    "register_configs",
-    "shown",
-    "sweep_problem",
-]
-
 
 def load(cfg: DictConfig) -> BenchConfig:
     """Check the keys, type the scenario's node (bench.config.scenario), resolve every interpolation and
@@ -42,7 +30,7 @@ def load(cfg: DictConfig) -> BenchConfig:
     `check`: its own rules). Raises ConfigError / ConfigProblem: one sentence, exit 2."""
     from bench.config.hydra_errors import as_error
 
-    reject_unknown_keys(cfg, BenchConfig)
+    reject_unknown_keys(cfg)
     try:
         config = OmegaConf.to_object(_scenario_typed(cfg))
     except OmegaConfBaseException as exc:  # e.g. a ${...} that points nowhere

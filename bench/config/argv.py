@@ -62,9 +62,11 @@ def seed_spelling(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     return out, read
 
 
-def hydra_flags() -> List[str]:
-    """Hydra's own command-line flags (--cfg, -m, --help, ...), from its argument parser."""
-    return sorted(s for action in get_args_parser()._actions for s in action.option_strings)
+def hydra_flags(taking_a_value: bool = False) -> List[str]:
+    """Hydra's own command-line flags (--cfg, -m, --help, ...), from its argument parser; `taking_a_value`:
+    only those followed by their value (--cfg job, --config-name NAME, ...)."""
+    actions = [action for action in get_args_parser()._actions if action.nargs is None or not taking_a_value]
+    return sorted(s for action in actions for s in action.option_strings)
 
 
 def unknown_flag(argv: Sequence[str]) -> Optional[str]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from bench.config.fields import Checks, Choice
+from bench.config.fields import Checks, Choice, non_negative, positive
 from bench.config.progressive import parse_progressive
 from bench.registries import DATA
 
@@ -29,18 +29,18 @@ class DataConfig(Checks):
     KEY = "data"
     # an option in bench.registries.DATA, or a batches builder of your own: mypkg.data:my_batches
     name: str = "synthetic"
-    batch_size: int = 128  # per process (the global batch with distributed.scaling=strong)
-    image_size: int = 224
-    num_classes: int = 1000
+    batch_size: int = positive(128)  # per process (the global batch with distributed.scaling=strong)
+    image_size: int = positive(224)
+    num_classes: int = positive(1000)
     # real data (ignored by synthetic): a directory, or s3://bucket/prefix for shards
     root: Optional[str] = None
     split: Split = Split.train
     # DataLoader workers; null: on a GPU this rank's share of the CPUs (<= 8), on the CPU what fits
     # beside cpu_threads in the usable cores (bench.runtime.device.fit_cpu)
-    num_workers: Optional[int] = None
+    num_workers: Optional[int] = non_negative(None)
     pin_memory: bool = True  # page-locked batches for async host-to-GPU copies (CUDA only)
     persistent_workers: bool = True  # keep workers between epochs (map-style datasets)
-    prefetch_factor: int = 4  # batches each worker prepares ahead
+    prefetch_factor: int = positive(4)  # batches each worker prepares ahead
     strict: bool = False  # a corrupt image stops the run (false: skipped and counted)
     decoder: Decoder = Decoder.simplejpeg
     # train split: random-resized crop + flip (cifar100: pad-crop + flip); false: the val transform
@@ -64,8 +64,7 @@ class DataConfig(Checks):
 
     def __post_init__(self) -> None:
         self.registered("name")
-        self.positive("batch_size", "image_size", "num_classes", "prefetch_factor")
-        self.non_negative("num_workers", optional=True)
+        self.check_ranges()
         if self.num_classes > MAX_CLASSES:
             self._fail("num_classes", f"at most {MAX_CLASSES:,} (the classifier holds num_classes x features weights)")
         if self.progressive is not None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from bench.config.fields import Checks, Choice
+from bench.config.fields import Checks, Choice, positive
 
 
 class DistributedName(Choice):
@@ -28,25 +28,24 @@ class Scaling(Choice):
 class DistributedConfig(Checks):
     KEY = "distributed"
     name: DistributedName = DistributedName.single
-    nproc_per_node: int = 1  # processes (one GPU each) on this node
-    nnodes: int = 1
+    nproc_per_node: int = positive(1)  # processes (one GPU each) on this node
+    nnodes: int = positive(1)
     node_rank: int = 0
     # host:port of the rendezvous; null: a free port on 127.0.0.1 (single node)
     rdzv_endpoint: Optional[str] = None
     backend: Backend = Backend.auto
-    timeout_s: float = 300.0  # a dead or hung rank ends the job within this
+    timeout_s: float = positive(300.0)  # a dead or hung rank ends the job within this
     scaling: Scaling = Scaling.weak
     gradient_as_bucket_view: bool = True
     static_graph: bool = True
-    bucket_cap_mb: int = 25
+    bucket_cap_mb: int = positive(25)
 
     @property
     def world_size(self) -> int:
         return self.nproc_per_node * self.nnodes
 
     def __post_init__(self) -> None:
-        self.positive("nproc_per_node", "nnodes", "bucket_cap_mb")
-        self.positive("timeout_s", integer=False)
+        self.check_ranges()
         if self.name == DistributedName.single and self.nnodes != 1:
             self._fail("nnodes", "1 with distributed=single (more than one node needs distributed=ddp)")
         if self.name == DistributedName.single and self.world_size != 1:

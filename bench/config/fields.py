@@ -1,5 +1,6 @@
-"""Building blocks of the schema: closed choices as Enums, and the range checks that each
-group's `__post_init__` runs on its own fields (`registered`: an open set's name, bench.registries).
+"""Building blocks of the schema: closed choices as Enums, ranges declared with the field
+(`batch_size: int = positive(128)`, checked by `check_ranges`), and the checks that each group's
+`__post_init__` runs on its own fields (`registered`: an open set's name, bench.registries).
 
 OmegaConf types a field with an Enum (it refuses `Literal`), so a value outside the choices
 fails when it is set, naming the key and the choices. `Choice` members are also strings, so
@@ -10,8 +11,9 @@ taken from the group's `KEY` class attribute.
 
 from __future__ import annotations
 
+import dataclasses
 from enum import Enum
-from typing import Any, NoReturn, Optional
+from typing import Any, NoReturn
 
 from bench.errors import ConfigError
 from bench.registries import check_name
@@ -26,6 +28,19 @@ class Choice(str, Enum):
     @classmethod
     def names(cls) -> list:
         return [member.value for member in cls]
+
+
+RANGE = "bench.range"  # a field's metadata key: "positive" or "non_negative"
+
+
+def positive(default: Any) -> Any:
+    """A field whose value must be > 0 (or null, where its type is Optional)."""
+    return dataclasses.field(default=default, metadata={RANGE: "positive"})
+
+
+def non_negative(default: Any) -> Any:
+    """A field whose value must be >= 0 (or null, where its type is Optional)."""
+    return dataclasses.field(default=default, metadata={RANGE: "non_negative"})
 
 
 class Checks:
@@ -46,35 +61,24 @@ class Checks:
         """A key of an open set (bench.registries.KEYS): a registered name, or a user's module:attr."""
         check_name(self._key(name), getattr(self, name))
 
-    def positive(self, *names: str, optional: bool = False, integer: bool = True) -> None:
-        for name in names:
-            value: Optional[float] = getattr(self, name)
-            if isinstance(value, str) or (optional and value is None):  # str: an unresolved ${...} default
+    def check_ranges(self) -> None:
+        """The fields declared positive(...) or non_negative(...), in field order. The sentence says
+        what the field's type takes: "a positive integer", "a positive number", "... or null"."""
+        for item in dataclasses.fields(self):  # type: ignore[arg-type]  # every Checks is a dataclass
+            kind, value, hint = item.metadata.get(RANGE), getattr(self, item.name), str(item.type)
+            optional = hint.startswith("Optional")
+            if kind is None or isinstance(value, str) or (optional and value is None):  # str: an unresolved ${...}
                 continue
-            if value is None or value <= 0:
-                kind = "a positive integer" if integer else "a positive number"
-                self._fail(name, kind + (" or null" if optional else ""))
+            or_null = " or null" if optional else ""
+            if kind == "positive" and (value is None or value <= 0):
+                self._fail(item.name, ("a positive number" if "float" in hint else "a positive integer") + or_null)
+            if kind == "non_negative" and (value is None or value < 0):
+                self._fail(item.name, "a number >= 0" + or_null)
 
-    def non_negative(self, *names: str, optional: bool = False) -> None:
-        for name in names:
-            value = getattr(self, name)
-            if isinstance(value, str) or (optional and value is None):
-                continue
-            if value is None or value < 0:
-                self._fail(name, "a number >= 0" + (" or null" if optional else ""))
-
-    def between(
-        self,
-        name: str,
-        low: float,
-        high: float,
-        accepted: str,
-        *,
-        include_low: bool = False,
-        include_high: bool = False,
-    ) -> None:
+    def between(self, name: str, low: float, high: float, accepted: str, ends: str = "()") -> None:
+        """`ends`: the interval's brackets, "[" and "]" taking its end in ("[)": low <= value < high)."""
         value = getattr(self, name)
-        above = value >= low if include_low else value > low
-        below = value <= high if include_high else value < high
+        above = value >= low if ends[0] == "[" else value > low
+        below = value <= high if ends[1] == "]" else value < high
         if not (above and below):
             self._fail(name, accepted)

@@ -7,18 +7,17 @@ other config error: `<key>=<value> is not valid: accepted <what>.`
 
 from __future__ import annotations
 
-import dataclasses
 import difflib
 import itertools
 import os
 import re
 import sys
-import typing
 from typing import Any, Callable, List, Optional
 
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
+from bench.config.preflight import unknown_key
 from bench.errors import EXIT_CONFIG, BenchError, ConfigError, ConfigProblem
 
 _MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
@@ -118,26 +117,6 @@ def _value_error(text: str, dotted: Optional[str], given: Optional[str]) -> Opti
     if _NOT_A_KEY.search(text):
         return unknown_key(dotted or key, given)
     return None
-
-
-def unknown_key(dotted: str, value: Any = None) -> ConfigError:
-    """`data.batch_sise` (or `trainn.epochs`) -> the ConfigError naming the group whose key is unknown
-    and the closest key (`data.batch_size`, `train.epochs`)."""
-    from bench.config.schema import BenchConfig
-
-    parts = dotted.split(".")
-    schema: Any = BenchConfig
-    depth = 0
-    for depth, part in enumerate(parts[:-1]):  # down to the first part that is not a group of the schema
-        hint = typing.get_type_hints(schema).get(part) if dataclasses.is_dataclass(schema) else None
-        if not dataclasses.is_dataclass(hint):
-            break
-        schema, depth = hint, depth + 1
-    names: List[str] = [f.name for f in dataclasses.fields(schema)] if dataclasses.is_dataclass(schema) else []
-    close = difflib.get_close_matches(parts[depth], names, n=1)
-    group = ".".join(parts[:depth]) or "the config"
-    fix = ".".join(parts[:depth] + close + parts[depth + 1 :])
-    return ConfigError(dotted, value, f"a key of {group}" + (f" (did you mean {fix}?)" if close else ""))
 
 
 def did_you_mean(given: str, names: List[str]) -> str:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bench.config.fields import Checks, Choice
+from bench.config.fields import Checks, Choice, positive
 
 
 class Norm(Choice):
@@ -18,8 +18,8 @@ class ModelConfig(Checks):
     # A torchvision classification model (torchvision.models.list_models()) or one of bench's
     # own (bench.train.models): checked against that registry before the run starts.
     arch: str = "resnet50"
-    num_classes: int = "${data.num_classes}"  # type: ignore[assignment]
-    image_size: int = "${data.image_size}"  # type: ignore[assignment]
+    num_classes: int = positive("${data.num_classes}")
+    image_size: int = positive("${data.image_size}")
     norm: Norm = Norm.batch
     # ResNets: zero-init the last BatchNorm of each residual block (each block starts as identity)
     zero_init_residual: bool = False
@@ -27,4 +27,4 @@ class ModelConfig(Checks):
     def __post_init__(self) -> None:
         if not self.arch:
             self._fail("arch", "a model name such as resnet50")
-        self.positive("num_classes", "image_size")
+        self.check_ranges()

@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from bench.config.fields import Checks, Choice
+from bench.config.fields import Checks, Choice, non_negative, positive
 
 
 class OptimizerName(Choice):
@@ -21,24 +21,21 @@ class OptimizerName(Choice):
 class OptimizerConfig(Checks):
     KEY = "optimizer"
     name: OptimizerName = OptimizerName.sgd
-    lr: float = 0.1
-    weight_decay: float = 1e-4
-    momentum: float = 0.9  # sgd
+    lr: float = positive(0.1)
+    weight_decay: float = non_negative(1e-4)
+    momentum: float = non_negative(0.9)  # sgd
     nesterov: bool = False  # sgd
     betas: List[float] = field(default_factory=lambda: [0.9, 0.999])  # adam, adamw
-    eps: float = 1e-8
+    eps: float = positive(1e-8)
     # no weight decay on 1-D parameters (biases, normalisation scales and shifts)
     exclude_bn_bias_from_wd: bool = False
     # fused/foreach kernels: null lets bench pick (fused on CUDA where torch has them)
     fused: Optional[bool] = None
     # clip the gradients' global L2 norm to this before each step (after unscaling fp16 gradients)
-    grad_clip_norm: Optional[float] = None
+    grad_clip_norm: Optional[float] = positive(None)
 
     def __post_init__(self) -> None:
-        self.positive("lr", integer=False)
-        self.non_negative("weight_decay", "momentum")
-        self.positive("grad_clip_norm", optional=True, integer=False)
-        self.positive("eps", integer=False)
+        self.check_ranges()
         if len(self.betas) != 2:
             self._fail("betas", "a list of two numbers, e.g. [0.9, 0.999]", list(self.betas))
         # torch refuses these only at the first step (nan and inf: bench.config.preflight names them)

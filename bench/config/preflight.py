@@ -13,24 +13,22 @@ import dataclasses
 import difflib
 import math
 import typing
-from typing import Any, List
+from typing import Any
 
 from omegaconf import DictConfig, OmegaConf
 
+from bench.config.schema import BenchConfig
 from bench.errors import ConfigError
 
 
-def reject_unknown_keys(cfg: DictConfig, schema: type, prefix: str = "") -> None:
+def reject_unknown_keys(cfg: DictConfig, schema: type = BenchConfig, prefix: str = "") -> None:
     hints = typing.get_type_hints(schema)
     names = [f.name for f in dataclasses.fields(schema)]
-    for key in cfg:
-        key = str(key)
-        if key == "defaults":
-            continue
-        if key not in names:
+    for key in map(str, cfg):
+        if key != "defaults" and key not in names:
             container = OmegaConf.to_container(cfg, resolve=False)
             assert isinstance(container, dict)  # a DictConfig's container is a dict
-            raise _unknown(prefix, key, container.get(key), names)
+            raise unknown_key(prefix + key, container.get(key))
         child: Any = cfg._get_node(key)
         if dataclasses.is_dataclass(hints.get(key)) and isinstance(child, DictConfig):
             reject_unknown_keys(child, hints[key], f"{prefix}{key}.")
@@ -42,15 +40,26 @@ def reject_unknown_attributes(node: Any, prefix: str = "") -> None:
     names = [field.name for field in dataclasses.fields(node)]
     for name, value in vars(node).items():
         if name not in names:
-            raise _unknown(prefix, name, value, names)
+            raise unknown_key(prefix + name, value)
         if dataclasses.is_dataclass(value):
             reject_unknown_attributes(value, f"{prefix}{name}.")
 
 
-def _unknown(prefix: str, key: str, value: Any, names: List[str]) -> ConfigError:
-    close = difflib.get_close_matches(key, names, n=1)
-    where = f"a key of {prefix.rstrip('.') or 'the config'}"
-    return ConfigError(prefix + key, value, where + (f" (did you mean {prefix}{close[0]}?)" if close else ""))
+def unknown_key(dotted: str, value: Any = None) -> ConfigError:
+    """`data.batch_sise` (or `trainn.epochs`) -> the ConfigError naming the group whose key is unknown
+    and the closest key (`data.batch_size`, `train.epochs`)."""
+    parts = dotted.split(".")
+    schema: Any = BenchConfig
+    depth = 0
+    for depth, part in enumerate(parts[:-1]):  # down to the first part that is not a group of the schema
+        hint = typing.get_type_hints(schema).get(part)
+        if not dataclasses.is_dataclass(hint):
+            break
+        schema, depth = hint, depth + 1
+    close = difflib.get_close_matches(parts[depth], [f.name for f in dataclasses.fields(schema)], n=1)
+    group = ".".join(parts[:depth]) or "the config"
+    fix = ".".join(parts[:depth] + close + parts[depth + 1 :])
+    return ConfigError(dotted, value, f"a key of {group}" + (f" (did you mean {fix}?)" if close else ""))
 
 
 def reject_non_finite(node: Any, prefix: str = "") -> None:

@@ -27,17 +27,16 @@ class Phase:
 
 def parse_progressive(text: str) -> List[Phase]:
     phases: List[Phase] = []
-    for part in str(text).replace(" ", "").strip(";").split(";"):
-        fields = part.split(",")
-        try:
-            epoch, size, batch = (int(f) for f in fields)
-        except ValueError:
-            raise ConfigError("data.progressive", text, ACCEPTED) from None
-        if epoch < 0 or size <= 0 or batch <= 0 or (phases and epoch <= phases[-1].epoch):
-            raise ConfigError("data.progressive", text, ACCEPTED)
-        phases.append(Phase(epoch, size, batch))
-    if not phases or phases[0].epoch != 0:
-        raise ConfigError("data.progressive", text, ACCEPTED)
+    try:
+        for part in str(text).replace(" ", "").strip(";").split(";"):
+            epoch, size, batch = (int(f) for f in part.split(","))  # ValueError: not three whole numbers
+            if epoch < 0 or size <= 0 or batch <= 0 or (phases and epoch <= phases[-1].epoch):
+                raise ValueError(part)
+            phases.append(Phase(epoch, size, batch))
+        if not phases or phases[0].epoch != 0:
+            raise ValueError(text)
+    except ValueError:
+        raise ConfigError("data.progressive", text, ACCEPTED) from None
     return phases
 
 

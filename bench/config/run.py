@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-from bench.config.fields import Checks, Choice
+from bench.config.fields import Checks, Choice, non_negative, positive
 from bench.secrets import CREDENTIALS_HOME, has_userinfo
 
 RESUME_AUTO = "auto"
@@ -25,9 +25,9 @@ class MlperfDivision(Choice):
 @dataclass
 class TrainConfig(Checks):
     KEY = "train"
-    epochs: int = 1
-    steps_per_epoch: Optional[int] = 200  # null: one pass over the (sharded) dataset, real data only
-    eval_every: int = 0  # epochs between validations (top-1/top-5 on the val split); 0: none
+    epochs: int = positive(1)
+    steps_per_epoch: Optional[int] = positive(200)  # null: one pass over the (sharded) dataset, real data only
+    eval_every: int = non_negative(0)  # epochs between validations (top-1/top-5 on the val split); 0: none
     target_accuracy: Optional[float] = None  # val top-1 in (0, 1]: stop at the first evaluation reaching it
     label_smoothing: float = 0.0  # CrossEntropyLoss(label_smoothing=...)
     resume: Optional[str] = None  # "auto": the newest valid checkpoint of this config; or a checkpoint's path
@@ -35,12 +35,10 @@ class TrainConfig(Checks):
     mlperf_division: MlperfDivision = MlperfDivision.open  # the log's submission_division (closed: its rules apply)
 
     def __post_init__(self) -> None:
-        self.positive("epochs")
-        self.positive("steps_per_epoch", optional=True)
-        self.non_negative("eval_every")
-        self.between("label_smoothing", 0, 1, "a number in [0, 1)", include_low=True)
+        self.check_ranges()
+        self.between("label_smoothing", 0, 1, "a number in [0, 1)", "[)")
         if self.target_accuracy is not None:
-            self.between("target_accuracy", 0, 1, "a top-1 accuracy in (0, 1], e.g. 0.95", include_high=True)
+            self.between("target_accuracy", 0, 1, "a top-1 accuracy in (0, 1], e.g. 0.95", "(]")
             if not self.eval_every:
                 self.eval_every = 1  # a target is checked at evaluations: every epoch unless told otherwise
         if self.resume is not None and not str(self.resume).strip():
@@ -52,14 +50,14 @@ class CheckpointConfig(Checks):
     """Training checkpoints for resume, written by rank 0 through the storage backend."""
 
     KEY = "checkpoint"
-    every_epochs: int = 0  # write one after every N epochs (and after the last); 0: none (1 with train.resume)
-    keep_last: int = 2  # older ones are deleted once a newer one is written
+    # write one after every N epochs (and after the last); 0: none (1 with train.resume)
+    every_epochs: int = non_negative(0)
+    keep_last: int = positive(2)  # older ones are deleted once a newer one is written
     dir: str = "checkpoints"  # under storage.root (or the S3 prefix); one sub-folder per config fingerprint
     on_signal: bool = True  # SIGTERM / Ctrl-C during training writes one before the run ends KILLED
 
     def __post_init__(self) -> None:
-        self.non_negative("every_epochs")
-        self.positive("keep_last")
+        self.check_ranges()
         parts = self.dir.replace("\\", "/").split("/")
         if not self.dir or self.dir.startswith("/") or ".." in parts:
             self._fail("dir", "a relative folder inside storage.root, without '..'")
@@ -68,30 +66,27 @@ class CheckpointConfig(Checks):
 @dataclass
 class BenchmarkConfig(Checks):
     KEY = "benchmark"
-    warmup_steps: int = 10  # run before the measured window, never counted
-    measure_steps: Optional[int] = None  # cap on measured steps (default: epochs x steps_per_epoch)
-    measure_seconds: Optional[float] = None  # end the measured window after this long
+    warmup_steps: int = non_negative(10)  # run before the measured window, never counted
+    measure_steps: Optional[int] = positive(None)  # cap on measured steps (default: epochs x steps_per_epoch)
+    measure_seconds: Optional[float] = positive(None)  # end the measured window after this long
     sync: bool = False  # synchronise the device after every step (strict, slower)
-    log_every: int = 50  # steps between progress lines (the only host syncs)
+    log_every: int = positive(50)  # steps between progress lines (the only host syncs)
     progress: bool = True  # tqdm bar on a terminal; silent otherwise
-    repeats: int = 1  # measured windows after the one warm-up, in this process: median, spread, 95% CI, stable
+    # measured windows after the one warm-up, in this process: median, spread, 95% CI, stable
+    repeats: int = positive(1)
     # after the window: a synchronised pass timing data / forward / backward / optimizer (/ comm)
     breakdown: bool = False
-    breakdown_steps: int = 20  # steps of that pass
+    breakdown_steps: int = positive(20)  # steps of that pass
     find_max_batch: bool = False  # GPU: before the run, the largest per-process batch that fits (halve on OOM, grow)
     require_fit: bool = False  # refuse an oversubscribed config and a busy machine; an unfit window fails the run
-    require_fit_wait_s: float = 60.0  # with require_fit: how long to wait for other processes to quieten
+    require_fit_wait_s: float = non_negative(60.0)  # with require_fit: how long to wait for other processes to quieten
 
     def __post_init__(self) -> None:
-        self.non_negative("warmup_steps")
-        self.positive("log_every", "repeats", "breakdown_steps")
+        self.check_ranges()
         if self.breakdown_steps > MAX_BREAKDOWN_STEPS:
             self._fail(
                 "breakdown_steps", f"1 to {MAX_BREAKDOWN_STEPS} (steps of the synchronised pass after the window)"
             )
-        self.positive("measure_steps", optional=True)
-        self.positive("measure_seconds", optional=True, integer=False)
-        self.non_negative("require_fit_wait_s")
 
 
 @dataclass
@@ -100,11 +95,11 @@ class ProfileConfig(Checks):
 
     KEY = "profile"
     enabled: bool = False  # trace_rank0.json (Chrome/Perfetto) + profile_top_ops.txt, logged to MLflow
-    steps: int = 5  # profiled steps (after one unrecorded profiler warm-up step), on every rank
-    row_limit: int = 30  # operators in profile_top_ops.txt
+    steps: int = positive(5)  # profiled steps (after one unrecorded profiler warm-up step), on every rank
+    row_limit: int = positive(30)  # operators in profile_top_ops.txt
 
     def __post_init__(self) -> None:
-        self.positive("steps", "row_limit")
+        self.check_ranges()
         if self.steps > MAX_PROFILE_STEPS:
             self._fail("steps", f"1 to {MAX_PROFILE_STEPS} (the profiler holds every event of every step in memory)")
 
@@ -117,12 +112,13 @@ class TrackingConfig(Checks):
     uri: Optional[str] = None  # MLFLOW_TRACKING_URI wins; default sqlite:///<launch dir>/mlflow.db
     run_name: Optional[str] = None
     log_step_metrics: bool = True
-    probe_timeout_s: float = 5.0  # an http(s) tracking server must answer within this, or the run goes on without it
+    # an http(s) tracking server must answer within this, or the run goes on without it
+    probe_timeout_s: float = positive(5.0)
     system_metrics: bool = False  # MLflow's own system metrics (system/cpu_*, system/gpu_*) beside bench's NVML summary
     required: bool = False  # true: a run that cannot be tracked (or stops being tracked) ends non-zero (exit 1)
 
     def __post_init__(self) -> None:
-        self.positive("probe_timeout_s", integer=False)
+        self.check_ranges()
         if not self.experiment.strip():  # MLflow would file the run nowhere, and bench exit 0
             self._fail("experiment", "a non-empty MLflow experiment name (tracking.enabled=false tracks nothing)")
         if self.required and not self.enabled:

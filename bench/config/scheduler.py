@@ -8,7 +8,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import List, Optional
 
-from bench.config.fields import Checks, Choice
+from bench.config.fields import Checks, Choice, non_negative, positive
 
 log = logging.getLogger("bench")
 
@@ -29,12 +29,12 @@ class MilestoneUnit(Choice):
 class SchedulerConfig(Checks):
     KEY = "scheduler"
     name: SchedulerName = SchedulerName.constant
-    lr_warmup_steps: int = 0  # linear warm-up from warmup_start_factor x lr, in optimizer steps
+    lr_warmup_steps: int = non_negative(0)  # linear warm-up from warmup_start_factor x lr, in optimizer steps
     warmup_start_factor: float = 0.01
     milestones: List[int] = field(default_factory=list)  # multistep, in milestone_unit
     milestone_unit: MilestoneUnit = MilestoneUnit.steps
-    gamma: float = 0.1  # multistep
-    min_lr: float = 0.0  # cosine floor
+    gamma: float = positive(0.1)  # multistep
+    min_lr: float = non_negative(0.0)  # cosine floor
     pct_start: float = 0.3  # onecycle: share of the run spent rising
     scale_lr: bool = False  # the linear scaling rule: lr x global_batch / 256
     # Deprecated spelling of lr_warmup_steps (it read like benchmark.warmup_steps); kept one release.
@@ -54,9 +54,8 @@ class SchedulerConfig(Checks):
                 "benchmark.warmup_steps is the unmeasured steps before the window)"
             )
             self.lr_warmup_steps, self.warmup_steps = self.warmup_steps, None
-        self.non_negative("lr_warmup_steps", "min_lr")
-        self.positive("gamma", integer=False)
-        self.between("warmup_start_factor", 0, 1, "a number in [0, 1]", include_low=True, include_high=True)
+        self.check_ranges()
+        self.between("warmup_start_factor", 0, 1, "a number in [0, 1]", "[]")
         if self.name == SchedulerName.multistep:
             milestones = list(self.milestones)
             if (

@@ -9,6 +9,7 @@ per run, running each group's `__post_init__` checks. Torch-free.
 from __future__ import annotations
 
 import logging
+import math
 import os
 from dataclasses import dataclass, field
 from typing import Any, List, Optional
@@ -19,7 +20,7 @@ from omegaconf import DictConfig, OmegaConf
 from bench import config_dir
 from bench.config.data import DataConfig
 from bench.config.distributed import DistributedConfig, Scaling
-from bench.config.fields import Checks
+from bench.config.fields import Checks, positive
 from bench.config.model import ModelConfig
 from bench.config.optimizer import OptimizerConfig
 from bench.config.precision import PrecisionConfig
@@ -61,11 +62,11 @@ class BenchConfig(Checks):
     compile_mode: Optional[str] = None  # passed to torch.compile(mode=...)
     # torch.set_num_threads; null: torch's default on a GPU, on the CPU OMP_NUM_THREADS or what fits
     # beside the loader's workers in the usable cores (bench.runtime.device.fit_cpu)
-    cpu_threads: Optional[int] = None
+    cpu_threads: Optional[int] = positive(None)
     cpu_malloc_reuse: bool = True  # on a CPU: glibc keeps freed memory for the next step (bench.runtime.malloc)
 
     def __post_init__(self) -> None:
-        self.positive("cpu_threads", optional=True)
+        self.check_ranges()
         world = self.distributed.world_size
         if self.distributed.scaling == Scaling.strong and self.data.batch_size % world:
             raise self.data._error(
@@ -76,9 +77,6 @@ class BenchConfig(Checks):
             )
         if self.storage.save_checkpoint or self.checkpoint.every_epochs or self.train.resume:
             self.storage.check_bucket()
-        self._check_cosine_floor()
-
-    def _check_cosine_floor(self) -> None:
         scheduler = self.scheduler
         if scheduler.name == "cosine" and not scheduler.scale_lr and scheduler.min_lr > self.optimizer.lr:
             raise ConfigError(
@@ -95,7 +93,7 @@ def register_configs() -> None:
     if not _STORED:  # storing converts the dataclasses (~0.1 s per compose); ConfigStore is process-wide
         ConfigStore.instance().store(name="bench_schema", node=schema())
         _STORED.append("bench_schema")
-    OmegaConf.register_new_resolver("bench.times", _times, replace=True)
+    OmegaConf.register_new_resolver("bench.times", lambda *factors: math.prod(factors), replace=True)
     _register_options()
 
 
@@ -118,10 +116,3 @@ def schema() -> DictConfig:
     node = OmegaConf.structured(BenchConfig)
     OmegaConf.set_struct(node.scenario, False)
     return node
-
-
-def _times(*factors: Any) -> Any:
-    product = 1
-    for factor in factors:
-        product *= factor
-    return product

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Optional
 from urllib.parse import urlparse
 
-from bench.config.fields import Checks
+from bench.config.fields import Checks, positive
 from bench.config.storage_benchmark import (  # noqa: F401  (re-exported: their home before the split)
     MAX_THREADS,
     MAX_TRANSFER_SIZE,
@@ -54,18 +54,17 @@ class StorageLocation(Checks):
     prefix: str = ""
     region: str = "us-east-1"
     client: str = "obstore"  # an S3 client in bench.registries.S3_CLIENTS, or mypkg.s3:MyStore
-    max_attempts: int = 5  # tries per request (5xx, throttling, timeouts retried with backoff)
-    timeout_s: float = 60.0  # per request
-    connect_timeout_s: float = 5.0
+    max_attempts: int = positive(5)  # tries per request (5xx, throttling, timeouts retried with backoff)
+    timeout_s: float = positive(60.0)  # per request
+    connect_timeout_s: float = positive(5.0)
 
     def __post_init__(self) -> None:
+        self.check_ranges()
         self.check_location()
 
     def check_location(self) -> None:
         self.registered("name")
         self.registered("client")
-        self.positive("max_attempts")
-        self.positive("timeout_s", "connect_timeout_s", integer=False)
         if not self.checkpoint_name or "/" in self.checkpoint_name or self.checkpoint_name in (".", ".."):
             self._fail("checkpoint_name", "a file name (no '/'): the checkpoint goes into storage.root")
         if self.name == "s3":

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, List, Optional, Tuple, Union
 
-from bench.config.fields import Checks, Choice
+from bench.config.fields import Checks, Choice, non_negative, positive
 from bench.errors import ConfigError
 
 log = logging.getLogger("bench")
@@ -80,67 +80,48 @@ class StorageWorkloadConfig(Checks):
 
     KEY = "storage.workload"
     name: str = "custom"  # a label for reports (the presets name their workload)
-    num_files: int = 16
-    samples_per_file: int = 8
-    record_size: int = 65536  # bytes per sample
-    record_size_stdev: int = 0  # per-file record sizes drawn from N(record_size, stdev)
+    num_files: int = positive(16)
+    samples_per_file: int = positive(8)
+    record_size: int = positive(65536)  # bytes per sample
+    record_size_stdev: int = non_negative(0)  # per-file record sizes drawn from N(record_size, stdev)
     format: str = "raw"  # a name in bench.registries.FORMATS, or a Format of your own: mypkg.formats:MyFormat
     read_mode: ReadMode = ReadMode.whole_file
-    transfer_size: Optional[int] = None  # bytes per read call into a reused buffer; null: one record
+    transfer_size: Optional[int] = positive(None)  # bytes per read call into a reused buffer; null: one record
     jpeg_decode: bool = False  # format=jpeg: decode every image (simplejpeg), as a loader would
     # check every record read as its loader would (TFRecord's two CRC-32Cs, npz and hdf5 layouts, JPEG
     # markers); false: the lengths only, a read ceiling without the checks' CPU (not an MLPerf result)
     verify_records: bool = True
-    batch_size: int = 4  # samples per step of one simulated accelerator
-    read_threads: int = 4  # readers per simulated accelerator (MLPerf's name: threads or processes, see readers)
+    batch_size: int = positive(4)  # samples per step of one simulated accelerator
+    # readers per simulated accelerator (MLPerf's name: threads or processes, see readers)
+    read_threads: int = positive(4)
     readers: Readers = Readers.auto
-    prefetch: int = 2  # batches read ahead of the emulated compute
-    computation_time: float = 0.0  # seconds of emulated compute per batch; 0 = the I/O ceiling
-    epochs: int = 1
-    max_steps: Optional[int] = None  # stop each accelerator after this many steps
+    prefetch: int = non_negative(2)  # batches read ahead of the emulated compute
+    computation_time: float = non_negative(0.0)  # seconds of emulated compute per batch; 0 = the I/O ceiling
+    epochs: int = positive(1)
+    max_steps: Optional[int] = positive(None)  # stop each accelerator after this many steps
     # none | file | sample (true/false: the old spelling of file/none)
     shuffle: Union[bool, str] = "file"
-    shuffle_buffer: Optional[int] = None  # shuffle=sample: samples in the buffer; null: the whole epoch
+    shuffle_buffer: Optional[int] = positive(None)  # shuffle=sample: samples in the buffer; null: the whole epoch
     seed: int = 0
     seed_change_epoch: bool = True  # a new order every epoch (false: every epoch reads in the first one's order)
     au_threshold: float = 0.9  # accelerator-utilization pass mark
     # evaluation: eval_num_files more files (eval/ under the dataset), read every eval_every_epochs epochs
-    eval_num_files: int = 0
-    eval_batch_size: Optional[int] = None  # null: batch_size
-    eval_computation_time: float = 0.0
-    eval_every_epochs: int = 1
+    eval_num_files: int = non_negative(0)
+    eval_batch_size: Optional[int] = positive(None)  # null: batch_size
+    eval_computation_time: float = non_negative(0.0)
+    eval_every_epochs: int = positive(1)
     # checkpoints: checkpoint_count writes (fsync'd), the page cache dropped, then as many reads
-    checkpoint_size_mb: float = 16.0  # the whole checkpoint; 0 skips the phase
-    checkpoint_count: int = 1
+    checkpoint_size_mb: float = non_negative(16.0)  # the whole checkpoint; 0 skips the phase
+    checkpoint_count: int = positive(1)
     checkpoint_writers: CheckpointWriters = CheckpointWriters.one
-    checkpoint_every_steps: Optional[int] = None  # also write one every K steps of the read phase
+    checkpoint_every_steps: Optional[int] = positive(None)  # also write one every K steps of the read phase
     checkpoint_only: bool = False  # no dataset and no read phase: the checkpoint workload alone
     checkpoint_keep: bool = False  # leave the checkpoints on the store (false: each is deleted once read back)
 
     def __post_init__(self) -> None:
-        self.positive(
-            "num_files",
-            "samples_per_file",
-            "record_size",
-            "batch_size",
-            "read_threads",
-            "epochs",
-            "checkpoint_count",
-            "eval_every_epochs",
-        )
-        self.positive(
-            "max_steps", "transfer_size", "shuffle_buffer", "eval_batch_size", "checkpoint_every_steps", optional=True
-        )
-        self.non_negative(
-            "record_size_stdev",
-            "prefetch",
-            "computation_time",
-            "checkpoint_size_mb",
-            "eval_num_files",
-            "eval_computation_time",
-        )
+        self.check_ranges()
         self.registered("format")
-        self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", include_high=True)
+        self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", "(]")
         self._check_bounds()
         self.shuffle = self._shuffle_mode().value
         if self.format == "jpeg" and self.samples_per_file != 1:
@@ -153,19 +134,14 @@ class StorageWorkloadConfig(Checks):
     def _check_bounds(self) -> None:
         if _number(self.read_threads) and self.read_threads > MAX_THREADS:
             self._fail("read_threads", f"an integer in [1, {MAX_THREADS}] (readers per simulated accelerator)")
-        if (
-            self.record_size_stdev is not None
-            and self.record_size is not None
-            and _number(self.record_size_stdev, self.record_size)
-            and self.record_size_stdev > self.record_size
-        ):
+        if _number(self.record_size_stdev, self.record_size) and self.record_size_stdev > self.record_size:
             self._fail(
                 "record_size_stdev",
                 f"an integer in [0, record_size={self.record_size}] (record sizes "
                 "are drawn from N(record_size, stdev); a wider spread is mostly 1-byte "
                 "records)",
             )
-        if self.transfer_size is not None and _number(self.transfer_size) and self.transfer_size > MAX_TRANSFER_SIZE:
+        if isinstance(self.transfer_size, int) and self.transfer_size > MAX_TRANSFER_SIZE:
             self._fail(
                 "transfer_size",
                 f"an integer in [1, {MAX_TRANSFER_SIZE}] or null (2 GiB - 4 KiB: the most one "
@@ -196,14 +172,14 @@ class StorageBenchmarkConfig(Checks):
     KEY = "storage"
     dataset_dir: str = "iobench-dataset"  # under root (local) or prefix (s3)
     prepare: PrepareMode = PrepareMode.auto
-    prepare_workers: int = 4
-    accelerators: int = 1  # simulated accelerators: one reader process each, on its own files
+    prepare_workers: int = positive(4)
+    accelerators: int = positive(1)  # simulated accelerators: one reader process each, on its own files
     workload: StorageWorkloadConfig = field(default_factory=StorageWorkloadConfig)
     # MLPerf's harness: warm-up runs, then `runs` measured runs (mean and spread; a new seed each run)
-    runs: int = 1
-    warmup_runs: int = 0
+    runs: int = positive(1)
+    warmup_runs: int = non_negative(0)
     # RAM per host (GB x 1024^3, as MLPerf counts) for the size rule; null: this machine's
-    host_memory_gb: Optional[float] = None
+    host_memory_gb: Optional[float] = positive(None)
     # Deprecated spelling of accelerators (it read like storage.client, the S3 library); kept one release.
     clients: Optional[int] = None
 
@@ -224,11 +200,9 @@ class StorageBenchmarkConfig(Checks):
                 "accelerators; storage.client is the S3 library)"
             )
             self.accelerators, self.clients = self.clients, None
-        self.positive("accelerators", "prepare_workers", "runs")
+        self.check_ranges()
         if _number(self.prepare_workers) and self.prepare_workers > MAX_THREADS:
             self._fail("prepare_workers", f"an integer in [1, {MAX_THREADS}] (threads writing the dataset)")
-        self.non_negative("warmup_runs")
-        self.positive("host_memory_gb", optional=True, integer=False)
         if not self.workload.checkpoint_only:
             self.check_clients(self.accelerators, "storage.accelerators")
         if not _inside(self.dataset_dir):

@@ -16,18 +16,9 @@ import torch
 
 from bench.config.data import DataConfig
 from bench.config.storage import StorageLocation
-from bench.data.device_batches import DeviceBatches
+from bench.data.device_batches import DeviceBatches, map_style_batches
 from bench.data.layout import check_class_count, cifar_file
-from bench.data.loader import (
-    BatchDataset,
-    HostBatch,
-    empty_batch,
-    epoch_batch_sampler,
-    eval_batch_sampler,
-    make_loader,
-    map_style_passes,
-    resolve_workers,
-)
+from bench.data.loader import BatchDataset, HostBatch, empty_batch
 from bench.data.registry import Batch
 from bench.data.transforms import resize_batch_into
 from bench.errors import DataError
@@ -140,12 +131,8 @@ def cifar100_batches(
     images, labels, names = load_cifar100(cfg.dataset_root, cfg.split)
     classes = max(len(names), int(labels.max()) + 1)
     check_class_count(classes, cfg.dataset_root, cfg.num_classes)
-    train = cfg.split == "train"
-    dataset = Cifar100Batches(images, labels, cfg.image_size, train and cfg.augment, seed, rank)
-    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, cfg.dataset_root)
-    loader = make_loader(dataset, cfg, device, batch_sampler)
-    facts = {"dataset_size": len(images), "dataset_classes": classes, "data_workers": resolve_workers(cfg)}
-    return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)
+    dataset = Cifar100Batches(images, labels, cfg.image_size, cfg.split == "train" and cfg.augment, seed, rank)
+    return map_style_batches(dataset, cfg, device, memory_format, rank, world_size, cfg.dataset_root, classes)
 
 
 def cifar100_val_batches(
@@ -154,6 +141,4 @@ def cifar100_val_batches(
     """The test split, unaugmented, this rank's share of it."""
     images, labels, _names = load_cifar100(cfg.dataset_root, "val")
     dataset = Cifar100Batches(images, labels, cfg.image_size, False, 0, rank)
-    batch_sampler = eval_batch_sampler(len(dataset), cfg.batch_size, rank, world_size)
-    loader = make_loader(dataset, cfg, device, batch_sampler)
-    return DeviceBatches(lambda _epoch: loader, {"val_dataset_size": len(images)}, cfg, device, memory_format)
+    return map_style_batches(dataset, cfg, device, memory_format, rank, world_size)

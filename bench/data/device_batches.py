@@ -1,17 +1,29 @@
 """The endless device-side iterator the trainer times: passes over a dataset's DataLoader,
 each uint8 batch copied to the device and normalised there, the dataset's facts kept, and a
-worker's failures turned into one-sentence DataErrors (bench.data.loader builds the rest)."""
+worker's failures turned into one-sentence DataErrors (bench.data.loader builds the rest);
+map_style_batches: a map-style dataset's, for training or for one validation pass."""
 
 from __future__ import annotations
 
 import itertools
 import logging
-from typing import Any, Callable, Dict, Generator, Iterable, Iterator, List, Tuple
+from typing import Any, Callable, Dict, Generator, Iterable, Iterator, List, Optional, Tuple
 
 import torch
 
 from bench.config.data import DataConfig
-from bench.data.loader import MAX_WARNINGS, OUTPUT_RING, Failure, HostBatch, release_batch
+from bench.data.loader import (
+    MAX_WARNINGS,
+    OUTPUT_RING,
+    BatchDataset,
+    Failure,
+    HostBatch,
+    epoch_batch_sampler,
+    eval_batch_sampler,
+    make_loader,
+    release_batch,
+    resolve_workers,
+)
 from bench.data.transforms import normalize_into
 from bench.errors import DataError
 
@@ -127,3 +139,31 @@ class DeviceBatches(Iterator):
                 if len(self._skipped) <= MAX_WARNINGS:
                     log.warning("skipped corrupt image %s (%s)", path, reason)
         self.facts["corrupt_skipped"] = len(self._skipped)
+
+
+def map_style_batches(
+    dataset: BatchDataset,
+    cfg: DataConfig,
+    device: torch.device,
+    memory_format: torch.memory_format,
+    rank: int,
+    world_size: int,
+    where: Optional[str] = None,
+    classes: int = 0,
+) -> DeviceBatches:
+    """A map-style dataset's batches, this rank's share. With `where` (the split's folder or file, named
+    when it holds less than a batch per process; `classes`: the split's), training: endless passes of full
+    batches, reshuffled each epoch on the train split (DistributedSampler.set_epoch); without, validation:
+    one pass in which each sample is read by one rank, the last batch partial."""
+    if where is None:
+        loader = make_loader(dataset, cfg, device, eval_batch_sampler(len(dataset), cfg.batch_size, rank, world_size))
+        return DeviceBatches(lambda _epoch: loader, {"val_dataset_size": len(dataset)}, cfg, device, memory_format)
+    batches = epoch_batch_sampler(len(dataset), cfg, cfg.split == "train", rank, world_size, where)
+    loader = make_loader(dataset, cfg, device, batches)
+
+    def one_pass(epoch: int) -> Iterable[HostBatch]:
+        batches.sampler.set_epoch(epoch)  # type: ignore[union-attr]  # epoch_batch_sampler's DistributedSampler
+        return loader
+
+    facts = {"dataset_size": len(dataset), "dataset_classes": classes, "data_workers": resolve_workers(cfg)}
+    return DeviceBatches(one_pass, facts, cfg, device, memory_format)

@@ -65,10 +65,6 @@ def describe(manifest: Dict[str, Any]) -> str:
     )
 
 
-def _same_options(manifest: Dict[str, Any], wanted: Dict[str, Any]) -> bool:
-    return all(manifest.get(key) == value for key, value in wanted.items())
-
-
 def write_digits(
     dst: str, val_fraction: float = 0.2, size: int = 32, image_format: str = "png", seed: int = 0
 ) -> Tuple[Dict[str, Any], bool]:
@@ -84,7 +80,7 @@ def write_digits(
                 dst,
                 f"a new or empty directory, or one this command wrote (it holds other files and no {MANIFEST})",
             )
-        if not _same_options(manifest, wanted):
+        if any(manifest.get(key) != value for key, value in wanted.items()):
             raise ConfigError(
                 "--dst",
                 dst,

@@ -11,29 +11,19 @@ import torch
 
 from bench.config.data import DataConfig
 from bench.config.storage import StorageLocation
-from bench.data.device_batches import DeviceBatches
-from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder
-from bench.data.loader import (
-    BatchDataset,
-    HostBatch,
-    epoch_batch_sampler,
-    eval_batch_sampler,
-    fill_batch,
-    make_loader,
-    map_style_passes,
-    resolve_workers,
-)
+from bench.data.device_batches import DeviceBatches, map_style_batches
+from bench.data.layout import check_class_count, check_separate_val, imagefolder_base, scan_image_folder
+from bench.data.loader import BatchDataset, HostBatch, empty_batch
 from bench.data.registry import Batch
-from bench.data.transforms import decode_crop, resize_into
-from bench.errors import DataError
+from bench.data.transforms import CorruptImage, decode_crop, resize_into
+
+MAX_REPLACEMENTS = 16  # consecutive undecodable images tolerated before giving up on a batch slot
 
 
 class ImageFolderBatches(BatchDataset):
-    def __init__(
-        self, paths: List[str], labels: np.ndarray, size: int, train: bool, decoder: str, seed: int, rank: int
-    ):
+    def __init__(self, paths: List[str], labels: List[int], size: int, train: bool, decoder: str, seed: int, rank: int):
         super().__init__(size, train, seed, rank)
-        self.paths, self.labels, self.decoder = paths, labels, decoder
+        self.paths, self.labels, self.decoder = paths, np.asarray(labels, dtype=np.int64), decoder
 
     def __len__(self) -> int:
         return len(self.paths)
@@ -46,7 +36,25 @@ class ImageFolderBatches(BatchDataset):
         return int(self.labels[index])
 
     def __getitems__(self, indices: List[int]) -> HostBatch:
-        return fill_batch(len(indices), self.size, self.load, indices, len(self.paths), self.paths.__getitem__)
+        """The batch slot by slot: an image that does not decode is replaced by the next one (reported as a
+        skipped failure), an OSError is reported as fatal."""
+        images, labels, release = empty_batch(len(indices), self.size)
+        slots, failures = images.numpy(), []
+        for slot, index in enumerate(indices):
+            for attempt in range(MAX_REPLACEMENTS):
+                candidate = (index + attempt) % len(self.paths)
+                try:
+                    labels[slot] = self.load(slots[slot], candidate)
+                    break
+                except CorruptImage as exc:
+                    failures.append((self.paths[candidate], str(exc), False))
+                except OSError as exc:
+                    failures.append((self.paths[candidate], exc.strerror or str(exc), True))
+                    return images, labels, failures, release
+            else:
+                failures.append((self.paths[index], f"{MAX_REPLACEMENTS} undecodable images in a row from here", True))
+                return images, labels, failures, release
+        return images, labels, failures, release
 
 
 def imagefolder_batches(
@@ -61,30 +69,18 @@ def imagefolder_batches(
     base = imagefolder_base(cfg.dataset_root, cfg.split)
     classes, paths, labels = scan_image_folder(base)
     check_class_count(len(classes), base, cfg.num_classes)
-    train = cfg.split == "train"
-    dataset = ImageFolderBatches(
-        paths, np.asarray(labels, dtype=np.int64), cfg.image_size, train and cfg.augment, cfg.decoder, seed, rank
-    )
-    batch_sampler = epoch_batch_sampler(len(dataset), cfg, train, rank, world_size, base)
-    loader = make_loader(dataset, cfg, device, batch_sampler)
-    facts = {"dataset_size": len(paths), "dataset_classes": len(classes), "data_workers": resolve_workers(cfg)}
-    return DeviceBatches(map_style_passes(loader, batch_sampler), facts, cfg, device, memory_format)
+    train = cfg.split == "train" and cfg.augment
+    dataset = ImageFolderBatches(paths, labels, cfg.image_size, train, cfg.decoder, seed, rank)
+    return map_style_batches(dataset, cfg, device, memory_format, rank, world_size, base, len(classes))
 
 
 def imagefolder_val_batches(
     cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, rank: int = 0, world_size: int = 1
 ) -> DeviceBatches:
     """The val/ split with the val transform (resize + center crop), this rank's share of it."""
-    base = imagefolder_base(cfg.dataset_root, "val")
-    if os.path.normpath(base) == os.path.normpath(cfg.dataset_root):
-        raise DataError(
-            f"data.root={cfg.root!r} has no val/ folder: validation (train.eval_every, "
-            "train.target_accuracy) needs train/ and val/ class folders"
-        )
+    check_separate_val(cfg.dataset_root)
+    base = os.path.join(cfg.dataset_root, "val")
     classes, paths, labels = scan_image_folder(base)
     check_class_count(len(classes), base, cfg.num_classes)
-    dataset = ImageFolderBatches(paths, np.asarray(labels, dtype=np.int64), cfg.image_size, False, cfg.decoder, 0, rank)
-    batch_sampler = eval_batch_sampler(len(dataset), cfg.batch_size, rank, world_size)
-    loader = make_loader(dataset, cfg, device, batch_sampler)
-    facts = {"val_dataset_size": len(paths)}
-    return DeviceBatches(lambda _epoch: loader, facts, cfg, device, memory_format)
+    dataset = ImageFolderBatches(paths, labels, cfg.image_size, False, cfg.decoder, 0, rank)
+    return map_style_batches(dataset, cfg, device, memory_format, rank, world_size)

@@ -7,9 +7,10 @@ again (they can be used without the app, e.g. by `python -m bench.data`).
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
-from typing import List, Tuple
+from typing import Iterator, List, Tuple
 
 from bench.config.data import DataConfig
 from bench.errors import DataError
@@ -45,17 +46,21 @@ def class_folders(base: str) -> List[str]:
     return names
 
 
+def _images_in(folder: str) -> Iterator[str]:
+    """The images under `folder`, in the loader's order (torchvision's ImageFolder's)."""
+    for where, _dirs, files in sorted(os.walk(folder, followlinks=True)):
+        yield from (os.path.join(where, f) for f in sorted(files) if f.lower().endswith(IMAGE_EXTENSIONS))
+
+
 def scan_image_folder(base: str) -> Tuple[List[str], List[str], List[int]]:
     """(class names, image paths, labels), ordered like torchvision's ImageFolder."""
     classes = class_folders(base)
     paths: List[str] = []
     labels: List[int] = []
     for label, name in enumerate(classes):
-        for folder, _dirs, files in sorted(os.walk(os.path.join(base, name), followlinks=True)):
-            for file in sorted(files):
-                if file.lower().endswith(IMAGE_EXTENSIONS):
-                    paths.append(os.path.join(folder, file))
-                    labels.append(label)
+        for path in _images_in(os.path.join(base, name)):
+            paths.append(path)
+            labels.append(label)
     if not paths:
         raise DataError(
             f"{base} holds no images: expected files ending in {', '.join(IMAGE_EXTENSIONS)} inside its class folders"
@@ -148,11 +153,6 @@ def check_imagefolder(data: DataConfig) -> None:
     check_first_images_decode(base, classes)
 
 
-def _images_in(folder: str):
-    for where, _dirs, files in sorted(os.walk(folder, followlinks=True)):
-        yield from (os.path.join(where, f) for f in sorted(files) if f.lower().endswith(IMAGE_EXTENSIONS))
-
-
 def warn_empty_class_folders(base: str, classes: List[str]) -> None:
     """A class folder without images still is a class (a label, an output of the head) that no
     sample has: kept, as torchvision's ImageFolder order needs it, but said once."""
@@ -166,26 +166,16 @@ def warn_empty_class_folders(base: str, classes: List[str]) -> None:
         )
 
 
-def _first_images(base: str, classes: List[str], count: int) -> List[str]:
-    """The first `count` images in the loader's order, zero-byte files left out (the loader skips and
-    counts those like corrupt images; they say nothing of whether the folder holds images)."""
-    found: List[str] = []
-    for name in classes:
-        for path in _images_in(os.path.join(base, name)):
-            if os.path.getsize(path) > 0:
-                found.append(path)
-                if len(found) >= count:
-                    return found
-    return found
-
-
 def check_first_images_decode(base: str, classes: List[str]) -> None:
     """The first few images (in the loader's order) open as images: a folder of other files, or
     of files named .jpg that are not, is a dataset problem for preflight, not a run failure. A
     corrupt image among good ones is the loader's to skip (or, with data.strict, to stop at)."""
     from PIL import Image, UnidentifiedImageError
 
-    paths = _first_images(base, classes, PROBE_IMAGES)
+    # zero-byte files left out: the loader skips and counts them like corrupt images, and they say nothing of
+    # whether the folder holds images
+    images = (path for name in classes for path in _images_in(os.path.join(base, name)))
+    paths = list(itertools.islice((path for path in images if os.path.getsize(path) > 0), PROBE_IMAGES))
     if not paths:
         raise DataError(
             f"{base} holds no images (or only empty files): expected files ending in "
@@ -217,9 +207,3 @@ def check_cifar100(data: DataConfig) -> None:
     if data.download and not all(os.path.isfile(os.path.join(data.dataset_root, f)) for f in ("train", "test")):
         download_cifar100(data.dataset_root)
     cifar_file(data.dataset_root, data.split)
-
-
-def check_shards(data: DataConfig) -> None:
-    """Local shard roots only (s3:// ones are checked when opened, through the object store)."""
-    if not data.dataset_root.startswith("s3://"):
-        check_local_shards(data.dataset_root, data.split)

@@ -14,14 +14,13 @@ import logging
 import os
 import random
 import zlib
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, get_worker_info
 
 from bench.config.data import DataConfig
-from bench.data.transforms import CorruptImage
 from bench.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -29,7 +28,6 @@ log = logging.getLogger(__name__)
 Failure = Tuple[str, str, bool]  # (path, reason, fatal): fatal = unreadable, else a corrupt image skipped
 Release = Optional[Tuple[torch.Tensor, int]]  # (a worker's shared slot flags, slot) to clear once consumed
 HostBatch = Tuple[torch.Tensor, torch.Tensor, List[Failure], Release]
-MAX_REPLACEMENTS = 16  # consecutive undecodable samples tolerated before giving up on a batch slot
 MAX_WARNINGS = 10  # skipped-image warnings logged per run (all are counted)
 OUTPUT_RING = 3  # float32 output batches kept for reuse on the CPU
 
@@ -191,47 +189,7 @@ def epoch_batch_sampler(
     return batches
 
 
-def map_style_passes(loader: DataLoader, batch_sampler: BatchSampler) -> Callable[[int], Iterable[HostBatch]]:
-    sampler = batch_sampler.sampler
-    assert isinstance(sampler, DistributedSampler), "epoch_batch_sampler builds every map-style batch sampler"
-
-    def one_pass(epoch: int) -> Iterable[HostBatch]:
-        sampler.set_epoch(epoch)
-        return loader
-
-    return one_pass
-
-
 def eval_batch_sampler(dataset_len: int, batch_size: int, rank: int, world_size: int) -> BatchSampler:
     """Validation: rank r reads samples r, r + world_size, ... in order, the last batch partial:
     every sample is read by exactly one rank, once (DistributedSampler would pad or drop)."""
     return BatchSampler(range(rank, dataset_len, world_size), batch_size, drop_last=False)
-
-
-def fill_batch(
-    count: int,
-    size: int,
-    load: Callable[[np.ndarray, int], int],
-    first_indices: List[int],
-    dataset_len: int,
-    describe: Callable[[int], str],
-) -> HostBatch:
-    """Fill a uint8 batch slot by slot with load(slot, index) -> label; a CorruptImage moves on to the
-    next index (reported as a skipped failure), an OSError is reported as fatal."""
-    images, labels, release = empty_batch(count, size)
-    slots, failures = images.numpy(), []
-    for slot, index in enumerate(first_indices):
-        for attempt in range(MAX_REPLACEMENTS):
-            candidate = (index + attempt) % dataset_len
-            try:
-                labels[slot] = load(slots[slot], candidate)
-                break
-            except CorruptImage as exc:
-                failures.append((describe(candidate), str(exc), False))
-            except OSError as exc:
-                failures.append((describe(candidate), exc.strerror or str(exc), True))
-                return images, labels, failures, release
-        else:
-            failures.append((describe(index), f"{MAX_REPLACEMENTS} undecodable images in a row from here", True))
-            return images, labels, failures, release
-    return images, labels, failures, release

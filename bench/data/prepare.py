@@ -17,9 +17,7 @@ import multiprocessing
 import os
 import random
 import re
-import signal
 import sys
-import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -31,7 +29,7 @@ from bench.config.storage import StorageLocation
 from bench.data.layout import imagefolder_base, scan_image_folder, shard_split_key
 from bench.data.shardformat import encode_shard, is_bench_shard, make_meta, shard_key
 from bench.errors import DataError, Interrupted
-from bench.machine.children import die_with_parent
+from bench.machine.children import die_with_parent, sigterm_raises
 from bench.storage.registry import open_store
 
 SPLITS = ("train", "val")
@@ -83,29 +81,16 @@ def source_splits(src: str) -> List[str]:
     return found or ["train"]
 
 
-def _worker_init(parent: int) -> None:
-    """In each pool process: Ctrl-C is the parent's to handle (it terminates the pool), and the
-    kernel kills this process when its parent dies."""
-    die_with_parent(parent)
-
-
-def _raise_interrupted(signum: int, _frame: Any) -> None:
-    raise Interrupted(signal.Signals(signum).name)
-
-
 @contextmanager
 def _pool(processes: int) -> Iterator[Any]:
-    """A spawn pool that is terminated however the block ends (SIGTERM raises Interrupted here)."""
-    in_main_thread = threading.current_thread() is threading.main_thread()
-    previous = signal.signal(signal.SIGTERM, _raise_interrupted) if in_main_thread else None
+    """A spawn pool that is terminated however the block ends (SIGTERM raises Interrupted here). In each
+    pool process Ctrl-C is the parent's to handle, and the kernel kills it when its parent dies."""
+    spawn = multiprocessing.get_context("spawn")
     try:
-        with multiprocessing.get_context("spawn").Pool(processes, _worker_init, (os.getpid(),)) as pool:
+        with sigterm_raises(), spawn.Pool(processes, die_with_parent, (os.getpid(),)) as pool:
             yield pool
     except KeyboardInterrupt:
         raise Interrupted("SIGINT") from None
-    finally:
-        if in_main_thread:
-            signal.signal(signal.SIGTERM, previous)
 
 
 def clear_split(store: Any, split: str, keep: Sequence[str]) -> Tuple[List[str], List[str]]:

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import numpy as np
 
-from bench.data.layout import check_shards, shard_split_key
+from bench.data.layout import check_local_shards, shard_split_key
 from bench.errors import DataError
 
 MAGIC = b"BSHARD01"
@@ -72,9 +72,10 @@ def check_labels(index: np.ndarray, classes: int, where: str) -> None:
 
 
 def check_shard_dataset(data: Any) -> None:
-    """Preflight of data=shards: the split is there (bench.data.layout), and a local one's labels are classes."""
-    check_shards(data)
+    """Preflight of data=shards, local roots (s3:// ones are checked when opened, through the object store):
+    the split is there (bench.data.layout), and its labels are classes."""
     if not data.root.startswith("s3://"):
+        check_local_shards(data.root, data.split)
         check_local_shard_labels(data.root, data.split)
 
 

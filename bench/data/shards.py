@@ -28,10 +28,12 @@ from bench.data.shardformat import check_labels, decode_shard_index, read_meta
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
 from bench.storage.registry import open_store
 
+RecordFilter = Optional[Tuple[int, int]]  # (stride, first): the records whose dataset-wide index i % stride == first
+
 
 def consumer_plan(
     shard_counts: List[int], epoch: int, seed: int, shuffle: bool, consumer: int, consumers: int
-) -> List[Tuple[int, Optional[Tuple[int, int]]]]:
+) -> List[Tuple[int, RecordFilter]]:
     """(shard number, record filter) pairs one consumer reads in one epoch; the filter
     (stride, first) keeps records whose dataset-wide index i has i % stride == first."""
     order = list(range(len(shard_counts)))
@@ -95,28 +97,17 @@ class ShardStream(IterableDataset):
                 if failures and failures[-1][2]:  # unreadable shard: hand it to the main process now
                     yield images, labels, failures, release
                     return
-            if self.one_pass:
-                if seen and not decoded:
-                    failures.append(
-                        (self.location, f"none of the {seen} images this worker read could be decoded", True)
-                    )
+            if seen and not decoded:
+                failures.append((self.location, f"none of the {seen} images this worker read could be decoded", True))
+            # the one pass is over; or nothing to read (more consumers than records), or nothing decodes: every
+            # epoch reads the same records, so the next would not either
+            if self.one_pass or not decoded:
                 if filled or failures:
                     yield images[:filled], labels[:filled], failures, release
                 return
-            if not seen:  # more consumers than records: this one has nothing to read
-                return
-            if not decoded:
-                failures.append((self.location, f"none of the {seen} images this worker read could be decoded", True))
-                yield images, labels, failures, release
-                return
 
     def _records(
-        self,
-        store: Any,
-        shard: int,
-        record_filter: Optional[Tuple[int, int]],
-        rng: random.Random,
-        failures: List[Failure],
+        self, store: Any, shard: int, record_filter: RecordFilter, rng: random.Random, failures: List[Failure]
     ) -> Iterator[Tuple[memoryview, int, str]]:
         where = f"{store.url.rstrip('/')}/{self.keys[shard]}"
         try:

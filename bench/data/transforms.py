@@ -8,6 +8,7 @@ covers the output size at that scale.
 
 from __future__ import annotations
 
+import functools
 import io
 import math
 import random
@@ -166,20 +167,14 @@ def normalize_into(out: torch.Tensor, pixels: torch.Tensor) -> torch.Tensor:
 # (x - 255 mean) / (255 std) as x * scale + shift, per channel
 SCALE = tuple(1 / (255 * s) for s in IMAGENET_STD)
 SHIFT = tuple(-m / s for m, s in zip(IMAGENET_MEAN, IMAGENET_STD, strict=True))
-_ROW_PATTERNS: dict = {}
-_SHIFTS: dict = {}
 
 
+@functools.lru_cache(maxsize=None)
 def _channel_shifts(device: torch.device) -> List[torch.Tensor]:
-    if str(device) not in _SHIFTS:
-        _SHIFTS[str(device)] = [torch.tensor(shift, device=device) for shift in SHIFT]
-    return _SHIFTS[str(device)]
+    return [torch.tensor(shift, device=device) for shift in SHIFT]
 
 
+@functools.lru_cache(maxsize=None)
 def _row_pattern(device: torch.device, width: int) -> Tuple[torch.Tensor, torch.Tensor]:
-    """scale and shift repeated along one NHWC row (R, G, B, R, G, B, ...), cached per device and width."""
-    key = (str(device), width)
-    if key not in _ROW_PATTERNS:
-        scale = torch.tensor(SCALE).repeat(width).to(device)
-        _ROW_PATTERNS[key] = (scale, torch.tensor(SHIFT).repeat(width).to(device))
-    return _ROW_PATTERNS[key]
+    """scale and shift repeated along one NHWC row (R, G, B, R, G, B, ...), kept per device and width."""
+    return torch.tensor(SCALE).repeat(width).to(device), torch.tensor(SHIFT).repeat(width).to(device)

@@ -21,7 +21,7 @@ import torch
 
 from bench.config import BenchConfig
 from bench.doctor.figures import LOADER, STAGES, LoaderFigures, Rung
-from bench.machine.cpu_time import cpu_seconds_with_children
+from bench.machine.fitness import cpu_seconds_with_children
 
 MIN_BATCHES = 3
 T = TypeVar("T")

@@ -1,7 +1,7 @@
 """How a run's processes start and cooperate: logs, process group, the hang watchdog, the
 elastic launcher and its reaper (who a process is among the ranks: bench.rank_context).
 
-`bench.launch.select.select_launcher` is the one place that decides how a run's ranks start:
+`bench.launch.launchers.select_launcher` is the one place that decides how a run's ranks start:
 - in this process: a one-process run (distributed=single, or ddp with one process outside a
   sweep), and every scenario that has no ranks (the storage benchmark);
 - elastic workers: nproc_per_node x nnodes > 1, and every job of a multirun (so each

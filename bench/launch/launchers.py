@@ -1,5 +1,6 @@
 """How the ranks of a run start: in this process, as workers of torch's elastic launcher, or
-joined to an outside launcher (torchrun, srun, Kubernetes) that started them already.
+joined to an outside launcher (torchrun, srun, Kubernetes) that started them already;
+`select_launcher` is the one place that decides which (bench.launch says when).
 
 Each launcher runs `scenario.run_rank` once per rank and hands back what rank 0 returned
 (None on a process that does not hold rank 0). `reports` says whether this process reports
@@ -19,11 +20,9 @@ from typing import Any, Dict, Iterator, Optional
 from bench.config import BenchConfig
 from bench.config.distributed import DistributedConfig
 from bench.errors import WorkerFailure
-from bench.launch.failures import describe_failure
-from bench.launch.rank_logs import setup_rank_logging
-from bench.launch.reaper import SurvivorReaper, first_to_die, rank_of
-from bench.launch.worker import worker_entry
-from bench.rank_context import RankContext, free_port
+from bench.launch.reaper import SurvivorReaper, describe_failure, first_to_die, pid_files
+from bench.launch.worker import setup_rank_logging, worker_entry
+from bench.rank_context import RankContext, free_port, outside_launcher_context
 
 log = logging.getLogger("bench")
 
@@ -121,12 +120,23 @@ class Elastic(Launcher):
         except ChildFailedError as exc:
             reaper.stop()
             first = first_to_die(reaper.first_gone, workers)
-            stopped = [(rank_of(pid, workers), pid) for pid in reaper.stopped]
-            stopped_rank = next(((r, pid) for r, pid in stopped if r is not None), None)
-            raise WorkerFailure(describe_failure(exc, first, reaper.killed, stopped_rank)) from None
+            ranks = {pid: rank for rank, (pid, _local_rank) in pid_files(workers).items()}
+            stopped = next(((ranks[pid], pid) for pid in reaper.stopped if pid in ranks), None)
+            raise WorkerFailure(describe_failure(exc, first, reaper.killed, stopped)) from None
         finally:
             reaper.stop()
         return returns.get(0)
+
+
+def select_launcher(config: BenchConfig, has_ranks: bool, in_sweep: bool) -> Launcher:
+    if not has_ranks:
+        return InProcess()
+    joined = outside_launcher_context(config.distributed)
+    if joined is not None:
+        return Joined(joined)
+    if in_sweep or config.distributed.world_size > 1:
+        return Elastic(config.distributed)
+    return InProcess()
 
 
 def accepted_by(cls: Any, **optional: Any) -> Dict[str, Any]:
@@ -179,6 +189,7 @@ def _kill_quietly(pid: int) -> None:
 # A Unix socket's path holds at most 107 bytes; the forkserver's is <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX.
 SOCKET_PATH_MAX = 107
 SOCKET_SUFFIX = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+SHORT_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # where multiprocessing's temp dir goes when $TMPDIR is too long
 
 
 def make_multiprocessing_temp_dir() -> None:
@@ -188,12 +199,10 @@ def make_multiprocessing_temp_dir() -> None:
     import multiprocessing.util
     import tempfile
 
-    if len(tempfile.gettempdir()) + SOCKET_SUFFIX <= SOCKET_PATH_MAX:
-        multiprocessing.util.get_temp_dir()
-        return
-    short = next((d for d in ("/tmp", "/var/tmp", "/dev/shm") if os.access(d, os.W_OK | os.X_OK)), None)
+    too_long = len(tempfile.gettempdir()) + SOCKET_SUFFIX > SOCKET_PATH_MAX
     previous = tempfile.tempdir
-    tempfile.tempdir = short or previous
+    if too_long:
+        tempfile.tempdir = next((d for d in SHORT_TEMP_DIRS if os.access(d, os.W_OK | os.X_OK)), previous)
     try:
         multiprocessing.util.get_temp_dir()
     finally:

@@ -16,19 +16,6 @@ from typing import List, Optional, Sequence, TextIO
 
 MULTIRUN = ("-m", "--multirun")
 CFG = ("-c", "--cfg")
-TAKES_A_VALUE = (
-    "-c",
-    "--cfg",
-    "-p",
-    "--package",
-    "-cp",
-    "--config-path",
-    "-cn",
-    "--config-name",
-    "-cd",
-    "--config-dir",
-    "--experimental-rerun",
-)
 
 
 def wants_preview(argv: Sequence[str]) -> bool:
@@ -63,12 +50,15 @@ def job_config(argv: Sequence[str], out: TextIO) -> Optional[str]:
 
 def overrides_of(argv: Sequence[str]) -> List[str]:
     """The command line without Hydra's flags (and their values): the overrides."""
+    from bench.config.argv import hydra_flags
+
+    takes_a_value = hydra_flags(taking_a_value=True)
     found: List[str] = []
     skip = False
     for arg in argv:
         if skip:
             skip = False
-        elif arg in TAKES_A_VALUE:
+        elif arg in takes_a_value:
             skip = True
         elif not arg.startswith("-"):
             found.append(arg)

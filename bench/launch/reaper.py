@@ -1,4 +1,5 @@
-"""Once one launched worker has ended, SIGKILL the ones still there after a short grace period.
+"""A failed launch: once one launched worker has ended, SIGKILL the ones still there after a short
+grace period, then say in one line which worker failed first and how (describe_failure).
 
 The elastic launcher gives survivors 30 s after SIGTERM, and a stopped (or wedged) process
 never acts on SIGTERM: without this a failed job could outlive its timeout. Workers are known
@@ -11,10 +12,13 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import signal
 import threading
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+from bench.launch.worker import EXIT_HUNG, EXIT_ORPHANED
 
 log = logging.getLogger("bench")
 
@@ -44,7 +48,7 @@ class SurvivorReaper:
         # Polled often: which worker ends first tells the root cause from the ranks that failed
         # because of it (the launcher reports only one failure, often a peer's).
         while not self._stop.wait(0.05):
-            for pid in worker_pids(self.workers_dir):
+            for pid, _local_rank in pid_files(self.workers_dir).values():
                 if pid not in workers:
                     try:
                         workers[pid] = psutil.Process(pid)
@@ -71,17 +75,15 @@ class SurvivorReaper:
                         worker.kill()
 
 
-def pid_file(workers_dir: Path, rank: int) -> Path:
-    return workers_dir / f"rank{rank}.pid"
-
-
-def worker_pids(workers_dir: Path) -> List[int]:
-    """Pids from this launch's pid files (its folder is its own: every file in it is this launch's)."""
-    pids = []
+def pid_files(workers_dir: Path) -> Dict[int, Tuple[int, str]]:
+    """rank -> (pid, local rank), from this launch's pid files (its folder is its own: every file in
+    it is this launch's). One being written right now is read at the next call."""
+    found = {}
     for path in workers_dir.glob("rank*.pid"):
-        with contextlib.suppress(OSError, ValueError, IndexError):  # being written right now: the next poll reads it
-            pids.append(int(path.read_text().split()[0]))
-    return pids
+        with contextlib.suppress(OSError, ValueError):
+            pid, local_rank = path.read_text().split()
+            found[int(path.stem[len("rank") :])] = (int(pid), local_rank)
+    return found
 
 
 def first_to_die(pids: List[int], workers_dir: Path) -> Optional[Tuple[int, int]]:
@@ -90,10 +92,9 @@ def first_to_die(pids: List[int], workers_dir: Path) -> Optional[Tuple[int, int]
     `pids` are the workers the reaper saw gone at its first sighting of a death (several when
     they went within one poll); a rank that raised left an error.json (torch's @record), a
     rank killed by a signal left none, and that one is the root cause."""
-    for path in sorted(workers_dir.glob("rank*.pid"), key=lambda p: int(p.stem[len("rank") :])):
-        pid, local_rank = path.read_text().split()
-        if int(pid) in pids and not list(workers_dir.glob(f"*/attempt_*/{local_rank}/error.json")):
-            return int(path.stem[len("rank") :]), int(pid)
+    for rank, (pid, local_rank) in sorted(pid_files(workers_dir).items()):
+        if pid in pids and not list(workers_dir.glob(f"*/attempt_*/{local_rank}/error.json")):
+            return rank, pid
     return None
 
 
@@ -109,12 +110,49 @@ def _state(process: Any) -> Optional[str]:
         return None
 
 
-def rank_of(pid: int, workers_dir: Path) -> Optional[int]:
-    """The rank whose pid file names `pid`."""
-    for path in workers_dir.glob("rank*.pid"):
+def describe_failure(
+    exc: Any,
+    first: Optional[Tuple[int, int]] = None,
+    killed: Sequence[int] = (),
+    stopped: Optional[Tuple[int, int]] = None,
+) -> str:
+    """One line from the elastic launcher's ChildFailedError: the rank that failed first, its exit code or
+    signal, its error. `first` is (rank, pid) of the worker seen to end first, if the launcher blamed another;
+    `killed` are the pids the reaper killed after that: survivors, never the cause;
+    `stopped` is (rank, pid) of a worker seen stopped (SIGSTOP, a debugger): its peers then wait
+    for it in a collective until the timeout, so it, not the rank that timed out, is the cause."""
+    failures = {r: f for r, f in exc.failures.items() if f.pid not in killed} or exc.failures
+    rank, failure = min(failures.items(), key=lambda item: (item[1].exitcode >= 0, item[1].timestamp, item[0]))
+    if stopped is not None and stopped[0] != rank:
+        return (
+            f"worker rank {stopped[0]} (pid {stopped[1]}) was stopped (SIGSTOP or a debugger) and stopped "
+            f"stepping; rank {rank} then gave up waiting for it after distributed.timeout_s: {_detail(failure)}"
+        )
+    if first is not None and first[0] != rank and failure.exitcode >= 0 and failure.exitcode != EXIT_HUNG:
+        return (
+            f"worker rank {first[0]} (pid {first[1]}) died first, without an error of its own (killed by a "
+            f"signal such as SIGKILL, or by the OOM killer); rank {rank} then failed: {_detail(failure)}"
+        )
+    if failure.exitcode == EXIT_ORPHANED:
+        return f"worker rank {rank} (pid {failure.pid}) ended because its launcher was gone"
+    if failure.exitcode == EXIT_HUNG:
+        return (
+            f"worker rank {rank} (pid {failure.pid}) saw no training step finish for distributed.timeout_s: "
+            "a rank died or hung"
+        )
+    if failure.exitcode < 0:
         try:
-            if int(path.read_text().split()[0]) == pid:
-                return int(path.stem[len("rank") :])
-        except (OSError, ValueError, IndexError):
-            continue
-    return None
+            name = signal.Signals(-failure.exitcode).name
+        except ValueError:
+            name = f"signal {-failure.exitcode}"
+        return f"worker rank {rank} (pid {failure.pid}) was killed by {name}"
+    return f"worker rank {rank} (pid {failure.pid}) exited with code {failure.exitcode}: {_detail(failure)}"
+
+
+def _detail(failure: Any) -> str:
+    message = failure.message
+    if isinstance(message, dict):
+        message = message.get("message", "")
+    lines = str(message or "").strip().splitlines()
+    detail = lines[0] if lines else "no error message"
+    return "see its log in the job dir" if detail.startswith("Process failed with exitcode") else detail

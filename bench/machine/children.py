@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ctypes
+import functools
 import os
 import select
 import signal
@@ -10,16 +11,29 @@ import subprocess
 import threading
 import time
 from contextlib import contextmanager, suppress
-from typing import Any, Callable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
 
-def die_with_parent(parent: int) -> None:
-    """In a child process: Ctrl-C (sent to the whole process group) is the parent's to handle, and
-    the kernel kills this process when its parent dies (PR_SET_PDEATHSIG, Linux; elsewhere the
-    parent's SIGTERM / Ctrl-C handling still ends it)."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+def process_identity(pid: int) -> Optional[Tuple[int, float]]:
+    """(pid, start time) of a live process, None when there is none (or only a zombie): a pid the
+    system gave to another process since is told apart by its start time."""
+    import psutil
+
+    try:
+        process = psutil.Process(pid)
+        return None if process.status() == psutil.STATUS_ZOMBIE else (pid, process.create_time())
+    except psutil.Error:
+        return None
+
+
+def die_with_parent(parent: int, signum: int = signal.SIGKILL, ctrl_c: bool = False) -> None:
+    """In a child process: the kernel sends it `signum` when its parent dies (PR_SET_PDEATHSIG, Linux;
+    elsewhere the parent's SIGTERM / Ctrl-C handling still ends it), and Ctrl-C (sent to the whole
+    process group) is the parent's to handle, unless `ctrl_c`."""
+    if not ctrl_c:
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
     with suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        ctypes.CDLL(None, use_errno=True).prctl(1, signum)  # PR_SET_PDEATHSIG
     if os.getppid() != parent:  # the parent died before prctl took effect
         os._exit(1)
 
@@ -51,16 +65,9 @@ CHILD_GRACE_S = 10.0
 
 
 def _die_with_parent_on_exec(parent: int) -> Callable[[], None]:
-    """preexec_fn for a `python -m bench` child: SIGTERM when the parent dies, even by SIGKILL
-    (PR_SET_PDEATHSIG), so the child ends its run KILLED instead of measuring on for nobody."""
-
-    def hook() -> None:
-        with suppress(OSError, AttributeError):
-            ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-        if os.getppid() != parent:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return hook
+    """preexec_fn for a `python -m bench` child: SIGTERM when the parent dies, even by SIGKILL, so the
+    child ends its run KILLED instead of measuring on for nobody."""
+    return functools.partial(die_with_parent, parent, signal.SIGTERM, ctrl_c=True)
 
 
 def stop_child(proc: "subprocess.Popen[Any]", grace_s: float = CHILD_GRACE_S) -> None:

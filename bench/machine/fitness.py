@@ -65,12 +65,7 @@ def unfit_reason(row: Mapping[str, Any]) -> Optional[str]:
     """Why a result (a record's dict, a sweep frame's row; MLflow gives the verdict back as 0/1) was not
     fit to measure; None when it was, or when it holds no verdict (recorded before there was one)."""
     value = row.get(VERDICT)
-    if (
-        value is None
-        or value == ""
-        or (isinstance(value, float) and value != value)
-        or str(value).lower() in ("true", "1", "1.0")
-    ):
+    if value is None or value != value or str(value).lower() in ("", "true", "1", "1.0"):  # value != value: NaN
         return None
     reasons = row.get(REASONS)
     return str(reasons) if isinstance(reasons, str) and reasons else "no reason recorded"
@@ -129,6 +124,22 @@ class TreeClock:
 
     def seconds(self) -> float:
         return sum(last - self.first.get(key, 0.0) for key, last in self.last.items())
+
+
+def cpu_seconds_with_children() -> float:
+    """CPU time of this process and its live children (the loader's workers); clock-tick
+    resolution (10 ms), so it needs a few hundred milliseconds of work to mean anything."""
+    import psutil
+
+    me = psutil.Process()
+    total = 0.0
+    for process in [me, *me.children(recursive=True)]:
+        try:
+            times = process.cpu_times()
+            total += times.user + times.system
+        except psutil.NoSuchProcess:
+            pass
+    return total
 
 
 class MachineWatch:

@@ -13,6 +13,7 @@ whose CPUs are only partly on its GPU's NUMA node.
 
 from __future__ import annotations
 
+import itertools
 import os
 from typing import Any, Collection, List, Optional, Set
 
@@ -103,10 +104,8 @@ class GpuWatch:
             verdict.figures.update(fit_gpu_sm_clock_ratio=round(mean / top, 3))
             if mean / top < SLOW_SM_CLOCK:
                 verdict.notes.append(f"{gpu} SM clock {mean:.0f} of {top} MHz max ({mean / top:.0%}) during the window")
-        limit, default = (
-            _try(nvml.nvmlDeviceGetPowerManagementLimit, handle),
-            _try(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle),
-        )
+        limit = _try(nvml.nvmlDeviceGetPowerManagementLimit, handle)
+        default = _try(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
         if limit and default and limit < default:
             verdict.reasons.append(f"{gpu} power limit {limit / 1000:.0f} W < default {default / 1000:.0f} W")
         mig = _try(nvml.nvmlDeviceGetMigMode, handle)
@@ -161,16 +160,9 @@ class GpuWatch:
 
 
 def _ranges(cpus: Collection[int]) -> str:
-    """{0,1,2,5} -> '0-2,5'."""
-    out, ordered = [], sorted(cpus)
-    start = prev = ordered[0]
-    for cpu in ordered[1:]:
-        if cpu != prev + 1:
-            out.append(f"{start}-{prev}" if prev > start else f"{start}")
-            start = cpu
-        prev = cpu
-    out.append(f"{start}-{prev}" if prev > start else f"{start}")
-    return ",".join(out)
+    """{0,1,2,5} -> '0-2,5': runs of consecutive CPUs, each a group of equal (cpu - its place)."""
+    runs = [[cpu for _, cpu in run] for _, run in itertools.groupby(enumerate(sorted(cpus)), lambda at: at[1] - at[0])]
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}" for run in runs)
 
 
 def gpu_watch(cuda_index: int, ranks_on_gpu: int = 1, nvml: Any = None) -> Optional[GpuWatch]:

@@ -23,33 +23,27 @@ from typing import Any, Iterator, List, Optional
 
 import psutil
 
+from bench.machine.children import process_identity
+
 OWNER_FILE = ".bench-owner"
 SEMAPHORES_FILE = ".bench-semaphores"
-
-
-def _started(pid: int) -> Optional[float]:
-    try:
-        return float(psutil.Process(pid).create_time())
-    except (psutil.Error, OSError):
-        return None
 
 
 def owned_tempdir(prefix: str, parent: Optional[str] = None) -> Path:
     """A new directory under `parent` (default: the system temp dir), marked as this process's."""
     path = Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-    (path / OWNER_FILE).write_text(f"{os.getpid()} {_started(os.getpid())}\n")
+    (path / OWNER_FILE).write_text(f"{os.getpid()} {psutil.Process().create_time()}\n")
     return path
 
 
 def owner_gone(path: Path) -> bool:
     """Is the directory's owner (its owner file) no longer running? False without an owner file."""
     try:
-        pid_text, started_text = (path / OWNER_FILE).read_text().split()[:2]
-        pid = int(pid_text)
+        pid, started = (path / OWNER_FILE).read_text().split()[:2]
+        owner = (int(pid), float(started))
     except (OSError, ValueError):
         return False
-    started = _started(pid)
-    return started is None or started_text != str(started)
+    return process_identity(owner[0]) != owner
 
 
 def clean_leftovers(prefix: str, parent: Optional[str] = None) -> List[Path]:

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Tuple
 
 from bench.analysis.rounds import alternate, ratio_of
 from bench.data.sample_images import write_image_folder
-from bench.machine.cpu_time import cpu_seconds_with_children
+from bench.machine.fitness import cpu_seconds_with_children
 
 if TYPE_CHECKING:
     from bench.data.registry import Batches

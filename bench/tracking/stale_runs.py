@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 from typing import Any, List, Optional, Tuple
 
-from bench.launch.watchdog import process_identity
+from bench.machine.children import process_identity
 
 
 def state_of(run: Any, host: str) -> str:

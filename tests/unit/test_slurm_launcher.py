@@ -137,7 +137,7 @@ TWO_NODES = {
 @pytest.mark.parametrize("node", [0, 1])
 def test_a_task_of_a_synthetic_two_node_slurm_job_becomes_that_node_of_the_run(monkeypatch, compose, node):
     """A two-node allocation cannot exist here: its environment is written by hand."""
-    from bench.launch.select import select_launcher
+    from bench.launch.launchers import select_launcher
     from bench.slurm import node_overrides
 
     for name, value in {**TWO_NODES, "SLURM_NODEID": str(node)}.items():

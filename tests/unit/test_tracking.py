@@ -246,7 +246,7 @@ def test_tracker_stops_after_first_failure_with_one_warning(tmp_path, caplog):
 def test_select_launcher_is_the_one_place_that_decides(
     compose, monkeypatch, overrides, env, in_sweep, expected, reports
 ):
-    from bench.launch.select import select_launcher
+    from bench.launch.launchers import select_launcher
 
     for name in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
         monkeypatch.delenv(name, raising=False)
@@ -257,13 +257,13 @@ def test_select_launcher_is_the_one_place_that_decides(
 
 
 def test_a_scenario_without_ranks_runs_in_process(compose):
-    from bench.launch.select import select_launcher
+    from bench.launch.launchers import select_launcher
 
     config = compose("mode=storage", "distributed=ddp", "distributed.nproc_per_node=2")
     assert type(select_launcher(config, has_ranks=False, in_sweep=True)).__name__ == "InProcess"
 
 
-# --- one line for a failed launch (bench.launch.failures) --------------------------------------------
+# --- one line for a failed launch (bench.launch.reaper) --------------------------------------------
 
 
 def _failure(local_rank: int, pid: int, exitcode: int, tmp_path, message: str = ""):
@@ -281,7 +281,7 @@ def _failure(local_rank: int, pid: int, exitcode: int, tmp_path, message: str = 
 def test_a_killed_rank_is_named_with_its_signal(tmp_path):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from bench.launch.failures import describe_failure
+    from bench.launch.reaper import describe_failure
 
     killed = ChildFailedError(
         "bench", {1: _failure(1, 222, -9, tmp_path), 0: _failure(0, 111, 1, tmp_path, "peer gone")}
@@ -294,7 +294,7 @@ def test_the_reapers_own_kill_is_never_the_cause(tmp_path):
     failure is rank 0's timeout, not the kill bench made itself."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from bench.launch.failures import describe_failure
+    from bench.launch.reaper import describe_failure
 
     exc = ChildFailedError(
         "bench",
@@ -310,8 +310,8 @@ def test_the_reapers_own_kill_is_never_the_cause(tmp_path):
 def test_a_hung_rank_names_the_watchdog(tmp_path):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from bench.launch.failures import describe_failure
-    from bench.launch.watchdog import EXIT_HUNG
+    from bench.launch.reaper import describe_failure
+    from bench.launch.worker import EXIT_HUNG
 
     exc = ChildFailedError("bench", {0: _failure(0, 111, EXIT_HUNG, tmp_path)})
     assert "saw no training step finish for distributed.timeout_s" in describe_failure(exc)
@@ -320,7 +320,7 @@ def test_a_hung_rank_names_the_watchdog(tmp_path):
 def test_a_stopped_rank_is_named_not_the_peer_that_timed_out(tmp_path):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from bench.launch.failures import describe_failure
+    from bench.launch.reaper import describe_failure
 
     exc = ChildFailedError(
         "bench",
