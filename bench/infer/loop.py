@@ -15,7 +15,6 @@ window (profile.enabled).
 from __future__ import annotations
 
 import logging
-import signal
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -28,11 +27,9 @@ from bench.machine.gpu_monitor import GpuFigures
 from bench.rank_context import RankContext
 from bench.runtime.device import peak_memory_bytes, prepare_process
 from bench.runtime.epoch_data import EpochData
-from bench.runtime.flops import flops_per_image
 from bench.runtime.models import build_model, count_parameters, maybe_compile
 from bench.runtime.precision import build_precision
-from bench.runtime.profiling import profile_steps
-from bench.runtime.signals import SignalFlag
+from bench.runtime.profiling import after_window
 from bench.runtime.timing import StepClock
 
 log = logging.getLogger(__name__)
@@ -76,20 +73,8 @@ def infer(
     windows = [_window(config, device, batches, forward, planned, on_step) for _ in range(config.benchmark.repeats)]
     gpu = monitor.stop() if monitor is not None else GpuFigures()
     peak = peak_memory_bytes(device)
-    files: List[Path] = []
-    with SignalFlag(config.profile.enabled) as flag:  # a signal ends the profiled batches; the window is reported
-        if config.profile.enabled:
-            files = profile_steps(
-                lambda: forward(next(batches)[0]),
-                config.profile.steps,
-                device,
-                out_dir or Path.cwd(),
-                record=ctx.is_reporter,
-                row_limit=config.profile.row_limit,
-                stop=lambda: flag.signum is not None,
-            )
-    extra = dict(getattr(batches, "facts", {}))
-    extra.update(flops_per_image(config.model, config.data.image_size, backward=False))
+    # a signal ends the profiled batches; the window is reported
+    passes, files, interrupted = after_window(config, device, ctx, lambda: forward(next(batches)[0]), out_dir, False)
     return InferResult(
         batch_size=data.batch_size,
         warmup_steps=config.benchmark.warmup_steps,
@@ -104,9 +89,9 @@ def infer(
         repeat_images=[w["steps"] * data.batch_size for w in windows],
         repeat_seconds=[w["seconds"] for w in windows],
         gpu=gpu,
-        extra=extra,
-        files=[str(p) for p in files],
-        interrupted=signal.Signals(flag.signum).name if flag.signum is not None else None,
+        extra={**getattr(batches, "facts", {}), **passes},
+        files=files,
+        interrupted=interrupted,
     )
 
 

@@ -6,13 +6,13 @@ process of its own, as training does."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Optional
 
 from bench.config import BenchConfig
 from bench.infer.report import InferReport
-from bench.infer.result import InferOutcome
+from bench.infer.result import InferResult
 from bench.rank_context import RankContext
-from bench.runtime.scenario import ModelScenario, window_monitor
+from bench.runtime.scenario import ModelScenario
 
 
 class InferScenario(ModelScenario):
@@ -28,15 +28,9 @@ class InferScenario(ModelScenario):
     def run_name(self, config: BenchConfig, batch_size: Optional[int] = None) -> str:
         return f"infer-{config.model.arch}-{config.precision.name}-bs{config.data.batch_size}"
 
-    def run_rank(
-        self, config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
-    ) -> Optional[InferOutcome]:
+    def measure(
+        self, config: BenchConfig, device: Any, ctx: RankContext, monitor: Any, out_dir: Path, heartbeat: Any
+    ) -> InferResult:
         from bench.infer.loop import infer
-        from bench.runtime.device import device_name
-        from bench.runtime.scenario import rank_device
 
-        device, config = rank_device(config, ctx)
-        monitor = window_monitor(config, device, ctx)
-        result = infer(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, out_dir=out_dir)
-        result.fit = monitor.fit()
-        return InferOutcome(result, device.type, device_name(device))
+        return infer(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, out_dir=out_dir)

@@ -6,25 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, List
 
-from bench.report_view import Sample, View
-from bench.runtime.reporting import REPEATS_METRIC
-from bench.runtime.sweep_view import (
-    ACCURACY_COLUMNS,
-    COMPARE_FIGURE,
-    FIT_COLUMNS,
-    LABEL_COLUMNS,
-    NAMED_IN_CONFIG,
-    REPEAT_COLUMNS,
-    SCALING,
-    SHOWN_CONFIG,
-    run_label,
-)
+from bench.report_view import Sample
+from bench.runtime.sweep_view import model_view
 
 if TYPE_CHECKING:
     import pandas as pd
-
-# the label columns and the compare figure are the runtime's (shared with training)
-__all__ = ["COMPARE_FIGURE", "INFERENCE_COLUMNS", "LABEL_COLUMNS", "VIEW", "inference_plots"]
 
 INFERENCE_COLUMNS = [  # a sweep of mode=inference runs
     ("job", "job", "{}"),
@@ -45,23 +31,11 @@ INFERENCE_COLUMNS = [  # a sweep of mode=inference runs
 def inference_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
     from bench.runtime.plots import plot_training
 
-    return plot_training(
-        frame, out, title, ("Per-batch latency", "Latency per batch (ms)", "latency_distribution.png"), run_label
-    )
+    return plot_training(frame, out, title, ("Per-batch latency", "Latency per batch (ms)", "latency_distribution.png"))
 
 
 TIMELINE_METRIC = "latency_ms"  # the MLflow series of the per-batch latencies
 
-VIEW = View(
-    # compare: the per-batch latency (ms, its median; lower is better), else the run's p50
-    sample=Sample("latency_ms_p50", "ms", timeline_is_figure=True, lower_is_better=True, from_repeats=False),
-    columns=INFERENCE_COLUMNS,
-    plots=inference_plots,
-    optional_columns=ACCURACY_COLUMNS + REPEAT_COLUMNS + FIT_COLUMNS,
-    label_columns=LABEL_COLUMNS,
-    timeline_metric=TIMELINE_METRIC,
-    repeats_metric=REPEATS_METRIC,
-    named_in_config=NAMED_IN_CONFIG,
-    shown_config=SHOWN_CONFIG,
-    scaling=SCALING,
-)
+# compare: the per-batch latency (ms, its median; lower is better), else the run's p50
+SAMPLE = Sample("latency_ms_p50", "ms", timeline_is_figure=True, lower_is_better=True, from_repeats=False)
+VIEW = model_view(SAMPLE, INFERENCE_COLUMNS, inference_plots, TIMELINE_METRIC)

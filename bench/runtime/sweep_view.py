@@ -1,12 +1,13 @@
-"""What the model scenarios (training, inference) share in a sweep report and in `compare`: how a
-single run is named, the figure compared without samples, a run's label in the timeline plot."""
+"""What the model scenarios (training, inference) share in a sweep report and in `compare`: the
+optional columns, how a single run is named, the config keys named as columns and the scaling
+figures; `model_view` builds a scenario's View on them."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import List
 
-from bench.analysis.cells import shown
-from bench.report_view import Scaling
+from bench.report_view import Column, Plots, Sample, Scaling, View
+from bench.runtime.reporting import REPEATS_METRIC
 
 # a training sweep whose jobs evaluated: shown before "error", each only when some job has it
 ACCURACY_COLUMNS = [
@@ -29,9 +30,8 @@ REPEAT_COLUMNS = [
 # was not fit is also named in a warning under the table (bench.analysis.render.unfit_warning)
 FIT_COLUMNS = [("fit", "fit_to_measure", "bool")]
 
-# what names a single run in `compare` (prefix, figure, format), and the figure compared without samples
+# what names a single run in `compare` (prefix, figure, format)
 LABEL_COLUMNS = [("", "model", "{}"), ("", "precision", "{}"), ("bs=", "batch_size", "int")]
-COMPARE_FIGURE = "images_per_second"
 
 # a model run read back from MLflow has its names in its params only: these config keys give the
 # columns a job dir's results carry under the short name
@@ -48,9 +48,18 @@ SCALING = Scaling("world_size", "images_per_second", "data_wait_fraction")
 SHOWN_CONFIG = ("model.arch", "precision.name", "distributed.nproc_per_node", "data.batch_size", "mode")
 
 
-def run_label(row: Dict[str, Any]) -> str:
-    """A run under its box in the timeline plot."""
-    return (
-        f"job {row['job']}\n{shown(row.get('precision'))} x{shown(row.get('world_size'))}"
-        f"\nbs {shown(row.get('batch_size'))}"
+def model_view(sample: Sample, columns: List[Column], plots: Plots, timeline_metric: str) -> View:
+    """A model scenario's View: what compare samples, its table columns, its plots and the MLflow
+    series of its timeline; the rest is what training and inference share."""
+    return View(
+        sample=sample,
+        columns=columns,
+        plots=plots,
+        optional_columns=ACCURACY_COLUMNS + REPEAT_COLUMNS + FIT_COLUMNS,
+        label_columns=LABEL_COLUMNS,
+        timeline_metric=timeline_metric,
+        repeats_metric=REPEATS_METRIC,
+        named_in_config=NAMED_IN_CONFIG,
+        shown_config=SHOWN_CONFIG,
+        scaling=SCALING,
     )

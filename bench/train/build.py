@@ -20,7 +20,6 @@ from bench.runtime.device import prepare_process
 from bench.runtime.epoch_data import EpochData
 from bench.runtime.models import build_model, maybe_compile
 from bench.runtime.precision import PrecisionPolicy, build_precision
-from bench.train.after_window import optimizer_steps
 from bench.train.checkpoint_format import check_model_fits
 from bench.train.optim import build_optimizer, effective_lr
 from bench.train.resume import Position, TrainingCheckpoints
@@ -131,6 +130,13 @@ def build_training(
         resumed=resumed,
         start=start,
     )
+
+
+def optimizer_steps(config: BenchConfig) -> int:
+    """Optimizer steps the passes after the window take (the breakdown's, the profiled ones: the lr
+    schedule must span them, OneCycleLR refuses to go past its end)."""
+    breakdown = config.benchmark.breakdown_steps if config.benchmark.breakdown else 0
+    return breakdown + (config.profile.steps + 1 if config.profile.enabled else 0)
 
 
 def _in_steps(scheduler: Any, data: EpochData, warmup: int) -> Any:

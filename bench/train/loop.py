@@ -20,6 +20,7 @@ import dataclasses
 import logging
 import socket
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -34,7 +35,8 @@ from bench.rank_context import RankContext
 from bench.runtime.device import peak_memory_bytes
 from bench.runtime.models import count_parameters
 from bench.runtime.precision import PrecisionPolicy
-from bench.train.after_window import after_window
+from bench.runtime.profiling import after_window
+from bench.train.breakdown import breakdown_pass
 from bench.train.build import TrainingRun, build_training
 from bench.train.epochs import Session
 from bench.train.extras import BatchSearch, CheckpointWrite, RunExtras
@@ -171,8 +173,12 @@ def collect_result(
     extra = RunExtras(dataset=dict(getattr(data.batches, "facts", {})))  # real data: dataset_size, ...
     if config.benchmark.find_max_batch:
         extra.batch_search = BatchSearch(batch_size_requested=run.requested_batch, batch_size_found=data.batch_size)
+    breakdown = None
+    if config.benchmark.breakdown:  # training's own pass after the window, before the profiled steps
+        ddp = run.wrapped if ctx.distributed else None
+        breakdown = partial(breakdown_pass, run.step, data.batches, run.device, config.benchmark.breakdown_steps, ddp)
     extra.passes, files, interrupted = after_window(
-        config, run.device, ctx, run.step, data.batches, run.wrapped if ctx.distributed else None, out_dir
+        config, run.device, ctx, lambda: run.step(*next(data.batches)), out_dir, True, breakdown
     )
     if run.checkpoints is not None:
         extra.checkpoints = run.checkpoints.figures()

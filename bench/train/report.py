@@ -15,14 +15,12 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from bench.config import BenchConfig
 from bench.machine.fitness import Verdict
-from bench.results import read_column, read_summary, read_window, write_csv, write_jsonl
-from bench.runtime.fit_watch import fit_problems, fit_tags
-from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, read_repeats, write_repeats
-from bench.scenario_base import BaseReport
+from bench.results import read_summary, write_jsonl
+from bench.runtime.reporting import ModelReport, repeat_throughputs
 from bench.train import sweep_view
 from bench.train.extras import CheckpointWrite
 from bench.train.result import EpochRecord, TrainMetrics, TrainOutcome, TrainResult
-from bench.train.summary import merge_ranks, repeat_throughputs, summarize
+from bench.train.summary import merge_ranks, summarize
 
 RANK_FIELDS = ("rank", "host", "images", "window_seconds", "peak_memory_bytes", "param_checksum")  # run_summary.json
 
@@ -33,27 +31,24 @@ def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
 
 
 @dataclass
-class TrainReport(BaseReport):
+class TrainReport(ModelReport):
     # what a sweep and compare show of training runs (bench.analysis asks; bench.train.sweep_view holds it)
     view = sweep_view.VIEW
     # the per-step file and column the timeline is read back from
     TIMELINE_FILE, TIMELINE_COLUMN = "step_times.csv", "step_time_ms"
+    RECORD_TAGS = ("unstable",)
 
-    result: TrainResult  # rank 0's, with the job's step timeline
-    ranks: List[TrainResult]  # every rank's (read back: their run_summary.json figures only)
-    record: TrainMetrics  # the radix_metrics contract, typed
-    repeat_rates: List[float] = field(default_factory=list)  # images/s of each window (benchmark.repeats)
+    ranks: List[TrainResult] = field(default_factory=list)  # every rank's (read back: their run_summary.json figures)
     run_name: Optional[str] = None  # a new MLflow run name (the batch benchmark.find_max_batch found)
-    require_fit: bool = False  # benchmark.require_fit: an unfit window is a problem (the run ends FAILED)
 
     @classmethod
     def from_outcome(cls, outcome: TrainOutcome, config: BenchConfig) -> "TrainReport":
         return cls(
-            merge_ranks(outcome.ranks),
-            list(outcome.ranks),
-            summarize(outcome.ranks, config, outcome.device, outcome.device_name),
-            repeat_throughputs(outcome.ranks),
+            result=merge_ranks(outcome.ranks),
+            record=summarize(outcome.ranks, config, outcome.device, outcome.device_name),
+            repeat_rates=repeat_throughputs(outcome.ranks),
             require_fit=bool(config.benchmark.require_fit),
+            ranks=list(outcome.ranks),
         )
 
     def headline(self) -> str:
@@ -67,37 +62,15 @@ class TrainReport(BaseReport):
     def write(
         self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]
     ) -> List[Path]:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        result, epochs = self.result, epoch_dicts(self.result.epochs)
+        """metrics_epoch.jsonl, and run_summary.json with the epochs and every rank's figures."""
+        epochs = epoch_dicts(self.result.epochs)
         ranks = [
             {**{k: getattr(r, k) for k in RANK_FIELDS}, "fit": r.fit.as_dict() if r.fit is not None else {}}
             for r in self.ranks
         ]
-        summary = {
-            "results": self.metrics,
-            "epochs": epochs,
-            "compile": result.compile,
-            "environment": dict(environment),
-            "config": dict(config),
-            "mlflow_run_id": run_id,
-            "ranks": ranks,
-        }
-        # merge_ranks keeps the steps and the waits every rank has: the two lists may differ in length
-        pairs = zip(result.step_times_ms, result.data_wait_ms, strict=False)
-        steps = [(i, f"{step:.4f}", f"{wait:.4f}") for i, (step, wait) in enumerate(pairs, start=1)]
-        files = [
-            write_jsonl(out_dir / "metrics_epoch.jsonl", epochs),
-            write_csv(out_dir / "step_times.csv", ["step", "step_time_ms", "data_wait_ms"], steps),
-            *self.write_summary(out_dir, summary),
-        ]
-        if len(self.repeat_rates) > 1:
-            files.append(write_repeats(out_dir, result.repeat_images, result.repeat_seconds, self.repeat_rates))
-        return files + [Path(f) for f in result.files if Path(f).is_file()]
-
-    @property
-    def interrupted(self) -> Optional[str]:
-        """The signal that stopped the passes after the window: the window is reported, the run ends KILLED."""
-        return self.result.interrupted
+        summary = {"results": self.metrics, "epochs": epochs, "compile": self.result.compile}
+        summary.update(environment=dict(environment), config=dict(config), mlflow_run_id=run_id, ranks=ranks)
+        return [*self.write_run(out_dir, summary), write_jsonl(out_dir / "metrics_epoch.jsonl", epochs)]
 
     @property
     def problems(self) -> List[str]:
@@ -107,49 +80,34 @@ class TrainReport(BaseReport):
         found = [f"the checkpoint could not be written: {error}"] if error is not None else []
         if save_error is not None:  # checkpoint.every_epochs: none was written after it
             found.append(f"a training checkpoint could not be written: {save_error} (no later checkpoint was written)")
-        return found + fit_problems(self.record.fit, self.require_fit)
+        return found + super().problems
 
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
-        """Everything but the metrics (logged first, on their own): series, tags, artifacts."""
-        if not tracker.active:
-            return
-        for number, epoch in enumerate(self.result.epochs, start=1):
-            series: Dict[str, Optional[float]] = {
-                "epoch_images_per_second": epoch.images_per_second,
-                "epoch_seconds": epoch.seconds,
-                "epoch_loss": epoch.loss,
-                "epoch_lr": epoch.lr,
-                "epoch_data_wait_seconds": epoch.data_wait_seconds,
-                "epoch_compute_seconds": epoch.compute_seconds,
-            }
-            if epoch.val_top1 is not None:  # the accuracy curve, by epoch (wall seconds are in metrics_epoch.jsonl)
-                series.update(
-                    val_top1=epoch.val_top1,
-                    val_top5=epoch.val_top5,
-                    epoch_eval_seconds=epoch.eval_seconds,
-                    epoch_wall_seconds=epoch.wall_seconds,
-                )
-            tracker.log_metrics(series, step=epoch.epoch if epoch.repeat is None else number)
-        if log_series:
-            tracker.log_series(sweep_view.TIMELINE_METRIC, self.result.step_times_ms)
-        if len(self.repeat_rates) > 1:
-            tracker.log_series(sweep_view.REPEATS_METRIC, self.repeat_rates)
-        if self.run_name:
-            tracker.rename(self.run_name)
-        r = self.record
-        tracker.set_tags(
-            {
-                "model": r.model,
-                "precision": r.execution.precision,
-                "device_name": r.execution.device_name,
-                "unstable": r.unstable,
-                **fit_tags(r.fit),
-            }
-        )
-        resumed = r.figure("resumed_from")
-        if resumed is not None:  # which checkpoint train.resume=auto (or a path) continued from
-            tracker.log_params({"resumed_from": resumed})
-        self.log_files(tracker, files, out_dir)
+        """The epochs' series, the run's new name and the checkpoint it resumed from, then the model runs' own."""
+        if tracker.active:
+            for number, epoch in enumerate(self.result.epochs, start=1):
+                series: Dict[str, Optional[float]] = {
+                    "epoch_images_per_second": epoch.images_per_second,
+                    "epoch_seconds": epoch.seconds,
+                    "epoch_loss": epoch.loss,
+                    "epoch_lr": epoch.lr,
+                    "epoch_data_wait_seconds": epoch.data_wait_seconds,
+                    "epoch_compute_seconds": epoch.compute_seconds,
+                }
+                if epoch.val_top1 is not None:  # the accuracy curve, by epoch (wall seconds: metrics_epoch.jsonl)
+                    series.update(
+                        val_top1=epoch.val_top1,
+                        val_top5=epoch.val_top5,
+                        epoch_eval_seconds=epoch.eval_seconds,
+                        epoch_wall_seconds=epoch.wall_seconds,
+                    )
+                tracker.log_metrics(series, step=epoch.epoch if epoch.repeat is None else number)
+            if self.run_name:
+                tracker.rename(self.run_name)
+            resumed = self.record.figure("resumed_from")
+            if resumed is not None:  # which checkpoint train.resume=auto (or a path) continued from
+                tracker.log_params({"resumed_from": resumed})
+        super().log_to(tracker, files, out_dir, log_series)
 
     @classmethod
     def from_files(cls, job_dir: Path) -> "TrainReport":
@@ -157,14 +115,12 @@ class TrainReport(BaseReport):
         summary = read_summary(job_dir)
         record = TrainMetrics.from_metrics(summary["results"])
         result = TrainResult(
-            **read_window(job_dir, record, cls.TIMELINE_FILE, PROFILE_FILES),
+            **cls.read_window(job_dir, summary, record),
             step_times_ms=cls.timeline(job_dir),
             epochs=[EpochRecord(**e) for e in summary["epochs"]],
             base_lr=record.lr,
             final_lr=record.final_lr,
             final_loss=record.final_loss,
-            repeat_images=[int(v) for v in read_column(job_dir / REPEATS_FILE, "images")],
-            repeat_seconds=read_column(job_dir / REPEATS_FILE, "seconds"),
         )
         ranks = [
             TrainResult(
@@ -174,11 +130,7 @@ class TrainReport(BaseReport):
             )
             for r in summary.get("ranks", [])
         ]
-        return cls(result, ranks, record, cls.repeats(job_dir))
-
-    @classmethod
-    def repeats(cls, job_dir: Path) -> List[float]:
-        return read_repeats(job_dir)
+        return cls(result=result, record=record, repeat_rates=cls.repeats(job_dir), ranks=ranks)
 
     @classmethod
     def read_back(cls, job_dir: Path) -> Dict[str, Any]:

@@ -4,15 +4,11 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-from bench.machine.gpu_monitor import GpuFigures
 from bench.results import INLINE, KEPT, SPREAD, FitFigures, Record, RepeatFigures
-from bench.runtime.reporting import Execution
+from bench.runtime.reporting import Execution, ModelOutcome, ModelResult
 from bench.train.extras import RunExtras
-
-if TYPE_CHECKING:
-    from bench.machine.fitness import Verdict
 
 
 @dataclass
@@ -70,63 +66,36 @@ class Accuracy:
 
 
 @dataclass(kw_only=True)
-class TrainResult:
+class TrainResult(ModelResult):
     """What one training rank measured, the one type from the loop to the report: its measured
     window's figures (bench.train.epochs; benchmark.repeats' windows pooled by bench.train.repeats),
     then what the run adds after the window (bench.train.loop.collect_result) and who measured it
     (bench.train.scenario). Every rank's reaches rank 0 (all_gather); rank 0's, with the job's step
     timeline merged in, becomes the record (bench.train.summary)."""
 
-    # the measured window
-    measured_steps: int = 0
     measured_images: int = 0  # images of the measured steps (the batch changes with data.progressive)
-    window_seconds: float = 0.0
     step_times_ms: List[float] = field(default_factory=list)
-    data_wait_ms: List[float] = field(default_factory=list)
     epochs: List[EpochRecord] = field(default_factory=list)
     final_lr: float = 0.0
     final_loss: float = 0.0
     accuracy: Optional[Accuracy] = None  # val top-1/top-5, time-to-target (None: nothing evaluated)
-    repeat_images: List[int] = field(default_factory=list)  # per measured window (benchmark.repeats)
-    repeat_seconds: List[float] = field(default_factory=list)
-    # the run, and the rank
     rank: int = 0
     host: str = ""
-    batch_size: int = 0  # per process
-    warmup_steps: int = 0
     base_lr: float = 0.0
-    peak_memory_bytes: int = 0  # the window's
-    parameters: int = 0
-    precision: Dict[str, Any] = field(default_factory=dict)  # the policy's describe()
-    compile: Dict[str, Any] = field(default_factory=dict)
     fused_optimizer: bool = False
     param_checksum: float = 0.0  # sum of all weights after training: equal on every rank when DDP synced them
-    gpu: GpuFigures = field(default_factory=GpuFigures)  # NVML samples and energy from the window
     extra: RunExtras = field(default_factory=RunExtras)  # dataset facts, checkpoint write figures, ...
-    files: List[str] = field(default_factory=list)  # written by the rank after the window (profiler trace, table)
-    interrupted: Optional[str] = None  # the signal (SIGTERM, SIGINT) that cut the passes after the window short
-    fit: Optional[Verdict] = None  # this rank's fit-to-measure verdict (bench.runtime.fit_watch; None: not watched)
+
+    @property
+    def timeline_ms(self) -> List[float]:
+        return self.step_times_ms
 
     @property
     def images(self) -> int:
         return self.measured_images or self.measured_steps * self.batch_size
 
-    @property
-    def images_per_second(self) -> float:
-        return self.images / self.window_seconds if self.window_seconds > 0 else 0.0
 
-
-@dataclass
-class TrainOutcome:
-    """What rank 0 hands the reporting process: every rank's result, in rank order."""
-
-    ranks: List[TrainResult]
-    device: str  # cpu | cuda
-    device_name: str
-
-    @property
-    def result(self) -> TrainResult:
-        return self.ranks[0]  # rank 0's
+TrainOutcome = ModelOutcome[TrainResult]  # every rank's result, in rank order
 
 
 @dataclass(kw_only=True)

@@ -1,17 +1,17 @@
 """The training scenario (mode=train): what must hold before a run starts, what one rank does,
-and how rank 0's results become the report. What it shares with inference (the out-of-memory
-line, the GPU monitor) is bench.runtime.scenario's."""
+and how rank 0's results become the report. What it shares with inference (a rank's run around
+its loop, the out-of-memory line) is bench.runtime.scenario's."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Optional
 
 from bench.config import BenchConfig
 from bench.rank_context import RankContext
-from bench.runtime.scenario import ModelScenario, window_monitor
+from bench.runtime.scenario import ModelScenario
 from bench.train.report import TrainReport
-from bench.train.result import TrainOutcome
+from bench.train.result import TrainOutcome, TrainResult
 
 
 class TrainScenario(ModelScenario):
@@ -38,35 +38,15 @@ class TrainScenario(ModelScenario):
         batch = f"bs{batch_size}-max" if batch_size else f"bs{config.data.batch_size}"
         return f"{config.model.arch}-{config.precision.name}-{batch}" + (f"-x{world}" if world > 1 else "")
 
-    def run_rank(
-        self, config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
-    ) -> Optional[TrainOutcome]:
-        """Train as one rank; rank 0 returns what every rank measured, the others None."""
-        from bench.launch.process_group import all_gather, destroy_process_group, init_process_group
-        from bench.runtime.device import device_name
-        from bench.runtime.scenario import rank_device
+    def measure(
+        self, config: BenchConfig, device: Any, ctx: RankContext, monitor: Any, out_dir: Path, heartbeat: Any
+    ) -> TrainResult:
+        """Train as one rank (bench.train.loop), the end-of-run checkpoint written by rank 0."""
         from bench.train.checkpoint import checkpoint_writer
         from bench.train.loop import train
 
-        device, config = rank_device(config, ctx)
-        if ctx.distributed:
-            init_process_group(config.distributed, ctx, device)
-        try:
-            monitor = window_monitor(config, device, ctx)
-            result = train(
-                config,
-                device,
-                monitor=monitor,
-                ctx=ctx,
-                on_step=heartbeat,
-                on_finish=checkpoint_writer(config, out_dir, ctx),
-                out_dir=out_dir,
-            )
-            result.fit = monitor.fit()
-            ranks = all_gather(result, ctx)
-        finally:
-            destroy_process_group()
-        return TrainOutcome(ranks, device.type, device_name(device)) if ctx.is_reporter else None
+        on_finish = checkpoint_writer(config, out_dir, ctx)
+        return train(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, on_finish=on_finish, out_dir=out_dir)
 
     def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
         """Another run writing the checkpoint folder is said in its own line; out of memory as any model run."""

@@ -518,5 +518,5 @@ def test_a_failed_checkpoint_write_is_read_back_typed_and_makes_the_run_a_proble
     for figures, problem in ((failed.figures(), True), (written.figures(path=False), False)):
         record = TrainMetrics.from_metrics({"images_per_second": 1.0, **figures})
         assert CheckpointWrite.read(record.figure) == CheckpointWrite(**figures)
-        problems = TrainReport(result, [], record).problems
+        problems = TrainReport(result=result, record=record).problems
         assert problems == (["the checkpoint could not be written: " + str(failed.checkpoint_error)] if problem else [])
