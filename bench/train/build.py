@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from dataclasses import asdict, dataclass, field
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.nn as nn
@@ -21,8 +21,10 @@ from bench.runtime.epoch_data import EpochData
 from bench.runtime.models import build_model, maybe_compile
 from bench.runtime.precision import PrecisionPolicy, build_precision
 from bench.train.checkpoint_format import check_model_fits
+from bench.train.mlperf_log import MlperfLog
 from bench.train.optim import build_optimizer, effective_lr
-from bench.train.resume import Position, TrainingCheckpoints
+from bench.train.result import EpochRecord
+from bench.train.resume import Position, TrainingCheckpoints, rng_states
 from bench.train.schedules import build_scheduler, unreached
 from bench.train.step import TrainStep
 
@@ -50,10 +52,27 @@ class TrainingRun:
     checkpoints: Optional[TrainingCheckpoints]  # checkpoint.every_epochs or train.resume
     resumed: Optional[Dict[str, Any]]  # the checkpoint's state a resumed run starts from
     start: Position  # where the measured window starts (epoch 0, or the checkpoint's)
+    history: List[EpochRecord] = field(default_factory=list)  # epochs done before a resume
+    wall_offset: float = 0.0  # training wall seconds before a resume
+    val: Any = None  # one_pass() of the val split, when train.eval_every (bench.train.loop.open_val)
+    mlperf: MlperfLog = field(default_factory=MlperfLog)  # train.mlperf_log: MLPerf's events
 
     @property
     def warmup(self) -> int:
         return self.config.benchmark.warmup_steps
+
+    def state(self, wall_seconds: float, epochs: List[EpochRecord]) -> Dict[str, Any]:
+        """What a checkpoint holds of the run now (bench.train.resume writes it)."""
+        scaler = self.policy.scaler
+        return {
+            "model": self.eager.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler else None,
+            "rng": rng_states(),
+            "wall_seconds": wall_seconds,
+            "history": [asdict(e) for e in epochs],
+        }
 
 
 def build_training(
@@ -129,6 +148,8 @@ def build_training(
         checkpoints=checkpoints,
         resumed=resumed,
         start=start,
+        history=[EpochRecord(**e) for e in resumed["history"]] if resumed else [],
+        wall_offset=resumed["wall_seconds"] if resumed else 0.0,
     )
 
 

@@ -38,7 +38,6 @@ from bench.runtime.precision import PrecisionPolicy
 from bench.runtime.profiling import after_window
 from bench.train.breakdown import breakdown_pass
 from bench.train.build import TrainingRun, build_training
-from bench.train.epochs import Session
 from bench.train.extras import BatchSearch, CheckpointWrite, RunExtras
 from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
 from bench.train.repeats import measure_windows
@@ -75,10 +74,10 @@ def train(
         first_step_at = time.perf_counter()  # time-to-accuracy counts from here
         mlperf.run_start(mlperf_hyper_parameters(run))
         warm_up(run)
-        session = open_session(run)
-        session.mlperf = mlperf
-        mlperf.event("eval_samples", getattr(session.val, "facts", {}).get("val_dataset_size", 0))
-        window = measure(run, session, monitor, first_step_at)
+        open_val(run)
+        run.mlperf = mlperf
+        mlperf.event("eval_samples", getattr(run.val, "facts", {}).get("val_dataset_size", 0))
+        window = measure(run, monitor, first_step_at)
         mlperf.run_stop(window.accuracy.reached_target if window.accuracy is not None else None)
         return collect_result(run, window, on_finish, out_dir)
 
@@ -124,39 +123,22 @@ def warm_up(run: TrainingRun) -> None:
         restore(resumed, run.eager, run.optimizer, run.scheduler, run.policy, where)
 
 
-def open_session(run: TrainingRun) -> Session:
-    """What the measured window's epochs work on: the run's parts, the val batches, where to start."""
-    config, ctx, resumed = run.config, run.ctx, run.resumed
-    val = (
-        build_val_batches(config.data, run.device, run.policy.memory_format, ctx.rank, ctx.world_size, config.storage)
-        if config.train.eval_every
-        else None
-    )
-    return Session(
-        config=config,
-        ctx=ctx,
-        eager=run.eager,
-        optimizer=run.optimizer,
-        scheduler=run.scheduler,
-        policy=run.policy,
-        step=run.step,
-        data=run.data,
-        val=val,
-        checkpoints=run.checkpoints,
-        start=run.start,
-        history=[EpochRecord(**e) for e in resumed["history"]] if resumed else [],
-        wall_offset=resumed["wall_seconds"] if resumed else 0.0,
-    )
+def open_val(run: TrainingRun) -> None:
+    """The val batches the window's evaluations read (train.eval_every), built after the warm-up."""
+    config, ctx = run.config, run.ctx
+    if config.train.eval_every:
+        data, memory_format = config.data, run.policy.memory_format
+        run.val = build_val_batches(data, run.device, memory_format, ctx.rank, ctx.world_size, config.storage)
 
 
-def measure(run: TrainingRun, session: Session, monitor: Any, first_step_at: float) -> TrainResult:
+def measure(run: TrainingRun, monitor: Any, first_step_at: float) -> TrainResult:
     """The window's figures, with the GPU monitor's and the window's peak memory."""
     config, checkpoints = run.config, run.checkpoints
     if monitor is not None:
         monitor.start()
     every_epochs, on_signal = config.checkpoint.every_epochs, config.checkpoint.on_signal
     checkpoint_on_signal = checkpoints is not None and every_epochs > 0 and on_signal
-    window = measure_windows(session, run.device, run.planned, first_step_at, checkpoint_on_signal)
+    window = measure_windows(run, first_step_at, checkpoint_on_signal)
     window.gpu = monitor.stop() if monitor is not None else GpuFigures()
     window.peak_memory_bytes = peak_memory_bytes(run.device)  # the window's: the passes after it may allocate more
     return window

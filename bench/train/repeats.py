@@ -14,27 +14,24 @@ import dataclasses
 import logging
 from typing import List
 
-import torch
-
 from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
-from bench.train.epochs import Session, run_epochs
+from bench.train.build import TrainingRun
+from bench.train.epochs import run_epochs
 from bench.train.result import TrainResult
 
 log = logging.getLogger(__name__)
 
 
-def measure_windows(
-    session: Session, device: torch.device, planned: int, first_step_at: float, checkpoint_on_signal: bool
-) -> TrainResult:
-    config = session.config
+def measure_windows(run: TrainingRun, first_step_at: float, checkpoint_on_signal: bool) -> TrainResult:
+    config = run.config
     repeats = config.benchmark.repeats
     windows: List[TrainResult] = []
     for repeat in range(1, repeats + 1):
-        clock = StepClock(device, strict_sync=config.benchmark.sync)
+        clock = StepClock(run.device, strict_sync=config.benchmark.sync)
         clock.sync()
         with SignalFlag(checkpoint_on_signal) as flag:
-            window = run_epochs(session, clock, planned, first_step_at, flag)
+            window = run_epochs(run, clock, first_step_at, flag)
         windows.append(window)
         if repeats > 1:
             seconds = window.window_seconds
