@@ -12,7 +12,7 @@ from bench.config.run import TrainConfig
 from bench.config.schema import BenchConfig
 from bench.errors import ConfigError
 from bench.runtime.model_names import check_arch
-from bench.runtime.rules import check_once_per_run, check_training_for_accuracy, refuse_find_max_batch
+from bench.runtime.rules import check_training_for_accuracy, refuse_find_max_batch
 
 TRAINING_ONLY_GROUPS = ("optimizer", "scheduler", "checkpoint")
 TRAINING_ONLY_TRAIN_KEYS = ("eval_every", "target_accuracy", "label_smoothing", "resume")  # epochs/steps size inference
@@ -21,6 +21,7 @@ TRAINING_ONLY_TRAIN_KEYS = ("eval_every", "target_accuracy", "label_smoothing", 
 def check_inference(config: BenchConfig) -> None:
     check_arch(config.model)  # torch-free: before any run, from compose_config too
     check_training_for_accuracy(config)
+    # the once-per-run keys benchmark.repeats refuses (bench.runtime.rules) are among them
     training_only = {
         "train.eval_every": config.train.eval_every,
         "checkpoint.every_epochs": config.checkpoint.every_epochs,
@@ -49,7 +50,6 @@ def check_inference(config: BenchConfig) -> None:
             config.distributed.nproc_per_node,
             "1 with mode=inference (one process; sweep data.batch_size or run one job per GPU)",
         )
-    check_once_per_run(config)
     refuse_find_max_batch(config)
 
 

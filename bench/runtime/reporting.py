@@ -103,31 +103,6 @@ class Execution(Record):
     compile_fallback: Optional[str] = None  # why torch.compile fell back to eager
     compile_s: Optional[float] = None  # torch.compile's first call (the compile), outside the window (training)
 
-    @classmethod
-    def of(
-        cls,
-        config: "BenchConfig",
-        precision: Mapping[str, Any],
-        compile_info: Mapping[str, Any],
-        device: str,
-        device_name: str,
-        data_wait_fraction: float,
-    ) -> "Execution":
-        """From the run's precision policy (describe()), its compile info and the window's data wait."""
-        au = min(1.0, max(0.0, 1.0 - data_wait_fraction))
-        return cls(
-            **precision,
-            compile=bool(compile_info.get("active")),
-            cudnn_benchmark=bool(config.cudnn_benchmark),
-            cpu_malloc_reuse=malloc_in_effect(config.cpu_malloc_reuse, device),
-            device=device,
-            device_name=device_name,
-            au=au,
-            input_bound=au < AU_THRESHOLD,
-            compile_fallback=compile_info.get("fallback_reason") or None,
-            compile_s=compile_info.get("first_call_s"),
-        )
-
 
 def efficiency(
     run: Execution, gflops: Optional[float], images_per_second: float, world_size: int, images: int, energy: Any
@@ -169,7 +144,19 @@ def model_figures(
         throughput = images / seconds if seconds > 0 else 0.0
     data_wait_s = sum(result.data_wait_ms) / 1000.0
     wait_fraction = data_wait_s / seconds if seconds > 0 else 0.0
-    execution = Execution.of(config, result.precision, result.compile, device, device_name, wait_fraction)
+    au, compiled = min(1.0, max(0.0, 1.0 - wait_fraction)), result.compile
+    execution = Execution(
+        **result.precision,
+        compile=bool(compiled.get("active")),
+        cudnn_benchmark=bool(config.cudnn_benchmark),
+        cpu_malloc_reuse=malloc_in_effect(config.cpu_malloc_reuse, device),
+        device=device,
+        device_name=device_name,
+        au=au,
+        input_bound=au < AU_THRESHOLD,
+        compile_fallback=compiled.get("fallback_reason") or None,
+        compile_s=compiled.get("first_call_s"),
+    )
     return dict(
         images_per_second=throughput,
         total_images=images,

@@ -140,28 +140,22 @@ def read(source: Union[bytes, Path], where: str, mmap: bool = False) -> Dict[str
 
 
 def _load(source: Union[bytes, Path], mmap: bool, where: str) -> Any:
-    def load() -> Any:
-        with warnings.catch_warnings():  # torch warns on stderr about pickle protocols: the refusal is the line
+    """torch.load as plain data; a type it refuses is named (CheckpointError)."""
+    allowed: List[Any] = []
+    while True:
+        # torch warns on stderr about pickle protocols: the refusal is the line
+        with warnings.catch_warnings(), torch.serialization.safe_globals(allowed):
             warnings.simplefilter("ignore")
             opened = source if isinstance(source, Path) else io.BytesIO(source)
-            return torch.load(opened, map_location="cpu", weights_only=True, mmap=mmap and isinstance(source, Path))
-
-    try:
-        return load()
-    except Exception as exc:  # the unpickler's refusal, named below
-        needed = _needed_global(exc)
-        if needed is None:
-            raise
-        if not needed.startswith("numpy."):
-            raise _refusal(where, needed) from None
-    with torch.serialization.safe_globals(NUMPY_ARRAY_GLOBALS):  # a format-1 file's numpy RNG state
-        try:
-            return load()
-        except Exception as exc:
-            needed = _needed_global(exc)
-            if needed is None:
-                raise
-            raise _refusal(where, needed) from None
+            try:
+                return torch.load(opened, map_location="cpu", weights_only=True, mmap=mmap and isinstance(source, Path))
+            except Exception as exc:  # the unpickler's refusal, named below
+                needed = _needed_global(exc)
+                if needed is None:
+                    raise
+                if allowed or not needed.startswith("numpy."):
+                    raise _refusal(where, needed) from None
+        allowed = NUMPY_ARRAY_GLOBALS  # a format-1 file's numpy RNG state: let through on a second try
 
 
 def _needed_global(exc: BaseException) -> Optional[str]:

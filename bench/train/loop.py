@@ -43,11 +43,8 @@ from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
 from bench.train.repeats import measure_windows
 from bench.train.result import EpochRecord, TrainResult
 from bench.train.resume import claimed_checkpoints, restore_rng
-from bench.train.step import TrainStep
 
 log = logging.getLogger(__name__)
-
-make_step = TrainStep  # the name other modules and tests import
 
 
 def train(

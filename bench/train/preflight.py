@@ -14,17 +14,19 @@ from typing import Any, Optional
 from bench.config import BenchConfig
 from bench.config.run import RESUME_AUTO
 from bench.errors import ConfigError, ConfigProblem
-from bench.runtime.preflight import check_dataset, check_device_and_model, check_fits, check_quiet, per_process_batch
+from bench.runtime import preflight as model_run
+from bench.runtime.fit_watch import check_quiet
 
 
 def check_training(config: BenchConfig) -> Any:
     """Raise the first problem; return the device the run will use."""
-    check_dataset(config, validation=bool(config.train.eval_every))
+    model_run.check_dataset(config, validation=bool(config.train.eval_every))
     _check_resume_path(config.train.resume)
     check_checkpoint_dirs(config)
-    device = check_device_and_model(config)
+    device = model_run.check_device_and_model(config)
     check_resume_file(config)
-    check_fits(config, device)
+    model_run.check_batch_fits(config, device)
+    model_run.check_prefetch_fits(config)
     check_batch_norm_batch(config)
     if config.benchmark.find_max_batch and device.type != "cuda":
         raise ConfigError(
@@ -40,7 +42,7 @@ def check_training(config: BenchConfig) -> Any:
 def check_batch_norm_batch(config: BenchConfig) -> None:
     """BatchNorm normalises a batch by its own statistics: over one image per process (what each
     DDP rank's BN sees) they are that image's, and training goes wrong silently. Inference is fine."""
-    if per_process_batch(config) != 1 or config.mode != "train":
+    if model_run.per_process_batch(config) != 1 or config.mode != "train":
         return
     import torch
 
