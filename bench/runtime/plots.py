@@ -21,6 +21,7 @@ from bench.analysis.plots import (
     points_by_series,
     swept_values,
 )
+from bench.runtime.sweep_view import run_label
 
 Row = Dict[str, Any]
 
@@ -30,14 +31,6 @@ def _count_unit(frame: pd.DataFrame) -> Tuple[str, str]:
     finished = frame[frame["status"].eq("FINISHED")]
     devices = {str(shown(d)) for d in finished.get("device", pd.Series([""] * len(finished), dtype=object))}
     return ("GPUs", "GPU") if devices == {"cuda"} else ("processes (GPUs, or CPU ranks)", "process")
-
-
-def run_label(row: Row) -> str:
-    """A run under its box in the timeline plot."""
-    return (
-        f"job {row['job']}\n{shown(row.get('precision'))} x{shown(row.get('world_size'))}"
-        f"\nbs {shown(row.get('batch_size'))}"
-    )
 
 
 def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str]) -> List[Path]:

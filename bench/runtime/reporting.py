@@ -16,7 +16,6 @@ from bench.runtime.fit_watch import fit_figures, fit_problems, fit_tags
 from bench.runtime.malloc import in_effect as malloc_in_effect
 from bench.runtime.peaks import utilisation
 from bench.scenario_base import BaseReport
-from bench.scenarios import Tracker
 
 if TYPE_CHECKING:
     from bench.config import BenchConfig
@@ -233,7 +232,7 @@ class ModelReport(BaseReport):
             )
         return files + [Path(f) for f in result.files if Path(f).is_file()]
 
-    def log_to(self, tracker: Tracker, files: List[Path], out_dir: Path, log_series: bool) -> None:
+    def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
         """Everything but the metrics (logged first, on their own): series, tags, artifacts."""
         if not tracker.active:
             return

@@ -1,11 +1,12 @@
 """What the model scenarios (training, inference) share in a sweep report and in `compare`: the
 optional columns, how a single run is named, the config keys named as columns and the scaling
-figures; `model_view` builds a scenario's View on them."""
+figures, a run's label in the timeline plot; `model_view` builds a scenario's View on them."""
 
 from __future__ import annotations
 
-from typing import List
+from typing import Any, Dict, List
 
+from bench.analysis.cells import shown
 from bench.report_view import Column, Plots, Sample, Scaling, View
 from bench.runtime.reporting import REPEATS_METRIC
 
@@ -62,4 +63,12 @@ def model_view(sample: Sample, columns: List[Column], plots: Plots, timeline_met
         named_in_config=NAMED_IN_CONFIG,
         shown_config=SHOWN_CONFIG,
         scaling=SCALING,
+    )
+
+
+def run_label(row: Dict[str, Any]) -> str:
+    """A run under its box in the timeline plot."""
+    return (
+        f"job {row['job']}\n{shown(row.get('precision'))} x{shown(row.get('world_size'))}"
+        f"\nbs {shown(row.get('batch_size'))}"
     )

@@ -1,6 +1,8 @@
 """The measured window, epoch by epoch: steps, then (when due) validation and a checkpoint, which
 are left out of the window; a progressive-resizing phase change at an epoch boundary; a stop
-at the first evaluation that reaches train.target_accuracy.
+at the first evaluation that reaches train.target_accuracy. On a terminal, the window's progress bar
+(benchmark.progress): the log lines print above it and it stays whole; with train.target_accuracy
+it says the run may stop early.
 
 Throughput keeps its definition: images of the counted steps / the counted seconds. Wall time
 for time-to-accuracy counts everything from the first training step (evaluations included, as
@@ -9,15 +11,18 @@ MLPerf Training counts it), carried over from the checkpoint a run resumed from.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, ContextManager, Dict, List, Optional, Tuple
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
 from bench.errors import Interrupted
 from bench.maths.stats import percentile
@@ -26,7 +31,6 @@ from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
 from bench.train.build import TrainingRun
 from bench.train.evaluate import accuracy_figures, evaluate
-from bench.train.progress import logs_above, progress_bar
 from bench.train.result import EpochRecord, TrainResult
 from bench.train.resume import Position
 
@@ -45,11 +49,6 @@ class WindowTally:
     stop: bool = False  # the window ends after this epoch (measure_steps/seconds, or the target reached)
     reached: Optional[EpochRecord] = None  # the first epoch whose evaluation reached train.target_accuracy
     evaluation: Dict[str, Any] = field(default_factory=dict)  # the last evaluation's figures
-
-
-def run_epochs(run: TrainingRun, clock: StepClock, first_step_at: float, flag: SignalFlag) -> TrainResult:
-    """One measured window of at most `run.planned` steps on `clock`; its figures (bench.train.repeats pools them)."""
-    return MeasuredWindow(run, clock, first_step_at, flag).run()
 
 
 class MeasuredWindow:
@@ -221,7 +220,7 @@ class MeasuredWindow:
             run.checkpoints.save(run.state(self.wall_seconds(), self.tally.epochs), position)
 
     def figures(self) -> TrainResult:
-        """The window's figures (bench.train.repeats pools them; bench.train.loop adds the run's)."""
+        """The window's figures (bench.train.loop pools the repeats' and adds the run's)."""
         tally, clock = self.tally, self.clock
         return TrainResult(
             measured_steps=tally.steps,
@@ -240,6 +239,30 @@ class MeasuredWindow:
                 tally.evaluation.get("val_images"),
             ),
         )
+
+
+def progress_bar(planned: int, target: Optional[float], shown: bool) -> tqdm:
+    """The window's bar on stderr, drawn on a terminal only. With a target the run may end at any
+    evaluation: the bar says so, and its time left is an upper bound."""
+    early = target is not None
+    return tqdm(
+        total=planned,
+        unit="step",
+        file=sys.stderr,
+        mininterval=1.0,
+        leave=False,
+        disable=None if shown else True,
+        desc=f"may stop at val top-1 {target:g}" if early else None,
+        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, at most {remaining} left, {rate_fmt}]"
+        if early
+        else None,
+    )
+
+
+def logs_above(bar: tqdm) -> ContextManager[object]:
+    """While the bar is drawn, the root logger's console handlers write through tqdm.write (the bar
+    cleared, the line written, the bar redrawn below it), so a log line never lands on the bar's line."""
+    return logging_redirect_tqdm() if not bar.disable else contextlib.nullcontext()
 
 
 def _deadline_passed(deadline: Optional[float], ctx: RankContext) -> bool:

@@ -2,16 +2,17 @@
 and schedule, resumed from a checkpoint if asked), run (the warm-up, then the measured window),
 collect (what the run measures after the window, and its result).
 
-A run is `benchmark.warmup_steps` discarded steps, then the measured window (`benchmark.repeats`
-times: bench.train.repeats):
-`train.epochs` epochs of `train.steps_per_epoch` steps (null: one pass over the dataset), cut
-short by `benchmark.measure_steps`, `benchmark.measure_seconds` or a reached
-`train.target_accuracy`. Throughput = images in the window / seconds of the window
-(evaluations and checkpoint writes left out: bench.train.epochs). Inside the window the host
-never waits for the device except every `benchmark.log_every` steps (or every step with
-`benchmark.sync=true`). What the run measures besides the window (a breakdown pass, profiled
-steps, the FLOPs count) runs after it (bench.train.after_window); benchmark.find_max_batch
-picks the batch before anything else is built (bench.train.max_batch).
+A run is `benchmark.warmup_steps` discarded steps, then the measured window, `benchmark.repeats`
+times in this process after the one warm-up, each on a clock of its own (`measure`; with
+repeats=1 exactly the single window bench always measured): `train.epochs` epochs of
+`train.steps_per_epoch` steps (null: one pass over the dataset), cut short by
+`benchmark.measure_steps`, `benchmark.measure_seconds` or a reached `train.target_accuracy`.
+Throughput = images in the window / seconds of the window (evaluations and checkpoint writes
+left out: bench.train.epochs). Inside the window the host never waits for the device except
+every `benchmark.log_every` steps (or every step with `benchmark.sync=true`). What the run
+measures besides the window (a breakdown pass, profiled steps, the FLOPs count) runs after it
+(bench.runtime.profiling.after_window); benchmark.find_max_batch picks the batch before anything
+else is built (bench.train.max_batch).
 """
 
 from __future__ import annotations
@@ -36,11 +37,13 @@ from bench.runtime.device import peak_memory_bytes
 from bench.runtime.models import count_parameters
 from bench.runtime.precision import PrecisionPolicy
 from bench.runtime.profiling import after_window
+from bench.runtime.signals import SignalFlag
+from bench.runtime.timing import StepClock
 from bench.train.breakdown import breakdown_pass
-from bench.train.build import TrainingRun, build_training
+from bench.train.build import TrainingRun
+from bench.train.epochs import MeasuredWindow
 from bench.train.extras import BatchSearch, CheckpointWrite, RunExtras
 from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
-from bench.train.repeats import measure_windows
 from bench.train.result import EpochRecord, TrainResult
 from bench.train.resume import claimed_checkpoints, restore_rng
 
@@ -67,7 +70,7 @@ def train(
     ctx = ctx or RankContext()
     mlperf = open_mlperf_log(config, out_dir, ctx.is_reporter)  # init_start: now
     with claimed_checkpoints(config, ctx, out_dir or Path.cwd()) as checkpoints:  # one writer per folder
-        run = build_training(config, device, ctx, on_step, checkpoints)
+        run = TrainingRun(config, device, ctx, on_step, checkpoints)
         first_step_at = time.perf_counter()  # time-to-accuracy counts from here
         mlperf.run_start(mlperf_hyper_parameters(run))
         warm_up(run)
@@ -129,16 +132,55 @@ def open_val(run: TrainingRun) -> None:
 
 
 def measure(run: TrainingRun, monitor: Any, first_step_at: float) -> TrainResult:
-    """The window's figures, with the GPU monitor's and the window's peak memory."""
-    config, checkpoints = run.config, run.checkpoints
+    """The measured window, `benchmark.repeats` times, each on a clock of its own, pooled (`pool`), with
+    the GPU monitor's figures and the window's peak memory."""
+    config, checkpoints, repeats = run.config, run.checkpoints, run.config.benchmark.repeats
     if monitor is not None:
         monitor.start()
     every_epochs, on_signal = config.checkpoint.every_epochs, config.checkpoint.on_signal
     checkpoint_on_signal = checkpoints is not None and every_epochs > 0 and on_signal
-    window = measure_windows(run, first_step_at, checkpoint_on_signal)
-    window.gpu = monitor.stop() if monitor is not None else GpuFigures()
-    window.peak_memory_bytes = peak_memory_bytes(run.device)  # the window's: the passes after it may allocate more
-    return window
+    windows: List[TrainResult] = []
+    for repeat in range(1, repeats + 1):
+        clock = StepClock(run.device, strict_sync=config.benchmark.sync)
+        clock.sync()
+        with SignalFlag(checkpoint_on_signal) as flag:
+            window = MeasuredWindow(run, clock, first_step_at, flag).run()
+        windows.append(window)
+        if repeats > 1:
+            seconds = window.window_seconds
+            log.info(
+                "repeat %d/%d: %.1f images/s (%d steps, %.2f s)",
+                repeat,
+                repeats,
+                window.measured_images / seconds if seconds > 0 else 0.0,
+                window.measured_steps,
+                seconds,
+            )
+    pooled = pool(windows)
+    pooled.gpu = monitor.stop() if monitor is not None else GpuFigures()
+    pooled.peak_memory_bytes = peak_memory_bytes(run.device)  # the window's: the passes after it may allocate more
+    return pooled
+
+
+def pool(windows: List[TrainResult]) -> TrainResult:
+    """One window's figures from several (images/s = all measured images / all measured seconds,
+    step-time percentiles over every measured step); `repeat_images`/`repeat_seconds` list each
+    repeat's, for the median, the spread and a confidence interval (bench.maths.confidence)."""
+    last = windows[-1]  # final loss, lr and accuracy are the last repeat's
+    images, seconds = [w.measured_images for w in windows], [w.window_seconds for w in windows]
+    if len(windows) == 1:
+        return dataclasses.replace(last, repeat_images=images, repeat_seconds=seconds)
+    return dataclasses.replace(
+        last,
+        measured_steps=sum(w.measured_steps for w in windows),
+        measured_images=sum(images),
+        window_seconds=sum(seconds),
+        step_times_ms=[t for w in windows for t in w.step_times_ms],
+        data_wait_ms=[t for w in windows for t in w.data_wait_ms],
+        epochs=[dataclasses.replace(e, repeat=number) for number, w in enumerate(windows, start=1) for e in w.epochs],
+        repeat_images=images,
+        repeat_seconds=seconds,
+    )
 
 
 def collect_result(

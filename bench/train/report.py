@@ -1,5 +1,6 @@
-"""The training scenario's report: per-rank timings merged into the job's numbers, the
-radix_metrics dict, the run's files and its MLflow record.
+"""The training scenario's report: per-rank timings merged into the job's numbers (the typed
+record, TrainMetrics, with its efficiency figures), the radix_metrics dict, the run's files and its
+MLflow record.
 
 Files: metrics_epoch.jsonl (a line per epoch), step_times.csv (a row per measured step),
 run_summary.json (results, epochs, compile, environment, config, ranks) and summary.csv.
@@ -9,18 +10,18 @@ ranks; throughput is the sum of each rank's images / its own window.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from bench.config import BenchConfig
 from bench.machine.fitness import Verdict
+from bench.maths.stats import UNSTABLE_CV, step_time_stats
 from bench.results import read_summary, write_jsonl
-from bench.runtime.reporting import ModelReport, repeat_throughputs
+from bench.runtime.reporting import ModelReport, model_figures, repeat_throughputs
 from bench.train import sweep_view
 from bench.train.extras import CheckpointWrite
 from bench.train.result import EpochRecord, TrainMetrics, TrainOutcome, TrainResult
-from bench.train.summary import merge_ranks, summarize
 
 RANK_FIELDS = ("rank", "host", "images", "window_seconds", "peak_memory_bytes", "param_checksum")  # run_summary.json
 
@@ -28,6 +29,67 @@ RANK_FIELDS = ("rank", "host", "images", "window_seconds", "peak_memory_bytes", 
 def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
     """An epoch's line: what it measured; evaluation and phase keys only where they apply."""
     return [{k: v for k, v in asdict(e).items() if v is not None} for e in epochs]
+
+
+def merge_ranks(ranks: Sequence[TrainResult]) -> TrainResult:
+    """Rank 0's result with the step timeline of the whole job (the max over ranks per step)."""
+    result = ranks[0]
+    if len(ranks) <= 1:
+        return result
+    steps = min(len(r.step_times_ms) for r in ranks)
+    waits = min(len(r.data_wait_ms) for r in ranks)
+    return replace(
+        result,
+        step_times_ms=[max(r.step_times_ms[i] for r in ranks) for i in range(steps)],
+        data_wait_ms=[max(r.data_wait_ms[i] for r in ranks) for i in range(waits)],
+        window_seconds=max(r.window_seconds for r in ranks),
+        peak_memory_bytes=max(r.peak_memory_bytes for r in ranks),
+    )
+
+
+def rank_figures(ranks: Sequence[TrainResult]) -> Dict[str, Any]:
+    """Per-rank throughput, so a straggler shows, and whether DDP kept the weights identical (the global
+    images/s, their sum, is summarize's)."""
+    throughputs = [r.images_per_second for r in ranks]
+    return {
+        "rank_images_per_second_min": min(throughputs),
+        "rank_images_per_second_max": max(throughputs),
+        "rank_slowest": min(range(len(ranks)), key=lambda i: throughputs[i]),
+        "rank_spread": 1.0 - min(throughputs) / max(throughputs) if max(throughputs) > 0 else 0.0,
+        "params_in_sync": len({r.param_checksum for r in ranks}) == 1,
+    }
+
+
+def summarize(ranks: Sequence[TrainResult], config: BenchConfig, device: str, device_name: str) -> TrainMetrics:
+    """The run's record from every rank's result: every number a run reports, plus the settings that
+    change speed."""
+    result = merge_ranks(ranks)
+    steps_per_epoch = config.train.steps_per_epoch
+    if steps_per_epoch is None and result.epochs:
+        steps_per_epoch = max(e.steps for e in result.epochs)  # one pass over the dataset
+    extra = {**result.extra.figures(path=False), **(result.accuracy.figures() if result.accuracy is not None else {})}
+    # progressive phases change the FLOPs per image: no single TFLOP/s figure
+    gflops = None if config.data.progressive else extra.get("gflops_per_image_fwd_bwd")
+    record = TrainMetrics(
+        **model_figures(ranks, result, config, device, device_name, gflops),
+        lr=result.base_lr,
+        epochs=config.train.epochs,
+        steps_per_epoch=steps_per_epoch,
+        distributed=str(config.distributed.name),
+        scaling=str(config.distributed.scaling),
+        **(rank_figures(ranks) if len(ranks) > 1 else {}),
+        **step_time_stats(result.step_times_ms),
+        final_loss=result.final_loss,
+        final_lr=result.final_lr,
+        param_checksum=result.param_checksum,
+        optimizer=str(config.optimizer.name),
+        nesterov=bool(config.optimizer.nesterov) if str(config.optimizer.name) == "sgd" else None,
+        norm=str(config.model.norm),
+        fused_optimizer=result.fused_optimizer,
+        extra=extra,
+    )
+    record.unstable = (record.step_time_cv or 0.0) > UNSTABLE_CV
+    return record
 
 
 @dataclass

@@ -68,10 +68,10 @@ class Accuracy:
 @dataclass(kw_only=True)
 class TrainResult(ModelResult):
     """What one training rank measured, the one type from the loop to the report: its measured
-    window's figures (bench.train.epochs; benchmark.repeats' windows pooled by bench.train.repeats),
+    window's figures (bench.train.epochs; benchmark.repeats' windows pooled by bench.train.loop.pool),
     then what the run adds after the window (bench.train.loop.collect_result) and who measured it
     (bench.train.scenario). Every rank's reaches rank 0 (all_gather); rank 0's, with the job's step
-    timeline merged in, becomes the record (bench.train.summary)."""
+    timeline merged in, becomes the record (bench.train.report.summarize)."""
 
     measured_images: int = 0  # images of the measured steps (the batch changes with data.progressive)
     step_times_ms: List[float] = field(default_factory=list)

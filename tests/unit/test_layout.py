@@ -216,7 +216,6 @@ RESULT_SERIALISERS = {
     "bench/train/sweep_view.py",
     "bench/infer/sweep_view.py",
     "bench/iobench/sweep_view.py",
-    "bench/train/repeats.py",
     "bench/data/loader.py",
     "bench/data/prepare.py",
     "bench/tools/gpu_checks/checks.py",
