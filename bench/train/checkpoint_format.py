@@ -57,15 +57,12 @@ def run_meta(config: BenchConfig) -> Dict[str, Any]:
     }
 
 
-def differences(saved: Dict[str, Any], mine: Dict[str, Any]) -> List[str]:
-    return [
-        f"{key} {saved[key]!r} there, {mine[key]!r} here" for key in mine if key in saved and saved[key] != mine[key]
-    ]
-
-
 def check_meta(state: Dict[str, Any], config: BenchConfig, where: str) -> None:
     """One line naming what differs between the checkpoint's run and this one (format 2)."""
-    differ = differences(state.get("meta") or {}, run_meta(config))
+    saved, mine = state.get("meta") or {}, run_meta(config)
+    differ = [
+        f"{key} {saved[key]!r} there, {mine[key]!r} here" for key in mine if key in saved and saved[key] != mine[key]
+    ]
     if differ:
         raise CheckpointError(
             f"checkpoint {where} was written by another run: {'; '.join(differ)} (a checkpoint "

@@ -6,7 +6,7 @@ in the order the radix_metrics keys have always had."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Dict, Optional
 
 
@@ -59,10 +59,7 @@ class RunExtras:
         """One dict of all the groups' figures (the end-of-run checkpoint's path left out with path=False)."""
         figures: Dict[str, Any] = dict(self.dataset)
         if self.batch_search is not None:
-            figures.update(
-                batch_size_requested=self.batch_search.batch_size_requested,
-                batch_size_found=self.batch_search.batch_size_found,
-            )
+            figures.update(asdict(self.batch_search))
         figures.update(self.passes)
         figures.update(self.checkpoints)
         figures.update(self.phases)

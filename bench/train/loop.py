@@ -18,6 +18,7 @@ else is built (bench.train.max_batch).
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import socket
 import time
@@ -72,7 +73,12 @@ def train(
     with claimed_checkpoints(config, ctx, out_dir or Path.cwd()) as checkpoints:  # one writer per folder
         run = TrainingRun(config, device, ctx, on_step, checkpoints)
         first_step_at = time.perf_counter()  # time-to-accuracy counts from here
-        mlperf.run_start(mlperf_hyper_parameters(run))
+        facts, global_batch = getattr(run.data.batches, "facts", {}), run.data.batch_size * ctx.world_size
+        train_samples, eval_samples = facts.get("dataset_size"), facts.get("val_size")
+        hyper = hyper_parameters(
+            run.config, global_batch, run.base_lr, run.planned, train_samples, eval_samples, str(device)
+        )
+        mlperf.run_start(hyper)  # MLPerf's submission and hyper-parameter keys, as this run has them
         warm_up(run)
         open_val(run)
         run.mlperf = mlperf
@@ -80,21 +86,6 @@ def train(
         window = measure(run, monitor, first_step_at)
         mlperf.run_stop(window.accuracy.reached_target if window.accuracy is not None else None)
         return collect_result(run, window, on_finish, out_dir)
-
-
-def mlperf_hyper_parameters(run: TrainingRun) -> Dict[str, Any]:
-    """MLPerf's submission and hyper-parameter keys, as this run has them (bench.train.mlperf_log)."""
-    facts = getattr(run.data.batches, "facts", {})
-    global_batch = run.data.batch_size * run.ctx.world_size
-    return hyper_parameters(
-        run.config,
-        global_batch,
-        run.base_lr,
-        run.planned,
-        facts.get("dataset_size"),
-        facts.get("val_size"),
-        str(run.device),
-    )
 
 
 def warm_up(run: TrainingRun) -> None:
@@ -267,21 +258,12 @@ def _restore_schedule(scheduler: Any, saved: Dict[str, Any]) -> None:
 def phase_figures(epochs: List[EpochRecord]) -> Dict[str, Any]:
     """images/s of each progressive phase (consecutive epochs of one image and batch size)."""
     figures: Dict[str, Any] = {}
-    phases: List[List[EpochRecord]] = []
-    for epoch in epochs:
-        if phases and (phases[-1][-1].image_size, phases[-1][-1].batch_size) == (epoch.image_size, epoch.batch_size):
-            phases[-1].append(epoch)
-        else:
-            phases.append([epoch])
-    for number, phase in enumerate(phases, start=1):
+    phases = itertools.groupby(epochs, key=lambda e: (e.image_size, e.batch_size))
+    for number, ((image_size, batch_size), group) in enumerate(phases, start=1):
+        phase = list(group)
         images, seconds = sum(e.images for e in phase), sum(e.seconds for e in phase)
-        figures.update(
-            {
-                f"phase{number}_image_size": phase[0].image_size,
-                f"phase{number}_batch_size": phase[0].batch_size,
-                f"phase{number}_images_per_second": images / seconds if seconds > 0 else 0.0,
-            }
-        )
+        figures[f"phase{number}_image_size"], figures[f"phase{number}_batch_size"] = image_size, batch_size
+        figures[f"phase{number}_images_per_second"] = images / seconds if seconds > 0 else 0.0
     return figures
 
 

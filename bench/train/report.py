@@ -23,6 +23,8 @@ from bench.train import sweep_view
 from bench.train.extras import CheckpointWrite
 from bench.train.result import EpochRecord, TrainMetrics, TrainOutcome, TrainResult
 
+# MLflow's per-epoch series (step = epoch): epoch_<figure> for each of an epoch's figures
+EPOCH_SERIES = ("images_per_second", "seconds", "loss", "lr", "data_wait_seconds", "compute_seconds")
 RANK_FIELDS = ("rank", "host", "images", "window_seconds", "peak_memory_bytes", "param_checksum")  # run_summary.json
 
 
@@ -148,21 +150,10 @@ class TrainReport(ModelReport):
         """The epochs' series, the run's new name and the checkpoint it resumed from, then the model runs' own."""
         if tracker.active:
             for number, epoch in enumerate(self.result.epochs, start=1):
-                series: Dict[str, Optional[float]] = {
-                    "epoch_images_per_second": epoch.images_per_second,
-                    "epoch_seconds": epoch.seconds,
-                    "epoch_loss": epoch.loss,
-                    "epoch_lr": epoch.lr,
-                    "epoch_data_wait_seconds": epoch.data_wait_seconds,
-                    "epoch_compute_seconds": epoch.compute_seconds,
-                }
+                series = {f"epoch_{name}": getattr(epoch, name) for name in EPOCH_SERIES}
                 if epoch.val_top1 is not None:  # the accuracy curve, by epoch (wall seconds: metrics_epoch.jsonl)
-                    series.update(
-                        val_top1=epoch.val_top1,
-                        val_top5=epoch.val_top5,
-                        epoch_eval_seconds=epoch.eval_seconds,
-                        epoch_wall_seconds=epoch.wall_seconds,
-                    )
+                    series.update(val_top1=epoch.val_top1, val_top5=epoch.val_top5)
+                    series.update(epoch_eval_seconds=epoch.eval_seconds, epoch_wall_seconds=epoch.wall_seconds)
                 tracker.log_metrics(series, step=epoch.epoch if epoch.repeat is None else number)
             if self.run_name:
                 tracker.rename(self.run_name)

@@ -110,7 +110,6 @@ def restore_rng(states: Dict[str, Any]) -> None:
 class TrainingCheckpoints:
     def __init__(self, config: BenchConfig):
         self.config = config
-        self.keep_last = config.checkpoint.keep_last
         self.folder = f"{config.checkpoint.dir.strip('/')}/{fingerprint(config)}"
         # the launch directory (bench never changes directory), not the run's dated output dir:
         # the same command line, run again, must find these
@@ -186,7 +185,7 @@ class TrainingCheckpoints:
         seconds = time.perf_counter() - start
         self.saved.append({"bytes": size, "seconds": seconds})
         log.info("checkpoint %s/%s (%.1f MB, %.2f s)", self.url, position.name, size / 1e6, seconds)
-        for old in self.names()[: -self.keep_last]:
+        for old in self.names()[: -self.config.checkpoint.keep_last]:
             self.store.delete(old)
 
     def _write(self, name: str, state: Dict[str, Any]) -> int:
@@ -229,7 +228,7 @@ class TrainingCheckpoints:
                 f"train.resume={path!r} is not a checkpoint file: accepted 'auto', a file "
                 f"written by checkpoint.every_epochs, or a name in {self.url}"
             )
-        return self._read(backend_for_file(local), local.name)
+        return self._read(LocalStore(local.parent), local.name)
 
     def _read(self, store: Any, name: str) -> Dict[str, Any]:
         start = time.perf_counter()
@@ -279,7 +278,3 @@ def claimed_checkpoints(
         yield checkpoints
     finally:
         checkpoints.release()
-
-
-def backend_for_file(path: Path) -> Any:
-    return LocalStore(path.parent)
