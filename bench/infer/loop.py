@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -68,31 +68,25 @@ def infer(
             model = eager
     for _ in range(config.benchmark.warmup_steps):
         forward(next(batches)[0])
-    if monitor is not None:
-        monitor.start()
-    windows = [_window(config, device, batches, forward, planned, on_step) for _ in range(config.benchmark.repeats)]
-    gpu = monitor.stop() if monitor is not None else GpuFigures()
-    peak = peak_memory_bytes(device)
-    # a signal ends the profiled batches; the window is reported
-    passes, files, interrupted = after_window(config, device, ctx, lambda: forward(next(batches)[0]), out_dir, False)
-    return InferResult(
+    result = InferResult(
         batch_size=data.batch_size,
         warmup_steps=config.benchmark.warmup_steps,
-        measured_steps=sum(w["steps"] for w in windows),
-        window_seconds=sum(w["seconds"] for w in windows),
-        latency_ms=[t for w in windows for t in w["latency_ms"]],
-        data_wait_ms=[t for w in windows for t in w["data_wait_ms"]],
-        peak_memory_bytes=peak,
         parameters=count_parameters(eager),
         precision=policy.describe(),
         compile=compile_info,
-        repeat_images=[w["steps"] * data.batch_size for w in windows],
-        repeat_seconds=[w["seconds"] for w in windows],
-        gpu=gpu,
-        extra={**getattr(batches, "facts", {}), **passes},
-        files=files,
-        interrupted=interrupted,
     )
+    if monitor is not None:
+        monitor.start()
+    for _ in range(config.benchmark.repeats):
+        _window(config, device, batches, forward, planned, on_step, result)
+    result.gpu = monitor.stop() if monitor is not None else GpuFigures()
+    result.peak_memory_bytes = peak_memory_bytes(device)
+    # a signal ends the profiled batches; the window is reported
+    passes, result.files, result.interrupted = after_window(
+        config, device, ctx, lambda: forward(next(batches)[0]), out_dir, False
+    )
+    result.extra = {**getattr(batches, "facts", {}), **passes}
+    return result
 
 
 def _window(
@@ -102,19 +96,20 @@ def _window(
     forward: Callable[[torch.Tensor], Any],
     planned: int,
     on_step: Optional[Callable[[], None]],
-) -> Dict[str, Any]:
-    """One measured window: `planned` batches, or fewer when benchmark.measure_seconds runs out."""
+    result: InferResult,
+) -> None:
+    """One measured window, added to `result`: `planned` batches, or fewer when benchmark.measure_seconds
+    runs out."""
     bench = config.benchmark
     clock = StepClock(device, strict_sync=bench.sync)
     deadline = time.perf_counter() + bench.measure_seconds if bench.measure_seconds else None
-    waits: List[float] = []
     clock.sync()
     clock.mark()  # the window opens here
     done = 0
     while done < planned:
         t0 = time.perf_counter()
         images, _ = next(batches)
-        waits.append((time.perf_counter() - t0) * 1000.0)
+        result.data_wait_ms.append((time.perf_counter() - t0) * 1000.0)
         forward(images)
         clock.mark()
         done += 1
@@ -133,9 +128,9 @@ def _window(
                 bench.log_every,
             )
     clock.sync()
-    return {
-        "steps": done,
-        "seconds": clock.seconds_between(0, len(clock) - 1),
-        "latency_ms": clock.step_times_ms(),
-        "data_wait_ms": waits,
-    }
+    seconds = clock.seconds_between(0, len(clock) - 1)
+    result.measured_steps += done
+    result.window_seconds += seconds
+    result.latency_ms += clock.step_times_ms()
+    result.repeat_images.append(done * result.batch_size)
+    result.repeat_seconds.append(seconds)
