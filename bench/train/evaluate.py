@@ -29,7 +29,9 @@ def evaluate(model: nn.Module, val: Any, policy: PrecisionPolicy, ctx: RankConte
             logits = model(images)
             top = logits.topk(min(5, logits.shape[1]), dim=1).indices
             hits = top.eq(labels[:, None])
-            counts += torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum(), labels.new_tensor(labels.numel())]).to(counts)
+            counts += torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum(), labels.new_tensor(labels.numel())]).to(
+                counts
+            )
     model.train(was_training)
     if ctx.distributed:
         import torch.distributed as dist

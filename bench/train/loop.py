@@ -42,10 +42,10 @@ from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
 from bench.train.breakdown import breakdown_pass
 from bench.train.build import TrainingRun
+from bench.train.checkpoint import checkpoint_writer
 from bench.train.epochs import MeasuredWindow
-from bench.train.extras import BatchSearch, CheckpointWrite, RunExtras
 from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
-from bench.train.result import EpochRecord, TrainResult
+from bench.train.result import BatchSearch, EpochRecord, RunExtras, TrainResult
 from bench.train.resume import claimed_checkpoints, restore_rng
 
 log = logging.getLogger(__name__)
@@ -55,7 +55,6 @@ def train(
     config: BenchConfig,
     device: torch.device,
     monitor: Any = None,
-    on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], CheckpointWrite]] = None,
     ctx: Optional[RankContext] = None,
     on_step: Optional[Callable[[], None]] = None,
     out_dir: Optional[Path] = None,
@@ -63,7 +62,8 @@ def train(
     """Build model, data, precision, optimizer and scheduler from `config` and run.
 
     `monitor` (start()/stop() -> GpuFigures) samples the device during the measured window only;
-    `on_finish(model, optimizer)` runs after the window (a checkpoint write, say);
+    with `out_dir` and storage.save_checkpoint rank 0 writes the end-of-run checkpoint after the
+    window (bench.train.checkpoint);
     `ctx` is this process's rank: with world_size > 1 the model is wrapped in DDP (the
     process group must exist) and each rank reads its own data; `on_step()` is called after
     every step; `out_dir` receives the profiler's files.
@@ -85,7 +85,7 @@ def train(
         mlperf.event("eval_samples", getattr(run.val, "facts", {}).get("val_dataset_size", 0))
         window = measure(run, monitor, first_step_at)
         mlperf.run_stop(window.accuracy.reached_target if window.accuracy is not None else None)
-        return collect_result(run, window, on_finish, out_dir)
+        return collect_result(run, window, out_dir)
 
 
 def warm_up(run: TrainingRun) -> None:
@@ -174,12 +174,7 @@ def pool(windows: List[TrainResult]) -> TrainResult:
     )
 
 
-def collect_result(
-    run: TrainingRun,
-    window: TrainResult,
-    on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], CheckpointWrite]],
-    out_dir: Optional[Path],
-) -> TrainResult:
+def collect_result(run: TrainingRun, window: TrainResult, out_dir: Optional[Path]) -> TrainResult:
     """The passes after the window, the end-of-run checkpoint, and the run's figures added to the window's."""
     config, ctx, data = run.config, run.ctx, run.data
     extra = RunExtras(dataset=dict(getattr(data.batches, "facts", {})))  # real data: dataset_size, ...
@@ -196,8 +191,9 @@ def collect_result(
         extra.checkpoints = run.checkpoints.figures()
     if data.progressive:
         extra.phases = phase_figures(window.epochs)
-    if on_finish is not None and not interrupted:  # a signal asks for a prompt end: no checkpoint write
-        extra.written = on_finish(run.eager, run.optimizer)
+    write = checkpoint_writer(config, out_dir, ctx) if out_dir is not None else None
+    if write is not None and not interrupted:  # a signal asks for a prompt end: no checkpoint write
+        extra.written = write(run.eager, run.optimizer)
     return dataclasses.replace(
         window,
         rank=ctx.rank,

@@ -20,8 +20,7 @@ from bench.maths.stats import UNSTABLE_CV, step_time_stats
 from bench.results import read_summary, write_jsonl
 from bench.runtime.reporting import ModelReport, model_figures, repeat_throughputs
 from bench.train import sweep_view
-from bench.train.extras import CheckpointWrite
-from bench.train.result import EpochRecord, TrainMetrics, TrainOutcome, TrainResult
+from bench.train.result import CheckpointWrite, EpochRecord, TrainMetrics, TrainOutcome, TrainResult
 
 # MLflow's per-epoch series (step = epoch): epoch_<figure> for each of an epoch's figures
 EPOCH_SERIES = ("images_per_second", "seconds", "loss", "lr", "data_wait_seconds", "compute_seconds")

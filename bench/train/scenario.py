@@ -42,11 +42,9 @@ class TrainScenario(ModelScenario):
         self, config: BenchConfig, device: Any, ctx: RankContext, monitor: Any, out_dir: Path, heartbeat: Any
     ) -> TrainResult:
         """Train as one rank (bench.train.loop), the end-of-run checkpoint written by rank 0."""
-        from bench.train.checkpoint import checkpoint_writer
         from bench.train.loop import train
 
-        on_finish = checkpoint_writer(config, out_dir, ctx)
-        return train(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, on_finish=on_finish, out_dir=out_dir)
+        return train(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, out_dir=out_dir)
 
     def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
         """Another run writing the checkpoint folder is said in its own line; out of memory as any model run."""

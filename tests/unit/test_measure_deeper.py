@@ -366,8 +366,7 @@ def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(comp
     from mlflow import MlflowClient
 
     from bench.tracking.tracker import Tracker
-    from bench.train.extras import BatchSearch, RunExtras
-    from bench.train.result import TrainOutcome, TrainResult
+    from bench.train.result import BatchSearch, RunExtras, TrainOutcome, TrainResult
     from bench.train.scenario import TrainScenario
 
     config = compose(*SMALL, "data.batch_size=8")

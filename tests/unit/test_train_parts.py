@@ -502,9 +502,8 @@ def test_a_failed_checkpoint_write_is_read_back_typed_and_makes_the_run_a_proble
     """The end-of-run checkpoint's failure is a typed CheckpointWrite; read back from the record's
     figures (run_summary.json: the key lands in the record's last spread group) it is found by the
     typed read, and the run reports it as a problem; a run that wrote its checkpoint has none."""
-    from bench.train.extras import CheckpointWrite, RunExtras
     from bench.train.report import TrainReport
-    from bench.train.result import TrainMetrics, TrainResult
+    from bench.train.result import CheckpointWrite, RunExtras, TrainMetrics, TrainResult
 
     failed = CheckpointWrite(checkpoint_error="OSError: No space left on device (/runs/c.pt)")
     assert list(RunExtras(written=failed).figures()) == ["checkpoint_error"]
