@@ -19,10 +19,11 @@ from bench.results import read_summary
 from bench.runtime.reporting import ModelReport, model_figures, repeat_throughputs
 
 
-def summarize(result: InferResult, config: BenchConfig, device: str, device_name: str) -> InferMetrics:
+def summarize(outcome: InferOutcome, config: BenchConfig) -> InferMetrics:
+    result = outcome.result
     latency, gflops = result.latency_ms, result.extra.get("gflops_per_image_forward")
     return InferMetrics(
-        **model_figures([result], result, config, device, device_name, gflops),
+        **model_figures(outcome, result, config, gflops),
         # None without a measured batch: the fields' default, left out of the final line
         latency_ms_mean=mean(latency),
         latency_ms_p50=percentile(latency, 50),
@@ -44,7 +45,7 @@ class InferReport(ModelReport):
     def from_outcome(cls, outcome: InferOutcome, config: BenchConfig) -> "InferReport":
         return cls(
             result=outcome.result,
-            record=summarize(outcome.result, config, outcome.device, outcome.device_name),
+            record=summarize(outcome, config),
             repeat_rates=repeat_throughputs(outcome.ranks),
             require_fit=bool(config.benchmark.require_fit),
         )

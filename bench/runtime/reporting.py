@@ -124,17 +124,13 @@ def repeat_throughputs(ranks: Sequence[ModelResult]) -> List[float]:
 
 
 def model_figures(
-    ranks: Sequence[ModelResult],
-    result: ModelResult,
-    config: "BenchConfig",
-    device: str,
-    device_name: str,
-    gflops: Optional[float],
+    outcome: ModelOutcome, result: ModelResult, config: "BenchConfig", gflops: Optional[float]
 ) -> Dict[str, Any]:
     """The fields a training and an inference record share, from every rank's result and rank 0's
     (`result`, with the job's timeline): throughput (a DDP job's: the sum over ranks of each one's
     images / its own window), the data wait, how the model ran, the efficiency figures (`gflops` per
     image, None: none), the repeats' spread and the fit-to-measure verdict (the other ranks' GPUs too)."""
+    ranks, device = outcome.ranks, outcome.device
     world_size, seconds = len(ranks), result.window_seconds
     images = result.images * world_size
     if world_size > 1:
@@ -150,7 +146,7 @@ def model_figures(
         cudnn_benchmark=bool(config.cudnn_benchmark),
         cpu_malloc_reuse=malloc_in_effect(config.cpu_malloc_reuse, device),
         device=device,
-        device_name=device_name,
+        device_name=outcome.device_name,
         au=au,
         input_bound=au < AU_THRESHOLD,
         compile_fallback=compiled.get("fallback_reason") or None,

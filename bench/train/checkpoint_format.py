@@ -92,20 +92,16 @@ def check_model_fits(state: Dict[str, Any], model: torch.nn.Module, where: str) 
         )
 
 
-def to_file_state(state: Dict[str, Any]) -> Dict[str, Any]:
-    """The state as plain data: numpy's RNG state becomes a tensor and numbers."""
-    if "rng" not in state:
-        return state
-    rng = dict(state["rng"])
-    kind, keys, pos, has_gauss, cached = rng["numpy"]
-    rng["numpy"] = {
+def numpy_rng_file_state() -> Dict[str, Any]:
+    """numpy's RNG state as plain data: a tensor and numbers (format 2)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
         "kind": str(kind),
         "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
         "pos": int(pos),
         "has_gauss": int(has_gauss),
         "cached_gaussian": float(cached),
     }
-    return {**state, "rng": rng}
 
 
 def numpy_rng_state(saved: Any) -> Any:

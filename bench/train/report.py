@@ -61,10 +61,10 @@ def rank_figures(ranks: Sequence[TrainResult]) -> Dict[str, Any]:
     }
 
 
-def summarize(ranks: Sequence[TrainResult], config: BenchConfig, device: str, device_name: str) -> TrainMetrics:
+def summarize(outcome: TrainOutcome, config: BenchConfig) -> TrainMetrics:
     """The run's record from every rank's result: every number a run reports, plus the settings that
     change speed."""
-    result = merge_ranks(ranks)
+    ranks, result = outcome.ranks, merge_ranks(outcome.ranks)
     steps_per_epoch = config.train.steps_per_epoch
     if steps_per_epoch is None and result.epochs:
         steps_per_epoch = max(e.steps for e in result.epochs)  # one pass over the dataset
@@ -72,7 +72,7 @@ def summarize(ranks: Sequence[TrainResult], config: BenchConfig, device: str, de
     # progressive phases change the FLOPs per image: no single TFLOP/s figure
     gflops = None if config.data.progressive else extra.get("gflops_per_image_fwd_bwd")
     record = TrainMetrics(
-        **model_figures(ranks, result, config, device, device_name, gflops),
+        **model_figures(outcome, result, config, gflops),
         lr=result.base_lr,
         epochs=config.train.epochs,
         steps_per_epoch=steps_per_epoch,
@@ -108,7 +108,7 @@ class TrainReport(ModelReport):
     def from_outcome(cls, outcome: TrainOutcome, config: BenchConfig) -> "TrainReport":
         return cls(
             result=merge_ranks(outcome.ranks),
-            record=summarize(outcome.ranks, config, outcome.device, outcome.device_name),
+            record=summarize(outcome, config),
             repeat_rates=repeat_throughputs(outcome.ranks),
             require_fit=bool(config.benchmark.require_fit),
             ranks=list(outcome.ranks),

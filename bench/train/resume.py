@@ -46,7 +46,6 @@ from bench.storage.local import LocalStore
 from bench.storage.registry import backend
 from bench.storage.writer_lock import FolderBusy, WriterLock, hold
 from bench.train import checkpoint_format
-from bench.train.checkpoint_format import FORMAT, WriteRecorder, numpy_rng_state, run_meta, to_file_state, write_failure
 
 log = logging.getLogger("bench")
 
@@ -91,9 +90,10 @@ class Position:
 
 
 def rng_states() -> Dict[str, Any]:
+    """Every RNG's state, as plain data (bench.train.checkpoint_format)."""
     return {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
+        "numpy": checkpoint_format.numpy_rng_file_state(),
         "python": random.getstate(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
@@ -101,7 +101,7 @@ def rng_states() -> Dict[str, Any]:
 
 def restore_rng(states: Dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
-    np.random.set_state(numpy_rng_state(states["numpy"]))
+    np.random.set_state(checkpoint_format.numpy_rng_state(states["numpy"]))
     random.setstate(states["python"])
     if states.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
@@ -170,16 +170,16 @@ class TrainingCheckpoints:
             return
         start = time.perf_counter()
         state = {
-            **to_file_state(state),
-            "format": FORMAT,
-            "meta": run_meta(self.config),
+            **state,
+            "format": checkpoint_format.FORMAT,
+            "meta": checkpoint_format.run_meta(self.config),
             "epoch": position.epoch,
             "step_in_epoch": position.step_in_epoch,
         }
         try:
             size = self._write(position.name, state)
         except Exception as exc:  # any backend's write error (a full disk, a refused PUT)
-            self.failed = write_failure(exc, f"{self.url}/{position.name}")
+            self.failed = checkpoint_format.write_failure(exc, f"{self.url}/{position.name}")
             log.warning("checkpoint not written: %s; training goes on without checkpoints", self.failed)
             return
         seconds = time.perf_counter() - start
@@ -192,7 +192,7 @@ class TrainingCheckpoints:
         if hasattr(self.store, "put_with"):  # a disk: torch.save streams into the (temporary) file
 
             def stream(fh: Any) -> None:
-                recorder = WriteRecorder(fh)
+                recorder = checkpoint_format.WriteRecorder(fh)
                 try:
                     torch.save(state, recorder)  # type: ignore[arg-type]  # torch.save takes any object with write()
                 except RuntimeError:  # torch's zip writer hides the OSError (a full disk) behind its own
