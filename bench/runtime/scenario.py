@@ -47,8 +47,10 @@ class ModelScenario(BaseScenario):
         """Run the loop as one rank, on the CPU with the threads and loader workers the user left unset
         chosen to fit the cores (bench.runtime.device.fit_cpu, said once by rank 0); rank 0 returns
         what every rank measured, each with its fit-to-measure verdict, the others None."""
+        import torch
+
         from bench.launch.process_group import all_gather, destroy_process_group, init_process_group
-        from bench.runtime.device import device_name, fit_cpu, resolve_device
+        from bench.runtime.device import fit_cpu, resolve_device
         from bench.runtime.fit_watch import WindowMonitor
 
         device = resolve_device(config.allow_cpu)
@@ -64,7 +66,8 @@ class ModelScenario(BaseScenario):
             ranks = all_gather(result, ctx)
         finally:
             destroy_process_group()
-        return ModelOutcome(ranks, device.type, device_name(device)) if ctx.is_reporter else None
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        return ModelOutcome(ranks, device.type, name) if ctx.is_reporter else None
 
     def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
         """A known failure in one line: out of memory names the batch size, the device and what to try."""
