@@ -45,7 +45,7 @@ def load(cfg: DictConfig) -> BenchConfig:
     except OmegaConfBaseException as exc:  # e.g. a ${...} that points nowhere
         raise as_error(exc) from None
     assert isinstance(config, BenchConfig)
-    config.scenario.check(config)  # the scenario's own rules, beside its code (e.g. bench.train.rules)
+    config.scenario.check(config)  # the scenario's own rules, beside its code (e.g. bench.train.scenario.check_train)
     reject_non_finite(config)
     return config
 
