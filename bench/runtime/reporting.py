@@ -115,6 +115,13 @@ def efficiency(
     return figures
 
 
+def input_pipeline(data_wait_fraction: float) -> Dict[str, Any]:
+    """Accelerator utilization (au: the share of the window not spent waiting for data) and whether
+    the run was input-bound (au < AU_THRESHOLD)."""
+    au = min(1.0, max(0.0, 1.0 - data_wait_fraction))
+    return {"au": au, "input_bound": au < AU_THRESHOLD}
+
+
 def repeat_throughputs(ranks: Sequence[ModelResult]) -> List[float]:
     """images/s of each measured window (benchmark.repeats), summed over ranks like the run's own."""
     count = min((len(r.repeat_seconds) for r in ranks), default=0)
@@ -139,7 +146,7 @@ def model_figures(
         throughput = images / seconds if seconds > 0 else 0.0
     data_wait_s = sum(result.data_wait_ms) / 1000.0
     wait_fraction = data_wait_s / seconds if seconds > 0 else 0.0
-    au, compiled = min(1.0, max(0.0, 1.0 - wait_fraction)), result.compile
+    compiled = result.compile
     execution = Execution(
         **result.precision,
         compile=bool(compiled.get("active")),
@@ -147,8 +154,7 @@ def model_figures(
         cpu_malloc_reuse=malloc_in_effect(config.cpu_malloc_reuse, device),
         device=device,
         device_name=outcome.device_name,
-        au=au,
-        input_bound=au < AU_THRESHOLD,
+        **input_pipeline(wait_fraction),
         compile_fallback=compiled.get("fallback_reason") or None,
         compile_s=compiled.get("first_call_s"),
     )
