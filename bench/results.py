@@ -230,24 +230,6 @@ def read_column(path: Path, column: str) -> List[float]:
         return [float(row[column]) for row in csv.DictReader(fh)]
 
 
-def read_window(job_dir: Path, record: Any, timeline_file: str, profile_files: Sequence[str]) -> Dict[str, Any]:
-    """What a model run's result (training's, inference's) holds about its measured window, read
-    back from its record and files: the arguments both result types share."""
-    summary = read_summary(job_dir)
-    return dict(
-        batch_size=record.batch_size,
-        warmup_steps=record.warmup_steps,
-        measured_steps=record.measured_steps,
-        window_seconds=record.elapsed_seconds,
-        data_wait_ms=read_column(job_dir / timeline_file, "data_wait_ms"),
-        peak_memory_bytes=int(record.peak_memory_mb * 2**20),
-        parameters=record.parameters,
-        precision={},
-        compile=summary.get("compile", {}),
-        files=[str(job_dir / name) for name in profile_files if (job_dir / name).is_file()],
-    )
-
-
 @contextmanager
 def room_kept(out_dir: Path) -> Iterator[None]:
     """error.txt, even on a full disk: while a run runs, room for the file is held in its directory

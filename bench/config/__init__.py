@@ -36,7 +36,7 @@ def load(cfg: DictConfig) -> BenchConfig:
     except OmegaConfBaseException as exc:  # e.g. a ${...} that points nowhere
         raise as_error(exc) from None
     assert isinstance(config, BenchConfig)
-    config.scenario.check(config)  # the scenario's own rules, beside its code (e.g. bench.train.rules)
+    config.scenario.check(config)  # the scenario's own rules, beside its code (e.g. bench.train.scenario.check_train)
     if config.mode != "storage":  # the storage benchmark's keys, read by it alone: never ignored unsaid
         for key, value in changed_benchmark_keys(config.storage)[:1]:
             raise ConfigError(key, value, f"its default with mode={config.mode} (read by mode=storage only)")

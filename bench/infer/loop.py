@@ -15,10 +15,9 @@ window (profile.enabled).
 from __future__ import annotations
 
 import logging
-import signal
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Optional
 
 import torch
 
@@ -28,11 +27,9 @@ from bench.machine.gpu_monitor import GpuFigures
 from bench.rank_context import RankContext
 from bench.runtime.device import peak_memory_bytes, prepare_process
 from bench.runtime.epoch_data import EpochData
-from bench.runtime.flops import flops_per_image
 from bench.runtime.models import build_model, count_parameters, maybe_compile
 from bench.runtime.precision import build_precision
-from bench.runtime.profiling import profile_steps
-from bench.runtime.signals import SignalFlag
+from bench.runtime.profiling import after_window
 from bench.runtime.timing import StepClock
 
 log = logging.getLogger(__name__)
@@ -71,43 +68,25 @@ def infer(
             model = eager
     for _ in range(config.benchmark.warmup_steps):
         forward(next(batches)[0])
-    if monitor is not None:
-        monitor.start()
-    windows = [_window(config, device, batches, forward, planned, on_step) for _ in range(config.benchmark.repeats)]
-    gpu = monitor.stop() if monitor is not None else GpuFigures()
-    peak = peak_memory_bytes(device)
-    files: List[Path] = []
-    with SignalFlag(config.profile.enabled) as flag:  # a signal ends the profiled batches; the window is reported
-        if config.profile.enabled:
-            files = profile_steps(
-                lambda: forward(next(batches)[0]),
-                config.profile.steps,
-                device,
-                out_dir or Path.cwd(),
-                record=ctx.is_reporter,
-                row_limit=config.profile.row_limit,
-                stop=lambda: flag.signum is not None,
-            )
-    extra = dict(getattr(batches, "facts", {}))
-    extra.update(flops_per_image(config.model, config.data.image_size, backward=False))
-    return InferResult(
+    result = InferResult(
         batch_size=data.batch_size,
         warmup_steps=config.benchmark.warmup_steps,
-        measured_steps=sum(w["steps"] for w in windows),
-        window_seconds=sum(w["seconds"] for w in windows),
-        latency_ms=[t for w in windows for t in w["latency_ms"]],
-        data_wait_ms=[t for w in windows for t in w["data_wait_ms"]],
-        peak_memory_bytes=peak,
         parameters=count_parameters(eager),
         precision=policy.describe(),
         compile=compile_info,
-        repeat_images=[w["steps"] * data.batch_size for w in windows],
-        repeat_seconds=[w["seconds"] for w in windows],
-        gpu=gpu,
-        extra=extra,
-        files=[str(p) for p in files],
-        interrupted=signal.Signals(flag.signum).name if flag.signum is not None else None,
     )
+    if monitor is not None:
+        monitor.start()
+    for _ in range(config.benchmark.repeats):
+        _window(config, device, batches, forward, planned, on_step, result)
+    result.gpu = monitor.stop() if monitor is not None else GpuFigures()
+    result.peak_memory_bytes = peak_memory_bytes(device)
+    # a signal ends the profiled batches; the window is reported
+    passes, result.files, result.interrupted = after_window(
+        config, device, ctx, lambda: forward(next(batches)[0]), out_dir, False
+    )
+    result.extra = {**getattr(batches, "facts", {}), **passes}
+    return result
 
 
 def _window(
@@ -117,19 +96,20 @@ def _window(
     forward: Callable[[torch.Tensor], Any],
     planned: int,
     on_step: Optional[Callable[[], None]],
-) -> Dict[str, Any]:
-    """One measured window: `planned` batches, or fewer when benchmark.measure_seconds runs out."""
+    result: InferResult,
+) -> None:
+    """One measured window, added to `result`: `planned` batches, or fewer when benchmark.measure_seconds
+    runs out."""
     bench = config.benchmark
     clock = StepClock(device, strict_sync=bench.sync)
     deadline = time.perf_counter() + bench.measure_seconds if bench.measure_seconds else None
-    waits: List[float] = []
     clock.sync()
     clock.mark()  # the window opens here
     done = 0
     while done < planned:
         t0 = time.perf_counter()
         images, _ = next(batches)
-        waits.append((time.perf_counter() - t0) * 1000.0)
+        result.data_wait_ms.append((time.perf_counter() - t0) * 1000.0)
         forward(images)
         clock.mark()
         done += 1
@@ -148,9 +128,9 @@ def _window(
                 bench.log_every,
             )
     clock.sync()
-    return {
-        "steps": done,
-        "seconds": clock.seconds_between(0, len(clock) - 1),
-        "latency_ms": clock.step_times_ms(),
-        "data_wait_ms": waits,
-    }
+    seconds = clock.seconds_between(0, len(clock) - 1)
+    result.measured_steps += done
+    result.window_seconds += seconds
+    result.latency_ms += clock.step_times_ms()
+    result.repeat_images.append(done * result.batch_size)
+    result.repeat_seconds.append(seconds)

@@ -4,50 +4,25 @@ is read back by the report and the tools)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional
 
-from bench.machine.gpu_monitor import GpuFigures
 from bench.results import INLINE, SPREAD, FitFigures, Record, RepeatFigures
-from bench.runtime.reporting import Execution
-
-if TYPE_CHECKING:
-    from bench.machine.fitness import Verdict
+from bench.runtime.reporting import Execution, ModelOutcome, ModelResult
 
 
-@dataclass
-class InferResult:
+@dataclass(kw_only=True)
+class InferResult(ModelResult):
     """What an inference run measured, as plain data (it crosses a process boundary)."""
 
-    batch_size: int
-    warmup_steps: int
-    measured_steps: int  # batches
-    window_seconds: float
-    latency_ms: List[float]  # per measured batch
-    data_wait_ms: List[float]
-    peak_memory_bytes: int
-    parameters: int
-    precision: Dict[str, Any]
-    compile: Dict[str, Any]
-    repeat_images: List[int] = field(default_factory=list)
-    repeat_seconds: List[float] = field(default_factory=list)
-    gpu: GpuFigures = field(default_factory=GpuFigures)  # NVML samples and energy from the window
+    latency_ms: List[float] = field(default_factory=list)  # per measured batch
     extra: Dict[str, Any] = field(default_factory=dict)  # FLOPs per image, dataset facts
-    files: List[str] = field(default_factory=list)  # the profiler's
-    interrupted: Optional[str] = None  # the signal that cut the profiled batches short: the window stands, KILLED
-    fit: Optional[Verdict] = None  # this rank's fit-to-measure verdict (bench.runtime.fit_watch; None: not watched)
 
     @property
-    def images(self) -> int:
-        return self.measured_steps * self.batch_size
+    def timeline_ms(self) -> List[float]:
+        return self.latency_ms
 
 
-@dataclass
-class InferOutcome:
-    """What the inference rank hands the reporting process."""
-
-    result: InferResult
-    device: str  # cpu | cuda
-    device_name: str
+InferOutcome = ModelOutcome[InferResult]  # one rank's
 
 
 @dataclass(kw_only=True)

@@ -1,18 +1,26 @@
 """The inference scenario (mode=inference): the checks every run of a model has (dataset, device,
 precision on that device, model, what fits: bench.runtime.scenario) and the out-of-memory
 explanation, then forward passes in one process (bench.infer.loop); a sweep runs each job in a
-process of its own, as training does."""
+process of its own, as training does. Its config rules (`check_inference`: forward passes in one
+process, so training-only keys are refused, not ignored) run when the config loads; torch-free, as
+this module is."""
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, List, Optional, Tuple
 
 from bench.config import BenchConfig
+from bench.config.fields import Choice
+from bench.config.run import TrainConfig
+from bench.errors import ConfigError
 from bench.infer.report import InferReport
-from bench.infer.result import InferOutcome
+from bench.infer.result import InferResult
 from bench.rank_context import RankContext
-from bench.runtime.scenario import ModelScenario, window_monitor
+from bench.runtime.model_names import check_arch
+from bench.runtime.rules import check_training_for_accuracy, refuse_find_max_batch
+from bench.runtime.scenario import ModelScenario
 
 
 class InferScenario(ModelScenario):
@@ -20,23 +28,74 @@ class InferScenario(ModelScenario):
     report_class = InferReport  # one rank; a launcher gives every sweep job a fresh process
 
     def check(self, config: BenchConfig) -> None:
-        """mode=inference's config rules (bench.infer.rules): training-only keys refused."""
-        from bench.infer.rules import check_inference
-
+        """mode=inference's config rules (check_inference): training-only keys refused."""
         check_inference(config)
 
     def run_name(self, config: BenchConfig, batch_size: Optional[int] = None) -> str:
         return f"infer-{config.model.arch}-{config.precision.name}-bs{config.data.batch_size}"
 
-    def run_rank(
-        self, config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
-    ) -> Optional[InferOutcome]:
+    def measure(
+        self, config: BenchConfig, device: Any, ctx: RankContext, monitor: Any, out_dir: Path, heartbeat: Any
+    ) -> InferResult:
         from bench.infer.loop import infer
-        from bench.runtime.device import device_name
-        from bench.runtime.scenario import rank_device
 
-        device, config = rank_device(config, ctx)
-        monitor = window_monitor(config, device, ctx)
-        result = infer(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, out_dir=out_dir)
-        result.fit = monitor.fit()
-        return InferOutcome(result, device.type, device_name(device))
+        return infer(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, out_dir=out_dir)
+
+
+TRAINING_ONLY_GROUPS = ("optimizer", "scheduler", "checkpoint")
+TRAINING_ONLY_TRAIN_KEYS = ("eval_every", "target_accuracy", "label_smoothing", "resume")  # epochs/steps size inference
+
+
+def check_inference(config: BenchConfig) -> None:
+    check_arch(config.model)  # torch-free: before any run, from compose_config too
+    check_training_for_accuracy(config)
+    # the once-per-run keys benchmark.repeats refuses (bench.runtime.rules) are among them
+    training_only = {
+        "train.eval_every": config.train.eval_every,
+        "checkpoint.every_epochs": config.checkpoint.every_epochs,
+        "train.resume": config.train.resume,
+        "data.progressive": config.data.progressive,
+        "benchmark.breakdown": config.benchmark.breakdown,
+        "storage.save_checkpoint": config.storage.save_checkpoint,
+    }
+    for key, value in training_only.items():
+        if value:
+            raise ConfigError(key, value, "its default with mode=inference (a training-only key)")
+    if config.train.mlperf_log:  # MLPerf Training's log: events of a training run to its target
+        raise ConfigError(
+            "train.mlperf_log", True, "false with mode=inference (MLPerf Training's log times a training run)"
+        )
+    for key, value in changed_training_keys(config):
+        raise ConfigError(
+            key,
+            value,
+            "its default with mode=inference (a training-only key: inference "
+            "runs no optimizer, schedule or checkpoint)",
+        )
+    if config.distributed.world_size > 1:
+        raise ConfigError(
+            "distributed.nproc_per_node",
+            config.distributed.nproc_per_node,
+            "1 with mode=inference (one process; sweep data.batch_size or run one job per GPU)",
+        )
+    refuse_find_max_batch(config)
+
+
+def changed_training_keys(config: BenchConfig) -> List[Tuple[str, Any]]:
+    """(dotted key, value) of each training-only key whose value is not the schema's default."""
+    plain = lambda value: value.value if isinstance(value, Choice) else value  # noqa: E731
+    changed = []
+    for group in TRAINING_ONLY_GROUPS:
+        current, default = getattr(config, group), type(getattr(config, group))()
+        changed += [
+            (f"{group}.{f.name}", plain(getattr(current, f.name)))
+            for f in fields(current)
+            if getattr(current, f.name) != getattr(default, f.name)
+        ]
+    default_train = TrainConfig()
+    changed += [
+        (f"train.{name}", getattr(config.train, name))
+        for name in TRAINING_ONLY_TRAIN_KEYS
+        if getattr(config.train, name) != getattr(default_train, name)
+    ]
+    return changed

@@ -33,12 +33,6 @@ def resolve_device(allow_cpu: bool) -> torch.device:
     return torch.device("cpu")
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return "cpu"
-
-
 def check_gpu_count(nproc_per_node: int, device: torch.device) -> None:
     if device.type == "cuda" and nproc_per_node > torch.cuda.device_count():
         raise ConfigError(

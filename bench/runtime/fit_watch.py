@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from bench.config import BenchConfig
 from bench.errors import ConfigProblem
 from bench.machine.fitness import MachineWatch, Verdict, affinity, oversubscription, usable_cores, wait_until_quiet
-from bench.machine.gpu_monitor import GpuFigures
+from bench.machine.gpu_monitor import GpuFigures, GpuMonitor
 from bench.rank_context import RankContext
 from bench.results import FitFigures
 
@@ -41,15 +41,18 @@ def demand(config: BenchConfig, device_type: str, ranks: int, threads: int) -> T
 
 
 class WindowMonitor:
-    """What a loop starts before the window and stops after it: rank 0's GPU sampler
-    (bench.machine.gpu_monitor; stop() returns its figures) and the fitness watch (`verdict`)."""
+    """What a loop starts before the window and stops after it: rank 0's GPU sampler (NVML sampling
+    and energy of its GPU, bench.machine.gpu_monitor; stop() returns its figures) and every rank's
+    fitness watch (`verdict` afterwards; None when the window never ran)."""
 
-    def __init__(self, config: BenchConfig, device: Any, ctx: RankContext, gpu_monitor: Any = None):
+    def __init__(self, config: BenchConfig, device: Any, ctx: RankContext):
         from bench.machine.fitness_gpu import gpu_watch
 
-        self.config, self.device, self.ctx, self.gpu_monitor = config, device, ctx, gpu_monitor
-        gpu = gpu_watch(device.index or 0) if device.type == "cuda" else None
-        self.watch = MachineWatch(gpu=gpu, cpu=ctx.is_reporter)  # the CPU is judged once, by rank 0
+        self.config, self.device, self.ctx = config, device, ctx
+        cuda = device.type == "cuda"
+        self.gpu_monitor = GpuMonitor(device.index or 0) if cuda and ctx.is_reporter else None
+        # the CPU is judged once, by rank 0
+        self.watch = MachineWatch(gpu=gpu_watch(device.index or 0) if cuda else None, cpu=ctx.is_reporter)
         self.verdict: Optional[Verdict] = None
 
     def start(self) -> "WindowMonitor":
@@ -66,10 +69,6 @@ class WindowMonitor:
         figures = self.gpu_monitor.stop() if self.gpu_monitor is not None else GpuFigures()
         self.verdict = self.watch.stop()
         return figures
-
-    def fit(self) -> Optional[Verdict]:
-        """The verdict (None when the window never ran)."""
-        return self.verdict
 
 
 def check_quiet(config: BenchConfig, device: Any) -> None:

@@ -1,13 +1,13 @@
-"""The model scenarios' sweep plots (training, inference: bench/<scenario>/sweep_view.py picks them):
+"""The model scenarios' sweep plots (training, inference: bench/<scenario>/sweep_view.py calls them):
 throughput and scaling efficiency vs process count, throughput vs batch size (error bars from the
-slowest to the fastest window where jobs ran benchmark.repeats > 1), and the timeline distribution of
-every run (step times; per-batch latency for inference), then whatever the scenario adds (`more`:
-training's validation accuracy against wall time, bench/train/plots.py)."""
+slowest to the fastest window where jobs ran benchmark.repeats > 1), the timeline distribution of
+every run (step times; per-batch latency for inference), and validation accuracy against wall time
+where jobs evaluated (training with train.eval_every)."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Tuple
 
 import pandas as pd
 
@@ -21,9 +21,9 @@ from bench.analysis.plots import (
     points_by_series,
     swept_values,
 )
+from bench.runtime.sweep_view import run_label
 
 Row = Dict[str, Any]
-More = Callable[[Figures, pd.DataFrame, str], None]  # (figures, frame, title): more plots of a scenario's own
 
 
 def _count_unit(frame: pd.DataFrame) -> Tuple[str, str]:
@@ -33,16 +33,9 @@ def _count_unit(frame: pd.DataFrame) -> Tuple[str, str]:
     return ("GPUs", "GPU") if devices == {"cuda"} else ("processes (GPUs, or CPU ranks)", "process")
 
 
-def plot_training(
-    frame: pd.DataFrame,
-    out: Path,
-    title: str,
-    timeline: Tuple[str, str, str],
-    run_label: Callable[[Row], str],
-    more: Sequence[More] = (),
-) -> List[Path]:
+def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str]) -> List[Path]:
     """A training (or inference) sweep: throughput and scaling efficiency vs process count, throughput
-    vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name)."""
+    vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name), accuracy."""
     figures = Figures(out)
     unit, count_word = _count_unit(frame)
     # strong scaling splits one global batch over the processes: its lines hold the global batch
@@ -56,17 +49,8 @@ def plot_training(
     # no "vs batch" plot
     processes = swept_values(frame, "world_size")
     if len(processes) >= 2 and along_a_swept_axis(by_processes, "world_size"):
-        fig, ax = figures.new()
-        for label, points in by_processes:
-            draw_line(ax, points, "world_size", "images_per_second", label)
-        ax.set(
-            title=f"Throughput vs {count_word} count ({title})",
-            xlabel=f"Number of {unit}",
-            ylabel="Throughput (images/s, all processes)",
-        )
-        finish_axes(ax, processes)
-        figures.save(fig, "throughput_vs_gpus.png")
-
+        axis = f"{count_word} count ({title})", f"Number of {unit}", processes
+        _throughput(figures, by_processes, "world_size", axis, "throughput_vs_gpus.png")
         fig, ax = figures.new()
         plotted = False
         for label, points in by_processes:
@@ -100,19 +84,53 @@ def plot_training(
 
     batches = swept_values(frame, "batch_size")
     if len(batches) >= 2 and along_a_swept_axis(by_batch, "batch_size"):
-        fig, ax = figures.new()
-        for label, points in by_batch:
-            draw_line(ax, points, "batch_size", "images_per_second", label)
-        ax.set(
-            title=f"Throughput vs batch size ({title})",
-            xlabel="Batch size per process (images)",
-            ylabel="Throughput (images/s, all processes)",
-        )
-        finish_axes(ax, batches)
-        figures.save(fig, "throughput_vs_batch.png")
+        axis = f"batch size ({title})", "Batch size per process (images)", batches
+        _throughput(figures, by_batch, "batch_size", axis, "throughput_vs_batch.png")
 
     what, ylabel, name = timeline
     draw_distribution(figures, frame, f"{what} per run ({title})", ylabel, name, run_label)
-    for plot in more:
-        plot(figures, frame, title)
+    plot_accuracy(figures, frame, title)
     return figures.written
+
+
+def _throughput(
+    figures: Figures, lines: List[Tuple[str, List[Row]]], x: str, axis: Tuple[str, str, Any], name: str
+) -> None:
+    """Throughput against `x`, a line per configuration (`axis`: the title's end, the x label, the ticks)."""
+    fig, ax = figures.new()
+    for label, points in lines:
+        draw_line(ax, points, x, "images_per_second", label)
+    against, xlabel, ticks = axis
+    ax.set(title=f"Throughput vs {against}", xlabel=xlabel, ylabel="Throughput (images/s, all processes)")
+    finish_axes(ax, ticks)
+    figures.save(fig, name)
+
+
+def plot_accuracy(figures: Figures, frame: pd.DataFrame, title: str) -> None:
+    """accuracy_vs_time.png: val top-1 against seconds since each job's first training step, a
+    line per job that evaluated, and the target as a dashed line when every such job had the same one."""
+    rows = [r for r in frame.to_dict("records") if isinstance(r.get("val_curve"), list) and r["val_curve"]]
+    if not rows:
+        return
+    fig, ax = figures.new(8)
+    for row in rows:
+        overrides = str(shown(row.get("overrides")))  # the swept ones only (keep_varying_overrides)
+        label = f"job {row['job']}" + (f": {overrides[:60]}" if overrides else "")
+        ax.plot(
+            [p[0] for p in row["val_curve"]], [p[1] for p in row["val_curve"]], marker="o", markersize=3, label=label
+        )
+    targets = [row.get("target_accuracy") for row in rows]
+    if all(not absent(t) for t in targets) and len({float(t) for t in targets}) == 1:
+        ax.axhline(
+            float(targets[0]), color="grey", linestyle="--", linewidth=1, label=f"target ({float(targets[0]):g})"
+        )
+    ax.set(
+        title=f"Validation accuracy vs wall time ({title})",
+        xlabel="Seconds since the job's first training step",
+        ylabel="Validation top-1 accuracy",
+    )
+    ax.grid(True, alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_xlim(left=0)
+    ax.set_ylim(0, 1.02)
+    figures.save(fig, "accuracy_vs_time.png")

@@ -7,33 +7,28 @@ and the run fits the machine (cores, GPUs, memory). Each failure is one sentence
 from __future__ import annotations
 
 import dataclasses
-import os
 from typing import Any
 
 from bench.config import BenchConfig
 from bench.config.data import Split
 from bench.errors import ConfigError, ConfigProblem, DataError
+from bench.machine.cpu_facts import affinity
 from bench.registries import import_own
+from bench.runtime.fit_watch import check_quiet, loader_workers
 
 FLOAT32 = 4
 
 
 def check_model_run(config: BenchConfig) -> Any:
-    """Raise the first problem; return the device the run will use."""
+    """Raise the first problem; return the device the run will use. Last, with benchmark.require_fit:
+    a config that oversubscribes the cores, or a machine that stays busy (bench.runtime.fit_watch)."""
     check_dataset(config)
     import_own({"storage.name": config.storage.name, "storage.client": config.storage.client})  # checkpoints' store
     device = check_device_and_model(config)
-    check_fits(config, device)
+    check_batch_fits(config, device)
+    check_prefetch_fits(config)
     check_quiet(config, device)
     return device
-
-
-def check_quiet(config: BenchConfig, device: Any) -> None:
-    """benchmark.require_fit=true: a config that oversubscribes the cores, or a machine that stays
-    busy, is refused before the run (bench.runtime.fit_watch)."""
-    from bench.runtime.fit_watch import check_quiet as refuse_unless_quiet
-
-    refuse_unless_quiet(config, device)
 
 
 def check_dataset(config: BenchConfig, validation: bool = False) -> None:
@@ -66,20 +61,10 @@ def check_device_and_model(config: BenchConfig) -> Any:
     return device
 
 
-def check_fits(config: BenchConfig, device: Any) -> None:
-    """One batch fits the device's memory, and the loader workers' prefetched batches this machine's."""
-    check_batch_fits(config, device)
-    check_prefetch_fits(config)
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-
-
 def check_cores(config: BenchConfig, device: Any) -> None:
     """Thread, worker and CPU-rank counts beyond the cores only oversubscribe them (a thousand
     workers is a thousand processes): bounded by this machine."""
-    cores = _cores()
+    cores = len(affinity())
     where = f"at most {cores} (the CPU cores this process may use)"
     if config.cpu_threads and config.cpu_threads > cores:
         raise ConfigError("cpu_threads", config.cpu_threads, where)
@@ -107,8 +92,7 @@ def check_batch_fits(config: BenchConfig, device: Any) -> None:
     """One input batch (float32 NCHW) larger than the device's whole memory cannot run: say so
     with the key to change, instead of an allocator error naming no key. (Activations need far
     more; this only catches what can never fit.)"""
-    world = config.distributed.world_size
-    batch = config.data.batch_size // world if config.distributed.scaling == "strong" else config.data.batch_size
+    batch = per_process_batch(config)
     image = 3 * config.data.image_size**2 * FLOAT32
     memory = _memory_bytes(device)
     where = "the GPU" if device.type == "cuda" else "this machine"
@@ -143,7 +127,7 @@ def check_prefetch_fits(config: BenchConfig) -> None:
     import psutil
 
     ranks = config.distributed.nproc_per_node
-    workers = data.num_workers if data.num_workers is not None else max(1, min(8, _cores() // ranks))
+    workers = loader_workers(config, ranks)
     batch_bytes = per_process_batch(config) * 3 * data.image_size**2
     budget = int(psutil.virtual_memory().total) // 2
     most = budget // max(1, ranks * workers * batch_bytes)

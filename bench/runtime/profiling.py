@@ -1,4 +1,12 @@
-"""profile.enabled: torch.profiler over `profile.steps` steps AFTER the measured window (the
+"""What a model run measures after its window, outside it, so none of it changes the window's
+figures (`after_window`): a scenario's own pass (training's breakdown), the profiled steps and the
+FLOPs count behind gflops_per_image and MFU (rank 0, once per run). A SIGTERM / Ctrl-C during these
+passes of a single-process run is noted, not raised: the pass ends after the step in progress and
+the run reports the window it already measured, then ends KILLED (bench.app). A DDP rank keeps the
+old way (the signal ends the job): its ranks must run the same steps, and each would see the
+signal at a different one.
+
+profile.enabled: torch.profiler over `profile.steps` steps AFTER the measured window (the
 window's figures never include the profiler's cost).
 
 Every rank runs the same number of steps (DDP's collectives must match), and rank 0 records:
@@ -15,13 +23,18 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 from pathlib import Path
-from typing import Callable, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
+from bench.config import BenchConfig
+from bench.rank_context import RankContext
 from bench.results import write_text
+from bench.runtime.flops import flops_per_image
+from bench.runtime.signals import SignalFlag
 
 log = logging.getLogger(__name__)
 
@@ -84,3 +97,37 @@ def profile_steps(
     if written:
         log.info("profiled %d steps: %s", steps, ", ".join(str(p) for p in written))
     return written
+
+
+def after_window(
+    config: BenchConfig,
+    device: torch.device,
+    ctx: RankContext,
+    run_step: Callable[[], object],
+    out_dir: Optional[Path],
+    backward: bool,
+    first: Optional[Callable[[Callable[[], bool]], Dict[str, Any]]] = None,
+) -> Tuple[Dict[str, Any], List[str], Optional[str]]:
+    """(figures, files written, the signal that cut the passes short or None) of the passes this run
+    asked for: `first(stop)` (the scenario's own pass, its figures), the profiled steps of `run_step`,
+    then rank 0's FLOPs per image (`backward`: a training step's too)."""
+    figures: Dict[str, Any] = {}
+    files: List[Path] = []
+    with SignalFlag(not ctx.distributed and (first is not None or config.profile.enabled)) as flag:
+        stop = lambda: flag.signum is not None  # noqa: E731
+        if first is not None:
+            figures.update(first(stop))
+        if config.profile.enabled and not stop():
+            files = profile_steps(
+                run_step,
+                config.profile.steps,
+                device,
+                out_dir or Path.cwd(),
+                record=ctx.is_reporter,
+                row_limit=config.profile.row_limit,
+                stop=stop,
+            )
+    if ctx.is_reporter:
+        figures.update(flops_per_image(config.model, config.data.image_size, backward))
+    interrupted = signal.Signals(flag.signum).name if flag.signum is not None else None
+    return figures, [str(path) for path in files], interrupted

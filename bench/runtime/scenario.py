@@ -1,15 +1,21 @@
 """What a scenario that runs a model (training, inference) is beyond its loop: the checks before
-the run (bench.runtime.preflight), the out-of-memory line, and rank 0's GPU monitor. The training and
-the inference scenario classes build on it and add check, run_name, run_rank and report_class."""
+the run (bench.runtime.preflight), one rank's run around the scenario's loop (the device, the CPU
+split, the process group, the window's monitor, every rank's result gathered to rank 0) and the
+out-of-memory line. The training and the inference scenario classes build on it and add check,
+run_name, measure and report_class."""
 
 from __future__ import annotations
 
 import logging
-from typing import Any, ClassVar, Optional, Tuple
+from pathlib import Path
+from typing import Any, Callable, ClassVar, Optional, Tuple
 
 from bench.config import BenchConfig
 from bench.rank_context import RankContext
+from bench.runtime.reporting import ModelOutcome, ModelResult
 from bench.scenario_base import BaseScenario
+
+log = logging.getLogger("bench")
 
 
 class ModelScenario(BaseScenario):
@@ -29,6 +35,40 @@ class ModelScenario(BaseScenario):
 
         check_model_run(config)  # the dataset first: a missing one is refused before torch loads
 
+    def measure(
+        self, config: BenchConfig, device: Any, ctx: RankContext, monitor: Any, out_dir: Path, heartbeat: Any
+    ) -> ModelResult:
+        """The scenario's loop on this rank: `monitor` (start()/stop()) around its measured window."""
+        raise NotImplementedError
+
+    def run_rank(
+        self, config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
+    ) -> Optional[ModelOutcome]:
+        """Run the loop as one rank, on the CPU with the threads and loader workers the user left unset
+        chosen to fit the cores (bench.runtime.device.fit_cpu, said once by rank 0); rank 0 returns
+        what every rank measured, each with its fit-to-measure verdict, the others None."""
+        import torch
+
+        from bench.launch.process_group import all_gather, destroy_process_group, init_process_group
+        from bench.runtime.device import fit_cpu, resolve_device
+        from bench.runtime.fit_watch import WindowMonitor
+
+        device = resolve_device(config.allow_cpu)
+        config, chosen = fit_cpu(config, device.type)
+        if chosen and ctx.is_reporter:
+            log.info("%s", chosen)
+        if ctx.distributed:
+            init_process_group(config.distributed, ctx, device)
+        try:
+            monitor = WindowMonitor(config, device, ctx)
+            result = self.measure(config, device, ctx, monitor, out_dir, heartbeat)
+            result.fit = monitor.verdict
+            ranks = all_gather(result, ctx)
+        finally:
+            destroy_process_group()
+        name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
+        return ModelOutcome(ranks, device.type, name) if ctx.is_reporter else None
+
     def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
         """A known failure in one line: out of memory names the batch size, the device and what to try."""
         text = str(exc)
@@ -41,32 +81,3 @@ class ModelScenario(BaseScenario):
                 f"try data.batch_size={max(1, batch // 2)}"
             )
         return None
-
-
-def rank_device(config: BenchConfig, ctx: RankContext) -> Tuple[Any, BenchConfig]:
-    """This rank's device and the config it runs: on the CPU with the threads and loader workers
-    the user left unset chosen to fit the cores (bench.runtime.device.fit_cpu), said once by rank 0."""
-    from bench.runtime.device import fit_cpu, resolve_device
-
-    device = resolve_device(config.allow_cpu)
-    config, chosen = fit_cpu(config, device.type)
-    if chosen and ctx.is_reporter:
-        logging.getLogger("bench").info("%s", chosen)
-    return device, config
-
-
-def window_monitor(config: BenchConfig, device: Any, ctx: RankContext) -> Any:
-    """What the loop starts before the window and stops after it: rank 0's GPU monitor and every
-    rank's fit-to-measure watch (bench.runtime.fit_watch); its fit() is the verdict afterwards."""
-    from bench.runtime.fit_watch import WindowMonitor
-
-    return WindowMonitor(config, device, ctx, gpu_monitor(device, ctx))
-
-
-def gpu_monitor(device: Any, ctx: RankContext) -> Any:
-    """NVML sampling and energy of rank 0's GPU during the window (None on a CPU and on other ranks)."""
-    if device.type != "cuda" or not ctx.is_reporter:
-        return None
-    from bench.machine.gpu_monitor import GpuMonitor
-
-    return GpuMonitor(device.index or 0)

@@ -1,12 +1,14 @@
-"""What the model scenarios (training, inference) share in a sweep report and in `compare`: how a
-single run is named, the figure compared without samples, a run's label in the timeline plot."""
+"""What the model scenarios (training, inference) share in a sweep report and in `compare`: the
+optional columns, how a single run is named, the config keys named as columns and the scaling
+figures, a run's label in the timeline plot; `model_view` builds a scenario's View on them."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any, Dict, List
 
 from bench.analysis.cells import shown
-from bench.report_view import Scaling
+from bench.report_view import Column, Plots, Sample, Scaling, View
+from bench.runtime.reporting import REPEATS_METRIC
 
 # a training sweep whose jobs evaluated: shown before "error", each only when some job has it
 ACCURACY_COLUMNS = [
@@ -29,9 +31,8 @@ REPEAT_COLUMNS = [
 # was not fit is also named in a warning under the table (bench.analysis.render.unfit_warning)
 FIT_COLUMNS = [("fit", "fit_to_measure", "bool")]
 
-# what names a single run in `compare` (prefix, figure, format), and the figure compared without samples
+# what names a single run in `compare` (prefix, figure, format)
 LABEL_COLUMNS = [("", "model", "{}"), ("", "precision", "{}"), ("bs=", "batch_size", "int")]
-COMPARE_FIGURE = "images_per_second"
 
 # a model run read back from MLflow has its names in its params only: these config keys give the
 # columns a job dir's results carry under the short name
@@ -46,6 +47,23 @@ NAMED_IN_CONFIG = {
 SCALING = Scaling("world_size", "images_per_second", "data_wait_fraction")
 # config keys the sweep table shows under a column of its own already (model, precision, procs, batch)
 SHOWN_CONFIG = ("model.arch", "precision.name", "distributed.nproc_per_node", "data.batch_size", "mode")
+
+
+def model_view(sample: Sample, columns: List[Column], plots: Plots, timeline_metric: str) -> View:
+    """A model scenario's View: what compare samples, its table columns, its plots and the MLflow
+    series of its timeline; the rest is what training and inference share."""
+    return View(
+        sample=sample,
+        columns=columns,
+        plots=plots,
+        optional_columns=ACCURACY_COLUMNS + REPEAT_COLUMNS + FIT_COLUMNS,
+        label_columns=LABEL_COLUMNS,
+        timeline_metric=timeline_metric,
+        repeats_metric=REPEATS_METRIC,
+        named_in_config=NAMED_IN_CONFIG,
+        shown_config=SHOWN_CONFIG,
+        scaling=SCALING,
+    )
 
 
 def run_label(row: Dict[str, Any]) -> str:

@@ -32,12 +32,6 @@ log = logging.getLogger(__name__)
 PHASES = ("data", "forward", "backward", "optimizer")
 
 
-def _synchroniser(device: torch.device) -> Any:
-    if device.type == "cuda":
-        return lambda: torch.cuda.synchronize(device)
-    return lambda: None
-
-
 def breakdown_pass(
     step: TrainStep,
     batches: Iterator,
@@ -49,7 +43,7 @@ def breakdown_pass(
     """The breakdown figures ({} for no steps); `ddp` (the DistributedDataParallel module) adds comm;
     `stop()` true (a signal was noted) ends the pass after the step in progress: the figures are
     then over the steps done."""
-    sync = _synchroniser(device)
+    sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else (lambda: None)
     times: Dict[str, List[float]] = {phase: [] for phase in (*PHASES, "backward_unsynced")}
     step.zero_grad()  # the window's last step left its gradients
     sync()

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from dataclasses import dataclass
-from typing import Any, Callable, Dict, Optional
+from dataclasses import asdict
+from typing import Any, Callable, Dict, List, Optional
 
 import torch
 import torch.nn as nn
@@ -20,124 +20,113 @@ from bench.rank_context import RankContext
 from bench.runtime.device import prepare_process
 from bench.runtime.epoch_data import EpochData
 from bench.runtime.models import build_model, maybe_compile
-from bench.runtime.precision import PrecisionPolicy, build_precision
-from bench.train.after_window import optimizer_steps
+from bench.runtime.precision import build_precision
 from bench.train.checkpoint_format import check_model_fits
+from bench.train.mlperf_log import MlperfLog
 from bench.train.optim import build_optimizer, effective_lr
-from bench.train.resume import Position, TrainingCheckpoints
+from bench.train.result import EpochRecord
+from bench.train.resume import Position, TrainingCheckpoints, rng_states
 from bench.train.schedules import build_scheduler, unreached
 from bench.train.step import TrainStep
 
 log = logging.getLogger("bench")
 
 
-@dataclass(kw_only=True)
 class TrainingRun:
-    """What `build_training` made, named; the warm-up and the window work on it."""
+    """A training run, built: what the warm-up and the window work on, and the window's state."""
 
-    config: BenchConfig  # with benchmark.find_max_batch: the batch it found in data.batch_size
-    device: torch.device
-    ctx: RankContext
-    policy: PrecisionPolicy
-    eager: nn.Module  # the plain model: evaluated, checkpointed, counted
-    wrapped: nn.Module  # the model the step trains before torch.compile: `eager`, or its DDP wrapper
-    compile_info: Dict[str, Any]  # maybe_compile's: active, and why not (the first step may fall back)
-    optimizer: torch.optim.Optimizer
-    scheduler: Any
-    base_lr: float
-    step: TrainStep
-    data: EpochData
-    planned: int  # steps of the measured window (train.epochs, benchmark.measure_steps)
-    requested_batch: int  # data.batch_size as asked, before find_max_batch
-    checkpoints: Optional[TrainingCheckpoints]  # checkpoint.every_epochs or train.resume
-    resumed: Optional[Dict[str, Any]]  # the checkpoint's state a resumed run starts from
-    start: Position  # where the measured window starts (epoch 0, or the checkpoint's)
+    def __init__(
+        self,
+        config: BenchConfig,
+        device: torch.device,
+        ctx: RankContext,
+        on_step: Optional[Callable[[], None]],
+        checkpoints: Optional[TrainingCheckpoints],
+    ):
+        """`on_step()` runs after every step (the launched workers' hang watchdog); `checkpoints`: the
+        run's folder, claimed (bench.train.resume.claimed_checkpoints), when it writes or resumes."""
+        prepare_process(config, device, ctx)
+        self.device, self.ctx, self.checkpoints = device, ctx, checkpoints
+        # the checkpoint's state a resumed run starts from, and where the measured window starts
+        self.resumed = resumed = checkpoints.load(config.train.resume) if checkpoints and config.train.resume else None
+        self.start = start = Position(resumed["epoch"], resumed["step_in_epoch"]) if resumed else Position(0)
+        if resumed and checkpoints is not None and start.epoch >= config.train.epochs:
+            raise CheckpointError(  # nothing left to measure: a run of no steps would report no figures
+                f"train.resume={config.train.resume}: {checkpoints.loaded['resumed_from']} ends epoch {start.epoch}, "
+                f"and this run has train.epochs={config.train.epochs}: no epoch is left to train. Raise "
+                "train.epochs to go on, or start without train.resume"
+            )
+        self.history = [EpochRecord(**e) for e in resumed["history"]] if resumed else []  # epochs done before
+        self.wall_offset: float = resumed["wall_seconds"] if resumed else 0.0  # training wall seconds before
+        self.policy = policy = build_precision(config.precision, device)
+        # the plain model: evaluated, checkpointed, counted (Module.to takes device and memory_format
+        # together at runtime; its stub has them in separate overloads)
+        self.eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)  # type: ignore[call-overload]
+        if resumed and checkpoints is not None:
+            # before any step: another model's checkpoint is one line, not load_state_dict's dump
+            check_model_fits(resumed, self.eager, checkpoints.loaded["resumed_from"])
+        self.requested_batch = config.data.batch_size  # as asked, before find_max_batch
+        if config.benchmark.find_max_batch:
+            from bench.train.max_batch import find_max_batch
+
+            found = find_max_batch(config, self.eager, policy, device, ctx)
+            config = dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=found))
+            if device.type == "cuda":
+                torch.cuda.reset_peak_memory_stats(device)  # the search's trials are not the run's peak
+        self.config = config  # with benchmark.find_max_batch: the batch it found in data.batch_size
+        self.data = data = EpochData(config, device, policy.memory_format, ctx, start.epoch)
+        warmup, repeats = config.benchmark.warmup_steps, config.benchmark.repeats
+        total = data.planned(0)  # the schedule spans the whole run, resumed or not
+        planned = data.planned(start.epoch, start.step_in_epoch)
+        if config.benchmark.measure_steps:
+            planned = min(planned, config.benchmark.measure_steps)
+        self.planned = planned  # steps of the measured window (train.epochs, benchmark.measure_steps)
+        self.base_lr = effective_lr(config.optimizer, config.scheduler, data.batch_size * ctx.world_size)
+        self.optimizer = optimizer = build_optimizer(self.eager, config.optimizer, self.base_lr, device)
+        placed = _in_steps(config.scheduler, data, warmup)
+        span = warmup + total * repeats + optimizer_steps(config)
+        if ctx.is_reporter:  # what of the schedule the run will not reach: said, never squeezed into the run
+            trained = warmup + total - data.planned(start.epoch, start.step_in_epoch) + planned * repeats
+            for line in unreached(config.scheduler, placed, trained, span - optimizer_steps(config)):
+                log.warning(line)
+        self.scheduler = scheduler = build_scheduler(optimizer, placed, span, self.base_lr)
+        if config.scheduler.scale_lr:
+            data.on_batch_change = lambda old, new: scale_lr(optimizer, scheduler, new / old)
+        # the model the step trains before torch.compile: `eager`, or its DDP wrapper
+        self.wrapped = _wrap_ddp(self.eager, config, device) if ctx.distributed else self.eager
+        # maybe_compile's: active, and why not (the first step may fall back)
+        model, self.compile_info = maybe_compile(self.wrapped, config.compile, config.compile_mode, device)
+        model.train()
+        smoothing, clip_norm = config.train.label_smoothing, config.optimizer.grad_clip_norm
+        self.step = TrainStep(
+            model, optimizer, scheduler, policy, after=on_step, label_smoothing=smoothing, clip_norm=clip_norm
+        )
+        self.val: Any = None  # one_pass() of the val split, when train.eval_every (bench.train.loop.open_val)
+        self.mlperf = MlperfLog()  # train.mlperf_log: MLPerf's events (bench.train.loop.train)
 
     @property
     def warmup(self) -> int:
         return self.config.benchmark.warmup_steps
 
+    def state(self, wall_seconds: float, epochs: List[EpochRecord]) -> Dict[str, Any]:
+        """What a checkpoint holds of the run now (bench.train.resume writes it)."""
+        scaler = self.policy.scaler
+        return {
+            "model": self.eager.state_dict(),
+            "optimizer": self.optimizer.state_dict(),
+            "scheduler": self.scheduler.state_dict(),
+            "scaler": scaler.state_dict() if scaler else None,
+            "rng": rng_states(),
+            "wall_seconds": wall_seconds,
+            "history": [asdict(e) for e in epochs],
+        }
 
-def build_training(
-    config: BenchConfig,
-    device: torch.device,
-    ctx: RankContext,
-    on_step: Optional[Callable[[], None]],
-    checkpoints: Optional[TrainingCheckpoints],
-) -> TrainingRun:
-    """`on_step()` runs after every step (the launched workers' hang watchdog); `checkpoints`: the
-    run's folder, claimed (bench.train.resume.claimed_checkpoints), when it writes or resumes."""
-    prepare_process(config, device, ctx)
-    resumed = checkpoints.load(config.train.resume) if checkpoints and config.train.resume else None
-    start = Position(resumed["epoch"], resumed["step_in_epoch"]) if resumed else Position(0)
-    if resumed and checkpoints is not None and start.epoch >= config.train.epochs:
-        raise CheckpointError(  # nothing left to measure: a run of no steps would report no figures
-            f"train.resume={config.train.resume}: {checkpoints.loaded['resumed_from']} ends epoch {start.epoch}, "
-            f"and this run has train.epochs={config.train.epochs}: no epoch is left to train. Raise "
-            "train.epochs to go on, or start without train.resume"
-        )
-    policy = build_precision(config.precision, device)
-    # Module.to takes device and memory_format together at runtime; its stub has them in separate overloads
-    eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)  # type: ignore[call-overload]
-    if resumed and checkpoints is not None:
-        # before any step: another model's checkpoint is one line, not load_state_dict's dump
-        check_model_fits(resumed, eager, checkpoints.loaded["resumed_from"])
-    requested = config.data.batch_size
-    if config.benchmark.find_max_batch:
-        from bench.train.max_batch import find_max_batch
 
-        found = find_max_batch(config, eager, policy, device, ctx)
-        config = dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=found))
-        if device.type == "cuda":
-            torch.cuda.reset_peak_memory_stats(device)  # the search's trials are not the run's peak
-    data = EpochData(config, device, policy.memory_format, ctx, start.epoch)
-    warmup = config.benchmark.warmup_steps
-    total = data.planned(0)  # the schedule spans the whole run, resumed or not
-    planned = data.planned(start.epoch, start.step_in_epoch)
-    if config.benchmark.measure_steps:
-        planned = min(planned, config.benchmark.measure_steps)
-    base_lr = effective_lr(config.optimizer, config.scheduler, data.batch_size * ctx.world_size)
-    optimizer = build_optimizer(eager, config.optimizer, base_lr, device)
-    placed = _in_steps(config.scheduler, data, warmup)
-    span = warmup + total * config.benchmark.repeats + optimizer_steps(config)
-    if ctx.is_reporter:  # what of the schedule the run will not reach: said, never squeezed into the run
-        trained = warmup + total - data.planned(start.epoch, start.step_in_epoch) + planned * config.benchmark.repeats
-        for line in unreached(config.scheduler, placed, trained, span - optimizer_steps(config)):
-            log.warning(line)
-    scheduler = build_scheduler(optimizer, placed, span, base_lr)
-    if config.scheduler.scale_lr:
-        data.on_batch_change = lambda old, new: scale_lr(optimizer, scheduler, new / old)
-    wrapped = _wrap_ddp(eager, config, device) if ctx.distributed else eager
-    model, compile_info = maybe_compile(wrapped, config.compile, config.compile_mode, device)
-    model.train()
-    step = TrainStep(
-        model,
-        optimizer,
-        scheduler,
-        policy,
-        after=on_step,
-        label_smoothing=config.train.label_smoothing,
-        clip_norm=config.optimizer.grad_clip_norm,
-    )
-    return TrainingRun(
-        config=config,
-        device=device,
-        ctx=ctx,
-        policy=policy,
-        eager=eager,
-        wrapped=wrapped,
-        compile_info=compile_info,
-        optimizer=optimizer,
-        scheduler=scheduler,
-        base_lr=base_lr,
-        step=step,
-        data=data,
-        planned=planned,
-        requested_batch=requested,
-        checkpoints=checkpoints,
-        resumed=resumed,
-        start=start,
-    )
+def optimizer_steps(config: BenchConfig) -> int:
+    """Optimizer steps the passes after the window take (the breakdown's, the profiled ones: the lr
+    schedule must span them, OneCycleLR refuses to go past its end)."""
+    breakdown = config.benchmark.breakdown_steps if config.benchmark.breakdown else 0
+    return breakdown + (config.profile.steps + 1 if config.profile.enabled else 0)
 
 
 def _in_steps(scheduler: Any, data: EpochData, warmup: int) -> Any:

@@ -13,7 +13,7 @@ from bench.rank_context import RankContext
 from bench.storage.base import serialize
 from bench.storage.registry import backend
 from bench.storage.writer_lock import FolderBusy, hold
-from bench.train.extras import CheckpointWrite
+from bench.train.result import CheckpointWrite
 
 Writer = Callable[[Any, Any], CheckpointWrite]
 

@@ -57,15 +57,12 @@ def run_meta(config: BenchConfig) -> Dict[str, Any]:
     }
 
 
-def differences(saved: Dict[str, Any], mine: Dict[str, Any]) -> List[str]:
-    return [
-        f"{key} {saved[key]!r} there, {mine[key]!r} here" for key in mine if key in saved and saved[key] != mine[key]
-    ]
-
-
 def check_meta(state: Dict[str, Any], config: BenchConfig, where: str) -> None:
     """One line naming what differs between the checkpoint's run and this one (format 2)."""
-    differ = differences(state.get("meta") or {}, run_meta(config))
+    saved, mine = state.get("meta") or {}, run_meta(config)
+    differ = [
+        f"{key} {saved[key]!r} there, {mine[key]!r} here" for key in mine if key in saved and saved[key] != mine[key]
+    ]
     if differ:
         raise CheckpointError(
             f"checkpoint {where} was written by another run: {'; '.join(differ)} (a checkpoint "
@@ -95,20 +92,16 @@ def check_model_fits(state: Dict[str, Any], model: torch.nn.Module, where: str) 
         )
 
 
-def to_file_state(state: Dict[str, Any]) -> Dict[str, Any]:
-    """The state as plain data: numpy's RNG state becomes a tensor and numbers."""
-    if "rng" not in state:
-        return state
-    rng = dict(state["rng"])
-    kind, keys, pos, has_gauss, cached = rng["numpy"]
-    rng["numpy"] = {
+def numpy_rng_file_state() -> Dict[str, Any]:
+    """numpy's RNG state as plain data: a tensor and numbers (format 2)."""
+    kind, keys, pos, has_gauss, cached = np.random.get_state()
+    return {
         "kind": str(kind),
         "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
         "pos": int(pos),
         "has_gauss": int(has_gauss),
         "cached_gaussian": float(cached),
     }
-    return {**state, "rng": rng}
 
 
 def numpy_rng_state(saved: Any) -> Any:
@@ -140,28 +133,22 @@ def read(source: Union[bytes, Path], where: str, mmap: bool = False) -> Dict[str
 
 
 def _load(source: Union[bytes, Path], mmap: bool, where: str) -> Any:
-    def load() -> Any:
-        with warnings.catch_warnings():  # torch warns on stderr about pickle protocols: the refusal is the line
+    """torch.load as plain data; a type it refuses is named (CheckpointError)."""
+    allowed: List[Any] = []
+    while True:
+        # torch warns on stderr about pickle protocols: the refusal is the line
+        with warnings.catch_warnings(), torch.serialization.safe_globals(allowed):
             warnings.simplefilter("ignore")
             opened = source if isinstance(source, Path) else io.BytesIO(source)
-            return torch.load(opened, map_location="cpu", weights_only=True, mmap=mmap and isinstance(source, Path))
-
-    try:
-        return load()
-    except Exception as exc:  # the unpickler's refusal, named below
-        needed = _needed_global(exc)
-        if needed is None:
-            raise
-        if not needed.startswith("numpy."):
-            raise _refusal(where, needed) from None
-    with torch.serialization.safe_globals(NUMPY_ARRAY_GLOBALS):  # a format-1 file's numpy RNG state
-        try:
-            return load()
-        except Exception as exc:
-            needed = _needed_global(exc)
-            if needed is None:
-                raise
-            raise _refusal(where, needed) from None
+            try:
+                return torch.load(opened, map_location="cpu", weights_only=True, mmap=mmap and isinstance(source, Path))
+            except Exception as exc:  # the unpickler's refusal, named below
+                needed = _needed_global(exc)
+                if needed is None:
+                    raise
+                if allowed or not needed.startswith("numpy."):
+                    raise _refusal(where, needed) from None
+        allowed = NUMPY_ARRAY_GLOBALS  # a format-1 file's numpy RNG state: let through on a second try
 
 
 def _needed_global(exc: BaseException) -> Optional[str]:

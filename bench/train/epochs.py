@@ -1,6 +1,8 @@
 """The measured window, epoch by epoch: steps, then (when due) validation and a checkpoint, which
 are left out of the window; a progressive-resizing phase change at an epoch boundary; a stop
-at the first evaluation that reaches train.target_accuracy.
+at the first evaluation that reaches train.target_accuracy. On a terminal, the window's progress bar
+(benchmark.progress): the log lines print above it and it stays whole; with train.target_accuracy
+it says the run may stop early.
 
 Throughput keeps its definition: images of the counted steps / the counted seconds. Wall time
 for time-to-accuracy counts everything from the first training step (evaluations included, as
@@ -9,64 +11,30 @@ MLPerf Training counts it), carried over from the checkpoint a run resumed from.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import signal
+import sys
 import threading
 import time
-from dataclasses import asdict, dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from dataclasses import dataclass, field
+from typing import Any, ContextManager, Dict, List, Optional, Tuple
 
 import torch
 from tqdm import tqdm
+from tqdm.contrib.logging import logging_redirect_tqdm
 
-from bench.config import BenchConfig
 from bench.errors import Interrupted
 from bench.maths.stats import percentile
 from bench.rank_context import RankContext
-from bench.runtime.epoch_data import EpochData
-from bench.runtime.precision import PrecisionPolicy
 from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
+from bench.train.build import TrainingRun
 from bench.train.evaluate import accuracy_figures, evaluate
-from bench.train.mlperf_log import NoMlperfLog
-from bench.train.progress import logs_above, progress_bar
 from bench.train.result import EpochRecord, TrainResult
-from bench.train.resume import Position, TrainingCheckpoints, rng_states
-from bench.train.step import TrainStep
+from bench.train.resume import Position
 
 log = logging.getLogger(__name__)
-
-
-@dataclass(kw_only=True)
-class Session:
-    """What the epochs work on (built by bench.train.loop.open_session), named at construction."""
-
-    config: BenchConfig
-    ctx: RankContext
-    eager: torch.nn.Module  # the plain model: evaluated and checkpointed
-    optimizer: torch.optim.Optimizer
-    scheduler: Any  # a torch lr scheduler (bench.train.schedules)
-    policy: PrecisionPolicy
-    step: TrainStep
-    data: EpochData  # batches by epoch (progressive phases, passes)
-    val: Any = None  # one_pass() of the val split, when train.eval_every
-    checkpoints: Optional[TrainingCheckpoints] = None
-    start: Position = field(default_factory=lambda: Position(0))
-    history: List[EpochRecord] = field(default_factory=list)  # epochs done before a resume
-    wall_offset: float = 0.0  # training wall seconds before a resume
-    mlperf: NoMlperfLog = field(default_factory=NoMlperfLog)  # train.mlperf_log: MLPerf's events
-
-    def state(self, wall_seconds: float, epochs: List[EpochRecord]) -> Dict[str, Any]:
-        scaler = self.policy.scaler
-        return {
-            "model": self.eager.state_dict(),
-            "optimizer": self.optimizer.state_dict(),
-            "scheduler": self.scheduler.state_dict(),
-            "scaler": scaler.state_dict() if scaler else None,
-            "rng": rng_states(),
-            "wall_seconds": wall_seconds,
-            "history": [asdict(e) for e in epochs],
-        }
 
 
 @dataclass
@@ -83,43 +51,38 @@ class WindowTally:
     evaluation: Dict[str, Any] = field(default_factory=dict)  # the last evaluation's figures
 
 
-def run_epochs(session: Session, clock: StepClock, planned: int, first_step_at: float, flag: SignalFlag) -> TrainResult:
-    """One measured window of at most `planned` steps on `clock`; its figures (bench.train.repeats pools them)."""
-    return MeasuredWindow(session, clock, planned, first_step_at, flag).run()
-
-
 class MeasuredWindow:
     """One measured window: `run()` opens it on the clock, runs each epoch's steps (`run_steps`),
     closes each epoch (`close_epoch`: its record, then evaluation and checkpoint outside the
     window) and returns the window's figures (`figures`)."""
 
-    def __init__(self, session: Session, clock: StepClock, planned: int, first_step_at: float, flag: SignalFlag):
-        self.session, self.clock, self.planned, self.flag = session, clock, planned, flag
+    def __init__(self, run: TrainingRun, clock: StepClock, first_step_at: float, flag: SignalFlag):
+        self.training, self.clock, self.planned, self.flag = run, clock, run.planned, flag
         self.first_step_at = first_step_at
-        benchmark = session.config.benchmark
+        benchmark = run.config.benchmark
         self.deadline = time.perf_counter() + benchmark.measure_seconds if benchmark.measure_seconds else None
         # a thread lock for the bar: tqdm's default takes a multiprocessing one, which a rank ended by
         # SIGTERM left to the resource tracker's "leaked semaphore" warning (issue 28)
         tqdm.set_lock(threading.RLock())
         self.progress = progress_bar(
-            planned, session.config.train.target_accuracy, benchmark.progress and session.ctx.is_reporter
+            run.planned, run.config.train.target_accuracy, benchmark.progress and run.ctx.is_reporter
         )
-        self.tally = WindowTally(epochs=list(session.history))
+        self.tally = WindowTally(epochs=list(run.history))
 
     def wall_seconds(self) -> float:
         """Training wall time so far (time-to-accuracy's clock), a resumed run's earlier time included."""
-        return time.perf_counter() - self.first_step_at + self.session.wall_offset
+        return time.perf_counter() - self.first_step_at + self.training.wall_offset
 
     def run(self) -> TrainResult:
-        session, tally, epochs = self.session, self.tally, self.session.config.train.epochs
-        epoch, skip = session.start.epoch, session.start.step_in_epoch
+        run, tally, epochs = self.training, self.tally, self.training.config.train.epochs
+        epoch, skip = run.start.epoch, run.start.step_in_epoch
         with logs_above(self.progress):
             self.clock.mark()  # the window opens here
             while epoch < epochs and tally.steps < self.planned and not tally.stop:
-                session.mlperf.epoch_start(epoch + 1)
-                batches = session.data.enter(epoch, skip)
+                run.mlperf.epoch_start(epoch + 1)
+                batches = run.data.enter(epoch, skip)
                 first_mark, first_wait = len(self.clock) - 1, len(tally.data_wait_ms)
-                steps = session.data.steps(epoch)
+                steps = run.data.steps(epoch)
                 index = self.run_steps(batches, epoch, skip, steps)
                 skip = 0
                 self.close_epoch(epoch, (first_mark, first_wait), index, steps)
@@ -131,7 +94,7 @@ class MeasuredWindow:
     def toward(self, done: int) -> str:
         """The progress line's goal: the planned steps, or the window's clock when benchmark.measure_seconds
         ends the window first at the pace so far (a doctor's rung: its seconds, not 100000 epochs' steps)."""
-        seconds, left = self.session.config.benchmark.measure_seconds, (self.deadline or 0.0) - time.perf_counter()
+        seconds, left = self.training.config.benchmark.measure_seconds, (self.deadline or 0.0) - time.perf_counter()
         if not seconds or (seconds - left) / done * (self.planned - done) <= left:
             return f"/{self.planned}"
         return f" ({seconds - left:.1f} of {seconds:g} s)"
@@ -139,9 +102,9 @@ class MeasuredWindow:
     def run_steps(self, batches: Any, epoch: int, skip: int, steps: int) -> int:
         """Epoch `epoch`'s steps from `skip` on; the index after the last step taken. The hot loop:
         the counters are locals, written back to the tally once the epoch's steps end."""
-        session, clock, flag, progress, tally = self.session, self.clock, self.flag, self.progress, self.tally
-        planned, log_every, deadline = self.planned, session.config.benchmark.log_every, self.deadline
-        last_epoch = epoch == session.config.train.epochs - 1
+        run, clock, flag, progress, tally = self.training, self.clock, self.flag, self.progress, self.tally
+        planned, log_every, deadline = self.planned, run.config.benchmark.log_every, self.deadline
+        last_epoch = epoch == run.config.train.epochs - 1
         data_wait, done, images_done, loss = tally.data_wait_ms, tally.steps, tally.images, tally.loss
         index = skip
         while index < steps:
@@ -149,19 +112,19 @@ class MeasuredWindow:
                 t0 = time.perf_counter()
                 images, labels = next(batches)
                 data_wait.append((time.perf_counter() - t0) * 1000.0)
-                loss = session.step(images, labels)
+                loss = run.step(images, labels)
             except BaseException:
                 if flag.signum is None:
                     raise
                 index -= 1  # the step did not happen: the checkpoint must not count it
             clock.mark()
-            done, index, images_done = done + 1, index + 1, images_done + session.data.batch_size
+            done, index, images_done = done + 1, index + 1, images_done + run.data.batch_size
             progress.update()
             if flag.signum is not None:
                 self.save(Position(epoch, index) if index < steps else Position(epoch + 1))
                 raise Interrupted(signal.Signals(flag.signum).name)
-            at_sync_point = not session.ctx.distributed or done % log_every == 0 or done == planned
-            if (at_sync_point and _deadline_passed(deadline, session.ctx)) or done >= planned:
+            at_sync_point = not run.ctx.distributed or done % log_every == 0 or done == planned
+            if (at_sync_point and _deadline_passed(deadline, run.ctx)) or done >= planned:
                 tally.stop = index < steps or not last_epoch
                 break
             if done % log_every == 0:
@@ -173,7 +136,7 @@ class MeasuredWindow:
                     done,
                     self.toward(done),
                     loss.item(),
-                    recent * session.data.batch_size / window,
+                    recent * run.data.batch_size / window,
                     recent,
                 )
         tally.steps, tally.images, tally.loss = done, images_done, loss
@@ -182,25 +145,25 @@ class MeasuredWindow:
     def close_epoch(self, epoch: int, first: Tuple[int, int], index: int, steps: int) -> None:
         """The epoch's record, then its evaluation and checkpoint when due (both outside the window);
         `first`: the clock mark and the data wait the epoch starts at."""
-        session, tally = self.session, self.tally
+        run, tally = self.training, self.tally
         self.clock.sync()
-        resumed_steps = session.start.step_in_epoch if epoch == session.start.epoch else 0
+        resumed_steps = run.start.step_in_epoch if epoch == run.start.epoch else 0
         record = self.epoch_record(epoch, first, index - resumed_steps)
-        session.mlperf.epoch_stop(record.epoch, record.images * session.ctx.world_size)
-        last_epoch = epoch == session.config.train.epochs - 1
-        train = session.config.train
+        run.mlperf.epoch_stop(record.epoch, record.images * run.ctx.world_size)
+        last_epoch = epoch == run.config.train.epochs - 1
+        train = run.config.train
         if (
             train.eval_every
-            and session.val is not None
+            and run.val is not None
             and ((epoch + 1) % train.eval_every == 0 or last_epoch or tally.stop)
         ):
             self.evaluate(record)
-        session.mlperf.block_stop(record.epoch)
+        run.mlperf.block_stop(record.epoch)
         tally.epochs.append(record)
-        every = session.config.checkpoint.every_epochs
+        every = run.config.checkpoint.every_epochs
         complete = index >= steps
         if (
-            session.checkpoints is not None
+            run.checkpoints is not None
             and complete
             and ((every and (epoch + 1) % every == 0) or last_epoch or tally.stop)
         ):
@@ -210,12 +173,12 @@ class MeasuredWindow:
 
     def evaluate(self, record: EpochRecord) -> None:
         """Validation on `record`'s epoch, left out of the window; a reached target ends the window."""
-        session, tally = self.session, self.tally
+        run, tally = self.training, self.tally
         self.clock.pause()
-        session.mlperf.eval_start(record.epoch)
-        figures = tally.evaluation = evaluate(session.eager, session.val, session.policy, session.ctx)
+        run.mlperf.eval_start(record.epoch)
+        figures = tally.evaluation = evaluate(run.eager, run.val, run.policy, run.ctx)
         record.val_top1, record.val_top5 = figures["val_top1"], figures["val_top5"]
-        session.mlperf.eval_stop(record.epoch, record.val_top1)
+        run.mlperf.eval_stop(record.epoch, record.val_top1)
         record.eval_seconds, record.wall_seconds = figures["eval_seconds"], self.wall_seconds()
         log.info(
             "epoch %d: val top-1 %.4f, top-5 %.4f (%d images, %.2f s)",
@@ -226,12 +189,12 @@ class MeasuredWindow:
             figures["eval_seconds"],
         )
         self.clock.resume()
-        target = session.config.train.target_accuracy
+        target = run.config.train.target_accuracy
         if target is not None and record.val_top1 >= target and tally.reached is None:
             tally.reached, tally.stop = record, True
 
     def epoch_record(self, epoch: int, first: Tuple[int, int], steps: int) -> EpochRecord:
-        clock, data, (first_mark, first_wait) = self.clock, self.session.data, first
+        clock, data, (first_mark, first_wait) = self.clock, self.training.data, first
         span = clock.seconds_between(first_mark, len(clock) - 1)
         data_wait = sum(self.tally.data_wait_ms[first_wait:]) / 1000.0  # the host waiting on next(batches)
         batch = data.batch_size
@@ -243,7 +206,7 @@ class MeasuredWindow:
             seconds=span,
             images_per_second=steps * batch / span if span > 0 else 0.0,
             loss=float(self.tally.loss.item()),
-            lr=float(self.session.step.applied_lr),  # the lr its last step trained with
+            lr=float(self.training.step.applied_lr),  # the lr its last step trained with
             step_time_ms_p50=percentile(times, 50),
             data_wait_seconds=data_wait,
             compute_seconds=max(0.0, span - data_wait),
@@ -252,12 +215,12 @@ class MeasuredWindow:
         )
 
     def save(self, position: Position) -> None:
-        session = self.session
-        if session.checkpoints is not None and session.ctx.is_reporter:
-            session.checkpoints.save(session.state(self.wall_seconds(), self.tally.epochs), position)
+        run = self.training
+        if run.checkpoints is not None and run.ctx.is_reporter:
+            run.checkpoints.save(run.state(self.wall_seconds(), self.tally.epochs), position)
 
     def figures(self) -> TrainResult:
-        """The window's figures (bench.train.repeats pools them; bench.train.loop adds the run's)."""
+        """The window's figures (bench.train.loop pools the repeats' and adds the run's)."""
         tally, clock = self.tally, self.clock
         return TrainResult(
             measured_steps=tally.steps,
@@ -266,16 +229,40 @@ class MeasuredWindow:
             step_times_ms=clock.step_times_ms(),
             data_wait_ms=tally.data_wait_ms,
             epochs=tally.epochs,
-            final_lr=float(self.session.step.applied_lr),
+            final_lr=float(self.training.step.applied_lr),
             final_loss=float(tally.loss.item()),
             accuracy=accuracy_figures(
-                self.session.config,
+                self.training.config,
                 tally.epochs,
                 tally.reached,
                 self.wall_seconds(),
                 tally.evaluation.get("val_images"),
             ),
         )
+
+
+def progress_bar(planned: int, target: Optional[float], shown: bool) -> tqdm:
+    """The window's bar on stderr, drawn on a terminal only. With a target the run may end at any
+    evaluation: the bar says so, and its time left is an upper bound."""
+    early = target is not None
+    return tqdm(
+        total=planned,
+        unit="step",
+        file=sys.stderr,
+        mininterval=1.0,
+        leave=False,
+        disable=None if shown else True,
+        desc=f"may stop at val top-1 {target:g}" if early else None,
+        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, at most {remaining} left, {rate_fmt}]"
+        if early
+        else None,
+    )
+
+
+def logs_above(bar: tqdm) -> ContextManager[object]:
+    """While the bar is drawn, the root logger's console handlers write through tqdm.write (the bar
+    cleared, the line written, the bar redrawn below it), so a log line never lands on the bar's line."""
+    return logging_redirect_tqdm() if not bar.disable else contextlib.nullcontext()
 
 
 def _deadline_passed(deadline: Optional[float], ctx: RankContext) -> bool:

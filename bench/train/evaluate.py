@@ -22,23 +22,20 @@ def evaluate(model: nn.Module, val: Any, policy: PrecisionPolicy, ctx: RankConte
     start = time.perf_counter()
     was_training = model.training
     model.eval()
-    counts = None
+    # hits at 1, hits at 5, images: a tensor made outside inference mode, so it can be all-reduced in place
+    counts = torch.zeros(3, dtype=torch.float64, device=next(model.parameters()).device)
     with torch.inference_mode(), policy.autocast():
         for images, labels in val.one_pass():
             logits = model(images)
             top = logits.topk(min(5, logits.shape[1]), dim=1).indices
             hits = top.eq(labels[:, None])
-            batch = torch.stack(
-                [hits[:, 0].sum(), hits.any(dim=1).sum(), torch.tensor(labels.numel(), device=labels.device)]
+            counts += torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum(), labels.new_tensor(labels.numel())]).to(
+                counts
             )
-            counts = batch.double() if counts is None else counts + batch.double()
     model.train(was_training)
-    if counts is None:
-        counts = torch.zeros(3, dtype=torch.float64, device=next(model.parameters()).device)
     if ctx.distributed:
         import torch.distributed as dist
 
-        counts = counts.clone()  # an inference tensor cannot be all-reduced in place
         dist.all_reduce(counts)
     top1, top5, images = (float(v) for v in counts.tolist())
     seconds = time.perf_counter() - start

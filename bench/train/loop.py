@@ -2,24 +2,27 @@
 and schedule, resumed from a checkpoint if asked), run (the warm-up, then the measured window),
 collect (what the run measures after the window, and its result).
 
-A run is `benchmark.warmup_steps` discarded steps, then the measured window (`benchmark.repeats`
-times: bench.train.repeats):
-`train.epochs` epochs of `train.steps_per_epoch` steps (null: one pass over the dataset), cut
-short by `benchmark.measure_steps`, `benchmark.measure_seconds` or a reached
-`train.target_accuracy`. Throughput = images in the window / seconds of the window
-(evaluations and checkpoint writes left out: bench.train.epochs). Inside the window the host
-never waits for the device except every `benchmark.log_every` steps (or every step with
-`benchmark.sync=true`). What the run measures besides the window (a breakdown pass, profiled
-steps, the FLOPs count) runs after it (bench.train.after_window); benchmark.find_max_batch
-picks the batch before anything else is built (bench.train.max_batch).
+A run is `benchmark.warmup_steps` discarded steps, then the measured window, `benchmark.repeats`
+times in this process after the one warm-up, each on a clock of its own (`measure`; with
+repeats=1 exactly the single window bench always measured): `train.epochs` epochs of
+`train.steps_per_epoch` steps (null: one pass over the dataset), cut short by
+`benchmark.measure_steps`, `benchmark.measure_seconds` or a reached `train.target_accuracy`.
+Throughput = images in the window / seconds of the window (evaluations and checkpoint writes
+left out: bench.train.epochs). Inside the window the host never waits for the device except
+every `benchmark.log_every` steps (or every step with `benchmark.sync=true`). What the run
+measures besides the window (a breakdown pass, profiled steps, the FLOPs count) runs after it
+(bench.runtime.profiling.after_window); benchmark.find_max_batch picks the batch before anything
+else is built (bench.train.max_batch).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import logging
 import socket
 import time
+from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
@@ -34,26 +37,24 @@ from bench.rank_context import RankContext
 from bench.runtime.device import peak_memory_bytes
 from bench.runtime.models import count_parameters
 from bench.runtime.precision import PrecisionPolicy
-from bench.train.after_window import after_window
-from bench.train.build import TrainingRun, build_training
-from bench.train.epochs import Session
-from bench.train.extras import BatchSearch, CheckpointWrite, RunExtras
+from bench.runtime.profiling import after_window
+from bench.runtime.signals import SignalFlag
+from bench.runtime.timing import StepClock
+from bench.train.breakdown import breakdown_pass
+from bench.train.build import TrainingRun
+from bench.train.checkpoint import checkpoint_writer
+from bench.train.epochs import MeasuredWindow
 from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
-from bench.train.repeats import measure_windows
-from bench.train.result import EpochRecord, TrainResult
+from bench.train.result import BatchSearch, EpochRecord, RunExtras, TrainResult
 from bench.train.resume import claimed_checkpoints, restore_rng
-from bench.train.step import TrainStep
 
 log = logging.getLogger(__name__)
-
-make_step = TrainStep  # the name other modules and tests import
 
 
 def train(
     config: BenchConfig,
     device: torch.device,
     monitor: Any = None,
-    on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], CheckpointWrite]] = None,
     ctx: Optional[RankContext] = None,
     on_step: Optional[Callable[[], None]] = None,
     out_dir: Optional[Path] = None,
@@ -61,7 +62,8 @@ def train(
     """Build model, data, precision, optimizer and scheduler from `config` and run.
 
     `monitor` (start()/stop() -> GpuFigures) samples the device during the measured window only;
-    `on_finish(model, optimizer)` runs after the window (a checkpoint write, say);
+    with `out_dir` and storage.save_checkpoint rank 0 writes the end-of-run checkpoint after the
+    window (bench.train.checkpoint);
     `ctx` is this process's rank: with world_size > 1 the model is wrapped in DDP (the
     process group must exist) and each rank reads its own data; `on_step()` is called after
     every step; `out_dir` receives the profiler's files.
@@ -69,31 +71,21 @@ def train(
     ctx = ctx or RankContext()
     mlperf = open_mlperf_log(config, out_dir, ctx.is_reporter)  # init_start: now
     with claimed_checkpoints(config, ctx, out_dir or Path.cwd()) as checkpoints:  # one writer per folder
-        run = build_training(config, device, ctx, on_step, checkpoints)
+        run = TrainingRun(config, device, ctx, on_step, checkpoints)
         first_step_at = time.perf_counter()  # time-to-accuracy counts from here
-        mlperf.run_start(mlperf_hyper_parameters(run))
+        facts, global_batch = getattr(run.data.batches, "facts", {}), run.data.batch_size * ctx.world_size
+        train_samples, eval_samples = facts.get("dataset_size"), facts.get("val_size")
+        hyper = hyper_parameters(
+            run.config, global_batch, run.base_lr, run.planned, train_samples, eval_samples, str(device)
+        )
+        mlperf.run_start(hyper)  # MLPerf's submission and hyper-parameter keys, as this run has them
         warm_up(run)
-        session = open_session(run)
-        session.mlperf = mlperf
-        mlperf.event("eval_samples", getattr(session.val, "facts", {}).get("val_dataset_size", 0))
-        window = measure(run, session, monitor, first_step_at)
+        open_val(run)
+        run.mlperf = mlperf
+        mlperf.event("eval_samples", getattr(run.val, "facts", {}).get("val_dataset_size", 0))
+        window = measure(run, monitor, first_step_at)
         mlperf.run_stop(window.accuracy.reached_target if window.accuracy is not None else None)
-        return collect_result(run, window, on_finish, out_dir)
-
-
-def mlperf_hyper_parameters(run: TrainingRun) -> Dict[str, Any]:
-    """MLPerf's submission and hyper-parameter keys, as this run has them (bench.train.mlperf_log)."""
-    facts = getattr(run.data.batches, "facts", {})
-    global_batch = run.data.batch_size * run.ctx.world_size
-    return hyper_parameters(
-        run.config,
-        global_batch,
-        run.base_lr,
-        run.planned,
-        facts.get("dataset_size"),
-        facts.get("val_size"),
-        str(run.device),
-    )
+        return collect_result(run, window, out_dir)
 
 
 def warm_up(run: TrainingRun) -> None:
@@ -122,64 +114,86 @@ def warm_up(run: TrainingRun) -> None:
         restore(resumed, run.eager, run.optimizer, run.scheduler, run.policy, where)
 
 
-def open_session(run: TrainingRun) -> Session:
-    """What the measured window's epochs work on: the run's parts, the val batches, where to start."""
-    config, ctx, resumed = run.config, run.ctx, run.resumed
-    val = (
-        build_val_batches(config.data, run.device, run.policy.memory_format, ctx.rank, ctx.world_size, config.storage)
-        if config.train.eval_every
-        else None
-    )
-    return Session(
-        config=config,
-        ctx=ctx,
-        eager=run.eager,
-        optimizer=run.optimizer,
-        scheduler=run.scheduler,
-        policy=run.policy,
-        step=run.step,
-        data=run.data,
-        val=val,
-        checkpoints=run.checkpoints,
-        start=run.start,
-        history=[EpochRecord(**e) for e in resumed["history"]] if resumed else [],
-        wall_offset=resumed["wall_seconds"] if resumed else 0.0,
-    )
+def open_val(run: TrainingRun) -> None:
+    """The val batches the window's evaluations read (train.eval_every), built after the warm-up."""
+    config, ctx = run.config, run.ctx
+    if config.train.eval_every:
+        data, memory_format = config.data, run.policy.memory_format
+        run.val = build_val_batches(data, run.device, memory_format, ctx.rank, ctx.world_size, config.storage)
 
 
-def measure(run: TrainingRun, session: Session, monitor: Any, first_step_at: float) -> TrainResult:
-    """The window's figures, with the GPU monitor's and the window's peak memory."""
-    config, checkpoints = run.config, run.checkpoints
+def measure(run: TrainingRun, monitor: Any, first_step_at: float) -> TrainResult:
+    """The measured window, `benchmark.repeats` times, each on a clock of its own, pooled (`pool`), with
+    the GPU monitor's figures and the window's peak memory."""
+    config, checkpoints, repeats = run.config, run.checkpoints, run.config.benchmark.repeats
     if monitor is not None:
         monitor.start()
     every_epochs, on_signal = config.checkpoint.every_epochs, config.checkpoint.on_signal
     checkpoint_on_signal = checkpoints is not None and every_epochs > 0 and on_signal
-    window = measure_windows(session, run.device, run.planned, first_step_at, checkpoint_on_signal)
-    window.gpu = monitor.stop() if monitor is not None else GpuFigures()
-    window.peak_memory_bytes = peak_memory_bytes(run.device)  # the window's: the passes after it may allocate more
-    return window
+    windows: List[TrainResult] = []
+    for repeat in range(1, repeats + 1):
+        clock = StepClock(run.device, strict_sync=config.benchmark.sync)
+        clock.sync()
+        with SignalFlag(checkpoint_on_signal) as flag:
+            window = MeasuredWindow(run, clock, first_step_at, flag).run()
+        windows.append(window)
+        if repeats > 1:
+            seconds = window.window_seconds
+            log.info(
+                "repeat %d/%d: %.1f images/s (%d steps, %.2f s)",
+                repeat,
+                repeats,
+                window.measured_images / seconds if seconds > 0 else 0.0,
+                window.measured_steps,
+                seconds,
+            )
+    pooled = pool(windows)
+    pooled.gpu = monitor.stop() if monitor is not None else GpuFigures()
+    pooled.peak_memory_bytes = peak_memory_bytes(run.device)  # the window's: the passes after it may allocate more
+    return pooled
 
 
-def collect_result(
-    run: TrainingRun,
-    window: TrainResult,
-    on_finish: Optional[Callable[[nn.Module, torch.optim.Optimizer], CheckpointWrite]],
-    out_dir: Optional[Path],
-) -> TrainResult:
+def pool(windows: List[TrainResult]) -> TrainResult:
+    """One window's figures from several (images/s = all measured images / all measured seconds,
+    step-time percentiles over every measured step); `repeat_images`/`repeat_seconds` list each
+    repeat's, for the median, the spread and a confidence interval (bench.maths.confidence)."""
+    last = windows[-1]  # final loss, lr and accuracy are the last repeat's
+    images, seconds = [w.measured_images for w in windows], [w.window_seconds for w in windows]
+    if len(windows) == 1:
+        return dataclasses.replace(last, repeat_images=images, repeat_seconds=seconds)
+    return dataclasses.replace(
+        last,
+        measured_steps=sum(w.measured_steps for w in windows),
+        measured_images=sum(images),
+        window_seconds=sum(seconds),
+        step_times_ms=[t for w in windows for t in w.step_times_ms],
+        data_wait_ms=[t for w in windows for t in w.data_wait_ms],
+        epochs=[dataclasses.replace(e, repeat=number) for number, w in enumerate(windows, start=1) for e in w.epochs],
+        repeat_images=images,
+        repeat_seconds=seconds,
+    )
+
+
+def collect_result(run: TrainingRun, window: TrainResult, out_dir: Optional[Path]) -> TrainResult:
     """The passes after the window, the end-of-run checkpoint, and the run's figures added to the window's."""
     config, ctx, data = run.config, run.ctx, run.data
     extra = RunExtras(dataset=dict(getattr(data.batches, "facts", {})))  # real data: dataset_size, ...
     if config.benchmark.find_max_batch:
         extra.batch_search = BatchSearch(batch_size_requested=run.requested_batch, batch_size_found=data.batch_size)
+    breakdown = None
+    if config.benchmark.breakdown:  # training's own pass after the window, before the profiled steps
+        ddp = run.wrapped if ctx.distributed else None
+        breakdown = partial(breakdown_pass, run.step, data.batches, run.device, config.benchmark.breakdown_steps, ddp)
     extra.passes, files, interrupted = after_window(
-        config, run.device, ctx, run.step, data.batches, run.wrapped if ctx.distributed else None, out_dir
+        config, run.device, ctx, lambda: run.step(*next(data.batches)), out_dir, True, breakdown
     )
     if run.checkpoints is not None:
         extra.checkpoints = run.checkpoints.figures()
     if data.progressive:
         extra.phases = phase_figures(window.epochs)
-    if on_finish is not None and not interrupted:  # a signal asks for a prompt end: no checkpoint write
-        extra.written = on_finish(run.eager, run.optimizer)
+    write = checkpoint_writer(config, out_dir, ctx) if out_dir is not None else None
+    if write is not None and not interrupted:  # a signal asks for a prompt end: no checkpoint write
+        extra.written = write(run.eager, run.optimizer)
     return dataclasses.replace(
         window,
         rank=ctx.rank,
@@ -240,21 +254,12 @@ def _restore_schedule(scheduler: Any, saved: Dict[str, Any]) -> None:
 def phase_figures(epochs: List[EpochRecord]) -> Dict[str, Any]:
     """images/s of each progressive phase (consecutive epochs of one image and batch size)."""
     figures: Dict[str, Any] = {}
-    phases: List[List[EpochRecord]] = []
-    for epoch in epochs:
-        if phases and (phases[-1][-1].image_size, phases[-1][-1].batch_size) == (epoch.image_size, epoch.batch_size):
-            phases[-1].append(epoch)
-        else:
-            phases.append([epoch])
-    for number, phase in enumerate(phases, start=1):
+    phases = itertools.groupby(epochs, key=lambda e: (e.image_size, e.batch_size))
+    for number, ((image_size, batch_size), group) in enumerate(phases, start=1):
+        phase = list(group)
         images, seconds = sum(e.images for e in phase), sum(e.seconds for e in phase)
-        figures.update(
-            {
-                f"phase{number}_image_size": phase[0].image_size,
-                f"phase{number}_batch_size": phase[0].batch_size,
-                f"phase{number}_images_per_second": images / seconds if seconds > 0 else 0.0,
-            }
-        )
+        figures[f"phase{number}_image_size"], figures[f"phase{number}_batch_size"] = image_size, batch_size
+        figures[f"phase{number}_images_per_second"] = images / seconds if seconds > 0 else 0.0
     return figures
 
 

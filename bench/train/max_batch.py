@@ -17,7 +17,7 @@ from __future__ import annotations
 import copy
 import gc
 import logging
-from typing import Callable, Optional
+from typing import Callable
 
 import torch
 
@@ -73,32 +73,29 @@ def find_max_batch(
     scaler_state = copy.deepcopy(policy.scaler.state_dict()) if policy.scaler is not None else None
     image_size, classes = config.data.image_size, config.data.num_classes
 
+    def trial(batch: int) -> None:
+        """TRIAL_STEPS steps at `batch`; its tensors and optimizer are freed when it returns or raises."""
+        optimizer = build_optimizer(model, config.optimizer, config.optimizer.lr, device)
+        step = TrainStep(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0), policy)
+        images = torch.randn(batch, 3, image_size, image_size, device=device).contiguous(
+            memory_format=policy.memory_format
+        )
+        labels = torch.randint(0, classes, (batch,), device=device)
+        for _ in range(TRIAL_STEPS):
+            step(images, labels)
+        if device.type == "cuda":  # gpu_check's CPU rehearsal runs the search too (bench refuses it on a CPU)
+            torch.cuda.synchronize(device)
+
     def fits(batch: int) -> bool:
         failed = False
-        optimizer: Optional[torch.optim.Optimizer] = None
-        scheduler: Optional[torch.optim.lr_scheduler.LambdaLR] = None
-        step: Optional[TrainStep] = None
-        images: Optional[torch.Tensor] = None
-        labels: Optional[torch.Tensor] = None
         try:
-            optimizer = build_optimizer(model, config.optimizer, config.optimizer.lr, device)
-            scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0)
-            step = TrainStep(model, optimizer, scheduler, policy)
-            images = torch.randn(batch, 3, image_size, image_size, device=device).contiguous(
-                memory_format=policy.memory_format
-            )
-            labels = torch.randint(0, classes, (batch,), device=device)
-            for _ in range(TRIAL_STEPS):
-                step(images, labels)
-            if device.type == "cuda":  # gpu_check's CPU rehearsal runs the search too (bench refuses it on a CPU)
-                torch.cuda.synchronize(device)
+            trial(batch)
         except torch.cuda.OutOfMemoryError:
-            failed = True  # the exception (and the tensors its frames hold) must be gone before freeing
+            failed = True  # the exception (and the trial's frame, its tensors) is gone after this block
         except RuntimeError as exc:  # cuBLAS/cuDNN workspace allocation, or a tensor too large to index
             if not any(text in str(exc) for text in ALLOCATION_FAILURES):
                 raise
             failed = True
-        optimizer = scheduler = step = images = labels = None  # drop the last references, so gc can free them
         model.zero_grad(set_to_none=True)
         if device.type == "cuda":  # on a CPU, dropping the references frees the memory
             gc.collect()

@@ -23,45 +23,30 @@ from typing import Any, Dict, Optional
 
 from bench.config import BenchConfig
 
-RULESET = "4.0.0"
 LOG_FILE = "mlperf.log"
 
 
-class NoMlperfLog:
-    """train.mlperf_log=false (and every rank but 0): the loop's calls do nothing."""
+class _Silent:
+    """Stands for mllog's logger where no log is written: every call does nothing."""
 
-    def run_start(self, hyper: Dict[str, Any]) -> None:
+    def start(self, **_: Any) -> None:
         return None
 
-    def event(self, key: str, value: Any) -> None:
-        return None
-
-    def epoch_start(self, epoch: int) -> None:
-        return None
-
-    def epoch_stop(self, epoch: int, samples: int) -> None:
-        return None
-
-    def eval_start(self, epoch: int) -> None:
-        return None
-
-    def eval_stop(self, epoch: int, top1: float) -> None:
-        return None
-
-    def block_stop(self, epoch: int) -> None:
-        return None
-
-    def run_stop(self, reached: Optional[bool]) -> None:
-        return None
+    end = event = start
 
 
-class MlperfLog(NoMlperfLog):
-    """mllog's events into `path` only (mllog's own logger also prints every line to stdout)."""
+class MlperfLog:
+    """mllog's events into `path` only (mllog's own logger also prints every line to stdout); with
+    no path (train.mlperf_log=false, and every rank but 0) the loop's calls do nothing. The keys are
+    MLPerf's (mllog.constants' values)."""
 
-    def __init__(self, path: Path):
+    def __init__(self, path: Optional[Path] = None):
+        self.log: Any = _Silent()
+        self.handler: Optional[logging.Handler] = None
+        if path is None:
+            return
         from mlperf_logging import mllog
 
-        self.constants = mllog.constants
         logger = logging.getLogger(f"bench.mlperf.{id(self)}")
         logger.propagate = False
         logger.setLevel(logging.INFO)
@@ -69,45 +54,45 @@ class MlperfLog(NoMlperfLog):
         logger.addHandler(self.handler)
         here = str(Path(__file__).resolve().parents[2])  # the metadata's file names, from the package root
         self.log = mllog.mllog.MLLogger(logger=logger, default_stack_offset=1, root_dir=here)
-        self.log.event(key=self.constants.CACHE_CLEAR, value=True)
-        self.log.start(key=self.constants.INIT_START)
+        self.log.event(key="cache_clear", value=True)
+        self.log.start(key="init_start")
 
     def run_start(self, hyper: Dict[str, Any]) -> None:
         for key, value in hyper.items():
             self.log.event(key=key, value=value)
-        self.log.end(key=self.constants.INIT_STOP)
-        self.log.start(key=self.constants.RUN_START)
+        self.log.end(key="init_stop")
+        self.log.start(key="run_start")
 
     def event(self, key: str, value: Any) -> None:
         self.log.event(key=key, value=value)
 
     def epoch_start(self, epoch: int) -> None:
-        self.log.start(key=self.constants.BLOCK_START, metadata={"first_epoch_num": epoch, "epoch_count": 1})
-        self.log.start(key=self.constants.EPOCH_START, metadata={"epoch_num": epoch})
+        self.log.start(key="block_start", metadata={"first_epoch_num": epoch, "epoch_count": 1})
+        self.log.start(key="epoch_start", metadata={"epoch_num": epoch})
 
     def epoch_stop(self, epoch: int, samples: int) -> None:
-        self.log.end(key=self.constants.EPOCH_STOP, metadata={"epoch_num": epoch, "samples_count": samples})
+        self.log.end(key="epoch_stop", metadata={"epoch_num": epoch, "samples_count": samples})
 
     def eval_start(self, epoch: int) -> None:
-        self.log.start(key=self.constants.EVAL_START, metadata={"epoch_num": epoch})
+        self.log.start(key="eval_start", metadata={"epoch_num": epoch})
 
     def eval_stop(self, epoch: int, top1: float) -> None:
-        self.log.event(key=self.constants.EVAL_ACCURACY, value=top1, metadata={"epoch_num": epoch})
-        self.log.end(key=self.constants.EVAL_STOP, metadata={"epoch_num": epoch})
+        self.log.event(key="eval_accuracy", value=top1, metadata={"epoch_num": epoch})
+        self.log.end(key="eval_stop", metadata={"epoch_num": epoch})
 
     def block_stop(self, epoch: int) -> None:
-        self.log.end(key=self.constants.BLOCK_STOP, metadata={"first_epoch_num": epoch})
+        self.log.end(key="block_stop", metadata={"first_epoch_num": epoch})
 
     def run_stop(self, reached: Optional[bool]) -> None:
-        status = self.constants.SUCCESS if reached else self.constants.ABORTED
-        self.log.end(key=self.constants.RUN_STOP, metadata={"status": status})
-        self.handler.close()
+        self.log.end(key="run_stop", metadata={"status": "success" if reached else "aborted"})
+        if self.handler is not None:
+            self.handler.close()
 
 
-def open_mlperf_log(config: BenchConfig, out_dir: Optional[Path], is_reporter: bool) -> NoMlperfLog:
-    """Rank 0's log when train.mlperf_log is on (init_start is now); a no-op otherwise."""
+def open_mlperf_log(config: BenchConfig, out_dir: Optional[Path], is_reporter: bool) -> MlperfLog:
+    """Rank 0's log when train.mlperf_log is on (init_start is now); a silent one otherwise."""
     if not config.train.mlperf_log or out_dir is None or not is_reporter:
-        return NoMlperfLog()
+        return MlperfLog()
     return MlperfLog(out_dir / LOG_FILE)
 
 

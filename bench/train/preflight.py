@@ -9,22 +9,23 @@ needs no torch.
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any
 
 from bench.config import BenchConfig
 from bench.config.run import RESUME_AUTO
 from bench.errors import ConfigError, ConfigProblem
-from bench.runtime.preflight import check_dataset, check_device_and_model, check_fits, check_quiet, per_process_batch
+from bench.runtime import preflight as model_run
+from bench.runtime.fit_watch import check_quiet
 
 
 def check_training(config: BenchConfig) -> Any:
     """Raise the first problem; return the device the run will use."""
-    check_dataset(config, validation=bool(config.train.eval_every))
-    _check_resume_path(config.train.resume)
-    check_checkpoint_dirs(config)
-    device = check_device_and_model(config)
+    model_run.check_dataset(config, validation=bool(config.train.eval_every))
     check_resume_file(config)
-    check_fits(config, device)
+    check_checkpoint_dirs(config)
+    device = model_run.check_device_and_model(config)
+    model_run.check_batch_fits(config, device)
+    model_run.check_prefetch_fits(config)
     check_batch_norm_batch(config)
     if config.benchmark.find_max_batch and device.type != "cuda":
         raise ConfigError(
@@ -40,7 +41,7 @@ def check_training(config: BenchConfig) -> Any:
 def check_batch_norm_batch(config: BenchConfig) -> None:
     """BatchNorm normalises a batch by its own statistics: over one image per process (what each
     DDP rank's BN sees) they are that image's, and training goes wrong silently. Inference is fine."""
-    if per_process_batch(config) != 1 or config.mode != "train":
+    if model_run.per_process_batch(config) != 1 or config.mode != "train":
         return
     import torch
 
@@ -69,25 +70,21 @@ def check_checkpoint_dirs(config: BenchConfig) -> None:
         check_local_dirs(config.storage, Path.cwd(), {"checkpoint.dir": config.checkpoint.dir} if epochs else {})
 
 
-def _check_resume_path(resume: Optional[str]) -> None:
-    """A checkpoint path that is not there is refused now; `auto` and bare names are looked up
-    in the checkpoint folder when the run starts."""
-    if resume and resume != RESUME_AUTO and ("/" in resume or resume.startswith(".")) and not os.path.isfile(resume):
+def check_resume_file(config: BenchConfig) -> None:
+    """train.resume=<file>: there, read as plain data (its tensors mapped, not read) and compared with
+    this run before an MLflow run is opened: a file that is not there, a damaged one, one that needs
+    more than plain data (a crafted pickle) and one of another model or optimizer are refused in one
+    line (exit 2). `auto` and bare names are looked up in the checkpoint folder when the run starts."""
+    resume = config.train.resume
+    if not resume or resume == RESUME_AUTO or ("/" not in resume.strip("/") and not resume.startswith(("/", "."))):
+        return
+    if not os.path.isfile(resume):
         raise ConfigError(
             "train.resume",
             resume,
             "'auto', a checkpoint file written by checkpoint.every_epochs, "
             "or a checkpoint's name in checkpoint.dir (this file does not exist)",
         )
-
-
-def check_resume_file(config: BenchConfig) -> None:
-    """train.resume=<file>: read as plain data (its tensors mapped, not read) and compared with
-    this run before an MLflow run is opened: a damaged file, one that needs more than plain data
-    (a crafted pickle) and one of another model or optimizer are refused in one line (exit 2)."""
-    resume = config.train.resume
-    if not resume or resume == RESUME_AUTO or ("/" not in resume.strip("/") and not resume.startswith(("/", "."))):
-        return  # auto and bare names: looked up in this config's own checkpoint folder when the run starts
     from pathlib import Path
 
     from bench.errors import CheckpointError

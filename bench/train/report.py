@@ -1,5 +1,6 @@
-"""The training scenario's report: per-rank timings merged into the job's numbers, the
-radix_metrics dict, the run's files and its MLflow record.
+"""The training scenario's report: per-rank timings merged into the job's numbers (the typed
+record, TrainMetrics, with its efficiency figures), the radix_metrics dict, the run's files and its
+MLflow record.
 
 Files: metrics_epoch.jsonl (a line per epoch), step_times.csv (a row per measured step),
 run_summary.json (results, epochs, compile, environment, config, ranks) and summary.csv.
@@ -9,21 +10,20 @@ ranks; throughput is the sum of each rank's images / its own window.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Dict, List, Mapping, Optional, Sequence
 
 from bench.config import BenchConfig
 from bench.machine.fitness import Verdict
-from bench.results import read_column, read_summary, read_window, write_csv, write_jsonl
-from bench.runtime.fit_watch import fit_problems, fit_tags
-from bench.runtime.reporting import PROFILE_FILES, REPEATS_FILE, read_repeats, write_repeats
-from bench.scenario_base import BaseReport
+from bench.maths.stats import UNSTABLE_CV, step_time_stats
+from bench.results import read_summary, write_jsonl
+from bench.runtime.reporting import ModelReport, model_figures, repeat_throughputs
 from bench.train import sweep_view
-from bench.train.extras import CheckpointWrite
-from bench.train.result import EpochRecord, TrainMetrics, TrainOutcome, TrainResult
-from bench.train.summary import merge_ranks, repeat_throughputs, summarize
+from bench.train.result import CheckpointWrite, EpochRecord, TrainMetrics, TrainOutcome, TrainResult
 
+# MLflow's per-epoch series (step = epoch): epoch_<figure> for each of an epoch's figures
+EPOCH_SERIES = ("images_per_second", "seconds", "loss", "lr", "data_wait_seconds", "compute_seconds")
 RANK_FIELDS = ("rank", "host", "images", "window_seconds", "peak_memory_bytes", "param_checksum")  # run_summary.json
 
 
@@ -32,28 +32,86 @@ def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
     return [{k: v for k, v in asdict(e).items() if v is not None} for e in epochs]
 
 
+def merge_ranks(ranks: Sequence[TrainResult]) -> TrainResult:
+    """Rank 0's result with the step timeline of the whole job (the max over ranks per step)."""
+    result = ranks[0]
+    if len(ranks) <= 1:
+        return result
+    steps = min(len(r.step_times_ms) for r in ranks)
+    waits = min(len(r.data_wait_ms) for r in ranks)
+    return replace(
+        result,
+        step_times_ms=[max(r.step_times_ms[i] for r in ranks) for i in range(steps)],
+        data_wait_ms=[max(r.data_wait_ms[i] for r in ranks) for i in range(waits)],
+        window_seconds=max(r.window_seconds for r in ranks),
+        peak_memory_bytes=max(r.peak_memory_bytes for r in ranks),
+    )
+
+
+def rank_figures(ranks: Sequence[TrainResult]) -> Dict[str, Any]:
+    """Per-rank throughput, so a straggler shows, and whether DDP kept the weights identical (the global
+    images/s, their sum, is summarize's)."""
+    throughputs = [r.images_per_second for r in ranks]
+    return {
+        "rank_images_per_second_min": min(throughputs),
+        "rank_images_per_second_max": max(throughputs),
+        "rank_slowest": min(range(len(ranks)), key=lambda i: throughputs[i]),
+        "rank_spread": 1.0 - min(throughputs) / max(throughputs) if max(throughputs) > 0 else 0.0,
+        "params_in_sync": len({r.param_checksum for r in ranks}) == 1,
+    }
+
+
+def summarize(outcome: TrainOutcome, config: BenchConfig) -> TrainMetrics:
+    """The run's record from every rank's result: every number a run reports, plus the settings that
+    change speed."""
+    ranks, result = outcome.ranks, merge_ranks(outcome.ranks)
+    steps_per_epoch = config.train.steps_per_epoch
+    if steps_per_epoch is None and result.epochs:
+        steps_per_epoch = max(e.steps for e in result.epochs)  # one pass over the dataset
+    extra = {**result.extra.figures(path=False), **(result.accuracy.figures() if result.accuracy is not None else {})}
+    # progressive phases change the FLOPs per image: no single TFLOP/s figure
+    gflops = None if config.data.progressive else extra.get("gflops_per_image_fwd_bwd")
+    record = TrainMetrics(
+        **model_figures(outcome, result, config, gflops),
+        lr=result.base_lr,
+        epochs=config.train.epochs,
+        steps_per_epoch=steps_per_epoch,
+        distributed=str(config.distributed.name),
+        scaling=str(config.distributed.scaling),
+        **(rank_figures(ranks) if len(ranks) > 1 else {}),
+        **step_time_stats(result.step_times_ms),
+        final_loss=result.final_loss,
+        final_lr=result.final_lr,
+        param_checksum=result.param_checksum,
+        optimizer=str(config.optimizer.name),
+        nesterov=bool(config.optimizer.nesterov) if str(config.optimizer.name) == "sgd" else None,
+        norm=str(config.model.norm),
+        fused_optimizer=result.fused_optimizer,
+        extra=extra,
+    )
+    record.unstable = (record.step_time_cv or 0.0) > UNSTABLE_CV
+    return record
+
+
 @dataclass
-class TrainReport(BaseReport):
+class TrainReport(ModelReport):
     # what a sweep and compare show of training runs (bench.analysis asks; bench.train.sweep_view holds it)
     view = sweep_view.VIEW
     # the per-step file and column the timeline is read back from
     TIMELINE_FILE, TIMELINE_COLUMN = "step_times.csv", "step_time_ms"
+    RECORD_TAGS = ("unstable",)
 
-    result: TrainResult  # rank 0's, with the job's step timeline
-    ranks: List[TrainResult]  # every rank's (read back: their run_summary.json figures only)
-    record: TrainMetrics  # the radix_metrics contract, typed
-    repeat_rates: List[float] = field(default_factory=list)  # images/s of each window (benchmark.repeats)
+    ranks: List[TrainResult] = field(default_factory=list)  # every rank's (read back: their run_summary.json figures)
     run_name: Optional[str] = None  # a new MLflow run name (the batch benchmark.find_max_batch found)
-    require_fit: bool = False  # benchmark.require_fit: an unfit window is a problem (the run ends FAILED)
 
     @classmethod
     def from_outcome(cls, outcome: TrainOutcome, config: BenchConfig) -> "TrainReport":
         return cls(
-            merge_ranks(outcome.ranks),
-            list(outcome.ranks),
-            summarize(outcome.ranks, config, outcome.device, outcome.device_name),
-            repeat_throughputs(outcome.ranks),
+            result=merge_ranks(outcome.ranks),
+            record=summarize(outcome, config),
+            repeat_rates=repeat_throughputs(outcome.ranks),
             require_fit=bool(config.benchmark.require_fit),
+            ranks=list(outcome.ranks),
         )
 
     def headline(self) -> str:
@@ -67,37 +125,15 @@ class TrainReport(BaseReport):
     def write(
         self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]
     ) -> List[Path]:
-        out_dir.mkdir(parents=True, exist_ok=True)
-        result, epochs = self.result, epoch_dicts(self.result.epochs)
+        """metrics_epoch.jsonl, and run_summary.json with the epochs and every rank's figures."""
+        epochs = epoch_dicts(self.result.epochs)
         ranks = [
             {**{k: getattr(r, k) for k in RANK_FIELDS}, "fit": r.fit.as_dict() if r.fit is not None else {}}
             for r in self.ranks
         ]
-        summary = {
-            "results": self.metrics,
-            "epochs": epochs,
-            "compile": result.compile,
-            "environment": dict(environment),
-            "config": dict(config),
-            "mlflow_run_id": run_id,
-            "ranks": ranks,
-        }
-        # merge_ranks keeps the steps and the waits every rank has: the two lists may differ in length
-        pairs = zip(result.step_times_ms, result.data_wait_ms, strict=False)
-        steps = [(i, f"{step:.4f}", f"{wait:.4f}") for i, (step, wait) in enumerate(pairs, start=1)]
-        files = [
-            write_jsonl(out_dir / "metrics_epoch.jsonl", epochs),
-            write_csv(out_dir / "step_times.csv", ["step", "step_time_ms", "data_wait_ms"], steps),
-            *self.write_summary(out_dir, summary),
-        ]
-        if len(self.repeat_rates) > 1:
-            files.append(write_repeats(out_dir, result.repeat_images, result.repeat_seconds, self.repeat_rates))
-        return files + [Path(f) for f in result.files if Path(f).is_file()]
-
-    @property
-    def interrupted(self) -> Optional[str]:
-        """The signal that stopped the passes after the window: the window is reported, the run ends KILLED."""
-        return self.result.interrupted
+        summary = {"results": self.metrics, "epochs": epochs, "compile": self.result.compile}
+        summary.update(environment=dict(environment), config=dict(config), mlflow_run_id=run_id, ranks=ranks)
+        return [*self.write_run(out_dir, summary), write_jsonl(out_dir / "metrics_epoch.jsonl", epochs)]
 
     @property
     def problems(self) -> List[str]:
@@ -107,49 +143,23 @@ class TrainReport(BaseReport):
         found = [f"the checkpoint could not be written: {error}"] if error is not None else []
         if save_error is not None:  # checkpoint.every_epochs: none was written after it
             found.append(f"a training checkpoint could not be written: {save_error} (no later checkpoint was written)")
-        return found + fit_problems(self.record.fit, self.require_fit)
+        return found + super().problems
 
     def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
-        """Everything but the metrics (logged first, on their own): series, tags, artifacts."""
-        if not tracker.active:
-            return
-        for number, epoch in enumerate(self.result.epochs, start=1):
-            series: Dict[str, Optional[float]] = {
-                "epoch_images_per_second": epoch.images_per_second,
-                "epoch_seconds": epoch.seconds,
-                "epoch_loss": epoch.loss,
-                "epoch_lr": epoch.lr,
-                "epoch_data_wait_seconds": epoch.data_wait_seconds,
-                "epoch_compute_seconds": epoch.compute_seconds,
-            }
-            if epoch.val_top1 is not None:  # the accuracy curve, by epoch (wall seconds are in metrics_epoch.jsonl)
-                series.update(
-                    val_top1=epoch.val_top1,
-                    val_top5=epoch.val_top5,
-                    epoch_eval_seconds=epoch.eval_seconds,
-                    epoch_wall_seconds=epoch.wall_seconds,
-                )
-            tracker.log_metrics(series, step=epoch.epoch if epoch.repeat is None else number)
-        if log_series:
-            tracker.log_series(sweep_view.TIMELINE_METRIC, self.result.step_times_ms)
-        if len(self.repeat_rates) > 1:
-            tracker.log_series(sweep_view.REPEATS_METRIC, self.repeat_rates)
-        if self.run_name:
-            tracker.rename(self.run_name)
-        r = self.record
-        tracker.set_tags(
-            {
-                "model": r.model,
-                "precision": r.execution.precision,
-                "device_name": r.execution.device_name,
-                "unstable": r.unstable,
-                **fit_tags(r.fit),
-            }
-        )
-        resumed = r.figure("resumed_from")
-        if resumed is not None:  # which checkpoint train.resume=auto (or a path) continued from
-            tracker.log_params({"resumed_from": resumed})
-        self.log_files(tracker, files, out_dir)
+        """The epochs' series, the run's new name and the checkpoint it resumed from, then the model runs' own."""
+        if tracker.active:
+            for number, epoch in enumerate(self.result.epochs, start=1):
+                series = {f"epoch_{name}": getattr(epoch, name) for name in EPOCH_SERIES}
+                if epoch.val_top1 is not None:  # the accuracy curve, by epoch (wall seconds: metrics_epoch.jsonl)
+                    series.update(val_top1=epoch.val_top1, val_top5=epoch.val_top5)
+                    series.update(epoch_eval_seconds=epoch.eval_seconds, epoch_wall_seconds=epoch.wall_seconds)
+                tracker.log_metrics(series, step=epoch.epoch if epoch.repeat is None else number)
+            if self.run_name:
+                tracker.rename(self.run_name)
+            resumed = self.record.figure("resumed_from")
+            if resumed is not None:  # which checkpoint train.resume=auto (or a path) continued from
+                tracker.log_params({"resumed_from": resumed})
+        super().log_to(tracker, files, out_dir, log_series)
 
     @classmethod
     def from_files(cls, job_dir: Path) -> "TrainReport":
@@ -157,14 +167,12 @@ class TrainReport(BaseReport):
         summary = read_summary(job_dir)
         record = TrainMetrics.from_metrics(summary["results"])
         result = TrainResult(
-            **read_window(job_dir, record, cls.TIMELINE_FILE, PROFILE_FILES),
+            **cls.read_window(job_dir, summary, record),
             step_times_ms=cls.timeline(job_dir),
             epochs=[EpochRecord(**e) for e in summary["epochs"]],
             base_lr=record.lr,
             final_lr=record.final_lr,
             final_loss=record.final_loss,
-            repeat_images=[int(v) for v in read_column(job_dir / REPEATS_FILE, "images")],
-            repeat_seconds=read_column(job_dir / REPEATS_FILE, "seconds"),
         )
         ranks = [
             TrainResult(
@@ -174,11 +182,7 @@ class TrainReport(BaseReport):
             )
             for r in summary.get("ranks", [])
         ]
-        return cls(result, ranks, record, cls.repeats(job_dir))
-
-    @classmethod
-    def repeats(cls, job_dir: Path) -> List[float]:
-        return read_repeats(job_dir)
+        return cls(result=result, record=record, repeat_rates=cls.repeats(job_dir), ranks=ranks)
 
     @classmethod
     def read_back(cls, job_dir: Path) -> Dict[str, Any]:

@@ -1,18 +1,16 @@
-"""What a training rank measured (TrainResult) and the run's record (TrainMetrics), as plain data
-(torch-free: it crosses process boundaries and is read back by the report)."""
+"""What a training rank measured (TrainResult: its epochs, its accuracy, the figures gathered beside
+the window in RunExtras: the dataset's facts, the batch the search found, the passes after the
+window, the training checkpoints, the progressive phases and the end-of-run checkpoint write) and the
+run's record (TrainMetrics), as plain data (torch-free: it crosses process boundaries and is read
+back by the report)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, fields
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Callable, Dict, List, Optional
 
-from bench.machine.gpu_monitor import GpuFigures
 from bench.results import INLINE, KEPT, SPREAD, FitFigures, Record, RepeatFigures
-from bench.runtime.reporting import Execution
-from bench.train.extras import RunExtras
-
-if TYPE_CHECKING:
-    from bench.machine.fitness import Verdict
+from bench.runtime.reporting import Execution, ModelOutcome, ModelResult
 
 
 @dataclass
@@ -69,64 +67,100 @@ class Accuracy:
         }
 
 
+# The figures a training run gathers beside its window (TrainResult.extra), as typed sub-records:
+# `RunExtras.figures()` flattens them into the record's spread group in the order the radix_metrics
+# keys have always had.
+
+
+@dataclass
+class CheckpointWrite:
+    """storage.save_checkpoint: where the end-of-run checkpoint went and how fast, or why it failed
+    (bench.train.checkpoint); each figure None when not measured."""
+
+    checkpoint_path: Optional[str] = None  # the run's own: not a radix_metrics key
+    checkpoint_bytes: Optional[int] = None
+    checkpoint_write_seconds: Optional[float] = None
+    checkpoint_write_gbps: Optional[float] = None
+    checkpoint_error: Optional[str] = None  # the write failed: the only figure then
+
+    def figures(self, path: bool = True) -> Dict[str, Any]:
+        """The figures written, in field order (the path left out with path=False)."""
+        return {
+            f.name: getattr(self, f.name)
+            for f in fields(self)
+            if getattr(self, f.name) is not None and (path or f.name != "checkpoint_path")
+        }
+
+    @classmethod
+    def read(cls, figure: Callable[[str], Any]) -> "CheckpointWrite":
+        """The write's figures, read back from a record (`TrainMetrics.figure`: whichever spread group
+        a figure landed in, run_summary.json and MLflow read back included; None where absent)."""
+        return cls(**{f.name: figure(f.name) for f in fields(cls)})
+
+
+@dataclass
+class BatchSearch:
+    """benchmark.find_max_batch: the batch asked for and the one the search found."""
+
+    batch_size_requested: int
+    batch_size_found: int
+
+
+@dataclass
+class RunExtras:
+    """TrainResult.extra: every group of figures gathered beside the window, in the order written."""
+
+    dataset: Dict[str, Any] = field(default_factory=dict)  # the loader's facts: dataset_size, corrupt_skipped, ...
+    batch_search: Optional[BatchSearch] = None
+    passes: Dict[str, Any] = field(default_factory=dict)  # after the window: breakdown, FLOPs per image
+    checkpoints: Dict[str, Any] = field(default_factory=dict)  # resumed from, saved every N epochs
+    phases: Dict[str, Any] = field(default_factory=dict)  # data.progressive: images/s of each phase
+    written: Optional[CheckpointWrite] = None  # storage.save_checkpoint (None: not written)
+
+    def figures(self, path: bool = True) -> Dict[str, Any]:
+        """One dict of all the groups' figures (the end-of-run checkpoint's path left out with path=False)."""
+        figures: Dict[str, Any] = dict(self.dataset)
+        if self.batch_search is not None:
+            figures.update(asdict(self.batch_search))
+        figures.update(self.passes)
+        figures.update(self.checkpoints)
+        figures.update(self.phases)
+        if self.written is not None:
+            figures.update(self.written.figures(path))
+        return figures
+
+
 @dataclass(kw_only=True)
-class TrainResult:
+class TrainResult(ModelResult):
     """What one training rank measured, the one type from the loop to the report: its measured
-    window's figures (bench.train.epochs; benchmark.repeats' windows pooled by bench.train.repeats),
+    window's figures (bench.train.epochs; benchmark.repeats' windows pooled by bench.train.loop.pool),
     then what the run adds after the window (bench.train.loop.collect_result) and who measured it
     (bench.train.scenario). Every rank's reaches rank 0 (all_gather); rank 0's, with the job's step
-    timeline merged in, becomes the record (bench.train.summary)."""
+    timeline merged in, becomes the record (bench.train.report.summarize)."""
 
-    # the measured window
-    measured_steps: int = 0
     measured_images: int = 0  # images of the measured steps (the batch changes with data.progressive)
-    window_seconds: float = 0.0
     step_times_ms: List[float] = field(default_factory=list)
-    data_wait_ms: List[float] = field(default_factory=list)
     epochs: List[EpochRecord] = field(default_factory=list)
     final_lr: float = 0.0
     final_loss: float = 0.0
     accuracy: Optional[Accuracy] = None  # val top-1/top-5, time-to-target (None: nothing evaluated)
-    repeat_images: List[int] = field(default_factory=list)  # per measured window (benchmark.repeats)
-    repeat_seconds: List[float] = field(default_factory=list)
-    # the run, and the rank
     rank: int = 0
     host: str = ""
-    batch_size: int = 0  # per process
-    warmup_steps: int = 0
     base_lr: float = 0.0
-    peak_memory_bytes: int = 0  # the window's
-    parameters: int = 0
-    precision: Dict[str, Any] = field(default_factory=dict)  # the policy's describe()
-    compile: Dict[str, Any] = field(default_factory=dict)
     fused_optimizer: bool = False
     param_checksum: float = 0.0  # sum of all weights after training: equal on every rank when DDP synced them
-    gpu: GpuFigures = field(default_factory=GpuFigures)  # NVML samples and energy from the window
     extra: RunExtras = field(default_factory=RunExtras)  # dataset facts, checkpoint write figures, ...
-    files: List[str] = field(default_factory=list)  # written by the rank after the window (profiler trace, table)
-    interrupted: Optional[str] = None  # the signal (SIGTERM, SIGINT) that cut the passes after the window short
-    fit: Optional[Verdict] = None  # this rank's fit-to-measure verdict (bench.runtime.fit_watch; None: not watched)
+
+    @property
+    def timeline_ms(self) -> List[float]:
+        return self.step_times_ms
 
     @property
     def images(self) -> int:
         return self.measured_images or self.measured_steps * self.batch_size
 
-    @property
-    def images_per_second(self) -> float:
-        return self.images / self.window_seconds if self.window_seconds > 0 else 0.0
 
-
-@dataclass
-class TrainOutcome:
-    """What rank 0 hands the reporting process: every rank's result, in rank order."""
-
-    ranks: List[TrainResult]
-    device: str  # cpu | cuda
-    device_name: str
-
-    @property
-    def result(self) -> TrainResult:
-        return self.ranks[0]  # rank 0's
+TrainOutcome = ModelOutcome[TrainResult]  # every rank's result, in rank order
 
 
 @dataclass(kw_only=True)

@@ -46,7 +46,6 @@ from bench.storage.local import LocalStore
 from bench.storage.registry import backend
 from bench.storage.writer_lock import FolderBusy, WriterLock, hold
 from bench.train import checkpoint_format
-from bench.train.checkpoint_format import FORMAT, WriteRecorder, numpy_rng_state, run_meta, to_file_state, write_failure
 
 log = logging.getLogger("bench")
 
@@ -91,9 +90,10 @@ class Position:
 
 
 def rng_states() -> Dict[str, Any]:
+    """Every RNG's state, as plain data (bench.train.checkpoint_format)."""
     return {
         "torch": torch.get_rng_state(),
-        "numpy": np.random.get_state(),
+        "numpy": checkpoint_format.numpy_rng_file_state(),
         "python": random.getstate(),
         "cuda": torch.cuda.get_rng_state_all() if torch.cuda.is_available() else None,
     }
@@ -101,7 +101,7 @@ def rng_states() -> Dict[str, Any]:
 
 def restore_rng(states: Dict[str, Any]) -> None:
     torch.set_rng_state(states["torch"])
-    np.random.set_state(numpy_rng_state(states["numpy"]))
+    np.random.set_state(checkpoint_format.numpy_rng_state(states["numpy"]))
     random.setstate(states["python"])
     if states.get("cuda") is not None and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(states["cuda"])
@@ -110,7 +110,6 @@ def restore_rng(states: Dict[str, Any]) -> None:
 class TrainingCheckpoints:
     def __init__(self, config: BenchConfig):
         self.config = config
-        self.keep_last = config.checkpoint.keep_last
         self.folder = f"{config.checkpoint.dir.strip('/')}/{fingerprint(config)}"
         # the launch directory (bench never changes directory), not the run's dated output dir:
         # the same command line, run again, must find these
@@ -171,29 +170,29 @@ class TrainingCheckpoints:
             return
         start = time.perf_counter()
         state = {
-            **to_file_state(state),
-            "format": FORMAT,
-            "meta": run_meta(self.config),
+            **state,
+            "format": checkpoint_format.FORMAT,
+            "meta": checkpoint_format.run_meta(self.config),
             "epoch": position.epoch,
             "step_in_epoch": position.step_in_epoch,
         }
         try:
             size = self._write(position.name, state)
         except Exception as exc:  # any backend's write error (a full disk, a refused PUT)
-            self.failed = write_failure(exc, f"{self.url}/{position.name}")
+            self.failed = checkpoint_format.write_failure(exc, f"{self.url}/{position.name}")
             log.warning("checkpoint not written: %s; training goes on without checkpoints", self.failed)
             return
         seconds = time.perf_counter() - start
         self.saved.append({"bytes": size, "seconds": seconds})
         log.info("checkpoint %s/%s (%.1f MB, %.2f s)", self.url, position.name, size / 1e6, seconds)
-        for old in self.names()[: -self.keep_last]:
+        for old in self.names()[: -self.config.checkpoint.keep_last]:
             self.store.delete(old)
 
     def _write(self, name: str, state: Dict[str, Any]) -> int:
         if hasattr(self.store, "put_with"):  # a disk: torch.save streams into the (temporary) file
 
             def stream(fh: Any) -> None:
-                recorder = WriteRecorder(fh)
+                recorder = checkpoint_format.WriteRecorder(fh)
                 try:
                     torch.save(state, recorder)  # type: ignore[arg-type]  # torch.save takes any object with write()
                 except RuntimeError:  # torch's zip writer hides the OSError (a full disk) behind its own
@@ -229,7 +228,7 @@ class TrainingCheckpoints:
                 f"train.resume={path!r} is not a checkpoint file: accepted 'auto', a file "
                 f"written by checkpoint.every_epochs, or a name in {self.url}"
             )
-        return self._read(backend_for_file(local), local.name)
+        return self._read(LocalStore(local.parent), local.name)
 
     def _read(self, store: Any, name: str) -> Dict[str, Any]:
         start = time.perf_counter()
@@ -279,7 +278,3 @@ def claimed_checkpoints(
         yield checkpoints
     finally:
         checkpoints.release()
-
-
-def backend_for_file(path: Path) -> Any:
-    return LocalStore(path.parent)

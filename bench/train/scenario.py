@@ -1,17 +1,22 @@
-"""The training scenario (mode=train): what must hold before a run starts, what one rank does,
-and how rank 0's results become the report. What it shares with inference (the out-of-memory
-line, the GPU monitor) is bench.runtime.scenario's."""
+"""The training scenario (mode=train): its config rules (`check_train`: run when the config loads,
+before any MLflow run; torch-free, as this module is), what must hold before a run starts, what
+one rank does, and how rank 0's results become the report. What it shares with inference (a rank's
+run around its loop, the out-of-memory line, the rules in bench.runtime.rules) is bench.runtime's."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Any, Optional
 
 from bench.config import BenchConfig
+from bench.config.distributed import Scaling
+from bench.errors import ConfigError
 from bench.rank_context import RankContext
-from bench.runtime.scenario import ModelScenario, window_monitor
+from bench.runtime.model_names import check_arch
+from bench.runtime.rules import check_once_per_run, check_training_for_accuracy
+from bench.runtime.scenario import ModelScenario
 from bench.train.report import TrainReport
-from bench.train.result import TrainOutcome
+from bench.train.result import TrainOutcome, TrainResult
 
 
 class TrainScenario(ModelScenario):
@@ -21,9 +26,7 @@ class TrainScenario(ModelScenario):
     report_class = TrainReport
 
     def check(self, config: BenchConfig) -> None:
-        """mode=train's config rules (bench.train.rules), when the config loads."""
-        from bench.train.rules import check_train
-
+        """mode=train's config rules (check_train), when the config loads."""
         check_train(config)
 
     def preflight(self, config: BenchConfig) -> None:
@@ -38,35 +41,13 @@ class TrainScenario(ModelScenario):
         batch = f"bs{batch_size}-max" if batch_size else f"bs{config.data.batch_size}"
         return f"{config.model.arch}-{config.precision.name}-{batch}" + (f"-x{world}" if world > 1 else "")
 
-    def run_rank(
-        self, config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
-    ) -> Optional[TrainOutcome]:
-        """Train as one rank; rank 0 returns what every rank measured, the others None."""
-        from bench.launch.process_group import all_gather, destroy_process_group, init_process_group
-        from bench.runtime.device import device_name
-        from bench.runtime.scenario import rank_device
-        from bench.train.checkpoint import checkpoint_writer
+    def measure(
+        self, config: BenchConfig, device: Any, ctx: RankContext, monitor: Any, out_dir: Path, heartbeat: Any
+    ) -> TrainResult:
+        """Train as one rank (bench.train.loop), the end-of-run checkpoint written by rank 0."""
         from bench.train.loop import train
 
-        device, config = rank_device(config, ctx)
-        if ctx.distributed:
-            init_process_group(config.distributed, ctx, device)
-        try:
-            monitor = window_monitor(config, device, ctx)
-            result = train(
-                config,
-                device,
-                monitor=monitor,
-                ctx=ctx,
-                on_step=heartbeat,
-                on_finish=checkpoint_writer(config, out_dir, ctx),
-                out_dir=out_dir,
-            )
-            result.fit = monitor.fit()
-            ranks = all_gather(result, ctx)
-        finally:
-            destroy_process_group()
-        return TrainOutcome(ranks, device.type, device_name(device)) if ctx.is_reporter else None
+        return train(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, out_dir=out_dir)
 
     def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
         """Another run writing the checkpoint folder is said in its own line; out of memory as any model run."""
@@ -80,3 +61,37 @@ class TrainScenario(ModelScenario):
         if found and config.tracking.run_name is None:  # the batch actually used names the run
             report.run_name = self.run_name(config, found)
         return report
+
+
+def check_train(config: BenchConfig) -> None:
+    check_arch(config.model)  # torch-free: before any run, from compose_config too
+    check_training_for_accuracy(config)
+    check_once_per_run(config)
+    if config.benchmark.find_max_batch:
+        reason = (
+            "false with data.progressive (each phase has its own batch)"
+            if config.data.progressive
+            else "false with distributed.scaling=strong (the search finds a batch per process)"
+            if config.distributed.scaling == Scaling.strong
+            else None
+        )
+        if reason:
+            raise ConfigError("benchmark.find_max_batch", True, reason)
+    check_mlperf_log(config)
+    if config.train.resume and not config.checkpoint.every_epochs:
+        # resume is there to survive a crash: with no interval set it writes one at every epoch end
+        config.checkpoint.every_epochs = 1
+
+
+def check_mlperf_log(config: BenchConfig) -> None:
+    """train.mlperf_log: one run timed from its first step (MLPerf's), through MLPerf's own logger."""
+    if not config.train.mlperf_log:
+        return
+    if config.benchmark.repeats > 1:
+        raise ConfigError("train.mlperf_log", True, "false with benchmark.repeats > 1 (MLPerf times one run)")
+    import importlib.util
+
+    if importlib.util.find_spec("mlperf_logging") is None:
+        raise ConfigError(
+            "train.mlperf_log", True, "false without the mlperf-logging package (pip install -e '.[mlperf]' brings it)"
+        )

@@ -5,6 +5,7 @@ back to back with nothing in between: it is what the measured window runs."""
 
 from __future__ import annotations
 
+import copy
 from typing import Any, Callable, Optional
 
 import torch
@@ -69,6 +70,6 @@ class TrainStep:
 
     def with_model(self, model: nn.Module) -> "TrainStep":
         """The same step on another model object (the eager one, after torch.compile failed)."""
-        twin = TrainStep.__new__(TrainStep)
-        twin.__dict__.update(self.__dict__, model=model)
+        twin = copy.copy(self)
+        twin.model = model
         return twin

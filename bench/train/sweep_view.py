@@ -9,35 +9,11 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
-from bench.report_view import Sample, View
-from bench.runtime.reporting import REPEATS_METRIC
-from bench.runtime.sweep_view import (
-    ACCURACY_COLUMNS,
-    COMPARE_FIGURE,
-    FIT_COLUMNS,
-    LABEL_COLUMNS,
-    NAMED_IN_CONFIG,
-    REPEAT_COLUMNS,
-    SCALING,
-    SHOWN_CONFIG,
-    run_label,
-)
+from bench.report_view import Sample
+from bench.runtime.sweep_view import model_view
 
 if TYPE_CHECKING:
     import pandas as pd
-
-# the label columns, compare figure, accuracy and repeat columns are the runtime's (shared with inference)
-__all__ = [
-    "ACCURACY_COLUMNS",
-    "COMPARE_FIGURE",
-    "FIT_COLUMNS",
-    "LABEL_COLUMNS",
-    "REPEAT_COLUMNS",
-    "TRAINING_COLUMNS",
-    "VIEW",
-    "read_val_curve",
-    "training_plots",
-]
 
 TRAINING_COLUMNS = [  # (header, frame column = a radix_metrics key, format)
     ("job", "job", "{}"),
@@ -63,27 +39,15 @@ TRAINING_COLUMNS = [  # (header, frame column = a radix_metrics key, format)
 def training_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
     """Throughput and scaling efficiency vs process count, throughput vs batch, step times, accuracy."""
     from bench.runtime.plots import plot_training
-    from bench.train.plots import plot_accuracy
 
-    timeline = ("Step-time distribution", "Step time (ms)", "step_time_distribution.png")
-    return plot_training(frame, out, title, timeline, run_label, more=[plot_accuracy])
+    return plot_training(frame, out, title, ("Step-time distribution", "Step time (ms)", "step_time_distribution.png"))
 
 
 TIMELINE_METRIC = "step_time_ms"  # the MLflow series of the step times
 
-VIEW = View(
-    # compare: the images/s of each repeat, else the step times, each step global_batch_size images
-    sample=Sample("images_per_second", "images/s", per_step=("global_batch_size", "batch_size")),
-    columns=TRAINING_COLUMNS,
-    plots=training_plots,
-    optional_columns=ACCURACY_COLUMNS + REPEAT_COLUMNS + FIT_COLUMNS,
-    label_columns=LABEL_COLUMNS,
-    timeline_metric=TIMELINE_METRIC,
-    repeats_metric=REPEATS_METRIC,
-    named_in_config=NAMED_IN_CONFIG,
-    shown_config=SHOWN_CONFIG,
-    scaling=SCALING,
-)
+# compare: the images/s of each repeat, else the step times, each step global_batch_size images
+SAMPLE = Sample("images_per_second", "images/s", per_step=("global_batch_size", "batch_size"))
+VIEW = model_view(SAMPLE, TRAINING_COLUMNS, training_plots, TIMELINE_METRIC)
 
 
 def _finite(value: Any) -> bool:

@@ -19,9 +19,10 @@ from bench.errors import CheckpointError, ConfigError
 from bench.runtime.models import build_model
 from bench.runtime.precision import build_precision
 from bench.runtime.timing import StepClock
-from bench.train.loop import make_step, phase_figures
+from bench.train.loop import phase_figures
 from bench.train.result import EpochRecord
 from bench.train.resume import Position, TrainingCheckpoints, fingerprint
+from bench.train.step import TrainStep
 
 CPU = torch.device("cpu")
 
@@ -101,7 +102,7 @@ def _one_step(compose, clip, smoothing=0.0, scaler=None):
     policy = build_precision(compose().precision, CPU)
     if scaler is not None:
         policy = dataclasses.replace(policy, scaler=scaler)
-    step = make_step(model, optimizer, scheduler, policy, label_smoothing=smoothing, clip_norm=clip)
+    step = TrainStep(model, optimizer, scheduler, policy, label_smoothing=smoothing, clip_norm=clip)
     loss = step(torch.randn(8, 3, 2, 2) * 100, torch.randint(0, 5, (8,)))
     return optimizer.seen, float(loss)
 

@@ -366,8 +366,7 @@ def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(comp
     from mlflow import MlflowClient
 
     from bench.tracking.tracker import Tracker
-    from bench.train.extras import BatchSearch, RunExtras
-    from bench.train.result import TrainOutcome, TrainResult
+    from bench.train.result import BatchSearch, RunExtras, TrainOutcome, TrainResult
     from bench.train.scenario import TrainScenario
 
     config = compose(*SMALL, "data.batch_size=8")
@@ -420,11 +419,12 @@ def test_find_max_batch_on_a_gpu_trains_with_the_batch_it_found(compose):
 def test_inference_runs_forward_only_and_reports_latency_percentiles(compose):
     from bench.infer.loop import infer
     from bench.infer.report import InferReport
+    from bench.infer.result import InferOutcome
 
     config = compose(*SMALL, "mode=inference", "train.steps_per_epoch=5")
     result = infer(config, CPU)
     assert result.measured_steps == 5 and len(result.latency_ms) == 5 and result.images == 20
-    m = InferReport.from_outcome({"result": result, "device": "cpu", "device_name": "cpu"}, config).metrics
+    m = InferReport.from_outcome(InferOutcome([result], "cpu", "cpu"), config).metrics
     assert m["latency_ms_p50"] <= m["latency_ms_p95"] <= m["latency_ms_p99"] <= m["latency_ms_max"]
     assert m["images_per_second"] == pytest.approx(m["total_images"] / m["elapsed_seconds"])
     assert m["mode"] == "inference" and m["gflops_per_image_forward"] > 0 and "gflops_per_image_fwd_bwd" not in m

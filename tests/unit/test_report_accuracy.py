@@ -17,7 +17,7 @@ from bench.analysis.plots import _pyplot
 from bench.analysis.render import table
 from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir
 from bench.analysis.scaling import add_scaling
-from bench.train.plots import plot_accuracy  # the training scenario draws its accuracy curve
+from bench.runtime.plots import plot_accuracy  # the model scenarios' plots draw the accuracy curve
 from bench.train.sweep_view import (
     TRAINING_COLUMNS,
     read_val_curve,  # the training scenario reads its curve back (ReportClass.read_back)

@@ -502,9 +502,8 @@ def test_a_failed_checkpoint_write_is_read_back_typed_and_makes_the_run_a_proble
     """The end-of-run checkpoint's failure is a typed CheckpointWrite; read back from the record's
     figures (run_summary.json: the key lands in the record's last spread group) it is found by the
     typed read, and the run reports it as a problem; a run that wrote its checkpoint has none."""
-    from bench.train.extras import CheckpointWrite, RunExtras
     from bench.train.report import TrainReport
-    from bench.train.result import TrainMetrics, TrainResult
+    from bench.train.result import CheckpointWrite, RunExtras, TrainMetrics, TrainResult
 
     failed = CheckpointWrite(checkpoint_error="OSError: No space left on device (/runs/c.pt)")
     assert list(RunExtras(written=failed).figures()) == ["checkpoint_error"]
@@ -518,5 +517,5 @@ def test_a_failed_checkpoint_write_is_read_back_typed_and_makes_the_run_a_proble
     for figures, problem in ((failed.figures(), True), (written.figures(path=False), False)):
         record = TrainMetrics.from_metrics({"images_per_second": 1.0, **figures})
         assert CheckpointWrite.read(record.figure) == CheckpointWrite(**figures)
-        problems = TrainReport(result, [], record).problems
+        problems = TrainReport(result=result, record=record).problems
         assert problems == (["the checkpoint could not be written: " + str(failed.checkpoint_error)] if problem else [])
