@@ -12,7 +12,7 @@ the list is exactly what `-m` starts. Import-light: no torch, no mlflow.
 from __future__ import annotations
 
 import shlex
-from typing import List, Optional, Sequence, TextIO
+from typing import Any, List, Optional, Sequence, TextIO
 
 MULTIRUN = ("-m", "--multirun")
 CFG = ("-c", "--cfg")
@@ -72,6 +72,42 @@ def jobs_of(overrides: Sequence[str]) -> List[List[str]]:
 
     parsed = OverridesParser.create().parse_overrides(list(overrides))
     return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def job_problem(config: Any) -> Optional[str]:
+    """The first job of a multirun (`config`: Hydra's, in the sweep's callback) that its run would
+    refuse (`data.batch_size=4,0`, `model=small_cnn,nope`), composed and checked as its run will:
+    the sweep is refused before any job runs, not after the jobs before it (Hydra composes a batch
+    only once the parent run is open). One line, or None. Quiet: what a config says when it loads
+    (a deprecated key's warning) is said by the job's own run."""
+    import logging
+
+    from hydra import compose as hydra_compose
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from bench.config import composed, load
+    from bench.config.hydra_errors import one_line
+    from bench.errors import BenchError
+
+    params = OmegaConf.select(config, "hydra.sweeper.params") or {}
+    overrides = [f"{key}={value}" for key, value in params.items()] + list(config.hydra.overrides.task)
+    logging.disable(logging.WARNING)
+    try:
+        for job in jobs_of(overrides):
+            own = [o for o in job if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]  # the run's keys only
+            try:
+                # the sweep's own Hydra in its callback; outside one (a launcher's caller), bench's
+                load(hydra_compose("config", own) if GlobalHydra.instance().is_initialized() else composed(*own))
+            except BenchError as exc:
+                return str(exc)
+            except (HydraException, OmegaConfBaseException) as exc:
+                return one_line(exc)
+    finally:
+        logging.disable(logging.NOTSET)
+    return None
 
 
 def preset_sweep(overrides: Sequence[str]) -> List[str]:

@@ -147,18 +147,18 @@ def _carry(parent_run_id: Optional[str] = None, tracking_down: Optional[str] = N
 
 
 def _refuse_a_sweep_that_cannot_start(config: Any) -> Optional[str]:
-    """Before the parent run is opened: hydra/launcher=slurm without sbatch/srun, a value no job can
-    take (storage.workload.format=raw,xyz), a job that would be refused, a sweep directory that
-    cannot be one, or a tracking URI MLflow has no store for is one line and exit 2 (SystemExit,
-    because Hydra turns any Exception a callback raises into a warning). Else the sweep's tracking
-    URI (None: tracking off)."""
+    """Before the parent run: hydra/launcher=slurm without sbatch/srun, a value no job can take
+    (storage.workload.format=raw,xyz), a job its run would refuse, a sweep directory that cannot be
+    one, or a tracking URI MLflow has no store for is one line and exit 2 (SystemExit: Hydra turns
+    an Exception a callback raises into a warning). Else the sweep's tracking URI (None: off)."""
     from bench.config import sweep_problem
     from bench.launch.plugins import cluster_commands_problem
+    from bench.launch.preview import job_problem
     from bench.machine.writable import writable_dir_refusal
 
-    overrides = list(config.hydra.overrides.task)
     try:
-        problem = cluster_commands_problem(config) or sweep_problem(overrides) or _job_problem(config, overrides)
+        problem = cluster_commands_problem(config) or sweep_problem(list(config.hydra.overrides.task))
+        problem = problem or job_problem(config)
         # Hydra makes the sweep's directory only once the parent run is open: a file there left a store behind
         problem = problem or writable_dir_refusal("hydra.sweep.dir", config.hydra.sweep.dir)
         uri = checked_uri(config.tracking, Path.cwd())
@@ -170,35 +170,9 @@ def _refuse_a_sweep_that_cannot_start(config: Any) -> Optional[str]:
     return uri
 
 
-def _job_problem(config: Any, overrides: List[str]) -> Optional[str]:
-    """The first job the sweep would refuse (`data.batch_size=4,0`, `model=small_cnn,nope`), composed
-    and checked as its run will check it: the sweep is refused before any job runs, not after the
-    jobs before it (Hydra composes a batch only once the parent run is open). One line, or None."""
-    from hydra import compose
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from bench.config import load
-    from bench.config.hydra_errors import one_line
-    from bench.errors import BenchError
-    from bench.launch.preview import jobs_of
-
-    preset = [f"{key}={value}" for key, value in (config.hydra.sweeper.params or {}).items()]
-    for job in jobs_of(preset + overrides):
-        own = [o for o in job if not o.lstrip("+~").startswith(("hydra.", "hydra/"))]  # the run's keys only
-        try:
-            load(compose(config_name="config", overrides=own))
-        except BenchError as exc:
-            return str(exc)
-        except (HydraException, OmegaConfBaseException) as exc:
-            return one_line(exc)
-    return None
-
-
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
-        """Before any job: the checks, the tracking server's probe and the parent run, where Ctrl-C and
-        SIGTERM end the sweep in one line (130 / 143): no job's handlers are there yet to catch them."""
+        """The checks, the server's probe, the parent run: Ctrl-C / SIGTERM here are one line (130 / 143)."""
         from bench.errors import Interrupted, stopped_by
         from bench.machine.children import sigterm_raises
 
@@ -307,10 +281,8 @@ def _close_parent(tracker: Tracker, jobs: int, failed: int, files: List[Path], n
     tracker.set_tags(tags)
     tracker.log_metrics({"sweep_jobs": jobs, "sweep_failed_jobs": failed})
     tracker.log_artifacts(files, artifact_path="report")
-    if jobs and failed == jobs:
-        tracker.finish("FAILED", error=sentence)
-    else:
-        tracker.finish("FINISHED")
+    every_job_failed = bool(jobs) and failed == jobs
+    tracker.finish("FAILED" if every_job_failed else "FINISHED", error=sentence if every_job_failed else None)
 
 
 def end_unsubmitted_sweep(reason: str) -> None:

@@ -297,7 +297,12 @@ def test_a_checkpoint_of_the_previous_format_still_resumes(bench, tiny, tmp_path
     assert resumed["resumed_epoch"] == 1 and resumed["measured_steps"] == 3 and resumed["checkpoints_saved"] == 1
 
     proc = bench.run(
-        *tiny, "optimizer=adam", f"train.resume={old}", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/adam"
+        *tiny,
+        "optimizer=adam",
+        "train.epochs=2",  # an epoch left to train (else 'no epoch is left' comes first)
+        f"train.resume={old}",
+        "tracking.enabled=false",
+        f"hydra.run.dir={tmp_path}/adam",
     )
     assert proc.returncode == 1
     line = bench.single_error(proc)
@@ -313,6 +318,7 @@ def test_a_checkpoint_of_the_previous_format_still_resumes(bench, tiny, tmp_path
     proc = bench.run(
         *tiny,
         "optimizer=adam",
+        "train.epochs=2",
         f"train.resume={old}",
         "distributed=ddp",
         "distributed.nproc_per_node=2",

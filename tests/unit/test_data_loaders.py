@@ -285,14 +285,7 @@ def test_two_ranks_with_their_own_seeds_train_on_disjoint_halves(datasets, tmp_p
 
 
 def test_au_and_input_bound_from_the_data_wait(datasets, tmp_path):
-    from types import SimpleNamespace
-
-    from bench.runtime.reporting import Execution
-
-    def input_pipeline(data_wait_fraction):  # the figures a run's Execution record takes from its data wait
-        config = SimpleNamespace(cudnn_benchmark=True, cpu_malloc_reuse=True)
-        run = Execution.of(config, {}, {}, "cpu", "cpu", data_wait_fraction)
-        return {"au": run.au, "input_bound": run.input_bound}
+    from bench.runtime.reporting import input_pipeline
 
     assert input_pipeline(0.25) == {"au": 0.75, "input_bound": True}
     assert input_pipeline(0.05) == {"au": 0.95, "input_bound": False}
