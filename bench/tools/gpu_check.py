@@ -31,7 +31,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
 
-from bench.errors import EXIT_CONFIG, EXIT_SIGINT, Interrupted
+from bench.config import compose
+from bench.errors import EXIT_CONFIG, EXIT_SIGINT, BenchError, Interrupted
 from bench.machine.writable import writable_dir_refusal
 from bench.tools.gpu_checks import runners
 from bench.tools.gpu_checks.checks import CHILD, NAMES, OVERHEAD, Check, Metrics, checks
@@ -184,6 +185,16 @@ def _argument_problem(args: argparse.Namespace) -> Optional[str]:
     bad = [s for s in args.set if "=" not in s]
     if bad:
         return f"--set={bad[0]!r} is not valid: accepted KEY=VALUE (a bench override)"
+    # composed as every check composes it (torch-free, before any check): a --model or --set the config
+    # refuses would fail every check, each in its row of the table
+    overrides = base_overrides(args, on_gpu=not args.rehearse)
+    tries = [(f"--model {args.model}", overrides[: len(overrides) - len(args.set)])]
+    tries += [(f"--set {' --set '.join(args.set)}", overrides)] if args.set else []
+    for flags, tried in tries:
+        try:
+            compose(*tried)
+        except BenchError as exc:
+            return f"{flags}: {exc}"
     return writable_dir_refusal("--keep", str(args.keep)) if args.keep is not None else None
 
 

@@ -24,6 +24,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from importlib.metadata import metadata
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -33,6 +34,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from bench.errors import EXIT_CONFIG, EXIT_FAILED
+from bench.machine.writable import writable_dir_refusal
 
 ROOT = Path(__file__).resolve().parents[2]
 # what the wheel is built from (pyproject's package-dir): a copy of these only, so results, data sets
@@ -252,6 +254,15 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         raise KitError(f"--have {args.have} is not a file: give the target's `pip freeze` output", EXIT_CONFIG)
     if not (args.source / "pyproject.toml").is_file():
         raise KitError(f"--source {args.source} has no pyproject.toml: give bench's source tree", EXIT_CONFIG)
+    refused = writable_dir_refusal("--out", str(args.out))
+    if refused:
+        raise KitError(refused, EXIT_CONFIG)
+    # pip only warns of an extra a package lacks, and builds the kit without it
+    known = metadata("bench").get_all("Provides-Extra") or []
+    unknown = [extra for extra in args.extras if canonicalize_name(extra) not in known]
+    if unknown:
+        given, accepted = ",".join(unknown), ", ".join(sorted(known))
+        raise KitError(f"--extras={given!r} is not valid: accepted bench's extras ({accepted})", EXIT_CONFIG)
     return args
 
 

@@ -38,6 +38,7 @@ or by `--clean` alone. A bad argument is one [ERROR] line and exit 2, before any
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 import statistics
 import sys
@@ -175,6 +176,9 @@ def argument_problem(args: argparse.Namespace) -> Optional[str]:
         value = getattr(args, name)
         if value is not None and value < 1:
             return f"--{name.replace('_', '-')}={value} is not valid: accepted an integer of 1 or more."
+    for flag, floor in (("--min-fio", args.min_fio), ("--min-plain", args.min_plain)):
+        if floor is not None and not (math.isfinite(floor) and floor > 0):  # nan compares below nothing
+            return f"{flag}={floor} is not valid: accepted a finite ratio above 0 (bench/{flag[6:]}, e.g. 0.9)."
     try:
         modes_of(args.modes)
     except SystemExit as exc:

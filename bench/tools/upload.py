@@ -5,7 +5,9 @@ whose server went away mid-run (left RUNNING there).
 The run directory holds everything: run_summary.json (results, config, environment), the
 per-step files and the logs. If the MLflow run named in run_summary.json is in the store and
 not FINISHED, it is completed there (its partly logged series are not logged twice); if it is
-not in the store, a new run is made in the run's experiment. A FINISHED run is left alone.
+not in the store, a new run is made in the run's experiment. A run that failed after its measurement
+was reported (its directory holds error.txt) ends FAILED with its `error` tag, as it would have had the
+store been up. A run the store has FINISHED, or FAILED as this one, is left alone.
 Exit 0 uploaded or already there, 1 the upload failed, 2 not a run directory or a store that cannot
 be used (a server that does not answer within 5 s, a scheme MLflow has no store for).
 """
@@ -47,9 +49,21 @@ def _existing_run(client: Any, run_id: Optional[str]) -> Any:
         return None
 
 
+def run_error(run_dir: Path) -> Optional[str]:
+    """Why the run failed: error.txt's last line (the reason bench gave; a traceback ends with it),
+    written after run_summary.json when a run fails late; None for a run that finished."""
+    try:
+        lines = (run_dir / "error.txt").read_text(errors="replace").strip().splitlines()
+    except FileNotFoundError:
+        return None
+    return lines[-1] if lines else "error.txt is empty"
+
+
 def upload(run_dir: Path, uri: str) -> str:
     """Upload the run in `run_dir` to `uri`; returns what was done, in a few words."""
     summary = read_summary(run_dir)
+    error = run_error(run_dir)
+    status = "FAILED" if error else "FINISHED"
     config = summary["config"]
     reports = report_class(config.get("mode", "train"))
     report = reports.from_files(run_dir)
@@ -57,8 +71,8 @@ def upload(run_dir: Path, uri: str) -> str:
     existing = _existing_run(client, summary.get("mlflow_run_id"))
     # the name the run had (or would have had, untracked); a run recorded before bench kept it: its directory's
     run_name = summary.get("run_name") or config.get("tracking", {}).get("run_name") or run_dir.name
-    if existing is not None and existing.info.status == "FINISHED":
-        return f"already in MLflow: run {existing.info.run_id} (FINISHED)"
+    if existing is not None and existing.info.status in ("FINISHED", status):  # KILLED by close_stale: completed
+        return f"already in MLflow: run {existing.info.run_id} ({existing.info.status})"
     if existing is not None:
         tracker = Tracker(client, existing.info.run_id, uri)
         partly_logged = bool(client.get_metric_history(existing.info.run_id, reports.view.timeline_metric or ""))
@@ -79,12 +93,12 @@ def upload(run_dir: Path, uri: str) -> str:
         tracker.log_artifacts([*files, *sorted(run_dir.glob("*.log")), run_dir / ".hydra"])
     else:
         report.log_to(tracker, files, run_dir, log_series=True)
-    tracker.finish("FINISHED")
+    tracker.finish(status, error=error)  # the tag redacted, as every tag is
     if not tracker.active:
         raise RuntimeError(f"the MLflow store at {redact(uri)} stopped answering during the upload")
     if existing is None:  # a second upload finds this run instead of making another
         write_json(run_dir / "run_summary.json", {**summary, "mlflow_run_id": tracker.run_id})
-    return f"{'completed' if existing is not None else 'uploaded as'} run {tracker.run_id} {run_name!r} (FINISHED)"
+    return f"{'completed' if existing is not None else 'uploaded as'} run {tracker.run_id} {run_name!r} ({status})"
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -1025,6 +1025,13 @@ BAD_INPUTS = [
         2,
         "the MLflow server at http://***@127.0.0.1:9 cannot be reached",
     ),
+    (  # issue 33 held-out probe: exit 0, as if a store that is not there had been checked
+        "stale runs in a store that is not there",
+        "bench.tools.stale",
+        ["--mark", "--tracking-uri", "sqlite:///{tmp}/none.db"],
+        2,
+        "no MLflow store at {tmp}/none.db: name the store to check with --tracking-uri or MLFLOW_TRACKING_URI",
+    ),
     (  # issue 33 probe: MLflow's own back-off (a silent server: 7 tries of 120 s)
         "upload to an MLflow server that is down",
         "bench.tools.upload",
@@ -1108,6 +1115,16 @@ BAD_INPUTS = [
         2,
         "--threads=-3 is not valid: accepted an integer of 1 or more.",
     ),
+    # issue 33 held-out probe: a floor of nan was accepted (it fails no comparison: ~20 s of work, no check)
+    (
+        "storage ceiling floor of nan",
+        "bench.tools.storage_ceiling",
+        ["--min-fio", "nan"],
+        2,
+        "--min-fio=nan is not valid: accepted a finite ratio above 0 (bench/fio, e.g. 0.9).",
+    ),
+    ("storage ceiling floor infinite", "bench.tools.storage_ceiling", ["--min-plain", "inf"], 2, "--min-plain=inf"),
+    ("storage ceiling floor negative", "bench.tools.storage_ceiling", ["--min-fio", "-0.5"], 2, "--min-fio=-0.5"),
     (
         "storage ceiling root under a file",
         "bench.tools.storage_ceiling",
@@ -1204,6 +1221,31 @@ BAD_INPUTS = [
         ["local", "--root", "{tmp}/a-file"],
         2,
         "--root='{tmp}/a-file' is not valid",
+    ),
+    # issue 33 held-out probe: each check ran and failed with the config's refusal in its row; a kit was
+    # built without the extra asked for (pip only warns), and --out a file was a traceback
+    (
+        "gpu check override the config refuses",
+        "bench.tools.gpu_check",
+        ["--rehearse", "--only", "fp32", "--set", "nokey=1"],
+        2,
+        "--set nokey=1: nokey='1' is not valid: accepted a key of the config.",
+    ),
+    ("gpu check of an unknown model", "bench.tools.gpu_check", ["--model", "nosuch"], 2, "--model nosuch: model.arch="),
+    (
+        "kit out is a file",
+        "bench.tools.kit",
+        ["--have", "{tmp}/a-file", "--out", "{tmp}/a-file"],
+        2,
+        "--out='{tmp}/a-file' is not valid: accepted a directory this user can write (made if missing); "
+        "{tmp}/a-file is a file.",
+    ),
+    (
+        "kit of an extra bench has not",
+        "bench.tools.kit",
+        ["--have", "{tmp}/a-file", "--extras", "s3,nosuch", "--out", "{tmp}/kit"],
+        2,
+        "--extras='nosuch' is not valid: accepted bench's extras (mlperf, s3, ",
     ),
     (
         "gpu check keep is a file",

@@ -116,7 +116,7 @@ def test_a_run_dir_that_cannot_be_written_is_one_line(bench, tiny, small_disk, f
 def test_a_checkpoint_that_cannot_be_written_keeps_the_measurement(bench, tiny, tmp_path):
     """The measurement is reported (final line, MLflow metrics) before the checkpoint is
     written; a checkpoint that fails (a directory holds its name: a root that is a file is refused
-    before the run now, issue 33) ends the run FAILED, naming it."""
+    before the run now, issue 33) ends the run FAILED, naming it; `bench.tools.upload` of it too."""
     bench.with_store()
     root = tmp_path / "root"
     (root / "checkpoint.pt" / "in-the-way").mkdir(parents=True)
@@ -131,3 +131,13 @@ def test_a_checkpoint_that_cannot_be_written_keeps_the_measurement(bench, tiny, 
     assert run.info.status == "FAILED" and "checkpoint" in run.data.tags["error"]
     assert run.data.metrics["total_images"] == 12
     assert (tmp_path / "run" / "run_summary.json").is_file()
+    # issue 33 probe: an upload made such a run FINISHED with no error. Its own store, which has it
+    # FAILED already, is left alone (it was logged again and FINISHED) ...
+    again = bench.run(f"{tmp_path}/run", "--tracking-uri", bench.uri, module="bench.tools.upload")
+    assert f"already in MLflow: run {run.info.run_id} (FAILED)" in again.stdout, again
+    # ... and a store that never had it (as if it had been down) gets the run it would have had
+    elsewhere = f"sqlite:///{tmp_path}/elsewhere.db"
+    uploaded = bench.run(f"{tmp_path}/run", "--tracking-uri", elsewhere, module="bench.tools.upload")
+    assert uploaded.returncode == 0 and uploaded.stdout.rstrip().endswith(f"(FAILED) at {elsewhere}"), uploaded
+    (copy,) = bench.runs(elsewhere)
+    assert copy.info.status == "FAILED" and copy.data.tags["error"] == run.data.tags["error"]
