@@ -32,7 +32,6 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Tuple
 
 from bench.errors import ConfigError
-from bench.machine.writable import directory_problem
 from bench.secrets import USERINFO, redact
 
 SQLITE = "sqlite:///"
@@ -165,14 +164,10 @@ def checked_uri(tracking: Any, launch_dir: Path) -> Optional[str]:
     if not tracking.enabled:
         return None
     uri = resolve_tracking_uri(tracking.uri, launch_dir)
-    key = "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking.uri"
     accepted = unusable(uri)
     if accepted:
+        key = "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking.uri"
         raise ConfigError(key, uri, accepted)
-    database = sqlite_path(uri)
-    problem = directory_problem(database.parent) if database else None
-    if problem:  # e.g. a file where its folder should be: the run would go on untracked, for nothing
-        raise ConfigError(key, uri, f"a sqlite file in a folder this user can write; {problem}")
     return uri
 
 

@@ -184,24 +184,3 @@ def test_a_tracking_uri_mlflow_has_no_store_for_is_refused_before_any_work(bench
     assert line.startswith("[ERROR] MLFLOW_TRACKING_URI='foo://bar' is not valid: accepted a URI of a store"), line
     assert "sqlite" in line and "http" in line and proc.stdout == ""
     assert not list(tmp_path.rglob("mlflow.db")) and not (tmp_path / "run" / "run_summary.json").exists()
-
-
-def test_a_sqlite_store_that_cannot_be_made_is_refused_before_any_work(bench, tiny, tmp_path, capfd, monkeypatch):
-    """Issue 33 probe: tracking.uri=sqlite:///afile/mlflow.db (a file where its folder should be)
-    ran untracked, exit 0, a warning among the logs: it can never be written, so it is refused as a
-    folder bench writes into is, naming the key, before the run (no run directory kept)."""
-    for variable, value in bench.env(bench.uri).items():
-        monkeypatch.setenv(variable, value)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI")  # tracking.uri is read when the environment names no store
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "afile").write_text("")
-    proc = run_in_process(
-        "bench", [*tiny, "tracking.uri=sqlite:///afile/mlflow.db", f"hydra.run.dir={tmp_path}/run"], capfd
-    )
-    assert proc.returncode == 2, proc.stderr
-    (line,) = [line for line in proc.stderr.splitlines() if line.strip()]
-    assert line == (
-        "[ERROR] tracking.uri='sqlite:///afile/mlflow.db' is not valid: accepted a sqlite file in a folder this "
-        f"user can write; {tmp_path / 'afile'} is a file."
-    ), line
-    assert proc.stdout == "" and not (tmp_path / "run").exists()
