@@ -92,32 +92,37 @@ def pytest_unconfigure(config):
 
 # The files that take longest (real Slurm jobs, DDP, servers, mypy), started first, longest first:
 # pytest-xdist hands a worker a whole file at a time (--dist loadfile), so a long file begun last is
-# the suite's tail. In the order of their measured totals (`--durations=0`, summed per file, in one
-# fresh-clone run: test_signals 130 s ... test_disk_faults 20 s).
+# the suite's tail. In the order of their measured totals (`--durations`, summed per file, 2026-11-27:
+# test_slurm 110 s, test_tracking_faults 93 s ... test_concurrency 23 s); a long unit file (gpu_check's
+# CPU rehearsal) is named too, or it would start among the last.
 LONGEST_FIRST = (
-    "test_signals",
-    "test_tracking_faults",
     "test_slurm",
-    "test_measure_deeper_runs",
+    "test_tracking_faults",
     "test_sweep",
-    "test_canaries",
-    "test_resume",
-    "test_concurrency",
+    "test_signals",
     "test_dead_processes",
-    "test_distributed",
-    "test_waits",
+    "test_measure_deeper_runs",
     "test_accuracy",
+    "test_disk_faults",
     "test_doctor",
-    "test_data",
+    "test_resume",
+    "test_compare_rerun_runs",
+    "test_gpu_check",
+    "test_canaries",
+    "test_distributed",
+    "test_storage_benchmark",
+    "test_offline_kit",
+    "test_toy_scenario",
+    "test_concurrency",
     "test_storage_mlperf_runs",
+    "test_data",
+    "test_mlflow_server",
     "test_static_checks",
     "test_bad_inputs_config",
-    "test_storage_benchmark",
-    "test_mlflow_server",
+    "test_waits",
     "test_run",
     "test_storage_objects",
     "test_bad_inputs_preflight",
-    "test_disk_faults",
 )
 
 
