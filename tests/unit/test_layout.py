@@ -100,7 +100,7 @@ def test_no_module_over_300_lines(module):
 
 # bench's size as issue 35 counts it (tests/code_lines.py: code lines without blanks, comments and
 # docstrings). A ceiling, not a goal: code that grows past it is a choice to make in review (raise it
-# with the reason in the commit), not something that happens unsaid. Measured: 17,592 when set.
+# with the reason in the commit), not something that happens unsaid. Measured: 17,629 when set.
 CODE_LINE_CEILING = 17_700
 
 
