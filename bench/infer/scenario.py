@@ -19,7 +19,7 @@ from bench.infer.report import InferReport
 from bench.infer.result import InferResult
 from bench.rank_context import RankContext
 from bench.runtime.model_names import check_arch
-from bench.runtime.rules import check_training_for_accuracy, refuse_find_max_batch
+from bench.runtime.rules import check_training_for_accuracy, once_per_run, refuse_find_max_batch
 from bench.runtime.scenario import ModelScenario
 
 
@@ -49,12 +49,8 @@ TRAINING_ONLY_TRAIN_KEYS = ("eval_every", "target_accuracy", "label_smoothing", 
 def check_inference(config: BenchConfig) -> None:
     check_arch(config.model)  # torch-free: before any run, from compose_config too
     check_training_for_accuracy(config)
-    # the once-per-run keys benchmark.repeats refuses (bench.runtime.rules) are among them
     training_only = {
-        "train.eval_every": config.train.eval_every,
-        "checkpoint.every_epochs": config.checkpoint.every_epochs,
-        "train.resume": config.train.resume,
-        "data.progressive": config.data.progressive,
+        **once_per_run(config),  # what benchmark.repeats refuses too (bench.runtime.rules)
         "benchmark.breakdown": config.benchmark.breakdown,
         "storage.save_checkpoint": config.storage.save_checkpoint,
     }

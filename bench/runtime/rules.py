@@ -4,6 +4,8 @@ training. Run when the config loads, before any MLflow run; torch-free."""
 
 from __future__ import annotations
 
+from typing import Any, Dict
+
 from bench.config.schema import BenchConfig
 from bench.errors import ConfigError
 
@@ -16,17 +18,22 @@ def refuse_find_max_batch(config: BenchConfig) -> None:
         )
 
 
-def check_once_per_run(config: BenchConfig) -> None:
-    """N windows of the same run: nothing that happens once per run may sit inside them."""
-    if config.benchmark.repeats == 1:
-        return
-    once = {
+def once_per_run(config: BenchConfig) -> Dict[str, Any]:
+    """The keys of what happens once per training run (validation, checkpoints, resume, progressive
+    phases), with their values: benchmark.repeats refuses them, inference refuses them all."""
+    return {
         "train.eval_every": config.train.eval_every,
         "checkpoint.every_epochs": config.checkpoint.every_epochs,
         "train.resume": config.train.resume,
         "data.progressive": config.data.progressive,
     }
-    for key, value in once.items():
+
+
+def check_once_per_run(config: BenchConfig) -> None:
+    """N windows of the same run: nothing that happens once per run may sit inside them."""
+    if config.benchmark.repeats == 1:
+        return
+    for key, value in once_per_run(config).items():
         if value:
             raise ConfigError(
                 "benchmark.repeats",
