@@ -41,7 +41,12 @@ def test_bench_and_tests_are_as_ruff_format_writes_them():
 def test_the_pre_commit_config_runs_the_same_checks():
     """.pre-commit-config.yaml runs what this file runs, on the same paths, with the tools installed here."""
     text = (ROOT / ".pre-commit-config.yaml").read_text()
-    for entry in ("entry: ruff check bench tests", "entry: ruff format --check bench tests", "entry: mypy"):
+    for entry in (
+        "entry: ruff check bench tests",
+        "entry: ruff format --check bench tests",
+        "entry: mypy",
+        "entry: python tests/conflict_markers.py",
+    ):
         assert entry in text, entry
 
 
@@ -53,3 +58,18 @@ def test_mypy_finds_nothing_in_bench():
     done = run_tool("mypy", ["--cache-dir", str(cache)])
     assert done.returncode == 0, f"mypy:\n{done.stdout}{done.stderr}"
     assert "Success: no issues found" in done.stdout
+
+
+def test_no_merge_conflict_marker_anywhere_in_the_tree(tmp_path):
+    """No file git would commit holds `<<<<<<<`, `=======` or `>>>>>>>` lines (docs/configuration.md once
+    did); the same script runs in pre-commit. Proven to find one first, in a scratch repository."""
+    import tests.conflict_markers as conflict_markers
+
+    subprocess.run(["git", "init", "-q", str(tmp_path)], check=True)
+    (tmp_path / "doc.md").write_text("a\n<<<<<<< HEAD\nb\n=======\nc\n>>>>>>> branch\n")
+    # a seven-"=" setext underline is refused too: rare in prose, and a half-resolved conflict looks the same
+    (tmp_path / "setext.md").write_text("a heading\n=======\n")
+    found = sorted((str(path), line) for path, line, _ in conflict_markers.markers(tmp_path))
+    assert found == [("doc.md", 2), ("doc.md", 4), ("doc.md", 6), ("setext.md", 2)]
+    hits = [f"{path}:{line}" for path, line, _ in conflict_markers.markers(ROOT)]
+    assert hits == [], f"unresolved merge-conflict markers: {hits}"
