@@ -77,10 +77,10 @@ def imagefolder_batches(
 def imagefolder_val_batches(
     cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, rank: int = 0, world_size: int = 1
 ) -> DeviceBatches:
-    """The val/ split with the val transform (resize + center crop), this rank's share of it."""
-    check_separate_val(cfg.dataset_root)
+    """The val/ split with the val transform (resize + center crop), this rank's share of it, labelled with
+    train/'s class-to-index map."""
     base = os.path.join(cfg.dataset_root, "val")
-    classes, paths, labels = scan_image_folder(base)
+    classes, paths, labels = scan_image_folder(base, check_separate_val(cfg.dataset_root)[0])
     check_class_count(len(classes), base, cfg.num_classes)
     dataset = ImageFolderBatches(paths, labels, cfg.image_size, False, cfg.decoder, 0, rank)
     return map_style_batches(dataset, cfg, device, memory_format, rank, world_size)

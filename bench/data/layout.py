@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from typing import Iterator, List, Tuple
+from typing import Iterator, List, Optional, Set, Tuple
 
 from bench.config.data import DataConfig
 from bench.errors import DataError
@@ -46,26 +46,86 @@ def class_folders(base: str) -> List[str]:
     return names
 
 
-def _images_in(folder: str) -> Iterator[str]:
-    """The images under `folder`, in the loader's order (torchvision's ImageFolder's)."""
-    for where, _dirs, files in sorted(os.walk(folder, followlinks=True)):
+def _images_in(
+    folder: str, seen: Optional[Set[Tuple[int, int]]] = None, skipped: Optional[List[str]] = None
+) -> Iterator[str]:
+    """The images under `folder`, in the loader's order (torchvision's ImageFolder's). Symlinks are
+    followed, but each real directory (device, inode) is walked once: a link to a folder already
+    walked (a loop such as `sub -> .`, or a second link to one folder) is left out and added to
+    `skipped`; `seen` may be shared across the class folders of a split."""
+    seen = set() if seen is None else seen
+
+    def walk() -> Iterator[Tuple[str, List[str]]]:
+        for where, dirs, files in os.walk(folder, followlinks=True):
+            dirs.sort()  # which of two links to one folder is walked does not depend on the filesystem
+            real = os.stat(where)
+            if (real.st_dev, real.st_ino) in seen:
+                dirs[:] = []
+                if skipped is not None:
+                    skipped.append(where)
+                continue
+            seen.add((real.st_dev, real.st_ino))
+            yield where, files
+
+    for where, files in sorted(walk()):
         yield from (os.path.join(where, f) for f in sorted(files) if f.lower().endswith(IMAGE_EXTENSIONS))
 
 
-def scan_image_folder(base: str) -> Tuple[List[str], List[str], List[int]]:
-    """(class names, image paths, labels), ordered like torchvision's ImageFolder."""
-    classes = class_folders(base)
+def scan_image_folder(base: str, classes: Optional[List[str]] = None) -> Tuple[List[str], List[str], List[int]]:
+    """(class names, image paths, labels), ordered like torchvision's ImageFolder; `classes`: the
+    label of each class name (val/ takes train/'s), a class without a folder here has no images."""
+    classes = classes or class_folders(base)
     paths: List[str] = []
     labels: List[int] = []
+    seen: Set[Tuple[int, int]] = set()
+    skipped: List[str] = []
     for label, name in enumerate(classes):
-        for path in _images_in(os.path.join(base, name)):
+        for path in _images_in(os.path.join(base, name), seen, skipped):
             paths.append(path)
             labels.append(label)
+    if skipped:
+        log.warning(
+            "%s: %d folder(s) left out, each a link to a folder already read (a symlink loop, or a second link "
+            "to one folder): %s",
+            base,
+            len(skipped),
+            _names(skipped),
+        )
     if not paths:
         raise DataError(
             f"{base} holds no images: expected files ending in {', '.join(IMAGE_EXTENSIONS)} inside its class folders"
         )
     return classes, paths, labels
+
+
+def _names(items: List[str]) -> str:
+    return ", ".join(items[:10]) + (", ..." if len(items) > 10 else "")
+
+
+def val_classes(root: str) -> Tuple[List[str], List[str]]:
+    """(train/'s classes, the ones val/ lacks): val/ is labelled with train/'s class-to-index map (its own
+    would shift every label after a class it lacks); a val/ class train/ lacks has no label."""
+    val = class_folders(os.path.join(root, "val"))
+    if not os.path.isdir(os.path.join(root, "train")):
+        return val, []
+    train = class_folders(os.path.join(root, "train"))
+    extra = [name for name in val if name not in train]
+    if extra:
+        raise DataError(
+            f"{root}/val has {len(extra)} class folder(s) that train/ lacks: {_names(extra)} (train/ has "
+            f"{_names(train)}): val/ is labelled with train/'s classes, so each of its folders must be one of them"
+        )
+    return train, [name for name in train if name not in val]
+
+
+def warn_val_lacks(root: str, lacks: List[str]) -> None:
+    if lacks:
+        log.warning(
+            "%s/val lacks %d of train/'s classes: %s (validation scores the others, with train/'s labels)",
+            root,
+            len(lacks),
+            _names(lacks),
+        )
 
 
 def check_class_count(found: int, where: str, num_classes: int) -> None:
@@ -162,7 +222,7 @@ def warn_empty_class_folders(base: str, classes: List[str]) -> None:
             "%s: %d class folder(s) hold no images and still count as classes (labels no image has): %s",
             base,
             len(empty),
-            ", ".join(os.path.join(base, name) for name in empty[:10]) + (", ..." if len(empty) > 10 else ""),
+            _names([os.path.join(base, name) for name in empty]),
         )
 
 
@@ -195,12 +255,14 @@ def check_first_images_decode(base: str, classes: List[str]) -> None:
     )
 
 
-def check_separate_val(root: str) -> None:
+def check_separate_val(root: str) -> Tuple[List[str], List[str]]:
+    """A val/ folder of its own, whose classes are train/'s: val_classes(root)."""
     if not os.path.isdir(os.path.join(root, "val")):
         raise DataError(
             f"data.root={root!r} has no val/ folder: validation (train.eval_every, "
             "train.target_accuracy) needs train/ and val/ class folders"
         )
+    return val_classes(root)
 
 
 def check_cifar100(data: DataConfig) -> None:

@@ -26,10 +26,11 @@ from PIL import Image
 from tqdm import tqdm
 
 from bench.config.storage import StorageLocation
-from bench.data.layout import imagefolder_base, scan_image_folder, shard_split_key
+from bench.data.layout import imagefolder_base, scan_image_folder, shard_split_key, val_classes
 from bench.data.shardformat import encode_shard, is_bench_shard, make_meta, shard_key
 from bench.errors import DataError, Interrupted
 from bench.machine.children import die_with_parent, sigterm_raises
+from bench.storage import writer_lock
 from bench.storage.registry import open_store
 
 SPLITS = ("train", "val")
@@ -128,45 +129,54 @@ def prepare(
     workers = workers or os.cpu_count() or 1
     storage = storage or StorageLocation()
     summary: Dict[str, Any] = {}
-    for split in source_splits(src):
-        base = imagefolder_base(src, split)
-        classes, paths, labels = scan_image_folder(base)
-        items = list(zip(paths, labels, strict=True))
-        random.Random(seed).shuffle(items)  # every shard mixes classes
-        tasks = [
-            (dst, storage, shard_key(split, number), items[start : start + shard_size], size, quality)
-            for number, start in enumerate(range(0, len(items), shard_size))
-        ]
-        removed, foreign = clear_split(open_store(dst, storage), split, [task[2] for task in tasks])
-        started = time.perf_counter()
-        shards, skipped = [], []
-        bar = tqdm(
-            total=len(items),
-            unit="img",
-            desc=f"prepare {split}",
-            file=sys.stderr,
-            disable=None if progress is None else not progress,
-        )
-        with _pool(min(workers, len(tasks))) as pool:
-            for shard, bad in pool.imap_unordered(_write_shard, tasks):
-                shards.append(shard)
-                skipped.extend(bad)
-                bar.update(shard["count"] + len(bad))
-        bar.close()
-        shards.sort(key=lambda s: s["key"])
-        open_store(dst, storage).put(f"{split}/meta.json", make_meta(split, classes, shards, size, quality, skipped))
-        seconds = time.perf_counter() - started
-        written = sum(s["count"] for s in shards)
-        summary[split] = {
-            "images": written,
-            "shards": len(shards),
-            "bytes": sum(s["bytes"] for s in shards),
-            "skipped": len(skipped),
-            "seconds": seconds,
-            "images_per_second": written / seconds,
-            "removed": removed,
-            "foreign": foreign,
-        }
+    splits = source_splits(src)
+    lacks = val_classes(src)[1] if "val" in splits else []  # a val/ class train/ lacks: refused before any write
+    store = open_store(dst, storage)
+    lock = writer_lock.hold(store, None, "let it end, or give this one another --dst", "shard destination")
+    writer = {**lock.owner, "src": os.path.abspath(src)}
+    try:
+        for split in splits:
+            base = imagefolder_base(src, split)
+            classes, paths, labels = scan_image_folder(base, val_classes(src)[0] if split == "val" else None)
+            items = list(zip(paths, labels, strict=True))
+            random.Random(seed).shuffle(items)  # every shard mixes classes
+            tasks = [
+                (dst, storage, shard_key(split, number), items[start : start + shard_size], size, quality)
+                for number, start in enumerate(range(0, len(items), shard_size))
+            ]
+            removed, foreign = clear_split(store, split, [task[2] for task in tasks])
+            started = time.perf_counter()
+            shards, skipped = [], []
+            bar = tqdm(
+                total=len(items),
+                unit="img",
+                desc=f"prepare {split}",
+                file=sys.stderr,
+                disable=None if progress is None else not progress,
+            )
+            with _pool(min(workers, len(tasks))) as pool:
+                for shard, bad in pool.imap_unordered(_write_shard, tasks):
+                    shards.append(shard)
+                    skipped.extend(bad)
+                    bar.update(shard["count"] + len(bad))
+            bar.close()
+            shards.sort(key=lambda s: s["key"])
+            store.put(f"{split}/meta.json", make_meta(split, classes, shards, size, quality, skipped, writer))
+            seconds = time.perf_counter() - started
+            written = sum(s["count"] for s in shards)
+            summary[split] = {
+                "images": written,
+                "shards": len(shards),
+                "bytes": sum(s["bytes"] for s in shards),
+                "skipped": len(skipped),
+                "seconds": seconds,
+                "images_per_second": written / seconds,
+                "removed": removed,
+                "foreign": foreign,
+                "lacks": lacks if split == "val" else [],
+            }
+    finally:
+        lock.release()
     return summary
 
 
@@ -174,7 +184,9 @@ def describe(dst: str, summary: Mapping[str, Any]) -> str:
     return "; ".join(
         f"{split}: {s['images']} images in {s['shards']} shards ({s['bytes'] / 2**20:.1f} MiB) "
         f"to {dst} in {s['seconds']:.1f} s ({s['images_per_second']:.0f} images/s), "
-        f"{s['skipped']} unreadable skipped" + _leftovers(s["removed"], s["foreign"])
+        f"{s['skipped']} unreadable skipped"
+        + _leftovers(s["removed"], s["foreign"])
+        + (f", lacking train/'s class(es) {', '.join(s['lacks'])}" if s.get("lacks") else "")
         for split, s in summary.items()
     )
 

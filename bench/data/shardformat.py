@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import struct
 from pathlib import Path
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -100,12 +100,55 @@ def check_local_shard_labels(root: str, split: str) -> None:
             raise DataError(
                 f"{path} is not a bench shard (bad trailer): rewrite it with `python -m bench.data prepare`"
             )
+        check_listed(shard, {"count": count, "bytes": size}, str(path), meta.get("writer"))
         check_labels(np.frombuffer(raw, dtype="<i8").reshape(count, 3), classes, str(path))
 
 
+def check_listed(listed: Dict[str, Any], found: Dict[str, Any], where: str, writer: Any) -> None:
+    """The shard at `where` is the one its meta.json lists: `found` (its "count" of records, its "bytes"; None:
+    not known) equals the listing (a meta.json older than these fields, or without one of them, is not checked)."""
+    wrong = [key for key, value in found.items() if value is not None and listed.get(key, value) != value]
+    if wrong:
+        said = " and ".join(
+            f"{found[k]} {'records' if k == 'count' else 'bytes'} (its meta.json: {listed[k]})" for k in wrong
+        )
+        by = (
+            f" by pid {writer.get('pid')} on {writer.get('host')} at {writer.get('since')}"
+            if isinstance(writer, dict)
+            else ""
+        )
+        raise DataError(
+            f"{where} holds {said}: it is not the shard its meta.json's prepare{by} wrote (another prepare wrote "
+            "into this destination): write the dataset again with `python -m bench.data prepare`, one at a time"
+        )
+
+
+def val_label_map(store: Any) -> Optional[List[int]]:
+    """train/'s label of each class val/meta.json lists (None: the same classes, or no train/ split). A val/
+    that lacked a class was labelled with its own class list by prepares before issue 39: mapped to
+    train/'s; a val/ class train/ lacks has no label: DataError."""
+    if not store.exists(shard_split_key("train")):
+        return None
+    train, val = read_meta(store, "train")["classes"], read_meta(store, "val")["classes"]
+    extra = [name for name in val if name not in train]
+    if extra:
+        raise DataError(
+            f"{store.url}/{shard_split_key('val')} lists {len(extra)} class(es) that train/ lacks: "
+            f"{', '.join(extra[:10])}: val/ is labelled with train/'s classes, so each of its own must be one of them"
+        )
+    return None if val == train else [train.index(name) for name in val]
+
+
 def make_meta(
-    split: str, classes: List[str], shards: List[Dict[str, Any]], size: int, quality: int, skipped: List[str]
+    split: str,
+    classes: List[str],
+    shards: List[Dict[str, Any]],
+    size: int,
+    quality: int,
+    skipped: List[str],
+    writer: Dict[str, Any],
 ) -> bytes:
+    """shards: each one's key, record count and bytes (a reader checks them); writer: who wrote the split."""
     meta = {
         "format": FORMAT,
         "version": VERSION,
@@ -116,6 +159,7 @@ def make_meta(
         "quality": quality,
         "shards": shards,
         "skipped": skipped,
+        "writer": writer,
     }
     return (json.dumps(meta, indent=1) + "\n").encode()
 
@@ -127,7 +171,12 @@ def check_s3_shards(root: str, storage: Any, splits: Sequence[str]) -> None:
 
     store = open_store(root, storage)
     for split in splits:
-        read_meta(store, str(split))
+        meta, split = read_meta(store, str(split)), str(split)
+        sizes = dict(store.list(f"{split}/"))
+        for shard in meta["shards"]:
+            check_listed(shard, {"bytes": sizes.get(shard["key"])}, f"{store.url}/{shard['key']}", meta.get("writer"))
+    if "val" in splits:
+        val_label_map(store)
 
 
 def read_meta(store: Any, split: str) -> Dict[str, Any]:

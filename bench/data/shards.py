@@ -24,7 +24,7 @@ from bench.data.device_batches import DeviceBatches
 from bench.data.layout import check_class_count
 from bench.data.loader import Failure, HostBatch, empty_batch, make_loader, order_seed, resolve_workers
 from bench.data.registry import Batch
-from bench.data.shardformat import check_labels, decode_shard_index, read_meta
+from bench.data.shardformat import check_labels, check_listed, decode_shard_index, read_meta, val_label_map
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
 from bench.storage.registry import open_store
 
@@ -54,7 +54,10 @@ class ShardStream(IterableDataset):
         rank: int,
         world_size: int,
         one_pass: bool = False,
+        label_map: Optional[List[int]] = None,
     ):
+        self.label_map = label_map  # val/: train/'s label of each class its meta.json lists (shardformat.val_label_map)
+        self.shards, self.writer = meta["shards"], meta.get("writer")
         self.one_pass = one_pass  # validation: one pass, the last batch partial (every record read once)
         self.location, self.storage = cfg.dataset_root, storage
         self.keys = [s["key"] for s in meta["shards"]]
@@ -113,6 +116,7 @@ class ShardStream(IterableDataset):
         try:
             blob = store.get(self.keys[shard])
             index = decode_shard_index(blob, where)
+            check_listed(self.shards[shard], {"count": len(index), "bytes": len(blob)}, where, self.writer)
             check_labels(index, self.classes, where)  # s3:// roots: preflight does not read their shards
         except Exception as exc:  # any backend's read error: name the shard, stop the run
             failures.append((where, getattr(exc, "strerror", None) or f"{type(exc).__name__}: {exc}", True))
@@ -126,6 +130,7 @@ class ShardStream(IterableDataset):
         view = memoryview(blob)
         for row in rows:
             offset, length, label = index[row]
+            label = label if self.label_map is None else self.label_map[label]
             yield view[offset : offset + length], int(label), f"{where}#{row}"
 
 
@@ -168,7 +173,8 @@ def shard_val_batches(
     records), once per pass, the last batch partial."""
     storage = storage or StorageLocation()
     val = dataclasses.replace(cfg, split=Split.val)
-    meta = read_meta(open_store(val.dataset_root, storage), "val")
-    stream = ShardStream(val, storage, meta, 0, rank, world_size, one_pass=True)
+    store = open_store(val.dataset_root, storage)
+    meta = read_meta(store, "val")
+    stream = ShardStream(val, storage, meta, 0, rank, world_size, one_pass=True, label_map=val_label_map(store))
     loader = make_loader(stream, val, device, fork_safe=not val.dataset_root.startswith("s3://"))
     return DeviceBatches(lambda _epoch: loader, {"val_dataset_size": int(meta["count"])}, val, device, memory_format)

@@ -47,36 +47,38 @@ class FolderBusy(CheckpointError):
 class WriterLock:
     """What hold() returns: release() frees the folder (at most once)."""
 
+    owner: Dict[str, Any]  # who holds it: set by hold()
+
     def release(self) -> None:
         pass
 
 
-def hold(store: Any, run_dir: Path, hint: str) -> WriterLock:
-    """This process as the one writer of `store` (a LocalStore: its `root`; else an object store)."""
+def hold(store: Any, run_dir: Optional[Path], hint: str, what: str = "checkpoint folder") -> WriterLock:
+    """This process as the one writer of `store` (a LocalStore: its `root`; else an object store); the
+    lock's `owner` says who (pid, host, run dir, since, token)."""
     owner = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
-        "run_dir": str(run_dir),
+        "run_dir": str(run_dir) if run_dir else None,
         "since": time.strftime("%Y-%m-%d %H:%M:%S"),
         "token": uuid.uuid4().hex,
     }
     root = getattr(store, "root", None)
-    if root is not None:
-        return _FileLock(Path(root), owner, hint)
-    return _OwnerObject(store, owner, hint)
+    hint = f"Two runs must not write one {what}: {hint}"
+    lock = _FileLock(Path(root), owner, hint) if root is not None else _OwnerObject(store, owner, hint)
+    lock.owner = owner
+    return lock
 
 
 def describe(owner: Optional[Dict[str, Any]]) -> str:
     if not owner:
         return "another process (it has not written down who it is yet)"
-    return f"pid {owner.get('pid')} on {owner.get('host')} (run dir {owner.get('run_dir')}), since {owner.get('since')}"
+    run_dir = f" (run dir {owner['run_dir']})" if owner.get("run_dir") else ""
+    return f"pid {owner.get('pid')} on {owner.get('host')}{run_dir}, since {owner.get('since')}"
 
 
 def _busy(where: str, owner: Optional[Dict[str, Any]], hint: str) -> FolderBusy:
-    return FolderBusy(
-        f"{where} is being written by another run: {describe(owner)}. Two runs must not write one "
-        f"checkpoint folder: {hint}"
-    )
+    return FolderBusy(f"{where} is being written by another run: {describe(owner)}. {hint}")
 
 
 def _parse(text: bytes) -> Optional[Dict[str, Any]]:

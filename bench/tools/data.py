@@ -18,6 +18,7 @@ from bench.errors import ConfigError, ConfigProblem, DataError, Interrupted
 from bench.machine.children import sigterm_raises
 from bench.machine.writable import check_writable_dir
 from bench.secrets import redact_output
+from bench.storage.writer_lock import FolderBusy
 
 
 def _storage_config(pairs: List[str]) -> StorageLocation:
@@ -139,7 +140,7 @@ def _command(args: argparse.Namespace) -> int:
             flush=True,
         )
         return stopped.exit_code
-    except (DataError, ConfigError, ConfigProblem) as exc:  # a bad argument or source folder: nothing was written
+    except (DataError, ConfigError, ConfigProblem, FolderBusy) as exc:  # bad argument, source or --dst
         print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
         return 2
     except Exception as exc:  # e.g. an S3 store that cannot be opened: one line, no traceback

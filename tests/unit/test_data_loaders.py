@@ -4,6 +4,7 @@ labels, pixels through shards, sharding across ranks and workers, corrupt and un
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 
@@ -409,3 +410,74 @@ def test_cifar100_download_fetches_into_data_root_and_refuses_offline_in_one_lin
     assert line.startswith(f"data.download=true could not fetch CIFAR-100 into {tmp_path / 'offline'} (URLError")
     assert "\n" not in line and "copy cifar-100-python/" in line
     assert list((tmp_path / "offline").iterdir()) == []  # nothing half-fetched left
+
+
+def val_labels(root: Path, name: str) -> list:
+    """The labels of one validation pass over data=<name> at `root`, in its order."""
+    from bench.data.registry import build_val_batches
+
+    val = build_val_batches(data_cfg(name, root, batch_size=64), CPU, torch.contiguous_format)
+    return [label for _, labels in val.one_pass() for label in labels.tolist()]
+
+
+def prepare_quietly(src: Path, dst: Path, shard_size: int = 3) -> int:
+    from bench.tools.data import main as data_command
+
+    args = ["--size", "40", "--shard-size", str(shard_size), "--workers", "1", "--no-progress"]
+    return data_command(["prepare", "--src", str(src), "--dst", str(dst), *args])
+
+
+def test_val_lacking_a_class_keeps_train_labels_in_both_formats(datasets, tmp_path, capsys, caplog):
+    """Issue 39.1: val/ without class001 was labelled with its own class list (class002 -> 1, class003 -> 2),
+    so a model that fits train/ scored 0.50 on the images it had learnt. val/ now takes train/'s labels, in
+    the image folder and in the shards prepare writes from it; shards an earlier prepare labelled with
+    val/'s own list are mapped to train/'s when read."""
+    import shutil
+
+    datasets.imagenet_layout(tmp_path / "images", train=8, val=8)
+    shutil.rmtree(tmp_path / "images" / "val" / "class001")
+    assert val_labels(tmp_path / "images", "imagefolder") == [0, 0, 2, 2, 3, 3]
+
+    assert prepare_quietly(tmp_path / "images", tmp_path / "shards") == 0
+    said = capsys.readouterr().out
+    assert "val: 6 images in 2 shards" in said and "lacking train/'s class(es) class001" in said
+    meta = json.loads((tmp_path / "shards" / "val" / "meta.json").read_text())
+    assert meta["classes"] == [f"class{n:03d}" for n in range(CLASSES)]
+    assert sorted(val_labels(tmp_path / "shards", "shards")) == [0, 0, 2, 2, 3, 3]
+
+    # shards written split by split as prepare did before: val/ labelled 0..2 by its own three classes
+    shutil.move(str(tmp_path / "images" / "val"), str(tmp_path / "valonly" / "val"))
+    assert prepare_quietly(tmp_path / "valonly", tmp_path / "shards") == 0
+    assert json.loads((tmp_path / "shards" / "val" / "meta.json").read_text())["classes"] == [
+        "class000",
+        "class002",
+        "class003",
+    ]
+    assert sorted(val_labels(tmp_path / "shards", "shards")) == [0, 0, 2, 2, 3, 3]
+
+    # a val/ class train/ lacks has no label: refused, naming it (the image folder's preflight, and prepare)
+    (tmp_path / "images" / "val").mkdir()
+    shutil.copytree(tmp_path / "valonly" / "val" / "class002", tmp_path / "images" / "val" / "zebra")
+    from bench.data.registry import check_location
+
+    with pytest.raises(DataError, match=r"val has 1 class folder\(s\) that train/ lacks: zebra"):
+        check_location(data_cfg("imagefolder", tmp_path / "images"), validation=True)
+    assert prepare_quietly(tmp_path / "images", tmp_path / "refused") == 2
+    assert "that train/ lacks: zebra" in capsys.readouterr().err
+    assert not (tmp_path / "refused" / "train").exists()  # refused before anything was written
+
+
+def test_a_symlink_loop_is_walked_once_and_said(datasets, tmp_path, caplog):
+    """Issue 39.2: `ln -s . class001/sub` made 3 x 12 images into 516 (the walk followed the loop until
+    ELOOP). Each real directory is read once, the links left out are named; a second link to a folder
+    already read (here: another class's) is not read twice either."""
+    from bench.data.layout import scan_image_folder
+
+    datasets.image_folder(tmp_path / "flat", images=36, classes=3)
+    os.symlink(".", tmp_path / "flat" / "class001" / "sub")
+    os.symlink(tmp_path / "flat" / "class000", tmp_path / "flat" / "class002" / "also0")
+    with caplog.at_level("WARNING", logger="bench.data.layout"):
+        _, paths, labels = scan_image_folder(str(tmp_path / "flat"))
+    assert len(paths) == 36 and labels.count(1) == 12 and labels.count(2) == 12
+    (said,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
+    assert "2 folder(s)" in said and str(tmp_path / "flat" / "class001" / "sub") in said and "also0" in said
