@@ -109,17 +109,12 @@ def check_listed(listed: Dict[str, Any], found: Dict[str, Any], where: str, writ
     not known) equals the listing (a meta.json older than these fields, or without one of them, is not checked)."""
     wrong = [key for key, value in found.items() if value is not None and listed.get(key, value) != value]
     if wrong:
-        said = " and ".join(
-            f"{found[k]} {'records' if k == 'count' else 'bytes'} (its meta.json: {listed[k]})" for k in wrong
-        )
-        by = (
-            f" by pid {writer.get('pid')} on {writer.get('host')} at {writer.get('since')}"
-            if isinstance(writer, dict)
-            else ""
-        )
+        noun = {"count": "records", "bytes": "bytes"}
+        holds, lists = (" and ".join(f"{side[k]} {noun[k]}" for k in wrong) for side in (found, listed))
+        by = f" (written by pid {writer.get('pid')} on {writer.get('host')}, {writer.get('since')})" if writer else ""
         raise DataError(
-            f"{where} holds {said}: it is not the shard its meta.json's prepare{by} wrote (another prepare wrote "
-            "into this destination): write the dataset again with `python -m bench.data prepare`, one at a time"
+            f"{where} holds {holds}, but its meta.json lists {lists}{by}: another prepare wrote into this "
+            "destination since; write the dataset again with `python -m bench.data prepare`, one at a time"
         )
 
 

@@ -122,6 +122,48 @@ def test_shards_run_after_prepare(bench, base, datasets, tmp_path):
     assert metrics["dataset_size"] == 24 and metrics["dataset_shards"] == 3 and metrics["shard_image_size"] == 40
 
 
+def test_one_prepare_per_destination_and_a_shard_overwritten_since_is_refused(bench, base, datasets, tmp_path):
+    """Issue 39.3: two prepares into one --dst both exited 0 and the meta.json of one listed the other's
+    shards; a run trained on the mix without a word. The second prepare is refused while the first
+    holds the destination (the first is held at a FIFO among its images, opened once the refusal is
+    seen), meta.json names its writer and each shard's records and bytes, and a shard that does not
+    match them (here: copied from a prepare of another shard size) is refused before the first step."""
+    import os
+
+    bench.with_store()
+    datasets.image_folder(tmp_path / "images", images=12)
+    gate = tmp_path / "images" / "class000" / "zz-gate.jpg"
+    os.mkfifo(gate)  # the first prepare's worker blocks opening it until the test writes to it
+    dst = tmp_path / "shards"
+    first = bench.start(
+        "prepare", "--src", str(tmp_path / "images"), "--dst", str(dst), "--workers", "1", "--no-progress",
+        "--shard-size", "4", "--size", "40", module="bench.data",
+    )  # fmt: skip
+    bench.wait_for_line(first, dst / ".bench-writer.lock", '"pid"')
+    second = prepare(bench, tmp_path / "images", dst, "--shard-size", "8", "--size", "40")
+    refused = one_error_line(bench, second, 2)
+    assert f"{dst} is being written by another run: pid {first.pid} on " in refused, refused
+    assert "Two runs must not write one shard destination" in refused
+    with open(gate, "wb") as fifo:
+        fifo.write(b"not an image")
+    out, err = first.communicate(timeout=HANG_GUARD_S)
+    assert first.returncode == 0 and "train: 12 images in 4 shards" in out and "1 unreadable skipped" in out, err
+    meta = json.loads((dst / "train" / "meta.json").read_text())
+    assert meta["writer"]["pid"] == first.pid and meta["writer"]["src"] == str(tmp_path / "images")
+    assert sum(shard["count"] for shard in meta["shards"]) == 12
+    assert all((dst / shard["key"]).stat().st_size == shard["bytes"] for shard in meta["shards"])
+    assert not (dst / ".bench-writer.lock").exists()  # released
+
+    os.unlink(gate)
+    assert prepare(bench, tmp_path / "images", tmp_path / "other", "--shard-size", "8", "--size", "40").returncode == 0
+    (dst / "train" / "shard-00000.bin").write_bytes((tmp_path / "other" / "train" / "shard-00000.bin").read_bytes())
+    proc = bench.run(*base, "data=shards", f"data.root={dst}", "data.num_classes=10", f"hydra.run.dir={tmp_path}/run")
+    line = one_error_line(bench, proc, 2)
+    assert f"{dst}/train/shard-00000.bin holds 8 records and " in line, line
+    assert "but its meta.json lists 4 records and " in line
+    assert f"pid {first.pid}" in line and not bench.runs()
+
+
 def prepare_watching_children(bench, src, dst, *extra, env=None):
     """`prepare` as a real process whose process tree is snapshotted until it exits: (the ended
     process, every descendant seen, their command lines)."""

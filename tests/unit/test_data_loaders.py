@@ -481,3 +481,38 @@ def test_a_symlink_loop_is_walked_once_and_said(datasets, tmp_path, caplog):
     assert len(paths) == 36 and labels.count(1) == 12 and labels.count(2) == 12
     (said,) = [r.getMessage() for r in caplog.records if "left out" in r.getMessage()]
     assert "2 folder(s)" in said and str(tmp_path / "flat" / "class001" / "sub") in said and "also0" in said
+
+
+def test_a_shard_that_is_not_the_one_meta_json_lists_is_refused_and_old_meta_still_reads(datasets, tmp_path):
+    """Issue 39.3: a shard another prepare wrote over (here: shard 0 of a prepare of 8-image shards over one
+    of 4) is refused by name, by local preflight (records and bytes), s3 preflight's listing (bytes) and the
+    reader itself (records, bytes); a meta.json written before the writer and bytes fields still reads."""
+    from bench.config.storage import StorageLocation
+    from bench.data.shardformat import check_s3_shards, check_shard_dataset
+
+    datasets.image_folder(tmp_path / "flat", images=12)
+    assert prepare_quietly(tmp_path / "flat", tmp_path / "a", shard_size=4) == 0
+    assert prepare_quietly(tmp_path / "flat", tmp_path / "b", shard_size=8) == 0
+    shard = tmp_path / "a" / "train" / "shard-00000.bin"
+    mine = shard.read_bytes()
+    shard.write_bytes((tmp_path / "b" / "train" / "shard-00000.bin").read_bytes())
+    cfg = data_cfg("shards", tmp_path / "a", batch_size=12)
+    for check in (
+        lambda: check_shard_dataset(cfg),
+        lambda: check_s3_shards(str(tmp_path / "a"), StorageLocation(), ["train"]),
+        lambda: take(cfg, 1),
+    ):
+        with pytest.raises(
+            DataError, match=f"{shard}.* holds .*but its meta.json lists .*written by pid {os.getpid()}"
+        ):
+            check()
+
+    shard.write_bytes(mine)
+    meta_path = tmp_path / "a" / "train" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["writer"]
+    meta["shards"] = [{"key": s["key"], "count": s["count"]} for s in meta["shards"]]
+    meta_path.write_text(json.dumps(meta))
+    check_shard_dataset(cfg)
+    ((_, labels),) = take(cfg, 1)
+    assert len(labels) == 12 and dataset_facts()["dataset_size"] == 12
