@@ -33,7 +33,7 @@ import numpy as np
 import pandas as pd
 
 from bench.analysis.cells import absent
-from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, swept_keys
+from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, NOISE_KEYS, config_of, swept_keys
 from bench.analysis.verdicts import FASTER, SAME, SLOWER, Comparison, Pair, with_fitness
 from bench.errors import ReportError
 from bench.machine.fitness import unfit_reason
@@ -69,7 +69,7 @@ def match(baseline: pd.DataFrame, candidate: pd.DataFrame) -> Tuple[List[Tuple[s
     base_rows, cand_rows = baseline.to_dict("records"), candidate.to_dict("records")
     if len(base_rows) == 1 and len(cand_rows) == 1:
         base_label, cand_label = label_of(base_rows[0], []), label_of(cand_rows[0], [])
-        label = cand_label if cand_label == base_label else f"{cand_label} vs {base_label}"  # two configs: both named
+        label = base_label if cand_label == base_label else f"{base_label} vs {cand_label}"  # two configs: both named
         return [(label, base_rows[0], cand_rows[0])], [], []
     keys = swept_keys(baseline, candidate)
     by_key = {tuple(str(r.get(k)) for k in keys): r for r in base_rows}
@@ -217,6 +217,18 @@ def provenance_differences(base: Dict[str, Any], cand: Dict[str, Any]) -> str:
     return "; ".join(said)
 
 
+def config_differences(pairs: Sequence[Tuple[str, dict, dict]]) -> List[str]:
+    """The config keys whose value differs between a pair's sides ("precision.name fp32 → bf16"), each
+    once (its values in the first pair that differs in it); a key one side lacks, or noise, is not said."""
+    said: Dict[str, str] = {}
+    for _, base, cand in pairs:
+        b, c = config_of(base), config_of(cand)
+        for key in sorted(set(b) & set(c)):
+            if key not in said and not key.startswith(NOISE_KEYS) and str(b[key]) != str(c[key]):
+                said[key] = f"{key} {b[key]} → {c[key]}"
+    return list(said.values())
+
+
 def compare_frames(
     baseline: pd.DataFrame, candidate: pd.DataFrame, threshold: float, judge_unfit: bool = False
 ) -> Comparison:
@@ -226,4 +238,5 @@ def compare_frames(
         threshold,
         only_baseline,
         only_candidate,
+        differs=config_differences(pairs),
     )

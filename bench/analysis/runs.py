@@ -23,7 +23,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import pandas as pd
 import yaml
@@ -134,8 +134,7 @@ def read_job_dir(job_dir: Path) -> RunRecord:
     overrides = " ".join(yaml.safe_load(overrides_file.read_text()) or []) if overrides_file.is_file() else ""
     summary_path = job_dir / "run_summary.json"
     if summary_path.is_file():
-        summary = json.loads(summary_path.read_text())
-        config = summary["config"]
+        summary, config = read_summary(summary_path)
         reports = report_class(config.get("mode"))
         return RunRecord(
             job_dir.name,
@@ -151,6 +150,20 @@ def read_job_dir(job_dir: Path) -> RunRecord:
         )
     composed = without_target(yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {})
     return RunRecord(job_dir.name, "FAILED", overrides, flatten_config(composed), {}, error=failure_reason(job_dir))
+
+
+def read_summary(path: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """(run_summary.json, its config); ReportError naming the file when it is not one (cut short, damaged)."""
+    try:
+        summary = json.loads(path.read_text())
+        if isinstance(summary.get("config"), dict) and isinstance(summary.get("results"), dict):
+            return summary, summary["config"]
+        why = "it has no config and results objects"
+    except json.JSONDecodeError as exc:
+        why = f"it is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}: cut short or damaged?)"
+    except (UnicodeDecodeError, AttributeError):  # not text, or JSON but not an object
+        why = "it is not a JSON object"
+    raise ReportError(f"{path} cannot be read: {why}; accepted a run_summary.json as bench writes it (run it again)")
 
 
 def failure_reason(job_dir: Path) -> str:

@@ -57,6 +57,7 @@ class Comparison:
     only_baseline: List[str] = field(default_factory=list)
     only_candidate: List[str] = field(default_factory=list)
     band: Optional[Tuple[float, float]] = None  # the ratios the verdict calls within the threshold
+    differs: List[str] = field(default_factory=list)  # the config keys the two sides differ in, with their values
 
     @property
     def edges(self) -> Tuple[float, float]:
@@ -100,10 +101,13 @@ def with_fitness(pair: Pair, unfit: Sequence[Tuple[str, str, str]], judge_unfit:
         return replace(pair, reasons=[*pair.reasons, *judged])
     (first, many, _), *rest = unfit
     more = "".join(f", the {side}{_in(n)}" for side, n, _ in rest)
+    why = f"the {first} was not fit to measure{_in(many)}{more}"
+    if rest and not any(n for _, n, _ in unfit):  # two single runs: one whole sentence
+        why = "the baseline and the candidate were not fit to measure"
     return replace(
         pair,
         verdict=UNJUDGED,
-        why=f"the {first} was not fit to measure{_in(many)}{more}",
+        why=why,
         reasons=[*(f"{side}: {why}" for side, _, why in unfit), f"measured: {pair.headline}", *pair.reasons],
     )
 

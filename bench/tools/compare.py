@@ -201,7 +201,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     for line in [moved, *notes] if moved else notes:
         print(line, file=sys.stderr)
     print(render_text(comparison), flush=True)
-    files = write_outputs(comparison, out, f"{args.candidate} vs {args.baseline}", notes)
+    files = write_outputs(comparison, out, f"{args.baseline} vs {args.candidate}", notes)
     target: List[str] = [x for x, mlflow in ((args.candidate, cand_mlflow), (args.baseline, base_mlflow)) if mlflow]
     if target:
         log_to_mlflow(comparison, files, target[0], args.baseline, uri, tag_candidates=cand_mlflow)
@@ -241,7 +241,7 @@ def main_rerun(args: argparse.Namespace) -> int:
             result = rerun_compare(sides, args.rerun, threshold, out, args.judge_unfit)
             comparison = as_comparison(result, label(sides), threshold)
             notes = [said_same(comparison, args.baseline, then)] if same else []
-            title = f"{args.candidate} vs {args.baseline}, {args.rerun} rounds of {ORDER} in fresh processes"
+            title = f"{args.baseline} vs {args.candidate}, {args.rerun} rounds of {ORDER} in fresh processes"
             files = write_outputs(comparison, out, title, notes)
     except ReportError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)

@@ -66,28 +66,32 @@ def table(comparison: Comparison) -> pd.DataFrame:
 
 
 def render_text(comparison: Comparison) -> str:
-    """The terminal's table: `rows` in fixed columns (baseline at 41-61, candidate at 62-82)."""
+    """The terminal's table: `rows` in fixed columns, the configuration's 40 wide (wider for a longer
+    label: never cut), then the baseline's and the candidate's 20 each."""
     unit = comparison.unit  # "" when pairs differ: each value then carries its own
     base, cand = (f"baseline {unit}", f"candidate {unit}") if unit else ("baseline", "candidate")
-    lines = [f"{'configuration':<40} {base:>20} {cand:>20} {'ratio':>7}  {'95% interval':<17} verdict"]
+    width = max([40, *(len(p.label) for p in comparison.pairs)])
+    lines = [f"{'configuration':<{width}} {base:>20} {cand:>20} {'ratio':>7}  {'95% interval':<17} verdict"]
     for pair in comparison.pairs:
         for number, row in enumerate(rows(pair)):
             b, c = (row[f"{side} {pair.unit}"] for side in ("baseline", "candidate"))
             b, c = (f"{x} {pair.unit}" if x and not unit else x for x in (b, c))
             label = f"  {row['configuration']}" if number else row["configuration"]  # a round under its pair
             ratio, interval = row["ratio"], row["95% interval"]
-            lines.append(f"{label[:40]:<40} {b:>20} {c:>20} {ratio:>7}  {interval:<17} {row['verdict']}".rstrip())
+            lines.append(f"{label:<{width}} {b:>20} {c:>20} {ratio:>7}  {interval:<17} {row['verdict']}".rstrip())
     lines += [f"only in the baseline: {label}" for label in comparison.only_baseline]
     lines += [f"only in the candidate: {label}" for label in comparison.only_candidate]
     return "\n".join(lines)
 
 
 def verdict_lines(comparison: Comparison) -> List[str]:
-    """The verdict in one sentence, then its reasons a line each (indented)."""
+    """The config keys the sides differ in (a line, when they do), then the verdict in one sentence,
+    then its reasons a line each (indented)."""
     pairs, pct = comparison.pairs, f"{100 * comparison.threshold:g}%"
+    differ = [f"the configs differ: {', '.join(comparison.differs)}"] if comparison.differs else []
     if len(pairs) == 1:
         (pair,) = pairs
-        return [f"verdict: {pair.headline}", *(f"  {line}" for line in _reasons(pair))]
+        return [*differ, f"verdict: {pair.headline}", *(f"  {line}" for line in _reasons(pair))]
     count = {v: sum(p.verdict == v for p in pairs) for v in (SLOWER, UNJUDGED, FASTER, SAME)}
     if count[SLOWER]:
         first = f"slower: {count[SLOWER]} of {len(pairs)} configurations, beyond the {pct} threshold"
@@ -95,7 +99,7 @@ def verdict_lines(comparison: Comparison) -> List[str]:
         first = f"not judged: a side was not fit to measure in {count[UNJUDGED]} of {len(pairs)} configurations"
     else:
         first = f"not slower: {count[SAME]} of {len(pairs)} configurations same, {count[FASTER]} faster"
-    lines = [f"verdict: {first}"]
+    lines = [*differ, f"verdict: {first}"]
     for pair in pairs:
         lines += [f"  {pair.label}: {pair.headline}", *(f"    {line}" for line in _reasons(pair))]
     return lines

@@ -121,9 +121,10 @@ def rerun_compare(
 
 
 def label(sides: Dict[str, List[str]]) -> str:
-    """What the candidate's overrides change against the baseline's ("same overrides" when nothing)."""
+    """What the candidate's overrides change against the baseline's, the baseline's first ("same
+    overrides" when nothing)."""
     base, cand = sides["baseline"], sides["candidate"]
     added, dropped = [o for o in cand if o not in base], [o for o in base if o not in cand]
     if not added and not dropped:
         return "same overrides"
-    return f"{' '.join(added) or '(none)'} vs {' '.join(dropped) or '(none)'}"
+    return f"{' '.join(dropped) or '(none)'} vs {' '.join(added) or '(none)'}"

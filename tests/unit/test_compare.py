@@ -173,11 +173,26 @@ def test_a_sweep_whose_jobs_ran_other_code_shows_it_per_job():
 
 
 def test_two_different_configurations_are_both_named_and_the_plot_title_is_wrapped_not_cut(tmp_path):
-    from bench.tools.compare_output import plot
+    """Issue 39 item 5: the label ran candidate first, against the columns (baseline, candidate), and the
+    table cut it at 40 characters; the keys the configs differ in were not said. Now baseline first,
+    whole, and the differing keys (values baseline → candidate) come above the verdict."""
+    from bench.tools.compare_output import plot, render_text, verdict_lines
 
     small, large = _run("a", 16, rates=[100.0, 101.0]), _run("b", 64, rates=[300.0, 303.0])
     comparison = compare_frames(_frame(small), _frame(large), 0.03)
-    assert comparison.pairs[0].label == "resnet18 bs=64 vs resnet18 bs=16"
+    assert comparison.pairs[0].label == "resnet18 bs=16 vs resnet18 bs=64"
+    header, row = render_text(comparison).splitlines()
+    assert row.startswith("resnet18 bs=16 vs resnet18 bs=64 ") and row.split()[5:7] == ["100.5", "301.5"]
+    assert header.index("baseline") < header.index("candidate") and header.index(" ratio") + 1 == row.index("3.000")
+    assert verdict_lines(comparison)[:2] == [
+        "the configs differ: data.batch_size 16 → 64",  # tracking.uri differs too: noise, not said
+        "verdict: faster: 3.000× [2.970–3.030], beyond the 3% threshold",
+    ]
+    long = _run("d", 16, rates=[100.0, 101.0])
+    long.metrics["model"] = "a_model_with_a_name_longer_than_forty_characters"
+    header, row = render_text(compare_frames(_frame(small), _frame(long), 0.03)).splitlines()
+    assert row.startswith("resnet18 bs=16 vs a_model_with_a_name_longer_than_forty_characters bs=16 ")
+    assert header.index(" ratio") + 1 == row.index("1.000") > 70  # the columns widen to the whole label
     title = "/a/very/long/path/to/the/baseline/run/directory/2026-11-25/10-00-00 " * 3
     image = plot(comparison, tmp_path / "compare.png", title)
     assert image.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -224,6 +239,9 @@ def test_a_side_that_was_not_fit_to_measure_is_not_judged(tmp_path, capsys):
         f"  ratio: candidate / baseline of the medians of 3 and 3 repeats\n  baseline: {reason}\n" in err
     ), err
     assert main([str(tmp_path / "cand"), str(tmp_path / "cand"), "--out", str(tmp_path / "out")]) == 0
+    # both sides unfit: one whole sentence (issue 40 §10: it read "..., the candidate" as if cut)
+    (both,) = compare_frames(_frame(base), _frame(base), 0.03).pairs
+    assert both.headline == "not judged: the baseline and the candidate were not fit to measure"
     assert main([str(tmp_path / "base"), str(tmp_path / "cand"), "--out", str(tmp_path / "out"), "--judge-unfit"]) == 0
 
 

@@ -197,13 +197,13 @@ def test_rerun_verdicts_exit_codes_and_page_canned_rounds(monkeypatch, capsys, s
         "verdict",
     ]  # the unit is the runs' own (their scenario's view)
     # the plain table: the paired ratio, then the rounds it is the median of
-    assert lines[4].startswith("data.image_size=160 vs data.image_size=3") and len(lines) == 7
+    assert lines[4].startswith("data.image_size=32 vs data.image_size=160 ") and len(lines) == 7  # whole
     assert [line.split()[:1] for line in lines[5:]] == [["round"], ["round"]]
     page = sides[2] / "compare.html"
     assert {p.name for p in sides[2].iterdir()} >= {"compare.md", "compare.html", "compare.png", "rerun"}
     text = page.read_text()
     assert "data:image/png;base64," in text and "2 rounds of fresh processes" in text
-    assert "data.image_size=160 vs data.image_size=32" in text  # the pair's label: what the candidate changed
+    assert "data.image_size=32 vs data.image_size=160" in text  # the pair's label: what the candidate changed
     assert f"compare: {page.resolve()}" in err
 
 
