@@ -13,6 +13,7 @@ import contextlib
 import logging
 import multiprocessing
 import os
+import signal
 import uuid
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
@@ -53,6 +54,9 @@ class Joined(Launcher):
     def run(self, scenario: Any, config: BenchConfig, out_dir: Path) -> Optional[Any]:
         setup_rank_logging(out_dir, self.ctx.rank, own_process=not self.ctx.is_reporter)
         return scenario.run_rank(config, self.ctx, out_dir)
+
+
+SIGNALS_TORCH_TAKES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
 class Elastic(Launcher):
@@ -114,6 +118,9 @@ class Elastic(Launcher):
         multiprocessing.set_forkserver_preload(["bench.launch.worker", *scenario.preload(config)])
         start_forkserver_deaf_to_ctrl_c()
         reaper = SurvivorReaper(dist.nproc_per_node, workers)
+        # torch's agent installs its own handlers (a signal raises its SignalException) and leaves them:
+        # once the launch is over, Ctrl-C is this command's again (the doctor's next rung, a sweep's next job)
+        handlers = {sig: signal.getsignal(sig) for sig in SIGNALS_TORCH_TAKES}
         try:
             with private_tempdir():
                 returns = elastic_launch(launch_config, worker_entry)(config, str(out_dir), str(workers), os.getpid())
@@ -125,6 +132,9 @@ class Elastic(Launcher):
             raise WorkerFailure(describe_failure(exc, first, reaper.killed, stopped)) from None
         finally:
             reaper.stop()
+            for sig, handler in handlers.items():
+                if handler is not None:  # None: a handler not set from Python, left as it is
+                    signal.signal(sig, handler)
         return returns.get(0)
 
 
@@ -156,7 +166,6 @@ def start_forkserver_deaf_to_ctrl_c() -> None:
     it was left importing torch for seconds after an interrupted command); its workers take SIGINT
     back (worker_entry)."""
     import atexit
-    import signal
     import threading
     from multiprocessing import forkserver
 

@@ -81,8 +81,11 @@ class EpochData:
         return steps
 
     def planned(self, first: int, skip: int = 0) -> int:
-        """Steps from epoch `first` (minus `skip` already done) to the last epoch."""
-        return sum(self.steps(e) for e in range(first, self.config.train.epochs)) - skip
+        """Steps from epoch `first` (minus `skip` already done) to the last epoch: in closed form (an
+        epoch's steps change only where a progressive phase starts), so train.epochs=1000000000 costs nothing."""
+        last = self.config.train.epochs
+        starts = sorted({first, *(p.epoch for p in self.phases or () if first < p.epoch < last)})
+        return sum(self.steps(a) * (b - a) for a, b in zip(starts, [*starts[1:], last], strict=True) if a < b) - skip
 
     def enter(self, epoch: int, skip: int = 0) -> Iterator:
         """The batches of epoch `epoch` (from 0), `skip` of them already trained (a resumed run)."""

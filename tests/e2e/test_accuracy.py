@@ -144,6 +144,24 @@ def test_a_target_not_reached_is_a_result_not_an_error(bench, digits, tmp_path):
     assert metrics["epochs_to_target"] is None and len(bench.epochs(run_dir)) == 1
 
 
+def test_a_billion_epochs_start_training_at_once(bench, digits):
+    """Issue 39 §10: the steps planned were summed epoch by epoch: the MLflow run opened and nothing
+    happened for minutes. The timeout is a hang guard (the run takes seconds)."""
+    bench.with_store()
+    proc = bench.run(
+        "+experiment=digits_tta",
+        f"data.root={digits}",
+        "data.image_size=8",
+        "train.epochs=1000000000",
+        "benchmark.measure_steps=2",
+        "train.eval_every=0",
+        timeout=120,
+    )
+    metrics = bench.metrics(proc)
+    assert metrics["epochs"] == 10**9 and metrics["measured_steps"] == 2
+    assert "laid over 22000000002 optimizer steps" in proc.stderr  # the schedule's span, in closed form
+
+
 def test_progressive_resizing_switches_at_the_epochs_asked(bench, tiny, tmp_path):
     run_dir = tmp_path / "run"
     # unquoted, as a user types it: the commas are one schedule, not a sweep

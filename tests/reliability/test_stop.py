@@ -5,6 +5,7 @@ events (a rank's log line), the timeouts hang guards only."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
@@ -47,6 +48,47 @@ def test_a_signal_ends_the_doctors_whole_ladder_killed(bench, tmp_path, sig, cod
         ("parent", "KILLED"),
     ]
     assert left_alive(tree, 30.0) == []
+
+
+def test_ctrl_c_in_the_doctors_storage_rung_ends_it_killed(bench, datasets, tmp_path):
+    """Issue 39 §9: the first rung's elastic launch left torch's signal handlers in place, so a later
+    Ctrl-C raised its SignalException: a traceback, exit 1, the parent run left RUNNING."""
+    datasets.image_folder(tmp_path / "images", images=160)  # two batches of 64
+    out = tmp_path / "doctor"
+    bench.with_store()
+    args = ["data=imagefolder", f"data.root={tmp_path / 'images'}", f"data.num_classes={datasets.CLASSES}"]
+    proc = bench.start(
+        *DOCTOR[:-1],
+        *args,
+        "doctor.budget_s=30",
+        "doctor.what_ifs=false",
+        f"doctor.out={out}",
+        module="bench.doctor",
+        env=bench.env(bench.uri),
+        start_new_session=True,
+    )
+    # the event: the loader rung's child run closed (just after its line is printed), the storage rung's start
+    deadline = time.monotonic() + HANG_GUARD_S
+    while proc.poll() is None and time.monotonic() < deadline and not _finished(bench.db, "doctor-loader"):
+        time.sleep(0.02)
+    assert proc.poll() is None, proc.communicate()
+    os.killpg(proc.pid, signal.SIGINT)
+    _stdout, stderr = proc.communicate(timeout=HANG_GUARD_S)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "input pipeline alone (no model)" in stderr, stderr
+    assert bench.error_lines(stderr) == [
+        f"[ERROR] the doctor was interrupted (terminated by signal SIGINT); the rungs measured so far are in {out}"
+    ]
+    assert not _finished(bench.db, "doctor-storage")  # stopped in the storage rung, not after it
+    statuses = {r.data.tags.get("doctor"): r.info.status for r in bench.runs()}
+    assert statuses["parent"] == "KILLED"
+
+
+def _finished(db, name: str) -> bool:
+    import sqlite3
+
+    with contextlib.closing(sqlite3.connect(db, timeout=30)) as con:
+        return bool(con.execute("SELECT 1 FROM runs WHERE name = ? AND status = 'FINISHED'", (name,)).fetchall())
 
 
 # ---- python -m bench.tools.storage_ceiling ---------------------------------------------------------------------

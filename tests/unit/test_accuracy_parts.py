@@ -33,6 +33,31 @@ def test_progressive_schedule_parses_into_phases():
     assert [phase_at(phases, e).image_size for e in (0, 4, 5, 9, 10, 15, 17)] == [128, 128, 160, 160, 192, 224, 224]
 
 
+def test_the_steps_planned_are_a_closed_form_not_a_walk_over_the_epochs(compose):
+    """Issue 39 §10: planned() summed steps() epoch by epoch: train.epochs=1000000000 hung before the
+    first step. An epoch's steps change only where a progressive phase starts."""
+    from bench.rank_context import RankContext
+    from bench.runtime.epoch_data import EpochData
+
+    config = compose(
+        "data.progressive='0,8,4;3,8,8;7,8,2'",
+        "train.steps_per_epoch=null",
+        "train.epochs=10",
+        "data=imagefolder",
+        "data.root=d",
+    )
+    data = object.__new__(EpochData)  # its batches are not what is counted: a dataset of 100 images
+    data.config, data.ctx, data.dataset_size = config, RankContext(), 100
+    data.phases = parse_progressive(config.data.progressive)
+    walked = [sum(data.steps(e) for e in range(first, 10)) for first in range(12)]
+    assert [data.planned(first) for first in range(12)] == walked and walked[0] == 3 * 25 + 4 * 12 + 3 * 50
+    assert data.planned(4, skip=5) == walked[4] - 5
+    config.train.epochs = 10**9
+    started = time.perf_counter()
+    assert data.planned(0) == 3 * 25 + 4 * 12 + (10**9 - 7) * 50
+    assert time.perf_counter() - started < 1.0  # a hang guard: the old walk took minutes
+
+
 @pytest.mark.parametrize(
     "text",
     ["", "0,128", "1,128,512", "0,128,512;0,160,384", "0,128,512;5,0,384", "0,a,512", "0,128,512;3,160", "0,128,-1"],
