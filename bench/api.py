@@ -16,19 +16,25 @@ ConfigProblem, DeviceError: str() is the sentence the command prints; `key`, `va
 `accepted` for a program), before any MLflow run: compose_config for the config itself,
 run() also for what the world says (the dataset on disk, the device). A run that starts and
 fails returns `ok=False` with `error` set; Ctrl-C raises KeyboardInterrupt once the run is
-marked KILLED. Nothing goes to stdout unless run(..., echo=True). Any thread may call run().
+marked KILLED. Nothing goes to stdout unless run(..., echo=True). Any thread may call run(): runs
+in one process take turns (a lock), as what a run sets is the process's (torch's threads, seed
+and cuDNN flags, environment variables), and each run restores it as it found it (docs/training.md).
+A sweep (-m) is refused: it runs with `python -m bench -m`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import shlex
 import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import Iterator, List, Optional, Sequence, Union
 
 from bench.config import BenchConfig, check, compose
-from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError
+from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, ConfigProblem
 from bench.infer.result import InferMetrics
 from bench.iobench.result import StorageMetrics
 from bench.run_dirs import RUN_BASE, Reserved, discard, missing_dirs, reserve
@@ -79,20 +85,56 @@ class RunResult:
         return self.exit_code == 0
 
 
+# what a run sets is the process's: one run at a time in a process, each restoring what it changed
+_ONE_RUN = threading.Lock()
+
+
+@contextlib.contextmanager
+def _process_restored() -> Iterator[None]:
+    """The caller's process state as it was, after a run that sets it: os.environ (MLflow's retry
+    and print settings), torch's thread count, global RNGs, cuDNN and TF32 flags. (glibc's mallopt,
+    cpu_malloc_reuse, cannot be undone: docs/training.md.)"""
+    import torch
+
+    environ, threads, rng = dict(os.environ), torch.get_num_threads(), torch.random.get_rng_state()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
+    flags = [(torch.backends.cudnn, "benchmark"), (torch.backends.cudnn, "allow_tf32")]
+    flags.append((torch.backends.cuda.matmul, "allow_tf32"))
+    saved = [getattr(owner, name) for owner, name in flags]
+    try:
+        yield
+    finally:
+        for key in set(os.environ) - set(environ):
+            del os.environ[key]
+        os.environ.update({key: value for key, value in environ.items() if os.environ.get(key) != value})
+        torch.set_num_threads(threads)
+        torch.random.set_rng_state(rng)
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
+        for (owner, name), value in zip(flags, saved, strict=True):
+            setattr(owner, name, value)
+
+
 def run(
-    config: Union[BenchConfig, Sequence[str]],
+    config: Union[BenchConfig, Sequence[str], str],
     out_dir: Union[str, Path, None] = None,
     launch_dir: Union[str, Path, None] = None,
     *,
     echo: bool = False,
 ) -> RunResult:
     """Run one benchmark in this process: `config` is a BenchConfig (checked again, so edits count)
-    or the overrides of `python -m bench`. `out_dir`: the run's directory (default
-    `outputs/<date>/<time>` under `launch_dir`, the current directory unless given, where the
-    default MLflow store `mlflow.db` lives too). `echo=True` prints the command's final
-    `{"radix_metrics": ...}` line on stdout. Raises BenchError for what the command refuses."""
+    or the overrides of `python -m bench` (a list, or one string split as a shell splits it).
+    `out_dir`: the run's directory (default `outputs/<date>/<time>` under `launch_dir`, the current
+    directory unless given, where the default MLflow store `mlflow.db` lives too).
+    `echo=True` prints the command's final `{"radix_metrics": ...}` line on stdout.
+    Raises BenchError for what the command refuses."""
     from bench.app import run as run_bench
 
+    if isinstance(config, str):
+        try:
+            config = shlex.split(config)
+        except ValueError as exc:  # an unclosed quote
+            raise ConfigProblem(f"the overrides {config!r} cannot be split as a shell splits them: {exc}") from None
     overrides = [] if isinstance(config, BenchConfig) else [str(o) for o in config]
     checked = check(config) if isinstance(config, BenchConfig) else compose(*overrides)
     launch = Path(launch_dir or Path.cwd()).resolve()
@@ -107,7 +149,8 @@ def run(
     where = reserved.path
     where.mkdir(parents=True, exist_ok=True)
     try:
-        code = run_bench(checked, where, launch, overrides, raise_refusals=True, echo=echo)
+        with _ONE_RUN, _process_restored():
+            code = run_bench(checked, where, launch, overrides, raise_refusals=True, echo=echo)
     except BenchError:
         discard(reserved)  # refused before any work: nothing of this call stays on disk
         raise

@@ -21,7 +21,7 @@ from omegaconf.errors import OmegaConfBaseException
 from bench.config.preflight import reject_non_finite, reject_unknown_attributes, reject_unknown_keys
 from bench.config.schema import BenchConfig, register_configs, schema
 from bench.config.storage_benchmark import changed_benchmark_keys
-from bench.errors import ConfigError
+from bench.errors import ConfigError, ConfigProblem
 
 
 def load(cfg: DictConfig) -> BenchConfig:
@@ -74,9 +74,12 @@ def composed(*overrides: str) -> DictConfig:
     from hydra.errors import HydraException
 
     from bench import config_dir
-    from bench.config.hydra_errors import as_error
+    from bench.config.hydra_errors import SWEEP_FROM_PYTHON, as_error
     from bench.config.scenario import named_twice
 
+    sweep = next((o for o in overrides if o in ("-m", "--multirun")), None)
+    if sweep:  # Hydra's compose API runs no sweep, and reads "-m" as a malformed override
+        raise ConfigProblem(f"{sweep}: {SWEEP_FROM_PYTHON}", sweep)
     twice = named_twice(overrides)
     if twice is not None:
         raise twice
@@ -85,7 +88,7 @@ def composed(*overrides: str) -> DictConfig:
         try:
             return hydra_compose(config_name="config", overrides=list(overrides))
         except (HydraException, OmegaConfBaseException) as exc:
-            raise as_error(exc) from None
+            raise as_error(exc, overrides) from None
 
 
 def shown(cfg: DictConfig) -> DictConfig:

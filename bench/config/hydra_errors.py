@@ -12,7 +12,7 @@ import itertools
 import os
 import re
 import sys
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List, Optional, Sequence
 
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
@@ -39,9 +39,16 @@ def one_line(exc: BaseException) -> str:
     return str(as_error(exc))
 
 
-def as_error(exc: BaseException) -> BenchError:
+SWEEP_FROM_PYTHON = (
+    "a sweep runs from the command line only: python -m bench -m <overrides> (from Python, call "
+    "bench.api.run once per value)"
+)
+
+
+def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> BenchError:
     """A composition or resolution error as bench's: a ConfigError (key, value, what is accepted)
-    when it is about one key's value, else a ConfigProblem holding the sentence."""
+    when it is about one key's value, else a ConfigProblem holding the sentence. `overrides`: those
+    of a composition from Python (bench.config.compose), else the command line's (sys.argv)."""
     text = str(exc)
     cause = str(exc.__cause__) if exc.__cause__ is not None else ""
     needs_submitit = _NEEDS_SUBMITIT.search(text)
@@ -64,7 +71,7 @@ def as_error(exc: BaseException) -> BenchError:
     not_in_defaults = _NOT_IN_DEFAULTS.search(text)
     if not_in_defaults:  # `experiment=x`: a group that is not in the defaults list is added with +
         group = not_in_defaults.group(1)
-        value = _given(group)
+        value = _given(group, sys.argv[1:] if overrides is None else overrides)
         return ConfigError(
             group,
             value,
@@ -82,7 +89,8 @@ def as_error(exc: BaseException) -> BenchError:
             f"the config could not be resolved: {_first_line(text)}" + (f" (at {key})" if key else ""), key
         )
     if text.startswith("Ambiguous value"):
-        return ConfigProblem(f"{_first_line(text)}: to sweep over it add -m (--multirun); for a list write key=[a,b]")
+        sweep = "to sweep over it add -m (--multirun)" if overrides is None else SWEEP_FROM_PYTHON
+        return ConfigProblem(f"{_first_line(text)}: {sweep}; for a list write key=[a,b]")
     if "LexerNoViableAltException" in text:  # a character the override grammar has no token for
         return ConfigProblem(
             f"a command-line override could not be parsed ({_first_line(text)}): quote a value that holds "
@@ -128,9 +136,9 @@ def did_you_mean(given: str, names: List[str]) -> str:
     return f" (did you mean {lower[close[0]]}?)" if close else ""
 
 
-def _given(key: str) -> Optional[str]:
-    """The value the command line gave `key` (the last one), if it did."""
-    values = [arg.split("=", 1)[1] for arg in sys.argv[1:] if arg.startswith(key + "=")]
+def _given(key: str, args: Sequence[str]) -> Optional[str]:
+    """The value `args` gave `key` (the last one), if they did."""
+    values = [arg.split("=", 1)[1] for arg in args if arg.startswith(key + "=")]
     return values[-1] if values else None
 
 

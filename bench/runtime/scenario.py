@@ -57,14 +57,15 @@ class ModelScenario(BaseScenario):
         config, chosen = fit_cpu(config, device.type)
         if chosen and ctx.is_reporter:
             log.info("%s", chosen)
+        monitor = WindowMonitor(config, device, ctx)
         if ctx.distributed:
             init_process_group(config.distributed, ctx, device)
         try:
-            monitor = WindowMonitor(config, device, ctx)
             result = self.measure(config, device, ctx, monitor, out_dir, heartbeat)
             result.fit = monitor.verdict
             ranks = all_gather(result, ctx)
         finally:
+            monitor.close()
             destroy_process_group()
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         return ModelOutcome(ranks, device.type, name) if ctx.is_reporter else None

@@ -9,18 +9,22 @@ Runs of other hosts are listed but left alone: only their own host can tell. Exi
 Every run whose store answers does the same for its own experiment when it opens (close_stale):
 a run a store error left RUNNING (a full disk mid-run) is closed once the store is writable again,
 its `error` tag naming the run directory that `python -m bench.tools.upload` completes it from.
+
+`--move-aside` renames a sqlite store whose creation was interrupted (bench.tracking.store.half_made:
+no runs; `mlflow db upgrade` cannot repair it) to <db>.half-made-<time>; the next run makes a new one.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 from typing import Optional, Sequence
 
-from bench.secrets import redact_output
+from bench.secrets import redact, redact_output
 from bench.tracking.stale_runs import close_stale, find_stale, kill_reason, running_runs, state_of
-from bench.tracking.store import missing_sqlite_store, resolve_tracking_uri, store_problem
+from bench.tracking.store import half_made, missing_sqlite_store, resolve_tracking_uri, sqlite_path, store_problem
 
 __all__ = ["close_stale", "find_stale", "kill_reason", "main", "running_runs", "state_of"]
 
@@ -30,12 +34,15 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.stale", description=__doc__.split("\n\n")[0])
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     parser.add_argument("--mark", action="store_true", help="end the stale runs KILLED")
+    parser.add_argument("--move-aside", action="store_true", help="rename a half-made sqlite store (no runs)")
     args = parser.parse_args(argv)
     uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())
     missing = missing_sqlite_store(uri)
     if missing:  # nothing can be RUNNING in a store that does not exist; none is made to say so
         print(f"no MLflow store at {missing}: 0 RUNNING, 0 stale", file=sys.stderr)
         return 0
+    if args.move_aside:
+        return move_aside(uri)
     problem = store_problem(uri)
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
@@ -52,6 +59,17 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             client.set_terminated(run.info.run_id, "KILLED")
     gone = sum(state == "gone" for _, state in found)
     print(f"{len(found)} RUNNING, {gone} stale" + (" (marked KILLED)" if args.mark and gone else ""), file=sys.stderr)
+    return 0
+
+
+def move_aside(uri: str) -> int:
+    path = sqlite_path(uri)
+    if path is None or not half_made(path):
+        print(f"[ERROR] {redact(uri)} is not a half-made sqlite store: nothing moved", file=sys.stderr)
+        return 2
+    aside = path.with_name(f"{path.name}.half-made-{time.strftime('%Y%m%d-%H%M%S')}")
+    path.rename(aside)
+    print(f"moved the half-made MLflow store {path} to {aside}: the next run makes a new one", file=sys.stderr)
     return 0
 
 

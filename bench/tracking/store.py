@@ -8,6 +8,8 @@ exists`, an alembic migration that finds no row) and one of them is not tracked.
 touch of a sqlite store — its schema and the experiment — happens under a file lock,
 <db>.lock beside the database, before any run is created; the lock file is removed when the
 lock is released (a SIGKILL in those seconds leaves an empty one, which the next run reuses).
+A new store is made whole or not at all (create_whole); one an older bench left half-made is
+named in one line, with the command that moves it aside (half_made).
 
 Can MLflow track there, and is the tracking server there? A URI whose scheme MLflow has no
 store for is refused before any work (checked_uri). A short probe before a run (once per sweep)
@@ -64,7 +66,61 @@ def store_lock(uri: str) -> Iterator[None]:
         yield
         return
     with removed_lock(Path(str(path) + ".lock"), LOCK_TIMEOUT_S):
+        if not path.exists():
+            create_whole(path)
+        half = half_made(path)
+        if half:
+            raise HalfMadeStore(half)
         yield
+
+
+class HalfMadeStore(Exception):
+    """A sqlite store whose creation was interrupted (half_made): MLflow cannot open or repair it."""
+
+
+def create_whole(path: Path) -> None:
+    """A new sqlite store made whole or not at all (issue 39.7: a Ctrl-C during MLflow's migrations
+    left one that no later run could open): its schema is made under a temporary name, by the
+    means MLflow makes it, then linked into place. os.link never replaces a store another process
+    (one that takes no lock: mlflow ui) made at the same moment. Called under the store's lock: a
+    temporary file found is one a killed creation left."""
+    from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine
+
+    for left in path.parent.glob(f"{path.name}.new-*"):
+        left.unlink(missing_ok=True)
+    temporary = path.with_name(f"{path.name}.new-{os.getpid()}")
+    try:
+        engine = create_sqlalchemy_engine(SQLITE + str(temporary))  # an engine of its own: none of MLflow's caches
+        try:
+            _initialize_tables(engine)
+        finally:
+            engine.dispose()
+        with contextlib.suppress(FileExistsError):
+            os.link(temporary, path)
+    finally:
+        temporary.unlink(missing_ok=True)
+
+
+def half_made(path: Path) -> Optional[str]:
+    """The line naming a sqlite store whose creation was interrupted (MLflow's `_alembic_tmp_`
+    tables or no schema version, and no runs: nothing lost by moving it aside), else None."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            versioned = "alembic_version" in tables and db.execute("SELECT 1 FROM alembic_version").fetchone()
+            runs = "runs" in tables and db.execute("SELECT 1 FROM runs LIMIT 1").fetchone()
+    except sqlite3.Error:
+        return None  # MLflow says what is wrong with it
+    broken = sorted(t for t in tables if t.startswith("_alembic_tmp_")) or ([] if versioned else ["no schema version"])
+    if runs or not tables or not broken:
+        return None
+    return (
+        f"the MLflow store {path} was left half-made (its creation was interrupted: {', '.join(broken)}; "
+        f"no runs), and MLflow cannot open or upgrade it: move it aside with "
+        f"python -m bench.tools.stale --move-aside --tracking-uri {SQLITE}{path}"
+    )
 
 
 @contextlib.contextmanager
@@ -250,6 +306,9 @@ def store_problem(uri: str, timeout_s: float = 5.0) -> Optional[str]:
     accepted = unusable(uri)
     if accepted:
         return f"MLflow has no tracking store for {redact(uri)}: accepted {accepted}"
+    path = sqlite_path(uri)
+    if path is not None and path.exists():
+        return half_made(path)
     problem = probe(uri, timeout_s)
     if problem is None:
         return None

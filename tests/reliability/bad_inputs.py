@@ -1025,6 +1025,13 @@ BAD_INPUTS = [
         2,
         "the MLflow server at http://***@127.0.0.1:9 cannot be reached",
     ),
+    (  # issue 39.7: only a half-made sqlite store (no runs) is ever moved
+        "stale --move-aside of a store that is not a half-made sqlite file",
+        "bench.tools.stale",
+        ["--move-aside", "--tracking-uri", "http://u:CANARY@127.0.0.1:9"],
+        2,
+        "http://***@127.0.0.1:9 is not a half-made sqlite store: nothing moved",
+    ),
     (  # issue 33 probe: MLflow's own back-off (a silent server: 7 tries of 120 s)
         "upload to an MLflow server that is down",
         "bench.tools.upload",

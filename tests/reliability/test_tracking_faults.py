@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import json
 import signal
+import subprocess
+import sys
 import time
 
 import pytest
@@ -226,3 +228,79 @@ def test_a_store_locked_by_another_writer_is_one_line(bench, tiny, tmp_path):
     line = bench.single_error(proc)
     assert proc.returncode == 1 and "database is locked" in line, line
     assert [run.info.status for run in bench.runs()] == []
+
+
+# ---- a store whose creation was interrupted (issue 39 item 7) --------------------------------------
+
+
+def _killed_mid_migration(proc, folder) -> None:
+    """SIGKILL `proc` once a sqlite file in `folder` (mlflow.db or bench's temporary one) shows one of
+    MLflow's `_alembic_tmp_` tables in sqlite_master: mid-migration, the event, not a time."""
+    import sqlite3
+
+    deadline = time.monotonic() + 900  # a hang guard
+    while proc.poll() is None and time.monotonic() < deadline:
+        for db in folder.glob("mlflow.db*"):
+            if db.suffix in (".lock",) or db.name.endswith("-journal"):
+                continue
+            try:
+                with sqlite3.connect(f"{db.as_uri()}?mode=ro", uri=True, timeout=0.01) as reader:
+                    names = [row[0] for row in reader.execute("SELECT name FROM sqlite_master")]
+            except sqlite3.Error:
+                continue
+            if any(name.startswith("_alembic_tmp_") for name in names):
+                proc.send_signal(signal.SIGKILL)
+                proc.wait(timeout=60)
+                return
+        time.sleep(0.002)
+    pytest.fail(f"no _alembic_tmp_ table was seen before the process ended ({proc.poll()})")
+
+
+def test_a_run_killed_while_it_makes_a_new_store_leaves_no_half_made_one(bench, tiny, tmp_path):
+    """SIGKILL mid-migration of the first run in a folder: every later run there went untracked
+    (`table _alembic_tmp_... already exists`) and stale was a 117-line traceback. The store is made
+    under a temporary name and linked into place: the next run is tracked and the leftover removed."""
+    first = bench.start(*tiny, f"hydra.run.dir={tmp_path}/first")
+    _killed_mid_migration(first, tmp_path)
+    again = bench.run(*tiny, f"hydra.run.dir={tmp_path}/again")
+    bench.metrics(again)
+    assert "not tracked" not in again.stderr and "WARNING" not in again.stderr, again.stderr
+    assert [run.info.status for run in bench.runs()] == ["FINISHED"]
+    assert sorted(p.name for p in tmp_path.glob("mlflow.db*")) == ["mlflow.db"]  # the killed one's file removed
+    stale = bench.run(module="bench.tools.stale")
+    assert stale.returncode == 0 and stale.stderr.strip() == "0 RUNNING, 0 stale", stale.stderr
+
+
+def test_a_half_made_store_is_one_line_naming_the_command_that_moves_it_aside(bench, tiny, tmp_path):
+    """A store left half-made as MLflow itself makes one (the first touch, killed mid-migration: how
+    bench made its store before issue 39) is named in one line by a run and by stale, with the
+    command that moves it aside; `mlflow db upgrade` cannot repair it."""
+    making = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            f"from mlflow import MlflowClient; MlflowClient(tracking_uri='{bench.uri}').search_experiments()",
+        ],
+        env=bench.env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    _killed_mid_migration(making, tmp_path)
+    move = f"python -m bench.tools.stale --move-aside --tracking-uri {bench.uri}"
+    proc = bench.run(*tiny, f"hydra.run.dir={tmp_path}/run")
+    bench.metrics(proc)
+    (warning,) = [line for line in proc.stderr.splitlines() if "WARNING" in line]
+    assert f"the MLflow store {bench.db} was left half-made" in warning and move in warning, proc.stderr
+    assert "this run is not tracked" in warning and "Traceback" not in proc.stderr
+    stale = bench.run(module="bench.tools.stale")
+    assert (
+        stale.returncode == 2
+        and stale.stdout == ""
+        and stale.stderr.splitlines()
+        == [f"[ERROR] {warning.split('failed (HalfMadeStore: ')[1].split('); this run')[0]}"]
+    ), stale.stderr
+    moved = bench.run("--move-aside", module="bench.tools.stale")
+    assert moved.returncode == 0 and "moved the half-made MLflow store" in moved.stderr, moved.stderr
+    assert not bench.db.exists() and len(list(tmp_path.glob("mlflow.db.half-made-*"))) == 1
+    again = bench.run("--move-aside", module="bench.tools.stale")  # nothing there to move: said, exit 0
+    assert again.returncode == 0 and "no MLflow store" in again.stderr, again.stderr

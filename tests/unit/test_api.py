@@ -8,8 +8,11 @@ exit 2 raises a BenchError naming the key, the value and what is accepted, and l
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -144,3 +147,114 @@ def test_what_the_command_refuses_raises_naming_the_key_and_leaves_nothing(tmp_p
 
 def test_the_defaults_are_the_schemas():
     assert default_config().model.arch == "resnet50"  # as `python -m bench` with no override
+
+
+# ---- issue 39 items 17 and 18: the caller's process as it was; sweeps, groups and strings refused clearly ----
+
+
+def process_state() -> tuple:
+    environ = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}  # pytest's: setup, then call
+    return environ, torch.get_num_threads(), torch.random.get_rng_state(), torch.backends.cudnn.benchmark
+
+
+def assert_as_it_was(before: tuple) -> None:
+    environ, threads, rng, benchmark = process_state()
+    assert environ == before[0]  # MLFLOW_HTTP_REQUEST_TIMEOUT, ..._MAX_RETRIES, ..._SUPPRESS_PRINTING_URL_TO_STDOUT
+    assert (threads, benchmark) == (before[1], before[3]) and torch.equal(rng, before[2])
+    assert not [t.name for t in threading.enumerate() if t.name in ("fit-watch", "gpu-monitor")]
+
+
+def fit_watches(seen: list, stop: threading.Event, on_first=None) -> threading.Thread:
+    """A thread recording how many fit-watch threads run at once (`seen`), calling on_first() when one does."""
+
+    def body():
+        while not stop.is_set():
+            seen.append(sum(t.name == "fit-watch" for t in threading.enumerate()))
+            if seen[-1] and on_first is not None:
+                on_first()
+                return
+            time.sleep(0.002)
+
+    thread = threading.Thread(target=body, daemon=True)
+    thread.start()
+    return thread
+
+
+@pytest.fixture
+def callers_state(tmp_path, monkeypatch, bench):
+    """A tracked caller (MLflow's settings go through os.environ) with 1 torch thread and a seeded RNG."""
+    monkeypatch.chdir(tmp_path)
+    bench.with_store()
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    torch.manual_seed(1234)
+    yield process_state()
+    torch.set_num_threads(threads)
+
+
+def test_a_run_and_a_ctrl_c_leave_the_callers_process_as_they_found_it(callers_state, bench, tiny):
+    """One run left three MLFLOW_* variables set, torch at 2 threads, its RNG reseeded and cuDNN's
+    autotuner on; after Ctrl-C its fit-watch thread kept sampling. The run is given as one string."""
+    assert run(" ".join(tiny)).ok  # split as a shell splits it
+    assert_as_it_was(callers_state)
+    stop = threading.Event()
+    fit_watches([], stop, on_first=lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C inside the window
+    with pytest.raises(KeyboardInterrupt):
+        run([*tiny, "train.steps_per_epoch=400"])
+    stop.set()
+    assert_as_it_was(callers_state)
+    assert sorted(r.info.status for r in bench.runs()) == ["FINISHED", "KILLED"]
+
+
+def test_runs_from_two_threads_take_turns_and_restore_the_callers_state(callers_state, tiny):
+    """What a run sets is the process's: a second thread's run waits for the first's (a lock); each
+    restores what it changed, so the caller finds its own state after both."""
+    seen, stop, results, started = [], threading.Event(), [], threading.Event()
+    first = threading.Thread(target=lambda: results.append(run([*tiny, "train.steps_per_epoch=100"])))
+    second = threading.Thread(target=lambda: results.append(run(tiny)))
+    fit_watches([], stop, on_first=lambda: (second.start(), started.set()))  # while the first measures
+    watching = fit_watches(seen, stop)
+    first.start()
+    first.join(timeout=600)  # hang guards, these timeouts
+    assert started.wait(timeout=600)
+    second.join(timeout=600)
+    stop.set()
+    watching.join()
+    assert len(results) == 2 and all(result.ok for result in results)
+    assert max(seen) == 1  # never two measured windows at once
+    assert_as_it_was(callers_state)
+
+
+SWEEPS_AND_MISTAKES = [
+    pytest.param(
+        lambda tiny, where: run(["-m", *tiny, "seed=1,2"], launch_dir=where),
+        "-m: a sweep runs from the command line only: python -m bench -m <overrides> (from Python, call "
+        "bench.api.run once per value)",
+        id="sweep-flag",
+    ),
+    pytest.param(
+        lambda tiny, where: compose_config(*tiny, "seed=1,2"),
+        "Ambiguous value for argument 'seed=1,2': a sweep runs from the command line only: python -m bench -m",
+        id="sweep-values",
+    ),
+    pytest.param(
+        lambda tiny, where: compose_config("experiment=cpu_smoke"),
+        "experiment='cpu_smoke' is not valid: accepted +experiment=cpu_smoke: experiment is not in the defaults "
+        "list, so it is added with a leading +.",
+        id="group-without-plus",
+    ),
+    pytest.param(
+        lambda tiny, where: run("+experiment=cpu_smoke 'model=small_cnn", launch_dir=where),
+        'the overrides "+experiment=cpu_smoke \'model=small_cnn" cannot be split as a shell splits them: '
+        "No closing quotation",
+        id="unclosed-quote-in-a-string",
+    ),
+]
+
+
+@pytest.mark.parametrize("call, says", SWEEPS_AND_MISTAKES)
+def test_a_sweep_a_group_without_plus_and_a_bad_string_are_one_clear_refusal(tmp_path, tiny, call, says):
+    with pytest.raises(BenchError) as raised:
+        call(tiny, tmp_path)
+    assert raised.value.exit_code == 2 and str(raised.value).startswith(says) and "\n" not in str(raised.value)
+    assert list(tmp_path.iterdir()) == []
