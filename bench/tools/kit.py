@@ -7,6 +7,12 @@ packages that ship only an sdist (antlr4-python3-runtime, hydra's parser runtime
     python -m bench.tools.kit --have installed.txt --out ./bench-kit  # here: --python 3.12 by default
     pip install --no-index --find-links ./bench-kit bench             # on the target, no network
 
+pip judges environment markers (`; python_version < "3.12"`) by the Python it runs on, whatever
+`--python-version` says: the kit's pip runs on an interpreter of the target's version (`--python`: a
+path, or a version found here: this Python, python3.N on PATH, pyenv's), else the target's pins cannot
+be met and pip backtracks without end. Each pin of `--have` is first checked for a target wheel (one
+refusal naming it), and the resolve is stopped after `--resolve-timeout` seconds (default 600).
+
 `--have` is the target's `pip freeze` (names with versions; a bare name is taken as present in any
 version): the kit leaves those out, and every requirement of bench and of the kit's packages on a
 version listed there is checked (exit 2 naming the ones the target does not meet). The wheels are
@@ -19,14 +25,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from importlib.metadata import metadata
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -42,6 +51,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SOURCES = ("pyproject.toml", "README.md", "bench", "conf", "launchers/hydra_plugins")
 SDIST_TRIES = 5  # packages found only as an sdist, built to wheels one at a time
 PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check")
+HEARTBEAT_S = 10  # how often a long pip step says where it is
 
 
 class KitError(Exception):
@@ -83,15 +93,52 @@ def marker_env(python: str, arch: str) -> Dict[str, str]:
     return {**env, **target, "platform_machine": arch, "os_name": "posix"}
 
 
-def pip(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([*PIP, *args], capture_output=True, text=True)
+def say(line: str) -> None:
+    print(f"kit: {line}", file=sys.stderr, flush=True)
+
+
+def pip(*args: str, python: str = "", doing: str = "", limit: float = 0, total: int = 0) -> subprocess.CompletedProcess:
+    """pip, on `python` where given (else this Python), in a process group of its own (`pip --python`
+    runs a second pip: both end with it). With `doing`, says so now and every HEARTBEAT_S where pip is
+    (its `Collecting X` lines, N of `total`); with `limit`, stops it after that many seconds (KitError)."""
+    if doing:
+        say(doing + (f" (at most {limit:.0f} s)" if limit else ""))
+    began = time.monotonic()
+    # pip's own temporary folders in one of ours: a pip stopped mid-way leaves none behind
+    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory(prefix="bench-kit-pip-") as tmp:
+        cmd = [*PIP, *(["--python", python] if python else []), *args]
+        env = {**os.environ, "TMPDIR": tmp}
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+        try:
+            while True:
+                left = limit - (time.monotonic() - began) if limit else HEARTBEAT_S
+                try:
+                    proc.wait(timeout=max(0.1, min(HEARTBEAT_S, left)))
+                    break
+                except subprocess.TimeoutExpired:
+                    log.seek(0)
+                    seen = re.findall(r"^Collecting (\S+)", log.read(), re.M)
+                    at = f"{len(seen)}{f' of {total}' if total else ''} ({seen[-1] if seen else 'starting'})"
+                    if limit and time.monotonic() - began >= limit:
+                        raise KitError(f"{doing}: gave up after {limit:.0f} s, at {at}: pip had not finished") from None
+                    if doing:
+                        say(f"{doing}: {at}")
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        log.seek(0)
+        text = log.read()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, text, text)
 
 
 def pip_errors(done: subprocess.CompletedProcess) -> str:
-    """pip's own ERROR lines (the last three), else its last line."""
+    """pip's own ERROR lines (the last three) and a conflict's causes, else its last line."""
     lines = [line[len("ERROR: ") :] for line in done.stderr.splitlines() if line.startswith("ERROR: ")]
+    causes = re.search(r"The conflict is caused by:\n((?: {4}.*\n)+)", done.stderr)
+    lines = lines[-3:] + ([line.strip() for line in causes.group(1).splitlines()] if causes else [])
     last = done.stderr.strip().splitlines()[-1:] or ["no output"]
-    return " / ".join(lines[-3:]) or last[0]
+    return " / ".join(lines) or last[0]
 
 
 def build_bench_wheel(source: Path, out: Path) -> Path:
@@ -101,7 +148,7 @@ def build_bench_wheel(source: Path, out: Path) -> Path:
                 shutil.copytree(source / name, Path(tmp) / name, ignore=shutil.ignore_patterns("__pycache__"))
             elif (source / name).is_file():
                 shutil.copy2(source / name, Path(tmp) / name)
-        done = pip("wheel", "-q", "--no-deps", "-w", str(out), tmp)
+        done = pip("wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), tmp)
     if done.returncode != 0:
         raise KitError(f"bench's wheel did not build: {pip_errors(done)}")
     return max(out.glob("bench-*.whl"), key=lambda path: path.stat().st_mtime)
@@ -119,14 +166,39 @@ def pins(have: Dict[str, Optional[str]]) -> List[str]:
     return found
 
 
+def check_pins(found: Sequence[str], flags: Sequence[str], python: str, limit: float) -> None:
+    """Each of the target's pins has a wheel for the target: one the index cannot meet would send the
+    resolve backtracking without end, so it is refused first, by name."""
+    if not found:
+        return
+    with tempfile.TemporaryDirectory(prefix="bench-kit-resolve-") as tmp:
+        done = pip(
+            "install", "--dry-run", "--no-deps", "--ignore-installed", "--target", tmp, *flags, *found,
+            python=python, doing=f"checking the target's {len(found)} pins for wheels", limit=limit, total=len(found),
+        )  # fmt: skip
+    if done.returncode == 0:
+        return
+    missing = re.search(r"satisfies the requirement (\S+) \(from versions: ([^)]*)\)", done.stdout)
+    if not missing:
+        raise KitError(f"the target's pins could not be checked: {pip_errors(done)}")
+    versions = missing.group(2).split(", ")
+    raise KitError(
+        f"{missing.group(1)} has no wheel for the target on the index (its versions for the target: "
+        f"{', '.join(versions[-5:])}): give a version it has, or leave the package out so the kit carries one",
+        EXIT_CONFIG,
+    )
+
+
 def resolve(
-    wheel: Path, extras: Sequence[str], out: Path, flags: Sequence[str], have: Dict[str, Optional[str]]
-) -> List[dict]:
+    wheel: Path, extras: Sequence[str], out: Path, flags: Sequence[str], have: Dict[str, Optional[str]], python: str,
+    limit: float,
+) -> List[dict]:  # fmt: skip
     """pip's resolution for the target (metadata only: nothing large is downloaded), held to the target's
-    versions, as its report's `install` list. A requirement found only as an sdist is built to a
-    pure-Python wheel into `out`."""
+    versions, as its report's `install` list, on the target's `python` within `limit` seconds. A
+    requirement found only as an sdist is built to a pure-Python wheel into `out`."""
     spec = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
     built: List[str] = []
+    deadline = time.monotonic() + limit
     with tempfile.TemporaryDirectory(prefix="bench-kit-resolve-") as tmp:
         constraints = Path(tmp) / "have.txt"
         constraints.write_text("".join(f"{pin}\n" for pin in pins(have)))
@@ -134,7 +206,8 @@ def resolve(
             report = Path(tmp) / "report.json"
             done = pip(
                 "install", "--dry-run", "--ignore-installed", "--report", str(report), "--target",
-                f"{tmp}/target", "--find-links", str(out), "-c", str(constraints), *flags, spec,
+                f"{tmp}/target", "--find-links", str(out), "-c", str(constraints), *flags, spec, python=python,
+                doing="resolving bench's requirements for the target", limit=deadline - time.monotonic(),
             )  # fmt: skip
             if done.returncode == 0:
                 return list(json.loads(report.read_text())["install"])
@@ -142,7 +215,7 @@ def resolve(
             named = re.findall(r"(?:satisfies the requirement|depends on) ([^\s;]+)", done.stdout + done.stderr)
             # (a package the target has is never built here: its version came from --have)
             todo = [req for req in dict.fromkeys(named) if req not in built and name_of(req) not in have]
-            if not todo or not build_sdist(todo[0], out):
+            if not todo or not build_sdist(todo[0], out, flags):
                 raise KitError(f"the dependencies did not resolve for the target: {pip_errors(done)}")
             built.append(todo[0])
     raise KitError(f"more than {SDIST_TRIES} packages ship only as sdists: {', '.join(built)}")
@@ -153,11 +226,12 @@ def name_of(requirement: str) -> str:
     return canonicalize_name(re.split(r"[\s<>=!~\[;]", requirement, maxsplit=1)[0])
 
 
-def build_sdist(requirement: str, out: Path) -> bool:
+def build_sdist(requirement: str, out: Path, flags: Sequence[str]) -> bool:
     """Builds `requirement` from its sdist into a wheel in `out`; False where it has none or it builds
     for this machine only (not pure Python)."""
     before = set(out.glob("*.whl"))
-    done = pip("wheel", "-q", "--no-deps", "--no-binary", name_of(requirement), "-w", str(out), requirement)
+    index = [flag for flag in flags if flag == "--no-index" or flag.startswith("--find-links=")]
+    done = pip("wheel", "-q", "--no-deps", "--no-binary", name_of(requirement), *index, "-w", str(out), requirement)
     made = set(out.glob("*.whl")) - before
     for path in made:
         if not path.name.endswith("-none-any.whl"):
@@ -198,8 +272,17 @@ def build(args: argparse.Namespace) -> dict:
     out.mkdir(parents=True)
     (out / "kit.json").write_text('{"complete": false}\n')  # a failed build leaves a folder a re-run may clear
     flags = platform_args(args.python, args.glibc, args.arch)
+    flags += ["--no-index", f"--find-links={args.find_links}"] if args.find_links else []
+    say(f"building bench's wheel from {args.source}")
     wheel = build_bench_wheel(args.source, out)
-    items = resolve(wheel, args.extras, out, flags, have)
+    began = time.monotonic()
+    try:
+        check_pins(pins(have), flags, args.interpreter, args.resolve_timeout)
+    except KitError as exc:
+        raise KitError(f"--have {args.have}: {exc}", exc.code) from None
+    items = resolve(
+        wheel, args.extras, out, flags, have, args.interpreter, args.resolve_timeout - (time.monotonic() - began)
+    )
     problems = unmet(items, have, marker_env(args.python, args.arch))
     if problems:
         raise KitError(
@@ -207,15 +290,16 @@ def build(args: argparse.Namespace) -> dict:
             "the package out of --have so the kit carries it",
             EXIT_CONFIG,
         )
-    pins = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
-    from_target = {name: version for name, version in pins.items() if name in have}
+    chosen = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
+    from_target = {name: version for name, version in chosen.items() if name in have}
     for path in out.glob("*.whl"):  # an sdist built on the way for a package the target turned out to have
         if canonicalize_name(path.name.split("-")[0]) in have and path != wheel:
             path.unlink()
     present = {canonicalize_name(path.name.split("-")[0]) for path in out.glob("*.whl")}  # bench's, the sdists built
-    wanted = [f"{name}=={version}" for name, version in pins.items() if name not in have and name not in present]
+    wanted = [f"{name}=={version}" for name, version in chosen.items() if name not in have and name not in present]
     if wanted:
-        done = pip("download", "-q", "--no-deps", "-d", str(out), *flags, *wanted)
+        doing = f"downloading {len(wanted)} wheels"
+        done = pip("download", "--no-deps", "-d", str(out), *flags, *wanted, doing=doing, total=len(wanted))
         if done.returncode != 0:
             raise KitError(f"the kit's wheels did not download: {pip_errors(done)}")
     wheels = {path.name: path.stat().st_size for path in sorted(out.glob("*.whl"))}
@@ -241,15 +325,19 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         "--have", type=Path, required=True, help="the target's `pip freeze --all` (what it already has)"
     )
     parser.add_argument("--out", type=Path, default=Path("bench-kit"), help="the kit's folder (default ./bench-kit)")
-    parser.add_argument("--python", default="3.12", help="the target's Python, major.minor (default 3.12)")
+    parser.add_argument(
+        "--python", default="3.12", help="the target's Python: major.minor, found here (default 3.12), or a path"
+    )
     parser.add_argument("--glibc", default="2.28", help="the target's glibc (default 2.28: torch's own floor)")
     parser.add_argument("--arch", default="x86_64", help="the target's machine (default x86_64)")
     parser.add_argument("--extras", default="", help="bench's extras to carry, comma-separated (s3, slurm, ...)")
     parser.add_argument("--source", type=Path, default=ROOT, help="bench's source tree (default: this checkout)")
+    parser.add_argument("--find-links", help="take the wheels from this folder (or URL) only, not the index")
+    parser.add_argument("--resolve-timeout", type=float, default=600, help="seconds the resolve may take (600)")
     args = parser.parse_args(argv)
     args.extras = [e.strip() for e in args.extras.split(",") if e.strip()]
-    if not re.fullmatch(r"3\.\d+", args.python) or not re.fullmatch(r"2\.\d+", args.glibc):
-        raise KitError(f"--python {args.python} --glibc {args.glibc}: accepted 3.N and 2.N", EXIT_CONFIG)
+    if not re.fullmatch(r"3\.\d+|.*/.*", args.python) or not re.fullmatch(r"2\.\d+", args.glibc):
+        raise KitError(f"--python {args.python} --glibc {args.glibc}: accepted 3.N or a path, and 2.N", EXIT_CONFIG)
     if not args.have.is_file():
         raise KitError(f"--have {args.have} is not a file: give the target's `pip freeze` output", EXIT_CONFIG)
     if not (args.source / "pyproject.toml").is_file():
@@ -263,10 +351,42 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     if unknown:
         given, accepted = ",".join(unknown), ", ".join(sorted(known))
         raise KitError(f"--extras={given!r} is not valid: accepted bench's extras ({accepted})", EXIT_CONFIG)
+    args.interpreter, args.python = interpreter(args.python)
     return args
 
 
+def interpreter(python: str) -> Tuple[str, str]:
+    """--python's interpreter and its major.minor: the path given, or for a version this Python,
+    python3.N on PATH or pyenv's build of it."""
+    if "/" in python:
+        candidates = [python]
+    else:
+        pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+        found = sorted(pyenv.glob(f"versions/{python}.*/bin/python{python}"), key=lambda p: len(p.parts), reverse=True)
+        candidates = [sys.executable, shutil.which(f"python{python}") or "", *map(str, found)]
+    for candidate in filter(None, candidates):
+        try:
+            done = subprocess.run(
+                [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True
+            )
+        except OSError:
+            continue
+        version = done.stdout.strip()
+        if done.returncode == 0 and (version == python or "/" in python):
+            return candidate, version
+    raise KitError(
+        f"--python {python}: no such Python here (pip judges a package's markers by the Python it runs on): "
+        "give the path of an interpreter of the target's version (pyenv install, a venv's bin/python)",
+        EXIT_CONFIG,
+    )
+
+
+def stopped(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt  # SIGTERM as Ctrl-C: pip's processes and the temporary folders go
+
+
 def main(argv: Optional[Sequence[str]] = None) -> int:
+    signal.signal(signal.SIGTERM, stopped)
     try:
         args = parse(argv)
         manifest = build(args)

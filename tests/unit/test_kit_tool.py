@@ -1,9 +1,22 @@
 """bench.tools.kit's logic in-process: the target's `pip freeze` read, the platform's wheel tags, and the
-check of what the kit's packages require of the target's versions (the kit built for real, from the
-index, is .ci/gpu_day's; tests/e2e/test_offline_kit.py installs it)."""
+check of what the kit's packages require of the target's versions; then the kit built for real from a
+local wheel folder (no index): a pin it cannot meet, the resolve's limit, a stop, what it says. The kit
+built from the index is .ci/gpu_day's; tests/e2e/test_offline_kit.py installs it."""
 
 from __future__ import annotations
 
+import contextlib
+import json
+import os
+import socket
+import sys
+import threading
+import zipfile
+from pathlib import Path
+from types import SimpleNamespace
+from typing import List, Tuple
+
+import psutil
 import pytest
 
 from bench.tools import kit
@@ -62,3 +75,140 @@ def test_bad_arguments_are_one_error_line_and_exit_2(tmp_path, capsys):
     assert err.count("[ERROR]") == 1 and "not a kit" in err
     assert (tmp_path / "notakit" / "results.csv").read_text() == "mine\n"  # nothing of the user's removed
     assert kit.main(["--have", str(tmp_path / "have.txt"), "--python", "312"]) == 2
+
+
+# ---- the kit built for real, from a local wheel folder (--find-links: no index) ----------------------
+
+
+def write_wheel(folder: Path, name: str, version: str, *requires: str) -> None:
+    """A pure-Python wheel of `name` with these requirements (all pip reads to resolve and download)."""
+    info = f"{name}-{version}.dist-info"
+    files = {
+        f"{name}.py": "",
+        f"{info}/METADATA": "".join([f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"]
+                                    + [f"Requires-Dist: {req}\n" for req in requires]),
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }  # fmt: skip
+    files[f"{info}/RECORD"] = "".join(f"{path},,\n" for path in [*files, f"{info}/RECORD"])
+    with zipfile.ZipFile(folder / f"{name}-{version}-py3-none-any.whl", "w") as whl:
+        for path, text in files.items():
+            whl.writestr(path, text)
+
+
+def other_python() -> Tuple[str, str]:
+    """An interpreter of another version than this one where there is one (pyenv's, CI's 3.12), else this."""
+    here = "%d.%d" % sys.version_info[:2]
+    for version in ("3.12", "3.13", "3.11", "3.10"):
+        with contextlib.suppress(kit.KitError):
+            found = kit.interpreter(version)
+            if version != here:
+                return found
+    return sys.executable, here
+
+
+@pytest.fixture
+def wheels(tmp_path, bench):
+    """A wheel folder (alpha 1.0; beta 2.0, which needs gamma on the target's Python only), a source
+    tree of a `bench` needing alpha and beta, and the kit's environment: no pip configuration, its
+    temporary folders in tmp/."""
+    folder, source, tmp = tmp_path / "wheels", tmp_path / "source", tmp_path / "tmp"
+    for path in (folder, source, tmp):
+        path.mkdir()
+    python, version = other_python()
+    write_wheel(folder, "alpha", "1.0")
+    write_wheel(folder, "beta", "2.0", f"gamma; python_version == '{version}'")
+    write_wheel(folder, "gamma", "3.0")
+    (source / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=64"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "bench"\nversion = "0.0.1"\ndependencies = ["alpha>=1", "beta"]\n'
+        "[tool.setuptools]\npy-modules = []\n"
+    )
+    env = {k: v for k, v in bench.env(TMPDIR=str(tmp), PIP_CONFIG_FILE=os.devnull).items() if k != "PIP_FIND_LINKS"}
+    return SimpleNamespace(folder=folder, source=source, tmp=tmp, python=python, version=version, env=env)
+
+
+def kit_args(wheels, have: str, *more: str) -> List[str]:
+    (wheels.tmp.parent / "have.txt").write_text(have)
+    return ["--have", str(wheels.tmp.parent / "have.txt"), "--out", str(wheels.tmp.parent / "kit"),
+            "--source", str(wheels.source), "--python", wheels.python, *more]  # fmt: skip
+
+
+def test_a_kit_from_a_wheel_folder_judges_markers_on_the_targets_python_and_says_what_it_does(bench, wheels):
+    done = bench.run(*kit_args(wheels, "alpha==1.0\n", "--find-links", str(wheels.folder)), module="bench.tools.kit",
+                     env=wheels.env)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    manifest = json.loads((wheels.tmp.parent / "kit" / "kit.json").read_text())
+    assert sorted(manifest["wheels"]) == [
+        "bench-0.0.1-py3-none-any.whl", "beta-2.0-py3-none-any.whl", "gamma-3.0-py3-none-any.whl"
+    ]  # fmt: skip  # gamma: beta's marker, true on the target's Python (whichever runs the kit)
+    assert manifest["python"] == wheels.version and manifest["from_target"] == {"alpha": "1.0"}
+    said = [line for line in done.stderr.splitlines() if line.startswith("kit: ")]
+    assert said[:2] == [f"kit: building bench's wheel from {wheels.source}",
+                        "kit: checking the target's 1 pins for wheels (at most 600 s)"]  # fmt: skip
+    assert "kit: resolving bench's requirements for the target (at most " in done.stderr
+    assert "kit: downloading 2 wheels" in done.stderr
+    assert list(wheels.tmp.iterdir()) == []
+
+
+def test_a_pin_the_index_cannot_meet_is_one_error_line_before_the_resolve(bench, wheels):
+    done = bench.run(*kit_args(wheels, "alpha==2.0\nbeta\n", "--find-links", str(wheels.folder)),
+                     module="bench.tools.kit", env=wheels.env)  # fmt: skip
+    error = bench.single_error(done)
+    assert done.returncode == 2
+    assert error.startswith(f"[ERROR] --have {wheels.tmp.parent / 'have.txt'}: alpha==2.0 has no wheel for the target")
+    assert "(its versions for the target: 1.0)" in error
+    assert "resolving" not in done.stderr and list(wheels.tmp.iterdir()) == []
+
+
+class SilentIndex:
+    """A find-links server on loopback that takes connections and never answers: pip waits on it."""
+
+    def __init__(self):
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/"
+        self.conns: List[socket.socket] = []
+        threading.Thread(target=self.accept, daemon=True).start()
+
+    def accept(self):
+        with contextlib.suppress(OSError):
+            while True:
+                self.conns.append(self.sock.accept()[0])
+
+    def pips(self) -> list:
+        """The processes still asking it (both of `pip --python`'s have its URL in their arguments)."""
+        return [p for p in psutil.process_iter(["cmdline"]) if self.url in " ".join(p.info["cmdline"] or [])]
+
+
+def test_a_resolve_that_does_not_end_is_stopped_at_its_limit_and_says_so(bench, wheels):
+    index = SilentIndex()
+    done = bench.run(*kit_args(wheels, "", "--find-links", index.url, "--resolve-timeout", "3"),
+                     module="bench.tools.kit", env=wheels.env)  # fmt: skip
+    error = bench.single_error(done)
+    assert done.returncode == 1
+    assert error.startswith("[ERROR] resolving bench's requirements for the target: gave up after 3 s, at "), error
+    assert "kit: resolving bench's requirements for the target (at most 3 s)" in done.stderr
+    assert index.pips() == [] and list(wheels.tmp.iterdir()) == []
+
+
+def test_a_kit_stopped_while_resolving_leaves_no_temporary_folder_and_no_pip(bench, wheels):
+    index = SilentIndex()
+    proc = bench.start(*kit_args(wheels, "", "--find-links", index.url, "--resolve-timeout", "120"),
+                       module="bench.tools.kit", env=wheels.env, fresh=True)  # fmt: skip
+    for line in proc.stderr:
+        if line.startswith("kit: resolving"):
+            break
+    assert [path.name for path in wheels.tmp.iterdir() if path.name.startswith("bench-kit-resolve-")]
+    proc.terminate()
+    err = proc.communicate(timeout=60)[1]
+    assert proc.returncode == 130 and "Traceback" not in err, err
+    assert index.pips() == [] and list(wheels.tmp.iterdir()) == []
+
+
+def test_python_is_a_version_found_here_or_an_interpreters_path():
+    here = "%d.%d" % sys.version_info[:2]
+    assert kit.interpreter(here) == (sys.executable, here)
+    assert kit.interpreter(sys.executable) == (sys.executable, here)
+    for wrong in ("3.99", "/nonexistent/python3"):
+        with pytest.raises(kit.KitError, match=f"--python {wrong}: no such Python here") as caught:
+            kit.interpreter(wrong)
+        assert caught.value.code == 2
