@@ -25,10 +25,15 @@ SEED_KEYS = {
     "training.batch_size": "data.batch_size",
     "training.precision": "precision",
     "training.seed": "seed",
+    "training.cudnn_benchmark": "cudnn_benchmark",
     "model.channels_last": "precision.channels_last",
+    "benchmark.sync_cuda": "benchmark.sync",
     "training": "train",  # training.epochs, training.steps_per_epoch, ...
     "profiling": "profile",  # profiling.enabled, profiling.steps, ...
 }
+SEED_VALUES = {"precision": {"amp": "amp_fp16"}}  # the seed's option names -> bench's
+# the seed's keys bench has no key for, as what bench does instead: dropped, and said
+SEED_DROPPED = {"benchmark.log_step_times": "bench always writes step_times.csv (every measured step's time)"}
 
 
 def top_level_keys() -> List[str]:
@@ -53,12 +58,18 @@ def seed_spelling(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     for arg in argv:
         prefix = arg[: len(arg) - len(arg.lstrip("+~"))]
         key, sep, value = arg[len(prefix) :].partition("=")
-        new = bench_key(key) if (sep or prefix == "~") and not arg.startswith("-") else None
+        seed_arg = (sep or prefix == "~") and not arg.startswith("-")
+        if seed_arg and key in SEED_DROPPED:
+            read.append(f"{key} -> none: {SEED_DROPPED[key]}")
+            continue
+        new = bench_key(key) if seed_arg else None
         if new is None:
             out.append(arg)
             continue
-        out.append(f"{prefix}{new}{sep}{value}")
-        read.append(f"{key} -> {new}")
+        names = SEED_VALUES.get(new, {})
+        bench_value = ",".join(names.get(v, v) for v in value.split(","))
+        out.append(f"{prefix}{new}{sep}{bench_value}")
+        read.append(f"{key} -> {new}" if bench_value == value else f"{key}={value} -> {new}={bench_value}")
     return out, read
 
 

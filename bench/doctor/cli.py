@@ -134,7 +134,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
     params = {"doctor.budget_s": budget_s, "doctor.what_ifs": with_what_ifs, "overrides": " ".join(overrides)}
     parent = open_run(config.tracking, launch_dir, f"doctor-{time.strftime('%Y%m%d-%H%M%S')}", params, {}, overrides)
     parent.set_tags({"doctor": "parent"})
-    runs = TrainingRuns(out_dir, launch_dir, parent.run_id)
+    runs = TrainingRuns(out_dir, launch_dir, parent.run_id, budget_s)
 
     def on_rung(rung: Rung) -> None:
         said = rung.skipped or rung.failed or f"{rung.images_per_second or 0:,.0f} img/s"

@@ -7,9 +7,12 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
+import signal
+import threading
 import time
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Any, Iterator, List, Optional, Sequence
 
 from bench.config import BenchConfig, compose
 from bench.config.run import TrainConfig
@@ -48,14 +51,54 @@ def names_length(overrides: Sequence[str]) -> bool:
 
 
 MAX_WARMUP_STEPS = 5
+# A rung's set-up (building, compiling, warming up the model, its MLflow run) may overrun the budget
+# (docs/profiling.md), but not far: past twice doctor.budget_s (at least a minute) the rung is stopped
+SETUP_BUDGETS, MIN_SETUP_S = 2.0, 60.0
+
+
+class SetupOverrun(Interrupted):
+    """SIGALRM at a rung's limit: the run ends as at a signal (KILLED, its workers stopped)."""
+
+    def __init__(self, reason: str):
+        super().__init__("SIGALRM")
+        self.args = (reason,)
+
+
+@contextlib.contextmanager
+def stopped_after(seconds: float, reason: str) -> Iterator[List[bool]]:
+    """SetupOverrun raised in the main thread after `seconds`; the list yielded holds True once it was."""
+    fired: List[bool] = []
+    if threading.current_thread() is not threading.main_thread():
+        yield fired
+        return
+
+    def _raise(_signum: int, _frame: Any) -> None:
+        fired.append(True)
+        raise SetupOverrun(reason)
+
+    previous = signal.signal(signal.SIGALRM, _raise)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield fired
+    except SetupOverrun:  # fired once the run had returned
+        pass
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+# the data source's own keys: the twin's source is synthetic, every other data.* override is the user's
+SOURCE_KEYS = ("data", "data.name", "data.root", "data.download")
 
 
 def synthetic_twin(overrides: Sequence[str], config: BenchConfig) -> List[str]:
-    """The same model, batch, image size and precision on synthetic data made on the device. An
-    epoch that is a pass over the user's dataset (train.steps_per_epoch=null) has no meaning on
-    synthetic data: the twin's epochs are train.steps_per_epoch's default length, as many as the
-    user's run has when its length is named, else MANY_EPOCHS (its window ends it)."""
-    kept = [o for o in overrides if not o.lstrip("+~").startswith(("data=", "data."))]
+    """The same model, batch, image sizes, schedule and precision on synthetic data made on the
+    device: the user's data.* overrides but the source's, and the run's batch, size, classes and
+    progressive resizing (a data group's or a preset's). An epoch that is a pass over the user's
+    dataset (train.steps_per_epoch=null) has no meaning on synthetic data: the twin's epochs are
+    train.steps_per_epoch's default length, as many as the user's run has when its length is named,
+    else MANY_EPOCHS (its window ends it)."""
+    kept = [o for o in overrides if o.lstrip("+~").partition("=")[0] not in SOURCE_KEYS]
     data = config.data
     twin = [
         *kept,
@@ -63,6 +106,7 @@ def synthetic_twin(overrides: Sequence[str], config: BenchConfig) -> List[str]:
         f"data.batch_size={data.batch_size}",
         f"data.image_size={data.image_size}",
         f"data.num_classes={data.num_classes}",
+        f"data.progressive={'null' if data.progressive is None else repr(data.progressive)}",
     ]
     if config.train.steps_per_epoch is None:
         length = [] if names_length(overrides) else [MANY_EPOCHS]  # the twin names its length: rung_config would not
@@ -90,8 +134,9 @@ class TrainingRuns:
     """Runs of the training scenario for the doctor: each in `out_dir/<job>`, each a child of
     `parent_run_id` (None: tracked alone, or not at all with tracking.enabled=false)."""
 
-    def __init__(self, out_dir: Path, launch_dir: Path, parent_run_id: Optional[str]):
+    def __init__(self, out_dir: Path, launch_dir: Path, parent_run_id: Optional[str], budget_s: float = math.inf):
         self.out_dir, self.launch_dir, self.parent_run_id = out_dir, launch_dir, parent_run_id
+        self.budget_s, self.setup_s = budget_s, max(MIN_SETUP_S, SETUP_BUDGETS * budget_s)
 
     def run(self, job: str, name: str, overrides: Sequence[str], window_s: float) -> Rung:
         from bench.app import run as run_bench
@@ -112,9 +157,21 @@ class TrainingRuns:
         sweep_job = SweepJob(job=job, dir=str(self.out_dir), parent_run_id=self.parent_run_id)
         log.info("%s: %s", job, " ".join(overrides) or "(the defaults)")
         # the run's final line and log go to its directory: the doctor's stdout is its table
-        with (job_dir / "stdout.txt").open("w") as out, contextlib.redirect_stdout(out):
+        limit = window_s + self.setup_s
+        overrun = (
+            f"its set-up (building, compiling, warming up the model) ran past {self.setup_s:.0f} s, far past "
+            f"doctor.budget_s={self.budget_s:g}: stopped after {limit:.0f} s, not measured"
+        )
+        with (
+            (job_dir / "stdout.txt").open("w") as out,
+            contextlib.redirect_stdout(out),
+            stopped_after(limit, overrun) as overran,
+        ):
             code = run_bench(config, job_dir, self.launch_dir, list(overrides), sweep_job)
         rung.seconds = time.perf_counter() - started
+        if overran:
+            rung.skipped = overrun
+            return rung
         if code == EXIT_SIGINT:  # the run ended KILLED by Ctrl-C: so does the ladder, at once
             raise KeyboardInterrupt
         if code == EXIT_SIGTERM:

@@ -52,11 +52,12 @@ def check_training_for_accuracy(config: BenchConfig) -> None:
             "steps_per_epoch", "a positive integer with data=synthetic (null means one pass over a real dataset)"
         )
     if config.train.eval_every:
-        what = "train.target_accuracy" if config.train.target_accuracy is not None else "train.eval_every"
+        target = config.train.target_accuracy is not None
+        what, off = ("train.target_accuracy", "null") if target else ("train.eval_every", "0")  # null: not Optional
         raise ConfigError(
             what,
             getattr(config.train, what.split(".")[1]),
-            "none with data=synthetic (random labels: nothing to learn); validation needs "
+            f"{off} with data=synthetic (random labels: nothing to learn); validation needs "
             "a real dataset: data=imagefolder or data=cifar100 (python -m bench.data digits "
             "--dst DIR writes one)",
         )

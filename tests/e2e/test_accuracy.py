@@ -41,6 +41,8 @@ def test_digits_trains_to_its_target_and_stops_there(bench, digits, tmp_path):
     assert len(epochs) == metrics["epochs_to_target"] < 12  # stopped at the first evaluation reaching it
     assert all(e["val_top1"] < 0.95 for e in epochs[:-1]) and epochs[-1]["val_top1"] >= 0.95
     assert metrics["time_to_target_seconds"] == pytest.approx(epochs[-1]["wall_seconds"])
+    reached = f"target reached at epoch {len(epochs)}: val top-1 {metrics['val_top1']:.4f} >= 0.95 after "
+    assert f"{reached}{metrics['time_to_target_seconds']:.1f} s: the run stops here" in proc.stderr  # issue 40.5
     assert metrics["steps_per_epoch"] == 1437 // 64 and all(e["steps"] == 1437 // 64 for e in epochs)
     # evaluation is not training time: the window is shorter than the wall time to the target
     assert metrics["elapsed_seconds"] < metrics["time_to_target_seconds"]

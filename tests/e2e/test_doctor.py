@@ -166,3 +166,25 @@ def test_the_ddp_rung_all_reduces_the_gradient_size_between_real_processes():
     assert figures.backend == "gloo" and figures.processes == 2 and figures.megabytes == 4.0
     assert figures.milliseconds > 0 and figures.bus_gigabytes_per_second > 0
     assert figures.share_of_step == pytest.approx(figures.milliseconds / 100.0)
+
+
+def test_the_ceiling_of_a_recipe_shrunk_for_a_test_box_runs_the_users_schedule(bench, tmp_path):
+    """Issue 40.2: the compute ceiling dropped the user's data.progressive, so imagenet_fast's own
+    (batch 512 at 128 px) ran for minutes on a 90 s budget. The ceiling is the run on synthetic
+    data: the user's schedule, sizes and classes (bench's small CNN and no compile keep it short)."""
+    out = tmp_path / "doctor"
+    shrunk = "+experiment=imagenet_fast data=synthetic allow_cpu=true train.eval_every=0 train.steps_per_epoch=4"
+    small = "model=small_cnn compile=false train.epochs=2 data.num_classes=10 tracking.enabled=false"
+    doctor = f"doctor.budget_s=20 doctor.what_ifs=false doctor.out={out}"
+    proc = bench.run(
+        *shrunk.split(), *small.split(), 'data.progressive="0,16,4;1,32,2"', *doctor.split(), module="bench.doctor"
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    report = json.loads((out / "doctor.json").read_text())
+    for job, name in (("1-compute", "compute"), ("4-full", "full")):
+        summary = json.loads((out / job / "run_summary.json").read_text())
+        assert summary["config"]["data"]["progressive"] == "0,16,4;1,32,2", job
+        assert summary["config"]["data"]["num_classes"] == 10 and summary["config"]["data"]["name"] == "synthetic"
+        assert (summary["epochs"][0]["image_size"], summary["epochs"][0]["batch_size"]) == (16, 4), job
+        rung = next(r for r in report["rungs"] if r["name"] == name)
+        assert rung["images_per_second"] > 0 and not rung["skipped"], rung

@@ -288,7 +288,14 @@ BAD_INPUTS = [
         "bench",
         [CPU, "train.eval_every=1"],
         2,
-        "train.eval_every=1 is not valid: accepted none with data=synthetic",
+        "train.eval_every=1 is not valid: accepted 0 with data=synthetic",
+    ),
+    (
+        "a target accuracy on synthetic data",
+        "bench",
+        [CPU, "train.target_accuracy=0.5"],
+        2,
+        "train.target_accuracy=0.5 is not valid: accepted null with data=synthetic",
     ),
     (
         "a pass over synthetic data",

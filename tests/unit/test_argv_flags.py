@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from bench.config.argv import as_overrides
+from bench.config.argv import as_overrides, unknown_flag
 
 
 @pytest.mark.parametrize(
@@ -124,10 +124,47 @@ def test_the_seeds_keys_table_in_the_docs_is_the_mapping():
     ],
 )
 def test_a_flag_that_is_neither_hydras_nor_a_key_is_one_line(argv, hint):
-    from bench.config.argv import unknown_flag
-
     assert unknown_flag(argv) == (
         f"{argv[-1]} is not valid: accepted a config key as a flag (--data.batch_size=8) or one of Hydra's "
         "flags (--help, --cfg job, -m, --config-name, ...: --hydra-help lists them)" + hint
     )
     assert unknown_flag(["--cfg=job", "-m", "--info", "plugins", "-cn", "config", "data.batch_size=-1", "-1"]) is None
+
+
+# ---- issue 40.7: every key of the GPU-benchmark seed, as a flag and as key=value --------------------------
+
+STEP_TIMES = "benchmark.log_step_times -> none: bench always writes step_times.csv (every measured step's time)"
+
+
+@pytest.mark.parametrize(
+    "key, value, read_as, expected",
+    [
+        ("training.epochs", "3", lambda c: c.train.epochs, 3),
+        ("training.precision", "fp32", lambda c: str(c.precision.name), "fp32"),
+        ("training.precision", "amp", lambda c: str(c.precision.name), "amp_fp16"),  # the seed's name for it
+        ("training.precision", "bf16", lambda c: str(c.precision.name), "bf16"),
+        ("training.seed", "3", lambda c: c.seed, 3),
+        ("training.cudnn_benchmark", "false", lambda c: c.cudnn_benchmark, False),  # a top-level key in bench
+        ("data.batch_size", "8", lambda c: c.data.batch_size, 8),
+        ("model.channels_last", "true", lambda c: c.precision.channels_last, True),
+        ("benchmark.warmup_steps", "7", lambda c: c.benchmark.warmup_steps, 7),
+        ("benchmark.measure_steps", "9", lambda c: c.benchmark.measure_steps, 9),
+        ("benchmark.measure_seconds", "2.5", lambda c: c.benchmark.measure_seconds, 2.5),
+        ("benchmark.sync_cuda", "true", lambda c: c.benchmark.sync, True),
+        ("profiling.enabled", "true", lambda c: c.profile.enabled, True),
+        ("benchmark.log_step_times", "true", None, STEP_TIMES),  # what bench does instead, in the one line
+    ],
+)
+def test_every_key_of_the_gpu_benchmark_seed_reaches_benchs(compose, key, value, read_as, expected):
+    from bench.config.argv import seed_spelling
+
+    for argv in ([f"--{key}={value}"], [f"{key}={value}"]):
+        flags, problem = as_overrides(argv)
+        assert problem is None and not unknown_flag(flags), argv
+        overrides, read = seed_spelling(flags)
+        config = compose(*overrides)
+        if read_as is None:
+            assert overrides == [] and read == [expected]
+        else:
+            assert read_as(config) == expected, argv
+            assert all(line.startswith(key) for line in read) and bool(read) == (overrides != flags)  # said once

@@ -89,3 +89,25 @@ def test_on_the_cpu_more_loader_workers_take_their_cores_from_the_models_threads
     assert candidates(config, user, 4.0, input_first=True)[0].name == "data.num_workers=4"
     two_cores = compose(*user, "cpu_threads=1", "data.num_workers=1")  # bench's own split of 2 cores
     assert not any("num_workers" in w.name for w in candidates(two_cores, user, 2.0, True, on_cpu=True))
+
+
+def test_a_rung_whose_set_up_runs_far_past_the_budget_is_stopped_and_says_so(tmp_path):
+    """Issue 40.2: a rung ran on for minutes in its set-up (ResNet-50 at batch 512, a 90 s budget).
+    Its limit here (no set-up allowed past a 0.3 s window) is passed before any training step: the
+    run is stopped, its worker with it, and its row says why instead of a rate."""
+    import os
+
+    from bench.doctor.figures import COMPUTE
+    from bench.doctor.training import TrainingRuns
+
+    runs = TrainingRuns(tmp_path, tmp_path, None, budget_s=12)
+    assert runs.setup_s == 60.0  # twice the budget, at least a minute
+    runs.setup_s = 0.0
+    rung = runs.run("1-compute", COMPUTE, ["+experiment=cpu_smoke", "tracking.enabled=false"], 0.3)
+    assert rung.skipped.startswith("its set-up (building, compiling, warming up the model) ran past 0 s, far past ")
+    assert rung.skipped.endswith("doctor.budget_s=12: stopped after 0 s, not measured") and not rung.measured
+    assert not (tmp_path / "1-compute" / "run_summary.json").exists()
+    for pid_file in (tmp_path / "1-compute").glob("workers/*/rank*.pid"):  # no worker left training
+        pid = int(pid_file.read_text().split()[0])
+        with pytest.raises(ProcessLookupError):
+            os.kill(pid, 0)

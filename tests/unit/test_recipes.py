@@ -143,6 +143,7 @@ def test_milestones_in_steps_inside_the_first_of_several_epochs_are_named_in_a_w
 NOT_NAMED = "not named"  # the seed gives no value: any value bench picks is a difference to name
 SWEPT = "swept"  # the recipe sweeps it: each job's own value, nothing to compare
 PROGRESSIVE = "0,128,512;5,160,384;10,192,320;15,224,256"  # the seed's schedule when it names none
+SEED_ONECYCLE = "0 → 1 → 0.01"  # the seed's one-cycle lr from 0 to its peak and down to 1% of it (issue 40.8)
 # The fast-ImageNet seed's defaults, in bench's keys. `lr` is the lr the run starts at (optimizer.lr,
 # times the first phase's global batch / 256 with scheduler.scale_lr). Keys the seed does not name hold
 # bench's schema default: a preset that changes one names it too.
@@ -160,6 +161,7 @@ SEED = {
     "scheduler": "multistep",
     "scheduler.milestones": NOT_NAMED,
     "scheduler.pct_start": 0.3,
+    "onecycle_range": SEED_ONECYCLE,
     "data.progressive": None,
     "data.batch_size": 256,
     "data.image_size": 224,
@@ -231,9 +233,21 @@ def recipe_values(config) -> dict:
         values["scheduler.milestones"] = list(c.scheduler.milestones)
     if c.scheduler.name == "onecycle":
         values["scheduler.pct_start"] = c.scheduler.pct_start
+        values["onecycle_range"] = onecycle_range(c.scheduler)
     if not phases:  # a progressive schedule sets the batch and the size
         values["data.batch_size"], values["data.image_size"] = c.data.batch_size, c.data.image_size
     return values
+
+
+def onecycle_range(scheduler) -> str:
+    """The one-cycle lr's start, peak and end in multiples of its peak, as bench builds it."""
+    import torch
+
+    from bench.train.schedules import build_scheduler
+
+    optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0, momentum=0.9)
+    group = build_scheduler(optimizer, scheduler, 1000, 1.0).optimizer.param_groups[0]
+    return " → ".join(f"{group[k] / group['max_lr']:g}" for k in ("initial_lr", "max_lr", "min_lr"))
 
 
 def differences(number: int, config) -> dict:
