@@ -7,10 +7,10 @@ import sys
 from typing import NoReturn, Optional
 
 import hydra
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
 from bench import config_dir, run_dirs
-from bench.config.argv import as_overrides, seed_spelling, unknown_flag
+from bench.config.argv import PRESET, as_overrides, help_groups, presets_help, seed_spelling, unknown_flag
 from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.scenario import named_twice
 from bench.config.schema import register_configs
@@ -20,6 +20,7 @@ from bench.launch.preview import job_config, preview, wants_job_config, wants_pr
 from bench.secrets import command_line_problem, redact_output
 
 register_configs()
+OmegaConf.register_new_resolver("bench_help_groups", help_groups)  # conf/hydra/help/bench.yaml
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
@@ -60,6 +61,9 @@ def cli() -> None:
     # collections over torch's, mlflow's and Hydra's ~600k objects took 5 s on a loaded 2-core
     # machine after a Ctrl-C had been answered; left frozen, they are freed with the process.
     atexit.register(gc.freeze)
+    if sys.argv[1:] in (["--help", PRESET], ["-h", PRESET]):  # the presets --help counts
+        print(presets_help())
+        sys.exit(0)
     sys.argv[1:], problem = as_overrides(sys.argv[1:])  # --data.batch_size=8 is data.batch_size=8
     problem = problem or unknown_flag(sys.argv[1:])
     problem = problem or command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])

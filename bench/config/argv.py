@@ -11,7 +11,9 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import re
+import textwrap
 import typing
+from pathlib import Path
 from typing import List, Optional, Sequence, Tuple
 
 from hydra._internal.utils import get_args_parser
@@ -94,6 +96,33 @@ def unknown_flag(argv: Sequence[str]) -> Optional[str]:
                 + (f" (did you mean {close[0]}?)" if close else "")
             )
     return None
+
+
+def help_groups(width: int = 80) -> str:
+    """`--help`'s groups (Hydra's $APP_CONFIG_GROUPS put the presets on one 462-character line): each
+    group's options wrapped to `width` columns; the presets counted, `--help experiment` lists them."""
+    from bench import config_dir
+
+    lines = []
+    for group in sorted(p for p in Path(config_dir()).iterdir() if p.is_dir() and p.name != "hydra"):
+        options = sorted(f.stem for f in group.glob("*.yaml"))
+        said = ", ".join(options)
+        if group.name == PRESET:
+            said = f"{len(options)} presets, each with what it is: python -m bench --help {PRESET}"
+        lines.append(textwrap.fill(f"{group.name}: {said}", width, subsequent_indent="    ", break_on_hyphens=False))
+    return "\n".join(lines)
+
+
+def presets_help(width: int = 80) -> str:
+    """`python -m bench --help experiment`: every preset, one a line with the first line of its comment."""
+    from bench import config_dir
+
+    lines = []
+    for preset in sorted((Path(config_dir()) / PRESET).glob("*.yaml")):
+        comments = [line[2:] for line in preset.read_text().splitlines() if line.startswith("# ") and "@" not in line]
+        said = comments[0] if comments else ""
+        lines.append(textwrap.shorten(f"{preset.stem}: {said}", width, placeholder="..."))
+    return "\n".join(lines)
 
 
 def _keys(schema: type, prefix: str = "") -> List[str]:

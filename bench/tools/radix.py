@@ -12,9 +12,18 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import List, Optional
+from typing import List, NoReturn, Optional
 
 from bench.__main__ import cli
+from bench.errors import EXIT_CONFIG, print_error
+
+ACCEPTED = "accepted: --lr --batch-size --epochs --steps-per-epoch --allow-cpu, then Hydra overrides"
+
+
+def refuse(message: str) -> NoReturn:
+    """argparse's refusal as every other command's: one [ERROR] line, exit 2 (not its usage paragraph)."""
+    print_error(f"{message} ({ACCEPTED}; --help says more)")
+    sys.exit(EXIT_CONFIG)
 
 
 def parse(argv: List[str]) -> tuple[argparse.Namespace, List[str]]:
@@ -28,13 +37,11 @@ def parse(argv: List[str]) -> tuple[argparse.Namespace, List[str]]:
     parser.add_argument("--epochs", type=int, default=1, help="measured epochs (default 1)")
     parser.add_argument("--steps-per-epoch", type=int, default=200, help="steps per epoch (default 200)")
     parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU when no CUDA GPU is present")
+    parser.error = refuse  # type: ignore[method-assign]
     args, overrides = parser.parse_known_args(argv)
     unknown_flags = [o for o in overrides if o.startswith("-")]
     if unknown_flags:
-        parser.error(
-            f"unrecognized arguments: {' '.join(unknown_flags)} "
-            "(accepted: --lr --batch-size --epochs --steps-per-epoch --allow-cpu, then Hydra overrides)"
-        )
+        refuse(f"unrecognized arguments: {' '.join(unknown_flags)}")
     return args, overrides
 
 

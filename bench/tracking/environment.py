@@ -115,10 +115,13 @@ def _git(*args: str) -> Optional[str]:
     return done.stdout.strip() if done.returncode == 0 else None
 
 
+CODE_DIRS = ("bench/", "conf/")  # an untracked file elsewhere (digits/, compare/) is data, not code
+
+
 def code_provenance(packages: Sequence[str]) -> Dict[str, Any]:
     """Which code ran: bench's version, the git commit of its checkout and whether tracked files
-    differed from it (dirty), and a short hash of the package list (two runs with the same hash ran
-    the same packages)."""
+    differed from it or new files lay under bench/ or conf/ (dirty), and a short hash of the package
+    list (two runs with the same hash ran the same packages)."""
     from bench import __version__
 
     found: Dict[str, Any] = {
@@ -131,9 +134,11 @@ def code_provenance(packages: Sequence[str]) -> Dict[str, Any]:
     commit = _git("rev-parse", "HEAD") if top and Path(top).resolve() == here else None
     if commit:
         found["git_commit"] = commit
-        status = _git("status", "--porcelain", "--untracked-files=no")
-        if status is not None:
-            found["git_dirty"] = bool(status)
+        status = _git("status", "--porcelain")
+        if status is not None:  # a changed tracked file, or a new file where bench's code and config live
+            found["git_dirty"] = any(
+                not line.startswith("??") or line[3:].startswith(CODE_DIRS) for line in status.splitlines()
+            )
     return found
 
 

@@ -76,14 +76,26 @@ def test_cli_prints_config_without_importing_torch_or_mlflow(tmp_path, flags):
 
 def check_help(text: str) -> None:
     """Issue 34.5: one screen (it was 207 lines, mostly the default config): the commands to start
-    with, every group with its options and every preset, and where the full config is."""
-    screen_lines = sum(max(1, -(-len(line) // 100)) for line in text.rstrip().splitlines())  # 100 columns
-    assert screen_lines <= 40, text
+    with, every group with its options, the presets counted, and where the full config is. Issue 40
+    §10: 24 rows at 80 columns (a 462-character line of presets made it 34), the presets a command away."""
+    assert len(text.splitlines()) <= 24 and max(len(line) for line in text.splitlines()) <= 80, text
     assert "arch: resnet50" not in text  # the config is --cfg job's
     assert len(re.findall(r"^  (?:python -m bench|mlflow ui)", text, re.M)) == 5
     assert "precision: amp_fp16, bf16, fp32, tf32" in text and "python -m bench --cfg job" in text
     presets = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml"))
-    assert f"experiment: {', '.join(presets)}" in text
+    assert f"experiment: {len(presets)} presets, each with what it is: python -m bench --help experiment" in text
+
+
+def test_help_experiment_lists_every_preset_with_what_it_is(tmp_path):
+    """Issue 40 §10: the command --help names for the presets: each one a line, what it is, 80 columns."""
+    proc = subprocess.run(
+        [sys.executable, "-m", "bench", "--help", "experiment"], cwd=tmp_path, capture_output=True, text=True
+    )
+    assert proc.returncode == 0 and proc.stderr == "", proc.stderr
+    lines = proc.stdout.splitlines()
+    presets = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml"))
+    assert [line.split(":")[0] for line in lines] == presets and max(map(len, lines)) <= 80
+    assert "cpu_smoke: A quick end-to-end check on any CPU" in proc.stdout
 
 
 def test_a_refused_config_imports_neither_torch_nor_mlflow(tmp_path):

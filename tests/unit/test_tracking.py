@@ -140,6 +140,40 @@ def test_environment_records_versions_and_speed_env_but_no_secrets(monkeypatch):
     assert "do-not-log" not in repr(env)
 
 
+def test_a_new_module_under_bench_or_conf_makes_the_checkout_dirty_data_elsewhere_does_not(tmp_path):
+    """Issue 40 §10: a run from a tree with a new untracked module under bench/ reported git_dirty False.
+    A real checkout (bench/, conf/ and .gitignore committed in a fresh repository), read by a real process."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    source = Path(__file__).resolve().parents[2]
+    for part in ("bench", "conf"):
+        shutil.copytree(source / part, tmp_path / part, ignore=shutil.ignore_patterns("__pycache__"))
+    git = ["git", "-C", str(tmp_path), "-c", "user.name=t", "-c", "user.email=t@t"]
+    shutil.copy(source / ".gitignore", tmp_path)  # __pycache__ is not code either
+    for command in (["init", "-q"], ["add", "."], ["commit", "-qm", "bench"]):
+        subprocess.run([*git, *command], check=True)
+    # one process reads the checkout after each step: nothing new, data beside bench/, a module, a config
+    steps = ["", "digits/0/a.png", "compare/report.md", "bench/scenarios_extra.py", "conf/model/mine.yaml"]
+    read = """
+import sys
+from pathlib import Path
+from bench.tracking.environment import code_provenance
+for new in sys.argv[1:]:
+    if new:
+        Path(new).parent.mkdir(parents=True, exist_ok=True)
+        Path(new).write_text("x = 1")
+    print(code_provenance([])["git_dirty"])
+    if new.startswith("bench/"):
+        Path(new).unlink()
+"""
+    env = {**__import__("os").environ, "PYTHONPATH": str(tmp_path)}
+    done = subprocess.run([sys.executable, "-c", read, *steps], cwd=tmp_path, env=env, capture_output=True, text=True)
+    assert done.stdout.split() == ["False", "False", "False", "True", "True"], done.stderr
+
+
 def test_installed_packages_read_from_metadata_heads_match_the_full_parser(tmp_path):
     """packages.txt lists name==version from the head of each METADATA: the same list the full
     e-mail parser gives for what is installed here, and for a folded or unusual header too."""
