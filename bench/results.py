@@ -16,7 +16,7 @@ import json
 import logging
 import math
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Type, TypeVar, get_type_hints
@@ -235,19 +235,50 @@ def room_kept(out_dir: Path) -> Iterator[None]:
     """error.txt, even on a full disk: while a run runs, room for the file is held in its directory
     (ERROR_RESERVE, a hidden file of ERROR_ROOM bytes; nothing held when the disk is full already);
     write_error gives the room back and writes the reason there. The reservation goes when the run
-    ends, however it ends (a run killed with SIGKILL leaves it in its own directory)."""
+    ends, however it ends (a run killed with SIGKILL leaves it in its own directory). The file is
+    flock-ed meanwhile, the run's sign of life (`running`): the kernel frees it when the process dies."""
+    import fcntl
+
+    fd = -1
     try:
+        fd = os.open(out_dir / ERROR_RESERVE, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a report's `running` probes it
         (out_dir / ERROR_RESERVE).write_bytes(b"\0" * ERROR_ROOM)
     except OSError:
-        (out_dir / ERROR_RESERVE).unlink(missing_ok=True)
+        with suppress(OSError):
+            os.truncate(out_dir / ERROR_RESERVE, 0)  # no room held; the lock still says the run runs
     try:
         yield
     finally:
         _release_room(out_dir)
+        if fd >= 0:
+            fcntl.flock(fd, fcntl.LOCK_UN)  # a forked child holding the same file does not keep it
+            os.close(fd)
+
+
+def running(out_dir: Path) -> bool:
+    """Whether a run still runs in `out_dir` (room_kept holds its lock): what bench.report calls RUNNING."""
+    import fcntl
+
+    try:
+        fd = os.open(out_dir / ERROR_RESERVE, os.O_RDONLY)
+    except OSError:  # none: no run there now
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # freed at once by the close below
+    except BlockingIOError:
+        return True
+    except OSError:  # a filesystem without flock: it cannot tell
+        return False
+    finally:
+        os.close(fd)
+    return False
 
 
 def _release_room(out_dir: Path) -> None:
     try:
+        with suppress(FileNotFoundError):
+            os.truncate(out_dir / ERROR_RESERVE, 0)  # its room back now: room_kept's lock keeps the file open
         (out_dir / ERROR_RESERVE).unlink(missing_ok=True)
     except OSError as exc:
         log.debug("could not remove %s: %s", out_dir / ERROR_RESERVE, exc)
