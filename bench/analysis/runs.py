@@ -181,14 +181,12 @@ def not_as_launched(overrides: str, config: Mapping[str, str]) -> str:
 def read_summary(path: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """(run_summary.json, its config); ReportError naming the file when it is not one (cut short, damaged)."""
     try:
-        summary = json.loads(path.read_text())
-        if isinstance(summary.get("config"), dict) and isinstance(summary.get("results"), dict):
-            return summary, summary["config"]
-        why = "it has no config and results objects"
+        summary = json.loads(path.read_text(errors="replace"))  # bytes that are not text: a JSON error
+        why = "it is not a JSON object holding config and results"
     except json.JSONDecodeError as exc:
-        why = f"it is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}: cut short or damaged?)"
-    except (UnicodeDecodeError, AttributeError):  # not text, or JSON but not an object
-        why = "it is not a JSON object"
+        summary, why = None, f"it is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}: cut short?)"
+    if isinstance(summary, dict) and all(isinstance(summary.get(k), dict) for k in ("config", "results")):
+        return summary, summary["config"]
     raise ReportError(f"{path} cannot be read: {why}; accepted a run_summary.json as bench writes it (run it again)")
 
 
@@ -230,9 +228,8 @@ def read_sweep_dir(sweep_dir: Path) -> pd.DataFrame:
     was lost), and, while a job runs, one (PENDING) per job after it."""
     found = {_job_number(job_dir): read_job_dir(job_dir) for job_dir in job_dirs(sweep_dir)}
     last = max((n for n in found if isinstance(n, int)), default=-1)
-    alive = any(record.status == RUNNING for record in found.values())
     for number, overrides in enumerate(launched_jobs(sweep_dir) or []):
-        if number > last and alive:  # the sweep runs: this job's turn has not come
+        if number > last and any(r.status == RUNNING for r in found.values()):  # the sweep runs: not its turn yet
             found[number] = RunRecord(str(number), PENDING, overrides, {}, {}, error="not started yet")
         elif number not in found:  # after the last job that ran, it may not have run at all (a stopped sweep)
             why = "its directory is gone" if number < last else "it has no directory (not run, or removed)"
