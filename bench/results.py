@@ -11,12 +11,13 @@ final stdout line and the MLflow metrics), writes the run's files and reads them
 from __future__ import annotations
 
 import csv
+import fcntl
 import io
 import json
 import logging
 import math
 import os
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import MISSING, dataclass, fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Type, TypeVar, get_type_hints
@@ -233,21 +234,43 @@ def read_column(path: Path, column: str) -> List[float]:
 @contextmanager
 def room_kept(out_dir: Path) -> Iterator[None]:
     """error.txt, even on a full disk: while a run runs, room for the file is held in its directory
-    (ERROR_RESERVE, a hidden file of ERROR_ROOM bytes; nothing held when the disk is full already);
+    (ERROR_RESERVE, a hidden file of ERROR_ROOM bytes; what fits when the disk is full already);
     write_error gives the room back and writes the reason there. The reservation goes when the run
-    ends, however it ends (a run killed with SIGKILL leaves it in its own directory)."""
-    try:
+    ends, however it ends (a run killed with SIGKILL leaves it in its own directory). The file is
+    flock-ed meanwhile, the run's sign of life (`running`): the kernel frees it when the process dies."""
+    fd = -1
+    with suppress(OSError):  # no flock here: the run goes on, unseen by `running`
+        fd = os.open(out_dir / ERROR_RESERVE, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(fd, fcntl.LOCK_EX)  # waits only while a report's `running` probes it
+    with suppress(OSError):  # a full disk: the room that fit
         (out_dir / ERROR_RESERVE).write_bytes(b"\0" * ERROR_ROOM)
-    except OSError:
-        (out_dir / ERROR_RESERVE).unlink(missing_ok=True)
     try:
         yield
     finally:
         _release_room(out_dir)
+        if fd >= 0:
+            os.close(fd)  # the lock with it, unless a forked child still runs
+
+
+def running(out_dir: Path) -> bool:
+    """Whether a run still runs in `out_dir` (room_kept holds its lock): what bench.report calls RUNNING."""
+    try:
+        fd = os.open(out_dir / ERROR_RESERVE, os.O_RDONLY)
+    except OSError:  # none: no run there now
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # freed at once by the close below
+        return False
+    except OSError as exc:  # held by the run (a filesystem without flock cannot tell)
+        return isinstance(exc, BlockingIOError)
+    finally:
+        os.close(fd)
 
 
 def _release_room(out_dir: Path) -> None:
     try:
+        with suppress(FileNotFoundError):
+            os.truncate(out_dir / ERROR_RESERVE, 0)  # its room back now: room_kept's lock keeps the file open
         (out_dir / ERROR_RESERVE).unlink(missing_ok=True)
     except OSError as exc:
         log.debug("could not remove %s: %s", out_dir / ERROR_RESERVE, exc)

@@ -47,8 +47,9 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     picks = worker_picks(frame)  # a DataLoader worker sweep: the smallest count within 5% of the best
     images += plot_workers(picks, out, title)
     warning = render.unfit_warning(frame)  # a job that was not fit to measure: said under the table
-    # jobs whose directory is gone, jobs that failed: said first, above the table
-    first = [note for note in (render.missing_note(frame), render.failure_note(frame)) if note]
+    # a sweep still running, jobs whose directory is gone, jobs that failed: said first, above the table
+    said = [*render.progress_notes(frame), render.missing_note(frame), render.failure_note(frame)]
+    first = [note for note in said if note]
     notes = first + [pick.sentence() for pick in picks] + ([warning] if warning else [])
     render.write_markdown(shown, images, md_path, title, notes)
     render.write_html(shown, images, html_path, title, notes)

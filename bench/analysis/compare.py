@@ -221,12 +221,10 @@ def config_differences(pairs: Sequence[Tuple[str, dict, dict]]) -> List[str]:
     """The config keys whose value differs between a pair's sides ("precision.name fp32 → bf16"), each
     once (its values in the first pair that differs in it); a key one side lacks, or noise, is not said."""
     said: Dict[str, str] = {}
-    for _, base, cand in pairs:
-        b, c = config_of(base), config_of(cand)
-        for key in sorted(set(b) & set(c)):
-            if key not in said and not key.startswith(NOISE_KEYS) and str(b[key]) != str(c[key]):
-                said[key] = f"{key} {b[key]} → {c[key]}"
-    return list(said.values())
+    for b, c in ((config_of(base), config_of(cand)) for _, base, cand in pairs):
+        differ = [k for k in sorted(b.keys() & c.keys()) if not k.startswith(NOISE_KEYS) and str(b[k]) != str(c[k])]
+        said = {**{k: f"{k} {b[k]} → {c[k]}" for k in differ}, **said}  # the first pair's values win
+    return sorted(said.values())
 
 
 def compare_frames(

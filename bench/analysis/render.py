@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Sequence, Tuple
 
 import pandas as pd
 
+from bench.analysis import runs
 from bench.analysis.cells import absent
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, MISSING, NOISE_KEYS, metric_columns, sweep_report_class
 from bench.machine.fitness import unfit_reason
@@ -127,6 +128,18 @@ def missing_note(frame: pd.DataFrame) -> str:
     return f"report of {len(frame) - len(gone)} of {len(frame)} jobs: {named}"
 
 
+def progress_notes(frame: pd.DataFrame) -> List[str]:
+    """A sweep still running ("the sweep is still running: job 1 (...) RUNNING, 2 jobs not started yet
+    (PENDING)"), and a line per finished job whose record says something is off (its summary does not
+    match its overrides): said above the table."""
+    rows = frame.to_dict("records") if "status" in frame else []
+    running = [f"job {r['job']} ({r['overrides']})" for r in rows if r["status"] == runs.RUNNING]
+    waiting = f", {n} jobs not started yet (PENDING)" if (n := sum(r["status"] == runs.PENDING for r in rows)) else ""
+    said = [f"the sweep is still running: {', '.join(running)} RUNNING{waiting}"] if running else []
+    off = [r for r in rows if r["status"] == "FINISHED" and not absent(r.get("error")) and r.get("error")]
+    return said + [f"job {r['job']}: {r['error']}" for r in off]
+
+
 def failure_sentence(jobs: int, failed: int, reasons: Sequence[str] = ()) -> str:
     """ "all 4 jobs failed: <the first reason>" / "1 of 4 jobs failed: <...>" / "" (none failed)."""
     if not failed:
@@ -140,7 +153,7 @@ def failure_note(frame: pd.DataFrame) -> str:
     """The report's first line when jobs failed (the first failed job's reason), "" when none did."""
     if not len(frame) or "status" not in frame:
         return ""
-    failed = frame[~frame["status"].isin(["FINISHED", MISSING])]  # a missing job is said on its own
+    failed = frame[~frame["status"].isin(["FINISHED", MISSING, runs.RUNNING, runs.PENDING])]  # each said apart
     reasons = list(failed["error"]) if "error" in failed else []
     return failure_sentence(len(frame), len(failed), reasons)
 

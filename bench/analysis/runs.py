@@ -31,6 +31,7 @@ import yaml
 from bench.analysis.cells import absent
 from bench.config.scenario import without_target
 from bench.errors import ReportError
+from bench.results import running
 from bench.scenarios import Report, ReportClass, report_class, report_class_of_modes
 from bench.secrets import flatten
 
@@ -129,40 +130,63 @@ def flatten_config(tree: Mapping[str, Any]) -> Dict[str, str]:
 
 def read_job_dir(job_dir: Path) -> RunRecord:
     """One Hydra job dir (or a run's directory): FINISHED with its results when it wrote
-    run_summary.json, else FAILED with the reason it gave (error.txt, or the last [ERROR] line of bench.log)."""
+    run_summary.json (its `error` saying where that differs from the job's overrides), else RUNNING
+    while its run runs, else FAILED with the reason it gave (error.txt, or the last [ERROR] line of bench.log)."""
     overrides_file = job_dir / ".hydra" / "overrides.yaml"
     overrides = " ".join(yaml.safe_load(overrides_file.read_text()) or []) if overrides_file.is_file() else ""
     summary_path = job_dir / "run_summary.json"
     if summary_path.is_file():
         summary, config = read_summary(summary_path)
         reports = report_class(config.get("mode"))
+        flat = flatten_config(config)
         return RunRecord(
             job_dir.name,
             "FINISHED",
             overrides,
-            flatten_config(config),
+            flat,
             dict(summary["results"]),
             reports.timeline(job_dir),
+            error=not_as_launched(overrides, flat),
             run_id=summary.get("mlflow_run_id"),
             repeat_rates=reports.repeats(job_dir) if reports.view.sample.from_repeats else [],
             provenance={k: v for k, v in summary.get("environment", {}).items() if k in PROVENANCE},
             own=reports.read_back(job_dir),
         )
     composed = without_target(yaml.safe_load((job_dir / ".hydra" / "config.yaml").read_text()) or {})
-    return RunRecord(job_dir.name, "FAILED", overrides, flatten_config(composed), {}, error=failure_reason(job_dir))
+    status, error = (RUNNING, "") if running(job_dir) else ("FAILED", failure_reason(job_dir))
+    return RunRecord(job_dir.name, status, overrides, flatten_config(composed), {}, error=error)
+
+
+def not_as_launched(overrides: str, config: Mapping[str, str]) -> str:
+    """Where a job's run_summary.json says other than the overrides it was launched with (a summary
+    copied from another run): "run_summary.json does not match the job's overrides: data.batch_size 4
+    in its overrides, 32 in the file"; "" when it agrees. A group's choice (precision=bf16) is its `name`."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    try:
+        parsed = OverridesParser.create().parse_overrides(overrides.split())
+    except Exception:  # overrides Hydra cannot read back: nothing to hold the summary to
+        return ""
+    differ = []
+    for o in parsed:
+        key, value = o.key_or_group, o.value()
+        key = key if key in config else f"{key}.name"
+        if o.is_delete() or key not in config or isinstance(value, dict) or "${" in str(value):
+            continue
+        if str(value) != config[key]:
+            differ.append(f"{key} {o.get_value_element_as_str()} in its overrides, {config[key]} in the file")
+    return f"run_summary.json does not match the job's overrides: {'; '.join(differ)}" if differ else ""
 
 
 def read_summary(path: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """(run_summary.json, its config); ReportError naming the file when it is not one (cut short, damaged)."""
     try:
-        summary = json.loads(path.read_text())
-        if isinstance(summary.get("config"), dict) and isinstance(summary.get("results"), dict):
-            return summary, summary["config"]
-        why = "it has no config and results objects"
+        summary = json.loads(path.read_text(errors="replace"))  # bytes that are not text: a JSON error
+        why = "it is not a JSON object holding config and results"
     except json.JSONDecodeError as exc:
-        why = f"it is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}: cut short or damaged?)"
-    except (UnicodeDecodeError, AttributeError):  # not text, or JSON but not an object
-        why = "it is not a JSON object"
+        summary, why = None, f"it is not valid JSON ({exc.msg} at line {exc.lineno} column {exc.colno}: cut short?)"
+    if isinstance(summary, dict) and all(isinstance(summary.get(k), dict) for k in ("config", "results")):
+        return summary, summary["config"]
     raise ReportError(f"{path} cannot be read: {why}; accepted a run_summary.json as bench writes it (run it again)")
 
 
@@ -194,15 +218,20 @@ def job_dirs(sweep_dir: Path) -> List[Path]:
 
 
 MISSING = "MISSING"  # the status of a job multirun.yaml lists whose directory is gone
+RUNNING = "RUNNING"  # a job dir whose run still runs (bench.results.running)
+PENDING = "PENDING"  # a job multirun.yaml lists, after a running one, that has not started yet
 
 
 def read_sweep_dir(sweep_dir: Path) -> pd.DataFrame:
-    """The frame of a multirun dir: one row per job, successful or not, and one (status MISSING) per
-    job the sweep launched whose directory is gone (deleted, or on a node whose disk was lost)."""
+    """The frame of a multirun dir: one row per job, successful or not (RUNNING while it runs), one
+    (status MISSING) per job the sweep launched whose directory is gone (deleted, or on a node whose disk
+    was lost), and, while a job runs, one (PENDING) per job after it."""
     found = {_job_number(job_dir): read_job_dir(job_dir) for job_dir in job_dirs(sweep_dir)}
     last = max((n for n in found if isinstance(n, int)), default=-1)
     for number, overrides in enumerate(launched_jobs(sweep_dir) or []):
-        if number not in found:  # after the last job that ran, it may not have run at all (a stopped sweep)
+        if number > last and any(r.status == RUNNING for r in found.values()):  # the sweep runs: not its turn yet
+            found[number] = RunRecord(str(number), PENDING, overrides, {}, {}, error="not started yet")
+        elif number not in found:  # after the last job that ran, it may not have run at all (a stopped sweep)
             why = "its directory is gone" if number < last else "it has no directory (not run, or removed)"
             found[number] = RunRecord(str(number), MISSING, overrides, {}, {}, error=why)
     order = sorted(found, key=lambda n: (isinstance(n, str), len(str(n)), str(n)))  # 2 before 10

@@ -13,8 +13,11 @@ when a run has one repeat), a storage run's samples/s (over storage.runs' runs),
 run's per-batch latency in ms; runs of two scenarios are refused (exit 2). See
 bench.analysis.compare for the rule.
 
-Prints the table, then the verdict in one sentence ("slower: 0.800× [0.750–0.850], beyond the 3%
-threshold") and its reasons a line each; writes the same into compare.md, compare.html (one page,
+Prints the table (two runs of two configs are named baseline first, whole: "small_cnn fp32 bs=4 vs
+small_cnn fp32 bs=8"), then the config keys the sides differ in, when they do ("the configs differ:
+data.batch_size 4 → 8"; a config A/B is compare's main use: the exit codes are the same), then the
+verdict in one sentence ("slower: 0.800× [0.750–0.850], beyond the 3% threshold") and its reasons
+a line each; writes the same into compare.md, compare.html (one page,
 the plot embedded) and compare.png, in --out (default ./compare: when that holds an earlier compare,
 it is kept and this one goes to ./compare-2, -3, ..., said in a line; a folder named with --out is
 replaced, said in a line). A path that does not exist, and is not a run id (32 hex digits), is

@@ -17,6 +17,8 @@ from types import SimpleNamespace
 import pytest
 from mlflow import MlflowClient
 
+from bench.analysis.runs import MISSING
+
 # a sweep of process counts and precisions: no batch axis, so no throughput_vs_batch.png
 REPORT_FILES = {
     "report.csv",
@@ -195,6 +197,55 @@ def test_report_cli_rejects_an_unknown_sweep(sweep, bench, tmp_path, target):
     assert len(errors) == 1 and target in errors[0], proc.stderr
     assert "Traceback" not in proc.stderr
     assert not list(tmp_path.glob("report*"))
+
+
+def test_a_report_of_a_sweep_still_running_says_running_and_pending_and_flags_a_summary_off_its_overrides(
+    sweep, bench, tmp_path
+):
+    """Issue 39 item 15: the report of a sweep still running called its running job FAILED and the
+    next MISSING, and a summary that disagrees with its job's overrides went unsaid. The sweep here is
+    a copy of the 4-job one: job 1 is a real run still running (an echo run, its .hydra job 1's),
+    jobs 2 and 3 have not started, job 0's run_summary.json is job 3's."""
+    from bench.analysis.runs import read_sweep_dir
+    from bench.results import running
+
+    fake = tmp_path / "sweep"
+    shutil.copytree(sweep.dir, fake, ignore=shutil.ignore_patterns("report"))
+    for job in ("1", "2", "3"):
+        shutil.rmtree(fake / job)
+    shutil.copyfile(sweep.dir / "3" / "run_summary.json", fake / "0" / "run_summary.json")
+    alive = bench.start("scenario=echo", "scenario.steps=100000", "tracking.enabled=false", f"hydra.run.dir={fake}/1")
+    while not running(fake / "1"):  # the event: the run holds its lock (bench.results.room_kept)
+        assert alive.poll() is None, alive.communicate()
+        time.sleep(0.05)
+    shutil.rmtree(fake / "1" / ".hydra")
+    shutil.copytree(sweep.dir / "1" / ".hydra", fake / "1" / ".hydra")  # job 1 of the sweep, as it started
+    proc = bench.run("--sweep", str(fake), module="bench.report")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[:2] == [
+        "the sweep is still running: job 1 (distributed.nproc_per_node=1 precision=bf16) RUNNING, "
+        "2 jobs not started yet (PENDING)",  # the overrides the jobs differ in, as in the table
+        "job 0: run_summary.json does not match the job's overrides: distributed.nproc_per_node 1 in its "
+        "overrides, 2 in the file; precision.name fp32 in its overrides, bf16 in the file",
+    ], proc.stdout
+    rows = {r["job"]: (r["status"], r["error"]) for r in _csv_rows(fake / "report" / "report.csv")}
+    assert [rows[job][0] for job in "0123"] == ["FINISHED", "RUNNING", "PENDING", "PENDING"]
+    assert rows["2"][1] == "not started yet" and rows["0"][1].startswith("run_summary.json does not match")
+    alive.terminate()  # the run ends: job 1 failed (killed), 2 and 3 never ran
+    alive.communicate()
+    frame = read_sweep_dir(fake)
+    assert list(frame["status"]) == ["FINISHED", "FAILED", MISSING, MISSING] and not running(fake / "1")
+
+
+def test_compare_of_two_jobs_names_baseline_then_candidate_whole_and_the_keys_they_differ_in(sweep, bench, tmp_path):
+    """Issue 39 item 5, as a real process: job 0 (fp32) against job 1 (bf16)."""
+    proc = bench.run(str(sweep.dir / "0"), str(sweep.dir / "1"), "--out", str(tmp_path / "cmp"), module="bench.compare")
+    assert proc.returncode in (0, 1, 3), proc.stderr  # the verdict is the machine's; the names are the subject
+    assert proc.stdout.splitlines()[1].startswith("small_cnn fp32 bs=4 vs small_cnn bf16 bs=4 "), proc.stdout
+    said = proc.stderr.splitlines()
+    differ = next(i for i, line in enumerate(said) if line.startswith("the configs differ: "))
+    assert said[differ].startswith("the configs differ: precision.autocast_dtype None → bfloat16, precision.name")
+    assert "precision.name fp32 → bf16" in said[differ] and said[differ + 1].startswith("verdict: ")
 
 
 # ---- a sweep with a failing job ------------------------------------------------------------------
