@@ -41,8 +41,7 @@ LOCK_TIMEOUT_S = 600  # a hang guard: creating the schema takes seconds, even on
 
 
 def resolve_tracking_uri(configured: Optional[str], launch_dir: Path) -> str:
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
+    if env := os.environ.get("MLFLOW_TRACKING_URI"):
         return env
     if configured:
         return configured
@@ -213,8 +212,7 @@ def checked_uri(tracking: Any, launch_dir: Path) -> Optional[str]:
     if not tracking.enabled:
         return None
     uri = resolve_tracking_uri(tracking.uri, launch_dir)
-    accepted = unusable(uri)
-    if accepted:
+    if accepted := unusable(uri):
         key = "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking.uri"
         raise ConfigError(key, uri, accepted)
     return uri
@@ -300,8 +298,7 @@ def store_problem(uri: str, timeout_s: float = 5.0) -> Optional[str]:
         return f"MLflow has no tracking store for {redact(uri)}: accepted {accepted}"
     if (path := sqlite_path(uri)) is not None:  # a local file: half-made, or fine (a missing one is made)
         return half_made(path)
-    problem = probe(uri, timeout_s)
-    if problem is None:
+    if (problem := probe(uri, timeout_s)) is None:
         return None
     return (
         f"the MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "
