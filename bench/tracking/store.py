@@ -82,12 +82,12 @@ def create_whole(path: Path) -> None:
     means MLflow makes it, then linked into place. os.link never replaces a store another process
     (one that takes no lock: mlflow ui) made at the same moment. Called under the store's lock: a
     temporary file found is one a killed creation left."""
-    from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine
+    from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine_with_retry
 
-    for left in path.parent.glob(f"{path.name}.new*"):  # and its -journal: sqlite would roll it into a new file
-        left.unlink()
     temporary = path.with_name(f"{path.name}.new")
-    engine = create_sqlalchemy_engine(SQLITE + str(temporary))  # an engine of its own: none of MLflow's caches
+    for left in (temporary, path.with_name(f"{temporary.name}-journal")):  # sqlite would roll a journal into it
+        left.unlink(missing_ok=True)
+    engine = create_sqlalchemy_engine_with_retry(SQLITE + str(temporary))  # its own engine: not in MLflow's caches
     _initialize_tables(engine)
     engine.dispose()
     with contextlib.suppress(FileExistsError):
