@@ -96,23 +96,19 @@ def _process_restored() -> Iterator[None]:
     cpu_malloc_reuse, cannot be undone: docs/training.md.)"""
     import torch
 
-    environ, threads, rng = dict(os.environ), torch.get_num_threads(), torch.random.get_rng_state()
-    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
-    flags = [(torch.backends.cudnn, "benchmark"), (torch.backends.cudnn, "allow_tf32")]
-    flags.append((torch.backends.cuda.matmul, "allow_tf32"))
-    saved = [getattr(owner, name) for owner, name in flags]
-    try:
-        yield
-    finally:
-        for key in set(os.environ) - set(environ):
-            del os.environ[key]
-        os.environ.update({key: value for key, value in environ.items() if os.environ.get(key) != value})
-        torch.set_num_threads(threads)
-        torch.random.set_rng_state(rng)
-        if cuda_rng is not None:
-            torch.cuda.set_rng_state_all(cuda_rng)
-        for (owner, name), value in zip(flags, saved, strict=True):
-            setattr(owner, name, value)
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    environ, threads = dict(os.environ), torch.get_num_threads()
+    flags = cudnn.benchmark, cudnn.allow_tf32, matmul.allow_tf32
+    devices = range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices):  # the global RNGs (CPU, and the GPUs' once CUDA is up)
+        try:
+            yield
+        finally:
+            for key in set(os.environ) - set(environ):
+                del os.environ[key]
+            os.environ.update({key: value for key, value in environ.items() if os.environ.get(key) != value})
+            torch.set_num_threads(threads)
+            cudnn.benchmark, cudnn.allow_tf32, matmul.allow_tf32 = flags
 
 
 def run(

@@ -77,9 +77,8 @@ def composed(*overrides: str) -> DictConfig:
     from bench.config.hydra_errors import SWEEP_FROM_PYTHON, as_error
     from bench.config.scenario import named_twice
 
-    sweep = next((o for o in overrides if o in ("-m", "--multirun")), None)
-    if sweep:  # Hydra's compose API runs no sweep, and reads "-m" as a malformed override
-        raise ConfigProblem(f"{sweep}: {SWEEP_FROM_PYTHON}", sweep)
+    if "-m" in overrides or "--multirun" in overrides:  # Hydra's compose API runs none, and reads -m as an override
+        raise ConfigProblem(SWEEP_FROM_PYTHON, "-m")
     twice = named_twice(overrides)
     if twice is not None:
         raise twice

@@ -39,10 +39,7 @@ def one_line(exc: BaseException) -> str:
     return str(as_error(exc))
 
 
-SWEEP_FROM_PYTHON = (
-    "a sweep runs from the command line only: python -m bench -m <overrides> (from Python, call "
-    "bench.api.run once per value)"
-)
+SWEEP_FROM_PYTHON = "a sweep runs from the command line, python -m bench -m <overrides>; from Python, run() each job"
 
 
 def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> BenchError:

@@ -70,14 +70,6 @@ class WindowMonitor:
         self.verdict = self.watch.stop()
         return figures
 
-    def close(self) -> None:
-        """Ends the samplers of a window an exception cut short (Ctrl-C): no thread outlives its run."""
-        for sampler in (self.watch, self.gpu_monitor):
-            thread = getattr(sampler, "_thread", None)
-            if thread is not None:
-                sampler._stop.set()  # type: ignore[union-attr]
-                thread.join()
-
 
 def check_quiet(config: BenchConfig, device: Any) -> None:
     """benchmark.require_fit=true: refuse an oversubscribed config; wait, bounded, for a quiet machine."""

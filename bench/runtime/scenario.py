@@ -65,7 +65,8 @@ class ModelScenario(BaseScenario):
             result.fit = monitor.verdict
             ranks = all_gather(result, ctx)
         finally:
-            monitor.close()
+            if monitor.verdict is None and monitor.watch._thread is not None:  # a window an exception cut short:
+                monitor.stop()  # its samplers end with it (Ctrl-C in bench.api.run left them sampling)
             destroy_process_group()
         name = torch.cuda.get_device_name(device) if device.type == "cuda" else "cpu"
         return ModelOutcome(ranks, device.type, name) if ctx.is_reporter else None

@@ -37,14 +37,18 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--move-aside", action="store_true", help="rename a half-made sqlite store (no runs)")
     args = parser.parse_args(argv)
     uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())
-    missing = missing_sqlite_store(uri)
-    if missing:  # nothing can be RUNNING in a store that does not exist; none is made to say so
+    if missing := missing_sqlite_store(uri):  # nothing is RUNNING in a store that is not there; none is made
         print(f"no MLflow store at {missing}: 0 RUNNING, 0 stale", file=sys.stderr)
         return 0
-    if args.move_aside:
-        return move_aside(uri)
-    problem = store_problem(uri)
-    if problem:
+    if args.move_aside:  # a half-made sqlite store: renamed
+        path = sqlite_path(uri)
+        if path is None or not half_made(path):
+            print(f"[ERROR] {redact(uri)} is not a half-made sqlite store: nothing moved", file=sys.stderr)
+            return 2
+        path.rename(path.with_name(f"{path.name}.half-made-{time.strftime('%Y%m%d-%H%M%S')}"))
+        print(f"moved the half-made MLflow store {path} aside: the next run makes a new one", file=sys.stderr)
+        return 0
+    if problem := store_problem(uri):
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         return 2
     client, found = find_stale(uri)
@@ -59,17 +63,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             client.set_terminated(run.info.run_id, "KILLED")
     gone = sum(state == "gone" for _, state in found)
     print(f"{len(found)} RUNNING, {gone} stale" + (" (marked KILLED)" if args.mark and gone else ""), file=sys.stderr)
-    return 0
-
-
-def move_aside(uri: str) -> int:
-    path = sqlite_path(uri)
-    if path is None or not half_made(path):
-        print(f"[ERROR] {redact(uri)} is not a half-made sqlite store: nothing moved", file=sys.stderr)
-        return 2
-    aside = path.with_name(f"{path.name}.half-made-{time.strftime('%Y%m%d-%H%M%S')}")
-    path.rename(aside)
-    print(f"moved the half-made MLflow store {path} to {aside}: the next run makes a new one", file=sys.stderr)
     return 0
 
 

@@ -41,8 +41,7 @@ LOCK_TIMEOUT_S = 600  # a hang guard: creating the schema takes seconds, even on
 
 
 def resolve_tracking_uri(configured: Optional[str], launch_dir: Path) -> str:
-    env = os.environ.get("MLFLOW_TRACKING_URI")
-    if env:
+    if env := os.environ.get("MLFLOW_TRACKING_URI"):
         return env
     if configured:
         return configured
@@ -68,8 +67,7 @@ def store_lock(uri: str) -> Iterator[None]:
     with removed_lock(Path(str(path) + ".lock"), LOCK_TIMEOUT_S):
         if not path.exists():
             create_whole(path)
-        half = half_made(path)
-        if half:
+        if half := half_made(path):
             raise HalfMadeStore(half)
         yield
 
@@ -84,42 +82,36 @@ def create_whole(path: Path) -> None:
     means MLflow makes it, then linked into place. os.link never replaces a store another process
     (one that takes no lock: mlflow ui) made at the same moment. Called under the store's lock: a
     temporary file found is one a killed creation left."""
-    from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine
+    from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine_with_retry
 
-    for left in path.parent.glob(f"{path.name}.new-*"):
+    temporary = path.with_name(f"{path.name}.new")
+    for left in (temporary, path.with_name(f"{temporary.name}-journal")):  # sqlite would roll a journal into it
         left.unlink(missing_ok=True)
-    temporary = path.with_name(f"{path.name}.new-{os.getpid()}")
-    try:
-        engine = create_sqlalchemy_engine(SQLITE + str(temporary))  # an engine of its own: none of MLflow's caches
-        try:
-            _initialize_tables(engine)
-        finally:
-            engine.dispose()
-        with contextlib.suppress(FileExistsError):
-            os.link(temporary, path)
-    finally:
-        temporary.unlink(missing_ok=True)
+    engine = create_sqlalchemy_engine_with_retry(SQLITE + str(temporary))  # its own engine: not in MLflow's caches
+    _initialize_tables(engine)
+    engine.dispose()
+    with contextlib.suppress(FileExistsError):
+        os.link(temporary, path)
+    temporary.unlink()  # (a creation that fails leaves it to the next one)
 
 
 def half_made(path: Path) -> Optional[str]:
     """The line naming a sqlite store whose creation was interrupted (MLflow's `_alembic_tmp_`
-    tables or no schema version, and no runs: nothing lost by moving it aside), else None."""
+    tables, and no runs: nothing lost by moving it aside), else None."""
     import sqlite3
 
     try:
         with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1)) as db:
             tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
-            versioned = "alembic_version" in tables and db.execute("SELECT 1 FROM alembic_version").fetchone()
             runs = "runs" in tables and db.execute("SELECT 1 FROM runs LIMIT 1").fetchone()
     except sqlite3.Error:
         return None  # MLflow says what is wrong with it
-    broken = sorted(t for t in tables if t.startswith("_alembic_tmp_")) or ([] if versioned else ["no schema version"])
-    if runs or not tables or not broken:
+    broken = sorted(t for t in tables if t.startswith("_alembic_tmp_"))
+    if runs or not broken:
         return None
     return (
-        f"the MLflow store {path} was left half-made (its creation was interrupted: {', '.join(broken)}; "
-        f"no runs), and MLflow cannot open or upgrade it: move it aside with "
-        f"python -m bench.tools.stale --move-aside --tracking-uri {SQLITE}{path}"
+        f"the MLflow store {path} was left half-made (its creation was interrupted: {', '.join(broken)}; no runs), "
+        f"which MLflow cannot repair: python -m bench.tools.stale --move-aside --tracking-uri {SQLITE}{path}"
     )
 
 
@@ -220,8 +212,7 @@ def checked_uri(tracking: Any, launch_dir: Path) -> Optional[str]:
     if not tracking.enabled:
         return None
     uri = resolve_tracking_uri(tracking.uri, launch_dir)
-    accepted = unusable(uri)
-    if accepted:
+    if accepted := unusable(uri):
         key = "MLFLOW_TRACKING_URI" if os.environ.get("MLFLOW_TRACKING_URI") else "tracking.uri"
         raise ConfigError(key, uri, accepted)
     return uri
@@ -303,14 +294,11 @@ def store_problem(uri: str, timeout_s: float = 5.0) -> Optional[str]:
     """For the commands that read a store (report, compare, stale): MLflow's retries bounded, and an
     http(s) store that does not answer within `timeout_s` is one sentence instead of minutes of
     MLflow's back-off. None when the store can be read."""
-    accepted = unusable(uri)
-    if accepted:
+    if accepted := unusable(uri):
         return f"MLflow has no tracking store for {redact(uri)}: accepted {accepted}"
-    path = sqlite_path(uri)
-    if path is not None and path.exists():
+    if (path := sqlite_path(uri)) is not None:  # a local file: half-made, or fine (a missing one is made)
         return half_made(path)
-    problem = probe(uri, timeout_s)
-    if problem is None:
+    if (problem := probe(uri, timeout_s)) is None:
         return None
     return (
         f"the MLflow server at {redact(uri)} cannot be reached ({problem}; probed for {timeout_s:g} s): "

@@ -293,14 +293,10 @@ def test_a_half_made_store_is_one_line_naming_the_command_that_moves_it_aside(be
     assert f"the MLflow store {bench.db} was left half-made" in warning and move in warning, proc.stderr
     assert "this run is not tracked" in warning and "Traceback" not in proc.stderr
     stale = bench.run(module="bench.tools.stale")
-    assert (
-        stale.returncode == 2
-        and stale.stdout == ""
-        and stale.stderr.splitlines()
-        == [f"[ERROR] {warning.split('failed (HalfMadeStore: ')[1].split('); this run')[0]}"]
-    ), stale.stderr
+    said = warning.split("failed (HalfMadeStore: ")[1].split("); this run")[0]  # the store's line in the run's
+    assert stale.returncode == 2 and stale.stdout == "" and stale.stderr.splitlines() == [f"[ERROR] {said}"], stale
     moved = bench.run("--move-aside", module="bench.tools.stale")
-    assert moved.returncode == 0 and "moved the half-made MLflow store" in moved.stderr, moved.stderr
+    assert moved.returncode == 0 and f"moved the half-made MLflow store {bench.db} aside" in moved.stderr, moved
     assert not bench.db.exists() and len(list(tmp_path.glob("mlflow.db.half-made-*"))) == 1
     again = bench.run("--move-aside", module="bench.tools.stale")  # nothing there to move: said, exit 0
     assert again.returncode == 0 and "no MLflow store" in again.stderr, again.stderr

@@ -158,10 +158,10 @@ def process_state() -> tuple:
 
 
 def assert_as_it_was(before: tuple) -> None:
+    assert not [t.name for t in threading.enumerate() if t.name in ("fit-watch", "gpu-monitor")]
     environ, threads, rng, benchmark = process_state()
     assert environ == before[0]  # MLFLOW_HTTP_REQUEST_TIMEOUT, ..._MAX_RETRIES, ..._SUPPRESS_PRINTING_URL_TO_STDOUT
     assert (threads, benchmark) == (before[1], before[3]) and torch.equal(rng, before[2])
-    assert not [t.name for t in threading.enumerate() if t.name in ("fit-watch", "gpu-monitor")]
 
 
 def fit_watches(seen: list, stop: threading.Event, on_first=None) -> threading.Thread:
@@ -228,13 +228,13 @@ def test_runs_from_two_threads_take_turns_and_restore_the_callers_state(callers_
 SWEEPS_AND_MISTAKES = [
     pytest.param(
         lambda tiny, where: run(["-m", *tiny, "seed=1,2"], launch_dir=where),
-        "-m: a sweep runs from the command line only: python -m bench -m <overrides> (from Python, call "
-        "bench.api.run once per value)",
+        "a sweep runs from the command line, python -m bench -m <overrides>; from Python, run() each job",
         id="sweep-flag",
     ),
     pytest.param(
         lambda tiny, where: compose_config(*tiny, "seed=1,2"),
-        "Ambiguous value for argument 'seed=1,2': a sweep runs from the command line only: python -m bench -m",
+        "Ambiguous value for argument 'seed=1,2': a sweep runs from the command line, python -m bench -m <overrides>; "
+        "from Python, run() each job; for a list write key=[a,b]",
         id="sweep-values",
     ),
     pytest.param(
