@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from importlib.metadata import metadata
+from importlib.util import find_spec
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
@@ -148,7 +149,9 @@ def build_bench_wheel(source: Path, out: Path) -> Path:
                 shutil.copytree(source / name, Path(tmp) / name, ignore=shutil.ignore_patterns("__pycache__"))
             elif (source / name).is_file():
                 shutil.copy2(source / name, Path(tmp) / name)
-        done = pip("wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), tmp)
+        # with this Python's setuptools where it has one: no index needed, no build environment made
+        isolation = ["--no-build-isolation"] if find_spec("setuptools") else []
+        done = pip("wheel", "-q", "--no-deps", *isolation, "-w", str(out), tmp)
     if done.returncode != 0:
         raise KitError(f"bench's wheel did not build: {pip_errors(done)}")
     return max(out.glob("bench-*.whl"), key=lambda path: path.stat().st_mtime)
