@@ -24,6 +24,7 @@ exactly those to rehearse the target). Exit 0 built, 1 the index or a build fail
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -34,8 +35,9 @@ import sys
 import tempfile
 import time
 from importlib.metadata import metadata
+from importlib.util import find_spec
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -103,26 +105,23 @@ def pip(*args: str, python: str = "", doing: str = "", limit: float = 0, total: 
     (its `Collecting X` lines, N of `total`); with `limit`, stops it after that many seconds (KitError)."""
     if doing:
         say(doing + (f" (at most {limit:.0f} s)" if limit else ""))
-    began = time.monotonic()
+    deadline = time.monotonic() + (limit or float("inf"))
     # pip's own temporary folders in one of ours: a pip stopped mid-way leaves none behind
     with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory(prefix="bench-kit-pip-") as tmp:
-        cmd = [*PIP, *(["--python", python] if python else []), *args]
-        env = {**os.environ, "TMPDIR": tmp}
+        cmd, env = [*PIP, *(["--python", python] if python else []), *args], {**os.environ, "TMPDIR": tmp}
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
         try:
-            while True:
-                left = limit - (time.monotonic() - began) if limit else HEARTBEAT_S
-                try:
-                    proc.wait(timeout=max(0.1, min(HEARTBEAT_S, left)))
+            while proc.poll() is None:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=max(0.1, min(HEARTBEAT_S, deadline - time.monotonic())))
                     break
-                except subprocess.TimeoutExpired:
-                    log.seek(0)
-                    seen = re.findall(r"^Collecting (\S+)", log.read(), re.M)
-                    at = f"{len(seen)}{f' of {total}' if total else ''} ({seen[-1] if seen else 'starting'})"
-                    if limit and time.monotonic() - began >= limit:
-                        raise KitError(f"{doing}: gave up after {limit:.0f} s, at {at}: pip had not finished") from None
-                    if doing:
-                        say(f"{doing}: {at}")
+                log.seek(0)
+                seen = re.findall(r"^Collecting (\S+)", log.read(), re.M)
+                at = f"{len(seen)}{f' of {total}' if total else ''} ({seen[-1] if seen else 'starting'})"
+                if time.monotonic() >= deadline:
+                    raise KitError(f"{doing}: gave up after {limit:.0f} s, at {at}: pip had not finished")
+                if doing:
+                    say(f"{doing}: {at}")
         finally:
             if proc.poll() is None:
                 os.killpg(proc.pid, signal.SIGKILL)
@@ -148,7 +147,9 @@ def build_bench_wheel(source: Path, out: Path) -> Path:
                 shutil.copytree(source / name, Path(tmp) / name, ignore=shutil.ignore_patterns("__pycache__"))
             elif (source / name).is_file():
                 shutil.copy2(source / name, Path(tmp) / name)
-        done = pip("wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(out), tmp)
+        # with this Python's setuptools where it has one: no index needed, no build environment made
+        isolation = ["--no-build-isolation"] if find_spec("setuptools") else []
+        done = pip("wheel", "-q", "--no-deps", *isolation, "-w", str(out), tmp)
     if done.returncode != 0:
         raise KitError(f"bench's wheel did not build: {pip_errors(done)}")
     return max(out.glob("bench-*.whl"), key=lambda path: path.stat().st_mtime)
@@ -156,58 +157,42 @@ def build_bench_wheel(source: Path, out: Path) -> Path:
 
 def pins(have: Dict[str, Optional[str]]) -> List[str]:
     """The target's versions as constraints, where the index can have them (not a local build's 2.11.0a0+nv)."""
-    found = []
-    for name, version in have.items():
-        try:
-            if version and not Version(version).local:
-                found.append(f"{name}=={version}")
-        except InvalidVersion:
-            pass
-    return found
+    return [f"{name}=={version}" for name, version in have.items() if version and re.fullmatch(r"\d[\w.!]*", version)]
 
 
-def check_pins(found: Sequence[str], flags: Sequence[str], python: str, limit: float) -> None:
-    """Each of the target's pins has a wheel for the target: one the index cannot meet would send the
-    resolve backtracking without end, so it is refused first, by name."""
-    if not found:
-        return
-    with tempfile.TemporaryDirectory(prefix="bench-kit-resolve-") as tmp:
-        done = pip(
-            "install", "--dry-run", "--no-deps", "--ignore-installed", "--target", tmp, *flags, *found,
-            python=python, doing=f"checking the target's {len(found)} pins for wheels", limit=limit, total=len(found),
-        )  # fmt: skip
-    if done.returncode == 0:
-        return
-    missing = re.search(r"satisfies the requirement (\S+) \(from versions: ([^)]*)\)", done.stdout)
-    if not missing:
-        raise KitError(f"the target's pins could not be checked: {pip_errors(done)}")
-    versions = missing.group(2).split(", ")
-    raise KitError(
-        f"{missing.group(1)} has no wheel for the target on the index (its versions for the target: "
-        f"{', '.join(versions[-5:])}): give a version it has, or leave the package out so the kit carries one",
-        EXIT_CONFIG,
-    )
-
-
-def resolve(
-    wheel: Path, extras: Sequence[str], out: Path, flags: Sequence[str], have: Dict[str, Optional[str]], python: str,
-    limit: float,
-) -> List[dict]:  # fmt: skip
+def resolve(wheel: Path, args: argparse.Namespace, out: Path, flags: Sequence[str], have: Dict[str, Any]) -> List[dict]:
     """pip's resolution for the target (metadata only: nothing large is downloaded), held to the target's
-    versions, as its report's `install` list, on the target's `python` within `limit` seconds. A
+    versions, as its report's `install` list, on the target's Python within --resolve-timeout. A
     requirement found only as an sdist is built to a pure-Python wheel into `out`."""
-    spec = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
+    spec = f"{wheel}[{','.join(args.extras)}]" if args.extras else str(wheel)
     built: List[str] = []
-    deadline = time.monotonic() + limit
+    deadline, found = time.monotonic() + args.resolve_timeout, pins(have)
     with tempfile.TemporaryDirectory(prefix="bench-kit-resolve-") as tmp:
+        # each pin first, alone: one the index cannot meet would send the resolve backtracking without end
+        done = pip(
+            "install", "--dry-run", "--no-deps", "--ignore-installed", "--target", f"{tmp}/pins", *flags, *found,
+            python=args.interpreter, doing=f"checking the target's {len(found)} pins for wheels",
+            limit=args.resolve_timeout, total=len(found),
+        ) if found else subprocess.CompletedProcess([], 0, "", "")  # fmt: skip
+        missing = re.search(r"satisfies the requirement (\S+) \(from versions: ([^)]*)\)", done.stdout)
+        if missing:
+            raise KitError(
+                f"--have {args.have}: {missing[1]} has no wheel for the target on the index (its versions for the "
+                f"target: {', '.join(missing[2].split(', ')[-5:])}): give a version it has, or leave the package "
+                "out so the kit carries one",
+                EXIT_CONFIG,
+            )
+        if done.returncode != 0:
+            raise KitError(f"the target's pins could not be checked: {pip_errors(done)}")
         constraints = Path(tmp) / "have.txt"
-        constraints.write_text("".join(f"{pin}\n" for pin in pins(have)))
+        constraints.write_text("".join(f"{pin}\n" for pin in found))
         for _ in range(SDIST_TRIES + 1):
             report = Path(tmp) / "report.json"
             done = pip(
                 "install", "--dry-run", "--ignore-installed", "--report", str(report), "--target",
-                f"{tmp}/target", "--find-links", str(out), "-c", str(constraints), *flags, spec, python=python,
-                doing="resolving bench's requirements for the target", limit=deadline - time.monotonic(),
+                f"{tmp}/target", "--find-links", str(out), "-c", str(constraints), *flags, spec,
+                python=args.interpreter, doing="resolving bench's requirements for the target",
+                limit=deadline - time.monotonic(),
             )  # fmt: skip
             if done.returncode == 0:
                 return list(json.loads(report.read_text())["install"])
@@ -275,14 +260,7 @@ def build(args: argparse.Namespace) -> dict:
     flags += ["--no-index", f"--find-links={args.find_links}"] if args.find_links else []
     say(f"building bench's wheel from {args.source}")
     wheel = build_bench_wheel(args.source, out)
-    began = time.monotonic()
-    try:
-        check_pins(pins(have), flags, args.interpreter, args.resolve_timeout)
-    except KitError as exc:
-        raise KitError(f"--have {args.have}: {exc}", exc.code) from None
-    items = resolve(
-        wheel, args.extras, out, flags, have, args.interpreter, args.resolve_timeout - (time.monotonic() - began)
-    )
+    items = resolve(wheel, args, out, flags, have)
     problems = unmet(items, have, marker_env(args.python, args.arch))
     if problems:
         raise KitError(
@@ -358,22 +336,14 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
 def interpreter(python: str) -> Tuple[str, str]:
     """--python's interpreter and its major.minor: the path given, or for a version this Python,
     python3.N on PATH or pyenv's build of it."""
-    if "/" in python:
-        candidates = [python]
-    else:
-        pyenv = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
-        found = sorted(pyenv.glob(f"versions/{python}.*/bin/python{python}"), key=lambda p: len(p.parts), reverse=True)
-        candidates = [sys.executable, shutil.which(f"python{python}") or "", *map(str, found)]
-    for candidate in filter(None, candidates):
-        try:
-            done = subprocess.run(
-                [candidate, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"], capture_output=True, text=True
-            )
-        except OSError:
-            continue
-        version = done.stdout.strip()
-        if done.returncode == 0 and (version == python or "/" in python):
-            return candidate, version
+    root = Path(os.environ.get("PYENV_ROOT") or Path.home() / ".pyenv")
+    here = [sys.executable, shutil.which(f"python{python}"), *sorted(root.glob(f"versions/{python}.*/bin/python3.*"))]
+    asked = "import sys; print('%d.%d' % sys.version_info[:2])"
+    for candidate in map(str, [python] if "/" in python else filter(None, here)):
+        with contextlib.suppress(OSError):
+            done = subprocess.run([candidate, "-c", asked], capture_output=True, text=True)
+            if done.returncode == 0 and ("/" in python or done.stdout.strip() == python):
+                return candidate, done.stdout.strip()
     raise KitError(
         f"--python {python}: no such Python here (pip judges a package's markers by the Python it runs on): "
         "give the path of an interpreter of the target's version (pyenv install, a venv's bin/python)",

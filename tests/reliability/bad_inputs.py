@@ -1256,6 +1256,13 @@ BAD_INPUTS = [
         "--extras='nosuch' is not valid: accepted bench's extras (mlperf, s3, ",
     ),
     (
+        "kit for a Python not here",
+        "bench.tools.kit",
+        ["--have", "{tmp}/a-file", "--python", "3.99", "--out", "{tmp}/kit"],
+        2,
+        "--python 3.99: no such Python here (pip judges a package's markers by the Python it runs on)",
+    ),
+    (
         "gpu check keep is a file",
         "bench.tools.gpu_check",
         ["--rehearse", "--keep", "{tmp}/a-file"],
