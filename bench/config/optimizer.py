@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from bench.config.fields import Checks, Choice, non_negative, positive
+
+log = logging.getLogger("bench")
 
 
 class OptimizerName(Choice):
@@ -41,3 +45,62 @@ class OptimizerConfig(Checks):
         # torch refuses these only at the first step (nan and inf: bench.config.preflight names them)
         if not all(0 <= beta < 1 for beta in self.betas if math.isfinite(beta)):
             self._fail("betas", "two numbers in [0, 1), e.g. [0.9, 0.999]", list(self.betas))
+
+
+# An optimizer's own values: a preset's belong to the optimizer it names (issue 40.3)
+OWN_KEYS = ("lr", "momentum", "nesterov", "betas", "eps", "weight_decay")
+
+
+def _preset(name: str, conf: Path) -> Tuple[Optional[str], Dict[str, Any]]:
+    """(the optimizer conf/experiment/<name>.yaml names, its optimizer values), its base presets' first."""
+    from omegaconf import OmegaConf
+
+    path = conf / "experiment" / f"{name}.yaml"
+    if not path.is_file():
+        return None, {}
+    raw = OmegaConf.to_container(OmegaConf.load(path))
+    chosen, values = None, {}
+    for entry in raw.get("defaults", []) if isinstance(raw, dict) else []:
+        if isinstance(entry, str) and entry != "_self_":
+            chosen, values = _preset(entry.rsplit("/", 1)[-1], conf)
+        elif isinstance(entry, dict) and "override /optimizer" in entry:
+            chosen = entry["override /optimizer"]
+    own = raw.get("optimizer", {}) if isinstance(raw, dict) else {}
+    values.update({k: v for k, v in (own or {}).items() if k in OWN_KEYS})
+    return chosen, values
+
+
+def chosen_optimizers_values(cfg: Any, overrides: Sequence[str]) -> None:
+    """An `optimizer=NAME` on the command line over a preset naming another optimizer: NAME's own
+    values (conf/optimizer/NAME.yaml, else the schema's) for the OWN_KEYS the preset set and the
+    command line does not, in `cfg` (a composed DictConfig); the recipe's keys stay the preset's."""
+    from omegaconf import OmegaConf
+
+    from bench import config_dir
+
+    keys = [o.lstrip("+~").partition("=") for o in overrides]
+    chosen = [value for key, _, value in keys if key == "optimizer"]
+    presets = [value for key, _, value in keys if key == "experiment"]
+    if not chosen or not presets:
+        return
+    conf = Path(config_dir())
+    named, values = _preset(presets[-1], conf)
+    named = named or "sgd"  # conf/config.yaml's
+    told = {key.split(".", 1)[1] for key, _, _ in keys if key.startswith("optimizer.")}
+    if chosen[-1] == named or not set(values) - told:
+        return
+    group = conf / "optimizer" / f"{chosen[-1]}.yaml"
+    own = OmegaConf.merge(OmegaConf.structured(OptimizerConfig), OmegaConf.load(group) if group.is_file() else {})
+    moved = [key for key in OWN_KEYS if key in values and key not in told]
+    for key in moved:
+        cfg.optimizer[key] = own[key]
+    said = ", ".join(f"{key} {OmegaConf.to_container(own)[key]}" for key in moved)
+    was = ", ".join(f"{key} {values[key]}" for key in moved)
+    log.info(
+        "optimizer=%s: %s, its own (the preset's %s were for %s); the recipe's grad_clip_norm, "
+        "exclude_bn_bias_from_wd and lr scaling stay the preset's",
+        chosen[-1],
+        said,
+        was,
+        named,
+    )
