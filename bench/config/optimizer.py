@@ -53,20 +53,18 @@ OWN_KEYS = ("lr", "momentum", "nesterov", "betas", "eps", "weight_decay")
 
 def _preset(name: str, conf: Path) -> Tuple[Optional[str], Dict[str, Any]]:
     """(the optimizer conf/experiment/<name>.yaml names, its optimizer values), its base presets' first."""
-    from omegaconf import OmegaConf
+    import yaml
 
     path = conf / "experiment" / f"{name}.yaml"
-    if not path.is_file():
-        return None, {}
-    raw = OmegaConf.to_container(OmegaConf.load(path))
-    chosen, values = None, {}
-    for entry in raw.get("defaults", []) if isinstance(raw, dict) else []:
+    raw = (yaml.safe_load(path.read_text()) if path.is_file() else None) or {}
+    chosen: Optional[str] = None
+    values: Dict[str, Any] = {}
+    for entry in raw.get("defaults", []):
         if isinstance(entry, str) and entry != "_self_":
             chosen, values = _preset(entry.rsplit("/", 1)[-1], conf)
-        elif isinstance(entry, dict) and "override /optimizer" in entry:
-            chosen = entry["override /optimizer"]
-    own = raw.get("optimizer", {}) if isinstance(raw, dict) else {}
-    values.update({k: v for k, v in (own or {}).items() if k in OWN_KEYS})
+        elif isinstance(entry, dict):
+            chosen = entry.get("override /optimizer", chosen)
+    values.update({k: v for k, v in (raw.get("optimizer") or {}).items() if k in OWN_KEYS})
     return chosen, values
 
 
@@ -79,28 +77,25 @@ def chosen_optimizers_values(cfg: Any, overrides: Sequence[str]) -> None:
     from bench import config_dir
 
     keys = [o.lstrip("+~").partition("=") for o in overrides]
-    chosen = [value for key, _, value in keys if key == "optimizer"]
-    presets = [value for key, _, value in keys if key == "experiment"]
+    chosen, presets = ([v for k, _, v in keys if k == key] for key in ("optimizer", "experiment"))
     if not chosen or not presets:
         return
     conf = Path(config_dir())
     named, values = _preset(presets[-1], conf)
-    named = named or "sgd"  # conf/config.yaml's
     told = {key.split(".", 1)[1] for key, _, _ in keys if key.startswith("optimizer.")}
-    if chosen[-1] == named or not set(values) - told:
+    moved = [key for key in OWN_KEYS if key in values and key not in told]
+    if chosen[-1] == (named or "sgd") or not moved:  # sgd: conf/config.yaml's
         return
     group = conf / "optimizer" / f"{chosen[-1]}.yaml"
-    own = OmegaConf.merge(OmegaConf.structured(OptimizerConfig), OmegaConf.load(group) if group.is_file() else {})
-    moved = [key for key in OWN_KEYS if key in values and key not in told]
+    own = OmegaConf.to_container(OmegaConf.merge(OptimizerConfig, OmegaConf.load(group) if group.is_file() else {}))
+    assert isinstance(own, dict)
     for key in moved:
         cfg.optimizer[key] = own[key]
-    said = ", ".join(f"{key} {OmegaConf.to_container(own)[key]}" for key in moved)
-    was = ", ".join(f"{key} {values[key]}" for key in moved)
     log.info(
         "optimizer=%s: %s, its own (the preset's %s were for %s); the recipe's grad_clip_norm, "
         "exclude_bn_bias_from_wd and lr scaling stay the preset's",
         chosen[-1],
-        said,
-        was,
-        named,
+        ", ".join(f"{key} {own[key]}" for key in moved),
+        ", ".join(f"{key} {values[key]}" for key in moved),
+        named or "sgd",
     )
