@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import signal
 import threading
 import time
@@ -132,9 +131,10 @@ def replace(overrides: Sequence[str], key: str, value: str) -> List[str]:
 
 class TrainingRuns:
     """Runs of the training scenario for the doctor: each in `out_dir/<job>`, each a child of
-    `parent_run_id` (None: tracked alone, or not at all with tracking.enabled=false)."""
+    `parent_run_id` (None: tracked alone, or not at all with tracking.enabled=false); a run whose
+    set-up runs far past `budget_s` (doctor.budget_s) is stopped (SETUP_BUDGETS)."""
 
-    def __init__(self, out_dir: Path, launch_dir: Path, parent_run_id: Optional[str], budget_s: float = math.inf):
+    def __init__(self, out_dir: Path, launch_dir: Path, parent_run_id: Optional[str], budget_s: float):
         self.out_dir, self.launch_dir, self.parent_run_id = out_dir, launch_dir, parent_run_id
         self.budget_s, self.setup_s = budget_s, max(MIN_SETUP_S, SETUP_BUDGETS * budget_s)
 
