@@ -6,7 +6,7 @@ import logging
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, List, Optional, Sequence
 
 from bench.config.fields import Checks, Choice, non_negative, positive
 
@@ -51,51 +51,41 @@ class OptimizerConfig(Checks):
 OWN_KEYS = ("lr", "momentum", "nesterov", "betas", "eps", "weight_decay")
 
 
-def _preset(name: str, conf: Path) -> Tuple[Optional[str], Dict[str, Any]]:
-    """(the optimizer conf/experiment/<name>.yaml names, its optimizer values), its base presets' first."""
+def _named(preset: str, conf: Path) -> Optional[str]:
+    """The optimizer conf/experiment/<preset>.yaml names (or a preset it is built on), if any."""
     import yaml
 
-    path = conf / "experiment" / f"{name}.yaml"
-    raw = (yaml.safe_load(path.read_text()) if path.is_file() else None) or {}
-    chosen: Optional[str] = None
-    values: Dict[str, Any] = {}
-    for entry in raw.get("defaults", []):
-        if isinstance(entry, str) and entry != "_self_":
-            chosen, values = _preset(entry.rsplit("/", 1)[-1], conf)
-        elif isinstance(entry, dict):
-            chosen = entry.get("override /optimizer", chosen)
-    values.update({k: v for k, v in (raw.get("optimizer") or {}).items() if k in OWN_KEYS})
-    return chosen, values
+    path, named = conf / "experiment" / f"{preset.rsplit('/', 1)[-1]}.yaml", None
+    for entry in ((yaml.safe_load(path.read_text()) if path.is_file() else None) or {}).get("defaults", []):
+        base = _named(entry, conf) if isinstance(entry, str) and entry != "_self_" else None
+        named = entry.get("override /optimizer", named) if isinstance(entry, dict) else base or named
+    return named
 
 
 def chosen_optimizers_values(cfg: Any, overrides: Sequence[str]) -> None:
     """An `optimizer=NAME` on the command line over a preset naming another optimizer: NAME's own
-    values (conf/optimizer/NAME.yaml, else the schema's) for the OWN_KEYS the preset set and the
-    command line does not, in `cfg` (a composed DictConfig); the recipe's keys stay the preset's."""
+    values (conf/optimizer/NAME.yaml, else the schema's) for the OWN_KEYS the command line does not
+    set, in `cfg` (a composed DictConfig); the recipe's keys stay the preset's."""
     from omegaconf import OmegaConf
 
     from bench import config_dir
 
     keys = [o.lstrip("+~").partition("=") for o in overrides]
     chosen, presets = ([v for k, _, v in keys if k == key] for key in ("optimizer", "experiment"))
-    if not chosen or not presets:
+    named = (presets and _named(presets[-1], Path(config_dir()))) or "sgd"  # sgd: conf/config.yaml's
+    if not chosen or not presets or chosen[-1] == named:
         return
-    conf = Path(config_dir())
-    named, values = _preset(presets[-1], conf)
-    told = {key.split(".", 1)[1] for key, _, _ in keys if key.startswith("optimizer.")}
-    moved = [key for key in OWN_KEYS if key in values and key not in told]
-    if chosen[-1] == (named or "sgd") or not moved:  # sgd: conf/config.yaml's
-        return
-    group = conf / "optimizer" / f"{chosen[-1]}.yaml"
+    group = Path(config_dir()) / "optimizer" / f"{chosen[-1]}.yaml"
     own = OmegaConf.to_container(OmegaConf.merge(OptimizerConfig, OmegaConf.load(group) if group.is_file() else {}))
-    assert isinstance(own, dict)
+    was = OmegaConf.to_container(cfg.optimizer)
+    assert isinstance(own, dict) and isinstance(was, dict)
+    told = {key.split(".", 1)[1] for key, _, _ in keys if key.startswith("optimizer.")}
+    moved = [key for key in OWN_KEYS if key not in told and was[key] != own[key]]
     for key in moved:
         cfg.optimizer[key] = own[key]
-    log.info(
-        "optimizer=%s: %s, its own (the preset's %s were for %s); the recipe's grad_clip_norm, "
-        "exclude_bn_bias_from_wd and lr scaling stay the preset's",
-        chosen[-1],
-        ", ".join(f"{key} {own[key]}" for key in moved),
-        ", ".join(f"{key} {values[key]}" for key in moved),
-        named or "sgd",
-    )
+    said, were = (", ".join(f"{key} {source[key]}" for key in moved) for source in (own, was))
+    if moved:
+        log.info(
+            f"optimizer={chosen[-1]}: {said}, its own (the preset's {were} were for {named}); the recipe's "
+            "grad_clip_norm, exclude_bn_bias_from_wd and lr scaling stay the preset's"
+        )

@@ -8,7 +8,6 @@ import contextlib
 import dataclasses
 import logging
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence
@@ -56,20 +55,16 @@ SETUP_BUDGETS, MIN_SETUP_S = 2.0, 60.0
 
 
 class SetupOverrun(Interrupted):
-    """SIGALRM at a rung's limit: the run ends as at a signal (KILLED, its workers stopped)."""
+    """SIGALRM at a rung's limit: the run ends as at a signal (KILLED, its workers stopped); its text says why."""
 
-    def __init__(self, reason: str):
-        super().__init__("SIGALRM")
-        self.args = (reason,)
+    def __str__(self) -> str:
+        return self.signal_name
 
 
 @contextlib.contextmanager
 def stopped_after(seconds: float, reason: str) -> Iterator[List[bool]]:
-    """SetupOverrun raised in the main thread after `seconds`; the list yielded holds True once it was."""
+    """SetupOverrun raised in the (main) thread after `seconds`; the list yielded holds True once it was."""
     fired: List[bool] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield fired
-        return
 
     def _raise(_signum: int, _frame: Any) -> None:
         fired.append(True)
@@ -78,9 +73,8 @@ def stopped_after(seconds: float, reason: str) -> Iterator[List[bool]]:
     previous = signal.signal(signal.SIGALRM, _raise)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        yield fired
-    except SetupOverrun:  # fired once the run had returned
-        pass
+        with contextlib.suppress(SetupOverrun):  # one that fired once the run had returned
+            yield fired
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
