@@ -77,13 +77,12 @@ def chosen_optimizers_values(cfg: Any, overrides: Sequence[str]) -> None:
         return
     group = Path(config_dir()) / "optimizer" / f"{chosen[-1]}.yaml"
     own = OmegaConf.to_container(OmegaConf.merge(OptimizerConfig, OmegaConf.load(group) if group.is_file() else {}))
-    was = OmegaConf.to_container(cfg.optimizer)
-    assert isinstance(own, dict) and isinstance(was, dict)
+    assert isinstance(own, dict)
     told = {key.split(".", 1)[1] for key, _, _ in keys if key.startswith("optimizer.")}
-    moved = [key for key in OWN_KEYS if key not in told and was[key] != own[key]]
+    moved = [key for key in OWN_KEYS if key not in told and cfg.optimizer[key] != own[key]]
+    said, were = (", ".join(f"{key} {source[key]}" for key in moved) for source in (own, cfg.optimizer))
     for key in moved:
         cfg.optimizer[key] = own[key]
-    said, were = (", ".join(f"{key} {source[key]}" for key in moved) for source in (own, was))
     if moved:
         log.info(
             f"optimizer={chosen[-1]}: {said}, its own (the preset's {were} were for {named}); the recipe's "

@@ -92,15 +92,9 @@ def synthetic_twin(overrides: Sequence[str], config: BenchConfig) -> List[str]:
     train.steps_per_epoch's default length, as many as the user's run has when its length is named,
     else MANY_EPOCHS (its window ends it)."""
     kept = [o for o in overrides if o.lstrip("+~").partition("=")[0] not in SOURCE_KEYS]
-    data = config.data
-    twin = [
-        *kept,
-        "data=synthetic",
-        f"data.batch_size={data.batch_size}",
-        f"data.image_size={data.image_size}",
-        f"data.num_classes={data.num_classes}",
-        f"data.progressive={'null' if data.progressive is None else repr(data.progressive)}",
-    ]
+    same = [f"data.{key}={getattr(config.data, key)}" for key in ("batch_size", "image_size", "num_classes")]
+    progressive = "null" if config.data.progressive is None else repr(config.data.progressive)
+    twin = [*kept, "data=synthetic", *same, f"data.progressive={progressive}"]
     if config.train.steps_per_epoch is None:
         length = [] if names_length(overrides) else [MANY_EPOCHS]  # the twin names its length: rung_config would not
         twin = [*replace(twin, "train.steps_per_epoch", str(TrainConfig.steps_per_epoch)), *length]
@@ -152,10 +146,8 @@ class TrainingRuns:
         log.info("%s: %s", job, " ".join(overrides) or "(the defaults)")
         # the run's final line and log go to its directory: the doctor's stdout is its table
         limit = window_s + self.setup_s
-        overrun = (
-            f"its set-up (building, compiling, warming up the model) ran past {self.setup_s:.0f} s, far past "
-            f"doctor.budget_s={self.budget_s:g}: stopped after {limit:.0f} s, not measured"
-        )
+        overrun = f"its set-up (building, compiling, warming up the model) ran past {self.setup_s:.0f} s, far past "
+        overrun += f"doctor.budget_s={self.budget_s:g}: stopped after {limit:.0f} s, not measured"
         with (
             (job_dir / "stdout.txt").open("w") as out,
             contextlib.redirect_stdout(out),
@@ -180,12 +172,7 @@ class TrainingRuns:
         rung.step_ms, rung.data_wait = record.step_time_ms_p50, record.data_wait_fraction
         rung.parameters = record.parameters
         rung.fit, rung.unfit_because = record.fit.fit_to_measure, record.fit.fit_reasons or ""
-        rung.figures = TrainingFigures(
-            measured_steps=record.measured_steps,
-            batch_size=record.batch_size,
-            world_size=record.world_size,
-            precision=record.execution.precision,
-            channels_last=record.execution.channels_last,
-            device=record.execution.device,
-        )
+        ran = record.execution
+        counts = (record.measured_steps, record.batch_size, record.world_size)
+        rung.figures = TrainingFigures(*counts, ran.precision, ran.channels_last, ran.device)  # in its fields' order
         return rung
