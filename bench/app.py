@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional
 from omegaconf import DictConfig, OmegaConf
 
 from bench.config import BenchConfig, as_plain, load
+from bench.config.optimizer import chosen_optimizers_values
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, print_error
 from bench.errors import stopped_by as _interruption
 from bench.machine.children import sigterm_raises
@@ -60,6 +61,7 @@ def run_from_hydra(cfg: DictConfig) -> int:
     # as typed: list() would resolve them, and data.batch_size=${oops} would fail here, outside `load`
     overrides = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False) or []]
     try:
+        chosen_optimizers_values(cfg, overrides)  # optimizer=adam over a preset's sgd values: adam's own
         config = load(cfg)
     except BenchError as exc:
         code = _refuse(exc, out_dir, sweep_job, lambda: _raw_tracker(cfg, launch_dir, overrides, sweep_job))

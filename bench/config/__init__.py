@@ -18,6 +18,7 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from bench.config.optimizer import chosen_optimizers_values
 from bench.config.preflight import reject_non_finite, reject_unknown_attributes, reject_unknown_keys
 from bench.config.schema import BenchConfig, register_configs, schema
 from bench.config.storage_benchmark import changed_benchmark_keys
@@ -85,9 +86,11 @@ def composed(*overrides: str) -> DictConfig:
     register_configs()
     with _COMPOSING, initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
         try:
-            return hydra_compose(config_name="config", overrides=list(overrides))
+            cfg = hydra_compose(config_name="config", overrides=list(overrides))
         except (HydraException, OmegaConfBaseException) as exc:
             raise as_error(exc, overrides) from None
+    chosen_optimizers_values(cfg, overrides)
+    return cfg
 
 
 def shown(cfg: DictConfig) -> DictConfig:

@@ -60,16 +60,14 @@ def seed_spelling(argv: Sequence[str]) -> Tuple[List[str], List[str]]:
     for arg in argv:
         prefix = arg[: len(arg) - len(arg.lstrip("+~"))]
         key, sep, value = arg[len(prefix) :].partition("=")
-        seed_arg = (sep or prefix == "~") and not arg.startswith("-")
-        if seed_arg and key in SEED_DROPPED:
+        new = bench_key(key) if (sep or prefix == "~") and not arg.startswith("-") else None
+        if key in SEED_DROPPED and not arg.startswith("-"):
             read.append(f"{key} -> none: {SEED_DROPPED[key]}")
             continue
-        new = bench_key(key) if seed_arg else None
         if new is None:
             out.append(arg)
             continue
-        names = SEED_VALUES.get(new, {})
-        bench_value = ",".join(names.get(v, v) for v in value.split(","))
+        bench_value = ",".join(SEED_VALUES.get(new, {}).get(v, v) for v in value.split(","))
         out.append(f"{prefix}{new}{sep}{bench_value}")
         read.append(f"{key} -> {new}" if bench_value == value else f"{key}={value} -> {new}={bench_value}")
     return out, read

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass, field
-from typing import List, Optional
+from pathlib import Path
+from typing import Any, List, Optional, Sequence
 
 from bench.config.fields import Checks, Choice, non_negative, positive
+
+log = logging.getLogger("bench")
 
 
 class OptimizerName(Choice):
@@ -41,3 +45,46 @@ class OptimizerConfig(Checks):
         # torch refuses these only at the first step (nan and inf: bench.config.preflight names them)
         if not all(0 <= beta < 1 for beta in self.betas if math.isfinite(beta)):
             self._fail("betas", "two numbers in [0, 1), e.g. [0.9, 0.999]", list(self.betas))
+
+
+# An optimizer's own values: a preset's belong to the optimizer it names (issue 40.3)
+OWN_KEYS = ("lr", "momentum", "nesterov", "betas", "eps", "weight_decay")
+
+
+def _named(preset: str, conf: Path) -> Optional[str]:
+    """The optimizer conf/experiment/<preset>.yaml names (or a preset it is built on), if any."""
+    import yaml
+
+    path, named = conf / "experiment" / f"{preset.rsplit('/', 1)[-1]}.yaml", None
+    for entry in ((yaml.safe_load(path.read_text()) if path.is_file() else None) or {}).get("defaults", []):
+        base = _named(entry, conf) if isinstance(entry, str) and entry != "_self_" else None
+        named = entry.get("override /optimizer", named) if isinstance(entry, dict) else base or named
+    return named
+
+
+def chosen_optimizers_values(cfg: Any, overrides: Sequence[str]) -> None:
+    """An `optimizer=NAME` on the command line over a preset naming another optimizer: NAME's own
+    values (conf/optimizer/NAME.yaml, else the schema's) for the OWN_KEYS the command line does not
+    set, in `cfg` (a composed DictConfig); the recipe's keys stay the preset's."""
+    from omegaconf import OmegaConf
+
+    from bench import config_dir
+
+    keys = [o.lstrip("+~").partition("=") for o in overrides]
+    chosen, presets = ([v for k, _, v in keys if k == key] for key in ("optimizer", "experiment"))
+    named = (presets and _named(presets[-1], Path(config_dir()))) or "sgd"  # sgd: conf/config.yaml's
+    if not chosen or not presets or chosen[-1] == named:
+        return
+    group = Path(config_dir()) / "optimizer" / f"{chosen[-1]}.yaml"
+    own = OmegaConf.to_container(OmegaConf.merge(OptimizerConfig, OmegaConf.load(group) if group.is_file() else {}))
+    assert isinstance(own, dict)
+    told = {key.split(".", 1)[1] for key, _, _ in keys if key.startswith("optimizer.")}
+    moved = [key for key in OWN_KEYS if key not in told and cfg.optimizer[key] != own[key]]
+    said, were = (", ".join(f"{key} {source[key]}" for key in moved) for source in (own, cfg.optimizer))
+    for key in moved:
+        cfg.optimizer[key] = own[key]
+    if moved:
+        log.info(
+            f"optimizer={chosen[-1]}: {said}, its own (the preset's {were} were for {named}); the recipe's "
+            "grad_clip_norm, exclude_bn_bias_from_wd and lr scaling stay the preset's"
+        )

@@ -7,9 +7,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
-import math
 import signal
-import threading
 import time
 from pathlib import Path
 from typing import Any, Iterator, List, Optional, Sequence
@@ -57,20 +55,16 @@ SETUP_BUDGETS, MIN_SETUP_S = 2.0, 60.0
 
 
 class SetupOverrun(Interrupted):
-    """SIGALRM at a rung's limit: the run ends as at a signal (KILLED, its workers stopped)."""
+    """SIGALRM at a rung's limit: the run ends as at a signal (KILLED, its workers stopped); its text says why."""
 
-    def __init__(self, reason: str):
-        super().__init__("SIGALRM")
-        self.args = (reason,)
+    def __str__(self) -> str:
+        return self.signal_name
 
 
 @contextlib.contextmanager
 def stopped_after(seconds: float, reason: str) -> Iterator[List[bool]]:
-    """SetupOverrun raised in the main thread after `seconds`; the list yielded holds True once it was."""
+    """SetupOverrun raised in the (main) thread after `seconds`; the list yielded holds True once it was."""
     fired: List[bool] = []
-    if threading.current_thread() is not threading.main_thread():
-        yield fired
-        return
 
     def _raise(_signum: int, _frame: Any) -> None:
         fired.append(True)
@@ -79,9 +73,8 @@ def stopped_after(seconds: float, reason: str) -> Iterator[List[bool]]:
     previous = signal.signal(signal.SIGALRM, _raise)
     signal.setitimer(signal.ITIMER_REAL, seconds)
     try:
-        yield fired
-    except SetupOverrun:  # fired once the run had returned
-        pass
+        with contextlib.suppress(SetupOverrun):  # one that fired once the run had returned
+            yield fired
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
@@ -99,15 +92,9 @@ def synthetic_twin(overrides: Sequence[str], config: BenchConfig) -> List[str]:
     train.steps_per_epoch's default length, as many as the user's run has when its length is named,
     else MANY_EPOCHS (its window ends it)."""
     kept = [o for o in overrides if o.lstrip("+~").partition("=")[0] not in SOURCE_KEYS]
-    data = config.data
-    twin = [
-        *kept,
-        "data=synthetic",
-        f"data.batch_size={data.batch_size}",
-        f"data.image_size={data.image_size}",
-        f"data.num_classes={data.num_classes}",
-        f"data.progressive={'null' if data.progressive is None else repr(data.progressive)}",
-    ]
+    same = [f"data.{key}={getattr(config.data, key)}" for key in ("batch_size", "image_size", "num_classes")]
+    progressive = "null" if config.data.progressive is None else repr(config.data.progressive)
+    twin = [*kept, "data=synthetic", *same, f"data.progressive={progressive}"]
     if config.train.steps_per_epoch is None:
         length = [] if names_length(overrides) else [MANY_EPOCHS]  # the twin names its length: rung_config would not
         twin = [*replace(twin, "train.steps_per_epoch", str(TrainConfig.steps_per_epoch)), *length]
@@ -132,9 +119,10 @@ def replace(overrides: Sequence[str], key: str, value: str) -> List[str]:
 
 class TrainingRuns:
     """Runs of the training scenario for the doctor: each in `out_dir/<job>`, each a child of
-    `parent_run_id` (None: tracked alone, or not at all with tracking.enabled=false)."""
+    `parent_run_id` (None: tracked alone, or not at all with tracking.enabled=false); a run whose
+    set-up runs far past `budget_s` (doctor.budget_s) is stopped (SETUP_BUDGETS)."""
 
-    def __init__(self, out_dir: Path, launch_dir: Path, parent_run_id: Optional[str], budget_s: float = math.inf):
+    def __init__(self, out_dir: Path, launch_dir: Path, parent_run_id: Optional[str], budget_s: float):
         self.out_dir, self.launch_dir, self.parent_run_id = out_dir, launch_dir, parent_run_id
         self.budget_s, self.setup_s = budget_s, max(MIN_SETUP_S, SETUP_BUDGETS * budget_s)
 
@@ -158,10 +146,8 @@ class TrainingRuns:
         log.info("%s: %s", job, " ".join(overrides) or "(the defaults)")
         # the run's final line and log go to its directory: the doctor's stdout is its table
         limit = window_s + self.setup_s
-        overrun = (
-            f"its set-up (building, compiling, warming up the model) ran past {self.setup_s:.0f} s, far past "
-            f"doctor.budget_s={self.budget_s:g}: stopped after {limit:.0f} s, not measured"
-        )
+        overrun = f"its set-up (building, compiling, warming up the model) ran past {self.setup_s:.0f} s, far past "
+        overrun += f"doctor.budget_s={self.budget_s:g}: stopped after {limit:.0f} s, not measured"
         with (
             (job_dir / "stdout.txt").open("w") as out,
             contextlib.redirect_stdout(out),
@@ -186,12 +172,7 @@ class TrainingRuns:
         rung.step_ms, rung.data_wait = record.step_time_ms_p50, record.data_wait_fraction
         rung.parameters = record.parameters
         rung.fit, rung.unfit_because = record.fit.fit_to_measure, record.fit.fit_reasons or ""
-        rung.figures = TrainingFigures(
-            measured_steps=record.measured_steps,
-            batch_size=record.batch_size,
-            world_size=record.world_size,
-            precision=record.execution.precision,
-            channels_last=record.execution.channels_last,
-            device=record.execution.device,
-        )
+        ran = record.execution
+        counts = (record.measured_steps, record.batch_size, record.world_size)
+        rung.figures = TrainingFigures(*counts, ran.precision, ran.channels_last, ran.device)  # in its fields' order
         return rung

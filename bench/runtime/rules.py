@@ -52,8 +52,8 @@ def check_training_for_accuracy(config: BenchConfig) -> None:
             "steps_per_epoch", "a positive integer with data=synthetic (null means one pass over a real dataset)"
         )
     if config.train.eval_every:
-        target = config.train.target_accuracy is not None
-        what, off = ("train.target_accuracy", "null") if target else ("train.eval_every", "0")  # null: not Optional
+        target = config.train.target_accuracy is not None  # eval_every is an int: 0, never null
+        what, off = ("train.target_accuracy", "null") if target else ("train.eval_every", "0")
         raise ConfigError(
             what,
             getattr(config.train, what.split(".")[1]),

@@ -192,13 +192,10 @@ class MeasuredWindow:
         target = run.config.train.target_accuracy
         if target is not None and record.val_top1 >= target and tally.reached is None:
             tally.reached, tally.stop = record, True
-            log.info(  # the bar is about to be erased: the stop is said on the terminal, not only in the JSON
-                "target reached at epoch %d: val top-1 %.4f >= %g after %.1f s: the run stops here",
-                record.epoch,
-                record.val_top1,
-                target,
-                record.wall_seconds,
+            reached = (
+                f"epoch {record.epoch}: val top-1 {record.val_top1:.4f} >= {target:g} after {record.wall_seconds:.1f} s"
             )
+            log.info("target reached at %s: the run stops here", reached)  # said on the terminal, not only in the JSON
 
     def epoch_record(self, epoch: int, first: Tuple[int, int], steps: int) -> EpochRecord:
         clock, data, (first_mark, first_wait) = self.clock, self.training.data, first

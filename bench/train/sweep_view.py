@@ -24,6 +24,7 @@ TRAINING_COLUMNS = [  # (header, frame column = a radix_metrics key, format)
     ("procs", "world_size", "{}"),
     ("batch/proc", "batch_size", "{}"),
     ("global batch", "global_batch_size", "{}"),
+    ("lr", "lr", "{:g}"),  # the lr the run started at (an optimizer sweep's own, issue 40.3)
     ("images/s", "images_per_second", "{:.1f}"),
     ("images/s/proc", "images_per_second_per_device", "{:.1f}"),
     ("step p50 ms", "step_time_ms_p50", "{:.2f}"),

@@ -158,6 +158,7 @@ def _training_results(procs: int, ips: float, **extra: Any) -> Dict[str, Any]:
         "world_size": procs,
         "batch_size": 4,
         "global_batch_size": 4 * procs,
+        "lr": 0.001,
         "model": "resnet18",
         "precision": "fp32",
         "scaling": "weak",
@@ -318,6 +319,7 @@ def test_table_has_the_training_columns_and_formats_the_figures():
         "2.0",
     )
     assert (first["speedup"], first["scaling eff %"], first["scaling"]) == ("1.00", "100.0", "weak")
+    assert first["lr"] == "0.001"  # an optimizer sweep's lr per job (issue 40.3)
     assert (shown.iloc[1]["speedup"], shown.iloc[1]["scaling eff %"]) == ("1.80", "90.0")
 
 

@@ -330,3 +330,45 @@ def test_gpu_presets_point_to_the_published_figures_and_differ_where_the_card_do
     a100, h100 = compose("+experiment=a100_bf16"), compose("+experiment=h100_bf16")
     assert h100.train.steps_per_epoch > a100.train.steps_per_epoch  # the faster card gets a window as long
     assert h100.data.batch_size == a100.data.batch_size == 256  # both 80 GB cards hold it
+
+
+# ---- issue 40.3: a preset's optimizer values belong to the optimizer it names ------------------------
+
+
+@pytest.mark.parametrize(
+    "optimizer, lr, weight_decay, eps",
+    [("sgd", 0.2, 5e-4, 1e-8), ("adagrad", 1e-2, 0.0, 1e-10), ("adadelta", 1.0, 0.0, 1e-6), ("adam", 1e-3, 0.0, 1e-8)],
+)
+def test_an_optimizer_chosen_over_a_preset_brings_its_own_values(compose, caplog, optimizer, lr, weight_decay, eps):
+    """digits_tta names sgd (lr 0.2, weight decay 5e-4, Nesterov): sgd keeps them, each other
+    optimizer of an optimizer sweep gets its own, with one line; the recipe's keys stay."""
+    with caplog.at_level("INFO", logger="bench"):
+        config = compose("+experiment=digits_tta", f"optimizer={optimizer}")
+    own = config.optimizer
+    assert (own.lr, own.weight_decay, own.eps, own.nesterov) == (lr, weight_decay, eps, optimizer == "sgd")
+    assert str(config.scheduler.name) == "onecycle" and config.data.augment is False  # the recipe's
+    said = [r.getMessage() for r in caplog.records if r.getMessage().startswith("optimizer=")]
+    if optimizer == "sgd":  # the preset's own optimizer: its values are for it
+        assert said == []
+    else:
+        assert said == [
+            f"optimizer={optimizer}: lr {lr}, nesterov False, weight_decay 0.0, its own (the preset's lr 0.2, "
+            "nesterov True, weight_decay 0.0005 were for sgd); the recipe's grad_clip_norm, "
+            "exclude_bn_bias_from_wd and lr scaling stay the preset's"
+        ]
+
+
+def test_the_users_optimizer_values_and_the_recipes_keys_stay(compose):
+    fast = compose("+experiment=imagenet_fast_ddp2", "optimizer=adamw", "optimizer.lr=0.002")  # a preset on a preset
+    assert (fast.optimizer.lr, fast.optimizer.weight_decay, fast.optimizer.nesterov) == (0.002, 0.05, False)
+    assert fast.optimizer.grad_clip_norm == 1.0 and fast.optimizer.exclude_bn_bias_from_wd and fast.scheduler.scale_lr
+    again = compose("+experiment=imagenet_fast", "optimizer=sgd")  # the optimizer it names: its values
+    assert (again.optimizer.lr, again.optimizer.nesterov, again.optimizer.weight_decay) == (0.1, True, 5e-5)
+    assert compose("optimizer=adam").optimizer.lr == 1e-3  # no preset: the group's own, as always
+
+
+def test_cfg_job_shows_the_chosen_optimizers_values(bench):
+    proc = bench.run("+experiment=cifar100_resnet18", "optimizer=adam", "--cfg", "job")
+    assert proc.returncode == 0, proc.stderr
+    shown = proc.stdout.split("\noptimizer:\n", 1)[1]
+    assert "  name: adam\n  lr: 0.001\n  weight_decay: 0.0\n" in shown and "  nesterov: false\n" in shown
