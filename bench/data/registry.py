@@ -79,15 +79,15 @@ def check_location(data: DataConfig, validation: bool = False) -> None:
     """Raise DataError when data.root does not hold the option's dataset (cheap: listings only);
     validation=True: its val split, which must be a split of its own (not the training images)."""
     check = _option(data).check
-    if check:
-        try:
+    try:
+        if validation and data.name == "imagefolder":  # val/ takes train/'s classes: checked before its count
+            warn_val_lacks(data.dataset_root, check_separate_val(data.dataset_root)[1])
+        if check:
             load(check)(data)
-        except PermissionError as exc:  # a folder this user may not list or enter: the data key's, not the run dir's
-            raise DataError(f"data.root={data.root!r} cannot be read: {exc.filename}: {exc.strerror}") from None
+    except PermissionError as exc:  # a folder this user may not list or enter: the data key's, not the run dir's
+        raise DataError(f"data.root={data.root!r} cannot be read: {exc.filename}: {exc.strerror}") from None
     import_own({"data.name": data.name})  # a user's builder: one that does not import is one line now
-    if validation and data.name == "imagefolder":
-        warn_val_lacks(data.dataset_root, check_separate_val(data.dataset_root)[1])
-    elif validation and data.name == "shards" and not data.dataset_root.startswith("s3://"):  # s3: preflight's
+    if validation and data.name == "shards" and not data.dataset_root.startswith("s3://"):  # s3: preflight's
         from bench.data.shardformat import val_label_map
         from bench.storage.registry import open_store
 
