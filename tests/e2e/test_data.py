@@ -118,13 +118,13 @@ def test_val_lacking_a_class_and_a_symlink_loop_in_a_real_run(bench, base, datas
     metrics = run_ok(bench, base, tmp_path, args)
     assert metrics["dataset_size"] == 12 and metrics["val_images"] == 6
     log = (tmp_path / "run" / "bench.log").read_text()
-    assert log.count(f"{root / 'train'}: 1 folder(s) left out") == 1 and str(root / "train" / "class001" / "sub") in log
-    assert log.count(f"{root}/val lacks 1 of train/'s classes: class001") == 1
+    assert log.count(f"{root / 'train'}: left out {root / 'train' / 'class001' / 'sub'}: each a link") == 1
+    assert log.count(f"{root}/val lacks train/'s class(es) class001: validation scores the others") == 1
 
     (root / "val" / "class001").mkdir()  # back, and one train/ has not
     (root / "val" / "zebra").mkdir()
     proc = bench.run(*base, *args, f"hydra.run.dir={tmp_path}/refused")
-    assert f"{root}/val has 1 class folder(s) that train/ lacks: zebra" in one_error_line(bench, proc, 2)
+    assert f"{root}/val has 1 class(es) that train/ lacks: zebra" in one_error_line(bench, proc, 2)
     assert len(bench.runs()) == 1
 
 
