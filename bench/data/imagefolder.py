@@ -12,7 +12,7 @@ import torch
 from bench.config.data import DataConfig
 from bench.config.storage import StorageLocation
 from bench.data.device_batches import DeviceBatches, map_style_batches
-from bench.data.layout import check_class_count, check_separate_val, imagefolder_base, scan_image_folder
+from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder, val_classes
 from bench.data.loader import BatchDataset, HostBatch, empty_batch
 from bench.data.registry import Batch
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
@@ -80,7 +80,7 @@ def imagefolder_val_batches(
     """The val/ split with the val transform (resize + center crop), this rank's share of it, labelled with
     train/'s class-to-index map."""
     base = os.path.join(cfg.dataset_root, "val")
-    classes, paths, labels = scan_image_folder(base, check_separate_val(cfg.dataset_root)[0])
+    classes, paths, labels = scan_image_folder(base, val_classes(cfg.dataset_root)[0])
     check_class_count(len(classes), base, cfg.num_classes)
     dataset = ImageFolderBatches(paths, labels, cfg.image_size, False, cfg.decoder, 0, rank)
     return map_style_batches(dataset, cfg, device, memory_format, rank, world_size)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import itertools
 import logging
 import os
-from typing import Iterator, List, Optional, Set, Tuple
+from typing import Iterator, List, Optional, Tuple
 
 from bench.config.data import DataConfig
 from bench.errors import DataError
@@ -46,14 +46,11 @@ def class_folders(base: str) -> List[str]:
     return names
 
 
-def _images_in(
-    folder: str, seen: Optional[Set[Tuple[int, int]]] = None, skipped: Optional[List[str]] = None
-) -> Iterator[str]:
+def _images_in(folder: str, seen: set, skipped: list) -> Iterator[str]:
     """The images under `folder`, in the loader's order (torchvision's ImageFolder's). Symlinks are
     followed, but each real directory (device, inode) is walked once: a link to a folder already
     walked (a loop such as `sub -> .`, or a second link to one folder) is left out and added to
-    `skipped`; `seen` may be shared across the class folders of a split."""
-    seen = set() if seen is None else seen
+    `skipped`; `seen`: the (device, inode) pairs read so far, shared by a split's class folders."""
 
     def walk() -> Iterator[Tuple[str, List[str]]]:
         for where, dirs, files in os.walk(folder, followlinks=True):
@@ -61,8 +58,7 @@ def _images_in(
             real = os.stat(where)
             if (real.st_dev, real.st_ino) in seen:
                 dirs[:] = []
-                if skipped is not None:
-                    skipped.append(where)
+                skipped.append(where)
                 continue
             seen.add((real.st_dev, real.st_ino))
             yield where, files
@@ -77,20 +73,14 @@ def scan_image_folder(base: str, classes: Optional[List[str]] = None) -> Tuple[L
     classes = classes or class_folders(base)
     paths: List[str] = []
     labels: List[int] = []
-    seen: Set[Tuple[int, int]] = set()
+    seen: set = set()
     skipped: List[str] = []
     for label, name in enumerate(classes):
         for path in _images_in(os.path.join(base, name), seen, skipped):
             paths.append(path)
             labels.append(label)
     if skipped:
-        log.warning(
-            "%s: %d folder(s) left out, each a link to a folder already read (a symlink loop, or a second link "
-            "to one folder): %s",
-            base,
-            len(skipped),
-            _names(skipped),
-        )
+        log.warning("%s: left out %s: each a link to a folder already read (a symlink loop?)", base, _names(skipped))
     if not paths:
         raise DataError(
             f"{base} holds no images: expected files ending in {', '.join(IMAGE_EXTENSIONS)} inside its class folders"
@@ -105,27 +95,28 @@ def _names(items: List[str]) -> str:
 def val_classes(root: str) -> Tuple[List[str], List[str]]:
     """(train/'s classes, the ones val/ lacks): val/ is labelled with train/'s class-to-index map (its own
     would shift every label after a class it lacks); a val/ class train/ lacks has no label."""
+    if not os.path.isdir(os.path.join(root, "val")):
+        raise DataError(
+            f"data.root={root!r} has no val/ folder: validation (train.eval_every, "
+            "train.target_accuracy) needs train/ and val/ class folders"
+        )
     val = class_folders(os.path.join(root, "val"))
     if not os.path.isdir(os.path.join(root, "train")):
         return val, []
     train = class_folders(os.path.join(root, "train"))
-    extra = [name for name in val if name not in train]
-    if extra:
-        raise DataError(
-            f"{root}/val has {len(extra)} class folder(s) that train/ lacks: {_names(extra)} (train/ has "
-            f"{_names(train)}): val/ is labelled with train/'s classes, so each of its folders must be one of them"
-        )
+    train_labels(train, val, f"{root}/val")
     return train, [name for name in train if name not in val]
 
 
-def warn_val_lacks(root: str, lacks: List[str]) -> None:
-    if lacks:
-        log.warning(
-            "%s/val lacks %d of train/'s classes: %s (validation scores the others, with train/'s labels)",
-            root,
-            len(lacks),
-            _names(lacks),
+def train_labels(train: List[str], val: List[str], where: str) -> List[int]:
+    """train/'s label of each of val/'s classes; a val/ class train/ lacks has none: DataError naming it."""
+    extra = [name for name in val if name not in train]
+    if extra:
+        raise DataError(
+            f"{where} has {len(extra)} class(es) that train/ lacks: {_names(extra)} (train/ has {_names(train)}): "
+            "val/ is labelled with train/'s classes, so each of its own must be one of them"
         )
+    return [train.index(name) for name in val]
 
 
 def check_class_count(found: int, where: str, num_classes: int) -> None:
@@ -216,7 +207,7 @@ def check_imagefolder(data: DataConfig) -> None:
 def warn_empty_class_folders(base: str, classes: List[str]) -> None:
     """A class folder without images still is a class (a label, an output of the head) that no
     sample has: kept, as torchvision's ImageFolder order needs it, but said once."""
-    empty = [name for name in classes if next(_images_in(os.path.join(base, name)), None) is None]
+    empty = [name for name in classes if next(_images_in(os.path.join(base, name), set(), []), None) is None]
     if empty:
         log.warning(
             "%s: %d class folder(s) hold no images and still count as classes (labels no image has): %s",
@@ -234,7 +225,7 @@ def check_first_images_decode(base: str, classes: List[str]) -> None:
 
     # zero-byte files left out: the loader skips and counts them like corrupt images, and they say nothing of
     # whether the folder holds images
-    images = (path for name in classes for path in _images_in(os.path.join(base, name)))
+    images = (path for name in classes for path in _images_in(os.path.join(base, name), set(), []))
     paths = list(itertools.islice((path for path in images if os.path.getsize(path) > 0), PROBE_IMAGES))
     if not paths:
         raise DataError(
@@ -255,14 +246,10 @@ def check_first_images_decode(base: str, classes: List[str]) -> None:
     )
 
 
-def check_separate_val(root: str) -> Tuple[List[str], List[str]]:
-    """A val/ folder of its own, whose classes are train/'s: val_classes(root)."""
-    if not os.path.isdir(os.path.join(root, "val")):
-        raise DataError(
-            f"data.root={root!r} has no val/ folder: validation (train.eval_every, "
-            "train.target_accuracy) needs train/ and val/ class folders"
-        )
-    return val_classes(root)
+def check_separate_val(root: str) -> None:
+    """A val/ folder of its own, whose classes are train/'s (val_classes); the ones it lacks said once."""
+    if lacks := val_classes(root)[1]:
+        log.warning("%s/val lacks train/'s class(es) %s: validation scores the others", root, _names(lacks))
 
 
 def check_cifar100(data: DataConfig) -> None:

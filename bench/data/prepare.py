@@ -161,7 +161,7 @@ def prepare(
                     bar.update(shard["count"] + len(bad))
             bar.close()
             shards.sort(key=lambda s: s["key"])
-            store.put(f"{split}/meta.json", make_meta(split, classes, shards, size, quality, skipped, writer))
+            store.put(f"{split}/meta.json", make_meta(split, classes, shards, size, quality, skipped, writer=writer))
             seconds = time.perf_counter() - started
             written = sum(s["count"] for s in shards)
             summary[split] = {

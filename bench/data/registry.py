@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Iterator, Optional, Protocol, Tuple
 
 from bench.config.data import DataConfig
 from bench.config.storage import StorageLocation
-from bench.data.layout import check_separate_val, warn_val_lacks
+from bench.data.layout import check_separate_val
 from bench.errors import DataError
 from bench.registries import DATA, DataOption, import_own, load, load_named
 
@@ -79,16 +79,11 @@ def check_location(data: DataConfig, validation: bool = False) -> None:
     """Raise DataError when data.root does not hold the option's dataset (cheap: listings only);
     validation=True: its val split, which must be a split of its own (not the training images)."""
     check = _option(data).check
-    if check:
-        try:
+    try:
+        if validation and data.name == "imagefolder":  # val/ takes train/'s classes: checked before its count
+            check_separate_val(data.dataset_root)
+        if check:
             load(check)(data)
-        except PermissionError as exc:  # a folder this user may not list or enter: the data key's, not the run dir's
-            raise DataError(f"data.root={data.root!r} cannot be read: {exc.filename}: {exc.strerror}") from None
+    except PermissionError as exc:  # a folder this user may not list or enter: the data key's, not the run dir's
+        raise DataError(f"data.root={data.root!r} cannot be read: {exc.filename}: {exc.strerror}") from None
     import_own({"data.name": data.name})  # a user's builder: one that does not import is one line now
-    if validation and data.name == "imagefolder":
-        warn_val_lacks(data.dataset_root, check_separate_val(data.dataset_root)[1])
-    elif validation and data.name == "shards" and not data.dataset_root.startswith("s3://"):  # s3: preflight's
-        from bench.data.shardformat import val_label_map
-        from bench.storage.registry import open_store
-
-        val_label_map(open_store(data.dataset_root, StorageLocation()))

@@ -15,7 +15,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from bench.data.layout import check_local_shards, shard_split_key
+from bench.data.layout import check_local_shards, shard_split_key, train_labels
 from bench.errors import DataError
 
 MAGIC = b"BSHARD01"
@@ -109,8 +109,9 @@ def check_listed(listed: Dict[str, Any], found: Dict[str, Any], where: str, writ
     not known) equals the listing (a meta.json older than these fields, or without one of them, is not checked)."""
     wrong = [key for key, value in found.items() if value is not None and listed.get(key, value) != value]
     if wrong:
-        noun = {"count": "records", "bytes": "bytes"}
-        holds, lists = (" and ".join(f"{side[k]} {noun[k]}" for k in wrong) for side in (found, listed))
+        holds, lists = (
+            " and ".join(f"{side[k]} {k.replace('count', 'records')}" for k in wrong) for side in (found, listed)
+        )
         by = f" (written by pid {writer.get('pid')} on {writer.get('host')}, {writer.get('since')})" if writer else ""
         raise DataError(
             f"{where} holds {holds}, but its meta.json lists {lists}{by}: another prepare wrote into this "
@@ -125,25 +126,14 @@ def val_label_map(store: Any) -> Optional[List[int]]:
     if not store.exists(shard_split_key("train")):
         return None
     train, val = read_meta(store, "train")["classes"], read_meta(store, "val")["classes"]
-    extra = [name for name in val if name not in train]
-    if extra:
-        raise DataError(
-            f"{store.url}/{shard_split_key('val')} lists {len(extra)} class(es) that train/ lacks: "
-            f"{', '.join(extra[:10])}: val/ is labelled with train/'s classes, so each of its own must be one of them"
-        )
-    return None if val == train else [train.index(name) for name in val]
+    labels = train_labels(train, val, f"{store.url}/{shard_split_key('val')}")
+    return None if val == train else labels
 
 
 def make_meta(
-    split: str,
-    classes: List[str],
-    shards: List[Dict[str, Any]],
-    size: int,
-    quality: int,
-    skipped: List[str],
-    writer: Dict[str, Any],
+    split: str, classes: List[str], shards: List[Dict[str, Any]], size: int, quality: int, skipped: List, **more: Any
 ) -> bytes:
-    """shards: each one's key, record count and bytes (a reader checks them); writer: who wrote the split."""
+    """shards: each one's key, record count and bytes (a reader checks them); `more`: e.g. the writer (its pid...)."""
     meta = {
         "format": FORMAT,
         "version": VERSION,
@@ -154,14 +144,15 @@ def make_meta(
         "quality": quality,
         "shards": shards,
         "skipped": skipped,
-        "writer": writer,
+        **more,
     }
     return (json.dumps(meta, indent=1) + "\n").encode()
 
 
 def check_s3_shards(root: str, storage: Any, splits: Sequence[str]) -> None:
-    """Preflight of s3:// shards: each split's meta.json is there and lists shards (a missing val/
-    split was found only when the first epoch ended). Listings only, no shard is read."""
+    """Preflight of s3:// shards (and of any with validation): each split's meta.json is there and lists shards
+    (a missing val/ split was found only when the first epoch ended) of the sizes it says, and val/'s classes
+    are train/'s. Listings only, no shard is read."""
     from bench.storage.registry import open_store
 
     store = open_store(root, storage)

@@ -56,7 +56,7 @@ class ShardStream(IterableDataset):
         one_pass: bool = False,
         label_map: Optional[List[int]] = None,
     ):
-        self.label_map = label_map  # val/: train/'s label of each class its meta.json lists (shardformat.val_label_map)
+        self.labels = label_map or list(range(len(meta["classes"])))  # val/: train/'s label of each of its classes
         self.shards, self.writer = meta["shards"], meta.get("writer")
         self.one_pass = one_pass  # validation: one pass, the last batch partial (every record read once)
         self.location, self.storage = cfg.dataset_root, storage
@@ -130,8 +130,7 @@ class ShardStream(IterableDataset):
         view = memoryview(blob)
         for row in rows:
             offset, length, label = index[row]
-            label = label if self.label_map is None else self.label_map[label]
-            yield view[offset : offset + length], int(label), f"{where}#{row}"
+            yield view[offset : offset + length], int(self.labels[label]), f"{where}#{row}"
 
 
 def shard_batches(
@@ -173,8 +172,7 @@ def shard_val_batches(
     records), once per pass, the last batch partial."""
     storage = storage or StorageLocation()
     val = dataclasses.replace(cfg, split=Split.val)
-    store = open_store(val.dataset_root, storage)
-    meta = read_meta(store, "val")
+    meta = read_meta(store := open_store(val.dataset_root, storage), "val")
     stream = ShardStream(val, storage, meta, 0, rank, world_size, one_pass=True, label_map=val_label_map(store))
     loader = make_loader(stream, val, device, fork_safe=not val.dataset_root.startswith("s3://"))
     return DeviceBatches(lambda _epoch: loader, {"val_dataset_size": int(meta["count"])}, val, device, memory_format)

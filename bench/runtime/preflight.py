@@ -39,7 +39,7 @@ def check_dataset(config: BenchConfig, validation: bool = False) -> None:
         check_location(config.data)
         if validation:  # the val split too: its absence is found now, not after an epoch
             check_location(dataclasses.replace(config.data, split=Split.val), validation=True)
-        if config.data.root and config.data.root.startswith("s3://") and config.data.name == "shards":
+        if config.data.root and config.data.name == "shards" and (validation or config.data.root.startswith("s3://")):
             from bench.data.shardformat import check_s3_shards
 
             check_s3_shards(config.data.root, config.storage, [config.data.split] + ([Split.val] if validation else []))

@@ -65,9 +65,7 @@ def hold(store: Any, run_dir: Optional[Path], hint: str, what: str = "checkpoint
     }
     root = getattr(store, "root", None)
     hint = f"Two runs must not write one {what}: {hint}"
-    lock = _FileLock(Path(root), owner, hint) if root is not None else _OwnerObject(store, owner, hint)
-    lock.owner = owner
-    return lock
+    return _FileLock(Path(root), owner, hint) if root is not None else _OwnerObject(store, owner, hint)
 
 
 def describe(owner: Optional[Dict[str, Any]]) -> str:
@@ -91,7 +89,7 @@ def _parse(text: bytes) -> Optional[Dict[str, Any]]:
 
 class _FileLock(WriterLock):
     def __init__(self, folder: Path, owner: Dict[str, Any], hint: str):
-        self.path, self.fd = folder / LOCK_FILE, -1
+        self.path, self.fd, self.owner = folder / LOCK_FILE, -1, owner
         try:
             folder.mkdir(parents=True, exist_ok=True)
             previous = self._lock(hint)

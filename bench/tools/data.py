@@ -14,11 +14,10 @@ import tempfile
 from typing import Any, List, Optional
 
 from bench.config.storage import StorageLocation
-from bench.errors import ConfigError, ConfigProblem, DataError, Interrupted
+from bench.errors import CheckpointError, ConfigError, ConfigProblem, DataError, Interrupted
 from bench.machine.children import sigterm_raises
 from bench.machine.writable import check_writable_dir
 from bench.secrets import redact_output
-from bench.storage.writer_lock import FolderBusy
 
 
 def _storage_config(pairs: List[str]) -> StorageLocation:
@@ -140,7 +139,7 @@ def _command(args: argparse.Namespace) -> int:
             flush=True,
         )
         return stopped.exit_code
-    except (DataError, ConfigError, ConfigProblem, FolderBusy) as exc:  # bad argument, source or --dst
+    except (DataError, ConfigError, ConfigProblem, CheckpointError) as exc:  # bad argument, source, --dst in use
         print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
         return 2
     except Exception as exc:  # e.g. an S3 store that cannot be opened: one line, no traceback

@@ -102,6 +102,32 @@ def test_zero_byte_images_are_skipped_and_counted_and_an_empty_class_folder_is_s
     assert str(root / "zz_empty_class") in log and "an empty file (0 bytes)" in log
 
 
+def test_val_lacking_a_class_and_a_symlink_loop_in_a_real_run(bench, base, datasets, tmp_path):
+    """Issue 39.1-2 through `python -m bench`: a symlink loop in a train/ class folder (`ln -s . sub`, which
+    made 3 x 12 images 516) counts its images once, and a val/ lacking a class is scored with train/'s
+    labels, each said once in bench.log; a val/ class train/ lacks is refused in one line before any run."""
+    import os
+    import shutil
+
+    bench.with_store()
+    root = tmp_path / "images"
+    datasets.imagenet_layout(root, train=12, val=8)
+    os.symlink(".", root / "train" / "class001" / "sub")
+    shutil.rmtree(root / "val" / "class001")
+    args = ["data=imagefolder", f"data.root={root}", "data.num_classes=4", "train.eval_every=1"]
+    metrics = run_ok(bench, base, tmp_path, args)
+    assert metrics["dataset_size"] == 12 and metrics["val_images"] == 6
+    log = (tmp_path / "run" / "bench.log").read_text()
+    assert log.count(f"{root / 'train'}: left out {root / 'train' / 'class001' / 'sub'}: each a link") == 1
+    assert log.count(f"{root}/val lacks train/'s class(es) class001: validation scores the others") == 1
+
+    (root / "val" / "class001").mkdir()  # back, and one train/ has not
+    (root / "val" / "zebra").mkdir()
+    proc = bench.run(*base, *args, f"hydra.run.dir={tmp_path}/refused")
+    assert f"{root}/val has 1 class(es) that train/ lacks: zebra" in one_error_line(bench, proc, 2)
+    assert len(bench.runs()) == 1
+
+
 def test_cifar100_run(bench, base, datasets, tmp_path):
     bench.with_store()
     datasets.cifar100(tmp_path / "cifar")

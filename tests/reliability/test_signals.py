@@ -191,13 +191,14 @@ EMPTY_LIST = (
 
 
 def _s3_that_holds_writes(answer: bool):
-    """An S3 endpoint on 127.0.0.1 that lists an empty bucket and deletes nothing (what prepare asks
-    before its pool starts) and holds every PUT unanswered (`answer=False`: holds every request).
-    Returns (server, endpoint, held): `held` is set once a request is being held."""
+    """An S3 endpoint on 127.0.0.1 that lists an empty bucket, deletes nothing and keeps the writer's owner
+    object (what prepare asks before its pool starts) and holds every other PUT unanswered (`answer=False`:
+    holds every request). Returns (server, endpoint, held): `held` is set once a request is being held."""
     import http.server
     import threading
 
     held, release = threading.Event(), threading.Event()
+    owner: list = []  # the body of the PUT of <prefix>/.bench-writer.json (bench.storage.writer_lock)
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def _hold(self) -> None:
@@ -207,11 +208,13 @@ def _s3_that_holds_writes(answer: bool):
         def do_GET(self) -> None:
             if not answer:
                 return self._hold()
+            body = owner[-1] if owner and self.path.endswith(".bench-writer.json") else EMPTY_LIST
             self.send_response(200)
             self.send_header("Content-Type", "application/xml")
-            self.send_header("Content-Length", str(len(EMPTY_LIST)))
+            self.send_header("ETag", '"owner"')
+            self.send_header("Content-Length", str(len(body)))
             self.end_headers()
-            self.wfile.write(EMPTY_LIST)
+            self.wfile.write(body)
 
         def do_POST(self) -> None:  # a batch delete (obstore's): nothing was there
             asked = self.rfile.read(int(self.headers.get("Content-Length", 0)))
@@ -227,7 +230,13 @@ def _s3_that_holds_writes(answer: bool):
             self.end_headers()
 
         def do_PUT(self) -> None:
-            self._hold()
+            if not self.path.endswith(".bench-writer.json"):
+                return self._hold()
+            owner.append(self.rfile.read(int(self.headers.get("Content-Length", 0))))
+            self.send_response(200)
+            self.send_header("ETag", '"owner"')
+            self.send_header("Content-Length", "0")
+            self.end_headers()
 
         def log_message(self, *args: object) -> None:
             pass
