@@ -1,5 +1,7 @@
 """One writer per checkpoint folder: two runs writing the same `epoch-000N.pt` (two
-`train.resume=auto` runs of one config, started together) each lose the other's work.
+`train.resume=auto` runs of one config, started together) each lose the other's work. The same
+lock keeps one run per storage dataset folder (bench.iobench.session) and per run directory a
+command names (bench.run_dirs), each under a lock file (`lock_file`) of its own.
 
 `hold(store, run_dir, hint)` makes this process the folder's one writer until `release()`, or
 raises FolderBusy (a CheckpointError) naming the writer that holds it (pid, host, run dir, since when) and what
@@ -51,8 +53,11 @@ class WriterLock:
         pass
 
 
-def hold(store: Any, run_dir: Path, hint: str) -> WriterLock:
-    """This process as the one writer of `store` (a LocalStore: its `root`; else an object store)."""
+def hold(
+    store: Any, run_dir: Path, hint: str, lock_file: str = LOCK_FILE, what: str = "checkpoint folder"
+) -> WriterLock:
+    """This process as the one writer of `store` (a folder's Path, a LocalStore: its `root`; else an
+    object store); a refusal says two runs must not write one `what`."""
     owner = {
         "pid": os.getpid(),
         "host": socket.gethostname(),
@@ -60,9 +65,10 @@ def hold(store: Any, run_dir: Path, hint: str) -> WriterLock:
         "since": time.strftime("%Y-%m-%d %H:%M:%S"),
         "token": uuid.uuid4().hex,
     }
-    root = getattr(store, "root", None)
+    hint = f"Two runs must not write one {what}: {hint}"
+    root = store if isinstance(store, Path) else getattr(store, "root", None)
     if root is not None:
-        return _FileLock(Path(root), owner, hint)
+        return _FileLock(Path(root), owner, hint, lock_file)
     return _OwnerObject(store, owner, hint)
 
 
@@ -73,10 +79,7 @@ def describe(owner: Optional[Dict[str, Any]]) -> str:
 
 
 def _busy(where: str, owner: Optional[Dict[str, Any]], hint: str) -> FolderBusy:
-    return FolderBusy(
-        f"{where} is being written by another run: {describe(owner)}. Two runs must not write one "
-        f"checkpoint folder: {hint}"
-    )
+    return FolderBusy(f"{where} is being written by another run: {describe(owner)}. {hint}")
 
 
 def _parse(text: bytes) -> Optional[Dict[str, Any]]:
@@ -88,8 +91,8 @@ def _parse(text: bytes) -> Optional[Dict[str, Any]]:
 
 
 class _FileLock(WriterLock):
-    def __init__(self, folder: Path, owner: Dict[str, Any], hint: str):
-        self.path, self.fd = folder / LOCK_FILE, -1
+    def __init__(self, folder: Path, owner: Dict[str, Any], hint: str, lock_file: str):
+        self.path, self.fd = folder / lock_file, -1
         try:
             folder.mkdir(parents=True, exist_ok=True)
             previous = self._lock(hint)
