@@ -13,6 +13,11 @@ minima and maxima, latency percentiles are taken again over every request of eve
 are decided again on the merged figures; the spread of samples/s over the runs is reported beside
 them. Each run draws a new shuffle seed, and the page cache is dropped for the dataset's files
 between runs where the store allows it.
+
+One run at a time per dataset folder (issue 39.4): a run holds the folder's `.bench-dataset.lock`
+(bench.storage.writer_lock; an owner object on S3) from before its prepare to the end of its last
+read, so no other run rewrites the dataset under its read window; a second run is refused in one
+line naming the first. A run is all its clients, on every host: the reporting one holds the lock.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from bench.maths.stats import mean, percentile
 from bench.results import FitFigures
 from bench.storage.base import ObjectStore
 from bench.storage.registry import backend
+from bench.storage.writer_lock import WriterLock, hold
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +81,11 @@ class Clients:
         self.location = self.where.location(out_dir, self.storage.dataset_dir)
         self.run_dir = str(out_dir)  # the checkpoints go under storage.root, or here
 
+    def hold(self, store: ObjectStore) -> WriterLock:
+        """This run as the dataset folder's one user, or FolderBusy naming the run that is."""
+        hint = "wait for it to end, or give this run another storage.root"
+        return hold(store, Path(self.run_dir), hint, ".bench-dataset.lock", "dataset folder")
+
     def prepare(self, store: ObjectStore) -> Prepared:
         storage = self.storage
         return prepare_dataset(store, storage.workload, storage.prepare, storage.prepare_workers)
@@ -101,8 +112,16 @@ def drop_dataset_cache(store: ObjectStore, keys: Sequence[str], run: int) -> Non
 
 def run_storage(config: BenchConfig, clients: Clients) -> Optional[StorageReport]:
     """Prepare, read and checkpoint phases, runs times; the report where `clients` report."""
-    workload = config.storage.workload
     store = clients.where.open(clients.location)  # S3: one LIST, so a bad bucket/endpoint/credential fails here
+    lock = clients.hold(store)
+    try:
+        return _run_holding(config, clients, store)
+    finally:
+        lock.release()
+
+
+def _run_holding(config: BenchConfig, clients: Clients, store: ObjectStore) -> Optional[StorageReport]:
+    workload = config.storage.workload
     prepared = (
         Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset")
         if workload.checkpoint_only
