@@ -14,8 +14,8 @@ are decided again on the merged figures; the spread of samples/s over the runs i
 them. Each run draws a new shuffle seed, and the page cache is dropped for the dataset's files
 between runs where the store allows it.
 
-One run at a time per dataset folder (issue 39.4): a run holds the folder's `.bench-dataset.lock`
-(bench.storage.writer_lock; an owner object on S3) from before its prepare to the end of its last
+One run at a time per local dataset folder (issue 39.4): a run holds the folder's
+`.bench-dataset.lock` (bench.storage.writer_lock) from before its prepare to the end of its last
 read, so no other run rewrites the dataset under its read window; a second run is refused in one
 line naming the first. A run is all its clients, on every host: the reporting one holds the lock.
 """
@@ -82,7 +82,10 @@ class Clients:
         self.run_dir = str(out_dir)  # the checkpoints go under storage.root, or here
 
     def hold(self, store: ObjectStore) -> WriterLock:
-        """This run as the dataset folder's one user, or FolderBusy naming the run that is."""
+        """This run as the dataset folder's one user, or FolderBusy naming the run that is. An S3
+        prefix is not held: its owner object's PUT fails on some clients' and servers' pairings."""
+        if getattr(store, "root", None) is None:
+            return WriterLock()
         hint = "wait for it to end, or give this run another storage.root"
         return hold(store, Path(self.run_dir), hint, ".bench-dataset.lock", "dataset folder")
 
