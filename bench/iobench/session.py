@@ -72,6 +72,7 @@ class Clients:
     this process); accelerator i reads files i, i+N, i+2N, ... of the dataset."""
 
     reporter = True  # this process builds the report
+    lock = WriterLock()  # prepare(): the dataset folder, this run's until run_storage ends
     node = 0  # this host's index among the run's hosts
 
     def __init__(self, config: BenchConfig, out_dir: Path):
@@ -90,7 +91,7 @@ class Clients:
         return hold(store, Path(self.run_dir), hint, ".bench-dataset.lock", "dataset folder")
 
     def prepare(self, store: ObjectStore) -> Prepared:
-        storage = self.storage
+        storage, self.lock = self.storage, self.hold(store)
         return prepare_dataset(store, storage.workload, storage.prepare, storage.prepare_workers)
 
     def job(self, prepared: Prepared, client: int, run: int) -> ClientJob:
@@ -115,34 +116,30 @@ def drop_dataset_cache(store: ObjectStore, keys: Sequence[str], run: int) -> Non
 
 def run_storage(config: BenchConfig, clients: Clients) -> Optional[StorageReport]:
     """Prepare, read and checkpoint phases, runs times; the report where `clients` report."""
-    store = clients.where.open(clients.location)  # S3: one LIST, so a bad bucket/endpoint/credential fails here
-    lock = clients.hold(store)
-    try:
-        return _run_holding(config, clients, store)
-    finally:
-        lock.release()
-
-
-def _run_holding(config: BenchConfig, clients: Clients, store: ObjectStore) -> Optional[StorageReport]:
     workload = config.storage.workload
-    prepared = (
-        Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset")
-        if workload.checkpoint_only
-        else clients.prepare(store)
-    )
-    if clients.reporter:
-        log.info(
-            "read: %d files, %d simulated accelerators on %d host(s) x %d reader %s, batch %d, computation_time %gs",
-            len(prepared.files),
-            clients.count,
-            clients.hosts,
-            workload.read_threads,
-            "processes" if uses_processes(store, prepared.files, workload) else "threads",
-            workload.batch_size,
-            workload.computation_time,
+    store = clients.where.open(clients.location)  # S3: one LIST, so a bad bucket/endpoint/credential fails here
+    try:
+        prepared = (
+            Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset")
+            if workload.checkpoint_only
+            else clients.prepare(store)
         )
-    per_run, results, fit = measure(config, clients, store, prepared)
-    return build_report(config, clients, store, prepared, per_run, results, fit) if clients.reporter else None
+        if clients.reporter:
+            log.info(
+                "read: %d files, %d simulated accelerators on %d host(s) x %d reader %s, batch %d, "
+                "computation_time %gs",
+                len(prepared.files),
+                clients.count,
+                clients.hosts,
+                workload.read_threads,
+                "processes" if uses_processes(store, prepared.files, workload) else "threads",
+                workload.batch_size,
+                workload.computation_time,
+            )
+        per_run, results, fit = measure(config, clients, store, prepared)
+        return build_report(config, clients, store, prepared, per_run, results, fit) if clients.reporter else None
+    finally:
+        clients.lock.release()  # the dataset folder, held since the prepare, however the run ends
 
 
 def measure(config: BenchConfig, clients: Clients, store: ObjectStore, prepared: Prepared) -> tuple:
