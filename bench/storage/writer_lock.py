@@ -1,7 +1,7 @@
 """One writer per checkpoint folder: two runs writing the same `epoch-000N.pt` (two
 `train.resume=auto` runs of one config, started together) each lose the other's work. The same
 lock keeps one run per storage dataset folder (bench.iobench.session) and per run directory a
-command names (bench.run_dirs), each under a lock file (`lock_file`) of its own.
+command names (bench.run_dirs), each under a lock file (`name`) of its own.
 
 `hold(store, run_dir, hint)` makes this process the folder's one writer until `release()`, or
 raises FolderBusy (a CheckpointError) naming the writer that holds it (pid, host, run dir, since when) and what
@@ -53,9 +53,7 @@ class WriterLock:
         pass
 
 
-def hold(
-    store: Any, run_dir: Path, hint: str, lock_file: str = LOCK_FILE, what: str = "checkpoint folder"
-) -> WriterLock:
+def hold(store: Any, run_dir: Path, hint: str, name: str = LOCK_FILE, what: str = "checkpoint folder") -> WriterLock:
     """This process as the one writer of `store` (a folder's Path, a LocalStore: its `root`; else an
     object store); a refusal says two runs must not write one `what`."""
     owner = {
@@ -68,7 +66,7 @@ def hold(
     hint = f"Two runs must not write one {what}: {hint}"
     root = store if isinstance(store, Path) else getattr(store, "root", None)
     if root is not None:
-        return _FileLock(Path(root), owner, hint, lock_file)
+        return _FileLock(Path(root), owner, hint, name)
     return _OwnerObject(store, owner, hint)
 
 
