@@ -135,21 +135,18 @@ def for_command(args: Sequence[str]) -> Optional[Reserved]:
 
 def _claim(key: str, value: str, args: Sequence[str]) -> Reserved:
     """The named directory, checked writable, locked for this run unless this process is a follower node."""
-    from bench.errors import ConfigError
-    from bench.machine.writable import WRITABLE, directory_problem
+    from bench.machine.writable import check_writable_dir
     from bench.storage.writer_lock import hold
 
     path = Path(value)
-    problem = directory_problem(path)
-    if problem:
-        raise ConfigError(key, value, f"{WRITABLE}; {problem}")
+    check_writable_dir(key, value)  # a ConfigError naming the key: a read-only mount, no permission
     reserved = Reserved(path, missing_dirs(path))
     node = [arg.split("=", 1)[1] for arg in args if arg.lstrip("+").startswith("distributed.node_rank=")]
     if (node[-1] if node else os.environ.get("NODE_RANK", "0")).strip("'\" ") not in ("0", ""):
         return reserved  # a follower node: node 0's process holds the directory for the run
     hint = f"wait for it to end, or give this run a {key} of its own (unset, each run gets one)"
     reserved.lock = hold(path, path, hint, ".bench-run.lock", "run directory")
-    if key == "hydra.run.dir" and (path / "run_summary.json").is_file():
+    if key == "hydra.run.dir" and (path / "run_summary.json").is_file() and not (path / "error.txt").exists():
         print(f"[WARNING] {key}={value} holds a finished run: its files are replaced by this run's", file=sys.stderr)
     return reserved
 
