@@ -14,7 +14,7 @@ from bench.config.argv import PRESET, as_overrides, help_groups, presets_help, s
 from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.scenario import named_twice
 from bench.config.schema import register_configs
-from bench.errors import EXIT_CONFIG, EXIT_SIGINT, EXIT_SIGTERM, print_error
+from bench.errors import EXIT_CONFIG, EXIT_SIGINT, EXIT_SIGTERM, BenchError, print_error
 from bench.launch.plugins import register_bench_launchers
 from bench.launch.preview import job_config, preview, wants_job_config, wants_preview
 from bench.secrets import command_line_problem, redact_output
@@ -81,7 +81,10 @@ def cli() -> None:
     if wants_job_config(sys.argv[1:]):  # --cfg job: the scenario's node as its class types it (no _target_)
         print_or_refuse(job_config(sys.argv[1:], sys.stdout))
     # its own directory, even when another command starts in the same second (bench.run_dirs)
-    reserved = run_dirs.for_command(sys.argv[1:])
+    try:
+        reserved = run_dirs.for_command(sys.argv[1:])
+    except BenchError as exc:  # a named directory that cannot be written, or that another run holds
+        print_or_refuse(str(exc))
     if reserved is not None and reserved.override:
         sys.argv.append(reserved.override)
     try:
@@ -92,6 +95,9 @@ def cli() -> None:
         if reserved is not None and (exc.code == EXIT_CONFIG or stopped_unwritten):
             run_dirs.discard(reserved)
         raise
+    finally:
+        if reserved is not None:
+            reserved.release()  # the named directory is free for the next run
     from bench.tracking.sweep import failed_jobs
 
     if failed_jobs():

@@ -2,7 +2,8 @@
 (gloo, no GPU), started by torchrun / srun / Kubernetes (RANK, WORLD_SIZE, LOCAL_RANK set) or by
 bench's own launcher (distributed=ddp, nproc_per_node clients per host x nnodes hosts).
 
-Rank 0 decides whether the dataset is reused; if not, every rank writes its 1/N of the files
+Rank 0 holds the dataset folder for the run (every rank is refused when another run does) and
+decides whether the dataset is reused; if not, every rank writes its 1/N of the files
 and rank 0 writes the manifest. Every rank then reads its shard (barriers line up the start of
 the read phase and the checkpoint writes and reads), and rank 0 gathers every client's results
 (every request, for percentiles over all of them; every epoch, for AU per client) and reports.
@@ -26,6 +27,7 @@ from bench.iobench.report import StorageReport
 from bench.iobench.session import Clients, drop_dataset_cache, run_storage
 from bench.rank_context import RankContext
 from bench.storage.base import ObjectStore
+from bench.storage.writer_lock import FolderBusy
 
 log = logging.getLogger(__name__)
 
@@ -76,11 +78,12 @@ class Ranks(Clients):
         decision: Any = None
         if ctx.rank == 0:
             try:
+                self.lock = self.hold(store)  # the dataset folder, for every rank of the run
                 decision = reusable(store, workload, storage.prepare)  # (the dataset or None, why)
-            except DatasetMissing as exc:
+            except (DatasetMissing, FolderBusy) as exc:
                 decision = exc  # raised on every rank
         decision = _broadcast(decision)
-        if isinstance(decision, DatasetMissing):
+        if isinstance(decision, Exception):
             raise decision
         prepared, why = decision
         if prepared is not None:

@@ -84,8 +84,9 @@ class StorageScenario(BaseScenario):
 
     def explain(self, exc: BaseException, config: BenchConfig) -> Optional[str]:
         from bench.iobench.freespace import DiskFull
+        from bench.storage.writer_lock import FolderBusy  # another run on the dataset folder
 
-        return str(exc) if isinstance(exc, DiskFull) else None
+        return str(exc) if isinstance(exc, (DiskFull, FolderBusy)) else None
 
 
 def _run_dir() -> Optional[Path]:

@@ -13,6 +13,11 @@ minima and maxima, latency percentiles are taken again over every request of eve
 are decided again on the merged figures; the spread of samples/s over the runs is reported beside
 them. Each run draws a new shuffle seed, and the page cache is dropped for the dataset's files
 between runs where the store allows it.
+
+One run at a time per local dataset folder (issue 39.4): a run holds the folder's
+`.bench-dataset.lock` (bench.storage.writer_lock) from before its prepare to the end of its last
+read, so no other run rewrites the dataset under its read window; a second run is refused in one
+line naming the first. A run is all its clients, on every host: the reporting one holds the lock.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from bench.maths.stats import mean, percentile
 from bench.results import FitFigures
 from bench.storage.base import ObjectStore
 from bench.storage.registry import backend
+from bench.storage.writer_lock import WriterLock, hold
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +72,7 @@ class Clients:
     this process); accelerator i reads files i, i+N, i+2N, ... of the dataset."""
 
     reporter = True  # this process builds the report
+    lock = WriterLock()  # prepare(): the dataset folder, this run's until run_storage ends
     node = 0  # this host's index among the run's hosts
 
     def __init__(self, config: BenchConfig, out_dir: Path):
@@ -75,8 +82,16 @@ class Clients:
         self.location = self.where.location(out_dir, self.storage.dataset_dir)
         self.run_dir = str(out_dir)  # the checkpoints go under storage.root, or here
 
+    def hold(self, store: ObjectStore) -> WriterLock:
+        """This run as the dataset folder's one user, or FolderBusy naming the run that is. An S3
+        prefix is not held: its owner object's PUT fails on some clients' and servers' pairings."""
+        if getattr(store, "root", None) is None:
+            return WriterLock()
+        hint = "wait for it to end, or give this run another storage.root"
+        return hold(store, Path(self.run_dir), hint, ".bench-dataset.lock", "dataset folder")
+
     def prepare(self, store: ObjectStore) -> Prepared:
-        storage = self.storage
+        storage, self.lock = self.storage, self.hold(store)
         return prepare_dataset(store, storage.workload, storage.prepare, storage.prepare_workers)
 
     def job(self, prepared: Prepared, client: int, run: int) -> ClientJob:
@@ -103,24 +118,28 @@ def run_storage(config: BenchConfig, clients: Clients) -> Optional[StorageReport
     """Prepare, read and checkpoint phases, runs times; the report where `clients` report."""
     workload = config.storage.workload
     store = clients.where.open(clients.location)  # S3: one LIST, so a bad bucket/endpoint/credential fails here
-    prepared = (
-        Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset")
-        if workload.checkpoint_only
-        else clients.prepare(store)
-    )
-    if clients.reporter:
-        log.info(
-            "read: %d files, %d simulated accelerators on %d host(s) x %d reader %s, batch %d, computation_time %gs",
-            len(prepared.files),
-            clients.count,
-            clients.hosts,
-            workload.read_threads,
-            "processes" if uses_processes(store, prepared.files, workload) else "threads",
-            workload.batch_size,
-            workload.computation_time,
+    try:
+        prepared = (
+            Prepared([], skipped=True, reason="storage.workload.checkpoint_only: no dataset")
+            if workload.checkpoint_only
+            else clients.prepare(store)
         )
-    per_run, results, fit = measure(config, clients, store, prepared)
-    return build_report(config, clients, store, prepared, per_run, results, fit) if clients.reporter else None
+        if clients.reporter:
+            log.info(
+                "read: %d files, %d simulated accelerators on %d host(s) x %d reader %s, batch %d, "
+                "computation_time %gs",
+                len(prepared.files),
+                clients.count,
+                clients.hosts,
+                workload.read_threads,
+                "processes" if uses_processes(store, prepared.files, workload) else "threads",
+                workload.batch_size,
+                workload.computation_time,
+            )
+        per_run, results, fit = measure(config, clients, store, prepared)
+        return build_report(config, clients, store, prepared, per_run, results, fit) if clients.reporter else None
+    finally:
+        clients.lock.release()  # the dataset folder, held since the prepare, however the run ends
 
 
 def measure(config: BenchConfig, clients: Clients, store: ObjectStore, prepared: Prepared) -> tuple:

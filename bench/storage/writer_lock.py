@@ -1,5 +1,7 @@
 """One writer per checkpoint folder: two runs writing the same `epoch-000N.pt` (two
-`train.resume=auto` runs of one config, started together) each lose the other's work.
+`train.resume=auto` runs of one config, started together) each lose the other's work. The same
+lock keeps one run per storage dataset folder (bench.iobench.session) and per run directory a
+command names (bench.run_dirs), each under a lock file (`name`) of its own.
 
 `hold(store, run_dir, hint)` makes this process the folder's one writer until `release()`, or
 raises FolderBusy (a CheckpointError) naming the writer that holds it (pid, host, run dir, since when) and what
@@ -53,8 +55,11 @@ class WriterLock:
         pass
 
 
-def hold(store: Any, run_dir: Optional[Path], hint: str, what: str = "checkpoint folder") -> WriterLock:
-    """This process as the one writer of `store` (a LocalStore: its `root`; else an object store); the
+def hold(
+    store: Any, run_dir: Optional[Path], hint: str, name: str = LOCK_FILE, what: str = "checkpoint folder"
+) -> WriterLock:
+    """This process as the one writer of `store` (a folder's Path, a LocalStore: its `root`; else an
+    object store), under the lock file `name`; a refusal says two runs must not write one `what`; the
     lock's `owner` says who (pid, host, run dir, since, token)."""
     owner = {
         "pid": os.getpid(),
@@ -63,9 +68,9 @@ def hold(store: Any, run_dir: Optional[Path], hint: str, what: str = "checkpoint
         "since": time.strftime("%Y-%m-%d %H:%M:%S"),
         "token": uuid.uuid4().hex,
     }
-    root = getattr(store, "root", None)
     hint = f"Two runs must not write one {what}: {hint}"
-    return _FileLock(Path(root), owner, hint) if root is not None else _OwnerObject(store, owner, hint)
+    root = store if isinstance(store, Path) else getattr(store, "root", None)
+    return _FileLock(Path(root), owner, hint, name) if root is not None else _OwnerObject(store, owner, hint)
 
 
 def describe(owner: Optional[Dict[str, Any]]) -> str:
@@ -88,8 +93,8 @@ def _parse(text: bytes) -> Optional[Dict[str, Any]]:
 
 
 class _FileLock(WriterLock):
-    def __init__(self, folder: Path, owner: Dict[str, Any], hint: str):
-        self.path, self.fd, self.owner = folder / LOCK_FILE, -1, owner
+    def __init__(self, folder: Path, owner: Dict[str, Any], hint: str, lock_file: str):
+        self.path, self.fd, self.owner = folder / lock_file, -1, owner
         try:
             folder.mkdir(parents=True, exist_ok=True)
             previous = self._lock(hint)

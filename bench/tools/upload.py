@@ -5,9 +5,13 @@ whose server went away mid-run (left RUNNING there).
 The run directory holds everything: run_summary.json (results, config, environment), the
 per-step files and the logs. If the MLflow run named in run_summary.json is in the store and
 not FINISHED, it is completed there (its partly logged series are not logged twice); if it is
-not in the store, a new run is made in the run's experiment. A run that failed after its measurement
-was reported (its directory holds error.txt) ends FAILED with its `error` tag, as it would have had the
-store been up. A run the store has FINISHED, or FAILED as this one, is left alone.
+not in the store, a new run is made in the run's experiment. A run keeps one MLflow run per store:
+run_summary.json's `mlflow_run_id` stays the first store's, `mlflow_run_ids` maps each store an
+upload sent it to (its URI, redacted) to its run there, and an upload looks for each of them in the
+store it is given, so uploading to a second store and back to the first makes no duplicate.
+A run that failed after its measurement was reported (its directory holds error.txt) ends FAILED
+with its `error` tag, as it would have had the store been up.
+A run the store has FINISHED, or FAILED as this one, is left alone.
 Exit 0 uploaded or already there, 1 the upload failed, 2 not a run directory or a store that cannot
 be used (a server that does not answer within 5 s, a scheme MLflow has no store for).
 """
@@ -40,13 +44,14 @@ RESULT_FILES = (
 )
 
 
-def _existing_run(client: Any, run_id: Optional[str]) -> Any:
-    if not run_id:
-        return None
-    try:
-        return client.get_run(run_id)
-    except Exception:  # not in this store (each store raises its own type)
-        return None
+def _existing_run(client: Any, run_ids: Sequence[Optional[str]]) -> Any:
+    """The first of `run_ids` this store holds (each id is one store's), else None."""
+    for run_id in dict.fromkeys(filter(None, run_ids)):
+        try:
+            return client.get_run(run_id)
+        except Exception:  # not in this store (each store raises its own type)
+            continue
+    return None
 
 
 def run_error(run_dir: Path) -> Optional[str]:
@@ -68,7 +73,8 @@ def upload(run_dir: Path, uri: str) -> str:
     reports = report_class(config.get("mode", "train"))
     report = reports.from_files(run_dir)
     client = open_client(uri)
-    existing = _existing_run(client, summary.get("mlflow_run_id"))
+    stores = summary.get("mlflow_run_ids") or {}  # {redacted store URI: its run of this directory}
+    existing = _existing_run(client, [stores.get(redact(uri)), summary.get("mlflow_run_id"), *stores.values()])
     # the name the run had (or would have had, untracked); a run recorded before bench kept it: its directory's
     run_name = summary.get("run_name") or config.get("tracking", {}).get("run_name") or run_dir.name
     if existing is not None and existing.info.status in ("FINISHED", status):  # KILLED by close_stale: completed
@@ -96,8 +102,10 @@ def upload(run_dir: Path, uri: str) -> str:
     tracker.finish(status, error=error)  # the tag redacted, as every tag is
     if not tracker.active:
         raise RuntimeError(f"the MLflow store at {redact(uri)} stopped answering during the upload")
-    if existing is None:  # a second upload finds this run instead of making another
-        write_json(run_dir / "run_summary.json", {**summary, "mlflow_run_id": tracker.run_id})
+    if existing is None:  # a second upload (to this store or another) finds this run instead of making another
+        stores = {**stores, redact(uri): tracker.run_id}
+        first = summary.get("mlflow_run_id") or tracker.run_id  # the id the run's own store gave it stays
+        write_json(run_dir / "run_summary.json", {**summary, "mlflow_run_id": first, "mlflow_run_ids": stores})
     return f"{'completed' if existing is not None else 'uploaded as'} run {tracker.run_id} {run_name!r} ({status})"
 
 

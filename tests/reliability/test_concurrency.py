@@ -139,6 +139,80 @@ def test_two_resume_runs_at_once_one_writes_the_other_is_refused_and_a_killed_wr
     assert finished.data.metrics["images_per_second"] == metrics["images_per_second"]
 
 
+def test_two_runs_given_one_run_dir_the_second_is_refused_and_a_killed_runs_dir_is_free(bench, tiny, tmp_path):
+    """Issue 39.6: two commands naming one `hydra.run.dir` both ran there (run_summary.json held one
+    run, bench.log both, the second's MLflow artifact the first's headline). The second is refused
+    in one line naming the first, before Hydra writes there; a killed run's directory is free for
+    the next, which says whose lock it took over and that it replaces a finished run's files."""
+    bench.with_store()
+    run_dir, lock = tmp_path / "shared", tmp_path / "shared" / ".bench-run.lock"
+    first = bench.start(*tiny, f"hydra.run.dir={run_dir}")
+    _wait_for_owner(lock, first)  # the event: the first run holds the directory
+    second = bench.run(*tiny, "data.batch_size=8", f"hydra.run.dir={run_dir}")
+    line = bench.single_error(second)
+    assert second.returncode == 2 and f"{run_dir} is being written by another run: pid {first.pid} on " in line
+    assert "give this run a hydra.run.dir of its own" in line, line
+    _, err = first.communicate(timeout=HANG_GUARD_S)
+    assert first.returncode == 0, err
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    assert summary["config"]["data"]["batch_size"] == 4 and not lock.exists()
+    assert "bs=4" in (run_dir / "bench.log").read_text() and "bs=8" not in (run_dir / "bench.log").read_text()
+    assert [run.info.run_id for run in bench.runs()] == [summary["mlflow_run_id"]]
+
+    killed = bench.start(*tiny, "data.batch_size=8", f"hydra.run.dir={run_dir}")
+    _wait_for_owner(lock, killed)
+    killed.kill()  # SIGKILL: its lock file stays, its flock goes with it
+    killed.communicate(timeout=HANG_GUARD_S)
+    proc = bench.run(*tiny, "data.batch_size=8", f"hydra.run.dir={run_dir}")
+    assert bench.metrics(proc)["batch_size"] == 8
+    assert f"took over the lock of pid {killed.pid} on " in proc.stderr
+    assert f"[WARNING] hydra.run.dir={run_dir} holds a finished run: its files are replaced" in proc.stderr
+
+
+def test_two_storage_runs_on_one_root_the_second_is_refused_while_the_first_reads(bench, tmp_path):
+    """Issue 39.4: two storage runs on one `storage.root` both rewrote the whole dataset, one's
+    read window overlapping the other's rewrite. The first holds the dataset folder from before its
+    prepare to its last read; the second is refused in one line naming it (FAILED, exit 1), and
+    the folder is free again once the first ends, however it ends (here SIGTERM mid-read)."""
+    bench.with_store()
+    storage = [
+        "mode=storage",
+        "storage.workload.num_files=8",
+        "storage.workload.samples_per_file=4",
+        "storage.workload.record_size=4096",
+        "storage.workload.batch_size=4",
+        "storage.workload.read_threads=2",
+        "storage.workload.computation_time=0.05",
+        "storage.workload.checkpoint_size_mb=0",
+        "storage.prepare=always",
+        f"storage.root={tmp_path}/root",
+    ]
+    first = bench.start(*storage, "storage.workload.epochs=1000", f"hydra.run.dir={tmp_path}/first")
+    bench.wait_for_line(first, tmp_path / "first" / "bench.log", "read:")  # the event: its read window began
+    (lock,) = (tmp_path / "root").rglob(".bench-dataset.lock")
+    second = bench.run(*storage, "storage.workload.epochs=1", f"hydra.run.dir={tmp_path}/second")
+    line = bench.single_error(second)
+    assert second.returncode == 1 and f"{lock.parent} is being written by another run: pid {first.pid} on " in line
+    assert f"(run dir {tmp_path}/first)" in line and "give this run another storage.root" in line, line
+    assert "prepare:" not in (tmp_path / "second" / "bench.log").read_text()  # it wrote nothing of the dataset
+    first.send_signal(signal.SIGTERM)
+    _, err = first.communicate(timeout=HANG_GUARD_S)
+    assert first.returncode == 143 and not lock.exists(), err
+    runs = {run.info.status: run for run in bench.runs()}
+    assert sorted(runs) == ["FAILED", "KILLED"] and runs["KILLED"].data.tags["bench.pid"] == str(first.pid)
+    assert "is being written by another run" in runs["FAILED"].data.tags["error"]
+
+
+def _wait_for_owner(lock: Path, proc) -> None:
+    """Until `proc` has written itself into `lock` as its owner; fails if it ends first."""
+    deadline = time.monotonic() + HANG_GUARD_S  # a hang guard
+    while proc.poll() is None and time.monotonic() < deadline:
+        if lock.exists() and f'"pid": {proc.pid},' in lock.read_text():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"{proc.pid} never held {lock}: " + proc.communicate()[1])
+
+
 def _first_checkpoint(root: Path, procs) -> Path:
     """The first `epoch-N.pt` written under `root`; fails if every process ended first."""
     deadline = time.monotonic() + HANG_GUARD_S  # a hang guard

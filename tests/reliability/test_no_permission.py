@@ -53,3 +53,30 @@ def test_a_folder_this_user_may_not_enter_is_one_line_naming_the_key(tmp_path):
         "Permission denied" in dst
     )
     assert data == f"data.root='{closed}' cannot be read: {closed}: Permission denied"
+
+
+def test_a_run_dir_this_user_cannot_write_is_one_line_naming_hydra_run_dir(bench, tiny, tmp_path):
+    """Issue 39.13: an existing `hydra.run.dir` that cannot be written was 58 lines of Hydra's log
+    set-up ending `Unable to configure handler 'file'`, exit 1 (a new folder under it: one line,
+    exit 2). Both are one [ERROR] line naming the key, exit 2, and nothing is made. As root the run
+    goes without the capabilities that override permission bits (setpriv), as for a user."""
+    if os.geteuid() == 0 and not shutil.which("setpriv"):
+        pytest.skip("root needs setpriv to see permission bits")
+    closed = tmp_path / "closed"
+    closed.mkdir()
+    closed.chmod(0o555)
+    drop = "-dac_override,-dac_read_search"
+    prefix = ["setpriv", f"--bounding-set={drop}", f"--inh-caps={drop}"] if os.geteuid() == 0 else []
+    for run_dir in (closed, closed / "new"):
+        proc = subprocess.run(
+            [*prefix, sys.executable, "-m", "bench", *tiny, f"hydra.run.dir={run_dir}"],
+            capture_output=True,
+            text=True,
+            cwd=tmp_path,
+            env=bench.env(),
+        )
+        assert proc.returncode == 2 and bench.single_error(proc) == (
+            f"[ERROR] hydra.run.dir='{run_dir}' is not valid: accepted a directory this user can write "
+            f"(made if missing); {closed} is not writable (Permission denied)."
+        ), proc.stderr
+    assert not any(closed.iterdir())

@@ -83,6 +83,26 @@ def test_results_kept_while_the_server_was_down_upload_later(mlflow_server, benc
     assert [r.info.run_id for r in client.search_runs([run.info.experiment_id])] == [run_id]  # no second copy
 
 
+def test_upload_to_a_second_store_and_back_keeps_one_run_per_store(bench, tiny, tmp_path):
+    """Issue 39.8: an upload to a second store rewrote run_summary.json's `mlflow_run_id`, so
+    uploading back to the first store made a second copy there. Each store keeps its own run."""
+    run_dir, second = tmp_path / "run", f"sqlite:///{tmp_path}/second.db"
+    bench.metrics(bench.with_store().run(*tiny, f"hydra.run.dir={run_dir}"))
+    (first_id,) = [run.info.run_id for run in bench.runs()]
+    said = []
+    for uri in (second, bench.uri, second):
+        upload = bench.run(str(run_dir), "--tracking-uri", uri, module="bench.tools.upload")
+        assert upload.returncode == 0, upload.stderr
+        said.append(upload.stdout)
+    (second_id,) = [run.info.run_id for run in bench.runs(second)]
+    assert "uploaded as run " + second_id in said[0]
+    assert f"already in MLflow: run {first_id} (FINISHED)" in said[1], said
+    assert f"already in MLflow: run {second_id} (FINISHED)" in said[2], said
+    assert [run.info.run_id for run in bench.runs()] == [first_id]  # no duplicate in the first store
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    assert summary["mlflow_run_id"] == first_id and summary["mlflow_run_ids"] == {second: second_id}
+
+
 def test_server_that_dies_mid_run_costs_no_results_and_upload_completes_the_run(bench, tiny, tmp_path, mlflow_servers):
     """The server goes away after the run opened: the run finishes on its own (one warning, its
     final line, its files); the server comes back with the run left RUNNING, and the upload

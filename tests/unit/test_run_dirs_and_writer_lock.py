@@ -17,7 +17,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from bench.run_dirs import Reserved, discard, for_command, reserve, stamp_of
+from bench.run_dirs import discard, for_command, reserve, stamp_of
 from bench.storage import writer_lock
 from bench.storage.local import LocalStore
 from bench.storage.writer_lock import FolderBusy, hold
@@ -52,9 +52,12 @@ def test_a_refused_command_removes_what_it_made_and_nothing_else(tmp_path, monke
     discard(refused)
     assert not refused.path.exists() and kept.path.is_dir()  # the date folder holds another run
     # a directory the user names: noted only when this command makes it; only Hydra's files go
-    assert for_command(["hydra.run.dir=outputs"]) is None  # there before: never touched
+    there = for_command(["hydra.run.dir=outputs"])
+    assert there.made == [] and there.lock is not None  # there before: locked for the run, never removed
+    discard(there)
+    assert Path("outputs").is_dir()
     named = for_command(["+experiment=cpu_smoke", "hydra.run.dir=mine/run"])
-    assert named == Reserved(Path("mine/run"), [Path("mine/run"), Path("mine")], None)
+    assert (named.path, named.made, named.override) == (Path("mine/run"), [Path("mine/run"), Path("mine")], None)
     Path("mine/run/.hydra").mkdir(parents=True)
     Path("mine/run/bench.log").write_text("")
     discard(named)
@@ -67,8 +70,12 @@ def test_which_commands_get_a_reserved_directory(tmp_path, monkeypatch):
     assert run.override == f"hydra.run.dir={run.path.as_posix()}" and run.path.parts[0] == "outputs"
     sweep = for_command(["-m", "data.batch_size=4,8"])
     assert sweep.override.startswith("hydra.sweep.dir=multirun/") and sweep.path.is_dir()
-    assert for_command(["-m", "hydra.sweep.dir=mine"]) is not None  # named, not there yet: noted
-    assert for_command(["-m", "hydra.sweep.dir=mine"]).override is None
+    named = for_command(["-m", "hydra.sweep.dir=mine"])
+    assert named.override is None and named.made == [Path("mine")]  # named, not there yet: noted
+    with pytest.raises(FolderBusy, match=r"give this run a hydra\.sweep\.dir of its own"):  # one run at a time
+        for_command(["-m", "hydra.sweep.dir=mine"])
+    assert for_command(["-m", "hydra.sweep.dir=mine", "distributed.node_rank=1"]).lock is None  # a follower node
+    named.release()
     for quiet in (["--cfg", "job"], ["--help"], ["--info"], ["-c", "hydra"]):
         assert for_command(quiet) is None, quiet
     for name, value in (("RANK", "1"), ("WORLD_SIZE", "2"), ("LOCAL_RANK", "1")):  # torchrun's ranks: one run
