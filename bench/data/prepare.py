@@ -132,7 +132,7 @@ def prepare(
     splits = source_splits(src)
     lacks = val_classes(src)[1] if "val" in splits else []  # a val/ class train/ lacks: refused before any write
     store = open_store(dst, storage)
-    lock = writer_lock.hold(store, None, "let it end, or give this one another --dst", "shard destination")
+    lock = writer_lock.hold(store, None, "let it end, or give this one another --dst", what="shard destination")
     writer = {**lock.owner, "src": os.path.abspath(src)}
     try:
         for split in splits:
