@@ -25,6 +25,7 @@ NOT_CONFIGURATION = (
     "tracking.",
     "storage.root",
 )
+SUPERLINEAR = "superlinear"  # a speedup above the process count: said in its own word, plot and note
 
 
 def configuration_key(row: Mapping[str, Any]) -> tuple:
@@ -70,3 +71,19 @@ def add_scaling(frame: pd.DataFrame) -> pd.DataFrame:
     for name, values in figures.items():
         scaled[name] = values.astype(object).where(values.notna(), None)
     return scaled
+
+
+def superlinear_note(frame: pd.DataFrame) -> str:
+    """A line naming the jobs that ran more than N times their 1-process run on N processes; "" if none."""
+    said = []
+    for row in frame.to_dict("records"):
+        speedup, efficiency = row.get("speedup"), row.get("scaling_efficiency")
+        if speedup is not None and efficiency and efficiency > 1 and speedup / efficiency > 1:
+            processes = speedup / efficiency
+            said.append(f"job {row['job']}: {speedup:.2f}x on {processes:.0f} ({100 * efficiency:.0f}% efficiency)")
+    if not said:
+        return ""
+    return (
+        f"warning: {SUPERLINEAR} scaling, a speedup above the process count ({'; '.join(said)}): more than the "
+        "processes can give, so the 1-process run was slowed or the machine's load changed; not a scaling figure"
+    )
