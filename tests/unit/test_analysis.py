@@ -313,12 +313,30 @@ def test_table_has_the_training_columns_and_formats_the_figures():
     first = shown.iloc[0]
     assert (first["procs"], first["images/s"], first["step p50 ms"], first["data wait %"]) == (
         "1",
-        "100.0",
+        "100",  # as MLflow shows its rounded copy (bench.report_view.as_shown)
         "10.00",
         "2.0",
     )
     assert (first["speedup"], first["scaling eff %"], first["scaling"]) == ("1.00", "100.0", "weak")
     assert (shown.iloc[1]["speedup"], shown.iloc[1]["scaling eff %"]) == ("1.80", "90.0")
+
+
+def test_the_tables_headline_has_the_digits_mlflow_shows_of_it():
+    """Issue 40 §6: the table printed 10.1 images/s where MLflow's chart of the job showed 10.15: the
+    headline (a DISPLAY figure, logged as its rounded copy) shows that copy's digits, no more, no fewer."""
+    from bench.report_view import as_shown
+
+    assert [as_shown(v) for v in (10.1523, 10.1, 4692.43, 284.62942742846934, 1234567.0, 0.00123456)] == [
+        "10.15",
+        "10.1",
+        "4692",
+        "284.6",
+        "1234567",  # rounded() keeps the units of a big figure
+        "0.001235",
+    ]
+    frame = _training_frame()
+    frame.loc[0, "images_per_second"] = 10.1523
+    assert table(frame).iloc[0]["images/s"] == "10.15"
 
 
 def test_table_leaves_an_absent_figure_empty_never_zero():
@@ -340,7 +358,7 @@ def test_table_of_a_storage_sweep_has_the_storage_columns():
     )
     shown = table(frame)
     assert list(shown.columns) == STORAGE_HEADERS
-    assert shown.iloc[1][["clients", "samples/s", "AU pass", "ckpt write GB/s"]].tolist() == ["2", "1000.0", "True", ""]
+    assert shown.iloc[1][["clients", "samples/s", "AU pass", "ckpt write GB/s"]].tolist() == ["2", "1000", "True", ""]
 
 
 def test_text_and_markdown_have_a_line_per_run_under_the_headers():
