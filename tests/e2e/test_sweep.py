@@ -394,6 +394,13 @@ def inference_sweep(sweep, tiny_args):
     return _another_sweep(sweep, "inference", "mode=inference", *args, "train.steps_per_epoch=2", "data.batch_size=1,4")
 
 
+def test_a_storage_sweeps_jobs_are_named_by_the_swept_batch(storage_sweep):
+    """Issue 40 §6: a storage sweep's jobs were storage-custom-local-c1-job0 and -job1, the swept value in
+    neither; as a training job's name carries its batch, so does a storage job's."""
+    names = sorted(child.info.run_name for child in storage_sweep.children)
+    assert names == ["storage-custom-local-bs2-c1-job0", "storage-custom-local-bs4-c1-job1"], names
+
+
 @pytest.fixture(scope="module")
 def mlflow_ui(sweep, tmp_path_factory):
     """A real `mlflow ui` on 127.0.0.1 serving the sweeps' store (once it answers /health, the event
