@@ -32,8 +32,8 @@ def rounded(value: float, digits: int = 4) -> float:
 def as_shown(value: float) -> str:
     """A DISPLAY figure as MLflow's table and charts print its copy (10.1523 -> "10.15", 4692.4 -> "4692",
     10.1 -> "10.1"): a sweep's table shows it so, the two agree to the digit."""
-    text = repr(rounded(float(value)))
-    return text[:-2] if text.endswith(".0") else text
+    return repr(rounded(float(value))).removesuffix(".0")
+
 
 Column = Tuple[str, str, str]  # (header, frame column = a radix_metrics key, format)
 Plots = Callable[["pd.DataFrame", Path, str], List[Path]]

@@ -75,12 +75,12 @@ def add_scaling(frame: pd.DataFrame) -> pd.DataFrame:
 
 def superlinear_note(frame: pd.DataFrame) -> str:
     """A line naming the jobs that ran more than N times their 1-process run on N processes; "" if none."""
-    said = []
-    for row in frame.to_dict("records"):
-        speedup, efficiency = row.get("speedup"), row.get("scaling_efficiency")
-        if speedup is not None and efficiency and efficiency > 1 and speedup / efficiency > 1:
-            processes = speedup / efficiency
-            said.append(f"job {row['job']}: {speedup:.2f}x on {processes:.0f} ({100 * efficiency:.0f}% efficiency)")
+    said = [  # speedup / efficiency = the processes: above 1 (a 1-process run is its own baseline)
+        f"job {r['job']}: {r['speedup']:.2f}x on {r['speedup'] / r['scaling_efficiency']:.0f} "
+        f"({100 * r['scaling_efficiency']:.0f}% efficiency)"
+        for r in frame.to_dict("records")
+        if r.get("scaling_efficiency") and r["speedup"] > r["scaling_efficiency"] > 1
+    ]
     if not said:
         return ""
     return (

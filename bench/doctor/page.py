@@ -112,9 +112,6 @@ def table(diagnosis: Diagnosis) -> str:
     return "\n".join(text)
 
 
-SPREAD_FOR_LOG = 20  # the largest bar this many times the smallest: a log axis
-
-
 def chart_title(sentence: str) -> str:
     """The whole verdict, wrapped at TITLE_CHARS a line (never cut)."""
     return textwrap.fill(sentence, TITLE_CHARS, break_long_words=False, break_on_hyphens=False)
@@ -145,7 +142,7 @@ def bar_chart(diagnosis: Diagnosis, path: Path) -> Any:
         axes.set_yticks([])
         axes.set_xticks([])
     axes.set_xlabel("images/s")
-    if values and max(values) >= SPREAD_FOR_LOG * min(values):
+    if values and max(values) >= 20 * min(values):
         axes.set_xscale("log")
         axes.set_xlabel(f"images/s (log scale: the bars span {min(values):,.0f} to {max(values):,.0f})")
     figure.suptitle(title, x=0.01, ha="left", fontsize=9)  # across the figure, not the axes

@@ -44,10 +44,9 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
     kinds = set(frame["scaling"].astype(str)) & {"weak", "strong"} if "scaling" in frame else set()
     batch = "global_batch_size" if "strong" in kinds else "batch_size"
     mixed = ["scaling"] if len(kinds) == 2 else []
-    if mixed:
-        strong = frame["scaling"].astype(str).eq("strong")
-        frame = frame.assign(batch=frame["batch_size"].where(~strong, frame["global_batch_size"]))
-        batch = "batch"  # per process on a weak line, global on a strong one
+    if mixed:  # the batch per process on a weak line, the global batch on a strong one
+        weak = frame["scaling"].astype(str).ne("strong")
+        frame, batch = frame.assign(batch=frame["batch_size"].where(weak, frame["global_batch_size"])), "batch"
     by_processes = list(points_by_series(frame, "world_size", ["precision", *mixed, batch]))
     by_batch = list(points_by_series(frame, "batch_size", ["precision", *mixed, "world_size"]))
 
