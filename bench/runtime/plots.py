@@ -45,8 +45,8 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
     batch = "global_batch_size" if "strong" in kinds else "batch_size"
     mixed = ["scaling"] if len(kinds) == 2 else []
     if mixed:  # the batch per process on a weak line, the global batch on a strong one
-        weak = frame["scaling"].astype(str).ne("strong")
-        frame, batch = frame.assign(batch=frame["batch_size"].where(weak, frame["global_batch_size"])), "batch"
+        weak, per_process = frame["scaling"].astype(str).ne("strong"), "batch_size"
+        frame, batch = frame.assign(batch=frame[per_process].where(weak, frame[batch])), "batch"
     by_processes = list(points_by_series(frame, "world_size", ["precision", *mixed, batch]))
     by_batch = list(points_by_series(frame, "batch_size", ["precision", *mixed, "world_size"]))
 
@@ -65,9 +65,9 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
                 plotted = True
                 kind = "" if mixed else f" ({shown(points[0].get('scaling'), 'weak')} scaling)"  # else in the label
                 draw_line(ax, points, "world_size", "scaling_efficiency_percent", label + kind)
-                for p in points:  # faster per process than alone: its own word, not a figure to read as scaling
-                    at = (float(p["world_size"]), float(p["scaling_efficiency_percent"]))
-                    if at[0] > 1 and at[1] > 100:
+                for p in points:  # a speedup above the process count: its own word, not a scaling figure
+                    if p["speedup"] > p["scaling_efficiency"] > 1:  # speedup / efficiency = the processes
+                        at = (p["speedup"] / p["scaling_efficiency"], p["scaling_efficiency_percent"])
                         ax.annotate(f" {SUPERLINEAR}", at, color="tab:red", fontsize=8)
         ax.axhline(100.0, color="grey", linestyle="--", linewidth=1, label="ideal (100%)")
         ax.set(
