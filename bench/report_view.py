@@ -12,12 +12,28 @@ from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Tuple
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["DISPLAY", "Column", "Plots", "Sample", "Scaling", "View"]
+__all__ = ["DISPLAY", "Column", "Plots", "Sample", "Scaling", "View", "as_shown", "rounded"]
 
 # the figures MLflow's UI shows as a rounded copy (a metric of its own: the UI prints raw floats cut
 # off), and the copy's name; the copies are dropped again when runs are read back. Each scenario's
 # headline (its Sample.figure) is one: a sweep's view shows it as a column
 DISPLAY = {"images_per_second": "images/s", "samples_per_second": "samples/s", "latency_ms_p50": "latency p50 ms"}
+
+
+def rounded(value: float, digits: int = 4) -> float:
+    """`value` to `digits` significant digits (4692.4 -> 4692, 7.326087 -> 7.326): the DISPLAY copy's value."""
+    import math
+
+    if not math.isfinite(value) or value == 0:
+        return value
+    return round(value, max(0, digits - 1 - math.floor(math.log10(abs(value)))))
+
+
+def as_shown(value: float) -> str:
+    """A DISPLAY figure as MLflow's table and charts print its copy (10.1523 -> "10.15", 4692.4 -> "4692",
+    10.1 -> "10.1"): a sweep's table shows it so, the two agree to the digit."""
+    return repr(rounded(float(value))).removesuffix(".0")
+
 
 Column = Tuple[str, str, str]  # (header, frame column = a radix_metrics key, format)
 Plots = Callable[["pd.DataFrame", Path, str], List[Path]]

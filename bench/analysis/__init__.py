@@ -35,7 +35,7 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     and the table printed on stdout. Returns (files written, the frame with scaling figures);
     report.html is files[2]."""
     from bench.analysis import plots, render
-    from bench.analysis.scaling import add_scaling
+    from bench.analysis.scaling import add_scaling, superlinear_note
     from bench.analysis.workers import plot_workers, worker_picks
 
     out.mkdir(parents=True, exist_ok=True)
@@ -50,7 +50,8 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     # a sweep still running, jobs whose directory is gone, jobs that failed: said first, above the table
     said = [*render.progress_notes(frame), render.missing_note(frame), render.failure_note(frame)]
     first = [note for note in said if note]
-    notes = first + [pick.sentence() for pick in picks] + ([warning] if warning else [])
+    warnings = [note for note in (superlinear_note(frame), warning) if note]
+    notes = first + [pick.sentence() for pick in picks] + warnings
     render.write_markdown(shown, images, md_path, title, notes)
     render.write_html(shown, images, html_path, title, notes)
     for note in first:

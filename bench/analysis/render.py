@@ -19,8 +19,10 @@ from bench.analysis import runs
 from bench.analysis.cells import absent
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, MISSING, NOISE_KEYS, metric_columns, sweep_report_class
 from bench.machine.fitness import unfit_reason
+from bench.report_view import DISPLAY, as_shown
 
 CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
+SHOWN_AS_MLFLOW = "as MLflow shows it"  # a cell format: bench.report_view.as_shown
 
 
 def keep_varying_overrides(frame: pd.DataFrame) -> pd.DataFrame:
@@ -38,6 +40,8 @@ def cell(value: Any, fmt: str) -> str:
         return ""
     if fmt == "bool":
         return str(bool(value)) if isinstance(value, (bool, int, float)) else str(value)
+    if fmt == SHOWN_AS_MLFLOW and isinstance(value, (int, float)):
+        return as_shown(value)
     try:
         return fmt.format(value)
     except (ValueError, TypeError):
@@ -86,7 +90,8 @@ def columns_of(frame: pd.DataFrame) -> List[Tuple[str, str, str]]:
 
 def table(frame: pd.DataFrame) -> pd.DataFrame:
     """The report table as strings: one column per header, one row per run."""
-    columns = columns_of(frame)
+    # a headline MLflow shows as a rounded copy (DISPLAY) is shown to the copy's digits: both agree
+    columns = [(header, name, SHOWN_AS_MLFLOW if name in DISPLAY else fmt) for header, name, fmt in columns_of(frame)]
     blank = pd.Series([None] * len(frame), index=frame.index, dtype=object)
     return pd.DataFrame(
         {header: [cell(v, fmt) for v in frame.get(name, blank)] for header, name, fmt in columns},

@@ -25,6 +25,7 @@ NOT_CONFIGURATION = (
     "tracking.",
     "storage.root",
 )
+SUPERLINEAR = "superlinear"  # a speedup above the process count: said in its own word, plot and note
 
 
 def configuration_key(row: Mapping[str, Any]) -> tuple:
@@ -70,3 +71,19 @@ def add_scaling(frame: pd.DataFrame) -> pd.DataFrame:
     for name, values in figures.items():
         scaled[name] = values.astype(object).where(values.notna(), None)
     return scaled
+
+
+def superlinear_note(frame: pd.DataFrame) -> str:
+    """A line naming the jobs that ran more than N times their 1-process run on N processes; "" if none."""
+    said = [  # speedup / efficiency = the processes: above 1 (a 1-process run is its own baseline)
+        f"job {r['job']}: {r['speedup']:.2f}x on {r['speedup'] / r['scaling_efficiency']:.0f} "
+        f"({100 * r['scaling_efficiency']:.0f}% efficiency)"
+        for r in frame.to_dict("records")
+        if r.get("scaling_efficiency") and r["speedup"] > r["scaling_efficiency"] > 1
+    ]
+    if not said:
+        return ""
+    return (
+        f"warning: {SUPERLINEAR} scaling, a speedup above the process count ({'; '.join(said)}): more than the "
+        "processes can give, so the 1-process run was slowed or the machine's load changed; not a scaling figure"
+    )

@@ -104,9 +104,8 @@ def help_groups(width: int = 80) -> str:
     lines = []
     for group in sorted(p for p in Path(config_dir()).iterdir() if p.is_dir() and p.name != "hydra"):
         options = sorted(f.stem for f in group.glob("*.yaml"))
-        said = ", ".join(options)
-        if group.name == PRESET:
-            said = f"{len(options)} presets, each with what it is: python -m bench --help {PRESET}"
+        said = f"{len(options)} presets, each with what it is: python -m bench --help {PRESET}"
+        said = said if group.name == PRESET else ", ".join(options)
         lines.append(textwrap.fill(f"{group.name}: {said}", width, subsequent_indent="    ", break_on_hyphens=False))
     return "\n".join(lines)
 
@@ -117,8 +116,7 @@ def presets_help(width: int = 80) -> str:
 
     lines = []
     for preset in sorted((Path(config_dir()) / PRESET).glob("*.yaml")):
-        comments = [line[2:] for line in preset.read_text().splitlines() if line.startswith("# ") and "@" not in line]
-        said = comments[0] if comments else ""
+        said = next((line[2:] for line in preset.read_text().splitlines() if line[:2] == "# " and "@" not in line), "")
         lines.append(textwrap.shorten(f"{preset.stem}: {said}", width, placeholder="..."))
     return "\n".join(lines)
 

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 from bench.doctor.figures import Diagnosis, Rung
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, interruption_in, print_error
 from bench.machine.writable import check_writable_dir
-from bench.run_dirs import reserve
+from bench.run_dirs import reserve, stamp_of
 from bench.secrets import command_line_problem, redact_output
 
 if TYPE_CHECKING:
@@ -74,6 +74,12 @@ def own_out_dir() -> Path:
     """doctor/<date>/<time>, or <time>-2, ...: this doctor's own, even beside another started in the
     same second (bench.run_dirs), as a run's directory is."""
     return reserve(Path(DEFAULT_OUT).resolve()).path
+
+
+def parent_name(out_dir: Path) -> str:
+    """The MLflow parent's name, as distinct as the doctor's directory (a sweep's is its run dir's):
+    doctor-20261129-045512-2 beside another doctor started in that second; doctor.out=DIR adds its name."""
+    return f"doctor-{stamp_of(out_dir) or time.strftime('%Y%m%d-%H%M%S-') + out_dir.name}"
 
 
 def flag_of(text: str) -> bool:
@@ -132,7 +138,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
     as_run, _ = fit_cpu(config, resolve_device(config.allow_cpu).type)
     # the parent run (as a run's: inactive with tracking off, or when the store did not answer); a rung's is its child
     params = {"doctor.budget_s": budget_s, "doctor.what_ifs": with_what_ifs, "overrides": " ".join(overrides)}
-    parent = open_run(config.tracking, launch_dir, f"doctor-{time.strftime('%Y%m%d-%H%M%S')}", params, {}, overrides)
+    parent = open_run(config.tracking, launch_dir, parent_name(out_dir), params, {}, overrides)
     parent.set_tags({"doctor": "parent"})
     runs = TrainingRuns(out_dir, launch_dir, parent.run_id, budget_s)
 

@@ -117,6 +117,11 @@ def replace(overrides: Sequence[str], key: str, value: str) -> List[str]:
     return [*kept, f"{key}={value}"]
 
 
+def job_label(job: str, name: str) -> str:
+    """What a doctor's run is, in its MLflow name: "doctor 1-compute", "doctor what-if-1: channels_last"."""
+    return f"doctor {job}" if name in job else f"doctor {job}: {name}"
+
+
 class TrainingRuns:
     """Runs of the training scenario for the doctor: each in `out_dir/<job>`, each a child of
     `parent_run_id` (None: tracked alone, or not at all with tracking.enabled=false); a run whose
@@ -142,7 +147,7 @@ class TrainingRuns:
             return rung
         job_dir = self.out_dir / job
         job_dir.mkdir(parents=True, exist_ok=True)
-        sweep_job = SweepJob(job=job, dir=str(self.out_dir), parent_run_id=self.parent_run_id)
+        sweep_job = SweepJob(job, str(self.out_dir), self.parent_run_id, label=job_label(job, name))
         log.info("%s: %s", job, " ".join(overrides) or "(the defaults)")
         # the run's final line and log go to its directory: the doctor's stdout is its table
         limit = window_s + self.setup_s

@@ -64,8 +64,8 @@ class StorageScenario(BaseScenario):
         check_storage_run(config, clients_of(config), self.has_ranks(config), _run_dir())
 
     def run_name(self, config: BenchConfig) -> str:
-        storage = config.storage
-        return f"storage-{storage.workload.name}-{storage.name}-c{clients_of(config)}"
+        storage = config.storage  # the batch too, as a training run's name has it: a batch sweep's jobs apart
+        return f"storage-{storage.workload.name}-{storage.name}-bs{storage.workload.batch_size}-c{clients_of(config)}"
 
     def run_rank(
         self, config: BenchConfig, ctx: Any, out_dir: Path, heartbeat: Optional[Callable[[], None]] = None

@@ -21,6 +21,7 @@ from bench.analysis.plots import (
     points_by_series,
     swept_values,
 )
+from bench.analysis.scaling import SUPERLINEAR
 from bench.runtime.sweep_view import run_label
 
 Row = Dict[str, Any]
@@ -38,11 +39,16 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
     vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name), accuracy."""
     figures = Figures(out)
     unit, count_word = _count_unit(frame)
-    # strong scaling splits one global batch over the processes: its lines hold the global batch
-    strong = "scaling" in frame and frame["scaling"].astype(str).eq("strong").any()
-    batch = "global_batch_size" if strong else "batch_size"
-    by_processes = list(points_by_series(frame, "world_size", ["precision", batch]))
-    by_batch = list(points_by_series(frame, "batch_size", ["precision", "world_size"]))
+    # strong scaling splits one global batch over the processes: its lines hold the global batch. A sweep
+    # of both (distributed.scaling=weak,strong) draws a line per kind: weak and strong points never joined
+    kinds = set(frame["scaling"].astype(str)) & {"weak", "strong"} if "scaling" in frame else set()
+    batch = "global_batch_size" if "strong" in kinds else "batch_size"
+    mixed = ["scaling"] if len(kinds) == 2 else []
+    if mixed:  # the batch per process on a weak line, the global batch on a strong one
+        weak, per_process = frame["scaling"].astype(str).ne("strong"), "batch_size"
+        frame, batch = frame.assign(batch=frame[per_process].where(weak, frame[batch])), "batch"
+    by_processes = list(points_by_series(frame, "world_size", ["precision", *mixed, batch]))
+    by_batch = list(points_by_series(frame, "batch_size", ["precision", *mixed, "world_size"]))
 
     # an axis is drawn only when the sweep moved along it (issues 21, 30): some line has two points
     # on it. A batch-size sweep draws no "vs processes" plot, a process-count sweep (weak or strong)
@@ -57,13 +63,12 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
             points = [p for p in points if not absent(p.get("scaling_efficiency_percent"))]
             if points:
                 plotted = True
-                draw_line(
-                    ax,
-                    points,
-                    "world_size",
-                    "scaling_efficiency_percent",
-                    f"{label} ({shown(points[0].get('scaling'), 'weak')} scaling)",
-                )
+                kind = "" if mixed else f" ({shown(points[0].get('scaling'), 'weak')} scaling)"  # else in the label
+                draw_line(ax, points, "world_size", "scaling_efficiency_percent", label + kind)
+                for p in points:  # a speedup above the process count: its own word, not a scaling figure
+                    if p["speedup"] > p["scaling_efficiency"] > 1:  # speedup / efficiency = the processes
+                        at = (p["speedup"] / p["scaling_efficiency"], p["scaling_efficiency_percent"])
+                        ax.annotate(f" {SUPERLINEAR}", at, color="tab:red", fontsize=8)
         ax.axhline(100.0, color="grey", linestyle="--", linewidth=1, label="ideal (100%)")
         ax.set(
             title=f"Scaling efficiency vs {count_word} count ({title})",

@@ -17,12 +17,10 @@ from typing import List, NoReturn, Optional
 from bench.__main__ import cli
 from bench.errors import EXIT_CONFIG, print_error
 
-ACCEPTED = "accepted: --lr --batch-size --epochs --steps-per-epoch --allow-cpu, then Hydra overrides"
-
 
 def refuse(message: str) -> NoReturn:
     """argparse's refusal as every other command's: one [ERROR] line, exit 2 (not its usage paragraph)."""
-    print_error(f"{message} ({ACCEPTED}; --help says more)")
+    print_error(f"{message} (accepted: --lr --batch-size --epochs --steps-per-epoch --allow-cpu, then Hydra overrides)")
     sys.exit(EXIT_CONFIG)
 
 

@@ -136,9 +136,7 @@ def code_provenance(packages: Sequence[str]) -> Dict[str, Any]:
         found["git_commit"] = commit
         status = _git("status", "--porcelain")
         if status is not None:  # a changed tracked file, or a new file where bench's code and config live
-            found["git_dirty"] = any(
-                not line.startswith("??") or line[3:].startswith(CODE_DIRS) for line in status.splitlines()
-            )
+            found["git_dirty"] = any(not s.startswith("??") or s[3:].startswith(CODE_DIRS) for s in status.splitlines())
     return found
 
 

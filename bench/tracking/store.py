@@ -153,15 +153,6 @@ def removed_lock(path: Path, timeout_s: float) -> Iterator[None]:
 EXPERIMENT_KIND_TAG, EXPERIMENT_KIND = "mlflow.experimentKind", "custom_model_development"
 
 
-def rounded(value: float, digits: int = 4) -> float:
-    """`value` to `digits` significant digits (4692.4 -> 4692, 7.326087 -> 7.326)."""
-    import math
-
-    if not math.isfinite(value) or value == 0:
-        return value
-    return round(value, max(0, digits - 1 - math.floor(math.log10(abs(value)))))
-
-
 def open_client(uri: str) -> Any:
     """An MlflowClient whose store exists (a fresh sqlite file gets its schema under the lock)."""
     from mlflow import MlflowClient

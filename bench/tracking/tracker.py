@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from bench.errors import Interrupted
-from bench.report_view import DISPLAY, Sample
+from bench.report_view import DISPLAY, Sample, rounded
 from bench.secrets import flatten, redact
 from bench.tracking import store, ui_view
 
@@ -38,6 +38,7 @@ class SweepJob:
     parent_run_id: Optional[str] = None  # the sweep's MLflow parent run (None: not tracked)
     launch_dir: Optional[str] = None  # the directory the sweep started in (a job on another node)
     tracking_down: Optional[str] = None  # why the sweep's one probe found no tracking server
+    label: str = ""  # the doctor's: what the run is, named in its run name instead of "-job<N>"
 
 
 class Tracker:
@@ -48,7 +49,7 @@ class Tracker:
         self.client, self.run_id, self.uri = client, run_id, uri
         self.experiment_id: Optional[str] = None
         self.out_dir: Optional[Path] = None  # where the results stay when the server goes away
-        self.name_suffix = ""  # "-job<N>" for a sweep job: kept when the run is renamed
+        self.name_suffix = ""  # "-job<N>" for a sweep job (a doctor's run: its label): kept when the run is renamed
         self.name = ""  # the run's name, tracked or not (run_summary.json keeps it: an upload later uses it)
         self._system_metrics: Any = None  # mlflow's SystemMetricsMonitor (tracking.system_metrics)
         self.lost = ""  # why this run is not (or no longer) tracked: tracking.required makes it a failure
@@ -140,7 +141,7 @@ class Tracker:
         # numbers only (bools become 0/1); strings such as the model name are params/tags
         numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         # and a rounded copy of the headline for the UI's table (it cuts a raw float off)
-        numbers.update({DISPLAY[k]: store.rounded(numbers[k]) for k in DISPLAY if k in numbers})
+        numbers.update({DISPLAY[k]: rounded(numbers[k]) for k in DISPLAY if k in numbers})
         self._batches("log metrics", "metrics", [Metric(k, v, now, step) for k, v in numbers.items()], 1000)
 
     def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
@@ -237,7 +238,7 @@ def open_run(
     tags = the environment and the overrides, params = the flattened config (secrets dropped).
     `tracking` is the tracking group (bench.config.run.TrackingConfig). A server that does not
     answer a short probe (made once per sweep) means no tracking, said in one line."""
-    suffix = f"-job{sweep_job.job}" if sweep_job else ""
+    suffix = (f" ({sweep_job.label})" if sweep_job.label else f"-job{sweep_job.job}") if sweep_job else ""
     name = (tracking.run_name or run_name) + suffix
 
     def untracked(uri: str = "", lost: str = "") -> Tracker:

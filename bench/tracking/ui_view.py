@@ -137,6 +137,7 @@ def _job_charts(parent_run_id: str, figure: str, params: Sequence[str]) -> Dict[
     the parent, which has no figure, not: 3.x leaves it out itself, 2.x would draw an empty bar and
     reads runsHidden (3.x keeps no runsHidden from a view: there the CUSTOM mode hides nothing)."""
     common = {"metricSectionId": SECTION, "deleted": False, "isGenerated": False}
+    figure = DISPLAY.get(figure, figure)  # its rounded copy: the bars agree with the report's table to the digit
     charts: List[Dict[str, Any]] = [
         {"uuid": f"{SECTION}-figure", "type": "BAR", "metricKey": figure, "displayName": figure, **common}
     ]

@@ -100,6 +100,10 @@ def test_every_rung_is_a_child_of_one_mlflow_parent_run(jpeg_folder_doctored):
         assert by_rung[name].data.metrics["images_per_second"] == pytest.approx(rung["images_per_second"])
         assert parent.data.metrics[f"{name}_images_per_second"] == pytest.approx(rung["images_per_second"])
     assert by_rung["allreduce"].data.tags["doctor.skipped"] == "one process: DDP has nothing to all-reduce"
+    # named by what they are (issue 40 §10): not "...-job1-compute"; the parent by its directory
+    assert by_rung["compute"].info.run_name == "small_cnn-fp32-bs64 (doctor 1-compute)"
+    assert by_rung["full"].info.run_name == "small_cnn-fp32-bs64 (doctor 4-full)"
+    assert parent.info.run_name.startswith("doctor-20") and parent.info.run_name.endswith("-doctor")
     logged = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id)}
     assert logged >= {"doctor.md", "doctor.html", "doctor.png", "doctor.json"}
 

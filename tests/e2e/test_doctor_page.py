@@ -112,3 +112,30 @@ def test_the_charts_title_is_the_whole_verdict_wrapped():
     assert title.replace("\n", " ") == sentence and all(
         len(line) <= doctor_page.TITLE_CHARS for line in title.splitlines()
     )
+
+
+def test_a_chart_of_bars_far_apart_has_a_log_axis_labelled_so(tmp_path):
+    """Issue 40 §10: storage's 11,997 img/s on the linear axis of 81-120 img/s bars drew them as slivers.
+    Bars 20x apart or more get a log axis, its label saying so; bars close together keep a linear one."""
+    rungs = [Rung(COMPUTE, 120.0), Rung(LOADER, 81.0), Rung(STORAGE, 11997.0), Rung(FULL, 80.0)]
+    axes = doctor_page.bar_chart(_diagnosis(rungs), tmp_path / "far.png")
+    assert axes.get_xscale() == "log" and axes.get_xlabel() == "images/s (log scale: the bars span 80 to 11,997)"
+    assert sorted(bar.get_width() for bar in axes.patches) == [80.0, 81.0, 120.0, 11997.0]
+    axes = doctor_page.bar_chart(_diagnosis([Rung(COMPUTE, 120.0), Rung(FULL, 81.0)]), tmp_path / "near.png")
+    assert axes.get_xscale() == "linear" and axes.get_xlabel() == "images/s"
+
+
+def test_the_doctors_runs_are_named_by_what_they_are_and_two_parents_in_one_second_apart(tmp_path):
+    """Issue 40 §10: what-if runs read `small_cnn-fp32-bs64-jobwhat-if-1`; two doctors started in the same
+    second made two MLflow parents of one name. A run's name says what it is; a parent's is as distinct
+    as its directory (reserved, as two doctors in one second get: <time> and <time>-2)."""
+    from bench.doctor.cli import parent_name
+    from bench.doctor.training import job_label
+    from bench.run_dirs import reserve
+
+    assert job_label("1-compute", COMPUTE) == "doctor 1-compute"
+    assert job_label("what-if-1", "data.num_workers=2") == "doctor what-if-1: data.num_workers=2"
+    now = __import__("time").time()  # both in one second: doctor/<date>/<time> and <time>-2
+    first, second = (reserve(tmp_path / "doctor", now).path for _ in range(2))
+    assert parent_name(first).startswith("doctor-20") and parent_name(second) == parent_name(first) + "-2"
+    assert parent_name(tmp_path / "mine").endswith("-mine")  # doctor.out=DIR: its name in the parent's

@@ -18,6 +18,7 @@ import pytest
 from mlflow import MlflowClient
 
 from bench.analysis.runs import MISSING
+from bench.report_view import DISPLAY, as_shown
 
 # a sweep of process counts and precisions: no batch axis, so no throughput_vs_batch.png
 REPORT_FILES = {
@@ -114,8 +115,8 @@ def test_sweep_is_one_parent_with_a_child_per_job(sweep):
     assert state["groupBy"] is None and state["runsHidden"] == [parent.info.run_id]
     # chart mode: a bar per job of the figure, then the swept keys against it
     bar, swept = state["compareRunCharts"]
-    assert bar["type"] == "BAR" and bar["metricKey"] == "images_per_second"
-    assert swept["type"] == "PARALLEL" and swept["selectedMetrics"] == ["images_per_second"]
+    assert bar["type"] == "BAR" and bar["metricKey"] == "images/s"  # the rounded copy (issue 40 §6)
+    assert swept["type"] == "PARALLEL" and swept["selectedMetrics"] == ["images/s"]
     assert {"precision.name", "distributed.nproc_per_node"} <= set(swept["selectedParams"])
     assert parent.data.tags["bench.parent"] == parent.info.run_id
     parent = sweep.parents[0]
@@ -160,6 +161,26 @@ def test_sweep_report_matches_mlflow(sweep):
     assert logged >= REPORT_FILES
 
 
+def test_the_sweep_reports_images_per_second_has_the_digits_mlflow_shows(sweep):
+    """Issue 40 §6: the report printed 10.1 images/s where MLflow's chart showed 10.15. Each job's cell
+    in the printed table and report.md is what MLflow shows of the job (its rounded copy, the one the
+    view's column and bar chart read), to the digit."""
+    charts = json.loads(
+        MlflowClient(tracking_uri=sweep.uri)
+        .get_experiment(sweep.parents[0].info.experiment_id)
+        .tags[f"mlflow.sharedViewState.bench-sweep-{sweep.parents[0].info.run_id[:12]}"]
+    )["compareRunCharts"]
+    assert charts[0]["metricKey"] == DISPLAY["images_per_second"] == "images/s"
+    rows = [line.strip("| ").split(" | ") for line in (sweep.dir / "report" / "report.md").read_text().splitlines()]
+    at = next(i for i, row in enumerate(rows) if row[0] == "job")  # notes (an unfit job's) may come first
+    column = rows[at].index("images/s")
+    cells = {row[0]: row[column] for row in rows[at + 2 : at + 6]}
+    for child in sweep.children:
+        shown = repr(child.data.metrics["images/s"]).removesuffix(".0")  # what MLflow's page prints
+        assert cells[child.data.tags["sweep.job"]] == shown, (cells, shown)
+        assert f" {shown} " in sweep.proc.stdout  # the printed table too
+
+
 def test_the_sweep_report_page_opens_in_a_real_browser(sweep, browser):
     """Issue 20, part 4: report.html in headless Chromium: no console error, every plot loads (its
     pixels decoded), and the table holds each job's images/s as the run reported it."""
@@ -167,7 +188,7 @@ def test_the_sweep_report_page_opens_in_a_real_browser(sweep, browser):
     assert page.console_errors == []
     assert len(page.images) == 3 and all(loaded and width > 100 for loaded, width, _ in page.images), page.images
     for row in _csv_rows(sweep.dir / "report" / "report.csv"):
-        assert f"{float(row['images_per_second']):.1f}" in page.cells, (row, page.cells)
+        assert as_shown(float(row["images_per_second"])) in page.cells, (row, page.cells)
 
 
 def test_report_cli_rebuilds_the_table_from_mlflow(sweep, bench, tmp_path):
@@ -423,6 +444,13 @@ def inference_sweep(sweep, tiny_args):
     return _another_sweep(sweep, "inference", "mode=inference", *args, "train.steps_per_epoch=2", "data.batch_size=1,4")
 
 
+def test_a_storage_sweeps_jobs_are_named_by_the_swept_batch(storage_sweep):
+    """Issue 40 §6: a storage sweep's jobs were storage-custom-local-c1-job0 and -job1, the swept value in
+    neither; as a training job's name carries its batch, so does a storage job's."""
+    names = sorted(child.info.run_name for child in storage_sweep.children)
+    assert names == ["storage-custom-local-bs2-c1-job0", "storage-custom-local-bs4-c1-job1"], names
+
+
 @pytest.fixture(scope="module")
 def mlflow_ui(sweep, tmp_path_factory):
     """A real `mlflow ui` on 127.0.0.1 serving the sweeps' store (once it answers /health, the event
@@ -504,7 +532,7 @@ def test_the_printed_links_open_the_runs_table_with_the_parent_and_rounded_figur
     off), the swept keys and the failure reason as columns; an all-failed sweep's view says why, each
     job's reason in sight, by name (no images/s to sort by); the experiment page with the link's
     workflowType lands on its runs."""
-    from bench.tracking.store import rounded
+    from bench.report_view import rounded
 
     parent = sweep.parents[0]
     url, text = _page_text(browser, mlflow_ui.url(sweep.proc), parent.info.run_name, tmp_path / "sweep.png")
@@ -567,6 +595,7 @@ def test_a_sweeps_link_charts_a_bar_per_job_and_its_compare_link_opens_the_jobs(
     parent = ran.parents[0] if scenario == "sweep" else ran.parent
     jobs = {child.info.run_id: child for child in ran.children}
     assert len(jobs) >= 2 and all(figure in child.data.metrics for child in jobs.values())
+    figure = DISPLAY[figure]  # the bars chart its rounded copy: the report table's digits (issue 40 §6)
 
     _page_text(browser, mlflow_ui.url(ran.proc), parent.info.run_name, tmp_path / "table.png")
     assert _shown_whole(browser, parent.info.run_name)  # the sweep by its name, not a group's run id

@@ -314,13 +314,31 @@ def test_table_has_the_training_columns_and_formats_the_figures():
     first = shown.iloc[0]
     assert (first["procs"], first["images/s"], first["step p50 ms"], first["data wait %"]) == (
         "1",
-        "100.0",
+        "100",  # as MLflow shows its rounded copy (bench.report_view.as_shown)
         "10.00",
         "2.0",
     )
     assert (first["speedup"], first["scaling eff %"], first["scaling"]) == ("1.00", "100.0", "weak")
     assert first["lr"] == "0.001"  # an optimizer sweep's lr per job (issue 40.3)
     assert (shown.iloc[1]["speedup"], shown.iloc[1]["scaling eff %"]) == ("1.80", "90.0")
+
+
+def test_the_tables_headline_has_the_digits_mlflow_shows_of_it():
+    """Issue 40 §6: the table printed 10.1 images/s where MLflow's chart of the job showed 10.15: the
+    headline (a DISPLAY figure, logged as its rounded copy) shows that copy's digits, no more, no fewer."""
+    from bench.report_view import as_shown
+
+    assert [as_shown(v) for v in (10.1523, 10.1, 4692.43, 284.62942742846934, 1234567.0, 0.00123456)] == [
+        "10.15",
+        "10.1",
+        "4692",
+        "284.6",
+        "1234567",  # rounded() keeps the units of a big figure
+        "0.001235",
+    ]
+    frame = _training_frame()
+    frame.loc[0, "images_per_second"] = 10.1523
+    assert table(frame).iloc[0]["images/s"] == "10.15"
 
 
 def test_table_leaves_an_absent_figure_empty_never_zero():
@@ -342,7 +360,7 @@ def test_table_of_a_storage_sweep_has_the_storage_columns():
     )
     shown = table(frame)
     assert list(shown.columns) == STORAGE_HEADERS
-    assert shown.iloc[1][["clients", "samples/s", "AU pass", "ckpt write GB/s"]].tolist() == ["2", "1000.0", "True", ""]
+    assert shown.iloc[1][["clients", "samples/s", "AU pass", "ckpt write GB/s"]].tolist() == ["2", "1000", "True", ""]
 
 
 def test_text_and_markdown_have_a_line_per_run_under_the_headers():
@@ -683,3 +701,53 @@ def test_a_storage_sweep_at_one_client_count_draws_no_client_axis(tmp_path):
         )
     files, _ = build_report(sweep, tmp_path / "out")
     assert [p.name for p in files][3:] == ["read_latency_distribution.png"]
+
+
+def test_a_sweep_of_weak_and_strong_scaling_draws_a_line_per_kind_and_says_superlinear(tmp_path, monkeypatch, capsys):
+    """Issue 40 §4: `distributed.nproc_per_node=1,2 distributed.scaling=weak,strong` labelled the strong
+    job's 267 % "(weak scaling)", joined weak and strong 1-process points, drew throughput_vs_batch.png
+    with no batch swept, and showed a speedup above the process count as a figure. Read from the
+    figures' own lines, labels and annotations."""
+    from bench.analysis.plots import Figures
+
+    drawn: Dict[str, Any] = {}
+    save = Figures.save
+    monkeypatch.setattr(Figures, "save", lambda self, fig, name: (drawn.__setitem__(name, fig), save(self, fig, name)))
+    sweep = tmp_path / "sweep"
+    jobs = [("weak", 1, 100.0), ("weak", 2, 1042.0), ("strong", 1, 110.0), ("strong", 2, 587.4)]
+    for job, (kind, procs, rate) in enumerate(jobs):
+        config = _training_config(procs)
+        config["distributed"]["scaling"] = kind
+        per_process = 4 if kind == "weak" else 4 // procs
+        results = _training_results(
+            procs, rate, batch_size=per_process, global_batch_size=per_process * procs, scaling=kind
+        )
+        overrides = [f"distributed.nproc_per_node={procs}", f"distributed.scaling={kind}"]
+        _job_dir(sweep, str(job), overrides, config, results, {"step_times.csv": STEP_TIMES})
+    files, frame = build_report(sweep, sweep / "report")
+    assert "throughput_vs_batch.png" not in [p.name for p in files]  # no batch swept
+    assert frame["scaling_efficiency_percent"].tolist() == pytest.approx([100.0, 521.0, 100.0, 267.0])
+
+    def lines(name: str) -> Dict[str, list]:
+        (ax,) = drawn[name].axes
+        return {
+            line.get_label(): list(line.get_xydata().tolist()) for line in ax.get_lines() if line.get_label()[0] != "_"
+        }
+
+    throughput = lines("throughput_vs_gpus.png")
+    assert throughput == {
+        "precision=fp32, scaling=strong, batch=4": [[1.0, 110.0], [2.0, 587.4]],
+        "precision=fp32, scaling=weak, batch=4": [[1.0, 100.0], [2.0, 1042.0]],
+    }
+    efficiency = lines("scaling_efficiency.png")
+    assert efficiency["precision=fp32, scaling=strong, batch=4"] == [[1, 100], [2, 267]]
+    assert efficiency["precision=fp32, scaling=weak, batch=4"] == [[1, 100], [2, 521]]
+    assert not any("(weak scaling)" in label or "(strong scaling)" in label for label in efficiency)
+    (ax,) = drawn["scaling_efficiency.png"].axes
+    marks = sorted((t.get_text().strip(), round(t.xy[0], 6), round(t.xy[1], 6)) for t in ax.texts)
+    assert marks == [("superlinear", 2.0, 267.0), ("superlinear", 2.0, 521.0)]
+    note = (
+        "warning: superlinear scaling, a speedup above the process count (job 1: 10.42x on 2 (521% efficiency); "
+        "job 3: 5.34x on 2 (267% efficiency))"
+    )
+    assert note in capsys.readouterr().out and note in (sweep / "report" / "report.md").read_text()

@@ -458,7 +458,7 @@ def test_store_errors_are_one_line_naming_the_innermost_cause():
 
 def test_the_ui_figure_is_rounded_to_four_significant_digits_and_sweeps_say_how_many_failed():
     from bench.analysis.render import failure_sentence
-    from bench.tracking.store import rounded
+    from bench.report_view import rounded
 
     assert [rounded(v) for v in (4692.43, 7.32608716, 284.62942742846934, 0.00123456, 0.0)] == [
         4692,
@@ -503,7 +503,7 @@ def test_a_latency_sweeps_view_and_compare_link_put_the_fastest_job_first_and_ch
     assert (state["orderByKey"], state["orderByAsc"], state["groupBy"]) == ("metrics.`latency_ms_p50`", True, None)
     assert state["selectedColumns"][:3] == ["metrics.`latency p50 ms`", "tags.`error`", "params.`data.batch_size`"]
     assert [(c["type"], c.get("metricKey"), c.get("selectedParams")) for c in state["compareRunCharts"]] == [
-        ("BAR", "latency_ms_p50", None),
+        ("BAR", "latency p50 ms", None),  # the rounded copy: the bars show the report table's digits
         ("PARALLEL", None, ["data.batch_size"]),
     ]
     assert (state["runsHiddenMode"], state["runsHidden"]) == ("CUSTOM", [parent])
