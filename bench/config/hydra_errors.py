@@ -150,7 +150,7 @@ def _set_in_a_file(text: str, error: ConfigError) -> ConfigError:
             found = found.get(part) if isinstance(found, dict) else None
         if found is not None:
             break
-    return ConfigError(error.key, found, f"{error.accepted}; {files[0]} sets it")
+    return ConfigError(str(error.key), found, f"{error.accepted}; {files[0]} sets it")
 
 
 def did_you_mean(given: str, names: List[str]) -> str:
