@@ -7,6 +7,7 @@ docs/data.md)."""
 from __future__ import annotations
 
 from bench.iobench.formats.base import CorruptFile, Format
+from bench.registries import DataOption
 
 MAGIC = b"OWN1"
 
@@ -35,3 +36,6 @@ def zero_batches(data, device, memory_format, seed, rank, world_size, storage):
     labels = torch.zeros(data.batch_size, dtype=torch.long, device=device)
     while True:
         yield images.contiguous(memory_format=memory_format), labels
+
+
+ZEROS = DataOption("mylab.own:zero_batches")  # the same option as an object (`data.name=mylab.own:ZEROS`)

@@ -12,8 +12,10 @@ import itertools
 import os
 import re
 import sys
+from pathlib import Path
 from typing import Any, Callable, List, Optional, Sequence
 
+import yaml
 from hydra.errors import HydraException
 from omegaconf.errors import OmegaConfBaseException
 
@@ -28,6 +30,7 @@ _FULL_KEY = re.compile(r"full_key: (\S+)")
 _ENUM = re.compile(r"Invalid value '(.*)', expected one of \[(.*)\]")
 _CONVERT = re.compile(r"Value '(.*?)' (?:of type '\w+' )?could not be converted to (\w+)")
 _BOOL = re.compile(r"Value '(.*)' is not a valid bool")
+_IN_CONFIG = re.compile(r"^In '([^']+)': ")
 _NOT_A_KEY = re.compile(r"Key '([^']+)' not in")
 _APPEND_HINT = re.compile(r"use \+(\S+?)=(.*)$", re.MULTILINE)
 _NOT_IN_DEFAULTS = re.compile(r"Could not override '([^']+)'\. No match in the defaults list")
@@ -77,6 +80,8 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
         )
     appended = _APPEND_HINT.search(text)  # "Could not override 'data.x'. To append ... use +data.x=8"
     reworded = _value_error(cause or text, *(appended.groups() if appended else (None, None)))
+    if isinstance(reworded, ConfigError) and reworded.key and appended is None:
+        return _set_in_a_file(text, reworded)
     if reworded:
         return reworded
     if "Interpolation" in text or "Interpolation" in cause:
@@ -122,6 +127,35 @@ def _value_error(text: str, dotted: Optional[str], given: Optional[str]) -> Opti
     if _NOT_A_KEY.search(text):
         return unknown_key(dotted or key, given)
     return None
+
+
+def _set_in_a_file(text: str, error: ConfigError) -> ConfigError:
+    """A key no command line gave, from a config file (`In 'experiment/typo': ...`): the file named,
+    and the value it gives. The file is looked for where Hydra looked: each --config-dir, then bench's."""
+    from bench import config_dir
+
+    named = _IN_CONFIG.search(text)
+    if named is None or error.value is not None:
+        return error
+    args = sys.argv[1:]
+    dirs = [a.split("=", 1)[1] for a in args if a.startswith(("--config-dir=", "-cd="))]
+    dirs += [after for before, after in itertools.pairwise(args) if before in ("--config-dir", "-cd")]
+    candidates = (os.path.abspath(os.path.join(d, named.group(1) + ".yaml")) for d in [*dirs, config_dir()])
+    files = [f for f in candidates if os.path.isfile(f)]
+    if not files:
+        return error
+    try:
+        node: Any = yaml.safe_load(Path(files[0]).read_text())
+    except (OSError, yaml.YAMLError):
+        node = None
+    parts = str(error.key).split(".")
+    for path in (parts, parts[1:]):  # @package _global_, or the file's own group
+        found: Any = node
+        for part in path:
+            found = found.get(part) if isinstance(found, dict) else None
+        if found is not None:
+            break
+    return ConfigError(str(error.key), found, f"{error.accepted}; {files[0]} sets it")
 
 
 def did_you_mean(given: str, names: List[str]) -> str:
@@ -171,6 +205,9 @@ def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
     except (HydraException, OmegaConfBaseException) as exc:
         print(f"[ERROR] {one_line(exc)}", file=sys.stderr, flush=True)
         sys.exit(EXIT_CONFIG)
+    except yaml.YAMLError as exc:  # a config file (a --config-dir experiment) that is not YAML
+        print(f"[ERROR] {yaml_problem(exc)}", file=sys.stderr, flush=True)
+        sys.exit(EXIT_CONFIG)
     except BrokenPipeError:  # `--help | head`: the reader is gone, not the run directory
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         sys.exit(1)
@@ -188,6 +225,14 @@ def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
         sys.exit(EXIT_CONFIG)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)
+
+
+def yaml_problem(exc: "yaml.YAMLError") -> str:
+    """`<file>, line 3: not valid YAML (while parsing a flow sequence: expected ',' or ']', ...)`."""
+    mark = getattr(exc, "context_mark", None) or getattr(exc, "problem_mark", None)
+    where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a config file"
+    said = ": ".join(str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part)
+    return f"{where}: not valid YAML ({said or exc})"
 
 
 def _on_the_run_dirs_path(path: str, run_dir: str) -> bool:

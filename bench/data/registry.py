@@ -9,13 +9,14 @@ bench.registries.DATA (and conf/data/<name>.yaml for defaults of its own).
 
 from __future__ import annotations
 
+import inspect
 from typing import TYPE_CHECKING, Any, Iterator, Optional, Protocol, Tuple
 
 from bench.config.data import DataConfig
 from bench.config.storage import StorageLocation
 from bench.data.layout import check_separate_val
-from bench.errors import DataError
-from bench.registries import DATA, DataOption, import_own, load, load_named
+from bench.errors import ConfigError, DataError
+from bench.registries import DATA, DataOption, load, load_own
 
 if TYPE_CHECKING:
     import torch
@@ -34,8 +35,26 @@ class Batches(Protocol):
     def close(self) -> None: ...
 
 
+BUILDER_PARAMETERS = ("data", "device", "memory_format", "seed", "rank", "world_size", "storage")
+
+
 def _option(data: DataConfig) -> DataOption:
-    return DATA.get(data.name) or DataOption(data.name)  # a user's own: its builder, no check or val split
+    """The registered option, or a user's own module:attr: a DataOption, or a builder that takes
+    build_batches' arguments by name (no check, no val split). Anything else (`builtins:print`
+    takes *args: a signature check alone would pass it) is one line naming data.name."""
+    if data.name in DATA:
+        return DATA[data.name]
+    own = load_own("data.name", data.name)
+    if isinstance(own, DataOption):
+        return own
+    try:
+        names = tuple(inspect.signature(own).parameters)[: len(BUILDER_PARAMETERS)]
+    except (TypeError, ValueError):  # not callable, or no signature Python can read
+        names = ()
+    if names != BUILDER_PARAMETERS:
+        accepted = f"a bench.registries.DataOption or a batches builder taking ({', '.join(BUILDER_PARAMETERS)})"
+        raise ConfigError("data.name", data.name, accepted)
+    return DataOption(data.name)
 
 
 def build_batches(
@@ -48,8 +67,7 @@ def build_batches(
     storage: Optional[StorageLocation] = None,
 ) -> Batches:
     """`rank`/`world_size` shard real datasets; `storage` opens datasets read through it (s3:// roots)."""
-    builders = {name: option.batches for name, option in DATA.items()}
-    return load_named("data.name", data.name, builders)(
+    return load(_option(data).batches)(
         data, device, memory_format, seed, rank, world_size, storage or StorageLocation()
     )
 
@@ -86,4 +104,3 @@ def check_location(data: DataConfig, validation: bool = False) -> None:
             load(check)(data)
     except PermissionError as exc:  # a folder this user may not list or enter: the data key's, not the run dir's
         raise DataError(f"data.root={data.root!r} cannot be read: {exc.filename}: {exc.strerror}") from None
-    import_own({"data.name": data.name})  # a user's builder: one that does not import is one line now

@@ -14,6 +14,7 @@ import logging
 import multiprocessing
 import os
 import signal
+import threading
 import uuid
 from pathlib import Path
 from typing import Any, Dict, Iterator, Optional
@@ -133,8 +134,8 @@ class Elastic(Launcher):
         finally:
             reaper.stop()
             for sig, handler in handlers.items():
-                if handler is not None:  # None: a handler not set from Python, left as it is
-                    signal.signal(sig, handler)
+                if handler is not None and threading.current_thread() is threading.main_thread():
+                    signal.signal(sig, handler)  # (None: a handler not set from Python, left as it is)
         return returns.get(0)
 
 
@@ -166,7 +167,6 @@ def start_forkserver_deaf_to_ctrl_c() -> None:
     it was left importing torch for seconds after an interrupted command); its workers take SIGINT
     back (worker_entry)."""
     import atexit
-    import threading
     from multiprocessing import forkserver
 
     make_multiprocessing_temp_dir()  # the forkserver's socket goes there: a short enough path first

@@ -143,15 +143,19 @@ def run_checks(
     return rows
 
 
-def table(rows: Sequence[Row], seconds: Optional[float] = None) -> str:
+def table(rows: Sequence[Row], seconds: Optional[float] = None, stopped: str = "", chosen: int = 0) -> str:
+    """The rows and a summary line; `stopped` (the signal's words): of the `chosen` checks, how many ran."""
     lines = ["| check | what | result | figures |", "|---|---|---|---|"]
     word = {True: "pass", False: "FAIL", None: "not run"}
     lines += [f"| {c.name} | {c.what} | {word[ok]} | {figures} |" for c, ok, figures in rows]
     failed = [c.name for c, ok, _ in rows if ok is False]
     skipped = [c.name for c, ok, _ in rows if ok is None]
     passed = sum(ok is True for _, ok, _ in rows)
+    said = f"{passed} of {len(rows)} checks passed"
+    if stopped:  # a script reads this line: it must not pass for a complete run
+        said = f"interrupted ({stopped}): {len(rows)} of {chosen} checks ran, {passed} passed"
     lines.append(
-        f"\ngpu_check: {passed} of {len(rows)} checks passed"
+        f"\ngpu_check: {said}"
         + (f" in {seconds:.0f} s" if seconds is not None else "")
         + (f"; failed: {', '.join(failed)}" if failed else "")
         + (f"; not run (budget): {', '.join(skipped)}" if skipped else "")
@@ -239,6 +243,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
     budget = Budget(args.budget_s)
     rows: List[Row] = []
+    chosen: List[Check] = []
     with tempfile.TemporaryDirectory(prefix="bench-gpu-check-") as tmp, sigterm_raises():
         work = (args.keep or Path(tmp)).resolve()
         try:
@@ -258,9 +263,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             run_checks(chosen, base_overrides(args, on_gpu), work, on_gpu=on_gpu, budget=budget, rows=rows)
         except (KeyboardInterrupt, Interrupted) as exc:
             code = EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else exc.exit_code
-            if rows:  # what was done before the signal
-                print(table(rows, time.monotonic() - budget.start), flush=True)
             reason = str(exc) or "Ctrl-C"
+            print(table(rows, time.monotonic() - budget.start, reason, len(chosen)), flush=True)
             print(f"[ERROR] gpu_check interrupted ({reason}) after {len(rows)} checks", file=sys.stderr)
             return code
     print(table(rows, time.monotonic() - budget.start), flush=True)

@@ -177,6 +177,14 @@ BAD_INPUTS = [
         "storage.workload.format='json:NoFormat' is not valid: accepted a module:attr Python can import "
         "(AttributeError: module 'json' has no attribute 'NoFormat').",
     ),
+    (  # issue 39 §16: print was called with the run's arguments, after the MLflow run opened
+        "own data option that is no builder",
+        "bench",
+        ["+experiment=cpu_smoke", "data.name=builtins:print"],
+        2,
+        "data.name='builtins:print' is not valid: accepted a bench.registries.DataOption or a batches builder "
+        "taking (data, device, memory_format, seed, rank, world_size, storage).",
+    ),
     ("unknown mode", "bench", ["mode=serve"], 2, "mode='serve'"),
     (  # issue 33 probe: mode won unsaid (a storage run)
         "mode and scenario naming two",

@@ -62,7 +62,9 @@ def test_the_cpu_rehearsal_runs_every_check_through_its_own_code(bench, tmp_path
 def test_sigterm_to_gpu_check_ends_its_bench_child_and_the_childs_run_is_killed(bench, tmp_path):
     """Issue 27 §3: the GPU day saw a check's `python -m bench` go on using the GPU after gpu_check
     was ended. Now: SIGTERM while the DDP check's child trains -> gpu_check exits 143 in seconds,
-    no process of its tree is left, and the child's MLflow run is KILLED, not RUNNING."""
+    no process of its tree is left, and the child's MLflow run is KILLED, not RUNNING. Issue 39 §11:
+    the summary on stdout said `1 of 1 checks passed` of a stopped run: it says it was stopped, and
+    how many of the checks asked ran."""
     import psutil
 
     work = tmp_path / "work"
@@ -70,7 +72,7 @@ def test_sigterm_to_gpu_check_ends_its_bench_child_and_the_childs_run_is_killed(
     proc = bench.start(
         "--rehearse",
         "--only",
-        "ddp_nccl",
+        "pinned_loader,ddp_nccl",  # the loader check sets its own 10 steps
         "--keep",
         str(work),
         "--set",
@@ -90,11 +92,13 @@ def test_sigterm_to_gpu_check_ends_its_bench_child_and_the_childs_run_is_killed(
     assert proc.returncode == 143, out + err
     assert time.monotonic() - signalled < 30, "gpu_check took more than a few seconds to end"
     assert "[ERROR] gpu_check interrupted" in err and "Traceback" not in err
+    summary = out.splitlines()[-1]
+    assert summary.startswith("gpu_check: interrupted (terminated by signal SIGTERM): 1 of 2 checks ran, 1 passed in")
     left = [p for p in tree if p.is_running() and p.status() != psutil.STATUS_ZOMBIE]
     assert left == [], [p.cmdline() for p in left]
     runs = bench.runs()
     assert runs and all(run.info.status != "RUNNING" for run in runs)
-    assert [run.info.status for run in runs] == ["KILLED"]
+    assert sorted(run.info.status for run in runs) == ["FINISHED", "KILLED"]  # the loader check's, the child's
 
 
 def test_ctrl_c_during_an_in_process_check_ends_its_run_killed_with_130(bench, tmp_path):

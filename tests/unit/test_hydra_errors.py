@@ -158,10 +158,28 @@ def test_a_launcher_that_needs_the_submitit_plugin(tmp_path):
     )
 
 
+def test_a_misspelt_key_in_a_config_file_names_the_file_and_its_value(tmp_path, monkeypatch):
+    """Issue 39 §12: it said `data.batch_sise=None` without naming the file (which says 8)."""
+    conf = Path(shutil.copytree(config_dir(), tmp_path / "conf"))
+    (conf / "experiment" / "typo.yaml").write_text("# @package _global_\ndata:\n  batch_sise: 8\n")
+    monkeypatch.setattr(sys, "argv", ["bench", "--config-dir", str(conf), "+experiment=typo"])
+    exc = hydra_failure(["+experiment=typo"], conf=str(conf))
+    assert he._IN_CONFIG.search(str(exc)).group(1) == "experiment/typo"
+    assert he.one_line(exc) == (
+        "data.batch_sise=8 is not valid: accepted a key of data (did you mean data.batch_size?); "
+        f"{conf / 'experiment' / 'typo.yaml'} sets it."
+    )
+
+
 def test_every_regex_of_the_module_has_a_message_here():
     """A regex added to hydra_errors gets its real message in this file too."""
     covered = {p.pattern for case in CASES for p in case.values[1]}
-    covered |= {he._MISSING_OPTION.pattern, he._NOT_IN_DEFAULTS.pattern, he._NEEDS_SUBMITIT.pattern}
+    covered |= {
+        he._MISSING_OPTION.pattern,
+        he._NOT_IN_DEFAULTS.pattern,
+        he._NEEDS_SUBMITIT.pattern,
+        he._IN_CONFIG.pattern,
+    }
     module = {value.pattern for name, value in vars(he).items() if isinstance(value, re.Pattern)}
     assert module - covered == set()
 

@@ -64,6 +64,20 @@ def test_own_code_is_looked_for_when_composed_and_imported_at_preflight(mylab):
     assert format_for(f"{mylab}:Framed").extension == "own"
     assert next(build_batches(config.data, torch.device("cpu"), torch.contiguous_format, seed=0))[1].sum() == 0
 
+    # issue 39 §16: a data option is a DataOption or a builder taking build_batches' arguments by name
+    from bench.data.registry import check_location
+
+    option = compose(f"data.name={mylab}:ZEROS").data
+    check_location(option)
+    assert next(build_batches(option, torch.device("cpu"), torch.contiguous_format, seed=0))[1].sum() == 0
+    for wrong in ("builtins:print", f"{mylab}:Framed", f"{mylab}:MAGIC"):  # print takes *args; a class; bytes
+        with pytest.raises(ConfigError) as refused:
+            check_location(compose(f"data.name={wrong}").data)
+        assert str(refused.value) == (
+            f"data.name='{wrong}' is not valid: accepted a bench.registries.DataOption or a batches builder taking "
+            "(data, device, memory_format, seed, rank, world_size, storage)."
+        )
+
     # its package is there: what it holds is preflight's to say
     compose("mode=storage", f"storage.workload.format={mylab}:Nope")
     with pytest.raises(ConfigError) as refused:
