@@ -141,7 +141,7 @@ def make_meta(
     size: int,
     quality: int,
     skipped: List[str],
-    writer: Dict[str, Any],
+    writer: Optional[Dict[str, Any]] = None,
 ) -> bytes:
     """shards: each one's key, record count and bytes (a reader checks them); writer: who wrote the split."""
     meta = {

@@ -632,7 +632,13 @@ BAD_INPUTS = [
         2,
         "has 4 classes but data.num_classes=3",
     ),
-    ("no CIFAR files", "bench", ["data=cifar100", "data.root={empty}", CPU], 2, "not found: expected the CIFAR-100"),
+    (
+        "no CIFAR files",
+        "bench",
+        ["data=cifar100", "data.root={empty}", CPU],
+        2,
+        "meta in {empty} (data.download=true fetches them there)",
+    ),
     ("no shards", "bench", ["data=shards", "data.root={empty}", CPU], 2, "holds no train/meta.json"),
     ("run dir under a file", "bench", ["hydra.run.dir={tmp}/a-file/run"], 2, "cannot write the run directory"),
     # -- issue 18, items 6 and 12 (the schema's new rules: tests/unit/test_config.py::test_seams_*) ----
