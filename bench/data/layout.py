@@ -54,7 +54,7 @@ def _images_in(folder: str, seen: set, skipped: list) -> Iterator[str]:
 
     def walk() -> Iterator[Tuple[str, List[str]]]:
         for where, dirs, files in os.walk(folder, followlinks=True):
-            dirs.sort()  # which of two links to one folder is walked does not depend on the filesystem
+            dirs[:] = sorted(d for d in dirs if not d.startswith("."))  # sorted: which of two links is walked is fixed
             real = os.stat(where)
             if (real.st_dev, real.st_ino) in seen:
                 dirs[:] = []
@@ -64,7 +64,10 @@ def _images_in(folder: str, seen: set, skipped: list) -> Iterator[str]:
             yield where, files
 
     for where, files in sorted(walk()):
-        yield from (os.path.join(where, f) for f in sorted(files) if f.lower().endswith(IMAGE_EXTENSIONS))
+        # hidden files are not images: macOS's ._x.jpg (AppleDouble) would be counted, then skipped as corrupt
+        yield from (
+            os.path.join(where, f) for f in sorted(files) if f.lower().endswith(IMAGE_EXTENSIONS) and f[:1] != "."
+        )
 
 
 def scan_image_folder(base: str, classes: Optional[List[str]] = None) -> Tuple[List[str], List[str], List[int]]:
@@ -172,7 +175,10 @@ def cifar_file(root: str, split: str) -> str:
             "(cifar-100-python/ with train, test and meta)"
         )
     if not os.path.isfile(path):
-        raise DataError(f"{path} not found: expected the CIFAR-100 python files train, test and meta in {root}")
+        raise DataError(
+            f"{path} not found: expected the CIFAR-100 python files train, test and meta in {root} "
+            "(data.download=true fetches them there)"
+        )
     return path
 
 

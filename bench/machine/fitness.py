@@ -9,6 +9,7 @@ What makes a run unfit (a reason, with its figure; docs/measurement.md lists the
 - oversubscription: torch threads x ranks on this host + loader workers above the usable cores
   (the CPUs this process may run on, capped by the cgroup CPU quota);
 - swap-in during the window;
+- the run stopped during the window (SIGSTOP, Ctrl-Z): a sample PAUSE_S late, the run's tree idle meanwhile;
 - the GPU checks of bench.machine.fitness_gpu.
 Reported, but not unfit by themselves (notes): the load average at the start (it looks back a
 minute, the window's own CPU count is the judge), a frequency governor other than performance,
@@ -29,6 +30,7 @@ __all__ = ["Verdict", "affinity", "cgroup_quota", "cpufreq_notes", "oversubscrip
 
 OUTSIDE_CPU_LIMIT = 0.10  # share of the usable cores other processes may use during the window
 SAMPLE_INTERVAL_S = 0.25  # how often the run's tree (and the GPU) is sampled during the window
+PAUSE_S = 1.0  # a sample this late, the tree using under a tenth of a core meanwhile: the run was stopped
 TICK_S = 1.0 / os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 0.01
 ROOT_ENV = "BENCH_RUN_ROOT_PID"  # the process that launched the ranks (set in each elastic worker)
 VERDICT, REASONS, NOTES = "fit_to_measure", "fit_reasons", "fit_notes"  # the record's fields (and figures fit_*)
@@ -171,15 +173,23 @@ class MachineWatch:
         self.tree = TreeClock(self.root)
         self.tree.sample()
         self.busy, self.started = busy_seconds(self.cpus), time.monotonic()
+        self.last, self.used, self.paused = self.started, self.tree.seconds(), 0.0
         if self.gpu is not None:
             self.gpu.start(self.tree.pids)
         self._thread = threading.Thread(target=self._run, name="fit-watch", daemon=True)
         self._thread.start()
         return self
 
+    def _sample(self) -> None:
+        self.tree.sample()
+        now, used = time.monotonic(), self.tree.seconds()
+        if now - self.last > PAUSE_S and used - self.used < 0.1 * (now - self.last):
+            self.paused += now - self.last - self.interval_s
+        self.last, self.used = now, used
+
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
-            self.tree.sample()
+            self._sample()
             if self.gpu is not None:
                 self.gpu.sample()
 
@@ -189,7 +199,7 @@ class MachineWatch:
         self._stop.set()
         if self._thread is not None:
             self._thread.join()
-        self.tree.sample()
+        self._sample()
         busy, seconds = busy_seconds(self.cpus), max(time.monotonic() - self.started, 1e-9)
         other = max(0.0, busy - self.busy - self.tree.seconds()) / seconds
         # /proc counts whole ticks: each CPU's and each process's reading is off by up to one
@@ -218,6 +228,8 @@ class MachineWatch:
             verdict.reasons += [reason] if reason else []
         if swapped:
             verdict.reasons.append(f"the machine swapped in {swapped / 2**20:.1f} MiB during the window")
+        if self.paused:
+            verdict.reasons.append(f"the run was stopped for {self.paused:.1f} s during the window (SIGSTOP, Ctrl-Z)")
         if self.load is not None:
             verdict.figures.update(fit_load_average=round(self.load, 2))
             if self.load > self.usable:

@@ -226,7 +226,7 @@ def main_rerun(args: argparse.Namespace) -> int:
     ends with one line, exit 143 / 130."""
     from bench.analysis.rerun_verdict import as_comparison
     from bench.machine.children import sigterm_raises
-    from bench.tools.compare_rerun import ORDER, check_rounds, label, rerun_compare, rerun_overrides
+    from bench.tools.compare_rerun import ORDER, check_rounds, label, rerun_compare, rerun_figure, rerun_overrides
 
     out = args.out or Path("compare")
     try:
@@ -241,7 +241,8 @@ def main_rerun(args: argparse.Namespace) -> int:
             for line in (moved, f"compare: {SAME.format('run')} ({args.baseline}): {then}" if same else ""):
                 if line:
                     print(line, file=sys.stderr, flush=True)
-            result = rerun_compare(sides, args.rerun, threshold, out, args.judge_unfit)
+            figure = rerun_figure(args.baseline)
+            result = rerun_compare(sides, args.rerun, threshold, out, args.judge_unfit, figure)
             comparison = as_comparison(result, label(sides), threshold)
             notes = [said_same(comparison, args.baseline, then)] if same else []
             title = f"{args.baseline} vs {args.candidate}, {args.rerun} rounds of {ORDER} in fresh processes"

@@ -60,8 +60,19 @@ def rerun_overrides(run_dir: str, what: str) -> List[str]:
     return [str(o) for o in overrides if not str(o).lstrip("+~").startswith("hydra.")]
 
 
-def run_once(overrides: List[str], out_dir: Path, side: str) -> Tuple[float, Optional[str]]:
-    """One fresh `python -m bench` of the config: its images/s and why it was not fit to measure
+def rerun_figure(run_dir: str) -> Tuple[str, str]:
+    """The figure run again and its unit: the run's scenario's compare sample (steps/s of an echo run,
+    samples/s of a storage run), images/s where that sample is a latency (inference) or for training."""
+    from bench.scenarios import report_class
+
+    summary = Path(run_dir) / "run_summary.json"
+    mode = json.loads(summary.read_text()).get("results", {}).get("mode") if summary.is_file() else None
+    sample = report_class(mode).view.sample
+    return ("images_per_second", "images/s") if sample.lower_is_better else (sample.figure, sample.unit)
+
+
+def run_once(overrides: List[str], out_dir: Path, side: str, figure: str) -> Tuple[float, Optional[str]]:
+    """One fresh `python -m bench` of the config: its `figure` and why it was not fit to measure
     (None when it was), from its final line."""
     out_dir.mkdir(parents=True, exist_ok=True)
     argv = [sys.executable, "-m", "bench", *overrides, "tracking.enabled=false", f"hydra.run.dir={out_dir}"]
@@ -79,7 +90,11 @@ def run_once(overrides: List[str], out_dir: Path, side: str) -> Tuple[float, Opt
             f"{errors[-1] if errors else done.stderr.strip()[-300:]} (its outputs in {out_dir})"
         )
     metrics = json.loads(lines[-1])["radix_metrics"]
-    return float(metrics["images_per_second"]), unfit_reason(metrics)
+    if figure not in metrics:
+        raise ReportError(
+            f"the {side} run again has no {figure} (mode={metrics.get('mode')}): compare runs of one scenario"
+        )
+    return float(metrics[figure]), unfit_reason(metrics)
 
 
 def _print(line: str) -> None:
@@ -88,7 +103,12 @@ def _print(line: str) -> None:
 
 
 def rerun_compare(
-    sides: Dict[str, List[str]], rounds: int, threshold: float, out: Path, judge_unfit: bool = False
+    sides: Dict[str, List[str]],
+    rounds: int,
+    threshold: float,
+    out: Path,
+    judge_unfit: bool = False,
+    figure: Tuple[str, str] = ("images_per_second", "images/s"),
 ) -> Pair:
     """Both configs (`sides`: the baseline's and the candidate's overrides) run again, interleaved,
     `rounds` rounds: the verdict on candidate / baseline, with each round's figures
@@ -105,7 +125,7 @@ def rerun_compare(
         def once() -> float:
             counts[name] += 1
             bar.set_postfix_str(f"round {(sum(counts.values()) + 3) // 4}/{rounds}: {name}")
-            rate, reason = run_once(sides[name], out / "rerun" / f"{name}-{counts[name]}", name)
+            rate, reason = run_once(sides[name], out / "rerun" / f"{name}-{counts[name]}", name, figure[0])
             if reason:
                 unfit[name].append(reason)
             bar.update(1)
@@ -114,7 +134,7 @@ def rerun_compare(
         return once
 
     try:
-        measured = alternate({name: measure(name) for name in sides}, rounds, warmup=0, unit="images/s", echo=_print)
+        measured = alternate({name: measure(name) for name in sides}, rounds, warmup=0, unit=figure[1], echo=_print)
     finally:
         bar.close()
     return with_fitness(judge(measured, threshold), unfit_sides(unfit, counts), judge_unfit)

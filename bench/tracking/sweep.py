@@ -190,6 +190,12 @@ class MlflowSweepCallback(Callback):
         uri = _refuse_a_sweep_that_cannot_start(config)
         global _state
         sweep_dir, launch_dir = Path(config.hydra.sweep.dir).resolve(), str(Path(os.getcwd()).resolve())
+        if (sweep_dir / "multirun.yaml").is_file():  # Hydra writes it after this: an earlier sweep's
+            log.warning(
+                "hydra.sweep.dir=%s holds an earlier sweep: its job folders this sweep reaches are written over, "
+                "the others stay and its report lists them with this sweep's jobs; give each sweep its own folder",
+                sweep_dir,
+            )
         _state = SweepState(
             owner=os.getpid(), experiment=config.tracking.experiment, sweep_dir=sweep_dir, launch_dir=launch_dir
         )

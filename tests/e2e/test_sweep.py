@@ -373,6 +373,16 @@ def test_a_sweep_whose_every_job_failed_is_failed(all_failed, sweep):
     assert "tags.`error`" in state["selectedColumns"]
 
 
+def test_a_sweep_into_an_earlier_sweeps_folder_says_so(bench, tiny_args, tmp_path):
+    """Issue 39 probe F5: a second sweep given a finished sweep's hydra.sweep.dir wrote over its jobs and
+    reported them with its own without a word. Said before the parent run (jobs refused here: cheap)."""
+    first = bench.run("-m", *tiny_args, "precision=amp_fp16", "seed=1,2", f"hydra.sweep.dir={tmp_path}/s")
+    assert first.returncode == 2 and "earlier sweep" not in first.stderr
+    again = bench.run("-m", *tiny_args, "precision=amp_fp16", "seed=3", f"hydra.sweep.dir={tmp_path}/s")
+    (said,) = [line for line in again.stderr.splitlines() if "holds an earlier sweep" in line]
+    assert f"hydra.sweep.dir={tmp_path}/s " in said and "give each sweep its own folder" in said
+
+
 # ---- jobs in processes of their own: hydra/launcher=slurm_local (submitit's local executor) -------
 
 

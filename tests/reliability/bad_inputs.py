@@ -640,7 +640,13 @@ BAD_INPUTS = [
         2,
         "has 4 classes but data.num_classes=3",
     ),
-    ("no CIFAR files", "bench", ["data=cifar100", "data.root={empty}", CPU], 2, "not found: expected the CIFAR-100"),
+    (
+        "no CIFAR files",
+        "bench",
+        ["data=cifar100", "data.root={empty}", CPU],
+        2,
+        "meta in {empty} (data.download=true fetches them there)",
+    ),
     ("no shards", "bench", ["data=shards", "data.root={empty}", CPU], 2, "holds no train/meta.json"),
     (
         "run dir under a file",

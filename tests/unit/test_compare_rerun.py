@@ -81,6 +81,22 @@ def test_rerun_takes_run_directories_and_leaves_hydra_keys_out(tmp_path: Path):
         rerun_overrides("0123abc", "candidate")
 
 
+def test_rerun_measures_each_scenarios_own_figure(tmp_path: Path):
+    """Issue 39 probe W5: `bench.compare A B --rerun 2` of two echo runs ended in a KeyError traceback
+    (images_per_second). The figure is the scenario's compare sample; a latency sample reruns images/s."""
+    for mode, want in [
+        ("echo", ("steps_per_second", "steps/s")),
+        ("storage", ("samples_per_second", "samples/s")),
+        ("inference", ("images_per_second", "images/s")),
+        (None, ("images_per_second", "images/s")),  # a training run recorded before `mode` existed
+    ]:
+        (tmp_path / "run_summary.json").write_text(json.dumps({"results": {"mode": mode}}))
+        assert compare_rerun.rerun_figure(str(tmp_path)) == want, mode
+    echo = ["scenario=echo", "scenario.steps=3", "scenario.step_s=0.001"]
+    rate, _ = compare_rerun.run_once(echo, tmp_path / "echo", "baseline", "steps_per_second")  # a real process
+    assert rate > 0
+
+
 def test_an_unfit_side_is_not_judged_unless_asked_simulated_processes():
     values = iter([50.0, 100.0, 101.0, 51.0, 49.0, 99.0, 100.0, 50.0])
     measured = alternate(

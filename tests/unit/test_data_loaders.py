@@ -483,6 +483,20 @@ def test_a_symlink_loop_is_walked_once_and_said(datasets, tmp_path, caplog):
     assert said.count(", ") == 1 and str(tmp_path / "flat" / "class001" / "sub") in said and "also0" in said
 
 
+def test_hidden_files_and_folders_in_class_folders_are_not_images(datasets, tmp_path):
+    """Issue 39 probe D5: a folder copied from a Mac holds `._<name>.jpg` (AppleDouble) next to each image:
+    dataset_size counted them and every one was skipped as corrupt. Hidden entries are not the dataset's."""
+    from bench.data.layout import scan_image_folder
+
+    datasets.image_folder(tmp_path / "flat", images=6, classes=2)
+    for image in list((tmp_path / "flat").rglob("*.jpg")):
+        (image.parent / f"._{image.name}").write_bytes(b"\0\5\26\7" + bytes(80))
+    (tmp_path / "flat" / "class000" / ".thumbs").mkdir()
+    (tmp_path / "flat" / "class000" / ".thumbs" / "t.jpg").write_bytes(image.read_bytes())
+    _, paths, labels = scan_image_folder(str(tmp_path / "flat"))
+    assert len(paths) == 6 and labels.count(0) == 3 and not [p for p in paths if "/." in p]
+
+
 def test_a_shard_that_is_not_the_one_meta_json_lists_is_refused_and_old_meta_still_reads(datasets, tmp_path):
     """Issue 39.3: a shard another prepare wrote over (here: shard 0 of a prepare of 8-image shards over one
     of 4) is refused by name, by local preflight (records and bytes), s3 preflight's listing (bytes) and the

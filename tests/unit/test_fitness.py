@@ -7,6 +7,11 @@ tests/e2e/test_fit_to_measure.py."""
 from __future__ import annotations
 
 import os
+import re
+import signal
+import subprocess
+import sys
+import time
 from dataclasses import fields
 from pathlib import Path
 from types import SimpleNamespace
@@ -17,6 +22,7 @@ import yaml
 
 from bench.machine.cpu_facts import cpu_split
 from bench.machine.fitness import (
+    MachineWatch,
     Verdict,
     affinity,
     cgroup_quota,
@@ -170,6 +176,24 @@ def test_unfit_reason_reads_a_record_a_frame_row_and_mlflow():
     assert unfit_reason({"fit_to_measure": 0.0}) == "no reason recorded"  # MLflow's metric, no tag
     assert unfit_reason({"fit_to_measure": 1.0}) is None and unfit_reason({"fit_to_measure": True}) is None
     assert unfit_reason({}) is None and unfit_reason({"fit_to_measure": float("nan")}) is None  # older runs
+
+
+def test_a_run_stopped_during_the_window_is_unfit_and_says_for_how_long():
+    """Issue 39 probe W10: SIGSTOP for 4 s mid-window cut a run's images/s five-fold and the verdict did not
+    say it (the machine was idle meanwhile). A real process watched, stopped 2 s, continued; a window
+    without a pause is not flagged."""
+    code = "import sys\nfrom bench.machine.fitness import MachineWatch\nw = MachineWatch().start()\n"
+    code += "print('watching', flush=True)\nsys.stdin.readline()\nprint(w.stop().as_dict()['fit_reasons'])"
+    proc = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None and proc.stdout.readline() == "watching\n"
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(2.0)  # the pause is what is measured
+    proc.send_signal(signal.SIGCONT)
+    out, _ = proc.communicate("\n", timeout=60)
+    assert re.search(r"the run was stopped for [12]\.\d s during the window \(SIGSTOP, Ctrl-Z\)", out), out
+    watch = MachineWatch().start()
+    time.sleep(0.6)  # a window with nothing stopped
+    assert "stopped" not in "; ".join(watch.stop().reasons)
 
 
 def test_require_fit_turns_an_unfit_window_into_a_failed_run_and_tags_say_why():
