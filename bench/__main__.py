@@ -20,7 +20,8 @@ from bench.launch.preview import job_config, preview, wants_job_config, wants_pr
 from bench.secrets import command_line_problem, redact_output
 
 register_configs()
-OmegaConf.register_new_resolver("bench_help_groups", help_groups)  # conf/hydra/help/bench.yaml
+# replace: the bad-input table runs this module again in one process
+OmegaConf.register_new_resolver("bench_help_groups", help_groups, replace=True)  # conf/hydra/help/bench.yaml
 
 
 @hydra.main(version_base="1.3", config_path=config_dir(), config_name="config")
