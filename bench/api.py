@@ -24,14 +24,12 @@ A sweep (-m) is refused: it runs with `python -m bench -m`.
 
 from __future__ import annotations
 
-import contextlib
-import os
 import shlex
 import signal
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterator, List, Optional, Sequence, Union
+from typing import List, Optional, Sequence, Union
 
 from bench.config import BenchConfig, check, compose
 from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, ConfigProblem
@@ -65,7 +63,21 @@ def compose_config(*overrides: str) -> BenchConfig:
     """The checked config of `python -m bench <overrides>` (Hydra's compose API; no run directory):
     every key, value and rule the command checks before it imports torch, the model's name
     included. Raises BenchError."""
-    return compose(*overrides)
+    return _composed_for_python(*overrides)
+
+
+def _composed_for_python(*overrides: str) -> BenchConfig:
+    """compose(), its sweep advice worded for a Python caller (no -m to add)."""
+    from bench.config.hydra_errors import SWEEP_FROM_PYTHON, SWEEP_ON_THE_COMMAND_LINE
+
+    try:
+        return compose(*overrides)
+    except ConfigProblem as exc:
+        if SWEEP_ON_THE_COMMAND_LINE not in str(exc):
+            raise
+        raise ConfigProblem(
+            str(exc).replace(SWEEP_ON_THE_COMMAND_LINE, SWEEP_FROM_PYTHON), exc.key, exc.value
+        ) from None
 
 
 @dataclass
@@ -89,28 +101,6 @@ class RunResult:
 _ONE_RUN = threading.Lock()
 
 
-@contextlib.contextmanager
-def _process_restored() -> Iterator[None]:
-    """The caller's process state as it was, after a run that sets it: os.environ (MLflow's retry
-    and print settings), torch's thread count, global RNGs, cuDNN and TF32 flags. (glibc's mallopt,
-    cpu_malloc_reuse, cannot be undone: docs/training.md.)"""
-    import torch
-
-    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
-    environ, threads = dict(os.environ), torch.get_num_threads()
-    flags = cudnn.benchmark, cudnn.allow_tf32, matmul.allow_tf32
-    devices = range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []
-    with torch.random.fork_rng(devices):  # the global RNGs (CPU, and the GPUs' once CUDA is up)
-        try:
-            yield
-        finally:
-            for key in set(os.environ) - set(environ):
-                del os.environ[key]
-            os.environ.update({key: value for key, value in environ.items() if os.environ.get(key) != value})
-            torch.set_num_threads(threads)
-            cudnn.benchmark, cudnn.allow_tf32, matmul.allow_tf32 = flags
-
-
 def run(
     config: Union[BenchConfig, Sequence[str], str],
     out_dir: Union[str, Path, None] = None,
@@ -132,7 +122,7 @@ def run(
         except ValueError as exc:  # an unclosed quote
             raise ConfigProblem(f"the overrides {config!r} cannot be split as a shell splits them: {exc}") from None
     overrides = [] if isinstance(config, BenchConfig) else [str(o) for o in config]
-    checked = check(config) if isinstance(config, BenchConfig) else compose(*overrides)
+    checked = check(config) if isinstance(config, BenchConfig) else _composed_for_python(*overrides)
     launch = Path(launch_dir or Path.cwd()).resolve()
     # the run's directory: `out_dir` as given, else `<launch>/outputs/<date>/<time>`, this call's own even when
     # another run starts in the same second (bench.run_dirs, as `python -m bench`); with what this call makes of
@@ -145,7 +135,9 @@ def run(
     where = reserved.path
     where.mkdir(parents=True, exist_ok=True)
     try:
-        with _ONE_RUN, _process_restored():
+        from bench.runtime.device import process_restored  # torch: imported by a run, not by compose_config
+
+        with _ONE_RUN, process_restored():
             code = run_bench(checked, where, launch, overrides, raise_refusals=True, echo=echo)
     except BenchError:
         discard(reserved)  # refused before any work: nothing of this call stays on disk

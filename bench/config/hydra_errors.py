@@ -42,6 +42,8 @@ def one_line(exc: BaseException) -> str:
     return str(as_error(exc))
 
 
+SWEEP_ON_THE_COMMAND_LINE = "to sweep over it add -m (--multirun)"
+# bench.api says this instead: a Python caller has no -m to add
 SWEEP_FROM_PYTHON = "a sweep runs from the command line, python -m bench -m <overrides>; from Python, run() each job"
 
 
@@ -91,8 +93,7 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
             f"the config could not be resolved: {_first_line(text)}" + (f" (at {key})" if key else ""), key
         )
     if text.startswith("Ambiguous value"):
-        sweep = "to sweep over it add -m (--multirun)" if overrides is None else SWEEP_FROM_PYTHON
-        return ConfigProblem(f"{_first_line(text)}: {sweep}; for a list write key=[a,b]")
+        return ConfigProblem(f"{_first_line(text)}: {SWEEP_ON_THE_COMMAND_LINE}; for a list write key=[a,b]")
     if "LexerNoViableAltException" in text:  # a character the override grammar has no token for
         return ConfigProblem(
             f"a command-line override could not be parsed ({_first_line(text)}): quote a value that holds "

@@ -18,6 +18,7 @@ CPUs below SLOW_CLOCK of their max frequency at the window's end.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 import time
@@ -198,7 +199,8 @@ class MachineWatch:
 
         self._stop.set()
         if self._thread is not None:
-            self._thread.join()
+            with contextlib.suppress(RuntimeError):  # a Ctrl-C inside start(): the thread ends at its first wait
+                self._thread.join()
         self._sample()
         busy, seconds = busy_seconds(self.cpus), max(time.monotonic() - self.started, 1e-9)
         other = max(0.0, busy - self.busy - self.tree.seconds()) / seconds

@@ -3,10 +3,11 @@ what a run of a model sets on its process before building anything (seed, thread
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import resource
-from typing import Optional, Tuple
+from typing import Iterator, Optional, Tuple
 
 import torch
 
@@ -94,3 +95,23 @@ def omp_threads() -> Optional[int]:
     """OMP_NUM_THREADS when set to a count: torch's threads, as the user (or a launcher) chose them."""
     text = os.environ.get("OMP_NUM_THREADS", "").strip()
     return int(text) if text.isdigit() and int(text) > 0 else None
+
+
+@contextlib.contextmanager
+def process_restored() -> Iterator[None]:
+    """The caller's process state as it was, after a run that sets it: os.environ (MLflow's retry
+    and print settings), torch's thread count, global RNGs, cuDNN and TF32 flags. (glibc's mallopt,
+    cpu_malloc_reuse, cannot be undone: docs/training.md.)"""
+    cudnn, matmul = torch.backends.cudnn, torch.backends.cuda.matmul
+    environ, threads = dict(os.environ), torch.get_num_threads()
+    flags = cudnn.benchmark, cudnn.allow_tf32, matmul.allow_tf32
+    devices = range(torch.cuda.device_count()) if torch.cuda.is_initialized() else []
+    with torch.random.fork_rng(devices):  # the global RNGs (CPU, and the GPUs' once CUDA is up)
+        try:
+            yield
+        finally:
+            for key in set(os.environ) - set(environ):
+                del os.environ[key]
+            os.environ.update({key: value for key, value in environ.items() if os.environ.get(key) != value})
+            torch.set_num_threads(threads)
+            cudnn.benchmark, cudnn.allow_tf32, matmul.allow_tf32 = flags
