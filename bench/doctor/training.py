@@ -50,8 +50,10 @@ def names_length(overrides: Sequence[str]) -> bool:
 
 MAX_WARMUP_STEPS = 5
 # A rung's set-up (building, compiling, warming up the model, its MLflow run) may overrun the budget
-# (docs/profiling.md), but not far: past twice doctor.budget_s (at least a minute) the rung is stopped
-SETUP_BUDGETS, MIN_SETUP_S = 2.0, 60.0
+# (docs/profiling.md), but not far: past doctor.budget_s itself (at least a minute) the rung is stopped,
+# and the later training rungs, which build the same model, are not started (issue 40.2: torch.compile
+# of ResNet-50 on a CPU takes minutes a rung)
+SETUP_BUDGETS, MIN_SETUP_S = 1.0, 60.0
 
 
 class SetupOverrun(Interrupted):
@@ -130,6 +132,7 @@ class TrainingRuns:
     def __init__(self, out_dir: Path, launch_dir: Path, parent_run_id: Optional[str], budget_s: float):
         self.out_dir, self.launch_dir, self.parent_run_id = out_dir, launch_dir, parent_run_id
         self.budget_s, self.setup_s = budget_s, max(MIN_SETUP_S, SETUP_BUDGETS * budget_s)
+        self.overran: Optional[str] = None  # the job whose set-up was stopped: the later ones are not started
 
     def run(self, job: str, name: str, overrides: Sequence[str], window_s: float) -> Rung:
         from bench.app import run as run_bench
@@ -137,6 +140,10 @@ class TrainingRuns:
 
         started = time.perf_counter()
         rung = Rung(name=name)
+        if self.overran:
+            rung.skipped = f"not run: {self.overran}'s set-up ran past {self.setup_s:.0f} s and this run builds the "
+            rung.skipped += "same model; not measured"
+            return rung
         try:
             config = rung_config(overrides, window_s)
         except BenchError as exc:
@@ -161,7 +168,7 @@ class TrainingRuns:
             code = run_bench(config, job_dir, self.launch_dir, list(overrides), sweep_job)
         rung.seconds = time.perf_counter() - started
         if overran:
-            rung.skipped = overrun
+            rung.skipped, self.overran = overrun, job
             return rung
         if code == EXIT_SIGINT:  # the run ended KILLED by Ctrl-C: so does the ladder, at once
             raise KeyboardInterrupt
