@@ -119,7 +119,7 @@ def test_bench_s_own_models_are_one_list_each_with_its_yaml():
     from bench.runtime.model_names import OWN_MODELS
     from bench.runtime.models import OWN
 
-    assert OWN_MODELS == tuple(OWN) and {"cifar_resnet18", "small_cnn"} <= set(OWN)
+    assert tuple(OWN) == OWN_MODELS and {"cifar_resnet18", "small_cnn"} <= set(OWN)
     for name in OWN:
         assert f"arch: {name}" in (Path(config_dir()) / "model" / f"{name}.yaml").read_text()
         assert compose(f"model={name}").model.arch == name
