@@ -192,3 +192,11 @@ def test_a_launcher_is_a_class_and_its_condition(repo):
         check=run,
         regenerate=False,
     )
+
+
+def test_each_tested_row_is_in_the_docs_table():
+    """The rows above are docs/architecture.md's (a row added there gets its test here)."""
+    table = (ROOT / "docs/architecture.md").read_text().split("## Adding things")[1].split("\n\n| to add")[1]
+    rows = {line.split(" | ")[0].strip("| ") for line in table.split("\n\n")[0].splitlines()[2:]}
+    tested = {"a model", "a storage benchmark record format", "a storage backend", "a top-level key", "a scenario"}
+    assert tested | {"a launcher"} <= rows, rows  # each with its test above
