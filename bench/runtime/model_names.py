@@ -23,15 +23,16 @@ from bench.config.model import ModelConfig
 from bench.errors import ConfigError
 
 
-def registered(text: str, decorator: str) -> List[str]:
-    """The functions in source `text` decorated `@decorator`, `@decorator()` or
+def registered(source: Path, decorator: str) -> List[str]:
+    """The functions in the Python file `source` decorated `@decorator`, `@decorator()` or
     `@decorator(name="x")` (then named x), in source order."""
+    text = source.read_text(encoding="utf-8", errors="replace")
     found = re.findall(rf"^@{decorator}(?:\((?:name\s*=\s*)?[\"']?(\w*)[\"']?\s*\))?$.*?^def (\w+)", text, re.M | re.S)
     return [given or name for given, name in found]
 
 
 # bench's own: the builders decorated @own in bench/runtime/models.py (its OWN), read from its source
-OWN_MODELS = tuple(registered(Path(__file__).with_name("models.py").read_text(encoding="utf-8"), "own"))
+OWN_MODELS = tuple(registered(Path(__file__).with_name("models.py"), "own"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -44,10 +45,8 @@ def torchvision_names() -> FrozenSet[str]:
         return frozenset()
     if spec is None or not spec.submodule_search_locations:
         return frozenset()
-    sources = (Path(next(iter(spec.submodule_search_locations))) / "models").glob("*.py")
-    return frozenset(
-        n for p in sources for n in registered(p.read_text(encoding="utf-8", errors="replace"), "register_model")
-    )
+    models = Path(next(iter(spec.submodule_search_locations))) / "models"
+    return frozenset(name for path in models.glob("*.py") for name in registered(path, "register_model"))
 
 
 def check_arch(model: ModelConfig, known: Optional[Collection[str]] = None) -> None:
