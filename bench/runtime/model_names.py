@@ -17,15 +17,22 @@ import functools
 import importlib.util
 import re
 from pathlib import Path
-from typing import Collection, FrozenSet, Optional
+from typing import Collection, FrozenSet, List, Optional
 
 from bench.config.model import ModelConfig
 from bench.errors import ConfigError
 
-OWN_MODELS = ("cifar_resnet18", "small_cnn")  # bench's own (bench.runtime.models.OWN)
 
-_REGISTERED = re.compile(r"^@register_model\((?:name\s*=\s*)?(?:[\"'](\w+)[\"'])?\s*\)", re.MULTILINE)
-_DEF = re.compile(r"^def (\w+)", re.MULTILINE)
+def registered(source: Path, decorator: str) -> List[str]:
+    """The functions in the Python file `source` decorated `@decorator`, `@decorator()` or
+    `@decorator(name="x")` (then named x), in source order."""
+    text = source.read_text(encoding="utf-8", errors="replace")
+    found = re.findall(rf"^@{decorator}(?:\((?:name\s*=\s*)?[\"']?(\w*)[\"']?\s*\))?$.*?^def (\w+)", text, re.M | re.S)
+    return [given or name for given, name in found]
+
+
+# bench's own: the builders decorated @own in bench/runtime/models.py (its OWN), read from its source
+OWN_MODELS = tuple(registered(Path(__file__).with_name("models.py"), "own"))
 
 
 @functools.lru_cache(maxsize=1)
@@ -38,14 +45,8 @@ def torchvision_names() -> FrozenSet[str]:
         return frozenset()
     if spec is None or not spec.submodule_search_locations:
         return frozenset()
-    names = set()
-    for path in (Path(next(iter(spec.submodule_search_locations))) / "models").glob("*.py"):
-        text = path.read_text(encoding="utf-8", errors="replace")
-        for registered in _REGISTERED.finditer(text):
-            builder = _DEF.search(text, registered.end())
-            names.add(registered.group(1) or (builder.group(1) if builder else ""))
-    names.discard("")
-    return frozenset(names)
+    models = Path(next(iter(spec.submodule_search_locations))) / "models"
+    return frozenset(name for path in models.glob("*.py") for name in registered(path, "register_model"))
 
 
 def check_arch(model: ModelConfig, known: Optional[Collection[str]] = None) -> None:

@@ -2,7 +2,7 @@
 plus bench's own, with random init, sized by the data group.
 
 A new torchvision model needs no code: `model.arch=convnext_tiny`, or a conf/model/<name>.yaml
-holding `arch: <name>`. bench's own models are the OWN registry below.
+holding `arch: <name>`. bench's own models are the builders decorated @own below (OWN).
 """
 
 from __future__ import annotations
@@ -15,11 +15,18 @@ import torch
 import torch.nn as nn
 
 from bench.config.model import ModelConfig, Norm
-from bench.runtime.model_names import OWN_MODELS, check_arch, vit_patch
+from bench.runtime.model_names import check_arch, vit_patch
 
 log = logging.getLogger(__name__)
+OWN: Dict[str, Callable[[ModelConfig], nn.Module]] = {}
 
 
+def own(builder: Callable[[ModelConfig], nn.Module]) -> Callable[[ModelConfig], nn.Module]:
+    """A model of bench's own, `model.arch=<its name>` (bench.runtime.model_names reads the names torch-free)."""
+    return OWN.setdefault(builder.__name__, builder)
+
+
+@own
 def cifar_resnet18(cfg: ModelConfig) -> nn.Module:
     """The usual CIFAR variant: a 3x3 stride-1 stem and no max-pool keep 32x32 inputs from
     shrinking to 1x1 before the last stage."""
@@ -31,6 +38,7 @@ def cifar_resnet18(cfg: ModelConfig) -> nn.Module:
     return model
 
 
+@own
 def small_cnn(cfg: ModelConfig) -> nn.Module:
     """Four 3x3 conv-BN-ReLU layers (32-64-128-256, halving the size after the 2nd, 3rd and 4th)
     and a linear head: ~0.4 M parameters, a few ms per image on a CPU core. The model that takes
@@ -49,9 +57,6 @@ def small_cnn(cfg: ModelConfig) -> nn.Module:
         nn.Flatten(),
         nn.Linear(256, cfg.num_classes),
     )
-
-
-OWN: Dict[str, Callable[[ModelConfig], nn.Module]] = dict(zip(OWN_MODELS, (cifar_resnet18, small_cnn), strict=True))
 
 
 # torchvision is imported where a model needs it, not with this module: its import (~1.5 CPU-s,

@@ -22,6 +22,7 @@ from bench.config import compose, load
 from bench.config import hydra_errors as he
 from bench.config.schema import register_configs
 from bench.errors import ConfigError, ConfigProblem
+from bench.registries import DATA
 
 
 def hydra_failure(overrides: List[str], conf: Optional[str] = None) -> BaseException:
@@ -48,7 +49,7 @@ CASES = [
     pytest.param(
         ["data=nosuch"],
         [he._MISSING_OPTION, he._AVAILABLE],
-        "data='nosuch' is not valid: accepted one of cifar100, imagefolder, shards, synthetic.",
+        f"data='nosuch' is not valid: accepted one of {', '.join(sorted(DATA))}.",  # the group's options, sorted
         id="unknown-option",
     ),
     pytest.param(

@@ -18,7 +18,7 @@ from bench.config import compose, sweep_problem
 from bench.data.registry import build_batches
 from bench.errors import ConfigError
 from bench.iobench.formats.registry import format_for
-from bench.registries import DATA, FORMATS, KEYS, DataOption
+from bench.registries import BACKENDS, DATA, FORMATS, KEYS, DataOption
 
 
 @pytest.fixture
@@ -39,10 +39,11 @@ def test_an_unknown_name_is_refused_in_one_line_naming_the_registered_ones():
         with pytest.raises(ConfigError) as refused:
             compose(f"{key}=nope")
         assert str(refused.value) == f"{key}='nope' is not valid: accepted one of {', '.join(table)}."
-    assert str(refused.value).endswith("accepted one of synthetic, imagefolder, cifar100, shards.")  # data.name's
+    assert str(refused.value).endswith(f"accepted one of {', '.join(DATA)}.")  # data.name's, in the table's order
 
 
 def test_a_format_and_a_data_option_are_added_by_registration_alone(mylab, monkeypatch):
+    registered = list(FORMATS)
     monkeypatch.setitem(FORMATS, "framed", f"{mylab}:Framed")
     monkeypatch.setitem(DATA, "zeros", DataOption(f"{mylab}:zero_batches"))
     try:
@@ -53,7 +54,7 @@ def test_a_format_and_a_data_option_are_added_by_registration_alone(mylab, monke
     assert type(format_for("framed")).__name__ == "Framed"
     images, _labels = next(build_batches(config.data, torch.device("cpu"), torch.contiguous_format, seed=0))
     assert images.shape == (config.data.batch_size, 3, config.data.image_size, config.data.image_size)
-    with pytest.raises(ConfigError, match=r"accepted one of raw, npz, tfrecord, hdf5, jpeg, framed\.$"):
+    with pytest.raises(ConfigError, match=re.escape(f"accepted one of {', '.join([*registered, 'framed'])}.") + "$"):
         compose("storage.workload.format=parquet")
 
 
@@ -94,8 +95,8 @@ def test_own_code_is_looked_for_when_composed_and_imported_at_preflight(mylab):
     "override, accepted",
     [
         ("storage.workload.format=nolab.own:Framed", "a module:attr Python can import (no package 'nolab' on Python's"),
-        ("data.name=my-lab:batches", "one of synthetic, imagefolder, cifar100, shards, or a module:attr of your own"),
-        ("storage.name=mylab.own", "one of local, s3."),
+        ("data.name=my-lab:batches", f"one of {', '.join(DATA)}, or a module:attr of your own"),
+        ("storage.name=mylab.own", f"one of {', '.join(BACKENDS)}."),
     ],
     ids=["package-not-on-the-path", "not-a-module-name", "no-attr"],
 )
@@ -107,5 +108,18 @@ def test_own_code_of_the_wrong_shape_or_not_on_the_path_is_refused_when_composed
 def test_a_sweep_is_refused_before_any_job_for_a_name_no_job_can_take(mylab):
     assert sweep_problem([f"storage.workload.format=raw,{mylab}:Framed", "data.name=choice(synthetic,shards)"]) is None
     assert sweep_problem(["data.batch_size=8", "storage.workload.format=raw,parquet"]) == (
-        "storage.workload.format='parquet' is not valid: accepted one of raw, npz, tfrecord, hdf5, jpeg."
+        f"storage.workload.format='parquet' is not valid: accepted one of {', '.join(FORMATS)}."
     )
+
+
+def test_bench_s_own_models_are_one_list_each_with_its_yaml():
+    """Issue 41 §4: the names the config accepts torch-free are the @own builders of
+    bench.runtime.models, read from its source; each is a group option (conf/model/<name>.yaml)."""
+    from bench import config_dir
+    from bench.runtime.model_names import OWN_MODELS
+    from bench.runtime.models import OWN
+
+    assert tuple(OWN) == OWN_MODELS and {"cifar_resnet18", "small_cnn"} <= set(OWN)
+    for name in OWN:
+        assert f"arch: {name}" in (Path(config_dir()) / "model" / f"{name}.yaml").read_text()
+        assert compose(f"model={name}").model.arch == name
