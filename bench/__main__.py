@@ -3,6 +3,7 @@ bench.app. Import-light: `--cfg job` and `--help` load neither torch nor mlflow.
 
 import atexit
 import gc
+import os
 import sys
 from typing import NoReturn, Optional
 
@@ -63,7 +64,10 @@ def cli() -> None:
     # machine after a Ctrl-C had been answered; left frozen, they are freed with the process.
     atexit.register(gc.freeze)
     if sys.argv[1:] in (["--help", PRESET], ["-h", PRESET]):  # the presets --help counts
-        print(presets_help())
+        try:
+            print(presets_help(), flush=True)
+        except BrokenPipeError:  # `| head`: the reader has what it wanted; no traceback
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         sys.exit(0)
     sys.argv[1:], problem = as_overrides(sys.argv[1:])  # --data.batch_size=8 is data.batch_size=8
     problem = problem or unknown_flag(sys.argv[1:])

@@ -16,7 +16,7 @@ class Norm(Choice):
 class ModelConfig(Checks):
     KEY = "model"
     # A torchvision classification model (torchvision.models.list_models()) or one of bench's
-    # own (bench.train.models): checked against that registry before the run starts.
+    # own (bench.runtime.models): checked against that registry before the run starts.
     arch: str = "resnet50"
     num_classes: int = positive("${data.num_classes}")
     image_size: int = positive("${data.image_size}")
