@@ -98,7 +98,11 @@ def test_help_experiment_lists_every_preset_with_what_it_is(tmp_path):
     assert "cpu_smoke: A quick end-to-end check on any CPU" in proc.stdout
     # read only in part (`| head -1`): no BrokenPipeError traceback
     piped = subprocess.run(
-        f"{sys.executable} -m bench --help experiment | head -1", shell=True, cwd=tmp_path, capture_output=True, text=True
+        f"{sys.executable} -m bench --help experiment | head -1",
+        shell=True,
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
     )
     assert piped.stdout == lines[0] + "\n" and piped.stderr == "", piped.stderr
 
