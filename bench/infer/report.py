@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, List
 from bench.config import BenchConfig
 from bench.infer.result import InferMetrics, InferOutcome, InferResult
 from bench.maths.stats import mean, percentile
-from bench.report_view import Sample
 from bench.results import read_summary
 from bench.runtime.reporting import ModelReport, model_figures, repeat_throughputs
 from bench.runtime.sweep_view import model_view
@@ -26,20 +25,7 @@ if TYPE_CHECKING:
 
 # How an inference run shows in a sweep: its table columns and its plots (the per-batch latency
 # where a training sweep plots step times), and what compare samples.
-INFERENCE_COLUMNS = [  # a sweep of mode=inference runs
-    ("job", "job", "{}"),
-    ("status", "status", "{}"),
-    ("overrides", "overrides", "{}"),
-    ("model", "model", "{}"),
-    ("precision", "precision", "{}"),
-    ("batch", "batch_size", "{}"),
-    ("images/s", "images_per_second", "{:.1f}"),
-    ("latency p50 ms", "latency_ms_p50", "{:.2f}"),
-    ("latency p95 ms", "latency_ms_p95", "{:.2f}"),
-    ("latency p99 ms", "latency_ms_p99", "{:.2f}"),
-    ("GFLOPs/image", "gflops_per_image_forward", "{:.2f}"),
-    ("error", "error", "{}"),
-]
+FLOPS_COLUMN = [("GFLOPs/image", "gflops_per_image_forward", "{:.2f}", 8)]  # a figure of its `extra`
 
 
 def inference_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
@@ -49,10 +35,7 @@ def inference_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
 
 
 TIMELINE_METRIC = "latency_ms"  # the MLflow series of the per-batch latencies
-
-# compare: the per-batch latency (ms, its median; lower is better), else the run's p50
-SAMPLE = Sample("latency_ms_p50", "ms", timeline_is_figure=True, lower_is_better=True, from_repeats=False)
-VIEW = model_view(SAMPLE, INFERENCE_COLUMNS, inference_plots, TIMELINE_METRIC)
+VIEW = model_view(InferMetrics, inference_plots, TIMELINE_METRIC, FLOPS_COLUMN)
 
 
 def summarize(outcome: InferOutcome, config: BenchConfig) -> InferMetrics:
@@ -75,7 +58,6 @@ def summarize(outcome: InferOutcome, config: BenchConfig) -> InferMetrics:
 class InferReport(ModelReport):
     view = VIEW  # what a sweep and compare show of inference runs
     TIMELINE_FILE, TIMELINE_INDEX, TIMELINE_COLUMN = "latency.csv", "batch", "latency_ms"
-    RECORD_TAGS = ("mode",)
 
     @classmethod
     def from_outcome(cls, outcome: InferOutcome, config: BenchConfig) -> "InferReport":
