@@ -20,20 +20,7 @@ import os
 from contextlib import contextmanager, suppress
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import (
-    Any,
-    Dict,
-    Iterable,
-    Iterator,
-    List,
-    Mapping,
-    Optional,
-    Sequence,
-    Tuple,
-    Type,
-    TypeVar,
-    get_type_hints,
-)
+from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Type, TypeVar, get_type_hints
 
 from bench.report_view import Column, Sample
 from bench.secrets import redact
@@ -84,16 +71,16 @@ class Record:
     field names lands in the record's last spread field."""
 
     @classmethod
-    def declared(cls) -> List[Tuple[str, Mapping[str, Any]]]:
+    def declared(cls) -> List[tuple[str, Mapping[str, Any]]]:
         """(name, metadata) of every field written as a key, INLINE records' fields in their place."""
         hints = get_type_hints(cls)
-        found: List[Tuple[str, Mapping[str, Any]]] = []
+        found: List[tuple[str, Mapping[str, Any]]] = []
         for f in fields(cls):  # type: ignore[arg-type]
             found += hints[f.name].declared() if f.metadata.get("inline") else [(f.name, f.metadata)]
         return found
 
     @classmethod
-    def columns(cls, more: Sequence[Tuple[str, str, str, int]] = ()) -> List[Column]:
+    def columns(cls, more: Sequence[tuple[str, str, str, int]] = ()) -> List[Column]:
         """The sweep table's columns its fields declare, and `more` ((header, key, format, at)):
         (header, key, format), by `at`, then field order."""
         found = [
