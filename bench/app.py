@@ -30,7 +30,10 @@ from bench.tracking.tracker import SweepJob, open_run
 from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
 if TYPE_CHECKING:
-    from bench.scenarios import Launcher, Report, Scenario, Tracker
+    from bench.launch.launchers import Launcher
+    from bench.scenario_base import BaseReport as Report
+    from bench.scenario_base import BaseScenario as Scenario
+    from bench.tracking.tracker import Tracker
 
 log = logging.getLogger("bench")
 INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)

@@ -11,47 +11,24 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Optional
 
 from bench.errors import ConfigError
 from bench.rank_context import RankContext
-from bench.report_view import Sample, View
-from bench.results import Record
-from bench.scenario_base import BaseReport, BaseScenario
+from bench.results import Record, shown
+from bench.scenario_base import BaseScenario
 
 
 @dataclass(kw_only=True)
 class EchoMetrics(Record):
-    """The final line's `radix_metrics`, in this order (bench.results.Record)."""
+    """The final line's `radix_metrics`, in this order, and how a sweep, MLflow and compare show them."""
 
-    mode: str = "echo"
+    mode: str = shown(default="echo", tag=True)
     steps: int
     step_s: float
-    world_size: int
+    world_size: int = shown("processes")
     seconds: float  # rank 0's steps, sleep and loop together
-    steps_per_second: float  # rank 0's own
-
-
-def no_plots(frame: Any, out: Path, title: str) -> List[Path]:
-    return []
-
-
-@dataclass
-class EchoReport(BaseReport):
-    # what a sweep's table, MLflow's sweep view and bench.compare show of echo runs
-    view = View(
-        sample=Sample("steps_per_second", "steps/s"),
-        columns=[
-            ("job", "job", "{}"),
-            ("status", "status", "{}"),
-            ("overrides", "overrides", "{}"),
-            ("processes", "world_size", "{}"),
-            ("steps/s", "steps_per_second", "{:.1f}"),
-            ("error", "error", "{}"),
-        ],
-        plots=no_plots,
-    )
-    record: EchoMetrics
+    steps_per_second: float = shown("steps/s", "{:.1f}", sample={"unit": "steps/s"})  # rank 0's own
 
 
 @dataclass
@@ -60,7 +37,7 @@ class Echo(BaseScenario):
 
     steps: int = 20
     step_s: float = 0.01  # seconds each step sleeps
-    report_class = EchoReport
+    record_class = EchoMetrics
 
     def __post_init__(self) -> None:
         if self.steps < 1:

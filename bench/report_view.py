@@ -1,13 +1,14 @@
-"""What a scenario's report class declares about its runs (its `view`): the sweep table's columns,
-its plots, what `python -m bench.compare` samples and in which unit, what is read back from MLflow.
-bench.analysis reads these and names no scenario's figure. Kept low and import-free (bench.runtime's
-shared model views use it; bench.scenarios, the protocols, re-exports it)."""
+"""What a sweep, `bench.report` and `bench.compare` show of a scenario's runs (its report class's
+`view`), built from what its record's fields declare (bench.results.shown: the sweep table's columns,
+the sample compare judges and its unit) with the generic columns (job, status, overrides, error)
+declared here once; plus its plots and what is read back from MLflow. bench.analysis reads these and
+names no scenario's figure. Kept low and import-free (bench.results and bench.runtime's model views use it)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional, Sequence, Tuple
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -37,13 +38,20 @@ def as_shown(value: float) -> str:
 
 Column = Tuple[str, str, str]  # (header, frame column = a radix_metrics key, format)
 Plots = Callable[["pd.DataFrame", Path, str], List[Path]]
+# every scenario's table: who ran, how it ended, what the command line said; then its own; the error last
+HEAD: List[Column] = [("job", "job", "{}"), ("status", "status", "{}"), ("overrides", "overrides", "{}")]
+ERROR: Column = ("error", "error", "{}")
+
+
+def no_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
+    return []
 
 
 @dataclass(frozen=True)
 class Sample:
     """What `python -m bench.compare` samples of a run of a scenario, and its unit on the page.
 
-    The samples, in the order compare tries them: the run's repeats (`ReportClass.repeats`: this
+    The samples, in the order compare tries them: the run's repeats (`BaseReport.repeats`: this
     figure per measured window, when both runs have 2 or more), then its timeline (`timeline`: one
     value per step or request) when `per_step` says how to read it, else the run's own `figure`
     alone (a point ratio, no interval)."""
@@ -55,7 +63,7 @@ class Sample:
     per_step: Tuple[str, ...] = ()
     timeline_is_figure: bool = False  # the timeline entries are the figure itself (a latency in ms): its median
     lower_is_better: bool = False  # a latency: the ratio compare judges is baseline / candidate (>1: faster)
-    from_repeats: bool = True  # the repeats (`ReportClass.repeats`) are this figure per window
+    from_repeats: bool = True  # the repeats (`BaseReport.repeats`) are this figure per window
 
 
 @dataclass(frozen=True)
@@ -76,7 +84,7 @@ class View:
 
     sample: Sample
     columns: List[Column]  # the sweep table; "error" last
-    plots: Plots  # the sweep's PNGs: (frame, out dir, title) -> files written
+    plots: Plots = no_plots  # the sweep's PNGs: (frame, out dir, title) -> files written
     optional_columns: List[Column] = field(default_factory=list)  # shown before "error" when some job has them
     label_columns: List[Column] = field(
         default_factory=list
@@ -88,3 +96,10 @@ class View:
     # config keys the table shows under a column of their own already (not again as a swept key)
     shown_config: Tuple[str, ...] = ()
     scaling: Optional[Scaling] = None  # speedup and scaling efficiency over process counts (None: none)
+
+    @classmethod
+    def of(cls, record: Any, more: Sequence[Tuple[str, str, str, int]] = (), **options: Any) -> "View":
+        """The view a record type declares (a bench.results.Record: its fields' columns and sample),
+        between the generic columns; `more`: (header, key, format, at) of figures it holds in a spread
+        group or the sweep derives (speedup), placed by `at` among its own."""
+        return cls(sample=record.sample(), columns=[*HEAD, *record.columns(more), ERROR], **options)

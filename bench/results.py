@@ -1,6 +1,6 @@
-"""What every scenario's report shares: the typed record, the final stdout line, and output files
-written whole or not at all, error.txt even on a full disk (the interface the app drives is
-bench.scenarios.Report, the one protocol).
+"""What every scenario's report shares: the typed record (which declares how its fields are shown:
+`shown`), the final stdout line, and output files written whole or not at all, error.txt even on a
+full disk (the report the app drives: bench.scenario_base.BaseReport).
 
 A report (bench.train.report.TrainReport, bench.iobench.report.StorageReport) aggregates what
 the ranks or simulated accelerators measured, flattens it to the `radix_metrics` dict (the
@@ -18,10 +18,11 @@ import logging
 import math
 import os
 from contextlib import contextmanager, suppress
-from dataclasses import MISSING, dataclass, fields
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Type, TypeVar, get_type_hints
 
+from bench.report_view import Column, Sample
 from bench.secrets import redact
 
 R = TypeVar("R", bound="Record")
@@ -42,12 +43,64 @@ SPREAD = {"spread": True}
 INLINE = {"inline": True}
 
 
+def shown(
+    header: str = "",
+    fmt: str = "{}",
+    *,
+    at: int = 0,
+    tag: bool = False,
+    sample: Optional[Dict[str, Any]] = None,
+    metadata: Mapping[str, Any] = {},
+    **options: Any,
+) -> Any:
+    """A record field that declares its presentation (a dataclasses.field: `default`, `default_factory`
+    pass through): `header` and `fmt` make it a column of the sweep table, report.md and report.csv
+    (ordered by `at`, then field order; "" : no column); `tag` makes it an MLflow tag as well as a
+    metric (every number is a metric, every field a radix_metrics key); `sample`, the figure
+    `python -m bench.compare` judges (bench.report_view.Sample's options: unit, per_step, ...)."""
+    declared = {**metadata, "column": (header, fmt, at) if header else None, "tag": tag, "sample": sample}
+    return field(metadata=declared, **options)
+
+
 class Record:
     """A scenario's typed result record (a dataclass, kw_only): the one place that turns it into the
-    radix_metrics dict (the final line, summary.csv, MLflow) and back. Its fields, in order, are the
-    keys; a None field is left out (absent from the final line) unless it is KEPT; a SPREAD field's
-    items, and an INLINE record's fields, go in its place. Reading back, a key no field names lands
-    in the record's last spread field."""
+    radix_metrics dict (the final line, summary.csv, MLflow) and back, and that declares how each
+    field is shown (`shown`: its sweep-table column, MLflow tag, compare's sample). Its fields, in
+    order, are the keys; a None field is left out (absent from the final line) unless it is KEPT; a
+    SPREAD field's items, and an INLINE record's fields, go in its place. Reading back, a key no
+    field names lands in the record's last spread field."""
+
+    @classmethod
+    def declared(cls) -> List[tuple[str, Mapping[str, Any]]]:
+        """(name, metadata) of every field written as a key, INLINE records' fields in their place."""
+        hints = get_type_hints(cls)
+        found: List[tuple[str, Mapping[str, Any]]] = []
+        for f in fields(cls):  # type: ignore[arg-type]
+            found += hints[f.name].declared() if f.metadata.get("inline") else [(f.name, f.metadata)]
+        return found
+
+    @classmethod
+    def columns(cls, more: Sequence[tuple[str, str, str, int]] = ()) -> List[Column]:
+        """The sweep table's columns its fields declare, and `more` ((header, key, format, at)):
+        (header, key, format), by `at`, then field order."""
+        found = [
+            (m["column"][2], m["column"][0], name, m["column"][1]) for name, m in cls.declared() if m.get("column")
+        ]
+        found += [(at, header, key, fmt) for header, key, fmt, at in more]
+        return [(header, key, fmt) for _, header, key, fmt in sorted(found, key=lambda c: c[0])]
+
+    @classmethod
+    def sample(cls) -> Sample:
+        """What `python -m bench.compare` judges of a run: the field declared with `sample`."""
+        found = [Sample(name, **m["sample"]) for name, m in cls.declared() if m.get("sample")]
+        if len(found) != 1:
+            raise TypeError(f"{cls.__name__} declares {len(found)} fields with a sample: compare judges one")
+        return found[0]
+
+    def tags(self) -> Dict[str, Any]:
+        """The MLflow tags its fields declare (`tag=True`), those the run has."""
+        metrics = self.to_metrics()
+        return {name: metrics[name] for name, m in self.declared() if m.get("tag") and name in metrics}
 
     def to_metrics(self) -> Dict[str, Any]:
         metrics: Dict[str, Any] = {}

@@ -1,6 +1,16 @@
-"""The defaults of the scenario contract (bench.scenarios' Protocols): a scenario and its report
-inherit what most share and write only what differs. The built-in scenarios build on them, and so does
+"""What a scenario is, and its report's defaults: a scenario writes its keys class (a BaseScenario),
+its record (a bench.results.Record whose fields declare how they are shown) and its run_rank, and
+overrides a default only where it truly differs; its report is the generic one its record makes
+(BaseReport.of) unless it writes more files. The built-in scenarios build on them, and so does
 bench/echo.py, the documented example of a new one (docs/architecture.md, "Adding things").
+
+A scenario measures one thing (training, inference, the storage benchmark). It is the class an option
+of the config group conf/scenario/ names (`_target_`): a dataclass whose fields are its own keys
+(`scenario.<key>`), built when the config loads (`config.scenario`, bench.config.scenario). It owns
+its config rules (`check`, run when the config loads, before any MLflow run), what must hold before a
+run starts (`preflight`), one rank's work (`run_rank`) and its report type (`report_class`), whose
+typed record is the run's output contract and tells the sweep report, the plots and `compare` what
+to show: bench.analysis asks it and branches on no mode name.
 """
 
 from __future__ import annotations
@@ -9,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, List, Mapping, Optional, Tuple, get_type_hints
 
+from bench.report_view import View
 from bench.results import read_column, read_summary, write_csv, write_json
-from bench.scenarios import Tracker, View
 
 if TYPE_CHECKING:
     from bench.config import BenchConfig
@@ -19,10 +29,17 @@ if TYPE_CHECKING:
 @dataclass
 class BaseScenario:
     """What most scenarios share. A subclass is a dataclass whose fields are its keys (`scenario.<key>`,
-    checked in its __post_init__ like any group's); it sets `report_class` and writes `run_rank`, and
-    overrides what differs. Stateless: the instance is the config's, pickled to every rank."""
+    checked in its __post_init__ like any group's); it sets `record_class` (or a `report_class` of its
+    own) and writes `run_rank`, and overrides what differs. Stateless: the instance is the config's,
+    pickled to every rank."""
 
-    report_class: ClassVar[Any]  # its report type (a BaseReport subclass)
+    record_class: ClassVar[Any]  # its record type (a bench.results.Record): the generic report shows it
+    report_class: ClassVar[Any]  # its report type (a BaseReport subclass; default: BaseReport.of(record_class))
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "record_class" in cls.__dict__ and "report_class" not in cls.__dict__:
+            cls.report_class = BaseReport.of(cls.record_class)
 
     def preload(self, config: "BenchConfig") -> Tuple[str, ...]:
         return (type(self).__module__,)  # what the elastic launcher's forkserver imports once for its workers
@@ -49,13 +66,21 @@ class BaseScenario:
 class BaseReport:
     """What most reports share, built on the typed record: the metrics are the record serialised,
     nothing fails after the measurement, run_summary.json and summary.csv are the files (read back by
-    `from_files`), the MLflow run gets the mode tag and the files. A subclass is a dataclass with a
-    `record` field (its record type: what from_files reads back) and a `view`."""
+    `from_files`), the MLflow run gets the tags its record declares and the files. A subclass is a
+    dataclass with a `record` field (its record type: what from_files reads back) and a `view`
+    (View.of its record type)."""
 
     view: ClassVar[View]
     record: Any  # the scenario's typed record (a bench.results.Record)
     TIMELINE_FILE: ClassVar[Optional[str]] = None  # the per-step (per-request) file, read back for the sweep
     TIMELINE_COLUMN: ClassVar[str] = ""
+
+    @classmethod
+    def of(cls, record_class: Any) -> Any:
+        """The generic report of a record type: its files, tags and view all the record's declarations."""
+        name = f"{record_class.__name__}Report"
+        namespace = {"__annotations__": {"record": record_class}, "view": View.of(record_class)}
+        return dataclass(type(name, (cls,), {**namespace, "__module__": record_class.__module__}))
 
     @classmethod
     def from_outcome(cls, outcome: Any, config: "BenchConfig") -> Any:
@@ -94,14 +119,14 @@ class BaseReport:
             write_csv(out_dir / "summary.csv", list(metrics), [metrics]),
         ]
 
-    def log_to(self, tracker: Tracker, files: List[Path], out_dir: Path, log_series: bool) -> None:
-        """Everything but the metrics (logged first, on their own): tags, artifacts."""
+    def log_to(self, tracker: Any, files: List[Path], out_dir: Path, log_series: bool) -> None:
+        """Everything but the metrics (logged first, on their own): the record's tags, artifacts."""
         if tracker.active:
-            tracker.set_tags({"mode": self.record.mode})
+            tracker.set_tags(self.record.tags())
             self.log_files(tracker, files, out_dir)
 
     @staticmethod
-    def log_files(tracker: Tracker, files: List[Path], out_dir: Path) -> None:
+    def log_files(tracker: Any, files: List[Path], out_dir: Path) -> None:
         """The run's files, its logs and Hydra's .hydra/ as MLflow artifacts."""
         tracker.log_artifacts([*files, *sorted(out_dir.glob("*.log")), out_dir / ".hydra"])
 

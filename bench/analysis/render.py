@@ -1,7 +1,7 @@
 """The sweep table and its renderings: terminal text, markdown, CSV and one self-contained HTML page.
 
-The columns are the sweep's scenario's (its report class's SWEEP_COLUMNS, then the
-OPTIONAL_COLUMNS some job has, e.g. a training sweep that evaluated adds `val_top1`): nothing
+The columns are the sweep's scenario's (its report class's view: what its record declares, then the
+optional columns some job has, e.g. a training sweep that evaluated adds `val_top1`): nothing
 here names a mode. A figure a run does not have is an empty cell. The CSV is wider: every
 figure any run has.
 """
@@ -19,9 +19,9 @@ from bench.analysis import runs
 from bench.analysis.cells import absent
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, MISSING, NOISE_KEYS, metric_columns, sweep_report_class
 from bench.machine.fitness import unfit_reason
-from bench.report_view import DISPLAY, as_shown
+from bench.report_view import DISPLAY, ERROR, HEAD, as_shown
 
-CSV_RUN_FIELDS = ["job", "status", "overrides", "error"]
+CSV_RUN_FIELDS = [key for _, key, _ in (*HEAD, ERROR)]  # the generic columns, as every scenario's table has them
 SHOWN_AS_MLFLOW = "as MLflow shows it"  # a cell format: bench.report_view.as_shown
 
 

@@ -7,7 +7,7 @@ The frame's columns:
   `repeat_rates` (the figure its scenario's compare samples, per measured window: images/s of each
   window of a training run with benchmark.repeats > 1, samples/s of each storage.runs run; else empty);
 - one column per reported figure, named as in the run's results (`images_per_second`, ...), and
-  the columns a scenario reads back of its own (`ReportClass.read_back`: a training run's
+  the columns a scenario reads back of its own (`BaseReport.read_back`: a training run's
   `val_curve`, its (wall_seconds, val_top1) per evaluated epoch);
 - one `config.<flat.key>` column per config value, as a string (as MLflow params are).
 
@@ -23,7 +23,7 @@ import itertools
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import pandas as pd
 import yaml
@@ -32,7 +32,8 @@ from bench.analysis.cells import absent
 from bench.config.scenario import without_target
 from bench.errors import ReportError
 from bench.results import running
-from bench.scenarios import Report, ReportClass, report_class, report_class_of_modes
+from bench.scenario_base import BaseReport
+from bench.scenarios import report_class, report_class_of_modes
 from bench.secrets import flatten
 
 RUN_FIELDS = ("job", "status", "overrides", "error", "run_id", "timeline", "repeat_rates")
@@ -98,7 +99,7 @@ def metric_columns(frame: pd.DataFrame) -> List[str]:
     ]
 
 
-def sweep_report_class(frame: pd.DataFrame) -> ReportClass[Report]:
+def sweep_report_class(frame: pd.DataFrame) -> Type[BaseReport]:
     """The report class of the sweep's runs (bench.scenarios decides; recorded without a mode: training)."""
     modes = frame.get(CONFIG_PREFIX + "mode")
     return report_class_of_modes(list(modes) if modes is not None and len(frame) else [])

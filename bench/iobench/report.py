@@ -19,7 +19,7 @@ from bench.iobench.figures import epoch_rows, per_epoch
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.result import StorageMetrics
 from bench.maths.stats import mean
-from bench.report_view import Sample, View
+from bench.report_view import View
 from bench.results import read_summary, write_csv
 from bench.runtime.fit_watch import fit_tags
 from bench.runtime.sweep_view import FIT_COLUMNS
@@ -31,48 +31,7 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 REQUEST_FIELDS = ["client", "epoch", "key", "bytes", "latency_ms"]
-# the record's fields that are also MLflow tags (to filter runs by)
-TAG_FIELDS = (
-    "mode",
-    "workload",
-    "storage",
-    "storage_client",
-    "storage_url",
-    "au_pass",
-    "mlperf_au_pass",
-    "potential_caching",
-    "mlperf_qualifies",
-)
-
-# ---- how a storage run shows in a sweep and in `compare` ----
-
-STORAGE_COLUMNS = [  # a sweep of mode=storage runs (the storage benchmark)
-    ("job", "job", "{}"),
-    ("status", "status", "{}"),
-    ("overrides", "overrides", "{}"),
-    ("workload", "workload", "{}"),
-    ("storage", "storage", "{}"),
-    ("client", "storage_client", "{}"),
-    ("clients", "clients", "{}"),
-    ("MLPerf samples/s", "mlperf_samples_per_second", "{:.1f}"),
-    ("MLPerf MiB/s", "mlperf_mib_per_second", "{:.1f}"),
-    ("MLPerf AU %", "mlperf_au_percent", "{:.1f}"),
-    ("MLPerf pass", "mlperf_au_pass", "{}"),
-    ("samples/s", "samples_per_second", "{:.1f}"),
-    ("read MB/s", "read_mb_per_second", "{:.1f}"),
-    ("latency p50 ms", "latency_ms_p50", "{:.2f}"),
-    ("latency p99 ms", "latency_ms_p99", "{:.2f}"),
-    ("AU mean %", "au_percent_mean", "{:.1f}"),
-    ("AU min %", "au_percent_min", "{:.1f}"),
-    ("AU pass", "au_pass", "{}"),
-    ("caching?", "potential_caching", "{}"),
-    ("ckpt write GB/s", "checkpoint_write_gbps", "{:.2f}"),
-    ("error", "error", "{}"),
-]
-
-# what names a single run in `compare` (prefix, figure, format)
-LABEL_COLUMNS = [("", "workload", "{}"), ("", "storage", "{}"), ("x", "clients", "int")]
-COMPARE_FIGURE = "samples_per_second"  # bench's strict samples/s (warm-up step out), the final line's
+# ---- how a storage run shows in a sweep and in `compare` (its columns and sample: StorageMetrics's) ----
 TIMELINE_METRIC = "read_latency_ms"  # the MLflow series of the per-request read latencies
 REPEATS_METRIC = "run_samples_per_second"  # the MLflow series of each measured run's samples/s (storage.runs > 1)
 
@@ -84,14 +43,11 @@ def storage_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
     return plot_storage(frame, out, title)
 
 
-VIEW = View(
-    # compare: samples/s of each measured run (storage.runs > 1, runs.csv), else the run's own figure;
-    # the per-request latencies overlap across readers and accelerators: not a rate, not sampled
-    sample=Sample(COMPARE_FIGURE, "samples/s"),
-    columns=STORAGE_COLUMNS,
+VIEW = View.of(
+    StorageMetrics,
     optional_columns=FIT_COLUMNS,  # the fit column, when judged
     plots=storage_plots,
-    label_columns=LABEL_COLUMNS,
+    label_columns=[("", "workload", "{}"), ("", "storage", "{}"), ("x", "clients", "int")],  # names a run in compare
     timeline_metric=TIMELINE_METRIC,
     repeats_metric=REPEATS_METRIC,
     named_in_config={"storage.workload.name": "workload", "storage.name": "storage"},
@@ -101,7 +57,7 @@ VIEW = View(
 
 def run_rates(runs: List[Dict[str, Any]]) -> List[float]:
     """samples/s of each measured run (runs.csv's rows), [] with one run: what compare samples."""
-    rates = [row.get(COMPARE_FIGURE) for row in runs]
+    rates = [row.get(VIEW.sample.figure) for row in runs]
     return [float(r) for r in rates if r not in (None, "")] if len(runs) > 1 else []
 
 
@@ -206,9 +162,7 @@ class StorageReport(BaseReport):
             tracker.log_series(TIMELINE_METRIC, [q.latency_ms for q in requests])
         if len(self.runs) > 1:  # what compare samples of a storage run read back from MLflow (step = run)
             tracker.log_series(REPEATS_METRIC, run_rates(self.runs))
-        tracker.set_tags(
-            {**{key: value for key, value in self.metrics.items() if key in TAG_FIELDS}, **fit_tags(self.record.fit)}
-        )
+        tracker.set_tags({**self.record.tags(), **fit_tags(self.record.fit)})
         self.log_files(tracker, files, out_dir)
 
     def epoch_series(self) -> Dict[int, Dict[str, float]]:

@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar
 
 from bench.machine.gpu_monitor import GpuFigures
-from bench.results import Record, RepeatFigures, read_column, write_csv
+from bench.results import Record, RepeatFigures, read_column, shown, write_csv
 from bench.runtime.fit_watch import fit_figures, fit_problems, fit_tags
 from bench.runtime.malloc import in_effect as malloc_in_effect
 from bench.runtime.peaks import utilisation
@@ -85,7 +85,7 @@ class Execution(Record):
     fields): the precision policy (bench.runtime.precision's describe()), torch.compile, cuDNN
     autotuning, the CPU allocator, the device, and whether the input pipeline kept it fed."""
 
-    precision: Optional[str] = None  # the precision policy
+    precision: Optional[str] = shown("precision", at=2, tag=True, default=None)  # the precision policy
     autocast_dtype: Optional[str] = None
     grad_scaler: Optional[bool] = None
     tf32: Optional[bool] = None
@@ -94,7 +94,7 @@ class Execution(Record):
     cudnn_benchmark: bool
     cpu_malloc_reuse: Optional[bool] = None  # on a CPU: freed memory kept for reuse (bench.runtime.malloc)
     device: str  # cpu | cuda
-    device_name: str
+    device_name: str = shown(tag=True)
     # accelerator utilization: the share of the measured window not spent waiting for data (compute
     # time / wall time, as MLPerf Storage defines AU); input_bound when au < AU_THRESHOLD
     au: float
@@ -188,12 +188,11 @@ class ModelReport(BaseReport):
     """What the training and the inference report share: rank 0's result with the job's timeline, the
     typed record and the images/s of each measured window. Files: the timeline (TIMELINE_FILE: a row
     per measured step), run_summary.json, summary.csv, repeats.csv (benchmark.repeats > 1) and the
-    profiler's; MLflow: the timeline and repeats series, the tags (RECORD_TAGS: the record's own), the
+    profiler's; MLflow: the timeline and repeats series, the tags (the record's, and the fit's), the
     files. An unfit window with benchmark.require_fit is a problem (the run ends FAILED)."""
 
     TIMELINE_FILE: ClassVar[str]  # a row per measured step (TIMELINE_INDEX), its figure and data wait
     TIMELINE_INDEX: ClassVar[str] = "step"  # the timeline file's first column (TIMELINE_COLUMN its figure)
-    RECORD_TAGS: ClassVar[Tuple[str, ...]] = ()
 
     result: Any  # rank 0's ModelResult, with the job's timeline
     record: Any  # the radix_metrics contract, typed
@@ -242,10 +241,7 @@ class ModelReport(BaseReport):
             tracker.log_series(str(self.view.timeline_metric), self.result.timeline_ms)
         if len(self.repeat_rates) > 1:
             tracker.log_series(REPEATS_METRIC, self.repeat_rates)
-        r = self.record
-        tags = {name: getattr(r, name) for name in self.RECORD_TAGS}
-        tags.update(model=r.model, precision=r.execution.precision, device_name=r.execution.device_name)
-        tracker.set_tags({**tags, **fit_tags(r.fit)})
+        tracker.set_tags({**self.record.tags(), **fit_tags(self.record.fit)})
         self.log_files(tracker, files, out_dir)
 
     @classmethod

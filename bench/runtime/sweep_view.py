@@ -4,10 +4,10 @@ figures, a run's label in the timeline plot; `model_view` builds a scenario's Vi
 
 from __future__ import annotations
 
-from typing import Any, Dict, List
+from typing import Any, Dict, Sequence, Tuple
 
 from bench.analysis.cells import shown
-from bench.report_view import Column, Plots, Sample, Scaling, View
+from bench.report_view import Plots, Scaling, View
 from bench.runtime.reporting import REPEATS_METRIC
 
 # a training sweep whose jobs evaluated: shown before "error", each only when some job has it
@@ -49,12 +49,12 @@ SCALING = Scaling("world_size", "images_per_second", "data_wait_fraction")
 SHOWN_CONFIG = ("model.arch", "precision.name", "distributed.nproc_per_node", "data.batch_size", "mode")
 
 
-def model_view(sample: Sample, columns: List[Column], plots: Plots, timeline_metric: str) -> View:
-    """A model scenario's View: what compare samples, its table columns, its plots and the MLflow
-    series of its timeline; the rest is what training and inference share."""
-    return View(
-        sample=sample,
-        columns=columns,
+def model_view(record: Any, plots: Plots, timeline_metric: str, more: Sequence[Tuple[str, str, str, int]] = ()) -> View:
+    """A model scenario's View: what its record declares (table columns, compare's sample) and `more`
+    columns, its plots and the MLflow series of its timeline; the rest is what training and inference share."""
+    return View.of(
+        record,
+        more,
         plots=plots,
         optional_columns=ACCURACY_COLUMNS + REPEAT_COLUMNS + FIT_COLUMNS,
         label_columns=LABEL_COLUMNS,

@@ -99,7 +99,6 @@ class TrainReport(ModelReport):
     view = sweep_view.VIEW
     # the per-step file and column the timeline is read back from
     TIMELINE_FILE, TIMELINE_COLUMN = "step_times.csv", "step_time_ms"
-    RECORD_TAGS = ("unstable",)
 
     ranks: List[TrainResult] = field(default_factory=list)  # every rank's (read back: their run_summary.json figures)
     run_name: Optional[str] = None  # a new MLflow run name (the batch benchmark.find_max_batch found)

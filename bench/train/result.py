@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Callable, Dict, List, Optional
 
-from bench.results import INLINE, KEPT, SPREAD, FitFigures, Record, RepeatFigures
+from bench.results import INLINE, KEPT, SPREAD, FitFigures, Record, RepeatFigures, shown
 from bench.runtime.reporting import Execution, ModelOutcome, ModelResult
 
 
@@ -166,22 +166,26 @@ TrainOutcome = ModelOutcome[TrainResult]  # every rank's result, in rank order
 @dataclass(kw_only=True)
 class TrainMetrics(Record):
     """A training run's figures: the `radix_metrics` contract (final line, summary.csv, MLflow),
-    field by field in the order they are written; None fields are left out."""
+    field by field in the order they are written; None fields are left out. `shown`: its column in a
+    sweep's table (at: its place), its MLflow tag, the figure compare samples (per step: each step
+    global_batch_size images, when no repeats)."""
 
-    images_per_second: float  # global: the sum over ranks
+    images_per_second: float = shown(  # global: the sum over ranks
+        "images/s", "{:.1f}", at=7, sample={"unit": "images/s", "per_step": ("global_batch_size", "batch_size")}
+    )
     total_images: int
     elapsed_seconds: float
-    lr: float
-    batch_size: int  # per process
-    global_batch_size: int
+    lr: float = shown("lr", "{:g}", at=6)  # the lr the run started at (an optimizer sweep's own)
+    batch_size: int = shown("batch/proc", at=4)  # per process
+    global_batch_size: int = shown("global batch", at=5)
     epochs: int
     steps_per_epoch: Optional[int] = field(default=None, metadata=KEPT)  # null: one pass, before any epoch ran
     measured_steps: int
     warmup_steps: int
-    world_size: int
-    images_per_second_per_device: float
+    world_size: int = shown("procs", at=3)
+    images_per_second_per_device: float = shown("images/s/proc", "{:.1f}", at=8)
     distributed: str
-    scaling: str
+    scaling: str = shown("scaling", at=14)
     # world_size > 1: per-rank throughput (a straggler shows) and whether DDP kept the weights equal
     rank_images_per_second_min: Optional[float] = None
     rank_images_per_second_max: Optional[float] = None
@@ -189,14 +193,14 @@ class TrainMetrics(Record):
     rank_spread: Optional[float] = None
     params_in_sync: Optional[bool] = None
     step_time_ms_mean: Optional[float] = None  # the step-time spread (none without measured steps)
-    step_time_ms_p50: Optional[float] = None
+    step_time_ms_p50: Optional[float] = shown("step p50 ms", "{:.2f}", at=9, default=None)
     step_time_ms_p95: Optional[float] = None
-    step_time_ms_p99: Optional[float] = None
+    step_time_ms_p99: Optional[float] = shown("step p99 ms", "{:.2f}", at=10, default=None)
     step_time_ms_min: Optional[float] = None
     step_time_ms_max: Optional[float] = None
     step_time_ms_std: Optional[float] = None
     step_time_cv: Optional[float] = None
-    unstable: bool = False  # the step times spread more than bench.maths.stats.UNSTABLE_CV
+    unstable: bool = shown(default=False, tag=True)  # the step times spread more than bench.maths.stats.UNSTABLE_CV
     data_wait_seconds: float
     data_wait_fraction: float
     peak_memory_mb: float
@@ -204,7 +208,7 @@ class TrainMetrics(Record):
     final_lr: float
     parameters: int
     param_checksum: float  # sum of the final weights: equal runs end equal
-    model: str
+    model: str = shown("model", at=1, tag=True)
     data: str
     image_size: int
     optimizer: str

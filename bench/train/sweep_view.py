@@ -9,31 +9,17 @@ import math
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
-from bench.report_view import Sample
 from bench.runtime.sweep_view import model_view
+from bench.train.result import TrainMetrics
 
 if TYPE_CHECKING:
     import pandas as pd
 
-TRAINING_COLUMNS = [  # (header, frame column = a radix_metrics key, format)
-    ("job", "job", "{}"),
-    ("status", "status", "{}"),
-    ("overrides", "overrides", "{}"),
-    ("model", "model", "{}"),
-    ("precision", "precision", "{}"),
-    ("procs", "world_size", "{}"),
-    ("batch/proc", "batch_size", "{}"),
-    ("global batch", "global_batch_size", "{}"),
-    ("lr", "lr", "{:g}"),  # the lr the run started at (an optimizer sweep's own, issue 40.3)
-    ("images/s", "images_per_second", "{:.1f}"),
-    ("images/s/proc", "images_per_second_per_device", "{:.1f}"),
-    ("step p50 ms", "step_time_ms_p50", "{:.2f}"),
-    ("step p99 ms", "step_time_ms_p99", "{:.2f}"),
-    ("data wait %", "data_wait_percent", "{:.1f}"),
-    ("speedup", "speedup", "{:.2f}"),
-    ("scaling eff %", "scaling_efficiency_percent", "{:.1f}"),
-    ("scaling", "scaling", "{}"),
-    ("error", "error", "{}"),
+# the sweep's own figures (bench.analysis.scaling), among the record's columns (header, key, format, at)
+SCALING_COLUMNS = [
+    ("data wait %", "data_wait_percent", "{:.1f}", 11),
+    ("speedup", "speedup", "{:.2f}", 12),
+    ("scaling eff %", "scaling_efficiency_percent", "{:.1f}", 13),
 ]
 
 
@@ -45,10 +31,7 @@ def training_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
 
 
 TIMELINE_METRIC = "step_time_ms"  # the MLflow series of the step times
-
-# compare: the images/s of each repeat, else the step times, each step global_batch_size images
-SAMPLE = Sample("images_per_second", "images/s", per_step=("global_batch_size", "batch_size"))
-VIEW = model_view(SAMPLE, TRAINING_COLUMNS, training_plots, TIMELINE_METRIC)
+VIEW = model_view(TrainMetrics, training_plots, TIMELINE_METRIC, SCALING_COLUMNS)
 
 
 def _finite(value: Any) -> bool:

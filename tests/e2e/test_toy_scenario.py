@@ -12,6 +12,7 @@ import ast
 import io
 import json
 import re
+import shutil
 import tokenize
 from pathlib import Path
 
@@ -138,3 +139,50 @@ def test_a_sweep_of_process_jobs_shows_its_rows_and_two_of_its_runs_compare(benc
     assert "baseline steps/s" in head and "candidate steps/s" in head
     shown = [float(value) for value in re.findall(r"\d+\.\d+", row)[:2]]
     assert shown == [pytest.approx(job["results"]["steps_per_second"], abs=0.051) for job in jobs]
+
+
+NEW_FIELD = '    sleep_seconds: float = shown("sleep s", "{:.3f}")  # the steps\' sleep, asked for\n'
+
+
+def test_a_new_metric_is_one_field_and_the_line_measuring_it(tmp_path, bench):
+    """docs/architecture.md's row: in a copy of bench/ and conf/, bench/echo.py gets one field and the
+    line that measures it, nothing else; an echo sweep there (one job) shows it as a column of the
+    printed table and report.md, in the job's results, and as an MLflow metric of the job's run."""
+    docs = (ROOT / "docs" / "architecture.md").read_text()
+    row = re.search(r"^\| a metric \| (\d+) \| `bench/<scenario>\.py`", docs, re.M)
+    assert row and row.group(1) == "1", "docs/architecture.md: | a metric | 1 | `bench/<scenario>.py` ... |"
+    copy = tmp_path / "copy"
+    for folder in ("bench", "conf"):
+        shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
+    echo = copy / "bench" / "echo.py"
+    source = echo.read_text()
+    anchor = next(line for line in source.splitlines(keepends=True) if line.lstrip().startswith("steps_per_second:"))
+    measured = "steps_per_second=rate"
+    assert source.count(anchor) == 1 and source.count(measured) == 1
+    echo.write_text(
+        source.replace(anchor, anchor + NEW_FIELD).replace(
+            measured, f"{measured}, sleep_seconds=self.steps * self.step_s"
+        )
+    )
+    changed = [
+        str(path.relative_to(copy))
+        for path in copy.rglob("*.*")
+        if path.suffix in (".py", ".yaml") and path.read_bytes() != (ROOT / path.relative_to(copy)).read_bytes()
+    ]
+    assert changed == ["bench/echo.py"]
+
+    bench.with_store()
+    sweep = tmp_path / "sweep"
+    env = bench.env(PYTHONPATH=str(copy))
+    proc = bench.run(
+        "-m", "scenario=echo", "scenario.steps=2", "scenario.step_s=0.002", f"hydra.sweep.dir={sweep}",
+        env=env, fresh=True,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("job "))
+    assert re.search(r"steps/s +sleep s +error", header), header
+    assert "| sleep s |" in (sweep / "report" / "report.md").read_text()
+    jobs = sorted((r for r in bench.runs() if "sweep.job" in r.data.tags), key=lambda r: r.data.tags["sweep.job"])
+    assert [run.data.metrics["sleep_seconds"] for run in jobs] == [pytest.approx(0.004)]
+    final = json.loads((sweep / "0" / "run_summary.json").read_text())["results"]
+    assert list(final)[-2:] == ["steps_per_second", "sleep_seconds"] and final["sleep_seconds"] == pytest.approx(0.004)

@@ -22,11 +22,11 @@ from bench.analysis.render import keep_varying_overrides, render_markdown, rende
 from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, read_sweep_dir
 from bench.analysis.scaling import add_scaling, configuration_key, configuration_keys
 from bench.errors import ReportError
-from bench.iobench.report import STORAGE_COLUMNS
-from bench.train.sweep_view import TRAINING_COLUMNS
+from bench.iobench.report import VIEW as STORAGE_VIEW
+from bench.train.sweep_view import VIEW as TRAINING_VIEW
 
-TRAINING_HEADERS = [header for header, _, _ in TRAINING_COLUMNS]
-STORAGE_HEADERS = [header for header, _, _ in STORAGE_COLUMNS]
+TRAINING_HEADERS = [header for header, _, _ in TRAINING_VIEW.columns]  # what the records declare
+STORAGE_HEADERS = [header for header, _, _ in STORAGE_VIEW.columns]
 
 
 # ---- scaling arithmetic (moved from tests/test_sweep.py, now on the frame) -----------------------

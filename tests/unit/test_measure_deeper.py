@@ -418,8 +418,8 @@ def test_find_max_batch_on_a_gpu_trains_with_the_batch_it_found(compose):
 
 def test_inference_runs_forward_only_and_reports_latency_percentiles(compose):
     from bench.infer.loop import infer
-    from bench.infer.report import InferReport
     from bench.infer.result import InferOutcome
+    from bench.infer.scenario import InferReport
 
     config = compose(*SMALL, "mode=inference", "train.steps_per_epoch=5")
     result = infer(config, CPU)

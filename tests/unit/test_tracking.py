@@ -482,7 +482,7 @@ def test_a_latency_sweeps_view_and_compare_link_put_the_fastest_job_first_and_ch
 
     from mlflow import MlflowClient
 
-    from bench.infer.report import VIEW
+    from bench.infer.scenario import VIEW
     from bench.tracking.ui_view import jobs_compare_link, runs_link
 
     uri = bench.with_store().uri  # a made store's copy: no migrations
