@@ -62,10 +62,6 @@ def pid_file(workers_dir: Path, rank: int) -> Path:
     return workers_dir / f"rank{rank}.pid"
 
 
-RANK_LOG_FORMAT = "[%(asctime)s][rank{rank}][%(name)s][%(levelname)s] %(message)s"
-NOISY_LOGGERS = ("mlflow", "urllib3", "alembic", "matplotlib")
-
-
 def setup_rank_logging(out_dir: Path, rank: int, own_process: bool = True) -> None:
     """A worker's stdout is pointed at stderr so the job's stdout keeps only the final line.
     `own_process=False`: this process also reports (rank 0 under torchrun): keep its streams

@@ -92,7 +92,7 @@ def check_batch_fits(config: BenchConfig, device: Any) -> None:
     """One input batch (float32 NCHW) larger than the device's whole memory cannot run: say so
     with the key to change, instead of an allocator error naming no key. (Activations need far
     more; this only catches what can never fit.)"""
-    batch = per_process_batch(config)
+    batch = config.distributed.per_process(config.data.batch_size)
     image = 3 * config.data.image_size**2 * FLOAT32
     memory = _memory_bytes(device)
     where = "the GPU" if device.type == "cuda" else "this machine"
@@ -113,11 +113,6 @@ def check_batch_fits(config: BenchConfig, device: Any) -> None:
         )
 
 
-def per_process_batch(config: BenchConfig) -> int:
-    world = config.distributed.world_size
-    return config.data.batch_size // world if config.distributed.scaling == "strong" else config.data.batch_size
-
-
 def check_prefetch_fits(config: BenchConfig) -> None:
     """Real data: each loader worker of each rank on this node holds prefetch_factor uint8 batches
     ahead; all of them must fit in half of this machine's memory (the rest is the run's)."""
@@ -128,7 +123,7 @@ def check_prefetch_fits(config: BenchConfig) -> None:
 
     ranks = config.distributed.nproc_per_node
     workers = loader_workers(config, ranks)
-    batch_bytes = per_process_batch(config) * 3 * data.image_size**2
+    batch_bytes = config.distributed.per_process(config.data.batch_size) * 3 * data.image_size**2
     budget = int(psutil.virtual_memory().total) // 2
     most = budget // max(1, ranks * workers * batch_bytes)
     if data.prefetch_factor > most:

@@ -22,7 +22,6 @@ side prints a few lines of its own on stderr.)
 from __future__ import annotations
 
 import logging
-import os
 import signal
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -31,6 +30,7 @@ import torch
 from torch.profiler import ProfilerActivity, profile, schedule
 
 from bench.config import BenchConfig
+from bench.machine.writable import write_whole
 from bench.rank_context import RankContext
 from bench.results import write_text
 from bench.runtime.flops import flops_per_image
@@ -70,12 +70,7 @@ def profile_steps(
         if stop():
             return
         trace = out_dir / TRACE_FILE
-        tmp = trace.with_name(f".{trace.name}.tmp{os.getpid()}")
-        try:
-            prof.export_chrome_trace(str(tmp))
-            os.replace(tmp, trace)
-        finally:
-            tmp.unlink(missing_ok=True)
+        write_whole(trace, lambda tmp: prof.export_chrome_trace(str(tmp)))
         sort_by = "self_device_time_total" if cuda else "self_cpu_time_total"
         header = (
             f"torch.profiler: {steps} steps after the measured window, rank 0, on {device}; "

@@ -41,7 +41,7 @@ def check_training(config: BenchConfig) -> Any:
 def check_batch_norm_batch(config: BenchConfig) -> None:
     """BatchNorm normalises a batch by its own statistics: over one image per process (what each
     DDP rank's BN sees) they are that image's, and training goes wrong silently. Inference is fine."""
-    if model_run.per_process_batch(config) != 1 or config.mode != "train":
+    if config.distributed.per_process(config.data.batch_size) != 1 or config.mode != "train":
         return
     import torch
 
