@@ -17,8 +17,8 @@ import torchvision
 from bench.errors import BenchError, ConfigError
 from bench.maths.confidence import STABLE_CV, bootstrap, interval, repeats_needed
 from bench.results import RepeatFigures
-from bench.runtime.peaks import peak_key, peak_tflops, utilisation
 from bench.runtime.profiling import flops_per_image
+from bench.runtime.reporting import peak_key, peak_tflops, utilisation
 from bench.train.breakdown import breakdown_pass
 
 CPU = torch.device("cpu")
