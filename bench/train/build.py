@@ -23,10 +23,9 @@ from bench.runtime.models import build_model, maybe_compile
 from bench.runtime.precision import build_precision
 from bench.train.checkpoint_format import check_model_fits
 from bench.train.mlperf_log import MlperfLog
-from bench.train.optim import build_optimizer, effective_lr
+from bench.train.optim import build_optimizer, build_scheduler, effective_lr, unreached
 from bench.train.result import EpochRecord
 from bench.train.resume import Position, TrainingCheckpoints, rng_states
-from bench.train.schedules import build_scheduler, unreached
 from bench.train.step import TrainStep
 
 log = logging.getLogger("bench")
@@ -131,7 +130,7 @@ def optimizer_steps(config: BenchConfig) -> int:
 
 def _in_steps(scheduler: Any, data: EpochData, warmup: int) -> Any:
     """scheduler.milestone_unit=epochs: each milestone becomes the optimizer step its epoch starts at
-    (bench.train.schedules.unreached names those past the run's end). Milestones in steps that all
+    (bench.train.optim.unreached names those past the run's end). Milestones in steps that all
     fall inside the first of several epochs are named in a warning."""
     if scheduler.milestone_unit != "epochs":
         first_epoch = data.planned(0) - data.planned(1)

@@ -235,7 +235,7 @@ def test_resuming_into_more_epochs_keeps_the_schedule_of_this_run(compose, sched
     a horizon continues on this run's length instead of failing when it steps past the old one
     (OneCycleLR's state carried its old total_steps: 'Tried to step 48 times')."""
     from bench.train.loop import restore
-    from bench.train.schedules import build_scheduler
+    from bench.train.optim import build_scheduler
 
     config = compose("+experiment=cpu_smoke", f"scheduler={scheduler}")
     policy = build_precision(config.precision, torch.device("cpu"))
