@@ -12,7 +12,7 @@ left out: bench.train.epochs). Inside the window the host never waits for the de
 every `benchmark.log_every` steps (or every step with `benchmark.sync=true`). What the run
 measures besides the window (a breakdown pass, profiled steps, the FLOPs count) runs after it
 (bench.runtime.profiling.after_window); benchmark.find_max_batch picks the batch before anything
-else is built (bench.train.max_batch).
+else is built (bench.train.build.find_max_batch).
 """
 
 from __future__ import annotations
