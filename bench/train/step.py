@@ -1,4 +1,4 @@
-"""One optimizer step, as the phases bench.train.breakdown times one by one: clear the gradients,
+"""One optimizer step, as the phases bench.train.loop times one by one: clear the gradients,
 forward (under autocast, with the loss), backward (scaled for fp16), update (gradient clipping on
 unscaled gradients, the optimizer step, the lr schedule). Calling a `TrainStep` runs the phases
 back to back with nothing in between: it is what the measured window runs."""

@@ -19,7 +19,7 @@ from bench.maths.confidence import STABLE_CV, bootstrap, interval, repeats_neede
 from bench.results import RepeatFigures
 from bench.runtime.profiling import flops_per_image
 from bench.runtime.reporting import peak_key, peak_tflops, utilisation
-from bench.train.breakdown import breakdown_pass
+from bench.train.loop import breakdown_pass
 
 CPU = torch.device("cpu")
 SMALL = (
