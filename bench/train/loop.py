@@ -58,11 +58,10 @@ from bench.runtime.profiling import after_window
 from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
 from bench.train.build import TrainingRun
-from bench.train.checkpoint import checkpoint_writer
 from bench.train.epochs import MeasuredWindow
 from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
 from bench.train.result import BatchSearch, EpochRecord, RunExtras, TrainResult
-from bench.train.resume import claimed_checkpoints, restore_rng
+from bench.train.resume import checkpoint_writer, claimed_checkpoints, restore_rng
 from bench.train.step import TrainStep
 
 log = logging.getLogger(__name__)
@@ -80,7 +79,7 @@ def train(
 
     `monitor` (start()/stop() -> GpuFigures) samples the device during the measured window only;
     with `out_dir` and storage.save_checkpoint rank 0 writes the end-of-run checkpoint after the
-    window (bench.train.checkpoint);
+    window (bench.train.resume);
     `ctx` is this process's rank: with world_size > 1 the model is wrapped in DDP (the
     process group must exist) and each rank reads its own data; `on_step()` is called after
     every step; `out_dir` receives the profiler's files.
