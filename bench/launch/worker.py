@@ -1,5 +1,5 @@
 """What each process started by the elastic launcher runs (module level: forkserver pickles it): its
-log (rank<N>.log; rank 0 also to stderr), its pid file (read by bench.launch.reaper), and the
+log (rank<N>.log; rank 0 also to stderr), its pid file (read by bench.launch.launchers), and the
 StepWatchdog that ends it when its training steps have stopped or its launcher is gone.
 
 A peer that died or hung leaves the others blocked inside an all-reduce, and not every backend
