@@ -4,7 +4,7 @@ processes on one host.
 One accelerator's job (`run_client`): its share of the read phase (with periodic checkpoints and
 evaluation passes), then its part of the checkpoint phase. The same function runs in this process
 (one accelerator), in a spawned accelerator process (N on one host) or in a torch.distributed rank
-(several hosts, bench.iobench.ranks); only `sync` (a barrier across the clients, or nothing) and
+(several hosts, bench.iobench.session); only `sync` (a barrier across the clients, or nothing) and
 where the result goes differ.
 
 N on one host (`run_accelerators`): accelerator i reads files i, i+N, i+2N, ... (disjoint shards).
