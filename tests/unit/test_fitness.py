@@ -31,7 +31,7 @@ from bench.machine.fitness import (
     unfit_reason,
     usable_cores,
 )
-from bench.machine.fitness_gpu import GpuWatch, cpus_of_mask, gpu_watch
+from bench.machine.gpu_monitor import GpuWatch, cpus_of_mask, gpu_watch
 from bench.results import FitFigures
 from bench.runtime.fit_watch import fit_figures, fit_problems, fit_tags
 from bench.train.result import TrainMetrics
