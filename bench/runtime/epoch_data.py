@@ -11,7 +11,7 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from bench.config import BenchConfig
-from bench.config.progressive import Phase, parse_progressive, phase_at
+from bench.config.data import Phase, parse_progressive, phase_at
 from bench.data.registry import build_batches
 from bench.errors import DataError
 from bench.rank_context import RankContext

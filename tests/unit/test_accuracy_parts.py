@@ -13,7 +13,7 @@ import pytest
 import torch
 import torch.nn as nn
 
-from bench.config.progressive import Phase, parse_progressive, phase_at
+from bench.config.data import Phase, parse_progressive, phase_at
 from bench.data.loader import eval_batch_sampler
 from bench.errors import CheckpointError, ConfigError
 from bench.runtime.models import build_model

@@ -205,7 +205,7 @@ RECIPES = {
 
 def recipe_values(config) -> dict:
     """The compared values of a composed config, in the SEED's keys."""
-    from bench.config.progressive import parse_progressive
+    from bench.config.data import parse_progressive
     from bench.train.optim import effective_lr
 
     c = config
