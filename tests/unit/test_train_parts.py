@@ -464,7 +464,7 @@ def test_float16_autocast_on_cpu_blames_the_key_that_is_wrong():
     ids=lambda v: v[-1] if isinstance(v, list) else v,
 )
 def test_what_cannot_fit_the_machine_is_refused_naming_the_key(overrides, key):
-    from bench.train.preflight import check_training
+    from bench.train.scenario import check_training
 
     with pytest.raises(ConfigError) as info:
         check_training(compose("allow_cpu=true", *overrides))
@@ -482,7 +482,7 @@ def test_a_record_that_cannot_fit_in_memory_is_refused():
 
 def test_a_folder_of_non_images_is_a_dataset_problem_before_the_run(tmp_path):
     from bench.errors import ConfigProblem
-    from bench.train.preflight import check_training
+    from bench.train.scenario import check_training
 
     for index in range(3):
         (tmp_path / "class0").mkdir(exist_ok=True)
