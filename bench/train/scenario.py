@@ -4,7 +4,7 @@ one rank does, and how rank 0's results become the report. What it shares with i
 run around its loop, the out-of-memory line, the rules in bench.runtime.rules) is bench.runtime's.
 
 What must hold before a training run starts, beyond the schema: what every run of a model
-needs (bench.runtime.preflight: the dataset on disk, the device and its precision, the model,
+needs (bench.runtime.scenario: the dataset on disk, the device and its precision, the model,
 the machine's cores and memory) and what training adds: the val split, where checkpoints go, the
 checkpoint to resume from, BatchNorm's batch, the batch search's GPU. Each failure is one sentence naming the key
 (exit 2), and all of it runs before an MLflow run is opened. Cheapest first: the dataset check
@@ -22,11 +22,16 @@ from bench.config.distributed import Scaling
 from bench.config.run import RESUME_AUTO
 from bench.errors import ConfigError, ConfigProblem
 from bench.rank_context import RankContext
-from bench.runtime import preflight as model_run
 from bench.runtime.fit_watch import check_quiet
 from bench.runtime.model_names import check_arch
 from bench.runtime.rules import check_once_per_run, check_training_for_accuracy
-from bench.runtime.scenario import ModelScenario
+from bench.runtime.scenario import (
+    ModelScenario,
+    check_batch_fits,
+    check_dataset,
+    check_device_and_model,
+    check_prefetch_fits,
+)
 from bench.train.report import TrainReport
 from bench.train.result import TrainOutcome, TrainResult
 
@@ -109,12 +114,12 @@ def check_mlperf_log(config: BenchConfig) -> None:
 
 def check_training(config: BenchConfig) -> Any:
     """Raise the first problem; return the device the run will use."""
-    model_run.check_dataset(config, validation=bool(config.train.eval_every))
+    check_dataset(config, validation=bool(config.train.eval_every))
     check_resume_file(config)
     check_checkpoint_dirs(config)
-    device = model_run.check_device_and_model(config)
-    model_run.check_batch_fits(config, device)
-    model_run.check_prefetch_fits(config)
+    device = check_device_and_model(config)
+    check_batch_fits(config, device)
+    check_prefetch_fits(config)
     check_batch_norm_batch(config)
     if config.benchmark.find_max_batch and device.type != "cuda":
         raise ConfigError(
