@@ -57,12 +57,11 @@ from bench.runtime.precision import PrecisionPolicy
 from bench.runtime.profiling import after_window
 from bench.runtime.signals import SignalFlag
 from bench.runtime.timing import StepClock
-from bench.train.build import TrainingRun
+from bench.train.build import TrainingRun, TrainStep
 from bench.train.epochs import MeasuredWindow
 from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
 from bench.train.result import BatchSearch, EpochRecord, RunExtras, TrainResult
 from bench.train.resume import checkpoint_writer, claimed_checkpoints, restore_rng
-from bench.train.step import TrainStep
 
 log = logging.getLogger(__name__)
 

@@ -19,10 +19,10 @@ from bench.errors import CheckpointError, ConfigError
 from bench.runtime.models import build_model
 from bench.runtime.precision import build_precision
 from bench.runtime.timing import StepClock
+from bench.train.build import TrainStep
 from bench.train.loop import phase_figures
 from bench.train.result import EpochRecord
 from bench.train.resume import Position, TrainingCheckpoints, fingerprint
-from bench.train.step import TrainStep
 
 CPU = torch.device("cpu")
 

@@ -197,7 +197,7 @@ def test_breakdown_measures_the_exposed_comm_of_ddp_on_one_gloo_rank(tmp_path):
     from torch.nn.parallel import DistributedDataParallel
 
     from bench.runtime.precision import PrecisionPolicy
-    from bench.train.step import TrainStep
+    from bench.train.build import TrainStep
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
