@@ -213,3 +213,23 @@ def check_prefetch_fits(config: BenchConfig) -> None:
             f"batches of {batch_bytes / 2**20:.1f} MiB must fit in half of this machine's "
             f"{2 * budget / 2**30:.1f} GiB",
         )
+
+
+def check_batch_norm_batch(config: BenchConfig) -> None:
+    """BatchNorm normalises a batch by its own statistics: over one image per process (what each
+    DDP rank's BN sees) they are that image's, and training goes wrong silently. Inference is fine."""
+    if config.distributed.per_process(config.data.batch_size) != 1 or config.mode != "train":
+        return
+    import torch
+
+    from bench.runtime.models import build_model
+
+    with torch.device("meta"):  # the modules only, no weights allocated
+        model = build_model(config.model)
+    if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
+        raise ConfigError(
+            "data.batch_size",
+            config.data.batch_size,
+            f"at least 2 images per process to train model={config.model.arch} (it has BatchNorm, "
+            "which normalises over the batch); or model.norm=none",
+        )

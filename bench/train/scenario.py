@@ -28,6 +28,7 @@ from bench.runtime.rules import check_once_per_run, check_training_for_accuracy
 from bench.runtime.scenario import (
     ModelScenario,
     check_batch_fits,
+    check_batch_norm_batch,
     check_dataset,
     check_device_and_model,
     check_prefetch_fits,
@@ -130,26 +131,6 @@ def check_training(config: BenchConfig) -> Any:
         )
     check_quiet(config, device)  # last: it may wait for the machine to quieten
     return device
-
-
-def check_batch_norm_batch(config: BenchConfig) -> None:
-    """BatchNorm normalises a batch by its own statistics: over one image per process (what each
-    DDP rank's BN sees) they are that image's, and training goes wrong silently. Inference is fine."""
-    if config.distributed.per_process(config.data.batch_size) != 1 or config.mode != "train":
-        return
-    import torch
-
-    from bench.runtime.models import build_model
-
-    with torch.device("meta"):  # the modules only, no weights allocated
-        model = build_model(config.model)
-    if any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in model.modules()):
-        raise ConfigError(
-            "data.batch_size",
-            config.data.batch_size,
-            f"at least 2 images per process to train model={config.model.arch} (it has BatchNorm, "
-            "which normalises over the batch); or model.norm=none",
-        )
 
 
 def check_checkpoint_dirs(config: BenchConfig) -> None:
