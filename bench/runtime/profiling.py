@@ -49,7 +49,7 @@ from bench.machine.writable import write_whole
 from bench.rank_context import RankContext
 from bench.results import write_text
 from bench.runtime.models import build_model
-from bench.runtime.signals import SignalFlag
+from bench.runtime.timing import SignalFlag
 
 log = logging.getLogger(__name__)
 

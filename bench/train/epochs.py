@@ -34,8 +34,7 @@ from bench.errors import Interrupted
 from bench.maths.stats import percentile
 from bench.rank_context import RankContext
 from bench.runtime.precision import PrecisionPolicy
-from bench.runtime.signals import SignalFlag
-from bench.runtime.timing import StepClock
+from bench.runtime.timing import SignalFlag, StepClock
 from bench.train.build import TrainingRun
 from bench.train.result import Accuracy, EpochRecord, TrainResult
 from bench.train.resume import Position

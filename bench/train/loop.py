@@ -55,8 +55,7 @@ from bench.runtime.device import peak_memory_bytes
 from bench.runtime.models import count_parameters
 from bench.runtime.precision import PrecisionPolicy
 from bench.runtime.profiling import after_window
-from bench.runtime.signals import SignalFlag
-from bench.runtime.timing import StepClock
+from bench.runtime.timing import SignalFlag, StepClock
 from bench.train.build import TrainingRun, TrainStep
 from bench.train.epochs import MeasuredWindow
 from bench.train.mlperf_log import hyper_parameters, open_mlperf_log
