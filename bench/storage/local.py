@@ -227,5 +227,6 @@ def check_local_dirs(cfg: StorageLocation, base: Path, folders: Mapping[str, str
         return
     if cfg.root:
         check_writable_dir("storage.root", cfg.root)
+    where = LocalBackend(cfg)
     for key, folder in folders.items():
-        check_writable_dir(key, folder, LocalBackend(cfg).location(base, folder))
+        check_writable_dir(key, folder, where.location(base, folder))
