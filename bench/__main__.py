@@ -16,8 +16,7 @@ from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.scenario import named_twice
 from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG, EXIT_SIGINT, EXIT_SIGTERM, BenchError, print_error
-from bench.launch.plugins import register_bench_launchers
-from bench.launch.preview import job_config, preview, wants_job_config, wants_preview
+from bench.launch.preview import job_config, preview, register_bench_launchers, wants_job_config, wants_preview
 from bench.secrets import command_line_problem, redact_output
 
 register_configs()

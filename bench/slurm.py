@@ -15,7 +15,7 @@ local executor (hydra/launcher=slurm_local): hydra-submitit-launcher's launchers
   basic launcher;
 - slurm_local runs its jobs one at a time: a measurement needs the machine to itself.
 
-Imported (through hydra_plugins.bench_launcher, registered by bench.launch.plugins) whenever
+Imported (through hydra_plugins.bench_launcher, registered by bench.launch.preview) whenever
 `python -m bench` starts, when hydra-submitit-launcher (the `slurm` extra) is installed: keep it
 light, submitit is imported only when a sweep launches.
 """

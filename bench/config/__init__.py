@@ -18,8 +18,14 @@ from typing import Any, Dict, List, Optional
 from omegaconf import DictConfig, OmegaConf, open_dict
 from omegaconf.errors import OmegaConfBaseException
 
+from bench.config.hydra_errors import (
+    SWEEP_FROM_PYTHON,
+    as_error,
+    reject_non_finite,
+    reject_unknown_attributes,
+    reject_unknown_keys,
+)
 from bench.config.optimizer import chosen_optimizers_values
-from bench.config.preflight import reject_non_finite, reject_unknown_attributes, reject_unknown_keys
 from bench.config.schema import BenchConfig, register_configs, schema
 from bench.config.storage_benchmark import changed_benchmark_keys
 from bench.errors import ConfigError, ConfigProblem
@@ -29,7 +35,6 @@ def load(cfg: DictConfig) -> BenchConfig:
     """Check the keys, type the scenario's node (bench.config.scenario), resolve every interpolation and
     build the typed config (each group's __post_init__ runs here), then the scenario checks it (its
     `check`: its own rules). Raises ConfigError / ConfigProblem: one sentence, exit 2."""
-    from bench.config.hydra_errors import as_error
 
     reject_unknown_keys(cfg)
     try:
@@ -47,7 +52,6 @@ def load(cfg: DictConfig) -> BenchConfig:
 
 def _scenario_typed(cfg: DictConfig) -> DictConfig:
     """A copy of `cfg` (the caller's stays as composed) whose scenario node is its class's."""
-    from bench.config.hydra_errors import as_error
     from bench.config.scenario import typed
 
     cfg = copy.deepcopy(cfg)
@@ -75,7 +79,6 @@ def composed(*overrides: str) -> DictConfig:
     from hydra.errors import HydraException
 
     from bench import config_dir
-    from bench.config.hydra_errors import SWEEP_FROM_PYTHON, as_error
     from bench.config.scenario import named_twice
 
     if "-m" in overrides or "--multirun" in overrides:  # Hydra's compose API runs none, and reads -m as an override
@@ -107,7 +110,6 @@ def check(config: BenchConfig) -> BenchConfig:
     """A BenchConfig edited as a dataclass (bench.api), checked again as the command line checks
     its config: a key that is not the schema's (`config.data.batch_sise = 8`), a value of the
     wrong type (`config.data.batch_size = "abc"`), then everything `load` checks. A new one."""
-    from bench.config.hydra_errors import as_error
 
     reject_unknown_attributes(config)
     try:  # merged into the schema as Hydra merges an override: OmegaConf names the full key

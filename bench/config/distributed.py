@@ -44,6 +44,11 @@ class DistributedConfig(Checks):
     def world_size(self) -> int:
         return self.nproc_per_node * self.nnodes
 
+    def per_process(self, batch: int, world: int = 0) -> int:
+        """`batch` (data.batch_size, a progressive phase's) as each of the `world` processes' (default: this
+        config's): weak scaling keeps it, strong splits it (the schema refuses a batch that does not split)."""
+        return batch // (world or self.world_size) if self.scaling == Scaling.strong else batch
+
     def __post_init__(self) -> None:
         self.check_ranges()
         if self.name == DistributedName.single and self.nnodes != 1:

@@ -42,7 +42,7 @@ class OptimizerConfig(Checks):
         self.check_ranges()
         if len(self.betas) != 2:
             self._fail("betas", "a list of two numbers, e.g. [0.9, 0.999]", list(self.betas))
-        # torch refuses these only at the first step (nan and inf: bench.config.preflight names them)
+        # torch refuses these only at the first step (nan and inf: bench.config.hydra_errors names them)
         if not all(0 <= beta < 1 for beta in self.betas if math.isfinite(beta)):
             self._fail("betas", "two numbers in [0, 1), e.g. [0.9, 0.999]", list(self.betas))
 

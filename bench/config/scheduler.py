@@ -1,5 +1,5 @@
 """The `scheduler` group: the learning-rate schedule, stepped once per optimizer step
-(bench.train.schedules)."""
+(bench.train.optim)."""
 
 from __future__ import annotations
 

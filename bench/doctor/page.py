@@ -95,9 +95,11 @@ def _measured(what_if: WhatIf) -> str:
 
 
 def _markdown(headers: List[str], rows: List[List[str]]) -> str:
-    lines = ["| " + " | ".join(headers) + " |", "|" + "---|" * len(headers)]
-    lines += ["| " + " | ".join(cell.replace("|", "/") for cell in row) + " |" for row in rows]
-    return "\n".join(lines)
+    import pandas as pd
+
+    from bench.analysis.render import render_markdown  # the sweep report's table writer (pandas: loaded late)
+
+    return render_markdown(pd.DataFrame(rows, columns=headers, dtype=object))
 
 
 RUNG_HEADERS = ["rung", "img/s", "of ceiling", "figures"]

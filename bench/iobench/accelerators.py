@@ -4,7 +4,7 @@ processes on one host.
 One accelerator's job (`run_client`): its share of the read phase (with periodic checkpoints and
 evaluation passes), then its part of the checkpoint phase. The same function runs in this process
 (one accelerator), in a spawned accelerator process (N on one host) or in a torch.distributed rank
-(several hosts, bench.iobench.ranks); only `sync` (a barrier across the clients, or nothing) and
+(several hosts, bench.iobench.session); only `sync` (a barrier across the clients, or nothing) and
 where the result goes differ.
 
 N on one host (`run_accelerators`): accelerator i reads files i, i+N, i+2N, ... (disjoint shards).
@@ -32,6 +32,7 @@ from bench.iobench.checkpoint import CHECKPOINT_DIR, Checkpointer, Sync, run_che
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.measured import ReaderResult
 from bench.iobench.reader import run_reader
+from bench.storage.base import Backend
 from bench.storage.registry import backend
 
 log = logging.getLogger(__name__)
@@ -54,13 +55,13 @@ class ClientJob:
     node: int = 0
 
 
-def _checkpointer(storage: StorageConfig, job: ClientJob) -> Optional[Checkpointer]:
+def _checkpointer(storage: StorageConfig, job: ClientJob, where: Backend) -> Optional[Checkpointer]:
     """Client 0's checkpointer (checkpoint_writers=one), or every client's, each writing its share (all)."""
     workload = storage.workload
     writers = job.clients if workload.checkpoint_writers == CheckpointWriters.all else 1
     if not workload.checkpoint_size_mb or job.client >= writers:
         return None
-    store = backend(storage).checkpoint_store(Path(job.out_dir), CHECKPOINT_DIR)
+    store = where.checkpoint_store(Path(job.out_dir), CHECKPOINT_DIR)
     share = workload.checkpoint_size_mb / writers
     return Checkpointer(store, storage.checkpoint_name, share, job.client, writers, workload.checkpoint_keep)
 
@@ -75,13 +76,14 @@ def run_client(
     """`start_gate` waits until every client is ready to read (bench.iobench.reader.run_reader);
     `sync` lines the clients' checkpoint writes and reads up (bench.iobench.checkpoint)."""
     workload = storage.workload
-    checkpointer = _checkpointer(storage, job)
+    where = backend(storage)
+    checkpointer = _checkpointer(storage, job, where)
     try:
         if workload.checkpoint_only:
             result = ReaderResult(job.client, [], host=socket.gethostname())
         else:
             result = run_reader(
-                backend(storage).open(job.location),
+                where.open(job.location),
                 job.files,
                 workload,
                 job.client,

@@ -29,7 +29,7 @@ from bench.config import BenchConfig
 from bench.config.storage import CheckpointWriters, PrepareMode, ReadMode, StorageConfig
 from bench.errors import ConfigError, ConfigProblem
 from bench.iobench.checkpoint import CHECKPOINT_DIR, OVERHEAD, checkpoint_key
-from bench.iobench.formats.registry import format_for
+from bench.iobench.formats.base import format_for
 from bench.iobench.freespace import free_inodes, nearest_existing, shortfall
 from bench.iobench.prepare import existing_dataset, planned
 from bench.iobench.qualify import dataset_size, host_memory

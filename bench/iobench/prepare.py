@@ -10,7 +10,7 @@ A dataset is "there" when its manifest (written last, so an interrupted prepare 
 complete) describes the same workload and every listed file exists with its recorded size.
 storage.prepare: auto (reuse a matching dataset, else write) | always | never (a missing or
 different dataset is an error). With several hosts each client writes its 1/N of the files
-(bench.iobench.ranks) and the first one writes the manifest.
+(bench.iobench.session) and the first one writes the manifest.
 
 A prepare that fails (a full disk, a store error) deletes the files it wrote before it raises:
 without a manifest they could not be reused anyway, and they would leave the disk full. An
@@ -31,8 +31,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
-from bench.iobench.formats.base import FileSpec
-from bench.iobench.formats.registry import format_for
+from bench.iobench.formats.base import FileSpec, format_for
 from bench.iobench.freespace import DiskFull, no_space, write_error
 from bench.iobench.result import PrepareFigures
 from bench.maths.stats import percentile

@@ -22,8 +22,7 @@ from bench.config.storage import ReadMode, StorageWorkloadConfig
 from bench.config.storage_benchmark import PROCESSES_NEED, Readers
 from bench.errors import ConfigError
 from bench.iobench.fetch import Fetcher
-from bench.iobench.formats.base import FileSpec, Unchecked
-from bench.iobench.formats.registry import format_for
+from bench.iobench.formats.base import FileSpec, Unchecked, format_for
 from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.order import file_order, sample_order
 from bench.iobench.pipeline import ThreadReaders, WorkItem

@@ -71,12 +71,10 @@ class StorageScenario(BaseScenario):
         self, config: BenchConfig, ctx: Any, out_dir: Path, heartbeat: Optional[Callable[[], None]] = None
     ) -> Optional[StorageReport]:
         """Prepare, read and checkpoint phases, runs times."""
+        from bench.iobench.session import Clients, run_as_rank, run_storage
+
         if ctx.distributed:
-            from bench.iobench.ranks import run_as_rank
-
             return run_as_rank(config, ctx, out_dir, heartbeat)
-        from bench.iobench.session import Clients, run_storage
-
         return run_storage(config, Clients(config, out_dir))
 
     def report(self, outcome: StorageReport, config: BenchConfig) -> StorageReport:

@@ -1,5 +1,5 @@
 """What each process started by the elastic launcher runs (module level: forkserver pickles it): its
-log (rank<N>.log; rank 0 also to stderr), its pid file (read by bench.launch.reaper), and the
+log (rank<N>.log; rank 0 also to stderr), its pid file (read by bench.launch.launchers), and the
 StepWatchdog that ends it when its training steps have stopped or its launcher is gone.
 
 A peer that died or hung leaves the others blocked inside an all-reduce, and not every backend
@@ -60,10 +60,6 @@ def worker_entry(config: BenchConfig, out_dir: str, workers_dir: str, launcher_p
 
 def pid_file(workers_dir: Path, rank: int) -> Path:
     return workers_dir / f"rank{rank}.pid"
-
-
-RANK_LOG_FORMAT = "[%(asctime)s][rank{rank}][%(name)s][%(levelname)s] %(message)s"
-NOISY_LOGGERS = ("mlflow", "urllib3", "alembic", "matplotlib")
 
 
 def setup_rank_logging(out_dir: Path, rank: int, own_process: bool = True) -> None:

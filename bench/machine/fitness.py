@@ -10,7 +10,7 @@ What makes a run unfit (a reason, with its figure; docs/measurement.md lists the
   (the CPUs this process may run on, capped by the cgroup CPU quota);
 - swap-in during the window;
 - the run stopped during the window (SIGSTOP, Ctrl-Z): a sample PAUSE_S late, the run's tree idle meanwhile;
-- the GPU checks of bench.machine.fitness_gpu.
+- the GPU checks of bench.machine.gpu_monitor.
 Reported, but not unfit by themselves (notes): the load average at the start (it looks back a
 minute, the window's own CPU count is the judge), a frequency governor other than performance,
 CPUs below SLOW_CLOCK of their max frequency at the window's end.

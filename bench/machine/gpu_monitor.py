@@ -9,16 +9,31 @@ beyond one NVML call per interval. Energy is NVML's total-energy counter (millij
 the driver loaded; Volta and newer) read at start() and at stop(): energy_joules, and
 energy_power_mean_w = those joules / the seconds between the two reads. A GPU or driver
 without the counter gives no energy figures (absent, not 0).
+
+Fit to measure, the GPU's side (NVML): what bench.machine.fitness.MachineWatch adds for a
+rank's GPU. Every NVML call may be missing (an old driver, a GPU without the feature): a check
+that cannot be read is left out, quietly; without NVML at all there is no GPU watch.
+
+Unfit: another compute process on the GPU; thermal or hardware slowdown (incl. the power brake)
+during the window; a power limit below the default; uncorrected ECC errors; a PCIe link narrower
+than the card and slot allow; the rank pinned to CPUs none of which are on its GPU's NUMA node.
+Notes: the software power cap reached (common at full load, and what a power-limited card does),
+SM clock below SLOW_SM_CLOCK of max, MIG on, persistence mode off, a PCIe generation below max
+during the window (a link steps down when idle), corrected ECC errors during the window, a rank
+whose CPUs are only partly on its GPU's NUMA node.
 """
 
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 import time
 from dataclasses import dataclass, fields
-from typing import Any, Dict, List, Optional
+from typing import Any, Collection, Dict, List, Optional, Set
+
+from bench.machine.fitness import Verdict
 
 
 @dataclass
@@ -123,3 +138,162 @@ class GpuMonitor:
         if joules < 0 or seconds <= 0:  # the counter wrapped or was reset by the driver
             return GpuFigures()
         return GpuFigures(energy_joules=joules, energy_power_mean_w=joules / seconds)
+
+
+SLOW_SM_CLOCK = 0.80  # mean SM clock over the window below this share of max is noted
+# clock-event (throttle) reason bits, as nvml.h numbers them
+THERMAL = {
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x08: "hardware slowdown",
+    0x80: "hardware power brake slowdown",
+}
+POWER_CAP = 0x04
+ECC_UNCORRECTED, ECC_CORRECTED, ECC_VOLATILE = 1, 0, 0  # NVML_MEMORY_ERROR_TYPE_*, NVML_VOLATILE_ECC
+CLOCK_SM = 1  # NVML_CLOCK_SM
+
+
+def _try(call: Any, *args: Any) -> Any:
+    try:
+        return call(*args)
+    except Exception:  # NVMLError_NotSupported and friends: the check is left out
+        return None
+
+
+def cpus_of_mask(words: List[int]) -> Set[int]:
+    """nvmlDeviceGetCpuAffinity's bitmask (64-bit words, lowest CPUs first) as CPU numbers."""
+    return {64 * i + bit for i, word in enumerate(words) for bit in range(64) if int(word) >> bit & 1}
+
+
+class GpuWatch:
+    """One rank's GPU: `nvml` is the pynvml module (or a stand-in), `handle` the GPU's."""
+
+    def __init__(self, nvml: Any, handle: Any, index: int, ranks_on_gpu: int = 1):
+        self.nvml, self.handle, self.index, self.ranks_on_gpu = nvml, handle, index, ranks_on_gpu
+        self.events = 0  # OR of every clock-event reason seen during the window
+        self.clocks: List[int] = []
+        self.pcie_gen = 0
+        self.others: Set[int] = set()
+        self.own: Set[int] = set()
+
+    def _reasons_now(self) -> Optional[int]:
+        nvml = self.nvml
+        call = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        return _try(call, self.handle) if call else None
+
+    def start(self, own_pids: Collection[int]) -> None:
+        self.own = set(own_pids) | {os.getpid()}
+        self.ecc_corrected = _try(self.nvml.nvmlDeviceGetTotalEccErrors, self.handle, ECC_CORRECTED, ECC_VOLATILE)
+        self.sample()
+
+    def sample(self) -> None:
+        nvml, handle = self.nvml, self.handle
+        reasons = self._reasons_now()
+        if reasons is not None:
+            self.events |= int(reasons)
+        clock = _try(nvml.nvmlDeviceGetClockInfo, handle, CLOCK_SM)
+        if clock is not None:
+            self.clocks.append(int(clock))
+        gen = _try(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle)
+        self.pcie_gen = max(self.pcie_gen, int(gen or 0))
+        processes = _try(nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+        if processes is not None:
+            pids = {int(p.pid) for p in processes}
+            if pids & self.own or len(pids) <= self.ranks_on_gpu:
+                self.others |= pids - self.own
+            else:  # none of them is ours: NVML shows another PID namespace (a container); count beyond our ranks
+                self.others |= set(sorted(pids)[self.ranks_on_gpu :])
+
+    def stop(self) -> Verdict:
+        self.sample()
+        verdict, nvml, handle, gpu = Verdict(), self.nvml, self.handle, f"GPU {self.index}"
+        if self.others:
+            verdict.reasons.append(
+                f"{gpu} ran {len(self.others)} other compute process(es) (pid "
+                f"{', '.join(str(p) for p in sorted(self.others))})"
+            )
+        seen = [name for bit, name in THERMAL.items() if self.events & bit]
+        if seen:
+            verdict.reasons.append(f"{gpu} throttled during the window: {', '.join(seen)}")
+        if self.events & POWER_CAP:
+            verdict.notes.append(f"{gpu} reached its power cap during the window")
+        top = _try(nvml.nvmlDeviceGetMaxClockInfo, handle, CLOCK_SM)
+        if top and self.clocks:
+            mean = sum(self.clocks) / len(self.clocks)
+            verdict.figures.update(fit_gpu_sm_clock_ratio=round(mean / top, 3))
+            if mean / top < SLOW_SM_CLOCK:
+                verdict.notes.append(f"{gpu} SM clock {mean:.0f} of {top} MHz max ({mean / top:.0%}) during the window")
+        limit = _try(nvml.nvmlDeviceGetPowerManagementLimit, handle)
+        default = _try(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
+        if limit and default and limit < default:
+            verdict.reasons.append(f"{gpu} power limit {limit / 1000:.0f} W < default {default / 1000:.0f} W")
+        mig = _try(nvml.nvmlDeviceGetMigMode, handle)
+        if mig and int(mig[0]) == 1:
+            verdict.notes.append(f"{gpu} is in MIG mode: the figures are one partition's")
+        if _try(nvml.nvmlDeviceGetPersistenceMode, handle) == 0:
+            verdict.notes.append(f"{gpu} persistence mode is off")
+        self._ecc(verdict, gpu)
+        self._pcie(verdict, gpu)
+        self._numa(verdict, gpu)
+        _try(nvml.nvmlShutdown)  # NVML counts its inits: this watch's one ends here
+        return verdict
+
+    def _ecc(self, verdict: Verdict, gpu: str) -> None:
+        nvml, handle = self.nvml, self.handle
+        uncorrected = _try(nvml.nvmlDeviceGetTotalEccErrors, handle, ECC_UNCORRECTED, ECC_VOLATILE)
+        if uncorrected:
+            verdict.reasons.append(f"{gpu} has {uncorrected} uncorrected ECC errors since the driver loaded")
+        corrected = _try(nvml.nvmlDeviceGetTotalEccErrors, handle, ECC_CORRECTED, ECC_VOLATILE)
+        if corrected is not None and self.ecc_corrected is not None and corrected > self.ecc_corrected:
+            verdict.notes.append(f"{gpu} corrected {corrected - self.ecc_corrected} ECC errors during the window")
+
+    def _pcie(self, verdict: Verdict, gpu: str) -> None:
+        nvml, handle = self.nvml, self.handle
+        width, most = (
+            _try(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
+            _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
+        )
+        if width and most and width < most:
+            verdict.reasons.append(f"{gpu} PCIe link x{width} of x{most}")
+        top_gen = _try(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
+        if self.pcie_gen and top_gen and self.pcie_gen < top_gen:
+            verdict.notes.append(f"{gpu} PCIe link gen {self.pcie_gen} of gen {top_gen} during the window")
+
+    def _numa(self, verdict: Verdict, gpu: str) -> None:
+        """This rank's CPUs against its GPU's NUMA-local CPUs (nvmlDeviceGetCpuAffinity)."""
+        words = os.cpu_count() or 1
+        mask = _try(self.nvml.nvmlDeviceGetCpuAffinity, self.handle, (words + 63) // 64)
+        if not mask or not hasattr(os, "sched_getaffinity"):
+            return
+        local, mine = cpus_of_mask(list(mask)), os.sched_getaffinity(0)
+        if not local or local >= mine or mine == set(range(os.cpu_count() or 1)):
+            return  # on the GPU's node, or not pinned at all (the scheduler may place it anywhere)
+        if not local & mine:
+            verdict.reasons.append(
+                f"{gpu}: this rank runs on CPUs {_ranges(mine)}, none on the GPU's NUMA node (CPUs {_ranges(local)})"
+            )
+        else:
+            verdict.notes.append(
+                f"{gpu}: this rank's CPUs {_ranges(mine)} are partly off the GPU's NUMA node (CPUs {_ranges(local)})"
+            )
+
+
+def _ranges(cpus: Collection[int]) -> str:
+    """{0,1,2,5} -> '0-2,5': runs of consecutive CPUs, each a group of equal (cpu - its place)."""
+    runs = [[cpu for _, cpu in run] for _, run in itertools.groupby(enumerate(sorted(cpus)), lambda at: at[1] - at[0])]
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}" for run in runs)
+
+
+def gpu_watch(cuda_index: int, ranks_on_gpu: int = 1, nvml: Any = None) -> Optional[GpuWatch]:
+    """The watch of this rank's GPU, or None without NVML (no driver, no GPU)."""
+    try:
+        if nvml is None:
+            import pynvml
+
+            nvml = pynvml
+        nvml.nvmlInit()
+        return GpuWatch(nvml, nvml_handle(nvml, cuda_index), cuda_index, ranks_on_gpu)
+    except Exception:  # NVMLError_LibraryNotFound and friends: no GPU checks
+        return None

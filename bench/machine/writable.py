@@ -7,6 +7,8 @@ Nothing is made: the nearest part of the path that exists must be a directory (m
 below it) that this user can write: a probe file (an unnamed temporary, gone when closed) asks
 the filesystem itself, so a read-only mount is found where permission bits (root's) would not
 show it. A full disk is not this check's: the free-space checks say how much is missing.
+
+`write_whole` is the one way bench writes a file that a reader may see: a temporary name, then a rename.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from __future__ import annotations
 import os
 import tempfile
 from pathlib import Path
-from typing import Any, Optional, Union
+from typing import Any, Callable, Optional, TypeVar, Union
 
 from bench.errors import ConfigError
 
 WRITABLE = "a directory this user can write (made if missing)"
+T = TypeVar("T")
 
 
 def directory_problem(path: Union[str, Path]) -> Optional[str]:
@@ -55,3 +58,16 @@ def writable_dir_refusal(key: str, value: Any, path: Optional[Union[str, Path]] 
     except ConfigError as exc:
         return str(exc)
     return None
+
+
+def write_whole(path: Path, write: Callable[[Path], T]) -> T:
+    """`write(tmp)` fills `<name>.tmp<pid>` beside `path`, then it is renamed onto `path`: a reader sees the
+    whole file or none, and a failed write leaves nothing behind (a killed one: see
+    bench.storage.local.remove_stale_temporaries). Returns what `write` returned."""
+    tmp = path.with_name(f"{path.name}.tmp{os.getpid()}")
+    try:
+        done = write(tmp)
+        os.replace(tmp, path)
+        return done
+    finally:
+        tmp.unlink(missing_ok=True)

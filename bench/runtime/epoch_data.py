@@ -11,19 +11,12 @@ from typing import Any, Callable, Iterator, Optional
 import torch
 
 from bench.config import BenchConfig
-from bench.config.distributed import Scaling
-from bench.config.progressive import Phase, parse_progressive, phase_at
+from bench.config.data import Phase, parse_progressive, phase_at
 from bench.data.registry import build_batches
 from bench.errors import DataError
 from bench.rank_context import RankContext
 
 log = logging.getLogger(__name__)
-
-
-def per_rank_batch_size(config: BenchConfig, world_size: int, batch: Optional[int] = None) -> int:
-    """weak scaling: data.batch_size per process; strong: data.batch_size split over the ranks."""
-    batch = batch or config.data.batch_size
-    return batch // world_size if config.distributed.scaling == Scaling.strong else batch
 
 
 class EpochData:
@@ -55,7 +48,7 @@ class EpochData:
     def _open(self, phase: Phase) -> None:
         if self.batches is not None and hasattr(self.batches, "close"):
             self.batches.close()
-        batch = per_rank_batch_size(self.config, self.ctx.world_size, phase.batch_size)
+        batch = self.config.distributed.per_process(phase.batch_size, self.ctx.world_size)
         data = dataclasses.replace(self.config.data, image_size=phase.image_size, batch_size=batch)
         self.batches = build_batches(
             data,
@@ -71,7 +64,7 @@ class EpochData:
     def steps(self, epoch: int) -> int:
         if self.config.train.steps_per_epoch:
             return self.config.train.steps_per_epoch
-        batch = per_rank_batch_size(self.config, self.ctx.world_size, self._phase(epoch).batch_size)
+        batch = self.config.distributed.per_process(self._phase(epoch).batch_size, self.ctx.world_size)
         steps = self.dataset_size // self.ctx.world_size // batch  # DistributedSampler, full batches only
         if steps < 1:
             raise DataError(
@@ -90,7 +83,8 @@ class EpochData:
     def enter(self, epoch: int, skip: int = 0) -> Iterator:
         """The batches of epoch `epoch` (from 0), `skip` of them already trained (a resumed run)."""
         phase = self._phase(epoch)
-        if self.phases and (phase.image_size, phase.batch_size) != (self.image_size, self._global_batch()):
+        batch = self.config.distributed.per_process(phase.batch_size, self.ctx.world_size)
+        if self.phases and (phase.image_size, batch) != (self.image_size, self.batch_size):
             old = self.batch_size
             log.info("epoch %d: progressive resizing to %d px, batch %d", epoch + 1, phase.image_size, phase.batch_size)
             self._open(phase)
@@ -106,7 +100,3 @@ class EpochData:
         for _ in range(skip):
             next(self.batches)  # the order an uninterrupted run read
         return self.batches
-
-    def _global_batch(self) -> int:
-        strong = self.config.distributed.scaling == Scaling.strong
-        return self.batch_size * self.ctx.world_size if strong else self.batch_size

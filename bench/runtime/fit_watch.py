@@ -1,5 +1,5 @@
 """Fit to measure, for a run of a model (training, inference): the watch the loops start before the
-measured window and stop after it (bench.machine.fitness, .fitness_gpu), the refusal before a run
+measured window and stop after it (bench.machine.fitness, .gpu_monitor), the refusal before a run
 with benchmark.require_fit=true, and the verdict's place in the record, the MLflow run and the
 run's status. Torch is imported only when a watch starts.
 
@@ -17,7 +17,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 from bench.config import BenchConfig
 from bench.errors import ConfigProblem
 from bench.machine.fitness import MachineWatch, Verdict, affinity, oversubscription, usable_cores, wait_until_quiet
-from bench.machine.gpu_monitor import GpuFigures, GpuMonitor
+from bench.machine.gpu_monitor import GpuFigures, GpuMonitor, gpu_watch
 from bench.rank_context import RankContext
 from bench.results import FitFigures
 
@@ -46,8 +46,6 @@ class WindowMonitor:
     fitness watch (`verdict` afterwards; None when the window never ran)."""
 
     def __init__(self, config: BenchConfig, device: Any, ctx: RankContext):
-        from bench.machine.fitness_gpu import gpu_watch
-
         self.config, self.device, self.ctx = config, device, ctx
         cuda = device.type == "cuda"
         self.gpu_monitor = GpuMonitor(device.index or 0) if cuda and ctx.is_reporter else None

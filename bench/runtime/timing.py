@@ -5,12 +5,18 @@ Step time = the gap between consecutive marks, so it covers everything the step 
 waiting for data included. Nothing here synchronises except `sync()`, called only at log
 intervals and at the end of the window. `pause()`/`resume()` cut out what is not training
 (an evaluation, a checkpoint write): that gap is neither a step nor part of the window.
+
+A SIGTERM / Ctrl-C noted, not raised, while a step is in progress: training with checkpoints,
+and the passes after the window (breakdown, profiling) of both scenarios, end after the step in
+progress instead of in the middle of it.
 """
 
 from __future__ import annotations
 
+import signal
+import threading
 import time
-from typing import List, Set
+from typing import Any, Dict, List, Optional, Set
 
 import torch
 
@@ -62,3 +68,28 @@ class StepClock:
         """Time between consecutive marks from mark `first` on, pauses left out, in ms (call
         sync() first on CUDA)."""
         return [self._span(i - 1, i) * 1000.0 for i in range(first + 1, len(self._marks)) if i not in self._gaps]
+
+
+class SignalFlag:
+    """SIGTERM/SIGINT noted, not raised, while enabled (training with checkpoints, the passes
+    after the window): the loop finishes the step it is in, writes a checkpoint if it keeps
+    them, then ends the run KILLED (a signal raised mid-step could leave the weights half
+    updated). Only the main thread may set signal handlers: elsewhere it stays disabled."""
+
+    def __init__(self, enabled: bool):
+        self.enabled = enabled and threading.current_thread() is threading.main_thread()
+        self.signum: Optional[int] = None
+        self._previous: Dict[int, Any] = {}
+
+    def __enter__(self) -> "SignalFlag":
+        if self.enabled:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                self._previous[sig] = signal.signal(sig, self._note)
+        return self
+
+    def _note(self, signum: int, _frame: Any) -> None:
+        self.signum = signum
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)

@@ -20,7 +20,7 @@ from typing import Any, BinaryIO, Callable, Iterable, List, Mapping, Optional, T
 import psutil
 
 from bench.config.storage import StorageLocation
-from bench.machine.writable import check_writable_dir
+from bench.machine.writable import check_writable_dir, write_whole
 from bench.storage.base import ObjectStore
 
 log = logging.getLogger(__name__)
@@ -82,18 +82,16 @@ class LocalStore:
         object in memory first); all or nothing all the same. Returns the bytes written."""
         path = self._path(key)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + f".tmp{os.getpid()}")
-        try:
+
+        def fill(tmp: Path) -> int:
             with open(tmp, "wb") as fh:
                 write(fh)
-                size = fh.tell()
                 if self.fsync:
                     fh.flush()
                     os.fsync(fh.fileno())
-            os.replace(tmp, path)
-        finally:
-            tmp.unlink(missing_ok=True)  # a failed write leaves nothing behind
-        return size
+                return fh.tell()
+
+        return write_whole(path, fill)
 
     def remove_stale_temporaries(self) -> List[str]:
         """The `<name>.tmp<pid>` files here whose writer is dead (a save killed mid-write): removed,
@@ -207,8 +205,7 @@ class LocalBackend:
         self.cfg = cfg
 
     def location(self, run_dir: Path, subdir: str = "") -> str:
-        root = Path(self.cfg.root) if self.cfg.root else run_dir
-        return str(root / subdir) if subdir else str(root)
+        return str(Path(self.cfg.root or run_dir) / subdir)
 
     def open(self, location: str, fsync: bool = False) -> ObjectStore:
         store = DirectReadStore if self.cfg.direct_io else LocalStore
@@ -230,6 +227,6 @@ def check_local_dirs(cfg: StorageLocation, base: Path, folders: Mapping[str, str
         return
     if cfg.root:
         check_writable_dir("storage.root", cfg.root)
-    root = Path(cfg.root) if cfg.root else base
+    where = LocalBackend(cfg)
     for key, folder in folders.items():
-        check_writable_dir(key, folder, root / folder)
+        check_writable_dir(key, folder, where.location(base, folder))

@@ -152,8 +152,7 @@ def _refuse_a_sweep_that_cannot_start(config: Any) -> Optional[str]:
     one, or a tracking URI MLflow has no store for is one line and exit 2 (SystemExit: Hydra turns
     an Exception a callback raises into a warning). Else the sweep's tracking URI (None: off)."""
     from bench.config import sweep_problem
-    from bench.launch.plugins import cluster_commands_problem
-    from bench.launch.preview import job_problem
+    from bench.launch.preview import cluster_commands_problem, job_problem
     from bench.machine.writable import writable_dir_refusal
 
     try:

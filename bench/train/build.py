@@ -2,11 +2,32 @@
 from the config in this order: the process (seed, threads, cuDNN), a checkpoint to resume from,
 the precision policy, the model, the batch (benchmark.find_max_batch picks it before anything
 else is sized by it), the batches epoch by epoch, the optimizer and its lr schedule, DDP,
-torch.compile, and the optimizer step that the measured window runs."""
+torch.compile, and the optimizer step that the measured window runs.
+
+benchmark.find_max_batch: the largest per-process batch that trains without running out of GPU
+memory, searched before the run (opt-in, never a silent fallback; the batch used is in every
+result, `batch_size_requested` keeps the one asked for, and the MLflow run is named after it).
+
+Search: start at data.batch_size; halve until a batch fits; then double while it fits (up to
+GROWTH_LIMIT x the start), and bisect between the last batch that fit and the first that did
+not, to within 1/16 of it, in at most MAX_PROBES trials (each batch is tried once; once the cap is
+reached the largest batch that fit so far is the answer). A trial is two full training steps
+(forward, backward, optimizer) of the eager model on a synthetic batch, with a throw-away
+optimizer of the configured kind; the weights are put back afterwards. With DDP every rank
+searches and the smallest result wins. torch.compile is left out of the search (its memory use
+differs a little: leave some room).
+
+One optimizer step, as the phases bench.train.loop times one by one: clear the gradients,
+forward (under autocast, with the loss), backward (scaled for fp16), update (gradient clipping on
+unscaled gradients, the optimizer step, the lr schedule). Calling a `TrainStep` runs the phases
+back to back with nothing in between: it is what the measured window runs.
+"""
 
 from __future__ import annotations
 
+import copy
 import dataclasses
+import gc
 import logging
 from dataclasses import asdict
 from typing import Any, Callable, Dict, List, Optional
@@ -15,19 +36,17 @@ import torch
 import torch.nn as nn
 
 from bench.config import BenchConfig
-from bench.errors import CheckpointError
+from bench.errors import BenchError, CheckpointError
 from bench.rank_context import RankContext
 from bench.runtime.device import prepare_process
 from bench.runtime.epoch_data import EpochData
 from bench.runtime.models import build_model, maybe_compile
-from bench.runtime.precision import build_precision
+from bench.runtime.precision import PrecisionPolicy, build_precision
 from bench.train.checkpoint_format import check_model_fits
 from bench.train.mlperf_log import MlperfLog
-from bench.train.optim import build_optimizer, effective_lr
+from bench.train.optim import build_optimizer, build_scheduler, effective_lr, unreached
 from bench.train.result import EpochRecord
 from bench.train.resume import Position, TrainingCheckpoints, rng_states
-from bench.train.schedules import build_scheduler, unreached
-from bench.train.step import TrainStep
 
 log = logging.getLogger("bench")
 
@@ -67,8 +86,6 @@ class TrainingRun:
             check_model_fits(resumed, self.eager, checkpoints.loaded["resumed_from"])
         self.requested_batch = config.data.batch_size  # as asked, before find_max_batch
         if config.benchmark.find_max_batch:
-            from bench.train.max_batch import find_max_batch
-
             found = find_max_batch(config, self.eager, policy, device, ctx)
             config = dataclasses.replace(config, data=dataclasses.replace(config.data, batch_size=found))
             if device.type == "cuda":
@@ -131,7 +148,7 @@ def optimizer_steps(config: BenchConfig) -> int:
 
 def _in_steps(scheduler: Any, data: EpochData, warmup: int) -> Any:
     """scheduler.milestone_unit=epochs: each milestone becomes the optimizer step its epoch starts at
-    (bench.train.schedules.unreached names those past the run's end). Milestones in steps that all
+    (bench.train.optim.unreached names those past the run's end). Milestones in steps that all
     fall inside the first of several epochs are named in a warning."""
     if scheduler.milestone_unit != "epochs":
         first_epoch = data.planned(0) - data.planned(1)
@@ -180,3 +197,154 @@ def _wrap_ddp(model: nn.Module, config: BenchConfig, device: torch.device) -> nn
         static_graph=dist.static_graph,  # same graph every step: lets DDP skip per-step bookkeeping
         bucket_cap_mb=dist.bucket_cap_mb,
     )
+
+
+log = logging.getLogger(__name__)
+
+GROWTH_LIMIT = 64
+TRIAL_STEPS = 2
+MAX_PROBES = 10  # after the first batch that fits: a search costs seconds, not minutes
+# what CUDA libraries raise, besides torch.cuda.OutOfMemoryError, when a batch does not fit
+ALLOCATION_FAILURES = ("out of memory", "ALLOC_FAILED", "canUse32BitIndexMath")
+
+
+def search(fits: Callable[[int], bool], start: int, limit: int, max_probes: int = MAX_PROBES) -> int:
+    """The largest batch for which `fits(batch)` holds, by the rule in the module docstring."""
+    known: dict = {}
+
+    def probe(batch: int) -> bool:
+        if batch not in known:
+            known[batch] = fits(batch)
+        return bool(known[batch])
+
+    batch = start
+    while not probe(batch):
+        if batch == 1:
+            raise BenchError("benchmark.find_max_batch: not even a batch of 1 fits in GPU memory")
+        batch //= 2
+    low, high = batch, None
+    while high is None and low * 2 <= limit and len(known) < max_probes:
+        if probe(low * 2):
+            low *= 2
+        else:
+            high = low * 2
+    if high is None:
+        return low
+    while high - low > max(1, low // 16) and len(known) < max_probes:
+        middle = (low + high) // 2
+        low, high = (middle, high) if probe(middle) else (low, middle)
+    return low
+
+
+def find_max_batch(
+    config: BenchConfig, model: torch.nn.Module, policy: PrecisionPolicy, device: torch.device, ctx: RankContext
+) -> int:
+    """The per-process batch this run will use (every rank agrees on it)."""
+    saved = {name: value.detach().to("cpu", copy=True) for name, value in model.state_dict().items()}
+    scaler_state = copy.deepcopy(policy.scaler.state_dict()) if policy.scaler is not None else None
+    image_size, classes = config.data.image_size, config.data.num_classes
+
+    def trial(batch: int) -> None:
+        """TRIAL_STEPS steps at `batch`; its tensors and optimizer are freed when it returns or raises."""
+        optimizer = build_optimizer(model, config.optimizer, config.optimizer.lr, device)
+        step = TrainStep(model, optimizer, torch.optim.lr_scheduler.LambdaLR(optimizer, lambda _: 1.0), policy)
+        images = torch.randn(batch, 3, image_size, image_size, device=device).contiguous(
+            memory_format=policy.memory_format
+        )
+        labels = torch.randint(0, classes, (batch,), device=device)
+        for _ in range(TRIAL_STEPS):
+            step(images, labels)
+        if device.type == "cuda":  # gpu_check's CPU rehearsal runs the search too (bench refuses it on a CPU)
+            torch.cuda.synchronize(device)
+
+    def fits(batch: int) -> bool:
+        failed = False
+        try:
+            trial(batch)
+        except torch.cuda.OutOfMemoryError:
+            failed = True  # the exception (and the trial's frame, its tensors) is gone after this block
+        except RuntimeError as exc:  # cuBLAS/cuDNN workspace allocation, or a tensor too large to index
+            if not any(text in str(exc) for text in ALLOCATION_FAILURES):
+                raise
+            failed = True
+        model.zero_grad(set_to_none=True)
+        if device.type == "cuda":  # on a CPU, dropping the references frees the memory
+            gc.collect()
+            torch.cuda.empty_cache()
+        log.info("find_max_batch: batch %d %s", batch, "does not fit" if failed else "fits")
+        return not failed
+
+    found = search(fits, config.data.batch_size, config.data.batch_size * GROWTH_LIMIT)
+    model.load_state_dict(saved)  # the trials' optimizer steps changed the weights (and BN statistics)
+    if policy.scaler is not None:
+        assert scaler_state is not None  # saved above whenever there is a scaler
+        policy.scaler.load_state_dict(scaler_state)
+    if ctx.distributed:
+        import torch.distributed as dist
+
+        agreed = torch.tensor([found], device=device)
+        dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
+        found = int(agreed.item())
+    log.info("find_max_batch: data.batch_size=%d fits (asked for %d)", found, config.data.batch_size)
+    return found
+
+
+class TrainStep:
+    def __init__(
+        self,
+        model: nn.Module,
+        optimizer: torch.optim.Optimizer,
+        scheduler: Any,
+        policy: PrecisionPolicy,
+        after: Optional[Callable[[], None]] = None,
+        label_smoothing: float = 0.0,
+        clip_norm: Optional[float] = None,
+    ):
+        """`after()` runs at the end of every step (the launched workers' hang watchdog)."""
+        self.model, self.optimizer, self.scheduler, self.policy = model, optimizer, scheduler, policy
+        self.after, self.clip_norm = after, clip_norm
+        self.criterion = nn.CrossEntropyLoss(label_smoothing=label_smoothing)
+        self.scaler = policy.scaler
+        self.params = [p for group in optimizer.param_groups for p in group["params"]]
+        # the lr the last update applied: the schedule steps after it, so the optimizer's lr is the next step's
+        self.applied_lr = float(optimizer.param_groups[0]["lr"])
+
+    def zero_grad(self) -> None:
+        self.optimizer.zero_grad(set_to_none=True)
+
+    def forward(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        with self.policy.autocast():
+            return self.criterion(self.model(images), labels)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        (self.scaler.scale(loss) if self.scaler is not None else loss).backward()
+
+    def update(self) -> None:
+        scaler, clip_norm = self.scaler, self.clip_norm
+        if scaler is not None:
+            if clip_norm is not None:
+                scaler.unscale_(self.optimizer)  # clip the true gradients, not the loss-scaled ones
+                torch.nn.utils.clip_grad_norm_(self.params, clip_norm)
+            scaler.step(self.optimizer)
+            scaler.update()
+        else:
+            if clip_norm is not None:
+                torch.nn.utils.clip_grad_norm_(self.params, clip_norm)
+            self.optimizer.step()
+        self.applied_lr = self.optimizer.param_groups[0]["lr"]
+        self.scheduler.step()
+
+    def __call__(self, images: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
+        self.zero_grad()
+        loss = self.forward(images, labels)
+        self.backward(loss)
+        self.update()
+        if self.after is not None:
+            self.after()
+        return loss.detach()
+
+    def with_model(self, model: nn.Module) -> "TrainStep":
+        """The same step on another model object (the eager one, after torch.compile failed)."""
+        twin = copy.copy(self)
+        twin.model = model
+        return twin

@@ -1,20 +1,38 @@
 """The training scenario (mode=train): its config rules (`check_train`: run when the config loads,
 before any MLflow run; torch-free, as this module is), what must hold before a run starts, what
 one rank does, and how rank 0's results become the report. What it shares with inference (a rank's
-run around its loop, the out-of-memory line, the rules in bench.runtime.rules) is bench.runtime's."""
+run around its loop, the out-of-memory line, the rules in bench.runtime.rules) is bench.runtime's.
+
+What must hold before a training run starts, beyond the schema: what every run of a model
+needs (bench.runtime.scenario: the dataset on disk, the device and its precision, the model,
+the machine's cores and memory) and what training adds: the val split, where checkpoints go, the
+checkpoint to resume from, BatchNorm's batch, the batch search's GPU. Each failure is one sentence naming the key
+(exit 2), and all of it runs before an MLflow run is opened. Cheapest first: the dataset check
+needs no torch.
+"""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any, Optional
 
 from bench.config import BenchConfig
 from bench.config.distributed import Scaling
-from bench.errors import ConfigError
+from bench.config.run import RESUME_AUTO
+from bench.errors import ConfigError, ConfigProblem
 from bench.rank_context import RankContext
+from bench.runtime.fit_watch import check_quiet
 from bench.runtime.model_names import check_arch
 from bench.runtime.rules import check_once_per_run, check_training_for_accuracy
-from bench.runtime.scenario import ModelScenario
+from bench.runtime.scenario import (
+    ModelScenario,
+    check_batch_fits,
+    check_batch_norm_batch,
+    check_dataset,
+    check_device_and_model,
+    check_prefetch_fits,
+)
 from bench.train.report import TrainReport
 from bench.train.result import TrainOutcome, TrainResult
 
@@ -30,9 +48,7 @@ class TrainScenario(ModelScenario):
         check_train(config)
 
     def preflight(self, config: BenchConfig) -> None:
-        """The dataset, the device, the model, the machine: bench.train.preflight."""
-        from bench.train.preflight import check_training
-
+        """The dataset, the device, the model, the machine: bench.train.scenario."""
         check_training(config)  # the dataset first: a missing one is refused before torch loads
 
     def run_name(self, config: BenchConfig, batch_size: Optional[int] = None) -> str:
@@ -94,4 +110,70 @@ def check_mlperf_log(config: BenchConfig) -> None:
     if importlib.util.find_spec("mlperf_logging") is None:
         raise ConfigError(
             "train.mlperf_log", True, "false without the mlperf-logging package (pip install -e '.[mlperf]' brings it)"
+        )
+
+
+def check_training(config: BenchConfig) -> Any:
+    """Raise the first problem; return the device the run will use."""
+    check_dataset(config, validation=bool(config.train.eval_every))
+    check_resume_file(config)
+    check_checkpoint_dirs(config)
+    device = check_device_and_model(config)
+    check_batch_fits(config, device)
+    check_prefetch_fits(config)
+    check_batch_norm_batch(config)
+    if config.benchmark.find_max_batch and device.type != "cuda":
+        raise ConfigError(
+            "benchmark.find_max_batch",
+            True,
+            "false on a CPU (the search grows the batch until the GPU "
+            "runs out of memory; a CPU would swap first): set data.batch_size instead",
+        )
+    check_quiet(config, device)  # last: it may wait for the machine to quieten
+    return device
+
+
+def check_checkpoint_dirs(config: BenchConfig) -> None:
+    """Where checkpoints go on a local disk can be written: storage.root, and checkpoint.dir under it
+    (else under the launch directory) when training checkpoints are written (bench.train.resume)."""
+    from pathlib import Path
+
+    from bench.storage.local import check_local_dirs
+
+    epochs = bool(config.checkpoint.every_epochs or config.train.resume)
+    if epochs or config.storage.save_checkpoint:
+        check_local_dirs(config.storage, Path.cwd(), {"checkpoint.dir": config.checkpoint.dir} if epochs else {})
+
+
+def check_resume_file(config: BenchConfig) -> None:
+    """train.resume=<file>: there, read as plain data (its tensors mapped, not read) and compared with
+    this run before an MLflow run is opened: a file that is not there, a damaged one, one that needs
+    more than plain data (a crafted pickle) and one of another model or optimizer are refused in one
+    line (exit 2). `auto` and bare names are looked up in the checkpoint folder when the run starts."""
+    resume = config.train.resume
+    if not resume or resume == RESUME_AUTO or ("/" not in resume.strip("/") and not resume.startswith(("/", "."))):
+        return
+    if not os.path.isfile(resume):
+        raise ConfigError(
+            "train.resume",
+            resume,
+            "'auto', a checkpoint file written by checkpoint.every_epochs, "
+            "or a checkpoint's name in checkpoint.dir (this file does not exist)",
+        )
+    from pathlib import Path
+
+    from bench.errors import CheckpointError
+    from bench.train.checkpoint_format import check_meta, read
+
+    try:
+        state = read(Path(resume), resume, mmap=True)
+        check_meta(state, config, resume)
+    except CheckpointError as exc:
+        raise ConfigProblem(f"train.resume: {exc}", "train.resume", resume) from None
+    if int(state["epoch"]) >= config.train.epochs:  # a run of no steps would report no figures
+        raise ConfigProblem(
+            f"train.resume: checkpoint {resume} ends epoch {state['epoch']}, and this run has "
+            f"train.epochs={config.train.epochs}: no epoch is left to train. Raise train.epochs to go on",
+            "train.resume",
+            resume,
         )

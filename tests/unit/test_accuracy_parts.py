@@ -13,16 +13,16 @@ import pytest
 import torch
 import torch.nn as nn
 
-from bench.config.progressive import Phase, parse_progressive, phase_at
+from bench.config.data import Phase, parse_progressive, phase_at
 from bench.data.loader import eval_batch_sampler
 from bench.errors import CheckpointError, ConfigError
 from bench.runtime.models import build_model
 from bench.runtime.precision import build_precision
 from bench.runtime.timing import StepClock
+from bench.train.build import TrainStep
 from bench.train.loop import phase_figures
 from bench.train.result import EpochRecord
 from bench.train.resume import Position, TrainingCheckpoints, fingerprint
-from bench.train.step import TrainStep
 
 CPU = torch.device("cpu")
 
@@ -235,7 +235,7 @@ def test_resuming_into_more_epochs_keeps_the_schedule_of_this_run(compose, sched
     a horizon continues on this run's length instead of failing when it steps past the old one
     (OneCycleLR's state carried its old total_steps: 'Tried to step 48 times')."""
     from bench.train.loop import restore
-    from bench.train.schedules import build_scheduler
+    from bench.train.optim import build_scheduler
 
     config = compose("+experiment=cpu_smoke", f"scheduler={scheduler}")
     policy = build_precision(config.precision, torch.device("cpu"))

@@ -31,7 +31,7 @@ from bench.machine.fitness import (
     unfit_reason,
     usable_cores,
 )
-from bench.machine.fitness_gpu import GpuWatch, cpus_of_mask, gpu_watch
+from bench.machine.gpu_monitor import GpuWatch, cpus_of_mask, gpu_watch
 from bench.results import FitFigures
 from bench.runtime.fit_watch import fit_figures, fit_problems, fit_tags
 from bench.train.result import TrainMetrics
@@ -97,7 +97,7 @@ def test_a_cpu_run_of_every_training_preset_fits_this_machines_cores(compose, pr
     from bench.errors import ConfigError
     from bench.runtime.device import fit_cpu
     from bench.runtime.fit_watch import demand
-    from bench.runtime.preflight import check_cores
+    from bench.runtime.scenario import check_cores
 
     config = compose(f"+experiment={preset}", "allow_cpu=true")
     try:

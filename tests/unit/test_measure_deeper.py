@@ -17,9 +17,9 @@ import torchvision
 from bench.errors import BenchError, ConfigError
 from bench.maths.confidence import STABLE_CV, bootstrap, interval, repeats_needed
 from bench.results import RepeatFigures
-from bench.runtime.flops import flops_per_image
-from bench.runtime.peaks import peak_key, peak_tflops, utilisation
-from bench.train.breakdown import breakdown_pass
+from bench.runtime.profiling import flops_per_image
+from bench.runtime.reporting import peak_key, peak_tflops, utilisation
+from bench.train.loop import breakdown_pass
 
 CPU = torch.device("cpu")
 SMALL = (
@@ -197,7 +197,7 @@ def test_breakdown_measures_the_exposed_comm_of_ddp_on_one_gloo_rank(tmp_path):
     from torch.nn.parallel import DistributedDataParallel
 
     from bench.runtime.precision import PrecisionPolicy
-    from bench.train.step import TrainStep
+    from bench.train.build import TrainStep
 
     dist.init_process_group("gloo", init_method=f"file://{tmp_path / 'store'}", rank=0, world_size=1)
     try:
@@ -322,7 +322,7 @@ def test_images_per_joule_comes_from_the_windows_energy():
 
 @pytest.mark.parametrize("start", [256, 16, 97])
 def test_find_max_batch_search_against_a_mocked_memory_cap(start):
-    from bench.train.max_batch import search
+    from bench.train.build import search
 
     tried = []
 
@@ -338,7 +338,7 @@ def test_find_max_batch_search_against_a_mocked_memory_cap(start):
 def test_find_max_batch_search_tries_each_batch_once_and_stops_at_its_cap():
     """gpu_check's find_max_batch once started at 65,536 and never finished: every trial costs two
     training steps, so the search tries a batch once and at most MAX_PROBES of them."""
-    from bench.train.max_batch import MAX_PROBES, search
+    from bench.train.build import MAX_PROBES, search
 
     tried = []
 
@@ -353,7 +353,7 @@ def test_find_max_batch_search_tries_each_batch_once_and_stops_at_its_cap():
 
 
 def test_find_max_batch_says_when_not_even_one_fits_and_stops_at_its_limit():
-    from bench.train.max_batch import search
+    from bench.train.build import search
 
     with pytest.raises(BenchError, match="not even a batch of 1 fits"):
         search(lambda batch: False, 8, 512)
@@ -398,8 +398,8 @@ def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(comp
 
 @pytest.mark.gpu
 def test_find_max_batch_on_a_gpu_trains_with_the_batch_it_found(compose):
+    from bench.train.build import GROWTH_LIMIT
     from bench.train.loop import train
-    from bench.train.max_batch import GROWTH_LIMIT
 
     # a 32 px ResNet-18 fits at every batch up to the search's limit (8 x GROWTH_LIMIT): a few
     # seconds of trials, no cuDNN autotuning of each batch size

@@ -205,7 +205,7 @@ RECIPES = {
 
 def recipe_values(config) -> dict:
     """The compared values of a composed config, in the SEED's keys."""
-    from bench.config.progressive import parse_progressive
+    from bench.config.data import parse_progressive
     from bench.train.optim import effective_lr
 
     c = config
@@ -243,7 +243,7 @@ def onecycle_range(scheduler) -> str:
     """The one-cycle lr's start, peak and end in multiples of its peak, as bench builds it."""
     import torch
 
-    from bench.train.schedules import build_scheduler
+    from bench.train.optim import build_scheduler
 
     optimizer = torch.optim.SGD([torch.zeros(1, requires_grad=True)], lr=1.0, momentum=0.9)
     group = build_scheduler(optimizer, scheduler, 1000, 1.0).optimizer.param_groups[0]

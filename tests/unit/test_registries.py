@@ -17,7 +17,7 @@ from hydra.core.config_store import ConfigStore
 from bench.config import compose, sweep_problem
 from bench.data.registry import build_batches
 from bench.errors import ConfigError
-from bench.iobench.formats.registry import format_for
+from bench.iobench.formats.base import format_for
 from bench.registries import BACKENDS, DATA, FORMATS, KEYS, DataOption
 
 

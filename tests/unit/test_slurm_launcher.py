@@ -28,7 +28,7 @@ def launcher_of(tmp_path):
 
     from bench import config_dir
     from bench.config.schema import register_configs
-    from bench.launch.plugins import register_bench_launchers
+    from bench.launch.preview import register_bench_launchers
 
     register_configs()
     register_bench_launchers()

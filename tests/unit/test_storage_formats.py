@@ -15,8 +15,7 @@ from bench.config import compose
 from bench.errors import ConfigError
 from bench.iobench.fetch import Fetcher
 from bench.iobench.figures import read_figures
-from bench.iobench.formats.base import CorruptFile, FileSpec
-from bench.iobench.formats.registry import format_for
+from bench.iobench.formats.base import CorruptFile, FileSpec, format_for
 from bench.iobench.formats.tfrecord import crc32c, frame, masked_crc
 from bench.iobench.order import buffered_shuffle, file_order, sample_order
 from bench.iobench.prepare import prepare_dataset

@@ -215,7 +215,7 @@ def test_training_checkpoint_goes_to_s3(s3_server, aws_env, tmp_path):
     import torch
 
     from bench.rank_context import RankContext
-    from bench.train.checkpoint import checkpoint_writer
+    from bench.train.resume import checkpoint_writer
 
     bucket = s3_server.new_bucket()
     config = compose(
@@ -239,7 +239,7 @@ def test_training_checkpoint_goes_to_the_run_dir_and_only_rank_0_writes(tmp_path
     import torch
 
     from bench.rank_context import RankContext
-    from bench.train.checkpoint import checkpoint_writer
+    from bench.train.resume import checkpoint_writer
 
     config = compose("storage.save_checkpoint=true", "storage.checkpoint_name=c.pt")
     assert checkpoint_writer(config, tmp_path, RankContext(rank=1, local_rank=1, world_size=2)) is None

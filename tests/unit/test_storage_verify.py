@@ -14,8 +14,7 @@ from bench.config import compose
 from bench.errors import ConfigError
 from bench.iobench.fetch import Fetcher
 from bench.iobench.figures import read_figures
-from bench.iobench.formats.base import CorruptFile, FileSpec, Unchecked
-from bench.iobench.formats.registry import format_for
+from bench.iobench.formats.base import CorruptFile, FileSpec, Unchecked, format_for
 from bench.iobench.formats.tfrecord import FrameStream, frame
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.qualify import qualification

@@ -297,7 +297,7 @@ def test_a_scenario_without_ranks_runs_in_process(compose):
     assert type(select_launcher(config, has_ranks=False, in_sweep=True)).__name__ == "InProcess"
 
 
-# --- one line for a failed launch (bench.launch.reaper) --------------------------------------------
+# --- one line for a failed launch (bench.launch.launchers) --------------------------------------------
 
 
 def _failure(local_rank: int, pid: int, exitcode: int, tmp_path, message: str = ""):
@@ -315,7 +315,7 @@ def _failure(local_rank: int, pid: int, exitcode: int, tmp_path, message: str = 
 def test_a_killed_rank_is_named_with_its_signal(tmp_path):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from bench.launch.reaper import describe_failure
+    from bench.launch.launchers import describe_failure
 
     killed = ChildFailedError(
         "bench", {1: _failure(1, 222, -9, tmp_path), 0: _failure(0, 111, 1, tmp_path, "peer gone")}
@@ -328,7 +328,7 @@ def test_the_reapers_own_kill_is_never_the_cause(tmp_path):
     failure is rank 0's timeout, not the kill bench made itself."""
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from bench.launch.reaper import describe_failure
+    from bench.launch.launchers import describe_failure
 
     exc = ChildFailedError(
         "bench",
@@ -344,7 +344,7 @@ def test_the_reapers_own_kill_is_never_the_cause(tmp_path):
 def test_a_hung_rank_names_the_watchdog(tmp_path):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from bench.launch.reaper import describe_failure
+    from bench.launch.launchers import describe_failure
     from bench.launch.worker import EXIT_HUNG
 
     exc = ChildFailedError("bench", {0: _failure(0, 111, EXIT_HUNG, tmp_path)})
@@ -354,7 +354,7 @@ def test_a_hung_rank_names_the_watchdog(tmp_path):
 def test_a_stopped_rank_is_named_not_the_peer_that_timed_out(tmp_path):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from bench.launch.reaper import describe_failure
+    from bench.launch.launchers import describe_failure
 
     exc = ChildFailedError(
         "bench",

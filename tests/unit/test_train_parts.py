@@ -18,8 +18,7 @@ from bench import config_dir
 from bench.config import compose
 from bench.errors import ConfigError
 from bench.runtime.precision import build_precision
-from bench.train.optim import build_optimizer, effective_lr
-from bench.train.schedules import build_scheduler, lr_factor_fn
+from bench.train.optim import build_optimizer, build_scheduler, effective_lr, lr_factor_fn
 
 CONF = Path(config_dir())
 CPU = torch.device("cpu")
@@ -284,7 +283,7 @@ def test_a_onecycle_rise_longer_than_the_run_is_not_squeezed_into_it(model):
 
 def test_what_of_the_schedule_a_run_does_not_reach_is_named_never_clamped():
     """Issue 33.3: the lines bench.train.build logs (rank 0) for a schedule the run does not reach."""
-    from bench.train.schedules import unreached
+    from bench.train.optim import unreached
 
     asked = sched("multistep", milestones=[1, 100], milestone_unit="epochs")
     placed = dataclasses.replace(asked, milestones=[4, 301], milestone_unit="steps")  # 3 steps an epoch, 1 warm-up
@@ -465,7 +464,7 @@ def test_float16_autocast_on_cpu_blames_the_key_that_is_wrong():
     ids=lambda v: v[-1] if isinstance(v, list) else v,
 )
 def test_what_cannot_fit_the_machine_is_refused_naming_the_key(overrides, key):
-    from bench.train.preflight import check_training
+    from bench.train.scenario import check_training
 
     with pytest.raises(ConfigError) as info:
         check_training(compose("allow_cpu=true", *overrides))
@@ -483,7 +482,7 @@ def test_a_record_that_cannot_fit_in_memory_is_refused():
 
 def test_a_folder_of_non_images_is_a_dataset_problem_before_the_run(tmp_path):
     from bench.errors import ConfigProblem
-    from bench.train.preflight import check_training
+    from bench.train.scenario import check_training
 
     for index in range(3):
         (tmp_path / "class0").mkdir(exist_ok=True)

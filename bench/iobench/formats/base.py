@@ -4,12 +4,22 @@ is checked, and where one sample lies in it (for sample-level reads).
 A format checks what it reads as a loader would before handing samples on (a short file, a
 broken frame, a bad checksum or an undecodable image is an error, never a fast read), and
 works on a memoryview of a reused buffer: no copy of the data on the way.
+
+storage.workload.format -> its Format, from the one table (bench.registries.FORMATS) or the
+user's own module:Class.
+
+Adding a format: a module with a Format subclass (bench.iobench.formats.base), one line in
+bench.registries.FORMATS.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from functools import lru_cache
 from typing import Optional, Protocol, Tuple
+
+from bench.errors import ConfigError
+from bench.registries import FORMATS, load_named
 
 
 @dataclass(frozen=True)
@@ -115,3 +125,13 @@ class Unchecked(Format):
         length = self.fmt.sample_span(spec, 0)[1]  # every format's samples read alike within a file
         if len(data) != length:
             raise CorruptFile(f"{spec.key}: read {len(data)} bytes of a sample, expected {length}")
+
+
+@lru_cache(maxsize=None)
+def format_for(name: str) -> Format:
+    """The format's instance; a user's module:Class that does not import, or is no Format, is a
+    ConfigError naming storage.workload.format."""
+    cls = load_named("storage.workload.format", name, FORMATS)
+    if not (isinstance(cls, type) and issubclass(cls, Format)):
+        raise ConfigError("storage.workload.format", name, "a subclass of bench.iobench.formats.base.Format")
+    return cls()
