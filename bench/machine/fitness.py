@@ -146,7 +146,7 @@ def cpu_seconds_with_children() -> float:
 
 
 class MachineWatch:
-    """start() before the window, stop() -> Verdict after it; `gpu` (fitness_gpu.GpuWatch) is sampled alongside."""
+    """start() before the window, stop() -> Verdict after it; `gpu` (gpu_monitor.GpuWatch) is sampled alongside."""
 
     def __init__(
         self,

@@ -40,7 +40,7 @@ class EpochRecord:
 
 @dataclass
 class Accuracy:
-    """A run's accuracy figures from its evaluated epochs (bench.train.evaluate.accuracy_figures): the
+    """A run's accuracy figures from its evaluated epochs (bench.train.epochs.accuracy_figures): the
     last evaluation, the best, what evaluating cost; time to target where train.target_accuracy is set."""
 
     val_top1: Optional[float]
@@ -75,7 +75,7 @@ class Accuracy:
 @dataclass
 class CheckpointWrite:
     """storage.save_checkpoint: where the end-of-run checkpoint went and how fast, or why it failed
-    (bench.train.checkpoint); each figure None when not measured."""
+    (bench.train.resume); each figure None when not measured."""
 
     checkpoint_path: Optional[str] = None  # the run's own: not a radix_metrics key
     checkpoint_bytes: Optional[int] = None

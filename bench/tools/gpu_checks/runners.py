@@ -165,7 +165,7 @@ def max_batch_start(done: Dict[str, Metrics], free_mb: float, image_size: int) -
     """find_max_batch's first batch: twice what the free memory holds at the memory per image an
     earlier check of this run measured (fp32 first; weights included, so an over-estimate per
     image), or 40 MB per 224 px image without one; a multiple of 8. The first trial runs out of
-    memory, and the capped search (bench.train.max_batch.MAX_PROBES) ends within a few trials."""
+    memory, and the capped search (bench.train.build.MAX_PROBES) ends within a few trials."""
     per_image = 40.0 * (image_size / 224) ** 2
     for name in ("fp32", "tf32", "bf16", "channels_last", "amp_fp16"):
         m = done.get(name) or {}
