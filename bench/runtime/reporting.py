@@ -22,7 +22,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Dict, Generic, List, Mapping, Optional, Sequence, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
 from bench.machine.gpu_monitor import GpuFigures
 from bench.results import Record, RepeatFigures, read_column, shown, write_csv
