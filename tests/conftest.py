@@ -133,19 +133,104 @@ def _start_order(item) -> tuple:
     return (1, 0) if {"e2e", "reliability"} & set(path.parts) else (2, 0)
 
 
+# What makes a test `slow` is what it does, not its folder: it starts a process (`python -m bench`, a
+# type checker, a linter, git, mount), a server (moto, `mlflow server`, http on loopback) or a browser.
+# A test is marked when it uses a fixture that does (directly or through another fixture), or when
+# its own code, a fixture's, or a helper of its module calls one of these (SLOW_CALLS).
+SLOW_FIXTURES = frozenset(
+    {"bench", "bench_at", "long_ddp_run", "s3_server", "mlflow_servers", "module_mlflow_server", "browser", "slurm"}
+)
+SLOW_CALLS = {
+    "subprocess": {"run", "Popen", "check_call", "check_output", "call", "getoutput", "getstatusoutput"},
+    "multiprocessing": {"Process", "Pool", "get_context"},
+    "os": {"fork", "system", "posix_spawn", "spawnv", "execv", "execvp"},
+}
+SLOW_NAMES = frozenset({"ProcessPoolExecutor", "ThreadingHTTPServer", "HTTPServer", "ThreadedMotoServer", "Popen"})
+
+
+def _code_names(code) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def _starts_something(func, seen: set) -> bool:
+    """`func`'s code (or a function of its own module that it names) calls what SLOW_CALLS lists."""
+    func = getattr(func, "__wrapped__", func)
+    code = getattr(func, "__code__", None)
+    if code is None or func in seen:
+        return False
+    seen.add(func)
+    names = _code_names(code)
+    if names & SLOW_NAMES or any(module in names and names & calls for module, calls in SLOW_CALLS.items()):
+        return True
+    module_globals = getattr(func, "__globals__", {})
+    return any(
+        _starts_something(module_globals[name], seen)
+        for name in names
+        if callable(module_globals.get(name)) and getattr(module_globals[name], "__module__", None) == func.__module__
+    )
+
+
+def _is_slow(item) -> bool:
+    if item.get_closest_marker("slow") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    seen: set = set()
+    funcs = [getattr(item, "function", None)]
+    for defs in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
+        funcs += [d.func for d in defs if "_pytest" not in getattr(d.func, "__module__", "_pytest")]
+    return any(_starts_something(func, seen) for func in funcs if func is not None)
+
+
 def pytest_collection_modifyitems(config, items):
-    """e2e tests are slow; `gpu` tests need a real CUDA device (skipped, not failed, without one).
-    Longest files first, then the other process-starting files, then the in-process unit tests."""
+    """`slow` by what a test does (_is_slow); `gpu` tests need a real CUDA device (skipped, not
+    failed, without one). Longest files first, then the other process-starting files, then the
+    in-process unit tests."""
     import torch
 
     items.sort(key=_start_order)  # stable: a file's tests keep their order
 
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
-        if {"e2e", "reliability"} & set(Path(str(item.fspath)).parts):
+        if _is_slow(item):
             item.add_marker(pytest.mark.slow)
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """In a `-m "not slow"` session a test that starts a process or a server fails, saying so: the
+    fast tier cannot hide a mis-marked test (one the marking above missed gets `@pytest.mark.slow`)."""
+    if "not slow" not in (item.config.getoption("markexpr", "") or "") or item.get_closest_marker("slow"):
+        yield
+        return
+    import multiprocessing.process
+    import socketserver
+
+    def refuse(what: str):
+        def refused(*args, **kwargs):
+            pytest.fail(f"{item.nodeid} starts a process ({what}): mark it slow", pytrace=False)
+
+        return refused
+
+    patched = [
+        (subprocess.Popen, "_execute_child", refuse("subprocess")),
+        (multiprocessing.process.BaseProcess, "start", refuse("multiprocessing")),
+        (os, "fork", refuse("os.fork")),
+        (os, "posix_spawn", refuse("os.posix_spawn")),
+        (socketserver.TCPServer, "server_activate", refuse("a server")),
+    ]
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
+    for owner, name, replacement in patched:
+        setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
 
 
 # ---- running bench -------------------------------------------------------------------------------
@@ -375,10 +460,21 @@ def tiny_args() -> Sequence[str]:
 
 @pytest.fixture(scope="session")
 def compose():
-    """compose(*overrides) -> the checked BenchConfig, as `python -m bench <overrides>` builds it."""
+    """compose(*overrides) -> the checked BenchConfig, as `python -m bench <overrides>` builds it.
+    Composed once per worker for each list of overrides (~0.3 CPU-s a composition); each call gets
+    its own copy, so a test may edit it. A refusal is raised each time, as bench raises it."""
+    import copy
+
     from bench.config import compose as compose_config
 
-    return compose_config
+    composed: Dict[tuple, object] = {}
+
+    def cached(*overrides: str):
+        if overrides not in composed:
+            composed[overrides] = compose_config(*overrides)
+        return copy.deepcopy(composed[overrides])
+
+    return cached
 
 
 # ---- datasets ------------------------------------------------------------------------------------
