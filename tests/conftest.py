@@ -11,10 +11,9 @@
 - `datasets`: tiny real datasets written in the test (JPEG image folders, CIFAR-100 files).
 - `s3_server`: moto's S3 server on 127.0.0.1 (real HTTP, real signing), one per test module.
 
-tests/unit/ runs in-process; tests/e2e/ (features) and tests/reliability/ (bad inputs, faults,
-leaked secrets) start real processes and are marked `slow` automatically (`-m "not slow"` runs
-the fast half). Tests marked `gpu` need CUDA and skip
-without it. Waits are for events (a log line, a file, a process state); timeouts are hang
+A test that starts a process, a server or a browser is marked `slow` automatically, wherever it
+lives (_is_slow below); `-m "not slow"` is the fast tier, and in it a test that starts one anyway
+fails, saying so. Tests marked `gpu` need CUDA and skip without it. Waits are for events (a log line, a file, a process state); timeouts are hang
 guards only, long enough for a loaded machine.
 """
 
