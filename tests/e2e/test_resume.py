@@ -246,18 +246,22 @@ def test_resume_auto_finishes_on_every_cpu_trainable_preset(bench, compose, data
     assert not stale.exists() and live.read_bytes() == b"a write in progress"
 
 
-def first_checkpoint(bench, tiny, tmp_path) -> Path:
-    """One epoch of the tiny run, checkpointed: the file later runs resume from."""
+@pytest.fixture(scope="module")
+def first_checkpoint(bench_at, tiny_args, tmp_path_factory) -> Path:
+    """One epoch of the tiny run, checkpointed: the file later runs resume from (one run for the
+    module: the tests only read it)."""
+    where = tmp_path_factory.mktemp("first")
+    bench = bench_at(where)
     bench.metrics(
         bench.run(
-            *tiny,
+            *tiny_args,
             "checkpoint.every_epochs=1",
             "tracking.enabled=false",
-            f"storage.root={tmp_path}/store",
-            f"hydra.run.dir={tmp_path}/first",
+            f"storage.root={where}/store",
+            f"hydra.run.dir={where}/first",
         )
     )
-    (path,) = (tmp_path / "store").glob("checkpoints/*/epoch-0001.pt")
+    (path,) = (where / "store").glob("checkpoints/*/epoch-0001.pt")
     return path
 
 
@@ -279,11 +283,13 @@ def as_previous_format(path: Path, to: Path) -> Path:
     return to
 
 
-def test_a_checkpoint_of_another_model_or_optimizer_is_one_line_before_any_step(bench, tiny, tmp_path):
+def test_a_checkpoint_of_another_model_or_optimizer_is_one_line_before_any_step(
+    bench, tiny, tmp_path, first_checkpoint
+):
     """Issue 18: another model's checkpoint printed load_state_dict's dump after the warm-up,
     another optimizer's a KeyError: 'step'. Now one line naming what differs, before the MLflow
     run is opened (exit 2, as for a checkpoint file that is not there)."""
-    path = first_checkpoint(bench, tiny, tmp_path)
+    path = first_checkpoint
     for override, differs in (
         ("model=resnet34", "model.arch 'small_cnn' there, 'resnet34' here"),
         ("optimizer=adam", "optimizer.name 'sgd' there, 'adam' here"),
@@ -300,12 +306,12 @@ def test_a_checkpoint_of_another_model_or_optimizer_is_one_line_before_any_step(
     assert not bench.db.exists()  # refused in the preflight: before an MLflow run, a model or a step
 
 
-def test_a_checkpoint_of_the_previous_format_still_resumes(bench, tiny, tmp_path):
+def test_a_checkpoint_of_the_previous_format_still_resumes(bench, tiny, tmp_path, first_checkpoint):
     """Issue 18: checkpoints now hold plain data only; one bench wrote before (numpy's RNG state
     as an ndarray) still loads, continues (with a checkpoint at every epoch end: resume's default
     interval, from a path too), and one of another optimizer is one line."""
     bench.with_store()
-    old = as_previous_format(first_checkpoint(bench, tiny, tmp_path), tmp_path / "old.pt")
+    old = as_previous_format(first_checkpoint, tmp_path / "old.pt")
     assert torch.serialization.get_unsafe_globals_in_checkpoint(old)  # what weights_only refuses by default
     resumed = bench.metrics(
         bench.run(
