@@ -507,8 +507,9 @@ def tiny_args() -> Sequence[str]:
 @pytest.fixture(scope="session")
 def compose():
     """compose(*overrides) -> the checked BenchConfig, as `python -m bench <overrides>` builds it.
-    Composed once per worker for each list of overrides (~0.3 CPU-s a composition); each call gets
-    its own copy, so a test may edit it. A refusal is raised each time, as bench raises it."""
+    Composed once per worker for each list of overrides, environment and working directory (~0.3
+    CPU-s a composition); each call gets its own copy, so a test may edit it. A refusal is raised
+    each time, as bench raises it."""
     import copy
 
     from bench.config import compose as compose_config
@@ -516,9 +517,11 @@ def compose():
     composed: Dict[tuple, object] = {}
 
     def cached(*overrides: str):
-        if overrides not in composed:
-            composed[overrides] = compose_config(*overrides)
-        return copy.deepcopy(composed[overrides])
+        # keyed on what a composition may read besides the overrides too: ${oc.env:...}, relative paths
+        key = (overrides, os.getcwd(), tuple(sorted(os.environ.items())))
+        if key not in composed:
+            composed[key] = compose_config(*overrides)
+        return copy.deepcopy(composed[key])
 
     return cached
 
