@@ -11,11 +11,11 @@
 - `datasets`: tiny real datasets written in the test (JPEG image folders, CIFAR-100 files).
 - `s3_server`: moto's S3 server on 127.0.0.1 (real HTTP, real signing), one per test module.
 
-tests/unit/ runs in-process; tests/e2e/ (features) and tests/reliability/ (bad inputs, faults,
-leaked secrets) start real processes and are marked `slow` automatically (`-m "not slow"` runs
-the fast half). Tests marked `gpu` need CUDA and skip
-without it. Waits are for events (a log line, a file, a process state); timeouts are hang
-guards only, long enough for a loaded machine.
+A test that starts a process, a server or a browser is marked `slow` automatically, wherever it
+lives (_is_slow below); `-m "not slow"` is the fast tier, and in it a test that starts one anyway
+fails, saying so (a process; a server the scan missed is named in SLOW_ELSEWHERE). Tests marked
+`gpu` need CUDA and skip without it. Waits are for events (a log line, a file, a process state);
+timeouts are hang guards only, long enough for a loaded machine.
 """
 
 from __future__ import annotations
@@ -97,6 +97,7 @@ def pytest_unconfigure(config):
 # CPU rehearsal) is named too, or it would start among the last.
 LONGEST_FIRST = (
     "test_slurm",
+    "test_slurm_scripts",
     "test_tracking_faults",
     "test_sweep",
     "test_signals",
@@ -133,19 +134,149 @@ def _start_order(item) -> tuple:
     return (1, 0) if {"e2e", "reliability"} & set(path.parts) else (2, 0)
 
 
+# What makes a test `slow` is what it does, not its folder: it starts a process (`python -m bench`, a
+# type checker, a linter, git, mount), a server (moto, `mlflow server`, http on loopback) or a browser.
+# A test is marked when it uses a fixture that does (directly or through another fixture), or when
+# its own code, a fixture's, or a helper of its module calls one of these (SLOW_CALLS).
+SLOW_FIXTURES = frozenset(
+    {"bench", "bench_at", "long_ddp_run", "s3_server", "mlflow_servers", "module_mlflow_server", "browser", "slurm"}
+)
+SLOW_CALLS = {
+    "subprocess": {"run", "Popen", "check_call", "check_output", "call", "getoutput", "getstatusoutput"},
+    "multiprocessing": {"Process", "Pool", "get_context"},
+    "os": {"fork", "system", "posix_spawn", "spawnv", "execv", "execvp"},
+}
+SLOW_NAMES = frozenset({"ProcessPoolExecutor", "ThreadingHTTPServer", "HTTPServer", "ThreadedMotoServer", "Popen"})
+
+
+# Tests whose process or server starts inside bench's own code (DataLoader workers, reader
+# processes, a fork, moto in iobench_compare; beyond what the scan follows), by node id without
+# parameters: the fast tier refused each of these (2026-11-29) until it was named here. A test file's
+# owner may move its line to `@pytest.mark.slow` on the test.
+SLOW_ELSEWHERE = frozenset(
+    {
+        "tests/unit/test_compare_rerun.py::test_rerun_measures_each_scenarios_own_figure",
+        "tests/unit/test_data_loaders.py::test_a_shard_that_is_not_the_one_meta_json_lists_is_refused_and_old_meta_still_reads",
+        "tests/unit/test_data_loaders.py::test_cifar100_reads_the_python_format",
+        "tests/unit/test_data_loaders.py::test_corrupt_image_is_skipped_and_counted_unless_strict",
+        "tests/unit/test_data_loaders.py::test_imagefolder_batches_follow_the_contract",
+        "tests/unit/test_data_loaders.py::test_shards_round_trip_labels_and_pixels",
+        "tests/unit/test_data_loaders.py::test_two_ranks_with_their_own_seeds_train_on_disjoint_halves",
+        "tests/unit/test_data_loaders.py::test_unreadable_file_names_its_path",
+        "tests/unit/test_data_loaders.py::test_val_lacking_a_class_keeps_train_labels_in_both_formats",
+        "tests/unit/test_data_loaders.py::test_worker_slot_reuse_never_changes_a_batch",
+        "tests/unit/test_doctor_rungs.py::test_a_rung_whose_set_up_runs_far_past_the_budget_is_stopped_and_says_so",
+        "tests/unit/test_doctor_storage.py::test_a_deadline_ends_the_readers_epoch_early",
+        "tests/unit/test_doctor_storage.py::test_the_rung_reads_a_jpeg_folder_whole_through_the_storage_benchmarks_reader",
+        "tests/unit/test_doctor_storage.py::test_the_rungs_window_starts_once_its_readers_run_however_slow_their_fork",
+        "tests/unit/test_kit_tool.py::test_bad_arguments_are_one_error_line_and_exit_2",
+        "tests/unit/test_kit_tool.py::test_python_is_a_version_found_here_or_an_interpreters_path",
+        "tests/unit/test_reader_processes.py::test_a_corrupt_file_read_by_a_reader_process_fails_the_read_with_its_name",
+        "tests/unit/test_reader_processes.py::test_a_reader_killed_mid_pass_fails_the_read_instead_of_hanging_it",
+        "tests/unit/test_reader_processes.py::test_auto_is_processes_on_local_files_and_threads_where_a_store_reads_its_own_way",
+        "tests/unit/test_reader_processes.py::test_max_steps_stops_the_readers_mid_epoch_and_the_next_run_starts_clean",
+        "tests/unit/test_reader_processes.py::test_processes_read_what_threads_read_across_epochs_and_evaluations",
+        "tests/unit/test_reader_processes.py::test_the_readers_cpu_is_in_the_result_as_the_threads_is_and_no_reader_outlives_the_read",
+        "tests/unit/test_storage_formats.py::test_ceiling_command_runs_bench_fio_and_plain_python_warm_and_cold",
+        "tests/unit/test_storage_formats.py::test_ceiling_command_without_fio_compares_bench_with_plain_python",
+        "tests/unit/test_storage_formats.py::test_every_format_is_written_and_read_back_whole_or_by_sample",
+        "tests/unit/test_storage_formats.py::test_files_read_ahead_in_the_warm_up_step_are_measured_requests",
+        "tests/unit/test_storage_phases.py::test_au_drops_when_storage_cannot_keep_up",
+        "tests/unit/test_storage_phases.py::test_compare_command_alternates_and_reports_a_ratio",
+        "tests/unit/test_storage_phases.py::test_reader_counts_steps_without_the_warm_up_one",
+        "tests/unit/test_storage_verify.py::test_a_flipped_byte_fails_the_read_with_checks_on_and_is_read_and_counted_with_them_off",
+        "tests/unit/test_storage_verify.py::test_the_ceiling_reports_what_checking_costs_warm_and_cold_by_default",
+        "tests/unit/test_tracking.py::test_environment_records_cuda_cudnn_nccl_and_driver_versions_cuda_mocked",
+        "tests/unit/test_tracking.py::test_environment_records_the_torch_build_it_ran_on_cpu",
+        "tests/unit/test_tracking.py::test_environment_records_versions_and_speed_env_but_no_secrets",
+    }
+)
+
+
+def _code_names(code) -> set:
+    names = set(code.co_names)
+    for const in code.co_consts:
+        if hasattr(const, "co_names"):
+            names |= _code_names(const)
+    return names
+
+
+def _starts_something(func, seen: set) -> bool:
+    """`func`'s code (or a function of its own module that it names) calls what SLOW_CALLS lists."""
+    func = getattr(func, "__wrapped__", func)
+    code = getattr(func, "__code__", None)
+    if code is None or func in seen:
+        return False
+    seen.add(func)
+    names = _code_names(code)
+    if names & SLOW_NAMES or any(module in names and names & calls for module, calls in SLOW_CALLS.items()):
+        return True
+    module_globals = getattr(func, "__globals__", {})
+    return any(
+        _starts_something(module_globals[name], seen)
+        for name in names
+        if callable(module_globals.get(name)) and getattr(module_globals[name], "__module__", None) == func.__module__
+    )
+
+
+def _is_slow(item) -> bool:
+    if item.get_closest_marker("slow") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
+        return True
+    if item.nodeid.split("[")[0] in SLOW_ELSEWHERE:
+        return True
+    seen: set = set()
+    funcs = [getattr(item, "function", None)]
+    for defs in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
+        funcs += [d.func for d in defs if "_pytest" not in getattr(d.func, "__module__", "_pytest")]
+    return any(_starts_something(func, seen) for func in funcs if func is not None)
+
+
 def pytest_collection_modifyitems(config, items):
-    """e2e tests are slow; `gpu` tests need a real CUDA device (skipped, not failed, without one).
-    Longest files first, then the other process-starting files, then the in-process unit tests."""
+    """`slow` by what a test does (_is_slow); `gpu` tests need a real CUDA device (skipped, not
+    failed, without one). Longest files first, then the other process-starting files, then the
+    in-process unit tests."""
     import torch
 
     items.sort(key=_start_order)  # stable: a file's tests keep their order
 
     skip_gpu = pytest.mark.skip(reason="needs a CUDA GPU")
     for item in items:
-        if {"e2e", "reliability"} & set(Path(str(item.fspath)).parts):
+        if _is_slow(item):
             item.add_marker(pytest.mark.slow)
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item, nextitem):
+    """In a `-m "not slow"` session a test that starts a process fails, saying so: the fast tier
+    cannot hide a mis-marked test (one the marking above missed gets `@pytest.mark.slow`, or a line
+    in SLOW_ELSEWHERE)."""
+    if "not slow" not in (item.config.getoption("markexpr", "") or "") or item.get_closest_marker("slow"):
+        yield
+        return
+    import multiprocessing.process
+
+    def refuse(what: str):
+        def refused(*args, **kwargs):
+            pytest.fail(f"{item.nodeid} starts a process ({what}): mark it slow", pytrace=False)
+
+        return refused
+
+    patched = [
+        (subprocess.Popen, "_execute_child", refuse("subprocess")),
+        (multiprocessing.process.BaseProcess, "start", refuse("multiprocessing")),
+        (os, "fork", refuse("os.fork")),
+        (os, "posix_spawn", refuse("os.posix_spawn")),
+    ]  # not servers: one started in a thread (moto's) would wait forever for the refused one
+    saved = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
+    for owner, name, replacement in patched:
+        setattr(owner, name, replacement)
+    try:
+        yield
+    finally:
+        for owner, name, original in saved:
+            setattr(owner, name, original)
 
 
 # ---- running bench -------------------------------------------------------------------------------
@@ -375,10 +506,24 @@ def tiny_args() -> Sequence[str]:
 
 @pytest.fixture(scope="session")
 def compose():
-    """compose(*overrides) -> the checked BenchConfig, as `python -m bench <overrides>` builds it."""
+    """compose(*overrides) -> the checked BenchConfig, as `python -m bench <overrides>` builds it.
+    Composed once per worker for each list of overrides, environment and working directory (~0.3
+    CPU-s a composition); each call gets its own copy, so a test may edit it. A refusal is raised
+    each time, as bench raises it."""
+    import copy
+
     from bench.config import compose as compose_config
 
-    return compose_config
+    composed: Dict[tuple, object] = {}
+
+    def cached(*overrides: str):
+        # keyed on what a composition may read besides the overrides too: ${oc.env:...}, relative paths
+        key = (overrides, os.getcwd(), tuple(sorted(os.environ.items())))
+        if key not in composed:
+            composed[key] = compose_config(*overrides)
+        return copy.deepcopy(composed[key])
+
+    return cached
 
 
 # ---- datasets ------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ def test_h100_fast_composes_to_the_fast_levers_on_the_eager_presets_batch(compos
     assert config.data.batch_size == eager.data.batch_size == 256
 
 
+@pytest.mark.slow  # torch.compile in this process: ~10 s, the fast tier's costliest
 def test_a_cuda_compile_mode_off_cuda_compiles_with_the_default_mode_in_one_line(caplog):
     caplog.set_level(logging.WARNING, logger="bench.runtime.models")
     model, info = maybe_compile(torch.nn.Linear(2, 2), True, "reduce-overhead", torch.device("cpu"))

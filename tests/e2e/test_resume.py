@@ -165,22 +165,43 @@ SHRINK = [
 ]
 
 
+EXPERIMENTS = Path(__file__).resolve().parents[2] / "conf" / "experiment"
+
+
+def _chosen(preset: str, group: str, option: str) -> str:
+    """The option of `group` a preset chooses: its own `override /<group>: X`, else that of a preset
+    it builds on (read from the YAML: composing all 27 presets cost every collection ~8 CPU-s)."""
+    import yaml
+
+    for entry in yaml.safe_load((EXPERIMENTS / f"{preset}.yaml").read_text()).get("defaults", []):
+        if isinstance(entry, str) and entry != "_self_":
+            option = _chosen(entry, group, option)
+        elif isinstance(entry, dict):
+            option = entry.get(f"override /{group}", option)
+    return option
+
+
 def cpu_trainable_presets() -> list:
     """The presets a CPU trains as written: mode=train in fp32 (bf16/fp16 presets are GPU recipes,
     mode=storage trains nothing). Found from conf/experiment, so a new preset is covered."""
-    from bench.config import compose
-
-    names = sorted(p.stem for p in (Path(__file__).resolve().parents[2] / "conf" / "experiment").glob("*.yaml"))
+    names = sorted(p.stem for p in EXPERIMENTS.glob("*.yaml"))
     return [
-        n for n in names if (lambda c: c.mode == "train" and c.precision.name == "fp32")(compose(f"+experiment={n}"))
+        n for n in names if _chosen(n, "scenario", "train") == "train" and _chosen(n, "precision", "fp32") == "fp32"
     ]
 
 
 PRESETS = cpu_trainable_presets()
 
 
-def test_the_cpu_trainable_presets_include_the_shipped_cpu_ones():
+@pytest.mark.slow  # no process, but 24 Hydra compositions (~7 CPU-s)
+def test_the_cpu_trainable_presets_include_the_shipped_cpu_ones(compose):
     assert {"cpu_smoke", "digits_tta", "cifar100_resnet18"} <= set(PRESETS), PRESETS
+    # the YAML reading above is what Hydra composes: every other preset is no fp32 training run
+    others = sorted({p.stem for p in EXPERIMENTS.glob("*.yaml")} - set(PRESETS))
+    trainable = [
+        n for n in others if (lambda c: c.mode == "train" and c.precision.name == "fp32")(compose(f"+experiment={n}"))
+    ]
+    assert trainable == [], trainable
 
 
 def dead_pid() -> int:
@@ -197,7 +218,9 @@ def test_resume_auto_finishes_on_every_cpu_trainable_preset(bench, compose, data
     the checkpoint folder is removed at the start; one of a live process stays."""
     from bench.train.resume import fingerprint
 
-    data = compose(f"+experiment={preset}").data.name
+    preset_config = compose(f"+experiment={preset}")
+    assert preset_config.mode == "train" and preset_config.precision.name == "fp32", preset
+    data = preset_config.data.name
     if data == "imagefolder":
         datasets.imagenet_layout(tmp_path / "images")
         extra = [f"data.root={tmp_path}/images", "data.num_classes=4"]
@@ -216,25 +239,29 @@ def test_resume_auto_finishes_on_every_cpu_trainable_preset(bench, compose, data
     live.write_bytes(b"a write in progress")
 
     metrics = bench.metrics(bench.run(*overrides, f"hydra.run.dir={tmp_path}/run"))
-    every = compose(f"+experiment={preset}").checkpoint.every_epochs or 1  # the preset's, or resume's default
+    every = preset_config.checkpoint.every_epochs or 1  # the preset's, or resume's default
     assert metrics["measured_steps"] == 4 and "resumed_from" not in metrics
     assert metrics["checkpoints_saved"] == len([e for e in (1, 2) if e % every == 0 or e == 2])
     assert (folder / "epoch-0002.pt").is_file()
     assert not stale.exists() and live.read_bytes() == b"a write in progress"
 
 
-def first_checkpoint(bench, tiny, tmp_path) -> Path:
-    """One epoch of the tiny run, checkpointed: the file later runs resume from."""
+@pytest.fixture(scope="module")
+def first_checkpoint(bench_at, tiny_args, tmp_path_factory) -> Path:
+    """One epoch of the tiny run, checkpointed: the file later runs resume from (one run for the
+    module: the tests only read it)."""
+    where = tmp_path_factory.mktemp("first")
+    bench = bench_at(where)
     bench.metrics(
         bench.run(
-            *tiny,
+            *tiny_args,
             "checkpoint.every_epochs=1",
             "tracking.enabled=false",
-            f"storage.root={tmp_path}/store",
-            f"hydra.run.dir={tmp_path}/first",
+            f"storage.root={where}/store",
+            f"hydra.run.dir={where}/first",
         )
     )
-    (path,) = (tmp_path / "store").glob("checkpoints/*/epoch-0001.pt")
+    (path,) = (where / "store").glob("checkpoints/*/epoch-0001.pt")
     return path
 
 
@@ -256,11 +283,13 @@ def as_previous_format(path: Path, to: Path) -> Path:
     return to
 
 
-def test_a_checkpoint_of_another_model_or_optimizer_is_one_line_before_any_step(bench, tiny, tmp_path):
+def test_a_checkpoint_of_another_model_or_optimizer_is_one_line_before_any_step(
+    bench, tiny, tmp_path, first_checkpoint
+):
     """Issue 18: another model's checkpoint printed load_state_dict's dump after the warm-up,
     another optimizer's a KeyError: 'step'. Now one line naming what differs, before the MLflow
     run is opened (exit 2, as for a checkpoint file that is not there)."""
-    path = first_checkpoint(bench, tiny, tmp_path)
+    path = first_checkpoint
     for override, differs in (
         ("model=resnet34", "model.arch 'small_cnn' there, 'resnet34' here"),
         ("optimizer=adam", "optimizer.name 'sgd' there, 'adam' here"),
@@ -277,12 +306,12 @@ def test_a_checkpoint_of_another_model_or_optimizer_is_one_line_before_any_step(
     assert not bench.db.exists()  # refused in the preflight: before an MLflow run, a model or a step
 
 
-def test_a_checkpoint_of_the_previous_format_still_resumes(bench, tiny, tmp_path):
+def test_a_checkpoint_of_the_previous_format_still_resumes(bench, tiny, tmp_path, first_checkpoint):
     """Issue 18: checkpoints now hold plain data only; one bench wrote before (numpy's RNG state
     as an ndarray) still loads, continues (with a checkpoint at every epoch end: resume's default
     interval, from a path too), and one of another optimizer is one line."""
     bench.with_store()
-    old = as_previous_format(first_checkpoint(bench, tiny, tmp_path), tmp_path / "old.pt")
+    old = as_previous_format(first_checkpoint, tmp_path / "old.pt")
     assert torch.serialization.get_unsafe_globals_in_checkpoint(old)  # what weights_only refuses by default
     resumed = bench.metrics(
         bench.run(

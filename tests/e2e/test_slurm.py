@@ -1,5 +1,5 @@
 """Slurm for real, a single-node Slurm started by `.ci/slurm up` (skipped where there is none):
-the sbatch scripts in launchers/, and sweeps whose jobs are Slurm jobs (hydra/launcher=slurm),
+sweeps whose jobs are Slurm jobs (hydra/launcher=slurm; launchers/' sbatch scripts: test_slurm_scripts.py),
 with GPU requests turned off on the command line so they run on the CPU with gloo. And where
 there is no Slurm (its commands taken off PATH): hydra/launcher=slurm refused in one line."""
 
@@ -13,75 +13,6 @@ import time
 from pathlib import Path
 
 import pytest
-
-
-def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, **env: str) -> dict:
-    """Submit, wait for the job to end, and return the final radix_metrics line of its output.
-    (Polled with scontrol: `sbatch --wait` backs off to 30 s between checks.)"""
-    out = tmp_path / "slurm-%j.out"
-    # stderr apart, as the launchers have it: in one file slurmstepd cut the result line at 1 KiB
-    # with a log line from stderr (json: "Expecting ':' delimiter: ... (char 1024)")
-    submitted = subprocess.run(
-        [
-            "sbatch",
-            "--parsable",
-            f"--output={out}",
-            f"--error={tmp_path / 'slurm-%j.err'}",
-            "--chdir",
-            str(tmp_path),
-            *options,
-            str(repo / "launchers" / script),
-            *overrides,
-        ],
-        cwd=tmp_path,
-        env=bench.env(bench.uri, **env),
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
-    assert submitted.returncode == 0, submitted.stderr
-    job = submitted.stdout.strip().split(";")[0]
-    shown, state = _slurm_job_once_ended(job)
-    text = (tmp_path / f"slurm-{job}.out").read_text()
-    errors = (tmp_path / f"slurm-{job}.err").read_text()
-    assert state == "COMPLETED", f"job {job} ended {state}\n{text[-3000:]}\n{errors[-3000:]}"
-    assert "ExitCode=0:0" in shown
-    lines = [line for line in text.splitlines() if line.startswith('{"radix_metrics"')]
-    assert len(lines) == 1, text[-3000:] + errors[-3000:]  # rank 0 only
-    return json.loads(lines[0])["radix_metrics"]
-
-
-def test_slurm_single_gpu_script_on_cpu(slurm, bench, repo, tiny, tmp_path):
-    metrics = sbatch(
-        bench,
-        repo,
-        tmp_path,
-        "slurm_single_gpu.sbatch",
-        ["--gpus-per-task=0", f"--cpus-per-task={min(2, os.cpu_count())}"],
-        tiny,
-    )
-    assert metrics["world_size"] == 1 and metrics["measured_steps"] == 3
-    (run,) = bench.runs()
-    assert run.info.status == "FINISHED"
-
-
-def test_slurm_multinode_script_runs_torchrun_ddp(slurm, bench, repo, tiny, tmp_path):
-    """srun -> torchrun (c10d at the head node) -> 2 bench ranks that join; rank 0 reports."""
-    metrics = sbatch(
-        bench,
-        repo,
-        tmp_path,
-        "slurm_ddp_multinode.sbatch",
-        ["--nodes=1", "--gpus-per-node=0", f"--cpus-per-task={min(2, os.cpu_count())}"],
-        tiny,
-        GPUS_PER_NODE="2",
-        RUN_DIR=str(tmp_path / "run"),
-    )
-    assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
-    assert (tmp_path / "run" / "rank0.log").is_file() and (tmp_path / "run" / "rank1.log").is_file()
-    (run,) = bench.runs()
-    assert run.info.status == "FINISHED" and run.data.metrics["world_size"] == 2
-
 
 # ---- sweeps whose jobs are Slurm jobs (hydra/launcher=slurm) -------------------------------------------
 
@@ -211,7 +142,7 @@ def test_a_slurm_sweep_is_one_parent_with_a_child_per_slurm_job_and_counts_its_f
             assert state == "COMPLETED" and f"NumCPUs={cores}" in shown, shown
 
 
-def test_a_cancelled_slurm_job_is_a_failed_child_and_the_sweep_goes_on(slurm, bench, tiny, tmp_path, mlflow_server):
+def test_a_cancelled_slurm_job_is_a_failed_child_and_the_sweep_goes_on(slurm, bench, tiny, tmp_path, mlflow_servers):
     """Job 1 trains until it is cancelled (scancel, as a user or a preemption would); the sweep
     counts it failed, its child run on the MLflow server is FAILED with Slurm's state, the report
     says so, and job 0 is unaffected."""
@@ -220,6 +151,9 @@ def test_a_cancelled_slurm_job_is_a_failed_child_and_the_sweep_goes_on(slurm, be
             "needs Slurm accounting (slurmdbd, .ci/slurm up): submitit sees a cancelled job end only through sacct"
         )
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
+    mlflow_server = (
+        mlflow_servers().url
+    )  # started once the test is sure to run (a module's server started even when it skipped)
     sweep_dir = tmp_path / "sweep"
     proc = bench.start(
         "-m",

@@ -10,25 +10,33 @@ from pathlib import Path
 import pytest
 
 
-@pytest.fixture
-def places(tmp_path, datasets):
-    (tmp_path / "empty").mkdir()
-    datasets.image_folder(tmp_path / "images", images=8)
-    (tmp_path / "notimages" / "class0").mkdir(parents=True)
+def _listing(root: Path) -> list:
+    return sorted((str(path.relative_to(root)), path.stat().st_size) for path in root.rglob("*"))
+
+
+@pytest.fixture(scope="module")
+def place_data(tmp_path_factory, datasets):
+    """The bad-input rows' data folders, written once per module (JPEGs and a shard: ~219 rows used
+    to write them each). Read-only for the rows: `places` checks each test left them as they were."""
+    root = tmp_path_factory.mktemp("places")
+    (root / "empty").mkdir()
+    datasets.image_folder(root / "images", images=8)
+    (root / "notimages" / "class0").mkdir(parents=True)
     for number in range(3):
-        (tmp_path / "notimages" / "class0" / f"img{number}.jpg").write_text("a text file named like an image")
+        (root / "notimages" / "class0" / f"img{number}.jpg").write_text("a text file named like an image")
+    (root / "finished").mkdir()
+    (root / "finished" / "run_summary.json").write_text("{}")
+    _shards_with_a_bad_label(root / "badshards")
+    return root, _listing(root)
+
+
+@pytest.fixture
+def places(tmp_path, place_data):
+    """`{tmp}` is the test's own directory (with `a-file` in it); the data folders are the module's."""
+    root, written = place_data
     (tmp_path / "a-file").write_text("x")
-    (tmp_path / "finished").mkdir()
-    (tmp_path / "finished" / "run_summary.json").write_text("{}")
-    _shards_with_a_bad_label(tmp_path / "badshards")
-    return {
-        "tmp": tmp_path,
-        "empty": tmp_path / "empty",
-        "images": tmp_path / "images",
-        "notimages": tmp_path / "notimages",
-        "badshards": tmp_path / "badshards",
-        "finished": tmp_path / "finished",
-    }
+    yield {"tmp": tmp_path, **{name: root / name for name in ("empty", "images", "notimages", "badshards", "finished")}}
+    assert _listing(root) == written, "a bad-input row changed the module's shared data folders"
 
 
 def _shards_with_a_bad_label(root) -> None:

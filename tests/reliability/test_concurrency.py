@@ -21,6 +21,7 @@ import time
 from pathlib import Path
 from typing import List, Set
 
+import pytest
 from mlflow import MlflowClient
 
 from bench.storage.writer_lock import LOCK_FILE
@@ -240,6 +241,7 @@ def test_two_doctors_started_together_get_their_own_folder(tmp_path, monkeypatch
     assert out_dir_of("mine") == tmp_path / "mine"
 
 
+@pytest.mark.slow  # two digits datasets written in this process: ~10 s
 def test_two_digits_into_one_dst_at_once_both_end_with_the_folder(tmp_path, monkeypatch):
     """Issue 33 probe: the second of two `digits --dst D` started together found D filled when it
     put its own folder in place: `digits failed: OSError: [Errno 39] Directory not empty` (exit 1).

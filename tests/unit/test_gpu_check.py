@@ -214,6 +214,7 @@ def test_what_a_failing_gpu_box_looks_like_mocked_gpu(tmp_path):
     assert rows["tf32"][1].startswith("[ERROR] run failed: CUDA error: an illegal memory access")
 
 
+@pytest.mark.slow  # the check it stops is a real process
 def test_the_budget_stops_the_running_check_and_starts_no_other(capsys):
     """--budget-s: past the deadline the running check is stopped (SIGALRM; it counts as failed: it
     did not finish in time) and the rest are listed as not run; the table of what was done is printed."""
