@@ -13,9 +13,10 @@
 
 A test that starts a process, a server or a browser is marked `slow` automatically, wherever it
 lives (_is_slow below); `-m "not slow"` is the fast tier, and in it a test that starts one anyway
-fails, saying so (a process; a server the scan missed is named in SLOW_ELSEWHERE). Tests marked
-`gpu` need CUDA and skip without it. Waits are for events (a log line, a file, a process state);
-timeouts are hang guards only, long enough for a loaded machine.
+fails, saying so (a process; a test whose processes start deep inside bench's code carries
+`@pytest.mark.slow` itself). Tests marked `gpu` need CUDA and skip without it. Waits are for
+events (a log line, a file, a process state); timeouts are hang guards only, long enough for a
+loaded machine.
 """
 
 from __future__ import annotations
@@ -149,50 +150,6 @@ SLOW_CALLS = {
 SLOW_NAMES = frozenset({"ProcessPoolExecutor", "ThreadingHTTPServer", "HTTPServer", "ThreadedMotoServer", "Popen"})
 
 
-# Tests whose process or server starts inside bench's own code (DataLoader workers, reader
-# processes, a fork, moto in iobench_compare; beyond what the scan follows), by node id without
-# parameters: the fast tier refused each of these (2026-11-29) until it was named here. A test file's
-# owner may move its line to `@pytest.mark.slow` on the test.
-SLOW_ELSEWHERE = frozenset(
-    {
-        "tests/unit/test_compare_rerun.py::test_rerun_measures_each_scenarios_own_figure",
-        "tests/unit/test_data_loaders.py::test_a_shard_that_is_not_the_one_meta_json_lists_is_refused_and_old_meta_still_reads",
-        "tests/unit/test_data_loaders.py::test_cifar100_reads_the_python_format",
-        "tests/unit/test_data_loaders.py::test_corrupt_image_is_skipped_and_counted_unless_strict",
-        "tests/unit/test_data_loaders.py::test_imagefolder_batches_follow_the_contract",
-        "tests/unit/test_data_loaders.py::test_shards_round_trip_labels_and_pixels",
-        "tests/unit/test_data_loaders.py::test_two_ranks_with_their_own_seeds_train_on_disjoint_halves",
-        "tests/unit/test_data_loaders.py::test_unreadable_file_names_its_path",
-        "tests/unit/test_data_loaders.py::test_val_lacking_a_class_keeps_train_labels_in_both_formats",
-        "tests/unit/test_data_loaders.py::test_worker_slot_reuse_never_changes_a_batch",
-        "tests/unit/test_doctor_rungs.py::test_a_rung_whose_set_up_runs_far_past_the_budget_is_stopped_and_says_so",
-        "tests/unit/test_doctor_storage.py::test_a_deadline_ends_the_readers_epoch_early",
-        "tests/unit/test_doctor_storage.py::test_the_rung_reads_a_jpeg_folder_whole_through_the_storage_benchmarks_reader",
-        "tests/unit/test_doctor_storage.py::test_the_rungs_window_starts_once_its_readers_run_however_slow_their_fork",
-        "tests/unit/test_kit_tool.py::test_bad_arguments_are_one_error_line_and_exit_2",
-        "tests/unit/test_kit_tool.py::test_python_is_a_version_found_here_or_an_interpreters_path",
-        "tests/unit/test_reader_processes.py::test_a_corrupt_file_read_by_a_reader_process_fails_the_read_with_its_name",
-        "tests/unit/test_reader_processes.py::test_a_reader_killed_mid_pass_fails_the_read_instead_of_hanging_it",
-        "tests/unit/test_reader_processes.py::test_auto_is_processes_on_local_files_and_threads_where_a_store_reads_its_own_way",
-        "tests/unit/test_reader_processes.py::test_max_steps_stops_the_readers_mid_epoch_and_the_next_run_starts_clean",
-        "tests/unit/test_reader_processes.py::test_processes_read_what_threads_read_across_epochs_and_evaluations",
-        "tests/unit/test_reader_processes.py::test_the_readers_cpu_is_in_the_result_as_the_threads_is_and_no_reader_outlives_the_read",
-        "tests/unit/test_storage_formats.py::test_ceiling_command_runs_bench_fio_and_plain_python_warm_and_cold",
-        "tests/unit/test_storage_formats.py::test_ceiling_command_without_fio_compares_bench_with_plain_python",
-        "tests/unit/test_storage_formats.py::test_every_format_is_written_and_read_back_whole_or_by_sample",
-        "tests/unit/test_storage_formats.py::test_files_read_ahead_in_the_warm_up_step_are_measured_requests",
-        "tests/unit/test_storage_phases.py::test_au_drops_when_storage_cannot_keep_up",
-        "tests/unit/test_storage_phases.py::test_compare_command_alternates_and_reports_a_ratio",
-        "tests/unit/test_storage_phases.py::test_reader_counts_steps_without_the_warm_up_one",
-        "tests/unit/test_storage_verify.py::test_a_flipped_byte_fails_the_read_with_checks_on_and_is_read_and_counted_with_them_off",
-        "tests/unit/test_storage_verify.py::test_the_ceiling_reports_what_checking_costs_warm_and_cold_by_default",
-        "tests/unit/test_tracking.py::test_environment_records_cuda_cudnn_nccl_and_driver_versions_cuda_mocked",
-        "tests/unit/test_tracking.py::test_environment_records_the_torch_build_it_ran_on_cpu",
-        "tests/unit/test_tracking.py::test_environment_records_versions_and_speed_env_but_no_secrets",
-    }
-)
-
-
 def _code_names(code) -> set:
     names = set(code.co_names)
     for const in code.co_consts:
@@ -222,8 +179,6 @@ def _starts_something(func, seen: set) -> bool:
 def _is_slow(item) -> bool:
     if item.get_closest_marker("slow") or SLOW_FIXTURES & set(getattr(item, "fixturenames", ())):
         return True
-    if item.nodeid.split("[")[0] in SLOW_ELSEWHERE:
-        return True
     seen: set = set()
     funcs = [getattr(item, "function", None)]
     for defs in getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {}).values():
@@ -250,8 +205,7 @@ def pytest_collection_modifyitems(config, items):
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item, nextitem):
     """In a `-m "not slow"` session a test that starts a process fails, saying so: the fast tier
-    cannot hide a mis-marked test (one the marking above missed gets `@pytest.mark.slow`, or a line
-    in SLOW_ELSEWHERE)."""
+    cannot hide a mis-marked test (one the marking above missed gets `@pytest.mark.slow`)."""
     if "not slow" not in (item.config.getoption("markexpr", "") or "") or item.get_closest_marker("slow"):
         yield
         return

@@ -81,6 +81,7 @@ def test_rerun_takes_run_directories_and_leaves_hydra_keys_out(tmp_path: Path):
         rerun_overrides("0123abc", "candidate")
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_rerun_measures_each_scenarios_own_figure(tmp_path: Path):
     """Issue 39 probe W5: `bench.compare A B --rerun 2` of two echo runs ended in a KeyError traceback
     (images_per_second). The figure is the scenario's compare sample; a latency sample reruns images/s."""

@@ -73,6 +73,7 @@ def to_uint8(images: torch.Tensor) -> np.ndarray:
     "split,memory_format,decoder",
     [("train", torch.contiguous_format, "simplejpeg"), ("val", torch.channels_last, "pil")],
 )
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_imagefolder_batches_follow_the_contract(datasets, tmp_path, split, memory_format, decoder):
     layout = datasets.imagenet_layout(tmp_path / "imagenet")
     cfg = data_cfg("imagefolder", tmp_path / "imagenet", split=split, batch_size=4, num_workers=2, decoder=decoder)
@@ -116,6 +117,7 @@ def test_held_batches_are_never_overwritten(datasets, tmp_path):
     batches.close()
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_cifar100_reads_the_python_format(datasets, tmp_path):
     written = datasets.cifar100(tmp_path / "cifar-100-python")
     cfg = data_cfg("cifar100", tmp_path / "cifar-100-python", split="val", batch_size=12)
@@ -131,6 +133,7 @@ def test_cifar100_reads_the_python_format(datasets, tmp_path):
     assert resized.shape == (12, 3, 64, 64)
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_shards_round_trip_labels_and_pixels(datasets, tmp_path, capsys):
     """prepare -> read (val: no augmentation): every source image comes back once, with its label
     and its pixels within JPEG re-encoding tolerance."""
@@ -208,6 +211,7 @@ def test_shard_consumers_read_disjoint_records(shards):
     assert sorted(seen) == list(range(sum(counts)))
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_corrupt_image_is_skipped_and_counted_unless_strict(datasets, tmp_path):
     datasets.image_folder(tmp_path / "flat", images=12)
     bad = tmp_path / "flat" / "class001" / "broken.jpg"
@@ -222,6 +226,7 @@ def test_corrupt_image_is_skipped_and_counted_unless_strict(datasets, tmp_path):
         take(dataclasses.replace(cfg, strict=True), 1)
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_unreadable_file_names_its_path(datasets, tmp_path):
     datasets.image_folder(tmp_path / "flat", images=8)
     dangling = tmp_path / "flat" / "class000" / "gone.jpg"
@@ -269,6 +274,7 @@ def test_default_worker_count_shares_the_cpus_between_local_ranks(monkeypatch):
     assert resolve_workers(none) == 0
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 @pytest.mark.parametrize("name", ["imagefolder", "shards"])
 def test_two_ranks_with_their_own_seeds_train_on_disjoint_halves(datasets, tmp_path, name):
     """One image per class, so a label names its image: ranks 0 and 1 of 2, given different run
@@ -314,6 +320,7 @@ def test_worker_batch_slots_are_reused_only_after_release():
     )
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_worker_slot_reuse_never_changes_a_batch(datasets, tmp_path):
     """A val pass cycled 6 times through 2 workers (slots reused) equals the same pass in-process."""
     datasets.image_folder(tmp_path / "flat", images=16)
@@ -427,6 +434,7 @@ def prepare_quietly(src: Path, dst: Path, shard_size: int = 3) -> int:
     return data_command(["prepare", "--src", str(src), "--dst", str(dst), *args])
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_val_lacking_a_class_keeps_train_labels_in_both_formats(datasets, tmp_path, capsys, caplog):
     """Issue 39.1: val/ without class001 was labelled with its own class list (class002 -> 1, class003 -> 2),
     so a model that fits train/ scored 0.50 on the images it had learnt. val/ now takes train/'s labels, in
@@ -497,6 +505,7 @@ def test_hidden_files_and_folders_in_class_folders_are_not_images(datasets, tmp_
     assert len(paths) == 6 and labels.count(0) == 3 and not [p for p in paths if "/." in p]
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_a_shard_that_is_not_the_one_meta_json_lists_is_refused_and_old_meta_still_reads(datasets, tmp_path):
     """Issue 39.3: a shard another prepare wrote over (here: shard 0 of a prepare of 8-image shards over one
     of 4) is refused by name, by local preflight (records and bytes), s3 preflight's listing (bytes) and the

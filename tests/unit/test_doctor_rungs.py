@@ -91,6 +91,7 @@ def test_on_the_cpu_more_loader_workers_take_their_cores_from_the_models_threads
     assert not any("num_workers" in w.name for w in candidates(two_cores, user, 2.0, True, on_cpu=True))
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_a_rung_whose_set_up_runs_far_past_the_budget_is_stopped_and_says_so(tmp_path):
     """Issue 40.2: a rung ran on for minutes in its set-up (ResNet-50 at batch 512, a 90 s budget).
     Its limit here (no set-up allowed past a 0.3 s window) is passed before any training step: the

@@ -7,6 +7,8 @@ from __future__ import annotations
 import os
 import time
 
+import pytest
+
 import bench.doctor.storage_read as storage_read
 from bench.doctor.figures import StorageFigures
 from bench.doctor.page import _details
@@ -25,6 +27,7 @@ def _files(root, count: int, size: int) -> list:
     return specs
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_the_rung_reads_a_jpeg_folder_whole_through_the_storage_benchmarks_reader(
     tmp_path, datasets, compose, monkeypatch
 ):
@@ -65,6 +68,7 @@ def test_the_rung_reads_a_jpeg_folder_whole_through_the_storage_benchmarks_reade
     assert "window_s" in options  # a duration from the readers' start, not a deadline set before their fork
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_a_deadline_ends_the_readers_epoch_early(tmp_path):
     specs = _files(tmp_path / "data", 12, 4096)
     store = LocalStore(tmp_path / "data")
@@ -109,6 +113,7 @@ def test_the_rung_reads_shards_on_s3_through_the_storage_groups_settings(s3_serv
     assert _details(rung).startswith(f"{figures.megabytes_per_second:,.0f} MB/s from ")  # the page's row
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_the_rungs_window_starts_once_its_readers_run_however_slow_their_fork(tmp_path, monkeypatch):
     """Issue 29: the rung's deadline was set before run_reader forked the readers; a fork slower
     than the window (a loaded machine) left no time, and the rung read 0 files. Here the readers'

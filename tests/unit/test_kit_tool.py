@@ -63,6 +63,7 @@ def test_a_requirement_the_targets_version_misses_is_named_and_markers_are_the_t
     assert kit.unmet(items, {"torch": "2.11.0", "numpy": "1.0"}, env) == []
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_bad_arguments_are_one_error_line_and_exit_2(tmp_path, capsys):
     assert kit.main(["--have", str(tmp_path / "missing.txt")]) == 2
     err = capsys.readouterr().err
@@ -204,6 +205,7 @@ def test_a_kit_stopped_while_resolving_leaves_no_temporary_folder_and_no_pip(ben
     assert index.pips() == [] and list(wheels.tmp.iterdir()) == []
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_python_is_a_version_found_here_or_an_interpreters_path():
     here = "%d.%d" % sys.version_info[:2]
     assert kit.interpreter(here) == (sys.executable, here)

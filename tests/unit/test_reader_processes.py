@@ -55,6 +55,7 @@ def read_back(result):
     )
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 @pytest.mark.parametrize("read_mode", ["whole_file", "sample"])
 def test_processes_read_what_threads_read_across_epochs_and_evaluations(tmp_path, read_mode):
     changes = {
@@ -76,6 +77,7 @@ def test_processes_read_what_threads_read_across_epochs_and_evaluations(tmp_path
     assert len(evals) == 3 and all(steps == 4 for steps, _ in evals)
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_auto_is_processes_on_local_files_and_threads_where_a_store_reads_its_own_way(tmp_path):
     store, prepared = dataset(tmp_path)
     assert run_reader(store, prepared.files, workload()).readers == "processes"
@@ -91,6 +93,7 @@ def test_auto_is_processes_on_local_files_and_threads_where_a_store_reads_its_ow
     assert str(refused.value).startswith("storage.workload.readers='processes' is not valid: accepted threads or auto")
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_max_steps_stops_the_readers_mid_epoch_and_the_next_run_starts_clean(tmp_path):
     store, prepared = dataset(tmp_path)
     helpers = children_now()
@@ -102,6 +105,7 @@ def test_max_steps_stops_the_readers_mid_epoch_and_the_next_run_starts_clean(tmp
     assert sum(e.all_steps for e in whole.epochs) == 24
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_the_readers_cpu_is_in_the_result_as_the_threads_is_and_no_reader_outlives_the_read(tmp_path):
     """CPU time, not wall time: the same 96 MB of TFRecord read and CRC-checked by 2 processes and 2
     threads cost the same order of CPU. Without the readers' own CPU the processes' figure would be
@@ -127,6 +131,7 @@ def test_the_readers_cpu_is_in_the_result_as_the_threads_is_and_no_reader_outliv
     assert children_now() == helpers
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_a_corrupt_file_read_by_a_reader_process_fails_the_read_with_its_name(tmp_path):
     store, prepared = dataset(tmp_path, format="tfrecord")
     damaged = prepared.files[7]
@@ -141,6 +146,7 @@ def test_a_corrupt_file_read_by_a_reader_process_fails_the_read_with_its_name(tm
     assert children_now() == helpers
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_a_reader_killed_mid_pass_fails_the_read_instead_of_hanging_it(tmp_path):
     """A reader killed by the OOM killer (SIGKILL here) is named within about a second; the others
     are told to quit (or killed) and reaped."""

@@ -104,6 +104,7 @@ def test_tfrecord_checked_as_it_streams_by_whatever_the_piece_size(piece):
         streamed(data[:-1])
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
 @pytest.mark.parametrize("mode", ["whole_file", "sample"])
 def test_every_format_is_written_and_read_back_whole_or_by_sample(tmp_path, fmt, mode):
@@ -205,6 +206,7 @@ def test_sample_and_file_orders_follow_shuffle_and_seed_change_epoch(tmp_path):
     assert sample_order(files, fixed, 0, 1, run=1) != sample_order(files, fixed, 0, 1)  # a new seed every run
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_files_read_ahead_in_the_warm_up_step_are_measured_requests(tmp_path):
     """One sample per file and deep read-ahead: many files finish during the (slow) warm-up step.
     Each is consumed by a later, measured step, so each is one measured request."""
@@ -281,6 +283,7 @@ def test_storage_preflight_checks_what_the_launcher_and_the_machine_bring(overri
 CEILING_ARGS = ["--files", "8", "--samples-per-file", "4", "--record-size", "65536", "--threads", "2", "--rounds", "1"]
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 @pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (Debian: apt-get install fio)")
 def test_ceiling_command_runs_bench_fio_and_plain_python_warm_and_cold(tmp_path, capsys):
     from bench.tools import storage_ceiling
@@ -294,6 +297,7 @@ def test_ceiling_command_runs_bench_fio_and_plain_python_warm_and_cold(tmp_path,
     assert "bench/threads" in out and "bench: starting and ending its readers took" in out
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_ceiling_command_without_fio_compares_bench_with_plain_python(tmp_path, capsys, monkeypatch):
     from bench.tools import storage_ceiling
 

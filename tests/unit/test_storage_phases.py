@@ -102,6 +102,7 @@ def test_record_size_stdev_varies_per_file_and_is_reproducible():
     assert 500 < sum(sizes) / len(sizes) < 1500
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_reader_counts_steps_without_the_warm_up_one(tmp_path):
     store = LocalStore(tmp_path)
     files = prepare_dataset(store, WORKLOAD, "auto", workers=2).files
@@ -113,6 +114,7 @@ def test_reader_counts_steps_without_the_warm_up_one(tmp_path):
     assert capped.total("steps") == 3 and len(capped.epochs) == 1
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_au_drops_when_storage_cannot_keep_up(tmp_path):
     # Margins wide enough for a busy machine: the fast side's reads (page cache, ~1 ms) hide in 60 ms
     # of compute; the slow side's 250 ms reads on 2 threads give at most one file per 125 ms for
@@ -168,6 +170,7 @@ def test_figures_without_samples_are_absent_not_zero():
     assert metrics.samples_per_second == pytest.approx(400.0)  # that figure does have samples
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 @pytest.mark.parametrize("backend", ["local", "s3"])
 def test_compare_command_alternates_and_reports_a_ratio(capsys, backend):
     from bench.tools.iobench_compare import main

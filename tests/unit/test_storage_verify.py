@@ -43,6 +43,7 @@ def flip(path, where: int) -> None:
     path.write_bytes(bytes(data))
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 @pytest.mark.parametrize("read_mode", ["whole_file", "sample"])
 def test_a_flipped_byte_fails_the_read_with_checks_on_and_is_read_and_counted_with_them_off(tmp_path, read_mode):
     checked = storage(f"storage.workload.read_mode={read_mode}")
@@ -122,6 +123,7 @@ def test_tfrecord_framing_is_checked_wherever_a_piece_edge_falls(piece, where, w
 CEILING = ["--files", "4", "--samples-per-file", "4", "--record-size", "65536", "--threads", "2", "--rounds", "1"]
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 @pytest.mark.skipif(shutil.which("fio") is None, reason="needs fio (Debian: apt-get install fio)")
 def test_the_ceiling_reports_what_checking_costs_warm_and_cold_by_default(tmp_path, capsys):
     """--format tfrecord adds the unchecked reader; the default --modes both runs warm, then cold;

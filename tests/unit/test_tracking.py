@@ -129,6 +129,7 @@ def test_a_tracking_uri_is_usable_when_mlflows_registry_has_a_store_for_it(monke
     assert unusable("file:///tmp/mlruns") is None
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_environment_records_versions_and_speed_env_but_no_secrets(monkeypatch):
     monkeypatch.setenv("OMP_NUM_THREADS", "2")
     monkeypatch.setenv("NCCL_SOCKET_IFNAME", "lo")
@@ -384,6 +385,7 @@ def test_the_final_line_is_strict_json_even_with_non_finite_figures():
     assert parsed == {"radix_metrics": {"final_loss": None, "images_per_second": 10.0, "x": [None]}}
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_environment_records_the_torch_build_it_ran_on_cpu():
     """On this CPU machine: the torch version, and the CUDA and cuDNN versions its build carries
     (a CUDA wheel has them without a GPU; a CPU wheel has none, and then none is recorded)."""
@@ -398,6 +400,7 @@ def test_environment_records_the_torch_build_it_ran_on_cpu():
         assert "cudnn" not in env
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_environment_records_cuda_cudnn_nccl_and_driver_versions_cuda_mocked(monkeypatch):
     """What a GPU run records, with torch's CUDA queries and NVML mocked (no GPU here): CUDA,
     cuDNN, NCCL (a tuple in recent torch, an int in older ones) and the driver, as its tags."""
