@@ -1,65 +1,56 @@
-"""How gpu_check runs a check: in its own process (bench.app.run, the code `python -m bench` runs,
+"""How gpu_check runs a check: in its own process (bench.api.run, the code `python -m bench` runs,
 on a config composed as the command line would compose it: no new interpreter, CUDA context or
 cuDNN autotuning per check), in a `python -m bench` child (DDP, whose ranks are processes of their
-own; bench.machine.children.run_child, so the child ends with gpu_check however gpu_check ends),
+own; bench.api.run_child, so the child ends with gpu_check however gpu_check ends),
 or the trainer-vs-minimal-loop comparison (bench.tools.overhead). Each returns (metrics, problem).
 
 A signal during an in-process check ends its run the way it ends `python -m bench` (the run
-KILLED, exit 130/143): that code is raised again here, so gpu_check stops with it."""
+KILLED, exit 130/143): bench.api.run raises it again, so gpu_check stops with it."""
 
 from __future__ import annotations
 
 import argparse
 import contextlib
 import io
-import json
 import math
-import sys
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple
 
-from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
+from bench.errors import BenchError
 
 Metrics = Dict[str, Any]
 Outcome = Tuple[Optional[Metrics], str]
 
 
-def _final_line(stdout: str, stderr: str, code: int) -> Outcome:
-    lines = [line for line in stdout.splitlines() if line.startswith('{"radix_metrics"')]
-    if code != 0 or not lines:
-        errors = [line for line in stderr.splitlines() if line.startswith("[ERROR]")]
-        return None, errors[-1] if errors else f"exit {code}: {stderr.strip()[-300:]}"
-    return json.loads(lines[-1])["radix_metrics"], ""
+def _outcome(run: Callable[[], Any]) -> Outcome:
+    """A run of bench.api (run, run_child) as (its record's radix_metrics, "") or (None, its [ERROR] line)."""
+    from bench.results import strict
+
+    try:
+        done = run()
+    except BenchError as exc:
+        return None, f"[ERROR] {exc}"
+    if done.error or done.metrics is None:
+        return None, done.error or f"exit {done.exit_code}: the run wrote no record"
+    return strict(done.metrics.to_metrics()), ""
 
 
 def run_bench(overrides: Sequence[str], run_dir: Path) -> Outcome:
-    """`python -m bench <overrides>` as a child process that does not outlive gpu_check."""
-    from bench.machine.children import run_child
+    """`python -m bench <overrides>` as a child process that does not outlive gpu_check (bench.api.run_child)."""
+    from bench import api
 
-    proc = run_child([sys.executable, "-m", "bench", *overrides, f"hydra.run.dir={run_dir}"])
-    return _final_line(proc.stdout, proc.stderr, proc.returncode)
+    return _outcome(lambda: api.run_child(overrides, run_dir))
 
 
 def run_in_process(overrides: Sequence[str], run_dir: Path, rehearse: bool = False) -> Outcome:
-    """The run `python -m bench <overrides> hydra.run.dir=<run_dir>` makes, in this process: its
-    stdout and stderr kept for the verdict (the final line, or the [ERROR] line)."""
-    from bench.app import run
-    from bench.config import compose
+    """The run `python -m bench <overrides> hydra.run.dir=<run_dir>` makes, in this process (bench.api.run),
+    its output kept from gpu_check's table; in the rehearsal torch.compile on the eager backend."""
+    from bench import api
 
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            config = compose(*overrides)
-        except BenchError as exc:
-            return None, f"[ERROR] {exc}"
-        with _cheap_compile() if rehearse and config.compile else contextlib.nullcontext():
-            code = run(config, run_dir, Path.cwd(), list(overrides))  # launched here, as a command typed here
-    if code == EXIT_SIGINT:
-        raise KeyboardInterrupt
-    if code == EXIT_SIGTERM:
-        raise Interrupted("SIGTERM")
-    return _final_line(out.getvalue(), err.getvalue(), code)
+    quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
+    with quiet[0], quiet[1], _cheap_compile() if rehearse else contextlib.nullcontext():
+        return _outcome(lambda: api.run(list(overrides), run_dir, Path.cwd()))
 
 
 def run_search_on_cpu(overrides: Sequence[str], _run_dir: Path) -> Outcome:
