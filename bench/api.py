@@ -30,7 +30,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Union
 
 from bench.config import BenchConfig, check, compose
 from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, ConfigProblem
@@ -38,6 +38,9 @@ from bench.infer.result import InferMetrics
 from bench.iobench.result import StorageMetrics
 from bench.run_dirs import RUN_BASE, Reserved, discard, missing_dirs, reserve
 from bench.train.result import EpochRecord, TrainMetrics
+
+if TYPE_CHECKING:
+    from bench.tracking.tracker import SweepJob
 
 __all__ = [
     "EpochRecord",
@@ -110,12 +113,16 @@ def run(
     launch_dir: Union[str, Path, None] = None,
     *,
     echo: bool = False,
+    overrides: Sequence[str] = (),
+    sweep_job: Optional["SweepJob"] = None,
 ) -> RunResult:
     """Run one benchmark in this process: `config` is a BenchConfig (checked again, so edits count)
     or the overrides of `python -m bench` (a list, or one string split as a shell splits it).
     `out_dir`: the run's directory (default `outputs/<date>/<time>` under `launch_dir`, the current
     directory unless given, where the default MLflow store `mlflow.db` lives too).
-    `echo=True` prints the command's final `{"radix_metrics": ...}` line on stdout.
+    `echo=True` prints the command's final `{"radix_metrics": ...}` line on stdout. With a BenchConfig,
+    `overrides` are those it was composed from (its MLflow record says them); `sweep_job`: a child MLflow
+    run of a parent's (the doctor's rungs; a refusal is its FAILED run, as a sweep job's, not raised).
     Raises BenchError for what the command refuses."""
     from bench.app import run as run_bench
 
@@ -124,7 +131,7 @@ def run(
             config = shlex.split(config)
         except ValueError as exc:  # an unclosed quote
             raise ConfigProblem(f"the overrides {config!r} cannot be split as a shell splits them: {exc}") from None
-    overrides = [] if isinstance(config, BenchConfig) else [str(o) for o in config]
+    overrides = list(overrides) if isinstance(config, BenchConfig) else [str(o) for o in config]
     checked = check(config) if isinstance(config, BenchConfig) else _composed_for_python(*overrides)
     launch = Path(launch_dir or Path.cwd()).resolve()
     # the run's directory: `out_dir` as given, else `<launch>/outputs/<date>/<time>`, this call's own even when
@@ -142,7 +149,7 @@ def run(
         from bench.runtime.device import process_restored  # torch: imported by a run, not by compose_config
 
         with _ONE_RUN, process_restored():
-            code = run_bench(checked, where, launch, overrides, raise_refusals=True, echo=echo)
+            code = run_bench(checked, where, launch, overrides, sweep_job, raise_refusals=not sweep_job, echo=echo)
     except BenchError:
         discard(reserved)  # refused before any work: nothing of this call stays on disk
         raise
