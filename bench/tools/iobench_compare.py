@@ -31,13 +31,14 @@ from typing import Callable, List, Sequence, Tuple
 
 from bench.analysis.rounds import alternate
 from bench.config.storage import PrepareMode, StorageConfig
+from bench.doctor.storage_read import ceiling_storage
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.prepare import prepare_dataset
 from bench.machine.writable import writable_dir_refusal
 from bench.storage.base import ObjectStore
 from bench.storage.local import LocalStore
 from bench.storage.registry import open_store
-from bench.tools.ceiling_readers import Costs, bench_reader, ceiling_storage, pool_reader
+from bench.tools.ceiling_readers import Costs, bench_reader, pool_reader
 
 SAMPLES_PER_FILE = 16
 # Only for the throw-away loopback server this command starts; real credentials are never needed.

@@ -47,6 +47,7 @@ from typing import Dict, List, Optional
 
 from bench.analysis.rounds import Rounds, alternate
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
+from bench.doctor.storage_read import ceiling_storage
 from bench.errors import EXIT_CONFIG, BenchError, interruption_in
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import uses_processes
@@ -55,7 +56,7 @@ from bench.machine.leftovers import clean_leftovers, owned_tempdir
 from bench.machine.writable import writable_dir_refusal
 from bench.registries import FORMATS
 from bench.storage.local import LocalStore
-from bench.tools.ceiling_readers import Costs, Reader, bench_reader, ceiling_storage, fio_reader, plain_reader
+from bench.tools.ceiling_readers import Costs, Reader, bench_reader, fio_reader, plain_reader
 
 PREFIX = "bench-ceiling-"  # the default dataset's directory, under the system temp dir
 
