@@ -1214,6 +1214,21 @@ BAD_INPUTS = [
         2,
         "--rounds=0 is not valid: accepted an integer of 1 or more.",
     ),
+    # issue 41: the A/B tools' sizing flags are spellings of config keys, refused as the config refuses them
+    (
+        "overhead batch of zero",
+        "bench.overhead",
+        ["--batch-size", "0", "--rounds", "1"],
+        2,
+        "data.batch_size=0 is not valid: accepted a positive integer.",
+    ),
+    (
+        "overhead config key as a flag",
+        "bench.overhead",
+        ["--data.num_classes=0"],
+        2,
+        "data.num_classes=0 is not valid",
+    ),
     (
         "train costs of an unknown model",
         "bench.tools.train_costs",

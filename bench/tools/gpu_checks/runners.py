@@ -9,13 +9,12 @@ KILLED, exit 130/143): bench.api.run raises it again, so gpu_check stops with it
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import math
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bench.errors import BenchError
 
@@ -119,14 +118,15 @@ def run_ddp(overrides: Sequence[str], run_dir: Path, on_gpu: bool, runner: Calla
     return {**metrics, "all_reduce": probe, "backend": backend}, ""
 
 
-def overhead_args(on_gpu: bool, threads: int) -> argparse.Namespace:
-    """bench.overhead's arguments: on a GPU the card's own workload (ResNet-50, 224 px, batch 256,
-    bf16, channels_last); in the rehearsal the same path at a tiny size."""
-    if on_gpu:
-        sizes = dict(model="resnet50", image_size=224, batch_size=256, num_classes=1000, steps=20, warmup=5)
-    else:
-        sizes = dict(model="resnet18", image_size=32, batch_size=4, num_classes=10, steps=3, warmup=1)
-    return argparse.Namespace(**sizes, threads=threads, channels_last=True)
+def overhead_overrides(on_gpu: bool, threads: int) -> Tuple[List[str], str]:
+    """bench.overhead's workload, as config keys and in words: on a GPU the card's own (ResNet-50,
+    224 px, batch 256, bf16, channels_last); in the rehearsal the same path at a tiny size."""
+    arch, size, batch, classes, steps, warmup = (
+        ("resnet50", 224, 256, 1000, 20, 5) if on_gpu else ("resnet18", 32, 4, 10, 3, 1)
+    )
+    keys = [f"model.arch={arch}", f"data.image_size={size}", f"data.batch_size={batch}", f"data.num_classes={classes}"]
+    keys += [f"train.steps_per_epoch={steps}", f"benchmark.warmup_steps={warmup}", f"cpu_threads={threads}"]
+    return [*keys, "precision.channels_last=true"], f"{arch} {size}px batch {batch} bf16 channels_last"
 
 
 def run_overhead(on_gpu: bool, echo: Callable[[str], None] = print) -> Outcome:
@@ -135,11 +135,11 @@ def run_overhead(on_gpu: bool, echo: Callable[[str], None] = print) -> Outcome:
 
     from bench.tools.overhead import alternate_sides
 
-    args = overhead_args(on_gpu, torch.get_num_threads() if on_gpu else 1)
+    overrides, workload = overhead_overrides(on_gpu, torch.get_num_threads() if on_gpu else 1)
     device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # the trainer's warnings (a CPU run's TF32 note...)
-            found = alternate_sides(args, "bf16", device, 2 if on_gpu else 1, "overhead", echo)
+            found = alternate_sides(overrides, "bf16", device, 2 if on_gpu else 1, "overhead", echo)
     except BenchError as exc:
         return None, f"[ERROR] {exc}"
     ratio = found.ratio("minimal")
@@ -148,7 +148,7 @@ def run_overhead(on_gpu: bool, echo: Callable[[str], None] = print) -> Outcome:
         "bench_images_per_second": found.median("bench"),
         "minimal_images_per_second": found.median("minimal"),
         "per_round": [round(r, 3) for r in ratio.per_round],
-        "overhead_workload": f"{args.model} {args.image_size}px batch {args.batch_size} bf16 channels_last",
+        "overhead_workload": workload,
     }, ""
 
 
