@@ -46,8 +46,12 @@ def parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> Tup
         parser.error(problem)
     keys = [arg for arg in given if "=" in arg and not arg.startswith("-")]
     args = parser.parse_args([arg for arg in given if arg not in keys])
-    spelled = [f"{SPELLINGS[flag]}={getattr(args, flag[2:].replace('-', '_'))}" for flag in args.spelled]
-    return args, seed_spelling([*spelled, *keys])[0]
+    return args, seed_spelling([*spelled(args), *keys])[0]
+
+
+def spelled(args: argparse.Namespace) -> List[str]:
+    """The config keys the spelling flags of `args` set (`data.batch_size=32` for --batch-size 32)."""
+    return [f"{SPELLINGS[flag]}={getattr(args, flag[2:].replace('-', '_'))}" for flag in args.spelled]
 
 
 def said(ratio: Ratio, digits: int = 2) -> str:

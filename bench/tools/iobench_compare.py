@@ -38,6 +38,7 @@ from bench.machine.writable import writable_dir_refusal
 from bench.storage.base import ObjectStore
 from bench.storage.local import LocalStore
 from bench.storage.registry import open_store
+from bench.tools import ab
 from bench.tools.ceiling_readers import Costs, bench_reader, pool_reader
 
 SAMPLES_PER_FILE = 16
@@ -80,7 +81,7 @@ def compare_reads(
     for side, name in zip(sides, names, strict=True):
         values = found.figures[side]
         print(f"{side} ({name}): median {found.median(side):.0f} MB/s [{min(values):.0f}-{max(values):.0f}]")
-    print(f"ratio ours/baseline: {ratio.ratio:.2f} [95% {ratio.low:.2f}-{ratio.high:.2f}] {ratio.verdict}")
+    print(f"ratio ours/baseline: {ab.said(ratio)}")
     return ratio.ratio
 
 

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Tuple
 
 from bench.analysis.rounds import alternate, ratio_of
 from bench.data.sample_images import write_image_folder
+from bench.tools import ab
 
 if TYPE_CHECKING:
     from bench.data.registry import Batches
@@ -85,15 +86,7 @@ def our_batches(name: str, root: str, args: argparse.Namespace) -> Batches:
     from bench.config import compose
     from bench.data.registry import build_batches
 
-    data = compose(
-        f"data={name}",
-        f"data.root={root}",
-        f"data.batch_size={args.batch_size}",
-        f"data.image_size={args.image_size}",
-        f"data.num_classes={args.classes}",
-        f"data.num_workers={args.workers}",
-        "data.pin_memory=false",
-    ).data
+    data = compose(f"data={name}", f"data.root={root}", *ab.spelled(args), "data.pin_memory=false").data
     return build_batches(data, torch.device("cpu"), torch.contiguous_format, seed=0)
 
 

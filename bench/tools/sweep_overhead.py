@@ -21,6 +21,7 @@ from typing import List, Sequence
 from bench.analysis.rounds import alternate
 from bench.api import RunResult, TrainMetrics, run_child
 from bench.machine.children import run_child as run_process
+from bench.tools import ab
 
 
 def workload(image_size: int, batch_size: int, steps: int, warmup: int) -> List[str]:
@@ -78,7 +79,7 @@ def job_overhead(rounds: int, work: Path) -> None:
     print(f"  4 x one run in its own process: {4 * per_run:.2f} s = {per_run:.2f} s per run")
     print(
         f"  a sweep job costs {per_sweep_job - per_run:+.2f} s vs a separate `python -m bench` run "
-        f"(rate ratio sweep/separate {ratio.ratio:.2f} [95% {ratio.low:.2f}-{ratio.high:.2f}] {ratio.verdict})"
+        f"(rate ratio sweep/separate {ab.said(ratio)})"
     )
 
 

@@ -30,13 +30,12 @@ from bench.config import compose
 from bench.data.digits import write_digits
 from bench.errors import EXIT_CONFIG
 from bench.machine.writable import writable_dir_refusal
+from bench.tools import ab
 from bench.train.resume import Position, TrainingCheckpoints
 
 
 def _figures(ratio: Ratio) -> str:
-    return f"ratio {ratio.ratio:.3f} [95% {ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   rounds " + " ".join(
-        f"{r:.3f}" for r in ratio.per_round
-    )
+    return f"ratio {ab.said(ratio, 3)}   rounds " + " ".join(f"{r:.3f}" for r in ratio.per_round)
 
 
 def eval_cost(args: argparse.Namespace, root: str) -> None:

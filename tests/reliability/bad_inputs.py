@@ -1184,6 +1184,13 @@ BAD_INPUTS = [
         2,
         "--dir='{tmp}/a-file' is not valid",
     ),
+    (  # issue 41: its sizing flags are spellings of the loaders' config keys, checked before any image is written
+        "loader benchmark batch of zero",
+        "bench.data",
+        ["bench-loader", "--batch-size", "0", "--dir", "{tmp}/loader"],
+        2,
+        "data.batch_size=0 is not valid: accepted a positive integer.",
+    ),
     (
         "report out is a file",
         "bench.report",
@@ -1222,13 +1229,7 @@ BAD_INPUTS = [
         2,
         "data.batch_size=0 is not valid: accepted a positive integer.",
     ),
-    (
-        "overhead config key as a flag",
-        "bench.overhead",
-        ["--data.num_classes=0"],
-        2,
-        "data.num_classes=0 is not valid",
-    ),
+    ("overhead config key as a flag", "bench.overhead", ["--data.num_classes=0"], 2, "data.num_classes=0 is not valid"),
     (
         "train costs of an unknown model",
         "bench.tools.train_costs",
