@@ -28,11 +28,13 @@ SPELLINGS = {
 }
 
 
-def spell(parser: argparse.ArgumentParser, flag: str, default: object, help: str = "") -> None:
-    """`flag` on `parser` as a spelling of its config key (SPELLINGS), with the tool's own default."""
-    parser.set_defaults(spelled=[*(parser.get_default("spelled") or []), flag])
-    said = f"{help + '; ' if help else ''}the config key {SPELLINGS[flag]}"
-    parser.add_argument(flag, type=type(default), default=default, help=f"{said} (default {default})")
+def spell(parser: argparse.ArgumentParser, flag: str, default: object, help: str = "", key: str = "") -> None:
+    """`flag` on `parser` as a spelling of a config key (`key`, else SPELLINGS'), with the tool's own default."""
+    key = key or SPELLINGS[flag]
+    parser.set_defaults(spelled={**(parser.get_default("spelled") or {}), flag: key})
+    kind = int if default is None else type(default)
+    said = f"{help + '; ' if help else ''}the config key {key}"
+    parser.add_argument(flag, type=kind, default=default, help=f"{said} (default {default})")
 
 
 def parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> Tuple[argparse.Namespace, List[str]]:
@@ -51,7 +53,8 @@ def parse(parser: argparse.ArgumentParser, argv: Optional[Sequence[str]]) -> Tup
 
 def spelled(args: argparse.Namespace) -> List[str]:
     """The config keys the spelling flags of `args` set (`data.batch_size=32` for --batch-size 32)."""
-    return [f"{SPELLINGS[flag]}={getattr(args, flag[2:].replace('-', '_'))}" for flag in args.spelled]
+    values = {key: getattr(args, flag[2:].replace("-", "_")) for flag, key in args.spelled.items()}
+    return [f"{key}={value}" for key, value in values.items() if value is not None]
 
 
 def said(ratio: Ratio, digits: int = 2) -> str:
