@@ -15,8 +15,9 @@ image files, benchmark.find_max_batch against a real out-of-memory (from a memor
 capped search), torch.compile, bench's trainer against a minimal loop (ResNet-50, 224 px, batch
 256, bf16, channels_last: pass at >= 0.98) and DDP over NCCL (on one GPU: the backend initialises,
 an all-reduce sums right, world_size 1; sync and scaling need 2+). All but DDP run in this one
-process, each as the run `python -m bench` makes (bench.app.run); DDP's ranks are processes, under
-a `python -m bench` child that ends with gpu_check (SIGTERM, Ctrl-C or SIGKILL; its run KILLED).
+process, each as the run `python -m bench` makes (bench.api.run); DDP's ranks are processes, under
+a `python -m bench` child that ends with gpu_check (bench.api.run_child: SIGTERM, Ctrl-C or SIGKILL;
+its run KILLED).
 `--rehearse` runs the same code on a CPU and skips only the assertions a CPU cannot meet.
 """
 
