@@ -1259,6 +1259,13 @@ BAD_INPUTS = [
         "--host-memory-gb=-1.0 is not valid: accepted a number of GB above 0.",
     ),
     ("storage size flag misspelt", "bench.tools.storage_size", ["--hots", "4"], 2, "unrecognized arguments: --hots"),
+    (  # issue 41: its --threads spells storage.workload.read_threads, refused as the storage benchmark refuses it
+        "storage compare with no threads",
+        "bench.iobench.compare",
+        ["local", "--threads", "0"],
+        2,
+        "storage.workload.read_threads=0 is not valid: accepted a positive integer.",
+    ),
     (
         "storage compare root is a file",
         "bench.iobench.compare",
