@@ -56,8 +56,9 @@ SETUP_BUDGETS, MIN_SETUP_S = 2.0, 60.0
 
 
 class SetupOverrun(Interrupted):
-    """SIGALRM at a rung's limit: the run ends as at a signal (KILLED, its workers stopped); its text says why.
-    Its exit code is a failure's, not SIGTERM's: bench.api.run would end the doctor with that."""
+    """SIGALRM at a rung's limit (or gpu_check's --budget-s): the run ends as at a signal (KILLED, its workers
+    stopped); its text says why. Its exit code is a failure's, not SIGTERM's: bench.api.run would end the
+    command with that."""
 
     exit_code = EXIT_FAILED  # type: ignore[assignment]
 
