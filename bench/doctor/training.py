@@ -60,7 +60,7 @@ class SetupOverrun(Interrupted):
     stopped); its text says why. Its exit code is a failure's, not SIGTERM's: bench.api.run would end the
     command with that."""
 
-    exit_code = EXIT_FAILED  # type: ignore[assignment]
+    exit_code = EXIT_FAILED
 
     def __str__(self) -> str:
         return self.signal_name
