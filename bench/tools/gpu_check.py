@@ -116,7 +116,7 @@ def run_checks(
         run_dir, started = work / check.name, time.monotonic()
         extra = _extra(check, done, base, on_gpu) if runner is None else []  # a given runner: no GPU to ask
         overrides = [*base, *check.overrides_for(on_gpu), *extra]
-        stopped = f"stopped: --budget-s {budget.seconds:g} spent while it ran"
+        stopped = f"stopped: --budget-s {budget.seconds or 0:g} spent while it ran"
         metrics, problem = None, stopped  # what is left when the stop fires inside it
         with budget.armed(stopped) as fired:
             metrics, problem = _run_one(check, overrides, run_dir, on_gpu, runner)
