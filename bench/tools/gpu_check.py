@@ -250,7 +250,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             run_checks(chosen, base_overrides(args, on_gpu), work, on_gpu=on_gpu, budget=budget, rows=rows)
         except (KeyboardInterrupt, Interrupted) as exc:
             code = EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else exc.exit_code
-            reason = str(exc) or "Ctrl-C"
+            reason = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else str(exc)  # bench.api.run's names its run
             print(table(rows, time.monotonic() - budget.start, reason, len(chosen)), flush=True)
             print(f"[ERROR] gpu_check interrupted ({reason}) after {len(rows)} checks", file=sys.stderr)
             return code
