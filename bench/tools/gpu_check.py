@@ -62,7 +62,7 @@ def _run_one(check: Check, overrides: List[str], run_dir: Path, on_gpu: bool, ru
         return runner(overrides, run_dir)
     if check.where == CHILD:
         _release_gpu_memory(on_gpu)  # what earlier checks cached is the child's to use
-        return runners.run_ddp(overrides, run_dir, on_gpu, runners.run_bench)
+        return runners.run_ddp(overrides, run_dir, on_gpu)
     try:
         if check.where == OVERHEAD:
             return runners.run_overhead(on_gpu, echo=lambda line: None)

@@ -35,13 +35,6 @@ def _outcome(run: Callable[[], Any]) -> Outcome:
     return strict(done.metrics.to_metrics()), ""
 
 
-def run_bench(overrides: Sequence[str], run_dir: Path) -> Outcome:
-    """`python -m bench <overrides>` as a child process that does not outlive gpu_check (bench.api.run_child)."""
-    from bench import api
-
-    return _outcome(lambda: api.run_child(overrides, run_dir))
-
-
 def run_in_process(overrides: Sequence[str], run_dir: Path, rehearse: bool = False) -> Outcome:
     """The run `python -m bench <overrides> hydra.run.dir=<run_dir>` makes, in this process (bench.api.run),
     its output kept from gpu_check's table; in the rehearsal torch.compile on the eager backend."""
@@ -109,9 +102,12 @@ def all_reduce_probe(on_gpu: bool) -> Tuple[str, str]:
     return ("ok" if total == 6.0 else f"wrong sum {total} (want 6.0)"), backend
 
 
-def run_ddp(overrides: Sequence[str], run_dir: Path, on_gpu: bool, runner: Callable[..., Outcome]) -> Outcome:
-    """The DDP run as a child (its ranks are processes), then gpu_check's own all-reduce probe."""
-    metrics, problem = runner(overrides, run_dir)
+def run_ddp(overrides: Sequence[str], run_dir: Path, on_gpu: bool) -> Outcome:
+    """The DDP run as a `python -m bench` child that does not outlive gpu_check (its ranks are processes:
+    bench.api.run_child), then gpu_check's own all-reduce probe."""
+    from bench import api
+
+    metrics, problem = _outcome(lambda: api.run_child(overrides, run_dir))
     if metrics is None:
         return None, problem
     probe, backend = all_reduce_probe(on_gpu)
