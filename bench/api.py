@@ -27,9 +27,10 @@ from __future__ import annotations
 import shlex
 import signal
 import threading
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, List, Optional, Sequence, Union
 
 from bench.config import BenchConfig, check, compose
 from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, ConfigProblem
@@ -37,6 +38,9 @@ from bench.infer.result import InferMetrics
 from bench.iobench.result import StorageMetrics
 from bench.run_dirs import RUN_BASE, Reserved, discard, missing_dirs, reserve
 from bench.train.result import EpochRecord, TrainMetrics
+
+if TYPE_CHECKING:
+    from bench.tracking.tracker import SweepJob
 
 __all__ = [
     "EpochRecord",
@@ -48,6 +52,7 @@ __all__ = [
     "compose_config",
     "default_config",
     "run",
+    "run_child",
 ]
 
 # the record of each mode: narrow it with isinstance(result.metrics, TrainMetrics)
@@ -90,11 +95,12 @@ class RunResult:
     config: BenchConfig
     metrics: Optional[Metrics] = None  # the mode's record; None if the run wrote none
     epochs: List[EpochRecord] = field(default_factory=list)  # training: an EpochRecord per epoch
-    error: Optional[str] = None  # why the run failed (error.txt's text)
+    error: Optional[str] = None  # why the run failed (error.txt's text; run_child: the child's [ERROR] line)
+    seconds: float = 0.0  # the run's wall time (run_child: its process's, start-up included)
 
     @property
     def ok(self) -> bool:
-        return self.exit_code == 0
+        return self.exit_code == 0 and self.error is None
 
 
 # what a run sets is the process's: one run at a time in a process, each restoring what it changed
@@ -107,12 +113,16 @@ def run(
     launch_dir: Union[str, Path, None] = None,
     *,
     echo: bool = False,
+    overrides: Sequence[str] = (),
+    sweep_job: Optional["SweepJob"] = None,
 ) -> RunResult:
     """Run one benchmark in this process: `config` is a BenchConfig (checked again, so edits count)
     or the overrides of `python -m bench` (a list, or one string split as a shell splits it).
     `out_dir`: the run's directory (default `outputs/<date>/<time>` under `launch_dir`, the current
     directory unless given, where the default MLflow store `mlflow.db` lives too).
-    `echo=True` prints the command's final `{"radix_metrics": ...}` line on stdout.
+    `echo=True` prints the command's final `{"radix_metrics": ...}` line on stdout. With a BenchConfig,
+    `overrides` are those it was composed from (its MLflow record says them); `sweep_job`: a child MLflow
+    run of a parent's (the doctor's rungs; a refusal is its FAILED run, as a sweep job's, not raised).
     Raises BenchError for what the command refuses."""
     from bench.app import run as run_bench
 
@@ -121,7 +131,7 @@ def run(
             config = shlex.split(config)
         except ValueError as exc:  # an unclosed quote
             raise ConfigProblem(f"the overrides {config!r} cannot be split as a shell splits them: {exc}") from None
-    overrides = [] if isinstance(config, BenchConfig) else [str(o) for o in config]
+    overrides = list(overrides) if isinstance(config, BenchConfig) else [str(o) for o in config]
     checked = check(config) if isinstance(config, BenchConfig) else _composed_for_python(*overrides)
     launch = Path(launch_dir or Path.cwd()).resolve()
     # the run's directory: `out_dir` as given, else `<launch>/outputs/<date>/<time>`, this call's own even when
@@ -134,11 +144,12 @@ def run(
         reserved = Reserved(Path(out_dir), missing_dirs(Path(out_dir)))
     where = reserved.path
     where.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
     try:
         from bench.runtime.device import process_restored  # torch: imported by a run, not by compose_config
 
         with _ONE_RUN, process_restored():
-            code = run_bench(checked, where, launch, overrides, raise_refusals=True, echo=echo)
+            code = run_bench(checked, where, launch, overrides, sweep_job, raise_refusals=not sweep_job, echo=echo)
     except BenchError:
         discard(reserved)  # refused before any work: nothing of this call stays on disk
         raise
@@ -146,15 +157,41 @@ def run(
         raise KeyboardInterrupt(f"bench run in {where} interrupted")
     if code == EXIT_SIGTERM and threading.current_thread() is threading.main_thread():
         signal.raise_signal(signal.SIGTERM)  # now the program's own handling: by default it ends here (143)
-    result = RunResult(exit_code=code, out_dir=where, config=checked)
+    return _read_back(RunResult(code, where, checked, seconds=time.perf_counter() - started))
+
+
+def _read_back(result: RunResult, stderr: str = "") -> RunResult:
+    """`result` with the run's typed records read back from its files, and why it failed: the last [ERROR]
+    line of its `stderr` (a child's, as a terminal shows it), else error.txt's text, else its exit code."""
+    code, where = result.exit_code, result.out_dir
     if (where / "run_summary.json").is_file():
-        report = checked.scenario.report_class.from_files(where)
+        report = result.config.scenario.report_class.from_files(where)
         result.metrics = report.record
         result.epochs = list(getattr(getattr(report, "result", None), "epochs", None) or [])
     if (where / "error.txt").is_file():
         result.error = (where / "error.txt").read_text().strip()
+    errors = [line for line in stderr.splitlines() if line.startswith("[ERROR]")]
     if code == EXIT_SIGTERM:  # the program's SIGTERM handler let it go on
         result.error = "run interrupted: terminated by signal SIGTERM (the MLflow run is KILLED)"
-    elif code and not result.error:  # error.txt could not be written: the [ERROR] line on stderr said it
-        result.error = f"the run ended with exit code {code} (see its [ERROR] line on stderr)"
+    elif code and (errors or not result.error):  # error.txt could not be written: the [ERROR] line said it
+        result.error = errors[-1] if errors else f"the run ended with exit code {code} (see its [ERROR] line on stderr)"
     return result
+
+
+def run_child(
+    overrides: Sequence[str], out_dir: Union[str, Path], *, timeout: Optional[float] = None, cwd: Optional[Path] = None
+) -> RunResult:
+    """`python -m bench <overrides>` in a child process that ends with this one (bench.machine.children.run_child:
+    DDP's ranks, a run timed from a fresh interpreter), in `out_dir`: the RunResult run() gives, read back
+    from the same files (`seconds`: the child's). Raises BenchError, before any child, where compose_config
+    refuses the overrides; subprocess.TimeoutExpired past `timeout`."""
+    import sys
+
+    from bench.machine.children import run_child as child
+
+    config = _composed_for_python(*[o for o in overrides if not o.lstrip("+~").startswith("hydra.")])
+    where = Path(out_dir).resolve()
+    where.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    done = child([sys.executable, "-m", "bench", *overrides, f"hydra.run.dir={where}"], timeout=timeout, cwd=cwd)
+    return _read_back(RunResult(done.returncode, where, config, seconds=time.perf_counter() - started), done.stderr)

@@ -46,17 +46,7 @@ def loader_rung(config: BenchConfig, window_s: float) -> Rung:
     started = time.perf_counter()
     device = device_of(config)
     batches = build_batches(config.data, device, memory_format_of(config), seed=config.seed)
-    try:
-        next(batches)  # the workers' start and first decode are not the loader's rate
-        cpu, clock, count, images = cpu_seconds_with_children(), time.perf_counter(), 0, 0
-        while count < MIN_BATCHES or time.perf_counter() - clock < window_s:
-            pixels, _labels = next(batches)
-            count, images = count + 1, images + int(pixels.shape[0])
-        if device.type == "cuda":
-            torch.cuda.synchronize()
-        seconds, cpu = time.perf_counter() - clock, cpu_seconds_with_children() - cpu
-    finally:
-        batches.close()
+    count, images, seconds, cpu = timed_batches(batches, warmup=1, least=MIN_BATCHES, window_s=window_s)
     rung.images_per_second = images / seconds
     facts = getattr(batches, "facts", {})
     split = stage_split(config, max(0.5, window_s / 2))
@@ -70,6 +60,26 @@ def loader_rung(config: BenchConfig, window_s: float) -> Rung:
     )
     rung.seconds = time.perf_counter() - started
     return rung
+
+
+def timed_batches(
+    batches: Iterator[Any], warmup: int, least: int, window_s: float = 0.0
+) -> Tuple[int, int, float, float]:
+    """A loader's timing, its iterator closed after (its workers stopped): `warmup` batches discarded (the
+    workers' start, the first decode), then at least `least` and until `window_s` has passed: (batches,
+    images, seconds, CPU seconds of this process and its workers). bench-loader times its loaders so too."""
+    try:
+        for _ in range(warmup):
+            next(batches)
+        cpu, clock, count, images = cpu_seconds_with_children(), time.perf_counter(), 0, 0
+        while count < least or time.perf_counter() - clock < window_s:
+            pixels, _labels = next(batches)
+            count, images = count + 1, images + int(pixels.shape[0])
+        if pixels.is_cuda:
+            torch.cuda.synchronize()
+        return count, images, time.perf_counter() - clock, cpu_seconds_with_children() - cpu
+    finally:
+        batches.close()  # type: ignore[attr-defined]
 
 
 Source = Iterator[Tuple[Union[bytes, memoryview], float]]  # (an encoded image, CPU seconds its read cost)

@@ -18,12 +18,12 @@ import dataclasses
 import os
 import time
 from pathlib import Path
-from typing import Any, List, Optional, Sequence, Tuple
+from typing import Any, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
-from bench.config import BenchConfig
-from bench.config.storage_benchmark import StorageWorkloadConfig
+from bench.config import BenchConfig, compose
+from bench.config.storage import StorageConfig, StorageWorkloadConfig
 from bench.doctor.figures import STORAGE, Rung, StorageFigures
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.order import file_order
@@ -46,25 +46,21 @@ def dataset_files(config: BenchConfig) -> List[str]:
     return sorted(found)
 
 
+def ceiling_storage(workload: Mapping[str, Any], *overrides: str) -> StorageConfig:
+    """The storage group of a read phase at the I/O ceiling (computation_time=0, no checkpoint), composed as
+    the storage benchmark's (mode=storage): `workload` the other storage.workload keys, `overrides` any
+    other key. The one builder of a read workload: this rung's, storage_ceiling's, bench.iobench.compare's."""
+    values = {"computation_time": 0, "checkpoint_size_mb": 0, **workload}
+    return compose("mode=storage", *[f"storage.workload.{k}={v}" for k, v in values.items()], *overrides).storage
+
+
 def read_workload(files: Sequence[FileSpec], threads: int, batch: int, seed: int) -> StorageWorkloadConfig:
-    """The loader's access pattern as a storage workload: one sample per file, read whole,
+    """The loader's access pattern as a storage workload: one sample per file, read whole, once,
     lengths checked only (these are the user's files, not the benchmark's records)."""
-    return StorageWorkloadConfig(
-        name="doctor",
-        num_files=len(files),
-        samples_per_file=1,
-        record_size=max(1, sum(f.size for f in files) // len(files)),
-        format="raw",
-        transfer_size=TRANSFER,
-        verify_records=False,
-        batch_size=batch,
-        read_threads=threads,
-        computation_time=0.0,
-        epochs=1,
-        shuffle="file",
-        seed=seed,
-        checkpoint_size_mb=0.0,
-    )
+    record = max(1, sum(f.size for f in files) // len(files))
+    workload = dict(num_files=len(files), samples_per_file=1, record_size=record, format="raw", epochs=1)
+    workload.update(name="doctor", transfer_size=TRANSFER, verify_records="false", shuffle="file", seed=seed)
+    return ceiling_storage({**workload, "batch_size": batch, "read_threads": threads}).workload
 
 
 def read_pass(

@@ -1,5 +1,5 @@
 """The ladder's training rungs (the compute ceiling, the full run, the what-ifs measured as runs):
-`python -m bench`'s own run (bench.app.run), in this process, for a window of a few seconds, as a
+`python -m bench`'s own run (bench.api.run), in this process, for a window of a few seconds, as a
 child MLflow run of the doctor's parent run. Its figures are read back from its files."""
 
 from __future__ import annotations
@@ -15,9 +15,10 @@ from typing import Any, Iterator, List, Optional, Sequence
 from bench.config import BenchConfig, compose
 from bench.config.run import TrainConfig
 from bench.doctor.figures import Rung, TrainingFigures
-from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, interruption_in
+from bench.errors import EXIT_FAILED, BenchError, Interrupted, interruption_in
 from bench.results import read_summary
 from bench.tracking.tracker import SweepJob
+from bench.train.result import TrainMetrics
 
 log = logging.getLogger("bench.doctor")
 
@@ -57,7 +58,11 @@ SETUP_BUDGETS, MIN_SETUP_S = 1.0, 60.0
 
 
 class SetupOverrun(Interrupted):
-    """SIGALRM at a rung's limit: the run ends as at a signal (KILLED, its workers stopped); its text says why."""
+    """SIGALRM at a rung's limit (or gpu_check's --budget-s): the run ends as at a signal (KILLED, its workers
+    stopped); its text says why. Its exit code is a failure's, not SIGTERM's: bench.api.run would end the
+    command with that."""
+
+    exit_code = EXIT_FAILED
 
     def __str__(self) -> str:
         return self.signal_name
@@ -135,8 +140,7 @@ class TrainingRuns:
         self.overran: Optional[str] = None  # the job whose set-up was stopped: the later ones are not started
 
     def run(self, job: str, name: str, overrides: Sequence[str], window_s: float) -> Rung:
-        from bench.app import run as run_bench
-        from bench.train.result import TrainMetrics
+        from bench import api
 
         started = time.perf_counter()
         rung = Rung(name=name)
@@ -144,43 +148,37 @@ class TrainingRuns:
             rung.skipped = f"not run: {self.overran}'s set-up ran past {self.setup_s:.0f} s and this run builds the "
             rung.skipped += "same model; not measured"
             return rung
+        job_dir = self.out_dir / job
+        job_dir.mkdir(parents=True, exist_ok=True)
+        sweep_job = SweepJob(job, str(self.out_dir), self.parent_run_id, label=job_label(job, name))
+        log.info("%s: %s", job, " ".join(overrides) or "(the defaults)")
+        limit = window_s + self.setup_s
+        overrun = f"its set-up (building, compiling, warming up the model) ran past {self.setup_s:.0f} s, far past "
+        overrun += f"doctor.budget_s={self.budget_s:g}: stopped after {limit:.0f} s, not measured"
+        # the run's final line and log go to its directory: the doctor's stdout is its table
         try:
             config = rung_config(overrides, window_s)
-        except BenchError as exc:
+            with (
+                (job_dir / "stdout.txt").open("w") as out,
+                contextlib.redirect_stdout(out),
+                stopped_after(limit, overrun) as overran,
+            ):
+                done = api.run(config, job_dir, self.launch_dir, echo=True, overrides=overrides, sweep_job=sweep_job)
+        except BenchError as exc:  # bench.api.run raises Ctrl-C and SIGTERM again: the ladder ends with them
             stopped = interruption_in(exc)  # a signal inside Hydra's compose: the ladder ends
             if stopped is not None:
                 raise stopped from None
             rung.failed = str(exc)
             return rung
-        job_dir = self.out_dir / job
-        job_dir.mkdir(parents=True, exist_ok=True)
-        sweep_job = SweepJob(job, str(self.out_dir), self.parent_run_id, label=job_label(job, name))
-        log.info("%s: %s", job, " ".join(overrides) or "(the defaults)")
-        # the run's final line and log go to its directory: the doctor's stdout is its table
-        limit = window_s + self.setup_s
-        overrun = f"its set-up (building, compiling, warming up the model) ran past {self.setup_s:.0f} s, far past "
-        overrun += f"doctor.budget_s={self.budget_s:g}: stopped after {limit:.0f} s, not measured"
-        with (
-            (job_dir / "stdout.txt").open("w") as out,
-            contextlib.redirect_stdout(out),
-            stopped_after(limit, overrun) as overran,
-        ):
-            code = run_bench(config, job_dir, self.launch_dir, list(overrides), sweep_job)
         rung.seconds = time.perf_counter() - started
         if overran:
             rung.skipped, self.overran = overrun, job
             return rung
-        if code == EXIT_SIGINT:  # the run ended KILLED by Ctrl-C: so does the ladder, at once
-            raise KeyboardInterrupt
-        if code == EXIT_SIGTERM:
-            raise Interrupted("SIGTERM")
-        if code or not (job_dir / "run_summary.json").is_file():
-            error = job_dir / "error.txt"
-            rung.failed = error.read_text().strip() if error.is_file() else f"the run exited {code}; see {job_dir}"
+        if not isinstance(done.metrics, TrainMetrics) or done.error:
+            rung.failed = done.error or f"the run exited {done.exit_code}; see {job_dir}"
             return rung
-        summary = read_summary(job_dir)
-        record = TrainMetrics.from_metrics(summary["results"])
-        rung.images_per_second, rung.run_id = record.images_per_second, summary.get("mlflow_run_id")
+        record = done.metrics
+        rung.images_per_second, rung.run_id = record.images_per_second, read_summary(job_dir).get("mlflow_run_id")
         rung.step_ms, rung.data_wait = record.step_time_ms_p50, record.data_wait_fraction
         rung.parameters = record.parameters
         rung.fit, rung.unfit_because = record.fit.fit_to_measure, record.fit.fit_reasons or ""

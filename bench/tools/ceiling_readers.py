@@ -35,23 +35,15 @@ import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Sequence, Tuple
+from typing import Callable, Dict, List, Sequence, Tuple
 
-from bench.config import compose
-from bench.config.storage import StorageConfig, StorageWorkloadConfig
+from bench.config.storage import StorageWorkloadConfig
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.reader import run_reader
 from bench.machine.children import run_child
 from bench.storage.base import ObjectStore
 
 Reader = Callable[[], float]  # one timed pass over every file: MB/s
-
-
-def ceiling_storage(workload: Mapping[str, Any], *overrides: str) -> StorageConfig:
-    """The storage group of a read phase at the I/O ceiling (computation_time=0, no checkpoint):
-    `workload` the other storage.workload keys, `overrides` any other key."""
-    values = {"computation_time": 0, "checkpoint_size_mb": 0, **workload}
-    return compose("mode=storage", *[f"storage.workload.{k}={v}" for k, v in values.items()], *overrides).storage
 
 
 class Costs:

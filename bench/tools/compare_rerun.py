@@ -11,7 +11,7 @@ process was not fit to measure).
 
 A and B are run directories (a run's, or a sweep job's): their `.hydra/overrides.yaml` is the
 command run again, with tracking off and the outputs under --out/rerun. Each child is started by
-bench.machine.children.run_child: it ends when this command is interrupted or killed. A line
+bench.api.run_child: it ends when this command is interrupted or killed. A line
 says what will run, a tqdm bar (on a terminal) follows the processes, a line per round gives its
 figures, and the result is the page a plain compare writes (bench.tools.compare_output): a row per
 round (each side's mean, their ratio) under the paired ratio, the median of those ratios.
@@ -28,11 +28,11 @@ from typing import Callable, Dict, List, Optional, Tuple
 import yaml
 from tqdm import tqdm
 
+from bench import api
 from bench.analysis.rerun_verdict import judge, unfit_sides
 from bench.analysis.rounds import alternate
 from bench.analysis.verdicts import Pair, with_fitness
-from bench.errors import ReportError
-from bench.machine.children import run_child
+from bench.errors import BenchError, ReportError
 from bench.machine.fitness import unfit_reason
 
 RERUN_TIMEOUT_S = 3600  # one run of the config, however large: a hang guard only
@@ -72,24 +72,18 @@ def rerun_figure(run_dir: str) -> Tuple[str, str]:
 
 
 def run_once(overrides: List[str], out_dir: Path, side: str, figure: str) -> Tuple[float, Optional[str]]:
-    """One fresh `python -m bench` of the config: its `figure` and why it was not fit to measure
-    (None when it was), from its final line."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    argv = [sys.executable, "-m", "bench", *overrides, "tracking.enabled=false", f"hydra.run.dir={out_dir}"]
+    """One fresh `python -m bench` of the config (bench.api.run_child): its `figure` and why it was not
+    fit to measure (None when it was)."""
     try:
-        done = run_child(argv, timeout=RERUN_TIMEOUT_S)
+        done = api.run_child([*overrides, "tracking.enabled=false"], out_dir, timeout=RERUN_TIMEOUT_S)
+        code, error = done.exit_code, done.error
     except subprocess.TimeoutExpired:
-        raise ReportError(
-            f"the {side} run again took more than {RERUN_TIMEOUT_S} s (its outputs in {out_dir})"
-        ) from None
-    lines = [line for line in done.stdout.splitlines() if line.startswith('{"radix_metrics"')]
-    if done.returncode != 0 or not lines:
-        errors = [line for line in done.stderr.splitlines() if line.startswith("[ERROR]")]
-        raise ReportError(
-            f"the {side} run again failed (exit {done.returncode}): "
-            f"{errors[-1] if errors else done.stderr.strip()[-300:]} (its outputs in {out_dir})"
-        )
-    metrics = json.loads(lines[-1])["radix_metrics"]
+        raise ReportError(f"the {side} run again took more than {RERUN_TIMEOUT_S} s (outputs in {out_dir})") from None
+    except BenchError as exc:
+        code, error = exc.exit_code, f"[ERROR] {exc}"
+    if error or done.metrics is None:
+        raise ReportError(f"the {side} run again failed (exit {code}): {error} (its outputs in {out_dir})")
+    metrics = done.metrics.to_metrics()
     if figure not in metrics:
         raise ReportError(
             f"the {side} run again has no {figure} (mode={metrics.get('mode')}): compare runs of one scenario"

@@ -18,6 +18,7 @@ from bench.errors import CheckpointError, ConfigError, ConfigProblem, DataError,
 from bench.machine.children import sigterm_raises
 from bench.machine.writable import check_writable_dir
 from bench.secrets import redact_output
+from bench.tools import ab
 
 
 def _storage_config(pairs: List[str]) -> StorageLocation:
@@ -83,13 +84,11 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     bench = commands.add_parser("bench-loader", help="our loaders vs a torchvision ImageFolder+PIL baseline")
     bench.add_argument("--images", type=int, default=600)
-    bench.add_argument("--classes", type=int, default=10)
-    bench.add_argument("--workers", type=int, default=2)
-    bench.add_argument("--batch-size", type=int, default=64)
+    for flag, default in (("--classes", 10), ("--workers", 2), ("--batch-size", 64), ("--image-size", 224)):
+        ab.spell(bench, flag, default)  # the loaders' config keys (bench.tools.ab)
     bench.add_argument("--rounds", type=int, default=3)
     bench.add_argument("--batches", type=int, default=20, help="timed batches per measurement")
     bench.add_argument("--warmup", type=int, default=4, help="discarded batches per measurement")
-    bench.add_argument("--image-size", type=int, default=224)
     bench.add_argument("--shard-image-size", type=int, default=256, help="prepare --size of the shards")
     bench.add_argument("--shard-size", type=int, default=100, help="prepare --shard-size of the shards")
     bench.add_argument(
@@ -126,9 +125,11 @@ def _command(args: argparse.Namespace) -> int:
         elif args.command == "digits":
             print(_digits(args), flush=True)
         else:
+            from bench.config import compose
             from bench.tools.loader_benchmark import report, run
 
             check_writable_dir("--dir", args.dir)
+            compose(*ab.spelled(args))  # the flags' config keys, checked before any image is written
             print(report(run(args)), flush=True)
     except (Interrupted, KeyboardInterrupt) as exc:  # the pool's processes were ended with it
         stopped = exc if isinstance(exc, Interrupted) else Interrupted("SIGINT")

@@ -15,21 +15,21 @@ image files, benchmark.find_max_batch against a real out-of-memory (from a memor
 capped search), torch.compile, bench's trainer against a minimal loop (ResNet-50, 224 px, batch
 256, bf16, channels_last: pass at >= 0.98) and DDP over NCCL (on one GPU: the backend initialises,
 an all-reduce sums right, world_size 1; sync and scaling need 2+). All but DDP run in this one
-process, each as the run `python -m bench` makes (bench.app.run); DDP's ranks are processes, under
-a `python -m bench` child that ends with gpu_check (SIGTERM, Ctrl-C or SIGKILL; its run KILLED).
+process, each as the run `python -m bench` makes (bench.api.run); DDP's ranks are processes, under
+a `python -m bench` child that ends with gpu_check (bench.api.run_child: SIGTERM, Ctrl-C or SIGKILL;
+its run KILLED).
 `--rehearse` runs the same code on a CPU and skips only the assertions a CPU cannot meet.
 """
 
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import nullcontext
 from pathlib import Path
-from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 from bench.config import compose
 from bench.errors import EXIT_CONFIG, EXIT_SIGINT, BenchError, Interrupted
@@ -45,28 +45,16 @@ class Budget:
     """--budget-s: a deadline; past it the running check is stopped (SIGALRM) and no other starts."""
 
     def __init__(self, seconds: Optional[float]):
-        self.seconds, self.start, self.spent = seconds, time.monotonic(), False
+        self.seconds, self.start = seconds, time.monotonic()
 
     def left(self) -> float:
         return float("inf") if self.seconds is None else self.seconds - (time.monotonic() - self.start)
 
-    @contextmanager
-    def armed(self) -> Iterator[None]:
-        if self.seconds is None:
-            yield
-            return
+    def armed(self, stopped: str) -> ContextManager[List[bool]]:
+        """The doctor's set-up stop at the deadline (bench.doctor.training.stopped_after): [True] once fired."""
+        from bench.doctor.training import stopped_after
 
-        def spent(_signum: int, _frame: Any) -> None:
-            self.spent = True
-            raise Interrupted("SIGALRM")
-
-        previous = signal.signal(signal.SIGALRM, spent)
-        signal.setitimer(signal.ITIMER_REAL, max(self.left(), 0.001))
-        try:
-            yield
-        finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
-            signal.signal(signal.SIGALRM, previous)
+        return nullcontext([]) if self.seconds is None else stopped_after(max(self.left(), 0.001), stopped)
 
 
 def _run_one(check: Check, overrides: List[str], run_dir: Path, on_gpu: bool, runner: Optional[Runner]) -> Any:
@@ -74,7 +62,7 @@ def _run_one(check: Check, overrides: List[str], run_dir: Path, on_gpu: bool, ru
         return runner(overrides, run_dir)
     if check.where == CHILD:
         _release_gpu_memory(on_gpu)  # what earlier checks cached is the child's to use
-        return runners.run_ddp(overrides, run_dir, on_gpu, runners.run_bench)
+        return runners.run_ddp(overrides, run_dir, on_gpu)
     try:
         if check.where == OVERHEAD:
             return runners.run_overhead(on_gpu, echo=lambda line: None)
@@ -128,13 +116,12 @@ def run_checks(
         run_dir, started = work / check.name, time.monotonic()
         extra = _extra(check, done, base, on_gpu) if runner is None else []  # a given runner: no GPU to ask
         overrides = [*base, *check.overrides_for(on_gpu), *extra]
-        try:
-            with budget.armed():
-                metrics, problem = _run_one(check, overrides, run_dir, on_gpu, runner)
-        except Interrupted:
-            if not budget.spent:
-                raise
-            metrics, problem = None, f"stopped: --budget-s {budget.seconds:g} spent while it ran"
+        stopped = f"stopped: --budget-s {budget.seconds or 0:g} spent while it ran"
+        metrics, problem = None, stopped  # what is left when the stop fires inside it
+        with budget.armed(stopped) as fired:
+            metrics, problem = _run_one(check, overrides, run_dir, on_gpu, runner)
+        if fired:  # an in-process run marked KILLED by it returns its error: the row says the budget
+            metrics, problem = None, stopped
         seconds = time.monotonic() - started
         passed, figures = check.judge(metrics, run_dir, on_gpu) if metrics is not None else (False, problem)
         done[check.name] = metrics or {}
@@ -263,7 +250,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             run_checks(chosen, base_overrides(args, on_gpu), work, on_gpu=on_gpu, budget=budget, rows=rows)
         except (KeyboardInterrupt, Interrupted) as exc:
             code = EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else exc.exit_code
-            reason = str(exc) or "Ctrl-C"
+            reason = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else str(exc)  # bench.api.run's names its run
             print(table(rows, time.monotonic() - budget.start, reason, len(chosen)), flush=True)
             print(f"[ERROR] gpu_check interrupted ({reason}) after {len(rows)} checks", file=sys.stderr)
             return code

@@ -31,33 +31,29 @@ from typing import Callable, List, Sequence, Tuple
 
 from bench.analysis.rounds import alternate
 from bench.config.storage import PrepareMode, StorageConfig
+from bench.doctor.storage_read import ceiling_storage
+from bench.errors import BenchError
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.prepare import prepare_dataset
 from bench.machine.writable import writable_dir_refusal
 from bench.storage.base import ObjectStore
 from bench.storage.local import LocalStore
 from bench.storage.registry import open_store
-from bench.tools.ceiling_readers import Costs, bench_reader, ceiling_storage, pool_reader
+from bench.tools import ab
+from bench.tools.ceiling_readers import Costs, bench_reader, pool_reader
 
 SAMPLES_PER_FILE = 16
+WORKLOAD = "storage.workload."  # the keys its flags spell
 # Only for the throw-away loopback server this command starts; real credentials are never needed.
 LOOPBACK_CREDENTIALS = {"AWS_ACCESS_KEY_ID": "loopback", "AWS_SECRET_ACCESS_KEY": "loopback"}
 
 
 def storage_for(args: argparse.Namespace, *overrides: str) -> StorageConfig:
-    """The storage group of a read phase at the I/O ceiling: every file read once, in order."""
+    """The storage group of a read phase at the I/O ceiling: every file read once, in order, a batch a file;
+    its flags (--files, --threads, --prefetch) spell their storage.workload keys."""
     record = max(1, args.file_kb * 1024 // SAMPLES_PER_FILE)
-    workload = {
-        "name": "compare",
-        "num_files": args.files,
-        "samples_per_file": SAMPLES_PER_FILE,
-        "batch_size": SAMPLES_PER_FILE,  # a batch a file
-        "record_size": record,
-        "read_threads": args.threads,
-        "prefetch": args.prefetch,
-        "shuffle": "false",
-    }
-    return ceiling_storage(workload, *overrides)
+    workload = dict(name="compare", samples_per_file=SAMPLES_PER_FILE, batch_size=SAMPLES_PER_FILE, shuffle="false")
+    return ceiling_storage({**workload, "record_size": record}, *args.overrides, *overrides)
 
 
 def compare_reads(
@@ -79,7 +75,7 @@ def compare_reads(
     for side, name in zip(sides, names, strict=True):
         values = found.figures[side]
         print(f"{side} ({name}): median {found.median(side):.0f} MB/s [{min(values):.0f}-{max(values):.0f}]")
-    print(f"ratio ours/baseline: {ratio.ratio:.2f} [95% {ratio.low:.2f}-{ratio.high:.2f}] {ratio.verdict}")
+    print(f"ratio ours/baseline: {ab.said(ratio)}")
     return ratio.ratio
 
 
@@ -143,24 +139,25 @@ def compare_s3(args: argparse.Namespace) -> float:
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.iobench.compare", description=__doc__.split("\n\n")[0])
     parser.add_argument("backend", choices=("local", "s3"))
-    parser.add_argument("--files", type=int, help="default: 512 local, 64 s3 (moto serves ~300 MB/s)")
+    ab.spell(parser, "--files", None, "default: 512 local, 64 s3 (moto serves ~300 MB/s)", WORKLOAD + "num_files")
     parser.add_argument("--file-kb", type=int, default=1024)
-    parser.add_argument("--threads", type=int, default=8)
+    ab.spell(parser, "--threads", 8, key=WORKLOAD + "read_threads")
     parser.add_argument("--rounds", type=int, default=5, help="A-B-B-A rounds")
-    parser.add_argument(
-        "--prefetch",
-        type=int,
-        default=8,
-        help="ours: batches (= files here) read ahead; the baseline queues every file at once",
-    )
+    ours = "ours: batches (= files here) read ahead; the baseline queues every file at once"
+    ab.spell(parser, "--prefetch", 8, ours, WORKLOAD + "prefetch")
     parser.add_argument("--client", default="obstore", choices=("obstore", "boto3", "s3torchconnector"))
     parser.add_argument("--root", type=Path, help="local: dataset directory (default: a temporary one)")
     parser.add_argument("--min-ratio", type=float, help="exit 1 when ours/baseline is below this")
-    args = parser.parse_args(argv)
+    args, overrides = ab.parse(parser, argv)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request access log
     args.files = args.files or (512 if args.backend == "local" else 64)
-    unwritable = writable_dir_refusal("--root", str(args.root)) if args.root else None
+    args.overrides = [f"{WORKLOAD}num_files={args.files}", *overrides]
+    try:  # the keys, as the storage benchmark checks them, before any file is written
+        storage_for(args)
+        unwritable = writable_dir_refusal("--root", str(args.root)) if args.root else None
+    except BenchError as exc:
+        unwritable = str(exc)
     if unwritable:
         print(f"[ERROR] {unwritable}", file=sys.stderr)
         return 2

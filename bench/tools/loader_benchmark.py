@@ -15,12 +15,11 @@ import argparse
 import math
 import os
 import statistics
-import time
 from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Tuple
 
 from bench.analysis.rounds import alternate, ratio_of
 from bench.data.sample_images import write_image_folder
-from bench.machine.fitness import cpu_seconds_with_children
+from bench.tools import ab
 
 if TYPE_CHECKING:
     from bench.data.registry import Batches
@@ -87,30 +86,17 @@ def our_batches(name: str, root: str, args: argparse.Namespace) -> Batches:
     from bench.config import compose
     from bench.data.registry import build_batches
 
-    data = compose(
-        f"data={name}",
-        f"data.root={root}",
-        f"data.batch_size={args.batch_size}",
-        f"data.image_size={args.image_size}",
-        f"data.num_classes={args.classes}",
-        f"data.num_workers={args.workers}",
-        "data.pin_memory=false",
-    ).data
+    data = compose(f"data={name}", f"data.root={root}", *ab.spelled(args), "data.pin_memory=false").data
     return build_batches(data, torch.device("cpu"), torch.contiguous_format, seed=0)
 
 
 def measure(make: Callable[[], Batches | Generator[Any, None, None]], args: argparse.Namespace) -> Tuple[float, float]:
     """(images/s, CPU milliseconds per image) over --batches batches after --warmup discarded ones."""
-    iterator = make()
-    for _ in range(args.warmup):
-        next(iterator)
-    cpu, started = cpu_seconds_with_children(), time.perf_counter()
-    for _ in range(args.batches):
-        images, _labels = next(iterator)
-    seconds, cpu = time.perf_counter() - started, cpu_seconds_with_children() - cpu
-    assert images.shape[0] == args.batch_size
-    iterator.close()  # stops its workers before the next loader starts
-    return args.batches * args.batch_size / seconds, cpu * 1000 / (args.batches * args.batch_size)
+    from bench.doctor.loader import timed_batches
+
+    _count, images, seconds, cpu = timed_batches(make(), args.warmup, args.batches)
+    assert images == args.batches * args.batch_size
+    return images / seconds, cpu * 1000 / images
 
 
 def run(args: argparse.Namespace) -> Dict[str, List[Tuple[float, float]]]:

@@ -9,15 +9,19 @@ On a CPU, bench keeps freed memory for reuse (`cpu_malloc_reuse`, bench.runtime.
 of the process, so the minimal loop, in the same process, runs with it too (the header says so).
 
     python -m bench.overhead --model resnet18 --image-size 64 --batch-size 32 --precisions fp32,bf16
+
+Its flags that size the workload are spellings of config keys (--batch-size is data.batch_size,
+bench.tools.ab); any other key may be given as `python -m bench` takes it (data.num_classes=10).
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import sys
 import time
 from functools import partial
-from typing import Any, Callable, List
+from typing import Callable, List, Sequence
 
 import torch
 import torch.nn as nn
@@ -25,24 +29,17 @@ import torchvision
 
 from bench.analysis.rounds import Rounds, alternate
 from bench.config import BenchConfig, compose
+from bench.errors import BenchError
 from bench.runtime.malloc import in_effect
+from bench.tools import ab
 
 
-def framework_config(args: argparse.Namespace, precision: str) -> BenchConfig:
-    return compose(
-        f"model.arch={args.model}",
-        f"precision={precision}",
-        f"precision.channels_last={str(getattr(args, 'channels_last', False)).lower()}",
-        f"data.batch_size={args.batch_size}",
-        f"data.image_size={args.image_size}",
-        f"data.num_classes={args.num_classes}",
-        f"train.steps_per_epoch={args.steps}",
-        "train.epochs=1",
-        f"benchmark.warmup_steps={args.warmup}",
-        "benchmark.progress=false",
-        f"cpu_threads={args.threads}",
-        "allow_cpu=true",
-    )
+def framework_config(overrides: Sequence[str], precision: str) -> BenchConfig:
+    """bench's run of the workload the overrides (the flags' config keys) size: one epoch, no progress bar."""
+    sizes = ["model.arch=resnet18", "data.image_size=64", "data.batch_size=32", "data.num_classes=1000"]
+    sizes += ["train.steps_per_epoch=30", "benchmark.warmup_steps=5"]  # the command's defaults, as its flags'
+    own = ["train.epochs=1", "benchmark.progress=false", "allow_cpu=true", f"precision={precision}"]
+    return compose(*sizes, *overrides, *own)
 
 
 def run_framework(config: BenchConfig, device: torch.device) -> float:
@@ -52,72 +49,74 @@ def run_framework(config: BenchConfig, device: torch.device) -> float:
     return result.images / result.window_seconds
 
 
-def run_minimal(args: argparse.Namespace, precision: str, device: torch.device) -> float:
+def run_minimal(config: BenchConfig, device: torch.device) -> float:
     """The loop a careful engineer writes by hand: nothing but forward, backward, step."""
     torch.manual_seed(0)
-    memory_format = torch.channels_last if getattr(args, "channels_last", False) else torch.contiguous_format
-    model = torchvision.models.get_model(args.model, weights=None, num_classes=args.num_classes)
+    data, steps, warmup = config.data, config.train.steps_per_epoch or 1, config.benchmark.warmup_steps
+    memory_format = torch.channels_last if config.precision.channels_last else torch.contiguous_format
+    model = torchvision.models.get_model(config.model.arch, weights=None, num_classes=data.num_classes)
     model = model.to(device=device, memory_format=memory_format)
     model.train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     criterion = nn.CrossEntropyLoss()
-    images = torch.randn(args.batch_size, 3, args.image_size, args.image_size, device=device)
+    images = torch.randn(data.batch_size, 3, data.image_size, data.image_size, device=device)
     images = images.contiguous(memory_format=memory_format)
-    labels = torch.randint(0, args.num_classes, (args.batch_size,), device=device)
-
-    def autocast() -> Any:
-        if precision == "bf16":
-            return torch.autocast(device_type=device.type, dtype=torch.bfloat16)
-        return contextlib.nullcontext()
+    labels = torch.randint(0, data.num_classes, (data.batch_size,), device=device)
+    bf16 = config.precision.name == "bf16"
 
     def one_step() -> None:
         optimizer.zero_grad(set_to_none=True)
-        with autocast():
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16) if bf16 else contextlib.nullcontext():
             loss = criterion(model(images), labels)
         loss.backward()
         optimizer.step()
 
     sync = torch.cuda.synchronize if device.type == "cuda" else lambda: None  # the GPU's queue drained
-    for _ in range(args.warmup):
+    for _ in range(warmup):
         one_step()
     sync()
     start = time.perf_counter()
-    for _ in range(args.steps):
+    for _ in range(steps):
         one_step()
     sync()
-    return args.steps * args.batch_size / (time.perf_counter() - start)
+    return steps * data.batch_size / (time.perf_counter() - start)
 
 
 def alternate_sides(
-    args: argparse.Namespace, precision: str, device: torch.device, rounds: int, label: str, echo: Callable = print
+    overrides: Sequence[str], precision: str, device: torch.device, rounds: int, label: str, echo: Callable = print
 ) -> Rounds:
     """bench's trainer and the minimal loop on one workload, alternating A-B-B-A (bench.analysis.rounds)."""
-    config = framework_config(args, precision)
-    sides = {"bench": partial(run_framework, config, device), "minimal": partial(run_minimal, args, precision, device)}
+    config = framework_config(overrides, precision)
+    sides = {"bench": partial(run_framework, config, device), "minimal": partial(run_minimal, config, device)}
     return alternate(sides, rounds, warmup=0, label=label, unit="img/s", echo=echo)
 
 
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="resnet18", help="a torchvision classification model (default resnet18)")
-    parser.add_argument("--image-size", type=int, default=64)
-    parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--num-classes", type=int, default=1000)
+    ab.spell(parser, "--model", "resnet18", "a torchvision classification model")
+    for flag, default in (("--image-size", 64), ("--batch-size", 32), ("--num-classes", 1000)):
+        ab.spell(parser, flag, default)
+    ab.spell(parser, "--steps", 30, "measured steps per round")
+    ab.spell(parser, "--warmup", 5)
+    ab.spell(parser, "--threads", torch.get_num_threads())
     parser.add_argument("--precisions", default="fp32,bf16", help="comma-separated: fp32, bf16")
-    parser.add_argument("--steps", type=int, default=30, help="measured steps per round")
-    parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--rounds", type=int, default=4, help="A-B-B-A rounds")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
     parser.add_argument("--channels-last", action="store_true", help="both sides in channels_last memory format")
-    args = parser.parse_args(argv)
-
-    torch.set_num_threads(args.threads)
+    args, overrides = ab.parse(parser, argv)
+    overrides += ["precision.channels_last=true"] if args.channels_last else []
+    try:
+        config = framework_config(overrides, "fp32")
+    except BenchError as exc:  # a key's value the config refuses: its one line, before any work
+        print(f"[ERROR] {exc}", file=sys.stderr)
+        return exc.exit_code
+    torch.set_num_threads(config.cpu_threads or args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    reuse = in_effect(framework_config(args, "fp32").cpu_malloc_reuse, device.type)
+    reuse = in_effect(config.cpu_malloc_reuse, device.type)
+    data = config.data
     print(
-        f"device={device.type} threads={args.threads} model={args.model} image={args.image_size} "
-        f"batch={args.batch_size} steps={args.steps} rounds={args.rounds}"
-        + (" channels_last" if args.channels_last else "")
+        f"device={device.type} threads={config.cpu_threads} model={config.model.arch} image={data.image_size} "
+        f"batch={data.batch_size} steps={config.train.steps_per_epoch} rounds={args.rounds}"
+        + (" channels_last" if config.precision.channels_last else "")
         + ("" if reuse is None else f" cpu_malloc_reuse={str(reuse).lower()} (both sides: one process)")
     )
     print(
@@ -125,7 +124,7 @@ def main(argv: List[str] | None = None) -> int:
         "   95% interval, verdict, per-round ratios"
     )
     for precision in args.precisions.split(","):
-        found = alternate_sides(args, precision, device, args.rounds, label=precision)
+        found = alternate_sides(overrides, precision, device, args.rounds, label=precision)
         ratio = found.ratio("minimal")
         print(
             f"{precision:<10}{found.median('bench'):>14.1f}{found.median('minimal'):>16.1f}{ratio.ratio:>8.3f}   "

@@ -47,6 +47,7 @@ from typing import Dict, List, Optional
 
 from bench.analysis.rounds import Rounds, alternate
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
+from bench.doctor.storage_read import ceiling_storage
 from bench.errors import EXIT_CONFIG, BenchError, interruption_in
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import uses_processes
@@ -55,27 +56,25 @@ from bench.machine.leftovers import clean_leftovers, owned_tempdir
 from bench.machine.writable import writable_dir_refusal
 from bench.registries import FORMATS
 from bench.storage.local import LocalStore
-from bench.tools.ceiling_readers import Costs, Reader, bench_reader, ceiling_storage, fio_reader, plain_reader
+from bench.tools import ab
+from bench.tools.ceiling_readers import Costs, Reader, bench_reader, fio_reader, plain_reader
 
 PREFIX = "bench-ceiling-"  # the default dataset's directory, under the system temp dir
+# its flags that spell storage.workload keys: flag, default, key (--threads: read_threads, not cpu_threads)
+SPELLED = [
+    ("--files", 128, "num_files"),
+    ("--samples-per-file", 64, "samples_per_file"),
+    ("--record-size", 114660, "record_size"),  # bytes (default: MLPerf's ResNet-50 record)
+    ("--transfer-size", None, "transfer_size"),  # bytes per read call (default: one record)
+    ("--threads", 4, "read_threads"),
+    ("--prefetch", 4, "prefetch"),
+]
 
 
 def workload_for(args: argparse.Namespace, verify: bool = True, readers: str = "auto") -> StorageWorkloadConfig:
-    values = {
-        "name": "ceiling",
-        "num_files": args.files,
-        "samples_per_file": args.samples_per_file,
-        "batch_size": args.samples_per_file,  # a batch a file
-        "record_size": args.record_size,
-        "format": args.format,
-        "read_threads": args.threads,
-        "prefetch": args.prefetch,
-        "shuffle": "none",
-        "transfer_size": args.transfer_size or "null",
-        "verify_records": str(verify).lower(),
-        "readers": readers,
-    }
-    return ceiling_storage(values).workload
+    """The read phase the flags (spellings of storage.workload keys) and any other key given describe."""
+    fixed = {"name": "ceiling", "batch_size": args.samples_per_file, "shuffle": "none", "readers": readers}
+    return ceiling_storage({**fixed, "verify_records": str(verify).lower()}, *args.overrides).workload
 
 
 def summarise(found: Rounds, costs: Costs, label: str) -> Dict[str, float]:
@@ -124,18 +123,15 @@ def modes_of(text: str) -> List[str]:
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.storage_ceiling", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--files", type=int, default=128)
-    parser.add_argument("--samples-per-file", type=int, default=64)
-    parser.add_argument("--record-size", type=int, default=114660, help="bytes (default: MLPerf's ResNet-50 record)")
+    for flag, default, key in SPELLED:
+        ab.spell(parser, flag, default, key=f"storage.workload.{key}")
     parser.add_argument(
         "--format",
         default="raw",
         choices=list(FORMATS),
-        help="how the files are written and checked (default raw: lengths only; tfrecord: CRC-32C, as the preset)",
+        help="how the files are written and checked "
+        "(default raw: lengths only; tfrecord: CRC-32C, as the preset); the config key storage.workload.format",
     )
-    parser.add_argument("--transfer-size", type=int, help="bytes per read call (default: one record)")
-    parser.add_argument("--threads", type=int, default=4)
-    parser.add_argument("--prefetch", type=int, default=4)
     parser.add_argument("--rounds", type=int, default=3, help="A-B-C-C-B-A rounds per temperature")
     parser.add_argument("--modes", default="both", help="warm, cold or both (default: warm, then cold)")
     parser.add_argument(
@@ -146,7 +142,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument(
         "--clean", action="store_true", help=f"only remove the {PREFIX}* datasets that killed runs left, and exit"
     )
-    args = parser.parse_args(argv)
+    args, overrides = ab.parse(parser, argv)
+    args.overrides = [f"storage.workload.format={args.format}", *overrides]
     problem = argument_problem(args)
     if problem:
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import subprocess
 import sys
 import tempfile
 import time
@@ -20,8 +19,9 @@ from pathlib import Path
 from typing import List, Sequence
 
 from bench.analysis.rounds import alternate
-from bench.results import read_summary
-from bench.train.result import TrainMetrics
+from bench.api import RunResult, TrainMetrics, run_child
+from bench.machine.children import run_child as run_process
+from bench.tools import ab
 
 
 def workload(image_size: int, batch_size: int, steps: int, warmup: int) -> List[str]:
@@ -42,12 +42,20 @@ def workload(image_size: int, batch_size: int, steps: int, warmup: int) -> List[
 TINY = workload(32, 4, steps=3, warmup=1)
 
 
-def _bench(args: Sequence[str], cwd: Path) -> float:
-    env = dict(os.environ, PYTHONUNBUFFERED="1")
+def _bench(args: Sequence[str], run_dir: Path) -> RunResult:
+    """One `python -m bench` in its own process (bench.api.run_child); a failure ends the command."""
+    done = run_child(args, run_dir, cwd=run_dir.parent)
+    if not done.ok:
+        sys.exit(f"[ERROR] python -m bench {' '.join(args)} failed (exit {done.exit_code}): {done.error}")
+    return done
+
+
+def _sweep(args: Sequence[str], cwd: Path) -> float:
+    """A multirun's wall time: a sweep is not one run (bench.api runs one), so its process is started here."""
     start = time.perf_counter()
-    proc = subprocess.run([sys.executable, "-m", "bench", *args], cwd=cwd, env=env, capture_output=True, text=True)
+    proc = run_process([sys.executable, "-m", "bench", "-m", *args], cwd=cwd)
     if proc.returncode != 0:
-        sys.exit(f"[ERROR] python -m bench {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
+        sys.exit(f"[ERROR] python -m bench -m {' '.join(args)} failed (exit {proc.returncode}):\n{proc.stderr[-2000:]}")
     return time.perf_counter() - start
 
 
@@ -57,15 +65,11 @@ def job_overhead(rounds: int, work: Path) -> None:
     runs = iter(range(1_000_000))
 
     def sweep() -> float:
-        return 4 / _bench(
-            ["-m", *TINY, "distributed=ddp", "seed=0,1,2,3", f"hydra.sweep.dir={work}/sweep{next(runs)}"], work
-        )
+        return 4 / _sweep([*TINY, "distributed=ddp", "seed=0,1,2,3", f"hydra.sweep.dir={work}/sweep{next(runs)}"], work)
 
     def separate() -> float:
         number = next(runs)
-        return 4 / sum(
-            _bench([*TINY, f"seed={seed}", f"hydra.run.dir={work}/single{number}-{seed}"], work) for seed in range(4)
-        )
+        return 4 / sum(_bench([*TINY, f"seed={seed}"], work / f"single{number}-{seed}").seconds for seed in range(4))
 
     found = alternate({"sweep": sweep, "separate": separate}, rounds, warmup=0, unit="jobs/s")
     ratio = found.ratio("separate")
@@ -75,7 +79,7 @@ def job_overhead(rounds: int, work: Path) -> None:
     print(f"  4 x one run in its own process: {4 * per_run:.2f} s = {per_run:.2f} s per run")
     print(
         f"  a sweep job costs {per_sweep_job - per_run:+.2f} s vs a separate `python -m bench` run "
-        f"(rate ratio sweep/separate {ratio.ratio:.2f} [95% {ratio.low:.2f}-{ratio.high:.2f}] {ratio.verdict})"
+        f"(rate ratio sweep/separate {ab.said(ratio)})"
     )
 
 
@@ -84,9 +88,9 @@ def gloo_scaling(rounds: int, work: Path, steps: int) -> None:
     runs = iter(range(1_000_000))
 
     def throughput(processes: int) -> float:
-        run_dir = work / f"scaling{next(runs)}-{processes}"
-        _bench([*ddp, f"distributed.nproc_per_node={processes}", f"hydra.run.dir={run_dir}"], work)
-        return TrainMetrics.from_metrics(read_summary(run_dir)["results"]).images_per_second
+        done = _bench([*ddp, f"distributed.nproc_per_node={processes}"], work / f"scaling{next(runs)}-{processes}")
+        assert isinstance(done.metrics, TrainMetrics)
+        return done.metrics.images_per_second
 
     found = alternate(
         {"2 processes": lambda: throughput(2), "1 process": lambda: throughput(1)}, rounds, warmup=0, unit="img/s"

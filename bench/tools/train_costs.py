@@ -28,31 +28,21 @@ import torch
 from bench.analysis.rounds import Ratio, alternate
 from bench.config import compose
 from bench.data.digits import write_digits
-from bench.errors import EXIT_CONFIG
+from bench.errors import EXIT_CONFIG, BenchError
 from bench.machine.writable import writable_dir_refusal
+from bench.tools import ab
 from bench.train.resume import Position, TrainingCheckpoints
 
 
 def _figures(ratio: Ratio) -> str:
-    return f"ratio {ratio.ratio:.3f} [95% {ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   rounds " + " ".join(
-        f"{r:.3f}" for r in ratio.per_round
-    )
+    return f"ratio {ab.said(ratio, 3)}   rounds " + " ".join(f"{r:.3f}" for r in ratio.per_round)
 
 
 def eval_cost(args: argparse.Namespace, root: str) -> None:
     from bench.train.loop import train
 
     def images_per_second(eval_every: int) -> float:
-        config = compose(
-            "+experiment=digits_tta",
-            f"data.root={root}",
-            f"train.epochs={args.epochs}",
-            f"train.eval_every={eval_every}",
-            "train.target_accuracy=null",
-            "benchmark.progress=false",
-            f"cpu_threads={args.threads}",
-            f"data.num_workers={args.workers}",
-        )
+        config = compose(*eval_run(args, root), f"train.eval_every={eval_every}")
         result = train(config, torch.device("cpu"))
         return result.images / result.window_seconds
 
@@ -101,13 +91,26 @@ def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
     )
 
 
+def eval_run(args: argparse.Namespace, root: str) -> List[str]:
+    """The eval comparison's run: the digits preset, its flags' config keys (--epochs, --threads, --workers)."""
+    return [
+        "+experiment=digits_tta",
+        f"data.root={root}",
+        *ab.spelled(args),
+        "train.target_accuracy=null",
+        "benchmark.progress=false",
+    ]
+
+
 def argument_problem(args: argparse.Namespace) -> Optional[str]:
     """The first argument that cannot work, in one sentence, before any work (each one cost a
     traceback after the digits were written); None when all can."""
-    least = {"--rounds": (args.rounds, 1), "--epochs": (args.epochs, 1), "--threads": (args.threads, 1)}
-    for flag, (value, lowest) in {**least, "--workers": (args.workers, 0)}.items():
-        if value < lowest:
-            return f"{flag}={value} is not valid: accepted an integer of {lowest} or more."
+    if args.rounds < 1:
+        return f"--rounds={args.rounds} is not valid: accepted an integer of 1 or more."
+    try:
+        compose(*eval_run(args, "."))  # the flags' keys, as the config checks them
+    except BenchError as exc:
+        return str(exc)
     import torchvision
 
     if args.only != "eval" and args.model not in torchvision.models.list_models(module=torchvision.models):
@@ -118,9 +121,9 @@ def argument_problem(args: argparse.Namespace) -> Optional[str]:
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.train_costs", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=4, help="A-B-B-A rounds")
-    parser.add_argument("--epochs", type=int, default=3, help="digits epochs per eval run")
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads())
-    parser.add_argument("--workers", type=int, default=1, help="data.num_workers of the eval runs")
+    ab.spell(parser, "--epochs", 3, "digits epochs per eval run")
+    ab.spell(parser, "--threads", torch.get_num_threads())
+    ab.spell(parser, "--workers", 1, "of the eval runs")
     parser.add_argument("--model", default="resnet50", help="the model whose state is checkpointed")
     parser.add_argument("--only", choices=["eval", "checkpoint"], help="one comparison only")
     parser.add_argument("--dir", default=None, help="where the digits and checkpoints go (default: a temp dir)")

@@ -1190,6 +1190,13 @@ BAD_INPUTS = [
         2,
         "--dir='{tmp}/a-file' is not valid",
     ),
+    (  # issue 41: its sizing flags are spellings of the loaders' config keys, checked before any image is written
+        "loader benchmark batch of zero",
+        "bench.data",
+        ["bench-loader", "--batch-size", "0", "--dir", "{tmp}/loader"],
+        2,
+        "data.batch_size=0 is not valid: accepted a positive integer.",
+    ),
     (
         "report out is a file",
         "bench.report",
@@ -1220,6 +1227,15 @@ BAD_INPUTS = [
         2,
         "--rounds=0 is not valid: accepted an integer of 1 or more.",
     ),
+    # issue 41: the A/B tools' sizing flags are spellings of config keys, refused as the config refuses them
+    (
+        "overhead batch of zero",
+        "bench.overhead",
+        ["--batch-size", "0", "--rounds", "1"],
+        2,
+        "data.batch_size=0 is not valid: accepted a positive integer.",
+    ),
+    ("overhead config key as a flag", "bench.overhead", ["--data.num_classes=0"], 2, "data.num_classes=0 is not valid"),
     (
         "train costs of an unknown model",
         "bench.tools.train_costs",
@@ -1249,6 +1265,13 @@ BAD_INPUTS = [
         "--host-memory-gb=-1.0 is not valid: accepted a number of GB above 0.",
     ),
     ("storage size flag misspelt", "bench.tools.storage_size", ["--hots", "4"], 2, "unrecognized arguments: --hots"),
+    (  # issue 41: its --threads spells storage.workload.read_threads, refused as the storage benchmark refuses it
+        "storage compare with no threads",
+        "bench.iobench.compare",
+        ["local", "--threads", "0"],
+        2,
+        "storage.workload.read_threads=0 is not valid: accepted a positive integer.",
+    ),
     (
         "storage compare root is a file",
         "bench.iobench.compare",

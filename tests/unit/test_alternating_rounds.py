@@ -78,3 +78,31 @@ def test_the_ceiling_command_reads_both_as_warm_and_cold():
     assert modes_of("warm, cold,warm") == ["warm", "cold"]
     with pytest.raises(SystemExit, match="--modes='hot' is not valid: accepted warm, cold, both"):
         modes_of("hot")
+
+
+def test_the_ab_tools_flags_are_spellings_of_config_keys_read_as_python_m_bench_reads_them():
+    """Issue 41 §2: the A/B tools' sizing flags (bench.overhead --batch-size, storage_ceiling --threads)
+    are spellings of config keys, and any other key is taken as `python -m bench` takes it (key=value,
+    --key=value, --key value, the seed's names); the tool's own flags stay its own."""
+    import argparse
+
+    from bench.tools import ab
+
+    parser = argparse.ArgumentParser()
+    ab.spell(parser, "--batch-size", 32)
+    ab.spell(parser, "--threads", 4, key="storage.workload.read_threads")
+    ab.spell(parser, "--transfer-size", None, key="storage.workload.transfer_size")  # unset: the config's default
+    parser.add_argument("--rounds", type=int, default=3)
+    argv = ["--batch-size", "8", "--data.num_workers=2", "--rounds", "5", "training.epochs=3", "--model.arch", "vgg11"]
+    args, overrides = ab.parse(parser, argv)
+    assert args.rounds == 5 and args.batch_size == 8
+    assert overrides == [
+        "data.batch_size=8",
+        "storage.workload.read_threads=4",
+        "data.num_workers=2",
+        "train.epochs=3",
+        "model.arch=vgg11",
+    ]
+    with pytest.raises(SystemExit) as refused:
+        ab.parse(parser, ["--batch-size"])
+    assert refused.value.code == 2

@@ -258,3 +258,26 @@ def test_a_sweep_a_group_without_plus_and_a_bad_string_are_one_clear_refusal(tmp
         call(tiny, tmp_path)
     assert raised.value.exit_code == 2 and str(raised.value).startswith(says) and "\n" not in str(raised.value)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_run_child_gives_back_what_run_gives_from_a_child_process_or_its_one_error_line(tmp_path):
+    """Issue 41 §2: one child-process runner. bench.api.run_child runs `python -m bench` in a child
+    (compare --rerun, gpu_check's DDP check, sweep_overhead) and returns run()'s RunResult: the typed
+    record read back from the same files; a run that fails, the child's [ERROR] line; a refusal of the
+    overrides, the BenchError run() raises, before any child or folder."""
+    from bench.api import run_child
+    from bench.echo import EchoMetrics
+
+    echo = ["scenario=echo", "scenario.steps=3", "scenario.step_s=0.001", "tracking.enabled=false"]
+    child, here = run_child(echo, tmp_path / "child"), run(echo, tmp_path / "here")
+    assert child.ok and here.ok and child.error is None and child.seconds > 0
+    assert isinstance(child.metrics, EchoMetrics) and isinstance(here.metrics, EchoMetrics)
+    assert (child.metrics.steps, child.config.mode) == (here.metrics.steps, here.config.mode) == (3, "echo")
+    failed = run_child(
+        ["+experiment=digits_tta", f"data.root={tmp_path}/none", "tracking.enabled=false"], tmp_path / "f"
+    )
+    assert failed.exit_code == 2 and not failed.ok and failed.metrics is None
+    assert failed.error.startswith("[ERROR] ") and f"{tmp_path}/none" in failed.error and "\n" not in failed.error
+    with pytest.raises(ConfigError, match=r"^scenario.steps=-3 is not valid"):
+        run_child(["scenario=echo", "scenario.steps=-3"], tmp_path / "refused")
+    assert not (tmp_path / "refused").exists()

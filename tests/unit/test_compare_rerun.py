@@ -15,6 +15,7 @@ from typing import Callable, Dict, List, Optional
 
 import pytest
 
+import bench.machine.children
 from bench.analysis.rerun_verdict import CANT_TELL, FASTER, SAME, SLOWER, UNJUDGED, judge, noise_floor, unfit_sides
 from bench.analysis.rounds import alternate
 from bench.analysis.verdicts import with_fitness
@@ -126,15 +127,16 @@ def run_dir(root: Path, name: str, overrides: List[str]) -> Path:
 
 
 class CannedChildren:
-    """Stands in for bench.machine.children.run_child: each `python -m bench` child's final line,
-    its images/s the next of its side's canned figures (in the order the side runs)."""
+    """Stands in for bench.machine.children.run_child: each `python -m bench` child's final line and
+    run_summary.json (what bench.api.run_child reads back), its images/s the next of its side's canned
+    figures (in the order the side runs)."""
 
     def __init__(self, figures: Dict[str, List[float]], unfit: Optional[Dict[str, str]] = None):
         self.figures = {side: iter(values) for side, values in figures.items()}
         self.unfit = unfit or {}
         self.calls: List[List[str]] = []
 
-    def __call__(self, argv: List[str], timeout: float) -> subprocess.CompletedProcess:
+    def __call__(self, argv: List[str], timeout: float, **_popen: object) -> subprocess.CompletedProcess:
         self.calls.append(argv)
         run = Path(next(a for a in argv if a.startswith("hydra.run.dir=")).split("=", 1)[1]).name  # candidate-3
         side, _number = run.rsplit("-", 1)
@@ -142,9 +144,12 @@ class CannedChildren:
             "images_per_second": next(self.figures[side]),
             "fit_to_measure": True,
             "fit_reasons": "",
+            **dict.fromkeys(("batch_size", "warmup_steps", "measured_steps", "peak_memory_mb", "parameters"), 1),
         }
         if self.unfit.get(run):
             metrics.update(fit_to_measure=False, fit_reasons=self.unfit[run])
+        summary = {"results": metrics, "epochs": []}
+        (Path(argv[-1].split("=", 1)[1]) / "run_summary.json").write_text(json.dumps(summary))
         return subprocess.CompletedProcess(argv, 0, json.dumps({"radix_metrics": metrics}) + "\n", "")
 
 
@@ -156,7 +161,7 @@ def sides(tmp_path: Path):
 
 
 def command(monkeypatch, capsys, sides, children: CannedChildren, *extra: str):
-    monkeypatch.setattr(compare_rerun, "run_child", children)
+    monkeypatch.setattr(bench.machine.children, "run_child", children)  # under bench.api.run_child
     base, cand, out = sides
     code = compare([str(base), str(cand), "--rerun", "2", "--out", str(out), *extra])
     printed = capsys.readouterr()
@@ -272,7 +277,7 @@ def test_an_unfit_process_makes_it_could_not_judge_exit_3_canned_rounds(monkeypa
 def test_rerun_rounds_are_capped_in_one_line_before_any_work(monkeypatch, capsys, sides, rounds):
     """Issue 28 item 4: `--rerun 1000` was 4,000 fresh processes. One [ERROR] line, exit 2, no child."""
     children = CannedChildren({"candidate": [], "baseline": []})
-    monkeypatch.setattr(compare_rerun, "run_child", children)
+    monkeypatch.setattr(bench.machine.children, "run_child", children)  # under bench.api.run_child
     base, cand, out = sides
     assert compare([str(base), str(cand), "--rerun", rounds, "--out", str(out)]) == 2
     err = capsys.readouterr().err
@@ -289,7 +294,7 @@ def test_the_same_run_on_both_sides_is_said_and_measures_the_noise_canned_rounds
     against itself (the noise between processes, a real use) and says so, on the terminal and the page."""
     base, _, out = sides
     children = CannedChildren({"candidate": [100.1, 99.9, 100.3, 100.0], "baseline": QUIET_BASE})
-    monkeypatch.setattr(compare_rerun, "run_child", children)
+    monkeypatch.setattr(bench.machine.children, "run_child", children)  # under bench.api.run_child
     assert compare([str(base), str(base), "--rerun", "2", "--out", str(out)]) == 0
     err = capsys.readouterr().err
     assert err.splitlines()[0] == (

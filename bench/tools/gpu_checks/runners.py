@@ -1,65 +1,48 @@
-"""How gpu_check runs a check: in its own process (bench.app.run, the code `python -m bench` runs,
+"""How gpu_check runs a check: in its own process (bench.api.run, the code `python -m bench` runs,
 on a config composed as the command line would compose it: no new interpreter, CUDA context or
 cuDNN autotuning per check), in a `python -m bench` child (DDP, whose ranks are processes of their
-own; bench.machine.children.run_child, so the child ends with gpu_check however gpu_check ends),
+own; bench.api.run_child, so the child ends with gpu_check however gpu_check ends),
 or the trainer-vs-minimal-loop comparison (bench.tools.overhead). Each returns (metrics, problem).
 
 A signal during an in-process check ends its run the way it ends `python -m bench` (the run
-KILLED, exit 130/143): that code is raised again here, so gpu_check stops with it."""
+KILLED, exit 130/143): bench.api.run raises it again, so gpu_check stops with it."""
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
-import json
 import math
-import sys
 from functools import partial
 from pathlib import Path
-from typing import Any, Callable, Dict, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
-from bench.errors import EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted
+from bench.errors import BenchError
 
 Metrics = Dict[str, Any]
 Outcome = Tuple[Optional[Metrics], str]
 
 
-def _final_line(stdout: str, stderr: str, code: int) -> Outcome:
-    lines = [line for line in stdout.splitlines() if line.startswith('{"radix_metrics"')]
-    if code != 0 or not lines:
-        errors = [line for line in stderr.splitlines() if line.startswith("[ERROR]")]
-        return None, errors[-1] if errors else f"exit {code}: {stderr.strip()[-300:]}"
-    return json.loads(lines[-1])["radix_metrics"], ""
+def _outcome(run: Callable[[], Any]) -> Outcome:
+    """A run of bench.api (run, run_child) as (its record's radix_metrics, "") or (None, its [ERROR] line)."""
+    from bench.results import strict
 
-
-def run_bench(overrides: Sequence[str], run_dir: Path) -> Outcome:
-    """`python -m bench <overrides>` as a child process that does not outlive gpu_check."""
-    from bench.machine.children import run_child
-
-    proc = run_child([sys.executable, "-m", "bench", *overrides, f"hydra.run.dir={run_dir}"])
-    return _final_line(proc.stdout, proc.stderr, proc.returncode)
+    try:
+        done = run()
+    except BenchError as exc:
+        return None, f"[ERROR] {exc}"
+    if done.error or done.metrics is None:
+        return None, done.error or f"exit {done.exit_code}: the run wrote no record"
+    return strict(done.metrics.to_metrics()), ""
 
 
 def run_in_process(overrides: Sequence[str], run_dir: Path, rehearse: bool = False) -> Outcome:
-    """The run `python -m bench <overrides> hydra.run.dir=<run_dir>` makes, in this process: its
-    stdout and stderr kept for the verdict (the final line, or the [ERROR] line)."""
-    from bench.app import run
-    from bench.config import compose
+    """The run `python -m bench <overrides> hydra.run.dir=<run_dir>` makes, in this process (bench.api.run),
+    its output kept from gpu_check's table; in the rehearsal torch.compile on the eager backend."""
+    from bench import api
 
-    out, err = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-        try:
-            config = compose(*overrides)
-        except BenchError as exc:
-            return None, f"[ERROR] {exc}"
-        with _cheap_compile() if rehearse and config.compile else contextlib.nullcontext():
-            code = run(config, run_dir, Path.cwd(), list(overrides))  # launched here, as a command typed here
-    if code == EXIT_SIGINT:
-        raise KeyboardInterrupt
-    if code == EXIT_SIGTERM:
-        raise Interrupted("SIGTERM")
-    return _final_line(out.getvalue(), err.getvalue(), code)
+    quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
+    with quiet[0], quiet[1], _cheap_compile() if rehearse else contextlib.nullcontext():
+        return _outcome(lambda: api.run(list(overrides), run_dir, Path.cwd()))
 
 
 def run_search_on_cpu(overrides: Sequence[str], _run_dir: Path) -> Outcome:
@@ -119,23 +102,27 @@ def all_reduce_probe(on_gpu: bool) -> Tuple[str, str]:
     return ("ok" if total == 6.0 else f"wrong sum {total} (want 6.0)"), backend
 
 
-def run_ddp(overrides: Sequence[str], run_dir: Path, on_gpu: bool, runner: Callable[..., Outcome]) -> Outcome:
-    """The DDP run as a child (its ranks are processes), then gpu_check's own all-reduce probe."""
-    metrics, problem = runner(overrides, run_dir)
+def run_ddp(overrides: Sequence[str], run_dir: Path, on_gpu: bool) -> Outcome:
+    """The DDP run as a `python -m bench` child that does not outlive gpu_check (its ranks are processes:
+    bench.api.run_child), then gpu_check's own all-reduce probe."""
+    from bench import api
+
+    metrics, problem = _outcome(lambda: api.run_child(overrides, run_dir))
     if metrics is None:
         return None, problem
     probe, backend = all_reduce_probe(on_gpu)
     return {**metrics, "all_reduce": probe, "backend": backend}, ""
 
 
-def overhead_args(on_gpu: bool, threads: int) -> argparse.Namespace:
-    """bench.overhead's arguments: on a GPU the card's own workload (ResNet-50, 224 px, batch 256,
-    bf16, channels_last); in the rehearsal the same path at a tiny size."""
-    if on_gpu:
-        sizes = dict(model="resnet50", image_size=224, batch_size=256, num_classes=1000, steps=20, warmup=5)
-    else:
-        sizes = dict(model="resnet18", image_size=32, batch_size=4, num_classes=10, steps=3, warmup=1)
-    return argparse.Namespace(**sizes, threads=threads, channels_last=True)
+def overhead_overrides(on_gpu: bool, threads: int) -> Tuple[List[str], str]:
+    """bench.overhead's workload, as config keys and in words: on a GPU the card's own (ResNet-50,
+    224 px, batch 256, bf16, channels_last); in the rehearsal the same path at a tiny size."""
+    arch, size, batch, classes, steps, warmup = (
+        ("resnet50", 224, 256, 1000, 20, 5) if on_gpu else ("resnet18", 32, 4, 10, 3, 1)
+    )
+    keys = [f"model.arch={arch}", f"data.image_size={size}", f"data.batch_size={batch}", f"data.num_classes={classes}"]
+    keys += [f"train.steps_per_epoch={steps}", f"benchmark.warmup_steps={warmup}", f"cpu_threads={threads}"]
+    return [*keys, "precision.channels_last=true"], f"{arch} {size}px batch {batch} bf16 channels_last"
 
 
 def run_overhead(on_gpu: bool, echo: Callable[[str], None] = print) -> Outcome:
@@ -144,11 +131,11 @@ def run_overhead(on_gpu: bool, echo: Callable[[str], None] = print) -> Outcome:
 
     from bench.tools.overhead import alternate_sides
 
-    args = overhead_args(on_gpu, torch.get_num_threads() if on_gpu else 1)
+    overrides, workload = overhead_overrides(on_gpu, torch.get_num_threads() if on_gpu else 1)
     device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # the trainer's warnings (a CPU run's TF32 note...)
-            found = alternate_sides(args, "bf16", device, 2 if on_gpu else 1, "overhead", echo)
+            found = alternate_sides(overrides, "bf16", device, 2 if on_gpu else 1, "overhead", echo)
     except BenchError as exc:
         return None, f"[ERROR] {exc}"
     ratio = found.ratio("minimal")
@@ -157,7 +144,7 @@ def run_overhead(on_gpu: bool, echo: Callable[[str], None] = print) -> Outcome:
         "bench_images_per_second": found.median("bench"),
         "minimal_images_per_second": found.median("minimal"),
         "per_round": [round(r, 3) for r in ratio.per_round],
-        "overhead_workload": f"{args.model} {args.image_size}px batch {args.batch_size} bf16 channels_last",
+        "overhead_workload": workload,
     }, ""
 
 
