@@ -89,13 +89,15 @@ run() {
     if [[ ${BENCH_STDOUT_LAST:-0} != 1 ]]; then
         exec "$PYTHON" "$@"
     fi
-    local held child status
+    local held child="" stop="" status
     held=$(mktemp "${TMPDIR:-/tmp}/bench-stdout.XXXXXX") || error "BENCH_STDOUT_LAST=1 needs a writable \$TMPDIR (or /tmp)"
+    # the traps first: a signal that lands while bench starts is passed on once it has started
+    trap 'stop=TERM; [[ -z $child ]] || kill -TERM "$child" 2>/dev/null' TERM
+    trap 'stop=INT; [[ -z $child ]] || kill -INT "$child" 2>/dev/null' INT
     set -m  # bench runs in a job of its own: a background process would otherwise ignore SIGINT
     "$PYTHON" "$@" >"$held" &
     child=$!
-    trap 'kill -TERM "$child" 2>/dev/null' TERM
-    trap 'kill -INT "$child" 2>/dev/null' INT
+    [[ -z $stop ]] || kill -"$stop" "$child" 2>/dev/null
     wait "$child"
     status=$?
     while kill -0 "$child" 2>/dev/null; do  # a trapped signal ended the wait, not bench

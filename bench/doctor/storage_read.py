@@ -58,7 +58,11 @@ def read_workload(files: Sequence[FileSpec], threads: int, batch: int, seed: int
     """The loader's access pattern as a storage workload: one sample per file, read whole, once,
     lengths checked only (these are the user's files, not the benchmark's records)."""
     record = max(1, sum(f.size for f in files) // len(files))
-    workload = dict(num_files=len(files), samples_per_file=1, record_size=record, format="raw", epochs=1)
+    # the storage benchmark's first step is warm-up: at least two batches a pass (a folder smaller than two
+    # batches is read in smaller ones), a one-file dataset read in two passes
+    batch = max(1, min(batch, len(files) // 2))
+    workload = dict(num_files=len(files), samples_per_file=1, record_size=record, format="raw")
+    workload.update(epochs=1 if len(files) >= 2 else 2)
     workload.update(name="doctor", transfer_size=TRANSFER, verify_records="false", shuffle="file", seed=seed)
     return ceiling_storage({**workload, "batch_size": batch, "read_threads": threads}).workload
 

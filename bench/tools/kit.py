@@ -109,8 +109,18 @@ def pip(*args: str, python: str = "", doing: str = "", limit: float = 0, total: 
     # pip's own temporary folders in one of ours: a pip stopped mid-way leaves none behind
     with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory(prefix="bench-kit-pip-") as tmp:
         cmd, env = [*PIP, *(["--python", python] if python else []), *args], {**os.environ, "TMPDIR": tmp}
-        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+        # a Ctrl-C or SIGTERM held until pip is started and `proc` is ours to kill: one landing in between
+        # left pip running into the folder removed below (seen on a loaded machine)
+        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
         try:
+            proc = subprocess.Popen(
+                cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
+            )
+        except BaseException:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
+            raise
+        try:
+            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
             while proc.poll() is None:
                 with contextlib.suppress(subprocess.TimeoutExpired):
                     proc.wait(timeout=max(0.1, min(HEARTBEAT_S, deadline - time.monotonic())))
