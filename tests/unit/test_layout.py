@@ -109,9 +109,9 @@ def test_no_module_over_300_lines(module):
 # with the reason in the commit), not something that happens unsaid. Measured: 17,629 when set at
 # 17,700; raised to 18,200 for issues 39-40 (+551: data checks, one writer per folder, whole stores,
 # the kit's resolver, the doctor's set-up stop, ...; 18,180 measured) while issue 41's shrink is open;
-# moved down to 17,970 after issue 41's first pass (records declare their presentation, one runner,
-# 18 one-importer modules folded: 17,967 measured).
-CODE_LINE_CEILING = 17_970
+# moved down to 17,980 after issue 41's first pass (records declare their presentation, one runner,
+# 18 one-importer modules folded, and the merge fixes: 17,977 measured).
+CODE_LINE_CEILING = 17_980
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
