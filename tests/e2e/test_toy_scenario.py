@@ -49,7 +49,8 @@ def test_a_scenario_is_the_two_documented_files_and_nothing_else_names_it():
     """docs/architecture.md's row for a scenario names its files; echo is those files, under the size the
     docs give, and no other file of bench/, conf/ or the tests' layer and compare checks names it."""
     docs = (ROOT / "docs" / "architecture.md").read_text()
-    row = re.search(r"^\| a scenario \| (\d+)(?: \+ lists)? \| `(bench/<name>\.py)`.*?`(conf/scenario/<name>\.yaml)`", docs, re.M)
+    scenario_row = r"^\| a scenario \| (\d+)(?: \+ lists)? \| `(bench/<name>\.py)`.*?`(conf/scenario/<name>\.yaml)`"
+    row = re.search(scenario_row, docs, re.M)
     assert row and int(row.group(1)) == 2, "docs/architecture.md: | a scenario | 2 (+ lists) | `bench/<name>.py` ... |"
     files = [ROOT / row.group(n).replace("<name>", "echo") for n in (2, 3)]
     assert all(f.is_file() for f in files)
