@@ -6,9 +6,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 
+import pytest
 from test_slurm import _slurm_job_once_ended
+
+# the `slurm` fixture skips without a running cluster; without Slurm's client at all, say so first
+pytestmark = pytest.mark.skipif(shutil.which("sbatch") is None, reason="needs Slurm's sbatch (.ci/slurm up)")
+CPUS = f"--cpus-per-task={min(2, os.cpu_count() or 1)}"  # the CPU the sbatch scripts' jobs ask for here
 
 
 def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, **env: str) -> dict:
@@ -48,14 +54,7 @@ def sbatch(bench, repo, tmp_path, script: str, options: list, overrides: list, *
 
 
 def test_slurm_single_gpu_script_on_cpu(slurm, bench, repo, tiny, tmp_path):
-    metrics = sbatch(
-        bench,
-        repo,
-        tmp_path,
-        "slurm_single_gpu.sbatch",
-        ["--gpus-per-task=0", f"--cpus-per-task={min(2, os.cpu_count())}"],
-        tiny,
-    )
+    metrics = sbatch(bench, repo, tmp_path, "slurm_single_gpu.sbatch", ["--gpus-per-task=0", CPUS], tiny)
     assert metrics["world_size"] == 1 and metrics["measured_steps"] == 3
     (run,) = bench.runs()
     assert run.info.status == "FINISHED"
@@ -68,7 +67,7 @@ def test_slurm_multinode_script_runs_torchrun_ddp(slurm, bench, repo, tiny, tmp_
         repo,
         tmp_path,
         "slurm_ddp_multinode.sbatch",
-        ["--nodes=1", "--gpus-per-node=0", f"--cpus-per-task={min(2, os.cpu_count())}"],
+        ["--nodes=1", "--gpus-per-node=0", CPUS],
         tiny,
         GPUS_PER_NODE="2",
         RUN_DIR=str(tmp_path / "run"),
