@@ -37,7 +37,7 @@ import time
 from importlib.metadata import metadata
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -99,6 +99,40 @@ def say(line: str) -> None:
     print(f"kit: {line}", file=sys.stderr, flush=True)
 
 
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Ctrl-C and SIGTERM wait until the block ends (then land as usual)."""
+    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
+
+
+@contextlib.contextmanager
+def stop_proof_folder(prefix: str) -> Iterator[str]:
+    """A temporary folder that a Ctrl-C or SIGTERM cannot leave behind: made, and removed, with both held.
+    tempfile.TemporaryDirectory left its folder when the signal landed between mkdtemp and the `with`, or
+    inside the removal (a kit stopped while resolving, on a loaded machine)."""
+    with signals_held():
+        path = tempfile.mkdtemp(prefix=prefix)
+        try:
+            with signals_released():
+                yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def signals_released() -> Iterator[None]:
+    """Inside signals_held: Ctrl-C and SIGTERM land again, until the block ends."""
+    held = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
 def pip(*args: str, python: str = "", doing: str = "", limit: float = 0, total: int = 0) -> subprocess.CompletedProcess:
     """pip, on `python` where given (else this Python), in a process group of its own (`pip --python`
     runs a second pip: both end with it). With `doing`, says so now and every HEARTBEAT_S where pip is
@@ -107,35 +141,31 @@ def pip(*args: str, python: str = "", doing: str = "", limit: float = 0, total: 
         say(doing + (f" (at most {limit:.0f} s)" if limit else ""))
     deadline = time.monotonic() + (limit or float("inf"))
     # pip's own temporary folders in one of ours: a pip stopped mid-way leaves none behind
-    with tempfile.TemporaryFile("w+") as log, tempfile.TemporaryDirectory(prefix="bench-kit-pip-") as tmp:
+    with tempfile.TemporaryFile("w+") as log, stop_proof_folder("bench-kit-pip-") as tmp:
         cmd, env = [*PIP, *(["--python", python] if python else []), *args], {**os.environ, "TMPDIR": tmp}
-        # a Ctrl-C or SIGTERM held until pip is started and `proc` is ours to kill: one landing in between
-        # left pip running into the folder removed below (seen on a loaded machine)
-        unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-        try:
+        # a Ctrl-C or SIGTERM held while pip starts and while it is killed: one landing between the start and
+        # the `try` left pip running into the folder removed below (seen on a loaded machine)
+        with signals_held():
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
             )
-        except BaseException:
-            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
-            raise
-        try:
-            signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
-            while proc.poll() is None:
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    proc.wait(timeout=max(0.1, min(HEARTBEAT_S, deadline - time.monotonic())))
-                    break
-                log.seek(0)
-                seen = re.findall(r"^Collecting (\S+)", log.read(), re.M)
-                at = f"{len(seen)}{f' of {total}' if total else ''} ({seen[-1] if seen else 'starting'})"
-                if time.monotonic() >= deadline:
-                    raise KitError(f"{doing}: gave up after {limit:.0f} s, at {at}: pip had not finished")
-                if doing:
-                    say(f"{doing}: {at}")
-        finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
+            try:
+                with signals_released():
+                    while proc.poll() is None:
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            proc.wait(timeout=max(0.1, min(HEARTBEAT_S, deadline - time.monotonic())))
+                            break
+                        log.seek(0)
+                        seen = re.findall(r"^Collecting (\S+)", log.read(), re.M)
+                        at = f"{len(seen)}{f' of {total}' if total else ''} ({seen[-1] if seen else 'starting'})"
+                        if time.monotonic() >= deadline:
+                            raise KitError(f"{doing}: gave up after {limit:.0f} s, at {at}: pip had not finished")
+                        if doing:
+                            say(f"{doing}: {at}")
+            finally:
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
         log.seek(0)
         text = log.read()
     return subprocess.CompletedProcess(proc.args, proc.returncode, text, text)
@@ -151,7 +181,7 @@ def pip_errors(done: subprocess.CompletedProcess) -> str:
 
 
 def build_bench_wheel(source: Path, out: Path) -> Path:
-    with tempfile.TemporaryDirectory(prefix="bench-kit-src-") as tmp:
+    with stop_proof_folder("bench-kit-src-") as tmp:
         for name in SOURCES:
             if (source / name).is_dir():
                 shutil.copytree(source / name, Path(tmp) / name, ignore=shutil.ignore_patterns("__pycache__"))
@@ -177,7 +207,7 @@ def resolve(wheel: Path, args: argparse.Namespace, out: Path, flags: Sequence[st
     spec = f"{wheel}[{','.join(args.extras)}]" if args.extras else str(wheel)
     built: List[str] = []
     deadline, found = time.monotonic() + args.resolve_timeout, pins(have)
-    with tempfile.TemporaryDirectory(prefix="bench-kit-resolve-") as tmp:
+    with stop_proof_folder("bench-kit-resolve-") as tmp:
         # each pin first, alone: one the index cannot meet would send the resolve backtracking without end
         done = pip(
             "install", "--dry-run", "--no-deps", "--ignore-installed", "--target", f"{tmp}/pins", *flags, *found,
