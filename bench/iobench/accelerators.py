@@ -32,13 +32,13 @@ from bench.iobench.checkpoint import CHECKPOINT_DIR, Checkpointer, Sync, run_che
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.measured import ReaderResult
 from bench.iobench.reader import run_reader
+from bench.machine.children import STOP_SIGNALS
 from bench.storage.base import Backend
 from bench.storage.registry import backend
 
 log = logging.getLogger(__name__)
 
 START_TIMEOUT_S = 120.0  # spawning and importing an accelerator process
-STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
 
 
 @dataclass

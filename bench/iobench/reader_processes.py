@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple
 from bench.iobench.fetch import Fetcher
 from bench.iobench.measured import Request
 from bench.iobench.pipeline import BatchStream, Work, WorkItem
-from bench.machine.children import die_with_parent, reap
+from bench.machine.children import STOP_SIGNALS, die_with_parent, reap
 
 _TASK = struct.Struct("qq")  # kind, epoch
 _TRAIN, _EVAL, _QUIT = 0, 1, 2
@@ -45,7 +45,6 @@ _RECORD = struct.Struct("qqqqqdddq")
 _RESULT, _DONE, _ERROR, _STARTED = 0, 1, 2, 3
 _NO_FIGURES = (0, 0, 0, 0.0, 0.0)  # item, samples, bytes, start, end: of a done or error record
 _MAX_PAYLOAD = 3000  # a record and a pickled exception stay under PIPE_BUF (4096): written whole
-_STOPS = {signal.SIGINT, signal.SIGTERM}
 _EXIT_WAIT_S = 10.0  # a reader that has not exited this long after it was told to is killed
 
 
@@ -123,7 +122,7 @@ class ReaderProcesses:
                 control_read, control_write = os.pipe()
                 # Ctrl-C / SIGTERM held over the fork: raised in os.fork's at-fork hooks (logging's)
                 # Python drops it, and the command went on (issue 28); delivered after, here
-                held, pid = signal.pthread_sigmask(signal.SIG_BLOCK, _STOPS), -1
+                held, pid = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS), -1
                 try:
                     pid = os.fork()
                 finally:

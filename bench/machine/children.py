@@ -6,12 +6,16 @@ import ctypes
 import functools
 import os
 import select
+import shutil
 import signal
 import subprocess
+import tempfile
 import threading
 import time
 from contextlib import contextmanager, suppress
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
+
+STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})  # Ctrl-C and a scheduler's or kill's stop
 
 
 def process_identity(pid: int) -> Optional[Tuple[int, float]]:
@@ -136,3 +140,28 @@ def sigterm_raises() -> Iterator[None]:
     finally:
         signal.signal(signal.SIGTERM, previous)
         sys.unraisablehook = hook
+
+
+@contextmanager
+def stop_signals(how: int) -> Iterator[None]:
+    """Ctrl-C and SIGTERM held inside the block (how=signal.SIG_BLOCK: they land as it ends), or let
+    through inside a held one (SIG_UNBLOCK)."""
+    before = signal.pthread_sigmask(how, STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, before)
+
+
+@contextmanager
+def stop_proof_folder(prefix: str) -> Iterator[str]:
+    """A temporary folder a Ctrl-C or SIGTERM cannot leave behind: made, and removed, with both held.
+    tempfile.TemporaryDirectory left its folder when one landed between mkdtemp and the `with`, or
+    inside the removal (a kit stopped while resolving, on a loaded machine)."""
+    with stop_signals(signal.SIG_BLOCK):
+        path = tempfile.mkdtemp(prefix=prefix)
+        try:
+            with stop_signals(signal.SIG_UNBLOCK):
+                yield path
+        finally:
+            shutil.rmtree(path, ignore_errors=True)

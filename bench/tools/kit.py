@@ -37,7 +37,7 @@ import time
 from importlib.metadata import metadata
 from importlib.util import find_spec
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from packaging.markers import default_environment
 from packaging.requirements import InvalidRequirement, Requirement
@@ -45,6 +45,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from bench.errors import EXIT_CONFIG, EXIT_FAILED
+from bench.machine.children import stop_proof_folder, stop_signals
 from bench.machine.writable import writable_dir_refusal
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -99,40 +100,6 @@ def say(line: str) -> None:
     print(f"kit: {line}", file=sys.stderr, flush=True)
 
 
-@contextlib.contextmanager
-def signals_held() -> Iterator[None]:
-    """Ctrl-C and SIGTERM wait until the block ends (then land as usual)."""
-    unblocked = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, unblocked)
-
-
-@contextlib.contextmanager
-def stop_proof_folder(prefix: str) -> Iterator[str]:
-    """A temporary folder that a Ctrl-C or SIGTERM cannot leave behind: made, and removed, with both held.
-    tempfile.TemporaryDirectory left its folder when the signal landed between mkdtemp and the `with`, or
-    inside the removal (a kit stopped while resolving, on a loaded machine)."""
-    with signals_held():
-        path = tempfile.mkdtemp(prefix=prefix)
-        try:
-            with signals_released():
-                yield path
-        finally:
-            shutil.rmtree(path, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def signals_released() -> Iterator[None]:
-    """Inside signals_held: Ctrl-C and SIGTERM land again, until the block ends."""
-    held = signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT, signal.SIGTERM})
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-
 def pip(*args: str, python: str = "", doing: str = "", limit: float = 0, total: int = 0) -> subprocess.CompletedProcess:
     """pip, on `python` where given (else this Python), in a process group of its own (`pip --python`
     runs a second pip: both end with it). With `doing`, says so now and every HEARTBEAT_S where pip is
@@ -145,12 +112,12 @@ def pip(*args: str, python: str = "", doing: str = "", limit: float = 0, total: 
         cmd, env = [*PIP, *(["--python", python] if python else []), *args], {**os.environ, "TMPDIR": tmp}
         # a Ctrl-C or SIGTERM held while pip starts and while it is killed: one landing between the start and
         # the `try` left pip running into the folder removed below (seen on a loaded machine)
-        with signals_held():
+        with stop_signals(signal.SIG_BLOCK):
             proc = subprocess.Popen(
                 cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
             )
             try:
-                with signals_released():
+                with stop_signals(signal.SIG_UNBLOCK):
                     while proc.poll() is None:
                         with contextlib.suppress(subprocess.TimeoutExpired):
                             proc.wait(timeout=max(0.1, min(HEARTBEAT_S, deadline - time.monotonic())))

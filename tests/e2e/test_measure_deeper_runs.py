@@ -1,7 +1,7 @@
 """Issue 11 end to end, in real processes (5 `python -m` runs in all): one training run with the
 profiler, the breakdown pass, 3 repeats and MLflow's system metrics; a second run of the same
 config and a deliberately slowed one (25x the pixels), which `python -m bench.compare` calls same
-and slower (exit 1: the CI gate); an inference sweep over the batch size, compared with itself
+and slower (exit 1: the CI gate); `--rerun` of two echo runs, one 50x slower; an inference sweep over the batch size, compared with itself
 through its MLflow parent run and its sweep directory."""
 
 from __future__ import annotations
@@ -148,19 +148,25 @@ def test_the_compare_page_opens_in_a_real_browser(runs, browser):
     assert figure(base) in page.cells and figure(cand) in page.cells and "slower" in page.cells, page.cells
 
 
+# the cheapest scenario (echo): 8 fresh processes that each sleep half a second at most. The one training
+# case of --rerun is tests/e2e/test_compare_rerun_runs.py
+ECHO = ["scenario=echo", "scenario.steps=10"]
+
+
 def test_compare_rerun_runs_both_configs_again_interleaved_and_calls_the_slowed_one_slower(runs):
     """Issue 20: a verdict that holds between processes. Both configs run again as fresh processes,
-    A-B-B-A, 2 rounds; the 25x heavier config is slower beyond the 50% threshold and its whole interval
-    beyond the noise floor. This suite's load makes the fresh processes unfit to measure (other
-    processes' CPU), which --rerun counts as a plain compare does (exit 3, not judged:
+    A-B-B-A, 2 rounds; the config whose step sleeps 50x longer is slower beyond the 50% threshold and its
+    whole interval beyond the noise floor. This suite's load can make fresh processes unfit to measure
+    (other processes' CPU), which --rerun counts as a plain compare does (exit 3, not judged:
     tests/e2e/test_compare_rerun_runs.py): --judge-unfit asks for the verdict anyway, as above.
     Issue 30 item 4: a line before the first process, a line per round, and the plain compare's page."""
-    for proc in (runs.same, runs.slowed):
-        runs.bench.metrics(proc)
-    out = runs.root / "rerun"
+    root = runs.root / "echo"
+    for name, step_s in (("fast", "0.001"), ("slow", "0.05")):
+        runs.bench.metrics(runs.bench.run(*ECHO, f"scenario.step_s={step_s}", f"hydra.run.dir={root}/{name}"))
+    out = root / "rerun"
     gate = runs.bench.run(
-        str(runs.root / "same"),
-        str(runs.root / "slowed"),
+        str(root / "fast"),
+        str(root / "slow"),
         "--rerun",
         "2",
         "--threshold",
@@ -176,6 +182,7 @@ def test_compare_rerun_runs_both_configs_again_interleaved_and_calls_the_slowed_
     ), gate.stdout
     rounds = [line for line in gate.stdout.splitlines() if line.startswith("round ")]
     assert len(rounds) == 2 and all(line.count(",") == 2 for line in rounds), gate.stdout  # each side twice a round
+    assert all("steps/s" in line for line in rounds), gate.stdout  # echo's own figure, not images/s
     assert "verdict: slower: " in gate.stderr and "% noise floor\n" in gate.stderr, gate.stdout + gate.stderr
     assert "Traceback" not in gate.stderr
     assert {p.name for p in out.iterdir()} == {"compare.md", "compare.html", "compare.png", "rerun"}
@@ -191,7 +198,7 @@ def test_compare_rerun_runs_both_configs_again_interleaved_and_calls_the_slowed_
         "candidate-3",
         "candidate-4",
     ]
-    assert (out / "rerun" / "candidate-1" / ".hydra" / "overrides.yaml").read_text().count("data.image_size=160") == 1
+    assert (out / "rerun" / "candidate-1" / ".hydra" / "overrides.yaml").read_text().count("scenario.step_s=0.05") == 1
 
 
 @pytest.fixture(scope="module")

@@ -260,6 +260,7 @@ def test_a_sweep_a_group_without_plus_and_a_bad_string_are_one_clear_refusal(tmp
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.slow  # bench.api.run_child starts a `python -m bench` (the fast tier's check found it)
 def test_run_child_gives_back_what_run_gives_from_a_child_process_or_its_one_error_line(tmp_path):
     """Issue 41 §2: one child-process runner. bench.api.run_child runs `python -m bench` in a child
     (compare --rerun, gpu_check's DDP check, sweep_overhead) and returns run()'s RunResult: the typed
