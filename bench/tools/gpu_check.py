@@ -194,7 +194,7 @@ def base_overrides(args: argparse.Namespace, on_gpu: bool) -> List[str]:
         sizes = [f"model.arch={args.model}", f"data.batch_size={args.batch_size}", "data.image_size=224"]
         steps, warmup = args.steps, 3
     else:  # the rehearsal: the same paths, tiny, one thread
-        sizes = ["allow_cpu=true", "model.arch=resnet18", "data.batch_size=4", "data.image_size=32", "cpu_threads=1"]
+        sizes = ["allow_cpu=true", "model.arch=small_cnn", "data.batch_size=4", "data.image_size=32", "cpu_threads=1"]
         steps, warmup = min(args.steps, 3), 1
         sizes.append("data.num_classes=10")
     return [
