@@ -306,35 +306,8 @@ def one_error_line(bench, proc, code: int) -> str:
     return errors[0]
 
 
-@pytest.mark.parametrize(
-    "case,expected",
-    [
-        ("missing", "data.root='{root}' does not exist"),
-        ("empty", "{root} is empty: expected one sub-folder per class"),
-        ("too_many_classes", "{root} has 4 classes but data.num_classes=3"),
-        ("no_root", "data.root=None is not valid"),
-        ("bad_split", "data.split='test' is not valid: accepted one of train, val"),
-        ("negative_workers", "data.num_workers=-1 is not valid: accepted a number >= 0"),
-        ("not_images", "{root}: none of its first 4 images can be decoded"),  # issue 9: failed mid-run before
-    ],
-)
-def test_dataset_errors_before_any_run(bench, base, datasets, tmp_path, case, expected):
-    root = tmp_path / "data"
-    if case == "empty":
-        root.mkdir()
-    elif case == "too_many_classes":
-        datasets.image_folder(root, images=8)
-    elif case in ("bad_split", "negative_workers"):
-        datasets.image_folder(root, images=4)
-    elif case == "not_images":
-        for number in range(6):
-            (root / f"class{number % 2}").mkdir(parents=True, exist_ok=True)
-            (root / f"class{number % 2}" / f"img{number}.jpg").write_text("a text file named like an image")
-    args = ["data=imagefolder", "data.num_classes=3"] + ([] if case == "no_root" else [f"data.root={root}"])
-    args += {"bad_split": ["data.split=test"], "negative_workers": ["data.num_workers=-1"]}.get(case, [])
-    proc = bench.run(*base, *args, f"hydra.run.dir={tmp_path}/run")
-    assert expected.format(root=root) in one_error_line(bench, proc, 2)
-    assert not bench.db.exists()  # refused before an MLflow run was opened
+# a data folder's refusals before any run (missing, empty, too many classes, no root, a bad split, negative
+# workers, files that are not images) are rows of the bad-input table (tests/reliability/bad_inputs.py)
 
 
 def test_strict_stops_at_a_corrupt_image_naming_it(bench, base, datasets, tmp_path):

@@ -113,21 +113,7 @@ def test_digits_options_jpeg_size_fraction_seed(bench, tmp_path):
     }
 
 
-@pytest.mark.parametrize(
-    "args,says",
-    [
-        (["--size", "0"], "--size=0 is not valid"),
-        (["--size", "big"], "--size='big' is not valid"),
-        (["--val-fraction", "1.5"], "--val-fraction=1.5 is not valid"),
-        (["--val-fraction", "0"], "--val-fraction=0.0 is not valid"),
-        (["--format", "gif"], "--format='gif' is not valid: accepted png or jpeg"),
-        (["--seed", "-1"], "--seed=-1 is not valid"),
-    ],
-)
-def test_digits_bad_options_are_one_line(bench, tmp_path, args, says):
-    proc = digits(bench, tmp_path / "out", *args)
-    assert one_error_line(bench, proc).startswith(f"[ERROR] {says}")
-    assert proc.stdout == "" and sorted(os.listdir(tmp_path)) == []  # nothing written, not even a temp dir
+# digits' bad flags (and that they write nothing) are rows of the bad-input table (tests/reliability/bad_inputs.py)
 
 
 def test_digits_dst_that_is_a_file_or_holds_other_files(bench, tmp_path):

@@ -1,8 +1,8 @@
-"""Issue 11 end to end, in real processes (5 `python -m` runs in all): one training run with the
+"""Issue 11 end to end, in real processes: one training run with the
 profiler, the breakdown pass, 3 repeats and MLflow's system metrics; a second run of the same
 config and a deliberately slowed one (25x the pixels), which `python -m bench.compare` calls same
-and slower (exit 1: the CI gate); `--rerun` of two echo runs, one 50x slower; an inference sweep over the batch size, compared with itself
-through its MLflow parent run and its sweep directory."""
+and slower (exit 1: the CI gate); `--rerun` of two echo runs, one 50x slower; an inference sweep
+over the batch size, compared with itself through its MLflow parent run and its sweep directory."""
 
 from __future__ import annotations
 

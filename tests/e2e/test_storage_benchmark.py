@@ -12,8 +12,6 @@ from pathlib import Path
 import pytest
 from mlflow import MlflowClient
 
-from bench.registries import S3_CLIENTS
-
 FILES, SAMPLES, RECORD, BATCH, EPOCHS = 8, 4, 4096, 4, 2
 TINY = [
     "mode=storage",
@@ -254,35 +252,7 @@ def test_a_record_format_of_ones_own_named_as_module_and_class(bench, tmp_path):
     assert all(f.stat().st_size == 4 + SAMPLES * RECORD for f in files)
 
 
-@pytest.mark.parametrize(
-    "overrides,expected",
-    [
-        (["storage=s3"], "storage.bucket=None is not valid"),
-        (
-            ["storage=s3", "storage.bucket=b/data"],
-            "storage.bucket='b/data' is not valid: accepted a bucket name (no '/'",
-        ),
-        (["storage=s3", "storage.bucket=b", "storage.endpoint=minio:9000"], "storage.endpoint='minio:9000'"),
-        (["storage.client=s3fs"], f"storage.client='s3fs' is not valid: accepted one of {', '.join(S3_CLIENTS)}"),
-        (["storage.accelerators=9"], "at most storage.workload.num_files=8"),
-        (["storage.workload.au_threshold=90"], "storage.workload.au_threshold=90.0"),
-        (["+storage.secret_access_key=abc"], "storage.secret_access_key"),
-    ],
-    ids=[
-        "s3-needs-bucket",
-        "bucket-not-a-path",
-        "endpoint-url",
-        "client",
-        "accelerators-vs-files",
-        "au-fraction",
-        "no-credential-keys",
-    ],
-)
-def test_bad_storage_config_is_refused_before_anything_runs(bench, tmp_path, overrides, expected):
-    proc = bench.run(*TINY, *overrides, f"hydra.run.dir={tmp_path}/run")
-    assert proc.returncode == 2
-    assert expected in bench.single_error(proc)
-    assert not bench.db.exists()
+# the storage config's refusals are rows of the bad-input table (tests/reliability/bad_inputs.py)
 
 
 def test_endpoint_with_credentials_is_refused_without_echoing_them(bench, tmp_path):

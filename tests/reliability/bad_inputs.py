@@ -466,7 +466,7 @@ BAD_INPUTS = [
         "bench",
         ["storage=s3", "storage.save_checkpoint=true", "storage.bucket=b/x"],
         2,
-        "storage.bucket='b/x'",
+        "storage.bucket='b/x' is not valid: accepted a bucket name (no '/'",
     ),
     (
         "endpoint without a scheme",
@@ -478,9 +478,9 @@ BAD_INPUTS = [
     (
         "more accelerators than files",
         "bench",
-        ["mode=storage", "storage.accelerators=17"],
+        ["mode=storage", "storage.workload.num_files=8", "storage.accelerators=9"],
         2,
-        "storage.accelerators=17",
+        "storage.accelerators=9 is not valid: accepted at most storage.workload.num_files=8 (each simulated",
     ),
     (
         "AU threshold in percent",
@@ -630,7 +630,13 @@ BAD_INPUTS = [
         2,
         "storage.workload.record_size=1000000000000",
     ),
-    ("dataset root missing", "bench", ["data=imagefolder", "data.root={tmp}/nope", CPU], 2, "does not exist"),
+    (
+        "dataset root missing",
+        "bench",
+        ["data=imagefolder", "data.root={tmp}/nope", CPU],
+        2,
+        "data.root='{tmp}/nope' does not exist",
+    ),
     ("dataset root empty", "bench", ["data=imagefolder", "data.root={empty}", CPU], 2, "is empty"),
     (
         "image folder of non-images",
@@ -1183,6 +1189,49 @@ BAD_INPUTS = [
         "--workers=-1 is not valid: accepted an integer of 1 or more (0, or none: the CPU count).",
     ),
     ("digits under a file", "bench.data", ["digits", "--dst", "{tmp}/a-file/d"], 2, "{tmp}/a-file is a file"),
+    # digits' own flags: refused before anything is written (not even a temporary folder: the check below)
+    (
+        "digits of size zero",
+        "bench.data",
+        ["digits", "--dst", "{tmp}/out", "--size", "0"],
+        2,
+        "[ERROR] --size=0 is not valid",
+    ),
+    (
+        "digits of a size in words",
+        "bench.data",
+        ["digits", "--dst", "{tmp}/out", "--size", "big"],
+        2,
+        "[ERROR] --size='big' is not valid",
+    ),
+    (
+        "digits val beyond 1",
+        "bench.data",
+        ["digits", "--dst", "{tmp}/out", "--val-fraction", "1.5"],
+        2,
+        "[ERROR] --val-fraction=1.5 is not valid",
+    ),
+    (
+        "digits val of zero",
+        "bench.data",
+        ["digits", "--dst", "{tmp}/out", "--val-fraction", "0"],
+        2,
+        "[ERROR] --val-fraction=0.0 is not valid",
+    ),
+    (
+        "digits as gif",
+        "bench.data",
+        ["digits", "--dst", "{tmp}/out", "--format", "gif"],
+        2,
+        "[ERROR] --format='gif' is not valid: accepted png or jpeg",
+    ),
+    (
+        "digits negative seed",
+        "bench.data",
+        ["digits", "--dst", "{tmp}/out", "--seed", "-1"],
+        2,
+        "[ERROR] --seed=-1 is not valid",
+    ),
     (
         "loader benchmark dir is a file",
         "bench.data",
@@ -1442,3 +1491,8 @@ def check_bad_input(bench, places, name, module, args, code, words, *, capfd=Non
     if module == "bench":  # nothing this command made stays: not the run dir it named, no outputs/ or multirun/
         left = [path for path in ("run", "outputs", "multirun") if (bench.cwd / path).exists()]
         assert left == [], f"left behind: {left}"
+    if module == "bench" and code == 2:  # a refused config: refused before any MLflow store is made
+        assert not bench.db.exists()
+    # nothing written where the command was pointed: not its output, not a temporary folder
+    made = sorted(path.name for path in places["tmp"].iterdir() if path.name != "a-file")
+    assert made in ([], ["mlflow.db"]) if code != 2 else made == [], f"the refused command left {made}"

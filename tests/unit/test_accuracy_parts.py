@@ -97,6 +97,7 @@ def test_checkpoint_dir_stays_inside_the_storage_root(compose, name):
         compose(f"checkpoint.dir='{name}'")
 
 
+@pytest.mark.slow  # in-process, but builds ResNets: ~4 s
 def test_no_bn_model_has_no_batchnorm_and_zero_init_starts_blocks_at_identity(compose):
     no_bn = build_model(compose("model=resnet18", "model.norm=none", "data.num_classes=10").model)
     assert not any(isinstance(m, nn.modules.batchnorm._BatchNorm) for m in no_bn.modules())

@@ -500,6 +500,7 @@ def _child(
     return run_id
 
 
+@pytest.mark.slow  # in-process, but a real MLflow store's sweep: ~10 s
 def test_read_mlflow_sweep_maps_runs_onto_the_frame_and_logs_scaling_back(tmp_path, monkeypatch):
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(tracking_uri=uri)

@@ -193,6 +193,7 @@ QUIET_BASE = [100.0, 100.5, 99.8, 100.2]
     ],
     ids=["slower", "faster", "same"],
 )
+@pytest.mark.slow  # in-process, but the page and its chart rendered: 4-5 s each
 def test_rerun_verdicts_exit_codes_and_page_canned_rounds(monkeypatch, capsys, sides, candidate, exit_code, said):
     children = CannedChildren({"candidate": candidate, "baseline": QUIET_BASE})
     code, out, err = command(monkeypatch, capsys, sides, children)
@@ -229,6 +230,7 @@ def test_rerun_verdicts_exit_codes_and_page_canned_rounds(monkeypatch, capsys, s
     assert f"compare: {page.resolve()}" in err
 
 
+@pytest.mark.slow  # in-process, but the page rendered: ~5 s
 def test_a_noise_floor_above_the_threshold_is_cant_tell_exit_3_canned_rounds(monkeypatch, capsys, sides):
     """Issue 28 item 8, the busy box: ratio about 0.45, noise floor above 200%: "can't tell at this
     noise", exit 3 (as an unfit machine), never "same"."""
@@ -248,6 +250,7 @@ def test_a_noise_floor_above_the_threshold_is_cant_tell_exit_3_canned_rounds(mon
     assert "<td>can&#x27;t tell at this noise</td>" in (sides[2] / "compare.html").read_text()
 
 
+@pytest.mark.slow  # in-process, but the page rendered: ~6 s
 def test_a_slowdown_within_the_noise_floor_is_cant_tell_not_slower_canned_rounds(monkeypatch, capsys, sides):
     """The interval excludes 1, but not by more than the noise floor (20%): not "slower"."""
     children = CannedChildren({"candidate": [90.0, 75.0, 88.0, 74.0], "baseline": [100.0, 98.0, 99.0, 101.0]})
@@ -255,6 +258,7 @@ def test_a_slowdown_within_the_noise_floor_is_cant_tell_not_slower_canned_rounds
     assert code == 3 and "verdict: can't tell at this noise: 0.822× [0.810–0.833], the 20.0% noise floor is" in err, err
 
 
+@pytest.mark.slow  # in-process, but the page rendered: ~7 s
 def test_an_unfit_process_makes_it_could_not_judge_exit_3_canned_rounds(monkeypatch, capsys, sides):
     """The runs' fit_to_measure count with --rerun as without it: a clear slowdown, but one candidate
     process was not fit to measure: "not judged", exit 3; --judge-unfit gives the verdict (exit 1)."""
@@ -289,6 +293,7 @@ def test_rerun_rounds_are_capped_in_one_line_before_any_work(monkeypatch, capsys
     check_rounds(MAX_ROUNDS)  # the cap itself is accepted
 
 
+@pytest.mark.slow  # in-process, but the page rendered: ~4 s
 def test_the_same_run_on_both_sides_is_said_and_measures_the_noise_canned_rounds(monkeypatch, capsys, sides):
     """Issue 33 §5: `compare D D --rerun` said nothing of both sides being one run; it runs the config
     against itself (the noise between processes, a real use) and says so, on the terminal and the page."""

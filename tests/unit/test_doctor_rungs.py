@@ -32,6 +32,7 @@ def test_the_training_presets_are_found():
 
 
 @pytest.mark.parametrize("preset", PRESETS)
+@pytest.mark.slow  # in-process, but 17 presets x every rung composed: ~55 CPU-s
 def test_every_rung_of_every_training_preset_composes_a_valid_config(compose, preset, tmp_path):
     """What the ladder composes for a preset (bench.doctor.training.rung_config, as TrainingRuns.run
     does), the what-ifs as this machine's device gets them; none raises."""

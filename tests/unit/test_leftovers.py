@@ -50,6 +50,7 @@ def test_a_sigkilled_launchers_temp_dir_is_removed_by_the_next_launch(tmp_path, 
     assert not left.exists() and not os.path.exists(inside)
 
 
+@pytest.mark.slow  # in-process, but waits out a lock: ~7 s
 def test_the_store_lock_is_removed_when_released_and_still_excludes(tmp_path):
     from bench.tracking.store import removed_lock, store_lock
 

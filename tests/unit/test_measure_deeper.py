@@ -48,6 +48,7 @@ def test_flops_of_resnet50_at_224_match_the_published_4_1_gmacs(compose):
     assert figures["gflops_per_image_fwd_bwd"] == pytest.approx(3 * figures["gflops_per_image_forward"], rel=0.03)
 
 
+@pytest.mark.slow  # in-process, but counts a model's FLOPs: ~3 s
 def test_a_grouped_convolutions_backward_costs_twice_its_forward(compose):
     """torch's own formula counted the weight gradient of a depthwise conv `groups` times too high
     (EfficientNet-B0: 32 GFLOPs fwd+bwd for a 0.77 GFLOPs forward); bench's corrected one gives ~3x."""
@@ -140,6 +141,7 @@ def test_bootstrap_interval_narrows_with_more_samples_and_repeats_needed_follows
     assert repeats_needed(0.02, 0.03) == 6 and repeats_needed(0.01, 0.03) < repeats_needed(0.04, 0.03)
 
 
+@pytest.mark.slow  # in-process, but trains: ~4 s
 def test_a_training_run_with_repeats_measures_n_windows_and_pools_them(compose, tmp_path):
     from bench.train.loop import train
     from bench.train.report import TrainReport
@@ -170,6 +172,7 @@ def test_a_training_run_with_repeats_measures_n_windows_and_pools_them(compose, 
 # ---- breakdown ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # in-process, but trains: ~3 s
 def test_breakdown_shares_sum_to_one_and_the_phases_are_a_step(compose):
     from bench.maths.stats import step_time_stats
     from bench.train.loop import train
@@ -360,6 +363,7 @@ def test_find_max_batch_says_when_not_even_one_fits_and_stops_at_its_limit():
     assert search(lambda batch: True, 8, 512) == 512
 
 
+@pytest.mark.slow  # in-process, but trains: ~4 s
 def test_the_batch_found_names_the_mlflow_run_and_keeps_a_sweep_jobs_suffix(compose, tmp_path):
     """What happens after a search (the search itself needs a GPU): the report names the run
     after the batch actually used, and the tracker keeps the job number of a sweep's child."""
@@ -416,6 +420,7 @@ def test_find_max_batch_on_a_gpu_trains_with_the_batch_it_found(compose):
 # ---- inference ----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # in-process, but runs a model: ~3 s
 def test_inference_runs_forward_only_and_reports_latency_percentiles(compose):
     from bench.infer.loop import infer
     from bench.infer.result import InferOutcome

@@ -42,6 +42,7 @@ def test_the_table_holds_every_recipe():
 
 
 @pytest.mark.parametrize("number, what, command", recipe_commands(), ids=lambda v: str(v)[:30])
+@pytest.mark.slow  # in-process, but every recipe composed: ~3 s each
 def test_every_recipe_composes(compose, number, what, command):
     found = jobs(command)
     assert len(found) >= (2 if "-m" in command.split() else 1)

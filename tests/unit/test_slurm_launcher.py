@@ -185,6 +185,7 @@ def _sweep_config(tmp_path: Path):
     )
 
 
+@pytest.mark.slow  # in-process, but ~10 s
 def test_jobs_that_never_returned_are_failed_children_and_counted(tmp_path, monkeypatch):
     """Job 1 opened its child run and was cancelled (left RUNNING); job 2 never started. Both end
     FAILED children of the one parent, with the reason, counted; the report has their rows."""

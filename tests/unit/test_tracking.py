@@ -237,6 +237,7 @@ def test_nvml_handle_follows_cuda_visible_devices__mocked_nvml(monkeypatch):
     assert nvml_handle(_FakeNvml(), 2) == ("index", 2)
 
 
+@pytest.mark.slow  # in-process, but an unreachable server's retries: ~6 s
 def test_tracker_stops_after_first_failure_with_one_warning(tmp_path, caplog):
     """A real sqlite store and a run id it does not have: MLflow raises for real."""
     import logging

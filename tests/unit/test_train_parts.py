@@ -405,6 +405,7 @@ def test_fp32_switches_tf32_off_on_gpu__mocked_gpu(tf32_flags_on):
 # --- the model registry -----------------------------------------------------------------------
 
 
+@pytest.mark.slow  # in-process, but builds models: ~3 s
 def test_models_come_from_torchvision_by_name_and_bench_adds_its_own():
     from bench.runtime.models import OWN, build_model, check_model, count_parameters
 
