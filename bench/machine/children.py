@@ -124,7 +124,10 @@ def sigterm_raises() -> Iterator[None]:
         raise Interrupted(signal.Signals(signum).name)
 
     def _resend(unraisable: Any) -> None:
-        signum = {Interrupted: signal.SIGTERM, KeyboardInterrupt: signal.SIGINT}.get(type(unraisable.exc_value))
+        stop = unraisable.exc_value
+        if isinstance(stop, Interrupted) and hasattr(stop, "raise_again"):  # its own way (the doctor's timer)
+            return stop.raise_again()
+        signum = {Interrupted: signal.SIGTERM, KeyboardInterrupt: signal.SIGINT}.get(type(stop))
         if signum is None:
             return hook(unraisable)
         # from another thread, a moment later: the main thread is out of the callback by then

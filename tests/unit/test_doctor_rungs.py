@@ -117,3 +117,24 @@ def test_a_rung_whose_set_up_runs_far_past_the_budget_is_stopped_and_says_so(tmp
     full = runs.run("4-full", "full", ["+experiment=cpu_smoke", "tracking.enabled=false"], 0.3)
     assert full.skipped == "not run: 1-compute's set-up ran past 0 s and this run builds the same model; not measured"
     assert not (tmp_path / "4-full").exists() and not full.measured
+
+
+def test_a_set_up_stop_swallowed_in_a_callback_is_raised_again():
+    """The rung's stop (SIGALRM -> SetupOverrun) landing inside a __del__ is swallowed by Python ("Exception
+    ignored in ..."): the run went on and wrote its results though the rung said it was stopped (seen once
+    in the suite). Now the rung's timer fires again and the stop reaches the run."""
+    import time
+
+    from bench.doctor.training import stopped_after
+    from bench.machine.children import sigterm_raises
+
+    class SlowToCollect:
+        def __del__(self):
+            time.sleep(1.0)  # the stop lands in here
+
+    finished = False
+    with sigterm_raises(), stopped_after(0.1, "stopped") as fired:
+        SlowToCollect()  # collected at once: its __del__ swallows the first stop
+        time.sleep(30)  # the second one ends this
+        finished = True
+    assert len(fired) == 2 and not finished
