@@ -358,12 +358,9 @@ def interpreter(python: str) -> Tuple[str, str]:
     )
 
 
-def stopped(signum: int, frame: object) -> None:
-    raise KeyboardInterrupt  # SIGTERM as Ctrl-C: pip's processes and the temporary folders go
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    signal.signal(signal.SIGTERM, stopped)
+    # SIGTERM as Ctrl-C (KeyboardInterrupt): pip's processes and the temporary folders go
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         args = parse(argv)
         manifest = build(args)
