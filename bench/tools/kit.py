@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import re
@@ -45,7 +46,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from bench.errors import EXIT_CONFIG, EXIT_FAILED
-from bench.machine.children import stop_proof_folder, stop_signals
+from bench.machine.children import die_with_parent, stop_proof_folder, stop_signals
 from bench.machine.writable import writable_dir_refusal
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -55,6 +56,9 @@ SOURCES = ("pyproject.toml", "README.md", "bench", "conf", "launchers/hydra_plug
 SDIST_TRIES = 5  # packages found only as an sdist, built to wheels one at a time
 PIP = (sys.executable, "-m", "pip", "--disable-pip-version-check")
 HEARTBEAT_S = 10  # how often a long pip step says where it is
+# the build's temporary folders (pip's own among them), inside --out: a build killed outright (SIGKILL)
+# leaves them where the next build into that folder clears them, not in TMPDIR
+WORK = ".work"
 
 
 class KitError(Exception):
@@ -113,9 +117,12 @@ def pip(*args: str, python: str = "", doing: str = "", limit: float = 0, total: 
         # a Ctrl-C or SIGTERM held while pip starts and while it is killed: one landing between the start and
         # the `try` left pip running into the folder removed below (seen on a loaded machine)
         with stop_signals(signal.SIG_BLOCK):
+            # killed with the kit, even by SIGKILL (PR_SET_PDEATHSIG)
+            die_with_kit = functools.partial(die_with_parent, os.getpid(), ctrl_c=True)
             proc = subprocess.Popen(
-                cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env
-            )
+                cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env,
+                preexec_fn=die_with_kit,
+            )  # fmt: skip
             try:
                 with stop_signals(signal.SIG_UNBLOCK):
                     while proc.poll() is None:
@@ -263,6 +270,16 @@ def build(args: argparse.Namespace) -> dict:
         shutil.rmtree(out)
     out.mkdir(parents=True)
     (out / "kit.json").write_text('{"complete": false}\n')  # a failed build leaves a folder a re-run may clear
+    (out / WORK).mkdir()
+    tempfile.tempdir = str(out / WORK)  # every temporary folder and file of this build
+    try:
+        return build_into(out, args, have)
+    finally:
+        tempfile.tempdir = None
+        shutil.rmtree(out / WORK, ignore_errors=True)
+
+
+def build_into(out: Path, args: argparse.Namespace, have: Dict[str, Optional[str]]) -> dict:
     flags = platform_args(args.python, args.glibc, args.arch)
     flags += ["--no-index", f"--find-links={args.find_links}"] if args.find_links else []
     say(f"building bench's wheel from {args.source}")

@@ -198,11 +198,34 @@ def test_a_kit_stopped_while_resolving_leaves_no_temporary_folder_and_no_pip(ben
     for line in proc.stderr:
         if line.startswith("kit: resolving"):
             break
-    assert [path.name for path in wheels.tmp.iterdir() if path.name.startswith("bench-kit-resolve-")]
+    work = wheels.tmp.parent / "kit" / ".work"  # the build's temporary folders: inside --out, not TMPDIR
+    assert [path.name for path in work.iterdir() if path.name.startswith("bench-kit-resolve-")]
     proc.terminate()
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130 and "Traceback" not in err, err
-    assert index.pips() == [] and list(wheels.tmp.iterdir()) == []
+    assert index.pips() == [] and list(wheels.tmp.iterdir()) == [] and not work.exists()
+
+
+def test_a_kit_killed_outright_leaves_its_folders_in_its_out_where_the_next_build_clears_them(bench, wheels):
+    """SIGKILL runs no handler: the temporary folders stay, in --out/.work (not TMPDIR), the kit's pip
+    dies with it (PR_SET_PDEATHSIG), and the next build into that --out clears them and succeeds."""
+    index = SilentIndex()
+    proc = bench.start(*kit_args(wheels, "", "--find-links", index.url, "--resolve-timeout", "120"),
+                       module="bench.tools.kit", env=wheels.env, fresh=True)  # fmt: skip
+    for line in proc.stderr:
+        if line.startswith("kit: resolving"):
+            break
+    proc.kill()
+    proc.communicate(timeout=60)
+    work = wheels.tmp.parent / "kit" / ".work"
+    assert [path.name for path in work.iterdir() if path.name.startswith("bench-kit-resolve-")]
+    assert list(wheels.tmp.iterdir()) == []
+    kits_pip = [p for p in index.pips() if p.info["cmdline"][:3] == [sys.executable, "-m", "pip"]]
+    assert psutil.wait_procs(kits_pip, timeout=60)[1] == []  # (pip --python's second pip is its to end)
+    again = bench.run(*kit_args(wheels, "", "--find-links", str(wheels.folder)), module="bench.tools.kit",
+                      env=wheels.env)  # fmt: skip
+    assert again.returncode == 0, again.stderr
+    assert not work.exists() and list(wheels.tmp.iterdir()) == []
 
 
 @pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
