@@ -40,6 +40,11 @@ import forked_bench
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
+# The test modules' assertion rewriting (~9 CPU-s of each worker's collection) is cached in their
+# __pycache__ only where bytecode may be written, and this machine's image sets PYTHONDONTWRITEBYTECODE:
+# this process writes it (its children keep the environment's setting; bench's own bytecode is
+# written once for them by compile_bench_once).
+sys.dont_write_bytecode = False
 # In-process tests too: one torch thread (read when torch first loads, which is after this file).
 # Three pytest workers on 2 cores with torch's default of a thread per core spin against each other.
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
@@ -98,6 +103,16 @@ def compile_bench_once() -> None:
 
     for package in (REPO / "bench", REPO / "launchers" / "hydra_plugins"):
         compileall.compile_dir(str(package), quiet=2, workers=1)
+
+
+def pytest_xdist_auto_num_workers(config) -> int:
+    """`-n auto` (pyproject's addopts): the fast tier is all in-process computing, a worker per usable
+    core (2 on 2 cores: a third only added its ~10 CPU-s of imports); the whole suite one more, since
+    most of an e2e test is waiting on the process or server it started (3 on 2 cores: 4 was 6% slower).
+    At most 8: each worker holds torch and its tests' processes in memory."""
+    cores = len(os.sched_getaffinity(0))
+    fast_tier = "not slow" in (config.getoption("markexpr", "") or "")
+    return min(8, cores if fast_tier else cores + 1)
 
 
 def pytest_unconfigure(config):

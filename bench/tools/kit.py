@@ -117,11 +117,9 @@ def pip(*args: str, python: str = "", doing: str = "", limit: float = 0, total: 
         # a Ctrl-C or SIGTERM held while pip starts and while it is killed: one landing between the start and
         # the `try` left pip running into the folder removed below (seen on a loaded machine)
         with stop_signals(signal.SIG_BLOCK):
-            # killed with the kit, even by SIGKILL (PR_SET_PDEATHSIG)
-            die_with_kit = functools.partial(die_with_parent, os.getpid(), ctrl_c=True)
-            proc = subprocess.Popen(
+            proc = subprocess.Popen(  # pip is killed with the kit, even by SIGKILL (PR_SET_PDEATHSIG)
                 cmd, stdout=log, stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env,
-                preexec_fn=die_with_kit,
+                preexec_fn=functools.partial(die_with_parent, os.getpid(), ctrl_c=True),
             )  # fmt: skip
             try:
                 with stop_signals(signal.SIG_UNBLOCK):
@@ -268,57 +266,53 @@ def build(args: argparse.Namespace) -> dict:
         raise KitError(f"--out {out} is a folder with files and not a kit: give an empty or new folder", EXIT_CONFIG)
     if out.exists():
         shutil.rmtree(out)
-    out.mkdir(parents=True)
+    (out / WORK).mkdir(parents=True)
     (out / "kit.json").write_text('{"complete": false}\n')  # a failed build leaves a folder a re-run may clear
-    (out / WORK).mkdir()
     tempfile.tempdir = str(out / WORK)  # every temporary folder and file of this build
     try:
-        return build_into(out, args, have)
+        flags = platform_args(args.python, args.glibc, args.arch)
+        flags += ["--no-index", f"--find-links={args.find_links}"] if args.find_links else []
+        say(f"building bench's wheel from {args.source}")
+        wheel = build_bench_wheel(args.source, out)
+        items = resolve(wheel, args, out, flags, have)
+        problems = unmet(items, have, marker_env(args.python, args.arch))
+        if problems:
+            raise KitError(
+                f"--have {args.have}: the target falls short: {'; '.join(problems)}. Upgrade it there, or leave "
+                "the package out of --have so the kit carries it",
+                EXIT_CONFIG,
+            )
+        chosen = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
+        from_target = {name: version for name, version in chosen.items() if name in have}
+        for path in out.glob("*.whl"):  # an sdist built on the way for a package the target turned out to have
+            if canonicalize_name(path.name.split("-")[0]) in have and path != wheel:
+                path.unlink()
+        # bench's wheel and the sdists built on the way
+        present = {canonicalize_name(path.name.split("-")[0]) for path in out.glob("*.whl")}
+        wanted = [f"{name}=={version}" for name, version in chosen.items() if name not in have and name not in present]
+        if wanted:
+            doing = f"downloading {len(wanted)} wheels"
+            done = pip("download", "--no-deps", "-d", str(out), *flags, *wanted, doing=doing, total=len(wanted))
+            if done.returncode != 0:
+                raise KitError(f"the kit's wheels did not download: {pip_errors(done)}")
+        wheels = {path.name: path.stat().st_size for path in sorted(out.glob("*.whl"))}
+        manifest = {
+            "complete": True,
+            "python": args.python,
+            "platform": f"manylinux (glibc {args.glibc}) {args.arch}",
+            "extras": list(args.extras),
+            "bench": wheel.name,
+            "wheels": wheels,
+            "size_bytes": sum(wheels.values()),
+            "from_target": dict(sorted(from_target.items())),
+            "install": f"pip install --no-index --find-links {out} "
+            + (f"'bench[{','.join(args.extras)}]'" if args.extras else "bench"),
+        }
+        (out / "kit.json").write_text(json.dumps(manifest, indent=1) + "\n")
+        return manifest
     finally:
         tempfile.tempdir = None
         shutil.rmtree(out / WORK, ignore_errors=True)
-
-
-def build_into(out: Path, args: argparse.Namespace, have: Dict[str, Optional[str]]) -> dict:
-    flags = platform_args(args.python, args.glibc, args.arch)
-    flags += ["--no-index", f"--find-links={args.find_links}"] if args.find_links else []
-    say(f"building bench's wheel from {args.source}")
-    wheel = build_bench_wheel(args.source, out)
-    items = resolve(wheel, args, out, flags, have)
-    problems = unmet(items, have, marker_env(args.python, args.arch))
-    if problems:
-        raise KitError(
-            f"--have {args.have}: the target falls short: {'; '.join(problems)}. Upgrade it there, or leave "
-            "the package out of --have so the kit carries it",
-            EXIT_CONFIG,
-        )
-    chosen = {canonicalize_name(i["metadata"]["name"]): i["metadata"]["version"] for i in items}
-    from_target = {name: version for name, version in chosen.items() if name in have}
-    for path in out.glob("*.whl"):  # an sdist built on the way for a package the target turned out to have
-        if canonicalize_name(path.name.split("-")[0]) in have and path != wheel:
-            path.unlink()
-    present = {canonicalize_name(path.name.split("-")[0]) for path in out.glob("*.whl")}  # bench's, the sdists built
-    wanted = [f"{name}=={version}" for name, version in chosen.items() if name not in have and name not in present]
-    if wanted:
-        doing = f"downloading {len(wanted)} wheels"
-        done = pip("download", "--no-deps", "-d", str(out), *flags, *wanted, doing=doing, total=len(wanted))
-        if done.returncode != 0:
-            raise KitError(f"the kit's wheels did not download: {pip_errors(done)}")
-    wheels = {path.name: path.stat().st_size for path in sorted(out.glob("*.whl"))}
-    manifest = {
-        "complete": True,
-        "python": args.python,
-        "platform": f"manylinux (glibc {args.glibc}) {args.arch}",
-        "extras": list(args.extras),
-        "bench": wheel.name,
-        "wheels": wheels,
-        "size_bytes": sum(wheels.values()),
-        "from_target": dict(sorted(from_target.items())),
-        "install": f"pip install --no-index --find-links {out} "
-        + (f"'bench[{','.join(args.extras)}]'" if args.extras else "bench"),
-    }
-    (out / "kit.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    return manifest
 
 
 def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
