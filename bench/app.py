@@ -228,8 +228,7 @@ def _kept(out_dir: Path, reason: str) -> str:
 
 def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir: Path, tracker: "Tracker") -> int:
     """End the MLflow run with the right status, say what happened in one line, pick the exit code."""
-    interrupted = _interruption(exc)
-    if interrupted:
+    if interrupted := _interruption(exc):
         reason, code = interrupted
         tracker.finish("KILLED", error=reason)
         print_error(f"run interrupted: {reason}")
@@ -237,8 +236,7 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     if not isinstance(exc, Exception):  # SystemExit and friends: not ours to swallow
         tracker.finish("FAILED", error=f"{type(exc).__name__}: {exc}")
         raise exc
-    known = scenario.explain(exc, config)
-    if known:
+    if known := scenario.explain(exc, config):
         tracker.finish("FAILED", error=known)
         print_error(known + _kept(out_dir, known))
         return EXIT_FAILED

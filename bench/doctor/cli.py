@@ -96,8 +96,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[%(levelname)s] %(message)s")
     log.setLevel(logging.INFO)
-    problem = command_line_problem(args)
-    if problem:
+    if problem := command_line_problem(args):
         print_error(problem)
         return EXIT_CONFIG
     try:

@@ -196,11 +196,9 @@ def _gbps(size: Optional[float], seconds: Optional[float]) -> Optional[float]:
 
 def add_checkpoint_figures(figures: RunFigures, results: Sequence[ReaderResult]) -> RunFigures:
     """The checkpoint phase's figures (and the periodic checkpoints') set on `figures`, returned."""
-    errors = [r.checkpoint_error for r in results if r.checkpoint_error]
-    if errors:
+    if errors := [r.checkpoint_error for r in results if r.checkpoint_error]:
         figures.checkpoint_error = errors[0]
-    final = _by_index(results, "final")
-    if final:
+    if final := _by_index(results, "final"):
         size = mean([sum(r["bytes"] for r in group) for group in final])
         write, store_write = _slowest(final, "serialize_s", "write_s"), _slowest(final, "write_s")
         read, store_read = _slowest(final, "read_s", "load_s"), _slowest(final, "read_s")
@@ -215,11 +213,9 @@ def add_checkpoint_figures(figures: RunFigures, results: Sequence[ReaderResult])
         figures.checkpoint_deserialize_seconds = _slowest(final, "load_s")
         figures.checkpoint_store_read_seconds = store_read
         figures.checkpoint_store_read_gbps = _gbps(size, store_read)
-        drops = sorted({r.checkpoint_cache_drop for r in results if r.checkpoint_cache_drop})
-        if drops:
+        if drops := sorted({r.checkpoint_cache_drop for r in results if r.checkpoint_cache_drop}):
             figures.checkpoint_cache_drop = ", ".join(drops)
-    periodic = _by_index(results, "periodic")
-    if periodic:
+    if periodic := _by_index(results, "periodic"):
         size = mean([sum(r["bytes"] for r in group) for group in periodic])
         seconds, store_write = _slowest(periodic, "serialize_s", "write_s"), _slowest(periodic, "write_s")
         figures.periodic_checkpoints = len({r["index"] for group in periodic for r in group})

@@ -151,8 +151,7 @@ class Elastic(Launcher):
 def select_launcher(config: BenchConfig, has_ranks: bool, in_sweep: bool) -> Launcher:
     if not has_ranks:
         return InProcess()
-    joined = outside_launcher_context(config.distributed)
-    if joined is not None:
+    if (joined := outside_launcher_context(config.distributed)) is not None:
         return Joined(joined)
     if in_sweep or config.distributed.world_size > 1:
         return Elastic(config.distributed)

@@ -146,8 +146,7 @@ def fio_job(paths: Sequence[str], threads: int, block: int, log_prefix: str = ""
     if log_prefix:  # one line per I/O, stamped with the Unix time in ms: the pass's span
         lines += [f"write_iops_log={log_prefix}", "log_avg_msec=0", "log_unix_epoch=1"]
     for job in range(threads):
-        mine = paths[job::threads]
-        if mine:
+        if mine := paths[job::threads]:
             lines += [f"[reader{job}]", "filename=" + ":".join(mine)]
     return "\n".join(lines) + "\n"
 

@@ -268,8 +268,7 @@ def build(args: argparse.Namespace) -> dict:
     say(f"building bench's wheel from {args.source}")
     wheel = build_bench_wheel(args.source, out)
     items = resolve(wheel, args, out, flags, have)
-    problems = unmet(items, have, marker_env(args.python, args.arch))
-    if problems:
+    if problems := unmet(items, have, marker_env(args.python, args.arch)):
         raise KitError(
             f"--have {args.have}: the target falls short: {'; '.join(problems)}. Upgrade it there, or leave "
             "the package out of --have so the kit carries it",
@@ -327,13 +326,11 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         raise KitError(f"--have {args.have} is not a file: give the target's `pip freeze` output", EXIT_CONFIG)
     if not (args.source / "pyproject.toml").is_file():
         raise KitError(f"--source {args.source} has no pyproject.toml: give bench's source tree", EXIT_CONFIG)
-    refused = writable_dir_refusal("--out", str(args.out))
-    if refused:
+    if refused := writable_dir_refusal("--out", str(args.out)):
         raise KitError(refused, EXIT_CONFIG)
     # pip only warns of an extra a package lacks, and builds the kit without it
     known = metadata("bench").get_all("Provides-Extra") or []
-    unknown = [extra for extra in args.extras if canonicalize_name(extra) not in known]
-    if unknown:
+    if unknown := [extra for extra in args.extras if canonicalize_name(extra) not in known]:
         given, accepted = ",".join(unknown), ", ".join(sorted(known))
         raise KitError(f"--extras={given!r} is not valid: accepted bench's extras ({accepted})", EXIT_CONFIG)
     args.interpreter, args.python = interpreter(args.python)

@@ -42,8 +42,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     flags = [o for o in overrides if o.startswith("-")]  # the rest are overrides of the workload
     if flags:
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
-    problem = _argument_problem(args)
-    if problem:
+    if problem := _argument_problem(args):
         print(f"[ERROR] {problem}", file=sys.stderr)
         return 2
     try:

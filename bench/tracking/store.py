@@ -60,8 +60,7 @@ def sqlite_path(uri: str) -> Optional[Path]:
 def store_lock(uri: str) -> Iterator[None]:
     """Held while a sqlite store is first touched by this process; nothing to hold for a server
     (it creates its own store once, at its start)."""
-    path = sqlite_path(uri)
-    if path is None:
+    if (path := sqlite_path(uri)) is None:
         yield
         return
     with removed_lock(Path(str(path) + ".lock"), LOCK_TIMEOUT_S):
@@ -171,15 +170,13 @@ def open_experiment(uri: str, name: str) -> Tuple[Any, str]:
 
     with store_lock(uri):
         client = MlflowClient(tracking_uri=uri)
-        existing = client.get_experiment_by_name(name)
-        if existing is None:
+        if (existing := client.get_experiment_by_name(name)) is None:
             path = sqlite_path(uri)
             try:
                 root = (path.parent / "mlartifacts").resolve().as_uri() if path else None
                 experiment_id = client.create_experiment(name, artifact_location=root)
             except Exception:  # another process created it first
-                existing = client.get_experiment_by_name(name)
-                if existing is None:
+                if (existing := client.get_experiment_by_name(name)) is None:
                     raise
                 experiment_id = existing.experiment_id
         else:
