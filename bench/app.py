@@ -132,8 +132,7 @@ def run(
                 print(final_line(report.metrics), flush=True)
             tracker.log_metrics(report.metrics)
             problems = list(report.problems) + _write_outputs(report, config, environment, tracker, out_dir)
-            stopped = report.interrupted  # a signal during the passes after the window
-            if stopped:
+            if stopped := report.interrupted:  # a signal during the passes after the window
                 raise Interrupted(stopped)  # the window is reported: the run ends KILLED, as at any signal
             if problems:  # the measurement stands; an output it was to leave behind does not
                 reason = "; ".join(problems)

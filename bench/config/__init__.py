@@ -125,7 +125,6 @@ def sweep_problem(overrides: List[str]) -> Optional[str]:
     sweep rather than its job. The one-line reason, or None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from bench.errors import ConfigError
     from bench.registries import KEYS, check_name
 
     for override in OverridesParser.create().parse_overrides(overrides):

@@ -155,8 +155,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
             status = "FINISHED" if diagnosis.verdict != "unknown" else "FAILED"
             link = _close_parent(parent, diagnosis, files, status)
     except BaseException as exc:
-        stopped = interruption_in(exc)  # also one that a library turned into its own error
-        if stopped is None:
+        if (stopped := interruption_in(exc)) is None:  # also one that a library turned into its own error
             raise
         parent.finish("KILLED", error=str(stopped))
         print_error(f"the doctor was interrupted ({stopped}); the rungs measured so far are in {out_dir}")

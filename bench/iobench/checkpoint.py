@@ -124,8 +124,7 @@ class Checkpointer:
     def room_for(self, count: int) -> Optional[str]:
         """Why `count` checkpoints (of every writer) cannot fit on this local disk, or None; the
         files of the same names already there (a kept earlier run) are replaced, so they count as room."""
-        root = getattr(self.store, "root", None)
-        if root is None:  # an object store: no free-space figure
+        if (root := getattr(self.store, "root", None)) is None:  # an object store: no free-space figure
             return None
         keys = {checkpoint_key(self.name, str(i) if count > 1 else "", self.owner) for i in range(count)}
         there = sum(size for key, size in self.store.list() if key in keys)

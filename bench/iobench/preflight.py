@@ -154,8 +154,7 @@ def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> Non
     if storage.workload.checkpoint_size_mb:  # a folder of its own, named by no key: storage.root says where
         check_writable_dir("storage.root", storage.root, checkpoints)
     for directory in (dataset, checkpoints):
-        removed = remove_stale_temporaries(directory)  # whose writer (a pid on this host) is gone
-        if removed:
+        if removed := remove_stale_temporaries(directory):  # whose writer (a pid on this host) is gone
             log.warning(
                 "removed %d temporary file(s) left by a killed write under %s (first: %s)",
                 len(removed),

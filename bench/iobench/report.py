@@ -108,27 +108,12 @@ class StorageReport(BaseReport):
         (one row per measured run) when there were several."""
         epochs = [{**row, "run": r.run} for r in self.results for row in epoch_rows([r])]
         requests = [
-            {
-                "client": r.client,
-                "epoch": q.epoch,
-                "key": q.key,
-                "bytes": q.bytes,
-                "latency_ms": round(q.latency_ms, 4),
-                "run": r.run,
-            }
+            dict(client=r.client, epoch=q.epoch, key=q.key, bytes=q.bytes, latency_ms=round(q.latency_ms, 4), run=r.run)
             for r in self.results
             for q in r.requests
         ]
-        summary = {
-            "results": self.metrics,
-            "epochs": epochs,
-            "clients": self.clients,
-            "runs": self.runs,
-            "prepare": self.prepare,
-            "environment": dict(environment),
-            "config": dict(config),
-            "mlflow_run_id": run_id,
-        }
+        summary = {"results": self.metrics, "epochs": epochs, "clients": self.clients, "runs": self.runs}
+        summary.update(prepare=self.prepare, environment=dict(environment), config=dict(config), mlflow_run_id=run_id)
         files = [
             *self.write_summary(out_dir, summary),
             write_csv(out_dir / "epochs.csv", list(epochs[0]) if epochs else ["client", "epoch"], epochs),

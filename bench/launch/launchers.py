@@ -196,8 +196,6 @@ _FORKSERVERS_KILLED_AT_EXIT: set = set()
 
 
 def _kill_quietly(pid: int) -> None:
-    import signal
-
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)

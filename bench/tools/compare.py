@@ -171,8 +171,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    unwritable = writable_dir_refusal("--out", str(args.out or "compare"))  # before any run is read or rerun
-    if unwritable:
+    if unwritable := writable_dir_refusal("--out", str(args.out or "compare")):  # before any run is read or rerun
         print(f"[ERROR] {unwritable}", file=sys.stderr)
         return EXIT_CONFIG
     if args.rerun is not None:

@@ -70,8 +70,7 @@ def read_have(path: Path) -> Dict[str, Optional[str]]:
         line = raw.split("#", 1)[0].strip()
         if not line or line.startswith("-"):
             continue  # comments, blank lines, -e / --index-url lines
-        found = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[.*\])?\s*(?:===?\s*(\S+)|@.*)?", line)
-        if not found:
+        if not (found := re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[.*\])?\s*(?:===?\s*(\S+)|@.*)?", line)):
             raise KitError(f"--have {path}: {raw.strip()!r} is not a line of `pip freeze` (name==version)", EXIT_CONFIG)
         have[canonicalize_name(found.group(1))] = found.group(2)
     return have
@@ -181,8 +180,7 @@ def resolve(wheel: Path, args: argparse.Namespace, out: Path, flags: Sequence[st
             python=args.interpreter, doing=f"checking the target's {len(found)} pins for wheels",
             limit=args.resolve_timeout, total=len(found),
         ) if found else subprocess.CompletedProcess([], 0, "", "")  # fmt: skip
-        missing = re.search(r"satisfies the requirement (\S+) \(from versions: ([^)]*)\)", done.stdout)
-        if missing:
+        if missing := re.search(r"satisfies the requirement (\S+) \(from versions: ([^)]*)\)", done.stdout):
             raise KitError(
                 f"--have {args.have}: {missing[1]} has no wheel for the target on the index (its versions for the "
                 f"target: {', '.join(missing[2].split(', ')[-5:])}): give a version it has, or leave the package "

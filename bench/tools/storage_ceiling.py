@@ -156,8 +156,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         with sigterm_raises():  # SIGTERM as Ctrl-C: the readers stop, the dataset is removed
             return _compare(args, root)
     except BaseException as exc:
-        stopped = interruption_in(exc)  # also one that a library turned into its own error
-        if stopped is None:
+        if (stopped := interruption_in(exc)) is None:  # also one that a library turned into its own error
             raise
         print(f"[ERROR] storage_ceiling interrupted: {stopped}", file=sys.stderr, flush=True)
         return stopped.exit_code

@@ -41,11 +41,7 @@ LOCK_TIMEOUT_S = 600  # a hang guard: creating the schema takes seconds, even on
 
 
 def resolve_tracking_uri(configured: Optional[str], launch_dir: Path) -> str:
-    if env := os.environ.get("MLFLOW_TRACKING_URI"):
-        return env
-    if configured:
-        return configured
-    return f"{SQLITE}{(launch_dir / 'mlflow.db').resolve()}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or configured or f"{SQLITE}{(launch_dir / 'mlflow.db').resolve()}"
 
 
 def sqlite_path(uri: str) -> Optional[Path]:
