@@ -27,7 +27,6 @@ free space (bench.iobench.freespace), and a full disk is reported naming the pat
 from __future__ import annotations
 
 import io
-import logging
 import time
 from pathlib import PurePosixPath
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -37,8 +36,6 @@ from bench.iobench.measured import ReaderResult
 from bench.iobench.result import RunFigures
 from bench.maths.stats import mean
 from bench.storage.base import ObjectStore, serialize
-
-log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "iobench-checkpoints"  # under storage.root (null: the run's directory)
 OVERHEAD = 8192  # torch.save's framing per checkpoint file (measured: about 3 KiB for these tensors)

@@ -238,8 +238,7 @@ class GpuWatch:
 
     def _ecc(self, verdict: Verdict, gpu: str) -> None:
         nvml, handle = self.nvml, self.handle
-        uncorrected = _try(nvml.nvmlDeviceGetTotalEccErrors, handle, ECC_UNCORRECTED, ECC_VOLATILE)
-        if uncorrected:
+        if uncorrected := _try(nvml.nvmlDeviceGetTotalEccErrors, handle, ECC_UNCORRECTED, ECC_VOLATILE):
             verdict.reasons.append(f"{gpu} has {uncorrected} uncorrected ECC errors since the driver loaded")
         corrected = _try(nvml.nvmlDeviceGetTotalEccErrors, handle, ECC_CORRECTED, ECC_VOLATILE)
         if corrected is not None and self.ecc_corrected is not None and corrected > self.ecc_corrected:

@@ -155,8 +155,7 @@ def io_span_ms(log_dir: Path) -> int:
     """From the first I/O completion of any job to the last one of any job, in ms (at least 1)."""
     first, last = None, None
     for log in log_dir.glob("*.log"):
-        stamps = [int(line.split(",", 1)[0]) for line in log.read_text().splitlines() if line.strip()]
-        if stamps:
+        if stamps := [int(line.split(",", 1)[0]) for line in log.read_text().splitlines() if line.strip()]:
             first = min(stamps[0], first if first is not None else stamps[0])
             last = max(stamps[-1], last if last is not None else stamps[-1])
     if first is None or last is None:

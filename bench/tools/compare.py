@@ -63,7 +63,6 @@ from bench.secrets import redact, redact_output
 from bench.tools.compare_output import log_to_mlflow, own_folder, render_text, verdict_lines, write_outputs
 from bench.tracking.store import resolve_tracking_uri, sqlite_path, store_problem
 
-log = logging.getLogger("bench")
 EXIT_UNJUDGED = 3  # nothing slower, but a side was not fit to measure (or, with --rerun, the noise too large)
 RUN_ID = re.compile(r"[0-9a-f]{32}")  # an MLflow run id (uuid4 hex)
 SAME = "the same {} on both sides"  # run, or sweep

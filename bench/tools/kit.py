@@ -278,8 +278,7 @@ def build(args: argparse.Namespace) -> dict:
         if canonicalize_name(path.name.split("-")[0]) in have and path != wheel:
             path.unlink()
     present = {canonicalize_name(path.name.split("-")[0]) for path in out.glob("*.whl")}  # bench's, the sdists built
-    wanted = [f"{name}=={version}" for name, version in chosen.items() if name not in have and name not in present]
-    if wanted:
+    if wanted := [f"{name}=={version}" for name, version in chosen.items() if name not in have and name not in present]:
         doing = f"downloading {len(wanted)} wheels"
         done = pip("download", "--no-deps", "-d", str(out), *flags, *wanted, doing=doing, total=len(wanted))
         if done.returncode != 0:
