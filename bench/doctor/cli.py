@@ -204,15 +204,12 @@ def _close_parent(parent: Any, diagnosis: Diagnosis, files: List[Path], status: 
     if not parent.active:
         return None
     metrics = {f"{r.name}_images_per_second": r.images_per_second for r in diagnosis.rungs if r.images_per_second}
-    for what_if in diagnosis.what_ifs:
-        if what_if.gain:
-            metrics[f"what_if_gain_{_metric_name(what_if.name)}"] = what_if.gain
+    metrics.update({f"what_if_gain_{_metric_name(w.name)}": w.gain for w in diagnosis.what_ifs if w.gain})
     parent.log_metrics({**metrics, "doctor_seconds": diagnosis.elapsed_s})
     parent.set_tags({"doctor.verdict": diagnosis.verdict, "doctor.sentence": diagnosis.sentence})
     parent.log_artifacts(files)
     parent.finish(status, error=None if status == "FINISHED" else diagnosis.sentence)
-    link: Optional[str] = parent.ui_link(children=True)
-    return link
+    return parent.ui_link(children=True)
 
 
 def _metric_name(text: str) -> str:

@@ -63,10 +63,8 @@ class Costs:
 
     def keep_last(self, passes: int) -> None:
         """Forget all but every reader's last `passes` passes (the timed ones after warm-up passes)."""
-        for name, values in self.cpu_s_per_gb.items():
-            self.cpu_s_per_gb[name] = values[-passes:]
         self.fio_own_mb_s[:] = self.fio_own_mb_s[-passes:]
-        for kept in (self.outside_ms, self.whole_cpu_s_per_gb):
+        for kept in (self.cpu_s_per_gb, self.outside_ms, self.whole_cpu_s_per_gb):
             for name, values in kept.items():
                 kept[name] = values[-passes:]
 
