@@ -132,8 +132,7 @@ def run(
                 print(final_line(report.metrics), flush=True)
             tracker.log_metrics(report.metrics)
             problems = list(report.problems) + _write_outputs(report, config, environment, tracker, out_dir)
-            stopped = report.interrupted  # a signal during the passes after the window
-            if stopped:
+            if stopped := report.interrupted:  # a signal during the passes after the window
                 raise Interrupted(stopped)  # the window is reported: the run ends KILLED, as at any signal
             if problems:  # the measurement stands; an output it was to leave behind does not
                 reason = "; ".join(problems)
@@ -228,8 +227,7 @@ def _kept(out_dir: Path, reason: str) -> str:
 
 def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir: Path, tracker: "Tracker") -> int:
     """End the MLflow run with the right status, say what happened in one line, pick the exit code."""
-    interrupted = _interruption(exc)
-    if interrupted:
+    if interrupted := _interruption(exc):
         reason, code = interrupted
         tracker.finish("KILLED", error=reason)
         print_error(f"run interrupted: {reason}")
@@ -237,8 +235,7 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     if not isinstance(exc, Exception):  # SystemExit and friends: not ours to swallow
         tracker.finish("FAILED", error=f"{type(exc).__name__}: {exc}")
         raise exc
-    known = scenario.explain(exc, config)
-    if known:
+    if known := scenario.explain(exc, config):
         tracker.finish("FAILED", error=known)
         print_error(known + _kept(out_dir, known))
         return EXIT_FAILED

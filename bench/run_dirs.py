@@ -163,8 +163,7 @@ def missing_dirs(path: Path) -> List[Path]:
 def stamp_of(path: Path) -> Optional[str]:
     """`20261127-171652-2` for a reserved `.../2026-11-27/17-16-52-2` (None for a directory of another
     name): what names a sweep's MLflow parent, as distinct as the directory."""
-    found = RESERVED_NAME.match(f"{Path(path).parent.name}/{Path(path).name}")
-    if not found:
+    if not (found := RESERVED_NAME.match(f"{Path(path).parent.name}/{Path(path).name}")):
         return None
     year, month, day, hour, minute, second, suffix = found.groups()
     return f"{year}{month}{day}-{hour}{minute}{second}{suffix or ''}"

@@ -187,8 +187,7 @@ class SweepLauncher(BaseSubmititLauncher):
         if returned.status != JobStatus.COMPLETED:  # bench's task returns its exit code; it raised instead
             return self._lost(job, _raised(returned))
         # the job's `{"radix_metrics": ...}` line (node 0 prints it) on this process's stdout
-        finals = [line for line in (handle.stdout() or "").splitlines() if line.startswith('{"radix_metrics"')]
-        if finals:
+        if finals := [line for line in (handle.stdout() or "").splitlines() if line.startswith('{"radix_metrics"')]:
             print(finals[-1], flush=True)
         sweep.job_returned(job.num, returned)
         return returned

@@ -70,8 +70,7 @@ def build_report(sweep_dir: Path, out: Path) -> Tuple[List[Path], "pd.DataFrame"
     from bench.analysis.runs import read_sweep_dir
 
     frame = read_sweep_dir(sweep_dir)
-    kept = [row["job"] for row in missing_jobs(frame) if row["job"] in reported_jobs(out)]
-    if kept:
+    if kept := [row["job"] for row in missing_jobs(frame) if row["job"] in reported_jobs(out)]:
         beside = out.with_name(out.name + "-partial")
         print(
             f"the report in {out} holds job(s) {', '.join(kept)}, whose directories are gone: it is kept, and "

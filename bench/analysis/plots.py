@@ -37,8 +37,7 @@ def draw_line(ax: Any, points: List[Row], x: str, y: str, label: str) -> None:
     """A line through the points that have `y` (runs recorded before a figure existed lack it);
     a figure with `<y>_min`/`<y>_max` beside it (images/s of runs with benchmark.repeats) gets error
     bars from the slowest to the fastest repeat (the spread, not the interval)."""
-    points = [p for p in points if not absent(p.get(y))]
-    if not points:
+    if not (points := [p for p in points if not absent(p.get(y))]):
         return
     xs, ys = [float(p[x]) for p in points], [float(p[y]) for p in points]
     spread: List[Tuple[Any, Any]] = [(p.get(f"{y}_min"), p.get(f"{y}_max")) for p in points]

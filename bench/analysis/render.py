@@ -126,8 +126,7 @@ def reported_jobs(out: Path) -> List[str]:
 
 def missing_note(frame: pd.DataFrame) -> str:
     """ "report of 2 of 3 jobs: job 1 (data.batch_size=8): its directory is gone" / "" (none missing)."""
-    gone = missing_jobs(frame)
-    if not gone:
+    if not (gone := missing_jobs(frame)):
         return ""
     named = "; ".join(f"job {row['job']} ({row['overrides']}): {row['error']}" for row in gone)
     return f"report of {len(frame) - len(gone)} of {len(frame)} jobs: {named}"

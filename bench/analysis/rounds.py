@@ -62,8 +62,7 @@ class Ratio:
 
 def ratio_of(ours: Sequence[float], theirs: Sequence[float], other: str = "baseline") -> Ratio:
     """Per-round ratios of two sides measured the same number of times in each round."""
-    per_round = [o / t for o, t in zip(ours, theirs, strict=True) if t > 0]
-    if not per_round:
+    if not (per_round := [o / t for o, t in zip(ours, theirs, strict=True) if t > 0]):
         return Ratio(other, float("nan"), float("nan"), float("nan"), [])
     median = statistics.median(per_round)
     if len(per_round) < 2:  # one round: no spread to judge by

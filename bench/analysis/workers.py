@@ -95,8 +95,7 @@ def plot_workers(picks: List[WorkerPick], out: Path, title: str) -> List[Path]:
         ax.plot([p.workers for p in pick.points], [p.images_per_second for p in pick.points], marker="o", label=label)
         circled = f"the pick: {pick.pick.workers} workers"  # a circle round its point, no line
         ax.plot(pick.pick.workers, pick.pick.images_per_second, "o", ms=14, fillstyle="none", color="k", label=circled)
-        waits = [(p.workers, p.data_wait_percent) for p in pick.points if p.data_wait_percent is not None]
-        if waits:
+        if waits := [(p.workers, p.data_wait_percent) for p in pick.points if p.data_wait_percent is not None]:
             wait_ax.plot([w for w, _ in waits], [p for _, p in waits], "x--", alpha=0.6, label=f"data wait % ({label})")
     ax.set(
         title=f"Throughput and data wait vs loader workers ({title})",

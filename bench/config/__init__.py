@@ -83,8 +83,7 @@ def composed(*overrides: str) -> DictConfig:
 
     if "-m" in overrides or "--multirun" in overrides:  # Hydra's compose API runs none, and reads -m as an override
         raise ConfigProblem(SWEEP_FROM_PYTHON, "-m")
-    twice = named_twice(overrides)
-    if twice is not None:
+    if (twice := named_twice(overrides)) is not None:
         raise twice
     register_configs()
     with _COMPOSING, initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
@@ -126,7 +125,6 @@ def sweep_problem(overrides: List[str]) -> Optional[str]:
     sweep rather than its job. The one-line reason, or None."""
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    from bench.errors import ConfigError
     from bench.registries import KEYS, check_name
 
     for override in OverridesParser.create().parse_overrides(overrides):

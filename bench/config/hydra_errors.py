@@ -65,15 +65,13 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
     of a composition from Python (bench.config.compose), else the command line's (sys.argv)."""
     text = str(exc)
     cause = str(exc.__cause__) if exc.__cause__ is not None else ""
-    needs_submitit = _NEEDS_SUBMITIT.search(text)
-    if needs_submitit:
+    if needs_submitit := _NEEDS_SUBMITIT.search(text):
         return ConfigError(
             "hydra/launcher",
             needs_submitit.group(1),
             "where hydra-submitit-launcher is installed (pip install 'bench[slurm]'), and it is not",
         )
-    missing = _MISSING_OPTION.search(text)
-    if missing:
+    if missing := _MISSING_OPTION.search(text):
         group, option = missing.groups()
         choices = _AVAILABLE.search(text)
         names = [n.strip() for n in choices.group(1).splitlines() if n.strip()] if choices else []
@@ -127,15 +125,12 @@ def _value_error(text: str, dotted: Optional[str], given: Optional[str]) -> Opti
     key = key_match.group(1) if key_match else None
     if key is None:
         return None
-    enum = _ENUM.search(text)
-    if enum:
+    if enum := _ENUM.search(text):
         value, names = enum.group(1), enum.group(2).split(", ")
         return ConfigError(key, value, "one of " + ", ".join(names) + did_you_mean(value, names))
-    converted = _CONVERT.search(text)
-    if converted:
+    if converted := _CONVERT.search(text):
         return ConfigError(key, converted.group(1), _TYPE_WORDS.get(converted.group(2), converted.group(2)))
-    boolean = _BOOL.search(text)
-    if boolean:
+    if boolean := _BOOL.search(text):
         return ConfigError(key, boolean.group(1), "true or false")
     if _NOT_A_KEY.search(text):
         return unknown_key(dotted or key, given)
@@ -154,8 +149,7 @@ def _set_in_a_file(text: str, error: ConfigError) -> ConfigError:
     dirs = [a.split("=", 1)[1] for a in args if a.startswith(("--config-dir=", "-cd="))]
     dirs += [after for before, after in itertools.pairwise(args) if before in ("--config-dir", "-cd")]
     candidates = (os.path.abspath(os.path.join(d, named.group(1) + ".yaml")) for d in [*dirs, config_dir()])
-    files = [f for f in candidates if os.path.isfile(f)]
-    if not files:
+    if not (files := [f for f in candidates if os.path.isfile(f)]):
         return error
     try:
         node: Any = yaml.safe_load(Path(files[0]).read_text())

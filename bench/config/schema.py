@@ -8,7 +8,6 @@ per run, running each group's `__post_init__` checks. Torch-free.
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -29,8 +28,6 @@ from bench.config.scheduler import SchedulerConfig
 from bench.config.storage import StorageConfig
 from bench.errors import ConfigError
 from bench.registries import BACKENDS, DATA
-
-log = logging.getLogger("bench")
 
 
 @dataclass

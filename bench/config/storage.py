@@ -100,8 +100,7 @@ class StorageLocation(Checks):
         """The clients of the `s3` extra (an offline kit may leave them out): boto3 (its credential chain
         serves every client) and the one storage.client names; s3torchconnector says its own."""
         wanted = ["boto3"] + (["obstore"] if self.client == "obstore" else [])
-        missing = [name for name in wanted if not _installed(name)]
-        if missing:
+        if missing := [name for name in wanted if not _installed(name)]:
             self._fail(
                 "client",
                 f"a client that is installed here: {' and '.join(missing)} missing, "

@@ -73,8 +73,7 @@ def write_digits(
     check_options(dst, val_fraction, size, image_format, seed)
     wanted = {"size": size, "format": image_format, "seed": seed, "val_fraction": val_fraction}
     if os.path.isdir(dst) and os.listdir(dst):
-        manifest = read_manifest(dst)
-        if manifest is None:
+        if (manifest := read_manifest(dst)) is None:
             raise ConfigError(
                 "--dst",
                 dst,

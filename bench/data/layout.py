@@ -113,8 +113,7 @@ def val_classes(root: str) -> Tuple[List[str], List[str]]:
 
 def train_labels(train: List[str], val: List[str], where: str) -> List[int]:
     """train/'s label of each of val/'s classes; a val/ class train/ lacks has none: DataError naming it."""
-    extra = [name for name in val if name not in train]
-    if extra:
+    if extra := [name for name in val if name not in train]:
         raise DataError(
             f"{where} has {len(extra)} class(es) that train/ lacks: {_names(extra)} (train/ has {_names(train)}): "
             "val/ is labelled with train/'s classes, so each of its own must be one of them"

@@ -10,7 +10,6 @@ one-sentence DataErrors, never as a worker's wrapped traceback.
 
 from __future__ import annotations
 
-import logging
 import os
 import random
 import zlib
@@ -22,8 +21,6 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampl
 
 from bench.config.data import DataConfig
 from bench.errors import DataError
-
-log = logging.getLogger(__name__)
 
 Failure = Tuple[str, str, bool]  # (path, reason, fatal): fatal = unreadable, else a corrupt image skipped
 Release = Optional[Tuple[torch.Tensor, int]]  # (a worker's shared slot flags, slot) to clear once consumed

@@ -82,8 +82,7 @@ def build_val_batches(
 ) -> Any:
     """This rank's share of the validation split (every sample read by one rank, once): an object
     whose one_pass() yields device batches; DataError when the option or data.root has none."""
-    target = _option(data).val
-    if target is None:
+    if (target := _option(data).val) is None:
         *others, last = [name for name, option in DATA.items() if option.val]
         raise DataError(
             f"data={data.name} has no validation split reader: train.eval_every and "

@@ -107,8 +107,7 @@ def check_local_shard_labels(root: str, split: str) -> None:
 def check_listed(listed: Dict[str, Any], found: Dict[str, Any], where: str, writer: Any) -> None:
     """The shard at `where` is the one its meta.json lists: `found` (its "count" of records, its "bytes"; None:
     not known) equals the listing (a meta.json older than these fields, or without one of them, is not checked)."""
-    wrong = [key for key, value in found.items() if value is not None and listed.get(key, value) != value]
-    if wrong:
+    if wrong := [key for key, value in found.items() if value is not None and listed.get(key, value) != value]:
         holds, lists = (
             " and ".join(f"{side[k]} {k.replace('count', 'records')}" for k in wrong) for side in (found, listed)
         )

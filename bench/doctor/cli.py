@@ -96,8 +96,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[%(levelname)s] %(message)s")
     log.setLevel(logging.INFO)
-    problem = command_line_problem(args)
-    if problem:
+    if problem := command_line_problem(args):
         print_error(problem)
         return EXIT_CONFIG
     try:
@@ -156,8 +155,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
             status = "FINISHED" if diagnosis.verdict != "unknown" else "FAILED"
             link = _close_parent(parent, diagnosis, files, status)
     except BaseException as exc:
-        stopped = interruption_in(exc)  # also one that a library turned into its own error
-        if stopped is None:
+        if (stopped := interruption_in(exc)) is None:  # also one that a library turned into its own error
             raise
         parent.finish("KILLED", error=str(stopped))
         print_error(f"the doctor was interrupted ({stopped}); the rungs measured so far are in {out_dir}")
@@ -206,15 +204,12 @@ def _close_parent(parent: Any, diagnosis: Diagnosis, files: List[Path], status: 
     if not parent.active:
         return None
     metrics = {f"{r.name}_images_per_second": r.images_per_second for r in diagnosis.rungs if r.images_per_second}
-    for what_if in diagnosis.what_ifs:
-        if what_if.gain:
-            metrics[f"what_if_gain_{_metric_name(what_if.name)}"] = what_if.gain
+    metrics.update({f"what_if_gain_{_metric_name(w.name)}": w.gain for w in diagnosis.what_ifs if w.gain})
     parent.log_metrics({**metrics, "doctor_seconds": diagnosis.elapsed_s})
     parent.set_tags({"doctor.verdict": diagnosis.verdict, "doctor.sentence": diagnosis.sentence})
     parent.log_artifacts(files)
     parent.finish(status, error=None if status == "FINISHED" else diagnosis.sentence)
-    link: Optional[str] = parent.ui_link(children=True)
-    return link
+    return parent.ui_link(children=True)
 
 
 def _metric_name(text: str) -> str:

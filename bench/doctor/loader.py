@@ -157,8 +157,7 @@ def encoded_split(config: BenchConfig, budget_s: float, spent: Dict[str, float])
     size = data.image_size
     deadline, done = time.perf_counter() + budget_s, 0
     while time.perf_counter() <= deadline:
-        chunk = list(itertools.islice(images_of, data.batch_size))
-        if not chunk:
+        if not (chunk := list(itertools.islice(images_of, data.batch_size))):
             break
         images, labels, _release = _timed(spent, "collate", empty_batch, len(chunk), size)
         for slot, (raw, read_s) in zip(_timed(spent, "collate", images.numpy), chunk, strict=True):

@@ -171,8 +171,7 @@ class TrainingRuns:
             ):
                 done = api.run(config, job_dir, self.launch_dir, echo=True, overrides=overrides, sweep_job=sweep_job)
         except BenchError as exc:  # bench.api.run raises Ctrl-C and SIGTERM again: the ladder ends with them
-            stopped = interruption_in(exc)  # a signal inside Hydra's compose: the ladder ends
-            if stopped is not None:
+            if (stopped := interruption_in(exc)) is not None:  # a signal inside Hydra's compose: the ladder ends
                 raise stopped from None
             rung.failed = str(exc)
             return rung

@@ -53,8 +53,7 @@ def top_stage(loader: Optional[Rung]) -> Optional[Tuple[str, float]]:
     """(stage, its share of the loader's CPU time per image), the largest, when the stages were split."""
     figures = loader.figures if loader else None
     stages = (figures.stage_cpu_ms if isinstance(figures, LoaderFigures) else None) or {}
-    total = sum(stages.values())
-    if not total:
+    if not (total := sum(stages.values())):
         return None
     name = max(stages, key=stages.__getitem__)
     return name, stages[name] / total
@@ -68,8 +67,7 @@ def _stage(by_name: Dict[str, Rung]) -> str:
 def short_reason(text: str) -> str:
     """A failure in one line: a traceback's exception line (the last unindented line after its
     frames), else the text's last non-empty line; at most REASON_CHARS characters."""
-    lines = [line.rstrip() for line in text.strip().splitlines() if line.strip()]
-    if not lines:
+    if not (lines := [line.rstrip() for line in text.strip().splitlines() if line.strip()]):
         return ""
     if any(line.startswith("Traceback (most recent call last)") for line in lines):
         framed = max((i for i, line in enumerate(lines) if line[:1].isspace()), default=-1)
@@ -88,8 +86,7 @@ def diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
     full = by_name.get(FULL)
     if full is None or FULL not in _rates(rungs):
         return "unknown", _no_figure(rungs, full)
-    unfit = [r for r in rungs if r.measured and r.fit is False]
-    if unfit:
+    if unfit := [r for r in rungs if r.measured and r.fit is False]:
         figures = ", ".join(
             f"{SHORT.get(r.name, r.name)} {r.images_per_second:,.0f}" for r in rungs if r.images_per_second
         )
@@ -127,8 +124,7 @@ def figures_verdict(rungs: List[Rung], cores: float) -> Tuple[str, str]:
     if FULL not in rates:
         return "unknown", ""
     f = rates[FULL]
-    c = rates.get(COMPUTE)
-    if c is None:
+    if (c := rates.get(COMPUTE)) is None:
         return "unknown", f"unknown: the full run gives {f:,.0f} img/s but the compute ceiling was not measured"
     if f > (1 + NOISE) * c:
         return "inconsistent", (

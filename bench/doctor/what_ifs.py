@@ -71,8 +71,7 @@ def make_shards(config: BenchConfig, overrides: Sequence[str], out_dir: Path) ->
     size = max(data.image_size, round(data.image_size * 256 / 224))  # the short side a crop is taken from
     source, shards = out_dir / "shards-source", out_dir / "shards"
     need = len(sample) * size * size * 3 // 4 + (1 << 20)  # at most a quarter of raw pixels a JPEG
-    problem = shortfall("the shards what-if", need, out_dir)
-    if problem:
+    if problem := shortfall("the shards what-if", need, out_dir):
         return [], problem
     for path, label in sample:  # links, not copies: the sample costs no space
         folder = source / "train" / classes[label]

@@ -183,8 +183,7 @@ def _collect(processes: List[Any], results: Any, count: int) -> List[ReaderResul
         try:
             index, ok, payload = results.get(timeout=1.0)
         except queue_module.Empty:
-            dead = [p for i, p in enumerate(processes) if i not in collected and not p.is_alive()]
-            if dead:
+            if dead := [p for i, p in enumerate(processes) if i not in collected and not p.is_alive()]:
                 time.sleep(0.5)  # its last message may still be in the pipe
                 if results.empty():
                     raise AcceleratorFailed(

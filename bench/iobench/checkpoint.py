@@ -27,7 +27,6 @@ free space (bench.iobench.freespace), and a full disk is reported naming the pat
 from __future__ import annotations
 
 import io
-import logging
 import time
 from pathlib import PurePosixPath
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
@@ -37,8 +36,6 @@ from bench.iobench.measured import ReaderResult
 from bench.iobench.result import RunFigures
 from bench.maths.stats import mean
 from bench.storage.base import ObjectStore, serialize
-
-log = logging.getLogger(__name__)
 
 CHECKPOINT_DIR = "iobench-checkpoints"  # under storage.root (null: the run's directory)
 OVERHEAD = 8192  # torch.save's framing per checkpoint file (measured: about 3 KiB for these tensors)
@@ -124,8 +121,7 @@ class Checkpointer:
     def room_for(self, count: int) -> Optional[str]:
         """Why `count` checkpoints (of every writer) cannot fit on this local disk, or None; the
         files of the same names already there (a kept earlier run) are replaced, so they count as room."""
-        root = getattr(self.store, "root", None)
-        if root is None:  # an object store: no free-space figure
+        if (root := getattr(self.store, "root", None)) is None:  # an object store: no free-space figure
             return None
         keys = {checkpoint_key(self.name, str(i) if count > 1 else "", self.owner) for i in range(count)}
         there = sum(size for key, size in self.store.list() if key in keys)
@@ -196,11 +192,9 @@ def _gbps(size: Optional[float], seconds: Optional[float]) -> Optional[float]:
 
 def add_checkpoint_figures(figures: RunFigures, results: Sequence[ReaderResult]) -> RunFigures:
     """The checkpoint phase's figures (and the periodic checkpoints') set on `figures`, returned."""
-    errors = [r.checkpoint_error for r in results if r.checkpoint_error]
-    if errors:
+    if errors := [r.checkpoint_error for r in results if r.checkpoint_error]:
         figures.checkpoint_error = errors[0]
-    final = _by_index(results, "final")
-    if final:
+    if final := _by_index(results, "final"):
         size = mean([sum(r["bytes"] for r in group) for group in final])
         write, store_write = _slowest(final, "serialize_s", "write_s"), _slowest(final, "write_s")
         read, store_read = _slowest(final, "read_s", "load_s"), _slowest(final, "read_s")
@@ -215,11 +209,9 @@ def add_checkpoint_figures(figures: RunFigures, results: Sequence[ReaderResult])
         figures.checkpoint_deserialize_seconds = _slowest(final, "load_s")
         figures.checkpoint_store_read_seconds = store_read
         figures.checkpoint_store_read_gbps = _gbps(size, store_read)
-        drops = sorted({r.checkpoint_cache_drop for r in results if r.checkpoint_cache_drop})
-        if drops:
+        if drops := sorted({r.checkpoint_cache_drop for r in results if r.checkpoint_cache_drop}):
             figures.checkpoint_cache_drop = ", ".join(drops)
-    periodic = _by_index(results, "periodic")
-    if periodic:
+    if periodic := _by_index(results, "periodic"):
         size = mean([sum(r["bytes"] for r in group) for group in periodic])
         seconds, store_write = _slowest(periodic, "serialize_s", "write_s"), _slowest(periodic, "write_s")
         figures.periodic_checkpoints = len({r["index"] for group in periodic for r in group})

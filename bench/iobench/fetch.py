@@ -48,8 +48,7 @@ class Fetcher:
             fd = os.open(path, os.O_RDONLY)
             try:
                 size, chunk = os.fstat(fd).st_size, self.transfer_size or spec.record_size
-                stream = self.fmt.stream(spec, self.decode)
-                if stream is not None:
+                if (stream := self.fmt.stream(spec, self.decode)) is not None:
                     got = self._stream(fd, size, chunk, stream)
                     return stream.finish(), got
                 data = self._read(fd, 0, size, chunk)
@@ -99,8 +98,7 @@ class Fetcher:
         return view[:got]
 
     def _descriptor(self, path: str) -> int:
-        fd = self._open.pop(path, None)
-        if fd is None:
+        if (fd := self._open.pop(path, None)) is None:
             fd = os.open(path, os.O_RDONLY)
             if len(self._open) >= OPEN_FILES:
                 os.close(self._open.popitem(last=False)[1])

@@ -45,8 +45,7 @@ def per_epoch(
     found: Dict[int, List[float]] = {}
     for stats in passes:
         for epoch in stats:
-            value = figure(epoch)
-            if value is not None:
+            if (value := figure(epoch)) is not None:
                 found.setdefault(epoch.epoch, []).append(value)
     return {epoch: merged for epoch, values in sorted(found.items()) if (merged := merge(values)) is not None}
 
@@ -113,8 +112,7 @@ def read_figures(results: Sequence[ReaderResult], storage: StorageBenchmarkConfi
         client_cpu_seconds_per_gb=cpu_s / (read_bytes / 1e9) if read_bytes else None,
         au_pass=bool(computing and epoch_aus and au_min is not None and au_min >= threshold),
     )
-    evals = [r.evals for r in results if r.evals]
-    if evals:
+    if evals := [r.evals for r in results if r.evals]:
         evaluation = mlperf_figures(evals, workload, workload.eval_computation_time)
         figures.eval_samples_per_second = evaluation.mlperf_samples_per_second
         figures.eval_mib_per_second = evaluation.mlperf_mib_per_second

@@ -85,8 +85,7 @@ class ThreadReaders:
         self._fetchers: List[Fetcher] = []  # every thread's (list.append is atomic)
 
     def read(self, item: WorkItem) -> Tuple[int, int]:
-        fetcher = getattr(self._local, "fetcher", None)
-        if fetcher is None:
+        if (fetcher := getattr(self._local, "fetcher", None)) is None:
             fetcher = self._local.fetcher = self.make_fetcher()
             self._fetchers.append(fetcher)
         return fetcher.read(*item)

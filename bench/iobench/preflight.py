@@ -154,8 +154,7 @@ def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> Non
     if storage.workload.checkpoint_size_mb:  # a folder of its own, named by no key: storage.root says where
         check_writable_dir("storage.root", storage.root, checkpoints)
     for directory in (dataset, checkpoints):
-        removed = remove_stale_temporaries(directory)  # whose writer (a pid on this host) is gone
-        if removed:
+        if removed := remove_stale_temporaries(directory):  # whose writer (a pid on this host) is gone
             log.warning(
                 "removed %d temporary file(s) left by a killed write under %s (first: %s)",
                 len(removed),
@@ -173,8 +172,7 @@ def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> Non
     for group in by_disk.values():
         common = Path(os.path.commonpath([str(n.where) for n in group]))
         what = " + ".join(n.what for n in group)
-        refusal = shortfall(what, sum(n.bytes for n in group), common)
-        if refusal:
+        if refusal := shortfall(what, sum(n.bytes for n in group), common):
             raise ConfigProblem(f"{refusal}: lower them, or set storage.root to a larger disk")
         files, inodes = sum(n.files for n in group), free_inodes(common)
         if 0 <= inodes < files:
@@ -206,8 +204,7 @@ def dataset_need(storage: StorageConfig, directory: Path) -> Optional[Need]:
     need, files, largest_replaced = 0, 0, 0
     for spec in planned(mean):
         size = file_bytes(spec.samples, spec.record_size, workload.format)
-        old = there.get(spec.key)
-        if old is None:
+        if (old := there.get(spec.key)) is None:
             need, files = need + size, files + 1
         else:  # replaced in place: the new file sits beside the old one until it is renamed over it
             need += max(0, size - -(-old // BLOCK) * BLOCK)
@@ -243,8 +240,7 @@ def checkpoint_need(storage: StorageConfig, directory: Path, clients: int) -> Op
     if files < len(names):  # a kept checkpoint replaced: the new one sits beside it until renamed over it
         need += per_file * writers
     what = f"storage.workload.checkpoint_count={count} x checkpoint_size_mb={workload.checkpoint_size_mb:g}"
-    periodic = periodic_checkpoints(storage, clients)
-    if periodic:
+    if periodic := periodic_checkpoints(storage, clients):
         held = periodic if workload.checkpoint_keep else 1  # without keep, each replaces the one before
         need += held * per_file * writers
         files += held * writers

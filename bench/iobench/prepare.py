@@ -114,8 +114,7 @@ def existing_dataset(store: ObjectStore, workload: StorageWorkloadConfig) -> Tup
     files = [FileSpec(**entry) for entry in manifest["files"]]
     eval_files = [FileSpec(**entry) for entry in manifest.get("eval_files", [])]
     sizes = dict(store.list())
-    damaged = [f.key for f in files + eval_files if sizes.get(f.key) != f.size]
-    if damaged:
+    if damaged := [f.key for f in files + eval_files if sizes.get(f.key) != f.size]:
         return None, f"{len(damaged)} dataset files missing or resized at {store.url} (first: {damaged[0]})"
     why = f"reusing the dataset at {store.url}"
     return Prepared(files, skipped=True, reason=why, eval_files=eval_files), why

@@ -114,8 +114,7 @@ class _Loop:
         try:
             while self._going():
                 started = time.perf_counter()
-                batch = next(batches, None)
-                if batch is None:
+                if (batch := next(batches, None)) is None:
                     break
                 fetched = time.perf_counter()
                 if compute > 0:

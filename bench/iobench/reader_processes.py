@@ -203,8 +203,7 @@ class ReaderProcesses:
                 self._check_alive()
             ready, _, _ = select.select([self._results], [], [], 1.0)
             if ready:
-                chunk = os.read(self._results, 1 << 16)
-                if not chunk:
+                if not (chunk := os.read(self._results, 1 << 16)):
                     raise RuntimeError("the storage reader processes closed their pipe mid-pass")
                 self._buffer += chunk
         taken = bytes(self._buffer[:size])

@@ -10,7 +10,6 @@ of all accelerators; per-accelerator figures in clients.csv. A figure with no sa
 from __future__ import annotations
 
 import csv
-import logging
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
@@ -28,7 +27,6 @@ from bench.scenario_base import BaseReport
 if TYPE_CHECKING:
     import pandas as pd
 
-log = logging.getLogger(__name__)
 
 REQUEST_FIELDS = ["client", "epoch", "key", "bytes", "latency_ms"]
 # ---- how a storage run shows in a sweep and in `compare` (its columns and sample: StorageMetrics's) ----
@@ -108,27 +106,12 @@ class StorageReport(BaseReport):
         (one row per measured run) when there were several."""
         epochs = [{**row, "run": r.run} for r in self.results for row in epoch_rows([r])]
         requests = [
-            {
-                "client": r.client,
-                "epoch": q.epoch,
-                "key": q.key,
-                "bytes": q.bytes,
-                "latency_ms": round(q.latency_ms, 4),
-                "run": r.run,
-            }
+            dict(client=r.client, epoch=q.epoch, key=q.key, bytes=q.bytes, latency_ms=round(q.latency_ms, 4), run=r.run)
             for r in self.results
             for q in r.requests
         ]
-        summary = {
-            "results": self.metrics,
-            "epochs": epochs,
-            "clients": self.clients,
-            "runs": self.runs,
-            "prepare": self.prepare,
-            "environment": dict(environment),
-            "config": dict(config),
-            "mlflow_run_id": run_id,
-        }
+        summary: Dict[str, Any] = dict(results=self.metrics, epochs=epochs, clients=self.clients, runs=self.runs)
+        summary.update(prepare=self.prepare, environment=dict(environment), config=dict(config), mlflow_run_id=run_id)
         files = [
             *self.write_summary(out_dir, summary),
             write_csv(out_dir / "epochs.csv", list(epochs[0]) if epochs else ["client", "epoch"], epochs),

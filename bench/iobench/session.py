@@ -216,8 +216,7 @@ def merge_runs(per_run: Sequence[RunFigures], results: Sequence[ReaderResult]) -
         return replace(per_run[0])
     merged = RunFigures()
     for f in fields(RunFigures):
-        last = getattr(per_run[-1], f.name)
-        if last is None:
+        if (last := getattr(per_run[-1], f.name)) is None:
             continue
         values = [value for m in per_run if (value := getattr(m, f.name)) is not None]
         numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)

@@ -151,8 +151,7 @@ class Elastic(Launcher):
 def select_launcher(config: BenchConfig, has_ranks: bool, in_sweep: bool) -> Launcher:
     if not has_ranks:
         return InProcess()
-    joined = outside_launcher_context(config.distributed)
-    if joined is not None:
+    if (joined := outside_launcher_context(config.distributed)) is not None:
         return Joined(joined)
     if in_sweep or config.distributed.world_size > 1:
         return Elastic(config.distributed)
@@ -197,8 +196,6 @@ _FORKSERVERS_KILLED_AT_EXIT: set = set()
 
 
 def _kill_quietly(pid: int) -> None:
-    import signal
-
     with contextlib.suppress(OSError):
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)

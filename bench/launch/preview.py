@@ -123,8 +123,7 @@ def job_problem(config: Any) -> Optional[str]:
 def preset_sweep(overrides: Sequence[str]) -> List[str]:
     """The sweep the command line's presets (+experiment=NAME) write into hydra.sweeper.params, as
     overrides (Hydra's basic sweeper puts them before the command line's, which win)."""
-    presets = [o for o in overrides if o.lstrip("+").startswith("experiment=")]
-    if not presets:
+    if not (presets := [o for o in overrides if o.lstrip("+").startswith("experiment=")]):
         return []
     from hydra import compose, initialize_config_dir
 
@@ -186,8 +185,7 @@ def cluster_commands_problem(config: Any) -> Optional[str]:
 
     target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
     needed = CLUSTER_COMMANDS.get(target.rsplit(".", 1)[-1], ())
-    missing = [command for command in needed if shutil.which(command) is None]
-    if not missing:
+    if not (missing := [command for command in needed if shutil.which(command) is None]):
         return None
     choice = OmegaConf.select(config, "hydra.runtime.choices", default={}).get("hydra/launcher") or target
     return (

@@ -93,8 +93,7 @@ def cpufreq_notes(cpus: Sequence[int], base: Path = CPUFREQ) -> List[str]:
     current, top = [], []
     for cpu in cpus:
         folder = base / f"cpu{cpu}" / "cpufreq"
-        governor = _read(folder / "scaling_governor")
-        if governor:
+        if governor := _read(folder / "scaling_governor"):
             governors[governor] = governors.get(governor, 0) + 1
         cur, most = _read(folder / "scaling_cur_freq"), _read(folder / "cpuinfo_max_freq")
         if cur and most and cur.isdigit() and most.isdigit() and int(most) > 0:

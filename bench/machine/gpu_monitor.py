@@ -190,16 +190,13 @@ class GpuWatch:
 
     def sample(self) -> None:
         nvml, handle = self.nvml, self.handle
-        reasons = self._reasons_now()
-        if reasons is not None:
+        if (reasons := self._reasons_now()) is not None:
             self.events |= int(reasons)
-        clock = _try(nvml.nvmlDeviceGetClockInfo, handle, CLOCK_SM)
-        if clock is not None:
+        if (clock := _try(nvml.nvmlDeviceGetClockInfo, handle, CLOCK_SM)) is not None:
             self.clocks.append(int(clock))
         gen = _try(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle)
         self.pcie_gen = max(self.pcie_gen, int(gen or 0))
-        processes = _try(nvml.nvmlDeviceGetComputeRunningProcesses, handle)
-        if processes is not None:
+        if (processes := _try(nvml.nvmlDeviceGetComputeRunningProcesses, handle)) is not None:
             pids = {int(p.pid) for p in processes}
             if pids & self.own or len(pids) <= self.ranks_on_gpu:
                 self.others |= pids - self.own
@@ -214,8 +211,7 @@ class GpuWatch:
                 f"{gpu} ran {len(self.others)} other compute process(es) (pid "
                 f"{', '.join(str(p) for p in sorted(self.others))})"
             )
-        seen = [name for bit, name in THERMAL.items() if self.events & bit]
-        if seen:
+        if seen := [name for bit, name in THERMAL.items() if self.events & bit]:
             verdict.reasons.append(f"{gpu} throttled during the window: {', '.join(seen)}")
         if self.events & POWER_CAP:
             verdict.notes.append(f"{gpu} reached its power cap during the window")
@@ -242,8 +238,7 @@ class GpuWatch:
 
     def _ecc(self, verdict: Verdict, gpu: str) -> None:
         nvml, handle = self.nvml, self.handle
-        uncorrected = _try(nvml.nvmlDeviceGetTotalEccErrors, handle, ECC_UNCORRECTED, ECC_VOLATILE)
-        if uncorrected:
+        if uncorrected := _try(nvml.nvmlDeviceGetTotalEccErrors, handle, ECC_UNCORRECTED, ECC_VOLATILE):
             verdict.reasons.append(f"{gpu} has {uncorrected} uncorrected ECC errors since the driver loaded")
         corrected = _try(nvml.nvmlDeviceGetTotalEccErrors, handle, ECC_CORRECTED, ECC_VOLATILE)
         if corrected is not None and self.ecc_corrected is not None and corrected > self.ecc_corrected:

@@ -46,8 +46,7 @@ def directory_problem(path: Union[str, Path]) -> Optional[str]:
 def check_writable_dir(key: str, value: Any, path: Optional[Union[str, Path]] = None) -> None:
     """ConfigError naming `key` and its `value` when `path` (default: the value) cannot be a
     directory this process writes into."""
-    problem = directory_problem(value if path is None else path)
-    if problem:
+    if problem := directory_problem(value if path is None else path):
         raise ConfigError(key, value, f"{WRITABLE}; {problem}")
 
 

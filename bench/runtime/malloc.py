@@ -54,8 +54,7 @@ def keep_freed_memory() -> bool:
     global _applied
     if _applied:
         return True
-    mallopt = glibc_mallopt()
-    if mallopt is None:
+    if (mallopt := glibc_mallopt()) is None:
         return False
     _applied = bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, -1))
     if not _applied:

@@ -96,13 +96,11 @@ def zero_init_residuals(model: nn.Module, convs: bool = False) -> None:
     """Zero the scale of the last BatchNorm in each ResNet block (bn2 of a BasicBlock, bn3 of a
     Bottleneck): every residual branch starts at zero, so each block starts as the identity.
     convs=True (model.norm=none, no BN scale to zero): the branch's last conv instead."""
-    resnet = sys.modules.get("torchvision.models.resnet")
-    if resnet is None:
+    if (resnet := sys.modules.get("torchvision.models.resnet")) is None:
         return  # torchvision not imported: the model has no torchvision ResNet blocks
     last = {resnet.BasicBlock: "2", resnet.Bottleneck: "3"}
     for module in model.modules():
-        index = last.get(type(module))
-        if index is not None:
+        if (index := last.get(type(module))) is not None:
             nn.init.zeros_(getattr(module, ("conv" if convs else "bn") + index).weight)
 
 

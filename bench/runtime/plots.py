@@ -60,8 +60,7 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
         fig, ax = figures.new()
         plotted = False
         for label, points in by_processes:
-            points = [p for p in points if not absent(p.get("scaling_efficiency_percent"))]
-            if points:
+            if points := [p for p in points if not absent(p.get("scaling_efficiency_percent"))]:
                 plotted = True
                 kind = "" if mixed else f" ({shown(points[0].get('scaling'), 'weak')} scaling)"  # else in the label
                 draw_line(ax, points, "world_size", "scaling_efficiency_percent", label + kind)

@@ -63,10 +63,8 @@ class Costs:
 
     def keep_last(self, passes: int) -> None:
         """Forget all but every reader's last `passes` passes (the timed ones after warm-up passes)."""
-        for name, values in self.cpu_s_per_gb.items():
-            self.cpu_s_per_gb[name] = values[-passes:]
         self.fio_own_mb_s[:] = self.fio_own_mb_s[-passes:]
-        for kept in (self.outside_ms, self.whole_cpu_s_per_gb):
+        for kept in (self.cpu_s_per_gb, self.outside_ms, self.whole_cpu_s_per_gb):
             for name, values in kept.items():
                 kept[name] = values[-passes:]
 
@@ -146,8 +144,7 @@ def fio_job(paths: Sequence[str], threads: int, block: int, log_prefix: str = ""
     if log_prefix:  # one line per I/O, stamped with the Unix time in ms: the pass's span
         lines += [f"write_iops_log={log_prefix}", "log_avg_msec=0", "log_unix_epoch=1"]
     for job in range(threads):
-        mine = paths[job::threads]
-        if mine:
+        if mine := paths[job::threads]:
             lines += [f"[reader{job}]", "filename=" + ":".join(mine)]
     return "\n".join(lines) + "\n"
 
@@ -156,8 +153,7 @@ def io_span_ms(log_dir: Path) -> int:
     """From the first I/O completion of any job to the last one of any job, in ms (at least 1)."""
     first, last = None, None
     for log in log_dir.glob("*.log"):
-        stamps = [int(line.split(",", 1)[0]) for line in log.read_text().splitlines() if line.strip()]
-        if stamps:
+        if stamps := [int(line.split(",", 1)[0]) for line in log.read_text().splitlines() if line.strip()]:
             first = min(stamps[0], first if first is not None else stamps[0])
             last = max(stamps[-1], last if last is not None else stamps[-1])
     if first is None or last is None:

@@ -63,7 +63,6 @@ from bench.secrets import redact, redact_output
 from bench.tools.compare_output import log_to_mlflow, own_folder, render_text, verdict_lines, write_outputs
 from bench.tracking.store import resolve_tracking_uri, sqlite_path, store_problem
 
-log = logging.getLogger("bench")
 EXIT_UNJUDGED = 3  # nothing slower, but a side was not fit to measure (or, with --rerun, the noise too large)
 RUN_ID = re.compile(r"[0-9a-f]{32}")  # an MLflow run id (uuid4 hex)
 SAME = "the same {} on both sides"  # run, or sweep
@@ -171,8 +170,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
-    unwritable = writable_dir_refusal("--out", str(args.out or "compare"))  # before any run is read or rerun
-    if unwritable:
+    if unwritable := writable_dir_refusal("--out", str(args.out or "compare")):  # before any run is read or rerun
         print(f"[ERROR] {unwritable}", file=sys.stderr)
         return EXIT_CONFIG
     if args.rerun is not None:

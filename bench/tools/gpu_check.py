@@ -173,8 +173,7 @@ def _argument_problem(args: argparse.Namespace) -> Optional[str]:
     for flag, value in (("--batch-size", args.batch_size), ("--steps", args.steps), ("--budget-s", args.budget_s)):
         if value is not None and value <= 0:
             return f"{flag}={value:g} is not valid: accepted a number above 0"
-    bad = [s for s in args.set if "=" not in s]
-    if bad:
+    if bad := [s for s in args.set if "=" not in s]:
         return f"--set={bad[0]!r} is not valid: accepted KEY=VALUE (a bench override)"
     # composed as every check composes it (torch-free, before any check): a --model or --set the config
     # refuses would fail every check, each in its row of the table
@@ -211,8 +210,7 @@ def base_overrides(args: argparse.Namespace, on_gpu: bool) -> List[str]:
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
-    problem = _argument_problem(args)
-    if problem:
+    if problem := _argument_problem(args):
         print(f"[ERROR] {problem}", file=sys.stderr)
         return EXIT_CONFIG
     import torch

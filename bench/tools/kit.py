@@ -74,8 +74,7 @@ def read_have(path: Path) -> Dict[str, Optional[str]]:
         line = raw.split("#", 1)[0].strip()
         if not line or line.startswith("-"):
             continue  # comments, blank lines, -e / --index-url lines
-        found = re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[.*\])?\s*(?:===?\s*(\S+)|@.*)?", line)
-        if not found:
+        if not (found := re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[.*\])?\s*(?:===?\s*(\S+)|@.*)?", line)):
             raise KitError(f"--have {path}: {raw.strip()!r} is not a line of `pip freeze` (name==version)", EXIT_CONFIG)
         have[canonicalize_name(found.group(1))] = found.group(2)
     return have
@@ -186,8 +185,7 @@ def resolve(wheel: Path, args: argparse.Namespace, out: Path, flags: Sequence[st
             python=args.interpreter, doing=f"checking the target's {len(found)} pins for wheels",
             limit=args.resolve_timeout, total=len(found),
         ) if found else subprocess.CompletedProcess([], 0, "", "")  # fmt: skip
-        missing = re.search(r"satisfies the requirement (\S+) \(from versions: ([^)]*)\)", done.stdout)
-        if missing:
+        if missing := re.search(r"satisfies the requirement (\S+) \(from versions: ([^)]*)\)", done.stdout):
             raise KitError(
                 f"--have {args.have}: {missing[1]} has no wheel for the target on the index (its versions for the "
                 f"target: {', '.join(missing[2].split(', ')[-5:])}): give a version it has, or leave the package "
@@ -275,8 +273,7 @@ def build(args: argparse.Namespace) -> dict:
         say(f"building bench's wheel from {args.source}")
         wheel = build_bench_wheel(args.source, out)
         items = resolve(wheel, args, out, flags, have)
-        problems = unmet(items, have, marker_env(args.python, args.arch))
-        if problems:
+        if problems := unmet(items, have, marker_env(args.python, args.arch)):
             raise KitError(
                 f"--have {args.have}: the target falls short: {'; '.join(problems)}. Upgrade it there, or leave "
                 "the package out of --have so the kit carries it",
@@ -338,13 +335,11 @@ def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
         raise KitError(f"--have {args.have} is not a file: give the target's `pip freeze` output", EXIT_CONFIG)
     if not (args.source / "pyproject.toml").is_file():
         raise KitError(f"--source {args.source} has no pyproject.toml: give bench's source tree", EXIT_CONFIG)
-    refused = writable_dir_refusal("--out", str(args.out))
-    if refused:
+    if refused := writable_dir_refusal("--out", str(args.out)):
         raise KitError(refused, EXIT_CONFIG)
     # pip only warns of an extra a package lacks, and builds the kit without it
     known = metadata("bench").get_all("Provides-Extra") or []
-    unknown = [extra for extra in args.extras if canonicalize_name(extra) not in known]
-    if unknown:
+    if unknown := [extra for extra in args.extras if canonicalize_name(extra) not in known]:
         given, accepted = ",".join(unknown), ", ".join(sorted(known))
         raise KitError(f"--extras={given!r} is not valid: accepted bench's extras ({accepted})", EXIT_CONFIG)
     args.interpreter, args.python = interpreter(args.python)

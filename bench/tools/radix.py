@@ -37,8 +37,7 @@ def parse(argv: List[str]) -> tuple[argparse.Namespace, List[str]]:
     parser.add_argument("--allow-cpu", action="store_true", help="run on the CPU when no CUDA GPU is present")
     parser.error = refuse  # type: ignore[method-assign]
     args, overrides = parser.parse_known_args(argv)
-    unknown_flags = [o for o in overrides if o.startswith("-")]
-    if unknown_flags:
+    if unknown_flags := [o for o in overrides if o.startswith("-")]:
         refuse(f"unrecognized arguments: {' '.join(unknown_flags)}")
     return args, overrides
 

@@ -43,15 +43,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             files, _ = build_report(Path(args.sweep), out)
         else:
             uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())  # where `python -m bench` run here logs
-            missing = missing_sqlite_store(uri)
-            if missing:
+            if missing := missing_sqlite_store(uri):
                 raise ReportError(
                     f"--sweep {args.sweep} is neither a directory nor a run in the MLflow store at {uri}: "
                     f"{missing} does not exist (pass a multirun directory, or name the sweep's store with "
                     "--tracking-uri)"
                 )
-            problem = store_problem(uri)
-            if problem:
+            if problem := store_problem(uri):
                 raise ReportError(problem)
             files, _ = report_from_mlflow(args.sweep, uri, out)
     except (ReportError, ConfigError) as exc:

@@ -144,8 +144,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     args, overrides = ab.parse(parser, argv)
     args.overrides = [f"storage.workload.format={args.format}", *overrides]
-    problem = argument_problem(args)
-    if problem:
+    if problem := argument_problem(args):
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         return EXIT_CONFIG
     for path in clean_leftovers(PREFIX):  # what a SIGKILLed run left: its owner is gone
@@ -157,8 +156,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         with sigterm_raises():  # SIGTERM as Ctrl-C: the readers stop, the dataset is removed
             return _compare(args, root)
     except BaseException as exc:
-        stopped = interruption_in(exc)  # also one that a library turned into its own error
-        if stopped is None:
+        if (stopped := interruption_in(exc)) is None:  # also one that a library turned into its own error
             raise
         print(f"[ERROR] storage_ceiling interrupted: {stopped}", file=sys.stderr, flush=True)
         return stopped.exit_code
@@ -188,8 +186,7 @@ def argument_problem(args: argparse.Namespace) -> Optional[str]:
 
 
 def _block_note(size: int, block: int) -> Optional[str]:
-    tail = size % block
-    if not tail:
+    if not (tail := size % block):
         return None
     if tail * 100 < size:  # e.g. TFRecord's 16 bytes of framing per record: fio skips a short tail
         return (
@@ -212,8 +209,7 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
     readers: Dict[str, Reader] = {"bench": bench_reader(store, files, workload, "bench", costs)}
     if args.format != "raw":  # it checks more than lengths: an unchecked reader differs from bench
         readers["unchecked"] = bench_reader(store, files, workload_for(args, verify=False), "unchecked", costs)
-    note = _block_note(files[0].size, block)
-    if note:
+    if note := _block_note(files[0].size, block):
         print(note)
     if shutil.which("fio"):
         readers["fio"] = fio_reader(paths, args.threads, block, root, costs)

@@ -39,11 +39,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     )
     parser.add_argument("--accelerators-per-host", type=int, help="default: storage.accelerators")
     args, overrides = parser.parse_known_args(argv)
-    flags = [o for o in overrides if o.startswith("-")]  # the rest are overrides of the workload
-    if flags:
+    if flags := [o for o in overrides if o.startswith("-")]:  # the rest are overrides of the workload
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
-    problem = _argument_problem(args)
-    if problem:
+    if problem := _argument_problem(args):
         print(f"[ERROR] {problem}", file=sys.stderr)
         return 2
     try:

@@ -128,8 +128,7 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--only", choices=["eval", "checkpoint"], help="one comparison only")
     parser.add_argument("--dir", default=None, help="where the digits and checkpoints go (default: a temp dir)")
     args = parser.parse_args(argv)
-    problem = argument_problem(args)
-    if problem:
+    if problem := argument_problem(args):
         print(f"[ERROR] {problem}", file=sys.stderr)
         return EXIT_CONFIG
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:

@@ -123,8 +123,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         )
         return 2
     uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())
-    problem = store_problem(uri)  # a server that takes the connection and never answers: 5 s, not MLflow's minutes
-    if problem:
+    if problem := store_problem(uri):  # a server that takes the connection and never answers: 5 s, not MLflow's minutes
         print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
         return 2
     try:

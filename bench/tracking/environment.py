@@ -33,8 +33,7 @@ def _torchvision_version() -> Optional[str]:
     spec = util.find_spec("torchvision")
     with contextlib.suppress(OSError, TypeError):
         text = Path(str(spec.origin)).with_name("version.py").read_text() if spec else ""
-        found = re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE)
-        if found:
+        if found := re.search(r"^__version__\s*=\s*['\"]([^'\"]+)['\"]", text, re.MULTILINE):
             return found.group(1)
     with contextlib.suppress(metadata.PackageNotFoundError):
         return metadata.version("torchvision")
@@ -196,8 +195,7 @@ def collect_environment() -> Dict[str, Any]:
             env["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
         except Exception:
             pass
-    gpus = nvml_devices()
-    if gpus:
+    if gpus := nvml_devices():
         env["gpu_driver"] = gpus[0]["driver"]
         env["gpu_memory_mb"] = gpus[0]["memory_total_mb"]
         env["gpus"] = gpus

@@ -41,11 +41,7 @@ LOCK_TIMEOUT_S = 600  # a hang guard: creating the schema takes seconds, even on
 
 
 def resolve_tracking_uri(configured: Optional[str], launch_dir: Path) -> str:
-    if env := os.environ.get("MLFLOW_TRACKING_URI"):
-        return env
-    if configured:
-        return configured
-    return f"{SQLITE}{(launch_dir / 'mlflow.db').resolve()}"
+    return os.environ.get("MLFLOW_TRACKING_URI") or configured or f"{SQLITE}{(launch_dir / 'mlflow.db').resolve()}"
 
 
 def sqlite_path(uri: str) -> Optional[Path]:
@@ -60,8 +56,7 @@ def sqlite_path(uri: str) -> Optional[Path]:
 def store_lock(uri: str) -> Iterator[None]:
     """Held while a sqlite store is first touched by this process; nothing to hold for a server
     (it creates its own store once, at its start)."""
-    path = sqlite_path(uri)
-    if path is None:
+    if (path := sqlite_path(uri)) is None:
         yield
         return
     with removed_lock(Path(str(path) + ".lock"), LOCK_TIMEOUT_S):
@@ -171,15 +166,13 @@ def open_experiment(uri: str, name: str) -> Tuple[Any, str]:
 
     with store_lock(uri):
         client = MlflowClient(tracking_uri=uri)
-        existing = client.get_experiment_by_name(name)
-        if existing is None:
+        if (existing := client.get_experiment_by_name(name)) is None:
             path = sqlite_path(uri)
             try:
                 root = (path.parent / "mlartifacts").resolve().as_uri() if path else None
                 experiment_id = client.create_experiment(name, artifact_location=root)
             except Exception:  # another process created it first
-                existing = client.get_experiment_by_name(name)
-                if existing is None:
+                if (existing := client.get_experiment_by_name(name)) is None:
                     raise
                 experiment_id = existing.experiment_id
         else:

@@ -202,8 +202,7 @@ class MlflowSweepCallback(Callback):
         if uri is None:  # tracking off
             return
         overrides = list(config.hydra.overrides.task)
-        problem = probe(uri, config.tracking.probe_timeout_s)  # once for the whole sweep
-        if problem:
+        if problem := probe(uri, config.tracking.probe_timeout_s):  # once for the whole sweep
             log.warning(unreachable_line(uri, problem, config.tracking.probe_timeout_s))
             _carry(tracking_down=f"the MLflow server did not answer at the sweep's start ({problem})")
             return

@@ -252,8 +252,7 @@ def open_run(
     if sweep_job and sweep_job.tracking_down:  # the sweep probed once, at its start
         log.info("no MLflow tracking for this job: %s", sweep_job.tracking_down)
         return untracked(uri, sweep_job.tracking_down)
-    problem = store.probe(uri, tracking.probe_timeout_s)
-    if problem:
+    if problem := store.probe(uri, tracking.probe_timeout_s):
         lost = store.unreachable_line(uri, problem, tracking.probe_timeout_s, out_dir)
         if not tracking.required:  # else the run's [ERROR] line says it
             log.warning(lost)

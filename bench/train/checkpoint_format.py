@@ -143,8 +143,7 @@ def _load(source: Union[bytes, Path], mmap: bool, where: str) -> Any:
             try:
                 return torch.load(opened, map_location="cpu", weights_only=True, mmap=mmap and isinstance(source, Path))
             except Exception as exc:  # the unpickler's refusal, named below
-                needed = _needed_global(exc)
-                if needed is None:
+                if (needed := _needed_global(exc)) is None:
                     raise
                 if allowed or not needed.startswith("numpy."):
                     raise _refusal(where, needed) from None

@@ -331,8 +331,7 @@ def accuracy_figures(
     val_images: Optional[int],
 ) -> Optional[Accuracy]:
     """A run's accuracy figures from its evaluated epochs; time to target where one is set (None without evaluation)."""
-    evaluated = [e for e in epochs if e.val_top1 is not None]
-    if not evaluated:
+    if not (evaluated := [e for e in epochs if e.val_top1 is not None]):
         return None
     target = cfg.train.target_accuracy
     return Accuracy(

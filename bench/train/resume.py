@@ -164,8 +164,7 @@ class TrainingCheckpoints:
         """Checkpoint names here, oldest first."""
         found = []
         for key, _size in self.store.list():
-            match = NAME.match(key.rsplit("/", 1)[-1])
-            if match:
+            if match := NAME.match(key.rsplit("/", 1)[-1]):
                 found.append((tuple(int(g or 0) for g in match.groups()), key))
         return [key for _order, key in sorted(found, key=lambda pair: pair[0])]
 

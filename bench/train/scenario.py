@@ -136,8 +136,6 @@ def check_training(config: BenchConfig) -> Any:
 def check_checkpoint_dirs(config: BenchConfig) -> None:
     """Where checkpoints go on a local disk can be written: storage.root, and checkpoint.dir under it
     (else under the launch directory) when training checkpoints are written (bench.train.resume)."""
-    from pathlib import Path
-
     from bench.storage.local import check_local_dirs
 
     epochs = bool(config.checkpoint.every_epochs or config.train.resume)
@@ -160,8 +158,6 @@ def check_resume_file(config: BenchConfig) -> None:
             "'auto', a checkpoint file written by checkpoint.every_epochs, "
             "or a checkpoint's name in checkpoint.dir (this file does not exist)",
         )
-    from pathlib import Path
-
     from bench.errors import CheckpointError
     from bench.train.checkpoint_format import check_meta, read
 

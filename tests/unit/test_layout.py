@@ -111,8 +111,11 @@ def test_no_module_over_300_lines(module):
 # the kit's resolver, the doctor's set-up stop, ...; 18,180 measured) while issue 41's shrink is open;
 # moved down to 17,980 after issue 41's first pass (records declare their presentation, one runner,
 # 18 one-importer modules folded, and the merge fixes: 17,977 measured); raised to 17,995 for the
-# stop-proof temporary folders a CI run found missing (bench.machine.children.stop_proof_folder: 17,992).
-CODE_LINE_CEILING = 17_995
+# stop-proof temporary folders a CI run found missing (bench.machine.children.stop_proof_folder: 17,992);
+# moved down to 17,862 by issue 41 §6's pass (assignments folded into their `if`, unused loggers and
+# repeated imports dropped: 17,862 measured), then 17,871 with the kit's temporary folders moved into
+# --out (a SIGKILL left them in TMPDIR).
+CODE_LINE_CEILING = 17_871
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
