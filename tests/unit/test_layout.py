@@ -6,6 +6,7 @@ of importing each other."""
 from __future__ import annotations
 
 import ast
+import functools
 import re
 import sys
 from pathlib import Path
@@ -16,6 +17,11 @@ import tomllib
 
 BENCH = Path(__file__).resolve().parents[2] / "bench"
 MAX_LINES = 300
+
+
+# one parse of each source for the whole file (the rules below walk every module of bench several times);
+# keyed on the text, so a source a test writes is parsed as it is
+parse = functools.lru_cache(maxsize=None)(ast.parse)
 
 
 def _modules() -> Dict[str, Path]:
@@ -32,7 +38,7 @@ MODULES = _modules()
 
 def _imports(path: Path, module: str) -> Set[str]:
     """bench modules this one imports, anywhere in the file (a function-level import is an edge too)."""
-    tree = ast.parse(path.read_text())
+    tree = parse(path.read_text())
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
     edges = set()
     for node in ast.walk(tree):
@@ -221,7 +227,7 @@ def test_the_config_layer_never_imports_torch_or_mlflow():
 
 def _imports_any(path: Path) -> Set[str]:
     names: Set[str] = set()
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in ast.walk(parse(path.read_text())):
         if isinstance(node, ast.Import):
             names.update(alias.name for alias in node.names)
         elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
@@ -263,7 +269,7 @@ def _record_keys() -> Set[str]:
     compound names only ("images_per_second", not "model": a one-word key is also a config group's)."""
     keys: Set[str] = set()
     for path in MODULES.values():
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(parse(path.read_text())):
             if isinstance(node, ast.ClassDef) and any(getattr(base, "id", None) == "Record" for base in node.bases):
                 keys |= {
                     s.target.id for s in node.body if isinstance(s, ast.AnnAssign) and isinstance(s.target, ast.Name)
@@ -275,7 +281,7 @@ def _string_keyed_result_lookups(source: str, keys: Set[str], allowed: Set[str] 
     """Lines of `x["images_per_second"]`, `x.get("images_per_second")`, `x.pop("images_per_second")` and
     `record.figure("images_per_second")` for a result key (but `allowed`)."""
     found = []
-    for node in ast.walk(ast.parse(source)):
+    for node in ast.walk(parse(source)):
         if isinstance(node, ast.Subscript) and isinstance(node.slice, ast.Constant) and node.slice.value in keys:
             found.append((node.lineno, node.slice.value))
         elif (
@@ -331,7 +337,7 @@ def _declared_twice(sources: Dict[str, str], shared: Set[str]) -> Dict[str, List
     any two records (subclasses of Record); {name: ["path:Class", ...]}."""
     where: Dict[str, List[str]] = {}
     for path, source in sources.items():
-        for node in ast.walk(ast.parse(source)):
+        for node in ast.walk(parse(source)):
             if not isinstance(node, ast.ClassDef):
                 continue
             record = any(getattr(base, "id", None) == "Record" for base in node.bases)
@@ -430,7 +436,7 @@ def test_the_analysis_names_no_scenarios_figure():
         f"{path.relative_to(BENCH.parent)}:{node.lineno} {node.value}"
         for path in sorted((BENCH / "analysis").glob("*.py"))
         if str(path.relative_to(BENCH.parent)) not in ANALYSIS_MATHS
-        for node in ast.walk(ast.parse(path.read_text()))
+        for node in ast.walk(parse(path.read_text()))
         if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in keys
     ]
     assert named == []
