@@ -240,7 +240,8 @@ class ModelReport(BaseReport):
         )
         if len(self.repeat_rates) > 1:  # the windows every rank measured, which may be fewer than rank 0's
             windows = zip(result.repeat_images, result.repeat_seconds, self.repeat_rates, strict=False)
-            repeats = [(i, n, f"{s:.6f}", f"{r:.4f}") for i, (n, s, r) in enumerate(windows, start=1)]
+            # full precision (repr): the compare's medians read back from this file are the record's to the digit
+            repeats = [(i, n, s, r) for i, (n, s, r) in enumerate(windows, start=1)]
             files.append(
                 write_csv(out_dir / REPEATS_FILE, ["repeat", "images", "seconds", "images_per_second"], repeats)
             )

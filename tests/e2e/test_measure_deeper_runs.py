@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import json
+import statistics
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -57,6 +58,9 @@ def test_one_run_profiles_breaks_down_repeats_and_counts_flops(runs):
     repeats = _rows(run_dir / "repeats.csv")
     assert [int(r["repeat"]) for r in repeats] == [1, 2, 3] and all(int(r["images"]) == 12 for r in repeats)
     assert metrics["repeats"] == 3
+    # written at full precision: its median is the record's to the digit (compare reads this file; at 4
+    # decimals, 2.5395 became "2.539" on compare's page where the summary's 2.53954... reads "2.540")
+    assert statistics.median(float(r["images_per_second"]) for r in repeats) == metrics["images_per_second_median"]
     assert (
         metrics["images_per_second_ci95_low"]
         <= metrics["images_per_second_median"]
