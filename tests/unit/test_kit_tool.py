@@ -191,13 +191,20 @@ def test_a_resolve_that_does_not_end_is_stopped_at_its_limit_and_says_so(bench, 
     assert index.pips() == [] and list(wheels.tmp.iterdir()) == []
 
 
-def test_a_kit_stopped_while_resolving_leaves_no_temporary_folder_and_no_pip(bench, wheels):
+def resolving_kit(bench, wheels):
+    """A kit started against a loopback index that never answers, once it says it is resolving:
+    (the index, the kit's process)."""
     index = SilentIndex()
     proc = bench.start(*kit_args(wheels, "", "--find-links", index.url, "--resolve-timeout", "120"),
                        module="bench.tools.kit", env=wheels.env, fresh=True)  # fmt: skip
     for line in proc.stderr:
         if line.startswith("kit: resolving"):
             break
+    return index, proc
+
+
+def test_a_kit_stopped_while_resolving_leaves_no_temporary_folder_and_no_pip(bench, wheels):
+    index, proc = resolving_kit(bench, wheels)
     work = wheels.tmp.parent / "kit" / ".work"  # the build's temporary folders: inside --out, not TMPDIR
     assert [path.name for path in work.iterdir() if path.name.startswith("bench-kit-resolve-")]
     proc.terminate()
@@ -209,12 +216,7 @@ def test_a_kit_stopped_while_resolving_leaves_no_temporary_folder_and_no_pip(ben
 def test_a_kit_killed_outright_leaves_its_folders_in_its_out_where_the_next_build_clears_them(bench, wheels):
     """SIGKILL runs no handler: the temporary folders stay, in --out/.work (not TMPDIR), the kit's pip
     dies with it (PR_SET_PDEATHSIG), and the next build into that --out clears them and succeeds."""
-    index = SilentIndex()
-    proc = bench.start(*kit_args(wheels, "", "--find-links", index.url, "--resolve-timeout", "120"),
-                       module="bench.tools.kit", env=wheels.env, fresh=True)  # fmt: skip
-    for line in proc.stderr:
-        if line.startswith("kit: resolving"):
-            break
+    index, proc = resolving_kit(bench, wheels)
     proc.kill()
     proc.communicate(timeout=60)
     work = wheels.tmp.parent / "kit" / ".work"
