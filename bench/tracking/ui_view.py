@@ -31,6 +31,10 @@ WORKFLOW = "workflowType=machine_learning"
 # a run and its children carry the parent's id in this tag (the parent its own): a filter on it lists
 # the parent too (mlflow.parentRunId would leave it out), the sweep by its name above its jobs
 FAMILY_TAG = "bench.parent"
+# the sweep's name on it and on each of its jobs: the view groups the runs table by it, the jobs under
+# the sweep's name (MLflow nests children under their parent only when sorted by start time, collapsed:
+# a shared view keeps no runsExpanded, and then its charts draw the parent alone)
+GROUP_TAG = "bench.sweep"
 NAME_COLUMN = "attributes.`Run Name`"  # the UI's id of the run name column
 RUN_NAME_ORDER = "tags.`mlflow.runName`"  # the UI's "Sort: Run Name"
 SECTION = "bench-sweep"  # the chart mode's first section: the sweep's figure per job
@@ -101,14 +105,17 @@ def share_view(
 ) -> str:
     """A saved view of the experiment's runs: `figure` (rounded), the failure reason and the swept
     `params` as columns, best first (`lower`: a latency; by name when no run has the figure); a
-    parent's: the parent and its children, each a row and a bar of its own (not grouped: MLflow draws
-    a group as one bar, its jobs' mean), in chart mode first a bar per job of `figure` and the swept
-    keys against it; its share key."""
+    parent's: the parent and its children grouped under the parent's name (the group's row: the best
+    job's figure), in chart mode first a bar per job of `figure` (not the group's aggregate) and the
+    swept keys against it; its share key."""
     has_figure = True
     if parent_run_id:
         client.set_tag(parent_run_id, FAMILY_TAG, parent_run_id)  # the parent is listed with its children
-        family = f"tags.`{FAMILY_TAG}` = '{parent_run_id}' and metrics.`{figure}` >= 0"
-        has_figure = bool(client.search_runs([experiment_id], family, max_results=1))
+        family = client.search_runs([experiment_id], f"tags.`{FAMILY_TAG}` = '{parent_run_id}'")
+        sweep_name = client.get_run(parent_run_id).info.run_name  # final: the sweep names its failures first
+        for run in family:
+            client.set_tag(run.info.run_id, GROUP_TAG, sweep_name)
+        has_figure = any(figure in run.data.metrics for run in family)
     columns = [f"metrics.`{DISPLAY.get(figure, figure)}`", "tags.`error`", *(f"params.`{name}`" for name in params)]
     state: Dict[str, Any] = {
         **UI_DEFAULTS,
@@ -124,6 +131,8 @@ def share_view(
     }
     if parent_run_id:
         state["searchFilter"] = f"tags.`{FAMILY_TAG}` = '{parent_run_id}'"
+        by_sweep = [{"mode": "tag", "groupByData": GROUP_TAG}]
+        state["groupBy"] = {"aggregateFunction": "min" if lower else "max", "groupByKeys": by_sweep}
         state.update(_job_charts(parent_run_id, figure, params))
     key = f"bench-sweep-{parent_run_id[:12]}" if parent_run_id else "bench-runs"
     client.set_experiment_tag(experiment_id, VIEW_TAG + key, json.dumps(state))
@@ -154,6 +163,7 @@ def _job_charts(parent_run_id: str, figure: str, params: Sequence[str]) -> Dict[
         )
     section = {"uuid": SECTION, "name": f"the sweep's jobs: {figure}", "display": True, "isReordered": True}
     return {
+        "useGroupedValuesInCharts": False,  # a bar per job, not one for the group
         "runsHiddenMode": "CUSTOM",
         "runsHidden": [parent_run_id],
         "compareRunCharts": charts,

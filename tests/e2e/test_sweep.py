@@ -102,7 +102,8 @@ def test_sweep_is_one_parent_with_a_child_per_job(sweep):
     (compare_link,) = [line for line in proc.stderr.splitlines() if "MLflow compare:" in line]
     assert compare_link.endswith(compare)
     # the saved view the link opens: throughput (rounded), the error and the swept keys as columns, fastest
-    # first, the parent and each child a run of its own, not grouped (issue 30 item 6, issue 34 §1)
+    # first, the parent and each child a run of its own (issue 30 item 6, issue 34 §1), grouped under the
+    # sweep's name, the group's row the fastest job's (issue 40 §6), the charts a bar per job
     state = json.loads(
         MlflowClient(tracking_uri=sweep.uri)
         .get_experiment(parent.info.experiment_id)
@@ -112,7 +113,10 @@ def test_sweep_is_one_parent_with_a_child_per_job(sweep):
     assert state["orderByKey"] == "metrics.`images_per_second`" and state["orderByAsc"] is False
     assert {"params.`precision.name`", "params.`distributed.nproc_per_node`"} <= set(state["selectedColumns"])
     assert state["searchFilter"] == f"tags.`bench.parent` = '{parent.info.run_id}'"
-    assert state["groupBy"] is None and state["runsHidden"] == [parent.info.run_id]
+    by_sweep = [{"mode": "tag", "groupByData": "bench.sweep"}]
+    assert state["groupBy"] == {"aggregateFunction": "max", "groupByKeys": by_sweep}
+    assert state["useGroupedValuesInCharts"] is False and state["runsHidden"] == [parent.info.run_id]
+    assert {run.data.tags["bench.sweep"] for run in sweep.runs} == {parent.info.run_name}
     # chart mode: a bar per job of the figure, then the swept keys against it
     bar, swept = state["compareRunCharts"]
     assert bar["type"] == "BAR" and bar["metricKey"] == "images/s"  # the rounded copy (issue 40 §6)
@@ -538,7 +542,8 @@ def test_the_printed_links_open_the_runs_table_with_the_parent_and_rounded_figur
 ):
     """Issues 21 and 30 (items 1, 6): the link a sweep prints, in headless Chromium on a real `mlflow ui`:
     the runs table (not MLflow 3's GenAI "Traces" overview), the parent listed by its name with its
-    children, each a row of its own (issue 34: not grouped), images/s rounded (not "284.62942742…" cut
+    children, each a row of its own (issue 34), all under a group of the sweep's name whose row holds the
+    fastest job's figure, not an average (issue 40 §6), images/s rounded (not "284.62942742…" cut
     off), the swept keys and the failure reason as columns; an all-failed sweep's view says why, each
     job's reason in sight, by name (no images/s to sort by); the experiment page with the link's
     workflowType lands on its runs."""
@@ -549,11 +554,14 @@ def test_the_printed_links_open_the_runs_table_with_the_parent_and_rounded_figur
     assert _shown_whole(browser, parent.info.run_name)
     assert "/runs?" in url and "Error loading shared view state" not in text
     assert "Model training" in text and "Observability" not in text, text  # not the GenAI side's overview
-    assert "Group by: bench.parent" not in text and "Group:" not in text and "(average)" not in text
+    assert "Group by: bench.sweep" in text and "(average)" not in text
+    best = max(rounded(child.data.metrics["images_per_second"]) for child in sweep.children)
+    group = text.index(f"Group: {parent.info.run_name}\n{len(sweep.children) + 1}\n")
+    assert f"{best:g} (max)" in text
     assert f"{len(sweep.children) + 1} matching runs" in text
     for child in sweep.children:
         figure = child.data.metrics["images_per_second"]
-        assert child.info.run_name in text
+        assert text.index(child.info.run_name) > group  # under the sweep's group
         assert f"{rounded(figure):g}" in text and repr(figure) not in text, (figure, text)
     assert "distributed.nproc_per_node" in text and "images/s" in text
 
@@ -561,6 +569,7 @@ def test_the_printed_links_open_the_runs_table_with_the_parent_and_rounded_figur
     url, text = _page_text(browser, mlflow_ui.url(all_failed.proc), failed.info.run_name, tmp_path / "failed.png")
     assert failed.info.run_name.endswith("(2 of 2 failed)") and failed.info.run_name in text
     assert _shown_whole(browser, failed.info.run_name)  # not cut off before its count
+    assert f"Group: {failed.info.run_name}" in text  # the group by the sweep's final name
     assert "all 2 jobs failed: precision='amp_fp16' is not valid" in text
     assert text.count("precision='amp_fp16' is not valid") == 3  # the parent's reason and each child's
     assert "Sort: Run Name" in text and "images_per_second" not in text
@@ -628,5 +637,8 @@ def test_a_sweeps_link_charts_a_bar_per_job_and_its_compare_link_opens_the_jobs(
 
     _, text = _page_text(browser, mlflow_ui.url(ran.proc, "MLflow compare"), "Run details", tmp_path / "compare.png")
     assert f"Comparing {len(jobs)} Runs from 1 Experiment" in text and "Parallel Coordinates Plot" in text
-    assert all(child.info.run_name in text for child in jobs.values()) and parent.info.run_name not in text
+    assert all(child.info.run_name in text for child in jobs.values())
+    # the parent not among the runs compared: its name only as a value of the jobs' bench.sweep tag
+    assert f"bench.sweep\t{parent.info.run_name}\t" in text
+    assert parent.info.run_name not in text.replace(f"\t{parent.info.run_name}", ""), text
     assert f"Parameters:\n{swept}" in text, text  # the plot's first axis: the key the jobs differ in

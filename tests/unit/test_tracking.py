@@ -504,7 +504,12 @@ def test_a_latency_sweeps_view_and_compare_link_put_the_fastest_job_first_and_ch
         f"#/experiments/{experiment}/runs?workflowType=machine_learning&viewStateShareKey=bench-sweep-{parent[:12]}"
     )
     state = json.loads(client.get_experiment(experiment).tags[f"mlflow.sharedViewState.bench-sweep-{parent[:12]}"])
-    assert (state["orderByKey"], state["orderByAsc"], state["groupBy"]) == ("metrics.`latency_ms_p50`", True, None)
+    assert (state["orderByKey"], state["orderByAsc"]) == ("metrics.`latency_ms_p50`", True)
+    # the runs grouped under the sweep's name, the group's row the lowest latency; the bars one per job
+    by_sweep = [{"mode": "tag", "groupByData": "bench.sweep"}]
+    assert state["groupBy"] == {"aggregateFunction": "min", "groupByKeys": by_sweep}
+    assert state["useGroupedValuesInCharts"] is False
+    assert {client.get_run(run).data.tags["bench.sweep"] for run in [parent, *jobs.values()]} == {"sweep"}
     assert state["selectedColumns"][:3] == ["metrics.`latency p50 ms`", "tags.`error`", "params.`data.batch_size`"]
     assert [(c["type"], c.get("metricKey"), c.get("selectedParams")) for c in state["compareRunCharts"]] == [
         ("BAR", "latency p50 ms", None),  # the rounded copy: the bars show the report table's digits
