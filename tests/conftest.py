@@ -239,6 +239,10 @@ def pytest_runtest_protocol(item, nextitem):
         yield
         return
     import multiprocessing.process
+    import platform
+
+    # asked once per process and kept: h5py's import asks it (`uname -p`), in whichever test imports it first
+    platform.uname().processor  # noqa: B018
 
     def refuse(what: str):
         def refused(*args, **kwargs):
