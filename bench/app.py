@@ -166,8 +166,7 @@ def _write_outputs(
         report.log_to(tracker, files, out_dir, config.tracking.log_step_metrics)  # never raises
         note_run(out_dir, tracker.name, files)  # what an upload sends later, and by which name
     except OSError as exc:
-        where = exc.filename or out_dir
-        return [f"the run's files could not be written to {out_dir} ({exc.strerror or exc}: {where})"]
+        return [f"the run's files could not be written to {out_dir} ({exc.strerror or exc}: {exc.filename or out_dir})"]
     return []
 
 

@@ -158,8 +158,7 @@ def failure_note(frame: pd.DataFrame) -> str:
     if not len(frame) or "status" not in frame:
         return ""
     failed = frame[~frame["status"].isin(["FINISHED", MISSING, runs.RUNNING, runs.PENDING])]  # each said apart
-    reasons = list(failed["error"]) if "error" in failed else []
-    return failure_sentence(len(frame), len(failed), reasons)
+    return failure_sentence(len(frame), len(failed), list(failed["error"]) if "error" in failed else [])
 
 
 def _cells(shown: pd.DataFrame) -> List[List[str]]:

@@ -78,8 +78,7 @@ def source_splits(src: str) -> List[str]:
             f"--src {src!r} does not exist: expected an image folder with one sub-folder per class "
             "(or train/ and val/ holding them)"
         )
-    found = [split for split in SPLITS if os.path.isdir(os.path.join(src, split))]
-    return found or ["train"]
+    return [split for split in SPLITS if os.path.isdir(os.path.join(src, split))] or ["train"]
 
 
 @contextmanager

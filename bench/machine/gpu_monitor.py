@@ -194,8 +194,7 @@ class GpuWatch:
             self.events |= int(reasons)
         if (clock := _try(nvml.nvmlDeviceGetClockInfo, handle, CLOCK_SM)) is not None:
             self.clocks.append(int(clock))
-        gen = _try(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle)
-        self.pcie_gen = max(self.pcie_gen, int(gen or 0))
+        self.pcie_gen = max(self.pcie_gen, int(_try(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle) or 0))
         if (processes := _try(nvml.nvmlDeviceGetComputeRunningProcesses, handle)) is not None:
             pids = {int(p.pid) for p in processes}
             if pids & self.own or len(pids) <= self.ranks_on_gpu:

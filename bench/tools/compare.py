@@ -99,8 +99,7 @@ def is_run_id(what: str, argument: str) -> bool:
 def store_missing(uri: str) -> Optional[str]:
     """Why a local store (a sqlite file, an mlruns folder) cannot hold the run: it does not exist
     (reading it would create it). None for one that exists, and for a server (probed instead)."""
-    scheme = urlparse(uri).scheme
-    path = sqlite_path(uri) or (Path(urlparse(uri).path) if scheme in ("", "file") else None)
+    path = sqlite_path(uri) or (Path(urlparse(uri).path) if urlparse(uri).scheme in ("", "file") else None)
     if path is None or path.exists():
         return None
     return (
@@ -239,8 +238,7 @@ def main_rerun(args: argparse.Namespace) -> int:
             for line in (moved, f"compare: {SAME.format('run')} ({args.baseline}): {then}" if same else ""):
                 if line:
                     print(line, file=sys.stderr, flush=True)
-            figure = rerun_figure(args.baseline)
-            result = rerun_compare(sides, args.rerun, threshold, out, args.judge_unfit, figure)
+            result = rerun_compare(sides, args.rerun, threshold, out, args.judge_unfit, rerun_figure(args.baseline))
             comparison = as_comparison(result, label(sides), threshold)
             notes = [said_same(comparison, args.baseline, then)] if same else []
             title = f"{args.baseline} vs {args.candidate}, {args.rerun} rounds of {ORDER} in fresh processes"

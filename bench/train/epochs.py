@@ -302,8 +302,7 @@ def evaluate(model: nn.Module, val: Any, policy: PrecisionPolicy, ctx: RankConte
     with torch.inference_mode(), policy.autocast():
         for images, labels in val.one_pass():
             logits = model(images)
-            top = logits.topk(min(5, logits.shape[1]), dim=1).indices
-            hits = top.eq(labels[:, None])
+            hits = logits.topk(min(5, logits.shape[1]), dim=1).indices.eq(labels[:, None])
             counts += torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum(), labels.new_tensor(labels.numel())]).to(
                 counts
             )
