@@ -142,8 +142,7 @@ def _set_in_a_file(text: str, error: ConfigError) -> ConfigError:
     and the value it gives. The file is looked for where Hydra looked: each --config-dir, then bench's."""
     from bench import config_dir
 
-    named = _IN_CONFIG.search(text)
-    if named is None or error.value is not None:
+    if (named := _IN_CONFIG.search(text)) is None or error.value is not None:
         return error
     args = sys.argv[1:]
     dirs = [a.split("=", 1)[1] for a in args if a.startswith(("--config-dir=", "-cd="))]

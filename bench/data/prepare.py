@@ -102,8 +102,7 @@ def clear_split(store: Any, split: str, keep: Sequence[str]) -> Tuple[List[str],
     store.delete(shard_split_key(split))
     removed, foreign = [], []
     for key, size in store.list(f"{split}/"):
-        name = key[len(split) + 1 :]
-        if key in keep or not SHARD_NAME.fullmatch(name):
+        if key in keep or not SHARD_NAME.fullmatch(key[len(split) + 1 :]):
             continue
         if is_bench_shard(store, key, size):
             store.delete(key)

@@ -89,12 +89,10 @@ class _Loop:
         deadline: Optional[float] = None,
     ):
         self.readers, self.workload, self.periodic, self.heartbeat = readers, workload, periodic, heartbeat
-        self.deadline = deadline
-        self.step = 0
+        self.deadline, self.step = deadline, 0
         self.result = ReaderResult(client, [], host=socket.gethostname())
         self.requests: List[Request] = []
-        self._cpu_at_start = 0.0
-        self._children_cpu_at_start = 0.0
+        self._cpu_at_start = self._children_cpu_at_start = 0.0
 
     def _going(self) -> bool:
         """max_steps not reached, and the deadline (if any) not passed."""

@@ -186,8 +186,7 @@ def measure(config: BenchConfig, clients: Clients, store: ObjectStore, prepared:
                 log.info("run %d of %d (%s)", run + 1, total, "warm-up" if run < storage.warmup_runs else "measured")
             if run == storage.warmup_runs:
                 watch = MachineWatch().start()
-            results = clients.run(prepared, run)
-            if results is None or run < storage.warmup_runs:
+            if (results := clients.run(prepared, run)) is None or run < storage.warmup_runs:
                 continue
             figures = RunFigures() if storage.workload.checkpoint_only else read_figures(results, storage)
             per_run.append(add_checkpoint_figures(figures, results))
@@ -298,9 +297,6 @@ def build_report(
     )
 
 
-log = logging.getLogger(__name__)
-
-
 def hosts_and_node(ctx: RankContext) -> tuple:
     """(hosts in the run, this rank's host index), from what torch's elastic agent exports."""
     local = int(os.environ.get("LOCAL_WORLD_SIZE") or ctx.world_size)
@@ -371,8 +367,7 @@ class Ranks(Clients):
 
     def run(self, prepared: Prepared, run: int) -> Optional[List[ReaderResult]]:
         job = self.job(prepared, self.ctx.rank, run)
-        result = run_client(self.storage, job, sync=_barrier, start_gate=_barrier, heartbeat=self.heartbeat)
-        gathered = _gather(result)
+        gathered = _gather(run_client(self.storage, job, sync=_barrier, start_gate=_barrier, heartbeat=self.heartbeat))
         return gathered if self.reporter else None
 
     def drop(self, store: ObjectStore, prepared: Prepared, run: int) -> None:

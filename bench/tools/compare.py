@@ -49,7 +49,7 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 from urllib.parse import urlparse
 
 import pandas as pd
@@ -178,10 +178,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         threshold = parse_threshold(args.threshold)
         base_mlflow, cand_mlflow = is_run_id("baseline", args.baseline), is_run_id("candidate", args.candidate)
-        if base_mlflow or cand_mlflow:  # only then is a store opened
-            problem = store_missing(uri) or store_problem(uri)
-            if problem:
-                raise ReportError(problem)
+        # only then is a store opened
+        if (base_mlflow or cand_mlflow) and (problem := store_missing(uri) or store_problem(uri)):
+            raise ReportError(problem)
         baseline = read_input("baseline", args.baseline, uri)
         candidate = read_input("candidate", args.candidate, uri)
         comparison = compare_frames(baseline, candidate, threshold, args.judge_unfit)
@@ -202,8 +201,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(line, file=sys.stderr)
     print(render_text(comparison), flush=True)
     files = write_outputs(comparison, out, f"{args.baseline} vs {args.candidate}", notes)
-    target: List[str] = [x for x, mlflow in ((args.candidate, cand_mlflow), (args.baseline, base_mlflow)) if mlflow]
-    if target:
+    if target := [x for x, mlflow in ((args.candidate, cand_mlflow), (args.baseline, base_mlflow)) if mlflow]:
         log_to_mlflow(comparison, files, target[0], args.baseline, uri, tag_candidates=cand_mlflow)
     return said(comparison, files)
 

@@ -65,8 +65,7 @@ def summarize(outcome: TrainOutcome, config: BenchConfig) -> TrainMetrics:
     """The run's record from every rank's result: every number a run reports, plus the settings that
     change speed."""
     ranks, result = outcome.ranks, merge_ranks(outcome.ranks)
-    steps_per_epoch = config.train.steps_per_epoch
-    if steps_per_epoch is None and result.epochs:
+    if (steps_per_epoch := config.train.steps_per_epoch) is None and result.epochs:
         steps_per_epoch = max(e.steps for e in result.epochs)  # one pass over the dataset
     extra = {**result.extra.figures(path=False), **(result.accuracy.figures() if result.accuracy is not None else {})}
     # progressive phases change the FLOPs per image: no single TFLOP/s figure
