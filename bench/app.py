@@ -147,8 +147,8 @@ def run(
         reason = f"run not tracked (tracking.required=true): {tracker.lost}"
         print_error(f"{reason}; its results are in {out_dir}{_kept(out_dir, reason)}")
         return EXIT_FAILED
-    link = tracker.ui_link() if sweep_job is None else None  # a sweep's jobs: the sweep says it once, at its end
-    if link:
+    # a sweep's jobs: the sweep says it once, at its end
+    if link := (tracker.ui_link() if sweep_job is None else None):
         log.info(link)
     return 0
 

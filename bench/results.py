@@ -269,9 +269,8 @@ def note_run(out_dir: Path, run_name: str, files: Sequence[Path]) -> None:
     (names in `out_dir`), written after the tracker has them: what `bench.tools.upload` sends later."""
     if not (out_dir / "run_summary.json").is_file():  # a scenario that keeps none cannot be uploaded anyway
         return
-    summary = read_summary(out_dir)
     names = [str(Path(f).relative_to(out_dir)) for f in files if Path(f).is_relative_to(out_dir)]
-    write_json(out_dir / "run_summary.json", {**summary, "run_name": run_name, "files": names})
+    write_json(out_dir / "run_summary.json", {**read_summary(out_dir), "run_name": run_name, "files": names})
 
 
 def read_column(path: Path, column: str) -> List[float]:

@@ -81,8 +81,7 @@ def match(baseline: pd.DataFrame, candidate: pd.DataFrame) -> Tuple[List[Tuple[s
             seen.add(key)
         else:
             only_candidate.append(label_of(row, keys))
-    only_baseline = [label_of(r, keys) for k, r in by_key.items() if k not in seen]
-    return pairs, only_baseline, only_candidate
+    return pairs, [label_of(r, keys) for k, r in by_key.items() if k not in seen], only_candidate
 
 
 def _items_per_step(row: Dict[str, Any], sample: Sample) -> Optional[float]:
@@ -226,10 +225,5 @@ def compare_frames(
     baseline: pd.DataFrame, candidate: pd.DataFrame, threshold: float, judge_unfit: bool = False
 ) -> Comparison:
     pairs, only_baseline, only_candidate = match(finished(baseline), finished(candidate))
-    return Comparison(
-        [compare_pair(label, b, c, threshold, judge_unfit) for label, b, c in pairs],
-        threshold,
-        only_baseline,
-        only_candidate,
-        differs=config_differences(pairs),
-    )
+    judged = [compare_pair(label, b, c, threshold, judge_unfit) for label, b, c in pairs]
+    return Comparison(judged, threshold, only_baseline, only_candidate, differs=config_differences(pairs))

@@ -145,13 +145,8 @@ def prepare(
             removed, foreign = clear_split(store, split, [task[2] for task in tasks])
             started = time.perf_counter()
             shards, skipped = [], []
-            bar = tqdm(
-                total=len(items),
-                unit="img",
-                desc=f"prepare {split}",
-                file=sys.stderr,
-                disable=None if progress is None else not progress,
-            )
+            disable = None if progress is None else not progress
+            bar = tqdm(total=len(items), unit="img", desc=f"prepare {split}", file=sys.stderr, disable=disable)
             with _pool(min(workers, len(tasks))) as pool:
                 for shard, bad in pool.imap_unordered(_write_shard, tasks):
                     shards.append(shard)

@@ -152,7 +152,7 @@ class _Loop:
         start = time.perf_counter()
         pipeline = self.readers.start(True, epoch, [])
         try:
-            for batch in pipeline.batches(workload.eval_batch):
+            for batch in pipeline.batches(workload.eval_batch_size or workload.batch_size):
                 if compute > 0:
                     time.sleep(compute)
                 stats.add_step(batch.samples, batch.bytes, compute, time.perf_counter() - start)

@@ -246,11 +246,8 @@ def run_rows(per_run: Sequence[RunFigures]) -> List[Dict[str, Any]]:
 
 def caching_figures(dataset_bytes: int, hosts: int = 1) -> CachingFigures:
     ram = psutil.virtual_memory().total
-    return CachingFigures(
-        dataset_bytes=dataset_bytes,
-        client_ram_bytes=ram,
-        potential_caching=dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * hosts,
-    )
+    cached = dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * hosts
+    return CachingFigures(dataset_bytes=dataset_bytes, client_ram_bytes=ram, potential_caching=cached)
 
 
 def build_report(

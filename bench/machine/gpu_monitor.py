@@ -242,10 +242,8 @@ class GpuWatch:
 
     def _pcie(self, verdict: Verdict, gpu: str) -> None:
         nvml, handle = self.nvml, self.handle
-        width, most = (
-            _try(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-            _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
-        )
+        width = _try(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle)
+        most = _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
         if width and most and width < most:
             verdict.reasons.append(f"{gpu} PCIe link x{width} of x{most}")
         top_gen = _try(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
