@@ -147,8 +147,8 @@ def run(
         reason = f"run not tracked (tracking.required=true): {tracker.lost}"
         print_error(f"{reason}; its results are in {out_dir}{_kept(out_dir, reason)}")
         return EXIT_FAILED
-    link = tracker.ui_link() if sweep_job is None else None  # a sweep's jobs: the sweep says it once, at its end
-    if link:
+    # a sweep's jobs: the sweep says it once, at its end
+    if link := (tracker.ui_link() if sweep_job is None else None):
         log.info(link)
     return 0
 
@@ -166,8 +166,7 @@ def _write_outputs(
         report.log_to(tracker, files, out_dir, config.tracking.log_step_metrics)  # never raises
         note_run(out_dir, tracker.name, files)  # what an upload sends later, and by which name
     except OSError as exc:
-        where = exc.filename or out_dir
-        return [f"the run's files could not be written to {out_dir} ({exc.strerror or exc}: {where})"]
+        return [f"the run's files could not be written to {out_dir} ({exc.strerror or exc}: {exc.filename or out_dir})"]
     return []
 
 

@@ -44,8 +44,7 @@ class ConfigError(BenchError, ValueError):
         self.key, self.value, self.accepted = key, value, accepted
         # a secret-looking key or a URL with user:password is never echoed
         self.hidden = looks_secret(key) or (isinstance(value, str) and has_userinfo(value))
-        shown = "<hidden>" if self.hidden else repr(value)
-        super().__init__(f"{key}={shown} is not valid: accepted {accepted}.")
+        super().__init__(f"{key}={'<hidden>' if self.hidden else repr(value)} is not valid: accepted {accepted}.")
 
 
 class ConfigProblem(BenchError, ValueError):

@@ -128,9 +128,8 @@ class Record:
         }
         values.update({name: kind.from_metrics(metrics) for name, kind in nested.items()})
         inner = {f.name for kind in nested.values() for f in fields(kind)}  # type: ignore[arg-type]
-        rest = {k: v for k, v in metrics.items() if k not in own and k not in inner}
         if groups:
-            values[groups[-1]] = rest
+            values[groups[-1]] = {k: v for k, v in metrics.items() if k not in own and k not in inner}
         return cls(**values)
 
     def figure(self, name: str) -> Any:
@@ -251,8 +250,7 @@ def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
 def write_csv(path: Path, fields: Sequence[str], rows: Iterable[Any]) -> Path:
     """Rows are dicts (by field name) or sequences (in field order)."""
     buffer = io.StringIO()
-    rows = list(rows)
-    if rows and isinstance(rows[0], Mapping):
+    if (rows := list(rows)) and isinstance(rows[0], Mapping):
         writer: Any = csv.DictWriter(buffer, fieldnames=list(fields))
         writer.writeheader()
     else:
@@ -271,9 +269,8 @@ def note_run(out_dir: Path, run_name: str, files: Sequence[Path]) -> None:
     (names in `out_dir`), written after the tracker has them: what `bench.tools.upload` sends later."""
     if not (out_dir / "run_summary.json").is_file():  # a scenario that keeps none cannot be uploaded anyway
         return
-    summary = read_summary(out_dir)
     names = [str(Path(f).relative_to(out_dir)) for f in files if Path(f).is_relative_to(out_dir)]
-    write_json(out_dir / "run_summary.json", {**summary, "run_name": run_name, "files": names})
+    write_json(out_dir / "run_summary.json", {**read_summary(out_dir), "run_name": run_name, "files": names})
 
 
 def read_column(path: Path, column: str) -> List[float]:

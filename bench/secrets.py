@@ -234,8 +234,7 @@ def redact_output() -> None:
     up its log handlers, by a job that runs in a process of its own (submitit), by each rank, and by
     the tools that talk to MLflow. Idempotent: a second call wraps nothing twice."""
     for name in ("stdout", "stderr"):
-        stream = getattr(sys, name)
-        if stream is not None and not isinstance(stream, RedactingStream):
+        if (stream := getattr(sys, name)) is not None and not isinstance(stream, RedactingStream):
             setattr(sys, name, RedactingStream(stream))
     current = logging.getLogRecordFactory()
     if not getattr(current, "redacting", False):

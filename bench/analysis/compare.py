@@ -54,8 +54,7 @@ def label_of(row: Dict[str, Any], keys: Sequence[str]) -> str:
     mode = mode_name(_mode(row))
     words = [mode] if mode != DEFAULT_MODE else []
     for prefix, name, fmt in report_class(mode).view.label_columns:  # what names a single run (its report class says)
-        value = row.get(name)
-        if value is not None and not absent(value):
+        if (value := row.get(name)) is not None and not absent(value):
             words.append(prefix + (str(int(float(value))) if fmt == "int" else str(value)))
     return " ".join(words)
 
@@ -82,15 +81,12 @@ def match(baseline: pd.DataFrame, candidate: pd.DataFrame) -> Tuple[List[Tuple[s
             seen.add(key)
         else:
             only_candidate.append(label_of(row, keys))
-    only_baseline = [label_of(r, keys) for k, r in by_key.items() if k not in seen]
-    return pairs, only_baseline, only_candidate
+    return pairs, [label_of(r, keys) for k, r in by_key.items() if k not in seen], only_candidate
 
 
 def _items_per_step(row: Dict[str, Any], sample: Sample) -> Optional[float]:
-    for key in sample.per_step:  # the first of these figures the run has: a timeline entry's items
-        if not absent(row.get(key)):
-            return float(row[key])
-    return None
+    # the first of these figures the run has: a timeline entry's items
+    return next((float(row[key]) for key in sample.per_step if not absent(row.get(key))), None)
 
 
 def _samples(row: Dict[str, Any], kind: str, sample: Sample) -> Tuple[np.ndarray, Any, float]:
@@ -114,9 +110,7 @@ def _kind(base: Dict[str, Any], cand: Dict[str, Any], sample: Sample) -> str:
     if sample.from_repeats and has(base, "repeat_rates", 2) and has(cand, "repeat_rates", 2):
         return "repeats"
     readable = sample.timeline_is_figure or (_items_per_step(base, sample) and _items_per_step(cand, sample))
-    if readable and has(base, "timeline", 2) and has(cand, "timeline", 2):
-        return "steps"
-    return "none"
+    return "steps" if readable and has(base, "timeline", 2) and has(cand, "timeline", 2) else "none"
 
 
 def sample_of(base: Dict[str, Any], cand: Dict[str, Any]) -> Sample:
@@ -231,10 +225,5 @@ def compare_frames(
     baseline: pd.DataFrame, candidate: pd.DataFrame, threshold: float, judge_unfit: bool = False
 ) -> Comparison:
     pairs, only_baseline, only_candidate = match(finished(baseline), finished(candidate))
-    return Comparison(
-        [compare_pair(label, b, c, threshold, judge_unfit) for label, b, c in pairs],
-        threshold,
-        only_baseline,
-        only_candidate,
-        differs=config_differences(pairs),
-    )
+    judged = [compare_pair(label, b, c, threshold, judge_unfit) for label, b, c in pairs]
+    return Comparison(judged, threshold, only_baseline, only_candidate, differs=config_differences(pairs))

@@ -93,11 +93,8 @@ def table(frame: pd.DataFrame) -> pd.DataFrame:
     # a headline MLflow shows as a rounded copy (DISPLAY) is shown to the copy's digits: both agree
     columns = [(header, name, SHOWN_AS_MLFLOW if name in DISPLAY else fmt) for header, name, fmt in columns_of(frame)]
     blank = pd.Series([None] * len(frame), index=frame.index, dtype=object)
-    return pd.DataFrame(
-        {header: [cell(v, fmt) for v in frame.get(name, blank)] for header, name, fmt in columns},
-        index=frame.index,
-        dtype=object,
-    )
+    cells = {header: [cell(v, fmt) for v in frame.get(name, blank)] for header, name, fmt in columns}
+    return pd.DataFrame(cells, index=frame.index, dtype=object)
 
 
 def unfit_warning(frame: pd.DataFrame) -> str:
@@ -158,8 +155,7 @@ def failure_note(frame: pd.DataFrame) -> str:
     if not len(frame) or "status" not in frame:
         return ""
     failed = frame[~frame["status"].isin(["FINISHED", MISSING, runs.RUNNING, runs.PENDING])]  # each said apart
-    reasons = list(failed["error"]) if "error" in failed else []
-    return failure_sentence(len(frame), len(failed), reasons)
+    return failure_sentence(len(frame), len(failed), list(failed["error"]) if "error" in failed else [])
 
 
 def _cells(shown: pd.DataFrame) -> List[List[str]]:

@@ -35,12 +35,8 @@ __all__ = ["CANT_TELL", "FASTER", "SAME", "SLOWER", "UNJUDGED", "as_comparison",
 
 def noise_floor(rounds: Rounds) -> float:
     """The largest gap between a side's two runs within one round (A-B-B-A: each side runs twice)."""
-    gaps = []
-    for values in rounds.figures.values():
-        for first, second in zip(values[0::2], values[1::2], strict=True):
-            if min(first, second) > 0:
-                gaps.append(max(first, second) / min(first, second) - 1)
-    return max(gaps, default=0.0)
+    pairs = [pair for values in rounds.figures.values() for pair in zip(values[0::2], values[1::2], strict=True)]
+    return max((max(pair) / min(pair) - 1 for pair in pairs if min(pair) > 0), default=0.0)
 
 
 def judge(rounds: Rounds, threshold: float) -> Pair:

@@ -110,8 +110,7 @@ def swept_keys(*frames: pd.DataFrame) -> List[str]:
     keys = set()
     for frame in frames:
         for column in (c for c in frame.columns if c.startswith(CONFIG_PREFIX)):
-            name = column[len(CONFIG_PREFIX) :]
-            if not name.startswith(NOISE_KEYS) and frame[column].map(str).nunique() > 1:
+            if not column[len(CONFIG_PREFIX) :].startswith(NOISE_KEYS) and frame[column].map(str).nunique() > 1:
                 keys.add(column)
     return sorted(keys)
 
@@ -198,10 +197,8 @@ def failure_reason(job_dir: Path) -> str:
         lines = [line for line in error_txt.read_text().splitlines() if line.strip()]
         return lines[-1] if lines else "failed"
     log_file = job_dir / "bench.log"
-    if log_file.is_file():
-        errors = [line for line in log_file.read_text().splitlines() if "][ERROR]" in line]
-        if errors:
-            return errors[-1].split("] ", 3)[-1]
+    if log_file.is_file() and (errors := [line for line in log_file.read_text().splitlines() if "][ERROR]" in line]):
+        return errors[-1].split("] ", 3)[-1]
     return "failed before writing results"
 
 

@@ -104,12 +104,8 @@ def with_fitness(pair: Pair, unfit: Sequence[Tuple[str, str, str]], judge_unfit:
     why = f"the {first} was not fit to measure{_in(many)}{more}"
     if rest and not any(n for _, n, _ in unfit):  # two single runs: one whole sentence
         why = "the baseline and the candidate were not fit to measure"
-    return replace(
-        pair,
-        verdict=UNJUDGED,
-        why=why,
-        reasons=[*(f"{side}: {why}" for side, _, why in unfit), f"measured: {pair.headline}", *pair.reasons],
-    )
+    reasons = [*(f"{side}: {why}" for side, _, why in unfit), f"measured: {pair.headline}", *pair.reasons]
+    return replace(pair, verdict=UNJUDGED, why=why, reasons=reasons)
 
 
 def _in(runs: str) -> str:

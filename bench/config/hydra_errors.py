@@ -121,10 +121,9 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
 def _value_error(text: str, dotted: Optional[str], given: Optional[str]) -> Optional[ConfigError]:
     """`dotted`, `given`: the key and value Hydra's "use +key=value" hint names (the key in full, where
     OmegaConf's full_key stops at the first unknown part)."""
-    key_match = _FULL_KEY.search(text)
-    key = key_match.group(1) if key_match else None
-    if key is None:
+    if (key_match := _FULL_KEY.search(text)) is None:
         return None
+    key = key_match.group(1)
     if enum := _ENUM.search(text):
         value, names = enum.group(1), enum.group(2).split(", ")
         return ConfigError(key, value, "one of " + ", ".join(names) + did_you_mean(value, names))
@@ -142,8 +141,7 @@ def _set_in_a_file(text: str, error: ConfigError) -> ConfigError:
     and the value it gives. The file is looked for where Hydra looked: each --config-dir, then bench's."""
     from bench import config_dir
 
-    named = _IN_CONFIG.search(text)
-    if named is None or error.value is not None:
+    if (named := _IN_CONFIG.search(text)) is None or error.value is not None:
         return error
     args = sys.argv[1:]
     dirs = [a.split("=", 1)[1] for a in args if a.startswith(("--config-dir=", "-cd="))]

@@ -58,8 +58,7 @@ class CheckpointConfig(Checks):
 
     def __post_init__(self) -> None:
         self.check_ranges()
-        parts = self.dir.replace("\\", "/").split("/")
-        if not self.dir or self.dir.startswith("/") or ".." in parts:
+        if not self.dir or self.dir.startswith("/") or ".." in self.dir.replace("\\", "/").split("/"):
             self._fail("dir", "a relative folder inside storage.root, without '..'")
 
 

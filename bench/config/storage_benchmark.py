@@ -160,10 +160,6 @@ class StorageWorkloadConfig(Checks):
     def shuffle_mode(self) -> Shuffle:
         return Shuffle(self.shuffle)
 
-    @property
-    def eval_batch(self) -> int:
-        return self.eval_batch_size or self.batch_size
-
 
 @dataclass
 class StorageBenchmarkConfig(Checks):

@@ -87,8 +87,7 @@ def load_cifar100(root: str, split: str) -> Tuple[np.ndarray, np.ndarray, List[s
         else [str(i) for i in range(int(labels.max()) + 1)]
     )
     # stored as rows of R plane, G plane, B plane: make it NHWC once
-    images = np.ascontiguousarray(data.reshape(-1, 3, NATIVE, NATIVE).transpose(0, 2, 3, 1))
-    return images, labels, names
+    return np.ascontiguousarray(data.reshape(-1, 3, NATIVE, NATIVE).transpose(0, 2, 3, 1)), labels, names
 
 
 class Cifar100Batches(BatchDataset):

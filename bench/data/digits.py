@@ -100,8 +100,7 @@ def write_digits(
     digits = load_digits()
     pixels = np.clip(np.rint(digits.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)  # 0..16 -> 0..255
     labels = digits.target.astype(int)
-    index = np.arange(len(labels))
-    train, val = train_test_split(index, test_size=val_fraction, stratify=labels, random_state=seed)
+    train, val = train_test_split(np.arange(len(labels)), test_size=val_fraction, stratify=labels, random_state=seed)
     pil_format, suffix = FORMATS[image_format]
     parent = os.path.dirname(dst)
     os.makedirs(parent, exist_ok=True)

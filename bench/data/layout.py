@@ -31,8 +31,7 @@ def imagefolder_base(root: str, split: str) -> str:
             "with one sub-folder per class (or train/ and val/ holding them)"
         )
     split_dir = os.path.join(root, split)
-    has_splits = os.path.isdir(os.path.join(root, "train")) or os.path.isdir(os.path.join(root, "val"))
-    if has_splits:
+    if os.path.isdir(os.path.join(root, "train")) or os.path.isdir(os.path.join(root, "val")):
         if not os.path.isdir(split_dir):
             raise DataError(f"{root} has no {split}/ folder for data.split={split}")
         return split_dir
@@ -212,8 +211,7 @@ def check_imagefolder(data: DataConfig) -> None:
 def warn_empty_class_folders(base: str, classes: List[str]) -> None:
     """A class folder without images still is a class (a label, an output of the head) that no
     sample has: kept, as torchvision's ImageFolder order needs it, but said once."""
-    empty = [name for name in classes if next(_images_in(os.path.join(base, name), set(), []), None) is None]
-    if empty:
+    if empty := [name for name in classes if next(_images_in(os.path.join(base, name), set(), []), None) is None]:
         log.warning(
             "%s: %d class folder(s) hold no images and still count as classes (labels no image has): %s",
             base,

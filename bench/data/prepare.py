@@ -78,8 +78,7 @@ def source_splits(src: str) -> List[str]:
             f"--src {src!r} does not exist: expected an image folder with one sub-folder per class "
             "(or train/ and val/ holding them)"
         )
-    found = [split for split in SPLITS if os.path.isdir(os.path.join(src, split))]
-    return found or ["train"]
+    return [split for split in SPLITS if os.path.isdir(os.path.join(src, split))] or ["train"]
 
 
 @contextmanager
@@ -103,8 +102,7 @@ def clear_split(store: Any, split: str, keep: Sequence[str]) -> Tuple[List[str],
     store.delete(shard_split_key(split))
     removed, foreign = [], []
     for key, size in store.list(f"{split}/"):
-        name = key[len(split) + 1 :]
-        if key in keep or not SHARD_NAME.fullmatch(name):
+        if key in keep or not SHARD_NAME.fullmatch(key[len(split) + 1 :]):
             continue
         if is_bench_shard(store, key, size):
             store.delete(key)
@@ -147,13 +145,8 @@ def prepare(
             removed, foreign = clear_split(store, split, [task[2] for task in tasks])
             started = time.perf_counter()
             shards, skipped = [], []
-            bar = tqdm(
-                total=len(items),
-                unit="img",
-                desc=f"prepare {split}",
-                file=sys.stderr,
-                disable=None if progress is None else not progress,
-            )
+            disable = None if progress is None else not progress
+            bar = tqdm(total=len(items), unit="img", desc=f"prepare {split}", file=sys.stderr, disable=disable)
             with _pool(min(workers, len(tasks))) as pool:
                 for shard, bad in pool.imap_unordered(_write_shard, tasks):
                     shards.append(shard)

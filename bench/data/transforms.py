@@ -77,13 +77,9 @@ def _decode_simplejpeg(data: bytes | memoryview, train: bool, size: int, rng: ra
     height, width, _, _ = simplejpeg.decode_jpeg_header(data)
     box = crop_box(width, height, train, rng)
     scale = _dct_scale(box, size)
+    min_width, min_height = math.ceil(width / scale), math.ceil(height / scale)
     pixels = simplejpeg.decode_jpeg(
-        data,
-        colorspace="RGB",
-        fastdct=True,
-        fastupsample=True,
-        min_width=math.ceil(width / scale),
-        min_height=math.ceil(height / scale),
+        data, colorspace="RGB", fastdct=True, fastupsample=True, min_width=min_width, min_height=min_height
     )
     return pixels, box, width, height
 

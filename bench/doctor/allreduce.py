@@ -57,8 +57,7 @@ def allreduce_rung(config: BenchConfig, parameters: int, step_ms: float | None) 
         return rung
     started = time.perf_counter()
     backend = "nccl" if torch.cuda.is_available() else "gloo"
-    context = mp.get_context("spawn")
-    out = context.SimpleQueue()
+    out = mp.get_context("spawn").SimpleQueue()
     mp.start_processes(
         _rank, args=(world, free_port(), parameters, backend, out), nprocs=world, join=True, start_method="spawn"
     )

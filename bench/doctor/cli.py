@@ -152,8 +152,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
             diagnosis.parent_run_id = parent.run_id
             files = write(diagnosis, out_dir)
             print(table(diagnosis), flush=True)
-            status = "FINISHED" if diagnosis.verdict != "unknown" else "FAILED"
-            link = _close_parent(parent, diagnosis, files, status)
+            link = _close_parent(parent, diagnosis, files, "FINISHED" if diagnosis.verdict != "unknown" else "FAILED")
     except BaseException as exc:
         if (stopped := interruption_in(exc)) is None:  # also one that a library turned into its own error
             raise

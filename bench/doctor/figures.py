@@ -142,9 +142,7 @@ class WhatIf:
 
     @property
     def gain(self) -> Optional[float]:
-        if self.before and self.images_per_second is not None:
-            return self.images_per_second / self.before
-        return None
+        return self.images_per_second / self.before if self.before and self.images_per_second is not None else None
 
 
 @dataclass

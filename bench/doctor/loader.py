@@ -44,8 +44,7 @@ def loader_rung(config: BenchConfig, window_s: float) -> Rung:
         rung.skipped = "synthetic data is made on the device: there is no input pipeline"
         return rung
     started = time.perf_counter()
-    device = device_of(config)
-    batches = build_batches(config.data, device, memory_format_of(config), seed=config.seed)
+    batches = build_batches(config.data, device_of(config), memory_format_of(config), seed=config.seed)
     count, images, seconds, cpu = timed_batches(batches, warmup=1, least=MIN_BATCHES, window_s=window_s)
     rung.images_per_second = images / seconds
     facts = getattr(batches, "facts", {})

@@ -131,12 +131,10 @@ def bar_chart(diagnosis: Diagnosis, path: Path) -> Any:
     bars = [(r.title + unfit(r), r.images_per_second) for r in diagnosis.rungs if r.images_per_second]
     bars += [(f"what if {w.name}{unfit(w)}", w.images_per_second) for w in diagnosis.what_ifs if w.images_per_second]
     title = chart_title(diagnosis.sentence)
-    lines = title.count("\n") + 1
-    figure, axes = plt.subplots(figsize=(9, 0.5 * max(1, len(bars)) + 1.2 + 0.18 * lines))
+    figure, axes = plt.subplots(figsize=(9, 0.5 * max(1, len(bars)) + 1.2 + 0.18 * (title.count("\n") + 1)))
     names = [name for name, _ in bars][::-1]
     values = [value for _, value in bars][::-1]
-    colours = ["tab:orange" if n.startswith("what if") else "tab:blue" for n in names]
-    axes.barh(names, values, color=colours)
+    axes.barh(names, values, color=["tab:orange" if n.startswith("what if") else "tab:blue" for n in names])
     for y, value in enumerate(values):
         axes.text(value, y, f" {value:,.0f}", va="center")
     if not bars:

@@ -40,10 +40,7 @@ def dataset_files(config: BenchConfig) -> List[str]:
         from bench.data.layout import imagefolder_base, scan_image_folder
 
         return scan_image_folder(imagefolder_base(data.dataset_root, data.split))[1]
-    found: List[str] = []
-    for folder, _dirs, files in os.walk(data.dataset_root):
-        found.extend(os.path.join(folder, name) for name in files)
-    return sorted(found)
+    return sorted(os.path.join(folder, name) for folder, _dirs, files in os.walk(data.dataset_root) for name in files)
 
 
 def ceiling_storage(workload: Mapping[str, Any], *overrides: str) -> StorageConfig:
@@ -74,8 +71,7 @@ def read_pass(
     ended early when the window is spent."""
     if cold:
         store.drop_cache(f.key for f in files)
-    result = run_reader(store, files, workload, window_s=window_s)  # its clock starts once the readers run
-    epoch = result.epochs[0]
+    epoch = run_reader(store, files, workload, window_s=window_s).epochs[0]  # its clock starts once the readers run
     return epoch.all_samples, int(epoch.all_bytes), epoch.epoch_s
 
 

@@ -126,8 +126,7 @@ def rung_config(overrides: Sequence[str], window_s: float) -> BenchConfig:
 
 def replace(overrides: Sequence[str], key: str, value: str) -> List[str]:
     """`overrides` with every override of `key` dropped and `key=value` appended."""
-    kept = [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != key]
-    return [*kept, f"{key}={value}"]
+    return [o for o in overrides if o.lstrip("+~").split("=", 1)[0] != key] + [f"{key}={value}"]
 
 
 def job_label(job: str, name: str) -> str:

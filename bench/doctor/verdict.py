@@ -82,8 +82,7 @@ def short_reason(text: str) -> str:
 def diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
     """(verdict, sentence): a failed full run says which rung failed and why; a training rung not fit
     to measure says so first and calls no bound; otherwise the figures' verdict (figures_verdict)."""
-    by_name = {r.name: r for r in rungs}
-    full = by_name.get(FULL)
+    full = {r.name: r for r in rungs}.get(FULL)
     if full is None or FULL not in _rates(rungs):
         return "unknown", _no_figure(rungs, full)
     if unfit := [r for r in rungs if r.measured and r.fit is False]:

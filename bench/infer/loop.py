@@ -120,13 +120,8 @@ def _window(
         if done % bench.log_every == 0:
             clock.sync()  # a log interval: the one place the host waits for the device
             recent = clock.seconds_between(len(clock) - 1 - bench.log_every, len(clock) - 1)
-            log.info(
-                "batch %d/%d  %.1f img/s (last %d batches)",
-                done,
-                planned,
-                bench.log_every * config.data.batch_size / recent,
-                bench.log_every,
-            )
+            rate = bench.log_every * config.data.batch_size / recent
+            log.info("batch %d/%d  %.1f img/s (last %d batches)", done, planned, rate, bench.log_every)
     clock.sync()
     seconds = clock.seconds_between(0, len(clock) - 1)
     result.measured_steps += done

@@ -203,8 +203,7 @@ def _accelerator_main(storage: StorageConfig, job: ClientJob, gate: Any, checkpo
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
     index = job.client
     try:
-        result = run_client(storage, job, sync=checkpoint_gate.wait, start_gate=gate.wait)
-        results.put((index, True, result))
+        results.put((index, True, run_client(storage, job, sync=checkpoint_gate.wait, start_gate=gate.wait)))
     except BaseException as exc:
         results.put((index, False, f"{type(exc).__name__}: {exc}"))  # first, so the parent sees the cause
         gate.abort()  # then release the others from the barriers

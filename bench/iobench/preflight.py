@@ -17,6 +17,7 @@ in the dataset's and the checkpoints' directories are deleted first, so their by
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from dataclasses import dataclass, replace
@@ -193,11 +194,10 @@ def dataset_need(storage: StorageConfig, directory: Path) -> Optional[Need]:
         return None
     store = LocalStore(directory)
     if storage.prepare == PrepareMode.auto:
-        try:
+        # a damaged manifest: the prepare rewrites it all
+        with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
             if existing_dataset(store, workload)[0] is not None:
                 return None  # reused as it is
-        except (OSError, ValueError, TypeError, KeyError):  # a damaged manifest: the prepare rewrites it all
-            pass
     there = dict(store.list())
     # sizes at the mean record size: the same file names, without a random draw per file
     mean = replace(workload, record_size_stdev=0)

@@ -88,8 +88,7 @@ def qualification(
             f"(storage.warmup_runs={WARMUP_RUNS} storage.runs={MEASURED_RUNS}); this was "
             f"{storage.warmup_runs} + {storage.runs}"
         )
-    spread = figures.runs_samples_per_second_spread_percent
-    if spread is not None and spread > MAX_SPREAD_PERCENT:
+    if (spread := figures.runs_samples_per_second_spread_percent) is not None and spread > MAX_SPREAD_PERCENT:
         why.append(
             f"runs: samples/s spread {spread:.1f}% over the runs, MLPerf wants them within {MAX_SPREAD_PERCENT:.0f}%"
         )

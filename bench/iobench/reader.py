@@ -89,12 +89,10 @@ class _Loop:
         deadline: Optional[float] = None,
     ):
         self.readers, self.workload, self.periodic, self.heartbeat = readers, workload, periodic, heartbeat
-        self.deadline = deadline
-        self.step = 0
+        self.deadline, self.step = deadline, 0
         self.result = ReaderResult(client, [], host=socket.gethostname())
         self.requests: List[Request] = []
-        self._cpu_at_start = 0.0
-        self._children_cpu_at_start = 0.0
+        self._cpu_at_start = self._children_cpu_at_start = 0.0
 
     def _going(self) -> bool:
         """max_steps not reached, and the deadline (if any) not passed."""
@@ -154,7 +152,7 @@ class _Loop:
         start = time.perf_counter()
         pipeline = self.readers.start(True, epoch, [])
         try:
-            for batch in pipeline.batches(workload.eval_batch):
+            for batch in pipeline.batches(workload.eval_batch_size or workload.batch_size):
                 if compute > 0:
                     time.sleep(compute)
                 stats.add_step(batch.samples, batch.bytes, compute, time.perf_counter() - start)

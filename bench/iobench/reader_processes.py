@@ -160,8 +160,7 @@ class ReaderProcesses:
         tasks = io.FileIO(control, "rb")
 
         def send(kind: int, figures: Tuple[int, int, int, float, float] = _NO_FIGURES, payload: bytes = b"") -> None:
-            record = _RECORD.pack(kind, reader, *figures, time.process_time(), len(payload))
-            os.write(results, record + payload)
+            os.write(results, _RECORD.pack(kind, reader, *figures, time.process_time(), len(payload)) + payload)
 
         while (task := _read_exact(tasks, _TASK.size)) is not None:
             kind, epoch = _TASK.unpack(task)
@@ -192,8 +191,7 @@ class ReaderProcesses:
     def record(self) -> Tuple[Any, ...]:
         """The next record from any reader: (kind, reader, item, samples, bytes, start, end, CPU s,
         payload)."""
-        header = self._take(_RECORD.size)
-        fields = _RECORD.unpack(header)
+        fields = _RECORD.unpack(self._take(_RECORD.size))
         return (*fields[:-1], self._take(fields[-1]) if fields[-1] else b"")
 
     def _take(self, size: int) -> bytes:

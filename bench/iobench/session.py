@@ -186,8 +186,7 @@ def measure(config: BenchConfig, clients: Clients, store: ObjectStore, prepared:
                 log.info("run %d of %d (%s)", run + 1, total, "warm-up" if run < storage.warmup_runs else "measured")
             if run == storage.warmup_runs:
                 watch = MachineWatch().start()
-            results = clients.run(prepared, run)
-            if results is None or run < storage.warmup_runs:
+            if (results := clients.run(prepared, run)) is None or run < storage.warmup_runs:
                 continue
             figures = RunFigures() if storage.workload.checkpoint_only else read_figures(results, storage)
             per_run.append(add_checkpoint_figures(figures, results))
@@ -247,11 +246,8 @@ def run_rows(per_run: Sequence[RunFigures]) -> List[Dict[str, Any]]:
 
 def caching_figures(dataset_bytes: int, hosts: int = 1) -> CachingFigures:
     ram = psutil.virtual_memory().total
-    return CachingFigures(
-        dataset_bytes=dataset_bytes,
-        client_ram_bytes=ram,
-        potential_caching=dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * hosts,
-    )
+    cached = dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * hosts
+    return CachingFigures(dataset_bytes=dataset_bytes, client_ram_bytes=ram, potential_caching=cached)
 
 
 def build_report(
@@ -296,9 +292,6 @@ def build_report(
     return StorageReport(
         results, record, prepare, run_rows(per_run) if len(per_run) > 1 else [], client_rows(results, workload)
     )
-
-
-log = logging.getLogger(__name__)
 
 
 def hosts_and_node(ctx: RankContext) -> tuple:
@@ -371,8 +364,7 @@ class Ranks(Clients):
 
     def run(self, prepared: Prepared, run: int) -> Optional[List[ReaderResult]]:
         job = self.job(prepared, self.ctx.rank, run)
-        result = run_client(self.storage, job, sync=_barrier, start_gate=_barrier, heartbeat=self.heartbeat)
-        gathered = _gather(result)
+        gathered = _gather(run_client(self.storage, job, sync=_barrier, start_gate=_barrier, heartbeat=self.heartbeat))
         return gathered if self.reporter else None
 
     def drop(self, store: ObjectStore, prepared: Prepared, run: int) -> None:

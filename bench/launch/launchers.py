@@ -57,9 +57,7 @@ class Joined(Launcher):
     """An outside launcher set RANK/WORLD_SIZE/LOCAL_RANK: this process is that rank; rank 0 reports."""
 
     def __init__(self, ctx: RankContext):
-        self.ctx = ctx
-        self.reports = ctx.is_reporter
-        self.who = f"rank {ctx.rank}"
+        self.ctx, self.reports, self.who = ctx, ctx.is_reporter, f"rank {ctx.rank}"
 
     def run(self, scenario: Any, config: BenchConfig, out_dir: Path) -> Optional[Any]:
         setup_rank_logging(out_dir, self.ctx.rank, own_process=not self.ctx.is_reporter)
@@ -252,9 +250,6 @@ def private_tempdir() -> Iterator[None]:
     finally:
         tempfile.tempdir = previous
         shutil.rmtree(private, ignore_errors=True)
-
-
-log = logging.getLogger("bench")
 
 
 class SurvivorReaper:

@@ -30,8 +30,7 @@ CFG = ("-c", "--cfg")
 
 def wants_preview(argv: Sequence[str]) -> bool:
     """-m (or --multirun) together with --cfg: a sweep to list, not to run."""
-    has_cfg = any(arg in CFG or arg.startswith("--cfg=") for arg in argv)
-    return has_cfg and any(arg in MULTIRUN for arg in argv)
+    return any(arg in CFG or arg.startswith("--cfg=") for arg in argv) and any(arg in MULTIRUN for arg in argv)
 
 
 def wants_job_config(argv: Sequence[str]) -> bool:

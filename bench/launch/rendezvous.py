@@ -184,13 +184,9 @@ class HostsRendezvous(StaticTCPRendezvous):
 def _hosts_handler(params: RendezvousParameters) -> HostsRendezvous:
     static = create_rdzv_handler(params)  # torch's own parsing of the endpoint, rank and timeout
     assert isinstance(static, StaticTCPRendezvous)
+    timeout = int(static.timeout.total_seconds())
     return HostsRendezvous(
-        static.master_addr,
-        static.master_port,
-        static.rank,
-        static.world_size,
-        static.run_id,
-        int(static.timeout.total_seconds()),
+        static.master_addr, static.master_port, static.rank, static.world_size, static.run_id, timeout
     )
 
 

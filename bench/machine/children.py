@@ -94,13 +94,9 @@ def run_child(
     captured as text; the child gets SIGTERM if this process dies (SIGKILL included), and when this
     process is interrupted (Ctrl-C, or SIGTERM raised as bench.errors.Interrupted) or the timeout
     passes, the child is sent SIGTERM, given `grace_s`, then killed, before the exception goes on."""
+    on_exec = _die_with_parent_on_exec(os.getpid())
     proc = subprocess.Popen(
-        list(argv),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        preexec_fn=_die_with_parent_on_exec(os.getpid()),
-        **popen,
+        list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=on_exec, **popen
     )
     try:
         out, err = proc.communicate(timeout=timeout)

@@ -4,6 +4,7 @@ them, and the frequency governor and clocks (cpufreq). bench.machine.fitness jud
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -15,18 +16,14 @@ SLOW_CLOCK = 0.80  # a CPU clock below this share of its max is noted
 
 def affinity() -> List[int]:
     """The CPUs this process may run on."""
-    if hasattr(os, "sched_getaffinity"):
-        return sorted(os.sched_getaffinity(0))
-    return list(range(os.cpu_count() or 1))
+    return sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else list(range(os.cpu_count() or 1))
 
 
 def cgroup_quota(root: Path = CGROUP) -> Optional[float]:
     """The cgroup's CPU quota in cores (v2 cpu.max, else v1 cfs_quota_us / cfs_period_us); None: no quota."""
-    try:
+    with contextlib.suppress(OSError, ValueError):
         quota, period = (root / "cpu.max").read_text().split()[:2]
         return None if quota == "max" else int(quota) / int(period)
-    except (OSError, ValueError):
-        pass
     for group in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
         try:
             quota_us = int((root / group / "cpu.cfs_quota_us").read_text())

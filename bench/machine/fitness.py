@@ -137,11 +137,9 @@ def cpu_seconds_with_children() -> float:
     me = psutil.Process()
     total = 0.0
     for process in [me, *me.children(recursive=True)]:
-        try:
+        with contextlib.suppress(psutil.NoSuchProcess):
             times = process.cpu_times()
             total += times.user + times.system
-        except psutil.NoSuchProcess:
-            pass
     return total
 
 
@@ -159,8 +157,7 @@ class MachineWatch:
         self.root = root if root is not None else root_pid()
         self.cpu = cpu  # False: the GPU's checks only (a rank other than 0: rank 0 judges the CPU)
         self.demand = demand  # (threads, ranks on this host, loader workers per rank, what a thread is)
-        self.gpu = gpu
-        self.interval_s = interval_s
+        self.gpu, self.interval_s = gpu, interval_s
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 

@@ -67,8 +67,7 @@ def nvml_handle(nvml: Any, cuda_index: int) -> Any:
 
 class GpuMonitor:
     def __init__(self, cuda_index: int = 0, interval_s: float = 0.5):
-        self.cuda_index = cuda_index
-        self.interval_s = interval_s
+        self.cuda_index, self.interval_s = cuda_index, interval_s
         self._samples: List[tuple] = []
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -194,8 +193,7 @@ class GpuWatch:
             self.events |= int(reasons)
         if (clock := _try(nvml.nvmlDeviceGetClockInfo, handle, CLOCK_SM)) is not None:
             self.clocks.append(int(clock))
-        gen = _try(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle)
-        self.pcie_gen = max(self.pcie_gen, int(gen or 0))
+        self.pcie_gen = max(self.pcie_gen, int(_try(nvml.nvmlDeviceGetCurrPcieLinkGeneration, handle) or 0))
         if (processes := _try(nvml.nvmlDeviceGetComputeRunningProcesses, handle)) is not None:
             pids = {int(p.pid) for p in processes}
             if pids & self.own or len(pids) <= self.ranks_on_gpu:
@@ -215,8 +213,7 @@ class GpuWatch:
             verdict.reasons.append(f"{gpu} throttled during the window: {', '.join(seen)}")
         if self.events & POWER_CAP:
             verdict.notes.append(f"{gpu} reached its power cap during the window")
-        top = _try(nvml.nvmlDeviceGetMaxClockInfo, handle, CLOCK_SM)
-        if top and self.clocks:
+        if (top := _try(nvml.nvmlDeviceGetMaxClockInfo, handle, CLOCK_SM)) and self.clocks:
             mean = sum(self.clocks) / len(self.clocks)
             verdict.figures.update(fit_gpu_sm_clock_ratio=round(mean / top, 3))
             if mean / top < SLOW_SM_CLOCK:
@@ -225,8 +222,7 @@ class GpuWatch:
         default = _try(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
         if limit and default and limit < default:
             verdict.reasons.append(f"{gpu} power limit {limit / 1000:.0f} W < default {default / 1000:.0f} W")
-        mig = _try(nvml.nvmlDeviceGetMigMode, handle)
-        if mig and int(mig[0]) == 1:
+        if (mig := _try(nvml.nvmlDeviceGetMigMode, handle)) and int(mig[0]) == 1:
             verdict.notes.append(f"{gpu} is in MIG mode: the figures are one partition's")
         if _try(nvml.nvmlDeviceGetPersistenceMode, handle) == 0:
             verdict.notes.append(f"{gpu} persistence mode is off")
@@ -246,10 +242,8 @@ class GpuWatch:
 
     def _pcie(self, verdict: Verdict, gpu: str) -> None:
         nvml, handle = self.nvml, self.handle
-        width, most = (
-            _try(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle),
-            _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle),
-        )
+        width = _try(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle)
+        most = _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
         if width and most and width < most:
             verdict.reasons.append(f"{gpu} PCIe link x{width} of x{most}")
         top_gen = _try(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)

@@ -49,9 +49,8 @@ class EpochData:
         if self.batches is not None and hasattr(self.batches, "close"):
             self.batches.close()
         batch = self.config.distributed.per_process(phase.batch_size, self.ctx.world_size)
-        data = dataclasses.replace(self.config.data, image_size=phase.image_size, batch_size=batch)
         self.batches = build_batches(
-            data,
+            dataclasses.replace(self.config.data, image_size=phase.image_size, batch_size=batch),
             self.device,
             self.memory_format,
             self.config.seed + self.ctx.rank,

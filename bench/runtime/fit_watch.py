@@ -80,8 +80,7 @@ def check_quiet(config: BenchConfig, device: Any) -> None:
 
     config, _ = fit_cpu(config, device.type)  # the threads and workers the run will have
     ranks = config.distributed.nproc_per_node
-    threads = config.cpu_threads or torch.get_num_threads()
-    threads_, ranks_, workers, word = demand(config, device.type, ranks, threads)
+    threads_, ranks_, workers, word = demand(config, device.type, ranks, config.cpu_threads or torch.get_num_threads())
     _, reason = oversubscription(threads_, ranks_, workers, usable_cores(affinity()), word)
     if reason:
         raise ConfigProblem(

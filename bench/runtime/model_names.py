@@ -63,8 +63,7 @@ def check_arch(model: ModelConfig, known: Optional[Collection[str]] = None) -> N
             + ", ".join(OWN_MODELS)
             + (f" (did you mean {close[0]}?)" if close else ""),
         )
-    patch = vit_patch(model.arch)
-    if patch and model.image_size % patch:
+    if (patch := vit_patch(model.arch)) and model.image_size % patch:
         raise ConfigError(
             "data.image_size", model.image_size, f"a multiple of {patch} for model={model.arch} (its patch size)"
         )

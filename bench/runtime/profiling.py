@@ -143,8 +143,6 @@ def after_window(
     return figures, [str(path) for path in files], interrupted
 
 
-log = logging.getLogger(__name__)
-
 BATCH = 2  # not 1: BatchNorm in training mode needs two values per channel (a 1x1 map at small sizes)
 
 

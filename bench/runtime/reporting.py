@@ -344,8 +344,7 @@ def utilisation(
         return {}
     achieved = images_per_second * gflops_per_image / 1000.0
     figures: Dict[str, object] = {"achieved_tflops": achieved, "achieved_tflops_per_device": achieved / world_size}
-    known = peak_tflops(device_name, peak_key(autocast_dtype, tf32)) if device == "cuda" else None
-    if known:
+    if known := (peak_tflops(device_name, peak_key(autocast_dtype, tf32)) if device == "cuda" else None):
         peak, model = known
         figures.update(peak_tflops_per_device=peak, peak_gpu_model=model, mfu=achieved / world_size / peak)
     return figures

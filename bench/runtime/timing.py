@@ -61,8 +61,7 @@ class StepClock:
 
     def seconds_between(self, first: int, last: int) -> float:
         """Seconds of counted time from mark `first` to mark `last` (call sync() first on CUDA)."""
-        paused = sum(self._span(i - 1, i) for i in self._gaps if first < i <= last)
-        return self._span(first, last) - paused
+        return self._span(first, last) - sum(self._span(i - 1, i) for i in self._gaps if first < i <= last)
 
     def step_times_ms(self, first: int = 0) -> List[float]:
         """Time between consecutive marks from mark `first` on, pauses left out, in ms (call

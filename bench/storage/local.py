@@ -208,8 +208,7 @@ class LocalBackend:
         return str(Path(self.cfg.root or run_dir) / subdir)
 
     def open(self, location: str, fsync: bool = False) -> ObjectStore:
-        store = DirectReadStore if self.cfg.direct_io else LocalStore
-        return store(Path(location), fsync=fsync)
+        return (DirectReadStore if self.cfg.direct_io else LocalStore)(Path(location), fsync=fsync)
 
     def checkpoint_store(self, run_dir: Path, subdir: str = "") -> ObjectStore:
         return self.open(self.location(run_dir, subdir), fsync=self.cfg.fsync)

@@ -27,5 +27,4 @@ def backend(cfg: StorageLocation, name: Optional[str] = None) -> Backend:
 def open_store(location: str, cfg: StorageLocation) -> ObjectStore:
     """A store for `location`: a local directory, or <scheme>://... of a remote backend (whose
     endpoint, client and retries come from `cfg`, whatever storage option the run uses)."""
-    scheme = location.split("://", 1)[0] if "://" in location else ""
-    return backend(cfg, SCHEMES.get(scheme, "local")).open(location)
+    return backend(cfg, SCHEMES.get(location.split("://", 1)[0] if "://" in location else "", "local")).open(location)

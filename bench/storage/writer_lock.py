@@ -153,8 +153,7 @@ class _OwnerObject(WriterLock):
             raise _busy(where, current, hint)
         self._write()
         time.sleep(SETTLE_S)  # a writer that found no owner at the same moment has written its own by now
-        now = self._read()
-        if not now or now.get("token") != owner["token"]:
+        if not (now := self._read()) or now.get("token") != owner["token"]:
             raise _busy(where, now, hint)
         if current:
             log.warning(

@@ -49,7 +49,7 @@ import logging
 import re
 import sys
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 from urllib.parse import urlparse
 
 import pandas as pd
@@ -99,8 +99,7 @@ def is_run_id(what: str, argument: str) -> bool:
 def store_missing(uri: str) -> Optional[str]:
     """Why a local store (a sqlite file, an mlruns folder) cannot hold the run: it does not exist
     (reading it would create it). None for one that exists, and for a server (probed instead)."""
-    scheme = urlparse(uri).scheme
-    path = sqlite_path(uri) or (Path(urlparse(uri).path) if scheme in ("", "file") else None)
+    path = sqlite_path(uri) or (Path(urlparse(uri).path) if urlparse(uri).scheme in ("", "file") else None)
     if path is None or path.exists():
         return None
     return (
@@ -179,10 +178,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     try:
         threshold = parse_threshold(args.threshold)
         base_mlflow, cand_mlflow = is_run_id("baseline", args.baseline), is_run_id("candidate", args.candidate)
-        if base_mlflow or cand_mlflow:  # only then is a store opened
-            problem = store_missing(uri) or store_problem(uri)
-            if problem:
-                raise ReportError(problem)
+        # only then is a store opened
+        if (base_mlflow or cand_mlflow) and (problem := store_missing(uri) or store_problem(uri)):
+            raise ReportError(problem)
         baseline = read_input("baseline", args.baseline, uri)
         candidate = read_input("candidate", args.candidate, uri)
         comparison = compare_frames(baseline, candidate, threshold, args.judge_unfit)
@@ -203,8 +201,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(line, file=sys.stderr)
     print(render_text(comparison), flush=True)
     files = write_outputs(comparison, out, f"{args.baseline} vs {args.candidate}", notes)
-    target: List[str] = [x for x, mlflow in ((args.candidate, cand_mlflow), (args.baseline, base_mlflow)) if mlflow]
-    if target:
+    if target := [x for x, mlflow in ((args.candidate, cand_mlflow), (args.baseline, base_mlflow)) if mlflow]:
         log_to_mlflow(comparison, files, target[0], args.baseline, uri, tag_candidates=cand_mlflow)
     return said(comparison, files)
 
@@ -239,8 +236,7 @@ def main_rerun(args: argparse.Namespace) -> int:
             for line in (moved, f"compare: {SAME.format('run')} ({args.baseline}): {then}" if same else ""):
                 if line:
                     print(line, file=sys.stderr, flush=True)
-            figure = rerun_figure(args.baseline)
-            result = rerun_compare(sides, args.rerun, threshold, out, args.judge_unfit, figure)
+            result = rerun_compare(sides, args.rerun, threshold, out, args.judge_unfit, rerun_figure(args.baseline))
             comparison = as_comparison(result, label(sides), threshold)
             notes = [said_same(comparison, args.baseline, then)] if same else []
             title = f"{args.baseline} vs {args.candidate}, {args.rerun} rounds of {ORDER} in fresh processes"

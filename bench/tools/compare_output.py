@@ -171,10 +171,8 @@ def own_folder(out: Path, named: bool) -> Tuple[Path, str]:
             (folder / "compare.md").open("x").close()  # claimed: a compare started at once takes the next
         except FileExistsError:
             continue
-        return (
-            folder,
-            "" if number == 1 else f"compare: {out} holds an earlier compare (kept); this one goes to {folder}",
-        )
+        elsewhere = f"compare: {out} holds an earlier compare (kept); this one goes to {folder}"
+        return folder, "" if number == 1 else elsewhere
     raise AssertionError("unreachable")
 
 

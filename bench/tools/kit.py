@@ -71,8 +71,7 @@ def read_have(path: Path) -> Dict[str, Optional[str]]:
     """A `pip freeze`: name -> version (None for a bare name, an URL or a local build's path)."""
     have: Dict[str, Optional[str]] = {}
     for raw in path.read_text().splitlines():
-        line = raw.split("#", 1)[0].strip()
-        if not line or line.startswith("-"):
+        if not (line := raw.split("#", 1)[0].strip()) or line.startswith("-"):
             continue  # comments, blank lines, -e / --index-url lines
         if not (found := re.fullmatch(r"([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[.*\])?\s*(?:===?\s*(\S+)|@.*)?", line)):
             raise KitError(f"--have {path}: {raw.strip()!r} is not a line of `pip freeze` (name==version)", EXIT_CONFIG)
@@ -375,10 +374,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return exc.code
     except KeyboardInterrupt:
         return 130
-    mib = manifest["size_bytes"] / 2**20
     names = ", ".join(sorted(canonicalize_name(n.split("-")[0]) for n in manifest["wheels"]))
     where = f"{args.out} (Python {args.python}, {manifest['platform']})"
-    print(f"kit: {len(manifest['wheels'])} wheels, {mib:.1f} MiB in {where}: {names}")
+    print(f"kit: {len(manifest['wheels'])} wheels, {manifest['size_bytes'] / 2**20:.1f} MiB in {where}: {names}")
     print(f"from the target ({len(manifest['from_target'])}): {', '.join(manifest['from_target'])}")
     print(f"on the target: {manifest['install']}")
     return 0

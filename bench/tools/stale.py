@@ -41,8 +41,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         print(f"no MLflow store at {missing}: 0 RUNNING, 0 stale", file=sys.stderr)
         return 0
     if args.move_aside:  # a half-made sqlite store: renamed
-        path = sqlite_path(uri)
-        if path is None or not half_made(path):
+        if (path := sqlite_path(uri)) is None or not half_made(path):
             print(f"[ERROR] {redact(uri)} is not a half-made sqlite store: nothing moved", file=sys.stderr)
             return 2
         path.rename(path.with_name(f"{path.name}.half-made-{time.strftime('%Y%m%d-%H%M%S')}"))

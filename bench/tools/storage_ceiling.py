@@ -168,8 +168,7 @@ def main(argv: Optional[List[str]] = None) -> int:
 def argument_problem(args: argparse.Namespace) -> Optional[str]:
     """The first argument that cannot work, in one sentence; None when all can (nothing written yet)."""
     for name in ("files", "samples_per_file", "record_size", "threads", "prefetch", "rounds", "transfer_size"):
-        value = getattr(args, name)
-        if value is not None and value < 1:
+        if (value := getattr(args, name)) is not None and value < 1:
             return f"--{name.replace('_', '-')}={value} is not valid: accepted an integer of 1 or more."
     for flag, floor in (("--min-fio", args.min_fio), ("--min-plain", args.min_plain)):
         if floor is not None and not (math.isfinite(floor) and floor > 0):  # nan compares below nothing

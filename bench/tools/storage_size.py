@@ -25,8 +25,7 @@ def _argument_problem(args: argparse.Namespace) -> Optional[str]:
     for flag, value in (("--hosts", args.hosts), ("--accelerators-per-host", args.accelerators_per_host)):
         if value is not None and value < 1:
             return f"{flag}={value} is not valid: accepted an integer of 1 or more."
-    memory = args.host_memory_gb
-    if memory is not None and not (math.isfinite(memory) and memory > 0):
+    if (memory := args.host_memory_gb) is not None and not (math.isfinite(memory) and memory > 0):
         return f"--host-memory-gb={memory} is not valid: accepted a number of GB above 0."
     return None
 

@@ -42,8 +42,7 @@ def eval_cost(args: argparse.Namespace, root: str) -> None:
     from bench.train.loop import train
 
     def images_per_second(eval_every: int) -> float:
-        config = compose(*eval_run(args, root), f"train.eval_every={eval_every}")
-        result = train(config, torch.device("cpu"))
+        result = train(compose(*eval_run(args, root), f"train.eval_every={eval_every}"), torch.device("cpu"))
         return result.images / result.window_seconds
 
     sides = {"ours": lambda: images_per_second(1), "base": lambda: images_per_second(0)}  # eval_every=1, 0

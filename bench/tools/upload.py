@@ -86,8 +86,7 @@ def upload(run_dir: Path, uri: str) -> str:
         tracking = config.get("tracking", {})
         tags = {f"env.{k}": v for k, v in flatten(summary.get("environment", {})).items()}
         tags["uploaded_from"] = str(run_dir.resolve())
-        experiment = tracking.get("experiment") or "bench"
-        tracker = Tracker.start(uri, experiment, run_name, tags)
+        tracker = Tracker.start(uri, tracking.get("experiment") or "bench", run_name, tags)
         if not tracker.active:
             raise RuntimeError(f"the MLflow store at {redact(uri)} could not be reached")
         tracker.log_params(config)

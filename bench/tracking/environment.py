@@ -41,13 +41,10 @@ def _torchvision_version() -> Optional[str]:
 
 
 def _cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    with contextlib.suppress(OSError), open("/proc/cpuinfo") as fh:
+        for line in fh:
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
     return platform.processor() or platform.machine()
 
 
@@ -130,8 +127,7 @@ def code_provenance(packages: Sequence[str]) -> Dict[str, Any]:
     top = _git("rev-parse", "--show-toplevel")
     here = Path(__file__).resolve().parents[2]  # the directory holding the bench package
     # only a checkout of bench itself: an installed wheel inside some other repository has no commit of ours
-    commit = _git("rev-parse", "HEAD") if top and Path(top).resolve() == here else None
-    if commit:
+    if commit := (_git("rev-parse", "HEAD") if top and Path(top).resolve() == here else None):
         found["git_commit"] = commit
         status = _git("status", "--porcelain")
         if status is not None:  # a changed tracked file, or a new file where bench's code and config live
@@ -152,12 +148,11 @@ def nvml_devices() -> list:
         devices = []
         for index in range(pynvml.nvmlDeviceGetCount()):
             handle = pynvml.nvmlDeviceGetHandleByIndex(index)
-            memory = pynvml.nvmlDeviceGetMemoryInfo(handle)
             devices.append(
                 {
                     "index": index,
                     "name": pynvml.nvmlDeviceGetName(handle),
-                    "memory_total_mb": memory.total // 2**20,
+                    "memory_total_mb": pynvml.nvmlDeviceGetMemoryInfo(handle).total // 2**20,
                     "driver": driver,
                 }
             )
@@ -190,11 +185,9 @@ def collect_environment() -> Dict[str, Any]:
         env["gpu_count"] = torch.cuda.device_count()
         env["gpu_name"] = torch.cuda.get_device_name(0)
         env["gpu_capability"] = ".".join(map(str, torch.cuda.get_device_capability(0)))
-        try:
+        with contextlib.suppress(Exception):
             version = torch.cuda.nccl.version()  # a tuple in recent torch, an int in older ones
             env["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
-        except Exception:
-            pass
     if gpus := nvml_devices():
         env["gpu_driver"] = gpus[0]["driver"]
         env["gpu_memory_mb"] = gpus[0]["memory_total_mb"]

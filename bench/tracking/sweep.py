@@ -63,8 +63,8 @@ _state = SweepState()
 def current_job(hydra_cfg: Any) -> SweepJob:
     """What a sweep job needs to log as a child of the sweep (or to skip tracking when the
     server did not answer the sweep's one probe), wherever the job runs."""
-    carried = json.loads(os.environ.get(SWEEP_ENV) or "{}")  # _carry's: parent_run_id, launch_dir, tracking_down
-    return SweepJob(job=hydra_cfg.job.num, dir=hydra_cfg.sweep.dir, **carried)
+    # **: _carry's parent_run_id, launch_dir, tracking_down
+    return SweepJob(job=hydra_cfg.job.num, dir=hydra_cfg.sweep.dir, **json.loads(os.environ.get(SWEEP_ENV) or "{}"))
 
 
 def failed_jobs() -> int:
@@ -85,8 +85,7 @@ def job_lost(num: Any, overrides: Sequence[str], job_dir: Path, reason: str) -> 
     when the job never opened one), the reason in its job dir for the report."""
     _count(num, True, reason)
     _record_in_job_dir(job_dir, overrides, reason)
-    tracker = _state.tracker
-    if tracker is None or not tracker.active:
+    if (tracker := _state.tracker) is None or not tracker.active:
         return
     try:
         _fail_child(tracker, str(num), list(overrides), reason)
@@ -120,8 +119,7 @@ def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> 
 
 def _fail_child(parent: Tracker, num: str, overrides: List[str], reason: str) -> None:
     client, family = parent.client, f"tags.mlflow.parentRunId = '{parent.run_id}'"
-    found = client.search_runs([parent.experiment_id], filter_string=f"{family} and tags.`sweep.job` = '{num}'")
-    if found:
+    if found := client.search_runs([parent.experiment_id], filter_string=f"{family} and tags.`sweep.job` = '{num}'"):
         child = found[0]
         if child.info.status != "FAILED":
             said = child.data.tags.get("error")
@@ -292,8 +290,7 @@ def _close_parent(tracker: Tracker, jobs: int, failed: int, files: List[Path], n
 def end_unsubmitted_sweep(reason: str) -> None:
     """The launcher could not hand the jobs over (sbatch refused them): the parent ends FAILED with
     the reason, not KILLED as an interrupted sweep."""
-    tracker = _state.tracker
-    if tracker is not None and tracker.active:
+    if (tracker := _state.tracker) is not None and tracker.active:
         tracker.finish("FAILED", error=reason)
     _state.tracker = None
 

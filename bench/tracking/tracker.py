@@ -162,8 +162,7 @@ class Tracker:
             return
         from mlflow.entities import RunTag
 
-        items = [RunTag(k, redact(str(v))[:5000]) for k, v in tags.items()]
-        self._call("set tags", "log_batch", tags=items)
+        self._call("set tags", "log_batch", tags=[RunTag(k, redact(str(v))[:5000]) for k, v in tags.items()])
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
         for path in paths:

@@ -48,7 +48,7 @@ from bench.train.optim import build_optimizer, build_scheduler, effective_lr, un
 from bench.train.result import EpochRecord
 from bench.train.resume import Position, TrainingCheckpoints, rng_states
 
-log = logging.getLogger("bench")
+log = logging.getLogger(__name__)
 
 
 class TrainingRun:
@@ -198,8 +198,6 @@ def _wrap_ddp(model: nn.Module, config: BenchConfig, device: torch.device) -> nn
         bucket_cap_mb=dist.bucket_cap_mb,
     )
 
-
-log = logging.getLogger(__name__)
 
 GROWTH_LIMIT = 64
 TRIAL_STEPS = 2

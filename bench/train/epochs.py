@@ -230,7 +230,7 @@ class MeasuredWindow:
 
     def figures(self) -> TrainResult:
         """The window's figures (bench.train.loop pools the repeats' and adds the run's)."""
-        tally, clock = self.tally, self.clock
+        tally, clock, run = self.tally, self.clock, self.training
         return TrainResult(
             measured_steps=tally.steps,
             measured_images=tally.images,
@@ -238,14 +238,10 @@ class MeasuredWindow:
             step_times_ms=clock.step_times_ms(),
             data_wait_ms=tally.data_wait_ms,
             epochs=tally.epochs,
-            final_lr=float(self.training.step.applied_lr),
+            final_lr=float(run.step.applied_lr),
             final_loss=float(tally.loss.item()),
             accuracy=accuracy_figures(
-                self.training.config,
-                tally.epochs,
-                tally.reached,
-                self.wall_seconds(),
-                tally.evaluation.get("val_images"),
+                run.config, tally.epochs, tally.reached, self.wall_seconds(), tally.evaluation.get("val_images")
             ),
         )
 
@@ -302,8 +298,7 @@ def evaluate(model: nn.Module, val: Any, policy: PrecisionPolicy, ctx: RankConte
     with torch.inference_mode(), policy.autocast():
         for images, labels in val.one_pass():
             logits = model(images)
-            top = logits.topk(min(5, logits.shape[1]), dim=1).indices
-            hits = top.eq(labels[:, None])
+            hits = logits.topk(min(5, logits.shape[1]), dim=1).indices.eq(labels[:, None])
             counts += torch.stack([hits[:, 0].sum(), hits.any(dim=1).sum(), labels.new_tensor(labels.numel())]).to(
                 counts
             )

@@ -153,13 +153,9 @@ def measure(run: TrainingRun, monitor: Any, first_step_at: float) -> TrainResult
         windows.append(window)
         if repeats > 1:
             seconds = window.window_seconds
+            rate = window.measured_images / seconds if seconds > 0 else 0.0
             log.info(
-                "repeat %d/%d: %.1f images/s (%d steps, %.2f s)",
-                repeat,
-                repeats,
-                window.measured_images / seconds if seconds > 0 else 0.0,
-                window.measured_steps,
-                seconds,
+                "repeat %d/%d: %.1f images/s (%d steps, %.2f s)", repeat, repeats, rate, window.measured_steps, seconds
             )
     pooled = pool(windows)
     pooled.gpu = monitor.stop() if monitor is not None else GpuFigures()
@@ -282,8 +278,6 @@ def _param_checksum(model: nn.Module) -> float:
         # one device-to-host read, not one per tensor
         return float(torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().item())
 
-
-log = logging.getLogger(__name__)
 
 PHASES = ("data", "forward", "backward", "optimizer")
 

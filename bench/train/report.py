@@ -27,11 +27,6 @@ EPOCH_SERIES = ("images_per_second", "seconds", "loss", "lr", "data_wait_seconds
 RANK_FIELDS = ("rank", "host", "images", "window_seconds", "peak_memory_bytes", "param_checksum")  # run_summary.json
 
 
-def epoch_dicts(epochs: Sequence[EpochRecord]) -> List[Dict[str, Any]]:
-    """An epoch's line: what it measured; evaluation and phase keys only where they apply."""
-    return [{k: v for k, v in asdict(e).items() if v is not None} for e in epochs]
-
-
 def merge_ranks(ranks: Sequence[TrainResult]) -> TrainResult:
     """Rank 0's result with the step timeline of the whole job (the max over ranks per step)."""
     result = ranks[0]
@@ -65,8 +60,7 @@ def summarize(outcome: TrainOutcome, config: BenchConfig) -> TrainMetrics:
     """The run's record from every rank's result: every number a run reports, plus the settings that
     change speed."""
     ranks, result = outcome.ranks, merge_ranks(outcome.ranks)
-    steps_per_epoch = config.train.steps_per_epoch
-    if steps_per_epoch is None and result.epochs:
+    if (steps_per_epoch := config.train.steps_per_epoch) is None and result.epochs:
         steps_per_epoch = max(e.steps for e in result.epochs)  # one pass over the dataset
     extra = {**result.extra.figures(path=False), **(result.accuracy.figures() if result.accuracy is not None else {})}
     # progressive phases change the FLOPs per image: no single TFLOP/s figure
@@ -125,7 +119,8 @@ class TrainReport(ModelReport):
         self, out_dir: Path, config: Mapping[str, Any], environment: Mapping[str, Any], run_id: Optional[str]
     ) -> List[Path]:
         """metrics_epoch.jsonl, and run_summary.json with the epochs and every rank's figures."""
-        epochs = epoch_dicts(self.result.epochs)
+        # an epoch's line: what it measured; evaluation and phase keys only where they apply
+        epochs = [{k: v for k, v in asdict(e).items() if v is not None} for e in self.result.epochs]
         ranks = [
             {**{k: getattr(r, k) for k in RANK_FIELDS}, "fit": r.fit.as_dict() if r.fit is not None else {}}
             for r in self.ranks

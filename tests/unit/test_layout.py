@@ -120,8 +120,10 @@ def test_no_module_over_300_lines(module):
 # stop-proof temporary folders a CI run found missing (bench.machine.children.stop_proof_folder: 17,992);
 # moved down to 17,862 by issue 41 §6's pass (assignments folded into their `if`, unused loggers and
 # repeated imports dropped: 17,862 measured), then 17,871 with the kit's temporary folders moved into
-# --out (a SIGKILL left them in TMPDIR).
-CODE_LINE_CEILING = 17_878
+# --out (a SIGKILL left them in TMPDIR); moved down to 17,706 by a further folding pass (one-use locals
+# and helpers inlined, calls that fit on one line, leftover second loggers: 17,706 measured), 17,713 with
+# a sweep's runs grouped under its name in the MLflow view (issue 40 §6).
+CODE_LINE_CEILING = 17_713
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):

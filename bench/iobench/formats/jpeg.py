@@ -41,8 +41,7 @@ class JPEGFormat(Format):
     overhead_per_file, overhead_per_sample = 4096, 0  # on disk: a JPEG is encoded to about record_size
 
     def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
-        seed = int.from_bytes(payload[:8].ljust(8, b"\0"), "little")
-        data = encode_image(spec.record_size, seed)
+        data = encode_image(spec.record_size, int.from_bytes(payload[:8].ljust(8, b"\0"), "little"))
         return data, FileSpec(spec.key, spec.index, 1, len(data)).written(len(data))
 
     def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:

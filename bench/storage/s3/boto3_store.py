@@ -47,8 +47,7 @@ class Boto3Store(S3Store):
         self._client = boto3_client(settings, attempts=1)
 
     def _missing(self, exc: BaseException) -> bool:
-        code = getattr(exc, "response", {}).get("Error", {}).get("Code", "")
-        return code in ("NoSuchKey", "404", "NotFound")
+        return getattr(exc, "response", {}).get("Error", {}).get("Code", "") in ("NoSuchKey", "404", "NotFound")
 
     def _get(self, key: str, **extra: Any) -> bytes:
         return self._client.get_object(Bucket=self.settings.bucket, Key=self.settings.key(key), **extra)["Body"].read()

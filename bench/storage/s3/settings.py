@@ -121,9 +121,7 @@ class S3Store:
     retries_itself = False  # True: the client's own retries, storage.max_attempts tries
 
     def __init__(self, settings: S3Settings):
-        self.settings = settings
-        self.url = settings.url
-        self.mode = self.client_name
+        self.settings, self.url, self.mode = settings, settings.url, self.client_name
 
     _missing: Callable[[BaseException], bool]  # is this client's exception a missing key?
 

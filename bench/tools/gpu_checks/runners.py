@@ -159,5 +159,4 @@ def max_batch_start(done: Dict[str, Metrics], free_mb: float, image_size: int) -
         if m.get("peak_memory_mb") and m.get("batch_size"):
             per_image = float(m["peak_memory_mb"]) / float(m["batch_size"])
             break
-    expected = free_mb / max(per_image, 1e-3)
-    return max(8, math.ceil(2 * expected / 8) * 8)
+    return max(8, math.ceil(2 * (free_mb / max(per_image, 1e-3)) / 8) * 8)
