@@ -48,6 +48,7 @@ from packaging.version import InvalidVersion, Version
 from bench.errors import EXIT_CONFIG, EXIT_FAILED
 from bench.machine.children import die_with_parent, stop_proof_folder, stop_signals
 from bench.machine.writable import writable_dir_refusal
+from bench.storage.writer_lock import FolderBusy, hold
 
 ROOT = Path(__file__).resolve().parents[2]
 # what the wheel is built from (pyproject's package-dir): a copy of these only, so results, data sets
@@ -59,6 +60,7 @@ HEARTBEAT_S = 10  # how often a long pip step says where it is
 # the build's temporary folders (pip's own among them), inside --out: a build killed outright (SIGKILL)
 # leaves them where the next build into that folder clears them, not in TMPDIR
 WORK = ".work"
+LOCK = ".kit-lock"  # held while a build writes its --out (bench.storage.writer_lock: freed when it dies)
 
 
 class KitError(Exception):
@@ -261,9 +263,11 @@ def build(args: argparse.Namespace) -> dict:
     out: Path = args.out
     if out.exists() and any(out.iterdir()) and not (out / "kit.json").exists():
         raise KitError(f"--out {out} is a folder with files and not a kit: give an empty or new folder", EXIT_CONFIG)
-    if out.exists():
-        shutil.rmtree(out)
-    (out / WORK).mkdir(parents=True)
+    # one build per --out: a second would clear the folder the first is filling (refused, the first untouched)
+    lock = hold(out, None, "wait for that build to end, or give another --out", name=LOCK, what="kit folder")
+    for path in (path for path in out.iterdir() if path.name != LOCK):  # a kit made before, or one stopped
+        shutil.rmtree(path) if path.is_dir() else path.unlink()
+    (out / WORK).mkdir()
     (out / "kit.json").write_text('{"complete": false}\n')  # a failed build leaves a folder a re-run may clear
     tempfile.tempdir = str(out / WORK)  # every temporary folder and file of this build
     try:
@@ -309,6 +313,7 @@ def build(args: argparse.Namespace) -> dict:
     finally:
         tempfile.tempdir = None
         shutil.rmtree(out / WORK, ignore_errors=True)
+        lock.release()
 
 
 def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
@@ -372,6 +377,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     except KitError as exc:
         print(f"[ERROR] {exc}", file=sys.stderr)
         return exc.code
+    except FolderBusy as exc:
+        print(f"[ERROR] --out {exc}", file=sys.stderr)
+        return EXIT_CONFIG
     except KeyboardInterrupt:
         return 130
     names = ", ".join(sorted(canonicalize_name(n.split("-")[0]) for n in manifest["wheels"]))

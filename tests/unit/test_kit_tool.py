@@ -213,6 +213,31 @@ def test_a_kit_stopped_while_resolving_leaves_no_temporary_folder_and_no_pip(ben
     assert index.pips() == [] and list(wheels.tmp.iterdir()) == [] and not work.exists()
 
 
+def test_a_second_kit_into_the_same_out_is_refused_in_one_line_and_clears_nothing_of_the_first(bench, wheels):
+    """Two builds into one --out (the second would have cleared the folder the first fills): the second
+    is one [ERROR] line naming the first (its pid), exit 2, and leaves the first's folder as it was;
+    the first, stopped, still clears its temporary folders and its lock."""
+    index, first = resolving_kit(bench, wheels)
+    out = wheels.tmp.parent / "kit"
+
+    def kept() -> list:  # the first's folder: its files and its resolve's temporary folders
+        return sorted([*(path.name for path in out.iterdir()), *(path.name for path in (out / ".work").iterdir())])
+
+    before = kept()
+    assert ".kit-lock" in before and any(name.startswith("bench-kit-resolve-") for name in before)
+    second = bench.run(*kit_args(wheels, "", "--find-links", str(wheels.folder)), module="bench.tools.kit",
+                       env=wheels.env)  # fmt: skip
+    error = bench.single_error(second)
+    assert second.returncode == 2
+    assert error.startswith(f"[ERROR] --out {out} is being written by another run: pid {first.pid} on "), error
+    assert error.endswith("Two runs must not write one kit folder: wait for that build to end, or give another --out")
+    assert kept() == before
+    first.terminate()
+    err = first.communicate(timeout=60)[1]
+    assert first.returncode == 130 and "Traceback" not in err, err
+    assert index.pips() == [] and sorted(path.name for path in out.iterdir()) == ["kit.json"]
+
+
 def test_a_kit_killed_outright_leaves_its_folders_in_its_out_where_the_next_build_clears_them(bench, wheels):
     """SIGKILL runs no handler: the temporary folders stay, in --out/.work (not TMPDIR), the kit's pip
     dies with it (PR_SET_PDEATHSIG), and the next build into that --out clears them and succeeds."""
