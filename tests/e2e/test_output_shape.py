@@ -39,6 +39,8 @@ MEASURED = re.compile(
     r"kernel|checksum|au_pass|mlperf_au_pass|potential_caching|mlperf_qualifies|verdict|run_id|runName|"
     r"interval|os|cuda|cudnn|torchvision|packages_sha256)($|[._ ])|^(mlflow|env)\.|_id$"
 )
+FIT_COLUMNS = {"fit_reasons", "fit_notes"}  # report.csv's, there when a job was unfit or noted
+UNFIT_LINES = {"  baseline", "  candidate", "  measured"}  # compare's "not judged" lines, naming the unfit runs
 SECTIONS_BY_TYPE = ("environment", "files")  # run_summary.json sections that are the machine's: keys and types
 
 
@@ -50,7 +52,7 @@ def text(value: str, root: str) -> str:
     """A string with the run's folders, ids and times taken out."""
     value = value.replace(root, "<root>")
     value = re.sub(r"\b[0-9a-f]{32}\b", "<id>", value)
-    value = re.sub(r"\d{4}-\d\d-\d\d[ T_]?\d\d[:-]\d\d[:-]\d\d(\.\d+)?", "<time>", value)
+    value = re.sub(r"\d{4}-\d\d-\d\d[ T_]?\d\d[:-]\d\d[:-]\d\d(\.\d+)?|\b\d{8}-\d{6}\b", "<time>", value)
     return value
 
 
@@ -78,13 +80,26 @@ def cell(value: str, root: str) -> str:
 
 def table(lines: List[str], root: str) -> List[str]:
     """A printed or markdown table and the lines around it: its header as it is, its cells shaped (a
-    measured column's: presence only); a warning (the machine's fitness) and blank lines left out."""
+    measured column's: presence only); a warning (the machine's fitness) and blank lines left out. A
+    printed table's cells are cut where its dashes line puts its columns (an empty cell stays a cell),
+    and that line is its column count: its widths are the measured values' (`False` is wider than `True`)."""
     shaped: List[str] = []
     header: List[str] = []
+    columns: List[re.Match] = []  # a printed table's: the spans of its dashes line
     for line in lines:
         if not line.strip() or line.startswith("warning: "):
             continue
-        split = line.strip().strip("|").split("|") if "|" in line else re.split(r"\s{2,}", line.strip())
+        if "|" not in line and set(line) <= set("- "):
+            columns = list(re.finditer(r"-+", line))
+            shaped.append(" | ".join("---" for _ in columns))
+            continue
+        if "|" in line:
+            split = line.strip().strip("|").split("|")
+        elif columns:
+            ends = [span.start() for span in columns[1:]] + [len(line)]
+            split = [line[span.start() : end] for span, end in zip(columns, ends, strict=True)]
+        else:
+            split = re.split(r"\s{2,}", line.strip())
         cells = [c.strip() for c in split]
         if not header and len(cells) > 1:
             header = cells
@@ -96,9 +111,12 @@ def table(lines: List[str], root: str) -> List[str]:
 
 
 def report_csv(path: Path, root: str) -> List[Dict[str, str]]:
+    """Its rows shaped; `fit_reasons` and `fit_notes`, columns only when a job was unfit or noted (the
+    machine's), left out."""
     with path.open() as fh:
         return [
-            {k: "<cell>" if MEASURED.search(k) else cell(v, root) for k, v in row.items()} for row in csv.DictReader(fh)
+            {k: "<cell>" if MEASURED.search(k) else cell(v, root) for k, v in row.items() if k not in FIT_COLUMNS}
+            for row in csv.DictReader(fh)
         ]
 
 
@@ -161,7 +179,10 @@ def capture(tmp_path_factory, bench_at, tiny_args) -> Dict[str, Any]:
     }
     found["compare"] = {
         "stdout": table(compared.stdout.splitlines(), top),
-        "stderr_starts": sorted({line.split(":")[0] for line in compared.stderr.splitlines() if ":" in line}),
+        # the lines that say why a side was unfit are the machine's: there when a run was unfit to measure
+        "stderr_starts": sorted(
+            {line.split(":")[0] for line in compared.stderr.splitlines() if ":" in line} - UNFIT_LINES
+        ),
         "files": sorted(p.name for p in (root / "compare").iterdir()),
     }
     return json.loads(json.dumps(found))  # as the golden file holds it (tuples as lists)
