@@ -221,7 +221,7 @@ def test_a_second_kit_into_the_same_out_is_refused_in_one_line_and_clears_nothin
     out = wheels.tmp.parent / "kit"
 
     def kept() -> list:  # the first's folder: its files and its resolve's temporary folders
-        return sorted([*(path.name for path in out.iterdir()), *(path.name for path in (out / ".work").iterdir())])
+        return [*(path.name for path in out.iterdir()), *(path.name for path in (out / ".work").iterdir())]
 
     before = kept()
     assert ".kit-lock" in before and any(name.startswith("bench-kit-resolve-") for name in before)
@@ -231,11 +231,12 @@ def test_a_second_kit_into_the_same_out_is_refused_in_one_line_and_clears_nothin
     assert second.returncode == 2
     assert error.startswith(f"[ERROR] --out {out} is being written by another run: pid {first.pid} on "), error
     assert error.endswith("Two runs must not write one kit folder: wait for that build to end, or give another --out")
-    assert kept() == before
+    assert set(before) <= set(kept())  # nothing of the first's removed (its pip may have added more)
     first.terminate()
     err = first.communicate(timeout=60)[1]
     assert first.returncode == 130 and "Traceback" not in err, err
-    assert index.pips() == [] and sorted(path.name for path in out.iterdir()) == ["kit.json"]
+    left = {path.name for path in out.iterdir()}  # kit.json {"complete": false} and bench's wheel, for a re-run
+    assert index.pips() == [] and "kit.json" in left and not left & {".kit-lock", ".work"}, left
 
 
 def test_a_kit_killed_outright_leaves_its_folders_in_its_out_where_the_next_build_clears_them(bench, wheels):
