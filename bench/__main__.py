@@ -46,9 +46,7 @@ def quote_list_values(arg: str) -> str:
 
 def print_or_refuse(reason: Optional[str]) -> NoReturn:
     """The end of a command that printed what it was asked for (0), or could not (one line, 2)."""
-    if reason:
-        print_error(reason)
-    sys.exit(EXIT_CONFIG if reason else 0)
+    sys.exit(print_error(reason) if reason else 0)
 
 
 def cli() -> None:
