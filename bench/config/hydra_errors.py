@@ -80,8 +80,8 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
             "one of " + ", ".join(names) + did_you_mean(option, names) if names else f"an option in conf/{group}/"
         )
         return ConfigError(key, option, accepted)
-    not_in_defaults = _NOT_IN_DEFAULTS.search(text)
-    if not_in_defaults:  # `experiment=x`: a group that is not in the defaults list is added with +
+    # `experiment=x`: a group that is not in the defaults list is added with +
+    if not_in_defaults := _NOT_IN_DEFAULTS.search(text):
         group = not_in_defaults.group(1)
         value = _given(group, sys.argv[1:] if overrides is None else overrides)
         return ConfigError(
