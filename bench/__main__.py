@@ -46,9 +46,7 @@ def quote_list_values(arg: str) -> str:
 
 def print_or_refuse(reason: Optional[str]) -> NoReturn:
     """The end of a command that printed what it was asked for (0), or could not (one line, 2)."""
-    if reason:
-        print_error(reason)
-    sys.exit(EXIT_CONFIG if reason else 0)
+    sys.exit(print_error(reason) if reason else 0)
 
 
 def cli() -> None:
@@ -73,8 +71,7 @@ def cli() -> None:
     problem = problem or command_line_problem(sys.argv[1:]) or unquoted_space(sys.argv[1:])
     problem = problem or (str(named_twice(sys.argv[1:]) or "") or None)  # mode=storage scenario=echo
     if problem:
-        print_error(problem)
-        sys.exit(EXIT_CONFIG)
+        sys.exit(print_error(problem))
     sys.argv[1:], read = seed_spelling(sys.argv[1:])  # training.epochs=5 is train.epochs=5
     if read:
         print(f"[INFO] the seed's keys read as bench's: {', '.join(read)}", file=sys.stderr, flush=True)

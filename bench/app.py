@@ -121,8 +121,7 @@ def run(
             untracked = BenchError(f"this run cannot be tracked and tracking.required=true: {tracker.lost}")
             if raise_refusals:
                 raise untracked
-            print_error(str(untracked))
-            return EXIT_FAILED
+            return print_error(str(untracked), EXIT_FAILED)
         try:
             report = scenario.report(launcher.run(scenario, config, out_dir), config)
             # first, before any optional file or artifact: the final stdout line and the MLflow
@@ -145,8 +144,7 @@ def run(
     log.info("results in %s", out_dir)
     if config.tracking.required and tracker.lost:  # the files are kept; the record is not complete
         reason = f"run not tracked (tracking.required=true): {tracker.lost}"
-        print_error(f"{reason}; its results are in {out_dir}{_kept(out_dir, reason)}")
-        return EXIT_FAILED
+        return print_error(f"{reason}; its results are in {out_dir}{_kept(out_dir, reason)}", EXIT_FAILED)
     # a sweep's jobs: the sweep says it once, at its end
     if link := (tracker.ui_link() if sweep_job is None else None):
         log.info(link)
@@ -208,8 +206,7 @@ def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchCon
         failed = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
         reason, code = interrupted or (failed, EXIT_FAILED)
         reason = f"{launcher.who} {'interrupted' if interrupted else 'failed'}: {reason}"
-        print_error(reason + ("" if interrupted else _kept(out_dir, reason)))
-        return code
+        return print_error(reason + ("" if interrupted else _kept(out_dir, reason)), code)
     log.info("%s done; rank 0 reports the run", launcher.who)
     return 0
 
@@ -229,15 +226,13 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     if interrupted := _interruption(exc):
         reason, code = interrupted
         tracker.finish("KILLED", error=reason)
-        print_error(f"run interrupted: {reason}")
-        return code
+        return print_error(f"run interrupted: {reason}", code)
     if not isinstance(exc, Exception):  # SystemExit and friends: not ours to swallow
         tracker.finish("FAILED", error=f"{type(exc).__name__}: {exc}")
         raise exc
     if known := scenario.explain(exc, config):
         tracker.finish("FAILED", error=known)
-        print_error(known + _kept(out_dir, known))
-        return EXIT_FAILED
+        return print_error(known + _kept(out_dir, known), EXIT_FAILED)
     reason = f"{type(exc).__name__}: {exc}"
     try:
         where = write_error(out_dir, "".join(traceback.format_exception(exc)))
@@ -246,5 +241,4 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     except OSError as failed:  # a read-only disk must not hide the reason: it is this line and the MLflow tag
         saved = f"no traceback file: {failed.strerror or failed}"
     tracker.finish("FAILED", error=reason)
-    print_error(f"run failed: {reason} ({saved})")
-    return EXIT_FAILED
+    return print_error(f"run failed: {reason} ({saved})", EXIT_FAILED)

@@ -19,9 +19,11 @@ EXIT_SIGINT = 130  # Ctrl-C (128 + SIGINT)
 EXIT_SIGTERM = 143  # terminated (128 + SIGTERM)
 
 
-def print_error(message: str) -> None:
-    """The one [ERROR] line on stderr (redacted), flushed: what a refusal or a failure says."""
+def print_error(message: str, exit_code: int = EXIT_CONFIG) -> int:
+    """The one [ERROR] line on stderr (redacted), flushed: what a refusal or a failure says. Returns
+    `exit_code`, the code the command ends with (`return print_error(...)`)."""
     print(f"[ERROR] {redact(message)}", file=sys.stderr, flush=True)
+    return exit_code
 
 
 class BenchError(Exception):

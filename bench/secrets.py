@@ -141,14 +141,14 @@ def command_line_problem(args: List[str]) -> Optional[str]:
                 f"{key}=<hidden: it carries credentials> is not valid: accepted a URL without user:password "
                 f"or credentials in its query (sig, token, X-Amz-* ... parameters); {CREDENTIALS_HOME}."
             )
-        read = [name for name in ENV_REFERENCE.findall(value) if looks_secret_env(name)]
-        if read:  # resolved, it would be the run name, a param, a line of run_summary.json
+        # resolved, it would be the run name, a param, a line of run_summary.json
+        if read := [name for name in ENV_REFERENCE.findall(value) if looks_secret_env(name)]:
             return (
                 f"{key}='${{oc.env:{read[0]}}}' is not valid: accepted no secret-looking environment variable "
                 f"in a config value (its value would be logged and saved with the run); {CREDENTIALS_HOME}."
             )
-        assigned = [name for name in ASSIGNMENT.findall(value) if looks_secret_env(name)]
-        if assigned:  # hydra.launcher.setup=["export MLFLOW_TRACKING_PASSWORD=..."]: saved in the job script
+        # hydra.launcher.setup=["export MLFLOW_TRACKING_PASSWORD=..."]: saved in the job script
+        if assigned := [name for name in ASSIGNMENT.findall(value) if looks_secret_env(name)]:
             return (
                 f"{key}=<hidden: it sets {assigned[0]}> is not valid: accepted no credential on the command "
                 f"line (it would be saved in .hydra/ and the job's script); {CREDENTIALS_HOME} of the "

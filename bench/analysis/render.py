@@ -195,19 +195,30 @@ def embedded_img(path: Path, alt: str = "") -> str:
     return f'<img alt="{html.escape(alt or path.stem)}" src="data:image/png;base64,{data}"/>'
 
 
+def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], folded: Sequence[str] = ()) -> str:
+    """A <table> of text cells (escaped); `folded`: HTML put after each row's last cell (the doctor's
+    whole errors, bench.doctor.page), one per row."""
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    body = "".join(
+        "<tr>"
+        + "".join(f"<td>{html.escape(c)}</td>" for c in row[:-1])
+        + f"<td>{html.escape(row[-1])}{extra}</td></tr>"
+        for row, extra in zip(rows, list(folded) or [""] * len(rows), strict=True)
+    )
+    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
+
+
 def write_html(shown: pd.DataFrame, images: Sequence[Path], path: Path, title: str, notes: Sequence[str] = ()) -> None:
     """One page with the table and the plots embedded as data: URIs, so it can be mailed or attached alone."""
     cells = _cells(shown)
     said = "".join(f"<p>{html.escape(n)}</p>" for n in notes)
-    head = "".join(f"<th>{html.escape(c)}</th>" for c in cells[0])
-    body = "".join("<tr>" + "".join(f"<td>{html.escape(c)}</td>" for c in row) + "</tr>" for row in cells[1:])
     figures = "".join(f"<figure>{embedded_img(p)}</figure>" for p in images)
     path.write_text(f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse;font-size:13px}}
 td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}th{{background:#eee}}
 img{{max-width:100%}}figure{{display:inline-block;margin:1em}}</style></head>
 <body><h1>{html.escape(title)}</h1>{said}
-<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>
+{html_table(cells[0], cells[1:])}
 {figures}</body></html>
 """)
 

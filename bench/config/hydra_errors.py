@@ -32,7 +32,7 @@ from omegaconf import DictConfig, OmegaConf
 from omegaconf.errors import OmegaConfBaseException
 
 from bench.config.schema import BenchConfig
-from bench.errors import EXIT_CONFIG, BenchError, ConfigError, ConfigProblem
+from bench.errors import BenchError, ConfigError, ConfigProblem, print_error
 
 _MISSING_OPTION = re.compile(r"Could not find '([^']+)/([^']+)'")
 # conf/hydra/launcher/slurm*.yaml build on hydra-submitit-launcher's configs: not installed, they cannot load
@@ -80,8 +80,8 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
             "one of " + ", ".join(names) + did_you_mean(option, names) if names else f"an option in conf/{group}/"
         )
         return ConfigError(key, option, accepted)
-    not_in_defaults = _NOT_IN_DEFAULTS.search(text)
-    if not_in_defaults:  # `experiment=x`: a group that is not in the defaults list is added with +
+    # `experiment=x`: a group that is not in the defaults list is added with +
+    if not_in_defaults := _NOT_IN_DEFAULTS.search(text):
         group = not_in_defaults.group(1)
         value = _given(group, sys.argv[1:] if overrides is None else overrides)
         return ConfigError(
@@ -208,26 +208,22 @@ def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
     try:
         return hydra_main()
     except (HydraException, OmegaConfBaseException) as exc:
-        print(f"[ERROR] {one_line(exc)}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_CONFIG)
+        sys.exit(print_error(one_line(exc)))
     except yaml.YAMLError as exc:  # a config file (a --config-dir experiment) that is not YAML
-        print(f"[ERROR] {yaml_problem(exc)}", file=sys.stderr, flush=True)
-        sys.exit(EXIT_CONFIG)
+        sys.exit(print_error(yaml_problem(exc)))
     except BrokenPipeError:  # `--help | head`: the reader is gone, not the run directory
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         sys.exit(1)
     except OSError as exc:  # Hydra could not make the run's directory or write .hydra/ there
         where = exc.filename or _run_dir_named_in(sys.argv[1:])
         if not _on_the_run_dirs_path(str(where), _run_dir_named_in(sys.argv[1:])):  # bench's own check missed it
-            print(f"[ERROR] cannot use {where}: {exc.strerror or exc}", file=sys.stderr, flush=True)
-            sys.exit(EXIT_CONFIG)
-        print(
-            f"[ERROR] cannot write the run directory: {where}: {exc.strerror or exc} (set hydra.run.dir, "
-            "or hydra.sweep.dir for -m, to a writable directory with free space)",
-            file=sys.stderr,
-            flush=True,
+            sys.exit(print_error(f"cannot use {where}: {exc.strerror or exc}"))
+        sys.exit(
+            print_error(
+                f"cannot write the run directory: {where}: {exc.strerror or exc} (set hydra.run.dir, "
+                "or hydra.sweep.dir for -m, to a writable directory with free space)"
+            )
         )
-        sys.exit(EXIT_CONFIG)
     finally:
         os.environ.pop("HYDRA_FULL_ERROR", None)
 

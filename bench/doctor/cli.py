@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
 
 from bench.doctor.figures import Diagnosis, Rung
-from bench.errors import EXIT_CONFIG, EXIT_FAILED, BenchError, ConfigError, interruption_in, print_error
+from bench.errors import EXIT_FAILED, BenchError, ConfigError, interruption_in, print_error
 from bench.machine.writable import check_writable_dir
 from bench.run_dirs import reserve, stamp_of
 from bench.secrets import command_line_problem, redact_output
@@ -97,16 +97,14 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr, format="[%(levelname)s] %(message)s")
     log.setLevel(logging.INFO)
     if problem := command_line_problem(args):
-        print_error(problem)
-        return EXIT_CONFIG
+        return print_error(problem)
     try:
         own, overrides = split_keys(args)
         budget_s, with_what_ifs = budget_of(own["budget_s"]), flag_of(own["what_ifs"])
         out_dir = out_dir_of(own["out"])
         config = _checked_config(overrides)
     except BenchError as exc:
-        print_error(str(exc))
-        return exc.exit_code
+        return print_error(str(exc), exc.exit_code)
     return _diagnose(config, overrides, budget_s, with_what_ifs, out_dir or own_out_dir())
 
 

@@ -10,7 +10,7 @@ import json
 import textwrap
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from bench.doctor.figures import COMPUTE, STAGES, UNFIT, AllreduceFigures, LoaderFigures, StorageFigures
 from bench.doctor.verdict import budget_line, short_reason
@@ -159,28 +159,16 @@ def _folded(full: str) -> str:
     return f"<details><summary>the whole error</summary><pre>{html.escape(full.strip())}</pre></details>"
 
 
-def _html_table(headers: List[str], rows: List[List[str]], errors: Optional[List[str]] = None) -> str:
-    """`errors`: a row's whole error, folded under its last cell."""
-    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    body = "".join(
-        "<tr>"
-        + "".join(f"<td>{html.escape(c)}</td>" for c in row[:-1])
-        + f"<td>{html.escape(row[-1])}{_folded(errors[i] if errors else '')}</td></tr>"
-        for i, row in enumerate(rows)
-    )
-    return f"<table><thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>"
-
-
 def html_page(diagnosis: Diagnosis, chart: Path) -> str:
     """doctor.html: the verdict, the budget, the chart (embedded), the rungs and the what-ifs."""
-    from bench.analysis.render import embedded_img
+    from bench.analysis.render import embedded_img, html_table
 
     what_ifs = (
-        _html_table(WHAT_IF_HEADERS, what_if_rows(diagnosis.what_ifs), [w.failed for w in diagnosis.what_ifs])
+        html_table(WHAT_IF_HEADERS, what_if_rows(diagnosis.what_ifs), [_folded(w.failed) for w in diagnosis.what_ifs])
         if diagnosis.what_ifs
         else ""
     )
-    rungs = _html_table(RUNG_HEADERS, rung_rows(diagnosis), [r.failed or r.skipped for r in diagnosis.rungs])
+    rungs = html_table(RUNG_HEADERS, rung_rows(diagnosis), [_folded(r.failed or r.skipped) for r in diagnosis.rungs])
     return (
         "<!doctype html><html><head><meta charset='utf-8'><title>bench doctor</title>"
         "<style>body{font-family:sans-serif;margin:2em}td,th{border:1px solid #ccc;padding:4px 8px}"

@@ -75,14 +75,8 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
             ylabel="Scaling efficiency (%) = T_N / (N x T_1)",
         )
         if not plotted:
-            ax.text(
-                0.5,
-                0.5,
-                "no 1-process run of the same configuration in this sweep",
-                transform=ax.transAxes,
-                ha="center",
-                va="center",
-            )
+            said = "no 1-process run of the same configuration in this sweep"
+            ax.text(0.5, 0.5, said, transform=ax.transAxes, ha="center", va="center")
         finish_axes(ax, processes)
         figures.save(fig, "scaling_efficiency.png")
 

@@ -57,7 +57,7 @@ import pandas as pd
 from bench.analysis.compare import compare_frames
 from bench.analysis.rounds import CANT_TELL
 from bench.analysis.verdicts import Comparison
-from bench.errors import EXIT_CONFIG, EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, Interrupted, ReportError
+from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, Interrupted, ReportError, print_error
 from bench.machine.writable import writable_dir_refusal
 from bench.secrets import redact, redact_output
 from bench.tools.compare_output import log_to_mlflow, own_folder, render_text, verdict_lines, write_outputs
@@ -170,8 +170,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if unwritable := writable_dir_refusal("--out", str(args.out or "compare")):  # before any run is read or rerun
-        print(f"[ERROR] {unwritable}", file=sys.stderr)
-        return EXIT_CONFIG
+        return print_error(unwritable)
     if args.rerun is not None:
         return main_rerun(args)
     uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())
@@ -189,8 +188,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 f"baseline {args.baseline} and candidate {args.candidate} have no finished configuration in common"
             )
     except ReportError as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return print_error(str(exc))
     notes = []
     if same_sides(args.baseline, args.candidate, (baseline, candidate)):
         then = "its figures are compared with themselves: the ratio is 1 by construction and says nothing about speed"
@@ -242,16 +240,14 @@ def main_rerun(args: argparse.Namespace) -> int:
             title = f"{args.baseline} vs {args.candidate}, {args.rerun} rounds of {ORDER} in fresh processes"
             files = write_outputs(comparison, out, title, notes)
     except ReportError as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return print_error(str(exc))
     except (KeyboardInterrupt, Interrupted) as exc:
         name = exc.signal_name if isinstance(exc, Interrupted) else "SIGINT"
-        print(
-            f"[ERROR] bench.compare --rerun interrupted by {name}: a running python -m bench child was stopped; "
+        return print_error(
+            f"bench.compare --rerun interrupted by {name}: a running python -m bench child was stopped; "
             f"the runs so far are in {out / 'rerun'}",
-            file=sys.stderr,
+            EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM,
         )
-        return EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM
     print(render_text(comparison), flush=True)  # the plain compare's table, a row per round under the ratio
     return said(comparison, files)
 

@@ -14,7 +14,7 @@ import tempfile
 from typing import Any, List, Optional
 
 from bench.config.storage import StorageLocation
-from bench.errors import CheckpointError, ConfigError, ConfigProblem, DataError, Interrupted
+from bench.errors import EXIT_FAILED, CheckpointError, ConfigError, ConfigProblem, DataError, Interrupted, print_error
 from bench.machine.children import sigterm_raises
 from bench.machine.writable import check_writable_dir
 from bench.secrets import redact_output
@@ -133,19 +133,15 @@ def _command(args: argparse.Namespace) -> int:
             print(report(run(args)), flush=True)
     except (Interrupted, KeyboardInterrupt) as exc:  # the pool's processes were ended with it
         stopped = exc if isinstance(exc, Interrupted) else Interrupted("SIGINT")
-        print(
-            f"[ERROR] {args.command} stopped by {stopped.signal_name}: its workers were ended; what was written "
+        return print_error(
+            f"{args.command} stopped by {stopped.signal_name}: its workers were ended; what was written "
             "is incomplete (a split is complete once its meta.json exists)",
-            file=sys.stderr,
-            flush=True,
+            stopped.exit_code,
         )
-        return stopped.exit_code
     except (DataError, ConfigError, ConfigProblem, CheckpointError) as exc:  # bad argument, source, --dst in use
-        print(f"[ERROR] {exc}", file=sys.stderr, flush=True)
-        return 2
+        return print_error(str(exc))
     except Exception as exc:  # e.g. an S3 store that cannot be opened: one line, no traceback
-        print(f"[ERROR] {args.command} failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-        return 1
+        return print_error(f"{args.command} failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
     return 0
 
 

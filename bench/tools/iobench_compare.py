@@ -111,14 +111,8 @@ def compare_s3(args: argparse.Namespace) -> float:
         )
         admin = boto3_client(settings, max_pool_connections=args.threads)
         admin.create_bucket(Bucket=settings.bucket)
-        storage = storage_for(
-            args,
-            "storage=s3",
-            f"storage.endpoint={endpoint}",
-            f"storage.bucket={settings.bucket}",
-            f"storage.prefix={settings.prefix}",
-            f"storage.client={args.client}",
-        )
+        keys = {"endpoint": endpoint, "bucket": settings.bucket, "prefix": settings.prefix, "client": args.client}
+        storage = storage_for(args, "storage=s3", *(f"storage.{key}={value}" for key, value in keys.items()))
         location = f"s3://{settings.bucket}/{settings.prefix}"
         writer = dataclasses.replace(storage, client="obstore")  # moto refuses s3torchconnector's writes
         files = prepare_dataset(open_store(location, writer), storage.workload, PrepareMode.auto, 4).files

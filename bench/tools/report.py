@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from bench.analysis import ReportError, build_report, report_from_mlflow
-from bench.errors import ConfigError
+from bench.errors import ConfigError, print_error
 from bench.machine.writable import check_writable_dir
 from bench.secrets import redact_output
 from bench.tracking.store import missing_sqlite_store, resolve_tracking_uri, store_problem
@@ -53,8 +53,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
                 raise ReportError(problem)
             files, _ = report_from_mlflow(args.sweep, uri, out)
     except (ReportError, ConfigError) as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return exc.exit_code
+        return print_error(str(exc), exc.exit_code)
     print(f"report: {files[2].resolve()}", file=sys.stderr)  # report.html
     return 0
 

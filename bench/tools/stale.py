@@ -22,6 +22,7 @@ import time
 from pathlib import Path
 from typing import Optional, Sequence
 
+from bench.errors import print_error
 from bench.secrets import redact, redact_output
 from bench.tracking.stale_runs import close_stale, find_stale, kill_reason, running_runs, state_of
 from bench.tracking.store import half_made, missing_sqlite_store, resolve_tracking_uri, sqlite_path, store_problem
@@ -42,14 +43,12 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 0
     if args.move_aside:  # a half-made sqlite store: renamed
         if (path := sqlite_path(uri)) is None or not half_made(path):
-            print(f"[ERROR] {redact(uri)} is not a half-made sqlite store: nothing moved", file=sys.stderr)
-            return 2
+            return print_error(f"{redact(uri)} is not a half-made sqlite store: nothing moved")
         path.rename(path.with_name(f"{path.name}.half-made-{time.strftime('%Y%m%d-%H%M%S')}"))
         print(f"moved the half-made MLflow store {path} aside: the next run makes a new one", file=sys.stderr)
         return 0
     if problem := store_problem(uri):
-        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
-        return 2
+        return print_error(problem)
     client, found = find_stale(uri)
     for run, state in found:
         tags = run.data.tags

@@ -25,6 +25,7 @@ import sys
 from pathlib import Path
 from typing import Any, List, Optional, Sequence
 
+from bench.errors import EXIT_FAILED, print_error
 from bench.results import read_summary, write_json
 from bench.scenarios import report_class
 from bench.secrets import flatten, redact, redact_output
@@ -116,15 +117,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     redact_output()  # what MLflow or an error message says may carry the URI's user:password
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
     if not (args.run_dir / "run_summary.json").is_file():
-        print(
-            f"[ERROR] {args.run_dir} holds no run_summary.json: pass the output directory of a finished run",
-            file=sys.stderr,
-        )
-        return 2
+        return print_error(f"{args.run_dir} holds no run_summary.json: pass the output directory of a finished run")
     uri = args.tracking_uri or resolve_tracking_uri(None, Path.cwd())
     if problem := store_problem(uri):  # a server that takes the connection and never answers: 5 s, not MLflow's minutes
-        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
-        return 2
+        return print_error(problem)
     try:
         with open(args.run_dir / "run_summary.json", "rb") as held:
             # one upload of a run at a time: a second one started together waits, then finds the run this
@@ -132,8 +128,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             fcntl.flock(held, fcntl.LOCK_EX)
             done = upload(args.run_dir, uri)
     except Exception as exc:  # one line, no traceback
-        print(f"[ERROR] upload of {args.run_dir} failed: {type(exc).__name__}: {exc}", file=sys.stderr)
-        return 1
+        return print_error(f"upload of {args.run_dir} failed: {type(exc).__name__}: {exc}", EXIT_FAILED)
     print(f"{args.run_dir}: {done} at {redact(uri)}")
     return 0
 

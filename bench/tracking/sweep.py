@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
 
 from hydra.experimental.callback import Callback
 
-from bench.errors import EXIT_CONFIG, ConfigError, print_error
+from bench.errors import ConfigError, print_error
 from bench.run_dirs import stamp_of
 from bench.secrets import redact, scrub
 from bench.tracking.store import checked_uri, probe, unreachable_line
@@ -162,8 +162,7 @@ def _refuse_a_sweep_that_cannot_start(config: Any) -> Optional[str]:
     except ConfigError as exc:
         problem = str(exc)
     if problem:
-        print_error(problem)
-        raise SystemExit(EXIT_CONFIG)
+        raise SystemExit(print_error(problem))
     return uri
 
 
@@ -180,8 +179,7 @@ class MlflowSweepCallback(Callback):
             reason, code = stopped_by(exc) or ("interrupted", 1)
             if _state.tracker is not None:
                 _end_interrupted_sweep(_state.tracker)
-            print_error(f"sweep interrupted: {reason}")
-            raise SystemExit(code) from None
+            raise SystemExit(print_error(f"sweep interrupted: {reason}", code)) from None
 
     def _start(self, config: Any) -> None:
         uri = _refuse_a_sweep_that_cannot_start(config)

@@ -122,8 +122,11 @@ def test_no_module_over_300_lines(module):
 # repeated imports dropped: 17,862 measured), then 17,871 with the kit's temporary folders moved into
 # --out (a SIGKILL left them in TMPDIR); moved down to 17,706 by a further folding pass (one-use locals
 # and helpers inlined, calls that fit on one line, leftover second loggers: 17,706 measured), 17,713 with
-# a sweep's runs grouped under its name in the MLflow view (issue 40 §6).
-CODE_LINE_CEILING = 17_713
+# a sweep's runs grouped under its name in the MLflow view (issue 40 §6); 17,720 with the kit's one
+# build per --out; moved down to 17,670 by a structural pass (one HTML table writer for the sweep and
+# doctor pages, print_error returning the exit code so a refusal is `return print_error(...)`, three
+# checks assigned in their `if`: 17,670 measured).
+CODE_LINE_CEILING = 17_670
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
