@@ -266,7 +266,7 @@ def build(args: argparse.Namespace) -> dict:
     # one build per --out: a second would clear the folder the first is filling (refused, the first untouched)
     lock = hold(out, None, "wait for that build to end, or give another --out", name=LOCK, what="kit folder")
     for path in (path for path in out.iterdir() if path.name != LOCK):  # a kit made before, or one stopped
-        shutil.rmtree(path) if path.is_dir() else path.unlink()
+        shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
     (out / WORK).mkdir()
     (out / "kit.json").write_text('{"complete": false}\n')  # a failed build leaves a folder a re-run may clear
     tempfile.tempdir = str(out / WORK)  # every temporary folder and file of this build
