@@ -25,7 +25,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -37,6 +36,7 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf, open_dict
 
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, Interrupted, print_error
+from bench.machine.children import sigterm_raises
 from bench.tracking import sweep
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
@@ -118,24 +118,22 @@ class SweepLauncher(BaseSubmititLauncher):
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"], **init)
         log.info("%s sweep of %d jobs, output in %s", self.cluster, len(jobs), sweep_dir)
         handles: Dict[int, Any] = {}  # job number -> submitit's job, as submitted
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
         try:
-            if self.one_at_a_time:
-                returns = []
-                for job in jobs:
-                    handles.update(self._submit(executor, [job]))
-                    returns.append(self._collect(job, handles[job.num]))
-                return returns
-            for group in _grouped(jobs):
-                handles.update(self._submit(executor, group))
-            return [self._collect(job, handles[job.num]) for job in jobs]
+            with sigterm_raises():
+                if self.one_at_a_time:
+                    returns = []
+                    for job in jobs:
+                        handles.update(self._submit(executor, [job]))
+                        returns.append(self._collect(job, handles[job.num]))
+                    return returns
+                for group in _grouped(jobs):
+                    handles.update(self._submit(executor, group))
+                return [self._collect(job, handles[job.num]) for job in jobs]
         except (KeyboardInterrupt, Interrupted) as exc:
             _cancel_unfinished(list(handles.values()))
             code, why = (exc.exit_code, str(exc)) if isinstance(exc, Interrupted) else (EXIT_SIGINT, "Ctrl-C")
             print_error(f"sweep interrupted ({why}): its {self.cluster} jobs still queued or running were cancelled")
             sys.exit(code)  # the parent run ends KILLED (bench.tracking.sweep)
-        finally:
-            signal.signal(signal.SIGTERM, previous)
 
     def _plan(self, overrides: List[str], num: int) -> PlannedJob:
         """The job's config as it will run, and what it asks for, resolved against it."""
@@ -271,7 +269,3 @@ def _local_jobs_die_with_this_process() -> None:
 
     if not isinstance(local.subprocess, _ControllersDieWithThisProcess):
         cast(Any, local).subprocess = _ControllersDieWithThisProcess(local.subprocess)  # a module, not a type
-
-
-def _raise_interrupted(signum: int, _frame: Any) -> None:
-    raise Interrupted(signal.Signals(signum).name)

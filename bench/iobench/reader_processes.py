@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple
 from bench.iobench.fetch import Fetcher
 from bench.iobench.measured import Request
 from bench.iobench.pipeline import BatchStream, Work, WorkItem
-from bench.machine.children import STOP_SIGNALS, die_with_parent, reap
+from bench.machine.children import STOP_SIGNALS, STOPS_HELD, die_with_parent, reap
 
 _TASK = struct.Struct("qq")  # kind, epoch
 _TRAIN, _EVAL, _QUIT = 0, 1, 2
@@ -63,21 +63,28 @@ class _Pass(BatchStream):
 
     def _next(self) -> Optional[Tuple[int, int, int]]:
         """The next delivered item (samples, bytes, request index); None once every reader is done."""
-        readers = self.readers
         while self._running:
-            kind, reader, item, samples, size, start, end, cpu, payload = readers.record()
-            readers.cpu_s[reader] = cpu
-            if kind == _STARTED:
-                continue
-            if kind == _DONE:
-                self._running -= 1
-            elif kind == _ERROR:
-                self._error = self._error or readers.exception(payload)
-                self.readers.release_all()
-            else:
-                readers.slots.release()
-                if self._error is not None:  # read after another reader failed: not delivered
-                    continue
+            self.readers.wait_for_record()  # a stop signal may land while it waits: nothing is taken yet
+            # A record is taken and counted as one step: Interrupted raised between the two lost a
+            # reader's 'done', and stop() then waited for it for good.
+            with STOPS_HELD:
+                delivered = self._take_record()
+            if delivered is not None:
+                return delivered
+        return None
+
+    def _take_record(self) -> Optional[Tuple[int, int, int]]:
+        readers = self.readers
+        kind, reader, item, samples, size, start, end, cpu, payload = readers.record()
+        readers.cpu_s[reader] = cpu
+        if kind == _DONE:
+            self._running -= 1
+        elif kind == _ERROR:
+            self._error = self._error or readers.exception(payload)
+            readers.release_all()
+        elif kind == _RESULT:
+            readers.slots.release()
+            if self._error is None:  # an item read after another reader failed is not delivered
                 self.requests.append(Request(self.items[item][0].key, self.epoch, size, (end - start) * 1000.0, end))
                 return samples, size, len(self.requests) - 1
         return None
@@ -188,25 +195,33 @@ class ReaderProcesses:
 
     # --- in the parent ---
 
-    def record(self) -> Tuple[Any, ...]:
-        """The next record from any reader: (kind, reader, item, samples, bytes, start, end, CPU s,
-        payload)."""
-        fields = _RECORD.unpack(self._take(_RECORD.size))
-        return (*fields[:-1], self._take(fields[-1]) if fields[-1] else b"")
-
-    def _take(self, size: int) -> bytes:
-        """`size` bytes of the result pipe; checks every second that no reader died meanwhile."""
-        while len(self._buffer) < size:
+    def wait_for_record(self) -> None:
+        """Until a whole record (and its payload) is buffered; checks every second that no reader died."""
+        while not self._buffered_record():
             if time.monotonic() > self._next_check:
                 self._check_alive()
             ready, _, _ = select.select([self._results], [], [], 1.0)
             if ready:
-                if not (chunk := os.read(self._results, 1 << 16)):
+                with STOPS_HELD:  # read and kept as one step: no chunk lost between
+                    chunk = os.read(self._results, 1 << 16)
+                    self._buffer += chunk
+                if not chunk:
                     raise RuntimeError("the storage reader processes closed their pipe mid-pass")
-                self._buffer += chunk
-        taken = bytes(self._buffer[:size])
+
+    def _buffered_record(self) -> int:
+        """The size of the buffer's first record with its payload; 0 until all of it is there."""
+        if len(self._buffer) < _RECORD.size:
+            return 0
+        size = _RECORD.size + _RECORD.unpack_from(self._buffer)[-1]
+        return size if len(self._buffer) >= size else 0
+
+    def record(self) -> Tuple[Any, ...]:
+        """The buffered record (wait_for_record): (kind, reader, item, samples, bytes, start, end, CPU
+        s, payload)."""
+        size = self._buffered_record()
+        fields, payload = _RECORD.unpack_from(self._buffer), bytes(self._buffer[_RECORD.size : size])
         del self._buffer[:size]
-        return taken
+        return (*fields[:-1], payload)
 
     def _check_alive(self) -> None:
         self._next_check = time.monotonic() + 1.0

@@ -3,16 +3,22 @@ real forked readers over real files, against the same read phase from threads.""
 
 from __future__ import annotations
 
+import _thread
+import dis
 import os
+import signal
+import sys
 import threading
 
 import psutil
 import pytest
 
 from bench.config import compose
-from bench.errors import ConfigError
+from bench.errors import ConfigError, Interrupted
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
+from bench.iobench.reader_processes import ReaderProcesses, _Pass
+from bench.machine.children import sigterm_raises
 from bench.storage.local import LocalStore
 
 SMALL = {
@@ -173,3 +179,59 @@ def test_a_reader_killed_mid_pass_fails_the_read_instead_of_hanging_it(tmp_path)
     assert not reading.is_alive()
     assert f"a storage reader process (pid {victim}) died mid-pass (signal 9)" in str(outcome["error"])
     assert children_now() == helpers
+
+
+# The parent's code that takes the readers' records: a stop signal may land at any of its lines
+_RECORD_TAKERS = (
+    _Pass._next,
+    _Pass._take_record,
+    ReaderProcesses.wait_for_record,
+    ReaderProcesses._buffered_record,
+    ReaderProcesses.record,
+)
+
+
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
+def test_a_stop_signal_landing_at_any_line_that_takes_a_record_ends_the_read_cleanly(tmp_path):
+    """A storage run sent SIGTERM mid-read hung for good, once in thousands (a suite run, and
+    reproduced by a loop of SIGTERMs at random moments): Interrupted raised after a reader's
+    'done' record was taken but before it was counted, and the pass's stop() then waited for a
+    record no reader would send. Here SIGTERM lands at every line of the code that takes records:
+    the command's own handler (sigterm_raises) is called there, as Python calls it between two
+    lines; every read must end with Interrupted, its readers reaped."""
+    store, prepared = dataset(tmp_path)
+    work = workload(read_threads=2, epochs=3, computation_time=0)
+    helpers = children_now()
+    codes = [function.__code__ for function in _RECORD_TAKERS]
+    lines = {c: sorted({n for _, n in dis.findlinestarts(c) if n and n > c.co_firstlineno}) for c in codes}
+    targets = [(c, line) for c in codes for line in lines[c]]
+    reached = []
+    for code, line in targets:
+        passes = {"n": 0}
+
+        def at_line(frame, event, _arg, code=code, line=line, passes=passes):
+            if event == "line" and frame.f_code is code and frame.f_lineno == line:
+                passes["n"] += 1
+                if passes["n"] == 5:  # past the first records of the first pass
+                    signal.getsignal(signal.SIGTERM)(signal.SIGTERM, frame)  # raises, or holds it to the block's end
+            return at_line
+
+        watchdog = threading.Timer(120, _thread.interrupt_main)  # a hang guard: KeyboardInterrupt in this thread
+        watchdog.start()
+        ended = "its last epoch"
+        try:
+            with sigterm_raises():
+                sys.settrace(lambda frame, _event, _arg: at_line if frame.f_code in codes else None)
+                run_reader(store, prepared.files, work)
+        except Interrupted as stop:
+            ended = stop.signal_name
+        except KeyboardInterrupt:
+            pytest.fail(f"the read hung after SIGTERM at line {line} of {code.co_name}")
+        finally:
+            sys.settrace(None)
+            watchdog.cancel()
+        if passes["n"] >= 5:
+            reached.append(f"{code.co_name}:{line}")
+            assert ended == "SIGTERM", f"the read ended at {ended} after SIGTERM at line {line} of {code.co_name}"
+        assert children_now() == helpers, f"a reader outlived the read stopped at line {line} of {code.co_name}"
+    assert len(reached) >= 20, reached  # most lines run five times in a read
