@@ -33,7 +33,8 @@ Where a fork could differ from a fresh process, `Bench.run` execs as before:
   (recorded while it imported: MLFLOW_LOGGING_LEVEL, HOME, TMPDIR, PATH, ...) or that a C library
   or the interpreter reads at start (OMP_*, MKL_*, TORCH*, CUDA*, NCCL_*, LD_*, PYTHON* except
   PYTHONUNBUFFERED, MALLOC*, LC_*, ... - see UNSAFE_PREFIXES; a credential's name there, such as
-  CUDA_API_TOKEN, is no library's setting and forks);
+  CUDA_API_TOKEN, or a name the canary tests made up, such as OMP_CANARY_URL, is no library's
+  setting and forks);
 - a working directory that is not a directory, a second call while one runs, a forked pytest
   process, or a server that could not start or died (a warning says so once).
 `Bench.start` (the signal and long-running tests) forks the same way without waiting: a
@@ -143,6 +144,9 @@ ALLOWED = frozenset({"PYTHONUNBUFFERED"})
 # CUDA_API_TOKEN...): no library configures itself from a token or a password when it loads, so
 # unless the server's own imports read it (recorded), a fork sees it as an exec would.
 CREDENTIAL_SUFFIXES = ("_TOKEN", "_PASSWORD", "_KEY", "_AUTH", "_SECRET")
+# A name the canary tests make up under one of those prefixes to carry a planted value
+# (TORCH_CANARY_URL, OMP_CANARY_URL): no library knows a made-up name, so the same holds.
+MADE_UP = "_CANARY_"
 
 
 def _unsafe_difference(start_env: dict, env: dict, value_keys: frozenset, presence_keys: frozenset):
@@ -152,7 +156,8 @@ def _unsafe_difference(start_env: dict, env: dict, value_keys: frozenset, presen
         before, after = start_env.get(key), env.get(key)
         if before == after or key in ALLOWED:
             continue
-        if key.endswith(CREDENTIAL_SUFFIXES) and key not in value_keys and key not in presence_keys:
+        made_up = key.endswith(CREDENTIAL_SUFFIXES) or MADE_UP in key
+        if made_up and key not in value_keys and key not in presence_keys:
             continue
         if key in value_keys or key in UNSAFE_NAMES or key.startswith(UNSAFE_PREFIXES):
             return key

@@ -18,6 +18,7 @@ HANG_GUARD_S = 900
 def test_kill_9_of_a_rank_ends_the_job_failed(bench, long_ddp_run):
     """distributed.timeout_s is an hour, so what ends the job is the launcher seeing rank 1 die
     (and the reaper killing its peer), not the hang watchdog: the test needs no clock margin."""
+    bench.with_store()  # the store is not what these tests are about: a copy of a new one, no migration
     proc, run_dir = long_ddp_run.start(timeout_s=3600), long_ddp_run.run_dir
     rank1 = long_ddp_run.wait_for_rank1_steps()
     tree = long_ddp_run.tree
@@ -43,6 +44,7 @@ def test_sigstop_of_a_rank_ends_the_job_and_names_it(bench, long_ddp_run):
     it (the collective's own timeout or, where a backend does not honour it, the step
     watchdog); the job then ends FAILED naming rank 1, the one that stopped (not rank 0, the
     live one that gave up waiting), and leaves no process behind. No wall-clock margin."""
+    bench.with_store()
     proc = long_ddp_run.start(timeout_s=8)
     rank1 = long_ddp_run.wait_for_rank1_steps()
     tree = long_ddp_run.tree
@@ -67,10 +69,20 @@ def test_kill_9_of_the_launcher_takes_its_workers_down_and_the_run_is_found_stal
     """Issue 9: SIGKILL of the process that launched the workers left them training until the
     step watchdog (minutes) and the MLflow run RUNNING for ever. Now the workers see their
     launcher gone within seconds and end (distributed.timeout_s is an hour, so it is not the
-    step watchdog), and `python -m bench.tools.stale --mark` ends the run KILLED."""
+    step watchdog), and `python -m bench.tools.stale --mark` ends the run KILLED.
+
+    First, while the job still trains, the stale tool leaves the live run alone (what was
+    test_stale_tool_leaves_a_live_run_alone, on a DDP job of its own: the same job serves both)."""
+    bench.with_store()  # the store is not what these tests are about: a copy of a new one, no migration
     proc, run_dir = long_ddp_run.start(timeout_s=3600), long_ddp_run.run_dir
     long_ddp_run.wait_for_rank1_steps()
     tree = long_ddp_run.tree
+    # the stale tool leaves a live run alone
+    marked = bench.run("--tracking-uri", bench.uri, "--mark", module="bench.tools.stale")
+    assert marked.returncode == 0 and " alive " in marked.stdout and "0 stale" in marked.stderr
+    assert bench.runs()[0].info.status == "RUNNING"
+    assert proc.poll() is None  # the job trains on: what follows is the launcher's SIGKILL
+
     workers = [
         p for p in tree if p.pid in {int(f.read_text().split()[0]) for f in (run_dir / "workers").glob("*/rank*.pid")}
     ]
@@ -97,11 +109,3 @@ def test_kill_9_of_the_launcher_takes_its_workers_down_and_the_run_is_found_stal
     assert marked.returncode == 0 and "1 stale (marked KILLED)" in marked.stderr
     (run,) = bench.runs()
     assert run.info.status == "KILLED" and f"pid {proc.pid}" in run.data.tags["error"]
-
-
-def test_stale_tool_leaves_a_live_run_alone(bench, long_ddp_run):
-    long_ddp_run.start(timeout_s=3600)
-    long_ddp_run.wait_for_rank1_steps()
-    marked = bench.run("--tracking-uri", bench.uri, "--mark", module="bench.tools.stale")
-    assert marked.returncode == 0 and " alive " in marked.stdout and "0 stale" in marked.stderr
-    assert bench.runs()[0].info.status == "RUNNING"

@@ -30,6 +30,7 @@ TINY = STORAGE  # the storage tests below were written against this name
 
 @pytest.mark.parametrize("sig,status,code", [(signal.SIGTERM, "KILLED", 143), (signal.SIGINT, "KILLED", 130)])
 def test_signal_ends_a_single_run_instead_of_leaving_it_running(bench, tiny, tmp_path, sig, status, code):
+    bench.with_store()  # these tests are about signals, not a new store: a copy of one, no migration
     proc = bench.start(*tiny, "train.steps_per_epoch=100000", "benchmark.log_every=1", f"hydra.run.dir={tmp_path}/run")
     bench.wait_for_line(proc, tmp_path / "run" / "bench.log", "step 2/")  # the measured window is running
     proc.send_signal(sig)
@@ -44,6 +45,7 @@ def test_signal_ends_a_single_run_instead_of_leaving_it_running(bench, tiny, tmp
 def test_ctrl_c_to_a_ddp_job_ends_it_killed_with_130(bench, long_ddp_run):
     """Ctrl-C reaches the whole process group (launcher and workers): the run ends KILLED with
     exit 130 (issue 9: it was 143), one line, no process left."""
+    bench.with_store()
     proc = long_ddp_run.start(timeout_s=3600)
     long_ddp_run.wait_for_rank1_steps()
     tree = long_ddp_run.tree
@@ -64,6 +66,7 @@ def test_sigterm_during_the_read_phase_ends_the_run_and_its_accelerators(bench, 
 
     import psutil
 
+    bench.with_store()
     proc = bench.start(
         *TINY,
         "storage.accelerators=2",
@@ -122,6 +125,7 @@ def test_sigterm_while_the_accelerators_start_leaves_no_child_traceback(bench, t
 def test_ctrl_c_to_a_sweep_ends_it_and_its_runs_killed(bench, tiny, tmp_path):
     """Ctrl-C (SIGINT to the process group) in the middle of a multirun: the whole sweep stops
     (130), the job that was running and the sweep's parent run end KILLED, none RUNNING."""
+    bench.with_store()
     proc = bench.start(
         "-m",
         *tiny,
@@ -162,6 +166,7 @@ def test_signal_during_the_passes_after_the_window_still_reports_the_window(benc
     after its step, the final line and the MLflow metrics carry the window, the run ends KILLED."""
     import json
 
+    bench.with_store()
     proc = bench.start(
         *tiny, "train.steps_per_epoch=3", "benchmark.warmup_steps=1", *passes, f"hydra.run.dir={tmp_path}/run"
     )

@@ -18,17 +18,28 @@ from mlflow import MlflowClient
 from bench.rank_context import free_port
 
 
-def test_unreachable_tracking_server_keeps_results(bench, tiny, tmp_path):
-    """Port 9 on loopback has no server: the run completes, results stay local, the URI is named."""
+@pytest.fixture(scope="module")
+def offline_run(bench_at, tiny_args, tmp_path_factory):
+    """One tiny run whose tracking server cannot be reached (port 9 on loopback has none): (its
+    process, its run dir). The next test reads it; the upload test uploads it later (one run for
+    both: the first only reads what the run left)."""
+    where = tmp_path_factory.mktemp("offline")
+    bench = bench_at(where)
     proc = bench.run(
-        *tiny,
-        f"hydra.run.dir={tmp_path}/run",
+        *tiny_args,
+        f"hydra.run.dir={where}/run",
         env=bench.env("http://127.0.0.1:9", MLFLOW_HTTP_REQUEST_MAX_RETRIES="0", MLFLOW_HTTP_REQUEST_TIMEOUT="2"),
     )
+    return proc, where / "run"
+
+
+def test_unreachable_tracking_server_keeps_results(bench, offline_run):
+    """Port 9 on loopback has no server: the run completes, results stay local, the URI is named."""
+    proc, run_dir = offline_run
     metrics = bench.metrics(proc)
     assert metrics["total_images"] == 12
     assert "http://127.0.0.1:9" in proc.stderr
-    assert (tmp_path / "run" / "run_summary.json").is_file()
+    assert (run_dir / "run_summary.json").is_file()
 
 
 def test_unreachable_server_keeps_ddp_results(bench, tiny, tmp_path):
@@ -59,11 +70,10 @@ def test_a_sweep_probes_the_server_once(bench, tiny, tmp_path):
     assert all((tmp_path / "sweep" / job / "run_summary.json").is_file() for job in ("0", "1"))
 
 
-def test_results_kept_while_the_server_was_down_upload_later(mlflow_server, bench, tiny, tmp_path):
-    run_dir = tmp_path / "run"
-    metrics = bench.metrics(
-        bench.run(*tiny, f"hydra.run.dir={run_dir}", env=bench.env(f"http://127.0.0.1:{free_port()}"))
-    )
+def test_results_kept_while_the_server_was_down_upload_later(mlflow_server, bench, offline_run):
+    """The run of the server that could not be reached (offline_run), uploaded once one is up."""
+    proc, run_dir = offline_run
+    metrics = bench.metrics(proc)
     # issue 33 probe: two uploads started together made two runs of it; the second now finds the first's
     both = [bench.start(str(run_dir), "--tracking-uri", mlflow_server, module="bench.tools.upload") for _ in "ab"]
     said = sorted((proc.communicate(timeout=900)[0], proc.returncode) for proc in both)
@@ -103,17 +113,22 @@ def test_upload_to_a_second_store_and_back_keeps_one_run_per_store(bench, tiny, 
     assert summary["mlflow_run_id"] == first_id and summary["mlflow_run_ids"] == {second: second_id}
 
 
-def test_server_that_dies_mid_run_costs_no_results_and_upload_completes_the_run(bench, tiny, tmp_path, mlflow_servers):
+def test_server_that_dies_mid_run_costs_no_results_and_upload_completes_the_run(
+    bench, tiny, tmp_path, module_mlflow_server
+):
     """The server goes away after the run opened: the run finishes on its own (one warning, its
     final line, its files); the server comes back with the run left RUNNING, and the upload
-    completes that same run instead of making another."""
-    server = mlflow_servers()
+    completes that same run instead of making another. The module's server (killed here and
+    started again on its store; this test's run in an experiment of its own, so the upload test's
+    experiment holds only its run), not one of its own: one start of `mlflow server` fewer."""
+    server = module_mlflow_server
     run_dir = tmp_path / "run"
     try:
         proc = bench.start(
             *tiny,
             "train.steps_per_epoch=60",
             "benchmark.log_every=1",
+            "tracking.experiment=server-died",
             f"hydra.run.dir={run_dir}",
             env=bench.env(server.url),
         )
@@ -140,7 +155,8 @@ def test_server_that_dies_mid_run_costs_no_results_and_upload_completes_the_run(
         assert run.data.metrics["images_per_second"] == pytest.approx(metrics["images_per_second"])
         assert "run_summary.json" in {a.path for a in client.list_artifacts(run_id)}
     finally:
-        server.stop()
+        if server.process is None or server.process.poll() is not None:
+            server.start()  # the module's server, up again for whatever test follows
 
 
 def test_four_runs_started_at_once_on_a_fresh_sqlite_store_are_all_tracked(bench, tiny, tmp_path):
