@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 from bench.config import compose
-from bench.errors import EXIT_CONFIG, EXIT_SIGINT, BenchError, Interrupted
+from bench.errors import EXIT_CONFIG, EXIT_SIGINT, BenchError, Interrupted, print_error
 from bench.machine.writable import writable_dir_refusal
 from bench.tools.gpu_checks import runners
 from bench.tools.gpu_checks.checks import CHILD, NAMES, OVERHEAD, Check, Metrics, checks
@@ -211,8 +211,7 @@ def base_overrides(args: argparse.Namespace, on_gpu: bool) -> List[str]:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if problem := _argument_problem(args):
-        print(f"[ERROR] {problem}", file=sys.stderr)
-        return EXIT_CONFIG
+        return print_error(problem)
     import torch
 
     on_gpu = not args.rehearse
@@ -250,8 +249,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             code = EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else exc.exit_code
             reason = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else str(exc)  # bench.api.run's names its run
             print(table(rows, time.monotonic() - budget.start, reason, len(chosen)), flush=True)
-            print(f"[ERROR] gpu_check interrupted ({reason}) after {len(rows)} checks", file=sys.stderr)
-            return code
+            return print_error(f"gpu_check interrupted ({reason}) after {len(rows)} checks", code)
     print(table(rows, time.monotonic() - budget.start), flush=True)
     return 0 if all(ok is not False for _, ok, _ in rows) else 1
 

@@ -32,7 +32,7 @@ from typing import Callable, List, Sequence, Tuple
 from bench.analysis.rounds import alternate
 from bench.config.storage import PrepareMode, StorageConfig
 from bench.doctor.storage_read import ceiling_storage
-from bench.errors import BenchError
+from bench.errors import BenchError, print_error
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.prepare import prepare_dataset
 from bench.machine.writable import writable_dir_refusal
@@ -153,8 +153,7 @@ def main(argv: List[str] | None = None) -> int:
     except BenchError as exc:
         unwritable = str(exc)
     if unwritable:
-        print(f"[ERROR] {unwritable}", file=sys.stderr)
-        return 2
+        return print_error(unwritable)
     if args.backend == "s3":
         ratio = compare_s3(args)
     elif args.root:

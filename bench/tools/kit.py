@@ -45,7 +45,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
-from bench.errors import EXIT_CONFIG, EXIT_FAILED
+from bench.errors import EXIT_CONFIG, EXIT_FAILED, print_error
 from bench.machine.children import die_with_parent, stop_proof_folder, stop_signals
 from bench.machine.writable import writable_dir_refusal
 from bench.storage.writer_lock import FolderBusy, hold
@@ -375,11 +375,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         args = parse(argv)
         manifest = build(args)
     except KitError as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return exc.code
+        return print_error(str(exc), exc.code)
     except FolderBusy as exc:
-        print(f"[ERROR] --out {exc}", file=sys.stderr)
-        return EXIT_CONFIG
+        return print_error(f"--out {exc}")
     except KeyboardInterrupt:
         return 130
     names = ", ".join(sorted(canonicalize_name(n.split("-")[0]) for n in manifest["wheels"]))

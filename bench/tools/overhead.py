@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import sys
 import time
 from functools import partial
 from typing import Callable, List, Sequence
@@ -29,7 +28,7 @@ import torchvision
 
 from bench.analysis.rounds import Rounds, alternate
 from bench.config import BenchConfig, compose
-from bench.errors import BenchError
+from bench.errors import BenchError, print_error
 from bench.runtime.malloc import in_effect
 from bench.tools import ab
 
@@ -107,8 +106,7 @@ def main(argv: List[str] | None = None) -> int:
     try:
         config = framework_config(overrides, "fp32")
     except BenchError as exc:  # a key's value the config refuses: its one line, before any work
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return exc.exit_code
+        return print_error(str(exc), exc.exit_code)
     torch.set_num_threads(config.cpu_threads or args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     reuse = in_effect(config.cpu_malloc_reuse, device.type)

@@ -48,7 +48,7 @@ from typing import Dict, List, Optional
 from bench.analysis.rounds import Rounds, alternate
 from bench.config.storage import PrepareMode, StorageWorkloadConfig
 from bench.doctor.storage_read import ceiling_storage
-from bench.errors import EXIT_CONFIG, BenchError, interruption_in
+from bench.errors import BenchError, interruption_in, print_error
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import uses_processes
 from bench.machine.children import sigterm_raises
@@ -145,8 +145,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args, overrides = ab.parse(parser, argv)
     args.overrides = [f"storage.workload.format={args.format}", *overrides]
     if problem := argument_problem(args):
-        print(f"[ERROR] {problem}", file=sys.stderr, flush=True)
-        return EXIT_CONFIG
+        return print_error(problem)
     for path in clean_leftovers(PREFIX):  # what a SIGKILLed run left: its owner is gone
         print(f"removed {path}: a dataset left by a run that was killed", file=sys.stderr, flush=True)
     if args.clean:
@@ -158,8 +157,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     except BaseException as exc:
         if (stopped := interruption_in(exc)) is None:  # also one that a library turned into its own error
             raise
-        print(f"[ERROR] storage_ceiling interrupted: {stopped}", file=sys.stderr, flush=True)
-        return stopped.exit_code
+        return print_error(f"storage_ceiling interrupted: {stopped}", stopped.exit_code)
     finally:
         if args.root is None:
             shutil.rmtree(root, ignore_errors=True)

@@ -17,7 +17,7 @@ import sys
 from typing import List, Optional
 
 from bench.config import compose
-from bench.errors import BenchError
+from bench.errors import BenchError, print_error
 from bench.iobench.qualify import dataset_size, host_memory
 
 
@@ -41,13 +41,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     if flags := [o for o in overrides if o.startswith("-")]:  # the rest are overrides of the workload
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
     if problem := _argument_problem(args):
-        print(f"[ERROR] {problem}", file=sys.stderr)
-        return 2
+        return print_error(problem)
     try:
         config = compose("mode=storage", *overrides)
     except BenchError as exc:
-        print(f"[ERROR] {exc}", file=sys.stderr)
-        return exc.exit_code
+        return print_error(str(exc), exc.exit_code)
     storage, workload = config.storage, config.storage.workload
     if args.host_memory_gb is not None:
         storage.host_memory_gb = args.host_memory_gb

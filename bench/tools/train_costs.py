@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +27,7 @@ import torch
 from bench.analysis.rounds import Ratio, alternate
 from bench.config import compose
 from bench.data.digits import write_digits
-from bench.errors import EXIT_CONFIG, BenchError
+from bench.errors import BenchError, print_error
 from bench.machine.writable import writable_dir_refusal
 from bench.tools import ab
 from bench.train.resume import Position, TrainingCheckpoints
@@ -128,8 +127,7 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--dir", default=None, help="where the digits and checkpoints go (default: a temp dir)")
     args = parser.parse_args(argv)
     if problem := argument_problem(args):
-        print(f"[ERROR] {problem}", file=sys.stderr)
-        return EXIT_CONFIG
+        return print_error(problem)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         print(f"threads={args.threads} rounds={args.rounds} in {tmp}", flush=True)
         if args.only != "checkpoint":
