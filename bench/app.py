@@ -22,18 +22,17 @@ from bench.config import BenchConfig, as_plain, load
 from bench.config.optimizer import chosen_optimizers_values
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, print_error
 from bench.errors import stopped_by as _interruption
+from bench.launch.launchers import Launcher, select_launcher
 from bench.machine.children import sigterm_raises
 from bench.results import final_line, note_run, room_kept, write_error
 from bench.secrets import redact_output, scrub
 from bench.tracking.store import checked_uri
-from bench.tracking.tracker import SweepJob, open_run
+from bench.tracking.tracker import SweepJob, Tracker, open_run
 from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
 if TYPE_CHECKING:
-    from bench.launch.launchers import Launcher
     from bench.scenario_base import BaseReport as Report
     from bench.scenario_base import BaseScenario as Scenario
-    from bench.tracking.tracker import Tracker
 
 log = logging.getLogger("bench")
 INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)
@@ -103,7 +102,6 @@ def run(
         if raise_refusals:
             raise
         return _refuse(exc, out_dir, sweep_job, lambda: open_tracker({}))
-    from bench.launch.launchers import select_launcher
     from bench.tracking.environment import collect_environment
 
     launcher: Launcher = select_launcher(config, scenario.has_ranks(config), in_sweep=sweep_job is not None)

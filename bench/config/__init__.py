@@ -26,6 +26,7 @@ from bench.config.hydra_errors import (
     reject_unknown_keys,
 )
 from bench.config.optimizer import chosen_optimizers_values
+from bench.config.scenario import named_twice, typed
 from bench.config.schema import BenchConfig, register_configs, schema
 from bench.config.storage_benchmark import changed_benchmark_keys
 from bench.errors import ConfigError, ConfigProblem
@@ -52,8 +53,6 @@ def load(cfg: DictConfig) -> BenchConfig:
 
 def _scenario_typed(cfg: DictConfig) -> DictConfig:
     """A copy of `cfg` (the caller's stays as composed) whose scenario node is its class's."""
-    from bench.config.scenario import typed
-
     cfg = copy.deepcopy(cfg)
     try:
         typed(cfg)
@@ -79,7 +78,6 @@ def composed(*overrides: str) -> DictConfig:
     from hydra.errors import HydraException
 
     from bench import config_dir
-    from bench.config.scenario import named_twice
 
     if "-m" in overrides or "--multirun" in overrides:  # Hydra's compose API runs none, and reads -m as an override
         raise ConfigProblem(SWEEP_FROM_PYTHON, "-m")
