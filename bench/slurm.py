@@ -37,6 +37,7 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf, open_dict
 
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, Interrupted, print_error
+from bench.machine.children import raise_interrupted
 from bench.tracking import sweep
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
@@ -118,7 +119,7 @@ class SweepLauncher(BaseSubmititLauncher):
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"], **init)
         log.info("%s sweep of %d jobs, output in %s", self.cluster, len(jobs), sweep_dir)
         handles: Dict[int, Any] = {}  # job number -> submitit's job, as submitted
-        previous = signal.signal(signal.SIGTERM, _raise_interrupted)
+        previous = signal.signal(signal.SIGTERM, raise_interrupted)
         try:
             if self.one_at_a_time:
                 returns = []
@@ -271,7 +272,3 @@ def _local_jobs_die_with_this_process() -> None:
 
     if not isinstance(local.subprocess, _ControllersDieWithThisProcess):
         cast(Any, local).subprocess = _ControllersDieWithThisProcess(local.subprocess)  # a module, not a type
-
-
-def _raise_interrupted(signum: int, _frame: Any) -> None:
-    raise Interrupted(signal.Signals(signum).name)

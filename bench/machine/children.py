@@ -15,6 +15,8 @@ import time
 from contextlib import contextmanager, suppress
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
+from bench.errors import Interrupted
+
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})  # Ctrl-C and a scheduler's or kill's stop
 
 
@@ -106,6 +108,11 @@ def run_child(
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
 
+def raise_interrupted(signum: int, _frame: Any) -> None:
+    """A signal handler: the signal as bench.errors.Interrupted, named."""
+    raise Interrupted(signal.Signals(signum).name)
+
+
 @contextmanager
 def sigterm_raises() -> Iterator[None]:
     """In a command's main thread: SIGTERM raises bench.errors.Interrupted (as Ctrl-C raises
@@ -113,11 +120,6 @@ def sigterm_raises() -> Iterator[None]:
     signal whose exception Python swallows (raised inside a garbage-collection callback, such as
     SQLAlchemy's: "Exception ignored in ...") is sent again, so it is never lost."""
     import sys
-
-    from bench.errors import Interrupted
-
-    def _raise(signum: int, _frame: Any) -> None:
-        raise Interrupted(signal.Signals(signum).name)
 
     def _resend(unraisable: Any) -> None:
         stop = unraisable.exc_value
@@ -132,7 +134,7 @@ def sigterm_raises() -> Iterator[None]:
     if threading.current_thread() is not threading.main_thread():
         yield
         return
-    previous, hook = signal.signal(signal.SIGTERM, _raise), sys.unraisablehook
+    previous, hook = signal.signal(signal.SIGTERM, raise_interrupted), sys.unraisablehook
     sys.unraisablehook = _resend
     try:
         yield
