@@ -118,8 +118,7 @@ class StorageWorkloadConfig(Checks):
     checkpoint_only: bool = False  # no dataset and no read phase: the checkpoint workload alone
     checkpoint_keep: bool = False  # leave the checkpoints on the store (false: each is deleted once read back)
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
+    def rules(self) -> None:
         self.registered("format")
         self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", "(]")
         self._check_bounds()
