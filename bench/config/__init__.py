@@ -30,6 +30,7 @@ from bench.config.scenario import named_twice, typed
 from bench.config.schema import BenchConfig, register_configs, schema
 from bench.config.storage_benchmark import changed_benchmark_keys
 from bench.errors import ConfigError, ConfigProblem
+from bench.results import leaves
 
 
 def load(cfg: DictConfig) -> BenchConfig:
@@ -138,17 +139,7 @@ def sweep_problem(overrides: List[str]) -> Optional[str]:
 
 def as_plain(config: Any) -> Dict[str, Any]:
     """A config object (or one group of it) as nested dicts of plain values, choices as strings."""
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, Enum):
-            return value.value
-        if isinstance(value, dict):
-            return {k: plain(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [plain(v) for v in value]
-        return value
-
-    tree = plain(dataclasses.asdict(config))
+    tree = leaves(dataclasses.asdict(config), lambda value: value.value if isinstance(value, Enum) else value)
     tree.pop("defaults", None)
     if not tree.get("scenario", True):  # a scenario with no keys of its own (the built-in ones) shows none
         del tree["scenario"]
