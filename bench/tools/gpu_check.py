@@ -34,6 +34,7 @@ from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence
 from bench.config import compose
 from bench.errors import EXIT_CONFIG, EXIT_SIGINT, BenchError, Interrupted, print_error
 from bench.machine.writable import writable_dir_refusal
+from bench.tools import ab
 from bench.tools.gpu_checks import runners
 from bench.tools.gpu_checks.checks import CHILD, NAMES, OVERHEAD, Check, Metrics, checks
 
@@ -196,16 +197,7 @@ def base_overrides(args: argparse.Namespace, on_gpu: bool) -> List[str]:
         sizes = ["allow_cpu=true", "model.arch=small_cnn", "data.batch_size=4", "data.image_size=32", "cpu_threads=1"]
         steps, warmup = min(args.steps, 3), 1
         sizes.append("data.num_classes=10")
-    return [
-        *sizes,
-        "data=synthetic",
-        "train.epochs=1",
-        f"train.steps_per_epoch={steps}",
-        f"benchmark.warmup_steps={warmup}",
-        "benchmark.progress=false",
-        "tracking.enabled=false",
-        *args.set,
-    ]
+    return [*sizes, "data=synthetic", *ab.one_epoch(steps, warmup), *args.set]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
