@@ -42,7 +42,7 @@ def eval_cost(args: argparse.Namespace, root: str) -> None:
 
     def images_per_second(eval_every: int) -> float:
         result = train(compose(*eval_run(args, root), f"train.eval_every={eval_every}"), torch.device("cpu"))
-        return result.images / result.window_seconds
+        return result.images_per_second
 
     sides = {"ours": lambda: images_per_second(1), "base": lambda: images_per_second(0)}  # eval_every=1, 0
     found = alternate(sides, args.rounds, warmup=0, label="eval", unit="img/s")

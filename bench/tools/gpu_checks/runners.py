@@ -62,7 +62,7 @@ def run_search_on_cpu(overrides: Sequence[str], _run_dir: Path) -> Outcome:
     return {
         **result.extra.figures(),
         "batch_size": result.batch_size,
-        "images_per_second": result.images / result.window_seconds if result.window_seconds > 0 else 0.0,
+        "images_per_second": result.images_per_second,
     }, ""
 
 
