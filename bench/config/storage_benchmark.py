@@ -159,6 +159,12 @@ class StorageWorkloadConfig(Checks):
     def shuffle_mode(self) -> Shuffle:
         return Shuffle(self.shuffle)
 
+    def read_steps(self, samples: int) -> int:
+        """The steps of a client reading `samples` samples an epoch: each epoch's batches (the last one
+        short), every epoch, capped at max_steps."""
+        steps = self.epochs * -(-samples // self.batch_size)
+        return steps if self.max_steps is None else min(steps, self.max_steps)
+
 
 @dataclass
 class StorageBenchmarkConfig(Checks):
@@ -220,10 +226,7 @@ class StorageBenchmarkConfig(Checks):
                 "(each simulated accelerator reads its own files)",
             )
         samples = (workload.num_files // clients) * workload.samples_per_file  # the smallest share
-        steps = workload.epochs * -(-samples // workload.batch_size)
-        if workload.max_steps is not None:
-            steps = min(steps, workload.max_steps)
-        if workload.batch_size > samples or steps < 2:
+        if workload.batch_size > samples or workload.read_steps(samples) < 2:
             self.workload._fail(
                 "batch_size",
                 f"at most {samples // 2 if workload.epochs == 1 else samples} "
