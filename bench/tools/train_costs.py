@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import torch
+import torchvision
 
 from bench.analysis.rounds import Ratio, alternate
 from bench.config import compose
@@ -54,8 +55,6 @@ def eval_cost(args: argparse.Namespace, root: str) -> None:
 
 
 def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
-    import torchvision
-
     model = torchvision.models.get_model(args.model, weights=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model(torch.randn(2, 3, 64, 64)).sum().backward()
@@ -109,8 +108,6 @@ def argument_problem(args: argparse.Namespace) -> Optional[str]:
         compose(*eval_run(args, "."))  # the flags' keys, as the config checks them
     except BenchError as exc:
         return str(exc)
-    import torchvision
-
     if args.only != "eval" and args.model not in torchvision.models.list_models(module=torchvision.models):
         return f"--model={args.model!r} is not valid: accepted a torchvision classification model, e.g. resnet50."
     return writable_dir_refusal("--dir", args.dir) if args.dir is not None else None
