@@ -59,8 +59,8 @@ def run_from_hydra(cfg: DictConfig) -> int:
     if in_sweep:
         saved.append(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
     scrub(path for path in saved if path.is_file())
-    if sweep_job and sweep_job.launch_dir:  # a job on another node: the sweep's directory, for the default store
-        launch_dir = Path(sweep_job.launch_dir)
+    # a job on another node: the sweep's directory, for the default store
+    launch_dir = Path(sweep_job.launch_dir) if sweep_job and sweep_job.launch_dir else launch_dir
     # as typed: list() would resolve them, and data.batch_size=${oops} would fail here, outside `load`
     overrides = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False) or []]
     try:

@@ -38,8 +38,7 @@ class TrainConfig(Checks):
         self.between("label_smoothing", 0, 1, "a number in [0, 1)", "[)")
         if self.target_accuracy is not None:
             self.between("target_accuracy", 0, 1, "a top-1 accuracy in (0, 1], e.g. 0.95", "(]")
-            if not self.eval_every:
-                self.eval_every = 1  # a target is checked at evaluations: every epoch unless told otherwise
+            self.eval_every = self.eval_every or 1  # a target is checked at evaluations: each epoch unless told
         if self.resume is not None and not str(self.resume).strip():
             self._fail("resume", f"{RESUME_AUTO!r} or a checkpoint's path (null: start fresh)")
 

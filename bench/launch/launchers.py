@@ -376,9 +376,7 @@ def describe_failure(
 
 
 def _detail(failure: Any) -> str:
-    message = failure.message
-    if isinstance(message, dict):
-        message = message.get("message", "")
+    message = failure.message.get("message", "") if isinstance(failure.message, dict) else failure.message
     lines = str(message or "").strip().splitlines()
     detail = lines[0] if lines else "no error message"
     return "see its log in the job dir" if detail.startswith("Process failed with exitcode") else detail
