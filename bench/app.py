@@ -22,18 +22,18 @@ from bench.config import BenchConfig, as_plain, load
 from bench.config.optimizer import chosen_optimizers_values
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, print_error
 from bench.errors import stopped_by as _interruption
+from bench.launch.launchers import Launcher, select_launcher
 from bench.machine.children import sigterm_raises
 from bench.results import final_line, note_run, room_kept, write_error
 from bench.secrets import redact_output, scrub
+from bench.tracking.environment import collect_environment, write_packages
 from bench.tracking.store import checked_uri
-from bench.tracking.tracker import SweepJob, open_run
+from bench.tracking.tracker import SweepJob, Tracker, open_run
 from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
 if TYPE_CHECKING:
-    from bench.launch.launchers import Launcher
     from bench.scenario_base import BaseReport as Report
     from bench.scenario_base import BaseScenario as Scenario
-    from bench.tracking.tracker import Tracker
 
 log = logging.getLogger("bench")
 INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)
@@ -59,8 +59,8 @@ def run_from_hydra(cfg: DictConfig) -> int:
     if in_sweep:
         saved.append(Path(hydra_cfg.sweep.dir) / "multirun.yaml")
     scrub(path for path in saved if path.is_file())
-    if sweep_job and sweep_job.launch_dir:  # a job on another node: the sweep's directory, for the default store
-        launch_dir = Path(sweep_job.launch_dir)
+    # a job on another node: the sweep's directory, for the default store
+    launch_dir = Path(sweep_job.launch_dir) if sweep_job and sweep_job.launch_dir else launch_dir
     # as typed: list() would resolve them, and data.batch_size=${oops} would fail here, outside `load`
     overrides = [str(o) for o in OmegaConf.to_container(hydra_cfg.overrides.task, resolve=False) or []]
     try:
@@ -103,9 +103,6 @@ def run(
         if raise_refusals:
             raise
         return _refuse(exc, out_dir, sweep_job, lambda: open_tracker({}))
-    from bench.launch.launchers import select_launcher
-    from bench.tracking.environment import collect_environment
-
     launcher: Launcher = select_launcher(config, scenario.has_ranks(config), in_sweep=sweep_job is not None)
     if not launcher.reports:
         return _run_unreported(launcher, scenario, config, out_dir)
@@ -156,8 +153,6 @@ def _write_outputs(
 ) -> List[str]:
     """The run's files (each written whole or not at all) and the rest of its MLflow record;
     what could not be written, as problems."""
-    from bench.tracking.environment import write_packages
-
     try:
         files = report.write(out_dir, as_plain(config), environment, tracker.run_id)
         files.append(write_packages(out_dir))

@@ -17,6 +17,7 @@ import json
 import logging
 import math
 import os
+from collections.abc import Callable
 from contextlib import contextmanager, suppress
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
@@ -210,15 +211,18 @@ class FitFigures(Record):
         return cls(**{f.name: verdict[f.name] for f in fields(cls) if f.name in verdict})
 
 
+def leaves(value: Any, leaf: Callable[[Any], Any]) -> Any:
+    """`value` with `leaf` applied to every value in its mappings, lists and tuples (as dicts and lists)."""
+    if isinstance(value, Mapping):
+        return {k: leaves(v, leaf) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [leaves(v, leaf) for v in value]
+    return leaf(value)
+
+
 def strict(value: Any) -> Any:
     """A value JSON can carry: non-finite floats (nan, inf) become None (null), recursively."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, Mapping):
-        return {k: strict(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [strict(v) for v in value]
-    return value
+    return leaves(value, lambda v: None if isinstance(v, float) and not math.isfinite(v) else v)
 
 
 def final_line(metrics: Mapping[str, Any]) -> str:

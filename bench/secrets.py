@@ -116,8 +116,7 @@ def redact(text: str) -> str:
     if not text:
         return text
     for value in secret_env_values():
-        if value in text:
-            text = text.replace(value, REDACTED)
+        text = text.replace(value, REDACTED)
     text = USERINFO.sub(r"\1" + REDACTED + "@", text)
     text = BARE_USERINFO.sub(REDACTED + "@", text)
     return QUERY_PARAM.sub(_hide_query_value, text)

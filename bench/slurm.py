@@ -36,7 +36,7 @@ from hydra.core.utils import JobReturn, JobStatus, filter_overrides
 from omegaconf import OmegaConf, open_dict
 
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, Interrupted, print_error
-from bench.machine.children import sigterm_raises
+from bench.machine.children import _die_with_parent_on_exec, sigterm_raises
 from bench.tracking import sweep
 from hydra_plugins.hydra_submitit_launcher.config import BaseQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import BaseSubmititLauncher
@@ -258,8 +258,6 @@ class _ControllersDieWithThisProcess:
         return getattr(self.real, name)
 
     def Popen(self, *args: Any, **kwargs: Any) -> Any:
-        from bench.machine.children import _die_with_parent_on_exec
-
         kwargs.setdefault("preexec_fn", _die_with_parent_on_exec(os.getpid()))
         return self.real.Popen(*args, **kwargs)
 

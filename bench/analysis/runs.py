@@ -27,6 +27,7 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple, Type
 
 import pandas as pd
 import yaml
+from hydra.core.override_parser.overrides_parser import OverridesParser
 
 from bench.analysis.cells import absent
 from bench.config.scenario import without_target
@@ -161,8 +162,6 @@ def not_as_launched(overrides: str, config: Mapping[str, str]) -> str:
     """Where a job's run_summary.json says other than the overrides it was launched with (a summary
     copied from another run): "run_summary.json does not match the job's overrides: data.batch_size 4
     in its overrides, 32 in the file"; "" when it agrees. A group's choice (precision=bf16) is its `name`."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     try:
         parsed = OverridesParser.create().parse_overrides(overrides.split())
     except Exception:  # overrides Hydra cannot read back: nothing to hold the summary to
@@ -248,8 +247,6 @@ def launched_jobs(sweep_dir: Path) -> Optional[List[str]]:
     """The overrides of each job the sweep launched, in job order, from its multirun.yaml (what Hydra's
     basic sweeper runs: the product of the swept values, in the order given); None when it cannot tell
     (no multirun.yaml, or another sweeper)."""
-    from hydra.core.override_parser.overrides_parser import OverridesParser
-
     try:
         hydra = yaml.safe_load((sweep_dir / "multirun.yaml").read_text())["hydra"]
         if not str(hydra["sweeper"]["_target_"]).endswith(".BasicSweeper"):

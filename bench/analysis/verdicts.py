@@ -100,8 +100,7 @@ def with_fitness(pair: Pair, unfit: Sequence[Tuple[str, str, str]], judge_unfit:
         judged = [f"judged although the {side} was not fit to measure{_in(n)}: {why}" for side, n, why in unfit]
         return replace(pair, reasons=[*pair.reasons, *judged])
     (first, many, _), *rest = unfit
-    more = "".join(f", the {side}{_in(n)}" for side, n, _ in rest)
-    why = f"the {first} was not fit to measure{_in(many)}{more}"
+    why = f"the {first} was not fit to measure{_in(many)}" + "".join(f", the {side}{_in(n)}" for side, n, _ in rest)
     if rest and not any(n for _, n, _ in unfit):  # two single runs: one whole sentence
         why = "the baseline and the candidate were not fit to measure"
     reasons = [*(f"{side}: {why}" for side, _, why in unfit), f"measured: {pair.headline}", *pair.reasons]

@@ -26,9 +26,11 @@ from bench.config.hydra_errors import (
     reject_unknown_keys,
 )
 from bench.config.optimizer import chosen_optimizers_values
+from bench.config.scenario import named_twice, typed
 from bench.config.schema import BenchConfig, register_configs, schema
 from bench.config.storage_benchmark import changed_benchmark_keys
 from bench.errors import ConfigError, ConfigProblem
+from bench.results import leaves
 
 
 def load(cfg: DictConfig) -> BenchConfig:
@@ -52,8 +54,6 @@ def load(cfg: DictConfig) -> BenchConfig:
 
 def _scenario_typed(cfg: DictConfig) -> DictConfig:
     """A copy of `cfg` (the caller's stays as composed) whose scenario node is its class's."""
-    from bench.config.scenario import typed
-
     cfg = copy.deepcopy(cfg)
     try:
         typed(cfg)
@@ -79,7 +79,6 @@ def composed(*overrides: str) -> DictConfig:
     from hydra.errors import HydraException
 
     from bench import config_dir
-    from bench.config.scenario import named_twice
 
     if "-m" in overrides or "--multirun" in overrides:  # Hydra's compose API runs none, and reads -m as an override
         raise ConfigProblem(SWEEP_FROM_PYTHON, "-m")
@@ -140,17 +139,7 @@ def sweep_problem(overrides: List[str]) -> Optional[str]:
 
 def as_plain(config: Any) -> Dict[str, Any]:
     """A config object (or one group of it) as nested dicts of plain values, choices as strings."""
-
-    def plain(value: Any) -> Any:
-        if isinstance(value, Enum):
-            return value.value
-        if isinstance(value, dict):
-            return {k: plain(v) for k, v in value.items()}
-        if isinstance(value, (list, tuple)):
-            return [plain(v) for v in value]
-        return value
-
-    tree = plain(dataclasses.asdict(config))
+    tree = leaves(dataclasses.asdict(config), lambda value: value.value if isinstance(value, Enum) else value)
     tree.pop("defaults", None)
     if not tree.get("scenario", True):  # a scenario with no keys of its own (the built-in ones) shows none
         del tree["scenario"]

@@ -18,6 +18,7 @@ from typing import List, Optional, Sequence, Tuple
 
 from hydra._internal.utils import get_args_parser
 
+from bench import config_dir
 from bench.config.schema import BenchConfig
 
 DOTTED = re.compile(r"^[A-Za-z_]\w*(\.\w+)+$")  # data.batch_size, storage.s3.bucket
@@ -99,8 +100,6 @@ def unknown_flag(argv: Sequence[str]) -> Optional[str]:
 def help_groups(width: int = 80) -> str:
     """`--help`'s groups (Hydra's $APP_CONFIG_GROUPS put the presets on one 462-character line): each
     group's options wrapped to `width` columns; the presets counted, `--help experiment` lists them."""
-    from bench import config_dir
-
     lines = []
     for group in sorted(p for p in Path(config_dir()).iterdir() if p.is_dir() and p.name != "hydra"):
         options = sorted(f.stem for f in group.glob("*.yaml"))
@@ -112,8 +111,6 @@ def help_groups(width: int = 80) -> str:
 
 def presets_help(width: int = 80) -> str:
     """`python -m bench --help experiment`: every preset, one a line with the first line of its comment."""
-    from bench import config_dir
-
     lines = []
     for preset in sorted((Path(config_dir()) / PRESET).glob("*.yaml")):
         said = next((line[2:] for line in preset.read_text().splitlines() if line[:2] == "# " and "@" not in line), "")

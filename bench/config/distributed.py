@@ -49,8 +49,7 @@ class DistributedConfig(Checks):
         config's): weak scaling keeps it, strong splits it (the schema refuses a batch that does not split)."""
         return batch // (world or self.world_size) if self.scaling == Scaling.strong else batch
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
+    def rules(self) -> None:
         if self.name == DistributedName.single and self.nnodes != 1:
             self._fail("nnodes", "1 with distributed=single (more than one node needs distributed=ddp)")
         if self.name == DistributedName.single and self.world_size != 1:

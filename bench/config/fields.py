@@ -61,6 +61,14 @@ class Checks:
         """A key of an open set (bench.registries.KEYS): a registered name, or a user's module:attr."""
         check_name(self._key(name), getattr(self, name))
 
+    def __post_init__(self) -> None:
+        """A group's checks when it is built: its fields' declared ranges, then its own rules."""
+        self.check_ranges()
+        self.rules()
+
+    def rules(self) -> None:
+        """The group's checks beyond its fields' ranges (cross-field rules, formats): none by default."""
+
     def check_ranges(self) -> None:
         """The fields declared positive(...) or non_negative(...), in field order. The sentence says
         what the field's type takes: "a positive integer", "a positive number", "... or null"."""

@@ -38,8 +38,7 @@ class OptimizerConfig(Checks):
     # clip the gradients' global L2 norm to this before each step (after unscaling fp16 gradients)
     grad_clip_norm: Optional[float] = positive(None)
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
+    def rules(self) -> None:
         if len(self.betas) != 2:
             self._fail("betas", "a list of two numbers, e.g. [0.9, 0.999]", list(self.betas))
         # torch refuses these only at the first step (nan and inf: bench.config.hydra_errors names them)

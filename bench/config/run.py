@@ -34,13 +34,11 @@ class TrainConfig(Checks):
     mlperf_log: bool = False  # write MLPerf Training's :::MLLOG events to mlperf.log (bench.train.mlperf_log)
     mlperf_division: MlperfDivision = MlperfDivision.open  # the log's submission_division (closed: its rules apply)
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
+    def rules(self) -> None:
         self.between("label_smoothing", 0, 1, "a number in [0, 1)", "[)")
         if self.target_accuracy is not None:
             self.between("target_accuracy", 0, 1, "a top-1 accuracy in (0, 1], e.g. 0.95", "(]")
-            if not self.eval_every:
-                self.eval_every = 1  # a target is checked at evaluations: every epoch unless told otherwise
+            self.eval_every = self.eval_every or 1  # a target is checked at evaluations: each epoch unless told
         if self.resume is not None and not str(self.resume).strip():
             self._fail("resume", f"{RESUME_AUTO!r} or a checkpoint's path (null: start fresh)")
 
@@ -56,8 +54,7 @@ class CheckpointConfig(Checks):
     dir: str = "checkpoints"  # under storage.root (or the S3 prefix); one sub-folder per config fingerprint
     on_signal: bool = True  # SIGTERM / Ctrl-C during training writes one before the run ends KILLED
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
+    def rules(self) -> None:
         if not self.dir or self.dir.startswith("/") or ".." in self.dir.replace("\\", "/").split("/"):
             self._fail("dir", "a relative folder inside storage.root, without '..'")
 
@@ -80,8 +77,7 @@ class BenchmarkConfig(Checks):
     require_fit: bool = False  # refuse an oversubscribed config and a busy machine; an unfit window fails the run
     require_fit_wait_s: float = non_negative(60.0)  # with require_fit: how long to wait for other processes to quieten
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
+    def rules(self) -> None:
         if self.breakdown_steps > MAX_BREAKDOWN_STEPS:
             self._fail(
                 "breakdown_steps", f"1 to {MAX_BREAKDOWN_STEPS} (steps of the synchronised pass after the window)"
@@ -97,8 +93,7 @@ class ProfileConfig(Checks):
     steps: int = positive(5)  # profiled steps (after one unrecorded profiler warm-up step), on every rank
     row_limit: int = positive(30)  # operators in profile_top_ops.txt
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
+    def rules(self) -> None:
         if self.steps > MAX_PROFILE_STEPS:
             self._fail("steps", f"1 to {MAX_PROFILE_STEPS} (the profiler holds every event of every step in memory)")
 
@@ -116,8 +111,7 @@ class TrackingConfig(Checks):
     system_metrics: bool = False  # MLflow's own system metrics (system/cpu_*, system/gpu_*) beside bench's NVML summary
     required: bool = False  # true: a run that cannot be tracked (or stops being tracked) ends non-zero (exit 1)
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
+    def rules(self) -> None:
         if not self.experiment.strip():  # MLflow would file the run nowhere, and bench exit 0
             self._fail("experiment", "a non-empty MLflow experiment name (tracking.enabled=false tracks nothing)")
         if self.required and not self.enabled:

@@ -62,8 +62,7 @@ class BenchConfig(Checks):
     cpu_threads: Optional[int] = positive(None)
     cpu_malloc_reuse: bool = True  # on a CPU: glibc keeps freed memory for the next step (bench.runtime.malloc)
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
+    def rules(self) -> None:
         world = self.distributed.world_size
         if self.distributed.scaling == Scaling.strong and self.data.batch_size % world:
             raise self.data._error(

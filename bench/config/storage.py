@@ -58,8 +58,7 @@ class StorageLocation(Checks):
     timeout_s: float = positive(60.0)  # per request
     connect_timeout_s: float = positive(5.0)
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
+    def rules(self) -> None:
         self.check_location()
 
     def check_location(self) -> None:

@@ -118,8 +118,7 @@ class StorageWorkloadConfig(Checks):
     checkpoint_only: bool = False  # no dataset and no read phase: the checkpoint workload alone
     checkpoint_keep: bool = False  # leave the checkpoints on the store (false: each is deleted once read back)
 
-    def __post_init__(self) -> None:
-        self.check_ranges()
+    def rules(self) -> None:
         self.registered("format")
         self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", "(]")
         self._check_bounds()
@@ -159,6 +158,12 @@ class StorageWorkloadConfig(Checks):
     @property
     def shuffle_mode(self) -> Shuffle:
         return Shuffle(self.shuffle)
+
+    def read_steps(self, samples: int) -> int:
+        """The steps of a client reading `samples` samples an epoch: each epoch's batches (the last one
+        short), every epoch, capped at max_steps."""
+        steps = self.epochs * -(-samples // self.batch_size)
+        return steps if self.max_steps is None else min(steps, self.max_steps)
 
 
 @dataclass
@@ -221,10 +226,7 @@ class StorageBenchmarkConfig(Checks):
                 "(each simulated accelerator reads its own files)",
             )
         samples = (workload.num_files // clients) * workload.samples_per_file  # the smallest share
-        steps = workload.epochs * -(-samples // workload.batch_size)
-        if workload.max_steps is not None:
-            steps = min(steps, workload.max_steps)
-        if workload.batch_size > samples or steps < 2:
+        if workload.batch_size > samples or workload.read_steps(samples) < 2:
             self.workload._fail(
                 "batch_size",
                 f"at most {samples // 2 if workload.epochs == 1 else samples} "

@@ -47,8 +47,7 @@ def resized_jpeg(path: str, size: int, quality: int) -> bytes:
         if scale < 1:
             image.draft("RGB", target)  # DCT-domain downscale to at least `target` (JPEG only)
         rgb = image.convert("RGB")
-        if rgb.size != target:
-            rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0)
+        rgb = rgb.resize(target, Image.Resampling.BICUBIC, reducing_gap=3.0) if rgb.size != target else rgb
         out = io.BytesIO()
         rgb.save(out, "JPEG", quality=quality)
         return out.getvalue()

@@ -16,16 +16,15 @@ import math
 import sys
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
+from bench.config import BenchConfig, compose
 from bench.doctor.figures import Diagnosis, Rung
 from bench.errors import EXIT_FAILED, BenchError, ConfigError, interruption_in, print_error
 from bench.machine.writable import check_writable_dir
 from bench.run_dirs import reserve, stamp_of
 from bench.secrets import command_line_problem, redact_output
-
-if TYPE_CHECKING:
-    from bench.config import BenchConfig
+from bench.tracking.tracker import Tracker, open_run
 
 DEFAULTS = {"budget_s": "180", "what_ifs": "true", "out": ""}
 DEFAULT_OUT = "doctor"  # doctor/<date>/<time>, as Hydra names a run's
@@ -109,8 +108,6 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 def _checked_config(overrides: Sequence[str]) -> "BenchConfig":
-    from bench.config import compose
-
     config = compose(*overrides)
     if config.mode != "train":
         raise ConfigError("mode", config.mode, "train: the doctor diagnoses training runs")
@@ -128,7 +125,6 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
     from bench.machine.children import sigterm_raises
     from bench.machine.cpu_facts import affinity, usable_cores
     from bench.runtime.device import fit_cpu, resolve_device
-    from bench.tracking.tracker import open_run
 
     launch_dir = Path.cwd()
     # the loader, storage and what-if rungs take the threads and workers the runs will have
@@ -176,8 +172,6 @@ def _numbers(figures: Dict[str, Any], prefix: str = "") -> Dict[str, float]:
 def _log_rung(parent: Any, config: BenchConfig, rung: Rung) -> None:
     """A rung's child run: made here for the rungs bench.app did not run (the loader, storage and
     all-reduce rungs), tagged in either case (a training rung's is bench's own run, already a child)."""
-    from bench.tracking.tracker import Tracker
-
     if not parent.active:
         return
     tags = {"doctor.rung": rung.name, "doctor.title": rung.title}

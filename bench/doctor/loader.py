@@ -20,6 +20,8 @@ from typing import Any, Callable, Dict, Iterator, Optional, Tuple, TypeVar, Unio
 import torch
 
 from bench.config import BenchConfig
+from bench.data.loader import empty_batch
+from bench.data.transforms import decode_crop, normalize_into, resize_batch_into, resize_into
 from bench.doctor.figures import LOADER, STAGES, LoaderFigures, Rung
 from bench.machine.fitness import cpu_seconds_with_children
 
@@ -146,9 +148,6 @@ def stage_split(config: BenchConfig, budget_s: float) -> Optional[Dict[str, floa
 def encoded_split(config: BenchConfig, budget_s: float, spent: Dict[str, float]) -> int:
     """A JPEG/PNG folder's or a shard set's images by stage, through the loader's decode_crop and
     resize_into (CPU seconds added to `spent`); the images done."""
-    from bench.data.loader import empty_batch
-    from bench.data.transforms import decode_crop, resize_into
-
     data = config.data
     rng = random.Random(config.seed)
     images_of = ENCODED[config.data.name](config, rng)
@@ -174,8 +173,6 @@ def cifar_split(config: BenchConfig, budget_s: float, spent: Dict[str, float]) -
     pixels), augment (pad-crop-flip, then the resize to data.image_size), collate (the batch and
     its labels), host-to-device. CPU seconds added to `spent`; the images done."""
     from bench.data.cifar100 import Cifar100Batches, load_cifar100
-    from bench.data.loader import empty_batch
-    from bench.data.transforms import resize_batch_into
 
     data = config.data
     pixels, labels, _names = load_cifar100(data.dataset_root, str(data.split))
@@ -206,8 +203,6 @@ def _timed(spent: Dict[str, float], stage: str, step: Callable[..., T], *args: A
 
 def to_device(config: BenchConfig, images: torch.Tensor, labels: torch.Tensor) -> float:
     """CPU seconds of DeviceBatches' step: the batch normalised to float32 on the device."""
-    from bench.data.transforms import normalize_into
-
     device, size = device_of(config), config.data.image_size
     mark = time.process_time()
     out = torch.empty((len(images), 3, size, size), dtype=torch.float32, device=device)

@@ -66,8 +66,7 @@ def make_shards(config: BenchConfig, overrides: Sequence[str], out_dir: Path) ->
 
     data = config.data
     classes, paths, labels = scan_image_folder(imagefolder_base(data.dataset_root, data.split))
-    step = max(1, len(paths) // SHARD_SAMPLE)
-    sample = list(zip(paths, labels, strict=True))[::step][:SHARD_SAMPLE]
+    sample = list(zip(paths, labels, strict=True))[:: max(1, len(paths) // SHARD_SAMPLE)][:SHARD_SAMPLE]
     size = max(data.image_size, round(data.image_size * 256 / 224))  # the short side a crop is taken from
     source, shards = out_dir / "shards-source", out_dir / "shards"
     need = len(sample) * size * size * 3 // 4 + (1 << 20)  # at most a quarter of raw pixels a JPEG

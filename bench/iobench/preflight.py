@@ -257,7 +257,4 @@ def periodic_checkpoints(storage: StorageConfig, clients: int) -> int:
     if not workload.checkpoint_every_steps or workload.checkpoint_only:
         return 0
     samples = -(-workload.num_files // clients) * workload.samples_per_file
-    steps = workload.epochs * -(-samples // workload.batch_size)
-    if workload.max_steps is not None:
-        steps = min(steps, workload.max_steps)
-    return steps // workload.checkpoint_every_steps
+    return workload.read_steps(samples) // workload.checkpoint_every_steps

@@ -62,6 +62,7 @@ from bench.iobench.qualify import qualification
 from bench.iobench.reader import uses_processes
 from bench.iobench.report import StorageReport
 from bench.iobench.result import CachingFigures, RunFigures, StorageMetrics
+from bench.launch.process_group import all_gather, destroy_process_group, init_process_group
 from bench.maths.stats import mean, percentile
 from bench.rank_context import RankContext
 from bench.results import FitFigures
@@ -309,14 +310,6 @@ def _broadcast(value: Any) -> Any:
     return box[0]
 
 
-def _gather(value: Any) -> List[Any]:
-    import torch.distributed as dist
-
-    gathered: List[Any] = [None] * dist.get_world_size()
-    dist.all_gather_object(gathered, value)
-    return gathered
-
-
 def _barrier() -> None:
     """Every rank here: torch.distributed's barrier (what lines the clients up)."""
     import torch.distributed as dist
@@ -354,7 +347,7 @@ class Ranks(Clients):
         log.info("prepare: rank %d writes %d of the dataset's files to %s", ctx.rank, len(specs), store.url)
         start = time.perf_counter()
         written, latencies = write_files(store, workload, specs, storage.prepare_workers)
-        shares = _gather((written, latencies, time.perf_counter() - start))
+        shares = all_gather((written, latencies, time.perf_counter() - start), ctx)
         if ctx.rank == 0:
             every_file = [f for share in shares for f in share[0]]
             every_latency = [ms for share in shares for ms in share[1]]
@@ -364,7 +357,8 @@ class Ranks(Clients):
 
     def run(self, prepared: Prepared, run: int) -> Optional[List[ReaderResult]]:
         job = self.job(prepared, self.ctx.rank, run)
-        gathered = _gather(run_client(self.storage, job, sync=_barrier, start_gate=_barrier, heartbeat=self.heartbeat))
+        mine = run_client(self.storage, job, sync=_barrier, start_gate=_barrier, heartbeat=self.heartbeat)
+        gathered = all_gather(mine, self.ctx)  # every rank's, on every rank: the call is collective
         return gathered if self.reporter else None
 
     def drop(self, store: ObjectStore, prepared: Prepared, run: int) -> None:
@@ -375,8 +369,6 @@ class Ranks(Clients):
 
 def run_as_rank(config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat: Any = None) -> Optional[StorageReport]:
     import torch
-
-    from bench.launch.process_group import destroy_process_group, init_process_group
 
     init_process_group(config.distributed, ctx, torch.device("cpu"))
     try:

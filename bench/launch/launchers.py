@@ -23,11 +23,14 @@ import logging
 import multiprocessing
 import os
 import signal
+import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+
+import psutil
 
 from bench.config import BenchConfig
 from bench.config.distributed import DistributedConfig
@@ -210,7 +213,6 @@ def make_multiprocessing_temp_dir() -> None:
     forkserver's socket ("OSError: AF_UNIX path too long" from every rank): then under the
     shortest system temp dir that is writable."""
     import multiprocessing.util
-    import tempfile
 
     too_long = len(tempfile.gettempdir()) + SOCKET_SUFFIX > SOCKET_PATH_MAX
     previous = tempfile.tempdir
@@ -235,7 +237,6 @@ def private_tempdir() -> Iterator[None]:
     forkserver's socket, reused by later sweep jobs) is made first, where it always is, so it
     outlives this one."""
     import shutil
-    import tempfile
 
     from bench.machine.leftovers import clean_leftovers, owned_tempdir, semaphores_noted_in
 
@@ -270,8 +271,6 @@ class SurvivorReaper:
             self._thread.join(timeout=5)
 
     def _watch(self) -> None:
-        import psutil
-
         workers: Dict[int, Any] = {}  # pid -> psutil.Process, or None when it was gone at first sight
         first_exit: Optional[float] = None
         # Polled often: which worker ends first tells the root cause from the ranks that failed
@@ -329,8 +328,6 @@ def first_to_die(pids: List[int], workers_dir: Path) -> Optional[Tuple[int, int]
 
 def _state(process: Any) -> Optional[str]:
     """psutil's status of a worker ("running", "sleeping", "stopped", "zombie", ...), None when gone."""
-    import psutil
-
     if process is None:
         return None
     try:
@@ -379,9 +376,7 @@ def describe_failure(
 
 
 def _detail(failure: Any) -> str:
-    message = failure.message
-    if isinstance(message, dict):
-        message = message.get("message", "")
+    message = failure.message.get("message", "") if isinstance(failure.message, dict) else failure.message
     lines = str(message or "").strip().splitlines()
     detail = lines[0] if lines else "no error message"
     return "see its log in the job dir" if detail.startswith("Process failed with exitcode") else detail

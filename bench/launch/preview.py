@@ -20,9 +20,23 @@ parent run included), instead of submitit's traceback from inside the launcher.
 
 from __future__ import annotations
 
+import logging
 import shlex
 import shutil
 from typing import Any, List, Optional, Sequence, TextIO
+
+from hydra import compose as hydra_compose
+from hydra import initialize_config_dir
+from hydra.core.global_hydra import GlobalHydra
+from hydra.errors import HydraException
+from omegaconf import OmegaConf
+from omegaconf.errors import OmegaConfBaseException
+
+from bench import config_dir
+from bench.config import composed, load, shown
+from bench.config.argv import hydra_flags
+from bench.config.hydra_errors import one_line
+from bench.errors import BenchError
 
 MULTIRUN = ("-m", "--multirun")
 CFG = ("-c", "--cfg")
@@ -41,13 +55,6 @@ def wants_job_config(argv: Sequence[str]) -> bool:
 
 def job_config(argv: Sequence[str], out: TextIO) -> Optional[str]:
     """Print one job's composed config; returns None, or the one-line reason it does not compose."""
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from bench.config import composed, shown
-    from bench.config.hydra_errors import one_line
-    from bench.errors import BenchError
-
     try:
         out.write(OmegaConf.to_yaml(shown(composed(*overrides_of(argv))), resolve="--resolve" in argv))
     except BenchError as exc:
@@ -59,8 +66,6 @@ def job_config(argv: Sequence[str], out: TextIO) -> Optional[str]:
 
 def overrides_of(argv: Sequence[str]) -> List[str]:
     """The command line without Hydra's flags (and their values): the overrides."""
-    from bench.config.argv import hydra_flags
-
     takes_a_value = hydra_flags(taking_a_value=True)
     found: List[str] = []
     skip = False
@@ -89,18 +94,6 @@ def job_problem(config: Any) -> Optional[str]:
     the sweep is refused before any job runs, not after the jobs before it (Hydra composes a batch
     only once the parent run is open). One line, or None. Quiet: what a config says when it loads
     (a deprecated key's warning) is said by the job's own run."""
-    import logging
-
-    from hydra import compose as hydra_compose
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-    from omegaconf.errors import OmegaConfBaseException
-
-    from bench.config import composed, load
-    from bench.config.hydra_errors import one_line
-    from bench.errors import BenchError
-
     params = OmegaConf.select(config, "hydra.sweeper.params") or {}
     overrides = [f"{key}={value}" for key, value in params.items()] + list(config.hydra.overrides.task)
     logging.disable(logging.WARNING)
@@ -124,12 +117,8 @@ def preset_sweep(overrides: Sequence[str]) -> List[str]:
     overrides (Hydra's basic sweeper puts them before the command line's, which win)."""
     if not (presets := [o for o in overrides if o.lstrip("+").startswith("experiment=")]):
         return []
-    from hydra import compose, initialize_config_dir
-
-    from bench import config_dir
-
     with initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=presets, return_hydra_config=True)
+        cfg = hydra_compose(config_name="config", overrides=presets, return_hydra_config=True)
     return [f"{key}={value}" for key, value in (cfg.hydra.sweeper.params or {}).items()]
 
 
@@ -142,11 +131,6 @@ def _for_a_shell(override: str) -> str:
 
 def preview(argv: Sequence[str], out: TextIO) -> Optional[str]:
     """Print the sweep's jobs; returns None, or the one-line reason the overrides do not parse."""
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from bench.config.hydra_errors import one_line
-
     try:
         overrides = overrides_of(argv)
         jobs = jobs_of(preset_sweep(overrides) + overrides)
@@ -180,8 +164,6 @@ def register_bench_launchers() -> None:
 
 def cluster_commands_problem(config: Any) -> Optional[str]:
     """The sentence to refuse a sweep whose launcher's cluster commands are not on PATH, or None."""
-    from omegaconf import OmegaConf
-
     target = str(OmegaConf.select(config, "hydra.launcher._target_", default="") or "")
     needed = CLUSTER_COMMANDS.get(target.rsplit(".", 1)[-1], ())
     if not (missing := [command for command in needed if shutil.which(command) is None]):

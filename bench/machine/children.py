@@ -15,6 +15,8 @@ import time
 from contextlib import contextmanager, suppress
 from typing import Any, Callable, Iterator, Optional, Sequence, Tuple
 
+from bench.errors import Interrupted
+
 STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})  # Ctrl-C and a scheduler's or kill's stop
 
 
@@ -129,8 +131,6 @@ STOPS_HELD = _StopsHeld()
 
 
 def _raise_stop(signum: int, _frame: Any) -> None:
-    from bench.errors import Interrupted
-
     if STOPS_HELD.depth:
         STOPS_HELD.landed = signum
         return
@@ -147,8 +147,6 @@ def sigterm_raises() -> Iterator[None]:
     a garbage-collection callback, such as SQLAlchemy's: "Exception ignored in ...") is sent again,
     so it is never lost."""
     import sys
-
-    from bench.errors import Interrupted
 
     def _resend(unraisable: Any) -> None:
         stop = unraisable.exc_value

@@ -25,6 +25,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
+import psutil
+
 from bench.machine.cpu_facts import affinity, cgroup_quota, cpufreq_notes, oversubscription, usable_cores
 
 __all__ = ["Verdict", "affinity", "cgroup_quota", "cpufreq_notes", "oversubscription", "unfit_reason", "usable_cores"]
@@ -85,8 +87,6 @@ def root_pid() -> int:
 
 def busy_seconds(cpus: Sequence[int]) -> float:
     """CPU seconds the usable CPUs spent busy since boot (everything but idle and iowait), every process's."""
-    import psutil
-
     per_cpu = psutil.cpu_times(percpu=True)
     chosen = [per_cpu[c] for c in cpus] if cpus and max(cpus) < len(per_cpu) else per_cpu
     return sum(
@@ -106,8 +106,6 @@ class TreeClock:
         self.pids: set = set()
 
     def sample(self) -> None:
-        import psutil
-
         try:
             top = psutil.Process(self.root)
             processes = [top, *top.children(recursive=True)]
@@ -132,8 +130,6 @@ class TreeClock:
 def cpu_seconds_with_children() -> float:
     """CPU time of this process and its live children (the loader's workers); clock-tick
     resolution (10 ms), so it needs a few hundred milliseconds of work to mean anything."""
-    import psutil
-
     me = psutil.Process()
     total = 0.0
     for process in [me, *me.children(recursive=True)]:
@@ -162,8 +158,6 @@ class MachineWatch:
         self._thread: Optional[threading.Thread] = None
 
     def start(self) -> "MachineWatch":
-        import psutil
-
         self.cpus = affinity()
         self.usable = usable_cores(self.cpus)
         self.load = os.getloadavg()[0] if hasattr(os, "getloadavg") else None
@@ -192,8 +186,6 @@ class MachineWatch:
                 self.gpu.sample()
 
     def stop(self) -> Verdict:
-        import psutil
-
         self._stop.set()
         if self._thread is not None:
             with contextlib.suppress(RuntimeError):  # a Ctrl-C inside start(): the thread ends at its first wait

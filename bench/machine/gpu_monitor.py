@@ -252,8 +252,7 @@ class GpuWatch:
 
     def _numa(self, verdict: Verdict, gpu: str) -> None:
         """This rank's CPUs against its GPU's NUMA-local CPUs (nvmlDeviceGetCpuAffinity)."""
-        words = os.cpu_count() or 1
-        mask = _try(self.nvml.nvmlDeviceGetCpuAffinity, self.handle, (words + 63) // 64)
+        mask = _try(self.nvml.nvmlDeviceGetCpuAffinity, self.handle, ((os.cpu_count() or 1) + 63) // 64)  # 64-bit words
         if not mask or not hasattr(os, "sched_getaffinity"):
             return
         local, mine = cpus_of_mask(list(mask)), os.sched_getaffinity(0)

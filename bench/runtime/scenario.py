@@ -17,13 +17,15 @@ import logging
 from pathlib import Path
 from typing import Any, Callable, ClassVar, Optional, Tuple
 
+import psutil
+
 from bench.config import BenchConfig
 from bench.config.data import Split
 from bench.errors import ConfigError, ConfigProblem, DataError
 from bench.machine.cpu_facts import affinity
 from bench.rank_context import RankContext
 from bench.registries import import_own
-from bench.runtime.fit_watch import check_quiet, loader_workers
+from bench.runtime.fit_watch import WindowMonitor, check_quiet, loader_workers
 from bench.runtime.reporting import ModelOutcome, ModelResult
 from bench.scenario_base import BaseScenario
 
@@ -61,7 +63,6 @@ class ModelScenario(BaseScenario):
 
         from bench.launch.process_group import all_gather, destroy_process_group, init_process_group
         from bench.runtime.device import fit_cpu, resolve_device
-        from bench.runtime.fit_watch import WindowMonitor
 
         device = resolve_device(config.allow_cpu)
         config, chosen = fit_cpu(config, device.type)
@@ -162,8 +163,6 @@ def _memory_bytes(device: Any) -> int:
         import torch
 
         return int(torch.cuda.mem_get_info(device)[1])
-    import psutil
-
     return int(psutil.virtual_memory().total)
 
 
@@ -198,8 +197,6 @@ def check_prefetch_fits(config: BenchConfig) -> None:
     data = config.data
     if data.synthetic or data.num_workers == 0:
         return
-    import psutil
-
     ranks = config.distributed.nproc_per_node
     workers = loader_workers(config, ranks)
     batch_bytes = config.distributed.per_process(config.data.batch_size) * 3 * data.image_size**2

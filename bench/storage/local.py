@@ -178,8 +178,7 @@ class DirectReadStore(LocalStore):
 def _read_o_direct(path: Path, start: int, length: Optional[int]) -> bytes:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECT)
     try:
-        if length is None:
-            length = os.fstat(fd).st_size - start
+        length = os.fstat(fd).st_size - start if length is None else length  # None: to the end
         aligned_start = start - start % ALIGN
         skip = start - aligned_start
         buffer = mmap.mmap(-1, max(ALIGN, (skip + length + ALIGN - 1) // ALIGN * ALIGN))  # page-aligned

@@ -57,6 +57,14 @@ def spelled(args: argparse.Namespace) -> List[str]:
     return [f"{key}={value}" for key, value in values.items() if value is not None]
 
 
+QUIET = ["benchmark.progress=false", "tracking.enabled=false"]
+
+
+def one_epoch(steps: int, warmup: int) -> List[str]:
+    """The keys of a short training run: one epoch of `steps` measured after `warmup`, no progress bar, untracked."""
+    return ["train.epochs=1", f"train.steps_per_epoch={steps}", f"benchmark.warmup_steps={warmup}", *QUIET]
+
+
 def said(ratio: Ratio, digits: int = 2) -> str:
     """A ratio as the A/B tools print it: `0.98 [95% 0.95-1.01] same`."""
     return f"{ratio.ratio:.{digits}f} [95% {ratio.low:.{digits}f}-{ratio.high:.{digits}f}] {ratio.verdict}"

@@ -56,8 +56,7 @@ def rerun_overrides(run_dir: str, what: str) -> List[str]:
             f"--rerun needs run directories: {what} {run_dir} has no .hydra/overrides.yaml "
             "(pass the directory of a run or of a sweep's job)"
         )
-    overrides = yaml.safe_load(path.read_text()) or []
-    return [str(o) for o in overrides if not str(o).lstrip("+~").startswith("hydra.")]
+    return [str(o) for o in yaml.safe_load(path.read_text()) or [] if not str(o).lstrip("+~").startswith("hydra.")]
 
 
 def rerun_figure(run_dir: str) -> Tuple[str, str]:

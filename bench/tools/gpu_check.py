@@ -32,8 +32,9 @@ from pathlib import Path
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
 
 from bench.config import compose
-from bench.errors import EXIT_SIGINT, BenchError, Interrupted, print_error
+from bench.errors import EXIT_CONFIG, EXIT_SIGINT, BenchError, Interrupted, print_error
 from bench.machine.writable import writable_dir_refusal
+from bench.tools import ab
 from bench.tools.gpu_checks import runners
 from bench.tools.gpu_checks.checks import CHILD, NAMES, OVERHEAD, Check, Metrics, checks
 
@@ -196,31 +197,24 @@ def base_overrides(args: argparse.Namespace, on_gpu: bool) -> List[str]:
         sizes = ["allow_cpu=true", "model.arch=small_cnn", "data.batch_size=4", "data.image_size=32", "cpu_threads=1"]
         steps, warmup = min(args.steps, 3), 1
         sizes.append("data.num_classes=10")
-    return [
-        *sizes,
-        "data=synthetic",
-        "train.epochs=1",
-        f"train.steps_per_epoch={steps}",
-        f"benchmark.warmup_steps={warmup}",
-        "benchmark.progress=false",
-        "tracking.enabled=false",
-        *args.set,
-    ]
+    return [*sizes, "data=synthetic", *ab.one_epoch(steps, warmup), *args.set]
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
     args = _parser().parse_args(argv)
     if problem := _argument_problem(args):
-        return print_error(str(problem))
+        return print_error(problem)
     import torch
 
     on_gpu = not args.rehearse
     if on_gpu and not torch.cuda.is_available():
         build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        return print_error(
-            f"gpu_check needs a CUDA GPU: torch.cuda.is_available() is False here "
-            f"(torch {torch.__version__}, {build}); run it on the GPU machine, or --rehearse on a CPU"
+        print(
+            f"[ERROR] gpu_check needs a CUDA GPU: torch.cuda.is_available() is False here "
+            f"(torch {torch.__version__}, {build}); run it on the GPU machine, or --rehearse on a CPU",
+            file=sys.stderr,
         )
+        return EXIT_CONFIG
     from bench.machine.children import sigterm_raises
 
     budget = Budget(args.budget_s)

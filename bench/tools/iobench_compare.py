@@ -153,7 +153,7 @@ def main(argv: List[str] | None = None) -> int:
     except BenchError as exc:
         unwritable = str(exc)
     if unwritable:
-        return print_error(str(unwritable))
+        return print_error(unwritable)
     if args.backend == "s3":
         ratio = compare_s3(args)
     elif args.root:

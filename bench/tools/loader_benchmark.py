@@ -15,14 +15,14 @@ import argparse
 import math
 import os
 import statistics
-from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Tuple
+from typing import Any, Callable, Dict, Generator, List, Tuple
+
+import torch
 
 from bench.analysis.rounds import alternate, ratio_of
+from bench.data.registry import Batches, build_batches
 from bench.data.sample_images import write_image_folder
 from bench.tools import ab
-
-if TYPE_CHECKING:
-    from bench.data.registry import Batches
 
 BASELINE = "torchvision-baseline"
 
@@ -56,7 +56,6 @@ def baseline_batches(root: str, args: argparse.Namespace) -> Generator[Any, None
     """What people write by hand: ImageFolder + PIL + RandomResizedCrop + flip + ToTensor + Normalize."""
     import itertools
 
-    import torch
     from torchvision import datasets, transforms
 
     transform = transforms.Compose(
@@ -81,10 +80,7 @@ def baseline_batches(root: str, args: argparse.Namespace) -> Generator[Any, None
 
 
 def our_batches(name: str, root: str, args: argparse.Namespace) -> Batches:
-    import torch
-
     from bench.config import compose
-    from bench.data.registry import build_batches
 
     data = compose(f"data={name}", f"data.root={root}", *ab.spelled(args), "data.pin_memory=false").data
     return build_batches(data, torch.device("cpu"), torch.contiguous_format, seed=0)
@@ -101,8 +97,6 @@ def measure(make: Callable[[], Batches | Generator[Any, None, None]], args: argp
 
 def run(args: argparse.Namespace) -> Dict[str, List[Tuple[float, float]]]:
     """Every loader of --loaders and the baseline, --rounds rounds (the bench-loader command's arguments)."""
-    import torch
-
     # The device step (normalising on the CPU) stands in for a GPU: one intra-op thread, since
     # idle OpenMP threads spin and take CPU from the workers of every loader alike.
     torch.set_num_threads(1)

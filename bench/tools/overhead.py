@@ -44,8 +44,7 @@ def framework_config(overrides: Sequence[str], precision: str) -> BenchConfig:
 def run_framework(config: BenchConfig, device: torch.device) -> float:
     from bench.train.loop import train
 
-    result = train(config, device)
-    return result.images / result.window_seconds
+    return train(config, device).images_per_second
 
 
 def run_minimal(config: BenchConfig, device: torch.device) -> float:

@@ -145,7 +145,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     args, overrides = ab.parse(parser, argv)
     args.overrides = [f"storage.workload.format={args.format}", *overrides]
     if problem := argument_problem(args):
-        return print_error(str(problem))
+        return print_error(problem)
     for path in clean_leftovers(PREFIX):  # what a SIGKILLed run left: its owner is gone
         print(f"removed {path}: a dataset left by a run that was killed", file=sys.stderr, flush=True)
     if args.clean:

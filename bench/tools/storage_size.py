@@ -41,7 +41,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if flags := [o for o in overrides if o.startswith("-")]:  # the rest are overrides of the workload
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
     if problem := _argument_problem(args):
-        return print_error(str(problem))
+        return print_error(problem)
     try:
         config = compose("mode=storage", *overrides)
     except BenchError as exc:

@@ -31,11 +31,7 @@ def workload(image_size: int, batch_size: int, steps: int, warmup: int) -> List[
         "model=resnet18",
         f"data.image_size={image_size}",
         f"data.batch_size={batch_size}",
-        "train.epochs=1",
-        f"train.steps_per_epoch={steps}",
-        f"benchmark.warmup_steps={warmup}",
-        "benchmark.progress=false",
-        "tracking.enabled=false",
+        *ab.one_epoch(steps, warmup),
     ]
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import torch
+import torchvision
 
 from bench.analysis.rounds import Ratio, alternate
 from bench.config import compose
@@ -42,7 +43,7 @@ def eval_cost(args: argparse.Namespace, root: str) -> None:
 
     def images_per_second(eval_every: int) -> float:
         result = train(compose(*eval_run(args, root), f"train.eval_every={eval_every}"), torch.device("cpu"))
-        return result.images / result.window_seconds
+        return result.images_per_second
 
     sides = {"ours": lambda: images_per_second(1), "base": lambda: images_per_second(0)}  # eval_every=1, 0
     found = alternate(sides, args.rounds, warmup=0, label="eval", unit="img/s")
@@ -54,8 +55,6 @@ def eval_cost(args: argparse.Namespace, root: str) -> None:
 
 
 def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
-    import torchvision
-
     model = torchvision.models.get_model(args.model, weights=None)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
     model(torch.randn(2, 3, 64, 64)).sum().backward()
@@ -109,8 +108,6 @@ def argument_problem(args: argparse.Namespace) -> Optional[str]:
         compose(*eval_run(args, "."))  # the flags' keys, as the config checks them
     except BenchError as exc:
         return str(exc)
-    import torchvision
-
     if args.only != "eval" and args.model not in torchvision.models.list_models(module=torchvision.models):
         return f"--model={args.model!r} is not valid: accepted a torchvision classification model, e.g. resnet50."
     return writable_dir_refusal("--dir", args.dir) if args.dir is not None else None
@@ -127,7 +124,7 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--dir", default=None, help="where the digits and checkpoints go (default: a temp dir)")
     args = parser.parse_args(argv)
     if problem := argument_problem(args):
-        return print_error(str(problem))
+        return print_error(problem)
     with tempfile.TemporaryDirectory(dir=args.dir) as tmp:
         print(f"threads={args.threads} rounds={args.rounds} in {tmp}", flush=True)
         if args.only != "checkpoint":

@@ -24,20 +24,17 @@ import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence
 
+from hydra.core.utils import JobReturn, JobStatus
 from hydra.experimental.callback import Callback
 
-from bench.errors import ConfigError, print_error
+from bench.errors import ConfigError, Interrupted, print_error, stopped_by
 from bench.run_dirs import stamp_of
 from bench.secrets import redact, scrub
 from bench.tracking.store import checked_uri, probe, unreachable_line
 from bench.tracking.tracker import SweepJob, Tracker, process_tags
 from bench.tracking.ui_view import FAMILY_TAG
-
-if TYPE_CHECKING:
-    from hydra.core.utils import JobReturn
-
 
 log = logging.getLogger("bench")
 
@@ -73,8 +70,6 @@ def failed_jobs() -> int:
 
 def job_returned(num: Any, job_return: JobReturn) -> bool:
     """Count a job that came back (its task's return value is bench's exit code); True if it failed."""
-    from hydra.core.utils import JobStatus
-
     failed = job_return.status != JobStatus.COMPLETED or bool(job_return.return_value)
     _count(num, failed)
     return failed
@@ -169,7 +164,6 @@ def _refuse_a_sweep_that_cannot_start(config: Any) -> Optional[str]:
 class MlflowSweepCallback(Callback):
     def on_multirun_start(self, config: Any, **kwargs: Any) -> None:
         """The checks, the server's probe, the parent run: Ctrl-C / SIGTERM here are one line (130 / 143)."""
-        from bench.errors import Interrupted, stopped_by
         from bench.machine.children import sigterm_raises
 
         try:

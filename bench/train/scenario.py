@@ -20,7 +20,7 @@ from typing import Any, Optional
 from bench.config import BenchConfig
 from bench.config.distributed import Scaling
 from bench.config.run import RESUME_AUTO
-from bench.errors import ConfigError, ConfigProblem
+from bench.errors import CheckpointError, ConfigError, ConfigProblem
 from bench.rank_context import RankContext
 from bench.runtime.fit_watch import check_quiet
 from bench.runtime.model_names import check_arch
@@ -158,7 +158,6 @@ def check_resume_file(config: BenchConfig) -> None:
             "'auto', a checkpoint file written by checkpoint.every_epochs, "
             "or a checkpoint's name in checkpoint.dir (this file does not exist)",
         )
-    from bench.errors import CheckpointError
     from bench.train.checkpoint_format import check_meta, read
 
     try:

@@ -125,8 +125,12 @@ def test_no_module_over_300_lines(module):
 # a sweep's runs grouped under its name in the MLflow view (issue 40 §6); 17,720 with the kit's one
 # build per --out; moved down to 17,670 by a structural pass (one HTML table writer for the sweep and
 # doctor pages, print_error returning the exit code so a refusal is `return print_error(...)`, three
-# checks assigned in their `if`: 17,670 measured).
-CODE_LINE_CEILING = 17_681
+# checks assigned in their `if`: 17,670 measured); moved down to 17,570 by a de-duplication pass (the tools'
+# refusals through print_error, one all_gather, imports repeated in a module's functions made once at its
+# top, gpu_check's names read from its checks, Checks.__post_init__ running each group's ranges then its
+# rules, one walk for strict and as_plain, ab.one_epoch, StorageWorkloadConfig.read_steps: 17,570 measured);
+# 17,596 with a stop signal held while a storage read takes its readers' records (STOPS_HELD).
+CODE_LINE_CEILING = 17_596
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):

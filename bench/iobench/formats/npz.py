@@ -30,8 +30,7 @@ def array_layout(data: memoryview, key: str) -> Tuple[int, np.dtype, Tuple[int, 
     start = 30 + name_length + extra_length
     if bytes(data[start : start + 6]) != NPY_MAGIC:
         raise CorruptFile(f"{key}: no .npy array in the archive")
-    major = data[start + 6]
-    length_format, length_size = ("<H", 2) if major == 1 else ("<I", 4)
+    length_format, length_size = ("<H", 2) if data[start + 6] == 1 else ("<I", 4)  # by the format's major version
     (header_length,) = struct.unpack_from(length_format, data, start + 8)
     header_start = start + 8 + length_size
     header = ast.literal_eval(bytes(data[header_start : header_start + header_length]).decode("latin1"))

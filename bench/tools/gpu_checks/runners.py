@@ -16,6 +16,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
+from bench import api
 from bench.errors import BenchError
 
 Metrics = Dict[str, Any]
@@ -38,8 +39,6 @@ def _outcome(run: Callable[[], Any]) -> Outcome:
 def run_in_process(overrides: Sequence[str], run_dir: Path, rehearse: bool = False) -> Outcome:
     """The run `python -m bench <overrides> hydra.run.dir=<run_dir>` makes, in this process (bench.api.run),
     its output kept from gpu_check's table; in the rehearsal torch.compile on the eager backend."""
-    from bench import api
-
     quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
     with quiet[0], quiet[1], _cheap_compile() if rehearse else contextlib.nullcontext():
         return _outcome(lambda: api.run(list(overrides), run_dir, Path.cwd()))
@@ -63,7 +62,7 @@ def run_search_on_cpu(overrides: Sequence[str], _run_dir: Path) -> Outcome:
     return {
         **result.extra.figures(),
         "batch_size": result.batch_size,
-        "images_per_second": result.images / result.window_seconds if result.window_seconds > 0 else 0.0,
+        "images_per_second": result.images_per_second,
     }, ""
 
 
@@ -105,8 +104,6 @@ def all_reduce_probe(on_gpu: bool) -> Tuple[str, str]:
 def run_ddp(overrides: Sequence[str], run_dir: Path, on_gpu: bool) -> Outcome:
     """The DDP run as a `python -m bench` child that does not outlive gpu_check (its ranks are processes:
     bench.api.run_child), then gpu_check's own all-reduce probe."""
-    from bench import api
-
     metrics, problem = _outcome(lambda: api.run_child(overrides, run_dir))
     if metrics is None:
         return None, problem
