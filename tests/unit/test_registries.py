@@ -46,16 +46,17 @@ def test_a_format_and_a_data_option_are_added_by_registration_alone(mylab, monke
     registered = list(FORMATS)
     monkeypatch.setitem(FORMATS, "framed", f"{mylab}:Framed")
     monkeypatch.setitem(DATA, "zeros", DataOption(f"{mylab}:zero_batches"))
-    try:
+    try:  # every compose stores the registered options as group options: `zeros` must not outlive the test
         config = compose("mode=storage", "storage.workload.format=framed", "data=zeros")  # data=: a group option too
+        assert (config.storage.workload.format, config.data.name) == ("framed", "zeros")
+        assert type(format_for("framed")).__name__ == "Framed"
+        images, _labels = next(build_batches(config.data, torch.device("cpu"), torch.contiguous_format, seed=0))
+        assert images.shape == (config.data.batch_size, 3, config.data.image_size, config.data.image_size)
+        accepted = re.escape(f"accepted one of {', '.join([*registered, 'framed'])}.") + "$"
+        with pytest.raises(ConfigError, match=accepted):
+            compose("storage.workload.format=parquet")
     finally:
         ConfigStore.instance().repo["data"].pop("zeros.yaml", None)
-    assert (config.storage.workload.format, config.data.name) == ("framed", "zeros")
-    assert type(format_for("framed")).__name__ == "Framed"
-    images, _labels = next(build_batches(config.data, torch.device("cpu"), torch.contiguous_format, seed=0))
-    assert images.shape == (config.data.batch_size, 3, config.data.image_size, config.data.image_size)
-    with pytest.raises(ConfigError, match=re.escape(f"accepted one of {', '.join([*registered, 'framed'])}.") + "$"):
-        compose("storage.workload.format=parquet")
 
 
 def test_own_code_is_looked_for_when_composed_and_imported_at_preflight(mylab):
