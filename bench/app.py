@@ -22,16 +22,15 @@ from bench.config import BenchConfig, as_plain, load
 from bench.config.optimizer import chosen_optimizers_values
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, print_error
 from bench.errors import stopped_by as _interruption
-from bench.launch.launchers import Launcher, select_launcher
 from bench.machine.children import sigterm_raises
 from bench.results import final_line, note_run, room_kept, write_error
 from bench.secrets import redact_output, scrub
-from bench.tracking.environment import collect_environment, write_packages
 from bench.tracking.store import checked_uri
 from bench.tracking.tracker import SweepJob, Tracker, open_run
 from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
 if TYPE_CHECKING:
+    from bench.launch.launchers import Launcher
     from bench.scenario_base import BaseReport as Report
     from bench.scenario_base import BaseScenario as Scenario
 
@@ -103,6 +102,10 @@ def run(
         if raise_refusals:
             raise
         return _refuse(exc, out_dir, sweep_job, lambda: open_tracker({}))
+    # torch comes with these (the launcher's workers, the environment's versions): not before the config is checked
+    from bench.launch.launchers import select_launcher
+    from bench.tracking.environment import collect_environment
+
     launcher: Launcher = select_launcher(config, scenario.has_ranks(config), in_sweep=sweep_job is not None)
     if not launcher.reports:
         return _run_unreported(launcher, scenario, config, out_dir)
@@ -153,6 +156,8 @@ def _write_outputs(
 ) -> List[str]:
     """The run's files (each written whole or not at all) and the rest of its MLflow record;
     what could not be written, as problems."""
+    from bench.tracking.environment import write_packages
+
     try:
         files = report.write(out_dir, as_plain(config), environment, tracker.run_id)
         files.append(write_packages(out_dir))
