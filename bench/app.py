@@ -13,6 +13,7 @@ from __future__ import annotations
 import logging
 import sys
 import traceback
+from contextlib import suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, List, Mapping, Optional
 
@@ -22,7 +23,7 @@ from bench.config import BenchConfig, as_plain, load
 from bench.config.optimizer import chosen_optimizers_values
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, print_error
 from bench.errors import stopped_by as _interruption
-from bench.machine.children import sigterm_raises
+from bench.machine.children import STOPS_HELD, sigterm_raises
 from bench.results import final_line, note_run, room_kept, write_error
 from bench.secrets import redact_output, scrub
 from bench.tracking.store import checked_uri
@@ -225,7 +226,10 @@ def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir
     """End the MLflow run with the right status, say what happened in one line, pick the exit code."""
     if interrupted := _interruption(exc):
         reason, code = interrupted
-        tracker.finish("KILLED", error=reason)
+        # a second stop (a scheduler's SIGTERM after its launcher's) landing in this MLflow write left
+        # the run RUNNING: it waits for the marking, then has nothing to add
+        with suppress(KeyboardInterrupt, Interrupted), STOPS_HELD:
+            tracker.finish("KILLED", error=reason)
         return print_error(f"run interrupted: {reason}", code)
     if not isinstance(exc, Exception):  # SystemExit and friends: not ours to swallow
         tracker.finish("FAILED", error=f"{type(exc).__name__}: {exc}")

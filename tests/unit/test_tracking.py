@@ -528,3 +528,47 @@ def test_a_latency_sweeps_view_and_compare_link_put_the_fastest_job_first_and_ch
     state = json.loads(client.get_experiment(experiment).tags[f"mlflow.sharedViewState.bench-sweep-{failed[:12]}"])
     assert (state["orderByKey"], state["orderByAsc"]) == ("tags.`mlflow.runName`", True)
     assert [c["type"] for c in state["compareRunCharts"]] == ["BAR"]  # nothing swept: no parallel coordinates
+
+
+def test_a_second_stop_landing_in_the_killed_runs_marking_still_ends_it_killed(tmp_path):
+    """A slurm_local job SIGKILLed with its sweep got two SIGTERMs (its controller's death and its
+    own): the second landed inside the MLflow write that marked the run KILLED and cut it short,
+    and the run stayed RUNNING. Here the command's own SIGTERM handler is called inside that write
+    (sys.settrace, as Python calls it between two lines): the run ends KILLED, exit 143."""
+    import signal
+    import sys
+
+    from mlflow import MlflowClient
+
+    from bench.app import _fail
+    from bench.config import compose
+    from bench.errors import Interrupted
+    from bench.machine.children import sigterm_raises
+    from bench.tracking.tracker import Tracker, open_run
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = compose(f"tracking.uri={uri}")
+    tracker = open_run(config.tracking, tmp_path, "stopped", {}, {}, [])
+    landed = []
+
+    def in_the_write(frame, event, _arg):
+        if event == "line" and frame.f_code is Tracker._call.__code__ and not landed and "getattr" in _line(frame):
+            landed.append(frame.f_locals["method"])
+            signal.getsignal(signal.SIGTERM)(signal.SIGTERM, frame)  # the second SIGTERM, as Python delivers it
+        return in_the_write
+
+    with sigterm_raises():
+        sys.settrace(lambda frame, _event, _arg: in_the_write if frame.f_code is Tracker._call.__code__ else None)
+        try:
+            code = _fail(Interrupted("SIGTERM"), config.scenario, config, tmp_path, tracker)
+        finally:
+            sys.settrace(None)
+    assert landed == ["log_batch"] and code == 143  # it landed in the error tag's write, the first of two
+    run = MlflowClient(uri).get_run(str(tracker.run_id))
+    assert run.info.status == "KILLED" and run.data.tags["error"] == "terminated by signal SIGTERM"
+
+
+def _line(frame) -> str:
+    import linecache
+
+    return linecache.getline(frame.f_code.co_filename, frame.f_lineno)
