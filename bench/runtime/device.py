@@ -60,6 +60,9 @@ def prepare_process(config: BenchConfig, device: torch.device, ctx: RankContext)
         keep_freed_memory()
     torch.backends.cudnn.benchmark = bool(config.cudnn_benchmark)
     if device.type == "cuda":
+        # reset_peak_memory_stats does not start CUDA itself: first in a process (bench.api.run, a
+        # test), it raised "Invalid device argument" on the H200 of 2026-11-30
+        torch.cuda.init()
         torch.cuda.reset_peak_memory_stats(device)
 
 

@@ -240,8 +240,9 @@ def test_find_max_batch_starts_above_what_memory_holds_not_at_65536():
 def test_the_gpu_day_script_parses_runs_the_first_hours_commands_and_fits_one_device_call():
     """launchers/gpu_day.sh cannot run here (no GPU; CI rehearses it on the CPU, offline: .ci/gpu_day): it
     parses, runs what issue 27 §6 lists, each under a timeout that ends its process group, and its day
-    fits one device call of 6 minutes (issue 36): every step's limit inside the total, the total inside
-    360 s, gpu_check's budget inside its step."""
+    fits one device call of 10 minutes (the H200 of 2026-11-30 needed ~500 s; issue 36 asked 6 minutes
+    before any GPU day had run): every step's limit inside the total, the total inside 600 s,
+    gpu_check's budget inside its step."""
     import re
     import subprocess
 
@@ -263,5 +264,5 @@ def test_the_gpu_day_script_parses_runs_the_first_hours_commands_and_fits_one_de
     day = text[text.index('if [ "$part" = day ]; then') : text.index("else\n  # the fast preset")]
     limits = dict(re.findall(r"^\s*step (\w+) (\d+) ", text[: text.index('if [ "$part" = day ]')] + day, re.M))
     assert set(limits) == {"kit", "gpu_check", "card", "sweep", "doctor", "pytest_gpu"}
-    assert sum(map(int, limits.values())) <= total <= 345  # the summary's few seconds, inside 360
+    assert sum(map(int, limits.values())) <= total <= 570  # the summary's few seconds, inside 600
     assert int(re.search(r"budget=(\d+)", text).group(1)) + 10 <= int(limits["gpu_check"])

@@ -71,3 +71,19 @@ def test_the_record_says_whether_the_process_kept_freed_memory():
     assert in_effect(False, "cpu") is False
     assert in_effect(True, "cpu") is (glibc_mallopt() is not None)
     assert compose().cpu_malloc_reuse is True  # the default
+
+
+def test_prepare_process_starts_cuda_before_resetting_its_peak_memory_with_a_mocked_gpu(monkeypatch):
+    """torch.cuda.reset_peak_memory_stats does not start CUDA: in a process where nothing had, it
+    raised "Invalid device argument" on the H200 of 2026-11-30 (the gpu-marked
+    test_find_max_batch_on_a_gpu_trains_with_the_batch_it_found). No GPU here: both calls are mocked
+    and their order checked."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "init", lambda: calls.append("init"))
+    monkeypatch.setattr(torch.cuda, "reset_peak_memory_stats", lambda device: calls.append(f"reset {device}"))
+    benchmark = torch.backends.cudnn.benchmark
+    try:
+        runtime_device.prepare_process(compose(), torch.device("cuda", 0), RankContext())
+    finally:
+        torch.backends.cudnn.benchmark = benchmark
+    assert calls == ["init", "reset cuda:0"]
