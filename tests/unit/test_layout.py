@@ -258,8 +258,8 @@ def test_test_files_have_names_of_their_own():
 # Modules whose job is to (de)serialise result dicts or to name their keys for display: the records'
 # home (bench.results), the per-scenario sweep views (column specs), dicts that merely share a
 # figure's name (the training loop's window dicts, DataLoader options, bench.data.prepare's own
-# statistics), and gpu_check and compare_rerun, which read other processes' final lines as JSON, as a
-# user's script does.
+# statistics), and gpu_check, which reads other processes' final lines as JSON, as a user's script
+# does (compare --rerun names no key: it looks up the figure the run's scenario names).
 RESULT_SERIALISERS = {
     "bench/results.py",
     "bench/runtime/sweep_view.py",
@@ -268,7 +268,6 @@ RESULT_SERIALISERS = {
     "bench/data/prepare.py",
     "bench/tools/gpu_checks/checks.py",
     "bench/tools/gpu_checks/runners.py",
-    "bench/tools/compare_rerun.py",
 }
 # One name in one module, where the lookup is not on a result: the evaluation pass's own dict (its
 # "eval_seconds" is also a storage figure's name), a column of the sweep table (a pandas frame).
