@@ -23,7 +23,7 @@ from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, rea
 from bench.analysis.scaling import add_scaling, configuration_key, configuration_keys
 from bench.errors import ReportError
 from bench.iobench.report import VIEW as STORAGE_VIEW
-from bench.train.sweep_view import VIEW as TRAINING_VIEW
+from bench.train.report import VIEW as TRAINING_VIEW
 
 TRAINING_HEADERS = [header for header, _, _ in TRAINING_VIEW.columns]  # what the records declare
 STORAGE_HEADERS = [header for header, _, _ in STORAGE_VIEW.columns]
