@@ -267,7 +267,7 @@ RESULT_SERIALISERS = {
     "bench/data/loader.py",
     "bench/data/prepare.py",
     "bench/tools/gpu_checks/checks.py",
-    "bench/tools/gpu_checks/runners.py",
+    "bench/tools/gpu_check.py",  # how a check runs: the runs' figures as gpu_check judges them
 }
 # One name in one module, where the lookup is not on a result: the evaluation pass's own dict (its
 # "eval_seconds" is also a storage figure's name), a column of the sweep table (a pandas frame).
