@@ -30,7 +30,7 @@ compared candidate run gets the metric throughput_ratio_vs_baseline and a compar
 --rerun N (2 to 20 rounds) runs both configs again as fresh processes, interleaved A-B-B-A (A the
 baseline, B the candidate), and judges the paired ratio (the median of the rounds' ratios, each
 round a row of the table) against the noise between processes (below,
-bench.analysis.rerun_verdict): the same page and exit codes, plus "can't tell at this noise" (exit
+bench.analysis.verdicts): the same page and exit codes, plus "can't tell at this noise" (exit
 3) when the noise floor is larger than the threshold and the interval does not clear it; a fresh
 process not fit to measure makes it "not judged" (exit 3) as above. Ctrl-C / SIGTERM stop its
 running child and exit 130 / 143.
@@ -60,9 +60,8 @@ from tqdm import tqdm
 
 from bench import api
 from bench.analysis.compare import compare_frames
-from bench.analysis.rerun_verdict import as_comparison, judge, unfit_sides
 from bench.analysis.rounds import CANT_TELL, alternate
-from bench.analysis.verdicts import Comparison, Pair, with_fitness
+from bench.analysis.verdicts import Comparison, Pair, as_comparison, judge, unfit_sides, with_fitness
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, ReportError, print_error
 from bench.machine.fitness import unfit_reason
 from bench.machine.writable import writable_dir_refusal
@@ -266,7 +265,7 @@ def main_rerun(args: argparse.Namespace) -> int:
 # configs are run again as fresh processes, interleaved A-B-B-A (A the baseline, B the candidate:
 # baseline, candidate, candidate, baseline) for N rounds (2 to MAX_ROUNDS; bench.analysis.rounds),
 # each run's images/s one figure, and judged against the noise between the processes
-# (bench.analysis.rerun_verdict: slower, faster, same, can't tell at this noise, or not judged when a
+# (bench.analysis.verdicts.judge: slower, faster, same, can't tell at this noise, or not judged when a
 # process was not fit to measure).
 #
 # A and B are run directories (a run's, or a sweep job's): their `.hydra/overrides.yaml` is the
@@ -345,7 +344,7 @@ def rerun_compare(
 ) -> Pair:
     """Both configs (`sides`: the baseline's and the candidate's overrides) run again, interleaved,
     `rounds` rounds: the verdict on candidate / baseline, with each round's figures
-    (bench.analysis.rerun_verdict.judge)."""
+    (bench.analysis.verdicts.judge)."""
     counts = {name: 0 for name in sides}
     unfit: Dict[str, List[str]] = {name: [] for name in sides}
     _print(
