@@ -271,7 +271,7 @@ RESULT_SERIALISERS = {
 }
 # One name in one module, where the lookup is not on a result: the evaluation pass's own dict (its
 # "eval_seconds" is also a storage figure's name), a column of the sweep table (a pandas frame).
-SHARED_NAMES = {("bench/train/epochs.py", "eval_seconds"), ("bench/iobench/plots.py", "au_threshold_percent")}
+SHARED_NAMES = {("bench/train/epochs.py", "eval_seconds"), ("bench/iobench/report.py", "au_threshold_percent")}
 
 
 def _record_keys() -> Set[str]:
