@@ -87,7 +87,7 @@ def report_from_mlflow(parent_run_id: str, tracking_uri: str, out: Path) -> Tupl
     `out` and logged to the parent run under report/: (files written, the frame)."""
     from mlflow import MlflowClient
 
-    from bench.analysis.mlflow_sweep import read_mlflow_sweep
+    from bench.analysis.runs import read_mlflow_sweep
 
     files, frame = write_report(read_mlflow_sweep(parent_run_id, tracking_uri), out, f"sweep {parent_run_id}")
     client = MlflowClient(tracking_uri=tracking_uri)

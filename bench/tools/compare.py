@@ -116,8 +116,7 @@ def store_missing(uri: str) -> Optional[str]:
 
 def read_input(what: str, argument: str, tracking_uri: str) -> pd.DataFrame:
     """The frame of its runs (a directory's, or an MLflow run's: is_run_id said which)."""
-    from bench.analysis.mlflow_sweep import read_mlflow_sweep
-    from bench.analysis.runs import frame_from_records, read_job_dir, read_sweep_dir
+    from bench.analysis.runs import frame_from_records, read_job_dir, read_mlflow_sweep, read_sweep_dir
 
     path = Path(argument)
     if not path.is_dir():

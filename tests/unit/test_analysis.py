@@ -17,9 +17,8 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from bench.analysis import build_report, log_scaling_to_runs
-from bench.analysis.mlflow_sweep import read_mlflow_sweep
 from bench.analysis.render import keep_varying_overrides, render_markdown, render_text, table, write_csv
-from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, read_sweep_dir
+from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, read_mlflow_sweep, read_sweep_dir
 from bench.analysis.scaling import add_scaling, configuration_key, configuration_keys
 from bench.errors import ReportError
 from bench.iobench.report import VIEW as STORAGE_VIEW
