@@ -620,7 +620,7 @@ def test_a_worker_sweep_names_the_smallest_count_within_5_percent_of_the_best(tm
     header = printed.splitlines()[0].split()
     assert "data.num_workers" in header  # the swept key labelled in the table
 
-    from bench.analysis.workers import worker_picks
+    from bench.analysis.scaling import worker_picks
 
     frame.loc[frame["job"] == "2", "images_per_second"] = 500.0  # 4 workers far ahead: 2 no longer within 5%
     (pick,) = worker_picks(frame)
