@@ -2,7 +2,7 @@
 
 One job per module, in the order a report is made:
 - runs:     a sweep (multirun dir or MLflow parent run) -> a DataFrame, one row per job
-- scaling:  configuration key, speedup and scaling efficiency against the 1-process run
+- scaling:  configuration key, speedup and scaling efficiency against the 1-process run; a worker sweep's pick
 - render:   the table as text, markdown, CSV and one self-contained HTML page
 - plots:    the PNGs
 
@@ -35,8 +35,7 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     and the table printed on stdout. Returns (files written, the frame with scaling figures);
     report.html is files[2]."""
     from bench.analysis import plots, render
-    from bench.analysis.scaling import add_scaling, superlinear_note
-    from bench.analysis.workers import plot_workers, worker_picks
+    from bench.analysis.scaling import add_scaling, plot_workers, superlinear_note, worker_picks
 
     out.mkdir(parents=True, exist_ok=True)
     frame = render.keep_varying_overrides(add_scaling(frame))
@@ -87,7 +86,7 @@ def report_from_mlflow(parent_run_id: str, tracking_uri: str, out: Path) -> Tupl
     `out` and logged to the parent run under report/: (files written, the frame)."""
     from mlflow import MlflowClient
 
-    from bench.analysis.mlflow_sweep import read_mlflow_sweep
+    from bench.analysis.runs import read_mlflow_sweep
 
     files, frame = write_report(read_mlflow_sweep(parent_run_id, tracking_uri), out, f"sweep {parent_run_id}")
     client = MlflowClient(tracking_uri=tracking_uri)

@@ -4,7 +4,7 @@ through a sweep's runs, a box per run over its timeline, axes that hold every po
 Each scenario's report class draws its own plots with them (its `view.plots`): the model
 scenarios' in bench/runtime/plots.py (throughput and scaling vs process count, vs batch, the
 step-time or latency distribution) and bench/train/plots.py (validation accuracy against wall
-time), the storage benchmark's in bench/iobench/plots.py. Nothing here names a scenario's figure
+time), the storage benchmark's in bench/iobench/report.py. Nothing here names a scenario's figure
 but `draw_line`'s error bars for a figure with `<figure>_min`/`<figure>_max` beside it.
 """
 

@@ -197,7 +197,7 @@ def embedded_img(path: Path, alt: str = "") -> str:
 
 def html_table(headers: Sequence[str], rows: Sequence[Sequence[str]], folded: Sequence[str] = ()) -> str:
     """A <table> of text cells (escaped); `folded`: HTML put after each row's last cell (the doctor's
-    whole errors, bench.doctor.page), one per row."""
+    whole errors, bench.doctor.cli), one per row."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
     body = "".join(
         "<tr>"

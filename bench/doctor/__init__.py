@@ -7,11 +7,10 @@ data.root read in the loader's order), the full run, and with DDP an all-reduce 
 size alone. Then one sentence names the limit with its figures, and what-ifs are measured, not
 guessed. Each rung is a child MLflow run under one parent; doctor.md/.html/.png/.json on disk.
 
-    cli.py         the command: its keys, the ladder's run, its MLflow record (a parent, a child per rung)
-    ladder.py      the rungs, in order, within the budget; then the what-ifs' runs
-                   (the rungs: .training, .loader, .storage_read, .allreduce)
+    cli.py         the command: its keys, the ladder's run, its MLflow record (a parent, a child per rung);
+                   its outputs: the table, the bar chart, the HTML page
+    ladder.py      the rungs, in order, within the budget (the rungs: .training, .loader, .storage_read,
+                   and its own all-reduce); then the what-ifs worth measuring, and their runs
     verdict.py     the sentence, from the rungs' figures         (pure: unit-tested)
-    what_ifs.py    the changes worth measuring
-    page.py        the table, the bar chart, the HTML page
     figures.py     Rung, WhatIf, Diagnosis and each rung's own figures (doctor.json is their serialisation)
 """

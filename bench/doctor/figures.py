@@ -53,7 +53,7 @@ class StorageFigures(_Figures):
 
 @dataclass
 class AllreduceFigures(_Figures):
-    """An all-reduce of the gradients' size alone (bench.doctor.allreduce)."""
+    """An all-reduce of the gradients' size alone (bench.doctor.ladder.allreduce_rung)."""
 
     milliseconds: float
     megabytes: float

@@ -26,8 +26,7 @@ from bench.config import BenchConfig, compose
 from bench.config.storage import StorageConfig, StorageWorkloadConfig
 from bench.doctor.figures import STORAGE, Rung, StorageFigures
 from bench.iobench.formats.base import FileSpec
-from bench.iobench.order import file_order
-from bench.iobench.reader import run_reader, uses_processes
+from bench.iobench.reader import file_order, run_reader, uses_processes
 from bench.storage.local import LocalStore
 
 TRANSFER = 4 << 20  # bytes per read call, into a buffer each reader reuses

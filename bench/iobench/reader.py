@@ -1,7 +1,7 @@
 """Read phase for one simulated accelerator: readers feed batches to an emulated training loop.
 
 `read_threads` readers (forked processes for local files, threads otherwise: `readers`,
-bench.iobench.reader_processes) read in the epoch's order (bench.iobench.order) — whole files,
+bench.iobench.reader_processes) read in the epoch's order (file_order, sample_order: below) — whole files,
 or one sample at a time with read_mode=sample — up to `prefetch` batches ahead of the loop; the loop
 takes a batch, then "computes" for `computation_time` seconds (a sleep, as in MLPerf Storage /
 DLIO). Each epoch is timed twice (bench.iobench.measured): strictly, with the run's first step
@@ -14,17 +14,17 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import socket
 import time
-from typing import Any, Callable, List, Optional, Sequence, Union
+from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from bench.config.storage import ReadMode, StorageWorkloadConfig
+from bench.config.storage import ReadMode, Shuffle, StorageWorkloadConfig
 from bench.config.storage_benchmark import PROCESSES_NEED, Readers
 from bench.errors import ConfigError
 from bench.iobench.fetch import Fetcher
 from bench.iobench.formats.base import FileSpec, Unchecked, format_for
 from bench.iobench.measured import EpochStats, ReaderResult, Request
-from bench.iobench.order import file_order, sample_order
 from bench.iobench.pipeline import ThreadReaders, WorkItem
 from bench.iobench.reader_processes import ReaderProcesses
 from bench.storage.base import ObjectStore
@@ -210,3 +210,67 @@ def run_reader(
     finally:
         result = loop.finish()
     return result
+
+
+# ---- The order an epoch reads in: `storage.workload.shuffle` none | file | sample, seeded.
+#
+# - none: files in order, each file's samples in order;
+# - file: the file order shuffled (seeded per client and epoch, or per client only with
+#   seed_change_epoch=false);
+# - sample: the file order shuffled, then the stream of samples passed through a shuffle buffer
+#   of `shuffle_buffer` samples, as tf.data's shuffle does (fill the buffer, then emit a random
+#   element and put the next one in its place; drain in random order at the end). A buffer as
+#   large as the epoch (null) is a full permutation.
+#
+# With read_mode=sample the samples are read in that order (one seek and read each); with
+# whole-file reads the files are read whole in the file order, and the sample order only decides
+# which samples form a batch (no I/O of its own).
+# The run index (storage.runs) changes the seed too: MLPerf wants a new seed every run.
+T = TypeVar("T")
+
+
+def _rng(workload: StorageWorkloadConfig, client: int, epoch: int, run: int, what: str) -> random.Random:
+    epoch_part = epoch if workload.seed_change_epoch else 1
+    run_part = f"-run{run}" if run else ""  # run 0 keeps the seeds runs had before storage.runs existed
+    return random.Random(f"{workload.seed}-{client}-{epoch_part}{run_part}{what}")
+
+
+def file_order(
+    files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int, run: int = 0
+) -> List[FileSpec]:
+    order = list(files)
+    if workload.shuffle_mode != Shuffle.none:
+        _rng(workload, client, epoch, run, "").shuffle(order)
+    return order
+
+
+def buffered_shuffle(items: Iterable[T], buffer_size: Optional[int], rng: random.Random) -> Iterator[T]:
+    """tf.data's shuffle(buffer_size): every item exactly once, each at most buffer_size - 1
+    places earlier than it came in. None: a full permutation."""
+    if buffer_size is None:
+        everything = list(items)
+        rng.shuffle(everything)
+        yield from everything
+        return
+    buffer: List[T] = []
+    for item in items:
+        if len(buffer) < buffer_size:
+            buffer.append(item)
+            continue
+        pick = rng.randrange(buffer_size)
+        yield buffer[pick]
+        buffer[pick] = item
+    rng.shuffle(buffer)
+    yield from buffer
+
+
+def sample_order(
+    files: Sequence[FileSpec], workload: StorageWorkloadConfig, client: int, epoch: int, run: int = 0
+) -> List[Tuple[FileSpec, int]]:
+    """(file, sample index) in the order an epoch reads them one by one."""
+    stream = (
+        (spec, index) for spec in file_order(files, workload, client, epoch, run) for index in range(spec.samples)
+    )
+    if workload.shuffle_mode != Shuffle.sample:
+        return list(stream)
+    return list(buffered_shuffle(stream, workload.shuffle_buffer, _rng(workload, client, epoch, run, "-samples")))

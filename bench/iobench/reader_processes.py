@@ -10,7 +10,7 @@ same reason, and MLPerf Storage's PyTorch loader with them.
 How: the readers are forked once per run_reader (before its start gate, so not in any measured
 window) and live across its epochs. They inherit the file lists, the workload and the store; a
 task (an epoch's training or evaluation pass) is 16 bytes on each reader's own control pipe, and
-each reader works the pass's list out itself (bench.iobench.order is seeded: the parent's list).
+each reader works the pass's list out itself (bench.iobench.reader's order is seeded: the parent's list).
 They take item numbers from a shared counter and a place in the read-ahead window from a shared
 semaphore, as the threads do, and write one fixed-size record per item to one result pipe (under
 PIPE_BUF: whole among writers); the parent turns records into Requests and batches exactly as

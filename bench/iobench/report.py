@@ -35,10 +35,55 @@ REPEATS_METRIC = "run_samples_per_second"  # the MLflow series of each measured 
 
 
 def storage_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
-    """A storage sweep's plots (bench.iobench.plots: pandas and matplotlib, imported when drawn)."""
-    from bench.iobench.plots import plot_storage
+    """A storage sweep's plots: read throughput and accelerator utilization vs client count (when the
+    sweep moved the client count), and the per-request read latency of every run (the view picks
+    them; pandas and matplotlib imported when drawn)."""
+    from bench.analysis import plots
+    from bench.analysis.cells import absent, shown
 
-    return plot_storage(frame, out, title)
+    figures = plots.Figures(out)
+    series = list(plots.points_by_series(frame, "clients", ["workload", "storage"]))
+    if plots.along_a_swept_axis(
+        series, "clients"
+    ):  # the client count was swept (a workload sweep at one count: no axis)
+        fig, ax = figures.new()
+        for label, points in series:
+            plots.draw_line(ax, points, "clients", "mlperf_samples_per_second", f"{label} (MLPerf: first step in)")
+            plots.draw_line(ax, points, "clients", "samples_per_second", f"{label} (steady: warm-up step out)")
+        ax.set(
+            title=f"Read throughput vs clients ({title})",
+            xlabel="Clients (simulated accelerators)",
+            ylabel="Samples/s (all clients)",
+        )
+        plots.finish_axes(ax)
+        figures.save(fig, "throughput_vs_clients.png")
+
+        fig, ax = figures.new()
+        for label, points in series:
+            plots.draw_line(ax, points, "clients", "mlperf_au_percent", f"{label} (MLPerf: mean)")
+            plots.draw_line(ax, points, "clients", "au_percent_min", f"{label} (min)")
+        thresholds = {t for t in frame.get("au_threshold_percent", []) if not absent(t) and t}
+        for threshold in sorted(thresholds):
+            ax.axhline(
+                float(threshold), color="grey", linestyle="--", linewidth=1, label=f"pass threshold ({threshold:g}%)"
+            )
+        ax.set(
+            title=f"Accelerator utilization vs clients ({title})",
+            xlabel="Clients (simulated accelerators)",
+            ylabel="AU (%) = compute time / wall time",
+        )
+        plots.finish_axes(ax)
+        ax.set_ylim(0, 105)  # a percentage: keep the top (and the threshold) in view
+        figures.save(fig, "au_vs_clients.png")
+    plots.draw_distribution(
+        figures,
+        frame,
+        f"Read latency per request ({title})",
+        "Latency (ms)",
+        "read_latency_distribution.png",
+        lambda r: f"job {r['job']}\n{shown(r.get('clients'))} clients",
+    )
+    return figures.written
 
 
 VIEW = View.of(

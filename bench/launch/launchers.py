@@ -255,7 +255,7 @@ def private_tempdir() -> Iterator[None]:
     outlives this one."""
     import shutil
 
-    from bench.machine.leftovers import clean_leftovers, owned_tempdir, semaphores_noted_in
+    from bench.machine.children import clean_leftovers, owned_tempdir, semaphores_noted_in
 
     make_multiprocessing_temp_dir()
     clean_leftovers(LAUNCH_PREFIX)

@@ -10,21 +10,80 @@ ranks; throughput is the sum of each rank's images / its own window.
 
 from __future__ import annotations
 
+import json
+import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from bench.config import BenchConfig
 from bench.machine.fitness import Verdict
 from bench.maths.stats import UNSTABLE_CV, step_time_stats
 from bench.results import read_summary, write_jsonl
 from bench.runtime.reporting import ModelReport, model_figures, repeat_throughputs
-from bench.train import sweep_view
+from bench.runtime.sweep_view import model_view
 from bench.train.result import CheckpointWrite, EpochRecord, TrainMetrics, TrainOutcome, TrainResult
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # MLflow's per-epoch series (step = epoch): epoch_<figure> for each of an epoch's figures
 EPOCH_SERIES = ("images_per_second", "seconds", "loss", "lr", "data_wait_seconds", "compute_seconds")
 RANK_FIELDS = ("rank", "host", "images", "window_seconds", "peak_memory_bytes", "param_checksum")  # run_summary.json
+
+
+# ---- how a training run shows in a sweep and in `compare`: its table columns, its plots, what compare
+# samples (per-step images/s), and the accuracy curve it reads back (bench.analysis asks the report
+# class, TrainReport, for VIEW, and branches on no mode name).
+# the sweep's own figures (bench.analysis.scaling), among the record's columns (header, key, format, at)
+SCALING_COLUMNS = [
+    ("data wait %", "data_wait_percent", "{:.1f}", 11),
+    ("speedup", "speedup", "{:.2f}", 12),
+    ("scaling eff %", "scaling_efficiency_percent", "{:.1f}", 13),
+]
+
+
+def training_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
+    """Throughput and scaling efficiency vs process count, throughput vs batch, step times, accuracy."""
+    from bench.runtime.plots import plot_training
+
+    return plot_training(frame, out, title, ("Step-time distribution", "Step time (ms)", "step_time_distribution.png"))
+
+
+TIMELINE_METRIC = "step_time_ms"  # the MLflow series of the step times
+VIEW = model_view(TrainMetrics, training_plots, TIMELINE_METRIC, SCALING_COLUMNS)
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def read_val_curve(job_dir: Path) -> List[Tuple[float, float]]:
+    """(wall_seconds, val_top1) of every evaluated epoch in metrics_epoch.jsonl, in time order;
+    epochs without an evaluation (no val_top1) and lines that are not JSON objects are skipped."""
+    path = job_dir / "metrics_epoch.jsonl"
+    if not path.is_file():
+        return []
+    points = []
+    for line in path.read_text().splitlines():
+        try:
+            epoch = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(epoch, dict) and _finite(epoch.get("val_top1")) and _finite(epoch.get("wall_seconds")):
+            points.append((float(epoch["wall_seconds"]), float(epoch["val_top1"])))
+    return sorted(points)
+
+
+def mlflow_val_curve(client: Any, run_id: str) -> List[Tuple[float, float]]:
+    """(wall seconds, val top-1) per evaluated epoch, from the per-epoch series the training
+    report logs (step = epoch; step 0 is the final figure)."""
+
+    def by_epoch(name: str) -> Dict[int, float]:
+        return {m.step: m.value for m in client.get_metric_history(run_id, name) if m.step > 0}
+
+    walls, top1 = by_epoch("epoch_wall_seconds"), by_epoch("val_top1")
+    return [(walls[e], top1[e]) for e in sorted(walls) if e in top1]
 
 
 def merge_ranks(ranks: Sequence[TrainResult]) -> TrainResult:
@@ -89,8 +148,8 @@ def summarize(outcome: TrainOutcome, config: BenchConfig) -> TrainMetrics:
 
 @dataclass
 class TrainReport(ModelReport):
-    # what a sweep and compare show of training runs (bench.analysis asks; bench.train.sweep_view holds it)
-    view = sweep_view.VIEW
+    # what a sweep and compare show of training runs (bench.analysis asks; VIEW above)
+    view = VIEW
     # the per-step file and column the timeline is read back from
     TIMELINE_FILE, TIMELINE_COLUMN = "step_times.csv", "step_time_ms"
 
@@ -181,8 +240,8 @@ class TrainReport(ModelReport):
     @classmethod
     def read_back(cls, job_dir: Path) -> Dict[str, Any]:
         """The sweep frame's columns of its own: the accuracy curve (metrics_epoch.jsonl)."""
-        return {"val_curve": sweep_view.read_val_curve(job_dir)}
+        return {"val_curve": read_val_curve(job_dir)}
 
     @classmethod
     def read_back_mlflow(cls, client: Any, run_id: str) -> Dict[str, Any]:
-        return {"val_curve": sweep_view.mlflow_val_curve(client, run_id)}
+        return {"val_curve": mlflow_val_curve(client, run_id)}

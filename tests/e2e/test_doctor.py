@@ -157,11 +157,11 @@ def test_synthetic_data_with_a_small_model_is_compute_bound_and_its_what_ifs_are
     assert "| channels_last |" in proc.stdout and not (tmp_path / "mlflow.db").exists()
 
 
-@pytest.mark.slow  # bench.doctor.allreduce starts the two processes
+@pytest.mark.slow  # bench.doctor.ladder.allreduce_rung starts the two processes
 def test_the_ddp_rung_all_reduces_the_gradient_size_between_real_processes():
     from bench.config import compose
-    from bench.doctor.allreduce import allreduce_rung
     from bench.doctor.figures import AllreduceFigures
+    from bench.doctor.ladder import allreduce_rung
 
     config = compose("allow_cpu=true", "distributed=ddp", "distributed.nproc_per_node=2")
     rung = allreduce_rung(config, parameters=1_000_000, step_ms=100.0)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from bench.doctor import page as doctor_page
+from bench.doctor import cli as doctor_page  # the page's code: bench.doctor.cli's second half
 from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, LoaderFigures, Rung, WhatIf
 from bench.doctor.verdict import diagnose
 

@@ -17,13 +17,12 @@ from mlflow import MlflowClient
 from mlflow.entities import Metric, Param, RunTag
 
 from bench.analysis import build_report, log_scaling_to_runs
-from bench.analysis.mlflow_sweep import read_mlflow_sweep
 from bench.analysis.render import keep_varying_overrides, render_markdown, render_text, table, write_csv
-from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, read_sweep_dir
+from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir, read_mlflow_sweep, read_sweep_dir
 from bench.analysis.scaling import add_scaling, configuration_key, configuration_keys
 from bench.errors import ReportError
 from bench.iobench.report import VIEW as STORAGE_VIEW
-from bench.train.sweep_view import VIEW as TRAINING_VIEW
+from bench.train.report import VIEW as TRAINING_VIEW
 
 TRAINING_HEADERS = [header for header, _, _ in TRAINING_VIEW.columns]  # what the records declare
 STORAGE_HEADERS = [header for header, _, _ in STORAGE_VIEW.columns]
@@ -621,7 +620,7 @@ def test_a_worker_sweep_names_the_smallest_count_within_5_percent_of_the_best(tm
     header = printed.splitlines()[0].split()
     assert "data.num_workers" in header  # the swept key labelled in the table
 
-    from bench.analysis.workers import worker_picks
+    from bench.analysis.scaling import worker_picks
 
     frame.loc[frame["job"] == "2", "images_per_second"] = 500.0  # 4 workers far ahead: 2 no longer within 5%
     (pick,) = worker_picks(frame)

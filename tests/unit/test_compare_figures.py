@@ -14,10 +14,9 @@ from typing import List
 
 import pytest
 
-from bench.analysis.rerun_verdict import CANT_TELL, as_comparison, judge
 from bench.analysis.rounds import Rounds
 from bench.analysis.runs import RunRecord, frame_from_records
-from bench.analysis.verdicts import Comparison
+from bench.analysis.verdicts import CANT_TELL, Comparison, as_comparison, judge
 from bench.tools.compare import main
 from bench.tools.compare_output import draw, render_text, table, verdict_lines, write_outputs
 
@@ -100,7 +99,7 @@ def test_the_chart_draws_the_threshold_band_and_the_noise_floor_the_verdict_used
     assert result.verdict == CANT_TELL and result.noise_floor == pytest.approx(0.038)
     comparison = as_comparison(result, "same overrides", 0.03)
     ax = axes_of(comparison)
-    assert band(ax) == pytest.approx([1 / 1.03, 1.03])  # rerun_verdict's rule: 1 / (1 + t) to 1 + t
+    assert band(ax) == pytest.approx([1 / 1.03, 1.03])  # the rerun verdict's rule: 1 / (1 + t) to 1 + t
     floor = drawn(ax, f"noise floor ±{100 * result.noise_floor:.1f}%")
     assert floor == pytest.approx([1 / (1 + result.noise_floor), 1 + result.noise_floor])
     assert floor[0] < band(ax)[0] <= result.low and result.high <= band(ax)[1] < floor[1]

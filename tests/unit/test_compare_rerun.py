@@ -1,4 +1,4 @@
-"""bench.compare --rerun's verdict (bench.analysis.rerun_verdict, bench.tools.compare_rerun): the
+"""bench.compare --rerun's verdict (bench.analysis.verdicts, bench.tools.compare): the
 ratio of fresh processes, judged against the noise between them. Here the processes' images/s are
 simulated: seeded noise the size this machine shows between processes of one config, or canned
 round figures fed through the command in-process (its `python -m bench` children replaced by their
@@ -16,13 +16,22 @@ from typing import Callable, Dict, List, Optional
 import pytest
 
 import bench.machine.children
-from bench.analysis.rerun_verdict import CANT_TELL, FASTER, SAME, SLOWER, UNJUDGED, judge, noise_floor, unfit_sides
 from bench.analysis.rounds import alternate
-from bench.analysis.verdicts import with_fitness
+from bench.analysis.verdicts import (
+    CANT_TELL,
+    FASTER,
+    SAME,
+    SLOWER,
+    UNJUDGED,
+    judge,
+    noise_floor,
+    unfit_sides,
+    with_fitness,
+)
 from bench.errors import ReportError
-from bench.tools import compare_rerun
+from bench.tools import compare as compare_rerun  # --rerun's code: bench.tools.compare's second half
+from bench.tools.compare import MAX_ROUNDS, check_rounds, rerun_overrides
 from bench.tools.compare import main as compare
-from bench.tools.compare_rerun import MAX_ROUNDS, check_rounds, rerun_overrides
 
 
 def simulated_process(rng: random.Random, rate: float, spread: float) -> Callable[[], float]:

@@ -13,10 +13,10 @@ import pytest
 import torch
 from test_fitness import preset_scenario  # tests/unit is on the path (no __init__.py)
 
+from bench.doctor.cli import table, what_if_rows
 from bench.doctor.figures import FULL, Diagnosis, WhatIf
-from bench.doctor.page import table, what_if_rows
+from bench.doctor.ladder import candidates, reading_shards
 from bench.doctor.training import rung_config, synthetic_twin
-from bench.doctor.what_ifs import candidates, reading_shards
 
 # the training presets (the doctor refuses the others, mode=storage, before any rung)
 PRESETS = sorted(

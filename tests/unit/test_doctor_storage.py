@@ -10,8 +10,8 @@ import time
 import pytest
 
 import bench.doctor.storage_read as storage_read
+from bench.doctor.cli import _details
 from bench.doctor.figures import StorageFigures
-from bench.doctor.page import _details
 from bench.doctor.storage_read import read_workload, storage_rung
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.reader import run_reader

@@ -21,8 +21,8 @@ from bench.doctor.figures import (
     StorageFigures,
     WhatIf,
 )
+from bench.doctor.training import replace
 from bench.doctor.verdict import budget_line, diagnose, figures_verdict, short_reason, top_stage
-from bench.doctor.what_ifs import replace
 from bench.errors import ConfigError
 
 STAGES = {"read": 0.02, "decode": 0.54, "augment": 0.03, "collate": 0.0, "host_to_device": 0.01}

@@ -14,8 +14,8 @@ import pytest
 import torch
 
 from bench.tools import gpu_check
+from bench.tools.gpu_check import max_batch_start
 from bench.tools.gpu_checks.checks import NAMES
-from bench.tools.gpu_checks.runners import max_batch_start
 
 HANG_GUARD_S = 900
 

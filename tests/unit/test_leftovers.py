@@ -13,7 +13,7 @@ import time
 import psutil
 import pytest
 
-from bench.machine.leftovers import OWNER_FILE, clean_leftovers, owned_tempdir
+from bench.machine.children import OWNER_FILE, clean_leftovers, owned_tempdir
 
 
 def _dead_pid() -> int:
@@ -85,7 +85,7 @@ def test_the_semaphores_a_launch_made_are_unlinked_once_its_owner_is_gone(tmp_pa
     import uuid
     from multiprocessing import resource_tracker
 
-    from bench.machine.leftovers import semaphores_noted_in
+    from bench.machine.children import semaphores_noted_in
 
     name = f"/mp-benchtest-{uuid.uuid4().hex[:8]}"
     semaphore = _multiprocessing.SemLock(1, 1, 1, name, False)

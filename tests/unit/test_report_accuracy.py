@@ -18,8 +18,8 @@ from bench.analysis.render import table
 from bench.analysis.runs import RunRecord, frame_from_records, read_job_dir
 from bench.analysis.scaling import add_scaling
 from bench.runtime.plots import plot_accuracy  # the model scenarios' plots draw the accuracy curve
-from bench.train.sweep_view import VIEW as TRAINING_VIEW
-from bench.train.sweep_view import read_val_curve  # the training scenario reads its curve back (BaseReport.read_back)
+from bench.train.report import VIEW as TRAINING_VIEW
+from bench.train.report import read_val_curve  # the training scenario reads its curve back (BaseReport.read_back)
 
 TRAINING_HEADERS = [header for header, _, _ in TRAINING_VIEW.columns]
 ACCURACY_HEADERS = ["val_top1", "reached_target", "time_to_target_seconds"]

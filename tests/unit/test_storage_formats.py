@@ -17,9 +17,8 @@ from bench.iobench.fetch import Fetcher
 from bench.iobench.figures import read_figures
 from bench.iobench.formats.base import CorruptFile, FileSpec, format_for
 from bench.iobench.formats.tfrecord import crc32c, frame, masked_crc
-from bench.iobench.order import buffered_shuffle, file_order, sample_order
 from bench.iobench.prepare import prepare_dataset
-from bench.iobench.reader import run_reader
+from bench.iobench.reader import buffered_shuffle, file_order, run_reader, sample_order
 from bench.registries import FORMATS
 from bench.storage.local import LocalStore
 from bench.storage.registry import open_store

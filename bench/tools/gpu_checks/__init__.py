@@ -1,2 +1,2 @@
-"""`python -m bench.tools.gpu_check`'s parts: the checks and their judges (checks), and how each
-runs (runners). The command itself is bench.tools.gpu_check."""
+"""`python -m bench.tools.gpu_check`'s checks and their judges (checks). The command itself, and
+how each check runs, is bench.tools.gpu_check."""
