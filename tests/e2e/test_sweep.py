@@ -377,11 +377,16 @@ def test_a_sweep_whose_every_job_failed_is_failed(all_failed, sweep):
     assert "tags.`error`" in state["selectedColumns"]
 
 
-def test_a_sweep_into_an_earlier_sweeps_folder_says_so(bench, tiny_args, tmp_path):
+def test_a_sweep_into_an_earlier_sweeps_folder_says_so(all_failed, bench, tiny_args, tmp_path):
     """Issue 39 probe F5: a second sweep given a finished sweep's hydra.sweep.dir wrote over its jobs and
-    reported them with its own without a word. Said before the parent run (jobs refused here: cheap)."""
-    first = bench.run("-m", *tiny_args, "precision=amp_fp16", "seed=1,2", f"hydra.sweep.dir={tmp_path}/s")
+    reported them with its own without a word. Said before the parent run (jobs refused here: cheap).
+    The first sweep is all_failed's (the same command, into a new folder: nothing said there), copied
+    here whole (its multirun.yaml is what marks an earlier sweep), so the second writes over the copy
+    in a store of its own and the shared sweep's folder and store stay as the other tests read them."""
+    first = all_failed.proc
     assert first.returncode == 2 and "earlier sweep" not in first.stderr
+    shutil.copytree(all_failed.dir, tmp_path / "s")
+    assert (tmp_path / "s" / "multirun.yaml").is_file()
     again = bench.run("-m", *tiny_args, "precision=amp_fp16", "seed=3", f"hydra.sweep.dir={tmp_path}/s")
     (said,) = [line for line in again.stderr.splitlines() if "holds an earlier sweep" in line]
     assert f"hydra.sweep.dir={tmp_path}/s " in said and "give each sweep its own folder" in said
