@@ -3,7 +3,7 @@
 # python 3.12, torch 2.11, torchvision 0.26, no hydra/omegaconf/mlflow, no network) plus an offline kit
 # of what it lacks (python -m bench.tools.kit; docs/deploy.md, "Air-gapped cluster").
 #
-#   bash launchers/gpu_day.sh [--rehearse] [--kit DIR] [--part day|fast] [OUT_DIR]
+#   bash launchers/gpu_day.sh [--rehearse] [--kit DIR] [--part day|fast] [--steps A,B] [OUT_DIR]
 #
 # --part day (default), one device call of at most 10 minutes (GPU_DAY_TOTAL_S, default 550 s):
 #   kit        pip's offline check of the kit (--dry-run --no-index), then its wheels into a site folder
@@ -16,6 +16,8 @@
 #   2026-11-30 the steps took 7, ~180, 36-45, ~100, 52 and 56 s)
 # --part fast, a second call, in a second session's 15 device minutes (GPU_DAY_TOTAL_S default 540 s): the fast preset against the eager one on
 #   the same GPU, A-B-B-A in fresh processes (tests/e2e/test_fast_preset.py: >= 1.25x is its claim)
+# --steps A,B: only those steps of the part (the kit's install always runs: a fresh machine needs it), the
+#   others a 'skipped' row: a second call re-runs what the first cut short.
 # --rehearse: every step on the CPU at tiny sizes (CI: .ci/gpu_day, offline), under the same limits times
 #   GPU_DAY_SCALE (default 1; CI's 2-core CPU pays each step's start-up, imports and MLflow store without
 #   a GPU's speed, and uses 4).
@@ -36,20 +38,26 @@
 set -uo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-rehearse=0 part=day kit="" out=""
+rehearse=0 part=day kit="" out="" only=""
 while [ $# -gt 0 ]; do
   case $1 in
     --rehearse) rehearse=1 ;;
     --kit) kit=${2:-}; shift ;;
     --part) part=${2:-}; shift ;;
-    -*) echo "[ERROR] $1 is not an option: accepted --rehearse, --kit DIR, --part day|fast, OUT_DIR" >&2; exit 2 ;;
+    --steps) only=${2:-}; shift ;;
+    -*) echo "[ERROR] $1 is not an option: accepted --rehearse, --kit DIR, --part day|fast, --steps A,B, OUT_DIR" >&2; exit 2 ;;
     *) out=$1 ;;
   esac
   shift
 done
-case $part in day) default_total=550 ;; fast) default_total=540 ;;
+case $part in day) default_total=550 part_steps=(kit gpu_check card sweep doctor pytest_gpu) ;;
+  fast) default_total=540 part_steps=(kit fast_preset fast_abba) ;;
   *) echo "[ERROR] --part $part is not valid: accepted day (the GPU day) or fast (the fast preset's A-B-B-A)" >&2; exit 2 ;;
 esac
+for name in ${only//,/ }; do
+  [[ " ${part_steps[*]} " == *" $name "* ]] || {
+    echo "[ERROR] --steps: $name is not a step of --part $part: accepted $(IFS=,; echo "${part_steps[*]}")" >&2; exit 2; }
+done
 [ -z "$kit" ] && [ -f "$root/bench-kit/kit.json" ] && kit=$root/bench-kit
 if [ -n "$kit" ] && [ ! -f "$kit/kit.json" ]; then
   echo "[ERROR] --kit $kit is not a kit (no kit.json): build one with python -m bench.tools.kit" >&2; exit 2
@@ -68,6 +76,9 @@ export PYTHONUNBUFFERED=1
 # left of the total), its output in OUT_DIR/NAME.out|.err, one row in the summary
 step() {
   local name=$1 limit=$(($2 * scale)) dir=$3; shift 3
+  if [ -n "$only" ] && [ "$name" != kit ] && [[ ",$only," != *",$name,"* ]]; then
+    echo "| $name | skipped | 0 | (--steps $only) |" >> "$summary"; return
+  fi
   local left=$((total_s - (SECONDS - start)))
   [ "$left" -lt "$limit" ] && limit=$left
   if [ "$limit" -lt 10 ]; then
@@ -108,6 +119,8 @@ print(", ".join(f"{k} {m[k]}" for k in ("images_per_second", "step_time_ms_p50",
   echo "| step | exit | seconds | command |"
   echo "|---|---|---|---|"
 } > "$summary"
+# the machine's packages as the kit's --have wants them: launchers/cuda_image_packages.txt, refreshed
+python3 -m pip freeze --all > "$out/freeze.txt" 2>/dev/null
 
 if [ -n "$kit" ]; then
   site=${GPU_DAY_SITE:-${TMPDIR:-/tmp}/bench-site}
@@ -167,9 +180,7 @@ fi
 {
   echo
   echo "total: $((SECONDS - start)) s"
-  steps=(kit gpu_check card sweep doctor pytest_gpu)
-  [ "$part" = fast ] && steps=(kit fast_preset fast_abba)
-  for name in "${steps[@]}"; do
+  for name in "${part_steps[@]}"; do
     [ -f "$out/$name.out" ] || continue
     echo
     echo "## $name"

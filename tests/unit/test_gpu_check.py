@@ -266,3 +266,40 @@ def test_the_gpu_day_script_parses_runs_the_first_hours_commands_and_fits_one_de
     assert set(limits) == {"kit", "gpu_check", "card", "sweep", "doctor", "pytest_gpu"}
     assert sum(map(int, limits.values())) <= total <= 570  # the summary's few seconds, inside 600
     assert int(re.search(r"budget=(\d+)", text).group(1)) + 10 <= int(limits["gpu_check"])
+
+
+def test_the_gpu_day_reruns_only_the_steps_named_and_refuses_a_step_it_has_not(tmp_path):
+    """The first GPU day (2026-11-30) needed a second call for what the first cut short, and a fresh
+    copy of the image's package list: `--steps A,B` runs those steps alone (the others a 'skipped'
+    row), the machine's `pip freeze --all` lands in OUT/freeze.txt, and a step the part does not have
+    is one [ERROR] line naming the part's steps, exit 2. Run from a copy of the script, so no kit of
+    this checkout is installed; every step skipped, so nothing but the summary runs."""
+    import re
+    import shutil
+    import subprocess
+
+    script = tmp_path / "launchers" / "gpu_day.sh"
+    script.parent.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "launchers" / "gpu_day.sh", script)
+    refused = subprocess.run(
+        ["bash", str(script), "--part", "fast", "--steps", "card", str(tmp_path / "no")],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+    )
+    assert refused.returncode == 2 and refused.stderr.splitlines() == [
+        "[ERROR] --steps: card is not a step of --part fast: accepted kit,fast_preset,fast_abba"
+    ], refused.stderr
+    assert not (tmp_path / "no").exists()
+    out = tmp_path / "out"
+    done = subprocess.run(
+        ["bash", str(script), "--rehearse", "--steps", "kit", str(out)], capture_output=True, text=True, cwd=tmp_path
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    rows = [
+        line for line in (out / "summary.md").read_text().splitlines() if line.startswith("| ") and "|---" not in line
+    ]
+    assert rows[1:] == [
+        f"| {name} | skipped | 0 | (--steps kit) |" for name in ("gpu_check", "card", "sweep", "doctor", "pytest_gpu")
+    ]
+    assert re.search(r"^torch(==| @ )", (out / "freeze.txt").read_text(), re.M)  # a pin, or a local wheel's path
