@@ -71,17 +71,18 @@ class Joined(Launcher):
 SIGNALS_TORCH_TAKES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT)
 
 
-def name_events_cheaply() -> None:
-    """torch's rendezvous names each of its log events by the calling method through
-    inspect.stack(), twice an event, which reads every frame's source lines: 0.4-1.5 CPU-s of a
-    launch (a sweep job, a DDP run). The same frame's name, read directly: the same event names."""
-    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+def get_method_name(depth: int = 2) -> str:
+    """torch's rendezvous get_method_name, read from the frame itself: torch's calls inspect.stack(),
+    twice an event, which reads every frame's source lines (0.4-1.5 CPU-s of a launch)."""
+    try:
+        return sys._getframe(depth).f_code.co_name
+    except ValueError:  # a shallower stack than depth
+        return "no_method_name"
 
-    def get_method_name(depth: int = 2) -> str:
-        try:
-            return sys._getframe(depth).f_code.co_name
-        except ValueError:  # a shallower stack than depth
-            return "no_method_name"
+
+def name_events_cheaply() -> None:
+    """torch's rendezvous names its log events with get_method_name above (the same names)."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
 
     dynamic_rendezvous.get_method_name = get_method_name
 
