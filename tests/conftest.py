@@ -300,9 +300,9 @@ class Bench:
     def with_store(self) -> "Bench":
         """A test whose subject is not the making of a new MLflow store: `cwd`/mlflow.db starts as
         a copy of a store MLflow made once per worker (its schema, its Default experiment), the
-        file a bench run's first contact would make, without its ~0.9 CPU-s of migrations. The
-        tests of a new store (the README's run, four runs at once on one, nothing written on bad
-        input) do not call it."""
+        file a bench run's first contact would make (bench copies its schema from ~/.cache/bench once
+        one store was made: bench.tracking.store.create_whole). The tests of a new store (the README's
+        run, four runs at once on one, nothing written on bad input) do not call it."""
         if not self.db.exists():
             shutil.copyfile(_store_template(), self.db)
         return self

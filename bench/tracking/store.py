@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, Tuple
 
 from bench.errors import ConfigError
+from bench.machine.writable import write_whole
 from bench.secrets import USERINFO, redact
 
 SQLITE = "sqlite:///"
@@ -74,20 +75,73 @@ class HalfMadeStore(Exception):
 def create_whole(path: Path) -> None:
     """A new sqlite store made whole or not at all (issue 39.7: a Ctrl-C during MLflow's migrations
     left one that no later run could open): its schema is made under a temporary name, by the
-    means MLflow makes it, then linked into place. os.link never replaces a store another process
-    (one that takes no lock: mlflow ui) made at the same moment. Called under the store's lock: a
-    temporary file found is one a killed creation left."""
+    means MLflow makes it (or copied from the one this MLflow made before: empty_store), then linked
+    into place. os.link never replaces a store another process (one that takes no lock: mlflow ui)
+    made at the same moment. Called under the store's lock: a temporary file found is one a killed
+    creation left."""
+    import shutil
+
     from mlflow.store.db.utils import _initialize_tables, create_sqlalchemy_engine_with_retry
 
     temporary = path.with_name(f"{path.name}.new")
     for left in (temporary, path.with_name(f"{temporary.name}-journal")):  # sqlite would roll a journal into it
         left.unlink(missing_ok=True)
-    engine = create_sqlalchemy_engine_with_retry(SQLITE + str(temporary))  # its own engine: not in MLflow's caches
-    _initialize_tables(engine)
-    engine.dispose()
+    kept = empty_store()
+    with contextlib.suppress(OSError):  # none kept, or not readable: MLflow migrates, below
+        if whole_schema(kept):
+            shutil.copyfile(kept, temporary)
+    if not whole_schema(temporary):
+        temporary.unlink(missing_ok=True)  # a copy cut short
+        engine = create_sqlalchemy_engine_with_retry(SQLITE + str(temporary))  # its own engine: not in MLflow's caches
+        _initialize_tables(engine)
+        engine.dispose()
+        with contextlib.suppress(OSError):  # a cache that cannot be written keeps nothing: no error
+            kept.parent.mkdir(parents=True, exist_ok=True)
+            if shutil.disk_usage(kept.parent).free >= temporary.stat().st_size + EMPTY_STORE_ROOM:
+                write_whole(kept, lambda tmp: shutil.copyfile(temporary, tmp))
     with contextlib.suppress(FileExistsError):
         os.link(temporary, path)
     temporary.unlink()  # (a creation that fails leaves it to the next one)
+
+
+# MLflow makes a new sqlite store by running its ~70 alembic migrations, each its own transaction: ~1.5
+# CPU-s and 1-5 s of sqlite syncs, for a file that is the same every time for one install of MLflow,
+# SQLAlchemy and alembic. The first store made keeps a copy in the user's cache, named by those
+# versions and MLflow's migration files; later new stores start as a copy of it (a few milliseconds).
+EMPTY_STORE_ROOM = 64 * 1024 * 1024  # the copy (~1 MB) is kept only where this much more is free
+
+
+def empty_store() -> Path:
+    """Where this install's empty store is kept: $XDG_CACHE_HOME (else ~/.cache)/bench/, named by the
+    versions and migration files that make its schema."""
+    import hashlib
+    from importlib.metadata import version
+
+    import mlflow.store.db_migrations as migrations
+
+    scripts = sorted(p.name for p in (Path(migrations.__file__).parent / "versions").glob("*.py"))
+    made_by = [f"{name}=={version(name)}" for name in ("mlflow", "sqlalchemy", "alembic")]
+    digest = hashlib.sha256("\n".join(made_by + scripts).encode()).hexdigest()[:16]
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return cache / "bench" / f"empty-mlflow-store-{version('mlflow')}-{digest}.db"
+
+
+def whole_schema(path: Path) -> bool:
+    """Whether `path` is an empty store whose migrations all ran: sqlite's quick check passes, alembic
+    holds one version, no migration's `_alembic_tmp_` table is left and no experiment is in it."""
+    import sqlite3
+
+    try:
+        with contextlib.closing(sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, timeout=1)) as db:
+            tables = {row[0] for row in db.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+            return (
+                db.execute("PRAGMA quick_check").fetchone() == ("ok",)
+                and len(db.execute("SELECT version_num FROM alembic_version").fetchall()) == 1
+                and not any(name.startswith("_alembic_tmp_") for name in tables)
+                and db.execute("SELECT COUNT(*) FROM experiments").fetchone() == (0,)
+            )
+    except sqlite3.Error:  # missing, not a database, another schema
+        return False
 
 
 def half_made(path: Path) -> Optional[str]:

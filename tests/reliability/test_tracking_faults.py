@@ -295,8 +295,9 @@ def _killed_mid_migration(proc, folder) -> None:
 def test_a_run_killed_while_it_makes_a_new_store_leaves_no_half_made_one(bench, tiny, tmp_path):
     """SIGKILL mid-migration of the first run in a folder: every later run there went untracked
     (`table _alembic_tmp_... already exists`) and stale was a 117-line traceback. The store is made
-    under a temporary name and linked into place: the next run is tracked and the leftover removed."""
-    first = bench.start(*tiny, f"hydra.run.dir={tmp_path}/first")
+    under a temporary name and linked into place: the next run is tracked and the leftover removed.
+    The first store this MLflow makes is the one that migrates (later ones are a copy of it): an empty cache."""
+    first = bench.start(*tiny, f"hydra.run.dir={tmp_path}/first", env=bench.env(XDG_CACHE_HOME=str(tmp_path / "cache")))
     _killed_mid_migration(first, tmp_path)
     again = bench.run(*tiny, f"hydra.run.dir={tmp_path}/again")
     bench.metrics(again)
