@@ -95,10 +95,7 @@ def create_whole(path: Path) -> None:
         engine = create_sqlalchemy_engine_with_retry(SQLITE + str(temporary))  # its own engine: not in MLflow's caches
         _initialize_tables(engine)
         engine.dispose()
-        with contextlib.suppress(OSError):  # a cache that cannot be written keeps nothing: no error
-            kept.parent.mkdir(parents=True, exist_ok=True)
-            if shutil.disk_usage(kept.parent).free >= temporary.stat().st_size + EMPTY_STORE_ROOM:
-                write_whole(kept, lambda tmp: shutil.copyfile(temporary, tmp))
+        keep_empty_store(temporary, kept)
     with contextlib.suppress(FileExistsError):
         os.link(temporary, path)
     temporary.unlink()  # (a creation that fails leaves it to the next one)
@@ -124,6 +121,17 @@ def empty_store() -> Path:
     digest = hashlib.sha256("\n".join(made_by + scripts).encode()).hexdigest()[:16]
     cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     return cache / "bench" / f"empty-mlflow-store-{version('mlflow')}-{digest}.db"
+
+
+def keep_empty_store(made: Path, kept: Path) -> None:
+    """A copy of the store just made, for the next new one: only where there is room for it and 64 MiB
+    more; a cache that cannot be written keeps nothing, and that is no error."""
+    import shutil
+
+    with contextlib.suppress(OSError):
+        kept.parent.mkdir(parents=True, exist_ok=True)
+        if shutil.disk_usage(kept.parent).free >= made.stat().st_size + EMPTY_STORE_ROOM:
+            write_whole(kept, lambda tmp: shutil.copyfile(made, tmp))
 
 
 def whole_schema(path: Path) -> bool:

@@ -472,50 +472,36 @@ def _schema(db) -> dict:
 
 def test_a_new_store_starts_as_a_copy_of_the_empty_one_this_mlflow_made_first(tmp_path, monkeypatch):
     """The first new sqlite store runs MLflow's migrations and keeps a copy in $XDG_CACHE_HOME/bench;
-    the next starts as that copy (the same file: no migration), and MLflow opens it. A kept copy that
-    is not a whole empty store (damaged, or one a user tracked to) is never copied: MLflow migrates
-    and the copy is made anew. No room for the copy and 64 MiB more, or a cache that cannot be
-    written: nothing is kept, and the store is made all the same."""
+    the next starts as that copy (the same file: no migration), and MLflow opens it. A kept file that
+    is not a whole empty store (damaged, or a store someone tracked to) is never copied: MLflow migrates
+    and the copy is made anew. Without room for the copy and 64 MiB more, or where the cache cannot be
+    written, nothing is kept and nothing is raised. (One migration: the first store's.)"""
     from mlflow import MlflowClient
 
     from bench.tracking import store
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
     kept = store.empty_store()
-    assert kept is not None and kept.parent == tmp_path / "cache" / "bench" and not kept.exists()
+    assert kept.parent == tmp_path / "cache" / "bench"
+    kept.parent.mkdir(parents=True)
+    kept.write_bytes(b"not a database")  # damaged: never copied
     first, second = tmp_path / "first.db", tmp_path / "second.db"
     store.create_whole(first)
-    assert store.whole_schema(kept) and kept.read_bytes() == first.read_bytes()
+    assert store.whole_schema(first) and kept.read_bytes() == first.read_bytes()  # made anew
     store.create_whole(second)
     assert second.read_bytes() == kept.read_bytes() and _schema(second) == _schema(first)
     client = MlflowClient(tracking_uri=f"sqlite:///{second}")
     client.create_experiment("opened")
     assert {e.name for e in client.search_experiments()} == {"Default", "opened"}
     assert not store.whole_schema(second)  # it holds experiments now: never a copy's source
-
-    kept.write_bytes(second.read_bytes())  # a kept store someone tracked to
-    store.create_whole(tmp_path / "third.db")
-    assert _schema(tmp_path / "third.db") == _schema(first) and store.whole_schema(kept)
-    kept.write_bytes(b"not a database")
-    store.create_whole(tmp_path / "fourth.db")
-    assert store.whole_schema(tmp_path / "fourth.db") and store.whole_schema(kept)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "first.db", "second.db"]  # no temporary left
 
     kept.unlink()
     monkeypatch.setattr(store, "EMPTY_STORE_ROOM", 1 << 60)  # less room than the copy needs
-    store.create_whole(tmp_path / "fifth.db")
-    assert store.whole_schema(tmp_path / "fifth.db") and not kept.exists()
-    monkeypatch.setenv("XDG_CACHE_HOME", str(first))  # a file: no folder can be made there
-    store.create_whole(tmp_path / "sixth.db")
-    assert store.whole_schema(tmp_path / "sixth.db")
-    assert sorted(p.name for p in tmp_path.iterdir()) == [
-        "cache",
-        "fifth.db",
-        "first.db",
-        "fourth.db",
-        "second.db",
-        "sixth.db",
-        "third.db",
-    ]  # no temporary left beside them
+    store.keep_empty_store(first, kept)
+    assert not kept.exists()
+    store.keep_empty_store(first, first / "bench" / kept.name)  # a cache under a file: no error
+    assert list(kept.parent.iterdir()) == []
 
 
 def test_the_ui_figure_is_rounded_to_four_significant_digits_and_sweeps_say_how_many_failed():
