@@ -88,14 +88,15 @@ def create_whole(path: Path) -> None:
         left.unlink(missing_ok=True)
     kept = empty_store()
     with contextlib.suppress(OSError):  # none kept, or not readable: MLflow migrates, below
-        if whole_schema(kept):
+        if kept and whole_schema(kept):
             shutil.copyfile(kept, temporary)
     if not whole_schema(temporary):
         temporary.unlink(missing_ok=True)  # a copy cut short
         engine = create_sqlalchemy_engine_with_retry(SQLITE + str(temporary))  # its own engine: not in MLflow's caches
         _initialize_tables(engine)
         engine.dispose()
-        keep_empty_store(temporary, kept)
+        if kept:
+            keep_empty_store(temporary, kept)
     with contextlib.suppress(FileExistsError):
         os.link(temporary, path)
     temporary.unlink()  # (a creation that fails leaves it to the next one)
@@ -108,9 +109,10 @@ def create_whole(path: Path) -> None:
 EMPTY_STORE_ROOM = 64 * 1024 * 1024  # the copy (~1 MB) is kept only where this much more is free
 
 
-def empty_store() -> Path:
+def empty_store() -> Optional[Path]:
     """Where this install's empty store is kept: $XDG_CACHE_HOME (else ~/.cache)/bench/, named by the
-    versions and migration files that make its schema."""
+    versions and migration files that make its schema; None where neither is an absolute path (a
+    relative XDG_CACHE_HOME, which the XDG spec says to ignore, or no home directory)."""
     import hashlib
     from importlib.metadata import version
 
@@ -119,8 +121,9 @@ def empty_store() -> Path:
     scripts = sorted(p.name for p in (Path(migrations.__file__).parent / "versions").glob("*.py"))
     made_by = [f"{name}=={version(name)}" for name in ("mlflow", "sqlalchemy", "alembic")]
     digest = hashlib.sha256("\n".join(made_by + scripts).encode()).hexdigest()[:16]
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return cache / "bench" / f"empty-mlflow-store-{version('mlflow')}-{digest}.db"
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache")
+    name = f"empty-mlflow-store-{version('mlflow')}-{digest}.db"
+    return Path(cache, "bench", name) if os.path.isabs(cache) else None
 
 
 def keep_empty_store(made: Path, kept: Path) -> None:

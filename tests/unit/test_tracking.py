@@ -475,7 +475,8 @@ def test_a_new_store_starts_as_a_copy_of_the_empty_one_this_mlflow_made_first(tm
     the next starts as that copy (the same file: no migration), and MLflow opens it. A kept file that
     is not a whole empty store (damaged, or a store someone tracked to) is never copied: MLflow migrates
     and the copy is made anew. Without room for the copy and 64 MiB more, or where the cache cannot be
-    written, nothing is kept and nothing is raised. (One migration: the first store's.)"""
+    written, nothing is kept and nothing is raised; a relative XDG_CACHE_HOME is no cache. (One
+    migration: the first store's.)"""
     from mlflow import MlflowClient
 
     from bench.tracking import store
@@ -502,6 +503,8 @@ def test_a_new_store_starts_as_a_copy_of_the_empty_one_this_mlflow_made_first(tm
     assert not kept.exists()
     store.keep_empty_store(first, first / "bench" / kept.name)  # a cache under a file: no error
     assert list(kept.parent.iterdir()) == []
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # not a cache (the XDG spec): none is kept
+    assert store.empty_store() is None
 
 
 def test_the_ui_figure_is_rounded_to_four_significant_digits_and_sweeps_say_how_many_failed():
