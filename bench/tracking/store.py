@@ -131,8 +131,11 @@ def keep_empty_store(made: Path, kept: Path) -> None:
     more; a cache that cannot be written keeps nothing, and that is no error."""
     import shutil
 
+    from bench.storage.local import remove_stale_temporaries
+
     with contextlib.suppress(OSError):
         kept.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(kept.parent, recursive=False)  # a copy a killed process left half-written
         if shutil.disk_usage(kept.parent).free >= made.stat().st_size + EMPTY_STORE_ROOM:
             write_whole(kept, lambda tmp: shutil.copyfile(made, tmp))
 

@@ -4,6 +4,8 @@ chosen for each kind of run."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -475,7 +477,8 @@ def test_a_new_store_starts_as_a_copy_of_the_empty_one_this_mlflow_made_first(tm
     the next starts as that copy (the same file: no migration), and MLflow opens it. A kept file that
     is not a whole empty store (damaged, or a store someone tracked to) is never copied: MLflow migrates
     and the copy is made anew. Without room for the copy and 64 MiB more, or where the cache cannot be
-    written, nothing is kept and nothing is raised; a relative XDG_CACHE_HOME is no cache. (One
+    written, nothing is kept and nothing is raised; a relative XDG_CACHE_HOME is no cache; a copy a
+    killed process left half-written is removed. (One
     migration: the first store's.)"""
     from mlflow import MlflowClient
 
@@ -498,9 +501,12 @@ def test_a_new_store_starts_as_a_copy_of_the_empty_one_this_mlflow_made_first(tm
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache", "first.db", "second.db"]  # no temporary left
 
     kept.unlink()
+    no_pid = int(Path("/proc/sys/kernel/pid_max").read_text())  # pids are below it: no process has it
+    left = kept.with_name(f"{kept.name}.tmp{no_pid}")  # a copy its killed writer left
+    left.write_bytes(b"half a copy")
     monkeypatch.setattr(store, "EMPTY_STORE_ROOM", 1 << 60)  # less room than the copy needs
     store.keep_empty_store(first, kept)
-    assert not kept.exists()
+    assert not kept.exists() and not left.exists()
     store.keep_empty_store(first, first / "bench" / kept.name)  # a cache under a file: no error
     assert list(kept.parent.iterdir()) == []
     monkeypatch.setenv("XDG_CACHE_HOME", "relative/cache")  # not a cache (the XDG spec): none is kept
