@@ -472,6 +472,7 @@ def _schema(db) -> dict:
         return {(kind, name): sorted(" ".join(c.split()) for c in (sql or "").split(",")) for kind, name, sql in rows}
 
 
+@pytest.mark.slow  # in-process, but MLflow's migrations run once: ~5 s
 def test_a_new_store_starts_as_a_copy_of_the_empty_one_this_mlflow_made_first(tmp_path, monkeypatch):
     """The first new sqlite store runs MLflow's migrations and keeps a copy in $XDG_CACHE_HOME/bench;
     the next starts as that copy (the same file: no migration), and MLflow opens it. A kept file that
