@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple, Union
 
 from bench.errors import Interrupted
-from bench.machine.children import process_identity
+from bench.machine.children import STOPS_HELD, process_identity
 from bench.report_view import DISPLAY, Sample, rounded
 from bench.secrets import flatten, redact
 from bench.tracking import store, ui_view
@@ -80,7 +80,19 @@ class Tracker:
             run_tags = {k: redact(str(v))[:5000] for k, v in tags.items()}
             if parent_run_id:
                 run_tags.update({"mlflow.parentRunId": parent_run_id, ui_view.FAMILY_TAG: parent_run_id})
-            run = client.create_run(experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags)
+            tracker = None
+            try:
+                with STOPS_HELD:  # a Ctrl-C or SIGTERM while MLflow makes the run lands once it exists: it ends it
+                    run = client.create_run(
+                        experiment_id, run_name=redact(run_name) if run_name else run_name, tags=run_tags
+                    )
+                    tracker = cls(client, run.info.run_id, uri)
+                    tracker.experiment_id = experiment_id
+                    log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact(uri))
+            except (KeyboardInterrupt, Interrupted) as stop:
+                if tracker is not None:
+                    tracker.finish("KILLED", error=str(stop) or type(stop).__name__)
+                raise
         except Exception as exc:  # a run that cannot be tracked still runs: said on stderr, in one line
             untracked = cls(uri=uri)
             untracked.lost = f"MLflow tracking at {redact(uri)} failed ({store.store_error(exc)})"
@@ -89,9 +101,6 @@ class Tracker:
                     "%s; this run is not tracked, its results are kept in the output directory only", untracked.lost
                 )
             return untracked
-        log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact(uri))
-        tracker = cls(client, run.info.run_id, uri)
-        tracker.experiment_id = experiment_id
         return tracker
 
     def ui_link(
@@ -267,9 +276,10 @@ def open_run(
     if sweep_job:
         parent = sweep_job.parent_run_id
         tags.update({"sweep.job": str(sweep_job.job), "sweep.dir": str(sweep_job.dir)})
-    tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent, warn=not tracking.required)
-    tracker.out_dir, tracker.name, tracker.name_suffix = out_dir, name, suffix
+    tracker = Tracker(uri=uri)  # until MLflow has made the run
     try:
+        tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent, warn=not tracking.required)
+        tracker.out_dir, tracker.name, tracker.name_suffix = out_dir, name, suffix
         if tracker.active:  # the store is writable (again): runs its errors left RUNNING here are closed
             close_stale(tracker.client, tracker.experiment_id, by="the next bench run")
         tracker.log_params(params)

@@ -622,6 +622,37 @@ def test_a_second_stop_landing_in_the_killed_runs_marking_still_ends_it_killed(t
     assert run.info.status == "KILLED" and run.data.tags["error"] == "terminated by signal SIGTERM"
 
 
+def test_a_ctrl_c_landing_as_mlflow_makes_the_run_still_ends_it_killed(tmp_path, monkeypatch):
+    """gpu_check's Ctrl-C test, on a loaded machine: the run showed RUNNING, the test sent SIGINT, and it
+    landed in MLflow's create_run after its commit. No tracker held the run yet, so nothing marked it and
+    it stayed RUNNING. Here the command's SIGINT handler is called as MLflow's create_run returns: the
+    Ctrl-C still ends the command (KeyboardInterrupt), and the run it made ends KILLED."""
+    import signal
+
+    from mlflow import MlflowClient
+
+    from bench.config import compose
+    from bench.machine.children import sigterm_raises
+    from bench.tracking.tracker import open_run
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    config = compose(f"tracking.uri={uri}")
+    make = MlflowClient.create_run
+
+    def made_then_ctrl_c(client, *args, **kwargs):
+        run = make(client, *args, **kwargs)
+        signal.getsignal(signal.SIGINT)(signal.SIGINT, None)  # Ctrl-C, as Python delivers it
+        return run
+
+    monkeypatch.setattr(MlflowClient, "create_run", made_then_ctrl_c)
+    with sigterm_raises(), pytest.raises(KeyboardInterrupt):
+        open_run(config.tracking, tmp_path, "stopped", {}, {}, [])
+    monkeypatch.undo()
+    client = MlflowClient(uri)
+    (run,) = client.search_runs([client.get_experiment_by_name(config.tracking.experiment).experiment_id])
+    assert run.info.status == "KILLED" and run.data.tags["error"] == "KeyboardInterrupt"
+
+
 def _line(frame) -> str:
     import linecache
 
