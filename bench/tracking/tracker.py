@@ -11,6 +11,7 @@ through bench.secrets.redact; MLflow's own "View run ... at <URL>" print is swit
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
@@ -90,8 +91,9 @@ class Tracker:
                     tracker.experiment_id = experiment_id
                     log.info("MLflow run %s in experiment %r at %s", run.info.run_id, experiment, redact(uri))
             except (KeyboardInterrupt, Interrupted) as stop:
-                if tracker is not None:
-                    tracker.finish("KILLED", error=str(stop) or type(stop).__name__)
+                if tracker is not None:  # a second stop waits for the marking (as bench.app._fail's does)
+                    with contextlib.suppress(KeyboardInterrupt, Interrupted), STOPS_HELD:
+                        tracker.finish("KILLED", error=str(stop) or type(stop).__name__)
                 raise
         except Exception as exc:  # a run that cannot be tracked still runs: said on stderr, in one line
             untracked = cls(uri=uri)

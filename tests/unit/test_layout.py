@@ -135,8 +135,8 @@ def test_no_module_over_300_lines(module):
 # 2026-11-30: 17,601 -> 17,510: 13 small modules folded into the module of their idea (their imports made once);
 # 17,520 with the GPU day's CUDA start and torch's rendezvous event names read without inspect.stack().
 # 17,562: +42 for a new sqlite store copied from the empty one MLflow made first (bench.tracking.store);
-# 17,572: +10 so a Ctrl-C landing as MLflow makes a run still ends it KILLED (bench.tracking.tracker).
-CODE_LINE_CEILING = 17_572
+# 17,574: +12 so a Ctrl-C landing as MLflow makes a run still ends it KILLED (bench.tracking.tracker).
+CODE_LINE_CEILING = 17_574
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
