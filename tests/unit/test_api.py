@@ -11,6 +11,8 @@ import json
 import os
 import re
 import signal
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -192,17 +194,40 @@ def callers_state(tmp_path, monkeypatch, bench):
     torch.set_num_threads(threads)
 
 
-def test_a_run_and_a_ctrl_c_leave_the_callers_process_as_they_found_it(callers_state, bench, tiny):
-    """One run left three MLFLOW_* variables set, torch at 2 threads, its RNG reseeded and cuDNN's
-    autotuner on; after Ctrl-C its fit-watch thread kept sampling. The run is given as one string."""
+def a_run_then_a_ctrl_c_in_this_process(tiny: list) -> None:
+    """The test below, in the caller's process (a child of pytest's worker: see there)."""
+    torch.set_num_threads(1)
+    torch.manual_seed(1234)
+    before = process_state()
     assert run(" ".join(tiny)).ok  # split as a shell splits it
-    assert_as_it_was(callers_state)
+    assert_as_it_was(before)
     stop = threading.Event()
     fit_watches([], stop, on_first=lambda: os.kill(os.getpid(), signal.SIGINT))  # Ctrl-C inside the window
     with pytest.raises(KeyboardInterrupt):
         run([*tiny, "train.steps_per_epoch=400"])
     stop.set()
-    assert_as_it_was(callers_state)
+    assert_as_it_was(before)
+    print("as it was after a run and after a Ctrl-C")
+
+
+def test_a_run_and_a_ctrl_c_leave_the_callers_process_as_they_found_it(tmp_path, bench, tiny):
+    """One run left three MLFLOW_* variables set, torch at 2 threads, its RNG reseeded and cuDNN's
+    autotuner on; after Ctrl-C its fit-watch thread kept sampling. The run is given as one string.
+    The caller is a Python process of its own, not pytest's worker: a Ctrl-C is raised wherever the
+    main thread is, and once it landed inside logging's lock or a half-done import there, and the
+    worker's later threads (moto's server, the reaper) waited on that lock for good."""
+    bench.with_store()
+    here = Path(__file__).parent
+    child = subprocess.run(
+        [sys.executable, "-c", f"import test_api; test_api.a_run_then_a_ctrl_c_in_this_process({tiny!r})"],
+        cwd=tmp_path,
+        env=bench.env(PYTHONPATH=os.pathsep.join([str(here), *sys.path])),
+        capture_output=True,
+        text=True,
+        timeout=600,  # a hang guard
+    )
+    assert child.returncode == 0, child.stderr[-3000:]
+    assert child.stdout.splitlines()[-1] == "as it was after a run and after a Ctrl-C"
     assert sorted(r.info.status for r in bench.runs()) == ["FINISHED", "KILLED"]
 
 
