@@ -4,4 +4,4 @@ its code is bench.tools.sweep_overhead (which `python -m bench.tools.sweep_overh
 from bench.tools.sweep_overhead import main
 
 if __name__ == "__main__":
-    main()  # it ends the process itself (exit 0 when it returns)
+    raise SystemExit(main())

@@ -65,6 +65,14 @@ def one_epoch(steps: int, warmup: int) -> List[str]:
     return ["train.epochs=1", f"train.steps_per_epoch={steps}", f"benchmark.warmup_steps={warmup}", *QUIET]
 
 
+def below_one(args: argparse.Namespace, *names: str) -> Optional[str]:
+    """The first of these integer flags below 1 (`rounds`: bench.analysis.rounds needs one), in one sentence."""
+    for name in names:
+        if (value := getattr(args, name)) is not None and value < 1:
+            return f"--{name.replace('_', '-')}={value} is not valid: accepted an integer of 1 or more."
+    return None
+
+
 def said(ratio: Ratio, digits: int = 2) -> str:
     """A ratio as the A/B tools print it: `0.98 [95% 0.95-1.01] same`."""
     return f"{ratio.ratio:.{digits}f} [95% {ratio.low:.{digits}f}-{ratio.high:.{digits}f}] {ratio.verdict}"

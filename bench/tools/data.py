@@ -128,6 +128,8 @@ def _command(args: argparse.Namespace) -> int:
             from bench.config import compose
             from bench.tools.loader_benchmark import report, run
 
+            if problem := ab.below_one(args, "images", "rounds", "batches"):
+                return print_error(problem)
             check_writable_dir("--dir", args.dir)
             compose(*ab.spelled(args))  # the flags' config keys, checked before any image is written
             print(report(run(args)), flush=True)

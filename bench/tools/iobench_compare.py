@@ -143,6 +143,8 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--root", type=Path, help="local: dataset directory (default: a temporary one)")
     parser.add_argument("--min-ratio", type=float, help="exit 1 when ours/baseline is below this")
     args, overrides = ab.parse(parser, argv)
+    if problem := ab.below_one(args, "rounds", "file_kb"):
+        return print_error(problem)
     logging.basicConfig(level=logging.WARNING)
     logging.getLogger("werkzeug").setLevel(logging.WARNING)  # moto's per-request access log
     args.files = args.files or (512 if args.backend == "local" else 64)

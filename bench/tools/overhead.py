@@ -101,6 +101,8 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=4, help="A-B-B-A rounds")
     parser.add_argument("--channels-last", action="store_true", help="both sides in channels_last memory format")
     args, overrides = ab.parse(parser, argv)
+    if problem := ab.below_one(args, "rounds"):
+        return print_error(problem)
     overrides += ["precision.channels_last=true"] if args.channels_last else []
     try:
         config = framework_config(overrides, "fp32")

@@ -164,9 +164,10 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def argument_problem(args: argparse.Namespace) -> Optional[str]:
     """The first argument that cannot work, in one sentence; None when all can (nothing written yet)."""
-    for name in ("files", "samples_per_file", "record_size", "threads", "prefetch", "rounds", "transfer_size"):
-        if (value := getattr(args, name)) is not None and value < 1:
-            return f"--{name.replace('_', '-')}={value} is not valid: accepted an integer of 1 or more."
+    if problem := ab.below_one(
+        args, "files", "samples_per_file", "record_size", "threads", "prefetch", "rounds", "transfer_size"
+    ):
+        return problem
     for flag, floor in (("--min-fio", args.min_fio), ("--min-plain", args.min_plain)):
         if floor is not None and not (math.isfinite(floor) and floor > 0):  # nan compares below nothing
             return f"{flag}={floor} is not valid: accepted a finite ratio above 0 (bench/{flag[6:]}, e.g. 0.9)."

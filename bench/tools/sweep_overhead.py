@@ -20,6 +20,7 @@ from typing import List, Sequence
 
 from bench.analysis.rounds import alternate
 from bench.api import RunResult, TrainMetrics, run_child
+from bench.errors import print_error
 from bench.machine.children import run_child as run_process
 from bench.tools import ab
 
@@ -101,18 +102,21 @@ def gloo_scaling(rounds: int, work: Path, steps: int) -> None:
     )
 
 
-def main(argv: Sequence[str] | None = None) -> None:
+def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.sweep_overhead", description=__doc__.split("\n\n")[0])
     parser.add_argument("--rounds", type=int, default=2)
     parser.add_argument("--steps", type=int, default=30, help="measured steps per run in the gloo scaling check")
     parser.add_argument("--only", choices=["overhead", "scaling"], help="run one of the two checks")
     args = parser.parse_args(argv)
+    if problem := ab.below_one(args, "rounds", "steps"):
+        return print_error(problem)
     with tempfile.TemporaryDirectory(prefix="bench-sweep-overhead-") as tmp:
         if args.only in (None, "overhead"):
             job_overhead(args.rounds, Path(tmp))
         if args.only in (None, "scaling"):
             gloo_scaling(args.rounds, Path(tmp), args.steps)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

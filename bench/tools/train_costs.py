@@ -102,8 +102,8 @@ def eval_run(args: argparse.Namespace, root: str) -> List[str]:
 def argument_problem(args: argparse.Namespace) -> Optional[str]:
     """The first argument that cannot work, in one sentence, before any work (each one cost a
     traceback after the digits were written); None when all can."""
-    if args.rounds < 1:
-        return f"--rounds={args.rounds} is not valid: accepted an integer of 1 or more."
+    if problem := ab.below_one(args, "rounds"):
+        return problem
     try:
         compose(*eval_run(args, "."))  # the flags' keys, as the config checks them
     except BenchError as exc:

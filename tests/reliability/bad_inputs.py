@@ -1276,6 +1276,21 @@ BAD_INPUTS = [
         2,
         "--rounds=0 is not valid: accepted an integer of 1 or more.",
     ),
+    # the other A/B tools refused no rounds with bench.analysis.rounds' ValueError traceback (one flag
+    # declared once: bench.tools.ab.below_one); their other counts alike
+    ("overhead of no rounds", "bench.overhead", ["--rounds", "0"], 2, "--rounds=0 is not valid: accepted an integer"),
+    ("sweep overhead of no rounds", "bench.sweep_overhead", ["--rounds", "0"], 2, "--rounds=0 is not valid"),
+    ("sweep overhead of no steps", "bench.sweep_overhead", ["--steps", "0"], 2, "--steps=0 is not valid"),
+    ("iobench compare of no rounds", "bench.iobench.compare", ["local", "--rounds", "0"], 2, "--rounds=0 is not valid"),
+    (
+        "iobench compare of empty files",
+        "bench.iobench.compare",
+        ["local", "--file-kb", "0"],
+        2,
+        "--file-kb=0 is not valid",
+    ),
+    ("bench-loader of no rounds", "bench.data", ["bench-loader", "--rounds", "0"], 2, "--rounds=0 is not valid"),
+    ("bench-loader of no batches", "bench.data", ["bench-loader", "--batches", "0"], 2, "--batches=0 is not valid"),
     # issue 41: the A/B tools' sizing flags are spellings of config keys, refused as the config refuses them
     (
         "overhead batch of zero",

@@ -136,7 +136,9 @@ def test_no_module_over_300_lines(module):
 # 17,520 with the GPU day's CUDA start and torch's rendezvous event names read without inspect.stack().
 # 17,562: +42 for a new sqlite store copied from the empty one MLflow made first (bench.tracking.store);
 # 17,574: +12 so a Ctrl-C landing as MLflow makes a run still ends it KILLED (bench.tracking.tracker).
-CODE_LINE_CEILING = 17_574
+# 17,590: +16 so four A/B tools refuse --rounds=0 (and their other counts) in one line, not a traceback
+# (bench.tools.ab.below_one, which storage_ceiling's and train_costs' checks now use too).
+CODE_LINE_CEILING = 17_590
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
