@@ -598,17 +598,31 @@ class S3Server:
         return bench_env(tracking_uri, **S3_CREDENTIALS, **extra)
 
 
+# moto's server in a process of its own, which prints its port and ends when its stdin closes (this
+# worker gone included). In a thread of the worker it twice stopped answering its first request for
+# good (CI stop 49; a full run on 2026-11-30), with that worker's other threads stuck too.
+MOTO_SERVER = (
+    "import sys; from moto.server import ThreadedMotoServer; "
+    "server = ThreadedMotoServer(ip_address='127.0.0.1', port=0, verbose=False); server.start(); "
+    "print(server.get_host_and_port()[1], flush=True); sys.stdin.read()"
+)
+
+
 @pytest.fixture(scope="module")
 def s3_server() -> Iterator[S3Server]:
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
+    server = subprocess.Popen(
+        [sys.executable, "-c", MOTO_SERVER], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True
+    )
     try:
-        yield S3Server(f"http://{host}:{port}")
+        port = server.stdout.readline().strip()  # the event: it listens
+        assert port.isdigit(), f"moto's server did not start (exit {server.wait(timeout=60)})"
+        yield S3Server(f"http://127.0.0.1:{port}")
     finally:
-        server.stop()
+        server.stdin.close()
+        try:
+            server.wait(timeout=60)  # a hang guard: it ends at the end of its stdin
+        finally:
+            server.kill()
 
 
 @pytest.fixture
