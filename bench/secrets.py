@@ -20,6 +20,7 @@ import logging
 import os
 import re
 import sys
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
@@ -165,13 +166,11 @@ def scrub(paths: Iterable[Path]) -> None:
     """Rewrite files (Hydra's .hydra/*.yaml and multirun.yaml) through redact(), with the values
     of secret-looking keys hidden too: a config file may hold what the command line may not."""
     for path in paths:
-        try:
+        with suppress(OSError):
             text = path.read_text()
             cleaned = SECRET_YAML_VALUE.sub(r"\1<hidden>", redact(text))
             if cleaned != text:
                 path.write_text(cleaned)
-        except OSError:
-            continue
 
 
 def flatten(tree: Mapping[str, Any], prefix: str = "") -> Dict[str, Any]:

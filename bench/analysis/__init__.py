@@ -34,7 +34,8 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     """Scaling added, then report.csv, the plots, report.md and report.html written into `out`,
     and the table printed on stdout. Returns (files written, the frame with scaling figures);
     report.html is files[2]."""
-    from bench.analysis import plots, render
+    from bench.analysis import render
+    from bench.analysis.runs import sweep_report_class
     from bench.analysis.scaling import add_scaling, plot_workers, superlinear_note, worker_picks
 
     out.mkdir(parents=True, exist_ok=True)
@@ -42,7 +43,7 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     shown = render.table(frame)
     csv_path, md_path, html_path = out / "report.csv", out / "report.md", out / "report.html"
     render.write_csv(frame, csv_path)
-    images = plots.plot_all(frame, out, title)
+    images = list(sweep_report_class(frame).view.plots(frame, out, title))  # the plots its report class draws
     picks = worker_picks(frame)  # a DataLoader worker sweep: the smallest count within 5% of the best
     images += plot_workers(picks, out, title)
     warning = render.unfit_warning(frame)  # a job that was not fit to measure: said under the table

@@ -16,7 +16,6 @@ from typing import Any, Callable, Dict, Iterator, List, Optional, Sequence, Tupl
 import pandas as pd
 
 from bench.analysis.cells import absent, shown
-from bench.analysis.runs import sweep_report_class
 
 Row = Dict[str, Any]
 
@@ -133,8 +132,3 @@ def draw_distribution(
     ax.set(title=what, xlabel="Run", ylabel=ylabel)
     ax.grid(True, axis="y", alpha=0.3)
     figures.save(fig, name)
-
-
-def plot_all(frame: pd.DataFrame, out: Path, title: str) -> List[Path]:
-    """The plots the sweep's report class draws (bench.analysis.runs.sweep_report_class), written into `out`."""
-    return list(sweep_report_class(frame).view.plots(frame, out, title))

@@ -71,10 +71,6 @@ class Comparison:
         return [p for p in self.pairs if p.verdict == SLOWER]
 
     @property
-    def unjudged(self) -> List[Pair]:
-        return [p for p in self.pairs if p.verdict == UNJUDGED]
-
-    @property
     def unit(self) -> str:
         """The pairs' one unit ("" when they differ: each value then carries its own)."""
         units = {p.unit for p in self.pairs}

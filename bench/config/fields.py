@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from enum import Enum
-from typing import Any, NoReturn
+from typing import Any, Iterable, List, NoReturn, Tuple
 
 from bench.errors import ConfigError
 from bench.registries import check_name
@@ -28,6 +28,17 @@ class Choice(str, Enum):
     @classmethod
     def names(cls) -> list:
         return [member.value for member in cls]
+
+
+def changed_keys(group: str, current: Any, default: Any, names: Iterable[str] | None = None) -> List[Tuple[str, Any]]:
+    """(dotted key, value, a choice as its name) of each field of `current` (or each of `names`) whose
+    value is not `default`'s: the keys of `group` set away from the schema's defaults."""
+    names = [f.name for f in dataclasses.fields(default)] if names is None else names
+    return [
+        (f"{group}.{name}", value.value if isinstance(value, Choice) else value)
+        for name in names
+        if (value := getattr(current, name)) != getattr(default, name)
+    ]
 
 
 RANGE = "bench.range"  # a field's metadata key: "positive" or "non_negative"

@@ -10,7 +10,7 @@ import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, List, Optional, Tuple, Union
 
-from bench.config.fields import Checks, Choice, non_negative, positive
+from bench.config.fields import Checks, Choice, changed_keys, non_negative, positive
 from bench.errors import ConfigError
 
 log = logging.getLogger("bench")
@@ -239,13 +239,6 @@ class StorageBenchmarkConfig(Checks):
 def changed_benchmark_keys(storage: StorageBenchmarkConfig) -> List[Tuple[str, Any]]:
     """(dotted key, value) of each storage benchmark key (`storage.runs`, `storage.workload.*`, ...)
     set away from the schema's default: what another mode would ignore unsaid."""
-    changed = []
-    for group, current, default in (
-        ("storage", storage, StorageBenchmarkConfig()),
-        ("storage.workload", storage.workload, StorageWorkloadConfig()),
-    ):
-        for name in (f.name for f in fields(default) if f.name != "workload"):
-            value = getattr(current, name)
-            if value != getattr(default, name):
-                changed.append((f"{group}.{name}", value.value if isinstance(value, Choice) else value))
-    return changed
+    own = [f.name for f in fields(StorageBenchmarkConfig) if f.name != "workload"]
+    changed = changed_keys("storage", storage, StorageBenchmarkConfig(), own)
+    return changed + changed_keys("storage.workload", storage.workload, StorageWorkloadConfig())

@@ -14,12 +14,12 @@ a training sweep plots step times.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional, Tuple
 
 from bench.config import BenchConfig
-from bench.config.fields import Choice
+from bench.config.fields import changed_keys
 from bench.config.run import TrainConfig
 from bench.errors import ConfigError
 from bench.infer.result import InferMetrics, InferOutcome, InferResult
@@ -154,19 +154,6 @@ def check_inference(config: BenchConfig) -> None:
 
 def changed_training_keys(config: BenchConfig) -> List[Tuple[str, Any]]:
     """(dotted key, value) of each training-only key whose value is not the schema's default."""
-    plain = lambda value: value.value if isinstance(value, Choice) else value  # noqa: E731
-    changed = []
-    for group in TRAINING_ONLY_GROUPS:
-        current, default = getattr(config, group), type(getattr(config, group))()
-        changed += [
-            (f"{group}.{f.name}", plain(getattr(current, f.name)))
-            for f in fields(current)
-            if getattr(current, f.name) != getattr(default, f.name)
-        ]
-    default_train = TrainConfig()
-    changed += [
-        (f"train.{name}", getattr(config.train, name))
-        for name in TRAINING_ONLY_TRAIN_KEYS
-        if getattr(config.train, name) != getattr(default_train, name)
-    ]
-    return changed
+    groups = [(group, getattr(config, group)) for group in TRAINING_ONLY_GROUPS]
+    changed = [key for group, current in groups for key in changed_keys(group, current, type(current)())]
+    return changed + changed_keys("train", config.train, TrainConfig(), TRAINING_ONLY_TRAIN_KEYS)

@@ -245,12 +245,6 @@ def run_rows(per_run: Sequence[RunFigures]) -> List[Dict[str, Any]]:
     ]
 
 
-def caching_figures(dataset_bytes: int, hosts: int = 1) -> CachingFigures:
-    ram = psutil.virtual_memory().total
-    cached = dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * hosts
-    return CachingFigures(dataset_bytes=dataset_bytes, client_ram_bytes=ram, potential_caching=cached)
-
-
 def build_report(
     config: BenchConfig,
     clients: Clients,
@@ -261,6 +255,8 @@ def build_report(
     fit: Dict[str, Any],
 ) -> StorageReport:
     storage, workload = config.storage, config.storage.workload
+    ram, dataset_bytes = psutil.virtual_memory().total, prepared.total_bytes
+    cached = dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * clients.hosts
     record = StorageMetrics(
         workload=workload.name,
         storage=storage.name,
@@ -280,7 +276,7 @@ def build_report(
         warmup_runs=storage.warmup_runs,
         prepare=prepare_figures(prepared),
         figures=merge_runs(per_run, results),
-        caching=caching_figures(prepared.total_bytes, clients.hosts),
+        caching=CachingFigures(dataset_bytes=dataset_bytes, client_ram_bytes=ram, potential_caching=cached),
         fit=FitFigures.of(fit),
         **{key: getattr(workload, key) for key in WORKLOAD_SETTINGS},
     )

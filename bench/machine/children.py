@@ -29,11 +29,10 @@ def process_identity(pid: int) -> Optional[Tuple[int, float]]:
     system gave to another process since is told apart by its start time."""
     import psutil
 
-    try:
+    with suppress(psutil.Error):
         process = psutil.Process(pid)
         return None if process.status() == psutil.STATUS_ZOMBIE else (pid, process.create_time())
-    except psutil.Error:
-        return None
+    return None
 
 
 def die_with_parent(parent: int, signum: int = signal.SIGKILL, ctrl_c: bool = False) -> None:

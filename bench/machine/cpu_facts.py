@@ -78,10 +78,9 @@ def oversubscription(
 
 
 def _read(path: Path) -> Optional[str]:
-    try:
+    with contextlib.suppress(OSError):
         return path.read_text().strip()
-    except OSError:
-        return None
+    return None
 
 
 def cpufreq_notes(cpus: Sequence[int], base: Path = CPUFREQ) -> List[str]:

@@ -153,10 +153,7 @@ def model_figures(
     ranks, device = outcome.ranks, outcome.device
     world_size, seconds = len(ranks), result.window_seconds
     images = result.images * world_size
-    if world_size > 1:
-        throughput = sum(r.images_per_second for r in ranks)
-    else:
-        throughput = images / seconds if seconds > 0 else 0.0
+    throughput = sum(r.images_per_second for r in ranks)  # one rank: rank 0's images / its window
     data_wait_s = sum(result.data_wait_ms) / 1000.0
     wait_fraction = data_wait_s / seconds if seconds > 0 else 0.0
     compiled = result.compile

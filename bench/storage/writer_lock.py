@@ -164,10 +164,9 @@ class _OwnerObject(WriterLock):
         self._renew.start()
 
     def _read(self) -> Optional[Dict[str, Any]]:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             return _parse(self.store.get(OWNER_OBJECT))
-        except FileNotFoundError:
-            return None
+        return None
 
     def _write(self) -> None:
         self.owner["expires"] = time.time() + EXPIRY_S

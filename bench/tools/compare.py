@@ -61,7 +61,7 @@ from tqdm import tqdm
 from bench import api
 from bench.analysis.compare import compare_frames
 from bench.analysis.rounds import CANT_TELL, alternate
-from bench.analysis.verdicts import Comparison, Pair, as_comparison, judge, unfit_sides, with_fitness
+from bench.analysis.verdicts import UNJUDGED, Comparison, Pair, as_comparison, judge, unfit_sides, with_fitness
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, ReportError, print_error
 from bench.machine.fitness import unfit_reason
 from bench.machine.writable import writable_dir_refusal
@@ -215,7 +215,7 @@ def said(comparison: Comparison, files: Sequence[Path]) -> int:
     print("\n".join(verdict_lines(comparison)), file=sys.stderr)
     if comparison.slower:
         return EXIT_FAILED
-    return EXIT_UNJUDGED if comparison.unjudged or any(p.verdict == CANT_TELL for p in comparison.pairs) else 0
+    return EXIT_UNJUDGED if any(p.verdict in (UNJUDGED, CANT_TELL) for p in comparison.pairs) else 0
 
 
 def main_rerun(args: argparse.Namespace) -> int:

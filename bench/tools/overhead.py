@@ -41,12 +41,6 @@ def framework_config(overrides: Sequence[str], precision: str) -> BenchConfig:
     return compose(*sizes, *overrides, *own)
 
 
-def run_framework(config: BenchConfig, device: torch.device) -> float:
-    from bench.train.loop import train
-
-    return train(config, device).images_per_second
-
-
 def run_minimal(config: BenchConfig, device: torch.device) -> float:
     """The loop a careful engineer writes by hand: nothing but forward, backward, step."""
     torch.manual_seed(0)
@@ -84,8 +78,10 @@ def alternate_sides(
     overrides: Sequence[str], precision: str, device: torch.device, rounds: int, label: str, echo: Callable = print
 ) -> Rounds:
     """bench's trainer and the minimal loop on one workload, alternating A-B-B-A (bench.analysis.rounds)."""
+    from bench.train.loop import train
+
     config = framework_config(overrides, precision)
-    sides = {"bench": partial(run_framework, config, device), "minimal": partial(run_minimal, config, device)}
+    sides = {"bench": lambda: train(config, device).images_per_second, "minimal": partial(run_minimal, config, device)}
     return alternate(sides, rounds, warmup=0, label=label, unit="img/s", echo=echo)
 
 

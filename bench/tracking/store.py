@@ -24,7 +24,6 @@ user set them, MLFLOW_HTTP_REQUEST_MAX_RETRIES=2 and MLFLOW_HTTP_REQUEST_TIMEOUT
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import socket
 import urllib.error
@@ -363,12 +362,6 @@ def missing_sqlite_store(uri: str) -> Optional[str]:
     stale) says so instead of opening it, which makes a 1 MB store and logs its table creation."""
     path = sqlite_path(uri)
     return str(path) if path is not None and not path.exists() else None
-
-
-def quiet_store_errors() -> None:
-    """MLflow's sqlite store logs every database error with two SQLAlchemy tracebacks (ERROR,
-    mlflow.store.db.utils) before raising it: bench says it once, in one line (store_error)."""
-    logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
 
 
 def store_error(exc: BaseException) -> str:

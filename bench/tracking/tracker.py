@@ -76,7 +76,9 @@ class Tracker:
             import mlflow  # noqa: F401 - imported first: mlflow resets its logger to INFO on import
 
             logging.getLogger("mlflow").setLevel(logging.WARNING)
-            store.quiet_store_errors()
+            # MLflow's sqlite store logs every database error with two SQLAlchemy tracebacks before raising
+            # it: bench says it once, in one line (store.store_error)
+            logging.getLogger("mlflow.store.db.utils").setLevel(logging.CRITICAL)
             client, experiment_id = store.open_experiment(uri, experiment)
             run_tags = {k: redact(str(v))[:5000] for k, v in tags.items()}
             if parent_run_id:
@@ -225,8 +227,6 @@ def quiet_mlflow() -> None:
 def process_tags() -> Dict[str, str]:
     """Which process runs this MLflow run (host, pid, its start time): a run left RUNNING by a
     process that is gone can be told from one still running (python -m bench.tools.stale)."""
-    import socket
-
     import psutil
 
     return {
