@@ -34,10 +34,6 @@ def device_of(config: BenchConfig) -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
-def memory_format_of(config: BenchConfig) -> torch.memory_format:
-    return torch.channels_last if config.precision.channels_last else torch.contiguous_format
-
-
 def loader_rung(config: BenchConfig, window_s: float) -> Rung:
     from bench.data.registry import build_batches
 
@@ -46,7 +42,8 @@ def loader_rung(config: BenchConfig, window_s: float) -> Rung:
         rung.skipped = "synthetic data is made on the device: there is no input pipeline"
         return rung
     started = time.perf_counter()
-    batches = build_batches(config.data, device_of(config), memory_format_of(config), seed=config.seed)
+    memory_format = torch.channels_last if config.precision.channels_last else torch.contiguous_format
+    batches = build_batches(config.data, device_of(config), memory_format, seed=config.seed)
     count, images, seconds, cpu = timed_batches(batches, warmup=1, least=MIN_BATCHES, window_s=window_s)
     rung.images_per_second = images / seconds
     facts = getattr(batches, "facts", {})

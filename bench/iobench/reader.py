@@ -96,9 +96,8 @@ class _Loop:
 
     def _going(self) -> bool:
         """max_steps not reached, and the deadline (if any) not passed."""
-        if self.deadline is not None and time.perf_counter() > self.deadline:
-            return False
-        return self.workload.max_steps is None or self.step < self.workload.max_steps
+        in_time = self.deadline is None or time.perf_counter() <= self.deadline
+        return in_time and (self.workload.max_steps is None or self.step < self.workload.max_steps)
 
     def epoch(self, epoch: int) -> bool:
         """One epoch; False once max_steps is reached or the deadline passed."""

@@ -346,12 +346,10 @@ def first_to_die(pids: List[int], workers_dir: Path) -> Optional[Tuple[int, int]
 
 def _state(process: Any) -> Optional[str]:
     """psutil's status of a worker ("running", "sleeping", "stopped", "zombie", ...), None when gone."""
-    if process is None:
-        return None
-    try:
-        return process.status()
-    except psutil.Error:
-        return None
+    if process is not None:
+        with contextlib.suppress(psutil.Error):
+            return process.status()
+    return None
 
 
 def describe_failure(

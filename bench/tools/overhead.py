@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import time
-from functools import partial
 from typing import Callable, List, Sequence
 
 import torch
@@ -81,7 +80,7 @@ def alternate_sides(
     from bench.train.loop import train
 
     config = framework_config(overrides, precision)
-    sides = {"bench": lambda: train(config, device).images_per_second, "minimal": partial(run_minimal, config, device)}
+    sides = {"bench": lambda: train(config, device).images_per_second, "minimal": lambda: run_minimal(config, device)}
     return alternate(sides, rounds, warmup=0, label=label, unit="img/s", echo=echo)
 
 
