@@ -91,6 +91,7 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
     if not hasattr(config, "workerinput"):  # once, in the controller, before any worker imports bench
         compile_bench_once()
+        build_matplotlib_font_cache_once()
 
 
 def compile_bench_once() -> None:
@@ -103,6 +104,16 @@ def compile_bench_once() -> None:
 
     for package in (REPO / "bench", REPO / "launchers" / "hydra_plugins"):
         compileall.compile_dir(str(package), quiet=2, workers=1)
+
+
+def build_matplotlib_font_cache_once() -> None:
+    """matplotlib lists the machine's fonts on its first plot and keeps the list in its cache folder;
+    making it runs `fc-list`. On a fresh machine that process started inside the first test that
+    plots, which the fast tier fails ("starts a process"): 24 tests failed with a fresh HOME."""
+    import matplotlib
+
+    if not any(Path(matplotlib.get_cachedir()).glob("fontlist-*.json")):
+        import matplotlib.font_manager  # builds the list and saves it
 
 
 def pytest_xdist_auto_num_workers(config) -> int:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
+import pytest
+
 from bench.doctor import cli as doctor_page  # the page's code: bench.doctor.cli's second half
 from bench.doctor.figures import ALLREDUCE, COMPUTE, FULL, LOADER, STORAGE, Diagnosis, LoaderFigures, Rung, WhatIf
 from bench.doctor.verdict import diagnose
@@ -114,6 +116,7 @@ def test_the_charts_title_is_the_whole_verdict_wrapped():
     )
 
 
+@pytest.mark.slow  # in-process, but renders a chart: ~2.5 CPU-s
 def test_a_chart_of_bars_far_apart_has_a_log_axis_labelled_so(tmp_path):
     """Issue 40 §10: storage's 11,997 img/s on the linear axis of 81-120 img/s bars drew them as slivers.
     Bars 20x apart or more get a log axis, its label saying so; bars close together keep a linear one."""

@@ -155,6 +155,7 @@ STEP_TIMES = "benchmark.log_step_times -> none: bench always writes step_times.c
         ("benchmark.log_step_times", "true", None, STEP_TIMES),  # what bench does instead, in the one line
     ],
 )
+@pytest.mark.slow  # in-process, but composes each seed key in both spellings: ~2.6 CPU-s
 def test_every_key_of_the_gpu_benchmark_seed_reaches_benchs(compose, key, value, read_as, expected):
     from bench.config.argv import seed_spelling
 

@@ -79,6 +79,7 @@ def test_default_config_is_typed(compose):
 NEEDS_ROOT = {"imagefolder", "cifar100", "shards"}
 
 
+@pytest.mark.slow  # in-process, but composes every option of every group: ~8 CPU-s
 @pytest.mark.parametrize(("group", "option"), GROUP_OPTIONS, ids=[f"{g}={o}" for g, o in GROUP_OPTIONS])
 def test_every_group_option_composes_and_loads(compose, tmp_path, group, option):
     overrides = [f"{group}={option}"]
@@ -103,6 +104,7 @@ def test_option_yaml_holds_only_what_differs_from_the_schema(group, option):
     assert not repeated, f"conf/{group}/{option}.yaml repeats schema defaults: {repeated}"
 
 
+@pytest.mark.slow  # in-process, but composes every preset: ~6 CPU-s
 @pytest.mark.parametrize("experiment", EXPERIMENTS)
 def test_every_experiment_composes_and_loads(compose, experiment):
     assert isinstance(compose(f"+experiment={experiment}"), BenchConfig)
@@ -184,6 +186,7 @@ def test_command_line_group_choice_beats_experiment_default(compose):
 SCENARIOS = _options("scenario")
 
 
+@pytest.mark.slow  # in-process, but composes and pickles every scenario: ~1.7 CPU-s
 @pytest.mark.parametrize("name", SCENARIOS)
 def test_every_scenario_is_chosen_by_group_or_by_mode_and_its_config_pickles(compose, name):
     """A launcher's workers and a Slurm job get the config pickled: it pickles for every scenario (its
@@ -285,6 +288,7 @@ def test_unknown_key_in_an_experiment_is_refused(tmp_path):
 # ---- checks that need the world outside the config (the training scenario's preflight) -----------------
 
 
+@pytest.mark.slow  # in-process, but composes four configs and builds their models: ~2 CPU-s
 def test_preflight_checks_the_dataset_then_the_device_then_the_model(compose, tmp_path):
     from bench.train.scenario import TrainScenario
 

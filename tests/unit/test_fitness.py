@@ -87,6 +87,7 @@ def test_a_cpu_run_splits_the_usable_cores_between_threads_and_workers(
     assert cpu_split(usable, ranks, threads, workers, reads_files) == split
 
 
+@pytest.mark.slow  # in-process, but composes every training preset: ~5 CPU-s
 @pytest.mark.parametrize("preset", TRAINING_PRESETS)
 def test_a_cpu_run_of_every_training_preset_fits_this_machines_cores(compose, preset, monkeypatch):
     """Issue 34.3: bench's defaults on the CPU (bench.runtime.device.fit_cpu) keep torch threads x

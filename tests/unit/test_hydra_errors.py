@@ -112,6 +112,7 @@ CASES = [
 ]
 
 
+@pytest.mark.slow  # in-process, but composes each case twice, through Hydra and through bench: ~3 CPU-s
 @pytest.mark.parametrize("overrides, patterns, expected", CASES)
 def test_each_hydra_message_is_parsed_into_its_one_line(overrides, patterns, expected):
     exc = hydra_failure(overrides)

@@ -468,6 +468,7 @@ def test_the_new_keys_default_to_todays_behaviour(compose):
         (("mode=storage", "profile.enabled=true"), "profile.enabled"),
     ],
 )
+@pytest.mark.slow  # in-process, but composes 11 refused configs: ~3 CPU-s
 def test_values_that_cannot_work_are_refused_naming_the_key(compose, overrides, key):
     with pytest.raises(ConfigError) as refused:
         compose(*overrides)

@@ -66,6 +66,7 @@ def configs(compose, number: int):
     return [composed(*job, "data.root=/data/imagenet") for job in jobs(command)]
 
 
+@pytest.mark.slow  # in-process, but composes a recipe's jobs and two presets' sweeps: ~2.5 CPU-s
 def test_recipe_8_compares_the_three_schedules_with_milestones_in_epochs(compose):
     """Issue 30.7: `-m +experiment=imagenet_fast scheduler=multistep,...` gave multistep [100, 150]
     counted in steps (the lr /100 inside ImageNet's first epoch): the presets count them in epochs.
@@ -83,6 +84,7 @@ def test_recipe_8_compares_the_three_schedules_with_milestones_in_epochs(compose
     assert compose("scheduler=multistep").scheduler.milestones == [100, 150]  # the group's own default stays
 
 
+@pytest.mark.slow  # in-process, but composes every preset: ~2 CPU-s
 def test_the_presets_hold_the_seeds_values(compose):
     """Issue 30.8: the seed's settings, as docs/training.md's table names them."""
     speed = configs(compose, 13)[0]
@@ -276,6 +278,7 @@ def defaults_table() -> dict:
     return {key: (seed, bench, why) for key, seed, bench, why in rows}
 
 
+@pytest.mark.slow  # in-process, but composes every preset: ~1.5 CPU-s
 def test_the_defaults_table_holds_the_seeds_values_and_the_presets(compose):
     table = defaults_table()
     assert set(table) == set(SEED)
@@ -297,6 +300,7 @@ def test_the_defaults_table_holds_the_seeds_values_and_the_presets(compose):
 SHORTHANDS = {"the baseline's": (1, "imagenet_baseline"), "the fast recipe": (2, "imagenet_fast")}
 
 
+@pytest.mark.slow  # in-process, but composes every recipe row: ~5 CPU-s
 @pytest.mark.parametrize("number, what, command", recipe_commands(), ids=lambda v: str(v)[:30])
 def test_every_difference_from_the_seed_is_named_in_its_row(compose, number, what, command):
     """The row's last column names (in backticks) each key in which a job of the command differs

@@ -59,6 +59,7 @@ def test_a_format_and_a_data_option_are_added_by_registration_alone(mylab, monke
         ConfigStore.instance().repo["data"].pop("zeros.yaml", None)
 
 
+@pytest.mark.slow  # in-process, but composes twice and builds batches with a user's own code: ~1.6 CPU-s
 def test_own_code_is_looked_for_when_composed_and_imported_at_preflight(mylab):
     config = compose("mode=storage", f"storage.workload.format={mylab}:Framed", f"data.name={mylab}:zero_batches")
     assert mylab not in sys.modules  # composing ran none of the user's code

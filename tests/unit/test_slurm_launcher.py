@@ -54,6 +54,7 @@ def launcher_of(tmp_path):
         context.__exit__(None, None, None)
 
 
+@pytest.mark.slow  # in-process, but composes a launcher's config and plans its jobs: ~1.4 CPU-s
 def test_each_slurm_job_asks_for_what_its_own_config_needs(launcher_of, tmp_path, monkeypatch):
     launcher = launcher_of(
         "slurm",

@@ -148,6 +148,7 @@ def test_a_sample_read_alone_is_that_sample(tmp_path, fmt):
     fetcher.close()
 
 
+@pytest.mark.slow  # in-process, but composes and writes a dataset in every format: ~2.4 CPU-s
 @pytest.mark.parametrize("fmt", FORMAT_NAMES)
 def test_a_damaged_file_is_an_error_not_a_fast_read(tmp_path, fmt):
     """A file cut short, in every format; a flipped byte inside a record, where the format has a
@@ -186,6 +187,7 @@ def test_the_shuffle_buffer_emits_everything_once_and_never_too_early():
     assert sorted(full) == items and full != items
 
 
+@pytest.mark.slow  # in-process, but composes six storage configs and writes a dataset: ~2 CPU-s
 def test_sample_and_file_orders_follow_shuffle_and_seed_change_epoch(tmp_path):
     files = prepare_dataset(LocalStore(tmp_path), storage().workload, "auto", workers=1).files
     none = storage("storage.workload.shuffle=none").workload

@@ -584,6 +584,7 @@ def test_a_latency_sweeps_view_and_compare_link_put_the_fastest_job_first_and_ch
     assert [c["type"] for c in state["compareRunCharts"]] == ["BAR"]  # nothing swept: no parallel coordinates
 
 
+@pytest.mark.slow  # in-process, but a composed config, a real MLflow store and its run: ~3 CPU-s
 def test_a_second_stop_landing_in_the_killed_runs_marking_still_ends_it_killed(tmp_path):
     """A slurm_local job SIGKILLed with its sweep got two SIGTERMs (its controller's death and its
     own): the second landed inside the MLflow write that marked the run KILLED and cut it short,

@@ -231,6 +231,7 @@ def test_effective_lr_linear_scaling_rule():
 # --- onecycle ---------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # in-process, but composes an optimizer and a schedule for each of 4 optimizers: ~3 CPU-s
 @pytest.mark.parametrize("name", ["sgd", "adagrad", "adam", "adadelta"])
 def test_onecycle_runs_total_steps(model, name):
     total = 20
