@@ -14,7 +14,8 @@
 A test that starts a process, a server or a browser is marked `slow` automatically, wherever it
 lives (_is_slow below); `-m "not slow"` is the fast tier, and in it a test that starts one anyway
 fails, saying so (a process; a test whose processes start deep inside bench's code carries
-`@pytest.mark.slow` itself). Tests marked `gpu` need CUDA and skip without it. Waits are for
+`@pytest.mark.slow` itself, as does an in-process test function whose cases cost over ~1.4 CPU-s
+together, with its cost: docs/testing.md). Tests marked `gpu` need CUDA and skip without it. Waits are for
 events (a log line, a file, a process state); timeouts are hang guards only, long enough for a
 loaded machine.
 """
