@@ -31,8 +31,8 @@ class Choice(str, Enum):
 
 
 def changed_keys(group: str, current: Any, default: Any, names: Iterable[str] | None = None) -> List[Tuple[str, Any]]:
-    """(dotted key, value, a choice as its name) of each field of `current` (or each of `names`) whose
-    value is not `default`'s: the keys of `group` set away from the schema's defaults."""
+    """(dotted key, value) of each field of `current` (or each of `names`) whose value is not
+    `default`'s, a choice given as its name: the keys of `group` set away from the schema's defaults."""
     names = [f.name for f in dataclasses.fields(default)] if names is None else names
     return [
         (f"{group}.{name}", value.value if isinstance(value, Choice) else value)
