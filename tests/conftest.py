@@ -31,6 +31,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -241,6 +242,66 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.slow)
         if "gpu" in item.keywords and not torch.cuda.is_available():
             item.add_marker(skip_gpu)
+
+
+def _at_fork_locks() -> Dict[str, object]:
+    """The locks Python's own modules take around every fork (os.register_at_fork: taken before it,
+    released after it in the parent): one left held makes the next fork from another thread, or that
+    module's next use there, wait for good."""
+    import concurrent.futures.thread
+    import logging
+
+    return {
+        "logging's module lock": logging._lock,  # type: ignore[attr-defined]
+        "concurrent.futures' shutdown lock": concurrent.futures.thread._global_shutdown_lock,  # type: ignore[attr-defined]
+    }
+
+
+@pytest.fixture(autouse=True)
+def at_fork_locks_left_free():
+    """A test that leaves one of those locks held fails, named, and the lock is freed: a CI run hung
+    (2026-11-30) in a later, innocent test of the same worker, whose reader forked from a thread. The
+    main thread's own hold does not show in its later forks (logging's lock is an RLock): it is asked
+    by name. Another thread's brief hold is waited out (a minute: they are held for microseconds)."""
+    yield
+    held = []
+    for name, lock in _at_fork_locks().items():
+        owned_here = getattr(lock, "_is_owned", lambda: False)()
+        if owned_here or not lock.acquire(timeout=60):
+            held.append(name)
+            lock._at_fork_reinit()  # type: ignore[attr-defined]
+        else:
+            lock.release()
+    assert not held, f"the test left {' and '.join(held)} held (a fork's or the module's own release was cut short)"
+
+
+_STOP_IN_FORK: Dict[str, list] = {}  # "armed": [the list the next fork's stop notes into]; "hooked": [True]
+
+
+def _a_stop_in_the_fork_hooks() -> None:
+    if _STOP_IN_FORK.get("armed") and threading.current_thread() is threading.main_thread():
+        noted = _STOP_IN_FORK["armed"].pop()
+        noted.append(True)  # raised inside the hooks, unless the handler returns (held)
+        signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
+        noted[-1] = False
+
+
+@pytest.fixture
+def stop_inside_the_next_fork() -> Iterator[Callable[[], list]]:
+    """`raised = stop_inside_the_next_fork()`: the main thread's next fork (os.fork, or a Popen with
+    preexec_fn) calls the SIGTERM handler inside its at-fork hooks, as the main thread does when another
+    thread took the signal during the fork; `raised` then says whether the handler raised in there."""
+    if not _STOP_IN_FORK.get("hooked"):  # once a worker: a hook cannot be taken back
+        os.register_at_fork(after_in_parent=_a_stop_in_the_fork_hooks)
+        _STOP_IN_FORK["hooked"] = [True]
+
+    def arm() -> list:
+        noted: list = []
+        _STOP_IN_FORK["armed"] = [noted]
+        return noted
+
+    yield arm
+    _STOP_IN_FORK["armed"] = []
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -36,7 +36,7 @@ from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple
 from bench.iobench.fetch import Fetcher
 from bench.iobench.measured import Request
 from bench.iobench.pipeline import BatchStream, Work, WorkItem
-from bench.machine.children import STOP_SIGNALS, STOPS_HELD, die_with_parent, reap
+from bench.machine.children import STOP_SIGNALS, STOPS_HELD, die_with_parent, reap, stops_held_over_fork
 
 _TASK = struct.Struct("qq")  # kind, epoch
 _TRAIN, _EVAL, _QUIT = 0, 1, 2
@@ -127,33 +127,35 @@ class ReaderProcesses:
         try:
             for reader in range(self.count):
                 control_read, control_write = os.pipe()
-                # Ctrl-C / SIGTERM held over the fork: raised in os.fork's at-fork hooks (logging's)
-                # Python drops it, and the command went on (issue 28); delivered after, here
-                held, pid = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS), -1
-                try:
-                    pid = os.fork()
-                finally:
-                    if pid:
-                        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-                if pid == 0:  # the reader: it never returns from here
-                    code = 1
+                # Ctrl-C / SIGTERM held over the fork, by this thread's mask and at the Python level (one
+                # another thread took): raised in os.fork's at-fork hooks, Python drops it and cuts the
+                # hook short (issue 28); delivered after, here
+                with stops_held_over_fork():
+                    held, pid = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS), -1
                     try:
-                        os.close(result_read)
-                        for fd in [control_write, *self._controls]:
-                            os.close(fd)
-                        die_with_parent(parent)
-                        # SIGTERM ends a reader (the accelerator's handler is not for it), even when it
-                        # was forked while the accelerator held the stop signals blocked
-                        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-                        signal.pthread_sigmask(signal.SIG_SETMASK, held)
-                        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
-                        self._serve(reader, make_fetcher, control_read, result_write)
-                        code = 0
+                        pid = os.fork()
                     finally:
-                        os._exit(code)
-                os.close(control_read)
-                self._pids.append(pid)
-                self._controls.append(control_write)
+                        if pid:
+                            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                    if pid == 0:  # the reader: it never returns from here (nor leaves the hold)
+                        code = 1
+                        try:
+                            os.close(result_read)
+                            for fd in [control_write, *self._controls]:
+                                os.close(fd)
+                            die_with_parent(parent)
+                            # SIGTERM ends a reader (the accelerator's handler is not for it), even when it
+                            # was forked while the accelerator held the stop signals blocked
+                            signal.signal(signal.SIGTERM, signal.SIG_DFL)
+                            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+                            signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM})
+                            self._serve(reader, make_fetcher, control_read, result_write)
+                            code = 0
+                        finally:
+                            os._exit(code)
+                    os.close(control_read)  # kept before a held stop lands: close() below ends this reader too
+                    self._pids.append(pid)
+                    self._controls.append(control_write)
         except BaseException:  # a fork failed (out of memory, process limit): the readers so far quit
             os.close(result_write)
             self.close()

@@ -13,7 +13,7 @@ import subprocess
 import tempfile
 import threading
 import time
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Tuple
 
@@ -100,13 +100,16 @@ def run_child(
     process is interrupted (Ctrl-C, or SIGTERM raised as bench.errors.Interrupted) or the timeout
     passes, the child is sent SIGTERM, given `grace_s`, then killed, before the exception goes on."""
     on_exec = _die_with_parent_on_exec(os.getpid())
-    proc = subprocess.Popen(
-        list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=on_exec, **popen
-    )
+    proc: Optional["subprocess.Popen[str]"] = None
     try:
+        with stops_held_over_fork():  # preexec_fn: Popen forks through the at-fork hooks
+            proc = subprocess.Popen(
+                list(argv), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=on_exec, **popen
+            )
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
-        stop_child(proc, grace_s)
+        if proc is not None:
+            stop_child(proc, grace_s)
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
@@ -131,6 +134,17 @@ class _StopsHeld:
 
 
 STOPS_HELD = _StopsHeld()
+
+
+def stops_held_over_fork() -> Any:
+    """`with stops_held_over_fork():` around a fork (os.fork, or a Popen with preexec_fn) in the main
+    thread. A stop whose C-level handler ran in another thread (an MLflow or a watch thread) is raised by
+    the main thread's next bytecode, which may be inside os.fork's at-fork hooks: Python drops it there
+    (issue 28) and that hook is cut short (logging's or concurrent.futures' lock, taken before the fork,
+    stays held: the next fork from another thread waits for good). Held, it lands after the fork. Only
+    the main thread runs handlers: elsewhere there is nothing to hold (and STOPS_HELD would hand a stop
+    the main thread took to this one)."""
+    return STOPS_HELD if threading.current_thread() is threading.main_thread() else nullcontext()
 
 
 def _raise_stop(signum: int, _frame: Any) -> None:

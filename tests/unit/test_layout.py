@@ -140,7 +140,9 @@ def test_no_module_over_300_lines(module):
 # (bench.tools.ab.below_one, which storage_ceiling's and train_costs' checks now use too).
 # 17,552: -38 by a simplification pass (contextlib.suppress for try/except-return, one-caller helpers
 # inlined, one bench.config.fields.changed_keys for the storage and inference default checks).
-CODE_LINE_CEILING = 17_552
+# 17,558: +6 so a stop signal landing as bench forks (a storage reader, a run_child) is held past os.fork's
+# at-fork hooks, which it cut short (logging's lock left held: a CI run hung; children.stops_held_over_fork).
+CODE_LINE_CEILING = 17_558
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):

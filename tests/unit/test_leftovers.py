@@ -148,3 +148,19 @@ def test_a_sigterm_swallowed_inside_a_garbage_collection_callback_is_sent_again(
         deadline = time.monotonic() + 60  # a hang guard: the resent signal comes within moments
         while time.monotonic() < deadline:
             time.sleep(0.01)
+
+
+@pytest.mark.slow  # starts a process (bench.machine.children.run_child)
+def test_a_stop_taken_while_a_child_starts_lands_after_its_start_and_stops_it(stop_inside_the_next_fork):
+    """run_child's Popen forks through the at-fork hooks (its preexec_fn): a SIGTERM the main thread
+    handled in there was dropped by Python and cut a hook short. It is held to the fork's end, then
+    raised: the child is stopped and reaped, nothing outlives the call."""
+    from bench.errors import Interrupted
+    from bench.machine.children import run_child, sigterm_raises
+
+    before = {child.pid for child in psutil.Process().children()}
+    raised_inside = stop_inside_the_next_fork()
+    with sigterm_raises(), pytest.raises(Interrupted, match="SIGTERM"):
+        run_child([sys.executable, "-c", "import time; time.sleep(300)"], grace_s=30)
+    assert raised_inside == [False]
+    assert {child.pid for child in psutil.Process().children()} == before

@@ -181,6 +181,24 @@ def test_a_reader_killed_mid_pass_fails_the_read_instead_of_hanging_it(tmp_path)
     assert children_now() == helpers
 
 
+@pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
+def test_a_stop_taken_while_a_reader_forks_lands_after_the_fork_not_inside_its_hooks(
+    tmp_path, stop_inside_the_next_fork
+):
+    """A SIGTERM taken by another thread's C-level handler while the main thread forked a reader was
+    raised inside os.fork's at-fork hooks: Python dropped it there and cut the hook short, so a lock
+    the hooks take (logging's, concurrent.futures') could stay held and a later fork from another
+    thread waited for good (a CI run hung so, 2026-11-30). Here the handler runs inside the hooks: it
+    is held there, and the read ends with Interrupted as the fork returns, every reader reaped."""
+    store, prepared = dataset(tmp_path)
+    helpers = children_now()
+    raised_inside = stop_inside_the_next_fork()
+    with sigterm_raises(), pytest.raises(Interrupted, match="SIGTERM"):
+        run_reader(store, prepared.files, workload())
+    assert raised_inside == [False]
+    assert children_now() == helpers
+
+
 # The parent's code that takes the readers' records: a stop signal may land at any of its lines
 _RECORD_TAKERS = (
     _Pass._next,
