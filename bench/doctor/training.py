@@ -91,6 +91,11 @@ def stopped_after(seconds: float, reason: str) -> Iterator[List[bool]]:
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, previous)
+        # The stop is raised wherever this thread was: between logging's acquire and release of its module lock
+        # (Manager._clear_cache, which Hydra's job logging calls, has no `finally`) it stays held by this thread,
+        # and the next rung's threads and forks from them wait for it for good. Nothing here is inside logging.
+        while fired and logging._lock._is_owned():  # type: ignore[attr-defined]
+            logging._lock.release()  # type: ignore[attr-defined]
 
 
 # the data source's own keys: the twin's source is synthetic, every other data.* override is the user's

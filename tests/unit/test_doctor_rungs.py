@@ -138,3 +138,40 @@ def test_a_set_up_stop_swallowed_in_a_callback_is_raised_again():
         time.sleep(30)  # the second one ends this
         finished = True
     assert len(fired) == 2 and not finished
+
+
+def test_a_set_up_stop_landing_inside_loggings_lock_leaves_it_free_for_the_next_rung():
+    """The rung's stop is raised wherever the main thread is: landing between logging's acquire and release of
+    its module lock (Manager._clear_cache, which Hydra's job logging calls, has no `finally`) it left the lock
+    held, and a later thread that logged, or forked (the lock is taken around every fork), waited for good (a
+    CI run hung so in another test, 2026-11-30). Here the stop's handler is called inside that region, as Python
+    calls it between two lines; after the rung a thread logs at once."""
+    import inspect
+    import signal
+    import sys
+    import threading
+
+    from bench.doctor.training import stopped_after
+
+    clear_cache = logging.Manager._clear_cache.__code__
+    source, first = inspect.getsourcelines(logging.Manager._clear_cache)
+    inside = first + next(i for i, line in enumerate(source) if "root._cache.clear()" in line)
+    landed = []
+
+    def at_line(frame, event, _arg):
+        if event == "line" and frame.f_code is clear_cache and frame.f_lineno == inside and not landed:
+            landed.append(True)
+            signal.getsignal(signal.SIGALRM)(signal.SIGALRM, frame)  # the rung's stop, as Python delivers it
+        return at_line
+
+    with stopped_after(600, "stopped") as fired:
+        sys.settrace(lambda frame, _event, _arg: at_line if frame.f_code is clear_cache else None)
+        try:
+            logging.getLogger("bench.test.rung").setLevel(logging.INFO)  # clears the loggers' level caches
+        finally:
+            sys.settrace(None)
+    assert landed and fired
+    logger = threading.Thread(target=logging.getLogger, args=("bench.test.after",), daemon=True)
+    logger.start()
+    logger.join(60)  # a hang guard: it takes microseconds
+    assert not logger.is_alive(), "logging's module lock was left held by the stopped rung"

@@ -142,7 +142,8 @@ def test_no_module_over_300_lines(module):
 # inlined, one bench.config.fields.changed_keys for the storage and inference default checks).
 # 17,558: +6 so a stop signal landing as bench forks (a storage reader, a run_child) is held past os.fork's
 # at-fork hooks, which it cut short (logging's lock left held: a CI run hung; children.stops_held_over_fork).
-CODE_LINE_CEILING = 17_558
+# 17,560: +2 so the doctor's set-up stop, landing inside logging's lock, does not leave it held (stopped_after).
+CODE_LINE_CEILING = 17_560
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
