@@ -275,12 +275,13 @@ def at_fork_locks_left_free():
     assert not held, f"the test left {' and '.join(held)} held (a fork's or the module's own release was cut short)"
 
 
-_STOP_IN_FORK: Dict[str, list] = {}  # "armed": [the list the next fork's stop notes into]; "hooked": [True]
+_ARMED_FORK_STOPS: List[list] = []  # while a test has one armed: the list its fork's stop notes into
+_FORK_HOOK_REGISTERED = False  # once a worker: an at-fork hook cannot be taken back
 
 
 def _a_stop_in_the_fork_hooks() -> None:
-    if _STOP_IN_FORK.get("armed") and threading.current_thread() is threading.main_thread():
-        noted = _STOP_IN_FORK["armed"].pop()
+    if _ARMED_FORK_STOPS and threading.current_thread() is threading.main_thread():
+        noted = _ARMED_FORK_STOPS.pop()
         noted.append(True)  # raised inside the hooks, unless the handler returns (held)
         signal.getsignal(signal.SIGTERM)(signal.SIGTERM, None)
         noted[-1] = False
@@ -291,17 +292,18 @@ def stop_inside_the_next_fork() -> Iterator[Callable[[], list]]:
     """`raised = stop_inside_the_next_fork()`: the main thread's next fork (os.fork, or a Popen with
     preexec_fn) calls the SIGTERM handler inside its at-fork hooks, as the main thread does when another
     thread took the signal during the fork; `raised` then says whether the handler raised in there."""
-    if not _STOP_IN_FORK.get("hooked"):  # once a worker: a hook cannot be taken back
+    global _FORK_HOOK_REGISTERED
+    if not _FORK_HOOK_REGISTERED:
         os.register_at_fork(after_in_parent=_a_stop_in_the_fork_hooks)
-        _STOP_IN_FORK["hooked"] = [True]
+        _FORK_HOOK_REGISTERED = True
 
     def arm() -> list:
         noted: list = []
-        _STOP_IN_FORK["armed"] = [noted]
+        _ARMED_FORK_STOPS[:] = [noted]
         return noted
 
     yield arm
-    _STOP_IN_FORK["armed"] = []
+    _ARMED_FORK_STOPS.clear()
 
 
 @pytest.hookimpl(hookwrapper=True)

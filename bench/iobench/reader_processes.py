@@ -127,9 +127,9 @@ class ReaderProcesses:
         try:
             for reader in range(self.count):
                 control_read, control_write = os.pipe()
-                # Ctrl-C / SIGTERM held over the fork, by this thread's mask and at the Python level (one
-                # another thread took): raised in os.fork's at-fork hooks, Python drops it and cuts the
-                # hook short (issue 28); delivered after, here
+                # Ctrl-C / SIGTERM held over the fork (this thread's mask; stops_held_over_fork for one another
+                # thread took): raised in os.fork's at-fork hooks, Python drops it and cuts the hook short
+                # (issue 28); delivered after, here
                 with stops_held_over_fork():
                     held, pid = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS), -1
                     try:
