@@ -40,6 +40,13 @@ from bench.storage.base import ObjectStore, serialize
 CHECKPOINT_DIR = "iobench-checkpoints"  # under storage.root (null: the run's directory)
 OVERHEAD = 8192  # torch.save's framing per checkpoint file (measured: about 3 KiB for these tensors)
 TENSORS = 8  # a checkpoint is a handful of large tensors plus small ones, like a model's
+# what each checkpoint_<name>_seconds times (the slowest client's sum of these steps)
+CHECKPOINT_TIMES = {
+    "write": ("serialize_s", "write_s"),
+    "store_write": ("write_s",),
+    "read": ("read_s", "load_s"),
+    "store_read": ("read_s",),
+}
 Sync = Callable[[], None]  # waits until every client got here (a barrier), or nothing with one client
 
 
@@ -82,16 +89,8 @@ class Checkpointer:
         data = serialize(self.state)
         serialized = time.perf_counter()
         self.store.put(key, data)
-        self.records.append(
-            {
-                "phase": phase,
-                "index": index,
-                "bytes": len(data),
-                "serialize_s": serialized - start,
-                "write_s": time.perf_counter() - serialized,
-                "key": key,
-            }
-        )
+        seconds = dict(serialize_s=serialized - start, write_s=time.perf_counter() - serialized)
+        self.records.append(dict(phase=phase, index=index, bytes=len(data), **seconds, key=key))
         return key
 
     def read(self, record: Dict[str, Any]) -> None:
@@ -196,19 +195,14 @@ def add_checkpoint_figures(figures: RunFigures, results: Sequence[ReaderResult])
         figures.checkpoint_error = errors[0]
     if final := _by_index(results, "final"):
         size = mean([sum(r["bytes"] for r in group) for group in final])
-        write, store_write = _slowest(final, "serialize_s", "write_s"), _slowest(final, "write_s")
-        read, store_read = _slowest(final, "read_s", "load_s"), _slowest(final, "read_s")
         figures.checkpoint_bytes = int(size) if size else None
         figures.checkpoint_count = len({r["index"] for group in final for r in group})
         figures.checkpoint_clients = len(final[0])
-        figures.checkpoint_write_seconds, figures.checkpoint_write_gbps = write, _gbps(size, write)
         figures.checkpoint_serialize_seconds = _slowest(final, "serialize_s")
-        figures.checkpoint_store_write_seconds = store_write
-        figures.checkpoint_store_write_gbps = _gbps(size, store_write)
-        figures.checkpoint_read_seconds, figures.checkpoint_read_gbps = read, _gbps(size, read)
         figures.checkpoint_deserialize_seconds = _slowest(final, "load_s")
-        figures.checkpoint_store_read_seconds = store_read
-        figures.checkpoint_store_read_gbps = _gbps(size, store_read)
+        for name, parts in CHECKPOINT_TIMES.items():  # checkpoint_<name>_seconds and _gbps
+            setattr(figures, f"checkpoint_{name}_seconds", seconds := _slowest(final, *parts))
+            setattr(figures, f"checkpoint_{name}_gbps", _gbps(size, seconds))
         if drops := sorted({r.checkpoint_cache_drop for r in results if r.checkpoint_cache_drop}):
             figures.checkpoint_cache_drop = ", ".join(drops)
     if periodic := _by_index(results, "periodic"):

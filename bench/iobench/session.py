@@ -39,7 +39,7 @@ import os
 import time
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import psutil
 
@@ -89,7 +89,15 @@ RUN_COLUMNS = (
     "checkpoint_store_read_gbps",
 )
 # the settings the record repeats as the workload has them
-WORKLOAD_SETTINGS = ("format", "verify_records", "samples_per_file", "record_size", "batch_size", "read_threads")
+WORKLOAD_SETTINGS: Tuple[str, ...] = (
+    "format",
+    "verify_records",
+    "samples_per_file",
+    "record_size",
+    "batch_size",
+    "read_threads",
+)
+WORKLOAD_SETTINGS += ("prefetch", "computation_time", "epochs")
 
 
 class Clients:
@@ -131,12 +139,8 @@ class Clients:
         return run_accelerators(self.storage, [self.job(prepared, i, run) for i in range(self.count)])
 
     def drop(self, store: ObjectStore, prepared: Prepared, run: int) -> None:
-        drop_dataset_cache(store, [f.key for f in prepared.files + prepared.eval_files], run)
-
-
-def drop_dataset_cache(store: ObjectStore, keys: Sequence[str], run: int) -> None:
-    how = drop_cache(store, list(keys))
-    log.info("run %d: page cache of %d dataset files dropped: %s", run, len(keys), how)
+        keys = [f.key for f in prepared.files + prepared.eval_files]
+        log.info("run %d: page cache of %d dataset files dropped: %s", run, len(keys), drop_cache(store, keys))
 
 
 def run_storage(config: BenchConfig, clients: Clients) -> Optional[StorageReport]:
@@ -269,9 +273,6 @@ def build_report(
         shuffle=str(workload.shuffle),
         num_files=len(prepared.files),
         readers=next((r.readers for r in results if r.readers), "none"),
-        prefetch=workload.prefetch,
-        computation_time=workload.computation_time,
-        epochs=workload.epochs,
         runs=storage.runs,
         warmup_runs=storage.warmup_runs,
         prepare=prepare_figures(prepared),
@@ -289,13 +290,6 @@ def build_report(
     return StorageReport(
         results, record, prepare, run_rows(per_run) if len(per_run) > 1 else [], client_rows(results, workload)
     )
-
-
-def hosts_and_node(ctx: RankContext) -> tuple:
-    """(hosts in the run, this rank's host index), from what torch's elastic agent exports."""
-    local = int(os.environ.get("LOCAL_WORLD_SIZE") or ctx.world_size)
-    hosts = int(os.environ.get("GROUP_WORLD_SIZE") or max(1, ctx.world_size // max(1, local)))
-    return hosts, int(os.environ.get("GROUP_RANK") or ctx.rank // max(1, local))
 
 
 def _broadcast(value: Any) -> Any:
@@ -320,7 +314,10 @@ class Ranks(Clients):
         super().__init__(config, out_dir)
         self.ctx, self.heartbeat, self.reporter = ctx, heartbeat, ctx.rank == 0
         self.count = ctx.world_size
-        self.hosts, self.node = hosts_and_node(ctx)
+        # the hosts in the run and this rank's host index, from what torch's elastic agent exports
+        local = int(os.environ.get("LOCAL_WORLD_SIZE") or ctx.world_size)
+        self.hosts = int(os.environ.get("GROUP_WORLD_SIZE") or max(1, ctx.world_size // max(1, local)))
+        self.node = int(os.environ.get("GROUP_RANK") or ctx.rank // max(1, local))
         self.location, self.run_dir = _broadcast((self.location, self.run_dir))
 
     def prepare(self, store: ObjectStore) -> Prepared:
@@ -358,8 +355,8 @@ class Ranks(Clients):
         return gathered if self.reporter else None
 
     def drop(self, store: ObjectStore, prepared: Prepared, run: int) -> None:
-        mine = self.job(prepared, self.ctx.rank, run)
-        drop_dataset_cache(store, [f.key for f in mine.files + mine.eval_files], run)
+        mine = self.job(prepared, self.ctx.rank, run)  # this rank's shard
+        super().drop(store, replace(prepared, files=mine.files, eval_files=mine.eval_files), run)
         _barrier()
 
 

@@ -56,9 +56,6 @@ class LocalStore:
         self.url = str(self.root)
         self.fsync = fsync
 
-    def _path(self, key: str) -> Path:
-        return self.root / key
-
     def local_path(self, key: str) -> Optional[str]:
         """A path the storage benchmark may read itself (os.preadv into its own buffers); None
         where reads must go through get(): a store that reads its own way (direct I/O, a test's
@@ -66,11 +63,11 @@ class LocalStore:
         return str(self.root / key) if type(self).get is LocalStore.get else None
 
     def get(self, key: str) -> bytes:
-        with open(self._path(key), "rb") as fh:
+        with open(self.root / key, "rb") as fh:
             return fh.read()
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
-        with open(self._path(key), "rb") as fh:
+        with open(self.root / key, "rb") as fh:
             fh.seek(start)
             return fh.read(length)
 
@@ -80,7 +77,7 @@ class LocalStore:
     def put_with(self, key: str, write: Callable[[BinaryIO], Any]) -> int:
         """put() for a writer that streams into the file (torch.save: no copy of the whole
         object in memory first); all or nothing all the same. Returns the bytes written."""
-        path = self._path(key)
+        path = self.root / key
         path.parent.mkdir(parents=True, exist_ok=True)
 
         def fill(tmp: Path) -> int:
@@ -103,15 +100,14 @@ class LocalStore:
         base = self.root / prefix if prefix else self.root
         if not base.exists():
             return []
-        found = [
+        return sorted(
             (p.relative_to(self.root).as_posix(), p.stat().st_size)
             for p in base.rglob("*")
             if p.is_file() and ".tmp" not in p.name
-        ]
-        return sorted(found)
+        )
 
     def exists(self, key: str) -> bool:
-        return self._path(key).is_file()
+        return (self.root / key).is_file()
 
     def drop_cache(self, keys: Iterable[str]) -> str:
         """Evict these files from the page cache (flushed first: dirty pages cannot be dropped), so
@@ -119,7 +115,7 @@ class LocalStore:
         if not hasattr(os, "posix_fadvise"):
             return "none (this OS has no posix_fadvise)"
         for key in keys:
-            fd = os.open(self._path(key), os.O_RDONLY)
+            fd = os.open(self.root / key, os.O_RDONLY)
             try:
                 os.fdatasync(fd)
                 os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -128,7 +124,7 @@ class LocalStore:
         return "posix_fadvise_dontneed"
 
     def delete(self, key: str) -> None:
-        self._path(key).unlink(missing_ok=True)
+        (self.root / key).unlink(missing_ok=True)
 
 
 class DirectReadStore(LocalStore):
@@ -136,15 +132,12 @@ class DirectReadStore(LocalStore):
 
     def __init__(self, root: Path, fsync: bool = False):
         super().__init__(root, fsync=fsync)
-        self.mode = "o_direct" if hasattr(os, "O_DIRECT") else self._fallback_mode()
-        if self.mode != "o_direct":
-            self._warn_fallback("this OS has no O_DIRECT")
+        self.mode = "o_direct"
+        if not hasattr(os, "O_DIRECT"):
+            self._fall_back("this OS has no O_DIRECT")
 
-    @staticmethod
-    def _fallback_mode() -> str:
-        return "fadvise_dontneed" if hasattr(os, "posix_fadvise") else "cached"
-
-    def _warn_fallback(self, why: str) -> None:
+    def _fall_back(self, why: str) -> None:
+        self.mode = "fadvise_dontneed" if hasattr(os, "posix_fadvise") else "cached"
         log.warning(
             "storage.direct_io: %s for %s; using %s reads (results may include page-cache hits)",
             why,
@@ -153,21 +146,17 @@ class DirectReadStore(LocalStore):
         )
 
     def get(self, key: str) -> bytes:
-        return self._read(key, 0, None)
+        return self.get_range(key, 0, None)
 
-    def get_range(self, key: str, start: int, length: int) -> bytes:
-        return self._read(key, start, length)
-
-    def _read(self, key: str, start: int, length: Optional[int]) -> bytes:
-        path = self._path(key)
+    def get_range(self, key: str, start: int, length: Optional[int]) -> bytes:  # None: to the end
+        path = self.root / key
         if self.mode == "o_direct":
             try:
                 return _read_o_direct(path, start, length)
             except OSError as exc:
                 if exc.errno != 22:  # EINVAL: this filesystem refuses O_DIRECT
                     raise
-                self.mode = self._fallback_mode()
-                self._warn_fallback(f"O_DIRECT refused ({exc.strerror})")
+                self._fall_back(f"O_DIRECT refused ({exc.strerror})")
         with open(path, "rb", buffering=0) as fh:
             if self.mode == "fadvise_dontneed":
                 os.posix_fadvise(fh.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)

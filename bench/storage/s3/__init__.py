@@ -8,22 +8,7 @@ from pathlib import Path
 from bench.config.storage import StorageLocation
 from bench.registries import S3_CLIENTS, load_named
 from bench.storage.base import ObjectStore, join_key
-from bench.storage.s3.settings import S3Settings, S3Store, parse_s3_url, require_credentials
-
-
-def open_s3_store(location: str, storage: StorageLocation) -> S3Store:
-    """An ObjectStore for s3://bucket/prefix with the client, endpoint, region and retries of
-    the storage config; the endpoint is checked first (one short LIST), so a bad setup or an
-    endpoint that does not answer fails here, in seconds, clearly."""
-    from bench.storage.s3.boto3_store import check_endpoint
-
-    bucket, prefix = parse_s3_url(location)
-    settings = S3Settings.from_config(bucket, prefix, storage)
-    storage.check_s3_extra()  # where the config's own check did not run (bench.data, the doctor)
-    require_credentials(settings)
-    check_endpoint(settings, str(storage.client))
-    store: S3Store = load_named("storage.client", storage.client, S3_CLIENTS)(settings)
-    return store
+from bench.storage.s3.settings import S3Settings, parse_s3_url, require_credentials
 
 
 class S3Backend:
@@ -36,7 +21,17 @@ class S3Backend:
         return "s3://" + join_key(self.cfg.bucket or "", self.cfg.prefix, subdir)
 
     def open(self, location: str) -> ObjectStore:
-        return open_s3_store(location, self.cfg)
+        """A store for s3://bucket/prefix with the client, endpoint, region and retries of the storage
+        config; the endpoint is checked first (one short LIST), so a bad setup or an endpoint that does
+        not answer fails here, in seconds, clearly."""
+        from bench.storage.s3.boto3_store import check_endpoint
+
+        storage = self.cfg
+        settings = S3Settings.from_config(*parse_s3_url(location), storage)
+        storage.check_s3_extra()  # where the config's own check did not run (bench.data, the doctor)
+        require_credentials(settings)
+        check_endpoint(settings, str(storage.client))
+        return load_named("storage.client", storage.client, S3_CLIENTS)(settings)  # an S3Store
 
     def checkpoint_store(self, run_dir: Path, subdir: str = "") -> ObjectStore:
         return self.open(self.location(run_dir, subdir))

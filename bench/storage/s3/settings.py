@@ -33,27 +33,16 @@ log = logging.getLogger("bench")
 NO_BUCKET = "the bucket does not exist"
 DENIED = "access denied: check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY or AWS_PROFILE"
 UNANSWERED = "the endpoint took the connection but did not answer in time"
+UNREACHABLE = "the endpoint cannot be reached"
 MAX_BACKOFF_S = 5.0  # between tries: 0.1 s, doubled each time, at most this
-# Phrases in the clients' error texts (any case), mapped to what the user should hear.
+# Phrases in the clients' error texts (any case), mapped to what the user should hear: the first match.
 _REASONS = (
-    (re.compile("NoSuchBucket|bucket does not exist", re.IGNORECASE), NO_BUCKET),
-    (re.compile("Read timeout|ReadTimeout", re.IGNORECASE), UNANSWERED),
-    (
-        re.compile(
-            "InvalidAccessKeyId|SignatureDoesNotMatch|AccessDenied|403 Forbidden|ExpiredToken|Unauthenticated|"
-            "PermissionDenied|credentials",
-            re.IGNORECASE,
-        ),
-        DENIED,
-    ),
-    (
-        re.compile(
-            "error sending request|CONNECTION_REFUSED|Connection refused|Could not connect|Connect timeout|timed out|"
-            "dns error|Name or service not known|HOST_NOT_FOUND",
-            re.IGNORECASE,
-        ),
-        "the endpoint cannot be reached",
-    ),
+    ("NoSuchBucket|bucket does not exist", NO_BUCKET),
+    ("Read timeout|ReadTimeout", UNANSWERED),
+    ("InvalidAccessKeyId|SignatureDoesNotMatch|AccessDenied|403 Forbidden|ExpiredToken", DENIED),
+    ("Unauthenticated|PermissionDenied|credentials", DENIED),
+    ("error sending request|CONNECTION_REFUSED|Connection refused|Could not connect|Connect timeout", UNREACHABLE),
+    ("timed out|dns error|Name or service not known|HOST_NOT_FOUND", UNREACHABLE),
 )
 
 
@@ -106,7 +95,7 @@ class S3Settings:
 
 def _reason(exc: BaseException) -> Optional[str]:
     text = str(exc).split("Debug source:")[0]  # obstore appends its config (retry_timeout: ...)
-    return next((reason for phrases, reason in _REASONS if phrases.search(text)), None)
+    return next((reason for phrases, reason in _REASONS if re.search(phrases, text, re.IGNORECASE)), None)
 
 
 def _first_line(exc: BaseException) -> str:
