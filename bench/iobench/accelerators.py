@@ -30,9 +30,9 @@ from bench.config.storage import CheckpointWriters, StorageConfig
 from bench.errors import BenchError
 from bench.iobench.checkpoint import CHECKPOINT_DIR, Checkpointer, Sync, run_checkpoints
 from bench.iobench.formats.base import FileSpec
-from bench.iobench.measured import ReaderResult
 from bench.iobench.reader import run_reader
-from bench.machine.children import STOP_SIGNALS
+from bench.iobench.result import ReaderResult
+from bench.machine.children import STOP_SIGNALS, stop_signals
 from bench.storage.base import Backend
 from bench.storage.registry import backend
 
@@ -161,14 +161,13 @@ def _start_all(processes: List[Any]) -> None:
         signum: signal.signal(signum, lambda number, _frame: held.append(number))
         for signum in (STOP_SIGNALS if in_main_thread else ())
     }
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        for process in processes:
-            process.start()
-    finally:
-        for signum, handler in handlers.items():
-            signal.signal(signum, handler)
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)  # a signal blocked meanwhile reaches its own handler now
+    with stop_signals(signal.SIG_BLOCK):  # at its end a signal blocked meanwhile reaches its own handler
+        try:
+            for process in processes:
+                process.start()
+        finally:
+            for signum, handler in handlers.items():
+                signal.signal(signum, handler)
     if held:  # one whose handler ran while held: hand it on as if it came now
         handler = handlers[signal.Signals(held[0])]
         if callable(handler):

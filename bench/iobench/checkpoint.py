@@ -32,8 +32,7 @@ from pathlib import PurePosixPath
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bench.iobench.freespace import human, shortfall, write_error
-from bench.iobench.measured import ReaderResult
-from bench.iobench.result import RunFigures
+from bench.iobench.result import ReaderResult, RunFigures
 from bench.maths.stats import mean
 from bench.storage.base import ObjectStore, serialize
 
@@ -140,11 +139,14 @@ def run_checkpoints(
     that writes nothing (checkpoint_writers=one, not client 0) passes None and only syncs, so
     the barriers line up; a failure (a full disk) is returned, not raised, for the same reason.
     Returns (how the cache was dropped, the error or None)."""
-    error, how, written = None, "", []
-    if checkpointer is not None:  # before the barrier: no client writes while another one looks
-        error = checkpointer.room_for(count)
+    if checkpointer is None:  # nothing to write: the barriers only, as a writing client passes them
+        for _ in range(3):
+            sync()
+        return "", None
+    # before the barrier: no client writes while another one looks
+    error, how, written = checkpointer.room_for(count), "", []
     sync()  # every client starts writing at once, as ranks of a job do after a step
-    if checkpointer is not None and error is None:
+    if error is None:
         try:
             for index in range(count):
                 checkpointer.write("final", index, str(index) if count > 1 else "")
@@ -154,11 +156,9 @@ def run_checkpoints(
             error = write_error(exc, f"{checkpointer.store.url}/{checkpointer.writing}")
     sync()
     if written:
-        assert checkpointer is not None  # only a client with a checkpointer wrote
         how = drop_cache(checkpointer.store, [r["key"] for r in written])
     sync()
     if written and error is None:
-        assert checkpointer is not None
         try:
             for record in written:
                 checkpointer.read(record)

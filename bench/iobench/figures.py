@@ -21,8 +21,7 @@ from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from bench.config.storage_benchmark import StorageBenchmarkConfig, StorageWorkloadConfig
-from bench.iobench.measured import EpochStats, ReaderResult
-from bench.iobench.result import RunFigures
+from bench.iobench.result import EpochStats, ReaderResult, RunFigures
 from bench.maths.stats import mean, percentile, rate
 
 log = logging.getLogger(__name__)
@@ -134,6 +133,9 @@ def epoch_rows(results: Sequence[ReaderResult]) -> List[Dict[str, Any]]:
     def figure(value: Optional[float], scale: float = 1.0) -> Any:
         return round(scale * value, 3) if value is not None else ""  # an empty cell: no samples behind it
 
+    def seconds(epoch: EpochStats, *names: str) -> Dict[str, float]:
+        return {name: round(getattr(epoch, name), 6) for name in names}
+
     return [
         {
             "client": r.client,
@@ -141,17 +143,12 @@ def epoch_rows(results: Sequence[ReaderResult]) -> List[Dict[str, Any]]:
             "steps": e.steps,
             "samples": e.samples,
             "bytes": int(e.bytes),
-            "wall_s": round(e.wall_s, 6),
-            "compute_s": round(e.compute_s, 6),
-            "wait_s": round(e.wait_s, 6),
+            **seconds(e, "wall_s", "compute_s", "wait_s"),
             "au_percent": round(100.0 * e.au, 3),
             "all_steps": e.all_steps,
             "all_samples": e.all_samples,
             "all_bytes": int(e.all_bytes),
-            "epoch_s": round(e.epoch_s, 6),
-            "first_step_s": round(e.first_step_s, 6),
-            "au_compute_s": round(e.au_compute_s, 6),
-            "checkpoint_s": round(e.checkpoint_s, 6),
+            **seconds(e, "epoch_s", "first_step_s", "au_compute_s", "checkpoint_s"),
             "samples_per_second": figure(e.mlperf_samples_per_second),
             "steady_samples_per_second": figure(e.steady_samples_per_second),
             "mlperf_au_percent": figure(e.mlperf_au, 100.0),

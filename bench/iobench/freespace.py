@@ -52,11 +52,11 @@ def free_inodes(path: Path) -> int:
 
 def human(size: float) -> str:
     """Bytes in decimal units, as disks are sold: 40.0 GB."""
-    for unit in ("B", "kB", "MB", "GB", "TB"):
-        if abs(size) < 1000 or unit == "TB":
+    for unit in ("B", "kB", "MB", "GB"):
+        if abs(size) < 1000:
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1000
-    return f"{size:.1f} PB"  # not reached
+    return f"{size:.1f} TB"
 
 
 def shortfall(what: str, need: int, where: Path) -> str | None:

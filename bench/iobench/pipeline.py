@@ -19,7 +19,7 @@ from typing import Any, Callable, Deque, Iterator, List, NamedTuple, Optional, S
 
 from bench.iobench.fetch import Fetcher
 from bench.iobench.formats.base import FileSpec
-from bench.iobench.measured import Request
+from bench.iobench.result import Request
 
 WorkItem = Tuple[FileSpec, Optional[int]]  # (file, None): the whole file; (file, i): its sample i
 Work = Callable[[bool, int], Sequence[WorkItem]]  # (evaluation?, epoch) -> the pass's items

@@ -162,14 +162,10 @@ def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> Non
                 directory,
                 removed[0].name,
             )
-    needs = [
-        need
-        for need in (dataset_need(storage, dataset), checkpoint_need(storage, checkpoints, clients))
-        if need is not None and (need.bytes or need.files)
-    ]
     by_disk: Dict[int, List[Need]] = {}
-    for need in needs:
-        by_disk.setdefault(os.stat(nearest_existing(need.where)).st_dev, []).append(need)
+    for need in (dataset_need(storage, dataset), checkpoint_need(storage, checkpoints, clients)):
+        if need is not None and (need.bytes or need.files):
+            by_disk.setdefault(os.stat(nearest_existing(need.where)).st_dev, []).append(need)
     for group in by_disk.values():
         common = Path(os.path.commonpath([str(n.where) for n in group]))
         what = " + ".join(n.what for n in group)
@@ -209,9 +205,8 @@ def dataset_need(storage: StorageConfig, directory: Path) -> Optional[Need]:
         else:  # replaced in place: the new file sits beside the old one until it is renamed over it
             need += max(0, size - -(-old // BLOCK) * BLOCK)
             largest_replaced = max(largest_replaced, size)
-    need += largest_replaced * storage.prepare_workers + MANIFEST_PER_FILE * (
-        workload.num_files + workload.eval_num_files
-    )
+    need += largest_replaced * storage.prepare_workers  # each writer may hold a new file beside the old one
+    need += MANIFEST_PER_FILE * (workload.num_files + workload.eval_num_files)
     what = (
         f"storage.workload.num_files={workload.num_files} x samples_per_file={workload.samples_per_file} x "
         f"record_size={workload.record_size}"

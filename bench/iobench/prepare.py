@@ -69,12 +69,9 @@ def plan_files(workload: StorageWorkloadConfig, evaluation: bool = False) -> Lis
     prefix, first = (f"{EVAL_DIR}/", EVAL_INDEX) if evaluation else ("", 0)
     return [
         FileSpec(
-            f"{prefix}file_{i:0{width}d}.{extension}",
-            first + i,
-            workload.samples_per_file,
-            _record_size(workload, first + i),
+            f"{prefix}file_{i - first:0{width}d}.{extension}", i, workload.samples_per_file, _record_size(workload, i)
         )
-        for i in range(count)
+        for i in range(first, first + count)
     ]
 
 
@@ -213,11 +210,8 @@ def finish(
         "eval_files": [asdict(f) for f in evaluation],
     }
     store.put(MANIFEST, json.dumps(manifest).encode())
-    prepared = Prepared(
-        train, skipped=False, seconds=seconds, reason=why, put_latencies_ms=latencies, eval_files=evaluation
-    )
-    prepared.written_bytes = sum(f.size for f in ordered)
-    return prepared
+    written_bytes = sum(f.size for f in ordered)
+    return Prepared(train, False, seconds, written_bytes, why, latencies, evaluation)
 
 
 def prepare_dataset(store: ObjectStore, workload: StorageWorkloadConfig, mode: PrepareMode, workers: int) -> Prepared:

@@ -4,7 +4,7 @@
 bench.iobench.reader_processes) read in the epoch's order (file_order, sample_order: below) — whole files,
 or one sample at a time with read_mode=sample — up to `prefetch` batches ahead of the loop; the loop
 takes a batch, then "computes" for `computation_time` seconds (a sleep, as in MLPerf Storage /
-DLIO). Each epoch is timed twice (bench.iobench.measured): strictly, with the run's first step
+DLIO). Each epoch is timed twice (bench.iobench.result): strictly, with the run's first step
 as warm-up, and by MLPerf's rules. Every `eval_every_epochs` epochs an evaluation pass reads
 the eval files (timed apart); with checkpoint_every_steps a checkpoint is written every K steps
 and its time is left out of the epoch's clocks (reported on its own).
@@ -24,9 +24,9 @@ from bench.config.storage_benchmark import PROCESSES_NEED, Readers
 from bench.errors import ConfigError
 from bench.iobench.fetch import Fetcher
 from bench.iobench.formats.base import FileSpec, Unchecked, format_for
-from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.pipeline import ThreadReaders, WorkItem
 from bench.iobench.reader_processes import ReaderProcesses
+from bench.iobench.result import EpochStats, ReaderResult, Request
 from bench.storage.base import ObjectStore
 
 Periodic = Callable[[int], float]  # called after step K, 2K, ...: writes a checkpoint, returns its seconds

@@ -34,8 +34,8 @@ from contextlib import suppress
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple
 
 from bench.iobench.fetch import Fetcher
-from bench.iobench.measured import Request
 from bench.iobench.pipeline import BatchStream, Work, WorkItem
+from bench.iobench.result import Request
 from bench.machine.children import STOP_SIGNALS, STOPS_HELD, die_with_parent, reap, stops_held_over_fork
 
 _TASK = struct.Struct("qq")  # kind, epoch
@@ -46,11 +46,6 @@ _RESULT, _DONE, _ERROR, _STARTED = 0, 1, 2, 3
 _NO_FIGURES = (0, 0, 0, 0.0, 0.0)  # item, samples, bytes, start, end: of a done or error record
 _MAX_PAYLOAD = 3000  # a record and a pickled exception stay under PIPE_BUF (4096): written whole
 _EXIT_WAIT_S = 10.0  # a reader that has not exited this long after it was told to is killed
-
-
-def _read_exact(stream: Any, size: int) -> Optional[bytes]:
-    data = stream.read(size)
-    return data if data is not None and len(data) == size else None
 
 
 class _Pass(BatchStream):
@@ -171,7 +166,7 @@ class ReaderProcesses:
         def send(kind: int, figures: Tuple[int, int, int, float, float] = _NO_FIGURES, payload: bytes = b"") -> None:
             os.write(results, _RECORD.pack(kind, reader, *figures, time.process_time(), len(payload)) + payload)
 
-        while (task := _read_exact(tasks, _TASK.size)) is not None:
+        while len(task := tasks.read(_TASK.size) or b"") == _TASK.size:  # b"": the parent is gone
             kind, epoch = _TASK.unpack(task)
             if kind == _QUIT:
                 break

@@ -15,8 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
 from bench.iobench.figures import epoch_rows, per_epoch
-from bench.iobench.measured import EpochStats, ReaderResult, Request
-from bench.iobench.result import StorageMetrics
+from bench.iobench.result import EpochStats, ReaderResult, Request, StorageMetrics
 from bench.maths.stats import mean
 from bench.report_view import View
 from bench.results import read_summary, write_csv
@@ -43,18 +42,13 @@ def storage_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
 
     figures = plots.Figures(out)
     series = list(plots.points_by_series(frame, "clients", ["workload", "storage"]))
-    if plots.along_a_swept_axis(
-        series, "clients"
-    ):  # the client count was swept (a workload sweep at one count: no axis)
+    clients = "Clients (simulated accelerators)"  # the x axis
+    if plots.along_a_swept_axis(series, "clients"):  # the client count was swept (a workload sweep at one: no axis)
         fig, ax = figures.new()
         for label, points in series:
             plots.draw_line(ax, points, "clients", "mlperf_samples_per_second", f"{label} (MLPerf: first step in)")
             plots.draw_line(ax, points, "clients", "samples_per_second", f"{label} (steady: warm-up step out)")
-        ax.set(
-            title=f"Read throughput vs clients ({title})",
-            xlabel="Clients (simulated accelerators)",
-            ylabel="Samples/s (all clients)",
-        )
+        ax.set(title=f"Read throughput vs clients ({title})", xlabel=clients, ylabel="Samples/s (all clients)")
         plots.finish_axes(ax)
         figures.save(fig, "throughput_vs_clients.png")
 
@@ -62,16 +56,12 @@ def storage_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
         for label, points in series:
             plots.draw_line(ax, points, "clients", "mlperf_au_percent", f"{label} (MLPerf: mean)")
             plots.draw_line(ax, points, "clients", "au_percent_min", f"{label} (min)")
-        thresholds = {t for t in frame.get("au_threshold_percent", []) if not absent(t) and t}
-        for threshold in sorted(thresholds):
+        for threshold in sorted({t for t in frame.get("au_threshold_percent", []) if not absent(t) and t}):
             ax.axhline(
                 float(threshold), color="grey", linestyle="--", linewidth=1, label=f"pass threshold ({threshold:g}%)"
             )
-        ax.set(
-            title=f"Accelerator utilization vs clients ({title})",
-            xlabel="Clients (simulated accelerators)",
-            ylabel="AU (%) = compute time / wall time",
-        )
+        ax.set_title(f"Accelerator utilization vs clients ({title})")
+        ax.set(xlabel=clients, ylabel="AU (%) = compute time / wall time")
         plots.finish_axes(ax)
         ax.set_ylim(0, 105)  # a percentage: keep the top (and the threshold) in view
         figures.save(fig, "au_vs_clients.png")

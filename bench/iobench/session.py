@@ -47,7 +47,6 @@ from bench.config import BenchConfig
 from bench.iobench.accelerators import ClientJob, run_accelerators, run_client
 from bench.iobench.checkpoint import add_checkpoint_figures, drop_cache
 from bench.iobench.figures import client_rows, read_figures
-from bench.iobench.measured import ReaderResult
 from bench.iobench.prepare import (
     DatasetMissing,
     Prepared,
@@ -61,7 +60,7 @@ from bench.iobench.prepare import (
 from bench.iobench.qualify import qualification
 from bench.iobench.reader import uses_processes
 from bench.iobench.report import StorageReport
-from bench.iobench.result import CachingFigures, RunFigures, StorageMetrics
+from bench.iobench.result import CachingFigures, ReaderResult, RunFigures, StorageMetrics
 from bench.launch.process_group import all_gather, destroy_process_group, init_process_group
 from bench.maths.stats import mean, percentile
 from bench.rank_context import RankContext

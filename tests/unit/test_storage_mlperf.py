@@ -12,10 +12,9 @@ import pytest
 from bench.config import compose
 from bench.iobench.checkpoint import Checkpointer, add_checkpoint_figures, checkpoint_key, run_checkpoints
 from bench.iobench.figures import client_rows, epoch_rows, read_figures
-from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.qualify import dataset_size, qualification
 from bench.iobench.report import StorageReport
-from bench.iobench.result import RunFigures, StorageMetrics
+from bench.iobench.result import EpochStats, ReaderResult, Request, RunFigures, StorageMetrics
 from bench.iobench.session import merge_runs
 from bench.storage.local import LocalStore
 

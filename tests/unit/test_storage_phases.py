@@ -12,9 +12,9 @@ from bench.config import compose
 from bench.config.storage import StorageConfig
 from bench.iobench.figures import read_figures
 from bench.iobench.formats.base import CorruptFile, format_for
-from bench.iobench.measured import EpochStats, ReaderResult, Request
 from bench.iobench.prepare import DatasetMissing, encode_file, plan_files, prepare_dataset, prepare_figures
 from bench.iobench.reader import run_reader
+from bench.iobench.result import EpochStats, ReaderResult, Request
 from bench.storage.local import LocalStore
 
 SMALL = {
