@@ -22,9 +22,8 @@ from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, 
 from bench.config.storage import ReadMode, Shuffle, StorageWorkloadConfig
 from bench.config.storage_benchmark import PROCESSES_NEED, Readers
 from bench.errors import ConfigError
-from bench.iobench.fetch import Fetcher
 from bench.iobench.formats.base import FileSpec, Unchecked, format_for
-from bench.iobench.pipeline import ThreadReaders, WorkItem
+from bench.iobench.pipeline import Fetcher, ThreadReaders, WorkItem
 from bench.iobench.reader_processes import ReaderProcesses
 from bench.iobench.result import EpochStats, ReaderResult, Request
 from bench.storage.base import ObjectStore

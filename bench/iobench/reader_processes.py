@@ -33,8 +33,7 @@ import time
 from contextlib import suppress
 from typing import Any, Callable, Iterator, List, Optional, Sequence, Set, Tuple
 
-from bench.iobench.fetch import Fetcher
-from bench.iobench.pipeline import BatchStream, Work, WorkItem
+from bench.iobench.pipeline import BatchStream, Fetcher, Work, WorkItem
 from bench.iobench.result import Request
 from bench.machine.children import STOP_SIGNALS, STOPS_HELD, die_with_parent, reap, stops_held_over_fork
 

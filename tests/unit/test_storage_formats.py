@@ -13,10 +13,10 @@ import pytest
 
 from bench.config import compose
 from bench.errors import ConfigError
-from bench.iobench.fetch import Fetcher
 from bench.iobench.figures import read_figures
 from bench.iobench.formats.base import CorruptFile, FileSpec, format_for
 from bench.iobench.formats.tfrecord import crc32c, frame, masked_crc
+from bench.iobench.pipeline import Fetcher
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import buffered_shuffle, file_order, run_reader, sample_order
 from bench.registries import FORMATS
