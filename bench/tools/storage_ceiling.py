@@ -9,7 +9,7 @@ The readers of the same dataset (written once, in --format):
 - bench: the read phase (bench.iobench.reader.run_reader, computation_time=0), whole files read
   in record-sized pieces (or --transfer-size) into reused buffers by --threads readers (processes:
   storage.workload.readers=auto on local files), every record checked as its loader would
-  (storage.workload.verify_records=true, the default); timed by its epoch (bench.tools.ceiling_readers);
+  (storage.workload.verify_records=true, the default); timed by its epoch (bench.tools.iobench_compare's readers);
 - threads: bench's read phase with reader threads instead of processes
   (storage.workload.readers=threads): what the processes gain;
 - unchecked (a format with checks beyond lengths, e.g. tfrecord's CRC-32C): the same read phase
@@ -17,7 +17,7 @@ The readers of the same dataset (written once, in --format):
   checking costs;
 - fio: --threads jobs (threads), each reading its own files in order, psync, bs = the same piece
   size, invalidate=0 (this command drops the cache itself, for every reader alike); timed from
-  its first I/O completion to its last (bench.tools.ceiling_readers says why not by its own figure);
+  its first I/O completion to its last (bench.tools.iobench_compare's readers say why not by its own figure);
 - plain: `open(path, "rb")`, then `read(piece)` until the end, for every file from a
   ThreadPoolExecutor of --threads threads (the same piece size: with --transfer-size at least the
   file size every reader reads each file in one call).
@@ -56,7 +56,7 @@ from bench.machine.writable import writable_dir_refusal
 from bench.registries import FORMATS
 from bench.storage.local import LocalStore
 from bench.tools import ab
-from bench.tools.ceiling_readers import Costs, Reader, bench_reader, fio_reader, plain_reader
+from bench.tools.iobench_compare import Costs, Reader, bench_reader, fio_reader, plain_reader
 
 PREFIX = "bench-ceiling-"  # the default dataset's directory, under the system temp dir
 # its flags that spell storage.workload keys: flag, default, key (--threads: read_threads, not cpu_threads)
