@@ -189,14 +189,13 @@ def fio_job(paths: Sequence[str], threads: int, block: int, log_prefix: str = ""
 
 def io_span_ms(log_dir: Path) -> int:
     """From the first I/O completion of any job to the last one of any job, in ms (at least 1)."""
-    first, last = None, None
+    spans = []  # each job's first and last completion
     for log in log_dir.glob("*.log"):
         if stamps := [int(line.split(",", 1)[0]) for line in log.read_text().splitlines() if line.strip()]:
-            first = min(stamps[0], first if first is not None else stamps[0])
-            last = max(stamps[-1], last if last is not None else stamps[-1])
-    if first is None or last is None:
+            spans.append((stamps[0], stamps[-1]))
+    if not spans:
         raise RuntimeError(f"fio wrote no I/O log under {log_dir}")
-    return max(last - first, 1)
+    return max(max(last for _, last in spans) - min(first for first, _ in spans), 1)
 
 
 def fio_figures(report: Dict) -> Tuple[int, float]:

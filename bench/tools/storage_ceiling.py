@@ -42,6 +42,7 @@ import math
 import shutil
 import statistics
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -80,32 +81,28 @@ def summarise(found: Rounds, costs: Costs, label: str) -> Dict[str, float]:
     """Each reader's median and range, bench against every other reader (median of per-round
     ratios, 95% interval, verdict), the unchecked reader against fio and plain, every reader's
     CPU seconds per GB and what checking costs; returns bench's ratios."""
+    say = partial(print, label, flush=True)  # every line but the first names the temperature
     print(found.summary("MB/s", label), flush=True)
     ratios = found.ratios()
     if "unchecked" in found.names:
         for other in found.names[1:]:
             if other != "unchecked":
-                print(f"{label} {found.ratio(other, 'unchecked').describe('unchecked')}", flush=True)
-    print(
-        f"{label} ratios: " + ", ".join(f"bench/{other} {ratio.ratio:.2f}" for other, ratio in ratios.items()),
-        flush=True,
-    )
-    print(f"{label} CPU-s/GB: " + ", ".join(f"{name} {costs.median(name):.3f}" for name in found.names), flush=True)
+                say(found.ratio(other, "unchecked").describe("unchecked"))
+    say("ratios: " + ", ".join(f"bench/{other} {ratio.ratio:.2f}" for other, ratio in ratios.items()))
+    say("CPU-s/GB: " + ", ".join(f"{name} {costs.median(name):.3f}" for name in found.names))
     if costs.fio_own_mb_s:
         own = sorted(costs.fio_own_mb_s)[len(costs.fio_own_mb_s) // 2]
-        print(f"{label} fio's own figure (io_bytes / its longest job's runtime): median {own:.1f} MB/s", flush=True)
+        say(f"fio's own figure (io_bytes / its longest job's runtime): median {own:.1f} MB/s")
     for name, outside in costs.outside_ms.items():
         whole = statistics.median(costs.whole_cpu_s_per_gb[name])
-        print(
-            f"{label} {name}: starting and ending its readers took {statistics.median(outside):.1f} ms a pass "
-            f"(median), outside its timed epoch; its CPU-s/GB over the whole call, those included: {whole:.3f}",
-            flush=True,
+        say(
+            f"{name}: starting and ending its readers took {statistics.median(outside):.1f} ms a pass "
+            f"(median), outside its timed epoch; its CPU-s/GB over the whole call, those included: {whole:.3f}"
         )
     if "unchecked" in found.names:
-        print(
-            f"{label} checking costs {costs.median('bench') - costs.median('unchecked'):.3f} CPU-s/GB "
-            f"(bench/unchecked {ratios['unchecked'].ratio:.2f})",
-            flush=True,
+        say(
+            f"checking costs {costs.median('bench') - costs.median('unchecked'):.3f} CPU-s/GB "
+            f"(bench/unchecked {ratios['unchecked'].ratio:.2f})"
         )
     return {other: ratio.ratio for other, ratio in ratios.items()}
 
