@@ -1,9 +1,7 @@
 """`python -m bench.compare`: the command's one documented name (docs/architecture.md, "Commands");
 its code is bench.tools.compare, which runs the same when called as `python -m bench.tools.compare` (not documented)."""
 
-import sys
-
 from bench.tools.compare import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

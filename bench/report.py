@@ -1,9 +1,7 @@
 """`python -m bench.report`: the command's one documented name (docs/architecture.md, "Commands");
 its code is bench.tools.report, which runs the same as `python -m bench.tools.report` (not documented)."""
 
-import sys
-
 from bench.tools.report import main
 
 if __name__ == "__main__":
-    sys.exit(main())
+    raise SystemExit(main())

@@ -229,8 +229,8 @@ def main_rerun(args: argparse.Namespace) -> int:
         with sigterm_raises():
             threshold = parse_threshold(args.threshold)
             check_rounds(args.rerun)
-            runs = (("baseline", args.baseline), ("candidate", args.candidate))
-            sides = {side: rerun_overrides(run, side) for side, run in runs}  # refused before a folder is made
+            # refused before a folder is made
+            sides = {side: rerun_overrides(getattr(args, side), side) for side in ("baseline", "candidate")}
             out, moved = own_folder(out, named=args.out is not None)
             same = same_sides(args.baseline, args.candidate)
             then = "its config runs against itself, so the verdict measures this machine's noise between processes"

@@ -34,28 +34,17 @@ UNFIT_HINT = "run it again on a quiet machine, or pass --judge-unfit for a verdi
 def rows(pair: Pair) -> List[Dict[str, str]]:
     """A pair's rows, as the terminal and the page show them: its two figures and their ratio; a
     paired ratio (--rerun) with a row per round under it, whose ratios it is the median of."""
+    # the sampled figures in their scenario's unit; a round's row has no interval, verdict nor why
+    columns = ["configuration", f"baseline {pair.unit}", f"candidate {pair.unit}", "ratio", "95% interval"]
+    columns += ["ratio of", "verdict", "why"]
     base, cand = ("" if x is None else figure(x) for x in (pair.baseline, pair.candidate))
     interval = f"[{pair.low:.3f}, {pair.high:.3f}]" if pair.low is not None and pair.high is not None else ""
-    shown = [_row(pair, pair.label, base, cand, pair.ratio, interval, pair.basis, pair.verdict)]
+    why = pair.note if pair.verdict else ""
+    shown = [(pair.label, base, cand, f"{pair.ratio:.3f}", interval, pair.basis, pair.verdict, why)]
     each = "candidate / baseline, each side's mean of its 2 runs in the round"
     for number, ((b, c), ratio) in enumerate(zip(pair.rounds, pair.round_ratios, strict=True), start=1):
-        shown.append(_row(pair, f"round {number}", figure(b), figure(c), ratio, "", each, ""))
-    return shown
-
-
-def _row(
-    pair: Pair, label: str, base: str, cand: str, ratio: float, interval: str, basis: str, verdict: str
-) -> Dict[str, str]:
-    return {
-        "configuration": label,
-        f"baseline {pair.unit}": base,  # the sampled figure in its scenario's unit
-        f"candidate {pair.unit}": cand,
-        "ratio": f"{ratio:.3f}",
-        "95% interval": interval,
-        "ratio of": basis,
-        "verdict": verdict,
-        "why": pair.note if verdict else "",  # a round's row: none
-    }
+        shown.append((f"round {number}", figure(b), figure(c), f"{ratio:.3f}", "", each, "", ""))
+    return [dict(zip(columns, row, strict=True)) for row in shown]
 
 
 def table(comparison: Comparison) -> pd.DataFrame:

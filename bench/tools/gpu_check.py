@@ -33,10 +33,11 @@ import time
 from functools import partial
 from pathlib import Path
 from typing import Any, Callable, ContextManager, Dict, List, Optional, Sequence, Tuple
+from unittest import mock
 
 from bench import api
 from bench.config import compose
-from bench.errors import EXIT_CONFIG, EXIT_SIGINT, BenchError, Interrupted, print_error
+from bench.errors import EXIT_SIGINT, BenchError, Interrupted, print_error
 from bench.machine.writable import writable_dir_refusal
 from bench.tools import ab
 from bench.tools.gpu_checks.checks import CHILD, NAMES, OVERHEAD, Check, Metrics, checks
@@ -122,8 +123,7 @@ def run_checks(
         extra = _extra(check, done, base, on_gpu) if runner is None else []  # a given runner: no GPU to ask
         overrides = [*base, *check.overrides_for(on_gpu), *extra]
         stopped = f"stopped: --budget-s {budget.seconds or 0:g} spent while it ran"
-        metrics, problem = None, stopped  # what is left when the stop fires inside it
-        with budget.armed(stopped) as fired:
+        with budget.armed(stopped) as fired:  # it fires inside the run: `fired` holds True
             metrics, problem = _run_one(check, overrides, run_dir, on_gpu, runner)
         if fired:  # an in-process run marked KILLED by it returns its error: the row says the budget
             metrics, problem = None, stopped
@@ -213,12 +213,10 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     on_gpu = not args.rehearse
     if on_gpu and not torch.cuda.is_available():
         build = f"built for CUDA {torch.version.cuda}" if torch.version.cuda else "a CPU-only build"
-        print(
-            f"[ERROR] gpu_check needs a CUDA GPU: torch.cuda.is_available() is False here "
-            f"(torch {torch.__version__}, {build}); run it on the GPU machine, or --rehearse on a CPU",
-            file=sys.stderr,
+        return print_error(
+            f"gpu_check needs a CUDA GPU: torch.cuda.is_available() is False here "
+            f"(torch {torch.__version__}, {build}); run it on the GPU machine, or --rehearse on a CPU"
         )
-        return EXIT_CONFIG
     from bench.machine.children import sigterm_raises
 
     budget = Budget(args.budget_s)
@@ -302,18 +300,12 @@ def run_search_on_cpu(overrides: Sequence[str], _run_dir: Path) -> Outcome:
     }, ""
 
 
-@contextlib.contextmanager
-def _cheap_compile() -> Any:
+def _cheap_compile() -> ContextManager[Any]:
     """The rehearsal's torch.compile: dynamo captures the model as on a GPU, but the graph runs on
     the eager backend (inductor's C++ code generation takes most of a minute on a small CPU)."""
     import torch
 
-    original = torch.compile
-    torch.compile = partial(original, backend="eager")
-    try:
-        yield
-    finally:
-        torch.compile = original
+    return mock.patch.object(torch, "compile", partial(torch.compile, backend="eager"))
 
 
 def all_reduce_probe(on_gpu: bool) -> Tuple[str, str]:

@@ -87,9 +87,7 @@ def platform_args(python: str, glibc: str, arch: str) -> List[str]:
     tags = [f"manylinux_{major}_{m}_{arch}" for m in range(minor, 16, -1)]
     tags += [f"manylinux2014_{arch}", f"manylinux2010_{arch}", f"manylinux1_{arch}"]
     flags = ["--only-binary=:all:", "--python-version", python, "--implementation", "cp"]
-    for tag in tags:
-        flags += ["--platform", tag]
-    return flags
+    return flags + [flag for tag in tags for flag in ("--platform", tag)]
 
 
 def marker_env(python: str, arch: str) -> Dict[str, str]:

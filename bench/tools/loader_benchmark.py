@@ -54,8 +54,6 @@ def ensure_shards(images_root: str, args: argparse.Namespace) -> str:
 
 def baseline_batches(root: str, args: argparse.Namespace) -> Generator[Any, None, None]:
     """What people write by hand: ImageFolder + PIL + RandomResizedCrop + flip + ToTensor + Normalize."""
-    import itertools
-
     from torchvision import datasets, transforms
 
     transform = transforms.Compose(
@@ -75,7 +73,7 @@ def baseline_batches(root: str, args: argparse.Namespace) -> Generator[Any, None
         persistent_workers=args.workers > 0,
         prefetch_factor=4 if args.workers else None,
     )
-    for _ in itertools.count():
+    while True:  # epoch after epoch
         yield from loader
 
 

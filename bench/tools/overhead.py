@@ -46,8 +46,7 @@ def run_minimal(config: BenchConfig, device: torch.device) -> float:
     data, steps, warmup = config.data, config.train.steps_per_epoch or 1, config.benchmark.warmup_steps
     memory_format = torch.channels_last if config.precision.channels_last else torch.contiguous_format
     model = torchvision.models.get_model(config.model.arch, weights=None, num_classes=data.num_classes)
-    model = model.to(device=device, memory_format=memory_format)
-    model.train()
+    model = model.to(device=device, memory_format=memory_format).train()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=1e-4)
     criterion = nn.CrossEntropyLoss()
     images = torch.randn(data.batch_size, 3, data.image_size, data.image_size, device=device)

@@ -25,9 +25,7 @@ from typing import Optional, Sequence
 from bench.errors import print_error
 from bench.secrets import redact, redact_output
 from bench.tracking.store import half_made, missing_sqlite_store, resolve_tracking_uri, sqlite_path, store_problem
-from bench.tracking.tracker import close_stale, find_stale, kill_reason, running_runs, state_of
-
-__all__ = ["close_stale", "find_stale", "kill_reason", "main", "running_runs", "state_of"]
+from bench.tracking.tracker import find_stale, kill_reason
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:

@@ -9,7 +9,7 @@ The readers of the same dataset (written once, in --format):
 - bench: the read phase (bench.iobench.reader.run_reader, computation_time=0), whole files read
   in record-sized pieces (or --transfer-size) into reused buffers by --threads readers (processes:
   storage.workload.readers=auto on local files), every record checked as its loader would
-  (storage.workload.verify_records=true, the default); timed by its epoch (bench.tools.ceiling_readers);
+  (storage.workload.verify_records=true, the default); timed by its epoch (bench.tools.iobench_compare's readers);
 - threads: bench's read phase with reader threads instead of processes
   (storage.workload.readers=threads): what the processes gain;
 - unchecked (a format with checks beyond lengths, e.g. tfrecord's CRC-32C): the same read phase
@@ -17,7 +17,7 @@ The readers of the same dataset (written once, in --format):
   checking costs;
 - fio: --threads jobs (threads), each reading its own files in order, psync, bs = the same piece
   size, invalidate=0 (this command drops the cache itself, for every reader alike); timed from
-  its first I/O completion to its last (bench.tools.ceiling_readers says why not by its own figure);
+  its first I/O completion to its last (bench.tools.iobench_compare's readers say why not by its own figure);
 - plain: `open(path, "rb")`, then `read(piece)` until the end, for every file from a
   ThreadPoolExecutor of --threads threads (the same piece size: with --transfer-size at least the
   file size every reader reads each file in one call).
@@ -42,6 +42,7 @@ import math
 import shutil
 import statistics
 import sys
+from functools import partial
 from pathlib import Path
 from typing import Dict, List, Optional
 
@@ -56,7 +57,7 @@ from bench.machine.writable import writable_dir_refusal
 from bench.registries import FORMATS
 from bench.storage.local import LocalStore
 from bench.tools import ab
-from bench.tools.ceiling_readers import Costs, Reader, bench_reader, fio_reader, plain_reader
+from bench.tools.iobench_compare import Costs, Reader, bench_reader, fio_reader, plain_reader
 
 PREFIX = "bench-ceiling-"  # the default dataset's directory, under the system temp dir
 # its flags that spell storage.workload keys: flag, default, key (--threads: read_threads, not cpu_threads)
@@ -80,32 +81,28 @@ def summarise(found: Rounds, costs: Costs, label: str) -> Dict[str, float]:
     """Each reader's median and range, bench against every other reader (median of per-round
     ratios, 95% interval, verdict), the unchecked reader against fio and plain, every reader's
     CPU seconds per GB and what checking costs; returns bench's ratios."""
+    say = partial(print, label, flush=True)  # every line but the first names the temperature
     print(found.summary("MB/s", label), flush=True)
     ratios = found.ratios()
     if "unchecked" in found.names:
         for other in found.names[1:]:
             if other != "unchecked":
-                print(f"{label} {found.ratio(other, 'unchecked').describe('unchecked')}", flush=True)
-    print(
-        f"{label} ratios: " + ", ".join(f"bench/{other} {ratio.ratio:.2f}" for other, ratio in ratios.items()),
-        flush=True,
-    )
-    print(f"{label} CPU-s/GB: " + ", ".join(f"{name} {costs.median(name):.3f}" for name in found.names), flush=True)
+                say(found.ratio(other, "unchecked").describe("unchecked"))
+    say("ratios: " + ", ".join(f"bench/{other} {ratio.ratio:.2f}" for other, ratio in ratios.items()))
+    say("CPU-s/GB: " + ", ".join(f"{name} {costs.median(name):.3f}" for name in found.names))
     if costs.fio_own_mb_s:
         own = sorted(costs.fio_own_mb_s)[len(costs.fio_own_mb_s) // 2]
-        print(f"{label} fio's own figure (io_bytes / its longest job's runtime): median {own:.1f} MB/s", flush=True)
+        say(f"fio's own figure (io_bytes / its longest job's runtime): median {own:.1f} MB/s")
     for name, outside in costs.outside_ms.items():
         whole = statistics.median(costs.whole_cpu_s_per_gb[name])
-        print(
-            f"{label} {name}: starting and ending its readers took {statistics.median(outside):.1f} ms a pass "
-            f"(median), outside its timed epoch; its CPU-s/GB over the whole call, those included: {whole:.3f}",
-            flush=True,
+        say(
+            f"{name}: starting and ending its readers took {statistics.median(outside):.1f} ms a pass "
+            f"(median), outside its timed epoch; its CPU-s/GB over the whole call, those included: {whole:.3f}"
         )
     if "unchecked" in found.names:
-        print(
-            f"{label} checking costs {costs.median('bench') - costs.median('unchecked'):.3f} CPU-s/GB "
-            f"(bench/unchecked {ratios['unchecked'].ratio:.2f})",
-            flush=True,
+        say(
+            f"checking costs {costs.median('bench') - costs.median('unchecked'):.3f} CPU-s/GB "
+            f"(bench/unchecked {ratios['unchecked'].ratio:.2f})"
         )
     return {other: ratio.ratio for other, ratio in ratios.items()}
 

@@ -89,9 +89,8 @@ def gloo_scaling(rounds: int, work: Path, steps: int) -> None:
         assert isinstance(done.metrics, TrainMetrics)
         return done.metrics.images_per_second
 
-    found = alternate(
-        {"2 processes": lambda: throughput(2), "1 process": lambda: throughput(1)}, rounds, warmup=0, unit="img/s"
-    )
+    sides = {"2 processes": lambda: throughput(2), "1 process": lambda: throughput(1)}
+    found = alternate(sides, rounds, warmup=0, unit="img/s")
     speedup = found.ratio("1 process")
     t1, t2 = found.median("1 process"), found.median("2 processes")
     print(f"\n1 vs 2 CPU processes, gloo, resnet18 64x64 batch 16 per process (median of {rounds} A-B-B-A rounds):")

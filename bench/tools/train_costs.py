@@ -61,9 +61,8 @@ def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
     optimizer.step()  # momentum buffers: the optimizer state a real checkpoint carries
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     os.chdir(where)
-    checkpoints = TrainingCheckpoints(
-        compose("checkpoint.every_epochs=1", "checkpoint.keep_last=1", "storage.fsync=true")
-    )
+    config = compose("checkpoint.every_epochs=1", "checkpoint.keep_last=1", "storage.fsync=true")
+    checkpoints = TrainingCheckpoints(config)
     plain = where / "plain.pt"
 
     def ours() -> float:

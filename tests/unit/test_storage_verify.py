@@ -143,7 +143,7 @@ def test_the_ceiling_reports_what_checking_costs_warm_and_cold_by_default(tmp_pa
 
 
 def test_fio_is_timed_from_its_first_io_to_its_last(tmp_path):
-    from bench.tools.ceiling_readers import fio_figures, fio_job, io_span_ms
+    from bench.tools.iobench_compare import fio_figures, fio_job, io_span_ms
 
     job = fio_job(["a", "b", "c"], 2, 4096, str(tmp_path / "pass"))
     assert "write_iops_log=" in job and "log_unix_epoch=1" in job and "filename=a:c" in job
