@@ -7,7 +7,7 @@ where jobs evaluated (training with train.eval_every)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pandas as pd
 
@@ -22,7 +22,6 @@ from bench.analysis.plots import (
     swept_values,
 )
 from bench.analysis.scaling import SUPERLINEAR
-from bench.runtime.sweep_view import run_label
 
 Row = Dict[str, Any]
 
@@ -34,9 +33,12 @@ def _count_unit(frame: pd.DataFrame) -> Tuple[str, str]:
     return ("GPUs", "GPU") if devices == {"cuda"} else ("processes (GPUs, or CPU ranks)", "process")
 
 
-def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str]) -> List[Path]:
+def plot_training(
+    frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str], label: Callable[[Row], str]
+) -> List[Path]:
     """A training (or inference) sweep: throughput and scaling efficiency vs process count, throughput
-    vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name), accuracy."""
+    vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name; `label`: a run's
+    under its box), accuracy."""
     figures = Figures(out)
     unit, count_word = _count_unit(frame)
     # strong scaling splits one global batch over the processes: its lines hold the global batch. A sweep
@@ -86,7 +88,7 @@ def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[st
         _throughput(figures, by_batch, "batch_size", axis, "throughput_vs_batch.png")
 
     what, ylabel, name = timeline
-    draw_distribution(figures, frame, f"{what} per run ({title})", ylabel, name, run_label)
+    draw_distribution(figures, frame, f"{what} per run ({title})", ylabel, name, label)
     plot_accuracy(figures, frame, title)
     return figures.written
 

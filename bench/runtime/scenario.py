@@ -99,14 +99,29 @@ class ModelScenario(BaseScenario):
 FLOAT32 = 4
 
 
-def check_model_run(config: BenchConfig) -> Any:
-    """Raise the first problem; return the device the run will use. Last, with benchmark.require_fit:
-    a config that oversubscribes the cores, or a machine that stays busy (bench.runtime.fit_watch)."""
-    check_dataset(config)
-    import_own({"storage.name": config.storage.name, "storage.client": config.storage.client})  # checkpoints' store
+def check_model_run(
+    config: BenchConfig, validation: bool = False, storage: Optional[Callable[[BenchConfig], None]] = None
+) -> Any:
+    """Raise the first problem; return the device the run will use. `validation`: the val split too;
+    `storage`: the scenario's own check of what it reads and writes there (training's checkpoints), else
+    the storage option's modules are imported. Last, with benchmark.require_fit: a config that
+    oversubscribes the cores, or a machine that stays busy (bench.runtime.fit_watch)."""
+    check_dataset(config, validation)
+    if storage is None:
+        import_own({"storage.name": config.storage.name, "storage.client": config.storage.client})
+    else:
+        storage(config)
     device = check_device_and_model(config)
     check_batch_fits(config, device)
     check_prefetch_fits(config)
+    check_batch_norm_batch(config)  # training's
+    if config.benchmark.find_max_batch and device.type != "cuda":  # training's (the config refuses it elsewhere)
+        raise ConfigError(
+            "benchmark.find_max_batch",
+            True,
+            "false on a CPU (the search grows the batch until the GPU "
+            "runs out of memory; a CPU would swap first): set data.batch_size instead",
+        )
     check_quiet(config, device)
     return device
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import gc
 import logging
 from dataclasses import asdict
@@ -206,29 +207,23 @@ MAX_PROBES = 10  # after the first batch that fits: a search costs seconds, not 
 ALLOCATION_FAILURES = ("out of memory", "ALLOC_FAILED", "canUse32BitIndexMath")
 
 
-def search(fits: Callable[[int], bool], start: int, limit: int, max_probes: int = MAX_PROBES) -> int:
+def search(fits: Callable[[int], bool], start: int, limit: int) -> int:
     """The largest batch for which `fits(batch)` holds, by the rule in the module docstring."""
-    known: dict = {}
-
-    def probe(batch: int) -> bool:
-        if batch not in known:
-            known[batch] = fits(batch)
-        return bool(known[batch])
-
+    probe = functools.cache(fits)  # each batch is tried once; cache_info().currsize: the batches tried
     batch = start
     while not probe(batch):
         if batch == 1:
             raise BenchError("benchmark.find_max_batch: not even a batch of 1 fits in GPU memory")
         batch //= 2
     low, high = batch, None
-    while high is None and low * 2 <= limit and len(known) < max_probes:
+    while high is None and low * 2 <= limit and probe.cache_info().currsize < MAX_PROBES:
         if probe(low * 2):
             low *= 2
         else:
             high = low * 2
     if high is None:
         return low
-    while high - low > max(1, low // 16) and len(known) < max_probes:
+    while high - low > max(1, low // 16) and probe.cache_info().currsize < MAX_PROBES:
         middle = (low + high) // 2
         low, high = (middle, high) if probe(middle) else (low, middle)
     return low
@@ -319,15 +314,14 @@ class TrainStep:
 
     def update(self) -> None:
         scaler, clip_norm = self.scaler, self.clip_norm
-        if scaler is not None:
-            if clip_norm is not None:
+        if clip_norm is not None:
+            if scaler is not None:
                 scaler.unscale_(self.optimizer)  # clip the true gradients, not the loss-scaled ones
-                torch.nn.utils.clip_grad_norm_(self.params, clip_norm)
+            torch.nn.utils.clip_grad_norm_(self.params, clip_norm)
+        if scaler is not None:
             scaler.step(self.optimizer)
             scaler.update()
         else:
-            if clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(self.params, clip_norm)
             self.optimizer.step()
         self.applied_lr = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()
