@@ -173,21 +173,15 @@ def check_cores(config: BenchConfig, device: Any) -> None:
         )
 
 
-def _memory_bytes(device: Any) -> int:
-    if device.type == "cuda":
-        import torch
-
-        return int(torch.cuda.mem_get_info(device)[1])
-    return int(psutil.virtual_memory().total)
-
-
 def check_batch_fits(config: BenchConfig, device: Any) -> None:
     """One input batch (float32 NCHW) larger than the device's whole memory cannot run: say so
     with the key to change, instead of an allocator error naming no key. (Activations need far
     more; this only catches what can never fit.)"""
+    import torch
+
     batch = config.distributed.per_process(config.data.batch_size)
     image = 3 * config.data.image_size**2 * FLOAT32
-    memory = _memory_bytes(device)
+    memory = int(torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else psutil.virtual_memory().total)
     where = "the GPU" if device.type == "cuda" else "this machine"
     if image > memory // 16:
         raise ConfigError(

@@ -95,16 +95,15 @@ class TrainingRun:
         self.data = data = EpochData(config, device, policy.memory_format, ctx, start.epoch)
         warmup, repeats = config.benchmark.warmup_steps, config.benchmark.repeats
         total = data.planned(0)  # the schedule spans the whole run, resumed or not
-        planned = data.planned(start.epoch, start.step_in_epoch)
-        if config.benchmark.measure_steps:
-            planned = min(planned, config.benchmark.measure_steps)
-        self.planned = planned  # steps of the measured window (train.epochs, benchmark.measure_steps)
+        left = data.planned(start.epoch, start.step_in_epoch)
+        # steps of the measured window (train.epochs, benchmark.measure_steps)
+        self.planned = planned = min(left, config.benchmark.measure_steps or left)
         self.base_lr = effective_lr(config.optimizer, config.scheduler, data.batch_size * ctx.world_size)
         self.optimizer = optimizer = build_optimizer(self.eager, config.optimizer, self.base_lr, device)
         placed = _in_steps(config.scheduler, data, warmup)
         span = warmup + total * repeats + optimizer_steps(config)
         if ctx.is_reporter:  # what of the schedule the run will not reach: said, never squeezed into the run
-            trained = warmup + total - data.planned(start.epoch, start.step_in_epoch) + planned * repeats
+            trained = warmup + total - left + planned * repeats
             for line in unreached(config.scheduler, placed, trained, span - optimizer_steps(config)):
                 log.warning(line)
         self.scheduler = scheduler = build_scheduler(optimizer, placed, span, self.base_lr)
@@ -116,9 +115,7 @@ class TrainingRun:
         model, self.compile_info = maybe_compile(self.wrapped, config.compile, config.compile_mode, device)
         model.train()
         smoothing, clip_norm = config.train.label_smoothing, config.optimizer.grad_clip_norm
-        self.step = TrainStep(
-            model, optimizer, scheduler, policy, after=on_step, label_smoothing=smoothing, clip_norm=clip_norm
-        )
+        self.step = TrainStep(model, optimizer, scheduler, policy, on_step, smoothing, clip_norm)
         self.val: Any = None  # one_pass() of the val split, when train.eval_every (bench.train.loop.open_val)
         self.mlperf = MlperfLog()  # train.mlperf_log: MLPerf's events (bench.train.loop.train)
 
