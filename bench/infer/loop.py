@@ -50,9 +50,7 @@ def infer(
     eager = build_model(config.model).to(device=device, memory_format=policy.memory_format).eval()  # type: ignore[call-overload]
     model, compile_info = maybe_compile(eager, config.compile, config.compile_mode, device)
     data = EpochData(config, device, policy.memory_format, ctx)
-    planned = data.planned(0)
-    if config.benchmark.measure_steps:
-        planned = min(planned, config.benchmark.measure_steps)
+    planned = min(data.planned(0), config.benchmark.measure_steps or data.planned(0))
     batches = data.batches
 
     def forward(images: torch.Tensor) -> torch.Tensor:

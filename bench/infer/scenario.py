@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional, Tuple
+from typing import Any, List, Optional, Tuple
 
 from bench.config import BenchConfig
 from bench.config.fields import changed_keys
@@ -32,23 +32,14 @@ from bench.runtime.rules import check_training_for_accuracy, once_per_run, refus
 from bench.runtime.scenario import ModelScenario
 from bench.runtime.sweep_view import model_view
 
-if TYPE_CHECKING:
-    import pandas as pd
-
-
 # How an inference run shows in a sweep: its table columns and its plots (the per-batch latency
 # where a training sweep plots step times), and what compare samples.
 FLOPS_COLUMN = [("GFLOPs/image", "gflops_per_image_forward", "{:.2f}", 8)]  # a figure of its `extra`
 
 
-def inference_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
-    from bench.runtime.plots import plot_training
-
-    return plot_training(frame, out, title, ("Per-batch latency", "Latency per batch (ms)", "latency_distribution.png"))
-
-
+TIMELINE = ("Per-batch latency", "Latency per batch (ms)", "latency_distribution.png")
 TIMELINE_METRIC = "latency_ms"  # the MLflow series of the per-batch latencies
-VIEW = model_view(InferMetrics, inference_plots, TIMELINE_METRIC, FLOPS_COLUMN)
+VIEW = model_view(InferMetrics, TIMELINE, TIMELINE_METRIC, FLOPS_COLUMN)
 
 
 def summarize(outcome: InferOutcome, config: BenchConfig) -> InferMetrics:

@@ -85,13 +85,11 @@ def fit_cpu(config: BenchConfig, device_type: str) -> Tuple[BenchConfig, str]:
     if not data.synthetic and data.num_workers is None:
         chosen.append(f"data.num_workers={workers}")
         data = dataclasses.replace(data, num_workers=workers)
-    if not chosen:
-        return dataclasses.replace(config, cpu_threads=threads), ""
     per_rank = " per rank" if ranks > 1 else ""
     beside = f" beside OMP_NUM_THREADS={given}" if given and config.cpu_threads is None else ""
     said = f"{' and '.join(chosen)}{per_rank}: bench's choice on the CPU, to fit the {usable:g} usable cores"
     said += f"{beside} (set them to choose)"
-    return dataclasses.replace(config, cpu_threads=threads, data=data), said
+    return dataclasses.replace(config, cpu_threads=threads, data=data), said if chosen else ""
 
 
 def omp_threads() -> Optional[int]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Tuple
 
 import torch
 
@@ -34,21 +34,22 @@ class EpochData:
         self.batches: Any = None
         self.image_size = self.batch_size = 0
         self._entered = False
-        self._open(self._phase(start_epoch))
+        self._open(*self._phase(start_epoch))
         self.dataset_size = int(getattr(self.batches, "facts", {}).get("dataset_size", 0))
 
     @property
     def progressive(self) -> bool:
         return self.phases is not None
 
-    def _phase(self, epoch: int) -> Phase:
+    def _phase(self, epoch: int) -> Tuple[Phase, int]:
+        """Epoch `epoch`'s phase, and its batch per process."""
         data = self.config.data
-        return phase_at(self.phases, epoch) if self.phases else Phase(0, data.image_size, data.batch_size)
+        phase = phase_at(self.phases, epoch) if self.phases else Phase(0, data.image_size, data.batch_size)
+        return phase, self.config.distributed.per_process(phase.batch_size, self.ctx.world_size)
 
-    def _open(self, phase: Phase) -> None:
+    def _open(self, phase: Phase, batch: int) -> None:
         if self.batches is not None and hasattr(self.batches, "close"):
             self.batches.close()
-        batch = self.config.distributed.per_process(phase.batch_size, self.ctx.world_size)
         self.batches = build_batches(
             dataclasses.replace(self.config.data, image_size=phase.image_size, batch_size=batch),
             self.device,
@@ -63,7 +64,7 @@ class EpochData:
     def steps(self, epoch: int) -> int:
         if self.config.train.steps_per_epoch:
             return self.config.train.steps_per_epoch
-        batch = self.config.distributed.per_process(self._phase(epoch).batch_size, self.ctx.world_size)
+        batch = self._phase(epoch)[1]
         steps = self.dataset_size // self.ctx.world_size // batch  # DistributedSampler, full batches only
         if steps < 1:
             raise DataError(
@@ -81,12 +82,11 @@ class EpochData:
 
     def enter(self, epoch: int, skip: int = 0) -> Iterator:
         """The batches of epoch `epoch` (from 0), `skip` of them already trained (a resumed run)."""
-        phase = self._phase(epoch)
-        batch = self.config.distributed.per_process(phase.batch_size, self.ctx.world_size)
+        phase, batch = self._phase(epoch)
         if self.phases and (phase.image_size, batch) != (self.image_size, self.batch_size):
             old = self.batch_size
             log.info("epoch %d: progressive resizing to %d px, batch %d", epoch + 1, phase.image_size, phase.batch_size)
-            self._open(phase)
+            self._open(phase, batch)
             if self.on_batch_change is not None:
                 self.on_batch_change(old, self.batch_size)
         # epochs that are passes start their pass here (after the warm-up's batches, and after a

@@ -35,9 +35,8 @@ def loader_workers(config: BenchConfig, ranks: int) -> int:
 def demand(config: BenchConfig, device_type: str, ranks: int, threads: int) -> Tuple[int, int, int, str]:
     """(threads, ranks on this host, workers per rank, what a thread is): on a GPU a rank's CPU work
     is its launching thread (torch's intra-op pool idles), on a CPU every torch thread computes."""
-    if device_type == "cuda":
-        return 1, ranks, loader_workers(config, ranks), "launching thread"
-    return threads, ranks, loader_workers(config, ranks), "torch thread"
+    cuda, workers = device_type == "cuda", loader_workers(config, ranks)
+    return (1, ranks, workers, "launching thread") if cuda else (threads, ranks, workers, "torch thread")
 
 
 class WindowMonitor:

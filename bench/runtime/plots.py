@@ -7,7 +7,7 @@ where jobs evaluated (training with train.eval_every)."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, List, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 import pandas as pd
 
@@ -22,7 +22,6 @@ from bench.analysis.plots import (
     swept_values,
 )
 from bench.analysis.scaling import SUPERLINEAR
-from bench.runtime.sweep_view import run_label
 
 Row = Dict[str, Any]
 
@@ -34,9 +33,12 @@ def _count_unit(frame: pd.DataFrame) -> Tuple[str, str]:
     return ("GPUs", "GPU") if devices == {"cuda"} else ("processes (GPUs, or CPU ranks)", "process")
 
 
-def plot_training(frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str]) -> List[Path]:
+def plot_training(
+    frame: pd.DataFrame, out: Path, title: str, timeline: Tuple[str, str, str], run_label: Callable[[Row], str]
+) -> List[Path]:
     """A training (or inference) sweep: throughput and scaling efficiency vs process count, throughput
-    vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name), accuracy."""
+    vs batch, the timeline of each run (`timeline`: what it is, its unit label, its file name; `run_label`: a run's
+    under its box), accuracy."""
     figures = Figures(out)
     unit, count_word = _count_unit(frame)
     # strong scaling splits one global batch over the processes: its lines hold the global batch. A sweep
@@ -114,9 +116,7 @@ def plot_accuracy(figures: Figures, frame: pd.DataFrame, title: str) -> None:
     for row in rows:
         overrides = str(shown(row.get("overrides")))  # the swept ones only (keep_varying_overrides)
         label = f"job {row['job']}" + (f": {overrides[:60]}" if overrides else "")
-        ax.plot(
-            [p[0] for p in row["val_curve"]], [p[1] for p in row["val_curve"]], marker="o", markersize=3, label=label
-        )
+        ax.plot(*zip(*row["val_curve"], strict=True), marker="o", markersize=3, label=label)  # seconds, top-1
     targets = [row.get("target_accuracy") for row in rows]
     if all(not absent(t) for t in targets) and len({float(t) for t in targets}) == 1:
         ax.axhline(
@@ -126,9 +126,9 @@ def plot_accuracy(figures: Figures, frame: pd.DataFrame, title: str) -> None:
         title=f"Validation accuracy vs wall time ({title})",
         xlabel="Seconds since the job's first training step",
         ylabel="Validation top-1 accuracy",
+        xlim=(0, None),  # the right end as the lines put it
+        ylim=(0, 1.02),
     )
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=8)
-    ax.set_xlim(left=0)
-    ax.set_ylim(0, 1.02)
     figures.save(fig, "accuracy_vs_time.png")

@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import logging
 import signal
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
@@ -70,16 +71,8 @@ def profile_steps(
     a cut trace is not the profile asked for, and the run must end promptly."""
     stop = stop or (lambda: False)
     log.info("profiling started: %d steps after the window", steps)
-    if not record:
-        for _ in range(steps + 1):
-            if stop():
-                break
-            run_step()
-        return []
     cuda = device.type == "cuda"
-    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
     written: List[Path] = []
-    out_dir.mkdir(parents=True, exist_ok=True)
 
     def on_ready(prof: profile) -> None:
         if stop():
@@ -94,16 +87,19 @@ def profile_steps(
         table = prof.key_averages().table(sort_by=sort_by, row_limit=row_limit)
         written.extend([trace, write_text(out_dir / TABLE_FILE, header + table + "\n")])
 
-    with profile(
-        activities=activities, schedule=schedule(wait=0, warmup=1, active=steps, repeat=1), on_trace_ready=on_ready
-    ) as prof:
+    if record:  # rank 0; the other ranks run the same steps unrecorded
+        out_dir.mkdir(parents=True, exist_ok=True)
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    every = schedule(wait=0, warmup=1, active=steps, repeat=1)
+    with profile(activities=activities, schedule=every, on_trace_ready=on_ready) if record else nullcontext() as prof:
         for _ in range(steps + 1):
             if stop():
                 break
             run_step()
-            if cuda:
-                torch.cuda.synchronize(device)
-            prof.step()
+            if prof is not None:
+                if cuda:
+                    torch.cuda.synchronize(device)
+                prof.step()
     if written:
         log.info("profiled %d steps: %s", steps, ", ".join(str(p) for p in written))
     return written
@@ -146,25 +142,14 @@ def after_window(
 BATCH = 2  # not 1: BatchNorm in training mode needs two values per channel (a 1x1 map at small sizes)
 
 
-def conv_backward_flop(
-    grad_out_shape,
-    x_shape,
-    w_shape,
-    _bias,
-    _stride,
-    _padding,
-    _dilation,
-    transposed,
-    _output_padding,
-    _groups,
-    output_mask,
-    out_shape=None,
-    **_kwargs,
-) -> int:
+def conv_backward_flop(grad_out_shape: Any, x_shape: Any, w_shape: Any, *args: Any, **_kwargs: Any) -> int:
     """Each gradient of a convolution (input, weight) costs what its forward costs. torch's own
     formula counts the weight gradient of a grouped convolution as if it were not grouped: a
     depthwise conv's backward came out `groups` times too high (EfficientNet-B0 fwd+bwd 32 GFLOPs
     for a 0.77 GFLOPs forward)."""
+    # aten.convolution_backward's arguments after the weight: bias sizes, stride, padding, dilation,
+    # transposed (args[4]), output padding, groups, output_mask (args[7]: which gradients it computes)
+    transposed, output_mask = args[4], args[7]
     forward = conv_flop_count(list(x_shape), list(w_shape), list(grad_out_shape), transposed)
     return forward * (int(bool(output_mask[0])) + int(bool(output_mask[1])))
 

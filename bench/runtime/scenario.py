@@ -99,14 +99,29 @@ class ModelScenario(BaseScenario):
 FLOAT32 = 4
 
 
-def check_model_run(config: BenchConfig) -> Any:
-    """Raise the first problem; return the device the run will use. Last, with benchmark.require_fit:
-    a config that oversubscribes the cores, or a machine that stays busy (bench.runtime.fit_watch)."""
-    check_dataset(config)
-    import_own({"storage.name": config.storage.name, "storage.client": config.storage.client})  # checkpoints' store
+def check_model_run(
+    config: BenchConfig, validation: bool = False, storage: Optional[Callable[[BenchConfig], None]] = None
+) -> Any:
+    """Raise the first problem; return the device the run will use. `validation`: the val split too;
+    `storage`: the scenario's own check of what it reads and writes there (training's checkpoints), else
+    the storage option's modules are imported. Last, with benchmark.require_fit: a config that
+    oversubscribes the cores, or a machine that stays busy (bench.runtime.fit_watch)."""
+    check_dataset(config, validation)
+    if storage is None:
+        import_own({"storage.name": config.storage.name, "storage.client": config.storage.client})
+    else:
+        storage(config)
     device = check_device_and_model(config)
     check_batch_fits(config, device)
     check_prefetch_fits(config)
+    check_batch_norm_batch(config)  # training's
+    if config.benchmark.find_max_batch and device.type != "cuda":  # training's (the config refuses it elsewhere)
+        raise ConfigError(
+            "benchmark.find_max_batch",
+            True,
+            "false on a CPU (the search grows the batch until the GPU "
+            "runs out of memory; a CPU would swap first): set data.batch_size instead",
+        )
     check_quiet(config, device)
     return device
 
@@ -158,21 +173,15 @@ def check_cores(config: BenchConfig, device: Any) -> None:
         )
 
 
-def _memory_bytes(device: Any) -> int:
-    if device.type == "cuda":
-        import torch
-
-        return int(torch.cuda.mem_get_info(device)[1])
-    return int(psutil.virtual_memory().total)
-
-
 def check_batch_fits(config: BenchConfig, device: Any) -> None:
     """One input batch (float32 NCHW) larger than the device's whole memory cannot run: say so
     with the key to change, instead of an allocator error naming no key. (Activations need far
     more; this only catches what can never fit.)"""
+    import torch
+
     batch = config.distributed.per_process(config.data.batch_size)
     image = 3 * config.data.image_size**2 * FLOAT32
-    memory = _memory_bytes(device)
+    memory = int(torch.cuda.mem_get_info(device)[1] if device.type == "cuda" else psutil.virtual_memory().total)
     where = "the GPU" if device.type == "cuda" else "this machine"
     if image > memory // 16:
         raise ConfigError(

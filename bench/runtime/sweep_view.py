@@ -4,11 +4,16 @@ figures, a run's label in the timeline plot; `model_view` builds a scenario's Vi
 
 from __future__ import annotations
 
-from typing import Any, Dict, Sequence, Tuple
+import functools
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Dict, List, Sequence, Tuple
 
 from bench.analysis.cells import shown
-from bench.report_view import Plots, Scaling, View
+from bench.report_view import Scaling, View
 from bench.runtime.reporting import REPEATS_METRIC
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 # a training sweep whose jobs evaluated: shown before "error", each only when some job has it
 ACCURACY_COLUMNS = [
@@ -49,13 +54,23 @@ SCALING = Scaling("world_size", "images_per_second", "data_wait_fraction")
 SHOWN_CONFIG = ("model.arch", "precision.name", "distributed.nproc_per_node", "data.batch_size", "mode")
 
 
-def model_view(record: Any, plots: Plots, timeline_metric: str, more: Sequence[Tuple[str, str, str, int]] = ()) -> View:
+def plot_model_sweep(timeline: Tuple[str, str, str], frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
+    """A model sweep's plots (bench.runtime.plots, imported when they are drawn: pandas and matplotlib)."""
+    from bench.runtime.plots import plot_training
+
+    return plot_training(frame, out, title, timeline, run_label)
+
+
+def model_view(
+    record: Any, timeline: Tuple[str, str, str], timeline_metric: str, more: Sequence[Tuple[str, str, str, int]] = ()
+) -> View:
     """A model scenario's View: what its record declares (table columns, compare's sample) and `more`
-    columns, its plots and the MLflow series of its timeline; the rest is what training and inference share."""
+    columns, its plots (`timeline`: what its timeline is, its unit, the plot's file name) and the MLflow
+    series of its timeline; the rest is what training and inference share."""
     return View.of(
         record,
         more,
-        plots=plots,
+        plots=functools.partial(plot_model_sweep, timeline),
         optional_columns=ACCURACY_COLUMNS + REPEAT_COLUMNS + FIT_COLUMNS,
         label_columns=LABEL_COLUMNS,
         timeline_metric=timeline_metric,

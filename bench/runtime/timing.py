@@ -23,9 +23,8 @@ import torch
 
 class StepClock:
     def __init__(self, device: torch.device, strict_sync: bool = False):
-        self.device = device
-        self.strict_sync = strict_sync  # benchmark.sync: synchronise after every step
-        self._cuda = device.type == "cuda"
+        # strict_sync: benchmark.sync, synchronise after every step
+        self.device, self.strict_sync, self._cuda = device, strict_sync, device.type == "cuda"
         self._marks: list = []
         self._gaps: Set[int] = set()  # i in gaps: marks i-1 -> i span a pause, not a step
 

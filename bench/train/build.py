@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import functools
 import gc
 import logging
 from dataclasses import asdict
@@ -94,16 +95,15 @@ class TrainingRun:
         self.data = data = EpochData(config, device, policy.memory_format, ctx, start.epoch)
         warmup, repeats = config.benchmark.warmup_steps, config.benchmark.repeats
         total = data.planned(0)  # the schedule spans the whole run, resumed or not
-        planned = data.planned(start.epoch, start.step_in_epoch)
-        if config.benchmark.measure_steps:
-            planned = min(planned, config.benchmark.measure_steps)
-        self.planned = planned  # steps of the measured window (train.epochs, benchmark.measure_steps)
+        left = data.planned(start.epoch, start.step_in_epoch)
+        # steps of the measured window (train.epochs, benchmark.measure_steps)
+        self.planned = planned = min(left, config.benchmark.measure_steps or left)
         self.base_lr = effective_lr(config.optimizer, config.scheduler, data.batch_size * ctx.world_size)
         self.optimizer = optimizer = build_optimizer(self.eager, config.optimizer, self.base_lr, device)
         placed = _in_steps(config.scheduler, data, warmup)
         span = warmup + total * repeats + optimizer_steps(config)
         if ctx.is_reporter:  # what of the schedule the run will not reach: said, never squeezed into the run
-            trained = warmup + total - data.planned(start.epoch, start.step_in_epoch) + planned * repeats
+            trained = warmup + total - left + planned * repeats
             for line in unreached(config.scheduler, placed, trained, span - optimizer_steps(config)):
                 log.warning(line)
         self.scheduler = scheduler = build_scheduler(optimizer, placed, span, self.base_lr)
@@ -115,9 +115,7 @@ class TrainingRun:
         model, self.compile_info = maybe_compile(self.wrapped, config.compile, config.compile_mode, device)
         model.train()
         smoothing, clip_norm = config.train.label_smoothing, config.optimizer.grad_clip_norm
-        self.step = TrainStep(
-            model, optimizer, scheduler, policy, after=on_step, label_smoothing=smoothing, clip_norm=clip_norm
-        )
+        self.step = TrainStep(model, optimizer, scheduler, policy, on_step, smoothing, clip_norm)
         self.val: Any = None  # one_pass() of the val split, when train.eval_every (bench.train.loop.open_val)
         self.mlperf = MlperfLog()  # train.mlperf_log: MLPerf's events (bench.train.loop.train)
 
@@ -206,29 +204,23 @@ MAX_PROBES = 10  # after the first batch that fits: a search costs seconds, not 
 ALLOCATION_FAILURES = ("out of memory", "ALLOC_FAILED", "canUse32BitIndexMath")
 
 
-def search(fits: Callable[[int], bool], start: int, limit: int, max_probes: int = MAX_PROBES) -> int:
+def search(fits: Callable[[int], bool], start: int, limit: int) -> int:
     """The largest batch for which `fits(batch)` holds, by the rule in the module docstring."""
-    known: dict = {}
-
-    def probe(batch: int) -> bool:
-        if batch not in known:
-            known[batch] = fits(batch)
-        return bool(known[batch])
-
+    probe = functools.cache(fits)  # each batch is tried once; cache_info().currsize: the batches tried
     batch = start
     while not probe(batch):
         if batch == 1:
             raise BenchError("benchmark.find_max_batch: not even a batch of 1 fits in GPU memory")
         batch //= 2
     low, high = batch, None
-    while high is None and low * 2 <= limit and len(known) < max_probes:
+    while high is None and low * 2 <= limit and probe.cache_info().currsize < MAX_PROBES:
         if probe(low * 2):
             low *= 2
         else:
             high = low * 2
     if high is None:
         return low
-    while high - low > max(1, low // 16) and len(known) < max_probes:
+    while high - low > max(1, low // 16) and probe.cache_info().currsize < MAX_PROBES:
         middle = (low + high) // 2
         low, high = (middle, high) if probe(middle) else (low, middle)
     return low
@@ -319,15 +311,14 @@ class TrainStep:
 
     def update(self) -> None:
         scaler, clip_norm = self.scaler, self.clip_norm
-        if scaler is not None:
-            if clip_norm is not None:
+        if clip_norm is not None:
+            if scaler is not None:
                 scaler.unscale_(self.optimizer)  # clip the true gradients, not the loss-scaled ones
-                torch.nn.utils.clip_grad_norm_(self.params, clip_norm)
+            torch.nn.utils.clip_grad_norm_(self.params, clip_norm)
+        if scaler is not None:
             scaler.step(self.optimizer)
             scaler.update()
         else:
-            if clip_norm is not None:
-                torch.nn.utils.clip_grad_norm_(self.params, clip_norm)
             self.optimizer.step()
         self.applied_lr = self.optimizer.param_groups[0]["lr"]
         self.scheduler.step()

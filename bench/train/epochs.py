@@ -22,7 +22,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, ContextManager, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
@@ -63,14 +63,24 @@ class MeasuredWindow:
 
     def __init__(self, run: TrainingRun, clock: StepClock, first_step_at: float, flag: SignalFlag):
         self.training, self.clock, self.planned, self.flag = run, clock, run.planned, flag
-        self.first_step_at = first_step_at
-        benchmark = run.config.benchmark
+        self.first_step_at, benchmark, target = first_step_at, run.config.benchmark, run.config.train.target_accuracy
         self.deadline = time.perf_counter() + benchmark.measure_seconds if benchmark.measure_seconds else None
         # a thread lock for the bar: tqdm's default takes a multiprocessing one, which a rank ended by
         # SIGTERM left to the resource tracker's "leaked semaphore" warning (issue 28)
         tqdm.set_lock(threading.RLock())
-        self.progress = progress_bar(
-            run.planned, run.config.train.target_accuracy, benchmark.progress and run.ctx.is_reporter
+        # the window's bar on stderr, drawn on a terminal only. With a target the run may end at any
+        # evaluation: the bar says so, and its time left is an upper bound
+        self.progress = tqdm(
+            total=run.planned,
+            unit="step",
+            file=sys.stderr,
+            mininterval=1.0,
+            leave=False,
+            disable=None if benchmark.progress and run.ctx.is_reporter else True,
+            desc=f"may stop at val top-1 {target:g}" if target is not None else None,
+            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, at most {remaining} left, {rate_fmt}]"
+            if target is not None
+            else None,
         )
         self.tally = WindowTally(epochs=list(run.history))
 
@@ -79,19 +89,22 @@ class MeasuredWindow:
         return time.perf_counter() - self.first_step_at + self.training.wall_offset
 
     def run(self) -> TrainResult:
-        run, tally, epochs = self.training, self.tally, self.training.config.train.epochs
-        epoch, skip = run.start.epoch, run.start.step_in_epoch
-        with logs_above(self.progress):
+        run, tally = self.training, self.tally
+        # while the bar is drawn, the root logger's console handlers write through tqdm.write (the bar
+        # cleared, the line written, the bar redrawn below it): a log line never lands on the bar's line
+        with logging_redirect_tqdm() if not self.progress.disable else contextlib.nullcontext():
             self.clock.mark()  # the window opens here
-            while epoch < epochs and tally.steps < self.planned and not tally.stop:
-                run.mlperf.epoch_start(epoch + 1)
+            for epoch in range(run.start.epoch, run.config.train.epochs):
+                if tally.steps >= self.planned or tally.stop:
+                    break
+                run.mlperf.start("block_start", first_epoch_num=epoch + 1, epoch_count=1)
+                run.mlperf.start("epoch_start", epoch_num=epoch + 1)
+                skip = run.start.step_in_epoch if epoch == run.start.epoch else 0  # a resumed run's steps done
                 batches = run.data.enter(epoch, skip)
-                first_mark, first_wait = len(self.clock) - 1, len(tally.data_wait_ms)
+                first = len(self.clock) - 1, len(tally.data_wait_ms)
                 steps = run.data.steps(epoch)
                 index = self.run_steps(batches, epoch, skip, steps)
-                skip = 0
-                self.close_epoch(epoch, (first_mark, first_wait), index, steps)
-                epoch += 1
+                self.close_epoch(epoch, first, index - skip, index >= steps)
             self.clock.sync()
             self.progress.close()
         return self.figures()
@@ -147,43 +160,38 @@ class MeasuredWindow:
         tally.steps, tally.images, tally.loss = done, images_done, loss
         return index
 
-    def close_epoch(self, epoch: int, first: Tuple[int, int], index: int, steps: int) -> None:
+    def close_epoch(self, epoch: int, first: Tuple[int, int], steps: int, complete: bool) -> None:
         """The epoch's record, then its evaluation and checkpoint when due (both outside the window);
-        `first`: the clock mark and the data wait the epoch starts at."""
-        run, tally = self.training, self.tally
+        `first`: the clock mark and the data wait the epoch starts at; `steps`: the steps it took in
+        this window; `complete`: it ran to its end."""
+        run, tally, train = self.training, self.tally, self.training.config.train
         self.clock.sync()
-        resumed_steps = run.start.step_in_epoch if epoch == run.start.epoch else 0
-        record = self.epoch_record(epoch, first, index - resumed_steps)
-        run.mlperf.epoch_stop(record.epoch, record.images * run.ctx.world_size)
-        last_epoch = epoch == run.config.train.epochs - 1
-        train = run.config.train
-        if (
-            train.eval_every
-            and run.val is not None
-            and ((epoch + 1) % train.eval_every == 0 or last_epoch or tally.stop)
-        ):
+        record = self.epoch_record(epoch, first, steps)
+        run.mlperf.end("epoch_stop", epoch_num=record.epoch, samples_count=record.images * run.ctx.world_size)
+        if train.eval_every and run.val is not None and self.due(epoch, train.eval_every):
             self.evaluate(record)
-        run.mlperf.block_stop(record.epoch)
+        run.mlperf.end("block_stop", first_epoch_num=record.epoch)
         tally.epochs.append(record)
-        every = run.config.checkpoint.every_epochs
-        complete = index >= steps
-        if (
-            run.checkpoints is not None
-            and complete
-            and ((every and (epoch + 1) % every == 0) or last_epoch or tally.stop)
-        ):
+        if run.checkpoints is not None and complete and self.due(epoch, run.config.checkpoint.every_epochs):
             self.clock.pause()
             self.save(Position(epoch + 1))
             self.clock.resume()
+
+    def due(self, epoch: int, every: int) -> bool:
+        """Epoch `epoch` (from 0) ends an interval of `every` epochs (0: none), the run or the window (a
+        reached target ends it: asked again after the evaluation)."""
+        last = epoch == self.training.config.train.epochs - 1
+        return last or self.tally.stop or bool(every and (epoch + 1) % every == 0)
 
     def evaluate(self, record: EpochRecord) -> None:
         """Validation on `record`'s epoch, left out of the window; a reached target ends the window."""
         run, tally = self.training, self.tally
         self.clock.pause()
-        run.mlperf.eval_start(record.epoch)
+        run.mlperf.start("eval_start", epoch_num=record.epoch)
         figures = tally.evaluation = evaluate(run.eager, run.val, run.policy, run.ctx)
         record.val_top1, record.val_top5 = figures["val_top1"], figures["val_top5"]
-        run.mlperf.eval_stop(record.epoch, record.val_top1)
+        run.mlperf.event("eval_accuracy", record.val_top1, epoch_num=record.epoch)
+        run.mlperf.end("eval_stop", epoch_num=record.epoch)
         record.eval_seconds, record.wall_seconds = figures["eval_seconds"], self.wall_seconds()
         log.info(
             "epoch %d: val top-1 %.4f, top-5 %.4f (%d images, %.2f s)",
@@ -244,30 +252,6 @@ class MeasuredWindow:
                 run.config, tally.epochs, tally.reached, self.wall_seconds(), tally.evaluation.get("val_images")
             ),
         )
-
-
-def progress_bar(planned: int, target: Optional[float], shown: bool) -> tqdm:
-    """The window's bar on stderr, drawn on a terminal only. With a target the run may end at any
-    evaluation: the bar says so, and its time left is an upper bound."""
-    early = target is not None
-    return tqdm(
-        total=planned,
-        unit="step",
-        file=sys.stderr,
-        mininterval=1.0,
-        leave=False,
-        disable=None if shown else True,
-        desc=f"may stop at val top-1 {target:g}" if early else None,
-        bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, at most {remaining} left, {rate_fmt}]"
-        if early
-        else None,
-    )
-
-
-def logs_above(bar: tqdm) -> ContextManager[object]:
-    """While the bar is drawn, the root logger's console handlers write through tqdm.write (the bar
-    cleared, the line written, the bar redrawn below it), so a log line never lands on the bar's line."""
-    return logging_redirect_tqdm() if not bar.disable else contextlib.nullcontext()
 
 
 def _deadline_passed(deadline: Optional[float], ctx: RankContext) -> bool:

@@ -88,13 +88,13 @@ def train(
         run = TrainingRun(config, device, ctx, on_step, checkpoints)
         first_step_at = time.perf_counter()  # time-to-accuracy counts from here
         facts, global_batch = getattr(run.data.batches, "facts", {}), run.data.batch_size * ctx.world_size
-        train_samples, eval_samples = facts.get("dataset_size"), facts.get("val_size")
-        hyper = hyper_parameters(
-            run.config, global_batch, run.base_lr, run.planned, train_samples, eval_samples, str(device)
-        )
-        mlperf.run_start(hyper)  # MLPerf's submission and hyper-parameter keys, as this run has them
+        samples = facts.get("dataset_size"), facts.get("val_size")  # train, eval
+        # MLPerf's submission and hyper-parameter keys, as this run has them
+        mlperf.run_start(hyper_parameters(run.config, global_batch, run.base_lr, run.planned, *samples, str(device)))
         warm_up(run)
-        open_val(run)
+        if run.config.train.eval_every:  # the val batches the window's evaluations read, built after the warm-up
+            data, memory_format = run.config.data, run.policy.memory_format
+            run.val = build_val_batches(data, device, memory_format, ctx.rank, ctx.world_size, run.config.storage)
         run.mlperf = mlperf
         mlperf.event("eval_samples", getattr(run.val, "facts", {}).get("val_dataset_size", 0))
         window = measure(run, monitor, first_step_at)
@@ -128,22 +128,15 @@ def warm_up(run: TrainingRun) -> None:
         restore(resumed, run.eager, run.optimizer, run.scheduler, run.policy, where)
 
 
-def open_val(run: TrainingRun) -> None:
-    """The val batches the window's evaluations read (train.eval_every), built after the warm-up."""
-    config, ctx = run.config, run.ctx
-    if config.train.eval_every:
-        data, memory_format = config.data, run.policy.memory_format
-        run.val = build_val_batches(data, run.device, memory_format, ctx.rank, ctx.world_size, config.storage)
-
-
 def measure(run: TrainingRun, monitor: Any, first_step_at: float) -> TrainResult:
     """The measured window, `benchmark.repeats` times, each on a clock of its own, pooled (`pool`), with
     the GPU monitor's figures and the window's peak memory."""
     config, checkpoints, repeats = run.config, run.checkpoints, run.config.benchmark.repeats
     if monitor is not None:
         monitor.start()
-    every_epochs, on_signal = config.checkpoint.every_epochs, config.checkpoint.on_signal
-    checkpoint_on_signal = checkpoints is not None and every_epochs > 0 and on_signal
+    checkpoint_on_signal = (
+        checkpoints is not None and config.checkpoint.every_epochs > 0 and config.checkpoint.on_signal
+    )
     windows: List[TrainResult] = []
     for repeat in range(1, repeats + 1):
         clock = StepClock(run.device, strict_sync=config.benchmark.sync)

@@ -63,25 +63,14 @@ class MlperfLog:
         self.log.end(key="init_stop")
         self.log.start(key="run_start")
 
-    def event(self, key: str, value: Any) -> None:
-        self.log.event(key=key, value=value)
+    def event(self, key: str, value: Any, **metadata: Any) -> None:
+        self.log.event(key=key, value=value, metadata=metadata)
 
-    def epoch_start(self, epoch: int) -> None:
-        self.log.start(key="block_start", metadata={"first_epoch_num": epoch, "epoch_count": 1})
-        self.log.start(key="epoch_start", metadata={"epoch_num": epoch})
+    def start(self, key: str, **metadata: Any) -> None:
+        self.log.start(key=key, metadata=metadata)
 
-    def epoch_stop(self, epoch: int, samples: int) -> None:
-        self.log.end(key="epoch_stop", metadata={"epoch_num": epoch, "samples_count": samples})
-
-    def eval_start(self, epoch: int) -> None:
-        self.log.start(key="eval_start", metadata={"epoch_num": epoch})
-
-    def eval_stop(self, epoch: int, top1: float) -> None:
-        self.log.event(key="eval_accuracy", value=top1, metadata={"epoch_num": epoch})
-        self.log.end(key="eval_stop", metadata={"epoch_num": epoch})
-
-    def block_stop(self, epoch: int) -> None:
-        self.log.end(key="block_stop", metadata={"first_epoch_num": epoch})
+    def end(self, key: str, **metadata: Any) -> None:
+        self.log.end(key=key, metadata=metadata)
 
     def run_stop(self, reached: Optional[bool]) -> None:
         self.log.end(key="run_stop", metadata={"status": "success" if reached else "aborted"})

@@ -46,14 +46,11 @@ def effective_lr(optimizer: OptimizerConfig, scheduler: SchedulerConfig, global_
 
 
 def _param_groups(model: nn.Module, weight_decay: float, exclude_bn_bias: bool) -> list:
+    params = [p for p in model.parameters() if p.requires_grad]
     if not exclude_bn_bias or weight_decay == 0:
-        return [{"params": [p for p in model.parameters() if p.requires_grad], "weight_decay": weight_decay}]
-    decay: List[nn.Parameter] = []
-    no_decay: List[nn.Parameter] = []
-    for param in model.parameters():
-        if param.requires_grad:
-            # 1-D tensors are biases and normalisation scales/shifts: decaying them hurts accuracy.
-            (no_decay if param.ndim <= 1 else decay).append(param)
+        return [{"params": params, "weight_decay": weight_decay}]
+    # 1-D tensors are biases and normalisation scales/shifts: decaying them hurts accuracy.
+    decay, no_decay = [p for p in params if p.ndim > 1], [p for p in params if p.ndim <= 1]
     return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
 
 

@@ -14,7 +14,7 @@ import json
 import math
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 from bench.config import BenchConfig
 from bench.machine.fitness import Verdict
@@ -23,9 +23,6 @@ from bench.results import read_summary, write_jsonl
 from bench.runtime.reporting import ModelReport, model_figures, repeat_throughputs
 from bench.runtime.sweep_view import model_view
 from bench.train.result import CheckpointWrite, EpochRecord, TrainMetrics, TrainOutcome, TrainResult
-
-if TYPE_CHECKING:
-    import pandas as pd
 
 # MLflow's per-epoch series (step = epoch): epoch_<figure> for each of an epoch's figures
 EPOCH_SERIES = ("images_per_second", "seconds", "loss", "lr", "data_wait_seconds", "compute_seconds")
@@ -43,15 +40,10 @@ SCALING_COLUMNS = [
 ]
 
 
-def training_plots(frame: "pd.DataFrame", out: Path, title: str) -> List[Path]:
-    """Throughput and scaling efficiency vs process count, throughput vs batch, step times, accuracy."""
-    from bench.runtime.plots import plot_training
-
-    return plot_training(frame, out, title, ("Step-time distribution", "Step time (ms)", "step_time_distribution.png"))
-
-
+# plots: throughput and scaling efficiency vs process count, throughput vs batch, step times, accuracy
+TIMELINE = ("Step-time distribution", "Step time (ms)", "step_time_distribution.png")
 TIMELINE_METRIC = "step_time_ms"  # the MLflow series of the step times
-VIEW = model_view(TrainMetrics, training_plots, TIMELINE_METRIC, SCALING_COLUMNS)
+VIEW = model_view(TrainMetrics, TIMELINE, TIMELINE_METRIC, SCALING_COLUMNS)
 
 
 def _finite(value: Any) -> bool:

@@ -119,15 +119,9 @@ class RunExtras:
 
     def figures(self, path: bool = True) -> Dict[str, Any]:
         """One dict of all the groups' figures (the end-of-run checkpoint's path left out with path=False)."""
-        figures: Dict[str, Any] = dict(self.dataset)
-        if self.batch_search is not None:
-            figures.update(asdict(self.batch_search))
-        figures.update(self.passes)
-        figures.update(self.checkpoints)
-        figures.update(self.phases)
-        if self.written is not None:
-            figures.update(self.written.figures(path))
-        return figures
+        search = asdict(self.batch_search) if self.batch_search is not None else {}
+        written = self.written.figures(path) if self.written is not None else {}
+        return {**self.dataset, **search, **self.passes, **self.checkpoints, **self.phases, **written}
 
 
 @dataclass(kw_only=True)

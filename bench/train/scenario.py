@@ -22,17 +22,9 @@ from bench.config.distributed import Scaling
 from bench.config.run import RESUME_AUTO
 from bench.errors import CheckpointError, ConfigError, ConfigProblem
 from bench.rank_context import RankContext
-from bench.runtime.fit_watch import check_quiet
 from bench.runtime.model_names import check_arch
 from bench.runtime.rules import check_once_per_run, check_training_for_accuracy
-from bench.runtime.scenario import (
-    ModelScenario,
-    check_batch_fits,
-    check_batch_norm_batch,
-    check_dataset,
-    check_device_and_model,
-    check_prefetch_fits,
-)
+from bench.runtime.scenario import ModelScenario, check_model_run
 from bench.train.report import TrainReport
 from bench.train.result import TrainOutcome, TrainResult
 
@@ -114,30 +106,17 @@ def check_mlperf_log(config: BenchConfig) -> None:
 
 
 def check_training(config: BenchConfig) -> Any:
-    """Raise the first problem; return the device the run will use."""
-    check_dataset(config, validation=bool(config.train.eval_every))
-    check_resume_file(config)
-    check_checkpoint_dirs(config)
-    device = check_device_and_model(config)
-    check_batch_fits(config, device)
-    check_prefetch_fits(config)
-    check_batch_norm_batch(config)
-    if config.benchmark.find_max_batch and device.type != "cuda":
-        raise ConfigError(
-            "benchmark.find_max_batch",
-            True,
-            "false on a CPU (the search grows the batch until the GPU "
-            "runs out of memory; a CPU would swap first): set data.batch_size instead",
-        )
-    check_quiet(config, device)  # last: it may wait for the machine to quieten
-    return device
+    """Raise the first problem; return the device the run will use (bench.runtime.scenario)."""
+    return check_model_run(config, validation=bool(config.train.eval_every), storage=check_checkpoints)
 
 
-def check_checkpoint_dirs(config: BenchConfig) -> None:
-    """Where checkpoints go on a local disk can be written: storage.root, and checkpoint.dir under it
-    (else under the launch directory) when training checkpoints are written (bench.train.resume)."""
+def check_checkpoints(config: BenchConfig) -> None:
+    """The checkpoint to resume from (check_resume_file); where checkpoints go on a local disk can be
+    written: storage.root, and checkpoint.dir under it (else under the launch directory) when training
+    checkpoints are written (bench.train.resume)."""
     from bench.storage.local import check_local_dirs
 
+    check_resume_file(config)
     epochs = bool(config.checkpoint.every_epochs or config.train.resume)
     if epochs or config.storage.save_checkpoint:
         check_local_dirs(config.storage, Path.cwd(), {"checkpoint.dir": config.checkpoint.dir} if epochs else {})
