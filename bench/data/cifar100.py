@@ -27,13 +27,8 @@ PAD = 4
 
 # What a CIFAR-100 python pickle holds: dicts, lists, bytes, numbers and numpy arrays. Any other
 # global a pickle asks for (os.system, subprocess.Popen, ...) is code, and is refused unloaded.
-ARRAY_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
+ARRAY_GLOBALS = {("numpy", "ndarray"), ("numpy", "dtype")} | {
+    (f"numpy.{core}.multiarray", name) for core in ("core", "_core") for name in ("_reconstruct", "scalar")
 }
 
 

@@ -124,7 +124,7 @@ def _seed_worker(_worker_id: int) -> None:
         info.dataset.reseed(torch.initial_seed() % 2**32)  # torch gives each worker its own base seed + id
 
 
-def _as_is(batch: HostBatch) -> HostBatch:  # the dataset already returns a collated batch
+def _as_is(batch: Any) -> Any:  # the dataset already returns a collated batch (a HostBatch)
     return batch
 
 
@@ -140,21 +140,15 @@ def make_loader(
     runtime: its threads do not survive fork and the worker would hang), so workers start from
     a fresh interpreter (forkserver) instead."""
     workers = resolve_workers(cfg)
-    options: Dict[str, Any] = {
-        "num_workers": workers,
-        "collate_fn": _as_is,
-        "worker_init_fn": _seed_worker,
-        "pin_memory": bool(cfg.pin_memory) and device.type == "cuda",
-    }
-    if batch_sampler is not None:
-        options["batch_sampler"] = batch_sampler
-    else:
-        options["batch_size"] = None
+    options: Dict[str, Any] = {"batch_sampler": batch_sampler} if batch_sampler is not None else {"batch_size": None}
     if workers:
         options.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=bool(cfg.persistent_workers))
         if not fork_safe:
             options["multiprocessing_context"] = "forkserver"
-    return DataLoader(dataset, **options)
+    pin = bool(cfg.pin_memory) and device.type == "cuda"
+    return DataLoader(
+        dataset, num_workers=workers, collate_fn=_as_is, worker_init_fn=_seed_worker, pin_memory=pin, **options
+    )
 
 
 def order_seed(cfg: DataConfig) -> int:
