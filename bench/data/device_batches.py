@@ -90,16 +90,14 @@ class DeviceBatches(Iterator):
             yield self._to_device(host)
 
     def __next__(self) -> Tuple[torch.Tensor, torch.Tensor]:
-        return self._to_device(self._next_host())
-
-    def _next_host(self) -> HostBatch:
         try:
-            return next(self._host)
+            host = next(self._host)
         except DataError:
             raise
         except Exception as exc:  # a worker's wrapped traceback: keep its last line, the error itself
             lines = [line for line in str(exc).strip().splitlines() if line.strip()]
             raise DataError(f"the data loader failed: {lines[-1] if lines else type(exc).__name__}") from exc
+        return self._to_device(host)
 
     def _to_device(self, host: HostBatch) -> Tuple[torch.Tensor, torch.Tensor]:
         images, labels, failures, release = host
