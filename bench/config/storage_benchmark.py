@@ -123,9 +123,8 @@ class StorageWorkloadConfig(Checks):
         if _number(self.record_size_stdev, self.record_size) and self.record_size_stdev > self.record_size:
             self._fail(
                 "record_size_stdev",
-                f"an integer in [0, record_size={self.record_size}] (record sizes "
-                "are drawn from N(record_size, stdev); a wider spread is mostly 1-byte "
-                "records)",
+                f"an integer in [0, record_size={self.record_size}] (record sizes are drawn from "
+                "N(record_size, stdev); a wider spread is mostly 1-byte records)",
             )
         if isinstance(self.transfer_size, int) and self.transfer_size > MAX_TRANSFER_SIZE:
             self._fail(
@@ -205,10 +204,9 @@ class StorageBenchmarkConfig(Checks):
         if workload.batch_size > samples or workload.read_steps(samples) < 2:
             self.workload._fail(
                 "batch_size",
-                f"at most {samples // 2 if workload.epochs == 1 else samples} "
-                f"(each of the {clients} simulated accelerators reads {samples} samples per "
-                f"epoch x {workload.epochs} epochs; its first step is warm-up, so it needs 2 steps "
-                "or more to measure anything)",
+                f"at most {samples // 2 if workload.epochs == 1 else samples} (each of the {clients} simulated "
+                f"accelerators reads {samples} samples per epoch x {workload.epochs} epochs; its first step is "
+                "warm-up, so it needs 2 steps or more to measure anything)",
             )
 
 

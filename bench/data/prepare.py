@@ -170,9 +170,8 @@ def prepare(
 
 def describe(dst: str, summary: Mapping[str, Any]) -> str:
     return "; ".join(
-        f"{split}: {s['images']} images in {s['shards']} shards ({s['bytes'] / 2**20:.1f} MiB) "
-        f"to {dst} in {s['seconds']:.1f} s ({s['images_per_second']:.0f} images/s), "
-        f"{s['skipped']} unreadable skipped"
+        f"{split}: {s['images']} images in {s['shards']} shards ({s['bytes'] / 2**20:.1f} MiB) to {dst} in "
+        f"{s['seconds']:.1f} s ({s['images_per_second']:.0f} images/s), {s['skipped']} unreadable skipped"
         + _leftovers(s["removed"], s["foreign"])
         + (f", lacking train/'s class(es) {', '.join(s['lacks'])}" if s.get("lacks") else "")
         for split, s in summary.items()
