@@ -162,14 +162,10 @@ def epoch_batch_sampler(
 ) -> BatchSampler:
     """DistributedSampler (also at world size 1: one code path) under full batches only, so every
     batch has data.batch_size images; set_epoch reshuffles each pass."""
-    # the sampler only takes len() of its dataset: a range stands for it
+    # the sampler only takes len() of its dataset: a range stands for it (torch's stub asks for a Dataset)
+    indices: Any = range(dataset_len)
     sampler: DistributedSampler[int] = DistributedSampler(
-        range(dataset_len),  # type: ignore[arg-type]  # torch's stub asks for a Dataset, the code a Sized
-        num_replicas=world_size,
-        rank=rank,
-        shuffle=train,
-        seed=order_seed(cfg),
-        drop_last=True,
+        indices, num_replicas=world_size, rank=rank, shuffle=train, seed=order_seed(cfg), drop_last=True
     )
     batches = BatchSampler(sampler, cfg.batch_size, drop_last=True)
     if len(batches) == 0:
