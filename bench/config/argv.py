@@ -141,20 +141,19 @@ def as_overrides(argv: Sequence[str]) -> Tuple[List[str], Optional[str]]:
     one-line reason when such a flag has no value (None when all is well)."""
     # the schema's top-level keys and groups (mode, seed, model, data, ...), `experiment`, `hydra`, the seed's
     top = [f.name for f in dataclasses.fields(BenchConfig) if f.name != "defaults"] + [PRESET, "hydra", *SEED_KEYS]
-    out, args, index = [], list(argv), 0
-    while index < len(args):
-        arg = args[index]
-        index += 1
+    out, args = [], list(argv)
+    while args:
+        arg = args.pop(0)
         name, sep, value = arg[2:].partition("=")
         if not arg.startswith("--") or not _config_key(name, top):
             out.append(arg)
             continue
         if not sep:
-            if index >= len(args) or _not_a_value(args[index], top):
+            if not args or _not_a_value(args[0], top):
                 return out, (
                     f"{arg} is not valid: accepted {name}=VALUE (Hydra's spelling; --{name}=VALUE and "
                     f"--{name} VALUE are read as it)"
                 )
-            value, index = args[index], index + 1
+            value = args.pop(0)
         out.append(f"+{name}={value}" if name == PRESET else f"{name}={value}")
     return out, None

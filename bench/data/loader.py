@@ -64,15 +64,13 @@ class _SharedBatchRing:
         self.slots: List[torch.Tensor] = []
 
     def take(self) -> Tuple[torch.Tensor, Release]:
-        for slot, buffer in enumerate(self.slots):
-            if not self.busy[slot]:
-                self.busy[slot] = 1
-                return buffer, (self.flags, slot)
-        if len(self.slots) < RING_SLOTS:
+        slot = next((slot for slot in range(len(self.slots)) if not self.busy[slot]), len(self.slots))
+        if slot == RING_SLOTS:  # every slot in flight
+            return _shared_uint8(self.shape), None
+        if slot == len(self.slots):
             self.slots.append(_shared_uint8(self.shape))
-            self.busy[len(self.slots) - 1] = 1
-            return self.slots[-1], (self.flags, len(self.slots) - 1)
-        return _shared_uint8(self.shape), None
+        self.busy[slot] = 1
+        return self.slots[slot], (self.flags, slot)
 
 
 _rings: Dict[Tuple[int, ...], _SharedBatchRing] = {}  # per process: only workers create them
