@@ -28,10 +28,6 @@ class Choice(str, Enum):
     def __str__(self) -> str:
         return str(self.value)
 
-    @classmethod
-    def names(cls) -> list:
-        return [member.value for member in cls]
-
 
 def changed_keys(group: str, current: Any, default: Any, names: Iterable[str] | None = None) -> List[Tuple[str, Any]]:
     """(dotted key, value) of each field of `current` (or each of `names`) whose value is not

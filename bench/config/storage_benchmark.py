@@ -132,7 +132,7 @@ class StorageWorkloadConfig(Checks):
                 f"an integer in [1, {MAX_TRANSFER_SIZE}] or null (2 GiB - 4 KiB: the most one "
                 "read call returns on Linux; null reads one record per call)",
             )
-        if (shuffle := str(self.shuffle).lower()) not in [*_SHUFFLE_SPELLINGS, *Shuffle.names()]:
+        if (shuffle := str(self.shuffle).lower()) not in [*_SHUFFLE_SPELLINGS, *Shuffle]:
             self._fail("shuffle", "one of none, file, sample (or true/false: file/none)")
         self.shuffle = Shuffle(_SHUFFLE_SPELLINGS.get(shuffle, shuffle)).value
         if self.format == "jpeg" and self.samples_per_file != 1:
