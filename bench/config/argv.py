@@ -39,11 +39,6 @@ SEED_VALUES = {"precision": {"amp": "amp_fp16"}}  # the seed's option names -> b
 SEED_DROPPED = {"benchmark.log_step_times": "bench always writes step_times.csv (every measured step's time)"}
 
 
-def top_level_keys() -> List[str]:
-    """The schema's top-level keys and groups (mode, seed, model, data, ...), `experiment` and `hydra`."""
-    return [f.name for f in dataclasses.fields(BenchConfig) if f.name != "defaults"] + [PRESET, "hydra"]
-
-
 def bench_key(key: str) -> Optional[str]:
     """bench's name for a key in the seed's spelling (`training.epochs` -> `train.epochs`); None if it is not one."""
     first, dot, rest = key.partition(".")
@@ -144,21 +139,21 @@ def _not_a_value(arg: str, top: Sequence[str]) -> bool:
 def as_overrides(argv: Sequence[str]) -> Tuple[List[str], Optional[str]]:
     """argv with every `--key=value` / `--key value` whose key is a config key as `key=value`; and the
     one-line reason when such a flag has no value (None when all is well)."""
-    top, out, args = top_level_keys() + list(SEED_KEYS), [], list(argv)
-    index = 0
-    while index < len(args):
-        arg = args[index]
-        index += 1
+    # the schema's top-level keys and groups (mode, seed, model, data, ...), `experiment`, `hydra`, the seed's
+    top = [f.name for f in dataclasses.fields(BenchConfig) if f.name != "defaults"] + [PRESET, "hydra", *SEED_KEYS]
+    out, args = [], list(argv)
+    while args:
+        arg = args.pop(0)
         name, sep, value = arg[2:].partition("=")
         if not arg.startswith("--") or not _config_key(name, top):
             out.append(arg)
             continue
         if not sep:
-            if index >= len(args) or _not_a_value(args[index], top):
+            if not args or _not_a_value(args[0], top):
                 return out, (
                     f"{arg} is not valid: accepted {name}=VALUE (Hydra's spelling; --{name}=VALUE and "
                     f"--{name} VALUE are read as it)"
                 )
-            value, index = args[index], index + 1
+            value = args.pop(0)
         out.append(f"+{name}={value}" if name == PRESET else f"{name}={value}")
     return out, None

@@ -12,11 +12,14 @@ taken from the group's `KEY` class attribute.
 from __future__ import annotations
 
 import dataclasses
+import logging
 from enum import Enum
 from typing import Any, Iterable, List, NoReturn, Tuple
 
 from bench.errors import ConfigError
 from bench.registries import check_name
+
+log = logging.getLogger("bench")
 
 
 class Choice(str, Enum):
@@ -24,10 +27,6 @@ class Choice(str, Enum):
 
     def __str__(self) -> str:
         return str(self.value)
-
-    @classmethod
-    def names(cls) -> list:
-        return [member.value for member in cls]
 
 
 def changed_keys(group: str, current: Any, default: Any, names: Iterable[str] | None = None) -> List[Tuple[str, Any]]:
@@ -93,6 +92,21 @@ class Checks:
                 self._fail(item.name, ("a positive number" if "float" in hint else "a positive integer") + or_null)
             if kind == "non_negative" and (value is None or value < 0):
                 self._fail(item.name, "a number >= 0" + or_null)
+
+    def renamed(self, old: str, new: str, note: str) -> None:
+        """`old`, the deprecated spelling of `new` (kept one release), set: its value moves to `new`, said in
+        a warning (`note` ends its parenthesis); with `new` set too, which one wins would be a guess: refused."""
+        if getattr(self, old) is None:
+            return
+        if getattr(self, new) != getattr(type(self), new):  # the class attribute: the field's default
+            self._fail(
+                old,
+                f"null when {self._key(new)}={getattr(self, new)} is set too "
+                f"({self._key(old)} is the deprecated name of {self._key(new)}: set only that)",
+            )
+        log.warning(f"{self._key(old)} is deprecated: use {self._key(new)} (same meaning{note})")
+        setattr(self, new, getattr(self, old))
+        setattr(self, old, None)
 
     def between(self, name: str, low: float, high: float, accepted: str, ends: str = "()") -> None:
         """`ends`: the interval's brackets, "[" and "]" taking its end in ("[)": low <= value < high)."""

@@ -76,14 +76,13 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
         choices = _AVAILABLE.search(text)
         names = [n.strip() for n in choices.group(1).splitlines() if n.strip()] if choices else []
         key = f"+{group}" if group == "experiment" else group
-        accepted = (
-            "one of " + ", ".join(names) + did_you_mean(option, names) if names else f"an option in conf/{group}/"
-        )
-        return ConfigError(key, option, accepted)
+        return ConfigError(key, option, one_of(option, names) if names else f"an option in conf/{group}/")
     # `experiment=x`: a group that is not in the defaults list is added with +
     if not_in_defaults := _NOT_IN_DEFAULTS.search(text):
         group = not_in_defaults.group(1)
-        value = _given(group, sys.argv[1:] if overrides is None else overrides)
+        args = sys.argv[1:] if overrides is None else overrides
+        given = [arg.split("=", 1)[1] for arg in args if arg.startswith(group + "=")]  # the last one counts
+        value = given[-1] if given else None
         return ConfigError(
             group,
             value,
@@ -92,10 +91,8 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
         )
     appended = _APPEND_HINT.search(text)  # "Could not override 'data.x'. To append ... use +data.x=8"
     reworded = _value_error(cause or text, *(appended.groups() if appended else (None, None)))
-    if isinstance(reworded, ConfigError) and reworded.key and appended is None:
-        return _set_in_a_file(text, reworded)
     if reworded:
-        return reworded
+        return _set_in_a_file(text, reworded) if appended is None else reworded
     if "Interpolation" in text or "Interpolation" in cause:
         where = _FULL_KEY.search(text + cause)
         key = where.group(1) if where else None
@@ -126,7 +123,7 @@ def _value_error(text: str, dotted: Optional[str], given: Optional[str]) -> Opti
     key = key_match.group(1)
     if enum := _ENUM.search(text):
         value, names = enum.group(1), enum.group(2).split(", ")
-        return ConfigError(key, value, "one of " + ", ".join(names) + did_you_mean(value, names))
+        return ConfigError(key, value, one_of(value, names))
     if converted := _CONVERT.search(text):
         return ConfigError(key, converted.group(1), _TYPE_WORDS.get(converted.group(2), converted.group(2)))
     if boolean := _BOOL.search(text):
@@ -163,19 +160,13 @@ def _set_in_a_file(text: str, error: ConfigError) -> ConfigError:
     return ConfigError(str(error.key), found, f"{error.accepted}; {files[0]} sets it")
 
 
-def did_you_mean(given: str, names: List[str]) -> str:
-    """` (did you mean resnet50?)` for a value close to one of `names` (the first name that holds it, as
-    amp_fp16 holds fp16, else difflib's closest), else ''."""
+def one_of(given: str, names: List[str]) -> str:
+    """`one of a, b, c`, then ` (did you mean resnet50?)` for a value close to one of `names` (the first name
+    that holds it, as amp_fp16 holds fp16, else difflib's closest)."""
     lower = {n.lower(): n for n in names}
     want = given.lower()
     close = [n for n in lower if len(want) >= 3 and want in n] or difflib.get_close_matches(want, list(lower), n=1)
-    return f" (did you mean {lower[close[0]]}?)" if close else ""
-
-
-def _given(key: str, args: Sequence[str]) -> Optional[str]:
-    """The value `args` gave `key` (the last one), if they did."""
-    values = [arg.split("=", 1)[1] for arg in args if arg.startswith(key + "=")]
-    return values[-1] if values else None
+    return "one of " + ", ".join(names) + (f" (did you mean {lower[close[0]]}?)" if close else "")
 
 
 def unquoted_space(args: List[str]) -> Optional[str]:
@@ -215,8 +206,11 @@ def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         sys.exit(1)
     except OSError as exc:  # Hydra could not make the run's directory or write .hydra/ there
-        where = exc.filename or _run_dir_named_in(sys.argv[1:])
-        if not _on_the_run_dirs_path(str(where), _run_dir_named_in(sys.argv[1:])):  # bench's own check missed it
+        run_dir = _run_dir_named_in(sys.argv[1:])
+        where = exc.filename or run_dir
+        # the run directory, one of its parents or a file in it (what Hydra makes); else bench's own check missed it
+        path, run = os.path.abspath(str(where)), os.path.abspath(run_dir)
+        if os.path.commonpath([path, run]) not in (path, run) and "<" not in run:
             sys.exit(print_error(f"cannot use {where}: {exc.strerror or exc}"))
         sys.exit(
             print_error(
@@ -234,12 +228,6 @@ def yaml_problem(exc: "yaml.YAMLError") -> str:
     where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a config file"
     said = ": ".join(str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part)
     return f"{where}: not valid YAML ({said or exc})"
-
-
-def _on_the_run_dirs_path(path: str, run_dir: str) -> bool:
-    """Whether `path` is the run directory, one of its parents or a file in it: what Hydra makes."""
-    path, run_dir = os.path.abspath(path), os.path.abspath(run_dir)
-    return os.path.commonpath([path, run_dir]) in (path, run_dir) or "<" in run_dir
 
 
 def _run_dir_named_in(args: List[str]) -> str:

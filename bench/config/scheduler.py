@@ -4,13 +4,10 @@
 from __future__ import annotations
 
 import itertools
-import logging
 from dataclasses import dataclass, field
 from typing import List, Optional
 
 from bench.config.fields import Checks, Choice, non_negative, positive
-
-log = logging.getLogger("bench")
 
 
 class SchedulerName(Choice):
@@ -41,28 +38,15 @@ class SchedulerConfig(Checks):
     warmup_steps: Optional[int] = None
 
     def __post_init__(self) -> None:
-        if self.warmup_steps is not None:
-            if self.lr_warmup_steps:  # both spellings: which one wins would be a guess
-                self._fail(
-                    "warmup_steps",
-                    f"null when scheduler.lr_warmup_steps={self.lr_warmup_steps} is set too "
-                    "(scheduler.warmup_steps is the deprecated name of scheduler.lr_warmup_steps: "
-                    "set only that)",
-                )
-            log.warning(
-                "scheduler.warmup_steps is deprecated: use scheduler.lr_warmup_steps (same meaning; "
-                "benchmark.warmup_steps is the unmeasured steps before the window)"
-            )
-            self.lr_warmup_steps, self.warmup_steps = self.warmup_steps, None
+        self.renamed(
+            "warmup_steps", "lr_warmup_steps", "; benchmark.warmup_steps is the unmeasured steps before the window"
+        )
         self.check_ranges()
         self.between("warmup_start_factor", 0, 1, "a number in [0, 1]", "[]")
         if self.name == SchedulerName.multistep:
             milestones = list(self.milestones)
-            if (
-                not milestones
-                or any(m <= 0 for m in milestones)
-                or any(a >= b for a, b in itertools.pairwise(milestones))
-            ):
+            # increasing from a positive first: all positive
+            if not milestones or milestones[0] <= 0 or any(a >= b for a, b in itertools.pairwise(milestones)):
                 self._fail("milestones", "a non-empty increasing list of positive step numbers", milestones)
         if self.name == SchedulerName.onecycle:
             self.between("pct_start", 0, 1, "a number between 0 and 1")

@@ -26,7 +26,6 @@ from bench.config.precision import PrecisionConfig
 from bench.config.run import BenchmarkConfig, CheckpointConfig, ProfileConfig, TrackingConfig, TrainConfig
 from bench.config.scheduler import SchedulerConfig
 from bench.config.storage import StorageConfig
-from bench.errors import ConfigError
 from bench.registries import BACKENDS, DATA
 
 
@@ -65,20 +64,17 @@ class BenchConfig(Checks):
     def rules(self) -> None:
         world = self.distributed.world_size
         if self.distributed.scaling == Scaling.strong and self.data.batch_size % world:
-            raise self.data._error(
+            self.data._fail(
                 "batch_size",
-                f"a multiple of the process count ({world}) with "
-                "distributed.scaling=strong (it is the global batch, "
+                f"a multiple of the process count ({world}) with distributed.scaling=strong (it is the global batch, "
                 "split evenly over the processes)",
             )
         if self.storage.save_checkpoint or self.checkpoint.every_epochs or self.train.resume:
             self.storage.check_bucket()
         scheduler = self.scheduler
         if scheduler.name == "cosine" and not scheduler.scale_lr and scheduler.min_lr > self.optimizer.lr:
-            raise ConfigError(
-                "scheduler.min_lr",
-                scheduler.min_lr,
-                f"a floor at most optimizer.lr={self.optimizer.lr:g} (cosine decays from lr down to min_lr)",
+            scheduler._fail(
+                "min_lr", f"a floor at most optimizer.lr={self.optimizer.lr:g} (cosine decays from lr down to min_lr)"
             )
 
 

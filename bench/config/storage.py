@@ -59,18 +59,11 @@ class StorageLocation(Checks):
     connect_timeout_s: float = positive(5.0)
 
     def rules(self) -> None:
-        self.check_location()
-
-    def check_location(self) -> None:
         self.registered("name")
         self.registered("client")
         if not self.checkpoint_name or "/" in self.checkpoint_name or self.checkpoint_name in (".", ".."):
             self._fail("checkpoint_name", "a file name (no '/'): the checkpoint goes into storage.root")
-        if self.name == "s3":
-            self._check_endpoint()
-
-    def _check_endpoint(self) -> None:
-        if self.endpoint is None:
+        if self.name != "s3" or self.endpoint is None:
             return
         parsed = urlparse(self.endpoint)
         if parsed.username or parsed.password:
@@ -121,7 +114,7 @@ class StorageConfig(StorageBenchmarkConfig, StorageLocation):
 
     def __post_init__(self) -> None:
         self.check_benchmark()
-        self.check_location()
+        self.rules()
         if self.workload.readers == Readers.processes and (self.name == "s3" or self.direct_io):
             # the same sentence as bench.iobench.reader's, where a store is met that the config did not name
             raise ConfigError("storage.workload.readers", "processes", PROCESSES_NEED)

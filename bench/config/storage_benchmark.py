@@ -6,14 +6,11 @@ bench.config.storage.StorageConfig is both, so every key keeps its path (`storag
 
 from __future__ import annotations
 
-import logging
 from dataclasses import dataclass, field, fields
 from typing import Any, List, Optional, Tuple, Union
 
 from bench.config.fields import Checks, Choice, changed_keys, non_negative, positive
 from bench.errors import ConfigError
-
-log = logging.getLogger("bench")
 
 
 def _inside(path: str) -> bool:
@@ -121,24 +118,13 @@ class StorageWorkloadConfig(Checks):
     def rules(self) -> None:
         self.registered("format")
         self.between("au_threshold", 0, 1, "a fraction in (0, 1], e.g. 0.9 for 90%", "(]")
-        self._check_bounds()
-        self.shuffle = self._shuffle_mode().value
-        if self.format == "jpeg" and self.samples_per_file != 1:
-            self._fail("samples_per_file", "1 with format=jpeg (one image per file)")
-        if self.jpeg_decode and not self.verify_records:
-            self._fail("jpeg_decode", "false with verify_records=false (decoding an image checks it)")
-        if (self.checkpoint_only or self.checkpoint_every_steps) and not self.checkpoint_size_mb:
-            self._fail("checkpoint_size_mb", "a size > 0 with checkpoint_only or checkpoint_every_steps")
-
-    def _check_bounds(self) -> None:
         if _number(self.read_threads) and self.read_threads > MAX_THREADS:
             self._fail("read_threads", f"an integer in [1, {MAX_THREADS}] (readers per simulated accelerator)")
         if _number(self.record_size_stdev, self.record_size) and self.record_size_stdev > self.record_size:
             self._fail(
                 "record_size_stdev",
-                f"an integer in [0, record_size={self.record_size}] (record sizes "
-                "are drawn from N(record_size, stdev); a wider spread is mostly 1-byte "
-                "records)",
+                f"an integer in [0, record_size={self.record_size}] (record sizes are drawn from "
+                "N(record_size, stdev); a wider spread is mostly 1-byte records)",
             )
         if isinstance(self.transfer_size, int) and self.transfer_size > MAX_TRANSFER_SIZE:
             self._fail(
@@ -146,14 +132,15 @@ class StorageWorkloadConfig(Checks):
                 f"an integer in [1, {MAX_TRANSFER_SIZE}] or null (2 GiB - 4 KiB: the most one "
                 "read call returns on Linux; null reads one record per call)",
             )
-
-    def _shuffle_mode(self) -> Shuffle:
-        value = str(self.shuffle).lower()
-        if value in _SHUFFLE_SPELLINGS:
-            return _SHUFFLE_SPELLINGS[value]
-        if value not in Shuffle.names():
+        if (shuffle := str(self.shuffle).lower()) not in [*_SHUFFLE_SPELLINGS, *Shuffle]:
             self._fail("shuffle", "one of none, file, sample (or true/false: file/none)")
-        return Shuffle(value)
+        self.shuffle = Shuffle(_SHUFFLE_SPELLINGS.get(shuffle, shuffle)).value
+        if self.format == "jpeg" and self.samples_per_file != 1:
+            self._fail("samples_per_file", "1 with format=jpeg (one image per file)")
+        if self.jpeg_decode and not self.verify_records:
+            self._fail("jpeg_decode", "false with verify_records=false (decoding an image checks it)")
+        if (self.checkpoint_only or self.checkpoint_every_steps) and not self.checkpoint_size_mb:
+            self._fail("checkpoint_size_mb", "a size > 0 with checkpoint_only or checkpoint_every_steps")
 
     @property
     def shuffle_mode(self) -> Shuffle:
@@ -188,19 +175,7 @@ class StorageBenchmarkConfig(Checks):
         self.check_benchmark()
 
     def check_benchmark(self) -> None:
-        if self.clients is not None:
-            # both spellings set: which one wins would be a guess
-            if self.accelerators != StorageBenchmarkConfig.accelerators:
-                self._fail(
-                    "clients",
-                    f"null when storage.accelerators={self.accelerators} is set too "
-                    "(storage.clients is the deprecated name of storage.accelerators: set only that)",
-                )
-            log.warning(
-                "storage.clients is deprecated: use storage.accelerators (same meaning: simulated "
-                "accelerators; storage.client is the S3 library)"
-            )
-            self.accelerators, self.clients = self.clients, None
+        self.renamed("clients", "accelerators", ": simulated accelerators; storage.client is the S3 library")
         self.check_ranges()
         if _number(self.prepare_workers) and self.prepare_workers > MAX_THREADS:
             self._fail("prepare_workers", f"an integer in [1, {MAX_THREADS}] (threads writing the dataset)")
@@ -229,10 +204,9 @@ class StorageBenchmarkConfig(Checks):
         if workload.batch_size > samples or workload.read_steps(samples) < 2:
             self.workload._fail(
                 "batch_size",
-                f"at most {samples // 2 if workload.epochs == 1 else samples} "
-                f"(each of the {clients} simulated accelerators reads {samples} samples per "
-                f"epoch x {workload.epochs} epochs; its first step is warm-up, so it needs 2 steps "
-                "or more to measure anything)",
+                f"at most {samples // 2 if workload.epochs == 1 else samples} (each of the {clients} simulated "
+                f"accelerators reads {samples} samples per epoch x {workload.epochs} epochs; its first step is "
+                "warm-up, so it needs 2 steps or more to measure anything)",
             )
 
 

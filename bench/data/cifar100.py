@@ -9,17 +9,15 @@ from __future__ import annotations
 
 import os
 import pickle
-from typing import Iterator, List, Tuple
+from typing import List, Tuple
 
 import numpy as np
 import torch
 
 from bench.config.data import DataConfig
-from bench.config.storage import StorageLocation
-from bench.data.device_batches import DeviceBatches, map_style_batches
+from bench.data.device_batches import MapStyleSplit, map_style_builders
 from bench.data.layout import check_class_count, cifar_file
 from bench.data.loader import BatchDataset, HostBatch, empty_batch
-from bench.data.registry import Batch
 from bench.data.transforms import resize_batch_into
 from bench.errors import DataError
 
@@ -29,13 +27,8 @@ PAD = 4
 
 # What a CIFAR-100 python pickle holds: dicts, lists, bytes, numbers and numpy arrays. Any other
 # global a pickle asks for (os.system, subprocess.Popen, ...) is code, and is refused unloaded.
-ARRAY_GLOBALS = {
-    ("numpy.core.multiarray", "_reconstruct"),
-    ("numpy._core.multiarray", "_reconstruct"),
-    ("numpy", "ndarray"),
-    ("numpy", "dtype"),
-    ("numpy.core.multiarray", "scalar"),
-    ("numpy._core.multiarray", "scalar"),
+ARRAY_GLOBALS = {("numpy", "ndarray"), ("numpy", "dtype")} | {
+    (f"numpy.{core}.multiarray", name) for core in ("core", "_core") for name in ("_reconstruct", "scalar")
 }
 
 
@@ -118,26 +111,14 @@ class Cifar100Batches(BatchDataset):
             picked[slot] = crop[:, ::-1] if self.rng.random() < 0.5 else crop
 
 
-def cifar100_batches(
-    cfg: DataConfig,
-    device: torch.device,
-    memory_format: torch.memory_format,
-    seed: int,
-    rank: int = 0,
-    world_size: int = 1,
-    storage: StorageLocation | None = None,
-) -> Iterator[Batch]:
-    images, labels, names = load_cifar100(cfg.dataset_root, cfg.split)
+def cifar100_split(cfg: DataConfig, val: bool, seed: int, rank: int) -> MapStyleSplit:
+    """Train: data.split, its class count checked; val: the test split, unaugmented."""
+    images, labels, names = load_cifar100(cfg.dataset_root, "val" if val else cfg.split)
     classes = max(len(names), int(labels.max()) + 1)
-    check_class_count(classes, cfg.dataset_root, cfg.num_classes)
-    dataset = Cifar100Batches(images, labels, cfg.image_size, cfg.split == "train" and cfg.augment, seed, rank)
-    return map_style_batches(dataset, cfg, device, memory_format, rank, world_size, cfg.dataset_root, classes)
+    if not val:
+        check_class_count(classes, cfg.dataset_root, cfg.num_classes)
+    train = not val and cfg.split == "train" and cfg.augment
+    return Cifar100Batches(images, labels, cfg.image_size, train, seed, rank), cfg.dataset_root, classes
 
 
-def cifar100_val_batches(
-    cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, rank: int = 0, world_size: int = 1
-) -> DeviceBatches:
-    """The test split, unaugmented, this rank's share of it."""
-    images, labels, _names = load_cifar100(cfg.dataset_root, "val")
-    dataset = Cifar100Batches(images, labels, cfg.image_size, False, 0, rank)
-    return map_style_batches(dataset, cfg, device, memory_format, rank, world_size)
+cifar100_batches, cifar100_val_batches = map_style_builders(cifar100_split)

@@ -12,6 +12,7 @@ from typing import Any, Callable, Dict, Generator, Iterable, Iterator, List, Opt
 import torch
 
 from bench.config.data import DataConfig
+from bench.config.storage import StorageLocation
 from bench.data.loader import (
     MAX_WARNINGS,
     OUTPUT_RING,
@@ -89,16 +90,14 @@ class DeviceBatches(Iterator):
             yield self._to_device(host)
 
     def __next__(self) -> Tuple[torch.Tensor, torch.Tensor]:
-        return self._to_device(self._next_host())
-
-    def _next_host(self) -> HostBatch:
         try:
-            return next(self._host)
+            host = next(self._host)
         except DataError:
             raise
         except Exception as exc:  # a worker's wrapped traceback: keep its last line, the error itself
             lines = [line for line in str(exc).strip().splitlines() if line.strip()]
             raise DataError(f"the data loader failed: {lines[-1] if lines else type(exc).__name__}") from exc
+        return self._to_device(host)
 
     def _to_device(self, host: HostBatch) -> Tuple[torch.Tensor, torch.Tensor]:
         images, labels, failures, release = host
@@ -141,29 +140,40 @@ class DeviceBatches(Iterator):
         self.facts["corrupt_skipped"] = len(self._skipped)
 
 
-def map_style_batches(
-    dataset: BatchDataset,
-    cfg: DataConfig,
-    device: torch.device,
-    memory_format: torch.memory_format,
-    rank: int,
-    world_size: int,
-    where: Optional[str] = None,
-    classes: int = 0,
-) -> DeviceBatches:
-    """A map-style dataset's batches, this rank's share. With `where` (the split's folder or file, named
-    when it holds less than a batch per process; `classes`: the split's), training: endless passes of full
-    batches, reshuffled each epoch on the train split (DistributedSampler.set_epoch); without, validation:
+MapStyleSplit = Tuple[BatchDataset, str, int]  # the split's dataset, its folder or file, its class count
+
+
+def map_style_builders(split: Callable[[DataConfig, bool, int, int], MapStyleSplit]) -> Tuple[Callable, Callable]:
+    """A map-style option's two builders (DataOption's batches and val), from `split(cfg, val, seed, rank)`.
+    Training: endless passes of full batches, this rank's share, reshuffled each epoch on the train split
+    (DistributedSampler.set_epoch), `where` named when it holds less than a batch per process; validation:
     one pass in which each sample is read by one rank, the last batch partial."""
-    if where is None:
+
+    def batches(
+        cfg: DataConfig,
+        device: torch.device,
+        memory_format: torch.memory_format,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        storage: Optional[StorageLocation] = None,
+    ) -> DeviceBatches:
+        dataset, where, classes = split(cfg, False, seed, rank)
+        sampler = epoch_batch_sampler(len(dataset), cfg, cfg.split == "train", rank, world_size, where)
+        loader = make_loader(dataset, cfg, device, sampler)
+
+        def one_pass(epoch: int) -> Iterable[HostBatch]:
+            sampler.sampler.set_epoch(epoch)  # type: ignore[union-attr]  # epoch_batch_sampler's DistributedSampler
+            return loader
+
+        facts = {"dataset_size": len(dataset), "dataset_classes": classes, "data_workers": resolve_workers(cfg)}
+        return DeviceBatches(one_pass, facts, cfg, device, memory_format)
+
+    def val_batches(
+        cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, rank: int = 0, world_size: int = 1
+    ) -> DeviceBatches:
+        dataset = split(cfg, True, 0, rank)[0]
         loader = make_loader(dataset, cfg, device, eval_batch_sampler(len(dataset), cfg.batch_size, rank, world_size))
         return DeviceBatches(lambda _epoch: loader, {"val_dataset_size": len(dataset)}, cfg, device, memory_format)
-    batches = epoch_batch_sampler(len(dataset), cfg, cfg.split == "train", rank, world_size, where)
-    loader = make_loader(dataset, cfg, device, batches)
 
-    def one_pass(epoch: int) -> Iterable[HostBatch]:
-        batches.sampler.set_epoch(epoch)  # type: ignore[union-attr]  # epoch_batch_sampler's DistributedSampler
-        return loader
-
-    facts = {"dataset_size": len(dataset), "dataset_classes": classes, "data_workers": resolve_workers(cfg)}
-    return DeviceBatches(one_pass, facts, cfg, device, memory_format)
+    return batches, val_batches

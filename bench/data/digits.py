@@ -23,7 +23,7 @@ from bench.errors import ConfigError, DataError
 from bench.machine.writable import check_writable_dir
 
 MANIFEST = "digits.json"
-FORMATS = {"png": ("PNG", ".png"), "jpeg": ("JPEG", ".jpg")}
+FORMATS = {"png": ("PNG", ".png", {}), "jpeg": ("JPEG", ".jpg", {"quality": 95})}  # PIL's format, suffix, options
 IMAGES, CLASSES = 1797, 10  # load_digits(): fixed, bundled with scikit-learn
 MAX_SIZE = 1024
 
@@ -101,21 +101,19 @@ def write_digits(
     pixels = np.clip(np.rint(digits.images * (255.0 / 16.0)), 0, 255).astype(np.uint8)  # 0..16 -> 0..255
     labels = digits.target.astype(int)
     train, val = train_test_split(np.arange(len(labels)), test_size=val_fraction, stratify=labels, random_state=seed)
-    pil_format, suffix = FORMATS[image_format]
+    pil_format, suffix, options = FORMATS[image_format]
     parent = os.path.dirname(dst)
     os.makedirs(parent, exist_ok=True)
     tmp = tempfile.mkdtemp(prefix=f".{os.path.basename(dst)}.tmp-", dir=parent)
     try:
         counts: Dict[str, Dict[str, int]] = {}
         for split, members in (("train", train), ("val", val)):
-            counts[split] = {str(c): 0 for c in range(CLASSES)}
+            counts[split] = {str(c): int((labels[members] == c).sum()) for c in range(CLASSES)}  # images per class
             for c in range(CLASSES):
                 os.makedirs(os.path.join(tmp, split, str(c)))
             for n in sorted(int(i) for i in members):
                 image = Image.fromarray(pixels[n]).resize((size, size), Image.Resampling.BICUBIC).convert("RGB")
-                extra = {"quality": 95} if pil_format == "JPEG" else {}
-                image.save(os.path.join(tmp, split, str(labels[n]), f"{n:04d}{suffix}"), pil_format, **extra)
-                counts[split][str(labels[n])] += 1
+                image.save(os.path.join(tmp, split, str(labels[n]), f"{n:04d}{suffix}"), pil_format, **options)
         manifest = {
             "dataset": "sklearn.datasets.load_digits",
             "classes": CLASSES,

@@ -4,17 +4,14 @@ label order), decoded and augmented in DataLoader workers straight into uint8 ba
 from __future__ import annotations
 
 import os
-from typing import Iterator, List
+from typing import List
 
 import numpy as np
-import torch
 
 from bench.config.data import DataConfig
-from bench.config.storage import StorageLocation
-from bench.data.device_batches import DeviceBatches, map_style_batches
+from bench.data.device_batches import MapStyleSplit, map_style_builders
 from bench.data.layout import check_class_count, imagefolder_base, scan_image_folder, val_classes
 from bench.data.loader import BatchDataset, HostBatch, empty_batch
-from bench.data.registry import Batch
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
 
 MAX_REPLACEMENTS = 16  # consecutive undecodable images tolerated before giving up on a batch slot
@@ -57,30 +54,14 @@ class ImageFolderBatches(BatchDataset):
         return images, labels, failures, release
 
 
-def imagefolder_batches(
-    cfg: DataConfig,
-    device: torch.device,
-    memory_format: torch.memory_format,
-    seed: int,
-    rank: int = 0,
-    world_size: int = 1,
-    storage: StorageLocation | None = None,
-) -> Iterator[Batch]:
-    base = imagefolder_base(cfg.dataset_root, cfg.split)
-    classes, paths, labels = scan_image_folder(base)
-    check_class_count(len(classes), base, cfg.num_classes)
-    train = cfg.split == "train" and cfg.augment
-    dataset = ImageFolderBatches(paths, labels, cfg.image_size, train, cfg.decoder, seed, rank)
-    return map_style_batches(dataset, cfg, device, memory_format, rank, world_size, base, len(classes))
-
-
-def imagefolder_val_batches(
-    cfg: DataConfig, device: torch.device, memory_format: torch.memory_format, rank: int = 0, world_size: int = 1
-) -> DeviceBatches:
-    """The val/ split with the val transform (resize + center crop), this rank's share of it, labelled with
+def imagefolder_split(cfg: DataConfig, val: bool, seed: int, rank: int) -> MapStyleSplit:
+    """Train: data.split's folder; val: val/ with the val transform (resize + center crop), labelled with
     train/'s class-to-index map."""
-    base = os.path.join(cfg.dataset_root, "val")
-    classes, paths, labels = scan_image_folder(base, val_classes(cfg.dataset_root)[0])
+    base = os.path.join(cfg.dataset_root, "val") if val else imagefolder_base(cfg.dataset_root, cfg.split)
+    classes, paths, labels = scan_image_folder(base, val_classes(cfg.dataset_root)[0] if val else None)
     check_class_count(len(classes), base, cfg.num_classes)
-    dataset = ImageFolderBatches(paths, labels, cfg.image_size, False, cfg.decoder, 0, rank)
-    return map_style_batches(dataset, cfg, device, memory_format, rank, world_size)
+    train = not val and cfg.split == "train" and cfg.augment
+    return ImageFolderBatches(paths, labels, cfg.image_size, train, cfg.decoder, seed, rank), base, len(classes)
+
+
+imagefolder_batches, imagefolder_val_batches = map_style_builders(imagefolder_split)

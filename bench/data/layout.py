@@ -23,13 +23,19 @@ CIFAR_SPLIT_FILES = {"train": "train", "val": "test"}
 SHARD_META = "meta.json"
 
 
+def _root_is_a_dir(root: str, said: str) -> None:
+    """DataError `data.root='...' does not exist<said>` unless data.root is a directory."""
+    if not os.path.isdir(root):
+        raise DataError(f"data.root={root!r} does not exist{said}")
+
+
 def imagefolder_base(root: str, split: str) -> str:
     """ImageNet layout (root/train, root/val, one folder per class) or a flat class-folder root."""
-    if not os.path.isdir(root):
-        raise DataError(
-            f"data.root={root!r} does not exist or is not a directory: expected an image folder "
-            "with one sub-folder per class (or train/ and val/ holding them)"
-        )
+    _root_is_a_dir(
+        root,
+        " or is not a directory: expected an image folder with one sub-folder per class "
+        "(or train/ and val/ holding them)",
+    )
     split_dir = os.path.join(root, split)
     if os.path.isdir(os.path.join(root, "train")) or os.path.isdir(os.path.join(root, "val")):
         if not os.path.isdir(split_dir):
@@ -167,11 +173,7 @@ def download_cifar100(root: str) -> None:
 
 def cifar_file(root: str, split: str) -> str:
     path = os.path.join(root, CIFAR_SPLIT_FILES[split])
-    if not os.path.isdir(root):
-        raise DataError(
-            f"data.root={root!r} does not exist: expected the CIFAR-100 python folder "
-            "(cifar-100-python/ with train, test and meta)"
-        )
+    _root_is_a_dir(root, ": expected the CIFAR-100 python folder (cifar-100-python/ with train, test and meta)")
     if not os.path.isfile(path):
         raise DataError(
             f"{path} not found: expected the CIFAR-100 python files train, test and meta in {root} "
@@ -185,11 +187,7 @@ def shard_split_key(split: str) -> str:
 
 
 def check_local_shards(root: str, split: str) -> None:
-    if not os.path.isdir(root):
-        raise DataError(
-            f"data.root={root!r} does not exist: expected shards written by "
-            "`python -m bench.data prepare --src <image folder> --dst <dir>`"
-        )
+    _root_is_a_dir(root, ": expected shards written by `python -m bench.data prepare --src <image folder> --dst <dir>`")
     if not os.path.isfile(os.path.join(root, shard_split_key(split))):
         raise DataError(
             f"{root} holds no {shard_split_key(split)}: expected shards written by "

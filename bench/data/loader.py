@@ -64,15 +64,13 @@ class _SharedBatchRing:
         self.slots: List[torch.Tensor] = []
 
     def take(self) -> Tuple[torch.Tensor, Release]:
-        for slot, buffer in enumerate(self.slots):
-            if not self.busy[slot]:
-                self.busy[slot] = 1
-                return buffer, (self.flags, slot)
-        if len(self.slots) < RING_SLOTS:
+        slot = next((slot for slot in range(len(self.slots)) if not self.busy[slot]), len(self.slots))
+        if slot == RING_SLOTS:  # every slot in flight
+            return _shared_uint8(self.shape), None
+        if slot == len(self.slots):
             self.slots.append(_shared_uint8(self.shape))
-            self.busy[len(self.slots) - 1] = 1
-            return self.slots[-1], (self.flags, len(self.slots) - 1)
-        return _shared_uint8(self.shape), None
+        self.busy[slot] = 1
+        return self.slots[slot], (self.flags, slot)
 
 
 _rings: Dict[Tuple[int, ...], _SharedBatchRing] = {}  # per process: only workers create them
@@ -124,7 +122,7 @@ def _seed_worker(_worker_id: int) -> None:
         info.dataset.reseed(torch.initial_seed() % 2**32)  # torch gives each worker its own base seed + id
 
 
-def _as_is(batch: HostBatch) -> HostBatch:  # the dataset already returns a collated batch
+def _as_is(batch: Any) -> Any:  # the dataset already returns a collated batch (a HostBatch)
     return batch
 
 
@@ -140,21 +138,15 @@ def make_loader(
     runtime: its threads do not survive fork and the worker would hang), so workers start from
     a fresh interpreter (forkserver) instead."""
     workers = resolve_workers(cfg)
-    options: Dict[str, Any] = {
-        "num_workers": workers,
-        "collate_fn": _as_is,
-        "worker_init_fn": _seed_worker,
-        "pin_memory": bool(cfg.pin_memory) and device.type == "cuda",
-    }
-    if batch_sampler is not None:
-        options["batch_sampler"] = batch_sampler
-    else:
-        options["batch_size"] = None
+    options: Dict[str, Any] = {"batch_sampler": batch_sampler} if batch_sampler is not None else {"batch_size": None}
     if workers:
         options.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=bool(cfg.persistent_workers))
         if not fork_safe:
             options["multiprocessing_context"] = "forkserver"
-    return DataLoader(dataset, **options)
+    pin = bool(cfg.pin_memory) and device.type == "cuda"
+    return DataLoader(
+        dataset, num_workers=workers, collate_fn=_as_is, worker_init_fn=_seed_worker, pin_memory=pin, **options
+    )
 
 
 def order_seed(cfg: DataConfig) -> int:
@@ -168,14 +160,10 @@ def epoch_batch_sampler(
 ) -> BatchSampler:
     """DistributedSampler (also at world size 1: one code path) under full batches only, so every
     batch has data.batch_size images; set_epoch reshuffles each pass."""
-    # the sampler only takes len() of its dataset: a range stands for it
+    # the sampler only takes len() of its dataset: a range stands for it (torch's stub asks for a Dataset)
+    indices: Any = range(dataset_len)
     sampler: DistributedSampler[int] = DistributedSampler(
-        range(dataset_len),  # type: ignore[arg-type]  # torch's stub asks for a Dataset, the code a Sized
-        num_replicas=world_size,
-        rank=rank,
-        shuffle=train,
-        seed=order_seed(cfg),
-        drop_last=True,
+        indices, num_replicas=world_size, rank=rank, shuffle=train, seed=order_seed(cfg), drop_last=True
     )
     batches = BatchSampler(sampler, cfg.batch_size, drop_last=True)
     if len(batches) == 0:

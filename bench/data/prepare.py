@@ -70,16 +70,6 @@ def _write_shard(
     return {"key": key, "count": len(records), "bytes": len(blob)}, skipped
 
 
-def source_splits(src: str) -> List[str]:
-    """train/ and val/ of an ImageNet layout, or "train" for a flat class-folder root."""
-    if not os.path.isdir(src):
-        raise DataError(
-            f"--src {src!r} does not exist: expected an image folder with one sub-folder per class "
-            "(or train/ and val/ holding them)"
-        )
-    return [split for split in SPLITS if os.path.isdir(os.path.join(src, split))] or ["train"]
-
-
 @contextmanager
 def _pool(processes: int) -> Iterator[Any]:
     """A spawn pool that is terminated however the block ends (SIGTERM raises Interrupted here). In each
@@ -126,7 +116,13 @@ def prepare(
     workers = workers or os.cpu_count() or 1
     storage = storage or StorageLocation()
     summary: Dict[str, Any] = {}
-    splits = source_splits(src)
+    if not os.path.isdir(src):
+        raise DataError(
+            f"--src {src!r} does not exist: expected an image folder with one sub-folder per class "
+            "(or train/ and val/ holding them)"
+        )
+    # train/ and val/ of an ImageNet layout, or "train" for a flat class-folder root
+    splits = [split for split in SPLITS if os.path.isdir(os.path.join(src, split))] or ["train"]
     lacks = val_classes(src)[1] if "val" in splits else []  # a val/ class train/ lacks: refused before any write
     store = open_store(dst, storage)
     lock = writer_lock.hold(store, None, "let it end, or give this one another --dst", what="shard destination")
@@ -174,9 +170,8 @@ def prepare(
 
 def describe(dst: str, summary: Mapping[str, Any]) -> str:
     return "; ".join(
-        f"{split}: {s['images']} images in {s['shards']} shards ({s['bytes'] / 2**20:.1f} MiB) "
-        f"to {dst} in {s['seconds']:.1f} s ({s['images_per_second']:.0f} images/s), "
-        f"{s['skipped']} unreadable skipped"
+        f"{split}: {s['images']} images in {s['shards']} shards ({s['bytes'] / 2**20:.1f} MiB) to {dst} in "
+        f"{s['seconds']:.1f} s ({s['images_per_second']:.0f} images/s), {s['skipped']} unreadable skipped"
         + _leftovers(s["removed"], s["foreign"])
         + (f", lacking train/'s class(es) {', '.join(s['lacks'])}" if s.get("lacks") else "")
         for split, s in summary.items()

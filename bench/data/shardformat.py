@@ -65,9 +65,8 @@ def check_labels(index: np.ndarray, classes: int, where: str) -> None:
     if bad.size:
         row = int(bad[0])
         raise DataError(
-            f"{where} record {row} has label {int(labels[row])}, outside [0, {classes}) (the {classes} "
-            f"classes its meta.json lists; {bad.size} such record(s)): rewrite the shards with "
-            "`python -m bench.data prepare`"
+            f"{where} record {row} has label {int(labels[row])}, outside [0, {classes}) (the {classes} classes its "
+            f"meta.json lists; {bad.size} such record(s)): rewrite the shards with `python -m bench.data prepare`"
         )
 
 

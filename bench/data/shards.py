@@ -45,20 +45,13 @@ def consumer_plan(
 
 
 class ShardStream(IterableDataset):
+    one_pass = False  # validation: one pass, the last batch partial (every record read once)
+
     def __init__(
-        self,
-        cfg: DataConfig,
-        storage: StorageLocation,
-        meta: Dict[str, Any],
-        seed: int,
-        rank: int,
-        world_size: int,
-        one_pass: bool = False,
-        label_map: Optional[List[int]] = None,
+        self, cfg: DataConfig, storage: StorageLocation, meta: Dict[str, Any], seed: int, rank: int, world_size: int
     ):
-        self.labels = label_map or list(range(len(meta["classes"])))  # val/: train/'s label of each of its classes
+        self.labels = list(range(len(meta["classes"])))  # val/: train/'s label of each of its classes (val_label_map)
         self.shards, self.writer = meta["shards"], meta.get("writer")
-        self.one_pass = one_pass  # validation: one pass, the last batch partial (every record read once)
         self.location, self.storage = cfg.dataset_root, storage
         self.keys = [s["key"] for s in meta["shards"]]
         self.classes = len(meta["classes"])
@@ -173,6 +166,7 @@ def shard_val_batches(
     storage = storage or StorageLocation()
     val = dataclasses.replace(cfg, split=Split.val)
     meta = read_meta(store := open_store(val.dataset_root, storage), "val")
-    stream = ShardStream(val, storage, meta, 0, rank, world_size, one_pass=True, label_map=val_label_map(store))
+    stream = ShardStream(val, storage, meta, 0, rank, world_size)
+    stream.one_pass, stream.labels = True, val_label_map(store) or stream.labels
     loader = make_loader(stream, val, device, fork_safe=not val.dataset_root.startswith("s3://"))
     return DeviceBatches(lambda _epoch: loader, {"val_dataset_size": int(meta["count"])}, val, device, memory_format)
