@@ -303,12 +303,9 @@ def state_of(run: Any, host: str) -> str:
 
 
 def running_runs(client: Any) -> List[Any]:
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    return (
-        client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'", max_results=10000)
-        if experiments
-        else []
-    )
+    if not (experiments := [e.experiment_id for e in client.search_experiments()]):
+        return []
+    return client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'", max_results=10000)
 
 
 def kill_reason(tags: Any, by: str) -> str:
