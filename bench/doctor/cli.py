@@ -238,15 +238,10 @@ def _details(rung: Rung) -> str:
         cold, warm = f.cold_megabytes_per_second or 0, f.warm_megabytes_per_second or 0
         count, kind = f.threads, f.readers  # how many readers, processes or threads
         readers = f"{count} reader {kind if count != 1 else {'processes': 'process', 'threads': 'thread'}[kind]}"
+        files = f"{f.dataset_megabytes:,.1f} MB in {f.dataset_files} files"
         if f.cache == "remote":  # S3: one figure, no page cache of ours
-            return (
-                f"{f.megabytes_per_second or 0:,.0f} MB/s from {f.store} "
-                f"({f.dataset_megabytes:,.1f} MB in {f.dataset_files} files), {readers}"
-            )
-        return (
-            f"{cold:,.0f} MB/s cold, {warm:,.0f} MB/s warm ({f.cache} used: "
-            f"{f.dataset_megabytes:,.1f} MB in {f.dataset_files} files), {readers}"
-        )
+            return f"{f.megabytes_per_second or 0:,.0f} MB/s from {f.store} ({files}), {readers}"
+        return f"{cold:,.0f} MB/s cold, {warm:,.0f} MB/s warm ({f.cache} used: {files}), {readers}"
     if isinstance(f, AllreduceFigures):
         share = f.share_of_step
         return (

@@ -311,10 +311,8 @@ def running_runs(client: Any) -> List[Any]:
 def kill_reason(tags: Any, by: str) -> str:
     where = tags.get("bench.out_dir")
     kept = f"; its results stay in {where} (python -m bench.tools.upload {where} completes it)" if where else ""
-    return (
-        f"the process that ran it (pid {tags['bench.pid']} on {tags['bench.host']}) is gone; marked KILLED by {by}"
-        + kept
-    )
+    gone = f"the process that ran it (pid {tags['bench.pid']} on {tags['bench.host']}) is gone; marked KILLED by {by}"
+    return gone + kept
 
 
 def close_stale(client: Any, experiment_id: Optional[str], by: str) -> int:
