@@ -54,11 +54,7 @@ def write_report(frame: "pd.DataFrame", out: Path, title: str) -> Tuple[List[Pat
     notes = first + [pick.sentence() for pick in picks] + warnings
     render.write_markdown(shown, images, md_path, title, notes)
     render.write_html(shown, images, html_path, title, notes)
-    for note in first:
-        print(note, flush=True)
-    print(render.render_text(shown), flush=True)
-    for note in notes[len(first) :]:
-        print(note, flush=True)
+    print("\n".join([*first, render.render_text(shown), *notes[len(first) :]]), flush=True)
     return [csv_path, md_path, html_path, *images], frame
 
 
@@ -113,12 +109,7 @@ def log_scaling_to_runs(frame: "pd.DataFrame", client: Any) -> None:
         if absent(row.get("run_id")) or absent(row.get("speedup")):
             continue
         try:
-            client.log_batch(
-                row["run_id"],
-                metrics=[
-                    Metric("speedup", float(row["speedup"]), now, 0),
-                    Metric("scaling_efficiency", float(row["scaling_efficiency"]), now, 0),
-                ],
-            )
+            metrics = [Metric(name, float(row[name]), now, 0) for name in ("speedup", "scaling_efficiency")]
+            client.log_batch(row["run_id"], metrics=metrics)
         except Exception as exc:  # a tracking problem must not cost the report
             log.warning("logging speedup to MLflow run %s failed (%s: %s)", row["run_id"], type(exc).__name__, exc)

@@ -72,16 +72,11 @@ def match(baseline: pd.DataFrame, candidate: pd.DataFrame) -> Tuple[List[Tuple[s
         return [(label, base_rows[0], cand_rows[0])], [], []
     keys = swept_keys(baseline, candidate)
     by_key = {tuple(str(r.get(k)) for k in keys): r for r in base_rows}
-    pairs, seen = [], set()
-    only_candidate = []
-    for row in cand_rows:
-        key = tuple(str(row.get(k)) for k in keys)
-        if key in by_key:
-            pairs.append((label_of(row, keys), by_key[key], row))
-            seen.add(key)
-        else:
-            only_candidate.append(label_of(row, keys))
-    return pairs, [label_of(r, keys) for k, r in by_key.items() if k not in seen], only_candidate
+    labelled = [(tuple(str(row.get(k)) for k in keys), label_of(row, keys), row) for row in cand_rows]
+    pairs = [(label, by_key[key], row) for key, label, row in labelled if key in by_key]
+    seen = {key for key, _, _ in labelled}
+    only_baseline = [label_of(r, keys) for k, r in by_key.items() if k not in seen]
+    return pairs, only_baseline, [label for key, label, _ in labelled if key not in by_key]
 
 
 def _items_per_step(row: Dict[str, Any], sample: Sample) -> Optional[float]:

@@ -253,9 +253,8 @@ def launched_jobs(sweep_dir: Path) -> Optional[List[str]]:
         hydra = yaml.safe_load((sweep_dir / "multirun.yaml").read_text())["hydra"]
         if not str(hydra["sweeper"]["_target_"]).endswith(".BasicSweeper"):
             return None
-        given = [f"{k}={v}" for k, v in (hydra["sweeper"].get("params") or {}).items()] + list(
-            hydra["overrides"]["task"]
-        )
+        swept = hydra["sweeper"].get("params") or {}
+        given = [*(f"{k}={v}" for k, v in swept.items()), *hydra["overrides"]["task"]]
         parsed = OverridesParser.create().parse_overrides(given)
     except Exception:  # unreadable, or written by another Hydra: the report reads the job dirs alone
         return None

@@ -15,6 +15,7 @@ import html
 import json
 import logging
 import math
+import re
 import sys
 import textwrap
 import time
@@ -199,16 +200,12 @@ def _close_parent(parent: Any, diagnosis: Diagnosis, files: List[Path], status: 
     if not parent.active:
         return None
     metrics = {f"{r.name}_images_per_second": r.images_per_second for r in diagnosis.rungs if r.images_per_second}
-    metrics.update({f"what_if_gain_{_metric_name(w.name)}": w.gain for w in diagnosis.what_ifs if w.gain})
+    metrics.update({"what_if_gain_" + re.sub(r"[^\w.-]", "_", w.name): w.gain for w in diagnosis.what_ifs if w.gain})
     parent.log_metrics({**metrics, "doctor_seconds": diagnosis.elapsed_s})
     parent.set_tags({"doctor.verdict": diagnosis.verdict, "doctor.sentence": diagnosis.sentence})
     parent.log_artifacts(files)
     parent.finish(status, error=None if status == "FINISHED" else diagnosis.sentence)
     return parent.ui_link(children=True)
-
-
-def _metric_name(text: str) -> str:
-    return "".join(c if c.isalnum() or c in "_-." else "_" for c in text)
 
 
 # ---- the page ----
@@ -241,15 +238,10 @@ def _details(rung: Rung) -> str:
         cold, warm = f.cold_megabytes_per_second or 0, f.warm_megabytes_per_second or 0
         count, kind = f.threads, f.readers  # how many readers, processes or threads
         readers = f"{count} reader {kind if count != 1 else {'processes': 'process', 'threads': 'thread'}[kind]}"
+        files = f"{f.dataset_megabytes:,.1f} MB in {f.dataset_files} files"
         if f.cache == "remote":  # S3: one figure, no page cache of ours
-            return (
-                f"{f.megabytes_per_second or 0:,.0f} MB/s from {f.store} "
-                f"({f.dataset_megabytes:,.1f} MB in {f.dataset_files} files), {readers}"
-            )
-        return (
-            f"{cold:,.0f} MB/s cold, {warm:,.0f} MB/s warm ({f.cache} used: "
-            f"{f.dataset_megabytes:,.1f} MB in {f.dataset_files} files), {readers}"
-        )
+            return f"{f.megabytes_per_second or 0:,.0f} MB/s from {f.store} ({files}), {readers}"
+        return f"{cold:,.0f} MB/s cold, {warm:,.0f} MB/s warm ({f.cache} used: {files}), {readers}"
     if isinstance(f, AllreduceFigures):
         share = f.share_of_step
         return (
@@ -321,11 +313,9 @@ def chart_title(sentence: str) -> str:
 def bar_chart(diagnosis: Diagnosis, path: Path) -> Any:
     """doctor.png, a bar per rung and what-if; bars 20x apart or more (storage's 11,997 img/s beside a
     loader's 81) on a log axis, labelled so, where a linear one drew the small ones as slivers. Returns the axes."""
-    import matplotlib
+    from bench.analysis.plots import _pyplot
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     unfit = lambda m: f" ({UNFIT})" if m.fit is False else ""  # noqa: E731
     bars = [(r.title + unfit(r), r.images_per_second) for r in diagnosis.rungs if r.images_per_second]
     bars += [(f"what if {w.name}{unfit(w)}", w.images_per_second) for w in diagnosis.what_ifs if w.images_per_second]

@@ -164,14 +164,11 @@ def _rank(rank: int, world: int, port: int, elements: int, backend: str, out: An
 def allreduce_rung(config: BenchConfig, parameters: int, step_ms: float | None) -> Rung:
     from bench.doctor.figures import ALLREDUCE, AllreduceFigures
 
-    rung = Rung(name=ALLREDUCE)
     world = config.distributed.nproc_per_node
     if config.distributed.world_size <= 1:
-        rung.skipped = "one process: DDP has nothing to all-reduce"
-        return rung
+        return Rung(ALLREDUCE, skipped="one process: DDP has nothing to all-reduce")
     if world <= 1:
-        rung.skipped = "one process on this node: the all-reduce between nodes is not measured here"
-        return rung
+        return Rung(ALLREDUCE, skipped="one process on this node: the all-reduce between nodes is not measured here")
     import torch
     import torch.multiprocessing as mp
 
@@ -183,7 +180,7 @@ def allreduce_rung(config: BenchConfig, parameters: int, step_ms: float | None) 
     )
     seconds = out.get()
     size = parameters * 4
-    rung.figures = AllreduceFigures(
+    figures = AllreduceFigures(
         milliseconds=seconds * 1000,
         megabytes=size / 1e6,
         processes=world,
@@ -193,8 +190,7 @@ def allreduce_rung(config: BenchConfig, parameters: int, step_ms: float | None) 
         share_of_step=seconds * 1000 / step_ms if step_ms else None,
         nodes_measured=1 if config.distributed.nnodes > 1 else None,
     )
-    rung.seconds = time.perf_counter() - started
-    return rung
+    return Rung(ALLREDUCE, seconds=time.perf_counter() - started, figures=figures)
 
 
 def candidates(

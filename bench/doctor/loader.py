@@ -31,24 +31,21 @@ SPLIT_SAMPLES = 64  # images the stage split decodes (fewer when the window is s
 
 
 def device_of(config: BenchConfig) -> torch.device:
-    return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
 def loader_rung(config: BenchConfig, window_s: float) -> Rung:
     from bench.data.registry import build_batches
 
-    rung = Rung(name=LOADER)
     if config.data.synthetic:
-        rung.skipped = "synthetic data is made on the device: there is no input pipeline"
-        return rung
+        return Rung(LOADER, skipped="synthetic data is made on the device: there is no input pipeline")
     started = time.perf_counter()
     memory_format = torch.channels_last if config.precision.channels_last else torch.contiguous_format
     batches = build_batches(config.data, device_of(config), memory_format, seed=config.seed)
     count, images, seconds, cpu = timed_batches(batches, warmup=1, least=MIN_BATCHES, window_s=window_s)
-    rung.images_per_second = images / seconds
     facts = getattr(batches, "facts", {})
     split = stage_split(config, max(0.5, window_s / 2))
-    rung.figures = LoaderFigures(
+    figures = LoaderFigures(
         cpu_ms_per_image=cpu * 1000 / images,
         batches=count,
         workers=facts.get("data_workers"),
@@ -56,8 +53,7 @@ def loader_rung(config: BenchConfig, window_s: float) -> Rung:
         stage_cpu_ms=split or None,
         stage_note=None if split else f"the stages of data={config.data.name} are not split by the doctor",
     )
-    rung.seconds = time.perf_counter() - started
-    return rung
+    return Rung(LOADER, images / seconds, time.perf_counter() - started, figures=figures)
 
 
 def timed_batches(

@@ -113,19 +113,15 @@ def dataset_specs(config: BenchConfig) -> Tuple[Any, List[FileSpec]]:
 def storage_rung(config: BenchConfig, window_s: float, images_in_dataset: int) -> Rung:
     from bench.data.loader import resolve_workers
 
-    rung = Rung(name=STORAGE)
     data = config.data
     if data.synthetic:
-        rung.skipped = "synthetic data: nothing is read from storage"
-        return rung
+        return Rung(STORAGE, skipped="synthetic data: nothing is read from storage")
     if not data.root:  # a data option of the user's own (data.name=module:function) may name no files
-        rung.skipped = f"data={data.name} names no data.root: no files to read alone"
-        return rung
+        return Rung(STORAGE, skipped=f"data={data.name} names no data.root: no files to read alone")
     started = time.perf_counter()
     store, specs = dataset_specs(config)
     if not specs:
-        rung.skipped = f"no file with data under data.root={data.root}"
-        return rung
+        return Rung(STORAGE, skipped=f"no file with data under data.root={data.root}")
     total = sum(spec.size for spec in specs)
     threads = max(1, resolve_workers(data))
     # a JPEG folder is read a batch of images at a time; a shard set a shard at a time
@@ -146,8 +142,7 @@ def storage_rung(config: BenchConfig, window_s: float, images_in_dataset: int) -
         fits = total < psutil.virtual_memory().available / 2
         files_read, read_bytes, seconds = warm if fits else cold
         cache, url = "warm" if fits else "cold", None
-    rung.images_per_second = read_bytes * images_per_byte / seconds if seconds else None
-    rung.figures = StorageFigures(
+    figures = StorageFigures(
         cache=cache,
         store=url,
         megabytes_per_second=read_bytes / seconds / 1e6 if seconds else None,
@@ -159,5 +154,5 @@ def storage_rung(config: BenchConfig, window_s: float, images_in_dataset: int) -
         threads=threads,
         readers="processes" if uses_processes(store, specs, workload) else "threads",
     )
-    rung.seconds = time.perf_counter() - started
-    return rung
+    rate = read_bytes * images_per_byte / seconds if seconds else None
+    return Rung(STORAGE, rate, time.perf_counter() - started, figures=figures)

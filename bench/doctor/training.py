@@ -153,11 +153,10 @@ class TrainingRuns:
         from bench import api
 
         started = time.perf_counter()
-        rung = Rung(name=name)
         if self.overran:
-            rung.skipped = f"not run: {self.overran}'s set-up ran past {self.setup_s:.0f} s and this run builds the "
-            rung.skipped += "same model; not measured"
-            return rung
+            why = f"not run: {self.overran}'s set-up ran past {self.setup_s:.0f} s and this run builds the same model"
+            return Rung(name, skipped=why + "; not measured")
+        rung = Rung(name=name)
         job_dir = self.out_dir / job
         job_dir.mkdir(parents=True, exist_ok=True)
         sweep_job = SweepJob(job, str(self.out_dir), self.parent_run_id, label=job_label(job, name))

@@ -189,9 +189,7 @@ def collect_environment() -> Dict[str, Any]:
             version = torch.cuda.nccl.version()  # a tuple in recent torch, an int in older ones
             env["nccl"] = ".".join(map(str, version)) if isinstance(version, tuple) else str(version)
     if gpus := nvml_devices():
-        env["gpu_driver"] = gpus[0]["driver"]
-        env["gpu_memory_mb"] = gpus[0]["memory_total_mb"]
-        env["gpus"] = gpus
+        env.update(gpu_driver=gpus[0]["driver"], gpu_memory_mb=gpus[0]["memory_total_mb"], gpus=gpus)
     env.update(code_provenance(installed_packages()))
     env["env_vars"] = _speed_env()
     return env

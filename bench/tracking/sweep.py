@@ -229,11 +229,9 @@ class MlflowSweepCallback(Callback):
             if tracker is not None and tracker.active:
                 log_scaling_to_runs(frame, tracker.client)
         except Exception as exc:  # a report problem must not hide the sweep's results
+            why = f"{type(exc).__name__}: {exc}"
             log.warning(
-                "the sweep report could not be built (%s: %s); run python -m bench.report --sweep %s",
-                type(exc).__name__,
-                exc,
-                sweep_dir,
+                "the sweep report could not be built (%s); run python -m bench.report --sweep %s", why, sweep_dir
             )
         jobs, failed = _state.jobs, _state.failed
         log.info("sweep done: %d jobs, %d failed; report in %s", jobs, failed, sweep_dir / "report")

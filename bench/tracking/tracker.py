@@ -29,6 +29,7 @@ from bench.tracking import store, ui_view
 log = logging.getLogger(__name__)
 
 MAX_PARAM_CHARS = 6000
+BATCH_ARGUMENT = {"Param": "params", "Metric": "metrics", "RunTag": "tags"}  # log_batch's, by mlflow.entities class
 
 
 @dataclass(frozen=True)
@@ -139,45 +140,36 @@ class Tracker:
             log.warning("%s; no further tracking for this run%s", self.lost, later)
             self.client = None
 
-    def log_params(self, params: Mapping[str, Any]) -> None:
+    def _log(self, what: str, entity: str, rows: Iterable[Tuple[Any, ...]], size: int) -> None:
+        """log_batch of mlflow.entities.<entity>(*row) for each row, `size` at a time (MLflow's log_batch
+        takes at most 1000 metrics, 100 params)."""
         if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
             return
-        from mlflow.entities import Param
+        import mlflow.entities
 
-        items = [Param(k, redact(str(v))[:MAX_PARAM_CHARS]) for k, v in flatten(params).items()]
-        self._batches("log params", "params", items, 100)
+        items = [getattr(mlflow.entities, entity)(*row) for row in rows]
+        for i in range(0, len(items), size):
+            self._call(what, "log_batch", **{BATCH_ARGUMENT[entity]: items[i : i + size]})
+
+    def log_params(self, params: Mapping[str, Any]) -> None:
+        rows = ((k, redact(str(v))[:MAX_PARAM_CHARS]) for k, v in flatten(params).items())
+        self._log("log params", "Param", rows, 100)
 
     def log_metrics(self, metrics: Mapping[str, Any], step: int = 0) -> None:
-        if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
-            return
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
         # numbers only (bools become 0/1); strings such as the model name are params/tags
         numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, (int, float))}
         # and a rounded copy of the headline for the UI's table (it cuts a raw float off)
         numbers.update({DISPLAY[k]: rounded(numbers[k]) for k in DISPLAY if k in numbers})
-        self._batches("log metrics", "metrics", [Metric(k, v, now, step) for k, v in numbers.items()], 1000)
+        self._log("log metrics", "Metric", ((k, v, now, step) for k, v in numbers.items()), 1000)
 
     def log_series(self, name: str, values: Sequence[float], first_step: int = 1) -> None:
-        if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
-            return
-        from mlflow.entities import Metric
-
         now = int(time.time() * 1000)
-        series = [Metric(name, float(v), now, first_step + i) for i, v in enumerate(values)]
-        self._batches("log metrics", "metrics", series, 1000)
-
-    def _batches(self, what: str, kind: str, items: List[Any], size: int) -> None:
-        for i in range(0, len(items), size):  # MLflow's log_batch takes at most 1000 metrics, 100 params
-            self._call(what, "log_batch", **{kind: items[i : i + size]})
+        self._log("log metrics", "Metric", ((name, float(v), now, first_step + i) for i, v in enumerate(values)), 1000)
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
-        if not self.active:  # tracking off or given up: not even mlflow's import (1-2 s of CPU)
-            return
-        from mlflow.entities import RunTag
-
-        self._call("set tags", "log_batch", tags=[RunTag(k, redact(str(v))[:5000]) for k, v in tags.items()])
+        rows = ((k, redact(str(v))[:5000]) for k, v in tags.items())
+        self._log("set tags", "RunTag", rows, len(tags) or 1)  # all in one batch
 
     def log_artifacts(self, paths: Iterable[Path], artifact_path: Optional[str] = None) -> None:
         for path in paths:
@@ -311,21 +303,16 @@ def state_of(run: Any, host: str) -> str:
 
 
 def running_runs(client: Any) -> List[Any]:
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    return (
-        client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'", max_results=10000)
-        if experiments
-        else []
-    )
+    if not (experiments := [e.experiment_id for e in client.search_experiments()]):
+        return []
+    return client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'", max_results=10000)
 
 
 def kill_reason(tags: Any, by: str) -> str:
     where = tags.get("bench.out_dir")
     kept = f"; its results stay in {where} (python -m bench.tools.upload {where} completes it)" if where else ""
-    return (
-        f"the process that ran it (pid {tags['bench.pid']} on {tags['bench.host']}) is gone; marked KILLED by {by}"
-        + kept
-    )
+    gone = f"the process that ran it (pid {tags['bench.pid']} on {tags['bench.host']}) is gone; marked KILLED by {by}"
+    return gone + kept
 
 
 def close_stale(client: Any, experiment_id: Optional[str], by: str) -> int:
