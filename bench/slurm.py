@@ -144,11 +144,11 @@ class SweepLauncher(BaseSubmititLauncher):
         asked = OmegaConf.to_container(job_cfg.hydra.launcher, resolve=True)
         assert isinstance(asked, dict)
         base = set(OmegaConf.structured(BaseQueueConf).keys())
-        params: Dict[str, Any] = {}
-        for k, v in asked.items():
-            key = str(k)  # a launcher group's keys are names
-            if key not in EXECUTOR_INIT_KEYS and key != "_target_":
-                params[key if key in base else f"{self._EXECUTOR}_{key}"] = v
+        params = {  # a launcher group's keys are names
+            (key if key in base else f"{self._EXECUTOR}_{key}"): value
+            for key, value in ((str(k), v) for k, v in asked.items())
+            if key not in (*EXECUTOR_INIT_KEYS, "_target_")
+        }
         job_dir = Path(str(job_cfg.hydra.sweep.dir)) / str(job_cfg.hydra.sweep.subdir)
         log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
         return PlannedJob(num, overrides, params, job_dir)

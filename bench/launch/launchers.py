@@ -40,6 +40,7 @@ from bench.launch.worker import EXIT_HUNG, EXIT_ORPHANED, setup_rank_logging, wo
 from bench.rank_context import RankContext, free_port, outside_launcher_context
 
 log = logging.getLogger("bench")
+RankPid = Optional[Tuple[int, int]]  # (rank, pid) of a worker, if one is named
 
 
 class Launcher:
@@ -135,9 +136,9 @@ class Elastic(Launcher):
         )
         # The elastic agent logs its launch config and every failure at length; we report a failure in
         # one line. Its modules set their own logger levels, so each is quieted, not just the parent.
-        for name in [n for n in logging.root.manager.loggerDict if n.startswith("torch.distributed.elastic")]:
+        elastic = [n for n in logging.root.manager.loggerDict if n.startswith("torch.distributed.elastic")]
+        for name in ["torch.distributed.elastic", *elastic]:
             logging.getLogger(name).setLevel(logging.CRITICAL)
-        logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
         logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
         name_events_cheaply()
         # Workers fork from one server process that has torch imported already (this module's worker
@@ -332,7 +333,7 @@ def pid_files(workers_dir: Path) -> Dict[int, Tuple[int, str]]:
     return found
 
 
-def first_to_die(pids: List[int], workers_dir: Path) -> Optional[Tuple[int, int]]:
+def first_to_die(pids: List[int], workers_dir: Path) -> RankPid:
     """(rank, pid) of the worker that ended first without an error of its own, if any.
 
     `pids` are the workers the reaper saw gone at its first sighting of a death (several when
@@ -352,12 +353,7 @@ def _state(process: Any) -> Optional[str]:
     return None
 
 
-def describe_failure(
-    exc: Any,
-    first: Optional[Tuple[int, int]] = None,
-    killed: Sequence[int] = (),
-    stopped: Optional[Tuple[int, int]] = None,
-) -> str:
+def describe_failure(exc: Any, first: RankPid = None, killed: Sequence[int] = (), stopped: RankPid = None) -> str:
     """One line from the elastic launcher's ChildFailedError: the rank that failed first, its exit code or
     signal, its error. `first` is (rank, pid) of the worker seen to end first, if the launcher blamed another;
     `killed` are the pids the reaper killed after that: survivors, never the cause;

@@ -27,8 +27,6 @@ STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})  # Ctrl-C and a schedu
 def process_identity(pid: int) -> Optional[Tuple[int, float]]:
     """(pid, start time) of a live process, None when there is none (or only a zombie): a pid the
     system gave to another process since is told apart by its start time."""
-    import psutil
-
     with suppress(psutil.Error):
         process = psutil.Process(pid)
         return None if process.status() == psutil.STATUS_ZOMBIE else (pid, process.create_time())
