@@ -254,12 +254,9 @@ def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
 def write_csv(path: Path, fields: Sequence[str], rows: Iterable[Any]) -> Path:
     """Rows are dicts (by field name) or sequences (in field order)."""
     buffer = io.StringIO()
-    if (rows := list(rows)) and isinstance(rows[0], Mapping):
-        writer: Any = csv.DictWriter(buffer, fieldnames=list(fields))
-        writer.writeheader()
-    else:
-        writer = csv.writer(buffer)
-        writer.writerow(fields)
+    csv.writer(buffer).writerow(fields)  # the header, as DictWriter.writeheader writes it
+    by_name = (rows := list(rows)) and isinstance(rows[0], Mapping)
+    writer: Any = csv.DictWriter(buffer, fieldnames=list(fields)) if by_name else csv.writer(buffer)
     writer.writerows(rows)
     return write_text(path, buffer.getvalue())
 

@@ -93,8 +93,7 @@ class Elastic(Launcher):
     with several nodes, so node_rank fixes the ranks and node 0 holds rank 0), no restarts."""
 
     def __init__(self, distributed: DistributedConfig):
-        self.reports = distributed.node_rank == 0
-        self.who = f"node {distributed.node_rank}"
+        self.reports, self.who = distributed.node_rank == 0, f"node {distributed.node_rank}"
 
     def run(self, scenario: Any, config: BenchConfig, out_dir: Path) -> Optional[Any]:
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
@@ -261,11 +260,10 @@ def private_tempdir() -> Iterator[None]:
 
     make_multiprocessing_temp_dir()
     clean_leftovers(LAUNCH_PREFIX)
-    previous = tempfile.tempdir
-    private = str(owned_tempdir(LAUNCH_PREFIX))
-    tempfile.tempdir = private
+    private = owned_tempdir(LAUNCH_PREFIX)
+    previous, tempfile.tempdir = tempfile.tempdir, str(private)
     try:
-        with semaphores_noted_in(Path(private)):  # the launch's /dev/shm/sem.mp-*, for after a SIGKILL
+        with semaphores_noted_in(private):  # the launch's /dev/shm/sem.mp-*, for after a SIGKILL
             yield
     finally:
         tempfile.tempdir = previous

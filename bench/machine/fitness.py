@@ -151,8 +151,9 @@ class MachineWatch:
         cpu: bool = True,
     ):
         self.root = root if root is not None else root_pid()
-        self.cpu = cpu  # False: the GPU's checks only (a rank other than 0: rank 0 judges the CPU)
-        self.demand = demand  # (threads, ranks on this host, loader workers per rank, what a thread is)
+        # cpu=False: the GPU's checks only (a rank other than 0: rank 0 judges the CPU); demand: (threads,
+        # ranks on this host, loader workers per rank, what a thread is)
+        self.cpu, self.demand = cpu, demand
         self.gpu, self.interval_s = gpu, interval_s
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None

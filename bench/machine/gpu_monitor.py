@@ -156,9 +156,8 @@ class GpuWatch:
 
     def __init__(self, nvml: Any, handle: Any, index: int, ranks_on_gpu: int = 1):
         self.nvml, self.handle, self.index, self.ranks_on_gpu = nvml, handle, index, ranks_on_gpu
-        self.events = 0  # OR of every clock-event reason seen during the window
+        self.events, self.pcie_gen = 0, 0  # events: OR of every clock-event reason seen during the window
         self.clocks: List[int] = []
-        self.pcie_gen = 0
         self.others: Set[int] = set()
         self.own: Set[int] = set()
 
