@@ -51,7 +51,6 @@ def shown(
     at: int = 0,
     tag: bool = False,
     sample: Optional[Dict[str, Any]] = None,
-    metadata: Mapping[str, Any] = {},
     **options: Any,
 ) -> Any:
     """A record field that declares its presentation (a dataclasses.field: `default`, `default_factory`
@@ -59,8 +58,7 @@ def shown(
     (ordered by `at`, then field order; "" : no column); `tag` makes it an MLflow tag as well as a
     metric (every number is a metric, every field a radix_metrics key); `sample`, the figure
     `python -m bench.compare` judges (bench.report_view.Sample's options: unit, per_step, ...)."""
-    declared = {**metadata, "column": (header, fmt, at) if header else None, "tag": tag, "sample": sample}
-    return field(metadata=declared, **options)
+    return field(metadata={"column": (header, fmt, at) if header else None, "tag": tag, "sample": sample}, **options)
 
 
 class Record:

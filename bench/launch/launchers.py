@@ -369,20 +369,18 @@ def describe_failure(exc: Any, first: RankPid = None, killed: Sequence[int] = ()
             f"worker rank {first[0]} (pid {first[1]}) died first, without an error of its own (killed by a "
             f"signal such as SIGKILL, or by the OOM killer); rank {rank} then failed: {_detail(failure)}"
         )
+    who = f"worker rank {rank} (pid {failure.pid})"
     if failure.exitcode == EXIT_ORPHANED:
-        return f"worker rank {rank} (pid {failure.pid}) ended because its launcher was gone"
+        return f"{who} ended because its launcher was gone"
     if failure.exitcode == EXIT_HUNG:
-        return (
-            f"worker rank {rank} (pid {failure.pid}) saw no training step finish for distributed.timeout_s: "
-            "a rank died or hung"
-        )
+        return f"{who} saw no training step finish for distributed.timeout_s: a rank died or hung"
     if failure.exitcode < 0:
         try:
             name = signal.Signals(-failure.exitcode).name
         except ValueError:
             name = f"signal {-failure.exitcode}"
-        return f"worker rank {rank} (pid {failure.pid}) was killed by {name}"
-    return f"worker rank {rank} (pid {failure.pid}) exited with code {failure.exitcode}: {_detail(failure)}"
+        return f"{who} was killed by {name}"
+    return f"{who} exited with code {failure.exitcode}: {_detail(failure)}"
 
 
 def _detail(failure: Any) -> str:

@@ -230,17 +230,13 @@ class MachineWatch:
         return verdict.add(gpu)
 
 
-def probe(seconds: float, demand: Optional[Tuple[int, int, int, str]] = None) -> Verdict:
-    """The verdict of `seconds` of this machine with nothing measured (before a run: is it quiet?)."""
-    watch = MachineWatch(demand=demand).start()
-    time.sleep(seconds)  # the interval observed, not a wait for an event
-    return watch.stop()
-
-
 def wait_until_quiet(wait_s: float, probe_s: float = 1.0) -> Verdict:
-    """Probe until the machine is fit or `wait_s` is spent; the last probe's verdict."""
+    """Probe until the machine is fit or `wait_s` is spent (each probe: `probe_s` of this machine with
+    nothing measured); the last probe's verdict."""
     deadline = time.monotonic() + wait_s
     while True:
-        verdict = probe(probe_s)
+        watch = MachineWatch().start()
+        time.sleep(probe_s)  # the interval observed, not a wait for an event
+        verdict = watch.stop()
         if verdict.fit or time.monotonic() + probe_s > deadline:
             return verdict
