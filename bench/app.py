@@ -34,7 +34,6 @@ if TYPE_CHECKING:
     from bench.scenario_base import BaseScenario as Scenario
 
 log = logging.getLogger("bench")
-INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)
 
 
 def run_from_hydra(cfg: DictConfig) -> int:
@@ -68,7 +67,8 @@ def run_from_hydra(cfg: DictConfig) -> int:
         code = _refuse(exc, out_dir, sweep_job, lambda: _raw_tracker(cfg, launch_dir, overrides, sweep_job))
     else:
         code = run(config, out_dir, launch_dir, overrides, sweep_job)
-    if code and (not in_sweep or code in INTERRUPTED):  # a sweep's job returns it; Ctrl-C / SIGTERM stop the sweep
+    # a sweep's job returns its code (the sweep counts it); Ctrl-C / SIGTERM stop the sweep
+    if code and (not in_sweep or code in (EXIT_SIGINT, EXIT_SIGTERM)):
         sys.exit(code)
     return code
 

@@ -157,15 +157,10 @@ class SweepLauncher(BaseSubmititLauncher):
         """One job array for jobs that ask alike; job number -> submitit's job."""
         executor.update_parameters(**group[0].params)
         state = Singleton.get_state()
+        # each job's call of this launcher (__call__'s arguments), as the columns map_array takes
+        calls = [(job.overrides, "hydra.sweep.dir", job.num, f"job_id_for_{job.num}", state) for job in group]
         try:
-            handles = executor.map_array(
-                self,
-                [job.overrides for job in group],
-                ["hydra.sweep.dir"] * len(group),
-                [job.num for job in group],
-                [f"job_id_for_{job.num}" for job in group],
-                [state] * len(group),
-            )
+            handles = executor.map_array(self, *(list(column) for column in zip(*calls, strict=True)))
         except Exception as exc:  # submitit's FailedJobError holds sbatch's own words
             said = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             reason = f"{self.cluster} refused the sweep's jobs #{group[0].num}..#{group[-1].num}: {said}"

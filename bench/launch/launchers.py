@@ -284,8 +284,7 @@ class SurvivorReaper:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self._thread.join(timeout=5)
 
     def _watch(self) -> None:
         workers: Dict[int, Any] = {}  # pid -> psutil.Process, or None when it was gone at first sight
@@ -299,14 +298,12 @@ class SurvivorReaper:
                         workers[pid] = psutil.Process(pid)
                     except psutil.Error:
                         workers[pid] = None
-            alive = []
-            for worker in workers.values():
-                state = _state(worker)
-                if state in ("stopped", "tracing-stop") and worker.pid not in self.stopped:
-                    self.stopped.append(worker.pid)
-                if state is not None and state != "zombie":
-                    alive.append(worker)
-            gone = [pid for pid, w in workers.items() if w is None or w not in alive]
+            states = {pid: _state(worker) for pid, worker in workers.items()}
+            for pid, state in states.items():
+                if state in ("stopped", "tracing-stop") and pid not in self.stopped:
+                    self.stopped.append(pid)
+            alive = [workers[pid] for pid, state in states.items() if state not in (None, "zombie")]
+            gone = [pid for pid, state in states.items() if state in (None, "zombie")]
             if gone and not self.first_gone:
                 self.first_gone = gone
             if len(workers) < self.expected or not gone:

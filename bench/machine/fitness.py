@@ -130,13 +130,9 @@ class TreeClock:
 def cpu_seconds_with_children() -> float:
     """CPU time of this process and its live children (the loader's workers); clock-tick
     resolution (10 ms), so it needs a few hundred milliseconds of work to mean anything."""
-    me = psutil.Process()
-    total = 0.0
-    for process in [me, *me.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            times = process.cpu_times()
-            total += times.user + times.system
-    return total
+    tree = TreeClock(os.getpid())
+    tree.sample()
+    return sum(tree.last.values())
 
 
 class MachineWatch:
