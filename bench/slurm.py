@@ -83,10 +83,7 @@ class SweepLauncher(BaseSubmititLauncher):
 
     one_at_a_time = False
     cluster = "submitit"
-
-    def __init__(self, **params: Any) -> None:
-        super().__init__(**params)
-        self.sweep_context: Optional[str] = None  # bench.tracking.sweep's BENCH_SWEEP, pickled with every job
+    sweep_context: Optional[str] = None  # bench.tracking.sweep's BENCH_SWEEP: set by launch, pickled with every job
 
     # ---- in the job's process (on each node) ----------------------------------------------------
 

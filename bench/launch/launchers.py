@@ -182,8 +182,7 @@ def accepted_by(cls: Any, **optional: Any) -> Dict[str, Any]:
     torch adds fields, and the CUDA images users run lag the newest torch by several releases."""
     import dataclasses
 
-    names = {field.name for field in dataclasses.fields(cls)}
-    return {key: value for key, value in optional.items() if key in names}
+    return {key: value for key, value in optional.items() if key in {f.name for f in dataclasses.fields(cls)}}
 
 
 def start_forkserver_deaf_to_ctrl_c() -> None:

@@ -56,12 +56,10 @@ class GpuFigures:
 def nvml_handle(nvml: Any, cuda_index: int) -> Any:
     """NVML numbers all GPUs; CUDA numbers the visible ones: map through CUDA_VISIBLE_DEVICES."""
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    if cuda_index < len(visible):
-        entry = visible[cuda_index]
-        if entry.isdigit():
-            return nvml.nvmlDeviceGetHandleByIndex(int(entry))
-        return nvml.nvmlDeviceGetHandleByUUID(entry)  # GPU-xxxx or MIG-xxxx
-    return nvml.nvmlDeviceGetHandleByIndex(cuda_index)
+    entry = visible[cuda_index] if cuda_index < len(visible) else str(cuda_index)
+    if entry.isdigit():
+        return nvml.nvmlDeviceGetHandleByIndex(int(entry))
+    return nvml.nvmlDeviceGetHandleByUUID(entry)  # GPU-xxxx or MIG-xxxx
 
 
 class GpuMonitor:
