@@ -82,11 +82,9 @@ class Record:
     def columns(cls, more: Sequence[tuple[str, str, str, int]] = ()) -> List[Column]:
         """The sweep table's columns its fields declare, and `more` ((header, key, format, at)):
         (header, key, format), by `at`, then field order."""
-        found = [
-            (m["column"][2], m["column"][0], name, m["column"][1]) for name, m in cls.declared() if m.get("column")
-        ]
-        found += [(at, header, key, fmt) for header, key, fmt, at in more]
-        return [(header, key, fmt) for _, header, key, fmt in sorted(found, key=lambda c: c[0])]
+        found = [(*m["column"], name) for name, m in cls.declared() if m.get("column")]  # (header, format, at, key)
+        found += [(header, fmt, at, key) for header, key, fmt, at in more]
+        return [(header, key, fmt) for header, fmt, _, key in sorted(found, key=lambda c: c[2])]
 
     @classmethod
     def sample(cls) -> Sample:
