@@ -118,12 +118,11 @@ def for_command(args: Sequence[str]) -> Optional[Reserved]:
         return None
     if named:  # the user's: noted only when this command is the one to make it
         return None if "${" in named[-1] else _claim(key, named[-1].strip("'\""), args)
-    try:
+    with contextlib.suppress(OSError):  # cannot be made here: Hydra says why in its one line
         reserved = reserve(Path(SWEEP_BASE if multirun else RUN_BASE))
-    except OSError:
-        return None
-    reserved.override = f"{key}={reserved.path.as_posix()}"
-    return reserved
+        reserved.override = f"{key}={reserved.path.as_posix()}"
+        return reserved
+    return None
 
 
 def _claim(key: str, value: str, args: Sequence[str]) -> Reserved:

@@ -75,10 +75,9 @@ SIGNALS_TORCH_TAKES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQ
 def get_method_name(depth: int = 2) -> str:
     """torch's rendezvous get_method_name, read from the frame itself: torch's calls inspect.stack(),
     twice an event, which reads every frame's source lines (0.4-1.5 CPU-s of a launch)."""
-    try:
+    with contextlib.suppress(ValueError):  # a shallower stack than depth
         return sys._getframe(depth).f_code.co_name
-    except ValueError:  # a shallower stack than depth
-        return "no_method_name"
+    return "no_method_name"
 
 
 def name_events_cheaply() -> None:
@@ -293,10 +292,9 @@ class SurvivorReaper:
         while not self._stop.wait(0.05):
             for pid, _local_rank in pid_files(self.workers_dir).values():
                 if pid not in workers:
-                    try:
+                    workers[pid] = None  # gone at first sight, unless psutil finds it
+                    with contextlib.suppress(psutil.Error):
                         workers[pid] = psutil.Process(pid)
-                    except psutil.Error:
-                        workers[pid] = None
             states = {pid: _state(worker) for pid, worker in workers.items()}
             for pid, state in states.items():
                 if state in ("stopped", "tracing-stop") and pid not in self.stopped:

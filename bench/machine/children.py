@@ -238,12 +238,10 @@ def owned_tempdir(prefix: str, parent: Optional[str] = None) -> Path:
 
 def owner_gone(path: Path) -> bool:
     """Is the directory's owner (its owner file) no longer running? False without an owner file."""
-    try:
+    with suppress(OSError, ValueError):  # no owner file, or not one of ours
         pid, started = (path / OWNER_FILE).read_text().split()[:2]
-        owner = (int(pid), float(started))
-    except (OSError, ValueError):
-        return False
-    return process_identity(owner[0]) != owner
+        return process_identity(int(pid)) != (int(pid), float(started))
+    return False
 
 
 def clean_leftovers(prefix: str, parent: Optional[str] = None) -> List[Path]:
@@ -251,16 +249,13 @@ def clean_leftovers(prefix: str, parent: Optional[str] = None) -> List[Path]:
     is gone; the paths removed."""
     base = Path(parent or tempfile.gettempdir())
     removed: List[Path] = []
-    try:
-        candidates = sorted(base.glob(prefix + "*"))
-    except OSError:
-        return removed
-    for path in candidates:
-        if path.is_dir() and not path.is_symlink() and owner_gone(path):
-            _unlink_semaphores(path / SEMAPHORES_FILE)
-            shutil.rmtree(path, ignore_errors=True)
-            if not path.exists():
-                removed.append(path)
+    with suppress(OSError):  # a temp dir that cannot be listed: nothing to clean
+        for path in sorted(base.glob(prefix + "*")):
+            if path.is_dir() and not path.is_symlink() and owner_gone(path):
+                _unlink_semaphores(path / SEMAPHORES_FILE)
+                shutil.rmtree(path, ignore_errors=True)
+                if not path.exists():
+                    removed.append(path)
     return removed
 
 
@@ -286,12 +281,9 @@ def semaphores_noted_in(path: Path) -> Iterator[None]:
 
 
 def _unlink_semaphores(listed: Path) -> None:
-    try:
-        names = listed.read_text().split()
-    except OSError:
-        return
     import _multiprocessing
 
-    for name in names:
-        with suppress(OSError):
-            _multiprocessing.sem_unlink(name)  # gone already (the tracker removed it): nothing to do
+    with suppress(OSError):  # no list: none were made
+        for name in listed.read_text().split():
+            with suppress(OSError):
+                _multiprocessing.sem_unlink(name)  # gone already (the tracker removed it): nothing to do

@@ -113,15 +113,12 @@ class TreeClock:
             return
         starting = not self.last
         for process in processes:
-            try:
-                with process.oneshot():
-                    times, key = process.cpu_times(), (process.pid, process.create_time())
-            except psutil.Error:
-                continue
-            seconds = times.user + times.system
-            self.first.setdefault(key, seconds if starting else 0.0)
-            self.last[key] = seconds
-            self.pids.add(process.pid)
+            with contextlib.suppress(psutil.Error), process.oneshot():  # one gone meanwhile is left out
+                times, key = process.cpu_times(), (process.pid, process.create_time())
+                seconds = times.user + times.system
+                self.first.setdefault(key, seconds if starting else 0.0)
+                self.last[key] = seconds
+                self.pids.add(process.pid)
 
     def seconds(self) -> float:
         return sum(last - self.first.get(key, 0.0) for key, last in self.last.items())

@@ -25,6 +25,7 @@ whose CPUs are only partly on its GPU's NUMA node.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import threading
@@ -89,14 +90,12 @@ class GpuMonitor:
 
     def _sample(self) -> None:
         nvml, handle = self._nvml, self._handle
-        try:
+        with contextlib.suppress(Exception):  # a reading NVML did not give: no sample this time
             util = nvml.nvmlDeviceGetUtilizationRates(handle)
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             power_mw = nvml.nvmlDeviceGetPowerUsage(handle)
             clock = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
-        except Exception:
-            return
-        self._samples.append((util.gpu, memory.used / 2**20, power_mw / 1000.0, clock))
+            self._samples.append((util.gpu, memory.used / 2**20, power_mw / 1000.0, clock))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
@@ -138,10 +137,9 @@ CLOCK_SM = 1  # NVML_CLOCK_SM
 
 
 def _try(call: Any, *args: Any) -> Any:
-    try:
+    with contextlib.suppress(Exception):  # NVMLError_NotSupported and friends: the check is left out
         return call(*args)
-    except Exception:  # NVMLError_NotSupported and friends: the check is left out
-        return None
+    return None
 
 
 def cpus_of_mask(words: List[int]) -> Set[int]:
@@ -248,15 +246,14 @@ def _ranges(cpus: Collection[int]) -> str:
 
 def _nvml_open(cuda_index: int, nvml: Any = None) -> Optional[Tuple[Any, Any]]:
     """(the pynvml module or a stand-in, this GPU's handle) once NVML started; None without NVML."""
-    try:
+    with contextlib.suppress(Exception):  # NVMLError_LibraryNotFound and friends: no GPU, no driver
         if nvml is None:
             import pynvml
 
             nvml = pynvml
         nvml.nvmlInit()
         return nvml, nvml_handle(nvml, cuda_index)
-    except Exception:  # NVMLError_LibraryNotFound and friends: no GPU, no driver
-        return None
+    return None
 
 
 def gpu_watch(cuda_index: int, ranks_on_gpu: int = 1, nvml: Any = None) -> Optional[GpuWatch]:
