@@ -67,12 +67,7 @@ def default_config() -> BenchConfig:
 def compose_config(*overrides: str) -> BenchConfig:
     """The checked config of `python -m bench <overrides>` (Hydra's compose API; no run directory):
     every key, value and rule the command checks before it imports torch, the model's name
-    included. Raises BenchError."""
-    return _composed_for_python(*overrides)
-
-
-def _composed_for_python(*overrides: str) -> BenchConfig:
-    """compose(), its sweep advice worded for a Python caller (no -m to add)."""
+    included, its sweep advice worded for a Python caller (no -m to add). Raises BenchError."""
     from bench.config.hydra_errors import SWEEP_FROM_PYTHON, SWEEP_ON_THE_COMMAND_LINE
 
     try:
@@ -132,7 +127,7 @@ def run(
         except ValueError as exc:  # an unclosed quote
             raise ConfigProblem(f"the overrides {config!r} cannot be split as a shell splits them: {exc}") from None
     overrides = list(overrides) if isinstance(config, BenchConfig) else [str(o) for o in config]
-    checked = check(config) if isinstance(config, BenchConfig) else _composed_for_python(*overrides)
+    checked = check(config) if isinstance(config, BenchConfig) else compose_config(*overrides)
     launch = Path(launch_dir or Path.cwd()).resolve()
     # the run's directory: `out_dir` as given, else `<launch>/outputs/<date>/<time>`, this call's own even when
     # another run starts in the same second (bench.run_dirs, as `python -m bench`); with what this call makes of
@@ -189,7 +184,7 @@ def run_child(
 
     from bench.machine.children import run_child as child
 
-    config = _composed_for_python(*[o for o in overrides if not o.lstrip("+~").startswith("hydra.")])
+    config = compose_config(*[o for o in overrides if not o.lstrip("+~").startswith("hydra.")])
     where = Path(out_dir).resolve()
     where.mkdir(parents=True, exist_ok=True)
     started = time.perf_counter()

@@ -21,14 +21,12 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench.config import BenchConfig, as_plain, load
 from bench.config.optimizer import chosen_optimizers_values
-from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, print_error
-from bench.errors import stopped_by as _interruption
+from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, print_error, stopped_by
 from bench.machine.children import STOPS_HELD, sigterm_raises
 from bench.results import final_line, note_run, room_kept, write_error
 from bench.secrets import redact_output, scrub
 from bench.tracking.store import checked_uri
 from bench.tracking.tracker import SweepJob, Tracker, open_run
-from bench.tracking.tracker import Tracker as Untracked  # with no store: does nothing
 
 if TYPE_CHECKING:
     from bench.launch.launchers import Launcher
@@ -36,7 +34,6 @@ if TYPE_CHECKING:
     from bench.scenario_base import BaseScenario as Scenario
 
 log = logging.getLogger("bench")
-INTERRUPTED = (EXIT_SIGINT, EXIT_SIGTERM)
 
 
 def run_from_hydra(cfg: DictConfig) -> int:
@@ -70,9 +67,8 @@ def run_from_hydra(cfg: DictConfig) -> int:
         code = _refuse(exc, out_dir, sweep_job, lambda: _raw_tracker(cfg, launch_dir, overrides, sweep_job))
     else:
         code = run(config, out_dir, launch_dir, overrides, sweep_job)
-    if in_sweep and code not in INTERRUPTED:  # Ctrl-C / SIGTERM still stop the whole sweep
-        return code
-    if code:
+    # a sweep's job returns its code (the sweep counts it); Ctrl-C / SIGTERM stop the sweep
+    if code and (not in_sweep or code in (EXIT_SIGINT, EXIT_SIGTERM)):
         sys.exit(code)
     return code
 
@@ -112,7 +108,8 @@ def run(
         return _run_unreported(launcher, scenario, config, out_dir)
 
     environment = collect_environment()
-    tracker: Tracker = Untracked()  # until the run opens: a signal while the server is probed is said too
+    # a Tracker with no store does nothing: until the run opens (a signal while the server is probed is said too)
+    tracker = Tracker()
     with room_kept(out_dir), sigterm_raises():  # room for error.txt; SIGTERM raises (in the main thread)
         try:
             tracker = open_tracker(environment, out_dir)
@@ -174,11 +171,9 @@ def _raw_tracker(cfg: DictConfig, launch_dir: Path, overrides: List[str], sweep_
     from bench.config.run import TrackingConfig
     from bench.config.scenario import without_target
 
-    tracking: Any
-    params: Any
     try:
-        tracking = OmegaConf.to_object(cfg.tracking)
-        params = without_target(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
+        tracking: Any = OmegaConf.to_object(cfg.tracking)
+        params: Any = without_target(OmegaConf.to_container(cfg, resolve=False))  # type: ignore[arg-type]
     except Exception:  # the tracking group itself is broken: the defaults
         tracking, params = TrackingConfig(), {}
     return open_run(tracking, launch_dir, "refused", params, {}, overrides, sweep_job)
@@ -201,7 +196,7 @@ def _run_unreported(launcher: "Launcher", scenario: "Scenario", config: BenchCon
         with sigterm_raises():  # a follower waiting for its hosts ends on SIGTERM as on Ctrl-C
             launcher.run(scenario, config, out_dir)
     except BaseException as exc:  # one line here; rank 0 reports the run
-        interrupted = _interruption(exc)
+        interrupted = stopped_by(exc)
         if not interrupted and not isinstance(exc, Exception):
             raise
         failed = str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}"
@@ -224,7 +219,7 @@ def _kept(out_dir: Path, reason: str) -> str:
 
 def _fail(exc: BaseException, scenario: "Scenario", config: BenchConfig, out_dir: Path, tracker: "Tracker") -> int:
     """End the MLflow run with the right status, say what happened in one line, pick the exit code."""
-    if interrupted := _interruption(exc):
+    if interrupted := stopped_by(exc):
         reason, code = interrupted
         # a second stop (a scheduler's SIGTERM after its launcher's) landing in this MLflow write left
         # the run RUNNING: it waits for the marking, then has nothing to add

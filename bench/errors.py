@@ -111,12 +111,11 @@ def stopped_by(exc: BaseException) -> "tuple[str, int] | None":
 
     if isinstance(exc, KeyboardInterrupt):
         return str(exc) or "KeyboardInterrupt", EXIT_SIGINT
+    # torch's elastic agent turns a signal into SignalException
+    if (sigval := getattr(exc, "sigval", None)) is not None:
+        exc = Interrupted(signal.Signals(sigval).name)
     if isinstance(exc, Interrupted):
         return str(exc), exc.exit_code
-    sigval = getattr(exc, "sigval", None)  # torch's elastic agent turns a signal into SignalException
-    if sigval is not None:
-        name = signal.Signals(sigval).name
-        return f"terminated by signal {name}", EXIT_SIGINT if name == "SIGINT" else EXIT_SIGTERM
     return None
 
 

@@ -29,9 +29,7 @@ class RankContext:
 def outside_launcher_context(distributed: DistributedConfig) -> Optional[RankContext]:
     """This process's rank when an outside launcher (torchrun, srun, Kubernetes) started it:
     RANK, WORLD_SIZE and LOCAL_RANK are set. None otherwise."""
-    if distributed.name != DistributedName.ddp:
-        return None
-    if not all(k in os.environ for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK")):
+    if distributed.name != DistributedName.ddp or not {"RANK", "WORLD_SIZE", "LOCAL_RANK"} <= os.environ.keys():
         return None
     return RankContext(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
 

@@ -86,9 +86,8 @@ class View:
     columns: List[Column]  # the sweep table; "error" last
     plots: Plots = no_plots  # the sweep's PNGs: (frame, out dir, title) -> files written
     optional_columns: List[Column] = field(default_factory=list)  # shown before "error" when some job has them
-    label_columns: List[Column] = field(
-        default_factory=list
-    )  # what names a single run in compare (prefix, figure, format)
+    # what names a single run in compare (prefix, figure, format)
+    label_columns: List[Column] = field(default_factory=list)
     timeline_metric: Optional[str] = None  # the MLflow series of the timeline (step times, latencies)
     repeats_metric: Optional[str] = None  # the MLflow series of the repeats' figure (None: none)
     # config key -> figure column: a run read back from MLflow has its names in its params only

@@ -51,7 +51,6 @@ def shown(
     at: int = 0,
     tag: bool = False,
     sample: Optional[Dict[str, Any]] = None,
-    metadata: Mapping[str, Any] = {},
     **options: Any,
 ) -> Any:
     """A record field that declares its presentation (a dataclasses.field: `default`, `default_factory`
@@ -59,8 +58,7 @@ def shown(
     (ordered by `at`, then field order; "" : no column); `tag` makes it an MLflow tag as well as a
     metric (every number is a metric, every field a radix_metrics key); `sample`, the figure
     `python -m bench.compare` judges (bench.report_view.Sample's options: unit, per_step, ...)."""
-    declared = {**metadata, "column": (header, fmt, at) if header else None, "tag": tag, "sample": sample}
-    return field(metadata=declared, **options)
+    return field(metadata={"column": (header, fmt, at) if header else None, "tag": tag, "sample": sample}, **options)
 
 
 class Record:
@@ -84,11 +82,9 @@ class Record:
     def columns(cls, more: Sequence[tuple[str, str, str, int]] = ()) -> List[Column]:
         """The sweep table's columns its fields declare, and `more` ((header, key, format, at)):
         (header, key, format), by `at`, then field order."""
-        found = [
-            (m["column"][2], m["column"][0], name, m["column"][1]) for name, m in cls.declared() if m.get("column")
-        ]
-        found += [(at, header, key, fmt) for header, key, fmt, at in more]
-        return [(header, key, fmt) for _, header, key, fmt in sorted(found, key=lambda c: c[0])]
+        found = [(*m["column"], name) for name, m in cls.declared() if m.get("column")]  # (header, format, at, key)
+        found += [(header, fmt, at, key) for header, key, fmt, at in more]
+        return [(header, key, fmt) for header, fmt, _, key in sorted(found, key=lambda c: c[2])]
 
     @classmethod
     def sample(cls) -> Sample:
@@ -254,12 +250,9 @@ def write_jsonl(path: Path, rows: Iterable[Mapping[str, Any]]) -> Path:
 def write_csv(path: Path, fields: Sequence[str], rows: Iterable[Any]) -> Path:
     """Rows are dicts (by field name) or sequences (in field order)."""
     buffer = io.StringIO()
-    if (rows := list(rows)) and isinstance(rows[0], Mapping):
-        writer: Any = csv.DictWriter(buffer, fieldnames=list(fields))
-        writer.writeheader()
-    else:
-        writer = csv.writer(buffer)
-        writer.writerow(fields)
+    csv.writer(buffer).writerow(fields)  # the header, as DictWriter.writeheader writes it
+    by_name = (rows := list(rows)) and isinstance(rows[0], Mapping)
+    writer: Any = csv.DictWriter(buffer, fieldnames=list(fields)) if by_name else csv.writer(buffer)
     writer.writerows(rows)
     return write_text(path, buffer.getvalue())
 

@@ -29,7 +29,6 @@ calls it before Hydra starts.
 from __future__ import annotations
 
 import contextlib
-import itertools
 import os
 import re
 import shutil
@@ -65,30 +64,24 @@ def reserve(base: Path, now: Optional[float] = None) -> Reserved:
     hms = time.strftime("%H-%M-%S", stamp)
     made: List[Path] = []
     _make_parents(day, made)
-    for n in itertools.count(1):
+    n = 1
+    while True:
         path = day / (hms if n == 1 else f"{hms}-{n}")
-        while True:
-            try:
-                os.mkdir(path)
-            except FileExistsError:
-                break  # another process's: try the next suffix
-            except FileNotFoundError:  # a refused command removed the date folder it had just made
-                _make_parents(day, made)
-                continue
+        try:
+            os.mkdir(path)
             return Reserved(path, [path, *made])
-    raise AssertionError("unreachable")  # itertools.count never ends
+        except FileExistsError:
+            n += 1  # another process's: try the next suffix
+        except FileNotFoundError:  # a refused command removed the date folder it had just made
+            _make_parents(day, made)
 
 
 def _make_parents(path: Path, made: List[Path]) -> None:
     """mkdir -p, noting (deepest first) each directory this call created."""
-    if path.is_dir():
-        return
-    _make_parents(path.parent, made)
-    try:
-        os.mkdir(path)
-    except FileExistsError:
-        return
-    made.insert(0, path)
+    for missing in reversed(missing_dirs(path)):  # the shallowest first
+        with contextlib.suppress(FileExistsError):  # made by another process meanwhile
+            os.mkdir(missing)
+            made.insert(0, missing)
 
 
 def discard(reserved: Reserved) -> None:
@@ -125,12 +118,11 @@ def for_command(args: Sequence[str]) -> Optional[Reserved]:
         return None
     if named:  # the user's: noted only when this command is the one to make it
         return None if "${" in named[-1] else _claim(key, named[-1].strip("'\""), args)
-    try:
+    with contextlib.suppress(OSError):  # cannot be made here: Hydra says why in its one line
         reserved = reserve(Path(SWEEP_BASE if multirun else RUN_BASE))
-    except OSError:
-        return None
-    reserved.override = f"{key}={reserved.path.as_posix()}"
-    return reserved
+        reserved.override = f"{key}={reserved.path.as_posix()}"
+        return reserved
+    return None
 
 
 def _claim(key: str, value: str, args: Sequence[str]) -> Reserved:

@@ -25,24 +25,11 @@ from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Tuple
 
 REDACTED = "***"
-CONFIG_MARKERS = (
-    "secret",
-    "password",
-    "passwd",
-    "pwd",
-    "token",
-    "access_key",
-    "credential",
-    "api_key",
-    "apikey",
-    "auth",
-    "jwt",
-    "signature",
-    "private_key",
-)
+# what marks a config key as a credential's, as a regex alternation (SECRET_YAML_VALUE finds them in a file too)
+CONFIG_MARKERS = "secret|password|passwd|pwd|token|access_key|credential|api_key|apikey|auth|jwt|signature|private_key"
 # whole words of a key (split at . _ -) that name a credential too short to be a marker: `checkpoint.on_signal` is fine
 CONFIG_WORDS = frozenset({"pass", "pw", "key", "sig"})
-ENV_MARKERS = (*CONFIG_MARKERS, "key", "pass", "session", "cookie", "private", "cert")
+ENV_MARKERS = re.compile(CONFIG_MARKERS + "|key|pass|session|cookie|private|cert")
 # scheme://userinfo@host: anything between :// and an @ before the first /
 USERINFO = re.compile(r"([a-zA-Z][a-zA-Z0-9+.\-]*://)[^/\s@]+@")
 # user:password@host without a scheme (a c10d endpoint `u:pw@host:29400`); not after / or : (a URL's path, a scheme)
@@ -65,15 +52,14 @@ CREDENTIALS_HOME = (
 def looks_secret(key: str) -> bool:
     """A config key whose value must never be shown or logged."""
     lowered = key.lower()
-    return any(marker in lowered for marker in CONFIG_MARKERS) or not CONFIG_WORDS.isdisjoint(
+    return bool(re.search(CONFIG_MARKERS, lowered)) or not CONFIG_WORDS.isdisjoint(
         re.split(r"[._\-]", lowered.lstrip("+~"))
     )
 
 
 def looks_secret_env(name: str) -> bool:
     """An environment variable whose value must never be recorded (stricter: *KEY*, *AUTH*, ...)."""
-    lowered = name.lower()
-    return any(marker in lowered for marker in ENV_MARKERS)
+    return bool(ENV_MARKERS.search(name.lower()))
 
 
 def secret_query_name(name: str) -> bool:
@@ -158,7 +144,7 @@ def command_line_problem(args: List[str]) -> Optional[str]:
 
 
 SECRET_YAML_VALUE = re.compile(
-    r"^(\s*-?\s*[+~]?[\w.]*(?:" + "|".join(CONFIG_MARKERS) + r")[\w.]*\s*[:=]\s*)(.+)$", re.IGNORECASE | re.MULTILINE
+    r"^(\s*-?\s*[+~]?[\w.]*(?:" + CONFIG_MARKERS + r")[\w.]*\s*[:=]\s*)(.+)$", re.IGNORECASE | re.MULTILINE
 )
 
 

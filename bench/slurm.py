@@ -83,10 +83,7 @@ class SweepLauncher(BaseSubmititLauncher):
 
     one_at_a_time = False
     cluster = "submitit"
-
-    def __init__(self, **params: Any) -> None:
-        super().__init__(**params)
-        self.sweep_context: Optional[str] = None  # bench.tracking.sweep's BENCH_SWEEP, pickled with every job
+    sweep_context: Optional[str] = None  # bench.tracking.sweep's BENCH_SWEEP: set by launch, pickled with every job
 
     # ---- in the job's process (on each node) ----------------------------------------------------
 
@@ -144,11 +141,11 @@ class SweepLauncher(BaseSubmititLauncher):
         asked = OmegaConf.to_container(job_cfg.hydra.launcher, resolve=True)
         assert isinstance(asked, dict)
         base = set(OmegaConf.structured(BaseQueueConf).keys())
-        params: Dict[str, Any] = {}
-        for k, v in asked.items():
-            key = str(k)  # a launcher group's keys are names
-            if key not in EXECUTOR_INIT_KEYS and key != "_target_":
-                params[key if key in base else f"{self._EXECUTOR}_{key}"] = v
+        params = {  # a launcher group's keys are names
+            (key if key in base else f"{self._EXECUTOR}_{key}"): value
+            for key, value in ((str(k), v) for k, v in asked.items())
+            if key not in (*EXECUTOR_INIT_KEYS, "_target_")
+        }
         job_dir = Path(str(job_cfg.hydra.sweep.dir)) / str(job_cfg.hydra.sweep.subdir)
         log.info("\t#%d : %s", num, " ".join(filter_overrides(overrides)))
         return PlannedJob(num, overrides, params, job_dir)
@@ -157,15 +154,10 @@ class SweepLauncher(BaseSubmititLauncher):
         """One job array for jobs that ask alike; job number -> submitit's job."""
         executor.update_parameters(**group[0].params)
         state = Singleton.get_state()
+        # each job's call of this launcher (__call__'s arguments), as the columns map_array takes
+        calls = [(job.overrides, "hydra.sweep.dir", job.num, f"job_id_for_{job.num}", state) for job in group]
         try:
-            handles = executor.map_array(
-                self,
-                [job.overrides for job in group],
-                ["hydra.sweep.dir"] * len(group),
-                [job.num for job in group],
-                [f"job_id_for_{job.num}" for job in group],
-                [state] * len(group),
-            )
+            handles = executor.map_array(self, *(list(column) for column in zip(*calls, strict=True)))
         except Exception as exc:  # submitit's FailedJobError holds sbatch's own words
             said = next((line.strip() for line in str(exc).splitlines() if line.strip()), type(exc).__name__)
             reason = f"{self.cluster} refused the sweep's jobs #{group[0].num}..#{group[-1].num}: {said}"

@@ -40,6 +40,7 @@ from bench.launch.worker import EXIT_HUNG, EXIT_ORPHANED, setup_rank_logging, wo
 from bench.rank_context import RankContext, free_port, outside_launcher_context
 
 log = logging.getLogger("bench")
+RankPid = Optional[Tuple[int, int]]  # (rank, pid) of a worker, if one is named
 
 
 class Launcher:
@@ -74,10 +75,9 @@ SIGNALS_TORCH_TAKES = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGQ
 def get_method_name(depth: int = 2) -> str:
     """torch's rendezvous get_method_name, read from the frame itself: torch's calls inspect.stack(),
     twice an event, which reads every frame's source lines (0.4-1.5 CPU-s of a launch)."""
-    try:
+    with contextlib.suppress(ValueError):  # a shallower stack than depth
         return sys._getframe(depth).f_code.co_name
-    except ValueError:  # a shallower stack than depth
-        return "no_method_name"
+    return "no_method_name"
 
 
 def name_events_cheaply() -> None:
@@ -92,8 +92,7 @@ class Elastic(Launcher):
     with several nodes, so node_rank fixes the ranks and node 0 holds rank 0), no restarts."""
 
     def __init__(self, distributed: DistributedConfig):
-        self.reports = distributed.node_rank == 0
-        self.who = f"node {distributed.node_rank}"
+        self.reports, self.who = distributed.node_rank == 0, f"node {distributed.node_rank}"
 
     def run(self, scenario: Any, config: BenchConfig, out_dir: Path) -> Optional[Any]:
         from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
@@ -135,9 +134,9 @@ class Elastic(Launcher):
         )
         # The elastic agent logs its launch config and every failure at length; we report a failure in
         # one line. Its modules set their own logger levels, so each is quieted, not just the parent.
-        for name in [n for n in logging.root.manager.loggerDict if n.startswith("torch.distributed.elastic")]:
+        elastic = [n for n in logging.root.manager.loggerDict if n.startswith("torch.distributed.elastic")]
+        for name in ["torch.distributed.elastic", *elastic]:
             logging.getLogger(name).setLevel(logging.CRITICAL)
-        logging.getLogger("torch.distributed.elastic").setLevel(logging.CRITICAL)
         logging.getLogger("torch.multiprocessing").setLevel(logging.ERROR)
         name_events_cheaply()
         # Workers fork from one server process that has torch imported already (this module's worker
@@ -182,8 +181,7 @@ def accepted_by(cls: Any, **optional: Any) -> Dict[str, Any]:
     torch adds fields, and the CUDA images users run lag the newest torch by several releases."""
     import dataclasses
 
-    names = {field.name for field in dataclasses.fields(cls)}
-    return {key: value for key, value in optional.items() if key in names}
+    return {key: value for key, value in optional.items() if key in {f.name for f in dataclasses.fields(cls)}}
 
 
 def start_forkserver_deaf_to_ctrl_c() -> None:
@@ -260,11 +258,10 @@ def private_tempdir() -> Iterator[None]:
 
     make_multiprocessing_temp_dir()
     clean_leftovers(LAUNCH_PREFIX)
-    previous = tempfile.tempdir
-    private = str(owned_tempdir(LAUNCH_PREFIX))
-    tempfile.tempdir = private
+    private = owned_tempdir(LAUNCH_PREFIX)
+    previous, tempfile.tempdir = tempfile.tempdir, str(private)
     try:
-        with semaphores_noted_in(Path(private)):  # the launch's /dev/shm/sem.mp-*, for after a SIGKILL
+        with semaphores_noted_in(private):  # the launch's /dev/shm/sem.mp-*, for after a SIGKILL
             yield
     finally:
         tempfile.tempdir = previous
@@ -285,8 +282,7 @@ class SurvivorReaper:
 
     def stop(self) -> None:
         self._stop.set()
-        if self._thread.is_alive():
-            self._thread.join(timeout=5)
+        self._thread.join(timeout=5)
 
     def _watch(self) -> None:
         workers: Dict[int, Any] = {}  # pid -> psutil.Process, or None when it was gone at first sight
@@ -296,18 +292,15 @@ class SurvivorReaper:
         while not self._stop.wait(0.05):
             for pid, _local_rank in pid_files(self.workers_dir).values():
                 if pid not in workers:
-                    try:
+                    workers[pid] = None  # gone at first sight, unless psutil finds it
+                    with contextlib.suppress(psutil.Error):
                         workers[pid] = psutil.Process(pid)
-                    except psutil.Error:
-                        workers[pid] = None
-            alive = []
-            for worker in workers.values():
-                state = _state(worker)
-                if state in ("stopped", "tracing-stop") and worker.pid not in self.stopped:
-                    self.stopped.append(worker.pid)
-                if state is not None and state != "zombie":
-                    alive.append(worker)
-            gone = [pid for pid, w in workers.items() if w is None or w not in alive]
+            states = {pid: _state(worker) for pid, worker in workers.items()}
+            for pid, state in states.items():
+                if state in ("stopped", "tracing-stop") and pid not in self.stopped:
+                    self.stopped.append(pid)
+            alive = [workers[pid] for pid, state in states.items() if state not in (None, "zombie")]
+            gone = [pid for pid, state in states.items() if state in (None, "zombie")]
             if gone and not self.first_gone:
                 self.first_gone = gone
             if len(workers) < self.expected or not gone:
@@ -332,7 +325,7 @@ def pid_files(workers_dir: Path) -> Dict[int, Tuple[int, str]]:
     return found
 
 
-def first_to_die(pids: List[int], workers_dir: Path) -> Optional[Tuple[int, int]]:
+def first_to_die(pids: List[int], workers_dir: Path) -> RankPid:
     """(rank, pid) of the worker that ended first without an error of its own, if any.
 
     `pids` are the workers the reaper saw gone at its first sighting of a death (several when
@@ -352,12 +345,7 @@ def _state(process: Any) -> Optional[str]:
     return None
 
 
-def describe_failure(
-    exc: Any,
-    first: Optional[Tuple[int, int]] = None,
-    killed: Sequence[int] = (),
-    stopped: Optional[Tuple[int, int]] = None,
-) -> str:
+def describe_failure(exc: Any, first: RankPid = None, killed: Sequence[int] = (), stopped: RankPid = None) -> str:
     """One line from the elastic launcher's ChildFailedError: the rank that failed first, its exit code or
     signal, its error. `first` is (rank, pid) of the worker seen to end first, if the launcher blamed another;
     `killed` are the pids the reaper killed after that: survivors, never the cause;
@@ -375,20 +363,18 @@ def describe_failure(
             f"worker rank {first[0]} (pid {first[1]}) died first, without an error of its own (killed by a "
             f"signal such as SIGKILL, or by the OOM killer); rank {rank} then failed: {_detail(failure)}"
         )
+    who = f"worker rank {rank} (pid {failure.pid})"
     if failure.exitcode == EXIT_ORPHANED:
-        return f"worker rank {rank} (pid {failure.pid}) ended because its launcher was gone"
+        return f"{who} ended because its launcher was gone"
     if failure.exitcode == EXIT_HUNG:
-        return (
-            f"worker rank {rank} (pid {failure.pid}) saw no training step finish for distributed.timeout_s: "
-            "a rank died or hung"
-        )
+        return f"{who} saw no training step finish for distributed.timeout_s: a rank died or hung"
     if failure.exitcode < 0:
         try:
             name = signal.Signals(-failure.exitcode).name
         except ValueError:
             name = f"signal {-failure.exitcode}"
-        return f"worker rank {rank} (pid {failure.pid}) was killed by {name}"
-    return f"worker rank {rank} (pid {failure.pid}) exited with code {failure.exitcode}: {_detail(failure)}"
+        return f"{who} was killed by {name}"
+    return f"{who} exited with code {failure.exitcode}: {_detail(failure)}"
 
 
 def _detail(failure: Any) -> str:

@@ -68,12 +68,10 @@ def overrides_of(argv: Sequence[str]) -> List[str]:
     """The command line without Hydra's flags (and their values): the overrides."""
     takes_a_value = hydra_flags(taking_a_value=True)
     found: List[str] = []
-    skip = False
-    for arg in argv:
-        if skip:
-            skip = False
-        elif arg in takes_a_value:
-            skip = True
+    args = iter(argv)
+    for arg in args:
+        if arg in takes_a_value:
+            next(args, None)  # its value
         elif not arg.startswith("-"):
             found.append(arg)
     return found

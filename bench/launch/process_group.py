@@ -21,8 +21,8 @@ def init_process_group(cfg: DistributedConfig, ctx: RankContext, device: Any) ->
     backend = resolve_backend(cfg.backend, device.type)
     timeout = datetime.timedelta(seconds=float(cfg.timeout_s))
     kwargs: Dict[str, Any] = {"device_id": device} if device.type == "cuda" else {}
-    store = rank_store(ctx, cfg.timeout_s)  # every rank there, or a signal, or a line saying who is awaited
-    if store is not None:
+    # the store once every rank is there (or a signal; a line says who is awaited meanwhile)
+    if (store := rank_store(ctx, cfg.timeout_s)) is not None:
         kwargs["store"] = store
     dist.init_process_group(backend=backend, rank=ctx.rank, world_size=ctx.world_size, timeout=timeout, **kwargs)
     log.info(

@@ -85,13 +85,10 @@ def join(wait: Wait, me: int, server: bool, prefix: str) -> Any:
     members, noun, timeout_s = wait.members, wait.noun, wait.timeout_s
     timeout = datetime.timedelta(seconds=timeout_s)
     try:
-        if server:
-            store = dist.TCPStore(
-                wait.host, wait.port, members, True, timeout, wait_for_workers=False, multi_tenant=True
-            )
-        else:
+        if not server:
             _until_it_listens(wait)
-            store = dist.TCPStore(wait.host, wait.port, members, False, timeout, wait_for_workers=False)
+        tenants = {"multi_tenant": True} if server else {}
+        store = dist.TCPStore(wait.host, wait.port, members, server, timeout, wait_for_workers=False, **tenants)
         store.set(f"{prefix}/{me}", socket.gethostname())
         joined = store.add(f"{prefix}/joined", 1)
         pause = POLL_S[0]

@@ -27,8 +27,6 @@ STOP_SIGNALS = frozenset({signal.SIGINT, signal.SIGTERM})  # Ctrl-C and a schedu
 def process_identity(pid: int) -> Optional[Tuple[int, float]]:
     """(pid, start time) of a live process, None when there is none (or only a zombie): a pid the
     system gave to another process since is told apart by its start time."""
-    import psutil
-
     with suppress(psutil.Error):
         process = psutil.Process(pid)
         return None if process.status() == psutil.STATUS_ZOMBIE else (pid, process.create_time())
@@ -120,8 +118,7 @@ class _StopsHeld:
     It holds what sigterm_raises' handlers raise, and costs no system call: pthread_sigmask costs
     ~4 µs a block, and a read takes every record through one."""
 
-    def __init__(self) -> None:
-        self.depth, self.landed = 0, 0
+    depth, landed = 0, 0  # blocks open now; the stop that landed inside them (0: none)
 
     def __enter__(self) -> None:
         self.depth += 1
@@ -241,12 +238,10 @@ def owned_tempdir(prefix: str, parent: Optional[str] = None) -> Path:
 
 def owner_gone(path: Path) -> bool:
     """Is the directory's owner (its owner file) no longer running? False without an owner file."""
-    try:
+    with suppress(OSError, ValueError):  # no owner file, or not one of ours
         pid, started = (path / OWNER_FILE).read_text().split()[:2]
-        owner = (int(pid), float(started))
-    except (OSError, ValueError):
-        return False
-    return process_identity(owner[0]) != owner
+        return process_identity(int(pid)) != (int(pid), float(started))
+    return False
 
 
 def clean_leftovers(prefix: str, parent: Optional[str] = None) -> List[Path]:
@@ -254,16 +249,13 @@ def clean_leftovers(prefix: str, parent: Optional[str] = None) -> List[Path]:
     is gone; the paths removed."""
     base = Path(parent or tempfile.gettempdir())
     removed: List[Path] = []
-    try:
-        candidates = sorted(base.glob(prefix + "*"))
-    except OSError:
-        return removed
-    for path in candidates:
-        if path.is_dir() and not path.is_symlink() and owner_gone(path):
-            _unlink_semaphores(path / SEMAPHORES_FILE)
-            shutil.rmtree(path, ignore_errors=True)
-            if not path.exists():
-                removed.append(path)
+    with suppress(OSError):  # a temp dir that cannot be listed: nothing to clean
+        for path in sorted(base.glob(prefix + "*")):
+            if path.is_dir() and not path.is_symlink() and owner_gone(path):
+                _unlink_semaphores(path / SEMAPHORES_FILE)
+                shutil.rmtree(path, ignore_errors=True)
+                if not path.exists():
+                    removed.append(path)
     return removed
 
 
@@ -289,12 +281,9 @@ def semaphores_noted_in(path: Path) -> Iterator[None]:
 
 
 def _unlink_semaphores(listed: Path) -> None:
-    try:
-        names = listed.read_text().split()
-    except OSError:
-        return
     import _multiprocessing
 
-    for name in names:
-        with suppress(OSError):
-            _multiprocessing.sem_unlink(name)  # gone already (the tracker removed it): nothing to do
+    with suppress(OSError):  # no list: none were made
+        for name in listed.read_text().split():
+            with suppress(OSError):
+                _multiprocessing.sem_unlink(name)  # gone already (the tracker removed it): nothing to do

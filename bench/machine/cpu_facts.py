@@ -25,12 +25,10 @@ def cgroup_quota(root: Path = CGROUP) -> Optional[float]:
         quota, period = (root / "cpu.max").read_text().split()[:2]
         return None if quota == "max" else int(quota) / int(period)
     for group in ("cpu", "cpu,cpuacct", "cpuacct,cpu"):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # not this group's folder: the next
             quota_us = int((root / group / "cpu.cfs_quota_us").read_text())
             period_us = int((root / group / "cpu.cfs_period_us").read_text())
-        except (OSError, ValueError):
-            continue
-        return quota_us / period_us if quota_us > 0 and period_us > 0 else None
+            return quota_us / period_us if quota_us > 0 and period_us > 0 else None
     return None
 
 

@@ -113,15 +113,12 @@ class TreeClock:
             return
         starting = not self.last
         for process in processes:
-            try:
-                with process.oneshot():
-                    times, key = process.cpu_times(), (process.pid, process.create_time())
-            except psutil.Error:
-                continue
-            seconds = times.user + times.system
-            self.first.setdefault(key, seconds if starting else 0.0)
-            self.last[key] = seconds
-            self.pids.add(process.pid)
+            with contextlib.suppress(psutil.Error), process.oneshot():  # one gone meanwhile is left out
+                times, key = process.cpu_times(), (process.pid, process.create_time())
+                seconds = times.user + times.system
+                self.first.setdefault(key, seconds if starting else 0.0)
+                self.last[key] = seconds
+                self.pids.add(process.pid)
 
     def seconds(self) -> float:
         return sum(last - self.first.get(key, 0.0) for key, last in self.last.items())
@@ -130,13 +127,9 @@ class TreeClock:
 def cpu_seconds_with_children() -> float:
     """CPU time of this process and its live children (the loader's workers); clock-tick
     resolution (10 ms), so it needs a few hundred milliseconds of work to mean anything."""
-    me = psutil.Process()
-    total = 0.0
-    for process in [me, *me.children(recursive=True)]:
-        with contextlib.suppress(psutil.NoSuchProcess):
-            times = process.cpu_times()
-            total += times.user + times.system
-    return total
+    tree = TreeClock(os.getpid())
+    tree.sample()
+    return sum(tree.last.values())
 
 
 class MachineWatch:
@@ -151,8 +144,9 @@ class MachineWatch:
         cpu: bool = True,
     ):
         self.root = root if root is not None else root_pid()
-        self.cpu = cpu  # False: the GPU's checks only (a rank other than 0: rank 0 judges the CPU)
-        self.demand = demand  # (threads, ranks on this host, loader workers per rank, what a thread is)
+        # cpu=False: the GPU's checks only (a rank other than 0: rank 0 judges the CPU); demand: (threads,
+        # ranks on this host, loader workers per rank, what a thread is)
+        self.cpu, self.demand = cpu, demand
         self.gpu, self.interval_s = gpu, interval_s
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
@@ -229,17 +223,13 @@ class MachineWatch:
         return verdict.add(gpu)
 
 
-def probe(seconds: float, demand: Optional[Tuple[int, int, int, str]] = None) -> Verdict:
-    """The verdict of `seconds` of this machine with nothing measured (before a run: is it quiet?)."""
-    watch = MachineWatch(demand=demand).start()
-    time.sleep(seconds)  # the interval observed, not a wait for an event
-    return watch.stop()
-
-
 def wait_until_quiet(wait_s: float, probe_s: float = 1.0) -> Verdict:
-    """Probe until the machine is fit or `wait_s` is spent; the last probe's verdict."""
+    """Probe until the machine is fit or `wait_s` is spent (each probe: `probe_s` of this machine with
+    nothing measured); the last probe's verdict."""
     deadline = time.monotonic() + wait_s
     while True:
-        verdict = probe(probe_s)
+        watch = MachineWatch().start()
+        time.sleep(probe_s)  # the interval observed, not a wait for an event
+        verdict = watch.stop()
         if verdict.fit or time.monotonic() + probe_s > deadline:
             return verdict

@@ -31,7 +31,7 @@ import os
 import threading
 import time
 from dataclasses import dataclass, fields
-from typing import Any, Collection, Dict, List, Optional, Set
+from typing import Any, Collection, Dict, List, Optional, Set, Tuple
 
 from bench.machine.fitness import Verdict
 
@@ -57,12 +57,10 @@ class GpuFigures:
 def nvml_handle(nvml: Any, cuda_index: int) -> Any:
     """NVML numbers all GPUs; CUDA numbers the visible ones: map through CUDA_VISIBLE_DEVICES."""
     visible = [v.strip() for v in os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",") if v.strip()]
-    if cuda_index < len(visible):
-        entry = visible[cuda_index]
-        if entry.isdigit():
-            return nvml.nvmlDeviceGetHandleByIndex(int(entry))
-        return nvml.nvmlDeviceGetHandleByUUID(entry)  # GPU-xxxx or MIG-xxxx
-    return nvml.nvmlDeviceGetHandleByIndex(cuda_index)
+    entry = visible[cuda_index] if cuda_index < len(visible) else str(cuda_index)
+    if entry.isdigit():
+        return nvml.nvmlDeviceGetHandleByIndex(int(entry))
+    return nvml.nvmlDeviceGetHandleByUUID(entry)  # GPU-xxxx or MIG-xxxx
 
 
 class GpuMonitor:
@@ -76,20 +74,14 @@ class GpuMonitor:
         self._energy_start: Optional[tuple] = None  # (millijoules, monotonic seconds) at start()
 
     def _energy_mj(self) -> Optional[tuple]:
-        try:
-            return int(self._nvml.nvmlDeviceGetTotalEnergyConsumption(self._handle)), time.monotonic()
-        except Exception:  # pre-Volta GPUs and some drivers have no energy counter
-            return None
+        # pre-Volta GPUs and some drivers have no energy counter
+        reading = _try(self._nvml.nvmlDeviceGetTotalEnergyConsumption, self._handle)
+        return None if reading is None else (int(reading), time.monotonic())
 
     def start(self) -> "GpuMonitor":
-        try:
-            import pynvml
-
-            pynvml.nvmlInit()
-            self._handle = nvml_handle(pynvml, self.cuda_index)
-            self._nvml = pynvml
-        except Exception:  # no GPU / no driver: nothing to sample
+        if (opened := _nvml_open(self.cuda_index)) is None:  # no GPU / no driver: nothing to sample
             return self
+        self._nvml, self._handle = opened
         self._energy_start = self._energy_mj()
         self._sample()
         self._thread = threading.Thread(target=self._run, name="gpu-monitor", daemon=True)
@@ -98,45 +90,37 @@ class GpuMonitor:
 
     def _sample(self) -> None:
         nvml, handle = self._nvml, self._handle
-        try:
+        with contextlib.suppress(Exception):  # a reading NVML did not give: no sample this time
             util = nvml.nvmlDeviceGetUtilizationRates(handle)
             memory = nvml.nvmlDeviceGetMemoryInfo(handle)
             power_mw = nvml.nvmlDeviceGetPowerUsage(handle)
             clock = nvml.nvmlDeviceGetClockInfo(handle, nvml.NVML_CLOCK_SM)
-        except Exception:
-            return
-        self._samples.append((util.gpu, memory.used / 2**20, power_mw / 1000.0, clock))
+            self._samples.append((util.gpu, memory.used / 2**20, power_mw / 1000.0, clock))
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s):
             self._sample()
 
     def stop(self) -> GpuFigures:
+        figures = GpuFigures()
         if self._thread is None:
-            return GpuFigures()
-        energy_end = self._energy_mj() if self._energy_start is not None else None
+            return figures
+        end = self._energy_mj() if self._energy_start is not None else None
         self._stop.set()
         self._thread.join()
         self._sample()  # the window's end: a short window has its figures too
-        with contextlib.suppress(Exception):  # the figures matter more than a clean NVML shutdown
-            self._nvml.nvmlShutdown()
-        energy = self._energy_figures(energy_end)
-        if not self._samples:
-            return energy
-        util, mem, power, clock = zip(*self._samples, strict=True)
-        mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
-        energy.gpu_util_mean_pct, energy.gpu_memory_used_max_mb = mean(util), max(mem)
-        energy.gpu_power_mean_w, energy.gpu_sm_clock_mean_mhz = mean(power), mean(clock)
-        energy.gpu_samples = len(self._samples)
-        return energy
-
-    def _energy_figures(self, end: Optional[tuple]) -> GpuFigures:
-        if self._energy_start is None or end is None:
-            return GpuFigures()
-        joules, seconds = (end[0] - self._energy_start[0]) / 1000.0, end[1] - self._energy_start[1]
-        if joules < 0 or seconds <= 0:  # the counter wrapped or was reset by the driver
-            return GpuFigures()
-        return GpuFigures(energy_joules=joules, energy_power_mean_w=joules / seconds)
+        _try(self._nvml.nvmlShutdown)  # the figures matter more than a clean NVML shutdown
+        if self._energy_start is not None and end is not None:
+            joules, seconds = (end[0] - self._energy_start[0]) / 1000.0, end[1] - self._energy_start[1]
+            if joules >= 0 and seconds > 0:  # else the counter wrapped or was reset by the driver
+                figures.energy_joules, figures.energy_power_mean_w = joules, joules / seconds
+        if self._samples:
+            util, mem, power, clock = zip(*self._samples, strict=True)
+            mean = lambda xs: sum(xs) / len(xs)  # noqa: E731
+            figures.gpu_util_mean_pct, figures.gpu_memory_used_max_mb = mean(util), max(mem)
+            figures.gpu_power_mean_w, figures.gpu_sm_clock_mean_mhz = mean(power), mean(clock)
+            figures.gpu_samples = len(self._samples)
+        return figures
 
 
 SLOW_SM_CLOCK = 0.80  # mean SM clock over the window below this share of max is noted
@@ -153,10 +137,9 @@ CLOCK_SM = 1  # NVML_CLOCK_SM
 
 
 def _try(call: Any, *args: Any) -> Any:
-    try:
+    with contextlib.suppress(Exception):  # NVMLError_NotSupported and friends: the check is left out
         return call(*args)
-    except Exception:  # NVMLError_NotSupported and friends: the check is left out
-        return None
+    return None
 
 
 def cpus_of_mask(words: List[int]) -> Set[int]:
@@ -169,18 +152,10 @@ class GpuWatch:
 
     def __init__(self, nvml: Any, handle: Any, index: int, ranks_on_gpu: int = 1):
         self.nvml, self.handle, self.index, self.ranks_on_gpu = nvml, handle, index, ranks_on_gpu
-        self.events = 0  # OR of every clock-event reason seen during the window
+        self.events, self.pcie_gen = 0, 0  # events: OR of every clock-event reason seen during the window
         self.clocks: List[int] = []
-        self.pcie_gen = 0
         self.others: Set[int] = set()
         self.own: Set[int] = set()
-
-    def _reasons_now(self) -> Optional[int]:
-        nvml = self.nvml
-        call = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
-            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
-        )
-        return _try(call, self.handle) if call else None
 
     def start(self, own_pids: Collection[int]) -> None:
         self.own = set(own_pids) | {os.getpid()}
@@ -189,7 +164,10 @@ class GpuWatch:
 
     def sample(self) -> None:
         nvml, handle = self.nvml, self.handle
-        if (reasons := self._reasons_now()) is not None:
+        reasons_now = getattr(nvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+            nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None
+        )
+        if reasons_now and (reasons := _try(reasons_now, handle)) is not None:
             self.events |= int(reasons)
         if (clock := _try(nvml.nvmlDeviceGetClockInfo, handle, CLOCK_SM)) is not None:
             self.clocks.append(int(clock))
@@ -226,22 +204,11 @@ class GpuWatch:
             verdict.notes.append(f"{gpu} is in MIG mode: the figures are one partition's")
         if _try(nvml.nvmlDeviceGetPersistenceMode, handle) == 0:
             verdict.notes.append(f"{gpu} persistence mode is off")
-        self._ecc(verdict, gpu)
-        self._pcie(verdict, gpu)
-        self._numa(verdict, gpu)
-        _try(nvml.nvmlShutdown)  # NVML counts its inits: this watch's one ends here
-        return verdict
-
-    def _ecc(self, verdict: Verdict, gpu: str) -> None:
-        nvml, handle = self.nvml, self.handle
         if uncorrected := _try(nvml.nvmlDeviceGetTotalEccErrors, handle, ECC_UNCORRECTED, ECC_VOLATILE):
             verdict.reasons.append(f"{gpu} has {uncorrected} uncorrected ECC errors since the driver loaded")
         corrected = _try(nvml.nvmlDeviceGetTotalEccErrors, handle, ECC_CORRECTED, ECC_VOLATILE)
         if corrected is not None and self.ecc_corrected is not None and corrected > self.ecc_corrected:
             verdict.notes.append(f"{gpu} corrected {corrected - self.ecc_corrected} ECC errors during the window")
-
-    def _pcie(self, verdict: Verdict, gpu: str) -> None:
-        nvml, handle = self.nvml, self.handle
         width = _try(nvml.nvmlDeviceGetCurrPcieLinkWidth, handle)
         most = _try(nvml.nvmlDeviceGetMaxPcieLinkWidth, handle)
         if width and most and width < most:
@@ -249,6 +216,9 @@ class GpuWatch:
         top_gen = _try(nvml.nvmlDeviceGetMaxPcieLinkGeneration, handle)
         if self.pcie_gen and top_gen and self.pcie_gen < top_gen:
             verdict.notes.append(f"{gpu} PCIe link gen {self.pcie_gen} of gen {top_gen} during the window")
+        self._numa(verdict, gpu)
+        _try(nvml.nvmlShutdown)  # NVML counts its inits: this watch's one ends here
+        return verdict
 
     def _numa(self, verdict: Verdict, gpu: str) -> None:
         """This rank's CPUs against its GPU's NUMA-local CPUs (nvmlDeviceGetCpuAffinity)."""
@@ -274,14 +244,19 @@ def _ranges(cpus: Collection[int]) -> str:
     return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else f"{run[0]}" for run in runs)
 
 
-def gpu_watch(cuda_index: int, ranks_on_gpu: int = 1, nvml: Any = None) -> Optional[GpuWatch]:
-    """The watch of this rank's GPU, or None without NVML (no driver, no GPU)."""
-    try:
+def _nvml_open(cuda_index: int, nvml: Any = None) -> Optional[Tuple[Any, Any]]:
+    """(the pynvml module or a stand-in, this GPU's handle) once NVML started; None without NVML."""
+    with contextlib.suppress(Exception):  # NVMLError_LibraryNotFound and friends: no GPU, no driver
         if nvml is None:
             import pynvml
 
             nvml = pynvml
         nvml.nvmlInit()
-        return GpuWatch(nvml, nvml_handle(nvml, cuda_index), cuda_index, ranks_on_gpu)
-    except Exception:  # NVMLError_LibraryNotFound and friends: no GPU checks
-        return None
+        return nvml, nvml_handle(nvml, cuda_index)
+    return None
+
+
+def gpu_watch(cuda_index: int, ranks_on_gpu: int = 1, nvml: Any = None) -> Optional[GpuWatch]:
+    """The watch of this rank's GPU, or None without NVML (no driver, no GPU)."""
+    opened = _nvml_open(cuda_index, nvml)
+    return GpuWatch(*opened, cuda_index, ranks_on_gpu) if opened else None
