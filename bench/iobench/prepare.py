@@ -211,7 +211,7 @@ def finish(
     }
     store.put(MANIFEST, json.dumps(manifest).encode())
     written_bytes = sum(f.size for f in ordered)
-    return Prepared(train, False, seconds, written_bytes, why, latencies, evaluation)
+    return Prepared(train, False, seconds, written_bytes, reason=why, put_latencies_ms=latencies, eval_files=evaluation)
 
 
 def prepare_dataset(store: ObjectStore, workload: StorageWorkloadConfig, mode: PrepareMode, workers: int) -> Prepared:
