@@ -115,8 +115,10 @@ class TrainingRun:
         model, self.compile_info = maybe_compile(self.wrapped, config.compile, config.compile_mode, device)
         model.train()
         smoothing, clip_norm = config.train.label_smoothing, config.optimizer.grad_clip_norm
-        self.step = TrainStep(model, optimizer, scheduler, policy, on_step, smoothing, clip_norm)
-        self.val: Any = None  # one_pass() of the val split, when train.eval_every (bench.train.loop.open_val)
+        self.step = TrainStep(
+            model, optimizer, scheduler, policy, after=on_step, label_smoothing=smoothing, clip_norm=clip_norm
+        )
+        self.val: Any = None  # one_pass() of the val split, when train.eval_every (built by bench.train.loop.train)
         self.mlperf = MlperfLog()  # train.mlperf_log: MLPerf's events (bench.train.loop.train)
 
     @property

@@ -147,7 +147,8 @@ def test_no_module_over_300_lines(module):
 # into their one importer; one NVML opener; Tracker's four writers through one batch call; cifar100 and
 # imagefolder builders from one map_style_builders; MlperfLog's generic start/end/event; check_model_run
 # shared by training and inference; contextlib.suppress and comprehensions where an except or loop only filtered.
-CODE_LINE_CEILING = 17_085
+# 17,087: +2 so TrainStep's arguments are named again at its one call (review of that pass).
+CODE_LINE_CEILING = 17_087
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
