@@ -140,6 +140,7 @@ def pytest_unconfigure(config):
 # CPU rehearsal) is named too, or it would start among the last.
 LONGEST_FIRST = (
     "test_slurm",
+    "test_slurm_cancel",
     "test_slurm_scripts",
     "test_tracking_faults",
     "test_sweep",
