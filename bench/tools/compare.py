@@ -200,7 +200,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         then += " (--rerun N measures a run's config against itself)"
         notes.append(said_same(comparison, args.baseline, then, "sweep" if len(baseline) > 1 else "run"))
     out, moved = own_folder(args.out or Path("compare"), named=args.out is not None)
-    for line in [moved, *notes] if moved else notes:
+    for line in filter(None, [moved, *notes]):
         print(line, file=sys.stderr)
     print(render_text(comparison), flush=True)
     files = write_outputs(comparison, out, f"{args.baseline} vs {args.candidate}", notes)

@@ -247,12 +247,9 @@ def unmet(items: Sequence[dict], have: Dict[str, Optional[str]], env: Dict[str, 
             version = have.get(canonicalize_name(req.name))
             if version is None or (req.marker and not any(req.marker.evaluate({**env, "extra": e}) for e in extras)):
                 continue
-            try:
-                fits = req.specifier.contains(Version(version), prereleases=True)
-            except InvalidVersion:
-                continue
-            if not fits:
-                problems.append(f"{meta['name']} needs {req.name}{req.specifier}, the target has {version}")
+            with contextlib.suppress(InvalidVersion):  # a version no specifier can judge
+                if not req.specifier.contains(Version(version), prereleases=True):
+                    problems.append(f"{meta['name']} needs {req.name}{req.specifier}, the target has {version}")
     return problems
 
 

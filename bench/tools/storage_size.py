@@ -19,15 +19,7 @@ from typing import List, Optional
 from bench.config import compose
 from bench.errors import BenchError, print_error
 from bench.iobench.qualify import dataset_size, host_memory
-
-
-def _argument_problem(args: argparse.Namespace) -> Optional[str]:
-    for flag, value in (("--hosts", args.hosts), ("--accelerators-per-host", args.accelerators_per_host)):
-        if value is not None and value < 1:
-            return f"{flag}={value} is not valid: accepted an integer of 1 or more."
-    if (memory := args.host_memory_gb) is not None and not (math.isfinite(memory) and memory > 0):
-        return f"--host-memory-gb={memory} is not valid: accepted a number of GB above 0."
-    return None
+from bench.tools import ab
 
 
 def main(argv: Optional[List[str]] = None) -> int:
@@ -40,8 +32,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     args, overrides = parser.parse_known_args(argv)
     if flags := [o for o in overrides if o.startswith("-")]:  # the rest are overrides of the workload
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
-    if problem := _argument_problem(args):
+    if problem := ab.below_one(args, "hosts", "accelerators_per_host"):
         return print_error(problem)
+    if (memory := args.host_memory_gb) is not None and not (math.isfinite(memory) and memory > 0):
+        return print_error(f"--host-memory-gb={memory} is not valid: accepted a number of GB above 0.")
     try:
         config = compose("mode=storage", *overrides)
     except BenchError as exc:

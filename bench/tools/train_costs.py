@@ -89,13 +89,8 @@ def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
 
 def eval_run(args: argparse.Namespace, root: str) -> List[str]:
     """The eval comparison's run: the digits preset, its flags' config keys (--epochs, --threads, --workers)."""
-    return [
-        "+experiment=digits_tta",
-        f"data.root={root}",
-        *ab.spelled(args),
-        "train.target_accuracy=null",
-        "benchmark.progress=false",
-    ]
+    quiet = ["train.target_accuracy=null", "benchmark.progress=false"]
+    return ["+experiment=digits_tta", f"data.root={root}", *ab.spelled(args), *quiet]
 
 
 def argument_problem(args: argparse.Namespace) -> Optional[str]:
