@@ -70,13 +70,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     prep.add_argument("--quality", type=int, default=90, help="JPEG quality of the stored images")
     prep.add_argument("--shard-size", type=int, default=1000, help="images per shard")
     prep.add_argument("--workers", type=int, default=None, help="encoding processes (default: CPU count)")
-    prep.add_argument(
-        "--storage",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="storage group options for s3:// (e.g. endpoint=http://localhost:9000)",
-    )
+    said = "storage group options for s3:// (e.g. endpoint=http://localhost:9000)"
+    prep.add_argument("--storage", action="append", default=[], metavar="KEY=VALUE", help=said)
     prep.add_argument("--no-progress", action="store_true")
 
     digits = commands.add_parser("digits", help="write scikit-learn's 8x8 digits (1,797 images) as an image folder")
@@ -95,11 +90,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     bench.add_argument("--warmup", type=int, default=4, help="discarded batches per measurement")
     bench.add_argument("--shard-image-size", type=int, default=256, help="prepare --size of the shards")
     bench.add_argument("--shard-size", type=int, default=100, help="prepare --shard-size of the shards")
-    bench.add_argument(
-        "--dir",
-        default=os.path.join(tempfile.gettempdir(), "bench-loader"),
-        help="where the generated dataset and shards live (reused between runs)",
-    )
+    said = "where the generated dataset and shards live (reused between runs)"
+    bench.add_argument("--dir", default=os.path.join(tempfile.gettempdir(), "bench-loader"), help=said)
     bench.add_argument("--loaders", default="imagefolder,shards")
 
     args = parser.parse_args(argv)
@@ -196,14 +188,9 @@ def baseline_batches(root: str, args: argparse.Namespace) -> Generator[Any, None
     import torch
     from torchvision import datasets, transforms
 
-    transform = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(args.image_size),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-            transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225)),
-        ]
-    )
+    crop, flip = transforms.RandomResizedCrop(args.image_size), transforms.RandomHorizontalFlip()
+    normalize = transforms.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))
+    transform = transforms.Compose([crop, flip, transforms.ToTensor(), normalize])
     loader = torch.utils.data.DataLoader(
         datasets.ImageFolder(root, transform),
         batch_size=args.batch_size,

@@ -121,13 +121,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.storage_ceiling", description=__doc__.split("\n\n")[0])
     for flag, default, key in SPELLED:
         ab.spell(parser, flag, default, key=f"storage.workload.{key}")
-    parser.add_argument(
-        "--format",
-        default="raw",
-        choices=list(FORMATS),
-        help="how the files are written and checked "
-        "(default raw: lengths only; tfrecord: CRC-32C, as the preset); the config key storage.workload.format",
-    )
+    said = "how the files are written and checked (default raw: lengths only; tfrecord: CRC-32C, as the preset)"
+    said += "; the config key storage.workload.format"
+    parser.add_argument("--format", default="raw", choices=list(FORMATS), help=said)
     parser.add_argument("--rounds", type=int, default=3, help="A-B-C-C-B-A rounds per temperature")
     parser.add_argument("--modes", default="both", help="warm, cold or both (default: warm, then cold)")
     parser.add_argument(
