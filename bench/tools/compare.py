@@ -153,13 +153,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("baseline", help="a run's directory, a sweep's directory or an MLflow run id")
     parser.add_argument("candidate", help="the same kinds as the baseline")
     parser.add_argument("--threshold", default="3%", help="what counts as slower or faster (default 3%%)")
-    said = "where the files go, replacing an earlier compare there (default ./compare, or ./compare-2, ... "
-    parser.add_argument("--out", type=Path, help=said + "when it holds one)")
-    said = "give a verdict even where a side was not fit to measure (the note still says so)"
-    parser.add_argument("--judge-unfit", action="store_true", help=said)
-    said = "run both configs again as fresh processes, A-B-B-A (A the baseline, B the candidate) for N rounds "
-    said += "(2 to 20), and judge against the noise between processes (A and B: run directories)"
-    parser.add_argument("--rerun", type=int, metavar="N", help=said)
+    text = "where the files go, replacing an earlier compare there (default ./compare, or ./compare-2, ... "
+    parser.add_argument("--out", type=Path, help=text + "when it holds one)")
+    text = "give a verdict even where a side was not fit to measure (the note still says so)"
+    parser.add_argument("--judge-unfit", action="store_true", help=text)
+    text = "run both configs again as fresh processes, A-B-B-A (A the baseline, B the candidate) for N rounds "
+    text += "(2 to 20), and judge against the noise between processes (A and B: run directories)"
+    parser.add_argument("--rerun", type=int, metavar="N", help=text)
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
