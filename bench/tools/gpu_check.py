@@ -235,8 +235,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{where}; {len(chosen)} checks, {args.model if on_gpu else 'tiny sizes'}", flush=True)
             run_checks(chosen, base_overrides(args, on_gpu), work, on_gpu=on_gpu, budget=budget, rows=rows)
         except (KeyboardInterrupt, Interrupted) as exc:
-            code = EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else exc.exit_code
-            reason = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else str(exc)  # bench.api.run's names its run
+            # bench.api.run's Interrupted names its run
+            code, reason = (EXIT_SIGINT, "Ctrl-C") if isinstance(exc, KeyboardInterrupt) else (exc.exit_code, str(exc))
             print(table(rows, time.monotonic() - budget.start, reason, len(chosen)), flush=True)
             return print_error(f"gpu_check interrupted ({reason}) after {len(rows)} checks", code)
     print(table(rows, time.monotonic() - budget.start), flush=True)
@@ -268,8 +268,13 @@ def _outcome(run: Callable[[], Any]) -> Outcome:
 def run_in_process(overrides: Sequence[str], run_dir: Path, rehearse: bool = False) -> Outcome:
     """The run `python -m bench <overrides> hydra.run.dir=<run_dir>` makes, in this process (bench.api.run),
     its output kept from gpu_check's table; in the rehearsal torch.compile on the eager backend."""
+    import torch
+
     quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
-    with quiet[0], quiet[1], _cheap_compile() if rehearse else contextlib.nullcontext():
+    # the rehearsal's torch.compile: dynamo captures the model as on a GPU, but the graph runs on the
+    # eager backend (inductor's C++ code generation takes most of a minute on a small CPU)
+    eager = mock.patch.object(torch, "compile", partial(torch.compile, backend="eager"))
+    with quiet[0], quiet[1], eager if rehearse else contextlib.nullcontext():
         return _outcome(lambda: api.run(list(overrides), run_dir, Path.cwd()))
 
 
@@ -291,22 +296,13 @@ def run_search_on_cpu(overrides: Sequence[str], _run_dir: Path) -> Outcome:
     return {**result.extra.figures(), **figures}, ""
 
 
-def _cheap_compile() -> ContextManager[Any]:
-    """The rehearsal's torch.compile: dynamo captures the model as on a GPU, but the graph runs on
-    the eager backend (inductor's C++ code generation takes most of a minute on a small CPU)."""
-    import torch
-
-    return mock.patch.object(torch, "compile", partial(torch.compile, backend="eager"))
-
-
 def all_reduce_probe(on_gpu: bool) -> Tuple[str, str]:
     """(\"ok\" or what failed, the backend): a process group of one (NCCL on a GPU, gloo on a CPU)
     and one all-reduce whose sum is checked; the group is destroyed afterwards."""
     import torch
     import torch.distributed as dist
 
-    backend = "nccl" if on_gpu else "gloo"
-    device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    backend, device = ("nccl", torch.device("cuda", 0)) if on_gpu else ("gloo", torch.device("cpu"))
     try:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         try:

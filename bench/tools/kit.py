@@ -313,13 +313,11 @@ def build(args: argparse.Namespace) -> dict:
 
 def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.kit", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--have", type=Path, required=True, help="the target's `pip freeze --all` (what it already has)"
-    )
+    text = "the target's `pip freeze --all` (what it already has)"
+    parser.add_argument("--have", type=Path, required=True, help=text)
     parser.add_argument("--out", type=Path, default=Path("bench-kit"), help="the kit's folder (default ./bench-kit)")
-    parser.add_argument(
-        "--python", default="3.12", help="the target's Python: major.minor, found here (default 3.12), or a path"
-    )
+    text = "the target's Python: major.minor, found here (default 3.12), or a path"
+    parser.add_argument("--python", default="3.12", help=text)
     parser.add_argument("--glibc", default="2.28", help="the target's glibc (default 2.28: torch's own floor)")
     parser.add_argument("--arch", default="x86_64", help="the target's machine (default x86_64)")
     parser.add_argument("--extras", default="", help="bench's extras to carry, comma-separated (s3, slurm, ...)")

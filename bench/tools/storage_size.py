@@ -25,9 +25,8 @@ from bench.tools import ab
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.storage_size", description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=1)
-    parser.add_argument(
-        "--host-memory-gb", type=float, help="RAM per host in GB (default: storage.host_memory_gb, else this machine's)"
-    )
+    said = "RAM per host in GB (default: storage.host_memory_gb, else this machine's)"
+    parser.add_argument("--host-memory-gb", type=float, help=said)
     parser.add_argument("--accelerators-per-host", type=int, help="default: storage.accelerators")
     args, overrides = parser.parse_known_args(argv)
     if flags := [o for o in overrides if o.startswith("-")]:  # the rest are overrides of the workload

@@ -146,13 +146,8 @@ def checks(gpus: int, images_root: str) -> List[Check]:
     nccl, gloo = (*ddp, "distributed.backend=nccl"), (*ddp, "distributed.backend=gloo")  # on a GPU, in the rehearsal
     # NVML samples at the window's start and end and every 0.5 s: a window of 1.5 s has 5 samples
     nvml = ("precision=bf16", "train.steps_per_epoch=100000", "benchmark.measure_seconds=1.5")
-    loader: Tuple[str, ...] = (
-        "data=imagefolder",
-        f"data.root={images_root}",
-        "data.num_classes=10",
-        "data.num_workers=2",
-    )
-    loader += ("data.pin_memory=true", "train.steps_per_epoch=10")
+    images = ("data=imagefolder", f"data.root={images_root}", "data.num_classes=10")
+    loader = (*images, "data.num_workers=2", "data.pin_memory=true", "train.steps_per_epoch=10")
     # find_max_batch: + the first batch, estimated; no cuDNN autotuning of every batch size the search tries
     search = ("benchmark.find_max_batch=true", "train.steps_per_epoch=3", "cudnn_benchmark=false")
     tiny_search = ("benchmark.find_max_batch=true", "train.steps_per_epoch=2", "data.image_size=8", "data.batch_size=2")
