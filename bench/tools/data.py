@@ -46,13 +46,10 @@ def _number(option: str, text: str, kind: type, accepted: str) -> Any:
 def _digits(args: argparse.Namespace) -> str:
     from bench.data.digits import describe, write_digits
 
-    manifest, already = write_digits(
-        args.dst,
-        _number("--val-fraction", args.val_fraction, float, "a fraction between 0 and 1"),
-        _number("--size", args.size, int, "a whole number of pixels"),
-        args.format,
-        _number("--seed", args.seed, int, "a whole number"),
-    )
+    fraction = _number("--val-fraction", args.val_fraction, float, "a fraction between 0 and 1")
+    size = _number("--size", args.size, int, "a whole number of pixels")
+    seed = _number("--seed", args.seed, int, "a whole number")
+    manifest, already = write_digits(args.dst, fraction, size, args.format, seed)
     if already:
         return f"{args.dst} already holds the digits: {describe(manifest)}; nothing to do"
     return f"wrote {describe(manifest)} to {args.dst}"

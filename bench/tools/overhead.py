@@ -116,11 +116,9 @@ def main(argv: List[str] | None = None) -> int:
     for precision in args.precisions.split(","):
         found = alternate_sides(overrides, precision, device, args.rounds, label=precision)
         ratio = found.ratio("minimal")
-        print(
-            f"{precision:<10}{found.median('bench'):>14.1f}{found.median('minimal'):>16.1f}{ratio.ratio:>8.3f}   "
-            f"[{ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   " + " ".join(f"{r:.3f}" for r in ratio.per_round),
-            flush=True,
-        )
+        medians = f"{found.median('bench'):>14.1f}{found.median('minimal'):>16.1f}{ratio.ratio:>8.3f}"
+        rounds = " ".join(f"{r:.3f}" for r in ratio.per_round)
+        print(f"{precision:<10}{medians}   [{ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   {rounds}", flush=True)
     return 0
 
 

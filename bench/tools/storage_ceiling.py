@@ -218,9 +218,7 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
 
         # warm: one untimed pass of every reader first (the page cache holds the dataset, every
         # reader's code is warm); cold: the cache is dropped before every pass anyway
-        found = alternate(
-            readers, args.rounds, warmup=1 if mode == "warm" else 0, before=before, label=mode, unit="MB/s"
-        )
+        found = alternate(readers, args.rounds, warmup=int(mode == "warm"), before=before, label=mode, unit="MB/s")
         costs.keep_last(2 * args.rounds)  # the warm-up passes' costs are not the mode's
         ratios = summarise(found, costs, mode)
         costs.clear()

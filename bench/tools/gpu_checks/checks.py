@@ -142,6 +142,8 @@ def _overhead(m: Metrics, _run: Path, on_gpu: bool) -> Verdict:
 
 def checks(gpus: int, images_root: str) -> List[Check]:
     """Every check, in the order gpu_check runs them."""
+    bf16, bf16_last = ("precision=bf16",), ("precision=bf16", "precision.channels_last=true")
+    scaler = _flag("grad_scaler", True, cuda_only=True)  # AMP fp16's; fp16 autocast needs CUDA: rehearsed in bf16
     ddp = ("distributed=ddp", f"distributed.nproc_per_node={max(gpus, 1)}")
     nccl, gloo = (*ddp, "distributed.backend=nccl"), (*ddp, "distributed.backend=gloo")  # on a GPU, in the rehearsal
     # NVML samples at the window's start and end and every 0.5 s: a window of 1.5 s has 5 samples
@@ -154,22 +156,11 @@ def checks(gpus: int, images_root: str) -> List[Check]:
     return [
         Check("fp32", "fp32 training", ("precision=fp32",), _flag("tf32", False)),
         Check("tf32", "TF32 matmuls and convolutions", ("precision=tf32",), _flag("tf32", True, cuda_only=True)),
-        Check(
-            "amp_fp16",
-            "AMP fp16 with the grad scaler",
-            ("precision=amp_fp16",),
-            _flag("grad_scaler", True, cuda_only=True),
-            rehearse=("precision=bf16",),  # fp16 autocast needs CUDA: the rehearsal runs the path in bf16
-        ),
-        Check("bf16", "bf16 autocast", ("precision=bf16",), _flag("autocast_dtype", "bfloat16")),
-        Check(
-            "channels_last",
-            "bf16 + channels_last",
-            ("precision=bf16", "precision.channels_last=true"),
-            _flag("channels_last", True),
-        ),
+        Check("amp_fp16", "AMP fp16 with the grad scaler", ("precision=amp_fp16",), scaler, rehearse=bf16),
+        Check("bf16", "bf16 autocast", bf16, _flag("autocast_dtype", "bfloat16")),
+        Check("channels_last", "bf16 + channels_last", bf16_last, _flag("channels_last", True)),
         Check("cuda_events", "CUDA-event timing vs the wall clock", ("benchmark.sync=true",), _events_agree),
-        Check("nvml", "NVML telemetry and energy", nvml, _nvml, rehearse=("precision=bf16",)),
+        Check("nvml", "NVML telemetry and energy", nvml, _nvml, rehearse=bf16),
         Check("profiler", "profiler with CUDA activity", ("profile.enabled=true", "profile.steps=3"), _profiled),
         Check("inference", "inference latency", ("mode=inference", "precision=bf16"), _latency),
         Check("fit_to_measure", "fit-to-measure verdict of a GPU run", ("precision=bf16",), _fit),
