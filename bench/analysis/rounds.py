@@ -2,7 +2,7 @@
 ratio with its 95% interval and a verdict that admits noise.
 
 Every tool that measures bench against a baseline (overhead, sweep_overhead, train_costs,
-loader_benchmark, iobench_compare, storage_ceiling) runs its sides through `alternate`:
+bench.data bench-loader, iobench_compare, storage_ceiling) runs its sides through `alternate`:
 
 - a warm-up pass of every side first (imports, page cache, allocator, connection pools);
 - then rounds in palindromic order, A-B-B-A (A-B-C-C-B-A with three sides), so a drift in the

@@ -153,24 +153,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     parser.add_argument("baseline", help="a run's directory, a sweep's directory or an MLflow run id")
     parser.add_argument("candidate", help="the same kinds as the baseline")
     parser.add_argument("--threshold", default="3%", help="what counts as slower or faster (default 3%%)")
-    parser.add_argument(
-        "--out",
-        type=Path,
-        help="where the files go, replacing an earlier compare there (default ./compare, or ./compare-2, ... "
-        "when it holds one)",
-    )
-    parser.add_argument(
-        "--judge-unfit",
-        action="store_true",
-        help="give a verdict even where a side was not fit to measure (the note still says so)",
-    )
-    parser.add_argument(
-        "--rerun",
-        type=int,
-        metavar="N",
-        help="run both configs again as fresh processes, A-B-B-A (A the baseline, B the candidate) for N rounds "
-        "(2 to 20), and judge against the noise between processes (A and B: run directories)",
-    )
+    text = "where the files go, replacing an earlier compare there (default ./compare, or ./compare-2, ... "
+    parser.add_argument("--out", type=Path, help=text + "when it holds one)")
+    text = "give a verdict even where a side was not fit to measure (the note still says so)"
+    parser.add_argument("--judge-unfit", action="store_true", help=text)
+    text = "run both configs again as fresh processes, A-B-B-A (A the baseline, B the candidate) for N rounds "
+    text += "(2 to 20), and judge against the noise between processes (A and B: run directories)"
+    parser.add_argument("--rerun", type=int, metavar="N", help=text)
     parser.add_argument("--tracking-uri", help="MLflow store (default: MLFLOW_TRACKING_URI, else sqlite:///mlflow.db)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING, stream=sys.stderr)
@@ -200,7 +189,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         then += " (--rerun N measures a run's config against itself)"
         notes.append(said_same(comparison, args.baseline, then, "sweep" if len(baseline) > 1 else "run"))
     out, moved = own_folder(args.out or Path("compare"), named=args.out is not None)
-    for line in [moved, *notes] if moved else notes:
+    for line in filter(None, [moved, *notes]):
         print(line, file=sys.stderr)
     print(render_text(comparison), flush=True)
     files = write_outputs(comparison, out, f"{args.baseline} vs {args.candidate}", notes)

@@ -89,17 +89,6 @@ def _release_gpu_memory(on_gpu: bool) -> None:
         torch.cuda.empty_cache()
 
 
-def _extra(check: Check, done: Dict[str, Metrics], base: Sequence[str], on_gpu: bool) -> List[str]:
-    """Overrides known only at run time: find_max_batch's first batch, from the memory estimate."""
-    if check.name != "find_max_batch" or not on_gpu:
-        return []
-    import torch
-
-    free, _total = torch.cuda.mem_get_info()
-    size = next((int(o.split("=", 1)[1]) for o in reversed(base) if o.startswith("data.image_size=")), 224)
-    return [f"data.batch_size={max_batch_start(done, free / 2**20, size)}"]
-
-
 def run_checks(
     chosen: Sequence[Check],
     base: Sequence[str],
@@ -120,8 +109,14 @@ def run_checks(
             echo(f"SKIP  {check.name:<15} not run: --budget-s spent")
             continue
         run_dir, started = work / check.name, time.monotonic()
-        extra = _extra(check, done, base, on_gpu) if runner is None else []  # a given runner: no GPU to ask
-        overrides = [*base, *check.overrides_for(on_gpu), *extra]
+        overrides = [*base, *check.overrides_for(on_gpu)]
+        # known only at run time: find_max_batch's first batch, from the memory estimate (a given runner: no GPU to ask)
+        if check.name == "find_max_batch" and on_gpu and runner is None:
+            import torch
+
+            free, _total = torch.cuda.mem_get_info()
+            size = next((int(o.split("=", 1)[1]) for o in reversed(base) if o.startswith("data.image_size=")), 224)
+            overrides.append(f"data.batch_size={max_batch_start(done, free / 2**20, size)}")
         stopped = f"stopped: --budget-s {budget.seconds or 0:g} spent while it ran"
         with budget.armed(stopped) as fired:  # it fires inside the run: `fired` holds True
             metrics, problem = _run_one(check, overrides, run_dir, on_gpu, runner)
@@ -240,8 +235,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             print(f"{where}; {len(chosen)} checks, {args.model if on_gpu else 'tiny sizes'}", flush=True)
             run_checks(chosen, base_overrides(args, on_gpu), work, on_gpu=on_gpu, budget=budget, rows=rows)
         except (KeyboardInterrupt, Interrupted) as exc:
-            code = EXIT_SIGINT if isinstance(exc, KeyboardInterrupt) else exc.exit_code
-            reason = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else str(exc)  # bench.api.run's names its run
+            # bench.api.run's Interrupted names its run
+            code, reason = (EXIT_SIGINT, "Ctrl-C") if isinstance(exc, KeyboardInterrupt) else (exc.exit_code, str(exc))
             print(table(rows, time.monotonic() - budget.start, reason, len(chosen)), flush=True)
             return print_error(f"gpu_check interrupted ({reason}) after {len(rows)} checks", code)
     print(table(rows, time.monotonic() - budget.start), flush=True)
@@ -273,8 +268,13 @@ def _outcome(run: Callable[[], Any]) -> Outcome:
 def run_in_process(overrides: Sequence[str], run_dir: Path, rehearse: bool = False) -> Outcome:
     """The run `python -m bench <overrides> hydra.run.dir=<run_dir>` makes, in this process (bench.api.run),
     its output kept from gpu_check's table; in the rehearsal torch.compile on the eager backend."""
+    import torch
+
     quiet = contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO())
-    with quiet[0], quiet[1], _cheap_compile() if rehearse else contextlib.nullcontext():
+    # the rehearsal's torch.compile: dynamo captures the model as on a GPU, but the graph runs on the
+    # eager backend (inductor's C++ code generation takes most of a minute on a small CPU)
+    eager = mock.patch.object(torch, "compile", partial(torch.compile, backend="eager"))
+    with quiet[0], quiet[1], eager if rehearse else contextlib.nullcontext():
         return _outcome(lambda: api.run(list(overrides), run_dir, Path.cwd()))
 
 
@@ -285,7 +285,6 @@ def run_search_on_cpu(overrides: Sequence[str], _run_dir: Path) -> Outcome:
     found. Nothing runs out of memory on a CPU: the search stops at its cap."""
     import torch
 
-    from bench.config import compose
     from bench.train.loop import train
 
     with contextlib.redirect_stderr(io.StringIO()):
@@ -293,19 +292,8 @@ def run_search_on_cpu(overrides: Sequence[str], _run_dir: Path) -> Outcome:
             result = train(compose(*overrides), torch.device("cpu"))
         except BenchError as exc:
             return None, f"[ERROR] {exc}"
-    return {
-        **result.extra.figures(),
-        "batch_size": result.batch_size,
-        "images_per_second": result.images_per_second,
-    }, ""
-
-
-def _cheap_compile() -> ContextManager[Any]:
-    """The rehearsal's torch.compile: dynamo captures the model as on a GPU, but the graph runs on
-    the eager backend (inductor's C++ code generation takes most of a minute on a small CPU)."""
-    import torch
-
-    return mock.patch.object(torch, "compile", partial(torch.compile, backend="eager"))
+    figures = {"batch_size": result.batch_size, "images_per_second": result.images_per_second}
+    return {**result.extra.figures(), **figures}, ""
 
 
 def all_reduce_probe(on_gpu: bool) -> Tuple[str, str]:
@@ -314,8 +302,7 @@ def all_reduce_probe(on_gpu: bool) -> Tuple[str, str]:
     import torch
     import torch.distributed as dist
 
-    backend = "nccl" if on_gpu else "gloo"
-    device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    backend, device = ("nccl", torch.device("cuda", 0)) if on_gpu else ("gloo", torch.device("cpu"))
     try:
         dist.init_process_group(backend, store=dist.HashStore(), rank=0, world_size=1)
         try:
@@ -339,28 +326,23 @@ def run_ddp(overrides: Sequence[str], run_dir: Path, on_gpu: bool) -> Outcome:
     return {**metrics, "all_reduce": probe, "backend": backend}, ""
 
 
-def overhead_overrides(on_gpu: bool, threads: int) -> Tuple[List[str], str]:
-    """bench.overhead's workload, as config keys and in words: on a GPU the card's own (ResNet-50,
-    224 px, batch 256, bf16, channels_last); in the rehearsal the same path at a tiny size."""
-    arch, size, batch, classes, steps, warmup = (
-        ("resnet50", 224, 256, 1000, 20, 5) if on_gpu else ("resnet18", 32, 4, 10, 3, 1)
-    )
-    keys = [f"model.arch={arch}", f"data.image_size={size}", f"data.batch_size={batch}", f"data.num_classes={classes}"]
-    keys += [f"train.steps_per_epoch={steps}", f"benchmark.warmup_steps={warmup}", f"cpu_threads={threads}"]
-    return [*keys, "precision.channels_last=true"], f"{arch} {size}px batch {batch} bf16 channels_last"
-
-
 def run_overhead(on_gpu: bool, echo: Callable[[str], None] = print) -> Outcome:
-    """bench's trainer vs a minimal loop, one process, alternating (A B B A), bf16 + channels_last."""
+    """bench's trainer vs a minimal loop, one process, alternating (A B B A), bf16 + channels_last: on a
+    GPU the card's own workload (ResNet-50, 224 px, batch 256); in the rehearsal the same path at a tiny size."""
     import torch
 
     from bench.tools.overhead import alternate_sides
 
-    overrides, workload = overhead_overrides(on_gpu, torch.get_num_threads() if on_gpu else 1)
+    arch, size, batch, classes, steps, warmup, threads = (
+        ("resnet50", 224, 256, 1000, 20, 5, torch.get_num_threads()) if on_gpu else ("resnet18", 32, 4, 10, 3, 1, 1)
+    )
+    keys = [f"model.arch={arch}", f"data.image_size={size}", f"data.batch_size={batch}", f"data.num_classes={classes}"]
+    keys += [f"train.steps_per_epoch={steps}", f"benchmark.warmup_steps={warmup}", f"cpu_threads={threads}"]
+    keys.append("precision.channels_last=true")
     device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
     try:
         with contextlib.redirect_stderr(io.StringIO()):  # the trainer's warnings (a CPU run's TF32 note...)
-            found = alternate_sides(overrides, "bf16", device, 2 if on_gpu else 1, "overhead", echo)
+            found = alternate_sides(keys, "bf16", device, 2 if on_gpu else 1, "overhead", echo)
     except BenchError as exc:
         return None, f"[ERROR] {exc}"
     ratio = found.ratio("minimal")
@@ -369,7 +351,7 @@ def run_overhead(on_gpu: bool, echo: Callable[[str], None] = print) -> Outcome:
         "bench_images_per_second": found.median("bench"),
         "minimal_images_per_second": found.median("minimal"),
         "per_round": [round(r, 3) for r in ratio.per_round],
-        "overhead_workload": workload,
+        "overhead_workload": f"{arch} {size}px batch {batch} bf16 channels_last",
     }, ""
 
 

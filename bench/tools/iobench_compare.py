@@ -168,17 +168,8 @@ def plain_reader(paths: Sequence[str], threads: int, block: int, costs: Costs) -
 
 
 def fio_job(paths: Sequence[str], threads: int, block: int, log_prefix: str = "") -> str:
-    lines = [
-        "[global]",
-        "ioengine=psync",
-        "rw=read",
-        f"bs={block}",
-        "direct=0",
-        "invalidate=0",
-        "thread",
-        "group_reporting",
-        "file_service_type=sequential",
-    ]
+    lines = ["[global]", "ioengine=psync", "rw=read", f"bs={block}", "direct=0", "invalidate=0", "thread"]
+    lines += ["group_reporting", "file_service_type=sequential"]
     if log_prefix:  # one line per I/O, stamped with the Unix time in ms: the pass's span
         lines += [f"write_iops_log={log_prefix}", "log_avg_msec=0", "log_unix_epoch=1"]
     for job in range(threads):

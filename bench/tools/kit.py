@@ -247,12 +247,9 @@ def unmet(items: Sequence[dict], have: Dict[str, Optional[str]], env: Dict[str, 
             version = have.get(canonicalize_name(req.name))
             if version is None or (req.marker and not any(req.marker.evaluate({**env, "extra": e}) for e in extras)):
                 continue
-            try:
-                fits = req.specifier.contains(Version(version), prereleases=True)
-            except InvalidVersion:
-                continue
-            if not fits:
-                problems.append(f"{meta['name']} needs {req.name}{req.specifier}, the target has {version}")
+            with contextlib.suppress(InvalidVersion):  # a version no specifier can judge
+                if not req.specifier.contains(Version(version), prereleases=True):
+                    problems.append(f"{meta['name']} needs {req.name}{req.specifier}, the target has {version}")
     return problems
 
 
@@ -316,13 +313,11 @@ def build(args: argparse.Namespace) -> dict:
 
 def parse(argv: Optional[Sequence[str]]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.kit", description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--have", type=Path, required=True, help="the target's `pip freeze --all` (what it already has)"
-    )
+    text = "the target's `pip freeze --all` (what it already has)"
+    parser.add_argument("--have", type=Path, required=True, help=text)
     parser.add_argument("--out", type=Path, default=Path("bench-kit"), help="the kit's folder (default ./bench-kit)")
-    parser.add_argument(
-        "--python", default="3.12", help="the target's Python: major.minor, found here (default 3.12), or a path"
-    )
+    text = "the target's Python: major.minor, found here (default 3.12), or a path"
+    parser.add_argument("--python", default="3.12", help=text)
     parser.add_argument("--glibc", default="2.28", help="the target's glibc (default 2.28: torch's own floor)")
     parser.add_argument("--arch", default="x86_64", help="the target's machine (default x86_64)")
     parser.add_argument("--extras", default="", help="bench's extras to carry, comma-separated (s3, slurm, ...)")

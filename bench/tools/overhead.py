@@ -33,11 +33,10 @@ from bench.tools import ab
 
 
 def framework_config(overrides: Sequence[str], precision: str) -> BenchConfig:
-    """bench's run of the workload the overrides (the flags' config keys) size: one epoch, no progress bar."""
-    sizes = ["model.arch=resnet18", "data.image_size=64", "data.batch_size=32", "data.num_classes=1000"]
-    sizes += ["train.steps_per_epoch=30", "benchmark.warmup_steps=5"]  # the command's defaults, as its flags'
+    """bench's run of the workload the overrides (the flags' config keys) size: one epoch, no progress bar.
+    Both callers give every size: the command its flags' keys (each has a default), gpu_check its own."""
     own = ["train.epochs=1", "benchmark.progress=false", "allow_cpu=true", f"precision={precision}"]
-    return compose(*sizes, *overrides, *own)
+    return compose(*overrides, *own)
 
 
 def run_minimal(config: BenchConfig, device: torch.device) -> float:
@@ -112,18 +111,14 @@ def main(argv: List[str] | None = None) -> int:
         + (" channels_last" if config.precision.channels_last else "")
         + ("" if reuse is None else f" cpu_malloc_reuse={str(reuse).lower()} (both sides: one process)")
     )
-    print(
-        f"{'precision':<10}{'bench img/s':>14}{'minimal img/s':>16}{'ratio':>8}"
-        "   95% interval, verdict, per-round ratios"
-    )
+    columns = f"{'precision':<10}{'bench img/s':>14}{'minimal img/s':>16}{'ratio':>8}"
+    print(columns + "   95% interval, verdict, per-round ratios")
     for precision in args.precisions.split(","):
         found = alternate_sides(overrides, precision, device, args.rounds, label=precision)
         ratio = found.ratio("minimal")
-        print(
-            f"{precision:<10}{found.median('bench'):>14.1f}{found.median('minimal'):>16.1f}{ratio.ratio:>8.3f}   "
-            f"[{ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   " + " ".join(f"{r:.3f}" for r in ratio.per_round),
-            flush=True,
-        )
+        medians = f"{found.median('bench'):>14.1f}{found.median('minimal'):>16.1f}{ratio.ratio:>8.3f}"
+        rounds = " ".join(f"{r:.3f}" for r in ratio.per_round)
+        print(f"{precision:<10}{medians}   [{ratio.low:.3f}-{ratio.high:.3f}] {ratio.verdict}   {rounds}", flush=True)
     return 0
 
 

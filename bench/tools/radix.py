@@ -43,17 +43,9 @@ def parse(argv: List[str]) -> tuple[argparse.Namespace, List[str]]:
 
 
 def hydra_overrides(args: argparse.Namespace, extra: List[str]) -> List[str]:
-    return [
-        "model=resnet50",
-        "data=synthetic",
-        "optimizer=sgd",
-        f"optimizer.lr={args.lr}",
-        f"data.batch_size={args.batch_size}",
-        f"train.epochs={args.epochs}",
-        f"train.steps_per_epoch={args.steps_per_epoch}",
-        f"allow_cpu={str(args.allow_cpu).lower()}",
-        *extra,
-    ]
+    flags = [f"optimizer.lr={args.lr}", f"data.batch_size={args.batch_size}", f"train.epochs={args.epochs}"]
+    flags += [f"train.steps_per_epoch={args.steps_per_epoch}", f"allow_cpu={str(args.allow_cpu).lower()}"]
+    return ["model=resnet50", "data=synthetic", "optimizer=sgd", *flags, *extra]  # the preset, the flags', the rest
 
 
 def main(argv: Optional[List[str]] = None) -> None:

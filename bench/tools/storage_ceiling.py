@@ -121,23 +121,17 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.storage_ceiling", description=__doc__.split("\n\n")[0])
     for flag, default, key in SPELLED:
         ab.spell(parser, flag, default, key=f"storage.workload.{key}")
-    parser.add_argument(
-        "--format",
-        default="raw",
-        choices=list(FORMATS),
-        help="how the files are written and checked "
-        "(default raw: lengths only; tfrecord: CRC-32C, as the preset); the config key storage.workload.format",
-    )
+    said = "how the files are written and checked (default raw: lengths only; tfrecord: CRC-32C, as the preset)"
+    said += "; the config key storage.workload.format"
+    parser.add_argument("--format", default="raw", choices=list(FORMATS), help=said)
     parser.add_argument("--rounds", type=int, default=3, help="A-B-C-C-B-A rounds per temperature")
     parser.add_argument("--modes", default="both", help="warm, cold or both (default: warm, then cold)")
-    parser.add_argument(
-        "--root", type=Path, help=f"dataset directory (default: a new {PREFIX}* in the system temp dir, removed after)"
-    )
+    said = f"dataset directory (default: a new {PREFIX}* in the system temp dir, removed after)"
+    parser.add_argument("--root", type=Path, help=said)
     parser.add_argument("--min-fio", type=float, help="exit 1 when bench/fio is below this (warm or cold)")
     parser.add_argument("--min-plain", type=float, help="exit 1 when bench/plain is below this (warm or cold)")
-    parser.add_argument(
-        "--clean", action="store_true", help=f"only remove the {PREFIX}* datasets that killed runs left, and exit"
-    )
+    said = f"only remove the {PREFIX}* datasets that killed runs left, and exit"
+    parser.add_argument("--clean", action="store_true", help=said)
     args, overrides = ab.parse(parser, argv)
     args.overrides = [f"storage.workload.format={args.format}", *overrides]
     if problem := argument_problem(args):
@@ -161,9 +155,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 def argument_problem(args: argparse.Namespace) -> Optional[str]:
     """The first argument that cannot work, in one sentence; None when all can (nothing written yet)."""
-    if problem := ab.below_one(
-        args, "files", "samples_per_file", "record_size", "threads", "prefetch", "rounds", "transfer_size"
-    ):
+    counts = ("files", "samples_per_file", "record_size", "threads", "prefetch", "rounds", "transfer_size")
+    if problem := ab.below_one(args, *counts):
         return problem
     for flag, floor in (("--min-fio", args.min_fio), ("--min-plain", args.min_plain)):
         if floor is not None and not (math.isfinite(floor) and floor > 0):  # nan compares below nothing
@@ -214,8 +207,7 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
         readers["threads"] = bench_reader(store, files, workload_for(args, readers="threads"), "threads", costs)
     print(
         f"{len(files)} {args.format} files x {files[0].size / 2**20:.1f} MiB in {root}, {args.threads} threads, "
-        f"reads of {block} bytes; "
-        "cold = posix_fadvise(DONTNEED) of every file before each pass"
+        f"reads of {block} bytes; cold = posix_fadvise(DONTNEED) of every file before each pass"
     )
     failed = False
     for mode in modes_of(args.modes):
@@ -226,9 +218,7 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
 
         # warm: one untimed pass of every reader first (the page cache holds the dataset, every
         # reader's code is warm); cold: the cache is dropped before every pass anyway
-        found = alternate(
-            readers, args.rounds, warmup=1 if mode == "warm" else 0, before=before, label=mode, unit="MB/s"
-        )
+        found = alternate(readers, args.rounds, warmup=int(mode == "warm"), before=before, label=mode, unit="MB/s")
         costs.keep_last(2 * args.rounds)  # the warm-up passes' costs are not the mode's
         ratios = summarise(found, costs, mode)
         costs.clear()

@@ -19,29 +19,22 @@ from typing import List, Optional
 from bench.config import compose
 from bench.errors import BenchError, print_error
 from bench.iobench.qualify import dataset_size, host_memory
-
-
-def _argument_problem(args: argparse.Namespace) -> Optional[str]:
-    for flag, value in (("--hosts", args.hosts), ("--accelerators-per-host", args.accelerators_per_host)):
-        if value is not None and value < 1:
-            return f"{flag}={value} is not valid: accepted an integer of 1 or more."
-    if (memory := args.host_memory_gb) is not None and not (math.isfinite(memory) and memory > 0):
-        return f"--host-memory-gb={memory} is not valid: accepted a number of GB above 0."
-    return None
+from bench.tools import ab
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.tools.storage_size", description=__doc__.split("\n\n")[0])
     parser.add_argument("--hosts", type=int, default=1)
-    parser.add_argument(
-        "--host-memory-gb", type=float, help="RAM per host in GB (default: storage.host_memory_gb, else this machine's)"
-    )
+    said = "RAM per host in GB (default: storage.host_memory_gb, else this machine's)"
+    parser.add_argument("--host-memory-gb", type=float, help=said)
     parser.add_argument("--accelerators-per-host", type=int, help="default: storage.accelerators")
     args, overrides = parser.parse_known_args(argv)
     if flags := [o for o in overrides if o.startswith("-")]:  # the rest are overrides of the workload
         parser.error(f"unrecognized arguments: {' '.join(flags)}")
-    if problem := _argument_problem(args):
+    if problem := ab.below_one(args, "hosts", "accelerators_per_host"):
         return print_error(problem)
+    if (memory := args.host_memory_gb) is not None and not (math.isfinite(memory) and memory > 0):
+        return print_error(f"--host-memory-gb={memory} is not valid: accepted a number of GB above 0.")
     try:
         config = compose("mode=storage", *overrides)
     except BenchError as exc:

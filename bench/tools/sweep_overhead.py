@@ -27,13 +27,8 @@ from bench.tools import ab
 
 def workload(image_size: int, batch_size: int, steps: int, warmup: int) -> List[str]:
     """A resnet18 training run on the CPU, one epoch, untracked."""
-    return [
-        "+experiment=cpu_smoke",
-        "model=resnet18",
-        f"data.image_size={image_size}",
-        f"data.batch_size={batch_size}",
-        *ab.one_epoch(steps, warmup),
-    ]
+    sizes = [f"data.image_size={image_size}", f"data.batch_size={batch_size}"]
+    return ["+experiment=cpu_smoke", "model=resnet18", *sizes, *ab.one_epoch(steps, warmup)]
 
 
 TINY = workload(32, 4, steps=3, warmup=1)

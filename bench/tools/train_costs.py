@@ -25,7 +25,7 @@ from typing import List, Optional
 import torch
 import torchvision
 
-from bench.analysis.rounds import Ratio, alternate
+from bench.analysis.rounds import Rounds, alternate
 from bench.config import compose
 from bench.data.digits import write_digits
 from bench.errors import BenchError, print_error
@@ -34,8 +34,10 @@ from bench.tools import ab
 from bench.train.resume import Position, TrainingCheckpoints
 
 
-def _figures(ratio: Ratio) -> str:
-    return f"ratio {ab.said(ratio, 3)}   rounds " + " ".join(f"{r:.3f}" for r in ratio.per_round)
+def _said(head: str, found: Rounds) -> None:
+    """A comparison's line: its medians (`head`), then ours/base with its interval and each round's ratio."""
+    ratio = found.ratio("base")
+    print(f"{head}   ratio {ab.said(ratio, 3)}   rounds " + " ".join(f"{r:.3f}" for r in ratio.per_round), flush=True)
 
 
 def eval_cost(args: argparse.Namespace, root: str) -> None:
@@ -47,11 +49,8 @@ def eval_cost(args: argparse.Namespace, root: str) -> None:
 
     sides = {"ours": lambda: images_per_second(1), "base": lambda: images_per_second(0)}  # eval_every=1, 0
     found = alternate(sides, args.rounds, warmup=0, label="eval", unit="img/s")
-    print(
-        f"eval        with eval_every=1 {found.median('ours'):9.1f} img/s   without {found.median('base'):9.1f} "
-        f"img/s   {_figures(found.ratio('base'))}",
-        flush=True,
-    )
+    ours, base = found.median("ours"), found.median("base")
+    _said(f"eval        with eval_every=1 {ours:9.1f} img/s   without {base:9.1f} img/s", found)
 
 
 def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
@@ -80,22 +79,14 @@ def checkpoint_cost(args: argparse.Namespace, where: Path) -> None:
 
     found = alternate({"ours": ours, "base": baseline}, args.rounds, warmup=0, label="checkpoint", unit="GB/s")
     size = checkpoints.saved[-1]["bytes"] / 1e6
-    print(
-        f"checkpoint  bench {found.median('ours'):6.3f} GB/s   torch.save+fsync {found.median('base'):6.3f} GB/s   "
-        f"({args.model}, {size:.0f} MB)   {_figures(found.ratio('base'))}",
-        flush=True,
-    )
+    head = f"checkpoint  bench {found.median('ours'):6.3f} GB/s   torch.save+fsync {found.median('base'):6.3f} GB/s"
+    _said(f"{head}   ({args.model}, {size:.0f} MB)", found)
 
 
 def eval_run(args: argparse.Namespace, root: str) -> List[str]:
     """The eval comparison's run: the digits preset, its flags' config keys (--epochs, --threads, --workers)."""
-    return [
-        "+experiment=digits_tta",
-        f"data.root={root}",
-        *ab.spelled(args),
-        "train.target_accuracy=null",
-        "benchmark.progress=false",
-    ]
+    quiet = ["train.target_accuracy=null", "benchmark.progress=false"]
+    return ["+experiment=digits_tta", f"data.root={root}", *ab.spelled(args), *quiet]
 
 
 def argument_problem(args: argparse.Namespace) -> Optional[str]:

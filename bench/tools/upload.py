@@ -23,7 +23,7 @@ import fcntl
 import logging
 import sys
 from pathlib import Path
-from typing import Any, List, Optional, Sequence
+from typing import Any, List, Optional, Sequence, Tuple
 
 from bench.errors import EXIT_FAILED, print_error
 from bench.results import read_summary, write_json
@@ -34,15 +34,8 @@ from bench.tracking.tracker import Tracker
 
 # what a run's summary names as its files (bench.results.note_run), else, for a run recorded before
 # it did, these; error.txt whenever it is there (written after the summary, when the run fails late)
-RESULT_FILES = (
-    "run_summary.json",
-    "summary.csv",
-    "metrics_epoch.jsonl",
-    "step_times.csv",
-    "epochs.csv",
-    "read_latency.csv",
-    "packages.txt",
-)
+RESULT_FILES: Tuple[str, ...] = ("run_summary.json", "summary.csv", "metrics_epoch.jsonl", "step_times.csv")
+RESULT_FILES += ("epochs.csv", "read_latency.csv", "packages.txt")
 
 
 def _existing_run(client: Any, run_ids: Sequence[Optional[str]]) -> Any:

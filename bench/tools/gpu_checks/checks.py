@@ -51,9 +51,8 @@ def _flag(key: str, want: Any, cuda_only: bool = False) -> Judge:
 
 def _compiled(m: Metrics, _run: Path, _on_gpu: bool) -> Verdict:
     ok = m.get("compile") is True and "compile_fallback" not in m and m.get("images_per_second", 0) > 0
-    return ok, f"{_rate(m)}, compiled={m.get('compile')}" + (
-        f", fell back: {m['compile_fallback']}" if "compile_fallback" in m else ""
-    )
+    fell_back = f", fell back: {m['compile_fallback']}" if "compile_fallback" in m else ""
+    return ok, f"{_rate(m)}, compiled={m.get('compile')}{fell_back}"
 
 
 def _events_agree(m: Metrics, _run: Path, _on_gpu: bool) -> Verdict:
@@ -143,72 +142,33 @@ def _overhead(m: Metrics, _run: Path, on_gpu: bool) -> Verdict:
 
 def checks(gpus: int, images_root: str) -> List[Check]:
     """Every check, in the order gpu_check runs them."""
+    bf16, bf16_last = ("precision=bf16",), ("precision=bf16", "precision.channels_last=true")
+    scaler = _flag("grad_scaler", True, cuda_only=True)  # AMP fp16's; fp16 autocast needs CUDA: rehearsed in bf16
     ddp = ("distributed=ddp", f"distributed.nproc_per_node={max(gpus, 1)}")
+    nccl, gloo = (*ddp, "distributed.backend=nccl"), (*ddp, "distributed.backend=gloo")  # on a GPU, in the rehearsal
+    # NVML samples at the window's start and end and every 0.5 s: a window of 1.5 s has 5 samples
+    nvml = ("precision=bf16", "train.steps_per_epoch=100000", "benchmark.measure_seconds=1.5")
+    images = ("data=imagefolder", f"data.root={images_root}", "data.num_classes=10")
+    loader = (*images, "data.num_workers=2", "data.pin_memory=true", "train.steps_per_epoch=10")
+    # find_max_batch: + the first batch, estimated; no cuDNN autotuning of every batch size the search tries
+    search = ("benchmark.find_max_batch=true", "train.steps_per_epoch=3", "cudnn_benchmark=false")
+    tiny_search = ("benchmark.find_max_batch=true", "train.steps_per_epoch=2", "data.image_size=8", "data.batch_size=2")
     return [
         Check("fp32", "fp32 training", ("precision=fp32",), _flag("tf32", False)),
         Check("tf32", "TF32 matmuls and convolutions", ("precision=tf32",), _flag("tf32", True, cuda_only=True)),
-        Check(
-            "amp_fp16",
-            "AMP fp16 with the grad scaler",
-            ("precision=amp_fp16",),
-            _flag("grad_scaler", True, cuda_only=True),
-            rehearse=("precision=bf16",),  # fp16 autocast needs CUDA: the rehearsal runs the path in bf16
-        ),
-        Check("bf16", "bf16 autocast", ("precision=bf16",), _flag("autocast_dtype", "bfloat16")),
-        Check(
-            "channels_last",
-            "bf16 + channels_last",
-            ("precision=bf16", "precision.channels_last=true"),
-            _flag("channels_last", True),
-        ),
+        Check("amp_fp16", "AMP fp16 with the grad scaler", ("precision=amp_fp16",), scaler, rehearse=bf16),
+        Check("bf16", "bf16 autocast", bf16, _flag("autocast_dtype", "bfloat16")),
+        Check("channels_last", "bf16 + channels_last", bf16_last, _flag("channels_last", True)),
         Check("cuda_events", "CUDA-event timing vs the wall clock", ("benchmark.sync=true",), _events_agree),
-        # NVML samples at the window's start and end and every 0.5 s: a window of 1.5 s has 5 samples
-        Check(
-            "nvml",
-            "NVML telemetry and energy",
-            ("precision=bf16", "train.steps_per_epoch=100000", "benchmark.measure_seconds=1.5"),
-            _nvml,
-            rehearse=("precision=bf16",),
-        ),
+        Check("nvml", "NVML telemetry and energy", nvml, _nvml, rehearse=bf16),
         Check("profiler", "profiler with CUDA activity", ("profile.enabled=true", "profile.steps=3"), _profiled),
         Check("inference", "inference latency", ("mode=inference", "precision=bf16"), _latency),
         Check("fit_to_measure", "fit-to-measure verdict of a GPU run", ("precision=bf16",), _fit),
-        Check(
-            "pinned_loader",
-            "pinned-memory loader on real image files",
-            (
-                "data=imagefolder",
-                f"data.root={images_root}",
-                "data.num_classes=10",
-                "data.num_workers=2",
-                "data.pin_memory=true",
-                "train.steps_per_epoch=10",
-            ),
-            _loader,
-        ),
-        Check(
-            "find_max_batch",
-            "largest batch against a real out-of-memory",
-            # + the first batch, estimated; no cuDNN autotuning of every batch size the search tries
-            ("benchmark.find_max_batch=true", "train.steps_per_epoch=3", "cudnn_benchmark=false"),
-            _max_batch,
-            rehearse=(
-                "benchmark.find_max_batch=true",
-                "train.steps_per_epoch=2",
-                "data.image_size=8",
-                "data.batch_size=2",
-            ),
-        ),
+        Check("pinned_loader", "pinned-memory loader on real image files", loader, _loader),
+        Check("find_max_batch", "largest batch against a real out-of-memory", search, _max_batch, rehearse=tiny_search),
         Check("compile", "torch.compile", ("precision=bf16", "compile=true"), _compiled),
         Check("overhead", "bench's trainer vs a minimal loop (bench.overhead)", (), _overhead, where=OVERHEAD),
-        Check(
-            "ddp_nccl",
-            f"DDP over NCCL on {gpus} GPU(s)",
-            (*ddp, "distributed.backend=nccl"),
-            _ddp(gpus),
-            where=CHILD,
-            rehearse=(*ddp, "distributed.backend=gloo"),
-        ),
+        Check("ddp_nccl", f"DDP over NCCL on {gpus} GPU(s)", nccl, _ddp(gpus), where=CHILD, rehearse=gloo),
     ]
 
 
