@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional
 
 from bench.config import BenchConfig
 from bench.config.fields import changed_keys
@@ -127,7 +127,10 @@ def check_inference(config: BenchConfig) -> None:
         raise ConfigError(
             "train.mlperf_log", True, "false with mode=inference (MLPerf Training's log times a training run)"
         )
-    for key, value in changed_training_keys(config):
+    # each training-only key whose value is not the schema's default
+    groups = [(group, getattr(config, group)) for group in TRAINING_ONLY_GROUPS]
+    changed = [key for group, current in groups for key in changed_keys(group, current, type(current)())]
+    for key, value in changed + changed_keys("train", config.train, TrainConfig(), TRAINING_ONLY_TRAIN_KEYS):
         raise ConfigError(
             key,
             value,
@@ -141,10 +144,3 @@ def check_inference(config: BenchConfig) -> None:
             "1 with mode=inference (one process; sweep data.batch_size or run one job per GPU)",
         )
     refuse_find_max_batch(config)
-
-
-def changed_training_keys(config: BenchConfig) -> List[Tuple[str, Any]]:
-    """(dotted key, value) of each training-only key whose value is not the schema's default."""
-    groups = [(group, getattr(config, group)) for group in TRAINING_ONLY_GROUPS]
-    changed = [key for group, current in groups for key in changed_keys(group, current, type(current)())]
-    return changed + changed_keys("train", config.train, TrainConfig(), TRAINING_ONLY_TRAIN_KEYS)

@@ -118,8 +118,7 @@ def warm_up(run: TrainingRun) -> None:
             log.warning("torch.compile failed at the first step (%s: %s); running eager", type(exc).__name__, exc)
             run.compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
             run.step = run.step.with_model(run.wrapped)
-    resumed = run.resumed
-    where = run.checkpoints.loaded["resumed_from"] if resumed and run.checkpoints is not None else ""
+    resumed, where = run.resumed, run.resumed_from
     if resumed and "meta" not in resumed:  # a format-1 file names no optimizer: loading it is the check
         restore(resumed, run.eager, run.optimizer, run.scheduler, run.policy, where)
     for _ in range(run.warmup):
@@ -209,7 +208,8 @@ def collect_result(run: TrainingRun, window: TrainResult, out_dir: Optional[Path
         precision=run.policy.describe(),
         compile=run.compile_info,
         fused_optimizer=bool(run.optimizer.defaults.get("fused")),
-        param_checksum=_param_checksum(run.eager),
+        # the sum of all weights, in one device-to-host read (not one per tensor)
+        param_checksum=float(torch.stack([p.detach().double().sum() for p in run.eager.parameters()]).sum().item()),
         files=files,
         interrupted=interrupted,
     )
@@ -225,33 +225,29 @@ def restore(
 ) -> None:
     """Every rank loads the same checkpoint in place, so DDP's replicas stay identical."""
     eager.load_state_dict(state["model"])
+    # the checkpoint's position in the schedule, this run's length: train.epochs may grow on resume, and
+    # OneCycleLR's state would otherwise carry the old horizon and fail past it
+    horizon = {key: scheduler.__dict__[key] for key in ("total_steps", "_schedule_phases") if key in scheduler.__dict__}
     try:  # a format-1 file has no `meta` naming its optimizer: another one's state fails here
         optimizer.load_state_dict(state["optimizer"])
-        _restore_schedule(scheduler, state["scheduler"])
+        scheduler.load_state_dict(state["scheduler"])
     except (KeyError, ValueError, RuntimeError) as exc:
         raise CheckpointError(
             f"checkpoint {where} holds another optimizer or schedule than this run's "
             f"({type(exc).__name__}: {str(exc)[:120]}): resume with the config it was written by, "
             "or start without train.resume"
         ) from None
-    if policy.scaler is not None and state.get("scaler"):
-        policy.scaler.load_state_dict(state["scaler"])
-    restore_rng(state["rng"])
-
-
-def _restore_schedule(scheduler: Any, saved: Dict[str, Any]) -> None:
-    """The checkpoint's position in the schedule, this run's length: train.epochs may grow on
-    resume, and OneCycleLR's state would otherwise carry the old horizon and fail past it."""
-    horizon = {key: scheduler.__dict__[key] for key in ("total_steps", "_schedule_phases") if key in scheduler.__dict__}
-    scheduler.load_state_dict(saved)
-    if horizon and saved.get("total_steps") != horizon.get("total_steps"):
+    if horizon and state["scheduler"].get("total_steps") != horizon.get("total_steps"):
         log.warning(
             "train.resume: the checkpoint's lr schedule spans %s steps, this run's %s (train.epochs "
             "changed): the schedule continues on this run's length",
-            saved.get("total_steps"),
+            state["scheduler"].get("total_steps"),
             horizon.get("total_steps"),
         )
     scheduler.__dict__.update(horizon)
+    if policy.scaler is not None and state.get("scaler"):
+        policy.scaler.load_state_dict(state["scaler"])
+    restore_rng(state["rng"])
 
 
 def phase_figures(epochs: List[EpochRecord]) -> Dict[str, Any]:
@@ -264,12 +260,6 @@ def phase_figures(epochs: List[EpochRecord]) -> Dict[str, Any]:
         figures[f"phase{number}_image_size"], figures[f"phase{number}_batch_size"] = image_size, batch_size
         figures[f"phase{number}_images_per_second"] = images / seconds if seconds > 0 else 0.0
     return figures
-
-
-def _param_checksum(model: nn.Module) -> float:
-    with torch.no_grad():
-        # one device-to-host read, not one per tensor
-        return float(torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().item())
 
 
 PHASES = ("data", "forward", "backward", "optimizer")
