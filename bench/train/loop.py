@@ -281,45 +281,33 @@ def breakdown_pass(
     step.zero_grad()  # the window's last step left its gradients
     sync()
     log.info("breakdown pass started: %d synchronised steps after the window", steps)
+
+    def timed(phase: str, run: Callable[[], Any]) -> Any:
+        """`run()`'s result; its time to the device's end (ms) added to `phase`'s."""
+        start = time.perf_counter()
+        out = run()
+        sync()
+        times[phase].append((time.perf_counter() - start) * 1000.0)
+        return out
+
+    no_sync = getattr(ddp, "no_sync", None)  # DistributedDataParallel's
     for _ in range(steps):
         if stop():
             break
-        if ddp is not None:
-            times["backward_unsynced"].append(_backward_without_sync(step, ddp, next(batches), sync))
-        marks = [time.perf_counter()]
-        images, labels = next(batches)
-        sync()
-        marks.append(time.perf_counter())
-        loss = step.forward(images, labels)
-        sync()
-        marks.append(time.perf_counter())
-        step.backward(loss)
-        sync()
-        marks.append(time.perf_counter())
-        step.update()
-        step.zero_grad()
-        sync()
-        marks.append(time.perf_counter())
-        for phase, (start, end) in zip(PHASES, itertools.pairwise(marks), strict=True):
-            times[phase].append((end - start) * 1000.0)
+        if ddp is not None:  # a backward pass under no_sync (no all-reduce); its gradients are thrown away
+            with no_sync() if no_sync is not None else contextlib.nullcontext():
+                images, labels = next(batches)
+                unsynced = step.forward(images, labels)
+                sync()
+                timed("backward_unsynced", partial(step.backward, unsynced))
+            step.zero_grad()
+        images, labels = timed("data", partial(next, batches))
+        loss = timed("forward", partial(step.forward, images, labels))
+        timed("backward", partial(step.backward, loss))
+        timed("optimizer", lambda: (step.update(), step.zero_grad()))
         if step.after is not None:
             step.after()
     return figures(times, len(times["data"]))
-
-
-def _backward_without_sync(step: TrainStep, ddp: torch.nn.Module, batch: Any, sync: Any) -> float:
-    """ms of a backward pass under no_sync (no all-reduce); the gradients are thrown away."""
-    images, labels = batch
-    no_sync = getattr(ddp, "no_sync", None)  # DistributedDataParallel's
-    with no_sync() if no_sync is not None else contextlib.nullcontext():
-        loss = step.forward(images, labels)
-        sync()
-        start = time.perf_counter()
-        step.backward(loss)
-        sync()
-        elapsed = (time.perf_counter() - start) * 1000.0
-    step.zero_grad()
-    return elapsed
 
 
 def figures(times: Dict[str, List[float]], steps: int) -> Dict[str, Any]:
