@@ -282,10 +282,10 @@ def breakdown_pass(
     sync()
     log.info("breakdown pass started: %d synchronised steps after the window", steps)
 
-    def timed(phase: str, run: Callable[[], Any]) -> Any:
-        """`run()`'s result; its time to the device's end (ms) added to `phase`'s."""
+    def timed(phase: str, *calls: Callable[[], Any]) -> Any:
+        """The last call's result; the calls' time to the device's end (ms) added to `phase`'s."""
         start = time.perf_counter()
-        out = run()
+        out = [call() for call in calls][-1]
         sync()
         times[phase].append((time.perf_counter() - start) * 1000.0)
         return out
@@ -304,7 +304,7 @@ def breakdown_pass(
         images, labels = timed("data", partial(next, batches))
         loss = timed("forward", partial(step.forward, images, labels))
         timed("backward", partial(step.backward, loss))
-        timed("optimizer", lambda: (step.update(), step.zero_grad()))
+        timed("optimizer", step.update, step.zero_grad)
         if step.after is not None:
             step.after()
     return figures(times, len(times["data"]))
