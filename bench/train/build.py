@@ -94,7 +94,8 @@ class TrainingRun:
                 torch.cuda.reset_peak_memory_stats(device)  # the search's trials are not the run's peak
         self.config = config  # with benchmark.find_max_batch: the batch it found in data.batch_size
         self.data = data = EpochData(config, device, policy.memory_format, ctx, start.epoch)
-        warmup, repeats = config.benchmark.warmup_steps, config.benchmark.repeats
+        self.warmup = warmup = config.benchmark.warmup_steps
+        repeats = config.benchmark.repeats
         total = data.planned(0)  # the schedule spans the whole run, resumed or not
         left = data.planned(start.epoch, start.step_in_epoch)
         # steps of the measured window (train.epochs, benchmark.measure_steps)
@@ -121,10 +122,6 @@ class TrainingRun:
         )
         self.val: Any = None  # one_pass() of the val split, when train.eval_every (built by bench.train.loop.train)
         self.mlperf = MlperfLog()  # train.mlperf_log: MLPerf's events (bench.train.loop.train)
-
-    @property
-    def warmup(self) -> int:
-        return self.config.benchmark.warmup_steps
 
     def state(self, wall_seconds: float, epochs: List[EpochRecord]) -> Dict[str, Any]:
         """What a checkpoint holds of the run now (bench.train.resume writes it)."""

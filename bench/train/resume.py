@@ -117,6 +117,7 @@ class TrainingCheckpoints:
         # the launch directory (bench never changes directory), not the run's dated output dir:
         # the same command line, run again, must find these
         self.store = backend(config.storage).checkpoint_store(Path.cwd(), self.folder)
+        self.url: str = self.store.url
         self.saved: List[Dict[str, float]] = []  # figures of each write
         self.loaded: Dict[str, Any] = {}
         self.failed: Optional[str] = None  # the write that failed: no checkpoint is written after it
@@ -153,16 +154,10 @@ class TrainingCheckpoints:
             self.lock.release()
             self.lock = None
 
-    @property
-    def url(self) -> str:
-        return self.store.url
-
     def names(self) -> List[str]:
         """Checkpoint names here, oldest first."""
-        found = []
-        for key, _size in self.store.list():
-            if match := NAME.match(key.rsplit("/", 1)[-1]):
-                found.append((tuple(int(g or 0) for g in match.groups()), key))
+        matches = [(NAME.match(key.rsplit("/", 1)[-1]), key) for key, _size in self.store.list()]
+        found = [(tuple(int(g or 0) for g in match.groups()), key) for match, key in matches if match]
         return [key for _order, key in sorted(found, key=lambda pair: pair[0])]
 
     def save(self, state: Dict[str, Any], position: Position) -> None:
