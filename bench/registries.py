@@ -51,7 +51,7 @@ class DataOption:
 
 
 DATA: Dict[str, DataOption] = {  # data.name (conf/data/<name>.yaml); a user's own: its batches builder
-    "synthetic": DataOption("bench.data.synthetic:synthetic_batches"),  # one batch made once on the device
+    "synthetic": DataOption("bench.data.device_batches:synthetic_batches"),  # one batch made once on the device
     "imagefolder": DataOption(  # JPEG/PNG files, one folder per class
         "bench.data.imagefolder:imagefolder_batches",
         "bench.data.layout:check_imagefolder",

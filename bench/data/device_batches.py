@@ -1,7 +1,8 @@
 """The endless device-side iterator the trainer times: passes over a dataset's DataLoader,
 each uint8 batch copied to the device and normalised there, the dataset's facts kept, and a
 worker's failures turned into one-sentence DataErrors (bench.data.loader builds the rest);
-map_style_batches: a map-style dataset's, for training or for one validation pass."""
+map_style_batches: a map-style dataset's, for training or for one validation pass; synthetic_batches:
+data=synthetic's, one batch made once on the device and served forever."""
 
 from __future__ import annotations
 
@@ -177,3 +178,22 @@ def map_style_builders(split: Callable[[DataConfig, bool, int, int], MapStyleSpl
         return DeviceBatches(lambda _epoch: loader, {"val_dataset_size": len(dataset)}, cfg, device, memory_format)
 
     return batches, val_batches
+
+
+def synthetic_batches(
+    cfg: DataConfig,
+    device: torch.device,
+    memory_format: torch.memory_format,
+    seed: int,
+    rank: int = 0,
+    world_size: int = 1,
+    storage: StorageLocation | None = None,
+) -> Iterator[Tuple[torch.Tensor, torch.Tensor]]:
+    """Synthetic ImageNet-like data: it measures what the model and device can do with no input pipeline
+    at all; real data options report how far short of that a pipeline falls."""
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    shape = (cfg.batch_size, 3, cfg.image_size, cfg.image_size)
+    images = torch.randn(shape, generator=gen).to(device).contiguous(memory_format=memory_format)
+    labels = torch.randint(0, cfg.num_classes, (cfg.batch_size,), generator=gen).to(device)
+    while True:
+        yield images, labels

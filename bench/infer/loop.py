@@ -43,14 +43,14 @@ def infer(
     on_step: Optional[Callable[[], None]] = None,
     out_dir: Optional[Path] = None,
 ) -> InferResult:
-    ctx = ctx or RankContext()
+    ctx, bench = ctx or RankContext(), config.benchmark
     prepare_process(config, device, ctx)  # one process: its threads are cpu_threads, as given
     policy = build_precision(config.precision, device)
     # Module.to takes device and memory_format together at runtime; its stub has them in separate overloads
     eager = build_model(config.model).to(device=device, memory_format=policy.memory_format).eval()  # type: ignore[call-overload]
     model, compile_info = maybe_compile(eager, config.compile, config.compile_mode, device)
     data = EpochData(config, device, policy.memory_format, ctx)
-    planned = min(data.planned(0), config.benchmark.measure_steps or data.planned(0))
+    planned = min(data.planned(0), bench.measure_steps or data.planned(0))
     batches = data.batches
 
     def forward(images: torch.Tensor) -> torch.Tensor:
@@ -64,19 +64,47 @@ def infer(
             log.warning("torch.compile failed at the first batch (%s: %s); running eager", type(exc).__name__, exc)
             compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
             model = eager
-    for _ in range(config.benchmark.warmup_steps):
+    for _ in range(bench.warmup_steps):
         forward(next(batches)[0])
     result = InferResult(
         batch_size=data.batch_size,
-        warmup_steps=config.benchmark.warmup_steps,
+        warmup_steps=bench.warmup_steps,
         parameters=count_parameters(eager),
         precision=policy.describe(),
         compile=compile_info,
     )
     if monitor is not None:
         monitor.start()
-    for _ in range(config.benchmark.repeats):
-        _window(config, device, batches, forward, planned, on_step, result)
+    # each measured window is added to `result`: `planned` batches, or fewer when benchmark.measure_seconds runs out
+    for _ in range(bench.repeats):
+        clock = StepClock(device, strict_sync=bench.sync)
+        deadline = time.perf_counter() + bench.measure_seconds if bench.measure_seconds else None
+        clock.sync()
+        clock.mark()  # the window opens here
+        done = 0
+        while done < planned:
+            t0 = time.perf_counter()
+            images, _ = next(batches)
+            result.data_wait_ms.append((time.perf_counter() - t0) * 1000.0)
+            forward(images)
+            clock.mark()
+            done += 1
+            if on_step is not None:
+                on_step()
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+            if done % bench.log_every == 0:
+                clock.sync()  # a log interval: the one place the host waits for the device
+                recent = clock.seconds_between(len(clock) - 1 - bench.log_every, len(clock) - 1)
+                rate = bench.log_every * config.data.batch_size / recent
+                log.info("batch %d/%d  %.1f img/s (last %d batches)", done, planned, rate, bench.log_every)
+        clock.sync()
+        seconds = clock.seconds_between(0, len(clock) - 1)
+        result.measured_steps += done
+        result.window_seconds += seconds
+        result.latency_ms += clock.step_times_ms()
+        result.repeat_images.append(done * result.batch_size)
+        result.repeat_seconds.append(seconds)
     result.gpu = monitor.stop() if monitor is not None else GpuFigures()
     result.peak_memory_bytes = peak_memory_bytes(device)
     # a signal ends the profiled batches; the window is reported
@@ -85,45 +113,3 @@ def infer(
     )
     result.extra = {**getattr(batches, "facts", {}), **passes}
     return result
-
-
-def _window(
-    config: BenchConfig,
-    device: torch.device,
-    batches: Any,
-    forward: Callable[[torch.Tensor], Any],
-    planned: int,
-    on_step: Optional[Callable[[], None]],
-    result: InferResult,
-) -> None:
-    """One measured window, added to `result`: `planned` batches, or fewer when benchmark.measure_seconds
-    runs out."""
-    bench = config.benchmark
-    clock = StepClock(device, strict_sync=bench.sync)
-    deadline = time.perf_counter() + bench.measure_seconds if bench.measure_seconds else None
-    clock.sync()
-    clock.mark()  # the window opens here
-    done = 0
-    while done < planned:
-        t0 = time.perf_counter()
-        images, _ = next(batches)
-        result.data_wait_ms.append((time.perf_counter() - t0) * 1000.0)
-        forward(images)
-        clock.mark()
-        done += 1
-        if on_step is not None:
-            on_step()
-        if deadline is not None and time.perf_counter() >= deadline:
-            break
-        if done % bench.log_every == 0:
-            clock.sync()  # a log interval: the one place the host waits for the device
-            recent = clock.seconds_between(len(clock) - 1 - bench.log_every, len(clock) - 1)
-            rate = bench.log_every * config.data.batch_size / recent
-            log.info("batch %d/%d  %.1f img/s (last %d batches)", done, planned, rate, bench.log_every)
-    clock.sync()
-    seconds = clock.seconds_between(0, len(clock) - 1)
-    result.measured_steps += done
-    result.window_seconds += seconds
-    result.latency_ms += clock.step_times_ms()
-    result.repeat_images.append(done * result.batch_size)
-    result.repeat_seconds.append(seconds)

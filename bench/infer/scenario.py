@@ -16,14 +16,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, List, Optional, Tuple
+from typing import Any, Optional
 
 from bench.config import BenchConfig
 from bench.config.fields import changed_keys
 from bench.config.run import TrainConfig
 from bench.errors import ConfigError
 from bench.infer.result import InferMetrics, InferOutcome, InferResult
-from bench.maths.stats import mean, percentile
+from bench.maths.stats import step_time_stats
 from bench.rank_context import RankContext
 from bench.results import read_summary
 from bench.runtime.model_names import check_arch
@@ -40,20 +40,18 @@ FLOPS_COLUMN = [("GFLOPs/image", "gflops_per_image_forward", "{:.2f}", 8)]  # a 
 TIMELINE = ("Per-batch latency", "Latency per batch (ms)", "latency_distribution.png")
 TIMELINE_METRIC = "latency_ms"  # the MLflow series of the per-batch latencies
 VIEW = model_view(InferMetrics, TIMELINE, TIMELINE_METRIC, FLOPS_COLUMN)
+LATENCY = ("mean", "p50", "p95", "p99", "min", "max")  # InferMetrics' latency_ms_<figure>s
 
 
 def summarize(outcome: InferOutcome, config: BenchConfig) -> InferMetrics:
     result = outcome.result
-    latency, gflops = result.latency_ms, result.extra.get("gflops_per_image_forward")
+    # the per-batch latency's mean, percentiles, min and max, as training's step times have them ({} without
+    # a measured batch: the fields' None default, left out of the final line)
+    spread = step_time_stats(result.latency_ms)
+    latency = {f"latency_ms_{name}": spread[f"step_time_ms_{name}"] for name in LATENCY if spread}
     return InferMetrics(
-        **model_figures(outcome, result, config, gflops),
-        # None without a measured batch: the fields' default, left out of the final line
-        latency_ms_mean=mean(latency),
-        latency_ms_p50=percentile(latency, 50),
-        latency_ms_p95=percentile(latency, 95),
-        latency_ms_p99=percentile(latency, 99),
-        latency_ms_min=min(latency, default=None),
-        latency_ms_max=max(latency, default=None),
+        **model_figures(outcome, result, config, result.extra.get("gflops_per_image_forward")),
+        **latency,
         extra=dict(result.extra),
     )
 
@@ -127,7 +125,10 @@ def check_inference(config: BenchConfig) -> None:
         raise ConfigError(
             "train.mlperf_log", True, "false with mode=inference (MLPerf Training's log times a training run)"
         )
-    for key, value in changed_training_keys(config):
+    # each training-only key whose value is not the schema's default
+    groups = [(group, getattr(config, group)) for group in TRAINING_ONLY_GROUPS]
+    changed = [key for group, current in groups for key in changed_keys(group, current, type(current)())]
+    for key, value in changed + changed_keys("train", config.train, TrainConfig(), TRAINING_ONLY_TRAIN_KEYS):
         raise ConfigError(
             key,
             value,
@@ -141,10 +142,3 @@ def check_inference(config: BenchConfig) -> None:
             "1 with mode=inference (one process; sweep data.batch_size or run one job per GPU)",
         )
     refuse_find_max_batch(config)
-
-
-def changed_training_keys(config: BenchConfig) -> List[Tuple[str, Any]]:
-    """(dotted key, value) of each training-only key whose value is not the schema's default."""
-    groups = [(group, getattr(config, group)) for group in TRAINING_ONLY_GROUPS]
-    changed = [key for group, current in groups for key in changed_keys(group, current, type(current)())]
-    return changed + changed_keys("train", config.train, TrainConfig(), TRAINING_ONLY_TRAIN_KEYS)

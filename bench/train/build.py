@@ -38,6 +38,7 @@ import torch.nn as nn
 
 from bench.config import BenchConfig
 from bench.errors import BenchError, CheckpointError
+from bench.launch.process_group import all_gather
 from bench.rank_context import RankContext
 from bench.runtime.device import prepare_process
 from bench.runtime.epoch_data import EpochData
@@ -70,9 +71,10 @@ class TrainingRun:
         # the checkpoint's state a resumed run starts from, and where the measured window starts
         self.resumed = resumed = checkpoints.load(config.train.resume) if checkpoints and config.train.resume else None
         self.start = start = Position(resumed["epoch"], resumed["step_in_epoch"]) if resumed else Position(0)
-        if resumed and checkpoints is not None and start.epoch >= config.train.epochs:
+        self.resumed_from: str = checkpoints.loaded["resumed_from"] if resumed and checkpoints else ""
+        if resumed and start.epoch >= config.train.epochs:
             raise CheckpointError(  # nothing left to measure: a run of no steps would report no figures
-                f"train.resume={config.train.resume}: {checkpoints.loaded['resumed_from']} ends epoch {start.epoch}, "
+                f"train.resume={config.train.resume}: {self.resumed_from} ends epoch {start.epoch}, "
                 f"and this run has train.epochs={config.train.epochs}: no epoch is left to train. Raise "
                 "train.epochs to go on, or start without train.resume"
             )
@@ -82,9 +84,8 @@ class TrainingRun:
         # the plain model: evaluated, checkpointed, counted (Module.to takes device and memory_format
         # together at runtime; its stub has them in separate overloads)
         self.eager = build_model(config.model).to(device=device, memory_format=policy.memory_format)  # type: ignore[call-overload]
-        if resumed and checkpoints is not None:
-            # before any step: another model's checkpoint is one line, not load_state_dict's dump
-            check_model_fits(resumed, self.eager, checkpoints.loaded["resumed_from"])
+        if resumed:  # before any step: another model's checkpoint is one line, not load_state_dict's dump
+            check_model_fits(resumed, self.eager, self.resumed_from)
         self.requested_batch = config.data.batch_size  # as asked, before find_max_batch
         if config.benchmark.find_max_batch:
             found = find_max_batch(config, self.eager, policy, device, ctx)
@@ -93,7 +94,8 @@ class TrainingRun:
                 torch.cuda.reset_peak_memory_stats(device)  # the search's trials are not the run's peak
         self.config = config  # with benchmark.find_max_batch: the batch it found in data.batch_size
         self.data = data = EpochData(config, device, policy.memory_format, ctx, start.epoch)
-        warmup, repeats = config.benchmark.warmup_steps, config.benchmark.repeats
+        self.warmup = warmup = config.benchmark.warmup_steps
+        repeats = config.benchmark.repeats
         total = data.planned(0)  # the schedule spans the whole run, resumed or not
         left = data.planned(start.epoch, start.step_in_epoch)
         # steps of the measured window (train.epochs, benchmark.measure_steps)
@@ -120,10 +122,6 @@ class TrainingRun:
         )
         self.val: Any = None  # one_pass() of the val split, when train.eval_every (built by bench.train.loop.train)
         self.mlperf = MlperfLog()  # train.mlperf_log: MLPerf's events (bench.train.loop.train)
-
-    @property
-    def warmup(self) -> int:
-        return self.config.benchmark.warmup_steps
 
     def state(self, wall_seconds: float, epochs: List[EpochRecord]) -> Dict[str, Any]:
         """What a checkpoint holds of the run now (bench.train.resume writes it)."""
@@ -268,15 +266,9 @@ def find_max_batch(
 
     found = search(fits, config.data.batch_size, config.data.batch_size * GROWTH_LIMIT)
     model.load_state_dict(saved)  # the trials' optimizer steps changed the weights (and BN statistics)
-    if policy.scaler is not None:
-        assert scaler_state is not None  # saved above whenever there is a scaler
+    if policy.scaler is not None and scaler_state is not None:  # saved above whenever there is a scaler
         policy.scaler.load_state_dict(scaler_state)
-    if ctx.distributed:
-        import torch.distributed as dist
-
-        agreed = torch.tensor([found], device=device)
-        dist.all_reduce(agreed, op=dist.ReduceOp.MIN)
-        found = int(agreed.item())
+    found = min(all_gather(found, ctx))  # every rank's search: the smallest batch fits them all
     log.info("find_max_batch: data.batch_size=%d fits (asked for %d)", found, config.data.batch_size)
     return found
 

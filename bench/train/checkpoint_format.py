@@ -146,7 +146,11 @@ def _load(source: Union[bytes, Path], mmap: bool, where: str) -> Any:
                 if (needed := _needed_global(exc)) is None:
                     raise
                 if allowed or not needed.startswith("numpy."):
-                    raise _refusal(where, needed) from None
+                    raise CheckpointError(
+                        f"checkpoint {where} is refused: it needs {needed}, which a bench checkpoint never holds "
+                        "(checkpoints are read as plain tensors, dicts, lists, numbers and strings with "
+                        "torch.load(weights_only=True), which runs no code)"
+                    ) from None
         allowed = NUMPY_ARRAY_GLOBALS  # a format-1 file's numpy RNG state: let through on a second try
 
 
@@ -157,15 +161,6 @@ def _needed_global(exc: BaseException) -> Optional[str]:
         return None
     found = _GLOBAL.search(text)
     return found.group(1) if found else "an instruction plain data does not use"
-
-
-def _refusal(where: str, needed: str) -> CheckpointError:
-    return CheckpointError(
-        f"checkpoint {where} is refused: it needs {needed}, which a bench checkpoint never holds "
-        "(checkpoints are read as "
-        "plain tensors, dicts, lists, numbers and strings with torch.load(weights_only=True), "
-        "which runs no code)"
-    )
 
 
 class WriteRecorder:

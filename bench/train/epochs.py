@@ -29,7 +29,6 @@ import torch.nn as nn
 from tqdm import tqdm
 from tqdm.contrib.logging import logging_redirect_tqdm
 
-from bench.config import BenchConfig
 from bench.errors import Interrupted
 from bench.maths.stats import percentile
 from bench.rank_context import RankContext
@@ -248,9 +247,28 @@ class MeasuredWindow:
             epochs=tally.epochs,
             final_lr=float(run.step.applied_lr),
             final_loss=float(tally.loss.item()),
-            accuracy=accuracy_figures(
-                run.config, tally.epochs, tally.reached, self.wall_seconds(), tally.evaluation.get("val_images")
-            ),
+            accuracy=self.accuracy_figures(),
+        )
+
+    def accuracy_figures(self) -> Optional[Accuracy]:
+        """The window's accuracy figures from its evaluated epochs; time to target where one is set (None
+        without evaluation)."""
+        tally, target = self.tally, self.training.config.train.target_accuracy
+        if not (evaluated := [e for e in tally.epochs if e.val_top1 is not None]):
+            return None
+        reached = tally.reached
+        return Accuracy(
+            val_top1=evaluated[-1].val_top1,
+            val_top5=evaluated[-1].val_top5,
+            val_top1_best=max(e.val_top1 for e in evaluated if e.val_top1 is not None),
+            eval_seconds=sum(e.eval_seconds or 0.0 for e in evaluated),
+            evaluations=len(evaluated),
+            train_wall_seconds=self.wall_seconds(),
+            val_images=tally.evaluation.get("val_images"),
+            target_accuracy=target,
+            reached_target=(reached is not None) if target is not None else None,
+            time_to_target_seconds=reached.wall_seconds if reached and target is not None else None,
+            epochs_to_target=reached.epoch if reached and target is not None else None,
         )
 
 
@@ -292,37 +310,9 @@ def evaluate(model: nn.Module, val: Any, policy: PrecisionPolicy, ctx: RankConte
 
         dist.all_reduce(counts)
     top1, top5, images = (float(v) for v in counts.tolist())
-    seconds = time.perf_counter() - start
     return {
         "val_top1": top1 / images if images else 0.0,
         "val_top5": top5 / images if images else 0.0,
         "val_images": int(images),
-        "eval_seconds": seconds,
-        "eval_images_per_second": images / seconds if seconds > 0 else 0.0,
+        "eval_seconds": time.perf_counter() - start,
     }
-
-
-def accuracy_figures(
-    cfg: BenchConfig,
-    epochs: List[EpochRecord],
-    reached: Optional[EpochRecord],
-    wall_seconds: float,
-    val_images: Optional[int],
-) -> Optional[Accuracy]:
-    """A run's accuracy figures from its evaluated epochs; time to target where one is set (None without evaluation)."""
-    if not (evaluated := [e for e in epochs if e.val_top1 is not None]):
-        return None
-    target = cfg.train.target_accuracy
-    return Accuracy(
-        val_top1=evaluated[-1].val_top1,
-        val_top5=evaluated[-1].val_top5,
-        val_top1_best=max(e.val_top1 for e in evaluated if e.val_top1 is not None),
-        eval_seconds=sum(e.eval_seconds or 0.0 for e in evaluated),
-        evaluations=len(evaluated),
-        train_wall_seconds=wall_seconds,
-        val_images=val_images,
-        target_accuracy=target,
-        reached_target=(reached is not None) if target is not None else None,
-        time_to_target_seconds=reached.wall_seconds if reached and target is not None else None,
-        epochs_to_target=reached.epoch if reached and target is not None else None,
-    )

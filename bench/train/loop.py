@@ -118,8 +118,7 @@ def warm_up(run: TrainingRun) -> None:
             log.warning("torch.compile failed at the first step (%s: %s); running eager", type(exc).__name__, exc)
             run.compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
             run.step = run.step.with_model(run.wrapped)
-    resumed = run.resumed
-    where = run.checkpoints.loaded["resumed_from"] if resumed and run.checkpoints is not None else ""
+    resumed, where = run.resumed, run.resumed_from
     if resumed and "meta" not in resumed:  # a format-1 file names no optimizer: loading it is the check
         restore(resumed, run.eager, run.optimizer, run.scheduler, run.policy, where)
     for _ in range(run.warmup):
@@ -209,7 +208,8 @@ def collect_result(run: TrainingRun, window: TrainResult, out_dir: Optional[Path
         precision=run.policy.describe(),
         compile=run.compile_info,
         fused_optimizer=bool(run.optimizer.defaults.get("fused")),
-        param_checksum=_param_checksum(run.eager),
+        # the sum of all weights, in one device-to-host read (not one per tensor)
+        param_checksum=float(torch.stack([p.detach().double().sum() for p in run.eager.parameters()]).sum().item()),
         files=files,
         interrupted=interrupted,
     )
@@ -225,33 +225,29 @@ def restore(
 ) -> None:
     """Every rank loads the same checkpoint in place, so DDP's replicas stay identical."""
     eager.load_state_dict(state["model"])
+    # the checkpoint's position in the schedule, this run's length: train.epochs may grow on resume, and
+    # OneCycleLR's state would otherwise carry the old horizon and fail past it
+    horizon = {key: scheduler.__dict__[key] for key in ("total_steps", "_schedule_phases") if key in scheduler.__dict__}
     try:  # a format-1 file has no `meta` naming its optimizer: another one's state fails here
         optimizer.load_state_dict(state["optimizer"])
-        _restore_schedule(scheduler, state["scheduler"])
+        scheduler.load_state_dict(state["scheduler"])
     except (KeyError, ValueError, RuntimeError) as exc:
         raise CheckpointError(
             f"checkpoint {where} holds another optimizer or schedule than this run's "
             f"({type(exc).__name__}: {str(exc)[:120]}): resume with the config it was written by, "
             "or start without train.resume"
         ) from None
-    if policy.scaler is not None and state.get("scaler"):
-        policy.scaler.load_state_dict(state["scaler"])
-    restore_rng(state["rng"])
-
-
-def _restore_schedule(scheduler: Any, saved: Dict[str, Any]) -> None:
-    """The checkpoint's position in the schedule, this run's length: train.epochs may grow on
-    resume, and OneCycleLR's state would otherwise carry the old horizon and fail past it."""
-    horizon = {key: scheduler.__dict__[key] for key in ("total_steps", "_schedule_phases") if key in scheduler.__dict__}
-    scheduler.load_state_dict(saved)
-    if horizon and saved.get("total_steps") != horizon.get("total_steps"):
+    if horizon and state["scheduler"].get("total_steps") != horizon.get("total_steps"):
         log.warning(
             "train.resume: the checkpoint's lr schedule spans %s steps, this run's %s (train.epochs "
             "changed): the schedule continues on this run's length",
-            saved.get("total_steps"),
+            state["scheduler"].get("total_steps"),
             horizon.get("total_steps"),
         )
     scheduler.__dict__.update(horizon)
+    if policy.scaler is not None and state.get("scaler"):
+        policy.scaler.load_state_dict(state["scaler"])
+    restore_rng(state["rng"])
 
 
 def phase_figures(epochs: List[EpochRecord]) -> Dict[str, Any]:
@@ -264,12 +260,6 @@ def phase_figures(epochs: List[EpochRecord]) -> Dict[str, Any]:
         figures[f"phase{number}_image_size"], figures[f"phase{number}_batch_size"] = image_size, batch_size
         figures[f"phase{number}_images_per_second"] = images / seconds if seconds > 0 else 0.0
     return figures
-
-
-def _param_checksum(model: nn.Module) -> float:
-    with torch.no_grad():
-        # one device-to-host read, not one per tensor
-        return float(torch.stack([p.detach().double().sum() for p in model.parameters()]).sum().item())
 
 
 PHASES = ("data", "forward", "backward", "optimizer")
@@ -291,45 +281,33 @@ def breakdown_pass(
     step.zero_grad()  # the window's last step left its gradients
     sync()
     log.info("breakdown pass started: %d synchronised steps after the window", steps)
+
+    def timed(phase: str, *calls: Callable[[], Any]) -> Any:
+        """The last call's result; the calls' time to the device's end (ms) added to `phase`'s."""
+        start = time.perf_counter()
+        out = [call() for call in calls][-1]
+        sync()
+        times[phase].append((time.perf_counter() - start) * 1000.0)
+        return out
+
+    no_sync = getattr(ddp, "no_sync", None)  # DistributedDataParallel's
     for _ in range(steps):
         if stop():
             break
-        if ddp is not None:
-            times["backward_unsynced"].append(_backward_without_sync(step, ddp, next(batches), sync))
-        marks = [time.perf_counter()]
-        images, labels = next(batches)
-        sync()
-        marks.append(time.perf_counter())
-        loss = step.forward(images, labels)
-        sync()
-        marks.append(time.perf_counter())
-        step.backward(loss)
-        sync()
-        marks.append(time.perf_counter())
-        step.update()
-        step.zero_grad()
-        sync()
-        marks.append(time.perf_counter())
-        for phase, (start, end) in zip(PHASES, itertools.pairwise(marks), strict=True):
-            times[phase].append((end - start) * 1000.0)
+        if ddp is not None:  # a backward pass under no_sync (no all-reduce); its gradients are thrown away
+            with no_sync() if no_sync is not None else contextlib.nullcontext():
+                images, labels = next(batches)
+                unsynced = step.forward(images, labels)
+                sync()
+                timed("backward_unsynced", partial(step.backward, unsynced))
+            step.zero_grad()
+        images, labels = timed("data", partial(next, batches))
+        loss = timed("forward", partial(step.forward, images, labels))
+        timed("backward", partial(step.backward, loss))
+        timed("optimizer", step.update, step.zero_grad)
         if step.after is not None:
             step.after()
     return figures(times, len(times["data"]))
-
-
-def _backward_without_sync(step: TrainStep, ddp: torch.nn.Module, batch: Any, sync: Any) -> float:
-    """ms of a backward pass under no_sync (no all-reduce); the gradients are thrown away."""
-    images, labels = batch
-    no_sync = getattr(ddp, "no_sync", None)  # DistributedDataParallel's
-    with no_sync() if no_sync is not None else contextlib.nullcontext():
-        loss = step.forward(images, labels)
-        sync()
-        start = time.perf_counter()
-        step.backward(loss)
-        sync()
-        elapsed = (time.perf_counter() - start) * 1000.0
-    step.zero_grad()
-    return elapsed
 
 
 def figures(times: Dict[str, List[float]], steps: int) -> Dict[str, Any]:

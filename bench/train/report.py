@@ -67,17 +67,6 @@ def read_val_curve(job_dir: Path) -> List[Tuple[float, float]]:
     return sorted(points)
 
 
-def mlflow_val_curve(client: Any, run_id: str) -> List[Tuple[float, float]]:
-    """(wall seconds, val top-1) per evaluated epoch, from the per-epoch series the training
-    report logs (step = epoch; step 0 is the final figure)."""
-
-    def by_epoch(name: str) -> Dict[int, float]:
-        return {m.step: m.value for m in client.get_metric_history(run_id, name) if m.step > 0}
-
-    walls, top1 = by_epoch("epoch_wall_seconds"), by_epoch("val_top1")
-    return [(walls[e], top1[e]) for e in sorted(walls) if e in top1]
-
-
 def merge_ranks(ranks: Sequence[TrainResult]) -> TrainResult:
     """Rank 0's result with the step timeline of the whole job (the max over ranks per step)."""
     result = ranks[0]
@@ -236,4 +225,11 @@ class TrainReport(ModelReport):
 
     @classmethod
     def read_back_mlflow(cls, client: Any, run_id: str) -> Dict[str, Any]:
-        return {"val_curve": mlflow_val_curve(client, run_id)}
+        """The accuracy curve: (wall seconds, val top-1) per evaluated epoch, from the per-epoch series
+        log_to logs (step = epoch; step 0 is the final figure)."""
+
+        def by_epoch(name: str) -> Dict[int, float]:
+            return {m.step: m.value for m in client.get_metric_history(run_id, name) if m.step > 0}
+
+        walls, top1 = by_epoch("epoch_wall_seconds"), by_epoch("val_top1")
+        return {"val_curve": [(walls[e], top1[e]) for e in sorted(walls) if e in top1]}

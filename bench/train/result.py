@@ -40,8 +40,8 @@ class EpochRecord:
 
 @dataclass
 class Accuracy:
-    """A run's accuracy figures from its evaluated epochs (bench.train.epochs.accuracy_figures): the
-    last evaluation, the best, what evaluating cost; time to target where train.target_accuracy is set."""
+    """A run's accuracy figures from its evaluated epochs (bench.train.epochs.MeasuredWindow.accuracy_figures):
+    the last evaluation, the best, what evaluating cost; time to target where train.target_accuracy is set."""
 
     val_top1: Optional[float]
     val_top5: Optional[float]

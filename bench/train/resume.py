@@ -61,12 +61,17 @@ NAME = re.compile(r"^epoch-(\d{4,})(?:-step-(\d{6,}))?\.pt$")
 def fingerprint(config: BenchConfig) -> str:
     """`<model>-<precision>-bs<batch>-<hash>`: what must match for a checkpoint to continue this run."""
     c = config
+    # the schedule as far as it shapes the lr: milestones only matter to multistep (a preset that sets
+    # them for a scheduler=multistep sweep keeps the fingerprint of its one-cycle runs)
+    schedule = c.scheduler
+    if schedule.name != "multistep":
+        schedule = dataclasses.replace(schedule, milestones=[], milestone_unit=MilestoneUnit.steps)
     what = {
         "model": [c.model.arch, c.model.num_classes, str(c.model.norm), c.model.zero_init_residual],
         "data": [str(c.data.name), c.data.root, c.data.batch_size, c.data.image_size, c.data.progressive],
         "precision": str(c.precision.name),
         "optimizer": repr(c.optimizer),
-        "scheduler": repr(_schedule(c.scheduler)),
+        "scheduler": repr(schedule),
         "world": c.distributed.world_size,
         "scaling": str(c.distributed.scaling),
         "seed": c.seed,
@@ -75,14 +80,6 @@ def fingerprint(config: BenchConfig) -> str:
     }
     digest = hashlib.sha256(json.dumps(what, sort_keys=True, default=str).encode()).hexdigest()[:10]
     return f"{c.model.arch}-{c.precision.name}-bs{c.data.batch_size}-{digest}"
-
-
-def _schedule(scheduler: Any) -> Any:
-    """The schedule as far as it shapes the lr: milestones only matter to multistep (a preset that sets
-    them for a scheduler=multistep sweep keeps the fingerprint of its one-cycle runs)."""
-    if scheduler.name == "multistep":
-        return scheduler
-    return dataclasses.replace(scheduler, milestones=[], milestone_unit=MilestoneUnit.steps)
 
 
 @dataclass
@@ -120,6 +117,7 @@ class TrainingCheckpoints:
         # the launch directory (bench never changes directory), not the run's dated output dir:
         # the same command line, run again, must find these
         self.store = backend(config.storage).checkpoint_store(Path.cwd(), self.folder)
+        self.url: str = self.store.url
         self.saved: List[Dict[str, float]] = []  # figures of each write
         self.loaded: Dict[str, Any] = {}
         self.failed: Optional[str] = None  # the write that failed: no checkpoint is written after it
@@ -156,16 +154,10 @@ class TrainingCheckpoints:
             self.lock.release()
             self.lock = None
 
-    @property
-    def url(self) -> str:
-        return self.store.url
-
     def names(self) -> List[str]:
         """Checkpoint names here, oldest first."""
-        found = []
-        for key, _size in self.store.list():
-            if match := NAME.match(key.rsplit("/", 1)[-1]):
-                found.append((tuple(int(g or 0) for g in match.groups()), key))
+        matches = [(NAME.match(key.rsplit("/", 1)[-1]), key) for key, _size in self.store.list()]
+        found = [(tuple(int(g or 0) for g in match.groups()), key) for match, key in matches if match]
         return [key for _order, key in sorted(found, key=lambda pair: pair[0])]
 
     def save(self, state: Dict[str, Any], position: Position) -> None:
@@ -214,8 +206,16 @@ class TrainingCheckpoints:
     def load(self, resume: str) -> Optional[Dict[str, Any]]:
         """train.resume=auto: the newest checkpoint that loads (a damaged one is named and the one
         before it tried), None when there is none; a path: that checkpoint, or CheckpointError."""
-        if resume != RESUME_AUTO:
-            return self._read_path(resume)
+        if resume != RESUME_AUTO and "/" not in resume.strip("/") and not resume.startswith(("/", ".")):
+            return self._read(self.store, resume)  # a bare name: one of this config's checkpoints
+        if resume != RESUME_AUTO:  # a path
+            local = Path(resume)
+            if not local.is_file():
+                raise CheckpointError(
+                    f"train.resume={resume!r} is not a checkpoint file: accepted 'auto', a file "
+                    f"written by checkpoint.every_epochs, or a name in {self.url}"
+                )
+            return self._read(LocalStore(local.parent), local.name)
         for name in reversed(self.names()):
             try:
                 return self._read(self.store, name)
@@ -223,17 +223,6 @@ class TrainingCheckpoints:
                 log.warning("%s; trying the one before", exc)
         log.info("train.resume=auto: no checkpoint in %s yet, starting from the beginning", self.url)
         return None
-
-    def _read_path(self, path: str) -> Dict[str, Any]:
-        if "/" not in path.strip("/") and not path.startswith(("/", ".")):
-            return self._read(self.store, path)  # a bare name: one of this config's checkpoints
-        local = Path(path)
-        if not local.is_file():
-            raise CheckpointError(
-                f"train.resume={path!r} is not a checkpoint file: accepted 'auto', a file "
-                f"written by checkpoint.every_epochs, or a name in {self.url}"
-            )
-        return self._read(LocalStore(local.parent), local.name)
 
     def _read(self, store: Any, name: str) -> Dict[str, Any]:
         start = time.perf_counter()
