@@ -19,14 +19,68 @@ from omegaconf import DictConfig, OmegaConf
 from bench import config_dir
 from bench.config.data import DataConfig
 from bench.config.distributed import DistributedConfig, Scaling
-from bench.config.fields import Checks, positive
-from bench.config.model import ModelConfig
+from bench.config.fields import Checks, Choice, positive
 from bench.config.optimizer import OptimizerConfig
-from bench.config.precision import PrecisionConfig
 from bench.config.run import BenchmarkConfig, CheckpointConfig, ProfileConfig, TrackingConfig, TrainConfig
 from bench.config.scheduler import SchedulerConfig
 from bench.config.storage import StorageConfig
 from bench.registries import BACKENDS, DATA
+
+
+class Norm(Choice):
+    batch = "batch"  # the architecture's own BatchNorm layers
+    none = "none"  # every BatchNorm replaced by identity (the no-BN study)
+
+
+@dataclass
+class ModelConfig(Checks):
+    """The `model` group: which architecture, sized by the data group (interpolated)."""
+
+    KEY = "model"
+    # A torchvision classification model (torchvision.models.list_models()) or one of bench's
+    # own (bench.runtime.models): checked against that registry before the run starts.
+    arch: str = "resnet50"
+    num_classes: int = positive("${data.num_classes}")
+    image_size: int = positive("${data.image_size}")
+    norm: Norm = Norm.batch
+    # ResNets: zero-init the last BatchNorm of each residual block (each block starts as identity)
+    zero_init_residual: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.arch:
+            self._fail("arch", "a model name such as resnet50")
+        self.check_ranges()
+
+
+class PrecisionName(Choice):
+    fp32 = "fp32"  # strict IEEE fp32: TF32 off for matmuls and convolutions
+    tf32 = "tf32"  # TF32 tensor-core math (Ampere+)
+    amp_fp16 = "amp_fp16"  # autocast float16 + GradScaler (CUDA only)
+    bf16 = "bf16"  # autocast bfloat16 (Ampere+ GPUs or CPU)
+
+
+class AutocastDtype(Choice):
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+@dataclass
+class PrecisionConfig(Checks):
+    """The `precision` group: autocast dtype, loss scaling, TF32 and memory format.
+
+    Whether the device can do it (fp16 needs CUDA, bf16 needs Ampere+ or a CPU) is checked
+    against the device before the run starts (bench.train.precision)."""
+
+    KEY = "precision"
+    name: PrecisionName = PrecisionName.fp32
+    autocast_dtype: Optional[AutocastDtype] = None
+    grad_scaler: bool = False
+    tf32: bool = False
+    channels_last: bool = False
+
+    def rules(self) -> None:
+        if self.grad_scaler and self.autocast_dtype != AutocastDtype.float16:
+            self._fail("grad_scaler", "true only with precision.autocast_dtype=float16")
 
 
 @dataclass

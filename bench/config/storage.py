@@ -16,18 +16,7 @@ from typing import Optional
 from urllib.parse import urlparse
 
 from bench.config.fields import Checks, positive
-from bench.config.storage_benchmark import (  # noqa: F401  (re-exported: their home before the split)
-    MAX_THREADS,
-    MAX_TRANSFER_SIZE,
-    PROCESSES_NEED,
-    CheckpointWriters,
-    PrepareMode,
-    Readers,
-    ReadMode,
-    Shuffle,
-    StorageBenchmarkConfig,
-    StorageWorkloadConfig,
-)
+from bench.config.storage_benchmark import PROCESSES_NEED, Readers, StorageBenchmarkConfig
 from bench.errors import ConfigError
 
 # Loose on purpose: AWS wants 3-63 lowercase characters, but some S3-compatible stores take

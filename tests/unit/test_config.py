@@ -22,7 +22,7 @@ from bench import config_dir
 from bench.config import BenchConfig, as_plain, load, register_configs
 from bench.config.data import Split
 from bench.config.hydra_errors import one_line
-from bench.config.precision import AutocastDtype
+from bench.config.schema import AutocastDtype
 from bench.errors import ConfigError, ConfigProblem
 
 register_configs()
