@@ -26,7 +26,7 @@ from bench.config.hydra_errors import (
     reject_unknown_keys,
 )
 from bench.config.optimizer import chosen_optimizers_values
-from bench.config.scenario import named_twice, typed
+from bench.config.scenario import named_twice, typed, without_target
 from bench.config.schema import BenchConfig, register_configs, schema
 from bench.config.storage_benchmark import changed_benchmark_keys
 from bench.errors import ConfigError, ConfigProblem
@@ -139,8 +139,7 @@ def sweep_problem(overrides: List[str]) -> Optional[str]:
 
 def as_plain(config: Any) -> Dict[str, Any]:
     """A config object (or one group of it) as nested dicts of plain values, choices as strings."""
-    tree = leaves(dataclasses.asdict(config), lambda value: value.value if isinstance(value, Enum) else value)
-    tree.pop("defaults", None)
-    if not tree.get("scenario", True):  # a scenario with no keys of its own (the built-in ones) shows none
-        del tree["scenario"]
-    return tree
+    # no `defaults`, and no `scenario` for a scenario with no keys of its own (the built-in ones)
+    return without_target(
+        leaves(dataclasses.asdict(config), lambda value: value.value if isinstance(value, Enum) else value)
+    )

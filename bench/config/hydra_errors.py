@@ -81,8 +81,7 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
     if not_in_defaults := _NOT_IN_DEFAULTS.search(text):
         group = not_in_defaults.group(1)
         args = sys.argv[1:] if overrides is None else overrides
-        given = [arg.split("=", 1)[1] for arg in args if arg.startswith(group + "=")]  # the last one counts
-        value = given[-1] if given else None
+        value = next((arg.split("=", 1)[1] for arg in reversed(args) if arg.startswith(group + "=")), None)  # the last
         return ConfigError(
             group,
             value,
