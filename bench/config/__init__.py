@@ -28,7 +28,7 @@ from bench.config.hydra_errors import (
 from bench.config.optimizer import chosen_optimizers_values
 from bench.config.scenario import named_twice, typed, without_target
 from bench.config.schema import BenchConfig, register_configs, schema
-from bench.config.storage_benchmark import changed_benchmark_keys
+from bench.config.storage import changed_benchmark_keys
 from bench.errors import ConfigError, ConfigProblem
 from bench.results import leaves
 

@@ -23,8 +23,7 @@ from typing import Any, List, Mapping, Optional, Sequence, Tuple
 import psutil
 
 from bench.config import BenchConfig, compose
-from bench.config.storage import StorageConfig
-from bench.config.storage_benchmark import StorageWorkloadConfig
+from bench.config.storage import StorageConfig, StorageWorkloadConfig
 from bench.doctor.figures import STORAGE, Rung, StorageFigures
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.reader import file_order, run_reader, uses_processes

@@ -26,8 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
 
-from bench.config.storage import StorageConfig
-from bench.config.storage_benchmark import CheckpointWriters
+from bench.config.storage import CheckpointWriters, StorageConfig
 from bench.errors import BenchError
 from bench.iobench.checkpoint import CHECKPOINT_DIR, Checkpointer, Sync, run_checkpoints
 from bench.iobench.formats.base import FileSpec

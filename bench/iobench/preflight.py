@@ -27,8 +27,7 @@ from typing import Dict, List, Optional
 import psutil
 
 from bench.config import BenchConfig
-from bench.config.storage import StorageConfig
-from bench.config.storage_benchmark import CheckpointWriters, PrepareMode, ReadMode
+from bench.config.storage import CheckpointWriters, PrepareMode, ReadMode, StorageConfig
 from bench.errors import ConfigError, ConfigProblem
 from bench.iobench.checkpoint import CHECKPOINT_DIR, OVERHEAD, checkpoint_key
 from bench.iobench.formats.base import format_for

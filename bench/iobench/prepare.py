@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from bench.config.storage_benchmark import PrepareMode, StorageWorkloadConfig
+from bench.config.storage import PrepareMode, StorageWorkloadConfig
 from bench.iobench.formats.base import FileSpec, format_for
 from bench.iobench.freespace import DiskFull, no_space, write_error
 from bench.iobench.result import PrepareFigures

@@ -36,8 +36,7 @@ from pathlib import Path
 from typing import Callable, Dict, List, Sequence, Tuple
 
 from bench.analysis.rounds import alternate
-from bench.config.storage import StorageConfig
-from bench.config.storage_benchmark import PrepareMode, StorageWorkloadConfig
+from bench.config.storage import PrepareMode, StorageConfig, StorageWorkloadConfig
 from bench.doctor.storage_read import ceiling_storage
 from bench.errors import BenchError, print_error
 from bench.iobench.formats.base import FileSpec

@@ -47,7 +47,7 @@ from pathlib import Path
 from typing import Dict, List, Optional
 
 from bench.analysis.rounds import Rounds, alternate
-from bench.config.storage_benchmark import PrepareMode, StorageWorkloadConfig
+from bench.config.storage import PrepareMode, StorageWorkloadConfig
 from bench.doctor.storage_read import ceiling_storage
 from bench.errors import BenchError, interruption_in, print_error
 from bench.iobench.prepare import prepare_dataset

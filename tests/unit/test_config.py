@@ -153,8 +153,7 @@ def test_storage_is_where_and_the_benchmark_in_one_group(compose):
     the where first (the order of --cfg job and .hydra/config.yaml)."""
     from dataclasses import fields
 
-    from bench.config.storage import StorageConfig, StorageLocation
-    from bench.config.storage_benchmark import StorageBenchmarkConfig
+    from bench.config.storage import StorageBenchmarkConfig, StorageConfig, StorageLocation
 
     storage = compose(
         "+experiment=storage_unet3d_h100",
