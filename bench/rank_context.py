@@ -7,7 +7,7 @@ import socket
 from dataclasses import dataclass
 from typing import Optional
 
-from bench.config.distributed import Backend, DistributedConfig, DistributedName
+from bench.config.schema import Backend, DistributedConfig, DistributedName
 
 
 @dataclass(frozen=True)

@@ -16,19 +16,18 @@ from enum import Enum
 from typing import Any, Dict, List, Optional
 
 from omegaconf import DictConfig, OmegaConf, open_dict
-from omegaconf.errors import OmegaConfBaseException
 
 from bench.config.hydra_errors import (
     SWEEP_FROM_PYTHON,
-    as_error,
     reject_non_finite,
     reject_unknown_attributes,
     reject_unknown_keys,
+    reworded,
 )
 from bench.config.optimizer import chosen_optimizers_values
-from bench.config.scenario import named_twice, typed
+from bench.config.scenario import named_twice, typed, without_target
 from bench.config.schema import BenchConfig, register_configs, schema
-from bench.config.storage_benchmark import changed_benchmark_keys
+from bench.config.storage import changed_benchmark_keys
 from bench.errors import ConfigError, ConfigProblem
 from bench.results import leaves
 
@@ -39,10 +38,8 @@ def load(cfg: DictConfig) -> BenchConfig:
     `check`: its own rules). Raises ConfigError / ConfigProblem: one sentence, exit 2."""
 
     reject_unknown_keys(cfg)
-    try:
+    with reworded():  # e.g. a ${...} that points nowhere
         config = OmegaConf.to_object(_scenario_typed(cfg))
-    except OmegaConfBaseException as exc:  # e.g. a ${...} that points nowhere
-        raise as_error(exc) from None
     assert isinstance(config, BenchConfig)
     config.scenario.check(config)  # the scenario's own rules, beside its code (e.g. bench.train.scenario.check_train)
     if config.mode != "storage":  # the storage benchmark's keys, read by it alone: never ignored unsaid
@@ -55,10 +52,8 @@ def load(cfg: DictConfig) -> BenchConfig:
 def _scenario_typed(cfg: DictConfig) -> DictConfig:
     """A copy of `cfg` (the caller's stays as composed) whose scenario node is its class's."""
     cfg = copy.deepcopy(cfg)
-    try:
+    with reworded():  # a scenario key of the wrong type
         typed(cfg)
-    except OmegaConfBaseException as exc:  # a scenario key of the wrong type
-        raise as_error(exc) from None
     return cfg
 
 
@@ -76,7 +71,6 @@ def composed(*overrides: str) -> DictConfig:
     """Hydra's composition of `overrides`, as `python -m bench` composes it (not loaded: not checked)."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
-    from hydra.errors import HydraException
 
     from bench import config_dir
 
@@ -85,11 +79,8 @@ def composed(*overrides: str) -> DictConfig:
     if (twice := named_twice(overrides)) is not None:
         raise twice
     register_configs()
-    with _COMPOSING, initialize_config_dir(config_dir=config_dir(), version_base="1.3"):
-        try:
-            cfg = hydra_compose(config_name="config", overrides=list(overrides))
-        except (HydraException, OmegaConfBaseException) as exc:
-            raise as_error(exc, overrides) from None
+    with _COMPOSING, initialize_config_dir(config_dir=config_dir(), version_base="1.3"), reworded(overrides):
+        cfg = hydra_compose(config_name="config", overrides=list(overrides))
     chosen_optimizers_values(cfg, overrides)
     return cfg
 
@@ -110,10 +101,8 @@ def check(config: BenchConfig) -> BenchConfig:
     wrong type (`config.data.batch_size = "abc"`), then everything `load` checks. A new one."""
 
     reject_unknown_attributes(config)
-    try:  # merged into the schema as Hydra merges an override: OmegaConf names the full key
+    with reworded():  # merged into the schema as Hydra merges an override: OmegaConf names the full key
         cfg = OmegaConf.merge(schema(), dataclasses.asdict(config))
-    except OmegaConfBaseException as exc:
-        raise as_error(exc) from None
     assert isinstance(cfg, DictConfig)
     return load(cfg)
 
@@ -139,8 +128,7 @@ def sweep_problem(overrides: List[str]) -> Optional[str]:
 
 def as_plain(config: Any) -> Dict[str, Any]:
     """A config object (or one group of it) as nested dicts of plain values, choices as strings."""
-    tree = leaves(dataclasses.asdict(config), lambda value: value.value if isinstance(value, Enum) else value)
-    tree.pop("defaults", None)
-    if not tree.get("scenario", True):  # a scenario with no keys of its own (the built-in ones) shows none
-        del tree["scenario"]
-    return tree
+    # no `defaults`, and no `scenario` for a scenario with no keys of its own (the built-in ones)
+    return without_target(
+        leaves(dataclasses.asdict(config), lambda value: value.value if isinstance(value, Enum) else value)
+    )

@@ -15,6 +15,7 @@ that needs them: see `Scenario.preflight` (bench.scenarios).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import difflib
 import itertools
@@ -24,7 +25,7 @@ import re
 import sys
 import typing
 from pathlib import Path
-from typing import Any, Callable, List, Optional, Sequence
+from typing import Any, Callable, Iterator, List, Optional, Sequence
 
 import yaml
 from hydra.errors import HydraException
@@ -81,8 +82,7 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
     if not_in_defaults := _NOT_IN_DEFAULTS.search(text):
         group = not_in_defaults.group(1)
         args = sys.argv[1:] if overrides is None else overrides
-        given = [arg.split("=", 1)[1] for arg in args if arg.startswith(group + "=")]  # the last one counts
-        value = given[-1] if given else None
+        value = next((arg.split("=", 1)[1] for arg in reversed(args) if arg.startswith(group + "=")), None)  # the last
         return ConfigError(
             group,
             value,
@@ -113,6 +113,15 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
         )
     detail = _first_line(text) + (f" ({_first_line(cause)})" if cause else "")
     return ConfigProblem(f"the config could not be composed: {detail}")
+
+
+@contextlib.contextmanager
+def reworded(overrides: Optional[Sequence[str]] = None) -> Iterator[None]:
+    """Hydra's and OmegaConf's errors inside as bench's (as_error, `overrides` passed on)."""
+    try:
+        yield
+    except (HydraException, OmegaConfBaseException) as exc:
+        raise as_error(exc, overrides) from None
 
 
 def _value_error(text: str, dotted: Optional[str], given: Optional[str]) -> Optional[ConfigError]:

@@ -8,6 +8,7 @@ per run, running each group's `__post_init__` checks. Torch-free.
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
 from dataclasses import dataclass, field
@@ -18,15 +19,169 @@ from omegaconf import DictConfig, OmegaConf
 
 from bench import config_dir
 from bench.config.data import DataConfig
-from bench.config.distributed import DistributedConfig, Scaling
-from bench.config.fields import Checks, positive
-from bench.config.model import ModelConfig
+from bench.config.fields import Checks, Choice, non_negative, positive
 from bench.config.optimizer import OptimizerConfig
-from bench.config.precision import PrecisionConfig
 from bench.config.run import BenchmarkConfig, CheckpointConfig, ProfileConfig, TrackingConfig, TrainConfig
-from bench.config.scheduler import SchedulerConfig
 from bench.config.storage import StorageConfig
 from bench.registries import BACKENDS, DATA
+
+
+class Norm(Choice):
+    batch = "batch"  # the architecture's own BatchNorm layers
+    none = "none"  # every BatchNorm replaced by identity (the no-BN study)
+
+
+@dataclass
+class ModelConfig(Checks):
+    """The `model` group: which architecture, sized by the data group (interpolated)."""
+
+    KEY = "model"
+    # A torchvision classification model (torchvision.models.list_models()) or one of bench's
+    # own (bench.runtime.models): checked against that registry before the run starts.
+    arch: str = "resnet50"
+    num_classes: int = positive("${data.num_classes}")
+    image_size: int = positive("${data.image_size}")
+    norm: Norm = Norm.batch
+    # ResNets: zero-init the last BatchNorm of each residual block (each block starts as identity)
+    zero_init_residual: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.arch:
+            self._fail("arch", "a model name such as resnet50")
+        self.check_ranges()
+
+
+class PrecisionName(Choice):
+    fp32 = "fp32"  # strict IEEE fp32: TF32 off for matmuls and convolutions
+    tf32 = "tf32"  # TF32 tensor-core math (Ampere+)
+    amp_fp16 = "amp_fp16"  # autocast float16 + GradScaler (CUDA only)
+    bf16 = "bf16"  # autocast bfloat16 (Ampere+ GPUs or CPU)
+
+
+class AutocastDtype(Choice):
+    float16 = "float16"
+    bfloat16 = "bfloat16"
+
+
+@dataclass
+class PrecisionConfig(Checks):
+    """The `precision` group: autocast dtype, loss scaling, TF32 and memory format.
+
+    Whether the device can do it (fp16 needs CUDA, bf16 needs Ampere+ or a CPU) is checked
+    against the device before the run starts (bench.train.precision)."""
+
+    KEY = "precision"
+    name: PrecisionName = PrecisionName.fp32
+    autocast_dtype: Optional[AutocastDtype] = None
+    grad_scaler: bool = False
+    tf32: bool = False
+    channels_last: bool = False
+
+    def rules(self) -> None:
+        if self.grad_scaler and self.autocast_dtype != AutocastDtype.float16:
+            self._fail("grad_scaler", "true only with precision.autocast_dtype=float16")
+
+
+class DistributedName(Choice):
+    single = "single"  # one process on one device
+    ddp = "ddp"  # DistributedDataParallel, one process per GPU (gloo on CPU)
+
+
+class Backend(Choice):
+    auto = "auto"  # nccl with CUDA, gloo otherwise
+    nccl = "nccl"
+    gloo = "gloo"
+
+
+class Scaling(Choice):
+    weak = "weak"  # data.batch_size per process: the global batch grows with the process count
+    strong = "strong"  # data.batch_size is the global batch, split over the processes
+
+
+@dataclass
+class DistributedConfig(Checks):
+    """The `distributed` group: how many processes train together and how they talk (bench.launch)."""
+
+    KEY = "distributed"
+    name: DistributedName = DistributedName.single
+    nproc_per_node: int = positive(1)  # processes (one GPU each) on this node
+    nnodes: int = positive(1)
+    node_rank: int = 0
+    # host:port of the rendezvous; null: a free port on 127.0.0.1 (single node)
+    rdzv_endpoint: Optional[str] = None
+    backend: Backend = Backend.auto
+    timeout_s: float = positive(300.0)  # a dead or hung rank ends the job within this
+    scaling: Scaling = Scaling.weak
+    gradient_as_bucket_view: bool = True
+    static_graph: bool = True
+    bucket_cap_mb: int = positive(25)
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc_per_node * self.nnodes
+
+    def per_process(self, batch: int, world: int = 0) -> int:
+        """`batch` (data.batch_size, a progressive phase's) as each of the `world` processes' (default: this
+        config's): weak scaling keeps it, strong splits it (the schema refuses a batch that does not split)."""
+        return batch // (world or self.world_size) if self.scaling == Scaling.strong else batch
+
+    def rules(self) -> None:
+        if self.name == DistributedName.single and self.nnodes != 1:
+            self._fail("nnodes", "1 with distributed=single (more than one node needs distributed=ddp)")
+        if self.name == DistributedName.single and self.world_size != 1:
+            self._fail("nproc_per_node", "1 with distributed=single (multi-process runs need distributed=ddp)")
+        if not 0 <= self.node_rank < self.nnodes:
+            self._fail("node_rank", f"0 to {self.nnodes - 1} (distributed.nnodes - 1)")
+        endpoint = self.rdzv_endpoint
+        if self.nnodes > 1 and not endpoint:
+            self._fail("rdzv_endpoint", "host:port of the rendezvous (node 0's address) when distributed.nnodes > 1")
+        if endpoint and (":" not in endpoint or not endpoint.rsplit(":", 1)[1].isdigit()):
+            self._fail("rdzv_endpoint", "host:port, e.g. node0:29500")
+
+
+class SchedulerName(Choice):
+    constant = "constant"
+    multistep = "multistep"  # x gamma at each milestone
+    cosine = "cosine"  # cosine decay to min_lr
+    onecycle = "onecycle"  # torch OneCycleLR
+
+
+class MilestoneUnit(Choice):
+    steps = "steps"  # optimizer steps, counted from the first (warm-up included)
+    epochs = "epochs"  # epoch boundaries (the ImageNet recipes: 30, 60, 80), whatever the batch and GPU count
+
+
+@dataclass
+class SchedulerConfig(Checks):
+    """The `scheduler` group: the learning-rate schedule, stepped once per optimizer step
+    (bench.train.optim)."""
+
+    KEY = "scheduler"
+    name: SchedulerName = SchedulerName.constant
+    lr_warmup_steps: int = non_negative(0)  # linear warm-up from warmup_start_factor x lr, in optimizer steps
+    warmup_start_factor: float = 0.01
+    milestones: List[int] = field(default_factory=list)  # multistep, in milestone_unit
+    milestone_unit: MilestoneUnit = MilestoneUnit.steps
+    gamma: float = positive(0.1)  # multistep
+    min_lr: float = non_negative(0.0)  # cosine floor
+    pct_start: float = 0.3  # onecycle: share of the run spent rising
+    scale_lr: bool = False  # the linear scaling rule: lr x global_batch / 256
+    # Deprecated spelling of lr_warmup_steps (it read like benchmark.warmup_steps); kept one release.
+    warmup_steps: Optional[int] = None
+
+    def __post_init__(self) -> None:
+        self.renamed(
+            "warmup_steps", "lr_warmup_steps", "; benchmark.warmup_steps is the unmeasured steps before the window"
+        )
+        self.check_ranges()
+        self.between("warmup_start_factor", 0, 1, "a number in [0, 1]", "[]")
+        if self.name == SchedulerName.multistep:
+            milestones = list(self.milestones)
+            # increasing from a positive first: all positive
+            if not milestones or milestones[0] <= 0 or any(a >= b for a, b in itertools.pairwise(milestones)):
+                self._fail("milestones", "a non-empty increasing list of positive step numbers", milestones)
+        if self.name == SchedulerName.onecycle:
+            self.between("pct_start", 0, 1, "a number between 0 and 1")
 
 
 @dataclass

@@ -20,7 +20,7 @@ import logging
 from dataclasses import replace
 from typing import Any, Callable, Dict, List, Optional, Sequence
 
-from bench.config.storage_benchmark import StorageBenchmarkConfig, StorageWorkloadConfig
+from bench.config.storage import StorageBenchmarkConfig, StorageWorkloadConfig
 from bench.iobench.result import EpochStats, ReaderResult, RunFigures
 from bench.maths.stats import mean, percentile, rate
 

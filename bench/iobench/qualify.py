@@ -14,7 +14,7 @@ import math
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from bench.config.storage_benchmark import StorageBenchmarkConfig
+from bench.config.storage import StorageBenchmarkConfig
 from bench.iobench.result import RunFigures
 
 MIN_STEPS_PER_EPOCH = 500

@@ -19,8 +19,7 @@ import socket
 import time
 from typing import Any, Callable, Iterable, Iterator, List, Optional, Sequence, Tuple, TypeVar, Union
 
-from bench.config.storage import ReadMode, Shuffle, StorageWorkloadConfig
-from bench.config.storage_benchmark import PROCESSES_NEED, Readers
+from bench.config.storage import PROCESSES_NEED, Readers, ReadMode, Shuffle, StorageWorkloadConfig
 from bench.errors import ConfigError
 from bench.iobench.formats.base import FileSpec, Unchecked, format_for
 from bench.iobench.pipeline import Fetcher, ThreadReaders, WorkItem

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Optional
 
 from bench.config import BenchConfig
-from bench.config.distributed import DistributedName
+from bench.config.schema import DistributedName
 from bench.errors import ConfigError
 from bench.iobench.report import StorageReport
 from bench.runtime.rules import refuse_find_max_batch

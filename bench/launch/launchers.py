@@ -34,7 +34,7 @@ from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 import psutil
 
 from bench.config import BenchConfig
-from bench.config.distributed import DistributedConfig
+from bench.config.schema import DistributedConfig
 from bench.errors import WorkerFailure
 from bench.launch.worker import EXIT_HUNG, EXIT_ORPHANED, setup_rank_logging, worker_entry
 from bench.rank_context import RankContext, free_port, outside_launcher_context

@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Any, Dict, List
 
-from bench.config.distributed import DistributedConfig
+from bench.config.schema import DistributedConfig
 from bench.rank_context import RankContext, resolve_backend
 
 log = logging.getLogger("bench")

@@ -19,7 +19,7 @@ import re
 from pathlib import Path
 from typing import Collection, FrozenSet, List, Optional
 
-from bench.config.model import ModelConfig
+from bench.config.schema import ModelConfig
 from bench.errors import ConfigError
 
 

@@ -14,7 +14,7 @@ from typing import Any, Callable, Dict, List, Optional, Tuple, cast
 import torch
 import torch.nn as nn
 
-from bench.config.model import ModelConfig, Norm
+from bench.config.schema import ModelConfig, Norm
 from bench.runtime.model_names import check_arch, vit_patch
 
 log = logging.getLogger(__name__)

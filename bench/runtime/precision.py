@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 import torch
 
-from bench.config.precision import AutocastDtype, PrecisionConfig, PrecisionName
+from bench.config.schema import AutocastDtype, PrecisionConfig, PrecisionName
 from bench.errors import ConfigError
 
 log = logging.getLogger(__name__)

@@ -45,7 +45,7 @@ from torch.profiler import ProfilerActivity, profile, schedule
 from torch.utils.flop_counter import FlopCounterMode, conv_flop_count
 
 from bench.config import BenchConfig
-from bench.config.model import ModelConfig
+from bench.config.schema import ModelConfig
 from bench.machine.writable import write_whole
 from bench.rank_context import RankContext
 from bench.results import write_text

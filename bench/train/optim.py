@@ -15,7 +15,7 @@ import torch
 import torch.nn as nn
 
 from bench.config.optimizer import OptimizerConfig, OptimizerName
-from bench.config.scheduler import SchedulerConfig, SchedulerName
+from bench.config.schema import SchedulerConfig, SchedulerName
 
 log = logging.getLogger(__name__)
 

@@ -42,7 +42,7 @@ import torch
 
 from bench.config import BenchConfig
 from bench.config.run import RESUME_AUTO
-from bench.config.scheduler import MilestoneUnit
+from bench.config.schema import MilestoneUnit
 from bench.errors import CheckpointError
 from bench.launch.process_group import all_gather
 from bench.rank_context import RankContext

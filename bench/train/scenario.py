@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from bench.config import BenchConfig
-from bench.config.distributed import Scaling
 from bench.config.run import RESUME_AUTO
+from bench.config.schema import Scaling
 from bench.errors import CheckpointError, ConfigError, ConfigProblem
 from bench.rank_context import RankContext
 from bench.runtime.model_names import check_arch

@@ -22,7 +22,7 @@ from bench import config_dir
 from bench.config import BenchConfig, as_plain, load, register_configs
 from bench.config.data import Split
 from bench.config.hydra_errors import one_line
-from bench.config.precision import AutocastDtype
+from bench.config.schema import AutocastDtype
 from bench.errors import ConfigError, ConfigProblem
 
 register_configs()
@@ -153,8 +153,7 @@ def test_storage_is_where_and_the_benchmark_in_one_group(compose):
     the where first (the order of --cfg job and .hydra/config.yaml)."""
     from dataclasses import fields
 
-    from bench.config.storage import StorageConfig, StorageLocation
-    from bench.config.storage_benchmark import StorageBenchmarkConfig
+    from bench.config.storage import StorageBenchmarkConfig, StorageConfig, StorageLocation
 
     storage = compose(
         "+experiment=storage_unet3d_h100",
