@@ -39,14 +39,15 @@ import os
 import time
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import psutil
 
 from bench.config import BenchConfig
+from bench.config.storage import StorageWorkloadConfig
 from bench.iobench.accelerators import ClientJob, run_accelerators, run_client
 from bench.iobench.checkpoint import add_checkpoint_figures, drop_cache
-from bench.iobench.figures import client_rows, read_figures
+from bench.iobench.figures import client_rows, qualification, read_figures
 from bench.iobench.prepare import (
     DatasetMissing,
     Prepared,
@@ -57,7 +58,6 @@ from bench.iobench.prepare import (
     reusable,
     write_files,
 )
-from bench.iobench.qualify import qualification
 from bench.iobench.reader import uses_processes
 from bench.iobench.report import StorageReport
 from bench.iobench.result import CachingFigures, ReaderResult, RunFigures, StorageMetrics
@@ -87,16 +87,9 @@ RUN_COLUMNS = (
     "checkpoint_store_write_gbps",
     "checkpoint_store_read_gbps",
 )
-# the settings the record repeats as the workload has them
-WORKLOAD_SETTINGS: Tuple[str, ...] = (
-    "format",
-    "verify_records",
-    "samples_per_file",
-    "record_size",
-    "batch_size",
-    "read_threads",
-)
-WORKLOAD_SETTINGS += ("prefetch", "computation_time", "epochs")
+# the settings the record repeats as the workload has them: the fields the two share, but for those it has as run
+WORKLOAD_SETTINGS = {f.name for f in fields(StorageMetrics)} & {f.name for f in fields(StorageWorkloadConfig)}
+WORKLOAD_SETTINGS -= {"read_mode", "shuffle", "num_files", "readers"}
 
 
 class Clients:
