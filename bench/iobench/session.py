@@ -101,7 +101,7 @@ class Clients:
     node = 0  # this host's index among the run's hosts
 
     def __init__(self, config: BenchConfig, out_dir: Path):
-        self.config, self.storage = config, config.storage
+        self.storage = config.storage
         self.count, self.hosts = config.storage.accelerators, 1
         self.where = backend(self.storage)
         self.location = self.where.location(out_dir, self.storage.dataset_dir)
@@ -135,9 +135,9 @@ class Clients:
         log.info("run %d: page cache of %d dataset files dropped: %s", run, len(keys), drop_cache(store, keys))
 
 
-def run_storage(config: BenchConfig, clients: Clients) -> Optional[StorageReport]:
+def run_storage(clients: Clients) -> Optional[StorageReport]:
     """Prepare, read and checkpoint phases, runs times; the report where `clients` report."""
-    workload = config.storage.workload
+    workload = clients.storage.workload
     store = clients.where.open(clients.location)  # S3: one LIST, so a bad bucket/endpoint/credential fails here
     try:
         prepared = (
@@ -157,20 +157,20 @@ def run_storage(config: BenchConfig, clients: Clients) -> Optional[StorageReport
                 workload.batch_size,
                 workload.computation_time,
             )
-        per_run, results, fit = measure(config, clients, store, prepared)
-        return build_report(config, clients, store, prepared, per_run, results, fit) if clients.reporter else None
+        per_run, results, fit = measure(clients, store, prepared)
+        return build_report(clients, store, prepared, per_run, results, fit) if clients.reporter else None
     finally:
         clients.lock.release()  # the dataset folder, held since the prepare, however the run ends
 
 
-def measure(config: BenchConfig, clients: Clients, store: ObjectStore, prepared: Prepared) -> tuple:
+def measure(clients: Clients, store: ObjectStore, prepared: Prepared) -> tuple:
     """(per-run figures, every measured result, the fit-to-measure verdict's fields) of warmup_runs +
     runs runs; ([], [], {}) where `clients` do not report. The machine is watched (bench.machine.fitness)
     from the first measured run's start to the last one's end: this process and its accelerator and
     reader processes are the run's own; any other process's CPU in that time makes the runs unfit."""
     from bench.machine.fitness import MachineWatch
 
-    storage = config.storage
+    storage = clients.storage
     per_run: List[RunFigures] = []
     measured: List[ReaderResult] = []
     total = storage.warmup_runs + storage.runs
@@ -242,7 +242,6 @@ def run_rows(per_run: Sequence[RunFigures]) -> List[Dict[str, Any]]:
 
 
 def build_report(
-    config: BenchConfig,
     clients: Clients,
     store: ObjectStore,
     prepared: Prepared,
@@ -250,7 +249,7 @@ def build_report(
     results: List[ReaderResult],
     fit: Dict[str, Any],
 ) -> StorageReport:
-    storage, workload = config.storage, config.storage.workload
+    storage, workload = clients.storage, clients.storage.workload
     ram, dataset_bytes = psutil.virtual_memory().total, prepared.total_bytes
     cached = dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * clients.hosts
     record = StorageMetrics(
@@ -357,6 +356,6 @@ def run_as_rank(config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat:
 
     init_process_group(config.distributed, ctx, torch.device("cpu"))
     try:
-        return run_storage(config, Ranks(config, ctx, out_dir, heartbeat))
+        return run_storage(Ranks(config, ctx, out_dir, heartbeat))
     finally:
         destroy_process_group()
