@@ -77,7 +77,18 @@ def mlperf_figures(
 
 
 def read_figures(results: Sequence[ReaderResult], storage: StorageBenchmarkConfig) -> RunFigures:
-    workload = storage.workload
+    figures = _figures(results, storage.workload)
+    if not figures.read_requests or (figures.read_steps or 0) < 2 * len(results):
+        log.warning(
+            "read: only %d measured steps and %d requests after the warm-up step: too few for stable "
+            "figures (raise storage.workload.num_files or epochs); figures without samples are left out",
+            figures.read_steps,
+            figures.read_requests,
+        )
+    return figures
+
+
+def _figures(results: Sequence[ReaderResult], workload: StorageWorkloadConfig) -> RunFigures:
     latencies = [r.latency_ms for result in results for r in result.requests]
     step_times = [t for result in results for t in result.step_times_ms]
     computing = workload.computation_time > 0
@@ -126,13 +137,6 @@ def read_figures(results: Sequence[ReaderResult], storage: StorageBenchmarkConfi
         figures.eval_mib_per_second = evaluation.mlperf_mib_per_second
         figures.eval_au_percent = evaluation.mlperf_au_percent
         figures.eval_seconds = max(sum(e.epoch_s for e in passes) for passes in evals)
-    if not latencies or steps < 2 * len(results):
-        log.warning(
-            "read: only %d measured steps and %d requests after the warm-up step: too few for stable "
-            "figures (raise storage.workload.num_files or epochs); figures without samples are left out",
-            steps,
-            len(latencies),
-        )
     return figures
 
 
@@ -168,30 +172,21 @@ def epoch_rows(results: Sequence[ReaderResult]) -> List[Dict[str, Any]]:
 
 
 def client_rows(results: Sequence[ReaderResult], workload: StorageWorkloadConfig) -> List[Dict[str, Any]]:
-    """clients.csv: one row per simulated accelerator (what rank 0 gathered from every client)."""
-
-    def shown(value: Optional[float]) -> Any:
-        return "" if value is None else value  # an empty cell: no samples behind it
-
+    """clients.csv: one row per simulated accelerator (what rank 0 gathered from every client): its own
+    figures, figured as the run's are (an empty cell: no samples behind it)."""
     rows = []
     for r in results:
-        mlperf = mlperf_figures([r.epochs], workload, workload.computation_time)
-        latencies = [q.latency_ms for q in r.requests]
-        au = rate(r.total("compute_s"), r.total("wall_s")) if workload.computation_time > 0 else None
-        rows.append(
-            {
-                "client": r.client,
-                "host": r.host,
-                "node": r.node,
-                "run": r.run,
-                "mlperf_samples_per_second": shown(mlperf.mlperf_samples_per_second),
-                "mlperf_au_percent": shown(mlperf.mlperf_au_percent),
-                "au_percent": shown(100.0 * au if au is not None else None),
-                "read_requests": len(latencies),
-                "latency_ms_p50": shown(percentile(latencies, 50)),
-                "latency_ms_p99": shown(percentile(latencies, 99)),
-            }
-        )
+        f = _figures([r], workload)
+        own = {
+            "mlperf_samples_per_second": f.mlperf_samples_per_second,
+            "mlperf_au_percent": f.mlperf_au_percent,
+            "au_percent": f.au_percent_mean,
+            "read_requests": f.read_requests,
+            "latency_ms_p50": f.latency_ms_p50,
+            "latency_ms_p99": f.latency_ms_p99,
+        }
+        rows.append({"client": r.client, "host": r.host, "node": r.node, "run": r.run})
+        rows[-1].update({column: "" if value is None else value for column, value in own.items()})
     return rows
 
 
