@@ -30,10 +30,10 @@ from bench.config import BenchConfig
 from bench.config.storage import CheckpointWriters, PrepareMode, ReadMode, StorageConfig
 from bench.errors import ConfigError, ConfigProblem
 from bench.iobench.checkpoint import CHECKPOINT_DIR, OVERHEAD, checkpoint_key
+from bench.iobench.figures import dataset_size, host_memory
 from bench.iobench.formats.base import format_for
 from bench.iobench.freespace import free_inodes, nearest_existing, shortfall
 from bench.iobench.prepare import existing_dataset, planned
-from bench.iobench.qualify import dataset_size, host_memory
 from bench.machine.writable import check_writable_dir
 from bench.registries import import_own
 from bench.storage.local import LocalStore, check_local_dirs, remove_stale_temporaries

@@ -83,7 +83,7 @@ class _Loop:
         workload: StorageWorkloadConfig,
         client: int,
         periodic: Optional[Periodic],
-        heartbeat: Optional[Callable[[], None]],
+        heartbeat: Callable[[], None],
         deadline: Optional[float] = None,
     ):
         self.readers, self.workload, self.periodic, self.heartbeat = readers, workload, periodic, heartbeat
@@ -119,8 +119,7 @@ class _Loop:
                 for index in batch.requests:
                     self.requests[index].step = self.step
                 stats.add_step(batch.samples, batch.bytes, compute, ended - epoch_start)
-                if self.heartbeat is not None:
-                    self.heartbeat()
+                self.heartbeat()
                 if self.step == 1:  # warm-up: the strict window opens when the run's first step ends
                     self.result.window_start = epoch_clock = ended
                     self._cpu_at_start = time.process_time()
@@ -193,7 +192,7 @@ def run_reader(
     if window_s is not None:
         ends = time.perf_counter() + window_s
         deadline = ends if deadline is None else min(deadline, ends)
-    loop = _Loop(readers, workload, client, periodic, heartbeat, deadline)
+    loop = _Loop(readers, workload, client, periodic, heartbeat or (lambda: None), deadline)
     loop.result.readers = "processes" if isinstance(readers, ReaderProcesses) else "threads"
     try:
         if start_gate is not None:  # after the readers started: a fork is in no one's window

@@ -219,7 +219,7 @@ class StorageMetrics(Record):
     prepare: PrepareFigures = field(default_factory=PrepareFigures, metadata=INLINE)
     figures: RunFigures = field(default_factory=RunFigures, metadata=INLINE)
     caching: CachingFigures = field(default_factory=CachingFigures, metadata=INLINE)
-    # set last, from the figures above (bench.iobench.qualify)
+    # set last, from the figures above (bench.iobench.figures)
     mlperf_qualifies: Optional[bool] = shown(default=None, tag=True)
     mlperf_min_num_files: Optional[int] = None
     mlperf_not_qualified_because: Optional[str] = None

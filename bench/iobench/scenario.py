@@ -75,7 +75,7 @@ class StorageScenario(BaseScenario):
 
         if ctx.distributed:
             return run_as_rank(config, ctx, out_dir, heartbeat)
-        return run_storage(config, Clients(config, out_dir))
+        return run_storage(Clients(config, out_dir))
 
     def report(self, outcome: StorageReport, config: BenchConfig) -> StorageReport:
         return outcome

@@ -39,14 +39,15 @@ import os
 import time
 from dataclasses import fields, replace
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import psutil
 
 from bench.config import BenchConfig
+from bench.config.storage import StorageWorkloadConfig
 from bench.iobench.accelerators import ClientJob, run_accelerators, run_client
 from bench.iobench.checkpoint import add_checkpoint_figures, drop_cache
-from bench.iobench.figures import client_rows, read_figures
+from bench.iobench.figures import client_rows, qualification, read_figures
 from bench.iobench.prepare import (
     DatasetMissing,
     Prepared,
@@ -57,7 +58,6 @@ from bench.iobench.prepare import (
     reusable,
     write_files,
 )
-from bench.iobench.qualify import qualification
 from bench.iobench.reader import uses_processes
 from bench.iobench.report import StorageReport
 from bench.iobench.result import CachingFigures, ReaderResult, RunFigures, StorageMetrics
@@ -87,16 +87,9 @@ RUN_COLUMNS = (
     "checkpoint_store_write_gbps",
     "checkpoint_store_read_gbps",
 )
-# the settings the record repeats as the workload has them
-WORKLOAD_SETTINGS: Tuple[str, ...] = (
-    "format",
-    "verify_records",
-    "samples_per_file",
-    "record_size",
-    "batch_size",
-    "read_threads",
-)
-WORKLOAD_SETTINGS += ("prefetch", "computation_time", "epochs")
+# the settings the record repeats as the workload has them: the fields the two share, but for those it has as run
+WORKLOAD_SETTINGS = {f.name for f in fields(StorageMetrics)} & {f.name for f in fields(StorageWorkloadConfig)}
+WORKLOAD_SETTINGS -= {"read_mode", "shuffle", "num_files", "readers"}
 
 
 class Clients:
@@ -108,7 +101,7 @@ class Clients:
     node = 0  # this host's index among the run's hosts
 
     def __init__(self, config: BenchConfig, out_dir: Path):
-        self.config, self.storage = config, config.storage
+        self.storage = config.storage
         self.count, self.hosts = config.storage.accelerators, 1
         self.where = backend(self.storage)
         self.location = self.where.location(out_dir, self.storage.dataset_dir)
@@ -142,9 +135,9 @@ class Clients:
         log.info("run %d: page cache of %d dataset files dropped: %s", run, len(keys), drop_cache(store, keys))
 
 
-def run_storage(config: BenchConfig, clients: Clients) -> Optional[StorageReport]:
+def run_storage(clients: Clients) -> Optional[StorageReport]:
     """Prepare, read and checkpoint phases, runs times; the report where `clients` report."""
-    workload = config.storage.workload
+    workload = clients.storage.workload
     store = clients.where.open(clients.location)  # S3: one LIST, so a bad bucket/endpoint/credential fails here
     try:
         prepared = (
@@ -164,20 +157,20 @@ def run_storage(config: BenchConfig, clients: Clients) -> Optional[StorageReport
                 workload.batch_size,
                 workload.computation_time,
             )
-        per_run, results, fit = measure(config, clients, store, prepared)
-        return build_report(config, clients, store, prepared, per_run, results, fit) if clients.reporter else None
+        per_run, results, fit = measure(clients, store, prepared)
+        return build_report(clients, store, prepared, per_run, results, fit) if clients.reporter else None
     finally:
         clients.lock.release()  # the dataset folder, held since the prepare, however the run ends
 
 
-def measure(config: BenchConfig, clients: Clients, store: ObjectStore, prepared: Prepared) -> tuple:
+def measure(clients: Clients, store: ObjectStore, prepared: Prepared) -> tuple:
     """(per-run figures, every measured result, the fit-to-measure verdict's fields) of warmup_runs +
     runs runs; ([], [], {}) where `clients` do not report. The machine is watched (bench.machine.fitness)
     from the first measured run's start to the last one's end: this process and its accelerator and
     reader processes are the run's own; any other process's CPU in that time makes the runs unfit."""
     from bench.machine.fitness import MachineWatch
 
-    storage = config.storage
+    storage = clients.storage
     per_run: List[RunFigures] = []
     measured: List[ReaderResult] = []
     total = storage.warmup_runs + storage.runs
@@ -249,7 +242,6 @@ def run_rows(per_run: Sequence[RunFigures]) -> List[Dict[str, Any]]:
 
 
 def build_report(
-    config: BenchConfig,
     clients: Clients,
     store: ObjectStore,
     prepared: Prepared,
@@ -257,7 +249,7 @@ def build_report(
     results: List[ReaderResult],
     fit: Dict[str, Any],
 ) -> StorageReport:
-    storage, workload = config.storage, config.storage.workload
+    storage, workload = clients.storage, clients.storage.workload
     ram, dataset_bytes = psutil.virtual_memory().total, prepared.total_bytes
     cached = dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * clients.hosts
     record = StorageMetrics(
@@ -364,6 +356,6 @@ def run_as_rank(config: BenchConfig, ctx: RankContext, out_dir: Path, heartbeat:
 
     init_process_group(config.distributed, ctx, torch.device("cpu"))
     try:
-        return run_storage(config, Ranks(config, ctx, out_dir, heartbeat))
+        return run_storage(Ranks(config, ctx, out_dir, heartbeat))
     finally:
         destroy_process_group()

@@ -5,7 +5,7 @@
 
 The workload comes from the same overrides `python -m bench` takes; the rule is MLPerf's
 (submission guidelines, "Minimum dataset size"): at least 500 steps per epoch over all
-accelerators, and at least 5x the RAM of all hosts (bench.iobench.qualify). Prints the figures
+accelerators, and at least 5x the RAM of all hosts (bench.iobench.figures). Prints the figures
 and the override to add.
 """
 
@@ -18,7 +18,7 @@ from typing import List, Optional
 
 from bench.config import compose
 from bench.errors import BenchError, print_error
-from bench.iobench.qualify import dataset_size, host_memory
+from bench.iobench.figures import dataset_size, host_memory
 from bench.tools import ab
 
 

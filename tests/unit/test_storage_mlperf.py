@@ -11,8 +11,7 @@ import pytest
 
 from bench.config import compose
 from bench.iobench.checkpoint import Checkpointer, add_checkpoint_figures, checkpoint_key, run_checkpoints
-from bench.iobench.figures import client_rows, epoch_rows, read_figures
-from bench.iobench.qualify import dataset_size, qualification
+from bench.iobench.figures import client_rows, dataset_size, epoch_rows, qualification, read_figures
 from bench.iobench.report import StorageReport
 from bench.iobench.result import EpochStats, ReaderResult, Request, RunFigures, StorageMetrics
 from bench.iobench.session import merge_runs

@@ -12,12 +12,11 @@ import pytest
 
 from bench.config import compose
 from bench.errors import ConfigError
-from bench.iobench.figures import read_figures
+from bench.iobench.figures import qualification, read_figures
 from bench.iobench.formats.base import CorruptFile, FileSpec, Unchecked, format_for
 from bench.iobench.formats.tfrecord import FrameStream, frame
 from bench.iobench.pipeline import Fetcher
 from bench.iobench.prepare import prepare_dataset
-from bench.iobench.qualify import qualification
 from bench.iobench.reader import run_reader
 from bench.registries import FORMATS
 from bench.storage.local import LocalStore
