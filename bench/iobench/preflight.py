@@ -180,8 +180,7 @@ def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> Non
 
 def file_bytes(samples: int, record_size: int, fmt: str) -> int:
     layout = format_for(fmt)  # what the format adds: its own declaration, no table here
-    per_file, per_sample = layout.overhead_per_file, layout.overhead_per_sample
-    return -(-(samples * (record_size + per_sample) + per_file) // BLOCK) * BLOCK
+    return -(-(samples * (record_size + layout.overhead_per_sample) + layout.overhead_per_file) // BLOCK) * BLOCK
 
 
 def dataset_need(storage: StorageConfig, directory: Path) -> Optional[Need]:
