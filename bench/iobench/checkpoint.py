@@ -29,7 +29,7 @@ from __future__ import annotations
 import io
 import time
 from pathlib import PurePosixPath
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Sequence, Tuple
 
 from bench.iobench.freespace import human, shortfall, write_error
 from bench.iobench.result import ReaderResult, RunFigures
@@ -63,6 +63,11 @@ def checkpoint_key(name: str, tag: str, client: Optional[int]) -> str:
     path = PurePosixPath(name)
     stem = f"{path.stem}-{tag}" if tag else path.stem
     return f"{stem}.rank{client}{path.suffix}" if client is not None else f"{stem}{path.suffix}"
+
+
+def final_keys(name: str, count: int, owners: Iterable[Optional[int]]) -> List[str]:
+    """The keys of `count` checkpoints (tagged with their index when several) of each owner."""
+    return [checkpoint_key(name, str(i) if count > 1 else "", owner) for i in range(count) for owner in owners]
 
 
 def drop_cache(store: ObjectStore, keys: List[str]) -> str:
@@ -121,7 +126,7 @@ class Checkpointer:
         files of the same names already there (a kept earlier run) are replaced, so they count as room."""
         if (root := getattr(self.store, "root", None)) is None:  # an object store: no free-space figure
             return None
-        keys = {checkpoint_key(self.name, str(i) if count > 1 else "", self.owner) for i in range(count)}
+        keys = set(final_keys(self.name, count, [self.owner]))
         there = sum(size for key, size in self.store.list() if key in keys)
         need = max(0, count * self.nbytes - there) * self.writers
         return shortfall(f"{count} checkpoint(s) of {human(self.nbytes * self.writers)}", need, root)
@@ -207,9 +212,8 @@ def add_checkpoint_figures(figures: RunFigures, results: Sequence[ReaderResult])
             figures.checkpoint_cache_drop = ", ".join(drops)
     if periodic := _by_index(results, "periodic"):
         size = mean([sum(r["bytes"] for r in group) for group in periodic])
-        seconds, store_write = _slowest(periodic, "serialize_s", "write_s"), _slowest(periodic, "write_s")
         figures.periodic_checkpoints = len({r["index"] for group in periodic for r in group})
         figures.periodic_checkpoint_bytes = int(size) if size else None
-        figures.periodic_checkpoint_seconds = seconds
-        figures.periodic_checkpoint_store_write_gbps = _gbps(size, store_write)
+        figures.periodic_checkpoint_seconds = _slowest(periodic, "serialize_s", "write_s")
+        figures.periodic_checkpoint_store_write_gbps = _gbps(size, _slowest(periodic, "write_s"))
     return figures

@@ -1,10 +1,10 @@
 """Disk space on a local store, for the storage benchmark's writes (S3 has no free-space figure,
 so none of this applies there).
 
-- `space(path)`: (total, free) bytes of the filesystem holding `path` (or its nearest existing
-  parent: the dataset's directory need not exist yet).
-- `margin(total)`: what a plan must leave free: 5% of the filesystem, at most 1 GiB, so a run
-  that fits by a hair does not leave the disk full for everything else on it.
+- `shortfall(what, need, where)`: the refusal when `need` bytes do not fit on the filesystem holding
+  `where` (or its nearest existing parent: the dataset's directory need not exist yet) with the
+  margin left free: 5% of the filesystem, at most 1 GiB, so a run that fits by a hair does not
+  leave the disk full for everything else on it.
 - `no_space(exc)`, `write_error(exc, path)`: a failed write in one phrase that names the path.
 Torch-free.
 """
@@ -15,7 +15,6 @@ import errno
 import os
 import shutil
 from pathlib import Path
-from typing import Tuple
 
 from bench.errors import BenchError
 
@@ -33,15 +32,6 @@ def nearest_existing(path: Path) -> Path:
     while not path.exists() and path != path.parent:
         path = path.parent
     return path
-
-
-def space(path: Path) -> Tuple[int, int]:
-    usage = shutil.disk_usage(nearest_existing(path))
-    return usage.total, usage.free
-
-
-def margin(total: int) -> int:
-    return min(int(total * MARGIN_FRACTION), MARGIN_MAX)
 
 
 def free_inodes(path: Path) -> int:
@@ -62,8 +52,8 @@ def human(size: float) -> str:
 def shortfall(what: str, need: int, where: Path) -> str | None:
     """The sentence refusing `need` bytes on the filesystem of `where`, or None when they fit
     with the margin to spare."""
-    total, free = space(where)
-    keep = margin(total)
+    total, _, free = shutil.disk_usage(nearest_existing(where))
+    keep = min(int(total * MARGIN_FRACTION), MARGIN_MAX)
     if need <= free - keep:
         return None
     verb = "need" if " + " in what else "needs"

@@ -29,7 +29,7 @@ import psutil
 from bench.config import BenchConfig
 from bench.config.storage import CheckpointWriters, PrepareMode, ReadMode, StorageConfig
 from bench.errors import ConfigError, ConfigProblem
-from bench.iobench.checkpoint import CHECKPOINT_DIR, OVERHEAD, checkpoint_key
+from bench.iobench.checkpoint import CHECKPOINT_DIR, OVERHEAD, final_keys
 from bench.iobench.figures import dataset_size, host_memory
 from bench.iobench.formats.base import format_for
 from bench.iobench.freespace import free_inodes, nearest_existing, shortfall
@@ -180,8 +180,7 @@ def check_disk_space(storage: StorageConfig, run_dir: Path, clients: int) -> Non
 
 def file_bytes(samples: int, record_size: int, fmt: str) -> int:
     layout = format_for(fmt)  # what the format adds: its own declaration, no table here
-    per_file, per_sample = layout.overhead_per_file, layout.overhead_per_sample
-    return -(-(samples * (record_size + per_sample) + per_file) // BLOCK) * BLOCK
+    return -(-(samples * (record_size + layout.overhead_per_sample) + layout.overhead_per_file) // BLOCK) * BLOCK
 
 
 def dataset_need(storage: StorageConfig, directory: Path) -> Optional[Need]:
@@ -225,11 +224,7 @@ def checkpoint_need(storage: StorageConfig, directory: Path, clients: int) -> Op
     per_file = -(-(int(workload.checkpoint_size_mb * 2**20 / writers) + OVERHEAD) // BLOCK) * BLOCK
     count = workload.checkpoint_count
     there = dict(LocalStore(directory).list())
-    names = [
-        checkpoint_key(storage.checkpoint_name, str(i) if count > 1 else "", c if shared else None)
-        for i in range(count)
-        for c in range(writers)
-    ]
+    names = final_keys(storage.checkpoint_name, count, range(writers) if shared else [None])
     need = sum(max(0, per_file - there.get(name, 0)) for name in names)
     files = sum(name not in there for name in names)
     if files < len(names):  # a kept checkpoint replaced: the new one sits beside it until renamed over it

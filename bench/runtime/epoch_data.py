@@ -32,7 +32,6 @@ class EpochData:
         self.phases = parse_progressive(config.data.progressive) if config.data.progressive else None
         self.on_batch_change: Optional[Callable[[int, int], None]] = None  # (old, new) per-rank batch
         self.batches: Any = None
-        self.image_size = self.batch_size = 0
         self._entered = False
         self._open(*self._phase(start_epoch))
         self.dataset_size = int(getattr(self.batches, "facts", {}).get("dataset_size", 0))

@@ -117,12 +117,10 @@ def after_window(
     """(figures, files written, the signal that cut the passes short or None) of the passes this run
     asked for: `first(stop)` (the scenario's own pass, its figures), the profiled steps of `run_step`,
     then rank 0's FLOPs per image (`backward`: a training step's too)."""
-    figures: Dict[str, Any] = {}
     files: List[Path] = []
     with SignalFlag(not ctx.distributed and (first is not None or config.profile.enabled)) as flag:
         stop = lambda: flag.signum is not None  # noqa: E731
-        if first is not None:
-            figures.update(first(stop))
+        figures = dict(first(stop)) if first is not None else {}
         if config.profile.enabled and not stop():
             files = profile_steps(
                 run_step,

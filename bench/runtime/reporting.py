@@ -38,6 +38,8 @@ PROFILE_FILES = ("trace_rank0.json", "profile_top_ops.txt")  # bench.runtime.pro
 AU_THRESHOLD = 0.90  # accelerator utilization below which a run is input-bound (MLPerf Storage's ResNet-50 bar)
 # benchmark.repeats > 1: a row per measured window, and its MLflow series (step = repeat)
 REPEATS_FILE, REPEATS_METRIC = "repeats.csv", "repeat_images_per_second"
+# a rank's figures its record holds under the same names (model_figures), and read back from it (read_window)
+SAME_NAMES = ("batch_size", "warmup_steps", "measured_steps", "parameters")
 
 
 @dataclass(kw_only=True)
@@ -172,16 +174,13 @@ def model_figures(
         images_per_second=throughput,
         total_images=images,
         elapsed_seconds=seconds,
-        batch_size=result.batch_size,
+        **{name: getattr(result, name) for name in SAME_NAMES},
         global_batch_size=result.batch_size * world_size,
-        measured_steps=result.measured_steps,
-        warmup_steps=result.warmup_steps,
         world_size=world_size,
         images_per_second_per_device=throughput / world_size,
         data_wait_seconds=data_wait_s,
         data_wait_fraction=wait_fraction,
         peak_memory_mb=result.peak_memory_bytes / 2**20,
-        parameters=result.parameters,
         model=config.model.arch,
         data=str(config.data.name),
         image_size=config.data.image_size,
@@ -260,15 +259,12 @@ class ModelReport(BaseReport):
         """What a finished run's ModelResult holds of its measured window, read back from its record and
         files (to upload it later): the arguments both result types share."""
         return dict(
-            batch_size=record.batch_size,
-            warmup_steps=record.warmup_steps,
-            measured_steps=record.measured_steps,
+            **{name: getattr(record, name) for name in SAME_NAMES},
             window_seconds=record.elapsed_seconds,
             data_wait_ms=read_column(job_dir / cls.TIMELINE_FILE, "data_wait_ms"),
             repeat_images=[int(v) for v in read_column(job_dir / REPEATS_FILE, "images")],
             repeat_seconds=read_column(job_dir / REPEATS_FILE, "seconds"),
             peak_memory_bytes=int(record.peak_memory_mb * 2**20),
-            parameters=record.parameters,
             compile=summary.get("compile", {}),
             files=[str(job_dir / name) for name in PROFILE_FILES if (job_dir / name).is_file()],
         )

@@ -161,10 +161,9 @@ def check_cores(config: BenchConfig, device: Any) -> None:
     workers is a thousand processes): bounded by this machine."""
     cores = len(affinity())
     where = f"at most {cores} (the CPU cores this process may use)"
-    if config.cpu_threads and config.cpu_threads > cores:
-        raise ConfigError("cpu_threads", config.cpu_threads, where)
-    if config.data.num_workers and config.data.num_workers > cores:
-        raise ConfigError("data.num_workers", config.data.num_workers, where)
+    for key, count in (("cpu_threads", config.cpu_threads), ("data.num_workers", config.data.num_workers)):
+        if count and count > cores:
+            raise ConfigError(key, count, where)
     if device.type == "cpu" and config.distributed.nproc_per_node > cores:
         raise ConfigError(
             "distributed.nproc_per_node",

@@ -13,6 +13,8 @@ import io
 from pathlib import Path
 from typing import Any, Dict, List, Protocol, Tuple
 
+from bench.config.storage import StorageLocation
+
 
 class ObjectStore(Protocol):
     url: str  # where it points, safe to log (never carries credentials)
@@ -30,24 +32,27 @@ class ObjectStore(Protocol):
     def delete(self, key: str) -> None: ...  # gone if it was there; no error if it was not
 
 
-class Backend(Protocol):
-    """One `storage=` option: where its data lives and how it is opened."""
+class Backend:
+    """One `storage=` option, built from the storage config: where its data lives and how it is opened."""
+
+    def __init__(self, cfg: StorageLocation):
+        self.cfg = cfg
 
     def location(self, run_dir: Path, subdir: str = "") -> str:
         """A local directory or s3://bucket/prefix (the run's own directory when none is configured)."""
-        ...
+        raise NotImplementedError
 
     def open(self, location: str) -> ObjectStore:
         """A store for reading and writing datasets at `location`."""
-        ...
+        raise NotImplementedError
 
     def checkpoint_store(self, run_dir: Path, subdir: str = "") -> ObjectStore:
         """A store for checkpoints: durable writes (fsync'd on local disks)."""
-        ...
+        return self.open(self.location(run_dir, subdir))
 
     def describe(self, store: ObjectStore) -> str:
         """How the store reads, for reports (posix, o_direct, the S3 client's name, ...)."""
-        ...
+        raise NotImplementedError
 
 
 def join_key(*parts: str) -> str:

@@ -21,7 +21,7 @@ import psutil
 
 from bench.config.storage import StorageLocation
 from bench.machine.writable import check_writable_dir, write_whole
-from bench.storage.base import ObjectStore
+from bench.storage.base import Backend, ObjectStore
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +170,7 @@ def _read_o_direct(path: Path, start: int, length: Optional[int]) -> bytes:
         length = os.fstat(fd).st_size - start if length is None else length  # None: to the end
         aligned_start = start - start % ALIGN
         skip = start - aligned_start
-        buffer = mmap.mmap(-1, max(ALIGN, (skip + length + ALIGN - 1) // ALIGN * ALIGN))  # page-aligned
-        try:
+        with mmap.mmap(-1, max(ALIGN, (skip + length + ALIGN - 1) // ALIGN * ALIGN)) as buffer:  # page-aligned
             view, got = memoryview(buffer), 0
             while got < skip + length:  # one call reads at most ~2 GiB; short reads stay aligned
                 n = os.preadv(fd, [view[got:]], aligned_start + got)
@@ -180,17 +179,12 @@ def _read_o_direct(path: Path, start: int, length: Optional[int]) -> bytes:
                 got += n
             view.release()
             return bytes(buffer[skip : min(got, skip + length)])
-        finally:
-            buffer.close()
     finally:
         os.close(fd)
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """storage=local: storage.root (default: the run's output directory)."""
-
-    def __init__(self, cfg: StorageLocation):
-        self.cfg = cfg
 
     def location(self, run_dir: Path, subdir: str = "") -> str:
         return str(Path(self.cfg.root or run_dir) / subdir)
@@ -214,6 +208,5 @@ def check_local_dirs(cfg: StorageLocation, base: Path, folders: Mapping[str, str
         return
     if cfg.root:
         check_writable_dir("storage.root", cfg.root)
-    where = LocalBackend(cfg)
     for key, folder in folders.items():
-        check_writable_dir(key, folder, where.location(base, folder))
+        check_writable_dir(key, folder, LocalBackend(cfg).location(base, folder))

@@ -126,13 +126,10 @@ class _FileLock(WriterLock):
             except BaseException:
                 os.close(fd)
                 raise
-            try:
-                same = os.stat(self.path).st_ino == os.fstat(fd).st_ino
-            except FileNotFoundError:
-                same = False
-            if same:
-                self.fd = fd
-                return _parse(os.pread(fd, 4096, 0))
+            with contextlib.suppress(FileNotFoundError):  # gone: released (removed) by its holder meanwhile
+                if os.stat(self.path).st_ino == os.fstat(fd).st_ino:
+                    self.fd = fd
+                    return _parse(os.pread(fd, 4096, 0))
             os.close(fd)  # its holder released (removed) it while this process opened it: lock anew
 
     def release(self) -> None:

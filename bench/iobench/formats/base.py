@@ -82,8 +82,12 @@ class Format:
         raise NotImplementedError
 
     def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
-        """Samples found in a whole file just read; raises CorruptFile."""
-        raise NotImplementedError
+        """Samples found in a whole file just read; raises CorruptFile. By default the format's
+        stream checker, fed the whole file as one piece."""
+        if (stream := self.stream(spec, decode)) is None:
+            raise NotImplementedError
+        stream.feed(data)
+        return stream.finish()
 
     def sample_span(self, spec: FileSpec, sample: int) -> Tuple[int, int]:
         """(offset, length) of one sample's read: the record, with its framing where it has one."""
@@ -91,13 +95,14 @@ class Format:
 
     def check_sample(self, data: memoryview, spec: FileSpec, decode: bool = False) -> None:
         """One sample just read on its own; raises CorruptFile."""
-        if len(data) != spec.record_size:
-            raise CorruptFile(f"{spec.key}: read {len(data)} bytes of a sample, expected {spec.record_size}")
+        self.expect_size(data, spec, spec.record_size, " of a sample")
 
     @staticmethod
-    def expect_size(data: memoryview, spec: FileSpec, size: int) -> None:
-        if len(data) != size:
-            raise CorruptFile(f"{spec.key}: read {len(data)} bytes, expected {size}")
+    def expect_size(data: memoryview, spec: FileSpec, size: Optional[int] = None, what: str = "") -> None:
+        """`size` bytes read (None: the file's spec.size, once known: not 0), of a file or of `what`."""
+        size = spec.size if size is None else size
+        if size and len(data) != size:
+            raise CorruptFile(f"{spec.key}: read {len(data)} bytes{what}, expected {size}")
 
 
 class Unchecked(Format):
@@ -114,17 +119,12 @@ class Unchecked(Format):
     def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
         return self.fmt.encode(spec, payload)
 
-    def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
-        self.expect_size(data, spec, spec.size)
-        return spec.samples
-
     def sample_span(self, spec: FileSpec, sample: int) -> Tuple[int, int]:
         return self.fmt.sample_span(spec, sample)
 
     def check_sample(self, data: memoryview, spec: FileSpec, decode: bool = False) -> None:
-        length = self.fmt.sample_span(spec, 0)[1]  # every format's samples read alike within a file
-        if len(data) != length:
-            raise CorruptFile(f"{spec.key}: read {len(data)} bytes of a sample, expected {length}")
+        # every format's samples read alike within a file
+        self.expect_size(data, spec, self.fmt.sample_span(spec, 0)[1], " of a sample")
 
 
 @lru_cache(maxsize=None)

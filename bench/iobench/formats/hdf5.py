@@ -43,8 +43,7 @@ class HDF5Format(Format):
     def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
         import h5py
 
-        if spec.size:
-            self.expect_size(data, spec, spec.size)
+        self.expect_size(data, spec)
         try:
             with h5py.File(io.BytesIO(data), "r") as h5:
                 dataset = h5[DATASET]

@@ -49,8 +49,7 @@ class JPEGFormat(Format):
         return 1
 
     def check_sample(self, data: memoryview, spec: FileSpec, decode: bool = False) -> None:
-        if spec.size:
-            self.expect_size(data, spec, spec.size)
+        self.expect_size(data, spec)
         if bytes(data[:2]) != b"\xff\xd8" or bytes(data[-2:]) != b"\xff\xd9":
             raise CorruptFile(f"{spec.key}: not a JPEG image (no start or end marker)")
         if decode:

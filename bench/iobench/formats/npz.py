@@ -57,8 +57,7 @@ class NpzFormat(Format):
         return data, spec.written(len(data), array_layout(memoryview(data), spec.key)[0])
 
     def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
-        if spec.size:
-            self.expect_size(data, spec, spec.size)
+        self.expect_size(data, spec)
         if bytes(data[-22:-18]) != ZIP_END:
             raise CorruptFile(f"{spec.key}: the archive is cut short (no end-of-directory record)")
         array = array_view(data, spec.key)

@@ -14,9 +14,5 @@ class RawFormat(Format):
     def encode(self, spec: FileSpec, payload: bytes) -> Tuple[bytes, FileSpec]:
         return payload, spec.written(len(payload))
 
-    def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
-        self.expect_size(data, spec, spec.samples * spec.record_size)
-        return spec.samples
-
     def stream(self, spec: FileSpec, decode: bool = False) -> Optional[StreamCheck]:
         return LengthCheck(spec, spec.samples * spec.record_size)

@@ -34,8 +34,7 @@ def masked_crc(data: bytes | bytearray | memoryview) -> int:
 
 
 def frame(record: bytes | memoryview) -> bytes:
-    length = struct.pack("<Q", len(record))
-    return length + _CRC.pack(masked_crc(length)) + bytes(record) + _CRC.pack(masked_crc(record))
+    return _LENGTH.pack(len(record), length_crc(len(record))) + bytes(record) + _CRC.pack(masked_crc(record))
 
 
 @lru_cache(maxsize=4096)
@@ -122,11 +121,6 @@ class TFRecordFormat(Format):
 
     def stream(self, spec: FileSpec, decode: bool = False) -> Optional[StreamCheck]:
         return FrameStream(spec)
-
-    def check_file(self, data: memoryview, spec: FileSpec, decode: bool = False) -> int:
-        stream = FrameStream(spec)  # a file read whole is checked as one streamed through a buffer is
-        stream.feed(data)
-        return stream.finish()
 
     def sample_span(self, spec: FileSpec, sample: int) -> Tuple[int, int]:
         return sample * spec.stride, spec.stride

@@ -5,17 +5,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from bench.config.storage import StorageLocation
 from bench.registries import S3_CLIENTS, load_named
-from bench.storage.base import ObjectStore, join_key
+from bench.storage.base import Backend, ObjectStore, join_key
 from bench.storage.s3.settings import S3Settings, parse_s3_url, require_credentials
 
 
-class S3Backend:
+class S3Backend(Backend):
     """storage=s3: storage.bucket / storage.prefix."""
-
-    def __init__(self, cfg: StorageLocation):
-        self.cfg = cfg
 
     def location(self, run_dir: Path, subdir: str = "") -> str:
         return "s3://" + join_key(self.cfg.bucket or "", self.cfg.prefix, subdir)
@@ -26,15 +22,11 @@ class S3Backend:
         not answer fails here, in seconds, clearly."""
         from bench.storage.s3.boto3_store import check_endpoint
 
-        storage = self.cfg
-        settings = S3Settings.from_config(*parse_s3_url(location), storage)
-        storage.check_s3_extra()  # where the config's own check did not run (bench.data, the doctor)
+        settings = S3Settings.from_config(*parse_s3_url(location), self.cfg)
+        self.cfg.check_s3_extra()  # where the config's own check did not run (bench.data, the doctor)
         require_credentials(settings)
-        check_endpoint(settings, str(storage.client))
-        return load_named("storage.client", storage.client, S3_CLIENTS)(settings)  # an S3Store
-
-    def checkpoint_store(self, run_dir: Path, subdir: str = "") -> ObjectStore:
-        return self.open(self.location(run_dir, subdir))
+        check_endpoint(settings, str(self.cfg.client))
+        return load_named("storage.client", self.cfg.client, S3_CLIENTS)(settings)  # an S3Store
 
     def describe(self, store: ObjectStore) -> str:
         return self.cfg.client
