@@ -85,21 +85,20 @@ def ordered_columns(columns: Sequence[str]) -> List[str]:
     rest = [c for c in columns if c not in RUN_FIELDS]
     return [
         *RUN_FIELDS,
-        *[c for c in rest if not c.startswith((CONFIG_PREFIX, ENV_PREFIX))],
+        *[c for c in rest if _is_figure(c)],
         *[c for c in rest if c.startswith(CONFIG_PREFIX)],
         *[c for c in rest if c.startswith(ENV_PREFIX)],
     ]
 
 
+def _is_figure(column: str) -> bool:
+    """A figure's column: not a run field, the config or the provenance."""
+    return column not in RUN_FIELDS and not column.startswith((CONFIG_PREFIX, ENV_PREFIX))
+
+
 def metric_columns(frame: pd.DataFrame) -> List[str]:
     """The figures (not run fields, not config) that at least one run has."""
-    return [
-        c
-        for c in frame.columns
-        if c not in RUN_FIELDS
-        and not c.startswith((CONFIG_PREFIX, ENV_PREFIX))
-        and not all(absent(v) for v in frame[c])
-    ]
+    return [c for c in frame.columns if _is_figure(c) and not all(absent(v) for v in frame[c])]
 
 
 def sweep_report_class(frame: pd.DataFrame) -> Type[BaseReport]:
