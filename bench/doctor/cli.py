@@ -128,7 +128,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
     from bench.doctor.ladder import climb
     from bench.doctor.training import TrainingRuns
     from bench.machine.children import sigterm_raises
-    from bench.machine.cpu_facts import affinity, usable_cores
+    from bench.machine.fitness import affinity, usable_cores
     from bench.runtime.device import fit_cpu, resolve_device
 
     launch_dir = Path.cwd()
