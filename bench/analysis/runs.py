@@ -192,8 +192,7 @@ def read_summary(path: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:
 
 def failure_reason(job_dir: Path) -> str:
     """The last line of error.txt (the exception), else the last [ERROR] line the job logged."""
-    error_txt = job_dir / "error.txt"
-    if error_txt.is_file():
+    if (error_txt := job_dir / "error.txt").is_file():
         lines = [line for line in error_txt.read_text().splitlines() if line.strip()]
         return lines[-1] if lines else "failed"
     log_file = job_dir / "bench.log"

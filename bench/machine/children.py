@@ -233,8 +233,7 @@ def start_forkserver_deaf_to_ctrl_c() -> None:
             forkserver.ensure_running()
         finally:
             signal.signal(signal.SIGINT, previous)
-    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
-    if pid and pid not in _FORKSERVERS_KILLED_AT_EXIT:
+    if (pid := getattr(forkserver._forkserver, "_forkserver_pid", None)) and pid not in _FORKSERVERS_KILLED_AT_EXIT:
         _FORKSERVERS_KILLED_AT_EXIT.add(pid)
         atexit.register(_kill_quietly, pid)
 
