@@ -26,13 +26,12 @@ def report_class(mode: Any) -> Type[BaseReport]:
     refused in one line (ReportError, exit 2): its figures cannot be read as another scenario's."""
     mode = mode_name(mode)
     try:
-        reports: Type[BaseReport] = scenario_class(mode).report_class
+        return scenario_class(mode).report_class
     except ConfigError:
         raise ReportError(
             f"a run recorded with mode={mode} has no scenario here (conf/scenario/: {', '.join(names())}): "
             "its figures cannot be read as another scenario's"
         ) from None
-    return reports
 
 
 def report_class_of_modes(modes: Sequence[Any]) -> Type[BaseReport]:

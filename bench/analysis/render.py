@@ -172,7 +172,12 @@ def render_text(shown: pd.DataFrame) -> str:
 
 
 def render_markdown(shown: pd.DataFrame) -> str:
-    escaped = [[c.replace("|", "\\|") for c in row] for row in _cells(shown)]
+    return markdown_rows(_cells(shown))
+
+
+def markdown_rows(cells: Sequence[Sequence[str]]) -> str:
+    """A markdown table of text cells, the headers first (the doctor's tables: bench.doctor.cli)."""
+    escaped = [[c.replace("|", "\\|") for c in row] for row in cells]
     lines = ["| " + " | ".join(escaped[0]) + " |", "|" + "---|" * len(escaped[0])]
     lines += ["| " + " | ".join(row) + " |" for row in escaped[1:]]
     return "\n".join(lines)

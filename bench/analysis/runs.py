@@ -85,21 +85,20 @@ def ordered_columns(columns: Sequence[str]) -> List[str]:
     rest = [c for c in columns if c not in RUN_FIELDS]
     return [
         *RUN_FIELDS,
-        *[c for c in rest if not c.startswith((CONFIG_PREFIX, ENV_PREFIX))],
+        *[c for c in rest if _is_figure(c)],
         *[c for c in rest if c.startswith(CONFIG_PREFIX)],
         *[c for c in rest if c.startswith(ENV_PREFIX)],
     ]
 
 
+def _is_figure(column: str) -> bool:
+    """A figure's column: not a run field, the config or the provenance."""
+    return column not in RUN_FIELDS and not column.startswith((CONFIG_PREFIX, ENV_PREFIX))
+
+
 def metric_columns(frame: pd.DataFrame) -> List[str]:
     """The figures (not run fields, not config) that at least one run has."""
-    return [
-        c
-        for c in frame.columns
-        if c not in RUN_FIELDS
-        and not c.startswith((CONFIG_PREFIX, ENV_PREFIX))
-        and not all(absent(v) for v in frame[c])
-    ]
+    return [c for c in frame.columns if _is_figure(c) and not all(absent(v) for v in frame[c])]
 
 
 def sweep_report_class(frame: pd.DataFrame) -> Type[BaseReport]:
@@ -193,8 +192,7 @@ def read_summary(path: Path) -> Tuple[Dict[str, Any], Dict[str, Any]]:
 
 def failure_reason(job_dir: Path) -> str:
     """The last line of error.txt (the exception), else the last [ERROR] line the job logged."""
-    error_txt = job_dir / "error.txt"
-    if error_txt.is_file():
+    if (error_txt := job_dir / "error.txt").is_file():
         lines = [line for line in error_txt.read_text().splitlines() if line.strip()]
         return lines[-1] if lines else "failed"
     log_file = job_dir / "bench.log"

@@ -29,7 +29,7 @@ from bench.errors import EXIT_FAILED, BenchError, ConfigError, interruption_in, 
 from bench.machine.writable import check_writable_dir
 from bench.results import write_text
 from bench.run_dirs import reserve, stamp_of
-from bench.secrets import command_line_problem, redact_output
+from bench.secrets import command_line_problem, flatten, redact_output
 from bench.tracking.tracker import Tracker, open_run
 
 DEFAULTS = {"budget_s": "180", "what_ifs": "true", "out": ""}
@@ -128,7 +128,7 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
     from bench.doctor.ladder import climb
     from bench.doctor.training import TrainingRuns
     from bench.machine.children import sigterm_raises
-    from bench.machine.cpu_facts import affinity, usable_cores
+    from bench.machine.fitness import affinity, usable_cores
     from bench.runtime.device import fit_cpu, resolve_device
 
     launch_dir = Path.cwd()
@@ -164,16 +164,6 @@ def _diagnose(config: "BenchConfig", overrides: List[str], budget_s: float, with
     return EXIT_FAILED if diagnosis.verdict == "unknown" else 0
 
 
-def _numbers(figures: Dict[str, Any], prefix: str = "") -> Dict[str, float]:
-    flat: Dict[str, float] = {}
-    for key, value in figures.items():
-        if isinstance(value, dict):
-            flat.update(_numbers(value, f"{prefix}{key}_"))
-        elif isinstance(value, (int, float)) and not isinstance(value, bool):
-            flat[f"{prefix}{key}"] = float(value)
-    return flat
-
-
 def _log_rung(parent: Any, config: BenchConfig, rung: Rung) -> None:
     """A rung's child run: made here for the rungs bench.app did not run (the loader, storage and
     all-reduce rungs), tagged in either case (a training rung's is bench's own run, already a child)."""
@@ -188,8 +178,11 @@ def _log_rung(parent: Any, config: BenchConfig, rung: Rung) -> None:
     child = Tracker.start(
         parent.uri, config.tracking.experiment, f"doctor-{rung.name}", tags, parent_run_id=parent.run_id
     )
+    # its figures as metrics (stage_cpu_ms.read as stage_cpu_ms_read; log_metrics keeps the numbers: these
+    # rungs' figures hold no bool), and its rate
+    figures = {key.replace(".", "_"): value for key, value in flatten(rung.figures_json()).items()}
     rate = {} if rung.images_per_second is None else {"images_per_second": rung.images_per_second}
-    child.log_metrics({**_numbers(rung.figures_json()), **rate})
+    child.log_metrics({**figures, **rate})
     child.finish("FAILED" if rung.failed else "FINISHED", error=rung.failed or None)
     rung.run_id = child.run_id
 
@@ -285,23 +278,17 @@ def _measured(what_if: WhatIf) -> str:
     return f"measured as the full run{unfit}"
 
 
-def _markdown(headers: List[str], rows: List[List[str]]) -> str:
-    import pandas as pd
-
-    from bench.analysis.render import render_markdown  # the sweep report's table writer (pandas: loaded late)
-
-    return render_markdown(pd.DataFrame(rows, columns=headers, dtype=object))
-
-
 RUNG_HEADERS = ["rung", "img/s", "of ceiling", "figures"]
 WHAT_IF_HEADERS = ["what if", "img/s", "gain", "note"]
 
 
 def table(diagnosis: Diagnosis) -> str:
+    from bench.analysis.render import markdown_rows  # the sweep report's table writer (pandas: loaded late)
+
     text = [f"verdict: {diagnosis.sentence}", f"time: {budget_line(diagnosis)}", ""]
-    text.append(_markdown(RUNG_HEADERS, rung_rows(diagnosis)))
+    text.append(markdown_rows([RUNG_HEADERS, *rung_rows(diagnosis)]))
     if diagnosis.what_ifs:
-        text += ["", _markdown(WHAT_IF_HEADERS, what_if_rows(diagnosis.what_ifs))]
+        text += ["", markdown_rows([WHAT_IF_HEADERS, *what_if_rows(diagnosis.what_ifs)])]
     return "\n".join(text)
 
 

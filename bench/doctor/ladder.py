@@ -65,8 +65,8 @@ def _guarded(name: str, measure: Callable[[], Rung]) -> Rung:
     try:
         return measure()
     except (BenchError, OSError, RuntimeError) as exc:
-        stopped = interruption_in(exc)  # a signal a library turned into its own error ends the ladder
-        if stopped is not None:
+        # a signal a library turned into its own error ends the ladder
+        if (stopped := interruption_in(exc)) is not None:
             raise stopped from None
         return Rung(name=name, failed=str(exc) if isinstance(exc, BenchError) else f"{type(exc).__name__}: {exc}")
 

@@ -14,6 +14,8 @@ never acts on SIGTERM: without this a failed job could outlive its timeout. Work
 by the pid files they write in their launch's own folder (workers/<launch>/rank<N>.pid), never by
 scanning processes: a short-lived helper process must not count as a worker that ended, and a
 launch never reads (or kills) the workers of another launch given the same run directory.
+
+What each worker runs (worker_entry, its rank log, pid file and step watchdog) is below, at the end.
 """
 
 from __future__ import annotations
@@ -24,20 +26,22 @@ import multiprocessing
 import os
 import signal
 import sys
-import tempfile
 import threading
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import psutil
+from torch.distributed.elastic.multiprocessing.errors import record  # a worker's exception reaches the launcher
 
 from bench.config import BenchConfig
 from bench.config.schema import DistributedConfig
 from bench.errors import WorkerFailure
-from bench.launch.worker import EXIT_HUNG, EXIT_ORPHANED, setup_rank_logging, worker_entry
+from bench.machine.children import private_tempdir, process_identity, start_forkserver_deaf_to_ctrl_c
+from bench.machine.fitness import ROOT_ENV
 from bench.rank_context import RankContext, free_port, outside_launcher_context
+from bench.secrets import redact_output
 
 log = logging.getLogger("bench")
 RankPid = Optional[Tuple[int, int]]  # (rank, pid) of a worker, if one is named
@@ -143,7 +147,7 @@ class Elastic(Launcher):
         # imports it; the scenario adds its own modules): a job's workers start in well under a second
         # instead of paying torch's import each (spawn). The server is a fresh interpreter, so forking
         # from it is safe with CUDA; later sweep jobs reuse it.
-        multiprocessing.set_forkserver_preload(["bench.launch.worker", *scenario.preload(config)])
+        multiprocessing.set_forkserver_preload(["bench.launch.launchers", *scenario.preload(config)])
         start_forkserver_deaf_to_ctrl_c()
         reaper = SurvivorReaper(dist.nproc_per_node, workers)
         # torch's agent installs its own handlers (a signal raises its SignalException) and leaves them:
@@ -182,90 +186,6 @@ def accepted_by(cls: Any, **optional: Any) -> Dict[str, Any]:
     import dataclasses
 
     return {key: value for key, value in optional.items() if key in {f.name for f in dataclasses.fields(cls)}}
-
-
-def start_forkserver_deaf_to_ctrl_c() -> None:
-    """Start multiprocessing's forkserver (if it is not running) with SIGINT ignored, as it would
-    ignore it itself once its preload imports are done: a Ctrl-C to the process group while it
-    imports torch printed a KeyboardInterrupt traceback from it (issue 28). It exits when this
-    process does (EOF on its pipe) or, while it still imports, when this one exits (killed at exit:
-    it was left importing torch for seconds after an interrupted command); its workers take SIGINT
-    back (worker_entry)."""
-    import atexit
-    from multiprocessing import forkserver
-
-    make_multiprocessing_temp_dir()  # the forkserver's socket goes there: a short enough path first
-    if threading.current_thread() is not threading.main_thread():
-        forkserver.ensure_running()
-    else:
-        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
-        try:
-            forkserver.ensure_running()
-        finally:
-            signal.signal(signal.SIGINT, previous)
-    pid = getattr(forkserver._forkserver, "_forkserver_pid", None)
-    if pid and pid not in _FORKSERVERS_KILLED_AT_EXIT:
-        _FORKSERVERS_KILLED_AT_EXIT.add(pid)
-        atexit.register(_kill_quietly, pid)
-
-
-_FORKSERVERS_KILLED_AT_EXIT: set = set()
-
-
-def _kill_quietly(pid: int) -> None:
-    with contextlib.suppress(OSError):
-        os.kill(pid, signal.SIGKILL)
-        os.waitpid(pid, 0)
-
-
-# A Unix socket's path holds at most 107 bytes; the forkserver's is <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX.
-SOCKET_PATH_MAX = 107
-SOCKET_SUFFIX = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
-SHORT_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # where multiprocessing's temp dir goes when $TMPDIR is too long
-
-
-def make_multiprocessing_temp_dir() -> None:
-    """multiprocessing's temp dir, made under $TMPDIR unless that is too long to hold the
-    forkserver's socket ("OSError: AF_UNIX path too long" from every rank): then under the
-    shortest system temp dir that is writable."""
-    import multiprocessing.util
-
-    too_long = len(tempfile.gettempdir()) + SOCKET_SUFFIX > SOCKET_PATH_MAX
-    previous = tempfile.tempdir
-    if too_long:
-        tempfile.tempdir = next((d for d in SHORT_TEMP_DIRS if os.access(d, os.W_OK | os.X_OK)), previous)
-    try:
-        multiprocessing.util.get_temp_dir()
-    finally:
-        tempfile.tempdir = previous
-
-
-LAUNCH_PREFIX = "bench-launch-"
-
-
-@contextlib.contextmanager
-def private_tempdir() -> Iterator[None]:
-    """torch.multiprocessing names a `pytorch-errorfile-*.pickle` per worker in the launcher's temp
-    directory; a worker that raises writes its traceback there and nothing removes it: $TMPDIR
-    filled with tracebacks of failed runs. During the launch the launcher's tempfile directory is
-    one of its own, removed afterwards; one left by a SIGKILLed launcher (its owner file names a
-    pid that is gone) is removed by the next launch. multiprocessing's own temp dir (the
-    forkserver's socket, reused by later sweep jobs) is made first, where it always is, so it
-    outlives this one."""
-    import shutil
-
-    from bench.machine.children import clean_leftovers, owned_tempdir, semaphores_noted_in
-
-    make_multiprocessing_temp_dir()
-    clean_leftovers(LAUNCH_PREFIX)
-    private = owned_tempdir(LAUNCH_PREFIX)
-    previous, tempfile.tempdir = tempfile.tempdir, str(private)
-    try:
-        with semaphores_noted_in(private):  # the launch's /dev/shm/sem.mp-*, for after a SIGKILL
-            yield
-    finally:
-        tempfile.tempdir = previous
-        shutil.rmtree(private, ignore_errors=True)
 
 
 class SurvivorReaper:
@@ -382,3 +302,97 @@ def _detail(failure: Any) -> str:
     lines = str(message or "").strip().splitlines()
     detail = lines[0] if lines else "no error message"
     return "see its log in the job dir" if detail.startswith("Process failed with exitcode") else detail
+
+
+# ---- What each process started by the elastic launcher runs (module level: forkserver pickles it): its
+# log (rank<N>.log; rank 0 also to stderr), its pid file (read by the reaper above), and the
+# StepWatchdog that ends it when its training steps have stopped or its launcher is gone.
+#
+# A peer that died or hung leaves the others blocked inside an all-reduce, and not every backend
+# honours its timeout there (gloo inside DDP's backward does not); a rank that exits is something
+# the launcher sees, and it then stops the rest. The watchdog is armed at the first step, so model
+# building and data start-up are not counted.
+#
+# A launcher killed outright (SIGKILL, the OOM killer) cannot stop its workers: each checks every
+# second that the process that launched it is still there (the same pid with the same start
+# time, so a reused pid does not count) and ends itself when it is not.
+EXIT_HUNG = 124  # a rank whose steps stopped (the exit code `timeout` uses)
+EXIT_ORPHANED = 125  # a rank whose launcher is gone
+RANK_LOG_FORMAT = "[%(asctime)s][rank{rank}][%(name)s][%(levelname)s] %(message)s"
+NOISY_LOGGERS = ("mlflow", "urllib3", "alembic", "matplotlib")
+
+
+@record
+def worker_entry(config: BenchConfig, out_dir: str, workers_dir: str, launcher_pid: int) -> Any:
+    # Ctrl-C reaches the whole process group, and the launcher then stops its workers with the
+    # same signal: a worker ends at once, as on SIGTERM, instead of raising KeyboardInterrupt twice
+    # (the second one inside torch's error recording printed a traceback). The launcher reports
+    # the interruption; a run that checkpoints on a signal installs its own handler later.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.environ[ROOT_ENV] = str(launcher_pid)  # the run's process tree, for the fit-to-measure watch
+    ctx = RankContext(int(os.environ["RANK"]), int(os.environ["LOCAL_RANK"]), int(os.environ["WORLD_SIZE"]))
+    setup_rank_logging(Path(out_dir), ctx.rank)
+    log.info("worker for rank %d/%d started (pid %d)", ctx.rank, ctx.world_size, os.getpid())
+    # lets the launcher name a rank that died without a word (SIGKILL, the OOM killer)
+    path = pid_file(Path(workers_dir), ctx.rank)  # this launch's own folder: no other launch reads it
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"{os.getpid()} {ctx.local_rank}")
+    watchdog = StepWatchdog(config.distributed.timeout_s, ctx.rank, launcher_pid)
+    return config.scenario.run_rank(config, ctx, Path(out_dir), heartbeat=watchdog.beat)
+
+
+def pid_file(workers_dir: Path, rank: int) -> Path:
+    return workers_dir / f"rank{rank}.pid"
+
+
+def setup_rank_logging(out_dir: Path, rank: int, own_process: bool = True) -> None:
+    """A worker's stdout is pointed at stderr so the job's stdout keeps only the final line.
+    `own_process=False`: this process also reports (rank 0 under torchrun): keep its streams
+    and Hydra's handlers."""
+    redact_output()  # a spawned rank starts without its parent's redaction
+    out_dir.mkdir(parents=True, exist_ok=True)
+    formatter = logging.Formatter(RANK_LOG_FORMAT.format(rank=rank))
+    root = logging.getLogger()
+    handlers: List[logging.Handler] = [logging.FileHandler(out_dir / f"rank{rank}.log")]
+    if own_process:
+        os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
+        for handler in list(root.handlers):
+            root.removeHandler(handler)
+        if rank == 0:
+            handlers.append(logging.StreamHandler(sys.stderr))
+    for handler in handlers:
+        handler.setFormatter(formatter)
+        root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    for noisy in NOISY_LOGGERS:
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class StepWatchdog:
+    def __init__(self, timeout_s: float, rank: int, launcher_pid: Optional[int] = None):
+        self.timeout_s, self.rank = float(timeout_s), rank
+        self.launcher = process_identity(launcher_pid) if launcher_pid else None
+        self._last: Optional[float] = None
+        self._thread = threading.Thread(target=self._watch, name="bench-step-watchdog", daemon=True)
+        self._thread.start()
+
+    def beat(self) -> None:
+        """Called after every training step."""
+        self._last = time.monotonic()
+
+    def _watch(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.timeout_s / 4))
+            if self._last is not None and time.monotonic() - self._last > self.timeout_s:
+                self._end(
+                    EXIT_HUNG,
+                    f"no training step finished for {self.timeout_s:.0f} s (distributed.timeout_s): "
+                    "a peer died or hung",
+                )
+            if self.launcher is not None and process_identity(self.launcher[0]) != self.launcher:
+                self._end(EXIT_ORPHANED, f"the process that launched it (pid {self.launcher[0]}) is gone")
+
+    def _end(self, code: int, why: str) -> None:
+        log.error("rank %d: %s; ending this rank", self.rank, why)
+        logging.shutdown()
+        os._exit(code)

@@ -212,6 +212,87 @@ def stop_proof_folder(prefix: str) -> Iterator[str]:
             shutil.rmtree(path, ignore_errors=True)
 
 
+# ---- The elastic launcher's helpers (bench.launch.launchers): its forkserver, which must not outlive this
+# process either, and the temporary directories a launch makes (leftovers too, below).
+def start_forkserver_deaf_to_ctrl_c() -> None:
+    """Start multiprocessing's forkserver (if it is not running) with SIGINT ignored, as it would
+    ignore it itself once its preload imports are done: a Ctrl-C to the process group while it
+    imports torch printed a KeyboardInterrupt traceback from it (issue 28). It exits when this
+    process does (EOF on its pipe) or, while it still imports, when this one exits (killed at exit:
+    it was left importing torch for seconds after an interrupted command); its workers take SIGINT
+    back (bench.launch.launchers.worker_entry)."""
+    import atexit
+    from multiprocessing import forkserver
+
+    make_multiprocessing_temp_dir()  # the forkserver's socket goes there: a short enough path first
+    if threading.current_thread() is not threading.main_thread():
+        forkserver.ensure_running()
+    else:
+        previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+        try:
+            forkserver.ensure_running()
+        finally:
+            signal.signal(signal.SIGINT, previous)
+    if (pid := getattr(forkserver._forkserver, "_forkserver_pid", None)) and pid not in _FORKSERVERS_KILLED_AT_EXIT:
+        _FORKSERVERS_KILLED_AT_EXIT.add(pid)
+        atexit.register(_kill_quietly, pid)
+
+
+_FORKSERVERS_KILLED_AT_EXIT: set = set()
+
+
+def _kill_quietly(pid: int) -> None:
+    with suppress(OSError):
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+# A Unix socket's path holds at most 107 bytes; the forkserver's is <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX.
+SOCKET_PATH_MAX = 107
+SOCKET_SUFFIX = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+SHORT_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # where multiprocessing's temp dir goes when $TMPDIR is too long
+
+
+def make_multiprocessing_temp_dir() -> None:
+    """multiprocessing's temp dir, made under $TMPDIR unless that is too long to hold the
+    forkserver's socket ("OSError: AF_UNIX path too long" from every rank): then under the
+    shortest system temp dir that is writable."""
+    import multiprocessing.util
+
+    too_long = len(tempfile.gettempdir()) + SOCKET_SUFFIX > SOCKET_PATH_MAX
+    previous = tempfile.tempdir
+    if too_long:
+        tempfile.tempdir = next((d for d in SHORT_TEMP_DIRS if os.access(d, os.W_OK | os.X_OK)), previous)
+    try:
+        multiprocessing.util.get_temp_dir()
+    finally:
+        tempfile.tempdir = previous
+
+
+LAUNCH_PREFIX = "bench-launch-"
+
+
+@contextmanager
+def private_tempdir() -> Iterator[None]:
+    """torch.multiprocessing names a `pytorch-errorfile-*.pickle` per worker in the launcher's temp
+    directory; a worker that raises writes its traceback there and nothing removes it: $TMPDIR
+    filled with tracebacks of failed runs. During the launch the launcher's tempfile directory is
+    one of its own, removed afterwards; one left by a SIGKILLed launcher (its owner file names a
+    pid that is gone) is removed by the next launch. multiprocessing's own temp dir (the
+    forkserver's socket, reused by later sweep jobs) is made first, where it always is, so it
+    outlives this one."""
+    make_multiprocessing_temp_dir()
+    clean_leftovers(LAUNCH_PREFIX)
+    private = owned_tempdir(LAUNCH_PREFIX)
+    previous, tempfile.tempdir = tempfile.tempdir, str(private)
+    try:
+        with semaphores_noted_in(private):  # the launch's /dev/shm/sem.mp-*, for after a SIGKILL
+            yield
+    finally:
+        tempfile.tempdir = previous
+        shutil.rmtree(private, ignore_errors=True)
+
+
 # ---- leftovers: Temporary directories that a killed command cannot remove itself, removed by the next one.
 #
 # `owned_tempdir(prefix)` makes `<system temp dir>/<prefix>XXXXXXXX` with an owner file in it

@@ -69,14 +69,14 @@ def prepare_process(config: BenchConfig, device: torch.device, ctx: RankContext)
 def fit_cpu(config: BenchConfig, device_type: str) -> Tuple[BenchConfig, str]:
     """On the CPU, the cpu_threads and data.num_workers left unset (null; the threads also where
     OMP_NUM_THREADS sets them, as torch reads it) become a split of the usable cores
-    (bench.machine.cpu_facts.cpu_split): torch's default (a thread per core) beside a worker per
+    (bench.machine.fitness.cpu_split): torch's default (a thread per core) beside a worker per
     core would oversubscribe them, and CPU ranks would each start a thread per core. (The config
     to run, both keys set; the sentence naming what bench chose, "" when it chose nothing.) On a
     GPU the torch threads idle and fewer workers would starve it: the config is left as it is."""
     data, given = config.data, config.cpu_threads or omp_threads()
     if device_type != "cpu":
         return config, ""
-    from bench.machine.cpu_facts import affinity, cpu_split, usable_cores
+    from bench.machine.fitness import affinity, cpu_split, usable_cores
 
     usable = usable_cores(affinity())
     ranks = config.distributed.nproc_per_node if config.distributed.world_size > 1 else 1

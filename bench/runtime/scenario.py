@@ -22,7 +22,7 @@ import psutil
 from bench.config import BenchConfig
 from bench.config.data import Split
 from bench.errors import ConfigError, ConfigProblem, DataError
-from bench.machine.cpu_facts import affinity
+from bench.machine.fitness import affinity
 from bench.rank_context import RankContext
 from bench.registries import import_own
 from bench.runtime.fit_watch import WindowMonitor, check_quiet, loader_workers

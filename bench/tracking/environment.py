@@ -129,8 +129,8 @@ def code_provenance(packages: Sequence[str]) -> Dict[str, Any]:
     # only a checkout of bench itself: an installed wheel inside some other repository has no commit of ours
     if commit := (_git("rev-parse", "HEAD") if top and Path(top).resolve() == here else None):
         found["git_commit"] = commit
-        status = _git("status", "--porcelain")
-        if status is not None:  # a changed tracked file, or a new file where bench's code and config live
+        # a changed tracked file, or a new file where bench's code and config live
+        if (status := _git("status", "--porcelain")) is not None:
             found["git_dirty"] = any(not s.startswith("??") or s[3:].startswith(CODE_DIRS) for s in status.splitlines())
     return found
 

@@ -302,8 +302,7 @@ def probe(uri: str, timeout_s: float) -> Optional[str]:
     words (credentials never shown). MLflow's own retries are bounded first (RETRY_DEFAULTS)."""
     for name, value in RETRY_DEFAULTS.items():
         os.environ.setdefault(name, value)
-    scheme = urllib.parse.urlparse(uri).scheme.split("+")[0]
-    if scheme in DATABASE_PORTS:
+    if (scheme := urllib.parse.urlparse(uri).scheme.split("+")[0]) in DATABASE_PORTS:
         return _connect(uri, DATABASE_PORTS[scheme], timeout_s)
     if not uri.startswith(("http://", "https://")):
         return None

@@ -101,8 +101,7 @@ def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> 
     import yaml
 
     try:
-        hydra_dir = job_dir / ".hydra"
-        if not hydra_dir.is_dir():
+        if not (hydra_dir := job_dir / ".hydra").is_dir():
             hydra_dir.mkdir(parents=True)
             (hydra_dir / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
             (hydra_dir / "config.yaml").write_text("{}\n")

@@ -266,10 +266,9 @@ def open_run(
     tags.update(process_tags())
     if out_dir:
         tags["bench.out_dir"] = str(out_dir)  # where its results stay if the store fails mid-run
-    parent = None
     if sweep_job:
-        parent = sweep_job.parent_run_id
         tags.update({"sweep.job": str(sweep_job.job), "sweep.dir": str(sweep_job.dir)})
+    parent = sweep_job.parent_run_id if sweep_job else None
     tracker = Tracker(uri=uri)  # until MLflow has made the run
     try:
         tracker = Tracker.start(uri, tracking.experiment, name, tags, parent_run_id=parent, warn=not tracking.required)
@@ -300,12 +299,6 @@ def state_of(run: Any, host: str) -> str:
     if identity is None or repr(identity[1]) != tags.get("bench.pid_started"):
         return "gone"
     return "alive"
-
-
-def running_runs(client: Any) -> List[Any]:
-    if not (experiments := [e.experiment_id for e in client.search_experiments()]):
-        return []
-    return client.search_runs(experiments, filter_string="attributes.status = 'RUNNING'", max_results=10000)
 
 
 def kill_reason(tags: Any, by: str) -> str:
@@ -339,6 +332,7 @@ def close_stale(client: Any, experiment_id: Optional[str], by: str) -> int:
 def find_stale(uri: str) -> Tuple[Any, List[Tuple[Any, str]]]:
     from mlflow import MlflowClient
 
-    client = MlflowClient(tracking_uri=uri)
-    host = socket.gethostname()
-    return client, [(run, state_of(run, host)) for run in running_runs(client)]
+    client, host = MlflowClient(tracking_uri=uri), socket.gethostname()
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    running = client.search_runs(experiments, "attributes.status = 'RUNNING'", max_results=10000) if experiments else []
+    return client, [(run, state_of(run, host)) for run in running]

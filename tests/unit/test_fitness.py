@@ -20,12 +20,12 @@ from typing import Any, Dict, List
 import pytest
 import yaml
 
-from bench.machine.cpu_facts import cpu_split
 from bench.machine.fitness import (
     MachineWatch,
     Verdict,
     affinity,
     cgroup_quota,
+    cpu_split,
     cpufreq_notes,
     oversubscription,
     unfit_reason,

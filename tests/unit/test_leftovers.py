@@ -38,13 +38,13 @@ def test_a_directory_whose_owner_died_is_removed_and_a_live_ones_kept(tmp_path):
 
 
 def test_a_sigkilled_launchers_temp_dir_is_removed_by_the_next_launch(tmp_path, monkeypatch):
-    from bench.launch import launchers
+    from bench.machine.children import private_tempdir
 
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     left = tmp_path / "bench-launch-left"
     left.mkdir()
     (left / OWNER_FILE).write_text(f"{_dead_pid()} {psutil.Process().create_time()}\n")
-    with launchers.private_tempdir():
+    with private_tempdir():
         inside = tempfile.gettempdir()
         assert inside.startswith(str(tmp_path / "bench-launch-")) and (tmp_path / inside / OWNER_FILE).is_file()
     assert not left.exists() and not os.path.exists(inside)

@@ -182,8 +182,7 @@ def test_the_s3_owner_object_refuses_a_second_writer_and_expires(
 def test_a_reaper_kills_only_its_own_launchs_workers(tmp_path):
     """Two launches given one run directory: launch A's worker ends, A's reaper kills A's survivor
     after its grace period, and never B's worker (issue 33: sweep B's worker was killed by A's)."""
-    from bench.launch.launchers import SurvivorReaper
-    from bench.launch.worker import pid_file
+    from bench.launch.launchers import SurvivorReaper, pid_file
 
     workers = tmp_path / "workers"
     ending, survivor, other = (subprocess.Popen(["sleep", seconds]) for seconds in ("0", "600", "600"))

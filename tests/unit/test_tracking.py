@@ -348,8 +348,7 @@ def test_the_reapers_own_kill_is_never_the_cause(tmp_path):
 def test_a_hung_rank_names_the_watchdog(tmp_path):
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
 
-    from bench.launch.launchers import describe_failure
-    from bench.launch.worker import EXIT_HUNG
+    from bench.launch.launchers import EXIT_HUNG, describe_failure
 
     exc = ChildFailedError("bench", {0: _failure(0, 111, EXIT_HUNG, tmp_path)})
     assert "saw no training step finish for distributed.timeout_s" in describe_failure(exc)
