@@ -148,7 +148,11 @@ def test_no_module_over_300_lines(module):
 # imagefolder builders from one map_style_builders; MlperfLog's generic start/end/event; check_model_run
 # shared by training and inference; contextlib.suppress and comprehensions where an except or loop only filtered.
 # 17,087: +2 so TrainStep's arguments are named again at its one call (review of that pass).
-CODE_LINE_CEILING = 17_087
+# 16,716: a second, structural pass per package (config's small groups into schema.py, storage_benchmark
+# into storage.py; qualify into figures; loader_benchmark into tools/data.py; worker into launchers;
+# cpu_facts into fitness; synthetic into device_batches; Backend a base class; final_keys shared by the
+# checkpoint need and room; the tools' helps and overrides as named parts).
+CODE_LINE_CEILING = 16_716
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):

@@ -27,7 +27,7 @@ def test_a_file_is_replaced_whole_in_one_function():
 
 
 def test_the_strong_weak_batch_split_is_computed_in_one_function():
-    assert _where(r"batch\w*\s*//\s*\(?\s*(world|self\.world|config\.distributed)") == {"config/distributed.py"}
+    assert _where(r"batch\w*\s*//\s*\(?\s*(world|self\.world|config\.distributed)") == {"config/schema.py"}
     weak = compose("distributed=ddp", "distributed.nproc_per_node=4", "data.batch_size=8").distributed
     strong = compose(
         "distributed=ddp", "distributed.nproc_per_node=4", "distributed.scaling=strong", "data.batch_size=8"
