@@ -37,7 +37,7 @@ MEASURED = re.compile(
     r"(^|[._ ])(fit|pid|host|hostname|user|time|seconds|bytes|memory|checkpoint|cpu|cores|load|swap|"
     r"unstable|stable|source|git|commit|date|start|end|uuid|sha|version|python|torch|platform|machine|"
     r"kernel|checksum|au_pass|mlperf_au_pass|potential_caching|mlperf_qualifies|verdict|run_id|runName|"
-    r"interval|os|cuda|cudnn|torchvision|packages_sha256)($|[._ ])|^(mlflow|env)\.|_id$"
+    r"interval|os|cuda|cudnn|torchvision|packages_sha256|min_num_files)($|[._ ])|^(mlflow|env)\.|_id$"
 )
 FIT_COLUMNS = {"fit_reasons", "fit_notes"}  # report.csv's, there when a job was unfit or noted
 UNFIT_LINES = {"  baseline", "  candidate", "  measured"}  # compare's "not judged" lines, naming the unfit runs
@@ -53,6 +53,12 @@ def text(value: str, root: str) -> str:
     value = value.replace(root, "<root>")
     value = re.sub(r"\b[0-9a-f]{32}\b", "<id>", value)
     value = re.sub(r"\d{4}-\d\d-\d\d[ T_]?\d\d[:-]\d\d[:-]\d\d(\.\d+)?|\b\d{8}-\d{6}\b", "<time>", value)
+    # MLPerf's dataset floor is set by this host's RAM (min_num_files): a machine's figure, not the shape's
+    value = re.sub(
+        r"at least \d+ files \([\d.]+ GiB(; set by 5x the hosts' RAM: \d+ host\(s\) x )[\d.]+ GiB",
+        r"at least <n> files (<n> GiB\1<n> GiB",
+        value,
+    )
     return value
 
 
