@@ -74,12 +74,30 @@ class SetupOverrun(Interrupted):
         return self.signal_name
 
 
+# An exception raised inside an import leaves the submodules it had made in sys.modules, unbound to a parent
+# made again at the next import ("module 'sympy' has no attribute 'logic'" in the next rung's torch.compile):
+# the stop waits for the import to end, looking again this often.
+IMPORT_RETRY_S = 0.01
+
+
+def importing(frame: Any) -> bool:
+    """Is `frame`, or a frame that called it, inside Python's import machinery?"""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def stopped_after(seconds: float, reason: str) -> Iterator[List[bool]]:
     """SetupOverrun raised in the (main) thread after `seconds`; the list yielded holds True once it was."""
     fired: List[bool] = []
 
-    def _raise(_signum: int, _frame: Any) -> None:
+    def _raise(_signum: int, frame: Any) -> None:
+        if importing(frame):  # raised in there it would leave the import's modules half-made for the next rung
+            signal.setitimer(signal.ITIMER_REAL, IMPORT_RETRY_S)
+            return
         fired.append(True)
         raise SetupOverrun(reason)
 

@@ -175,3 +175,38 @@ def test_a_set_up_stop_landing_inside_loggings_lock_leaves_it_free_for_the_next_
     logger.start()
     logger.join(60)  # a hang guard: it takes microseconds
     assert not logger.is_alive(), "logging's module lock was left held by the stopped rung"
+
+
+def test_a_set_up_stop_due_inside_an_import_waits_for_it_to_end(tmp_path, monkeypatch):
+    """The rung's stop raised inside an import left that import's submodules in sys.modules, unbound to a
+    parent made again at the next import: a later rung's (or test's) torch.compile failed with "module
+    'sympy' has no attribute 'logic'" (seen in the suite after gpu_check's --budget-s stop). Now a stop
+    due while the main thread imports is raised once the import has ended; the module is whole."""
+    import signal
+    import sys
+    import time
+
+    from bench.doctor.training import stopped_after
+
+    package = tmp_path / "rung_import_probe"
+    package.mkdir()
+    (package / "part.py").write_text("VALUE = 1\n")
+    # the stop is delivered half-way through the package's import, as a timer would deliver it
+    (package / "__init__.py").write_text(
+        "import signal\nfrom . import part\nsignal.raise_signal(signal.SIGALRM)\nWHOLE = True\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for name in ("rung_import_probe", "rung_import_probe.part"):
+        monkeypatch.delitem(sys.modules, name, raising=False)
+
+    imported = False
+    with stopped_after(600, "stopped") as fired:
+        import rung_import_probe
+
+        imported = True
+        assert fired == []  # not raised inside the import
+        while not fired:  # the stop, a moment later: it ends this block
+            time.sleep(0.01)
+    assert imported and fired == [True]
+    assert rung_import_probe.WHOLE and rung_import_probe.part.VALUE == 1
+    assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
