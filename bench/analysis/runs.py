@@ -307,7 +307,7 @@ def _record(client: Any, run: Any) -> RunRecord:
     metrics = {k: v for k, v in run.data.metrics.items() if k not in DISPLAY.values()}  # not the UI's rounded copies
     for key, name in view.named_in_config.items():  # figures its scenario names by a config key
         metrics.setdefault(name, params.get(key, ""))
-    if "bench.fit_reasons" in tags:  # a string: a tag, not a metric (bench.runtime.fit_watch)
+    if "bench.fit_reasons" in tags:  # a string: a tag, not a metric (bench.runtime.reporting.fit_tags)
         metrics[REASONS] = tags["bench.fit_reasons"]
     return RunRecord(
         tags.get("sweep.job") or tags.get("mlflow.runName", ""),
