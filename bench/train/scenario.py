@@ -74,16 +74,16 @@ def check_train(config: BenchConfig) -> None:
     check_arch(config.model)  # torch-free: before any run, from compose_config too
     check_training_for_accuracy(config)
     check_once_per_run(config)
-    if config.benchmark.find_max_batch:
-        reason = (
-            "false with data.progressive (each phase has its own batch)"
-            if config.data.progressive
-            else "false with distributed.scaling=strong (the search finds a batch per process)"
-            if config.distributed.scaling == Scaling.strong
-            else None
+    if config.benchmark.find_max_batch and config.data.progressive:
+        raise ConfigError(
+            "benchmark.find_max_batch", True, "false with data.progressive (each phase has its own batch)"
         )
-        if reason:
-            raise ConfigError("benchmark.find_max_batch", True, reason)
+    if config.benchmark.find_max_batch and config.distributed.scaling == Scaling.strong:
+        raise ConfigError(
+            "benchmark.find_max_batch",
+            True,
+            "false with distributed.scaling=strong (the search finds a batch per process)",
+        )
     check_mlperf_log(config)
     if config.train.resume and not config.checkpoint.every_epochs:
         # resume is there to survive a crash: with no interval set it writes one at every epoch end
