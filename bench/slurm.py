@@ -111,7 +111,10 @@ class SweepLauncher(BaseSubmititLauncher):
         jobs = [self._plan(list(overrides), initial_job_idx + i) for i, overrides in enumerate(job_overrides)]
         init = {f"{self._EXECUTOR}_{k}": v for k, v in self.params.items() if k in EXECUTOR_INIT_KEYS[1:]}
         if self._EXECUTOR == "local":
-            _local_jobs_die_with_this_process()
+            import submitit.local.local as local
+
+            if not isinstance(local.subprocess, _ControllersDieWithThisProcess):
+                cast(Any, local).subprocess = _ControllersDieWithThisProcess(local.subprocess)  # a module, not a type
         executor = submitit.AutoExecutor(cluster=self._EXECUTOR, folder=self.params["submitit_folder"], **init)
         log.info("%s sweep of %d jobs, output in %s", self.cluster, len(jobs), sweep_dir)
         handles: Dict[int, Any] = {}  # job number -> submitit's job, as submitted
@@ -252,10 +255,3 @@ class _ControllersDieWithThisProcess:
     def Popen(self, *args: Any, **kwargs: Any) -> Any:
         kwargs.setdefault("preexec_fn", _die_with_parent_on_exec(os.getpid()))
         return self.real.Popen(*args, **kwargs)
-
-
-def _local_jobs_die_with_this_process() -> None:
-    import submitit.local.local as local
-
-    if not isinstance(local.subprocess, _ControllersDieWithThisProcess):
-        cast(Any, local).subprocess = _ControllersDieWithThisProcess(local.subprocess)  # a module, not a type

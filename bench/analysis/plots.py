@@ -90,15 +90,6 @@ def finish_axes(ax: Any, ticks: Optional[Sequence[float]] = None) -> None:
     ax.set_ylim(bottom=0, top=max([*tops, 1e-9]) * 1.12)
 
 
-def wrap_titles(fig: Any, width: int = 72) -> None:
-    """A title names the sweep's directory, often wider than the plot: wrapped, never cut."""
-    import textwrap
-
-    for ax in fig.axes:
-        if ax.get_title():
-            ax.set_title(textwrap.fill(ax.get_title(), width), fontsize=10)
-
-
 class Figures:
     """Hands out a fresh figure and saves it under `out`, remembering what was written."""
 
@@ -109,7 +100,11 @@ class Figures:
         return self.plt.subplots(figsize=(width, 4.5))
 
     def save(self, fig: Any, name: str) -> None:
-        wrap_titles(fig)
+        import textwrap
+
+        for ax in fig.axes:  # a title names the sweep's directory, often wider than the plot: wrapped, never cut
+            if ax.get_title():
+                ax.set_title(textwrap.fill(ax.get_title(), 72), fontsize=10)
         fig.tight_layout()
         path = self.out / name
         fig.savefig(path, dpi=110)

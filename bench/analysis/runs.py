@@ -77,18 +77,10 @@ def frame_from_records(records: Sequence[RunRecord]) -> pd.DataFrame:
         row.update({name: getattr(record, name) for name in RUN_FIELDS})
         rows.append(row)
     frame = pd.DataFrame(rows, dtype=object)
-    return frame.reindex(columns=ordered_columns(frame.columns))
-
-
-def ordered_columns(columns: Sequence[str]) -> List[str]:
-    """Run fields first, then the figures, then the config: a frame reads left to right."""
-    rest = [c for c in columns if c not in RUN_FIELDS]
-    return [
-        *RUN_FIELDS,
-        *[c for c in rest if _is_figure(c)],
-        *[c for c in rest if c.startswith(CONFIG_PREFIX)],
-        *[c for c in rest if c.startswith(ENV_PREFIX)],
-    ]
+    # run fields first, then the figures, then the config, then the provenance: a frame reads left to right
+    rest = [c for c in frame.columns if c not in RUN_FIELDS]
+    figures, config = [c for c in rest if _is_figure(c)], [c for c in rest if c.startswith(CONFIG_PREFIX)]
+    return frame.reindex(columns=[*RUN_FIELDS, *figures, *config, *[c for c in rest if c.startswith(ENV_PREFIX)]])
 
 
 def _is_figure(column: str) -> bool:
@@ -307,7 +299,7 @@ def _record(client: Any, run: Any) -> RunRecord:
     metrics = {k: v for k, v in run.data.metrics.items() if k not in DISPLAY.values()}  # not the UI's rounded copies
     for key, name in view.named_in_config.items():  # figures its scenario names by a config key
         metrics.setdefault(name, params.get(key, ""))
-    if "bench.fit_reasons" in tags:  # a string: a tag, not a metric (bench.runtime.fit_watch)
+    if "bench.fit_reasons" in tags:  # a string: a tag, not a metric (bench.runtime.reporting.fit_tags)
         metrics[REASONS] = tags["bench.fit_reasons"]
     return RunRecord(
         tags.get("sweep.job") or tags.get("mlflow.runName", ""),

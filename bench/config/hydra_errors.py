@@ -215,7 +215,11 @@ def reporting_one_line(hydra_main: Callable[[], Any]) -> Any:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         sys.exit(1)
     except OSError as exc:  # Hydra could not make the run's directory or write .hydra/ there
-        run_dir = _run_dir_named_in(sys.argv[1:])
+        # the output directory the command line asks for (a write error does not name its file)
+        sweep = any(arg in ("-m", "--multirun") for arg in sys.argv[1:])
+        key = "hydra.sweep.dir=" if sweep else "hydra.run.dir="
+        named = [arg[len(key) :] for arg in sys.argv[1:] if arg.startswith(key)]
+        run_dir = named[-1] if named else ("multirun/<date>/<time>" if sweep else "outputs/<date>/<time>")
         where = exc.filename or run_dir
         # the run directory, one of its parents or a file in it (what Hydra makes); else bench's own check missed it
         path, run = os.path.abspath(str(where)), os.path.abspath(run_dir)
@@ -237,14 +241,6 @@ def yaml_problem(exc: "yaml.YAMLError") -> str:
     where = f"{mark.name}, line {mark.line + 1}" if mark is not None else "a config file"
     said = ": ".join(str(part) for part in (getattr(exc, "context", None), getattr(exc, "problem", None)) if part)
     return f"{where}: not valid YAML ({said or exc})"
-
-
-def _run_dir_named_in(args: List[str]) -> str:
-    """The output directory a command line asks for (a write error does not name its file)."""
-    sweep = any(arg in ("-m", "--multirun") for arg in args)
-    key = "hydra.sweep.dir=" if sweep else "hydra.run.dir="
-    named = [arg[len(key) :] for arg in args if arg.startswith(key)]
-    return named[-1] if named else ("multirun/<date>/<time>" if sweep else "outputs/<date>/<time>")
 
 
 def reject_unknown_keys(cfg: DictConfig, schema: type = BenchConfig, prefix: str = "") -> None:

@@ -241,13 +241,9 @@ def register_configs() -> None:
         ConfigStore.instance().store(name="bench_schema", node=schema())
         _STORED.append("bench_schema")
     OmegaConf.register_new_resolver("bench.times", lambda *factors: math.prod(factors), replace=True)
-    _register_options()
-
-
-def _register_options() -> None:
-    """Every registered data option and storage backend (bench.registries) is a group option too:
-    `data=<name>`, `storage=<name>`. One with a YAML of its own (conf/data/<name>.yaml: defaults, a
-    comment) is that file; one without needs none."""
+    # Every registered data option and storage backend (bench.registries) is a group option too:
+    # `data=<name>`, `storage=<name>`. One with a YAML of its own (conf/data/<name>.yaml: defaults, a
+    # comment) is that file; one without needs none.
     for group, names in (("data", DATA), ("storage", BACKENDS)):
         for name in names:
             if not os.path.exists(os.path.join(config_dir(), group, f"{name}.yaml")):

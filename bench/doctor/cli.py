@@ -87,12 +87,6 @@ def parent_name(out_dir: Path) -> str:
     return f"doctor-{stamp_of(out_dir) or time.strftime('%Y%m%d-%H%M%S-') + out_dir.name}"
 
 
-def flag_of(text: str) -> bool:
-    if text.lower() not in ("true", "false"):
-        raise ConfigError("doctor.what_ifs", text, "true or false")
-    return text.lower() == "true"
-
-
 def main(argv: Optional[Sequence[str]] = None) -> int:
     redact_output()
     args = list(sys.argv[1:] if argv is None else argv)
@@ -105,7 +99,9 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return print_error(problem)
     try:
         own, overrides = split_keys(args)
-        budget_s, with_what_ifs = budget_of(own["budget_s"]), flag_of(own["what_ifs"])
+        budget_s, with_what_ifs = budget_of(own["budget_s"]), own["what_ifs"].lower() == "true"
+        if own["what_ifs"].lower() not in ("true", "false"):
+            raise ConfigError("doctor.what_ifs", own["what_ifs"], "true or false")
         out_dir = out_dir_of(own["out"])
         config = _checked_config(overrides)
     except BenchError as exc:
@@ -364,6 +360,5 @@ def write(diagnosis: Diagnosis, out_dir: Path) -> List[Path]:
         diagnosis.wall_s = max(diagnosis.elapsed_s, time.time() - diagnosis.started_at)
     write_text(out_dir / "doctor.md", table(diagnosis) + "\n")
     write_text(out_dir / "doctor.html", html_page(diagnosis, out_dir / "doctor.png"))
-    data: Dict[str, Any] = diagnosis.to_json()
-    write_text(out_dir / "doctor.json", json.dumps(data, indent=2, default=str) + "\n")
+    write_text(out_dir / "doctor.json", json.dumps(diagnosis.to_json(), indent=2, default=str) + "\n")
     return [out_dir / name for name in FILES]

@@ -97,20 +97,14 @@ def diagnose(rungs: List[Rung], cores: float) -> Tuple[str, str]:
     return figures_verdict(rungs, cores)
 
 
-def _alike(one: str, other: str) -> bool:
-    """The same error, the numbers in it aside (a worker's pid)."""
-    return re.sub(r"\d+", "#", one) == re.sub(r"\d+", "#", other)
-
-
 def _no_figure(rungs: List[Rung], full: Optional[Rung]) -> str:
     if full is None:
         return "unknown: the full training run did not run"
     if full.skipped:
         return f"unknown: the full training run was skipped: {short_reason(full.skipped)}"
     why = short_reason(full.failed) or "no figure"
-    same = [
-        SHORT.get(r.name, r.name) for r in rungs if r is not full and r.failed and _alike(short_reason(r.failed), why)
-    ]
+    alike = lambda reason: re.sub(r"\d+", "#", reason) == re.sub(r"\d+", "#", why)  # noqa: E731 - the numbers (a pid) aside
+    same = [SHORT.get(r.name, r.name) for r in rungs if r is not full and r.failed and alike(short_reason(r.failed))]
     also = f" (as did the {' and the '.join(same)})" if same else ""
     return f"unknown: the full training run failed{also}: {why}"
 

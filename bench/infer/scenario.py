@@ -26,9 +26,8 @@ from bench.infer.result import InferMetrics, InferOutcome, InferResult
 from bench.maths.stats import step_time_stats
 from bench.rank_context import RankContext
 from bench.results import read_summary
-from bench.runtime.model_names import check_arch
+from bench.runtime.model_names import check_arch, check_training_for_accuracy, once_per_run, refuse_find_max_batch
 from bench.runtime.reporting import ModelReport, model_figures, repeat_throughputs
-from bench.runtime.rules import check_training_for_accuracy, once_per_run, refuse_find_max_batch
 from bench.runtime.scenario import ModelScenario
 from bench.runtime.sweep_view import model_view
 
@@ -114,7 +113,7 @@ def check_inference(config: BenchConfig) -> None:
     check_arch(config.model)  # torch-free: before any run, from compose_config too
     check_training_for_accuracy(config)
     training_only = {
-        **once_per_run(config),  # what benchmark.repeats refuses too (bench.runtime.rules)
+        **once_per_run(config),  # what benchmark.repeats refuses too (bench.runtime.model_names)
         "benchmark.breakdown": config.benchmark.breakdown,
         "storage.save_checkpoint": config.storage.save_checkpoint,
     }

@@ -19,7 +19,7 @@ from bench.iobench.result import EpochStats, ReaderResult, Request, StorageMetri
 from bench.maths.stats import mean
 from bench.report_view import View
 from bench.results import read_summary, write_csv
-from bench.runtime.fit_watch import fit_tags
+from bench.runtime.reporting import fit_tags
 from bench.runtime.sweep_view import FIT_COLUMNS
 from bench.scenario_base import BaseReport
 

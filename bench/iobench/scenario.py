@@ -17,7 +17,7 @@ from bench.config import BenchConfig
 from bench.config.schema import DistributedName
 from bench.errors import ConfigError
 from bench.iobench.report import StorageReport
-from bench.runtime.rules import refuse_find_max_batch
+from bench.runtime.model_names import refuse_find_max_batch
 from bench.scenario_base import BaseScenario
 
 

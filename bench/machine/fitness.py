@@ -1,5 +1,5 @@
 """Fit to measure: was the machine quiet enough, before and during the measured window, for the
-window's figures to be trusted? Torch-free and config-free (bench.runtime.fit_watch ties it to a run).
+window's figures to be trusted? Torch-free and config-free (bench.runtime.scenario ties it to a run).
 
 What makes a run unfit (a reason, with its figure; docs/measurement.md lists them):
 - other processes (outside the run's own process tree) used more than OUTSIDE_CPU_LIMIT of the

@@ -4,6 +4,7 @@ precision (autocast, scaler, TF32, channels_last), device (policy, threads, peak
 (the batches, epoch by epoch), timing (the step clock; a signal noted, not raised, mid-step),
 profiling (torch.profiler after the window, GFLOPs per image), reporting (the records' shared parts;
 datasheet TFLOP/s, MFU), and scenario (the base class of both scenarios: preflight, what every run
-of a model must have before it starts, the out-of-memory line, the GPU monitor); fit_watch (the
-fit-to-measure verdict tied to a run). The machine itself (fitness, CPU facts, NVML, child
+of a model must have before it starts, the out-of-memory line, the GPU monitor and the
+fit-to-measure watch of the window; the verdict's place in the record is reporting's).
+The machine itself (fitness, CPU facts, NVML, child
 processes) is bench.machine, under it."""

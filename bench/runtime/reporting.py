@@ -24,15 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Dict, Generic, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
+from bench.machine.fitness import Verdict
 from bench.machine.gpu_monitor import GpuFigures
-from bench.results import Record, RepeatFigures, read_column, shown, write_csv
-from bench.runtime.fit_watch import fit_figures, fit_problems, fit_tags
+from bench.results import FitFigures, Record, RepeatFigures, read_column, shown, write_csv
 from bench.runtime.malloc import in_effect as malloc_in_effect
 from bench.scenario_base import BaseReport
 
 if TYPE_CHECKING:
     from bench.config import BenchConfig
-    from bench.machine.fitness import Verdict
 
 PROFILE_FILES = ("trace_rank0.json", "profile_top_ops.txt")  # bench.runtime.profiling writes them
 AU_THRESHOLD = 0.90  # accelerator utilization below which a run is input-bound (MLPerf Storage's ResNet-50 bar)
@@ -63,7 +62,9 @@ class ModelResult:
     gpu: GpuFigures = field(default_factory=GpuFigures)  # NVML samples and energy from the window
     files: List[str] = field(default_factory=list)  # written after the window (profiler trace, table)
     interrupted: Optional[str] = None  # the signal (SIGTERM, SIGINT) that cut the passes after the window short
-    fit: Optional[Verdict] = None  # this rank's fit-to-measure verdict (bench.runtime.fit_watch; None: not watched)
+    fit: Optional[Verdict] = (
+        None  # this rank's fit-to-measure verdict (bench.runtime.scenario.WindowMonitor; None: not watched)
+    )
 
     @property
     def timeline_ms(self) -> List[float]:
@@ -190,6 +191,41 @@ def model_figures(
         efficiency=efficiency(execution, gflops, throughput, world_size, result.images, result.gpu.energy_joules),
         fit=fit_figures(result.fit, [r.fit for r in ranks[1:]]),
     )
+
+
+# A window's fit-to-measure verdict in the record, the MLflow run and the run's status: with
+# benchmark.require_fit=true an unfit window ends the run FAILED (exit 1), its figures reported.
+
+
+def fit_figures(fit: Optional[Verdict], others: Sequence[Optional[Verdict]] = ()) -> FitFigures:
+    """The record's fit_* fields from rank 0's verdict and the other ranks' (their GPUs'); none
+    (all None) when no window was watched."""
+    if fit is None:
+        return FitFigures()
+    verdict = Verdict.from_dict(fit.as_dict())  # a copy: the ranks' own verdicts stay as they were
+    for other in others:
+        if other is not None:
+            verdict.add(other)
+    return FitFigures.of(verdict.as_dict())
+
+
+def fit_tags(fit: FitFigures) -> Dict[str, Any]:
+    """The MLflow tags: bench.fit_to_measure (true/false) and its reasons and notes. (Not params:
+    params are the config, and bench.compare matches configurations on them.)"""
+    if fit.fit_to_measure is None:
+        return {}
+    return {
+        "bench.fit_to_measure": str(bool(fit.fit_to_measure)).lower(),
+        "bench.fit_reasons": fit.fit_reasons or "",
+        "bench.fit_notes": fit.fit_notes or "",
+    }
+
+
+def fit_problems(fit: FitFigures, require_fit: bool) -> List[str]:
+    """benchmark.require_fit=true and an unfit window: the run ends FAILED, its figures stand."""
+    if require_fit and fit.fit_to_measure is False:
+        return [f"the machine was not fit to measure (benchmark.require_fit=true): {fit.fit_reasons}"]
+    return []
 
 
 @dataclass

@@ -150,19 +150,6 @@ def table(rows: Sequence[Row], seconds: Optional[float] = None, stopped: str = "
     return "\n".join(lines)
 
 
-def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="python -m bench.tools.gpu_check", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--model", default="resnet18", help="a torchvision classification model (default resnet18)")
-    parser.add_argument("--batch-size", type=int, default=64)
-    parser.add_argument("--steps", type=int, default=10, help="measured steps per check (default 10)")
-    parser.add_argument("--only", help="comma-separated check names (default: all): " + ",".join(NAMES))
-    parser.add_argument("--keep", type=Path, help="keep every check's run directory here")
-    parser.add_argument("--budget-s", type=float, help="stop after this many seconds, with the checks done so far")
-    parser.add_argument("--rehearse", action="store_true", help="run every check's code on the CPU at tiny sizes")
-    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a bench override for all")
-    return parser
-
-
 def _argument_problem(args: argparse.Namespace) -> Optional[str]:
     """Checked before anything else (before asking for a GPU): one line naming the argument."""
     if args.only:
@@ -200,7 +187,16 @@ def base_overrides(args: argparse.Namespace, on_gpu: bool) -> List[str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = argparse.ArgumentParser(prog="python -m bench.tools.gpu_check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--model", default="resnet18", help="a torchvision classification model (default resnet18)")
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=10, help="measured steps per check (default 10)")
+    parser.add_argument("--only", help="comma-separated check names (default: all): " + ",".join(NAMES))
+    parser.add_argument("--keep", type=Path, help="keep every check's run directory here")
+    parser.add_argument("--budget-s", type=float, help="stop after this many seconds, with the checks done so far")
+    parser.add_argument("--rehearse", action="store_true", help="run every check's code on the CPU at tiny sizes")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="a bench override for all")
+    args = parser.parse_args(argv)
     if problem := _argument_problem(args):
         return print_error(problem)
     import torch

@@ -165,18 +165,15 @@ def build_bench_wheel(source: Path, out: Path) -> Path:
     return max(out.glob("bench-*.whl"), key=lambda path: path.stat().st_mtime)
 
 
-def pins(have: Dict[str, Optional[str]]) -> List[str]:
-    """The target's versions as constraints, where the index can have them (not a local build's 2.11.0a0+nv)."""
-    return [f"{name}=={version}" for name, version in have.items() if version and re.fullmatch(r"\d[\w.!]*", version)]
-
-
 def resolve(wheel: Path, args: argparse.Namespace, out: Path, flags: Sequence[str], have: Dict[str, Any]) -> List[dict]:
     """pip's resolution for the target (metadata only: nothing large is downloaded), held to the target's
     versions, as its report's `install` list, on the target's Python within --resolve-timeout. A
     requirement found only as an sdist is built to a pure-Python wheel into `out`."""
     spec = f"{wheel}[{','.join(args.extras)}]" if args.extras else str(wheel)
     built: List[str] = []
-    deadline, found = time.monotonic() + args.resolve_timeout, pins(have)
+    deadline = time.monotonic() + args.resolve_timeout
+    # the target's versions as constraints, where the index can have them (not a local build's 2.11.0a0+nv)
+    found = [f"{name}=={version}" for name, version in have.items() if version and re.fullmatch(r"\d[\w.!]*", version)]
     with stop_proof_folder("bench-kit-resolve-") as tmp:
         # each pin first, alone: one the index cannot meet would send the resolve backtracking without end
         done = pip(

@@ -172,32 +172,27 @@ def argument_problem(args: argparse.Namespace) -> Optional[str]:
     return writable_dir_refusal("--root", str(args.root)) if args.root is not None else None
 
 
-def _block_note(size: int, block: int) -> Optional[str]:
-    if not (tail := size % block):
-        return None
-    if tail * 100 < size:  # e.g. TFRecord's 16 bytes of framing per record: fio skips a short tail
-        return (
-            f"fio reads whole blocks only: it leaves the last {tail} bytes of each {size}-byte file unread "
-            "(its rate counts the bytes it read)"
-        )
-    return (
-        f"fio reads whole blocks only and times a partial last block oddly: --transfer-size {block} does not "
-        f"divide the file size ({size} bytes); pick one that does for a fair comparison"
-    )
-
-
 def _compare(args: argparse.Namespace, root: Path) -> int:
     workload = workload_for(args)
     store = LocalStore(root)
     files = prepare_dataset(store, workload, PrepareMode.auto, workers=4).files
     paths = [str(root / f.key) for f in files]
-    block = args.transfer_size or args.record_size
+    size, block = files[0].size, args.transfer_size or args.record_size
     costs = Costs()
     readers: Dict[str, Reader] = {"bench": bench_reader(store, files, workload, "bench", costs)}
     if args.format != "raw":  # it checks more than lengths: an unchecked reader differs from bench
         readers["unchecked"] = bench_reader(store, files, workload_for(args, verify=False), "unchecked", costs)
-    if note := _block_note(files[0].size, block):
-        print(note)
+    # fio reads whole blocks: a short tail (TFRecord's 16 bytes of framing a record) it skips, a long one it times oddly
+    if (tail := size % block) and tail * 100 < size:
+        print(
+            f"fio reads whole blocks only: it leaves the last {tail} bytes of each {size}-byte file unread "
+            "(its rate counts the bytes it read)"
+        )
+    elif tail:
+        print(
+            f"fio reads whole blocks only and times a partial last block oddly: --transfer-size {block} does not "
+            f"divide the file size ({size} bytes); pick one that does for a fair comparison"
+        )
     if shutil.which("fio"):
         readers["fio"] = fio_reader(paths, args.threads, block, root, costs)
     else:
@@ -206,7 +201,7 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
     if uses_processes(store, files, workload):  # the same read phase from threads: what processes gain
         readers["threads"] = bench_reader(store, files, workload_for(args, readers="threads"), "threads", costs)
     print(
-        f"{len(files)} {args.format} files x {files[0].size / 2**20:.1f} MiB in {root}, {args.threads} threads, "
+        f"{len(files)} {args.format} files x {size / 2**20:.1f} MiB in {root}, {args.threads} threads, "
         f"reads of {block} bytes; cold = posix_fadvise(DONTNEED) of every file before each pass"
     )
     failed = False

@@ -64,14 +64,13 @@ def job_overhead(rounds: int, work: Path) -> None:
         return 4 / sum(_bench([*TINY, f"seed={seed}"], work / f"single{number}-{seed}").seconds for seed in range(4))
 
     found = alternate({"sweep": sweep, "separate": separate}, rounds, warmup=0, unit="jobs/s")
-    ratio = found.ratio("separate")
     per_sweep_job, per_run = 1 / found.median("sweep"), 1 / found.median("separate")
     print(f"\nper-job overhead of a multirun (median of {rounds} A-B-B-A rounds):")
     print(f"  4-job sweep: {4 * per_sweep_job:.2f} s = {per_sweep_job:.2f} s per job")
     print(f"  4 x one run in its own process: {4 * per_run:.2f} s = {per_run:.2f} s per run")
     print(
         f"  a sweep job costs {per_sweep_job - per_run:+.2f} s vs a separate `python -m bench` run "
-        f"(rate ratio sweep/separate {ab.said(ratio)})"
+        f"(rate ratio sweep/separate {ab.said(found.ratio('separate'))})"
     )
 
 

@@ -48,16 +48,6 @@ def _cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _speed_env() -> Dict[str, str]:
-    """Variables that change speed: an allow-list of prefixes, minus any name that looks like a
-    credential (TORCH_..._AUTH, ..._KEY), with URLs shown without their user:password."""
-    return {
-        name: redact(value)
-        for name, value in sorted(environ_items())
-        if name.startswith(SPEED_ENV_PREFIXES) and not looks_secret_env(name)
-    }
-
-
 PACKAGES_FILE = "packages.txt"  # the run's installed packages, one `name==version` a line (an MLflow artifact)
 
 
@@ -191,5 +181,11 @@ def collect_environment() -> Dict[str, Any]:
     if gpus := nvml_devices():
         env.update(gpu_driver=gpus[0]["driver"], gpu_memory_mb=gpus[0]["memory_total_mb"], gpus=gpus)
     env.update(code_provenance(installed_packages()))
-    env["env_vars"] = _speed_env()
+    # variables that change speed: an allow-list of prefixes, minus any name that looks like a
+    # credential (TORCH_..._AUTH, ..._KEY), with URLs shown without their user:password
+    env["env_vars"] = {
+        name: redact(value)
+        for name, value in sorted(environ_items())
+        if name.startswith(SPEED_ENV_PREFIXES) and not looks_secret_env(name)
+    }
     return env

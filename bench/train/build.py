@@ -248,15 +248,13 @@ def find_max_batch(
             torch.cuda.synchronize(device)
 
     def fits(batch: int) -> bool:
-        failed = False
         try:
             trial(batch)
-        except torch.cuda.OutOfMemoryError:
-            failed = True  # the exception (and the trial's frame, its tensors) is gone after this block
-        except RuntimeError as exc:  # cuBLAS/cuDNN workspace allocation, or a tensor too large to index
-            if not any(text in str(exc) for text in ALLOCATION_FAILURES):
+            failed = False
+        except RuntimeError as exc:  # out of memory, cuBLAS/cuDNN workspace allocation, or a tensor too large to index
+            if not isinstance(exc, torch.cuda.OutOfMemoryError) and not any(t in str(exc) for t in ALLOCATION_FAILURES):
                 raise
-            failed = True
+            failed = True  # the exception (and the trial's frame, its tensors) is gone after this block
         model.zero_grad(set_to_none=True)
         if device.type == "cuda":  # on a CPU, dropping the references frees the memory
             gc.collect()
@@ -325,9 +323,3 @@ class TrainStep:
         if self.after is not None:
             self.after()
         return loss.detach()
-
-    def with_model(self, model: nn.Module) -> "TrainStep":
-        """The same step on another model object (the eager one, after torch.compile failed)."""
-        twin = copy.copy(self)
-        twin.model = model
-        return twin

@@ -117,7 +117,7 @@ def warm_up(run: TrainingRun) -> None:
         except Exception as exc:
             log.warning("torch.compile failed at the first step (%s: %s); running eager", type(exc).__name__, exc)
             run.compile_info.update(active=False, fallback_reason=f"{type(exc).__name__}: {exc}")
-            run.step = run.step.with_model(run.wrapped)
+            run.step.model = run.wrapped  # the eager model (or its DDP wrapper)
     resumed, where = run.resumed, run.resumed_from
     if resumed and "meta" not in resumed:  # a format-1 file names no optimizer: loading it is the check
         restore(resumed, run.eager, run.optimizer, run.scheduler, run.policy, where)

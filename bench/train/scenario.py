@@ -1,7 +1,7 @@
 """The training scenario (mode=train): its config rules (`check_train`: run when the config loads,
 before any MLflow run; torch-free, as this module is), what must hold before a run starts, what
 one rank does, and how rank 0's results become the report. What it shares with inference (a rank's
-run around its loop, the out-of-memory line, the rules in bench.runtime.rules) is bench.runtime's.
+run around its loop, the out-of-memory line, the rules in bench.runtime.model_names) is bench.runtime's.
 
 What must hold before a training run starts, beyond the schema: what every run of a model
 needs (bench.runtime.scenario: the dataset on disk, the device and its precision, the model,
@@ -22,8 +22,7 @@ from bench.config.run import RESUME_AUTO
 from bench.config.schema import Scaling
 from bench.errors import CheckpointError, ConfigError, ConfigProblem
 from bench.rank_context import RankContext
-from bench.runtime.model_names import check_arch
-from bench.runtime.rules import check_once_per_run, check_training_for_accuracy
+from bench.runtime.model_names import check_arch, check_once_per_run, check_training_for_accuracy
 from bench.runtime.scenario import ModelScenario, check_model_run
 from bench.train.report import TrainReport
 from bench.train.result import TrainOutcome, TrainResult
@@ -75,16 +74,16 @@ def check_train(config: BenchConfig) -> None:
     check_arch(config.model)  # torch-free: before any run, from compose_config too
     check_training_for_accuracy(config)
     check_once_per_run(config)
-    if config.benchmark.find_max_batch:
-        reason = (
-            "false with data.progressive (each phase has its own batch)"
-            if config.data.progressive
-            else "false with distributed.scaling=strong (the search finds a batch per process)"
-            if config.distributed.scaling == Scaling.strong
-            else None
+    if config.benchmark.find_max_batch and config.data.progressive:
+        raise ConfigError(
+            "benchmark.find_max_batch", True, "false with data.progressive (each phase has its own batch)"
         )
-        if reason:
-            raise ConfigError("benchmark.find_max_batch", True, reason)
+    if config.benchmark.find_max_batch and config.distributed.scaling == Scaling.strong:
+        raise ConfigError(
+            "benchmark.find_max_batch",
+            True,
+            "false with distributed.scaling=strong (the search finds a batch per process)",
+        )
     check_mlperf_log(config)
     if config.train.resume and not config.checkpoint.every_epochs:
         # resume is there to survive a crash: with no interval set it writes one at every epoch end

@@ -33,7 +33,7 @@ from bench.machine.fitness import (
 )
 from bench.machine.gpu_monitor import GpuWatch, cpus_of_mask, gpu_watch
 from bench.results import FitFigures
-from bench.runtime.fit_watch import fit_figures, fit_problems, fit_tags
+from bench.runtime.reporting import fit_figures, fit_problems, fit_tags
 from bench.train.result import TrainMetrics
 
 FIELDS = [f.name for f in fields(FitFigures)]
@@ -97,8 +97,7 @@ def test_a_cpu_run_of_every_training_preset_fits_this_machines_cores(compose, pr
     shell; the suite sets it to 1) bench picks the threads too."""
     from bench.errors import ConfigError
     from bench.runtime.device import fit_cpu
-    from bench.runtime.fit_watch import demand
-    from bench.runtime.scenario import check_cores
+    from bench.runtime.scenario import check_cores, demand
 
     config = compose(f"+experiment={preset}", "allow_cpu=true")
     try:
