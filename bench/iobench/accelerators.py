@@ -90,7 +90,7 @@ def run_client(
                 start_gate,
                 run=job.run,
                 eval_files=job.eval_files,
-                periodic=checkpointer.periodic() if checkpointer is not None else None,
+                periodic=checkpointer.periodic if checkpointer is not None else None,
                 heartbeat=heartbeat,
             )
         if workload.checkpoint_size_mb:

@@ -108,18 +108,14 @@ class Checkpointer:
         if not torch.equal(loaded["model"]["layer0.weight"], self.state["model"]["layer0.weight"]):
             raise RuntimeError(f"checkpoint {self.store.url}/{record['key']} read back different tensors")
 
-    def periodic(self) -> Callable[[int], float]:
+    def periodic(self, step: int) -> float:
         """For the read loop: write one checkpoint at `step`, return the seconds it took."""
-
-        def write_at(step: int) -> float:
-            start = time.perf_counter()
-            earlier = [r["key"] for r in self.records if r["phase"] == "periodic"]
-            if earlier and not self.keep:  # one periodic checkpoint on the disk at a time
-                self.store.delete(earlier[-1])
-            self.write("periodic", step, f"step{step}")
-            return time.perf_counter() - start
-
-        return write_at
+        start = time.perf_counter()
+        earlier = [r["key"] for r in self.records if r["phase"] == "periodic"]
+        if earlier and not self.keep:  # one periodic checkpoint on the disk at a time
+            self.store.delete(earlier[-1])
+        self.write("periodic", step, f"step{step}")
+        return time.perf_counter() - start
 
     def room_for(self, count: int) -> Optional[str]:
         """Why `count` checkpoints (of every writer) cannot fit on this local disk, or None; the

@@ -66,8 +66,8 @@ class S3Settings:
 
     @classmethod
     def from_config(cls, bucket: str, prefix: str, storage: StorageLocation) -> "S3Settings":
-        endpoint, region = storage.endpoint or None, storage.region
-        return cls(bucket, prefix, endpoint, region, storage.max_attempts, storage.timeout_s, storage.connect_timeout_s)
+        limits = storage.max_attempts, storage.timeout_s, storage.connect_timeout_s
+        return cls(bucket, prefix, storage.endpoint or None, storage.region, *limits)
 
     @property
     def url(self) -> str:
