@@ -93,15 +93,6 @@ class S3Settings:
         return sorted((key[cut:], size) for key, size in found)
 
 
-def _reason(exc: BaseException) -> Optional[str]:
-    text = str(exc).split("Debug source:")[0]  # obstore appends its config (retry_timeout: ...)
-    return next((reason for phrases, reason in _REASONS if re.search(phrases, text, re.IGNORECASE)), None)
-
-
-def _first_line(exc: BaseException) -> str:
-    return (str(exc).strip().splitlines() or [""])[0][:240]
-
-
 class S3Store:
     """Shared error handling: a missing key stays FileNotFoundError (callers test for it);
     a store-level failure becomes StorageError."""
@@ -122,14 +113,15 @@ class S3Store:
             except StorageError:
                 raise
             except Exception as exc:  # each client has its own exception tree
-                reason = _reason(exc)
+                text = str(exc).split("Debug source:")[0]  # obstore appends its config (retry_timeout: ...)
+                reason = next((why for phrases, why in _REASONS if re.search(phrases, text, re.IGNORECASE)), None)
                 if missing_key and reason != NO_BUCKET and self._missing(exc):
                     raise FileNotFoundError(f"{self.settings.url}/{key}: no such object") from exc
                 what = (
                     f"S3 {operation} of {self.settings.key(key) or '/'!r} failed for {self.settings.where} "
                     f"with client {self.client_name}"
                 )
-                error = f"{type(exc).__name__}: {_first_line(exc)}"
+                error = f"{type(exc).__name__}: {(str(exc).strip().splitlines() or [''])[0][:240]}"
                 # after Ctrl-C the interpreter waits for reader threads: no more tries then
                 if attempt == attempts or reason in (NO_BUCKET, DENIED) or not threading.main_thread().is_alive():
                     tries = f" after {attempt} tries" if attempt > 1 else ""
