@@ -3,7 +3,7 @@ table of name -> "module:attr" of its code (imported only when a run uses it).
 
 One line in a table registers an option: the config accepts its name (bench.config checks the key
 against the table here, naming the accepted ones when a value is not one of them), and the code
-that runs it (bench.iobench.formats.base, bench.storage.registry, bench.storage.s3,
+that runs it (bench.iobench.formats.base, bench.storage.base, bench.storage.s3,
 bench.data.registry) loads it from here. A value of the form "module:attr" names a user's own
 class or function instead, imported from wherever Python finds it (PYTHONPATH, an installed
 package): `storage.workload.format=mypkg.formats:MyFormat`, no line here.

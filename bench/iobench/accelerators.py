@@ -33,8 +33,7 @@ from bench.iobench.formats.base import FileSpec
 from bench.iobench.reader import run_reader
 from bench.iobench.result import ReaderResult
 from bench.machine.children import STOP_SIGNALS, stop_signals
-from bench.storage.base import Backend
-from bench.storage.registry import backend
+from bench.storage.base import Backend, backend
 
 log = logging.getLogger(__name__)
 

@@ -65,8 +65,7 @@ from bench.launch.process_group import all_gather, destroy_process_group, init_p
 from bench.maths.stats import mean, percentile
 from bench.rank_context import RankContext
 from bench.results import FitFigures
-from bench.storage.base import ObjectStore
-from bench.storage.registry import backend
+from bench.storage.base import ObjectStore, backend
 from bench.storage.writer_lock import FolderBusy, WriterLock, hold
 
 log = logging.getLogger(__name__)

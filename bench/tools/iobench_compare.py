@@ -44,9 +44,8 @@ from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
 from bench.machine.children import run_child
 from bench.machine.writable import writable_dir_refusal
-from bench.storage.base import ObjectStore
+from bench.storage.base import ObjectStore, open_store
 from bench.storage.local import LocalStore
-from bench.storage.registry import open_store
 from bench.tools import ab
 
 SAMPLES_PER_FILE = 16
