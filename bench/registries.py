@@ -35,7 +35,7 @@ BACKENDS: Dict[str, str] = {  # storage.name (conf/storage/<name>.yaml): a bench
     "s3": "bench.storage.s3:S3Backend",  # an S3 bucket (AWS, MinIO, Ceph, ...)
 }
 
-S3_CLIENTS: Dict[str, str] = {  # storage.client, with storage=s3: a bench.storage.s3.settings.S3Store
+S3_CLIENTS: Dict[str, str] = {  # storage.client, with storage=s3: a bench.storage.s3.S3Store
     "obstore": "bench.storage.s3.obstore_store:ObstoreStore",  # Rust object_store: the fastest and leanest here
     # the AWS CRT client (pip install 'bench[s3torch]')
     "s3torchconnector": "bench.storage.s3.torchconnector_store:S3TorchConnectorStore",

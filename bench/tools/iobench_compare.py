@@ -274,8 +274,8 @@ def compare_local(args: argparse.Namespace, root: Path) -> float:
 def compare_s3(args: argparse.Namespace) -> float:
     from moto.server import ThreadedMotoServer
 
+    from bench.storage.s3 import S3Settings
     from bench.storage.s3.boto3_store import boto3_client
-    from bench.storage.s3.settings import S3Settings
 
     added = {name: value for name, value in LOOPBACK_CREDENTIALS.items() if name not in os.environ}
     os.environ.update(added)
