@@ -199,10 +199,9 @@ def _accelerator_main(storage: StorageConfig, job: ClientJob, gate: Any, checkpo
     # whole process group, is not for them. SIGTERM keeps its default: a quiet exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    index = job.client
     try:
-        results.put((index, True, run_client(storage, job, sync=checkpoint_gate.wait, start_gate=gate.wait)))
+        results.put((job.client, True, run_client(storage, job, sync=checkpoint_gate.wait, start_gate=gate.wait)))
     except BaseException as exc:
-        results.put((index, False, f"{type(exc).__name__}: {exc}"))  # first, so the parent sees the cause
+        results.put((job.client, False, f"{type(exc).__name__}: {exc}"))  # first, so the parent sees the cause
         gate.abort()  # then release the others from the barriers
         checkpoint_gate.abort()
