@@ -3,7 +3,7 @@ table of name -> "module:attr" of its code (imported only when a run uses it).
 
 One line in a table registers an option: the config accepts its name (bench.config checks the key
 against the table here, naming the accepted ones when a value is not one of them), and the code
-that runs it (bench.iobench.formats.base, bench.storage.registry, bench.storage.s3,
+that runs it (bench.iobench.formats.base, bench.storage.base, bench.storage.s3,
 bench.data.registry) loads it from here. A value of the form "module:attr" names a user's own
 class or function instead, imported from wherever Python finds it (PYTHONPATH, an installed
 package): `storage.workload.format=mypkg.formats:MyFormat`, no line here.
@@ -35,7 +35,7 @@ BACKENDS: Dict[str, str] = {  # storage.name (conf/storage/<name>.yaml): a bench
     "s3": "bench.storage.s3:S3Backend",  # an S3 bucket (AWS, MinIO, Ceph, ...)
 }
 
-S3_CLIENTS: Dict[str, str] = {  # storage.client, with storage=s3: a bench.storage.s3.settings.S3Store
+S3_CLIENTS: Dict[str, str] = {  # storage.client, with storage=s3: a bench.storage.s3.S3Store
     "obstore": "bench.storage.s3.obstore_store:ObstoreStore",  # Rust object_store: the fastest and leanest here
     # the AWS CRT client (pip install 'bench[s3torch]')
     "s3torchconnector": "bench.storage.s3.torchconnector_store:S3TorchConnectorStore",

@@ -20,12 +20,6 @@ from bench.config.fields import Checks, Choice, changed_keys, non_negative, posi
 from bench.errors import ConfigError
 
 
-def _inside(path: str) -> bool:
-    """A non-empty relative path that stays below the directory it is joined to."""
-    parts = [p for p in path.split("/") if p not in ("", ".")]
-    return bool(parts) and not path.startswith("/") and ".." not in parts
-
-
 def _number(*values: object) -> bool:
     """Every value a number (not null, not an unresolved ${...} default)."""
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
@@ -188,7 +182,9 @@ class StorageBenchmarkConfig(Checks):
             self._fail("prepare_workers", f"an integer in [1, {MAX_THREADS}] (threads writing the dataset)")
         if not self.workload.checkpoint_only:
             self.check_clients(self.accelerators, "storage.accelerators")
-        if not _inside(self.dataset_dir):
+        # a non-empty relative path that stays below the directory it is joined to
+        parts = [p for p in self.dataset_dir.split("/") if p not in ("", ".")]
+        if not parts or self.dataset_dir.startswith("/") or ".." in parts:
             self._fail(
                 "dataset_dir",
                 "a relative path inside storage.root (or the bucket's prefix), without '..': "

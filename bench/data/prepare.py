@@ -31,7 +31,7 @@ from bench.data.shardformat import encode_shard, is_bench_shard, make_meta, shar
 from bench.errors import DataError, Interrupted
 from bench.machine.children import die_with_parent, sigterm_raises
 from bench.storage import writer_lock
-from bench.storage.registry import open_store
+from bench.storage.base import open_store
 
 SPLITS = ("train", "val")
 SHARD_NAME = re.compile(r"shard-\d{5,}\.bin")  # bench.data.shardformat.shard_key's names

@@ -151,7 +151,7 @@ def check_s3_shards(root: str, storage: Any, splits: Sequence[str]) -> None:
     """Preflight of s3:// shards (and of any with validation): each split's meta.json is there and lists shards
     (a missing val/ split was found only when the first epoch ended) of the sizes it says, and val/'s classes
     are train/'s. Listings only, no shard is read."""
-    from bench.storage.registry import open_store
+    from bench.storage.base import open_store
 
     store = open_store(root, storage)
     for split in splits:

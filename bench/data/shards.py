@@ -1,5 +1,5 @@
 """data=shards: pre-resized JPEG shards (bench.data.shardformat) read whole, one GET per shard,
-from a local directory or s3://bucket/prefix through bench.storage.registry.open_store.
+from a local directory or s3://bucket/prefix through bench.storage.base.open_store.
 
 Each DataLoader worker of each rank is one consumer of an endless stream: every epoch the
 shard order is reshuffled (the same permutation everywhere), and consumer c of C takes shards
@@ -26,7 +26,7 @@ from bench.data.loader import Failure, HostBatch, empty_batch, make_loader, orde
 from bench.data.registry import Batch
 from bench.data.shardformat import check_labels, check_listed, decode_shard_index, read_meta, val_label_map
 from bench.data.transforms import CorruptImage, decode_crop, resize_into
-from bench.storage.registry import open_store
+from bench.storage.base import open_store
 
 RecordFilter = Optional[Tuple[int, int]]  # (stride, first): the records whose dataset-wide index i % stride == first
 

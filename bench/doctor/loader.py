@@ -97,7 +97,7 @@ def shard_images(config: BenchConfig, rng: random.Random) -> Source:
     whole shard object fetched from its store (local or S3) and its index checked; that read's CPU
     is shared by every image of the shard (an epoch decodes them all)."""
     from bench.data.shardformat import check_labels, decode_shard_index, read_meta
-    from bench.storage.registry import open_store
+    from bench.storage.base import open_store
 
     data = config.data
     store = open_store(data.dataset_root, config.storage)

@@ -99,7 +99,7 @@ def dataset_specs(config: BenchConfig) -> Tuple[Any, List[FileSpec]]:
     data = config.data
     if data.name == "shards":
         from bench.data.shardformat import read_meta
-        from bench.storage.registry import open_store
+        from bench.storage.base import open_store
 
         store = open_store(data.dataset_root, config.storage)
         entries = [(str(s["key"]), int(s["bytes"])) for s in read_meta(store, str(data.split))["shards"]]

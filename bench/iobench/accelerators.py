@@ -33,8 +33,7 @@ from bench.iobench.formats.base import FileSpec
 from bench.iobench.reader import run_reader
 from bench.iobench.result import ReaderResult
 from bench.machine.children import STOP_SIGNALS, stop_signals
-from bench.storage.base import Backend
-from bench.storage.registry import backend
+from bench.storage.base import Backend, backend
 
 log = logging.getLogger(__name__)
 
@@ -90,7 +89,7 @@ def run_client(
                 start_gate,
                 run=job.run,
                 eval_files=job.eval_files,
-                periodic=checkpointer.periodic() if checkpointer is not None else None,
+                periodic=checkpointer.periodic if checkpointer is not None else None,
                 heartbeat=heartbeat,
             )
         if workload.checkpoint_size_mb:
@@ -200,10 +199,9 @@ def _accelerator_main(storage: StorageConfig, job: ClientJob, gate: Any, checkpo
     # whole process group, is not for them. SIGTERM keeps its default: a quiet exit.
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
-    index = job.client
     try:
-        results.put((index, True, run_client(storage, job, sync=checkpoint_gate.wait, start_gate=gate.wait)))
+        results.put((job.client, True, run_client(storage, job, sync=checkpoint_gate.wait, start_gate=gate.wait)))
     except BaseException as exc:
-        results.put((index, False, f"{type(exc).__name__}: {exc}"))  # first, so the parent sees the cause
+        results.put((job.client, False, f"{type(exc).__name__}: {exc}"))  # first, so the parent sees the cause
         gate.abort()  # then release the others from the barriers
         checkpoint_gate.abort()

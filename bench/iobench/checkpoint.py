@@ -49,15 +49,6 @@ CHECKPOINT_TIMES = {
 Sync = Callable[[], None]  # waits until every client got here (a barrier), or nothing with one client
 
 
-def make_state(size_mb: float, seed: int = 0) -> Dict[str, Any]:
-    import torch
-
-    generator = torch.Generator().manual_seed(seed)
-    per_tensor = max(1, int(size_mb * 2**20 / 4 / TENSORS))  # float32
-    model = {f"layer{i}.weight": torch.randn(per_tensor, generator=generator) for i in range(TENSORS)}
-    return {"model": model, "step": 0}
-
-
 def checkpoint_key(name: str, tag: str, client: Optional[int]) -> str:
     """`checkpoint.pt` -> `checkpoint-<tag>.rank<client>.pt` (no tag: one checkpoint; no client: the whole)."""
     path = PurePosixPath(name)
@@ -82,7 +73,12 @@ class Checkpointer:
         self.store, self.name, self.client = store, name, client
         self.owner = client if writers > 1 else None  # a key of its own when several clients write a share
         self.writers, self.keep = writers, keep  # clients writing a share at once; keep: leave the files
-        self.state = make_state(size_mb, seed=client)
+        import torch
+
+        generator = torch.Generator().manual_seed(client)
+        per_tensor = max(1, int(size_mb * 2**20 / 4 / TENSORS))  # float32
+        model = {f"layer{i}.weight": torch.randn(per_tensor, generator=generator) for i in range(TENSORS)}
+        self.state: Dict[str, Any] = {"model": model, "step": 0}
         self.nbytes = sum(t.numel() * t.element_size() for t in self.state["model"].values()) + OVERHEAD
         self.records: List[Dict[str, Any]] = []
         self.writing = ""  # the key being written, for an error's message
@@ -108,18 +104,14 @@ class Checkpointer:
         if not torch.equal(loaded["model"]["layer0.weight"], self.state["model"]["layer0.weight"]):
             raise RuntimeError(f"checkpoint {self.store.url}/{record['key']} read back different tensors")
 
-    def periodic(self) -> Callable[[int], float]:
+    def periodic(self, step: int) -> float:
         """For the read loop: write one checkpoint at `step`, return the seconds it took."""
-
-        def write_at(step: int) -> float:
-            start = time.perf_counter()
-            earlier = [r["key"] for r in self.records if r["phase"] == "periodic"]
-            if earlier and not self.keep:  # one periodic checkpoint on the disk at a time
-                self.store.delete(earlier[-1])
-            self.write("periodic", step, f"step{step}")
-            return time.perf_counter() - start
-
-        return write_at
+        start = time.perf_counter()
+        earlier = [r["key"] for r in self.records if r["phase"] == "periodic"]
+        if earlier and not self.keep:  # one periodic checkpoint on the disk at a time
+            self.store.delete(earlier[-1])
+        self.write("periodic", step, f"step{step}")
+        return time.perf_counter() - start
 
     def room_for(self, count: int) -> Optional[str]:
         """Why `count` checkpoints (of every writer) cannot fit on this local disk, or None; the

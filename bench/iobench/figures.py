@@ -63,7 +63,7 @@ def mlperf_figures(
 ) -> RunFigures:
     """MLPerf's account of a set of passes (training's, or evaluation's): its mlperf_* figures, None
     where no sample is behind them (the pass mark, on the mean AU, is for training's)."""
-    rates = per_epoch(passes, lambda e: e.mlperf_samples_per_second, lambda v: sum(v))
+    rates = per_epoch(passes, lambda e: e.mlperf_samples_per_second, sum)
     aus = per_epoch(passes, lambda e: e.mlperf_au, mean)
     samples_per_second = mean(list(rates.values()))
     au_mean = mean(list(aus.values()))
@@ -92,16 +92,14 @@ def _figures(results: Sequence[ReaderResult], workload: StorageWorkloadConfig) -
     latencies = [r.latency_ms for result in results for r in result.requests]
     step_times = [t for result in results for t in result.step_times_ms]
     computing = workload.computation_time > 0
-    per_accelerator_au = [rate(r.total("compute_s"), r.total("wall_s")) for r in results]
     epoch_aus = [e.au for result in results for e in result.epochs if e.steps]
     read_bytes = sum(result.total("bytes") for result in results)
     wall = max((result.total("wall_s") for result in results), default=0.0)
     cpu_s = sum(result.cpu_s for result in results)
     read_mb = _total_rate(results, "bytes")
     steady = _total_rate(results, "samples")
-    steps = int(sum(result.total("steps") for result in results))
     threshold = 100.0 * workload.au_threshold
-    au_mean = mean([a for a in per_accelerator_au if a is not None])
+    au_mean = mean([a for r in results if (a := rate(r.total("compute_s"), r.total("wall_s"))) is not None])
     au_min = 100.0 * min(epoch_aus) if computing and epoch_aus else None
     figures = replace(
         mlperf_figures([r.epochs for r in results], workload, workload.computation_time),
@@ -112,7 +110,7 @@ def _figures(results: Sequence[ReaderResult], workload: StorageWorkloadConfig) -
         read_samples=int(sum(result.total("samples") for result in results)),
         read_bytes=int(read_bytes),
         read_requests=len(latencies),
-        read_steps=steps,
+        read_steps=int(sum(result.total("steps") for result in results)),
         read_seconds=wall,
         latency_ms_mean=mean(latencies),
         latency_ms_p50=percentile(latencies, 50),

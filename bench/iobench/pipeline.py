@@ -146,9 +146,6 @@ class BatchStream:
     def _delivered(self) -> Iterator[Tuple[int, int, int]]:
         raise NotImplementedError
 
-    def stop(self) -> None:
-        raise NotImplementedError
-
     def batches(self, batch_size: int) -> Iterator[Batch]:
         """Successive batches, the last one may be short. A batch's bytes are its share of the
         items it came from (headers included), so they add up to the items'."""

@@ -36,8 +36,8 @@ from bench.iobench.freespace import free_inodes, nearest_existing, shortfall
 from bench.iobench.prepare import existing_dataset, planned
 from bench.machine.writable import check_writable_dir
 from bench.registries import import_own
+from bench.storage.base import backend
 from bench.storage.local import LocalStore, check_local_dirs, remove_stale_temporaries
-from bench.storage.registry import backend
 
 log = logging.getLogger(__name__)
 

@@ -12,6 +12,7 @@ and its time is left out of the epoch's clocks (reported on its own).
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import random
@@ -59,9 +60,7 @@ def open_readers(
     run: int,
 ) -> ReaderPool:
     fmt = format_for(workload.format) if workload.verify_records else Unchecked(format_for(workload.format))
-
-    def make_fetcher() -> Fetcher:
-        return Fetcher(store, fmt, workload.transfer_size, workload.jpeg_decode)
+    make_fetcher = functools.partial(Fetcher, store, fmt, workload.transfer_size, workload.jpeg_decode)
 
     def work(evaluation: bool, epoch: int) -> Sequence[WorkItem]:
         """The pass's items in its order: whole files, or with read_mode=sample one sample each."""

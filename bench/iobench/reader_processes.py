@@ -74,7 +74,7 @@ class _Pass(BatchStream):
         if kind == _DONE:
             self._running -= 1
         elif kind == _ERROR:
-            self._error = self._error or readers.exception(payload)
+            self._error = self._error or pickle.loads(payload)  # an exception: _pickled's
             readers.release_all()
         elif kind == _RESULT:
             readers.slots.release()
@@ -151,10 +151,10 @@ class ReaderProcesses:
                     self._pids.append(pid)
                     self._controls.append(control_write)
         except BaseException:  # a fork failed (out of memory, process limit): the readers so far quit
-            os.close(result_write)
             self.close()
             raise
-        os.close(result_write)  # the readers hold it: the pipe ends when they all do
+        finally:
+            os.close(result_write)  # the readers hold it: the pipe ends when they all do
 
     # --- in a reader process ---
 
@@ -239,11 +239,6 @@ class ReaderProcesses:
         self.stopped.value = 1
         for _ in range(self.count):
             self.slots.release()
-
-    @staticmethod
-    def exception(payload: bytes) -> BaseException:
-        found = pickle.loads(payload)
-        return found if isinstance(found, BaseException) else RuntimeError(str(found))
 
     def start(self, evaluation: bool, epoch: int, requests: List[Request]) -> _Pass:
         """Send every reader the pass; its batches come from the returned stream."""

@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 
-REQUEST_FIELDS = ["client", "epoch", "key", "bytes", "latency_ms"]
 # ---- how a storage run shows in a sweep and in `compare` (its columns and sample: StorageMetrics's) ----
 TIMELINE_METRIC = "read_latency_ms"  # the MLflow series of the per-request read latencies
 REPEATS_METRIC = "run_samples_per_second"  # the MLflow series of each measured run's samples/s (storage.runs > 1)
@@ -150,7 +149,7 @@ class StorageReport(BaseReport):
         files = [
             *self.write_summary(out_dir, summary),
             write_csv(out_dir / "epochs.csv", list(epochs[0]) if epochs else ["client", "epoch"], epochs),
-            write_csv(out_dir / "read_latency.csv", [*REQUEST_FIELDS, "run"], requests),
+            write_csv(out_dir / "read_latency.csv", ["client", "epoch", "key", "bytes", "latency_ms", "run"], requests),
         ]
         if self.clients:
             files.append(write_csv(out_dir / "clients.csv", list(self.clients[0]), self.clients))
@@ -168,11 +167,10 @@ class StorageReport(BaseReport):
         """Everything but the metrics (logged first, on their own): per-epoch series, tags, artifacts."""
         if not tracker.active:
             return
-        for row in epoch_rows([r for r in self.results if r.run == self.results[0].run]):
-            if row["client"] == 0:
-                tracker.log_metrics(
-                    {"epoch_au_percent": row["au_percent"], "epoch_samples": row["samples"]}, step=row["epoch"]
-                )
+        for row in epoch_rows([r for r in self.results if r.run == self.results[0].run and r.client == 0]):
+            tracker.log_metrics(
+                {"epoch_au_percent": row["au_percent"], "epoch_samples": row["samples"]}, step=row["epoch"]
+            )
         for epoch, figures in self.epoch_series().items():
             tracker.log_metrics(figures, step=epoch)
         if log_series:

@@ -65,8 +65,7 @@ from bench.launch.process_group import all_gather, destroy_process_group, init_p
 from bench.maths.stats import mean, percentile
 from bench.rank_context import RankContext
 from bench.results import FitFigures
-from bench.storage.base import ObjectStore
-from bench.storage.registry import backend
+from bench.storage.base import ObjectStore, backend
 from bench.storage.writer_lock import FolderBusy, WriterLock, hold
 
 log = logging.getLogger(__name__)
@@ -157,8 +156,8 @@ def run_storage(clients: Clients) -> Optional[StorageReport]:
                 workload.batch_size,
                 workload.computation_time,
             )
-        per_run, results, fit = measure(clients, store, prepared)
-        return build_report(clients, store, prepared, per_run, results, fit) if clients.reporter else None
+        measured = measure(clients, store, prepared)
+        return build_report(clients, store, prepared, measured) if clients.reporter else None
     finally:
         clients.lock.release()  # the dataset folder, held since the prepare, however the run ends
 
@@ -241,14 +240,9 @@ def run_rows(per_run: Sequence[RunFigures]) -> List[Dict[str, Any]]:
     ]
 
 
-def build_report(
-    clients: Clients,
-    store: ObjectStore,
-    prepared: Prepared,
-    per_run: List[RunFigures],
-    results: List[ReaderResult],
-    fit: Dict[str, Any],
-) -> StorageReport:
+def build_report(clients: Clients, store: ObjectStore, prepared: Prepared, measured: tuple) -> StorageReport:
+    """The report of measure()'s (per-run figures, every measured result, the fit verdict's fields)."""
+    per_run, results, fit = measured
     storage, workload = clients.storage, clients.storage.workload
     ram, dataset_bytes = psutil.virtual_memory().total, prepared.total_bytes
     cached = dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * clients.hosts

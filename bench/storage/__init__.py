@@ -1,1 +1,1 @@
-"""The storage group: where a run keeps checkpoints, shards and benchmark datasets (bench.storage.registry)."""
+"""The storage group: where a run keeps checkpoints, shards and benchmark datasets (bench.storage.base)."""

@@ -1,5 +1,12 @@
-"""The object-store interface every storage backend provides, and the backend interface the
-registry (bench.storage.registry) hands out.
+"""The object-store interface every storage backend provides, the backend interface, and the
+backends by `storage.name`, from the one table (bench.registries.BACKENDS) or a user's own
+module:Class:
+
+    backend(cfg).location(run_dir, "dataset")   # where the option keeps things
+    open_store("s3://bucket/prefix", cfg)       # a store for any location, by its URL scheme
+
+Adding a backend: a module with a Backend class (below), one line in bench.registries.BACKENDS
+(and conf/storage/<name>.yaml to give it defaults of its own).
 
 Shards (bench.data), `python -m bench.data prepare`, training checkpoints and the storage
 benchmark (bench.iobench) read and write through an ObjectStore, so each works on every
@@ -11,9 +18,13 @@ from __future__ import annotations
 
 import io
 from pathlib import Path
-from typing import Any, Dict, List, Protocol, Tuple
+from typing import Any, Dict, List, Optional, Protocol, Tuple
 
 from bench.config.storage import StorageLocation
+from bench.registries import BACKENDS, load_named
+
+# URL schemes of locations that are not local paths (s3://bucket/prefix as data.root, prepare --dst)
+SCHEMES: Dict[str, str] = {"s3": "s3"}
 
 
 class ObjectStore(Protocol):
@@ -53,6 +64,16 @@ class Backend:
     def describe(self, store: ObjectStore) -> str:
         """How the store reads, for reports (posix, o_direct, the S3 client's name, ...)."""
         raise NotImplementedError
+
+
+def backend(cfg: StorageLocation, name: Optional[str] = None) -> Backend:
+    return load_named("storage.name", name or cfg.name, BACKENDS)(cfg)
+
+
+def open_store(location: str, cfg: StorageLocation) -> ObjectStore:
+    """A store for `location`: a local directory, or <scheme>://... of a remote backend (whose
+    endpoint, client and retries come from `cfg`, whatever storage option the run uses)."""
+    return backend(cfg, SCHEMES.get(location.split("://", 1)[0] if "://" in location else "", "local")).open(location)
 
 
 def join_key(*parts: str) -> str:

@@ -52,9 +52,8 @@ class LocalStore:
     mode = "posix"
 
     def __init__(self, root: Path, fsync: bool = False):
-        self.root = Path(root)
+        self.root, self.fsync = Path(root), fsync
         self.url = str(self.root)
-        self.fsync = fsync
 
     def local_path(self, key: str) -> Optional[str]:
         """A path the storage benchmark may read itself (os.preadv into its own buffers); None

@@ -44,9 +44,8 @@ from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
 from bench.machine.children import run_child
 from bench.machine.writable import writable_dir_refusal
-from bench.storage.base import ObjectStore
+from bench.storage.base import ObjectStore, open_store
 from bench.storage.local import LocalStore
-from bench.storage.registry import open_store
 from bench.tools import ab
 
 SAMPLES_PER_FILE = 16
@@ -275,8 +274,8 @@ def compare_local(args: argparse.Namespace, root: Path) -> float:
 def compare_s3(args: argparse.Namespace) -> float:
     from moto.server import ThreadedMotoServer
 
+    from bench.storage.s3 import S3Settings
     from bench.storage.s3.boto3_store import boto3_client
-    from bench.storage.s3.settings import S3Settings
 
     added = {name: value for name, value in LOOPBACK_CREDENTIALS.items() if name not in os.environ}
     os.environ.update(added)

@@ -46,9 +46,8 @@ from bench.config.schema import MilestoneUnit
 from bench.errors import CheckpointError
 from bench.launch.process_group import all_gather
 from bench.rank_context import RankContext
-from bench.storage.base import serialize
+from bench.storage.base import backend, serialize
 from bench.storage.local import LocalStore
-from bench.storage.registry import backend
 from bench.storage.writer_lock import FolderBusy, WriterLock, hold
 from bench.train import checkpoint_format
 from bench.train.result import CheckpointWrite

@@ -9,7 +9,7 @@ from pathlib import Path
 from bench.data.shardformat import encode_shard, make_meta, shard_key
 from bench.doctor.figures import LoaderFigures
 from bench.doctor.loader import loader_rung, stage_split
-from bench.storage.registry import open_store
+from bench.storage.base import open_store
 
 STAGES = {"read", "decode", "augment", "collate", "host_to_device"}
 

@@ -83,7 +83,7 @@ def test_the_rung_reads_shards_on_s3_through_the_storage_groups_settings(s3_serv
     """data=shards on s3:// (a loopback S3 server): the shards that train/meta.json lists, read by
     the storage benchmark's reader through storage=s3's endpoint, one figure (no page cache)."""
     from bench.data.shardformat import encode_shard, make_meta, shard_key
-    from bench.storage.registry import open_store
+    from bench.storage.base import open_store
 
     bucket = s3_server.new_bucket()
     config = compose(

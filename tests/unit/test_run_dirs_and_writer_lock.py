@@ -139,7 +139,7 @@ def test_one_writer_per_checkpoint_folder_and_a_sigkilled_writers_lock_is_taken_
 def test_the_s3_owner_object_refuses_a_second_writer_and_expires(
     tmp_path, compose, s3_server, aws_env, monkeypatch, caplog
 ):
-    from bench.storage.registry import open_store
+    from bench.storage.base import open_store
 
     monkeypatch.setattr(writer_lock, "SETTLE_S", 0.05)
     bucket = s3_server.new_bucket()

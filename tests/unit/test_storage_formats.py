@@ -20,8 +20,8 @@ from bench.iobench.pipeline import Fetcher
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import buffered_shuffle, file_order, run_reader, sample_order
 from bench.registries import FORMATS
+from bench.storage.base import open_store
 from bench.storage.local import LocalStore
-from bench.storage.registry import open_store
 
 FORMAT_NAMES = list(FORMATS)
 

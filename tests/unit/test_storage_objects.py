@@ -16,8 +16,8 @@ import pytest
 from bench.config import compose
 from bench.config.storage import StorageConfig
 from bench.errors import StorageError
+from bench.storage.base import open_store
 from bench.storage.local import DirectReadStore, LocalStore
-from bench.storage.registry import open_store
 
 S3_CLIENTS = ["obstore", "boto3", "s3torchconnector"]
 

@@ -37,15 +37,6 @@ def array_layout(data: memoryview, key: str) -> Tuple[int, np.dtype, Tuple[int, 
     return header_start + header_length, np.dtype(header["descr"]), tuple(header["shape"])
 
 
-def array_view(data: memoryview, key: str) -> np.ndarray:
-    """The archive's first array, viewed in place (no copy)."""
-    offset, dtype, shape = array_layout(data, key)
-    count = int(np.prod(shape))
-    if offset + count * dtype.itemsize > len(data):
-        raise CorruptFile(f"{key}: the archive is cut short ({len(data)} bytes)")
-    return np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)
-
-
 class NpzFormat(Format):
     name, extension = "npz", "npz"
     overhead_per_file, overhead_per_sample = 1024, 0  # on disk: measured: ~256 B of zip and npy headers a file
@@ -60,7 +51,11 @@ class NpzFormat(Format):
         self.expect_size(data, spec)
         if bytes(data[-22:-18]) != ZIP_END:
             raise CorruptFile(f"{spec.key}: the archive is cut short (no end-of-directory record)")
-        array = array_view(data, spec.key)
+        offset, dtype, shape = array_layout(data, spec.key)
+        count = int(np.prod(shape))
+        if offset + count * dtype.itemsize > len(data):
+            raise CorruptFile(f"{spec.key}: the archive is cut short ({len(data)} bytes)")
+        array = np.frombuffer(data, dtype=dtype, count=count, offset=offset).reshape(shape)  # in place: no copy
         if array.shape != (spec.samples, spec.record_size):
             raise CorruptFile(f"{spec.key}: an array of {array.shape}, expected {(spec.samples, spec.record_size)}")
         return spec.samples

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Any, List, Optional, Tuple
 
-from bench.storage.s3.settings import S3Settings, S3Store
+from bench.storage.s3 import S3Settings, S3Store
 
 
 def boto3_client(settings: S3Settings, max_pool_connections: int = 64, attempts: Optional[int] = None) -> Any:

@@ -6,7 +6,7 @@ import os
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, List, Tuple
 
-from bench.storage.s3.settings import S3Settings, S3Store
+from bench.storage.s3 import S3Settings, S3Store
 
 if TYPE_CHECKING:  # obstore's config types exist in its stubs only
     from obstore.store import ClientConfig, RetryConfig, S3Config

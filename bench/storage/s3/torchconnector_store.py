@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any, List, Tuple
 
 from bench.errors import StorageError
-from bench.storage.s3.settings import S3Settings, S3Store
+from bench.storage.s3 import S3Settings, S3Store
 
 
 class S3TorchConnectorStore(S3Store):
