@@ -152,7 +152,10 @@ def test_no_module_over_300_lines(module):
 # into storage.py; qualify into figures; loader_benchmark into tools/data.py; worker into launchers;
 # cpu_facts into fitness; synthetic into device_batches; Backend a base class; final_keys shared by the
 # checkpoint need and room; the tools' helps and overrides as named parts).
-CODE_LINE_CEILING = 16_716
+# 16,636: a third pass per package (-90: storage/registry into storage/base, s3/settings into s3's package,
+# runtime/rules into model_names, fit_watch split between runtime/scenario and reporting; one-caller helpers
+# folded), +10 so the doctor's set-up stop waits out an import in progress (stopped_after).
+CODE_LINE_CEILING = 16_636
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
