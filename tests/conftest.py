@@ -29,6 +29,7 @@ import pickle
 import re
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -183,7 +184,17 @@ def _start_order(item) -> tuple:
 # A test is marked when it uses a fixture that does (directly or through another fixture), or when
 # its own code, a fixture's, or a helper of its module calls one of these (SLOW_CALLS).
 SLOW_FIXTURES = frozenset(
-    {"bench", "bench_at", "long_ddp_run", "s3_server", "mlflow_servers", "module_mlflow_server", "browser", "slurm"}
+    {
+        "bench",
+        "bench_at",
+        "long_ddp_run",
+        "s3_server",
+        "mlflow_servers",
+        "module_mlflow_server",
+        "browser",
+        "slurm",
+        "silent_server",
+    }
 )
 SLOW_CALLS = {
     "subprocess": {"run", "Popen", "check_call", "check_output", "call", "getoutput", "getstatusoutput"},
@@ -274,6 +285,24 @@ def at_fork_locks_left_free():
         else:
             lock.release()
     assert not held, f"the test left {' and '.join(held)} held (a fork's or the module's own release was cut short)"
+
+
+# the stop signals' handlers: one a test leaves behind is inherited by every later fork of its worker
+HANDLED_STOPS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGALRM)
+
+
+@pytest.fixture(autouse=True)
+def stop_handlers_left_as_found():
+    """A test (or the bench code it calls in-process) that leaves a stop signal's handler changed fails,
+    named, and the handler is put back: a serial run hung 20 minutes (2026-12-01) in a later, innocent
+    test whose fork Pool ends its workers by SIGTERM, because bench.tools.kit's main had left SIGTERM
+    raising KeyboardInterrupt (a worker interrupted inside the pool's queue lock never exits)."""
+    found = {signum: signal.getsignal(signum) for signum in HANDLED_STOPS}
+    yield
+    changed = [signal.Signals(signum).name for signum, handler in found.items() if signal.getsignal(signum) != handler]
+    for signum, handler in found.items():
+        signal.signal(signum, handler)
+    assert not changed, f"the test left the handler of {' and '.join(changed)} changed"
 
 
 _ARMED_FORK_STOPS: List[list] = []  # while a test has one armed: the list its fork's stop notes into
@@ -932,6 +961,45 @@ def module_mlflow_server(tmp_path_factory) -> Iterator[MlflowServer]:
 def mlflow_server(module_mlflow_server) -> str:
     """The URL of an `mlflow server` on 127.0.0.1 shared by a test module."""
     return module_mlflow_server.url
+
+
+class SilentServer:
+    """A TCP server on 127.0.0.1 that takes every connection and never answers: a peer that hangs (an
+    S3 endpoint, a tracking server, a package index). `held`: the connections it took."""
+
+    def __init__(self) -> None:
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.held: List[socket.socket] = []
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+        self._accepting.start()
+
+    def _accept(self) -> None:
+        with contextlib.suppress(OSError):  # closed
+            while True:
+                self.held.append(self.sock.accept()[0])
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(): a close alone does not
+        self.sock.close()
+        self._accepting.join()
+        for conn in self.held:
+            conn.close()
+
+
+@pytest.fixture
+def silent_server() -> Iterator[Callable[[], SilentServer]]:
+    """new() -> a started SilentServer of this test (closed at its end, its thread ended)."""
+    made: List[SilentServer] = []
+
+    def new() -> SilentServer:
+        made.append(SilentServer())
+        return made[-1]
+
+    yield new
+    for server in made:
+        server.close()
 
 
 # ---- a real browser, for the HTML pages bench writes ---------------------------------------------

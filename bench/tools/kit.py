@@ -359,8 +359,9 @@ def interpreter(python: str) -> Tuple[str, str]:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    # SIGTERM as Ctrl-C (KeyboardInterrupt): pip's processes and the temporary folders go
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    # SIGTERM as Ctrl-C (KeyboardInterrupt): pip's processes and the temporary folders go; the caller's
+    # handler back at the end (main called in-process leaves no handler behind for the caller's forks)
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)
     try:
         args = parse(argv)
         manifest = build(args)
@@ -370,6 +371,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return print_error(f"--out {exc}")
     except KeyboardInterrupt:
         return 130
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     names = ", ".join(sorted(canonicalize_name(n.split("-")[0]) for n in manifest["wheels"]))
     where = f"{args.out} (Python {args.python}, {manifest['platform']})"
     print(f"kit: {len(manifest['wheels'])} wheels, {manifest['size_bytes'] / 2**20:.1f} MiB in {where}: {names}")

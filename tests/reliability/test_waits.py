@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
-import threading
 import time
 
 import psutil
@@ -82,33 +80,11 @@ def test_a_rendezvous_of_hosts_or_ranks_says_whom_it_waits_for_and_ends_on_a_sig
     assert len(runs) == 3 and {run.info.status for run in runs} == {"KILLED"}
 
 
-class Silent:
-    """A TCP server on 127.0.0.1 that takes every connection and never answers."""
-
-    def __init__(self) -> None:
-        self.server = socket.create_server(("127.0.0.1", 0))
-        self.endpoint = f"http://127.0.0.1:{self.server.getsockname()[1]}"
-        self.held: list = []
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                self.held.append(self.server.accept()[0])
-            except OSError:  # closed
-                return
-
-    def close(self) -> None:
-        self.server.close()
-        for conn in self.held:
-            conn.close()
-
-
-def test_an_s3_endpoint_that_never_answers_is_one_line_in_seconds(bench, tmp_path):
+def test_an_s3_endpoint_that_never_answers_is_one_line_in_seconds(bench, tmp_path, silent_server):
     """Issue 33: 301 silent seconds (storage.timeout_s 60 x storage.max_attempts 5) before one line.
     Each request of the run may take 600 s here: the endpoint check alone must end it."""
     bench.with_store()
-    silent = Silent()
+    silent = silent_server()
     credentials = {"AWS_ACCESS_KEY_ID": "benchtestkey", "AWS_SECRET_ACCESS_KEY": "never-answered"}
     started = time.monotonic()
     try:
@@ -116,7 +92,7 @@ def test_an_s3_endpoint_that_never_answers_is_one_line_in_seconds(bench, tmp_pat
             "mode=storage",
             *STORAGE,
             "storage=s3",
-            f"storage.endpoint={silent.endpoint}",
+            f"storage.endpoint={silent.url}",
             "storage.bucket=silent",
             "storage.timeout_s=600",
             "storage.max_attempts=5",
@@ -128,21 +104,21 @@ def test_an_s3_endpoint_that_never_answers_is_one_line_in_seconds(bench, tmp_pat
         silent.close()
     took = time.monotonic() - started
     line = bench.single_error(proc)
-    assert proc.returncode == 1 and silent.endpoint in line and "'silent'" in line, line
+    assert proc.returncode == 1 and silent.url in line and "'silent'" in line, line
     assert "did not answer in time" in line and "storage.connect_timeout_s=2 s" in line, line
     assert took < 600, took  # not one request's timeout, let alone five
     (run,) = bench.runs()
     assert run.info.status == "FAILED" and "did not answer" in run.data.tags["error"]
 
 
-def test_ctrl_c_while_the_tracking_server_is_probed_is_one_line(bench, tiny, tmp_path):
+def test_ctrl_c_while_the_tracking_server_is_probed_is_one_line(bench, tiny, tmp_path, silent_server):
     """A tracking server that takes the connection and never answers is probed for
     tracking.probe_timeout_s; a signal in that wait was a KeyboardInterrupt traceback (Ctrl-C) or a
     death by SIGTERM (-15), before the run's handlers were installed."""
-    silent = Silent()
+    silent = silent_server()
     try:
         proc = bench.start(
-            *tiny, "tracking.probe_timeout_s=600", f"hydra.run.dir={tmp_path}/run", env=bench.env(silent.endpoint)
+            *tiny, "tracking.probe_timeout_s=600", f"hydra.run.dir={tmp_path}/run", env=bench.env(silent.url)
         )
         deadline = time.monotonic() + HANG_GUARD_S
         while not silent.held and proc.poll() is None and time.monotonic() < deadline:  # the event: the probe connected
@@ -155,12 +131,12 @@ def test_ctrl_c_while_the_tracking_server_is_probed_is_one_line(bench, tiny, tmp
     assert bench.error_lines(err) == ["[ERROR] run interrupted: KeyboardInterrupt"] and "Traceback" not in err, err
 
 
-def test_sigterm_while_a_sweep_probes_the_tracking_server_is_one_line_and_leaves_nothing(bench, tiny):
+def test_sigterm_while_a_sweep_probes_the_tracking_server_is_one_line_and_leaves_nothing(bench, tiny, silent_server):
     """Issue 33 probe: a sweep probes its server once, before any job, where no handler was set yet:
     SIGTERM killed it outright (-15, no word) and left its multirun/<date>/<time>."""
-    silent = Silent()
+    silent = silent_server()
     try:
-        proc = bench.start("-m", *tiny, "seed=1,2", "tracking.probe_timeout_s=600", env=bench.env(silent.endpoint))
+        proc = bench.start("-m", *tiny, "seed=1,2", "tracking.probe_timeout_s=600", env=bench.env(silent.url))
         deadline = time.monotonic() + HANG_GUARD_S
         while not silent.held and proc.poll() is None and time.monotonic() < deadline:  # the event: it probes
             time.sleep(0.02)

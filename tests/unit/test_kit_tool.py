@@ -8,9 +8,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import socket
 import sys
-import threading
 import zipfile
 from pathlib import Path
 from types import SimpleNamespace
@@ -161,41 +159,27 @@ def test_a_pin_the_index_cannot_meet_is_one_error_line_before_the_resolve(bench,
     assert "resolving" not in done.stderr and list(wheels.tmp.iterdir()) == []
 
 
-class SilentIndex:
-    """A find-links server on loopback that takes connections and never answers: pip waits on it."""
-
-    def __init__(self):
-        self.sock = socket.create_server(("127.0.0.1", 0))
-        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}/"
-        self.conns: List[socket.socket] = []
-        threading.Thread(target=self.accept, daemon=True).start()
-
-    def accept(self):
-        with contextlib.suppress(OSError):
-            while True:
-                self.conns.append(self.sock.accept()[0])
-
-    def pips(self) -> list:
-        """The processes still asking it (both of `pip --python`'s have its URL in their arguments)."""
-        return [p for p in psutil.process_iter(["cmdline"]) if self.url in " ".join(p.info["cmdline"] or [])]
+def pips(index) -> list:
+    """The processes still asking a silent index (both of `pip --python`'s have its URL in their arguments)."""
+    return [p for p in psutil.process_iter(["cmdline"]) if index.url in " ".join(p.info["cmdline"] or [])]
 
 
-def test_a_resolve_that_does_not_end_is_stopped_at_its_limit_and_says_so(bench, wheels):
-    index = SilentIndex()
-    done = bench.run(*kit_args(wheels, "", "--find-links", index.url, "--resolve-timeout", "3"),
+def test_a_resolve_that_does_not_end_is_stopped_at_its_limit_and_says_so(bench, wheels, silent_server):
+    index = silent_server()
+    done = bench.run(*kit_args(wheels, "", "--find-links", f"{index.url}/", "--resolve-timeout", "3"),
                      module="bench.tools.kit", env=wheels.env)  # fmt: skip
     error = bench.single_error(done)
     assert done.returncode == 1
     assert error.startswith("[ERROR] resolving bench's requirements for the target: gave up after 3 s, at "), error
     assert "kit: resolving bench's requirements for the target (at most 3 s)" in done.stderr
-    assert index.pips() == [] and list(wheels.tmp.iterdir()) == []
+    assert pips(index) == [] and list(wheels.tmp.iterdir()) == []
 
 
-def resolving_kit(bench, wheels):
+def resolving_kit(bench, wheels, silent_server):
     """A kit started against a loopback index that never answers, once it says it is resolving:
     (the index, the kit's process)."""
-    index = SilentIndex()
-    proc = bench.start(*kit_args(wheels, "", "--find-links", index.url, "--resolve-timeout", "120"),
+    index = silent_server()
+    proc = bench.start(*kit_args(wheels, "", "--find-links", f"{index.url}/", "--resolve-timeout", "120"),
                        module="bench.tools.kit", env=wheels.env, fresh=True)  # fmt: skip
     for line in proc.stderr:
         if line.startswith("kit: resolving"):
@@ -203,21 +187,23 @@ def resolving_kit(bench, wheels):
     return index, proc
 
 
-def test_a_kit_stopped_while_resolving_leaves_no_temporary_folder_and_no_pip(bench, wheels):
-    index, proc = resolving_kit(bench, wheels)
+def test_a_kit_stopped_while_resolving_leaves_no_temporary_folder_and_no_pip(bench, wheels, silent_server):
+    index, proc = resolving_kit(bench, wheels, silent_server)
     work = wheels.tmp.parent / "kit" / ".work"  # the build's temporary folders: inside --out, not TMPDIR
     assert [path.name for path in work.iterdir() if path.name.startswith("bench-kit-resolve-")]
     proc.terminate()
     err = proc.communicate(timeout=60)[1]
     assert proc.returncode == 130 and "Traceback" not in err, err
-    assert index.pips() == [] and list(wheels.tmp.iterdir()) == [] and not work.exists()
+    assert pips(index) == [] and list(wheels.tmp.iterdir()) == [] and not work.exists()
 
 
-def test_a_second_kit_into_the_same_out_is_refused_in_one_line_and_clears_nothing_of_the_first(bench, wheels):
+def test_a_second_kit_into_the_same_out_is_refused_in_one_line_and_clears_nothing_of_the_first(
+    bench, wheels, silent_server
+):
     """Two builds into one --out (the second would have cleared the folder the first fills): the second
     is one [ERROR] line naming the first (its pid), exit 2, and leaves the first's folder as it was;
     the first, stopped, still clears its temporary folders and its lock."""
-    index, first = resolving_kit(bench, wheels)
+    index, first = resolving_kit(bench, wheels, silent_server)
     out = wheels.tmp.parent / "kit"
 
     def kept() -> list:  # the first's folder: its files and its resolve's temporary folders
@@ -236,19 +222,21 @@ def test_a_second_kit_into_the_same_out_is_refused_in_one_line_and_clears_nothin
     err = first.communicate(timeout=60)[1]
     assert first.returncode == 130 and "Traceback" not in err, err
     left = {path.name for path in out.iterdir()}  # kit.json {"complete": false} and bench's wheel, for a re-run
-    assert index.pips() == [] and "kit.json" in left and not left & {".kit-lock", ".work"}, left
+    assert pips(index) == [] and "kit.json" in left and not left & {".kit-lock", ".work"}, left
 
 
-def test_a_kit_killed_outright_leaves_its_folders_in_its_out_where_the_next_build_clears_them(bench, wheels):
+def test_a_kit_killed_outright_leaves_its_folders_in_its_out_where_the_next_build_clears_them(
+    bench, wheels, silent_server
+):
     """SIGKILL runs no handler: the temporary folders stay, in --out/.work (not TMPDIR), the kit's pip
     dies with it (PR_SET_PDEATHSIG), and the next build into that --out clears them and succeeds."""
-    index, proc = resolving_kit(bench, wheels)
+    index, proc = resolving_kit(bench, wheels, silent_server)
     proc.kill()
     proc.communicate(timeout=60)
     work = wheels.tmp.parent / "kit" / ".work"
     assert [path.name for path in work.iterdir() if path.name.startswith("bench-kit-resolve-")]
     assert list(wheels.tmp.iterdir()) == []
-    kits_pip = [p for p in index.pips() if p.info["cmdline"][:3] == [sys.executable, "-m", "pip"]]
+    kits_pip = [p for p in pips(index) if p.info["cmdline"][:3] == [sys.executable, "-m", "pip"]]
     assert psutil.wait_procs(kits_pip, timeout=60)[1] == []  # (pip --python's second pip is its to end)
     again = bench.run(*kit_args(wheels, "", "--find-links", str(wheels.folder)), module="bench.tools.kit",
                       env=wheels.env)  # fmt: skip
