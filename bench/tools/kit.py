@@ -146,8 +146,7 @@ def pip_errors(done: subprocess.CompletedProcess) -> str:
     lines = [line[len("ERROR: ") :] for line in done.stderr.splitlines() if line.startswith("ERROR: ")]
     causes = re.search(r"The conflict is caused by:\n((?: {4}.*\n)+)", done.stderr)
     lines = lines[-3:] + ([line.strip() for line in causes.group(1).splitlines()] if causes else [])
-    last = done.stderr.strip().splitlines()[-1:] or ["no output"]
-    return " / ".join(lines) or last[0]
+    return " / ".join(lines) or (done.stderr.strip().splitlines() or ["no output"])[-1]
 
 
 def build_bench_wheel(source: Path, out: Path) -> Path:
@@ -224,9 +223,8 @@ def build_sdist(requirement: str, out: Path, flags: Sequence[str]) -> bool:
     index = [flag for flag in flags if flag == "--no-index" or flag.startswith("--find-links=")]
     done = pip("wheel", "-q", "--no-deps", "--no-binary", name_of(requirement), *index, "-w", str(out), requirement)
     made = set(out.glob("*.whl")) - before
-    for path in made:
-        if not path.name.endswith("-none-any.whl"):
-            path.unlink()
+    for path in (path for path in made if not path.name.endswith("-none-any.whl")):  # built for this machine only
+        path.unlink()
     return done.returncode == 0 and bool(made) and all(path.exists() for path in made)
 
 
