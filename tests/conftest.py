@@ -51,6 +51,11 @@ sys.dont_write_bytecode = False
 # In-process tests too: one torch thread (read when torch first loads, which is after this file).
 # Three pytest workers on 2 cores with torch's default of a thread per core spin against each other.
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+# scikit-learn's import (bench.data.digits) sets KMP_DUPLICATE_LIB_OK=True in os.environ: set from the
+# start, or after the first in-process test that imports it the worker's environment differs from its
+# fork server's and every later `bench.run` of that worker is exec'd, not forked (~3.6 CPU-s more each:
+# 10 commands in one whole-suite run, all of test_run.py's among them)
+os.environ.setdefault("KMP_DUPLICATE_LIB_OK", "True")
 HANG_GUARD_S = 900  # a run that takes longer than this is stuck, however loaded the machine
 
 # Small, fast, CPU: every e2e training run in the suite builds on this. bench's own 4-layer CNN, not
