@@ -51,11 +51,12 @@ sys.dont_write_bytecode = False
 # In-process tests too: one torch thread (read when torch first loads, which is after this file).
 # Three pytest workers on 2 cores with torch's default of a thread per core spin against each other.
 os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
-# scikit-learn's import (bench.data.digits) sets KMP_DUPLICATE_LIB_OK=True in os.environ: set from the
-# start, or after the first in-process test that imports it the worker's environment differs from its
-# fork server's and every later `bench.run` of that worker is exec'd, not forked (~3.6 CPU-s more each:
-# 10 commands in one whole-suite run, all of test_run.py's among them)
+# scikit-learn's import (bench.data.digits) and joblib's set these in os.environ (setdefault, these values):
+# set from the start, or after the first in-process test that imports them the worker's environment
+# differs from its fork server's and every later `bench.run` of that worker is exec'd, not forked
+# (~3.6 CPU-s more each: 10 to 20 commands in a whole-suite run, all of test_run.py's among them)
 os.environ.setdefault("KMP_DUPLICATE_LIB_OK", "True")
+os.environ.setdefault("KMP_INIT_AT_FORK", "FALSE")
 HANG_GUARD_S = 900  # a run that takes longer than this is stuck, however loaded the machine
 
 # Small, fast, CPU: every e2e training run in the suite builds on this. bench's own 4-layer CNN, not
@@ -308,6 +309,29 @@ def stop_handlers_left_as_found():
     for signum, handler in found.items():
         signal.signal(signum, handler)
     assert not changed, f"the test left the handler of {' and '.join(changed)} changed"
+
+
+def _read_at_start(name: str) -> bool:
+    """A variable the interpreter or a C library reads when a process starts (forked_bench's list)."""
+    return name in forked_bench.UNSAFE_NAMES or name.startswith(forked_bench.UNSAFE_PREFIXES)
+
+
+@pytest.fixture(autouse=True)
+def start_environment_left_as_found():
+    """A test (or the code it calls in-process, or a library it imports first) that leaves a variable
+    read at a process's start changed in os.environ fails, named, and the variable is put back: every
+    later `bench.run` of its worker would be exec'd instead of forked (the fork server's environment
+    differs: ~3.6 CPU-s more each; 20 commands in one whole-suite run, 2026-12-01)."""
+    found = {name: value for name, value in os.environ.items() if _read_at_start(name)}
+    yield
+    now = {name: value for name, value in os.environ.items() if _read_at_start(name)}
+    changed = sorted(name for name in found.keys() | now.keys() if found.get(name) != now.get(name))
+    for name in changed:
+        if name in found:
+            os.environ[name] = found[name]
+        else:
+            del os.environ[name]
+    assert not changed, f"the test left {', '.join(changed)} changed in os.environ"
 
 
 _ARMED_FORK_STOPS: List[list] = []  # while a test has one armed: the list its fork's stop notes into
