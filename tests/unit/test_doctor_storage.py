@@ -134,3 +134,23 @@ def test_the_rungs_window_starts_once_its_readers_run_however_slow_their_fork(tm
         store, specs, read_workload(specs, threads=2, batch=2, seed=0), window_s=0.2, cold=False
     )
     assert read > 0 and size > 0
+
+
+def test_a_small_folders_passes_keep_to_the_window_in_wall_time_start_ups_included(monkeypatch):
+    """A pass over a small folder reads in 1 ms but starts in 100 ms (its readers forked, the cache
+    dropped): the 0.4 s window holds 4 passes, not the 400 that counting the reading alone made (a folder
+    of 24 small JPEGs took 202 passes and 16x its window). The first pass has the whole window."""
+    specs = [FileSpec(f"f{index:03d}.jpg", index, 1, 1000, 1000) for index in range(24)]
+    clock, windows = [0.0], []
+
+    def a_pass(store, files, workload, window_s, cold):
+        windows.append(window_s)
+        clock[0] += 0.101
+        return len(files), 1000 * len(files), 0.001
+
+    monkeypatch.setattr(storage_read, "read_pass", a_pass)
+    monkeypatch.setattr(storage_read, "time", type("Clock", (), {"perf_counter": staticmethod(lambda: clock[0])}))
+    read, size, seconds = storage_read.passes(None, specs, read_workload(specs, 2, 8, 0), 0.4, cold=True)
+    assert (read, size, len(windows)) == (4 * 24, 4 * 24_000, 4)
+    assert seconds == pytest.approx(0.004)  # the figure is the reading's own time
+    assert windows[0] == 0.4 and windows[1:] == pytest.approx([0.299, 0.198, 0.097])
