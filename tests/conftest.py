@@ -1012,7 +1012,7 @@ class SilentServer:
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)  # wakes the blocked accept(): a close alone does not
         self.sock.close()
-        self._accepting.join()
+        self._accepting.join(timeout=60)  # a hang guard: shutdown() wakes it at once
         for conn in self.held:
             conn.close()
 
