@@ -28,7 +28,8 @@ def test_h100_fast_composes_to_the_fast_levers_on_the_eager_presets_batch(compos
 
 
 @pytest.mark.slow  # torch.compile in this process: ~10 s, the fast tier's costliest
-def test_a_cuda_compile_mode_off_cuda_compiles_with_the_default_mode_in_one_line(caplog):
+def test_a_cuda_compile_mode_off_cuda_compiles_with_the_default_mode_in_one_line(caplog, monkeypatch, tmp_path):
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # torch 2.11's compile sets it in os.environ
     caplog.set_level(logging.WARNING, logger="bench.runtime.models")
     model, info = maybe_compile(torch.nn.Linear(2, 2), True, "reduce-overhead", torch.device("cpu"))
     assert info == {"requested": True, "active": True, "mode": "default"}
