@@ -14,10 +14,8 @@ DEFAULT_MODE = "train"  # runs recorded before `mode` existed are training runs
 
 
 def mode_name(mode: Any) -> str:
-    """A recorded mode as a name: none recorded (None, NaN, "": a run from before modes) is training."""
-    if mode is None or (isinstance(mode, float) and mode != mode) or str(mode) in ("", "None"):
-        return DEFAULT_MODE
-    return str(mode)
+    """A recorded mode as a name: none recorded (None, NaN, pandas' NA, "": a run from before modes) is training."""
+    return DEFAULT_MODE if str(mode) in ("", "None", "nan", "<NA>") else str(mode)
 
 
 def report_class(mode: Any) -> Type[BaseReport]:

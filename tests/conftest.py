@@ -23,6 +23,7 @@ loaded machine.
 from __future__ import annotations
 
 import contextlib
+import getpass
 import json
 import os
 import pickle
@@ -32,6 +33,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -57,6 +59,11 @@ os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
 # (~3.6 CPU-s more each: 10 to 20 commands in a whole-suite run, all of test_run.py's among them)
 os.environ.setdefault("KMP_DUPLICATE_LIB_OK", "True")
 os.environ.setdefault("KMP_INIT_AT_FORK", "FALSE")
+# torch._dynamo's import (torchvision's brings it) sets this, to this default: set from the start too, or the
+# start-environment guard blames the first test of a worker that imports torchvision (running one file)
+os.environ.setdefault(
+    "TORCHINDUCTOR_CACHE_DIR", os.path.join(tempfile.gettempdir(), f"torchinductor_{getpass.getuser()}")
+)
 HANG_GUARD_S = 900  # a run that takes longer than this is stuck, however loaded the machine
 
 # Small, fast, CPU: every e2e training run in the suite builds on this. bench's own 4-layer CNN, not
@@ -779,9 +786,10 @@ class LongDdpRun:
         self.proc: Optional[subprocess.Popen] = None
         self.tree: list = []
 
-    def start(self, timeout_s: int) -> subprocess.Popen:
+    def start(self, timeout_s: int, *overrides: str) -> subprocess.Popen:
         self.proc = self.bench.start(
             *self.tiny,
+            *overrides,
             "distributed=ddp",
             "distributed.nproc_per_node=2",
             "train.steps_per_epoch=100000",

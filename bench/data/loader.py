@@ -10,8 +10,11 @@ one-sentence DataErrors, never as a worker's wrapped traceback.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
+import select
+import threading
 import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -115,11 +118,25 @@ class BatchDataset(Dataset):
         return self.__getitems__([index])
 
 
-def _seed_worker(_worker_id: int) -> None:
+def _start_worker(loader_pid: int, _worker_id: int) -> None:
     info = get_worker_info()
     assert info is not None, "worker_init_fn runs in a DataLoader worker"
     if hasattr(info.dataset, "reseed"):
         info.dataset.reseed(torch.initial_seed() % 2**32)  # torch gives each worker its own base seed + id
+    if hasattr(os, "pidfd_open"):  # Linux
+        threading.Thread(target=_exit_with, args=(loader_pid,), daemon=True).start()
+
+
+def _exit_with(pid: int) -> None:
+    """Ends this worker at once, without multiprocessing's finalizers, when the process that made its
+    loader ends (a rank stopped by a signal to it alone). torch's own watchdog watches the worker's
+    parent (under a forkserver, the forkserver, which then outlives the rank with its workers), looks
+    every 5 s, and exits through finalizers that print a traceback each for the temp dir the ended
+    process removed."""
+    try:
+        select.select([os.pidfd_open(pid)], [], [])  # readable once it ended (ProcessLookupError: it has)
+    finally:
+        os._exit(1)
 
 
 def _as_is(batch: Any) -> Any:  # the dataset already returns a collated batch (a HostBatch)
@@ -127,26 +144,21 @@ def _as_is(batch: Any) -> Any:  # the dataset already returns a collated batch (
 
 
 def make_loader(
-    dataset: Any,
-    cfg: DataConfig,
-    device: torch.device,
-    batch_sampler: Optional[BatchSampler] = None,
-    fork_safe: bool = True,
+    dataset: Any, cfg: DataConfig, device: torch.device, batch_sampler: Optional[BatchSampler] = None
 ) -> DataLoader:
     """batch_sampler for map-style datasets; None for iterable ones that yield whole batches.
-    fork_safe=False: this process holds state a forked worker cannot use (an S3 client's async
-    runtime: its threads do not survive fork and the worker would hang), so workers start from
-    a fresh interpreter (forkserver) instead."""
+    Workers of a loader that reads s3:// start from a fresh interpreter (forkserver): this process's
+    S3 client has an async runtime whose threads do not survive fork (the worker would hang). Else
+    they fork, named: a rank that the elastic launcher started from its forkserver inherits that as
+    the default, and a stopped rank left its workers and their forkserver behind."""
     workers = resolve_workers(cfg)
     options: Dict[str, Any] = {"batch_sampler": batch_sampler} if batch_sampler is not None else {"batch_size": None}
     if workers:
         options.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=bool(cfg.persistent_workers))
-        if not fork_safe:
-            options["multiprocessing_context"] = "forkserver"
+        options["multiprocessing_context"] = "forkserver" if (cfg.root or "").startswith("s3://") else "fork"
     pin = bool(cfg.pin_memory) and device.type == "cuda"
-    return DataLoader(
-        dataset, num_workers=workers, collate_fn=_as_is, worker_init_fn=_seed_worker, pin_memory=pin, **options
-    )
+    init = functools.partial(_start_worker, os.getpid())
+    return DataLoader(dataset, num_workers=workers, collate_fn=_as_is, worker_init_fn=init, pin_memory=pin, **options)
 
 
 def order_seed(cfg: DataConfig) -> int:

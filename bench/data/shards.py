@@ -140,7 +140,7 @@ def shard_batches(
     meta = read_meta(store, cfg.split)
     check_class_count(len(meta["classes"]), f"{store.url}/{cfg.split}", cfg.num_classes)
     stream = ShardStream(cfg, storage, meta, seed, rank, world_size)
-    loader = make_loader(stream, cfg, device, fork_safe=not cfg.dataset_root.startswith("s3://"))
+    loader = make_loader(stream, cfg, device)
     facts = {
         "dataset_size": int(meta["count"]),
         "dataset_classes": len(meta["classes"]),
@@ -168,5 +168,5 @@ def shard_val_batches(
     meta = read_meta(store := open_store(val.dataset_root, storage), "val")
     stream = ShardStream(val, storage, meta, 0, rank, world_size)
     stream.one_pass, stream.labels = True, val_label_map(store) or stream.labels
-    loader = make_loader(stream, val, device, fork_safe=not val.dataset_root.startswith("s3://"))
+    loader = make_loader(stream, val, device)
     return DeviceBatches(lambda _epoch: loader, {"val_dataset_size": int(meta["count"])}, val, device, memory_format)

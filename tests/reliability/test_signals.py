@@ -60,6 +60,29 @@ def test_ctrl_c_to_a_ddp_job_ends_it_killed_with_130(bench, long_ddp_run):
     assert long_ddp_run.left_alive(tree) == []
 
 
+def test_sigterm_to_a_ddp_job_alone_ends_its_ranks_loader_workers_at_once_and_without_a_word(
+    bench, long_ddp_run, datasets, tmp_path
+):
+    """A SIGTERM to bench's own process only (`kill PID`, a supervisor): the launcher ends the ranks,
+    and each rank's DataLoader workers go with it. They were left under PID 1 with a forkserver each (a
+    rank started by the elastic launcher's forkserver took it as its default start method, and torch's
+    watchdog watched that forkserver); forked, they printed a finalizer's traceback each on the way."""
+    bench.with_store()
+    datasets.imagenet_layout(tmp_path / "images")
+    folder = ("data=imagefolder", f"data.root={tmp_path / 'images'}", "data.num_classes=4", "data.num_workers=1")
+    proc = long_ddp_run.start(3600, *folder)
+    long_ddp_run.wait_for_rank1_steps()
+    workers = [p for p in long_ddp_run.tree if p.name() == "pt_data_worker"]
+    assert len(workers) == 2, long_ddp_run.tree  # one per rank, started (the event: rank 1 trained)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=HANG_GUARD_S) == 143
+    left = long_ddp_run.left_alive(long_ddp_run.tree)  # before reading stderr: a survivor would hold it open
+    assert left == [], [p.cmdline() for p in left]
+    _out, err = proc.communicate(timeout=HANG_GUARD_S)
+    assert bench.error_lines(err) == ["[ERROR] run interrupted: terminated by signal SIGTERM"], err
+    assert "Traceback" not in err
+
+
 def test_sigterm_during_the_read_phase_ends_the_run_and_its_accelerators(bench, tmp_path):
     import signal
     import time

@@ -3,14 +3,18 @@ labels, pixels through shards, sharding across ranks and workers, corrupt and un
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from forked_bench import left_alive
 from PIL import Image
 
 from bench.config import compose
@@ -539,3 +543,51 @@ def test_a_shard_that_is_not_the_one_meta_json_lists_is_refused_and_old_meta_sti
     check_shard_dataset(cfg)
     ((_, labels),) = take(cfg, 1)
     assert len(labels) == 12 and dataset_facts()["dataset_size"] == 12
+
+
+# a rank's loader in a process of its own: forkserver as its default start method, as a rank that the
+# elastic launcher started from its forkserver has it; one batch read, then it waits to be killed
+LOADER_IN_A_RANK = """
+import multiprocessing, sys, torch
+from torch.utils.data import BatchSampler, SequentialSampler
+from bench.config.data import DataConfig
+from bench.data.loader import make_loader
+multiprocessing.set_start_method("forkserver")
+cfg = DataConfig(root=sys.argv[1], num_workers=1, persistent_workers=True, pin_memory=False, prefetch_factor=2)
+batches = BatchSampler(SequentialSampler(range(8)), 4, drop_last=False)
+reading = iter(make_loader(list(range(8)), cfg, torch.device("cpu"), batches))
+next(reading)
+print("read", flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.parametrize("root", ["/data/imagenet", "s3://bucket/shards"])
+def test_a_killed_ranks_loader_workers_end_with_it_forked_or_from_a_forkserver(root):
+    """SIGKILL to a rank (no clean-up of its own): its loader's workers end too, forked (the local
+    options) or started from a forkserver (shards on S3); under a forkserver, torch's watchdog watches the
+    forkserver, not the rank, and they were left under PID 1 for good, the forkserver with them."""
+    import psutil
+
+    rank = subprocess.Popen(
+        [sys.executable, "-c", LOADER_IN_A_RANK, root],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    tree = []
+    try:
+        assert rank.stdout.readline() == "read\n", rank.communicate()[1]  # the event: a batch came from a worker
+        tree = psutil.Process(rank.pid).children(recursive=True)
+        assert any(p.name() == "pt_data_worker" for p in tree), tree
+        rank.kill()
+        rank.wait()
+        left = left_alive(tree)
+        assert left == [], [p.cmdline() for p in left]
+    finally:
+        rank.kill()
+        for process in tree:
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        rank.communicate()
