@@ -123,8 +123,7 @@ def _start_worker(loader_pid: int, _worker_id: int) -> None:
     assert info is not None, "worker_init_fn runs in a DataLoader worker"
     if hasattr(info.dataset, "reseed"):
         info.dataset.reseed(torch.initial_seed() % 2**32)  # torch gives each worker its own base seed + id
-    if hasattr(os, "pidfd_open"):  # Linux
-        threading.Thread(target=_exit_with, args=(loader_pid,), daemon=True).start()
+    threading.Thread(target=_exit_with, args=(loader_pid,), daemon=True).start()
 
 
 def _exit_with(pid: int) -> None:
@@ -134,9 +133,11 @@ def _exit_with(pid: int) -> None:
     every 5 s, and exits through finalizers that print a traceback each for the temp dir the ended
     process removed."""
     try:
-        select.select([os.pidfd_open(pid)], [], [])  # readable once it ended (ProcessLookupError: it has)
-    finally:
-        os._exit(1)
+        select.select([os.pidfd_open(pid)], [], [])  # readable once it has ended
+    except (AttributeError, OSError) as error:  # no pidfd (not Linux, or Linux before 5.3): torch's watchdog only
+        if not isinstance(error, ProcessLookupError):  # (that one: it had ended already)
+            return
+    os._exit(1)
 
 
 def _as_is(batch: Any) -> Any:  # the dataset already returns a collated batch (a HostBatch)

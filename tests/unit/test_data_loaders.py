@@ -591,3 +591,17 @@ def test_a_killed_ranks_loader_workers_end_with_it_forked_or_from_a_forkserver(r
             with contextlib.suppress(psutil.Error):
                 process.kill()
         rank.communicate()
+
+
+def test_a_worker_on_a_kernel_without_pidfd_keeps_running_mocked(monkeypatch):
+    """Linux before 5.3 has no pidfd_open (ENOSYS; mocked: this kernel has it): the watch gives up and
+    returns, leaving the worker to torch's own watchdog, instead of ending a worker that is needed."""
+    import errno
+
+    from bench.data.loader import _exit_with
+
+    def no_pidfd(pid):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfd)
+    assert _exit_with(os.getpid()) is None  # returned: this process goes on

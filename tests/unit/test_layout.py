@@ -157,7 +157,8 @@ def test_no_module_over_300_lines(module):
 # folded), +10 so the doctor's set-up stop waits out an import in progress (stopped_after).
 # 16,632: +6 so a rank's loader workers end with it (a pidfd watch, fork named), -10 (make_loader reads s3:// from
 # its config, a cell's absent() in one line, mode_name by the names a missing mode reads as).
-CODE_LINE_CEILING = 16_632
+# 16,633: +1 so a worker on a kernel without pidfd (Linux before 5.3) is left to torch's watchdog, not ended.
+CODE_LINE_CEILING = 16_633
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
