@@ -33,14 +33,10 @@ def remove_stale_temporaries(root: Path, recursive: bool = True) -> List[Path]:
     """Delete the `<name>.tmp<pid>` files (put_with's temporaries) under `root` whose writer, a pid on
     this host, is gone: a write killed midway. Returns them. A live pid's file is left alone: that
     write may be in progress. Both the training checkpoints and the storage benchmark use this."""
-    root = Path(root)
-    if not root.is_dir():
-        return []
-    removed = []
-    for path in (root.rglob if recursive else root.glob)("*.tmp*"):
+    root, removed = Path(root), []
+    for path in (root.rglob if recursive else root.glob)("*.tmp*"):  # none where `root` is no folder
         match = STALE_TMP.match(path.name)
-        pid = int(match.group(1)) if match else None
-        if pid is not None and pid != os.getpid() and path.is_file() and not psutil.pid_exists(pid):
+        if match and (pid := int(match.group(1))) != os.getpid() and path.is_file() and not psutil.pid_exists(pid):
             path.unlink(missing_ok=True)
             removed.append(path)
     return removed
@@ -62,8 +58,7 @@ class LocalStore:
         return str(self.root / key) if type(self).get is LocalStore.get else None
 
     def get(self, key: str) -> bytes:
-        with open(self.root / key, "rb") as fh:
-            return fh.read()
+        return (self.root / key).read_bytes()
 
     def get_range(self, key: str, start: int, length: int) -> bytes:
         with open(self.root / key, "rb") as fh:
@@ -96,12 +91,9 @@ class LocalStore:
         return sorted(path.name for path in remove_stale_temporaries(self.root, recursive=False))
 
     def list(self, prefix: str = "") -> List[Tuple[str, int]]:
-        base = self.root / prefix if prefix else self.root
-        if not base.exists():
-            return []
-        return sorted(
+        return sorted(  # nothing under a prefix that is not there (rglob of a missing folder: none)
             (p.relative_to(self.root).as_posix(), p.stat().st_size)
-            for p in base.rglob("*")
+            for p in (self.root / prefix).rglob("*")
             if p.is_file() and ".tmp" not in p.name
         )
 
