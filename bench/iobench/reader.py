@@ -241,15 +241,10 @@ def file_order(
 
 def buffered_shuffle(items: Iterable[T], buffer_size: Optional[int], rng: random.Random) -> Iterator[T]:
     """tf.data's shuffle(buffer_size): every item exactly once, each at most buffer_size - 1
-    places earlier than it came in. None: a full permutation."""
-    if buffer_size is None:
-        everything = list(items)
-        rng.shuffle(everything)
-        yield from everything
-        return
+    places earlier than it came in. None: a full permutation (a buffer that holds them all, shuffled)."""
     buffer: List[T] = []
     for item in items:
-        if len(buffer) < buffer_size:
+        if buffer_size is None or len(buffer) < buffer_size:
             buffer.append(item)
             continue
         pick = rng.randrange(buffer_size)
