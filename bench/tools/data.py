@@ -16,6 +16,7 @@ import tempfile
 from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
 
 from bench.analysis.rounds import alternate, ratio_of
+from bench.config import compose
 from bench.config.storage import StorageLocation
 from bench.data.registry import Batches, build_batches
 from bench.errors import EXIT_FAILED, CheckpointError, ConfigError, ConfigProblem, DataError, Interrupted, print_error
@@ -27,8 +28,6 @@ from bench.tools import ab
 
 def _storage_config(pairs: List[str]) -> StorageLocation:
     """--storage KEY=VALUE pairs as the storage group, typed and checked by the schema."""
-    from bench.config import compose
-
     for pair in pairs:
         if "=" not in pair:
             raise DataError(f"--storage {pair!r} is not KEY=VALUE (e.g. --storage endpoint=http://localhost:9000)")
@@ -118,8 +117,6 @@ def _command(args: argparse.Namespace) -> int:
         elif args.command == "digits":
             print(_digits(args), flush=True)
         else:
-            from bench.config import compose
-
             if problem := ab.below_one(args, "images", "rounds", "batches"):
                 return print_error(problem)
             check_writable_dir("--dir", args.dir)
@@ -203,8 +200,6 @@ def baseline_batches(root: str, args: argparse.Namespace) -> Generator[Any, None
 
 def our_batches(name: str, root: str, args: argparse.Namespace) -> Batches:
     import torch
-
-    from bench.config import compose
 
     data = compose(f"data={name}", f"data.root={root}", *ab.spelled(args), "data.pin_memory=false").data
     return build_batches(data, torch.device("cpu"), torch.contiguous_format, seed=0)
