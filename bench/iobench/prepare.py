@@ -96,10 +96,6 @@ class Prepared:
     eval_files: List[FileSpec] = field(default_factory=list)
     written_by_client: List[int] = field(default_factory=list)  # files each client wrote (several hosts)
 
-    @property
-    def total_bytes(self) -> int:
-        return sum(f.size for f in self.files)
-
 
 def existing_dataset(store: ObjectStore, workload: StorageWorkloadConfig) -> Tuple[Optional[Prepared], str]:
     """(the dataset, why) when a matching one is on the store, else (None, why not)."""

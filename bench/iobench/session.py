@@ -244,7 +244,7 @@ def build_report(clients: Clients, store: ObjectStore, prepared: Prepared, measu
     """The report of measure()'s (per-run figures, every measured result, the fit verdict's fields)."""
     per_run, results, fit = measured
     storage, workload = clients.storage, clients.storage.workload
-    ram, dataset_bytes = psutil.virtual_memory().total, prepared.total_bytes
+    ram, dataset_bytes = psutil.virtual_memory().total, sum(f.size for f in prepared.files)
     cached = dataset_bytes < CACHE_SAFE_RAM_MULTIPLE * ram * clients.hosts
     record = StorageMetrics(
         workload=workload.name,
