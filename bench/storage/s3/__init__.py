@@ -50,14 +50,6 @@ _REASONS = (
 )
 
 
-def parse_s3_url(location: str) -> Tuple[str, str]:
-    """'s3://bucket/a/b/' -> ('bucket', 'a/b')."""
-    if not location.startswith("s3://"):
-        raise ValueError(f"not an s3:// URL: {location!r}")
-    bucket, _, prefix = location[len("s3://") :].partition("/")
-    return bucket, prefix.strip("/")
-
-
 @dataclass(frozen=True)
 class S3Settings:
     bucket: str
@@ -69,9 +61,13 @@ class S3Settings:
     connect_timeout_s: float
 
     @classmethod
-    def from_config(cls, bucket: str, prefix: str, storage: StorageLocation) -> "S3Settings":
+    def from_config(cls, location: str, storage: StorageLocation) -> "S3Settings":
+        """For 's3://bucket/a/b/' (bucket 'bucket', prefix 'a/b'), with the storage config's endpoint and limits."""
+        if not location.startswith("s3://"):
+            raise ValueError(f"not an s3:// URL: {location!r}")
+        bucket, _, prefix = location[len("s3://") :].partition("/")
         limits = storage.max_attempts, storage.timeout_s, storage.connect_timeout_s
-        return cls(bucket, prefix, storage.endpoint or None, storage.region, *limits)
+        return cls(bucket, prefix.strip("/"), storage.endpoint or None, storage.region, *limits)
 
     @property
     def url(self) -> str:
@@ -191,7 +187,7 @@ class S3Backend(Backend):
         not answer fails here, in seconds, clearly."""
         from bench.storage.s3.boto3_store import check_endpoint
 
-        settings = S3Settings.from_config(*parse_s3_url(location), self.cfg)
+        settings = S3Settings.from_config(location, self.cfg)
         self.cfg.check_s3_extra()  # where the config's own check did not run (bench.data, the doctor)
         require_credentials(settings)
         check_endpoint(settings, str(self.cfg.client))
