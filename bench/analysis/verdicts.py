@@ -39,7 +39,12 @@ class Pair:
 
     @property
     def headline(self) -> str:
-        return headline(self.verdict, self.ratio, self.low, self.high, self.why)
+        """The verdict in one sentence: "slower: 0.800× [0.750–0.850], beyond the 3% threshold"; "not
+        judged: the baseline was not fit to measure" (its ratio is on a line of its reasons)."""
+        if self.verdict == UNJUDGED:
+            return f"{self.verdict}: {self.why}"
+        interval = f" [{self.low:.3f}–{self.high:.3f}]" if self.low is not None and self.high is not None else ""
+        return f"{self.verdict}: {self.ratio:.3f}×{interval}, {self.why}"
 
     @property
     def note(self) -> str:
@@ -75,15 +80,6 @@ class Comparison:
         """The pairs' one unit ("" when they differ: each value then carries its own)."""
         units = {p.unit for p in self.pairs}
         return units.pop() if len(units) == 1 else ""
-
-
-def headline(decided: str, ratio: float, low: Optional[float], high: Optional[float], why: str) -> str:
-    """The verdict in one sentence: "slower: 0.800× [0.750–0.850], beyond the 3% threshold"; "not
-    judged: the baseline was not fit to measure" (its ratio is on a line of its reasons)."""
-    if decided == UNJUDGED:
-        return f"{decided}: {why}"
-    interval = f" [{low:.3f}–{high:.3f}]" if low is not None and high is not None else ""
-    return f"{decided}: {ratio:.3f}×{interval}, {why}"
 
 
 def with_fitness(pair: Pair, unfit: Sequence[Tuple[str, str, str]], judge_unfit: bool = False) -> Pair:
