@@ -320,7 +320,8 @@ def stop_handlers_left_as_found():
 
 def _read_at_start(name: str) -> bool:
     """A variable the interpreter or a C library reads when a process starts (forked_bench's list)."""
-    return name in forked_bench.UNSAFE_NAMES or name.startswith(forked_bench.UNSAFE_PREFIXES)
+    names = forked_bench.UNSAFE_NAMES | forked_bench.TEMP_DIR_NAMES  # (a test's own TMPDIR leaks into later tests)
+    return name in names or name.startswith(forked_bench.UNSAFE_PREFIXES)
 
 
 @pytest.fixture(autouse=True)
@@ -489,16 +490,16 @@ class Bench:
         self, *args: str, module: str = "bench", env: Optional[Dict[str, str]] = None, fresh: bool = False, **popen
     ) -> subprocess.Popen:
         """`python -m module args` started, not waited for: forked from the fork server as run() is
-        (a forked_bench.ForkedProcess: Popen's pid, poll, wait, communicate and signals; the server
-        serves it alone until it ends), else a real subprocess.Popen (`fresh=True`, or Popen
-        options beyond start_new_session)."""
+        (a forked_bench.ForkedProcess: Popen's pid, poll, wait, communicate and signals), else a
+        real subprocess.Popen (`fresh=True`, or Popen options beyond start_new_session)."""
         command, env = [sys.executable, "-m", module, *args], env or bench_env()
-        proc = None
+        proc, why = None, "fresh=True" if fresh else f"Popen options {sorted(popen)}"
         if not fresh and set(popen) <= {"start_new_session"}:
-            proc = forked_bench.server(bench_env).start(
-                command, module, self.cwd, env, bool(popen.get("start_new_session"))
-            )
+            server = forked_bench.server(bench_env)
+            proc = server.start(command, module, self.cwd, env, bool(popen.get("start_new_session")))
+            why = server.why
         if proc is None:
+            forked_bench.log("exec (started)", module, self.cwd, 0.0, why)
             proc = subprocess.Popen(
                 command, cwd=self.cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, **popen
             )

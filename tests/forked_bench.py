@@ -30,16 +30,18 @@ Where a fork could differ from a fresh process, `Bench.run` execs as before:
 - `bench.run(..., fresh=True)`: one command that must be a real exec (see the tests that say why);
 - a module other than bench's own (bench, bench.*);
 - an environment that differs from the server's own in any variable the server's imports read
-  (recorded while it imported: MLFLOW_LOGGING_LEVEL, HOME, TMPDIR, PATH, ...) or that a C library
+  (recorded while it imported: MLFLOW_LOGGING_LEVEL, HOME, PATH, ...; TMPDIR only if they made a
+  temp dir) or that a C library
   or the interpreter reads at start (OMP_*, MKL_*, TORCH*, CUDA*, NCCL_*, LD_*, PYTHON* except
   PYTHONUNBUFFERED, MALLOC*, LC_*, ... - see UNSAFE_PREFIXES; a credential's name there, such as
   CUDA_API_TOKEN, or a name the canary tests made up, such as OMP_CANARY_URL, is no library's
   setting and forks);
-- a working directory that is not a directory, a second call while one runs, a forked pytest
-  process, or a server that could not start or died (a warning says so once).
+- a working directory that is not a directory, a forked pytest process, or a server that could
+  not start or died (a warning says so once).
 `Bench.start` (the signal and long-running tests) forks the same way without waiting: a
 ForkedProcess stands in for its Popen (pid, poll, wait, communicate, signals), the server reaping
-the child and reporting its exit; until then the server serves nothing else (run() execs).
+the child and reporting its exit. Commands run side by side (four runs at once on one store, a
+command started while another runs): each has a socket of its own to the server.
 
 The server lives as long as its pytest worker: stopped at session end (pytest_unconfigure), and
 it exits by itself when its socket reaches EOF or its parent changes. Python's hash seed is the
@@ -137,7 +139,11 @@ UNSAFE_PREFIXES = (
     "OTEL_",
     "XDG_",
 )
-UNSAFE_NAMES = frozenset({"LANG", "LANGUAGE", "TZ", "HOME", "PATH", "TMPDIR", "TEMP", "TMP", "USER", "LOGNAME"})
+UNSAFE_NAMES = frozenset({"LANG", "LANGUAGE", "TZ", "HOME", "PATH", "USER", "LOGNAME"})
+# Read by Python's tempfile (and multiprocessing's temp dir) when first asked, then cached: a child
+# forked from a server that never asked computes its own, as a fresh process does; the server counts
+# them among the variables it read if its imports asked (then a difference execs).
+TEMP_DIR_NAMES = frozenset({"TMPDIR", "TEMP", "TMP"})
 # read when a process starts but applied per request in the child (sys.stdout/stderr are rebuilt)
 ALLOWED = frozenset({"PYTHONUNBUFFERED"})
 # A credential's name under one of those prefixes (the canary tests plant TORCH_CANARY_AUTH,
@@ -327,38 +333,30 @@ class ForkServer:
         cwd = os.fspath(cwd)
         if not self._claim(module, cwd, env):
             return None
-        try:
-            self.forks += 1
-            cpu = self.child_cpu_s
-            proc = self._run(args, module, cwd, env, timeout)
-            log("fork", module, cwd, self.child_cpu_s - cpu)
-            return proc
-        finally:
-            self._lock.release()
+        self.forks += 1
+        proc, cpu_s = self._run(args, module, cwd, env, timeout)
+        log("fork", module, cwd, cpu_s)
+        return proc
 
     def _claim(self, module: str, cwd: str, env: dict) -> bool:
-        """True with the server started and its lock held when this command can fork; else False
-        (`self.why` says why, and the caller execs)."""
+        """True with the server started when this command can fork; else False (`self.why` says
+        why, and the caller execs)."""
         self.why = self.why_exec(module, cwd, env)
+        if not self.why:
+            with self._lock:  # two threads' first commands start one server
+                if self._proc is None and not self._broken:
+                    self._start()
+            self.why = self._broken or self.why_exec(module, cwd, env)
         if self.why:
             self.execs += 1
             return False
-        if not self._lock.acquire(blocking=False):
-            self.why = "another command is running"
-            self.execs += 1
-            return False
-        if self._proc is None:
-            self._start()
-            self.why = self._broken or self.why_exec(module, cwd, env)
-            if self.why:
-                self.execs += 1
-                self._lock.release()
-                return False
         return True
 
     def _send_command(self, request: dict) -> "Optional[tuple]":
-        """Hand the server the request with this process's stdin and two new pipes for the child's
-        stdout and stderr: their read ends, or None when the server is gone (marked broken)."""
+        """Hand the server the request with this process's stdin, two new pipes for the child's
+        stdout and stderr, and a socket of this command's own (the server reports the child's pid
+        and exit there, and kills the child when this side closes it): the pipes' read ends and
+        that socket, or None when the server is gone (marked broken)."""
         stdin = 0
         try:
             os.fstat(0)
@@ -366,48 +364,48 @@ class ForkServer:
             stdin, request["stdin_closed"] = None, True
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         try:
-            _send(self._sock, request, [fd for fd in (stdin, out_w, err_w) if fd is not None])
+            sock = self._sock
+            if sock is None:
+                raise OSError("its socket is closed")
+            _send(sock, request, [fd for fd in (stdin, out_w, err_w, theirs.fileno()) if fd is not None])
         except OSError as exc:
             os.close(out_r)
             os.close(err_r)
+            ours.close()
             self._fail(f"the fork server is gone ({exc})")
             return None
         finally:
             os.close(out_w)
             os.close(err_w)
-        return out_r, err_r
+            theirs.close()
+        return out_r, err_r, ours
 
     def start(self, command: list, module: str, cwd, env: dict, new_session: bool) -> "Optional[ForkedProcess]":
         """`Bench.start`'s command forked like run()'s, without waiting: a ForkedProcess, or None (then
-        `self.why` says why, and the caller execs). The server serves one command at a time, so
-        until this one's exit is read, run() and start() exec."""
+        `self.why` says why, and the caller execs)."""
         import select
 
         cwd = os.fspath(cwd)
         if not self._claim(module, cwd, env):
             return None
-        handed_over = False
-        try:
-            request = self._request(module, command[3:], cwd, env)
-            request["new_session"] = bool(new_session)
-            pipes = self._send_command(request)
-            if pipes is None:
-                self.why = self._broken
-                return None
-            out_r, err_r = pipes
-            readable, _, _ = select.select([self._sock], [], [], 120)  # a hang guard: it answers at once
-            message, _ = _receive(self._sock) if readable else (None, [])
-            if not message or "pid" not in message:
-                os.close(out_r)
-                os.close(err_r)
-                raise RuntimeError(f"the fork server did not start the command: {message}")
-            self.forks += 1
-            handed_over = True
-            return ForkedProcess(self, command, message["pid"], out_r, err_r)
-        finally:
-            if not handed_over:
-                self._lock.release()
+        request = self._request(module, command[3:], cwd, env)
+        request["new_session"] = bool(new_session)
+        pipes = self._send_command(request)
+        if pipes is None:
+            self.why = self._broken
+            return None
+        out_r, err_r, sock = pipes
+        readable, _, _ = select.select([sock], [], [], 120)  # a hang guard: it answers at once
+        message, _ = _receive(sock) if readable else (None, [])
+        if not message or "pid" not in message:
+            os.close(out_r)
+            os.close(err_r)
+            sock.close()
+            raise RuntimeError(f"the fork server did not start the command: {message}")
+        self.forks += 1
+        return ForkedProcess(self, command, message["pid"], out_r, err_r, sock)
 
     def _request(self, module: str, args: list, cwd: str, env: dict) -> dict:
         import resource
@@ -443,8 +441,9 @@ class ForkServer:
         deadline = time.monotonic() + timeout if timeout is not None else None
         pipes = self._send_command(self._request(module, command[3:], cwd, env))
         if pipes is None:
-            return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-        out_r, err_r = pipes
+            return subprocess.run(command, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout), 0.0
+        out_r, err_r, sock = pipes
+        cpu_s = 0.0
         chunks = {out_r: [], err_r: []}
         open_pipes = {out_r, err_r}
         pid = status = None
@@ -453,7 +452,7 @@ class ForkServer:
             with selectors.DefaultSelector() as selector:
                 selector.register(out_r, selectors.EVENT_READ)
                 selector.register(err_r, selectors.EVENT_READ)
-                selector.register(self._sock, selectors.EVENT_READ)
+                selector.register(sock, selectors.EVENT_READ)
                 while open_pipes or status is None:  # as communicate(): EOF on both pipes, and the exit
                     remaining = None if deadline is None else deadline - time.monotonic()
                     if remaining is not None and remaining <= 0:
@@ -461,10 +460,10 @@ class ForkServer:
                             command, timeout, output=b"".join(chunks[out_r]), stderr=b"".join(chunks[err_r])
                         )
                     for key, _ in selector.select(remaining):
-                        if key.fileobj is self._sock:
-                            message, _ = _receive(self._sock)
+                        if key.fileobj is sock:
+                            message, _ = _receive(sock)
                             if message is None:
-                                selector.unregister(self._sock)
+                                selector.unregister(sock)
                                 raise RuntimeError(
                                     f"the fork server died while a command ran (its log: {self._workdir}/server.log)"
                                 )
@@ -473,8 +472,9 @@ class ForkServer:
                             pid = message.get("pid", pid)
                             if "status" in message:
                                 status = message["status"]
-                                self.child_cpu_s += message.get("cpu_s", 0.0)
-                                selector.unregister(self._sock)
+                                cpu_s = message.get("cpu_s", 0.0)
+                                self.child_cpu_s += cpu_s
+                                selector.unregister(sock)
                         else:
                             data = os.read(key.fd, 32768)
                             if data:
@@ -486,9 +486,10 @@ class ForkServer:
         finally:
             if not done and status is None and pid is not None:
                 self._kill_tree(pid)
-                status = self._wait_status()
+                status = self._wait_status(sock)
             os.close(out_r)
             os.close(err_r)
+            sock.close()
         # as subprocess does in text mode: the locale's encoding, strict, universal newlines
         probe = io.TextIOWrapper(io.BytesIO())
         encoding, errors = probe.encoding, probe.errors
@@ -496,7 +497,7 @@ class ForkServer:
             b"".join(chunks[fd]).decode(encoding, errors).replace("\r\n", "\n").replace("\r", "\n")
             for fd in (out_r, err_r)
         )
-        return subprocess.CompletedProcess(command, status, out, err)
+        return subprocess.CompletedProcess(command, status, out, err), cpu_s
 
     @staticmethod
     def _kill_tree(pid: int) -> None:
@@ -511,35 +512,34 @@ class ForkServer:
             with contextlib.suppress(psutil.Error):
                 process.kill()
 
-    def _wait_status(self):
+    def _wait_status(self, sock: socket.socket):
         """The killed child's exit status from the server (it reaps it)."""
         import select
 
-        while self._sock is not None:
-            readable, _, _ = select.select([self._sock], [], [], 60)
+        while True:
+            readable, _, _ = select.select([sock], [], [], 60)
             if not readable:
                 self._fail("the fork server did not report a killed child")
                 return None
-            message, _ = _receive(self._sock)
+            message, _ = _receive(sock)
             if message is None:
                 self._fail("the fork server died")
                 return None
             if "status" in message:
                 return message["status"]
-        return None
 
 
 class ForkedProcess:
     """What `Bench.start` returns when the fork server started its command: the part of
     subprocess.Popen the tests use (args, pid, returncode, poll, wait, communicate, send_signal,
     terminate, kill). The process is the server's child: the server reaps it and reports its exit
-    code (-N for signal N), which releases the server for the next command. Its stdout and stderr
+    code (-N for signal N) on the command's own socket. Its stdout and stderr
     are pipes to this process, read into buffers whenever it is waited on (so a chatty process
     never blocks on a full pipe), handed back by communicate() as text, as Popen(text=True) does."""
 
-    def __init__(self, server: ForkServer, args: list, pid: int, out_r: int, err_r: int):
+    def __init__(self, server: ForkServer, args: list, pid: int, out_r: int, err_r: int, sock: socket.socket):
         self.args, self.pid, self.returncode = args, pid, None
-        self._server, self._out, self._err = server, out_r, err_r
+        self._server, self._out, self._err, self._sock = server, out_r, err_r, sock
         self._chunks: dict = {out_r: [], err_r: []}
         self._open = {out_r, err_r}
 
@@ -547,8 +547,8 @@ class ForkedProcess:
         """Wait up to `timeout` for the exit report (and, with `pipes`, output), taking what came."""
         import select
 
-        sock = self._server._sock
-        watch = ([sock] if self.returncode is None and sock is not None else []) + (list(self._open) if pipes else [])
+        sock = self._sock
+        watch = ([sock] if self.returncode is None else []) + (list(self._open) if pipes else [])
         if not watch:
             return
         readable, _, _ = select.select(watch, [], [], timeout)
@@ -572,7 +572,7 @@ class ForkedProcess:
             self._server._fail(broken)
             status = -signal.SIGKILL if status is None else status
         self.returncode = status
-        self._server._lock.release()
+        self._sock.close()  # the server is done with this command
 
     def _until(self, done, timeout: Optional[float]) -> None:
         import subprocess
@@ -724,20 +724,60 @@ def _record_env_reads():
 
 
 def _serve(sock: socket.socket, dispositions: dict, mask):
-    """The server's loop; returns (request, fds, dispositions, mask) in a child, never in the server."""
+    """The server's loop; returns (request, fds, dispositions, mask) in a child, never in the server.
+
+    Commands run side by side: each request brings a socket of its own, on which the server reports
+    the child's pid, then its exit code (-N for signal N) and CPU seconds once it has reaped it. When
+    the test side closes a command's socket (or goes), the server kills that child's tree."""
     import select
 
     parent = os.getppid()
     pidfd_open = getattr(os, "pidfd_open", None)
+    running: dict = {}  # pid -> (the command's socket, its pidfd or None)
+    let_go: set = set()  # pids whose test side closed its socket: killed, not yet reaped
+
+    def kill_all_and_exit():
+        for pid in running:
+            _kill_tree_here(pid)
+        for pid in running:
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, 0)
+        os._exit(0)  # the server has nothing else to clean up
+
     while True:
-        readable, _, _ = select.select([sock], [], [], 1.0)
+        for pid, (command, pidfd) in list(running.items()):
+            waited, status, usage = os.wait4(pid, os.WNOHANG)
+            if waited == pid:
+                with contextlib.suppress(OSError):
+                    exit_code = os.waitstatus_to_exitcode(status)
+                    _send(
+                        command, {"pid": pid, "status": exit_code, "cpu_s": round(usage.ru_utime + usage.ru_stime, 3)}
+                    )
+                command.close()
+                if pidfd is not None:
+                    os.close(pidfd)
+                del running[pid]
+                let_go.discard(pid)
+        watch = [sock]
+        for pid, (command, pidfd) in running.items():
+            if pid not in let_go:
+                watch.append(command)
+            if pidfd is not None:
+                watch.append(pidfd)
+        polling = running and any(pidfd is None for _command, pidfd in running.values())
+        readable, _, _ = select.select(watch, [], [], 0.05 if polling else 1.0)
         if os.getppid() != parent:
-            os._exit(0)  # the server has nothing to clean up
-        if not readable:
+            kill_all_and_exit()
+        for pid, (command, _pidfd) in list(running.items()):
+            if command in readable and not command.recv(1, socket.MSG_PEEK):  # the test side let go
+                _kill_tree_here(pid)
+                let_go.add(pid)
+        if sock not in readable:
             continue
-        request, fds = _receive(sock, maxfds=3)
+        request, fds = _receive(sock, maxfds=4)
         if request is None:
-            os._exit(0)  # EOF: the pytest worker closed its end or died
+            kill_all_and_exit()  # EOF: the pytest worker closed its end or died
+        command = socket.socket(fileno=fds.pop())
         sys.stdout.flush()
         sys.stderr.flush()
         try:
@@ -745,43 +785,21 @@ def _serve(sock: socket.socket, dispositions: dict, mask):
         except OSError as exc:
             for fd in fds:
                 os.close(fd)
-            _send(sock, {"error": repr(exc)})
+            _send(command, {"error": repr(exc)})
+            command.close()
             continue
         if pid == 0:
             sock.close()
+            command.close()
+            for other, pidfd in running.values():
+                other.close()
+                if pidfd is not None:
+                    os.close(pidfd)
             return request, fds, dispositions, mask
         for fd in fds:
             os.close(fd)
-        _send(sock, {"pid": pid})
-        status, cpu = _wait_child(sock, pid, parent, pidfd_open)
-        _send(sock, {"pid": pid, "status": status, "cpu_s": round(cpu, 3)})
-
-
-def _wait_child(sock: socket.socket, pid: int, parent: int, pidfd_open):
-    """The child's exit code (-N for signal N) and CPU seconds; kills the child's tree and exits
-    when the test side goes."""
-    import select
-
-    pidfd = pidfd_open(pid) if pidfd_open else None
-    watch_sock = True  # until a message other than EOF is waiting (served after this child)
-    try:
-        while True:
-            waited, status, usage = os.wait4(pid, os.WNOHANG)
-            if waited == pid:
-                return os.waitstatus_to_exitcode(status), usage.ru_utime + usage.ru_stime
-            watch = ([sock] if watch_sock else []) + ([pidfd] if pidfd is not None else [])
-            readable, _, _ = select.select(watch, [], [], 1.0 if pidfd is not None else 0.05)
-            gone = False
-            if sock in readable:
-                gone = not sock.recv(1, socket.MSG_PEEK)
-                watch_sock = gone
-            if gone or os.getppid() != parent:
-                _kill_tree_here(pid)
-                os.waitpid(pid, 0)
-                os._exit(0)
-    finally:
-        if pidfd is not None:
-            os.close(pidfd)
+        _send(command, {"pid": pid})
+        running[pid] = (command, pidfd_open(pid) if pidfd_open else None)
 
 
 def _kill_tree_here(pid: int) -> None:
@@ -983,6 +1001,11 @@ def _server_main(fd: int) -> None:
             dispositions[signum] = signal.getsignal(signum)
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
 
+    import multiprocessing.process
+    import tempfile
+
+    if tempfile.tempdir is not None or "tempdir" in multiprocessing.process.current_process()._config:
+        value_keys.update(TEMP_DIR_NAMES)  # a temp dir found while importing: its children would share it
     own = sorted(m for m in sys.modules if m.split(".")[0] in ("bench", "hydra_plugins"))
     threads = _threads()
     sys.stdout.flush()
