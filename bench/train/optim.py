@@ -123,20 +123,14 @@ def _one_cycle(
     )
 
 
-def _lambda(
-    optimizer: torch.optim.Optimizer, cfg: SchedulerConfig, total_steps: int, base_lr: float
-) -> torch.optim.lr_scheduler.LRScheduler:
-    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor_fn(cfg, total_steps, base_lr))
-
-
-BUILDERS = {**{name: _lambda for name in SHAPES}, SchedulerName.onecycle: _one_cycle}
-
-
 def build_scheduler(
     optimizer: torch.optim.Optimizer, cfg: SchedulerConfig, total_steps: int, base_lr: float
 ) -> torch.optim.lr_scheduler.LRScheduler:
-    """A scheduler stepped once per optimizer step, over `total_steps` steps (warm-up steps included)."""
-    return BUILDERS[cfg.name](optimizer, cfg, total_steps, base_lr)
+    """A scheduler stepped once per optimizer step, over `total_steps` steps (warm-up steps included):
+    torch's OneCycleLR, or a shape of SHAPES through LambdaLR."""
+    if cfg.name == SchedulerName.onecycle:
+        return _one_cycle(optimizer, cfg, total_steps, base_lr)
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lr_factor_fn(cfg, total_steps, base_lr))
 
 
 def unreached(asked: SchedulerConfig, placed: SchedulerConfig, trained: int, span: int) -> List[str]:
