@@ -32,14 +32,14 @@ MAX_WARNINGS = 10  # skipped-image warnings logged per run (all are counted)
 OUTPUT_RING = 3  # float32 output batches kept for reuse on the CPU
 
 
-def resolve_workers(cfg: DataConfig) -> int:
+def resolve_workers(cfg: DataConfig, ranks: Optional[int] = None) -> int:
     """data.num_workers, or (null: a GPU run; a CPU run has it set by bench.runtime.device.fit_cpu)
     this process's share of the CPUs it may run on, at most 8: the CPUs are split between the
-    ranks of this node (LOCAL_WORLD_SIZE, set by torch's launcher)."""
+    `ranks` of this node (by default LOCAL_WORLD_SIZE, set by torch's launcher)."""
     if cfg.num_workers is not None:
         return int(cfg.num_workers)
     cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(8, cpus // max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))))
+    return max(1, min(8, cpus // max(1, ranks or int(os.environ.get("LOCAL_WORLD_SIZE", "1")))))
 
 
 RING_SLOTS = 8  # shared-memory batches one worker may have in flight before it allocates untracked ones

@@ -106,13 +106,11 @@ class ModelScenario(BaseScenario):
 
 
 def loader_workers(config: BenchConfig, ranks: int) -> int:
-    """Loader worker processes per rank (bench.data.loader.resolve_workers' rule)."""
-    data = config.data
-    if data.synthetic or data.num_workers == 0:
-        return 0
-    if data.num_workers is not None:
-        return int(data.num_workers)
-    return max(1, min(8, len(affinity()) // max(1, ranks)))
+    """Loader worker processes per rank of `ranks` on this node (bench.data.loader.resolve_workers; none
+    for synthetic data)."""
+    from bench.data.loader import resolve_workers
+
+    return 0 if config.data.synthetic else resolve_workers(config.data, ranks)
 
 
 def demand(config: BenchConfig, device_type: str, ranks: int, threads: int) -> Tuple[int, int, int, str]:
