@@ -87,10 +87,10 @@ def train(
     with claimed_checkpoints(config, ctx, out_dir or Path.cwd()) as checkpoints:  # one writer per folder
         run = TrainingRun(config, device, ctx, on_step, checkpoints)
         first_step_at = time.perf_counter()  # time-to-accuracy counts from here
-        facts, global_batch = getattr(run.data.batches, "facts", {}), run.data.batch_size * ctx.world_size
-        samples = facts.get("dataset_size"), facts.get("val_size")  # train, eval
-        # MLPerf's submission and hyper-parameter keys, as this run has them
-        mlperf.run_start(hyper_parameters(run.config, global_batch, run.base_lr, run.planned, *samples, str(device)))
+        global_batch = run.data.batch_size * ctx.world_size
+        samples = getattr(run.data.batches, "facts", {}).get("dataset_size")  # train_samples
+        # MLPerf's submission and hyper-parameter keys, as this run has them (eval_samples: once the val split is built)
+        mlperf.run_start(hyper_parameters(run.config, global_batch, run.base_lr, run.planned, samples, str(device)))
         warm_up(run)
         if run.config.train.eval_every:  # the val batches the window's evaluations read, built after the warm-up
             data, memory_format = run.config.data, run.policy.memory_format

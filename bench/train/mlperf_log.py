@@ -91,7 +91,6 @@ def hyper_parameters(
     base_lr: float,
     planned_steps: int,
     train_samples: Optional[int],
-    eval_samples: Optional[int],
     platform: str,
 ) -> Dict[str, Any]:
     """The submission and hyper-parameter keys MLPerf Training's ResNet rules ask for, as this run has them."""

@@ -12,7 +12,7 @@ from bench.train.mlperf_log import hyper_parameters
 
 
 def division(config) -> str:
-    return hyper_parameters(config, 64, 0.1, 100, 1437, 360, "cpu")["submission_division"]
+    return hyper_parameters(config, 64, 0.1, 100, 1437, "cpu")["submission_division"]
 
 
 def test_the_division_is_open_unless_closed_is_asked(compose):
