@@ -72,12 +72,10 @@ def merge_ranks(ranks: Sequence[TrainResult]) -> TrainResult:
     result = ranks[0]
     if len(ranks) <= 1:
         return result
-    steps = min(len(r.step_times_ms) for r in ranks)
-    waits = min(len(r.data_wait_ms) for r in ranks)
-    return replace(
+    return replace(  # zip: the steps every rank has
         result,
-        step_times_ms=[max(r.step_times_ms[i] for r in ranks) for i in range(steps)],
-        data_wait_ms=[max(r.data_wait_ms[i] for r in ranks) for i in range(waits)],
+        step_times_ms=[max(step) for step in zip(*(r.step_times_ms for r in ranks), strict=False)],
+        data_wait_ms=[max(step) for step in zip(*(r.data_wait_ms for r in ranks), strict=False)],
         window_seconds=max(r.window_seconds for r in ranks),
         peak_memory_bytes=max(r.peak_memory_bytes for r in ranks),
     )
