@@ -22,7 +22,7 @@ import re
 import warnings
 import zipfile
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Union
+from typing import Any, Dict, Optional, Union
 
 import numpy as np
 import torch
@@ -134,8 +134,8 @@ def read(source: Union[bytes, Path], where: str, mmap: bool = False) -> Dict[str
 
 def _load(source: Union[bytes, Path], mmap: bool, where: str) -> Any:
     """torch.load as plain data; a type it refuses is named (CheckpointError)."""
-    allowed: List[Any] = []
-    while True:
+    # a format-1 file's numpy RNG state: let through on a second try
+    for allowed in ([], NUMPY_ARRAY_GLOBALS):
         # torch warns on stderr about pickle protocols: the refusal is the line
         with warnings.catch_warnings(), torch.serialization.safe_globals(allowed):
             warnings.simplefilter("ignore")
@@ -151,7 +151,6 @@ def _load(source: Union[bytes, Path], mmap: bool, where: str) -> Any:
                         "(checkpoints are read as plain tensors, dicts, lists, numbers and strings with "
                         "torch.load(weights_only=True), which runs no code)"
                     ) from None
-        allowed = NUMPY_ARRAY_GLOBALS  # a format-1 file's numpy RNG state: let through on a second try
 
 
 def _needed_global(exc: BaseException) -> Optional[str]:
