@@ -143,8 +143,7 @@ def download_cifar100(root: str) -> None:
 
     check_writable_dir("data.root", root)  # a file there, or a read-only mount: one line, not a traceback
     os.makedirs(root, exist_ok=True)
-    free = shutil.disk_usage(root).free
-    if free < CIFAR_DOWNLOAD_BYTES:
+    if (free := shutil.disk_usage(root).free) < CIFAR_DOWNLOAD_BYTES:
         raise DataError(
             f"data.download=true needs {CIFAR_DOWNLOAD_BYTES / 1e6:.0f} MB in {root} for CIFAR-100; "
             f"{free / 1e6:.0f} MB free: point data.root at a larger disk"

@@ -64,8 +64,8 @@ class EpochData:
         if self.config.train.steps_per_epoch:
             return self.config.train.steps_per_epoch
         batch = self._phase(epoch)[1]
-        steps = self.dataset_size // self.ctx.world_size // batch  # DistributedSampler, full batches only
-        if steps < 1:
+        # DistributedSampler, full batches only
+        if (steps := self.dataset_size // self.ctx.world_size // batch) < 1:
             raise DataError(
                 f"train.steps_per_epoch=null: the dataset's {self.dataset_size} images make no full "
                 f"batch of {batch} per process ({self.ctx.world_size} processes)"

@@ -60,10 +60,9 @@ def run_meta(config: BenchConfig) -> Dict[str, Any]:
 def check_meta(state: Dict[str, Any], config: BenchConfig, where: str) -> None:
     """One line naming what differs between the checkpoint's run and this one (format 2)."""
     saved, mine = state.get("meta") or {}, run_meta(config)
-    differ = [
+    if differ := [
         f"{key} {saved[key]!r} there, {mine[key]!r} here" for key in mine if key in saved and saved[key] != mine[key]
-    ]
-    if differ:
+    ]:
         raise CheckpointError(
             f"checkpoint {where} was written by another run: {'; '.join(differ)} (a checkpoint "
             "continues the model, optimizer and schedule it was written by: resume with the same "

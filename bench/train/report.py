@@ -188,8 +188,8 @@ class TrainReport(ModelReport):
                 tracker.log_metrics(series, step=epoch.epoch if epoch.repeat is None else number)
             if self.run_name:
                 tracker.rename(self.run_name)
-            resumed = self.record.figure("resumed_from")
-            if resumed is not None:  # which checkpoint train.resume=auto (or a path) continued from
+            # which checkpoint train.resume=auto (or a path) continued from
+            if (resumed := self.record.figure("resumed_from")) is not None:
                 tracker.log_params({"resumed_from": resumed})
         super().log_to(tracker, files, out_dir, log_series)
 

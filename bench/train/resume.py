@@ -137,9 +137,7 @@ class TrainingCheckpoints:
             refusal = all_gather(refusal, ctx)[0]
         if refusal:
             raise FolderBusy(refusal)
-        if not ctx.is_reporter:
-            return
-        removed: List[str] = getattr(self.store, "remove_stale_temporaries", lambda: [])()
+        removed: List[str] = getattr(self.store, "remove_stale_temporaries", lambda: [])() if ctx.is_reporter else []
         if removed:
             log.info(
                 "removed %d temporary file(s) of killed checkpoint writes in %s: %s",
