@@ -41,7 +41,7 @@ def load(cfg: DictConfig) -> BenchConfig:
     with reworded():  # e.g. a ${...} that points nowhere
         config = OmegaConf.to_object(_scenario_typed(cfg))
     assert isinstance(config, BenchConfig)
-    config.scenario.check(config)  # the scenario's own rules, beside its code (e.g. bench.train.scenario.check_train)
+    config.scenario.check(config)  # the scenario's own rules, beside its code (e.g. TrainScenario.check)
     if config.mode != "storage":  # the storage benchmark's keys, read by it alone: never ignored unsaid
         for key, value in changed_benchmark_keys(config.storage)[:1]:
             raise ConfigError(key, value, f"its default with mode={config.mode} (read by mode=storage only)")

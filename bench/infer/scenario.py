@@ -1,7 +1,7 @@
 """The inference scenario (mode=inference): the checks every run of a model has (dataset, device,
 precision on that device, model, what fits: bench.runtime.scenario) and the out-of-memory
 explanation, then forward passes in one process (bench.infer.loop); a sweep runs each job in a
-process of its own, as training does. Its config rules (`check_inference`: forward passes in one
+process of its own, as training does. Its config rules (`InferScenario.check`: forward passes in one
 process, so training-only keys are refused, not ignored) run when the config loads; torch-free, as
 this module is.
 
@@ -86,13 +86,47 @@ class InferReport(ModelReport):
         return cls(result=result, record=record, repeat_rates=cls.repeats(job_dir))
 
 
+TRAINING_ONLY_GROUPS = ("optimizer", "scheduler", "checkpoint")
+TRAINING_ONLY_TRAIN_KEYS = ("eval_every", "target_accuracy", "label_smoothing", "resume")  # epochs/steps size inference
+
+
 class InferScenario(ModelScenario):
     loop_modules = ("bench.infer.scenario", "bench.infer.loop")
     report_class = InferReport  # one rank; a launcher gives every sweep job a fresh process
 
     def check(self, config: BenchConfig) -> None:
-        """mode=inference's config rules (check_inference): training-only keys refused."""
-        check_inference(config)
+        """mode=inference's config rules: training-only keys refused."""
+        check_arch(config.model)  # torch-free: before any run, from compose_config too
+        check_training_for_accuracy(config)
+        training_only = {
+            **once_per_run(config),  # what benchmark.repeats refuses too (bench.runtime.model_names)
+            "benchmark.breakdown": config.benchmark.breakdown,
+            "storage.save_checkpoint": config.storage.save_checkpoint,
+        }
+        for key, value in training_only.items():
+            if value:
+                raise ConfigError(key, value, "its default with mode=inference (a training-only key)")
+        if config.train.mlperf_log:  # MLPerf Training's log: events of a training run to its target
+            raise ConfigError(
+                "train.mlperf_log", True, "false with mode=inference (MLPerf Training's log times a training run)"
+            )
+        # each training-only key whose value is not the schema's default
+        groups = [(group, getattr(config, group)) for group in TRAINING_ONLY_GROUPS]
+        changed = [key for group, current in groups for key in changed_keys(group, current, type(current)())]
+        for key, value in changed + changed_keys("train", config.train, TrainConfig(), TRAINING_ONLY_TRAIN_KEYS):
+            raise ConfigError(
+                key,
+                value,
+                "its default with mode=inference (a training-only key: inference "
+                "runs no optimizer, schedule or checkpoint)",
+            )
+        if config.distributed.world_size > 1:
+            raise ConfigError(
+                "distributed.nproc_per_node",
+                config.distributed.nproc_per_node,
+                "1 with mode=inference (one process; sweep data.batch_size or run one job per GPU)",
+            )
+        refuse_find_max_batch(config)
 
     def run_name(self, config: BenchConfig, batch_size: Optional[int] = None) -> str:
         return f"infer-{config.model.arch}-{config.precision.name}-bs{config.data.batch_size}"
@@ -103,41 +137,3 @@ class InferScenario(ModelScenario):
         from bench.infer.loop import infer
 
         return infer(config, device, monitor=monitor, ctx=ctx, on_step=heartbeat, out_dir=out_dir)
-
-
-TRAINING_ONLY_GROUPS = ("optimizer", "scheduler", "checkpoint")
-TRAINING_ONLY_TRAIN_KEYS = ("eval_every", "target_accuracy", "label_smoothing", "resume")  # epochs/steps size inference
-
-
-def check_inference(config: BenchConfig) -> None:
-    check_arch(config.model)  # torch-free: before any run, from compose_config too
-    check_training_for_accuracy(config)
-    training_only = {
-        **once_per_run(config),  # what benchmark.repeats refuses too (bench.runtime.model_names)
-        "benchmark.breakdown": config.benchmark.breakdown,
-        "storage.save_checkpoint": config.storage.save_checkpoint,
-    }
-    for key, value in training_only.items():
-        if value:
-            raise ConfigError(key, value, "its default with mode=inference (a training-only key)")
-    if config.train.mlperf_log:  # MLPerf Training's log: events of a training run to its target
-        raise ConfigError(
-            "train.mlperf_log", True, "false with mode=inference (MLPerf Training's log times a training run)"
-        )
-    # each training-only key whose value is not the schema's default
-    groups = [(group, getattr(config, group)) for group in TRAINING_ONLY_GROUPS]
-    changed = [key for group, current in groups for key in changed_keys(group, current, type(current)())]
-    for key, value in changed + changed_keys("train", config.train, TrainConfig(), TRAINING_ONLY_TRAIN_KEYS):
-        raise ConfigError(
-            key,
-            value,
-            "its default with mode=inference (a training-only key: inference "
-            "runs no optimizer, schedule or checkpoint)",
-        )
-    if config.distributed.world_size > 1:
-        raise ConfigError(
-            "distributed.nproc_per_node",
-            config.distributed.nproc_per_node,
-            "1 with mode=inference (one process; sweep data.batch_size or run one job per GPU)",
-        )
-    refuse_find_max_batch(config)

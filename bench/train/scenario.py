@@ -1,4 +1,4 @@
-"""The training scenario (mode=train): its config rules (`check_train`: run when the config loads,
+"""The training scenario (mode=train): its config rules (`TrainScenario.check`: run when the config loads,
 before any MLflow run; torch-free, as this module is), what must hold before a run starts, what
 one rank does, and how rank 0's results become the report. What it shares with inference (a rank's
 run around its loop, the out-of-memory line, the rules in bench.runtime.model_names) is bench.runtime's.
@@ -35,8 +35,24 @@ class TrainScenario(ModelScenario):
     report_class = TrainReport
 
     def check(self, config: BenchConfig) -> None:
-        """mode=train's config rules (check_train), when the config loads."""
-        check_train(config)
+        """mode=train's config rules, when the config loads."""
+        check_arch(config.model)  # torch-free: before any run, from compose_config too
+        check_training_for_accuracy(config)
+        check_once_per_run(config)
+        if config.benchmark.find_max_batch and config.data.progressive:
+            raise ConfigError(
+                "benchmark.find_max_batch", True, "false with data.progressive (each phase has its own batch)"
+            )
+        if config.benchmark.find_max_batch and config.distributed.scaling == Scaling.strong:
+            raise ConfigError(
+                "benchmark.find_max_batch",
+                True,
+                "false with distributed.scaling=strong (the search finds a batch per process)",
+            )
+        check_mlperf_log(config)
+        if config.train.resume and not config.checkpoint.every_epochs:
+            # resume is there to survive a crash: with no interval set it writes one at every epoch end
+            config.checkpoint.every_epochs = 1
 
     def preflight(self, config: BenchConfig) -> None:
         """The dataset, the device, the model, the machine: bench.train.scenario."""
@@ -68,26 +84,6 @@ class TrainScenario(ModelScenario):
         if found and config.tracking.run_name is None:  # the batch actually used names the run
             report.run_name = self.run_name(config, found)
         return report
-
-
-def check_train(config: BenchConfig) -> None:
-    check_arch(config.model)  # torch-free: before any run, from compose_config too
-    check_training_for_accuracy(config)
-    check_once_per_run(config)
-    if config.benchmark.find_max_batch and config.data.progressive:
-        raise ConfigError(
-            "benchmark.find_max_batch", True, "false with data.progressive (each phase has its own batch)"
-        )
-    if config.benchmark.find_max_batch and config.distributed.scaling == Scaling.strong:
-        raise ConfigError(
-            "benchmark.find_max_batch",
-            True,
-            "false with distributed.scaling=strong (the search finds a batch per process)",
-        )
-    check_mlperf_log(config)
-    if config.train.resume and not config.checkpoint.every_epochs:
-        # resume is there to survive a crash: with no interval set it writes one at every epoch end
-        config.checkpoint.every_epochs = 1
 
 
 def check_mlperf_log(config: BenchConfig) -> None:
