@@ -61,8 +61,7 @@ def check_labels(index: np.ndarray, classes: int, where: str) -> None:
     """Every record's label is a class of the split (a label outside [0, classes) would reach the loss
     as `IndexError: Target -1 is out of bounds`, mid-run)."""
     labels = index[:, 2]
-    bad = np.flatnonzero((labels < 0) | (labels >= classes))
-    if bad.size:
+    if (bad := np.flatnonzero((labels < 0) | (labels >= classes))).size:
         row = int(bad[0])
         raise DataError(
             f"{where} record {row} has label {int(labels[row])}, outside [0, {classes}) (the {classes} classes its "

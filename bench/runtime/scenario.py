@@ -169,8 +169,7 @@ def check_quiet(config: BenchConfig, device: Any) -> None:
             "benchmark.require_fit",
             True,
         )
-    verdict = wait_until_quiet(bench.require_fit_wait_s)
-    if not verdict.fit:
+    if not (verdict := wait_until_quiet(bench.require_fit_wait_s)).fit:
         raise ConfigProblem(
             f"benchmark.require_fit=true and the machine was not fit to measure after "
             f"benchmark.require_fit_wait_s={bench.require_fit_wait_s:g}: {'; '.join(verdict.reasons)}; "
@@ -293,8 +292,7 @@ def check_prefetch_fits(config: BenchConfig) -> None:
     workers = loader_workers(config, ranks)
     batch_bytes = config.distributed.per_process(config.data.batch_size) * 3 * data.image_size**2
     budget = int(psutil.virtual_memory().total) // 2
-    most = budget // max(1, ranks * workers * batch_bytes)
-    if data.prefetch_factor > most:
+    if data.prefetch_factor > (most := budget // max(1, ranks * workers * batch_bytes)):
         raise ConfigError(
             "data.prefetch_factor",
             data.prefetch_factor,

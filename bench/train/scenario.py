@@ -80,8 +80,8 @@ class TrainScenario(ModelScenario):
 
     def report(self, outcome: TrainOutcome, config: BenchConfig) -> TrainReport:
         report = TrainReport.from_outcome(outcome, config)
-        found = report.record.figure("batch_size_found")
-        if found and config.tracking.run_name is None:  # the batch actually used names the run
+        # the batch actually used names the run
+        if (found := report.record.figure("batch_size_found")) and config.tracking.run_name is None:
             report.run_name = self.run_name(config, found)
         return report
 
