@@ -11,6 +11,7 @@ one-sentence DataErrors, never as a worker's wrapped traceback.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import random
 import select
@@ -18,7 +19,6 @@ import threading
 import zlib
 from typing import Any, Dict, List, Optional, Tuple
 
-import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampler, get_worker_info
 
@@ -48,9 +48,8 @@ RING_SLOTS = 8  # shared-memory batches one worker may have in flight before it 
 def _shared_uint8(shape: Tuple[int, ...]) -> torch.Tensor:
     """A uint8 tensor in shared memory (as torch's default_collate allocates in a worker), so
     handing it to the main process copies nothing."""
-    storage = torch.UntypedStorage._new_shared(int(np.prod(shape)))
-    strides = tuple(int(np.prod(shape[i + 1 :])) for i in range(len(shape)))  # contiguous
-    return torch.tensor([], dtype=torch.uint8).set_(storage, 0, shape, strides)
+    storage = torch.UntypedStorage._new_shared(math.prod(shape))
+    return torch.tensor([], dtype=torch.uint8).set_(storage).view(shape)  # contiguous
 
 
 class _SharedBatchRing:
