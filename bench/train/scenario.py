@@ -55,8 +55,9 @@ class TrainScenario(ModelScenario):
             config.checkpoint.every_epochs = 1
 
     def preflight(self, config: BenchConfig) -> None:
-        """The dataset, the device, the model, the machine: bench.train.scenario."""
-        check_training(config)  # the dataset first: a missing one is refused before torch loads
+        """The dataset (a missing one is refused before torch loads), the device, the model, the machine
+        (bench.runtime.scenario), and training's own: the val split, the checkpoints (check_checkpoints)."""
+        check_model_run(config, validation=bool(config.train.eval_every), storage=check_checkpoints)
 
     def run_name(self, config: BenchConfig, batch_size: Optional[int] = None) -> str:
         """<model>-<precision>-bs<batch>[-x<processes>]; `batch_size`: the one find_max_batch found."""
@@ -98,11 +99,6 @@ def check_mlperf_log(config: BenchConfig) -> None:
         raise ConfigError(
             "train.mlperf_log", True, "false without the mlperf-logging package (pip install -e '.[mlperf]' brings it)"
         )
-
-
-def check_training(config: BenchConfig) -> Any:
-    """Raise the first problem; return the device the run will use (bench.runtime.scenario)."""
-    return check_model_run(config, validation=bool(config.train.eval_every), storage=check_checkpoints)
 
 
 def check_checkpoints(config: BenchConfig) -> None:

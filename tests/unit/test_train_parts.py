@@ -466,10 +466,10 @@ def test_float16_autocast_on_cpu_blames_the_key_that_is_wrong():
     ids=lambda v: v[-1] if isinstance(v, list) else v,
 )
 def test_what_cannot_fit_the_machine_is_refused_naming_the_key(overrides, key):
-    from bench.train.scenario import check_training
+    from bench.train.scenario import TrainScenario
 
     with pytest.raises(ConfigError) as info:
-        check_training(compose("allow_cpu=true", *overrides))
+        TrainScenario().preflight(compose("allow_cpu=true", *overrides))
     assert info.value.key == key and "\n" not in str(info.value)
 
 
@@ -484,19 +484,19 @@ def test_a_record_that_cannot_fit_in_memory_is_refused():
 
 def test_a_folder_of_non_images_is_a_dataset_problem_before_the_run(tmp_path):
     from bench.errors import ConfigProblem
-    from bench.train.scenario import check_training
+    from bench.train.scenario import TrainScenario
 
     for index in range(3):
         (tmp_path / "class0").mkdir(exist_ok=True)
         (tmp_path / "class0" / f"note{index}.jpg").write_text("not an image")
     with pytest.raises(ConfigProblem, match="none of its first 3 images can be decoded"):
-        check_training(compose("data=imagefolder", f"data.root={tmp_path}", "allow_cpu=true"))
+        TrainScenario().preflight(compose("data=imagefolder", f"data.root={tmp_path}", "allow_cpu=true"))
     (tmp_path / "class1").mkdir()
     (tmp_path / "class1" / "readme.txt").write_text("x")
     for note in (tmp_path / "class0").iterdir():
         note.unlink()
     with pytest.raises(ConfigProblem, match="holds no images"):
-        check_training(compose("data=imagefolder", f"data.root={tmp_path}", "allow_cpu=true"))
+        TrainScenario().preflight(compose("data=imagefolder", f"data.root={tmp_path}", "allow_cpu=true"))
 
 
 def test_a_failed_checkpoint_write_is_read_back_typed_and_makes_the_run_a_problem():
