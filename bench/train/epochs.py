@@ -146,15 +146,15 @@ class MeasuredWindow:
                 break
             if done % log_every == 0:
                 clock.sync()  # a log interval: the one place the host waits for the device
-                recent = min(log_every, done)
-                window = clock.seconds_between(len(clock) - 1 - recent, len(clock) - 1)
+                # the last log_every steps (done is a multiple of it)
+                window = clock.seconds_between(len(clock) - 1 - log_every, len(clock) - 1)
                 log.info(
                     "step %d%s  loss %.4f  %.1f img/s (last %d steps)",
                     done,
                     self.toward(done),
                     loss.item(),
-                    recent * run.data.batch_size / window,
-                    recent,
+                    log_every * run.data.batch_size / window,
+                    log_every,
                 )
         tally.steps, tally.images, tally.loss = done, images_done, loss
         return index
