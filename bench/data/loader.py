@@ -113,9 +113,6 @@ class BatchDataset(Dataset):
     def __getitems__(self, indices: List[int]) -> HostBatch:
         raise NotImplementedError
 
-    def __getitem__(self, index: int) -> HostBatch:
-        return self.__getitems__([index])
-
 
 def _start_worker(loader_pid: int, _worker_id: int) -> None:
     info = get_worker_info()
