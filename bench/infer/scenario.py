@@ -37,8 +37,7 @@ FLOPS_COLUMN = [("GFLOPs/image", "gflops_per_image_forward", "{:.2f}", 8)]  # a 
 
 
 TIMELINE = ("Per-batch latency", "Latency per batch (ms)", "latency_distribution.png")
-TIMELINE_METRIC = "latency_ms"  # the MLflow series of the per-batch latencies
-VIEW = model_view(InferMetrics, TIMELINE, TIMELINE_METRIC, FLOPS_COLUMN)
+VIEW = model_view(InferMetrics, TIMELINE, "latency_ms", FLOPS_COLUMN)  # latency_ms: the latencies' MLflow series
 LATENCY = ("mean", "p50", "p95", "p99", "min", "max")  # InferMetrics' latency_ms_<figure>s
 
 

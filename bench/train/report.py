@@ -42,8 +42,7 @@ SCALING_COLUMNS = [
 
 # plots: throughput and scaling efficiency vs process count, throughput vs batch, step times, accuracy
 TIMELINE = ("Step-time distribution", "Step time (ms)", "step_time_distribution.png")
-TIMELINE_METRIC = "step_time_ms"  # the MLflow series of the step times
-VIEW = model_view(TrainMetrics, TIMELINE, TIMELINE_METRIC, SCALING_COLUMNS)
+VIEW = model_view(TrainMetrics, TIMELINE, "step_time_ms", SCALING_COLUMNS)  # step_time_ms: the steps' MLflow series
 
 
 def _finite(value: Any) -> bool:
