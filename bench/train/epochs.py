@@ -39,6 +39,8 @@ from bench.train.result import Accuracy, EpochRecord, TrainResult
 from bench.train.resume import Position
 
 log = logging.getLogger(__name__)
+# the bar of a window a reached target may end early: the time left it shows is an upper bound
+TARGET_BAR = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, at most {remaining} left, {rate_fmt}]"
 
 
 @dataclass
@@ -77,9 +79,7 @@ class MeasuredWindow:
             leave=False,
             disable=None if benchmark.progress and run.ctx.is_reporter else True,
             desc=f"may stop at val top-1 {target:g}" if target is not None else None,
-            bar_format="{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, at most {remaining} left, {rate_fmt}]"
-            if target is not None
-            else None,
+            bar_format=TARGET_BAR if target is not None else None,
         )
         self.tally = WindowTally(epochs=list(run.history))
 
