@@ -21,7 +21,6 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
@@ -41,20 +40,6 @@ from bench.train.resume import Position
 log = logging.getLogger(__name__)
 # the bar of a window a reached target may end early: the time left it shows is an upper bound
 TARGET_BAR = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}, at most {remaining} left, {rate_fmt}]"
-
-
-@dataclass
-class WindowTally:
-    """What one measured window has counted so far, over its epochs."""
-
-    epochs: List[EpochRecord]  # a resumed run's earlier epochs first
-    steps: int = 0
-    images: int = 0
-    loss: torch.Tensor = field(default_factory=lambda: torch.zeros(()))
-    data_wait_ms: List[float] = field(default_factory=list)
-    stop: bool = False  # the window ends after this epoch (measure_steps/seconds, or the target reached)
-    reached: Optional[EpochRecord] = None  # the first epoch whose evaluation reached train.target_accuracy
-    evaluation: Dict[str, Any] = field(default_factory=dict)  # the last evaluation's figures
 
 
 class MeasuredWindow:
@@ -81,26 +66,33 @@ class MeasuredWindow:
             desc=f"may stop at val top-1 {target:g}" if target is not None else None,
             bar_format=TARGET_BAR if target is not None else None,
         )
-        self.tally = WindowTally(epochs=list(run.history))
+        # what the window has counted so far, over its epochs
+        self.epochs: List[EpochRecord] = list(run.history)  # a resumed run's earlier epochs first
+        self.steps = self.images = 0
+        self.loss = torch.zeros(())  # the last step's
+        self.data_wait_ms: List[float] = []  # the host's wait for each step's batch
+        self.stop = False  # the window ends after this epoch (measure_steps/seconds, or the target reached)
+        self.reached: Optional[EpochRecord] = None  # the first epoch whose evaluation reached train.target_accuracy
+        self.evaluation: Dict[str, Any] = {}  # the last evaluation's figures
 
     def wall_seconds(self) -> float:
         """Training wall time so far (time-to-accuracy's clock), a resumed run's earlier time included."""
         return time.perf_counter() - self.first_step_at + self.training.wall_offset
 
     def run(self) -> TrainResult:
-        run, tally = self.training, self.tally
+        run = self.training
         # while the bar is drawn, the root logger's console handlers write through tqdm.write (the bar
         # cleared, the line written, the bar redrawn below it): a log line never lands on the bar's line
         with logging_redirect_tqdm() if not self.progress.disable else contextlib.nullcontext():
             self.clock.mark()  # the window opens here
             for epoch in range(run.start.epoch, run.config.train.epochs):
-                if tally.steps >= self.planned or tally.stop:
+                if self.steps >= self.planned or self.stop:
                     break
                 run.mlperf.start("block_start", first_epoch_num=epoch + 1, epoch_count=1)
                 run.mlperf.start("epoch_start", epoch_num=epoch + 1)
                 skip = run.start.step_in_epoch if epoch == run.start.epoch else 0  # a resumed run's steps done
                 batches = run.data.enter(epoch, skip)
-                first = len(self.clock) - 1, len(tally.data_wait_ms)
+                first = len(self.clock) - 1, len(self.data_wait_ms)
                 steps = run.data.steps(epoch)
                 index = self.run_steps(batches, epoch, skip, steps)
                 self.close_epoch(epoch, first, index - skip, index >= steps)
@@ -118,11 +110,11 @@ class MeasuredWindow:
 
     def run_steps(self, batches: Any, epoch: int, skip: int, steps: int) -> int:
         """Epoch `epoch`'s steps from `skip` on; the index after the last step taken. The hot loop:
-        the counters are locals, written back to the tally once the epoch's steps end."""
-        run, clock, flag, progress, tally = self.training, self.clock, self.flag, self.progress, self.tally
+        the counters are locals, written back to the window once the epoch's steps end."""
+        run, clock, flag, progress = self.training, self.clock, self.flag, self.progress
         planned, log_every, deadline = self.planned, run.config.benchmark.log_every, self.deadline
         last_epoch = epoch == run.config.train.epochs - 1
-        data_wait, done, images_done, loss = tally.data_wait_ms, tally.steps, tally.images, tally.loss
+        data_wait, done, images_done, loss = self.data_wait_ms, self.steps, self.images, self.loss
         index = skip
         while index < steps:
             try:
@@ -142,7 +134,7 @@ class MeasuredWindow:
                 raise Interrupted(signal.Signals(flag.signum).name)
             at_sync_point = not run.ctx.distributed or done % log_every == 0 or done == planned
             if (at_sync_point and _deadline_passed(deadline, run.ctx)) or done >= planned:
-                tally.stop = index < steps or not last_epoch
+                self.stop = index < steps or not last_epoch
                 break
             if done % log_every == 0:
                 clock.sync()  # a log interval: the one place the host waits for the device
@@ -156,21 +148,21 @@ class MeasuredWindow:
                     log_every * run.data.batch_size / window,
                     log_every,
                 )
-        tally.steps, tally.images, tally.loss = done, images_done, loss
+        self.steps, self.images, self.loss = done, images_done, loss
         return index
 
     def close_epoch(self, epoch: int, first: Tuple[int, int], steps: int, complete: bool) -> None:
         """The epoch's record, then its evaluation and checkpoint when due (both outside the window);
         `first`: the clock mark and the data wait the epoch starts at; `steps`: the steps it took in
         this window; `complete`: it ran to its end."""
-        run, tally, train = self.training, self.tally, self.training.config.train
+        run, train = self.training, self.training.config.train
         self.clock.sync()
         record = self.epoch_record(epoch, first, steps)
         run.mlperf.end("epoch_stop", epoch_num=record.epoch, samples_count=record.images * run.ctx.world_size)
         if train.eval_every and run.val is not None and self.due(epoch, train.eval_every):
             self.evaluate(record)
         run.mlperf.end("block_stop", first_epoch_num=record.epoch)
-        tally.epochs.append(record)
+        self.epochs.append(record)
         if run.checkpoints is not None and complete and self.due(epoch, run.config.checkpoint.every_epochs):
             self.clock.pause()
             self.save(Position(epoch + 1))
@@ -180,14 +172,14 @@ class MeasuredWindow:
         """Epoch `epoch` (from 0) ends an interval of `every` epochs (0: none), the run or the window (a
         reached target ends it: asked again after the evaluation)."""
         last = epoch == self.training.config.train.epochs - 1
-        return last or self.tally.stop or bool(every and (epoch + 1) % every == 0)
+        return last or self.stop or bool(every and (epoch + 1) % every == 0)
 
     def evaluate(self, record: EpochRecord) -> None:
         """Validation on `record`'s epoch, left out of the window; a reached target ends the window."""
-        run, tally = self.training, self.tally
+        run = self.training
         self.clock.pause()
         run.mlperf.start("eval_start", epoch_num=record.epoch)
-        figures = tally.evaluation = evaluate(run.eager, run.val, run.policy, run.ctx)
+        figures = self.evaluation = evaluate(run.eager, run.val, run.policy, run.ctx)
         record.val_top1, record.val_top5 = figures["val_top1"], figures["val_top5"]
         run.mlperf.event("eval_accuracy", record.val_top1, epoch_num=record.epoch)
         run.mlperf.end("eval_stop", epoch_num=record.epoch)
@@ -202,8 +194,8 @@ class MeasuredWindow:
         )
         self.clock.resume()
         target = run.config.train.target_accuracy
-        if target is not None and record.val_top1 >= target and tally.reached is None:
-            tally.reached, tally.stop = record, True
+        if target is not None and record.val_top1 >= target and self.reached is None:
+            self.reached, self.stop = record, True
             reached = (
                 f"epoch {record.epoch}: val top-1 {record.val_top1:.4f} >= {target:g} after {record.wall_seconds:.1f} s"
             )
@@ -212,7 +204,7 @@ class MeasuredWindow:
     def epoch_record(self, epoch: int, first: Tuple[int, int], steps: int) -> EpochRecord:
         clock, data, (first_mark, first_wait) = self.clock, self.training.data, first
         span = clock.seconds_between(first_mark, len(clock) - 1)
-        data_wait = sum(self.tally.data_wait_ms[first_wait:]) / 1000.0  # the host waiting on next(batches)
+        data_wait = sum(self.data_wait_ms[first_wait:]) / 1000.0  # the host waiting on next(batches)
         batch = data.batch_size
         times = clock.step_times_ms(first_mark) if steps else []  # this epoch's only: epoch ends stay cheap
         return EpochRecord(
@@ -221,7 +213,7 @@ class MeasuredWindow:
             images=steps * batch,
             seconds=span,
             images_per_second=steps * batch / span if span > 0 else 0.0,
-            loss=float(self.tally.loss.item()),
+            loss=float(self.loss.item()),
             lr=float(self.training.step.applied_lr),  # the lr its last step trained with
             step_time_ms_p50=percentile(times, 50),
             data_wait_seconds=data_wait,
@@ -233,30 +225,30 @@ class MeasuredWindow:
     def save(self, position: Position) -> None:
         run = self.training
         if run.checkpoints is not None and run.ctx.is_reporter:
-            run.checkpoints.save(run.state(self.wall_seconds(), self.tally.epochs), position)
+            run.checkpoints.save(run.state(self.wall_seconds(), self.epochs), position)
 
     def figures(self) -> TrainResult:
         """The window's figures (bench.train.loop pools the repeats' and adds the run's)."""
-        tally, clock, run = self.tally, self.clock, self.training
+        clock, run = self.clock, self.training
         return TrainResult(
-            measured_steps=tally.steps,
-            measured_images=tally.images,
+            measured_steps=self.steps,
+            measured_images=self.images,
             window_seconds=clock.seconds_between(0, len(clock) - 1),
             step_times_ms=clock.step_times_ms(),
-            data_wait_ms=tally.data_wait_ms,
-            epochs=tally.epochs,
+            data_wait_ms=self.data_wait_ms,
+            epochs=self.epochs,
             final_lr=float(run.step.applied_lr),
-            final_loss=float(tally.loss.item()),
+            final_loss=float(self.loss.item()),
             accuracy=self.accuracy_figures(),
         )
 
     def accuracy_figures(self) -> Optional[Accuracy]:
         """The window's accuracy figures from its evaluated epochs; time to target where one is set (None
         without evaluation)."""
-        tally, target = self.tally, self.training.config.train.target_accuracy
-        if not (evaluated := [e for e in tally.epochs if e.val_top1 is not None]):
+        target = self.training.config.train.target_accuracy
+        if not (evaluated := [e for e in self.epochs if e.val_top1 is not None]):
             return None
-        reached = tally.reached
+        reached = self.reached
         return Accuracy(
             val_top1=evaluated[-1].val_top1,
             val_top5=evaluated[-1].val_top5,
@@ -264,7 +256,7 @@ class MeasuredWindow:
             eval_seconds=sum(e.eval_seconds or 0.0 for e in evaluated),
             evaluations=len(evaluated),
             train_wall_seconds=self.wall_seconds(),
-            val_images=tally.evaluation.get("val_images"),
+            val_images=self.evaluation.get("val_images"),
             target_accuracy=target,
             reached_target=(reached is not None) if target is not None else None,
             time_to_target_seconds=reached.wall_seconds if reached and target is not None else None,
