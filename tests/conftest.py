@@ -93,6 +93,8 @@ S3_CREDENTIALS = {
 
 
 def pytest_configure(config):
+    if os.environ.get("BENCH_TEST_FORK_LOG"):
+        config.pluginmanager.register(CpuPerTest())
     """A test run started in the background by a non-interactive shell (`bash .ci/run &`, nohup)
     inherits SIGINT ignored, and an ignored signal stays ignored across exec: every bench process
     the tests start would shrug off Ctrl-C. The tests that send it need SIGINT back; a handled
@@ -371,6 +373,32 @@ def stop_inside_the_next_fork() -> Iterator[Callable[[], list]]:
 
     yield arm
     _ARMED_FORK_STOPS.clear()
+
+
+class CpuPerTest:
+    """With BENCH_TEST_FORK_LOG=<file>: a line per test with its wall seconds and CPU seconds - the
+    pytest worker's own, the children it waited for, and the fork server's children - to see which
+    tests the suite's CPU goes to (processes nobody here waits for, such as Slurm jobs, are not seen)."""
+
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_protocol(self, item, nextitem):
+        import time
+
+        before, started = os.times(), time.monotonic()
+        forked = forked_bench.forked_cpu_s()
+        yield
+        after = os.times()
+        forked_bench.write_log(
+            {
+                "test": item.nodeid,
+                "wall_s": round(time.monotonic() - started, 2),
+                "own_s": round(after.user + after.system - before.user - before.system, 2),
+                "children_s": round(
+                    after.children_user + after.children_system - before.children_user - before.children_system, 2
+                ),
+                "forked_s": round(forked_bench.forked_cpu_s() - forked, 2),
+            }
+        )
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -199,23 +199,20 @@ def enabled() -> bool:
 def log(how: str, module: str, cwd, cpu_s: float, why: str = "") -> None:
     """With BENCH_TEST_FORK_LOG=<file>: a line per command (how it ran, why not forked, its CPU
     seconds, the test) appended to that file - to see what the suite spends where."""
+    test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
+    write_log({"how": how, "module": module, "cpu_s": round(cpu_s, 2), "why": why, "test": test, "pid": os.getpid()})
+
+
+def write_log(record: dict) -> None:
     path = os.environ.get("BENCH_TEST_FORK_LOG")
     if path:
-        test = os.environ.get("PYTEST_CURRENT_TEST", "").split(" ")[0]
         with open(path, "a") as out:
-            out.write(
-                json.dumps(
-                    {
-                        "how": how,
-                        "module": module,
-                        "cpu_s": round(cpu_s, 2),
-                        "why": why,
-                        "test": test,
-                        "pid": os.getpid(),
-                    }
-                )
-                + "\n"
-            )
+            out.write(json.dumps(record) + "\n")
+
+
+def forked_cpu_s() -> float:
+    """The CPU seconds of this process's fork server's children so far (as the server reaped them)."""
+    return _server.child_cpu_s if _server is not None and _server._pid == os.getpid() else 0.0
 
 
 class ForkServer:
