@@ -32,9 +32,10 @@ class BenchError(Exception):
     program to read (bench.api); None where the error is not about one key's value."""
 
     exit_code = EXIT_FAILED
-    key: Optional[str] = None
-    value: Any = None
-    accepted: Optional[str] = None
+
+    def __init__(self, sentence: str, key: Optional[str] = None, value: Any = None, accepted: Optional[str] = None):
+        self.key, self.value, self.accepted = key, value, accepted
+        super().__init__(sentence)
 
 
 class ConfigError(BenchError, ValueError):
@@ -43,10 +44,10 @@ class ConfigError(BenchError, ValueError):
     exit_code = EXIT_CONFIG
 
     def __init__(self, key: str, value: Any, accepted: str):
-        self.key, self.value, self.accepted = key, value, accepted
         # a secret-looking key or a URL with user:password is never echoed
         self.hidden = looks_secret(key) or (isinstance(value, str) and has_userinfo(value))
-        super().__init__(f"{key}={'<hidden>' if self.hidden else repr(value)} is not valid: accepted {accepted}.")
+        sentence = f"{key}={'<hidden>' if self.hidden else repr(value)} is not valid: accepted {accepted}."
+        super().__init__(sentence, key, value, accepted)
 
 
 class ConfigProblem(BenchError, ValueError):
@@ -56,19 +57,11 @@ class ConfigProblem(BenchError, ValueError):
 
     exit_code = EXIT_CONFIG
 
-    def __init__(self, sentence: str, key: Optional[str] = None, value: Any = None):
-        self.key, self.value = key, value
-        super().__init__(sentence)
-
 
 class DeviceError(BenchError):
     """No usable device for the requested run (no CUDA and allow_cpu=false, too few GPUs)."""
 
     exit_code = EXIT_CONFIG
-
-    def __init__(self, sentence: str, key: str, value: Any, accepted: str):
-        self.key, self.value, self.accepted = key, value, accepted
-        super().__init__(sentence)
 
 
 class DataError(BenchError):
