@@ -133,8 +133,7 @@ def run(
     # another run starts in the same second (bench.run_dirs, as `python -m bench`); with what this call makes of
     # it, which a refusal removes again (run_dirs.discard)
     if out_dir is None:
-        reserved = reserve(launch / RUN_BASE)
-        reserved.override = f"hydra.run.dir={reserved.path}"  # this call's: removed whole on a refusal
+        reserved = reserve(launch / RUN_BASE, key="hydra.run.dir")  # this call's: removed whole on a refusal
     else:
         reserved = Reserved(Path(out_dir), missing_dirs(Path(out_dir)))
     where = reserved.path

@@ -57,8 +57,9 @@ class Reserved:
             self.lock.release()  # removes the lock file, so discard can remove the directory it made
 
 
-def reserve(base: Path, now: Optional[float] = None) -> Reserved:
-    """`base/<date>/<time>` (local time, as Hydra's `now`), or `<time>-N` for the first N free."""
+def reserve(base: Path, now: Optional[float] = None, key: Optional[str] = None) -> Reserved:
+    """`base/<date>/<time>` (local time, as Hydra's `now`), or `<time>-N` for the first N free; `key`
+    (hydra.run.dir, hydra.sweep.dir): the override that puts the command there, this command's own."""
     stamp = time.localtime(now)
     day = Path(base) / time.strftime("%Y-%m-%d", stamp)
     hms = time.strftime("%H-%M-%S", stamp)
@@ -69,7 +70,7 @@ def reserve(base: Path, now: Optional[float] = None) -> Reserved:
         path = day / (hms if n == 1 else f"{hms}-{n}")
         try:
             os.mkdir(path)
-            return Reserved(path, [path, *made])
+            return Reserved(path, [path, *made], f"{key}={path.as_posix()}" if key else None)
         except FileExistsError:
             n += 1  # another process's: try the next suffix
         except FileNotFoundError:  # a refused command removed the date folder it had just made
@@ -119,9 +120,7 @@ def for_command(args: Sequence[str]) -> Optional[Reserved]:
     if named:  # the user's: noted only when this command is the one to make it
         return None if "${" in named[-1] else _claim(key, named[-1].strip("'\""), args)
     with contextlib.suppress(OSError):  # cannot be made here: Hydra says why in its one line
-        reserved = reserve(Path(SWEEP_BASE if multirun else RUN_BASE))
-        reserved.override = f"{key}={reserved.path.as_posix()}"
-        return reserved
+        return reserve(Path(SWEEP_BASE if multirun else RUN_BASE), key=key)
     return None
 
 
