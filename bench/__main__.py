@@ -32,15 +32,14 @@ def main(cfg: DictConfig) -> int:
 
 
 # keys whose value holds commas that are not a sweep: "0,128,512;5,160,384" is one schedule
-ONE_STRING_KEYS = ("data.progressive=", "+data.progressive=")
+ONE_STRING_KEYS = ("data.progressive", "+data.progressive")
 
 
 def quote_list_values(arg: str) -> str:
     """data.progressive=0,128,512;5,... reaches Hydra quoted, so its commas do not make a sweep."""
-    for key in ONE_STRING_KEYS:
-        value = arg[len(key) :]
-        if arg.startswith(key) and "," in value and value[:1] not in ("'", '"'):
-            return f"{key}'{value}'"
+    key, _, value = arg.partition("=")
+    if key in ONE_STRING_KEYS and "," in value and value[:1] not in ("'", '"'):
+        return f"{key}='{value}'"
     return arg
 
 
