@@ -56,10 +56,6 @@ class PlannedJob:
     params: Dict[str, Any]  # what the job asks for: the preset resolved against the job's own config
     job_dir: Path
 
-    @property
-    def request(self) -> str:
-        return json.dumps(self.params, sort_keys=True, default=str)
-
 
 def node_overrides() -> List[str]:
     """In the task submitit starts on each node of a multi-node Slurm job: the overrides that make
@@ -225,9 +221,10 @@ def _wait(handle: Any, job: str, limit_min: Any) -> None:
 
 
 def _grouped(jobs: List[PlannedJob]) -> List[List[PlannedJob]]:
+    """The jobs that ask alike (the same params), in order: each group goes out as one job array."""
     groups: Dict[str, List[PlannedJob]] = {}
     for job in jobs:
-        groups.setdefault(job.request, []).append(job)
+        groups.setdefault(json.dumps(job.params, sort_keys=True, default=str), []).append(job)
     return list(groups.values())
 
 
