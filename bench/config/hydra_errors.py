@@ -47,6 +47,8 @@ _IN_CONFIG = re.compile(r"^In '([^']+)': ")
 _NOT_A_KEY = re.compile(r"Key '([^']+)' not in")
 _APPEND_HINT = re.compile(r"use \+(\S+?)=(.*)$", re.MULTILINE)
 _NOT_IN_DEFAULTS = re.compile(r"Could not override '([^']+)'\. No match in the defaults list")
+# what the override grammar's parser says of an override it cannot read
+_UNPARSED = ("LexerNoViableAltException", "no viable alternative", "mismatched input", "extraneous input")
 _TYPE_WORDS = {"Integer": "an integer", "Float": "a number", "Boolean": "true or false", "String": "a string"}
 
 
@@ -101,16 +103,14 @@ def as_error(exc: BaseException, overrides: Optional[Sequence[str]] = None) -> B
         )
     if text.startswith("Ambiguous value"):
         return ConfigProblem(f"{_first_line(text)}: {SWEEP_ON_THE_COMMAND_LINE}; for a list write key=[a,b]")
-    if "LexerNoViableAltException" in text:  # a character the override grammar has no token for
-        return ConfigProblem(
-            f"a command-line override could not be parsed ({_first_line(text)}): quote a value that holds "
-            "spaces or special characters, e.g. 'tracking.run_name=\"my run!\"'"
+    if any(said in text for said in _UNPARSED):
+        # LexerNoViableAltException: a character the override grammar has no token for
+        fix = (
+            "quote a value that holds spaces or special characters, e.g. 'tracking.run_name=\"my run!\"'"
+            if "LexerNoViableAltException" in text
+            else "see https://hydra.cc/docs/advanced/override_grammar/basic"
         )
-    if "no viable alternative" in text or "mismatched input" in text or "extraneous input" in text:
-        return ConfigProblem(
-            f"a command-line override could not be parsed ({_first_line(text)}): see "
-            "https://hydra.cc/docs/advanced/override_grammar/basic"
-        )
+        return ConfigProblem(f"a command-line override could not be parsed ({_first_line(text)}): {fix}")
     detail = _first_line(text) + (f" ({_first_line(cause)})" if cause else "")
     return ConfigProblem(f"the config could not be composed: {detail}")
 
