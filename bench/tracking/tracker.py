@@ -48,7 +48,7 @@ class SweepJob:
 class Tracker:
     """One MLflow run. Methods never raise: a tracking failure is a warning, not a lost result."""
 
-    def __init__(self, client: Any = None, run_id: Optional[str] = None, uri: str = ""):
+    def __init__(self, client: Any = None, run_id: Optional[str] = None, uri: str = "", lost: str = ""):
         quiet_mlflow()
         self.client, self.run_id, self.uri = client, run_id, uri
         self.experiment_id: Optional[str] = None
@@ -56,7 +56,7 @@ class Tracker:
         self.name_suffix = ""  # "-job<N>" for a sweep job (a doctor's run: its label): kept when the run is renamed
         self.name = ""  # the run's name, tracked or not (run_summary.json keeps it: an upload later uses it)
         self._system_metrics: Any = None  # mlflow's SystemMetricsMonitor (tracking.system_metrics)
-        self.lost = ""  # why this run is not (or no longer) tracked: tracking.required makes it a failure
+        self.lost = lost  # why this run is not (or no longer) tracked: tracking.required makes it a failure
 
     @property
     def active(self) -> bool:
@@ -99,13 +99,10 @@ class Tracker:
                         tracker.finish("KILLED", error=str(stop) or type(stop).__name__)
                 raise
         except Exception as exc:  # a run that cannot be tracked still runs: said on stderr, in one line
-            untracked = cls(uri=uri)
-            untracked.lost = f"MLflow tracking at {redact(uri)} failed ({store.store_error(exc)})"
+            lost = f"MLflow tracking at {redact(uri)} failed ({store.store_error(exc)})"
             if warn:  # else the caller says it (tracking.required: the run's one [ERROR] line)
-                log.warning(
-                    "%s; this run is not tracked, its results are kept in the output directory only", untracked.lost
-                )
-            return untracked
+                log.warning("%s; this run is not tracked, its results are kept in the output directory only", lost)
+            return cls(uri=uri, lost=lost)
         return tracker
 
     def ui_link(
@@ -246,8 +243,8 @@ def open_run(
     name = (tracking.run_name or run_name) + suffix
 
     def untracked(uri: str = "", lost: str = "") -> Tracker:
-        off = Tracker(uri=uri)
-        off.name, off.name_suffix, off.lost = name, suffix, lost
+        off = Tracker(uri=uri, lost=lost)
+        off.name, off.name_suffix = name, suffix
         return off
 
     if not tracking.enabled:
