@@ -232,19 +232,11 @@ def cpu_seconds_with_children() -> float:
 class MachineWatch:
     """start() before the window, stop() -> Verdict after it; `gpu` (gpu_monitor.GpuWatch) is sampled alongside."""
 
-    def __init__(
-        self,
-        root: Optional[int] = None,
-        demand: Optional[Tuple[int, int, int, str]] = None,
-        gpu: Any = None,
-        interval_s: float = SAMPLE_INTERVAL_S,
-        cpu: bool = True,
-    ):
-        self.root = root if root is not None else root_pid()
+    def __init__(self, demand: Optional[Tuple[int, int, int, str]] = None, gpu: Any = None, cpu: bool = True):
+        self.root = root_pid()
         # cpu=False: the GPU's checks only (a rank other than 0: rank 0 judges the CPU); demand: (threads,
         # ranks on this host, loader workers per rank, what a thread is)
-        self.cpu, self.demand = cpu, demand
-        self.gpu, self.interval_s = gpu, interval_s
+        self.cpu, self.demand, self.gpu = cpu, demand, gpu
         self._stop = threading.Event()
         self._thread: Optional[threading.Thread] = None
 
@@ -267,11 +259,11 @@ class MachineWatch:
         self.tree.sample()
         now, used = time.monotonic(), self.tree.seconds()
         if now - self.last > PAUSE_S and used - self.used < 0.1 * (now - self.last):
-            self.paused += now - self.last - self.interval_s
+            self.paused += now - self.last - SAMPLE_INTERVAL_S
         self.last, self.used = now, used
 
     def _run(self) -> None:
-        while not self._stop.wait(self.interval_s):
+        while not self._stop.wait(SAMPLE_INTERVAL_S):
             self._sample()
             if self.gpu is not None:
                 self.gpu.sample()
