@@ -77,19 +77,6 @@ def _die_with_parent_on_exec(parent: int) -> Callable[[], None]:
     return functools.partial(die_with_parent, parent, signal.SIGTERM, ctrl_c=True)
 
 
-def stop_child(proc: "subprocess.Popen[Any]", grace_s: float = CHILD_GRACE_S) -> None:
-    """SIGTERM a child (it marks its runs KILLED), then SIGKILL it after `grace_s`; reaped either way."""
-    if proc.poll() is None:
-        with suppress(ProcessLookupError):
-            proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(grace_s)
-        except subprocess.TimeoutExpired:
-            with suppress(ProcessLookupError):
-                proc.kill()
-            proc.wait()
-
-
 def run_child(
     argv: Sequence[str], *, timeout: Optional[float] = None, grace_s: float = CHILD_GRACE_S, **popen: Any
 ) -> "subprocess.CompletedProcess[str]":
@@ -106,8 +93,15 @@ def run_child(
             )
         out, err = proc.communicate(timeout=timeout)
     except BaseException:
-        if proc is not None:
-            stop_child(proc, grace_s)
+        if proc is not None and proc.poll() is None:  # SIGTERM (it marks its runs KILLED), SIGKILL after grace_s
+            with suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(grace_s)
+            except subprocess.TimeoutExpired:
+                with suppress(ProcessLookupError):
+                    proc.kill()
+                proc.wait()  # reaped either way
         raise
     return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
 
