@@ -85,9 +85,7 @@ def write_packages(out_dir: Path) -> Path:
     """packages.txt: every installed package as name==version (the environment holds its hash)."""
     from bench.results import write_text
 
-    path = out_dir / PACKAGES_FILE
-    write_text(path, "\n".join(installed_packages()) + "\n")
-    return path
+    return write_text(out_dir / PACKAGES_FILE, "\n".join(installed_packages()) + "\n")
 
 
 def _git(*args: str) -> Optional[str]:
