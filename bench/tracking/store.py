@@ -302,8 +302,15 @@ def probe(uri: str, timeout_s: float) -> Optional[str]:
     words (credentials never shown). MLflow's own retries are bounded first (RETRY_DEFAULTS)."""
     for name, value in RETRY_DEFAULTS.items():
         os.environ.setdefault(name, value)
-    if (scheme := urllib.parse.urlparse(uri).scheme.split("+")[0]) in DATABASE_PORTS:
-        return _connect(uri, DATABASE_PORTS[scheme], timeout_s)
+    parsed = urllib.parse.urlparse(uri)
+    if (scheme := parsed.scheme.split("+")[0]) in DATABASE_PORTS:
+        if not parsed.hostname:  # a local socket: nothing to wait for
+            return None
+        try:
+            with socket.create_connection((parsed.hostname, parsed.port or DATABASE_PORTS[scheme]), timeout=timeout_s):
+                return None
+        except OSError as exc:
+            return redact(f"{type(exc).__name__}: {exc.strerror or exc}")
     if not uri.startswith(("http://", "https://")):
         return None
     url = USERINFO.sub(r"\1", uri).rstrip("/") + "/health"  # urllib takes no user:password in a URL
@@ -315,17 +322,6 @@ def probe(uri: str, timeout_s: float) -> Optional[str]:
     except (urllib.error.URLError, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", exc)
         return redact(f"{type(reason).__name__}: {reason}")
-
-
-def _connect(uri: str, default_port: int, timeout_s: float) -> Optional[str]:
-    parsed = urllib.parse.urlparse(uri)
-    if not parsed.hostname:  # a local socket: nothing to wait for
-        return None
-    try:
-        with socket.create_connection((parsed.hostname, parsed.port or default_port), timeout=timeout_s):
-            return None
-    except OSError as exc:
-        return redact(f"{type(exc).__name__}: {exc.strerror or exc}")
 
 
 def unreachable_line(uri: str, problem: str, timeout_s: float, out_dir: object = None) -> str:
