@@ -158,10 +158,11 @@ def test_no_module_over_300_lines(module):
 # 16,632: +6 so a rank's loader workers end with it (a pidfd watch, fork named), -10 (make_loader reads s3:// from
 # its config, a cell's absent() in one line, mode_name by the names a missing mode reads as).
 # 16,633: +1 so a worker on a kernel without pidfd (Linux before 5.3) is left to torch's watchdog, not ended.
-# 16,571: a fourth pass per package (2026-12-01, 17th session, -62: dead parameters and one-caller
+# 16,530: a fourth pass over every package (2026-12-01, 17th session, -103: dead parameters and one-caller
 # forwarders, pathlib's own checks in storage.local, MeasuredWindow holding its counts, loader_workers
-# calling resolve_workers); three helpers, one per package group, each found at most 40 honest lines.
-CODE_LINE_CEILING = 16_571
+# calling resolve_workers, BenchError's one __init__, package metadata read by the e-mail parser
+# importlib.metadata uses); five reviewers, one per package group, found 4 to 40 honest lines each.
+CODE_LINE_CEILING = 16_530
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
