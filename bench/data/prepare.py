@@ -18,6 +18,7 @@ import os
 import random
 import re
 import sys
+import threading
 import time
 from contextlib import contextmanager
 from typing import Any, Dict, Iterator, List, Mapping, Optional, Sequence, Tuple
@@ -29,7 +30,7 @@ from bench.config.storage import StorageLocation
 from bench.data.layout import imagefolder_base, scan_image_folder, shard_split_key, val_classes
 from bench.data.shardformat import encode_shard, is_bench_shard, make_meta, shard_key
 from bench.errors import DataError, Interrupted
-from bench.machine.children import die_with_parent, sigterm_raises
+from bench.machine.children import CHILD_GRACE_S, die_with_parent, sigterm_raises
 from bench.storage import writer_lock
 from bench.storage.base import open_store
 
@@ -73,13 +74,26 @@ def _write_shard(
 @contextmanager
 def _pool(processes: int) -> Iterator[Any]:
     """A spawn pool that is terminated however the block ends (SIGTERM raises Interrupted here). In each
-    pool process Ctrl-C is the parent's to handle, and the kernel kills it when its parent dies."""
+    pool process Ctrl-C is the parent's to handle, and the kernel kills it when its parent dies. A
+    worker still there CHILD_GRACE_S after the pool's SIGTERM is killed: one blocked in native code (an
+    S3 request) with a Python SIGTERM handler (coverage's, a site's) never runs it, and the pool's
+    terminate() would wait for it for ever."""
     spawn = multiprocessing.get_context("spawn")
+    stragglers: Optional[threading.Timer] = None
     try:
         with sigterm_raises(), spawn.Pool(processes, die_with_parent, (os.getpid(),)) as pool:
-            yield pool
+            try:
+                yield pool
+            finally:  # armed through the pool's terminate() as the block ends (it starts no worker after)
+                workers = list(pool._pool)  # type: ignore[attr-defined]
+                stragglers = threading.Timer(CHILD_GRACE_S, lambda: [w.kill() for w in workers if w.exitcode is None])
+                stragglers.daemon = True
+                stragglers.start()
     except KeyboardInterrupt:
         raise Interrupted("SIGINT") from None
+    finally:
+        if stragglers is not None:
+            stragglers.cancel()
 
 
 def clear_split(store: Any, split: str, keep: Sequence[str]) -> Tuple[List[str], List[str]]:

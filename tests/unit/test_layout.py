@@ -162,7 +162,9 @@ def test_no_module_over_300_lines(module):
 # forwarders, pathlib's own checks in storage.local, MeasuredWindow holding its counts, loader_workers
 # calling resolve_workers, BenchError's one __init__, package metadata read by the e-mail parser
 # importlib.metadata uses); five reviewers, one per package group, found 4 to 40 honest lines each.
-CODE_LINE_CEILING = 16_530
+# 16,541: +11 so a prepare pool's worker blocked in native code with a Python SIGTERM handler (coverage's) is
+# killed after the grace, not waited for ever (bench.data.prepare._pool).
+CODE_LINE_CEILING = 16_541
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):

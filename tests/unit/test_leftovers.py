@@ -164,3 +164,46 @@ def test_a_stop_taken_while_a_child_starts_lands_after_its_start_and_stops_it(st
         run_child([sys.executable, "-c", "import time; time.sleep(300)"], grace_s=30)
     assert raised_inside == [False]
     assert {child.pid for child in psutil.Process().children()} == before
+
+
+def _stuck_in_native_code(ready: str) -> None:
+    """A pool task that takes a Python SIGTERM handler (as coverage's `sigterm = true` gives every
+    process) and then blocks where no Python runs: a second lock of a default pthread mutex waits in
+    the kernel for ever, as a worker in an S3 client's native request does."""
+    import ctypes
+    import signal
+
+    signal.signal(signal.SIGTERM, lambda *_: os._exit(0))  # never runs: the main thread is in C
+    mutex = ctypes.create_string_buffer(64)  # zeroed: glibc's PTHREAD_MUTEX_INITIALIZER, a normal mutex
+    libc = ctypes.CDLL(None)
+    libc.pthread_mutex_lock(mutex)
+    with open(ready, "w") as flag:
+        flag.write("stuck\n")
+    libc.pthread_mutex_lock(mutex)
+
+
+@pytest.mark.slow  # starts a process (a spawn pool's worker)
+def test_a_prepare_pools_worker_deaf_to_sigterm_is_killed_and_the_pool_ends(tmp_path):
+    """`python -m bench.data prepare` stopped while a pool worker was inside a native S3 request, run
+    under coverage (its SIGTERM handler in every process), waited for ever: the pool's terminate()
+    SIGTERMs each worker and joins it. bench's pool kills a worker still there after the grace."""
+    from bench.data.prepare import _pool
+
+    ready = tmp_path / "ready"
+    fired = threading.Event()
+    with pytest.raises(RuntimeError, match="stopped"):
+        with _pool(1) as pool:
+            pool.apply_async(_stuck_in_native_code, (str(ready),))
+            deadline = time.monotonic() + 300  # a hang guard; the event: the worker is in its task
+            while not ready.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert ready.exists()
+            worker = psutil.Process(pool._pool[0].pid)
+            # a hang guard that fails the test: without bench's kill, the pool would wait for ever
+            guard = threading.Timer(300, lambda: (fired.set(), worker.kill()))
+            guard.daemon = True
+            guard.start()
+            raise RuntimeError("stopped")
+    guard.cancel()
+    assert not fired.is_set(), "the pool waited for its stuck worker until the test's guard killed it"
+    assert not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
