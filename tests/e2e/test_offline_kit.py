@@ -74,10 +74,14 @@ def test_the_kit_installs_with_no_index_into_a_fresh_venv_and_runs_the_smoke_com
     assert smoke.returncode == 0, err
     metrics = json.loads(out.strip().splitlines()[-1])["radix_metrics"]
     assert metrics["images_per_second"] > 0
+    # where the venv's Python finds bench and mlflow (their specs: importing them again would compile
+    # both from source once more, seconds of CPU; the smoke run above imported and ran both)
     where = subprocess.run(
-        [py, "-c", "import bench, mlflow; print(bench.__file__)"], cwd=work, capture_output=True, text=True, env=env
-    )
-    assert where.stdout.startswith(str(venv)), where  # bench (and mlflow) from the kit, not this checkout
+        [py, "-c", "from importlib.util import find_spec as at; print(at('bench').origin); print(at('mlflow').origin)"],
+        cwd=work, capture_output=True, text=True, env=env,
+    )  # fmt: skip
+    found = where.stdout.splitlines()  # bench and mlflow from the kit, not this checkout
+    assert len(found) == 2 and all(path.startswith(str(venv)) for path in found), where
     assert (work / "mlflow.db").is_file() and "MLflow run" in err
 
     errors = [line for line in s3.stderr.splitlines() if line.startswith("[ERROR]")]
