@@ -132,23 +132,6 @@ def kit_args(wheels, have: str, *more: str) -> List[str]:
             "--source", str(wheels.source), "--python", wheels.python, *more]  # fmt: skip
 
 
-def test_a_kit_from_a_wheel_folder_judges_markers_on_the_targets_python_and_says_what_it_does(bench, wheels):
-    done = bench.run(*kit_args(wheels, "alpha==1.0\n", "--find-links", str(wheels.folder)), module="bench.tools.kit",
-                     env=wheels.env)  # fmt: skip
-    assert done.returncode == 0, done.stderr
-    manifest = json.loads((wheels.tmp.parent / "kit" / "kit.json").read_text())
-    assert sorted(manifest["wheels"]) == [
-        "bench-0.0.1-py3-none-any.whl", "beta-2.0-py3-none-any.whl", "gamma-3.0-py3-none-any.whl"
-    ]  # fmt: skip  # gamma: beta's marker, true on the target's Python (whichever runs the kit)
-    assert manifest["python"] == wheels.version and manifest["from_target"] == {"alpha": "1.0"}
-    said = [line for line in done.stderr.splitlines() if line.startswith("kit: ")]
-    assert said[:2] == [f"kit: building bench's wheel from {wheels.source}",
-                        "kit: checking the target's 1 pins for wheels (at most 600 s)"]  # fmt: skip
-    assert "kit: resolving bench's requirements for the target (at most " in done.stderr
-    assert "kit: downloading 2 wheels" in done.stderr
-    assert list(wheels.tmp.iterdir()) == []
-
-
 def test_a_pin_the_index_cannot_meet_is_one_error_line_before_the_resolve(bench, wheels):
     done = bench.run(*kit_args(wheels, "alpha==2.0\nbeta\n", "--find-links", str(wheels.folder)),
                      module="bench.tools.kit", env=wheels.env)  # fmt: skip
@@ -229,7 +212,12 @@ def test_a_kit_killed_outright_leaves_its_folders_in_its_out_where_the_next_buil
     bench, wheels, silent_server
 ):
     """SIGKILL runs no handler: the temporary folders stay, in --out/.work (not TMPDIR), the kit's pip
-    dies with it (PR_SET_PDEATHSIG), and the next build into that --out clears them and succeeds."""
+    dies with it (PR_SET_PDEATHSIG), and the next build into that --out clears them and succeeds.
+    That build (from the wheel folder, the target pinning alpha==1.0) is also the kit built for real:
+    it judges beta's marker on the target's Python (gamma comes with it), leaves out what the target
+    has (alpha), writes kit.json and says what it does, step by step, leaving nothing in TMPDIR (it was
+    test_a_kit_from_a_wheel_folder_judges_markers_on_the_targets_python_and_says_what_it_does, a
+    second full build of its own)."""
     index, proc = resolving_kit(bench, wheels, silent_server)
     proc.kill()
     proc.communicate(timeout=60)
@@ -238,10 +226,20 @@ def test_a_kit_killed_outright_leaves_its_folders_in_its_out_where_the_next_buil
     assert list(wheels.tmp.iterdir()) == []
     kits_pip = [p for p in pips(index) if p.info["cmdline"][:3] == [sys.executable, "-m", "pip"]]
     assert psutil.wait_procs(kits_pip, timeout=60)[1] == []  # (pip --python's second pip is its to end)
-    again = bench.run(*kit_args(wheels, "", "--find-links", str(wheels.folder)), module="bench.tools.kit",
+    again = bench.run(*kit_args(wheels, "alpha==1.0\n", "--find-links", str(wheels.folder)), module="bench.tools.kit",
                       env=wheels.env)  # fmt: skip
     assert again.returncode == 0, again.stderr
     assert not work.exists() and list(wheels.tmp.iterdir()) == []
+    manifest = json.loads((wheels.tmp.parent / "kit" / "kit.json").read_text())
+    assert sorted(manifest["wheels"]) == [
+        "bench-0.0.1-py3-none-any.whl", "beta-2.0-py3-none-any.whl", "gamma-3.0-py3-none-any.whl"
+    ]  # fmt: skip  # gamma: beta's marker, true on the target's Python (whichever runs the kit)
+    assert manifest["python"] == wheels.version and manifest["from_target"] == {"alpha": "1.0"}
+    said = [line for line in again.stderr.splitlines() if line.startswith("kit: ")]
+    assert said[:2] == [f"kit: building bench's wheel from {wheels.source}",
+                        "kit: checking the target's 1 pins for wheels (at most 600 s)"]  # fmt: skip
+    assert "kit: resolving bench's requirements for the target (at most " in again.stderr
+    assert "kit: downloading 2 wheels" in again.stderr
 
 
 @pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
