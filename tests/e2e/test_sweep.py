@@ -213,9 +213,11 @@ def test_report_cli_rebuilds_the_table_from_mlflow(sweep, bench, tmp_path):
     assert not (tmp_path / "mlflow.db").exists()  # --tracking-uri was used, no default store created
 
 
-@pytest.mark.parametrize("target", ["/nonexistent/sweep", "0123456789abcdef0123456789abcdef"])
+@pytest.mark.parametrize("target", ["0123456789abcdef0123456789abcdef"])
 def test_report_cli_rejects_an_unknown_sweep(sweep, bench, tmp_path, target):
-    """Neither a directory nor a run of the (real, populated) store: exit 2, one line."""
+    """Neither a directory nor a run of the (real, populated) store: exit 2, one line. A path that is
+    no directory (the case `/nonexistent/sweep` once here) is the bad-input table's row "report of no
+    sweep" (tests/reliability/bad_inputs.py: exit 2, the one line, nothing written), run in-process."""
     proc = bench.run("--sweep", target, "--tracking-uri", sweep.uri, module="bench.report")
     assert proc.returncode == 2, f"{proc.stdout}\n{proc.stderr}"
     errors = bench.error_lines(proc.stderr)
@@ -276,12 +278,26 @@ def test_compare_of_two_jobs_names_baseline_then_candidate_whole_and_the_keys_th
 # ---- a sweep with a failing job ------------------------------------------------------------------
 
 
+def _has_submitit_launcher() -> bool:
+    try:
+        import hydra_plugins.hydra_submitit_launcher  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
 @pytest.fixture(scope="module")
 def failing_sweep(tmp_path_factory, bench_at, tiny_args):
+    """fp32 (runs) then amp_fp16 (fails on a CPU), into a store of its own. On submitit's local executor
+    (hydra/launcher=slurm_local: every job in processes of its own) where bench[slurm] is installed, so
+    the slurm_local test reads this one sweep too; on Hydra's basic launcher without it. The basic
+    launcher's failing jobs keep their proof in all_failed's sweep (both jobs fail in the sweep's own
+    process, the second still runs)."""
     root = tmp_path_factory.mktemp("failing")
     bench = bench_at(root).with_store()
-    proc = bench.run("-m", *tiny_args, "precision=fp32,amp_fp16", f"hydra.sweep.dir={root}/sweep")
-    return SimpleNamespace(uri=bench.uri, proc=proc, dir=root / "sweep", bench=bench)
+    launcher = ["hydra/launcher=slurm_local"] if _has_submitit_launcher() else []
+    proc = bench.run("-m", *tiny_args, *launcher, "precision=fp32,amp_fp16", f"hydra.sweep.dir={root}/sweep")
+    return SimpleNamespace(uri=bench.uri, proc=proc, dir=root / "sweep", bench=bench, launcher=launcher)
 
 
 def test_failing_job_does_not_stop_the_sweep(failing_sweep):
@@ -395,18 +411,17 @@ def test_a_sweep_into_an_earlier_sweeps_folder_says_so(all_failed, bench, tiny_a
 # ---- jobs in processes of their own: hydra/launcher=slurm_local (submitit's local executor) -------
 
 
-def test_a_slurm_local_sweep_runs_each_job_apart_one_at_a_time_under_one_parent(bench, tiny, tmp_path):
+def test_a_slurm_local_sweep_runs_each_job_apart_one_at_a_time_under_one_parent(failing_sweep):
     """What a Slurm sweep does, without Slurm: every job in processes of its own (a pickled job, as
-    on a cluster node), their child runs still under the one parent, counted where the sweep started."""
-    bench.with_store()
+    on a cluster node), their child runs still under the one parent, counted where the sweep started.
+    The sweep is failing_sweep's (`-m <tiny> hydra/launcher=slurm_local precision=fp32,amp_fp16`), which
+    runs on slurm_local wherever this test does not skip."""
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
-    sweep_dir = tmp_path / "sweep"
-    proc = bench.run(
-        "-m", *tiny, "hydra/launcher=slurm_local", "precision=fp32,amp_fp16", f"hydra.sweep.dir={sweep_dir}"
-    )
+    assert failing_sweep.launcher == ["hydra/launcher=slurm_local"]
+    proc, sweep_dir = failing_sweep.proc, failing_sweep.dir
     assert proc.returncode == 1, f"{proc.stdout}\n{proc.stderr[-5000:]}"  # amp_fp16 cannot run on a CPU
     assert proc.stdout.count('{"radix_metrics"') == 1 and "Traceback" not in proc.stderr
-    parents, children = _split(bench.runs())
+    parents, children = _split(failing_sweep.bench.runs())
     assert len(parents) == 1 and len(children) == 2
     parent = parents[0]
     assert parent.data.tags["sweep.jobs"] == "2" and parent.data.tags["sweep.failed_jobs"] == "1"
