@@ -128,21 +128,22 @@ def test_synthetic_data_with_a_small_model_is_compute_bound_and_its_what_ifs_are
         *FAST_MODEL,
         "data.num_classes=10",
         "tracking.enabled=false",
-        "doctor.budget_s=20",
+        "doctor.budget_s=12",  # windows of 1.2 s (compute, full) and 1 s (a what-if): hundreds of 8 px steps each
         f"doctor.out={out}",
         module="bench.doctor",
     )
     assert proc.returncode == 0, proc.stdout + proc.stderr
     report = json.loads((out / "doctor.json").read_text())
-    full = next(r for r in report["rungs"] if r["name"] == "full")
-    if full["fit"] is False:  # a busy machine (this box under pytest -n): said first, no bound called
+    training = [r for r in report["rungs"] if r["name"] in ("compute", "full")]
+    if any(r["fit"] is False for r in training):  # a busy machine (this box under pytest -n): said first, no bound
+        # called (the compute ceiling's window alone unfit counts too: the full run's alone was the case asked)
         assert report["verdict"] == "unfit" and report["sentence"].startswith("not fit to measure: "), report
         assert report["figures_verdict"] not in ("input-bound", "storage-bound")  # no input pipeline to blame
     else:
         assert report["verdict"] == report["figures_verdict"] == "compute-bound", report["sentence"]
         assert "the data is synthetic (no input pipeline)" in report["sentence"]
     assert report["wall_s"] >= report["elapsed_s"] >= report["setup_s"] > 0
-    assert f"time: {report['wall_s']:,.0f} s wall time of a 20 s budget" in proc.stdout
+    assert f"time: {report['wall_s']:,.0f} s wall time of a 12 s budget" in proc.stdout
     skipped = {r["name"]: r["skipped"] for r in report["rungs"] if r["skipped"]}
     assert set(skipped) == {"loader", "storage", "allreduce"}
     what_ifs = {w["name"]: w for w in report["what_ifs"]}
