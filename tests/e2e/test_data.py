@@ -6,7 +6,9 @@ storage=s3), and the loader benchmark command."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
+import threading
 
 import pytest
 
@@ -190,6 +192,32 @@ def test_one_prepare_per_destination_and_a_shard_overwritten_since_is_refused(be
     assert f"pid {first.pid}" in line and not bench.runs()
 
 
+def _descendants(pid: int) -> list:
+    """The pids under `pid`, read from its own tree (/proc/PID/task/TID/children: each thread's
+    children): psutil's children(recursive=True) reads every process's /proc/PID/stat on each call
+    (~7 ms on a busy machine, 50 times a second here). psutil's walk where the kernel lacks that file."""
+    import psutil
+
+    if not os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children"):
+        return [child.pid for child in psutil.Process(pid).children(recursive=True)]
+    found, stack = [], [pid]
+    while stack:
+        parent = stack.pop()
+        try:
+            threads = os.listdir(f"/proc/{parent}/task")
+        except OSError:
+            continue  # it ended
+        for thread in threads:
+            try:
+                with open(f"/proc/{parent}/task/{thread}/children") as listing:
+                    children = [int(child) for child in listing.read().split()]
+            except OSError:
+                continue  # the thread (or the process) ended
+            found += children
+            stack += children
+    return found
+
+
 def prepare_watching_children(bench, src, dst, *extra, env=None):
     """`prepare` as a real process whose process tree is snapshotted until it exits: (the ended
     process, every descendant seen, their command lines)."""
@@ -204,9 +232,10 @@ def prepare_watching_children(bench, src, dst, *extra, env=None):
     deadline = time.monotonic() + HANG_GUARD_S
     while proc.poll() is None and time.monotonic() < deadline:
         try:
-            for child in psutil.Process(proc.pid).children(recursive=True):
-                if child.pid not in seen:
-                    seen[child.pid] = child
+            for pid in _descendants(proc.pid):
+                if pid not in seen:
+                    child = psutil.Process(pid)
+                    seen[pid] = child
                     commands.append(" ".join(child.cmdline()))
         except psutil.NoSuchProcess:
             pass
@@ -329,16 +358,47 @@ def test_strict_stops_at_a_corrupt_image_naming_it(bench, base, datasets, tmp_pa
     assert run.info.status == "FAILED"
 
 
-def test_prepare_errors_are_one_line(bench, datasets, tmp_path):
-    missing = prepare(bench, tmp_path / "nope", tmp_path)
+def _bad_inputs():
+    """tests/reliability/bad_inputs.py (the bad-input table's module): its run_in_process runs a
+    command's `__main__` in this process as `python -m` does, with the process state restored."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    if "bad_inputs" not in sys.modules:
+        path = Path(__file__).resolve().parents[1] / "reliability" / "bad_inputs.py"
+        spec = importlib.util.spec_from_file_location("bad_inputs", path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules["bad_inputs"] = module
+        spec.loader.exec_module(module)
+    return sys.modules["bad_inputs"]
+
+
+def test_prepare_errors_are_one_line(bench, datasets, tmp_path, capfd, monkeypatch):
+    """Each refusal of `python -m bench.data prepare` is one line. The bad value given by --storage
+    runs as a real process (the command-line path); the other three run the same `__main__` code in
+    this process (bad_inputs.run_in_process, as the bad-input table does: its rows "prepare from
+    nowhere", "prepare into a file" and "prepare with a misspelt storage key" hold them too)."""
+
+    def prepare_in_process(src, dst, *extra):
+        return _bad_inputs().run_in_process(
+            "bench.data", ["prepare", "--src", str(src), "--dst", str(dst), "--workers", "1", "--no-progress", *extra],
+            capfd,
+        )  # fmt: skip
+
+    for variable, value in bench.env().items():
+        monkeypatch.setenv(variable, value)
+    monkeypatch.delenv("HYDRA_FULL_ERROR", raising=False)
+    monkeypatch.chdir(bench.cwd)
+    missing = prepare_in_process(tmp_path / "nope", tmp_path)
     assert f"--src '{tmp_path / 'nope'}' does not exist" in one_error_line(bench, missing, 2)
     datasets.image_folder(tmp_path / "flat", images=4)
     blocker = tmp_path / "a-file"
     blocker.write_text("x")  # the destination cannot be a directory: refused before any work (issue 33)
-    refused = one_error_line(bench, prepare(bench, tmp_path / "flat", blocker), 2)
+    refused = one_error_line(bench, prepare_in_process(tmp_path / "flat", blocker), 2)
     assert f"--dst='{blocker}' is not valid: accepted a directory this user can write" in refused
     # --storage goes through the schema like any storage.KEY=VALUE override
-    bad_key = prepare(bench, tmp_path / "flat", "s3://b/p", "--storage", "endpont=http://x:1")
+    bad_key = prepare_in_process(tmp_path / "flat", "s3://b/p", "--storage", "endpont=http://x:1")
     assert "storage.endpont" in one_error_line(bench, bad_key, 2) and "did you mean storage.endpoint" in bad_key.stderr
     bad_value = prepare(bench, tmp_path / "flat", "s3://b/p", "--storage", "client=s3fs")
     assert "storage.client='s3fs' is not valid" in one_error_line(bench, bad_value, 2)
