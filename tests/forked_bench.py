@@ -35,7 +35,9 @@ Where a fork could differ from a fresh process, `Bench.run` execs as before:
   or the interpreter reads at start (OMP_*, MKL_*, TORCH*, CUDA*, NCCL_*, LD_*, PYTHON* except
   PYTHONUNBUFFERED, MALLOC*, LC_*, ... - see UNSAFE_PREFIXES; a credential's name there, such as
   CUDA_API_TOKEN, or a name the canary tests made up, such as OMP_CANARY_URL, is no library's
-  setting and forks);
+  setting and forks); XDG_CACHE_HOME forks (REDERIVED: the one value an import keeps from it,
+  torchvision's `_HOME`, is derived again in the child from its own environment) unless the
+  server saw something else read it while it imported;
 - a working directory that is not a directory, a forked pytest process, or a server that could
   not start or died (a warning says so once).
 `Bench.start` (the signal and long-running tests) forks the same way without waiting: a
@@ -153,14 +155,32 @@ CREDENTIAL_SUFFIXES = ("_TOKEN", "_PASSWORD", "_KEY", "_AUTH", "_SECRET")
 # A name the canary tests make up under one of those prefixes to carry a planted value
 # (TORCH_CANARY_URL, OMP_CANARY_URL): no library knows a made-up name, so the same holds.
 MADE_UP = "_CANARY_"
+# Variables that the server's imports read only to keep a value derived from them, which a child derives
+# again from its own environment exactly as the module does at import (_derived, _rederive): a
+# difference in one forks. Each with the only place allowed to read it while the server imports, as
+# (file, function) pairs from the reader outward: torchvision._internally_replaced_utils keeps
+# `_HOME = os.path.join(torch.hub._get_torch_home(), "datasets", "vision")` ($TORCH_HOME, else
+# $XDG_CACHE_HOME/torch, else ~/.cache/torch). Nothing else the server imports reads XDG_CACHE_HOME
+# then: torch.hub's get_dir() and torch._appdirs compute it when called, mlflow, hydra, numpy, PIL and
+# matplotlib (not preloaded) read no XDG_CACHE_HOME at import, and no C library calls getenv for it
+# while they load (an LD_PRELOAD getenv tracer over the imports: none; libtorch and triton name it
+# only for caches made when asked). A read from anywhere else (another version of a library) counts
+# as any read does, and the difference execs. TORCH_HOME and HOME, read by the same line, stay
+# guarded (TORCH*, HOME); so does every other XDG_* variable (XDG_CONFIG_HOME: MLflow's telemetry id).
+REDERIVED = {
+    "XDG_CACHE_HOME": (("torch/hub.py", "_get_torch_home"), ("torchvision/_internally_replaced_utils.py", "<module>"))
+}
 
 
-def _unsafe_difference(start_env: dict, env: dict, value_keys: frozenset, presence_keys: frozenset):
+def _unsafe_difference(
+    start_env: dict, env: dict, value_keys: frozenset, presence_keys: frozenset, rederived: frozenset = frozenset()
+):
     """The first variable in which `env` differs from the server's in a way its imports or its
-    start could have seen; None when a fork is as good as an exec."""
+    start could have seen; None when a fork is as good as an exec. `rederived`: the REDERIVED
+    variables the server found read only where REDERIVED says (a child derives their values again)."""
     for key in sorted(set(start_env) | set(env)):
         before, after = start_env.get(key), env.get(key)
-        if before == after or key in ALLOWED:
+        if before == after or key in ALLOWED or key in rederived:
             continue
         made_up = key.endswith(CREDENTIAL_SUFFIXES) or MADE_UP in key
         if made_up and key not in value_keys and key not in presence_keys:
@@ -231,6 +251,7 @@ class ForkServer:
         self._start_env: dict = {}
         self._value_keys: frozenset = frozenset()
         self._presence_keys: frozenset = frozenset()
+        self._rederived: frozenset = frozenset()
         self._broken = ""
         self.forks = 0
         self.execs = 0
@@ -269,6 +290,7 @@ class ForkServer:
             return
         self._value_keys = frozenset(ready["value_keys"])
         self._presence_keys = frozenset(ready["presence_keys"])
+        self._rederived = frozenset(ready.get("rederived", ()))
 
     def _fail(self, why: str) -> None:
         import warnings
@@ -321,7 +343,7 @@ class ForkServer:
         if self._broken:
             return self._broken
         if self._proc is not None:
-            key = _unsafe_difference(self._start_env, env, self._value_keys, self._presence_keys)
+            key = _unsafe_difference(self._start_env, env, self._value_keys, self._presence_keys, self._rederived)
             if key:
                 return f"{key} differs from the server's environment"
         return ""
@@ -673,12 +695,13 @@ def _record_env_reads():
     """Patches os.environ to record what the imports do with it: the variables read (by value, or
     only whether set), the places that iterate over it, and what they set or remove (torch sets
     TORCHINDUCTOR_CACHE_DIR; MLflow removes its telemetry session under pytest), to be done again
-    to each child's environment. Returns (value_keys, presence_keys, iterations, changes, undo)."""
+    to each child's environment; and `foreign`: the REDERIVED variables read from anywhere but the
+    place REDERIVED names. Returns (value_keys, presence_keys, iterations, changes, undo, foreign)."""
     import traceback
 
     environ_type = os._Environ
     saved = {name: getattr(environ_type, name) for name in ("__getitem__", "__iter__", "__setitem__", "__delitem__")}
-    value_keys, presence_keys, iterations, changes = set(), set(), [], []
+    value_keys, presence_keys, iterations, changes, foreign = set(), set(), [], [], set()
 
     def decoded(key):
         return os.fsdecode(key) if isinstance(key, bytes) else key
@@ -686,6 +709,8 @@ def _record_env_reads():
     def recording_getitem(self, key):
         caller = sys._getframe(1).f_code
         name = decoded(key)
+        if name in REDERIVED and not _read_where_allowed(sys._getframe(1), REDERIVED[name]):
+            foreign.add(name)
         if "_collections_abc" in caller.co_filename:
             if caller.co_name == "__contains__":
                 presence_keys.add(name)
@@ -717,7 +742,41 @@ def _record_env_reads():
         for name, method in saved.items():
             setattr(environ_type, name, method)
 
-    return value_keys, presence_keys, iterations, changes, undo
+    return value_keys, presence_keys, iterations, changes, undo, foreign
+
+
+def _read_where_allowed(frame, allowed: tuple) -> bool:
+    """Whether the frames outward from `frame` (os.getenv's and Mapping.get's skipped) are the
+    (file, function) pairs of `allowed`, in that order."""
+    places = []
+    while frame is not None and len(places) < len(allowed):
+        code = frame.f_code
+        if not (code.co_filename in ("<frozen os>", os.__file__) or "_collections_abc" in code.co_filename):
+            places.append((code.co_filename.replace(os.sep, "/"), code.co_name))
+        frame = frame.f_back
+    return len(places) == len(allowed) and all(
+        filename.endswith("/" + suffix) and name == function
+        for (filename, name), (suffix, function) in zip(places, allowed, strict=True)
+    )
+
+
+def _derived() -> dict:
+    """{(module, attribute): value}: what the preloaded modules keep from a REDERIVED variable,
+    computed from this process's environment now, as the module computes it at import."""
+    values = {}
+    if "torchvision._internally_replaced_utils" in sys.modules:
+        from torch.hub import _get_torch_home
+
+        values[("torchvision._internally_replaced_utils", "_HOME")] = os.path.join(
+            _get_torch_home(), "datasets", "vision"
+        )
+    return values
+
+
+def _rederive() -> None:
+    """In a child whose environment is in place: the values of _derived() set from it."""
+    for (module, attribute), value in _derived().items():
+        setattr(sys.modules[module], attribute, value)
 
 
 def _serve(sock: socket.socket, dispositions: dict, mask):
@@ -869,6 +928,7 @@ def _become(request: dict, fds: list, dispositions: dict, mask, changes: list) -
             os.environ[change[1]] = change[2]
         else:
             os.environ.pop(change[1], None)
+    _rederive()  # what the imports kept from XDG_CACHE_HOME, from this environment
     if request.get("affinity") is not None:
         os.sched_setaffinity(0, request["affinity"])
     if request.get("umask") is not None:
@@ -976,7 +1036,7 @@ def _server_main(fd: int) -> None:
     real = {name: getattr(sys, name) for name in ("stdout", "stderr", "__stdout__", "__stderr__")}
     for name, stream in real.items():
         setattr(sys, name, _LateStream(name, stream))
-    value_keys, presence_keys, iterations, changes, undo = _record_env_reads()
+    value_keys, presence_keys, iterations, changes, undo, foreign = _record_env_reads()
     try:
         for name in PRELOAD:
             __import__(name)
@@ -1003,6 +1063,12 @@ def _server_main(fd: int) -> None:
 
     if tempfile.tempdir is not None or "tempdir" in multiprocessing.process.current_process()._config:
         value_keys.update(TEMP_DIR_NAMES)  # a temp dir found while importing: its children would share it
+    # a REDERIVED variable forks only when read where REDERIVED says, and what the imports keep from
+    # it is what _derived() computes from this environment (else a child's could differ: they exec)
+    kept = all(
+        getattr(sys.modules[module], attribute, None) == value for (module, attribute), value in _derived().items()
+    )
+    rederived = sorted(name for name in REDERIVED if kept and name not in foreign)
     own = sorted(m for m in sys.modules if m.split(".")[0] in ("bench", "hydra_plugins"))
     threads = _threads()
     sys.stdout.flush()
@@ -1018,7 +1084,7 @@ def _server_main(fd: int) -> None:
     print(
         f"forked_bench: imported {len(PRELOAD)} libraries in {time.monotonic() - started:.1f} s; "
         f"{len(value_keys)} variables read, {len(presence_keys)} checked; iterated by: {iterations}; "
-        f"changed: {changes}",
+        f"changed: {changes}; derived again in each child: {rederived}",
         flush=True,
     )
     if problem:
@@ -1027,7 +1093,15 @@ def _server_main(fd: int) -> None:
         os._exit(1)
     gc.collect()
     gc.freeze()  # children do not walk (and copy) the preloaded objects in their collections
-    _send(sock, {"ready": True, "value_keys": sorted(value_keys), "presence_keys": sorted(presence_keys)})
+    _send(
+        sock,
+        {
+            "ready": True,
+            "value_keys": sorted(value_keys),
+            "presence_keys": sorted(presence_keys),
+            "rederived": rederived,
+        },
+    )
     request, fds, dispositions, mask = _serve(sock, dispositions, mask)
     # the child: from here this process is `python -m <module>`
     _become(request, fds, dispositions, mask, changes)
