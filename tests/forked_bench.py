@@ -709,7 +709,8 @@ def _record_env_reads():
     def recording_getitem(self, key):
         caller = sys._getframe(1).f_code
         name = decoded(key)
-        if name in REDERIVED and not _read_where_allowed(sys._getframe(1), REDERIVED[name]):
+        iterating = "_collections_abc" in caller.co_filename and caller.co_name == "__iter__"  # not a read (below)
+        if name in REDERIVED and not iterating and not _read_where_allowed(sys._getframe(1), REDERIVED[name]):
             foreign.add(name)
         if "_collections_abc" in caller.co_filename:
             if caller.co_name == "__contains__":

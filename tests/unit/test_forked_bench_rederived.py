@@ -93,8 +93,9 @@ def test_a_forked_command_with_another_xdg_cache_home_holds_what_a_fresh_interpr
 def test_a_read_of_xdg_cache_home_from_elsewhere_is_recorded_as_foreign():
     """The server's record of its imports' reads: XDG_CACHE_HOME read by torch.hub's
     `_get_torch_home` called at the top of torchvision._internally_replaced_utils is the allowed
-    place; the same function called from anywhere else, or os.environ read directly, is not (the
-    server then leaves it out of `rederived` and a difference execs)."""
+    place; the same function called from anywhere else, or os.environ read (or asked) directly, is
+    not (the server then leaves it out of `rederived` and a difference execs); an iteration over the
+    environment is not a read of it."""
     from torch.hub import _get_torch_home
 
     value_keys, _presence, _iterations, _changes, undo, foreign = forked_bench._record_env_reads()
@@ -104,12 +105,28 @@ def test_a_read_of_xdg_cache_home_from_elsewhere_is_recorded_as_foreign():
         undo()
     assert "XDG_CACHE_HOME" in foreign and "XDG_CACHE_HOME" in value_keys
 
+    for read in (lambda: os.environ.get("XDG_CACHE_HOME"), lambda: "XDG_CACHE_HOME" in os.environ):
+        value_keys, _presence, _iterations, _changes, undo, foreign = forked_bench._record_env_reads()
+        try:
+            read()
+        finally:
+            undo()
+        assert "XDG_CACHE_HOME" in foreign
+
+    # an iteration over the environment (tqdm's import picks its TQDM_* settings so) is no read of it,
+    # as the server counts reads: with XDG_CACHE_HOME set, it is not made foreign by one
+    saved = os.environ.get("XDG_CACHE_HOME")
+    os.environ["XDG_CACHE_HOME"] = "/nowhere/cache"
     value_keys, _presence, _iterations, _changes, undo, foreign = forked_bench._record_env_reads()
     try:
-        os.environ.get("XDG_CACHE_HOME")
+        {key: value for key, value in os.environ.items() if key.startswith("TQDM_")}
     finally:
         undo()
-    assert "XDG_CACHE_HOME" in foreign
+        if saved is None:
+            del os.environ["XDG_CACHE_HOME"]
+        else:
+            os.environ["XDG_CACHE_HOME"] = saved
+    assert "XDG_CACHE_HOME" not in foreign
 
     frame = sys._getframe()
     assert forked_bench._read_where_allowed(frame, forked_bench.REDERIVED["XDG_CACHE_HOME"]) is False
