@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import functools
 import math
+import multiprocessing
 import os
 import random
 import select
+import sys
 import threading
 import zlib
 from typing import Any, Dict, List, Optional, Tuple
@@ -119,7 +121,18 @@ def _start_worker(loader_pid: int, _worker_id: int) -> None:
     assert info is not None, "worker_init_fn runs in a DataLoader worker"
     if hasattr(info.dataset, "reseed"):
         info.dataset.reseed(torch.initial_seed() % 2**32)  # torch gives each worker its own base seed + id
+    sys.excepthook = functools.partial(_quiet_when_the_fetch_broke, sys.excepthook)
     threading.Thread(target=_exit_with, args=(loader_pid,), daemon=True).start()
+
+
+def _quiet_when_the_fetch_broke(default: Any, kind: type, value: BaseException, tb: Any) -> None:
+    """A batch reaches the loader's process as file descriptors it fetches from this worker's
+    multiprocessing resource-sharer thread; a loader's process stopped mid-fetch (a signal to a
+    rank) broke the handshake, and that thread printed it as a traceback. Only that is quiet."""
+    frame = tb.tb_frame if tb is not None else None
+    in_sharer = frame is not None and frame.f_globals.get("__name__") == "multiprocessing.resource_sharer"
+    if not (in_sharer and issubclass(kind, (EOFError, OSError, multiprocessing.AuthenticationError))):
+        default(kind, value, tb)
 
 
 def _exit_with(pid: int) -> None:

@@ -164,7 +164,9 @@ def test_no_module_over_300_lines(module):
 # importlib.metadata uses); five reviewers, one per package group, found 4 to 40 honest lines each.
 # 16,541: +11 so a prepare pool's worker blocked in native code with a Python SIGTERM handler (coverage's) is
 # killed after the grace, not waited for ever (bench.data.prepare._pool).
-CODE_LINE_CEILING = 16_541
+# 16,549: +8 so a loader worker's resource-sharer thread does not print a traceback when a stopped rank broke
+# a batch's descriptor fetch mid-handshake (bench.data.loader._quiet_when_the_fetch_broke).
+CODE_LINE_CEILING = 16_549
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
