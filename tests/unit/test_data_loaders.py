@@ -610,8 +610,8 @@ def test_a_worker_on_a_kernel_without_pidfd_keeps_running_mocked(monkeypatch):
 A_FETCH_BROKEN_MID_HANDSHAKE = """
 import functools, os, socket, sys
 from multiprocessing import resource_sharer
-from bench.data import loader
 if sys.argv[1] == "worker":
+    from bench.data import loader
     sys.excepthook = functools.partial(loader._quiet_when_the_fetch_broke, sys.excepthook)  # as _start_worker does
 resource_sharer.DupFd(os.open(os.devnull, os.O_RDONLY))  # a batch's descriptor offered: the sharer thread listens
 peer = socket.socket(socket.AF_UNIX)
