@@ -1098,8 +1098,18 @@ class Browser:
         return Page([tuple(i) for i in images], errors, cells)
 
 
+@pytest.fixture
+def browser(chromium_session) -> Iterator[Browser]:
+    """The worker's browser for one test, left on about:blank after it: a page left open (the MLflow UI,
+    polling a server its module has stopped) kept Chromium busy for the rest of the session (~12 of
+    its ~32 CPU-s in a whole-suite run, 2026-12-01, process accounting)."""
+    yield chromium_session
+    with contextlib.suppress(Exception):  # a browser that died is the next test's failure, said there
+        chromium_session.driver.get("about:blank")
+
+
 @pytest.fixture(scope="session")
-def browser() -> Iterator[Browser]:
+def chromium_session() -> Iterator[Browser]:
     """Headless Chromium through Selenium and the system's chromedriver (Debian: chromium,
     chromium-driver); the tests that use it skip, saying so, where any of the three is missing."""
     pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[test]')")
