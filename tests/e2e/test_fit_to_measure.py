@@ -42,7 +42,10 @@ def hog() -> Iterator[subprocess.Popen]:
 @pytest.mark.skipif(len(affinity()) > 8, reason="one hog is under 10% of more than 8 cores")
 def test_a_cpu_hog_beside_a_run_makes_it_unfit_and_require_fit_refuses_the_busy_machine(bench, tiny, hog):
     bench.with_store()
-    result = bench.metrics(bench.run(*tiny, "cpu_threads=1"))
+    # a window of 1 s, however fast the machine: the watch samples every 0.25 s, and tiny's 3 steps took
+    # 0.03 s on a quiet fast box (2026-12-01), a window no sample saw, so fit
+    window = ("train.steps_per_epoch=100000", "benchmark.measure_seconds=1")
+    result = bench.metrics(bench.run(*tiny, *window, "cpu_threads=1"))
     assert result["fit_to_measure"] is False
     reasons = result["fit_reasons"]
     assert "other processes used " in reasons and " usable cores during the window (limit " in reasons, reasons
