@@ -11,7 +11,7 @@ import hydra
 from omegaconf import DictConfig, OmegaConf
 
 from bench import config_dir, run_dirs
-from bench.config.argv import PRESET, as_overrides, help_groups, presets_help, seed_spelling, unknown_flag
+from bench.config.argv import PRESET, as_overrides, compose_once, help_groups, presets_help, seed_spelling, unknown_flag
 from bench.config.hydra_errors import reporting_one_line, unquoted_space
 from bench.config.scenario import named_twice
 from bench.config.schema import register_configs
@@ -87,6 +87,7 @@ def cli() -> None:
         print_or_refuse(str(exc))
     if reserved is not None and reserved.override:
         sys.argv.append(reserved.override)
+    compose_once()
     try:
         reporting_one_line(main)
     except SystemExit as exc:

@@ -408,6 +408,24 @@ def test_a_sweep_into_an_earlier_sweeps_folder_says_so(all_failed, bench, tiny_a
     assert f"hydra.sweep.dir={tmp_path}/s " in said and "give each sweep its own folder" in said
 
 
+def test_a_preset_from_config_dir_that_sets_hydra_mode_multirun_sweeps_without_dash_m(bench, tiny_args, tmp_path):
+    """bench skips Hydra's compose that reads hydra.mode (a fifth of a small run) where only -m can set
+    it; a --config-dir preset still can, and its hydra.mode=MULTIRUN makes a sweep (its job refused
+    here, amp_fp16 on a CPU: cheap), as Hydra's own get_mode decides."""
+    (tmp_path / "cfg" / "experiment").mkdir(parents=True)
+    (tmp_path / "cfg" / "experiment" / "as_sweep.yaml").write_text(
+        "# @package _global_\ndefaults:\n  - cpu_smoke\nhydra:\n  mode: MULTIRUN\n"
+    )
+    tiny = [arg for arg in tiny_args if not arg.startswith("+experiment=")]
+    proc = bench.run(
+        "--config-dir", str(tmp_path / "cfg"), *tiny, "+experiment=as_sweep", "precision=amp_fp16",
+        f"hydra.sweep.dir={tmp_path}/s",
+    )  # fmt: skip
+    assert proc.returncode == 1, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("all 1 jobs failed: precision='amp_fp16'"), proc.stdout
+    assert (tmp_path / "s" / "multirun.yaml").is_file() and (tmp_path / "s" / "0").is_dir()
+
+
 # ---- jobs in processes of their own: hydra/launcher=slurm_local (submitit's local executor) -------
 
 

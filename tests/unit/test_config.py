@@ -20,6 +20,7 @@ from omegaconf import OmegaConf
 
 from bench import config_dir
 from bench.config import BenchConfig, as_plain, load, register_configs
+from bench.config.argv import mode_is_the_command_lines
 from bench.config.data import Split
 from bench.config.hydra_errors import one_line
 from bench.config.schema import AutocastDtype
@@ -215,6 +216,36 @@ def test_a_preset_that_still_sets_mode_gets_that_scenario(compose, tmp_path):
     config = load(_composed(["+experiment=old"], conf=conf))
     assert config.mode == "storage" and type(config.scenario).__name__ == "StorageScenario"
     assert load(_composed(["+experiment=storage_hosts1", "mode=storage"])).mode == "storage"  # both spellings
+
+
+def test_no_file_of_conf_sets_hydra_mode():
+    """`python -m bench` skips Hydra's compose that reads hydra.mode where only -m can set it
+    (bench.config.argv.mode_is_the_command_lines): that holds while no file of conf/ sets it."""
+    setting = []
+    for path in CONF.rglob("*.yaml"):
+        raw = OmegaConf.to_container(OmegaConf.load(path), resolve=False) or {}
+        hydra_node = raw if path.relative_to(CONF).parts[0] == "hydra" else raw.get("hydra") or {}
+        if "mode" in hydra_node:
+            setting.append(str(path.relative_to(CONF)))
+    assert not setting
+
+
+@pytest.mark.parametrize(
+    ("argv", "only_dash_m"),
+    [
+        (["-m", "+experiment=cpu_smoke", "seed=1,2", "hydra.sweep.dir=x", "hydra/launcher=slurm_local"], True),
+        (["--config-dir", "mine", "+experiment=mine"], False),
+        (["--config-dir=mine", "+experiment=mine"], False),
+        (["-cd", "mine"], False),
+        (["--config-name", "other"], False),
+        (["-cp", "elsewhere"], False),
+        (["hydra.mode=MULTIRUN"], False),
+        (["+hydra.mode=RUN", "-m"], False),
+        (["hydra.searchpath=[file:///mine]"], False),
+    ],
+)
+def test_only_the_command_line_can_set_the_mode_unless_it_brings_configs_or_names_the_mode(argv, only_dash_m):
+    assert mode_is_the_command_lines(argv) is only_dash_m
 
 
 @pytest.mark.parametrize("model", ["resnet50", "cifar_resnet18", "vit_b_16"])
