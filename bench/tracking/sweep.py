@@ -97,7 +97,7 @@ def _count(num: Any, failed: bool, reason: str = "") -> None:
 
 def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> None:
     """The report reads job dirs: one that never started gets its overrides, and one without a
-    result the reason (unless the job wrote its own)."""
+    result the reason as error.txt's last line (naming the job's own last words where they differ)."""
     import yaml
 
     try:
@@ -105,8 +105,12 @@ def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> 
             hydra_dir.mkdir(parents=True)
             (hydra_dir / "overrides.yaml").write_text(yaml.safe_dump(list(overrides)))
             (hydra_dir / "config.yaml").write_text("{}\n")
-        if not (job_dir / "run_summary.json").exists() and not (job_dir / "error.txt").exists():
-            (job_dir / "error.txt").write_text(redact(reason) + "\n")
+        if not (job_dir / "run_summary.json").exists():
+            error_txt = job_dir / "error.txt"
+            said = [line for line in error_txt.read_text().splitlines() if line.strip()] if error_txt.exists() else []
+            if not said or said[-1] not in reason:  # the report reads the last line: what happened to the job first
+                with error_txt.open("a") as out:
+                    out.write(redact(f"{reason}; the run said: {said[-1]}" if said else reason) + "\n")
     except OSError as exc:
         log.warning("could not write the reason into %s: %s", job_dir, exc)
 
@@ -114,9 +118,9 @@ def _record_in_job_dir(job_dir: Path, overrides: Sequence[str], reason: str) -> 
 def _fail_child(parent: Tracker, num: str, overrides: List[str], reason: str) -> None:
     client, family = parent.client, f"tags.mlflow.parentRunId = '{parent.run_id}'"
     if found := client.search_runs([parent.experiment_id], filter_string=f"{family} and tags.`sweep.job` = '{num}'"):
-        child = found[0]
-        if child.info.status != "FAILED":
-            said = child.data.tags.get("error")
+        child, said = found[0], found[0].data.tags.get("error")
+        # a run that failed on its own as its job was cancelled (its rank killed first) said a symptom
+        if child.info.status != "FAILED" or not said or said not in reason:
             Tracker(client, child.info.run_id, parent.uri).finish(
                 "FAILED", error=f"{reason}; the run said: {said}" if said else reason
             )

@@ -214,7 +214,17 @@ def test_jobs_that_never_returned_are_failed_children_and_counted(tmp_path, monk
         1, ["precision=bf16"], tmp_path / "sweep" / "1", "Slurm job 7_1 ended CANCELLED by 0 without a result"
     )
     sweep.job_lost(2, ["precision=tf32"], tmp_path / "sweep" / "2", "Slurm job 7_2 ended TIMEOUT without a result")
-    assert sweep.failed_jobs() == 2
+    # job 3's run failed on its own as scancel reached its rank first: a symptom, said after the cancel
+    symptom = "WorkerFailure: worker rank 0 (pid 25216) exited with code 255"
+    failed = Tracker.start(uri, "bench", "resnet50-job3", {"sweep.job": "3"}, parent_run_id=parent_id)
+    failed.finish("FAILED", error=symptom)
+    (tmp_path / "sweep" / "3" / ".hydra").mkdir(parents=True)
+    (tmp_path / "sweep" / "3" / ".hydra" / "overrides.yaml").write_text("- precision=fp32\n")
+    (tmp_path / "sweep" / "3" / ".hydra" / "config.yaml").write_text("precision: {name: fp32}\n")
+    (tmp_path / "sweep" / "3" / "error.txt").write_text(f"Traceback (most recent call last):\n{symptom}\n")
+    cancelled = "Slurm job 7_3 ended CANCELLED by 0 without a result"
+    sweep.job_lost(3, ["precision=fp32"], tmp_path / "sweep" / "3", cancelled)
+    assert sweep.failed_jobs() == 3
     callback.on_multirun_end(config)
     assert sweep.SWEEP_ENV not in os.environ
 
@@ -223,8 +233,9 @@ def test_jobs_that_never_returned_are_failed_children_and_counted(tmp_path, monk
         r.data.tags.get("sweep.job", "parent"): r
         for r in client.search_runs([e.experiment_id for e in client.search_experiments()])
     }
-    assert set(runs) == {"parent", "1", "2"}
-    assert runs["parent"].data.tags["sweep.jobs"] == "2" and runs["parent"].data.tags["sweep.failed_jobs"] == "2"
+    assert set(runs) == {"parent", "1", "2", "3"}
+    assert runs["parent"].data.tags["sweep.jobs"] == "3" and runs["parent"].data.tags["sweep.failed_jobs"] == "3"
+    assert runs["3"].info.status == "FAILED" and runs["3"].data.tags["error"] == f"{cancelled}; the run said: {symptom}"
     assert runs["1"].info.run_id == running.run_id and runs["1"].info.status == "FAILED"
     assert "CANCELLED" in runs["1"].data.tags["error"]
     assert runs["2"].info.status == "FAILED" and "TIMEOUT" in runs["2"].data.tags["error"]
@@ -234,6 +245,7 @@ def test_jobs_that_never_returned_are_failed_children_and_counted(tmp_path, monk
     rows = {row["job"]: row for row in _csv(tmp_path / "sweep" / "report" / "report.csv")}
     assert rows["1"]["status"] == rows["2"]["status"] == "FAILED"
     assert "CANCELLED" in rows["1"]["error"] and "TIMEOUT" in rows["2"]["error"]
+    assert rows["3"]["error"] == f"{cancelled}; the run said: {symptom}"
 
 
 def _csv(path: Path) -> list:
