@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import os
 import socket
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -299,9 +300,31 @@ def unusable(uri: str) -> Optional[str]:
 def probe(uri: str, timeout_s: float) -> Optional[str]:
     """None when the store answers (any HTTP answer will do: 404 and 401 come from a live
     server; a database server: a TCP connection) or is not a server; else why not, in a few
-    words (credentials never shown). MLflow's own retries are bounded first (RETRY_DEFAULTS)."""
+    words (credentials never shown). MLflow's own retries are bounded first (RETRY_DEFAULTS).
+
+    The probe waits in a thread of its own, joined in short slices: a Ctrl-C or SIGTERM the kernel
+    hands to another thread of this process is only flagged by Python, and a main thread blocked in
+    the probe's recv would act on it when the probe timed out (once: 10 minutes)."""
     for name, value in RETRY_DEFAULTS.items():
         os.environ.setdefault(name, value)
+    answer: list = []
+
+    def wait_for_answer() -> None:
+        try:
+            answer.append(_probe(uri, timeout_s))
+        except BaseException as exc:  # raised in the caller's thread, as before
+            answer.append(exc)
+
+    waiting = threading.Thread(target=wait_for_answer, name="bench-probe", daemon=True)
+    waiting.start()
+    while waiting.is_alive():
+        waiting.join(0.1)
+    if isinstance(answer[0], BaseException):
+        raise answer[0]
+    return answer[0]
+
+
+def _probe(uri: str, timeout_s: float) -> Optional[str]:
     parsed = urllib.parse.urlparse(uri)
     if (scheme := parsed.scheme.split("+")[0]) in DATABASE_PORTS:
         if not parsed.hostname:  # a local socket: nothing to wait for

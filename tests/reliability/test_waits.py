@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 
 import psutil
+import pytest
 from bad_inputs import run_in_process
 from forked_bench import left_alive
 
@@ -129,6 +131,36 @@ def test_ctrl_c_while_the_tracking_server_is_probed_is_one_line(bench, tiny, tmp
         silent.close()
     assert proc.returncode == 130, err
     assert bench.error_lines(err) == ["[ERROR] run interrupted: KeyboardInterrupt"] and "Traceback" not in err, err
+
+
+def test_ctrl_c_the_kernel_hands_to_another_thread_ends_the_probe_at_once(silent_server):
+    """The test above took 602 s once (2026-12-01): its Ctrl-C was acted on only when the 600 s probe
+    timed out. A signal sent to a process lands on any of its threads that does not block it; on
+    another thread Python only flags it, and the main thread, blocked in the probe's recv, ran the
+    handler when recv returned. The probe is now waited for in short slices. Here the signal is
+    handed to another thread on purpose."""
+    from bench.tracking.store import probe
+
+    assert threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
+    silent = silent_server()
+    sent: list = []
+
+    def interrupt_once_connected() -> None:
+        deadline = time.monotonic() + HANG_GUARD_S
+        while not silent.held and time.monotonic() < deadline:  # the event: the probe connected
+            time.sleep(0.02)
+        sent.append(time.monotonic())
+        signal.pthread_kill(threading.get_ident(), signal.SIGINT)  # to this thread, not the main one
+
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # Ctrl-C as `python -m bench` has it
+    try:
+        threading.Thread(target=interrupt_once_connected, daemon=True).start()
+        with pytest.raises(KeyboardInterrupt):
+            probe(silent.url, timeout_s=600)
+        waited = time.monotonic() - sent[0]
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    assert waited < SIGNAL_TO_EXIT_S, f"the Ctrl-C was acted on {waited:.1f} s after it landed"
 
 
 def test_sigterm_while_a_sweep_probes_the_tracking_server_is_one_line_and_leaves_nothing(bench, tiny, silent_server):
