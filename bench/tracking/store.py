@@ -302,9 +302,9 @@ def probe(uri: str, timeout_s: float) -> Optional[str]:
     server; a database server: a TCP connection) or is not a server; else why not, in a few
     words (credentials never shown). MLflow's own retries are bounded first (RETRY_DEFAULTS).
 
-    The probe waits in a thread of its own, joined in short slices: a Ctrl-C or SIGTERM the kernel
-    hands to another thread of this process is only flagged by Python, and a main thread blocked in
-    the probe's recv would act on it when the probe timed out (once: 10 minutes)."""
+    The probe waits in a thread of its own, joined in short slices: a Ctrl-C or SIGTERM that Python
+    has only flagged (it landed just before the probe's poll or recv began, or on another thread)
+    does not interrupt a blocked call, which then waited out the whole timeout (once: 10 minutes)."""
     for name, value in RETRY_DEFAULTS.items():
         os.environ.setdefault(name, value)
     answer: list = []

@@ -135,10 +135,10 @@ def test_ctrl_c_while_the_tracking_server_is_probed_is_one_line(bench, tiny, tmp
 
 def test_ctrl_c_the_kernel_hands_to_another_thread_ends_the_probe_at_once(silent_server):
     """The test above took 602 s once (2026-12-01): its Ctrl-C was acted on only when the 600 s probe
-    timed out. A signal sent to a process lands on any of its threads that does not block it; on
-    another thread Python only flags it, and the main thread, blocked in the probe's recv, ran the
-    handler when recv returned. The probe is now waited for in short slices. Here the signal is
-    handed to another thread on purpose."""
+    timed out. Python's C handler only flags a signal; a blocked poll or recv returns early only when
+    the signal interrupts it, not when it landed an instant before the call began (or on another
+    thread). The probe is now waited for in short slices. Here the signal is flagged without
+    interrupting the main thread, on purpose: handed to another thread."""
     from bench.tracking.store import probe
 
     assert threading.current_thread() is threading.main_thread()  # where Python runs signal handlers
