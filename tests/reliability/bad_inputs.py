@@ -1462,12 +1462,18 @@ def run_in_process(module: str, args: list, capfd) -> Outcome:
     `-m` does), its exit code from SystemExit, its output captured at the file descriptors."""
     capfd.readouterr()
     code = 0
+    # run afresh, as `python -m` does: a copy another test imported (bench.__main__, bench.tools.kit) is
+    # set aside, and put back after (runpy warns that running beside it "may result in unpredictable behaviour")
+    imported = sys.modules.pop(module, None)
     with process_state_kept():
         sys.argv[:] = [module, *args]
         try:
             runpy.run_module(module, run_name="__main__", alter_sys=True)
         except SystemExit as exc:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+        finally:
+            if imported is not None:
+                sys.modules[module] = imported
     out, err = capfd.readouterr()
     return Outcome(code, out, err)
 

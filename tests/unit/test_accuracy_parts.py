@@ -104,11 +104,15 @@ def test_no_bn_model_has_no_batchnorm_and_zero_init_starts_blocks_at_identity(co
     assert no_bn(torch.randn(2, 3, 32, 32)).shape == (2, 10)
     zero = build_model(compose("model=resnet50", "model.zero_init_residual=true", "data.num_classes=10").model)
     blocks = [m for m in zero.modules() if type(m).__name__ == "Bottleneck"]
-    assert blocks and all(float(b.bn3.weight.abs().sum()) == 0.0 for b in blocks)
+    assert blocks and all(float(b.bn3.weight.detach().abs().sum()) == 0.0 for b in blocks)
     plain = build_model(compose("model=resnet50", "data.num_classes=10").model)
-    assert all(float(b.bn3.weight.abs().sum()) > 0 for b in plain.modules() if type(b).__name__ == "Bottleneck")
+    assert all(
+        float(b.bn3.weight.detach().abs().sum()) > 0 for b in plain.modules() if type(b).__name__ == "Bottleneck"
+    )
     both = build_model(compose("model=resnet18", "model.norm=none", "model.zero_init_residual=true").model)
-    assert all(float(b.conv2.weight.abs().sum()) == 0.0 for b in both.modules() if type(b).__name__ == "BasicBlock")
+    assert all(
+        float(b.conv2.weight.detach().abs().sum()) == 0.0 for b in both.modules() if type(b).__name__ == "BasicBlock"
+    )
 
 
 class _Capture(torch.optim.SGD):
