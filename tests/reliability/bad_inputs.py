@@ -12,6 +12,7 @@ an image folder of 4 classes, `{notimages}` a class folder of files named .jpg t
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import logging
 import runpy
 import signal
@@ -1462,9 +1463,12 @@ def run_in_process(module: str, args: list, capfd) -> Outcome:
     `-m` does), its exit code from SystemExit, its output captured at the file descriptors."""
     capfd.readouterr()
     code = 0
-    # run afresh, as `python -m` does: a copy another test imported (bench.__main__, bench.tools.kit) is
-    # set aside, and put back after (runpy warns that running beside it "may result in unpredictable behaviour")
-    imported = sys.modules.pop(module, None)
+    # run afresh, as `python -m` does: a copy another test imported of the module run (a package's
+    # __main__: bench.__main__; bench.tools.kit) is set aside, and put back after (runpy warns that
+    # running beside it "may result in unpredictable behaviour")
+    is_package = importlib.util.find_spec(module).submodule_search_locations is not None
+    executed = f"{module}.__main__" if is_package else module
+    imported = sys.modules.pop(executed, None)
     with process_state_kept():
         sys.argv[:] = [module, *args]
         try:
@@ -1473,7 +1477,7 @@ def run_in_process(module: str, args: list, capfd) -> Outcome:
             code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
         finally:
             if imported is not None:
-                sys.modules[module] = imported
+                sys.modules[executed] = imported
     out, err = capfd.readouterr()
     return Outcome(code, out, err)
 
