@@ -30,7 +30,7 @@ def test_a_first_run_names_each_download_and_a_warm_one_says_nothing(tmp_path):
     assert "compatibility venv" in lines[0] and "~5 GB" in lines[0] and "~2.6 GB" in lines[1], lines
     (tmp_path / "bench-compat" / "py3.10-0123456789ab").mkdir(parents=True)
     (tmp_path / "bench-compat" / "py3.10-0123456789ab" / ".ok").touch()
-    assert len(said(tmp_path)) == 1 and "GPU day" in said(tmp_path)[0]  # only the image left to download
+    assert len(lines := said(tmp_path)) == 1 and "GPU day" in lines[0], lines  # only the image left to download
     (tmp_path / "bench-gpuday" / "image-py3.12-0123456789ab").mkdir(parents=True)
     (tmp_path / "bench-gpuday" / "image-py3.12-0123456789ab" / ".ok").touch()
     assert said(tmp_path) == []
