@@ -1115,7 +1115,7 @@ def browser(chromium_session) -> Iterator[Browser]:
 
 
 @pytest.fixture(scope="session")
-def chromium_session() -> Iterator[Browser]:
+def chromium_session(tmp_path_factory) -> Iterator[Browser]:
     """Headless Chromium through Selenium and the system's chromedriver (Debian: chromium,
     chromium-driver); the tests that use it skip, saying so, where any of the three is missing."""
     pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[test]')")
@@ -1136,7 +1136,9 @@ def chromium_session() -> Iterator[Browser]:
         options.add_argument(argument)
     options.binary_location = chromium
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(chromedriver), options=options)
+    # Chromium's org.chromium.Chromium.* folder outlives driver.quit(): in this session's temp, not /tmp
+    own_temp = {**os.environ, "TMPDIR": str(tmp_path_factory.mktemp("chromium"))}
+    driver = webdriver.Chrome(service=Service(chromedriver, env=own_temp), options=options)
     try:
         yield Browser(driver)
     finally:

@@ -75,6 +75,8 @@ def test_torchrun_ranks_join_and_rank0_reports(bench, tiny, tmp_path):
         "2",
         "--master-port",
         str(free_port()),
+        "--log-dir",  # torchrun's own folder (by default a torchelastic_* left in /tmp for good)
+        str(tmp_path / "torchrun"),
         "-m",
         "bench",
         *DDP2,

@@ -74,5 +74,9 @@ def test_slurm_multinode_script_runs_torchrun_ddp(slurm, bench, repo, tiny, tmp_
     )
     assert metrics["world_size"] == 2 and metrics["params_in_sync"] is True
     assert (tmp_path / "run" / "rank0.log").is_file() and (tmp_path / "run" / "rank1.log").is_file()
+    # torchrun's folder (its ranks' error files) is the run's, not a torchelastic_* left in the node's /tmp
+    (job_output,) = tmp_path.glob("slurm-*.out")
+    job = job_output.stem.removeprefix("slurm-")
+    assert [p.name.split("_")[0] for p in (tmp_path / "run" / "torchrun").iterdir()] == [job]
     (run,) = bench.runs()
     assert run.info.status == "FINISHED" and run.data.metrics["world_size"] == 2

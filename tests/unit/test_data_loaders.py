@@ -563,7 +563,7 @@ sys.stdin.read()
 
 
 @pytest.mark.parametrize("root", ["/data/imagenet", "s3://bucket/shards"])
-def test_a_killed_ranks_loader_workers_end_with_it_forked_or_from_a_forkserver(root):
+def test_a_killed_ranks_loader_workers_end_with_it_forked_or_from_a_forkserver(root, tmp_path):
     """SIGKILL to a rank (no clean-up of its own): its loader's workers end too, forked (the local
     options) or started from a forkserver (shards on S3); under a forkserver, torch's watchdog watches the
     forkserver, not the rank, and they were left under PID 1 for good, the forkserver with them."""
@@ -571,6 +571,8 @@ def test_a_killed_ranks_loader_workers_end_with_it_forked_or_from_a_forkserver(r
 
     rank = subprocess.Popen(
         [sys.executable, "-c", LOADER_IN_A_RANK, root],
+        # the killed rank's forkserver leaves its socket's pymp-* folder: in the test's, not in /tmp
+        env={**os.environ, "TMPDIR": str(tmp_path)},
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
