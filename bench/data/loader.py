@@ -26,6 +26,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, DistributedSampl
 
 from bench.config.data import DataConfig
 from bench.errors import DataError
+from bench.machine.children import make_multiprocessing_temp_dir
 
 Failure = Tuple[str, str, bool]  # (path, reason, fatal): fatal = unreadable, else a corrupt image skipped
 Release = Optional[Tuple[torch.Tensor, int]]  # (a worker's shared slot flags, slot) to clear once consumed
@@ -166,6 +167,8 @@ def make_loader(
     if workers:
         options.update(prefetch_factor=cfg.prefetch_factor, persistent_workers=bool(cfg.persistent_workers))
         options["multiprocessing_context"] = "forkserver" if (cfg.root or "").startswith("s3://") else "fork"
+        if options["multiprocessing_context"] == "forkserver":  # its socket's folder: bench's, owned
+            make_multiprocessing_temp_dir()
     pin = bool(cfg.pin_memory) and device.type == "cuda"
     init = functools.partial(_start_worker, os.getpid())
     return DataLoader(dataset, num_workers=workers, collate_fn=_as_is, worker_init_fn=init, pin_memory=pin, **options)

@@ -241,26 +241,31 @@ def _kill_quietly(pid: int) -> None:
         os.waitpid(pid, 0)
 
 
-# A Unix socket's path holds at most 107 bytes; the forkserver's is <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX.
+# A Unix socket's path holds at most 107 bytes; the forkserver's is <tempdir>/bench-mp-XXXXXXXX/listener-XXXXXXXX.
 SOCKET_PATH_MAX = 107
-SOCKET_SUFFIX = len("/pymp-xxxxxxxx/listener-xxxxxxxx")
+MULTIPROCESSING_PREFIX = "bench-mp-"
+SOCKET_SUFFIX = len(f"/{MULTIPROCESSING_PREFIX}xxxxxxxx/listener-xxxxxxxx")
 SHORT_TEMP_DIRS = ("/tmp", "/var/tmp", "/dev/shm")  # where multiprocessing's temp dir goes when $TMPDIR is too long
 
 
 def make_multiprocessing_temp_dir() -> None:
-    """multiprocessing's temp dir, made under $TMPDIR unless that is too long to hold the
-    forkserver's socket ("OSError: AF_UNIX path too long" from every rank): then under the
-    shortest system temp dir that is writable."""
-    import multiprocessing.util
+    """multiprocessing's temp dir (the forkserver's socket goes there), made before multiprocessing
+    makes its own `pymp-*`: removed at exit as that one is, but owned, so that the one a SIGKILLed
+    process left (a launcher, a rank) is removed by the next one made there, as a launch's are; under
+    $TMPDIR unless that is too long to hold the socket ("OSError: AF_UNIX path too long" from every
+    rank), then under the shortest system temp dir that is writable."""
+    import multiprocessing.util as mp_util
 
-    too_long = len(tempfile.gettempdir()) + SOCKET_SUFFIX > SOCKET_PATH_MAX
-    previous = tempfile.tempdir
-    if too_long:
-        tempfile.tempdir = next((d for d in SHORT_TEMP_DIRS if os.access(d, os.W_OK | os.X_OK)), previous)
-    try:
-        multiprocessing.util.get_temp_dir()
-    finally:
-        tempfile.tempdir = previous
+    state = mp_util.process.current_process()._config  # type: ignore[attr-defined]
+    if state.get("tempdir") is None:  # (else made already, and reused as multiprocessing reuses its own)
+        parent = tempfile.gettempdir()
+        if len(parent) + SOCKET_SUFFIX > SOCKET_PATH_MAX:
+            parent = next((d for d in SHORT_TEMP_DIRS if os.access(d, os.W_OK | os.X_OK)), parent)
+        clean_leftovers(MULTIPROCESSING_PREFIX, parent)
+        state["tempdir"] = str(owned_tempdir(MULTIPROCESSING_PREFIX, parent))
+        # what multiprocessing registers for its own: run at this process's exit, not its forks'
+        remove = mp_util._remove_temp_dir  # type: ignore[attr-defined]
+        mp_util.Finalize(None, remove, args=(shutil.rmtree, state["tempdir"]), exitpriority=-100)
 
 
 LAUNCH_PREFIX = "bench-launch-"

@@ -50,6 +50,47 @@ def test_a_sigkilled_launchers_temp_dir_is_removed_by_the_next_launch(tmp_path, 
     assert not left.exists() and not os.path.exists(inside)
 
 
+# a process that makes multiprocessing's temp dir as bench does, starts the forkserver (its socket goes
+# there), says where, and waits: to be killed, or to end normally when its stdin closes
+FORKSERVER_USER = """
+import multiprocessing.util, sys
+from bench.machine.children import start_forkserver_deaf_to_ctrl_c
+start_forkserver_deaf_to_ctrl_c()
+print(multiprocessing.util.get_temp_dir(), flush=True)
+sys.stdin.read()
+"""
+
+
+@pytest.mark.slow  # three processes that import bench and start a forkserver
+def test_multiprocessings_temp_dir_a_sigkilled_process_left_is_removed_by_the_next_one(tmp_path):
+    """The forkserver's socket folder (multiprocessing's own pymp-* before) outlived a SIGKILLed
+    launcher or rank in /tmp for good: it is bench's, owned, and the next process that makes one there
+    removes it; a live process's is kept, and one that ends normally removes its own."""
+
+    def start() -> tuple:
+        process = subprocess.Popen(
+            [sys.executable, "-c", FORKSERVER_USER],
+            env={**os.environ, "TMPDIR": str(tmp_path)},
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        return process, tmp_path / os.path.basename(process.stdout.readline().strip())  # the event: it is made
+
+    killed, left = start()
+    assert left.name.startswith("bench-mp-") and any(p.name.startswith("listener-") for p in left.iterdir())
+    killed.kill()
+    killed.communicate()
+    assert left.is_dir()  # a SIGKILL runs no clean-up
+    live, kept = start()
+    other, its_own = start()
+    assert not left.exists() and kept.is_dir() and its_own.is_dir()
+    for process in (live, other):
+        process.communicate("")  # stdin closed: it ends normally
+        assert process.returncode == 0
+    assert list(tmp_path.iterdir()) == []
+
+
 @pytest.mark.slow  # in-process, but waits out a lock: ~7 s
 def test_the_store_lock_is_removed_when_released_and_still_excludes(tmp_path):
     from bench.tracking.store import removed_lock, store_lock
