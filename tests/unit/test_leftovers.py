@@ -4,11 +4,13 @@ capped by the user's own run. Real directories, real (dead and live) processes, 
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -62,33 +64,48 @@ sys.stdin.read()
 
 
 @pytest.mark.slow  # three processes that import bench and start a forkserver
-def test_multiprocessings_temp_dir_a_sigkilled_process_left_is_removed_by_the_next_one(tmp_path):
+def test_multiprocessings_temp_dir_a_sigkilled_process_left_is_removed_by_the_next_one():
     """The forkserver's socket folder (multiprocessing's own pymp-* before) outlived a SIGKILLed
     launcher or rank in /tmp for good: it is bench's, owned, and the next process that makes one there
     removes it; a live process's is kept, and one that ends normally removes its own."""
+    from bench.machine.children import SHORT_TEMP_DIRS
 
-    def start() -> tuple:
-        process = subprocess.Popen(
-            [sys.executable, "-c", FORKSERVER_USER],
-            env={**os.environ, "TMPDIR": str(tmp_path)},
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            text=True,
+    # a TMPDIR short enough for the socket (a pytest tmp_path is not always: the folder then goes to
+    # the shortest system temp dir, as it should, not where this test looks)
+    temp = Path(tempfile.mkdtemp(prefix="bench-t-", dir=next(d for d in SHORT_TEMP_DIRS if os.access(d, os.W_OK))))
+    started: list = []
+
+    def start() -> Path:
+        started.append(
+            subprocess.Popen(
+                [sys.executable, "-c", FORKSERVER_USER],
+                env={**os.environ, "TMPDIR": str(temp)},
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                text=True,
+            )
         )
-        return process, tmp_path / os.path.basename(process.stdout.readline().strip())  # the event: it is made
+        made = Path(started[-1].stdout.readline().strip())  # the event: it is made
+        assert made.parent == temp and made.name.startswith("bench-mp-"), made
+        return made
 
-    killed, left = start()
-    assert left.name.startswith("bench-mp-") and any(p.name.startswith("listener-") for p in left.iterdir())
-    killed.kill()
-    killed.communicate()
-    assert left.is_dir()  # a SIGKILL runs no clean-up
-    live, kept = start()
-    other, its_own = start()
-    assert not left.exists() and kept.is_dir() and its_own.is_dir()
-    for process in (live, other):
-        process.communicate("")  # stdin closed: it ends normally
-        assert process.returncode == 0
-    assert list(tmp_path.iterdir()) == []
+    try:
+        left = start()
+        assert any(p.name.startswith("listener-") for p in left.iterdir())
+        started[0].kill()
+        started[0].communicate()
+        assert left.is_dir()  # a SIGKILL runs no clean-up
+        kept, its_own = start(), start()
+        assert not left.exists() and kept.is_dir() and its_own.is_dir()
+        for process in started[1:]:
+            process.communicate("")  # stdin closed: it ends normally
+            assert process.returncode == 0
+        assert list(temp.iterdir()) == []
+    finally:
+        for process in started:
+            process.kill()
+            process.communicate()
+        shutil.rmtree(temp, ignore_errors=True)
 
 
 @pytest.mark.slow  # in-process, but waits out a lock: ~7 s
