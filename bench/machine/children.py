@@ -277,9 +277,9 @@ def private_tempdir() -> Iterator[None]:
     directory; a worker that raises writes its traceback there and nothing removes it: $TMPDIR
     filled with tracebacks of failed runs. During the launch the launcher's tempfile directory is
     one of its own, removed afterwards; one left by a SIGKILLed launcher (its owner file names a
-    pid that is gone) is removed by the next launch. multiprocessing's own temp dir (the
-    forkserver's socket, reused by later sweep jobs) is made first, where it always is, so it
-    outlives this one."""
+    pid that is gone) is removed by the next launch. multiprocessing's temp dir (`bench-mp-*`: the
+    forkserver's socket, reused by later sweep jobs) is made first, beside this one, so it outlives
+    it."""
     make_multiprocessing_temp_dir()
     clean_leftovers(LAUNCH_PREFIX)
     private = owned_tempdir(LAUNCH_PREFIX)
