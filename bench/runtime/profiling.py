@@ -155,26 +155,28 @@ def conv_backward_flop(grad_out_shape: Any, x_shape: Any, w_shape: Any, *args: A
 CORRECTED = {torch.ops.aten.convolution_backward: conv_backward_flop}
 
 
-def _count(model_cfg: ModelConfig, image_size: int, device: torch.device, backward: bool) -> int:
+def _count(model_cfg: ModelConfig, image_size: int, device: torch.device, backward: bool) -> Dict[str, float]:
+    """The figures of flops_per_image from one pass: the total read between the forward and the
+    backward is the forward's, the same count as an eval-mode forward of its own (the counted ops,
+    matmuls and convolutions, are the same in both modes), so one model and one pass, not two."""
     with device:
         model = build_model(model_cfg)
     model.train(backward)
     images = torch.randn(BATCH, 3, image_size, image_size, device=device)
     with FlopCounterMode(display=False, custom_mapping=CORRECTED) as counter, torch.set_grad_enabled(backward):
         out = model(images)
+        figures = {"gflops_per_image_forward": int(counter.get_total_flops()) // BATCH / 1e9}
         if backward:
             out.float().sum().backward()
-    return int(counter.get_total_flops()) // BATCH
+            figures["gflops_per_image_fwd_bwd"] = int(counter.get_total_flops()) // BATCH / 1e9
+    return figures
 
 
 def flops_per_image(model_cfg: ModelConfig, image_size: int, backward: bool = True) -> Dict[str, float]:
     """gflops_per_image_forward and (backward=True) gflops_per_image_fwd_bwd, in 1e9 FLOPs."""
     for device in (torch.device("meta"), torch.device("cpu")):
         try:
-            figures = {"gflops_per_image_forward": _count(model_cfg, image_size, device, False) / 1e9}
-            if backward:
-                figures["gflops_per_image_fwd_bwd"] = _count(model_cfg, image_size, device, True) / 1e9
-            return figures
+            return _count(model_cfg, image_size, device, backward)
         except Exception as exc:  # a model the meta device cannot run: try a real batch
             log.debug("FLOPs of %s on %s failed: %s: %s", model_cfg.arch, device, type(exc).__name__, exc)
     log.warning("could not count the FLOPs of model %s: gflops_per_image and MFU are absent", model_cfg.arch)
