@@ -23,6 +23,7 @@ loaded machine.
 from __future__ import annotations
 
 import contextlib
+import gc
 import getpass
 import json
 import os
@@ -134,6 +135,14 @@ def build_matplotlib_font_cache_once() -> None:
         import matplotlib.font_manager  # builds the list and saves it
 
 
+def pytest_collection_finish(session):
+    """What the imports and the collection made lives as long as the worker: frozen, each later
+    collection (~15 full ones a worker in the fast tier, pytest's 5 at the session's end) skips it
+    instead of walking the millions of objects torch, mlflow and hydra hold."""
+    gc.collect()
+    gc.freeze()
+
+
 def pytest_xdist_auto_num_workers(config) -> int:
     """`-n auto` (pyproject's addopts): the fast tier is all in-process computing, a worker per usable
     core (2 on 2 cores: a third only added its ~10 CPU-s of imports); the whole suite one more, since
@@ -187,11 +196,25 @@ LONGEST_FIRST = (
 )
 
 
+# Then the in-process files that take longest (the fast tier's own tail), in the order of their
+# totals in the fast tier (BENCH_TEST_FORK_LOG, 2026-12-02: test_train_parts 20 CPU-s ... test_layout 6.5).
+LONGEST_IN_PROCESS = (
+    "test_train_parts",
+    "test_config",
+    "test_tracking",
+    "test_accuracy_parts",
+    "test_analysis",
+    "test_layout",
+)
+
+
 def _start_order(item) -> tuple:
     path = Path(str(item.fspath))
     if path.stem in LONGEST_FIRST:
         return (0, LONGEST_FIRST.index(path.stem))
-    return (1, 0) if {"e2e", "reliability"} & set(path.parts) else (2, 0)
+    if {"e2e", "reliability"} & set(path.parts):
+        return (1, 0)
+    return (2, LONGEST_IN_PROCESS.index(path.stem)) if path.stem in LONGEST_IN_PROCESS else (3, 0)
 
 
 # What makes a test `slow` is what it does, not its folder: it starts a process (`python -m bench`, a
@@ -258,7 +281,7 @@ def _is_slow(item) -> bool:
 def pytest_collection_modifyitems(config, items):
     """`slow` by what a test does (_is_slow); `gpu` tests need a real CUDA device (skipped, not
     failed, without one). Longest files first, then the other process-starting files, then the
-    in-process unit tests."""
+    in-process unit tests (the longest of those first too)."""
     import torch
 
     items.sort(key=_start_order)  # stable: a file's tests keep their order
