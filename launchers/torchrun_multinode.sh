@@ -10,8 +10,12 @@ NNODES=${NNODES:-2}
 GPUS=${GPUS:-8}
 PORT=${PORT:-29500}
 RUN_DIR=${RUN_DIR:-outputs/torchrun-$(date +%Y%m%d-%H%M)}
+# The same on every node whatever minute each started in (the nodes meet only under one id), and
+# without a `/`: torchrun makes its log folder from the id (a `/` in it failed every start).
+RDZV_ID=${RDZV_ID:-bench-$HEAD-$PORT}
 
-exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS" \
-    --rdzv-backend c10d --rdzv-endpoint "$HEAD:$PORT" --rdzv-id "bench-$RUN_DIR" \
+# torchrun's own logs go in the run's folder, not a torchelastic_* folder left in /tmp for good
+exec torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS" --log-dir "$RUN_DIR/torchrun" \
+    --rdzv-backend c10d --rdzv-endpoint "$HEAD:$PORT" --rdzv-id "$RDZV_ID" \
     -m bench distributed=ddp distributed.nproc_per_node="$GPUS" distributed.nnodes="$NNODES" \
     hydra.run.dir="$RUN_DIR" "$@"

@@ -5,7 +5,11 @@ errors. Waits are for events (a rank's log line, the job's exit); the timeouts a
 from __future__ import annotations
 
 import json
+import os
 import re
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -67,22 +71,23 @@ def test_two_process_ddp_end_to_end_with_strong_scaling(bench, tiny, tmp_path):
 # ---- torchrun ----------------------------------------------------------------------------------
 
 
-def test_torchrun_ranks_join_and_rank0_reports(bench, tiny, tmp_path):
+def test_torchrun_ranks_join_and_rank0_reports(bench, tiny, tmp_path, repo):
+    """launchers/torchrun_multinode.sh as a user runs it on each node (here one node of 2 ranks,
+    HEAD on loopback): torchrun's c10d rendezvous, its ranks join and rank 0 alone reports. Its
+    rdzv-id once held the run folder's `/`, and torchrun, which makes its log folder from the id,
+    failed at every start."""
     bench.with_store()
     run_dir = tmp_path / "run"
-    proc = bench.run(
-        "--nproc-per-node",
-        "2",
-        "--master-port",
-        str(free_port()),
-        "--log-dir",  # torchrun's own folder (by default a torchelastic_* left in /tmp for good)
-        str(tmp_path / "torchrun"),
-        "-m",
-        "bench",
-        *DDP2,
-        f"hydra.run.dir={run_dir}",
-        *tiny,
-        module="torch.distributed.run",
+    # torchrun beside this interpreter, as an activated environment puts it first on PATH
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"
+    nodes = {"HEAD": "127.0.0.1", "PORT": str(free_port()), "NNODES": "1", "GPUS": "2", "RUN_DIR": str(run_dir)}
+    proc = subprocess.run(
+        ["bash", str(repo / "launchers" / "torchrun_multinode.sh"), *tiny],
+        cwd=bench.cwd,
+        env=bench.env(PATH=path, **nodes),
+        capture_output=True,
+        text=True,
+        timeout=HANG_GUARD_S,
     )
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
     # rank 0's final line belongs on stdout (as with the launcher), not on stderr
@@ -96,6 +101,9 @@ def test_torchrun_ranks_join_and_rank0_reports(bench, tiny, tmp_path):
     assert len({r["param_checksum"] for r in summary["ranks"]}) == 1
     (run,) = bench.runs()  # one MLflow run, not one per rank
     assert run.info.status == "FINISHED" and run.data.metrics["world_size"] == 2
+    # torchrun's own folder is the run's, named by the id every node shares (not a torchelastic_* in /tmp)
+    (attempts,) = (run_dir / "torchrun").iterdir()
+    assert attempts.name.startswith(f"bench-127.0.0.1-{nodes['PORT']}_") and (attempts / "attempt_0").is_dir()
 
 
 def test_two_nodes_launched_by_bench_on_loopback(bench, tiny, tmp_path):
