@@ -114,14 +114,17 @@ def stopped_by(exc: BaseException) -> "tuple[str, int] | None":
 
 def interruption_in(exc: BaseException) -> "Interrupted | None":
     """The Ctrl-C or SIGTERM behind `exc`, if one is: a signal raised inside a library (Hydra's
-    compose, a finally block) can come out as another error whose context is the interruption."""
-    seen = set()
-    current: "BaseException | None" = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
+    compose, a finally block) can come out as another error whose context is the interruption.
+    Every cause and every context is searched: OmegaConf sets causes where a tracer runs (coverage,
+    a debugger) or OC_CAUSE=1, and following causes alone missed the context holding the signal."""
+    seen, behind = set(), [exc]
+    while behind:
+        current = behind.pop()
         if isinstance(current, Interrupted):
             return current
         if isinstance(current, KeyboardInterrupt):
             return Interrupted("SIGINT")
-        current = current.__cause__ or current.__context__
+        if id(current) not in seen:
+            seen.add(id(current))
+            behind += [linked for linked in (current.__context__, current.__cause__) if linked]  # the cause first
     return None

@@ -182,6 +182,35 @@ def test_an_interruption_turned_into_another_error_by_a_library_is_still_found()
     assert interruption_in(KeyboardInterrupt()).exit_code == 130
 
 
+def test_a_sigterm_inside_omegaconf_keeping_its_causes_is_still_found(monkeypatch):
+    """Under coverage (a tracer set) or OC_CAUSE=1 OmegaConf keeps each error's cause, and that
+    chain hid the context holding the signal: a SIGTERM landing in a list's append while Hydra
+    composed (its None placeholder then failing the cleanup's walk) left storage_ceiling exiting 1
+    with a ConfigProblem traceback (1 signal in ~40 under .ci/coverage). A real SIGTERM, through
+    sigterm_raises, landing at that point: inside the second append of a list OmegaConf builds."""
+    import signal
+
+    from omegaconf import ListConfig, OmegaConf
+    from omegaconf.errors import OmegaConfBaseException
+
+    from bench.errors import interruption_in
+    from bench.machine.children import sigterm_raises
+
+    monkeypatch.setenv("OC_CAUSE", "1")
+    set_item, appended = ListConfig._set_item_impl, []
+
+    def signalled_in_the_second_append(self, key, value):
+        appended.append(key)
+        if len(appended) == 2:
+            os.kill(os.getpid(), signal.SIGTERM)  # handled at the next instruction, still inside append
+        return set_item(self, key, value)
+
+    monkeypatch.setattr(ListConfig, "_set_item_impl", signalled_in_the_second_append)
+    with pytest.raises(OmegaConfBaseException, match="_invalidate_flags_cache") as raised, sigterm_raises():
+        OmegaConf.create({"defaults": ["a", "b"]})
+    assert interruption_in(raised.value).exit_code == 143
+
+
 def test_a_sigterm_swallowed_inside_a_garbage_collection_callback_is_sent_again():
     """A signal's exception raised inside a __del__ or weakref callback (SQLAlchemy's, when the GC runs)
     is printed and dropped by Python ("Exception ignored in ..."): the run went on until killed. Inside
