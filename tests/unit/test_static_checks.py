@@ -73,3 +73,15 @@ def test_no_merge_conflict_marker_anywhere_in_the_tree(tmp_path):
     assert found == [("doc.md", 2), ("doc.md", 4), ("doc.md", 6), ("setext.md", 2)]
     hits = [f"{path}:{line}" for path, line, _ in conflict_markers.markers(ROOT)]
     assert hits == [], f"unresolved merge-conflict markers: {hits}"
+
+
+def test_what_git_would_commit_at_the_top_level_is_the_fixed_layout():
+    """The top level is fixed (pyproject.toml, README.md, conf/, bench/, tests/, launchers/, docker/,
+    docs/, .ci/ and git's and pre-commit's files): a 2.9 MB py-spy wheel committed there by mistake
+    (e4747ed, 2026-12-01) stayed a day. The files git would commit: tracked, and untracked unignored."""
+    import tests.conflict_markers as conflict_markers
+
+    fixed = {"pyproject.toml", "README.md", "conf", "bench", "tests", "launchers", "docker", "docs", ".ci"}
+    fixed |= {".gitignore", ".pre-commit-config.yaml"}
+    top = {path.relative_to(ROOT).parts[0] for path in conflict_markers.checked_files(ROOT)}
+    assert top <= fixed, f"not in the layout: {sorted(top - fixed)}"
