@@ -75,6 +75,7 @@ def test_no_merge_conflict_marker_anywhere_in_the_tree(tmp_path):
     assert hits == [], f"unresolved merge-conflict markers: {hits}"
 
 
+@pytest.mark.slow  # starts git (tests/conflict_markers.py's `git ls-files`)
 def test_what_git_would_commit_at_the_top_level_is_the_fixed_layout():
     """The top level is fixed (pyproject.toml, README.md, conf/, bench/, tests/, launchers/, docker/,
     docs/, .ci/ and git's and pre-commit's files): a 2.9 MB py-spy wheel committed there by mistake
