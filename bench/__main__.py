@@ -4,6 +4,7 @@ bench.app. Import-light: `--cfg job` and `--help` load neither torch nor mlflow.
 import atexit
 import gc
 import os
+import signal
 import sys
 from typing import NoReturn, Optional
 
@@ -17,6 +18,7 @@ from bench.config.scenario import named_twice
 from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG, EXIT_SIGINT, EXIT_SIGTERM, BenchError, print_error
 from bench.launch.preview import job_config, preview, register_bench_launchers, wants_job_config, wants_preview
+from bench.machine.children import die_with_parent
 from bench.secrets import command_line_problem, redact_output
 
 register_configs()
@@ -55,6 +57,10 @@ def cli() -> None:
     is refused before Hydra saves the overrides in .hydra/ or logs them; what gets through is
     redacted on its way out."""
     redact_output()  # before Hydra makes its log handlers: they write to the wrapped streams
+    if "TORCHELASTIC_RUN_ID" in os.environ:
+        # A rank torchrun started, in a session of its own: when torchrun dies by SIGKILL nothing
+        # else stops it, so the kernel sends it SIGTERM then (it ends its MLflow run KILLED).
+        die_with_parent(os.getppid(), signal.SIGTERM, ctrl_c=True)
     # Registered first, so run last of the exit handlers: the interpreter's final garbage
     # collections over torch's, mlflow's and Hydra's ~600k objects took 5 s on a loaded 2-core
     # machine after a Ctrl-C had been answered; left frozen, they are freed with the process.

@@ -6,11 +6,17 @@ Waits are for events (a rank's log line, a process going); timeouts are hang gua
 
 from __future__ import annotations
 
+import contextlib
+import os
 import signal
 import subprocess
+import sys
+from pathlib import Path
 
 import psutil
 import pytest
+
+from bench.rank_context import free_port
 
 HANG_GUARD_S = 900
 
@@ -109,3 +115,40 @@ def test_kill_9_of_the_launcher_takes_its_workers_down_and_the_run_is_found_stal
     assert marked.returncode == 0 and "1 stale (marked KILLED)" in marked.stderr
     (run,) = bench.runs()
     assert run.info.status == "KILLED" and f"pid {proc.pid}" in run.data.tags["error"]
+
+
+@pytest.mark.slow
+def test_kill_9_of_torchrun_ends_its_ranks_and_rank0_ends_its_run_killed(bench, tiny, tmp_path, repo):
+    """torchrun starts each rank in a session of its own and, killed with SIGKILL, forwards nothing:
+    both ranks trained on for nobody and rank 0's MLflow run stayed RUNNING. A rank torchrun started
+    now asks the kernel for SIGTERM when torchrun dies, and ends as on any SIGTERM."""
+    bench.with_store()
+    run_dir = tmp_path / "run"
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # torchrun beside this python
+    nodes = {"HEAD": "127.0.0.1", "PORT": str(free_port()), "NNODES": "1", "GPUS": "2", "RUN_DIR": str(run_dir)}
+    long_run = [*tiny, "train.steps_per_epoch=100000", "benchmark.log_every=1", "benchmark.progress=true"]
+    torchrun = subprocess.Popen(  # the script execs torchrun: this pid is torchrun's
+        ["bash", str(repo / "launchers" / "torchrun_multinode.sh"), *long_run],
+        cwd=bench.cwd,
+        env=bench.env(PATH=path, **nodes),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    ranks: list = []
+    try:
+        bench.wait_for_line(torchrun, run_dir / "rank1.log", "step 2/")
+        ranks = psutil.Process(torchrun.pid).children()
+        assert len(ranks) == 2
+        torchrun.kill()  # SIGKILL: torchrun's agent sends its ranks nothing
+        torchrun.communicate(timeout=HANG_GUARD_S)
+        _, alive = psutil.wait_procs(ranks, timeout=HANG_GUARD_S)  # the event: both ranks are gone
+        assert alive == []
+    finally:
+        for process in ranks:  # a failed assertion leaves no rank training on
+            with contextlib.suppress(psutil.Error):
+                process.kill()
+        torchrun.kill()
+    (run,) = bench.runs()
+    assert run.info.status == "KILLED" and "SIGTERM" in run.data.tags["error"]
