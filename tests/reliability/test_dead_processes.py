@@ -118,16 +118,19 @@ def test_kill_9_of_the_launcher_takes_its_workers_down_and_the_run_is_found_stal
 
 
 @pytest.mark.slow
-def test_kill_9_of_torchrun_ends_its_ranks_and_rank0_ends_its_run_killed(bench, tiny, tmp_path, repo):
-    """torchrun starts each rank in a session of its own and, killed with SIGKILL, forwards nothing:
-    both ranks trained on for nobody and rank 0's MLflow run stayed RUNNING. A rank torchrun started
-    now asks the kernel for SIGTERM when torchrun dies, and ends as on any SIGTERM."""
+@pytest.mark.parametrize("stop, code", [(signal.SIGINT, 130), (signal.SIGKILL, -9)], ids=["Ctrl-C", "SIGKILL"])
+def test_a_stopped_torchrun_ends_its_ranks_and_rank0_ends_its_run_killed(bench, tiny, tmp_path, repo, stop, code):
+    """launchers/torchrun_multinode.sh stopped. Ctrl-C: torchrun stops its ranks; it printed torch's
+    SignalException traceback and exited 1, now one line and 130 (bench.launch.torchrun). SIGKILL:
+    torchrun starts each rank in a session of its own and, killed, forwards nothing: both ranks trained
+    on for nobody and rank 0's run stayed RUNNING; a rank torchrun started now asks the kernel for
+    SIGTERM when torchrun dies. Either way both ranks end and rank 0's run is KILLED."""
     bench.with_store()
     run_dir = tmp_path / "run"
-    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # torchrun beside this python
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}"  # python and torchrun: this env's
     nodes = {"HEAD": "127.0.0.1", "PORT": str(free_port()), "NNODES": "1", "GPUS": "2", "RUN_DIR": str(run_dir)}
     long_run = [*tiny, "train.steps_per_epoch=100000", "benchmark.log_every=1", "benchmark.progress=true"]
-    torchrun = subprocess.Popen(  # the script execs torchrun: this pid is torchrun's
+    torchrun = subprocess.Popen(  # the script execs torchrun: this pid is torchrun's, its group too
         ["bash", str(repo / "launchers" / "torchrun_multinode.sh"), *long_run],
         cwd=bench.cwd,
         env=bench.env(PATH=path, **nodes),
@@ -141,8 +144,8 @@ def test_kill_9_of_torchrun_ends_its_ranks_and_rank0_ends_its_run_killed(bench, 
         bench.wait_for_line(torchrun, run_dir / "rank1.log", "step 2/")
         ranks = psutil.Process(torchrun.pid).children()
         assert len(ranks) == 2
-        torchrun.kill()  # SIGKILL: torchrun's agent sends its ranks nothing
-        torchrun.communicate(timeout=HANG_GUARD_S)
+        os.killpg(torchrun.pid, stop)  # Ctrl-C reaches the terminal's process group: torchrun's
+        _, err = torchrun.communicate(timeout=HANG_GUARD_S)
         _, alive = psutil.wait_procs(ranks, timeout=HANG_GUARD_S)  # the event: both ranks are gone
         assert alive == []
     finally:
@@ -150,5 +153,11 @@ def test_kill_9_of_torchrun_ends_its_ranks_and_rank0_ends_its_run_killed(bench, 
             with contextlib.suppress(psutil.Error):
                 process.kill()
         torchrun.kill()
+    assert torchrun.returncode == code, err
+    if stop == signal.SIGINT:
+        assert "Traceback" not in err, err
+        assert bench.error_lines(err)[-1] == "[ERROR] torchrun stopped by SIGINT, and its ranks with it", err
+    else:  # the kernel's SIGTERM, as the rank says
+        assert "[ERROR] run interrupted: terminated by signal SIGTERM" in err, err
     (run,) = bench.runs()
-    assert run.info.status == "KILLED" and "SIGTERM" in run.data.tags["error"]
+    assert run.info.status == "KILLED", run.data.tags
