@@ -14,9 +14,9 @@ RUN_DIR=${RUN_DIR:-outputs/torchrun-$(date +%Y%m%d-%H%M)}
 # without a `/`: torchrun makes its log folder from the id (a `/` in it failed every start).
 RDZV_ID=${RDZV_ID:-bench-$HEAD-$PORT}
 
-# torchrun (bench.launch.torchrun: a stop signal is one line and exit 130/143, not a traceback and 1);
+# torchrun (bench.tools.torchrun: a stop signal is one line and exit 130/143, not a traceback and 1);
 # its own logs go in the run's folder, not a torchelastic_* folder left in /tmp for good
-exec "${PYTHON:-python}" -m bench.launch.torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS" --log-dir "$RUN_DIR/torchrun" \
+exec "${PYTHON:-python}" -m bench.tools.torchrun --nnodes "$NNODES" --nproc-per-node "$GPUS" --log-dir "$RUN_DIR/torchrun" \
     --rdzv-backend c10d --rdzv-endpoint "$HEAD:$PORT" --rdzv-id "$RDZV_ID" \
     -m bench distributed=ddp distributed.nproc_per_node="$GPUS" distributed.nnodes="$NNODES" \
     hydra.run.dir="$RUN_DIR" "$@"

@@ -121,7 +121,7 @@ def test_kill_9_of_the_launcher_takes_its_workers_down_and_the_run_is_found_stal
 @pytest.mark.parametrize("stop, code", [(signal.SIGINT, 130), (signal.SIGKILL, -9)], ids=["Ctrl-C", "SIGKILL"])
 def test_a_stopped_torchrun_ends_its_ranks_and_rank0_ends_its_run_killed(bench, tiny, tmp_path, repo, stop, code):
     """launchers/torchrun_multinode.sh stopped. Ctrl-C: torchrun stops its ranks; it printed torch's
-    SignalException traceback and exited 1, now one line and 130 (bench.launch.torchrun). SIGKILL:
+    SignalException traceback and exited 1, now one line and 130 (bench.tools.torchrun). SIGKILL:
     torchrun starts each rank in a session of its own and, killed, forwards nothing: both ranks trained
     on for nobody and rank 0's run stayed RUNNING; a rank torchrun started now asks the kernel for
     SIGTERM when torchrun dies. Either way both ranks end and rank 0's run is KILLED."""

@@ -1,4 +1,4 @@
-"""torchrun as launchers/torchrun_multinode.sh runs it (`python -m bench.launch.torchrun`, torchrun's
+"""torchrun as launchers/torchrun_multinode.sh runs it (`python -m bench.tools.torchrun`, torchrun's
 own arguments): a stop signal (Ctrl-C, SIGTERM from a scheduler) ends it as it ends bench, with one
 line and the shell's code (130, 143), not torch's SignalException traceback and exit 1. Its ranks
 are stopped by torchrun itself, as before (and end with it even on SIGKILL: bench.__main__)."""
