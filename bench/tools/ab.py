@@ -8,6 +8,7 @@ key is taken as `python -m bench` takes it (`data.num_workers=4`, `--data.num_wo
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from typing import List, Optional, Sequence, Tuple
 
@@ -74,5 +75,10 @@ def below_one(args: argparse.Namespace, *names: str) -> Optional[str]:
 
 
 def said(ratio: Ratio, digits: int = 2) -> str:
-    """A ratio as the A/B tools print it: `0.98 [95% 0.95-1.01] same`."""
-    return f"{ratio.ratio:.{digits}f} [95% {ratio.low:.{digits}f}-{ratio.high:.{digits}f}] {ratio.verdict}"
+    """A ratio as the A/B tools print it: `0.98 [95% 0.95-1.01] same`. One under 10^-digits keeps two
+    significant digits (0.0042, not 0.00: a side far slower than the other is not 0x it)."""
+
+    def shown(value: float) -> str:
+        return f"{value:.{1 - math.floor(math.log10(value)) if 0 < value < 10**-digits else digits}f}"
+
+    return f"{shown(ratio.ratio)} [95% {shown(ratio.low)}-{shown(ratio.high)}] {ratio.verdict}"

@@ -66,6 +66,18 @@ def test_summary_names_every_side_and_every_ratio():
     assert set(found.ratios()) == {"tool", "plain"}
 
 
+def test_a_ratio_far_below_one_is_printed_with_its_digits_not_as_zero():
+    """A reader ~240x slower than its baseline (under coverage's tracer) printed `0.00 [95% 0.00-0.00]`:
+    as if it read nothing. A ratio under 0.01 keeps two significant digits; the others print as before."""
+    from bench.analysis.rounds import Ratio
+    from bench.tools.ab import said
+
+    assert said(Ratio("baseline", 0.0042, 0.00397, 0.0044, [])) == "0.0042 [95% 0.0040-0.0044] slower"
+    assert said(Ratio("baseline", 0.98, 0.95, 1.01, [])) == f"0.98 [95% 0.95-1.01] {CANT_TELL}"
+    assert said(Ratio("baseline", 1.5, 1.2, 1.8, []), 3) == f"1.500 [95% 1.200-1.800] {FASTER}"
+    assert said(Ratio("baseline", 0.0042, 0.004, 0.0044, []), 3) == f"0.004 [95% 0.004-0.004] {SLOWER}"
+
+
 def test_zero_rounds_is_refused():
     with pytest.raises(ValueError, match="rounds=0"):
         alternate({"a": lambda: 1.0}, 0)

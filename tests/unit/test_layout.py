@@ -175,7 +175,8 @@ def test_no_module_over_300_lines(module):
 # run (bench.machine.children.make_multiprocessing_temp_dir: owned `bench-mp-*`, not multiprocessing's pymp-*).
 # 16,596: +4 so a rank torchrun started ends (SIGTERM, its run KILLED) when torchrun is SIGKILLed.
 # 16,605: +9 for bench.tools.torchrun: a stopped torchrun (the multi-node scripts') is one line and 130/143.
-CODE_LINE_CEILING = 16_605
+# 16,608: +3 so an A/B ratio under 0.01 prints its digits (0.0042), not 0.00 (bench.tools.ab.said).
+CODE_LINE_CEILING = 16_608
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
