@@ -176,7 +176,8 @@ def test_no_module_over_300_lines(module):
 # 16,596: +4 so a rank torchrun started ends (SIGTERM, its run KILLED) when torchrun is SIGKILLed.
 # 16,605: +9 for bench.tools.torchrun: a stopped torchrun (the multi-node scripts') is one line and 130/143.
 # 16,608: +3 so an A/B ratio under 0.01 prints its digits (0.0042), not 0.00 (bench.tools.ab.said).
-CODE_LINE_CEILING = 16_608
+# 16,614: +6 so torchrun's failed rendezvous is one line, and Ctrl-C while it connects ends it at once.
+CODE_LINE_CEILING = 16_614
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
