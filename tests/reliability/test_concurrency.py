@@ -174,7 +174,11 @@ def test_two_storage_runs_on_one_root_the_second_is_refused_while_the_first_read
     """Issue 39.4: two storage runs on one `storage.root` both rewrote the whole dataset, one's
     read window overlapping the other's rewrite. The first holds the dataset folder from before its
     prepare to its last read; the second is refused in one line naming it (FAILED, exit 1), and
-    the folder is free again once the first ends, however it ends (here SIGTERM mid-read)."""
+    the folder is free again once the first ends, however it ends (here SIGTERM mid-read). The SIGTERM
+    is also the signal test of a storage run's read phase: with both accelerators up it ends the run
+    (143, one line, no traceback), no reader process outlives it, and its MLflow run is KILLED."""
+    import psutil
+
     bench.with_store()
     storage = [
         "mode=storage",
@@ -188,17 +192,27 @@ def test_two_storage_runs_on_one_root_the_second_is_refused_while_the_first_read
         "storage.prepare=always",
         f"storage.root={tmp_path}/root",
     ]
-    first = bench.start(*storage, "storage.workload.epochs=1000", f"hydra.run.dir={tmp_path}/first")
+    first = bench.start(
+        *storage, "storage.accelerators=2", "storage.workload.epochs=1000", f"hydra.run.dir={tmp_path}/first"
+    )
     bench.wait_for_line(first, tmp_path / "first" / "bench.log", "read:")  # the event: its read window began
+    deadline = time.monotonic() + HANG_GUARD_S  # a hang guard; the event: both accelerators are up
+    while first.poll() is None and time.monotonic() < deadline and len(psutil.Process(first.pid).children()) < 2:
+        time.sleep(0.05)
+    accelerators = psutil.Process(first.pid).children(recursive=True)
+    assert len(accelerators) >= 2, first.communicate(timeout=HANG_GUARD_S)
     (lock,) = (tmp_path / "root").rglob(".bench-dataset.lock")
     second = bench.run(*storage, "storage.workload.epochs=1", f"hydra.run.dir={tmp_path}/second")
     line = bench.single_error(second)
     assert second.returncode == 1 and f"{lock.parent} is being written by another run: pid {first.pid} on " in line
     assert f"(run dir {tmp_path}/first)" in line and "give this run another storage.root" in line, line
     assert "prepare:" not in (tmp_path / "second" / "bench.log").read_text()  # it wrote nothing of the dataset
-    first.send_signal(signal.SIGTERM)
+    first.send_signal(signal.SIGTERM)  # mid-read: the accelerators read while the second was refused
     _, err = first.communicate(timeout=HANG_GUARD_S)
     assert first.returncode == 143 and not lock.exists(), err
+    assert "[ERROR] run interrupted" in err and "Traceback" not in err, err
+    _gone, alive = psutil.wait_procs(accelerators, timeout=120)
+    assert not alive  # no orphaned reader process
     runs = {run.info.status: run for run in bench.runs()}
     assert sorted(runs) == ["FAILED", "KILLED"] and runs["KILLED"].data.tags["bench.pid"] == str(first.pid)
     assert "is being written by another run" in runs["FAILED"].data.tags["error"]

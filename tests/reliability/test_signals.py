@@ -83,37 +83,9 @@ def test_sigterm_to_a_ddp_job_alone_ends_its_ranks_loader_workers_at_once_and_wi
     assert "Traceback" not in err
 
 
-def test_sigterm_during_the_read_phase_ends_the_run_and_its_accelerators(bench, tmp_path):
-    import signal
-    import time
-
-    import psutil
-
-    bench.with_store()
-    proc = bench.start(
-        *TINY,
-        "storage.accelerators=2",
-        "storage.workload.epochs=1000",
-        "storage.workload.computation_time=0.05",
-        "storage.workload.checkpoint_size_mb=0",
-        f"hydra.run.dir={tmp_path}/run",
-    )
-    log = tmp_path / "run" / "bench.log"
-    deadline = time.monotonic() + 900  # a hang guard: the event is the read phase with both accelerators up
-    while time.monotonic() < deadline and proc.poll() is None:
-        if log.exists() and "read:" in log.read_text() and len(psutil.Process(proc.pid).children()) >= 2:
-            break
-        time.sleep(0.2)
-    accelerators = psutil.Process(proc.pid).children(recursive=True)
-    time.sleep(0.5)  # they are starting or reading
-    proc.send_signal(signal.SIGTERM)
-    _, stderr = proc.communicate(timeout=900)
-    assert proc.returncode == 143, stderr
-    assert "[ERROR] run interrupted" in stderr and "Traceback" not in stderr
-    _gone, alive = psutil.wait_procs(accelerators, timeout=120)
-    assert not alive  # no orphaned reader process
-    (run,) = bench.runs()
-    assert run.info.status == "KILLED"
+# SIGTERM during the read phase, both accelerators up (the run ends 143 and KILLED, one line, no
+# reader left): test_concurrency.py's test_two_storage_runs_on_one_root_..., whose first run is that
+# run (its read window is where the second one is refused).
 
 
 def test_sigterm_while_the_accelerators_start_leaves_no_child_traceback(bench, tmp_path):

@@ -61,7 +61,7 @@ def test_ctrl_c_in_the_doctors_storage_rung_ends_it_killed(bench, datasets, tmp_
     proc = bench.start(
         *DOCTOR[:-1],
         *args,
-        "doctor.budget_s=30",
+        "doctor.budget_s=10",  # each rung's window at its 1 s floor: the signal's moment, not a rung's length, matters
         "doctor.what_ifs=false",
         f"doctor.out={out}",
         module="bench.doctor",
