@@ -108,4 +108,5 @@ def test_require_fit_names_oversubscribed_threads_and_workers_before_any_run(ben
         and f"{threads} torch thread{'s' if threads > 1 else ''} x 1 rank + 1 loader worker = {threads + 1} > " in line
     ), line
     assert "lower cpu_threads" in line
-    assert bench.runs() == []
+    # no store made, or one without a run (MLflow making the store here to find it empty: ~1.5 CPU-s)
+    assert not bench.db.exists() or bench.runs() == []

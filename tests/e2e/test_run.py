@@ -6,6 +6,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+from types import SimpleNamespace
 
 import pytest
 from mlflow import MlflowClient
@@ -131,7 +132,9 @@ def test_cpu_smoke_end_to_end(bench, tmp_path):
     assert ".hydra/config.yaml" in hydra_artifacts
 
 
-@pytest.mark.parametrize("precision,dtype", [("fp32", "none"), ("bf16", "bfloat16")])
+# fp32's case (its autocast "none", channels_last) is test_tracking_uri_from_config's run: the run that
+# shows MLFLOW_TRACKING_URI winning over tracking.uri is this one, whatever the precision
+@pytest.mark.parametrize("precision,dtype", [("bf16", "bfloat16")])
 def test_precision_on_cpu(bench, tiny, tmp_path, precision, dtype):
     env_db = tmp_path / "env.db"
     ignored = tmp_path / "config.db"
@@ -155,55 +158,72 @@ def test_precision_on_cpu(bench, tiny, tmp_path, precision, dtype):
 
 
 def test_tracking_uri_from_config(bench, tiny, tmp_path):
+    """tracking.uri where no MLFLOW_TRACKING_URI is set; the same run is fp32 with channels_last (the
+    fp32 case of test_precision_on_cpu: one run instead of two)."""
     db = tmp_path / "from-config.db"
     proc = bench.run(
         *tiny,
+        "precision=fp32",
+        "precision.channels_last=true",
         f"tracking.uri=sqlite:///{db}",
         "tracking.experiment=custom",
         "tracking.run_name=my-run",
         f"hydra.run.dir={tmp_path}/run",
     )
-    bench.metrics(proc)
+    metrics = bench.metrics(proc)
+    assert metrics["precision"] == "fp32" and metrics["autocast_dtype"] == "none"
+    assert metrics["channels_last"] is True
+    assert metrics["final_loss"] == metrics["final_loss"]  # not NaN
     (run,) = bench.runs(f"sqlite:///{db}")
     assert run.info.run_name == "my-run"
     assert MlflowClient(f"sqlite:///{db}").get_experiment(run.info.experiment_id).name == "custom"
+    assert run.data.params["precision.name"] == "fp32"
+    assert run.info.status == "FINISHED"
     assert not bench.db.exists()
 
 
-def test_measure_steps_caps_the_window_and_schedule_runs(bench, tiny, tmp_path):
+# One run (tracking off) read by the three tests below: a window capped by benchmark.measure_steps with a
+# cosine schedule, torch.compile rejecting its mode (the run goes on eager), and a checkpoint written to
+# local storage. A torchvision model: the checkpoint's keys are its (fc.weight). Was three runs.
+@pytest.fixture(scope="module")
+def recipe_run(tmp_path_factory, bench_at, tiny_args):
+    root = tmp_path_factory.mktemp("recipe")
+    bench = bench_at(root)
     proc = bench.run(
-        *tiny,
+        *tiny_args,
+        "model=resnet18",
         "train.epochs=3",
         "benchmark.measure_steps=4",
         "scheduler=cosine",
         "optimizer.nesterov=true",
         "model.norm=none",
+        "compile=true",
+        "compile_mode=no-such-mode",
+        "storage.save_checkpoint=true",
+        f"storage.root={root / 'ckpt'}",
         "tracking.enabled=false",
-        f"hydra.run.dir={tmp_path}/run",
+        f"hydra.run.dir={root}/run",
     )
-    metrics = bench.metrics(proc)
+    return SimpleNamespace(root=root, bench=bench, proc=proc, run_dir=root / "run", ckpt_dir=root / "ckpt")
+
+
+def test_measure_steps_caps_the_window_and_schedule_runs(recipe_run):
+    bench, run_dir = recipe_run.bench, recipe_run.run_dir
+    metrics = bench.metrics(recipe_run.proc)
     assert metrics["measured_steps"] == 4 and metrics["total_images"] == 16
     # the recipe knobs that change the run are in the result line, not only in the config (issue 21)
     assert metrics["optimizer"] == "sgd" and metrics["nesterov"] is True and metrics["norm"] == "none"
-    epochs = (tmp_path / "run" / "metrics_epoch.jsonl").read_text().splitlines()
+    epochs = (run_dir / "metrics_epoch.jsonl").read_text().splitlines()
     assert [json.loads(e)["steps"] for e in epochs] == [3, 1]
     assert metrics["final_lr"] < metrics["lr"]  # cosine decayed
     assert not bench.db.exists()
 
 
-def test_checkpoint_written_to_local_storage(bench, tiny, tmp_path):
+def test_checkpoint_written_to_local_storage(recipe_run):
     import torch
 
-    ckpt_dir = tmp_path / "ckpt"
-    proc = bench.run(
-        *tiny,
-        "model=resnet18",
-        "storage.save_checkpoint=true",
-        f"storage.root={ckpt_dir}",
-        "tracking.enabled=false",
-        f"hydra.run.dir={tmp_path}/run",
-    )
-    metrics = bench.metrics(proc)
+    ckpt_dir = recipe_run.ckpt_dir
+    metrics = recipe_run.bench.metrics(recipe_run.proc)
     state = torch.load(ckpt_dir / "checkpoint.pt", weights_only=True)
     assert "fc.weight" in state["model"] and state["optimizer"]["state"]
     assert metrics["checkpoint_bytes"] == (ckpt_dir / "checkpoint.pt").stat().st_size
@@ -235,14 +255,12 @@ def test_failure_mid_run_ends_failed_with_reason(bench, tiny, datasets, tmp_path
     assert "Traceback" in (tmp_path / "run" / "error.txt").read_text()
 
 
-def test_compile_failure_falls_back_to_eager_and_says_so(bench, tiny, tmp_path):
+def test_compile_failure_falls_back_to_eager_and_says_so(recipe_run):
     """torch.compile rejects an unknown mode for real; the run goes on eager and records why."""
-    proc = bench.run(
-        *tiny, "compile=true", "compile_mode=no-such-mode", "tracking.enabled=false", f"hydra.run.dir={tmp_path}/run"
-    )
-    metrics = bench.metrics(proc)
+    proc = recipe_run.proc
+    metrics = recipe_run.bench.metrics(proc)
     assert metrics["compile"] is False
     assert "no-such-mode" in metrics["compile_fallback"]
     assert "torch.compile failed" in proc.stderr
-    summary = json.loads((tmp_path / "run" / "run_summary.json").read_text())
+    summary = json.loads((recipe_run.run_dir / "run_summary.json").read_text())
     assert summary["compile"]["requested"] is True and summary["compile"]["active"] is False
