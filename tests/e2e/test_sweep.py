@@ -393,25 +393,24 @@ def test_a_sweep_whose_every_job_failed_is_failed(all_failed, sweep):
     assert "tags.`error`" in state["selectedColumns"]
 
 
-def test_a_sweep_into_an_earlier_sweeps_folder_says_so(all_failed, bench, tiny_args, tmp_path):
-    """Issue 39 probe F5: a second sweep given a finished sweep's hydra.sweep.dir wrote over its jobs and
-    reported them with its own without a word. Said before the parent run (jobs refused here: cheap).
-    The first sweep is all_failed's (the same command, into a new folder: nothing said there), copied
-    here whole (its multirun.yaml is what marks an earlier sweep), so the second writes over the copy
-    in a store of its own and the shared sweep's folder and store stay as the other tests read them."""
-    first = all_failed.proc
-    assert first.returncode == 2 and "earlier sweep" not in first.stderr
-    shutil.copytree(all_failed.dir, tmp_path / "s")
-    assert (tmp_path / "s" / "multirun.yaml").is_file()
-    again = bench.run("-m", *tiny_args, "precision=amp_fp16", "seed=3", f"hydra.sweep.dir={tmp_path}/s")
-    (said,) = [line for line in again.stderr.splitlines() if "holds an earlier sweep" in line]
-    assert f"hydra.sweep.dir={tmp_path}/s " in said and "give each sweep its own folder" in said
-
-
-def test_a_preset_from_config_dir_that_sets_hydra_mode_multirun_sweeps_without_dash_m(bench, tiny_args, tmp_path):
+def test_a_preset_that_sets_hydra_mode_multirun_sweeps_without_dash_m_and_says_its_folder_holds_an_earlier_sweep(
+    all_failed, bench, tiny_args, tmp_path
+):
     """bench skips Hydra's compose that reads hydra.mode (a fifth of a small run) where only -m can set
     it; a --config-dir preset still can, and its hydra.mode=MULTIRUN makes a sweep (its job refused
-    here, amp_fp16 on a CPU: cheap), as Hydra's own get_mode decides."""
+    here, amp_fp16 on a CPU: cheap), as Hydra's own get_mode decides.
+
+    Issue 39 probe F5, in the same sweep: a second sweep given a finished sweep's hydra.sweep.dir wrote
+    over its jobs and reported them with its own without a word. Said before the parent run. The first
+    sweep is all_failed's (into a new folder: nothing said there); its multirun.yaml, what marks an
+    earlier sweep, is copied into this sweep's folder (its job folders are not: the report of this
+    1-job sweep would list them), so the second sweep writes there in a store of its own and the shared
+    sweep's folder and store stay as the other tests read them. (One sweep for both: they were two
+    sweeps of one refused job each.)"""
+    first = all_failed.proc
+    assert first.returncode == 2 and "earlier sweep" not in first.stderr
+    (tmp_path / "s").mkdir()
+    shutil.copyfile(all_failed.dir / "multirun.yaml", tmp_path / "s" / "multirun.yaml")
     (tmp_path / "cfg" / "experiment").mkdir(parents=True)
     (tmp_path / "cfg" / "experiment" / "as_sweep.yaml").write_text(
         "# @package _global_\ndefaults:\n  - cpu_smoke\nhydra:\n  mode: MULTIRUN\n"
@@ -423,7 +422,11 @@ def test_a_preset_from_config_dir_that_sets_hydra_mode_multirun_sweeps_without_d
     )  # fmt: skip
     assert proc.returncode == 1, proc.stderr
     assert proc.stdout.splitlines()[0].startswith("all 1 jobs failed: precision='amp_fp16'"), proc.stdout
-    assert (tmp_path / "s" / "multirun.yaml").is_file() and (tmp_path / "s" / "0").is_dir()
+    # written by this sweep: its multirun.yaml (not the earlier one's copy) and its job's folder
+    assert "+experiment=as_sweep" in (tmp_path / "s" / "multirun.yaml").read_text()
+    assert (tmp_path / "s" / "0").is_dir()
+    (said,) = [line for line in proc.stderr.splitlines() if "holds an earlier sweep" in line]
+    assert f"hydra.sweep.dir={tmp_path}/s " in said and "give each sweep its own folder" in said
 
 
 # ---- jobs in processes of their own: hydra/launcher=slurm_local (submitit's local executor) -------
@@ -506,13 +509,17 @@ def test_a_storage_sweeps_jobs_are_named_by_the_swept_batch(storage_sweep):
 @pytest.fixture(scope="module")
 def mlflow_ui(sweep, tmp_path_factory):
     """A real `mlflow ui` on 127.0.0.1 serving the sweeps' store (once it answers /health, the event
-    waited for); `.url(proc, which)` is the link `proc` printed (`MLflow UI` or `MLflow compare`) on it."""
+    waited for); `.url(proc, which)` is the link `proc` printed (`MLflow UI` or `MLflow compare`) on it.
+    It is also the module's tracking server (`.address`; artifacts proxied to `.artifacts`): one server
+    start (~12 CPU-s) for the browser tests and the sweep tracked over HTTP."""
     from bench.rank_context import free_port
 
-    port, log = free_port(), tmp_path_factory.mktemp("ui") / "ui.log"
+    port, folder = free_port(), tmp_path_factory.mktemp("ui")
+    log, artifacts = folder / "ui.log", folder / "art"
     command = [sys.executable, "-m", "mlflow", "ui", "--backend-store-uri", sweep.uri, "--host", "127.0.0.1"]
     ui = subprocess.Popen(
-        [*command, "--port", str(port), "--workers", "1"],
+        [*command, "--port", str(port), "--workers", "1", "--artifacts-destination", str(artifacts)],
+        cwd=folder,
         stdout=log.open("w"),
         stderr=subprocess.STDOUT,
         start_new_session=True,
@@ -530,7 +537,7 @@ def mlflow_ui(sweep, tmp_path_factory):
             assert time.monotonic() < deadline, f"mlflow ui did not come up:\n{log.read_text()[-2000:]}"
             time.sleep(0.3)
         assert ui.poll() is None, f"mlflow ui ended:\n{log.read_text()[-2000:]}"
-        yield SimpleNamespace(port=port, url=url)
+        yield SimpleNamespace(port=port, url=url, address=f"http://127.0.0.1:{port}", artifacts=artifacts)
     finally:
         os.killpg(ui.pid, 15)
         ui.wait(timeout=60)
@@ -680,3 +687,55 @@ def test_a_sweeps_link_charts_a_bar_per_job_and_its_compare_link_opens_the_jobs(
     assert f"bench.sweep\t{parent.info.run_name}\t" in text
     assert parent.info.run_name not in text.replace(f"\t{parent.info.run_name}", ""), text
     assert f"Parameters:\n{swept}" in text, text  # the plot's first axis: the key the jobs differ in
+
+
+# ---- tracking over HTTP: a real `mlflow server` on 127.0.0.1 (the browser tests' `mlflow ui`) ---------
+# (A server that cannot be reached or goes away mid-run: tests/reliability/test_tracking_faults.py.)
+# Last in the file: its runs join the store the tests above read.
+
+
+def test_ddp_sweep_lands_on_the_tracking_server(mlflow_ui, bench, tiny, tmp_path):
+    """A DDP sweep tracked over HTTP lands as a parent run with its children and the report, its
+    artifacts through the server. The server is the browser tests' `mlflow ui` (one start, not two; was
+    tests/e2e/test_mlflow_server.py): its store holds the other sweeps' runs too, so this sweep's are
+    the runs it added, in an experiment of its own, which the server makes (artifacts proxied)."""
+    mlflow_server = mlflow_ui.address
+    before = {run.info.run_id for run in bench.runs(mlflow_server)}
+    proc = bench.run(
+        "-m",
+        *tiny,
+        "distributed=ddp",
+        "distributed.nproc_per_node=1,2",
+        "tracking.experiment=over-http",
+        f"hydra.sweep.dir={tmp_path}/sweep",
+        env=bench.env(mlflow_server),
+    )
+    assert proc.returncode == 0, f"{proc.stdout}\n{proc.stderr}"
+    assert proc.stdout.count('{"radix_metrics"') == 2
+    assert mlflow_server in proc.stderr  # the runs name the server they went to
+    assert not (tmp_path / "mlflow.db").exists() and not (tmp_path / "mlruns").exists()
+
+    runs = [run for run in bench.runs(mlflow_server) if run.info.run_id not in before]
+    parents = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    children = [r for r in runs if "mlflow.parentRunId" in r.data.tags]
+    assert len(parents) == 1 and len(children) == 2 and len(runs) == 3
+    parent = parents[0]
+    assert parent.info.status == "FINISHED"
+    assert parent.data.params["distributed.nproc_per_node"] == "1,2"
+    for child in children:
+        assert child.data.tags["mlflow.parentRunId"] == parent.info.run_id
+        assert child.info.status == "FINISHED"
+    assert sorted(c.data.metrics["world_size"] for c in children) == [1.0, 2.0]
+
+    client = MlflowClient(tracking_uri=mlflow_server)
+    logged = {Path(a.path).name for a in client.list_artifacts(parent.info.run_id, "report")}
+    assert logged >= REPORT_FILES
+    # the artifacts really went through the server (proxied to --artifacts-destination)
+    assert all(run.info.artifact_uri.startswith("mlflow-artifacts:/") for run in runs), [
+        r.info.artifact_uri for r in runs
+    ]
+    assert list(mlflow_ui.artifacts.rglob("report.csv"))
+    local = client.download_artifacts(parent.info.run_id, "report/report.csv", str(tmp_path))
+    assert Path(local).read_text().count("\n") == 3  # header + 2 rows
+    child_artifacts = {a.path for a in client.list_artifacts(children[0].info.run_id)}
+    assert "run_summary.json" in child_artifacts
