@@ -7,9 +7,8 @@ Runs started at once on a new sqlite store all land in it (its schema is made un
 from __future__ import annotations
 
 import json
+import shutil
 import signal
-import subprocess
-import sys
 import time
 
 import pytest
@@ -91,26 +90,6 @@ def test_results_kept_while_the_server_was_down_upload_later(mlflow_server, benc
     assert "packages.txt" in {a.path for a in client.list_artifacts(run_id)}
     assert run.info.run_name == "small_cnn-fp32-bs4" and f"'{run.info.run_name}'" in uploaded
     assert [r.info.run_id for r in client.search_runs([run.info.experiment_id])] == [run_id]  # no second copy
-
-
-def test_upload_to_a_second_store_and_back_keeps_one_run_per_store(bench, tiny, tmp_path):
-    """Issue 39.8: an upload to a second store rewrote run_summary.json's `mlflow_run_id`, so
-    uploading back to the first store made a second copy there. Each store keeps its own run."""
-    run_dir, second = tmp_path / "run", f"sqlite:///{tmp_path}/second.db"
-    bench.metrics(bench.with_store().run(*tiny, f"hydra.run.dir={run_dir}"))
-    (first_id,) = [run.info.run_id for run in bench.runs()]
-    said = []
-    for uri in (second, bench.uri, second):
-        upload = bench.run(str(run_dir), "--tracking-uri", uri, module="bench.tools.upload")
-        assert upload.returncode == 0, upload.stderr
-        said.append(upload.stdout)
-    (second_id,) = [run.info.run_id for run in bench.runs(second)]
-    assert "uploaded as run " + second_id in said[0]
-    assert f"already in MLflow: run {first_id} (FINISHED)" in said[1], said
-    assert f"already in MLflow: run {second_id} (FINISHED)" in said[2], said
-    assert [run.info.run_id for run in bench.runs()] == [first_id]  # no duplicate in the first store
-    summary = json.loads((run_dir / "run_summary.json").read_text())
-    assert summary["mlflow_run_id"] == first_id and summary["mlflow_run_ids"] == {second: second_id}
 
 
 def test_server_that_dies_mid_run_costs_no_results_and_upload_completes_the_run(
@@ -294,37 +273,76 @@ def _killed_mid_migration(proc, folder) -> None:
     pytest.fail(f"no _alembic_tmp_ table was seen before the process ended ({proc.poll()})")
 
 
-def test_a_run_killed_while_it_makes_a_new_store_leaves_no_half_made_one(bench, tiny, tmp_path):
+@pytest.fixture(scope="module")
+def killed_store_creation(bench_at, tiny_args, tmp_path_factory):
+    """The first run in a folder SIGKILLed mid-migration, then the next run there: (its Bench, the
+    folder, the next run's process, a folder holding a copy of what the kill left). The first store
+    this MLflow makes is the one that migrates (later ones are a copy of it): an empty cache.
+
+    Shared (one run and one `python -c` of MLflow's import fewer): the first test reads the next run;
+    the second-store upload test uploads it (the one tracked run of a store of its own, as it needs);
+    the half-made store test takes the copy, made before the next run removes the leftover: the
+    store bench was making under its temporary name, killed mid-migration, with its journal if it had
+    one - the store MLflow's own first touch leaves when killed so (MLflow's SqlAlchemyStore and
+    bench.tracking.store.create_whole both make it with mlflow.store.db.utils._initialize_tables)."""
+    where, left = tmp_path_factory.mktemp("killed-store"), tmp_path_factory.mktemp("half-made-store")
+    bench = bench_at(where)
+    first = bench.start(*tiny_args, f"hydra.run.dir={where}/first", env=bench.env(XDG_CACHE_HOME=str(where / "cache")))
+    try:
+        _killed_mid_migration(first, where)
+    finally:
+        bench.kill_leftovers()
+    for made, kept in (("mlflow.db.new", "mlflow.db"), ("mlflow.db.new-journal", "mlflow.db-journal")):
+        if (where / made).exists():  # bench's temporary name (and its journal) -> the name MLflow makes
+            shutil.copyfile(where / made, left / kept)
+    assert (left / "mlflow.db").is_file(), sorted(p.name for p in where.iterdir())
+    return bench, where, bench.run(*tiny_args, f"hydra.run.dir={where}/again"), left
+
+
+def test_a_run_killed_while_it_makes_a_new_store_leaves_no_half_made_one(killed_store_creation):
     """SIGKILL mid-migration of the first run in a folder: every later run there went untracked
     (`table _alembic_tmp_... already exists`) and stale was a 117-line traceback. The store is made
-    under a temporary name and linked into place: the next run is tracked and the leftover removed.
-    The first store this MLflow makes is the one that migrates (later ones are a copy of it): an empty cache."""
-    first = bench.start(*tiny, f"hydra.run.dir={tmp_path}/first", env=bench.env(XDG_CACHE_HOME=str(tmp_path / "cache")))
-    _killed_mid_migration(first, tmp_path)
-    again = bench.run(*tiny, f"hydra.run.dir={tmp_path}/again")
+    under a temporary name and linked into place: the next run is tracked and the leftover removed."""
+    bench, where, again, _ = killed_store_creation
     bench.metrics(again)
     assert "not tracked" not in again.stderr and "WARNING" not in again.stderr, again.stderr
     assert [run.info.status for run in bench.runs()] == ["FINISHED"]
-    assert sorted(p.name for p in tmp_path.glob("mlflow.db*")) == ["mlflow.db"]  # the killed one's file removed
+    assert sorted(p.name for p in where.glob("mlflow.db*")) == ["mlflow.db"]  # the killed one's file removed
     stale = bench.run(module="bench.tools.stale")
     assert stale.returncode == 0 and stale.stderr.strip() == "0 RUNNING, 0 stale", stale.stderr
 
 
-def test_a_half_made_store_is_one_line_naming_the_command_that_moves_it_aside(bench, tiny, tmp_path):
+def test_upload_to_a_second_store_and_back_keeps_one_run_per_store(bench, killed_store_creation, tmp_path):
+    """Issue 39.8: an upload to a second store rewrote run_summary.json's `mlflow_run_id`, so
+    uploading back to the first store made a second copy there. Each store keeps its own run. The
+    run: the one tracked run of killed_store_creation's store (the first store here)."""
+    first_store, where, again, _ = killed_store_creation
+    run_dir, second = where / "again", f"sqlite:///{tmp_path}/second.db"
+    bench.metrics(again)
+    (first_id,) = [run.info.run_id for run in first_store.runs()]
+    said = []
+    for uri in (second, first_store.uri, second):
+        upload = bench.run(str(run_dir), "--tracking-uri", uri, module="bench.tools.upload")
+        assert upload.returncode == 0, upload.stderr
+        said.append(upload.stdout)
+    (second_id,) = [run.info.run_id for run in bench.runs(second)]
+    assert "uploaded as run " + second_id in said[0]
+    assert f"already in MLflow: run {first_id} (FINISHED)" in said[1], said
+    assert f"already in MLflow: run {second_id} (FINISHED)" in said[2], said
+    assert [run.info.run_id for run in first_store.runs()] == [first_id]  # no duplicate in the first store
+    summary = json.loads((run_dir / "run_summary.json").read_text())
+    assert summary["mlflow_run_id"] == first_id and summary["mlflow_run_ids"] == {second: second_id}
+
+
+def test_a_half_made_store_is_one_line_naming_the_command_that_moves_it_aside(
+    bench, tiny, tmp_path, killed_store_creation
+):
     """A store left half-made as MLflow itself makes one (the first touch, killed mid-migration: how
     bench made its store before issue 39) is named in one line by a run and by stale, with the
-    command that moves it aside; `mlflow db upgrade` cannot repair it."""
-    making = subprocess.Popen(
-        [
-            sys.executable,
-            "-c",
-            f"from mlflow import MlflowClient; MlflowClient(tracking_uri='{bench.uri}').search_experiments()",
-        ],
-        env=bench.env(),
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    _killed_mid_migration(making, tmp_path)
+    command that moves it aside; `mlflow db upgrade` cannot repair it. The store: killed_store_creation's
+    copy of what its kill left (as MLflow's first touch leaves it), as this test's mlflow.db."""
+    for kept in killed_store_creation[3].iterdir():
+        shutil.copyfile(kept, tmp_path / kept.name)
     move = f"python -m bench.tools.stale --move-aside --tracking-uri {bench.uri}"
     proc = bench.run(*tiny, f"hydra.run.dir={tmp_path}/run")
     bench.metrics(proc)
