@@ -56,23 +56,6 @@ def prepare(bench, src, dst, *extra, env=None):
     )
 
 
-def test_imagefolder_run_reports_data_wait_au_and_skips_a_corrupt_image(bench, base, datasets, tmp_path):
-    bench.with_store()
-    datasets.imagenet_layout(tmp_path / "imagenet", train=20, val=4)
-    (tmp_path / "imagenet" / "train" / "class002" / "broken.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
-    # one batch is the whole shuffled epoch, so the broken file is met whatever the order
-    metrics = run_ok(
-        bench,
-        base,
-        tmp_path,
-        ["data=imagefolder", f"data.root={tmp_path / 'imagenet'}", "data.num_classes=10", "data.batch_size=21"],
-    )
-    check_input_pipeline_fields(metrics)
-    assert metrics["data"] == "imagefolder" and metrics["measured_steps"] == 3 and metrics["batch_size"] == 21
-    assert metrics["dataset_size"] == 21 and metrics["dataset_classes"] == datasets.CLASSES
-    assert metrics["corrupt_skipped"] == 1
-
-
 def test_zero_byte_images_are_skipped_and_counted_and_an_empty_class_folder_is_said_once(
     bench, base, datasets, tmp_path
 ):
@@ -104,21 +87,32 @@ def test_zero_byte_images_are_skipped_and_counted_and_an_empty_class_folder_is_s
     assert str(root / "zz_empty_class") in log and "an empty file (0 bytes)" in log
 
 
-def test_val_lacking_a_class_and_a_symlink_loop_in_a_real_run(bench, base, datasets, tmp_path):
-    """Issue 39.1-2 through `python -m bench`: a symlink loop in a train/ class folder (`ln -s . sub`, which
-    made 3 x 12 images 516) counts its images once, and a val/ lacking a class is scored with train/'s
-    labels, each said once in bench.log; a val/ class train/ lacks is refused in one line before any run."""
+def test_imagefolder_run_reports_data_wait_au_skips_a_corrupt_image_a_symlink_loop_and_val_lacking_a_class(
+    bench, base, datasets, tmp_path
+):
+    """A real `python -m bench data=imagefolder` run reports the input-pipeline fields (data wait, AU)
+    and skips a corrupt image, counting it. Issue 39.1-2 in the same run: a symlink loop in a train/
+    class folder (`ln -s . sub`, which made 3 x 12 images 516) counts its images once, and a val/
+    lacking a class is scored with train/'s labels, each said once in bench.log; a val/ class train/
+    lacks is refused in one line before any run."""
     import os
     import shutil
 
     bench.with_store()
     root = tmp_path / "images"
     datasets.imagenet_layout(root, train=12, val=8)
+    (root / "train" / "class002" / "broken.jpg").write_bytes(b"\xff\xd8\xff not a jpeg")
     os.symlink(".", root / "train" / "class001" / "sub")
     shutil.rmtree(root / "val" / "class001")
-    args = ["data=imagefolder", f"data.root={root}", "data.num_classes=4", "train.eval_every=1"]
+    # one batch is the whole shuffled epoch (12 images and the broken one), so the broken file is met
+    # whatever the order
+    args = ["data=imagefolder", f"data.root={root}", "data.num_classes=4", "data.batch_size=13", "train.eval_every=1"]
     metrics = run_ok(bench, base, tmp_path, args)
-    assert metrics["dataset_size"] == 12 and metrics["val_images"] == 6
+    check_input_pipeline_fields(metrics)
+    assert metrics["data"] == "imagefolder" and metrics["measured_steps"] == 3 and metrics["batch_size"] == 13
+    # the loop's images counted once: the 12 and the broken one
+    assert metrics["dataset_size"] == 13 and metrics["dataset_classes"] == datasets.CLASSES
+    assert metrics["corrupt_skipped"] == 1 and metrics["val_images"] == 6
     log = (tmp_path / "run" / "bench.log").read_text()
     assert log.count(f"{root / 'train'}: left out {root / 'train' / 'class001' / 'sub'}: each a link") == 1
     assert log.count(f"{root}/val lacks train/'s class(es) class001: validation scores the others") == 1
@@ -140,22 +134,34 @@ def test_cifar100_run(bench, base, datasets, tmp_path):
     assert metrics["dataset_size"] == 40 and metrics["dataset_classes"] == 100 and metrics["image_size"] == 32
 
 
-def test_shards_run_after_prepare(bench, base, datasets, tmp_path):
-    bench.with_store()
-    datasets.image_folder(tmp_path / "flat", images=24)
-    prepared = prepare(bench, tmp_path / "flat", tmp_path / "shards", "--size", "40", "--shard-size", "10")
+@pytest.fixture(scope="module")
+def flat_shards(bench_at, datasets, tmp_path_factory):
+    """24 images of a flat class folder prepared into shards of 10 at 40 px, once for the module: a
+    training run reads them, and the test of a shard overwritten since copies one of them (as a shard of
+    another prepare, of another shard size); neither writes into them."""
+    where = tmp_path_factory.mktemp("flat-shards")
+    datasets.image_folder(where / "flat", images=24)
+    prepared = prepare(bench_at(where), where / "flat", where / "shards", "--size", "40", "--shard-size", "10")
     assert prepared.returncode == 0, prepared.stderr
-    metrics = run_ok(bench, base, tmp_path, ["data=shards", f"data.root={tmp_path / 'shards'}", "data.num_classes=10"])
+    return where / "shards"
+
+
+def test_shards_run_after_prepare(bench, base, flat_shards, tmp_path):
+    bench.with_store()
+    metrics = run_ok(bench, base, tmp_path, ["data=shards", f"data.root={flat_shards}", "data.num_classes=10"])
     check_input_pipeline_fields(metrics)
     assert metrics["dataset_size"] == 24 and metrics["dataset_shards"] == 3 and metrics["shard_image_size"] == 40
 
 
-def test_one_prepare_per_destination_and_a_shard_overwritten_since_is_refused(bench, base, datasets, tmp_path):
+def test_one_prepare_per_destination_and_a_shard_overwritten_since_is_refused(
+    bench, base, datasets, tmp_path, flat_shards
+):
     """Issue 39.3: two prepares into one --dst both exited 0 and the meta.json of one listed the other's
     shards; a run trained on the mix without a word. The second prepare is refused while the first
     holds the destination (the first is held at a FIFO among its images, opened once the refusal is
     seen), meta.json names its writer and each shard's records and bytes, and a shard that does not
-    match them (here: copied from a prepare of another shard size) is refused before the first step."""
+    match them (here: copied from a prepare of another shard size, the module's flat_shards: 10 records
+    where this one's meta.json lists 4) is refused before the first step."""
     import os
 
     bench.with_store()
@@ -182,12 +188,10 @@ def test_one_prepare_per_destination_and_a_shard_overwritten_since_is_refused(be
     assert all((dst / shard["key"]).stat().st_size == shard["bytes"] for shard in meta["shards"])
     assert not (dst / ".bench-writer.lock").exists()  # released
 
-    os.unlink(gate)
-    assert prepare(bench, tmp_path / "images", tmp_path / "other", "--shard-size", "8", "--size", "40").returncode == 0
-    (dst / "train" / "shard-00000.bin").write_bytes((tmp_path / "other" / "train" / "shard-00000.bin").read_bytes())
+    (dst / "train" / "shard-00000.bin").write_bytes((flat_shards / "train" / "shard-00000.bin").read_bytes())
     proc = bench.run(*base, "data=shards", f"data.root={dst}", "data.num_classes=10", f"hydra.run.dir={tmp_path}/run")
     line = one_error_line(bench, proc, 2)
-    assert f"{dst}/train/shard-00000.bin holds 8 records and " in line, line
+    assert f"{dst}/train/shard-00000.bin holds 10 records and " in line, line
     assert "but its meta.json lists 4 records and " in line
     assert f"pid {first.pid}" in line and not bench.runs()
 
