@@ -186,7 +186,6 @@ LONGEST_FIRST = (
     "test_concurrency",
     "test_storage_mlperf_runs",
     "test_data",
-    "test_mlflow_server",
     "test_static_checks",
     "test_bad_inputs_config",
     "test_waits",
