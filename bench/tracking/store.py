@@ -24,9 +24,12 @@ user set them, MLFLOW_HTTP_REQUEST_MAX_RETRIES=2 and MLFLOW_HTTP_REQUEST_TIMEOUT
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import socket
+import sys
 import threading
+import traceback
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -51,6 +54,20 @@ def sqlite_path(uri: str) -> Optional[Path]:
         return None
     path = uri[len(SQLITE) :].split("?", 1)[0]
     return Path(path) if path and path != ":memory:" else None
+
+
+def free_interrupted_write() -> None:
+    """Called while a Ctrl-C or SIGTERM is being handled, before the run is marked KILLED. A stop that
+    lands inside an MLflow write to a sqlite store (its params, a metric) leaves that write's connection
+    checked out with its transaction open, held by the finished frames of the stop's traceback: the
+    KILLED status, and every later write of this process (bench.api's next run), then waited out
+    MLflow's 20 s busy timeout and failed "database is locked", the run left RUNNING. Clearing those
+    frames and collecting them rolls that transaction back and frees the database."""
+    stop = sys.exc_info()[1]
+    while stop is not None:  # the stop, and what it was raised while handling (a chain without cycles)
+        traceback.clear_frames(stop.__traceback__)
+        stop = stop.__context__
+    gc.collect()
 
 
 @contextlib.contextmanager

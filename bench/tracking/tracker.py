@@ -196,6 +196,8 @@ class Tracker:
             log.warning("MLflow system metrics could not start (%s: %s)", type(exc).__name__, exc)
 
     def finish(self, status: str = "FINISHED", error: Optional[str] = None) -> None:
+        if status == "KILLED" and self.active:  # a stop may have cut an MLflow write short
+            store.free_interrupted_write()
         if self._system_metrics is not None:  # flushed before the run ends: its last samples count
             monitor, self._system_metrics = self._system_metrics, None
             try:

@@ -177,7 +177,9 @@ def test_no_module_over_300_lines(module):
 # 16,605: +9 for bench.tools.torchrun: a stopped torchrun (the multi-node scripts') is one line and 130/143.
 # 16,608: +3 so an A/B ratio under 0.01 prints its digits (0.0042), not 0.00 (bench.tools.ab.said).
 # 16,614: +6 so torchrun's failed rendezvous is one line, and Ctrl-C while it connects ends it at once.
-CODE_LINE_CEILING = 16_614
+# 16,625: +11 so a Ctrl-C or SIGTERM landing inside an MLflow sqlite write still ends the run KILLED and frees
+# the store for the process's next run (bench.tracking.store.free_interrupted_write).
+CODE_LINE_CEILING = 16_625
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):

@@ -259,6 +259,37 @@ def test_tracker_stops_after_first_failure_with_one_warning(tmp_path, caplog):
     assert uri in caplog.text
 
 
+def test_a_stop_inside_an_mlflow_write_still_ends_the_run_killed_and_frees_the_store__stop_injected(tmp_path):
+    """A real sqlite store; the Ctrl-C is raised from inside MLflow's write of the params (an SQLAlchemy
+    hook on the INSERT, where a real one lands one time in ~15 under load: its timing is what cannot be
+    made here). It left that write's transaction open: the KILLED status failed (the broken transaction, or
+    "database is locked" after MLflow's 20 s busy timeout; the run stayed RUNNING), as did the next run's writes."""
+    from mlflow import MlflowClient
+    from sqlalchemy import event
+
+    from bench.tracking.tracker import Tracker
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    tracker = Tracker.start(uri, "e", "interrupted", {})
+    engine = tracker.client._tracking_client.store.engine
+
+    def ctrl_c_in_the_insert(conn, cursor, statement, *args):
+        if statement.lstrip().upper().startswith("INSERT INTO PARAMS"):
+            event.remove(engine, "after_cursor_execute", ctrl_c_in_the_insert)
+            raise KeyboardInterrupt
+
+    event.listen(engine, "after_cursor_execute", ctrl_c_in_the_insert)
+    try:
+        tracker.log_params({f"p{i}": i for i in range(50)})
+    except KeyboardInterrupt:
+        tracker.finish("KILLED", error="Ctrl-C")
+    assert tracker.active, tracker.lost
+    assert MlflowClient(tracking_uri=uri).get_run(tracker.run_id).info.status == "KILLED"
+    after = Tracker.start(uri, "e", "the next run", {})  # this process's next run writes at once
+    after.finish("FINISHED")
+    assert after.active and after.client.get_run(after.run_id).info.status == "FINISHED", after.lost
+
+
 # --- which launcher starts a run's ranks (bench.launch.select_launcher) --------------------------
 
 
