@@ -15,7 +15,6 @@ import re
 import shutil
 import tokenize
 from pathlib import Path
-from types import SimpleNamespace
 
 import pytest
 
@@ -112,27 +111,48 @@ def test_a_ddp_run_pickles_its_config_to_each_rank_and_reports_rank_0(bench, tmp
     assert run.data.tags["mode"] == "echo" and run.data.metrics["steps_per_second"] == final["steps_per_second"]
 
 
+def test_a_sweep_of_process_jobs_shows_its_rows_and_two_of_its_runs_compare(bench, tmp_path):
+    """-m on submitit's local executor (what a Slurm job does, without Slurm: every job a fresh process
+    that composes its config from the overrides alone, then starts its rank through the elastic launcher),
+    the sweep's table and MLflow children, then `bench.compare` of its two jobs: echo's figure, its unit."""
+    bench.with_store()
+    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
+    sweep = tmp_path / "sweep"
+    proc = bench.run(
+        "-m", "scenario=echo", "hydra/launcher=slurm_local", "scenario.steps=5", "scenario.step_s=0.001,0.002",
+        f"hydra.sweep.dir={sweep}",
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs = [json.loads((sweep / str(n) / "run_summary.json").read_text()) for n in (0, 1)]
+    assert [job["results"]["step_s"] for job in jobs] == [0.001, 0.002]
+    header = next(line for line in proc.stdout.splitlines() if line.startswith("job "))
+    assert "scenario.step_s" in header and "steps/s" in header  # the swept key, echo's own column
+    runs = bench.runs()
+    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
+    children = sorted((r for r in runs if "sweep.job" in r.data.tags), key=lambda r: r.data.tags["sweep.job"])
+    assert [c.data.params["scenario.step_s"] for c in children] == ["0.001", "0.002"]
+    assert all(c.data.tags["bench.pid"] != parent.data.tags["bench.pid"] for c in children)  # jobs apart
+    assert not [name for run in runs for name in run.data.params if "_target_" in name]
+
+    compared = bench.run(str(sweep / "0"), str(sweep / "1"), "--out", str(tmp_path / "compare"), module="bench.compare")
+    assert compared.returncode in (0, 1), compared.stderr
+    head, row = compared.stdout.splitlines()[:2]
+    assert "baseline steps/s" in head and "candidate steps/s" in head
+    shown = [float(value) for value in re.findall(r"\d+\.\d+", row)[:2]]
+    assert shown == [pytest.approx(job["results"]["steps_per_second"], abs=0.051) for job in jobs]
+
+
 NEW_FIELD = '    sleep_seconds: float = shown("sleep s", "{:.3f}")  # the steps\' sleep, asked for\n'
 
 
-def _has_submitit_launcher() -> bool:
-    try:
-        import hydra_plugins.hydra_submitit_launcher  # noqa: F401
-    except ImportError:
-        return False
-    return True
-
-
-@pytest.fixture(scope="module")
-def metric_sweep(tmp_path_factory, bench_at):
-    """docs/architecture.md's row for a metric, followed in a copy of bench/ and conf/: bench/echo.py gets
-    one field and the line that measures it (`.changed`: the files that differ from the repository's);
-    then a 2-job echo sweep there (`.proc`, `.dir`, `.bench`: the copy's), on submitit's local executor
-    (hydra/launcher=slurm_local: every job a process of its own) where bench[slurm] is installed, on
-    Hydra's basic launcher without it. One sweep for both tests below (they were two: this one of one
-    job, and the process jobs' sweep of the unchanged echo, whose checks do not read the new field)."""
-    root = tmp_path_factory.mktemp("metric")
-    copy = root / "copy"
+def test_a_new_metric_is_one_field_and_the_line_measuring_it(tmp_path, bench):
+    """docs/architecture.md's row: in a copy of bench/ and conf/, bench/echo.py gets one field and the
+    line that measures it, nothing else; an echo sweep there (one job) shows it as a column of the
+    printed table and report.md, in the job's results, and as an MLflow metric of the job's run."""
+    docs = (ROOT / "docs" / "architecture.md").read_text()
+    row = re.search(r"^\| a metric \| (\d+) \| `bench/<scenario>\.py`", docs, re.M)
+    assert row and row.group(1) == "1", "docs/architecture.md: | a metric | 1 | `bench/<scenario>.py` ... |"
+    copy = tmp_path / "copy"
     for folder in ("bench", "conf"):
         shutil.copytree(ROOT / folder, copy / folder, ignore=shutil.ignore_patterns("__pycache__"))
     echo = copy / "bench" / "echo.py"
@@ -150,69 +170,19 @@ def metric_sweep(tmp_path_factory, bench_at):
         for path in copy.rglob("*.*")
         if path.suffix in (".py", ".yaml") and path.read_bytes() != (ROOT / path.relative_to(copy)).read_bytes()
     ]
+    assert changed == ["bench/echo.py"]
+
     # `python -m bench` started in the copy, so its bench/ is the one imported (`-m` puts the working
-    # directory first on sys.path, ahead of the installed bench; a slurm_local job starts there too):
-    # what PYTHONPATH=<copy> did, in a fork (a different PYTHONPATH is a fresh interpreter's, ~4 CPU-s
-    # more); the store is the copy's
-    bench = bench_at(copy).with_store()
-    launcher = ["hydra/launcher=slurm_local"] if _has_submitit_launcher() else []
-    sweep = root / "sweep"
-    proc = bench.run(
-        "-m", "scenario=echo", *launcher, "scenario.steps=5", "scenario.step_s=0.001,0.002", f"hydra.sweep.dir={sweep}"
-    )
-    return SimpleNamespace(changed=changed, proc=proc, dir=sweep, bench=bench, launcher=launcher, root=root)
-
-
-def test_a_sweep_of_process_jobs_shows_its_rows_and_two_of_its_runs_compare(metric_sweep):
-    """-m on submitit's local executor (what a Slurm job does, without Slurm: every job a fresh process
-    that composes its config from the overrides alone, then starts its rank through the elastic launcher),
-    the sweep's table and MLflow children, then `bench.compare` of its two jobs: echo's figure, its unit.
-    The sweep is metric_sweep's: echo with one more metric (test_a_new_metric_... below), which none of
-    these checks reads."""
-    pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")
-    assert metric_sweep.launcher == ["hydra/launcher=slurm_local"]
-    bench, proc, sweep = metric_sweep.bench, metric_sweep.proc, metric_sweep.dir
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    jobs = [json.loads((sweep / str(n) / "run_summary.json").read_text()) for n in (0, 1)]
-    assert [job["results"]["step_s"] for job in jobs] == [0.001, 0.002]
-    header = next(line for line in proc.stdout.splitlines() if line.startswith("job "))
-    assert "scenario.step_s" in header and "steps/s" in header  # the swept key, echo's own column
-    runs = bench.runs()
-    (parent,) = [r for r in runs if r.data.tags.get("sweep") == "parent"]
-    children = sorted((r for r in runs if "sweep.job" in r.data.tags), key=lambda r: r.data.tags["sweep.job"])
-    assert [c.data.params["scenario.step_s"] for c in children] == ["0.001", "0.002"]
-    assert all(c.data.tags["bench.pid"] != parent.data.tags["bench.pid"] for c in children)  # jobs apart
-    assert not [name for run in runs for name in run.data.params if "_target_" in name]
-
-    compare = metric_sweep.root / "compare"
-    compared = bench.run(str(sweep / "0"), str(sweep / "1"), "--out", str(compare), module="bench.compare")
-    assert compared.returncode in (0, 1), compared.stderr
-    head, row = compared.stdout.splitlines()[:2]
-    assert "baseline steps/s" in head and "candidate steps/s" in head
-    shown = [float(value) for value in re.findall(r"\d+\.\d+", row)[:2]]
-    assert shown == [pytest.approx(job["results"]["steps_per_second"], abs=0.051) for job in jobs]
-
-
-def test_a_new_metric_is_one_field_and_the_line_measuring_it(metric_sweep):
-    """docs/architecture.md's row: in a copy of bench/ and conf/, bench/echo.py gets one field and the
-    line that measures it, nothing else; an echo sweep there shows it as a column of the printed table
-    and report.md, in each job's results, and as an MLflow metric of each job's run (metric_sweep: 2
-    jobs, 5 steps of 1 and 2 ms: 0.005 and 0.010 s asked for)."""
-    docs = (ROOT / "docs" / "architecture.md").read_text()
-    row = re.search(r"^\| a metric \| (\d+) \| `bench/<scenario>\.py`", docs, re.M)
-    assert row and row.group(1) == "1", "docs/architecture.md: | a metric | 1 | `bench/<scenario>.py` ... |"
-    assert metric_sweep.changed == ["bench/echo.py"]
-
-    proc, sweep = metric_sweep.proc, metric_sweep.dir
+    # directory first on sys.path, ahead of the installed bench): what PYTHONPATH=<copy> did, in a
+    # fork (a different PYTHONPATH is a fresh interpreter's, ~4 CPU-s more); the store is the copy's
+    bench = type(bench)(copy).with_store()
+    sweep = tmp_path / "sweep"
+    proc = bench.run("-m", "scenario=echo", "scenario.steps=2", "scenario.step_s=0.002", f"hydra.sweep.dir={sweep}")
     assert proc.returncode == 0, proc.stderr[-3000:]
     header = next(line for line in proc.stdout.splitlines() if line.startswith("job "))
     assert re.search(r"steps/s +sleep s +error", header), header
     assert "| sleep s |" in (sweep / "report" / "report.md").read_text()
-    runs = metric_sweep.bench.runs()
-    jobs = sorted((r for r in runs if "sweep.job" in r.data.tags), key=lambda r: r.data.tags["sweep.job"])
-    assert [run.data.metrics["sleep_seconds"] for run in jobs] == [pytest.approx(0.005), pytest.approx(0.010)]
-    for job, asked in (("0", 0.005), ("1", 0.010)):
-        final = json.loads((sweep / job / "run_summary.json").read_text())["results"]
-        assert list(final)[-2:] == ["steps_per_second", "sleep_seconds"] and final["sleep_seconds"] == pytest.approx(
-            asked
-        )
+    jobs = sorted((r for r in bench.runs() if "sweep.job" in r.data.tags), key=lambda r: r.data.tags["sweep.job"])
+    assert [run.data.metrics["sleep_seconds"] for run in jobs] == [pytest.approx(0.004)]
+    final = json.loads((sweep / "0" / "run_summary.json").read_text())["results"]
+    assert list(final)[-2:] == ["steps_per_second", "sleep_seconds"] and final["sleep_seconds"] == pytest.approx(0.004)
