@@ -111,18 +111,6 @@ def pytest_configure(config):
     if not hasattr(config, "workerinput"):  # once, in the controller, before any worker imports bench
         compile_bench_once()
         build_matplotlib_font_cache_once()
-        if os.environ.get("BENCH_COVERAGE_DIR"):
-            let_workers_save_their_coverage()
-
-
-def let_workers_save_their_coverage() -> None:
-    """Under `bash .ci/coverage`: pytest-xdist kills a worker still running 10 s after it was told
-    to end (NodeManager.EXIT_TIMEOUT), and a worker killed before its exit saves its coverage data
-    leaves none: every line of its in-process tests went missing (the mocked-GPU checks, the kit's
-    refusals, the storage formats: 227 lines, 2026-12-03) with no warning at `coverage combine`."""
-    from xdist.workermanage import NodeManager
-
-    NodeManager.EXIT_TIMEOUT = 300
 
 
 def compile_bench_once() -> None:

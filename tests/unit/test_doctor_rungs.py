@@ -165,11 +165,12 @@ def test_a_set_up_stop_landing_inside_loggings_lock_leaves_it_free_for_the_next_
         return at_line
 
     with stopped_after(600, "stopped") as fired:
+        tracer = sys.gettrace()  # put back after, not removed: coverage's or a debugger's
         sys.settrace(lambda frame, _event, _arg: at_line if frame.f_code is clear_cache else None)
         try:
             logging.getLogger("bench.test.rung").setLevel(logging.INFO)  # clears the loggers' level caches
         finally:
-            sys.settrace(None)
+            sys.settrace(tracer)
     assert landed and fired
     logger = threading.Thread(target=logging.getLogger, args=("bench.test.after",), daemon=True)
     logger.start()

@@ -242,6 +242,7 @@ def test_a_stop_signal_landing_at_any_line_that_takes_a_record_ends_the_read_cle
         watchdog.start()
         ended = "its last epoch"
         try:
+            tracer = sys.gettrace()  # put back after, not removed: coverage's or a debugger's
             with sigterm_raises():
                 sys.settrace(lambda frame, _event, _arg: at_line if frame.f_code in codes else None)
                 run_reader(store, prepared.files, work)
@@ -250,7 +251,7 @@ def test_a_stop_signal_landing_at_any_line_that_takes_a_record_ends_the_read_cle
         except KeyboardInterrupt:
             pytest.fail(f"the read hung after SIGTERM at line {line} of {code.co_name}")
         finally:
-            sys.settrace(None)
+            sys.settrace(tracer)
             watchdog.cancel()
         if passes["n"] >= 5:
             reached.append(f"{code.co_name}:{line}")

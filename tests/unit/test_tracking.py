@@ -643,11 +643,12 @@ def test_a_second_stop_landing_in_the_killed_runs_marking_still_ends_it_killed(t
         return in_the_write
 
     with sigterm_raises():
+        tracer = sys.gettrace()  # put back after, not removed: coverage's or a debugger's
         sys.settrace(lambda frame, _event, _arg: in_the_write if frame.f_code is Tracker._call.__code__ else None)
         try:
             code = _fail(Interrupted("SIGTERM"), config.scenario, config, tmp_path, tracker)
         finally:
-            sys.settrace(None)
+            sys.settrace(tracer)
     assert landed == ["log_batch"] and code == 143  # it landed in the error tag's write, the first of two
     run = MlflowClient(uri).get_run(str(tracker.run_id))
     assert run.info.status == "KILLED" and run.data.tags["error"] == "terminated by signal SIGTERM"
