@@ -342,6 +342,19 @@ def stop_handlers_left_as_found():
     assert not changed, f"the test left the handler of {' and '.join(changed)} changed"
 
 
+@pytest.fixture(autouse=True)
+def trace_function_left_as_found():
+    """A test that leaves the trace function changed fails, named, and it is put back: three tests
+    that hook `sys.settrace` ended with `sys.settrace(None)`, which removed coverage's tracer, so under
+    `bash .ci/coverage` every in-process test after them in that worker went unmeasured (GpuWatch,
+    the kit's refusals, the storage formats: 227 lines missing from one whole-suite run, 2026-12-03)."""
+    found = sys.gettrace()
+    yield
+    left = sys.gettrace()
+    sys.settrace(found)
+    assert left is found, f"the test left the trace function changed ({left!r}, was {found!r})"
+
+
 def _read_at_start(name: str) -> bool:
     """A variable the interpreter or a C library reads when a process starts (forked_bench's list)."""
     names = forked_bench.UNSAFE_NAMES | forked_bench.TEMP_DIR_NAMES  # (a test's own TMPDIR leaks into later tests)
