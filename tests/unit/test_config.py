@@ -181,6 +181,38 @@ def test_command_line_group_choice_beats_experiment_default(compose):
     assert config.model.arch == "resnet18"
 
 
+def test_the_same_overrides_compose_once_and_each_caller_gets_its_own_copy(monkeypatch):
+    import hydra
+
+    from bench.config import composed
+
+    made = []
+    monkeypatch.setattr(hydra, "compose", lambda *a, **k: made.append(k["overrides"]) or hydra_compose(*a, **k))
+    overrides = ("+experiment=cpu_smoke", "data.batch_size=5", "optimizer=adam")
+    first = composed(*overrides)
+    first.data.batch_size = 999  # the caller's to change
+    made.clear()
+    again = composed(*overrides)
+    assert made == []  # not composed again
+    assert again.data.batch_size == 5 and again.optimizer.name == "adam" and again is not first
+    again.model.arch = "changed"
+    assert composed(*overrides).model.arch == "resnet18"
+
+
+def test_a_config_file_changed_is_composed_again(monkeypatch, tmp_path):
+    import bench
+    from bench.config import compose
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    monkeypatch.setattr(bench, "config_dir", lambda: str(conf))
+    assert compose("model=small_cnn").model.image_size == 224
+    (conf / "model" / "small_cnn.yaml").write_text("arch: small_cnn\nimage_size: 48\n")
+    assert compose("model=small_cnn").model.image_size == 48
+    (conf / "model" / "tiny.yaml").write_text("arch: small_cnn\nimage_size: 40\n")  # a new option
+    assert compose("model=tiny").model.image_size == 40
+
+
 # ---- scenarios: an option of conf/scenario/ each, `mode=<name>` choosing it too (issue 35) ----------
 
 SCENARIOS = _options("scenario")
