@@ -86,15 +86,18 @@ def composed(*overrides: str) -> DictConfig:
     if (twice := named_twice(overrides)) is not None:
         raise twice
     register_configs()
+    # a folder added to Hydra's search path is not watched for changes: composed every time
+    kept = not any(o.lstrip("+~").startswith("hydra.searchpath") for o in overrides)
     with _COMPOSING:
-        if (key := _made_of(overrides)) in _COMPOSED:
+        if kept and (key := _made_of(overrides)) in _COMPOSED:
             return copy.deepcopy(_COMPOSED[key])
         with initialize_config_dir(config_dir=config_dir(), version_base="1.3"), reworded(overrides):
             cfg = hydra_compose(config_name="config", overrides=list(overrides))
         chosen_optimizers_values(cfg, overrides)
         if len(_COMPOSED) >= _COMPOSED_KEPT:
             _COMPOSED.clear()
-        _COMPOSED[_made_of(overrides)] = copy.deepcopy(cfg)  # made again: a first compose stores Hydra's plugins
+        if kept:  # its key made again: a process's first compose stores Hydra's plugins in ConfigStore
+            _COMPOSED[_made_of(overrides)] = copy.deepcopy(cfg)
     return cfg
 
 

@@ -213,6 +213,16 @@ def test_a_config_file_changed_is_composed_again(monkeypatch, tmp_path):
     assert compose("model=tiny").model.image_size == 40
 
 
+def test_a_folder_on_hydras_search_path_is_composed_every_time(tmp_path):
+    from bench.config import compose
+
+    (tmp_path / "model").mkdir()
+    extra = ("hydra.searchpath=[file://" + str(tmp_path) + "]", "model=extra")
+    for size in (40, 44):
+        (tmp_path / "model" / "extra.yaml").write_text(f"arch: small_cnn\nimage_size: {size}\n")
+        assert compose(*extra).model.image_size == size
+
+
 # ---- scenarios: an option of conf/scenario/ each, `mode=<name>` choosing it too (issue 35) ----------
 
 SCENARIOS = _options("scenario")
