@@ -147,6 +147,23 @@ def test_what_the_command_refuses_raises_naming_the_key_and_leaves_nothing(tmp_p
     assert list(tmp_path.iterdir()) == []  # no outputs/<date>/<time>, no MLflow store
 
 
+def test_a_run_that_cannot_be_tracked_with_tracking_required_raises_before_any_work(tmp_path, tiny):
+    """The command's exit 1 for it ("this run cannot be tracked and tracking.required=true"), raised
+    by bench.api.run: a tracking server that refuses connections (nothing listens on its port)."""
+    from bench.errors import EXIT_FAILED
+    from bench.rank_context import free_port
+
+    nowhere = f"http://127.0.0.1:{free_port()}"
+    overrides = [*tiny, f"tracking.uri={nowhere}", "tracking.required=true", "tracking.probe_timeout_s=2"]
+    with pytest.raises(BenchError) as raised:
+        run(overrides, out_dir=tmp_path / "run", launch_dir=tmp_path)
+    assert raised.value.exit_code == EXIT_FAILED
+    assert str(raised.value).startswith(
+        f"this run cannot be tracked and tracking.required=true: MLflow server at {nowhere} cannot be reached"
+    )
+    assert not (tmp_path / "run" / "run_summary.json").exists()  # refused before the work
+
+
 def test_the_defaults_are_the_schemas():
     assert default_config().model.arch == "resnet50"  # as `python -m bench` with no override
 
