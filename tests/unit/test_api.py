@@ -147,6 +147,7 @@ def test_what_the_command_refuses_raises_naming_the_key_and_leaves_nothing(tmp_p
     assert list(tmp_path.iterdir()) == []  # no outputs/<date>/<time>, no MLflow store
 
 
+@pytest.mark.slow  # starts git (the environment record's commit), as a run does before it opens its tracker
 def test_a_run_that_cannot_be_tracked_with_tracking_required_raises_before_any_work(tmp_path, tiny):
     """The command's exit 1 for it ("this run cannot be tracked and tracking.required=true"), raised
     by bench.api.run: a tracking server that refuses connections (nothing listens on its port)."""
