@@ -9,6 +9,7 @@ and composing one outside `python -m bench` (tools, tests). Torch-free.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import os
@@ -106,8 +107,12 @@ def _made_of(overrides: Tuple[str, ...]) -> Tuple[Any, ...]:
     time and size: ~0.5 ms for conf/'s ~70) and the names in Hydra's ConfigStore."""
     from bench import config_dir
 
-    files = [os.path.join(root, name) for root, _dirs, names in os.walk(config_dir()) for name in names]
-    stats = [(path, stat.st_mtime_ns, stat.st_size) for path in sorted(files) if (stat := os.stat(path))]
+    files = sorted(os.path.join(root, name) for root, _dirs, names in os.walk(config_dir()) for name in names)
+    stats = []
+    for path in files:
+        with contextlib.suppress(OSError):  # gone since the walk (an editor's swap file): not part of it
+            stat = os.stat(path)
+            stats.append((path, stat.st_mtime_ns, stat.st_size))
     return overrides, config_dir(), tuple(stats), _stored_names(ConfigStore.instance().repo)
 
 
