@@ -699,9 +699,10 @@ def tiny_args() -> Sequence[str]:
 @pytest.fixture(scope="session")
 def compose():
     """compose(*overrides) -> the checked BenchConfig, as `python -m bench <overrides>` builds it.
-    Composed once per worker for each list of overrides, environment and working directory (~0.3
-    CPU-s a composition); each call gets its own copy, so a test may edit it. A refusal is raised
-    each time, as bench raises it."""
+    Checked once per worker for each list of overrides, environment and working directory (bench.config
+    keeps only the last 32 compositions, and checks each again: without this, test_config.py and
+    test_recipes.py took ~2.5 of ~57 CPU-s more, 2026-12-03); each call gets its own copy, so a test may
+    edit it. A refusal is raised each time, as bench raises it."""
     import copy
 
     from bench.config import compose as compose_config
