@@ -47,6 +47,10 @@ EXECUTOR_INIT_KEYS = ("submitit_folder", "max_num_timeout")  # how the plugin sp
 RENDEZVOUS_PORT_BASE, RENDEZVOUS_PORT_SPAN = 20000, 10000  # a multi-node job's port: base + job id % span
 STATE_CHECK_S = 30  # how often a job's state is asked (and said) while it has no result
 FIRST_WORD_S = 2  # a job that ends sooner goes unsaid
+# States in which the job's task was stopped from outside and writes no result file: submitit's
+# results() would still wait 15 s for one (a slow shared filesystem's lag); FAILED and COMPLETED jobs
+# do write one (FAILED: the task's own trace), so those are waited for. INTERRUPTED: a local job's signal.
+ENDED_WITHOUT_RESULT = {"CANCELLED", "TIMEOUT", "NODE_FAIL", "BOOT_FAIL", "OUT_OF_MEMORY", "DEADLINE", "INTERRUPTED"}
 
 
 @dataclass
@@ -170,6 +174,8 @@ class SweepLauncher(BaseSubmititLauncher):
         end of the sweep (Hydra's sweeper would raise a FAILED return)."""
         try:
             _wait(handle, f"{self.cluster} job {handle.job_id} (#{job.num})", job.params.get("timeout_min"))
+            if _ended_without_result(handle):
+                return self._lost(job, self._why_lost(handle, None))
             returned = handle.results()[0]
         except Exception as exc:  # submitit's UncompletedJobError / FailedJobError
             return self._lost(job, self._why_lost(handle, exc))
@@ -187,7 +193,7 @@ class SweepLauncher(BaseSubmititLauncher):
         lost.return_value = EXIT_FAILED
         return lost
 
-    def _why_lost(self, handle: Any, exc: Exception) -> str:
+    def _why_lost(self, handle: Any, exc: Optional[Exception]) -> str:
         from submitit.core.utils import FailedJobError
 
         if isinstance(exc, FailedJobError):  # the job's Python raised: the last line of its trace
@@ -218,6 +224,12 @@ def _wait(handle: Any, job: str, limit_min: Any) -> None:
             log.info("waiting for %s: %s, %d s so far; %s", job, handle.state, waited, at_most or "no time limit")
         time.sleep(1)
         waited += 1
+
+
+def _ended_without_result(handle: Any) -> bool:
+    """Slurm says `CANCELLED by 1000`: its first word is the state."""
+    words = str(handle.state).split()
+    return bool(words) and words[0] in ENDED_WITHOUT_RESULT and not handle.paths.result_pickle.exists()
 
 
 def _grouped(jobs: List[PlannedJob]) -> List[List[PlannedJob]]:

@@ -182,7 +182,9 @@ def test_no_module_over_300_lines(module):
 # 16,653: +28 so a composition is made once for the same overrides over unchanged config files (bench.config
 # .composed; not with a folder added to Hydra's search path): `compare --rerun` composed each side again
 # every round (65 composes of 3 configs in its tests).
-CODE_LINE_CEILING = 16_653
+# 16,659: +6 so a Slurm job cancelled (or timed out, or its node lost) is counted failed when its state says
+# so, not 15 s later (submitit's wait for a result file such a job never writes; bench.slurm).
+CODE_LINE_CEILING = 16_659
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):

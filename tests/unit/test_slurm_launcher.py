@@ -287,3 +287,30 @@ def test_a_jobs_return_is_read_through_hydras_public_accessor(monkeypatch):
     assert sweep.job_returned(2, raised) is True
     assert (sweep.failed_jobs(), sweep._state.jobs) == (2, 3)
     assert slurm._raised(raised) == "RuntimeError: the task broke"
+
+
+@pytest.mark.parametrize(
+    "state, result_written, lost_at_once",
+    [
+        ("CANCELLED by 0", False, True),  # scancel, a preemption: Slurm's own words
+        ("TIMEOUT", False, True),
+        ("INTERRUPTED", False, True),  # a slurm_local job ended by a signal
+        ("CANCELLED by 0", True, False),  # its result landed before the cancel: read it
+        ("FAILED", False, False),  # the task's trace is on its way in its result file: wait for it
+        ("COMPLETED", False, False),  # a slow shared filesystem: wait for the result
+    ],
+)
+def test_a_job_stopped_from_outside_is_lost_without_waiting_for_a_result_file(
+    tmp_path, state, result_written, lost_at_once
+):
+    """submitit's results() waits 15 s for a result file a cancelled job never writes; the sweep
+    counts such a job failed as soon as its state says so (the whole path: tests/e2e/test_slurm_cancel.py)."""
+    from types import SimpleNamespace
+
+    from bench import slurm
+
+    result = tmp_path / "0_result.pkl"
+    if result_written:
+        result.write_bytes(b"")
+    handle = SimpleNamespace(state=state, paths=SimpleNamespace(result_pickle=result))
+    assert slurm._ended_without_result(handle) is lost_at_once
