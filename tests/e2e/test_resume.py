@@ -10,6 +10,7 @@ still resumes."""
 
 from __future__ import annotations
 
+import functools
 import os
 import pickle
 import signal
@@ -165,12 +166,17 @@ SHRINK = [
 EXPERIMENTS = Path(__file__).resolve().parents[2] / "conf" / "experiment"
 
 
+@functools.cache
+def _defaults(preset: str) -> list:
+    import yaml
+
+    return yaml.safe_load((EXPERIMENTS / f"{preset}.yaml").read_text()).get("defaults", [])
+
+
 def _chosen(preset: str, group: str, option: str) -> str:
     """The option of `group` a preset chooses: its own `override /<group>: X`, else that of a preset
     it builds on (read from the YAML: composing all 27 presets cost every collection ~8 CPU-s)."""
-    import yaml
-
-    for entry in yaml.safe_load((EXPERIMENTS / f"{preset}.yaml").read_text()).get("defaults", []):
+    for entry in _defaults(preset):
         if isinstance(entry, str) and entry != "_self_":
             option = _chosen(entry, group, option)
         elif isinstance(entry, dict):

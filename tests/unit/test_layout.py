@@ -245,7 +245,10 @@ def _arrows_between_scenarios(graph: Dict[str, Set[str]]) -> Set[Tuple[str, str]
     }
 
 
-GRAPH = {name: _imports(path, name) for name, path in MODULES.items()}
+@functools.cache
+def import_graph() -> Dict[str, Set[str]]:
+    """bench's module -> the bench modules it imports; made when a test asks (not at collection, in every worker)."""
+    return {name: _imports(path, name) for name, path in MODULES.items()}
 
 
 def test_the_arrow_finder_finds_an_arrow_between_scenarios():
@@ -268,14 +271,14 @@ def test_no_scenario_imports_another():
     """Training and inference run a model through one runtime (bench.runtime: models, precision,
     device, timing, FLOPs and peaks, profiling, the epochs' batches); neither imports the other,
     and neither imports the storage benchmark nor it them (function-level imports included)."""
-    assert _arrows_between_scenarios(GRAPH) == set()
+    assert _arrows_between_scenarios(import_graph()) == set()
 
 
 def test_the_runtime_imports_no_scenario_and_nothing_above_it():
     """bench.runtime sits under the scenarios: it imports none of them, nor what starts them."""
     above = ("bench.app", "bench.scenarios", "bench.tools", "bench.__main__")
     for name in (n for n in MODULES if n.startswith("bench.runtime")):
-        wrong = {m for m in GRAPH[name] if _scenario_of(m) or m.startswith(above)}
+        wrong = {m for m in import_graph()[name] if _scenario_of(m) or m.startswith(above)}
         assert not wrong, f"{name} imports {sorted(wrong)}"
 
 
@@ -531,7 +534,9 @@ def _package_graph(graph: Dict[str, Set[str]]) -> Dict[str, Set[str]]:
     return packages
 
 
-PACKAGES = _package_graph(GRAPH)
+@functools.cache
+def package_graph() -> Dict[str, Set[str]]:
+    return _package_graph(import_graph())
 
 
 def test_the_package_graph_groups_modules_by_package():
@@ -556,7 +561,7 @@ def test_no_import_circle_between_packages():
     """Issue 29: the module graph had no circle, but 11 packages were one strongly connected
     component (runtime -> launch.context -> launch.worker -> runtime, ...). No package imports one
     that imports it back, function-level imports included."""
-    assert _cycle(PACKAGES) == []
+    assert _cycle(package_graph()) == []
 
 
 def _documented_layers() -> List[Set[str]]:
@@ -578,13 +583,14 @@ def test_the_documented_layers_match_the_tree():
     layers = _documented_layers()
     listed = [name for layer in layers for name in layer]
     assert len(listed) == len(set(listed)), "listed twice: " + str(sorted({n for n in listed if listed.count(n) > 1}))
-    assert set(listed) == set(PACKAGES), (
-        f"not documented: {sorted(set(PACKAGES) - set(listed))}, gone: {sorted(set(listed) - set(PACKAGES))}"
+    packages = set(package_graph())
+    assert set(listed) == packages, (
+        f"not documented: {sorted(packages - set(listed))}, gone: {sorted(set(listed) - packages)}"
     )
     level = {name: number for number, layer in enumerate(layers) for name in layer}
     upward = sorted(
         f"{source} -> {target}"
-        for source, targets in PACKAGES.items()
+        for source, targets in package_graph().items()
         for target in targets
         if level[target] >= level[source]
     )
