@@ -167,6 +167,26 @@ def test_two_sweeps_give_one_sentence_then_each_configuration():
     assert lines[3].startswith("  data.batch_size=16: same: 1.000× [")
 
 
+def test_noisy_repeats_that_hold_1_say_how_many_repeats_would_resolve_the_threshold():
+    """Repeats ~10% apart and a 3% threshold: "same", within noise, and about how many repeats a side
+    would make the interval that narrow (bench.maths.confidence.repeats_needed), not a bare "same"."""
+    from bench.analysis.compare import compare_frames
+    from bench.maths.confidence import repeats_needed
+
+    def run(rates: List[float]) -> RunRecord:
+        return RunRecord(
+            "0", "FINISHED", "", {"model.arch": "resnet18"}, {"images_per_second": rates[0]}, repeat_rates=rates
+        )
+
+    (pair,) = compare_frames(
+        frame_from_records([run([100, 110, 90])]), frame_from_records([run([101, 90, 111])]), 0.03
+    ).pairs
+    assert (pair.verdict, pair.why) == ("same", "within noise: the interval holds 1")
+    noisier = max(statistics.stdev(rates) / statistics.mean(rates) for rates in ([100, 110, 90], [101, 90, 111]))
+    needed = repeats_needed(noisier, 0.03)  # the noisier side's spread sets it
+    assert needed > 3 and f"about {needed} repeats per side would resolve 3%" in pair.reasons
+
+
 def test_the_same_run_on_both_sides_is_said(tmp_path, capsys):
     """Issue 33 §5: `compare D D` said nothing. It says so, and what the figures then mean."""
     run = _run_dir(tmp_path, "run", [100.0, 101.0, 99.0])

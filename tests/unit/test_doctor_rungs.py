@@ -211,3 +211,33 @@ def test_a_set_up_stop_due_inside_an_import_waits_for_it_to_end(tmp_path, monkey
     assert imported and fired == [True]
     assert rung_import_probe.WHOLE and rung_import_probe.part.VALUE == 1
     assert signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0)
+
+
+def test_a_rungs_own_failure_is_its_rows_reason_and_a_signal_inside_it_ends_the_ladder():
+    """bench.doctor.ladder._guarded: a loader that cannot read (OSError), a rung bench refuses (its own
+    error's sentence) is that rung's `failed`, and the ladder goes on; a stop a library turned into its
+    own error (interruption_in) still ends the ladder with the stop."""
+    from bench.doctor.ladder import _guarded
+    from bench.errors import ConfigProblem, Interrupted
+
+    def raises(exc: BaseException):
+        def measure():
+            raise exc
+
+        return measure
+
+    assert (
+        _guarded("loader", raises(OSError(5, "Input/output error"))).failed == "OSError: [Errno 5] Input/output error"
+    )
+    assert _guarded("storage", raises(ConfigProblem("storage.root: no such folder"))).failed == (
+        "storage.root: no such folder"
+    )
+
+    def stopped_inside_a_library():
+        try:
+            raise Interrupted("SIGTERM")
+        except Interrupted:
+            raise RuntimeError("the process group could not form") from None
+
+    with pytest.raises(Interrupted):
+        _guarded("allreduce", stopped_inside_a_library)

@@ -314,3 +314,53 @@ def test_a_job_stopped_from_outside_is_lost_without_waiting_for_a_result_file(
         result.write_bytes(b"")
     handle = SimpleNamespace(state=state, paths=SimpleNamespace(result_pickle=result))
     assert slurm._ended_without_result(handle) is lost_at_once
+
+
+class _EndedJob:
+    """A job the launcher waits for and collects, as submitit's Job shows one that has ended: its
+    state, and what results() raises. The real exceptions and trace format of submitit."""
+
+    job_id = "7_0"
+
+    def __init__(self, tmp_path: Path, state: str, raised: Exception):
+        self.state, self.raised = state, raised
+        self.paths = type("Paths", (), {"result_pickle": tmp_path / "7_0_result.pkl"})()
+
+    def done(self, force_check: bool = False) -> bool:
+        return True
+
+    def results(self) -> list:
+        raise self.raised
+
+
+def test_a_job_whose_task_raised_or_left_no_result_is_a_failed_job_named_by_submitits_words(tmp_path, monkeypatch):
+    """What results() raises once a job ended: FailedJobError (the job's Python raised outside the
+    task's own catch: its trace's last line is the reason) and UncompletedJobError (a FAILED job whose
+    result file never came: its state is). Both are failed jobs of the sweep, which goes on."""
+    from submitit.core.utils import FailedJobError, UncompletedJobError
+
+    from bench import slurm
+    from bench.tracking import sweep
+
+    monkeypatch.setattr(sweep, "_state", sweep.SweepState())
+    launcher = type("SlurmLauncher", (slurm.SweepLauncher,), {"_EXECUTOR": "slurm", "cluster": "Slurm"})()
+    trace = 'Traceback (most recent call last):\n  File "x.py", line 1\nMemoryError: the node ran out'
+    raised = FailedJobError(
+        f"Job (task=0) failed during processing with trace:\n----------------------\n{trace}\n"
+        "----------------------\nYou can check full logs with 'job.stderr(0)' and 'job.stdout(0)'"
+        "or at paths:\n  - e\n  - o"
+    )
+    for num, (job, reason) in enumerate(
+        [
+            (_EndedJob(tmp_path, "FAILED", raised), "Slurm job 7_0 failed: MemoryError: the node ran out"),
+            (
+                _EndedJob(tmp_path, "FAILED", UncompletedJobError("no output")),
+                "Slurm job 7_0 ended FAILED without a result",
+            ),
+        ]
+    ):
+        planned = slurm.PlannedJob(num, ["precision=fp32"], {}, tmp_path / "sweep" / str(num))
+        returned = launcher._collect(planned, job)
+        assert returned.return_value == slurm.EXIT_FAILED
+        assert (planned.job_dir / "error.txt").read_text().splitlines()[-1] == reason
+    assert (sweep.failed_jobs(), sweep._state.jobs) == (2, 2)

@@ -259,6 +259,22 @@ def test_tracker_stops_after_first_failure_with_one_warning(tmp_path, caplog):
     assert uri in caplog.text
 
 
+def test_closing_stale_runs_is_housekeeping_a_store_that_stops_answering_ends_it_with_a_debug_line(monkeypatch, caplog):
+    """close_stale runs as every run opens; a store that answered the open and not the search (a server
+    gone in between: here a free port on loopback, refused, no retries) closes nothing and raises nothing."""
+    import logging
+
+    from mlflow import MlflowClient
+
+    from bench.rank_context import free_port
+    from bench.tracking.tracker import close_stale
+
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
+    with caplog.at_level(logging.DEBUG, logger="bench"):
+        assert close_stale(MlflowClient(f"http://127.0.0.1:{free_port()}"), "0", by="the next bench run") == 0
+    assert "stale runs not closed (MlflowException: " in caplog.text
+
+
 def test_a_stop_inside_an_mlflow_write_still_ends_the_run_killed_and_frees_the_store__stop_injected(tmp_path):
     """A real sqlite store; the Ctrl-C is raised from inside MLflow's write of the params (an SQLAlchemy
     hook on the INSERT, where a real one lands one time in ~15 under load: its timing is what cannot be
