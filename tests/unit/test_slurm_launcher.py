@@ -8,6 +8,8 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Optional
 
 import pytest
 from omegaconf import OmegaConf
@@ -289,6 +291,23 @@ def test_a_jobs_return_is_read_through_hydras_public_accessor(monkeypatch):
     assert slurm._raised(raised) == "RuntimeError: the task broke"
 
 
+class _EndedJob:
+    """A job the launcher waits for and collects, as submitit's Job shows one that has ended: its
+    state, its result file's path, and what results() raises (submitit's real exceptions)."""
+
+    job_id = "7_0"
+
+    def __init__(self, tmp_path: Path, state: str, raised: Optional[Exception] = None):
+        self.state, self.raised = state, raised
+        self.paths = SimpleNamespace(result_pickle=tmp_path / "7_0_result.pkl")
+
+    def done(self, force_check: bool = False) -> bool:
+        return True
+
+    def results(self) -> list:
+        raise self.raised
+
+
 @pytest.mark.parametrize(
     "state, result_written, lost_at_once",
     [
@@ -305,32 +324,12 @@ def test_a_job_stopped_from_outside_is_lost_without_waiting_for_a_result_file(
 ):
     """submitit's results() waits 15 s for a result file a cancelled job never writes; the sweep
     counts such a job failed as soon as its state says so (the whole path: tests/e2e/test_slurm_cancel.py)."""
-    from types import SimpleNamespace
-
     from bench import slurm
 
-    result = tmp_path / "0_result.pkl"
+    handle = _EndedJob(tmp_path, state)
     if result_written:
-        result.write_bytes(b"")
-    handle = SimpleNamespace(state=state, paths=SimpleNamespace(result_pickle=result))
+        handle.paths.result_pickle.write_bytes(b"")
     assert slurm._ended_without_result(handle) is lost_at_once
-
-
-class _EndedJob:
-    """A job the launcher waits for and collects, as submitit's Job shows one that has ended: its
-    state, and what results() raises. The real exceptions and trace format of submitit."""
-
-    job_id = "7_0"
-
-    def __init__(self, tmp_path: Path, state: str, raised: Exception):
-        self.state, self.raised = state, raised
-        self.paths = type("Paths", (), {"result_pickle": tmp_path / "7_0_result.pkl"})()
-
-    def done(self, force_check: bool = False) -> bool:
-        return True
-
-    def results(self) -> list:
-        raise self.raised
 
 
 def test_a_job_whose_task_raised_or_left_no_result_is_a_failed_job_named_by_submitits_words(tmp_path, monkeypatch):
