@@ -149,6 +149,17 @@ def pip_errors(done: subprocess.CompletedProcess) -> str:
     return " / ".join(lines) or (done.stderr.strip().splitlines() or ["no output"])[-1]
 
 
+def setuptools_builds(pyproject: Path) -> bool:
+    """Whether this Python's setuptools meets the setuptools pin of `pyproject`'s [build-system] requires."""
+    if sys.version_info < (3, 11) or not find_spec("setuptools"):
+        return False  # Python 3.10 has no TOML reader: pip then makes the build environment
+    import tomllib
+
+    pins = [Requirement(text) for text in tomllib.loads(pyproject.read_text())["build-system"]["requires"]]
+    installed = Version(metadata("setuptools")["Version"])
+    return all(installed in pin.specifier for pin in pins if canonicalize_name(pin.name) == "setuptools")
+
+
 def build_bench_wheel(source: Path, out: Path) -> Path:
     with stop_proof_folder("bench-kit-src-") as tmp:
         for name in SOURCES:
@@ -156,8 +167,9 @@ def build_bench_wheel(source: Path, out: Path) -> Path:
                 shutil.copytree(source / name, Path(tmp) / name, ignore=shutil.ignore_patterns("__pycache__"))
             elif (source / name).is_file():
                 shutil.copy2(source / name, Path(tmp) / name)
-        # with this Python's setuptools where it has one: no index needed, no build environment made
-        isolation = ["--no-build-isolation"] if find_spec("setuptools") else []
+        # with this Python's setuptools where it meets the source's own pin: no index needed, no build
+        # environment made (an older one cannot build bench's metadata: its license is an SPDX expression)
+        isolation = ["--no-build-isolation"] if setuptools_builds(Path(tmp) / "pyproject.toml") else []
         done = pip("wheel", "-q", "--no-deps", *isolation, "-w", str(out), tmp)
     if done.returncode != 0:
         raise KitError(f"bench's wheel did not build: {pip_errors(done)}")

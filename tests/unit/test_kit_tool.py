@@ -61,6 +61,21 @@ def test_a_requirement_the_targets_version_misses_is_named_and_markers_are_the_t
     assert kit.unmet(items, {"torch": "2.11.0", "numpy": "1.0"}, env) == []
 
 
+def test_bench_builds_with_this_pythons_setuptools_only_where_it_meets_the_sources_pin(tmp_path):
+    """bench's license is an SPDX expression (setuptools 77): a kit made where setuptools is older builds
+    bench in pip's own build environment, not with --no-build-isolation and the old one (which fails)."""
+    from importlib.metadata import version
+
+    here = int(version("setuptools").split(".")[0])
+    assert kit.setuptools_builds(Path(__file__).parents[2] / "pyproject.toml") is (
+        sys.version_info >= (3, 11) and here >= 77
+    )
+    for pin, builds in ((f"setuptools>={here}", True), (f"setuptools>={here + 1}", False), ("setuptools<1", False)):
+        pyproject = tmp_path / f"{builds}-{pin}.toml"
+        pyproject.write_text(f'[build-system]\nrequires = ["{pin}", "wheel"]\n[project]\nname = "x"\n')
+        assert kit.setuptools_builds(pyproject) is (builds and sys.version_info >= (3, 11)), pin
+
+
 @pytest.mark.slow  # starts processes inside bench (workers, readers, a fork)
 def test_bad_arguments_are_one_error_line_and_exit_2(tmp_path, capsys):
     assert kit.main(["--have", str(tmp_path / "missing.txt")]) == 2

@@ -184,7 +184,9 @@ def test_no_module_over_300_lines(module):
 # every round (65 composes of 3 configs in its tests).
 # 16,659: +6 so a Slurm job cancelled (or timed out, or its node lost) is counted failed when its state says
 # so, not 15 s later (submitit's wait for a result file such a job never writes; bench.slurm).
-CODE_LINE_CEILING = 16_659
+# 16,666: +7 so the offline kit builds bench's wheel with this Python's setuptools only where it meets
+# pyproject's setuptools>=77 (bench's license an SPDX expression; bench.tools.kit.setuptools_builds).
+CODE_LINE_CEILING = 16_666
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
