@@ -192,3 +192,37 @@ def test_a_tracking_uri_mlflow_has_no_store_for_is_refused_before_any_work(bench
     assert line.startswith("[ERROR] MLFLOW_TRACKING_URI='foo://bar' is not valid: accepted a URI of a store"), line
     assert "sqlite" in line and "http" in line and proc.stdout == ""
     assert not list(tmp_path.rglob("mlflow.db")) and not (tmp_path / "run" / "run_summary.json").exists()
+
+
+def test_a_host_waiting_for_node_0_to_listen_says_so_then_goes_on_the_moment_it_listens():
+    """bench.launch.rendezvous._until_it_listens: nothing at node 0's port yet, so after a second one line
+    says what is awaited and where; node 0's listener, opened when that line is logged (the event, no
+    clock in the test), ends the wait at the next connect."""
+    import logging
+    import socket
+
+    from bench.launch.rendezvous import Wait, _until_it_listens
+
+    port, lines, listeners = free_port(), [], []
+
+    class OpenOnTheLine(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+            if not listeners:
+                listeners.append(socket.create_server(("127.0.0.1", port)))
+
+    logger, handler = logging.getLogger("bench"), OpenOnTheLine()
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        wait = Wait("host", "distributed.node_rank", "127.0.0.1", port, 2, HANG_GUARD_S, "distributed.rdzv_endpoint")
+        _until_it_listens(wait)
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+        for listener in listeners:
+            listener.close()
+    assert lines == [
+        f"waiting for host 0 to open the rendezvous at 127.0.0.1:{port}, up to {HANG_GUARD_S} s (distributed.timeout_s)"
+    ]
