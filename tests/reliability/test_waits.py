@@ -194,7 +194,7 @@ def test_a_tracking_uri_mlflow_has_no_store_for_is_refused_before_any_work(bench
     assert not list(tmp_path.rglob("mlflow.db")) and not (tmp_path / "run" / "run_summary.json").exists()
 
 
-def test_a_host_waiting_for_node_0_to_listen_says_so_then_goes_on_the_moment_it_listens():
+def test_a_host_waiting_for_node_0_to_listen_says_so_then_goes_on_the_moment_it_listens(caplog):
     """bench.launch.rendezvous._until_it_listens: nothing at node 0's port yet, so after a second one line
     says what is awaited and where; node 0's listener, opened when that line is logged (the event, no
     clock in the test), ends the wait at the next connect."""
@@ -212,15 +212,15 @@ def test_a_host_waiting_for_node_0_to_listen_says_so_then_goes_on_the_moment_it_
                 listeners.append(socket.create_server(("127.0.0.1", port)))
 
     logger, handler = logging.getLogger("bench"), OpenOnTheLine()
-    level = logger.level
     logger.addHandler(handler)
-    logger.setLevel(logging.INFO)
     try:
-        wait = Wait("host", "distributed.node_rank", "127.0.0.1", port, 2, HANG_GUARD_S, "distributed.rdzv_endpoint")
-        _until_it_listens(wait)
+        with caplog.at_level(logging.INFO, logger="bench"):
+            wait = Wait(
+                "host", "distributed.node_rank", "127.0.0.1", port, 2, HANG_GUARD_S, "distributed.rdzv_endpoint"
+            )
+            _until_it_listens(wait)
     finally:
         logger.removeHandler(handler)
-        logger.setLevel(level)
         for listener in listeners:
             listener.close()
     assert lines == [
