@@ -40,6 +40,9 @@ Where a fork could differ from a fresh process, `Bench.run` execs as before:
   server saw something else read it while it imported;
 - a working directory that is not a directory, a forked pytest process, or a server that could
   not start or died (a warning says so once).
+A forked `python -m bench` that starts multiprocessing's forkserver (DDP, sweeps, the doctor, an S3
+loader) has it forked from a spare child made before bench ran, not exec'd (the zygote, below;
+tests/unit/test_forked_bench_zygote.py compares the two).
 `Bench.start` (the signal and long-running tests) forks the same way without waiting: a
 ForkedProcess stands in for its Popen (pid, poll, wait, communicate, signals), the server reaping
 the child and reporting its exit. Commands run side by side (four runs at once on one store, a
@@ -973,6 +976,160 @@ def _become(request: dict, fds: list, dispositions: dict, mask, changes: list) -
     sys.modules["__main__"] = main
 
 
+# ---- multiprocessing's forkserver, forked from the command instead of exec'd -------------------------
+# bench's elastic launcher (DDP, sweeps, the doctor) and an S3 loader start multiprocessing's
+# forkserver: a fresh interpreter that imports torch and bench's launcher, ~2.3 CPU-s, ~60 times in a
+# whole-suite run. So a bench command first forks a spare child (the "zygote": this server's
+# imports, the command's environment, nothing of bench's own, one thread, idle and deaf to Ctrl-C as
+# a forkserver is). When the command starts its forkserver, multiprocessing.util.spawnv_passfds
+# hands the zygote what the exec would have had, as of that moment: the `-c` line, the fds it names
+# (at the same numbers) and stdio, the environment, working directory, signal mask, ignored
+# signals, affinity, umask and niceness; the zygote closes every other fd, as the exec does, and
+# runs the line: the forkserver, the command's child in its process group, as an exec'd one is.
+# A second forkserver, one started by another process (a rank, a loader worker), an environment
+# that differs from the zygote's where the imports or a C library read it, or a zygote gone: the
+# exec, as before. An unused zygote ends when the command does (EOF on its socket).
+FORKSERVER_LINE = "from multiprocessing.forkserver import main;"
+SIGNALS_PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)  # at start, in every interpreter
+
+
+def _start_zygote(value_keys: frozenset, presence_keys: frozenset) -> None:
+    import multiprocessing.util
+
+    command_end, zygote_end = socket.socketpair()
+    environ = dict(os.environ)
+    zygote = os.fork()
+    if zygote == 0:
+        command_end.close()
+        _zygote(zygote_end)  # never returns
+    zygote_end.close()
+    exec_it = multiprocessing.util.spawnv_passfds
+    command = os.getpid()
+
+    def spawnv_passfds(path, args, passfds):
+        line = args[-1] if len(args) > 1 and args[-2] == "-c" else ""
+        if (
+            os.getpid() != command
+            or command_end.fileno() < 0
+            or not line.startswith(FORKSERVER_LINE)
+            or _unsafe_difference(environ, dict(os.environ), value_keys, presence_keys)
+        ):
+            return exec_it(path, args, passfds)
+        stdio = [fd for fd in (0, 1, 2) if _is_open(fd)]
+        ignored = [int(s) for s in signal.valid_signals() if _ignored(s)]
+        state = {
+            "line": line,
+            "fds": [*stdio, *passfds],
+            "env": dict(os.environ),
+            "cwd": os.getcwd(),
+            "mask": [int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])],
+            "ignored": ignored,
+            "affinity": sorted(os.sched_getaffinity(0)),
+            "umask": _umask(),
+            "nice": os.getpriority(os.PRIO_PROCESS, 0),
+        }
+        try:
+            _send(command_end, state, fds=state["fds"])
+            reply, _fds = _receive(command_end)
+        except OSError:
+            reply = None
+        command_end.close()
+        if reply is None:  # it could not: gone, or it failed before it was the forkserver
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(zygote, 0)
+            return exec_it(path, args, passfds)
+        return zygote
+
+    multiprocessing.util.spawnv_passfds = spawnv_passfds
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _ignored(signum) -> bool:
+    with contextlib.suppress(OSError, ValueError):
+        return signal.getsignal(signum) == signal.SIG_IGN
+    return False
+
+
+def _umask():
+    """This process's umask, read without setting it (another thread may be making a file)."""
+    with open("/proc/self/status") as status:
+        return next((int(line.split()[1], 8) for line in status if line.startswith("Umask:")), None)
+
+
+def _zygote(sock: socket.socket) -> None:
+    """Wait for the command's forkserver request, then become that forkserver; exits, never returns."""
+    import builtins
+    import fcntl
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        state, fds = _receive(sock, maxfds=16)
+    except OSError:
+        state = None
+    if state is None:
+        os._exit(0)
+    try:
+        # what the exec keeps (ignored signals, the mask), then what a fresh interpreter sets
+        for signum in signal.valid_signals():
+            if signum in (signal.SIGKILL, signal.SIGSTOP):
+                continue
+            if signum in state["ignored"] or signum in SIGNALS_PYTHON_IGNORES:
+                wanted = signal.SIG_IGN
+            else:
+                wanted = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
+            with contextlib.suppress(OSError, ValueError):
+                if signal.getsignal(signum) != wanted:
+                    signal.signal(signum, wanted)
+        signal.pthread_sigmask(signal.SIG_SETMASK, [signal.Signals(s) for s in state["mask"]])
+        os.environ.clear()
+        os.environ.update(state["env"])
+        os.chdir(state["cwd"])
+        os.sched_setaffinity(0, state["affinity"])
+        if state["umask"] is not None:
+            os.umask(state["umask"])
+        if os.getpriority(os.PRIO_PROCESS, 0) != state["nice"]:
+            os.setpriority(os.PRIO_PROCESS, 0, state["nice"])
+        # the fds moved above every number in use or named, every other fd closed, then each at its number
+        named = [int(n) for n in os.listdir("/proc/self/fd")]
+        floor = max([*state["fds"], *named]) + 1
+        high = [fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, floor) for fd in fds]
+        for fd in named:
+            if fd not in high and fd != sock.fileno():
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+        for fd, target in zip(high, state["fds"], strict=True):
+            os.dup2(fd, target)  # (inheritable, as the exec's passed fds are)
+            os.close(fd)
+        _send(sock, {"ready": True})
+        sock.close()
+    except BaseException:
+        os._exit(1)
+    sys.argv, sys.orig_argv = ["-c"], [sys.executable, "-c", state["line"]]
+    if not getattr(sys.flags, "safe_path", False):
+        sys.path[0] = ""  # -c puts the working directory first (unless -P)
+    code = 0
+    try:
+        exec(compile(state["line"], "<string>", "exec"), {"__name__": "__main__", "__builtins__": builtins})
+    except SystemExit as exc:  # the forkserver's way out: its alive pipe reached EOF
+        code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)  # not the command's atexit handlers (MLflow's would end its run)
+
+
 def _run_as_main(module: str) -> None:
     """What `python -m module` does once it has started; SystemExit leaves through here."""
     import runpy
@@ -1106,6 +1263,8 @@ def _server_main(fd: int) -> None:
     request, fds, dispositions, mask = _serve(sock, dispositions, mask)
     # the child: from here this process is `python -m <module>`
     _become(request, fds, dispositions, mask, changes)
+    if request["module"] == "bench":  # (bench.compare and the tools start no forkserver)
+        _start_zygote(frozenset(value_keys), frozenset(presence_keys))
     _run_as_main(request["module"])
 
 
