@@ -1142,18 +1142,20 @@ class Browser:
 
 @pytest.fixture
 def browser(chromium_session) -> Iterator[Browser]:
-    """The worker's browser for one test, left on about:blank after it: a page left open (the MLflow UI,
+    """The module's browser for one test, left on about:blank after it: a page left open (the MLflow UI,
     polling a server its module has stopped) kept Chromium busy for the rest of the session (~12 of
-    its ~32 CPU-s in a whole-suite run, 2026-12-01, process accounting)."""
+    its ~32 CPU-s in a whole-suite run, 2026-12-01, process accounting, when it was one a worker)."""
     yield chromium_session
     with contextlib.suppress(Exception):  # a browser that died is the next test's failure, said there
         chromium_session.driver.get("about:blank")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def chromium_session(tmp_path_factory) -> Iterator[Browser]:
     """Headless Chromium through Selenium and the system's chromedriver (Debian: chromium,
-    chromium-driver); the tests that use it skip, saying so, where any of the three is missing."""
+    chromium-driver); the tests that use it skip, saying so, where any of the three is missing. One
+    a module: idle, it still costs ~1 CPU-s a minute (its hang watcher, its renderers), ~1 to start
+    (4 modules use it)."""
     pytest.importorskip("selenium", reason="needs selenium (pip install -e '.[test]')")
     chromium, chromedriver = shutil.which("chromium"), shutil.which("chromedriver")
     if not chromium or not chromedriver:
