@@ -40,8 +40,8 @@ Where a fork could differ from a fresh process, `Bench.run` execs as before:
   server saw something else read it while it imported;
 - a working directory that is not a directory, a forked pytest process, or a server that could
   not start or died (a warning says so once).
-A forked `python -m bench` that starts multiprocessing's forkserver (DDP, sweeps, the doctor, an S3
-loader) has it forked from a spare child made before bench ran, not exec'd (the zygote, below;
+A forked `python -m bench` or `bench.doctor` that starts multiprocessing's forkserver (DDP, sweeps, the
+doctor's rungs, an S3 loader) has it forked from a spare child made before bench ran, not exec'd (the zygote, below;
 tests/unit/test_forked_bench_zygote.py compares the two).
 `Bench.start` (the signal and long-running tests) forks the same way without waiting: a
 ForkedProcess stands in for its Popen (pid, poll, wait, communicate, signals), the server reaping
@@ -977,19 +977,20 @@ def _become(request: dict, fds: list, dispositions: dict, mask, changes: list) -
 
 
 # ---- multiprocessing's forkserver, forked from the command instead of exec'd -------------------------
-# bench's elastic launcher (DDP, sweeps, the doctor) and an S3 loader start multiprocessing's
-# forkserver: a fresh interpreter that imports torch and bench's launcher, ~2.3 CPU-s, ~60 times in a
-# whole-suite run. So a bench command first forks a spare child (the "zygote": this server's
-# imports, the command's environment, nothing of bench's own, one thread, idle and deaf to Ctrl-C as
-# a forkserver is). When the command starts its forkserver, multiprocessing.util.spawnv_passfds
-# hands the zygote what the exec would have had, as of that moment: the `-c` line, the fds it names
-# (at the same numbers) and stdio, the environment, working directory, signal mask, ignored
-# signals, affinity, umask and niceness; the zygote closes every other fd, as the exec does, and
-# runs the line: the forkserver, the command's child in its process group, as an exec'd one is.
-# A second forkserver, one started by another process (a rank, a loader worker), an environment
-# that differs from the zygote's where the imports or a C library read it, or a zygote gone: the
-# exec, as before. An unused zygote ends when the command does (EOF on its socket).
+# bench's elastic launcher (DDP, sweeps, the doctor) and an S3 loader start multiprocessing's forkserver:
+# a fresh interpreter that imports torch and bench's launcher, ~2.3 CPU-s, ~60 times in a whole-suite run.
+# So a bench or bench.doctor command first forks a spare child (the "zygote": this server's imports, the
+# command's environment, nothing of bench's own, one thread, idle and deaf to Ctrl-C as a forkserver is).
+# When the command starts its forkserver, multiprocessing.util.spawnv_passfds hands the zygote what the
+# exec would have had, as of that moment: the `-c` line, the fds it names (at the same numbers) and stdio,
+# the environment, working directory, signal mask, ignored signals, affinity, umask and niceness; the
+# zygote closes every other fd, as the exec does, and runs the line: the forkserver, the command's child
+# in its process group, as an exec'd one is. A second forkserver, one started by another process (a rank,
+# a loader worker), an environment that differs from the zygote's where the imports or a C library read
+# it, or a zygote gone: the exec, as before. An unused zygote ends when the command does (EOF on its
+# socket).
 FORKSERVER_LINE = "from multiprocessing.forkserver import main;"
+ZYGOTE_MODULES = ("bench", "bench.doctor")  # the commands that start one (bench.compare's children are execs)
 SIGNALS_PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)  # at start, in every interpreter
 
 
@@ -1263,7 +1264,7 @@ def _server_main(fd: int) -> None:
     request, fds, dispositions, mask = _serve(sock, dispositions, mask)
     # the child: from here this process is `python -m <module>`
     _become(request, fds, dispositions, mask, changes)
-    if request["module"] == "bench":  # (bench.compare and the tools start no forkserver)
+    if request["module"] in ZYGOTE_MODULES:
         _start_zygote(frozenset(value_keys), frozenset(presence_keys))
     _run_as_main(request["module"])
 
