@@ -991,10 +991,9 @@ def _become(request: dict, fds: list, dispositions: dict, mask, changes: list) -
 # socket).
 FORKSERVER_LINE = "from multiprocessing.forkserver import main;"
 ZYGOTE_MODULES = ("bench", "bench.doctor")  # the commands that start one (bench.compare's children are execs)
-SIGNALS_PYTHON_IGNORES = (signal.SIGPIPE, signal.SIGXFSZ)  # at start, in every interpreter
 
 
-def _start_zygote(value_keys: frozenset, presence_keys: frozenset) -> None:
+def _start_zygote(value_keys: frozenset, presence_keys: frozenset, dispositions: dict) -> None:
     import multiprocessing.util
 
     command_end, zygote_end = socket.socketpair()
@@ -1002,7 +1001,7 @@ def _start_zygote(value_keys: frozenset, presence_keys: frozenset) -> None:
     zygote = os.fork()
     if zygote == 0:
         command_end.close()
-        _zygote(zygote_end)  # never returns
+        _zygote(zygote_end, dispositions)  # never returns
     zygote_end.close()
     exec_it = multiprocessing.util.spawnv_passfds
     command = os.getpid()
@@ -1064,7 +1063,7 @@ def _umask():
         return next((int(line.split()[1], 8) for line in status if line.startswith("Umask:")), None)
 
 
-def _zygote(sock: socket.socket) -> None:
+def _zygote(sock: socket.socket, dispositions: dict) -> None:
     """Wait for the command's forkserver request, then become that forkserver; exits, never returns."""
     import builtins
     import fcntl
@@ -1077,15 +1076,11 @@ def _zygote(sock: socket.socket) -> None:
     if state is None:
         os._exit(0)
     try:
-        # what the exec keeps (ignored signals, the mask), then what a fresh interpreter sets
-        for signum in signal.valid_signals():
-            if signum in (signal.SIGKILL, signal.SIGSTOP):
-                continue
-            if signum in state["ignored"] or signum in SIGNALS_PYTHON_IGNORES:
-                wanted = signal.SIG_IGN
-            else:
-                wanted = signal.default_int_handler if signum == signal.SIGINT else signal.SIG_DFL
-            with contextlib.suppress(OSError, ValueError):
+        # what the exec keeps (ignored signals, the mask); the rest as a fresh interpreter starts them
+        # (the server's record: SIGPIPE ignored, SIGINT's handler, coverage.py's SIGTERM one under it)
+        for signum, fresh in dispositions.items():
+            wanted = signal.SIG_IGN if signum in state["ignored"] else fresh
+            with contextlib.suppress(OSError, ValueError, TypeError):
                 if signal.getsignal(signum) != wanted:
                     signal.signal(signum, wanted)
         signal.pthread_sigmask(signal.SIG_SETMASK, [signal.Signals(s) for s in state["mask"]])
@@ -1265,7 +1260,7 @@ def _server_main(fd: int) -> None:
     # the child: from here this process is `python -m <module>`
     _become(request, fds, dispositions, mask, changes)
     if request["module"] in ZYGOTE_MODULES:
-        _start_zygote(frozenset(value_keys), frozenset(presence_keys))
+        _start_zygote(frozenset(value_keys), frozenset(presence_keys), dispositions)
     _run_as_main(request["module"])
 
 

@@ -33,24 +33,11 @@ def _fd_kinds(process: psutil.Process) -> list:
 GLIBC_SIGNALS = (1 << 31) | (1 << 32)
 
 
-def _measured_by_coverage() -> bool:
-    """Under .ci/coverage (`sigterm = true`) coverage.py catches SIGTERM in every interpreter it
-    starts, so in an exec'd forkserver and not in a forked one: left out of the comparison there."""
-    try:
-        import coverage
-    except ImportError:
-        return False
-    return coverage.Coverage.current() is not None
-
-
 def _signals(process: psutil.Process) -> dict:
-    """The ignored, caught (glibc's own, and coverage's SIGTERM under coverage, left out) and blocked
-    signals, as bit masks."""
+    """The ignored, caught (glibc's own left out) and blocked signals, as bit masks."""
     with open(f"/proc/{process.pid}/status") as status:
         fields = dict(line.split(":", 1) for line in status if ":" in line)
     masks = {name: int(fields[name], 16) for name in ("SigIgn", "SigCgt", "SigBlk")}
-    if _measured_by_coverage():
-        masks["SigCgt"] &= ~(1 << (signal.SIGTERM - 1))
     return {name: mask & ~GLIBC_SIGNALS for name, mask in masks.items()}
 
 
