@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import sys
 import time
 
 import pytest
@@ -113,6 +114,19 @@ def test_no_bn_model_has_no_batchnorm_and_zero_init_starts_blocks_at_identity(co
     assert all(
         float(b.conv2.weight.detach().abs().sum()) == 0.0 for b in both.modules() if type(b).__name__ == "BasicBlock"
     )
+
+
+def test_zero_init_leaves_a_model_alone_where_torchvisions_resnet_was_never_imported(compose, monkeypatch):
+    """A rank that builds bench's own model never imports torchvision's ResNet (a fresh forkserver's
+    ranks did not): model.zero_init_residual then has no ResNet block to zero, and nothing is touched."""
+    from bench.runtime.models import zero_init_residuals
+
+    model = build_model(compose("model=small_cnn", "data.num_classes=10").model)
+    before = {name: weight.detach().clone() for name, weight in model.state_dict().items()}
+    monkeypatch.delitem(sys.modules, "torchvision.models.resnet", raising=False)
+    zero_init_residuals(model)
+    zero_init_residuals(model, convs=True)
+    assert all(torch.equal(weight, before[name]) for name, weight in model.state_dict().items())
 
 
 class _Capture(torch.optim.SGD):
