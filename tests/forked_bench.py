@@ -40,9 +40,9 @@ Where a fork could differ from a fresh process, `Bench.run` execs as before:
   server saw something else read it while it imported;
 - a working directory that is not a directory, a forked pytest process, or a server that could
   not start or died (a warning says so once).
-A forked `python -m bench` or `bench.doctor` that starts multiprocessing's forkserver (DDP, sweeps, the
-doctor's rungs, an S3 loader) has it forked from a spare child made before bench ran, not exec'd (the zygote, below;
-tests/unit/test_forked_bench_zygote.py compares the two).
+A forked `python -m bench` or `bench.doctor` that starts multiprocessing's forkserver (DDP, sweeps,
+the doctor's rungs, an S3 loader) has it forked from a spare child made before bench ran, not
+exec'd (the zygote, below; tests/unit/test_forked_bench_zygote.py compares the two).
 `Bench.start` (the signal and long-running tests) forks the same way without waiting: a
 ForkedProcess stands in for its Popen (pid, poll, wait, communicate, signals), the server reaping
 the child and reporting its exit. Commands run side by side (four runs at once on one store, a
@@ -978,7 +978,7 @@ def _become(request: dict, fds: list, dispositions: dict, mask, changes: list) -
 
 # ---- multiprocessing's forkserver, forked from the command instead of exec'd -------------------------
 # bench's elastic launcher (DDP, sweeps, the doctor) and an S3 loader start multiprocessing's forkserver:
-# a fresh interpreter that imports torch and bench's launcher, ~2.3 CPU-s, ~60 times in a whole-suite run.
+# a fresh interpreter that imports torch and bench's launcher, ~2.3 CPU-s, ~45 times in a whole-suite run.
 # So a bench or bench.doctor command first forks a spare child (the "zygote": this server's imports, the
 # command's environment, nothing of bench's own, one thread, idle and deaf to Ctrl-C as a forkserver is).
 # When the command starts its forkserver, multiprocessing.util.spawnv_passfds hands the zygote what the
