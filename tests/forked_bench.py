@@ -195,6 +195,60 @@ def _unsafe_difference(
     return None
 
 
+def _umask() -> Optional[int]:
+    """This process's umask, read without setting it (another thread may be making a file)."""
+    try:
+        with open("/proc/self/status") as status:
+            return next((int(line.split()[1], 8) for line in status if line.startswith("Umask:")), None)
+    except OSError:
+        return None
+
+
+def _is_open(fd: int) -> bool:
+    try:
+        os.fstat(fd)
+    except OSError:
+        return False
+    return True
+
+
+def _process_state() -> dict:
+    """What an exec'd child inherits besides its environment and fds: CPU affinity, umask, resource
+    limits, niceness (sent with a command, and with a forkserver request to the zygote)."""
+    import resource
+
+    limits = {}
+    for name in dir(resource):
+        if name.startswith("RLIMIT_"):
+            with contextlib.suppress(OSError, ValueError):
+                limits[name] = resource.getrlimit(getattr(resource, name))
+    return {
+        "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "umask": _umask(),
+        "rlimits": limits,
+        "nice": os.getpriority(os.PRIO_PROCESS, 0),
+    }
+
+
+def _take_process_state(state: dict) -> None:
+    """_process_state()'s record made this process's own."""
+    import resource
+
+    if state.get("affinity") is not None:
+        os.sched_setaffinity(0, state["affinity"])
+    if state.get("umask") is not None:
+        os.umask(state["umask"])
+    for name, (soft, hard) in state.get("rlimits", {}).items():
+        try:
+            if resource.getrlimit(getattr(resource, name)) != (soft, hard):
+                resource.setrlimit(getattr(resource, name), (soft, hard))
+        except (OSError, ValueError, AttributeError):
+            pass
+    if state.get("nice") is not None and os.getpriority(os.PRIO_PROCESS, 0) != state["nice"]:
+        with contextlib.suppress(OSError):
+            os.setpriority(os.PRIO_PROCESS, 0, state["nice"])
+
+
 def _send(sock: socket.socket, message: dict, fds=()) -> None:
     payload = json.dumps(message).encode()
     if fds:
@@ -430,29 +484,7 @@ class ForkServer:
         return ForkedProcess(self, command, message["pid"], out_r, err_r, sock)
 
     def _request(self, module: str, args: list, cwd: str, env: dict) -> dict:
-        import resource
-
-        limits = {}
-        for name in dir(resource):
-            if name.startswith("RLIMIT_"):
-                with contextlib.suppress(OSError, ValueError):
-                    limits[name] = resource.getrlimit(getattr(resource, name))
-        umask = None
-        try:
-            with open("/proc/self/status") as status:
-                umask = next((int(line.split()[1], 8) for line in status if line.startswith("Umask:")), None)
-        except OSError:
-            pass
-        return {
-            "module": module,
-            "args": [os.fsdecode(a) for a in args],
-            "cwd": cwd,
-            "env": env,
-            "affinity": sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
-            "umask": umask,
-            "rlimits": limits,
-            "nice": os.getpriority(os.PRIO_PROCESS, 0),
-        }
+        return {"module": module, "args": [os.fsdecode(a) for a in args], "cwd": cwd, "env": env, **_process_state()}
 
     def _run(self, command: list, module: str, cwd: str, env: dict, timeout: float):
         import io
@@ -879,9 +911,7 @@ def _stdio(fd: int, name: str, write: bool, unbuffered: bool, like):
     """sys.stdin/stdout/stderr as CPython's create_stdio makes them."""
     import io
 
-    try:
-        os.fstat(fd)
-    except OSError:
+    if not _is_open(fd):
         return None
     buffering = 0 if (unbuffered and write) else -1
     buffer = io.open(fd, "wb" if write else "rb", buffering, closefd=False)  # noqa: SIM115 (the process's own)
@@ -933,21 +963,7 @@ def _become(request: dict, fds: list, dispositions: dict, mask, changes: list) -
         else:
             os.environ.pop(change[1], None)
     _rederive()  # what the imports kept from XDG_CACHE_HOME, from this environment
-    if request.get("affinity") is not None:
-        os.sched_setaffinity(0, request["affinity"])
-    if request.get("umask") is not None:
-        os.umask(request["umask"])
-    import resource
-
-    for name, (soft, hard) in request.get("rlimits", {}).items():
-        try:
-            if resource.getrlimit(getattr(resource, name)) != (soft, hard):
-                resource.setrlimit(getattr(resource, name), (soft, hard))
-        except (OSError, ValueError, AttributeError):
-            pass
-    if request.get("nice") is not None and os.getpriority(os.PRIO_PROCESS, 0) != request["nice"]:
-        with contextlib.suppress(OSError):
-            os.setpriority(os.PRIO_PROCESS, 0, request["nice"])
+    _take_process_state(request)
 
     unbuffered = bool(os.environ.get("PYTHONUNBUFFERED"))
     sys.stdin = sys.__stdin__ = _stdio(0, "<stdin>", False, unbuffered, server_streams["stdin"])
@@ -983,11 +999,11 @@ def _become(request: dict, fds: list, dispositions: dict, mask, changes: list) -
 # command's environment, nothing of bench's own, one thread, idle and deaf to Ctrl-C as a forkserver is).
 # When the command starts its forkserver, multiprocessing.util.spawnv_passfds hands the zygote what the
 # exec would have had, as of that moment: the `-c` line, the fds it names (at the same numbers) and stdio,
-# the environment, working directory, signal mask, ignored signals, affinity, umask and niceness; the
-# zygote closes every other fd, as the exec does, and runs the line: the forkserver, the command's child
-# in its process group, as an exec'd one is. A second forkserver, one started by another process (a rank,
-# a loader worker), an environment that differs from the zygote's where the imports or a C library read
-# it, or a zygote gone: the exec, as before. An unused zygote ends when the command does (EOF on its
+# the environment, working directory, signal mask, ignored signals, affinity, umask, limits and niceness;
+# the zygote closes every other fd, as the exec does, and runs the line: the forkserver, the command's
+# child in its process group, as an exec'd one is. A second forkserver, one started by another process (a
+# rank, a loader worker), an environment that differs from the zygote's where the imports or a C library
+# read it, or a zygote gone: the exec, as before. An unused zygote ends when the command does (EOF on its
 # socket).
 FORKSERVER_LINE = "from multiprocessing.forkserver import main;"
 ZYGOTE_MODULES = ("bench", "bench.doctor")  # the commands that start one (bench.compare's children are execs)
@@ -1024,9 +1040,7 @@ def _start_zygote(value_keys: frozenset, presence_keys: frozenset, dispositions:
             "cwd": os.getcwd(),
             "mask": [int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])],
             "ignored": ignored,
-            "affinity": sorted(os.sched_getaffinity(0)),
-            "umask": _umask(),
-            "nice": os.getpriority(os.PRIO_PROCESS, 0),
+            **_process_state(),
         }
         try:
             _send(command_end, state, fds=state["fds"])
@@ -1043,24 +1057,10 @@ def _start_zygote(value_keys: frozenset, presence_keys: frozenset, dispositions:
     multiprocessing.util.spawnv_passfds = spawnv_passfds
 
 
-def _is_open(fd: int) -> bool:
-    try:
-        os.fstat(fd)
-    except OSError:
-        return False
-    return True
-
-
 def _ignored(signum) -> bool:
     with contextlib.suppress(OSError, ValueError):
         return signal.getsignal(signum) == signal.SIG_IGN
     return False
-
-
-def _umask():
-    """This process's umask, read without setting it (another thread may be making a file)."""
-    with open("/proc/self/status") as status:
-        return next((int(line.split()[1], 8) for line in status if line.startswith("Umask:")), None)
 
 
 def _zygote(sock: socket.socket, dispositions: dict) -> None:
@@ -1087,11 +1087,7 @@ def _zygote(sock: socket.socket, dispositions: dict) -> None:
         os.environ.clear()
         os.environ.update(state["env"])
         os.chdir(state["cwd"])
-        os.sched_setaffinity(0, state["affinity"])
-        if state["umask"] is not None:
-            os.umask(state["umask"])
-        if os.getpriority(os.PRIO_PROCESS, 0) != state["nice"]:
-            os.setpriority(os.PRIO_PROCESS, 0, state["nice"])
+        _take_process_state(state)
         # the fds moved above every number in use or named, every other fd closed, then each at its number
         named = [int(n) for n in os.listdir("/proc/self/fd")]
         floor = max([*state["fds"], *named]) + 1
