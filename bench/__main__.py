@@ -18,7 +18,7 @@ from bench.config.scenario import named_twice
 from bench.config.schema import register_configs
 from bench.errors import EXIT_CONFIG, EXIT_SIGINT, EXIT_SIGTERM, BenchError, print_error
 from bench.launch.preview import job_config, preview, register_bench_launchers, wants_job_config, wants_preview
-from bench.machine.children import die_with_parent
+from bench.machine.children import die_with_parent, exit_without_teardown
 from bench.secrets import command_line_problem, redact_output
 
 register_configs()
@@ -117,4 +117,4 @@ def _made_and_empty(reserved: Optional[run_dirs.Reserved]) -> bool:
 
 
 if __name__ == "__main__":
-    cli()
+    exit_without_teardown(cli)

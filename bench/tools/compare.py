@@ -63,6 +63,7 @@ from bench.analysis.compare import compare_frames
 from bench.analysis.rounds import CANT_TELL, alternate
 from bench.analysis.verdicts import UNJUDGED, Comparison, Pair, as_comparison, judge, unfit_sides, with_fitness
 from bench.errors import EXIT_FAILED, EXIT_SIGINT, EXIT_SIGTERM, BenchError, Interrupted, ReportError, print_error
+from bench.machine.children import exit_without_teardown
 from bench.machine.fitness import unfit_reason
 from bench.machine.writable import writable_dir_refusal
 from bench.secrets import redact, redact_output
@@ -371,4 +372,4 @@ def label(sides: Dict[str, List[str]]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main)

@@ -11,7 +11,6 @@ import argparse
 import math
 import os
 import statistics
-import sys
 import tempfile
 from typing import Any, Callable, Dict, Generator, List, Optional, Tuple
 
@@ -20,7 +19,7 @@ from bench.config import compose
 from bench.config.storage import StorageLocation
 from bench.data.registry import Batches, build_batches
 from bench.errors import EXIT_FAILED, CheckpointError, ConfigError, ConfigProblem, DataError, Interrupted, print_error
-from bench.machine.children import sigterm_raises
+from bench.machine.children import exit_without_teardown, sigterm_raises
 from bench.machine.writable import check_writable_dir
 from bench.secrets import redact_output
 from bench.tools import ab
@@ -264,4 +263,4 @@ def report(rates: Dict[str, List[Tuple[float, float]]]) -> str:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main)

@@ -27,7 +27,6 @@ import argparse
 import contextlib
 import io
 import math
-import sys
 import tempfile
 import time
 from functools import partial
@@ -38,6 +37,7 @@ from unittest import mock
 from bench import api
 from bench.config import compose
 from bench.errors import EXIT_SIGINT, BenchError, Interrupted, print_error
+from bench.machine.children import exit_without_teardown
 from bench.machine.writable import writable_dir_refusal
 from bench.tools import ab
 from bench.tools.gpu_checks.checks import CHILD, NAMES, OVERHEAD, Check, Metrics, checks
@@ -366,4 +366,4 @@ def max_batch_start(done: Dict[str, Metrics], free_mb: float, image_size: int) -
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main)

@@ -42,7 +42,7 @@ from bench.errors import BenchError, print_error
 from bench.iobench.formats.base import FileSpec
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
-from bench.machine.children import run_child
+from bench.machine.children import exit_without_teardown, run_child
 from bench.machine.writable import writable_dir_refusal
 from bench.storage.base import ObjectStore, open_store
 from bench.storage.local import LocalStore
@@ -348,4 +348,4 @@ def main(argv: List[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main)

@@ -46,7 +46,7 @@ from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
 from bench.errors import EXIT_CONFIG, EXIT_FAILED, print_error
-from bench.machine.children import die_with_parent, stop_proof_folder, stop_signals
+from bench.machine.children import die_with_parent, exit_without_teardown, stop_proof_folder, stop_signals
 from bench.machine.writable import writable_dir_refusal
 from bench.storage.writer_lock import FolderBusy, hold
 
@@ -392,4 +392,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main)

@@ -28,6 +28,7 @@ import torchvision
 from bench.analysis.rounds import Rounds, alternate
 from bench.config import BenchConfig, compose
 from bench.errors import BenchError, print_error
+from bench.machine.children import exit_without_teardown
 from bench.runtime.malloc import in_effect
 from bench.tools import ab
 
@@ -123,4 +124,4 @@ def main(argv: List[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_without_teardown(main)

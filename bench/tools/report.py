@@ -22,6 +22,7 @@ from typing import Optional, Sequence
 
 from bench.analysis import ReportError, build_report, report_from_mlflow
 from bench.errors import ConfigError, print_error
+from bench.machine.children import exit_without_teardown
 from bench.machine.writable import check_writable_dir
 from bench.secrets import redact_output
 from bench.tracking.store import missing_sqlite_store, resolve_tracking_uri, store_problem
@@ -59,4 +60,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main)

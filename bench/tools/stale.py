@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Optional, Sequence
 
 from bench.errors import print_error
+from bench.machine.children import exit_without_teardown
 from bench.secrets import redact, redact_output
 from bench.tracking.store import half_made, missing_sqlite_store, resolve_tracking_uri, sqlite_path, store_problem
 from bench.tracking.tracker import find_stale, kill_reason
@@ -63,4 +64,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main)

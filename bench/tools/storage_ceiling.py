@@ -52,7 +52,7 @@ from bench.doctor.storage_read import ceiling_storage
 from bench.errors import BenchError, interruption_in, print_error
 from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import uses_processes
-from bench.machine.children import clean_leftovers, owned_tempdir, sigterm_raises
+from bench.machine.children import clean_leftovers, exit_without_teardown, owned_tempdir, sigterm_raises
 from bench.machine.writable import writable_dir_refusal
 from bench.registries import FORMATS
 from bench.storage.local import LocalStore
@@ -225,4 +225,4 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main)

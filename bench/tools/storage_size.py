@@ -13,12 +13,12 @@ from __future__ import annotations
 
 import argparse
 import math
-import sys
 from typing import List, Optional
 
 from bench.config import compose
 from bench.errors import BenchError, print_error
 from bench.iobench.figures import dataset_size, host_memory
+from bench.machine.children import exit_without_teardown
 from bench.tools import ab
 
 
@@ -62,4 +62,4 @@ def main(argv: Optional[List[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main)

@@ -21,6 +21,7 @@ from typing import List, Sequence
 from bench.analysis.rounds import alternate
 from bench.api import RunResult, TrainMetrics, run_child
 from bench.errors import print_error
+from bench.machine.children import exit_without_teardown
 from bench.machine.children import run_child as run_process
 from bench.tools import ab
 
@@ -112,4 +113,4 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_without_teardown(main)

@@ -29,6 +29,7 @@ from bench.analysis.rounds import Rounds, alternate
 from bench.config import compose
 from bench.data.digits import write_digits
 from bench.errors import BenchError, print_error
+from bench.machine.children import exit_without_teardown
 from bench.machine.writable import writable_dir_refusal
 from bench.tools import ab
 from bench.train.resume import Position, TrainingCheckpoints
@@ -127,4 +128,4 @@ def main(argv: List[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    exit_without_teardown(main)

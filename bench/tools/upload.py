@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, List, Optional, Sequence, Tuple
 
 from bench.errors import EXIT_FAILED, print_error
+from bench.machine.children import exit_without_teardown
 from bench.results import read_summary, write_json
 from bench.scenarios import report_class
 from bench.secrets import flatten, redact, redact_output
@@ -127,4 +128,4 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    exit_without_teardown(main)
