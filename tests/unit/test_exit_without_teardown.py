@@ -14,7 +14,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 
-PROBE = '''
+PROBE = """
 import atexit, os, sys, threading, time
 from bench.machine.children import exit_without_teardown
 
@@ -44,7 +44,7 @@ if __name__ == "__main__":
     if os.environ.get("PROBE_PLAIN"):
         sys.exit(main())
     exit_without_teardown(main)
-'''
+"""
 
 
 def probe(tmp_path: Path, what: str, plain: bool = False, stdout=subprocess.PIPE) -> subprocess.CompletedProcess:
@@ -92,10 +92,14 @@ def test_a_reader_gone_at_the_last_flush_is_the_interpreters_line_and_exit_120(t
             os.close(write)
     fast, plain = outcomes
     assert fast.returncode == plain.returncode == 120
-    assert fast.stderr.splitlines() == plain.stderr.splitlines() == [
-        "Exception ignored in: <_io.TextIOWrapper name='<stdout>' mode='w' encoding='utf-8'>",
-        "BrokenPipeError: [Errno 32] Broken pipe",
-    ]
+    assert (
+        fast.stderr.splitlines()
+        == plain.stderr.splitlines()
+        == [
+            "Exception ignored in: <_io.TextIOWrapper name='<stdout>' mode='w' encoding='utf-8'>",
+            "BrokenPipeError: [Errno 32] Broken pipe",
+        ]
+    )
 
 
 def test_a_module_run_inside_another_programs_process_raises_systemexit_and_that_process_goes_on(tmp_path):
