@@ -20,6 +20,9 @@ it forks, and the child becomes `python -m <module> <args>`:
   it (None: 0, an int, anything else printed to stderr and 1), an uncaught KeyboardInterrupt
   ends the process by SIGINT; the interpreter then exits normally (atexit handlers, logging
   shutdown, MLflow ending its run, flushing), none of the server's cleanup running in the child.
+  bench's commands end by bench.machine.children.exit_without_teardown, here as in a fresh process
+  (the same steps, then no teardown of the modules: in a forked child that teardown wrote to, and so
+  copied, every page of the server's imports, ~0.35 CPU-s a command).
 
 The test side gets a real subprocess.CompletedProcess (same args list, returncode -N for a child
 killed by signal N, text decoded and newlines translated as subprocess does) or, on timeout, the
