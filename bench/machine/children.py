@@ -16,6 +16,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 from contextlib import contextmanager, nullcontext, suppress
 from pathlib import Path
 from typing import Any, Callable, Iterator, List, NoReturn, Optional, Sequence, Tuple
@@ -235,19 +236,21 @@ def exit_without_teardown(main: Callable[[], Any]) -> NoReturn:
         sys.exit(code)
     threading._shutdown()  # type: ignore[attr-defined]  # Py_FinalizeEx's steps before the teardown, in order
     atexit._run_exitfuncs()
-    status = code or 0
+    _flush_then_exit(code or 0)
+
+
+def _flush_then_exit(status: int) -> NoReturn:  # pragma: no cover
+    """stdout then stderr flushed as the interpreter flushes them at its exit, then os._exit. Run after
+    every exit handler, coverage.py's own among them, which stopped its measurement: it cannot see these
+    lines (their test: tests/unit/test_exit_without_teardown.py, each case an exit through here)."""
     for stream in (sys.stdout, sys.stderr):
         try:
             if stream is not None and not stream.closed:
                 stream.flush()
-        # coverage.py cannot see this branch: its own exit handler, run just above, stopped it (the
-        # branch's test: tests/unit/test_exit_without_teardown.py, a reader gone at the last flush)
-        except Exception as exc:  # pragma: no cover
+        except Exception as exc:  # a reader gone: the interpreter's line and its exit code
             status = 120
             if stream is sys.stdout:
                 with suppress(Exception):
-                    import traceback
-
                     sys.stderr.write(f"Exception ignored in: {stream!r}\n")
                     sys.stderr.write("".join(traceback.format_exception_only(type(exc), exc)))
                     sys.stderr.flush()
