@@ -110,7 +110,6 @@ def pytest_configure(config):
         config.option.loadscopereorder = False
     if not hasattr(config, "workerinput"):  # once, in the controller, before any worker imports bench
         compile_bench_once()
-        rewrite_test_modules_once(config)
         build_matplotlib_font_cache_once()
 
 
@@ -124,35 +123,6 @@ def compile_bench_once() -> None:
 
     for package in (REPO / "bench", REPO / "launchers" / "hydra_plugins"):
         compileall.compile_dir(str(package), quiet=2, workers=1)
-
-
-def rewrite_test_modules_once(config) -> None:
-    """The test modules' asserts rewritten (pytest's cached .pyc) once, here, before the workers start:
-    from a fresh clone each worker imports every test module at once, so each rewrote all of them
-    (~2.7 CPU-s a worker). pytest's own steps, as its import hook takes them (private names: a pytest
-    without them rewrites in each worker, as before)."""
-    try:
-        from _pytest.assertion.rewrite import (
-            PYC_TAIL,
-            _read_pyc,
-            _rewrite_test,
-            _write_pyc,
-            assertstate_key,
-            get_cache_dir,
-            try_makedirs,
-        )
-    except ImportError:
-        return
-    state = config.stash.get(assertstate_key, None)
-    if state is None:  # --assert=plain
-        return
-    for path in sorted((REPO / "tests").rglob("*.py")):
-        if not (path.name.startswith("test_") or path.name == "conftest.py"):
-            continue
-        pyc = get_cache_dir(path) / (path.stem + PYC_TAIL)
-        if _read_pyc(path, pyc, state.trace) is None and try_makedirs(pyc.parent):
-            source_stat, code = _rewrite_test(path, config)
-            _write_pyc(state, code, source_stat, pyc)
 
 
 def build_matplotlib_font_cache_once() -> None:

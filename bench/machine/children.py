@@ -227,7 +227,7 @@ def exit_without_teardown(main: Callable[[], Any]) -> NoReturn:
     spec = getattr(sys.modules.get("__main__"), "__spec__", None)  # None: run as a script's path
     module = spec.name.removesuffix(".__main__") if spec is not None else None
     argv = sys.orig_argv
-    started_as_module = "-m" in argv and argv[argv.index("-m") + 1 : argv.index("-m") + 2] == [module]
+    started_as_module = "-m" in argv and argv[argv.index("-m") + 1 :][:1] == [module]
     try:
         code = main()
     except SystemExit as exc:
