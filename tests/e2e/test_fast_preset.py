@@ -43,9 +43,11 @@ def test_h100_fast_runs_on_a_cpu_with_its_fused_optimizer_bf16_and_channels_last
     """compile=false here: inductor's first compile on a 2-core CPU takes ~100 s (the suite's budget);
     the compile on a CPU is rehearsed by .ci/gpu_day (gpu_day.sh --rehearse --part fast: compile_s)."""
     small = [a for a in tiny if not a.startswith("+experiment=")]
+    # allow_cpu=true only allows the CPU: on a GPU machine (the GPU day's --part fast) the GPUs are hidden
+    hide_gpus = bench.env(CUDA_VISIBLE_DEVICES="") if torch.cuda.is_available() else None
     proc = bench.run(
         "+experiment=h100_fast", "allow_cpu=true", *small, "compile=false", "tracking.enabled=false",
-        f"hydra.run.dir={tmp_path}/run",
+        f"hydra.run.dir={tmp_path}/run", env=hide_gpus,
     )  # fmt: skip
     metrics = bench.metrics(proc)
     assert metrics["device"] == "cpu" and metrics["model"] == "small_cnn"
