@@ -95,8 +95,9 @@ class SweepLauncher(BaseSubmititLauncher):
         job_id: str,
         singleton_state: Dict[type, Singleton],
     ) -> JobReturn:
-        if self.sweep_context is not None:  # whatever the cluster's environment policy (sbatch --export)
-            os.environ[sweep.SWEEP_ENV] = self.sweep_context
+        # the sweep's context whatever the cluster's environment policy (sbatch --export), and that this
+        # process is the job's own: a one-rank job runs in it (bench.launch.launchers.select_launcher)
+        os.environ[sweep.SWEEP_ENV] = json.dumps({**json.loads(self.sweep_context or "{}"), "own_process": True})
         return super().__call__(list(sweep_overrides) + node_overrides(), job_dir_key, job_num, job_id, singleton_state)
 
     # ---- in the submitting process --------------------------------------------------------------

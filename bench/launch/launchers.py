@@ -171,6 +171,7 @@ class Elastic(Launcher):
 
 
 def select_launcher(config: BenchConfig, has_ranks: bool, in_sweep: bool) -> Launcher:
+    """`in_sweep`: a job of a sweep whose other jobs run in this process too (bench.launch says why)."""
     if not has_ranks:
         return InProcess()
     if (joined := outside_launcher_context(config.distributed)) is not None:

@@ -60,7 +60,7 @@ _state = SweepState()
 def current_job(hydra_cfg: Any) -> SweepJob:
     """What a sweep job needs to log as a child of the sweep (or to skip tracking when the
     server did not answer the sweep's one probe), wherever the job runs."""
-    # **: _carry's parent_run_id, launch_dir, tracking_down
+    # **: _carry's parent_run_id, launch_dir, tracking_down; a submitit job's own_process (bench.slurm)
     return SweepJob(job=hydra_cfg.job.num, dir=hydra_cfg.sweep.dir, **json.loads(os.environ.get(SWEEP_ENV) or "{}"))
 
 

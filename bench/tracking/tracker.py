@@ -43,6 +43,7 @@ class SweepJob:
     launch_dir: Optional[str] = None  # the directory the sweep started in (a job on another node)
     tracking_down: Optional[str] = None  # why the sweep's one probe found no tracking server
     label: str = ""  # the doctor's: what the run is, named in its run name instead of "-job<N>"
+    own_process: bool = False  # submitit started this process for this job alone (hydra/launcher=slurm|slurm_local)
 
 
 class Tracker:

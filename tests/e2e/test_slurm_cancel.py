@@ -32,7 +32,7 @@ def test_a_cancelled_slurm_job_is_a_failed_child_and_the_sweep_goes_on(slurm, be
         f"hydra.sweep.dir={sweep_dir}",
         env=bench.env(mlflow_server),
     )
-    bench.wait_for_line(proc, sweep_dir / "1" / "rank0.log", "step 2/")
+    bench.wait_for_line(proc, sweep_dir / "1" / "bench.log", "step 2/")  # its one rank, in the job's process
     (array,) = {path.name.split("_")[0] for path in sweep_dir.glob(".submitit/*_1")}
     subprocess.run(["scancel", f"{array}_1"], check=True, timeout=60)
     out, err = proc.communicate(timeout=900)  # a hang guard

@@ -90,6 +90,9 @@ def test_sweep_is_one_parent_with_a_child_per_job(sweep):
     assert len(finals) == 4, proc.stdout
 
     assert len(sweep.parents) == 1 and len(sweep.children) == 4 and len(sweep.runs) == 5
+    # Hydra's basic launcher runs every job in the sweep's process: even a one-process job's rank is an
+    # elastic worker of its own (fresh allocator, fresh autotune), with its rank log
+    assert (sweep.dir / "0" / "rank0.log").is_file() and len(list((sweep.dir / "0" / "workers").iterdir())) == 1
     # one UI link at the sweep's end, to its children fastest first (none per job), and one to MLflow's
     # compare page of the jobs, fastest first (issue 34 §1)
     (parent,) = sweep.parents
@@ -453,6 +456,8 @@ def test_a_slurm_local_sweep_runs_each_job_apart_one_at_a_time_under_one_parent(
     assert len(pids) == 3  # the sweep and each job: three processes
     assert all(child.data.tags["mlflow.parentRunId"] == parent.info.run_id for child in children)
     assert by_job["0"].info.end_time <= by_job["1"].info.start_time  # one job at a time
+    # a process submitit started for the job alone: its one rank ran in it, no elastic launch (no workers/)
+    assert (sweep_dir / "0" / "bench.log").is_file() and not (sweep_dir / "0" / "workers").exists()
     assert len(list(sweep_dir.glob(".submitit/*/*_result.pkl"))) == 2
     rows = {r["job"]: r for r in _csv_rows(sweep_dir / "report" / "report.csv")}
     assert rows["0"]["status"] == "FINISHED" and rows["1"]["status"] == "FAILED"

@@ -113,7 +113,7 @@ def test_a_ddp_run_pickles_its_config_to_each_rank_and_reports_rank_0(bench, tmp
 
 def test_a_sweep_of_process_jobs_shows_its_rows_and_two_of_its_runs_compare(bench, tmp_path):
     """-m on submitit's local executor (what a Slurm job does, without Slurm: every job a fresh process
-    that composes its config from the overrides alone, then starts its rank through the elastic launcher),
+    that composes its config from the overrides alone, then runs its one rank in that process),
     the sweep's table and MLflow children, then `bench.compare` of its two jobs: echo's figure, its unit."""
     bench.with_store()
     pytest.importorskip("hydra_plugins.hydra_submitit_launcher", reason="needs hydra-submitit-launcher (bench[slurm])")

@@ -208,7 +208,7 @@ def test_sigkill_of_a_slurm_local_sweep_takes_its_job_down(bench, tiny, tmp_path
         f"hydra.sweep.dir={tmp_path}/sweep",
         start_new_session=True,
     )
-    bench.wait_for_line(proc, tmp_path / "sweep" / "0" / "rank0.log", "step 2/")  # the first job trains
+    bench.wait_for_line(proc, tmp_path / "sweep" / "0" / "bench.log", "step 2/")  # the first job trains
     tree = psutil.Process(proc.pid).children(recursive=True)
     assert any("submitit" in " ".join(p.cmdline()) for p in tree)  # the controller and the job
     proc.send_signal(signal.SIGKILL)
