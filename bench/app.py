@@ -103,7 +103,6 @@ def run(
     from bench.launch.launchers import select_launcher
     from bench.tracking.environment import collect_environment
 
-    # in_sweep: a job that shares this process with the sweep's other jobs (not one submitit made it for)
     launcher = select_launcher(config, scenario.has_ranks(config), bool(sweep_job and not sweep_job.own_process))
     if not launcher.reports:
         return _run_unreported(launcher, scenario, config, out_dir)
