@@ -2,7 +2,7 @@
 and compares two commits on one machine, A-B-B-A. Run here on a one-test probe outside the clone
 (`--python` this interpreter, no venv made: the venv install is the one step not run here): each run
 sees the committed tree freshly cleaned and an empty HOME; a stop signal ends the run's whole suite
-and leaves nothing in TMPDIR."""
+(SIGINT first, so pytest ends tidily) and leaves nothing in TMPDIR."""
 
 from __future__ import annotations
 
@@ -38,7 +38,12 @@ def test_probe():
     os.makedirs(os.path.join(os.environ["HOME"], ".cache"))
     open("left-by-the-last-run", "w").close()
     if os.environ.get("PROBE_WAIT"):
-        time.sleep(900)  # a hang guard: the test stops it long before
+        try:
+            time.sleep(900)  # a hang guard: the test stops it long before
+        except KeyboardInterrupt:  # suite_time's stop: SIGINT first, as Ctrl-C, so pytest ends tidily
+            with open(os.environ["PROBE_OUT"], "a") as out:
+                out.write(json.dumps({"ended_by": "KeyboardInterrupt"}) + "\\n")
+            raise
 """
 
 
@@ -95,11 +100,14 @@ def test_a_stop_signal_ends_the_running_suite_and_leaves_nothing(probe, stop):
     while not seen.exists() or not seen.read_text().endswith("\n"):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
-    pytest_pid = json.loads(seen.read_text())["pid"]
+    pytest_pid = json.loads(seen.read_text().splitlines()[0])["pid"]
     proc.send_signal(stop)
     out, err = proc.communicate(timeout=60)  # a hang guard
     assert proc.returncode == 128 + stop, out + err
     assert "Traceback" not in err and list((tmp_path / "tmp").iterdir()) == []
+    assert json.loads(seen.read_text().splitlines()[-1]) == {
+        "ended_by": "KeyboardInterrupt"
+    }  # not SIGTERM's 20 s later
     deadline = time.monotonic() + 60  # a hang guard: the suite's group was sent SIGTERM before the exit
     while _alive(pytest_pid):
         assert time.monotonic() < deadline, f"the suite's pytest {pytest_pid} outlived suite_time"
