@@ -127,3 +127,27 @@ def test_a_name_that_is_no_commit_is_one_line_and_makes_nothing(probe):
     assert proc.returncode == 2 and proc.stdout == ""
     assert proc.stderr == f"[ERROR] no-such-commit is not a commit of {REPO}\n"
     assert list((tmp_path / "tmp").iterdir()) == []
+
+
+def test_a_sigkill_ends_the_running_suite_by_sigint_and_the_next_run_removes_its_folder(probe):
+    """Killed outright, suite_time runs no trap: its suite still ends (pytest asked the kernel for a
+    SIGINT at its parent's death: setpriv --pdeathsig), and the folder it left is removed by the next run."""
+    tmp_path, env = probe
+    proc = subprocess.Popen(suite_time(tmp_path), env={**env, "PROBE_WAIT": "1"}, stdout=subprocess.PIPE, text=True)
+    seen = tmp_path / "seen.jsonl"
+    deadline = time.monotonic() + 300  # a hang guard: the probe's test starts in seconds
+    while not seen.exists() or not seen.read_text().endswith("\n"):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.kill()
+    proc.communicate(timeout=60)
+    deadline = time.monotonic() + 60  # a hang guard: SIGINT ends the probe's pytest in a second
+    while len(seen.read_text().splitlines()) < 2:
+        assert time.monotonic() < deadline, seen.read_text()
+        time.sleep(0.05)
+    assert json.loads(seen.read_text().splitlines()[-1]) == {"ended_by": "KeyboardInterrupt"}
+    (left,) = (tmp_path / "tmp").iterdir()
+    assert left.name.startswith("suite_time.")
+    again = subprocess.run(suite_time(tmp_path), env=env, capture_output=True, text=True, timeout=600)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert list((tmp_path / "tmp").iterdir()) == []
