@@ -95,11 +95,7 @@ def test_a_stop_signal_ends_the_running_suite_and_leaves_nothing(probe, stop):
     proc = subprocess.Popen(
         suite_time(tmp_path), env={**env, "PROBE_WAIT": "1"}, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
     )
-    seen = tmp_path / "seen.jsonl"
-    deadline = time.monotonic() + 300  # a hang guard: the probe's test starts in seconds
-    while not seen.exists() or not seen.read_text().endswith("\n"):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
+    seen = _probe_started(proc, tmp_path / "seen.jsonl")
     pytest_pid = json.loads(seen.read_text().splitlines()[0])["pid"]
     proc.send_signal(stop)
     out, err = proc.communicate(timeout=60)  # a hang guard
@@ -112,6 +108,15 @@ def test_a_stop_signal_ends_the_running_suite_and_leaves_nothing(probe, stop):
     while _alive(pytest_pid):
         assert time.monotonic() < deadline, f"the suite's pytest {pytest_pid} outlived suite_time"
         time.sleep(0.05)
+
+
+def _probe_started(proc: subprocess.Popen, seen: Path) -> Path:
+    """Waits for the probe's first line (its test started), failing if suite_time ended first."""
+    deadline = time.monotonic() + 300  # a hang guard: the probe's test starts in seconds
+    while not seen.exists() or not seen.read_text().endswith("\n"):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    return seen
 
 
 def _alive(pid: int) -> bool:
@@ -134,11 +139,7 @@ def test_a_sigkill_ends_the_running_suite_by_sigint_and_the_next_run_removes_its
     SIGINT at its parent's death: setpriv --pdeathsig), and the folder it left is removed by the next run."""
     tmp_path, env = probe
     proc = subprocess.Popen(suite_time(tmp_path), env={**env, "PROBE_WAIT": "1"}, stdout=subprocess.PIPE, text=True)
-    seen = tmp_path / "seen.jsonl"
-    deadline = time.monotonic() + 300  # a hang guard: the probe's test starts in seconds
-    while not seen.exists() or not seen.read_text().endswith("\n"):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
+    seen = _probe_started(proc, tmp_path / "seen.jsonl")
     proc.kill()
     proc.communicate(timeout=60)
     deadline = time.monotonic() + 60  # a hang guard: SIGINT ends the probe's pytest in a second
