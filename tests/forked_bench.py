@@ -69,6 +69,7 @@ import time
 from typing import Optional
 
 SERVER_FILE = os.path.abspath(__file__)
+WORKDIR_PREFIX = "bench-forkserver-"  # the server's folder in TMPDIR: its log, its working directory
 MAX_MESSAGE = 1 << 20
 
 # The heavy third-party libraries a bench run imports (and what they pull: sqlalchemy, alembic,
@@ -324,7 +325,7 @@ class ForkServer:
         import subprocess
         import tempfile
 
-        self._workdir = tempfile.mkdtemp(prefix="bench-forkserver-")
+        self._workdir = tempfile.mkdtemp(prefix=WORKDIR_PREFIX)
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         self._start_env = dict(self._default_env())
         with open(os.path.join(self._workdir, "server.log"), "wb") as log:
@@ -832,12 +833,19 @@ def _serve(sock: socket.socket, dispositions: dict, mask):
     let_go: set = set()  # pids whose test side closed its socket: killed, not yet reaped
 
     def kill_all_and_exit():
+        import shutil
+
         for pid in running:
             _kill_tree_here(pid)
         for pid in running:
             with contextlib.suppress(ChildProcessError):
                 os.waitpid(pid, 0)
-        os._exit(0)  # the server has nothing else to clean up
+        # its folder (its working directory), which a worker stopped without its session's end (killed,
+        # or ended by a second Ctrl-C) would leave; a worker that ends normally removes it too
+        here = os.getcwd()
+        if os.path.basename(here).startswith(WORKDIR_PREFIX):
+            shutil.rmtree(here, ignore_errors=True)
+        os._exit(0)
 
     while True:
         for pid, (command, pidfd) in list(running.items()):
@@ -1184,6 +1192,10 @@ def _server_main(fd: int) -> None:
     import time
 
     sock = socket.socket(fileno=fd)
+    # Ctrl-C at a terminal reaches the whole process group, this server too: it would die in its loop
+    # and its worker find it gone. Held off while it imports (so they see the handler a fresh
+    # interpreter has), ignored once it serves; it ends when its worker does (EOF, or a new parent).
+    inherited_mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
 
     started = time.monotonic()
     real = {name: getattr(sys, name) for name in ("stdout", "stderr", "__stdout__", "__stderr__")}
@@ -1204,12 +1216,12 @@ def _server_main(fd: int) -> None:
         setattr(sys, name, stream)
     # The signal dispositions and mask every child starts from: a fresh interpreter's (the server
     # was started by the test side as an exec'd child is), as its imports left them (they set none
-    # from Python); the server sets no handler of its own, and a child restores these first.
+    # from Python); the server's own (SIGINT ignored, below) is not theirs: a child restores these first.
     dispositions = {}
     for signum in signal.valid_signals():
         with contextlib.suppress(OSError, ValueError):
             dispositions[signum] = signal.getsignal(signum)
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+    mask = inherited_mask  # what a child restores: SIGINT blocked only if the server was started so
 
     import multiprocessing.process
     import tempfile
@@ -1255,6 +1267,8 @@ def _server_main(fd: int) -> None:
             "rederived": rederived,
         },
     )
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C held off while importing is dropped here)
+    signal.pthread_sigmask(signal.SIG_SETMASK, inherited_mask)
     request, fds, dispositions, mask = _serve(sock, dispositions, mask)
     # the child: from here this process is `python -m <module>`
     _become(request, fds, dispositions, mask, changes)
