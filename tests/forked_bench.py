@@ -70,6 +70,7 @@ from typing import Optional
 
 SERVER_FILE = os.path.abspath(__file__)
 WORKDIR_PREFIX = "bench-forkserver-"  # the server's folder in TMPDIR: its log, its working directory
+STOPS_OUTLIVED = (signal.SIGINT, signal.SIGTERM)  # what the server ignores: it ends with its worker instead
 MAX_MESSAGE = 1 << 20
 
 # The heavy third-party libraries a bench run imports (and what they pull: sqlalchemy, alembic,
@@ -1192,10 +1193,11 @@ def _server_main(fd: int) -> None:
     import time
 
     sock = socket.socket(fileno=fd)
-    # Ctrl-C at a terminal reaches the whole process group, this server too: it would die in its loop
-    # and its worker find it gone. Held off while it imports (so they see the handler a fresh
-    # interpreter has), ignored once it serves; it ends when its worker does (EOF, or a new parent).
-    inherited_mask = signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT])
+    # A Ctrl-C at a terminal (or a SIGTERM to the suite's process group) reaches this server too: it
+    # would die in its loop, leave its folder, and its worker find it gone. Held off while it imports
+    # (so they see the dispositions a fresh interpreter has), ignored once it serves; it ends when its
+    # worker does (EOF, or a new parent) and removes its folder then.
+    inherited_mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOPS_OUTLIVED)
 
     started = time.monotonic()
     real = {name: getattr(sys, name) for name in ("stdout", "stderr", "__stdout__", "__stderr__")}
@@ -1216,12 +1218,12 @@ def _server_main(fd: int) -> None:
         setattr(sys, name, stream)
     # The signal dispositions and mask every child starts from: a fresh interpreter's (the server
     # was started by the test side as an exec'd child is), as its imports left them (they set none
-    # from Python); the server's own (SIGINT ignored, below) is not theirs: a child restores these first.
+    # from Python); the server's own (STOPS_OUTLIVED ignored, below) are not theirs: a child restores these first.
     dispositions = {}
     for signum in signal.valid_signals():
         with contextlib.suppress(OSError, ValueError):
             dispositions[signum] = signal.getsignal(signum)
-    mask = inherited_mask  # what a child restores: SIGINT blocked only if the server was started so
+    mask = inherited_mask  # what a child restores: these blocked only if the server was started so
 
     import multiprocessing.process
     import tempfile
@@ -1267,7 +1269,8 @@ def _server_main(fd: int) -> None:
             "rederived": rederived,
         },
     )
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # (a Ctrl-C held off while importing is dropped here)
+    for stop in STOPS_OUTLIVED:
+        signal.signal(stop, signal.SIG_IGN)  # (one held off while importing is dropped here)
     signal.pthread_sigmask(signal.SIG_SETMASK, inherited_mask)
     request, fds, dispositions, mask = _serve(sock, dispositions, mask)
     # the child: from here this process is `python -m <module>`
