@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional
 import pytest
 
 import bench.machine.children
-from bench.analysis.rounds import alternate
+from bench.analysis.rounds import Rounds, alternate
 from bench.analysis.verdicts import (
     CANT_TELL,
     FASTER,
@@ -80,6 +80,24 @@ def test_the_noise_floor_is_the_largest_gap_of_a_side_against_itself():
     )
     # candidate ran 100 then 55, baseline 90 then 50: gaps 100/55 - 1 and 90/50 - 1
     assert noise_floor(measured) == pytest.approx(max(100 / 55, 90 / 50) - 1)
+
+
+def test_an_interval_that_clears_the_floor_only_past_the_printed_places_is_not_called_beyond_it():
+    """CI at 1ee031b: "faster: 1.388× [1.158–1.617], beyond the 0% threshold and the 15.8% noise
+    floor": its low end cleared 1 + floor only in the fourth place. The verdict is judged on the
+    figures as printed, so the line's own numbers bear it out."""
+    floor, low = 0.15796, 1.15804  # 1.158 and 15.8% as printed
+    first = 2 * 100 * low / (2 + floor)  # round 1: the candidate's two runs `floor` apart, their mean `low`
+    measured = Rounds(
+        ["candidate", "baseline"],
+        {"candidate": [first, first * (1 + floor), 130.0, 130.0], "baseline": [100.0] * 4},
+        {"candidate": [first * (2 + floor) / 2, 130.0], "baseline": [100.0, 100.0]},
+    )
+    result = judge(measured, 0.0)
+    assert result.low == pytest.approx(low) and result.noise_floor == pytest.approx(floor)
+    assert result.headline.startswith("can't tell at this noise: 1.229× [1.158–1.300], the 15.8% noise floor"), result
+    cleared = Rounds(measured.names, measured.figures, {**measured.per_round, "candidate": [116.0, 130.0]})
+    assert judge(cleared, 0.0).headline.startswith("faster: 1.230× [1.160–1.300], beyond the 0% threshold")
 
 
 def test_rerun_takes_run_directories_and_leaves_hydra_keys_out(tmp_path: Path):
