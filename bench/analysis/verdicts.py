@@ -139,8 +139,7 @@ def judge(rounds: Rounds, threshold: float) -> Pair:
     plain compare's pair: the paired ratio with each round's figures (each side's mean of its two
     runs), whose ratios it is the median of, and the noise floor."""
     ratio = rounds.ratio("baseline", "candidate")
-    floor = noise_floor(rounds)
-    r, low, high = ratio.ratio, ratio.low, ratio.high
+    r, low, high, floor = ratio.ratio, ratio.low, ratio.high, noise_floor(rounds)
     margin = max(threshold, floor)
     pct, noise = f"{100 * threshold:g}%", f"{100 * floor:.1f}%"
     each = list(zip(rounds.per_round["baseline"], rounds.per_round["candidate"], strict=True))
