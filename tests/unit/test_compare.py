@@ -54,6 +54,11 @@ def _frame(*records: RunRecord):
         (0.98, 0.975, 0.985, SAME, "within the 3% threshold"),
         (1.20, 1.10, 1.30, FASTER, "beyond the 3% threshold"),
         (0.80, None, None, SLOWER, "beyond the 3% threshold"),  # no samples: the point ratio alone decides
+        # beyond only past the printed places ("slower: 0.970× [0.950–0.980]"): judged as printed, within
+        (0.96996, 0.95, 0.98, SAME, "within the 3% threshold"),
+        (1.03004, 1.02, 1.04, SAME, "within the 3% threshold"),
+        (0.90, 0.85, 0.99996, SAME, "within noise: the interval holds 1"),  # printed [0.850–1.000]
+        (1.10, 1.00004, 1.15, SAME, "within noise: the interval holds 1"),
     ],
 )
 def test_the_verdict_rule(ratio, low, high, expected, why):
