@@ -34,7 +34,7 @@ import pandas as pd
 
 from bench.analysis.cells import absent
 from bench.analysis.runs import CONFIG_PREFIX, ENV_PREFIX, NOISE_KEYS, config_of, swept_keys
-from bench.analysis.verdicts import FASTER, SAME, SLOWER, Comparison, Pair, with_fitness
+from bench.analysis.verdicts import FASTER, PLACES, SAME, SLOWER, Comparison, Pair, with_fitness
 from bench.errors import ReportError
 from bench.machine.fitness import unfit_reason
 from bench.maths.confidence import bootstrap, median_rows, pooled_rate_rows, ratio_interval, repeats_needed
@@ -123,10 +123,10 @@ def verdict(ratio: float, low: Optional[float], high: Optional[float], threshold
     """(the verdict, why: the words after the ratio in its headline)."""
     low, high = (ratio, ratio) if low is None or high is None else (low, high)  # no samples: the point ratio alone
     pct = f"{100 * threshold:g}%"
-    # judged on the figures and on the figures as printed (3 places), so that the headline's own numbers
-    # bear its verdict out: "slower: 0.970×" is not beyond 3%
-    ratio_low, ratio_high = sorted((ratio, round(ratio, 3)))
-    low, high = min(low, round(low, 3)), max(high, round(high, 3))
+    # judged on the figures and on the figures as printed (verdicts.PLACES), so that the headline's own
+    # numbers bear its verdict out: "slower: 0.970×" is not beyond 3%
+    ratio_low, ratio_high = sorted((ratio, round(ratio, PLACES)))
+    low, high = min(low, round(low, PLACES)), max(high, round(high, PLACES))
     if ratio_high < 1 - threshold and high < 1:
         return SLOWER, f"beyond the {pct} threshold"
     if ratio_low > 1 + threshold and low > 1:

@@ -15,6 +15,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 from bench.analysis.rounds import CANT_TELL, Rounds
 
 SLOWER, FASTER, SAME, UNJUDGED = "slower", "faster", "same", "not judged"
+PLACES = 3  # a ratio and its interval as the headline prints them; verdicts hold for the printed figures too
 
 
 @dataclass
@@ -43,8 +44,8 @@ class Pair:
         judged: the baseline was not fit to measure" (its ratio is on a line of its reasons)."""
         if self.verdict == UNJUDGED:
             return f"{self.verdict}: {self.why}"
-        interval = f" [{self.low:.3f}–{self.high:.3f}]" if self.low is not None and self.high is not None else ""
-        return f"{self.verdict}: {self.ratio:.3f}×{interval}, {self.why}"
+        interval = "" if self.low is None or self.high is None else f" [{self.low:.{PLACES}f}–{self.high:.{PLACES}f}]"
+        return f"{self.verdict}: {self.ratio:.{PLACES}f}×{interval}, {self.why}"
 
     @property
     def note(self) -> str:
@@ -141,7 +142,7 @@ def judge(rounds: Rounds, threshold: float) -> Pair:
     ratio = rounds.ratio("baseline", "candidate")
     r, low, high, floor = ratio.ratio, ratio.low, ratio.high, noise_floor(rounds)
     margin = max(threshold, floor)
-    pct, noise = f"{100 * threshold:g}%", f"{100 * floor:.1f}%"
+    pct, noise = f"{100 * threshold:g}%", f"{100 * floor:.{PLACES - 2}f}%"  # a fraction to PLACES
     each = list(zip(rounds.per_round["baseline"], rounds.per_round["candidate"], strict=True))
     basis = f"candidate / baseline, paired: the median of the ratios of {len(each)} rounds of fresh processes"
 
@@ -150,12 +151,12 @@ def judge(rounds: Rounds, threshold: float) -> Pair:
             "", None, None, None, r, low, high, "rounds", verdict, why, list(reasons), "images/s", basis, each, floor
         )
 
-    # the interval clears the floor in its figures and in the figures as printed (the interval to 3
-    # places, the floor to 0.1%), so that the line's own numbers bear its verdict out
-    shown_low, shown_high, shown_floor = round(low, 3), round(high, 3), round(floor, 3)
+    # the interval clears the floor in its figures and in the figures as printed, so that the line's
+    # own numbers bear its verdict out ("[1.158–1.617]" is not beyond a 15.8% floor)
+    shown_low, shown_high, shown_floor = round(low, PLACES), round(high, PLACES), round(floor, PLACES)
     if r < 1 / (1 + margin) and max(high, shown_high) < min(1 / (1 + floor), 1 / (1 + shown_floor)) and high < 1:
         return given(SLOWER, f"beyond the {pct} threshold and the {noise} noise floor")
-    if r > 1 + margin and min(low, shown_low) > max(1 + floor, round(1 + shown_floor, 3)) and low > 1:
+    if r > 1 + margin and min(low, shown_low) > max(1 + floor, round(1 + shown_floor, PLACES)) and low > 1:
         return given(FASTER, f"beyond the {pct} threshold and the {noise} noise floor")
     if floor > threshold:
         return given(
