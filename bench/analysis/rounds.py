@@ -27,6 +27,7 @@ from bench.maths.confidence import bootstrap, interval
 
 Measure = Callable[[], float]
 FASTER, SLOWER, CANT_TELL = "faster", "slower", "can't tell at this noise"
+PLACES = 3  # a ratio and its interval as the headlines print them; verdicts hold for the printed figures too
 
 
 def figure(value: float) -> str:
@@ -46,18 +47,19 @@ class Ratio:
 
     @property
     def verdict(self) -> str:
-        if self.low > 1.0:
-            return FASTER
-        if self.high < 1.0:
-            return SLOWER
-        return CANT_TELL
+        return self.verdict_at(PLACES)
+
+    def verdict_at(self, places: int) -> str:
+        """The verdict the interval printed to `places` decimals bears out: an end that prints as 1 holds
+        1 (a low end of 1.0004 is "1.000" on the line, so not "faster"). An end that clears 1 printed
+        clears it unrounded too."""
+        low, high = round(self.low, places), round(self.high, places)
+        return FASTER if low > 1.0 else SLOWER if high < 1.0 else CANT_TELL
 
     def describe(self, name: str) -> str:
         rounds = " ".join(f"{r:.3f}" for r in self.per_round)
-        return (
-            f"{name}/{self.other} {self.ratio:.3f} [95% {self.low:.3f}-{self.high:.3f}] "
-            f"{self.verdict} (rounds {rounds})"
-        )
+        interval = f"{self.ratio:.{PLACES}f} [95% {self.low:.{PLACES}f}-{self.high:.{PLACES}f}]"
+        return f"{name}/{self.other} {interval} {self.verdict} (rounds {rounds})"
 
 
 def ratio_of(ours: Sequence[float], theirs: Sequence[float], other: str = "baseline") -> Ratio:

@@ -12,10 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Dict, List, Optional, Sequence, Tuple
 
-from bench.analysis.rounds import CANT_TELL, Rounds
+from bench.analysis.rounds import CANT_TELL, PLACES, Rounds
 
 SLOWER, FASTER, SAME, UNJUDGED = "slower", "faster", "same", "not judged"
-PLACES = 3  # a ratio and its interval as the headline prints them; verdicts hold for the printed figures too
 
 
 @dataclass

@@ -81,4 +81,4 @@ def said(ratio: Ratio, digits: int = 2) -> str:
     def shown(value: float) -> str:
         return f"{value:.{1 - math.floor(math.log10(value)) if 0 < value < 10**-digits else digits}f}"
 
-    return f"{shown(ratio.ratio)} [95% {shown(ratio.low)}-{shown(ratio.high)}] {ratio.verdict}"
+    return f"{shown(ratio.ratio)} [95% {shown(ratio.low)}-{shown(ratio.high)}] {ratio.verdict_at(digits)}"

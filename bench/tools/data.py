@@ -256,7 +256,7 @@ def report(rates: Dict[str, List[Tuple[float, float]]]) -> str:
             f"{name:<22}{speed:>8.0f}{speed / statistics.median(b[0] for b in base):>7.2f}x"
             f"{paired.ratio:>12.2f}x{cpu:>12.2f}{base_cpu / cpu if cpu else math.nan:>10.2f}x"
             f"{f'{paired.low:.2f}-{paired.high:.2f}':>20}  "
-            + (f"{paired.verdict}; " if name != BASELINE else "-; ")
+            + (f"{paired.verdict_at(2)}; " if name != BASELINE else "-; ")  # judged as printed: 2 places
             + " ".join(f"{v[0]:.0f}" for v in values)
         )
     return "\n".join(lines)
