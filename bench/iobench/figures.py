@@ -229,6 +229,14 @@ def host_memory(storage: StorageBenchmarkConfig) -> float:
     return float(psutil.virtual_memory().total)
 
 
+def au_shown(au: Optional[float], threshold: float) -> str:
+    """An AU % to one place, or to as many as keep it on its side of the threshold: 89.96 printed
+    "90.0%" reads as meeting 90%."""
+    if au is None:
+        return "n/a"
+    return f"{au:.{next((p for p in range(1, 8) if (round(au, p) >= threshold) == (au >= threshold)), 8)}f}%"
+
+
 def qualification(
     figures: RunFigures, storage: StorageBenchmarkConfig, accelerators: int, hosts: int
 ) -> Tuple[bool, int, Optional[str]]:
@@ -246,7 +254,7 @@ def qualification(
     elif not figures.mlperf_au_pass:
         au = figures.mlperf_au_percent
         why.append(
-            f"AU: mean {au:.1f}% is below {100 * workload.au_threshold:.0f}%"
+            f"AU: mean {au_shown(au, 100 * workload.au_threshold)} is below {100 * workload.au_threshold:g}%"
             if au is not None
             else "AU: no step after the first of an epoch was measured"
         )

@@ -14,7 +14,7 @@ from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional
 
-from bench.iobench.figures import epoch_rows, per_epoch
+from bench.iobench.figures import au_shown, epoch_rows, per_epoch
 from bench.iobench.result import EpochStats, ReaderResult, Request, StorageMetrics
 from bench.maths.stats import mean
 from bench.report_view import View
@@ -118,10 +118,10 @@ class StorageReport(BaseReport):
                 f"{_figure(f.checkpoint_store_read_gbps, ' GB/s', 3)} ({f.checkpoint_count or 0} x "
                 f"{(f.checkpoint_bytes or 0) / 1e6:.1f} MB)"
             )
+        at = f.au_threshold_percent or 0.0  # set wherever an accelerator is emulated (computation_time > 0)
         au = (
-            f"AU {_figure(f.mlperf_au_percent, '%')} {'PASS' if f.mlperf_au_pass else 'FAIL'} at "
-            f"{f.au_threshold_percent:.0f}% (strict: min {_figure(f.au_percent_min, '%')}, "
-            f"{'pass' if f.au_pass else 'fail'})"
+            f"AU {au_shown(f.mlperf_au_percent, at)} {'PASS' if f.mlperf_au_pass else 'FAIL'} at {at:g}% "
+            f"(strict: min {au_shown(f.au_percent_min, at)}, {'pass' if f.au_pass else 'fail'})"
             if r.computation_time > 0
             else "I/O ceiling (computation_time=0)"
         )

@@ -11,7 +11,7 @@ import pytest
 
 from bench.config import compose
 from bench.iobench.checkpoint import Checkpointer, add_checkpoint_figures, checkpoint_key, run_checkpoints
-from bench.iobench.figures import client_rows, dataset_size, epoch_rows, qualification, read_figures
+from bench.iobench.figures import au_shown, client_rows, dataset_size, epoch_rows, qualification, read_figures
 from bench.iobench.report import StorageReport
 from bench.iobench.result import EpochStats, ReaderResult, Request, RunFigures, StorageMetrics
 from bench.iobench.session import merge_runs
@@ -270,6 +270,27 @@ def test_report_round_trips_through_its_files(tmp_path):
     assert len(back.results[0].requests) == 2 and back.runs == [{"run": 0}, {"run": 1}]
     assert back.record == record and list(back.metrics) == list(report.metrics)  # the record read back whole
     assert "MLPerf 30.0 samples/s" in report.headline() and "strict" in report.headline()
+    # an AU just under the threshold reads as under it, and a threshold of 95.5% as 95.5%, not 96%
+    under = dict(
+        mlperf_au_percent=89.96, au_percent_min=89.96, au_threshold_percent=90.0, mlperf_au_pass=False, au_pass=False
+    )
+    headline = StorageReport(results, replace(record, figures=replace(record.figures, **under))).headline()
+    assert "AU 89.96% FAIL at 90% (strict: min 89.96%, fail)" in headline, headline
+    odd = dict(
+        mlperf_au_percent=95.7, au_percent_min=95.46, au_threshold_percent=95.5, mlperf_au_pass=True, au_pass=False
+    )
+    headline = StorageReport(results, replace(record, figures=replace(record.figures, **odd))).headline()
+    assert "AU 95.7% PASS at 95.5% (strict: min 95.46%, fail)" in headline, headline
+
+
+def test_an_au_is_printed_on_its_side_of_the_threshold():
+    """89.96% printed "90.0%" read as meeting 90% while the run was refused for it: an AU keeps the
+    places that show its side of the threshold, and the threshold its own (95.5%, not 96%)."""
+    assert au_shown(89.96, 90.0) == "89.96%" and au_shown(89.5, 90.0) == "89.5%" and au_shown(90.04, 90.0) == "90.0%"
+    assert au_shown(89.99996, 90.0) == "89.99996%" and au_shown(None, 90.0) == "n/a" and au_shown(97.0, 90.0) == "97.0%"
+    config = storage("storage.workload.au_threshold=0.955")
+    why = qualification(RunFigures(mlperf_au_pass=False, mlperf_au_percent=95.46), config, accelerators=1, hosts=1)[2]
+    assert "AU: mean 95.46% is below 95.5%" in why, why
 
 
 def test_storage_size_command_prints_the_override(capsys):
