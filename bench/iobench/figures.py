@@ -31,7 +31,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from bench.config.storage import StorageBenchmarkConfig, StorageWorkloadConfig
 from bench.iobench.result import EpochStats, ReaderResult, RunFigures
-from bench.maths.stats import mean, percentile, rate
+from bench.maths.stats import mean, on_its_side, percentile, rate
 
 log = logging.getLogger(__name__)
 
@@ -232,9 +232,7 @@ def host_memory(storage: StorageBenchmarkConfig) -> float:
 def au_shown(au: Optional[float], threshold: float) -> str:
     """An AU % to one place, or to as many as keep it on its side of the threshold: 89.96 printed
     "90.0%" reads as meeting 90%."""
-    if au is None:
-        return "n/a"
-    return f"{au:.{next((p for p in range(1, 8) if (round(au, p) >= threshold) == (au >= threshold)), 8)}f}%"
+    return "n/a" if au is None else f"{on_its_side(au, threshold, 1)}%"
 
 
 def qualification(

@@ -30,6 +30,17 @@ def rate(amount: float, seconds: float) -> Optional[float]:
     return amount / seconds if seconds > 0 else None
 
 
+def on_its_side(value: float, threshold: float, places: int) -> str:
+    """`value` to `places` decimals, or to as many more as show which side of `threshold` it is on (a
+    ratio of 0.9796 against a gate of 0.98 is "0.980" to 3 places, as if it met it: "0.9796")."""
+
+    def side(x: float) -> int:
+        return (x > threshold) - (x < threshold)
+
+    shown = next((p for p in range(places, places + 8) if side(round(value, p)) == side(value)), 17)
+    return f"{value:.{shown}f}"
+
+
 def step_time_stats(times_ms: Sequence[float]) -> Dict[str, Any]:
     """Mean, percentiles, min/max, std and coefficient of variation of step times ({} without any):
     the step-time fields of a training record (bench.train.result.TrainMetrics), by name."""

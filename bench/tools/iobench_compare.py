@@ -44,6 +44,7 @@ from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import run_reader
 from bench.machine.children import exit_without_teardown, run_child
 from bench.machine.writable import writable_dir_refusal
+from bench.maths.stats import on_its_side
 from bench.storage.base import ObjectStore, open_store
 from bench.storage.local import LocalStore
 from bench.tools import ab
@@ -342,14 +343,9 @@ def main(argv: List[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="bench-compare-") as tmp:
             ratio = compare_local(args, Path(tmp))
     if args.min_ratio is not None and ratio < args.min_ratio:
-        print(f"ratio {shown_below(ratio, args.min_ratio)} is below --min-ratio {args.min_ratio}", file=sys.stderr)
+        print(f"ratio {on_its_side(ratio, args.min_ratio, 2)} is below --min-ratio {args.min_ratio}", file=sys.stderr)
         return 1
     return 0
-
-
-def shown_below(ratio: float, gate: float) -> str:
-    """A ratio below the --min-ratio gate to as many places as show it below (0.9996 is "1.00" to 2 places)."""
-    return next((f"{ratio:.{p}f}" for p in range(2, 10) if round(ratio, p) < gate), repr(ratio))
 
 
 if __name__ == "__main__":

@@ -54,6 +54,7 @@ from bench.iobench.prepare import prepare_dataset
 from bench.iobench.reader import uses_processes
 from bench.machine.children import clean_leftovers, exit_without_teardown, owned_tempdir, sigterm_raises
 from bench.machine.writable import writable_dir_refusal
+from bench.maths.stats import on_its_side
 from bench.registries import FORMATS
 from bench.storage.local import LocalStore
 from bench.tools import ab
@@ -219,7 +220,7 @@ def _compare(args: argparse.Namespace, root: Path) -> int:
         costs.clear()
         for other, floor in (("fio", args.min_fio), ("plain", args.min_plain)):
             if floor is not None and other in ratios and ratios[other] < floor:
-                print(f"{mode}: bench/{other} {ratios[other]:.2f} is below {floor}", file=sys.stderr)
+                print(f"{mode}: bench/{other} {on_its_side(ratios[other], floor, 2)} is below {floor}", file=sys.stderr)
                 failed = True
     return 1 if failed else 0
 

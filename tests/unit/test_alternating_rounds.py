@@ -124,8 +124,8 @@ def test_a_verdict_holds_for_its_interval_as_printed():
     """An interval whose low end clears 1 only past the printed places (1.0004 prints "1.000") holds 1
     on the line a reader sees, so it is not called faster; each printer judges at its own places."""
     from bench.analysis.rounds import Ratio
+    from bench.maths.stats import on_its_side
     from bench.tools.ab import said
-    from bench.tools.iobench_compare import shown_below
 
     assert Ratio("b", 1.01, 1.0004, 1.02, []).verdict == CANT_TELL
     assert Ratio("b", 1.01, 1.0006, 1.02, []).verdict == FASTER
@@ -134,6 +134,7 @@ def test_a_verdict_holds_for_its_interval_as_printed():
     assert at_two.verdict == FASTER and at_two.verdict_at(2) == CANT_TELL
     assert said(at_two) == f"1.01 [95% 1.00-1.02] {CANT_TELL}"
     assert said(at_two, 3) == f"1.010 [95% 1.004-1.020] {FASTER}"
-    # the --min-ratio gate's refusal shows a ratio below it as below it, not as "1.00"
-    assert shown_below(0.9996, 1.0) == "0.9996" and shown_below(0.5, 1.0) == "0.50"
-    assert shown_below(0.99949, 0.9995) == "0.999"
+    # a gate's refusal (--min-ratio, the ceiling's --min-fio/--min-plain) shows a ratio below it as below it
+    assert on_its_side(0.9996, 1.0, 2) == "0.9996" and on_its_side(0.5, 1.0, 2) == "0.50"
+    assert on_its_side(0.99949, 0.9995, 2) == "0.999" and on_its_side(1.0, 1.0, 2) == "1.00"
+    assert on_its_side(1.10004, 1.1, 3) == "1.10004" and on_its_side(float("nan"), 0.98, 3) == "nan"

@@ -214,6 +214,24 @@ def test_what_a_failing_gpu_box_looks_like_mocked_gpu(tmp_path):
     assert rows["tf32"][1].startswith("[ERROR] run failed: CUDA error: an illegal memory access")
 
 
+def test_a_figure_just_past_its_gate_is_printed_past_it_mocked_gpu(tmp_path):
+    """An overhead of 0.9796 printed "= 0.980 (pass >= 0.98)" beside FAIL, and events summing to 1.1004
+    of the window "= 1.100 (0.9-1.1)": each keeps the places that show it is past its gate."""
+    results = {
+        "overhead": {"overhead_ratio": 0.9796, "per_round": [0.9796]},
+        "cuda_events": {**GOOD, "measured_steps": 10, "step_time_ms_mean": 110.04, "elapsed_seconds": 1.0},
+    }
+    chosen = [c for c in gpu_check.checks(8, "/images") if c.name in results]
+    rows = {
+        c.name: (ok, figures)
+        for c, ok, figures in gpu_check.run_checks(
+            chosen, [], tmp_path, runner=recorded(results), echo=lambda line: None
+        )
+    }
+    assert rows["overhead"][0] is False and "= 0.9796 (pass >= 0.98 on a GPU" in rows["overhead"][1]
+    assert rows["cuda_events"][0] is False and "= 1.1004 (0.9-1.1)" in rows["cuda_events"][1]
+
+
 @pytest.mark.slow  # the check it stops is a real process
 def test_the_budget_stops_the_running_check_and_starts_no_other(capsys):
     """--budget-s: past the deadline the running check is stopped (SIGALRM; it counts as failed: it

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional, Tuple
 
+from bench.maths.stats import on_its_side
+
 Metrics = Dict[str, Any]
 Verdict = Tuple[bool, str]  # passed, the figures that say so (or why not)
 Judge = Callable[[Metrics, Path, bool], Verdict]
@@ -61,7 +63,8 @@ def _events_agree(m: Metrics, _run: Path, _on_gpu: bool) -> Verdict:
     if not (steps and mean and elapsed):
         return False, "no step times or window in the result"
     ratio = steps * mean / 1000.0 / elapsed
-    return 0.9 <= ratio <= 1.1, f"sum of CUDA-event step times / window wall time = {ratio:.3f} (0.9-1.1)"
+    shown = on_its_side(ratio, 0.9 if ratio < 1 else 1.1, 3)  # a ratio of 1.1004 is not "1.100"
+    return 0.9 <= ratio <= 1.1, f"sum of CUDA-event step times / window wall time = {shown} (0.9-1.1)"
 
 
 def _ddp(gpus: int) -> Judge:
@@ -135,8 +138,8 @@ def _overhead(m: Metrics, _run: Path, on_gpu: bool) -> Verdict:
     ok = math.isfinite(ratio) and (ratio >= OVERHEAD_FLOOR if on_gpu else ratio > 0)
     return ok, (
         f"bench {m.get('bench_images_per_second', 0):.0f} / minimal loop "
-        f"{m.get('minimal_images_per_second', 0):.0f} img/s = {ratio:.3f} (pass >= {OVERHEAD_FLOOR} on a GPU; "
-        f"rounds {m.get('per_round', [])})"
+        f"{m.get('minimal_images_per_second', 0):.0f} img/s = {on_its_side(ratio, OVERHEAD_FLOOR, 3)} "
+        f"(pass >= {OVERHEAD_FLOOR} on a GPU; rounds {m.get('per_round', [])})"
     )
 
 
