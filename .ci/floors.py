@@ -3,8 +3,9 @@
 
 import re
 import sys
-import tomllib
 from pathlib import Path
+
+import tomllib
 
 # the packages whose declared floor the pass proves (the rest resolve as pip chooses)
 PROVED = ("torch", "torchvision", "hydra-core", "omegaconf", "mlflow")
