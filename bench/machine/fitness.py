@@ -28,6 +28,8 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import psutil
 
+from bench.maths.stats import on_its_side
+
 OUTSIDE_CPU_LIMIT = 0.10  # share of the usable cores other processes may use during the window
 SAMPLE_INTERVAL_S = 0.25  # how often the run's tree (and the GPU) is sampled during the window
 PAUSE_S = 1.0  # a sample this late, the tree using under a tenth of a core meanwhile: the run was stopped
@@ -229,6 +231,17 @@ def cpu_seconds_with_children() -> float:
     return sum(tree.last.values())
 
 
+def outside_cpu_reason(other: float, slack: float, usable: float) -> Optional[str]:
+    """Why a window was unfit for other processes' CPU, or None: `other` cores used outside the run, judged
+    against OUTSIDE_CPU_LIMIT of the usable cores plus `slack` (/proc's whole ticks). Both figures print so
+    that the sentence bears its verdict out (12.90 of 128 cores beside "limit 13" read as under it)."""
+    limit = OUTSIDE_CPU_LIMIT * usable
+    if other - slack <= limit:
+        return None
+    used = on_its_side(other, limit, 2)
+    return f"other processes used {used} of {usable:g} usable cores during the window (limit {limit:g})"
+
+
 class MachineWatch:
     """start() before the window, stop() -> Verdict after it; `gpu` (gpu_monitor.GpuWatch) is sampled alongside."""
 
@@ -289,12 +302,7 @@ class MachineWatch:
                 "fit_swap_in_mb": round(swapped / 2**20, 3),
             }
         )
-        limit = OUTSIDE_CPU_LIMIT * self.usable
-        if other - slack > limit:
-            verdict.reasons.append(
-                f"other processes used {other:.2f} of {self.usable:g} usable cores during the "
-                f"window (limit {limit:.2g})"
-            )
+        verdict.reasons += [reason] if (reason := outside_cpu_reason(other, slack, self.usable)) else []
         if self.demand is not None:
             threads, ranks, workers, word = self.demand
             cpu_demand, reason = oversubscription(threads, ranks, workers, self.usable, word)

@@ -27,6 +27,7 @@ from bench.machine.fitness import (
     cgroup_quota,
     cpu_split,
     cpufreq_notes,
+    outside_cpu_reason,
     oversubscription,
     unfit_reason,
     usable_cores,
@@ -434,3 +435,23 @@ def test_the_watch_reads_this_machine():
     assert verdict.figures["fit_cpu_demand"] == len(cpus) + 1
     assert f"{len(cpus)} torch threads x 1 rank + 1 loader worker = {len(cpus) + 1} > " in "; ".join(verdict.reasons)
     assert set(verdict.as_dict()) <= set(FIELDS)
+
+
+def test_the_busy_machines_reason_shows_its_figure_over_the_limit_it_prints():
+    """With 128 usable cores the limit (12.8) printed as "13", so "12.90 of 128 usable cores (limit 13)"
+    read as under it; a figure just over a limit (0.2004 of 2) printed as "0.20" beside "limit 0.2".
+    The limit prints as it is, the figure to the places that show it over; within the ticks' slack, fit."""
+    assert outside_cpu_reason(12.9, 0.0, 128) == (
+        "other processes used 12.90 of 128 usable cores during the window (limit 12.8)"
+    )
+    assert outside_cpu_reason(0.2004, 0.0001, 2) == (
+        "other processes used 0.2004 of 2 usable cores during the window (limit 0.2)"
+    )
+    assert (
+        outside_cpu_reason(0.97, 0.02, 2) == "other processes used 0.97 of 2 usable cores during the window (limit 0.2)"
+    )
+    assert outside_cpu_reason(0.21, 0.02, 2) is None and outside_cpu_reason(0.1, 0.0, 1.5) is None
+    assert (
+        outside_cpu_reason(0.2, 0.0, 1.5)
+        == "other processes used 0.20 of 1.5 usable cores during the window (limit 0.15)"
+    )
