@@ -268,6 +268,7 @@ def qualification(
         )
     if (spread := figures.runs_samples_per_second_spread_percent) is not None and spread > MAX_SPREAD_PERCENT:
         why.append(
-            f"runs: samples/s spread {spread:.1f}% over the runs, MLPerf wants them within {MAX_SPREAD_PERCENT:.0f}%"
+            f"runs: samples/s spread {on_its_side(spread, MAX_SPREAD_PERCENT, 1)}% over the runs, "
+            f"MLPerf wants them within {MAX_SPREAD_PERCENT:g}%"
         )
     return not why, size.min_files, "; ".join(why) or None

@@ -291,6 +291,9 @@ def test_an_au_is_printed_on_its_side_of_the_threshold():
     config = storage("storage.workload.au_threshold=0.955")
     why = qualification(RunFigures(mlperf_au_pass=False, mlperf_au_percent=95.46), config, accelerators=1, hosts=1)[2]
     assert "AU: mean 95.46% is below 95.5%" in why, why
+    spread = RunFigures(mlperf_au_pass=True, runs_samples_per_second_spread_percent=5.04)
+    why = qualification(spread, config, accelerators=1, hosts=1)[2]
+    assert "spread 5.04% over the runs, MLPerf wants them within 5%" in why, why  # not "5.0% ... within 5%"
 
 
 def test_storage_size_command_prints_the_override(capsys):
