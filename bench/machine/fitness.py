@@ -315,7 +315,8 @@ class MachineWatch:
         if self.load is not None:
             verdict.figures.update(fit_load_average=round(self.load, 2))
             if self.load > self.usable:
-                verdict.notes.append(f"load average {self.load:.2f} at the start > {self.usable:g} usable cores")
+                load = on_its_side(self.load, self.usable, 2)
+                verdict.notes.append(f"load average {load} at the start > {self.usable:g} usable cores")
         verdict.notes += cpufreq_notes(self.cpus)
         return verdict.add(gpu)
 

@@ -34,6 +34,7 @@ from dataclasses import dataclass, fields
 from typing import Any, Collection, Dict, List, Optional, Set, Tuple
 
 from bench.machine.fitness import Verdict
+from bench.maths.stats import on_its_side
 
 
 @dataclass
@@ -199,7 +200,8 @@ class GpuWatch:
         limit = _try(nvml.nvmlDeviceGetPowerManagementLimit, handle)
         default = _try(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
         if limit and default and limit < default:
-            verdict.reasons.append(f"{gpu} power limit {limit / 1000:.0f} W < default {default / 1000:.0f} W")
+            shown = on_its_side(limit / 1000, default / 1000, 0)  # 699.6 W is not "700 W < default 700 W"
+            verdict.reasons.append(f"{gpu} power limit {shown} W < default {default / 1000:g} W")
         if (mig := _try(nvml.nvmlDeviceGetMigMode, handle)) and int(mig[0]) == 1:
             verdict.notes.append(f"{gpu} is in MIG mode: the figures are one partition's")
         if _try(nvml.nvmlDeviceGetPersistenceMode, handle) == 0:

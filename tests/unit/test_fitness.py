@@ -338,6 +338,7 @@ ME = os.getpid()
         ({"events": 0x04}, None, None, "GPU 0 reached its power cap during the window"),
         ({"sm_clock": 990}, None, None, "GPU 0 SM clock 990 of 1980 MHz max (50%) during the window"),
         ({"limit": 300_000}, None, "GPU 0 power limit 300 W < default 700 W", None),
+        ({"limit": 699_600}, None, "GPU 0 power limit 699.6 W < default 700 W", None),  # not "700 W < 700 W"
         ({"mig": (1, 1)}, None, None, "GPU 0 is in MIG mode: the figures are one partition's"),
         ({"persistence": 0}, None, None, "GPU 0 persistence mode is off"),
         ({"ecc": {1: 2, 0: 0}}, None, "GPU 0 has 2 uncorrected ECC errors since the driver loaded", None),
@@ -354,6 +355,7 @@ ME = os.getpid()
         "power-cap",
         "sm-clock",
         "power-limit",
+        "power-limit-just-under",
         "mig",
         "persistence",
         "ecc-uncorrected",
@@ -455,3 +457,15 @@ def test_the_busy_machines_reason_shows_its_figure_over_the_limit_it_prints():
         outside_cpu_reason(0.2, 0.0, 1.5)
         == "other processes used 0.20 of 1.5 usable cores during the window (limit 0.15)"
     )
+
+
+def test_a_load_average_just_over_the_cores_is_noted_over_them_mocked_load(monkeypatch):
+    """The note beside a start on a loaded machine printed "load average 2.00 at the start > 2 usable
+    cores" for 2.004: the figure keeps the places that show it over (the load itself is faked: this
+    machine's cannot be set)."""
+    import bench.machine.fitness as fitness
+
+    monkeypatch.setattr(fitness.os, "getloadavg", lambda: (2.004, 0.0, 0.0))
+    monkeypatch.setattr(fitness, "usable_cores", lambda cpus: 2.0)
+    notes = MachineWatch().start().stop().notes
+    assert "load average 2.004 at the start > 2 usable cores" in notes, notes
