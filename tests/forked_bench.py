@@ -1260,6 +1260,11 @@ def _server_main(fd: int) -> None:
         os._exit(1)
     gc.collect()
     gc.freeze()  # children do not walk (and copy) the preloaded objects in their collections
+    # ignored before "ready": once its worker knows it serves, a stop to the group finds it deaf (set
+    # after, a Ctrl-C right after the start found SIGINT still only held off: seen on a loaded machine)
+    for stop in STOPS_OUTLIVED:
+        signal.signal(stop, signal.SIG_IGN)  # (one held off while importing is dropped here)
+    signal.pthread_sigmask(signal.SIG_SETMASK, inherited_mask)
     _send(
         sock,
         {
@@ -1269,9 +1274,6 @@ def _server_main(fd: int) -> None:
             "rederived": rederived,
         },
     )
-    for stop in STOPS_OUTLIVED:
-        signal.signal(stop, signal.SIG_IGN)  # (one held off while importing is dropped here)
-    signal.pthread_sigmask(signal.SIG_SETMASK, inherited_mask)
     request, fds, dispositions, mask = _serve(sock, dispositions, mask)
     # the child: from here this process is `python -m <module>`
     _become(request, fds, dispositions, mask, changes)
