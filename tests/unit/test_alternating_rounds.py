@@ -134,7 +134,7 @@ def test_a_verdict_holds_for_its_interval_as_printed():
     assert at_two.verdict == FASTER and at_two.verdict_at(2) == CANT_TELL
     assert said(at_two) == f"1.01 [95% 1.00-1.02] {CANT_TELL}"
     assert said(at_two, 3) == f"1.010 [95% 1.004-1.020] {FASTER}"
-    # a gate's refusal (--min-ratio, the ceiling's --min-fio/--min-plain) shows a ratio below it as below it
+    # a gate's refusal (--min-ratio, the storage ceiling's floors) shows a ratio below it as below it
     assert on_its_side(0.9996, 1.0, 2) == "0.9996" and on_its_side(0.5, 1.0, 2) == "0.50"
     assert on_its_side(0.99949, 0.9995, 2) == "0.999" and on_its_side(1.0, 1.0, 2) == "1.00"
     assert on_its_side(1.10004, 1.1, 3) == "1.10004" and on_its_side(float("nan"), 0.98, 3) == "nan"

@@ -191,7 +191,7 @@ def test_no_module_over_300_lines(module):
 # CPU-s of a fresh bench process, ~0.3 of one the tests' fork server forked, ~60 CPU-s of a suite run).
 # 16,722: +14 so a figure judged against a gate is printed on its side of it, not rounded onto it
 # (bench.maths.stats.on_its_side: the storage headline's AU, 89.96% was "90.0%" beside FAIL at 90%;
-# the --min-ratio, --min-fio and --min-plain refusals; gpu_check's overhead and CUDA-events lines; the
+# the --min-ratio refusal and the storage ceiling's floors; gpu_check's overhead and CUDA-events lines; the
 # MLPerf runs' spread, 5.04% was "5.0%" beside "within 5%"; the busy machine's reason, whose limit of
 # 12.8 cores printed as "13": bench.machine.fitness.outside_cpu_reason; the load-average note; a GPU
 # power limit of 699.6 W printed "700 W < default 700 W").
