@@ -170,9 +170,15 @@ def cpufreq_notes(cpus: Sequence[int], base: Path = CPUFREQ) -> List[str]:
     if current and sum(current) / sum(top) < SLOW_CLOCK:
         notes.append(
             f"CPUs at {sum(current) / len(current) / 1e6:.2f} of {sum(top) / len(top) / 1e6:.2f} GHz max "
-            f"({sum(current) / sum(top):.0%}) at the window's end"
+            f"({share_under(sum(current) / sum(top), SLOW_CLOCK)}) at the window's end"
         )
     return notes
+
+
+def share_under(share: float, threshold: float) -> str:
+    """A share noted ("43%, under 80%") for being under a threshold, printed on its side of it (79.96%
+    is not "80%")."""
+    return f"{on_its_side(share * 100, threshold * 100, 0)}%, under {threshold * 100:g}%"
 
 
 def root_pid() -> int:

@@ -33,7 +33,7 @@ import time
 from dataclasses import dataclass, fields
 from typing import Any, Collection, Dict, List, Optional, Set, Tuple
 
-from bench.machine.fitness import Verdict
+from bench.machine.fitness import Verdict, share_under
 from bench.maths.stats import on_its_side
 
 
@@ -196,7 +196,8 @@ class GpuWatch:
             mean = sum(self.clocks) / len(self.clocks)
             verdict.figures.update(fit_gpu_sm_clock_ratio=round(mean / top, 3))
             if mean / top < SLOW_SM_CLOCK:
-                verdict.notes.append(f"{gpu} SM clock {mean:.0f} of {top} MHz max ({mean / top:.0%}) during the window")
+                shown = share_under(mean / top, SLOW_SM_CLOCK)
+                verdict.notes.append(f"{gpu} SM clock {mean:.0f} of {top} MHz max ({shown}) during the window")
         limit = _try(nvml.nvmlDeviceGetPowerManagementLimit, handle)
         default = _try(nvml.nvmlDeviceGetPowerManagementDefaultLimit, handle)
         if limit and default and limit < default:

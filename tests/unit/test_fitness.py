@@ -145,9 +145,11 @@ def test_cpufreq_notes_name_the_governor_and_a_slow_clock(tmp_path):
     notes = cpufreq_notes([0, 1], tmp_path)
     assert notes == [
         "CPU frequency governor powersave on 1 of 2 usable CPUs (performance holds the clock)",
-        "CPUs at 1.30 of 3.00 GHz max (43%) at the window's end",
+        "CPUs at 1.30 of 3.00 GHz max (43%, under 80%) at the window's end",
     ]
     assert cpufreq_notes([0, 1], tmp_path / "absent") == []  # a VM shows none of it: nothing said
+    (tmp_path / "cpu1" / "cpufreq" / "scaling_cur_freq").write_text("2398800\n")  # 79.96% of max: under 80%
+    assert cpufreq_notes([1], tmp_path) == ["CPUs at 2.40 of 3.00 GHz max (79.96%, under 80%) at the window's end"]
 
 
 def test_the_verdict_goes_last_in_the_record_and_merges_the_ranks():
@@ -336,7 +338,9 @@ ME = os.getpid()
             None,
         ),
         ({"events": 0x04}, None, None, "GPU 0 reached its power cap during the window"),
-        ({"sm_clock": 990}, None, None, "GPU 0 SM clock 990 of 1980 MHz max (50%) during the window"),
+        ({"sm_clock": 990}, None, None, "GPU 0 SM clock 990 of 1980 MHz max (50%, under 80%) during the window"),
+        # 1583 of 1980 is 79.95%: noted as under 80%, so printed under it, not as "80%"
+        ({"sm_clock": 1583}, None, None, "GPU 0 SM clock 1583 of 1980 MHz max (79.9%, under 80%) during the window"),
         ({"limit": 300_000}, None, "GPU 0 power limit 300 W < default 700 W", None),
         ({"limit": 699_600}, None, "GPU 0 power limit 699.6 W < default 700 W", None),  # not "700 W < 700 W"
         ({"mig": (1, 1)}, None, None, "GPU 0 is in MIG mode: the figures are one partition's"),
@@ -354,6 +358,7 @@ ME = os.getpid()
         "hw-slowdown",
         "power-cap",
         "sm-clock",
+        "sm-clock-just-under",
         "power-limit",
         "power-limit-just-under",
         "mig",

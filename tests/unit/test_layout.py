@@ -195,7 +195,9 @@ def test_no_module_over_300_lines(module):
 # MLPerf runs' spread, 5.04% was "5.0%" beside "within 5%"; the busy machine's reason, whose limit of
 # 12.8 cores printed as "13": bench.machine.fitness.outside_cpu_reason; the load-average note; a GPU
 # power limit of 699.6 W printed "700 W < default 700 W").
-CODE_LINE_CEILING = 16_722
+# 16,725: +3 so a CPU or SM clock noted for being under 80% of its max prints its share under 80%, with the
+# threshold (bench.machine.fitness.share_under: 79.96% was "(80%)").
+CODE_LINE_CEILING = 16_725
 
 
 def test_bench_stays_under_its_code_line_ceiling(capsys):
